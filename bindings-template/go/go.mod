@@ -1,0 +1,3 @@
+module llmtrain
+
+go 1.19

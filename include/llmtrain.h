@@ -1,0 +1,826 @@
+/*
+ * llmtrain.h - the one public header of libllmtrain.
+ *
+ * C99, includes only <stddef.h> and <stdint.h>. No CUDA, MPI or cJSON types
+ * cross this boundary: streams and device pointers are `void *`.
+ *
+ * Conventions (see doc/abi-conventions.md):
+ *  - every function returns `llmt_status` unless it is a pure query;
+ *    outputs go through pointers;
+ *  - handles are opaque; `llmt_X_destroy(NULL)` is a no-op;
+ *  - detail of the last failure lives on the handle: `llmt_X_last_error(h)`;
+ *  - option structs start with `size_t struct_size`; fill them with
+ *    `llmt_X_opts_init(&o, sizeof o)` so that old callers keep working;
+ *  - status codes, dtype codes and feature bits are never renumbered.
+ *
+ * Sections, in order: version; status codes; core (context, logging,
+ * allocator); tensors; build features and sizes; then one section per module
+ * (spec and plan, comm, model and trainer, data, checkpoint, fault tolerance,
+ * metrics), and LLMT_EXPERIMENTAL last.
+ */
+#ifndef LLMTRAIN_H
+#define LLMTRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(LLMT_BUILDING_LIBRARY) && defined(__GNUC__)
+#define LLMT_API __attribute__((visibility("default")))
+#else
+#define LLMT_API
+#endif
+
+/* ======================================================================
+ * Version
+ * ====================================================================== */
+
+/* Project version: changes with every release. */
+#define LLMT_VERSION_MAJOR 0
+#define LLMT_VERSION_MINOR 1
+#define LLMT_VERSION_PATCH 0
+#define LLMT_VERSION_NUMBER \
+    (LLMT_VERSION_MAJOR * 10000 + LLMT_VERSION_MINOR * 100 + LLMT_VERSION_PATCH)
+
+/* ABI version: MAJOR changes only when a released symbol or struct layout
+ * changes incompatibly (never, we hope); MINOR when symbols are added. It is
+ * kept separate from the project version (read back by meson.build). */
+#define LLMT_ABI_VERSION_MAJOR 1
+#define LLMT_ABI_VERSION_MINOR 0
+
+/* "0.1.0". Static string, thread-safe. */
+LLMT_API const char *llmt_version(void);
+/* LLMT_VERSION_NUMBER of the library actually loaded (may differ from the
+ * header a program was compiled against). */
+LLMT_API uint32_t llmt_version_number(void);
+/* (ABI major << 16) | ABI minor of the loaded library. A binding checks that
+ * the major equals the one it was written for. */
+LLMT_API uint32_t llmt_abi_version(void);
+
+/* ======================================================================
+ * Status codes
+ * Values are fixed forever: never renumbered, never reused. A retired code
+ * stays as LLMT_OBSOLETE_<n>.
+ * ====================================================================== */
+typedef enum llmt_status {
+    LLMT_OK = 0,
+    LLMT_ERR_INVALID_ARGUMENT = 1, /* a bad value: dtype, shape, range, ... */
+    LLMT_ERR_NULL_POINTER = 2,     /* a required pointer or handle was NULL */
+    LLMT_ERR_STRUCT_SIZE = 3,      /* struct_size too small / not set */
+    LLMT_ERR_OUT_OF_MEMORY = 4,
+    LLMT_ERR_UNSUPPORTED = 5,      /* not in this build / on this device */
+    LLMT_ERR_IO = 6,               /* open/read/write/fsync/rename failed */
+    LLMT_ERR_FORMAT = 7,           /* a file is corrupt, truncated, wrong magic */
+    LLMT_ERR_CHECKSUM = 8,         /* stored and computed checksums differ */
+    LLMT_ERR_VERSION = 9,          /* a file or struct version we cannot read */
+    LLMT_ERR_SPEC = 10,            /* job spec failed validation */
+    LLMT_ERR_NOT_FOUND = 11,       /* a named thing does not exist */
+    LLMT_ERR_STATE = 12,           /* call not valid in the handle's state */
+    LLMT_ERR_TIMEOUT = 13,         /* a collective or wait timed out */
+    LLMT_ERR_ABORTED = 14,         /* the handle was aborted */
+    LLMT_ERR_COMM = 15,            /* a communication backend failed */
+    LLMT_ERR_CUDA = 16,            /* a CUDA runtime / cuBLASLt call failed */
+    LLMT_ERR_NCCL = 17,
+    LLMT_ERR_MPI = 18,
+    LLMT_ERR_NUMERIC = 19,         /* NaN/Inf or an anomaly in the numbers */
+    LLMT_ERR_BUFFER_TOO_SMALL = 20,/* the caller's output buffer is too small */
+    LLMT_ERR_IN_PROGRESS = 21,     /* an async operation has not finished */
+    LLMT_ERR_INTERNAL = 22         /* a bug in llmtrain: please report it */
+} llmt_status;
+
+/* A static English string for any code ("unknown status" for values this
+ * library does not know). Never NULL. Thread-safe. */
+LLMT_API const char *llmt_status_string(llmt_status status);
+
+/* ======================================================================
+ * Core: context, logging, allocator
+ * A context carries the logging sink, the allocator and the error detail of
+ * context-level calls. Other handles are created from a context and must not
+ * outlive it. One context may be used from several threads only for calls
+ * documented thread-safe; llmt_context_last_error is per context, so give each
+ * thread its own context if it needs the detail of its own failures.
+ * ====================================================================== */
+typedef struct llmt_context llmt_context;
+
+typedef enum llmt_log_level {
+    LLMT_LOG_TRACE = 0,
+    LLMT_LOG_DEBUG = 1,
+    LLMT_LOG_INFO = 2,
+    LLMT_LOG_WARN = 3,
+    LLMT_LOG_ERROR = 4,
+    LLMT_LOG_OFF = 5
+} llmt_log_level;
+
+/* Called for every message at or above the context's level, possibly from
+ * library threads (checkpoint writer, prefetcher): it must be thread-safe.
+ * `module` is e.g. "ckpt", `msg` has no trailing newline. */
+typedef void (*llmt_log_fn)(void *user, llmt_log_level level,
+                            const char *module, const char *msg);
+
+/* Host memory hooks. `alloc` returns memory aligned to `align` (a power of
+ * two, >= sizeof(void*)) or NULL; `free` receives the same size. */
+typedef struct llmt_allocator {
+    size_t struct_size;
+    void *user;
+    void *(*alloc)(void *user, size_t size, size_t align);
+    void (*free)(void *user, void *ptr, size_t size);
+} llmt_allocator;
+
+typedef struct llmt_context_opts {
+    size_t struct_size;
+    llmt_log_level log_level; /* default LLMT_LOG_WARN (or $LLMT_LOG_LEVEL) */
+    llmt_log_fn log_fn;       /* default: write to stderr, never stdout */
+    void *log_user;
+    const llmt_allocator *allocator; /* NULL: aligned malloc/free. Copied. */
+} llmt_context_opts;
+
+/* Fill defaults. `size` is sizeof(*opts) as the caller sees it. */
+LLMT_API llmt_status llmt_context_opts_init(llmt_context_opts *opts, size_t size);
+/* `opts` may be NULL for defaults. */
+LLMT_API llmt_status llmt_context_create(const llmt_context_opts *opts,
+                                         llmt_context **out);
+LLMT_API void llmt_context_destroy(llmt_context *ctx);
+/* Message of the last failed call on this context ("" if none). The pointer
+ * stays valid until the next call on the context. NULL ctx -> a static note. */
+LLMT_API const char *llmt_context_last_error(const llmt_context *ctx);
+/* Status of the last failed call on this context (LLMT_OK if none). */
+LLMT_API llmt_status llmt_context_last_status(const llmt_context *ctx);
+LLMT_API llmt_status llmt_context_set_log_level(llmt_context *ctx,
+                                                llmt_log_level level);
+/* Emit a message through the context's sink (for hosts and the CLI). */
+LLMT_API llmt_status llmt_log(llmt_context *ctx, llmt_log_level level,
+                              const char *module, const char *msg);
+/* Allocate/free host memory through the context's allocator. */
+LLMT_API llmt_status llmt_alloc(llmt_context *ctx, size_t size, size_t align,
+                                void **out);
+LLMT_API void llmt_free(llmt_context *ctx, void *ptr, size_t size);
+
+/* ======================================================================
+ * Tensors: non-owning views
+ * A view describes memory someone else owns (a host framework's buffer, a
+ * trainer's parameter). Strides are in elements, not bytes.
+ * ====================================================================== */
+typedef enum llmt_dtype {
+    LLMT_DTYPE_INVALID = 0,
+    LLMT_DTYPE_FP32 = 1,
+    LLMT_DTYPE_BF16 = 2,
+    LLMT_DTYPE_FP16 = 3,
+    LLMT_DTYPE_FP8_E4M3 = 4,
+    LLMT_DTYPE_FP8_E5M2 = 5,
+    LLMT_DTYPE_INT32 = 6,
+    LLMT_DTYPE_INT64 = 7,
+    LLMT_DTYPE_UINT16 = 8,
+    LLMT_DTYPE_UINT8 = 9
+} llmt_dtype;
+
+/* Bytes per element; 0 for an unknown or invalid dtype. */
+LLMT_API size_t llmt_dtype_size(llmt_dtype dtype);
+/* "fp32", "bf16", ...; "invalid" for unknown values. */
+LLMT_API const char *llmt_dtype_name(llmt_dtype dtype);
+/* Inverse of llmt_dtype_name (also accepts "float32", "bfloat16", "e4m3"...). */
+LLMT_API llmt_status llmt_dtype_from_name(const char *name, llmt_dtype *out);
+
+typedef enum llmt_device_type {
+    LLMT_DEVICE_CPU = 0,
+    LLMT_DEVICE_CUDA = 1,
+    LLMT_DEVICE_CUDA_HOST = 2 /* pinned host memory */
+} llmt_device_type;
+
+#define LLMT_MAX_DIMS 8
+
+typedef struct llmt_tensor {
+    size_t struct_size;
+    llmt_dtype dtype;
+    llmt_device_type device;
+    int32_t device_index;
+    int32_t ndim;                    /* 0 (scalar) .. LLMT_MAX_DIMS */
+    int64_t shape[LLMT_MAX_DIMS];
+    int64_t strides[LLMT_MAX_DIMS];  /* in elements */
+    void *data;                      /* not owned */
+} llmt_tensor;
+
+/* Describe a contiguous (row-major) tensor. `shape` may be NULL if ndim==0.
+ * Checks: t non-NULL, struct_size, dtype, 0<=ndim<=MAX, shape[i] >= 0, and
+ * that the byte size fits in int64. data may be NULL only if numel == 0. */
+LLMT_API llmt_status llmt_tensor_init(llmt_tensor *t, size_t struct_size,
+                                      llmt_dtype dtype, int32_t ndim,
+                                      const int64_t *shape, void *data,
+                                      llmt_device_type device,
+                                      int32_t device_index);
+/* Validate a view filled by hand (same checks as init, plus strides >= 0). */
+LLMT_API llmt_status llmt_tensor_validate(const llmt_tensor *t);
+/* Number of elements (product of shape; 1 for a scalar). */
+LLMT_API llmt_status llmt_tensor_numel(const llmt_tensor *t, int64_t *out);
+/* numel * dtype size. */
+LLMT_API llmt_status llmt_tensor_nbytes(const llmt_tensor *t, int64_t *out);
+/* 1 if row-major contiguous, else 0. */
+LLMT_API llmt_status llmt_tensor_is_contiguous(const llmt_tensor *t, int *out);
+
+/* ======================================================================
+ * Build features and sizes
+ * ====================================================================== */
+/* Bits of llmt_build_features(): what this build was compiled with. */
+#define LLMT_FEATURE_CUDA     (UINT64_C(1) << 0)
+#define LLMT_FEATURE_NCCL     (UINT64_C(1) << 1)
+#define LLMT_FEATURE_MPI      (UINT64_C(1) << 2)
+#define LLMT_FEATURE_AIO      (UINT64_C(1) << 3)
+#define LLMT_FEATURE_OPENBLAS (UINT64_C(1) << 4)
+#define LLMT_FEATURE_OPENMP   (UINT64_C(1) << 5)
+
+LLMT_API uint64_t llmt_build_features(void);
+/* "cuda", "nccl", ... for one bit; NULL for an unknown bit. */
+LLMT_API const char *llmt_feature_name(uint64_t feature_bit);
+/* Number of CUDA devices usable now (0 without CUDA or a GPU). The status
+ * says why there are none: LLMT_OK with 0 on a machine without GPUs,
+ * LLMT_ERR_UNSUPPORTED when the build has no CUDA. */
+LLMT_API llmt_status llmt_cuda_device_count(int32_t *out);
+
+/* Sizes of the library's public structs, for bindings that allocate them. */
+typedef enum llmt_type_id {
+    LLMT_TYPE_TENSOR = 1,
+    LLMT_TYPE_CONTEXT_OPTS = 2,
+    LLMT_TYPE_ALLOCATOR = 3
+} llmt_type_id;
+/* sizeof the struct, or 0 for an unknown id. */
+LLMT_API size_t llmt_sizeof(llmt_type_id type);
+
+/* ---- Module sections are added below, in the order of the file comment. */
+
+/* ======================================================================
+ * Spec: the JSON job spec (doc/job-spec.md)
+ * Parsing validates every rule at once; a failed parse returns
+ * LLMT_ERR_SPEC and leaves the errors (one "path: rule" per line, the first
+ * ones only, the message is bounded) on the context: llmt_context_last_error.
+ * llmt_spec_validate_json returns the full list as text. A spec is immutable
+ * once parsed: its getters are thread-safe. ctx may be NULL (then the detail
+ * of a failure is only available through llmt_spec_validate_json).
+ * ====================================================================== */
+typedef struct llmt_spec llmt_spec;
+
+/* Parse `len` bytes of JSON (need not be NUL-terminated). */
+LLMT_API llmt_status llmt_spec_parse_json(llmt_context *ctx, const char *json,
+                                          size_t len, llmt_spec **out);
+/* Read and parse a file. Relative paths inside are kept as written. */
+LLMT_API llmt_status llmt_spec_parse_file(llmt_context *ctx, const char *path,
+                                          llmt_spec **out);
+/* Validate without keeping a spec. Writes every error, one per line
+ * ("parallelism.tp: 3 does not divide model.heads 32"), NUL-terminated, into
+ * buf (may be NULL when buflen is 0); *needed (may be NULL) gets the bytes
+ * required including the NUL. Returns LLMT_OK when valid (buf gets ""),
+ * LLMT_ERR_SPEC when not, LLMT_ERR_BUFFER_TOO_SMALL when the text did not
+ * fit (it is then truncated at a line end). */
+LLMT_API llmt_status llmt_spec_validate_json(llmt_context *ctx,
+                                             const char *json, size_t len,
+                                             char *buf, size_t buflen,
+                                             size_t *needed);
+LLMT_API void llmt_spec_destroy(llmt_spec *spec);
+/* Detail of the last failed getter on this spec ("" if none). */
+LLMT_API const char *llmt_spec_last_error(const llmt_spec *spec);
+
+/* Typed getters by JSON path ("model.layers", "checkpoint.tiers[0].path").
+ * Defaults are filled in, so every key of llmt_spec_key_name has a value.
+ * get_int works on integer, boolean (0/1) and enum keys (index in the key's
+ * list of names); get_double on any numeric key; get_string on string and
+ * enum keys (the name) and on "checkpoint.interval" ("auto" or the number).
+ * A string key that was not given reads as "" with LLMT_OK.
+ * LLMT_ERR_NOT_FOUND for an unknown path, LLMT_ERR_INVALID_ARGUMENT for a
+ * key of another type. "checkpoint.tiers" with get_int gives the tier count. */
+LLMT_API llmt_status llmt_spec_get_int(const llmt_spec *spec, const char *path,
+                                       int64_t *out);
+LLMT_API llmt_status llmt_spec_get_double(const llmt_spec *spec,
+                                          const char *path, double *out);
+LLMT_API llmt_status llmt_spec_get_string(const llmt_spec *spec,
+                                          const char *path, char *buf,
+                                          size_t buflen, size_t *needed);
+/* 1 if the document set `path` explicitly (not a default), else 0. */
+LLMT_API int llmt_spec_is_given(const llmt_spec *spec, const char *path);
+/* The normalised spec (all defaults filled) as JSON; size query as above. */
+LLMT_API llmt_status llmt_spec_to_json(const llmt_spec *spec, char *buf,
+                                       size_t buflen, size_t *needed);
+
+/* Introspection of the keys: index 0 .. count-1. Static strings.
+ * Type is one of "int", "number", "bool", "string", "enum", "object",
+ * "array", "interval" (steps or "auto"); for an enum, llmt_spec_key_values
+ * gives "a|b|c" (NULL otherwise). Thread-safe. */
+LLMT_API size_t llmt_spec_key_count(void);
+LLMT_API const char *llmt_spec_key_name(size_t index);
+LLMT_API const char *llmt_spec_key_type(size_t index);
+LLMT_API const char *llmt_spec_key_values(size_t index);
+LLMT_API const char *llmt_spec_key_doc(size_t index);
+
+/* ======================================================================
+ * Plan: nD parallel layout, cost model, auto-planner, goodput (doc/planner.md)
+ * A plan is a spec placed on `world_size` ranks. Rank order: TP innermost
+ * (inside a node), then CP, then PP (consecutive nodes, a rack), DP
+ * outermost; EP is carved out of DP (consecutive DP indices). A plan is
+ * immutable: queries are thread-safe; each query's failure detail is on the
+ * plan (llmt_plan_last_error), creation failures on the context.
+ * ====================================================================== */
+typedef struct llmt_plan llmt_plan;
+
+/* Dimensions, used as indices into coordinate arrays. Never renumbered. */
+typedef enum llmt_plan_dim {
+    LLMT_DIM_TP = 0,
+    LLMT_DIM_CP = 1,
+    LLMT_DIM_PP = 2,
+    LLMT_DIM_DP = 3,
+    LLMT_DIM_EP = 4  /* expert-parallel index, inside DP */
+} llmt_plan_dim;
+#define LLMT_PLAN_NDIMS 5
+
+/* Place `spec` on world_size ranks (0: tp*pp*dp*cp of the spec). When the
+ * spec does not set parallelism.dp it is derived as world/(tp*pp*cp);
+ * otherwise the product must equal world_size. The spec may be destroyed
+ * afterwards (the plan keeps its own copy). */
+LLMT_API llmt_status llmt_plan_create(llmt_context *ctx, const llmt_spec *spec,
+                                      int32_t world_size, llmt_plan **out);
+LLMT_API void llmt_plan_destroy(llmt_plan *plan);
+LLMT_API const char *llmt_plan_last_error(const llmt_plan *plan);
+
+/* Degrees: out[LLMT_PLAN_NDIMS] gets tp, cp, pp, dp, ep. */
+LLMT_API llmt_status llmt_plan_degrees(const llmt_plan *plan, int32_t *out);
+LLMT_API llmt_status llmt_plan_world_size(const llmt_plan *plan, int32_t *out);
+/* rank -> coords[LLMT_PLAN_NDIMS] and back (coords[LLMT_DIM_EP] is ignored
+ * by rank_of: it follows from DP). */
+LLMT_API llmt_status llmt_plan_coords(const llmt_plan *plan, int32_t rank,
+                                      int32_t *coords);
+LLMT_API llmt_status llmt_plan_rank_of(const llmt_plan *plan,
+                                       const int32_t *coords, int32_t *rank);
+/* The ranks of `rank`'s group along `dim`, ascending (the members differ
+ * only in that coordinate; for EP, the DP ranks sharing the expert group).
+ * *count gets the group size; ranks may be NULL to ask the size only, else
+ * it must hold `capacity` entries (LLMT_ERR_BUFFER_TOO_SMALL when short).
+ * *group_id (may be NULL) gets a number in [0, world/size) naming the group. */
+LLMT_API llmt_status llmt_plan_group(const llmt_plan *plan, llmt_plan_dim dim,
+                                     int32_t rank, int32_t *ranks,
+                                     size_t capacity, size_t *count,
+                                     int32_t *group_id);
+/* Layers [first, first+count) held by pipeline stage `stage`, model chunk
+ * `chunk` (0 .. virtual_stages-1; interleaved schedules give each stage
+ * several chunks). */
+LLMT_API llmt_status llmt_plan_stage_layers(const llmt_plan *plan,
+                                            int32_t stage, int32_t chunk,
+                                            int32_t *first, int32_t *count);
+
+/* The cost model's predictions for one step (units in the names). Filled up
+ * to the caller's struct_size. */
+typedef struct llmt_plan_estimate {
+    size_t struct_size;
+    int32_t world_size, tp, cp, pp, dp, ep, zero, virtual_stages;
+    int32_t micro, grad_accum, recompute, sequence_parallel;
+    int64_t global_batch, tokens_per_step;
+    double params, params_active;       /* whole model */
+    double params_per_gpu;              /* largest stage, before ZeRO */
+    /* memory per GPU (the most loaded stage), bytes */
+    double mem_weights, mem_grads, mem_optimizer, mem_activations;
+    double mem_overhead, mem_total, mem_capacity;
+    int32_t fits;                       /* mem_total <= mem_capacity */
+    /* FLOPs */
+    double model_flops_per_token;       /* fwd+bwd, with attention */
+    double flops_6nd_per_token;         /* 6 * active params, the check */
+    double model_flops_per_step;        /* all GPUs */
+    double hw_flops_per_step;           /* including recomputation */
+    /* communication per GPU per step: bytes sent, exposed seconds */
+    double comm_bytes_tp, comm_bytes_cp, comm_bytes_pp, comm_bytes_dp,
+           comm_bytes_ep;
+    double time_tp_s, time_cp_s, time_pp_s, time_dp_s, time_ep_s;
+    /* time */
+    double time_compute_s;              /* matmul + attention + elementwise */
+    double bubble_fraction;             /* idle share of a pipelined step */
+    double time_bubble_s, time_optimizer_s;
+    double step_time_s, tokens_per_s, mfu, tflops_per_gpu;
+    /* checkpoint and failures */
+    double ckpt_bytes_total, ckpt_stall_s, ckpt_write_s, restore_s, restart_s;
+    double mtbf_s;                      /* the whole job */
+    double young_daly_s;                /* sqrt(2*C*MTBF), C = stall */
+    double ckpt_interval_s;             /* chosen (auto: max(Young/Daly, write)) */
+    int64_t ckpt_interval_steps;
+    double goodput_analytic;            /* first-order expected fraction */
+    double run_time_s;                  /* train.steps * step time */
+    double run_flops;                   /* model FLOPs of the whole run */
+} llmt_plan_estimate;
+
+LLMT_API llmt_status llmt_plan_get_estimate(const llmt_plan *plan,
+                                            llmt_plan_estimate *out);
+/* The plan as JSON (degrees, order, groups' strides, stage layers, the
+ * estimate, the auto-planner's ranking when there is one, the spec).
+ * Size query: buf NULL/buflen 0 gives *needed with LLMT_ERR_BUFFER_TOO_SMALL. */
+LLMT_API llmt_status llmt_plan_to_json(const llmt_plan *plan, char *buf,
+                                       size_t buflen, size_t *needed);
+/* Human-readable notes: warnings (TP across nodes, few micro-batches for the
+ * pipeline, memory) and, for an auto plan, why the chosen degrees win. */
+LLMT_API llmt_status llmt_plan_explain(const llmt_plan *plan, char *buf,
+                                       size_t buflen, size_t *needed);
+
+typedef struct llmt_plan_auto_opts {
+    size_t struct_size;
+    double mem_fraction;     /* usable share of HBM [0.95] */
+    int32_t max_tp;          /* [hardware.gpus_per_node] */
+    int32_t keep_micro;      /* 1: keep batch.micro; 0: search 1,2,4,8 [0] */
+    int32_t keep_zero;       /* 1: keep parallelism.zero [0] */
+    int32_t keep_recompute;  /* 1: keep parallelism.recompute [0] */
+    int32_t top_n;           /* candidates kept for explain/JSON [10] */
+} llmt_plan_auto_opts;
+LLMT_API llmt_status llmt_plan_auto_opts_init(llmt_plan_auto_opts *opts,
+                                              size_t size);
+/* Search tp, cp, pp, dp (and ep, zero, recompute, virtual stages, micro)
+ * for world_size ranks keeping the spec's global batch, keep those that fit
+ * in memory, pick the fastest predicted step. opts may be NULL.
+ * LLMT_ERR_NOT_FOUND when nothing fits (the detail says the closest). */
+LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
+                                    int32_t world_size,
+                                    const llmt_plan_auto_opts *opts,
+                                    llmt_plan **out);
+/* The same job on new_world_size ranks: tp, cp, pp kept, dp changed, the
+ * global batch kept by changing grad_accum (and micro if it must).
+ * LLMT_ERR_INVALID_ARGUMENT with the reason when impossible. */
+LLMT_API llmt_status llmt_plan_reshape(const llmt_plan *plan,
+                                       int32_t new_world_size,
+                                       llmt_plan **out);
+
+/* Young (1974): optimal checkpoint interval sqrt(2*C*MTBF), seconds.
+ * Daly (2006)'s higher-order form when daly != 0:
+ * sqrt(2CM)*(1 + sqrt(C/2M)/3 + C/(18M)) - C for C < 2M, else M. */
+LLMT_API llmt_status llmt_young_daly_interval(double ckpt_cost_s,
+                                              double mtbf_s, int32_t daly,
+                                              double *out_s);
+
+/* Monte-Carlo goodput simulation of a run under failures. */
+typedef struct llmt_goodput_opts {
+    size_t struct_size;
+    double gpu_failures_per_hour; /* per GPU; 0: the spec's */
+    double interval_s;     /* checkpoint interval to report; 0: the plan's */
+    double horizon_hours;  /* wall work to simulate; 0: the run (capped 1 y) */
+    double stall_s, write_s, restore_s, restart_s; /* <0: the plan's [-1] */
+    int32_t trials;        /* runs per interval [32] */
+    int32_t sweep_points;  /* intervals tried for the optimum [41] */
+    uint64_t seed;         /* [the spec's train.seed] */
+} llmt_goodput_opts;
+
+typedef struct llmt_goodput_result {
+    size_t struct_size;
+    double interval_s;          /* the interval reported below */
+    double goodput;             /* useful work / wall time, mean of trials */
+    double goodput_stddev;
+    double wall_hours, work_hours;
+    double lost_work_hours;     /* recomputed work after failures */
+    double ckpt_overhead_hours; /* stalls for checkpoints */
+    double restart_hours;       /* restart + restore */
+    double failures;            /* mean count */
+    double mtbf_hours;
+    double young_daly_s, young_daly_goodput;
+    double best_interval_s, best_goodput;  /* the sweep's optimum */
+} llmt_goodput_result;
+
+LLMT_API llmt_status llmt_goodput_opts_init(llmt_goodput_opts *opts,
+                                            size_t size);
+/* Deterministic for a given seed. opts may be NULL. */
+LLMT_API llmt_status llmt_plan_simulate_goodput(const llmt_plan *plan,
+                                                const llmt_goodput_opts *opts,
+                                                llmt_goodput_result *out);
+
+/* ======================================================================
+ * Model and trainer
+ * A model is a decoder-only transformer built from a config: GPT-2
+ * (LayerNorm, GELU, learned positions, tied embeddings) or Llama-style
+ * (RMSNorm, RoPE, SwiGLU, grouped-query attention). Its parameters are
+ * named fp32 tensors with global shapes, readable and writable in place
+ * through llmt_tensor views. A trainer owns gradients, AdamW state and
+ * activations for one model and runs steps on batches the host supplies.
+ * A model and its trainer are not thread-safe: drive them from one thread
+ * (the library uses OpenMP/OpenBLAS threads inside a call).
+ * ====================================================================== */
+typedef struct llmt_model llmt_model;
+typedef struct llmt_trainer llmt_trainer;
+
+typedef enum llmt_arch {
+    LLMT_ARCH_GPT2 = 0,
+    LLMT_ARCH_LLAMA = 1
+} llmt_arch;
+
+typedef struct llmt_model_config {
+    size_t struct_size;
+    int32_t arch;            /* llmt_arch; default GPT2 */
+    int32_t vocab_size;      /* tokens the softmax covers; default 50257 */
+    int32_t padded_vocab_size; /* rows of the embedding (>= vocab_size; 0 =
+                                  vocab_size); llm.c pads to 50304 */
+    int32_t max_seq_len;     /* default 1024 */
+    int32_t layers;          /* default 12 */
+    int32_t width;           /* d_model; default 768 */
+    int32_t heads;           /* default 12; must divide width */
+    int32_t kv_heads;        /* Llama GQA; 0 = heads; must divide heads */
+    int32_t ffn_hidden;      /* 0 = 4*width (GPT-2) or 256-rounded 8/3*width */
+    int32_t tie_embeddings;  /* -1 = arch default (GPT-2 1, Llama 0) */
+    float norm_eps;          /* default 1e-5 */
+    float rope_theta;        /* default 10000 */
+    float init_std;          /* default 0.02; residual projections get
+                                init_std/sqrt(2*layers) */
+    uint64_t seed;           /* initialisation seed; default 1337 */
+} llmt_model_config;
+
+LLMT_API llmt_status llmt_model_config_init(llmt_model_config *cfg,
+                                            size_t size);
+/* Validate the config, allocate and initialise the parameters (seeded,
+ * deterministic). Errors (heads not dividing width, ...) go to the context. */
+LLMT_API llmt_status llmt_model_create(llmt_context *ctx,
+                                       const llmt_model_config *cfg,
+                                       llmt_model **out);
+LLMT_API void llmt_model_destroy(llmt_model *model);
+LLMT_API const char *llmt_model_last_error(const llmt_model *model);
+/* The resolved config (defaults filled in). */
+LLMT_API llmt_status llmt_model_get_config(const llmt_model *model,
+                                           llmt_model_config *cfg);
+/* Number of parameter tensors, and of parameter elements. */
+LLMT_API llmt_status llmt_model_param_count(const llmt_model *model,
+                                            int32_t *count, int64_t *numel);
+/* View of parameter `index` (0..count-1); *name (may be NULL) points to a
+ * string owned by the model, e.g. "h.3.attn.c_attn.weight". */
+LLMT_API llmt_status llmt_model_param(llmt_model *model, int32_t index,
+                                      const char **name, llmt_tensor *view);
+/* View by name; LLMT_ERR_NOT_FOUND for an unknown name. */
+LLMT_API llmt_status llmt_model_find_param(llmt_model *model, const char *name,
+                                           llmt_tensor *view);
+/* safetensors (F32) with every parameter under its name. Loading requires
+ * every parameter present with the same shape. */
+LLMT_API llmt_status llmt_model_save_safetensors(llmt_model *model,
+                                                 const char *path);
+LLMT_API llmt_status llmt_model_load_safetensors(llmt_model *model,
+                                                 const char *path);
+/* llm.c GPT-2 model files (header int32[256], magic 20240326, version 3,
+ * fp32 parameters). Export needs a GPT-2 model. Import creates one. */
+LLMT_API llmt_status llmt_model_export_llmc(llmt_model *model,
+                                            const char *path);
+LLMT_API llmt_status llmt_model_import_llmc(llmt_context *ctx,
+                                            const char *path,
+                                            llmt_model **out);
+
+typedef enum llmt_lr_schedule {
+    LLMT_LR_CONSTANT = 0,
+    LLMT_LR_COSINE = 1,   /* warmup, then cosine to min_lr at total_steps */
+    LLMT_LR_LINEAR = 2,   /* warmup, then linear to min_lr */
+    LLMT_LR_WSD = 3       /* warmup, stable, linear decay over the last
+                             decay_fraction of total_steps */
+} llmt_lr_schedule;
+
+typedef struct llmt_trainer_opts {
+    size_t struct_size;
+    int32_t micro_batch;     /* sequences per micro-batch; default 4 */
+    int32_t seq_len;         /* default 64; <= max_seq_len */
+    int32_t grad_accum;      /* micro-batches per step; default 1 */
+    int32_t schedule;        /* llmt_lr_schedule; default COSINE */
+    float lr;                /* peak; default 3e-4 */
+    float min_lr;            /* default 0 */
+    int64_t warmup_steps;    /* default 0 */
+    int64_t total_steps;     /* schedule length; default 1000 */
+    float decay_fraction;    /* WSD; default 0.2 */
+    float beta1, beta2, eps; /* defaults 0.9, 0.95, 1e-8 */
+    float weight_decay;      /* decoupled; not applied to 1-D params
+                                (norms, biases); default 0.1 */
+    float grad_clip;         /* global-norm clip; 0 = off; default 1.0 */
+    int32_t recompute;       /* 1: keep only layer inputs, recompute each
+                                layer in the backward; default 0 */
+    int32_t threads;         /* OpenMP and OpenBLAS threads; 0 = default */
+} llmt_trainer_opts;
+
+/* A step's tokens: `sequences` rows of `seq_len` tokens, inputs and
+ * targets (a target < 0 is ignored by the loss). For a step, sequences =
+ * micro_batch * grad_accum; for evaluate, any multiple of micro_batch. */
+typedef struct llmt_batch {
+    size_t struct_size;
+    const int32_t *inputs;
+    const int32_t *targets;
+    int32_t sequences;
+    int32_t seq_len;
+} llmt_batch;
+
+typedef struct llmt_step_metrics {
+    size_t struct_size;
+    int64_t step;           /* steps done, including this one */
+    float loss;             /* mean over the step's counted targets */
+    float grad_norm;        /* global L2 norm before clipping */
+    float lr;               /* learning rate used by this step */
+    double seconds;         /* wall time of the step */
+    int64_t tokens;         /* counted targets */
+} llmt_step_metrics;
+
+LLMT_API llmt_status llmt_trainer_opts_init(llmt_trainer_opts *opts,
+                                            size_t size);
+/* The trainer keeps a pointer to `model`, which must outlive it. */
+LLMT_API llmt_status llmt_trainer_create(llmt_model *model,
+                                         const llmt_trainer_opts *opts,
+                                         llmt_trainer **out);
+LLMT_API void llmt_trainer_destroy(llmt_trainer *tr);
+LLMT_API const char *llmt_trainer_last_error(const llmt_trainer *tr);
+/* Forward, backward over the micro-batches, clip, AdamW update. metrics
+ * may be NULL. */
+LLMT_API llmt_status llmt_trainer_step(llmt_trainer *tr,
+                                       const llmt_batch *batch,
+                                       llmt_step_metrics *metrics);
+/* Forward and backward only: gradients (of the mean loss) are left in the
+ * trainer, readable through llmt_trainer_grad; parameters unchanged. */
+LLMT_API llmt_status llmt_trainer_forward_backward(llmt_trainer *tr,
+                                                   const llmt_batch *batch,
+                                                   float *loss);
+/* Mean loss without gradients. */
+LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr,
+                                           const llmt_batch *batch,
+                                           float *loss);
+/* Gradient of parameter `index` (same shape as the parameter). */
+LLMT_API llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index,
+                                       llmt_tensor *view);
+/* AdamW state of parameter `index`: which = 0 first moment, 1 second. */
+LLMT_API llmt_status llmt_trainer_optim_state(llmt_trainer *tr, int32_t index,
+                                              int32_t which,
+                                              llmt_tensor *view);
+/* Steps done so far (the next step is number *step + 1); settable for a
+ * resume together with the optimizer state. */
+LLMT_API llmt_status llmt_trainer_get_step(const llmt_trainer *tr,
+                                           int64_t *step);
+LLMT_API llmt_status llmt_trainer_set_step(llmt_trainer *tr, int64_t step);
+/* Learning rate the schedule gives for 0-based step `step`. */
+LLMT_API llmt_status llmt_trainer_lr_at(const llmt_trainer *tr, int64_t step,
+                                        float *lr);
+/* Append `n_new` sampled tokens after `prompt` (n_prompt >= 1) into
+ * out[0..n_new). temperature <= 0 is greedy; top_k <= 0 is no cut. The
+ * context window slides when longer than max_seq_len. */
+LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr,
+                                           const int32_t *prompt,
+                                           int32_t n_prompt, int32_t n_new,
+                                           float temperature, int32_t top_k,
+                                           uint64_t seed, int32_t *out);
+
+/* ======================================================================
+ * Checkpoint (doc/checkpointing.md, doc/checkpoint-format.md)
+ * A checkpoint is a directory ROOT/step-NNNNNNNNNNNN holding one data file
+ * and one part manifest per rank and, once every rank's part is there, the
+ * manifest.json that commits it; ROOT/latest names the newest committed one.
+ * A host saves arbitrary named tensor views with their shard placement
+ * (global shape + global offsets of its local block) plus key/values, and
+ * loads them back under any other placement (resharding): only the byte
+ * ranges that overlap the caller's block are read.
+ * Save = snapshot into a reused host buffer (the views may change as soon as
+ * llmt_ckpt_save returns), then persist on a writer thread (libaio +
+ * O_DIRECT where available, buffered I/O otherwise), fsync, commit.
+ * One handle belongs to one thread of the host; the tier hook and log sink
+ * run on the writer thread.
+ * ====================================================================== */
+typedef struct llmt_ckpt llmt_ckpt;
+
+typedef enum llmt_ckpt_tier {
+    LLMT_CKPT_TIER_HOST = 0,    /* the last snapshot, in host memory */
+    LLMT_CKPT_TIER_LOCAL = 1,   /* the handle's root directory */
+    LLMT_CKPT_TIER_PEER = 2,    /* a partner rank's replica (through the hook) */
+    LLMT_CKPT_TIER_DURABLE = 3  /* opts.durable_dir, or the host's object store */
+} llmt_ckpt_tier;
+
+/* Tier hook, called on the writer thread:
+ *  - tier PEER, after this rank's data file and part manifest are fsynced:
+ *    `path` is this rank's data file; the host sends it (with the part
+ *    manifest beside it, same name with .json) to its partner rank;
+ *  - tier DURABLE, after the checkpoint is committed by this rank (and copied
+ *    to opts.durable_dir when set): `path` is the committed directory; the
+ *    host may upload it to its own object store.
+ * A non-OK return is logged as a warning; the local checkpoint stays valid. */
+typedef llmt_status (*llmt_ckpt_tier_fn)(void *user, llmt_ckpt_tier tier,
+                                         int64_t step, const char *path);
+
+/* Verification on load. */
+#define LLMT_CKPT_VERIFY_NONE 0  /* trust the data files */
+#define LLMT_CKPT_VERIFY_READ 1  /* check the hashes of every block read */
+#define LLMT_CKPT_VERIFY_FULL 2  /* also hash every chunk when opening, and
+                                    skip a checkpoint that fails */
+
+typedef struct llmt_ckpt_opts {
+    size_t struct_size;
+    int32_t rank;               /* default 0 */
+    int32_t world_size;         /* default 1: ranks that save one checkpoint */
+    /* Bound of the snapshot buffer in bytes; 0 (default): as large as one
+     * save of this rank needs, reused across saves. A save that needs more
+     * than a non-zero bound fails with LLMT_ERR_BUFFER_TOO_SMALL. */
+    uint64_t host_buffer_bytes;
+    int32_t direct_io;          /* 1 (default): O_DIRECT (+libaio); 0: buffered */
+    int32_t verify;             /* LLMT_CKPT_VERIFY_*; default READ */
+    /* Retention of committed checkpoints in the root (applied by the rank
+     * that commits): keep the newest keep_last (default 3, 0 = keep all) and
+     * every step that is a multiple of keep_every (default 0 = none). */
+    int32_t keep_last;
+    int32_t keep_every;
+    /* Durable tier: a directory (shared filesystem) that committed
+     * checkpoints are copied to with the same commit protocol; NULL: none.
+     * Retention there: durable_keep_last (default 0 = all), durable_keep_every. */
+    const char *durable_dir;
+    int32_t durable_keep_last;
+    int32_t durable_keep_every;
+    llmt_ckpt_tier_fn tier_fn;  /* NULL: none */
+    void *tier_user;
+} llmt_ckpt_opts;
+
+LLMT_API llmt_status llmt_ckpt_opts_init(llmt_ckpt_opts *opts, size_t size);
+/* `root` is created if absent. opts may be NULL (defaults). ctx may be NULL. */
+LLMT_API llmt_status llmt_ckpt_create(llmt_context *ctx, const char *root,
+                                      const llmt_ckpt_opts *opts,
+                                      llmt_ckpt **out);
+/* Waits for a save in flight, then frees everything. NULL is a no-op. */
+LLMT_API void llmt_ckpt_destroy(llmt_ckpt *ck);
+LLMT_API const char *llmt_ckpt_last_error(const llmt_ckpt *ck);
+
+/* -- Saving. begin; add tensors and key/values; save. ------------------- */
+/* Start describing the save of `step` (>= 0). Drops a description that was
+ * begun but not saved. */
+LLMT_API llmt_status llmt_ckpt_begin(llmt_ckpt *ck, int64_t step);
+/* Add this rank's block of the global tensor `name` (1..255 printable
+ * characters, no '"' or '\\'). `view` is a host view (any strides);
+ * global_shape NULL means the view's own shape, global_offsets NULL means
+ * zeros. The view is only read by llmt_ckpt_save. A name may be added by
+ * several ranks (disjoint blocks); blocks of one tensor across ranks must
+ * not overlap unless identical (replicas). */
+LLMT_API llmt_status llmt_ckpt_add_tensor(llmt_ckpt *ck, const char *name,
+                                          const llmt_tensor *view,
+                                          const int64_t *global_shape,
+                                          const int64_t *global_offsets);
+/* A user key/value (UTF-8 strings). Keys of all ranks are merged; for a key
+ * set by several ranks the lowest rank wins. Re-setting replaces. */
+LLMT_API llmt_status llmt_ckpt_set_kv(llmt_ckpt *ck, const char *key,
+                                      const char *value);
+/* The plan (any JSON object text) recorded in the manifest; rank 0's wins. */
+LLMT_API llmt_status llmt_ckpt_set_plan_json(llmt_ckpt *ck, const char *json);
+/* Snapshot the views, then persist. async=0: returns when this rank's part
+ * is durable (and the checkpoint committed if this rank completed it).
+ * async=1: returns after the snapshot; query with llmt_ckpt_save_status or
+ * llmt_ckpt_wait. A save waits first for the previous one to finish (the
+ * snapshot buffer is reused). Fails with LLMT_ERR_STATE if `step` is
+ * already committed in the root. */
+LLMT_API llmt_status llmt_ckpt_save(llmt_ckpt *ck, int32_t async);
+/* LLMT_OK: no save in flight and the last one succeeded (*step, may be NULL,
+ * gets its step, -1 if none); LLMT_ERR_IN_PROGRESS; or the failure of the
+ * last save (detail in llmt_ckpt_last_error). Never blocks. */
+LLMT_API llmt_status llmt_ckpt_save_status(llmt_ckpt *ck, int64_t *step);
+/* Wait for the save in flight; timeout_ms < 0 waits forever. Returns its
+ * result, or LLMT_ERR_TIMEOUT. */
+LLMT_API llmt_status llmt_ckpt_wait(llmt_ckpt *ck, int64_t timeout_ms);
+
+/* -- Loading. ---------------------------------------------------------- */
+/* Open the newest complete checkpoint of the root for reading. Partial or
+ * corrupt ones are skipped, each with a logged reason (WARN). *step gets the
+ * step. LLMT_ERR_NOT_FOUND when there is none. */
+LLMT_API llmt_status llmt_ckpt_open_latest(llmt_ckpt *ck, int64_t *step);
+/* Open one step (fails, naming the reason, if it is not complete/valid). */
+LLMT_API llmt_status llmt_ckpt_open_step(llmt_ckpt *ck, int64_t step);
+/* Open a checkpoint directory by path (for tools: verify, inspect). */
+LLMT_API llmt_status llmt_ckpt_open_dir(llmt_ckpt *ck, const char *dir);
+/* Tensors of the open checkpoint: count, then name/info by index 0..n-1
+ * (names stay valid until the next open or destroy). */
+LLMT_API llmt_status llmt_ckpt_tensor_count(llmt_ckpt *ck, size_t *out);
+LLMT_API llmt_status llmt_ckpt_tensor_name(llmt_ckpt *ck, size_t index,
+                                           const char **name);
+/* dtype, ndim, global shape (LLMT_MAX_DIMS entries) and chunk count of a
+ * tensor; any output pointer may be NULL. LLMT_ERR_NOT_FOUND if absent. */
+LLMT_API llmt_status llmt_ckpt_tensor_info(llmt_ckpt *ck, const char *name,
+                                           llmt_dtype *dtype, int32_t *ndim,
+                                           int64_t *global_shape,
+                                           size_t *nchunks);
+/* Fill `dst` (a contiguous host view of the caller's block: its shape is the
+ * local shape, dtype must equal the saved one) with the region of the
+ * global tensor starting at global_offsets (NULL: zeros), reading only the
+ * byte ranges of the chunks that overlap it. Hashes are checked per opts.
+ * LLMT_ERR_NOT_FOUND if some element of the region was never saved. */
+LLMT_API llmt_status llmt_ckpt_read(llmt_ckpt *ck, const char *name,
+                                    const llmt_tensor *dst,
+                                    const int64_t *global_offsets);
+/* A key/value or the plan of the open checkpoint: NUL-terminated into buf
+ * (may be NULL when buflen is 0); *needed (may be NULL) gets the size with
+ * the NUL. LLMT_ERR_BUFFER_TOO_SMALL when it did not fit. */
+LLMT_API llmt_status llmt_ckpt_get_kv(llmt_ckpt *ck, const char *key,
+                                      char *buf, size_t buflen, size_t *needed);
+LLMT_API llmt_status llmt_ckpt_get_plan_json(llmt_ckpt *ck, char *buf,
+                                             size_t buflen, size_t *needed);
+/* Step of the open checkpoint (-1 if none is open). */
+LLMT_API llmt_status llmt_ckpt_open_step_of(llmt_ckpt *ck, int64_t *step);
+/* Hash every chunk of the open checkpoint. LLMT_ERR_CHECKSUM names the
+ * first bad chunk; LLMT_ERR_FORMAT/IO for a missing or short file. */
+LLMT_API llmt_status llmt_ckpt_verify(llmt_ckpt *ck);
+
+/* -- Housekeeping. ----------------------------------------------------- */
+/* Committed steps in the root, ascending: up to cap into steps (may be NULL
+ * when cap is 0); *count gets how many there are. Does not validate data. */
+LLMT_API llmt_status llmt_ckpt_list(llmt_ckpt *ck, int64_t *steps, size_t cap,
+                                    size_t *count);
+/* Apply retention to the root (and durable dir) now; also removes partial
+ * directories older than the newest committed step. *removed may be NULL. */
+LLMT_API llmt_status llmt_ckpt_prune(llmt_ckpt *ck, size_t *removed);
+/* Write the open checkpoint's tensors, each consolidated to its full global
+ * shape, as one safetensors file (key/values go to __metadata__). */
+LLMT_API llmt_status llmt_ckpt_export_safetensors(llmt_ckpt *ck,
+                                                  const char *path);
+
+/* ======================================================================
+ * LLMT_EXPERIMENTAL: not frozen; may change in any release.
+ * ====================================================================== */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LLMTRAIN_H */

@@ -1,0 +1,71 @@
+/* Internal helpers shared by every module of lib/. Not installed. */
+#ifndef LLMT_CORE_INTERNAL_H
+#define LLMT_CORE_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmtrain.h"
+
+/* Internal symbols use the llmt__ prefix; with -fvisibility=hidden and the
+ * version script none of them is exported. */
+
+#if defined(__GNUC__)
+#define LLMT_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define LLMT_PRINTF(f, a)
+#endif
+
+#define LLMT_ERR_MSG_MAX 1024
+
+/* The error detail every handle carries. */
+typedef struct llmt_err {
+    llmt_status status;
+    char msg[LLMT_ERR_MSG_MAX];
+} llmt_err;
+
+/* Record a failure on `e` (may be NULL) and return `status`, so callers write
+ * `return llmt__err_set(&h->err, LLMT_ERR_IO, "ckpt: open %s: %s", ...)`. */
+llmt_status llmt__err_set(llmt_err *e, llmt_status status, const char *fmt, ...)
+    LLMT_PRINTF(3, 4);
+llmt_status llmt__err_setv(llmt_err *e, llmt_status status, const char *fmt,
+                           va_list ap);
+void llmt__err_clear(llmt_err *e);
+/* Copy another handle's failure into `e`, prefixing it with `prefix`. */
+llmt_status llmt__err_forward(llmt_err *e, const llmt_err *from,
+                              const char *prefix);
+
+struct llmt_context {
+    llmt_err err;
+    llmt_log_level log_level;
+    llmt_log_fn log_fn;
+    void *log_user;
+    llmt_allocator allocator;
+};
+
+/* Log through ctx (NULL ctx: default stderr sink at WARN). */
+void llmt__log(llmt_context *ctx, llmt_log_level level, const char *module,
+               const char *fmt, ...) LLMT_PRINTF(4, 5);
+
+/* Host allocation through the context's hooks; NULL ctx uses the default. */
+void *llmt__alloc(llmt_context *ctx, size_t size, size_t align);
+void *llmt__calloc(llmt_context *ctx, size_t n, size_t size);
+void llmt__free(llmt_context *ctx, void *ptr, size_t size);
+
+/* Copy a caller's option struct into the library's own, versioned by
+ * struct_size: the first min(caller, ours) bytes are copied over `dst`, which
+ * already holds defaults. A caller struct larger than ours is accepted only
+ * if the bytes we do not know are zero. */
+llmt_status llmt__opts_copy(llmt_err *e, const char *what, void *dst,
+                            size_t dst_size, const void *src);
+/* Check a struct_size argument of an _init function. */
+llmt_status llmt__check_struct_size(llmt_err *e, const char *what,
+                                    size_t given, size_t minimum);
+
+/* CUDA glue, implemented in cuda/core when the build has CUDA. */
+#ifdef LLMT_HAVE_CUDA
+llmt_status llmt__cuda_device_count(int32_t *out, char *err, size_t errlen);
+#endif
+
+#endif

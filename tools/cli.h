@@ -1,0 +1,36 @@
+/* The llmtrain command: shared declarations of its subcommands. */
+#ifndef LLMT_TOOLS_CLI_H
+#define LLMT_TOOLS_CLI_H
+
+#include <stdio.h>
+
+#include "llmtrain.h"
+
+typedef struct cli_command {
+    const char *name;
+    const char *summary;   /* one line for `llmtrain --help` */
+    const char *usage;     /* full text for `llmtrain NAME --help` */
+    int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
+} cli_command;
+
+/* The table, in tools/commands.c. Later modules add one line each. */
+extern const cli_command cli_commands[];
+extern const size_t cli_command_count;
+
+/* Exit codes of the command (documented in `llmtrain --help`). */
+enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
+
+/* Print "llmtrain NAME: msg" to stderr; returns CLI_FAILED. */
+int cli_fail(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Report a failed library call: status string plus the handle's detail. */
+int cli_fail_status(const char *cmd, llmt_status s, const char *detail);
+/* 1 if argv holds -h or --help. */
+int cli_wants_help(int argc, char **argv);
+/* Print the usage of one command to `f`. */
+void cli_print_usage(FILE *f, const cli_command *c);
+
+int cmd_version(int argc, char **argv);
+int cmd_features(int argc, char **argv);
+
+#endif
