@@ -1,0 +1,154 @@
+/* Internal model of a checkpoint: the manifest in memory, the save
+ * description and the handle. See doc/checkpoint-format.md. */
+#ifndef LLMT_CKPT_INTERNAL_H
+#define LLMT_CKPT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "core/internal.h"
+
+/* Paths are bounded (the root is at most 4032 bytes, checked at create) and
+ * messages may be cut: truncation by snprintf is intended here. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+#define CK_FORMAT_VERSION 1
+#define CK_ALIGN 4096u                 /* data alignment in files (O_DIRECT) */
+#define CK_HEADER_BYTES 4096u          /* data file header block */
+#define CK_BLOCK_BYTES (1u << 20)      /* hashed block size */
+#define CK_MAGIC "LLMTCKPT"            /* 8 bytes at offset 0 of data files */
+#define CK_NAME_MAX 255
+#define CK_MAX_RANKS 1048576
+#define CK_MAX_BYTES (UINT64_C(1) << 52) /* sizes beyond this are hostile */
+
+typedef struct ck_chunk {
+    int32_t rank;              /* file is rank-<rank>.bin */
+    uint64_t offset, length;   /* byte range in the file */
+    int64_t goff[LLMT_MAX_DIMS];
+    int64_t lshape[LLMT_MAX_DIMS];
+    uint64_t xxh;              /* of the whole chunk */
+    uint64_t block;            /* hashed block size */
+    uint64_t nblocks;
+    uint64_t *bxxh;            /* one per block */
+} ck_chunk;
+
+typedef struct ck_tensor {
+    char *name;
+    llmt_dtype dtype;
+    int32_t ndim;
+    int64_t gshape[LLMT_MAX_DIMS];
+    ck_chunk *chunks;
+    size_t nchunks, cap;
+} ck_tensor;
+
+typedef struct ck_kv {
+    char *key, *val;
+    int32_t rank;
+} ck_kv;
+
+typedef struct ck_file {
+    int32_t rank;
+    uint64_t bytes;
+} ck_file;
+
+typedef struct ck_manifest {
+    int is_part;
+    int64_t step;
+    int32_t world_size;
+    int32_t rank;               /* for a part */
+    char *plan;                 /* JSON text or NULL */
+    ck_kv *kv;
+    size_t nkv, kvcap;
+    ck_file *files;
+    size_t nfiles, filecap;
+    ck_tensor *tensors;
+    size_t ntensors, tcap;
+} ck_manifest;
+
+void llmt__ckpt_manifest_free(ck_manifest *m);
+/* Serialise; returns malloc'ed text or NULL. */
+char *llmt__ckpt_manifest_to_json(const ck_manifest *m);
+/* Parse and validate everything that can be checked without the data files.
+ * On failure writes a reason into err. */
+llmt_status llmt__ckpt_manifest_parse(const char *text, size_t len,
+                                      int want_part, ck_manifest *m,
+                                      char *err, size_t errlen);
+/* Merge parts (each a parsed part manifest) into one manifest. */
+llmt_status llmt__ckpt_manifest_merge(ck_manifest *const *parts, size_t n,
+                                      ck_manifest *out, char *err,
+                                      size_t errlen);
+ck_tensor *llmt__ckpt_find_tensor(const ck_manifest *m, const char *name);
+int llmt__ckpt_name_ok(const char *s);
+
+/* -- I/O helpers (io.c) -- */
+/* Write `len` bytes (a multiple of CK_ALIGN, buf aligned) to a new file
+ * `path`, then fsync. direct: try O_DIRECT (+libaio); falls back to buffered
+ * when refused. *used_direct reports what happened. */
+llmt_status llmt__ckpt_write_file(const char *path, const void *buf,
+                                  uint64_t len, int direct, int *used_direct,
+                                  char *err, size_t errlen);
+/* Write small text atomically: tmp name, fsync, rename, fsync dir. */
+llmt_status llmt__ckpt_write_atomic(const char *dir, const char *name,
+                                    const char *text, size_t len, char *err,
+                                    size_t errlen);
+int llmt__ckpt_fsync_dir(const char *dir);
+/* Read a whole small file (<= max bytes); malloc'ed, NUL-terminated. */
+llmt_status llmt__ckpt_read_small(const char *path, size_t max, char **out,
+                                  size_t *len, char *err, size_t errlen);
+int llmt__ckpt_mkdirs(const char *path);
+/* Remove a checkpoint directory (its regular files, then itself). */
+int llmt__ckpt_rmdir(const char *path);
+/* Copy a file with fsync. */
+llmt_status llmt__ckpt_copy_file(const char *src, const char *dst, char *err,
+                                 size_t errlen);
+
+/* -- the handle -- */
+typedef struct ck_item {       /* one added tensor of the save description */
+    char *name;
+    llmt_tensor view;
+    int64_t gshape[LLMT_MAX_DIMS];
+    int64_t goff[LLMT_MAX_DIMS];
+} ck_item;
+
+struct llmt_ckpt {
+    llmt_err err;
+    llmt_context *ctx;
+    char *root;
+    char *durable;
+    llmt_ckpt_opts opts;
+
+    /* save description */
+    int begun;
+    int64_t step;
+    ck_item *items;
+    size_t nitems, icap;
+    ck_kv *kv;
+    size_t nkv, kvcap;
+    char *plan;
+
+    /* snapshot + writer */
+    uint8_t *buf;
+    uint64_t bufcap;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending;              /* a job is queued or running */
+    int quit;
+    ck_manifest job;          /* the part manifest of the job */
+    uint64_t job_bytes;
+    llmt_status job_status;
+    char job_err[LLMT_ERR_MSG_MAX];
+    int64_t last_step;
+
+    /* the open checkpoint */
+    ck_manifest open;
+    int is_open;
+    char *open_dir;
+    uint8_t *rbuf;
+    uint64_t rbufcap;
+};
+
+#endif

@@ -1,0 +1,627 @@
+/* The manifest: serialise, parse with full validation (a manifest is input
+ * from disk, possibly hostile), and merge per-rank parts. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "ckpt_internal.h"
+
+#define MAX_JSON_INT (INT64_C(1) << 53)
+
+void llmt__ckpt_manifest_free(ck_manifest *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        ck_tensor *t = &m->tensors[i];
+        for (size_t c = 0; c < t->nchunks; c++)
+            free(t->chunks[c].bxxh);
+        free(t->chunks);
+        free(t->name);
+    }
+    free(m->tensors);
+    for (size_t i = 0; i < m->nkv; i++) {
+        free(m->kv[i].key);
+        free(m->kv[i].val);
+    }
+    free(m->kv);
+    free(m->files);
+    free(m->plan);
+    memset(m, 0, sizeof *m);
+}
+
+int llmt__ckpt_name_ok(const char *s)
+{
+    if (!s)
+        return 0;
+    size_t n = strlen(s);
+    if (n == 0 || n > CK_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f || c == '"' || c == '\\')
+            return 0;
+    }
+    return 1;
+}
+
+ck_tensor *llmt__ckpt_find_tensor(const ck_manifest *m, const char *name)
+{
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (!strcmp(m->tensors[i].name, name))
+            return &m->tensors[i];
+    return NULL;
+}
+
+static void rank_file_name(char *buf, size_t n, int32_t rank)
+{
+    snprintf(buf, n, "rank-%05d.bin", (int)rank);
+}
+
+/* ---- serialise ---- */
+
+static cJSON *int_array(const int64_t *v, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[i]));
+    return a;
+}
+
+static cJSON *hex(uint64_t v)
+{
+    char b[17];
+    snprintf(b, sizeof b, "%016" PRIx64, v);
+    return cJSON_CreateString(b);
+}
+
+char *llmt__ckpt_manifest_to_json(const ck_manifest *m)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return NULL;
+    cJSON_AddStringToObject(root, "format", m->is_part
+                                                ? "llmtrain-checkpoint-part"
+                                                : "llmtrain-checkpoint");
+    cJSON_AddNumberToObject(root, "version", CK_FORMAT_VERSION);
+    cJSON_AddNumberToObject(root, "step", (double)m->step);
+    cJSON_AddNumberToObject(root, "world_size", m->world_size);
+    if (m->is_part)
+        cJSON_AddNumberToObject(root, "rank", m->rank);
+    cJSON *plan = m->plan ? cJSON_Parse(m->plan) : NULL;
+    cJSON_AddItemToObject(root, "plan", plan ? plan : cJSON_CreateNull());
+    cJSON *kv = cJSON_AddArrayToObject(root, "kv");
+    for (size_t i = 0; i < m->nkv; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "key", m->kv[i].key);
+        cJSON_AddStringToObject(o, "value", m->kv[i].val);
+        cJSON_AddNumberToObject(o, "rank", m->kv[i].rank);
+        cJSON_AddItemToArray(kv, o);
+    }
+    cJSON *files = cJSON_AddArrayToObject(root, "files");
+    char fname[32];
+    for (size_t i = 0; i < m->nfiles; i++) {
+        cJSON *o = cJSON_CreateObject();
+        rank_file_name(fname, sizeof fname, m->files[i].rank);
+        cJSON_AddNumberToObject(o, "rank", m->files[i].rank);
+        cJSON_AddStringToObject(o, "name", fname);
+        cJSON_AddNumberToObject(o, "bytes", (double)m->files[i].bytes);
+        cJSON_AddItemToArray(files, o);
+    }
+    cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const ck_tensor *t = &m->tensors[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", t->name);
+        cJSON_AddStringToObject(o, "dtype", llmt_dtype_name(t->dtype));
+        cJSON_AddItemToObject(o, "global_shape", int_array(t->gshape, t->ndim));
+        cJSON *chunks = cJSON_AddArrayToObject(o, "chunks");
+        for (size_t c = 0; c < t->nchunks; c++) {
+            const ck_chunk *k = &t->chunks[c];
+            cJSON *co = cJSON_CreateObject();
+            rank_file_name(fname, sizeof fname, k->rank);
+            cJSON_AddStringToObject(co, "file", fname);
+            cJSON_AddNumberToObject(co, "offset", (double)k->offset);
+            cJSON_AddNumberToObject(co, "length", (double)k->length);
+            cJSON_AddItemToObject(co, "global_offsets", int_array(k->goff, t->ndim));
+            cJSON_AddItemToObject(co, "local_shape", int_array(k->lshape, t->ndim));
+            cJSON_AddItemToObject(co, "xxh64", hex(k->xxh));
+            cJSON_AddNumberToObject(co, "block_bytes", (double)k->block);
+            cJSON *bl = cJSON_AddArrayToObject(co, "block_xxh64");
+            for (uint64_t b = 0; b < k->nblocks; b++)
+                cJSON_AddItemToArray(bl, hex(k->bxxh[b]));
+            cJSON_AddItemToArray(chunks, co);
+        }
+        cJSON_AddItemToArray(tensors, o);
+    }
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+/* ---- parse ---- */
+
+typedef struct pctx {
+    char *err;
+    size_t errlen;
+    llmt_status st;
+} pctx;
+
+static int fail(pctx *p, llmt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(pctx *p, llmt_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->err, p->errlen, fmt, ap);
+    va_end(ap);
+    p->st = st;
+    return 0;
+}
+
+static int get_int(pctx *p, const cJSON *o, const char *key, int64_t lo,
+                   int64_t hi, int64_t *out, const char *where)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v))
+        return fail(p, LLMT_ERR_FORMAT, "manifest: %s.%s: missing or not a number",
+                    where, key);
+    double d = v->valuedouble;
+    if (!(d >= (double)lo && d <= (double)hi) || d != (double)(int64_t)d)
+        return fail(p, LLMT_ERR_FORMAT,
+                    "manifest: %s.%s: %.17g is not an integer in [%" PRId64
+                    ", %" PRId64 "]", where, key, d, lo, hi);
+    *out = (int64_t)d;
+    return 1;
+}
+
+static int get_dims(pctx *p, const cJSON *o, const char *key, int expect,
+                    int64_t *out, int *n, const char *where)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsArray(a))
+        return fail(p, LLMT_ERR_FORMAT, "manifest: %s.%s: not an array", where, key);
+    int cnt = cJSON_GetArraySize(a);
+    if (cnt > LLMT_MAX_DIMS || (expect >= 0 && cnt != expect))
+        return fail(p, LLMT_ERR_FORMAT, "manifest: %s.%s: %d dimensions", where,
+                    key, cnt);
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, a) {
+        double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
+        if (!(d >= 0 && d <= (double)CK_MAX_BYTES) || d != (double)(int64_t)d)
+            return fail(p, LLMT_ERR_FORMAT,
+                        "manifest: %s.%s[%d]: not an integer in [0, 2^52]",
+                        where, key, i);
+        out[i++] = (int64_t)d;
+    }
+    *n = cnt;
+    return 1;
+}
+
+static int get_hex(pctx *p, const cJSON *v, uint64_t *out, const char *where)
+{
+    if (!cJSON_IsString(v) || strlen(v->valuestring) != 16)
+        return fail(p, LLMT_ERR_FORMAT, "manifest: %s: not a 16-digit hex hash", where);
+    uint64_t x = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = v->valuestring[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return fail(p, LLMT_ERR_FORMAT, "manifest: %s: not a 16-digit hex hash", where);
+        x = x << 4 | (uint64_t)d;
+    }
+    *out = x;
+    return 1;
+}
+
+/* numel * size with overflow/limit checks. */
+static int bytes_of(const int64_t *shape, int n, size_t esz, uint64_t *out)
+{
+    uint64_t b = esz;
+    for (int i = 0; i < n; i++) {
+        if (shape[i] && b > CK_MAX_BYTES / (uint64_t)shape[i])
+            return 0;
+        b *= (uint64_t)shape[i];
+    }
+    if (b > CK_MAX_BYTES)
+        return 0;
+    *out = b;
+    return 1;
+}
+
+static int parse_rank_file(pctx *p, const cJSON *v, int32_t world, int32_t *rank,
+                           const char *where)
+{
+    if (!cJSON_IsString(v))
+        return fail(p, LLMT_ERR_FORMAT, "manifest: %s: file is not a string", where);
+    int r = -1, used = 0;
+    const char *s = v->valuestring;
+    if (strlen(s) != 14 || sscanf(s, "rank-%5d.bin%n", &r, &used) != 1 ||
+        used != 14 || r < 0 || r >= world) {
+        return fail(p, LLMT_ERR_FORMAT,
+                    "manifest: %s: file name '%.64s' is not rank-NNNNN.bin of a "
+                    "rank below world_size %d (refusing paths)", where, s, (int)world);
+    }
+    char want[32];
+    rank_file_name(want, sizeof want, r);
+    if (strcmp(want, s))
+        return fail(p, LLMT_ERR_FORMAT, "manifest: %s: file name '%.64s' is not canonical",
+                    where, s);
+    *rank = r;
+    return 1;
+}
+
+static int box_overlap(const ck_chunk *a, const ck_chunk *b, int nd)
+{
+    for (int d = 0; d < nd; d++) {
+        if (a->goff[d] + a->lshape[d] <= b->goff[d] ||
+            b->goff[d] + b->lshape[d] <= a->goff[d])
+            return 0;
+    }
+    return 1;
+}
+
+static int same_box(const ck_chunk *a, const ck_chunk *b, int nd)
+{
+    for (int d = 0; d < nd; d++)
+        if (a->goff[d] != b->goff[d] || a->lshape[d] != b->lshape[d])
+            return 0;
+    return 1;
+}
+
+static int empty_box(const ck_chunk *a, int nd)
+{
+    for (int d = 0; d < nd; d++)
+        if (a->lshape[d] == 0)
+            return 1;
+    return 0;
+}
+
+/* Chunks of one tensor may not overlap unless they are identical replicas. */
+static int check_overlaps(pctx *p, const ck_tensor *t)
+{
+    if (t->nchunks > 8192)
+        return 1; /* quadratic check skipped; reads still cover correctly */
+    for (size_t i = 0; i < t->nchunks; i++)
+        for (size_t j = 0; j < i; j++) {
+            const ck_chunk *a = &t->chunks[i], *b = &t->chunks[j];
+            if (empty_box(a, t->ndim) || empty_box(b, t->ndim))
+                continue;
+            if (box_overlap(a, b, t->ndim) && !same_box(a, b, t->ndim))
+                return fail(p, LLMT_ERR_FORMAT,
+                            "manifest: tensor '%s': chunks %zu and %zu overlap",
+                            t->name, j, i);
+        }
+    return 1;
+}
+
+static int grow(void **arr, size_t *cap, size_t need, size_t esz)
+{
+    if (need <= *cap)
+        return 1;
+    size_t nc = *cap ? *cap * 2 : 8;
+    while (nc < need)
+        nc *= 2;
+    void *n = realloc(*arr, nc * esz);
+    if (!n)
+        return 0;
+    memset((char *)n + *cap * esz, 0, (nc - *cap) * esz);
+    *arr = n;
+    *cap = nc;
+    return 1;
+}
+
+static int parse_chunk(pctx *p, const cJSON *co, ck_tensor *t,
+                       const ck_manifest *m, ck_chunk *k, const char *where)
+{
+    if (!cJSON_IsObject(co))
+        return fail(p, LLMT_ERR_FORMAT, "manifest: %s: not an object", where);
+    if (!parse_rank_file(p, cJSON_GetObjectItemCaseSensitive(co, "file"),
+                         m->world_size, &k->rank, where))
+        return 0;
+    const ck_file *f = NULL;
+    for (size_t i = 0; i < m->nfiles; i++)
+        if (m->files[i].rank == k->rank)
+            f = &m->files[i];
+    if (!f)
+        return fail(p, LLMT_ERR_FORMAT, "manifest: %s: file of rank %d is not listed",
+                    where, (int)k->rank);
+    int64_t off, len, blk;
+    if (!get_int(p, co, "offset", 0, (int64_t)CK_MAX_BYTES, &off, where) ||
+        !get_int(p, co, "length", 0, (int64_t)CK_MAX_BYTES, &len, where) ||
+        !get_int(p, co, "block_bytes", 4096, INT64_C(1) << 30, &blk, where))
+        return 0;
+    k->offset = (uint64_t)off;
+    k->length = (uint64_t)len;
+    k->block = (uint64_t)blk;
+    int n1, n2;
+    if (!get_dims(p, co, "global_offsets", t->ndim, k->goff, &n1, where) ||
+        !get_dims(p, co, "local_shape", t->ndim, k->lshape, &n2, where))
+        return 0;
+    for (int d = 0; d < t->ndim; d++)
+        if (k->goff[d] + k->lshape[d] > t->gshape[d])
+            return fail(p, LLMT_ERR_FORMAT,
+                        "manifest: %s: block [%" PRId64 ", %" PRId64
+                        ") of dim %d exceeds global size %" PRId64,
+                        where, k->goff[d], k->goff[d] + k->lshape[d], d, t->gshape[d]);
+    uint64_t want;
+    if (!bytes_of(k->lshape, t->ndim, llmt_dtype_size(t->dtype), &want) ||
+        want != k->length)
+        return fail(p, LLMT_ERR_FORMAT,
+                    "manifest: %s: length %" PRIu64 " does not match the local shape",
+                    where, k->length);
+    if (k->offset + k->length > f->bytes || k->offset < CK_HEADER_BYTES)
+        return fail(p, LLMT_ERR_FORMAT,
+                    "manifest: %s: range [%" PRIu64 ", +%" PRIu64
+                    ") lies outside its file (%" PRIu64 " bytes)",
+                    where, k->offset, k->length, f->bytes);
+    if (!get_hex(p, cJSON_GetObjectItemCaseSensitive(co, "xxh64"), &k->xxh, where))
+        return 0;
+    const cJSON *bl = cJSON_GetObjectItemCaseSensitive(co, "block_xxh64");
+    uint64_t nb = (k->length + k->block - 1) / k->block;
+    if (!cJSON_IsArray(bl) || (uint64_t)cJSON_GetArraySize(bl) != nb)
+        return fail(p, LLMT_ERR_FORMAT,
+                    "manifest: %s: block_xxh64 must hold %" PRIu64 " hashes", where, nb);
+    k->nblocks = nb;
+    k->bxxh = nb ? calloc(nb, sizeof *k->bxxh) : NULL;
+    if (nb && !k->bxxh)
+        return fail(p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory");
+    uint64_t i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, bl) {
+        if (!get_hex(p, v, &k->bxxh[i++], where))
+            return 0;
+    }
+    return 1;
+}
+
+static int parse_body(pctx *p, const cJSON *root, int want_part, ck_manifest *m)
+{
+    if (!cJSON_IsObject(root))
+        return fail(p, LLMT_ERR_FORMAT, "manifest: not a JSON object");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const char *want = want_part ? "llmtrain-checkpoint-part" : "llmtrain-checkpoint";
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, want))
+        return fail(p, LLMT_ERR_FORMAT, "manifest: format is not \"%s\"", want);
+    int64_t v;
+    if (!get_int(p, root, "version", 0, INT32_MAX, &v, "$"))
+        return 0;
+    if (v != CK_FORMAT_VERSION)
+        return fail(p, LLMT_ERR_VERSION,
+                    "manifest: format version %" PRId64 " (this library reads %d)",
+                    v, CK_FORMAT_VERSION);
+    m->is_part = want_part;
+    if (!get_int(p, root, "step", 0, MAX_JSON_INT, &m->step, "$"))
+        return 0;
+    if (!get_int(p, root, "world_size", 1, CK_MAX_RANKS, &v, "$"))
+        return 0;
+    m->world_size = (int32_t)v;
+    if (want_part) {
+        if (!get_int(p, root, "rank", 0, m->world_size - 1, &v, "$"))
+            return 0;
+        m->rank = (int32_t)v;
+    }
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(root, "plan");
+    if (plan && !cJSON_IsNull(plan)) {
+        if (!cJSON_IsObject(plan))
+            return fail(p, LLMT_ERR_FORMAT, "manifest: plan is not an object");
+        m->plan = cJSON_PrintUnformatted(plan);
+    }
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "kv");
+    if (!cJSON_IsArray(kv))
+        return fail(p, LLMT_ERR_FORMAT, "manifest: kv is not an array");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, kv) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(it, "key");
+        const cJSON *val = cJSON_GetObjectItemCaseSensitive(it, "value");
+        if (!cJSON_IsString(k) || !cJSON_IsString(val) || !llmt__ckpt_name_ok(k->valuestring))
+            return fail(p, LLMT_ERR_FORMAT, "manifest: kv[%zu]: needs string key and value", m->nkv);
+        if (!get_int(p, it, "rank", 0, m->world_size - 1, &v, "kv"))
+            return 0;
+        if (!grow((void **)&m->kv, &m->kvcap, m->nkv + 1, sizeof *m->kv))
+            return fail(p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory");
+        ck_kv *e = &m->kv[m->nkv++];
+        e->key = strdup(k->valuestring);
+        e->val = strdup(val->valuestring);
+        e->rank = (int32_t)v;
+        if (!e->key || !e->val)
+            return fail(p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory");
+    }
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
+    if (!cJSON_IsArray(files))
+        return fail(p, LLMT_ERR_FORMAT, "manifest: files is not an array");
+    cJSON_ArrayForEach(it, files) {
+        char where[48];
+        snprintf(where, sizeof where, "files[%zu]", m->nfiles);
+        int32_t r;
+        int64_t b;
+        if (!parse_rank_file(p, cJSON_GetObjectItemCaseSensitive(it, "name"),
+                             m->world_size, &r, where) ||
+            !get_int(p, it, "rank", 0, m->world_size - 1, &v, where) ||
+            !get_int(p, it, "bytes", 0, (int64_t)CK_MAX_BYTES, &b, where))
+            return 0;
+        if (v != r)
+            return fail(p, LLMT_ERR_FORMAT, "manifest: %s: rank %d but name of rank %d",
+                        where, (int)v, (int)r);
+        for (size_t i = 0; i < m->nfiles; i++)
+            if (m->files[i].rank == r)
+                return fail(p, LLMT_ERR_FORMAT, "manifest: %s: rank %d listed twice",
+                            where, (int)r);
+        if (!grow((void **)&m->files, &m->filecap, m->nfiles + 1, sizeof *m->files))
+            return fail(p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory");
+        m->files[m->nfiles].rank = r;
+        m->files[m->nfiles++].bytes = (uint64_t)b;
+    }
+    if (want_part ? m->nfiles != 1 || m->files[0].rank != m->rank
+                  : m->nfiles != (size_t)m->world_size)
+        return fail(p, LLMT_ERR_FORMAT,
+                    "manifest: %zu data files listed for world_size %d", m->nfiles,
+                    (int)m->world_size);
+    const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(root, "tensors");
+    if (!cJSON_IsArray(tensors))
+        return fail(p, LLMT_ERR_FORMAT, "manifest: tensors is not an array");
+    cJSON_ArrayForEach(it, tensors) {
+        char where[CK_NAME_MAX + 64];
+        if (!grow((void **)&m->tensors, &m->tcap, m->ntensors + 1, sizeof *m->tensors))
+            return fail(p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory");
+        ck_tensor *t = &m->tensors[m->ntensors];
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+        if (!cJSON_IsString(name) || !llmt__ckpt_name_ok(name->valuestring))
+            return fail(p, LLMT_ERR_FORMAT, "manifest: tensors[%zu]: bad name", m->ntensors);
+        if (llmt__ckpt_find_tensor(m, name->valuestring))
+            return fail(p, LLMT_ERR_FORMAT, "manifest: tensor '%s' listed twice",
+                        name->valuestring);
+        t->name = strdup(name->valuestring);
+        if (!t->name)
+            return fail(p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory");
+        m->ntensors++;
+        snprintf(where, sizeof where, "tensor '%s'", t->name);
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
+        if (!cJSON_IsString(dt) || llmt_dtype_from_name(dt->valuestring, &t->dtype) != LLMT_OK)
+            return fail(p, LLMT_ERR_FORMAT, "manifest: %s: unknown dtype", where);
+        int nd;
+        if (!get_dims(p, it, "global_shape", -1, t->gshape, &nd, where))
+            return 0;
+        t->ndim = nd;
+        uint64_t total;
+        if (!bytes_of(t->gshape, nd, llmt_dtype_size(t->dtype), &total))
+            return fail(p, LLMT_ERR_FORMAT, "manifest: %s: global shape too large", where);
+        const cJSON *chunks = cJSON_GetObjectItemCaseSensitive(it, "chunks");
+        if (!cJSON_IsArray(chunks))
+            return fail(p, LLMT_ERR_FORMAT, "manifest: %s: chunks is not an array", where);
+        const cJSON *co;
+        cJSON_ArrayForEach(co, chunks) {
+            if (!grow((void **)&t->chunks, &t->cap, t->nchunks + 1, sizeof *t->chunks))
+                return fail(p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory");
+            char cw[CK_NAME_MAX + 96];
+            snprintf(cw, sizeof cw, "%s chunk %zu", where, t->nchunks);
+            ck_chunk *k = &t->chunks[t->nchunks++];
+            memset(k, 0, sizeof *k);
+            if (!parse_chunk(p, co, t, m, k, cw))
+                return 0;
+        }
+        if (!check_overlaps(p, t))
+            return 0;
+    }
+    return 1;
+}
+
+llmt_status llmt__ckpt_manifest_parse(const char *text, size_t len,
+                                      int want_part, ck_manifest *m,
+                                      char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    pctx p = {err, errlen, LLMT_OK};
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root) {
+        snprintf(err, errlen, "manifest: not valid JSON");
+        return LLMT_ERR_FORMAT;
+    }
+    int ok = parse_body(&p, root, want_part, m);
+    cJSON_Delete(root);
+    if (!ok) {
+        llmt__ckpt_manifest_free(m);
+        return p.st ? p.st : LLMT_ERR_FORMAT;
+    }
+    return LLMT_OK;
+}
+
+static int dup_chunk(ck_chunk *dst, const ck_chunk *src)
+{
+    *dst = *src;
+    dst->bxxh = NULL;
+    if (src->nblocks) {
+        dst->bxxh = malloc(src->nblocks * sizeof *dst->bxxh);
+        if (!dst->bxxh)
+            return 0;
+        memcpy(dst->bxxh, src->bxxh, src->nblocks * sizeof *dst->bxxh);
+    }
+    return 1;
+}
+
+llmt_status llmt__ckpt_manifest_merge(ck_manifest *const *parts, size_t n,
+                                      ck_manifest *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    pctx p = {err, errlen, LLMT_OK};
+    if (n == 0) {
+        snprintf(err, errlen, "manifest: no parts to merge");
+        return LLMT_ERR_INTERNAL;
+    }
+    out->step = parts[0]->step;
+    out->world_size = parts[0]->world_size;
+    for (size_t i = 0; i < n; i++) {
+        const ck_manifest *q = parts[i];
+        if (q->step != out->step || q->world_size != out->world_size) {
+            fail(&p, LLMT_ERR_FORMAT, "manifest: part of rank %d has step %" PRId64
+                 " world %d, expected step %" PRId64 " world %d", (int)q->rank,
+                 q->step, (int)q->world_size, out->step, (int)out->world_size);
+            goto bad;
+        }
+        if (q->plan && !out->plan && !(out->plan = strdup(q->plan)))
+            goto oom;
+        if (!grow((void **)&out->files, &out->filecap, out->nfiles + 1, sizeof *out->files))
+            goto oom;
+        out->files[out->nfiles++] = q->files[0];
+        for (size_t k = 0; k < q->nkv; k++) {
+            size_t j;
+            for (j = 0; j < out->nkv; j++)
+                if (!strcmp(out->kv[j].key, q->kv[k].key))
+                    break;
+            if (j < out->nkv)
+                continue; /* parts come in rank order: the lower rank wins */
+            if (!grow((void **)&out->kv, &out->kvcap, out->nkv + 1, sizeof *out->kv))
+                goto oom;
+            ck_kv *e = &out->kv[out->nkv++];
+            e->key = strdup(q->kv[k].key);
+            e->val = strdup(q->kv[k].val);
+            e->rank = q->rank;
+            if (!e->key || !e->val)
+                goto oom;
+        }
+        for (size_t t = 0; t < q->ntensors; t++) {
+            const ck_tensor *src = &q->tensors[t];
+            ck_tensor *dst = llmt__ckpt_find_tensor(out, src->name);
+            if (!dst) {
+                if (!grow((void **)&out->tensors, &out->tcap, out->ntensors + 1,
+                          sizeof *out->tensors))
+                    goto oom;
+                dst = &out->tensors[out->ntensors++];
+                dst->name = strdup(src->name);
+                if (!dst->name)
+                    goto oom;
+                dst->dtype = src->dtype;
+                dst->ndim = src->ndim;
+                memcpy(dst->gshape, src->gshape, sizeof dst->gshape);
+            } else if (dst->dtype != src->dtype || dst->ndim != src->ndim ||
+                       memcmp(dst->gshape, src->gshape, sizeof dst->gshape)) {
+                fail(&p, LLMT_ERR_FORMAT,
+                     "manifest: tensor '%s': rank %d disagrees on dtype or global shape",
+                     src->name, (int)q->rank);
+                goto bad;
+            }
+            for (size_t c = 0; c < src->nchunks; c++) {
+                if (!grow((void **)&dst->chunks, &dst->cap, dst->nchunks + 1,
+                          sizeof *dst->chunks))
+                    goto oom;
+                if (!dup_chunk(&dst->chunks[dst->nchunks], &src->chunks[c]))
+                    goto oom;
+                dst->nchunks++;
+            }
+        }
+    }
+    for (size_t t = 0; t < out->ntensors; t++)
+        if (!check_overlaps(&p, &out->tensors[t]))
+            goto bad;
+    return LLMT_OK;
+oom:
+    fail(&p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory while merging");
+bad:
+    llmt__ckpt_manifest_free(out);
+    return p.st;
+}

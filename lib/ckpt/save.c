@@ -1,0 +1,877 @@
+/* The checkpoint handle and saving: describe, snapshot into the reused host
+ * buffer, persist on the writer thread, commit. doc/checkpoint-format.md
+ * explains the commit protocol this file implements. */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "ckpt_internal.h"
+
+#define MAX_PATH 4096
+
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+LLMT_API llmt_status llmt_ckpt_opts_init(llmt_ckpt_opts *opts, size_t size)
+{
+    if (!opts)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_status s = llmt__check_struct_size(NULL, "ckpt opts", size,
+                                            offsetof(llmt_ckpt_opts, rank));
+    if (s != LLMT_OK)
+        return s;
+    llmt_ckpt_opts d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.rank = 0;
+    d.world_size = 1;
+    d.direct_io = 1;
+    d.verify = LLMT_CKPT_VERIFY_READ;
+    d.keep_last = 3;
+    memset(opts, 0, size);
+    memcpy(opts, &d, size < sizeof d ? size : sizeof d);
+    opts->struct_size = size;
+    return LLMT_OK;
+}
+
+LLMT_API const char *llmt_ckpt_last_error(const llmt_ckpt *ck)
+{
+    return ck ? ck->err.msg : "ckpt: NULL handle";
+}
+
+static void *writer_main(void *arg);
+
+LLMT_API llmt_status llmt_ckpt_create(llmt_context *ctx, const char *root,
+                                      const llmt_ckpt_opts *opts,
+                                      llmt_ckpt **out)
+{
+    if (!out)
+        return LLMT_ERR_NULL_POINTER;
+    *out = NULL;
+    llmt_err *ce = ctx ? &ctx->err : NULL;
+    if (!root)
+        return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "ckpt: root directory is NULL");
+    llmt_ckpt_opts o;
+    llmt_ckpt_opts_init(&o, sizeof o);
+    if (opts) {
+        llmt_status s = llmt__opts_copy(ce, "ckpt opts", &o, sizeof o, opts);
+        if (s != LLMT_OK)
+            return s;
+    }
+    if (o.world_size < 1 || o.world_size > CK_MAX_RANKS || o.rank < 0 ||
+        o.rank >= o.world_size)
+        return llmt__err_set(ce, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: rank %d / world_size %d out of range",
+                             (int)o.rank, (int)o.world_size);
+    if (o.verify < LLMT_CKPT_VERIFY_NONE || o.verify > LLMT_CKPT_VERIFY_FULL ||
+        o.keep_last < 0 || o.keep_every < 0 || o.durable_keep_last < 0 ||
+        o.durable_keep_every < 0)
+        return llmt__err_set(ce, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: verify or retention option out of range");
+    if (strlen(root) == 0 || strlen(root) > MAX_PATH - 64 ||
+        (o.durable_dir && strlen(o.durable_dir) > MAX_PATH - 64))
+        return llmt__err_set(ce, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: directory path empty or too long");
+    if (llmt__ckpt_mkdirs(root))
+        return llmt__err_set(ce, LLMT_ERR_IO, "ckpt: cannot create %s: %s", root,
+                             strerror(errno));
+    llmt_ckpt *ck = calloc(1, sizeof *ck);
+    if (!ck)
+        return llmt__err_set(ce, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+    ck->ctx = ctx;
+    ck->opts = o;
+    ck->root = strdup(root);
+    ck->durable = o.durable_dir ? strdup(o.durable_dir) : NULL;
+    ck->opts.durable_dir = NULL;
+    ck->last_step = -1;
+    ck->step = -1;
+    if (!ck->root || (o.durable_dir && !ck->durable)) {
+        llmt_ckpt_destroy(ck);
+        return llmt__err_set(ce, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+    }
+    if (ck->durable && llmt__ckpt_mkdirs(ck->durable)) {
+        llmt_status s = llmt__err_set(ce, LLMT_ERR_IO, "ckpt: cannot create %s: %s",
+                                      ck->durable, strerror(errno));
+        llmt_ckpt_destroy(ck);
+        return s;
+    }
+    pthread_mutex_init(&ck->mu, NULL);
+    pthread_cond_init(&ck->cv, NULL);
+    if (pthread_create(&ck->thread, NULL, writer_main, ck)) {
+        pthread_mutex_destroy(&ck->mu);
+        pthread_cond_destroy(&ck->cv);
+        llmt_ckpt_destroy(ck);
+        return llmt__err_set(ce, LLMT_ERR_INTERNAL, "ckpt: cannot start writer thread");
+    }
+    ck->thread_started = 1;
+    *out = ck;
+    return LLMT_OK;
+}
+
+static void clear_desc(llmt_ckpt *ck)
+{
+    for (size_t i = 0; i < ck->nitems; i++)
+        free(ck->items[i].name);
+    ck->nitems = 0;
+    for (size_t i = 0; i < ck->nkv; i++) {
+        free(ck->kv[i].key);
+        free(ck->kv[i].val);
+    }
+    ck->nkv = 0;
+    free(ck->plan);
+    ck->plan = NULL;
+    ck->begun = 0;
+}
+
+void llmt__ckpt_close_open(llmt_ckpt *ck);
+
+LLMT_API void llmt_ckpt_destroy(llmt_ckpt *ck)
+{
+    if (!ck)
+        return;
+    if (ck->thread_started) {
+        pthread_mutex_lock(&ck->mu);
+        while (ck->pending)
+            pthread_cond_wait(&ck->cv, &ck->mu);
+        ck->quit = 1;
+        pthread_cond_broadcast(&ck->cv);
+        pthread_mutex_unlock(&ck->mu);
+        pthread_join(ck->thread, NULL);
+        pthread_mutex_destroy(&ck->mu);
+        pthread_cond_destroy(&ck->cv);
+    }
+    clear_desc(ck);
+    free(ck->items);
+    free(ck->kv);
+    llmt__ckpt_manifest_free(&ck->job);
+    llmt__ckpt_close_open(ck);
+    llmt__free(ck->ctx, ck->buf, ck->bufcap);
+    free(ck->root);
+    free(ck->durable);
+    free(ck);
+}
+
+LLMT_API llmt_status llmt_ckpt_begin(llmt_ckpt *ck, int64_t step)
+{
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    if (step < 0 || step >= (INT64_C(1) << 40))
+        return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: step %" PRId64 " out of range [0, 2^40)", step);
+    clear_desc(ck);
+    ck->begun = 1;
+    ck->step = step;
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_ckpt_add_tensor(llmt_ckpt *ck, const char *name,
+                                          const llmt_tensor *view,
+                                          const int64_t *global_shape,
+                                          const int64_t *global_offsets)
+{
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    if (!name || !view)
+        return llmt__err_set(&ck->err, LLMT_ERR_NULL_POINTER,
+                             "ckpt: add_tensor needs a name and a view");
+    if (!ck->begun)
+        return llmt__err_set(&ck->err, LLMT_ERR_STATE,
+                             "ckpt: add_tensor before llmt_ckpt_begin");
+    if (!llmt__ckpt_name_ok(name))
+        return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: tensor name '%.64s' must be 1..255 printable "
+                             "characters without '\"' or '\\'", name);
+    llmt_status s = llmt_tensor_validate(view);
+    if (s != LLMT_OK)
+        return llmt__err_set(&ck->err, s, "ckpt: tensor '%s': invalid view", name);
+    if (view->device == LLMT_DEVICE_CUDA)
+        return llmt__err_set(&ck->err, LLMT_ERR_UNSUPPORTED,
+                             "ckpt: tensor '%s': device memory must be copied to host "
+                             "by the caller in this build", name);
+    for (size_t i = 0; i < ck->nitems; i++)
+        if (!strcmp(ck->items[i].name, name))
+            return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                                 "ckpt: tensor '%s' added twice", name);
+    ck_item it;
+    memset(&it, 0, sizeof it);
+    it.view = *view;
+    it.view.struct_size = sizeof it.view;
+    for (int d = 0; d < view->ndim; d++) {
+        it.gshape[d] = global_shape ? global_shape[d] : view->shape[d];
+        it.goff[d] = global_offsets ? global_offsets[d] : 0;
+        if (it.gshape[d] < 0 || it.goff[d] < 0 || it.gshape[d] > (int64_t)CK_MAX_BYTES ||
+            it.goff[d] > it.gshape[d] || view->shape[d] > it.gshape[d] - it.goff[d])
+            return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                                 "ckpt: tensor '%s' dim %d: block [%" PRId64 ", +%" PRId64
+                                 ") does not fit global size %" PRId64,
+                                 name, d, it.goff[d], view->shape[d], it.gshape[d]);
+    }
+    if (ck->nitems == ck->icap) {
+        size_t nc = ck->icap ? ck->icap * 2 : 16;
+        ck_item *n = realloc(ck->items, nc * sizeof *n);
+        if (!n)
+            return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+        ck->items = n;
+        ck->icap = nc;
+    }
+    it.name = strdup(name);
+    if (!it.name)
+        return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+    ck->items[ck->nitems++] = it;
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_ckpt_set_kv(llmt_ckpt *ck, const char *key,
+                                      const char *value)
+{
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    if (!key || !value)
+        return llmt__err_set(&ck->err, LLMT_ERR_NULL_POINTER, "ckpt: set_kv needs key and value");
+    if (!ck->begun)
+        return llmt__err_set(&ck->err, LLMT_ERR_STATE, "ckpt: set_kv before llmt_ckpt_begin");
+    if (!llmt__ckpt_name_ok(key))
+        return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: key '%.64s' must be 1..255 printable characters", key);
+    if (strlen(value) > (16u << 20))
+        return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: value of '%s' exceeds 16 MiB; save it as a tensor", key);
+    char *v = strdup(value);
+    if (!v)
+        return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+    for (size_t i = 0; i < ck->nkv; i++)
+        if (!strcmp(ck->kv[i].key, key)) {
+            free(ck->kv[i].val);
+            ck->kv[i].val = v;
+            return LLMT_OK;
+        }
+    if (ck->nkv == ck->kvcap) {
+        size_t nc = ck->kvcap ? ck->kvcap * 2 : 8;
+        ck_kv *n = realloc(ck->kv, nc * sizeof *n);
+        if (!n) {
+            free(v);
+            return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+        }
+        ck->kv = n;
+        ck->kvcap = nc;
+    }
+    ck->kv[ck->nkv].key = strdup(key);
+    ck->kv[ck->nkv].val = v;
+    ck->kv[ck->nkv].rank = ck->opts.rank;
+    if (!ck->kv[ck->nkv].key) {
+        free(v);
+        return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+    }
+    ck->nkv++;
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_ckpt_set_plan_json(llmt_ckpt *ck, const char *json)
+{
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    if (!json)
+        return llmt__err_set(&ck->err, LLMT_ERR_NULL_POINTER, "ckpt: plan is NULL");
+    if (!ck->begun)
+        return llmt__err_set(&ck->err, LLMT_ERR_STATE, "ckpt: set_plan_json before llmt_ckpt_begin");
+    /* validated when serialised: keep only an object */
+    const char *p = json;
+    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+        p++;
+    if (*p != '{')
+        return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: plan must be a JSON object");
+    char *c = strdup(json);
+    if (!c)
+        return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+    free(ck->plan);
+    ck->plan = c;
+    return LLMT_OK;
+}
+
+/* Gather a strided view into contiguous bytes. */
+static void gather(uint8_t *dst, const llmt_tensor *v)
+{
+    size_t es = llmt_dtype_size(v->dtype);
+    int nd = v->ndim;
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++)
+        n *= v->shape[d];
+    if (n == 0)
+        return;
+    int contig = 1;
+    for (int d = nd - 1, expect = 1; d >= 0; d--) {
+        if (v->shape[d] != 1 && v->strides[d] != expect)
+            contig = 0;
+        expect *= (int)v->shape[d];
+    }
+    if (nd == 0 || contig) {
+        memcpy(dst, v->data, (size_t)n * es);
+        return;
+    }
+    int64_t idx[LLMT_MAX_DIMS] = {0};
+    int64_t inner = v->shape[nd - 1];
+    int inner_contig = v->strides[nd - 1] == 1;
+    const uint8_t *src = v->data;
+    for (;;) {
+        int64_t off = 0;
+        for (int d = 0; d < nd - 1; d++)
+            off += idx[d] * v->strides[d];
+        if (inner_contig) {
+            memcpy(dst, src + off * (int64_t)es, (size_t)(inner * (int64_t)es));
+            dst += inner * (int64_t)es;
+        } else {
+            for (int64_t i = 0; i < inner; i++, dst += es)
+                memcpy(dst, src + (off + i * v->strides[nd - 1]) * (int64_t)es, es);
+        }
+        int d = nd - 2;
+        for (; d >= 0; d--) {
+            if (++idx[d] < v->shape[d])
+                break;
+            idx[d] = 0;
+        }
+        if (d < 0)
+            break;
+    }
+}
+
+static void step_dir(char *buf, size_t n, const char *root, int64_t step)
+{
+    snprintf(buf, n, "%s/step-%012" PRId64, root, step);
+}
+
+/* Build the part manifest (without hashes) and copy the views into the
+ * host buffer. Runs on the caller's thread: this is the training stall. */
+static llmt_status snapshot(llmt_ckpt *ck)
+{
+    ck_manifest *m = &ck->job;
+    llmt__ckpt_manifest_free(m);
+    m->is_part = 1;
+    m->step = ck->step;
+    m->world_size = ck->opts.world_size;
+    m->rank = ck->opts.rank;
+    uint64_t off = CK_HEADER_BYTES;
+    m->tensors = calloc(ck->nitems ? ck->nitems : 1, sizeof *m->tensors);
+    m->files = calloc(1, sizeof *m->files);
+    if (!m->tensors || !m->files)
+        goto oom;
+    m->tcap = ck->nitems;
+    m->filecap = 1;
+    for (size_t i = 0; i < ck->nitems; i++) {
+        const ck_item *it = &ck->items[i];
+        ck_tensor *t = &m->tensors[m->ntensors++];
+        t->name = strdup(it->name);
+        t->chunks = calloc(1, sizeof *t->chunks);
+        if (!t->name || !t->chunks)
+            goto oom;
+        t->dtype = it->view.dtype;
+        t->ndim = it->view.ndim;
+        memcpy(t->gshape, it->gshape, sizeof t->gshape);
+        t->nchunks = t->cap = 1;
+        ck_chunk *k = &t->chunks[0];
+        k->rank = ck->opts.rank;
+        k->offset = off;
+        int64_t nb;
+        llmt_tensor_nbytes(&it->view, &nb);
+        k->length = (uint64_t)nb;
+        memcpy(k->goff, it->goff, sizeof k->goff);
+        for (int d = 0; d < t->ndim; d++)
+            k->lshape[d] = it->view.shape[d];
+        k->block = CK_BLOCK_BYTES;
+        k->nblocks = (k->length + k->block - 1) / k->block;
+        if (k->nblocks && !(k->bxxh = calloc(k->nblocks, sizeof *k->bxxh)))
+            goto oom;
+        off = align_up(off + k->length, CK_ALIGN);
+        if (off > CK_MAX_BYTES)
+            return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                                 "ckpt: this rank's state exceeds 2^52 bytes");
+    }
+    for (size_t i = 0; i < ck->nkv; i++) {
+        if (!(m->kv = realloc(m->kv, (i + 1) * sizeof *m->kv)))
+            goto oom;
+        m->kvcap = m->nkv = i + 1;
+        m->kv[i].key = strdup(ck->kv[i].key);
+        m->kv[i].val = strdup(ck->kv[i].val);
+        m->kv[i].rank = ck->opts.rank;
+        if (!m->kv[i].key || !m->kv[i].val)
+            goto oom;
+    }
+    if (ck->plan && !(m->plan = strdup(ck->plan)))
+        goto oom;
+    m->files[0].rank = ck->opts.rank;
+    m->files[0].bytes = off;
+    m->nfiles = 1;
+
+    if (ck->opts.host_buffer_bytes && off > ck->opts.host_buffer_bytes)
+        return llmt__err_set(&ck->err, LLMT_ERR_BUFFER_TOO_SMALL,
+                             "ckpt: this rank's state needs %" PRIu64
+                             " bytes of snapshot buffer, host_buffer_bytes is %" PRIu64,
+                             off, ck->opts.host_buffer_bytes);
+    if (off > ck->bufcap) {
+        /* Grow once to the size of a save; reused by every later save. */
+        llmt__free(ck->ctx, ck->buf, ck->bufcap);
+        ck->bufcap = 0;
+        ck->buf = llmt__alloc(ck->ctx, off, CK_ALIGN);
+        if (!ck->buf)
+            return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY,
+                                 "ckpt: cannot allocate %" PRIu64 " bytes of snapshot buffer",
+                                 off);
+        ck->bufcap = off;
+    }
+    memset(ck->buf, 0, CK_HEADER_BYTES);
+    for (size_t i = 0; i < ck->nitems; i++) {
+        const ck_chunk *k = &m->tensors[i].chunks[0];
+        gather(ck->buf + k->offset, &ck->items[i].view);
+        uint64_t end = k->offset + k->length, pad = align_up(end, CK_ALIGN);
+        memset(ck->buf + end, 0, pad - end);
+    }
+    ck->job_bytes = off;
+    return LLMT_OK;
+oom:
+    return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+}
+
+static void put_u32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static void put_u64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+
+/* -- the writer thread's part -- */
+
+#define JOB_FAIL(st, ...) (snprintf(ck->job_err, sizeof ck->job_err, __VA_ARGS__), (st))
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Steps of root/step-* directories; committed_only: only those with a
+ * manifest.json. malloc'ed, ascending. */
+int64_t *llmt__ckpt_scan(const char *root, int committed_only, size_t *n)
+{
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d)
+        return NULL;
+    size_t cap = 16;
+    int64_t *v = malloc(cap * sizeof *v);
+    struct dirent *e;
+    while (v && (e = readdir(d))) {
+        long long s;
+        int used = 0;
+        if (strlen(e->d_name) != 17 || sscanf(e->d_name, "step-%12lld%n", &s, &used) != 1 ||
+            used != 17 || s < 0)
+            continue;
+        if (committed_only) {
+            char p[MAX_PATH];
+            struct stat st;
+            snprintf(p, sizeof p, "%s/%s/manifest.json", root, e->d_name);
+            if (stat(p, &st) || !S_ISREG(st.st_mode))
+                continue;
+        }
+        if (*n == cap) {
+            int64_t *nv = realloc(v, cap * 2 * sizeof *v);
+            if (!nv) {
+                free(v);
+                v = NULL;
+                break;
+            }
+            v = nv;
+            cap *= 2;
+        }
+        v[(*n)++] = s;
+    }
+    closedir(d);
+    if (v)
+        qsort(v, *n, sizeof *v, cmp_i64);
+    return v;
+}
+
+/* Retention: keep the newest keep_last committed steps and multiples of
+ * keep_every; drop partial directories older than the newest commit. */
+size_t llmt__ckpt_retain(llmt_context *ctx, const char *root, int keep_last,
+                         int keep_every)
+{
+    size_t nc = 0, na = 0, removed = 0;
+    int64_t *com = llmt__ckpt_scan(root, 1, &nc);
+    int64_t *all = llmt__ckpt_scan(root, 0, &na);
+    if (!com || !all || nc == 0)
+        goto out;
+    int64_t newest = com[nc - 1];
+    for (size_t i = 0; i < na; i++) {
+        int64_t s = all[i];
+        if (s >= newest)
+            continue;
+        int committed = bsearch(&s, com, nc, sizeof *com, cmp_i64) != NULL;
+        int keep = 0;
+        if (committed) {
+            size_t rank_from_newest = 0;
+            for (size_t j = 0; j < nc; j++)
+                if (com[j] > s)
+                    rank_from_newest++;
+            keep = keep_last == 0 || (int64_t)rank_from_newest < keep_last ||
+                   (keep_every > 0 && s % keep_every == 0);
+        }
+        if (keep)
+            continue;
+        char p[MAX_PATH];
+        snprintf(p, sizeof p, "%s/step-%012" PRId64, root, s);
+        /* Uncommit first: drop the manifest so a half-removed directory is
+         * never taken for a complete checkpoint. */
+        char mf[MAX_PATH];
+        snprintf(mf, sizeof mf, "%s/manifest.json", p);
+        unlink(mf);
+        llmt__ckpt_fsync_dir(p);
+        if (llmt__ckpt_rmdir(p) == 0) {
+            removed++;
+            llmt__log(ctx, LLMT_LOG_DEBUG, "ckpt", "retention removed %s", p);
+        } else
+            llmt__log(ctx, LLMT_LOG_WARN, "ckpt", "retention could not remove %s: %s", p,
+                      strerror(errno));
+    }
+    llmt__ckpt_fsync_dir(root);
+out:
+    free(com);
+    free(all);
+    return removed;
+}
+
+/* Point root/latest at `step` unless it already names a newer one. */
+static llmt_status update_latest(const char *root, int64_t step, char *err, size_t errlen)
+{
+    char p[MAX_PATH], *cur = NULL;
+    snprintf(p, sizeof p, "%s/latest", root);
+    if (llmt__ckpt_read_small(p, 64, &cur, NULL, err, errlen) == LLMT_OK) {
+        long long s;
+        int newer = sscanf(cur, "step-%12lld", &s) == 1 && s > step;
+        free(cur);
+        if (newer)
+            return LLMT_OK;
+    }
+    char text[64];
+    int n = snprintf(text, sizeof text, "step-%012" PRId64 "\n", step);
+    return llmt__ckpt_write_atomic(root, "latest", text, (size_t)n, err, errlen);
+}
+
+/* Copy a committed checkpoint to the durable directory, manifest last. */
+static llmt_status copy_to_durable(llmt_ckpt *ck, const char *src, int64_t step,
+                                   int32_t world, const char *manifest, size_t mlen)
+{
+    char dst[MAX_PATH], a[MAX_PATH], b[MAX_PATH];
+    step_dir(dst, sizeof dst, ck->durable, step);
+    if (llmt__ckpt_mkdirs(dst))
+        return JOB_FAIL(LLMT_ERR_IO, "ckpt: durable tier: mkdir %s: %s", dst, strerror(errno));
+    for (int32_t r = 0; r < world; r++) {
+        for (int j = 0; j < 2; j++) {
+            snprintf(a, sizeof a, "%s/rank-%05d.%s", src, (int)r, j ? "json" : "bin");
+            snprintf(b, sizeof b, "%s/rank-%05d.%s", dst, (int)r, j ? "json" : "bin");
+            llmt_status s = llmt__ckpt_copy_file(a, b, ck->job_err, sizeof ck->job_err);
+            if (s != LLMT_OK)
+                return s;
+        }
+    }
+    if (llmt__ckpt_fsync_dir(dst))
+        return JOB_FAIL(LLMT_ERR_IO, "ckpt: durable tier: fsync %s: %s", dst, strerror(errno));
+    llmt_status s = llmt__ckpt_write_atomic(dst, "manifest.json", manifest, mlen,
+                                            ck->job_err, sizeof ck->job_err);
+    if (s == LLMT_OK)
+        s = update_latest(ck->durable, step, ck->job_err, sizeof ck->job_err);
+    if (s == LLMT_OK)
+        llmt__ckpt_retain(ck->ctx, ck->durable, ck->opts.durable_keep_last,
+                          ck->opts.durable_keep_every);
+    return s;
+}
+
+/* If every rank's part is in `dir`, merge them into manifest.json. */
+static llmt_status try_commit(llmt_ckpt *ck, const char *dir)
+{
+    int32_t w = ck->opts.world_size;
+    ck_manifest *parts = calloc((size_t)w, sizeof *parts);
+    ck_manifest **pp = calloc((size_t)w, sizeof *pp);
+    llmt_status st = LLMT_OK;
+    int32_t have = 0;
+    if (!parts || !pp) {
+        st = JOB_FAIL(LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+        goto out;
+    }
+    for (int32_t r = 0; r < w; r++) {
+        char p[MAX_PATH], *text = NULL;
+        size_t len;
+        snprintf(p, sizeof p, "%s/rank-%05d.json", dir, (int)r);
+        char e[256];
+        if (llmt__ckpt_read_small(p, (size_t)1 << 30, &text, &len, e, sizeof e) != LLMT_OK)
+            goto out; /* not all parts yet: the last rank commits */
+        st = llmt__ckpt_manifest_parse(text, len, 1, &parts[r], ck->job_err,
+                                       sizeof ck->job_err);
+        free(text);
+        if (st != LLMT_OK)
+            goto out;
+        have++;
+        pp[r] = &parts[r];
+        if (parts[r].rank != r || parts[r].step != ck->job.step) {
+            st = JOB_FAIL(LLMT_ERR_FORMAT, "ckpt: part %s is not rank %d of step %" PRId64,
+                          p, (int)r, ck->job.step);
+            goto out;
+        }
+    }
+    ck_manifest merged;
+    st = llmt__ckpt_manifest_merge(pp, (size_t)w, &merged, ck->job_err, sizeof ck->job_err);
+    if (st != LLMT_OK)
+        goto out;
+    char *json = llmt__ckpt_manifest_to_json(&merged);
+    llmt__ckpt_manifest_free(&merged);
+    if (!json) {
+        st = JOB_FAIL(LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+        goto out;
+    }
+    size_t jl = strlen(json);
+    st = llmt__ckpt_write_atomic(dir, "manifest.json", json, jl, ck->job_err,
+                                 sizeof ck->job_err);
+    if (st == LLMT_OK)
+        st = update_latest(ck->root, ck->job.step, ck->job_err, sizeof ck->job_err);
+    if (st == LLMT_OK) {
+        llmt__log(ck->ctx, LLMT_LOG_INFO, "ckpt", "committed %s", dir);
+        llmt__ckpt_retain(ck->ctx, ck->root, ck->opts.keep_last, ck->opts.keep_every);
+        if (ck->durable) {
+            llmt_status ds = copy_to_durable(ck, dir, ck->job.step, w, json, jl);
+            if (ds != LLMT_OK) /* the local commit stands; report the tier */
+                llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "durable tier failed: %s",
+                          ck->job_err);
+        }
+        if (ck->opts.tier_fn) {
+            char dd[MAX_PATH];
+            if (ck->durable)
+                step_dir(dd, sizeof dd, ck->durable, ck->job.step);
+            else
+                snprintf(dd, sizeof dd, "%s", dir);
+            llmt_status hs = ck->opts.tier_fn(ck->opts.tier_user, LLMT_CKPT_TIER_DURABLE,
+                                              ck->job.step, dd);
+            if (hs != LLMT_OK)
+                llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "tier hook (durable) for step %"
+                          PRId64 " returned %s", ck->job.step, llmt_status_string(hs));
+        }
+    }
+    free(json);
+out:
+    if (parts)
+        for (int32_t r = 0; r < w; r++)
+            llmt__ckpt_manifest_free(&parts[r]);
+    free(parts);
+    free(pp);
+    (void)have;
+    return st;
+}
+
+/* Persist the snapshot: hash, data file, part manifest, commit. */
+static llmt_status run_job(llmt_ckpt *ck)
+{
+    ck_manifest *m = &ck->job;
+    char dir[MAX_PATH], path[MAX_PATH];
+    step_dir(dir, sizeof dir, ck->root, m->step);
+    if (llmt__ckpt_mkdirs(dir))
+        return JOB_FAIL(LLMT_ERR_IO, "ckpt: mkdir %s: %s", dir, strerror(errno));
+    /* A stale part of an earlier attempt must not be committed with new data. */
+    snprintf(path, sizeof path, "%s/rank-%05d.json", dir, (int)m->rank);
+    if (unlink(path) == 0)
+        llmt__ckpt_fsync_dir(dir);
+    for (size_t i = 0; i < m->ntensors; i++) {
+        ck_chunk *k = &m->tensors[i].chunks[0];
+        const uint8_t *p = ck->buf + k->offset;
+        k->xxh = XXH64(p, (size_t)k->length, 0);
+        for (uint64_t b = 0; b < k->nblocks; b++) {
+            uint64_t o = b * k->block;
+            uint64_t n = k->length - o < k->block ? k->length - o : k->block;
+            k->bxxh[b] = XXH64(p + o, (size_t)n, 0);
+        }
+    }
+    uint8_t *h = ck->buf;
+    memcpy(h, CK_MAGIC, 8);
+    put_u32(h + 8, CK_FORMAT_VERSION);
+    put_u32(h + 12, CK_HEADER_BYTES);
+    put_u64(h + 16, (uint64_t)m->step);
+    put_u32(h + 24, (uint32_t)m->rank);
+    put_u32(h + 28, (uint32_t)m->world_size);
+    put_u64(h + 32, ck->job_bytes);
+    put_u64(h + 40, m->ntensors);
+    put_u64(h + 48, XXH64(h, 48, 0));
+    snprintf(path, sizeof path, "%s/rank-%05d.bin", dir, (int)m->rank);
+    int direct = 0;
+    llmt_status st = llmt__ckpt_write_file(path, ck->buf, ck->job_bytes, ck->opts.direct_io,
+                                           &direct, ck->job_err, sizeof ck->job_err);
+    if (st != LLMT_OK)
+        return st;
+    llmt__log(ck->ctx, LLMT_LOG_DEBUG, "ckpt", "wrote %s (%" PRIu64 " bytes, %s)", path,
+              ck->job_bytes, direct ? "O_DIRECT" : "buffered");
+    char *json = llmt__ckpt_manifest_to_json(m);
+    if (!json)
+        return JOB_FAIL(LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+    char name[32];
+    snprintf(name, sizeof name, "rank-%05d.json", (int)m->rank);
+    st = llmt__ckpt_write_atomic(dir, name, json, strlen(json), ck->job_err,
+                                 sizeof ck->job_err);
+    free(json);
+    if (st != LLMT_OK)
+        return st;
+    if (ck->opts.tier_fn) {
+        llmt_status hs = ck->opts.tier_fn(ck->opts.tier_user, LLMT_CKPT_TIER_PEER, m->step, path);
+        if (hs != LLMT_OK)
+            llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "tier hook (peer) for step %" PRId64
+                      " returned %s", m->step, llmt_status_string(hs));
+    }
+    return try_commit(ck, dir);
+}
+
+static void *writer_main(void *arg)
+{
+    llmt_ckpt *ck = arg;
+    pthread_mutex_lock(&ck->mu);
+    for (;;) {
+        while (!ck->pending && !ck->quit)
+            pthread_cond_wait(&ck->cv, &ck->mu);
+        if (ck->pending) {
+            pthread_mutex_unlock(&ck->mu);
+            ck->job_err[0] = 0;
+            llmt_status st = run_job(ck);
+            if (st != LLMT_OK)
+                llmt__log(ck->ctx, LLMT_LOG_ERROR, "ckpt", "save of step %" PRId64
+                          " failed: %s", ck->job.step, ck->job_err);
+            pthread_mutex_lock(&ck->mu);
+            ck->job_status = st;
+            if (st == LLMT_OK)
+                ck->last_step = ck->job.step;
+            ck->pending = 0;
+            pthread_cond_broadcast(&ck->cv);
+            continue;
+        }
+        if (ck->quit)
+            break;
+    }
+    pthread_mutex_unlock(&ck->mu);
+    return NULL;
+}
+
+static llmt_status wait_locked(llmt_ckpt *ck, int64_t timeout_ms)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    if (timeout_ms >= 0) {
+        dl.tv_sec += timeout_ms / 1000;
+        dl.tv_nsec += (timeout_ms % 1000) * 1000000;
+        if (dl.tv_nsec >= 1000000000) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000;
+        }
+    }
+    while (ck->pending) {
+        if (timeout_ms < 0)
+            pthread_cond_wait(&ck->cv, &ck->mu);
+        else if (pthread_cond_timedwait(&ck->cv, &ck->mu, &dl) == ETIMEDOUT && ck->pending)
+            return LLMT_ERR_TIMEOUT;
+    }
+    return LLMT_OK;
+}
+
+static llmt_status job_result(llmt_ckpt *ck)
+{
+    if (ck->job_status != LLMT_OK)
+        return llmt__err_set(&ck->err, ck->job_status, "%s", ck->job_err);
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_ckpt_save(llmt_ckpt *ck, int32_t async)
+{
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    if (!ck->begun)
+        return llmt__err_set(&ck->err, LLMT_ERR_STATE, "ckpt: save before llmt_ckpt_begin");
+    pthread_mutex_lock(&ck->mu);
+    wait_locked(ck, -1); /* the buffer is reused: the previous save must end */
+    pthread_mutex_unlock(&ck->mu);
+    char p[MAX_PATH];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/step-%012" PRId64 "/manifest.json", ck->root, ck->step);
+    if (stat(p, &st) == 0)
+        return llmt__err_set(&ck->err, LLMT_ERR_STATE,
+                             "ckpt: step %" PRId64 " is already committed in %s", ck->step,
+                             ck->root);
+    llmt_status s = snapshot(ck);
+    if (s != LLMT_OK)
+        return s;
+    pthread_mutex_lock(&ck->mu);
+    ck->pending = 1;
+    ck->job_status = LLMT_OK;
+    pthread_cond_broadcast(&ck->cv);
+    if (!async)
+        wait_locked(ck, -1);
+    pthread_mutex_unlock(&ck->mu);
+    ck->begun = 0;
+    if (!async)
+        return job_result(ck);
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_ckpt_save_status(llmt_ckpt *ck, int64_t *step)
+{
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    pthread_mutex_lock(&ck->mu);
+    int pending = ck->pending;
+    int64_t last = ck->last_step;
+    pthread_mutex_unlock(&ck->mu);
+    if (step)
+        *step = last;
+    if (pending)
+        return LLMT_ERR_IN_PROGRESS;
+    return job_result(ck);
+}
+
+LLMT_API llmt_status llmt_ckpt_wait(llmt_ckpt *ck, int64_t timeout_ms)
+{
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    pthread_mutex_lock(&ck->mu);
+    llmt_status s = wait_locked(ck, timeout_ms);
+    pthread_mutex_unlock(&ck->mu);
+    if (s != LLMT_OK)
+        return llmt__err_set(&ck->err, s, "ckpt: save still in flight after %" PRId64 " ms",
+                             timeout_ms);
+    return job_result(ck);
+}
+
+LLMT_API llmt_status llmt_ckpt_list(llmt_ckpt *ck, int64_t *steps, size_t cap,
+                                    size_t *count)
+{
+    if (!ck || !count || (cap && !steps))
+        return LLMT_ERR_NULL_POINTER;
+    size_t n = 0;
+    int64_t *v = llmt__ckpt_scan(ck->root, 1, &n);
+    if (!v)
+        return llmt__err_set(&ck->err, LLMT_ERR_IO, "ckpt: cannot list %s", ck->root);
+    for (size_t i = 0; i < n && i < cap; i++)
+        steps[i] = v[i];
+    *count = n;
+    free(v);
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_ckpt_prune(llmt_ckpt *ck, size_t *removed)
+{
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    pthread_mutex_lock(&ck->mu);
+    wait_locked(ck, -1);
+    pthread_mutex_unlock(&ck->mu);
+    size_t r = llmt__ckpt_retain(ck->ctx, ck->root, ck->opts.keep_last, ck->opts.keep_every);
+    if (ck->durable)
+        r += llmt__ckpt_retain(ck->ctx, ck->durable, ck->opts.durable_keep_last,
+                               ck->opts.durable_keep_every);
+    if (removed)
+        *removed = r;
+    return LLMT_OK;
+}
