@@ -1,0 +1,494 @@
+/* CPU backend of the op table: fp32 reference loops parallelised with
+ * OpenMP, GEMMs through OpenBLAS sgemm when the build has it. Loops follow
+ * llm.c's train_gpt2.c, which is the reference these were checked against. */
+#include <math.h>
+#include <string.h>
+
+#include "exec/exec.h"
+
+#ifdef LLMT_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static void cpu_matmul_fwd(float *out, const float *inp, const float *w,
+                           const float *bias, int N, int C, int OC)
+{
+#ifdef LLMT_HAVE_OPENBLAS
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp,
+                C, w, C, 0.0f, out, OC);
+    if (bias) {
+#pragma omp parallel for
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+    }
+#else
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        for (int o = 0; o < OC; o++) {
+            const float *wr = w + (size_t)o * C;
+            float s = bias ? bias[o] : 0.0f;
+            for (int c = 0; c < C; c++) s += x[c] * wr[c];
+            out[(size_t)n * OC + o] = s;
+        }
+    }
+#endif
+}
+
+static void cpu_matmul_bwd(float *dinp, float *dw, float *dbias,
+                           const float *dout, const float *inp, const float *w,
+                           int N, int C, int OC)
+{
+#ifdef LLMT_HAVE_OPENBLAS
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f,
+                    dout, OC, w, C, 1.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout,
+                OC, inp, C, 1.0f, dw, C);
+#else
+    if (dinp) {
+#pragma omp parallel for
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                float d = dout[(size_t)n * OC + o];
+                const float *wr = w + (size_t)o * C;
+                float *di = dinp + (size_t)n * C;
+                for (int c = 0; c < C; c++) di[c] += wr[c] * d;
+            }
+    }
+#pragma omp parallel for
+    for (int o = 0; o < OC; o++)
+        for (int n = 0; n < N; n++) {
+            float d = dout[(size_t)n * OC + o];
+            const float *x = inp + (size_t)n * C;
+            float *dwr = dw + (size_t)o * C;
+            for (int c = 0; c < C; c++) dwr[c] += x[c] * d;
+        }
+#endif
+    if (dbias) {
+#pragma omp parallel for
+        for (int o = 0; o < OC; o++) {
+            float s = 0.0f;
+            for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
+            dbias[o] += s;
+        }
+    }
+}
+
+static void cpu_layernorm_fwd(float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b,
+                              int N, int C, float eps)
+{
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        float v = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            v += d * d;
+        }
+        v /= C;
+        float s = 1.0f / sqrtf(v + eps);
+        float *o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] = (s * (x[c] - m)) * w[c] + b[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+static void cpu_layernorm_bwd(float *dinp, float *dw, float *db,
+                              const float *dout, const float *inp,
+                              const float *w, const float *mean,
+                              const float *rstd, int N, int C)
+{
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        float m = mean[n], s = rstd[n];
+        float dnm = 0.0f, dnnm = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            float dn = w[c] * d[c];
+            dnm += dn;
+            dnnm += dn * norm;
+        }
+        dnm /= C;
+        dnnm /= C;
+        float *di = dinp + (size_t)n * C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            di[c] += (w[c] * d[c] - dnm - norm * dnnm) * s;
+        }
+    }
+#pragma omp parallel for
+    for (int c = 0; c < C; c++) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int n = 0; n < N; n++) {
+            float norm = (inp[(size_t)n * C + c] - mean[n]) * rstd[n];
+            float d = dout[(size_t)n * C + c];
+            sw += norm * d;
+            sb += d;
+        }
+        dw[c] += sw;
+        db[c] += sb;
+    }
+}
+
+static void cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp,
+                            const float *w, int N, int C, float eps)
+{
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float ss = 0.0f;
+        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        float s = 1.0f / sqrtf(ss / C + eps);
+        float *o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] * s) * w[c];
+        rstd[n] = s;
+    }
+}
+
+static void cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout,
+                            const float *inp, const float *w,
+                            const float *rstd, int N, int C)
+{
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        float s = rstd[n], dot = 0.0f;
+        for (int c = 0; c < C; c++) dot += w[c] * d[c] * x[c];
+        dot /= C;
+        float *di = dinp + (size_t)n * C;
+        for (int c = 0; c < C; c++)
+            di[c] += s * (w[c] * d[c] - x[c] * s * s * dot);
+    }
+#pragma omp parallel for
+    for (int c = 0; c < C; c++) {
+        float sw = 0.0f;
+        for (int n = 0; n < N; n++)
+            sw += dout[(size_t)n * C + c] * inp[(size_t)n * C + c] * rstd[n];
+        dw[c] += sw;
+    }
+}
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+static void cpu_gelu_fwd(float *out, const float *inp, size_t n)
+{
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube)));
+    }
+}
+
+static void cpu_gelu_bwd(float *dinp, const float *inp, const float *dout,
+                         size_t n)
+{
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        float ta = GELU_SCALE * (x + cube);
+        float th = tanhf(ta);
+        float ch = coshf(ta);
+        float sech2 = 1.0f / (ch * ch);
+        float g = 0.5f * (1.0f + th) +
+                  x * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += g * dout[i];
+    }
+}
+
+static void cpu_swiglu_fwd(float *out, const float *gate, const float *up,
+                           size_t n)
+{
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+static void cpu_swiglu_bwd(float *dgate, float *dup, const float *dout,
+                           const float *gate, const float *up, size_t n)
+{
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        float s = 1.0f / (1.0f + expf(-g));
+        float silu = g * s;
+        dgate[i] += dout[i] * up[i] * (s + g * s * (1.0f - s));
+        dup[i] += dout[i] * silu;
+    }
+}
+
+static void cpu_rope(float *x, int B, int T, int nh, int hd, size_t stride,
+                     float theta, int inverse)
+{
+    int half = hd / 2;
+#pragma omp parallel for
+    for (int r = 0; r < B * T; r++) {
+        float pos = (float)(r % T);
+        float *row = x + (size_t)r * stride;
+        for (int i = 0; i < half; i++) {
+            float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+            float a = pos * inv_freq;
+            float c = cosf(a), s = sinf(a);
+            if (inverse) s = -s;
+            for (int h = 0; h < nh; h++) {
+                float *p = row + (size_t)h * hd;
+                float x1 = p[i], x2 = p[i + half];
+                p[i] = x1 * c - x2 * s;
+                p[i + half] = x2 * c + x1 * s;
+            }
+        }
+    }
+}
+
+static void cpu_attention_fwd(float *out, float *att, const float *q,
+                              const float *k, const float *v, size_t qs, int B,
+                              int T, int nh, int nkv, int hd)
+{
+    int group = nh / nkv;
+    float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < nh; h++) {
+                const float *qr = q + (size_t)(b * T + t) * qs + (size_t)h * hd;
+                int kh = h / group;
+                float *ar = att + (((size_t)b * nh + h) * T + t) * T;
+                float mx = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *kr = k + (size_t)(b * T + t2) * qs + (size_t)kh * hd;
+                    float s = 0.0f;
+                    for (int i = 0; i < hd; i++) s += qr[i] * kr[i];
+                    s *= scale;
+                    ar[t2] = s;
+                    if (s > mx) mx = s;
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float e = expf(ar[t2] - mx);
+                    ar[t2] = e;
+                    sum += e;
+                }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 < T; t2++)
+                    ar[t2] = t2 <= t ? ar[t2] * inv : 0.0f;
+                float *o = out + (size_t)(b * T + t) * nh * hd + (size_t)h * hd;
+                for (int i = 0; i < hd; i++) o[i] = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *vr = v + (size_t)(b * T + t2) * qs + (size_t)kh * hd;
+                    float p = ar[t2];
+                    for (int i = 0; i < hd; i++) o[i] += p * vr[i];
+                }
+            }
+}
+
+static void cpu_attention_bwd(float *dq, float *dk, float *dv, float *datt,
+                              const float *dout, const float *att,
+                              const float *q, const float *k, const float *v,
+                              size_t qs, int B, int T, int nh, int nkv, int hd)
+{
+    int group = nh / nkv;
+    float scale = 1.0f / sqrtf((float)hd);
+    /* One task per (batch, kv head): the query heads of a group write the
+     * same dk/dv rows, so they stay in one thread. */
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int kh = 0; kh < nkv; kh++)
+            for (int h = kh * group; h < (kh + 1) * group; h++)
+                for (int t = 0; t < T; t++) {
+                    size_t ai = (((size_t)b * nh + h) * T + t) * T;
+                    const float *ar = att + ai;
+                    float *dar = datt + ai;
+                    const float *qr = q + (size_t)(b * T + t) * qs + (size_t)h * hd;
+                    float *dqr = dq + (size_t)(b * T + t) * qs + (size_t)h * hd;
+                    const float *dor = dout + (size_t)(b * T + t) * nh * hd + (size_t)h * hd;
+                    float dot = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        size_t r2 = (size_t)(b * T + t2) * qs + (size_t)kh * hd;
+                        const float *vr = v + r2;
+                        float *dvr = dv + r2;
+                        float s = 0.0f, p = ar[t2];
+                        for (int i = 0; i < hd; i++) {
+                            s += dor[i] * vr[i];
+                            dvr[i] += p * dor[i];
+                        }
+                        dar[t2] = s;
+                        dot += p * s;
+                    }
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        size_t r2 = (size_t)(b * T + t2) * qs + (size_t)kh * hd;
+                        float dpre = ar[t2] * (dar[t2] - dot) * scale;
+                        const float *kr = k + r2;
+                        float *dkr = dk + r2;
+                        for (int i = 0; i < hd; i++) {
+                            dqr[i] += dpre * kr[i];
+                            dkr[i] += dpre * qr[i];
+                        }
+                    }
+                }
+}
+
+static void cpu_embedding_fwd(float *out, const int32_t *tok, const float *wte,
+                              const float *wpe, int B, int T, int C)
+{
+#pragma omp parallel for
+    for (int r = 0; r < B * T; r++) {
+        const float *e = wte + (size_t)tok[r] * C;
+        float *o = out + (size_t)r * C;
+        if (wpe) {
+            const float *p = wpe + (size_t)(r % T) * C;
+            for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+        } else {
+            memcpy(o, e, sizeof(float) * (size_t)C);
+        }
+    }
+}
+
+static void cpu_embedding_bwd(float *dwte, float *dwpe, const float *dout,
+                              const int32_t *tok, int B, int T, int C)
+{
+    /* Rows of the same token collide: split the work by channels. */
+#pragma omp parallel for
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < B * T; r++) {
+            float d = dout[(size_t)r * C + c];
+            dwte[(size_t)tok[r] * C + c] += d;
+            if (dwpe) dwpe[(size_t)(r % T) * C + c] += d;
+        }
+}
+
+static void cpu_softmax_xent_fwd(float *losses, float *logits,
+                                 const int32_t *targets, int N, int V, int Vp)
+{
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float *l = logits + (size_t)n * Vp;
+        float mx = -INFINITY;
+        for (int i = 0; i < V; i++)
+            if (l[i] > mx) mx = l[i];
+        double sum = 0.0;
+        for (int i = 0; i < V; i++) {
+            float e = expf(l[i] - mx);
+            l[i] = e;
+            sum += e;
+        }
+        float inv = (float)(1.0 / sum);
+        for (int i = 0; i < V; i++) l[i] *= inv;
+        for (int i = V; i < Vp; i++) l[i] = 0.0f;
+        int tg = targets ? targets[n] : -1;
+        losses[n] = tg >= 0 ? -logf(l[tg]) : 0.0f;
+    }
+}
+
+static void cpu_softmax_xent_bwd(float *probs, const int32_t *targets,
+                                 float dloss, int N, int V, int Vp)
+{
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float *p = probs + (size_t)n * Vp;
+        int tg = targets[n];
+        if (tg < 0) {
+            memset(p, 0, sizeof(float) * (size_t)Vp);
+            continue;
+        }
+        for (int i = 0; i < V; i++) p[i] *= dloss;
+        p[tg] -= dloss;
+        for (int i = V; i < Vp; i++) p[i] = 0.0f;
+    }
+}
+
+static void cpu_adamw(float *param, const float *grad, float *m, float *v,
+                      size_t n, float lr, float beta1, float beta2, float eps,
+                      float wd, float grad_scale, int64_t t)
+{
+    float bc1 = 1.0f - powf(beta1, (float)t);
+    float bc2 = 1.0f - powf(beta2, (float)t);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mh = mi / bc1, vh = vi / bc2;
+        param[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * param[i]);
+    }
+}
+
+static double cpu_sumsq(const float *x, size_t n)
+{
+    double s = 0.0;
+#pragma omp parallel for reduction(+ : s)
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+static void cpu_residual_fwd(float *out, const float *a, const float *b,
+                             size_t n)
+{
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void cpu_zero(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
+static void cpu_copy(float *d, const float *s, size_t n)
+{
+    memcpy(d, s, n * sizeof(float));
+}
+static void cpu_add(float *d, const float *s, size_t n)
+{
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) d[i] += s[i];
+}
+
+static const llmt__exec_ops cpu_ops = {
+    .name = "cpu",
+    .matmul_fwd = cpu_matmul_fwd,
+    .matmul_bwd = cpu_matmul_bwd,
+    .layernorm_fwd = cpu_layernorm_fwd,
+    .layernorm_bwd = cpu_layernorm_bwd,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .gelu_fwd = cpu_gelu_fwd,
+    .gelu_bwd = cpu_gelu_bwd,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
+    .rope = cpu_rope,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .embedding_fwd = cpu_embedding_fwd,
+    .embedding_bwd = cpu_embedding_bwd,
+    .softmax_xent_fwd = cpu_softmax_xent_fwd,
+    .softmax_xent_bwd = cpu_softmax_xent_bwd,
+    .adamw = cpu_adamw,
+    .sumsq = cpu_sumsq,
+    .residual_fwd = cpu_residual_fwd,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .add = cpu_add,
+};
+
+const llmt__exec_ops *llmt__exec_cpu(void) { return &cpu_ops; }
+
+void llmt__exec_cpu_set_threads(int threads)
+{
+    if (threads <= 0) return;
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
+#endif
+#ifdef LLMT_HAVE_OPENBLAS
+    openblas_set_num_threads(threads);
+#endif
+}
