@@ -1,0 +1,278 @@
+/* The auto-planner: enumerate every factorisation world = tp*cp*pp*dp that
+ * the model allows, with ep, ZeRO stage, recomputation, virtual stages and
+ * micro-batch size, keep the global batch, drop what does not fit in
+ * memory, rank by predicted step time, and say why the winner wins. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plan/plan.h"
+
+LLMT_API llmt_status llmt_plan_auto_opts_init(llmt_plan_auto_opts *opts,
+                                              size_t size)
+{
+    if (!opts)
+        return LLMT_ERR_NULL_POINTER;
+    if (size < sizeof(size_t) + sizeof(double))
+        return LLMT_ERR_STRUCT_SIZE;
+    llmt_plan_auto_opts d = {0};
+    d.struct_size = sizeof d;
+    d.mem_fraction = 0.95;
+    d.top_n = 10;
+    size_t n = size < sizeof d ? size : sizeof d;
+    memset(opts, 0, size);
+    memcpy(opts, &d, n);
+    opts->struct_size = n;
+    return LLMT_OK;
+}
+
+static void to_cand(const llmt_plan_estimate *e, llmt_plan_cand *c)
+{
+    c->tp = e->tp;
+    c->cp = e->cp;
+    c->pp = e->pp;
+    c->dp = e->dp;
+    c->ep = e->ep;
+    c->zero = e->zero;
+    c->v = e->virtual_stages;
+    c->micro = e->micro;
+    c->accum = e->grad_accum;
+    c->recompute = e->recompute;
+    c->sp = e->sequence_parallel;
+    c->step_time_s = e->step_time_s;
+    c->mem_total = e->mem_total;
+    c->mfu = e->mfu;
+    c->time_compute_s = e->time_compute_s;
+    c->time_bubble_s = e->time_bubble_s;
+    c->time_tp_s = e->time_tp_s;
+    c->time_cp_s = e->time_cp_s;
+    c->time_pp_s = e->time_pp_s;
+    c->time_dp_s = e->time_dp_s;
+    c->time_ep_s = e->time_ep_s;
+}
+
+static const char *rc_name(int rc)
+{
+    return rc == LLMT_SPEC_RECOMPUTE_FULL ? "full"
+         : rc == LLMT_SPEC_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+static void cand_str(const llmt_plan_cand *c, char *buf, size_t n)
+{
+    char eps[16] = "";
+    if (c->ep > 1)
+        snprintf(eps, sizeof eps, " ep%d", c->ep);
+    snprintf(buf, n, "tp%d cp%d pp%d dp%d%s zero%d v%d micro%d accum%d rc=%s",
+             c->tp, c->cp, c->pp, c->dp, eps, c->zero, c->v, c->micro, c->accum,
+             rc_name(c->recompute));
+}
+
+/* The component in which `o` loses most against `best`. */
+static void why(const llmt_plan_cand *best, const llmt_plan_cand *o, char *buf,
+                size_t n)
+{
+    const char *names[] = {"compute (recomputation / smaller GEMMs)",
+                           "pipeline bubble", "exposed TP comm",
+                           "exposed CP comm", "PP send/recv",
+                           "exposed DP comm", "EP all-to-all"};
+    double d[7] = {o->time_compute_s - best->time_compute_s,
+                   o->time_bubble_s - best->time_bubble_s,
+                   o->time_tp_s - best->time_tp_s,
+                   o->time_cp_s - best->time_cp_s,
+                   o->time_pp_s - best->time_pp_s,
+                   o->time_dp_s - best->time_dp_s,
+                   o->time_ep_s - best->time_ep_s};
+    int k = 0;
+    for (int i = 1; i < 7; i++)
+        if (d[i] > d[k])
+            k = i;
+    snprintf(buf, n, "%s +%.3f s", names[k], d[k]);
+}
+
+static int divides(int64_t a, int64_t b) { return a > 0 && b % a == 0; }
+
+LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
+                                    int32_t world_size,
+                                    const llmt_plan_auto_opts *opts,
+                                    llmt_plan **out)
+{
+    llmt_err *err = ctx ? &ctx->err : NULL;
+    if (out)
+        *out = NULL;
+    if (!spec || !out)
+        return llmt__err_set(err, LLMT_ERR_NULL_POINTER,
+                             "plan: spec and out must not be NULL");
+    llmt_plan_auto_opts o;
+    llmt_plan_auto_opts_init(&o, sizeof o);
+    if (opts) {
+        llmt_status st = llmt__opts_copy(err, "plan auto opts", &o, sizeof o, opts);
+        if (st != LLMT_OK)
+            return st;
+    }
+    if (world_size <= 0)
+        return llmt__err_set(err, LLMT_ERR_INVALID_ARGUMENT,
+                             "plan: auto needs a world size > 0 (got %d)",
+                             (int)world_size);
+    if (o.top_n < 1 || o.top_n > 16)
+        o.top_n = o.top_n < 1 ? 1 : 16;
+    if (!(o.mem_fraction > 0) || o.mem_fraction > 1)
+        o.mem_fraction = 0.95;
+    int64_t max_tp = o.max_tp > 0 ? o.max_tp : spec->hardware.gpus_per_node;
+
+    /* A working copy whose degrees the loops overwrite (strings untouched). */
+    llmt_spec w = *spec;
+    const int64_t W = world_size, L = spec->model.layers, S = spec->model.seq_len;
+    const int64_t E = spec->model.moe.experts;
+    int64_t G = spec->batch.global;
+    if (!llmt__spec_given(spec, "batch.global") &&
+        !llmt__spec_given(spec, "parallelism.dp")) {
+        /* No batch given: one sequence per rank of data parallelism is not
+         * knowable in advance; keep micro*accum per replica as given. */
+        G = 0;
+    }
+    llmt_plan_cand top[16];
+    int ntop = 0;
+    int64_t evaluated = 0, fitting = 0;
+    llmt_plan_cand closest = {0};
+    double closest_mem = INFINITY;
+    llmt_plan_estimate e;
+    const int micros_all[] = {1, 2, 4, 8};
+    for (int64_t tp = 1; tp <= max_tp && tp <= W; tp++) {
+        if (!divides(tp, W) || spec->model.heads % tp || spec->model.kv_heads % tp ||
+            spec->model.ffn % tp)
+            continue;
+        for (int64_t cp = 1; cp * tp <= W; cp++) {
+            if (!divides(cp, W / tp) || (cp > 1 && S % (2 * cp)))
+                continue;
+            for (int64_t pp = 1; pp * cp * tp <= W && pp <= L; pp++) {
+                if (!divides(pp, W / (tp * cp)))
+                    continue;
+                int64_t dp = W / (tp * cp * pp);
+                int64_t gb = G ? G : spec->batch.micro * spec->batch.grad_accum * dp;
+                if (gb % dp)
+                    continue;
+                int64_t per = gb / dp;
+                for (int64_t ep = 1; ep <= (E > 0 ? E : 1); ep++) {
+                    if (E > 0 ? (E % ep || dp % ep) : ep > 1)
+                        continue;
+                    for (int mi = 0; mi < 4; mi++) {
+                        int64_t micro = o.keep_micro ? spec->batch.micro : micros_all[mi];
+                        if (o.keep_micro && mi > 0)
+                            break;
+                        if (per % micro)
+                            continue;
+                        int64_t accum = per / micro;
+                        for (int64_t v = 1; v <= 8; v *= 2) {
+                            if (v > 1 && (pp < 2 || L % (pp * v) || accum % pp))
+                                continue;
+                            for (int z = 0; z <= 3; z++) {
+                                if (o.keep_zero && z != spec->parallelism.zero)
+                                    continue;
+                                for (int rc = 0; rc < 3; rc++) {
+                                    if (o.keep_recompute && rc != spec->parallelism.recompute)
+                                        continue;
+                                    w.parallelism.tp = tp;
+                                    w.parallelism.cp = cp;
+                                    w.parallelism.pp = pp;
+                                    w.parallelism.dp = dp;
+                                    w.parallelism.ep = ep;
+                                    w.parallelism.virtual_stages = v;
+                                    w.parallelism.zero = z;
+                                    w.parallelism.recompute = rc;
+                                    w.parallelism.sequence_parallel = tp > 1;
+                                    w.batch.micro = micro;
+                                    w.batch.grad_accum = accum;
+                                    w.batch.global = gb;
+                                    llmt__plan_estimate(&w, (int32_t)W, &e);
+                                    evaluated++;
+                                    llmt_plan_cand c;
+                                    to_cand(&e, &c);
+                                    if (e.mem_total > o.mem_fraction * e.mem_capacity) {
+                                        if (e.mem_total < closest_mem) {
+                                            closest_mem = e.mem_total;
+                                            closest = c;
+                                        }
+                                        continue;
+                                    }
+                                    fitting++;
+                                    /* insert into the sorted top list */
+                                    int pos = ntop;
+                                    while (pos > 0 && top[pos - 1].step_time_s > c.step_time_s)
+                                        pos--;
+                                    if (pos >= o.top_n)
+                                        continue;
+                                    int last = ntop < o.top_n ? ntop : o.top_n - 1;
+                                    for (int k = last; k > pos; k--)
+                                        top[k] = top[k - 1];
+                                    top[pos] = c;
+                                    if (ntop < o.top_n)
+                                        ntop++;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (ntop == 0) {
+        if (!isfinite(closest_mem))
+            return llmt__err_set(err, LLMT_ERR_NOT_FOUND,
+                                 "plan: no factorisation of %d ranks is allowed by "
+                                 "the model (heads %lld, layers %lld, batch %lld)",
+                                 (int)world_size, (long long)spec->model.heads,
+                                 (long long)L, (long long)G);
+        char cs[256];
+        cand_str(&closest, cs, sizeof cs);
+        return llmt__err_set(err, LLMT_ERR_NOT_FOUND,
+                             "plan: none of %lld layouts of %d ranks fits in "
+                             "%.0f%% of %.0f GB; the smallest (%s) needs %.1f GB",
+                             (long long)evaluated, (int)world_size,
+                             100 * o.mem_fraction, spec->hardware.hbm_GB, cs,
+                             closest_mem / 1e9);
+    }
+    llmt_spec *s = llmt__spec_clone(spec);
+    if (!s)
+        return llmt__err_set(err, LLMT_ERR_OUT_OF_MEMORY, "plan: out of memory");
+    s->ctx = ctx;
+    const llmt_plan_cand *b = &top[0];
+    s->parallelism.tp = b->tp;
+    s->parallelism.cp = b->cp;
+    s->parallelism.pp = b->pp;
+    s->parallelism.dp = b->dp;
+    s->parallelism.ep = b->ep;
+    s->parallelism.zero = b->zero;
+    s->parallelism.virtual_stages = b->v;
+    s->parallelism.recompute = b->recompute;
+    s->parallelism.sequence_parallel = b->sp;
+    s->batch.micro = b->micro;
+    s->batch.grad_accum = b->accum;
+    s->batch.global = (int64_t)b->micro * b->accum * b->dp;
+    llmt_plan *p = NULL;
+    llmt_status st = llmt__plan_build(ctx, s, world_size, &p);
+    if (st != LLMT_OK)
+        return st;
+    p->is_auto = 1;
+    p->ncand = ntop;
+    memcpy(p->cand, top, sizeof top[0] * (size_t)ntop);
+    p->auto_evaluated = evaluated;
+    p->auto_fitting = fitting;
+    char cs[256], wy[160];
+    llmt__plan_note(p, "auto: %lld layouts of %d ranks evaluated, %lld fit in "
+                    "%.0f%% of %.0f GB; ranked by predicted step time",
+                    (long long)evaluated, (int)world_size, (long long)fitting,
+                    100 * o.mem_fraction, spec->hardware.hbm_GB);
+    cand_str(b, cs, sizeof cs);
+    llmt__plan_note(p, "best: %s: step %.3f s, MFU %.1f%%, %.1f GB/GPU", cs,
+                    b->step_time_s, 100 * b->mfu, b->mem_total / 1e9);
+    for (int i = 1; i < ntop; i++) {
+        cand_str(&top[i], cs, sizeof cs);
+        why(b, &top[i], wy, sizeof wy);
+        llmt__plan_note(p, "#%d: %s: step %.3f s (+%.1f%%), MFU %.1f%%, %.1f GB: "
+                        "loses on %s", i + 1, cs, top[i].step_time_s,
+                        100 * (top[i].step_time_s / b->step_time_s - 1),
+                        100 * top[i].mfu, top[i].mem_total / 1e9, wy);
+    }
+    *out = p;
+    return LLMT_OK;
+}
