@@ -32,5 +32,10 @@ void cli_print_usage(FILE *f, const cli_command *c);
 
 int cmd_version(int argc, char **argv);
 int cmd_features(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_data(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_ckpt(int argc, char **argv);
+int cmd_comm(int argc, char **argv);
 
 #endif

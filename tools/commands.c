@@ -14,6 +14,26 @@ const cli_command cli_commands[] = {
      "  openblas, openmp) and the CUDA devices visible now.\n"
      "  --json   one JSON object instead of text\n",
      cmd_features},
+    /* plan: owned by lib/plan (issue 4) */
+    {"plan", "show the parallel layout, memory, step time and goodput of a job",
+     "usage: llmtrain plan SPEC.json [--world N] [--auto] [--simulate] [--json]\n",
+     cmd_plan},
+    /* data: owned by lib/data (issue 5) */
+    {"data", "prepare, inspect and tokenize training data",
+     "usage: llmtrain data prepare|stats|train-bpe ...\n",
+     cmd_data},
+    /* train: owned by lib/train (issue 6) */
+    {"train", "train a model from a job spec",
+     "usage: llmtrain train SPEC.json [--out DIR] [--resume]\n",
+     cmd_train},
+    /* ckpt: owned by lib/ckpt (issue 7) */
+    {"ckpt", "list, verify, inspect, export and prune checkpoints",
+     "usage: llmtrain ckpt ls|verify|inspect|export|prune ...\n",
+     cmd_ckpt},
+    /* comm: owned by lib/comm (issue 8) */
+    {"comm", "communicator self-test and flight-recorder tools",
+     "usage: llmtrain comm ...\n",
+     cmd_comm},
 };
 
 const size_t cli_command_count = sizeof cli_commands / sizeof cli_commands[0];
