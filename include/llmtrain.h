@@ -817,6 +817,66 @@ LLMT_API llmt_status llmt_ckpt_export_safetensors(llmt_ckpt *ck,
                                                   const char *path);
 
 /* ======================================================================
+ * Tokenizers (doc/tokenizers.md)
+ * Three kinds behind one handle: bytes (256 byte tokens + <|endoftext|> =
+ * 256), GPT-2 BPE loaded from encoder.json + vocab.bpe (ids identical to
+ * OpenAI's encoder), and byte-level BPE learned from a corpus with the GPT-2
+ * pre-tokenizer (the last id is <|endoftext|>). Any of them saves to and
+ * loads from one file of ours. Encoding takes arbitrary bytes (invalid UTF-8
+ * is encoded byte by byte, never rejected) and never produces <|endoftext|>
+ * from text: hosts insert the id from llmt_tokenizer_eot between documents.
+ * decode(encode(x)) == x for every byte string x.
+ * Threads: encode uses a per-handle cache, so one thread at a time per
+ * handle; decode, vocab_size, eot and save may run concurrently with each
+ * other (not with encode on the same handle).
+ * ====================================================================== */
+typedef struct llmt_tokenizer llmt_tokenizer;
+
+/* ctx may be NULL in every function below; creation errors go to ctx. */
+LLMT_API llmt_status llmt_tokenizer_create_bytes(llmt_context *ctx,
+                                                 llmt_tokenizer **out);
+LLMT_API llmt_status llmt_tokenizer_load_gpt2(llmt_context *ctx,
+                                              const char *encoder_json,
+                                              const char *vocab_bpe,
+                                              llmt_tokenizer **out);
+/* Learn vocab_size - 257 merges (257 <= vocab_size <= 1<<24) from `text`:
+ * most frequent adjacent pair inside pre-tokenized words, ties to the
+ * smallest (left id, right id). Stops early when no pair occurs twice, so
+ * llmt_tokenizer_vocab_size may be below vocab_size. Ids 0..255 are the
+ * bytes, 256.. the merges in order, the last id <|endoftext|>. */
+LLMT_API llmt_status llmt_tokenizer_train_bpe(llmt_context *ctx,
+                                              const char *text, size_t len,
+                                              int32_t vocab_size,
+                                              llmt_tokenizer **out);
+LLMT_API llmt_status llmt_tokenizer_save(llmt_tokenizer *tok, const char *path);
+LLMT_API llmt_status llmt_tokenizer_load(llmt_context *ctx, const char *path,
+                                         llmt_tokenizer **out);
+/* ids may be NULL (size query, cap ignored); *n_out gets the count. When
+ * cap is too small: LLMT_ERR_BUFFER_TOO_SMALL, *n_out = the count needed. */
+LLMT_API llmt_status llmt_tokenizer_encode(llmt_tokenizer *tok,
+                                           const char *text, size_t len,
+                                           int32_t *ids, size_t cap,
+                                           size_t *n_out);
+/* Bytes of the ids (<|endoftext|> gives its text) into buf (no NUL added);
+ * buf may be NULL for a size query. Ids outside [0, vocab_size) fail with
+ * LLMT_ERR_INVALID_ARGUMENT naming the position. */
+LLMT_API llmt_status llmt_tokenizer_decode(llmt_tokenizer *tok,
+                                           const int32_t *ids, size_t n,
+                                           char *buf, size_t cap,
+                                           size_t *len_out);
+LLMT_API llmt_status llmt_tokenizer_vocab_size(const llmt_tokenizer *tok,
+                                               int32_t *out);
+LLMT_API llmt_status llmt_tokenizer_eot(const llmt_tokenizer *tok,
+                                        int32_t *out);
+/* Bytes of one token (no NUL) into buf; *len_out gets its length. */
+LLMT_API llmt_status llmt_tokenizer_token_bytes(const llmt_tokenizer *tok,
+                                                int32_t id, char *buf,
+                                                size_t cap, size_t *len_out);
+/* NULL is a no-op. */
+LLMT_API void llmt_tokenizer_destroy(llmt_tokenizer *tok);
+LLMT_API const char *llmt_tokenizer_last_error(const llmt_tokenizer *tok);
+
+/* ======================================================================
  * LLMT_EXPERIMENTAL: not frozen; may change in any release.
  * ====================================================================== */
 
