@@ -652,6 +652,21 @@ LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr,
                                            float temperature, int32_t top_k,
                                            uint64_t seed, int32_t *out);
 
+/* -- The trainer's state in a checkpoint (lib/ckpt's format; see
+ * doc/training.md). Tensors "param/<name>", "adam_m/<name>",
+ * "adam_v/<name>" (fp32, global shapes) and the key "trainer.step". */
+struct llmt_ckpt;
+/* Add the state to the save being described on `ck` (between
+ * llmt_ckpt_begin and llmt_ckpt_save; the host adds its own keys, e.g. the
+ * data loader's position, and saves). */
+LLMT_API llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr,
+                                           struct llmt_ckpt *ck);
+/* Restore parameters, AdamW moments and the step from the checkpoint open
+ * on `ck` (llmt_ckpt_open_latest/_step). Every tensor's shape is checked
+ * before anything is overwritten. */
+LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr,
+                                            struct llmt_ckpt *ck);
+
 /* ======================================================================
  * Checkpoint (doc/checkpointing.md, doc/checkpoint-format.md)
  * A checkpoint is a directory ROOT/step-NNNNNNNNNNNN holding one data file

@@ -1,10 +1,1070 @@
-/* llmtrain train: placeholder until its module's command lands (issue owner
- * replaces this file). */
+/* llmtrain train SPEC.json: the main job. Reads the job spec, builds the
+ * tokenizer and the token data from the corpus, trains the model on the CPU
+ * with a progress line, metrics JSONL, periodic validation and (async)
+ * checkpoints, resumes from the newest checkpoint with --resume, and ends
+ * with sample text, a loss plot (SVG) and the validation loss next to the
+ * unigram entropy of the corpus. Uses only the public ABI. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "cli.h"
+
+#define CMD "train"
+
+/* ---- the job, as read from the spec ---------------------------------- */
+
+typedef struct job {
+    char name[128];
+    llmt_model_config mc;
+    llmt_trainer_opts to;
+    int64_t steps, eval_interval, eval_batches, log_interval, sample_tokens;
+    uint64_t seed, data_seed;
+    char data_train[1024], data_val[1024], tok_path[1024];
+    int tok_kind; /* 0 byte, 1 bpe, 2 gpt2 */
+    int64_t tok_vocab;
+    char ckpt_dir[1024];
+    int64_t ckpt_interval;
+    int ckpt_async, keep_last;
+    char jsonl[1024], plot[1024];
+} job;
+
+static int spec_i(const llmt_spec *s, const char *path, int64_t *out)
+{
+    llmt_status st = llmt_spec_get_int(s, path, out);
+    if (st != LLMT_OK)
+        return cli_fail(CMD, "spec %s: %s", path, llmt_spec_last_error(s));
+    return 0;
+}
+
+static int spec_d(const llmt_spec *s, const char *path, double *out)
+{
+    llmt_status st = llmt_spec_get_double(s, path, out);
+    if (st != LLMT_OK)
+        return cli_fail(CMD, "spec %s: %s", path, llmt_spec_last_error(s));
+    return 0;
+}
+
+static int spec_s(const llmt_spec *s, const char *path, char *buf, size_t cap)
+{
+    llmt_status st = llmt_spec_get_string(s, path, buf, cap, NULL);
+    if (st != LLMT_OK)
+        return cli_fail(CMD, "spec %s: %s", path, llmt_spec_last_error(s));
+    return 0;
+}
+
+/* Relative output paths of the spec go under the run directory. */
+static void under(char *dst, size_t cap, const char *out, const char *p,
+                  const char *dflt)
+{
+    if (!p || !*p) p = dflt;
+    if (p[0] == '/')
+        snprintf(dst, cap, "%s", p);
+    else
+        snprintf(dst, cap, "%.500s/%.500s", out, p);
+}
+
+static int read_job(const llmt_spec *s, const char *out, job *j)
+{
+    int64_t v;
+    double d;
+    char buf[1024];
+    memset(j, 0, sizeof *j);
+    llmt_model_config *c = &j->mc;
+    llmt_model_config_init(c, sizeof *c);
+    llmt_trainer_opts *o = &j->to;
+    llmt_trainer_opts_init(o, sizeof *o);
+    if (spec_s(s, "name", j->name, sizeof j->name)) return -1;
+    if (spec_i(s, "model.arch", &v)) return -1;
+    c->arch = v == 1 ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
+    if (spec_i(s, "model.layers", &v)) return -1;
+    c->layers = (int32_t)v;
+    if (spec_i(s, "model.hidden", &v)) return -1;
+    c->width = (int32_t)v;
+    if (spec_i(s, "model.heads", &v)) return -1;
+    c->heads = (int32_t)v;
+    if (spec_i(s, "model.kv_heads", &v)) return -1;
+    c->kv_heads = (int32_t)v;
+    if (spec_i(s, "model.ffn", &v)) return -1;
+    c->ffn_hidden = (int32_t)v;
+    if (spec_i(s, "model.vocab", &v)) return -1;
+    c->vocab_size = (int32_t)v;
+    if (spec_i(s, "model.seq_len", &v)) return -1;
+    c->max_seq_len = (int32_t)v;
+    if (spec_d(s, "model.norm_eps", &d)) return -1;
+    c->norm_eps = (float)d;
+    if (spec_d(s, "model.rope_theta", &d)) return -1;
+    c->rope_theta = (float)d;
+    if (spec_i(s, "model.tied_embeddings", &v)) return -1;
+    c->tie_embeddings = (int32_t)v;
+    if (spec_i(s, "model.moe.experts", &v)) return -1;
+    if (v > 0)
+        return cli_fail(CMD, "model.moe.experts %lld: mixture of experts is "
+                        "not in the CPU trainer yet", (long long)v);
+
+    if (spec_i(s, "batch.micro", &v)) return -1;
+    o->micro_batch = (int32_t)v;
+    if (spec_i(s, "batch.grad_accum", &v)) return -1;
+    o->grad_accum = (int32_t)v;
+    o->seq_len = c->max_seq_len;
+    if (spec_d(s, "optimizer.lr", &d)) return -1;
+    o->lr = (float)d;
+    if (spec_d(s, "optimizer.beta1", &d)) return -1;
+    o->beta1 = (float)d;
+    if (spec_d(s, "optimizer.beta2", &d)) return -1;
+    o->beta2 = (float)d;
+    if (spec_d(s, "optimizer.eps", &d)) return -1;
+    o->eps = (float)d;
+    if (spec_d(s, "optimizer.weight_decay", &d)) return -1;
+    o->weight_decay = (float)d;
+    if (spec_d(s, "optimizer.grad_clip", &d)) return -1;
+    o->grad_clip = (float)d;
+    if (spec_i(s, "optimizer.type", &v)) return -1;
+    if (v != 0) return cli_fail(CMD, "optimizer.type: only adamw is implemented");
+    if (spec_i(s, "schedule.kind", &v)) return -1; /* cosine|linear|wsd|constant */
+    static const int32_t kinds[4] = {LLMT_LR_COSINE, LLMT_LR_LINEAR, LLMT_LR_WSD,
+                                     LLMT_LR_CONSTANT};
+    o->schedule = kinds[v >= 0 && v < 4 ? v : 0];
+    if (spec_i(s, "schedule.warmup_steps", &v)) return -1;
+    o->warmup_steps = v;
+    if (spec_i(s, "schedule.total_steps", &v)) return -1;
+    o->total_steps = v;
+    if (spec_d(s, "schedule.min_lr_ratio", &d)) return -1;
+    o->min_lr = (float)(d * o->lr);
+    if (spec_i(s, "schedule.decay_steps", &v)) return -1;
+    o->decay_fraction = o->total_steps > 0 ? (float)v / (float)o->total_steps : 0;
+    if (o->decay_fraction > 1.0f) o->decay_fraction = 1.0f;
+    if (spec_i(s, "parallelism.recompute", &v)) return -1;
+    o->recompute = v != 0;
+    if (spec_i(s, "train.threads", &v)) return -1;
+    o->threads = (int32_t)v;
+
+    if (spec_i(s, "train.steps", &j->steps)) return -1;
+    if (spec_i(s, "train.seed", &v)) return -1;
+    j->seed = (uint64_t)v;
+    c->seed = j->seed;
+    if (spec_i(s, "train.eval_interval", &j->eval_interval)) return -1;
+    if (spec_i(s, "train.eval_batches", &j->eval_batches)) return -1;
+    if (spec_i(s, "train.log_interval", &j->log_interval)) return -1;
+    if (spec_i(s, "train.sample_tokens", &j->sample_tokens)) return -1;
+    if (spec_i(s, "train.device", &v)) return -1;
+    if (v != 0)
+        return cli_fail(CMD, "train.device cuda: this command trains on the "
+                        "CPU only for now (set train.device to cpu)");
+    if (spec_i(s, "parallelism.tp", &v)) return -1;
+    int64_t par = v;
+    if (spec_i(s, "parallelism.pp", &v)) return -1;
+    par *= v;
+    if (spec_i(s, "parallelism.dp", &v)) return -1;
+    par *= v;
+    if (par != 1)
+        return cli_fail(CMD, "parallelism: tp*pp*dp = %lld; this command runs "
+                        "one process (set them to 1)", (long long)par);
+
+    if (spec_s(s, "data.train", j->data_train, sizeof j->data_train)) return -1;
+    if (spec_s(s, "data.val", j->data_val, sizeof j->data_val)) return -1;
+    if (spec_i(s, "data.tokenizer.kind", &v)) return -1;
+    j->tok_kind = (int)v;
+    if (spec_i(s, "data.tokenizer.vocab_size", &j->tok_vocab)) return -1;
+    if (spec_s(s, "data.tokenizer.path", j->tok_path, sizeof j->tok_path)) return -1;
+    if (spec_i(s, "data.seed", &v)) return -1;
+    j->data_seed = (uint64_t)v;
+
+    if (spec_s(s, "checkpoint.dir", buf, sizeof buf)) return -1;
+    under(j->ckpt_dir, sizeof j->ckpt_dir, out, buf, "ckpt");
+    if (spec_s(s, "checkpoint.interval", buf, sizeof buf)) return -1;
+    if (!strcmp(buf, "auto"))
+        j->ckpt_interval = -1;
+    else
+        j->ckpt_interval = strtoll(buf, NULL, 10);
+    if (spec_i(s, "checkpoint.async", &v)) return -1;
+    j->ckpt_async = (int)v;
+    j->keep_last = 3;
+    if (spec_i(s, "checkpoint.tiers", &v)) return -1;
+    if (v > 0 && spec_i(s, "checkpoint.tiers[0].keep_last", &v) == 0)
+        j->keep_last = (int)v;
+
+    if (spec_s(s, "metrics.jsonl", buf, sizeof buf)) return -1;
+    under(j->jsonl, sizeof j->jsonl, out, buf, "metrics.jsonl");
+    if (spec_s(s, "metrics.plot", buf, sizeof buf)) return -1;
+    under(j->plot, sizeof j->plot, out, buf, "loss.svg");
+    return 0;
+}
+
+/* ---- small helpers --------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int mkdir_p(const char *path)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+    return 0;
+}
+
+static void fmt_dur(char *b, size_t cap, double s)
+{
+    if (s < 0 || !isfinite(s)) s = 0;
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(b, cap, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60)
+        snprintf(b, cap, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(b, cap, "%lds", t);
+}
+
+/* ---- history (for the plot) ----------------------------------------- */
+
+typedef struct point {
+    int64_t step;
+    double v;
+} point;
+
+typedef struct series {
+    point *p;
+    size_t n, cap;
+} series;
+
+static void series_add(series *s, int64_t step, double v)
+{
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? 2 * s->cap : 256;
+        point *np = realloc(s->p, nc * sizeof *np);
+        if (!np) return;
+        s->p = np;
+        s->cap = nc;
+    }
+    s->p[s->n].step = step;
+    s->p[s->n].v = v;
+    s->n++;
+}
+
+/* Reads a number after "key": in one JSONL line. */
+static int json_num(const char *line, const char *key, double *out)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(line, pat);
+    if (!p) return 0;
+    char *end = NULL;
+    double v = strtod(p + strlen(pat), &end);
+    if (end == p + strlen(pat)) return 0;
+    *out = v;
+    return 1;
+}
+
+/* On resume: keep the metrics of steps <= `upto`, reload them for the
+ * plot, and rewrite the file without the lines of the lost steps. */
+static void reload_metrics(const char *path, int64_t upto, series *tr,
+                           series *va)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *w = fopen(tmp, "w");
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        double st, v;
+        if (!json_num(line, "step", &st) || st > (double)upto) continue;
+        if (json_num(line, "val_loss", &v))
+            series_add(va, (int64_t)st, v);
+        else if (json_num(line, "loss", &v))
+            series_add(tr, (int64_t)st, v);
+        if (w) fputs(line, w);
+    }
+    fclose(f);
+    if (w) {
+        fclose(w);
+        rename(tmp, path);
+    }
+}
+
+/* ---- the loss plot: a self-contained SVG ------------------------------ */
+
+static double nice_step(double range, int target)
+{
+    double raw = range / target, mag = pow(10.0, floor(log10(raw)));
+    double r = raw / mag;
+    return mag * (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10);
+}
+
+static int write_svg(const char *path, const char *title, const series *tr,
+                     const series *va, double entropy)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    const double W = 800, H = 480, L = 70, R = 20, T = 40, Bm = 50;
+    int64_t xmax = 1;
+    double ymin = INFINITY, ymax = -INFINITY;
+    const series *all[2] = {tr, va};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < all[k]->n; i++) {
+            if (all[k]->p[i].step > xmax) xmax = all[k]->p[i].step;
+            if (all[k]->p[i].v < ymin) ymin = all[k]->p[i].v;
+            if (all[k]->p[i].v > ymax) ymax = all[k]->p[i].v;
+        }
+    if (entropy > 0 && entropy > ymax) ymax = entropy;
+    if (!(ymin < ymax)) {
+        ymin = 0;
+        ymax = ymax > 0 && isfinite(ymax) ? ymax : 1;
+    }
+    ymin = floor(ymin);
+    ymax = ceil(ymax);
+    double pw = W - L - R, ph = H - T - Bm;
+#define XS(s) (L + pw * (double)(s) / (double)xmax)
+#define YS(v) (T + ph * (1.0 - ((v) - ymin) / (ymax - ymin)))
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
+               "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n",
+            W, H, W, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"15\" "
+               "text-anchor=\"middle\">%s: loss (nats/token)</text>\n",
+            W / 2, title);
+    /* grid and ticks */
+    double ys = nice_step(ymax - ymin, 6);
+    for (double y = ceil(ymin / ys) * ys; y <= ymax + 1e-9; y += ys) {
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                   "stroke=\"#ddd\"/>\n", L, YS(y), W - R, YS(y));
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                L - 6, YS(y) + 4, y);
+    }
+    double xs = nice_step((double)xmax, 8);
+    for (double x = 0; x <= (double)xmax + 1e-9; x += xs) {
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                   "stroke=\"#eee\"/>\n", XS(x), T, XS(x), T + ph);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g"
+                   "</text>\n", XS(x), T + ph + 18, x);
+    }
+    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
+               "fill=\"none\" stroke=\"#333\"/>\n", L, T, pw, ph);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step"
+               "</text>\n", L + pw / 2, H - 12);
+    if (entropy > 0) {
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                   "stroke=\"#888\" stroke-dasharray=\"6,4\"/>\n",
+                L, YS(entropy), W - R, YS(entropy));
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
+                   "fill=\"#666\">unigram entropy %.3f</text>\n",
+                W - R - 4, YS(entropy) - 5, entropy);
+    }
+    static const char *const color[2] = {"#1f77b4", "#d62728"};
+    static const char *const label[2] = {"train", "validation"};
+    for (int k = 0; k < 2; k++) {
+        const series *s = all[k];
+        if (!s->n) continue;
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\" "
+                   "points=\"", color[k], k ? "2" : "1.2");
+        for (size_t i = 0; i < s->n; i++)
+            fprintf(f, "%.1f,%.1f ", XS(s->p[i].step), YS(s->p[i].v));
+        fprintf(f, "\"/>\n");
+        if (k == 1)
+            for (size_t i = 0; i < s->n; i++)
+                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" "
+                           "fill=\"%s\"/>\n", XS(s->p[i].step),
+                        YS(s->p[i].v), color[k]);
+        fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
+                   "stroke=\"%s\" stroke-width=\"2\"/>\n<text x=\"%.0f\" "
+                   "y=\"%.0f\">%s</text>\n",
+                W - R - 150, T + 18 + 18.0 * k, W - R - 125, T + 18 + 18.0 * k,
+                color[k], W - R - 118, T + 22 + 18.0 * k, label[k]);
+    }
+#undef XS
+#undef YS
+    fprintf(f, "</svg>\n");
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* ---- data: corpus -> tokenizer -> train/validation tokens -------------
+ * The corpus (data.train when it names a text file or a directory of text
+ * files, else the default corpus) is split into documents (fortune files:
+ * at lines holding "%"), every 20th document goes to validation, each is
+ * tokenized and followed by <|endoftext|>. Training sequences start at
+ * offsets drawn from (data.seed, sample cursor): the cursor is all the
+ * state a resume needs. Validation is the first sequences of the held-out
+ * documents, the same at every evaluation. */
+#include <dirent.h>
+
+#define TD_TOKENIZER 0 /* 1 once lib/data's tokenizers are in the library */
+
+typedef struct td_opts {
+    const char *out_dir, *train, *val, *tok_path;
+    int tok_kind; /* 0 byte, 1 bpe, 2 gpt2 */
+    int32_t tok_vocab;
+    uint64_t seed;
+    int seq_len, micro, resume;
+} td_opts;
+
+typedef struct train_data {
+    llmt_context *ctx;
+    char desc[1200];
+    int32_t vocab, eot;
+    int64_t n_train, n_val;
+    double unigram_entropy;
+    int32_t *train, *val;
+    uint64_t seed;
+    int64_t cursor;
+    int T;
+#if TD_TOKENIZER
+    llmt_tokenizer *tok;
+#endif
+} train_data;
+
+typedef struct text_buf {
+    char *p;
+    size_t n, cap;
+} text_buf;
+
+static int tb_add(text_buf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 1 << 20;
+        while (nc < b->n + n + 1) nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) return -1;
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+static int read_file_into(const char *path, text_buf *b)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    char buf[65536];
+    size_t n;
+    int rc = 0;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        if (tb_add(b, buf, n)) {
+            rc = -1;
+            break;
+        }
+    fclose(f);
+    return rc;
+}
+
+static int skip_name(const struct dirent *d)
+{
+    size_t n = strlen(d->d_name);
+    return d->d_name[0] != '.' && !(n > 4 && !strcmp(d->d_name + n - 4, ".dat"));
+}
+
+/* Text of a file, or of the regular files of a directory (sorted, no
+ * symlinks, no fortune .dat indexes), each file ending with a "%" line so
+ * that files never run into each other. */
+static int read_corpus(const char *path, text_buf *b, int *files)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        *files = 1;
+        return read_file_into(path, b);
+    }
+    struct dirent **list = NULL;
+    int n = scandir(path, &list, skip_name, alphasort);
+    if (n < 0) return -1;
+    *files = 0;
+    for (int i = 0; i < n; i++) {
+        char p[2048];
+        snprintf(p, sizeof p, "%s/%s", path, list[i]->d_name);
+        struct stat ls;
+        if (lstat(p, &ls) == 0 && S_ISREG(ls.st_mode) && read_file_into(p, b) == 0) {
+            tb_add(b, "\n%\n", 3);
+            (*files)++;
+        }
+        free(list[i]);
+    }
+    free(list);
+    return 0;
+}
+
+static int td_tokenize(train_data *d, const char *s, size_t n, int32_t **arr,
+                       int64_t *len, int64_t *cap)
+{
+    size_t need = n + 1;
+#if TD_TOKENIZER
+    size_t cnt = 0;
+    llmt_status st = llmt_tokenizer_encode(d->tok, s, n, NULL, 0, &cnt);
+    if (st != LLMT_OK && st != LLMT_ERR_BUFFER_TOO_SMALL)
+        return cli_fail_status(CMD, st, llmt_tokenizer_last_error(d->tok));
+    need = cnt + 1;
+#endif
+    if (*len + (int64_t)need > *cap) {
+        int64_t nc = *cap ? *cap : 1 << 16;
+        while (nc < *len + (int64_t)need) nc *= 2;
+        int32_t *np = realloc(*arr, (size_t)nc * sizeof(int32_t));
+        if (!np) return cli_fail(CMD, "no memory");
+        *arr = np;
+        *cap = nc;
+    }
+#if TD_TOKENIZER
+    st = llmt_tokenizer_encode(d->tok, s, n, *arr + *len, need - 1, &cnt);
+    if (st != LLMT_OK)
+        return cli_fail_status(CMD, st, llmt_tokenizer_last_error(d->tok));
+    *len += (int64_t)cnt;
+#else
+    for (size_t i = 0; i < n; i++) (*arr)[(*len)++] = (unsigned char)s[i];
+#endif
+    (*arr)[(*len)++] = d->eot;
+    return 0;
+}
+
+static int td_open(train_data *d, llmt_context *ctx, const td_opts *o)
+{
+    memset(d, 0, sizeof *d);
+    d->ctx = ctx;
+    d->seed = o->seed;
+    d->T = o->seq_len;
+    const char *corpus = NULL;
+    struct stat st;
+    if (o->train && *o->train && stat(o->train, &st) == 0)
+        corpus = o->train;
+    else if (stat("/usr/share/games/fortunes", &st) == 0)
+        corpus = "/usr/share/games/fortunes";
+    else if (stat("/usr/share/common-licenses", &st) == 0)
+        corpus = "/usr/share/common-licenses";
+    if (!corpus)
+        return cli_fail(CMD, "no corpus: data.train '%s' does not exist and "
+                        "the default corpus (/usr/share/games/fortunes, apt "
+                        "package fortunes) is not installed", o->train);
+    text_buf text = {0};
+    int files = 0;
+    if (read_corpus(corpus, &text, &files) != 0 || text.n == 0) {
+        free(text.p);
+        return cli_fail(CMD, "corpus %s is empty or unreadable: no data to "
+                        "train on", corpus);
+    }
+    /* documents: split at "%" lines */
+    text_buf tr = {0}, va = {0};
+    size_t ndoc = 0, nval_doc = 0;
+    const char *p = text.p, *end = text.p + text.n;
+    while (p < end) {
+        const char *q = p, *next = end;
+        while (q < end) {
+            const char *nl = memchr(q, '\n', (size_t)(end - q));
+            if (!nl) {
+                q = end;
+                break;
+            }
+            if (nl + 2 <= end && nl[1] == '%' && (nl + 2 == end || nl[2] == '\n')) {
+                next = nl + 2 < end ? nl + 3 : end;
+                q = nl + 1;
+                break;
+            }
+            q = nl + 1;
+        }
+        size_t len = (size_t)(q - p);
+        if (len > 1) {
+            text_buf *dst = ndoc % 20 == 19 ? &va : &tr;
+            if (dst == &va) nval_doc++;
+            tb_add(dst, p, len);
+            tb_add(dst, "\x1e", 1); /* document separator, never in text */
+            ndoc++;
+        }
+        p = q < next ? next : q;
+        if (p == q && q == end) break;
+    }
+    free(text.p);
+    if (tr.n == 0 || va.n == 0) {
+        free(tr.p);
+        free(va.p);
+        return cli_fail(CMD, "corpus %s holds %zu documents: too few to hold "
+                        "some out for validation", corpus, ndoc);
+    }
+    const char *kind = "bytes";
+#if TD_TOKENIZER
+    llmt_status s;
+    char tokfile[1200];
+    snprintf(tokfile, sizeof tokfile, "%s/tokenizer.bin", o->out_dir);
+    if (o->tok_path && *o->tok_path) {
+        s = llmt_tokenizer_load(ctx, o->tok_path, &d->tok);
+        kind = "loaded";
+    } else if (o->tok_kind == 1 && o->resume && stat(tokfile, &st) == 0) {
+        s = llmt_tokenizer_load(ctx, tokfile, &d->tok);
+        kind = "bpe (from the run)";
+    } else if (o->tok_kind == 1) {
+        s = llmt_tokenizer_train_bpe(ctx, tr.p, tr.n, o->tok_vocab, &d->tok);
+        if (s == LLMT_OK) s = llmt_tokenizer_save(d->tok, tokfile);
+        kind = "bpe learned from the corpus";
+    } else {
+        s = llmt_tokenizer_create_bytes(ctx, &d->tok);
+    }
+    if (s != LLMT_OK) {
+        free(tr.p);
+        free(va.p);
+        return cli_fail_status(CMD, s, llmt_context_last_error(ctx));
+    }
+    llmt_tokenizer_vocab_size(d->tok, &d->vocab);
+    llmt_tokenizer_eot(d->tok, &d->eot);
+#else
+    d->vocab = 257;
+    d->eot = 256;
+#endif
+    int64_t cap[2] = {0, 0};
+    int rc = 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+        text_buf *src = k ? &va : &tr;
+        int32_t **arr = k ? &d->val : &d->train;
+        int64_t *len = k ? &d->n_val : &d->n_train;
+        char *s0 = src->p, *e0 = src->p + src->n;
+        while (s0 < e0 && !rc) {
+            char *sep = memchr(s0, '\x1e', (size_t)(e0 - s0));
+            if (!sep) sep = e0;
+            rc = td_tokenize(d, s0, (size_t)(sep - s0), arr, len, &cap[k]);
+            s0 = sep + 1;
+        }
+    }
+    free(tr.p);
+    free(va.p);
+    if (rc) return rc;
+    if (d->n_train <= d->T + 1)
+        return cli_fail(CMD, "the training data (%lld tokens) is shorter than "
+                        "one sequence of %d", (long long)d->n_train, d->T);
+    /* unigram entropy of the training tokens, nats */
+    int64_t *cnt = calloc((size_t)d->vocab, sizeof *cnt);
+    if (!cnt) return cli_fail(CMD, "no memory");
+    for (int64_t i = 0; i < d->n_train; i++) cnt[d->train[i]]++;
+    double H = 0;
+    for (int32_t i = 0; i < d->vocab; i++)
+        if (cnt[i]) {
+            double q = (double)cnt[i] / (double)d->n_train;
+            H -= q * log(q);
+        }
+    free(cnt);
+    d->unigram_entropy = H;
+    snprintf(d->desc, sizeof d->desc, "%s (%d files, %zu documents, %zu held "
+             "out), tokenizer %s (%d tokens)", corpus, files, ndoc, nval_doc,
+             kind, (int)d->vocab);
+    return 0;
+}
+
+static uint64_t td_mix(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void td_next(train_data *d, int32_t *in, int32_t *tg, int nseq)
+{
+    uint64_t windows = (uint64_t)(d->n_train - d->T - 1) + 1;
+    for (int s = 0; s < nseq; s++) {
+        uint64_t off = td_mix(d->seed * 0x100000001B3ull ^ (uint64_t)d->cursor) % windows;
+        d->cursor++;
+        memcpy(in + (size_t)s * d->T, d->train + off, (size_t)d->T * sizeof(int32_t));
+        memcpy(tg + (size_t)s * d->T, d->train + off + 1,
+               (size_t)d->T * sizeof(int32_t));
+    }
+}
+
+static int td_val_batch(train_data *d, int32_t *in, int32_t *tg, int nmax)
+{
+    int n = 0;
+    for (; n < nmax && (int64_t)(n + 1) * d->T + 1 <= d->n_val; n++) {
+        memcpy(in + (size_t)n * d->T, d->val + (size_t)n * d->T,
+               (size_t)d->T * sizeof(int32_t));
+        memcpy(tg + (size_t)n * d->T, d->val + (size_t)n * d->T + 1,
+               (size_t)d->T * sizeof(int32_t));
+    }
+    return n;
+}
+
+static int64_t td_cursor(const train_data *d) { return d->cursor; }
+
+static llmt_status td_ckpt_add(const train_data *d, llmt_ckpt *ck)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)d->seed);
+    return llmt_ckpt_set_kv(ck, "data.seed", buf);
+}
+
+static int td_ckpt_read(train_data *d, llmt_ckpt *ck)
+{
+    char buf[64];
+    llmt_status s = llmt_ckpt_get_kv(ck, "data.cursor", buf, sizeof buf, NULL);
+    if (s != LLMT_OK) return cli_fail_status(CMD, s, llmt_ckpt_last_error(ck));
+    d->cursor = strtoll(buf, NULL, 10);
+    s = llmt_ckpt_get_kv(ck, "data.seed", buf, sizeof buf, NULL);
+    if (s == LLMT_OK && strtoull(buf, NULL, 10) != d->seed)
+        return cli_fail(CMD, "the checkpoint was written with data.seed %s, "
+                        "the spec says %llu", buf, (unsigned long long)d->seed);
+    return 0;
+}
+
+static char *td_decode(train_data *d, const int32_t *ids, size_t n)
+{
+#if TD_TOKENIZER
+    size_t len = 0;
+    llmt_tokenizer_decode(d->tok, ids, n, NULL, 0, &len);
+    char *b = malloc(len + 1);
+    if (!b) return NULL;
+    if (llmt_tokenizer_decode(d->tok, ids, n, b, len, &len) != LLMT_OK) {
+        free(b);
+        return NULL;
+    }
+    b[len] = 0;
+    return b;
+#else
+    char *b = malloc(n * 13 + 1), *o = b;
+    if (!b) return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 256) *o++ = (char)ids[i];
+        else o += sprintf(o, "<|endoftext|>");
+    *o = 0;
+    return b;
+#endif
+}
+
+static void td_free(train_data *d)
+{
+    free(d->train);
+    free(d->val);
+#if TD_TOKENIZER
+    llmt_tokenizer_destroy(d->tok);
+#endif
+}
+
+/* ---- checkpoints ----------------------------------------------------- */
+
+static int ckpt_save(llmt_ckpt *ck, llmt_trainer *tr, const train_data *td,
+                     int64_t step, int async)
+{
+    /* the previous async save must have succeeded */
+    llmt_status s = llmt_ckpt_wait(ck, -1);
+    if (s != LLMT_OK)
+        return cli_fail_status(CMD, s, llmt_ckpt_last_error(ck));
+    s = llmt_ckpt_begin(ck, step);
+    if (s == LLMT_OK) {
+        s = llmt_trainer_ckpt_add(tr, ck);
+        if (s != LLMT_OK)
+            return cli_fail_status(CMD, s, llmt_trainer_last_error(tr));
+    }
+    char buf[64];
+    if (s == LLMT_OK) {
+        snprintf(buf, sizeof buf, "%lld", (long long)td_cursor(td));
+        s = llmt_ckpt_set_kv(ck, "data.cursor", buf);
+    }
+    if (s == LLMT_OK) s = td_ckpt_add(td, ck);
+    if (s == LLMT_OK) s = llmt_ckpt_save(ck, async);
+    if (s != LLMT_OK) return cli_fail_status(CMD, s, llmt_ckpt_last_error(ck));
+    return 0;
+}
+
+/* ---- the job --------------------------------------------------------- */
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: llmtrain train SPEC.json [--out DIR] [--resume] "
+                    "[--steps N] [--threads N]\n");
+    return CLI_USAGE;
+}
+
+typedef struct run {
+    llmt_context *ctx;
+    llmt_spec *spec;
+    llmt_model *model;
+    llmt_trainer *tr;
+    llmt_ckpt *ck;
+    train_data td;
+    FILE *jsonl;
+    series trs, vas;
+    int32_t *in, *tg, *vin, *vtg, *gen;
+} run;
+
+static void run_free(run *r)
+{
+    if (r->ck) {
+        llmt_ckpt_wait(r->ck, -1);
+        llmt_ckpt_destroy(r->ck);
+    }
+    if (r->jsonl) fclose(r->jsonl);
+    llmt_trainer_destroy(r->tr);
+    llmt_model_destroy(r->model);
+    td_free(&r->td);
+    llmt_spec_destroy(r->spec);
+    llmt_context_destroy(r->ctx);
+    free(r->trs.p);
+    free(r->vas.p);
+    free(r->in);
+    free(r->tg);
+    free(r->vin);
+    free(r->vtg);
+    free(r->gen);
+}
+
+static int evaluate(run *r, const job *j, int nval, float *out)
+{
+    llmt_batch b = {sizeof b, r->vin, r->vtg, nval, j->to.seq_len};
+    llmt_status s = llmt_trainer_evaluate(r->tr, &b, out);
+    if (s != LLMT_OK) return cli_fail_status(CMD, s, llmt_trainer_last_error(r->tr));
+    return 0;
+}
+
+static int train_main(run *r, const char *spec_path, const char *out,
+                      int resume, int64_t stop_at, int threads)
+{
+    llmt_status s = llmt_context_create(NULL, &r->ctx);
+    if (s != LLMT_OK) return cli_fail_status(CMD, s, "context");
+    s = llmt_spec_parse_file(r->ctx, spec_path, &r->spec);
+    if (s != LLMT_OK)
+        return cli_fail(CMD, "%s:\n%s", spec_path, llmt_context_last_error(r->ctx));
+    if (mkdir_p(out) != 0)
+        return cli_fail(CMD, "cannot create %s: %s", out, strerror(errno));
+    job j;
+    if (read_job(r->spec, out, &j)) return CLI_FAILED;
+    if (threads > 0) j.to.threads = threads;
+    if (stop_at <= 0 || stop_at > j.steps) stop_at = j.steps;
+
+    /* data: tokenizer, train and validation tokens */
+    td_opts dopt = {0};
+    dopt.out_dir = out;
+    dopt.train = j.data_train;
+    dopt.val = j.data_val;
+    dopt.tok_kind = j.tok_kind;
+    dopt.tok_vocab = (int32_t)j.tok_vocab;
+    dopt.tok_path = j.tok_path;
+    dopt.seed = j.data_seed;
+    dopt.seq_len = j.to.seq_len;
+    dopt.micro = j.to.micro_batch;
+    dopt.resume = resume;
+    if (td_open(&r->td, r->ctx, &dopt) != 0) return CLI_FAILED;
+    int32_t tv = r->td.vocab;
+    if (tv > j.mc.vocab_size)
+        return cli_fail(CMD, "model.vocab %d is too small for the tokenizer's "
+                        "%d tokens (raise model.vocab or lower "
+                        "data.tokenizer.vocab_size)", (int)j.mc.vocab_size,
+                        (int)tv);
+    /* pad the embedding rows to a multiple of 64 (llm.c does the same) */
+    j.mc.padded_vocab_size = (j.mc.vocab_size + 63) / 64 * 64;
+
+    s = llmt_model_create(r->ctx, &j.mc, &r->model);
+    if (s != LLMT_OK)
+        return cli_fail_status(CMD, s, llmt_context_last_error(r->ctx));
+    s = llmt_trainer_create(r->model, &j.to, &r->tr);
+    if (s != LLMT_OK)
+        return cli_fail_status(CMD, s, llmt_model_last_error(r->model));
+    int64_t nparams = 0;
+    llmt_model_param_count(r->model, NULL, &nparams);
+
+    /* checkpoints */
+    llmt_ckpt_opts co;
+    llmt_ckpt_opts_init(&co, sizeof co);
+    co.keep_last = j.keep_last;
+    s = llmt_ckpt_create(r->ctx, j.ckpt_dir, &co, &r->ck);
+    if (s != LLMT_OK)
+        return cli_fail_status(CMD, s, llmt_context_last_error(r->ctx));
+    if (j.ckpt_interval < 0) /* "auto": a few per run on one CPU */
+        j.ckpt_interval = j.steps / 4 > 0 ? j.steps / 4 : 1;
+
+    int64_t start = 0;
+    if (resume) {
+        int64_t step = -1;
+        s = llmt_ckpt_open_latest(r->ck, &step);
+        if (s == LLMT_ERR_NOT_FOUND) {
+            printf("no checkpoint in %s: starting from step 0\n", j.ckpt_dir);
+        } else if (s != LLMT_OK) {
+            return cli_fail_status(CMD, s, llmt_ckpt_last_error(r->ck));
+        } else {
+            s = llmt_trainer_ckpt_read(r->tr, r->ck);
+            if (s != LLMT_OK)
+                return cli_fail_status(CMD, s, llmt_trainer_last_error(r->tr));
+            if (td_ckpt_read(&r->td, r->ck) != 0) return CLI_FAILED;
+            start = step;
+            printf("resumed from %s at step %lld\n", j.ckpt_dir, (long long)step);
+        }
+    }
+    if (start > 0)
+        reload_metrics(j.jsonl, start, &r->trs, &r->vas);
+    r->jsonl = fopen(j.jsonl, start > 0 ? "a" : "w");
+    if (!r->jsonl) return cli_fail(CMD, "open %s: %s", j.jsonl, strerror(errno));
+
+    int B = j.to.micro_batch, T = j.to.seq_len, A = j.to.grad_accum;
+    size_t per = (size_t)B * A * T;
+    int nval = (int)(j.eval_batches > 0 ? j.eval_batches : 1) * B;
+    r->in = malloc(per * sizeof(int32_t));
+    r->tg = malloc(per * sizeof(int32_t));
+    r->vin = malloc((size_t)nval * T * sizeof(int32_t));
+    r->vtg = malloc((size_t)nval * T * sizeof(int32_t));
+    if (!r->in || !r->tg || !r->vin || !r->vtg) return cli_fail(CMD, "no memory");
+    nval = td_val_batch(&r->td, r->vin, r->vtg, nval);
+    nval -= nval % B;
+    if (nval < B)
+        return cli_fail(CMD, "the validation data holds fewer than %d "
+                        "sequences of %d tokens", B, T);
+
+    printf("model: %s, %d layers, width %d, %d heads, vocab %d, %.2fM "
+           "parameters\n", j.mc.arch == LLMT_ARCH_GPT2 ? "gpt2" : "llama",
+           (int)j.mc.layers, (int)j.mc.width, (int)j.mc.heads, (int)tv,
+           (double)nparams / 1e6);
+    printf("data: %s; %lld train tokens, %lld validation tokens; unigram "
+           "entropy %.3f nats/token\n", r->td.desc, (long long)r->td.n_train,
+           (long long)r->td.n_val, r->td.unigram_entropy);
+    printf("train: %lld steps of %d x %d x %d tokens, lr %g, %s; output in "
+           "%s\n", (long long)j.steps, B, A, T, (double)j.to.lr,
+           j.to.recompute ? "recompute" : "no recompute", out);
+    fflush(stdout);
+
+    int tty = isatty(STDOUT_FILENO);
+    double t_start = now_s(), t_log = t_start;
+    int64_t tok_log = 0;
+    float last_val = NAN, first_val = NAN;
+    if (start == 0 && j.eval_interval > 0) {
+        if (evaluate(r, &j, nval, &first_val)) return CLI_FAILED;
+        fprintf(r->jsonl, "{\"step\":0,\"val_loss\":%.6f}\n", (double)first_val);
+        series_add(&r->vas, 0, first_val);
+        printf("step %lld: validation loss %.4f\n", 0LL, (double)first_val);
+    }
+    for (int64_t step = start; step < stop_at; step++) {
+        td_next(&r->td, r->in, r->tg, B * A);
+        llmt_batch b = {sizeof b, r->in, r->tg, B * A, T};
+        llmt_step_metrics met;
+        memset(&met, 0, sizeof met);
+        met.struct_size = sizeof met;
+        s = llmt_trainer_step(r->tr, &b, &met);
+        if (s != LLMT_OK) {
+            if (tty) putchar('\n');
+            return cli_fail_status(CMD, s, llmt_trainer_last_error(r->tr));
+        }
+        int64_t done = met.step;
+        double t = now_s();
+        tok_log += met.tokens;
+        fprintf(r->jsonl,
+                "{\"step\":%lld,\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6g,"
+                "\"tokens\":%lld,\"step_s\":%.4f,\"tokens_per_s\":%.1f,"
+                "\"elapsed_s\":%.2f}\n",
+                (long long)done, (double)met.loss, (double)met.grad_norm,
+                (double)met.lr, (long long)met.tokens, met.seconds,
+                (double)met.tokens / (met.seconds > 0 ? met.seconds : 1e-9),
+                t - t_start);
+        series_add(&r->trs, done, met.loss);
+        int last = done == stop_at;
+        if (j.log_interval > 0 &&
+            (done % j.log_interval == 0 || last || done == start + 1)) {
+            double tps = tok_log / (t - t_log > 0 ? t - t_log : 1e-9);
+            double avg = (t - t_start) / (double)(done - start);
+            char eta[32];
+            fmt_dur(eta, sizeof eta, avg * (double)(stop_at - done));
+            printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | "
+                   "%.0f tok/s | ETA %s%s", tty ? "\r" : "", (long long)done,
+                   (long long)stop_at, (double)met.loss, (double)met.lr,
+                   (double)met.grad_norm, tps, eta, tty ? "   " : "\n");
+            fflush(stdout);
+            t_log = t;
+            tok_log = 0;
+        }
+        if (j.eval_interval > 0 && (done % j.eval_interval == 0 || last)) {
+            if (evaluate(r, &j, nval, &last_val)) return CLI_FAILED;
+            fprintf(r->jsonl, "{\"step\":%lld,\"val_loss\":%.6f}\n",
+                    (long long)done, (double)last_val);
+            series_add(&r->vas, done, last_val);
+            printf("%sstep %lld: validation loss %.4f\n", tty ? "\n" : "",
+                   (long long)done, (double)last_val);
+        }
+        fflush(r->jsonl);
+        if ((j.ckpt_interval > 0 && done % j.ckpt_interval == 0) || last) {
+            /* the last one is synchronous so that the run ends durable */
+            if (ckpt_save(r->ck, r->tr, &r->td, done, last ? 0 : j.ckpt_async))
+                return CLI_FAILED;
+        }
+    }
+    if (tty) putchar('\n');
+    s = llmt_ckpt_wait(r->ck, -1);
+    if (s != LLMT_OK) return cli_fail_status(CMD, s, llmt_ckpt_last_error(r->ck));
+    double wall = now_s() - t_start;
+    if (isnan(last_val) && stop_at > start) {
+        if (evaluate(r, &j, nval, &last_val)) return CLI_FAILED;
+    }
+
+    /* sample text */
+    if (j.sample_tokens > 0) {
+        int32_t prompt = r->td.eot;
+        r->gen = malloc((size_t)j.sample_tokens * sizeof(int32_t));
+        if (!r->gen) return cli_fail(CMD, "no memory");
+        s = llmt_trainer_generate(r->tr, &prompt, 1, (int32_t)j.sample_tokens,
+                                  0.8f, 40, j.seed, r->gen);
+        if (s != LLMT_OK)
+            return cli_fail_status(CMD, s, llmt_trainer_last_error(r->tr));
+        char *text = td_decode(&r->td, r->gen, (size_t)j.sample_tokens);
+        printf("---- sample (%lld tokens, temperature 0.8, top-k 40) ----\n%s\n"
+               "----\n", (long long)j.sample_tokens, text ? text : "(decode failed)");
+        free(text);
+    }
+    if (write_svg(j.plot, j.name, &r->trs, &r->vas, r->td.unigram_entropy) != 0)
+        return cli_fail(CMD, "cannot write %s", j.plot);
+    printf("metrics: %s\nloss plot: %s\ncheckpoints: %s\n", j.jsonl, j.plot,
+           j.ckpt_dir);
+    double H = r->td.unigram_entropy;
+    if (!isnan(last_val))
+        printf("validation loss %.3f nats/token (%.3f bits) vs unigram "
+               "entropy of the corpus %.3f nats/token (%.3f bits): %.0f%% "
+               "below%s\n", (double)last_val, last_val / log(2.0), H,
+               H / log(2.0), 100.0 * (1.0 - last_val / H),
+               stop_at > start ? "" : " (no step run)");
+    if (stop_at > start)
+        printf("trained steps %lld..%lld in %.1f s\n", (long long)start + 1,
+               (long long)stop_at, wall);
+    return CLI_OK;
+}
 
 int cmd_train(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_fail("train", "not implemented in this build yet");
+    const char *spec = NULL, *out = NULL;
+    int resume = 0, threads = 0;
+    int64_t steps = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--out") && i + 1 < argc)
+            out = argv[++i];
+        else if (!strcmp(a, "--resume"))
+            resume = 1;
+        else if (!strcmp(a, "--steps") && i + 1 < argc)
+            steps = strtoll(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (a[0] == '-')
+            return usage();
+        else if (!spec)
+            spec = a;
+        else
+            return usage();
+    }
+    if (!spec) return usage();
+    char dflt[512];
+    if (!out) {
+        const char *base = strrchr(spec, '/');
+        base = base ? base + 1 : spec;
+        snprintf(dflt, sizeof dflt, "runs/%.*s", (int)strcspn(base, "."), base);
+        out = dflt;
+    }
+    run r;
+    memset(&r, 0, sizeof r);
+    int rc = train_main(&r, spec, out, resume, steps, threads);
+    run_free(&r);
+    return rc;
 }

@@ -427,12 +427,28 @@ static void cpu_adamw(float *param, const float *grad, float *m, float *v,
     }
 }
 
+/* Fixed blocks summed in a fixed order: an OpenMP reduction combines the
+ * threads' partials in arrival order, which changes the last bits of the
+ * grad norm (and so the clip scale) from run to run. */
+#define SUMSQ_BLOCK 65536
 static double cpu_sumsq(const float *x, size_t n)
 {
-    double s = 0.0;
-#pragma omp parallel for reduction(+ : s)
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return s;
+    size_t nb = (n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK;
+    double part[256];
+    double total = 0.0;
+    for (size_t b0 = 0; b0 < nb; b0 += 256) {
+        size_t cnt = nb - b0 < 256 ? nb - b0 : 256;
+#pragma omp parallel for schedule(static)
+        for (size_t j = 0; j < cnt; j++) {
+            size_t lo = (b0 + j) * SUMSQ_BLOCK;
+            size_t hi = lo + SUMSQ_BLOCK < n ? lo + SUMSQ_BLOCK : n;
+            double s = 0.0;
+            for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
+            part[j] = s;
+        }
+        for (size_t j = 0; j < cnt; j++) total += part[j];
+    }
+    return total;
 }
 
 static void cpu_residual_fwd(float *out, const float *a, const float *b,

@@ -277,7 +277,31 @@ llmt_status llmt_model_import_llmc(llmt_context *ctx, const char *path,
         c.heads = h[5];
         c.width = h[6];
         c.padded_vocab_size = h[7] ? h[7] : h[3];
-        s = llmt__model_new(ctx, &c, 0, &m);
+        /* The file must hold exactly what the header describes: check the
+         * size before allocating what a corrupt header might ask for. */
+        double C = c.width, V = c.padded_vocab_size, L = c.layers;
+        double want = 1024.0 + 4.0 * (V * C + (double)c.max_seq_len * C +
+                                      L * (12.0 * C * C + 13.0 * C) + 2.0 * C);
+        fseek(f, 0, SEEK_END);
+        long fsz = ftell(f);
+        fseek(f, (long)sizeof h, SEEK_SET);
+        if (c.width < 1 || c.layers < 1 || c.max_seq_len < 1 ||
+            c.vocab_size < 1 || c.padded_vocab_size < 1)
+            s = llmt__err_set(ce, LLMT_ERR_FORMAT,
+                              "model: %s: header has a non-positive size "
+                              "(seq %d, vocab %d, layers %d, heads %d, "
+                              "width %d, padded vocab %d)", path, (int)h[2],
+                              (int)h[3], (int)h[4], (int)h[5], (int)h[6],
+                              (int)h[7]);
+        else if ((double)fsz != want)
+            s = llmt__err_set(ce, LLMT_ERR_FORMAT,
+                              "model: %s is %ld bytes, its header (layers "
+                              "%d, width %d, vocab %d, seq %d) needs %.0f",
+                              path, fsz, (int)c.layers, (int)c.width,
+                              (int)c.padded_vocab_size, (int)c.max_seq_len,
+                              want);
+        else
+            s = llmt__model_new(ctx, &c, 0, &m);
     }
     if (s == LLMT_OK) {
         s = llmc_tensors(m, f, path, 0);

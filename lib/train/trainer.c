@@ -695,3 +695,7 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
     free(pr);
     return LLMT_OK;
 }
+
+/* For lib/train/state.c, which otherwise uses only the public API. */
+llmt_err *llmt__trainer_err(llmt_trainer *tr) { return &tr->err; }
+llmt_model *llmt__trainer_model(llmt_trainer *tr) { return tr->model; }
