@@ -1,0 +1,212 @@
+// LayerNorm and RMSNorm, forward and backward, bf16 activations with fp32
+// statistics. Forward: one warp per row. Backward: one block per group of
+// rows; weight gradients go through per-block partials reduced in a fixed
+// order (deterministic, no atomics).
+#include <math.h>
+#include <stdint.h>
+
+#include "../common.cuh"
+
+namespace {
+
+struct alignas(16) bf8 { __nv_bfloat16 v[8]; };
+
+/* Warp per row. vec: C % 8 == 0 and 16-byte aligned rows. */
+template <bool RMS>
+__global__ void norm_fwd_kernel(__nv_bfloat16 *out, float *mean, float *rstd,
+                                const __nv_bfloat16 *inp, const __nv_bfloat16 *w,
+                                const __nv_bfloat16 *b, int N, int C, float eps,
+                                bool vec)
+{
+    int lane = threadIdx.x & 31;
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const __nv_bfloat16 *x = inp + (size_t)row * C;
+    __nv_bfloat16 *o = out + (size_t)row * C;
+    float m = 0.0f;
+    if (!RMS) {
+        float s = 0.0f;
+        if (vec) {
+            for (int c = lane; c < C / 8; c += 32) {
+                bf8 a = ((const bf8 *)x)[c];
+#pragma unroll
+                for (int k = 0; k < 8; k++) s += bf2f(a.v[k]);
+            }
+        } else {
+            for (int c = lane; c < C; c += 32) s += bf2f(x[c]);
+        }
+        m = warp_sum(s) / C;
+    }
+    float v = 0.0f;
+    if (vec) {
+        for (int c = lane; c < C / 8; c += 32) {
+            bf8 a = ((const bf8 *)x)[c];
+#pragma unroll
+            for (int k = 0; k < 8; k++) { float d = bf2f(a.v[k]) - m; v += d * d; }
+        }
+    } else {
+        for (int c = lane; c < C; c += 32) { float d = bf2f(x[c]) - m; v += d * d; }
+    }
+    float s = rsqrtf(warp_sum(v) / C + eps);
+    if (vec) {
+        for (int c = lane; c < C / 8; c += 32) {
+            bf8 a = ((const bf8 *)x)[c], ww = ((const bf8 *)w)[c], bb, r;
+            if (!RMS && b) bb = ((const bf8 *)b)[c];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float y = (bf2f(a.v[k]) - m) * s * bf2f(ww.v[k]);
+                if (!RMS && b) y += bf2f(bb.v[k]);
+                r.v[k] = f2bf(y);
+            }
+            ((bf8 *)o)[c] = r;
+        }
+    } else {
+        for (int c = lane; c < C; c += 32) {
+            float y = (bf2f(x[c]) - m) * s * bf2f(w[c]);
+            if (!RMS && b) y += bf2f(b[c]);
+            o[c] = f2bf(y);
+        }
+    }
+    if (lane == 0) {
+        if (!RMS && mean) mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+/* Block g handles rows g, g+G, ...; thread owns channels c = tid + k*bdim
+ * and keeps their dw/db sums in shared memory (dyn: 2*C floats). */
+template <bool RMS>
+__global__ void norm_bwd_kernel(__nv_bfloat16 *dinp, float *pdw, float *pdb,
+                                const __nv_bfloat16 *dout,
+                                const __nv_bfloat16 *inp, const __nv_bfloat16 *w,
+                                const float *mean, const float *rstd, int N, int C)
+{
+    extern __shared__ float dyn[];
+    __shared__ float red[32];
+    float *sdw = dyn, *sdb = dyn + C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) { sdw[c] = 0.0f; sdb[c] = 0.0f; }
+    for (int row = blockIdx.x; row < N; row += gridDim.x) {
+        const __nv_bfloat16 *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+        __nv_bfloat16 *di = dinp + (size_t)row * C;
+        float m = RMS ? 0.0f : mean[row], s = rstd[row];
+        float a = 0.0f, bsum = 0.0f;
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float xh = (bf2f(x[c]) - m) * s;
+            float dn = bf2f(w[c]) * bf2f(d[c]);
+            a += dn;
+            bsum += dn * xh;
+        }
+        float sa = RMS ? 0.0f : block_sum(a, red) / C;
+        __syncthreads();
+        float sb = block_sum(bsum, red) / C;
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float dd = bf2f(d[c]);
+            float xh = (bf2f(x[c]) - m) * s;
+            float dn = bf2f(w[c]) * dd;
+            sdw[c] += dd * xh;
+            if (!RMS) sdb[c] += dd;
+            float g = (dn - sa - xh * sb) * s;
+            di[c] = f2bf(bf2f(di[c]) + g);
+        }
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        pdw[(size_t)blockIdx.x * C + c] = sdw[c];
+        if (!RMS) pdb[(size_t)blockIdx.x * C + c] = sdb[c];
+    }
+}
+
+__global__ void partial_final(float *dw, float *db, const float *pdw,
+                              const float *pdb, int G, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f, t = 0.0f;
+    for (int g = 0; g < G; g++) {
+        s += pdw[(size_t)g * C + c];
+        if (pdb) t += pdb[(size_t)g * C + c];
+    }
+    dw[c] += s;
+    if (db) db[c] += t;
+}
+
+template <bool RMS>
+llmt_status norm_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out, float *mean, float *rstd,
+                     const llmt__bf16 *inp, const llmt__bf16 *w, const llmt__bf16 *b,
+                     int N, int C, float eps)
+{
+    if (N == 0) return LLMT_OK;
+    uintptr_t al = (uintptr_t)out | (uintptr_t)inp | (uintptr_t)w | (uintptr_t)b;
+    bool vec = C % 8 == 0 && (al & 15) == 0;
+    int wpb = 8;
+    norm_fwd_kernel<RMS><<<(N + wpb - 1) / wpb, wpb * 32, 0, ctx->compute>>>(
+        BF(out), mean, rstd, CBF(inp), CBF(w), CBF(b), N, C, eps, vec);
+    LLMT_LAUNCHED(ctx, RMS ? "rmsnorm_fwd" : "layernorm_fwd");
+}
+
+template <bool RMS>
+llmt_status norm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, float *db,
+                     const llmt__bf16 *dout, const llmt__bf16 *inp,
+                     const llmt__bf16 *w, const float *mean, const float *rstd,
+                     int N, int C)
+{
+    if (N == 0 || C == 0) return LLMT_OK;
+    const char *name = RMS ? "rmsnorm_bwd" : "layernorm_bwd";
+    size_t smem = 2 * (size_t)C * sizeof(float);
+    if (smem > 200 * 1024)
+        return llmt__err_set(&ctx->err, LLMT_ERR_UNSUPPORTED,
+                             "cuda: %s: C=%d over 25600 channels", name, C);
+    if (smem > 48 * 1024)
+        LLMT_CU(ctx, cudaFuncSetAttribute(norm_bwd_kernel<RMS>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)smem));
+    int G = ctx->num_sms * 4;
+    if (G > N) G = N;
+    float *part = NULL;
+    llmt_status st = llmt__cuda_alloc(ctx, (void **)&part, 2 * (size_t)G * C * sizeof(float));
+    if (st) return st;
+    int threads = C >= 1024 ? 512 : 256;
+    norm_bwd_kernel<RMS><<<G, threads, smem, ctx->compute>>>(
+        BF(dinp), part, part + (size_t)G * C, CBF(dout), CBF(inp), CBF(w), mean, rstd, N, C);
+    partial_final<<<(C + 255) / 256, 256, 0, ctx->compute>>>(
+        dw, RMS ? NULL : db, part, (RMS || !db) ? NULL : part + (size_t)G * C, G, C);
+    llmt__cuda_free(ctx, part);
+    LLMT_LAUNCHED(ctx, name);
+}
+
+} // namespace
+
+extern "C" {
+
+llmt_status llmt__cuda_layernorm_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
+                                     float *mean, float *rstd,
+                                     const llmt__bf16 *inp, const llmt__bf16 *w,
+                                     const llmt__bf16 *b, int N, int C,
+                                     float eps)
+{
+    return norm_fwd<false>(ctx, out, mean, rstd, inp, w, b, N, C, eps);
+}
+llmt_status llmt__cuda_layernorm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp,
+                                     float *dw, float *db,
+                                     const llmt__bf16 *dout,
+                                     const llmt__bf16 *inp, const llmt__bf16 *w,
+                                     const float *mean, const float *rstd,
+                                     int N, int C)
+{
+    return norm_bwd<false>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+llmt_status llmt__cuda_rmsnorm_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
+                                   float *rstd, const llmt__bf16 *inp,
+                                   const llmt__bf16 *w, int N, int C, float eps)
+{
+    return norm_fwd<true>(ctx, out, NULL, rstd, inp, w, NULL, N, C, eps);
+}
+llmt_status llmt__cuda_rmsnorm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp,
+                                   float *dw, const llmt__bf16 *dout,
+                                   const llmt__bf16 *inp, const llmt__bf16 *w,
+                                   const float *rstd, int N, int C)
+{
+    return norm_bwd<true>(ctx, dinp, dw, NULL, dout, inp, w, NULL, rstd, N, C);
+}
+
+} // extern "C"

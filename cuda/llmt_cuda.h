@@ -1,0 +1,253 @@
+/* The CUDA backend's plain C entry points (internal; not installed).
+ *
+ * Everything here takes explicit device pointers and shapes and runs on the
+ * context's compute stream; nothing synchronises unless it says so. Types:
+ * activations and parameters are bf16 (passed as uint16_t bit patterns, so C
+ * callers need no CUDA headers), master weights, optimizer state, gradients
+ * of parameters, statistics and losses are fp32. Layouts are row-major with
+ * the same conventions as lib/exec/exec.h (N rows of C channels; backward
+ * ops ACCUMULATE (+=) into fp32 parameter gradients; rope pairs (i, i+hd/2);
+ * attention takes packed rows with stride qs and grouped-query heads).
+ *
+ * Determinism: every kernel below is bitwise deterministic for fixed shapes
+ * (fixed-order reductions, no floating-point atomics) except
+ * llmt__cuda_embedding_bwd outside deterministic mode, which uses atomics.
+ * The GEMM restricts cuBLASLt's reduction schemes in deterministic mode. */
+#ifndef LLMT_CUDA_H
+#define LLMT_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmtrain.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint16_t llmt__bf16; /* bit pattern of a bfloat16 */
+
+typedef struct llmt__cuda_ctx llmt__cuda_ctx;
+
+/* ---- context, streams, memory (cuda/core/ctx.cu, cuda/mem/) ------------- */
+
+typedef struct llmt__cuda_ctx_opts {
+    int device;           /* CUDA ordinal */
+    int deterministic;    /* bitwise-reproducible runs */
+    size_t workspace;     /* cuBLASLt workspace bytes (0: 32 MiB) */
+} llmt__cuda_ctx_opts;
+
+/* Creates the compute and communication streams (non-blocking), the
+ * cuBLASLt handle, its workspace and the caching allocator. */
+llmt_status llmt__cuda_ctx_create(const llmt__cuda_ctx_opts *opts,
+                                  llmt__cuda_ctx **out);
+void llmt__cuda_ctx_destroy(llmt__cuda_ctx *ctx);
+const char *llmt__cuda_ctx_last_error(const llmt__cuda_ctx *ctx);
+void *llmt__cuda_ctx_compute_stream(llmt__cuda_ctx *ctx); /* cudaStream_t */
+void *llmt__cuda_ctx_comm_stream(llmt__cuda_ctx *ctx);
+/* Compute capability as major*10+minor. */
+int llmt__cuda_ctx_sm(const llmt__cuda_ctx *ctx);
+/* The comm stream waits for all work queued so far on compute (an event),
+ * and the reverse: the hand-offs around an overlapped collective. */
+llmt_status llmt__cuda_comm_wait_compute(llmt__cuda_ctx *ctx);
+llmt_status llmt__cuda_compute_wait_comm(llmt__cuda_ctx *ctx);
+llmt_status llmt__cuda_sync(llmt__cuda_ctx *ctx); /* both streams */
+/* Surfaces an asynchronous kernel error (cudaGetLastError). */
+llmt_status llmt__cuda_check(llmt__cuda_ctx *ctx, const char *what);
+
+/* Caching device allocator (per context; blocks are reused on the compute
+ * stream's order, so a freed block may be handed out again at once for work
+ * queued after the free). Sizes round up to 512 B (small) or 2 MiB (large).
+ * On cudaMalloc failure the cache is released and the call retried. */
+llmt_status llmt__cuda_alloc(llmt__cuda_ctx *ctx, void **p, size_t bytes);
+void llmt__cuda_free(llmt__cuda_ctx *ctx, void *p);
+/* Return cached free blocks to the driver. */
+void llmt__cuda_cache_release(llmt__cuda_ctx *ctx);
+typedef struct llmt__cuda_mem_stats {
+    size_t in_use, cached, peak_in_use, device_bytes;
+    uint64_t mallocs, hits;
+} llmt__cuda_mem_stats;
+void llmt__cuda_mem_stats_get(const llmt__cuda_ctx *ctx,
+                              llmt__cuda_mem_stats *out);
+/* Pinned host memory (checkpoint snapshots, staging). */
+llmt_status llmt__cuda_host_alloc(llmt__cuda_ctx *ctx, void **p, size_t bytes);
+void llmt__cuda_host_free(void *p);
+/* Copies on the compute stream; h2d/d2h synchronise (test and setup use). */
+llmt_status llmt__cuda_h2d(llmt__cuda_ctx *ctx, void *dst, const void *src,
+                           size_t bytes);
+llmt_status llmt__cuda_d2h(llmt__cuda_ctx *ctx, void *dst, const void *src,
+                           size_t bytes);
+llmt_status llmt__cuda_d2d(llmt__cuda_ctx *ctx, void *dst, const void *src,
+                           size_t bytes);
+llmt_status llmt__cuda_memset0(llmt__cuda_ctx *ctx, void *dst, size_t bytes);
+/* Times `fn(arg)` queued on the compute stream with events: `iters` calls
+ * after `warmup`, returning per-call milliseconds in ms[iters]. */
+llmt_status llmt__cuda_time(llmt__cuda_ctx *ctx, void (*fn)(void *), void *arg,
+                            int warmup, int iters, float *ms);
+
+/* ---- GEMM through cuBLASLt (cuda/gemm/gemm.cu) --------------------------- */
+
+typedef enum llmt__gemm_epi {
+    LLMT_GEMM_EPI_NONE = 0,
+    LLMT_GEMM_EPI_BIAS = 1,      /* + bias[N] (bf16) */
+    LLMT_GEMM_EPI_GELU = 2,      /* gelu(.) */
+    LLMT_GEMM_EPI_GELU_BIAS = 3, /* gelu(. + bias); pre-activation into aux */
+    LLMT_GEMM_EPI_DGELU = 4,     /* . * gelu'(aux) (aux: forward's pre-act) */
+    LLMT_GEMM_EPI_BGRAD = 5      /* also bias_grad[M] = sum_k op(A)[m,k] */
+} llmt__gemm_epi;
+
+typedef enum llmt__gemm_type {
+    LLMT_GEMM_BF16 = 0,
+    LLMT_GEMM_F32 = 1,
+    LLMT_GEMM_E4M3 = 2,
+    LLMT_GEMM_E5M2 = 3
+} llmt__gemm_type;
+
+/* Row-major C[M,N] = alpha * op(A) @ op(B) + beta * C, op(A) [M,K] (A stored
+ * [K,M] when trans_a), op(B) [K,N] (B stored [N,K] when trans_b). lda/ldb/ldc
+ * 0 mean packed. A and B are bf16 (or both fp8 with a_scale/b_scale: device
+ * pointers to fp32 per-tensor dequantisation factors; fp8 needs sm_89+ and
+ * trans_a=0, trans_b=1, which is the Linear forward inp @ W^T). C is bf16 or
+ * fp32 (c_type). fp32 accumulation always. */
+typedef struct llmt__gemm_args {
+    int trans_a, trans_b;
+    int M, N, K;
+    const void *A; int lda;
+    const void *B; int ldb;
+    void *C; int ldc;
+    llmt__gemm_type ab_type, c_type;
+    float alpha, beta;
+    llmt__gemm_epi epi;
+    const void *bias;  /* EPI_BIAS / GELU_BIAS: bf16 [N] (c_type's type) */
+    void *aux;         /* GELU_BIAS: out pre-act; DGELU: in pre-act [M,N] */
+    void *bias_grad;   /* BGRAD: [M] of c_type's type (overwritten) */
+    const float *a_scale, *b_scale; /* fp8 only (device) */
+} llmt__gemm_args;
+
+void llmt__gemm_args_init(llmt__gemm_args *g);
+llmt_status llmt__cuda_gemm(llmt__cuda_ctx *ctx, const llmt__gemm_args *g);
+/* Heuristic cache statistics: (lookups, misses). */
+void llmt__cuda_gemm_cache_stats(const llmt__cuda_ctx *ctx, uint64_t *lookups,
+                                 uint64_t *misses);
+
+/* ---- kernels (cuda/kernels/) ---------------------------------------------- */
+
+/* out[B*T,C] = wte[tok] (+ wpe[t]); wpe may be NULL. */
+llmt_status llmt__cuda_embedding_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
+                                     const int32_t *tok, const llmt__bf16 *wte,
+                                     const llmt__bf16 *wpe, int B, int T, int C);
+/* dwte[V,C] += scatter(dout); dwpe[T,C] += sum over b (dwpe may be NULL). */
+llmt_status llmt__cuda_embedding_bwd(llmt__cuda_ctx *ctx, float *dwte,
+                                     float *dwpe, const llmt__bf16 *dout,
+                                     const int32_t *tok, int B, int T, int C);
+
+/* mean/rstd [N] fp32 outputs (mean unused by rmsnorm). b may be NULL. */
+llmt_status llmt__cuda_layernorm_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
+                                     float *mean, float *rstd,
+                                     const llmt__bf16 *inp, const llmt__bf16 *w,
+                                     const llmt__bf16 *b, int N, int C,
+                                     float eps);
+/* dinp (bf16) += ; dw, db (fp32) += ; db may be NULL. */
+llmt_status llmt__cuda_layernorm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp,
+                                     float *dw, float *db,
+                                     const llmt__bf16 *dout,
+                                     const llmt__bf16 *inp, const llmt__bf16 *w,
+                                     const float *mean, const float *rstd,
+                                     int N, int C);
+llmt_status llmt__cuda_rmsnorm_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
+                                   float *rstd, const llmt__bf16 *inp,
+                                   const llmt__bf16 *w, int N, int C, float eps);
+llmt_status llmt__cuda_rmsnorm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp,
+                                   float *dw, const llmt__bf16 *dout,
+                                   const llmt__bf16 *inp, const llmt__bf16 *w,
+                                   const float *rstd, int N, int C);
+
+/* tanh GELU; bwd: dinp += gelu'(inp) * dout. */
+llmt_status llmt__cuda_gelu_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
+                                const llmt__bf16 *inp, size_t n);
+llmt_status llmt__cuda_gelu_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp,
+                                const llmt__bf16 *inp, const llmt__bf16 *dout,
+                                size_t n);
+/* out = silu(gate) * up; bwd accumulates into dgate, dup. */
+llmt_status llmt__cuda_swiglu_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
+                                  const llmt__bf16 *gate, const llmt__bf16 *up,
+                                  size_t n);
+llmt_status llmt__cuda_swiglu_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dgate,
+                                  llmt__bf16 *dup, const llmt__bf16 *dout,
+                                  const llmt__bf16 *gate, const llmt__bf16 *up,
+                                  size_t n);
+/* out = a + b (out may alias a). */
+llmt_status llmt__cuda_residual_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
+                                    const llmt__bf16 *a, const llmt__bf16 *b,
+                                    size_t n);
+/* x[N,C] += bias[C] */
+llmt_status llmt__cuda_bias_add(llmt__cuda_ctx *ctx, llmt__bf16 *x,
+                                const llmt__bf16 *bias, int N, int C);
+/* dbias[C] += sum over rows of dout[N,C] (deterministic column sums). */
+llmt_status llmt__cuda_bias_bwd(llmt__cuda_ctx *ctx, float *dbias,
+                                const llmt__bf16 *dout, int N, int C);
+/* In place on nh heads of hd per row, rows B*T of stride `stride` elements,
+ * position = row % T; inverse=1 is the backward. */
+llmt_status llmt__cuda_rope(llmt__cuda_ctx *ctx, llmt__bf16 *x, int B, int T,
+                            int nh, int hd, size_t stride, float theta,
+                            int inverse);
+
+/* Flash-style causal attention (online softmax; no T x T matrix). q, k, v
+ * rows of B*T with stride qs elements; q has nh heads, k/v nkv heads (head h
+ * reads kv head h/(nh/nkv)); hd <= 128 and even. out [B*T, nh*hd] packed;
+ * lse [B, nh, T] fp32 log-sum-exp kept for the backward. */
+llmt_status llmt__cuda_attention_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
+                                     float *lse, const llmt__bf16 *q,
+                                     const llmt__bf16 *k, const llmt__bf16 *v,
+                                     size_t qs, int B, int T, int nh, int nkv,
+                                     int hd);
+/* dq, dk, dv (stride qs) are OVERWRITTEN (they are activation gradients of
+ * a fresh qkv buffer); uses B*nh*T floats of scratch from the allocator. */
+llmt_status llmt__cuda_attention_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq,
+                                     llmt__bf16 *dk, llmt__bf16 *dv,
+                                     const llmt__bf16 *dout,
+                                     const llmt__bf16 *out, const float *lse,
+                                     const llmt__bf16 *q, const llmt__bf16 *k,
+                                     const llmt__bf16 *v, size_t qs, int B,
+                                     int T, int nh, int nkv, int hd);
+
+/* Fused softmax cross-entropy over logits[N, Vp] (first V columns real):
+ * losses[n] = logsumexp - logit[target] (0 where target < 0), and, when
+ * dloss != 0, logits are overwritten in place by (softmax - onehot) * dloss
+ * (0 in padded columns and ignored rows): one read, one write. */
+llmt_status llmt__cuda_softmax_xent(llmt__cuda_ctx *ctx, float *losses,
+                                    llmt__bf16 *logits, const int32_t *targets,
+                                    int N, int V, int Vp, float dloss);
+
+/* AdamW on fp32 master weights; writes the bf16 copy (RNE) when param_bf16
+ * is not NULL. grad fp32, scaled by grad_scale (clipping). t is 1-based. */
+llmt_status llmt__cuda_adamw(llmt__cuda_ctx *ctx, float *master,
+                             llmt__bf16 *param_bf16, const float *grad,
+                             float *m, float *v, size_t n, float lr,
+                             float beta1, float beta2, float eps, float wd,
+                             float grad_scale, int64_t t);
+/* out[0] (device fp32) = sum of x[i]^2 over several arrays, fixed order. */
+llmt_status llmt__cuda_sumsq(llmt__cuda_ctx *ctx, float *out,
+                             const float *const *xs, const size_t *ns,
+                             int count);
+/* out[0] (device fp32) = sum of x[i] (fixed order). */
+llmt_status llmt__cuda_sum(llmt__cuda_ctx *ctx, float *out, const float *x,
+                           size_t n);
+/* out[0] (device fp32) = max |x[i]| of bf16 x (fp8 scaling). */
+llmt_status llmt__cuda_amax(llmt__cuda_ctx *ctx, float *out,
+                            const llmt__bf16 *x, size_t n);
+/* y = fp8(x * scale[0]) with saturation; e5m2=0 gives E4M3. */
+llmt_status llmt__cuda_quantize_fp8(llmt__cuda_ctx *ctx, uint8_t *y,
+                                    const llmt__bf16 *x, const float *scale,
+                                    size_t n, int e5m2);
+/* bf16 <-> fp32 conversions on the device. */
+llmt_status llmt__cuda_f32_to_bf16(llmt__cuda_ctx *ctx, llmt__bf16 *y,
+                                   const float *x, size_t n);
+llmt_status llmt__cuda_bf16_to_f32(llmt__cuda_ctx *ctx, float *y,
+                                   const llmt__bf16 *x, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,803 @@
+/* The CUDA backend's kernels and GEMM against CPU references (lib/exec's
+ * fp32 CPU ops, or plain C loops in double), on awkward shapes: sizes that
+ * are not multiples of the tiles or of 8, T = 1, a vocabulary that is not a
+ * multiple of 128, misaligned pointers (the scalar paths). Inputs are
+ * bf16-representable so both sides see the same numbers; outputs are
+ * poisoned (NaN) before each run so an unwritten element fails.
+ *
+ * Tolerances, as ||gpu - ref|| / ||ref||: bf16 outputs 1e-2 (one bf16
+ * rounding is 2^-9 relative), attention backward 2e-2 (the row term uses the
+ * bf16-rounded forward output), fp32 outputs 1e-4 (summation order only),
+ * fp8 GEMM 2e-2 against the dequantised operands.
+ *
+ * SKIPs (77) without a GPU. LLMT_SEED=n repeats a run; the default seed is
+ * drawn from the clock and printed. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "exec/exec.h"
+#include "gpu_util.h"
+
+static llmt__cuda_ctx *X;
+static const llmt__exec_ops *CPU;
+
+#define OK(expr)                                                             \
+    do {                                                                     \
+        llmt_status s_ = (expr);                                             \
+        check_count++;                                                       \
+        if (s_ != LLMT_OK) {                                                 \
+            check_failures++;                                                \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,    \
+                    llmt__cuda_ctx_last_error(X));                           \
+        }                                                                    \
+    } while (0)
+
+static void *dalloc(size_t bytes)
+{
+    void *p = NULL;
+    if (llmt__cuda_alloc(X, &p, bytes ? bytes : 1)) {
+        fprintf(stderr, "alloc %zu: %s\n", bytes, llmt__cuda_ctx_last_error(X));
+        exit(1);
+    }
+    return p;
+}
+static void *dup_(const void *h, size_t bytes)
+{
+    void *d = dalloc(bytes);
+    if (bytes && llmt__cuda_h2d(X, d, h, bytes)) {
+        fprintf(stderr, "h2d: %s\n", llmt__cuda_ctx_last_error(X));
+        exit(1);
+    }
+    return d;
+}
+static void down(void *h, const void *d, size_t bytes)
+{
+    if (bytes && llmt__cuda_d2h(X, h, d, bytes)) {
+        fprintf(stderr, "d2h: %s\n", llmt__cuda_ctx_last_error(X));
+        exit(1);
+    }
+}
+/* A device bf16 buffer of n NaNs. */
+static uint16_t *dpoison_bf(size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * 2);
+    for (size_t i = 0; i < n; i++) h[i] = 0x7fc0;
+    uint16_t *d = dup_(h, n * 2);
+    free(h);
+    return d;
+}
+static float *dpoison_f(size_t n)
+{
+    float *h = malloc((n ? n : 1) * 4);
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    float *d = dup_(h, n * 4);
+    free(h);
+    return d;
+}
+static double read_bf_err(const uint16_t *d, const float *ref, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * 2);
+    float *f = malloc((n ? n : 1) * 4);
+    down(h, d, n * 2);
+    bf_to_f(f, h, n);
+    double e = rel_err(f, ref, n);
+    free(h);
+    free(f);
+    return e;
+}
+static double read_f_err(const float *d, const float *ref, size_t n)
+{
+    float *f = malloc((n ? n : 1) * 4);
+    down(f, d, n * 4);
+    double e = rel_err(f, ref, n);
+    free(f);
+    return e;
+}
+
+static int n_cases;
+static void report(const char *what, double err, double tol)
+{
+    n_cases++;
+    int ok = err <= tol;
+    printf("%-58s relerr %.2e (tol %.0e) %s\n", what, err, tol, ok ? "ok" : "FAIL");
+    check_count++;
+    if (!ok) check_failures++;
+}
+
+#define TOL_BF 1e-2
+#define TOL_F32 1e-4
+
+/* ---- element-wise ---------------------------------------------------------- */
+
+static void test_elementwise(size_t n, int off)
+{
+    char name[96];
+    size_t m = n + off;
+    float *a = malloc(m * 4), *b = malloc(m * 4), *c = malloc(m * 4), *r1 = malloc(m * 4),
+          *r2 = malloc(m * 4);
+    uint16_t *ab = malloc(m * 2), *bb = malloc(m * 2), *cb = malloc(m * 2);
+    fill_bf(a, ab, m, 3.0f);
+    fill_bf(b, bb, m, 2.0f);
+    fill_bf(c, cb, m, 1.0f);
+    uint16_t *da = dup_(ab, m * 2), *db = dup_(bb, m * 2), *dc;
+    uint16_t *out = dpoison_bf(m);
+
+    /* gelu fwd / bwd */
+    OK(llmt__cuda_gelu_fwd(X, out + off, da + off, n));
+    CPU->gelu_fwd(r1, a + off, n);
+    snprintf(name, sizeof name, "gelu_fwd n=%zu off=%d", n, off);
+    report(name, read_bf_err(out + off, r1, n), TOL_BF);
+    dc = dup_(cb, m * 2);
+    OK(llmt__cuda_gelu_bwd(X, dc + off, da + off, db + off, n));
+    memcpy(r1, c + off, n * 4);
+    CPU->gelu_bwd(r1, a + off, b + off, n);
+    snprintf(name, sizeof name, "gelu_bwd (+=) n=%zu off=%d", n, off);
+    report(name, read_bf_err(dc + off, r1, n), TOL_BF);
+    llmt__cuda_free(X, dc);
+
+    /* swiglu */
+    OK(llmt__cuda_swiglu_fwd(X, out + off, da + off, db + off, n));
+    CPU->swiglu_fwd(r1, a + off, b + off, n);
+    snprintf(name, sizeof name, "swiglu_fwd n=%zu off=%d", n, off);
+    report(name, read_bf_err(out + off, r1, n), TOL_BF);
+    {
+        /* swiglu bwd with explicit buffers: dgate0 = c, dup0 = b, dout = a,
+         * gate = b, up = c */
+        uint16_t *dg = dup_(cb, m * 2), *du = dup_(bb, m * 2);
+        uint16_t *dcc = dup_(cb, m * 2);
+        OK(llmt__cuda_swiglu_bwd(X, dg + off, du + off, da + off, db + off, dcc + off, n));
+        memcpy(r1, c + off, n * 4);
+        memcpy(r2, b + off, n * 4);
+        CPU->swiglu_bwd(r1, r2, a + off, b + off, c + off, n);
+        snprintf(name, sizeof name, "swiglu_bwd dgate (+=) n=%zu off=%d", n, off);
+        report(name, read_bf_err(dg + off, r1, n), TOL_BF);
+        snprintf(name, sizeof name, "swiglu_bwd dup (+=) n=%zu off=%d", n, off);
+        report(name, read_bf_err(du + off, r2, n), TOL_BF);
+        llmt__cuda_free(X, dg);
+        llmt__cuda_free(X, du);
+        llmt__cuda_free(X, dcc);
+    }
+    /* residual */
+    OK(llmt__cuda_residual_fwd(X, out + off, da + off, db + off, n));
+    CPU->residual_fwd(r1, a + off, b + off, n);
+    snprintf(name, sizeof name, "residual_fwd n=%zu off=%d", n, off);
+    report(name, read_bf_err(out + off, r1, n), TOL_BF);
+
+    /* conversions: exact */
+    {
+        float *fx = malloc(m * 4);
+        for (size_t i = 0; i < m; i++) fx[i] = rng_f(100.0f);
+        float *dfx = dup_(fx, m * 4);
+        OK(llmt__cuda_f32_to_bf16(X, out + off, dfx + off, n));
+        uint16_t *h = malloc(m * 2);
+        down(h, out + off, n * 2);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += h[i] != h_f2bf(fx[off + i]);
+        snprintf(name, sizeof name, "f32_to_bf16 (RNE, exact) n=%zu off=%d", n, off);
+        report(name, (double)bad, 0);
+        float *dfy = dpoison_f(m);
+        OK(llmt__cuda_bf16_to_f32(X, dfy + off, da + off, n));
+        snprintf(name, sizeof name, "bf16_to_f32 (exact) n=%zu off=%d", n, off);
+        report(name, read_f_err(dfy + off, a + off, n), 0);
+        llmt__cuda_free(X, dfx);
+        llmt__cuda_free(X, dfy);
+        free(fx);
+        free(h);
+    }
+    llmt__cuda_free(X, da);
+    llmt__cuda_free(X, db);
+    llmt__cuda_free(X, out);
+    free(a); free(b); free(c); free(r1); free(r2); free(ab); free(bb); free(cb);
+}
+
+/* ---- embedding ----------------------------------------------------------- */
+
+static void test_embedding(int B, int T, int C, int V, int det)
+{
+    char name[96];
+    size_t nw = (size_t)V * C, np = (size_t)T * C, no = (size_t)B * T * C;
+    float *wte = malloc(nw * 4), *wpe = malloc(np * 4), *ref = malloc(no * 4);
+    uint16_t *wteb = malloc(nw * 2), *wpeb = malloc(np * 2);
+    int32_t *tok = malloc((size_t)B * T * 4);
+    fill_bf(wte, wteb, nw, 1.0f);
+    fill_bf(wpe, wpeb, np, 1.0f);
+    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(rng_u64() % (uint64_t)(i % 3 ? V : 2)); /* collisions */
+    uint16_t *dwte = dup_(wteb, nw * 2), *dwpe = dup_(wpeb, np * 2), *dout = dpoison_bf(no);
+    int32_t *dtok = dup_(tok, (size_t)B * T * 4);
+    OK(llmt__cuda_embedding_fwd(X, dout, dtok, dwte, dwpe, B, T, C));
+    CPU->embedding_fwd(ref, tok, wte, wpe, B, T, C);
+    snprintf(name, sizeof name, "embedding_fwd B=%d T=%d C=%d V=%d", B, T, C, V);
+    report(name, read_bf_err(dout, ref, no), TOL_BF);
+    OK(llmt__cuda_embedding_fwd(X, dout, dtok, dwte, NULL, B, T, C));
+    CPU->embedding_fwd(ref, tok, wte, NULL, B, T, C);
+    snprintf(name, sizeof name, "embedding_fwd no-wpe B=%d T=%d C=%d", B, T, C);
+    report(name, read_bf_err(dout, ref, no), TOL_BF);
+
+    /* backward: dout random, gradients start random (accumulate) */
+    float *g = malloc(no * 4), *gw = malloc(nw * 4), *gp = malloc(np * 4);
+    uint16_t *gb = malloc(no * 2);
+    fill_bf(g, gb, no, 1.0f);
+    for (size_t i = 0; i < nw; i++) gw[i] = rng_f(1.0f);
+    for (size_t i = 0; i < np; i++) gp[i] = rng_f(1.0f);
+    uint16_t *dg = dup_(gb, no * 2);
+    float *dgw = dup_(gw, nw * 4), *dgp = dup_(gp, np * 4);
+    OK(llmt__cuda_embedding_bwd(X, dgw, dgp, dg, dtok, B, T, C));
+    CPU->embedding_bwd(gw, gp, g, tok, B, T, C);
+    snprintf(name, sizeof name, "embedding_bwd dwte%s B=%d T=%d C=%d", det ? " (det)" : "", B, T, C);
+    report(name, read_f_err(dgw, gw, nw), TOL_F32);
+    snprintf(name, sizeof name, "embedding_bwd dwpe B=%d T=%d C=%d", B, T, C);
+    report(name, read_f_err(dgp, gp, np), TOL_F32);
+    llmt__cuda_free(X, dwte); llmt__cuda_free(X, dwpe); llmt__cuda_free(X, dout);
+    llmt__cuda_free(X, dtok); llmt__cuda_free(X, dg); llmt__cuda_free(X, dgw);
+    llmt__cuda_free(X, dgp);
+    free(wte); free(wpe); free(ref); free(wteb); free(wpeb); free(tok);
+    free(g); free(gw); free(gp); free(gb);
+}
+
+/* ---- norms ------------------------------------------------------------------ */
+
+static void test_norm(int N, int C, int rms)
+{
+    char name[96];
+    size_t n = (size_t)N * C;
+    const char *k = rms ? "rmsnorm" : "layernorm";
+    float *x = malloc(n * 4), *w = malloc(C * 4), *b = malloc(C * 4), *ref = malloc(n * 4);
+    float *mean = malloc(N * 4), *rstd = malloc(N * 4);
+    uint16_t *xb = malloc(n * 2), *wb = malloc(C * 2), *bb = malloc(C * 2);
+    fill_bf(x, xb, n, 2.0f);
+    for (size_t i = 0; i < n; i++) { x[i] = h_round_bf(x[i] + 0.5f); xb[i] = h_f2bf(x[i]); }
+    fill_bf(w, wb, C, 1.0f);
+    fill_bf(b, bb, C, 1.0f);
+    uint16_t *dx = dup_(xb, n * 2), *dw = dup_(wb, C * 2), *db = dup_(bb, C * 2);
+    uint16_t *dout = dpoison_bf(n);
+    float *dmean = dpoison_f(N), *drstd = dpoison_f(N);
+    if (rms) {
+        OK(llmt__cuda_rmsnorm_fwd(X, dout, drstd, dx, dw, N, C, 1e-5f));
+        CPU->rmsnorm_fwd(ref, rstd, x, w, N, C, 1e-5f);
+    } else {
+        OK(llmt__cuda_layernorm_fwd(X, dout, dmean, drstd, dx, dw, db, N, C, 1e-5f));
+        CPU->layernorm_fwd(ref, mean, rstd, x, w, b, N, C, 1e-5f);
+    }
+    snprintf(name, sizeof name, "%s_fwd N=%d C=%d", k, N, C);
+    report(name, read_bf_err(dout, ref, n), TOL_BF);
+    snprintf(name, sizeof name, "%s_fwd rstd N=%d C=%d", k, N, C);
+    report(name, read_f_err(drstd, rstd, N), TOL_F32);
+    if (!rms) {
+        snprintf(name, sizeof name, "%s_fwd mean N=%d C=%d", k, N, C);
+        report(name, read_f_err(dmean, mean, N), TOL_F32);
+    }
+    /* backward with the CPU's statistics on both sides */
+    float *g = malloc(n * 4), *di = malloc(n * 4), *gw = malloc(C * 4), *gb = malloc(C * 4);
+    uint16_t *gbf = malloc(n * 2), *dib = malloc(n * 2);
+    fill_bf(g, gbf, n, 1.0f);
+    fill_bf(di, dib, n, 0.5f);
+    for (int c = 0; c < C; c++) { gw[c] = rng_f(1.0f); gb[c] = rng_f(1.0f); }
+    uint16_t *dg = dup_(gbf, n * 2), *ddi = dup_(dib, n * 2);
+    float *dgw = dup_(gw, C * 4), *dgb = dup_(gb, C * 4);
+    float *dm = dup_(mean, N * 4), *dr = dup_(rstd, N * 4);
+    if (rms) {
+        OK(llmt__cuda_rmsnorm_bwd(X, ddi, dgw, dg, dx, dw, dr, N, C));
+        CPU->rmsnorm_bwd(di, gw, g, x, w, rstd, N, C);
+    } else {
+        OK(llmt__cuda_layernorm_bwd(X, ddi, dgw, dgb, dg, dx, dw, dm, dr, N, C));
+        CPU->layernorm_bwd(di, gw, gb, g, x, w, mean, rstd, N, C);
+    }
+    snprintf(name, sizeof name, "%s_bwd dinp (+=) N=%d C=%d", k, N, C);
+    report(name, read_bf_err(ddi, di, n), TOL_BF);
+    snprintf(name, sizeof name, "%s_bwd dw (+=) N=%d C=%d", k, N, C);
+    report(name, read_f_err(dgw, gw, C), 1e-3);
+    if (!rms) {
+        snprintf(name, sizeof name, "%s_bwd db (+=) N=%d C=%d", k, N, C);
+        report(name, read_f_err(dgb, gb, C), 1e-3);
+    }
+    llmt__cuda_free(X, dx); llmt__cuda_free(X, dw); llmt__cuda_free(X, db);
+    llmt__cuda_free(X, dout); llmt__cuda_free(X, dmean); llmt__cuda_free(X, drstd);
+    llmt__cuda_free(X, dg); llmt__cuda_free(X, ddi); llmt__cuda_free(X, dgw);
+    llmt__cuda_free(X, dgb); llmt__cuda_free(X, dm); llmt__cuda_free(X, dr);
+    free(x); free(w); free(b); free(ref); free(mean); free(rstd); free(xb); free(wb);
+    free(bb); free(g); free(di); free(gw); free(gb); free(gbf); free(dib);
+}
+
+/* ---- bias, rope ------------------------------------------------------------ */
+
+static void test_bias(int N, int C)
+{
+    char name[96];
+    size_t n = (size_t)N * C;
+    float *x = malloc(n * 4), *bias = malloc(C * 4), *ref = malloc(n * 4), *db = malloc(C * 4);
+    uint16_t *xb = malloc(n * 2), *bb = malloc(C * 2);
+    fill_bf(x, xb, n, 1.0f);
+    fill_bf(bias, bb, C, 1.0f);
+    uint16_t *dx = dup_(xb, n * 2), *dbias = dup_(bb, C * 2);
+    OK(llmt__cuda_bias_add(X, dx, dbias, N, C));
+    for (size_t i = 0; i < n; i++) ref[i] = x[i] + bias[i % C];
+    snprintf(name, sizeof name, "bias_add N=%d C=%d", N, C);
+    report(name, read_bf_err(dx, ref, n), TOL_BF);
+    for (int c = 0; c < C; c++) db[c] = rng_f(1.0f);
+    float *ddb = dup_(db, C * 4);
+    uint16_t *dd = dup_(xb, n * 2);
+    OK(llmt__cuda_bias_bwd(X, ddb, dd, N, C));
+    for (int c = 0; c < C; c++) {
+        double s = db[c];
+        for (int r = 0; r < N; r++) s += x[(size_t)r * C + c];
+        db[c] = (float)s;
+    }
+    snprintf(name, sizeof name, "bias_bwd (+=) N=%d C=%d", N, C);
+    report(name, read_f_err(ddb, db, C), TOL_F32);
+    llmt__cuda_free(X, dx); llmt__cuda_free(X, dbias); llmt__cuda_free(X, ddb);
+    llmt__cuda_free(X, dd);
+    free(x); free(bias); free(ref); free(db); free(xb); free(bb);
+}
+
+static void test_rope(int B, int T, int nh, int hd, size_t stride)
+{
+    char name[96];
+    size_t n = (size_t)B * T * stride;
+    float *x = malloc(n * 4), *ref = malloc(n * 4);
+    uint16_t *xb = malloc(n * 2);
+    fill_bf(x, xb, n, 1.0f);
+    for (int inv = 0; inv < 2; inv++) {
+        uint16_t *dx = dup_(xb, n * 2);
+        memcpy(ref, x, n * 4);
+        OK(llmt__cuda_rope(X, dx, B, T, nh, hd, stride, 10000.0f, inv));
+        CPU->rope(ref, B, T, nh, hd, stride, 10000.0f, inv);
+        snprintf(name, sizeof name, "rope%s B=%d T=%d nh=%d hd=%d stride=%zu",
+                 inv ? " inverse" : "", B, T, nh, hd, stride);
+        report(name, read_bf_err(dx, ref, n), TOL_BF);
+        llmt__cuda_free(X, dx);
+    }
+    free(x); free(ref); free(xb);
+}
+
+/* ---- attention ------------------------------------------------------------- */
+
+static void test_attention(int B, int T, int nh, int nkv, int hd)
+{
+    char name[128];
+    size_t qs = (size_t)(nh + 2 * nkv) * hd;
+    size_t n = (size_t)B * T * qs, no = (size_t)B * T * nh * hd;
+    size_t na = (size_t)B * nh * T * T;
+    float *qkv = malloc(n * 4), *out = malloc(no * 4), *att = malloc(na * 4),
+          *datt = malloc(na * 4), *dq = calloc(n, 4), *g = malloc(no * 4);
+    uint16_t *qkvb = malloc(n * 2), *gb = malloc(no * 2);
+    fill_bf(qkv, qkvb, n, 1.5f);
+    fill_bf(g, gb, no, 1.0f);
+    const float *q = qkv, *k = qkv + (size_t)nh * hd, *v = k + (size_t)nkv * hd;
+    uint16_t *dqkv = dup_(qkvb, n * 2), *dout = dpoison_bf(no);
+    float *dlse = dpoison_f((size_t)B * nh * T);
+    uint16_t *dk_ = dqkv + (size_t)nh * hd, *dv_ = dk_ + (size_t)nkv * hd;
+    OK(llmt__cuda_attention_fwd(X, dout, dlse, dqkv, dk_, dv_, qs, B, T, nh, nkv, hd));
+    CPU->attention_fwd(out, att, q, k, v, qs, B, T, nh, nkv, hd);
+    snprintf(name, sizeof name, "attention_fwd B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
+    report(name, read_bf_err(dout, out, no), TOL_BF);
+    /* lse finite everywhere */
+    {
+        float *l = malloc((size_t)B * nh * T * 4);
+        down(l, dlse, (size_t)B * nh * T * 4);
+        size_t bad = 0;
+        for (size_t i = 0; i < (size_t)B * nh * T; i++) bad += !isfinite(l[i]);
+        snprintf(name, sizeof name, "attention_fwd lse finite B=%d T=%d", B, T);
+        report(name, (double)bad, 0);
+        free(l);
+    }
+    /* backward */
+    uint16_t *dg = dup_(gb, no * 2);
+    uint16_t *dgrad = dpoison_bf(n);
+    OK(llmt__cuda_attention_bwd(X, dgrad, dgrad + (size_t)nh * hd,
+                                dgrad + (size_t)(nh + nkv) * hd, dg, dout, dlse, dqkv, dk_,
+                                dv_, qs, B, T, nh, nkv, hd));
+    CPU->attention_bwd(dq, dq + (size_t)nh * hd, dq + (size_t)(nh + nkv) * hd, datt, g, att,
+                       q, k, v, qs, B, T, nh, nkv, hd);
+    uint16_t *h = malloc(n * 2);
+    float *f = malloc(n * 4);
+    down(h, dgrad, n * 2);
+    bf_to_f(f, h, n);
+    /* split the error per part */
+    const char *part[3] = {"dq", "dk", "dv"};
+    size_t off[3] = {0, (size_t)nh * hd, (size_t)(nh + nkv) * hd};
+    size_t len[3] = {(size_t)nh * hd, (size_t)nkv * hd, (size_t)nkv * hd};
+    for (int p = 0; p < 3; p++) {
+        double num = 0, den = 0;
+        int nan = 0;
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (size_t i = 0; i < len[p]; i++) {
+                size_t j = r * qs + off[p] + i;
+                if (isnan(f[j])) nan = 1;
+                double d = (double)f[j] - dq[j];
+                num += d * d;
+                den += (double)dq[j] * dq[j];
+            }
+        snprintf(name, sizeof name, "attention_bwd %s B=%d T=%d nh=%d nkv=%d hd=%d", part[p], B,
+                 T, nh, nkv, hd);
+        report(name, nan ? INFINITY : sqrt(num / (den > 0 ? den : 1)), 2e-2);
+    }
+    llmt__cuda_free(X, dqkv); llmt__cuda_free(X, dout); llmt__cuda_free(X, dlse);
+    llmt__cuda_free(X, dg); llmt__cuda_free(X, dgrad);
+    free(qkv); free(out); free(att); free(datt); free(dq); free(g); free(qkvb); free(gb);
+    free(h); free(f);
+}
+
+/* ---- softmax cross-entropy -------------------------------------------------- */
+
+static void test_xent(int N, int V, int Vp, float dloss)
+{
+    char name[96];
+    size_t n = (size_t)N * Vp;
+    float *l = malloc(n * 4), *losses = malloc(N * 4);
+    uint16_t *lb = malloc(n * 2);
+    fill_bf(l, lb, n, 4.0f);
+    int32_t *tg = malloc(N * 4);
+    for (int i = 0; i < N; i++) tg[i] = (i % 4 == 3) ? -1 : (int32_t)(rng_u64() % (uint64_t)V);
+    tg[0] = V - 1;
+    uint16_t *dl = dup_(lb, n * 2);
+    int32_t *dt = dup_(tg, N * 4);
+    float *dloss_d = dpoison_f(N);
+    OK(llmt__cuda_softmax_xent(X, dloss_d, dl, dt, N, V, Vp, dloss));
+    CPU->softmax_xent_fwd(losses, l, tg, N, V, Vp);
+    snprintf(name, sizeof name, "softmax_xent losses N=%d V=%d Vp=%d", N, V, Vp);
+    report(name, read_f_err(dloss_d, losses, N), 1e-4);
+    CPU->softmax_xent_bwd(l, tg, dloss, N, V, Vp);
+    snprintf(name, sizeof name, "softmax_xent dlogits N=%d V=%d Vp=%d", N, V, Vp);
+    report(name, read_bf_err(dl, l, n), TOL_BF);
+    llmt__cuda_free(X, dl); llmt__cuda_free(X, dt); llmt__cuda_free(X, dloss_d);
+    free(l); free(losses); free(lb); free(tg);
+}
+
+/* ---- AdamW and reductions ---------------------------------------------------- */
+
+static void test_adamw(size_t n, int off)
+{
+    char name[96];
+    size_t m = n + off;
+    float *p = malloc(m * 4), *g = malloc(m * 4), *mm = malloc(m * 4), *vv = malloc(m * 4);
+    for (size_t i = 0; i < m; i++) {
+        p[i] = rng_f(1.0f);
+        g[i] = rng_f(1.0f);
+        mm[i] = rng_f(0.1f);
+        vv[i] = fabsf(rng_f(0.01f));
+    }
+    float *dp = dup_(p, m * 4), *dg = dup_(g, m * 4), *dm = dup_(mm, m * 4), *dv = dup_(vv, m * 4);
+    uint16_t *pb = dpoison_bf(m);
+    OK(llmt__cuda_adamw(X, dp + off, pb + off, dg + off, dm + off, dv + off, n, 1e-3f, 0.9f,
+                        0.95f, 1e-8f, 0.1f, 0.5f, 7));
+    CPU->adamw(p + off, g + off, mm + off, vv + off, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 7);
+    snprintf(name, sizeof name, "adamw master n=%zu off=%d", n, off);
+    report(name, read_f_err(dp + off, p + off, n), 1e-6);
+    snprintf(name, sizeof name, "adamw m n=%zu off=%d", n, off);
+    report(name, read_f_err(dm + off, mm + off, n), 1e-6);
+    snprintf(name, sizeof name, "adamw v n=%zu off=%d", n, off);
+    report(name, read_f_err(dv + off, vv + off, n), 1e-6);
+    snprintf(name, sizeof name, "adamw bf16 param n=%zu off=%d", n, off);
+    report(name, read_bf_err(pb + off, p + off, n), TOL_BF);
+    llmt__cuda_free(X, dp); llmt__cuda_free(X, dg); llmt__cuda_free(X, dm);
+    llmt__cuda_free(X, dv); llmt__cuda_free(X, pb);
+    free(p); free(g); free(mm); free(vv);
+}
+
+/* E4M3 / E5M2 decoders for the host-side check of quantisation. */
+static float fp8_decode(uint8_t b, int e5m2)
+{
+    int s = b >> 7, eb = e5m2 ? 5 : 4, mb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+    int e = (b >> mb) & ((1 << eb) - 1), m = b & ((1 << mb) - 1);
+    float v = e == 0 ? ldexpf((float)m / (1 << mb), 1 - bias)
+                     : ldexpf(1.0f + (float)m / (1 << mb), e - bias);
+    return s ? -v : v;
+}
+
+static void test_reduce(void)
+{
+    char name[96];
+    size_t ns[3] = {1, 1000003, 4097};
+    float *xs[3], *dxs[3];
+    double ss = 0, sum1 = 0;
+    for (int i = 0; i < 3; i++) {
+        xs[i] = malloc(ns[i] * 4);
+        for (size_t j = 0; j < ns[i]; j++) {
+            xs[i][j] = rng_f(1.0f);
+            ss += (double)xs[i][j] * xs[i][j];
+        }
+        dxs[i] = dup_(xs[i], ns[i] * 4);
+    }
+    for (size_t j = 0; j < ns[1]; j++) sum1 += xs[1][j];
+    float *dout = dpoison_f(1), got, got2;
+    OK(llmt__cuda_sumsq(X, dout, (const float *const *)dxs, ns, 3));
+    down(&got, dout, 4);
+    report("sumsq over 3 arrays (1, 1000003, 4097)", fabs(got - ss) / ss, 1e-5);
+    OK(llmt__cuda_sumsq(X, dout, (const float *const *)dxs, ns, 3));
+    down(&got2, dout, 4);
+    report("sumsq repeat bitwise identical", memcmp(&got, &got2, 4) ? 1.0 : 0.0, 0);
+    OK(llmt__cuda_sum(X, dout, dxs[1], ns[1]));
+    down(&got, dout, 4);
+    report("sum n=1000003", fabs(got - sum1) / fmax(fabs(sum1), 1.0), 1e-4);
+    /* amax and fp8 */
+    size_t n = 10007;
+    float *x = malloc(n * 4);
+    uint16_t *xb = malloc(n * 2);
+    fill_bf(x, xb, n, 3.0f);
+    x[77] = h_round_bf(-11.5f);
+    xb[77] = h_f2bf(x[77]);
+    uint16_t *dx = dup_(xb, n * 2);
+    OK(llmt__cuda_amax(X, dout, dx, n));
+    down(&got, dout, 4);
+    snprintf(name, sizeof name, "amax n=%zu", n);
+    report(name, fabs(got - 11.5), 0);
+    for (int e5 = 0; e5 < 2; e5++) {
+        float scale = (e5 ? 57344.0f : 448.0f) / 11.5f;
+        float *ds = dup_(&scale, 4);
+        uint8_t *dy = dalloc(n), *y = malloc(n);
+        OK(llmt__cuda_quantize_fp8(X, dy, dx, ds, n, e5));
+        down(y, dy, n);
+        float *deq = malloc(n * 4), *ref = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) {
+            deq[i] = fp8_decode(y[i], e5);
+            ref[i] = x[i] * scale;
+        }
+        snprintf(name, sizeof name, "quantize_fp8 %s (dequantised vs x*scale)", e5 ? "E5M2" : "E4M3");
+        report(name, rel_err(deq, ref, n), e5 ? 0.08 : 0.04);
+        llmt__cuda_free(X, ds); llmt__cuda_free(X, dy);
+        free(y); free(deq); free(ref);
+    }
+    for (int i = 0; i < 3; i++) { llmt__cuda_free(X, dxs[i]); free(xs[i]); }
+    llmt__cuda_free(X, dout); llmt__cuda_free(X, dx);
+    free(x); free(xb);
+}
+
+/* ---- GEMM -------------------------------------------------------------------- */
+
+static float gelu_ref(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+static float gelu_grad_ref(float x)
+{
+    float ta = 0.7978845608028654f * (x + 0.044715f * x * x * x), th = tanhf(ta);
+    return 0.5f * (1.0f + th) +
+           x * 0.5f * (1.0f - th * th) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* op(A)[M,K] @ op(B)[K,N] in double */
+static void gemm_ref(double *C, const float *A, const float *B, int M, int N, int K, int ta,
+                     int tb)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) {
+                double a = ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k];
+                double b = tb ? B[(size_t)j * K + k] : B[(size_t)k * N + j];
+                s += a * b;
+            }
+            C[(size_t)i * N + j] = s;
+        }
+}
+
+static void test_gemm(int M, int N, int K, int ta, int tb, int c_f32, int epi, float beta)
+{
+    char name[128];
+    size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+    float *A = malloc(na * 4), *B = malloc(nb * 4), *C0 = malloc(nc * 4), *bias = malloc(N * 4),
+          *ref = malloc(nc * 4), *aux = malloc(nc * 4), *bg = malloc(M * 4);
+    double *acc = malloc(nc * 8);
+    uint16_t *Ab = malloc(na * 2), *Bb = malloc(nb * 2), *C0b = malloc(nc * 2),
+             *biasb = malloc(N * 2), *auxb = malloc(nc * 2);
+    fill_bf(A, Ab, na, 1.0f);
+    fill_bf(B, Bb, nb, 1.0f);
+    fill_bf(C0, C0b, nc, 1.0f);
+    fill_bf(bias, biasb, N, 1.0f);
+    fill_bf(aux, auxb, nc, 2.0f);
+    gemm_ref(acc, A, B, M, N, K, ta, tb);
+    void *dA = dup_(Ab, na * 2), *dB = dup_(Bb, nb * 2);
+    void *dC, *dbias = NULL, *daux = NULL, *dbg = NULL;
+    if (c_f32) {
+        dC = dup_(C0, nc * 4);
+        if (epi == LLMT_GEMM_EPI_BIAS) dbias = dup_(bias, N * 4);
+    } else {
+        dC = beta != 0 ? dup_(C0b, nc * 2) : dpoison_bf(nc);
+        if (epi == LLMT_GEMM_EPI_BIAS || epi == LLMT_GEMM_EPI_GELU_BIAS) dbias = dup_(biasb, N * 2);
+    }
+    if (epi == LLMT_GEMM_EPI_GELU_BIAS) daux = dpoison_bf(nc);
+    if (epi == LLMT_GEMM_EPI_DGELU) daux = dup_(auxb, nc * 2);
+    if (epi == LLMT_GEMM_EPI_BGRAD) dbg = c_f32 ? (void *)dpoison_f(M) : (void *)dpoison_bf(M);
+    llmt__gemm_args g;
+    llmt__gemm_args_init(&g);
+    g.trans_a = ta; g.trans_b = tb; g.M = M; g.N = N; g.K = K;
+    g.A = dA; g.B = dB; g.C = dC;
+    g.c_type = c_f32 ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
+    g.beta = beta;
+    g.epi = (llmt__gemm_epi)epi;
+    g.bias = dbias; g.aux = daux; g.bias_grad = dbg;
+    llmt_status st = llmt__cuda_gemm(X, &g);
+    snprintf(name, sizeof name, "gemm M=%d N=%d K=%d t=%d%d c=%s epi=%d beta=%g", M, N, K, ta,
+             tb, c_f32 ? "f32" : "bf16", epi, beta);
+    if (st != LLMT_OK) {
+        printf("%-58s %s\n", name, llmt__cuda_ctx_last_error(X));
+        report(name, INFINITY, 0);
+        goto done;
+    }
+    for (size_t i = 0; i < nc; i++) {
+        double v = acc[i] + beta * C0[i];
+        int col = (int)(i % N);
+        if (epi == LLMT_GEMM_EPI_BIAS) v += bias[col];
+        if (epi == LLMT_GEMM_EPI_GELU_BIAS) { aux[i] = (float)(v + bias[col]); v = gelu_ref(aux[i]); }
+        if (epi == LLMT_GEMM_EPI_GELU) v = gelu_ref((float)v);
+        if (epi == LLMT_GEMM_EPI_DGELU) v *= gelu_grad_ref(aux[i]);
+        ref[i] = (float)v;
+    }
+    double e = c_f32 ? read_f_err(dC, ref, nc) : read_bf_err(dC, ref, nc);
+    report(name, e, c_f32 ? TOL_F32 : TOL_BF);
+    if (epi == LLMT_GEMM_EPI_GELU_BIAS) {
+        snprintf(name, sizeof name, "gemm GELU_BIAS pre-activation aux M=%d N=%d K=%d", M, N, K);
+        report(name, read_bf_err(daux, aux, nc), TOL_BF);
+    }
+    if (epi == LLMT_GEMM_EPI_BGRAD) {
+        for (int i = 0; i < M; i++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k];
+            bg[i] = (float)s;
+        }
+        snprintf(name, sizeof name, "gemm BGRAD bias_grad[M] M=%d N=%d K=%d", M, N, K);
+        report(name, c_f32 ? read_f_err(dbg, bg, M) : read_bf_err(dbg, bg, M),
+               c_f32 ? TOL_F32 : TOL_BF);
+    }
+done:
+    llmt__cuda_free(X, dA); llmt__cuda_free(X, dB); llmt__cuda_free(X, dC);
+    if (dbias) llmt__cuda_free(X, dbias);
+    if (daux) llmt__cuda_free(X, daux);
+    if (dbg) llmt__cuda_free(X, dbg);
+    free(A); free(B); free(C0); free(bias); free(ref); free(aux); free(bg); free(acc);
+    free(Ab); free(Bb); free(C0b); free(biasb); free(auxb);
+}
+
+/* fp8: y = x @ w^T with per-tensor scales, against the dequantised operands */
+static void test_gemm_fp8(int M, int N, int K, int e5m2_a)
+{
+    char name[128];
+    size_t na = (size_t)M * K, nb = (size_t)N * K, nc = (size_t)M * N;
+    float *A = malloc(na * 4), *B = malloc(nb * 4), *ref = malloc(nc * 4);
+    uint16_t *Ab = malloc(na * 2), *Bb = malloc(nb * 2);
+    uint8_t *Aq = malloc(na), *Bq = malloc(nb);
+    double *acc = malloc(nc * 8);
+    fill_bf(A, Ab, na, 2.0f);
+    fill_bf(B, Bb, nb, 0.5f);
+    float sa = (e5m2_a ? 57344.0f : 448.0f) / 2.0f, sb = 448.0f / 0.5f;
+    float inv_a = 1.0f / sa, inv_b = 1.0f / sb;
+    uint16_t *dAb = dup_(Ab, na * 2), *dBb = dup_(Bb, nb * 2);
+    float *dsa = dup_(&sa, 4), *dsb = dup_(&sb, 4), *dia = dup_(&inv_a, 4), *dib = dup_(&inv_b, 4);
+    uint8_t *dAq = dalloc(na), *dBq = dalloc(nb);
+    OK(llmt__cuda_quantize_fp8(X, dAq, dAb, dsa, na, e5m2_a));
+    OK(llmt__cuda_quantize_fp8(X, dBq, dBb, dsb, nb, 0));
+    down(Aq, dAq, na);
+    down(Bq, dBq, nb);
+    for (size_t i = 0; i < na; i++) A[i] = fp8_decode(Aq[i], e5m2_a) * inv_a;
+    for (size_t i = 0; i < nb; i++) B[i] = fp8_decode(Bq[i], 0) * inv_b;
+    gemm_ref(acc, A, B, M, N, K, 0, 1);
+    for (size_t i = 0; i < nc; i++) ref[i] = (float)acc[i];
+    uint16_t *dC = dpoison_bf(nc);
+    llmt__gemm_args g;
+    llmt__gemm_args_init(&g);
+    g.trans_a = 0; g.trans_b = 1; g.M = M; g.N = N; g.K = K;
+    g.A = dAq; g.B = dBq; g.C = dC;
+    g.ab_type = e5m2_a ? LLMT_GEMM_E5M2 : LLMT_GEMM_E4M3;
+    g.a_scale = dia; g.b_scale = dib;
+    llmt_status st = llmt__cuda_gemm(X, &g);
+    snprintf(name, sizeof name, "gemm fp8 %s x E4M3 M=%d N=%d K=%d", e5m2_a ? "E5M2" : "E4M3", M,
+             N, K);
+    if (st != LLMT_OK) {
+        printf("%-58s %s\n", name, llmt__cuda_ctx_last_error(X));
+        report(name, INFINITY, 0);
+    } else {
+        report(name, read_bf_err(dC, ref, nc), TOL_BF);
+    }
+    llmt__cuda_free(X, dAb); llmt__cuda_free(X, dBb); llmt__cuda_free(X, dsa);
+    llmt__cuda_free(X, dsb); llmt__cuda_free(X, dia); llmt__cuda_free(X, dib);
+    llmt__cuda_free(X, dAq); llmt__cuda_free(X, dBq); llmt__cuda_free(X, dC);
+    free(A); free(B); free(ref); free(Ab); free(Bb); free(Aq); free(Bq); free(acc);
+}
+
+int main(void)
+{
+    int32_t ndev = 0;
+    char err[256] = "";
+    if (llmt__cuda_device_count(&ndev, err, sizeof err) != LLMT_OK || ndev == 0) {
+        printf("SKIP: no CUDA device (%s)\n", err);
+        return 77;
+    }
+    const char *se = getenv("LLMT_SEED");
+    uint64_t seed = se ? strtoull(se, NULL, 10) : (uint64_t)time(NULL);
+    g_rng ^= seed * 0x9e3779b97f4a7c15ull;
+    if (!g_rng) g_rng = 1;
+    printf("seed %llu (LLMT_SEED to repeat)\n", (unsigned long long)seed);
+    CPU = llmt__exec_cpu();
+    llmt__exec_cpu_set_threads(2);
+    llmt__cuda_ctx_opts o = {0, 0, 0};
+    if (llmt__cuda_ctx_create(&o, &X) != LLMT_OK) {
+        fprintf(stderr, "ctx create failed\n");
+        return 1;
+    }
+    printf("device sm_%d\n", llmt__cuda_ctx_sm(X));
+
+    size_t ns[] = {1, 7, 1001, 65536 + 3};
+    for (int i = 0; i < 4; i++) {
+        test_elementwise(ns[i], 0);
+        test_elementwise(ns[i], 1);
+    }
+    test_embedding(2, 5, 37, 11, 0);
+    test_embedding(3, 64, 768, 1000, 0);
+    test_embedding(1, 1, 8, 3, 0);
+    int Ns[] = {1, 67}, Cs[] = {37, 768, 1000, 4100};
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 4; b++) {
+            test_norm(Ns[a], Cs[b], 0);
+            test_norm(Ns[a], Cs[b], 1);
+        }
+    test_bias(1, 5);
+    test_bias(300, 77);
+    test_bias(1024, 768);
+    test_rope(2, 7, 3, 16, 3 * 16);
+    test_rope(1, 1, 2, 64, 2 * 64 + 10);
+    test_rope(2, 33, 5, 128, 5 * 128 * 3);
+    test_attention(2, 1, 2, 1, 32);
+    test_attention(1, 37, 3, 3, 48);
+    test_attention(2, 67, 4, 2, 64);
+    test_attention(1, 130, 2, 2, 128);
+    test_attention(1, 200, 12, 12, 64);
+    test_xent(5, 1000, 1008, 1.0f / 5);
+    test_xent(3, 50257, 50304, 1.0f / 3);
+    test_xent(4, 101, 103, 0.25f);
+    test_xent(1, 1, 1, 1.0f);
+    test_adamw(1, 0);
+    test_adamw(4099, 0);
+    test_adamw(4099, 1);
+    test_reduce();
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            test_gemm(67, 40, 72, ta, tb, 0, LLMT_GEMM_EPI_NONE, 0.0f);
+            test_gemm(64, 48, 96, ta, tb, 1, LLMT_GEMM_EPI_NONE, 1.0f);
+        }
+    test_gemm(1, 8, 16, 0, 1, 0, LLMT_GEMM_EPI_NONE, 0.0f);
+    test_gemm(33, 37, 19, 0, 1, 0, LLMT_GEMM_EPI_NONE, 1.0f);
+    test_gemm(96, 64, 128, 0, 1, 0, LLMT_GEMM_EPI_BIAS, 0.0f);
+    test_gemm(96, 64, 128, 0, 1, 1, LLMT_GEMM_EPI_BIAS, 0.0f);
+    test_gemm(96, 64, 128, 0, 1, 0, LLMT_GEMM_EPI_GELU, 0.0f);
+    test_gemm(96, 64, 128, 0, 1, 0, LLMT_GEMM_EPI_GELU_BIAS, 0.0f);
+    test_gemm(96, 64, 128, 0, 0, 0, LLMT_GEMM_EPI_DGELU, 0.0f);
+    test_gemm(64, 96, 128, 1, 0, 1, LLMT_GEMM_EPI_BGRAD, 1.0f);
+    test_gemm(64, 96, 128, 1, 0, 0, LLMT_GEMM_EPI_BGRAD, 0.0f);
+    test_gemm(256, 2304, 768, 0, 1, 0, LLMT_GEMM_EPI_BIAS, 0.0f);
+    {
+        uint64_t l0, m0, l1, m1;
+        llmt__cuda_gemm_cache_stats(X, &l0, &m0);
+        test_gemm(256, 2304, 768, 0, 1, 0, LLMT_GEMM_EPI_BIAS, 0.0f);
+        llmt__cuda_gemm_cache_stats(X, &l1, &m1);
+        report("gemm heuristic cache: repeat shape is a hit", (double)(m1 - m0) + (l1 - l0 != 1), 0);
+    }
+    if (llmt__cuda_ctx_sm(X) >= 89) {
+        test_gemm_fp8(64, 48, 96, 0);
+        test_gemm_fp8(128, 256, 512, 0);
+        test_gemm_fp8(128, 256, 512, 1);
+    }
+    /* deterministic mode: embedding backward without atomics, GEMM without
+     * split-K reductions; a repeated run is bitwise identical */
+    {
+        llmt__cuda_ctx *nd = X;
+        llmt__cuda_ctx_opts od = {0, 1, 0};
+        OK(llmt__cuda_ctx_create(&od, &X));
+        test_embedding(4, 64, 96, 7, 1);
+        test_gemm(100, 80, 4096, 1, 0, 1, LLMT_GEMM_EPI_NONE, 0.0f);
+        llmt__cuda_ctx_destroy(X);
+        X = nd;
+    }
+    llmt__cuda_mem_stats st;
+    llmt__cuda_mem_stats_get(X, &st);
+    printf("allocator: %llu mallocs, %llu cache hits, peak %zu bytes\n",
+           (unsigned long long)st.mallocs, (unsigned long long)st.hits, st.peak_in_use);
+    CHECK(st.in_use == 0);
+    llmt__cuda_ctx_destroy(X);
+    printf("%d cases, %d checks, %d failures\n", n_cases, check_count, check_failures);
+    return check_failures ? 1 : 0;
+}
