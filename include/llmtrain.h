@@ -832,6 +832,249 @@ LLMT_API llmt_status llmt_ckpt_export_safetensors(llmt_ckpt *ck,
                                                   const char *path);
 
 /* ======================================================================
+ * Communicators (doc/comm.md)
+ * A communicator is one rank's membership of a group of `size` ranks.
+ * Backends: in-process (ranks are threads of one process; for tests and
+ * one-node CPU runs), MPI (one rank per process), NCCL (GPU buffers).
+ * Collectives are called by every rank of the group in the same order; each
+ * gets the group's next sequence number and an entry in the flight recorder
+ * (a ring of the last opts.recorder_size operations). No call blocks longer
+ * than opts.timeout_ms: a rank that waits longer gets LLMT_ERR_TIMEOUT, the
+ * detail names the ranks that did not reach that sequence number, the
+ * recorders of every reachable rank are dumped (log, and opts.dump_path),
+ * and the communicator is aborted (every later call: LLMT_ERR_ABORTED).
+ * Thread rules: one host thread drives a communicator (the async calls run
+ * on its progress thread); different communicators may be driven from
+ * different threads; llmt_comm_abort may be called from any thread.
+ * Buffers are the caller's: host memory for in-process and MPI, device
+ * memory for NCCL. `stream` is a cudaStream_t for NCCL (NULL: the legacy
+ * default stream) and must be NULL for the other backends.
+ * ====================================================================== */
+typedef struct llmt_comm llmt_comm;
+typedef struct llmt_comm_work llmt_comm_work;
+
+typedef enum llmt_comm_backend {
+    LLMT_COMM_AUTO = 0,    /* from the environment: MPI if launched by an MPI
+                              launcher, else a single-rank in-process group */
+    LLMT_COMM_INPROC = 1,
+    LLMT_COMM_MPI = 2,
+    LLMT_COMM_NCCL = 3
+} llmt_comm_backend;
+
+typedef enum llmt_reduce_op {
+    LLMT_REDUCE_SUM = 0,
+    LLMT_REDUCE_AVG = 1,   /* sum / size; integers truncate toward zero */
+    LLMT_REDUCE_MAX = 2,
+    LLMT_REDUCE_MIN = 3
+} llmt_reduce_op;
+
+typedef struct llmt_comm_opts {
+    size_t struct_size;
+    int32_t backend;          /* llmt_comm_backend; default AUTO */
+    /* Longest wait of one operation; default 300000 or $LLMT_COMM_TIMEOUT_MS.
+     * <= 0 is not allowed (there is always a deadline). */
+    int64_t timeout_ms;
+    int32_t recorder_size;    /* flight recorder entries; default 1024 */
+    /* On a timeout each rank writes its dump to "<dump_path>.<rank>"
+     * (the rank in this communicator); NULL: $LLMT_COMM_DUMP_PATH or none.
+     * The dump also goes to the log at LLMT_LOG_ERROR. */
+    const char *dump_path;
+    int32_t cuda_device;      /* NCCL: device to use; -1 (default): LOCAL_RANK
+                                 modulo the device count */
+    /* NCCL bootstrap without MPI: a file on a path every rank sees. Rank 0
+     * writes the unique id to it, the others poll for it (until timeout). */
+    const char *rendezvous_path;
+} llmt_comm_opts;
+
+/* Where this process sits in the job, read from the launcher's variables:
+ * OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (Open MPI), PMI_RANK/
+ * PMI_SIZE (MPICH, Intel MPI), SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID,
+ * RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT
+ * (torchrun). Without any: rank 0 of 1, launcher "none". */
+typedef struct llmt_comm_env {
+    size_t struct_size;
+    int32_t rank, world_size, local_rank, local_size;
+    char launcher[16];        /* "openmpi", "pmi", "slurm", "torchrun", "none" */
+    char master_addr[256];    /* torchrun's MASTER_ADDR, else "" */
+    int32_t master_port;      /* torchrun's MASTER_PORT, else 0 */
+} llmt_comm_env;
+
+LLMT_API llmt_status llmt_comm_opts_init(llmt_comm_opts *opts, size_t size);
+LLMT_API llmt_status llmt_comm_env_discover(llmt_comm_env *out, size_t size);
+
+/* In-process group of `world_size` ranks: comms[i] is rank i's handle, to
+ * be driven by its own thread. Each handle is destroyed separately. */
+LLMT_API llmt_status llmt_comm_create_inproc(llmt_context *ctx,
+                                             int32_t world_size,
+                                             const llmt_comm_opts *opts,
+                                             llmt_comm **comms);
+/* From the launcher's environment (see llmt_comm_env). MPI: initialises
+ * MPI (MPI_THREAD_MULTIPLE) if the host did not, and finalises it when the
+ * last communicator created this way is destroyed. NCCL: bootstraps from
+ * MPI when launched by an MPI launcher, else from opts.rendezvous_path. */
+LLMT_API llmt_status llmt_comm_create_from_env(llmt_context *ctx,
+                                               const llmt_comm_opts *opts,
+                                               llmt_comm **out);
+/* From the host's MPI_Comm, passed as a pointer to it (MPI_Comm *), which
+ * the library duplicates. Backend MPI (default) or NCCL (bootstrapped over
+ * it). MPI must be initialised with at least MPI_THREAD_SERIALIZED, or
+ * MPI_THREAD_MULTIPLE to use the async calls. */
+LLMT_API llmt_status llmt_comm_create_from_mpi(llmt_context *ctx,
+                                               void *mpi_comm,
+                                               const llmt_comm_opts *opts,
+                                               llmt_comm **out);
+/* NCCL: a unique id (LLMT_COMM_UNIQUE_ID_BYTES) made on one rank and
+ * distributed by the host, then every rank creates its communicator. */
+#define LLMT_COMM_UNIQUE_ID_BYTES 128
+LLMT_API llmt_status llmt_comm_unique_id(void *id, size_t len);
+LLMT_API llmt_status llmt_comm_create_from_unique_id(llmt_context *ctx,
+                                                     const void *id, size_t len,
+                                                     int32_t rank,
+                                                     int32_t world_size,
+                                                     const llmt_comm_opts *opts,
+                                                     llmt_comm **out);
+
+/* Sub-groups. Collective over `comm`. Ranks with the same color >= 0 form a
+ * group, ordered by (key, rank); color < 0 gives *out = NULL. */
+LLMT_API llmt_status llmt_comm_split(llmt_comm *comm, int32_t color,
+                                     int32_t key, llmt_comm **out);
+/* The group of the listed ranks (of `comm`), in the list's order (e.g. from
+ * llmt_plan_group). Collective over `comm`; every rank passes the same list;
+ * ranks not in it get *out = NULL. */
+LLMT_API llmt_status llmt_comm_create_group(llmt_comm *comm,
+                                            const int32_t *ranks, size_t n,
+                                            llmt_comm **out);
+
+/* Stop everything now, never blocking: waiting calls of this rank (and, in
+ * process, of the whole group) return LLMT_ERR_ABORTED. */
+LLMT_API llmt_status llmt_comm_abort(llmt_comm *comm);
+/* Wait for the async work of this rank, then a barrier. Collective. */
+LLMT_API llmt_status llmt_comm_finalize(llmt_comm *comm);
+/* Free the handle (async work is waited for, or dropped if aborted).
+ * NULL is a no-op. */
+LLMT_API void llmt_comm_destroy(llmt_comm *comm);
+LLMT_API const char *llmt_comm_last_error(const llmt_comm *comm);
+
+LLMT_API llmt_status llmt_comm_rank(const llmt_comm *comm, int32_t *rank);
+LLMT_API llmt_status llmt_comm_size(const llmt_comm *comm, int32_t *size);
+LLMT_API llmt_status llmt_comm_backend_of(const llmt_comm *comm,
+                                          llmt_comm_backend *out);
+/* Sequence number the next collective will get (the first is 1). */
+LLMT_API llmt_status llmt_comm_next_seq(const llmt_comm *comm, uint64_t *out);
+
+/* -- Collectives (counts in elements). send may equal recv (in place)
+ * where the layout allows: all_reduce, broadcast; for all_gather send may
+ * be recv + rank*count; for reduce_scatter recv may be send + rank*count. */
+LLMT_API llmt_status llmt_comm_all_reduce(llmt_comm *comm, const void *send,
+                                          void *recv, size_t count,
+                                          llmt_dtype dtype, llmt_reduce_op op,
+                                          void *stream);
+/* recv holds size*count: rank r's block at r*count. */
+LLMT_API llmt_status llmt_comm_all_gather(llmt_comm *comm, const void *send,
+                                          void *recv, size_t count,
+                                          llmt_dtype dtype, void *stream);
+/* send holds size*count; rank r gets the reduction of block r. */
+LLMT_API llmt_status llmt_comm_reduce_scatter(llmt_comm *comm,
+                                              const void *send, void *recv,
+                                              size_t count, llmt_dtype dtype,
+                                              llmt_reduce_op op, void *stream);
+/* Block j of send (count elements) goes to rank j, landing at block r of
+ * its recv. send and recv must not overlap. */
+LLMT_API llmt_status llmt_comm_all_to_all(llmt_comm *comm, const void *send,
+                                          void *recv, size_t count,
+                                          llmt_dtype dtype, void *stream);
+/* Variable sizes: send_counts[j] elements from send + send_displs[j] go to
+ * rank j, which receives them at recv + recv_displs[r] (recv_counts[r]
+ * must match). Arrays have `size` entries, in elements. */
+LLMT_API llmt_status llmt_comm_all_to_allv(llmt_comm *comm, const void *send,
+                                           const size_t *send_counts,
+                                           const size_t *send_displs,
+                                           void *recv,
+                                           const size_t *recv_counts,
+                                           const size_t *recv_displs,
+                                           llmt_dtype dtype, void *stream);
+LLMT_API llmt_status llmt_comm_broadcast(llmt_comm *comm, void *buf,
+                                         size_t count, llmt_dtype dtype,
+                                         int32_t root, void *stream);
+/* Point to point; matched in order per (sender, receiver) pair. The count
+ * and dtype must agree (LLMT_ERR_INVALID_ARGUMENT otherwise). */
+LLMT_API llmt_status llmt_comm_send(llmt_comm *comm, const void *buf,
+                                    size_t count, llmt_dtype dtype,
+                                    int32_t peer, void *stream);
+LLMT_API llmt_status llmt_comm_recv(llmt_comm *comm, void *buf, size_t count,
+                                    llmt_dtype dtype, int32_t peer,
+                                    void *stream);
+LLMT_API llmt_status llmt_comm_barrier(llmt_comm *comm);
+
+/* -- Async collectives (for data parallelism: bucketed gradient reduction
+ * overlapped with backward, ZeRO gathers). The operation is queued to the
+ * communicator's progress thread and runs in issue order; the buffers must
+ * stay valid and untouched until the work completes. A blocking call on the
+ * same communicator first waits for the queued work. *work must be freed
+ * with llmt_comm_work_free (after completion, or it waits). */
+LLMT_API llmt_status llmt_comm_iall_reduce(llmt_comm *comm, const void *send,
+                                           void *recv, size_t count,
+                                           llmt_dtype dtype, llmt_reduce_op op,
+                                           llmt_comm_work **work);
+LLMT_API llmt_status llmt_comm_ireduce_scatter(llmt_comm *comm,
+                                               const void *send, void *recv,
+                                               size_t count, llmt_dtype dtype,
+                                               llmt_reduce_op op,
+                                               llmt_comm_work **work);
+LLMT_API llmt_status llmt_comm_iall_gather(llmt_comm *comm, const void *send,
+                                           void *recv, size_t count,
+                                           llmt_dtype dtype,
+                                           llmt_comm_work **work);
+/* *done = 1 when finished; returns the operation's status once done
+ * (LLMT_OK while it runs). Never blocks. */
+LLMT_API llmt_status llmt_comm_work_test(llmt_comm_work *work, int *done);
+/* Wait up to timeout_ms (< 0: until the operation ends, which is itself
+ * bounded by the communicator's timeout). Returns the operation's status,
+ * or LLMT_ERR_IN_PROGRESS when the wait ran out first. */
+LLMT_API llmt_status llmt_comm_work_wait(llmt_comm_work *work,
+                                         int64_t timeout_ms);
+/* Waits if needed, then frees. NULL is a no-op. */
+LLMT_API void llmt_comm_work_free(llmt_comm_work *work);
+
+/* -- Flight recorder. Text, one line per entry, oldest first:
+ * "seq=12 op=all_reduce dtype=fp32 count=1024 peer=-1 size=4 state=completed
+ *  start=<unix s> end=<unix s> dur_us=..". */
+LLMT_API llmt_status llmt_comm_recorder_dump(llmt_comm *comm, char *buf,
+                                             size_t buflen, size_t *needed);
+LLMT_API llmt_status llmt_comm_recorder_dump_file(llmt_comm *comm,
+                                                  const char *path);
+
+
+/* -- Data parallelism (doc/comm.md). Attach a communicator to a trainer:
+ * every rank of `comm` calls llmt_trainer_step with its own micro_batch x
+ * grad_accum sequences; the global batch is micro x accum x size and the
+ * steps give the model one rank would train on the concatenated batch (up
+ * to the summation order of the gradients). Gradients are reduced in
+ * buckets of whole layers as the backward finishes them (on the
+ * communicator's progress thread). ZeRO stage 1 shards the optimizer
+ * update, 2 also reduce-scatters the gradients, 3 also keeps only this
+ * rank's share of each layer's parameters between uses (the rest is
+ * gathered just before the layer runs, the next layer prefetched, and
+ * poisoned with NaN after). Every trainer call is then collective
+ * (step, forward_backward, evaluate, generate). */
+typedef struct llmt_dp_opts {
+    size_t struct_size;
+    int32_t zero_stage;       /* 0..3; default 0 */
+    int32_t overlap;          /* 1 (default): reduce buckets during the
+                                 backward; 0: all at the end */
+    int64_t bucket_bytes;     /* gradient bucket size; default 4 MiB (whole
+                                 layers are never split) */
+} llmt_dp_opts;
+LLMT_API llmt_status llmt_dp_opts_init(llmt_dp_opts *opts, size_t size);
+/* The trainer keeps `comm`, which must outlive it (NULL detaches). All
+ * ranks must have identical parameters (same seed) when attached. */
+LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
+                                           const llmt_dp_opts *opts);
+/* ZeRO-3: gather the full parameters on every rank (collective), e.g.
+ * before reading or saving them. A no-op for stages 0-2. */
+LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
+
+/* ======================================================================
  * Tokenizers (doc/tokenizers.md)
  * Three kinds behind one handle: bytes (256 byte tokens + <|endoftext|> =
  * 256), GPT-2 BPE loaded from encoder.json + vocab.bpe (ids identical to
