@@ -590,6 +590,17 @@ static int td_open(train_data *d, llmt_context *ctx, const td_opts *o)
         if (p == q && q == end) break;
     }
     free(text.p);
+    if (va.n == 0 && tr.n > 2) {
+        /* fewer than 20 documents: hold out the last tenth of the text */
+        size_t cut = tr.n - tr.n / 10;
+        while (cut < tr.n && tr.p[cut] != '\n') cut++;
+        if (cut + 1 < tr.n) {
+            tb_add(&va, tr.p + cut + 1, tr.n - cut - 1);
+            tr.n = cut + 1;
+            tr.p[cut] = '\x1e';
+            nval_doc = 1;
+        }
+    }
     if (tr.n == 0 || va.n == 0) {
         free(tr.p);
         free(va.p);
@@ -781,7 +792,7 @@ static int ckpt_save(llmt_ckpt *ck, llmt_trainer *tr, const train_data *td,
 static int usage(void)
 {
     fprintf(stderr, "usage: llmtrain train SPEC.json [--out DIR] [--resume] "
-                    "[--steps N] [--threads N]\n");
+                    "[--steps N] [--threads N]\n(llmtrain help train for more)\n");
     return CLI_USAGE;
 }
 

@@ -24,7 +24,17 @@ const cli_command cli_commands[] = {
      cmd_data},
     /* train: owned by lib/train (issue 6) */
     {"train", "train a model from a job spec",
-     "usage: llmtrain train SPEC.json [--out DIR] [--resume]\n",
+     "usage: llmtrain train SPEC.json [--out DIR] [--resume] [--steps N]\n"
+     "                      [--threads N]\n"
+     "  Trains the spec's model on the CPU (doc/training.md): tokenizer and\n"
+     "  data from data.train (a text file or directory; default corpus\n"
+     "  /usr/share/games/fortunes), progress line, metrics JSONL, validation\n"
+     "  loss, checkpoints, sample text and a loss plot (SVG), all in DIR.\n"
+     "  --out DIR    run directory [runs/<spec name>]; relative paths of\n"
+     "               checkpoint.dir and metrics.* are taken inside it\n"
+     "  --resume     continue from the newest checkpoint in DIR\n"
+     "  --steps N    stop after step N (the LR schedule keeps train.steps)\n"
+     "  --threads N  CPU threads (default: train.threads, 0 = all)\n",
      cmd_train},
     /* ckpt: owned by lib/ckpt (issue 7) */
     {"ckpt", "list, verify, inspect, export and prune checkpoints",

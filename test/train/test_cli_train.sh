@@ -1,0 +1,78 @@
+#!/bin/sh
+# llmtrain train on a tiny model: metrics JSONL, validation, checkpoints,
+# the SVG plot; --steps then --resume continues exactly like one
+# uninterrupted run; bad specs and empty data fail with a clear message.
+# usage: test_cli_train.sh path/to/llmtrain
+exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+src=${LLMT_SOURCE_ROOT:?}
+fail=0
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+ok() { printf 'ok   %s\n' "$1"; }
+bad() { printf 'FAIL %s\n' "$1"; fail=1; }
+
+# corpus: the project's own documentation (any text does)
+mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+
+spec() { # $1 = file, then key=value overrides via sed on the template
+  cat > "$1" <<JSON
+{"name": "tiny",
+ "model": {"arch": "gpt2", "layers": 2, "hidden": 64, "heads": HEADS,
+           "vocab": VOCAB, "seq_len": 32},
+ "batch": {"micro": 4, "grad_accum": 2},
+ "optimizer": {"lr": 3e-3},
+ "schedule": {"kind": "cosine", "warmup_steps": 2},
+ "train": {"steps": 12, "seed": 5, "eval_interval": 6, "eval_batches": 2,
+           "log_interval": 3, "threads": 2, "sample_tokens": 16},
+ "data": {"train": "DATA", "tokenizer": {"kind": "bpe", "vocab_size": TOKV}},
+ "checkpoint": {"dir": "ckpt", "interval": 4, "async": true},
+ "hardware": {"gpu": "cpu"},
+ "metrics": {"jsonl": "metrics.jsonl", "plot": "loss.svg"}}
+JSON
+}
+mk() { # file heads vocab tokv data
+  spec "$1"
+  sed -i "s/HEADS/$2/; s/VOCAB/$3/; s/TOKV/$4/; s|DATA|$5|" "$1"
+}
+mk good.json 4 512 512 "$tmp/corpus"
+
+"$exe" train good.json --out full > full.log 2>&1 && ok "full run" || { bad "full run"; cat full.log; }
+[ "$(grep -c '"loss"' full/metrics.jsonl)" = 12 ] && ok "12 step lines" || bad "metrics lines"
+grep -q '"step":12,"val_loss"' full/metrics.jsonl && ok "validation at the end" || bad "no final val_loss"
+grep -q '"step":0,"val_loss"' full/metrics.jsonl && ok "validation at step 0" || bad "no val_loss at 0"
+grep -q '^<svg' full/loss.svg && grep -q '<polyline' full/loss.svg && grep -q '</svg>' full/loss.svg \
+  && ok "svg plot" || bad "svg plot"
+grep -q 'validation loss .* vs unigram entropy' full.log && ok "entropy line" || bad "entropy line"
+grep -q -- '---- sample' full.log && ok "sample" || bad "sample"
+grep -q 'ETA' full.log && ok "progress line" || bad "progress line"
+[ -f full/ckpt/latest ] || [ -d full/ckpt/latest ] || ls full/ckpt | grep -q 12 && ok "checkpoint" || bad "checkpoint"
+ls full/ckpt | grep -q '12$' && ok "final checkpoint step 12" || bad "no step-12 checkpoint: $(ls full/ckpt)"
+
+# interrupted at 6, resumed: the same numbers as the uninterrupted run
+"$exe" train good.json --out part --steps 6 > part1.log 2>&1 && ok "first half" || { bad "first half"; cat part1.log; }
+[ "$(grep -c '"loss"' part/metrics.jsonl)" = 6 ] && ok "6 step lines" || bad "first half lines"
+"$exe" train good.json --out part --resume > part2.log 2>&1 && ok "resume" || { bad "resume"; cat part2.log; }
+grep -q 'resumed from .* at step 6' part2.log && ok "resumed at 6" || bad "resume message"
+strip() { sed 's/,"step_s".*//' "$1"; }
+if strip full/metrics.jsonl > a.txt && strip part/metrics.jsonl > b.txt && cmp -s a.txt b.txt; then
+  ok "resumed run = uninterrupted run (loss, grad norm, lr, val loss)"
+else
+  bad "resumed run differs"; diff a.txt b.txt | head
+fi
+
+# bad input: clear errors, exit 1
+mk heads.json 5 512 512 "$tmp/corpus"
+"$exe" train heads.json --out h > h.log 2>&1; rc=$?
+[ $rc = 1 ] && grep -q 'heads' h.log && ok "heads not dividing width: $(head -c 120 h.log)" || { bad "heads error (rc $rc)"; cat h.log; }
+: > empty.txt
+mk empty.json 4 512 512 "$tmp/empty.txt"
+"$exe" train empty.json --out e > e.log 2>&1; rc=$?
+[ $rc = 1 ] && grep -q 'empty' e.log && ok "empty data: $(head -c 120 e.log)" || { bad "empty data (rc $rc)"; cat e.log; }
+mk vocab.json 4 200 200 "$tmp/corpus"
+"$exe" train vocab.json --out v > v.log 2>&1; rc=$?
+[ $rc = 1 ] && grep -q 'vocab' v.log && ok "vocab too small: $(head -c 160 v.log)" || { bad "vocab error (rc $rc)"; cat v.log; }
+"$exe" train missing.json > m.log 2>&1; rc=$?
+[ $rc = 1 ] && grep -q 'missing.json' m.log && ok "missing spec" || { bad "missing spec (rc $rc)"; cat m.log; }
+"$exe" train > u.log 2>&1; [ $? = 2 ] && ok "usage error" || bad "no usage error"
+exit $fail
