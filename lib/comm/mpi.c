@@ -167,6 +167,35 @@ static llmt_status wait_req(llmt_comm *c, MPI_Request *req, int64_t deadline,
 
 static int fits_int(size_t n) { return n <= (size_t)INT_MAX; }
 
+/* MPI matches collectives by their order on the communicator, not by our
+ * sequence numbers: a rank that skipped one would silently pair its next
+ * collective with the others' current one. So before posting seq k, wait
+ * (bounded) until every rank of this node has entered k or completed it,
+ * reading their recorders in shared memory. Ranks of other nodes are not
+ * checked (a skip there shows up as a timeout later). */
+static llmt_status seq_gate(llmt_comm *c, uint64_t seq, int64_t deadline)
+{
+    mpi_be *b = c->be;
+    if (!b->peer_fr) return LLMT_OK;
+    int32_t r = 0;
+    for (unsigned it = 0; r < c->size; it++) {
+        const llmt__fr *fr = b->peer_fr[r];
+        if (!fr || r == c->rank ||
+            __atomic_load_n(&fr->entered, __ATOMIC_ACQUIRE) == seq ||
+            __atomic_load_n(&fr->completed, __ATOMIC_ACQUIRE) >= seq) {
+            r++;
+            continue;
+        }
+        if ((it & 255) == 255) {
+            if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST))
+                return LLMT_ERR_ABORTED;
+            if (llmt__now_ns() > deadline) return LLMT_ERR_TIMEOUT;
+            sched_yield();
+        }
+    }
+    return LLMT_OK;
+}
+
 static llmt_status mpi_run(llmt_comm *c, const llmt__coll *a, int64_t deadline)
 {
     mpi_be *b = c->be;
@@ -183,6 +212,10 @@ static llmt_status mpi_run(llmt_comm *c, const llmt__coll *a, int64_t deadline)
                              "comm: %s: count %zu exceeds MPI's int counts",
                              llmt__comm_op_name(a->kind), a->count);
     int cnt = (int)a->count;
+    if (a->seq) {
+        llmt_status g = seq_gate(c, a->seq, deadline);
+        if (g != LLMT_OK) return g;
+    }
     switch (a->kind) {
     case LLMT__OP_ALL_REDUCE:
         if (a->count == 0) return LLMT_OK;
