@@ -1,0 +1,318 @@
+/* GPU benchmarks of the CUDA backend (internal API): GEMM TFLOP/s on the
+ * GPT-2 124M shapes (B*T = 16384 tokens), memory-bound kernels' GB/s
+ * against the measured device-to-device copy bandwidth, flash attention
+ * forward/backward time. Timed with CUDA events on the compute stream:
+ * warm-up, then the median of `repeats` calls. bench/gpu/torch_peer.py
+ * measures PyTorch on the same cases; bench/gpu/compare.py makes ratios.
+ *
+ *   bench_gpu [--json FILE] [--repeats N] [--quick]
+ *
+ * Exits 77 without a GPU. Inputs are random (never zeros). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../test/gpu/gpu_util.h"
+
+static llmt__cuda_ctx *X;
+static int REPEATS = 30, WARMUP = 5;
+static FILE *J;
+static int first = 1;
+
+static void *dalloc(size_t bytes)
+{
+    void *p = NULL;
+    if (llmt__cuda_alloc(X, &p, bytes)) {
+        fprintf(stderr, "alloc %zu: %s\n", bytes, llmt__cuda_ctx_last_error(X));
+        exit(1);
+    }
+    return p;
+}
+/* Device buffer of random bf16 (or fp32) values in [-a, a), filled on the
+ * host in chunks. */
+static void *drand_bf(size_t n, float a)
+{
+    uint16_t *d = dalloc(n * 2);
+    size_t chunk = (size_t)1 << 22;
+    uint16_t *h = malloc(chunk * 2);
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        for (size_t i = 0; i < m; i++) h[i] = h_f2bf(rng_f(a));
+        llmt__cuda_h2d(X, d + off, h, m * 2);
+    }
+    free(h);
+    return d;
+}
+static float *drand_f(size_t n, float a, int positive)
+{
+    float *d = dalloc(n * 4);
+    size_t chunk = (size_t)1 << 22;
+    float *h = malloc(chunk * 4);
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        for (size_t i = 0; i < m; i++) h[i] = positive ? fabsf(rng_f(a)) : rng_f(a);
+        llmt__cuda_h2d(X, d + off, h, m * 4);
+    }
+    free(h);
+    return d;
+}
+
+static int cmpf(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int g_fail;
+/* Runs fn, returns median ms; prints and records one JSON entry. */
+static double timeit(const char *name, void (*fn)(void *), void *arg, double flops,
+                     double bytes)
+{
+    float *ms = malloc(REPEATS * sizeof *ms);
+    if (llmt__cuda_time(X, fn, arg, WARMUP, REPEATS, ms) != LLMT_OK || g_fail) {
+        fprintf(stderr, "%s: %s\n", name, llmt__cuda_ctx_last_error(X));
+        exit(1);
+    }
+    qsort(ms, REPEATS, sizeof *ms, cmpf);
+    double med = ms[REPEATS / 2], mn = ms[0], mx = ms[REPEATS - 1];
+    printf("%-34s median %9.4f ms (min %.4f max %.4f)", name, med, mn, mx);
+    if (flops > 0) printf("  %7.1f TFLOP/s", flops / (med * 1e-3) / 1e12);
+    if (bytes > 0) printf("  %7.1f GB/s", bytes / (med * 1e-3) / 1e9);
+    printf("\n");
+    if (J) {
+        fprintf(J, "%s\n  {\"name\": \"%s\", \"median_ms\": %.6f, \"min_ms\": %.6f, "
+                   "\"max_ms\": %.6f, \"repeats\": %d, \"flops\": %.6g, \"bytes\": %.6g}",
+                first ? "" : ",", name, med, mn, mx, REPEATS, flops, bytes);
+        first = 0;
+    }
+    free(ms);
+    return med;
+}
+
+#define RUN(call)                                                              \
+    do {                                                                       \
+        if ((call) != LLMT_OK) g_fail = 1;                                     \
+    } while (0)
+
+/* ---- cases -------------------------------------------------------------- */
+
+typedef struct { void *dst, *src; size_t bytes; } copy_arg;
+static void f_copy(void *p)
+{
+    copy_arg *a = p;
+    RUN(llmt__cuda_d2d(X, a->dst, a->src, a->bytes));
+}
+
+typedef struct { llmt__gemm_args g; } gemm_arg;
+static void f_gemm(void *p) { RUN(llmt__cuda_gemm(X, &((gemm_arg *)p)->g)); }
+
+typedef struct {
+    void *out, *inp, *w, *b, *dout, *dinp; float *mean, *rstd, *dw, *db; int N, C;
+} ln_arg;
+static void f_ln_fwd(void *p)
+{
+    ln_arg *a = p;
+    RUN(llmt__cuda_layernorm_fwd(X, a->out, a->mean, a->rstd, a->inp, a->w, a->b, a->N, a->C, 1e-5f));
+}
+static void f_ln_bwd(void *p)
+{
+    ln_arg *a = p;
+    RUN(llmt__cuda_layernorm_bwd(X, a->dinp, a->dw, a->db, a->dout, a->inp, a->w, a->mean,
+                                 a->rstd, a->N, a->C));
+}
+typedef struct { void *out, *inp, *dout; size_t n; } ew_arg;
+static void f_gelu_fwd(void *p) { ew_arg *a = p; RUN(llmt__cuda_gelu_fwd(X, a->out, a->inp, a->n)); }
+static void f_gelu_bwd(void *p) { ew_arg *a = p; RUN(llmt__cuda_gelu_bwd(X, a->out, a->inp, a->dout, a->n)); }
+static void f_resid(void *p) { ew_arg *a = p; RUN(llmt__cuda_residual_fwd(X, a->out, a->inp, a->dout, a->n)); }
+typedef struct { float *master, *grad, *m, *v; void *pb; size_t n; } adam_arg;
+static void f_adamw(void *p)
+{
+    adam_arg *a = p;
+    RUN(llmt__cuda_adamw(X, a->master, a->pb, a->grad, a->m, a->v, a->n, 1e-4f, 0.9f, 0.95f,
+                         1e-8f, 0.0f, 1.0f, 3));
+}
+typedef struct { float *losses; void *logits; int32_t *tg; int N, V, Vp; } xent_arg;
+static void f_xent(void *p)
+{
+    xent_arg *a = p;
+    RUN(llmt__cuda_softmax_xent(X, a->losses, a->logits, a->tg, a->N, a->V, a->Vp, 0.0f));
+}
+typedef struct {
+    void *qkv, *out, *dout, *dqkv; float *lse; size_t qs; int B, T, nh, hd;
+} attn_arg;
+static void f_attn_fwd(void *p)
+{
+    attn_arg *a = p;
+    uint16_t *q = a->qkv;
+    RUN(llmt__cuda_attention_fwd(X, a->out, a->lse, q, q + (size_t)a->nh * a->hd,
+                                 q + (size_t)2 * a->nh * a->hd, a->qs, a->B, a->T, a->nh,
+                                 a->nh, a->hd));
+}
+static void f_attn_bwd(void *p)
+{
+    attn_arg *a = p;
+    uint16_t *q = a->qkv, *d = a->dqkv;
+    size_t o = (size_t)a->nh * a->hd;
+    RUN(llmt__cuda_attention_bwd(X, d, d + o, d + 2 * o, a->dout, a->out, a->lse, q, q + o,
+                                 q + 2 * o, a->qs, a->B, a->T, a->nh, a->nh, a->hd));
+}
+
+int main(int argc, char **argv)
+{
+    const char *json = NULL;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) REPEATS = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else { fprintf(stderr, "usage: bench_gpu [--json FILE] [--repeats N] [--quick]\n"); return 2; }
+    }
+    if (quick) { REPEATS = 5; WARMUP = 2; }
+    int32_t ndev = 0;
+    char err[256] = "";
+    if (llmt__cuda_device_count(&ndev, err, sizeof err) != LLMT_OK || ndev == 0) {
+        printf("SKIP: no CUDA device (%s)\n", err);
+        return 77;
+    }
+    llmt__cuda_ctx_opts o = {0, 0, 0};
+    if (llmt__cuda_ctx_create(&o, &X) != LLMT_OK) return 1;
+    if (json) {
+        J = fopen(json, "w");
+        if (!J) { perror(json); return 1; }
+        fprintf(J, "{\"suite\": \"gpu\", \"sm\": %d, \"results\": [", llmt__cuda_ctx_sm(X));
+    }
+    int BT = quick ? 4096 : 16384;
+
+    /* device copy bandwidth: 1 GiB (bytes counted read + write) */
+    {
+        size_t bytes = quick ? ((size_t)256 << 20) : ((size_t)1 << 30);
+        copy_arg a = {dalloc(bytes), drand_bf(bytes / 2, 1.0f), bytes};
+        timeit("copy_d2d", f_copy, &a, 0, 2.0 * bytes);
+        llmt__cuda_free(X, a.dst);
+        llmt__cuda_free(X, a.src);
+    }
+    /* GEMMs: Linear forward out[BT,OC] = inp[BT,C] @ W[OC,C]^T, and the two
+     * backward GEMMs dinp[BT,C] = dout @ W, dW[OC,C] = dout^T @ inp (fp32
+     * accumulate into dW as a trainer does). */
+    {
+        int shapes[5][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50304}};
+        for (int s = 0; s < 5; s++) {
+            int C = shapes[s][0], OC = shapes[s][1];
+            void *inp = drand_bf((size_t)BT * C, 1.0f), *w = drand_bf((size_t)OC * C, 0.05f);
+            void *out = dalloc((size_t)BT * OC * 2), *dinp = dalloc((size_t)BT * C * 2);
+            float *dw = drand_f((size_t)OC * C, 0.01f, 0);
+            double fl = 2.0 * BT * C * OC;
+            char name[64];
+            gemm_arg g;
+            llmt__gemm_args_init(&g.g);
+            g.g.trans_b = 1; g.g.M = BT; g.g.N = OC; g.g.K = C;
+            g.g.A = inp; g.g.B = w; g.g.C = out;
+            snprintf(name, sizeof name, "gemm_fwd_%dx%d", C, OC);
+            timeit(name, f_gemm, &g, fl, 0);
+            llmt__gemm_args_init(&g.g);
+            g.g.M = BT; g.g.N = C; g.g.K = OC;
+            g.g.A = out; g.g.B = w; g.g.C = dinp;
+            snprintf(name, sizeof name, "gemm_bwd_dinp_%dx%d", C, OC);
+            timeit(name, f_gemm, &g, fl, 0);
+            llmt__gemm_args_init(&g.g);
+            g.g.trans_a = 1; g.g.M = OC; g.g.N = C; g.g.K = BT;
+            g.g.A = out; g.g.B = inp; g.g.C = dw; g.g.c_type = LLMT_GEMM_F32; g.g.beta = 1.0f;
+            snprintf(name, sizeof name, "gemm_bwd_dw_%dx%d", C, OC);
+            timeit(name, f_gemm, &g, fl, 0);
+            if (s == 2) { /* fc1 with the fused bias + GELU epilogue */
+                void *bias = drand_bf(OC, 0.1f), *aux = dalloc((size_t)BT * OC * 2);
+                llmt__gemm_args_init(&g.g);
+                g.g.trans_b = 1; g.g.M = BT; g.g.N = OC; g.g.K = C;
+                g.g.A = inp; g.g.B = w; g.g.C = out;
+                g.g.epi = LLMT_GEMM_EPI_GELU_BIAS; g.g.bias = bias; g.g.aux = aux;
+                timeit("gemm_fwd_768x3072_bias_gelu", f_gemm, &g, fl, 0);
+                llmt__cuda_free(X, bias);
+                llmt__cuda_free(X, aux);
+            }
+            if (s == 0 && llmt__cuda_ctx_sm(X) >= 89) { /* fp8 E4M3 forward */
+                float one = 1.0f;
+                float *sc = dalloc(4);
+                llmt__cuda_h2d(X, sc, &one, 4);
+                uint8_t *a8 = dalloc((size_t)BT * C), *w8 = dalloc((size_t)OC * C);
+                llmt__cuda_quantize_fp8(X, a8, inp, sc, (size_t)BT * C, 0);
+                llmt__cuda_quantize_fp8(X, w8, w, sc, (size_t)OC * C, 0);
+                llmt__gemm_args_init(&g.g);
+                g.g.trans_b = 1; g.g.M = BT; g.g.N = OC; g.g.K = C;
+                g.g.A = a8; g.g.B = w8; g.g.C = out; g.g.ab_type = LLMT_GEMM_E4M3;
+                g.g.a_scale = sc; g.g.b_scale = sc;
+                timeit("gemm_fwd_768x2304_fp8_e4m3", f_gemm, &g, fl, 0);
+                llmt__cuda_free(X, sc);
+                llmt__cuda_free(X, a8);
+                llmt__cuda_free(X, w8);
+            }
+            llmt__cuda_free(X, inp); llmt__cuda_free(X, w); llmt__cuda_free(X, out);
+            llmt__cuda_free(X, dinp); llmt__cuda_free(X, dw);
+        }
+    }
+    /* memory-bound kernels */
+    {
+        int C = 768;
+        size_t n = (size_t)BT * C;
+        ln_arg a = {dalloc(n * 2), drand_bf(n, 2.0f), drand_bf(C, 1.0f), drand_bf(C, 1.0f),
+                    drand_bf(n, 1.0f), drand_bf(n, 1.0f), dalloc(BT * 4), dalloc(BT * 4),
+                    drand_f(C, 1.0f, 0), drand_f(C, 1.0f, 0), BT, C};
+        /* bytes: read inp, write out (bf16) + stats */
+        timeit("layernorm_fwd_768", f_ln_fwd, &a, 0, 2.0 * n * 2 + 8.0 * BT);
+        /* read dout, inp, dinp; write dinp (bf16) */
+        timeit("layernorm_bwd_768", f_ln_bwd, &a, 0, 4.0 * n * 2 + 8.0 * BT);
+        llmt__cuda_free(X, a.out); llmt__cuda_free(X, a.inp); llmt__cuda_free(X, a.w);
+        llmt__cuda_free(X, a.b); llmt__cuda_free(X, a.dout); llmt__cuda_free(X, a.dinp);
+        llmt__cuda_free(X, a.mean); llmt__cuda_free(X, a.rstd); llmt__cuda_free(X, a.dw);
+        llmt__cuda_free(X, a.db);
+    }
+    {
+        size_t n = (size_t)BT * 3072;
+        ew_arg a = {drand_bf(n, 1.0f), drand_bf(n, 3.0f), drand_bf(n, 1.0f), n};
+        timeit("gelu_fwd_3072", f_gelu_fwd, &a, 0, 2.0 * n * 2);
+        timeit("gelu_bwd_3072", f_gelu_bwd, &a, 0, 4.0 * n * 2);
+        timeit("residual_3072", f_resid, &a, 0, 3.0 * n * 2);
+        llmt__cuda_free(X, a.out); llmt__cuda_free(X, a.inp); llmt__cuda_free(X, a.dout);
+    }
+    {
+        size_t n = 124475904; /* GPT-2 124M parameters (padded vocab) */
+        if (quick) n /= 8;
+        adam_arg a = {drand_f(n, 1.0f, 0), drand_f(n, 1.0f, 0), drand_f(n, 0.1f, 0),
+                      drand_f(n, 0.01f, 1), dalloc(n * 2), n};
+        /* read master, grad, m, v; write master, m, v (fp32) and bf16 param */
+        timeit("adamw_124M", f_adamw, &a, 0, (4.0 * 4 + 3.0 * 4 + 2.0) * n);
+        llmt__cuda_free(X, a.master); llmt__cuda_free(X, a.grad); llmt__cuda_free(X, a.m);
+        llmt__cuda_free(X, a.v); llmt__cuda_free(X, a.pb);
+    }
+    {
+        int N = quick ? 1024 : 8192, V = 50257, Vp = 50304;
+        int32_t *tg = malloc(N * 4);
+        for (int i = 0; i < N; i++) tg[i] = (int32_t)(rng_u64() % V);
+        xent_arg a = {dalloc(N * 4), drand_bf((size_t)N * Vp, 4.0f), dalloc(N * 4), N, V, Vp};
+        llmt__cuda_h2d(X, a.tg, tg, N * 4);
+        /* loss only (dloss 0): one read of the logits */
+        timeit("softmax_xent_fwd_50304", f_xent, &a, 0, (double)N * Vp * 2);
+        llmt__cuda_free(X, a.losses); llmt__cuda_free(X, a.logits); llmt__cuda_free(X, a.tg);
+        free(tg);
+    }
+    /* attention: GPT-2 124M layer, B=16 (T=1024, 12 heads of 64) */
+    {
+        int B = quick ? 4 : 16, T = 1024, nh = 12, hd = 64;
+        size_t qs = (size_t)3 * nh * hd, n = (size_t)B * T * qs, no = (size_t)B * T * nh * hd;
+        attn_arg a = {drand_bf(n, 1.0f), dalloc(no * 2), drand_bf(no, 1.0f), dalloc(n * 2),
+                      dalloc((size_t)B * nh * T * 4), qs, B, T, nh, hd};
+        /* causal: half of 4*B*nh*T*T*hd */
+        double fl = 2.0 * B * nh * (double)T * T * hd;
+        timeit("attention_fwd_b16_t1024_h12_d64", f_attn_fwd, &a, fl, 0);
+        timeit("attention_bwd_b16_t1024_h12_d64", f_attn_bwd, &a, 2.5 * fl, 0);
+        llmt__cuda_free(X, a.qkv); llmt__cuda_free(X, a.out); llmt__cuda_free(X, a.dout);
+        llmt__cuda_free(X, a.dqkv); llmt__cuda_free(X, a.lse);
+    }
+    if (J) {
+        fprintf(J, "\n]}\n");
+        fclose(J);
+    }
+    llmt__cuda_ctx_destroy(X);
+    return 0;
+}

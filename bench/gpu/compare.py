@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Pairs bench_gpu's results with torch_peer's and writes one JSON with the
+ratios and the issue's targets:
+
+- GEMM: our TFLOP/s over torch.matmul's (target >= 0.95);
+- memory-bound kernels: our GB/s over the device copy bandwidth measured in
+  the same run (target >= 0.80), and our time against torch's;
+- attention: torch SDPA time over ours (> 1 means we are faster).
+
+    compare.py OURS.json TORCH.json ENV.json OUT.json
+"""
+import json
+import sys
+
+MEMBOUND = ["layernorm_fwd_768", "layernorm_bwd_768", "gelu_fwd_3072", "gelu_bwd_3072",
+            "residual_3072", "adamw_124M", "softmax_xent_fwd_50304"]
+
+
+def main():
+    ours_f, torch_f, env_f, out_f = sys.argv[1:5]
+    ours = {r["name"]: r for r in json.load(open(ours_f))["results"]}
+    tj = json.load(open(torch_f))
+    peer = {r["name"]: r for r in tj["results"]}
+    env = json.load(open(env_f))
+    copy_bw = ours["copy_d2d"]["bytes"] / (ours["copy_d2d"]["median_ms"] * 1e-3)
+    rows = []
+    for name, r in ours.items():
+        row = {"name": name, "ours_ms": r["median_ms"]}
+        p = peer.get(name)
+        if p:
+            row["torch_ms"] = p["median_ms"]
+            row["speedup_vs_torch"] = p["median_ms"] / r["median_ms"]
+        if r.get("flops"):
+            row["ours_tflops"] = r["flops"] / (r["median_ms"] * 1e-3) / 1e12
+            if p:
+                row["torch_tflops"] = p["flops"] / (p["median_ms"] * 1e-3) / 1e12
+        if r.get("bytes"):
+            row["ours_gbps"] = r["bytes"] / (r["median_ms"] * 1e-3) / 1e9
+            row["fraction_of_copy_bw"] = row["ours_gbps"] * 1e9 / copy_bw
+        if name.startswith("gemm") and p:
+            row["target"] = "ours/torch TFLOP/s >= 0.95"
+            row["meets_target"] = row["speedup_vs_torch"] >= 0.95
+        if name in MEMBOUND:
+            row["target"] = "GB/s >= 0.80 of copy_d2d"
+            row["meets_target"] = row["fraction_of_copy_bw"] >= 0.80
+        rows.append(row)
+    res = {"device": env.get("gpu"), "env": env, "torch": tj.get("torch"),
+           "copy_d2d_gbps": copy_bw / 1e9, "cases": rows,
+           "commands": ["tools/gpu-check.sh", "build-gpu/bench/gpu/bench_gpu --json gpu-bench.json",
+                        "python3 bench/gpu/torch_peer.py --json gpu-torch.json",
+                        "python3 bench/gpu/compare.py gpu-bench.json gpu-torch.json gpu-env.json "
+                        "gpu-results.json"]}
+    json.dump(res, open(out_f, "w"), indent=1)
+    print(f"\ndevice {env.get('gpu')}, copy_d2d {copy_bw / 1e9:.0f} GB/s (read+write)")
+    print(f"{'case':34s} {'ours ms':>9s} {'torch ms':>9s} {'torch/ours':>10s} {'TF/s':>7s} "
+          f"{'GB/s':>7s} {'of copy':>7s} target")
+    for r in rows:
+        print(f"{r['name']:34s} {r['ours_ms']:9.4f} {r.get('torch_ms', float('nan')):9.4f} "
+              f"{r.get('speedup_vs_torch', float('nan')):10.3f} "
+              f"{r.get('ours_tflops', float('nan')):7.1f} {r.get('ours_gbps', float('nan')):7.0f} "
+              f"{r.get('fraction_of_copy_bw', float('nan')):7.2f} "
+              f"{'' if 'meets_target' not in r else ('met' if r['meets_target'] else 'MISSED')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
