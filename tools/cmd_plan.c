@@ -1,10 +1,362 @@
-/* llmtrain plan: placeholder until its module's command lands (issue owner
- * replaces this file). */
+/* llmtrain plan: place a job spec on N GPUs (or let the auto-planner pick
+ * the layout) and print the layout, memory per GPU, FLOPs, communication,
+ * pipeline bubble, step time, tokens/s, MFU, checkpoint interval and
+ * goodput; --simulate adds the Monte-Carlo goodput run. doc/planner.md
+ * explains every number. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli.h"
+
+static const char *const CMD = "plan";
+
+typedef struct plan_args {
+    const char *spec;
+    long world;
+    int automatic, simulate, json;
+    double hours;
+    long trials;
+    long long seed;
+} plan_args;
+
+static int parse_long(const char *flag, const char *v, long lo, long hi, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "llmtrain plan: %s needs an integer in [%ld, %ld], got '%s'\n",
+                flag, lo, hi, v ? v : "");
+        return CLI_USAGE;
+    }
+    *out = x;
+    return CLI_OK;
+}
+
+static int parse_args(int argc, char **argv, plan_args *a)
+{
+    memset(a, 0, sizeof *a);
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        int rc = CLI_OK;
+        if (!strcmp(s, "--world"))
+            rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 1, INT32_MAX, &a->world);
+        else if (!strcmp(s, "--auto"))
+            a->automatic = 1;
+        else if (!strcmp(s, "--simulate"))
+            a->simulate = 1;
+        else if (!strcmp(s, "--json"))
+            a->json = 1;
+        else if (!strcmp(s, "--hours")) {
+            long h = 0;
+            rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 1, 24 * 365, &h);
+            a->hours = (double)h;
+        } else if (!strcmp(s, "--trials"))
+            rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 1, 100000, &a->trials);
+        else if (!strcmp(s, "--seed")) {
+            long x = 0;
+            rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 0, INT32_MAX, &x);
+            a->seed = x;
+        } else if (s[0] == '-' && s[1]) {
+            fprintf(stderr, "llmtrain plan: unknown argument '%s'\n", s);
+            return CLI_USAGE;
+        } else if (!a->spec)
+            a->spec = s;
+        else {
+            fprintf(stderr, "llmtrain plan: one spec only ('%s' and '%s')\n",
+                    a->spec, s);
+            return CLI_USAGE;
+        }
+        if (rc != CLI_OK)
+            return rc;
+    }
+    if (!a->spec) {
+        fprintf(stderr, "llmtrain plan: missing SPEC.json (see llmtrain plan --help)\n");
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+/* Human-readable quantities. */
+static const char *si(double x, const char *unit, char *buf, size_t n)
+{
+    static const char *const pre[] = {"", "k", "M", "G", "T", "P", "E", "Z", "Y"};
+    int k = 0;
+    double a = fabs(x);
+    while (a >= 1000 && k < 8) {
+        a /= 1000;
+        x /= 1000;
+        k++;
+    }
+    snprintf(buf, n, "%.3g %s%s", x, pre[k], unit);
+    return buf;
+}
+
+static const char *dur(double s, char *buf, size_t n)
+{
+    if (!isfinite(s))
+        snprintf(buf, n, "never");
+    else if (s < 1e-3)
+        snprintf(buf, n, "%.1f us", s * 1e6);
+    else if (s < 1)
+        snprintf(buf, n, "%.1f ms", s * 1e3);
+    else if (s < 120)
+        snprintf(buf, n, "%.2f s", s);
+    else if (s < 7200)
+        snprintf(buf, n, "%.1f min", s / 60);
+    else if (s < 3 * 86400)
+        snprintf(buf, n, "%.1f h", s / 3600);
+    else
+        snprintf(buf, n, "%.1f days", s / 86400);
+    return buf;
+}
+
+static const char *rc_name(int rc)
+{
+    return rc == 2 ? "full" : rc == 1 ? "selective" : "none";
+}
+
+static void print_text(const llmt_plan *p, const llmt_spec *spec,
+                       const llmt_plan_estimate *e)
+{
+    char name[256] = "", gpu[64] = "", b1[64], b2[64], b3[64], b4[64];
+    int64_t gpn = 0, steps = 0, layers = 0;
+    llmt_spec_get_string(spec, "name", name, sizeof name, NULL);
+    llmt_spec_get_string(spec, "hardware.gpu", gpu, sizeof gpu, NULL);
+    llmt_spec_get_int(spec, "hardware.gpus_per_node", &gpn);
+    llmt_spec_get_int(spec, "train.steps", &steps);
+    llmt_spec_get_int(spec, "model.layers", &layers);
+    printf("plan: %s on %d GPUs (%s, %lld per node)\n\n", *name ? name : "(unnamed)",
+           (int)e->world_size, gpu, (long long)gpn);
+
+    printf("layout\n");
+    printf("  degrees               tp %d x cp %d x pp %d x dp %d = %d   (ep %d inside dp)\n",
+           e->tp, e->cp, e->pp, e->dp, e->world_size, e->ep);
+    printf("  rank order            tp fastest (inside a node), then cp, pp, dp\n");
+    printf("  zero / recompute / sp %d / %s / %s\n", e->zero, rc_name(e->recompute),
+           e->sequence_parallel ? "on" : "off");
+    int32_t mn = INT32_MAX, mx = 0;
+    for (int32_t st = 0; st < e->pp; st++)
+        for (int32_t ch = 0; ch < e->virtual_stages; ch++) {
+            int32_t f, c;
+            if (llmt_plan_stage_layers(p, st, ch, &f, &c) == LLMT_OK) {
+                mn = c < mn ? c : mn;
+                mx = c > mx ? c : mx;
+            }
+        }
+    if (mn == mx)
+        printf("  pipeline              %lld layers, %d per stage chunk, %d chunk(s) per stage\n",
+               (long long)layers, (int)mn, e->virtual_stages);
+    else
+        printf("  pipeline              %lld layers, %d-%d per stage, %d chunk(s) per stage\n",
+               (long long)layers, (int)mn, (int)mx, e->virtual_stages);
+    printf("  batch                 micro %d x grad_accum %d x dp %d = global %lld "
+           "sequences (%s tokens/step)\n", e->micro, e->grad_accum, e->dp,
+           (long long)e->global_batch, si((double)e->tokens_per_step, "", b1, sizeof b1));
+    printf("  parameters            %s (active per token %s), per GPU %s\n\n",
+           si(e->params, "", b1, sizeof b1), si(e->params_active, "", b2, sizeof b2),
+           si(e->params_per_gpu, "", b3, sizeof b3));
+
+    printf("memory per GPU (the most loaded stage)\n");
+    printf("  weights               %8.2f GB\n", e->mem_weights / 1e9);
+    printf("  gradients             %8.2f GB\n", e->mem_grads / 1e9);
+    printf("  optimizer             %8.2f GB\n", e->mem_optimizer / 1e9);
+    printf("  activations           %8.2f GB\n", e->mem_activations / 1e9);
+    printf("  overhead              %8.2f GB\n", e->mem_overhead / 1e9);
+    printf("  total                 %8.2f GB of %.0f GB: %s\n\n", e->mem_total / 1e9,
+           e->mem_capacity / 1e9, e->fits ? "fits" : "DOES NOT FIT");
+
+    printf("compute\n");
+    printf("  FLOPs per token       %s (6N = %s; attention +%.1f%%)\n",
+           si(e->model_flops_per_token, "", b1, sizeof b1),
+           si(e->flops_6nd_per_token, "", b2, sizeof b2),
+           100 * (e->model_flops_per_token / e->flops_6nd_per_token - 1));
+    printf("  FLOPs per step        %s model, %s with recomputation\n",
+           si(e->model_flops_per_step, "", b1, sizeof b1),
+           si(e->hw_flops_per_step, "", b2, sizeof b2));
+    printf("  FLOPs per run         %s (%lld steps, %s tokens)\n\n",
+           si(e->run_flops, "", b1, sizeof b1), (long long)steps,
+           si((double)steps * (double)e->tokens_per_step, "", b2, sizeof b2));
+
+    printf("communication per GPU per step   sent          exposed\n");
+    static const char *const dn[] = {"tp", "cp", "pp", "dp", "ep"};
+    const double by[] = {e->comm_bytes_tp, e->comm_bytes_cp, e->comm_bytes_pp,
+                         e->comm_bytes_dp, e->comm_bytes_ep};
+    const double ti[] = {e->time_tp_s, e->time_cp_s, e->time_pp_s, e->time_dp_s,
+                         e->time_ep_s};
+    for (int i = 0; i < 5; i++)
+        printf("  %-30s %-13s %s\n", dn[i], si(by[i], "B", b1, sizeof b1),
+               dur(ti[i], b2, sizeof b2));
+    printf("\n");
+
+    printf("time per step\n");
+    printf("  compute               %s\n", dur(e->time_compute_s, b1, sizeof b1));
+    printf("  pipeline bubble       %s (%.1f%% = (p-1)/(v*m+p-1), p %d m %d v %d)\n",
+           dur(e->time_bubble_s, b1, sizeof b1), 100 * e->bubble_fraction, e->pp,
+           e->grad_accum, e->virtual_stages);
+    printf("  optimizer             %s\n", dur(e->time_optimizer_s, b1, sizeof b1));
+    printf("  step                  %s\n", dur(e->step_time_s, b1, sizeof b1));
+    printf("  tokens/s              %s\n", si(e->tokens_per_s, "", b1, sizeof b1));
+    printf("  MFU                   %.1f%% (%.0f TFLOP/s per GPU)\n", 100 * e->mfu,
+           e->tflops_per_gpu);
+    printf("  run                   %s\n\n", dur(e->run_time_s, b1, sizeof b1));
+
+    printf("checkpoints and failures\n");
+    printf("  state saved           %s\n", si(e->ckpt_bytes_total, "B", b1, sizeof b1));
+    printf("  stall / write / restore / restart   %s / %s / %s / %s\n",
+           dur(e->ckpt_stall_s, b1, sizeof b1), dur(e->ckpt_write_s, b2, sizeof b2),
+           dur(e->restore_s, b3, sizeof b3), dur(e->restart_s, b4, sizeof b4));
+    printf("  MTBF of the job       %s\n", dur(e->mtbf_s, b1, sizeof b1));
+    printf("  Young/Daly interval   %s = sqrt(2 x stall x MTBF)\n",
+           dur(e->young_daly_s, b1, sizeof b1));
+    printf("  checkpoint interval   %s = %lld steps\n",
+           dur(e->ckpt_interval_s, b1, sizeof b1), (long long)e->ckpt_interval_steps);
+    printf("  goodput (analytic)    %.1f%%\n", 100 * e->goodput_analytic);
+}
+
+static void print_goodput_text(const llmt_goodput_result *g, int trials)
+{
+    char b1[64], b2[64];
+    printf("\ngoodput simulation (%d trials, %.0f h of training work, MTBF %.2f h)\n",
+           trials, g->work_hours, g->mtbf_hours);
+    printf("  interval              %s\n", dur(g->interval_s, b1, sizeof b1));
+    printf("  goodput               %.2f%% +- %.2f\n", 100 * g->goodput,
+           100 * g->goodput_stddev);
+    printf("  wall time             %.1f h for %.1f h of work\n", g->wall_hours,
+           g->work_hours);
+    printf("  lost work             %.1f h (%.1f failures)\n", g->lost_work_hours,
+           g->failures);
+    printf("  checkpoint stalls     %.1f h\n", g->ckpt_overhead_hours);
+    printf("  restarts + restores   %.1f h\n", g->restart_hours);
+    printf("  Young/Daly interval   %s: goodput %.2f%%\n",
+           dur(g->young_daly_s, b1, sizeof b1), 100 * g->young_daly_goodput);
+    printf("  best simulated        %s: goodput %.2f%% (sweep YD/10 .. 10 YD)\n",
+           dur(g->best_interval_s, b2, sizeof b2), 100 * g->best_goodput);
+}
+
+static void print_goodput_json(const llmt_goodput_result *g)
+{
+    printf("\"goodput\": {\"interval_s\": %.9g, \"goodput\": %.9g, "
+           "\"goodput_stddev\": %.9g, \"wall_hours\": %.9g, \"work_hours\": %.9g, "
+           "\"lost_work_hours\": %.9g, \"ckpt_overhead_hours\": %.9g, "
+           "\"restart_hours\": %.9g, \"failures\": %.9g, \"mtbf_hours\": %.9g, "
+           "\"young_daly_s\": %.9g, \"young_daly_goodput\": %.9g, "
+           "\"best_interval_s\": %.9g, \"best_goodput\": %.9g}",
+           g->interval_s, g->goodput, g->goodput_stddev, g->wall_hours, g->work_hours,
+           g->lost_work_hours, g->ckpt_overhead_hours, g->restart_hours, g->failures,
+           g->mtbf_hours, g->young_daly_s, g->young_daly_goodput, g->best_interval_s,
+           g->best_goodput);
+}
+
+static int show(const plan_args *a, const llmt_plan *p, const llmt_spec *spec)
+{
+    llmt_plan_estimate e;
+    memset(&e, 0, sizeof e);
+    e.struct_size = sizeof e;
+    llmt_status st = llmt_plan_get_estimate(p, &e);
+    if (st != LLMT_OK)
+        return cli_fail_status(CMD, st, llmt_plan_last_error(p));
+    llmt_goodput_result g;
+    memset(&g, 0, sizeof g);
+    g.struct_size = sizeof g;
+    llmt_goodput_opts go;
+    llmt_goodput_opts_init(&go, sizeof go);
+    if (a->hours > 0)
+        go.horizon_hours = a->hours;
+    if (a->trials > 0)
+        go.trials = (int32_t)a->trials;
+    if (a->seed > 0)
+        go.seed = (uint64_t)a->seed;
+    if (a->simulate) {
+        st = llmt_plan_simulate_goodput(p, &go, &g);
+        if (st != LLMT_OK)
+            return cli_fail_status(CMD, st, llmt_plan_last_error(p));
+    }
+    if (a->json) {
+        size_t need = 0;
+        llmt_plan_to_json(p, NULL, 0, &need);
+        char *buf = need ? malloc(need) : NULL;
+        if (!buf)
+            return cli_fail(CMD, "out of memory");
+        st = llmt_plan_to_json(p, buf, need, NULL);
+        if (st != LLMT_OK) {
+            free(buf);
+            return cli_fail_status(CMD, st, llmt_plan_last_error(p));
+        }
+        if (a->simulate) {
+            /* The plan object with one more member. */
+            char *end = strrchr(buf, '}');
+            if (end)
+                *end = '\0';
+            printf("%s,\n", buf);
+            print_goodput_json(&g);
+            printf("}\n");
+        } else {
+            printf("%s\n", buf);
+        }
+        free(buf);
+        return CLI_OK;
+    }
+    print_text(p, spec, &e);
+    if (a->simulate)
+        print_goodput_text(&g, go.trials);
+    size_t need = 0;
+    llmt_plan_explain(p, NULL, 0, &need);
+    if (need > 1) {
+        char *buf = malloc(need);
+        if (buf && llmt_plan_explain(p, buf, need, NULL) == LLMT_OK) {
+            printf("\nnotes\n");
+            for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+                printf("  %s\n", line);
+        }
+        free(buf);
+    }
+    return CLI_OK;
+}
 
 int cmd_plan(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_fail("plan", "not implemented in this build yet");
+    plan_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc != CLI_OK)
+        return rc;
+    llmt_context *ctx = NULL;
+    llmt_status st = llmt_context_create(NULL, &ctx);
+    if (st != LLMT_OK)
+        return cli_fail_status(CMD, st, "cannot create a context");
+    llmt_spec *spec = NULL;
+    llmt_plan *p = NULL;
+    st = llmt_spec_parse_file(ctx, a.spec, &spec);
+    if (st != LLMT_OK) {
+        rc = cli_fail(CMD, "%s: %s", a.spec, llmt_context_last_error(ctx));
+        goto out;
+    }
+    if (a.automatic) {
+        int32_t world = (int32_t)a.world;
+        if (!world) {
+            int64_t d[4] = {1, 1, 1, 1};
+            llmt_spec_get_int(spec, "parallelism.tp", &d[0]);
+            llmt_spec_get_int(spec, "parallelism.pp", &d[1]);
+            llmt_spec_get_int(spec, "parallelism.dp", &d[2]);
+            llmt_spec_get_int(spec, "parallelism.cp", &d[3]);
+            world = (int32_t)(d[0] * d[1] * d[2] * d[3]);
+        }
+        st = llmt_plan_auto(ctx, spec, world, NULL, &p);
+    } else {
+        st = llmt_plan_create(ctx, spec, (int32_t)a.world, &p);
+    }
+    if (st != LLMT_OK) {
+        rc = cli_fail(CMD, "%s: %s", a.spec, llmt_context_last_error(ctx));
+        goto out;
+    }
+    rc = show(&a, p, spec);
+out:
+    llmt_plan_destroy(p);
+    llmt_spec_destroy(spec);
+    llmt_context_destroy(ctx);
+    return rc;
 }

@@ -16,7 +16,23 @@ const cli_command cli_commands[] = {
      cmd_features},
     /* plan: owned by lib/plan (issue 4) */
     {"plan", "show the parallel layout, memory, step time and goodput of a job",
-     "usage: llmtrain plan SPEC.json [--world N] [--auto] [--simulate] [--json]\n",
+     "usage: llmtrain plan SPEC.json [--world N] [--auto] [--simulate] [--json]\n"
+     "                     [--hours H] [--trials N] [--seed S]\n"
+     "  Places the spec on N GPUs and prints the layout (rank order, stage\n"
+     "  layers), memory per GPU by kind, FLOPs, communication per step,\n"
+     "  pipeline bubble, step time, tokens/s, MFU, checkpoint interval and\n"
+     "  goodput (doc/planner.md explains every formula).\n"
+     "  --world N    GPUs (default: tp*pp*dp*cp of the spec; a spec without\n"
+     "               parallelism.dp gets dp = N/(tp*pp*cp))\n"
+     "  --auto       search tp, cp, pp, dp, ep, zero, recompute, virtual\n"
+     "               stages and micro for the fastest layout that fits, and\n"
+     "               say why it wins\n"
+     "  --simulate   Monte-Carlo goodput under failures; sweeps the\n"
+     "               checkpoint interval around Young/Daly\n"
+     "  --hours H    training work to simulate [the run, at most a year]\n"
+     "  --trials N   simulated runs per interval [32]\n"
+     "  --seed S     simulation seed [train.seed + 1]\n"
+     "  --json       the plan (and goodput) as one JSON object\n",
      cmd_plan},
     /* data: owned by lib/data (issue 5) */
     {"data", "prepare, inspect and tokenize training data",

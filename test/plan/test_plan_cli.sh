@@ -1,0 +1,107 @@
+#!/bin/sh
+# `llmtrain plan` on the example specs: the table has every section, the
+# numbers the seeds give, JSON that parses, --auto and --simulate work, and
+# bad input is a clear error with the right exit code.
+exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+src=${LLMT_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+specs=$src/examples/specs
+fail=0
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+ok() { printf 'ok   %s\n' "$1"; }
+bad() { printf 'FAIL %s\n' "$1"; fail=1; }
+has() { grep -q -- "$2" "$1" && ok "$3" || { bad "$3 (no '$2' in output)"; cat "$1"; }; }
+py() { python3 -c "$1" < "$2" && ok "$3" || bad "$3"; }
+
+# 405B on 16,384 GPUs: the seeds' layout and every section of the table.
+"$exe" plan "$specs/llama3-405b-16k.json" > t.txt 2> e.txt \
+  && ok "405b exits 0" || { bad "405b exits non-zero"; cat e.txt; }
+has t.txt "tp 8 x cp 1 x pp 16 x dp 128 = 16384" "405b degrees 8x16x128"
+for w in "memory per GPU" "weights" "gradients" "optimizer" "activations" \
+         "FLOPs per token" "FLOPs per run" "communication per GPU" \
+         "pipeline bubble" "tokens/s" "MFU" "Young/Daly interval" \
+         "checkpoint interval" "goodput (analytic)"; do
+  has t.txt "$w" "405b shows $w"
+done
+has t.txt "48.4%" "405b bubble 15/31"
+has t.txt "15.6 T tokens" "405b 15.6T tokens"
+has t.txt "FLOPs per run         41 Y" "405b ~4e25 FLOPs with attention"
+has t.txt ": fits" "405b fits in 80 GB"
+
+# JSON: parses, and agrees with the table.
+"$exe" plan "$specs/llama3-405b-16k.json" --json > j.json && ok "405b --json" || bad "405b --json"
+py 'import json,sys; d=json.load(sys.stdin); g=d["degrees"]
+assert d["world_size"]==16384 and (g["tp"],g["pp"],g["dp"])==(8,16,128), d["degrees"]
+e=d["estimate"]; assert abs(e["time"]["bubble_fraction"]-15/31)<1e-9
+assert abs(e["flops"]["flops_6nd_per_token"]*2048*8192*930000/3.8e25-1)<0.01
+assert e["memory_per_gpu_bytes"]["fits"] is True' j.json "405b JSON numbers"
+
+# --simulate: the goodput section, and its JSON.
+"$exe" plan "$specs/llama3-405b-16k.json" --simulate --hours 200 --trials 8 > s.txt \
+  && ok "405b --simulate" || bad "405b --simulate"
+has s.txt "goodput simulation" "simulate section"
+has s.txt "best simulated" "simulate sweep"
+"$exe" plan "$specs/llama3-405b-16k.json" --simulate --hours 200 --trials 8 --json > s.json \
+  && ok "--simulate --json" || bad "--simulate --json"
+py 'import json,sys; d=json.load(sys.stdin); g=d["goodput"]
+assert 0.5<g["goodput"]<1 and g["work_hours"]==200 and g["best_goodput"]>=g["goodput"]-1e-12
+assert abs(g["mtbf_hours"]-54*24/419)<1e-6' s.json "goodput JSON"
+# deterministic for a seed
+"$exe" plan "$specs/llama3-405b-16k.json" --simulate --hours 200 --trials 8 --json --seed 5 > a.json
+"$exe" plan "$specs/llama3-405b-16k.json" --simulate --hours 200 --trials 8 --json --seed 5 > b.json
+cmp -s a.json b.json && ok "simulate deterministic per seed" || bad "simulate not deterministic"
+
+# --auto: 70B on 1024 GPUs picks a layout that fits and explains it.
+"$exe" plan "$specs/llama-70b.json" --auto --world 1024 > a.txt 2> e.txt \
+  && ok "70b --auto" || { bad "70b --auto"; cat e.txt; }
+has a.txt "auto: " "auto summary"
+has a.txt "best: " "auto best"
+has a.txt "loses on" "auto explains the runner-up"
+has a.txt ": fits" "auto plan fits"
+"$exe" plan "$specs/llama-70b.json" --auto --world 1024 --json > a.json
+py 'import json,sys; d=json.load(sys.stdin); g=d["degrees"]
+assert g["tp"]*g["cp"]*g["pp"]*g["dp"]==1024 and d["batch"]["global"]==512
+assert d["estimate"]["memory_per_gpu_bytes"]["fits"] is True
+r=d["auto"]["ranking"]; s=[x["step_s"] for x in r]; assert s==sorted(s) and len(r)>1' \
+  a.json "auto JSON ranking"
+
+# The other examples.
+for f in llama-70b gpt2-124m-1gpu moe demo-cpu; do
+  "$exe" plan "$specs/$f.json" > o.txt 2> e.txt && grep -q "^  MFU" o.txt \
+    && ok "$f" || { bad "$f"; cat e.txt; }
+done
+"$exe" plan "$specs/gpt2-124m-1gpu.json" | grep -q "= 1 " && ok "gpt2 on 1 GPU" || bad "gpt2 on 1 GPU"
+"$exe" plan "$specs/moe.json" | grep -q "ep 8 inside dp" && ok "moe ep 8" || bad "moe ep 8"
+
+# A spec without parallelism.dp takes --world.
+cat > nodp.json <<'J'
+{"model": {"arch": "llama", "params": 70e9},
+ "parallelism": {"tp": 8, "pp": 4},
+ "batch": {"micro": 1, "global": 1024}, "hardware": {"gpu": "H100-SXM"}}
+J
+"$exe" plan nodp.json --world 2048 > n.txt && has n.txt "tp 8 x cp 1 x pp 4 x dp 64 = 2048" "dp from --world" \
+  || bad "dp from --world"
+has n.txt "grad_accum 16" "grad_accum from the global batch"
+
+# Errors.
+"$exe" plan "$specs/llama3-405b-16k.json" --world 8192 > /dev/null 2> e.txt; rc=$?
+[ $rc -eq 1 ] && grep -q "16384" e.txt && ok "world contradicts dp -> 1, explained" \
+  || { bad "world contradicts dp (rc $rc)"; cat e.txt; }
+"$exe" plan nodp.json --world 1000 > /dev/null 2> e.txt; rc=$?
+[ $rc -eq 1 ] && grep -q "multiple of" e.txt && ok "world not a multiple -> 1" \
+  || { bad "world not a multiple (rc $rc)"; cat e.txt; }
+"$exe" plan "$specs/llama-70b.json" --auto --world 2 > /dev/null 2> e.txt; rc=$?
+[ $rc -eq 1 ] && grep -q "fits" e.txt && ok "auto nothing fits -> 1" \
+  || { bad "auto nothing fits (rc $rc)"; cat e.txt; }
+echo '{"model": {"layers": 4, "hidden": 250, "heads": 4}, "parallelism": {"tp": 3}}' > badspec.json
+"$exe" plan badspec.json > /dev/null 2> e.txt; rc=$?
+[ $rc -eq 1 ] && grep -q "model.hidden" e.txt && ok "bad spec -> 1, path named" \
+  || { bad "bad spec (rc $rc)"; cat e.txt; }
+"$exe" plan /nonexistent.json > /dev/null 2>&1; [ $? -eq 1 ] && ok "missing file -> 1" || bad "missing file"
+"$exe" plan > /dev/null 2>&1; [ $? -eq 2 ] && ok "no spec -> 2" || bad "no spec"
+"$exe" plan "$specs/gpt2-124m-1gpu.json" --world x > /dev/null 2>&1; [ $? -eq 2 ] \
+  && ok "bad --world -> 2" || bad "bad --world"
+"$exe" plan "$specs/gpt2-124m-1gpu.json" --frob > /dev/null 2> e.txt; [ $? -eq 2 ] \
+  && grep -q frob e.txt && ok "unknown flag -> 2" || bad "unknown flag"
+exit $fail
