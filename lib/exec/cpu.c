@@ -13,18 +13,56 @@
 #include <omp.h>
 #endif
 
-static void cpu_matmul_fwd(float *out, const float *inp, const float *w,
+#ifdef LLMT_HAVE_OPENBLAS
+/* C[M,Nc] = alpha op(A) op(B) + beta C, row-major, split along the larger
+ * output dimension over the OpenMP team with a single-threaded sgemm per
+ * piece. One thread pool (OpenMP's) runs everything: OpenBLAS' own pthreads
+ * would spin after each GEMM and fight the OpenMP threads of the next op
+ * for the cores. Pieces are whole output blocks, so there is no reduction
+ * across threads and the result does not depend on the timing. */
+static void gemm(int ta, int tb, int M, int Nc, int K, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc)
+{
+    enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE TB = tb ? CblasTrans : CblasNoTrans;
+    int nt = 1;
+#ifdef _OPENMP
+    nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+#endif
+    if (nt <= 1 || (double)M * Nc * K < 262144.0) {
+        cblas_sgemm(CblasRowMajor, TA, TB, M, Nc, K, 1.0f, A, lda, B, ldb, beta,
+                    C, ldc);
+        return;
+    }
+    int split_n = Nc >= M;
+    int D = split_n ? Nc : M;
+    int chunk = (D + nt - 1) / nt;
+    chunk = (chunk + 15) / 16 * 16;
+#pragma omp parallel for schedule(static, 1) num_threads(nt)
+    for (int t = 0; t < nt; t++) {
+        int d0 = t * chunk;
+        if (d0 >= D) continue;
+        int dn = D - d0 < chunk ? D - d0 : chunk;
+        if (split_n) {
+            /* columns d0..d0+dn of C and of op(B) */
+            const float *Bp = tb ? B + (size_t)d0 * ldb : B + d0;
+            cblas_sgemm(CblasRowMajor, TA, TB, M, dn, K, 1.0f, A, lda, Bp, ldb,
+                        beta, C + d0, ldc);
+        } else {
+            /* rows d0..d0+dn of C and of op(A) */
+            const float *Ap = ta ? A + d0 : A + (size_t)d0 * lda;
+            cblas_sgemm(CblasRowMajor, TA, TB, dn, Nc, K, 1.0f, Ap, lda, B, ldb,
+                        beta, C + (size_t)d0 * ldc, ldc);
+        }
+    }
+}
+#endif
+
+/* The plain loops: the reference the GEMM path is tested against, and the
+ * backend when the build has no OpenBLAS. */
+static void ref_matmul_fwd(float *out, const float *inp, const float *w,
                            const float *bias, int N, int C, int OC)
 {
-#ifdef LLMT_HAVE_OPENBLAS
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp,
-                C, w, C, 0.0f, out, OC);
-    if (bias) {
-#pragma omp parallel for
-        for (int n = 0; n < N; n++)
-            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
-    }
-#else
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -35,20 +73,12 @@ static void cpu_matmul_fwd(float *out, const float *inp, const float *w,
             out[(size_t)n * OC + o] = s;
         }
     }
-#endif
 }
 
-static void cpu_matmul_bwd(float *dinp, float *dw, float *dbias,
+static void ref_matmul_bwd(float *dinp, float *dw, float *dbias,
                            const float *dout, const float *inp, const float *w,
                            int N, int C, int OC)
 {
-#ifdef LLMT_HAVE_OPENBLAS
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f,
-                    dout, OC, w, C, 1.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout,
-                OC, inp, C, 1.0f, dw, C);
-#else
     if (dinp) {
 #pragma omp parallel for
         for (int n = 0; n < N; n++)
@@ -67,6 +97,45 @@ static void cpu_matmul_bwd(float *dinp, float *dw, float *dbias,
             float *dwr = dw + (size_t)o * C;
             for (int c = 0; c < C; c++) dwr[c] += x[c] * d;
         }
+}
+
+static void ref_matmul_bwd_full(float *dinp, float *dw, float *dbias,
+                                const float *dout, const float *inp,
+                                const float *w, int N, int C, int OC)
+{
+    ref_matmul_bwd(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    if (dbias)
+        for (int o = 0; o < OC; o++) {
+            float s = 0.0f;
+            for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
+            dbias[o] += s;
+        }
+}
+
+static void cpu_matmul_fwd(float *out, const float *inp, const float *w,
+                           const float *bias, int N, int C, int OC)
+{
+#ifdef LLMT_HAVE_OPENBLAS
+    gemm(0, 1, N, OC, C, inp, C, w, C, 0.0f, out, OC);
+    if (bias) {
+#pragma omp parallel for
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+    }
+#else
+    ref_matmul_fwd(out, inp, w, bias, N, C, OC);
+#endif
+}
+
+static void cpu_matmul_bwd(float *dinp, float *dw, float *dbias,
+                           const float *dout, const float *inp, const float *w,
+                           int N, int C, int OC)
+{
+#ifdef LLMT_HAVE_OPENBLAS
+    if (dinp) gemm(0, 0, N, C, OC, dout, OC, w, C, 1.0f, dinp, C);
+    gemm(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
+#else
+    ref_matmul_bwd(dinp, dw, dbias, dout, inp, w, N, C, OC);
 #endif
     if (dbias) {
 #pragma omp parallel for
@@ -498,13 +567,26 @@ static const llmt__exec_ops cpu_ops = {
 
 const llmt__exec_ops *llmt__exec_cpu(void) { return &cpu_ops; }
 
+/* The same table with the plain-loop matmuls (tests compare against it). */
+const llmt__exec_ops *llmt__exec_cpu_ref(void)
+{
+    static llmt__exec_ops ref;
+    ref = cpu_ops;
+    ref.name = "cpu-ref";
+    ref.matmul_fwd = ref_matmul_fwd;
+    ref.matmul_bwd = ref_matmul_bwd_full;
+    return &ref;
+}
+
 void llmt__exec_cpu_set_threads(int threads)
 {
+#ifdef LLMT_HAVE_OPENBLAS
+    /* GEMMs are split over the OpenMP team (see gemm above): OpenBLAS
+     * itself runs single-threaded inside each piece. */
+    openblas_set_num_threads(1);
+#endif
     if (threads <= 0) return;
 #ifdef _OPENMP
     omp_set_num_threads(threads);
-#endif
-#ifdef LLMT_HAVE_OPENBLAS
-    openblas_set_num_threads(threads);
 #endif
 }

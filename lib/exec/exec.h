@@ -85,6 +85,9 @@ typedef struct llmt__exec_ops {
 
 /* The CPU backend: fp32, OpenBLAS sgemm when built with it, OpenMP loops. */
 const llmt__exec_ops *llmt__exec_cpu(void);
+/* The CPU table with plain-loop matmuls: the reference the GEMM path is
+ * tested against (test/train/test_exec.c). */
+const llmt__exec_ops *llmt__exec_cpu_ref(void);
 /* Set the thread count of OpenMP and OpenBLAS together (so that they do
  * not oversubscribe: sgemm is only called outside parallel regions). 0
  * keeps the defaults. */
