@@ -201,8 +201,9 @@ static void print_text(const llmt_plan *p, const llmt_spec *spec,
     printf("  optimizer             %s\n", dur(e->time_optimizer_s, b1, sizeof b1));
     printf("  step                  %s\n", dur(e->step_time_s, b1, sizeof b1));
     printf("  tokens/s              %s\n", si(e->tokens_per_s, "", b1, sizeof b1));
-    printf("  MFU                   %.1f%% (%.0f TFLOP/s per GPU)\n", 100 * e->mfu,
-           e->tflops_per_gpu);
+    printf("  MFU                   %.1f%% (%.0f TFLOP/s per GPU of model FLOPs; "
+           "%.0f counting recomputation)\n", 100 * e->mfu, e->tflops_per_gpu,
+           e->hw_flops_per_step / ((double)e->world_size * e->step_time_s) / 1e12);
     printf("  run                   %s\n\n", dur(e->run_time_s, b1, sizeof b1));
 
     printf("checkpoints and failures\n");
