@@ -1085,8 +1085,9 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
  * from text: hosts insert the id from llmt_tokenizer_eot between documents.
  * decode(encode(x)) == x for every byte string x.
  * Threads: encode uses a per-handle cache, so one thread at a time per
- * handle; decode, vocab_size, eot and save may run concurrently with each
- * other (not with encode on the same handle).
+ * handle (llmt_tokenizer_clone gives each thread its own); decode,
+ * vocab_size, eot, token_bytes, clone and save may run concurrently with
+ * each other (not with encode on the same handle).
  * ====================================================================== */
 typedef struct llmt_tokenizer llmt_tokenizer;
 
@@ -1130,6 +1131,11 @@ LLMT_API llmt_status llmt_tokenizer_eot(const llmt_tokenizer *tok,
 LLMT_API llmt_status llmt_tokenizer_token_bytes(const llmt_tokenizer *tok,
                                                 int32_t id, char *buf,
                                                 size_t cap, size_t *len_out);
+/* An independent copy (own word cache): one per thread, or to encode
+ * through a const handle. */
+LLMT_API llmt_status llmt_tokenizer_clone(llmt_context *ctx,
+                                          const llmt_tokenizer *tok,
+                                          llmt_tokenizer **out);
 /* NULL is a no-op. */
 LLMT_API void llmt_tokenizer_destroy(llmt_tokenizer *tok);
 LLMT_API const char *llmt_tokenizer_last_error(const llmt_tokenizer *tok);

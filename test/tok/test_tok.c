@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -163,6 +164,49 @@ static void encode_all(llmt_tokenizer *t, const char *s, size_t n, int32_t **ids
     CHECK_STATUS(llmt_tokenizer_encode(t, s, n, *ids, *k, k), LLMT_OK);
 }
 
+typedef struct th_arg {
+    llmt_tokenizer *t;
+    const char *s;
+    size_t n;
+    int32_t *ids;
+    size_t k;
+} th_arg;
+
+static void *th_encode(void *p)
+{
+    th_arg *a = p;
+    for (int r = 0; r < 3; r++) {
+        free(a->ids);
+        a->k = 0;
+        llmt_tokenizer_encode(a->t, a->s, a->n, NULL, 0, &a->k);
+        a->ids = malloc((a->k + 1) * sizeof *a->ids);
+        if (llmt_tokenizer_encode(a->t, a->s, a->n, a->ids, a->k, &a->k) != LLMT_OK)
+            a->k = (size_t)-1;
+    }
+    return NULL;
+}
+
+/* clones encode like the original, from two threads at once */
+static void check_clones(llmt_tokenizer *t, const char *s, size_t n)
+{
+    int32_t *ref;
+    size_t kr;
+    encode_all(t, s, n, &ref, &kr);
+    th_arg a[2] = {{NULL, s, n, NULL, 0}, {NULL, s, n, NULL, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_STATUS(llmt_tokenizer_clone(NULL, t, &a[i].t), LLMT_OK);
+        pthread_create(&th[i], NULL, th_encode, &a[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(a[i].k == kr && !memcmp(a[i].ids, ref, kr * sizeof *ref));
+        free(a[i].ids);
+        llmt_tokenizer_destroy(a[i].t);
+    }
+    free(ref);
+}
+
 static void test_train(void)
 {
     size_t n;
@@ -214,6 +258,7 @@ static void test_train(void)
     }
     llmt_tokenizer_destroy(u);
     u = NULL;
+    check_clones(t, corpus, n);
 
     /* corrupt files of ours */
     struct {
@@ -493,6 +538,7 @@ static void test_gpt2(const char *dir)
     memset(lg, ' ', ln);
     roundtrip(t, lg, ln);
     free(lg);
+    check_clones(t, sample_text, strlen(sample_text));
     /* save/load keeps GPT-2's ids */
     CHECK_STATUS(llmt_tokenizer_save(t, path_in("gpt2.tok")), LLMT_OK);
     llmt_tokenizer *u = NULL;

@@ -6,6 +6,7 @@
 
 #define CACHE_MAX_ENTRIES (1u << 20) /* cleared when full */
 #define CACHE_MAX_WORD 256           /* longer chunks are not cached */
+#define CACHE_MAX_BYTES (64u << 20)  /* keys + ids; cleared beyond */
 
 uint64_t llmt__tok_mix64(uint64_t x)
 {
@@ -333,6 +334,8 @@ static const tok_cache_entry *cache_find(const llmt_tokenizer *t, uint64_t h,
 static void cache_put(llmt_tokenizer *t, uint64_t h, const unsigned char *w,
                       size_t len, const int32_t *ids, size_t n)
 {
+    if (t->ckeys_len + t->cids_len * sizeof(int32_t) > CACHE_MAX_BYTES)
+        cache_clear(t);
     if (t->cache_count + 1 > t->cache_cap / 2) {
         if (t->cache_cap >= CACHE_MAX_ENTRIES) {
             cache_clear(t);
@@ -498,6 +501,47 @@ LLMT_API llmt_status llmt_tokenizer_token_bytes(const llmt_tokenizer *t, int32_t
     if (cap < l)
         return LLMT_ERR_BUFFER_TOO_SMALL;
     memcpy(buf, t->tok_blob + a, l);
+    return LLMT_OK;
+}
+
+static void *dup_mem(const void *p, size_t n)
+{
+    void *q = malloc(n ? n : 1);
+    if (q && n)
+        memcpy(q, p, n);
+    return q;
+}
+
+LLMT_API llmt_status llmt_tokenizer_clone(llmt_context *ctx, const llmt_tokenizer *t,
+                                          llmt_tokenizer **out)
+{
+    if (!out)
+        return LLMT_ERR_NULL_POINTER;
+    *out = NULL;
+    llmt_err *ce = ctx ? &ctx->err : NULL;
+    if (!t)
+        return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "tokenizer: clone: NULL handle");
+    llmt_tokenizer *c = calloc(1, sizeof *c);
+    if (!c)
+        return llmt__err_set(ce, LLMT_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    c->ctx = ctx;
+    c->kind = t->kind;
+    c->vocab_size = t->vocab_size;
+    c->eot = t->eot;
+    memcpy(c->byte_id, t->byte_id, sizeof c->byte_id);
+    size_t V = (size_t)t->vocab_size;
+    c->tok_off = dup_mem(t->tok_off, (V + 1) * sizeof *t->tok_off);
+    c->tok_blob = dup_mem(t->tok_blob, t->tok_off[V]);
+    c->merges = dup_mem(t->merges, (size_t)t->n_merges * sizeof *t->merges);
+    c->n_merges = t->n_merges;
+    c->hcap = t->hcap;
+    c->hkeys = dup_mem(t->hkeys, t->hcap * sizeof *t->hkeys);
+    c->hvals = dup_mem(t->hvals, t->hcap * sizeof *t->hvals);
+    if (!c->tok_off || !c->tok_blob || !c->merges || !c->hkeys || !c->hvals) {
+        llmt_tokenizer_destroy(c);
+        return llmt__err_set(ce, LLMT_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    }
+    *out = c;
     return LLMT_OK;
 }
 
