@@ -35,6 +35,8 @@ typedef struct llmt__cuda_ctx_opts {
     int device;           /* CUDA ordinal */
     int deterministic;    /* bitwise-reproducible runs */
     size_t workspace;     /* cuBLASLt workspace bytes (0: 32 MiB) */
+    int attn_scalar;      /* 1: CUDA-core attention kernels only (no tensor
+                             cores; tests and comparisons) */
 } llmt__cuda_ctx_opts;
 
 /* Creates the compute and communication streams (non-blocking), the
@@ -100,7 +102,7 @@ typedef enum llmt__gemm_type {
     LLMT_GEMM_BF16 = 0,
     LLMT_GEMM_F32 = 1,
     LLMT_GEMM_E4M3 = 2,
-    LLMT_GEMM_E5M2 = 3
+    LLMT_GEMM_E5M2 = 3   /* A (e.g. a gradient) E5M2, B E4M3 */
 } llmt__gemm_type;
 
 /* Row-major C[M,N] = alpha * op(A) @ op(B) + beta * C, op(A) [M,K] (A stored
@@ -192,7 +194,9 @@ llmt_status llmt__cuda_rope(llmt__cuda_ctx *ctx, llmt__bf16 *x, int B, int T,
                             int nh, int hd, size_t stride, float theta,
                             int inverse);
 
-/* Flash-style causal attention (online softmax; no T x T matrix). q, k, v
+/* Flash-style causal attention (online softmax; no T x T matrix). Tensor
+ * cores (wmma bf16) when hd is 32, 64 or 128, qs % 8 == 0 and the pointers
+ * are 16-byte aligned, CUDA-core fp32 kernels otherwise. q, k, v
  * rows of B*T with stride qs elements; q has nh heads, k/v nkv heads (head h
  * reads kv head h/(nh/nkv)); hd <= 128 and even. out [B*T, nh*hd] packed;
  * lse [B, nh, T] fp32 log-sum-exp kept for the backward. */

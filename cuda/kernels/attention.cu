@@ -11,6 +11,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <mma.h>
+
 #include "../common.cuh"
 
 namespace {
@@ -267,6 +269,386 @@ llmt_status check_shape(llmt__cuda_ctx *ctx, const char *name, size_t qs, int nh
 
 } // namespace
 
+/* ---- tensor-core path (wmma bf16 16x16x16, fp32 accumulate) --------------
+ * For hd in {32, 64, 128}, qs % 8 == 0 and 16-byte aligned bases. Blocks of
+ * 4 warps take 64 rows (queries in the forward and dQ, keys in dK/dV), each
+ * warp 16 of them; the other side streams through shared memory in tiles of
+ * 64. Score tiles go through shared memory (fp32) for the softmax, the
+ * probabilities back as bf16 operands. Exponentials in base 2. */
+namespace tc {
+
+using namespace nvcuda;
+constexpr int BR = 64, BC = 64, NW = 4;
+constexpr float LOG2E = 1.4426950408889634f;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> FragA;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> FragBr;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> FragBc;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
+
+template <int HD> struct L {
+    static constexpr int LD = HD + 8;      /* bf16 tiles */
+    static constexpr int SLD = BC + 4;     /* fp32 score tiles */
+    static constexpr int PLD = BC + 8;     /* bf16 probability tiles */
+    static constexpr int OLD = HD + 4;     /* fp32 output tiles */
+};
+
+/* rows r0.. of a [T, *] bf16 matrix (row stride ld elements) into dst[64][LD] */
+template <int HD>
+__device__ __forceinline__ void load64(__nv_bfloat16 *dst, const __nv_bfloat16 *base,
+                                       size_t ld, int r0, int T)
+{
+    constexpr int CH = HD / 8; /* 16-byte chunks per row */
+    for (int e = threadIdx.x; e < 64 * CH; e += blockDim.x) {
+        int r = e / CH, c = (e % CH) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r0 + r < T) v = *(const uint4 *)(base + (size_t)(r0 + r) * ld + c);
+        *(uint4 *)(dst + r * L<HD>::LD + c) = v;
+    }
+}
+
+/* C[16 x 64] (fp32, ld SLD) = A[16 x HD] (row-major) . B[64 x HD]^T */
+template <int HD>
+__device__ __forceinline__ void mm_abt(float *C, const __nv_bfloat16 *A, const __nv_bfloat16 *B)
+{
+#pragma unroll
+    for (int n = 0; n < BC / 16; n++) {
+        FragC acc;
+        wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+        for (int k = 0; k < HD / 16; k++) {
+            FragA a;
+            FragBc b;
+            wmma::load_matrix_sync(a, A + k * 16, L<HD>::LD);
+            wmma::load_matrix_sync(b, B + n * 16 * L<HD>::LD + k * 16, L<HD>::LD);
+            wmma::mma_sync(acc, a, b, acc);
+        }
+        wmma::store_matrix_sync(C + n * 16, acc, L<HD>::SLD, wmma::mem_row_major);
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(NW * 32)
+fwd(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+    const __nv_bfloat16 *v, size_t qs, int T, int nh, int nkv, float scale)
+{
+    typedef L<HD> Ly;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem;
+    __nv_bfloat16 *Ks = Qs + BR * Ly::LD;
+    __nv_bfloat16 *Vs = Ks + BC * Ly::LD;
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *Sf = (float *)(Vs + BC * Ly::LD) + w * (16 * Ly::SLD + 16 * Ly::OLD);
+    float *Of = Sf + 16 * Ly::SLD;
+    __nv_bfloat16 *Pb = (__nv_bfloat16 *)((float *)(Vs + BC * Ly::LD) + NW * (16 * Ly::SLD + 16 * Ly::OLD)) + w * 16 * Ly::PLD;
+    int b = blockIdx.z, h = blockIdx.y, kh = h / (nh / nkv);
+    int q0 = (gridDim.x - 1 - blockIdx.x) * BR; /* longest rows first */
+    const __nv_bfloat16 *qb = q + (size_t)b * T * qs + (size_t)h * HD;
+    const __nv_bfloat16 *kb = k + (size_t)b * T * qs + (size_t)kh * HD;
+    const __nv_bfloat16 *vb = v + (size_t)b * T * qs + (size_t)kh * HD;
+    load64<HD>(Qs, qb, qs, q0, T);
+    for (int i = lane; i < 16 * Ly::OLD; i += 32) Of[i] = 0.0f;
+    int r = lane >> 1, half = lane & 1;
+    int qi = q0 + w * 16 + r;
+    float m = -INFINITY, l = 0.0f;
+    const float sc = scale * LOG2E;
+    int last = min(T - 1, q0 + BR - 1);
+    for (int j0 = 0; j0 <= last; j0 += BC) {
+        __syncthreads();
+        load64<HD>(Ks, kb, qs, j0, T);
+        load64<HD>(Vs, vb, qs, j0, T);
+        __syncthreads();
+        if (q0 + w * 16 >= T || j0 > q0 + w * 16 + 15) continue; /* warp-uniform */
+        mm_abt<HD>(Sf, Qs + w * 16 * Ly::LD, Ks);
+        __syncwarp();
+        float mt = -INFINITY;
+        float *srow = Sf + r * Ly::SLD + half * 32;
+        for (int c = 0; c < 32; c++) {
+            int key = j0 + half * 32 + c;
+            float s = (key <= qi && key < T) ? srow[c] * sc : -INFINITY;
+            srow[c] = s;
+            mt = fmaxf(mt, s);
+        }
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        float mn = fmaxf(m, mt);
+        float corr = mn == -INFINITY ? 1.0f : exp2f(m - mn);
+        float ps = 0.0f;
+        __nv_bfloat16 *prow = Pb + r * Ly::PLD + half * 32;
+        for (int c = 0; c < 32; c++) {
+            float p = mn == -INFINITY ? 0.0f : exp2f(srow[c] - mn);
+            __nv_bfloat16 pb = f2bf(p);
+            prow[c] = pb;
+            ps += bf2f(pb);
+        }
+        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+        l = l * corr + ps;
+        m = mn;
+        float *orow = Of + r * Ly::OLD + half * (HD / 2);
+        for (int c = 0; c < HD / 2; c++) orow[c] *= corr;
+        __syncwarp();
+#pragma unroll
+        for (int n = 0; n < HD / 16; n++) {
+            FragC acc;
+            wmma::load_matrix_sync(acc, Of + n * 16, Ly::OLD, wmma::mem_row_major);
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                FragA a;
+                FragBr bb;
+                wmma::load_matrix_sync(a, Pb + kk * 16, Ly::PLD);
+                wmma::load_matrix_sync(bb, Vs + kk * 16 * Ly::LD + n * 16, Ly::LD);
+                wmma::mma_sync(acc, a, bb, acc);
+            }
+            wmma::store_matrix_sync(Of + n * 16, acc, Ly::OLD, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+    if (qi >= T) return;
+    float inv = 1.0f / l;
+    __nv_bfloat16 *og = out + ((size_t)b * T + qi) * nh * HD + (size_t)h * HD + half * (HD / 2);
+    const float *orow = Of + r * Ly::OLD + half * (HD / 2);
+    for (int c = 0; c < HD / 2; c += 2)
+        *(__nv_bfloat162 *)(og + c) = __floats2bfloat162_rn(orow[c] * inv, orow[c + 1] * inv);
+    if (half == 0) lse[((size_t)b * nh + h) * T + qi] = (m + log2f(l)) / LOG2E;
+}
+
+template <int HD> constexpr size_t fwd_smem()
+{
+    return (size_t)(BR + 2 * BC) * L<HD>::LD * 2 +
+           (size_t)NW * (16 * L<HD>::SLD + 16 * L<HD>::OLD) * 4 + (size_t)NW * 16 * L<HD>::PLD * 2;
+}
+
+/* dQ: warp w owns query rows q0+16w..; loops over key tiles to the diagonal. */
+template <int HD>
+__global__ void __launch_bounds__(NW * 32)
+bwd_dq(__nv_bfloat16 *dq, const __nv_bfloat16 *dout, const float *lse, const float *Dd,
+       const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, size_t qs,
+       int T, int nh, int nkv, float scale)
+{
+    typedef L<HD> Ly;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem;
+    __nv_bfloat16 *dOs = Qs + BR * Ly::LD;
+    __nv_bfloat16 *Ks = dOs + BR * Ly::LD;
+    __nv_bfloat16 *Vs = Ks + BC * Ly::LD;
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *Sf = (float *)(Vs + BC * Ly::LD) + w * 2 * 16 * Ly::SLD;
+    float *dPf = Sf + 16 * Ly::SLD;
+    __nv_bfloat16 *dSb = (__nv_bfloat16 *)((float *)(Vs + BC * Ly::LD) + NW * 2 * 16 * Ly::SLD) + w * 16 * Ly::PLD;
+    int b = blockIdx.z, h = blockIdx.y, kh = h / (nh / nkv);
+    int q0 = (gridDim.x - 1 - blockIdx.x) * BR;
+    const __nv_bfloat16 *kb = k + (size_t)b * T * qs + (size_t)kh * HD;
+    const __nv_bfloat16 *vb = v + (size_t)b * T * qs + (size_t)kh * HD;
+    load64<HD>(Qs, q + (size_t)b * T * qs + (size_t)h * HD, qs, q0, T);
+    load64<HD>(dOs, dout + (size_t)b * T * nh * HD + (size_t)h * HD, (size_t)nh * HD, q0, T);
+    int r = lane >> 1, half = lane & 1;
+    int qi = q0 + w * 16 + r;
+    const float sc = scale * LOG2E;
+    float L2 = 0.0f, Dt = 0.0f;
+    if (qi < T) {
+        L2 = lse[((size_t)b * nh + h) * T + qi] * LOG2E;
+        Dt = Dd[((size_t)b * nh + h) * T + qi];
+    }
+    FragC acc[HD / 16];
+#pragma unroll
+    for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
+    int last = min(T - 1, q0 + BR - 1);
+    for (int j0 = 0; j0 <= last; j0 += BC) {
+        __syncthreads();
+        load64<HD>(Ks, kb, qs, j0, T);
+        load64<HD>(Vs, vb, qs, j0, T);
+        __syncthreads();
+        if (q0 + w * 16 >= T || j0 > q0 + w * 16 + 15) continue;
+        mm_abt<HD>(Sf, Qs + w * 16 * Ly::LD, Ks);
+        mm_abt<HD>(dPf, dOs + w * 16 * Ly::LD, Vs);
+        __syncwarp();
+        const float *srow = Sf + r * Ly::SLD + half * 32, *prow = dPf + r * Ly::SLD + half * 32;
+        __nv_bfloat16 *drow = dSb + r * Ly::PLD + half * 32;
+        for (int c = 0; c < 32; c++) {
+            int key = j0 + half * 32 + c;
+            float ds = 0.0f;
+            if (key <= qi && key < T && qi < T) {
+                float p = exp2f(srow[c] * sc - L2);
+                ds = p * (prow[c] - Dt);
+            }
+            drow[c] = f2bf(ds);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int n = 0; n < HD / 16; n++)
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                FragA a;
+                FragBr bb;
+                wmma::load_matrix_sync(a, dSb + kk * 16, Ly::PLD);
+                wmma::load_matrix_sync(bb, Ks + kk * 16 * Ly::LD + n * 16, Ly::LD);
+                wmma::mma_sync(acc[n], a, bb, acc[n]);
+            }
+    }
+    /* out through this warp's Sf area (16 x SLD >= 16 x HD floats when HD <= 64;
+     * for HD = 128 use Sf and dPf back to back: 2 * 16 * 68 >= 16 * 128) */
+    __syncwarp();
+    float *Of = Sf;
+    constexpr int OLD2 = HD;
+#pragma unroll
+    for (int n = 0; n < HD / 16; n++)
+        wmma::store_matrix_sync(Of + n * 16, acc[n], OLD2, wmma::mem_row_major);
+    __syncwarp();
+    if (qi >= T) return;
+    __nv_bfloat16 *g = dq + ((size_t)b * T + qi) * qs + (size_t)h * HD + half * (HD / 2);
+    const float *orow = Of + r * OLD2 + half * (HD / 2);
+    for (int c = 0; c < HD / 2; c += 2)
+        *(__nv_bfloat162 *)(g + c) = __floats2bfloat162_rn(orow[c] * scale, orow[c + 1] * scale);
+}
+
+template <int HD> constexpr size_t dq_smem()
+{
+    return (size_t)(2 * BR + 2 * BC) * L<HD>::LD * 2 + (size_t)NW * 2 * 16 * L<HD>::SLD * 4 +
+           (size_t)NW * 16 * L<HD>::PLD * 2;
+}
+
+/* dK, dV: warp w owns key rows j0+16w..; loops over the query heads of the
+ * group and the query tiles from the diagonal on. */
+template <int HD>
+__global__ void __launch_bounds__(NW * 32)
+bwd_dkv(__nv_bfloat16 *dk, __nv_bfloat16 *dv, const __nv_bfloat16 *dout, const float *lse,
+        const float *Dd, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+        const __nv_bfloat16 *v, size_t qs, int T, int nh, int nkv, float scale)
+{
+    typedef L<HD> Ly;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __nv_bfloat16 *Ks = (__nv_bfloat16 *)smem;
+    __nv_bfloat16 *Vs = Ks + BR * Ly::LD;
+    __nv_bfloat16 *Qs = Vs + BR * Ly::LD;
+    __nv_bfloat16 *dOs = Qs + BC * Ly::LD;
+    float *Ls = (float *)(dOs + BC * Ly::LD);
+    float *Ds = Ls + BC;
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *St = Ds + BC + w * 2 * 16 * Ly::SLD;
+    float *dPt = St + 16 * Ly::SLD;
+    __nv_bfloat16 *Pb = (__nv_bfloat16 *)(Ds + BC + NW * 2 * 16 * Ly::SLD) + w * 2 * 16 * Ly::PLD;
+    __nv_bfloat16 *dSb = Pb + 16 * Ly::PLD;
+    int b = blockIdx.z, kh = blockIdx.y, group = nh / nkv;
+    int j0 = (gridDim.x - 1 - blockIdx.x) * BR;
+    load64<HD>(Ks, k + (size_t)b * T * qs + (size_t)kh * HD, qs, j0, T);
+    load64<HD>(Vs, v + (size_t)b * T * qs + (size_t)kh * HD, qs, j0, T);
+    int r = lane >> 1, half = lane & 1;
+    int kj = j0 + w * 16 + r;
+    const float sc = scale * LOG2E;
+    FragC adk[HD / 16], adv[HD / 16];
+#pragma unroll
+    for (int n = 0; n < HD / 16; n++) {
+        wmma::fill_fragment(adk[n], 0.0f);
+        wmma::fill_fragment(adv[n], 0.0f);
+    }
+    for (int h = kh * group; h < (kh + 1) * group; h++) {
+        const __nv_bfloat16 *qb = q + (size_t)b * T * qs + (size_t)h * HD;
+        const __nv_bfloat16 *db = dout + (size_t)b * T * nh * HD + (size_t)h * HD;
+        const float *lb = lse + ((size_t)b * nh + h) * T;
+        const float *Db = Dd + ((size_t)b * nh + h) * T;
+        for (int i0 = j0; i0 < T; i0 += BC) {
+            __syncthreads();
+            load64<HD>(Qs, qb, qs, i0, T);
+            load64<HD>(dOs, db, (size_t)nh * HD, i0, T);
+            for (int e = threadIdx.x; e < BC; e += blockDim.x) {
+                Ls[e] = i0 + e < T ? lb[i0 + e] * LOG2E : 0.0f;
+                Ds[e] = i0 + e < T ? Db[i0 + e] : 0.0f;
+            }
+            __syncthreads();
+            if (j0 + w * 16 >= T) continue;
+            /* S^T [16 keys x 64 queries], dP^T = V dO^T */
+            mm_abt<HD>(St, Ks + w * 16 * Ly::LD, Qs);
+            mm_abt<HD>(dPt, Vs + w * 16 * Ly::LD, dOs);
+            __syncwarp();
+            const float *srow = St + r * Ly::SLD + half * 32, *prow = dPt + r * Ly::SLD + half * 32;
+            __nv_bfloat16 *pr = Pb + r * Ly::PLD + half * 32, *dr = dSb + r * Ly::PLD + half * 32;
+            for (int c = 0; c < 32; c++) {
+                int qi = i0 + half * 32 + c;
+                float p = 0.0f, ds = 0.0f;
+                if (qi >= kj && qi < T && kj < T) {
+                    p = exp2f(srow[c] * sc - Ls[half * 32 + c]);
+                    ds = p * (prow[c] - Ds[half * 32 + c]);
+                }
+                pr[c] = f2bf(p);
+                dr[c] = f2bf(ds);
+            }
+            __syncwarp();
+#pragma unroll
+            for (int n = 0; n < HD / 16; n++)
+#pragma unroll
+                for (int kk = 0; kk < BC / 16; kk++) {
+                    FragA a, a2;
+                    FragBr bq, bo;
+                    wmma::load_matrix_sync(a, Pb + kk * 16, Ly::PLD);
+                    wmma::load_matrix_sync(bo, dOs + kk * 16 * Ly::LD + n * 16, Ly::LD);
+                    wmma::mma_sync(adv[n], a, bo, adv[n]);
+                    wmma::load_matrix_sync(a2, dSb + kk * 16, Ly::PLD);
+                    wmma::load_matrix_sync(bq, Qs + kk * 16 * Ly::LD + n * 16, Ly::LD);
+                    wmma::mma_sync(adk[n], a2, bq, adk[n]);
+                }
+        }
+    }
+    __syncwarp();
+    float *Of = St; /* 2 * 16 * SLD floats >= 16 * HD for HD <= 128 */
+#pragma unroll
+    for (int pass = 0; pass < 2; pass++) {
+#pragma unroll
+        for (int n = 0; n < HD / 16; n++)
+            wmma::store_matrix_sync(Of + n * 16, pass ? adv[n] : adk[n], HD, wmma::mem_row_major);
+        __syncwarp();
+        if (kj < T) {
+            __nv_bfloat16 *g = (pass ? dv : dk) + ((size_t)b * T + kj) * qs + (size_t)kh * HD + half * (HD / 2);
+            const float *orow = Of + r * HD + half * (HD / 2);
+            float s = pass ? 1.0f : scale;
+            for (int c = 0; c < HD / 2; c += 2)
+                *(__nv_bfloat162 *)(g + c) = __floats2bfloat162_rn(orow[c] * s, orow[c + 1] * s);
+        }
+        __syncwarp();
+    }
+}
+
+template <int HD> constexpr size_t dkv_smem()
+{
+    return (size_t)(2 * BR + 2 * BC) * L<HD>::LD * 2 + 2 * BC * 4 +
+           (size_t)NW * 2 * 16 * L<HD>::SLD * 4 + (size_t)NW * 2 * 16 * L<HD>::PLD * 2;
+}
+
+template <int HD>
+llmt_status run_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out, float *lse, const llmt__bf16 *q,
+                    const llmt__bf16 *k, const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+                    int nkv)
+{
+    size_t sm = fwd_smem<HD>();
+    LLMT_CU(ctx, cudaFuncSetAttribute(fwd<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    dim3 grid((T + BR - 1) / BR, nh, B);
+    fwd<HD><<<grid, NW * 32, sm, ctx->compute>>>(BF(out), lse, CBF(q), CBF(k), CBF(v), qs, T, nh,
+                                                 nkv, 1.0f / sqrtf((float)HD));
+    LLMT_LAUNCHED(ctx, "attention_fwd (tensor cores)");
+}
+
+template <int HD>
+llmt_status run_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk, llmt__bf16 *dv,
+                    const llmt__bf16 *dout, const float *lse, const float *Dd,
+                    const llmt__bf16 *q, const llmt__bf16 *k, const llmt__bf16 *v, size_t qs,
+                    int B, int T, int nh, int nkv)
+{
+    float scale = 1.0f / sqrtf((float)HD);
+    size_t s1 = dq_smem<HD>(), s2 = dkv_smem<HD>();
+    LLMT_CU(ctx, cudaFuncSetAttribute(bwd_dq<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
+    LLMT_CU(ctx, cudaFuncSetAttribute(bwd_dkv<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
+    bwd_dq<HD><<<dim3((T + BR - 1) / BR, nh, B), NW * 32, s1, ctx->compute>>>(
+        BF(dq), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, scale);
+    bwd_dkv<HD><<<dim3((T + BR - 1) / BR, nkv, B), NW * 32, s2, ctx->compute>>>(
+        BF(dk), BF(dv), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, scale);
+    LLMT_LAUNCHED(ctx, "attention_bwd (tensor cores)");
+}
+
+bool usable(int hd, size_t qs, const void *a, const void *b, const void *c, const void *d)
+{
+    uintptr_t al = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d;
+    return (hd == 32 || hd == 64 || hd == 128) && qs % 8 == 0 && (al & 15) == 0;
+}
+
+} // namespace tc
+
 extern "C" {
 
 llmt_status llmt__cuda_attention_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
@@ -278,6 +660,11 @@ llmt_status llmt__cuda_attention_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
     llmt_status st = check_shape(ctx, "attention_fwd", qs, nh, nkv, hd);
     if (st) return st;
     if (B == 0 || T == 0) return LLMT_OK;
+    if (ctx->sm >= 80 && !ctx->attn_scalar && tc::usable(hd, qs, q, k, v, out)) {
+        if (hd == 32) return tc::run_fwd<32>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
+        if (hd == 64) return tc::run_fwd<64>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
+        return tc::run_fwd<128>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
+    }
     dim3 grid((T + ROWS - 1) / ROWS, nh, B);
     attn_fwd_kernel<<<grid, ROWS * 32, 0, ctx->compute>>>(
         BF(out), lse, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, hd,
@@ -303,6 +690,14 @@ llmt_status llmt__cuda_attention_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq,
     size_t rows = (size_t)B * T * nh;
     attn_bwd_d_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, ctx->compute>>>(
         Dd, CBF(dout), CBF(out), B, T, nh, hd);
+    if (ctx->sm >= 80 && !ctx->attn_scalar && tc::usable(hd, qs, q, k, v, dq) &&
+        tc::usable(hd, qs, dk, dv, dout, out)) {
+        if (hd == 32) st = tc::run_bwd<32>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+        else if (hd == 64) st = tc::run_bwd<64>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+        else st = tc::run_bwd<128>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+        llmt__cuda_free(ctx, Dd);
+        return st;
+    }
     attn_bwd_dq_kernel<<<dim3((T + ROWS - 1) / ROWS, nh, B), ROWS * 32, 0, ctx->compute>>>(
         BF(dq), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, hd, scale);
     attn_bwd_dkv_kernel<<<dim3((T + ROWS - 1) / ROWS, nkv, B), ROWS * 32, 0, ctx->compute>>>(

@@ -130,6 +130,147 @@ __global__ void partial_final(float *dw, float *db, const float *pdw,
     if (db) db[c] += t;
 }
 
+/* Fast paths for C = NV * 256 (768, 1024, 2048, ...): the row lives in
+ * registers (NV 16-byte chunks per lane), one DRAM read and one write. */
+template <int NV, bool RMS>
+__global__ void __launch_bounds__(256)
+norm_fwd_reg(__nv_bfloat16 *out, float *mean, float *rstd, const __nv_bfloat16 *inp,
+             const __nv_bfloat16 *w, const __nv_bfloat16 *b, int N, float eps)
+{
+    constexpr int C = NV * 256;
+    int lane = threadIdx.x & 31;
+    int row = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const bf8 *x = (const bf8 *)(inp + (size_t)row * C);
+    float v[NV][8];
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        bf8 a = x[lane + 32 * i];
+#pragma unroll
+        for (int k = 0; k < 8; k++) { v[i][k] = bf2f(a.v[k]); s += v[i][k]; }
+    }
+    float m = RMS ? 0.0f : warp_sum(s) * (1.0f / C);
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+#pragma unroll
+        for (int k = 0; k < 8; k++) { float d = v[i][k] - m; q += d * d; }
+    float r = rsqrtf(warp_sum(q) * (1.0f / C) + eps);
+    bf8 *o = (bf8 *)(out + (size_t)row * C);
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        bf8 ww = ((const bf8 *)w)[lane + 32 * i], bb, y;
+        if (!RMS && b) bb = ((const bf8 *)b)[lane + 32 * i];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float t = (v[i][k] - m) * r * bf2f(ww.v[k]);
+            if (!RMS && b) t += bf2f(bb.v[k]);
+            y.v[k] = f2bf(t);
+        }
+        o[lane + 32 * i] = y;
+    }
+    if (lane == 0) {
+        if (!RMS && mean) mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+/* Backward fast path: warp per row (rows strided over the grid), dw/db
+ * partial sums in registers, reduced over the block's warps in a fixed order
+ * through shared memory into part[blockIdx.x][C]. */
+template <int NV, bool RMS>
+__global__ void __launch_bounds__(256)
+norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *dout,
+             const __nv_bfloat16 *inp, const __nv_bfloat16 *w, const float *mean,
+             const float *rstd, int N)
+{
+    constexpr int C = NV * 256;
+    extern __shared__ float sh[]; /* [8][C] */
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    float aw[NV][8], ab[NV][8], wf[NV][8];
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        bf8 ww = ((const bf8 *)w)[lane + 32 * i];
+#pragma unroll
+        for (int k = 0; k < 8; k++) { aw[i][k] = 0.0f; ab[i][k] = 0.0f; wf[i][k] = bf2f(ww.v[k]); }
+    }
+    for (int row = blockIdx.x * 8 + wid; row < N; row += gridDim.x * 8) {
+        const bf8 *x = (const bf8 *)(inp + (size_t)row * C);
+        const bf8 *d = (const bf8 *)(dout + (size_t)row * C);
+        bf8 *di = (bf8 *)(dinp + (size_t)row * C);
+        float m = RMS ? 0.0f : mean[row], r = rstd[row];
+        float xh[NV][8], dd[NV][8];
+        float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            bf8 xa = x[lane + 32 * i], da = d[lane + 32 * i];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                xh[i][k] = (bf2f(xa.v[k]) - m) * r;
+                dd[i][k] = bf2f(da.v[k]);
+                float dn = wf[i][k] * dd[i][k];
+                sa += dn;
+                sb += dn * xh[i][k];
+            }
+        }
+        sa = RMS ? 0.0f : warp_sum(sa) * (1.0f / C);
+        sb = warp_sum(sb) * (1.0f / C);
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            bf8 g = di[lane + 32 * i];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                aw[i][k] += dd[i][k] * xh[i][k];
+                if (!RMS) ab[i][k] += dd[i][k];
+                float t = (wf[i][k] * dd[i][k] - sa - xh[i][k] * sb) * r;
+                g.v[k] = f2bf(bf2f(g.v[k]) + t);
+            }
+            di[lane + 32 * i] = g;
+        }
+    }
+    for (int pass = 0; pass < (RMS ? 1 : 2); pass++) {
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                sh[wid * C + (lane + 32 * i) * 8 + k] = pass ? ab[i][k] : aw[i][k];
+        __syncthreads();
+        float *dst = pass ? pdb : pdw;
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float t = 0.0f;
+            for (int j = 0; j < 8; j++) t += sh[j * C + c];
+            dst[(size_t)blockIdx.x * C + c] = t;
+        }
+    }
+}
+
+template <int NV, bool RMS>
+llmt_status norm_bwd_fast(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, float *db,
+                          const llmt__bf16 *dout, const llmt__bf16 *inp,
+                          const llmt__bf16 *w, const float *mean, const float *rstd,
+                          int N, const char *name)
+{
+    constexpr int C = NV * 256;
+    size_t smem = 8 * (size_t)C * sizeof(float);
+    if (smem > 48 * 1024)
+        LLMT_CU(ctx, cudaFuncSetAttribute(norm_bwd_reg<NV, RMS>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)smem));
+    int G = ctx->num_sms * 2;
+    if (G > (N + 7) / 8) G = (N + 7) / 8;
+    float *part = NULL;
+    llmt_status st = llmt__cuda_alloc(ctx, (void **)&part, 2 * (size_t)G * C * sizeof(float));
+    if (st) return st;
+    norm_bwd_reg<NV, RMS><<<G, 256, smem, ctx->compute>>>(
+        BF(dinp), part, part + (size_t)G * C, CBF(dout), CBF(inp), CBF(w), mean, rstd, N);
+    partial_final<<<(C + 255) / 256, 256, 0, ctx->compute>>>(
+        dw, RMS ? NULL : db, part, (RMS || !db) ? NULL : part + (size_t)G * C, G, C);
+    llmt__cuda_free(ctx, part);
+    LLMT_LAUNCHED(ctx, name);
+}
+
 template <bool RMS>
 llmt_status norm_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out, float *mean, float *rstd,
                      const llmt__bf16 *inp, const llmt__bf16 *w, const llmt__bf16 *b,
@@ -139,6 +280,15 @@ llmt_status norm_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out, float *mean, float *r
     uintptr_t al = (uintptr_t)out | (uintptr_t)inp | (uintptr_t)w | (uintptr_t)b;
     bool vec = C % 8 == 0 && (al & 15) == 0;
     int wpb = 8;
+    if (vec && C % 256 == 0 && C <= 2048) {
+        unsigned g = (unsigned)((N + 7) / 8);
+        switch (C / 256) {
+#define F(nv) case nv: norm_fwd_reg<nv, RMS><<<g, 256, 0, ctx->compute>>>(BF(out), mean, rstd, CBF(inp), CBF(w), CBF(b), N, eps); break;
+        F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8)
+#undef F
+        }
+        LLMT_LAUNCHED(ctx, RMS ? "rmsnorm_fwd" : "layernorm_fwd");
+    }
     norm_fwd_kernel<RMS><<<(N + wpb - 1) / wpb, wpb * 32, 0, ctx->compute>>>(
         BF(out), mean, rstd, CBF(inp), CBF(w), CBF(b), N, C, eps, vec);
     LLMT_LAUNCHED(ctx, RMS ? "rmsnorm_fwd" : "layernorm_fwd");
@@ -152,6 +302,15 @@ llmt_status norm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, float *db
 {
     if (N == 0 || C == 0) return LLMT_OK;
     const char *name = RMS ? "rmsnorm_bwd" : "layernorm_bwd";
+    uintptr_t al = (uintptr_t)dinp | (uintptr_t)dout | (uintptr_t)inp | (uintptr_t)w;
+    if ((al & 15) == 0 && C % 256 == 0 && C <= 1024) {
+        switch (C / 256) {
+        case 1: return norm_bwd_fast<1, RMS>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
+        case 2: return norm_bwd_fast<2, RMS>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
+        case 3: return norm_bwd_fast<3, RMS>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
+        case 4: return norm_bwd_fast<4, RMS>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
+        }
+    }
     size_t smem = 2 * (size_t)C * sizeof(float);
     if (smem > 200 * 1024)
         return llmt__err_set(&ctx->err, LLMT_ERR_UNSUPPORTED,

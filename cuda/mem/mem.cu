@@ -18,6 +18,7 @@ llmt_status llmt__cuda_ctx_create(const llmt__cuda_ctx_opts *opts,
     if (!c) return LLMT_ERR_OUT_OF_MEMORY;
     c->device = opts ? opts->device : 0;
     c->deterministic = opts ? opts->deterministic : 0;
+    c->attn_scalar = opts ? opts->attn_scalar : 0;
     c->workspace_size = (opts && opts->workspace) ? opts->workspace : ((size_t)32 << 20);
     llmt_status st = LLMT_OK;
     cudaDeviceProp prop;

@@ -714,7 +714,7 @@ int main(void)
     printf("seed %llu (LLMT_SEED to repeat)\n", (unsigned long long)seed);
     CPU = llmt__exec_cpu();
     llmt__exec_cpu_set_threads(2);
-    llmt__cuda_ctx_opts o = {0, 0, 0};
+    llmt__cuda_ctx_opts o = {0, 0, 0, 0};
     if (llmt__cuda_ctx_create(&o, &X) != LLMT_OK) {
         fprintf(stderr, "ctx create failed\n");
         return 1;
@@ -729,9 +729,10 @@ int main(void)
     test_embedding(2, 5, 37, 11, 0);
     test_embedding(3, 64, 768, 1000, 0);
     test_embedding(1, 1, 8, 3, 0);
-    int Ns[] = {1, 67}, Cs[] = {37, 768, 1000, 4100};
-    for (int a = 0; a < 2; a++)
-        for (int b = 0; b < 4; b++) {
+    int Ns[] = {1, 67, 1000}, Cs[] = {37, 256, 768, 1000, 1024, 2048, 4100};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 7; b++) {
+            if (Ns[a] == 1000 && Cs[b] != 768) continue;
             test_norm(Ns[a], Cs[b], 0);
             test_norm(Ns[a], Cs[b], 1);
         }
@@ -746,6 +747,20 @@ int main(void)
     test_attention(2, 67, 4, 2, 64);
     test_attention(1, 130, 2, 2, 128);
     test_attention(1, 200, 12, 12, 64);
+    test_attention(2, 129, 4, 1, 128);
+    test_attention(1, 64, 2, 2, 32);
+    test_attention(1, 300, 2, 1, 64);
+    {
+        /* the CUDA-core kernels on shapes the tensor-core path would take */
+        llmt__cuda_ctx *tcx = X;
+        llmt__cuda_ctx_opts os = {0, 0, 0, 1};
+        OK(llmt__cuda_ctx_create(&os, &X));
+        printf("(CUDA-core attention kernels)\n");
+        test_attention(2, 67, 4, 2, 64);
+        test_attention(1, 130, 2, 2, 128);
+        llmt__cuda_ctx_destroy(X);
+        X = tcx;
+    }
     test_xent(5, 1000, 1008, 1.0f / 5);
     test_xent(3, 50257, 50304, 1.0f / 3);
     test_xent(4, 101, 103, 0.25f);
@@ -785,7 +800,7 @@ int main(void)
      * split-K reductions; a repeated run is bitwise identical */
     {
         llmt__cuda_ctx *nd = X;
-        llmt__cuda_ctx_opts od = {0, 1, 0};
+        llmt__cuda_ctx_opts od = {0, 1, 0, 0};
         OK(llmt__cuda_ctx_create(&od, &X));
         test_embedding(4, 64, 96, 7, 1);
         test_gemm(100, 80, 4096, 1, 0, 1, LLMT_GEMM_EPI_NONE, 0.0f);
