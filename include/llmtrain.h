@@ -1055,8 +1055,11 @@ LLMT_API llmt_status llmt_comm_recorder_dump_file(llmt_comm *comm,
  * update, 2 also reduce-scatters the gradients, 3 also keeps only this
  * rank's share of each layer's parameters between uses (the rest is
  * gathered just before the layer runs, the next layer prefetched, and
- * poisoned with NaN after). Every trainer call is then collective
- * (step, forward_backward, evaluate, generate). */
+ * poisoned with NaN after). step and forward_backward are then
+ * collective and report the global loss; with ZeRO-3 evaluate and generate
+ * are collective too (they gather layers) but return this rank's own
+ * result. The CPU trainer keeps full-size gradient and optimizer buffers
+ * and touches only this rank's share of them. */
 typedef struct llmt_dp_opts {
     size_t struct_size;
     int32_t zero_stage;       /* 0..3; default 0 */

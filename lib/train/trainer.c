@@ -13,6 +13,7 @@
 
 #include "exec/exec.h"
 #include "model/model.h"
+#include "train/dp.h"
 
 typedef struct acts {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
@@ -35,6 +36,7 @@ struct llmt_trainer {
     float *dres, *dln, *datty, *dqkv, *datt, *dfch, *dfch3, *dfcact;
     int32_t *gen_ctx;
     int64_t step;
+    llmt__dp *dp;  /* data parallelism (lib/train/dp.c), or NULL */
     /* all buffers come from one arena */
     float *arena;
     size_t arena_floats;
@@ -134,6 +136,7 @@ void llmt_trainer_destroy(llmt_trainer *tr)
     if (!tr) return;
     llmt_context *ctx = tr->ctx;
     size_t P = tr->model->total * sizeof(float);
+    llmt__dp_destroy(tr->dp);
     if (tr->grads) llmt__free(ctx, tr->grads, P);
     if (tr->m) llmt__free(ctx, tr->m, P);
     if (tr->v) llmt__free(ctx, tr->v, P);
@@ -339,10 +342,14 @@ static void trunk_fwd(llmt_trainer *tr, const int32_t *inp, int B, int T)
 {
     const llmt_model *mdl = tr->model;
     const llmt_model_config *c = &mdl->cfg;
+    if (tr->dp) llmt__dp_use(tr->dp, 0, 1);
     tr->ops->embedding_fwd(tr->resid[0], inp, PW(mdl->wte), PWN(mdl->wpe), B,
                            T, c->width);
-    for (int l = 0; l < c->layers; l++)
+    for (int l = 0; l < c->layers; l++) {
+        if (tr->dp) llmt__dp_use(tr->dp, 1 + l, 1);
         layer_fwd(tr, l, &tr->A[tr->nacts == 1 ? 0 : l], B, T);
+        if (tr->dp) llmt__dp_done(tr->dp, 1 + l);
+    }
     norm_fwd(tr, tr->lnf, tr->lnf_mean, tr->lnf_rstd, tr->resid[c->layers],
              mdl->lnfw, mdl->lnfb, B * T);
 }
@@ -383,12 +390,19 @@ static void loss_bwd(llmt_trainer *tr, const int32_t *inp, const int32_t *tgt,
     op->zero(tr->dres, (size_t)N * C);
     norm_bwd(tr, tr->dres, tr->dln, tr->resid[c->layers], tr->lnf_mean,
              tr->lnf_rstd, mdl->lnfw, mdl->lnfb, N);
+    if (tr->dp) llmt__dp_ready(tr->dp, c->layers + 1);
     for (int l = c->layers - 1; l >= 0; l--) {
         acts *a = &tr->A[tr->nacts == 1 ? 0 : l];
+        if (tr->dp) llmt__dp_use(tr->dp, 1 + l, -1);
         if (tr->o.recompute) layer_fwd(tr, l, a, B, T);
         layer_bwd(tr, l, a, B, T);
+        if (tr->dp) {
+            llmt__dp_done(tr->dp, 1 + l);
+            llmt__dp_ready(tr->dp, 1 + l);
+        }
     }
     op->embedding_bwd(PG(mdl->wte), PGN(mdl->wpe), tr->dres, inp, B, T, C);
+    if (tr->dp) llmt__dp_ready(tr->dp, 0);
 }
 
 static llmt_status check_batch(llmt_trainer *tr, const llmt_batch *b,
@@ -432,6 +446,8 @@ static llmt_status fwd_bwd(llmt_trainer *tr, const llmt_batch *b, float *loss,
     size_t per = (size_t)tr->B * tr->T;
     for (size_t i = 0; i < per * (size_t)tr->o.grad_accum; i++)
         count += b->targets[i] >= 0;
+    if (tr->dp && llmt__dp_begin(tr->dp, &count) != LLMT_OK)
+        return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
     if (count == 0)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: the batch has no target to learn "
@@ -442,9 +458,12 @@ static llmt_status fwd_bwd(llmt_trainer *tr, const llmt_batch *b, float *loss,
     int64_t seen = 0;
     for (int mb = 0; mb < tr->o.grad_accum; mb++) {
         const int32_t *in = b->inputs + per * mb, *tg = b->targets + per * mb;
+        if (tr->dp) llmt__dp_micro(tr->dp, mb == tr->o.grad_accum - 1);
         sum += loss_fwd(tr, in, tg, tr->B, tr->T, &seen);
         loss_bwd(tr, in, tg, tr->B, tr->T, dloss);
     }
+    if (tr->dp && llmt__dp_end(tr->dp, &sum) != LLMT_OK)
+        return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
     *loss = (float)(sum / (double)count);
     if (tokens) *tokens = count;
     return LLMT_OK;
@@ -511,7 +530,10 @@ llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
     llmt_status s = fwd_bwd(tr, b, &loss, &tokens);
     if (s != LLMT_OK) return s;
     llmt_model *mdl = tr->model;
-    double ss = tr->ops->sumsq(tr->grads, mdl->total);
+    double ss;
+    if (!tr->dp) ss = tr->ops->sumsq(tr->grads, mdl->total);
+    else if (llmt__dp_sumsq(tr->dp, &ss) != LLMT_OK)
+        return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
     float norm = (float)sqrt(ss);
     if (!isfinite(loss) || !isfinite(norm))
         return llmt__err_set(&tr->err, LLMT_ERR_NUMERIC,
@@ -524,7 +546,12 @@ llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
         scale = tr->o.grad_clip / norm;
     float lr = lr_at(&tr->o, tr->step);
     tr->step++;
-    for (int i = 0; i < mdl->nparams; i++) {
+    if (tr->dp) {
+        if (llmt__dp_update(tr->dp, &tr->o, lr, scale, tr->step) != LLMT_OK)
+            return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp),
+                                     "trainer");
+    }
+    for (int i = 0; !tr->dp && i < mdl->nparams; i++) {
         const llmt__param *p = &mdl->params[i];
         tr->ops->adamw(mdl->data + p->offset, tr->grads + p->offset,
                        tr->m + p->offset, tr->v + p->offset, p->numel, lr,
@@ -699,3 +726,26 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
 /* For lib/train/state.c, which otherwise uses only the public API. */
 llmt_err *llmt__trainer_err(llmt_trainer *tr) { return &tr->err; }
 llmt_model *llmt__trainer_model(llmt_trainer *tr) { return tr->model; }
+
+/* ---- data parallelism (lib/train/dp.c) */
+
+llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
+                                  const llmt_dp_opts *opts)
+{
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    if (tr->dp) llmt_trainer_sync_params(tr);
+    llmt__dp_destroy(tr->dp);
+    tr->dp = NULL;
+    if (!comm) return LLMT_OK;
+    return llmt__dp_create(&tr->err, comm, opts, tr->model, tr->ops,
+                           tr->grads, tr->m, tr->v, &tr->dp);
+}
+
+llmt_status llmt_trainer_sync_params(llmt_trainer *tr)
+{
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    if (!tr->dp) return LLMT_OK;
+    if (llmt__dp_sync(tr->dp) != LLMT_OK)
+        return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
+    return LLMT_OK;
+}

@@ -1,0 +1,508 @@
+/* Data parallelism (see dp.h and doc/comm.md).
+ *
+ * Every rank holds the whole model and runs the same steps on its own part
+ * of the global batch; the loss is normalised by the global target count,
+ * so the SUM of the ranks' gradients is the gradient of the global batch.
+ *
+ * ZeRO 0: gradients all-reduced in buckets of whole units as the backward of
+ *         the last micro-batch finishes them (async on the communicator's
+ *         progress thread, overlapping the rest of the backward); every rank
+ *         applies the same AdamW update to the whole model.
+ * ZeRO 1: same reduction; each rank updates only its share of each unit
+ *         (optimizer state touched only there), then the shares are
+ *         all-gathered.
+ * ZeRO 2: gradients reduce-scattered per unit (a rank keeps only its
+ *         share of the reduced gradient; the rest is zeroed), then as 1.
+ * ZeRO 3: as 2, and between uses only the rank's share of a unit's
+ *         parameters is valid (the rest is NaN): a layer is all-gathered
+ *         just before its forward or backward, the next one prefetched, and
+ *         poisoned again after. The embeddings and final norm stay gathered
+ *         for the whole step.
+ * Shares: unit u of n elements is cut into `size` chunks of ceil(n/size);
+ * rank r owns chunk r (the last ones may be short or empty). Reduced-
+ * precision buffers are not used: everything is fp32. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/dp.h"
+
+struct llmt__dp {
+    llmt_err err;
+    llmt_comm *comm;
+    int32_t rank, size;
+    llmt_dp_opts o;
+    llmt_model *model;
+    const llmt__exec_ops *ops;
+    float *grads, *m, *v;
+    int nunits;
+    size_t *lo, *n, *chunk, *poff, *own_lo, *own_n;
+    int *unit_of_param;
+    float *gpad, *ppad;
+    size_t padlen;
+    /* buckets (ZeRO 0/1: all-reduce) or units (ZeRO 2/3: reduce-scatter) */
+    int nb;
+    int *b_ulo, *b_uhi, *b_of_unit, *b_nready;
+    int *b_launched;
+    llmt_comm_work **work;
+    int *ready;
+    int armed;
+    /* ZeRO-3 */
+    int *gathered;
+    llmt_comm_work **pf;
+    llmt_status st;          /* first failure of a void hook */
+};
+
+const llmt_err *llmt__dp_err(const llmt__dp *dp) { return &dp->err; }
+
+static void note(llmt__dp *dp, llmt_status s, const char *what)
+{
+    if (s == LLMT_OK || dp->st != LLMT_OK) return;
+    dp->st = s;
+    llmt__err_set(&dp->err, s, "dp: %s: %s", what,
+                  llmt_comm_last_error(dp->comm));
+}
+
+llmt_status llmt_dp_opts_init(llmt_dp_opts *o, size_t size)
+{
+    if (!o) return LLMT_ERR_NULL_POINTER;
+    llmt_status s = llmt__check_struct_size(NULL, "llmt_dp_opts", size,
+                                            sizeof(size_t));
+    if (s != LLMT_OK) return s;
+    llmt_dp_opts d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.zero_stage = 0;
+    d.overlap = 1;
+    d.bucket_bytes = 4 << 20;
+    memcpy(o, &d, size < sizeof d ? size : sizeof d);
+    o->struct_size = size;
+    return LLMT_OK;
+}
+
+static size_t layer_start(const llmt__layer_offs *L)
+{
+    const size_t f[] = {L->ln1w, L->ln1b, L->qkvw, L->qkvb, L->projw,
+                        L->projb, L->ln2w, L->ln2b, L->fcw, L->fcb,
+                        L->fc3w, L->fcprojw, L->fcprojb};
+    size_t m = LLMT__NOPARAM;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i] != LLMT__NOPARAM && f[i] < m) m = f[i];
+    return m;
+}
+
+void llmt__dp_destroy(llmt__dp *dp)
+{
+    if (!dp) return;
+    for (int i = 0; dp->work && i < dp->nb; i++) llmt_comm_work_free(dp->work[i]);
+    for (int i = 0; dp->pf && i < dp->nunits; i++) llmt_comm_work_free(dp->pf[i]);
+    free(dp->lo); free(dp->n); free(dp->chunk); free(dp->poff);
+    free(dp->own_lo); free(dp->own_n); free(dp->unit_of_param);
+    free(dp->gpad); free(dp->ppad);
+    free(dp->b_ulo); free(dp->b_uhi); free(dp->b_of_unit); free(dp->b_nready);
+    free(dp->b_launched); free(dp->work); free(dp->ready);
+    free(dp->gathered); free(dp->pf);
+    free(dp);
+}
+
+static void poison(llmt__dp *dp, int u)
+{
+    float *d = dp->model->data;
+    const float nan = NAN;
+    for (size_t i = dp->lo[u]; i < dp->own_lo[u]; i++) d[i] = nan;
+    for (size_t i = dp->own_lo[u] + dp->own_n[u]; i < dp->lo[u] + dp->n[u]; i++)
+        d[i] = nan;
+}
+
+llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
+                            const llmt_dp_opts *opts, llmt_model *model,
+                            const llmt__exec_ops *ops, float *grads, float *m,
+                            float *v, llmt__dp **out)
+{
+    *out = NULL;
+    llmt_dp_opts o;
+    llmt_dp_opts_init(&o, sizeof o);
+    if (opts) {
+        llmt_status s = llmt__opts_copy(e, "llmt_dp_opts", &o, sizeof o, opts);
+        if (s != LLMT_OK) return s;
+    }
+    if (o.zero_stage < 0 || o.zero_stage > 3 || o.bucket_bytes < 0)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "dp: zero_stage %d (0..3) or bucket_bytes %lld "
+                             "(>= 0) out of range", (int)o.zero_stage,
+                             (long long)o.bucket_bytes);
+    llmt__dp *dp = calloc(1, sizeof *dp);
+    if (!dp) return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
+    dp->comm = comm;
+    dp->o = o;
+    dp->model = model;
+    dp->ops = ops;
+    dp->grads = grads;
+    dp->m = m;
+    dp->v = v;
+    llmt_comm_rank(comm, &dp->rank);
+    llmt_comm_size(comm, &dp->size);
+    int L = model->cfg.layers, U = L + 2;
+    dp->nunits = U;
+    dp->lo = calloc((size_t)U, sizeof(size_t));
+    dp->n = calloc((size_t)U, sizeof(size_t));
+    dp->chunk = calloc((size_t)U, sizeof(size_t));
+    dp->poff = calloc((size_t)U, sizeof(size_t));
+    dp->own_lo = calloc((size_t)U, sizeof(size_t));
+    dp->own_n = calloc((size_t)U, sizeof(size_t));
+    dp->unit_of_param = calloc((size_t)model->nparams, sizeof(int));
+    dp->ready = calloc((size_t)U, sizeof(int));
+    dp->gathered = calloc((size_t)U, sizeof(int));
+    dp->pf = calloc((size_t)U, sizeof *dp->pf);
+    if (!dp->lo || !dp->n || !dp->chunk || !dp->poff || !dp->own_lo ||
+        !dp->own_n || !dp->unit_of_param || !dp->ready || !dp->gathered ||
+        !dp->pf) {
+        llmt__dp_destroy(dp);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
+    }
+    /* unit boundaries: head | layer 0 | ... | layer L-1 | tail */
+    size_t tail = LLMT__NOPARAM;
+    const size_t tf[] = {model->lnfw, model->lnfb,
+                         model->lm_head != model->wte ? model->lm_head
+                                                      : LLMT__NOPARAM};
+    for (int i = 0; i < 3; i++)
+        if (tf[i] != LLMT__NOPARAM && tf[i] < tail) tail = tf[i];
+    size_t start[4096 + 2];
+    if (U > 4096 + 2) {
+        llmt__dp_destroy(dp);
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED, "dp: too many layers");
+    }
+    start[0] = 0;
+    for (int l = 0; l < L; l++) start[1 + l] = layer_start(&model->layer[l]);
+    start[U - 1] = tail;
+    int ok = tail != LLMT__NOPARAM && tail <= model->total;
+    for (int u = 1; ok && u < U; u++) ok = start[u] != LLMT__NOPARAM && start[u] > start[u - 1];
+    for (int u = 0; ok && u < U; u++) {
+        dp->lo[u] = start[u];
+        dp->n[u] = (u + 1 < U ? start[u + 1] : model->total) - start[u];
+    }
+    for (int i = 0; ok && i < model->nparams; i++) {
+        const llmt__param *p = &model->params[i];
+        int found = -1;
+        for (int u = 0; u < U; u++)
+            if (p->offset >= dp->lo[u] && p->offset + p->numel <= dp->lo[u] + dp->n[u])
+                found = u;
+        dp->unit_of_param[i] = found;
+        ok = found >= 0;
+    }
+    if (!ok) {
+        llmt__dp_destroy(dp);
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "dp: the model's parameters are not laid out as "
+                             "embeddings, layers, final norm");
+    }
+    size_t pad = 0;
+    for (int u = 0; u < U; u++) {
+        size_t S = (size_t)dp->size;
+        dp->chunk[u] = (dp->n[u] + S - 1) / S;
+        dp->poff[u] = pad;
+        pad += dp->chunk[u] * S;
+        size_t a = (size_t)dp->rank * dp->chunk[u];
+        size_t b = a + dp->chunk[u];
+        if (a > dp->n[u]) a = dp->n[u];
+        if (b > dp->n[u]) b = dp->n[u];
+        dp->own_lo[u] = dp->lo[u] + a;
+        dp->own_n[u] = b - a;
+        dp->gathered[u] = 1;
+    }
+    dp->padlen = pad;
+    int zs = o.zero_stage;
+    if (zs >= 1) dp->ppad = calloc(pad ? pad : 1, sizeof(float));
+    if (zs >= 2) dp->gpad = calloc(pad ? pad : 1, sizeof(float));
+    /* buckets */
+    if (zs >= 2) {
+        dp->nb = U;
+    } else {
+        dp->nb = 0;
+        size_t acc = 0;
+        for (int u = U - 1; u >= 0; u--) {
+            acc += dp->n[u] * sizeof(float);
+            if (acc >= (size_t)o.bucket_bytes || u == 0) {
+                dp->nb++;
+                acc = 0;
+            }
+        }
+    }
+    dp->b_ulo = calloc((size_t)dp->nb, sizeof(int));
+    dp->b_uhi = calloc((size_t)dp->nb, sizeof(int));
+    dp->b_of_unit = calloc((size_t)U, sizeof(int));
+    dp->b_nready = calloc((size_t)dp->nb, sizeof(int));
+    dp->b_launched = calloc((size_t)dp->nb, sizeof(int));
+    dp->work = calloc((size_t)dp->nb, sizeof *dp->work);
+    if ((zs >= 1 && !dp->ppad) || (zs >= 2 && !dp->gpad) || !dp->b_ulo ||
+        !dp->b_uhi || !dp->b_of_unit || !dp->b_nready || !dp->b_launched ||
+        !dp->work) {
+        llmt__dp_destroy(dp);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
+    }
+    if (zs >= 2) {
+        for (int u = 0; u < U; u++) {
+            dp->b_ulo[u] = dp->b_uhi[u] = u;
+            dp->b_of_unit[u] = u;
+        }
+    } else {
+        int b = 0, hi = U - 1;
+        size_t acc = 0;
+        for (int u = U - 1; u >= 0; u--) {
+            acc += dp->n[u] * sizeof(float);
+            dp->b_of_unit[u] = b;
+            if (acc >= (size_t)o.bucket_bytes || u == 0) {
+                dp->b_ulo[b] = u;
+                dp->b_uhi[b] = hi;
+                b++;
+                hi = u - 1;
+                acc = 0;
+            }
+        }
+    }
+    if (zs == 3)
+        for (int u = 0; u < U; u++) {
+            poison(dp, u);
+            dp->gathered[u] = 0;
+        }
+    *out = dp;
+    return LLMT_OK;
+}
+
+/* ---- the step */
+
+llmt_status llmt__dp_begin(llmt__dp *dp, int64_t *count)
+{
+    dp->st = LLMT_OK;
+    dp->armed = 0;
+    for (int u = 0; u < dp->nunits; u++) dp->ready[u] = 0;
+    for (int b = 0; b < dp->nb; b++) {
+        dp->b_nready[b] = 0;
+        dp->b_launched[b] = 0;
+    }
+    int64_t c = *count;
+    llmt_status s = llmt_comm_all_reduce(dp->comm, &c, count, 1,
+                                         LLMT_DTYPE_INT64, LLMT_REDUCE_SUM,
+                                         NULL);
+    if (s != LLMT_OK) note(dp, s, "target count");
+    return s;
+}
+
+void llmt__dp_micro(llmt__dp *dp, int last) { dp->armed = last; }
+
+static void launch(llmt__dp *dp, int b)
+{
+    if (dp->b_launched[b] || dp->st != LLMT_OK) return;
+    dp->b_launched[b] = 1;
+    llmt_status s;
+    if (dp->o.zero_stage >= 2) {
+        int u = b;
+        float *pad = dp->gpad + dp->poff[u];
+        size_t n = dp->n[u], all = dp->chunk[u] * (size_t)dp->size;
+        memcpy(pad, dp->grads + dp->lo[u], n * sizeof(float));
+        memset(pad + n, 0, (all - n) * sizeof(float));
+        s = llmt_comm_ireduce_scatter(dp->comm, pad,
+                                      pad + (size_t)dp->rank * dp->chunk[u],
+                                      dp->chunk[u], LLMT_DTYPE_FP32,
+                                      LLMT_REDUCE_SUM, &dp->work[b]);
+    } else {
+        size_t lo = dp->lo[dp->b_ulo[b]];
+        size_t hi = dp->lo[dp->b_uhi[b]] + dp->n[dp->b_uhi[b]];
+        s = llmt_comm_iall_reduce(dp->comm, dp->grads + lo, dp->grads + lo,
+                                  hi - lo, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM,
+                                  &dp->work[b]);
+    }
+    note(dp, s, "gradient reduction");
+}
+
+void llmt__dp_ready(llmt__dp *dp, int unit)
+{
+    if (!dp->armed || unit < 0 || unit >= dp->nunits || dp->ready[unit]) return;
+    dp->ready[unit] = 1;
+    int b = dp->b_of_unit[unit];
+    dp->b_nready[b]++;
+    if (dp->o.overlap && dp->b_nready[b] == dp->b_uhi[b] - dp->b_ulo[b] + 1)
+        launch(dp, b);
+}
+
+llmt_status llmt__dp_end(llmt__dp *dp, double *loss_sum)
+{
+    for (int b = 0; b < dp->nb; b++) launch(dp, b);
+    for (int b = 0; b < dp->nb; b++) {
+        if (!dp->work[b]) continue;
+        llmt_status s = llmt_comm_work_wait(dp->work[b], -1);
+        llmt_comm_work_free(dp->work[b]);
+        dp->work[b] = NULL;
+        note(dp, s, "gradient reduction");
+        if (s == LLMT_OK && dp->o.zero_stage >= 2) {
+            int u = b;
+            float *g = dp->grads;
+            memset(g + dp->lo[u], 0, dp->n[u] * sizeof(float));
+            memcpy(g + dp->own_lo[u],
+                   dp->gpad + dp->poff[u] + (size_t)dp->rank * dp->chunk[u],
+                   dp->own_n[u] * sizeof(float));
+        }
+    }
+    dp->armed = 0;
+    if (dp->st != LLMT_OK) return dp->st;
+    /* the loss sum, in rank order (doubles travel as their bits) */
+    int64_t mine, *all = malloc((size_t)dp->size * sizeof *all);
+    if (!all) return llmt__err_set(&dp->err, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
+    memcpy(&mine, loss_sum, sizeof mine);
+    llmt_status s = llmt_comm_all_gather(dp->comm, &mine, all, 1,
+                                         LLMT_DTYPE_INT64, NULL);
+    if (s == LLMT_OK) {
+        double t = 0;
+        for (int r = 0; r < dp->size; r++) {
+            double x;
+            memcpy(&x, &all[r], sizeof x);
+            t += x;
+        }
+        *loss_sum = t;
+    }
+    free(all);
+    note(dp, s, "loss sum");
+    return dp->st;
+}
+
+llmt_status llmt__dp_sumsq(llmt__dp *dp, double *ss)
+{
+    if (dp->o.zero_stage < 2) {
+        *ss = dp->ops->sumsq(dp->grads, dp->model->total);
+        return LLMT_OK;
+    }
+    double mine = 0;
+    for (int u = 0; u < dp->nunits; u++)
+        mine += dp->ops->sumsq(dp->grads + dp->own_lo[u], dp->own_n[u]);
+    int64_t bits, *all = malloc((size_t)dp->size * sizeof *all);
+    if (!all) return llmt__err_set(&dp->err, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
+    memcpy(&bits, &mine, sizeof bits);
+    llmt_status s = llmt_comm_all_gather(dp->comm, &bits, all, 1,
+                                         LLMT_DTYPE_INT64, NULL);
+    double t = 0;
+    for (int r = 0; s == LLMT_OK && r < dp->size; r++) {
+        double x;
+        memcpy(&x, &all[r], sizeof x);
+        t += x;
+    }
+    free(all);
+    *ss = t;
+    if (s != LLMT_OK) {
+        dp->st = LLMT_OK;
+        note(dp, s, "gradient norm");
+    }
+    return s;
+}
+
+/* Share unit u's parameters: own chunk in, all-gather (in place), out. */
+static llmt_status gather_issue(llmt__dp *dp, int u, llmt_comm_work **w)
+{
+    float *pad = dp->ppad + dp->poff[u];
+    float *mine = pad + (size_t)dp->rank * dp->chunk[u];
+    memcpy(mine, dp->model->data + dp->own_lo[u], dp->own_n[u] * sizeof(float));
+    if (w)
+        return llmt_comm_iall_gather(dp->comm, mine, pad, dp->chunk[u],
+                                     LLMT_DTYPE_FP32, w);
+    return llmt_comm_all_gather(dp->comm, mine, pad, dp->chunk[u],
+                                LLMT_DTYPE_FP32, NULL);
+}
+
+static void gather_finish(llmt__dp *dp, int u)
+{
+    memcpy(dp->model->data + dp->lo[u], dp->ppad + dp->poff[u],
+           dp->n[u] * sizeof(float));
+    dp->gathered[u] = 1;
+}
+
+llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
+                            float scale, int64_t t)
+{
+    llmt_model *m = dp->model;
+    int zs = dp->o.zero_stage;
+    for (int i = 0; i < m->nparams; i++) {
+        const llmt__param *p = &m->params[i];
+        size_t a = p->offset, b = p->offset + p->numel;
+        if (zs >= 1) {
+            int u = dp->unit_of_param[i];
+            size_t oa = dp->own_lo[u], ob = oa + dp->own_n[u];
+            if (oa > a) a = oa;
+            if (ob < b) b = ob;
+            if (a >= b) continue;
+        }
+        dp->ops->adamw(m->data + a, dp->grads + a, dp->m + a, dp->v + a, b - a,
+                       lr, o->beta1, o->beta2, o->eps,
+                       p->decay ? o->weight_decay : 0.0f, scale, t);
+    }
+    if (zs == 0) return LLMT_OK;
+    if (zs == 3) {
+        for (int u = 0; u < dp->nunits; u++) {
+            poison(dp, u);
+            dp->gathered[u] = 0;
+        }
+        return LLMT_OK;
+    }
+    llmt_status s = LLMT_OK;
+    for (int u = 0; u < dp->nunits && s == LLMT_OK; u++)
+        s = gather_issue(dp, u, &dp->pf[u]);
+    for (int u = 0; u < dp->nunits; u++) {
+        if (!dp->pf[u]) continue;
+        llmt_status w = llmt_comm_work_wait(dp->pf[u], -1);
+        llmt_comm_work_free(dp->pf[u]);
+        dp->pf[u] = NULL;
+        if (w == LLMT_OK) gather_finish(dp, u);
+        else if (s == LLMT_OK) s = w;
+    }
+    if (s != LLMT_OK) {
+        dp->st = LLMT_OK;
+        note(dp, s, "parameter all-gather");
+    }
+    return s;
+}
+
+/* ---- ZeRO-3 parameter residency */
+
+static void ensure(llmt__dp *dp, int u)
+{
+    if (dp->gathered[u]) return;
+    llmt_status s;
+    if (dp->pf[u]) {
+        s = llmt_comm_work_wait(dp->pf[u], -1);
+        llmt_comm_work_free(dp->pf[u]);
+        dp->pf[u] = NULL;
+    } else {
+        s = gather_issue(dp, u, NULL);
+    }
+    if (s == LLMT_OK) gather_finish(dp, u);
+    note(dp, s, "parameter gather");
+}
+
+void llmt__dp_use(llmt__dp *dp, int unit, int dir)
+{
+    if (dp->o.zero_stage < 3 || unit < 0 || unit >= dp->nunits) return;
+    int last = dp->nunits - 1;
+    if (unit == 0) {
+        ensure(dp, 0);
+        ensure(dp, last);
+    } else {
+        ensure(dp, unit);
+    }
+    int next = unit + (dir > 0 ? 1 : -1);
+    if (next >= 1 && next < last && !dp->gathered[next] && !dp->pf[next] &&
+        dp->st == LLMT_OK)
+        note(dp, gather_issue(dp, next, &dp->pf[next]), "parameter prefetch");
+}
+
+void llmt__dp_done(llmt__dp *dp, int unit)
+{
+    if (dp->o.zero_stage < 3 || unit < 1 || unit >= dp->nunits - 1) return;
+    poison(dp, unit);
+    dp->gathered[unit] = 0;
+}
+
+llmt_status llmt__dp_sync(llmt__dp *dp)
+{
+    if (dp->o.zero_stage < 3) return LLMT_OK;
+    dp->st = LLMT_OK;
+    for (int u = 0; u < dp->nunits; u++) ensure(dp, u);
+    return dp->st;
+}

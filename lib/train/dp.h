@@ -1,0 +1,43 @@
+/* Data parallelism for the trainer (dp.c): bucketed gradient reduction
+ * overlapped with the backward, ZeRO-1/2/3. The trainer calls these hooks
+ * when it has a communicator (llmt_trainer_set_comm). Units: 0 = the
+ * embeddings (head), 1..L = layer l-1, L+1 = the final norm and untied
+ * output (tail); each is a contiguous range of the flat parameter buffer. */
+#ifndef LLMT_TRAIN_DP_H
+#define LLMT_TRAIN_DP_H
+
+#include "exec/exec.h"
+#include "model/model.h"
+
+typedef struct llmt__dp llmt__dp;
+
+llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
+                            const llmt_dp_opts *opts, llmt_model *model,
+                            const llmt__exec_ops *ops, float *grads, float *m,
+                            float *v, llmt__dp **out);
+void llmt__dp_destroy(llmt__dp *dp);
+const llmt_err *llmt__dp_err(const llmt__dp *dp);
+
+/* fwd_bwd: sum the step's target count over the ranks (collective). */
+llmt_status llmt__dp_begin(llmt__dp *dp, int64_t *count);
+/* Before each micro-batch; last = 1 for the final one (reduce then). */
+void llmt__dp_micro(llmt__dp *dp, int last);
+/* ZeRO-3: the parameters of `unit` are needed now (dir +1 forward, -1
+ * backward: which unit to prefetch next); done: release (poison) them. */
+void llmt__dp_use(llmt__dp *dp, int unit, int dir);
+void llmt__dp_done(llmt__dp *dp, int unit);
+/* The gradients of `unit` are final for this micro-batch. */
+void llmt__dp_ready(llmt__dp *dp, int unit);
+/* After the last micro-batch: wait for the reductions, sum the loss over
+ * the ranks (in rank order). */
+llmt_status llmt__dp_end(llmt__dp *dp, double *loss_sum);
+/* Global sum of squares of the reduced gradients. */
+llmt_status llmt__dp_sumsq(llmt__dp *dp, double *ss);
+/* AdamW on this rank's share, then share the parameters (ZeRO-1/2) or
+ * leave them sharded (ZeRO-3). t is the 1-based step. */
+llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
+                            float scale, int64_t t);
+/* ZeRO-3: gather every unit (collective). */
+llmt_status llmt__dp_sync(llmt__dp *dp);
+
+#endif
