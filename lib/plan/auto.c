@@ -86,7 +86,11 @@ static void why(const llmt_plan_cand *best, const llmt_plan_cand *o, char *buf,
     for (int i = 1; i < 7; i++)
         if (d[i] > d[k])
             k = i;
-    snprintf(buf, n, "%s +%.3f s", names[k], d[k]);
+    if (o->step_time_s - best->step_time_s <= 1e-4 * best->step_time_s)
+        snprintf(buf, n, "nothing: a tie on predicted time (%.1f GB vs %.1f GB "
+                 "per GPU)", o->mem_total / 1e9, best->mem_total / 1e9);
+    else
+        snprintf(buf, n, "%s +%.3f s", names[k], d[k]);
 }
 
 static int divides(int64_t a, int64_t b) { return a > 0 && b % a == 0; }
@@ -162,7 +166,7 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                         if (per % micro)
                             continue;
                         int64_t accum = per / micro;
-                        for (int64_t v = 1; v <= 8; v *= 2) {
+                        for (int64_t v = 1; v <= 8; v++) {
                             if (v > 1 && (pp < 2 || L % (pp * v) || accum % pp))
                                 continue;
                             for (int z = 0; z <= 3; z++) {

@@ -310,8 +310,9 @@ void llmt__plan_estimate(const llmt_spec *s, int32_t world,
         /* activations in flight: 1F1B keeps p - stage micro-batches (at most
          * m); interleaving adds (p-1)/(p*v) (Narayanan et al. 2021). */
         double inflight = fmin(nmb, p - (double)st);
-        if (v > 1)
-            inflight = fmin(nmb * v, p * (1 + (p - 1) / (p * v)));
+        if (v > 1) /* (at most all m micro-batches: with m == p the
+                      interleaved warm-up runs every forward first) */
+            inflight = fmin(nmb, p * (1 + (p - 1) / (p * v)));
         double a_tok = act_bytes_per_token(&m, t, sp, rc);
         double act = Ls * inflight * tok * a_tok;
         if (rc == LLMT_SPEC_RECOMPUTE_FULL) /* one layer rebuilt at a time */

@@ -33,6 +33,7 @@ typedef struct sim_params {
 
 typedef struct sim_out {
     double wall, lost, stalls, restarts, failures;
+    double done; /* work completed (less than the run when cut short) */
 } sim_out;
 
 static uint64_t splitmix(uint64_t *s)
@@ -69,6 +70,7 @@ static void simulate(const sim_params *p, uint64_t seed, sim_out *o)
         if (x >= t_fin) {
             o->wall += t_fin;
             o->stalls += nck * C;
+            done = p->work;
             break;
         }
         /* Failure x seconds into this up-period. */
@@ -100,6 +102,7 @@ static void simulate(const sim_params *p, uint64_t seed, sim_out *o)
         if (o->failures > max_failures)
             break;
     }
+    o->done = done;
 }
 
 static void run_trials(const sim_params *p, uint64_t seed, int trials,
@@ -113,7 +116,7 @@ static void run_trials(const sim_params *p, uint64_t seed, int trials,
          * numbers), so the sweep compares intervals, not luck. */
         uint64_t ts = seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(t + 1));
         simulate(p, ts, &o);
-        double g = o.wall > 0 ? fmin(p->work, p->work) / o.wall : 1;
+        double g = o.wall > 0 ? o.done / o.wall : 1;
         sum += g;
         sum2 += g * g;
         avg->wall += o.wall / trials;
