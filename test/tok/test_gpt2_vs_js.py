@@ -53,7 +53,22 @@ def handwritten():
     return d
 
 
-def random_docs(rng, n):
+def unicode_versions(node):
+    """(Unicode version of lib/data/tok/unicode_tab.c, of this node)."""
+    src = os.environ.get("LLMT_SOURCE_ROOT", os.path.join(HERE, "..", ".."))
+    tab = None
+    try:
+        with open(os.path.join(src, "lib", "data", "tok", "unicode_tab.c")) as f:
+            head = f.read(400)
+        tab = head.split("(Unicode ", 1)[1].split(")", 1)[0]
+    except (OSError, IndexError):
+        pass
+    js = subprocess.run([node, "-p", "process.versions.unicode"], capture_output=True,
+                        text=True).stdout.strip()
+    return tab, js
+
+
+def random_docs(rng, n, any_cp=True):
     pool = (list("abcdefghijklmnopqrstuvwxyzABCXYZ0123456789") +
             list("     \t\n\r.,;:!?'\"()[]{}<>-_/\\@#$%^&*+=|~`") +
             ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "  ", "\n\n", " \n"] +
@@ -64,6 +79,22 @@ def random_docs(rng, n):
     for _ in range(n):
         k = rng.randint(1, 40)
         out.append("".join(rng.choice(pool) for _ in range(k)))
+    # any code point (surrogates and NUL aside), mixed with spaces and letters:
+    # checks the class table against the JavaScript engine everywhere
+    for _ in range(n if any_cp else 0):
+        k = rng.randint(1, 30)
+        cs = []
+        for _ in range(k):
+            r = rng.random()
+            if r < 0.2:
+                cs.append(rng.choice(" a1\n\t,"))
+            else:
+                top = 0xFFFF if r < 0.7 else 0x10FFFF
+                cp = rng.randint(1, top)
+                while 0xD800 <= cp <= 0xDFFF:
+                    cp = rng.randint(1, top)
+                cs.append(chr(cp))
+        out.append("".join(cs))
     # punctuation around commas and quotes: the pairs the reference ranks by
     # the string "left,right" (aliases)
     punct = list('",]}[{)(\'.: ab')
@@ -114,7 +145,12 @@ def main():
         print("SKIP: needs node and %s/{Encoder.js,encoder.json,vocab.bpe}" % gdir)
         return 77
     rng = random.Random(1234)
-    docs = handwritten() + random_docs(rng, 1500) + exhaustive_punct()
+    tab, js = unicode_versions(node)
+    any_cp = tab is not None and tab == js
+    if not any_cp:
+        print("note: unicode_tab.c is Unicode %s, node has %s: strings of arbitrary code "
+              "points left out (regenerate the table with gen_unicode.js)" % (tab, js))
+    docs = handwritten() + random_docs(rng, 1500, any_cp) + exhaustive_punct()
     fort = fortunes()
     docs += fort
     for d in docs:
@@ -143,11 +179,23 @@ def main():
         ntok = sum(len(x.split()) for x in got)
         print("%d documents (%d fortunes), %d bytes, %d tokens: %d differ from Encoder.js"
               % (len(docs), len(fort), len(raw), ntok, bad))
+        table_ok = True
+        if any_cp:
+            src = os.environ.get("LLMT_SOURCE_ROOT", os.path.join(HERE, "..", ".."))
+            gen = os.path.join(src, "lib", "data", "tok", "gen_unicode.js")
+            fresh = subprocess.run([node, gen], capture_output=True, text=True,
+                                   check=True).stdout
+            with open(os.path.join(os.path.dirname(gen), "unicode_tab.c")) as f:
+                have = f.read()
+            cut = lambda t: t[t.index("#include"):]
+            table_ok = cut(fresh) == cut(have)
+            print("unicode_tab.c equals the classes of this node's regex engine: %s"
+                  % table_ok)
         dec = subprocess.run([tool, "decode", spec], input=ours, capture_output=True,
                              check=True).stdout
         rt = dec == raw
         print("decode(encode(corpus)) == corpus: %s" % rt)
-        return 0 if bad == 0 and rt else 1
+        return 0 if bad == 0 and rt and table_ok else 1
 
 
 if __name__ == "__main__":
