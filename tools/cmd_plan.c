@@ -17,7 +17,7 @@ static const char *const CMD = "plan";
 typedef struct plan_args {
     const char *spec;
     long world;
-    int automatic, simulate, json;
+    int automatic, simulate, json, keys;
     double hours;
     long trials;
     long long seed;
@@ -51,6 +51,8 @@ static int parse_args(int argc, char **argv, plan_args *a)
             a->simulate = 1;
         else if (!strcmp(s, "--json"))
             a->json = 1;
+        else if (!strcmp(s, "--keys"))
+            a->keys = 1;
         else if (!strcmp(s, "--hours")) {
             long h = 0;
             rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 1, 24 * 365, &h);
@@ -74,7 +76,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
         if (rc != CLI_OK)
             return rc;
     }
-    if (!a->spec) {
+    if (!a->spec && !a->keys) {
         fprintf(stderr, "llmtrain plan: missing SPEC.json (see llmtrain plan --help)\n");
         return CLI_USAGE;
     }
@@ -319,12 +321,26 @@ static int show(const plan_args *a, const llmt_plan *p, const llmt_spec *spec)
     return CLI_OK;
 }
 
+/* Every key of the job spec: path, type, allowed values, doc [default]. */
+static int print_keys(void)
+{
+    size_t n = llmt_spec_key_count();
+    for (size_t i = 0; i < n; i++) {
+        const char *v = llmt_spec_key_values(i);
+        printf("%-44s %-8s %s%s%s\n", llmt_spec_key_name(i), llmt_spec_key_type(i),
+               v ? v : "", v ? "  " : "", llmt_spec_key_doc(i));
+    }
+    return CLI_OK;
+}
+
 int cmd_plan(int argc, char **argv)
 {
     plan_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc != CLI_OK)
         return rc;
+    if (a.keys)
+        return print_keys();
     llmt_context *ctx = NULL;
     llmt_status st = llmt_context_create(NULL, &ctx);
     if (st != LLMT_OK)

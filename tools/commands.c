@@ -18,6 +18,7 @@ const cli_command cli_commands[] = {
     {"plan", "show the parallel layout, memory, step time and goodput of a job",
      "usage: llmtrain plan SPEC.json [--world N] [--auto] [--simulate] [--json]\n"
      "                     [--hours H] [--trials N] [--seed S]\n"
+     "       llmtrain plan --keys\n"
      "  Places the spec on N GPUs and prints the layout (rank order, stage\n"
      "  layers), memory per GPU by kind, FLOPs, communication per step,\n"
      "  pipeline bubble, step time, tokens/s, MFU, checkpoint interval and\n"
@@ -32,7 +33,8 @@ const cli_command cli_commands[] = {
      "  --hours H    training work to simulate [the run, at most a year]\n"
      "  --trials N   simulated runs per interval [32]\n"
      "  --seed S     simulation seed [train.seed + 1]\n"
-     "  --json       the plan (and goodput) as one JSON object\n",
+     "  --json       the plan (and goodput) as one JSON object\n"
+     "  --keys       list every job spec key: type, values, meaning [default]\n",
      cmd_plan},
     /* data: owned by lib/data (issue 5) */
     {"data", "prepare, inspect and tokenize training data",

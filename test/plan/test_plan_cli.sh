@@ -84,6 +84,12 @@ J
   || bad "dp from --world"
 has n.txt "grad_accum 16" "grad_accum from the global batch"
 
+# --keys: the spec's key table (doc/job-spec.md points here).
+"$exe" plan --keys > k.txt && ok "--keys" || bad "--keys"
+has k.txt "parallelism.virtual_stages" "--keys lists parallelism keys"
+has k.txt "gpt2|llama" "--keys shows enum values"
+[ "$(wc -l < k.txt)" -gt 50 ] && ok "--keys lists every key" || bad "--keys too short"
+
 # Errors.
 "$exe" plan "$specs/llama3-405b-16k.json" --world 8192 > /dev/null 2> e.txt; rc=$?
 [ $rc -eq 1 ] && grep -q "16384" e.txt && ok "world contradicts dp -> 1, explained" \
