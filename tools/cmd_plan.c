@@ -173,16 +173,14 @@ static void print_text(const llmt_plan *p, const llmt_spec *spec,
            e->mem_capacity / 1e9, e->fits ? "fits" : "DOES NOT FIT");
 
     printf("compute\n");
-    printf("  FLOPs per token       %s (6N = %s; attention +%.1f%%)\n",
-           si(e->model_flops_per_token, "", b1, sizeof b1),
-           si(e->flops_6nd_per_token, "", b2, sizeof b2),
+    printf("  FLOPs per token       %.3g (6N = %.3g; attention +%.1f%%)\n",
+           e->model_flops_per_token, e->flops_6nd_per_token,
            100 * (e->model_flops_per_token / e->flops_6nd_per_token - 1));
-    printf("  FLOPs per step        %s model, %s with recomputation\n",
-           si(e->model_flops_per_step, "", b1, sizeof b1),
-           si(e->hw_flops_per_step, "", b2, sizeof b2));
-    printf("  FLOPs per run         %s (%lld steps, %s tokens)\n\n",
-           si(e->run_flops, "", b1, sizeof b1), (long long)steps,
-           si((double)steps * (double)e->tokens_per_step, "", b2, sizeof b2));
+    printf("  FLOPs per step        %.3g model, %.3g with recomputation\n",
+           e->model_flops_per_step, e->hw_flops_per_step);
+    printf("  FLOPs per run         %.3g (%lld steps, %.3g tokens; 6ND = %.3g)\n\n",
+           e->run_flops, (long long)steps, (double)steps * (double)e->tokens_per_step,
+           e->flops_6nd_per_token * (double)steps * (double)e->tokens_per_step);
 
     printf("communication per GPU per step   sent          exposed\n");
     static const char *const dn[] = {"tp", "cp", "pp", "dp", "ep"};

@@ -49,6 +49,13 @@ static void warn_notes(llmt_plan *p)
                         "bubble %.0f%%; raise grad_accum (lower micro) to fill it",
                         (long long)s->batch.grad_accum,
                         (long long)s->parallelism.pp, 100 * e->bubble_fraction);
+    else if (s->parallelism.pp > 1 && e->bubble_fraction > 0.25)
+        llmt__plan_note(p, "warning: pipeline bubble %.0f%% = (p-1)/(v*m+p-1) with "
+                        "p %lld, m %lld, v %lld: more micro-batches (lower micro) "
+                        "or virtual_stages > 1 (interleaving) shrink it",
+                        100 * e->bubble_fraction, (long long)s->parallelism.pp,
+                        (long long)s->batch.grad_accum,
+                        (long long)s->parallelism.virtual_stages);
     if (!e->fits)
         llmt__plan_note(p, "warning: needs %.1f GB per GPU, %s has %.0f GB "
                         "(raise zero, tp or pp, or recompute)",

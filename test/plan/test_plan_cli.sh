@@ -25,8 +25,10 @@ for w in "memory per GPU" "weights" "gradients" "optimizer" "activations" \
   has t.txt "$w" "405b shows $w"
 done
 has t.txt "48.4%" "405b bubble 15/31"
-has t.txt "15.6 T tokens" "405b 15.6T tokens"
-has t.txt "FLOPs per run         41 Y" "405b ~4e25 FLOPs with attention"
+has t.txt "1.56e+13 tokens" "405b 15.6T tokens"
+has t.txt "6ND = 3.8[0-9]*e+25" "405b 6ND = 3.8e25 FLOPs"
+has t.txt "FLOPs per run         4.1[0-9]*e+25" "405b ~4.1e25 FLOPs with attention"
+has t.txt "warning: pipeline bubble 48%" "405b warns about the bubble"
 has t.txt ": fits" "405b fits in 80 GB"
 
 # JSON: parses, and agrees with the table.
