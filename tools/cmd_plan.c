@@ -363,6 +363,21 @@ int cmd_plan(int argc, char **argv)
         st = llmt_plan_auto(ctx, spec, world, NULL, &p);
     } else {
         st = llmt_plan_create(ctx, spec, (int32_t)a.world, &p);
+        if (st == LLMT_ERR_INVALID_ARGUMENT && a.world &&
+            llmt_spec_is_given(spec, "parallelism.dp")) {
+            /* The spec fixes dp for another world size: the same job on
+             * --world GPUs keeps tp, cp, pp and the global batch. */
+            llmt_plan *orig = NULL;
+            if (llmt_plan_create(ctx, spec, 0, &orig) == LLMT_OK) {
+                st = llmt_plan_reshape(orig, (int32_t)a.world, &p);
+                if (st != LLMT_OK) {
+                    rc = cli_fail(CMD, "%s: %s", a.spec, llmt_plan_last_error(orig));
+                    llmt_plan_destroy(orig);
+                    goto out;
+                }
+                llmt_plan_destroy(orig);
+            }
+        }
     }
     if (st != LLMT_OK) {
         rc = cli_fail(CMD, "%s: %s", a.spec, llmt_context_last_error(ctx));

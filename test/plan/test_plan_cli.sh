@@ -93,9 +93,16 @@ has k.txt "gpt2|llama" "--keys shows enum values"
 [ "$(wc -l < k.txt)" -gt 50 ] && ok "--keys lists every key" || bad "--keys too short"
 
 # Errors.
-"$exe" plan "$specs/llama3-405b-16k.json" --world 8192 > /dev/null 2> e.txt; rc=$?
-[ $rc -eq 1 ] && grep -q "16384" e.txt && ok "world contradicts dp -> 1, explained" \
-  || { bad "world contradicts dp (rc $rc)"; cat e.txt; }
+# A spec with dp for another world size is reshaped (global batch kept) ...
+"$exe" plan "$specs/llama3-405b-16k.json" --world 8192 > r.txt 2> e.txt \
+  && ok "405b on 8192: reshaped" || { bad "405b on 8192"; cat e.txt; }
+has r.txt "tp 8 x cp 1 x pp 16 x dp 64 = 8192" "reshape keeps tp, pp"
+has r.txt "grad_accum 32 x dp 64 = global 2048" "reshape keeps the global batch"
+has r.txt "reshaped from 16384 to 8192 ranks" "reshape is noted"
+# ... or a clear error when that is impossible.
+"$exe" plan "$specs/llama3-405b-16k.json" --world 16256 > /dev/null 2> e.txt; rc=$?
+[ $rc -eq 1 ] && grep -q "global batch 2048" e.txt && ok "reshape impossible -> 1, explained" \
+  || { bad "reshape impossible (rc $rc)"; cat e.txt; }
 "$exe" plan nodp.json --world 1000 > /dev/null 2> e.txt; rc=$?
 [ $rc -eq 1 ] && grep -q "multiple of" e.txt && ok "world not a multiple -> 1" \
   || { bad "world not a multiple (rc $rc)"; cat e.txt; }
