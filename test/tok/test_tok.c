@@ -324,6 +324,34 @@ static void test_train(void)
         CHECK(u == NULL);
     }
     CHECK(contains(llmt_context_last_error(ctx), "trunc"));
+    /* random corruption: never a crash; what still loads is consistent */
+    {
+        int loaded = 0, refused = 0;
+        char *m = malloc(la);
+        for (int it = 0; it < 400; it++) {
+            memcpy(m, fa, la);
+            int edits = 1 + (int)(rnd() % 4);
+            for (int k = 0; k < edits; k++) {
+                size_t at = rnd() % la;
+                m[at] = (rnd() & 1) ? "0123456789abcdef \n-x"[rnd() % 20] : (char)rnd();
+            }
+            write_file(path_in("fuzz.tok"), m, la);
+            llmt_status st = llmt_tokenizer_load(ctx, path_in("fuzz.tok"), &u);
+            if (st == LLMT_OK) {
+                loaded++;
+                roundtrip(u, sample_text, strlen(sample_text));
+                llmt_tokenizer_destroy(u);
+                u = NULL;
+            } else {
+                refused++;
+                CHECK(u == NULL && contains(llmt_context_last_error(ctx), "fuzz.tok"));
+            }
+        }
+        free(m);
+        fprintf(stderr, "test_tok: corrupted files: %d refused, %d still valid\n", refused,
+                loaded);
+        CHECK(refused > 0);
+    }
     CHECK_STATUS(llmt_tokenizer_load(ctx, path_in("absent.tok"), &u), LLMT_ERR_IO);
     CHECK(contains(llmt_context_last_error(ctx), "absent.tok"));
     CHECK_STATUS(llmt_tokenizer_save(t, "/nonexistent-dir/x.tok"), LLMT_ERR_IO);
@@ -482,6 +510,33 @@ static void test_gpt2_bad_input(void)
         CHECK(contains(llmt_context_last_error(ctx), "vocab.bpe"));
         if (!contains(llmt_context_last_error(ctx), bad[i].msg))
             fprintf(stderr, "  vocab.bpe case %zu: %s\n", i, llmt_context_last_error(ctx));
+    }
+    /* random corruption of either file: never a crash */
+    {
+        write_tiny_gpt2(enc, bpe, -1, 0);
+        size_t le, lv;
+        char *ge = read_file(enc, &le), *gv = read_file(bpe, &lv);
+        char *me = malloc(le), *mv = malloc(lv);
+        int loaded = 0;
+        for (int it = 0; it < 300; it++) {
+            memcpy(me, ge, le);
+            memcpy(mv, gv, lv);
+            int which = (int)(rnd() % 2);
+            char *m = which ? mv : me;
+            size_t ml = which ? lv : le;
+            for (int k = 0; k < 1 + (int)(rnd() % 3); k++)
+                m[rnd() % ml] = (rnd() & 1) ? " \n\",:\\{}0e\xc4"[rnd() % 11] : (char)rnd();
+            write_file(enc, me, le);
+            write_file(bpe, mv, lv);
+            if (llmt_tokenizer_load_gpt2(ctx, enc, bpe, &t) == LLMT_OK) {
+                loaded++;
+                roundtrip(t, sample_text, strlen(sample_text));
+                llmt_tokenizer_destroy(t);
+            }
+            t = NULL;
+        }
+        fprintf(stderr, "test_tok: corrupted GPT-2 files: %d of 300 still load\n", loaded);
+        free(me), free(mv), free(ge), free(gv);
     }
     free(enc);
     free(bpe);
