@@ -406,7 +406,7 @@ static int write_svg(const char *path, const char *title, const series *tr,
  * documents, the same at every evaluation. */
 #include <dirent.h>
 
-#define TD_TOKENIZER 0 /* 1 once lib/data's tokenizers are in the library */
+#define TD_TOKENIZER 1 /* 1 once lib/data's tokenizers are in the library */
 
 typedef struct td_opts {
     const char *out_dir, *train, *val, *tok_path;

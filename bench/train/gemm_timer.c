@@ -1,12 +1,15 @@
-/* LD_PRELOAD shim for the benchmark: times every cblas_sgemm call of the
- * process (wall clock, outside-parallel callers as ours are) and prints the
- * total at exit, so the GEMM share of a training step is measured in the
- * real run rather than estimated. Output: "gemm_seconds S calls N" on
- * stderr, or appended to $GEMM_TIMER_OUT. */
+/* LD_PRELOAD shim for the benchmark: times the cblas_sgemm calls of the
+ * process and prints the total at exit, so the GEMM share of a training
+ * step is measured in the real run rather than estimated. Calls made at
+ * the same time by several threads (our GEMMs are split over the OpenMP
+ * team) count once: the total is the wall time during which at least one
+ * sgemm was running. Output: "gemm_seconds S calls N" on stderr, or
+ * appended to $GEMM_TIMER_OUT. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -14,8 +17,10 @@
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *,
                          int, const float *, int, float, float *, int);
 static sgemm_fn real;
-static double total;
+static double total, since;
 static long calls;
+static int inflight;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
 static double now(void)
 {
@@ -29,10 +34,14 @@ void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha,
                  float *c, int ldc)
 {
     if (!real) real = (sgemm_fn)dlsym(RTLD_NEXT, "cblas_sgemm");
-    double t0 = now();
-    real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    total += now() - t0;
+    pthread_mutex_lock(&mu);
+    if (inflight++ == 0) since = now();
     calls++;
+    pthread_mutex_unlock(&mu);
+    real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    pthread_mutex_lock(&mu);
+    if (--inflight == 0) total += now() - since;
+    pthread_mutex_unlock(&mu);
 }
 
 __attribute__((destructor)) static void report(void)

@@ -484,7 +484,7 @@ static void cpu_adamw(float *param, const float *grad, float *m, float *v,
 {
     float bc1 = 1.0f - powf(beta1, (float)t);
     float bc2 = 1.0f - powf(beta2, (float)t);
-#pragma omp parallel for
+#pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
@@ -527,10 +527,28 @@ static void cpu_residual_fwd(float *out, const float *a, const float *b,
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-static void cpu_zero(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
+/* Large fills and copies (the gradients: 4 bytes per parameter) are split
+ * over the team; small ones stay on the calling thread. */
+#define PAR_MIN ((size_t)1 << 18)
+static void cpu_zero(float *x, size_t n)
+{
+    if (n < PAR_MIN) {
+        memset(x, 0, n * sizeof(float));
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < n; b += PAR_MIN)
+        memset(x + b, 0, (n - b < PAR_MIN ? n - b : PAR_MIN) * sizeof(float));
+}
 static void cpu_copy(float *d, const float *s, size_t n)
 {
-    memcpy(d, s, n * sizeof(float));
+    if (n < PAR_MIN) {
+        memcpy(d, s, n * sizeof(float));
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < n; b += PAR_MIN)
+        memcpy(d + b, s + b, (n - b < PAR_MIN ? n - b : PAR_MIN) * sizeof(float));
 }
 static void cpu_add(float *d, const float *s, size_t n)
 {
