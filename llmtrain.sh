@@ -65,6 +65,9 @@ demo() {
   "$cli" version
   "$cli" features
   if "$cli" help train >/dev/null 2>&1; then
+    # a fresh run each time, unless asked to continue the last one
+    case " $* " in *" --resume "*) ;; *) rm -rf runs/demo ;; esac
+    say "training a small GPT on the CPU (a few minutes); output in runs/demo"
     "$cli" train examples/specs/demo-cpu.json --out runs/demo "$@"
   elif "$cli" help plan >/dev/null 2>&1; then
     "$cli" plan examples/specs/llama3-405b-16k.json

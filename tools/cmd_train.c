@@ -894,6 +894,11 @@ static int train_main(run *r, const char *spec_path, const char *out,
         j.ckpt_interval = j.steps / 4 > 0 ? j.steps / 4 : 1;
 
     int64_t start = 0;
+    size_t have = 0;
+    if (!resume && llmt_ckpt_list(r->ck, NULL, 0, &have) == LLMT_OK && have > 0)
+        return cli_fail(CMD, "%s already holds %zu checkpoint(s) of an earlier "
+                        "run: continue it with --resume, or choose another "
+                        "--out", j.ckpt_dir, have);
     if (resume) {
         int64_t step = -1;
         s = llmt_ckpt_open_latest(r->ck, &step);

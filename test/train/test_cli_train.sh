@@ -61,6 +61,11 @@ else
   bad "resumed run differs"; diff a.txt b.txt | head
 fi
 
+# a fresh run into a directory with checkpoints is refused (not overwritten)
+"$exe" train good.json --out full > again.log 2>&1; rc=$?
+[ $rc = 1 ] && grep -q 'resume' again.log && ok "fresh run over old checkpoints refused" \
+  || { bad "rerun into full/ (rc $rc)"; cat again.log; }
+
 # bad input: clear errors, exit 1
 mk heads.json 5 512 512 "$tmp/corpus"
 "$exe" train heads.json --out h > h.log 2>&1; rc=$?
