@@ -831,6 +831,39 @@ LLMT_API llmt_status llmt_ckpt_prune(llmt_ckpt *ck, size_t *removed);
 LLMT_API llmt_status llmt_ckpt_export_safetensors(llmt_ckpt *ck,
                                                   const char *path);
 
+/* -- Inspection of the open checkpoint (added in 1.1). ------------------ */
+/* World size it was saved with, total bytes of its data files and the
+ * number of key/values; any output may be NULL. */
+LLMT_API llmt_status llmt_ckpt_open_info(llmt_ckpt *ck, int32_t *world_size,
+                                         uint64_t *data_bytes, size_t *nkv);
+/* Key `index` (0..nkv-1), valid until the next open or destroy. */
+LLMT_API llmt_status llmt_ckpt_kv_key(llmt_ckpt *ck, size_t index,
+                                      const char **key);
+/* Placement of chunk `chunk` of a tensor: the saving rank, the block's
+ * global offsets and local shape (LLMT_MAX_DIMS entries each) and its
+ * bytes; any output may be NULL. */
+LLMT_API llmt_status llmt_ckpt_chunk_info(llmt_ckpt *ck, const char *name,
+                                          size_t chunk, int32_t *rank,
+                                          int64_t *global_offsets,
+                                          int64_t *local_shape,
+                                          uint64_t *bytes);
+
+/* Export of GPT-2 parameters to an llm.c model file (version 3, fp32),
+ * written by lib/model's writer. The config is read from the tensors
+ * (prefix + "wte", "wpe", "h.N...."), the head count and vocabulary size
+ * from the options or the checkpoint's keys "model.heads" and
+ * "model.vocab_size". */
+typedef struct llmt_ckpt_llmc_opts {
+    size_t struct_size;
+    const char *prefix;   /* tensor name prefix; default "param/" (trainer) */
+    int32_t heads;        /* 0: key model.heads (required one way or other) */
+    int32_t vocab_size;   /* 0: key model.vocab_size, else the wte rows */
+} llmt_ckpt_llmc_opts;
+LLMT_API llmt_status llmt_ckpt_llmc_opts_init(llmt_ckpt_llmc_opts *opts,
+                                              size_t size);
+LLMT_API llmt_status llmt_ckpt_export_llmc(llmt_ckpt *ck, const char *path,
+                                           const llmt_ckpt_llmc_opts *opts);
+
 /* ======================================================================
  * Communicators (doc/comm.md)
  * A communicator is one rank's membership of a group of `size` ranks.

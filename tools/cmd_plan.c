@@ -132,8 +132,10 @@ static void print_text(const llmt_plan *p, const llmt_spec *spec,
     llmt_spec_get_int(spec, "hardware.gpus_per_node", &gpn);
     llmt_spec_get_int(spec, "train.steps", &steps);
     llmt_spec_get_int(spec, "model.layers", &layers);
-    printf("plan: %s on %d GPUs (%s, %lld per node)\n\n", *name ? name : "(unnamed)",
-           (int)e->world_size, gpu, (long long)gpn);
+    int cpu = !strcmp(gpu, "cpu");
+    printf("plan: %s on %d %s%s (%s, %lld per node)\n\n", *name ? name : "(unnamed)",
+           (int)e->world_size, cpu ? "CPU process" : "GPU",
+           e->world_size == 1 ? "" : (cpu ? "es" : "s"), gpu, (long long)gpn);
 
     printf("layout\n");
     printf("  degrees               tp %d x cp %d x pp %d x dp %d = %d   (ep %d inside dp)\n",
@@ -201,8 +203,8 @@ static void print_text(const llmt_plan *p, const llmt_spec *spec,
     printf("  optimizer             %s\n", dur(e->time_optimizer_s, b1, sizeof b1));
     printf("  step                  %s\n", dur(e->step_time_s, b1, sizeof b1));
     printf("  tokens/s              %s\n", si(e->tokens_per_s, "", b1, sizeof b1));
-    printf("  MFU                   %.1f%% (%.0f TFLOP/s per GPU of model FLOPs; "
-           "%.0f counting recomputation)\n", 100 * e->mfu, e->tflops_per_gpu,
+    printf("  MFU                   %.1f%% (%.3g TFLOP/s per GPU of model FLOPs; "
+           "%.3g counting recomputation)\n", 100 * e->mfu, e->tflops_per_gpu,
            e->hw_flops_per_step / ((double)e->world_size * e->step_time_s) / 1e12);
     printf("  run                   %s\n\n", dur(e->run_time_s, b1, sizeof b1));
 
@@ -222,17 +224,20 @@ static void print_text(const llmt_plan *p, const llmt_spec *spec,
 static void print_goodput_text(const llmt_goodput_result *g, int trials)
 {
     char b1[64], b2[64];
-    printf("\ngoodput simulation (%d trials, %.0f h of training work, MTBF %.2f h)\n",
-           trials, g->work_hours, g->mtbf_hours);
+    char b3[64];
+    printf("\ngoodput simulation (%d trials, %s of training work, MTBF %s)\n",
+           trials, dur(g->work_hours * 3600, b1, sizeof b1),
+           dur(g->mtbf_hours * 3600, b2, sizeof b2));
     printf("  interval              %s\n", dur(g->interval_s, b1, sizeof b1));
     printf("  goodput               %.2f%% +- %.2f\n", 100 * g->goodput,
            100 * g->goodput_stddev);
-    printf("  wall time             %.1f h for %.1f h of work\n", g->wall_hours,
-           g->work_hours);
-    printf("  lost work             %.1f h (%.1f failures)\n", g->lost_work_hours,
-           g->failures);
-    printf("  checkpoint stalls     %.1f h\n", g->ckpt_overhead_hours);
-    printf("  restarts + restores   %.1f h\n", g->restart_hours);
+    printf("  wall time             %s for %s of work\n",
+           dur(g->wall_hours * 3600, b1, sizeof b1),
+           dur(g->work_hours * 3600, b2, sizeof b2));
+    printf("  lost work             %s (%.1f failures)\n",
+           dur(g->lost_work_hours * 3600, b3, sizeof b3), g->failures);
+    printf("  checkpoint stalls     %s\n", dur(g->ckpt_overhead_hours * 3600, b1, sizeof b1));
+    printf("  restarts + restores   %s\n", dur(g->restart_hours * 3600, b1, sizeof b1));
     printf("  Young/Daly interval   %s: goodput %.2f%%\n",
            dur(g->young_daly_s, b1, sizeof b1), 100 * g->young_daly_goodput);
     printf("  best simulated        %s: goodput %.2f%% (sweep YD/10 .. 10 YD)\n",

@@ -58,7 +58,22 @@ const cli_command cli_commands[] = {
      cmd_train},
     /* ckpt: owned by lib/ckpt (issue 7) */
     {"ckpt", "list, verify, inspect, export and prune checkpoints",
-     "usage: llmtrain ckpt ls|verify|inspect|export|prune ...\n",
+     "usage: llmtrain ckpt SUBCOMMAND DIR [options]\n"
+     "  DIR is a checkpoint root (step-NNNNNNNNNNNN directories) or one step\n"
+     "  directory. Exit status 1 when something is bad, 2 on usage errors.\n"
+     "  ls DIR [--json]              every step: ranks, bytes, tensors, status\n"
+     "                               (ok, incomplete, or BAD with the reason)\n"
+     "  verify DIR [--step N]        hash every chunk of every (or one) step\n"
+     "  inspect DIR [--step N] [--chunks] [--json]\n"
+     "                               plan, key/values, tensors (and placement)\n"
+     "  export DIR --out FILE [--format safetensors|llmc] [--step N]\n"
+     "         [--heads H] [--vocab-size V] [--prefix P]\n"
+     "                               consolidated safetensors, or an llm.c\n"
+     "                               GPT-2 model file (tensors P+name, default\n"
+     "                               prefix param/)\n"
+     "  prune DIR --keep-last K [--keep-every N]\n"
+     "                               remove older steps and stale partial ones\n"
+     "  Without --step the newest complete checkpoint is used.\n",
      cmd_ckpt},
     /* comm: owned by lib/comm (issue 8) */
     {"comm", "communicator self-test and flight-recorder tools",

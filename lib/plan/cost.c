@@ -20,6 +20,7 @@
 #define MEM_OVERHEAD_GPU 2.5e9 /* CUDA context, NCCL buffers, workspaces */
 #define MEM_OVERHEAD_CPU 0.2e9
 #define CKPT_SYNC_S 2.0      /* fixed stall of a checkpoint save, s */
+#define CKPT_SYNC_1_S 0.1    /* the same for a single process */
 
 double llmt__plan_allreduce_s(double bytes, double n, double bw, double lat)
 {
@@ -388,7 +389,8 @@ void llmt__plan_estimate(const llmt_spec *s, int32_t world,
     /* The snapshot to host memory at PCIe speed, plus the fixed cost of a
      * save (all ranks agree on the step, drain the streams, record the
      * manifest): an assumption, doc/planner.md. */
-    double stall = per_gpu / (s->hardware.pcie_GBps * 1e9) + CKPT_SYNC_S;
+    double stall = per_gpu / (s->hardware.pcie_GBps * 1e9) +
+                   (world > 1 ? CKPT_SYNC_S : CKPT_SYNC_1_S);
     double write = e->ckpt_bytes_total / (s->hardware.storage_GBps * 1e9);
     if (s->checkpoint.save_write_s > 0)
         write = s->checkpoint.save_write_s;
