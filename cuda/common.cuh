@@ -34,7 +34,9 @@ void llmt__cuda_gemm_cache_clear(llmt__cuda_ctx *ctx);
 struct llmt__cuda_ctx {
     llmt_err err;
     int device, sm, num_sms, deterministic;
-    int attn_scalar; /* 1: CUDA-core attention kernels only (tests, comparison) */
+    int attn_scalar; /* 1: CUDA-core attention kernels only, 2: tensor cores
+                        through shared memory only (tests, comparison) */
+    int attn_layout; /* wmma fragment layout probe: 0 not run, 1 ok, 2 no */
     cudaStream_t compute, comm;
     cudaEvent_t ev_compute, ev_comm;
     cublasLtHandle_t lt;

@@ -35,8 +35,9 @@ typedef struct llmt__cuda_ctx_opts {
     int device;           /* CUDA ordinal */
     int deterministic;    /* bitwise-reproducible runs */
     size_t workspace;     /* cuBLASLt workspace bytes (0: 32 MiB) */
-    int attn_scalar;      /* 1: CUDA-core attention kernels only (no tensor
-                             cores; tests and comparisons) */
+    int attn_scalar;      /* attention kernels: 0 best available, 1 CUDA
+                             cores only, 2 tensor cores through shared
+                             memory only (tests and comparisons) */
 } llmt__cuda_ctx_opts;
 
 /* Creates the compute and communication streams (non-blocking), the

@@ -252,16 +252,18 @@ int main(int argc, char **argv)
         }
     }
     /* memory-bound kernels */
-    {
-        int C = 768;
+    for (int big = 0; big < 2; big++) {
+        int C = 768, BT = big ? (quick ? 8192 : 65536) : (quick ? 4096 : 16384);
         size_t n = (size_t)BT * C;
         ln_arg a = {dalloc(n * 2), drand_bf(n, 2.0f), drand_bf(C, 1.0f), drand_bf(C, 1.0f),
                     drand_bf(n, 1.0f), drand_bf(n, 1.0f), dalloc(BT * 4), dalloc(BT * 4),
                     drand_f(C, 1.0f, 0), drand_f(C, 1.0f, 0), BT, C};
         /* bytes: read inp, write out (bf16) + stats */
-        timeit("layernorm_fwd_768", f_ln_fwd, &a, 0, 2.0 * n * 2 + 8.0 * BT);
+        timeit(big ? "layernorm_fwd_768_n65536" : "layernorm_fwd_768", f_ln_fwd, &a, 0,
+               2.0 * n * 2 + 8.0 * BT);
         /* read dout, inp, dinp; write dinp (bf16) */
-        timeit("layernorm_bwd_768", f_ln_bwd, &a, 0, 4.0 * n * 2 + 8.0 * BT);
+        timeit(big ? "layernorm_bwd_768_n65536" : "layernorm_bwd_768", f_ln_bwd, &a, 0,
+               4.0 * n * 2 + 8.0 * BT);
         llmt__cuda_free(X, a.out); llmt__cuda_free(X, a.inp); llmt__cuda_free(X, a.w);
         llmt__cuda_free(X, a.b); llmt__cuda_free(X, a.dout); llmt__cuda_free(X, a.dinp);
         llmt__cuda_free(X, a.mean); llmt__cuda_free(X, a.rstd); llmt__cuda_free(X, a.dw);

@@ -12,7 +12,8 @@ ratios and the issue's targets:
 import json
 import sys
 
-MEMBOUND = ["layernorm_fwd_768", "layernorm_bwd_768", "gelu_fwd_3072", "gelu_bwd_3072",
+MEMBOUND = ["layernorm_fwd_768", "layernorm_bwd_768", "layernorm_fwd_768_n65536",
+            "layernorm_bwd_768_n65536", "gelu_fwd_3072", "gelu_bwd_3072",
             "residual_3072", "adamw_124M", "softmax_xent_fwd_50304"]
 
 

@@ -93,19 +93,22 @@ def main():
         del x, w, dout
 
     C = 768
-    x = T(BT, C, a=2.0)
-    w = T(C)
-    b = T(C)
-    dout = T(BT, C)
-    n = BT * C
-    timeit("layernorm_fwd_768", lambda: F.layer_norm(x, (C,), w, b, 1e-5), rep, wu, 0,
-           2.0 * n * 2 + 8.0 * BT, R)
-    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [C], w, b, 1e-5)
-    timeit("layernorm_bwd_768",
-           lambda: torch.ops.aten.native_layer_norm_backward(dout, x, [C], mean, rstd, w, b,
-                                                             [True, True, True]),
-           rep, wu, 0, 4.0 * n * 2 + 8.0 * BT, R)
-    del x, dout
+    for big in (0, 1):
+        N = (8192 if args.quick else 65536) if big else BT
+        sfx = "_n65536" if big else ""
+        x = T(N, C, a=2.0)
+        w = T(C)
+        b = T(C)
+        dout = T(N, C)
+        n = N * C
+        timeit("layernorm_fwd_768" + sfx, lambda: F.layer_norm(x, (C,), w, b, 1e-5), rep, wu, 0,
+               2.0 * n * 2 + 8.0 * N, R)
+        _, mean, rstd = torch.ops.aten.native_layer_norm(x, [C], w, b, 1e-5)
+        timeit("layernorm_bwd_768" + sfx,
+               lambda: torch.ops.aten.native_layer_norm_backward(dout, x, [C], mean, rstd, w, b,
+                                                                 [True, True, True]),
+               rep, wu, 0, 4.0 * n * 2 + 8.0 * N, R)
+        del x, dout
 
     n = BT * 3072
     x = T(n, a=3.0)

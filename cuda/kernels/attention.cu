@@ -649,6 +649,371 @@ bool usable(int hd, size_t qs, const void *a, const void *b, const void *c, cons
 
 } // namespace tc
 
+/* ---- register-resident variant (FA2 style) --------------------------------
+ * Uses the accumulator and matrix_a fragment layouts of wmma 16x16x16 on
+ * sm_80+ (element i of lane: row g + 8*((i>>1)&1), column 2t + (i&1) +
+ * 8*(i>>2), g = lane/4, t = lane%4), which lets the softmax run on the
+ * score fragments in registers and turn them into the next product's A
+ * operand without a trip through shared memory. The layout is not part of
+ * the wmma contract, so a probe kernel checks it once per context; on a
+ * mismatch the shared-memory kernels above are used. */
+namespace tcr {
+using namespace tc;
+
+__device__ __forceinline__ int frow(int lane, int i) { return (lane >> 2) + 8 * ((i >> 1) & 1); }
+__device__ __forceinline__ int fcol(int lane, int i) { return (lane & 3) * 2 + (i & 1) + 8 * (i >> 2); }
+
+__global__ void probe(int *bad)
+{
+    __shared__ float f[256];
+    __shared__ __nv_bfloat16 hb[256];
+    int lane = threadIdx.x;
+    for (int e = lane; e < 256; e += 32) { f[e] = (float)e; hb[e] = __float2bfloat16((float)e); }
+    __syncwarp();
+    FragC c;
+    FragA a;
+    wmma::load_matrix_sync(c, f, 16, wmma::mem_row_major);
+    wmma::load_matrix_sync(a, hb, 16);
+    int err = c.num_elements != 8 || a.num_elements != 8;
+    for (int i = 0; i < 8 && !err; i++) {
+        float want = (float)(frow(lane, i) * 16 + fcol(lane, i));
+        if (c.x[i] != want || __bfloat162float(a.x[i]) != want) err = 1;
+    }
+    if (err) atomicOr(bad, 1);
+}
+
+/* S[4] (16 x 64) = A (16 x HD, row-major smem) . B^T (B: 64 x HD smem) */
+template <int HD>
+__device__ __forceinline__ void mm_abt_r(FragC *S, const __nv_bfloat16 *A, const __nv_bfloat16 *B)
+{
+#pragma unroll
+    for (int n = 0; n < 4; n++) wmma::fill_fragment(S[n], 0.0f);
+#pragma unroll
+    for (int k = 0; k < HD / 16; k++) {
+        FragA a;
+        wmma::load_matrix_sync(a, A + k * 16, L<HD>::LD);
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            FragBc b;
+            wmma::load_matrix_sync(b, B + n * 16 * L<HD>::LD + k * 16, L<HD>::LD);
+            wmma::mma_sync(S[n], a, b, S[n]);
+        }
+    }
+}
+/* acc[HD/16] (16 x HD) += P (4 A-fragments, 16 x 64) . B (64 x HD smem) */
+template <int HD>
+__device__ __forceinline__ void mm_pb_r(FragC *acc, const FragA *P, const __nv_bfloat16 *B)
+{
+#pragma unroll
+    for (int n = 0; n < HD / 16; n++)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            FragBr b;
+            wmma::load_matrix_sync(b, B + kk * 16 * L<HD>::LD + n * 16, L<HD>::LD);
+            wmma::mma_sync(acc[n], P[kk], b, acc[n]);
+        }
+}
+/* rows (g, g+8) of acc (16 x HD) * s[row] to global rows base[row] */
+template <int HD>
+__device__ __forceinline__ void store_rows(const FragC *acc, __nv_bfloat16 *r0, __nv_bfloat16 *r1,
+                                           float s0, float s1, int lane)
+{
+#pragma unroll
+    for (int n = 0; n < HD / 16; n++)
+#pragma unroll
+        for (int i = 0; i < 8; i += 2) {
+            int hi = (i >> 1) & 1;
+            __nv_bfloat16 *r = hi ? r1 : r0;
+            float s = hi ? s1 : s0;
+            if (r)
+                *(__nv_bfloat162 *)(r + n * 16 + fcol(lane, i)) =
+                    __floats2bfloat162_rn(acc[n].x[i] * s, acc[n].x[i + 1] * s);
+        }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(NW * 32)
+fwd(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+    const __nv_bfloat16 *v, size_t qs, int T, int nh, int nkv, float scale)
+{
+    typedef L<HD> Ly;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem;
+    __nv_bfloat16 *Ks = Qs + BR * Ly::LD;
+    __nv_bfloat16 *Vs = Ks + BC * Ly::LD;
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int b = blockIdx.z, h = blockIdx.y, kh = h / (nh / nkv);
+    int q0 = (gridDim.x - 1 - blockIdx.x) * BR;
+    const __nv_bfloat16 *kb = k + (size_t)b * T * qs + (size_t)kh * HD;
+    const __nv_bfloat16 *vb = v + (size_t)b * T * qs + (size_t)kh * HD;
+    load64<HD>(Qs, q + (size_t)b * T * qs + (size_t)h * HD, qs, q0, T);
+    int rw = q0 + w * 16; /* warp's first row */
+    int qr[2] = {rw + (lane >> 2), rw + (lane >> 2) + 8};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float sc = scale * LOG2E;
+    FragC o[HD / 16];
+#pragma unroll
+    for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(o[n], 0.0f);
+    int last = min(T - 1, q0 + BR - 1);
+    for (int j0 = 0; j0 <= last; j0 += BC) {
+        __syncthreads();
+        load64<HD>(Ks, kb, qs, j0, T);
+        load64<HD>(Vs, vb, qs, j0, T);
+        __syncthreads();
+        if (rw >= T || j0 > rw + 15) continue; /* warp-uniform */
+        FragC s[4];
+        mm_abt_r<HD>(s, Qs + w * 16 * Ly::LD, Ks);
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                int hi = (i >> 1) & 1, key = j0 + n * 16 + fcol(lane, i);
+                float x = (key <= qr[hi] && key < T) ? s[n].x[i] * sc : -INFINITY;
+                s[n].x[i] = x;
+                mx[hi] = fmaxf(mx[hi], x);
+            }
+        float corr[2], mn[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            mn[r] = fmaxf(m[r], mx[r]);
+            corr[r] = mn[r] == -INFINITY ? 1.0f : exp2f(m[r] - mn[r]);
+        }
+        FragA pa[4];
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                int hi = (i >> 1) & 1;
+                float p = mn[hi] == -INFINITY ? 0.0f : exp2f(s[n].x[i] - mn[hi]);
+                __nv_bfloat16 pb = __float2bfloat16_rn(p);
+                pa[n].x[i] = pb;
+                rs[hi] += __bfloat162float(pb);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            rs[r] += __shfl_xor_sync(0xffffffffu, rs[r], 1);
+            rs[r] += __shfl_xor_sync(0xffffffffu, rs[r], 2);
+            l[r] = l[r] * corr[r] + rs[r];
+            m[r] = mn[r];
+        }
+#pragma unroll
+        for (int n = 0; n < HD / 16; n++)
+#pragma unroll
+            for (int i = 0; i < 8; i++) o[n].x[i] *= corr[(i >> 1) & 1];
+        mm_pb_r<HD>(o, pa, Vs);
+    }
+    __nv_bfloat16 *r0 = NULL, *r1 = NULL;
+    if (qr[0] < T) r0 = out + ((size_t)b * T + qr[0]) * nh * HD + (size_t)h * HD;
+    if (qr[1] < T) r1 = out + ((size_t)b * T + qr[1]) * nh * HD + (size_t)h * HD;
+    store_rows<HD>(o, r0, r1, r0 ? 1.0f / l[0] : 0.0f, r1 ? 1.0f / l[1] : 0.0f, lane);
+    if ((lane & 3) == 0)
+        for (int r = 0; r < 2; r++)
+            if (qr[r] < T) lse[((size_t)b * nh + h) * T + qr[r]] = (m[r] + log2f(l[r])) / LOG2E;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(NW * 32)
+bwd_dq(__nv_bfloat16 *dq, const __nv_bfloat16 *dout, const float *lse, const float *Dd,
+       const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, size_t qs,
+       int T, int nh, int nkv, float scale)
+{
+    typedef L<HD> Ly;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem;
+    __nv_bfloat16 *dOs = Qs + BR * Ly::LD;
+    __nv_bfloat16 *Ks = dOs + BR * Ly::LD;
+    __nv_bfloat16 *Vs = Ks + BC * Ly::LD;
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int b = blockIdx.z, h = blockIdx.y, kh = h / (nh / nkv);
+    int q0 = (gridDim.x - 1 - blockIdx.x) * BR;
+    const __nv_bfloat16 *kb = k + (size_t)b * T * qs + (size_t)kh * HD;
+    const __nv_bfloat16 *vb = v + (size_t)b * T * qs + (size_t)kh * HD;
+    load64<HD>(Qs, q + (size_t)b * T * qs + (size_t)h * HD, qs, q0, T);
+    load64<HD>(dOs, dout + (size_t)b * T * nh * HD + (size_t)h * HD, (size_t)nh * HD, q0, T);
+    int rw = q0 + w * 16;
+    int qr[2] = {rw + (lane >> 2), rw + (lane >> 2) + 8};
+    const float sc = scale * LOG2E;
+    float L2[2] = {0.0f, 0.0f}, Dt[2] = {0.0f, 0.0f};
+    for (int r = 0; r < 2; r++)
+        if (qr[r] < T) {
+            L2[r] = lse[((size_t)b * nh + h) * T + qr[r]] * LOG2E;
+            Dt[r] = Dd[((size_t)b * nh + h) * T + qr[r]];
+        }
+    FragC acc[HD / 16];
+#pragma unroll
+    for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
+    int last = min(T - 1, q0 + BR - 1);
+    for (int j0 = 0; j0 <= last; j0 += BC) {
+        __syncthreads();
+        load64<HD>(Ks, kb, qs, j0, T);
+        load64<HD>(Vs, vb, qs, j0, T);
+        __syncthreads();
+        if (rw >= T || j0 > rw + 15) continue;
+        FragC s[4], dp[4];
+        mm_abt_r<HD>(s, Qs + w * 16 * Ly::LD, Ks);
+        mm_abt_r<HD>(dp, dOs + w * 16 * Ly::LD, Vs);
+        FragA da[4];
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                int hi = (i >> 1) & 1, key = j0 + n * 16 + fcol(lane, i);
+                float ds = 0.0f;
+                if (key <= qr[hi] && key < T && qr[hi] < T) {
+                    float p = exp2f(s[n].x[i] * sc - L2[hi]);
+                    ds = p * (dp[n].x[i] - Dt[hi]);
+                }
+                da[n].x[i] = __float2bfloat16_rn(ds);
+            }
+        mm_pb_r<HD>(acc, da, Ks);
+    }
+    __nv_bfloat16 *r0 = NULL, *r1 = NULL;
+    if (qr[0] < T) r0 = dq + ((size_t)b * T + qr[0]) * qs + (size_t)h * HD;
+    if (qr[1] < T) r1 = dq + ((size_t)b * T + qr[1]) * qs + (size_t)h * HD;
+    store_rows<HD>(acc, r0, r1, scale, scale, lane);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(NW * 32)
+bwd_dkv(__nv_bfloat16 *dk, __nv_bfloat16 *dv, const __nv_bfloat16 *dout, const float *lse,
+        const float *Dd, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+        const __nv_bfloat16 *v, size_t qs, int T, int nh, int nkv, float scale)
+{
+    typedef L<HD> Ly;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __nv_bfloat16 *Ks = (__nv_bfloat16 *)smem;
+    __nv_bfloat16 *Vs = Ks + BR * Ly::LD;
+    __nv_bfloat16 *Qs = Vs + BR * Ly::LD;
+    __nv_bfloat16 *dOs = Qs + BC * Ly::LD;
+    float *Ls = (float *)(dOs + BC * Ly::LD);
+    float *Ds = Ls + BC;
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int b = blockIdx.z, kh = blockIdx.y, group = nh / nkv;
+    int j0 = (gridDim.x - 1 - blockIdx.x) * BR;
+    load64<HD>(Ks, k + (size_t)b * T * qs + (size_t)kh * HD, qs, j0, T);
+    load64<HD>(Vs, v + (size_t)b * T * qs + (size_t)kh * HD, qs, j0, T);
+    int rw = j0 + w * 16;
+    int kr[2] = {rw + (lane >> 2), rw + (lane >> 2) + 8};
+    const float sc = scale * LOG2E;
+    FragC adk[HD / 16], adv[HD / 16];
+#pragma unroll
+    for (int n = 0; n < HD / 16; n++) {
+        wmma::fill_fragment(adk[n], 0.0f);
+        wmma::fill_fragment(adv[n], 0.0f);
+    }
+    for (int h = kh * group; h < (kh + 1) * group; h++) {
+        const __nv_bfloat16 *qb = q + (size_t)b * T * qs + (size_t)h * HD;
+        const __nv_bfloat16 *db = dout + (size_t)b * T * nh * HD + (size_t)h * HD;
+        const float *lb = lse + ((size_t)b * nh + h) * T;
+        const float *Db = Dd + ((size_t)b * nh + h) * T;
+        for (int i0 = j0; i0 < T; i0 += BC) {
+            __syncthreads();
+            load64<HD>(Qs, qb, qs, i0, T);
+            load64<HD>(dOs, db, (size_t)nh * HD, i0, T);
+            for (int e = threadIdx.x; e < BC; e += blockDim.x) {
+                Ls[e] = i0 + e < T ? lb[i0 + e] * LOG2E : 0.0f;
+                Ds[e] = i0 + e < T ? Db[i0 + e] : 0.0f;
+            }
+            __syncthreads();
+            if (rw >= T) continue;
+            FragC st[4], dpt[4];
+            mm_abt_r<HD>(st, Ks + w * 16 * Ly::LD, Qs);
+            mm_abt_r<HD>(dpt, Vs + w * 16 * Ly::LD, dOs);
+            FragA pa[4], da[4];
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    int hi = (i >> 1) & 1, c = n * 16 + fcol(lane, i), qi = i0 + c;
+                    float p = 0.0f, ds = 0.0f;
+                    if (qi >= kr[hi] && qi < T && kr[hi] < T) {
+                        p = exp2f(st[n].x[i] * sc - Ls[c]);
+                        ds = p * (dpt[n].x[i] - Ds[c]);
+                    }
+                    pa[n].x[i] = __float2bfloat16_rn(p);
+                    da[n].x[i] = __float2bfloat16_rn(ds);
+                }
+            mm_pb_r<HD>(adv, pa, dOs);
+            mm_pb_r<HD>(adk, da, Qs);
+        }
+    }
+    __nv_bfloat16 *k0 = NULL, *k1 = NULL, *v0 = NULL, *v1 = NULL;
+    if (kr[0] < T) {
+        k0 = dk + ((size_t)b * T + kr[0]) * qs + (size_t)kh * HD;
+        v0 = dv + ((size_t)b * T + kr[0]) * qs + (size_t)kh * HD;
+    }
+    if (kr[1] < T) {
+        k1 = dk + ((size_t)b * T + kr[1]) * qs + (size_t)kh * HD;
+        v1 = dv + ((size_t)b * T + kr[1]) * qs + (size_t)kh * HD;
+    }
+    store_rows<HD>(adk, k0, k1, scale, scale, lane);
+    store_rows<HD>(adv, v0, v1, 1.0f, 1.0f, lane);
+}
+
+template <int HD> constexpr size_t fwd_smem() { return (size_t)(BR + 2 * BC) * L<HD>::LD * 2; }
+template <int HD> constexpr size_t dq_smem() { return (size_t)(2 * BR + 2 * BC) * L<HD>::LD * 2; }
+template <int HD> constexpr size_t dkv_smem() { return (size_t)(2 * BR + 2 * BC) * L<HD>::LD * 2 + 2 * BC * 4; }
+
+template <int HD>
+llmt_status run_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out, float *lse, const llmt__bf16 *q,
+                    const llmt__bf16 *k, const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+                    int nkv)
+{
+    size_t sm = fwd_smem<HD>();
+    LLMT_CU(ctx, cudaFuncSetAttribute(fwd<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    fwd<HD><<<dim3((T + BR - 1) / BR, nh, B), NW * 32, sm, ctx->compute>>>(
+        BF(out), lse, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, 1.0f / sqrtf((float)HD));
+    LLMT_LAUNCHED(ctx, "attention_fwd (tensor cores, registers)");
+}
+template <int HD>
+llmt_status run_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk, llmt__bf16 *dv,
+                    const llmt__bf16 *dout, const float *lse, const float *Dd,
+                    const llmt__bf16 *q, const llmt__bf16 *k, const llmt__bf16 *v, size_t qs,
+                    int B, int T, int nh, int nkv)
+{
+    float scale = 1.0f / sqrtf((float)HD);
+    size_t s1 = dq_smem<HD>(), s2 = dkv_smem<HD>();
+    LLMT_CU(ctx, cudaFuncSetAttribute(bwd_dq<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
+    LLMT_CU(ctx, cudaFuncSetAttribute(bwd_dkv<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
+    bwd_dq<HD><<<dim3((T + BR - 1) / BR, nh, B), NW * 32, s1, ctx->compute>>>(
+        BF(dq), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, scale);
+    if constexpr (HD == 128) { /* two 16x128 accumulators per warp do not fit in registers */
+        s2 = tc::dkv_smem<HD>();
+        LLMT_CU(ctx, cudaFuncSetAttribute(tc::bwd_dkv<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
+        tc::bwd_dkv<HD><<<dim3((T + BR - 1) / BR, nkv, B), NW * 32, s2, ctx->compute>>>(
+            BF(dk), BF(dv), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, scale);
+    } else {
+        bwd_dkv<HD><<<dim3((T + BR - 1) / BR, nkv, B), NW * 32, s2, ctx->compute>>>(
+            BF(dk), BF(dv), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, scale);
+    }
+    LLMT_LAUNCHED(ctx, "attention_bwd (tensor cores, registers)");
+}
+
+} // namespace tcr
+
+/* 1: the register variant's fragment layout holds on this device. */
+static bool layout_ok(llmt__cuda_ctx *ctx)
+{
+    if (ctx->attn_layout == 0) {
+        int *d = NULL, h = 1;
+        ctx->attn_layout = 2;
+        if (llmt__cuda_alloc(ctx, (void **)&d, sizeof(int)) != LLMT_OK) return false;
+        if (cudaMemsetAsync(d, 0, sizeof(int), ctx->compute) == cudaSuccess) {
+            tcr::probe<<<1, 32, 0, ctx->compute>>>(d);
+            if (cudaMemcpyAsync(&h, d, sizeof(int), cudaMemcpyDeviceToHost, ctx->compute) ==
+                    cudaSuccess &&
+                cudaStreamSynchronize(ctx->compute) == cudaSuccess && h == 0)
+                ctx->attn_layout = 1;
+        }
+        cudaGetLastError();
+        llmt__cuda_free(ctx, d);
+    }
+    return ctx->attn_layout == 1;
+}
+
 extern "C" {
 
 llmt_status llmt__cuda_attention_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
@@ -660,7 +1025,12 @@ llmt_status llmt__cuda_attention_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
     llmt_status st = check_shape(ctx, "attention_fwd", qs, nh, nkv, hd);
     if (st) return st;
     if (B == 0 || T == 0) return LLMT_OK;
-    if (ctx->sm >= 80 && !ctx->attn_scalar && tc::usable(hd, qs, q, k, v, out)) {
+    if (ctx->sm >= 80 && ctx->attn_scalar != 1 && tc::usable(hd, qs, q, k, v, out)) {
+        if (ctx->attn_scalar != 2 && layout_ok(ctx)) {
+            if (hd == 32) return tcr::run_fwd<32>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
+            if (hd == 64) return tcr::run_fwd<64>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
+            return tcr::run_fwd<128>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
+        }
         if (hd == 32) return tc::run_fwd<32>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
         if (hd == 64) return tc::run_fwd<64>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
         return tc::run_fwd<128>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
@@ -690,8 +1060,15 @@ llmt_status llmt__cuda_attention_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq,
     size_t rows = (size_t)B * T * nh;
     attn_bwd_d_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, ctx->compute>>>(
         Dd, CBF(dout), CBF(out), B, T, nh, hd);
-    if (ctx->sm >= 80 && !ctx->attn_scalar && tc::usable(hd, qs, q, k, v, dq) &&
+    if (ctx->sm >= 80 && ctx->attn_scalar != 1 && tc::usable(hd, qs, q, k, v, dq) &&
         tc::usable(hd, qs, dk, dv, dout, out)) {
+        if (ctx->attn_scalar != 2 && layout_ok(ctx)) {
+            if (hd == 32) st = tcr::run_bwd<32>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+            else if (hd == 64) st = tcr::run_bwd<64>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+            else st = tcr::run_bwd<128>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+            llmt__cuda_free(ctx, Dd);
+            return st;
+        }
         if (hd == 32) st = tc::run_bwd<32>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
         else if (hd == 64) st = tc::run_bwd<64>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
         else st = tc::run_bwd<128>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);

@@ -176,71 +176,76 @@ norm_fwd_reg(__nv_bfloat16 *out, float *mean, float *rstd, const __nv_bfloat16 *
     }
 }
 
-/* Backward fast path: warp per row (rows strided over the grid), dw/db
- * partial sums in registers, reduced over the block's warps in a fixed order
- * through shared memory into part[blockIdx.x][C]. */
+/* Backward fast path: warp per row (rows strided over the grid). Each
+ * warp keeps its dw/db partial sums in its own slice of shared memory
+ * (laid out [k][C/8] so a warp's accesses are consecutive), then the block
+ * sums its 8 warps in a fixed order into part[blockIdx.x][C]. Registers stay
+ * low so that enough warps are resident to cover memory latency. */
 template <int NV, bool RMS>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, 3)
 norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *dout,
              const __nv_bfloat16 *inp, const __nv_bfloat16 *w, const float *mean,
              const float *rstd, int N)
 {
-    constexpr int C = NV * 256;
-    extern __shared__ float sh[]; /* [8][C] */
+    constexpr int C = NV * 256, C8 = NV * 32;
+    extern __shared__ float sh[]; /* dw [8][C], db [8][C] (RMS: dw only) */
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    float aw[NV][8], ab[NV][8], wf[NV][8];
+    float *mw = sh + wid * C, *mb = sh + (8 + wid) * C;
 #pragma unroll
-    for (int i = 0; i < NV; i++) {
-        bf8 ww = ((const bf8 *)w)[lane + 32 * i];
+    for (int i = 0; i < NV; i++)
 #pragma unroll
-        for (int k = 0; k < 8; k++) { aw[i][k] = 0.0f; ab[i][k] = 0.0f; wf[i][k] = bf2f(ww.v[k]); }
-    }
+        for (int k = 0; k < 8; k++) {
+            mw[k * C8 + lane + 32 * i] = 0.0f;
+            if (!RMS) mb[k * C8 + lane + 32 * i] = 0.0f;
+        }
     for (int row = blockIdx.x * 8 + wid; row < N; row += gridDim.x * 8) {
         const bf8 *x = (const bf8 *)(inp + (size_t)row * C);
         const bf8 *d = (const bf8 *)(dout + (size_t)row * C);
         bf8 *di = (bf8 *)(dinp + (size_t)row * C);
         float m = RMS ? 0.0f : mean[row], r = rstd[row];
-        float xh[NV][8], dd[NV][8];
+        bf8 xa[NV], da[NV], ga[NV];
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            xa[i] = x[lane + 32 * i];
+            da[i] = d[lane + 32 * i];
+            ga[i] = di[lane + 32 * i];
+        }
         float sa = 0.0f, sb = 0.0f;
 #pragma unroll
         for (int i = 0; i < NV; i++) {
-            bf8 xa = x[lane + 32 * i], da = d[lane + 32 * i];
+            bf8 ww = ((const bf8 *)w)[lane + 32 * i];
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-                xh[i][k] = (bf2f(xa.v[k]) - m) * r;
-                dd[i][k] = bf2f(da.v[k]);
-                float dn = wf[i][k] * dd[i][k];
+                float xh = (bf2f(xa[i].v[k]) - m) * r;
+                float dn = bf2f(ww.v[k]) * bf2f(da[i].v[k]);
                 sa += dn;
-                sb += dn * xh[i][k];
+                sb += dn * xh;
             }
         }
         sa = RMS ? 0.0f : warp_sum(sa) * (1.0f / C);
         sb = warp_sum(sb) * (1.0f / C);
 #pragma unroll
         for (int i = 0; i < NV; i++) {
-            bf8 g = di[lane + 32 * i];
+            bf8 ww = ((const bf8 *)w)[lane + 32 * i];
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-                aw[i][k] += dd[i][k] * xh[i][k];
-                if (!RMS) ab[i][k] += dd[i][k];
-                float t = (wf[i][k] * dd[i][k] - sa - xh[i][k] * sb) * r;
-                g.v[k] = f2bf(bf2f(g.v[k]) + t);
+                float xh = (bf2f(xa[i].v[k]) - m) * r;
+                float dd = bf2f(da[i].v[k]);
+                mw[k * C8 + lane + 32 * i] += dd * xh;
+                if (!RMS) mb[k * C8 + lane + 32 * i] += dd;
+                float t = (bf2f(ww.v[k]) * dd - sa - xh * sb) * r;
+                ga[i].v[k] = f2bf(bf2f(ga[i].v[k]) + t);
             }
-            di[lane + 32 * i] = g;
+            di[lane + 32 * i] = ga[i];
         }
     }
+    __syncthreads();
     for (int pass = 0; pass < (RMS ? 1 : 2); pass++) {
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < NV; i++)
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                sh[wid * C + (lane + 32 * i) * 8 + k] = pass ? ab[i][k] : aw[i][k];
-        __syncthreads();
         float *dst = pass ? pdb : pdw;
         for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            int j = c >> 3, k = c & 7;
             float t = 0.0f;
-            for (int j = 0; j < 8; j++) t += sh[j * C + c];
+            for (int q = 0; q < 8; q++) t += sh[(pass * 8 + q) * C + k * C8 + j];
             dst[(size_t)blockIdx.x * C + c] = t;
         }
     }
@@ -253,12 +258,12 @@ llmt_status norm_bwd_fast(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, floa
                           int N, const char *name)
 {
     constexpr int C = NV * 256;
-    size_t smem = 8 * (size_t)C * sizeof(float);
+    size_t smem = (RMS ? 8 : 16) * (size_t)C * sizeof(float);
     if (smem > 48 * 1024)
         LLMT_CU(ctx, cudaFuncSetAttribute(norm_bwd_reg<NV, RMS>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)smem));
-    int G = ctx->num_sms * 2;
+    int G = ctx->num_sms * (C <= 512 ? 4 : 3);
     if (G > (N + 7) / 8) G = (N + 7) / 8;
     float *part = NULL;
     llmt_status st = llmt__cuda_alloc(ctx, (void **)&part, 2 * (size_t)G * C * sizeof(float));

@@ -759,6 +759,15 @@ int main(void)
         test_attention(2, 67, 4, 2, 64);
         test_attention(1, 130, 2, 2, 128);
         llmt__cuda_ctx_destroy(X);
+        /* the tensor-core kernels that go through shared memory (used when
+         * the fragment-layout probe fails) */
+        llmt__cuda_ctx_opts o2 = {0, 0, 0, 2};
+        OK(llmt__cuda_ctx_create(&o2, &X));
+        printf("(tensor-core attention through shared memory)\n");
+        test_attention(2, 67, 4, 2, 64);
+        test_attention(1, 130, 2, 2, 128);
+        test_attention(2, 65, 4, 1, 32);
+        llmt__cuda_ctx_destroy(X);
         X = tcx;
     }
     test_xent(5, 1000, 1008, 1.0f / 5);
