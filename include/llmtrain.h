@@ -831,7 +831,7 @@ LLMT_API llmt_status llmt_ckpt_prune(llmt_ckpt *ck, size_t *removed);
 LLMT_API llmt_status llmt_ckpt_export_safetensors(llmt_ckpt *ck,
                                                   const char *path);
 
-/* -- Inspection of the open checkpoint (added in 1.1). ------------------ */
+/* -- Inspection of the open checkpoint. -------------------------------- */
 /* World size it was saved with, total bytes of its data files and the
  * number of key/values; any output may be NULL. */
 LLMT_API llmt_status llmt_ckpt_open_info(llmt_ckpt *ck, int32_t *world_size,
