@@ -222,13 +222,16 @@ int main(int argc, char **argv)
     } else {
         fprintf(stderr, "bench_tok: no %s: GPT-2 cases skipped\n", enc);
     }
-    bench_run(&b, "bpe4096-train", train4096, &j, mb, "bytes");
-    if (!j.tok)
-        train4096(&j);
-    bench_run(&b, "bpe4096-encode-warm", encode_docs, &j, mb, "bytes");
-    encode_docs(&j);
-    printf("bpe4096: %zu tokens, %.3f bytes/token\n", j.nids, mb / (double)j.nids);
-    llmt_tokenizer_destroy(j.tok);
+    if (bench_selected(&b, "bpe4096-train") || bench_selected(&b, "bpe4096-encode-warm")) {
+        bench_run(&b, "bpe4096-train", train4096, &j, mb, "bytes");
+        if (!j.tok)
+            train4096(&j);
+        bench_run(&b, "bpe4096-encode-warm", encode_docs, &j, mb, "bytes");
+        encode_docs(&j);
+        printf("bpe4096: %zu tokens, %.3f bytes/token\n", j.nids, mb / (double)j.nids);
+        llmt_tokenizer_destroy(j.tok);
+        j.tok = NULL;
+    }
     llmt_tokenizer_create_bytes(NULL, &j.tok);
     bench_run(&b, "bytes-encode", encode_docs, &j, mb, "bytes");
     llmt_tokenizer_destroy(j.tok);

@@ -45,22 +45,9 @@ PY
 bytes=$(wc -c < "$tmp/corpus.txt")
 echo "corpus: $bytes bytes"
 
-echo "== ours (bench_tok)"
-LLMT_TOK_CORPUS=$tmp/corpus.txt LLMT_GPT2_DIR=$gpt2 nice "$build/bench/tok/bench_tok" \
-  --filter gpt2-encode --repeats "$repeats" --warmup 1 --json "$tmp/ours.json"
-
-echo "== reference Encoder.js (node $(node --version))"
-: > "$tmp/ref.txt"
-i=0
-while [ $i -lt "$repeats" ]; do
-  nice node "$top/test/tok/gpt2_ref.js" "$gpt2/Encoder.js" "$tmp/corpus.txt" --time >> "$tmp/ref.txt"
-  i=$((i + 1))
-done
-cat "$tmp/ref.txt"
-
 tik=""
 if (cd "$tmp" && ${NPM:-npm} install --silent --no-audit --no-fund js-tiktoken >/dev/null 2>&1); then
-  echo "== js-tiktoken $(node -p "require('$tmp/node_modules/js-tiktoken/package.json').version")"
+  echo "js-tiktoken $(node -p "require('$tmp/node_modules/js-tiktoken/package.json').version")"
   cat > "$tmp/tik.js" <<'JS'
 const { getEncoding } = require(process.argv[2] + '/node_modules/js-tiktoken');
 const fs = require('fs');
@@ -74,16 +61,33 @@ for (let r = 0; r < 2; r++) {   // first: cold; second: warm (same process)
   console.log(JSON.stringify({ pass: r, seconds: Number(t1 - t0) / 1e9, tokens: n }));
 }
 JS
-  i=0
-  while [ $i -lt "$repeats" ]; do
-    nice node "$tmp/tik.js" "$tmp" "$tmp/corpus.txt" >> "$tmp/tik.txt"
-    i=$((i + 1))
-  done
-  cat "$tmp/tik.txt"
   tik="$tmp/tik.txt"
 else
-  echo "== js-tiktoken: npm install failed (no registry?), skipped"
+  echo "js-tiktoken: npm install failed (no registry?), skipped"
 fi
+echo "reference Encoder.js, node $(node --version)"
+
+# Rounds alternate ours / Encoder.js / js-tiktoken so that the machine's
+# load drifts over all of them alike; medians over the rounds.
+: > "$tmp/ref.txt"
+i=0
+while [ $i -lt "$repeats" ]; do
+  echo "== round $((i + 1))/$repeats"
+  LLMT_TOK_CORPUS=$tmp/corpus.txt LLMT_GPT2_DIR=$gpt2 nice "$build/bench/tok/bench_tok" \
+    --filter gpt2-encode --repeats 3 --warmup 1 --json "$tmp/ours$i.json" | grep '^gpt2-encode'
+  nice node "$top/test/tok/gpt2_ref.js" "$gpt2/Encoder.js" "$tmp/corpus.txt" --time >> "$tmp/ref.txt"
+  [ -z "$tik" ] || nice node "$tmp/tik.js" "$tmp" "$tmp/corpus.txt" >> "$tik"
+  i=$((i + 1))
+done
+python3 - "$tmp" "$repeats" > "$tmp/ours.json" <<'PY'
+import json, sys
+res = {}
+for i in range(int(sys.argv[2])):
+    for r in json.load(open("%s/ours%d.json" % (sys.argv[1], i)))["results"]:
+        res.setdefault(r["name"], []).append(r["median_s"])
+print(json.dumps({"results": [{"name": k, "median_s": sorted(v)[len(v) // 2]}
+                              for k, v in res.items()]}))
+PY
 
 mkdir -p "$top/bench/results"
 python3 - "$tmp/ours.json" "$tmp/ref.txt" "$bytes" "$top/bench/results/tok-$(date -u +%Y%m%d-%H%M%S).json" "$tik" <<'PY'
@@ -99,6 +103,7 @@ rows = {"bytes": nbytes,
         "ours_cold_MBps": mbs(cold), "ours_warm_MBps": mbs(warm),
         "encoder_js_MBps": mbs(ref_s),
         "ratio_cold_vs_encoder_js": ref_s / cold}
+print("medians of %d rounds on %d bytes" % (len(ref), nbytes))
 print("ours cold  %8.2f MB/s   ours warm %8.2f MB/s" % (mbs(cold), mbs(warm)))
 print("Encoder.js %8.2f MB/s   (one pass per process, its cache cold)" % mbs(ref_s))
 print("ratio ours(cold) / Encoder.js = %.1fx" % (ref_s / cold))
