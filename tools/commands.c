@@ -77,7 +77,17 @@ const cli_command cli_commands[] = {
      cmd_ckpt},
     /* comm: owned by lib/comm (issue 8) */
     {"comm", "communicator self-test and flight-recorder tools",
-     "usage: llmtrain comm ...\n",
+     "usage: llmtrain comm env\n"
+     "       llmtrain comm selftest [--ranks N] [--bytes N] [--iters N]\n"
+     "                              [--timeout-ms N]\n"
+     "       llmtrain comm dump FILE...\n"
+     "  env       rank, world size and launcher as read from the environment\n"
+     "  selftest  all-reduce, all-gather, reduce-scatter, broadcast, barrier\n"
+     "            checked and timed; ranks are N threads [2], or the job's\n"
+     "            processes under mpirun/srun (MPI backend)\n"
+     "  dump      read flight-recorder dumps (LLMT_COMM_DUMP_PATH.<rank>,\n"
+     "            written on a timeout) and name the ranks that did not\n"
+     "            reach the failing sequence number (doc/comm.md)\n",
      cmd_comm},
 };
 
