@@ -32,6 +32,11 @@ typedef struct tok_merge {
     int32_t left, right, result, rank;
 } tok_merge;
 
+typedef struct tok_hent {
+    uint64_t key;       /* (left << 32 | right) + 1; 0 = empty */
+    int32_t rank, result;
+} tok_hent;
+
 typedef struct tok_cache_entry {
     uint64_t hash;      /* 0: empty */
     uint32_t key_off, key_len;
@@ -55,8 +60,7 @@ struct llmt_tokenizer {
     /* rank table, sorted by rank; and its hash (left,right) -> index */
     tok_merge *merges;
     int32_t n_merges;
-    uint64_t *hkeys;    /* (left << 32 | right) + 1; 0 = empty */
-    int32_t *hvals;     /* index into merges */
+    tok_hent *htab;     /* open addressing, linear probing */
     size_t hcap;        /* power of two */
     /* encode cache: word bytes -> ids */
     tok_cache_entry *cache;
@@ -87,8 +91,8 @@ llmt_status llmt__tok_set_merges(llmt_tokenizer *t, tok_merge *m, int32_t n);
  * (capacity at least len). Returns the count, or -1 on out of memory. */
 long llmt__tok_bpe_word(llmt_tokenizer *t, const unsigned char *w, size_t len,
                         int32_t *out);
-/* Lookup of the rank table; -1 when the pair does not merge. */
-int32_t llmt__tok_find_merge(const llmt_tokenizer *t, int32_t left, int32_t right);
+/* Lookup of the rank table; NULL when the pair does not merge. */
+const tok_hent *llmt__tok_find_merge(const llmt_tokenizer *t, int32_t left, int32_t right);
 
 /* Shared helpers. */
 #define TOK_EOT_TEXT "<|endoftext|>"

@@ -76,16 +76,17 @@ static size_t hslot(uint64_t key, size_t cap)
     return (size_t)llmt__tok_mix64(key) & (cap - 1);
 }
 
-int32_t llmt__tok_find_merge(const llmt_tokenizer *t, int32_t left, int32_t right)
+const tok_hent *llmt__tok_find_merge(const llmt_tokenizer *t, int32_t left, int32_t right)
 {
     if (!t->hcap)
-        return -1;
+        return NULL;
     uint64_t key = (((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1;
     for (size_t i = hslot(key, t->hcap);; i = (i + 1) & (t->hcap - 1)) {
-        if (t->hkeys[i] == key)
-            return t->hvals[i];
-        if (!t->hkeys[i])
-            return -1;
+        const tok_hent *e = &t->htab[i];
+        if (e->key == key)
+            return e;
+        if (!e->key)
+            return NULL;
     }
 }
 
@@ -96,9 +97,8 @@ llmt_status llmt__tok_set_merges(llmt_tokenizer *t, tok_merge *m, int32_t n)
     size_t cap = 16;
     while (cap < (size_t)n * 2 + 2)
         cap *= 2;
-    t->hkeys = calloc(cap, sizeof *t->hkeys);
-    t->hvals = malloc(cap * sizeof *t->hvals);
-    if (!t->hkeys || !t->hvals)
+    t->htab = calloc(cap, sizeof *t->htab);
+    if (!t->htab)
         return llmt__err_set(&t->err, LLMT_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     t->hcap = cap;
     const uint32_t *off = t->tok_off;
@@ -124,14 +124,15 @@ llmt_status llmt__tok_set_merges(llmt_tokenizer *t, tok_merge *m, int32_t n)
                                  (int)k, (int)e->result, (int)e->left, (int)e->right);
         uint64_t key = (((uint64_t)(uint32_t)e->left << 32) | (uint32_t)e->right) + 1;
         size_t i = hslot(key, cap);
-        while (t->hkeys[i] && t->hkeys[i] != key)
+        while (t->htab[i].key && t->htab[i].key != key)
             i = (i + 1) & (cap - 1);
-        if (t->hkeys[i])
+        if (t->htab[i].key)
             return llmt__err_set(&t->err, LLMT_ERR_FORMAT,
                                  "tokenizer: merge %d repeats the pair %d %d", (int)k,
                                  (int)e->left, (int)e->right);
-        t->hkeys[i] = key;
-        t->hvals[i] = k;
+        t->htab[i].key = key;
+        t->htab[i].rank = e->rank;
+        t->htab[i].result = e->result;
     }
     return LLMT_OK;
 }
@@ -199,12 +200,12 @@ static int push_pair(llmt_tokenizer *t, size_t *hn, int32_t p)
     int32_t q = t->w_next[p];
     if (q < 0)
         return 0;
-    int32_t k = llmt__tok_find_merge(t, t->w_tok[p], t->w_tok[q]);
-    if (k < 0)
+    const tok_hent *h = llmt__tok_find_merge(t, t->w_tok[p], t->w_tok[q]);
+    if (!h)
         return 0;
     if (llmt__tok_grow((void **)&t->w_heap, &t->heap_cap, *hn + 1, sizeof *t->w_heap))
         return -1;
-    tok_heap_entry e = {t->merges[k].rank, p, t->w_tok[p], t->w_tok[q]};
+    tok_heap_entry e = {h->rank, p, t->w_tok[p], t->w_tok[q]};
     heap_push(t->w_heap, hn, e);
     return 0;
 }
@@ -266,10 +267,19 @@ long llmt__tok_bpe_word(llmt_tokenizer *t, const unsigned char *w, size_t len,
         }
         if (!rn)
             continue;
-        if (rn > 1)
+        if (rn > 16) {
             qsort(t->w_round, rn, sizeof *t->w_round, cmp_pos);
+        } else {
+            for (size_t i = 1; i < rn; i++) {
+                tok_heap_entry e = t->w_round[i];
+                size_t j = i;
+                for (; j > 0 && t->w_round[j - 1].pos > e.pos; j--)
+                    t->w_round[j] = t->w_round[j - 1];
+                t->w_round[j] = e;
+            }
+        }
         int32_t cl = t->w_round[rn - 1].left, cr = t->w_round[rn - 1].right;
-        int32_t result = t->merges[llmt__tok_find_merge(t, cl, cr)].result;
+        int32_t result = llmt__tok_find_merge(t, cl, cr)->result;
         size_t nm = 0; /* merged positions, compacted to the front */
         for (size_t i = 0; i < rn; i++) {
             tok_heap_entry e = t->w_round[i];
@@ -535,9 +545,8 @@ LLMT_API llmt_status llmt_tokenizer_clone(llmt_context *ctx, const llmt_tokenize
     c->merges = dup_mem(t->merges, (size_t)t->n_merges * sizeof *t->merges);
     c->n_merges = t->n_merges;
     c->hcap = t->hcap;
-    c->hkeys = dup_mem(t->hkeys, t->hcap * sizeof *t->hkeys);
-    c->hvals = dup_mem(t->hvals, t->hcap * sizeof *t->hvals);
-    if (!c->tok_off || !c->tok_blob || !c->merges || !c->hkeys || !c->hvals) {
+    c->htab = dup_mem(t->htab, t->hcap * sizeof *t->htab);
+    if (!c->tok_off || !c->tok_blob || !c->merges || (t->hcap && !c->htab)) {
         llmt_tokenizer_destroy(c);
         return llmt__err_set(ce, LLMT_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     }
@@ -552,8 +561,7 @@ LLMT_API void llmt_tokenizer_destroy(llmt_tokenizer *t)
     free(t->tok_off);
     free(t->tok_blob);
     free(t->merges);
-    free(t->hkeys);
-    free(t->hvals);
+    free(t->htab);
     free(t->cache);
     free(t->ckeys);
     free(t->cids);
