@@ -402,10 +402,11 @@ static int inspect(llmt_context *ctx, const ck_args *a)
 static int export_cmd(llmt_context *ctx, const ck_args *a)
 {
     if (!a->out)
-        return cli_fail(CMD, "export needs --out FILE");
+        return cli_fail(CMD, "export needs --out FILE"), CLI_USAGE;
     int llmc = !strcmp(a->format, "llmc");
     if (!llmc && strcmp(a->format, "safetensors"))
-        return cli_fail(CMD, "--format must be safetensors or llmc, got '%s'", a->format);
+        return cli_fail(CMD, "--format must be safetensors or llmc, got '%s'", a->format),
+               CLI_USAGE;
     llmt_ckpt *ck = make(ctx, a->dir, NULL);
     if (!ck)
         return CLI_FAILED;
@@ -436,7 +437,8 @@ static int export_cmd(llmt_context *ctx, const ck_args *a)
 static int prune(llmt_context *ctx, const ck_args *a)
 {
     if (!a->have_keep_last)
-        return cli_fail(CMD, "prune needs --keep-last K (0 keeps all) [--keep-every N]");
+        return cli_fail(CMD, "prune needs --keep-last K (0 keeps all) [--keep-every N]"),
+               CLI_USAGE;
     if (is_step_dir(a->dir))
         return cli_fail(CMD, "prune works on a checkpoint root, %s is one step", a->dir);
     llmt_ckpt *ck = make(ctx, a->dir, a);
