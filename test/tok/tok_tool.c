@@ -5,7 +5,6 @@
  *   tok_tool decode  TOKSPEC        ids on stdin (one document a line) ->
  *                                    bytes on stdout, documents NUL-separated
  *   tok_tool train   FILE VOCAB OUT train on FILE, save to OUT
- *   tok_tool merges  TOKFILE        "left right" per merge, in rank order
  * TOKSPEC: gpt2:ENCODER_JSON:VOCAB_BPE | bytes | file:PATH */
 #include <stdio.h>
 #include <stdlib.h>
