@@ -249,27 +249,36 @@ static void cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout,
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
+/* tanh through one expf: glibc's tanhf (and the coshf the derivative
+ * would need) cost several times an expf, and GELU runs on every FFN
+ * activation twice per step. Absolute error ~1e-7, which is what GELU's
+ * 0.5 * x * (1 + tanh) sees. */
+static inline float fast_tanh(float a)
+{
+    if (a > 15.0f) return 1.0f;
+    if (a < -15.0f) return -1.0f;
+    return 1.0f - 2.0f / (expf(2.0f * a) + 1.0f);
+}
+
 static void cpu_gelu_fwd(float *out, const float *inp, size_t n)
 {
-#pragma omp parallel for
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float cube = 0.044715f * x * x * x;
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube)));
+        out[i] = 0.5f * x * (1.0f + fast_tanh(GELU_SCALE * (x + cube)));
     }
 }
 
 static void cpu_gelu_bwd(float *dinp, const float *inp, const float *dout,
                          size_t n)
 {
-#pragma omp parallel for
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float cube = 0.044715f * x * x * x;
-        float ta = GELU_SCALE * (x + cube);
-        float th = tanhf(ta);
-        float ch = coshf(ta);
-        float sech2 = 1.0f / (ch * ch);
+        float th = fast_tanh(GELU_SCALE * (x + cube));
+        float sech2 = 1.0f - th * th;
         float g = 0.5f * (1.0f + th) +
                   x * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] += g * dout[i];
