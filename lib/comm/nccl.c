@@ -320,14 +320,35 @@ static llmt_status nccl_split(llmt_comm *c, int32_t color, int32_t key,
     cudaSetDevice(b->device);
     ncclResult_t r = ncclCommSplit(b->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color,
                                    key, &nc, &cfg);
-    llmt_status s = nccl_settle(c, b->comm, r, deadline, "ncclCommSplit");
-    if (s != LLMT_OK) return s;
-    if (color < 0 || !nc) return LLMT_OK;
-    s = nccl_settle(c, nc, ncclInProgress, deadline, "ncclCommSplit (new)");
+    /* Non-blocking: the split runs as a job of its own that writes `nc`
+     * when done (and reads `cfg`, so we must not return before). Wait for
+     * the handle, then for the new communicator to be ready. */
+    llmt_status s = LLMT_OK;
+    if (r != ncclSuccess && r != ncclInProgress)
+        s = nccl_settle(c, b->comm, r, deadline, "ncclCommSplit");
+    while (s == LLMT_OK && color >= 0 &&
+           *(ncclComm_t volatile *)&nc == NULL) {
+        ncclResult_t ar = ncclSuccess;
+        ncclCommGetAsyncError(b->comm, &ar);
+        if (ar != ncclSuccess && ar != ncclInProgress)
+            s = nccl_settle(c, b->comm, ar, deadline, "ncclCommSplit");
+        else if (llmt__now_ns() > deadline)
+            s = LLMT_ERR_TIMEOUT;
+        else
+            sched_yield();
+    }
+    if (s == LLMT_OK)
+        s = nccl_settle(c, b->comm, ncclInProgress, deadline, "ncclCommSplit");
+    if (s == LLMT_OK && nc)
+        s = nccl_settle(c, nc, ncclInProgress, deadline, "ncclCommSplit (new)");
     if (s != LLMT_OK) {
-        ncclCommAbort(nc);
+        if (nc) ncclCommAbort(nc);
         return s;
     }
+    if (color < 0) return LLMT_OK;
+    if (!nc)
+        return llmt__err_set(&c->err, LLMT_ERR_NCCL, "comm: ncclCommSplit "
+                             "gave no communicator for color %d", (int)color);
     llmt_comm *n = llmt__comm_new(c->ctx, c, NULL);
     nccl_be *nb = calloc(1, sizeof *nb);
     if (!n || !nb) {

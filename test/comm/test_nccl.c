@@ -94,6 +94,7 @@ int main(void)
     llmt_comm *sub = NULL;
     CHECK_STATUS(llmt_comm_split(c, 0, 0, &sub), LLMT_OK);
     CHECK(sub != NULL);
+    if (!sub) fprintf(stderr, "split: %s\n", llmt_comm_last_error(c));
     if (sub) {
         CHECK_STATUS(llmt_comm_all_reduce(sub, d1, d2, 1000, LLMT_DTYPE_FP32,
                                           LLMT_REDUCE_SUM, NULL), LLMT_OK);
@@ -104,11 +105,13 @@ int main(void)
     float *b1, *b2;
     if (cudaMalloc((void **)&b1, big * 4) == cudaSuccess &&
         cudaMalloc((void **)&b2, big * 4) == cudaSuccess) {
-        llmt_comm_all_reduce(c, b1, b2, big, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL);
+        CHECK_STATUS(llmt_comm_all_reduce(c, b1, b2, big, LLMT_DTYPE_FP32,
+                                          LLMT_REDUCE_SUM, NULL), LLMT_OK);
         double t0 = now();
         int it = 20;
         for (int i = 0; i < it; i++)
-            llmt_comm_all_reduce(c, b1, b2, big, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL);
+            CHECK_STATUS(llmt_comm_all_reduce(c, b1, b2, big, LLMT_DTYPE_FP32,
+                                              LLMT_REDUCE_SUM, NULL), LLMT_OK);
         double dt = (now() - t0) / it;
         printf("nccl 1-rank all_reduce 64 MiB: %.1f us, algbw %.1f GB/s (busbw 0 "
                "for 1 rank: a local copy)\n", dt * 1e6, big * 4 / dt / 1e9);
