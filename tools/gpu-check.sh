@@ -4,7 +4,13 @@
 # the `gpu` test suite and the GPU benchmarks (ours and, when python3 has
 # torch, PyTorch's side by side), and write the results as JSON.
 #
-#   tools/gpu-check.sh [--tests-only] [--bench-only] [--arch LIST]
+#   tools/gpu-check.sh [--tests-only] [--bench-only] [--gpt2] [--arch LIST]
+#
+# --gpt2 adds the GPT-2 124M training-step comparison (T=1024, B from
+# $GPT2_B, default 16,32,64): ours (bench_gpt2), PyTorch with torch.compile
+# (bench/gpu/gpt2_torch.py) and llm.c's train_gpt2.cu built on the machine
+# (bench/gpu/llmc_peer.sh, from $LLMC_SRC or .llmc/, a copy of llm.c kept out
+# of git), merged into gpu-gpt2.json.
 #
 # Results go to $OUT (the device tool's output folder) if set, else
 # bench/results/. Files: gpu-env.json (device, driver, toolkit, torch),
@@ -13,11 +19,13 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-tests=1 bench=1 arch="arch=compute_90,code=sm_90"
+tests=1 bench=1 gpt2=0 arch="arch=compute_90,code=sm_90"
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) bench=0 ;;
     --bench-only) tests=0 ;;
+    --gpt2) gpt2=1 ;;
+    --gpt2-only) gpt2=1 tests=0 bench=0 ;;
     --arch) arch="$2"; shift ;;
     *) echo "usage: $0 [--tests-only] [--bench-only] [--arch LIST]" >&2; exit 2 ;;
   esac
@@ -84,5 +92,43 @@ if [ $bench = 1 ]; then
   else
     echo "gpu-check: python3 has no torch: PyTorch peer not run"
   fi
+fi
+if [ $gpt2 = 1 ]; then
+  gb=${GPT2_B:-16,32,64}
+  $bdir/bench/gpu/bench_gpt2 --B "$gb" --json "$out/gpu-gpt2-ours.json" || rc=1
+  llmc=${LLMC_SRC:-$root/.llmc}
+  if [ -f "$llmc/train_gpt2.cu" ]; then
+    bench/gpu/llmc_peer.sh "$llmc" "$out/gpu-gpt2-llmc.json" "$gb" || rc=1
+  else
+    echo "gpu-check: no llm.c source at $llmc: llm.c peer not run"
+  fi
+  if [ "$torch_ver" != none ]; then
+    PYTHONUNBUFFERED=1 $py bench/gpu/gpt2_torch.py --B "${GPT2_TORCH_B:-$gb}" \
+      --json "$out/gpu-gpt2-torch.json" || rc=1
+  fi
+  $py - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def load(n):
+    p = os.path.join(out, n)
+    return {r["name"]: r for r in json.load(open(p))["results"]} if os.path.exists(p) else {}
+ours, llmc, torch = load("gpu-gpt2-ours.json"), load("gpu-gpt2-llmc.json"), load("gpu-gpt2-torch.json")
+rows = []
+print(f"{'case':24s} {'ours tok/s':>11s} {'llm.c':>11s} {'torch.compile':>13s} {'vs llm.c':>8s} {'vs torch':>8s}")
+for n, r in ours.items():
+    row = {"name": n, "ours_tokens_per_s": r["tokens_per_s"]}
+    for peer, d in (("llmc", llmc), ("torch_compile", torch)):
+        if n in d and d[n].get("tokens_per_s"):
+            row[peer + "_tokens_per_s"] = d[n]["tokens_per_s"]
+            row["ratio_vs_" + peer] = r["tokens_per_s"] / d[n]["tokens_per_s"]
+    rows.append(row)
+    print(f"{n:24s} {r['tokens_per_s']:11.0f} {row.get('llmc_tokens_per_s', float('nan')):11.0f} "
+          f"{row.get('torch_compile_tokens_per_s', float('nan')):13.0f} "
+          f"{row.get('ratio_vs_llmc', float('nan')):8.3f} {row.get('ratio_vs_torch_compile', float('nan')):8.3f}")
+env = json.load(open(os.path.join(out, "gpu-env.json")))
+json.dump({"device": env.get("gpu"), "env": env, "targets": ">= 1.1x llm.c, >= 1.2x torch.compile",
+           "cases": rows, "ours": list(ours.values()), "llmc": list(llmc.values()),
+           "torch": list(torch.values())}, open(os.path.join(out, "gpu-gpt2.json"), "w"), indent=1)
+PY
 fi
 exit $rc
