@@ -4,6 +4,7 @@
  * the small one. Prints the peak RSS of the process at the end.
  * Extra flags: --threads N (default: all), --export FILE (write the 124M
  * model in llm.c's format for the peer benchmark and exit), --case NAME. */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,9 @@ int main(int argc, char **argv)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("peak_rss_mib %.1f\n", ru.ru_maxrss / 1024.0);
+    /* which OpenBLAS kernels the library loaded (see lib/exec/cpu.c) */
+    char *(*core)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_corename");
+    printf("blas_core %s\n", core ? core() : "none");
     llmt_context_destroy(ctx);
     return bench_finish(&b);
 }

@@ -8,12 +8,60 @@
 
 #ifdef LLMT_HAVE_OPENBLAS
 #include <cblas.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
 #endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #ifdef LLMT_HAVE_OPENBLAS
+/* OpenBLAS is loaded at first use, not linked: it picks its kernels for
+ * the CPU when it is loaded, and the Debian build (0.3.21) runs AVX2
+ * (Haswell) kernels on AMD CPUs that have AVX-512, at half the speed of its
+ * SkylakeX kernels there (measured: 108 vs 205 GFLOP/s per core on the
+ * EPYC of doc/training.md). So, when the CPU has AVX-512 F/BW/DQ/VL and the
+ * user did not choose (OPENBLAS_CORETYPE unset), OPENBLAS_CORETYPE is set to
+ * SkylakeX for the moment of the dlopen and removed again. A process that
+ * already loaded OpenBLAS keeps its own; LLMT_BLAS_LIB names another
+ * library with the CBLAS ABI. Without one the plain loops run. */
+typedef __typeof__(cblas_sgemm) sgemm_fn;
+typedef void set_threads_fn(int);
+static sgemm_fn *blas_sgemm;
+static set_threads_fn *blas_set_threads;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_load(void)
+{
+    int forced = 0;
+    __builtin_cpu_init();
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    if (!(ct && *ct) && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        forced = setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) == 0;
+    const char *want = getenv("LLMT_BLAS_LIB");
+    void *h = dlopen(want && *want ? want : "libopenblas.so.0",
+                     RTLD_NOW | RTLD_GLOBAL);
+    if (!h && !(want && *want)) h = dlopen("libopenblas.so", RTLD_NOW | RTLD_GLOBAL);
+    if (forced) unsetenv("OPENBLAS_CORETYPE");
+    if (!h) return;
+    /* through the global scope, so that an LD_PRELOADed wrapper (the
+     * benchmark's GEMM timer) sees the calls */
+    blas_sgemm = (sgemm_fn *)dlsym(RTLD_DEFAULT, "cblas_sgemm");
+    if (!blas_sgemm) blas_sgemm = (sgemm_fn *)dlsym(h, "cblas_sgemm");
+    blas_set_threads = (set_threads_fn *)dlsym(h, "openblas_set_num_threads");
+    if (blas_set_threads) blas_set_threads(1);
+}
+
+static int blas_ready(void)
+{
+    pthread_once(&blas_once, blas_load);
+    return blas_sgemm != NULL;
+}
+
 /* C[M,Nc] = alpha op(A) op(B) + beta C, row-major, split along the larger
  * output dimension over the OpenMP team with a single-threaded sgemm per
  * piece. One thread pool (OpenMP's) runs everything: OpenBLAS' own pthreads
@@ -30,8 +78,8 @@ static void gemm(int ta, int tb, int M, int Nc, int K, const float *A, int lda,
     nt = omp_in_parallel() ? 1 : omp_get_max_threads();
 #endif
     if (nt <= 1 || (double)M * Nc * K < 262144.0) {
-        cblas_sgemm(CblasRowMajor, TA, TB, M, Nc, K, 1.0f, A, lda, B, ldb, beta,
-                    C, ldc);
+        blas_sgemm(CblasRowMajor, TA, TB, M, Nc, K, 1.0f, A, lda, B, ldb, beta,
+                   C, ldc);
         return;
     }
     int split_n = Nc >= M;
@@ -46,13 +94,13 @@ static void gemm(int ta, int tb, int M, int Nc, int K, const float *A, int lda,
         if (split_n) {
             /* columns d0..d0+dn of C and of op(B) */
             const float *Bp = tb ? B + (size_t)d0 * ldb : B + d0;
-            cblas_sgemm(CblasRowMajor, TA, TB, M, dn, K, 1.0f, A, lda, Bp, ldb,
-                        beta, C + d0, ldc);
+            blas_sgemm(CblasRowMajor, TA, TB, M, dn, K, 1.0f, A, lda, Bp, ldb,
+                       beta, C + d0, ldc);
         } else {
             /* rows d0..d0+dn of C and of op(A) */
             const float *Ap = ta ? A + d0 : A + (size_t)d0 * lda;
-            cblas_sgemm(CblasRowMajor, TA, TB, dn, Nc, K, 1.0f, Ap, lda, B, ldb,
-                        beta, C + (size_t)d0 * ldc, ldc);
+            blas_sgemm(CblasRowMajor, TA, TB, dn, Nc, K, 1.0f, Ap, lda, B, ldb,
+                       beta, C + (size_t)d0 * ldc, ldc);
         }
     }
 }
@@ -116,15 +164,17 @@ static void cpu_matmul_fwd(float *out, const float *inp, const float *w,
                            const float *bias, int N, int C, int OC)
 {
 #ifdef LLMT_HAVE_OPENBLAS
-    gemm(0, 1, N, OC, C, inp, C, w, C, 0.0f, out, OC);
-    if (bias) {
+    if (blas_ready()) {
+        gemm(0, 1, N, OC, C, inp, C, w, C, 0.0f, out, OC);
+        if (bias) {
 #pragma omp parallel for
-        for (int n = 0; n < N; n++)
-            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+            for (int n = 0; n < N; n++)
+                for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+        }
+        return;
     }
-#else
-    ref_matmul_fwd(out, inp, w, bias, N, C, OC);
 #endif
+    ref_matmul_fwd(out, inp, w, bias, N, C, OC);
 }
 
 static void cpu_matmul_bwd(float *dinp, float *dw, float *dbias,
@@ -132,11 +182,12 @@ static void cpu_matmul_bwd(float *dinp, float *dw, float *dbias,
                            int N, int C, int OC)
 {
 #ifdef LLMT_HAVE_OPENBLAS
-    if (dinp) gemm(0, 0, N, C, OC, dout, OC, w, C, 1.0f, dinp, C);
-    gemm(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
-#else
-    ref_matmul_bwd(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    if (blas_ready()) {
+        if (dinp) gemm(0, 0, N, C, OC, dout, OC, w, C, 1.0f, dinp, C);
+        gemm(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
+    } else
 #endif
+    ref_matmul_bwd(dinp, dw, dbias, dout, inp, w, N, C, OC);
     if (dbias) {
 #pragma omp parallel for
         for (int o = 0; o < OC; o++) {
@@ -609,8 +660,8 @@ void llmt__exec_cpu_set_threads(int threads)
 {
 #ifdef LLMT_HAVE_OPENBLAS
     /* GEMMs are split over the OpenMP team (see gemm above): OpenBLAS
-     * itself runs single-threaded inside each piece. */
-    openblas_set_num_threads(1);
+     * itself runs single-threaded inside each piece (set by blas_load). */
+    blas_ready();
 #endif
     if (threads <= 0) return;
 #ifdef _OPENMP
