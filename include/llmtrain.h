@@ -864,6 +864,24 @@ LLMT_API llmt_status llmt_ckpt_llmc_opts_init(llmt_ckpt_llmc_opts *opts,
 LLMT_API llmt_status llmt_ckpt_export_llmc(llmt_ckpt *ck, const char *path,
                                            const llmt_ckpt_llmc_opts *opts);
 
+/* -- Peer tier (collective over a communicator of the checkpoint ranks:
+ * rank i of `comm` is rank i of the handles). ---------------------------- */
+struct llmt_comm;
+/* After `step` is saved by every rank: rank r sends its part (data file and
+ * part manifest) to rank (r+1) % world, which checks its hashes and keeps it
+ * under ROOT/peer/step-N/ (older replicas beyond keep_last are removed).
+ * Fails (on the ranks concerned) if a rank has no part of the step. */
+LLMT_API llmt_status llmt_ckpt_peer_replicate(llmt_ckpt *ck,
+                                              struct llmt_comm *comm,
+                                              int64_t step);
+/* Every rank whose own part of `step` is missing from ROOT/step-N/ (a lost
+ * or replaced node) gets it back from its partner's replica; *restored (may
+ * be NULL) is 1 on a rank that was restored. LLMT_ERR_NOT_FOUND on a rank
+ * whose part and replica are both gone. */
+LLMT_API llmt_status llmt_ckpt_peer_restore(llmt_ckpt *ck,
+                                            struct llmt_comm *comm,
+                                            int64_t step, int32_t *restored);
+
 /* ======================================================================
  * Communicators (doc/comm.md)
  * A communicator is one rank's membership of a group of `size` ranks.

@@ -704,8 +704,10 @@ static llmt_status run_job(llmt_ckpt *ck)
     int direct = 0;
     llmt_status st = llmt__ckpt_write_file(path, ck->buf, ck->job_bytes, ck->opts.direct_io,
                                            &direct, ck->job_err, sizeof ck->job_err);
-    if (st != LLMT_OK)
+    if (st != LLMT_OK) {
+        unlink(path); /* give the space back (disk full); nothing refers to it */
         return st;
+    }
     llmt__log(ck->ctx, LLMT_LOG_DEBUG, "ckpt", "wrote %s (%" PRIu64 " bytes, %s)", path,
               ck->job_bytes, direct ? "O_DIRECT" : "buffered");
     char *json = llmt__ckpt_manifest_to_json(m);

@@ -1,0 +1,420 @@
+/* Peer tier: every rank keeps a replica of its partner's part of a step
+ * (rank r holds rank (r-1+w)%w's data file and part manifest under
+ * ROOT/peer/step-N/), so a rank whose local disk is lost gets its part back
+ * from the partner without shared storage. Both calls are collective over
+ * a communicator whose ranks are the checkpoint ranks. The transport is a
+ * small internal interface (ck_xport) with one implementation over
+ * llmt_comm (all_gather + all_to_allv, in pieces), so another transport can
+ * be dropped in. doc/checkpointing.md, "Tiers". */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "ckpt_internal.h"
+
+#define MAX_PATH 4096
+#define PIECE ((size_t)16 << 20)
+
+/* ---- the transport ---- */
+typedef struct ck_xport {
+    void *impl;
+    int32_t rank, size;
+    /* every rank contributes one u64; out gets size of them */
+    llmt_status (*gather_u64)(void *impl, uint64_t v, uint64_t *out);
+    /* send `n` bytes to rank `to` and receive `m` bytes from rank `from`
+     * (either may be 0 bytes); collective, every rank calls it */
+    llmt_status (*shift)(void *impl, const void *send, size_t n, int32_t to,
+                         void *recv, size_t m, int32_t from);
+    const char *(*last_error)(void *impl);
+} ck_xport;
+
+typedef struct comm_impl {
+    llmt_comm *comm;
+    size_t *sc, *sd, *rc, *rd;
+} comm_impl;
+
+static llmt_status comm_gather(void *p, uint64_t v, uint64_t *out)
+{
+    comm_impl *c = p;
+    int64_t x = (int64_t)v;
+    return llmt_comm_all_gather(c->comm, &x, out, 1, LLMT_DTYPE_INT64, NULL);
+}
+
+static llmt_status comm_shift(void *p, const void *send, size_t n, int32_t to, void *recv,
+                              size_t m, int32_t from)
+{
+    comm_impl *c = p;
+    int32_t w = 0;
+    llmt_comm_size(c->comm, &w);
+    for (int32_t i = 0; i < w; i++)
+        c->sc[i] = c->sd[i] = c->rc[i] = c->rd[i] = 0;
+    /* sizes are multiples of 8 bytes: moved as int64 elements (the
+     * backends reduce and move the arithmetic types only) */
+    if (n)
+        c->sc[to] = n / 8;
+    if (m)
+        c->rc[from] = m / 8;
+    static int64_t dummy_s, dummy_r;
+    return llmt_comm_all_to_allv(c->comm, n ? send : &dummy_s, c->sc, c->sd,
+                                 m ? recv : &dummy_r, c->rc, c->rd, LLMT_DTYPE_INT64, NULL);
+}
+
+static const char *comm_err(void *p)
+{
+    return llmt_comm_last_error(((comm_impl *)p)->comm);
+}
+
+static llmt_status xport_from_comm(llmt_ckpt *ck, llmt_comm *comm, ck_xport *x, comm_impl *c)
+{
+    memset(x, 0, sizeof *x);
+    memset(c, 0, sizeof *c);
+    int32_t r = -1, w = 0;
+    if (llmt_comm_rank(comm, &r) != LLMT_OK || llmt_comm_size(comm, &w) != LLMT_OK)
+        return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT, "ckpt: peer: bad communicator");
+    if (r != ck->opts.rank || w != ck->opts.world_size)
+        return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: peer: communicator rank %d of %d, the handle is rank %d "
+                             "of %d", (int)r, (int)w, (int)ck->opts.rank,
+                             (int)ck->opts.world_size);
+    c->comm = comm;
+    c->sc = calloc((size_t)w * 4, sizeof(size_t));
+    if (!c->sc)
+        return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+    c->sd = c->sc + w;
+    c->rc = c->sd + w;
+    c->rd = c->rc + w;
+    x->impl = c;
+    x->rank = r;
+    x->size = w;
+    x->gather_u64 = comm_gather;
+    x->shift = comm_shift;
+    x->last_error = comm_err;
+    return LLMT_OK;
+}
+
+/* ---- part files ---- */
+static void part_path(char *buf, size_t n, const char *dir, int32_t rank, const char *ext)
+{
+    snprintf(buf, n, "%s/rank-%05d.%s", dir, (int)rank, ext);
+}
+
+static llmt_status slurp(llmt_ckpt *ck, const char *path, uint8_t **out, uint64_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+        llmt_status s = llmt__err_set(&ck->err, errno == ENOENT ? LLMT_ERR_NOT_FOUND : LLMT_ERR_IO,
+                                      "ckpt: peer: %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return s;
+    }
+    uint8_t *b = malloc((size_t)st.st_size + 1);
+    uint64_t got = 0;
+    while (b && got < (uint64_t)st.st_size) {
+        ssize_t r = pread(fd, b + got, (size_t)((uint64_t)st.st_size - got), (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (uint64_t)r;
+    }
+    close(fd);
+    if (!b || got != (uint64_t)st.st_size) {
+        free(b);
+        return llmt__err_set(&ck->err, b ? LLMT_ERR_IO : LLMT_ERR_OUT_OF_MEMORY,
+                             "ckpt: peer: cannot read %s", path);
+    }
+    *out = b;
+    *len = got;
+    return LLMT_OK;
+}
+
+/* Blob of a rank's part: u64 json length, u64 data length, u64 xxh64 of
+ * json + data, json, data, zero padding to a multiple of 8 bytes. */
+static llmt_status load_part(llmt_ckpt *ck, const char *dir, int32_t rank, uint8_t **blob,
+                             uint64_t *len)
+{
+    char p[MAX_PATH];
+    uint8_t *js = NULL, *bin = NULL;
+    uint64_t jl = 0, bl = 0;
+    part_path(p, sizeof p, dir, rank, "json");
+    llmt_status s = slurp(ck, p, &js, &jl);
+    if (s == LLMT_OK) {
+        part_path(p, sizeof p, dir, rank, "bin");
+        s = slurp(ck, p, &bin, &bl);
+    }
+    if (s == LLMT_OK) {
+        uint64_t total = (24 + jl + bl + 7) / 8 * 8;
+        *blob = calloc(1, (size_t)total);
+        if (!*blob)
+            s = llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+        else {
+            memcpy(*blob, &jl, 8);
+            memcpy(*blob + 8, &bl, 8);
+            memcpy(*blob + 24, js, (size_t)jl);
+            memcpy(*blob + 24 + jl, bin, (size_t)bl);
+            uint64_t h = XXH64(*blob + 24, (size_t)(jl + bl), 0);
+            memcpy(*blob + 16, &h, 8);
+            *len = total;
+        }
+    }
+    free(js);
+    free(bin);
+    return s;
+}
+
+/* Check a received blob (hash, part manifest of `rank` and `step`, data
+ * size and chunk hashes) and write it into dir: data file first, then the
+ * part manifest atomically. */
+static llmt_status store_part(llmt_ckpt *ck, const char *dir, int32_t rank, int64_t step,
+                              const uint8_t *blob, uint64_t len)
+{
+    uint64_t jl, bl, h;
+    if (len < 24)
+        return llmt__err_set(&ck->err, LLMT_ERR_FORMAT, "ckpt: peer: replica of rank %d is "
+                             "%" PRIu64 " bytes", (int)rank, len);
+    memcpy(&jl, blob, 8);
+    memcpy(&bl, blob + 8, 8);
+    memcpy(&h, blob + 16, 8);
+    if (jl > len - 24 || bl > len - 24 - jl || XXH64(blob + 24, (size_t)(jl + bl), 0) != h)
+        return llmt__err_set(&ck->err, LLMT_ERR_CHECKSUM,
+                             "ckpt: peer: replica of rank %d step %" PRId64
+                             " damaged in transit or storage", (int)rank, step);
+    const uint8_t *bin = blob + 24 + jl;
+    ck_manifest m;
+    char e[LLMT_ERR_MSG_MAX];
+    llmt_status s = llmt__ckpt_manifest_parse((const char *)blob + 24, (size_t)jl, 1, &m, e,
+                                              sizeof e);
+    if (s != LLMT_OK)
+        return llmt__err_set(&ck->err, s, "ckpt: peer: replica of rank %d: %s", (int)rank, e);
+    if (m.rank != rank || m.step != step || m.files[0].bytes != bl) {
+        s = llmt__err_set(&ck->err, LLMT_ERR_FORMAT,
+                          "ckpt: peer: replica holds rank %d step %" PRId64 " (%" PRIu64
+                          " bytes), expected rank %d step %" PRId64 " (%" PRIu64 " bytes)",
+                          (int)m.rank, m.step, m.files[0].bytes, (int)rank, step, bl);
+    }
+    for (size_t t = 0; s == LLMT_OK && t < m.ntensors; t++)
+        for (size_t c = 0; s == LLMT_OK && c < m.tensors[t].nchunks; c++) {
+            const ck_chunk *k = &m.tensors[t].chunks[c];
+            if (XXH64(bin + k->offset, (size_t)k->length, 0) != k->xxh)
+                s = llmt__err_set(&ck->err, LLMT_ERR_CHECKSUM,
+                                  "ckpt: peer: replica of rank %d: tensor '%s' checksum "
+                                  "mismatch", (int)rank, m.tensors[t].name);
+        }
+    llmt__ckpt_manifest_free(&m);
+    if (s != LLMT_OK)
+        return s;
+    if (llmt__ckpt_mkdirs(dir))
+        return llmt__err_set(&ck->err, LLMT_ERR_IO, "ckpt: peer: mkdir %s: %s", dir,
+                             strerror(errno));
+    char p[MAX_PATH], name[32];
+    part_path(p, sizeof p, dir, rank, "bin");
+    /* write_file wants a multiple of CK_ALIGN from an aligned buffer: the
+     * data file is one (the saver pads it); copy to an aligned buffer */
+    uint8_t *al = NULL;
+    if (bl % CK_ALIGN || posix_memalign((void **)&al, CK_ALIGN, bl ? (size_t)bl : CK_ALIGN))
+        return llmt__err_set(&ck->err, bl % CK_ALIGN ? LLMT_ERR_FORMAT : LLMT_ERR_OUT_OF_MEMORY,
+                             "ckpt: peer: replica data of rank %d: %" PRIu64 " bytes",
+                             (int)rank, bl);
+    memcpy(al, bin, (size_t)bl);
+    int direct = 0;
+    s = llmt__ckpt_write_file(p, al, bl, ck->opts.direct_io, &direct, e, sizeof e);
+    free(al);
+    if (s == LLMT_OK) {
+        snprintf(name, sizeof name, "rank-%05d.json", (int)rank);
+        s = llmt__ckpt_write_atomic(dir, name, (const char *)blob + 24, (size_t)jl, e,
+                                    sizeof e);
+    }
+    if (s != LLMT_OK)
+        return llmt__err_set(&ck->err, s, "ckpt: peer: %s", e);
+    return LLMT_OK;
+}
+
+/* Move blobs along the ring: this rank sends `send` (n bytes) to `to` and
+ * receives from `from` into a malloc'ed buffer; sizes are exchanged first. */
+static llmt_status ring_move(llmt_ckpt *ck, ck_xport *x, const uint8_t *send, uint64_t n,
+                             int32_t to, int32_t from, uint8_t **recv, uint64_t *m)
+{
+    *recv = NULL;
+    *m = 0;
+    uint64_t *sizes = calloc((size_t)x->size, sizeof *sizes);
+    uint64_t *dests = calloc((size_t)x->size, sizeof *dests);
+    if (!sizes || !dests) {
+        free(sizes);
+        free(dests);
+        return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+    }
+    llmt_status s = x->gather_u64(x->impl, n, sizes);
+    if (s == LLMT_OK)
+        s = x->gather_u64(x->impl, (uint64_t)(to < 0 ? -1 : to), dests);
+    uint64_t most = 0;
+    int incoming = 0;
+    for (int32_t i = 0; s == LLMT_OK && i < x->size; i++) {
+        most = sizes[i] > most ? sizes[i] : most;
+        if (i == from && (int64_t)dests[i] == x->rank)
+            incoming = 1;
+    }
+    if (s == LLMT_OK && incoming) {
+        *m = sizes[from];
+        *recv = malloc(*m ? (size_t)*m : 1);
+        if (!*recv)
+            s = LLMT_ERR_OUT_OF_MEMORY;
+    }
+    /* every rank runs the same number of pieces (collective); a failure
+     * above still takes part so the others do not hang */
+    for (uint64_t off = 0; off < most; off += PIECE) {
+        size_t a = to >= 0 && off < n ? (size_t)(n - off < PIECE ? n - off : PIECE) : 0;
+        size_t b = *recv && off < *m ? (size_t)(*m - off < PIECE ? *m - off : PIECE) : 0;
+        llmt_status r = x->shift(x->impl, send + (a ? off : 0), a, to < 0 ? 0 : to,
+                                 *recv ? *recv + (b ? off : 0) : NULL, b, from);
+        if (r != LLMT_OK && s == LLMT_OK)
+            s = r;
+    }
+    free(sizes);
+    free(dests);
+    if (s != LLMT_OK) {
+        free(*recv);
+        *recv = NULL;
+        return llmt__err_set(&ck->err, s, "ckpt: peer: exchange failed: %s",
+                             x->last_error ? x->last_error(x->impl) : llmt_status_string(s));
+    }
+    return LLMT_OK;
+}
+
+static void peer_dir(char *buf, size_t n, const char *root, int64_t step)
+{
+    snprintf(buf, n, "%s/peer/step-%012" PRId64, root, step);
+}
+
+int64_t *llmt__ckpt_scan(const char *root, int committed_only, size_t *n);
+
+LLMT_API llmt_status llmt_ckpt_peer_replicate(llmt_ckpt *ck, llmt_comm *comm, int64_t step)
+{
+    if (!ck || !comm)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_ckpt_wait(ck, -1); /* this rank's part must be on disk */
+    ck_xport x;
+    comm_impl ci;
+    llmt_status s = xport_from_comm(ck, comm, &x, &ci);
+    if (s != LLMT_OK)
+        return s;
+    char dir[MAX_PATH], pd[MAX_PATH];
+    snprintf(dir, sizeof dir, "%s/step-%012" PRId64, ck->root, step);
+    uint8_t *mine = NULL, *got = NULL;
+    uint64_t n = 0, m = 0;
+    int32_t w = x.size, r = x.rank;
+    llmt_status own = load_part(ck, dir, r, &mine, &n);
+    char own_err[LLMT_ERR_MSG_MAX];
+    snprintf(own_err, sizeof own_err, "%s", ck->err.msg);
+    if (w == 1) {
+        free(mine);
+        free(ci.sc);
+        return own == LLMT_OK ? LLMT_OK : own;
+    }
+    /* a rank without its part sends nothing; its partner then has no
+     * replica and says so */
+    s = ring_move(ck, &x, own == LLMT_OK ? mine : NULL, own == LLMT_OK ? n : 0,
+                  own == LLMT_OK ? (r + 1) % w : -1, (r - 1 + w) % w, &got, &m);
+    free(mine);
+    int32_t from = (r - 1 + w) % w;
+    if (s == LLMT_OK && !got)
+        s = llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
+                          "ckpt: peer: rank %d sent no part of step %" PRId64, (int)from, step);
+    if (s == LLMT_OK) {
+        peer_dir(pd, sizeof pd, ck->root, step);
+        s = store_part(ck, pd, from, step, got, m);
+    }
+    free(got);
+    free(ci.sc);
+    if (s == LLMT_OK && own != LLMT_OK)
+        s = llmt__err_set(&ck->err, own, "%s", own_err);
+    if (s == LLMT_OK) {
+        char proot[MAX_PATH];
+        snprintf(proot, sizeof proot, "%s/peer", ck->root);
+        /* replicas of older steps go; a replica directory never gets a
+         * manifest.json, so keep only the newest steps by name */
+        size_t cnt = 0;
+        int64_t *all = llmt__ckpt_scan(proot, 0, &cnt);
+        int keep = ck->opts.keep_last > 0 ? ck->opts.keep_last : 0;
+        for (size_t i = 0; all && keep && i + (size_t)keep < cnt; i++) {
+            char old[MAX_PATH];
+            peer_dir(old, sizeof old, ck->root, all[i]);
+            llmt__ckpt_rmdir(old);
+        }
+        free(all);
+    }
+    return s;
+}
+
+LLMT_API llmt_status llmt_ckpt_peer_restore(llmt_ckpt *ck, llmt_comm *comm, int64_t step,
+                                            int32_t *restored)
+{
+    if (!ck || !comm)
+        return LLMT_ERR_NULL_POINTER;
+    if (restored)
+        *restored = 0;
+    llmt_ckpt_wait(ck, -1);
+    ck_xport x;
+    comm_impl ci;
+    llmt_status s = xport_from_comm(ck, comm, &x, &ci);
+    if (s != LLMT_OK)
+        return s;
+    int32_t w = x.size, r = x.rank;
+    char dir[MAX_PATH], pd[MAX_PATH], p[MAX_PATH];
+    snprintf(dir, sizeof dir, "%s/step-%012" PRId64, ck->root, step);
+    struct stat st;
+    part_path(p, sizeof p, dir, r, "json");
+    int have = stat(p, &st) == 0;
+    part_path(p, sizeof p, dir, r, "bin");
+    have = have && stat(p, &st) == 0;
+    uint64_t *need = calloc((size_t)w, sizeof *need);
+    if (!need) {
+        free(ci.sc);
+        return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+    }
+    s = x.gather_u64(x.impl, have ? 0 : 1, need);
+    int32_t succ = (r + 1) % w, pred = (r - 1 + w) % w;
+    /* this rank holds pred's replica: send it if pred needs it */
+    uint8_t *blob = NULL, *got = NULL;
+    uint64_t n = 0, m = 0;
+    int send = s == LLMT_OK && w > 1 && need[pred];
+    if (send) {
+        peer_dir(pd, sizeof pd, ck->root, step);
+        if (load_part(ck, pd, pred, &blob, &n) != LLMT_OK) {
+            llmt__log(ck->ctx, LLMT_LOG_ERROR, "ckpt", "peer: no replica of rank %d step %"
+                      PRId64 " here: %s", (int)pred, step, ck->err.msg);
+            send = 0;
+        }
+    }
+    if (s == LLMT_OK && w > 1)
+        s = ring_move(ck, &x, blob, send ? n : 0, send ? pred : -1, succ, &got, &m);
+    free(blob);
+    if (s == LLMT_OK && !have) {
+        if (!got)
+            s = llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
+                              "ckpt: peer: this rank's part of step %" PRId64 " is lost and "
+                              "rank %d has no replica of it", step, (int)succ);
+        else {
+            s = store_part(ck, dir, r, step, got, m);
+            if (s == LLMT_OK && restored)
+                *restored = 1;
+            if (s == LLMT_OK)
+                llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "peer: restored rank %d's part of "
+                          "step %" PRId64 " from rank %d", (int)r, step, (int)succ);
+        }
+    }
+    free(got);
+    free(need);
+    free(ci.sc);
+    return s;
+}
