@@ -328,3 +328,60 @@ int cmd_comm(int argc, char **argv)
             argv[1]);
     return CLI_USAGE;
 }
+
+/* ---- data parallelism for `llmtrain train` under an MPI launcher
+ * (hooks called from cmd_train.c; doc/comm.md) */
+
+static llmt_comm *g_dp_comm;
+
+int32_t cli_dp_world(void)
+{
+    llmt_comm_env e;
+    llmt_comm_env_discover(&e, sizeof e);
+    return e.world_size;
+}
+
+void cli_dp_setup(const char **out_dir, char *buf, size_t cap, int32_t *rank,
+                  int32_t *size)
+{
+    llmt_comm_env e;
+    llmt_comm_env_discover(&e, sizeof e);
+    *rank = e.rank;
+    *size = e.world_size;
+    if (e.world_size > 1 && e.rank > 0) {
+        /* every rank keeps its own run directory (tokenizer, metrics,
+         * checkpoint shares); only rank 0 talks on stdout */
+        snprintf(buf, cap, "%s/rank-%d", *out_dir, (int)e.rank);
+        *out_dir = buf;
+        if (!freopen("/dev/null", "w", stdout)) { /* keep stdout */ }
+    }
+}
+
+int cli_dp_attach(llmt_context *ctx, const llmt_spec *spec, llmt_trainer *tr)
+{
+    if (cli_dp_world() <= 1) return 0;
+    int64_t zero = 0;
+    if (llmt_spec_get_int(spec, "parallelism.zero", &zero) != LLMT_OK) zero = 0;
+    llmt_status s = llmt_comm_create_from_env(ctx, NULL, &g_dp_comm);
+    if (s != LLMT_OK)
+        return cli_fail_status("train", s, llmt_context_last_error(ctx));
+    llmt_dp_opts o;
+    llmt_dp_opts_init(&o, sizeof o);
+    o.zero_stage = (int32_t)zero;
+    s = llmt_trainer_set_comm(tr, g_dp_comm, &o);
+    if (s != LLMT_OK) return cli_fail_status("train", s, llmt_trainer_last_error(tr));
+    int32_t n = 0;
+    llmt_comm_backend be;
+    llmt_comm_size(g_dp_comm, &n);
+    llmt_comm_backend_of(g_dp_comm, &be);
+    printf("data parallel: %d ranks (%s), ZeRO-%d; global batch = micro x "
+           "accum x %d\n", (int)n, be == LLMT_COMM_MPI ? "mpi" : "inproc",
+           (int)zero, (int)n);
+    return 0;
+}
+
+void cli_dp_finish(void)
+{
+    llmt_comm_destroy(g_dp_comm);
+    g_dp_comm = NULL;
+}

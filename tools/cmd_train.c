@@ -164,9 +164,11 @@ static int read_job(const llmt_spec *s, const char *out, job *j)
     par *= v;
     if (spec_i(s, "parallelism.dp", &v)) return -1;
     par *= v;
-    if (par != 1)
+    if (par != v || v != cli_dp_world()) /* data parallel only (cmd_comm.c) */
         return cli_fail(CMD, "parallelism: tp*pp*dp = %lld; this command runs "
-                        "one process (set them to 1)", (long long)par);
+                        "data parallelism only: tp = pp = 1 and dp = the "
+                        "number of processes (%d)", (long long)par,
+                        (int)cli_dp_world());
 
     if (spec_s(s, "data.train", j->data_train, sizeof j->data_train)) return -1;
     if (spec_s(s, "data.val", j->data_val, sizeof j->data_val)) return -1;
@@ -816,6 +818,7 @@ static void run_free(run *r)
     }
     if (r->jsonl) fclose(r->jsonl);
     llmt_trainer_destroy(r->tr);
+    cli_dp_finish();
     llmt_model_destroy(r->model);
     td_free(&r->td);
     llmt_spec_destroy(r->spec);
@@ -840,6 +843,9 @@ static int evaluate(run *r, const job *j, int nval, float *out)
 static int train_main(run *r, const char *spec_path, const char *out,
                       int resume, int64_t stop_at, int threads)
 {
+    char dp_out[1100];
+    int32_t dp_rank = 0, dp_size = 1;
+    cli_dp_setup(&out, dp_out, sizeof dp_out, &dp_rank, &dp_size);
     llmt_status s = llmt_context_create(NULL, &r->ctx);
     if (s != LLMT_OK) return cli_fail_status(CMD, s, "context");
     s = llmt_spec_parse_file(r->ctx, spec_path, &r->spec);
@@ -880,6 +886,7 @@ static int train_main(run *r, const char *spec_path, const char *out,
     s = llmt_trainer_create(r->model, &j.to, &r->tr);
     if (s != LLMT_OK)
         return cli_fail_status(CMD, s, llmt_model_last_error(r->model));
+    if (cli_dp_attach(r->ctx, r->spec, r->tr)) return CLI_FAILED;
     int64_t nparams = 0;
     llmt_model_param_count(r->model, NULL, &nparams);
 
@@ -957,7 +964,9 @@ static int train_main(run *r, const char *spec_path, const char *out,
         printf("step %lld: validation loss %.4f\n", 0LL, (double)first_val);
     }
     for (int64_t step = start; step < stop_at; step++) {
+        r->td.cursor += (int64_t)dp_rank * B * A; /* this rank's share */
         td_next(&r->td, r->in, r->tg, B * A);
+        r->td.cursor += (int64_t)(dp_size - 1 - dp_rank) * B * A;
         llmt_batch b = {sizeof b, r->in, r->tg, B * A, T};
         llmt_step_metrics met;
         memset(&met, 0, sizeof met);
@@ -1005,6 +1014,7 @@ static int train_main(run *r, const char *spec_path, const char *out,
         fflush(r->jsonl);
         if ((j.ckpt_interval > 0 && done % j.ckpt_interval == 0) || last) {
             /* the last one is synchronous so that the run ends durable */
+            llmt_trainer_sync_params(r->tr); /* ZeRO-3: whole parameters */
             if (ckpt_save(r->ck, r->tr, &r->td, done, last ? 0 : j.ckpt_async))
                 return CLI_FAILED;
         }
