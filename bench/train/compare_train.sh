@@ -16,18 +16,31 @@ py=${TORCH_PY:-/usr/bin/python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+# The machine's OpenBLAS kernel choice is recorded, then removed so that
+# every program picks its own (ours asks for SkylakeX kernels on AVX-512
+# CPUs, lib/exec/cpu.c); ours also runs once with Haswell (AVX2) kernels,
+# the ones the other programs' OpenBLAS picks on this CPU.
+env_coretype=${OPENBLAS_CORETYPE:-}
+unset OPENBLAS_CORETYPE
+bt=$build/bench/train/bench_train
+med() { python3 -c "import json;print(json.load(open('$1'))['results'][0]['median_s'])"; }
 
 echo "== ours (llmtrain, $threads threads)"
+"$bt" --case gpt2-124m-B4-T64 --threads "$threads" --warmup 1 \
+  --repeats "$steps" --json "$tmp/ours2.json" | tee "$tmp/ours2.txt"
+ours2=$(med "$tmp/ours2.json")
+ours_rss=$(awk '/^peak_rss_mib/{print $2}' "$tmp/ours2.txt")
+core=$(awk '/^blas_core/{print $2}' "$tmp/ours2.txt")
+echo "== ours with the GEMM timer"
 GEMM_TIMER_OUT=$tmp/gemm.txt LD_PRELOAD=$build/bench/train/libgemm_timer.so \
-  "$build/bench/train/bench_train" --case gpt2-124m-B4-T64 --threads "$threads" \
-  --warmup 1 --repeats "$steps" --json "$tmp/ours.json" | tee "$tmp/ours.txt"
-ours=$(python3 -c "import json;print(json.load(open('$tmp/ours.json'))['results'][0]['median_s'])")
-ours_rss=$(awk '/^peak_rss_mib/{print $2}' "$tmp/ours.txt")
+  "$bt" --case gpt2-124m-B4-T64 --threads "$threads" --warmup 1 \
+  --repeats "$steps" --json "$tmp/ours.json" | tee "$tmp/ours.txt"
+ours=$(med "$tmp/ours.json")
 gemm=$(awk '{print $2}' "$tmp/gemm.txt")
-echo "== ours without the shim (RSS and time check)"
-"$build/bench/train/bench_train" --case gpt2-124m-B4-T64 --threads "$threads" \
-  --warmup 1 --repeats "$steps" --json "$tmp/ours2.json" | tee "$tmp/ours2.txt"
-ours2=$(python3 -c "import json;print(json.load(open('$tmp/ours2.json'))['results'][0]['median_s'])")
+echo "== ours with OpenBLAS' Haswell (AVX2) kernels"
+OPENBLAS_CORETYPE=Haswell "$bt" --case gpt2-124m-B4-T64 --threads "$threads" \
+  --warmup 1 --repeats "$steps" --json "$tmp/ours3.json" | tee "$tmp/ours3.txt"
+ours3=$(med "$tmp/ours3.json")
 
 llmc_s=null llmc_rss=null
 if [ -f "$llmc/train_gpt2.c" ]; then
@@ -67,16 +80,21 @@ r = {
   "command": "bench/train/compare_train.sh BUILD $threads $steps",
   "machine": {"cpu": cpu, "cpus": os.cpu_count(), "host": platform.node()},
   "threads": $threads, "steps_timed": steps,
-  "ours": {"median_step_s": ours2, "median_step_s_with_gemm_timer": ours,
+  "env_openblas_coretype": "$env_coretype",
+  "ours": {"median_step_s": ours2, "openblas_kernels": "$core",
+           "median_step_s_with_gemm_timer": ours,
            "peak_rss_mib": $ours_rss,
            "gemm_s_per_step": gemm_per_step,
-           "gemm_share": gemm_per_step / ours},
+           "gemm_share": gemm_per_step / ours,
+           "median_step_s_haswell_kernels": $ours3},
   "llmc": {"median_step_s": llmc, "peak_rss_mib": $llmc_rss,
            "build": "cc -O3 -march=native -fopenmp train_gpt2.c"},
   "pytorch": {"median_step_s": torch_s, "peak_rss_mib": $torch_rss,
               "version": $torch_v},
   "speedup_vs_llmc": (llmc / ours2) if llmc else None,
   "speedup_vs_pytorch": (torch_s / ours2) if torch_s else None,
+  "speedup_vs_llmc_haswell_kernels": (llmc / $ours3) if llmc else None,
+  "speedup_vs_pytorch_haswell_kernels": (torch_s / $ours3) if torch_s else None,
 }
 json.dump(r, open(sys.argv[1], "w"), indent=2)
 print(json.dumps(r, indent=2))

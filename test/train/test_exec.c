@@ -2,6 +2,7 @@
  * against the plain-loop reference, for odd and large shapes, forward and
  * backward (accumulating), with 1 and 2 threads; and bitwise repeatability
  * of the threaded path. */
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,5 +81,11 @@ int main(void)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             one(shapes[i][0], shapes[i][1], shapes[i][2]);
     }
+#ifdef LLMT_HAVE_OPENBLAS
+    /* the fast path really ran: OpenBLAS was loaded at first use */
+    CHECK(dlsym(RTLD_DEFAULT, "cblas_sgemm") != NULL);
+    char *(*core)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_corename");
+    if (core) fprintf(stderr, "OpenBLAS kernels: %s\n", core());
+#endif
     return check_exit("exec");
 }
