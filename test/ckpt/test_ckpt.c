@@ -767,6 +767,59 @@ static void test_tiers(llmt_context *ctx)
     free(dur);
 }
 
+/* Disk full (under the shim, LLMT_TEST_ENOSPC_AFTER): the save fails with
+ * an I/O error naming ENOSPC, leaves no partial data file behind, the
+ * earlier checkpoint loads, and once space is back the next save works. */
+static void test_enospc(llmt_context *ctx)
+{
+    char *root = tmpdir_make(NULL, "enospc");
+    llmt_ckpt *ck = make_ck(ctx, root, 0, 1, LLMT_CKPT_VERIFY_FULL, 0);
+    static float big[1 << 18];
+    for (int i = 0; i < (1 << 18); i++)
+        big[i] = (float)i;
+    int64_t n = 1000;
+    llmt_tensor v;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, big, LLMT_DEVICE_CPU, 0);
+    setenv("LLMT_TEST_ENOSPC_AFTER", "65536", 1);
+    CHECK_STATUS(llmt_ckpt_begin(ck, 1), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_add_tensor(ck, "w", &v, NULL, NULL), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
+    n = 1 << 18; /* 1 MiB: does not fit */
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, big, LLMT_DEVICE_CPU, 0);
+    CHECK_STATUS(llmt_ckpt_begin(ck, 2), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_add_tensor(ck, "w", &v, NULL, NULL), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_save(ck, 1), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_wait(ck, -1), LLMT_ERR_IO);
+    CHECK(strstr(llmt_ckpt_last_error(ck), "No space left") != NULL);
+    CHECK(strstr(llmt_ckpt_last_error(ck), "rank-00000.bin") != NULL);
+    char p[4200];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/step-000000000002/rank-00000.bin", root);
+    CHECK(stat(p, &st) != 0); /* the partial file was removed */
+    int64_t step = -1;
+    CHECK_STATUS(llmt_ckpt_open_latest(ck, &step), LLMT_OK);
+    CHECK_EQ_INT(step, 1);
+    float back[1000];
+    n = 1000;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, back, LLMT_DEVICE_CPU, 0);
+    CHECK_STATUS(llmt_ckpt_read(ck, "w", &v, NULL), LLMT_OK);
+    CHECK(!memcmp(back, big, sizeof back));
+    /* space comes back: training goes on saving */
+    setenv("LLMT_TEST_ENOSPC_AFTER", "-1", 1);
+    n = 1 << 18;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, big, LLMT_DEVICE_CPU, 0);
+    CHECK_STATUS(llmt_ckpt_begin(ck, 3), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_add_tensor(ck, "w", &v, NULL, NULL), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_open_latest(ck, &step), LLMT_OK);
+    CHECK_EQ_INT(step, 3);
+    CHECK_STATUS(llmt_ckpt_verify(ck), LLMT_OK);
+    unsetenv("LLMT_TEST_ENOSPC_AFTER");
+    llmt_ckpt_destroy(ck);
+    tmpdir_remove(root);
+    free(root);
+}
+
 int main(int argc, char **argv)
 {
     llmt_context *ctx = make_ctx();
@@ -779,6 +832,8 @@ int main(int argc, char **argv)
         test_roundtrip(ctx, NULL, "rtbuf");
         CHECK(saw_buffered > 0);
         CHECK_EQ_INT(saw_direct, 0);
+        llmt_context_set_log_level(ctx, LLMT_LOG_OFF);
+        test_enospc(ctx);
         llmt_context_destroy(ctx);
         return check_exit("test_ckpt --no-odirect");
     }
