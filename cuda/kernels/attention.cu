@@ -713,6 +713,47 @@ __device__ __forceinline__ void mm_pb_r(FragC *acc, const FragA *P, const __nv_b
             wmma::mma_sync(acc[n], P[kk], b, acc[n]);
         }
 }
+/* cp.async (sm_80+): 16-byte global->shared copies that complete in the
+ * background, zero-filling rows past T; tiles are double-buffered so the
+ * next tile's load overlaps this tile's math. */
+__device__ __forceinline__ void cp16(void *dst, const void *src, bool valid)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+template <int HD>
+__device__ __forceinline__ void load64a(__nv_bfloat16 *dst, const __nv_bfloat16 *base,
+                                        size_t ld, int r0, int T)
+{
+    constexpr int CH = HD / 8;
+    for (int e = threadIdx.x; e < 64 * CH; e += blockDim.x) {
+        int r = e / CH, c = (e % CH) * 8;
+        bool ok = r0 + r < T;
+        cp16(dst + r * L<HD>::LD + c, ok ? base + (size_t)(r0 + r) * ld + c : base, ok);
+    }
+}
+/* S[4] = A (held as HD/16 fragments) . B^T */
+template <int HD>
+__device__ __forceinline__ void mm_abt_q(FragC *S, const FragA *qa, const __nv_bfloat16 *B)
+{
+#pragma unroll
+    for (int n = 0; n < 4; n++) wmma::fill_fragment(S[n], 0.0f);
+#pragma unroll
+    for (int k = 0; k < HD / 16; k++)
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            FragBc b;
+            wmma::load_matrix_sync(b, B + n * 16 * L<HD>::LD + k * 16, L<HD>::LD);
+            wmma::mma_sync(S[n], qa[k], b, S[n]);
+        }
+}
+
 /* rows (g, g+8) of acc (16 x HD) * s[row] to global rows base[row] */
 template <int HD>
 __device__ __forceinline__ void store_rows(const FragC *acc, __nv_bfloat16 *r0, __nv_bfloat16 *r1,
@@ -739,14 +780,17 @@ fwd(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q, const __nv_bfloat16 
     typedef L<HD> Ly;
     extern __shared__ __align__(16) unsigned char smem[];
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem;
-    __nv_bfloat16 *Ks = Qs + BR * Ly::LD;
-    __nv_bfloat16 *Vs = Ks + BC * Ly::LD;
+    __nv_bfloat16 *Kb = Qs + BR * Ly::LD, *Vb = Kb + 2 * BC * Ly::LD; /* [2] each */
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int b = blockIdx.z, h = blockIdx.y, kh = h / (nh / nkv);
     int q0 = (gridDim.x - 1 - blockIdx.x) * BR;
     const __nv_bfloat16 *kb = k + (size_t)b * T * qs + (size_t)kh * HD;
     const __nv_bfloat16 *vb = v + (size_t)b * T * qs + (size_t)kh * HD;
-    load64<HD>(Qs, q + (size_t)b * T * qs + (size_t)h * HD, qs, q0, T);
+    load64a<HD>(Qs, q + (size_t)b * T * qs + (size_t)h * HD, qs, q0, T);
+    load64a<HD>(Kb, kb, qs, 0, T);
+    load64a<HD>(Vb, vb, qs, 0, T);
+    cp_commit();
+    FragA qa[HD / 16];
     int rw = q0 + w * 16; /* warp's first row */
     int qr[2] = {rw + (lane >> 2), rw + (lane >> 2) + 8};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -754,15 +798,26 @@ fwd(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q, const __nv_bfloat16 
     FragC o[HD / 16];
 #pragma unroll
     for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(o[n], 0.0f);
-    int last = min(T - 1, q0 + BR - 1);
-    for (int j0 = 0; j0 <= last; j0 += BC) {
+    int last = min(T - 1, q0 + BR - 1), nt = last / BC + 1;
+    for (int t = 0; t < nt; t++) {
+        int j0 = t * BC;
+        const __nv_bfloat16 *Ks = Kb + (t & 1) * BC * Ly::LD, *Vs = Vb + (t & 1) * BC * Ly::LD;
+        if (t + 1 < nt) {
+            load64a<HD>(Kb + ((t + 1) & 1) * BC * Ly::LD, kb, qs, j0 + BC, T);
+            load64a<HD>(Vb + ((t + 1) & 1) * BC * Ly::LD, vb, qs, j0 + BC, T);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
         __syncthreads();
-        load64<HD>(Ks, kb, qs, j0, T);
-        load64<HD>(Vs, vb, qs, j0, T);
-        __syncthreads();
-        if (rw >= T || j0 > rw + 15) continue; /* warp-uniform */
+        if (t == 0)
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++)
+                wmma::load_matrix_sync(qa[kk], Qs + w * 16 * Ly::LD + kk * 16, Ly::LD);
+        if (rw < T && j0 <= rw + 15) { /* warp-uniform */
         FragC s[4];
-        mm_abt_r<HD>(s, Qs + w * 16 * Ly::LD, Ks);
+        mm_abt_q<HD>(s, qa, Ks);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < 4; n++)
@@ -804,6 +859,8 @@ fwd(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q, const __nv_bfloat16 
 #pragma unroll
             for (int i = 0; i < 8; i++) o[n].x[i] *= corr[(i >> 1) & 1];
         mm_pb_r<HD>(o, pa, Vs);
+        }
+        __syncthreads();
     }
     __nv_bfloat16 *r0 = NULL, *r1 = NULL;
     if (qr[0] < T) r0 = out + ((size_t)b * T + qr[0]) * nh * HD + (size_t)h * HD;
@@ -824,15 +881,17 @@ bwd_dq(__nv_bfloat16 *dq, const __nv_bfloat16 *dout, const float *lse, const flo
     extern __shared__ __align__(16) unsigned char smem[];
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem;
     __nv_bfloat16 *dOs = Qs + BR * Ly::LD;
-    __nv_bfloat16 *Ks = dOs + BR * Ly::LD;
-    __nv_bfloat16 *Vs = Ks + BC * Ly::LD;
+    __nv_bfloat16 *Kb = dOs + BR * Ly::LD, *Vb = Kb + 2 * BC * Ly::LD; /* [2] each */
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int b = blockIdx.z, h = blockIdx.y, kh = h / (nh / nkv);
     int q0 = (gridDim.x - 1 - blockIdx.x) * BR;
     const __nv_bfloat16 *kb = k + (size_t)b * T * qs + (size_t)kh * HD;
     const __nv_bfloat16 *vb = v + (size_t)b * T * qs + (size_t)kh * HD;
-    load64<HD>(Qs, q + (size_t)b * T * qs + (size_t)h * HD, qs, q0, T);
-    load64<HD>(dOs, dout + (size_t)b * T * nh * HD + (size_t)h * HD, (size_t)nh * HD, q0, T);
+    load64a<HD>(Qs, q + (size_t)b * T * qs + (size_t)h * HD, qs, q0, T);
+    load64a<HD>(dOs, dout + (size_t)b * T * nh * HD + (size_t)h * HD, (size_t)nh * HD, q0, T);
+    load64a<HD>(Kb, kb, qs, 0, T);
+    load64a<HD>(Vb, vb, qs, 0, T);
+    cp_commit();
     int rw = q0 + w * 16;
     int qr[2] = {rw + (lane >> 2), rw + (lane >> 2) + 8};
     const float sc = scale * LOG2E;
@@ -845,13 +904,20 @@ bwd_dq(__nv_bfloat16 *dq, const __nv_bfloat16 *dout, const float *lse, const flo
     FragC acc[HD / 16];
 #pragma unroll
     for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
-    int last = min(T - 1, q0 + BR - 1);
-    for (int j0 = 0; j0 <= last; j0 += BC) {
+    int last = min(T - 1, q0 + BR - 1), nt = last / BC + 1;
+    for (int t = 0; t < nt; t++) {
+        int j0 = t * BC;
+        const __nv_bfloat16 *Ks = Kb + (t & 1) * BC * Ly::LD, *Vs = Vb + (t & 1) * BC * Ly::LD;
+        if (t + 1 < nt) {
+            load64a<HD>(Kb + ((t + 1) & 1) * BC * Ly::LD, kb, qs, j0 + BC, T);
+            load64a<HD>(Vb + ((t + 1) & 1) * BC * Ly::LD, vb, qs, j0 + BC, T);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
         __syncthreads();
-        load64<HD>(Ks, kb, qs, j0, T);
-        load64<HD>(Vs, vb, qs, j0, T);
-        __syncthreads();
-        if (rw >= T || j0 > rw + 15) continue;
+        if (rw < T && j0 <= rw + 15) {
         FragC s[4], dp[4];
         mm_abt_r<HD>(s, Qs + w * 16 * Ly::LD, Ks);
         mm_abt_r<HD>(dp, dOs + w * 16 * Ly::LD, Vs);
@@ -869,6 +935,8 @@ bwd_dq(__nv_bfloat16 *dq, const __nv_bfloat16 *dout, const float *lse, const flo
                 da[n].x[i] = __float2bfloat16_rn(ds);
             }
         mm_pb_r<HD>(acc, da, Ks);
+        }
+        __syncthreads();
     }
     __nv_bfloat16 *r0 = NULL, *r1 = NULL;
     if (qr[0] < T) r0 = dq + ((size_t)b * T + qr[0]) * qs + (size_t)h * HD;
@@ -886,15 +954,28 @@ bwd_dkv(__nv_bfloat16 *dk, __nv_bfloat16 *dv, const __nv_bfloat16 *dout, const f
     extern __shared__ __align__(16) unsigned char smem[];
     __nv_bfloat16 *Ks = (__nv_bfloat16 *)smem;
     __nv_bfloat16 *Vs = Ks + BR * Ly::LD;
-    __nv_bfloat16 *Qs = Vs + BR * Ly::LD;
-    __nv_bfloat16 *dOs = Qs + BC * Ly::LD;
-    float *Ls = (float *)(dOs + BC * Ly::LD);
-    float *Ds = Ls + BC;
+    __nv_bfloat16 *Qb = Vs + BR * Ly::LD, *dOb = Qb + 2 * BC * Ly::LD; /* [2] each */
+    float *Lb = (float *)(dOb + 2 * BC * Ly::LD), *Db = Lb + 2 * BC;   /* [2][BC] each */
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int b = blockIdx.z, kh = blockIdx.y, group = nh / nkv;
     int j0 = (gridDim.x - 1 - blockIdx.x) * BR;
-    load64<HD>(Ks, k + (size_t)b * T * qs + (size_t)kh * HD, qs, j0, T);
-    load64<HD>(Vs, v + (size_t)b * T * qs + (size_t)kh * HD, qs, j0, T);
+    int ntq = (T - j0 + BC - 1) / BC, nt = ntq * group;
+    /* tile t: query head kh*group + t/ntq, query rows j0 + (t%ntq)*BC */
+    auto issue = [&](int t) {
+        int h = kh * group + t / ntq, i0 = j0 + (t % ntq) * BC, buf = t & 1;
+        load64a<HD>(Qb + buf * BC * Ly::LD, q + (size_t)b * T * qs + (size_t)h * HD, qs, i0, T);
+        load64a<HD>(dOb + buf * BC * Ly::LD, dout + (size_t)b * T * nh * HD + (size_t)h * HD,
+                    (size_t)nh * HD, i0, T);
+        cp_commit();
+        const float *lb = lse + ((size_t)b * nh + h) * T, *db = Dd + ((size_t)b * nh + h) * T;
+        for (int e = threadIdx.x; e < BC; e += blockDim.x) {
+            Lb[buf * BC + e] = i0 + e < T ? lb[i0 + e] * LOG2E : 0.0f;
+            Db[buf * BC + e] = i0 + e < T ? db[i0 + e] : 0.0f;
+        }
+    };
+    load64a<HD>(Ks, k + (size_t)b * T * qs + (size_t)kh * HD, qs, j0, T);
+    load64a<HD>(Vs, v + (size_t)b * T * qs + (size_t)kh * HD, qs, j0, T);
+    issue(0);
     int rw = j0 + w * 16;
     int kr[2] = {rw + (lane >> 2), rw + (lane >> 2) + 8};
     const float sc = scale * LOG2E;
@@ -904,21 +985,18 @@ bwd_dkv(__nv_bfloat16 *dk, __nv_bfloat16 *dv, const __nv_bfloat16 *dout, const f
         wmma::fill_fragment(adk[n], 0.0f);
         wmma::fill_fragment(adv[n], 0.0f);
     }
-    for (int h = kh * group; h < (kh + 1) * group; h++) {
-        const __nv_bfloat16 *qb = q + (size_t)b * T * qs + (size_t)h * HD;
-        const __nv_bfloat16 *db = dout + (size_t)b * T * nh * HD + (size_t)h * HD;
-        const float *lb = lse + ((size_t)b * nh + h) * T;
-        const float *Db = Dd + ((size_t)b * nh + h) * T;
-        for (int i0 = j0; i0 < T; i0 += BC) {
-            __syncthreads();
-            load64<HD>(Qs, qb, qs, i0, T);
-            load64<HD>(dOs, db, (size_t)nh * HD, i0, T);
-            for (int e = threadIdx.x; e < BC; e += blockDim.x) {
-                Ls[e] = i0 + e < T ? lb[i0 + e] * LOG2E : 0.0f;
-                Ds[e] = i0 + e < T ? Db[i0 + e] : 0.0f;
-            }
-            __syncthreads();
-            if (rw >= T) continue;
+    for (int t = 0; t < nt; t++) {
+        if (t + 1 < nt) {
+            issue(t + 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        int i0 = j0 + (t % ntq) * BC, buf = t & 1;
+        const __nv_bfloat16 *Qs = Qb + buf * BC * Ly::LD, *dOs = dOb + buf * BC * Ly::LD;
+        const float *Ls = Lb + buf * BC, *Ds = Db + buf * BC;
+        if (rw < T) {
             FragC st[4], dpt[4];
             mm_abt_r<HD>(st, Ks + w * 16 * Ly::LD, Qs);
             mm_abt_r<HD>(dpt, Vs + w * 16 * Ly::LD, dOs);
@@ -939,6 +1017,7 @@ bwd_dkv(__nv_bfloat16 *dk, __nv_bfloat16 *dv, const __nv_bfloat16 *dout, const f
             mm_pb_r<HD>(adv, pa, dOs);
             mm_pb_r<HD>(adk, da, Qs);
         }
+        __syncthreads();
     }
     __nv_bfloat16 *k0 = NULL, *k1 = NULL, *v0 = NULL, *v1 = NULL;
     if (kr[0] < T) {
@@ -953,9 +1032,9 @@ bwd_dkv(__nv_bfloat16 *dk, __nv_bfloat16 *dv, const __nv_bfloat16 *dout, const f
     store_rows<HD>(adv, v0, v1, 1.0f, 1.0f, lane);
 }
 
-template <int HD> constexpr size_t fwd_smem() { return (size_t)(BR + 2 * BC) * L<HD>::LD * 2; }
-template <int HD> constexpr size_t dq_smem() { return (size_t)(2 * BR + 2 * BC) * L<HD>::LD * 2; }
-template <int HD> constexpr size_t dkv_smem() { return (size_t)(2 * BR + 2 * BC) * L<HD>::LD * 2 + 2 * BC * 4; }
+template <int HD> constexpr size_t fwd_smem() { return (size_t)(BR + 4 * BC) * L<HD>::LD * 2; }
+template <int HD> constexpr size_t dq_smem() { return (size_t)(2 * BR + 4 * BC) * L<HD>::LD * 2; }
+template <int HD> constexpr size_t dkv_smem() { return (size_t)(2 * BR + 4 * BC) * L<HD>::LD * 2 + 4 * BC * 4; }
 
 template <int HD>
 llmt_status run_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out, float *lse, const llmt__bf16 *q,
