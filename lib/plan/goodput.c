@@ -58,8 +58,9 @@ static void simulate(const sim_params *p, uint64_t seed, sim_out *o)
     double done = 0; /* durable progress, seconds of work */
     double tau = p->interval, C = p->stall, cyc = tau + C;
     /* Guard: a run that can never finish (failures faster than progress)
-     * stops after this many failures and reports what it reached. */
-    const double max_failures = 1e6;
+     * stops after this many failures, or after 100x its work in wall time,
+     * and reports what it reached. */
+    const double max_failures = 1e5;
     while (done < p->work) {
         double rem = p->work - done;
         double nck = ceil(rem / tau) - 1; /* checkpoints before the end */
@@ -98,8 +99,10 @@ static void simulate(const sim_params *p, uint64_t seed, sim_out *o)
             o->wall += y;
             o->restarts += y;
             o->failures++;
+            if (o->failures > max_failures || o->wall > 100 * p->work)
+                break; /* restarts never complete: give up */
         }
-        if (o->failures > max_failures)
+        if (o->failures > max_failures || o->wall > 100 * p->work)
             break;
     }
     o->done = done;

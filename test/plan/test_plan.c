@@ -841,6 +841,16 @@ static void test_goodput(void)
     o.horizon_hours = 100;
     CHECK_STATUS(llmt_plan_simulate_goodput(p, &o, &a), LLMT_OK);
     CHECK_CLOSE(a.goodput, 100.0 / (100 + 99 * 300.0 / 3600), 1e-9, 0);
+    /* Failures faster than restarts: the run cannot progress; the
+     * simulator stops (quickly) and reports a goodput near 0. */
+    o.gpu_failures_per_hour = 1.0; /* 16,384 per hour for the job */
+    o.interval_s = 0;
+    o.horizon_hours = 10;
+    o.trials = 4;
+    o.sweep_points = 5;
+    CHECK_STATUS(llmt_plan_simulate_goodput(p, &o, &a), LLMT_OK);
+    CHECK(a.goodput >= 0 && a.goodput < 0.01);
+    CHECK(a.best_goodput < 0.01);
     /* Bad options are errors with a message. */
     o.trials = 0;
     CHECK_STATUS(llmt_plan_simulate_goodput(p, &o, &a), LLMT_ERR_INVALID_ARGUMENT);
