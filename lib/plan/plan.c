@@ -443,6 +443,13 @@ LLMT_API llmt_status llmt_plan_to_json(const llmt_plan *plan, char *buf,
     NUM(d, "zero", plan->spec->parallelism.zero);
     NUM(d, "virtual_stages", plan->spec->parallelism.virtual_stages);
     cJSON_AddStringToObject(o, "rank_order", "tp,cp,pp,dp (tp fastest); ep = dp mod ep");
+    /* group members along a dimension: base + i*stride, i < degree */
+    cJSON *gs = cJSON_AddObjectToObject(o, "group_strides");
+    NUM(gs, "tp", 1);
+    NUM(gs, "cp", plan->tp);
+    NUM(gs, "pp", plan->tp * plan->cp);
+    NUM(gs, "dp", plan->tp * plan->cp * plan->pp);
+    NUM(gs, "ep", plan->tp * plan->cp * plan->pp);
     cJSON *b = cJSON_AddObjectToObject(o, "batch");
     NUM(b, "micro", plan->spec->batch.micro);
     NUM(b, "grad_accum", plan->spec->batch.grad_accum);

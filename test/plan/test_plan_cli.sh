@@ -37,7 +37,10 @@ py 'import json,sys; d=json.load(sys.stdin); g=d["degrees"]
 assert d["world_size"]==16384 and (g["tp"],g["pp"],g["dp"])==(8,16,128), d["degrees"]
 e=d["estimate"]; assert abs(e["time"]["bubble_fraction"]-15/31)<1e-9
 assert abs(e["flops"]["flops_6nd_per_token"]*2048*8192*930000/3.8e25-1)<0.01
-assert e["memory_per_gpu_bytes"]["fits"] is True' j.json "405b JSON numbers"
+assert e["memory_per_gpu_bytes"]["fits"] is True
+assert d["group_strides"]=={"tp":1,"cp":8,"pp":8,"dp":128,"ep":128}, d["group_strides"]
+st=d["stages"]; assert len(st)==16 and sum(x["layers"] for x in st)==126
+assert d["spec"]["parallelism"]["tp"]==8' j.json "405b JSON numbers"
 
 # --simulate: the goodput section, and its JSON.
 "$exe" plan "$specs/llama3-405b-16k.json" --simulate --hours 200 --trials 8 > s.txt \
