@@ -996,6 +996,14 @@ LLMT_API llmt_status llmt_comm_create_group(llmt_comm *comm,
                                             const int32_t *ranks, size_t n,
                                             llmt_comm **out);
 
+/* This rank's group along `dim` of `plan` (llmt_plan_group), ordered as
+ * the plan lists it. Collective over `comm`, whose ranks must be the plan's
+ * ranks (same size). */
+LLMT_API llmt_status llmt_comm_create_plan_group(llmt_comm *comm,
+                                                 const llmt_plan *plan,
+                                                 llmt_plan_dim dim,
+                                                 llmt_comm **out);
+
 /* Stop everything now, never blocking: waiting calls of this rank (and, in
  * process, of the whole group) return LLMT_ERR_ABORTED. */
 LLMT_API llmt_status llmt_comm_abort(llmt_comm *comm);

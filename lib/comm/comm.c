@@ -1170,3 +1170,44 @@ llmt_status llmt_comm_recorder_dump_file(llmt_comm *c, const char *path)
                              strerror(errno));
     return LLMT_OK;
 }
+
+/* ---- groups of a plan */
+
+llmt_status llmt_comm_create_plan_group(llmt_comm *c, const llmt_plan *plan,
+                                        llmt_plan_dim dim, llmt_comm **out)
+{
+    if (!c || !plan || !out) return LLMT_ERR_NULL_POINTER;
+    *out = NULL;
+    int32_t world = 0;
+    llmt_status s = llmt_plan_world_size(plan, &world);
+    if (s != LLMT_OK)
+        return llmt__err_set(&c->err, s, "comm: plan: %s",
+                             llmt_plan_last_error(plan));
+    if (world != c->size)
+        return llmt__err_set(&c->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "comm: the plan has %d ranks, the communicator "
+                             "%d", (int)world, (int)c->size);
+    size_t n = 0;
+    int32_t gid = -1;
+    s = llmt_plan_group(plan, dim, c->rank, NULL, 0, &n, &gid);
+    if (s != LLMT_OK && s != LLMT_ERR_BUFFER_TOO_SMALL)
+        return llmt__err_set(&c->err, s, "comm: plan group %d: %s", (int)dim,
+                             llmt_plan_last_error(plan));
+    int32_t *ranks = malloc((n ? n : 1) * sizeof *ranks);
+    if (!ranks) return llmt__err_set(&c->err, LLMT_ERR_OUT_OF_MEMORY, "comm: no memory");
+    s = llmt_plan_group(plan, dim, c->rank, ranks, n, &n, &gid);
+    if (s != LLMT_OK) {
+        free(ranks);
+        return llmt__err_set(&c->err, s, "comm: plan group %d: %s", (int)dim,
+                             llmt_plan_last_error(plan));
+    }
+    int32_t key = -1;
+    for (size_t i = 0; i < n; i++)
+        if (ranks[i] == c->rank) key = (int32_t)i;
+    free(ranks);
+    if (key < 0 || gid < 0)
+        return llmt__err_set(&c->err, LLMT_ERR_INTERNAL,
+                             "comm: rank %d is not in its own plan group",
+                             (int)c->rank);
+    return llmt_comm_split(c, gid, key, out);
+}

@@ -181,10 +181,84 @@ static void api_checks(void)
     }
 }
 
+/* Groups of a plan (tp 2 x pp 2 x dp 2 on 8 ranks): each rank's group
+ * along every dimension has the members llmt_plan_group lists, in order. */
+static llmt_plan *g_plan;
+
+static void *plan_main(void *p)
+{
+    llmt_comm *c = p;
+    int32_t me;
+    llmt_comm_rank(c, &me);
+    intptr_t bad = 0;
+    const llmt_plan_dim dims[3] = {LLMT_DIM_TP, LLMT_DIM_PP, LLMT_DIM_DP};
+    for (int d = 0; d < 3; d++) {
+        llmt_comm *g = NULL;
+        if (llmt_comm_create_plan_group(c, g_plan, dims[d], &g) != LLMT_OK || !g) {
+            fprintf(stderr, "rank %d dim %d: %s\n", me, (int)dims[d],
+                    llmt_comm_last_error(c));
+            bad++;
+            continue;
+        }
+        int32_t want[8];
+        size_t n = 0;
+        llmt_plan_group(g_plan, dims[d], me, want, 8, &n, NULL);
+        int32_t gs = 0, got[8];
+        llmt_comm_size(g, &gs);
+        if ((size_t)gs != n) bad++;
+        else if (llmt_comm_all_gather(g, &me, got, 1, LLMT_DTYPE_INT32, NULL) != LLMT_OK) bad++;
+        else
+            for (size_t i = 0; i < n; i++)
+                if (got[i] != want[i]) bad++;
+        llmt_comm_destroy(g);
+    }
+    return (void *)bad;
+}
+
+static void plan_groups(void)
+{
+    const char *js =
+        "{\"name\": \"p\", \"model\": {\"arch\": \"gpt2\", \"layers\": 4, "
+        "\"hidden\": 256, \"heads\": 4, \"vocab\": 4096, \"seq_len\": 128}, "
+        "\"parallelism\": {\"tp\": 2, \"pp\": 2, \"dp\": 2}, "
+        "\"batch\": {\"micro\": 2, \"grad_accum\": 2}, \"hardware\": {\"gpu\": \"h100\"}}";
+    llmt_context *ctx = NULL;
+    llmt_context_create(NULL, &ctx);
+    llmt_spec *spec = NULL;
+    llmt_status s = llmt_spec_parse_json(ctx, js, strlen(js), &spec);
+    if (s == LLMT_OK) s = llmt_plan_create(ctx, spec, 8, &g_plan);
+    if (s != LLMT_OK) fprintf(stderr, "plan: %s\n", llmt_context_last_error(ctx));
+    CHECK_STATUS(s, LLMT_OK);
+    if (s == LLMT_OK) {
+        llmt_comm *c[8];
+        CHECK_STATUS(llmt_comm_create_inproc(ctx, 8, NULL, c), LLMT_OK);
+        pthread_t th[8];
+        for (int r = 0; r < 8; r++) pthread_create(&th[r], NULL, plan_main, c[r]);
+        intptr_t bad = 0;
+        for (int r = 0; r < 8; r++) {
+            void *res;
+            pthread_join(th[r], &res);
+            bad += (intptr_t)res;
+        }
+        CHECK_EQ_INT(bad, 0);
+        for (int r = 0; r < 8; r++) llmt_comm_destroy(c[r]);
+        /* a plan of another size is refused */
+        llmt_comm *one = NULL, *g = NULL;
+        llmt_comm_create_inproc(ctx, 1, NULL, &one);
+        CHECK_STATUS(llmt_comm_create_plan_group(one, g_plan, LLMT_DIM_TP, &g),
+                     LLMT_ERR_INVALID_ARGUMENT);
+        llmt_comm_destroy(one);
+    }
+    llmt_plan_destroy(g_plan);
+    llmt_spec_destroy(spec);
+    llmt_context_destroy(ctx);
+}
+
 int main(int argc, char **argv)
 {
     int big = argc > 1 && !strcmp(argv[1], "--big");
     api_checks();
+    plan_groups();
     for (int w = 1; w <= 8; w++) matrix(w, big || w == 3);
     return check_exit("test_comm");
 }
