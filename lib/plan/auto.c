@@ -87,13 +87,24 @@ static void why(const llmt_plan_cand *best, const llmt_plan_cand *o, char *buf,
         if (d[i] > d[k])
             k = i;
     if (o->step_time_s - best->step_time_s <= 1e-4 * best->step_time_s)
-        snprintf(buf, n, "nothing: a tie on predicted time (%.1f GB vs %.1f GB "
-                 "per GPU)", o->mem_total / 1e9, best->mem_total / 1e9);
+        snprintf(buf, n, "memory: the same predicted time with %.1f GB instead "
+                 "of %.1f GB per GPU", o->mem_total / 1e9, best->mem_total / 1e9);
     else
         snprintf(buf, n, "%s +%.3f s", names[k], d[k]);
 }
 
 static int divides(int64_t a, int64_t b) { return a > 0 && b % a == 0; }
+
+/* Ranking: faster first; within 0.01% of the time, less memory first. */
+static int better(const llmt_plan_cand *a, const llmt_plan_cand *b)
+{
+    double tol = 1e-4 * b->step_time_s;
+    if (a->step_time_s < b->step_time_s - tol)
+        return 1;
+    if (a->step_time_s > b->step_time_s + tol)
+        return 0;
+    return a->mem_total < b->mem_total;
+}
 
 LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                                     int32_t world_size,
@@ -201,7 +212,7 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                                     fitting++;
                                     /* insert into the sorted top list */
                                     int pos = ntop;
-                                    while (pos > 0 && top[pos - 1].step_time_s > c.step_time_s)
+                                    while (pos > 0 && better(&c, &top[pos - 1]))
                                         pos--;
                                     if (pos >= o.top_n)
                                         continue;
@@ -263,7 +274,7 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
     p->auto_fitting = fitting;
     char cs[256], wy[160];
     llmt__plan_note(p, "auto: %lld layouts of %d ranks evaluated, %lld fit in "
-                    "%.0f%% of %.0f GB; ranked by predicted step time",
+                    "%.0f%% of %.0f GB; ranked by predicted step time (ties: less memory)",
                     (long long)evaluated, (int)world_size, (long long)fitting,
                     100 * o.mem_fraction, spec->hardware.hbm_GB);
     cand_str(b, cs, sizeof cs);

@@ -68,7 +68,7 @@ has a.txt ": fits" "auto plan fits"
 py 'import json,sys; d=json.load(sys.stdin); g=d["degrees"]
 assert g["tp"]*g["cp"]*g["pp"]*g["dp"]==1024 and d["batch"]["global"]==512
 assert d["estimate"]["memory_per_gpu_bytes"]["fits"] is True
-r=d["auto"]["ranking"]; s=[x["step_s"] for x in r]; assert s==sorted(s) and len(r)>1' \
+r=d["auto"]["ranking"]; s=[x["step_s"] for x in r]; assert all(a<=b*1.0001 for a,b in zip(s,s[1:])) and len(r)>1' \
   a.json "auto JSON ranking"
 
 # The other examples.
