@@ -567,7 +567,7 @@ static void test_young_daly(void)
     CHECK(t < 3600);
     CHECK_STATUS(llmt_young_daly_interval(900, mtbf, 0, &t), LLMT_OK);
     CHECK(t > 3600);
-    /* Daly (2006) eq. 20: sqrt(2CM)*(1 + (1/3)sqrt(C/2M) + C/(18M)) - C. */
+    /* Daly (2006), higher-order estimate: sqrt(2CM)*(1 + (1/3)sqrt(C/2M) + C/(18M)) - C. */
     double C = 300, M = 7200;
     CHECK_STATUS(llmt_young_daly_interval(C, M, 1, &t), LLMT_OK);
     double want = sqrt(2 * C * M) * (1 + sqrt(C / (2 * M)) / 3 + C / (18 * M)) - C;
@@ -863,7 +863,7 @@ static void test_goodput(void)
 static void test_calibration(void)
 {
     /* Megatron-LM's FLOPs per iteration with full recomputation
-     * (Narayanan et al. 2021, eq. 3): 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)). */
+     * (Narayanan et al. 2021, appendix): 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)). */
     llmt_spec *s = load("examples/specs/calibration/megatron-gpt3-175b-1024gpu.json");
     llmt_plan *p = plan_of(s, 0);
     llmt_plan_estimate e = est_of(p);
