@@ -212,7 +212,13 @@ static void nccl_destroy(llmt_comm *c)
         if (b->scratch) cudaFree(b->scratch);
         free(b);
     }
+    int owned = c->mpi_owned;
     llmt__comm_free_shell(c);
+#ifdef LLMT_HAVE_MPI
+    if (owned) llmt__mpi_release(); /* bootstrapped over our MPI_Init */
+#else
+    (void)owned;
+#endif
 }
 
 static llmt_status finish(llmt_comm *c, nccl_be *b, ncclComm_t comm)
