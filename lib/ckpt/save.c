@@ -668,7 +668,33 @@ out:
     return st;
 }
 
-/* Persist the snapshot: hash, data file, part manifest, commit. */
+/* Hash every chunk and block of the snapshot into the job's manifest. */
+static void *hash_main(void *arg)
+{
+    llmt_ckpt *ck = arg;
+    ck_manifest *m = &ck->job;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        ck_chunk *k = &m->tensors[i].chunks[0];
+        const uint8_t *p = ck->buf + k->offset;
+        /* one pass: the block hashes and the streamed whole-chunk hash */
+        XXH64_state_t *st = XXH64_createState();
+        if (st)
+            XXH64_reset(st, 0);
+        for (uint64_t b = 0; b < k->nblocks; b++) {
+            uint64_t o = b * k->block;
+            uint64_t n = k->length - o < k->block ? k->length - o : k->block;
+            k->bxxh[b] = XXH64(p + o, (size_t)n, 0);
+            if (st)
+                XXH64_update(st, p + o, (size_t)n);
+        }
+        k->xxh = st ? XXH64_digest(st) : XXH64(p, (size_t)k->length, 0);
+        if (st)
+            XXH64_freeState(st);
+    }
+    return NULL;
+}
+
+/* Persist the snapshot: data file (hashed meanwhile), part manifest, commit. */
 static llmt_status run_job(llmt_ckpt *ck)
 {
     ck_manifest *m = &ck->job;
@@ -680,16 +706,6 @@ static llmt_status run_job(llmt_ckpt *ck)
     snprintf(path, sizeof path, "%s/rank-%05d.json", dir, (int)m->rank);
     if (unlink(path) == 0)
         llmt__ckpt_fsync_dir(dir);
-    for (size_t i = 0; i < m->ntensors; i++) {
-        ck_chunk *k = &m->tensors[i].chunks[0];
-        const uint8_t *p = ck->buf + k->offset;
-        k->xxh = XXH64(p, (size_t)k->length, 0);
-        for (uint64_t b = 0; b < k->nblocks; b++) {
-            uint64_t o = b * k->block;
-            uint64_t n = k->length - o < k->block ? k->length - o : k->block;
-            k->bxxh[b] = XXH64(p + o, (size_t)n, 0);
-        }
-    }
     uint8_t *h = ck->buf;
     memcpy(h, CK_MAGIC, 8);
     put_u32(h + 8, CK_FORMAT_VERSION);
@@ -702,8 +718,17 @@ static llmt_status run_job(llmt_ckpt *ck)
     put_u64(h + 48, XXH64(h, 48, 0));
     snprintf(path, sizeof path, "%s/rank-%05d.bin", dir, (int)m->rank);
     int direct = 0;
+    /* The hashes go only into the part manifest, written after the data:
+     * compute them on a helper thread while the data is being written (both
+     * only read the snapshot buffer). */
+    pthread_t hasher;
+    int threaded = pthread_create(&hasher, NULL, hash_main, ck) == 0;
     llmt_status st = llmt__ckpt_write_file(path, ck->buf, ck->job_bytes, ck->opts.direct_io,
                                            &direct, ck->job_err, sizeof ck->job_err);
+    if (threaded)
+        pthread_join(hasher, NULL);
+    else
+        hash_main(ck);
     if (st != LLMT_OK) {
         unlink(path); /* give the space back (disk full); nothing refers to it */
         return st;
