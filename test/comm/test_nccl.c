@@ -124,6 +124,33 @@ int main(void)
     CHECK_STATUS(llmt_comm_finalize(c), LLMT_OK);
     llmt_comm_destroy(c);
 
+    /* under mpirun: NCCL bootstrapped over MPI from the environment */
+    llmt_comm_env env;
+    llmt_comm_env_discover(&env, sizeof env);
+    if (strcmp(env.launcher, "none") != 0) {
+        llmt_comm_opts mo;
+        llmt_comm_opts_init(&mo, sizeof mo);
+        mo.backend = LLMT_COMM_NCCL;
+        mo.timeout_ms = 60000;
+        llmt_comm *m = NULL;
+        CHECK_STATUS(llmt_comm_create_from_env(ctx, &mo, &m), LLMT_OK);
+        if (m) {
+            llmt_comm_backend_of(m, &be);
+            CHECK_EQ_INT(be, LLMT_COMM_NCCL);
+            int32_t sz = 0;
+            llmt_comm_size(m, &sz);
+            CHECK_EQ_INT(sz, env.world_size);
+            CHECK_STATUS(llmt_comm_all_reduce(m, d1, d2, 1000, LLMT_DTYPE_FP32,
+                                              LLMT_REDUCE_SUM, NULL), LLMT_OK);
+            CHECK_STATUS(llmt_comm_finalize(m), LLMT_OK);
+            llmt_comm_destroy(m);
+            fprintf(stderr, "NCCL over MPI (%s, %d ranks): ok\n", env.launcher,
+                    (int)env.world_size);
+        } else {
+            fprintf(stderr, "NCCL over MPI: %s\n", llmt_context_last_error(ctx));
+        }
+    }
+
     /* a bootstrap whose second rank never comes: bounded by the timeout */
     CHECK_STATUS(llmt_comm_unique_id(id, sizeof id), LLMT_OK);
     o.timeout_ms = 3000;
