@@ -18,7 +18,7 @@ typedef struct plan_args {
     const char *spec;
     long world;
     int automatic, simulate, json, keys;
-    double hours;
+    double hours, interval;
     long trials;
     long long seed;
 } plan_args;
@@ -31,6 +31,20 @@ static int parse_long(const char *flag, const char *v, long lo, long hi, long *o
     if (!v || errno || end == v || *end || x < lo || x > hi) {
         fprintf(stderr, "llmtrain plan: %s needs an integer in [%ld, %ld], got '%s'\n",
                 flag, lo, hi, v ? v : "");
+        return CLI_USAGE;
+    }
+    *out = x;
+    return CLI_OK;
+}
+
+static int parse_seconds(const char *flag, const char *v, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || errno || end == v || *end || !(x > 0) || x > 1e9) {
+        fprintf(stderr, "llmtrain plan: %s needs seconds > 0, got '%s'\n", flag,
+                v ? v : "");
         return CLI_USAGE;
     }
     *out = x;
@@ -57,7 +71,9 @@ static int parse_args(int argc, char **argv, plan_args *a)
             long h = 0;
             rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 1, 24 * 365, &h);
             a->hours = (double)h;
-        } else if (!strcmp(s, "--trials"))
+        } else if (!strcmp(s, "--interval"))
+            rc = parse_seconds(s, i + 1 < argc ? argv[++i] : NULL, &a->interval);
+        else if (!strcmp(s, "--trials"))
             rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 1, 100000, &a->trials);
         else if (!strcmp(s, "--seed")) {
             long x = 0;
@@ -275,6 +291,8 @@ static int show(const plan_args *a, const llmt_plan *p, const llmt_spec *spec)
         go.horizon_hours = a->hours;
     if (a->trials > 0)
         go.trials = (int32_t)a->trials;
+    if (a->interval > 0)
+        go.interval_s = a->interval;
     if (a->seed > 0)
         go.seed = (uint64_t)a->seed;
     if (a->simulate) {

@@ -17,7 +17,7 @@ const cli_command cli_commands[] = {
     /* plan: owned by lib/plan (issue 4) */
     {"plan", "show the parallel layout, memory, step time and goodput of a job",
      "usage: llmtrain plan SPEC.json [--world N] [--auto] [--simulate] [--json]\n"
-     "                     [--hours H] [--trials N] [--seed S]\n"
+     "                     [--hours H] [--interval S] [--trials N] [--seed S]\n"
      "       llmtrain plan --keys\n"
      "  Places the spec on N GPUs and prints the layout (rank order, stage\n"
      "  layers), memory per GPU by kind, FLOPs, communication per step,\n"
@@ -33,6 +33,7 @@ const cli_command cli_commands[] = {
      "  --simulate   Monte-Carlo goodput under failures; sweeps the\n"
      "               checkpoint interval around Young/Daly\n"
      "  --hours H    training work to simulate [the run, at most a year]\n"
+     "  --interval S checkpoint interval to simulate, seconds [the plan's]\n"
      "  --trials N   simulated runs per interval [32]\n"
      "  --seed S     simulation seed [train.seed + 1]\n"
      "  --json       the plan (and goodput) as one JSON object\n"

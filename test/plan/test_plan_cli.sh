@@ -52,6 +52,14 @@ has s.txt "best simulated" "simulate sweep"
 py 'import json,sys; d=json.load(sys.stdin); g=d["goodput"]
 assert 0.5<g["goodput"]<1 and g["work_hours"]==200 and g["best_goodput"]>=g["goodput"]-1e-12
 assert abs(g["mtbf_hours"]-54*24/419)<1e-6' s.json "goodput JSON"
+# --interval: the goodput at a given interval; 10x Young is worse.
+"$exe" plan "$specs/llama3-405b-16k.json" --simulate --hours 200 --trials 8 --json --interval 2117 > i.json \
+  && ok "--interval" || bad "--interval"
+python3 -c 'import json,sys; a=json.load(open("s.json"))["goodput"]; b=json.load(open("i.json"))["goodput"]
+assert b["interval_s"]==2117 and b["goodput"]<a["young_daly_goodput"]-0.02, (a, b)' \
+  && ok "10x the Young interval loses goodput" || bad "--interval goodput"
+"$exe" plan "$specs/llama3-405b-16k.json" --simulate --interval 0 > /dev/null 2>&1; [ $? -eq 2 ] \
+  && ok "bad --interval -> 2" || bad "bad --interval"
 # deterministic for a seed
 "$exe" plan "$specs/llama3-405b-16k.json" --simulate --hours 200 --trials 8 --json --seed 5 > a.json
 "$exe" plan "$specs/llama3-405b-16k.json" --simulate --hours 200 --trials 8 --json --seed 5 > b.json
