@@ -1049,9 +1049,10 @@ static int train_main(run *r, const char *spec_path, const char *out,
     if (!isnan(last_val))
         printf("validation loss %.3f nats/token (%.3f bits) vs unigram "
                "entropy of the corpus %.3f nats/token (%.3f bits): %.0f%% "
-               "below%s\n", (double)last_val, last_val / log(2.0), H,
-               H / log(2.0), 100.0 * (1.0 - last_val / H),
-               stop_at > start ? "" : " (no step run)");
+               "below, perplexity %.0f vs %.0f (%.1fx lower)%s\n",
+               (double)last_val, last_val / log(2.0), H, H / log(2.0),
+               100.0 * (1.0 - last_val / H), exp(last_val), exp(H),
+               exp(H - last_val), stop_at > start ? "" : " (no step run)");
     if (stop_at > start)
         printf("trained steps %lld..%lld in %.1f s\n", (long long)start + 1,
                (long long)stop_at, wall);
