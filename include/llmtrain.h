@@ -786,6 +786,12 @@ LLMT_API llmt_status llmt_ckpt_open_latest(llmt_ckpt *ck, int64_t *step);
 LLMT_API llmt_status llmt_ckpt_open_step(llmt_ckpt *ck, int64_t step);
 /* Open a checkpoint directory by path (for tools: verify, inspect). */
 LLMT_API llmt_status llmt_ckpt_open_dir(llmt_ckpt *ck, const char *dir);
+/* Host-memory tier: open this handle's last snapshot (this rank's blocks
+ * only) from the snapshot buffer, without touching the disk; also after a
+ * save whose write failed (e.g. disk full). Waits for a save in flight.
+ * Valid until the next llmt_ckpt_save, which closes it. *step (may be NULL)
+ * gets its step. LLMT_ERR_NOT_FOUND before the first save. */
+LLMT_API llmt_status llmt_ckpt_open_snapshot(llmt_ckpt *ck, int64_t *step);
 /* Tensors of the open checkpoint: count, then name/info by index 0..n-1
  * (names stay valid until the next open or destroy). */
 LLMT_API llmt_status llmt_ckpt_tensor_count(llmt_ckpt *ck, size_t *out);

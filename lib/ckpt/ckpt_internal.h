@@ -143,12 +143,18 @@ struct llmt_ckpt {
     char job_err[LLMT_ERR_MSG_MAX];
     int64_t last_step;
 
+    int have_snapshot;        /* buf + job hold a complete snapshot */
+
     /* the open checkpoint */
     ck_manifest open;
     int is_open;
+    int open_mem;             /* opened from the snapshot buffer (host tier) */
     char *open_dir;
     uint8_t *rbuf;
     uint64_t rbufcap;
 };
+
+/* Hash every chunk and block of the job's snapshot (save.c). */
+void *llmt__ckpt_hash_job(void *ck);
 
 #endif

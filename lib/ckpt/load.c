@@ -24,6 +24,7 @@ void llmt__ckpt_close_open(llmt_ckpt *ck)
     free(ck->open_dir);
     ck->open_dir = NULL;
     ck->is_open = 0;
+    ck->open_mem = 0;
     free(ck->rbuf);
     ck->rbuf = NULL;
     ck->rbufcap = 0;
@@ -251,6 +252,30 @@ LLMT_API llmt_status llmt_ckpt_open_latest(llmt_ckpt *ck, int64_t *step)
                          ck->root, skipped);
 }
 
+LLMT_API llmt_status llmt_ckpt_open_snapshot(llmt_ckpt *ck, int64_t *step)
+{
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_ckpt_wait(ck, -1); /* the writer reads the buffer and fills the hashes */
+    if (!ck->have_snapshot)
+        return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
+                             "ckpt: no snapshot in host memory (no save on this handle yet)");
+    if (ck->job_status != LLMT_OK)
+        llmt__ckpt_hash_job(ck); /* the write failed, perhaps before hashing */
+    ck_manifest *part = &ck->job, copy;
+    char e[LLMT_ERR_MSG_MAX];
+    llmt_status s = llmt__ckpt_manifest_merge(&part, 1, &copy, e, sizeof e);
+    if (s != LLMT_OK)
+        return llmt__err_set(&ck->err, s, "ckpt: snapshot: %s", e);
+    llmt__ckpt_close_open(ck);
+    ck->open = copy;
+    ck->is_open = 1;
+    ck->open_mem = 1;
+    if (step)
+        *step = copy.step;
+    return LLMT_OK;
+}
+
 static llmt_status need_open(llmt_ckpt *ck)
 {
     if (!ck->is_open)
@@ -397,30 +422,38 @@ static llmt_status read_chunk(llmt_ckpt *ck, const ck_tensor *t, size_t ci,
         s0 = b0 * k->block;
         s1 = b1 * k->block < k->length ? b1 * k->block : k->length;
     }
-    llmt_status s = ensure_rbuf(ck, s1 - s0);
-    if (s != LLMT_OK)
-        return s;
-    int fd = open_data(ck->open_dir, k->rank);
-    if (fd < 0)
-        return llmt__err_set(&ck->err, LLMT_ERR_IO, "ckpt: open %s/rank-%05d.bin: %s",
-                             ck->open_dir, (int)k->rank, strerror(errno));
-    s = pread_all(fd, ck->rbuf, s1 - s0, k->offset + s0);
-    close(fd);
-    if (s != LLMT_OK)
-        return llmt__err_set(&ck->err, s, "ckpt: short read of %s/rank-%05d.bin (truncated?)",
-                             ck->open_dir, (int)k->rank);
+    const uint8_t *span;
+    llmt_status s;
+    if (ck->open_mem) {
+        span = ck->buf + k->offset + s0; /* host tier: the snapshot buffer */
+    } else {
+        s = ensure_rbuf(ck, s1 - s0);
+        if (s != LLMT_OK)
+            return s;
+        int fd = open_data(ck->open_dir, k->rank);
+        if (fd < 0)
+            return llmt__err_set(&ck->err, LLMT_ERR_IO, "ckpt: open %s/rank-%05d.bin: %s",
+                                 ck->open_dir, (int)k->rank, strerror(errno));
+        s = pread_all(fd, ck->rbuf, s1 - s0, k->offset + s0);
+        close(fd);
+        if (s != LLMT_OK)
+            return llmt__err_set(&ck->err, s, "ckpt: short read of %s/rank-%05d.bin "
+                                 "(truncated?)", ck->open_dir, (int)k->rank);
+        span = ck->rbuf;
+    }
     if (verify) {
         for (uint64_t b = b0; b < b1; b++) {
             uint64_t o = b * k->block - s0;
             uint64_t n = k->length - b * k->block < k->block ? k->length - b * k->block : k->block;
-            if (XXH64(ck->rbuf + o, (size_t)n, 0) != k->bxxh[b])
+            if (XXH64(span + o, (size_t)n, 0) != k->bxxh[b])
                 return llmt__err_set(&ck->err, LLMT_ERR_CHECKSUM,
                                      "ckpt: tensor '%s' chunk %zu (%s/rank-%05d.bin) block %"
-                                     PRIu64 ": checksum mismatch", t->name, ci, ck->open_dir,
+                                     PRIu64 ": checksum mismatch", t->name, ci,
+                                     ck->open_mem ? "host snapshot" : ck->open_dir,
                                      (int)k->rank, b);
         }
     }
-    copy_box(dst->data, doff, dst->shape, ck->rbuf, s0, k, nd, es, lo, hi);
+    copy_box(dst->data, doff, dst->shape, span, s0, k, nd, es, lo, hi);
     *copied = vol;
     return LLMT_OK;
 }
@@ -559,6 +592,18 @@ LLMT_API llmt_status llmt_ckpt_verify(llmt_ckpt *ck)
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
     llmt_status s = need_open(ck);
+    if (s == LLMT_OK && ck->open_mem) {
+        const ck_manifest *m = &ck->open;
+        for (size_t i = 0; i < m->ntensors; i++)
+            for (size_t c = 0; c < m->tensors[i].nchunks; c++) {
+                const ck_chunk *k = &m->tensors[i].chunks[c];
+                if (XXH64(ck->buf + k->offset, (size_t)k->length, 0) != k->xxh)
+                    return llmt__err_set(&ck->err, LLMT_ERR_CHECKSUM,
+                                         "ckpt: tensor '%s' (host snapshot): checksum "
+                                         "mismatch", m->tensors[i].name);
+            }
+        return LLMT_OK;
+    }
     if (s == LLMT_OK)
         s = check_files(ck, ck->open_dir, &ck->open);
     if (s == LLMT_OK)

@@ -352,6 +352,7 @@ static void step_dir(char *buf, size_t n, const char *root, int64_t step)
 static llmt_status snapshot(llmt_ckpt *ck)
 {
     ck_manifest *m = &ck->job;
+    ck->have_snapshot = 0;
     llmt__ckpt_manifest_free(m);
     m->is_part = 1;
     m->step = ck->step;
@@ -433,6 +434,7 @@ static llmt_status snapshot(llmt_ckpt *ck)
         memset(ck->buf + end, 0, pad - end);
     }
     ck->job_bytes = off;
+    ck->have_snapshot = 1;
     return LLMT_OK;
 oom:
     return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
@@ -669,7 +671,7 @@ out:
 }
 
 /* Hash every chunk and block of the snapshot into the job's manifest. */
-static void *hash_main(void *arg)
+void *llmt__ckpt_hash_job(void *arg)
 {
     llmt_ckpt *ck = arg;
     ck_manifest *m = &ck->job;
@@ -722,13 +724,13 @@ static llmt_status run_job(llmt_ckpt *ck)
      * compute them on a helper thread while the data is being written (both
      * only read the snapshot buffer). */
     pthread_t hasher;
-    int threaded = pthread_create(&hasher, NULL, hash_main, ck) == 0;
+    int threaded = pthread_create(&hasher, NULL, llmt__ckpt_hash_job, ck) == 0;
     llmt_status st = llmt__ckpt_write_file(path, ck->buf, ck->job_bytes, ck->opts.direct_io,
                                            &direct, ck->job_err, sizeof ck->job_err);
     if (threaded)
         pthread_join(hasher, NULL);
     else
-        hash_main(ck);
+        llmt__ckpt_hash_job(ck);
     if (st != LLMT_OK) {
         unlink(path); /* give the space back (disk full); nothing refers to it */
         return st;
@@ -827,6 +829,8 @@ LLMT_API llmt_status llmt_ckpt_save(llmt_ckpt *ck, int32_t async)
         return llmt__err_set(&ck->err, LLMT_ERR_STATE,
                              "ckpt: step %" PRId64 " is already committed in %s", ck->step,
                              ck->root);
+    if (ck->open_mem) /* the buffer is about to change under it */
+        llmt__ckpt_close_open(ck);
     llmt_status s = snapshot(ck);
     if (s != LLMT_OK)
         return s;

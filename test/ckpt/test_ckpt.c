@@ -804,6 +804,18 @@ static void test_enospc(llmt_context *ctx)
     llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, back, LLMT_DEVICE_CPU, 0);
     CHECK_STATUS(llmt_ckpt_read(ck, "w", &v, NULL), LLMT_OK);
     CHECK(!memcmp(back, big, sizeof back));
+    /* the host-memory tier still holds step 2, which never reached the disk */
+    big[5] = -1.0f; /* the caller's tensor moved on */
+    CHECK_STATUS(llmt_ckpt_open_snapshot(ck, &step), LLMT_OK);
+    CHECK_EQ_INT(step, 2);
+    float *b2 = malloc(sizeof(float) << 18);
+    int64_t n2 = 1 << 18;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n2, b2, LLMT_DEVICE_CPU, 0);
+    CHECK_STATUS(llmt_ckpt_read(ck, "w", &v, NULL), LLMT_OK);
+    CHECK(b2[5] == 5.0f && b2[(1 << 18) - 1] == (float)((1 << 18) - 1));
+    CHECK_STATUS(llmt_ckpt_verify(ck), LLMT_OK);
+    free(b2);
+    big[5] = 5.0f;
     /* space comes back: training goes on saving */
     setenv("LLMT_TEST_ENOSPC_AFTER", "-1", 1);
     n = 1 << 18;
@@ -815,6 +827,39 @@ static void test_enospc(llmt_context *ctx)
     CHECK_EQ_INT(step, 3);
     CHECK_STATUS(llmt_ckpt_verify(ck), LLMT_OK);
     unsetenv("LLMT_TEST_ENOSPC_AFTER");
+    llmt_ckpt_destroy(ck);
+    tmpdir_remove(root);
+    free(root);
+}
+
+/* Host tier: the last snapshot, read from memory; a new save closes it. */
+static void test_host_tier(llmt_context *ctx)
+{
+    char *root = tmpdir_make(NULL, "host");
+    llmt_ckpt *ck = make_ck(ctx, root, 0, 1, LLMT_CKPT_VERIFY_READ, 0);
+    float x[16] = {0}, y[16];
+    int64_t n = 16, hs = -1;
+    llmt_tensor v, vy;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, x, LLMT_DEVICE_CPU, 0);
+    llmt_tensor_init(&vy, sizeof vy, LLMT_DTYPE_FP32, 1, &n, y, LLMT_DEVICE_CPU, 0);
+    CHECK_STATUS(llmt_ckpt_open_snapshot(ck, &hs), LLMT_ERR_NOT_FOUND);
+    x[0] = 10.0f;
+    CHECK_STATUS(llmt_ckpt_begin(ck, 10), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_add_tensor(ck, "x", &v, NULL, NULL), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_save(ck, 1), LLMT_OK);
+    x[0] = 99.0f; /* the caller moves on */
+    CHECK_STATUS(llmt_ckpt_open_snapshot(ck, &hs), LLMT_OK); /* waits for the write */
+    CHECK_EQ_INT(hs, 10);
+    CHECK_STATUS(llmt_ckpt_read(ck, "x", &vy, NULL), LLMT_OK);
+    CHECK(y[0] == 10.0f);
+    CHECK_STATUS(llmt_ckpt_verify(ck), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_begin(ck, 11), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_add_tensor(ck, "x", &v, NULL, NULL), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_save(ck, 1), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_read(ck, "x", &vy, NULL), LLMT_ERR_STATE);
+    CHECK_STATUS(llmt_ckpt_open_snapshot(ck, &hs), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_read(ck, "x", &vy, NULL), LLMT_OK);
+    CHECK(hs == 11 && y[0] == 99.0f);
     llmt_ckpt_destroy(ck);
     tmpdir_remove(root);
     free(root);
@@ -845,6 +890,7 @@ int main(int argc, char **argv)
     llmt_context_set_log_level(ctx, LLMT_LOG_WARN);
     test_reshard(ctx);
     test_tiers(ctx);
+    test_host_tier(ctx);
     test_corruption(ctx);
     test_write_error(ctx);
     llmt_context_destroy(ctx);
