@@ -174,6 +174,21 @@ size_t llmt__cuda_gpt2_num_params(const llmt__cuda_gpt2 *g)
 }
 size_t llmt__cuda_gpt2_activation_bytes(const llmt__cuda_gpt2 *g) { return g->act_bytes; }
 
+llmt_status llmt__cuda_gpt2_load(llmt__cuda_gpt2 *g, const float *flat, size_t n)
+{
+    llmt__cuda_ctx *ctx = g->ctx;
+    if (n != g->P)
+        return llmt__err_set(&ctx->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "cuda: gpt2 load: %zu floats given, the model has %zu", n, g->P);
+    llmt_status st;
+    if ((st = llmt__cuda_h2d(ctx, g->master, flat, n * 4))) return st;
+    if ((st = llmt__cuda_f32_to_bf16(ctx, (llmt__bf16 *)g->param, g->master, n))) return st;
+    if ((st = llmt__cuda_memset0(ctx, g->m, n * 4))) return st;
+    if ((st = llmt__cuda_memset0(ctx, g->v, n * 4))) return st;
+    g->step = 0;
+    return LLMT_OK;
+}
+
 static llmt_status mm(llmt__cuda_ctx *ctx, int ta, int tb, int M, int N, int K, const void *A,
                       const void *B, void *C, int cf32, float beta, int epi, const void *bias,
                       void *aux)

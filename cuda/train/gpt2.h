@@ -28,6 +28,11 @@ void llmt__cuda_gpt2_destroy(llmt__cuda_gpt2 *g);
 size_t llmt__cuda_gpt2_num_params(const llmt__cuda_gpt2 *g);
 /* Activation and gradient-scratch bytes planned for (B, T). */
 size_t llmt__cuda_gpt2_activation_bytes(const llmt__cuda_gpt2 *g);
+/* Replaces the parameters (and resets the optimizer) with n fp32 values in
+ * llm.c's order: wte[Vp,C], wpe[maxT,C], then each tensor kind over all
+ * layers (ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb,
+ * fcprojw, fcprojb), ln_f weight, bias. n must equal num_params (C % 8 == 0). */
+llmt_status llmt__cuda_gpt2_load(llmt__cuda_gpt2 *g, const float *flat, size_t n);
 /* One step on B*T tokens and targets (device pointers, or host ones when
  * host_inputs). Writes the mean loss and the pre-clip gradient norm
  * (synchronises once, to read them). */
