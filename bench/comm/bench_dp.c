@@ -21,6 +21,8 @@ static int g_steps;
 typedef struct job {
     llmt_comm *c;
     int rank, dp, zero;
+    int solo; /* no communicator, this rank's share only (a peer: the
+                 same work without any communication) */
     double seconds;
     llmt_status st;
 } job;
@@ -34,7 +36,7 @@ static void *run(void *p)
     llmt_trainer_opts_init(&o, sizeof o);
     o.seq_len = T;
     o.micro_batch = MICRO;
-    o.grad_accum = ACCUM * (j->c ? 1 : j->dp);
+    o.grad_accum = ACCUM * (j->c || j->solo ? 1 : j->dp);
     o.threads = 1;
     j->st = llmt_model_create(NULL, &cfg, &m);
     if (!j->st) j->st = llmt_trainer_create(m, &o, &tr);
@@ -45,7 +47,7 @@ static void *run(void *p)
         j->st = llmt_trainer_set_comm(tr, j->c, &d);
     }
     int seqs = MICRO * o.grad_accum;
-    size_t off = j->c ? (size_t)j->rank * seqs * T : 0;
+    size_t off = j->c || j->solo ? (size_t)j->rank * seqs * T : 0;
     llmt_batch b = {sizeof b, g_in + off, g_tg + off, seqs, T};
     /* one warm-up step, then timed steps */
     if (!j->st) j->st = llmt_trainer_step(tr, &b, NULL);
@@ -77,17 +79,56 @@ int main(int argc, char **argv)
         g_tg[i] = (int32_t)((i * 40503u + 7) % 512);
     }
     double tokens = (double)n;
-    job one = {NULL, 0, 2, 0, 0, 0};
+    llmt_comm_env env;
+    llmt_comm_env_discover(&env, sizeof env);
+    if (env.world_size == 2) {
+        /* under mpirun -np 2: ranks are processes; compare with the 1-rank
+         * step of a run without mpirun */
+        llmt_comm *c = NULL;
+        if (llmt_comm_create_from_env(NULL, NULL, &c) != LLMT_OK) return 1;
+        for (int zero = 0; zero <= 3; zero++) {
+            job j = {c, env.rank, 2, zero, 0, 0, 0};
+            run(&j);
+            double t = j.seconds;
+            /* slowest rank (positive doubles order like their bits) */
+            llmt_comm_all_reduce(c, &t, &t, 1, LLMT_DTYPE_INT64, LLMT_REDUCE_MAX, NULL);
+            if (j.st) return 1;
+            if (env.rank == 0) {
+                char name[48];
+                snprintf(name, sizeof name, "dp2proc_zero%d_step", zero);
+                bench_record(&b, name, &t, 1, tokens, "tokens");
+                printf("dp 2 processes, ZeRO-%d: %.1f ms/step\n", zero, t * 1e3);
+            }
+        }
+        llmt_comm_destroy(c);
+        free(g_in);
+        free(g_tg);
+        return env.rank == 0 ? bench_finish(&b) : 0;
+    }
+    job one = {NULL, 0, 2, 0, 0, 0, 0};
     run(&one);
     if (one.st) return 1;
     bench_record(&b, "dp1_step", &one.seconds, 1, tokens, "tokens");
+    {   /* two independent half-batch trainers at once: the compute alone */
+        job j[2];
+        pthread_t th[2];
+        for (int r = 0; r < 2; r++) {
+            j[r] = (job){NULL, r, 2, 0, 1, 0, 0};
+            pthread_create(&th[r], NULL, run, &j[r]);
+        }
+        for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+        double t = j[0].seconds > j[1].seconds ? j[0].seconds : j[1].seconds;
+        bench_record(&b, "solo2_step", &t, 1, tokens, "tokens");
+        printf("two independent half-batch trainers (no communication): %.1f "
+               "ms/step, efficiency %.2f\n", t * 1e3, one.seconds / (2 * t));
+    }
     for (int zero = 0; zero <= 3; zero++) {
         llmt_comm *c[2];
         llmt_comm_create_inproc(NULL, 2, NULL, c);
         job j[2];
         pthread_t th[2];
         for (int r = 0; r < 2; r++) {
-            j[r] = (job){c[r], r, 2, zero, 0, 0};
+            j[r] = (job){c[r], r, 2, zero, 0, 0, 0};
             pthread_create(&th[r], NULL, run, &j[r]);
         }
         for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
