@@ -26,6 +26,7 @@ while [ $i -lt "$rounds" ]; do
   i=$((i + 1))
   rm -f "$dir/llmt-dd-$$.bin"
   dd if=/dev/zero of="$dir/llmt-dd-$$.bin" bs=8M count=$((mib / 8)) oflag=direct conv=fsync 2>"$tmp/dd.$i" || true
+  dd if="$dir/llmt-dd-$$.bin" of=/dev/null bs=8M iflag=direct 2>"$tmp/ddr.$i" || true
   rm -f "$dir/llmt-dd-$$.bin"
   LLMT_BENCH_CKPT_DIR=$dir LLMT_BENCH_CKPT_MB=$mib LLMT_BENCH_CKPT_TENSORS=$nt \
     "$bench" --warmup 1 --repeats 3 --json "$tmp/ours.$i.json" >/dev/null
@@ -39,11 +40,14 @@ python3 - "$tmp" "$rounds" "$mib" "$mtbf" "$dir" "$fs" "$out" <<'PY'
 import glob, json, math, os, platform, re, statistics as st, sys
 tmp, rounds, mib, mtbf_h, d, fs, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7]
 nbytes = None
-dd = []
-for f in sorted(glob.glob(tmp + "/dd.*")):
-    m = re.search(r"(\d+) bytes .* copied, ([0-9.]+) s", open(f).read())
-    if m:
-        dd.append(int(m.group(1)) / float(m.group(2)))
+def ddrate(pattern):
+    out = []
+    for f in sorted(glob.glob(tmp + pattern)):
+        m = re.search(r"(\d+) bytes .* copied, ([0-9.]+) s", open(f).read())
+        if m:
+            out.append(int(m.group(1)) / float(m.group(2)))
+    return out
+dd, ddr = ddrate("/dd.*"), ddrate("/ddr.*")
 ours = {}
 for f in sorted(glob.glob(tmp + "/ours.*.json")):
     j = json.load(open(f))
@@ -64,7 +68,11 @@ res = {
     "ours_median_s": med,
     "ours_Bps": {k: B / v for k, v in med.items()},
 }
+res["dd_iflag_direct_read_Bps"] = st.median(ddr) if ddr else None
+res["dd_read_runs_Bps"] = ddr
 ddb = res["dd_oflag_direct_Bps"]
+if ddr:
+    res["load_vs_dd_read"] = (B / med["load_cold"]) / st.median(ddr)
 if ddb:
     res["persist_vs_dd"] = (B / med["persist_async"]) / ddb
     res["save_sync_direct_vs_dd"] = (B / med["save_sync_direct"]) / ddb
@@ -91,7 +99,10 @@ if ddb:
     print("dd oflag=direct      %7.0f MB/s (runs: %s)" % (ddb / 1e6, ", ".join("%.0f" % (x / 1e6) for x in dd)))
     print("ours persist (async) %7.0f MB/s  = %.0f%% of dd" % (B / med["persist_async"] / 1e6, 100 * res["persist_vs_dd"]))
     print("ours save (sync)     %7.0f MB/s  = %.0f%% of dd" % (B / med["save_sync_direct"] / 1e6, 100 * res["save_sync_direct_vs_dd"]))
-print("ours load (cold)     %7.0f MB/s" % (B / med["load_cold"] / 1e6))
+if ddr:
+    print("dd iflag=direct read %7.0f MB/s" % (st.median(ddr) / 1e6))
+print("ours load (cold)     %7.0f MB/s%s" % (B / med["load_cold"] / 1e6,
+      "  = %.0f%% of dd read" % (100 * res["load_vs_dd_read"]) if ddr else ""))
 if tsave:
     print("torch.save %.3f s vs ours sync save %.3f s: ours %.2fx faster; stall of async save %.3f s (%.1fx)" %
           (res["torch_save_median_s"], med["save_sync_direct"], res["torch_save_over_ours_sync"], stall, res["torch_save_over_ours_stall"]))
