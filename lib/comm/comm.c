@@ -547,6 +547,7 @@ static void on_timeout(llmt_comm *c, const llmt__coll *a)
     free(missing);
     free(unreach);
     __atomic_store_n(&c->aborted, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&c->fr->aborted, 1, __ATOMIC_RELEASE);
     if (c->ops->abort) c->ops->abort(c);
 }
 
@@ -1064,6 +1065,7 @@ llmt_status llmt_comm_abort(llmt_comm *c)
     if (!c) return LLMT_ERR_NULL_POINTER;
     c->user_abort = 1;
     __atomic_store_n(&c->aborted, 1, __ATOMIC_SEQ_CST);
+    if (c->fr) __atomic_store_n(&c->fr->aborted, 1, __ATOMIC_RELEASE);
     if (c->ops->abort) c->ops->abort(c);
     return LLMT_OK;
 }

@@ -63,6 +63,7 @@ typedef struct llmt__fr {
     uint64_t entered;        /* last collective seq this rank entered */
     uint64_t completed;      /* last collective seq this rank completed */
     uint64_t written;        /* entries ever written */
+    uint64_t aborted;        /* 1 once this rank aborted the communicator */
     uint64_t cap;
     llmt__fr_entry e[];
 } llmt__fr;

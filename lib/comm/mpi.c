@@ -468,6 +468,8 @@ static llmt_status mpi_split(llmt_comm *c, int32_t color, int32_t key,
     mpi_be *b = c->be;
     /* A bounded exchange first: once every rank is known to be here, the
      * blocking MPI_Comm_split cannot hang on a missing rank. */
+    llmt_status g = seq_gate(c, c->next_seq - 1, deadline);
+    if (g != LLMT_OK) return g;
     int mine[2] = {color, key};
     int *all = malloc(2 * (size_t)c->size * sizeof *all);
     if (!all) return llmt__err_set(&c->err, LLMT_ERR_OUT_OF_MEMORY, "comm: no memory");
@@ -493,11 +495,45 @@ static llmt_status mpi_split(llmt_comm *c, int32_t color, int32_t key,
 
 static void mpi_abort(llmt_comm *c) { (void)c; }
 
+/* Freeing the window (and the communicator) is collective: only safe when
+ * every rank is here to free it too. A rank of this node that aborted says
+ * so in its recorder; otherwise a bounded barrier decides (a rank that
+ * aborted elsewhere never comes, and the objects are then leaked). */
+static int all_here_to_free(llmt_comm *c, mpi_be *b)
+{
+    for (int32_t r = 0; b->peer_fr && r < c->size; r++)
+        if (b->peer_fr[r] &&
+            __atomic_load_n(&b->peer_fr[r]->aborted, __ATOMIC_ACQUIRE))
+            return 0;
+    MPI_Request req;
+    if (MPI_Ibarrier(b->comm, &req) != MPI_SUCCESS) return 0;
+    int64_t ms = c->timeout_ms < 5000 ? c->timeout_ms : 5000;
+    int64_t deadline = llmt__now_ns() + ms * 1000000LL;
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
+        if (done) return 1;
+        for (int32_t r = 0; b->peer_fr && r < c->size; r++)
+            if (b->peer_fr[r] &&
+                __atomic_load_n(&b->peer_fr[r]->aborted, __ATOMIC_ACQUIRE))
+                return 0;
+        if (llmt__now_ns() > deadline) return 0;
+        sched_yield();
+    }
+}
+
 static void mpi_destroy(llmt_comm *c)
 {
     mpi_be *b = c->be;
     int fin = 0;
     MPI_Finalized(&fin);
+    if (b && !fin && !c->aborted && b->win != MPI_WIN_NULL &&
+        !all_here_to_free(c, b)) {
+        c->aborted = 1; /* leak: see all_here_to_free */
+        llmt__log(c->ctx, LLMT_LOG_WARN, "comm", "rank %d: not every rank "
+                  "destroyed the communicator (one aborted): its MPI objects "
+                  "are left allocated", (int)c->rank);
+    }
     if (b && !fin && !c->aborted) {
         if (b->win != MPI_WIN_NULL) MPI_Win_free(&b->win);
         if (b->node != MPI_COMM_NULL) MPI_Comm_free(&b->node);
