@@ -167,7 +167,7 @@ LLMT_API llmt_status llmt_ckpt_export_llmc(llmt_ckpt *ck, const char *path,
     if (cfg.heads <= 0)
         return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
                              "ckpt: export llm.c: the head count is not in the checkpoint "
-                             "(key model.heads); pass it in opts.heads");
+                             "(key model.heads); pass opts.heads (llmtrain ckpt export --heads N)");
     llmt_model *m = NULL;
     s = llmt_model_create(ck->ctx, &cfg, &m);
     if (s != LLMT_OK)
