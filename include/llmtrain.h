@@ -1209,6 +1209,332 @@ LLMT_API void llmt_tokenizer_destroy(llmt_tokenizer *tok);
 LLMT_API const char *llmt_tokenizer_last_error(const llmt_tokenizer *tok);
 
 /* ======================================================================
+ * Data: corpus ingest, quality filters, deduplication, token shards and the
+ * deterministic loader (doc/data.md, doc/formats/token-shard.md)
+ * The path of a corpus: ingest (files, directories, JSONL) -> normalise
+ * (line endings, UTF-8) -> quality filters -> exact and MinHash/LSH
+ * near-duplicate removal -> tokenizer -> token shards (written atomically,
+ * read with mmap) -> loader. Each stage is usable on its own; one call runs
+ * them all (llmt_data_prepare). Handles are not thread-safe (one thread at a
+ * time per handle) unless a function says otherwise.
+ * ====================================================================== */
+
+/* Why a document was removed (or kept). Fixed values, never renumbered. */
+typedef enum llmt_data_verdict {
+    LLMT_DATA_KEEP = 0,
+    LLMT_DATA_TOO_SHORT = 1,  /* fewer code points than min_chars */
+    LLMT_DATA_TOO_LONG = 2,   /* more code points than max_chars */
+    LLMT_DATA_NONALPHA = 3,   /* too many non-alphabetic characters */
+    LLMT_DATA_DUP_LINES = 4,  /* too many lines repeat earlier lines */
+    LLMT_DATA_TOP_NGRAM = 5,  /* one word n-gram covers too much text */
+    LLMT_DATA_EXACT_DUP = 6,  /* same normalised text as a kept document */
+    LLMT_DATA_NEAR_DUP = 7,   /* estimated Jaccard >= threshold with a kept one */
+    LLMT_DATA_VERDICTS = 8    /* number of verdicts (array sizes) */
+} llmt_data_verdict;
+
+/* "keep", "too_short", ...; "unknown" for other values. */
+LLMT_API const char *llmt_data_verdict_name(int32_t verdict);
+
+/* -- Normalisation. CRLF and lone CR become LF; each invalid UTF-8 sequence
+ * (maximal subpart, as Unicode recommends) becomes U+FFFD and is counted;
+ * NUL bytes are dropped and counted. `out` needs at most 3 * len bytes;
+ * out may equal text only when no byte can grow (never assume it). *out_len
+ * gets the normalised length; *invalid (may be NULL) the replacements. */
+LLMT_API llmt_status llmt_data_normalize(const char *text, size_t len,
+                                         char *out, size_t cap,
+                                         size_t *out_len, int64_t *invalid);
+
+/* -- Ingest: documents from text files, directories (recursively, sorted by
+ * name, hidden files and symlinks skipped) and JSONL files (name ending
+ * .jsonl or .ndjson: one JSON object a line, the document in `text_field`).
+ * A plain text file is one document, or several when doc_separator names a
+ * line that separates them (e.g. "%" for fortune files). Documents come out
+ * normalised (llmt_data_normalize); empty ones are skipped. Malformed JSONL
+ * lines are skipped, counted and logged with file and line number. */
+typedef struct llmt_ingest llmt_ingest;
+
+typedef struct llmt_ingest_opts {
+    size_t struct_size;
+    const char *text_field;    /* JSONL key; default "text". Copied. */
+    const char *doc_separator; /* NULL (default): one document per text file.
+                                  Copied. */
+} llmt_ingest_opts;
+
+typedef struct llmt_ingest_stats {
+    size_t struct_size;
+    int64_t files;          /* files opened so far */
+    int64_t documents;      /* documents returned so far */
+    int64_t bytes_read;     /* input bytes consumed so far */
+    int64_t bytes_total;    /* input bytes of every file found at open */
+    int64_t invalid_utf8;   /* sequences replaced by U+FFFD (and NULs) */
+    int64_t bad_lines;      /* JSONL lines skipped (bad JSON, no text) */
+} llmt_ingest_stats;
+
+LLMT_API llmt_status llmt_ingest_opts_init(llmt_ingest_opts *opts, size_t size);
+/* Lists every input now (a missing path fails here, naming it). */
+LLMT_API llmt_status llmt_ingest_open(llmt_context *ctx,
+                                      const char *const *inputs, size_t n,
+                                      const llmt_ingest_opts *opts,
+                                      llmt_ingest **out);
+/* Next document: *text (NUL-terminated, owned by the handle, valid until the
+ * next call) and *len; at the end *text = NULL, *len = 0 and LLMT_OK. */
+LLMT_API llmt_status llmt_ingest_next(llmt_ingest *it, const char **text,
+                                      size_t *len);
+LLMT_API llmt_status llmt_ingest_get_stats(const llmt_ingest *it,
+                                           llmt_ingest_stats *stats);
+LLMT_API void llmt_ingest_destroy(llmt_ingest *it);
+LLMT_API const char *llmt_ingest_last_error(const llmt_ingest *it);
+
+/* -- Quality filters (the heuristics of Gopher, Rae et al. 2021, sec. A.1.1,
+ * with its thresholds as defaults). A threshold of 0 turns its filter off.
+ * Lengths count code points; "words" are runs of non-space characters. */
+typedef struct llmt_data_filter_opts {
+    size_t struct_size;
+    int64_t min_chars;          /* default 16 */
+    int64_t max_chars;          /* default 0 (no limit) */
+    double max_nonalpha_frac;   /* of non-space code points that are not
+                                   letters; default 0.5 */
+    double max_dup_line_frac;   /* of lines equal to an earlier non-empty line
+                                   of the document; default 0.3 */
+    double max_top_ngram_frac;  /* of word characters covered by the most
+                                   frequent word 2-gram; default 0.2 */
+} llmt_data_filter_opts;
+
+LLMT_API llmt_status llmt_data_filter_opts_init(llmt_data_filter_opts *opts,
+                                                size_t size);
+/* *verdict gets the first filter (in enum order) that removes the document,
+ * or LLMT_DATA_KEEP. Thread-safe. */
+LLMT_API llmt_status llmt_data_filter_check(const llmt_data_filter_opts *opts,
+                                            const char *text, size_t len,
+                                            int32_t *verdict);
+
+/* -- Deduplication: exact (xxhash64 of the normalised text) and near
+ * (MinHash over word shingles, LSH banding to find candidates, then the
+ * signature estimate of Jaccard similarity against `threshold`). A document
+ * is compared with every document kept before it; the first one wins. */
+typedef struct llmt_dedup llmt_dedup;
+
+typedef struct llmt_dedup_opts {
+    size_t struct_size;
+    int32_t exact;          /* default 1 */
+    int32_t near;           /* default 1 */
+    int32_t shingle;        /* words per shingle; default 5. A document of
+                               fewer words is one shingle. */
+    int32_t permutations;   /* MinHash functions; default 128 */
+    int32_t bands;          /* LSH bands; default 16 (rows = permutations /
+                               bands; bands must divide permutations) */
+    double threshold;       /* default 0.8 */
+    uint64_t seed;          /* hash functions; default 42 */
+} llmt_dedup_opts;
+
+LLMT_API llmt_status llmt_dedup_opts_init(llmt_dedup_opts *opts, size_t size);
+LLMT_API llmt_status llmt_dedup_create(llmt_context *ctx,
+                                       const llmt_dedup_opts *opts,
+                                       llmt_dedup **out);
+/* *verdict: LLMT_DATA_KEEP (the document is remembered), LLMT_DATA_EXACT_DUP
+ * or LLMT_DATA_NEAR_DUP. *similar (may be NULL) gets the estimated Jaccard
+ * with the kept document it matched (1 for exact, 0 when kept). */
+LLMT_API llmt_status llmt_dedup_add(llmt_dedup *d, const char *text,
+                                    size_t len, int32_t *verdict,
+                                    double *similar);
+/* The MinHash signature of `text` (`permutations` values) without adding
+ * it; the fraction of equal entries of two signatures estimates Jaccard. */
+LLMT_API llmt_status llmt_dedup_signature(llmt_dedup *d, const char *text,
+                                          size_t len, uint64_t *sig,
+                                          size_t cap);
+LLMT_API void llmt_dedup_destroy(llmt_dedup *d);
+LLMT_API const char *llmt_dedup_last_error(const llmt_dedup *d);
+
+/* -- Token shards. Our format (doc/formats/token-shard.md): a header with
+ * magic, version, dtype (uint16 when the vocabulary fits, else uint32),
+ * counts and xxhash64 checksums, the tokens, then the document index. A
+ * writer writes PATH.tmp, and finish() checksums, fsyncs and renames it to
+ * PATH (then fsyncs the directory): a shard file is whole or absent. */
+typedef struct llmt_shard_writer llmt_shard_writer;
+
+LLMT_API llmt_status llmt_shard_writer_create(llmt_context *ctx,
+                                              const char *path,
+                                              int32_t vocab_size,
+                                              llmt_shard_writer **out);
+/* Append one document (ids in [0, vocab_size)); the host adds separators
+ * (e.g. the tokenizer's <|endoftext|>) itself. */
+LLMT_API llmt_status llmt_shard_writer_add(llmt_shard_writer *w,
+                                           const int32_t *ids, size_t n);
+LLMT_API llmt_status llmt_shard_writer_finish(llmt_shard_writer *w);
+/* Tokens and documents added so far. */
+LLMT_API llmt_status llmt_shard_writer_count(const llmt_shard_writer *w,
+                                             int64_t *tokens,
+                                             int64_t *documents);
+/* Without finish(): removes PATH.tmp. NULL is a no-op. */
+LLMT_API void llmt_shard_writer_destroy(llmt_shard_writer *w);
+LLMT_API const char *llmt_shard_writer_last_error(const llmt_shard_writer *w);
+
+/* llm.c's token file (int32[256] header: magic 20240520, version 1, token
+ * count; then uint16 tokens), written atomically as above. */
+LLMT_API llmt_status llmt_shard_write_llmc(llmt_context *ctx, const char *path,
+                                           const int32_t *ids, size_t n);
+
+/* -- A dataset: a set of shards opened with mmap. `path` is a shard file
+ * (ours or llm.c's, told apart by magic), a directory (its *.tok and *.bin
+ * files, sorted by name) or a glob pattern. Every header is validated when
+ * opening (magic, version, sizes against the file size); with verify the
+ * token and index checksums are checked too. Errors name the file and the
+ * byte offset. Reads may run from several threads at once. */
+typedef struct llmt_dataset llmt_dataset;
+
+typedef struct llmt_dataset_info {
+    size_t struct_size;
+    int32_t shards;
+    int32_t vocab_size;     /* largest of the shards' (0: llm.c files only) */
+    int64_t tokens;
+    int64_t documents;      /* llm.c files count as one document each */
+    uint64_t fingerprint;   /* hash of every shard's counts and checksums */
+} llmt_dataset_info;
+
+LLMT_API llmt_status llmt_dataset_open(llmt_context *ctx, const char *path,
+                                       int32_t verify, llmt_dataset **out);
+LLMT_API llmt_status llmt_dataset_get_info(const llmt_dataset *ds,
+                                           llmt_dataset_info *info);
+/* Shard `index`: *path (owned by the dataset), token and document counts;
+ * any output may be NULL. */
+LLMT_API llmt_status llmt_dataset_shard(const llmt_dataset *ds, int32_t index,
+                                        const char **path, int64_t *tokens,
+                                        int64_t *documents);
+/* Copy tokens [offset, offset + n) of shard `index` into ids. */
+LLMT_API llmt_status llmt_dataset_read(llmt_dataset *ds, int32_t index,
+                                       int64_t offset, int32_t *ids, size_t n);
+LLMT_API void llmt_dataset_destroy(llmt_dataset *ds);
+LLMT_API const char *llmt_dataset_last_error(const llmt_dataset *ds);
+
+/* -- The loader. A sample is a window of seq_len + 1 tokens inside one
+ * shard (windows start every seq_len tokens): inputs are its first seq_len
+ * tokens, targets its last. The samples of epoch e are ordered by a
+ * permutation drawn from (seed, e): shards in a permuted order, the windows
+ * of each shard permuted. A global sample cursor g counts samples consumed
+ * by all ranks: training step s reads g in [s*G, (s+1)*G) with G =
+ * micro_batch * grad_accum * dp_size, dp rank r taking row i of its
+ * micro-batch a from g = s*G + r*micro_batch*grad_accum + a*micro_batch + i.
+ * So the samples of a step do not depend on how the global batch is split,
+ * and a state saved under one dp_size resumes under another with no sample
+ * skipped or repeated. The cursor runs on across epochs (epoch = g / samples
+ * per epoch). */
+typedef struct llmt_loader llmt_loader;
+
+typedef struct llmt_loader_opts {
+    size_t struct_size;
+    int32_t seq_len;      /* default 1024 */
+    int32_t micro_batch;  /* rows per llmt_loader_next; default 4 */
+    int32_t grad_accum;   /* micro-batches per rank per step; default 1 */
+    int32_t dp_rank;      /* default 0 */
+    int32_t dp_size;      /* default 1 */
+    int32_t shuffle;      /* default 1; 0: shards and windows in file order */
+    int32_t prefetch;     /* micro-batches a thread prepares ahead; default 4;
+                             0: read in llmt_loader_next */
+    uint64_t seed;        /* default 1337 */
+} llmt_loader_opts;
+
+/* What a checkpoint saves: the same on every rank at a step boundary. */
+typedef struct llmt_loader_state {
+    size_t struct_size;
+    uint64_t seed;
+    int64_t epoch;
+    int64_t cursor;            /* samples of `epoch` consumed by all ranks */
+    int64_t samples_per_epoch; /* checked on set: same dataset and seq_len */
+    uint64_t fingerprint;      /* the dataset's; checked on set */
+} llmt_loader_state;
+
+LLMT_API llmt_status llmt_loader_opts_init(llmt_loader_opts *opts, size_t size);
+/* The loader reads `ds`, which must outlive it. */
+LLMT_API llmt_status llmt_loader_create(llmt_dataset *ds,
+                                        const llmt_loader_opts *opts,
+                                        llmt_loader **out);
+/* The next micro-batch of this rank: micro_batch * seq_len int32 each into
+ * inputs and targets; sample_ids (may be NULL) gets micro_batch ids of the
+ * windows read (0.. samples per epoch - 1, in file order). */
+LLMT_API llmt_status llmt_loader_next(llmt_loader *l, int32_t *inputs,
+                                      int32_t *targets, int64_t *sample_ids);
+/* Only at a step boundary (after a multiple of grad_accum next() calls):
+ * otherwise LLMT_ERR_STATE. */
+LLMT_API llmt_status llmt_loader_get_state(const llmt_loader *l,
+                                           llmt_loader_state *state);
+/* Continue from a saved state (any dp_size, micro_batch or grad_accum). A
+ * state of another dataset or seq_len fails with LLMT_ERR_INVALID_ARGUMENT
+ * naming the mismatch; a seed different from the loader's is adopted. */
+LLMT_API llmt_status llmt_loader_set_state(llmt_loader *l,
+                                           const llmt_loader_state *state);
+/* The shards dp rank `dp_rank` reads in `epoch` under this loader's seed and
+ * batch layout, ascending (the seeds' assign_shards(rank, dp_rank, epoch,
+ * seed): tensor- and pipeline-parallel ranks of one dp rank read the same
+ * data). ids may be NULL (size query); *n_out gets the count. */
+LLMT_API llmt_status llmt_loader_assign_shards(const llmt_loader *l,
+                                               int32_t dp_rank, int64_t epoch,
+                                               int32_t *ids, size_t cap,
+                                               size_t *n_out);
+LLMT_API llmt_status llmt_loader_samples_per_epoch(const llmt_loader *l,
+                                                   int64_t *out);
+LLMT_API void llmt_loader_destroy(llmt_loader *l);
+LLMT_API const char *llmt_loader_last_error(const llmt_loader *l);
+
+/* -- The whole pipeline in one call: ingest `inputs`, filter, deduplicate,
+ * tokenize with `tok` (an <|endoftext|> before every document, as GPT-2 and
+ * llm.c do), and write shards to out_dir: train/shard-NNNNN.tok and
+ * val/shard-NNNNN.tok (or .bin in llm.c's format), tokenizer.bin and
+ * report.json. Documents go to validation by a hash of their text (stable
+ * whatever the input order). */
+typedef struct llmt_data_prepare_opts {
+    size_t struct_size;
+    const llmt_ingest_opts *ingest; /* NULL: defaults */
+    const llmt_data_filter_opts *filter; /* NULL: defaults */
+    const llmt_dedup_opts *dedup;   /* NULL: defaults */
+    int32_t no_filter;              /* 1: keep every document */
+    int32_t no_dedup;               /* 1: no deduplication */
+    int32_t llmc_format;            /* 1: llm.c token files (vocab <= 65536) */
+    int64_t shard_tokens;           /* tokens per shard; default 1 << 26 */
+    double val_fraction;            /* default 0.01 */
+    uint64_t seed;                  /* validation split; default 1337 */
+    /* Called after each document and at the end; may be NULL. */
+    void (*progress)(void *user, int64_t bytes_done, int64_t bytes_total,
+                     int64_t documents);
+    void *progress_user;
+} llmt_data_prepare_opts;
+
+typedef struct llmt_data_report {
+    size_t struct_size;
+    int64_t files;
+    int64_t documents;            /* documents read */
+    int64_t bytes;                /* input bytes */
+    int64_t invalid_utf8;
+    int64_t bad_lines;
+    int64_t verdicts[LLMT_DATA_VERDICTS]; /* documents per verdict ([0] kept) */
+    int64_t train_documents, val_documents;
+    int64_t train_tokens, val_tokens;
+    int32_t train_shards, val_shards;
+    double seconds;
+} llmt_data_report;
+
+LLMT_API llmt_status llmt_data_prepare_opts_init(llmt_data_prepare_opts *opts,
+                                                 size_t size);
+/* Fails (naming what) on missing inputs, an out_dir that holds shards
+ * already, or no document left; report (may be NULL) is filled in any case
+ * with what was done. */
+LLMT_API llmt_status llmt_data_prepare(llmt_context *ctx,
+                                       const char *const *inputs, size_t n,
+                                       llmt_tokenizer *tok, const char *out_dir,
+                                       const llmt_data_prepare_opts *opts,
+                                       llmt_data_report *report);
+
+/* -- A synthetic corpus with a known entropy rate: a seeded order-1 Markov
+ * source over the first `alphabet` characters of "etaoinshrdlucmfwypvbgkqjxz"
+ * plus space (2 <= alphabet <= 27), each character followed by one of
+ * `branching` successors (1 <= branching <= alphabet) with seeded
+ * probabilities. *entropy_rate (nats per character) is the source's exact
+ * entropy rate, sum_i pi_i H(P_i) over its stationary distribution: the
+ * floor that a model's loss per byte token can approach. Deterministic. */
+LLMT_API llmt_status llmt_data_synth_markov(uint64_t seed, int32_t alphabet,
+                                            int32_t branching, char *buf,
+                                            size_t len, double *entropy_rate);
+
+/* ======================================================================
  * LLMT_EXPERIMENTAL: not frozen; may change in any release.
  * ====================================================================== */
 
