@@ -1,10 +1,793 @@
-/* llmtrain data: placeholder until its module's command lands (issue owner
- * replaces this file). */
+/* llmtrain data: prepare a corpus into token shards, inspect shards, train
+ * a byte-level BPE, write a synthetic corpus of known entropy (lib/data;
+ * doc/data.md). Uses only the public ABI. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "cli.h"
+
+#define CMD "data"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- arguments --------------------------------------------------------- */
+
+typedef struct data_args {
+    const char *sub;
+    const char **pos;      /* positional arguments after the subcommand */
+    int npos;
+    const char *out, *tokenizer, *doc_sep, *text_field, *dedup, *filter;
+    int64_t shingle, perms, bands, min_chars, max_chars, shard_tokens,
+        bpe_sample_mb, vocab, sample_mb, bytes, alphabet, branching;
+    double threshold, max_nonalpha, max_dup_lines, max_top_ngram, val_frac;
+    uint64_t seed;
+    int have_seed, llmc, verify, quiet;
+    /* which numeric options were given (the library's defaults otherwise) */
+    int set_shingle, set_perms, set_bands, set_threshold, set_min, set_max,
+        set_nonalpha, set_duplines, set_ngram, set_val, set_shard;
+} data_args;
+
+static int bad_value(const char *flag, const char *v, const char *want)
+{
+    fprintf(stderr, "llmtrain data: %s needs %s, got '%s'\n", flag, want,
+            v ? v : "(nothing)");
+    return CLI_USAGE;
+}
+
+static int parse_i64(const char *flag, const char *v, int64_t lo, int64_t hi,
+                     int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || x < lo || x > hi) {
+        char want[96];
+        snprintf(want, sizeof want, "an integer in [%lld, %lld]",
+                 (long long)lo, (long long)hi);
+        return bad_value(flag, v, want);
+    }
+    *out = x;
+    return CLI_OK;
+}
+
+static int parse_f(const char *flag, const char *v, double lo, double hi,
+                   double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || errno || end == v || *end || !(x >= lo && x <= hi)) {
+        char want[96];
+        snprintf(want, sizeof want, "a number in [%g, %g]", lo, hi);
+        return bad_value(flag, v, want);
+    }
+    *out = x;
+    return CLI_OK;
+}
+
+/* Options that take a string value. */
+static const char **str_opt(data_args *a, const char *s)
+{
+    if (!strcmp(s, "--out") || !strcmp(s, "-o")) return &a->out;
+    if (!strcmp(s, "--tokenizer")) return &a->tokenizer;
+    if (!strcmp(s, "--doc-sep")) return &a->doc_sep;
+    if (!strcmp(s, "--text-field")) return &a->text_field;
+    if (!strcmp(s, "--dedup")) return &a->dedup;
+    if (!strcmp(s, "--filter")) return &a->filter;
+    return NULL;
+}
+
+static int parse_num_opt(data_args *a, const char *s, const char *v, int *used)
+{
+    const int64_t BIG = INT64_C(1) << 50;
+    int64_t seed = 0;
+    int rc = CLI_OK;
+    *used = 1;
+    if (!strcmp(s, "--shingle"))
+        rc = parse_i64(s, v, 1, 1 << 16, &a->shingle), a->set_shingle = 1;
+    else if (!strcmp(s, "--permutations"))
+        rc = parse_i64(s, v, 1, 1 << 16, &a->perms), a->set_perms = 1;
+    else if (!strcmp(s, "--bands"))
+        rc = parse_i64(s, v, 1, 1 << 16, &a->bands), a->set_bands = 1;
+    else if (!strcmp(s, "--threshold"))
+        rc = parse_f(s, v, 0, 1, &a->threshold), a->set_threshold = 1;
+    else if (!strcmp(s, "--min-chars"))
+        rc = parse_i64(s, v, 0, BIG, &a->min_chars), a->set_min = 1;
+    else if (!strcmp(s, "--max-chars"))
+        rc = parse_i64(s, v, 0, BIG, &a->max_chars), a->set_max = 1;
+    else if (!strcmp(s, "--max-nonalpha"))
+        rc = parse_f(s, v, 0, 1, &a->max_nonalpha), a->set_nonalpha = 1;
+    else if (!strcmp(s, "--max-dup-lines"))
+        rc = parse_f(s, v, 0, 1, &a->max_dup_lines), a->set_duplines = 1;
+    else if (!strcmp(s, "--max-top-ngram"))
+        rc = parse_f(s, v, 0, 1, &a->max_top_ngram), a->set_ngram = 1;
+    else if (!strcmp(s, "--val-frac"))
+        rc = parse_f(s, v, 0, 1, &a->val_frac), a->set_val = 1;
+    else if (!strcmp(s, "--shard-tokens"))
+        rc = parse_i64(s, v, 1, BIG, &a->shard_tokens), a->set_shard = 1;
+    else if (!strcmp(s, "--bpe-sample-mb"))
+        rc = parse_i64(s, v, 1, 1 << 20, &a->bpe_sample_mb);
+    else if (!strcmp(s, "--sample-mb"))
+        rc = parse_i64(s, v, 1, 1 << 20, &a->sample_mb);
+    else if (!strcmp(s, "--vocab"))
+        rc = parse_i64(s, v, 257, 1 << 24, &a->vocab);
+    else if (!strcmp(s, "--bytes"))
+        rc = parse_i64(s, v, 1, BIG, &a->bytes);
+    else if (!strcmp(s, "--alphabet"))
+        rc = parse_i64(s, v, 2, 27, &a->alphabet);
+    else if (!strcmp(s, "--branching"))
+        rc = parse_i64(s, v, 1, 27, &a->branching);
+    else if (!strcmp(s, "--seed")) {
+        rc = parse_i64(s, v, 0, INT64_MAX, &seed);
+        a->seed = (uint64_t)seed;
+        a->have_seed = 1;
+    } else
+        *used = 0;
+    return rc;
+}
+
+static int parse_args(int argc, char **argv, data_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->bpe_sample_mb = 32;
+    a->sample_mb = 64;
+    a->alphabet = 8;
+    a->branching = 3;
+    a->pos = calloc((size_t)argc + 1, sizeof *a->pos);
+    if (!a->pos)
+        return cli_fail(CMD, "out of memory");
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char **sp = str_opt(a, s);
+        int used = 0, rc;
+        if (sp) {
+            if (!v)
+                return bad_value(s, v, "a value");
+            *sp = v;
+            i++;
+            continue;
+        }
+        if ((rc = parse_num_opt(a, s, v, &used)) != CLI_OK)
+            return rc;
+        if (used) {
+            i++;
+            continue;
+        }
+        if (!strcmp(s, "--llmc"))
+            a->llmc = 1;
+        else if (!strcmp(s, "--verify"))
+            a->verify = 1;
+        else if (!strcmp(s, "--quiet") || !strcmp(s, "-q"))
+            a->quiet = 1;
+        else if (s[0] == '-' && s[1]) {
+            fprintf(stderr, "llmtrain data: unknown option '%s' (llmtrain "
+                            "data --help)\n", s);
+            return CLI_USAGE;
+        } else if (!a->sub)
+            a->sub = s;
+        else
+            a->pos[a->npos++] = s;
+    }
+    if (!a->sub) {
+        fprintf(stderr, "llmtrain data: needs a subcommand: prepare, stats, "
+                        "train-bpe or synth (llmtrain data --help)\n");
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+/* ---- a context whose log lines do not run into the progress bar -------- */
+
+static int bar_shown; /* a progress line without its newline is on stderr */
+
+static void log_sink(void *user, llmt_log_level level, const char *module,
+                     const char *msg)
+{
+    (void)user;
+    static const char *const names[] = {"trace", "debug", "info", "warn",
+                                        "error", "off"};
+    if (bar_shown) {
+        fputs("\r\033[K", stderr);
+        bar_shown = 0;
+    }
+    fprintf(stderr, "[%s] %s: %s\n", names[level >= 0 && level <= 5 ? level : 5],
+            module, msg);
+}
+
+static llmt_context *make_ctx(void)
+{
+    llmt_context_opts co;
+    llmt_context_opts_init(&co, sizeof co);
+    co.log_fn = log_sink;
+    llmt_context *ctx = NULL;
+    if (llmt_context_create(&co, &ctx) != LLMT_OK) {
+        cli_fail(CMD, "cannot create a library context");
+        return NULL;
+    }
+    return ctx;
+}
+
+/* ---- progress ---------------------------------------------------------- */
+
+typedef struct progress {
+    double t0, last;
+} progress;
+
+static void fmt_dur(char *b, size_t cap, double s)
+{
+    if (!(s >= 0) || !isfinite(s))
+        s = 0;
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(b, cap, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60)
+        snprintf(b, cap, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(b, cap, "%lds", t);
+}
+
+/* Redrawn at most ten times a second, and once at the end. */
+static void on_progress(void *user, int64_t done, int64_t total, int64_t docs)
+{
+    progress *p = user;
+    double t = now_s();
+    int end = total > 0 && done >= total;
+    if (!end && t - p->last < 0.1)
+        return;
+    p->last = t;
+    double frac = total > 0 ? (double)done / (double)total : 0;
+    if (frac > 1)
+        frac = 1;
+    char bar[31];
+    int fill = (int)(frac * 30);
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[30] = 0;
+    double el = t - p->t0, rate = el > 0 ? (double)done / el : 0;
+    char eta[32];
+    fmt_dur(eta, sizeof eta, rate > 0 ? (double)(total - done) / rate : 0);
+    fprintf(stderr, "\r\033[K[%s] %5.1f%% %.1f/%.1f MB  %lld docs  %.1f MB/s  "
+                    "ETA %s", bar, 100 * frac, done / 1e6, total / 1e6,
+            (long long)docs, rate / 1e6, eta);
+    fflush(stderr);
+    bar_shown = 1;
+}
+
+static void bar_done(void)
+{
+    if (bar_shown)
+        fputc('\n', stderr);
+    bar_shown = 0;
+}
+
+/* ---- tokenizers -------------------------------------------------------- */
+
+static void ingest_opts_from(const data_args *a, llmt_ingest_opts *io)
+{
+    llmt_ingest_opts_init(io, sizeof *io);
+    if (a->text_field)
+        io->text_field = a->text_field;
+    if (a->doc_sep)
+        io->doc_separator = a->doc_sep;
+}
+
+/* The first `max` bytes of the ingested corpus, documents joined by blank
+ * lines (the BPE trainer sees no pair across two documents' words). */
+static char *sample_corpus(llmt_context *ctx, const data_args *a, size_t max,
+                           size_t *len)
+{
+    llmt_ingest_opts io;
+    ingest_opts_from(a, &io);
+    llmt_ingest *it = NULL;
+    llmt_status s = llmt_ingest_open(ctx, a->pos, (size_t)a->npos, &io, &it);
+    if (s != LLMT_OK) {
+        cli_fail_status(CMD, s, llmt_context_last_error(ctx));
+        return NULL;
+    }
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    while (buf && n < max) {
+        const char *t = NULL;
+        size_t tl = 0;
+        if ((s = llmt_ingest_next(it, &t, &tl)) != LLMT_OK) {
+            cli_fail_status(CMD, s, llmt_ingest_last_error(it));
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        if (!t)
+            break;
+        if (tl > max - n)
+            tl = max - n;
+        if (n + tl + 3 > cap) {
+            while (n + tl + 3 > cap)
+                cap *= 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                cli_fail(CMD, "out of memory for the BPE sample");
+                break;
+            }
+            buf = nb;
+        }
+        if (n) {
+            memcpy(buf + n, "\n\n", 2);
+            n += 2;
+        }
+        memcpy(buf + n, t, tl);
+        n += tl;
+    }
+    llmt_ingest_destroy(it);
+    if (buf && n == 0) {
+        free(buf);
+        cli_fail(CMD, "the inputs hold no text to learn a BPE from");
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+static llmt_tokenizer *train_bpe(llmt_context *ctx, const data_args *a,
+                                 int32_t vocab, int64_t sample_mb,
+                                 double *secs, size_t *sample_len,
+                                 int64_t *sample_tokens)
+{
+    size_t len = 0;
+    char *text = sample_corpus(ctx, a, (size_t)sample_mb << 20, &len);
+    if (!text)
+        return NULL;
+    double t0 = now_s();
+    llmt_tokenizer *tok = NULL;
+    llmt_status s = llmt_tokenizer_train_bpe(ctx, text, len, vocab, &tok);
+    *secs = now_s() - t0;
+    if (s != LLMT_OK) {
+        cli_fail_status(CMD, s, llmt_context_last_error(ctx));
+        free(text);
+        return NULL;
+    }
+    size_t cnt = 0;
+    s = llmt_tokenizer_encode(tok, text, len, NULL, 0, &cnt);
+    *sample_len = len;
+    *sample_tokens = s == LLMT_OK || s == LLMT_ERR_BUFFER_TOO_SMALL
+                         ? (int64_t)cnt : -1;
+    free(text);
+    return tok;
+}
+
+/* bytes | gpt2:DIR | bpe:N | FILE (ours). */
+static llmt_tokenizer *open_tokenizer(llmt_context *ctx, const data_args *a)
+{
+    const char *t = a->tokenizer ? a->tokenizer : "bytes";
+    llmt_tokenizer *tok = NULL;
+    llmt_status s;
+    if (!strcmp(t, "bytes"))
+        s = llmt_tokenizer_create_bytes(ctx, &tok);
+    else if (!strncmp(t, "gpt2:", 5)) {
+        char enc[4200], bpe[4200];
+        snprintf(enc, sizeof enc, "%s/encoder.json", t + 5);
+        snprintf(bpe, sizeof bpe, "%s/vocab.bpe", t + 5);
+        s = llmt_tokenizer_load_gpt2(ctx, enc, bpe, &tok);
+    } else if (!strncmp(t, "bpe:", 4)) {
+        int64_t v = 0;
+        if (parse_i64("--tokenizer bpe:N", t + 4, 257, 1 << 24, &v) != CLI_OK)
+            return NULL;
+        double secs = 0;
+        size_t len = 0;
+        int64_t nt = 0;
+        tok = train_bpe(ctx, a, (int32_t)v, a->bpe_sample_mb, &secs, &len, &nt);
+        if (tok && !a->quiet)
+            fprintf(stderr, "llmtrain data: BPE of %d tokens learned from "
+                            "%.1f MB in %.1f s (%.2f bytes/token)\n",
+                    (int)v, len / 1e6, secs,
+                    nt > 0 ? (double)len / (double)nt : 0.0);
+        return tok;
+    } else
+        s = llmt_tokenizer_load(ctx, t, &tok);
+    if (s != LLMT_OK) {
+        cli_fail(CMD, "tokenizer '%s': %s (%s)", t, llmt_context_last_error(ctx),
+                 llmt_status_string(s));
+        return NULL;
+    }
+    return tok;
+}
+
+/* ---- prepare ----------------------------------------------------------- */
+
+static int dedup_from(const data_args *a, llmt_dedup_opts *dd, int *none)
+{
+    llmt_dedup_opts_init(dd, sizeof *dd);
+    *none = 0;
+    const char *m = a->dedup ? a->dedup : "exact,near";
+    if (!strcmp(m, "none"))
+        *none = 1;
+    else if (!strcmp(m, "exact"))
+        dd->near = 0;
+    else if (!strcmp(m, "near"))
+        dd->exact = 0;
+    else if (strcmp(m, "exact,near") && strcmp(m, "near,exact"))
+        return bad_value("--dedup", m, "exact,near, exact, near or none");
+    if (a->set_shingle) dd->shingle = (int32_t)a->shingle;
+    if (a->set_perms) dd->permutations = (int32_t)a->perms;
+    if (a->set_bands) dd->bands = (int32_t)a->bands;
+    if (a->set_threshold) dd->threshold = a->threshold;
+    return CLI_OK;
+}
+
+static int filter_from(const data_args *a, llmt_data_filter_opts *fo, int *none)
+{
+    llmt_data_filter_opts_init(fo, sizeof *fo);
+    *none = 0;
+    if (a->filter) {
+        if (strcmp(a->filter, "none"))
+            return bad_value("--filter", a->filter, "'none' (set thresholds "
+                             "with --min-chars and the like)");
+        if (a->set_min || a->set_max || a->set_nonalpha || a->set_duplines ||
+            a->set_ngram) {
+            fprintf(stderr, "llmtrain data: --filter none and a filter "
+                            "threshold contradict each other\n");
+            return CLI_USAGE;
+        }
+        *none = 1;
+    }
+    if (a->set_min) fo->min_chars = a->min_chars;
+    if (a->set_max) fo->max_chars = a->max_chars;
+    if (a->set_nonalpha) fo->max_nonalpha_frac = a->max_nonalpha;
+    if (a->set_duplines) fo->max_dup_line_frac = a->max_dup_lines;
+    if (a->set_ngram) fo->max_top_ngram_frac = a->max_top_ngram;
+    return CLI_OK;
+}
+
+static void print_report(const llmt_data_report *r, const char *out)
+{
+    printf("%-28s %14lld\n", "files", (long long)r->files);
+    printf("%-28s %14.1f MB\n", "input", r->bytes / 1e6);
+    printf("%-28s %14lld\n", "documents read", (long long)r->documents);
+    for (int v = 1; v < LLMT_DATA_VERDICTS; v++) {
+        char label[64];
+        snprintf(label, sizeof label, "  removed: %s", llmt_data_verdict_name(v));
+        printf("%-28s %14lld\n", label, (long long)r->verdicts[v]);
+    }
+    printf("%-28s %14lld\n", "documents kept", (long long)r->verdicts[0]);
+    printf("%-28s %14lld / %lld\n", "documents train / val",
+           (long long)r->train_documents, (long long)r->val_documents);
+    printf("%-28s %14lld / %lld\n", "tokens train / val",
+           (long long)r->train_tokens, (long long)r->val_tokens);
+    printf("%-28s %14d / %d\n", "shards train / val", (int)r->train_shards,
+           (int)r->val_shards);
+    printf("%-28s %14lld\n", "invalid UTF-8 replaced", (long long)r->invalid_utf8);
+    printf("%-28s %14lld\n", "bad JSONL lines", (long long)r->bad_lines);
+    printf("%-28s %14.2f s (%.1f MB/s)\n", "time", r->seconds,
+           r->seconds > 0 ? r->bytes / 1e6 / r->seconds : 0.0);
+    printf("wrote %s/train, %s/val, %s/tokenizer.bin, %s/report.json\n", out,
+           out, out, out);
+}
+
+static int cmd_prepare(llmt_context *ctx, const data_args *a)
+{
+    if (a->npos < 1 || !a->out) {
+        fprintf(stderr, "llmtrain data prepare: needs INPUT... and --out DIR "
+                        "(llmtrain data --help)\n");
+        return CLI_USAGE;
+    }
+    llmt_ingest_opts io;
+    llmt_data_filter_opts fo;
+    llmt_dedup_opts dd;
+    int no_filter = 0, no_dedup = 0, rc;
+    ingest_opts_from(a, &io);
+    if ((rc = dedup_from(a, &dd, &no_dedup)) != CLI_OK ||
+        (rc = filter_from(a, &fo, &no_filter)) != CLI_OK)
+        return rc;
+    llmt_data_prepare_opts po;
+    llmt_data_prepare_opts_init(&po, sizeof po);
+    po.ingest = &io;
+    po.filter = &fo;
+    po.dedup = &dd;
+    po.no_filter = no_filter;
+    po.no_dedup = no_dedup;
+    po.llmc_format = a->llmc;
+    if (a->set_shard) po.shard_tokens = a->shard_tokens;
+    if (a->set_val) po.val_fraction = a->val_frac;
+    if (a->have_seed) po.seed = a->seed;
+    progress pr = {now_s(), 0};
+    if (!a->quiet && isatty(STDERR_FILENO)) {
+        po.progress = on_progress;
+        po.progress_user = &pr;
+    }
+    llmt_tokenizer *tok = open_tokenizer(ctx, a);
+    if (!tok)
+        return CLI_FAILED;
+    llmt_data_report r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    llmt_status s = llmt_data_prepare(ctx, a->pos, (size_t)a->npos, tok, a->out,
+                                      &po, &r);
+    bar_done();
+    llmt_tokenizer_destroy(tok);
+    if (s != LLMT_OK) {
+        if (r.documents)
+            fprintf(stderr, "llmtrain data prepare: stopped after %lld "
+                            "documents\n", (long long)r.documents);
+        return cli_fail_status(CMD, s, llmt_context_last_error(ctx));
+    }
+    if (!a->quiet)
+        print_report(&r, a->out);
+    if (r.val_documents == 0 && po.val_fraction > 0)
+        fprintf(stderr, "llmtrain data prepare: note: no document went to "
+                        "validation (raise --val-frac)\n");
+    return CLI_OK;
+}
+
+/* ---- stats ------------------------------------------------------------- */
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 14, n = 0, k;
+    char *b = malloc(cap + 1);
+    while (b && (k = fread(b + n, 1, cap - n, f)) > 0) {
+        n += k;
+        if (n == cap) {
+            char *nb = realloc(b, 2 * cap + 1);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (b)
+        b[n] = 0;
+    return b;
+}
+
+/* The number after "key": in report.json (keys looked up are unique in it);
+ * -1 when absent. */
+static double json_num(const char *j, const char *key)
+{
+    char pat[80];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(j, pat);
+    if (!p)
+        return -1;
+    char *end = NULL;
+    double v = strtod(p + strlen(pat), &end);
+    return end == p + strlen(pat) ? -1 : v;
+}
+
+static void print_report_json(const char *dir)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/report.json", dir);
+    char *j = slurp(p);
+    if (!j) {
+        printf("report.json: absent\n");
+        return;
+    }
+    printf("report (%s):\n", p);
+    printf("  %-26s %14.0f\n", "files", json_num(j, "files"));
+    printf("  %-26s %14.1f MB\n", "input", json_num(j, "bytes") / 1e6);
+    printf("  %-26s %14.0f\n", "documents read", json_num(j, "documents"));
+    for (int v = 1; v < LLMT_DATA_VERDICTS; v++) {
+        char label[64];
+        snprintf(label, sizeof label, "  removed: %s", llmt_data_verdict_name(v));
+        printf("  %-26s %14.0f\n", label, json_num(j, llmt_data_verdict_name(v)));
+    }
+    printf("  %-26s %14.0f\n", "documents kept", json_num(j, "kept"));
+    printf("  %-26s %14.0f\n", "invalid UTF-8 replaced", json_num(j, "invalid_utf8"));
+    printf("  %-26s %14.0f\n", "bad JSONL lines", json_num(j, "bad_lines"));
+    printf("  %-26s %14.2f s\n", "time", json_num(j, "seconds"));
+    free(j);
+}
+
+static int stats_one(llmt_context *ctx, const char *path, const char *label,
+                     int verify)
+{
+    llmt_dataset *ds = NULL;
+    llmt_status s = llmt_dataset_open(ctx, path, verify, &ds);
+    if (s != LLMT_OK)
+        return cli_fail_status(CMD, s, llmt_context_last_error(ctx));
+    llmt_dataset_info in;
+    memset(&in, 0, sizeof in);
+    in.struct_size = sizeof in;
+    llmt_dataset_get_info(ds, &in);
+    printf("%s: %s\n", label, path);
+    printf("  %-26s %14d\n", "shards", (int)in.shards);
+    printf("  %-26s %14lld\n", "tokens", (long long)in.tokens);
+    printf("  %-26s %14lld\n", "documents", (long long)in.documents);
+    if (in.vocab_size > 0)
+        printf("  %-26s %14d\n", "vocab", (int)in.vocab_size);
+    else
+        printf("  %-26s %14s\n", "vocab", "(llm.c files)");
+    printf("  %-26s %14s\n", "dtype",
+           in.vocab_size > 65536 ? "uint32" : "uint16");
+    printf("  %-26s %14.1f\n", "tokens per document",
+           in.documents ? (double)in.tokens / (double)in.documents : 0.0);
+    char fp[20];
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)in.fingerprint);
+    printf("  %-26s %16s\n", "fingerprint", fp);
+    if (verify)
+        printf("  %-26s %14s\n", "checksums", "ok");
+    for (int32_t i = 0; i < in.shards; i++) {
+        const char *sp = NULL;
+        int64_t t = 0, d = 0;
+        if (llmt_dataset_shard(ds, i, &sp, &t, &d) == LLMT_OK)
+            printf("    %s  %lld tokens, %lld documents\n", sp, (long long)t,
+                   (long long)d);
+    }
+    llmt_dataset_destroy(ds);
+    return CLI_OK;
+}
+
+static int cmd_stats(llmt_context *ctx, const data_args *a)
+{
+    if (a->npos < 1) {
+        fprintf(stderr, "llmtrain data stats: needs a PATH (llmtrain data "
+                        "--help)\n");
+        return CLI_USAGE;
+    }
+    int rc = CLI_OK;
+    for (int i = 0; i < a->npos; i++) {
+        const char *p = a->pos[i];
+        char tr[4200], va[4200];
+        snprintf(tr, sizeof tr, "%s/train", p);
+        snprintf(va, sizeof va, "%s/val", p);
+        if (is_dir(p) && is_dir(tr)) { /* a prepared directory */
+            if (stats_one(ctx, tr, "train", a->verify) != CLI_OK)
+                rc = CLI_FAILED;
+            if (is_dir(va) && stats_one(ctx, va, "val", a->verify) != CLI_OK)
+                rc = CLI_FAILED;
+            print_report_json(p);
+        } else if (stats_one(ctx, p, "shards", a->verify) != CLI_OK)
+            rc = CLI_FAILED;
+    }
+    return rc;
+}
+
+/* ---- train-bpe --------------------------------------------------------- */
+
+static int cmd_train_bpe(llmt_context *ctx, const data_args *a)
+{
+    if (a->npos < 1 || !a->out || !a->vocab) {
+        fprintf(stderr, "llmtrain data train-bpe: needs INPUT..., --vocab N "
+                        "and --out FILE (llmtrain data --help)\n");
+        return CLI_USAGE;
+    }
+    double secs = 0;
+    size_t len = 0;
+    int64_t nt = 0;
+    llmt_tokenizer *tok = train_bpe(ctx, a, (int32_t)a->vocab, a->sample_mb,
+                                    &secs, &len, &nt);
+    if (!tok)
+        return CLI_FAILED;
+    int32_t v = 0;
+    llmt_tokenizer_vocab_size(tok, &v);
+    llmt_status s = llmt_tokenizer_save(tok, a->out);
+    if (s != LLMT_OK) {
+        int rc = cli_fail_status(CMD, s, llmt_tokenizer_last_error(tok));
+        llmt_tokenizer_destroy(tok);
+        return rc;
+    }
+    llmt_tokenizer_destroy(tok);
+    printf("vocab %d (asked %lld), learned from %zu bytes in %.2f s\n", (int)v,
+           (long long)a->vocab, len, secs);
+    printf("compression %.3f bytes/token (%lld tokens)\n",
+           nt > 0 ? (double)len / (double)nt : 0.0, (long long)nt);
+    printf("wrote %s\n", a->out);
+    return CLI_OK;
+}
+
+/* ---- synth ------------------------------------------------------------- */
+
+static int cmd_synth(const data_args *a)
+{
+    if (!a->out || !a->bytes) {
+        fprintf(stderr, "llmtrain data synth: needs --out FILE and --bytes N "
+                        "(llmtrain data --help)\n");
+        return CLI_USAGE;
+    }
+    if (a->branching > a->alphabet) {
+        fprintf(stderr, "llmtrain data synth: --branching %lld exceeds "
+                        "--alphabet %lld\n", (long long)a->branching,
+                (long long)a->alphabet);
+        return CLI_USAGE;
+    }
+    char *buf = malloc((size_t)a->bytes);
+    if (!buf)
+        return cli_fail(CMD, "no memory for %lld bytes", (long long)a->bytes);
+    double h = 0;
+    llmt_status s = llmt_data_synth_markov(a->have_seed ? a->seed : 1,
+                                           (int32_t)a->alphabet,
+                                           (int32_t)a->branching, buf,
+                                           (size_t)a->bytes, &h);
+    if (s != LLMT_OK) {
+        free(buf);
+        return cli_fail(CMD, "synth: %s (alphabet %lld, branching %lld)",
+                        llmt_status_string(s), (long long)a->alphabet,
+                        (long long)a->branching);
+    }
+    /* The unigram entropy of the text itself: what a model without context
+     * would reach; the gap to the entropy rate is what context buys. */
+    int64_t cnt[256] = {0};
+    for (int64_t i = 0; i < a->bytes; i++)
+        cnt[(unsigned char)buf[i]]++;
+    double hu = 0;
+    for (int c = 0; c < 256; c++)
+        if (cnt[c]) {
+            double p = (double)cnt[c] / (double)a->bytes;
+            hu -= p * log(p);
+        }
+    FILE *f = fopen(a->out, "wb");
+    int ok = f && fwrite(buf, 1, (size_t)a->bytes, f) == (size_t)a->bytes;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    free(buf);
+    if (!ok)
+        return cli_fail(CMD, "write %s: %s", a->out, strerror(errno));
+    printf("wrote %lld bytes to %s (alphabet %lld, branching %lld, seed %llu)\n",
+           (long long)a->bytes, a->out, (long long)a->alphabet,
+           (long long)a->branching,
+           (unsigned long long)(a->have_seed ? a->seed : 1));
+    printf("entropy rate %.6f nats/char (%.6f bits/char)\n", h, h / log(2.0));
+    printf("unigram entropy of the text %.6f nats/char (%.6f bits/char)\n", hu,
+           hu / log(2.0));
+    return CLI_OK;
+}
 
 int cmd_data(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_fail("data", "not implemented in this build yet");
+    data_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc != CLI_OK) {
+        free(a.pos);
+        return rc;
+    }
+    if (!strcmp(a.sub, "synth")) {
+        rc = cmd_synth(&a);
+        free(a.pos);
+        return rc;
+    }
+    llmt_context *ctx = make_ctx();
+    if (!ctx) {
+        free(a.pos);
+        return CLI_FAILED;
+    }
+    if (!strcmp(a.sub, "prepare"))
+        rc = cmd_prepare(ctx, &a);
+    else if (!strcmp(a.sub, "stats"))
+        rc = cmd_stats(ctx, &a);
+    else if (!strcmp(a.sub, "train-bpe"))
+        rc = cmd_train_bpe(ctx, &a);
+    else {
+        fprintf(stderr, "llmtrain data: unknown subcommand '%s' (prepare, "
+                        "stats, train-bpe, synth)\n", a.sub);
+        rc = CLI_USAGE;
+    }
+    llmt_context_destroy(ctx);
+    free(a.pos);
+    return rc;
 }
