@@ -1,0 +1,649 @@
+/* The deterministic loader. Every sample is named by a global cursor g
+ * (samples consumed by all ranks since epoch 0); which window g reads
+ * depends only on (seed, dataset, seq_len), never on dp_size, micro_batch
+ * or grad_accum, so a state saved under one batch layout resumes under any
+ * other with no sample skipped or repeated. A prefetch thread computes the
+ * same micro-batches ahead of time; the result is bit-identical either way.
+ *
+ * Order of epoch e (doc/data.md): shards permuted by Fisher-Yates with a
+ * xoshiro256** stream keyed by (seed, e), then within each shard its
+ * windows permuted by a stream keyed by (seed, e, shard). */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shard_internal.h"
+
+#define LD_MAX_PREFETCH 4096
+#define LD_PERM_CACHE 2   /* a rank's ranges are contiguous: 2 shards suffice */
+
+/* ---- seeded permutations ---- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+typedef struct rng {
+    uint64_t s[4];
+} rng;
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return out;
+}
+
+/* Stream for (seed, epoch, shard); shard -1 orders the shards themselves. */
+static void rng_seed(rng *r, uint64_t seed, int64_t epoch, int64_t shard)
+{
+    uint64_t x = seed;
+    uint64_t k = splitmix64(&x);
+    x = k ^ (uint64_t)epoch;
+    k = splitmix64(&x);
+    x = k ^ (uint64_t)(shard + 1);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&x);
+}
+
+/* Uniform in [0, n) without modulo bias (Lemire's multiply-shift). */
+static uint64_t rng_below(rng *r, uint64_t n)
+{
+    unsigned __int128 m = (unsigned __int128)rng_next(r) * n;
+    uint64_t lo = (uint64_t)m;
+    if (lo < n) {
+        uint64_t t = -n % n;
+        while (lo < t) {
+            m = (unsigned __int128)rng_next(r) * n;
+            lo = (uint64_t)m;
+        }
+    }
+    return (uint64_t)(m >> 64);
+}
+
+static void fisher_yates(rng *r, int64_t *a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        a[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)rng_below(r, (uint64_t)i + 1);
+        int64_t t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+    }
+}
+
+/* ---- the sampler: g -> (shard, window). Owned by one thread at a time ---- */
+
+typedef struct perm_entry {
+    int64_t epoch;     /* -1: empty */
+    int32_t shard;
+    int64_t *win;      /* window order of the shard */
+    size_t cap;
+    uint64_t used;     /* LRU clock */
+} perm_entry;
+
+typedef struct sampler {
+    const llmt_dataset *ds;
+    int32_t seq_len;
+    int shuffle;
+    uint64_t seed;
+    int64_t n_samples;        /* per epoch */
+    const int64_t *windows;   /* per shard */
+    const int64_t *first_id;  /* file-order id of each shard's window 0 */
+    /* The cached epoch: shard order and cumulative window counts. */
+    int64_t epoch;            /* -1: none */
+    int64_t *order;           /* shard ids in epoch order (n shards) */
+    int64_t *cum;             /* cum[k]: windows before order[k]; n + 1 */
+    perm_entry perms[LD_PERM_CACHE];
+    uint64_t clock;
+} sampler;
+
+static void sampler_free(sampler *sp)
+{
+    free(sp->order);
+    free(sp->cum);
+    for (int i = 0; i < LD_PERM_CACHE; i++)
+        free(sp->perms[i].win);
+    memset(sp, 0, sizeof *sp);
+}
+
+static void sampler_reset(sampler *sp)
+{
+    sp->epoch = -1;
+    for (int i = 0; i < LD_PERM_CACHE; i++)
+        sp->perms[i].epoch = -1;
+}
+
+/* Shard order of `epoch` into order/cum (both caller-sized). */
+static void epoch_order(const llmt_dataset *ds, const int64_t *windows, int shuffle,
+                        uint64_t seed, int64_t epoch, int64_t *order, int64_t *cum)
+{
+    if (shuffle) {
+        rng r;
+        rng_seed(&r, seed, epoch, -1);
+        fisher_yates(&r, order, ds->n);
+    } else {
+        for (int32_t i = 0; i < ds->n; i++)
+            order[i] = i;
+    }
+    cum[0] = 0;
+    for (int32_t k = 0; k < ds->n; k++)
+        cum[k + 1] = cum[k] + windows[order[k]];
+}
+
+static int sampler_init(sampler *sp, const llmt_dataset *ds, int32_t seq_len, int shuffle,
+                        uint64_t seed, int64_t n_samples, const int64_t *windows,
+                        const int64_t *first_id)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->ds = ds;
+    sp->seq_len = seq_len;
+    sp->shuffle = shuffle;
+    sp->seed = seed;
+    sp->n_samples = n_samples;
+    sp->windows = windows;
+    sp->first_id = first_id;
+    sp->order = malloc((size_t)ds->n * sizeof *sp->order);
+    sp->cum = malloc(((size_t)ds->n + 1) * sizeof *sp->cum);
+    sampler_reset(sp);
+    return sp->order && sp->cum ? 0 : -1;
+}
+
+static const int64_t *shard_perm(sampler *sp, int64_t epoch, int32_t shard)
+{
+    perm_entry *victim = &sp->perms[0];
+    for (int i = 0; i < LD_PERM_CACHE; i++) {
+        perm_entry *p = &sp->perms[i];
+        if (p->epoch == epoch && p->shard == shard) {
+            p->used = ++sp->clock;
+            return p->win;
+        }
+        if (p->used < victim->used)
+            victim = p;
+    }
+    size_t n = (size_t)sp->windows[shard];
+    if (n > victim->cap) {
+        int64_t *w = realloc(victim->win, n * sizeof *w);
+        if (!w)
+            return NULL;
+        victim->win = w;
+        victim->cap = n;
+    }
+    rng r;
+    rng_seed(&r, sp->seed, epoch, shard);
+    fisher_yates(&r, victim->win, (int64_t)n);
+    victim->epoch = epoch;
+    victim->shard = shard;
+    victim->used = ++sp->clock;
+    return victim->win;
+}
+
+/* Global sample g -> shard, token offset and file-order id. -1 when out of
+ * memory. */
+static int sampler_locate(sampler *sp, int64_t g, int32_t *shard, int64_t *tok,
+                          int64_t *id)
+{
+    int64_t epoch = g / sp->n_samples, pos = g % sp->n_samples;
+    if (sp->epoch != epoch) {
+        epoch_order(sp->ds, sp->windows, sp->shuffle, sp->seed, epoch, sp->order, sp->cum);
+        sp->epoch = epoch;
+    }
+    /* Last k with cum[k] <= pos; shards with no window have empty ranges. */
+    int32_t lo = 0, hi = sp->ds->n;
+    while (hi - lo > 1) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (sp->cum[mid] <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    int32_t s = (int32_t)sp->order[lo];
+    int64_t q = pos - sp->cum[lo], w = q;
+    if (sp->shuffle) {
+        const int64_t *perm = shard_perm(sp, epoch, s);
+        if (!perm)
+            return -1;
+        w = perm[q];
+    }
+    *shard = s;
+    *tok = w * sp->seq_len;
+    *id = sp->first_id[s] + w;
+    return 0;
+}
+
+/* ---- the loader ---- */
+
+typedef struct slot {
+    int32_t *inputs, *targets;
+    int64_t *ids;
+    llmt_status status;
+} slot;
+
+struct llmt_loader {
+    llmt_err err;
+    llmt_dataset *ds;
+    llmt_loader_opts o;
+    int64_t n_samples;
+    int64_t *windows, *first_id;
+    int64_t G;             /* samples per step, all ranks */
+    int64_t base;          /* g of step 0 (set by create / set_state) */
+    int64_t consumed;      /* micro-batches returned since base */
+    sampler sp;
+    /* Prefetch: the worker fills slots for micro-batches produced..,
+     * the caller takes them in order. */
+    slot *ring;
+    int32_t nring;
+    pthread_t thread;
+    int running;
+    pthread_mutex_t mu;
+    pthread_cond_t can_fill, can_take;
+    int64_t produced;      /* micro-batches the worker has finished */
+    int stop;
+};
+
+/* Fill micro-batch number `m` (counted from base) of this rank. */
+static llmt_status fill(llmt_loader *l, sampler *sp, int64_t m, int32_t *inputs,
+                        int32_t *targets, int64_t *ids)
+{
+    const llmt_loader_opts *o = &l->o;
+    int64_t A = o->grad_accum, B = o->micro_batch, T = o->seq_len;
+    int64_t step = m / A, a = m % A;
+    int64_t g = l->base + step * l->G + (int64_t)o->dp_rank * B * A + a * B;
+    for (int64_t i = 0; i < B; i++) {
+        int32_t s;
+        int64_t tok, id;
+        if (sampler_locate(sp, g + i, &s, &tok, &id))
+            return LLMT_ERR_OUT_OF_MEMORY;
+        llmt__data_dataset_copy(l->ds, s, tok, (size_t)T, inputs + i * T);
+        llmt__data_dataset_copy(l->ds, s, tok + 1, (size_t)T, targets + i * T);
+        if (ids)
+            ids[i] = id;
+    }
+    return LLMT_OK;
+}
+
+static void *worker(void *arg)
+{
+    llmt_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->stop && l->produced - l->consumed >= l->nring)
+            pthread_cond_wait(&l->can_fill, &l->mu);
+        if (l->stop)
+            break;
+        int64_t m = l->produced;
+        slot *sl = &l->ring[m % l->nring];
+        pthread_mutex_unlock(&l->mu);
+        /* The slot is free (the caller is done with it) and only this
+         * thread touches the sampler while it runs. */
+        sl->status = fill(l, &l->sp, m, sl->inputs, sl->targets, sl->ids);
+        pthread_mutex_lock(&l->mu);
+        l->produced = m + 1;
+        pthread_cond_signal(&l->can_take);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static void stop_worker(llmt_loader *l)
+{
+    if (!l->running)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->can_fill);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->thread, NULL);
+    l->running = 0;
+    l->stop = 0;
+}
+
+static llmt_status start_worker(llmt_loader *l, llmt_err *e)
+{
+    l->produced = l->consumed;
+    if (!l->nring)
+        return LLMT_OK;
+    if (pthread_create(&l->thread, NULL, worker, l))
+        return llmt__err_set(e, LLMT_ERR_INTERNAL, "loader: cannot start the prefetch thread");
+    l->running = 1;
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_loader_opts_init(llmt_loader_opts *opts, size_t size)
+{
+    if (!opts)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_status s = llmt__check_struct_size(NULL, "llmt_loader_opts", size,
+                                            offsetof(llmt_loader_opts, seed) + sizeof(uint64_t));
+    if (s != LLMT_OK)
+        return s;
+    llmt_loader_opts d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.seq_len = 1024;
+    d.micro_batch = 4;
+    d.grad_accum = 1;
+    d.dp_rank = 0;
+    d.dp_size = 1;
+    d.shuffle = 1;
+    d.prefetch = 4;
+    d.seed = 1337;
+    memset(opts, 0, size);
+    memcpy(opts, &d, size < sizeof d ? size : sizeof d);
+    opts->struct_size = size;
+    return LLMT_OK;
+}
+
+static llmt_status check_opts(llmt_err *e, const llmt_loader_opts *o)
+{
+#define LD_RANGE(f, lo, hi)                                                              \
+    if (o->f < (lo) || o->f > (hi))                                                       \
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,                                \
+                             "loader: " #f " %d is outside [%d, %d]", (int)o->f, (int)(lo), \
+                             (int)(hi));
+    LD_RANGE(seq_len, 1, INT32_MAX - 1)
+    LD_RANGE(micro_batch, 1, INT32_MAX)
+    LD_RANGE(grad_accum, 1, INT32_MAX)
+    LD_RANGE(dp_size, 1, INT32_MAX)
+    LD_RANGE(prefetch, 0, LD_MAX_PREFETCH)
+#undef LD_RANGE
+    if (o->dp_rank < 0 || o->dp_rank >= o->dp_size)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "loader: dp_rank %d is outside [0, dp_size %d)", (int)o->dp_rank,
+                             (int)o->dp_size);
+    /* One micro-batch of inputs must be addressable; G must not overflow. */
+    if ((int64_t)o->micro_batch * o->seq_len > (INT64_C(1) << 40) ||
+        (int64_t)o->micro_batch * o->grad_accum > (INT64_C(1) << 40) / o->dp_size)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "loader: micro_batch %d x seq_len %d x grad_accum %d x dp_size "
+                             "%d is too large", (int)o->micro_batch, (int)o->seq_len,
+                             (int)o->grad_accum, (int)o->dp_size);
+    return LLMT_OK;
+}
+
+LLMT_API void llmt_loader_destroy(llmt_loader *l)
+{
+    if (!l)
+        return;
+    stop_worker(l);
+    if (l->ring) {
+        for (int32_t i = 0; i < l->nring; i++) {
+            free(l->ring[i].inputs);
+            free(l->ring[i].targets);
+            free(l->ring[i].ids);
+        }
+        free(l->ring);
+    }
+    pthread_cond_destroy(&l->can_fill);
+    pthread_cond_destroy(&l->can_take);
+    pthread_mutex_destroy(&l->mu);
+    sampler_free(&l->sp);
+    free(l->windows);
+    free(l->first_id);
+    free(l);
+}
+
+LLMT_API llmt_status llmt_loader_create(llmt_dataset *ds, const llmt_loader_opts *opts,
+                                        llmt_loader **out)
+{
+    if (!ds || !opts || !out)
+        return LLMT_ERR_NULL_POINTER;
+    *out = NULL;
+    /* The loader has no context: creation errors go to the dataset. */
+    llmt_err *e = &ds->err;
+    llmt_loader_opts o;
+    llmt_loader_opts_init(&o, sizeof o);
+    llmt_status s = llmt__opts_copy(e, "loader opts", &o, sizeof o, opts);
+    if (s != LLMT_OK || (s = check_opts(e, &o)) != LLMT_OK)
+        return s;
+    llmt_loader *l = calloc(1, sizeof *l);
+    if (!l)
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "loader: out of memory");
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->can_fill, NULL);
+    pthread_cond_init(&l->can_take, NULL);
+    l->ds = ds;
+    l->o = o;
+    l->windows = malloc((size_t)ds->n * sizeof *l->windows);
+    l->first_id = malloc((size_t)ds->n * sizeof *l->first_id);
+    if (!l->windows || !l->first_id) {
+        llmt_loader_destroy(l);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "loader: out of memory");
+    }
+    int64_t largest = 0;
+    for (int32_t i = 0; i < ds->n; i++) {
+        int64_t n = ds->shards[i].n_tokens;
+        l->windows[i] = n > 0 ? (n - 1) / o.seq_len : 0;
+        l->first_id[i] = l->n_samples;
+        l->n_samples += l->windows[i];
+        if (n > largest)
+            largest = n;
+    }
+    if (!l->n_samples) {
+        llmt_loader_destroy(l);
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "loader: no shard of the dataset (%s%s) holds a whole window of "
+                             "seq_len + 1 = %" PRId64 " tokens; the largest has %" PRId64,
+                             ds->shards[0].path, ds->n > 1 ? ", ..." : "",
+                             (int64_t)o.seq_len + 1, largest);
+    }
+    l->G = (int64_t)o.micro_batch * o.grad_accum * o.dp_size;
+    if (sampler_init(&l->sp, ds, o.seq_len, o.shuffle != 0, o.seed, l->n_samples,
+                     l->windows, l->first_id)) {
+        llmt_loader_destroy(l);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "loader: out of memory");
+    }
+    l->nring = o.prefetch;
+    if (l->nring) {
+        size_t bt = (size_t)o.micro_batch * (size_t)o.seq_len;
+        l->ring = calloc((size_t)l->nring, sizeof *l->ring);
+        for (int32_t i = 0; l->ring && i < l->nring; i++) {
+            l->ring[i].inputs = malloc(bt * sizeof(int32_t));
+            l->ring[i].targets = malloc(bt * sizeof(int32_t));
+            l->ring[i].ids = malloc((size_t)o.micro_batch * sizeof(int64_t));
+            if (!l->ring[i].inputs || !l->ring[i].targets || !l->ring[i].ids) {
+                llmt_loader_destroy(l);
+                return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "loader: out of memory "
+                                     "for %d prefetch buffers", (int)o.prefetch);
+            }
+        }
+        if (!l->ring) {
+            llmt_loader_destroy(l);
+            return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "loader: out of memory");
+        }
+    }
+    if ((s = start_worker(l, e)) != LLMT_OK) {
+        llmt_loader_destroy(l);
+        return s;
+    }
+    *out = l;
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_loader_next(llmt_loader *l, int32_t *inputs, int32_t *targets,
+                                      int64_t *sample_ids)
+{
+    if (!l || !inputs || !targets)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_status s;
+    if (!l->nring) {
+        s = fill(l, &l->sp, l->consumed, inputs, targets, sample_ids);
+    } else {
+        pthread_mutex_lock(&l->mu);
+        while (l->produced <= l->consumed)
+            pthread_cond_wait(&l->can_take, &l->mu);
+        pthread_mutex_unlock(&l->mu);
+        const slot *sl = &l->ring[l->consumed % l->nring];
+        size_t bt = (size_t)l->o.micro_batch * (size_t)l->o.seq_len;
+        s = sl->status;
+        if (s == LLMT_OK) {
+            memcpy(inputs, sl->inputs, bt * sizeof *inputs);
+            memcpy(targets, sl->targets, bt * sizeof *targets);
+            if (sample_ids)
+                memcpy(sample_ids, sl->ids, (size_t)l->o.micro_batch * sizeof *sample_ids);
+        }
+    }
+    if (s != LLMT_OK) {
+        /* The micro-batch stays unconsumed so a retry asks for it again; the
+         * worker has moved past it and is restarted from here. */
+        if (l->nring) {
+            stop_worker(l);
+            start_worker(l, &l->err);
+        }
+        return llmt__err_set(&l->err, s, "loader: out of memory for a window permutation");
+    }
+    if (!l->nring) {
+        l->consumed++;
+        return LLMT_OK;
+    }
+    pthread_mutex_lock(&l->mu);
+    l->consumed++;
+    pthread_cond_signal(&l->can_fill);
+    pthread_mutex_unlock(&l->mu);
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_loader_get_state(const llmt_loader *l, llmt_loader_state *state)
+{
+    if (!l || !state)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_err *e = (llmt_err *)&l->err;
+    llmt_status s = llmt__check_struct_size(e, "llmt_loader_state", state->struct_size,
+                                            sizeof *state);
+    if (s != LLMT_OK)
+        return s;
+    if (l->consumed % l->o.grad_accum)
+        return llmt__err_set(e, LLMT_ERR_STATE,
+                             "loader: get_state between steps: %" PRId64 " of %d micro-batches "
+                             "of the step are consumed; call it after a whole step",
+                             l->consumed % l->o.grad_accum, (int)l->o.grad_accum);
+    int64_t g = l->base + (l->consumed / l->o.grad_accum) * l->G;
+    state->seed = l->o.seed;
+    state->epoch = g / l->n_samples;
+    state->cursor = g % l->n_samples;
+    state->samples_per_epoch = l->n_samples;
+    state->fingerprint = l->ds->fingerprint;
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_loader_set_state(llmt_loader *l, const llmt_loader_state *state)
+{
+    if (!l || !state)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_status s = llmt__check_struct_size(&l->err, "llmt_loader_state", state->struct_size,
+                                            sizeof *state);
+    if (s != LLMT_OK)
+        return s;
+    if (state->samples_per_epoch != l->n_samples)
+        return llmt__err_set(&l->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "loader: the state has %" PRId64 " samples per epoch, this loader "
+                             "%" PRId64 " (another dataset or seq_len %d?)",
+                             state->samples_per_epoch, l->n_samples, (int)l->o.seq_len);
+    if (state->fingerprint != l->ds->fingerprint)
+        return llmt__err_set(&l->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "loader: the state's dataset fingerprint %016" PRIx64 " is not this "
+                             "dataset's %016" PRIx64 " (other shards or contents)",
+                             state->fingerprint, l->ds->fingerprint);
+    if (state->epoch < 0 || state->cursor < 0 || state->cursor >= l->n_samples ||
+        state->epoch > (INT64_MAX - state->cursor) / l->n_samples - 1)
+        return llmt__err_set(&l->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "loader: state epoch %" PRId64 " cursor %" PRId64 " is out of "
+                             "range (%" PRId64 " samples per epoch)", state->epoch,
+                             state->cursor, l->n_samples);
+    stop_worker(l);
+    l->o.seed = state->seed;
+    l->sp.seed = state->seed;
+    sampler_reset(&l->sp);
+    l->base = state->epoch * l->n_samples + state->cursor;
+    l->consumed = 0;
+    return start_worker(l, &l->err);
+}
+
+/* Does [lo, hi) hold a g with g mod G in [a, a + len)? */
+static int range_hits(int64_t lo, int64_t hi, int64_t G, int64_t a, int64_t len)
+{
+    if (hi <= lo)
+        return 0;
+    if (hi - lo >= G)
+        return 1;
+    int64_t r0 = lo % G, r1 = r0 + (hi - lo); /* residues [r0, r1), r1 <= 2G */
+    /* The rank's block [a, a+len) and its copy one period later. */
+    return (r0 < a + len && a < r1) || (r0 < a + G + len && a + G < r1);
+}
+
+LLMT_API llmt_status llmt_loader_assign_shards(const llmt_loader *l, int32_t dp_rank,
+                                               int64_t epoch, int32_t *ids, size_t cap,
+                                               size_t *n_out)
+{
+    if (!l || !n_out)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_err *e = (llmt_err *)&l->err;
+    *n_out = 0;
+    if (dp_rank < 0 || dp_rank >= l->o.dp_size)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "loader: dp_rank %d is outside [0, dp_size %d)", (int)dp_rank,
+                             (int)l->o.dp_size);
+    if (epoch < 0 || epoch > INT64_MAX / l->n_samples - 1)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT, "loader: epoch %" PRId64
+                             " is out of range", epoch);
+    int32_t n = l->ds->n;
+    int64_t *order = malloc((size_t)n * sizeof *order);
+    int64_t *cum = malloc(((size_t)n + 1) * sizeof *cum);
+    unsigned char *hit = calloc((size_t)n, 1);
+    if (!order || !cum || !hit) {
+        free(order);
+        free(cum);
+        free(hit);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "loader: out of memory");
+    }
+    epoch_order(l->ds, l->windows, l->o.shuffle != 0, l->o.seed, epoch, order, cum);
+    int64_t len = (int64_t)l->o.micro_batch * l->o.grad_accum;
+    int64_t e0 = epoch * l->n_samples;
+    for (int32_t k = 0; k < n; k++)
+        if (range_hits(e0 + cum[k], e0 + cum[k + 1], l->G, (int64_t)dp_rank * len, len))
+            hit[order[k]] = 1;
+    size_t count = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (hit[i]) {
+            if (ids && count < cap)
+                ids[count] = i;
+            count++;
+        }
+    free(order);
+    free(cum);
+    free(hit);
+    *n_out = count;
+    if (ids && count > cap)
+        return llmt__err_set(e, LLMT_ERR_BUFFER_TOO_SMALL,
+                             "loader: rank %d reads %zu shards in epoch %" PRId64
+                             ", ids holds %zu", (int)dp_rank, count, epoch, cap);
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_loader_samples_per_epoch(const llmt_loader *l, int64_t *out)
+{
+    if (!l || !out)
+        return LLMT_ERR_NULL_POINTER;
+    *out = l->n_samples;
+    return LLMT_OK;
+}
+
+LLMT_API const char *llmt_loader_last_error(const llmt_loader *l)
+{
+    return l ? l->err.msg : "loader: NULL loader";
+}
