@@ -13,7 +13,7 @@
 
 #include "llmtrain.h"
 
-static char *tu_mkdtemp(void)
+static inline char *tu_mkdtemp(void)
 {
     const char *base = getenv("TMPDIR");
     char *p = malloc(4096);
@@ -26,7 +26,7 @@ static char *tu_mkdtemp(void)
 }
 
 /* rm -r of a flat (or two-level) scratch directory. */
-static void tu_rmtree(const char *dir)
+static inline void tu_rmtree(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -35,8 +35,8 @@ static void tu_rmtree(const char *dir)
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        char p[4400];
+        snprintf(p, sizeof p, "%.4000s/%s", dir, e->d_name);
         struct stat st;
         if (!lstat(p, &st) && S_ISDIR(st.st_mode))
             tu_rmtree(p);
@@ -47,13 +47,13 @@ static void tu_rmtree(const char *dir)
     rmdir(dir);
 }
 
-static int tu_exists(const char *p)
+static inline int tu_exists(const char *p)
 {
     struct stat st;
     return !stat(p, &st);
 }
 
-static unsigned char *tu_slurp(const char *path, size_t *n)
+static inline unsigned char *tu_slurp(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -67,7 +67,7 @@ static unsigned char *tu_slurp(const char *path, size_t *n)
     return b;
 }
 
-static void tu_spit(const char *path, const void *b, size_t n)
+static inline void tu_spit(const char *path, const void *b, size_t n)
 {
     FILE *f = fopen(path, "wb");
     if (!f) {
@@ -79,7 +79,7 @@ static void tu_spit(const char *path, const void *b, size_t n)
     fclose(f);
 }
 
-static uint64_t tu_rng(uint64_t *s)
+static inline uint64_t tu_rng(uint64_t *s)
 {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -89,7 +89,7 @@ static uint64_t tu_rng(uint64_t *s)
 
 /* A shard of n_tokens seeded tokens (< vocab) in documents of 1..max_doc
  * tokens; the tokens are returned (malloc) when want_ids. */
-static int32_t *tu_write_shard(const char *path, int32_t vocab, int64_t n_tokens,
+static inline int32_t *tu_write_shard(const char *path, int32_t vocab, int64_t n_tokens,
                                int64_t max_doc, uint64_t seed, int64_t *n_docs)
 {
     llmt_shard_writer *w = NULL;
