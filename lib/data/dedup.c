@@ -319,13 +319,37 @@ static llmt_status signature(llmt_dedup *d, const unsigned char *s, size_t n)
     size_t span = w >= k ? k : w;
     const uint64_t *a = d->a, *b = d->b;
     uint64_t *sig = d->sig;
-    for (size_t i = 0; i < nsh; i++) {
-        size_t beg = d->wstart[i], end = d->wstart[i + span] - 1;
-        uint64_t x = mod61(XXH64(d->words + beg, end - beg, 0));
+    /* Shingle hashes a block at a time, then each function over the block:
+     * a and b stay in registers and four independent minima hide the
+     * latency of the 128-bit multiply. */
+    uint64_t xs[64];
+    for (size_t i0 = 0; i0 < nsh; i0 += 64) {
+        size_t m = nsh - i0 < 64 ? nsh - i0 : 64;
+        for (size_t i = 0; i < m; i++) {
+            size_t beg = d->wstart[i0 + i], end = d->wstart[i0 + i + span] - 1;
+            xs[i] = mod61(XXH64(d->words + beg, end - beg, 0));
+        }
         for (size_t p = 0; p < np; p++) {
-            uint64_t h = perm_hash(a[p], b[p], x);
-            if (h < sig[p])
-                sig[p] = h;
+            uint64_t ap = a[p], bp = b[p];
+            uint64_t m0 = sig[p], m1 = m0, m2 = m0, m3 = m0;
+            size_t i = 0;
+            for (; i + 4 <= m; i += 4) {
+                uint64_t h0 = perm_hash(ap, bp, xs[i]);
+                uint64_t h1 = perm_hash(ap, bp, xs[i + 1]);
+                uint64_t h2 = perm_hash(ap, bp, xs[i + 2]);
+                uint64_t h3 = perm_hash(ap, bp, xs[i + 3]);
+                m0 = h0 < m0 ? h0 : m0;
+                m1 = h1 < m1 ? h1 : m1;
+                m2 = h2 < m2 ? h2 : m2;
+                m3 = h3 < m3 ? h3 : m3;
+            }
+            for (; i < m; i++) {
+                uint64_t h = perm_hash(ap, bp, xs[i]);
+                m0 = h < m0 ? h : m0;
+            }
+            m0 = m1 < m0 ? m1 : m0;
+            m2 = m3 < m2 ? m3 : m2;
+            sig[p] = m2 < m0 ? m2 : m0;
         }
     }
     return LLMT_OK;
