@@ -3,11 +3,12 @@
  * share of equal signature entries as the Jaccard estimate).
  *
  * Memory is linear in the documents kept and independent of their length:
- * per kept document 8 bytes of exact hash (plus table slack), the signature
- * (8 * permutations bytes) and one bucket entry per band (8 bytes, plus a
- * table slot of 16 bytes at load <= 1/2). With the defaults that is about
- * 1.6 KiB a document: 1e6 documents fit in 1.6 GiB. Removed documents are
- * not remembered. Exact duplicates are decided by the 64-bit hash alone
+ * per kept document its signature (8 * permutations bytes), one bucket
+ * entry per band (16 bytes) and its key in the band table (16 bytes a
+ * slot, at load 1/4 to 1/2), 8 bytes of "seen" stamp and the exact hash
+ * (16 bytes a slot, same load). With the defaults that is 1.8 to 2.4 KiB a
+ * document: 1e6 kept documents take about 2 GiB. Removed documents are not
+ * remembered. Exact duplicates are decided by the 64-bit hash alone
  * (a false match needs ~2^32 documents). */
 #include <math.h>
 #include <stdlib.h>
