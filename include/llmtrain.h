@@ -1379,7 +1379,9 @@ LLMT_API llmt_status llmt_shard_write_llmc(llmt_context *ctx, const char *path,
  * files, sorted by name) or a glob pattern. Every header is validated when
  * opening (magic, version, sizes against the file size); with verify the
  * token and index checksums are checked too. Errors name the file and the
- * byte offset. Reads may run from several threads at once. */
+ * byte offset. Successful reads may run from several threads at once (a
+ * failing call records its message on the handle: one thread at a time
+ * when the detail matters). */
 typedef struct llmt_dataset llmt_dataset;
 
 typedef struct llmt_dataset_info {
@@ -1444,7 +1446,8 @@ typedef struct llmt_loader_state {
 } llmt_loader_state;
 
 LLMT_API llmt_status llmt_loader_opts_init(llmt_loader_opts *opts, size_t size);
-/* The loader reads `ds`, which must outlive it. */
+/* The loader reads `ds`, which must outlive it. Creation errors are
+ * recorded on the dataset (llmt_dataset_last_error). */
 LLMT_API llmt_status llmt_loader_create(llmt_dataset *ds,
                                         const llmt_loader_opts *opts,
                                         llmt_loader **out);

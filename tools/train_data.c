@@ -304,7 +304,7 @@ int td_open(train_data *d, llmt_context *ctx, const td_opts *o)
     llmt_status s = llmt_loader_create(d->train_ds, &lo, &d->loader);
     if (s != LLMT_OK)
         return cli_fail(CMD, "training data %s: %s", trainp,
-                        llmt_context_last_error(ctx));
+                        llmt_dataset_last_error(d->train_ds));
     int64_t spe = 0, counted = 0;
     llmt_loader_samples_per_epoch(d->loader, &spe);
     if (unigram(d, &counted)) return -1;
@@ -335,7 +335,7 @@ int td_val_batch(train_data *d, int32_t *in, int32_t *tg, int nmax)
     lo.prefetch = 0;
     llmt_loader *l = NULL;
     if (llmt_loader_create(d->val_ds, &lo, &l) != LLMT_OK) {
-        cli_fail(CMD, "validation data: %s", llmt_context_last_error(d->ctx));
+        cli_fail(CMD, "validation data: %s", llmt_dataset_last_error(d->val_ds));
         return 0;
     }
     int64_t spe = 0;
