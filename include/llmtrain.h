@@ -1298,6 +1298,11 @@ typedef struct llmt_data_filter_opts {
                                    of the document; default 0.3 */
     double max_top_ngram_frac;  /* of word characters covered by the most
                                    frequent word 2-gram; default 0.2 */
+    int64_t ngram_min_words;    /* the 2-gram filter looks only at documents
+                                   of at least this many words; default 50
+                                   (Gopher's minimum document length: a
+                                   short saying that repeats one pair is
+                                   not boilerplate); 0 = every document */
 } llmt_data_filter_opts;
 
 LLMT_API llmt_status llmt_data_filter_opts_init(llmt_data_filter_opts *opts,

@@ -40,6 +40,7 @@ LLMT_API llmt_status llmt_data_filter_opts_init(llmt_data_filter_opts *opts,
     d.max_nonalpha_frac = 0.5;
     d.max_dup_line_frac = 0.3;
     d.max_top_ngram_frac = 0.2;
+    d.ngram_min_words = 50;
     memset(opts, 0, size);
     memcpy(opts, &d, size < sizeof d ? size : sizeof d);
     opts->struct_size = size;
@@ -193,7 +194,8 @@ static int dup_line_frac(const unsigned char *s, size_t n, double *frac)
  * than once. Ties go to the 2-gram of more characters. 2-grams are told
  * apart by a 64-bit hash of their words: a collision needs ~2^32 distinct
  * 2-grams in one document. */
-static int top_ngram_frac(const unsigned char *s, size_t n, double *frac)
+static int top_ngram_frac(const unsigned char *s, size_t n, int64_t min_words,
+                          double *frac)
 {
     size_t nw = 0;
     for (size_t i = 0; i < n;) {
@@ -206,6 +208,8 @@ static int top_ngram_frac(const unsigned char *s, size_t n, double *frac)
     }
     *frac = 0;
     if (nw < 3) /* a 2-gram can repeat only from 3 words on ("a a a") */
+        return 0;
+    if (min_words > 0 && (int64_t)nw < min_words)
         return 0;
     span *w = malloc(nw * sizeof *w);
     uint64_t *wh = malloc(nw * sizeof *wh);
@@ -286,7 +290,8 @@ LLMT_API llmt_status llmt_data_filter_check(const llmt_data_filter_opts *opts,
     llmt_status st = llmt__opts_copy(NULL, "data filter opts", &o, sizeof o, opts);
     if (st != LLMT_OK)
         return st;
-    if (o.min_chars < 0 || o.max_chars < 0 || bad_frac(o.max_nonalpha_frac) ||
+    if (o.min_chars < 0 || o.max_chars < 0 || o.ngram_min_words < 0 ||
+        bad_frac(o.max_nonalpha_frac) ||
         bad_frac(o.max_dup_line_frac) || bad_frac(o.max_top_ngram_frac))
         return LLMT_ERR_INVALID_ARGUMENT;
     const unsigned char *s = (const unsigned char *)text;
@@ -316,7 +321,7 @@ LLMT_API llmt_status llmt_data_filter_check(const llmt_data_filter_opts *opts,
         }
     }
     if (o.max_top_ngram_frac > 0) {
-        if (top_ngram_frac(s, len, &f))
+        if (top_ngram_frac(s, len, o.ngram_min_words, &f))
             return LLMT_ERR_OUT_OF_MEMORY;
         if (f > o.max_top_ngram_frac) {
             *verdict = LLMT_DATA_TOP_NGRAM;

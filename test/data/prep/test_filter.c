@@ -66,6 +66,7 @@ static void test_defaults_and_names(void)
     CHECK(o.max_nonalpha_frac == 0.5);
     CHECK(o.max_dup_line_frac == 0.3);
     CHECK(o.max_top_ngram_frac == 0.2);
+    CHECK_EQ_INT(o.ngram_min_words, 50);
     CHECK(!strcmp(llmt_data_verdict_name(LLMT_DATA_KEEP), "keep"));
     CHECK(!strcmp(llmt_data_verdict_name(LLMT_DATA_TOO_SHORT), "too_short"));
     CHECK(!strcmp(llmt_data_verdict_name(LLMT_DATA_TOO_LONG), "too_long"));
@@ -200,6 +201,14 @@ static void test_top_ngram(void)
      * other 2-letter words: 8 of 20 characters are covered (0.4). */
     reset();
     put("zz zz zz zz ab cd ef gh ij kl");
+    /* 10 words: under the default ngram_min_words (50) the filter does not
+     * look at it; with 0 it looks at every document. */
+    CHECK_EQ_INT(verdict(&o), LLMT_DATA_KEEP);
+    o.ngram_min_words = 11;
+    CHECK_EQ_INT(verdict(&o), LLMT_DATA_KEEP);
+    o.ngram_min_words = 10;
+    CHECK_EQ_INT(verdict(&o), LLMT_DATA_TOP_NGRAM);
+    o.ngram_min_words = 0;
     CHECK_EQ_INT(verdict(&o), LLMT_DATA_TOP_NGRAM);
     o.max_top_ngram_frac = 0.4;
     CHECK_EQ_INT(verdict(&o), LLMT_DATA_KEEP);
