@@ -224,6 +224,7 @@ static llmt_context *make_ctx(void)
 
 typedef struct progress {
     double t0, last;
+    int64_t drawn; /* bytes_done of the last redraw */
 } progress;
 
 static void fmt_dur(char *b, size_t cap, double s)
@@ -245,9 +246,10 @@ static void on_progress(void *user, int64_t done, int64_t total, int64_t docs)
     progress *p = user;
     double t = now_s();
     int end = total > 0 && done >= total;
-    if (!end && t - p->last < 0.1)
+    if ((!end && t - p->last < 0.1) || (end && p->drawn == done))
         return;
     p->last = t;
+    p->drawn = done;
     double frac = total > 0 ? (double)done / (double)total : 0;
     if (frac > 1)
         frac = 1;
@@ -257,8 +259,9 @@ static void on_progress(void *user, int64_t done, int64_t total, int64_t docs)
         bar[i] = i < fill ? '#' : '.';
     bar[30] = 0;
     double el = t - p->t0, rate = el > 0 ? (double)done / el : 0;
-    char eta[32];
-    fmt_dur(eta, sizeof eta, rate > 0 ? (double)(total - done) / rate : 0);
+    char eta[32] = "--"; /* the first fraction of a second says nothing */
+    if (el >= 0.5 && rate > 0)
+        fmt_dur(eta, sizeof eta, (double)(total - done) / rate);
     fprintf(stderr, "\r\033[K[%s] %5.1f%% %.1f/%.1f MB  %lld docs  %.1f MB/s  "
                     "ETA %s", bar, 100 * frac, done / 1e6, total / 1e6,
             (long long)docs, rate / 1e6, eta);
@@ -502,7 +505,7 @@ static int cmd_prepare(llmt_context *ctx, const data_args *a)
     if (a->set_shard) po.shard_tokens = a->shard_tokens;
     if (a->set_val) po.val_fraction = a->val_frac;
     if (a->have_seed) po.seed = a->seed;
-    progress pr = {now_s(), 0};
+    progress pr = {now_s(), 0, -1};
     if (!a->quiet && isatty(STDERR_FILENO)) {
         po.progress = on_progress;
         po.progress_user = &pr;
