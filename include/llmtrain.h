@@ -1488,7 +1488,9 @@ LLMT_API const char *llmt_loader_last_error(const llmt_loader *l);
  * llm.c do), and write shards to out_dir: train/shard-NNNNN.tok and
  * val/shard-NNNNN.tok (or .bin in llm.c's format), tokenizer.bin and
  * report.json. Documents go to validation by a hash of their text (stable
- * whatever the input order). */
+ * whatever the input order); when that sends none of two or more kept
+ * documents there and val_fraction > 0, the last document bound for train
+ * goes to validation instead. */
 typedef struct llmt_data_prepare_opts {
     size_t struct_size;
     const llmt_ingest_opts *ingest; /* NULL: defaults */

@@ -30,13 +30,15 @@ typedef struct data_args {
     int npos;
     const char *out, *tokenizer, *doc_sep, *text_field, *dedup, *filter;
     int64_t shingle, perms, bands, min_chars, max_chars, shard_tokens,
-        bpe_sample_mb, vocab, sample_mb, bytes, alphabet, branching;
+        bpe_sample_mb, vocab, sample_mb, bytes, alphabet, branching,
+        ngram_min_words;
     double threshold, max_nonalpha, max_dup_lines, max_top_ngram, val_frac;
     uint64_t seed;
     int have_seed, llmc, verify, quiet;
     /* which numeric options were given (the library's defaults otherwise) */
     int set_shingle, set_perms, set_bands, set_threshold, set_min, set_max,
-        set_nonalpha, set_duplines, set_ngram, set_val, set_shard;
+        set_nonalpha, set_duplines, set_ngram, set_ngram_words, set_val,
+        set_shard;
 } data_args;
 
 static int bad_value(const char *flag, const char *v, const char *want)
@@ -113,6 +115,8 @@ static int parse_num_opt(data_args *a, const char *s, const char *v, int *used)
         rc = parse_f(s, v, 0, 1, &a->max_dup_lines), a->set_duplines = 1;
     else if (!strcmp(s, "--max-top-ngram"))
         rc = parse_f(s, v, 0, 1, &a->max_top_ngram), a->set_ngram = 1;
+    else if (!strcmp(s, "--ngram-min-words"))
+        rc = parse_i64(s, v, 0, BIG, &a->ngram_min_words), a->set_ngram_words = 1;
     else if (!strcmp(s, "--val-frac"))
         rc = parse_f(s, v, 0, 1, &a->val_frac), a->set_val = 1;
     else if (!strcmp(s, "--shard-tokens"))
@@ -439,7 +443,7 @@ static int filter_from(const data_args *a, llmt_data_filter_opts *fo, int *none)
             return bad_value("--filter", a->filter, "'none' (set thresholds "
                              "with --min-chars and the like)");
         if (a->set_min || a->set_max || a->set_nonalpha || a->set_duplines ||
-            a->set_ngram) {
+            a->set_ngram || a->set_ngram_words) {
             fprintf(stderr, "llmtrain data: --filter none and a filter "
                             "threshold contradict each other\n");
             return CLI_USAGE;
@@ -451,6 +455,7 @@ static int filter_from(const data_args *a, llmt_data_filter_opts *fo, int *none)
     if (a->set_nonalpha) fo->max_nonalpha_frac = a->max_nonalpha;
     if (a->set_duplines) fo->max_dup_line_frac = a->max_dup_lines;
     if (a->set_ngram) fo->max_top_ngram_frac = a->max_top_ngram;
+    if (a->set_ngram_words) fo->ngram_min_words = a->ngram_min_words;
     return CLI_OK;
 }
 

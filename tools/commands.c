@@ -70,6 +70,8 @@ const cli_command cli_commands[] = {
      "    --min-chars N --max-chars N [16, 0]\n"
      "    --max-nonalpha F --max-dup-lines F --max-top-ngram F\n"
      "                         [0.5, 0.3, 0.2]\n"
+     "    --ngram-min-words N  the 2-gram filter skips shorter documents\n"
+     "                         [50]\n"
      "    --val-frac F         share of documents for validation [0.01]\n"
      "    --shard-tokens N     tokens per shard [67108864]\n"
      "    --llmc               llm.c token files (.bin, vocab <= 65536)\n"

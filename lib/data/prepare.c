@@ -273,6 +273,7 @@ static llmt_status write_report(const char *out, const llmt_data_report *r,
                 cJSON_AddNumberToObject(f, "max_nonalpha_frac", u->fo->max_nonalpha_frac);
                 cJSON_AddNumberToObject(f, "max_dup_line_frac", u->fo->max_dup_line_frac);
                 cJSON_AddNumberToObject(f, "max_top_ngram_frac", u->fo->max_top_ngram_frac);
+                cJSON_AddNumberToObject(f, "ngram_min_words", (double)u->fo->ngram_min_words);
             }
         }
         if (u->po->no_dedup || (!u->dd->exact && !u->dd->near))
@@ -342,7 +343,27 @@ typedef struct prep_state {
     int32_t *ids;
     size_t cap;
     split_out train, val;
+    /* The last document bound for train waits here until the next one
+     * comes: if the hash sends no document at all to validation, it goes
+     * there instead (a split with an empty validation set is useless). */
+    int32_t *held;
+    size_t held_n, held_cap;
 } prep_state;
+
+static llmt_status hold(prep_state *p, const int32_t *ids, size_t n)
+{
+    if (n > p->held_cap) {
+        int32_t *nb = realloc(p->held, n * sizeof *nb);
+        if (!nb)
+            return llmt__err_set(p->ce, LLMT_ERR_OUT_OF_MEMORY,
+                                 "data prepare: no memory for %zu token ids", n);
+        p->held = nb;
+        p->held_cap = n;
+    }
+    memcpy(p->held, ids, n * sizeof *ids);
+    p->held_n = n;
+    return LLMT_OK;
+}
 
 static llmt_status ids_reserve(prep_state *p, size_t n)
 {
@@ -429,14 +450,28 @@ static llmt_status run(prep_state *p, llmt_tokenizer *tok, int32_t eot,
             size_t nid = 0;
             if ((s = encode_doc(p, tok, eot, text, len, &nid)) != LLMT_OK)
                 return s;
-            split_out *o = goes_to_val(text, len, po->seed, po->val_fraction)
-                               ? &p->val : &p->train;
-            if ((s = split_add(o, p->ids, nid, p->ce)) != LLMT_OK)
+            if (goes_to_val(text, len, po->seed, po->val_fraction)) {
+                s = split_add(&p->val, p->ids, nid, p->ce);
+            } else {
+                s = p->held_n ? split_add(&p->train, p->held, p->held_n, p->ce)
+                              : LLMT_OK;
+                if (s == LLMT_OK)
+                    s = hold(p, p->ids, nid);
+            }
+            if (s != LLMT_OK)
                 return s;
         }
         if (po->progress && llmt_ingest_get_stats(p->it, &st) == LLMT_OK)
             po->progress(po->progress_user, st.bytes_read, st.bytes_total,
                          st.documents);
+    }
+    if (p->held_n) {
+        int to_val = p->val.documents == 0 && po->val_fraction > 0 &&
+                     r->verdicts[LLMT_DATA_KEEP] >= 2;
+        s = split_add(to_val ? &p->val : &p->train, p->held, p->held_n, p->ce);
+        p->held_n = 0;
+        if (s != LLMT_OK)
+            return s;
     }
     if ((s = split_finish_shard(&p->train, p->ce)) != LLMT_OK ||
         (s = split_finish_shard(&p->val, p->ce)) != LLMT_OK)
@@ -644,6 +679,7 @@ LLMT_API llmt_status llmt_data_prepare(llmt_context *ctx,
     llmt_dedup_destroy(p.dd);
     llmt_ingest_destroy(p.it);
     free(p.ids);
+    free(p.held);
     give_report(report, &r);
     return s;
 }

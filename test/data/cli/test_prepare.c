@@ -217,6 +217,25 @@ static void test_split_and_rollover(void)
     }
     llmt_dataset_destroy(ds);
 
+    /* a fraction too small for the hash to pick any of six documents: the
+     * last one bound for train goes to validation instead */
+    po.val_fraction = 1e-12;
+    po.progress = NULL;
+    CHECK_STATUS(prep("docs.txt", "tinyval", &po, &r), LLMT_OK);
+    CHECK_EQ_INT(r.val_documents, 1);
+    CHECK_EQ_INT(r.train_documents, 5);
+    snprintf(p, sizeof p, "%s/tinyval/val", dir);
+    CHECK_STATUS(llmt_dataset_open(ctx, p, 1, &ds), LLMT_OK);
+    int32_t vid[52] = {0};
+    CHECK_STATUS(llmt_dataset_read(ds, 0, 0, vid, 52), LLMT_OK);
+    CHECK(vid[0] == 256 && vid[10] == '5'); /* "Document 5 ..." */
+    llmt_dataset_destroy(ds);
+    /* one document: it stays in train */
+    write_file("one.txt", "Only one document here, long enough for the filters.\n");
+    CHECK_STATUS(prep("one.txt", "oneval", &po, &r), LLMT_OK);
+    CHECK_EQ_INT(r.val_documents, 0);
+    CHECK_EQ_INT(r.train_documents, 1);
+
     /* everything to validation */
     po.val_fraction = 1;
     po.progress = NULL;
