@@ -61,6 +61,16 @@ class GPT(nn.Module):
 
 
 model = GPT()
+# GPT-2's initialisation (as ours and llm.c): N(0, 0.02), residual
+# projections scaled by 1/sqrt(2L), zero biases; nn.Embedding's default
+# N(0, 1) would start the loss near 470 instead of ln(50257) = 10.8.
+with torch.no_grad():
+    for name, p in model.named_parameters():
+        if p.dim() >= 2:
+            std = 0.02 / math.sqrt(2 * L) if name.endswith(("c_proj.weight", "c_fcproj.weight")) else 0.02
+            p.normal_(0.0, std)
+        elif name.endswith("bias"):
+            p.zero_()
 decay = [p for p in model.parameters() if p.dim() >= 2]
 nodecay = [p for p in model.parameters() if p.dim() < 2]
 opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
