@@ -19,19 +19,7 @@
 #define IO_PIECE (8u << 20)   /* bytes per write request */
 #define IO_DEPTH 8            /* requests in flight */
 
-int llmt__ckpt_fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int r = fsync(fd);
-    /* Some filesystems refuse fsync on directories; the rename is still
-     * ordered after the file fsyncs there. */
-    if (r && (errno == EINVAL || errno == ENOTSUP))
-        r = 0;
-    close(fd);
-    return r;
-}
+int llmt__ckpt_fsync_dir(const char *dir) { return llmt__fsync_dir(dir); }
 
 int llmt__ckpt_mkdirs(const char *path)
 {

@@ -63,6 +63,11 @@ llmt_status llmt__opts_copy(llmt_err *e, const char *what, void *dst,
 llmt_status llmt__check_struct_size(llmt_err *e, const char *what,
                                     size_t given, size_t minimum);
 
+/* fsync a directory (EINVAL/ENOTSUP from filesystems that refuse it count
+ * as success), or the directory holding `path`; 0 or -1 with errno. */
+int llmt__fsync_dir(const char *dir);
+int llmt__fsync_parent(const char *path);
+
 /* CUDA glue, implemented in cuda/core when the build has CUDA. */
 #ifdef LLMT_HAVE_CUDA
 llmt_status llmt__cuda_device_count(int32_t *out, char *err, size_t errlen);

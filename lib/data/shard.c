@@ -128,28 +128,6 @@ static int pwrite_all(int fd, const void *buf, size_t n, off_t off)
     return 0;
 }
 
-/* fsync the directory holding `path` so the rename itself is durable. */
-static int fsync_parent(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int r = fsync(fd);
-    /* Some filesystems refuse fsync on directories; the rename is still
-     * ordered after the file's fsync there. */
-    if (r && (errno == EINVAL || errno == ENOTSUP))
-        r = 0;
-    close(fd);
-    return r;
-}
 
 /* fsync, close, rename tmp -> path, fsync the directory. Closes fd always. */
 static llmt_status commit_file(llmt_err *e, const char *what, int fd,
@@ -165,7 +143,7 @@ static llmt_status commit_file(llmt_err *e, const char *what, int fd,
     if (rename(tmp, path))
         return llmt__err_set(e, LLMT_ERR_IO, "%s: rename %s to %s: %s", what, tmp, path,
                              strerror(errno));
-    if (fsync_parent(path))
+    if (llmt__fsync_parent(path))
         return llmt__err_set(e, LLMT_ERR_IO, "%s: fsync the directory of %s: %s", what,
                              path, strerror(errno));
     return LLMT_OK;
