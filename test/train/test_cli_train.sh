@@ -80,4 +80,35 @@ mk vocab.json 4 200 200 "$tmp/corpus"
 "$exe" train missing.json > m.log 2>&1; rc=$?
 [ $rc = 1 ] && grep -q 'missing.json' m.log && ok "missing spec" || { bad "missing spec (rc $rc)"; cat m.log; }
 "$exe" train > u.log 2>&1; [ $? = 2 ] && ok "usage error" || bad "no usage error"
+
+# a data.train that does not exist is an error, never the default corpus
+mk nodata.json 4 512 512 "$tmp/no-such-corpus"
+"$exe" train nodata.json --out nd > nd.log 2>&1; rc=$?
+[ $rc = 1 ] && grep -q 'no-such-corpus does not exist' nd.log && ok "missing data.train named" \
+  || { bad "missing data.train (rc $rc)"; cat nd.log; }
+
+# the run prepared its text corpus once into full/data (train/val shards,
+# tokenizer, report); training from those shards directly gives the same
+# run (same tokens, same loader order)
+[ -f full/data/report.json ] && [ -f full/data/tokenizer.bin ] && ls full/data/train/*.tok >/dev/null 2>&1 \
+  && ls full/data/val/*.tok >/dev/null 2>&1 && ok "prepared data in the run directory" || bad "no full/data"
+mk shards.json 4 512 512 "$tmp/full/data"
+"$exe" train shards.json --out fromshards > fs.log 2>&1 && ok "train from prepared shards" || { bad "from shards"; cat fs.log; }
+grep -q 'token shards' fs.log && ok "reported as token shards" || bad "shards banner"
+if strip full/metrics.jsonl > a.txt && strip fromshards/metrics.jsonl > c.txt && cmp -s a.txt c.txt; then
+  ok "shards run = text run (loss, grad norm, lr, val loss)"
+else
+  bad "shards run differs"; diff a.txt c.txt | head
+fi
+# shards without a val/ split need data.val
+mkdir bare && cp full/data/train/*.tok bare/
+mk bare.json 4 512 512 "$tmp/bare"
+"$exe" train bare.json --out b > b.log 2>&1; rc=$?
+[ $rc = 1 ] && grep -q 'data.val' b.log && ok "bare shards need data.val" || { bad "bare shards (rc $rc)"; cat b.log; }
+# a resume against other data is refused (the loader's fingerprint)
+cp -r full other && rm -rf other/data && mkdir other/data && cp -r full/data/tokenizer.bin full/data/val other/data/ \
+  && mkdir other/data/train && cp full/data/val/*.tok other/data/train/ && cp full/data/report.json other/data/
+"$exe" train good.json --out other --resume > o.log 2>&1; rc=$?
+[ $rc = 1 ] && grep -q 'fingerprint\|samples per epoch' o.log && ok "resume on other data refused: $(grep -o 'loader:.*' o.log | head -c 100)" \
+  || { bad "resume on other data (rc $rc)"; cat o.log; }
 exit $fail
