@@ -1123,8 +1123,9 @@ LLMT_API llmt_status llmt_comm_recorder_dump_file(llmt_comm *comm,
  * poisoned with NaN after). step and forward_backward are then
  * collective and report the global loss; with ZeRO-3 evaluate and generate
  * are collective too (they gather layers) but return this rank's own
- * result. The CPU trainer keeps full-size gradient and optimizer buffers
- * and touches only this rank's share of them. */
+ * result. With ZeRO >= 1 the AdamW state is sharded in memory: a rank holds
+ * only its shares (see llmt_trainer_optim_shard); gradients and parameters
+ * keep full-size buffers (ZeRO-2/3 use only the rank's part of them). */
 typedef struct llmt_dp_opts {
     size_t struct_size;
     int32_t zero_stage;       /* 0..3; default 0 */
@@ -1135,9 +1136,42 @@ typedef struct llmt_dp_opts {
 } llmt_dp_opts;
 LLMT_API llmt_status llmt_dp_opts_init(llmt_dp_opts *opts, size_t size);
 /* The trainer keeps `comm`, which must outlive it (NULL detaches). All
- * ranks must have identical parameters (same seed) when attached. */
+ * ranks must have identical parameters (same seed) when attached. With
+ * zero_stage >= 1 the optimizer state present when attaching (zeros, or
+ * one read from a checkpoint) is cut into this rank's shares and the
+ * full-size buffers are freed. Detaching, or attaching another
+ * communicator or stage, while one is attached is collective over the old
+ * communicator (every rank calls it): ZeRO-3 parameters and a sharded
+ * optimizer state are all-gathered back to full size first; if that fails
+ * the old communicator stays attached. */
 LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
                                            const llmt_dp_opts *opts);
+/* This rank's share of the AdamW state of parameter `index` (which = 0
+ * first moment, 1 second): a 1-D view of the elements [*flat_offset,
+ * *flat_offset + view.shape[0]) of the parameter flattened in row-major
+ * order (shape 0 when this rank owns none of it). Without ZeRO >= 1 it is
+ * the whole parameter (flat_offset 0); llmt_trainer_optim_state fails with
+ * LLMT_ERR_STATE while the state is sharded. Valid until the next
+ * llmt_trainer_set_comm. */
+LLMT_API llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index,
+                                              int32_t which,
+                                              llmt_tensor *view,
+                                              int64_t *flat_offset);
+/* Host memory the trainer and its model hold, by category, in bytes. Set
+ * struct_size; fields past it are not written. */
+typedef struct llmt_trainer_memory {
+    size_t struct_size;
+    int64_t params;       /* the model's parameters (full size, also under
+                             ZeRO-3, whose ungathered parts hold NaN) */
+    int64_t grads;        /* gradients (full size) */
+    int64_t optimizer;    /* AdamW m and v held by this rank */
+    int64_t activations;  /* activations and backward scratch */
+    int64_t comm_buffers; /* data-parallel staging: ZeRO >= 1 parameter
+                             all-gather, ZeRO >= 2 reduce-scatter */
+    int64_t total;        /* the sum */
+} llmt_trainer_memory;
+LLMT_API llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
+                                               llmt_trainer_memory *out);
 /* ZeRO-3: gather the full parameters on every rank (collective), e.g.
  * before reading or saving them. A no-op for stages 0-2. */
 LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);

@@ -32,7 +32,7 @@ typedef struct job {
     int tok_kind; /* 0 byte, 1 bpe, 2 gpt2 */
     int64_t tok_vocab;
     char ckpt_dir[1024];
-    int64_t ckpt_interval;
+    int64_t ckpt_interval, zero;
     int ckpt_async, keep_last;
     char jsonl[1024], plot[1024];
 } job;
@@ -72,7 +72,10 @@ static void under(char *dst, size_t cap, const char *out, const char *p,
         snprintf(dst, cap, "%.500s/%.500s", out, p);
 }
 
-static int read_job(const llmt_spec *s, const char *out, job *j)
+/* out: this rank's run directory; run_root: rank 0's (the checkpoints of
+ * every rank go there, one sharded checkpoint per step). */
+static int read_job(const llmt_spec *s, const char *out, const char *run_root,
+                    job *j)
 {
     int64_t v;
     double d;
@@ -165,6 +168,7 @@ static int read_job(const llmt_spec *s, const char *out, job *j)
     par *= v;
     if (spec_i(s, "parallelism.dp", &v)) return -1;
     par *= v;
+    if (spec_i(s, "parallelism.zero", &j->zero)) return -1;
     if (par != v || v != cli_dp_world()) /* data parallel only (cmd_comm.c) */
         return cli_fail(CMD, "parallelism: tp*pp*dp = %lld; this command runs "
                         "data parallelism only: tp = pp = 1 and dp = the "
@@ -181,7 +185,7 @@ static int read_job(const llmt_spec *s, const char *out, job *j)
     j->data_seed = (uint64_t)v;
 
     if (spec_s(s, "checkpoint.dir", buf, sizeof buf)) return -1;
-    under(j->ckpt_dir, sizeof j->ckpt_dir, out, buf, "ckpt");
+    under(j->ckpt_dir, sizeof j->ckpt_dir, run_root, buf, "ckpt");
     if (spec_s(s, "checkpoint.interval", buf, sizeof buf)) return -1;
     if (!strcmp(buf, "auto"))
         j->ckpt_interval = -1;
@@ -402,7 +406,7 @@ static int write_svg(const char *path, const char *title, const series *tr,
 /* ---- checkpoints ----------------------------------------------------- */
 
 static int ckpt_save(llmt_ckpt *ck, llmt_trainer *tr, const train_data *td,
-                     int64_t step, int async)
+                     int64_t step, int async, int32_t dp, int64_t zero)
 {
     /* the previous async save must have succeeded */
     llmt_status s = llmt_ckpt_wait(ck, -1);
@@ -415,6 +419,12 @@ static int ckpt_save(llmt_ckpt *ck, llmt_trainer *tr, const train_data *td,
             return cli_fail_status(CMD, s, llmt_trainer_last_error(tr));
     }
     if (s == LLMT_OK) s = td_ckpt_add(td, ck);
+    if (s == LLMT_OK) { /* for people and tools; loading does not need it */
+        char plan[96];
+        snprintf(plan, sizeof plan, "{\"dp\": %d, \"zero\": %lld}", (int)dp,
+                 (long long)(dp > 1 ? zero : 0));
+        s = llmt_ckpt_set_plan_json(ck, plan);
+    }
     if (s == LLMT_OK) s = llmt_ckpt_save(ck, async);
     if (s != LLMT_OK) return cli_fail_status(CMD, s, llmt_ckpt_last_error(ck));
     return 0;
@@ -476,6 +486,7 @@ static int train_main(run *r, const char *spec_path, const char *out,
 {
     char dp_out[1100];
     int32_t dp_rank = 0, dp_size = 1;
+    const char *run_root = out;
     cli_dp_setup(&out, dp_out, sizeof dp_out, &dp_rank, &dp_size);
     llmt_status s = llmt_context_create(NULL, &r->ctx);
     if (s != LLMT_OK) return cli_fail_status(CMD, s, "context");
@@ -485,7 +496,7 @@ static int train_main(run *r, const char *spec_path, const char *out,
     if (mkdir_p(out) != 0)
         return cli_fail(CMD, "cannot create %s: %s", out, strerror(errno));
     job j;
-    if (read_job(r->spec, out, &j)) return CLI_FAILED;
+    if (read_job(r->spec, out, run_root, &j)) return CLI_FAILED;
     if (threads > 0) j.to.threads = threads;
     if (stop_at <= 0 || stop_at > j.steps) stop_at = j.steps;
 
@@ -524,10 +535,14 @@ static int train_main(run *r, const char *spec_path, const char *out,
     int64_t nparams = 0;
     llmt_model_param_count(r->model, NULL, &nparams);
 
-    /* checkpoints */
+    /* checkpoints: under mpirun every rank saves its part of one sharded
+     * checkpoint in rank 0's directory, which any number of processes
+     * (or one) can resume */
     llmt_ckpt_opts co;
     llmt_ckpt_opts_init(&co, sizeof co);
     co.keep_last = j.keep_last;
+    co.rank = dp_rank;
+    co.world_size = dp_size;
     s = llmt_ckpt_create(r->ctx, j.ckpt_dir, &co, &r->ck);
     if (s != LLMT_OK)
         return cli_fail_status(CMD, s, llmt_context_last_error(r->ctx));
@@ -645,9 +660,10 @@ static int train_main(run *r, const char *spec_path, const char *out,
         }
         fflush(r->jsonl);
         if ((j.ckpt_interval > 0 && done % j.ckpt_interval == 0) || last) {
-            /* the last one is synchronous so that the run ends durable */
-            llmt_trainer_sync_params(r->tr); /* ZeRO-3: whole parameters */
-            if (ckpt_save(r->ck, r->tr, &r->td, done, last ? 0 : j.ckpt_async))
+            /* the last one is synchronous so that the run ends durable;
+             * ZeRO-3 parameters need no gather: each rank saves its share */
+            if (ckpt_save(r->ck, r->tr, &r->td, done, last ? 0 : j.ckpt_async,
+                          dp_size, j.zero))
                 return CLI_FAILED;
         }
     }

@@ -110,6 +110,7 @@ typedef struct ck_item {       /* one added tensor of the save description */
     llmt_tensor view;
     int64_t gshape[LLMT_MAX_DIMS];
     int64_t goff[LLMT_MAX_DIMS];
+    uint64_t snap_off;         /* where the snapshot puts it in the data file */
 } ck_item;
 
 struct llmt_ckpt {

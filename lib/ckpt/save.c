@@ -172,6 +172,38 @@ LLMT_API llmt_status llmt_ckpt_begin(llmt_ckpt *ck, int64_t step)
     return LLMT_OK;
 }
 
+/* A rank may add several blocks of one tensor (a ZeRO share that crosses
+ * rows is several boxes): same dtype, rank and global shape, and no two
+ * of them may overlap (a rank never holds a replica of itself). */
+static llmt_status check_block(llmt_ckpt *ck, const char *name, const ck_item *it)
+{
+    int nd = it->view.ndim;
+    for (size_t i = 0; i < ck->nitems; i++) {
+        const ck_item *o = &ck->items[i];
+        if (strcmp(o->name, name))
+            continue;
+        if (o->view.dtype != it->view.dtype || o->view.ndim != nd ||
+            memcmp(o->gshape, it->gshape, (size_t)nd * sizeof *o->gshape))
+            return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                                 "ckpt: tensor '%s' added again with another dtype, "
+                                 "rank or global shape", name);
+        int overlap = 1, empty = 0;
+        for (int d = 0; d < nd; d++) {
+            int64_t a0 = o->goff[d], a1 = a0 + o->view.shape[d];
+            int64_t b0 = it->goff[d], b1 = b0 + it->view.shape[d];
+            if (a1 <= b0 || b1 <= a0)
+                overlap = 0;
+            if (a1 == a0 || b1 == b0)
+                empty = 1;
+        }
+        if (overlap && !empty)
+            return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                                 "ckpt: tensor '%s' added twice: this block overlaps "
+                                 "one this rank added before", name);
+    }
+    return LLMT_OK;
+}
+
 LLMT_API llmt_status llmt_ckpt_add_tensor(llmt_ckpt *ck, const char *name,
                                           const llmt_tensor *view,
                                           const int64_t *global_shape,
@@ -196,10 +228,6 @@ LLMT_API llmt_status llmt_ckpt_add_tensor(llmt_ckpt *ck, const char *name,
         return llmt__err_set(&ck->err, LLMT_ERR_UNSUPPORTED,
                              "ckpt: tensor '%s': device memory must be copied to host "
                              "by the caller in this build", name);
-    for (size_t i = 0; i < ck->nitems; i++)
-        if (!strcmp(ck->items[i].name, name))
-            return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
-                                 "ckpt: tensor '%s' added twice", name);
     ck_item it;
     memset(&it, 0, sizeof it);
     it.view = *view;
@@ -214,6 +242,8 @@ LLMT_API llmt_status llmt_ckpt_add_tensor(llmt_ckpt *ck, const char *name,
                                  ") does not fit global size %" PRId64,
                                  name, d, it.goff[d], view->shape[d], it.gshape[d]);
     }
+    if ((s = check_block(ck, name, &it)) != LLMT_OK)
+        return s;
     if (ck->nitems == ck->icap) {
         size_t nc = ck->icap ? ck->icap * 2 : 16;
         ck_item *n = realloc(ck->items, nc * sizeof *n);
@@ -367,17 +397,28 @@ static llmt_status snapshot(llmt_ckpt *ck)
     m->tcap = ck->nitems;
     m->filecap = 1;
     for (size_t i = 0; i < ck->nitems; i++) {
-        const ck_item *it = &ck->items[i];
-        ck_tensor *t = &m->tensors[m->ntensors++];
-        t->name = strdup(it->name);
-        t->chunks = calloc(1, sizeof *t->chunks);
-        if (!t->name || !t->chunks)
-            goto oom;
-        t->dtype = it->view.dtype;
-        t->ndim = it->view.ndim;
-        memcpy(t->gshape, it->gshape, sizeof t->gshape);
-        t->nchunks = t->cap = 1;
-        ck_chunk *k = &t->chunks[0];
+        ck_item *it = &ck->items[i];
+        ck_tensor *t = llmt__ckpt_find_tensor(m, it->name);
+        if (!t) {
+            t = &m->tensors[m->ntensors++];
+            t->name = strdup(it->name);
+            if (!t->name)
+                goto oom;
+            t->dtype = it->view.dtype;
+            t->ndim = it->view.ndim;
+            memcpy(t->gshape, it->gshape, sizeof t->gshape);
+        }
+        if (t->nchunks == t->cap) { /* usually one block per tensor */
+            size_t nc = t->cap ? t->cap * 2 : 1;
+            ck_chunk *nk = realloc(t->chunks, nc * sizeof *nk);
+            if (!nk)
+                goto oom;
+            t->chunks = nk;
+            t->cap = nc;
+        }
+        ck_chunk *k = &t->chunks[t->nchunks++];
+        memset(k, 0, sizeof *k);
+        it->snap_off = off;
         k->rank = ck->opts.rank;
         k->offset = off;
         int64_t nb;
@@ -437,9 +478,11 @@ static llmt_status snapshot(llmt_ckpt *ck)
     }
     memset(ck->buf, 0, CK_HEADER_BYTES);
     for (size_t i = 0; i < ck->nitems; i++) {
-        const ck_chunk *k = &m->tensors[i].chunks[0];
-        gather(ck->buf + k->offset, &ck->items[i].view);
-        uint64_t end = k->offset + k->length, pad = align_up(end, CK_ALIGN);
+        const ck_item *it = &ck->items[i];
+        int64_t nb = 0;
+        llmt_tensor_nbytes(&it->view, &nb);
+        gather(ck->buf + it->snap_off, &it->view);
+        uint64_t end = it->snap_off + (uint64_t)nb, pad = align_up(end, CK_ALIGN);
         memset(ck->buf + end, 0, pad - end);
     }
     ck->job_bytes = off;
@@ -679,29 +722,33 @@ out:
     return st;
 }
 
+/* One pass over a chunk: the block hashes and the streamed whole-chunk hash. */
+static void hash_chunk(const llmt_ckpt *ck, ck_chunk *k)
+{
+    const uint8_t *p = ck->buf + k->offset;
+    XXH64_state_t *st = XXH64_createState();
+    if (st)
+        XXH64_reset(st, 0);
+    for (uint64_t b = 0; b < k->nblocks; b++) {
+        uint64_t o = b * k->block;
+        uint64_t n = k->length - o < k->block ? k->length - o : k->block;
+        k->bxxh[b] = XXH64(p + o, (size_t)n, 0);
+        if (st)
+            XXH64_update(st, p + o, (size_t)n);
+    }
+    k->xxh = st ? XXH64_digest(st) : XXH64(p, (size_t)k->length, 0);
+    if (st)
+        XXH64_freeState(st);
+}
+
 /* Hash every chunk and block of the snapshot into the job's manifest. */
 void *llmt__ckpt_hash_job(void *arg)
 {
     llmt_ckpt *ck = arg;
     ck_manifest *m = &ck->job;
-    for (size_t i = 0; i < m->ntensors; i++) {
-        ck_chunk *k = &m->tensors[i].chunks[0];
-        const uint8_t *p = ck->buf + k->offset;
-        /* one pass: the block hashes and the streamed whole-chunk hash */
-        XXH64_state_t *st = XXH64_createState();
-        if (st)
-            XXH64_reset(st, 0);
-        for (uint64_t b = 0; b < k->nblocks; b++) {
-            uint64_t o = b * k->block;
-            uint64_t n = k->length - o < k->block ? k->length - o : k->block;
-            k->bxxh[b] = XXH64(p + o, (size_t)n, 0);
-            if (st)
-                XXH64_update(st, p + o, (size_t)n);
-        }
-        k->xxh = st ? XXH64_digest(st) : XXH64(p, (size_t)k->length, 0);
-        if (st)
-            XXH64_freeState(st);
-    }
+    for (size_t i = 0; i < m->ntensors; i++)
+        for (size_t c = 0; c < m->tensors[i].nchunks; c++)
+            hash_chunk(ck, &m->tensors[i].chunks[c]);
     return NULL;
 }
 

@@ -20,7 +20,11 @@
  *         for the whole step.
  * Shares: unit u of n elements is cut into `size` chunks of ceil(n/size);
  * rank r owns chunk r (the last ones may be short or empty). Reduced-
- * precision buffers are not used: everything is fp32. */
+ * precision buffers are not used: everything is fp32.
+ * Optimizer state: with ZeRO >= 1 the AdamW moments live here, only the
+ * rank's shares, packed unit after unit (soff[u] is where unit u's share
+ * starts); the trainer frees its full-size m and v once they are copied
+ * in, and gets them back (all-gathered) when it detaches. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +38,9 @@ struct llmt__dp {
     llmt_dp_opts o;
     llmt_model *model;
     const llmt__exec_ops *ops;
-    float *grads, *m, *v;
+    float *grads, *m, *v;   /* m, v: full size (ZeRO 0) or NULL */
+    float *ms, *vs;         /* ZeRO >= 1: this rank's shares of m and v */
+    size_t *soff, share_n;  /* unit u's share starts at soff[u]; total */
     int nunits;
     size_t *lo, *n, *chunk, *poff, *own_lo, *own_n;
     int *unit_of_param;
@@ -101,7 +107,11 @@ void llmt__dp_destroy(llmt__dp *dp)
     free(dp->gpad); free(dp->ppad);
     free(dp->b_ulo); free(dp->b_uhi); free(dp->b_of_unit); free(dp->b_nready);
     free(dp->b_launched); free(dp->work); free(dp->ready);
-    free(dp->gathered); free(dp->pf);
+    free(dp->gathered); free(dp->pf); free(dp->soff);
+    llmt_context *ctx = dp->model ? dp->model->ctx : NULL;
+    size_t sb = (dp->share_n ? dp->share_n : 1) * sizeof(float);
+    if (dp->ms) llmt__free(ctx, dp->ms, sb);
+    if (dp->vs) llmt__free(ctx, dp->vs, sb);
     free(dp);
 }
 
@@ -112,6 +122,25 @@ static void poison(llmt__dp *dp, int u)
     for (size_t i = dp->lo[u]; i < dp->own_lo[u]; i++) d[i] = nan;
     for (size_t i = dp->own_lo[u] + dp->own_n[u]; i < dp->lo[u] + dp->n[u]; i++)
         d[i] = nan;
+}
+
+/* ZeRO >= 1: copy this rank's shares of the full m and v (zeros at step
+ * 0, or a loaded state) into share-sized buffers. */
+static llmt_status take_shares(llmt__dp *dp, const float *m, const float *v)
+{
+    llmt_context *ctx = dp->model->ctx;
+    size_t sb = (dp->share_n ? dp->share_n : 1) * sizeof(float);
+    dp->ms = llmt__alloc(ctx, sb, 64);
+    dp->vs = llmt__alloc(ctx, sb, 64);
+    if (!dp->ms || !dp->vs) return LLMT_ERR_OUT_OF_MEMORY;
+    for (int u = 0; u < dp->nunits; u++) {
+        memcpy(dp->ms + dp->soff[u], m + dp->own_lo[u],
+               dp->own_n[u] * sizeof(float));
+        memcpy(dp->vs + dp->soff[u], v + dp->own_lo[u],
+               dp->own_n[u] * sizeof(float));
+    }
+    dp->m = dp->v = NULL;
+    return LLMT_OK;
 }
 
 llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
@@ -154,9 +183,10 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
     dp->ready = calloc((size_t)U, sizeof(int));
     dp->gathered = calloc((size_t)U, sizeof(int));
     dp->pf = calloc((size_t)U, sizeof *dp->pf);
+    dp->soff = calloc((size_t)U, sizeof(size_t));
     if (!dp->lo || !dp->n || !dp->chunk || !dp->poff || !dp->own_lo ||
         !dp->own_n || !dp->unit_of_param || !dp->ready || !dp->gathered ||
-        !dp->pf) {
+        !dp->pf || !dp->soff) {
         llmt__dp_destroy(dp);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
     }
@@ -209,9 +239,18 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
         dp->own_lo[u] = dp->lo[u] + a;
         dp->own_n[u] = b - a;
         dp->gathered[u] = 1;
+        dp->soff[u] = dp->share_n;
+        dp->share_n += dp->own_n[u];
     }
     dp->padlen = pad;
     int zs = o.zero_stage;
+    if (zs >= 1 && take_shares(dp, m, v) != LLMT_OK) {
+        llmt__dp_destroy(dp);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY,
+                             "dp: cannot allocate %zu bytes for this rank's "
+                             "share of the optimizer state",
+                             2 * dp->share_n * sizeof(float));
+    }
     if (zs >= 1) dp->ppad = calloc(pad ? pad : 1, sizeof(float));
     if (zs >= 2) dp->gpad = calloc(pad ? pad : 1, sizeof(float));
     /* buckets */
@@ -421,17 +460,15 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
     int zs = dp->o.zero_stage;
     for (int i = 0; i < m->nparams; i++) {
         const llmt__param *p = &m->params[i];
-        size_t a = p->offset, b = p->offset + p->numel;
+        size_t a = p->offset, n = p->numel;
+        float *sm = dp->m ? dp->m + a : NULL, *sv = dp->v ? dp->v + a : NULL;
         if (zs >= 1) {
-            int u = dp->unit_of_param[i];
-            size_t oa = dp->own_lo[u], ob = oa + dp->own_n[u];
-            if (oa > a) a = oa;
-            if (ob < b) b = ob;
-            if (a >= b) continue;
+            llmt__dp_param_share(dp, i, &a, &n, &sm, &sv);
+            if (n == 0) continue;
         }
-        dp->ops->adamw(m->data + a, dp->grads + a, dp->m + a, dp->v + a, b - a,
-                       lr, o->beta1, o->beta2, o->eps,
-                       p->decay ? o->weight_decay : 0.0f, scale, t);
+        dp->ops->adamw(m->data + a, dp->grads + a, sm, sv, n, lr, o->beta1,
+                       o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f,
+                       scale, t);
     }
     if (zs == 0) return LLMT_OK;
     if (zs == 3) {
@@ -505,4 +542,73 @@ llmt_status llmt__dp_sync(llmt__dp *dp)
     dp->st = LLMT_OK;
     for (int u = 0; u < dp->nunits; u++) ensure(dp, u);
     return dp->st;
+}
+
+/* ---- the rank's shares (trainer accessors, checkpoints) */
+
+int llmt__dp_zero_stage(const llmt__dp *dp) { return dp->o.zero_stage; }
+
+/* A parameter lies inside one unit and the unit's share is one flat range,
+ * so the rank's part of a parameter is one flat range too. */
+void llmt__dp_param_share(const llmt__dp *dp, int param, size_t *lo, size_t *n,
+                          float **m, float **v)
+{
+    const llmt__param *p = &dp->model->params[param];
+    int u = dp->unit_of_param[param];
+    size_t a = p->offset, b = p->offset + p->numel;
+    size_t oa = dp->own_lo[u], ob = oa + dp->own_n[u];
+    if (oa > a) a = oa;
+    if (ob < b) b = ob;
+    if (a >= b) a = b = p->offset; /* none of it is ours */
+    *lo = a;
+    *n = b - a;
+    if (!m || !v) return;
+    if (dp->ms) {
+        size_t at = dp->soff[u] + (a > oa ? a - oa : 0);
+        if (b == a) at = dp->soff[u];
+        *m = dp->ms + at;
+        *v = dp->vs + at;
+    } else {
+        *m = dp->m ? dp->m + a : NULL;
+        *v = dp->v ? dp->v + a : NULL;
+    }
+}
+
+size_t llmt__dp_state_bytes(const llmt__dp *dp)
+{
+    return dp->ms ? 2 * dp->share_n * sizeof(float) : 0;
+}
+
+size_t llmt__dp_buffer_bytes(const llmt__dp *dp)
+{
+    size_t n = 0;
+    if (dp->ppad) n += (dp->padlen ? dp->padlen : 1) * sizeof(float);
+    if (dp->gpad) n += (dp->padlen ? dp->padlen : 1) * sizeof(float);
+    return n;
+}
+
+/* Every rank's share of one state buffer into the full-size `full`,
+ * unit by unit through the parameter staging buffer (free between steps). */
+static llmt_status unshard_one(llmt__dp *dp, const float *share, float *full)
+{
+    for (int u = 0; u < dp->nunits; u++) {
+        float *pad = dp->ppad + dp->poff[u];
+        float *mine = pad + (size_t)dp->rank * dp->chunk[u];
+        memcpy(mine, share + dp->soff[u], dp->own_n[u] * sizeof(float));
+        llmt_status s = llmt_comm_all_gather(dp->comm, mine, pad, dp->chunk[u],
+                                             LLMT_DTYPE_FP32, NULL);
+        if (s != LLMT_OK) return s;
+        memcpy(full + dp->lo[u], pad, dp->n[u] * sizeof(float));
+    }
+    return LLMT_OK;
+}
+
+llmt_status llmt__dp_unshard_state(llmt__dp *dp, float *m, float *v)
+{
+    if (!dp->ms) return LLMT_OK;
+    dp->st = LLMT_OK;
+    llmt_status s = unshard_one(dp, dp->ms, m);
+    if (s == LLMT_OK) s = unshard_one(dp, dp->vs, v);
+    note(dp, s, "optimizer state all-gather");
+    return s;
 }

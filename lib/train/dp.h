@@ -15,6 +15,8 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
                             const llmt_dp_opts *opts, llmt_model *model,
                             const llmt__exec_ops *ops, float *grads, float *m,
                             float *v, llmt__dp **out);
+/* With ZeRO >= 1 the create copies this rank's shares of m and v into its
+ * own buffers and no longer uses the full ones (the trainer frees them). */
 void llmt__dp_destroy(llmt__dp *dp);
 const llmt_err *llmt__dp_err(const llmt__dp *dp);
 
@@ -39,5 +41,20 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
                             float scale, int64_t t);
 /* ZeRO-3: gather every unit (collective). */
 llmt_status llmt__dp_sync(llmt__dp *dp);
+
+int llmt__dp_zero_stage(const llmt__dp *dp);
+/* This rank's part of parameter `param`: the flat range [*lo, *lo + *n) of
+ * the model's buffer (n = 0: none), and where its AdamW state is (m, v may
+ * be NULL when not wanted). With ZeRO 0 the range is still the rank's share
+ * (checkpoints save it) and m/v point into the full buffers. */
+void llmt__dp_param_share(const llmt__dp *dp, int param, size_t *lo, size_t *n,
+                          float **m, float **v);
+/* Bytes of optimizer state held here (ZeRO >= 1; 0 otherwise: the trainer
+ * holds it) and of the communication staging buffers. */
+size_t llmt__dp_state_bytes(const llmt__dp *dp);
+size_t llmt__dp_buffer_bytes(const llmt__dp *dp);
+/* ZeRO >= 1: all-gather every rank's shares into the full-size m and v
+ * (collective). A no-op when the state is not sharded. */
+llmt_status llmt__dp_unshard_state(llmt__dp *dp, float *m, float *v);
 
 #endif

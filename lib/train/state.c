@@ -1,9 +1,20 @@
 /* The trainer's state in a checkpoint (lib/ckpt's format, nothing else):
- * every parameter, both AdamW moments, the step count and the optimizer
- * and schedule options, so that a resumed run continues bit for bit.
+ * every parameter, both AdamW moments and the step count, so that a
+ * resumed run continues bit for bit.
  *
- * Names: "param/<name>", "adam_m/<name>", "adam_v/<name>"; key/values
- * "trainer.step" and "trainer.opts" (text, compared on load). */
+ * Names: "param/<name>", "adam_m/<name>", "adam_v/<name>", each with the
+ * parameter's global shape; key/value "trainer.step".
+ *
+ * One rank (no communicator): every tensor whole, one block each.
+ * Data parallel: each rank adds only its share of each tensor (the flat
+ * range dp.c gives it, the same for parameters, m and v), so the ranks
+ * write disjoint parts in parallel and the checkpoint holds every element
+ * once; a share, a flat range of a row-major array, goes in as at most
+ * 2*ndim-1 rectangular blocks with their global offsets. Reading takes the
+ * parameters whole (every rank needs them) and, when the optimizer state
+ * is sharded (ZeRO >= 1), only this rank's blocks of m and v: lib/ckpt
+ * reads only the byte ranges that overlap, whatever layout saved them, so
+ * any dp size and stage loads any other. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,17 +23,115 @@
 
 llmt_err *llmt__trainer_err(llmt_trainer *tr);
 llmt_model *llmt__trainer_model(llmt_trainer *tr);
+int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel,
+                        int64_t *n, float *ptr[3]);
+int llmt__trainer_has_comm(const llmt_trainer *tr);
 
 static const char *const prefix[3] = {"param/", "adam_m/", "adam_v/"};
 
-static llmt_status view_of(llmt_trainer *tr, llmt_model *m, int32_t i,
-                           int which, const char **name, llmt_tensor *v)
+/* A rectangular block of a tensor, contiguous in row-major order: leading
+ * dims of extent 1, one partial dim, full trailing dims. */
+typedef struct box {
+    int64_t off[LLMT_MAX_DIMS], shape[LLMT_MAX_DIMS];
+    int64_t flat; /* row-major index of its first element */
+} box;
+
+#define MAX_BOXES (2 * LLMT_MAX_DIMS)
+
+static void emit(int nd, const int64_t *shape, int d, const int64_t *fix,
+                 int64_t r0, int64_t r1, int64_t flat, box *out, int *n)
 {
-    memset(v, 0, sizeof *v);
-    v->struct_size = sizeof *v;
-    llmt_status s = llmt_model_param(m, i, name, v);
-    if (s != LLMT_OK || which == 0) return s;
-    return llmt_trainer_optim_state(tr, i, which - 1, v);
+    box *b = &out[(*n)++];
+    for (int k = 0; k < nd; k++) {
+        b->off[k] = k < d ? fix[k] : k == d ? r0 : 0;
+        b->shape[k] = k < d ? 1 : k == d ? r1 - r0 : shape[k];
+    }
+    b->flat = flat;
+}
+
+/* Blocks covering the flat range [a, b) of dims d.. (their leading indices
+ * fixed in fix[0..d), first element at flat index `base`): a partial head
+ * row, the whole rows, a partial tail row. At most 2*(nd-d)-1 blocks. */
+static void boxes_rec(int nd, const int64_t *shape, int d, int64_t *fix,
+                      int64_t base, int64_t a, int64_t b, box *out, int *n)
+{
+    if (a >= b) return;
+    int64_t inner = 1;
+    for (int k = d + 1; k < nd; k++) inner *= shape[k];
+    int64_t ra = a / inner, rb = b / inner;
+    if (ra == rb) { /* inside one row of dim d */
+        fix[d] = ra;
+        boxes_rec(nd, shape, d + 1, fix, base + ra * inner, a - ra * inner,
+                  b - ra * inner, out, n);
+        return;
+    }
+    if (a % inner) {
+        fix[d] = ra;
+        boxes_rec(nd, shape, d + 1, fix, base + ra * inner, a % inner, inner,
+                  out, n);
+        ra++;
+    }
+    if (rb > ra) emit(nd, shape, d, fix, ra, rb, base + ra * inner, out, n);
+    if (b % inner) {
+        fix[d] = rb;
+        boxes_rec(nd, shape, d + 1, fix, base + rb * inner, 0, b % inner, out,
+                  n);
+    }
+}
+
+static int flat_boxes(int nd, const int64_t *shape, int64_t a, int64_t b,
+                      box *out)
+{
+    int n = 0;
+    int64_t fix[LLMT_MAX_DIMS] = {0};
+    if (nd >= 1) boxes_rec(nd, shape, 0, fix, 0, a, b, out, &n);
+    return n;
+}
+
+/* The share of parameter i of kind w (0 param, 1 m, 2 v) as blocks; views
+ * over the trainer's memory. Returns the number of blocks. */
+static int share_blocks(llmt_trainer *tr, int32_t i, int w,
+                        const llmt_tensor *pv, box *bx, llmt_tensor *views)
+{
+    int64_t rel = 0, n = 0;
+    float *ptr[3];
+    llmt__trainer_share(tr, i, &rel, &n, ptr);
+    int nb = flat_boxes(pv->ndim, pv->shape, rel, rel + n, bx);
+    for (int k = 0; k < nb; k++)
+        llmt_tensor_init(&views[k], sizeof views[k], LLMT_DTYPE_FP32,
+                         pv->ndim, bx[k].shape, ptr[w] + (bx[k].flat - rel),
+                         LLMT_DEVICE_CPU, 0);
+    return nb;
+}
+
+static llmt_status add_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
+                           const char *pn, const llmt_tensor *pv)
+{
+    llmt_err *e = llmt__trainer_err(tr);
+    char key[256];
+    snprintf(key, sizeof key, "%s%s", prefix[w], pn);
+    box bx[MAX_BOXES];
+    llmt_tensor views[MAX_BOXES];
+    int nb;
+    if (!llmt__trainer_has_comm(tr)) { /* whole, as a single rank always did */
+        float *ptr[3];
+        int64_t rel, n;
+        llmt__trainer_share(tr, i, &rel, &n, ptr);
+        views[0] = *pv;
+        views[0].data = ptr[w];
+        memset(bx[0].off, 0, sizeof bx[0].off);
+        nb = 1;
+    } else {
+        nb = share_blocks(tr, i, w, pv, bx, views);
+    }
+    for (int k = 0; k < nb; k++) {
+        llmt_status s = llmt_ckpt_add_tensor(ck, key, &views[k], pv->shape,
+                                             bx[k].off);
+        if (s != LLMT_OK)
+            return llmt__err_set(e, s, "trainer: ckpt: add %s: %s", key,
+                                 llmt_ckpt_last_error(ck));
+    }
+    return LLMT_OK;
 }
 
 llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
@@ -32,21 +141,17 @@ llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
     llmt_err *e = llmt__trainer_err(tr);
     int32_t n = 0;
     llmt_model_param_count(model, &n, NULL);
-    for (int32_t i = 0; i < n; i++)
-        for (int w = 0; w < 3; w++) {
-            const char *pn = NULL;
-            llmt_tensor v;
-            llmt_status s = view_of(tr, model, i, w, &pn, &v);
-            if (s != LLMT_OK)
-                return llmt__err_set(e, s, "trainer: ckpt: parameter %d: %s",
-                                     (int)i, llmt_trainer_last_error(tr));
-            char key[256];
-            snprintf(key, sizeof key, "%s%s", prefix[w], pn);
-            s = llmt_ckpt_add_tensor(ck, key, &v, NULL, NULL);
-            if (s != LLMT_OK)
-                return llmt__err_set(e, s, "trainer: ckpt: add %s: %s", key,
-                                     llmt_ckpt_last_error(ck));
-        }
+    for (int32_t i = 0; i < n; i++) {
+        const char *pn = NULL;
+        llmt_tensor pv;
+        memset(&pv, 0, sizeof pv);
+        llmt_status s = llmt_model_param(model, i, &pn, &pv);
+        if (s != LLMT_OK)
+            return llmt__err_set(e, s, "trainer: ckpt: parameter %d: %s",
+                                 (int)i, llmt_model_last_error(model));
+        for (int w = 0; w < 3; w++)
+            if ((s = add_one(tr, ck, i, w, pn, &pv)) != LLMT_OK) return s;
+    }
     int64_t step = 0;
     llmt_trainer_get_step(tr, &step);
     char buf[64];
@@ -54,6 +159,61 @@ llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
     llmt_status s = llmt_ckpt_set_kv(ck, "trainer.step", buf);
     if (s != LLMT_OK)
         return llmt__err_set(e, s, "trainer: ckpt: %s", llmt_ckpt_last_error(ck));
+    return LLMT_OK;
+}
+
+/* The saved tensor must be fp32 with the parameter's shape. */
+static llmt_status check_shape(llmt_trainer *tr, llmt_ckpt *ck,
+                               const char *key, const llmt_tensor *v)
+{
+    llmt_err *e = llmt__trainer_err(tr);
+    llmt_dtype dt;
+    int32_t nd = 0;
+    int64_t shape[LLMT_MAX_DIMS] = {0};
+    llmt_status s = llmt_ckpt_tensor_info(ck, key, &dt, &nd, shape, NULL);
+    if (s != LLMT_OK)
+        return llmt__err_set(e, s, "trainer: ckpt: tensor %s missing: %s", key,
+                             llmt_ckpt_last_error(ck));
+    int same = dt == LLMT_DTYPE_FP32 && nd == v->ndim;
+    for (int d = 0; same && d < nd; d++) same = shape[d] == v->shape[d];
+    if (!same)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: ckpt: %s is %s with %d dims [%lld, "
+                             "%lld], the model has fp32 [%lld, %lld]",
+                             key, llmt_dtype_name(dt), (int)nd,
+                             (long long)shape[0],
+                             (long long)(nd > 1 ? shape[1] : 0),
+                             (long long)v->shape[0],
+                             (long long)(v->ndim > 1 ? v->shape[1] : 0));
+    return LLMT_OK;
+}
+
+/* Parameters whole; m and v whole unless sharded, then this rank's
+ * blocks only. */
+static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
+                            const char *key, const llmt_tensor *pv)
+{
+    llmt_err *e = llmt__trainer_err(tr);
+    float *ptr[3];
+    int64_t rel, n;
+    int sharded = llmt__trainer_share(tr, i, &rel, &n, ptr);
+    box bx[MAX_BOXES];
+    llmt_tensor views[MAX_BOXES];
+    int nb;
+    if (w > 0 && sharded) {
+        nb = share_blocks(tr, i, w, pv, bx, views);
+    } else {
+        views[0] = *pv; /* the whole tensor: the share starts at rel */
+        views[0].data = w == 0 ? pv->data : (float *)ptr[w] - rel;
+        memset(bx[0].off, 0, sizeof bx[0].off);
+        nb = 1;
+    }
+    for (int k = 0; k < nb; k++) {
+        llmt_status s = llmt_ckpt_read(ck, key, &views[k], bx[k].off);
+        if (s != LLMT_OK)
+            return llmt__err_set(e, s, "trainer: ckpt: read %s: %s", key,
+                                 llmt_ckpt_last_error(ck));
+    }
     return LLMT_OK;
 }
 
@@ -77,43 +237,21 @@ llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
     llmt_model_param_count(model, &n, NULL);
     /* check every shape before touching anything */
     for (int pass = 0; pass < 2; pass++)
-        for (int32_t i = 0; i < n; i++)
+        for (int32_t i = 0; i < n; i++) {
+            const char *pn = NULL;
+            llmt_tensor pv;
+            memset(&pv, 0, sizeof pv);
+            s = llmt_model_param(model, i, &pn, &pv);
+            if (s != LLMT_OK)
+                return llmt__err_set(e, s, "trainer: ckpt: parameter %d",
+                                     (int)i);
             for (int w = 0; w < 3; w++) {
-                const char *pn = NULL;
-                llmt_tensor v;
-                s = view_of(tr, model, i, w, &pn, &v);
-                if (s != LLMT_OK)
-                    return llmt__err_set(e, s, "trainer: ckpt: parameter %d",
-                                         (int)i);
                 char key[256];
                 snprintf(key, sizeof key, "%s%s", prefix[w], pn);
-                if (pass == 1) {
-                    s = llmt_ckpt_read(ck, key, &v, NULL);
-                    if (s != LLMT_OK)
-                        return llmt__err_set(e, s, "trainer: ckpt: read %s: %s",
-                                             key, llmt_ckpt_last_error(ck));
-                    continue;
-                }
-                llmt_dtype dt;
-                int32_t nd = 0;
-                int64_t shape[LLMT_MAX_DIMS] = {0};
-                s = llmt_ckpt_tensor_info(ck, key, &dt, &nd, shape, NULL);
-                if (s != LLMT_OK)
-                    return llmt__err_set(e, s,
-                                         "trainer: ckpt: tensor %s missing: %s",
-                                         key, llmt_ckpt_last_error(ck));
-                int same = dt == LLMT_DTYPE_FP32 && nd == v.ndim;
-                for (int d = 0; same && d < nd; d++)
-                    same = shape[d] == v.shape[d];
-                if (!same)
-                    return llmt__err_set(
-                        e, LLMT_ERR_INVALID_ARGUMENT,
-                        "trainer: ckpt: %s is %s with %d dims [%lld, %lld], "
-                        "the model has fp32 [%lld, %lld]",
-                        key, llmt_dtype_name(dt), (int)nd, (long long)shape[0],
-                        (long long)(nd > 1 ? shape[1] : 0),
-                        (long long)v.shape[0],
-                        (long long)(v.ndim > 1 ? v.shape[1] : 0));
+                s = pass == 0 ? check_shape(tr, ck, key, &pv)
+                              : read_one(tr, ck, i, w, key, &pv);
+                if (s != LLMT_OK) return s;
             }
+        }
     return llmt_trainer_set_step(tr, (int64_t)step);
 }

@@ -611,8 +611,86 @@ llmt_status llmt_trainer_optim_state(llmt_trainer *tr, int32_t index,
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: optimizer state (%d, %d) out of range",
                              (int)index, (int)which);
+    if (!tr->m)
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
+                             "trainer: the optimizer state is sharded over "
+                             "the data-parallel ranks (ZeRO-%d): this rank "
+                             "holds only its share, read it with "
+                             "llmt_trainer_optim_shard",
+                             llmt__dp_zero_stage(tr->dp));
     v->struct_size = sizeof *v;
     return llmt__model_view(tr->model, index, which ? tr->v : tr->m, v);
+}
+
+/* This rank's part of parameter `index` (the whole parameter without a
+ * communicator): the flat range [*rel, *rel + *n) of its elements in
+ * row-major order and where that range lives in the parameters, m and v.
+ * Returns 1 when m and v hold only this rank's shares (ZeRO >= 1). For
+ * lib/train/state.c. */
+int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel,
+                        int64_t *n, float *ptr[3])
+{
+    const llmt__param *p = &tr->model->params[index];
+    size_t lo = p->offset, cnt = p->numel;
+    float *m = tr->m ? tr->m + lo : NULL, *v = tr->v ? tr->v + lo : NULL;
+    if (tr->dp) llmt__dp_param_share(tr->dp, index, &lo, &cnt, &m, &v);
+    if (tr->m && tr->dp) { /* ZeRO 0: the full buffers hold every share */
+        m = tr->m + lo;
+        v = tr->v + lo;
+    }
+    *rel = (int64_t)(lo - p->offset);
+    *n = (int64_t)cnt;
+    ptr[0] = tr->model->data + lo;
+    ptr[1] = m;
+    ptr[2] = v;
+    return tr->m == NULL;
+}
+
+llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index,
+                                     int32_t which, llmt_tensor *v,
+                                     int64_t *flat_offset)
+{
+    if (!tr || !v || !flat_offset) return LLMT_ERR_NULL_POINTER;
+    if (index < 0 || index >= tr->model->nparams || which < 0 || which > 1)
+        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: optimizer state (%d, %d) out of range",
+                             (int)index, (int)which);
+    const llmt__param *p = &tr->model->params[index];
+    int64_t rel = 0, n = (int64_t)p->numel;
+    float *ptr[3] = {NULL, NULL, NULL};
+    if (tr->m) { /* not sharded: every rank holds all of it */
+        ptr[1] = tr->m + p->offset;
+        ptr[2] = tr->v + p->offset;
+    } else {
+        llmt__trainer_share(tr, index, &rel, &n, ptr);
+    }
+    *flat_offset = rel;
+    return llmt_tensor_init(v, sizeof *v, LLMT_DTYPE_FP32, 1, &n,
+                            ptr[1 + which], LLMT_DEVICE_CPU, 0);
+}
+
+llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
+                                      llmt_trainer_memory *out)
+{
+    if (!tr || !out) return LLMT_ERR_NULL_POINTER;
+    if (out->struct_size < sizeof(size_t))
+        return LLMT_ERR_STRUCT_SIZE;
+    size_t P = tr->model->total * sizeof(float);
+    llmt_trainer_memory r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = out->struct_size;
+    r.params = (int64_t)P;
+    r.grads = (int64_t)P;
+    r.optimizer = tr->m ? (int64_t)(2 * P) : 0;
+    if (tr->dp) r.optimizer += (int64_t)llmt__dp_state_bytes(tr->dp);
+    r.activations = (int64_t)(tr->arena_floats * sizeof(float) +
+                              (size_t)tr->T * sizeof(int32_t));
+    r.comm_buffers = tr->dp ? (int64_t)llmt__dp_buffer_bytes(tr->dp) : 0;
+    r.total = r.params + r.grads + r.optimizer + r.activations +
+              r.comm_buffers;
+    size_t n = out->struct_size < sizeof r ? out->struct_size : sizeof r;
+    memcpy(out, &r, n);
+    return LLMT_OK;
 }
 
 llmt_status llmt_trainer_get_step(const llmt_trainer *tr, int64_t *step)
@@ -726,19 +804,61 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
 /* For lib/train/state.c, which otherwise uses only the public API. */
 llmt_err *llmt__trainer_err(llmt_trainer *tr) { return &tr->err; }
 llmt_model *llmt__trainer_model(llmt_trainer *tr) { return tr->model; }
+int llmt__trainer_has_comm(const llmt_trainer *tr) { return tr->dp != NULL; }
 
 /* ---- data parallelism (lib/train/dp.c) */
+
+/* Leave data parallelism. Collective over the old communicator: whole
+ * parameters (ZeRO-3) and, when the optimizer state is sharded, every
+ * rank's shares all-gathered back into full-size m and v, so the trainer
+ * can go on alone or under another stage or dp size. On a failure the
+ * communicator stays attached. */
+static llmt_status detach(llmt_trainer *tr)
+{
+    llmt_status s = llmt_trainer_sync_params(tr);
+    if (s != LLMT_OK) return s;
+    if (!tr->m) {
+        size_t P = tr->model->total * sizeof(float);
+        float *m = llmt__alloc(tr->ctx, P, 64), *v = llmt__alloc(tr->ctx, P, 64);
+        if (!m || !v) {
+            if (m) llmt__free(tr->ctx, m, P);
+            if (v) llmt__free(tr->ctx, v, P);
+            return llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY,
+                                 "trainer: detaching needs %zu bytes for the "
+                                 "full optimizer state", 2 * P);
+        }
+        s = llmt__dp_unshard_state(tr->dp, m, v);
+        if (s != LLMT_OK) {
+            llmt__free(tr->ctx, m, P);
+            llmt__free(tr->ctx, v, P);
+            return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
+        }
+        tr->m = m;
+        tr->v = v;
+    }
+    llmt__dp_destroy(tr->dp);
+    tr->dp = NULL;
+    return LLMT_OK;
+}
 
 llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
                                   const llmt_dp_opts *opts)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
-    if (tr->dp) llmt_trainer_sync_params(tr);
-    llmt__dp_destroy(tr->dp);
-    tr->dp = NULL;
+    if (tr->dp) {
+        llmt_status s = detach(tr);
+        if (s != LLMT_OK) return s;
+    }
     if (!comm) return LLMT_OK;
-    return llmt__dp_create(&tr->err, comm, opts, tr->model, tr->ops,
-                           tr->grads, tr->m, tr->v, &tr->dp);
+    llmt_status s = llmt__dp_create(&tr->err, comm, opts, tr->model, tr->ops,
+                                    tr->grads, tr->m, tr->v, &tr->dp);
+    if (s != LLMT_OK || llmt__dp_state_bytes(tr->dp) == 0) return s;
+    /* ZeRO >= 1: the dp layer took this rank's shares of m and v */
+    size_t P = tr->model->total * sizeof(float);
+    llmt__free(tr->ctx, tr->m, P);
+    llmt__free(tr->ctx, tr->v, P);
+    tr->m = tr->v = NULL;
+    return LLMT_OK;
 }
 
 llmt_status llmt_trainer_sync_params(llmt_trainer *tr)

@@ -865,6 +865,98 @@ static void test_host_tier(llmt_context *ctx)
     free(root);
 }
 
+/* One rank may add several blocks of one tensor (a ZeRO share crossing
+ * rows is a few boxes): a [4, 6] tensor cut at the flat index 9 into two
+ * ranks' boxes, each rank adding two; same-rank overlaps and a different
+ * global shape are refused; the whole tensor and a box straddling both
+ * ranks' blocks read back exactly, and the chunks keep their boxes. */
+static void test_multi_block(llmt_context *ctx)
+{
+    char *root = tmpdir_make(NULL, "multi");
+    float g[24];
+    for (int i = 0; i < 24; i++)
+        g[i] = (float)i + 0.5f;
+    int64_t gs[2] = {4, 6};
+    /* rank 0: [0, 9) = row 0, row 1 cols 0..2; rank 1: [9, 24) = row 1
+     * cols 3..5, rows 2..3 */
+    const int64_t off[4][2] = {{0, 0}, {1, 0}, {1, 3}, {2, 0}};
+    const int64_t shp[4][2] = {{1, 6}, {1, 3}, {1, 3}, {2, 6}};
+    const int at[4] = {0, 6, 9, 12};
+    for (int r = 0; r < 2; r++) {
+        llmt_ckpt *ck = make_ck(ctx, root, r, 2, LLMT_CKPT_VERIFY_READ, 0);
+        CHECK_STATUS(llmt_ckpt_begin(ck, 5), LLMT_OK);
+        for (int b = 2 * r; b < 2 * r + 2; b++) {
+            llmt_tensor v;
+            llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 2, shp[b], g + at[b],
+                             LLMT_DEVICE_CPU, 0);
+            CHECK_STATUS(llmt_ckpt_add_tensor(ck, "m", &v, gs, off[b]), LLMT_OK);
+            /* the same block again, or one overlapping it: refused */
+            CHECK_STATUS(llmt_ckpt_add_tensor(ck, "m", &v, gs, off[b]),
+                         LLMT_ERR_INVALID_ARGUMENT);
+            CHECK(strstr(llmt_ckpt_last_error(ck), "overlaps") != NULL);
+        }
+        llmt_tensor one;
+        int64_t s1[2] = {1, 1}, o1[2] = {3, 5}, gbad[2] = {4, 7};
+        llmt_tensor_init(&one, sizeof one, LLMT_DTYPE_FP32, 2, s1, g, LLMT_DEVICE_CPU, 0);
+        CHECK_STATUS(llmt_ckpt_add_tensor(ck, "m", &one, gbad, NULL), LLMT_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(llmt_ckpt_last_error(ck), "global shape") != NULL);
+        if (r == 0) /* rank 1 owns [3, 5]: only a same-rank overlap is refused here */
+            CHECK_STATUS(llmt_ckpt_add_tensor(ck, "m", &one, gs, o1), LLMT_OK);
+        /* rank 1 commits: the merged manifest has overlapping chunks */
+        CHECK_STATUS(llmt_ckpt_save(ck, 0), r == 0 ? LLMT_OK : LLMT_ERR_FORMAT);
+        llmt_ckpt_destroy(ck);
+    }
+    /* rank 0's extra [3, 5] overlaps rank 1's box: the commit refuses it */
+    llmt_ckpt *ck = make_ck(ctx, root, 0, 1, LLMT_CKPT_VERIFY_READ, 0);
+    int64_t step = -1;
+    CHECK_STATUS(llmt_ckpt_open_latest(ck, &step), LLMT_ERR_NOT_FOUND);
+    llmt_ckpt_destroy(ck);
+    tmpdir_remove(root);
+    free(root);
+    root = tmpdir_make(NULL, "multi2");
+    for (int r = 0; r < 2; r++) {
+        ck = make_ck(ctx, root, r, 2, LLMT_CKPT_VERIFY_READ, 0);
+        CHECK_STATUS(llmt_ckpt_begin(ck, 6), LLMT_OK);
+        for (int b = 2 * r; b < 2 * r + 2; b++) {
+            llmt_tensor v;
+            llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 2, shp[b], g + at[b],
+                             LLMT_DEVICE_CPU, 0);
+            CHECK_STATUS(llmt_ckpt_add_tensor(ck, "m", &v, gs, off[b]), LLMT_OK);
+        }
+        CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
+        llmt_ckpt_destroy(ck);
+    }
+    ck = make_ck(ctx, root, 0, 3, LLMT_CKPT_VERIFY_READ, 0);
+    CHECK_STATUS(llmt_ckpt_open_latest(ck, &step), LLMT_OK);
+    CHECK_EQ_INT(step, 6);
+    size_t nch = 0;
+    CHECK_STATUS(llmt_ckpt_tensor_info(ck, "m", NULL, NULL, NULL, &nch), LLMT_OK);
+    CHECK_EQ_INT(nch, 4);
+    for (size_t c = 0; c < nch; c++) {
+        int32_t rk = -1;
+        int64_t go[LLMT_MAX_DIMS], ls[LLMT_MAX_DIMS];
+        CHECK_STATUS(llmt_ckpt_chunk_info(ck, "m", c, &rk, go, ls, NULL), LLMT_OK);
+        CHECK_EQ_INT(rk, (int)c / 2);
+        CHECK(go[0] == off[c][0] && go[1] == off[c][1] && ls[0] == shp[c][0] &&
+              ls[1] == shp[c][1]);
+    }
+    float all[24], mid[6];
+    llmt_tensor v;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 2, gs, all, LLMT_DEVICE_CPU, 0);
+    CHECK_STATUS(llmt_ckpt_read(ck, "m", &v, NULL), LLMT_OK);
+    CHECK(memcmp(all, g, sizeof g) == 0);
+    /* rows 1..2, cols 2..4: parts of three boxes of both ranks */
+    int64_t ms[2] = {2, 3}, mo[2] = {1, 2};
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 2, ms, mid, LLMT_DEVICE_CPU, 0);
+    CHECK_STATUS(llmt_ckpt_read(ck, "m", &v, mo), LLMT_OK);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++)
+            CHECK(mid[i * 3 + j] == g[(1 + i) * 6 + 2 + j]);
+    llmt_ckpt_destroy(ck);
+    tmpdir_remove(root);
+    free(root);
+}
+
 int main(int argc, char **argv)
 {
     llmt_context *ctx = make_ctx();
@@ -891,6 +983,7 @@ int main(int argc, char **argv)
     test_reshard(ctx);
     test_tiers(ctx);
     test_host_tier(ctx);
+    test_multi_block(ctx);
     test_corruption(ctx);
     test_write_error(ctx);
     llmt_context_destroy(ctx);

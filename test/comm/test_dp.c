@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "ckpt_util.h"
 #include "llmtrain.h"
 
 #define STEPS 4
@@ -249,8 +250,382 @@ static void run_opts(int dp, int arch, int recompute, float clip)
     free(ref);
 }
 
+/* ---- ZeRO memory and sharded checkpoints -------------------------------
+ * The same global batch of GDP * ACCUM * MICRO sequences per step, cut
+ * over dp = 1, 2 or 4 ranks (grad_accum ACCUM * GDP / dp each). */
+#define GDP 4
+
+typedef struct phase {
+    llmt_comm *c;          /* NULL: one rank without a communicator */
+    int rank, dp, zero;
+    int k0, k1;            /* global steps run: [k0, k1) */
+    const char *load, *save; /* checkpoint roots (NULL: none) */
+    int detach;            /* set_comm(NULL) at the end (collective) */
+    float loss[STEPS];
+    llmt_trainer_memory mem, mem_after;
+    llmt_status optim_state_st; /* of llmt_trainer_optim_state at the end */
+    float *m_all;          /* shares written here at their flat position */
+    float *m_full;         /* after detach: the full m (rank's own copy) */
+    int64_t numel;
+    llmt_status st;
+    char err[1024];
+} phase;
+
+static llmt_status ck_open(phase *a, const char *root, llmt_ckpt **ck)
+{
+    llmt_ckpt_opts o;
+    llmt_ckpt_opts_init(&o, sizeof o);
+    o.rank = a->rank;
+    o.world_size = a->c ? a->dp : 1;
+    o.keep_last = 0;
+    return llmt_ckpt_create(NULL, root, &o, ck);
+}
+
+static llmt_status phase_ckpt(phase *a, llmt_trainer *tr, int save)
+{
+    llmt_ckpt *ck = NULL;
+    llmt_status s = ck_open(a, save ? a->save : a->load, &ck);
+    if (s == LLMT_OK && save) {
+        s = llmt_ckpt_begin(ck, a->k1);
+        if (s == LLMT_OK) s = llmt_trainer_ckpt_add(tr, ck);
+        if (s == LLMT_OK) s = llmt_ckpt_save(ck, 0);
+    } else if (s == LLMT_OK) {
+        int64_t step = -1;
+        s = llmt_ckpt_open_latest(ck, &step);
+        if (s == LLMT_OK && step != a->k0) s = LLMT_ERR_INTERNAL;
+        if (s == LLMT_OK) s = llmt_trainer_ckpt_read(tr, ck);
+    }
+    if (s != LLMT_OK && ck)
+        snprintf(a->err, sizeof a->err, "ckpt: %s / %s", llmt_ckpt_last_error(ck),
+                 llmt_trainer_last_error(tr));
+    llmt_ckpt_destroy(ck);
+    return s;
+}
+
+/* This rank's shares of m into the global flat array (ZeRO 0: rank 0). */
+static void collect_m(phase *a, llmt_model *m, llmt_trainer *tr)
+{
+    int32_t np = 0;
+    int64_t tot = 0, base = 0;
+    llmt_model_param_count(m, &np, &tot);
+    for (int32_t i = 0; i < np; i++) {
+        llmt_tensor pv, sv;
+        int64_t n = 0, off = 0;
+        llmt_model_param(m, i, NULL, &pv);
+        llmt_tensor_numel(&pv, &n);
+        if (llmt_trainer_optim_shard(tr, i, 0, &sv, &off) == LLMT_OK &&
+            (a->zero >= 1 || a->rank == 0))
+            memcpy(a->m_all + base + off, sv.data, (size_t)sv.shape[0] * sizeof(float));
+        base += n;
+    }
+}
+
+static void *phase_main(void *p)
+{
+    phase *a = p;
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_trainer_opts to = topts;
+    to.grad_accum = ACCUM * GDP / a->dp;
+    a->st = llmt_model_create(NULL, &cfg, &m);
+    if (a->st == LLMT_OK) a->st = llmt_trainer_create(m, &to, &tr);
+    llmt_dp_opts o;
+    llmt_dp_opts_init(&o, sizeof o);
+    o.zero_stage = a->zero;
+    o.bucket_bytes = 16 << 10;
+    if (a->st == LLMT_OK && a->c) a->st = llmt_trainer_set_comm(tr, a->c, &o);
+    if (a->st == LLMT_OK && a->load) a->st = phase_ckpt(a, tr, 0);
+    size_t seqs = (size_t)GDP * ACCUM * MICRO, mine = seqs / (size_t)a->dp;
+    for (int k = a->k0; k < a->k1 && a->st == LLMT_OK; k++) {
+        size_t off = ((size_t)k * seqs + (size_t)a->rank * mine) * T;
+        llmt_batch b = {sizeof b, g_in + off, g_tg + off, (int32_t)mine, T};
+        llmt_step_metrics met;
+        memset(&met, 0, sizeof met);
+        met.struct_size = sizeof met;
+        a->st = llmt_trainer_step(tr, &b, &met);
+        a->loss[k] = met.loss;
+    }
+    if (a->st == LLMT_OK && a->save) a->st = phase_ckpt(a, tr, 1);
+    a->mem.struct_size = sizeof a->mem;
+    if (tr) llmt_trainer_memory_usage(tr, &a->mem);
+    llmt_tensor v;
+    if (tr) a->optim_state_st = llmt_trainer_optim_state(tr, 0, 0, &v);
+    if (a->st == LLMT_OK && a->m_all) collect_m(a, m, tr);
+    if (a->st == LLMT_OK && a->detach) {
+        a->st = llmt_trainer_set_comm(tr, NULL, NULL);
+        a->mem_after.struct_size = sizeof a->mem_after;
+        llmt_trainer_memory_usage(tr, &a->mem_after);
+        int32_t np = 0;
+        llmt_model_param_count(m, &np, &a->numel);
+        a->m_full = malloc((size_t)a->numel * sizeof(float));
+        size_t at = 0;
+        for (int32_t i = 0; a->st == LLMT_OK && i < np; i++) {
+            a->st = llmt_trainer_optim_state(tr, i, 0, &v);
+            int64_t n = 0;
+            llmt_tensor_numel(&v, &n);
+            if (a->st == LLMT_OK) memcpy(a->m_full + at, v.data, (size_t)n * sizeof(float));
+            at += (size_t)n;
+        }
+    }
+    if (a->st != LLMT_OK && !a->err[0])
+        snprintf(a->err, sizeof a->err, "%s", tr ? llmt_trainer_last_error(tr) : "create");
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    return NULL;
+}
+
+/* Run one phase on dp ranks (threads over an in-process communicator), or
+ * on one rank without one (dp = 1, zero < 0). */
+static void run_phase(phase *tmpl, int dp, int zero, phase *out)
+{
+    llmt_comm *c[GDP];
+    pthread_t th[GDP];
+    int comm = zero >= 0;
+    if (comm) {
+        llmt_comm_opts co;
+        llmt_comm_opts_init(&co, sizeof co);
+        co.timeout_ms = 60000;
+        CHECK_STATUS(llmt_comm_create_inproc(NULL, dp, &co, c), LLMT_OK);
+    }
+    for (int r = 0; r < dp; r++) {
+        out[r] = *tmpl;
+        out[r].c = comm ? c[r] : NULL;
+        out[r].rank = r;
+        out[r].dp = dp;
+        out[r].zero = comm ? zero : 0;
+        if (comm) pthread_create(&th[r], NULL, phase_main, &out[r]);
+        else phase_main(&out[r]);
+    }
+    for (int r = 0; comm && r < dp; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < dp; r++) {
+        CHECK_STATUS(out[r].st, LLMT_OK);
+        if (out[r].st != LLMT_OK)
+            fprintf(stderr, "dp=%d zero=%d rank %d: %s\n", dp, zero, r, out[r].err);
+        if (comm) llmt_comm_destroy(c[r]);
+    }
+}
+
+static void setup_small(void)
+{
+    llmt_model_config_init(&cfg, sizeof cfg);
+    cfg.vocab_size = V;
+    cfg.max_seq_len = T;
+    cfg.layers = 3;
+    cfg.width = 32;
+    cfg.heads = 4;
+    cfg.seed = 7;
+    llmt_trainer_opts_init(&topts, sizeof topts);
+    topts.seq_len = T;
+    topts.micro_batch = MICRO;
+    topts.schedule = LLMT_LR_CONSTANT;
+    topts.lr = 1e-3f;
+    topts.threads = 1;
+    make_data(GDP);
+}
+
+/* Optimizer memory per rank is the rank's share: dp ranks together hold
+ * exactly one copy of m and v, each within the rounding of the shares
+ * (at most dp - 1 elements per unit) of 1/dp; parameters, gradients and
+ * activations stay as one rank's. The state the shares hold is the state:
+ * detaching (collective) all-gathers a full m equal to the shares, and
+ * the plain accessor refuses while sharded. */
+static void test_memory(void)
+{
+    setup_small();
+    phase t;
+    memset(&t, 0, sizeof t);
+    t.k0 = 0;
+    t.k1 = 1;
+    phase one[1];
+    run_phase(&t, 1, -1, one);
+    const llmt_trainer_memory *m1 = &one[0].mem;
+    int64_t units = cfg.layers + 2;
+    fprintf(stderr, "memory per rank (bytes): params grads optimizer activations "
+            "comm_buffers total\n  dp=1 no comm: %lld %lld %lld %lld %lld %lld\n",
+            (long long)m1->params, (long long)m1->grads, (long long)m1->optimizer,
+            (long long)m1->activations, (long long)m1->comm_buffers, (long long)m1->total);
+    CHECK(m1->optimizer == 2 * m1->params && m1->grads == m1->params);
+    CHECK(m1->comm_buffers == 0);
+    CHECK(m1->total == m1->params + m1->grads + m1->optimizer + m1->activations);
+    for (int dp = 2; dp <= 4; dp += 2)
+        for (int zero = 0; zero <= 3; zero++) {
+            phase a[GDP];
+            int64_t numel = m1->params / 4;
+            float *all = calloc((size_t)numel, sizeof(float));
+            for (int64_t i = 0; i < numel; i++) all[i] = NAN;
+            t.m_all = all;
+            t.detach = 1;
+            run_phase(&t, dp, zero, a);
+            t.m_all = NULL;
+            int64_t sum = 0;
+            for (int r = 0; r < dp; r++) {
+                const llmt_trainer_memory *mr = &a[r].mem;
+                sum += mr->optimizer;
+                CHECK(mr->params == m1->params && mr->grads == m1->grads);
+                CHECK(mr->activations == m1->activations); /* sized by micro x seq_len */
+                if (zero == 0) {
+                    CHECK(mr->optimizer == m1->optimizer);
+                    CHECK_STATUS(a[r].optim_state_st, LLMT_OK);
+                } else {
+                    int64_t d = mr->optimizer - m1->optimizer / dp;
+                    CHECK(d <= 0 ? -d <= 8 * units * dp : d <= 8 * units);
+                    CHECK_STATUS(a[r].optim_state_st, LLMT_ERR_STATE);
+                }
+                CHECK(mr->comm_buffers >= (zero >= 1 ? m1->params : 0));
+                /* detached: one rank's memory again, m all-gathered */
+                CHECK(a[r].mem_after.optimizer == m1->optimizer);
+                CHECK(a[r].mem_after.comm_buffers == 0);
+                CHECK(a[r].m_full &&
+                      memcmp(a[r].m_full, all, (size_t)numel * sizeof(float)) == 0);
+                free(a[r].m_full);
+                if (r == 0 || r == dp - 1)
+                    fprintf(stderr, "  dp=%d zero=%d rank %d: %lld %lld %lld %lld %lld %lld\n",
+                            dp, zero, r, (long long)mr->params, (long long)mr->grads,
+                            (long long)mr->optimizer, (long long)mr->activations,
+                            (long long)mr->comm_buffers, (long long)mr->total);
+            }
+            CHECK(zero == 0 ? sum == dp * m1->optimizer : sum == m1->optimizer);
+            int finite = 1;
+            for (int64_t i = 0; i < numel; i++) finite &= isfinite(all[i]) != 0;
+            CHECK(finite); /* the shares cover every element */
+            free(all);
+        }
+}
+
+static double max_rel(const float *a, const float *b, int k0, int k1)
+{
+    double m = 0;
+    for (int k = k0; k < k1; k++) {
+        double d = fabs((double)a[k] - b[k]) / fabs((double)b[k]);
+        if (!(d <= m)) m = isnan(d) ? INFINITY : d;
+    }
+    return m;
+}
+
+/* Save after 2 of 4 steps under one layout, load under another, continue:
+ * the losses of steps 3-4 equal the uninterrupted dp=4 ZeRO-1 run's to
+ * 2e-6 relative (the gradient sums of another dp size add in another
+ * order), bitwise when the layout is the same. */
+static void resume_case(const char *root, int dp, int zero, const float *ref,
+                        int bitwise, const char *what)
+{
+    phase t, a[GDP];
+    memset(&t, 0, sizeof t);
+    t.k0 = 2;
+    t.k1 = STEPS;
+    t.load = root;
+    run_phase(&t, dp, zero, a);
+    double d = max_rel(a[0].loss, ref, 2, STEPS);
+    fprintf(stderr, "  %s: losses of steps 3-4 vs the uninterrupted run: max rel "
+            "diff %.3g%s\n", what, d, bitwise ? " (must be 0)" : "");
+    CHECK(bitwise ? d == 0 : d <= 2e-6);
+    for (int r = 1; r < dp; r++) CHECK(memcmp(a[r].loss, a[0].loss, sizeof a[0].loss) == 0);
+}
+
+static void save_case(const char *root, int dp, int zero)
+{
+    phase t, a[GDP];
+    memset(&t, 0, sizeof t);
+    t.k0 = 0;
+    t.k1 = 2;
+    t.save = root;
+    run_phase(&t, dp, zero, a);
+}
+
+/* Each rank's part of a sharded checkpoint: about 1/dp of the bytes, no
+ * tensor missing, one world of `world` files; a single rank's: one chunk
+ * per tensor, as before sharding existed. */
+static void check_layout(const char *root, int world)
+{
+    llmt_ckpt *ck = NULL;
+    CHECK_STATUS(llmt_ckpt_create(NULL, root, NULL, &ck), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_open_latest(ck, NULL), LLMT_OK);
+    int32_t w = 0;
+    uint64_t bytes[GDP] = {0}, total = 0;
+    llmt_ckpt_open_info(ck, &w, NULL, NULL);
+    CHECK_EQ_INT(w, world);
+    size_t nt = 0, multi = 0;
+    llmt_ckpt_tensor_count(ck, &nt);
+    CHECK_EQ_INT(nt, 3 * (4 + 12 * cfg.layers)); /* GPT-2: wte wpe ln_f.w/b, 12 per layer */
+    for (size_t i = 0; i < nt; i++) {
+        const char *name = NULL;
+        size_t nc = 0;
+        llmt_ckpt_tensor_name(ck, i, &name);
+        llmt_ckpt_tensor_info(ck, name, NULL, NULL, NULL, &nc);
+        if (world == 1) CHECK_EQ_INT(nc, 1);
+        int per_rank[GDP] = {0};
+        for (size_t c = 0; c < nc; c++) {
+            int32_t r = -1;
+            uint64_t b = 0;
+            llmt_ckpt_chunk_info(ck, name, c, &r, NULL, NULL, &b);
+            if (r >= 0 && r < GDP) {
+                bytes[r] += b;
+                per_rank[r]++;
+            }
+            total += b;
+        }
+        for (int r = 0; r < world; r++) multi += per_rank[r] > 1;
+    }
+    for (int r = 0; r < world; r++) {
+        double f = (double)bytes[r] / (double)total;
+        CHECK(fabs(f - 1.0 / world) < 0.01);
+    }
+    if (world > 1) CHECK(multi > 0); /* some shares cross rows: several boxes */
+    fprintf(stderr, "  checkpoint of %d rank(s): %llu bytes of tensors, rank 0 %.4f of "
+            "them, %zu (tensor, rank) pairs of several blocks\n", world,
+            (unsigned long long)total, (double)bytes[0] / (double)total, multi);
+    llmt_ckpt_destroy(ck);
+}
+
+static void test_sharded_ckpt(void)
+{
+    setup_small();
+    /* uninterrupted runs: dp=4 ZeRO-1 and one rank */
+    phase t, u[GDP], u1[1];
+    memset(&t, 0, sizeof t);
+    t.k0 = 0;
+    t.k1 = STEPS;
+    run_phase(&t, 4, 1, u);
+    run_phase(&t, 1, -1, u1);
+    CHECK(max_rel(u1[0].loss, u[0].loss, 0, STEPS) <= 2e-6);
+    char *a = tmpdir_make(NULL, "dpz1"), *b = tmpdir_make(NULL, "dp1"),
+         *c = tmpdir_make(NULL, "dpz3");
+    fprintf(stderr, "sharded checkpoints:\n");
+    { /* control: steps 3-4 from the initial state are far off */
+        phase n[1];
+        memset(&t, 0, sizeof t);
+        t.k0 = 2;
+        t.k1 = STEPS;
+        run_phase(&t, 1, -1, n);
+        CHECK(max_rel(n[0].loss, u[0].loss, 2, STEPS) > 1e-3);
+    }
+    save_case(a, 4, 1);
+    check_layout(a, 4);
+    resume_case(a, 4, 1, u[0].loss, 1, "dp=4 ZeRO-1 -> dp=4 ZeRO-1");
+    resume_case(a, 2, 2, u[0].loss, 0, "dp=4 ZeRO-1 -> dp=2 ZeRO-2");
+    resume_case(a, 1, -1, u[0].loss, 0, "dp=4 ZeRO-1 -> one rank, no comm");
+    resume_case(a, 4, 3, u[0].loss, 0, "dp=4 ZeRO-1 -> dp=4 ZeRO-3");
+    resume_case(a, 2, 0, u[0].loss, 0, "dp=4 ZeRO-1 -> dp=2 ZeRO-0");
+    save_case(b, 1, -1);
+    check_layout(b, 1);
+    resume_case(b, 1, -1, u1[0].loss, 1, "one rank -> one rank (vs its own run)");
+    resume_case(b, 4, 1, u[0].loss, 0, "one rank -> dp=4 ZeRO-1");
+    /* ZeRO-3 saves its parameter shares as they are (no gather) */
+    save_case(c, 2, 3);
+    check_layout(c, 2);
+    resume_case(c, 4, 1, u[0].loss, 0, "dp=2 ZeRO-3 -> dp=4 ZeRO-1");
+    tmpdir_remove(a);
+    tmpdir_remove(b);
+    tmpdir_remove(c);
+    free(a);
+    free(b);
+    free(c);
+}
+
 int main(void)
 {
+    test_memory();
+    test_sharded_ckpt();
     run(2, LLMT_ARCH_GPT2);
     run(4, LLMT_ARCH_GPT2);
     run(2, LLMT_ARCH_LLAMA);
