@@ -44,8 +44,10 @@ struct llmt__dp {
     int nunits;
     size_t *lo, *n, *chunk, *poff, *own_lo, *own_n;
     int *unit_of_param;
-    float *gpad, *ppad;
+    float *gpad, *ppad;     /* ZeRO-2/3 reduce-scatter, ZeRO-3 gathers */
     size_t padlen;
+    float *stage;           /* ZeRO >= 1: two slots of `piece` x size */
+    size_t piece;
     /* buckets (ZeRO 0/1: all-reduce) or units (ZeRO 2/3: reduce-scatter) */
     int nb;
     int *b_ulo, *b_uhi, *b_of_unit, *b_nready;
@@ -104,7 +106,7 @@ void llmt__dp_destroy(llmt__dp *dp)
     for (int i = 0; dp->pf && i < dp->nunits; i++) llmt_comm_work_free(dp->pf[i]);
     free(dp->lo); free(dp->n); free(dp->chunk); free(dp->poff);
     free(dp->own_lo); free(dp->own_n); free(dp->unit_of_param);
-    free(dp->gpad); free(dp->ppad);
+    free(dp->gpad); free(dp->ppad); free(dp->stage);
     free(dp->b_ulo); free(dp->b_uhi); free(dp->b_of_unit); free(dp->b_nready);
     free(dp->b_launched); free(dp->work); free(dp->ready);
     free(dp->gathered); free(dp->pf); free(dp->soff);
@@ -251,7 +253,17 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
                              "share of the optimizer state",
                              2 * dp->share_n * sizeof(float));
     }
-    if (zs >= 1) dp->ppad = calloc(pad ? pad : 1, sizeof(float));
+    if (zs == 3) dp->ppad = calloc(pad ? pad : 1, sizeof(float));
+    if (zs >= 1) {
+        /* the update's all-gathers go through two slots of about
+         * bucket_bytes each, whatever the model's size */
+        size_t S = (size_t)dp->size, most = 1;
+        for (int u = 0; u < U; u++)
+            if (dp->chunk[u] > most) most = dp->chunk[u];
+        size_t want = (size_t)o.bucket_bytes / sizeof(float) / S;
+        dp->piece = want < 1 ? 1 : want > most ? most : want;
+        dp->stage = calloc(2 * dp->piece * S, sizeof(float));
+    }
     if (zs >= 2) dp->gpad = calloc(pad ? pad : 1, sizeof(float));
     /* buckets */
     if (zs >= 2) {
@@ -273,7 +285,8 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
     dp->b_nready = calloc((size_t)dp->nb, sizeof(int));
     dp->b_launched = calloc((size_t)dp->nb, sizeof(int));
     dp->work = calloc((size_t)dp->nb, sizeof *dp->work);
-    if ((zs >= 1 && !dp->ppad) || (zs >= 2 && !dp->gpad) || !dp->b_ulo ||
+    if ((zs == 3 && !dp->ppad) || (zs >= 1 && !dp->stage) ||
+        (zs >= 2 && !dp->gpad) || !dp->b_ulo ||
         !dp->b_uhi || !dp->b_of_unit || !dp->b_nready || !dp->b_launched ||
         !dp->work) {
         llmt__dp_destroy(dp);
@@ -453,6 +466,62 @@ static void gather_finish(llmt__dp *dp, int u)
     dp->gathered[u] = 1;
 }
 
+/* Piece j (elements [j, j + len) of every rank's chunk) of unit u: this
+ * rank's part into its place in `slot`, all-gathered in place. */
+static llmt_status piece_issue(llmt__dp *dp, int u, const float *src, size_t j,
+                               size_t len, float *slot, llmt_comm_work **w)
+{
+    float *mine = slot + (size_t)dp->rank * len;
+    size_t have = dp->own_n[u] > j ? dp->own_n[u] - j : 0;
+    if (have > len) have = len;
+    memcpy(mine, src + j, have * sizeof(float));
+    memset(mine + have, 0, (len - have) * sizeof(float));
+    return llmt_comm_iall_gather(dp->comm, mine, slot, len, LLMT_DTYPE_FP32, w);
+}
+
+static void piece_out(llmt__dp *dp, int u, size_t j, size_t len,
+                      const float *slot, float *dst)
+{
+    for (int r = 0; r < dp->size; r++) {
+        size_t at = (size_t)r * dp->chunk[u] + j;
+        if (at >= dp->n[u]) break;
+        size_t cnt = dp->n[u] - at < len ? dp->n[u] - at : len;
+        memcpy(dst + at, slot + (size_t)r * len, cnt * sizeof(float));
+    }
+}
+
+/* Unit u whole into dst (its n elements) from every rank's share (src:
+ * this rank's own_n elements), piece by piece through the two staging
+ * slots so that copying one piece out overlaps the next one's transfer.
+ * dst may contain src (the parameters: the own part is rewritten as is). */
+static llmt_status gather_pieces(llmt__dp *dp, int u, const float *src, float *dst)
+{
+    size_t C = dp->chunk[u], P = dp->piece, np = (C + P - 1) / P;
+    size_t slot = P * (size_t)dp->size;
+    llmt_comm_work *w[2] = {NULL, NULL};
+    llmt_status s = LLMT_OK;
+    for (size_t k = 0; k <= np && s == LLMT_OK; k++) {
+        if (k < np) {
+            size_t j = k * P, len = C - j < P ? C - j : P;
+            s = piece_issue(dp, u, src, j, len, dp->stage + (k % 2) * slot,
+                            &w[k % 2]);
+        }
+        if (k == 0 || s != LLMT_OK) continue;
+        size_t pk = k - 1, j = pk * P, len = C - j < P ? C - j : P;
+        llmt_comm_work *pw = w[pk % 2];
+        w[pk % 2] = NULL;
+        s = llmt_comm_work_wait(pw, -1);
+        llmt_comm_work_free(pw);
+        if (s == LLMT_OK) piece_out(dp, u, j, len, dp->stage + (pk % 2) * slot, dst);
+    }
+    for (int i = 0; i < 2; i++)
+        if (w[i]) {
+            llmt_comm_work_wait(w[i], -1);
+            llmt_comm_work_free(w[i]);
+        }
+    return s;
+}
+
 llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
                             float scale, int64_t t)
 {
@@ -480,15 +549,7 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
     }
     llmt_status s = LLMT_OK;
     for (int u = 0; u < dp->nunits && s == LLMT_OK; u++)
-        s = gather_issue(dp, u, &dp->pf[u]);
-    for (int u = 0; u < dp->nunits; u++) {
-        if (!dp->pf[u]) continue;
-        llmt_status w = llmt_comm_work_wait(dp->pf[u], -1);
-        llmt_comm_work_free(dp->pf[u]);
-        dp->pf[u] = NULL;
-        if (w == LLMT_OK) gather_finish(dp, u);
-        else if (s == LLMT_OK) s = w;
-    }
+        s = gather_pieces(dp, u, m->data + dp->own_lo[u], m->data + dp->lo[u]);
     if (s != LLMT_OK) {
         dp->st = LLMT_OK;
         note(dp, s, "parameter all-gather");
@@ -583,24 +644,18 @@ size_t llmt__dp_buffer_bytes(const llmt__dp *dp)
 {
     size_t n = 0;
     if (dp->ppad) n += (dp->padlen ? dp->padlen : 1) * sizeof(float);
+    if (dp->stage) n += 2 * dp->piece * (size_t)dp->size * sizeof(float);
     if (dp->gpad) n += (dp->padlen ? dp->padlen : 1) * sizeof(float);
     return n;
 }
 
-/* Every rank's share of one state buffer into the full-size `full`,
- * unit by unit through the parameter staging buffer (free between steps). */
+/* Every rank's share of one state buffer into the full-size `full`. */
 static llmt_status unshard_one(llmt__dp *dp, const float *share, float *full)
 {
-    for (int u = 0; u < dp->nunits; u++) {
-        float *pad = dp->ppad + dp->poff[u];
-        float *mine = pad + (size_t)dp->rank * dp->chunk[u];
-        memcpy(mine, share + dp->soff[u], dp->own_n[u] * sizeof(float));
-        llmt_status s = llmt_comm_all_gather(dp->comm, mine, pad, dp->chunk[u],
-                                             LLMT_DTYPE_FP32, NULL);
-        if (s != LLMT_OK) return s;
-        memcpy(full + dp->lo[u], pad, dp->n[u] * sizeof(float));
-    }
-    return LLMT_OK;
+    llmt_status s = LLMT_OK;
+    for (int u = 0; u < dp->nunits && s == LLMT_OK; u++)
+        s = gather_pieces(dp, u, share + dp->soff[u], full + dp->lo[u]);
+    return s;
 }
 
 llmt_status llmt__dp_unshard_state(llmt__dp *dp, float *m, float *v)
