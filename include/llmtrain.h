@@ -654,7 +654,13 @@ LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr,
 
 /* -- The trainer's state in a checkpoint (lib/ckpt's format; see
  * doc/training.md). Tensors "param/<name>", "adam_m/<name>",
- * "adam_v/<name>" (fp32, global shapes) and the key "trainer.step". */
+ * "adam_v/<name>" (fp32, global shapes) and the key "trainer.step".
+ * Without a communicator every tensor is added whole. With one
+ * (llmt_trainer_set_comm, any ZeRO stage) each rank adds only its share of
+ * each tensor as blocks with global offsets (create the llmt_ckpt with
+ * this rank and world size); reading, under any dp size or stage, takes
+ * the parameters whole and, when the optimizer state is sharded, only the
+ * rank's share of it (doc/checkpointing.md, "Data-parallel checkpoints"). */
 struct llmt_ckpt;
 /* Add the state to the save being described on `ck` (between
  * llmt_ckpt_begin and llmt_ckpt_save; the host adds its own keys, e.g. the

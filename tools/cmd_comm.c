@@ -349,8 +349,9 @@ void cli_dp_setup(const char **out_dir, char *buf, size_t cap, int32_t *rank,
     *rank = e.rank;
     *size = e.world_size;
     if (e.world_size > 1 && e.rank > 0) {
-        /* every rank keeps its own run directory (tokenizer, metrics,
-         * checkpoint shares); only rank 0 talks on stdout */
+        /* every rank keeps its own run directory (prepared data,
+         * tokenizer, metrics; the checkpoints are rank 0's, shared); only
+         * rank 0 talks on stdout */
         snprintf(buf, cap, "%s/rank-%d", *out_dir, (int)e.rank);
         *out_dir = buf;
         if (!freopen("/dev/null", "w", stdout)) { /* keep stdout */ }

@@ -97,7 +97,10 @@ const cli_command cli_commands[] = {
      "  loss plot (SVG), all in DIR.\n"
      "  --out DIR    run directory [runs/<spec name>]; relative paths of\n"
      "               checkpoint.dir and metrics.* are taken inside it\n"
-     "  --resume     continue from the newest checkpoint in DIR\n"
+     "  --resume     continue from the newest checkpoint in DIR (under\n"
+     "               mpirun: one sharded checkpoint in rank 0's DIR, which\n"
+     "               resumes under another process count, or none, with the\n"
+     "               same global batch; doc/checkpointing.md)\n"
      "  --steps N    stop after step N (the LR schedule keeps train.steps)\n"
      "  --threads N  CPU threads (default: train.threads, 0 = all)\n",
      cmd_train},
