@@ -7,6 +7,7 @@
  * steps (AdamW's update of a gradient near zero amplifies rounding). */
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -429,6 +430,45 @@ static void setup_small(void)
  * activations stay as one rank's. The state the shares hold is the state:
  * detaching (collective) all-gathers a full m equal to the shares, and
  * the plain accessor refuses while sharded. */
+/* Argument checks of the accessors added for sharding. */
+static void test_args(void)
+{
+    setup_small();
+    llmt_model *m = new_model();
+    llmt_trainer *tr = NULL;
+    CHECK_STATUS(llmt_trainer_create(m, &topts, &tr), LLMT_OK);
+    llmt_tensor v;
+    int64_t off = -1;
+    llmt_trainer_memory mem;
+    CHECK_STATUS(llmt_trainer_optim_shard(NULL, 0, 0, &v, &off), LLMT_ERR_NULL_POINTER);
+    CHECK_STATUS(llmt_trainer_optim_shard(tr, 0, 0, NULL, &off), LLMT_ERR_NULL_POINTER);
+    CHECK_STATUS(llmt_trainer_optim_shard(tr, 0, 0, &v, NULL), LLMT_ERR_NULL_POINTER);
+    CHECK_STATUS(llmt_trainer_optim_shard(tr, -1, 0, &v, &off), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(llmt_trainer_optim_shard(tr, 0, 2, &v, &off), LLMT_ERR_INVALID_ARGUMENT);
+    /* no communicator: the whole parameter, flat */
+    CHECK_STATUS(llmt_trainer_optim_shard(tr, 1, 1, &v, &off), LLMT_OK);
+    llmt_tensor pv;
+    int64_t n = 0;
+    llmt_model_param(m, 1, NULL, &pv);
+    llmt_tensor_numel(&pv, &n);
+    CHECK(off == 0 && v.ndim == 1 && v.shape[0] == n);
+    CHECK_STATUS(llmt_trainer_memory_usage(NULL, &mem), LLMT_ERR_NULL_POINTER);
+    CHECK_STATUS(llmt_trainer_memory_usage(tr, NULL), LLMT_ERR_NULL_POINTER);
+    mem.struct_size = 2;
+    CHECK_STATUS(llmt_trainer_memory_usage(tr, &mem), LLMT_ERR_STRUCT_SIZE);
+    /* an older, shorter struct: fields past struct_size are not written */
+    llmt_trainer_memory old;
+    memset(&old, 0x5a, sizeof old);
+    old.struct_size = offsetof(llmt_trainer_memory, grads);
+    CHECK_STATUS(llmt_trainer_memory_usage(tr, &old), LLMT_OK);
+    CHECK(old.params > 0);
+    int64_t untouched;
+    memset(&untouched, 0x5a, sizeof untouched);
+    CHECK(old.grads == untouched && old.total == untouched);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+}
+
 static void test_memory(void)
 {
     setup_small();
@@ -628,6 +668,7 @@ static void test_sharded_ckpt(void)
 
 int main(void)
 {
+    test_args();
     test_memory();
     test_sharded_ckpt();
     run(2, LLMT_ARCH_GPT2);
