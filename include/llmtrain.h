@@ -1172,8 +1172,10 @@ typedef struct llmt_trainer_memory {
     int64_t grads;        /* gradients (full size) */
     int64_t optimizer;    /* AdamW m and v held by this rank */
     int64_t activations;  /* activations and backward scratch */
-    int64_t comm_buffers; /* data-parallel staging: ZeRO >= 1 parameter
-                             all-gather, ZeRO >= 2 reduce-scatter */
+    int64_t comm_buffers; /* data-parallel staging (ZeRO >= 1) of the
+                             units dp does not divide, O(largest unit);
+                             0 when dp divides every unit (the collectives
+                             then run in place) */
     int64_t total;        /* the sum */
 } llmt_trainer_memory;
 LLMT_API llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,

@@ -24,12 +24,31 @@
  * Optimizer state: with ZeRO >= 1 the AdamW moments live here, only the
  * rank's shares, packed unit after unit (soff[u] is where unit u's share
  * starts); the trainer frees its full-size m and v once they are copied
- * in, and gets them back (all-gathered) when it detaches. */
+ * in, and gets them back (all-gathered) when it detaches.
+ * Staging: a unit whose n is a multiple of `size` has chunks that tile it
+ * exactly, so its reduce-scatter and all-gathers run in place in the
+ * gradient / parameter buffer (no copy, no staging). Only a unit that needs
+ * padding (chunk x size > n: the padded tail would run into the next unit)
+ * goes through a padded staging slot: RS_SLOTS of them for the ZeRO-2/3
+ * reduce-scatters in flight, AG_SLOTS for the ZeRO-3 layer gathers, and
+ * two slots of about bucket_bytes for the ZeRO-1/2 update's all-gather
+ * (and the m/v gather of a detach), so staging is O(largest unit), never
+ * O(model). Every element is summed over the same ranks in the same order
+ * whichever buffer it travels in, so the results do not depend on it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "train/dp.h"
+
+/* Reduce-scatters of padded units in flight at once: two let one unit's
+ * transfer overlap the next one's backward; a third waits for the oldest. */
+#define RS_SLOTS 2
+/* ZeRO-3 gathers of padded units: the trainer has at most one prefetch in
+ * flight and finishes it (ensure) before it gathers or prefetches another
+ * unit, so one slot never makes it wait; were it busy, the prefetch in it
+ * would be finished into place first (correct, only earlier). */
+#define AG_SLOTS 1
 
 struct llmt__dp {
     llmt_err err;
@@ -42,11 +61,17 @@ struct llmt__dp {
     float *ms, *vs;         /* ZeRO >= 1: this rank's shares of m and v */
     size_t *soff, share_n;  /* unit u's share starts at soff[u]; total */
     int nunits;
-    size_t *lo, *n, *chunk, *poff, *own_lo, *own_n;
+    size_t *lo, *n, *chunk, *own_lo, *own_n;
     int *unit_of_param;
-    float *gpad, *ppad;     /* ZeRO-2/3 reduce-scatter, ZeRO-3 gathers */
-    size_t padlen;
-    float *stage;           /* ZeRO >= 1: two slots of `piece` x size */
+    /* padded staging (see the top): slot_n = the largest chunk x size of
+     * a unit that needs padding (0: none does, nothing is allocated);
+     * *_unit[k] is the unit slot k holds (-1: free), *_tick[k] when it was
+     * taken (the oldest is waited for when all are busy) */
+    size_t slot_n;
+    float *rs_slot[RS_SLOTS], *ag_slot[AG_SLOTS];
+    int rs_unit[RS_SLOTS], ag_unit[AG_SLOTS];
+    uint64_t rs_tick[RS_SLOTS], ag_tick[AG_SLOTS], ticks;
+    float *stage;           /* two slots of `piece` x size (padded units) */
     size_t piece;
     /* buckets (ZeRO 0/1: all-reduce) or units (ZeRO 2/3: reduce-scatter) */
     int nb;
@@ -104,9 +129,11 @@ void llmt__dp_destroy(llmt__dp *dp)
     if (!dp) return;
     for (int i = 0; dp->work && i < dp->nb; i++) llmt_comm_work_free(dp->work[i]);
     for (int i = 0; dp->pf && i < dp->nunits; i++) llmt_comm_work_free(dp->pf[i]);
-    free(dp->lo); free(dp->n); free(dp->chunk); free(dp->poff);
+    free(dp->lo); free(dp->n); free(dp->chunk);
     free(dp->own_lo); free(dp->own_n); free(dp->unit_of_param);
-    free(dp->gpad); free(dp->ppad); free(dp->stage);
+    for (int k = 0; k < RS_SLOTS; k++) free(dp->rs_slot[k]);
+    for (int k = 0; k < AG_SLOTS; k++) free(dp->ag_slot[k]);
+    free(dp->stage);
     free(dp->b_ulo); free(dp->b_uhi); free(dp->b_of_unit); free(dp->b_nready);
     free(dp->b_launched); free(dp->work); free(dp->ready);
     free(dp->gathered); free(dp->pf); free(dp->soff);
@@ -124,6 +151,24 @@ static void poison(llmt__dp *dp, int u)
     for (size_t i = dp->lo[u]; i < dp->own_lo[u]; i++) d[i] = nan;
     for (size_t i = dp->own_lo[u] + dp->own_n[u]; i < dp->lo[u] + dp->n[u]; i++)
         d[i] = nan;
+}
+
+/* The chunks of unit u overrun it (the last rank's is short or empty), so
+ * its collectives need a padded buffer instead of running in place. */
+static int padded(const llmt__dp *dp, int u)
+{
+    return dp->chunk[u] * (size_t)dp->size != dp->n[u];
+}
+
+/* The two slots of the piecewise all-gather of padded units, about
+ * bucket_bytes each (no larger than the largest padded unit needs). */
+static llmt_status stage_alloc(llmt__dp *dp)
+{
+    size_t S = (size_t)dp->size, most = dp->slot_n / S;
+    size_t want = (size_t)dp->o.bucket_bytes / sizeof(float) / S;
+    dp->piece = want < 1 ? 1 : want > most ? most : want;
+    dp->stage = calloc(2 * dp->piece * S, sizeof(float));
+    return dp->stage ? LLMT_OK : LLMT_ERR_OUT_OF_MEMORY;
 }
 
 /* ZeRO >= 1: copy this rank's shares of the full m and v (zeros at step
@@ -178,7 +223,6 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
     dp->lo = calloc((size_t)U, sizeof(size_t));
     dp->n = calloc((size_t)U, sizeof(size_t));
     dp->chunk = calloc((size_t)U, sizeof(size_t));
-    dp->poff = calloc((size_t)U, sizeof(size_t));
     dp->own_lo = calloc((size_t)U, sizeof(size_t));
     dp->own_n = calloc((size_t)U, sizeof(size_t));
     dp->unit_of_param = calloc((size_t)model->nparams, sizeof(int));
@@ -186,7 +230,9 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
     dp->gathered = calloc((size_t)U, sizeof(int));
     dp->pf = calloc((size_t)U, sizeof *dp->pf);
     dp->soff = calloc((size_t)U, sizeof(size_t));
-    if (!dp->lo || !dp->n || !dp->chunk || !dp->poff || !dp->own_lo ||
+    for (int k = 0; k < RS_SLOTS; k++) dp->rs_unit[k] = -1;
+    for (int k = 0; k < AG_SLOTS; k++) dp->ag_unit[k] = -1;
+    if (!dp->lo || !dp->n || !dp->chunk || !dp->own_lo ||
         !dp->own_n || !dp->unit_of_param || !dp->ready || !dp->gathered ||
         !dp->pf || !dp->soff) {
         llmt__dp_destroy(dp);
@@ -228,12 +274,11 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
                              "dp: the model's parameters are not laid out as "
                              "embeddings, layers, final norm");
     }
-    size_t pad = 0;
     for (int u = 0; u < U; u++) {
         size_t S = (size_t)dp->size;
         dp->chunk[u] = (dp->n[u] + S - 1) / S;
-        dp->poff[u] = pad;
-        pad += dp->chunk[u] * S;
+        if (padded(dp, u) && dp->chunk[u] * S > dp->slot_n)
+            dp->slot_n = dp->chunk[u] * S;
         size_t a = (size_t)dp->rank * dp->chunk[u];
         size_t b = a + dp->chunk[u];
         if (a > dp->n[u]) a = dp->n[u];
@@ -244,7 +289,6 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
         dp->soff[u] = dp->share_n;
         dp->share_n += dp->own_n[u];
     }
-    dp->padlen = pad;
     int zs = o.zero_stage;
     if (zs >= 1 && take_shares(dp, m, v) != LLMT_OK) {
         llmt__dp_destroy(dp);
@@ -253,18 +297,15 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
                              "share of the optimizer state",
                              2 * dp->share_n * sizeof(float));
     }
-    if (zs == 3) dp->ppad = calloc(pad ? pad : 1, sizeof(float));
-    if (zs >= 1) {
-        /* the update's all-gathers go through two slots of about
-         * bucket_bytes each, whatever the model's size */
-        size_t S = (size_t)dp->size, most = 1;
-        for (int u = 0; u < U; u++)
-            if (dp->chunk[u] > most) most = dp->chunk[u];
-        size_t want = (size_t)o.bucket_bytes / sizeof(float) / S;
-        dp->piece = want < 1 ? 1 : want > most ? most : want;
-        dp->stage = calloc(2 * dp->piece * S, sizeof(float));
-    }
-    if (zs >= 2) dp->gpad = calloc(pad ? pad : 1, sizeof(float));
+    /* Staging only where some unit needs padding. ZeRO-3's update does not
+     * gather (the parameters stay sharded), so its stage is taken only
+     * while a detach gathers m and v (llmt__dp_unshard_state). */
+    int nomem = 0;
+    if (dp->slot_n && (zs == 1 || zs == 2)) nomem |= stage_alloc(dp) != LLMT_OK;
+    for (int k = 0; dp->slot_n && zs >= 2 && k < RS_SLOTS; k++)
+        nomem |= !(dp->rs_slot[k] = calloc(dp->slot_n, sizeof(float)));
+    for (int k = 0; dp->slot_n && zs == 3 && k < AG_SLOTS; k++)
+        nomem |= !(dp->ag_slot[k] = calloc(dp->slot_n, sizeof(float)));
     /* buckets */
     if (zs >= 2) {
         dp->nb = U;
@@ -285,8 +326,7 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
     dp->b_nready = calloc((size_t)dp->nb, sizeof(int));
     dp->b_launched = calloc((size_t)dp->nb, sizeof(int));
     dp->work = calloc((size_t)dp->nb, sizeof *dp->work);
-    if ((zs == 3 && !dp->ppad) || (zs >= 1 && !dp->stage) ||
-        (zs >= 2 && !dp->gpad) || !dp->b_ulo ||
+    if (nomem || !dp->b_ulo ||
         !dp->b_uhi || !dp->b_of_unit || !dp->b_nready || !dp->b_launched ||
         !dp->work) {
         llmt__dp_destroy(dp);
@@ -342,6 +382,55 @@ llmt_status llmt__dp_begin(llmt__dp *dp, int64_t *count)
 
 void llmt__dp_micro(llmt__dp *dp, int last) { dp->armed = last; }
 
+/* Slot k of `unit` (-1: none holds u). */
+static int slot_of(const int *unit, int nslots, int u)
+{
+    for (int k = 0; k < nslots; k++)
+        if (unit[k] == u) return k;
+    return -1;
+}
+
+/* A free slot: one never taken, else the one taken longest ago. */
+static int slot_pick(const int *unit, const uint64_t *tick, int nslots)
+{
+    int best = 0;
+    for (int k = 0; k < nslots; k++) {
+        if (unit[k] < 0) return k;
+        if (tick[k] < tick[best]) best = k;
+    }
+    return best;
+}
+
+/* ZeRO-2/3: the reduce-scatter of unit u is over: keep the rank's share
+ * of the reduced gradient (in place already, or copied out of its slot),
+ * zero the rest of the unit, free the slot. */
+static void rs_finish(llmt__dp *dp, int u, llmt_status s)
+{
+    int k = slot_of(dp->rs_unit, RS_SLOTS, u);
+    if (s == LLMT_OK) {
+        float *g = dp->grads;
+        size_t own_end = dp->own_lo[u] + dp->own_n[u];
+        if (k >= 0)
+            memcpy(g + dp->own_lo[u],
+                   dp->rs_slot[k] + (size_t)dp->rank * dp->chunk[u],
+                   dp->own_n[u] * sizeof(float));
+        memset(g + dp->lo[u], 0, (dp->own_lo[u] - dp->lo[u]) * sizeof(float));
+        memset(g + own_end, 0, (dp->lo[u] + dp->n[u] - own_end) * sizeof(float));
+    }
+    if (k >= 0) dp->rs_unit[k] = -1;
+}
+
+/* Wait for bucket b's reduction (if launched and not waited yet). */
+static void reduce_wait(llmt__dp *dp, int b)
+{
+    if (!dp->work[b]) return;
+    llmt_status s = llmt_comm_work_wait(dp->work[b], -1);
+    llmt_comm_work_free(dp->work[b]);
+    dp->work[b] = NULL;
+    note(dp, s, "gradient reduction");
+    if (dp->o.zero_stage >= 2) rs_finish(dp, b, s);
+}
+
 static void launch(llmt__dp *dp, int b)
 {
     if (dp->b_launched[b] || dp->st != LLMT_OK) return;
@@ -349,14 +438,26 @@ static void launch(llmt__dp *dp, int b)
     llmt_status s;
     if (dp->o.zero_stage >= 2) {
         int u = b;
-        float *pad = dp->gpad + dp->poff[u];
-        size_t n = dp->n[u], all = dp->chunk[u] * (size_t)dp->size;
-        memcpy(pad, dp->grads + dp->lo[u], n * sizeof(float));
-        memset(pad + n, 0, (all - n) * sizeof(float));
-        s = llmt_comm_ireduce_scatter(dp->comm, pad,
-                                      pad + (size_t)dp->rank * dp->chunk[u],
-                                      dp->chunk[u], LLMT_DTYPE_FP32,
-                                      LLMT_REDUCE_SUM, &dp->work[b]);
+        size_t C = dp->chunk[u];
+        float *buf = dp->grads + dp->lo[u];
+        int k = -1;
+        if (padded(dp, u)) {
+            /* all slots busy: the oldest reduction is finished first (it
+             * was queued first, so this waits only for what is ahead) */
+            k = slot_pick(dp->rs_unit, dp->rs_tick, RS_SLOTS);
+            if (dp->rs_unit[k] >= 0) reduce_wait(dp, dp->rs_unit[k]);
+            dp->rs_unit[k] = u;
+            dp->rs_tick[k] = ++dp->ticks;
+            buf = dp->rs_slot[k];
+            size_t n = dp->n[u], all = C * (size_t)dp->size;
+            memcpy(buf, dp->grads + dp->lo[u], n * sizeof(float));
+            memset(buf + n, 0, (all - n) * sizeof(float));
+        }
+        s = llmt_comm_ireduce_scatter(dp->comm, buf,
+                                      buf + (size_t)dp->rank * C, C,
+                                      LLMT_DTYPE_FP32, LLMT_REDUCE_SUM,
+                                      &dp->work[b]);
+        if (s != LLMT_OK && k >= 0) dp->rs_unit[k] = -1;
     } else {
         size_t lo = dp->lo[dp->b_ulo[b]];
         size_t hi = dp->lo[dp->b_uhi[b]] + dp->n[dp->b_uhi[b]];
@@ -380,21 +481,7 @@ void llmt__dp_ready(llmt__dp *dp, int unit)
 llmt_status llmt__dp_end(llmt__dp *dp, double *loss_sum)
 {
     for (int b = 0; b < dp->nb; b++) launch(dp, b);
-    for (int b = 0; b < dp->nb; b++) {
-        if (!dp->work[b]) continue;
-        llmt_status s = llmt_comm_work_wait(dp->work[b], -1);
-        llmt_comm_work_free(dp->work[b]);
-        dp->work[b] = NULL;
-        note(dp, s, "gradient reduction");
-        if (s == LLMT_OK && dp->o.zero_stage >= 2) {
-            int u = b;
-            float *g = dp->grads;
-            memset(g + dp->lo[u], 0, dp->n[u] * sizeof(float));
-            memcpy(g + dp->own_lo[u],
-                   dp->gpad + dp->poff[u] + (size_t)dp->rank * dp->chunk[u],
-                   dp->own_n[u] * sizeof(float));
-        }
-    }
+    for (int b = 0; b < dp->nb; b++) reduce_wait(dp, b);
     dp->armed = 0;
     if (dp->st != LLMT_OK) return dp->st;
     /* the loss sum, in rank order (doubles travel as their bits) */
@@ -446,24 +533,50 @@ llmt_status llmt__dp_sumsq(llmt__dp *dp, double *ss)
     return s;
 }
 
-/* Share unit u's parameters: own chunk in, all-gather (in place), out. */
+static void ensure(llmt__dp *dp, int u);
+
+/* ZeRO-3: share unit u's parameters, all-gathered in place in the model
+ * (the own chunk is already where the gather puts it) or, for a padded
+ * unit, through a slot: own chunk in, all-gather, out (gather_finish).
+ * w NULL: blocking. */
 static llmt_status gather_issue(llmt__dp *dp, int u, llmt_comm_work **w)
 {
-    float *pad = dp->ppad + dp->poff[u];
-    float *mine = pad + (size_t)dp->rank * dp->chunk[u];
-    memcpy(mine, dp->model->data + dp->own_lo[u], dp->own_n[u] * sizeof(float));
-    if (w)
-        return llmt_comm_iall_gather(dp->comm, mine, pad, dp->chunk[u],
-                                     LLMT_DTYPE_FP32, w);
-    return llmt_comm_all_gather(dp->comm, mine, pad, dp->chunk[u],
-                                LLMT_DTYPE_FP32, NULL);
+    size_t C = dp->chunk[u];
+    float *buf = dp->model->data + dp->lo[u];
+    int k = -1;
+    if (padded(dp, u)) {
+        /* all slots busy: finish the oldest prefetch into its place */
+        k = slot_pick(dp->ag_unit, dp->ag_tick, AG_SLOTS);
+        if (dp->ag_unit[k] >= 0) ensure(dp, dp->ag_unit[k]);
+        dp->ag_unit[k] = u;
+        dp->ag_tick[k] = ++dp->ticks;
+        buf = dp->ag_slot[k];
+    }
+    float *mine = buf + (size_t)dp->rank * C;
+    if (k >= 0) { /* the own chunk in (short or empty on the last ranks) */
+        memcpy(mine, dp->model->data + dp->own_lo[u],
+               dp->own_n[u] * sizeof(float));
+        memset(mine + dp->own_n[u], 0, (C - dp->own_n[u]) * sizeof(float));
+    }
+    llmt_status s = w ? llmt_comm_iall_gather(dp->comm, mine, buf, C,
+                                              LLMT_DTYPE_FP32, w)
+                      : llmt_comm_all_gather(dp->comm, mine, buf, C,
+                                             LLMT_DTYPE_FP32, NULL);
+    if (s != LLMT_OK && k >= 0) dp->ag_unit[k] = -1;
+    return s;
 }
 
-static void gather_finish(llmt__dp *dp, int u)
+/* After unit u's gather (ok: it succeeded): out of its slot, if any. */
+static void gather_finish(llmt__dp *dp, int u, int ok)
 {
-    memcpy(dp->model->data + dp->lo[u], dp->ppad + dp->poff[u],
-           dp->n[u] * sizeof(float));
-    dp->gathered[u] = 1;
+    int k = slot_of(dp->ag_unit, AG_SLOTS, u);
+    if (k >= 0) {
+        if (ok)
+            memcpy(dp->model->data + dp->lo[u], dp->ag_slot[k],
+                   dp->n[u] * sizeof(float));
+        dp->ag_unit[k] = -1;
+    }
+    if (ok) dp->gathered[u] = 1;
 }
 
 /* Piece j (elements [j, j + len) of every rank's chunk) of unit u: this
@@ -490,10 +603,11 @@ static void piece_out(llmt__dp *dp, int u, size_t j, size_t len,
     }
 }
 
-/* Unit u whole into dst (its n elements) from every rank's share (src:
- * this rank's own_n elements), piece by piece through the two staging
- * slots so that copying one piece out overlaps the next one's transfer.
- * dst may contain src (the parameters: the own part is rewritten as is). */
+/* Padded unit u whole into dst (its n elements) from every rank's share
+ * (src: this rank's own_n elements), piece by piece through the two
+ * staging slots so that copying one piece out overlaps the next one's
+ * transfer. dst may contain src (the parameters: the own part is rewritten
+ * as is). */
 static llmt_status gather_pieces(llmt__dp *dp, int u, const float *src, float *dst)
 {
     size_t C = dp->chunk[u], P = dp->piece, np = (C + P - 1) / P;
@@ -520,6 +634,19 @@ static llmt_status gather_pieces(llmt__dp *dp, int u, const float *src, float *d
             llmt_comm_work_free(w[i]);
         }
     return s;
+}
+
+/* Unit u whole into dst from every rank's share (src, own_n elements): a
+ * unit the chunks tile is gathered in place in dst (the own share copied
+ * to its place first unless it is there: the parameters), a padded one
+ * piece by piece through the stage. */
+static llmt_status gather_unit(llmt__dp *dp, int u, const float *src, float *dst)
+{
+    if (padded(dp, u)) return gather_pieces(dp, u, src, dst);
+    size_t C = dp->chunk[u];
+    float *mine = dst + (size_t)dp->rank * C;
+    if (mine != src) memcpy(mine, src, C * sizeof(float));
+    return llmt_comm_all_gather(dp->comm, mine, dst, C, LLMT_DTYPE_FP32, NULL);
 }
 
 llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
@@ -549,7 +676,7 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
     }
     llmt_status s = LLMT_OK;
     for (int u = 0; u < dp->nunits && s == LLMT_OK; u++)
-        s = gather_pieces(dp, u, m->data + dp->own_lo[u], m->data + dp->lo[u]);
+        s = gather_unit(dp, u, m->data + dp->own_lo[u], m->data + dp->lo[u]);
     if (s != LLMT_OK) {
         dp->st = LLMT_OK;
         note(dp, s, "parameter all-gather");
@@ -570,7 +697,7 @@ static void ensure(llmt__dp *dp, int u)
     } else {
         s = gather_issue(dp, u, NULL);
     }
-    if (s == LLMT_OK) gather_finish(dp, u);
+    gather_finish(dp, u, s == LLMT_OK);
     note(dp, s, "parameter gather");
 }
 
@@ -643,9 +770,11 @@ size_t llmt__dp_state_bytes(const llmt__dp *dp)
 size_t llmt__dp_buffer_bytes(const llmt__dp *dp)
 {
     size_t n = 0;
-    if (dp->ppad) n += (dp->padlen ? dp->padlen : 1) * sizeof(float);
+    for (int k = 0; k < RS_SLOTS; k++)
+        if (dp->rs_slot[k]) n += dp->slot_n * sizeof(float);
+    for (int k = 0; k < AG_SLOTS; k++)
+        if (dp->ag_slot[k]) n += dp->slot_n * sizeof(float);
     if (dp->stage) n += 2 * dp->piece * (size_t)dp->size * sizeof(float);
-    if (dp->gpad) n += (dp->padlen ? dp->padlen : 1) * sizeof(float);
     return n;
 }
 
@@ -654,7 +783,7 @@ static llmt_status unshard_one(llmt__dp *dp, const float *share, float *full)
 {
     llmt_status s = LLMT_OK;
     for (int u = 0; u < dp->nunits && s == LLMT_OK; u++)
-        s = gather_pieces(dp, u, share + dp->soff[u], full + dp->lo[u]);
+        s = gather_unit(dp, u, share + dp->soff[u], full + dp->lo[u]);
     return s;
 }
 
@@ -662,8 +791,18 @@ llmt_status llmt__dp_unshard_state(llmt__dp *dp, float *m, float *v)
 {
     if (!dp->ms) return LLMT_OK;
     dp->st = LLMT_OK;
+    /* ZeRO-3 holds no stage between steps: take it for the gather only */
+    int temp = dp->slot_n && !dp->stage;
+    if (temp && stage_alloc(dp) != LLMT_OK)
+        return llmt__err_set(&dp->err, LLMT_ERR_OUT_OF_MEMORY,
+                             "dp: no memory for the optimizer state's "
+                             "all-gather staging");
     llmt_status s = unshard_one(dp, dp->ms, m);
     if (s == LLMT_OK) s = unshard_one(dp, dp->vs, v);
+    if (temp) {
+        free(dp->stage);
+        dp->stage = NULL;
+    }
     note(dp, s, "optimizer state all-gather");
     return s;
 }

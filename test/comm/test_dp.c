@@ -25,6 +25,68 @@
 static llmt_model_config cfg;
 static llmt_trainer_opts topts;
 
+/* dp.c cuts the flat parameters into units: the embeddings, each layer,
+ * the final norm (and untied head). The largest unit's element count, and
+ * whether dp divides every unit (then its chunks tile it and no staging is
+ * needed). Parameters are in flat order; a layer's names carry its index
+ * after the first dot (h.3.ln_1.weight, layers.3.ffn_norm.weight). */
+static void unit_stats(llmt_model *m, int dp, int64_t *largest, int *tiles)
+{
+    int32_t np = 0;
+    int64_t tot = 0, cur = 0;
+    llmt_model_param_count(m, &np, &tot);
+    int unit = -1, seen_layer = 0;
+    *largest = 0;
+    *tiles = 1;
+    for (int32_t i = 0; i <= np; i++) {
+        int u = -3; /* past the end: closes the last unit */
+        int64_t n = 0;
+        if (i < np) {
+            const char *name = NULL;
+            llmt_tensor v;
+            llmt_model_param(m, i, &name, &v);
+            llmt_tensor_numel(&v, &n);
+            const char *dot = name ? strchr(name, '.') : NULL;
+            if ((!strncmp(name, "h.", 2) || !strncmp(name, "layers.", 7)) && dot)
+                u = atoi(dot + 1);
+            else
+                u = seen_layer ? -2 : -1; /* tail : head */
+            seen_layer |= u >= 0;
+        }
+        if (i > 0 && u != unit) {
+            if (cur > *largest) *largest = cur;
+            if (cur % dp) *tiles = 0;
+            cur = 0;
+        }
+        unit = u;
+        cur += n;
+    }
+}
+
+/* Bytes of communication staging a rank may hold (bucket: bucket_bytes):
+ * none where dp divides every unit (reduce-scatters and gathers run in
+ * place); else a padded unit's slots of chunk x dp elements: ZeRO-2 two
+ * for its reduce-scatters plus the update's two pieces of at most
+ * bucket_bytes, ZeRO-3 two reduce-scatter slots and one gather slot (its
+ * update does not gather), ZeRO-1 the two pieces. */
+static void check_staging(const llmt_trainer_memory *mr, int dp, int zero,
+                          int64_t largest, int tiles, int64_t bucket)
+{
+    int64_t padded = (largest + dp - 1) / dp * dp * (int64_t)sizeof(float);
+    int64_t cap = zero == 0 ? 0
+                : zero == 1 ? 2 * bucket
+                : zero == 2 ? 2 * padded + 2 * bucket
+                            : 3 * padded;
+    CHECK(mr->comm_buffers >= 0 && mr->comm_buffers <= cap);
+    if (tiles) CHECK(mr->comm_buffers == 0);
+    else if (zero >= 1) CHECK(mr->comm_buffers > 0); /* the padded path is taken */
+    if (mr->comm_buffers > cap || (tiles && mr->comm_buffers))
+        fprintf(stderr, "dp=%d zero=%d: staging %lld bytes, bound %lld (largest "
+                "unit %lld elements, %s)\n", dp, zero, (long long)mr->comm_buffers,
+                (long long)cap, (long long)largest, tiles ? "dp divides every unit"
+                                                         : "padded units");
+}
+
 static int32_t *g_in, *g_tg; /* the global batch of each step */
 
 static void make_data(int dp)
@@ -59,6 +121,7 @@ typedef struct rank_arg {
     float *params; /* final, flattened */
     int64_t numel;
     int poisoned;
+    llmt_trainer_memory mem;
     llmt_status st;
     char err[1024];
 } rank_arg;
@@ -108,6 +171,8 @@ static void *rank_main(void *p)
     o.overlap = a->overlap;
     o.bucket_bytes = 16 << 10; /* several buckets even for this tiny model */
     if (a->st == LLMT_OK) a->st = llmt_trainer_set_comm(tr, a->c, &o);
+    a->mem.struct_size = sizeof a->mem;
+    if (tr) llmt_trainer_memory_usage(tr, &a->mem);
     size_t per = (size_t)ACCUM * MICRO * T;
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
         size_t off = ((size_t)k * a->dp + a->rank) * per;
@@ -134,6 +199,8 @@ static void *rank_main(void *p)
 }
 
 static double g_max_loss_rel, g_max_param_abs;
+static int64_t g_largest_unit;
+static int g_tiles;
 
 static void compare(int dp, int zero, int overlap, const float *ref_loss,
                     const float *ref_params, int64_t numel)
@@ -182,13 +249,15 @@ static void compare(int dp, int zero, int overlap, const float *ref_loss,
         /* ZeRO-3 keeps only shares between steps */
         if (zero == 3) CHECK(a[r].poisoned);
         else CHECK(!a[r].poisoned);
+        check_staging(&a[r].mem, dp, zero, g_largest_unit, g_tiles, 16 << 10);
     }
     for (int r = 0; r < dp; r++) {
         free(a[r].params);
         llmt_comm_destroy(c[r]);
     }
     fprintf(stderr, "dp=%d zero=%d overlap=%d: max loss rel diff %.3g, max "
-            "param abs diff %.3g\n", dp, zero, overlap, ml, mp);
+            "param abs diff %.3g, staging %lld bytes\n", dp, zero, overlap, ml,
+            mp, (long long)a[0].mem.comm_buffers);
     CHECK(ml <= 2e-6);
     CHECK(mp <= 2e-5);
     if (ml > g_max_loss_rel) g_max_loss_rel = ml;
@@ -242,6 +311,7 @@ static void run_opts(int dp, int arch, int recompute, float clip)
     llmt_model_param_count(m, &np, &numel);
     float *ref = malloc((size_t)numel * sizeof(float));
     flatten(m, ref);
+    unit_stats(m, dp, &g_largest_unit, &g_tiles);
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
     /* the same, split over dp ranks */
@@ -489,6 +559,11 @@ static void test_memory(void)
     CHECK(m1->total == m1->params + m1->grads + m1->optimizer + m1->activations);
     for (int dp = 2; dp <= 4; dp += 2)
         for (int zero = 0; zero <= 3; zero++) {
+            int64_t largest = 0;
+            int tiles = 0;
+            llmt_model *um = new_model();
+            unit_stats(um, dp, &largest, &tiles);
+            llmt_model_destroy(um);
             phase a[GDP];
             int64_t numel = m1->params / 4;
             float *all = calloc((size_t)numel, sizeof(float));
@@ -511,11 +586,11 @@ static void test_memory(void)
                     CHECK(d <= 0 ? -d <= 8 * units * dp : d <= 8 * units);
                     CHECK_STATUS(a[r].optim_state_st, LLMT_ERR_STATE);
                 }
-                /* ZeRO-1 gathers through two slots of bucket_bytes (16 KiB
-                 * here); ZeRO-2/3 keep padded full-size reduce buffers */
-                if (zero == 0) CHECK(mr->comm_buffers == 0);
-                if (zero == 1) CHECK(mr->comm_buffers > 0 && mr->comm_buffers <= 2 * (16 << 10));
-                if (zero >= 2) CHECK(mr->comm_buffers >= m1->params);
+                /* dp 2 and 4 divide every unit of this model: everything
+                 * in place, no staging at any stage (dp 3 in the
+                 * equivalence runs takes the padded path) */
+                CHECK(tiles);
+                check_staging(mr, dp, zero, largest, tiles, 16 << 10);
                 /* detached: one rank's memory again, m all-gathered */
                 CHECK(a[r].mem_after.optimizer == m1->optimizer);
                 CHECK(a[r].mem_after.comm_buffers == 0);
@@ -673,6 +748,9 @@ int main(void)
     test_sharded_ckpt();
     run(2, LLMT_ARCH_GPT2);
     run(4, LLMT_ARCH_GPT2);
+    /* 3 divides no unit of this model: every reduce-scatter and gather
+     * goes through the padded staging slots */
+    run(3, LLMT_ARCH_GPT2);
     run(2, LLMT_ARCH_LLAMA);
     /* layers recomputed in the backward (ZeRO-3 gathers them once more),
      * and a clip small enough to act on every step (the global norm of the
