@@ -3,7 +3,8 @@
  * resumed run continues bit for bit.
  *
  * Names: "param/<name>", "adam_m/<name>", "adam_v/<name>", each with the
- * parameter's global shape; key/value "trainer.step".
+ * parameter's global shape; key/values "trainer.step" and the model's
+ * config ("model.arch", "model.heads", ..., for tools).
  *
  * One rank (no communicator): every tensor whole, one block each.
  * Data parallel: each rank adds only its share of each tensor (the flat
@@ -134,6 +135,33 @@ static llmt_status add_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
     return LLMT_OK;
 }
 
+/* The model's config as key/values "model.*": loading does not need them
+ * (every shape is checked against the tensors), but tools do — `llmtrain
+ * ckpt export --format llmc` reads model.heads and model.vocab_size, and
+ * `ckpt inspect` shows what the checkpoint is. */
+static llmt_status add_model_kv(const llmt_model *model, llmt_ckpt *ck)
+{
+    llmt_model_config c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    llmt_status s = llmt_model_get_config(model, &c);
+    if (s != LLMT_OK) return s;
+    const struct { const char *k; int64_t v; } kv[] = {
+        {"model.arch", c.arch},          {"model.vocab_size", c.vocab_size},
+        {"model.padded_vocab_size", c.padded_vocab_size},
+        {"model.max_seq_len", c.max_seq_len}, {"model.layers", c.layers},
+        {"model.width", c.width},        {"model.heads", c.heads},
+        {"model.kv_heads", c.kv_heads},  {"model.ffn_hidden", c.ffn_hidden},
+        {"model.tie_embeddings", c.tie_embeddings},
+    };
+    char buf[32];
+    for (size_t i = 0; s == LLMT_OK && i < sizeof kv / sizeof kv[0]; i++) {
+        snprintf(buf, sizeof buf, "%lld", (long long)kv[i].v);
+        s = llmt_ckpt_set_kv(ck, kv[i].k, buf);
+    }
+    return s;
+}
+
 llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
 {
     if (!tr || !ck) return LLMT_ERR_NULL_POINTER;
@@ -157,6 +185,7 @@ llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
     char buf[64];
     snprintf(buf, sizeof buf, "%lld", (long long)step);
     llmt_status s = llmt_ckpt_set_kv(ck, "trainer.step", buf);
+    if (s == LLMT_OK) s = add_model_kv(model, ck);
     if (s != LLMT_OK)
         return llmt__err_set(e, s, "trainer: ckpt: %s", llmt_ckpt_last_error(ck));
     return LLMT_OK;

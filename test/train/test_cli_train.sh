@@ -81,6 +81,11 @@ mk vocab.json 4 200 200 "$tmp/corpus"
 [ $rc = 1 ] && grep -q 'missing.json' m.log && ok "missing spec" || { bad "missing spec (rc $rc)"; cat m.log; }
 "$exe" train > u.log 2>&1; [ $? = 2 ] && ok "usage error" || bad "no usage error"
 
+# the checkpoint carries the model's config: llm.c export needs no --heads
+"$exe" ckpt export full/ckpt --out model.bin --format llmc > ex.log 2>&1 \
+  && [ "$(od -An -tu4 -N4 model.bin | tr -d ' ')" = 20240326 ] && ok "llm.c export from the run's checkpoint" \
+  || { bad "llm.c export"; cat ex.log; }
+
 # a data.train that does not exist is an error, never the default corpus
 mk nodata.json 4 512 512 "$tmp/no-such-corpus"
 "$exe" train nodata.json --out nd > nd.log 2>&1; rc=$?
