@@ -694,13 +694,17 @@ static int train_main(run *r, const char *spec_path, const char *out,
     printf("metrics: %s\nloss plot: %s\ncheckpoints: %s\n", j.jsonl, j.plot,
            j.ckpt_dir);
     double H = r->td.unigram_entropy;
-    if (!isnan(last_val))
+    if (!isnan(last_val)) {
+        /* a model that has not learned yet sits above the entropy */
+        int below = last_val <= H;
         printf("validation loss %.3f nats/token (%.3f bits) vs unigram "
                "entropy of the corpus %.3f nats/token (%.3f bits): %.0f%% "
-               "below, perplexity %.0f vs %.0f (%.1fx lower)%s\n",
+               "%s, perplexity %.0f vs %.0f (%.1fx %s)%s\n",
                (double)last_val, last_val / log(2.0), H, H / log(2.0),
-               100.0 * (1.0 - last_val / H), exp(last_val), exp(H),
-               exp(H - last_val), stop_at > start ? "" : " (no step run)");
+               100.0 * fabs(1.0 - last_val / H), below ? "below" : "above",
+               exp(last_val), exp(H), exp(fabs(H - last_val)),
+               below ? "lower" : "higher", stop_at > start ? "" : " (no step run)");
+    }
     if (stop_at > start)
         printf("trained steps %lld..%lld in %.1f s\n", (long long)start + 1,
                (long long)stop_at, wall);
