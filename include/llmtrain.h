@@ -1576,12 +1576,15 @@ LLMT_API llmt_status llmt_data_prepare(llmt_context *ctx,
                                        llmt_data_report *report);
 
 /* -- A synthetic corpus with a known entropy rate: a seeded order-1 Markov
- * source over the first `alphabet` characters of "etaoinshrdlucmfwypvbgkqjxz"
- * plus space (2 <= alphabet <= 27), each character followed by one of
- * `branching` successors (1 <= branching <= alphabet) with seeded
- * probabilities. *entropy_rate (nats per character) is the source's exact
- * entropy rate, sum_i pi_i H(P_i) over its stationary distribution: the
- * floor that a model's loss per byte token can approach. Deterministic. */
+ * source over `alphabet` symbols (2 <= alphabet <= 27): a space and the
+ * first alphabet - 1 letters of "etaoinshrdlucmfwypvbgkqjxz". Each symbol
+ * is followed by one of `branching` successors (1 <= branching <=
+ * alphabet; always including the next symbol in that order, so the chain
+ * is irreducible and branching 1 is a cycle) with seeded probabilities.
+ * buf is not NUL-terminated (it may be NULL when len is 0). *entropy_rate
+ * (nats per character) is the source's exact entropy rate, sum_i pi_i
+ * H(P_i) over its stationary distribution: the floor that a model's loss
+ * per byte token can approach. Deterministic. */
 LLMT_API llmt_status llmt_data_synth_markov(uint64_t seed, int32_t alphabet,
                                             int32_t branching, char *buf,
                                             size_t len, double *entropy_rate);
