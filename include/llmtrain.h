@@ -1287,7 +1287,8 @@ LLMT_API llmt_status llmt_data_normalize(const char *text, size_t len,
                                          size_t *out_len, int64_t *invalid);
 
 /* -- Ingest: documents from text files, directories (recursively, sorted by
- * name, hidden files and symlinks skipped) and JSONL files (name ending
+ * name; hidden files, symlinks and binary files — a NUL byte in the first
+ * 8 KiB — skipped) and JSONL files (name ending
  * .jsonl or .ndjson: one JSON object a line, the document in `text_field`).
  * A plain text file is one document, or several when doc_separator names a
  * line that separates them (e.g. "%" for fortune files). Documents come out
@@ -1358,7 +1359,9 @@ LLMT_API llmt_status llmt_data_filter_check(const llmt_data_filter_opts *opts,
 /* -- Deduplication: exact (xxhash64 of the normalised text) and near
  * (MinHash over word shingles, LSH banding to find candidates, then the
  * signature estimate of Jaccard similarity against `threshold`). A document
- * is compared with every document kept before it; the first one wins. */
+ * is compared with the documents kept before it that LSH makes candidates
+ * (a pair at Jaccard 0.9 is one with probability > 0.9998 under the
+ * defaults); the first one kept wins. */
 typedef struct llmt_dedup llmt_dedup;
 
 typedef struct llmt_dedup_opts {
