@@ -1287,8 +1287,8 @@ LLMT_API llmt_status llmt_data_normalize(const char *text, size_t len,
                                          size_t *out_len, int64_t *invalid);
 
 /* -- Ingest: documents from text files, directories (recursively, sorted by
- * name; hidden files, symlinks and binary files — a NUL byte in the first
- * 8 KiB — skipped) and JSONL files (name ending
+ * name; hidden files, symlinks and binary files (a NUL byte in the first
+ * 8 KiB) skipped) and JSONL files (name ending
  * .jsonl or .ndjson: one JSON object a line, the document in `text_field`).
  * A plain text file is one document, or several when doc_separator names a
  * line that separates them (e.g. "%" for fortune files). Documents come out
