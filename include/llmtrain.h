@@ -238,11 +238,36 @@ LLMT_API const char *llmt_feature_name(uint64_t feature_bit);
  * LLMT_ERR_UNSUPPORTED when the build has no CUDA. */
 LLMT_API llmt_status llmt_cuda_device_count(int32_t *out);
 
-/* Sizes of the library's public structs, for bindings that allocate them. */
+/* Sizes of the library's public structs, for bindings that allocate them
+ * or check their own layout at load time (one id per struct of this
+ * header; ids are never renumbered). */
 typedef enum llmt_type_id {
     LLMT_TYPE_TENSOR = 1,
     LLMT_TYPE_CONTEXT_OPTS = 2,
-    LLMT_TYPE_ALLOCATOR = 3
+    LLMT_TYPE_ALLOCATOR = 3,
+    LLMT_TYPE_PLAN_ESTIMATE = 4,
+    LLMT_TYPE_PLAN_AUTO_OPTS = 5,
+    LLMT_TYPE_GOODPUT_OPTS = 6,
+    LLMT_TYPE_GOODPUT_RESULT = 7,
+    LLMT_TYPE_MODEL_CONFIG = 8,
+    LLMT_TYPE_TRAINER_OPTS = 9,
+    LLMT_TYPE_BATCH = 10,
+    LLMT_TYPE_STEP_METRICS = 11,
+    LLMT_TYPE_CKPT_OPTS = 12,
+    LLMT_TYPE_CKPT_LLMC_OPTS = 13,
+    LLMT_TYPE_COMM_OPTS = 14,
+    LLMT_TYPE_COMM_ENV = 15,
+    LLMT_TYPE_DP_OPTS = 16,
+    LLMT_TYPE_TRAINER_MEMORY = 17,
+    LLMT_TYPE_INGEST_OPTS = 18,
+    LLMT_TYPE_INGEST_STATS = 19,
+    LLMT_TYPE_DATA_FILTER_OPTS = 20,
+    LLMT_TYPE_DEDUP_OPTS = 21,
+    LLMT_TYPE_DATASET_INFO = 22,
+    LLMT_TYPE_LOADER_OPTS = 23,
+    LLMT_TYPE_LOADER_STATE = 24,
+    LLMT_TYPE_DATA_PREPARE_OPTS = 25,
+    LLMT_TYPE_DATA_REPORT = 26
 } llmt_type_id;
 /* sizeof the struct, or 0 for an unknown id. */
 LLMT_API size_t llmt_sizeof(llmt_type_id type);

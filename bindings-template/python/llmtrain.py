@@ -292,11 +292,28 @@ _DATA_SIGNATURES = {
 }
 
 
+# llmt_type_id of each struct declared here (include/llmtrain.h): the
+# library says how large its own struct is, so a layout that drifted from
+# the header is caught when the library is loaded, not by corrupt memory.
+_TYPE_IDS = {"IngestOpts": 18, "IngestStats": 19, "FilterOpts": 20,
+             "DedupOpts": 21, "DatasetInfo": 22, "LoaderOpts": 23,
+             "LoaderState": 24, "PrepareOpts": 25, "DataReport": 26}
+
+
 def _declare_data(lib):
     for name, (res, args) in _DATA_SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+    for cls_name, tid in _TYPE_IDS.items():
+        cls = globals().get(cls_name)
+        if cls is None:
+            continue
+        n = lib.llmt_sizeof(tid)
+        if n and n != _c.sizeof(cls):  # 0: a library older than the id
+            raise ImportError(f"llmtrain: {cls_name} is {_c.sizeof(cls)} bytes "
+                              f"here, {n} in the library: the binding does not "
+                              f"match llmtrain.h")
 
 
 if array.array("i").itemsize != 4 or array.array("q").itemsize != 8:

@@ -55,6 +55,29 @@ LLMT_API size_t llmt_sizeof(llmt_type_id type)
     case LLMT_TYPE_TENSOR: return sizeof(llmt_tensor);
     case LLMT_TYPE_CONTEXT_OPTS: return sizeof(llmt_context_opts);
     case LLMT_TYPE_ALLOCATOR: return sizeof(llmt_allocator);
+    case LLMT_TYPE_PLAN_ESTIMATE: return sizeof(llmt_plan_estimate);
+    case LLMT_TYPE_PLAN_AUTO_OPTS: return sizeof(llmt_plan_auto_opts);
+    case LLMT_TYPE_GOODPUT_OPTS: return sizeof(llmt_goodput_opts);
+    case LLMT_TYPE_GOODPUT_RESULT: return sizeof(llmt_goodput_result);
+    case LLMT_TYPE_MODEL_CONFIG: return sizeof(llmt_model_config);
+    case LLMT_TYPE_TRAINER_OPTS: return sizeof(llmt_trainer_opts);
+    case LLMT_TYPE_BATCH: return sizeof(llmt_batch);
+    case LLMT_TYPE_STEP_METRICS: return sizeof(llmt_step_metrics);
+    case LLMT_TYPE_CKPT_OPTS: return sizeof(llmt_ckpt_opts);
+    case LLMT_TYPE_CKPT_LLMC_OPTS: return sizeof(llmt_ckpt_llmc_opts);
+    case LLMT_TYPE_COMM_OPTS: return sizeof(llmt_comm_opts);
+    case LLMT_TYPE_COMM_ENV: return sizeof(llmt_comm_env);
+    case LLMT_TYPE_DP_OPTS: return sizeof(llmt_dp_opts);
+    case LLMT_TYPE_TRAINER_MEMORY: return sizeof(llmt_trainer_memory);
+    case LLMT_TYPE_INGEST_OPTS: return sizeof(llmt_ingest_opts);
+    case LLMT_TYPE_INGEST_STATS: return sizeof(llmt_ingest_stats);
+    case LLMT_TYPE_DATA_FILTER_OPTS: return sizeof(llmt_data_filter_opts);
+    case LLMT_TYPE_DEDUP_OPTS: return sizeof(llmt_dedup_opts);
+    case LLMT_TYPE_DATASET_INFO: return sizeof(llmt_dataset_info);
+    case LLMT_TYPE_LOADER_OPTS: return sizeof(llmt_loader_opts);
+    case LLMT_TYPE_LOADER_STATE: return sizeof(llmt_loader_state);
+    case LLMT_TYPE_DATA_PREPARE_OPTS: return sizeof(llmt_data_prepare_opts);
+    case LLMT_TYPE_DATA_REPORT: return sizeof(llmt_data_report);
     }
     return 0;
 }

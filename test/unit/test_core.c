@@ -332,6 +332,29 @@ static void test_features(void)
     CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_TENSOR), sizeof(llmt_tensor));
     CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_CONTEXT_OPTS), sizeof(llmt_context_opts));
     CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_ALLOCATOR), sizeof(llmt_allocator));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_PLAN_ESTIMATE), sizeof(llmt_plan_estimate));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_PLAN_AUTO_OPTS), sizeof(llmt_plan_auto_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_GOODPUT_OPTS), sizeof(llmt_goodput_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_GOODPUT_RESULT), sizeof(llmt_goodput_result));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_MODEL_CONFIG), sizeof(llmt_model_config));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_TRAINER_OPTS), sizeof(llmt_trainer_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_BATCH), sizeof(llmt_batch));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_STEP_METRICS), sizeof(llmt_step_metrics));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_CKPT_OPTS), sizeof(llmt_ckpt_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_CKPT_LLMC_OPTS), sizeof(llmt_ckpt_llmc_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_COMM_OPTS), sizeof(llmt_comm_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_COMM_ENV), sizeof(llmt_comm_env));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_DP_OPTS), sizeof(llmt_dp_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_TRAINER_MEMORY), sizeof(llmt_trainer_memory));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_INGEST_OPTS), sizeof(llmt_ingest_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_INGEST_STATS), sizeof(llmt_ingest_stats));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_DATA_FILTER_OPTS), sizeof(llmt_data_filter_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_DEDUP_OPTS), sizeof(llmt_dedup_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_DATASET_INFO), sizeof(llmt_dataset_info));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_LOADER_OPTS), sizeof(llmt_loader_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_LOADER_STATE), sizeof(llmt_loader_state));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_DATA_PREPARE_OPTS), sizeof(llmt_data_prepare_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_DATA_REPORT), sizeof(llmt_data_report));
     CHECK_EQ_INT(llmt_sizeof((llmt_type_id)12345), 0);
 }
 
