@@ -1192,8 +1192,8 @@ LLMT_API llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index,
  * struct_size; fields past it are not written. */
 typedef struct llmt_trainer_memory {
     size_t struct_size;
-    int64_t params;       /* the model's parameters (full size, also under
-                             ZeRO-3, whose ungathered parts hold NaN) */
+    int64_t params;       /* the model's parameter buffer (full size, also
+                             under ZeRO-3; see params_resident) */
     int64_t grads;        /* gradients (full size) */
     int64_t optimizer;    /* AdamW m and v held by this rank */
     int64_t activations;  /* activations and backward scratch */
@@ -1201,7 +1201,13 @@ typedef struct llmt_trainer_memory {
                              units dp does not divide, O(largest unit);
                              0 when dp divides every unit (the collectives
                              then run in place) */
-    int64_t total;        /* the sum */
+    int64_t total;        /* the sum (with params, the full buffer) */
+    int64_t params_resident; /* of params, the bytes held in memory now:
+                             all of them, except under ZeRO-3 between uses,
+                             where the whole pages outside this rank's
+                             share of each ungathered unit are given back
+                             to the OS (not with a user llmt_allocator or
+                             LLMT_DP_POISON=1; see doc/comm.md) */
 } llmt_trainer_memory;
 LLMT_API llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
                                                llmt_trainer_memory *out);

@@ -6,13 +6,24 @@
  * row; the spread over the ranks, which only the rounding of the shares
  * makes, is printed below it). No step is run: the figures are the sizes
  * of the buffers the trainer holds once attached, which a step does not
- * change.
+ * change; "params resident" is what ZeRO-3 keeps of the parameter buffer
+ * between uses (attaching already releases every unit, as the end of a
+ * step does), and "total resident" the total with it instead of the
+ * buffer. On Linux the resident pages of the parameter buffer are also
+ * counted with mincore(2) and printed below the table (stderr), a check
+ * of "params resident" independent of the library's bookkeeping.
  *
  *     build/bench/comm/bench_dp_memory
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #include "llmtrain.h"
 
@@ -25,8 +36,31 @@ typedef struct rank_job {
     llmt_comm *c; /* NULL: one rank without a communicator */
     int zero;
     llmt_trainer_memory m;
+    int64_t measured; /* bytes of the parameter buffer's pages resident; -1: unknown */
     llmt_status st;
 } rank_job;
+
+/* Bytes of the pages holding [p, p + n) that are resident (mincore). */
+static int64_t resident_bytes(const void *p, size_t n)
+{
+#ifdef __linux__
+    uintptr_t P = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)p / P * P, b = ((uintptr_t)p + n + P - 1) / P * P;
+    size_t np = (b - a) / P;
+    unsigned char *vec = malloc(np ? np : 1);
+    int64_t r = -1;
+    if (vec && mincore((void *)a, b - a, vec) == 0) {
+        r = 0;
+        for (size_t i = 0; i < np; i++) r += (vec[i] & 1) ? (int64_t)P : 0;
+    }
+    free(vec);
+    return r;
+#else
+    (void)p;
+    (void)n;
+    return -1;
+#endif
+}
 
 static void *rank_main(void *p)
 {
@@ -44,6 +78,12 @@ static void *rank_main(void *p)
     memset(&j->m, 0, sizeof j->m);
     j->m.struct_size = sizeof j->m;
     if (j->st == LLMT_OK) j->st = llmt_trainer_memory_usage(tr, &j->m);
+    j->measured = -1;
+    if (j->st == LLMT_OK) {
+        llmt_tensor v; /* parameter 0 starts the buffer */
+        if (llmt_model_param(m, 0, NULL, &v) == LLMT_OK)
+            j->measured = resident_bytes(v.data, (size_t)j->m.params);
+    }
     if (j->st != LLMT_OK)
         fprintf(stderr, "bench_dp_memory: %s\n",
                 tr ? llmt_trainer_last_error(tr) : "model or trainer create failed");
@@ -78,17 +118,29 @@ static int row(int dp, int zero)
     char z[16];
     if (zero < 0) snprintf(z, sizeof z, "(no comm)");
     else snprintf(z, sizeof z, "%d", zero);
-    printf("| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", dp, z,
-           mib(m->params), mib(m->grads), mib(m->optimizer), mib(m->activations),
-           mib(m->comm_buffers), mib(m->total));
+    printf("| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+           dp, z, mib(m->params), mib(m->params_resident), mib(m->grads),
+           mib(m->optimizer), mib(m->activations), mib(m->comm_buffers),
+           mib(m->total), mib(m->total - m->params + m->params_resident));
     int64_t lo = m->total, hi = m->total;
+    int64_t rlo = m->params_resident, rhi = m->params_resident;
     for (int r = 1; r < dp; r++) {
         if (j[r].m.total < lo) lo = j[r].m.total;
         if (j[r].m.total > hi) hi = j[r].m.total;
+        if (j[r].m.params_resident < rlo) rlo = j[r].m.params_resident;
+        if (j[r].m.params_resident > rhi) rhi = j[r].m.params_resident;
     }
     if (hi != lo)
         fprintf(stderr, "  dp %d ZeRO %d: totals over the ranks %lld..%lld bytes\n",
                 dp, zero, (long long)lo, (long long)hi);
+    if (zero == 3 && m->params_resident != m->params)
+        fprintf(stderr, "  dp %d ZeRO %d: parameter buffer pages resident "
+                "(mincore), rank 0: %.2f MiB (%lld bytes; reported %lld)\n",
+                dp, zero, mib(j[0].measured), (long long)j[0].measured,
+                (long long)m->params_resident);
+    if (rhi != rlo)
+        fprintf(stderr, "  dp %d ZeRO %d: params resident over the ranks "
+                "%lld..%lld bytes\n", dp, zero, (long long)rlo, (long long)rhi);
     return 0;
 }
 
@@ -104,10 +156,10 @@ int main(void)
     topts.micro_batch = 4;
     topts.seq_len = 256;
     topts.threads = 1;
-    printf("| dp | ZeRO | params | grads | optimizer (m+v) | activations | comm "
-           "staging | total |\n");
-    printf("|----|------|--------|-------|-----------------|-------------|-----"
-           "---------|-------|\n");
+    printf("| dp | ZeRO | params | params resident | grads | optimizer (m+v) | "
+           "activations | comm staging | total | total resident |\n");
+    printf("|----|------|--------|-----------------|-------|-----------------|"
+           "-------------|--------------|-------|----------------|\n");
     int bad = row(1, -1);
     for (int dp = 2; dp <= MAXDP; dp += 2)
         for (int zero = 0; zero <= 3; zero++) bad |= row(dp, zero);

@@ -181,6 +181,12 @@ void *llmt__alloc(llmt_context *ctx, size_t size, size_t align)
     return a->alloc(a->user, size, align);
 }
 
+int llmt__alloc_is_default(const llmt_context *ctx)
+{
+    return !ctx || (ctx->allocator.alloc == default_alloc &&
+                    ctx->allocator.free == default_free);
+}
+
 void *llmt__calloc(llmt_context *ctx, size_t n, size_t size)
 {
     if (size && n > SIZE_MAX / size)

@@ -52,6 +52,10 @@ void llmt__log(llmt_context *ctx, llmt_log_level level, const char *module,
 void *llmt__alloc(llmt_context *ctx, size_t size, size_t align);
 void *llmt__calloc(llmt_context *ctx, size_t n, size_t size);
 void llmt__free(llmt_context *ctx, void *ptr, size_t size);
+/* 1 when ctx allocates with the library's own aligned malloc (no user
+ * llmt_allocator): its memory is then ordinary private anonymous memory,
+ * whose pages may be handed back to the OS (madvise) without asking. */
+int llmt__alloc_is_default(const llmt_context *ctx);
 
 /* Copy a caller's option struct into the library's own, versioned by
  * struct_size: the first min(caller, ours) bytes are copied over `dst`, which

@@ -14,10 +14,17 @@
  * ZeRO 2: gradients reduce-scattered per unit (a rank keeps only its
  *         share of the reduced gradient; the rest is zeroed), then as 1.
  * ZeRO 3: as 2, and between uses only the rank's share of a unit's
- *         parameters is valid (the rest is NaN): a layer is all-gathered
- *         just before its forward or backward, the next one prefetched, and
- *         poisoned again after. The embeddings and final norm stay gathered
- *         for the whole step.
+ *         parameters is valid: a layer is all-gathered just before its
+ *         forward or backward, the next one prefetched, and released again
+ *         after. The embeddings and final norm stay gathered for the whole
+ *         step. Releasing a unit gives the whole pages of its non-owned
+ *         ranges back to the OS (madvise MADV_DONTNEED: they read back as
+ *         zeros and cost nothing until the next gather rewrites them) and
+ *         sets the partial pages at the ranges' edges to NaN. Only memory
+ *         the library's default allocator gave is released (a user
+ *         llmt_allocator's memory may be anything: it is only poisoned),
+ *         and LLMT_DP_POISON=1 poisons everything instead (so that any use
+ *         of an ungathered layer shows as NaN, which zeros would hide).
  * Shares: unit u of n elements is cut into `size` chunks of ceil(n/size);
  * rank r owns chunk r (the last ones may be short or empty). Reduced-
  * precision buffers are not used: everything is fp32.
@@ -36,8 +43,13 @@
  * O(model). Every element is summed over the same ranks in the same order
  * whichever buffer it travels in, so the results do not depend on it. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #include "train/dp.h"
 
@@ -82,6 +94,8 @@ struct llmt__dp {
     int armed;
     /* ZeRO-3 */
     int *gathered;
+    size_t page;             /* > 0: release whole pages (see the top) */
+    size_t *released;        /* bytes unit u has given back (0: gathered) */
     llmt_comm_work **pf;
     llmt_status st;          /* first failure of a void hook */
 };
@@ -136,7 +150,7 @@ void llmt__dp_destroy(llmt__dp *dp)
     free(dp->stage);
     free(dp->b_ulo); free(dp->b_uhi); free(dp->b_of_unit); free(dp->b_nready);
     free(dp->b_launched); free(dp->work); free(dp->ready);
-    free(dp->gathered); free(dp->pf); free(dp->soff);
+    free(dp->gathered); free(dp->pf); free(dp->soff); free(dp->released);
     llmt_context *ctx = dp->model ? dp->model->ctx : NULL;
     size_t sb = (dp->share_n ? dp->share_n : 1) * sizeof(float);
     if (dp->ms) llmt__free(ctx, dp->ms, sb);
@@ -144,13 +158,53 @@ void llmt__dp_destroy(llmt__dp *dp)
     free(dp);
 }
 
-static void poison(llmt__dp *dp, int u)
+static void fill_nan(float *d, size_t a, size_t b)
+{
+    const float nan = NAN;
+    for (size_t i = a; i < b; i++) d[i] = nan;
+}
+
+/* Parameters [a, b) are not this rank's and not needed until the next
+ * gather rewrites all of them: the whole pages inside go back to the OS,
+ * the partial ones at the edges (shared with the own share or another
+ * unit, so they stay) are set to NaN. Returns the bytes given back. */
+static size_t release_range(llmt__dp *dp, size_t a, size_t b)
 {
     float *d = dp->model->data;
-    const float nan = NAN;
-    for (size_t i = dp->lo[u]; i < dp->own_lo[u]; i++) d[i] = nan;
-    for (size_t i = dp->own_lo[u] + dp->own_n[u]; i < dp->lo[u] + dp->n[u]; i++)
-        d[i] = nan;
+    if (a >= b) return 0;
+#ifdef __linux__
+    if (dp->page) {
+        uintptr_t base = (uintptr_t)d, P = dp->page;
+        uintptr_t pa = base + a * sizeof(float), pb = base + b * sizeof(float);
+        uintptr_t ia = (pa + P - 1) / P * P, ib = pb / P * P;
+        if (ia < ib) {
+            /* the buffer is float-aligned and a page a multiple of a float,
+             * so the page bounds fall on elements */
+            size_t ea = (ia - base) / sizeof(float), eb = (ib - base) / sizeof(float);
+            if (madvise((void *)ia, ib - ia, MADV_DONTNEED) == 0) {
+                fill_nan(d, a, ea);
+                fill_nan(d, eb, b);
+                return ib - ia;
+            }
+            /* e.g. locked or huge-TLB pages: keep them, poison from now on */
+            llmt__log(dp->model->ctx, LLMT_LOG_WARN, "dp",
+                      "madvise(MADV_DONTNEED) of ZeRO-3 parameter pages "
+                      "failed; they stay resident (poisoned) from now on");
+            dp->page = 0;
+        }
+    }
+#endif
+    fill_nan(d, a, b);
+    return 0;
+}
+
+/* ZeRO-3: unit u is not needed until its next gather: keep only the own
+ * share (see the top). */
+static void poison(llmt__dp *dp, int u)
+{
+    size_t own_end = dp->own_lo[u] + dp->own_n[u];
+    dp->released[u] = release_range(dp, dp->lo[u], dp->own_lo[u]) +
+                      release_range(dp, own_end, dp->lo[u] + dp->n[u]);
 }
 
 /* The chunks of unit u overrun it (the last rank's is short or empty), so
@@ -230,11 +284,12 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
     dp->gathered = calloc((size_t)U, sizeof(int));
     dp->pf = calloc((size_t)U, sizeof *dp->pf);
     dp->soff = calloc((size_t)U, sizeof(size_t));
+    dp->released = calloc((size_t)U, sizeof(size_t));
     for (int k = 0; k < RS_SLOTS; k++) dp->rs_unit[k] = -1;
     for (int k = 0; k < AG_SLOTS; k++) dp->ag_unit[k] = -1;
     if (!dp->lo || !dp->n || !dp->chunk || !dp->own_lo ||
         !dp->own_n || !dp->unit_of_param || !dp->ready || !dp->gathered ||
-        !dp->pf || !dp->soff) {
+        !dp->pf || !dp->soff || !dp->released) {
         llmt__dp_destroy(dp);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
     }
@@ -352,11 +407,22 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
             }
         }
     }
-    if (zs == 3)
+    if (zs == 3) {
+#ifdef __linux__
+        /* only pages of the library's own allocator are ours to give back
+         * (a user allocator may hand out shared, file-backed or pinned
+         * memory), and LLMT_DP_POISON=1 keeps NaN everywhere for debugging */
+        const char *pv = getenv("LLMT_DP_POISON");
+        long ps = sysconf(_SC_PAGESIZE);
+        if (llmt__alloc_is_default(model->ctx) && !(pv && pv[0] == '1') &&
+            ps > 0 && (size_t)ps % sizeof(float) == 0)
+            dp->page = (size_t)ps;
+#endif
         for (int u = 0; u < U; u++) {
             poison(dp, u);
             dp->gathered[u] = 0;
         }
+    }
     *out = dp;
     return LLMT_OK;
 }
@@ -576,7 +642,10 @@ static void gather_finish(llmt__dp *dp, int u, int ok)
                    dp->n[u] * sizeof(float));
         dp->ag_unit[k] = -1;
     }
-    if (ok) dp->gathered[u] = 1;
+    if (ok) {
+        dp->gathered[u] = 1;
+        dp->released[u] = 0; /* the gather wrote every page back */
+    }
 }
 
 /* Piece j (elements [j, j + len) of every rank's chunk) of unit u: this
@@ -724,6 +793,13 @@ void llmt__dp_done(llmt__dp *dp, int unit)
     dp->gathered[unit] = 0;
 }
 
+void llmt__dp_params_written(llmt__dp *dp)
+{
+    if (dp->o.zero_stage < 3) return;
+    for (int u = 0; u < dp->nunits; u++)
+        if (!dp->gathered[u] && !dp->pf[u]) poison(dp, u);
+}
+
 llmt_status llmt__dp_sync(llmt__dp *dp)
 {
     if (dp->o.zero_stage < 3) return LLMT_OK;
@@ -765,6 +841,13 @@ void llmt__dp_param_share(const llmt__dp *dp, int param, size_t *lo, size_t *n,
 size_t llmt__dp_state_bytes(const llmt__dp *dp)
 {
     return dp->ms ? 2 * dp->share_n * sizeof(float) : 0;
+}
+
+size_t llmt__dp_released_bytes(const llmt__dp *dp)
+{
+    size_t n = 0;
+    for (int u = 0; u < dp->nunits; u++) n += dp->released[u];
+    return n;
 }
 
 size_t llmt__dp_buffer_bytes(const llmt__dp *dp)

@@ -25,7 +25,8 @@ llmt_status llmt__dp_begin(llmt__dp *dp, int64_t *count);
 /* Before each micro-batch; last = 1 for the final one (reduce then). */
 void llmt__dp_micro(llmt__dp *dp, int last);
 /* ZeRO-3: the parameters of `unit` are needed now (dir +1 forward, -1
- * backward: which unit to prefetch next); done: release (poison) them. */
+ * backward: which unit to prefetch next); done: release them (whole pages
+ * outside the rank's share back to the OS, the rest NaN; see dp.c). */
 void llmt__dp_use(llmt__dp *dp, int unit, int dir);
 void llmt__dp_done(llmt__dp *dp, int unit);
 /* The gradients of `unit` are final for this micro-batch. */
@@ -41,6 +42,10 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
                             float scale, int64_t t);
 /* ZeRO-3: gather every unit (collective). */
 llmt_status llmt__dp_sync(llmt__dp *dp);
+/* ZeRO-3: the whole parameter buffer was just written (a checkpoint read
+ * writes every parameter whole, faulting the released pages back in):
+ * release the ungathered units again. Not collective. */
+void llmt__dp_params_written(llmt__dp *dp);
 
 int llmt__dp_zero_stage(const llmt__dp *dp);
 /* This rank's part of parameter `param`: the flat range [*lo, *lo + *n) of
@@ -53,6 +58,9 @@ void llmt__dp_param_share(const llmt__dp *dp, int param, size_t *lo, size_t *n,
  * holds it) and of the communication staging buffers. */
 size_t llmt__dp_state_bytes(const llmt__dp *dp);
 size_t llmt__dp_buffer_bytes(const llmt__dp *dp);
+/* ZeRO-3: bytes of the parameter buffer given back to the OS now (whole
+ * pages outside the rank's shares of the ungathered units); 0 otherwise. */
+size_t llmt__dp_released_bytes(const llmt__dp *dp);
 /* ZeRO >= 1: all-gather every rank's shares into the full-size m and v
  * (collective). A no-op when the state is not sharded. */
 llmt_status llmt__dp_unshard_state(llmt__dp *dp, float *m, float *v);

@@ -27,6 +27,7 @@ llmt_model *llmt__trainer_model(llmt_trainer *tr);
 int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel,
                         int64_t *n, float *ptr[3]);
 int llmt__trainer_has_comm(const llmt_trainer *tr);
+void llmt__trainer_params_written(llmt_trainer *tr);
 
 static const char *const prefix[3] = {"param/", "adam_m/", "adam_v/"};
 
@@ -282,5 +283,7 @@ llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
                 if (s != LLMT_OK) return s;
             }
         }
+    /* ZeRO-3: the parameters were read whole; only the shares are kept */
+    llmt__trainer_params_written(tr);
     return llmt_trainer_set_step(tr, (int64_t)step);
 }

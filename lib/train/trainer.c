@@ -688,6 +688,8 @@ llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
     r.comm_buffers = tr->dp ? (int64_t)llmt__dp_buffer_bytes(tr->dp) : 0;
     r.total = r.params + r.grads + r.optimizer + r.activations +
               r.comm_buffers;
+    r.params_resident = r.params;
+    if (tr->dp) r.params_resident -= (int64_t)llmt__dp_released_bytes(tr->dp);
     size_t n = out->struct_size < sizeof r ? out->struct_size : sizeof r;
     memcpy(out, &r, n);
     return LLMT_OK;
@@ -805,6 +807,10 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
 llmt_err *llmt__trainer_err(llmt_trainer *tr) { return &tr->err; }
 llmt_model *llmt__trainer_model(llmt_trainer *tr) { return tr->model; }
 int llmt__trainer_has_comm(const llmt_trainer *tr) { return tr->dp != NULL; }
+void llmt__trainer_params_written(llmt_trainer *tr)
+{
+    if (tr->dp) llmt__dp_params_written(tr->dp);
+}
 
 /* ---- data parallelism (lib/train/dp.c) */
 

@@ -11,6 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #include "check.h"
 #include "ckpt_util.h"
@@ -88,6 +92,10 @@ static void check_staging(const llmt_trainer_memory *mr, int dp, int zero,
 }
 
 static int32_t *g_in, *g_tg; /* the global batch of each step */
+
+#ifdef __linux__
+static int64_t rl_resident(uintptr_t a, uintptr_t b, int64_t *pages);
+#endif
 
 static void make_data(int dp)
 {
@@ -334,6 +342,8 @@ typedef struct phase {
     int detach;            /* set_comm(NULL) at the end (collective) */
     float loss[STEPS];
     llmt_trainer_memory mem, mem_after;
+    llmt_trainer_memory mem_loaded; /* right after the checkpoint read */
+    int64_t loaded_resident;        /* of its whole pages then (mincore; -1: unknown) */
     llmt_status optim_state_st; /* of llmt_trainer_optim_state at the end */
     float *m_all;          /* shares written here at their flat position */
     float *m_full;         /* after detach: the full m (rank's own copy) */
@@ -406,6 +416,19 @@ static void *phase_main(void *p)
     o.bucket_bytes = 16 << 10;
     if (a->st == LLMT_OK && a->c) a->st = llmt_trainer_set_comm(tr, a->c, &o);
     if (a->st == LLMT_OK && a->load) a->st = phase_ckpt(a, tr, 0);
+    a->mem_loaded.struct_size = sizeof a->mem_loaded;
+    if (a->st == LLMT_OK && a->load) llmt_trainer_memory_usage(tr, &a->mem_loaded);
+    a->loaded_resident = -1;
+#ifdef __linux__
+    if (a->st == LLMT_OK && a->load) {
+        llmt_tensor v0;
+        int64_t pages = 0, res;
+        llmt_model_param(m, 0, NULL, &v0);
+        res = rl_resident((uintptr_t)v0.data,
+                          (uintptr_t)v0.data + (uintptr_t)a->mem_loaded.params, &pages);
+        if (res >= 0) a->loaded_resident = res * (int64_t)sysconf(_SC_PAGESIZE);
+    }
+#endif
     size_t seqs = (size_t)GDP * ACCUM * MICRO, mine = seqs / (size_t)a->dp;
     for (int k = a->k0; k < a->k1 && a->st == LLMT_OK; k++) {
         size_t off = ((size_t)k * seqs + (size_t)a->rank * mine) * T;
@@ -639,6 +662,16 @@ static void resume_case(const char *root, int dp, int zero, const float *ref,
             "diff %.3g%s\n", what, d, bitwise ? " (must be 0)" : "");
     CHECK(bitwise ? d == 0 : d <= 2e-6);
     for (int r = 1; r < dp; r++) CHECK(memcmp(a[r].loss, a[0].loss, sizeof a[0].loss) == 0);
+#ifdef __linux__
+    /* ZeRO-3 reads the parameters whole, then gives the non-owned pages
+     * back again (this model's layers are about 12 pages): fewer are
+     * resident than the buffer has, and no more than reported */
+    for (int r = 0; zero == 3 && r < dp; r++) {
+        const llmt_trainer_memory *ml = &a[r].mem_loaded;
+        CHECK(ml->params_resident < ml->params);
+        if (a[r].loaded_resident >= 0) CHECK(a[r].loaded_resident <= ml->params_resident);
+    }
+#endif
 }
 
 static void save_case(const char *root, int dp, int zero)
@@ -741,8 +774,334 @@ static void test_sharded_ckpt(void)
     free(c);
 }
 
+/* ---- ZeRO-3 gives the non-owned pages back -------------------------------
+ * Between uses a ZeRO-3 rank needs only its share of each unit: dp.c hands
+ * the whole pages of the rest back to the OS (madvise) and poisons the
+ * partial pages at the edges. Checked with mincore(2) on the parameter
+ * buffer of a model whose layers span many pages: after a step no
+ * non-owned interior page of any unit is resident on any rank and
+ * params_resident says so; after llmt_trainer_sync_params every page is
+ * resident again and the parameters are bitwise those of the same run with
+ * LLMT_DP_POISON=1 (NaN poisoning, nothing released: the behaviour before
+ * pages were released) and of a run whose context has a user allocator,
+ * whose memory is never released (only poisoned). */
+#define RL_MAXU 8
+enum { RL_RELEASE, RL_POISON, RL_HOOK };
+
+typedef struct rl_rank {
+    llmt_comm *c;
+    int rank, dp, mode;
+    float loss[2];
+    float *params;
+    int64_t numel;
+    int nunits;
+    int64_t ulo[RL_MAXU], un[RL_MAXU]; /* units, in elements */
+    /* after the steps, over the non-owned interior pages of each unit */
+    int64_t pages[RL_MAXU], resident[RL_MAXU], nan_vals, vals;
+    int64_t buf_pages, buf_resident_after; /* whole buffer, after sync */
+    int mincore_ok;
+    llmt_trainer_memory mem, mem_sync;
+    llmt_status st;
+    char err[512];
+} rl_rank;
+
+static long rl_hook_allocs;
+static pthread_mutex_t rl_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *rl_alloc(void *user, size_t size, size_t align)
+{
+    (void)user;
+    void *p = NULL;
+    if (posix_memalign(&p, align, size ? size : 1)) return NULL;
+    pthread_mutex_lock(&rl_mu);
+    rl_hook_allocs++;
+    pthread_mutex_unlock(&rl_mu);
+    return p;
+}
+
+static void rl_free(void *user, void *ptr, size_t size)
+{
+    (void)user;
+    (void)size;
+    free(ptr);
+}
+
+/* Units as dp.c cuts them (embeddings, each layer, final norm), as flat
+ * element ranges, from the parameter names (see unit_stats). */
+static int rl_units(llmt_model *m, const float *base, int64_t *lo, int64_t *n)
+{
+    int32_t np = 0;
+    int64_t tot = 0;
+    llmt_model_param_count(m, &np, &tot);
+    int nu = 0, unit = -100, seen_layer = 0;
+    for (int32_t i = 0; i < np; i++) {
+        const char *name = NULL;
+        llmt_tensor v;
+        int64_t k = 0;
+        llmt_model_param(m, i, &name, &v);
+        llmt_tensor_numel(&v, &k);
+        const char *dot = strchr(name, '.');
+        int u = (!strncmp(name, "h.", 2) && dot) ? atoi(dot + 1)
+                                                 : seen_layer ? -2 : -1;
+        seen_layer |= u >= 0;
+        int64_t off = (const float *)v.data - base;
+        if (u != unit) {
+            if (nu == RL_MAXU) return -1;
+            lo[nu] = off;
+            n[nu] = 0;
+            nu++;
+            unit = u;
+        }
+        n[nu - 1] = off + k - lo[nu - 1];
+    }
+    return nu;
+}
+
+#ifdef __linux__
+/* Resident pages among the whole pages inside [a, b) (bytes); -1: mincore
+ * is not available. */
+static int64_t rl_resident(uintptr_t a, uintptr_t b, int64_t *pages)
+{
+    uintptr_t P = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t ia = (a + P - 1) / P * P, ib = b / P * P;
+    *pages = ib > ia ? (int64_t)((ib - ia) / P) : 0;
+    if (*pages == 0) return 0;
+    unsigned char *vec = malloc((size_t)*pages);
+    if (!vec) return -1;
+    int64_t res = 0;
+    if (mincore((void *)ia, ib - ia, vec) != 0) {
+        free(vec);
+        return -1;
+    }
+    for (int64_t i = 0; i < *pages; i++) res += vec[i] & 1;
+    free(vec);
+    return res;
+}
+#endif
+
+static void *rl_main(void *p)
+{
+    rl_rank *a = p;
+    llmt_context *ctx = NULL;
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    a->st = LLMT_OK;
+    if (a->mode == RL_HOOK) {
+        static const llmt_allocator hook = {sizeof hook, NULL, rl_alloc, rl_free};
+        llmt_context_opts co;
+        llmt_context_opts_init(&co, sizeof co);
+        co.allocator = &hook;
+        a->st = llmt_context_create(&co, &ctx);
+    }
+    if (a->st == LLMT_OK) a->st = llmt_model_create(ctx, &cfg, &m);
+    if (a->st == LLMT_OK) a->st = llmt_trainer_create(m, &topts, &tr);
+    llmt_dp_opts o;
+    llmt_dp_opts_init(&o, sizeof o);
+    o.zero_stage = 3;
+    o.bucket_bytes = 16 << 10;
+    if (a->st == LLMT_OK) a->st = llmt_trainer_set_comm(tr, a->c, &o);
+    size_t per = (size_t)ACCUM * MICRO * T;
+    for (int k = 0; k < 2 && a->st == LLMT_OK; k++) {
+        size_t off = ((size_t)k * a->dp + a->rank) * per;
+        llmt_batch b = {sizeof b, g_in + off, g_tg + off, ACCUM * MICRO, T};
+        llmt_step_metrics met;
+        memset(&met, 0, sizeof met);
+        met.struct_size = sizeof met;
+        a->st = llmt_trainer_step(tr, &b, &met);
+        a->loss[k] = met.loss;
+    }
+    llmt_tensor v0;
+    const float *base = NULL;
+    if (a->st == LLMT_OK) {
+        llmt_model_param(m, 0, NULL, &v0);
+        base = v0.data;
+        a->nunits = rl_units(m, base, a->ulo, a->un);
+        if (a->nunits < 0) a->st = LLMT_ERR_INTERNAL;
+        int32_t np;
+        llmt_model_param_count(m, &np, &a->numel);
+    }
+    a->mem.struct_size = sizeof a->mem;
+    if (a->st == LLMT_OK) a->st = llmt_trainer_memory_usage(tr, &a->mem);
+#ifdef __linux__
+    a->mincore_ok = a->st == LLMT_OK;
+    for (int u = 0; a->st == LLMT_OK && u < a->nunits; u++) {
+        /* the non-owned parts of unit u: before and after the rank's chunk */
+        int64_t chunk = (a->un[u] + a->dp - 1) / a->dp;
+        int64_t olo = a->ulo[u] + (int64_t)a->rank * chunk;
+        int64_t ohi = olo + chunk;
+        int64_t end = a->ulo[u] + a->un[u];
+        if (olo > end) olo = end;
+        if (ohi > end) ohi = end;
+        int64_t r[2][2] = {{a->ulo[u], olo}, {ohi, end}};
+        for (int k = 0; k < 2; k++) {
+            if (r[k][0] >= r[k][1]) continue;
+            int64_t pg = 0;
+            uintptr_t ba = (uintptr_t)(base + r[k][0]), bb = (uintptr_t)(base + r[k][1]);
+            int64_t res = rl_resident(ba, bb, &pg);
+            if (res < 0) a->mincore_ok = 0;
+            a->pages[u] += pg;
+            a->resident[u] += res > 0 ? res : 0;
+            /* the values there (read after mincore: reading maps pages);
+             * poisoned ones must be NaN; released ones are not read */
+            if (a->mode != RL_RELEASE)
+                for (int64_t i = r[k][0]; i < r[k][1]; i++) {
+                    a->vals++;
+                    a->nan_vals += isnan(base[i]) != 0;
+                }
+        }
+    }
+#endif
+    if (a->st == LLMT_OK) a->st = llmt_trainer_sync_params(tr);
+    a->mem_sync.struct_size = sizeof a->mem_sync;
+    if (a->st == LLMT_OK) a->st = llmt_trainer_memory_usage(tr, &a->mem_sync);
+#ifdef __linux__
+    if (a->st == LLMT_OK) {
+        uintptr_t ba = (uintptr_t)base, bb = (uintptr_t)(base + a->numel);
+        int64_t res = rl_resident(ba, bb, &a->buf_pages);
+        if (res < 0) a->mincore_ok = 0;
+        a->buf_resident_after = res;
+    }
+#endif
+    if (a->st == LLMT_OK) {
+        a->params = malloc((size_t)a->numel * sizeof(float));
+        flatten(m, a->params);
+    }
+    if (a->st != LLMT_OK)
+        snprintf(a->err, sizeof a->err, "%s", tr ? llmt_trainer_last_error(tr) : "create");
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    llmt_context_destroy(ctx);
+    return NULL;
+}
+
+static void rl_run(int dp, int mode, rl_rank *a)
+{
+    llmt_comm *c[GDP];
+    pthread_t th[GDP];
+    llmt_comm_opts co;
+    llmt_comm_opts_init(&co, sizeof co);
+    co.timeout_ms = 60000;
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, dp, &co, c), LLMT_OK);
+    /* read by dp.c when the communicator is attached (no thread runs) */
+    if (mode == RL_POISON) setenv("LLMT_DP_POISON", "1", 1);
+    else unsetenv("LLMT_DP_POISON");
+    for (int r = 0; r < dp; r++) {
+        memset(&a[r], 0, sizeof a[r]);
+        a[r].c = c[r];
+        a[r].rank = r;
+        a[r].dp = dp;
+        a[r].mode = mode;
+        pthread_create(&th[r], NULL, rl_main, &a[r]);
+    }
+    for (int r = 0; r < dp; r++) pthread_join(th[r], NULL);
+    unsetenv("LLMT_DP_POISON");
+    for (int r = 0; r < dp; r++) {
+        CHECK_STATUS(a[r].st, LLMT_OK);
+        if (a[r].st != LLMT_OK) fprintf(stderr, "dp=%d mode %d rank %d: %s\n", dp,
+                                        mode, r, a[r].err);
+        llmt_comm_destroy(c[r]);
+    }
+}
+
+static void test_release(void)
+{
+    llmt_model_config_init(&cfg, sizeof cfg);
+    cfg.vocab_size = V;
+    cfg.max_seq_len = T;
+    cfg.layers = 2;
+    cfg.width = 128; /* a layer: 198,272 floats, about 194 pages of 4 KiB */
+    cfg.heads = 4;
+    cfg.seed = 11;
+    llmt_trainer_opts_init(&topts, sizeof topts);
+    topts.seq_len = T;
+    topts.micro_batch = MICRO;
+    topts.grad_accum = ACCUM;
+    topts.schedule = LLMT_LR_CONSTANT;
+    topts.lr = 1e-3f;
+    topts.threads = 1;
+    fprintf(stderr, "ZeRO-3 page release:\n");
+    /* dp 2 and 4 tile every unit (in-place gathers), 3 pads them (the
+     * gathers go through a slot and are copied into place) */
+    for (int dp = 2; dp <= 4; dp++) {
+        make_data(dp);
+        rl_rank rel[GDP], poi[GDP], hk[GDP];
+        rl_run(dp, RL_RELEASE, rel);
+        rl_run(dp, RL_POISON, poi);
+        long allocs0 = rl_hook_allocs;
+        rl_run(dp, RL_HOOK, hk);
+        CHECK(rl_hook_allocs > allocs0); /* the hook did allocate the model */
+        int mc = 1;
+        for (int r = 0; r < dp; r++)
+            mc &= rel[r].mincore_ok && poi[r].mincore_ok && hk[r].mincore_ok;
+        if (!mc) fprintf(stderr, "  mincore(2) unavailable: residency not checked\n");
+        for (int r = 0; r < dp; r++) {
+            rl_rank *x = &rel[r];
+            if (x->st != LLMT_OK || poi[r].st != LLMT_OK || hk[r].st != LLMT_OK)
+                continue;
+            CHECK_EQ_INT(x->nunits, cfg.layers + 2);
+            /* the numerics do not depend on what the gaps hold */
+            CHECK(memcmp(x->loss, poi[r].loss, sizeof x->loss) == 0);
+            CHECK(memcmp(x->loss, hk[r].loss, sizeof x->loss) == 0);
+            CHECK(memcmp(x->params, poi[r].params, (size_t)x->numel * sizeof(float)) == 0);
+            CHECK(memcmp(x->params, hk[r].params, (size_t)x->numel * sizeof(float)) == 0);
+            CHECK(memcmp(x->params, rel[0].params, (size_t)x->numel * sizeof(float)) == 0);
+            /* what is reported: the interior pages of every unit's
+             * non-owned parts are given back (all units are released at
+             * the end of a step), nothing after the sync; poisoning only
+             * gives nothing back */
+            int64_t pg = 0, res = 0, lpg = 0, lres = 0;
+            long P = 4096;
+#ifdef __linux__
+            P = sysconf(_SC_PAGESIZE);
+#endif
+            for (int u = 0; u < x->nunits; u++) {
+                pg += x->pages[u];
+                res += x->resident[u];
+                if (u >= 1 && u <= cfg.layers) {
+                    lpg += x->pages[u];
+                    lres += x->resident[u];
+#ifdef __linux__
+                    CHECK(x->pages[u] >= 40); /* a layer spans many pages */
+#endif
+                }
+            }
+            CHECK_EQ_INT(x->mem.params_resident, x->mem.params - pg * P);
+            CHECK_EQ_INT(x->mem_sync.params_resident, x->mem_sync.params);
+            CHECK_EQ_INT(poi[r].mem.params_resident, poi[r].mem.params);
+            CHECK_EQ_INT(hk[r].mem.params_resident, hk[r].mem.params);
+            /* poisoned, not released: every non-owned value is NaN */
+            CHECK(poi[r].vals > 0 && poi[r].nan_vals == poi[r].vals);
+            CHECK(hk[r].vals > 0 && hk[r].nan_vals == hk[r].vals);
+            if (mc) {
+                CHECK_EQ_INT(lres, 0);
+                CHECK_EQ_INT(res, 0);
+                CHECK_EQ_INT(x->buf_resident_after, x->buf_pages);
+                int64_t hp = 0, hr = 0;
+                for (int u = 0; u < x->nunits; u++) {
+                    hp += hk[r].pages[u] + poi[r].pages[u];
+                    hr += hk[r].resident[u] + poi[r].resident[u];
+                }
+                CHECK(hp > 0 && hr == hp); /* nothing was given back */
+            }
+            if (r == 0 || r == dp - 1)
+                fprintf(stderr, "  dp=%d rank %d: layers' non-owned interior pages "
+                        "%lld, resident after a step %lld%s; params %lld bytes, "
+                        "resident %lld (%lld after sync)\n", dp, r,
+                        (long long)lpg, (long long)lres, mc ? "" : " (not measured)",
+                        (long long)x->mem.params, (long long)x->mem.params_resident,
+                        (long long)x->mem_sync.params_resident);
+        }
+        for (int r = 0; r < dp; r++) {
+            free(rel[r].params);
+            free(poi[r].params);
+            free(hk[r].params);
+        }
+    }
+}
+
 int main(void)
 {
+    test_release();
     test_args();
     test_memory();
     test_sharded_ckpt();
