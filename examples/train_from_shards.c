@@ -48,51 +48,6 @@ static int fail(const char *what, llmt_status s, const char *detail)
         }                                            \
     } while (0)
 
-/* The loader's position is five integers: store them as key/values of the
- * checkpoint (the same keys as `llmtrain train`). */
-static const char *const STATE_KEYS[5] = {
-    "data.seed", "data.epoch", "data.cursor", "data.samples_per_epoch",
-    "data.fingerprint"};
-
-static llmt_status save_loader_state(llmt_loader *ld, llmt_ckpt *ck)
-{
-    llmt_loader_state st;
-    memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
-    llmt_status s = llmt_loader_get_state(ld, &st);
-    if (s != LLMT_OK)
-        return s;
-    char v[5][32];
-    snprintf(v[0], sizeof v[0], "%" PRIu64, st.seed);
-    snprintf(v[1], sizeof v[1], "%" PRId64, st.epoch);
-    snprintf(v[2], sizeof v[2], "%" PRId64, st.cursor);
-    snprintf(v[3], sizeof v[3], "%" PRId64, st.samples_per_epoch);
-    snprintf(v[4], sizeof v[4], "%" PRIu64, st.fingerprint);
-    for (int i = 0; i < 5 && s == LLMT_OK; i++)
-        s = llmt_ckpt_set_kv(ck, STATE_KEYS[i], v[i]);
-    return s;
-}
-
-/* Read the five keys back from the open checkpoint. */
-static llmt_status read_loader_state(llmt_ckpt *ck, llmt_loader_state *st)
-{
-    char v[5][32];
-    for (int i = 0; i < 5; i++) {
-        llmt_status s = llmt_ckpt_get_kv(ck, STATE_KEYS[i], v[i], sizeof v[i],
-                                         NULL);
-        if (s != LLMT_OK)
-            return s;
-    }
-    memset(st, 0, sizeof *st);
-    st->struct_size = sizeof *st;
-    st->seed = strtoull(v[0], NULL, 10);
-    st->epoch = strtoll(v[1], NULL, 10);
-    st->cursor = strtoll(v[2], NULL, 10);
-    st->samples_per_epoch = strtoll(v[3], NULL, 10);
-    st->fingerprint = strtoull(v[4], NULL, 10);
-    return LLMT_OK;
-}
-
 /* Checkpoint `step`: the trainer's tensors and keys (trainer.step, model.*)
  * and the loader's state; async (the snapshot is taken before llmt_ckpt_save
  * returns, the writing overlaps the next steps). */
@@ -106,8 +61,8 @@ static llmt_status save_checkpoint(llmt_ckpt *ck, llmt_trainer *tr,
         s = llmt_ckpt_begin(ck, step);
     if (s == LLMT_OK && (s = llmt_trainer_ckpt_add(tr, ck)) != LLMT_OK)
         *detail = llmt_trainer_last_error(tr);
-    if (s == LLMT_OK && (s = save_loader_state(ld, ck)) != LLMT_OK &&
-        *llmt_loader_last_error(ld))
+    /* the loader's position: five integers as key/values "data.*" */
+    if (s == LLMT_OK && (s = llmt_loader_ckpt_add(ld, ck)) != LLMT_OK)
         *detail = llmt_loader_last_error(ld);
     if (s == LLMT_OK) s = llmt_ckpt_save(ck, 1);
     if (s != LLMT_OK && !*detail)
@@ -253,9 +208,11 @@ int main(int argc, char **argv)
         goto done;
     } else {
         CHECK(llmt_trainer_ckpt_read(tr, ck), llmt_trainer_last_error(tr));
+        CHECK(llmt_loader_ckpt_read(ld, ck), llmt_loader_last_error(ld));
         llmt_loader_state st;
-        CHECK(read_loader_state(ck, &st), llmt_ckpt_last_error(ck));
-        CHECK(llmt_loader_set_state(ld, &st), llmt_loader_last_error(ld));
+        memset(&st, 0, sizeof st);
+        st.struct_size = sizeof st;
+        CHECK(llmt_loader_get_state(ld, &st), llmt_loader_last_error(ld));
         printf("resumed from %s at step %" PRId64 " (epoch %" PRId64
                ", sample %" PRId64 ")\n", ckpt_dir, start, st.epoch, st.cursor);
     }

@@ -633,7 +633,8 @@ typedef struct llmt_step_metrics {
 
 LLMT_API llmt_status llmt_trainer_opts_init(llmt_trainer_opts *opts,
                                             size_t size);
-/* The trainer keeps a pointer to `model`, which must outlive it. */
+/* The trainer keeps a pointer to `model`, which must outlive it. Creation
+ * errors are recorded on the model (llmt_model_last_error). */
 LLMT_API llmt_status llmt_trainer_create(llmt_model *model,
                                          const llmt_trainer_opts *opts,
                                          llmt_trainer **out);
@@ -679,7 +680,11 @@ LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr,
 
 /* -- The trainer's state in a checkpoint (lib/ckpt's format; see
  * doc/training.md). Tensors "param/<name>", "adam_m/<name>",
- * "adam_v/<name>" (fp32, global shapes) and the key "trainer.step".
+ * "adam_v/<name>" (fp32, global shapes), the key "trainer.step" and the
+ * model's config as keys "model.arch", "model.vocab_size",
+ * "model.padded_vocab_size", "model.max_seq_len", "model.layers",
+ * "model.width", "model.heads", "model.kv_heads", "model.ffn_hidden",
+ * "model.tie_embeddings" (for tools; loading checks the tensors' shapes).
  * Without a communicator every tensor is added whole. With one
  * (llmt_trainer_set_comm, any ZeRO stage) each rank adds only its share of
  * each tensor as blocks with global offsets (create the llmt_ckpt with
@@ -1556,6 +1561,17 @@ LLMT_API llmt_status llmt_loader_assign_shards(const llmt_loader *l,
                                                size_t *n_out);
 LLMT_API llmt_status llmt_loader_samples_per_epoch(const llmt_loader *l,
                                                    int64_t *out);
+/* The loader's state in a checkpoint: keys "data.seed", "data.epoch",
+ * "data.cursor", "data.samples_per_epoch", "data.fingerprint" (decimal).
+ * add: between llmt_ckpt_begin and llmt_ckpt_save, at a step boundary
+ * (every rank may add them: the state is the same on all). read: from the
+ * checkpoint open on `ck`, with llmt_loader_set_state's checks; a
+ * checkpoint without these keys fails with LLMT_ERR_NOT_FOUND naming the
+ * key. Errors are recorded on the loader. */
+LLMT_API llmt_status llmt_loader_ckpt_add(const llmt_loader *l,
+                                          struct llmt_ckpt *ck);
+LLMT_API llmt_status llmt_loader_ckpt_read(llmt_loader *l,
+                                           struct llmt_ckpt *ck);
 LLMT_API void llmt_loader_destroy(llmt_loader *l);
 LLMT_API const char *llmt_loader_last_error(const llmt_loader *l);
 

@@ -349,63 +349,25 @@ int td_val_batch(train_data *d, int32_t *in, int32_t *tg, int nmax)
     return n;
 }
 
-static llmt_status kv_i64(llmt_ckpt *ck, const char *k, int64_t v)
-{
-    char b[32];
-    snprintf(b, sizeof b, "%lld", (long long)v);
-    return llmt_ckpt_set_kv(ck, k, b);
-}
-
-static llmt_status kv_u64(llmt_ckpt *ck, const char *k, uint64_t v)
-{
-    char b[32];
-    snprintf(b, sizeof b, "%llu", (unsigned long long)v);
-    return llmt_ckpt_set_kv(ck, k, b);
-}
-
 llmt_status td_ckpt_add(const train_data *d, llmt_ckpt *ck)
 {
-    llmt_loader_state st;
-    memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
-    llmt_status s = llmt_loader_get_state(d->loader, &st);
-    if (s != LLMT_OK) return s;
-    if (s == LLMT_OK) s = kv_u64(ck, "data.seed", st.seed);
-    if (s == LLMT_OK) s = kv_i64(ck, "data.epoch", st.epoch);
-    if (s == LLMT_OK) s = kv_i64(ck, "data.cursor", st.cursor);
-    if (s == LLMT_OK) s = kv_i64(ck, "data.samples_per_epoch", st.samples_per_epoch);
-    if (s == LLMT_OK) s = kv_u64(ck, "data.fingerprint", st.fingerprint);
-    return s;
+    return llmt_loader_ckpt_add(d->loader, ck);
 }
 
 int td_ckpt_read(train_data *d, llmt_ckpt *ck)
 {
-    static const char *const keys[5] = {"data.seed", "data.epoch", "data.cursor",
-                                        "data.samples_per_epoch", "data.fingerprint"};
-    char v[5][64];
-    for (int i = 0; i < 5; i++) {
-        llmt_status s = llmt_ckpt_get_kv(ck, keys[i], v[i], sizeof v[i], NULL);
-        if (s != LLMT_OK)
-            return cli_fail(CMD, "the checkpoint has no %s (the loader's state): "
-                            "%s", keys[i], llmt_ckpt_last_error(ck));
-    }
-    llmt_loader_state st;
-    memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
-    st.seed = strtoull(v[0], NULL, 10);
-    st.epoch = strtoll(v[1], NULL, 10);
-    st.cursor = strtoll(v[2], NULL, 10);
-    st.samples_per_epoch = strtoll(v[3], NULL, 10);
-    st.fingerprint = strtoull(v[4], NULL, 10);
+    /* the seed is part of the job: a checkpoint of another one is refused
+     * here (the library would adopt the checkpoint's seed) */
+    char v[64];
     llmt_loader_state now;
     memset(&now, 0, sizeof now);
     now.struct_size = sizeof now;
     llmt_loader_get_state(d->loader, &now);
-    if (st.seed != now.seed)
-        return cli_fail(CMD, "the checkpoint was written with data.seed %llu, "
-                        "the spec says %llu", (unsigned long long)st.seed,
-                        (unsigned long long)now.seed);
-    llmt_status s = llmt_loader_set_state(d->loader, &st);
+    if (llmt_ckpt_get_kv(ck, "data.seed", v, sizeof v, NULL) == LLMT_OK &&
+        strtoull(v, NULL, 10) != now.seed)
+        return cli_fail(CMD, "the checkpoint was written with data.seed %s, "
+                        "the spec says %llu", v, (unsigned long long)now.seed);
+    llmt_status s = llmt_loader_ckpt_read(d->loader, ck);
     if (s != LLMT_OK) return cli_fail_status(CMD, s, llmt_loader_last_error(d->loader));
     return 0;
 }

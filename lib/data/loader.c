@@ -647,3 +647,9 @@ LLMT_API const char *llmt_loader_last_error(const llmt_loader *l)
 {
     return l ? l->err.msg : "loader: NULL loader";
 }
+
+/* For loader_ckpt.c, which records its errors on the loader. */
+llmt_err *llmt__data_loader_err(const llmt_loader *l)
+{
+    return (llmt_err *)&l->err;
+}

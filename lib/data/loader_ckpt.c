@@ -1,0 +1,87 @@
+/* The loader's state as checkpoint key/values (llmt_loader_ckpt_add/_read):
+ * five decimal integers every host would otherwise format and parse by
+ * itself. Built on the public loader and checkpoint calls. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+llmt_err *llmt__data_loader_err(const llmt_loader *l);
+
+enum { K_SEED, K_EPOCH, K_CURSOR, K_SPE, K_FP, K_N };
+static const char *const key[K_N] = {"data.seed", "data.epoch", "data.cursor",
+                                     "data.samples_per_epoch", "data.fingerprint"};
+
+LLMT_API llmt_status llmt_loader_ckpt_add(const llmt_loader *l, llmt_ckpt *ck)
+{
+    if (!l || !ck)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_err *e = llmt__data_loader_err(l);
+    llmt_loader_state st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    llmt_status s = llmt_loader_get_state(l, &st);
+    if (s != LLMT_OK)
+        return s; /* message already on the loader (e.g. mid-step) */
+    char v[K_N][32];
+    snprintf(v[K_SEED], sizeof v[K_SEED], "%" PRIu64, st.seed);
+    snprintf(v[K_EPOCH], sizeof v[K_EPOCH], "%" PRId64, st.epoch);
+    snprintf(v[K_CURSOR], sizeof v[K_CURSOR], "%" PRId64, st.cursor);
+    snprintf(v[K_SPE], sizeof v[K_SPE], "%" PRId64, st.samples_per_epoch);
+    snprintf(v[K_FP], sizeof v[K_FP], "%" PRIu64, st.fingerprint);
+    for (int i = 0; i < K_N; i++) {
+        s = llmt_ckpt_set_kv(ck, key[i], v[i]);
+        if (s != LLMT_OK)
+            return llmt__err_set(e, s, "loader: checkpoint key %s: %s", key[i],
+                                 llmt_ckpt_last_error(ck));
+    }
+    return LLMT_OK;
+}
+
+/* A whole decimal number of the right sign, or -1. */
+static int parse(const char *txt, int is_unsigned, uint64_t *u, int64_t *i)
+{
+    if (!*txt || (is_unsigned && *txt == '-'))
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    if (is_unsigned)
+        *u = strtoull(txt, &end, 10);
+    else
+        *i = strtoll(txt, &end, 10);
+    return errno || *end ? -1 : 0;
+}
+
+LLMT_API llmt_status llmt_loader_ckpt_read(llmt_loader *l, llmt_ckpt *ck)
+{
+    if (!l || !ck)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_err *e = llmt__data_loader_err(l);
+    uint64_t u[K_N] = {0};
+    int64_t i64[K_N] = {0};
+    for (int k = 0; k < K_N; k++) {
+        char v[64];
+        llmt_status s = llmt_ckpt_get_kv(ck, key[k], v, sizeof v, NULL);
+        if (s != LLMT_OK)
+            return llmt__err_set(e, s, "loader: the checkpoint has no %s (the "
+                                 "loader's state): %s", key[k],
+                                 llmt_ckpt_last_error(ck));
+        int is_u = k == K_SEED || k == K_FP;
+        if (parse(v, is_u, &u[k], &i64[k]) != 0)
+            return llmt__err_set(e, LLMT_ERR_FORMAT, "loader: checkpoint key "
+                                 "%s = '%s' is not a%s integer", key[k], v,
+                                 is_u ? "n unsigned" : "");
+    }
+    llmt_loader_state st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    st.seed = u[K_SEED];
+    st.epoch = i64[K_EPOCH];
+    st.cursor = i64[K_CURSOR];
+    st.samples_per_epoch = i64[K_SPE];
+    st.fingerprint = u[K_FP];
+    return llmt_loader_set_state(l, &st);
+}
