@@ -680,8 +680,10 @@ LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr,
 
 /* -- The trainer's state in a checkpoint (lib/ckpt's format; see
  * doc/training.md). Tensors "param/<name>", "adam_m/<name>",
- * "adam_v/<name>" (fp32, global shapes), the key "trainer.step" and the
- * model's config as keys "model.arch", "model.vocab_size",
+ * "adam_v/<name>" (fp32, global shapes), the key "trainer.step", the
+ * learning-rate schedule "trainer.schedule" (reading a checkpoint saved
+ * under another schedule logs a warning: the resumed run is no longer the
+ * saved one's continuation) and the model's config as keys "model.arch", "model.vocab_size",
  * "model.padded_vocab_size", "model.max_seq_len", "model.layers",
  * "model.width", "model.heads", "model.kv_heads", "model.ffn_hidden",
  * "model.tie_embeddings" (for tools; loading checks the tensors' shapes).

@@ -3,8 +3,9 @@
  * resumed run continues bit for bit.
  *
  * Names: "param/<name>", "adam_m/<name>", "adam_v/<name>", each with the
- * parameter's global shape; key/values "trainer.step" and the model's
- * config ("model.arch", "model.heads", ..., for tools).
+ * parameter's global shape; key/values "trainer.step", the learning-rate
+ * schedule "trainer.schedule" (a resume under another one is logged) and
+ * the model's config ("model.arch", "model.heads", ..., for tools).
  *
  * One rank (no communicator): every tensor whole, one block each.
  * Data parallel: each rank adds only its share of each tensor (the flat
@@ -27,6 +28,19 @@ llmt_model *llmt__trainer_model(llmt_trainer *tr);
 int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel,
                         int64_t *n, float *ptr[3]);
 int llmt__trainer_has_comm(const llmt_trainer *tr);
+const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr);
+llmt_context *llmt__trainer_ctx(llmt_trainer *tr);
+
+/* The learning-rate schedule as one key/value ("trainer.schedule"): a run
+ * resumed under another schedule (say, a larger train.steps) is legitimate
+ * but no longer continues the saved run exactly, so reading says so. */
+static void schedule_text(const llmt_trainer_opts *o, char *b, size_t cap)
+{
+    snprintf(b, cap, "kind=%d lr=%.9g min_lr=%.9g warmup=%lld total=%lld "
+             "decay_fraction=%.9g", (int)o->schedule, (double)o->lr,
+             (double)o->min_lr, (long long)o->warmup_steps,
+             (long long)o->total_steps, (double)o->decay_fraction);
+}
 void llmt__trainer_params_written(llmt_trainer *tr);
 
 static const char *const prefix[3] = {"param/", "adam_m/", "adam_v/"};
@@ -187,6 +201,11 @@ llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
     snprintf(buf, sizeof buf, "%lld", (long long)step);
     llmt_status s = llmt_ckpt_set_kv(ck, "trainer.step", buf);
     if (s == LLMT_OK) s = add_model_kv(model, ck);
+    if (s == LLMT_OK) {
+        char sched[256];
+        schedule_text(llmt__trainer_opts(tr), sched, sizeof sched);
+        s = llmt_ckpt_set_kv(ck, "trainer.schedule", sched);
+    }
     if (s != LLMT_OK)
         return llmt__err_set(e, s, "trainer: ckpt: %s", llmt_ckpt_last_error(ck));
     return LLMT_OK;
@@ -285,5 +304,13 @@ llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
         }
     /* ZeRO-3: the parameters were read whole; only the shares are kept */
     llmt__trainer_params_written(tr);
+    char saved[256], now[256];
+    schedule_text(llmt__trainer_opts(tr), now, sizeof now);
+    if (llmt_ckpt_get_kv(ck, "trainer.schedule", saved, sizeof saved, NULL) == LLMT_OK &&
+        strcmp(saved, now))
+        llmt__log(llmt__trainer_ctx(tr), LLMT_LOG_WARN, "train",
+                  "the checkpoint was trained with the learning-rate schedule "
+                  "'%s', this trainer has '%s': the run continues, but not as "
+                  "the saved one would have", saved, now);
     return llmt_trainer_set_step(tr, (int64_t)step);
 }

@@ -807,6 +807,8 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
 llmt_err *llmt__trainer_err(llmt_trainer *tr) { return &tr->err; }
 llmt_model *llmt__trainer_model(llmt_trainer *tr) { return tr->model; }
 int llmt__trainer_has_comm(const llmt_trainer *tr) { return tr->dp != NULL; }
+const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr) { return &tr->o; }
+llmt_context *llmt__trainer_ctx(llmt_trainer *tr) { return tr->ctx; }
 void llmt__trainer_params_written(llmt_trainer *tr)
 {
     if (tr->dp) llmt__dp_params_written(tr->dp);

@@ -81,6 +81,11 @@ mk vocab.json 4 200 200 "$tmp/corpus"
 [ $rc = 1 ] && grep -q 'missing.json' m.log && ok "missing spec" || { bad "missing spec (rc $rc)"; cat m.log; }
 "$exe" train > u.log 2>&1; [ $? = 2 ] && ok "usage error" || bad "no usage error"
 
+# resuming under another schedule (train.steps 12 -> 20) is allowed, and said
+cp -r part part20 && sed 's/"steps": 12/"steps": 20/' good.json > steps20.json
+"$exe" train steps20.json --out part20 --resume --steps 13 > p20.log 2>&1 && grep -q 'learning-rate schedule' p20.log \
+  && ok "resume under another schedule warns" || { bad "schedule warning"; cat p20.log; }
+
 # the checkpoint carries the model's config: llm.c export needs no --heads
 "$exe" ckpt export full/ckpt --out model.bin --format llmc > ex.log 2>&1 \
   && [ "$(od -An -tu4 -N4 model.bin | tr -d ' ')" = 20240326 ] && ok "llm.c export from the run's checkpoint" \
