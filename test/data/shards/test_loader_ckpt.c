@@ -34,9 +34,9 @@ int main(void)
     char *dir = tu_mkdtemp();
     char p[4200], root[4200];
     snprintf(p, sizeof p, "%s/a.tok", dir);
-    tu_write_shard(p, 300, 4001, 50, 1, NULL);
+    free(tu_write_shard(p, 300, 4001, 50, 1, NULL));
     snprintf(p, sizeof p, "%s/b.tok", dir);
-    tu_write_shard(p, 300, 2501, 50, 2, NULL);
+    free(tu_write_shard(p, 300, 2501, 50, 2, NULL));
     llmt_dataset *ds = NULL;
     CHECK_STATUS(llmt_dataset_open(NULL, dir, 1, &ds), LLMT_OK);
     snprintf(root, sizeof root, "%s/ckpt", dir);
@@ -116,7 +116,7 @@ int main(void)
     snprintf(p, sizeof p, "%s/other", dir);
     mkdir(p, 0755);
     snprintf(p, sizeof p, "%s/other/c.tok", dir);
-    tu_write_shard(p, 300, 6502, 50, 3, NULL);
+    free(tu_write_shard(p, 300, 6502, 50, 3, NULL));
     snprintf(p, sizeof p, "%s/other", dir);
     llmt_dataset *ds2 = NULL;
     CHECK_STATUS(llmt_dataset_open(NULL, p, 0, &ds2), LLMT_OK);
