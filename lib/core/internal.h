@@ -32,6 +32,19 @@ llmt_status llmt__err_set(llmt_err *e, llmt_status status, const char *fmt, ...)
 llmt_status llmt__err_setv(llmt_err *e, llmt_status status, const char *fmt,
                            va_list ap);
 void llmt__err_clear(llmt_err *e);
+
+/* Check a required pointer argument of a public call: when `arg` is NULL,
+ * record "<what>: <arg> is NULL" on `e` and return LLMT_ERR_NULL_POINTER from
+ * the enclosing function. `what` names the call ("dataset: read"); `e` is the
+ * handle's (or, for creation calls, the context's) error, NULL when there is
+ * none. Check the handle itself first with a plain return: a NULL handle has
+ * nowhere to record a message. */
+#define LLMT__NONNULL(e, what, arg)                                            \
+    do {                                                                       \
+        if (!(arg))                                                            \
+            return llmt__err_set((e), LLMT_ERR_NULL_POINTER, "%s: %s is NULL", \
+                                 (what), #arg);                                \
+    } while (0)
 /* Copy another handle's failure into `e`, prefixing it with `prefix`. */
 llmt_status llmt__err_forward(llmt_err *e, const llmt_err *from,
                               const char *prefix);

@@ -364,10 +364,10 @@ LLMT_API void llmt_dataset_destroy(llmt_dataset *ds)
 LLMT_API llmt_status llmt_dataset_open(llmt_context *ctx, const char *path, int32_t verify,
                                        llmt_dataset **out)
 {
-    if (!path || !out)
-        return LLMT_ERR_NULL_POINTER;
-    *out = NULL;
     llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "dataset: open", path);
+    LLMT__NONNULL(ce, "dataset: open", out);
+    *out = NULL;
     path_list l = {0};
     llmt_status s = list_shards(ce, path, &l);
     if (s != LLMT_OK) {
@@ -418,9 +418,10 @@ LLMT_API llmt_status llmt_dataset_open(llmt_context *ctx, const char *path, int3
 
 LLMT_API llmt_status llmt_dataset_get_info(const llmt_dataset *ds, llmt_dataset_info *info)
 {
-    if (!ds || !info)
+    if (!ds)
         return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size((llmt_err *)&ds->err, "llmt_dataset_info",
+    LLMT__NONNULL((llmt_err *)&ds->err, "dataset: get_info", info);
+    llmt_status s = llmt__check_struct_size((llmt_err *)&ds->err, "dataset: get_info: info",
                                             info->struct_size, sizeof *info);
     if (s != LLMT_OK)
         return s;
@@ -475,10 +476,13 @@ void llmt__data_dataset_copy(const llmt_dataset *ds, int32_t s, int64_t off, siz
 LLMT_API llmt_status llmt_dataset_read(llmt_dataset *ds, int32_t index, int64_t offset,
                                        int32_t *ids, size_t n)
 {
-    if (!ds || (!ids && n))
+    if (!ds)
         return LLMT_ERR_NULL_POINTER;
+    if (n)
+        LLMT__NONNULL(&ds->err, "dataset: read", ids);
     if (index < 0 || index >= ds->n)
-        return llmt__err_set(&ds->err, LLMT_ERR_INVALID_ARGUMENT,
+        return llmt__err_set(&ds->err, 
+LLMT_ERR_INVALID_ARGUMENT,
                              "dataset: shard %d does not exist (%d shards)", (int)index,
                              (int)ds->n);
     const ds_shard *sh = &ds->shards[index];

@@ -186,10 +186,9 @@ LLMT_API llmt_status llmt_dedup_create(llmt_context *ctx,
                                        const llmt_dedup_opts *opts,
                                        llmt_dedup **out)
 {
-    if (!out)
-        return LLMT_ERR_NULL_POINTER;
-    *out = NULL;
     llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "dedup: create", out);
+    *out = NULL;
     if (!opts)
         return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "dedup: opts is NULL");
     llmt_dedup_opts o;
@@ -359,8 +358,10 @@ static llmt_status signature(llmt_dedup *d, const unsigned char *s, size_t n)
 LLMT_API llmt_status llmt_dedup_signature(llmt_dedup *d, const char *text,
                                           size_t len, uint64_t *sig, size_t cap)
 {
-    if (!d || !text || !sig)
+    if (!d)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&d->err, "dedup: signature", text);
+    LLMT__NONNULL(&d->err, "dedup: signature", sig);
     if (cap < (size_t)d->o.permutations)
         return llmt__err_set(&d->err, LLMT_ERR_BUFFER_TOO_SMALL,
                              "dedup: signature needs %d values, cap is %zu",
@@ -458,8 +459,11 @@ LLMT_API llmt_status llmt_dedup_add(llmt_dedup *d, const char *text,
                                     size_t len, int32_t *verdict,
                                     double *similar)
 {
-    if (!d || !text || !verdict)
+    if (!d)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&d->err, "dedup: add", text);
+    LLMT__NONNULL(&d->err, "dedup: add", verdict);
+
     *verdict = LLMT_DATA_KEEP;
     if (similar)
         *similar = 0;

@@ -193,10 +193,9 @@ LLMT_API llmt_status llmt_ingest_open(llmt_context *ctx,
                                       const llmt_ingest_opts *opts,
                                       llmt_ingest **out)
 {
-    if (!out)
-        return LLMT_ERR_NULL_POINTER;
-    *out = NULL;
     llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "ingest: open", out);
+    *out = NULL;
     if (!inputs)
         return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "ingest: inputs is NULL");
     for (size_t i = 0; i < n; i++)
@@ -355,8 +354,10 @@ static int append_doc(llmt_ingest *it, const char *p, size_t n)
 LLMT_API llmt_status llmt_ingest_next(llmt_ingest *it, const char **text,
                                       size_t *len)
 {
-    if (!it || !text || !len)
+    if (!it)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&it->err, "ingest: next", text);
+    LLMT__NONNULL(&it->err, "ingest: next", len);
     *text = NULL;
     *len = 0;
     for (;;) {
@@ -426,11 +427,16 @@ LLMT_API llmt_status llmt_ingest_next(llmt_ingest *it, const char **text,
 LLMT_API llmt_status llmt_ingest_get_stats(const llmt_ingest *it,
                                            llmt_ingest_stats *stats)
 {
-    if (!it || !stats)
+    if (!it)
         return LLMT_ERR_NULL_POINTER;
+    llmt_err *e = (llmt_err *)&it->err;
+    LLMT__NONNULL(e, "ingest: get_stats", stats);
     size_t n = stats->struct_size;
     if (n < sizeof(size_t))
-        return LLMT_ERR_STRUCT_SIZE;
+        return llmt__err_set(e, LLMT_ERR_STRUCT_SIZE,
+                             "ingest: get_stats: stats: struct_size is %zu; set it "
+                             "to sizeof the struct", n);
+
     if (n > sizeof it->st)
         n = sizeof it->st;
     /* Copy only the fields the caller's struct has; its struct_size stays. */

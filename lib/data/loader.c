@@ -401,11 +401,13 @@ LLMT_API void llmt_loader_destroy(llmt_loader *l)
 LLMT_API llmt_status llmt_loader_create(llmt_dataset *ds, const llmt_loader_opts *opts,
                                         llmt_loader **out)
 {
-    if (!ds || !opts || !out)
+    if (!ds)
         return LLMT_ERR_NULL_POINTER;
-    *out = NULL;
     /* The loader has no context: creation errors go to the dataset. */
     llmt_err *e = &ds->err;
+    LLMT__NONNULL(e, "loader: create", opts);
+    LLMT__NONNULL(e, "loader: create", out);
+    *out = NULL;
     llmt_loader_opts o;
     llmt_loader_opts_init(&o, sizeof o);
     llmt_status s = llmt__opts_copy(e, "loader opts", &o, sizeof o, opts);
@@ -478,8 +480,10 @@ LLMT_API llmt_status llmt_loader_create(llmt_dataset *ds, const llmt_loader_opts
 LLMT_API llmt_status llmt_loader_next(llmt_loader *l, int32_t *inputs, int32_t *targets,
                                       int64_t *sample_ids)
 {
-    if (!l || !inputs || !targets)
+    if (!l)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&l->err, "loader: next", inputs);
+    LLMT__NONNULL(&l->err, "loader: next", targets);
     llmt_status s;
     if (!l->nring) {
         s = fill(l, &l->sp, l->consumed, inputs, targets, sample_ids);
@@ -520,10 +524,11 @@ LLMT_API llmt_status llmt_loader_next(llmt_loader *l, int32_t *inputs, int32_t *
 
 LLMT_API llmt_status llmt_loader_get_state(const llmt_loader *l, llmt_loader_state *state)
 {
-    if (!l || !state)
+    if (!l)
         return LLMT_ERR_NULL_POINTER;
     llmt_err *e = (llmt_err *)&l->err;
-    llmt_status s = llmt__check_struct_size(e, "llmt_loader_state", state->struct_size,
+    LLMT__NONNULL(e, "loader: get_state", state);
+    llmt_status s = llmt__check_struct_size(e, "loader: get_state: state", state->struct_size,
                                             sizeof *state);
     if (s != LLMT_OK)
         return s;
@@ -543,9 +548,10 @@ LLMT_API llmt_status llmt_loader_get_state(const llmt_loader *l, llmt_loader_sta
 
 LLMT_API llmt_status llmt_loader_set_state(llmt_loader *l, const llmt_loader_state *state)
 {
-    if (!l || !state)
+    if (!l)
         return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(&l->err, "llmt_loader_state", state->struct_size,
+    LLMT__NONNULL(&l->err, "loader: set_state", state);
+    llmt_status s = llmt__check_struct_size(&l->err, "loader: set_state: state", state->struct_size,
                                             sizeof *state);
     if (s != LLMT_OK)
         return s;
@@ -590,9 +596,10 @@ LLMT_API llmt_status llmt_loader_assign_shards(const llmt_loader *l, int32_t dp_
                                                int64_t epoch, int32_t *ids, size_t cap,
                                                size_t *n_out)
 {
-    if (!l || !n_out)
+    if (!l)
         return LLMT_ERR_NULL_POINTER;
     llmt_err *e = (llmt_err *)&l->err;
+    LLMT__NONNULL(e, "loader: assign_shards", n_out);
     *n_out = 0;
     if (dp_rank < 0 || dp_rank >= l->o.dp_size)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
@@ -637,9 +644,11 @@ LLMT_API llmt_status llmt_loader_assign_shards(const llmt_loader *l, int32_t dp_
 
 LLMT_API llmt_status llmt_loader_samples_per_epoch(const llmt_loader *l, int64_t *out)
 {
-    if (!l || !out)
+    if (!l)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&l->err, "loader: samples_per_epoch", out);
     *out = l->n_samples;
+
     return LLMT_OK;
 }
 

@@ -17,9 +17,10 @@ static const char *const key[K_N] = {"data.seed", "data.epoch", "data.cursor",
 
 LLMT_API llmt_status llmt_loader_ckpt_add(const llmt_loader *l, llmt_ckpt *ck)
 {
-    if (!l || !ck)
+    if (!l)
         return LLMT_ERR_NULL_POINTER;
     llmt_err *e = llmt__data_loader_err(l);
+    LLMT__NONNULL(e, "loader: ckpt_add", ck);
     llmt_loader_state st;
     memset(&st, 0, sizeof st);
     st.struct_size = sizeof st;
@@ -57,10 +58,12 @@ static int parse(const char *txt, int is_unsigned, uint64_t *u, int64_t *i)
 
 LLMT_API llmt_status llmt_loader_ckpt_read(llmt_loader *l, llmt_ckpt *ck)
 {
-    if (!l || !ck)
+    if (!l)
         return LLMT_ERR_NULL_POINTER;
     llmt_err *e = llmt__data_loader_err(l);
+    LLMT__NONNULL(e, "loader: ckpt_read", ck);
     uint64_t u[K_N] = {0};
+
     int64_t i64[K_N] = {0};
     for (int k = 0; k < K_N; k++) {
         char v[64];

@@ -155,10 +155,10 @@ LLMT_API llmt_status llmt_shard_writer_create(llmt_context *ctx, const char *pat
                                               int32_t vocab_size,
                                               llmt_shard_writer **out)
 {
-    if (!path || !out)
-        return LLMT_ERR_NULL_POINTER;
-    *out = NULL;
     llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "shard: writer_create", path);
+    LLMT__NONNULL(ce, "shard: writer_create", out);
+    *out = NULL;
     if (vocab_size < 1)
         return llmt__err_set(ce, LLMT_ERR_INVALID_ARGUMENT,
                              "shard: %s: vocab_size %d must be at least 1", path,
@@ -229,8 +229,10 @@ static llmt_status usable(llmt_shard_writer *w)
 
 LLMT_API llmt_status llmt_shard_writer_add(llmt_shard_writer *w, const int32_t *ids, size_t n)
 {
-    if (!w || (!ids && n))
+    if (!w)
         return LLMT_ERR_NULL_POINTER;
+    if (n)
+        LLMT__NONNULL(&w->err, "shard: writer_add", ids);
     llmt_status s = usable(w);
     if (s != LLMT_OK)
         return s;
@@ -352,9 +354,11 @@ LLMT_API const char *llmt_shard_writer_last_error(const llmt_shard_writer *w)
 LLMT_API llmt_status llmt_shard_write_llmc(llmt_context *ctx, const char *path,
                                            const int32_t *ids, size_t n)
 {
-    if (!path || (!ids && n))
-        return LLMT_ERR_NULL_POINTER;
     llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "shard: write_llmc", path);
+    if (n)
+        LLMT__NONNULL(ce, "shard: write_llmc", ids);
+
     /* llm.c keeps the count in one int32 of its header. */
     if (n > (size_t)INT32_MAX)
         return llmt__err_set(ce, LLMT_ERR_INVALID_ARGUMENT,

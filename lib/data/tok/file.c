@@ -130,10 +130,9 @@ static int hexval(int c)
 LLMT_API llmt_status llmt_tokenizer_load(llmt_context *ctx, const char *path,
                                          llmt_tokenizer **out)
 {
-    if (!out)
-        return LLMT_ERR_NULL_POINTER;
-    *out = NULL;
     llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "tokenizer: load", out);
+    *out = NULL;
     if (!path)
         return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "tokenizer: load: path is NULL");
     char *buf;

@@ -398,10 +398,9 @@ done:
 LLMT_API llmt_status llmt_tokenizer_load_gpt2(llmt_context *ctx, const char *encoder_json,
                                               const char *vocab_bpe, llmt_tokenizer **out)
 {
-    if (!out)
-        return LLMT_ERR_NULL_POINTER;
-    *out = NULL;
     llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "tokenizer: load_gpt2", out);
+    *out = NULL;
     if (!encoder_json || !vocab_bpe)
         return llmt__err_set(ce, LLMT_ERR_NULL_POINTER,
                              "tokenizer: load_gpt2: %s path is NULL",

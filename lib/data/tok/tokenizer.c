@@ -483,16 +483,18 @@ LLMT_API llmt_status llmt_tokenizer_decode(llmt_tokenizer *t, const int32_t *ids
 
 LLMT_API llmt_status llmt_tokenizer_vocab_size(const llmt_tokenizer *t, int32_t *out)
 {
-    if (!t || !out)
+    if (!t)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&t->err, "tokenizer: vocab_size", out);
     *out = t->vocab_size;
     return LLMT_OK;
 }
 
 LLMT_API llmt_status llmt_tokenizer_eot(const llmt_tokenizer *t, int32_t *out)
 {
-    if (!t || !out)
+    if (!t)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&t->err, "tokenizer: eot", out);
     *out = t->eot;
     return LLMT_OK;
 }
@@ -500,16 +502,22 @@ LLMT_API llmt_status llmt_tokenizer_eot(const llmt_tokenizer *t, int32_t *out)
 LLMT_API llmt_status llmt_tokenizer_token_bytes(const llmt_tokenizer *t, int32_t id,
                                                 char *buf, size_t cap, size_t *len_out)
 {
-    if (!t || !len_out)
+    if (!t)
         return LLMT_ERR_NULL_POINTER;
+    llmt_err *e = (llmt_err *)&t->err;
+    LLMT__NONNULL(e, "tokenizer: token_bytes", len_out);
     if (id < 0 || id >= t->vocab_size)
-        return LLMT_ERR_INVALID_ARGUMENT;
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "tokenizer: token_bytes: id %ld is outside [0, %d)", (long)id,
+                             (int)t->vocab_size);
     uint32_t a = t->tok_off[id], l = t->tok_off[id + 1] - a;
     *len_out = l;
     if (!buf)
         return LLMT_OK;
     if (cap < l)
-        return LLMT_ERR_BUFFER_TOO_SMALL;
+        return llmt__err_set(e, LLMT_ERR_BUFFER_TOO_SMALL,
+                             "tokenizer: token_bytes: %lu bytes do not fit in %zu",
+                             (unsigned long)l, cap);
     memcpy(buf, t->tok_blob + a, l);
     return LLMT_OK;
 }
@@ -525,10 +533,9 @@ static void *dup_mem(const void *p, size_t n)
 LLMT_API llmt_status llmt_tokenizer_clone(llmt_context *ctx, const llmt_tokenizer *t,
                                           llmt_tokenizer **out)
 {
-    if (!out)
-        return LLMT_ERR_NULL_POINTER;
-    *out = NULL;
     llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "tokenizer: clone", out);
+    *out = NULL;
     if (!t)
         return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "tokenizer: clone: NULL handle");
     llmt_tokenizer *c = calloc(1, sizeof *c);
@@ -581,10 +588,10 @@ LLMT_API const char *llmt_tokenizer_last_error(const llmt_tokenizer *t)
 
 LLMT_API llmt_status llmt_tokenizer_create_bytes(llmt_context *ctx, llmt_tokenizer **out)
 {
-    if (!out)
-        return LLMT_ERR_NULL_POINTER;
-    *out = NULL;
     llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "tokenizer: create_bytes", out);
+    *out = NULL;
+
     llmt_tokenizer *t = NULL;
     llmt_status s = llmt__tok_new(ce, ctx, &t);
     if (s != LLMT_OK)

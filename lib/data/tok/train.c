@@ -444,10 +444,9 @@ LLMT_API llmt_status llmt_tokenizer_train_bpe(llmt_context *ctx, const char *tex
                                               size_t len, int32_t vocab_size,
                                               llmt_tokenizer **out)
 {
-    if (!out)
-        return LLMT_ERR_NULL_POINTER;
-    *out = NULL;
     llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "tokenizer: train_bpe", out);
+    *out = NULL;
     if (!text && len)
         return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "tokenizer: train_bpe: text is NULL");
     if (vocab_size < 257 || vocab_size > (1 << 24))
