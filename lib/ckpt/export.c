@@ -38,8 +38,9 @@ LLMT_API llmt_status llmt_ckpt_open_info(llmt_ckpt *ck, int32_t *world_size,
 
 LLMT_API llmt_status llmt_ckpt_kv_key(llmt_ckpt *ck, size_t index, const char **key)
 {
-    if (!ck || !key)
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ck->err, "ckpt: kv_key", key);
     *key = NULL;
     llmt_status s = need_open(ck);
     if (s != LLMT_OK)
@@ -56,8 +57,9 @@ LLMT_API llmt_status llmt_ckpt_chunk_info(llmt_ckpt *ck, const char *name,
                                           int64_t *global_offsets,
                                           int64_t *local_shape, uint64_t *bytes)
 {
-    if (!ck || !name)
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ck->err, "ckpt: chunk_info", name);
     llmt_status s = need_open(ck);
     if (s != LLMT_OK)
         return s;
@@ -123,8 +125,9 @@ static const ck_tensor *find_pref(llmt_ckpt *ck, const char *prefix, const char 
 LLMT_API llmt_status llmt_ckpt_export_llmc(llmt_ckpt *ck, const char *path,
                                            const llmt_ckpt_llmc_opts *opts)
 {
-    if (!ck || !path)
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ck->err, "ckpt: export_llmc", path);
     llmt_status s = need_open(ck);
     if (s != LLMT_OK)
         return s;

@@ -204,8 +204,7 @@ LLMT_API llmt_status llmt_ckpt_open_dir(llmt_ckpt *ck, const char *dir)
 {
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
-    if (!dir)
-        return llmt__err_set(&ck->err, LLMT_ERR_NULL_POINTER, "ckpt: directory is NULL");
+    LLMT__NONNULL(&ck->err, "ckpt: open_dir", dir);
     return open_path(ck, dir);
 }
 
@@ -285,16 +284,18 @@ static llmt_status need_open(llmt_ckpt *ck)
 
 LLMT_API llmt_status llmt_ckpt_open_step_of(llmt_ckpt *ck, int64_t *step)
 {
-    if (!ck || !step)
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ck->err, "ckpt: open_step_of", step);
     *step = ck->is_open ? ck->open.step : -1;
     return LLMT_OK;
 }
 
 LLMT_API llmt_status llmt_ckpt_tensor_count(llmt_ckpt *ck, size_t *out)
 {
-    if (!ck || !out)
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ck->err, "ckpt: tensor_count", out);
     llmt_status s = need_open(ck);
     *out = s == LLMT_OK ? ck->open.ntensors : 0;
     return s;
@@ -302,8 +303,9 @@ LLMT_API llmt_status llmt_ckpt_tensor_count(llmt_ckpt *ck, size_t *out)
 
 LLMT_API llmt_status llmt_ckpt_tensor_name(llmt_ckpt *ck, size_t index, const char **name)
 {
-    if (!ck || !name)
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ck->err, "ckpt: tensor_name", name);
     *name = NULL;
     llmt_status s = need_open(ck);
     if (s != LLMT_OK)
@@ -319,8 +321,9 @@ LLMT_API llmt_status llmt_ckpt_tensor_info(llmt_ckpt *ck, const char *name,
                                            llmt_dtype *dtype, int32_t *ndim,
                                            int64_t *global_shape, size_t *nchunks)
 {
-    if (!ck || !name)
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ck->err, "ckpt: tensor_info", name);
     llmt_status s = need_open(ck);
     if (s != LLMT_OK)
         return s;
@@ -464,8 +467,9 @@ LLMT_API llmt_status llmt_ckpt_read(llmt_ckpt *ck, const char *name,
 {
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
-    if (!name || !dst)
-        return llmt__err_set(&ck->err, LLMT_ERR_NULL_POINTER, "ckpt: read needs name and dst");
+    LLMT__NONNULL(&ck->err, "ckpt: read", name);
+    LLMT__NONNULL(&ck->err, "ckpt: read", dst);
+
     llmt_status s = need_open(ck);
     if (s != LLMT_OK)
         return s;
@@ -564,8 +568,11 @@ static llmt_status put_text(llmt_ckpt *ck, const char *v, char *buf, size_t bufl
 LLMT_API llmt_status llmt_ckpt_get_kv(llmt_ckpt *ck, const char *key, char *buf,
                                       size_t buflen, size_t *needed)
 {
-    if (!ck || !key || (buflen && !buf))
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ck->err, "ckpt: get_kv", key);
+    if (buflen)
+        LLMT__NONNULL(&ck->err, "ckpt: get_kv", buf);
     llmt_status s = need_open(ck);
     if (s != LLMT_OK)
         return s;
@@ -579,8 +586,10 @@ LLMT_API llmt_status llmt_ckpt_get_kv(llmt_ckpt *ck, const char *key, char *buf,
 LLMT_API llmt_status llmt_ckpt_get_plan_json(llmt_ckpt *ck, char *buf, size_t buflen,
                                              size_t *needed)
 {
-    if (!ck || (buflen && !buf))
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    if (buflen)
+        LLMT__NONNULL(&ck->err, "ckpt: get_plan_json", buf);
     llmt_status s = need_open(ck);
     if (s != LLMT_OK)
         return s;
@@ -671,8 +680,9 @@ static int sb_str(char **s, size_t *len, size_t *cap, const char *v)
 
 LLMT_API llmt_status llmt_ckpt_export_safetensors(llmt_ckpt *ck, const char *path)
 {
-    if (!ck || !path)
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ck->err, "ckpt: export_safetensors", path);
     llmt_status s = need_open(ck);
     if (s != LLMT_OK)
         return s;

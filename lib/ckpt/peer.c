@@ -300,8 +300,9 @@ int64_t *llmt__ckpt_scan(const char *root, int committed_only, size_t *n);
 
 LLMT_API llmt_status llmt_ckpt_peer_replicate(llmt_ckpt *ck, llmt_comm *comm, int64_t step)
 {
-    if (!ck || !comm)
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ck->err, "ckpt: peer_replicate", comm);
     llmt_ckpt_wait(ck, -1); /* this rank's part must be on disk */
     ck_xport x;
     comm_impl ci;
@@ -359,8 +360,9 @@ LLMT_API llmt_status llmt_ckpt_peer_replicate(llmt_ckpt *ck, llmt_comm *comm, in
 LLMT_API llmt_status llmt_ckpt_peer_restore(llmt_ckpt *ck, llmt_comm *comm, int64_t step,
                                             int32_t *restored)
 {
-    if (!ck || !comm)
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ck->err, "ckpt: peer_restore", comm);
     if (restored)
         *restored = 0;
     llmt_ckpt_wait(ck, -1);

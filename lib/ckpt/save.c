@@ -53,10 +53,9 @@ LLMT_API llmt_status llmt_ckpt_create(llmt_context *ctx, const char *root,
                                       const llmt_ckpt_opts *opts,
                                       llmt_ckpt **out)
 {
-    if (!out)
-        return LLMT_ERR_NULL_POINTER;
-    *out = NULL;
     llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "ckpt: create", out);
+    *out = NULL;
     if (!root)
         return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "ckpt: root directory is NULL");
     llmt_ckpt_opts o;
@@ -211,9 +210,8 @@ LLMT_API llmt_status llmt_ckpt_add_tensor(llmt_ckpt *ck, const char *name,
 {
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
-    if (!name || !view)
-        return llmt__err_set(&ck->err, LLMT_ERR_NULL_POINTER,
-                             "ckpt: add_tensor needs a name and a view");
+    LLMT__NONNULL(&ck->err, "ckpt: add_tensor", name);
+    LLMT__NONNULL(&ck->err, "ckpt: add_tensor", view);
     if (!ck->begun)
         return llmt__err_set(&ck->err, LLMT_ERR_STATE,
                              "ckpt: add_tensor before llmt_ckpt_begin");
@@ -264,8 +262,8 @@ LLMT_API llmt_status llmt_ckpt_set_kv(llmt_ckpt *ck, const char *key,
 {
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
-    if (!key || !value)
-        return llmt__err_set(&ck->err, LLMT_ERR_NULL_POINTER, "ckpt: set_kv needs key and value");
+    LLMT__NONNULL(&ck->err, "ckpt: set_kv", key);
+    LLMT__NONNULL(&ck->err, "ckpt: set_kv", value);
     if (!ck->begun)
         return llmt__err_set(&ck->err, LLMT_ERR_STATE, "ckpt: set_kv before llmt_ckpt_begin");
     if (!llmt__ckpt_name_ok(key))
@@ -308,8 +306,8 @@ LLMT_API llmt_status llmt_ckpt_set_plan_json(llmt_ckpt *ck, const char *json)
 {
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
-    if (!json)
-        return llmt__err_set(&ck->err, LLMT_ERR_NULL_POINTER, "ckpt: plan is NULL");
+    LLMT__NONNULL(&ck->err, "ckpt: set_plan_json", json);
+
     if (!ck->begun)
         return llmt__err_set(&ck->err, LLMT_ERR_STATE, "ckpt: set_plan_json before llmt_ckpt_begin");
     /* validated when serialised: keep only an object */
@@ -934,8 +932,11 @@ LLMT_API llmt_status llmt_ckpt_wait(llmt_ckpt *ck, int64_t timeout_ms)
 LLMT_API llmt_status llmt_ckpt_list(llmt_ckpt *ck, int64_t *steps, size_t cap,
                                     size_t *count)
 {
-    if (!ck || !count || (cap && !steps))
+    if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ck->err, "ckpt: list", count);
+    if (cap)
+        LLMT__NONNULL(&ck->err, "ckpt: list", steps);
     size_t n = 0;
     int64_t *v = llmt__ckpt_scan(ck->root, 1, &n);
     if (!v)
