@@ -179,7 +179,8 @@ static llmt_status add_model_kv(const llmt_model *model, llmt_ckpt *ck)
 
 llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
 {
-    if (!tr || !ck) return LLMT_ERR_NULL_POINTER;
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_add", ck);
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
     int32_t n = 0;
@@ -268,7 +269,8 @@ static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
 
 llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
 {
-    if (!tr || !ck) return LLMT_ERR_NULL_POINTER;
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_read", ck);
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
     char buf[64];

@@ -153,7 +153,8 @@ llmt_status llmt_trainer_create(llmt_model *model,
                                 const llmt_trainer_opts *opts,
                                 llmt_trainer **out)
 {
-    if (!model || !out) return LLMT_ERR_NULL_POINTER;
+    if (!model) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&model->err, "trainer: create", out);
     *out = NULL;
     llmt_err *me = &model->err;
     llmt_trainer_opts o;
@@ -472,7 +473,8 @@ static llmt_status fwd_bwd(llmt_trainer *tr, const llmt_batch *b, float *loss,
 llmt_status llmt_trainer_forward_backward(llmt_trainer *tr,
                                           const llmt_batch *b, float *loss)
 {
-    if (!tr || !loss) return LLMT_ERR_NULL_POINTER;
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&tr->err, "trainer: forward_backward", loss);
     return fwd_bwd(tr, b, loss, NULL);
 }
 
@@ -504,7 +506,8 @@ static float lr_at(const llmt_trainer_opts *o, int64_t s)
 
 llmt_status llmt_trainer_lr_at(const llmt_trainer *tr, int64_t step, float *lr)
 {
-    if (!tr || !lr) return LLMT_ERR_NULL_POINTER;
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&tr->err, "trainer: lr_at", lr);
     *lr = lr_at(&tr->o, step < 0 ? 0 : step);
     return LLMT_OK;
 }
@@ -572,7 +575,8 @@ llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
 llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b,
                                   float *loss)
 {
-    if (!tr || !loss) return LLMT_ERR_NULL_POINTER;
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&tr->err, "trainer: evaluate", loss);
     llmt_status s = check_batch(tr, b, 0);
     if (s != LLMT_OK) return s;
     double sum = 0.0;
@@ -594,7 +598,8 @@ llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b,
 
 llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index, llmt_tensor *v)
 {
-    if (!tr || !v) return LLMT_ERR_NULL_POINTER;
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&tr->err, "trainer: grad", v);
     if (index < 0 || index >= tr->model->nparams)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: parameter index %d out of range",
@@ -606,7 +611,8 @@ llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index, llmt_tensor *v)
 llmt_status llmt_trainer_optim_state(llmt_trainer *tr, int32_t index,
                                      int32_t which, llmt_tensor *v)
 {
-    if (!tr || !v) return LLMT_ERR_NULL_POINTER;
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&tr->err, "trainer: optim_state", v);
     if (index < 0 || index >= tr->model->nparams || which < 0 || which > 1)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: optimizer state (%d, %d) out of range",
@@ -650,7 +656,9 @@ llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index,
                                      int32_t which, llmt_tensor *v,
                                      int64_t *flat_offset)
 {
-    if (!tr || !v || !flat_offset) return LLMT_ERR_NULL_POINTER;
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&tr->err, "trainer: optim_shard", v);
+    LLMT__NONNULL(&tr->err, "trainer: optim_shard", flat_offset);
     if (index < 0 || index >= tr->model->nparams || which < 0 || which > 1)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: optimizer state (%d, %d) out of range",
@@ -672,9 +680,13 @@ llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index,
 llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
                                       llmt_trainer_memory *out)
 {
-    if (!tr || !out) return LLMT_ERR_NULL_POINTER;
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&tr->err, "trainer: memory_usage", out);
     if (out->struct_size < sizeof(size_t))
-        return LLMT_ERR_STRUCT_SIZE;
+        return llmt__err_set((llmt_err *)&tr->err, LLMT_ERR_STRUCT_SIZE,
+                             "trainer: memory_usage: out: struct_size is %zu; set it to "
+                             "sizeof the struct", out->struct_size);
+
     size_t P = tr->model->total * sizeof(float);
     llmt_trainer_memory r;
     memset(&r, 0, sizeof r);
@@ -697,7 +709,8 @@ llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
 
 llmt_status llmt_trainer_get_step(const llmt_trainer *tr, int64_t *step)
 {
-    if (!tr || !step) return LLMT_ERR_NULL_POINTER;
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&tr->err, "trainer: get_step", step);
     *step = tr->step;
     return LLMT_OK;
 }
@@ -733,7 +746,10 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
                                   float temperature, int32_t top_k,
                                   uint64_t seed, int32_t *out)
 {
-    if (!tr || !prompt || (!out && n_new > 0)) return LLMT_ERR_NULL_POINTER;
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&tr->err, "trainer: generate", prompt);
+    if (n_new > 0)
+        LLMT__NONNULL(&tr->err, "trainer: generate", out);
     llmt_model *mdl = tr->model;
     const llmt_model_config *c = &mdl->cfg;
     int V = c->vocab_size, Vp = c->padded_vocab_size;
