@@ -469,7 +469,6 @@ LLMT_API llmt_status llmt_ckpt_read(llmt_ckpt *ck, const char *name,
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&ck->err, "ckpt: read", name);
     LLMT__NONNULL(&ck->err, "ckpt: read", dst);
-
     llmt_status s = need_open(ck);
     if (s != LLMT_OK)
         return s;

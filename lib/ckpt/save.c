@@ -307,7 +307,6 @@ LLMT_API llmt_status llmt_ckpt_set_plan_json(llmt_ckpt *ck, const char *json)
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&ck->err, "ckpt: set_plan_json", json);
-
     if (!ck->begun)
         return llmt__err_set(&ck->err, LLMT_ERR_STATE, "ckpt: set_plan_json before llmt_ckpt_begin");
     /* validated when serialised: keep only an object */

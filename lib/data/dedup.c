@@ -463,7 +463,6 @@ LLMT_API llmt_status llmt_dedup_add(llmt_dedup *d, const char *text,
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&d->err, "dedup: add", text);
     LLMT__NONNULL(&d->err, "dedup: add", verdict);
-
     *verdict = LLMT_DATA_KEEP;
     if (similar)
         *similar = 0;

@@ -436,7 +436,6 @@ LLMT_API llmt_status llmt_ingest_get_stats(const llmt_ingest *it,
         return llmt__err_set(e, LLMT_ERR_STRUCT_SIZE,
                              "ingest: get_stats: stats: struct_size is %zu; set it "
                              "to sizeof the struct", n);
-
     if (n > sizeof it->st)
         n = sizeof it->st;
     /* Copy only the fields the caller's struct has; its struct_size stays. */

@@ -648,7 +648,6 @@ LLMT_API llmt_status llmt_loader_samples_per_epoch(const llmt_loader *l, int64_t
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL((llmt_err *)&l->err, "loader: samples_per_epoch", out);
     *out = l->n_samples;
-
     return LLMT_OK;
 }
 

@@ -63,7 +63,6 @@ LLMT_API llmt_status llmt_loader_ckpt_read(llmt_loader *l, llmt_ckpt *ck)
     llmt_err *e = llmt__data_loader_err(l);
     LLMT__NONNULL(e, "loader: ckpt_read", ck);
     uint64_t u[K_N] = {0};
-
     int64_t i64[K_N] = {0};
     for (int k = 0; k < K_N; k++) {
         char v[64];

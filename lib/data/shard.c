@@ -358,7 +358,6 @@ LLMT_API llmt_status llmt_shard_write_llmc(llmt_context *ctx, const char *path,
     LLMT__NONNULL(ce, "shard: write_llmc", path);
     if (n)
         LLMT__NONNULL(ce, "shard: write_llmc", ids);
-
     /* llm.c keeps the count in one int32 of its header. */
     if (n > (size_t)INT32_MAX)
         return llmt__err_set(ce, LLMT_ERR_INVALID_ARGUMENT,

@@ -686,7 +686,6 @@ llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
         return llmt__err_set((llmt_err *)&tr->err, LLMT_ERR_STRUCT_SIZE,
                              "trainer: memory_usage: out: struct_size is %zu; set it to "
                              "sizeof the struct", out->struct_size);
-
     size_t P = tr->model->total * sizeof(float);
     llmt_trainer_memory r;
     memset(&r, 0, sizeof r);

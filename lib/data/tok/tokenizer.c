@@ -591,7 +591,6 @@ LLMT_API llmt_status llmt_tokenizer_create_bytes(llmt_context *ctx, llmt_tokeniz
     llmt_err *ce = ctx ? &ctx->err : NULL;
     LLMT__NONNULL(ce, "tokenizer: create_bytes", out);
     *out = NULL;
-
     llmt_tokenizer *t = NULL;
     llmt_status s = llmt__tok_new(ce, ctx, &t);
     if (s != LLMT_OK)
