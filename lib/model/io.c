@@ -34,7 +34,8 @@ static llmt_status read_all(llmt_err *e, FILE *f, void *p, size_t n,
 
 llmt_status llmt_model_save_safetensors(llmt_model *m, const char *path)
 {
-    if (!m || !path) return LLMT_ERR_NULL_POINTER;
+    if (!m) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&m->err, "model: save_safetensors", path);
     cJSON *root = cJSON_CreateObject();
     size_t off = 0;
     for (int i = 0; i < m->nparams; i++) {
@@ -79,7 +80,8 @@ llmt_status llmt_model_save_safetensors(llmt_model *m, const char *path)
 
 llmt_status llmt_model_load_safetensors(llmt_model *m, const char *path)
 {
-    if (!m || !path) return LLMT_ERR_NULL_POINTER;
+    if (!m) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&m->err, "model: load_safetensors", path);
     FILE *f = fopen(path, "rb");
     if (!f)
         return llmt__err_set(&m->err, LLMT_ERR_IO, "model: open %s: %s", path,
@@ -216,7 +218,8 @@ static llmt_status llmc_tensors(llmt_model *m, FILE *f, const char *path,
 
 llmt_status llmt_model_export_llmc(llmt_model *m, const char *path)
 {
-    if (!m || !path) return LLMT_ERR_NULL_POINTER;
+    if (!m) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&m->err, "model: export_llmc", path);
     const llmt_model_config *c = &m->cfg;
     if (c->arch != LLMT_ARCH_GPT2 || c->ffn_hidden != 4 * c->width)
         return llmt__err_set(&m->err, LLMT_ERR_UNSUPPORTED,
@@ -248,9 +251,8 @@ llmt_status llmt_model_import_llmc(llmt_context *ctx, const char *path,
                                    llmt_model **out)
 {
     llmt_err *ce = ctx ? &ctx->err : NULL;
-    if (!path || !out)
-        return llmt__err_set(ce, LLMT_ERR_NULL_POINTER,
-                             "model: path and out must not be NULL");
+    LLMT__NONNULL(ce, "model: import_llmc", path);
+    LLMT__NONNULL(ce, "model: import_llmc", out);
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)

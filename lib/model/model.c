@@ -234,9 +234,8 @@ llmt_status llmt__model_new(llmt_context *ctx, const llmt_model_config *cfg,
                             int init, llmt_model **out)
 {
     llmt_err *ce = ctx ? &ctx->err : NULL;
-    if (!cfg || !out)
-        return llmt__err_set(ce, LLMT_ERR_NULL_POINTER,
-                             "model: cfg and out must not be NULL");
+    LLMT__NONNULL(ce, "model: create", cfg);
+    LLMT__NONNULL(ce, "model: create", out);
     *out = NULL;
     llmt_model_config c;
     llmt_model_config_init(&c, sizeof c);
@@ -293,9 +292,13 @@ const char *llmt_model_last_error(const llmt_model *m)
 
 llmt_status llmt_model_get_config(const llmt_model *m, llmt_model_config *cfg)
 {
-    if (!m || !cfg) return LLMT_ERR_NULL_POINTER;
+    if (!m) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&m->err, "model: get_config", cfg);
     size_t n = cfg->struct_size;
-    if (n < sizeof(size_t)) return LLMT_ERR_STRUCT_SIZE;
+    if (n < sizeof(size_t))
+        return llmt__err_set((llmt_err *)&m->err, LLMT_ERR_STRUCT_SIZE,
+                             "model: get_config: cfg: struct_size is %zu; set it to "
+                             "sizeof the struct", n);
     if (n > sizeof m->cfg) n = sizeof m->cfg;
     memcpy(cfg, &m->cfg, n);
     cfg->struct_size = n < cfg->struct_size ? cfg->struct_size : n;
@@ -328,7 +331,8 @@ llmt_status llmt__model_view(llmt_model *m, int32_t index, float *base,
 llmt_status llmt_model_param(llmt_model *m, int32_t index, const char **name,
                              llmt_tensor *view)
 {
-    if (!m || !view) return LLMT_ERR_NULL_POINTER;
+    if (!m) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&m->err, "model: param", view);
     if (index < 0 || index >= m->nparams)
         return llmt__err_set(&m->err, LLMT_ERR_INVALID_ARGUMENT,
                              "model: parameter index %d not in [0, %d)",
@@ -348,7 +352,9 @@ int32_t llmt__model_find(const llmt_model *m, const char *name)
 llmt_status llmt_model_find_param(llmt_model *m, const char *name,
                                   llmt_tensor *view)
 {
-    if (!m || !name || !view) return LLMT_ERR_NULL_POINTER;
+    if (!m) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&m->err, "model: find_param", name);
+    LLMT__NONNULL(&m->err, "model: find_param", view);
     int32_t i = llmt__model_find(m, name);
     if (i < 0)
         return llmt__err_set(&m->err, LLMT_ERR_NOT_FOUND,
