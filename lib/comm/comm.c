@@ -400,7 +400,8 @@ static llmt_status enqueue(llmt_comm *c, const llmt__coll *a,
 
 llmt_status llmt_comm_work_test(llmt_comm_work *w, int *done)
 {
-    if (!w || !done) return LLMT_ERR_NULL_POINTER;
+    if (!w) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&w->c->err, "comm: work_test", done);
     llmt__work_q *q = w->c->q;
     pthread_mutex_lock(&q->mu);
     *done = w->done;
@@ -643,7 +644,10 @@ static llmt_status do_blocking(llmt_comm *c, llmt__coll *a)
 
 static llmt_status do_async(llmt_comm *c, llmt__coll *a, llmt_comm_work **w)
 {
-    if (!c || !w) return LLMT_ERR_NULL_POINTER;
+    if (!c) return LLMT_ERR_NULL_POINTER;
+    if (!w)
+        return llmt__err_set(&c->err, LLMT_ERR_NULL_POINTER,
+                             "comm: i%s: work is NULL", llmt__comm_op_name(a->kind));
     *w = NULL;
     llmt_status s = check_common(c, a);
     if (s != LLMT_OK) return s;
@@ -711,10 +715,10 @@ llmt_status llmt_comm_all_to_allv(llmt_comm *c, const void *send,
 {
     COLL_INIT(LLMT__OP_ALL_TO_ALLV);
     if (!c) return LLMT_ERR_NULL_POINTER;
-    if (!scounts || !sdispls || !rcounts || !rdispls)
-        return llmt__err_set(&c->err, LLMT_ERR_NULL_POINTER,
-                             "comm: all_to_allv: count and displacement "
-                             "arrays are required");
+    LLMT__NONNULL(&c->err, "comm: all_to_allv", scounts);
+    LLMT__NONNULL(&c->err, "comm: all_to_allv", sdispls);
+    LLMT__NONNULL(&c->err, "comm: all_to_allv", rcounts);
+    LLMT__NONNULL(&c->err, "comm: all_to_allv", rdispls);
     size_t stot = 0, rtot = 0;
     for (int32_t i = 0; i < c->size; i++) {
         stot += scounts[i];
@@ -798,7 +802,8 @@ llmt_status llmt_comm_create_inproc(llmt_context *ctx, int32_t n,
                                     const llmt_comm_opts *opts,
                                     llmt_comm **comms)
 {
-    if (!comms) return LLMT_ERR_NULL_POINTER;
+    llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "comm: create_inproc", comms);
     if (n < 1 || n > 4096)
         return llmt__err_set(ctx ? &ctx->err : NULL, LLMT_ERR_INVALID_ARGUMENT,
                              "comm: in-process world_size %d outside [1, "
@@ -813,7 +818,8 @@ llmt_status llmt_comm_create_from_env(llmt_context *ctx,
                                       const llmt_comm_opts *opts,
                                       llmt_comm **out)
 {
-    if (!out) return LLMT_ERR_NULL_POINTER;
+    llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "comm: create_from_env", out);
     *out = NULL;
     llmt_comm_opts o;
     llmt_status s = read_opts(ctx, opts, &o);
@@ -896,7 +902,9 @@ llmt_status llmt_comm_create_from_mpi(llmt_context *ctx, void *mpi_comm,
                                       const llmt_comm_opts *opts,
                                       llmt_comm **out)
 {
-    if (!out || !mpi_comm) return LLMT_ERR_NULL_POINTER;
+    llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "comm: create_from_mpi", out);
+    LLMT__NONNULL(ce, "comm: create_from_mpi", mpi_comm);
     *out = NULL;
     llmt_comm_opts o;
     llmt_status s = read_opts(ctx, opts, &o);
@@ -934,9 +942,10 @@ llmt_status llmt_comm_create_from_unique_id(llmt_context *ctx, const void *id,
                                             const llmt_comm_opts *opts,
                                             llmt_comm **out)
 {
-    if (!out || !id) return LLMT_ERR_NULL_POINTER;
-    *out = NULL;
     llmt_err *e = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(e, "comm: create_from_unique_id", out);
+    LLMT__NONNULL(e, "comm: create_from_unique_id", id);
+    *out = NULL;
     if (len < LLMT_COMM_UNIQUE_ID_BYTES)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                              "comm: unique id of %zu bytes, need %d", len,
@@ -1002,7 +1011,8 @@ llmt_status llmt__comm_rendezvous(llmt_err *e, const char *path, int32_t rank,
 llmt_status llmt_comm_split(llmt_comm *c, int32_t color, int32_t key,
                             llmt_comm **out)
 {
-    if (!c || !out) return LLMT_ERR_NULL_POINTER;
+    if (!c) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&c->err, "comm: split", out);
     *out = NULL;
     queue_drain(c);
     if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST))
@@ -1037,7 +1047,10 @@ llmt_status llmt_comm_split(llmt_comm *c, int32_t color, int32_t key,
 llmt_status llmt_comm_create_group(llmt_comm *c, const int32_t *ranks,
                                    size_t n, llmt_comm **out)
 {
-    if (!c || !out || (!ranks && n)) return LLMT_ERR_NULL_POINTER;
+    if (!c) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&c->err, "comm: create_group", out);
+    if (n)
+        LLMT__NONNULL(&c->err, "comm: create_group", ranks);
     *out = NULL;
     int32_t color = -1, key = 0;
     for (size_t i = 0; i < n; i++) {
@@ -1091,28 +1104,32 @@ const char *llmt_comm_last_error(const llmt_comm *c)
 
 llmt_status llmt_comm_rank(const llmt_comm *c, int32_t *rank)
 {
-    if (!c || !rank) return LLMT_ERR_NULL_POINTER;
+    if (!c) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&c->err, "comm: rank", rank);
     *rank = c->rank;
     return LLMT_OK;
 }
 
 llmt_status llmt_comm_size(const llmt_comm *c, int32_t *size)
 {
-    if (!c || !size) return LLMT_ERR_NULL_POINTER;
+    if (!c) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&c->err, "comm: size", size);
     *size = c->size;
     return LLMT_OK;
 }
 
 llmt_status llmt_comm_backend_of(const llmt_comm *c, llmt_comm_backend *out)
 {
-    if (!c || !out) return LLMT_ERR_NULL_POINTER;
+    if (!c) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&c->err, "comm: backend_of", out);
     *out = (llmt_comm_backend)c->backend;
     return LLMT_OK;
 }
 
 llmt_status llmt_comm_next_seq(const llmt_comm *c, uint64_t *out)
 {
-    if (!c || !out) return LLMT_ERR_NULL_POINTER;
+    if (!c) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&c->err, "comm: next_seq", out);
     *out = c->next_seq;
     return LLMT_OK;
 }
@@ -1155,7 +1172,8 @@ llmt_status llmt_comm_recorder_dump(llmt_comm *c, char *buf, size_t buflen,
 
 llmt_status llmt_comm_recorder_dump_file(llmt_comm *c, const char *path)
 {
-    if (!c || !path) return LLMT_ERR_NULL_POINTER;
+    if (!c) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&c->err, "comm: recorder_dump_file", path);
     llmt__sbuf sb = {0};
     dump_text(c, &sb);
     FILE *f = fopen(path, "w");
@@ -1178,7 +1196,9 @@ llmt_status llmt_comm_recorder_dump_file(llmt_comm *c, const char *path)
 llmt_status llmt_comm_create_plan_group(llmt_comm *c, const llmt_plan *plan,
                                         llmt_plan_dim dim, llmt_comm **out)
 {
-    if (!c || !plan || !out) return LLMT_ERR_NULL_POINTER;
+    if (!c) return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&c->err, "comm: create_plan_group", plan);
+    LLMT__NONNULL(&c->err, "comm: create_plan_group", out);
     *out = NULL;
     int32_t world = 0;
     llmt_status s = llmt_plan_world_size(plan, &world);
