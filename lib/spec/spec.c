@@ -1066,9 +1066,8 @@ LLMT_API llmt_status llmt_spec_parse_json(llmt_context *ctx, const char *json,
 {
     if (out)
         *out = NULL;
-    if (!json || !out)
-        return llmt__err_set(ctx ? &ctx->err : NULL, LLMT_ERR_NULL_POINTER,
-                             "spec: json and out must not be NULL");
+    LLMT__NONNULL(ctx ? &ctx->err : NULL, "spec: parse_json", json);
+    LLMT__NONNULL(ctx ? &ctx->err : NULL, "spec: parse_json", out);
     errlist el = {0};
     llmt_status st = parse(ctx, json, len, out, &el);
     if (st == LLMT_ERR_SPEC)
@@ -1085,9 +1084,8 @@ LLMT_API llmt_status llmt_spec_parse_file(llmt_context *ctx, const char *path,
     if (out)
         *out = NULL;
     llmt_err *e = ctx ? &ctx->err : NULL;
-    if (!path || !out)
-        return llmt__err_set(e, LLMT_ERR_NULL_POINTER,
-                             "spec: path and out must not be NULL");
+    LLMT__NONNULL(e, "spec: parse_file", path);
+    LLMT__NONNULL(e, "spec: parse_file", out);
     FILE *f = fopen(path, "rb");
     if (!f)
         return llmt__err_set(e, LLMT_ERR_IO, "spec: cannot open %s", path);
@@ -1170,9 +1168,7 @@ LLMT_API llmt_status llmt_spec_validate_json(llmt_context *ctx,
 {
     if (needed)
         *needed = 0;
-    if (!json)
-        return llmt__err_set(ctx ? &ctx->err : NULL, LLMT_ERR_NULL_POINTER,
-                             "spec: json must not be NULL");
+    LLMT__NONNULL(ctx ? &ctx->err : NULL, "spec: validate_json", json);
     errlist el = {0};
     llmt_spec *s = NULL;
     llmt_status st = parse(ctx, json, len, &s, &el);
@@ -1189,7 +1185,8 @@ LLMT_API llmt_status llmt_spec_validate_json(llmt_context *ctx,
     if (buflen) {
         if (!buf) {
             free(el.buf);
-            return LLMT_ERR_NULL_POINTER;
+            return llmt__err_set(ctx ? &ctx->err : NULL, LLMT_ERR_NULL_POINTER,
+                                 "spec: validate_json: buf is NULL");
         }
         if (l + 1 <= buflen)
             memcpy(buf, text, l + 1);
@@ -1286,8 +1283,10 @@ static const spec_key *resolve(const llmt_spec *s, const char *path,
 LLMT_API llmt_status llmt_spec_get_int(const llmt_spec *spec, const char *path,
                                        int64_t *out)
 {
-    if (!spec || !path || !out)
+    if (!spec)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&spec->err, "spec: get_int", path);
+    LLMT__NONNULL((llmt_err *)&spec->err, "spec: get_int", out);
     llmt_spec *s = (llmt_spec *)spec; /* only the error detail changes */
     const void *base;
     int tc;
@@ -1320,8 +1319,10 @@ LLMT_API llmt_status llmt_spec_get_int(const llmt_spec *spec, const char *path,
 LLMT_API llmt_status llmt_spec_get_double(const llmt_spec *spec,
                                           const char *path, double *out)
 {
-    if (!spec || !path || !out)
+    if (!spec)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&spec->err, "spec: get_double", path);
+    LLMT__NONNULL((llmt_err *)&spec->err, "spec: get_double", out);
     llmt_spec *s = (llmt_spec *)spec;
     const void *base;
     int tc;
@@ -1349,9 +1350,10 @@ LLMT_API llmt_status llmt_spec_get_string(const llmt_spec *spec,
 {
     if (needed)
         *needed = 0;
-    if (!spec || !path)
+    if (!spec)
         return LLMT_ERR_NULL_POINTER;
     llmt_spec *s = (llmt_spec *)spec;
+    LLMT__NONNULL(&s->err, "spec: get_string", path);
     const void *base;
     int tc;
     const spec_key *k = resolve(spec, path, &base, &tc);
@@ -1382,7 +1384,7 @@ LLMT_API llmt_status llmt_spec_get_string(const llmt_spec *spec,
     }
     llmt_status st = put_text(text, buf, buflen, needed);
     if (st == LLMT_ERR_NULL_POINTER)
-        return llmt__err_set(&s->err, st, "spec: buf is NULL but buflen > 0");
+        return llmt__err_set(&s->err, st, "spec: get_string: buf is NULL (buflen > 0)");
     if (st == LLMT_ERR_BUFFER_TOO_SMALL)
         llmt__err_set(&s->err, st, "spec: %.200s needs %zu bytes", path,
                       strlen(text) + 1);
@@ -1523,7 +1525,9 @@ LLMT_API llmt_status llmt_spec_to_json(const llmt_spec *spec, char *buf,
                              "spec: out of memory");
     llmt_status st = put_text(text, buf, buflen, needed);
     cJSON_free(text);
-    if (st != LLMT_OK)
+    if (st == LLMT_ERR_NULL_POINTER)
+        llmt__err_set(&s->err, st, "spec: to_json: buf is NULL (buflen > 0)");
+    else if (st != LLMT_OK)
         llmt__err_set(&s->err, st, "spec: to_json needs a buffer of %zu bytes",
                       needed ? *needed : 0);
     return st;
