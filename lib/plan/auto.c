@@ -114,9 +114,8 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
     llmt_err *err = ctx ? &ctx->err : NULL;
     if (out)
         *out = NULL;
-    if (!spec || !out)
-        return llmt__err_set(err, LLMT_ERR_NULL_POINTER,
-                             "plan: spec and out must not be NULL");
+    LLMT__NONNULL(err, "plan: auto", spec);
+    LLMT__NONNULL(err, "plan: auto", out);
     llmt_plan_auto_opts o;
     llmt_plan_auto_opts_init(&o, sizeof o);
     if (opts) {

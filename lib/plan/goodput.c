@@ -137,8 +137,9 @@ LLMT_API llmt_status llmt_plan_simulate_goodput(const llmt_plan *plan,
                                                 const llmt_goodput_opts *opts,
                                                 llmt_goodput_result *out)
 {
-    if (!plan || !out)
+    if (!plan)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&plan->err, "plan: simulate_goodput", out);
     llmt_plan *pl = (llmt_plan *)plan;
     if (out->struct_size < sizeof(size_t) + sizeof(double))
         return llmt__err_set(&pl->err, LLMT_ERR_STRUCT_SIZE,

@@ -137,9 +137,8 @@ LLMT_API llmt_status llmt_plan_create(llmt_context *ctx, const llmt_spec *spec,
     llmt_err *err = ctx ? &ctx->err : NULL;
     if (out)
         *out = NULL;
-    if (!spec || !out)
-        return llmt__err_set(err, LLMT_ERR_NULL_POINTER,
-                             "plan: spec and out must not be NULL");
+    LLMT__NONNULL(err, "plan: create", spec);
+    LLMT__NONNULL(err, "plan: create", out);
     if (world_size < 0)
         return llmt__err_set(err, LLMT_ERR_INVALID_ARGUMENT,
                              "plan: world size %d < 0", (int)world_size);
@@ -178,8 +177,9 @@ LLMT_API const char *llmt_plan_last_error(const llmt_plan *plan)
 
 LLMT_API llmt_status llmt_plan_degrees(const llmt_plan *plan, int32_t *out)
 {
-    if (!plan || !out)
+    if (!plan)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&plan->err, "plan: degrees", out);
     out[LLMT_DIM_TP] = plan->tp;
     out[LLMT_DIM_CP] = plan->cp;
     out[LLMT_DIM_PP] = plan->pp;
@@ -190,8 +190,9 @@ LLMT_API llmt_status llmt_plan_degrees(const llmt_plan *plan, int32_t *out)
 
 LLMT_API llmt_status llmt_plan_world_size(const llmt_plan *plan, int32_t *out)
 {
-    if (!plan || !out)
+    if (!plan)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&plan->err, "plan: world_size", out);
     *out = plan->world;
     return LLMT_OK;
 }
@@ -199,8 +200,9 @@ LLMT_API llmt_status llmt_plan_world_size(const llmt_plan *plan, int32_t *out)
 LLMT_API llmt_status llmt_plan_coords(const llmt_plan *plan, int32_t rank,
                                       int32_t *coords)
 {
-    if (!plan || !coords)
+    if (!plan)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&plan->err, "plan: coords", coords);
     llmt_plan *p = (llmt_plan *)plan;
     if (rank < 0 || rank >= plan->world)
         return llmt__err_set(&p->err, LLMT_ERR_INVALID_ARGUMENT,
@@ -221,8 +223,10 @@ LLMT_API llmt_status llmt_plan_coords(const llmt_plan *plan, int32_t rank,
 LLMT_API llmt_status llmt_plan_rank_of(const llmt_plan *plan,
                                        const int32_t *coords, int32_t *rank)
 {
-    if (!plan || !coords || !rank)
+    if (!plan)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&plan->err, "plan: rank_of", coords);
+    LLMT__NONNULL((llmt_err *)&plan->err, "plan: rank_of", rank);
     llmt_plan *p = (llmt_plan *)plan;
     const int32_t lim[4] = {plan->tp, plan->cp, plan->pp, plan->dp};
     static const char *const nm[4] = {"tp", "cp", "pp", "dp"};
@@ -243,8 +247,9 @@ LLMT_API llmt_status llmt_plan_group(const llmt_plan *plan, llmt_plan_dim dim,
                                      size_t capacity, size_t *count,
                                      int32_t *group_id)
 {
-    if (!plan || !count)
+    if (!plan)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&plan->err, "plan: group", count);
     llmt_plan *p = (llmt_plan *)plan;
     int32_t c[LLMT_PLAN_NDIMS];
     llmt_status st = llmt_plan_coords(plan, rank, c);
@@ -302,8 +307,10 @@ LLMT_API llmt_status llmt_plan_stage_layers(const llmt_plan *plan,
                                             int32_t stage, int32_t chunk,
                                             int32_t *first, int32_t *count)
 {
-    if (!plan || !first || !count)
+    if (!plan)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&plan->err, "plan: stage_layers", first);
+    LLMT__NONNULL((llmt_err *)&plan->err, "plan: stage_layers", count);
     llmt_plan *p = (llmt_plan *)plan;
     int64_t v = plan->spec->parallelism.virtual_stages;
     if (stage < 0 || stage >= plan->pp || chunk < 0 || chunk >= v)
@@ -321,8 +328,9 @@ LLMT_API llmt_status llmt_plan_stage_layers(const llmt_plan *plan,
 LLMT_API llmt_status llmt_plan_get_estimate(const llmt_plan *plan,
                                             llmt_plan_estimate *out)
 {
-    if (!plan || !out)
+    if (!plan)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&plan->err, "plan: get_estimate", out);
     size_t n = out->struct_size;
     if (n < offsetof(llmt_plan_estimate, world_size) + sizeof(int32_t))
         return llmt__err_set(&((llmt_plan *)plan)->err, LLMT_ERR_STRUCT_SIZE,
@@ -334,16 +342,18 @@ LLMT_API llmt_status llmt_plan_get_estimate(const llmt_plan *plan,
     return LLMT_OK;
 }
 
-static llmt_status put_text(llmt_plan *p, const char *text, char *buf,
-                            size_t buflen, size_t *needed)
+static llmt_status put_text(llmt_plan *p, const char *what, const char *text,
+                            char *buf, size_t buflen, size_t *needed)
 {
     size_t l = strlen(text);
     if (needed)
         *needed = l + 1;
     if (buflen == 0)
-        return LLMT_ERR_BUFFER_TOO_SMALL;
+        return llmt__err_set(&p->err, LLMT_ERR_BUFFER_TOO_SMALL,
+                             "%s: needs a buffer of %zu bytes", what, l + 1);
     if (!buf)
-        return LLMT_ERR_NULL_POINTER;
+        return llmt__err_set(&p->err, LLMT_ERR_NULL_POINTER,
+                             "%s: buf is NULL (buflen > 0)", what);
     if (l + 1 > buflen) {
         memcpy(buf, text, buflen - 1);
         buf[buflen - 1] = '\0';
@@ -361,8 +371,8 @@ LLMT_API llmt_status llmt_plan_explain(const llmt_plan *plan, char *buf,
         *needed = 0;
     if (!plan)
         return LLMT_ERR_NULL_POINTER;
-    return put_text((llmt_plan *)plan, plan->notes ? plan->notes : "", buf,
-                    buflen, needed);
+    return put_text((llmt_plan *)plan, "plan: explain", plan->notes ? plan->notes : "",
+                    buf, buflen, needed);
 }
 
 #define NUM(o, k, v) cJSON_AddNumberToObject(o, k, (double)(v))
@@ -502,7 +512,7 @@ LLMT_API llmt_status llmt_plan_to_json(const llmt_plan *plan, char *buf,
     cJSON_Delete(o);
     if (!text)
         return llmt__err_set(&p->err, LLMT_ERR_OUT_OF_MEMORY, "plan: out of memory");
-    llmt_status st = put_text(p, text, buf, buflen, needed);
+    llmt_status st = put_text(p, "plan: to_json", text, buf, buflen, needed);
     cJSON_free(text);
     return st;
 }
@@ -512,8 +522,9 @@ LLMT_API llmt_status llmt_plan_reshape(const llmt_plan *plan,
 {
     if (out)
         *out = NULL;
-    if (!plan || !out)
+    if (!plan)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&plan->err, "plan: reshape", out);
     llmt_plan *p = (llmt_plan *)plan;
     const llmt_spec *s = plan->spec;
     int64_t mp = (int64_t)plan->tp * plan->pp * plan->cp;
