@@ -146,8 +146,9 @@ LLMT_API llmt_status llmt_context_set_log_level(llmt_context *ctx,
 LLMT_API llmt_status llmt_log(llmt_context *ctx, llmt_log_level level,
                               const char *module, const char *msg)
 {
-    if (!ctx || !msg)
+    if (!ctx)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ctx->err, "log", msg);
     if ((int)level < LLMT_LOG_TRACE || level >= LLMT_LOG_OFF)
         return llmt__err_set(&ctx->err, LLMT_ERR_INVALID_ARGUMENT,
                              "log: level %d is not in 0..4", (int)level);
@@ -207,8 +208,9 @@ void llmt__free(llmt_context *ctx, void *ptr, size_t size)
 LLMT_API llmt_status llmt_alloc(llmt_context *ctx, size_t size, size_t align,
                                 void **out)
 {
-    if (!ctx || !out)
+    if (!ctx)
         return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&ctx->err, "alloc", out);
     *out = NULL;
     if (align && (align & (align - 1)))
         return llmt__err_set(&ctx->err, LLMT_ERR_INVALID_ARGUMENT,
