@@ -406,15 +406,16 @@ static void loss_bwd(llmt_trainer *tr, const int32_t *inp, const int32_t *tgt,
     if (tr->dp) llmt__dp_ready(tr->dp, 0);
 }
 
-static llmt_status check_batch(llmt_trainer *tr, const llmt_batch *b,
-                               int exact)
+/* `what` names the public call ("trainer: step") for the messages. */
+static llmt_status check_batch(llmt_trainer *tr, const char *what,
+                               const llmt_batch *b, int exact)
 {
     if (!b || !b->inputs || !b->targets)
-        return llmt__err_set(&tr->err, LLMT_ERR_NULL_POINTER,
-                             "trainer: batch, inputs and targets must be set");
+        return llmt__err_set(&tr->err, LLMT_ERR_NULL_POINTER, "%s: %s is NULL", what,
+                             !b ? "batch" : !b->inputs ? "batch->inputs" : "batch->targets");
     if (b->struct_size < sizeof *b)
         return llmt__err_set(&tr->err, LLMT_ERR_STRUCT_SIZE,
-                             "trainer: llmt_batch.struct_size %zu < %zu",
+                             "%s: llmt_batch.struct_size %zu < %zu", what,
                              b->struct_size, sizeof *b);
     int want = tr->B * tr->o.grad_accum;
     if (b->seq_len != tr->T || b->sequences < 1 ||
@@ -438,10 +439,10 @@ static llmt_status check_batch(llmt_trainer *tr, const llmt_batch *b,
     return LLMT_OK;
 }
 
-static llmt_status fwd_bwd(llmt_trainer *tr, const llmt_batch *b, float *loss,
-                           int64_t *tokens)
+static llmt_status fwd_bwd(llmt_trainer *tr, const char *what, const llmt_batch *b,
+                           float *loss, int64_t *tokens)
 {
-    llmt_status s = check_batch(tr, b, 1);
+    llmt_status s = check_batch(tr, what, b, 1);
     if (s != LLMT_OK) return s;
     int64_t count = 0;
     size_t per = (size_t)tr->B * tr->T;
@@ -475,7 +476,7 @@ llmt_status llmt_trainer_forward_backward(llmt_trainer *tr,
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&tr->err, "trainer: forward_backward", loss);
-    return fwd_bwd(tr, b, loss, NULL);
+    return fwd_bwd(tr, "trainer: forward_backward", b, loss, NULL);
 }
 
 /* ---- optimizer */
@@ -530,7 +531,7 @@ llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
     double t0 = now_s();
     float loss;
     int64_t tokens = 0;
-    llmt_status s = fwd_bwd(tr, b, &loss, &tokens);
+    llmt_status s = fwd_bwd(tr, "trainer: step", b, &loss, &tokens);
     if (s != LLMT_OK) return s;
     llmt_model *mdl = tr->model;
     double ss;
@@ -577,7 +578,7 @@ llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b,
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&tr->err, "trainer: evaluate", loss);
-    llmt_status s = check_batch(tr, b, 0);
+    llmt_status s = check_batch(tr, "trainer: evaluate", b, 0);
     if (s != LLMT_OK) return s;
     double sum = 0.0;
     int64_t count = 0;

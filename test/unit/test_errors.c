@@ -284,6 +284,11 @@ static void test_model_train(void)
         llmt_batch b = {sizeof b, in, tg, 1, 8};
         EXPECT_MSG(llmt_trainer_evaluate(tr, &b, NULL), LLMT_ERR_NULL_POINTER,
                    llmt_trainer_last_error(tr), "trainer: evaluate: loss is NULL");
+        EXPECT_MSG(llmt_trainer_step(tr, NULL, NULL), LLMT_ERR_NULL_POINTER,
+                   llmt_trainer_last_error(tr), "trainer: step: batch is NULL");
+        b.targets = NULL;
+        EXPECT_MSG(llmt_trainer_evaluate(tr, &b, &(float){0}), LLMT_ERR_NULL_POINTER,
+                   llmt_trainer_last_error(tr), "trainer: evaluate: batch->targets is NULL");
         llmt_trainer_destroy(tr);
     }
     llmt_model_destroy(m);
