@@ -190,7 +190,7 @@ LLMT_API llmt_status llmt_dedup_create(llmt_context *ctx,
     LLMT__NONNULL(ce, "dedup: create", out);
     *out = NULL;
     if (!opts)
-        return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "dedup: opts is NULL");
+        return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "dedup: create: opts is NULL");
     llmt_dedup_opts o;
     llmt_dedup_opts_init(&o, sizeof o);
     llmt_status s = llmt__opts_copy(ce, "dedup opts", &o, sizeof o, opts);

@@ -197,11 +197,11 @@ LLMT_API llmt_status llmt_ingest_open(llmt_context *ctx,
     LLMT__NONNULL(ce, "ingest: open", out);
     *out = NULL;
     if (!inputs)
-        return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "ingest: inputs is NULL");
+        return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "ingest: open: inputs is NULL");
     for (size_t i = 0; i < n; i++)
         if (!inputs[i])
             return llmt__err_set(ce, LLMT_ERR_NULL_POINTER,
-                                 "ingest: inputs[%zu] is NULL", i);
+                                 "ingest: open: inputs[%zu] is NULL", i);
     if (n == 0)
         return llmt__err_set(ce, LLMT_ERR_INVALID_ARGUMENT, "ingest: no inputs");
     llmt_ingest_opts o;
