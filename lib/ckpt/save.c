@@ -57,7 +57,7 @@ LLMT_API llmt_status llmt_ckpt_create(llmt_context *ctx, const char *root,
     LLMT__NONNULL(ce, "ckpt: create", out);
     *out = NULL;
     if (!root)
-        return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "ckpt: root directory is NULL");
+        return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "ckpt: create: root is NULL");
     llmt_ckpt_opts o;
     llmt_ckpt_opts_init(&o, sizeof o);
     if (opts) {
