@@ -20,12 +20,11 @@
 #include <stdint.h>
 
 #include "llmtrain.h"
+#include "../lib/exec/dev.h" /* llmt__bf16, the GEMM argument types */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef uint16_t llmt__bf16; /* bit pattern of a bfloat16 */
 
 typedef struct llmt__cuda_ctx llmt__cuda_ctx;
 
@@ -38,6 +37,9 @@ typedef struct llmt__cuda_ctx_opts {
     int attn_scalar;      /* attention kernels: 0 best available, 1 CUDA
                              cores only, 2 tensor cores through shared
                              memory only (tests and comparisons) */
+    char *err;            /* optional: receives the message when creation
+                             fails (the context is gone then) */
+    size_t err_len;
 } llmt__cuda_ctx_opts;
 
 /* Creates the compute and communication streams (non-blocking), the
@@ -90,43 +92,7 @@ llmt_status llmt__cuda_time(llmt__cuda_ctx *ctx, void (*fn)(void *), void *arg,
 
 /* ---- GEMM through cuBLASLt (cuda/gemm/gemm.cu) --------------------------- */
 
-typedef enum llmt__gemm_epi {
-    LLMT_GEMM_EPI_NONE = 0,
-    LLMT_GEMM_EPI_BIAS = 1,      /* + bias[N] (bf16) */
-    LLMT_GEMM_EPI_GELU = 2,      /* gelu(.) */
-    LLMT_GEMM_EPI_GELU_BIAS = 3, /* gelu(. + bias); pre-activation into aux */
-    LLMT_GEMM_EPI_DGELU = 4,     /* . * gelu'(aux) (aux: forward's pre-act) */
-    LLMT_GEMM_EPI_BGRAD = 5      /* also bias_grad[M] = sum_k op(A)[m,k] */
-} llmt__gemm_epi;
-
-typedef enum llmt__gemm_type {
-    LLMT_GEMM_BF16 = 0,
-    LLMT_GEMM_F32 = 1,
-    LLMT_GEMM_E4M3 = 2,
-    LLMT_GEMM_E5M2 = 3   /* A (e.g. a gradient) E5M2, B E4M3 */
-} llmt__gemm_type;
-
-/* Row-major C[M,N] = alpha * op(A) @ op(B) + beta * C, op(A) [M,K] (A stored
- * [K,M] when trans_a), op(B) [K,N] (B stored [N,K] when trans_b). lda/ldb/ldc
- * 0 mean packed. A and B are bf16 (or both fp8 with a_scale/b_scale: device
- * pointers to fp32 per-tensor dequantisation factors; fp8 needs sm_89+ and
- * trans_a=0, trans_b=1, which is the Linear forward inp @ W^T). C is bf16 or
- * fp32 (c_type). fp32 accumulation always. */
-typedef struct llmt__gemm_args {
-    int trans_a, trans_b;
-    int M, N, K;
-    const void *A; int lda;
-    const void *B; int ldb;
-    void *C; int ldc;
-    llmt__gemm_type ab_type, c_type;
-    float alpha, beta;
-    llmt__gemm_epi epi;
-    const void *bias;  /* EPI_BIAS / GELU_BIAS: bf16 [N] (c_type's type) */
-    void *aux;         /* GELU_BIAS: out pre-act; DGELU: in pre-act [M,N] */
-    void *bias_grad;   /* BGRAD: [M] of c_type's type (overwritten) */
-    const float *a_scale, *b_scale; /* fp8 only (device) */
-} llmt__gemm_args;
-
+/* llmt__gemm_epi, llmt__gemm_type and llmt__gemm_args: lib/exec/dev.h */
 void llmt__gemm_args_init(llmt__gemm_args *g);
 llmt_status llmt__cuda_gemm(llmt__cuda_ctx *ctx, const llmt__gemm_args *g);
 /* Heuristic cache statistics: (lookups, misses). */

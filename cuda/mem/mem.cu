@@ -53,6 +53,11 @@ llmt_status llmt__cuda_ctx_create(const llmt__cuda_ctx_opts *opts,
     *out = c;
     return LLMT_OK;
 fail:
+    if (opts && opts->err && opts->err_len) {
+        strncpy(opts->err, c->err.msg[0] ? c->err.msg : "cuda: out of host memory",
+                opts->err_len - 1);
+        opts->err[opts->err_len - 1] = '\0';
+    }
     llmt__cuda_ctx_destroy(c);
     return st;
 }

@@ -1,0 +1,210 @@
+/* The device op table: what the mixed-precision training engine
+ * (lib/train/gpu.c) needs from an accelerator backend, as plain function
+ * pointers. Two backends fill it: CUDA (cuda/exec/dev_cuda.c, a thin layer
+ * over cuda/llmt_cuda.h) and a host emulation (lib/exec/dev_emul.c) that
+ * runs the same ops on the CPU with the same storage types and roundings,
+ * so that the engine's logic is tested on machines without a GPU.
+ *
+ * Why a second table beside lib/exec/exec.h: the fp32 table's ops take and
+ * return fp32 host arrays one op at a time; on a GPU the activations and
+ * parameters are bf16 with fp32 master weights, GEMMs fuse their bias and
+ * GELU epilogues, and attention keeps a log-sum-exp instead of a T x T
+ * probability matrix. The engine built on this table is a different
+ * program, not a different set of kernels behind the same one.
+ *
+ * Types: activations and parameters bf16 (llmt__bf16 bit patterns, so C
+ * callers need no CUDA headers); master weights, gradients of parameters,
+ * optimizer state, norm statistics and losses fp32. Row-major; N rows of C
+ * channels. Backward ops ACCUMULATE (+=) into fp32 parameter gradients and
+ * into bf16 input gradients unless they say "overwritten". "Device" memory
+ * is whatever `alloc` returns (host memory for the emulation). Everything
+ * is queued in order on one stream; `d2h`/`h2d` synchronise. */
+#ifndef LLMT_EXEC_DEV_H
+#define LLMT_EXEC_DEV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmtrain.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint16_t llmt__bf16; /* bit pattern of a bfloat16 */
+
+#ifndef LLMT__GEMM_TYPES
+#define LLMT__GEMM_TYPES
+typedef enum llmt__gemm_epi {
+    LLMT_GEMM_EPI_NONE = 0,
+    LLMT_GEMM_EPI_BIAS = 1,      /* + bias[N] (bf16) */
+    LLMT_GEMM_EPI_GELU = 2,      /* gelu(.) */
+    LLMT_GEMM_EPI_GELU_BIAS = 3, /* gelu(. + bias); pre-activation into aux */
+    LLMT_GEMM_EPI_DGELU = 4,     /* . * gelu'(aux) (aux: forward's pre-act) */
+    LLMT_GEMM_EPI_BGRAD = 5      /* also bias_grad[M] = sum_k op(A)[m,k] */
+} llmt__gemm_epi;
+
+typedef enum llmt__gemm_type {
+    LLMT_GEMM_BF16 = 0,
+    LLMT_GEMM_F32 = 1,
+    LLMT_GEMM_E4M3 = 2,
+    LLMT_GEMM_E5M2 = 3   /* A (e.g. a gradient) E5M2, B E4M3 */
+} llmt__gemm_type;
+
+/* Row-major C[M,N] = alpha * op(A) @ op(B) + beta * C, op(A) [M,K] (A stored
+ * [K,M] when trans_a), op(B) [K,N] (B stored [N,K] when trans_b). lda/ldb/ldc
+ * 0 mean packed. A and B are bf16 (or both fp8 with a_scale/b_scale: device
+ * pointers to fp32 per-tensor dequantisation factors; fp8 needs sm_89+ and
+ * trans_a=0, trans_b=1, which is the Linear forward inp @ W^T). C is bf16 or
+ * fp32 (c_type). fp32 accumulation always. */
+typedef struct llmt__gemm_args {
+    int trans_a, trans_b;
+    int M, N, K;
+    const void *A; int lda;
+    const void *B; int ldb;
+    void *C; int ldc;
+    llmt__gemm_type ab_type, c_type;
+    float alpha, beta;
+    llmt__gemm_epi epi;
+    const void *bias;  /* EPI_BIAS / GELU_BIAS: bf16 [N] (c_type's type) */
+    void *aux;         /* GELU_BIAS: out pre-act; DGELU: in pre-act [M,N] */
+    void *bias_grad;   /* BGRAD: [M] of c_type's type (overwritten) */
+    const float *a_scale, *b_scale; /* fp8 only (device) */
+} llmt__gemm_args;
+#endif
+
+typedef struct llmt__dev llmt__dev; /* a backend's context (opaque) */
+
+typedef struct llmt__dev_opts {
+    int device;        /* ordinal */
+    int deterministic; /* bitwise-reproducible runs */
+} llmt__dev_opts;
+
+typedef struct llmt__dev_ops {
+    const char *name; /* "cuda", "emulated" */
+
+    /* -- context and memory */
+    /* On failure *out is NULL and err (errlen bytes) says why. */
+    llmt_status (*create)(const llmt__dev_opts *o, llmt__dev **out, char *err,
+                          size_t errlen);
+    void (*destroy)(llmt__dev *d);
+    const char *(*last_error)(const llmt__dev *d);
+    llmt_status (*alloc)(llmt__dev *d, void **p, size_t bytes);
+    void (*free)(llmt__dev *d, void *p);
+    /* Pinned host memory (the engine's host mirrors for snapshots). */
+    llmt_status (*host_alloc)(llmt__dev *d, void **p, size_t bytes);
+    void (*host_free)(llmt__dev *d, void *p);
+    /* Bytes allocated now and at most so far (the allocator's view). */
+    void (*mem_stats)(const llmt__dev *d, size_t *in_use, size_t *peak);
+    llmt_status (*h2d)(llmt__dev *d, void *dst, const void *src, size_t bytes);
+    llmt_status (*d2h)(llmt__dev *d, void *dst, const void *src, size_t bytes);
+    llmt_status (*memset0)(llmt__dev *d, void *dst, size_t bytes);
+    /* Wait for everything queued; surfaces asynchronous errors. */
+    llmt_status (*sync)(llmt__dev *d);
+
+    /* -- compute */
+    llmt_status (*gemm)(llmt__dev *d, const llmt__gemm_args *g);
+    /* out[B*T,C] = wte[tok] (+ wpe[t]); wpe may be NULL. */
+    llmt_status (*embedding_fwd)(llmt__dev *d, llmt__bf16 *out,
+                                 const int32_t *tok, const llmt__bf16 *wte,
+                                 const llmt__bf16 *wpe, int B, int T, int C);
+    /* dwte[tok] += dout rows; dwpe[t] += sum over b (dwpe may be NULL). */
+    llmt_status (*embedding_bwd)(llmt__dev *d, float *dwte, float *dwpe,
+                                 const llmt__bf16 *dout, const int32_t *tok,
+                                 int B, int T, int C);
+    /* mean/rstd [N] fp32; b may be NULL. */
+    llmt_status (*layernorm_fwd)(llmt__dev *d, llmt__bf16 *out, float *mean,
+                                 float *rstd, const llmt__bf16 *inp,
+                                 const llmt__bf16 *w, const llmt__bf16 *b,
+                                 int N, int C, float eps);
+    /* dinp (bf16) += ; dw, db (fp32) += ; db may be NULL. */
+    llmt_status (*layernorm_bwd)(llmt__dev *d, llmt__bf16 *dinp, float *dw,
+                                 float *db, const llmt__bf16 *dout,
+                                 const llmt__bf16 *inp, const llmt__bf16 *w,
+                                 const float *mean, const float *rstd, int N,
+                                 int C);
+    llmt_status (*rmsnorm_fwd)(llmt__dev *d, llmt__bf16 *out, float *rstd,
+                               const llmt__bf16 *inp, const llmt__bf16 *w,
+                               int N, int C, float eps);
+    llmt_status (*rmsnorm_bwd)(llmt__dev *d, llmt__bf16 *dinp, float *dw,
+                               const llmt__bf16 *dout, const llmt__bf16 *inp,
+                               const llmt__bf16 *w, const float *rstd, int N,
+                               int C);
+    /* out = silu(gate) * up; bwd: dgate +=, dup +=. */
+    llmt_status (*swiglu_fwd)(llmt__dev *d, llmt__bf16 *out,
+                              const llmt__bf16 *gate, const llmt__bf16 *up,
+                              size_t n);
+    llmt_status (*swiglu_bwd)(llmt__dev *d, llmt__bf16 *dgate, llmt__bf16 *dup,
+                              const llmt__bf16 *dout, const llmt__bf16 *gate,
+                              const llmt__bf16 *up, size_t n);
+    /* out = a + b (out may alias a). */
+    llmt_status (*residual_fwd)(llmt__dev *d, llmt__bf16 *out,
+                                const llmt__bf16 *a, const llmt__bf16 *b,
+                                size_t n);
+    /* dbias[C] += column sums of dout[N,C]. */
+    llmt_status (*bias_bwd)(llmt__dev *d, float *dbias, const llmt__bf16 *dout,
+                            int N, int C);
+    /* In place on nh heads of hd per row, B*T rows of stride `stride`,
+     * position = row % T, pairs (i, i+hd/2); inverse=1 is the backward. */
+    llmt_status (*rope)(llmt__dev *d, llmt__bf16 *x, int B, int T, int nh,
+                        int hd, size_t stride, float theta, int inverse);
+    /* Causal attention, q/k/v rows of stride qs, grouped-query heads (head
+     * h reads kv head h/(nh/nkv)); out [B*T, nh*hd] packed; lse [B,nh,T]. */
+    llmt_status (*attention_fwd)(llmt__dev *d, llmt__bf16 *out, float *lse,
+                                 const llmt__bf16 *q, const llmt__bf16 *k,
+                                 const llmt__bf16 *v, size_t qs, int B, int T,
+                                 int nh, int nkv, int hd);
+    /* dq, dk, dv (stride qs) are OVERWRITTEN. */
+    llmt_status (*attention_bwd)(llmt__dev *d, llmt__bf16 *dq, llmt__bf16 *dk,
+                                 llmt__bf16 *dv, const llmt__bf16 *dout,
+                                 const llmt__bf16 *out, const float *lse,
+                                 const llmt__bf16 *q, const llmt__bf16 *k,
+                                 const llmt__bf16 *v, size_t qs, int B, int T,
+                                 int nh, int nkv, int hd);
+    /* losses[n] = logsumexp - logit[target] (0 where target < 0); when
+     * dloss != 0 the logits are OVERWRITTEN by (softmax - onehot) * dloss
+     * (0 in padded columns and ignored rows). */
+    llmt_status (*softmax_xent)(llmt__dev *d, float *losses, llmt__bf16 *logits,
+                                const int32_t *targets, int N, int V, int Vp,
+                                float dloss);
+    /* AdamW on fp32 master weights; writes the bf16 copy (round to nearest
+     * even) when param_bf16 is not NULL. grad * grad_scale; t 1-based. */
+    llmt_status (*adamw)(llmt__dev *d, float *master, llmt__bf16 *param_bf16,
+                         const float *grad, float *m, float *v, size_t n,
+                         float lr, float beta1, float beta2, float eps,
+                         float wd, float grad_scale, int64_t t);
+    /* out[0] (device fp32) = sum of squares over `count` arrays. */
+    llmt_status (*sumsq)(llmt__dev *d, float *out, const float *const *xs,
+                         const size_t *ns, int count);
+    /* out[0] (device fp32) = sum of x. */
+    llmt_status (*sum)(llmt__dev *d, float *out, const float *x, size_t n);
+    llmt_status (*f32_to_bf16)(llmt__dev *d, llmt__bf16 *y, const float *x,
+                               size_t n);
+} llmt__dev_ops;
+
+/* The CUDA table, or NULL in a build without CUDA. */
+const llmt__dev_ops *llmt__dev_cuda(void);
+/* The host emulation (always available; internal, for tests). */
+const llmt__dev_ops *llmt__dev_emul(void);
+
+/* Host-side bf16 helpers shared by the emulation and the engine. */
+static inline float llmt__bf16_to_f32(llmt__bf16 h)
+{
+    union { uint32_t u; float f; } x;
+    x.u = (uint32_t)h << 16;
+    return x.f;
+}
+static inline llmt__bf16 llmt__f32_to_bf16(float f)
+{
+    union { uint32_t u; float f; } x;
+    x.f = f;
+    if ((x.u & 0x7fffffffu) > 0x7f800000u) return (llmt__bf16)((x.u >> 16) | 0x40);
+    x.u += 0x7fffu + ((x.u >> 16) & 1u); /* round to nearest even */
+    return (llmt__bf16)(x.u >> 16);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
