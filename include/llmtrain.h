@@ -517,6 +517,14 @@ LLMT_API llmt_status llmt_plan_simulate_goodput(const llmt_plan *plan,
  * activations for one model and runs steps on batches the host supplies.
  * A model and its trainer are not thread-safe: drive them from one thread
  * (the library uses OpenMP/OpenBLAS threads inside a call).
+ * A trainer created with device = LLMT_DEVICE_CUDA keeps the working copy
+ * of the parameters, gradients and moments on the GPU; the model's host
+ * parameters and the views of llmt_trainer_grad / _optim_state are
+ * brought up to date when they are asked for (grad, optim_state,
+ * ckpt_add, sync_params), not after every step: call
+ * llmt_trainer_sync_params before reading the model's parameters directly
+ * (llmt_model_param, save, export). Writes to them reach the GPU through
+ * llmt_trainer_ckpt_read (or a new trainer).
  * ====================================================================== */
 typedef struct llmt_model llmt_model;
 typedef struct llmt_trainer llmt_trainer;
@@ -608,6 +616,13 @@ typedef struct llmt_trainer_opts {
     int32_t recompute;       /* 1: keep only layer inputs, recompute each
                                 layer in the backward; default 0 */
     int32_t threads;         /* OpenMP and OpenBLAS threads; 0 = default */
+    int32_t device;          /* llmt_device_type: LLMT_DEVICE_CPU (default,
+                                fp32) or LLMT_DEVICE_CUDA (bf16 parameters
+                                and activations, fp32 master weights,
+                                gradients and AdamW state; doc/gpu.md) */
+    int32_t device_index;    /* CUDA ordinal; default 0 */
+    int32_t deterministic;   /* CUDA: bitwise-identical repeated runs (no
+                                atomics, fixed GEMM reductions); default 0 */
 } llmt_trainer_opts;
 
 /* A step's tokens: `sequences` rows of `seq_len` tokens, inputs and
@@ -1195,8 +1210,9 @@ LLMT_API llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index,
                                               int32_t which,
                                               llmt_tensor *view,
                                               int64_t *flat_offset);
-/* Host memory the trainer and its model hold, by category, in bytes. Set
- * struct_size; fields past it are not written. */
+/* Host memory the trainer and its model hold, by category, in bytes (for
+ * a device trainer: the host copies), plus the device memory of a device
+ * trainer. Set struct_size; fields past it are not written. */
 typedef struct llmt_trainer_memory {
     size_t struct_size;
     int64_t params;       /* the model's parameter buffer (full size, also
@@ -1215,11 +1231,18 @@ typedef struct llmt_trainer_memory {
                              share of each ungathered unit are given back
                              to the OS (not with a user llmt_allocator or
                              LLMT_DP_POISON=1; see doc/comm.md) */
+    int64_t device_activations; /* device trainer: activations and backward
+                             scratch planned up front for micro_batch x
+                             seq_len (0 on the CPU) */
+    int64_t device_in_use;   /* device trainer: bytes its allocator holds now */
+    int64_t device_peak;     /* device trainer: the most it held so far */
 } llmt_trainer_memory;
 LLMT_API llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
                                                llmt_trainer_memory *out);
 /* ZeRO-3: gather the full parameters on every rank (collective), e.g.
- * before reading or saving them. A no-op for stages 0-2. */
+ * before reading or saving them. A no-op for stages 0-2. A device trainer:
+ * copy the parameters and moments from the GPU into the model's host
+ * parameters and the optimizer-state views. */
 LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
 
 /* ======================================================================

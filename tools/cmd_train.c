@@ -159,9 +159,9 @@ static int read_job(const llmt_spec *s, const char *out, const char *run_root,
     if (spec_i(s, "train.log_interval", &j->log_interval)) return -1;
     if (spec_i(s, "train.sample_tokens", &j->sample_tokens)) return -1;
     if (spec_i(s, "train.device", &v)) return -1;
-    if (v != 0)
-        return cli_fail(CMD, "train.device cuda: this command trains on the "
-                        "CPU only for now (set train.device to cpu)");
+    /* the spec's cpu|cuda; the trainer says so clearly when this build or
+     * machine has no GPU */
+    o->device = v == 1 ? LLMT_DEVICE_CUDA : LLMT_DEVICE_CPU;
     if (spec_i(s, "parallelism.tp", &v)) return -1;
     int64_t par = v;
     if (spec_i(s, "parallelism.pp", &v)) return -1;
@@ -597,9 +597,10 @@ static int train_main(run *r, const char *spec_path, const char *out,
     printf("data: %s; %lld train tokens, %lld validation tokens; unigram "
            "entropy %.3f nats/token\n", r->td.desc, (long long)r->td.n_train,
            (long long)r->td.n_val, r->td.unigram_entropy);
-    printf("train: %lld steps of %d x %d x %d tokens, lr %g, %s; output in "
-           "%s\n", (long long)j.steps, B, A, T, (double)j.to.lr,
-           j.to.recompute ? "recompute" : "no recompute", out);
+    printf("train: %lld steps of %d x %d x %d tokens, lr %g, %s, on the %s; "
+           "output in %s\n", (long long)j.steps, B, A, T, (double)j.to.lr,
+           j.to.recompute ? "recompute" : "no recompute",
+           j.to.device == LLMT_DEVICE_CUDA ? "GPU (bf16)" : "CPU (fp32)", out);
     fflush(stdout);
 
     int tty = isatty(STDOUT_FILENO);

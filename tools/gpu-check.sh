@@ -96,6 +96,9 @@ fi
 if [ $gpt2 = 1 ]; then
   gb=${GPT2_B:-16,32,64}
   $bdir/bench/gpu/bench_gpt2 --B "$gb" --json "$out/gpu-gpt2-ours.json" || rc=1
+  # the same model through the public trainer (device cuda)
+  $bdir/bench/gpu/bench_gpt2 --engine trainer --B "$gb" \
+    --json "$out/gpu-gpt2-trainer.json" || rc=1
   llmc=${LLMC_SRC:-$root/.llmc}
   if [ -f "$llmc/train_gpt2.cu" ]; then
     bench/gpu/llmc_peer.sh "$llmc" "$out/gpu-gpt2-llmc.json" "$gb" || rc=1

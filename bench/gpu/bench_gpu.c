@@ -176,7 +176,7 @@ int main(int argc, char **argv)
         printf("SKIP: no CUDA device (%s)\n", err);
         return 77;
     }
-    llmt__cuda_ctx_opts o = {0, 0, 0, 0};
+    llmt__cuda_ctx_opts o = {0, 0, 0, 0, NULL, 0};
     if (llmt__cuda_ctx_create(&o, &X) != LLMT_OK) return 1;
     if (json) {
         J = fopen(json, "w");

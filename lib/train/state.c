@@ -41,7 +41,8 @@ static void schedule_text(const llmt_trainer_opts *o, char *b, size_t cap)
              (double)o->min_lr, (long long)o->warmup_steps,
              (long long)o->total_steps, (double)o->decay_fraction);
 }
-void llmt__trainer_params_written(llmt_trainer *tr);
+llmt_status llmt__trainer_params_written(llmt_trainer *tr);
+llmt_status llmt__trainer_host_sync(llmt_trainer *tr);
 
 static const char *const prefix[3] = {"param/", "adam_m/", "adam_v/"};
 
@@ -183,6 +184,9 @@ llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
     LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_add", ck);
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
+    /* a device trainer: the host copies are what gets saved */
+    llmt_status hs = llmt__trainer_host_sync(tr);
+    if (hs != LLMT_OK) return hs;
     int32_t n = 0;
     llmt_model_param_count(model, &n, NULL);
     for (int32_t i = 0; i < n; i++) {
@@ -286,6 +290,9 @@ llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
                              buf);
     int32_t n = 0;
     llmt_model_param_count(model, &n, NULL);
+    /* a device trainer: host copies current before they are overwritten,
+     * then uploaded whole */
+    if ((s = llmt__trainer_host_sync(tr)) != LLMT_OK) return s;
     /* check every shape before touching anything */
     for (int pass = 0; pass < 2; pass++)
         for (int32_t i = 0; i < n; i++) {
@@ -304,8 +311,9 @@ llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
                 if (s != LLMT_OK) return s;
             }
         }
-    /* ZeRO-3: the parameters were read whole; only the shares are kept */
-    llmt__trainer_params_written(tr);
+    /* ZeRO-3: the parameters were read whole; only the shares are kept.
+     * A device trainer uploads them. */
+    if ((s = llmt__trainer_params_written(tr)) != LLMT_OK) return s;
     char saved[256], now[256];
     schedule_text(llmt__trainer_opts(tr), now, sizeof now);
     if (llmt_ckpt_get_kv(ck, "trainer.schedule", saved, sizeof saved, NULL) == LLMT_OK &&

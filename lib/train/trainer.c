@@ -13,6 +13,7 @@
 
 #include "exec/exec.h"
 #include "model/model.h"
+#include "train/device.h"
 #include "train/dp.h"
 
 typedef struct acts {
@@ -37,6 +38,11 @@ struct llmt_trainer {
     int32_t *gen_ctx;
     int64_t step;
     llmt__dp *dp;  /* data parallelism (lib/train/dp.c), or NULL */
+    /* device trainer (lib/train/device.c): grads, m and v are its host
+     * mirrors, brought up to date from the device on demand */
+    llmt__devtrain *dev;
+    int stale_params, stale_moments, stale_grads; /* host behind device */
+    double dev_sumsq; /* of the last forward_backward's gradients */
     /* all buffers come from one arena */
     float *arena;
     size_t arena_floats;
@@ -67,6 +73,9 @@ llmt_status llmt_trainer_opts_init(llmt_trainer_opts *o, size_t size)
     d.grad_clip = 1.0f;
     d.recompute = 0;
     d.threads = 0;
+    d.device = LLMT_DEVICE_CPU;
+    d.device_index = 0;
+    d.deterministic = 0;
     memcpy(o, &d, size < sizeof d ? size : sizeof d);
     o->struct_size = size;
     return LLMT_OK;
@@ -137,6 +146,10 @@ void llmt_trainer_destroy(llmt_trainer *tr)
     llmt_context *ctx = tr->ctx;
     size_t P = tr->model->total * sizeof(float);
     llmt__dp_destroy(tr->dp);
+    if (tr->dev) { /* grads, m and v are the engine's mirrors */
+        llmt__devtrain_destroy(tr->dev);
+        tr->grads = tr->m = tr->v = NULL;
+    }
     if (tr->grads) llmt__free(ctx, tr->grads, P);
     if (tr->m) llmt__free(ctx, tr->m, P);
     if (tr->v) llmt__free(ctx, tr->v, P);
@@ -149,9 +162,44 @@ void llmt_trainer_destroy(llmt_trainer *tr)
     llmt__free(ctx, tr, sizeof *tr);
 }
 
+/* The device engine behind a device trainer; its mirrors stand in for
+ * grads, m and v. */
+static llmt_status create_device(llmt_trainer *tr, const llmt__dev_ops *ops)
+{
+    llmt_err *me = &tr->model->err;
+    tr->gen_ctx = llmt__alloc(tr->ctx, (size_t)tr->T * sizeof(int32_t), 64);
+    if (!tr->gen_ctx)
+        return llmt__err_set(me, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
+    llmt_status s = llmt__devtrain_create(&tr->err, ops, &d, tr->model, tr->B, tr->T,
+                                          tr->o.grad_accum, &tr->dev);
+    if (s != LLMT_OK) return llmt__err_set(me, s, "%s", tr->err.msg);
+    tr->grads = llmt__devtrain_host_grads(tr->dev);
+    tr->m = llmt__devtrain_host_m(tr->dev);
+    tr->v = llmt__devtrain_host_v(tr->dev);
+    return LLMT_OK;
+}
+
+static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
+                               const llmt__dev_ops *dev_ops, llmt_trainer **out);
+
 llmt_status llmt_trainer_create(llmt_model *model,
                                 const llmt_trainer_opts *opts,
                                 llmt_trainer **out)
+{
+    return create_with(model, opts, NULL, out);
+}
+
+/* Tests: a device trainer on the given op table (e.g. the host emulation,
+ * llmt__dev_emul()), whatever opts->device says. */
+llmt_status llmt__trainer_create_dev(llmt_model *model, const llmt_trainer_opts *opts,
+                                     const llmt__dev_ops *ops, llmt_trainer **out)
+{
+    return create_with(model, opts, ops, out);
+}
+
+static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
+                               const llmt__dev_ops *dev_ops, llmt_trainer **out)
 {
     if (!model) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&model->err, "trainer: create", out);
@@ -189,6 +237,26 @@ llmt_status llmt_trainer_create(llmt_model *model,
                              ">= 0, betas in [0,1), eps > 0, weight_decay "
                              ">= 0, grad_clip >= 0, total_steps >= 1, "
                              "decay_fraction in [0,1])");
+    if (o.device != LLMT_DEVICE_CPU && o.device != LLMT_DEVICE_CUDA)
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: device %d is not LLMT_DEVICE_CPU (0) or "
+                             "LLMT_DEVICE_CUDA (1)", (int)o.device);
+    if (o.device == LLMT_DEVICE_CUDA && !dev_ops) {
+        dev_ops = llmt__dev_cuda();
+        if (!dev_ops)
+            return llmt__err_set(me, LLMT_ERR_UNSUPPORTED,
+                                 "trainer: device cuda: this build of llmtrain has "
+                                 "no CUDA backend (build with nvcc on PATH; "
+                                 "doc/gpu.md)");
+    }
+    if (dev_ops && o.recompute)
+        return llmt__err_set(me, LLMT_ERR_UNSUPPORTED,
+                             "trainer: device %s: activation recompute is not "
+                             "implemented on the device yet (set recompute 0)",
+                             dev_ops->name);
+    if (dev_ops && o.device_index < 0)
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: device_index %d < 0", (int)o.device_index);
     llmt_context *ctx = model->ctx;
     llmt_trainer *tr = llmt__calloc(ctx, 1, sizeof *tr);
     if (!tr) return llmt__err_set(me, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
@@ -199,6 +267,15 @@ llmt_status llmt_trainer_create(llmt_model *model,
     tr->B = o.micro_batch;
     tr->T = o.seq_len;
     tr->nacts = o.recompute ? 1 : c->layers;
+    if (dev_ops) {
+        llmt_status s = create_device(tr, dev_ops);
+        if (s != LLMT_OK) {
+            llmt_trainer_destroy(tr);
+            return s;
+        }
+        *out = tr;
+        return LLMT_OK;
+    }
     size_t P = model->total * sizeof(float);
     tr->grads = llmt__alloc(ctx, P, 64);
     tr->m = llmt__alloc(ctx, P, 64);
@@ -454,6 +531,16 @@ static llmt_status fwd_bwd(llmt_trainer *tr, const char *what, const llmt_batch 
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: the batch has no target to learn "
                              "(all < 0)");
+    if (tr->dev) {
+        double sum = 0.0;
+        s = llmt__devtrain_fwd_bwd(tr->dev, b->inputs, b->targets, tr->o.grad_accum,
+                                   count, &sum, &tr->dev_sumsq);
+        if (s != LLMT_OK) return s;
+        tr->stale_grads = 1;
+        *loss = (float)(sum / (double)count);
+        if (tokens) *tokens = count;
+        return LLMT_OK;
+    }
     tr->ops->zero(tr->grads, tr->model->total);
     float dloss = 1.0f / (float)count;
     double sum = 0.0;
@@ -535,7 +622,8 @@ llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
     if (s != LLMT_OK) return s;
     llmt_model *mdl = tr->model;
     double ss;
-    if (!tr->dp) ss = tr->ops->sumsq(tr->grads, mdl->total);
+    if (tr->dev) ss = tr->dev_sumsq;
+    else if (!tr->dp) ss = tr->ops->sumsq(tr->grads, mdl->total);
     else if (llmt__dp_sumsq(tr->dp, &ss) != LLMT_OK)
         return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
     float norm = (float)sqrt(ss);
@@ -549,13 +637,19 @@ llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
     if (tr->o.grad_clip > 0.0f && norm > tr->o.grad_clip)
         scale = tr->o.grad_clip / norm;
     float lr = lr_at(&tr->o, tr->step);
+    if (tr->dev) {
+        s = llmt__devtrain_update(tr->dev, lr, tr->o.beta1, tr->o.beta2, tr->o.eps,
+                                  tr->o.weight_decay, scale, tr->step + 1);
+        if (s != LLMT_OK) return s;
+        tr->stale_params = tr->stale_moments = 1;
+    }
     tr->step++;
     if (tr->dp) {
         if (llmt__dp_update(tr->dp, &tr->o, lr, scale, tr->step) != LLMT_OK)
             return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp),
                                      "trainer");
     }
-    for (int i = 0; !tr->dp && i < mdl->nparams; i++) {
+    for (int i = 0; !tr->dp && !tr->dev && i < mdl->nparams; i++) {
         const llmt__param *p = &mdl->params[i];
         tr->ops->adamw(mdl->data + p->offset, tr->grads + p->offset,
                        tr->m + p->offset, tr->v + p->offset, p->numel, lr,
@@ -585,8 +679,16 @@ llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b,
     size_t per = (size_t)tr->T;
     for (int r = 0; r < b->sequences; r += tr->B) {
         int Bc = b->sequences - r < tr->B ? b->sequences - r : tr->B;
-        sum += loss_fwd(tr, b->inputs + per * r, b->targets + per * r, Bc,
-                        tr->T, &count);
+        const int32_t *in = b->inputs + per * r, *tg = b->targets + per * r;
+        if (tr->dev) {
+            double part = 0.0;
+            s = llmt__devtrain_loss(tr->dev, in, tg, Bc, tr->T, &part);
+            if (s != LLMT_OK) return s;
+            sum += part;
+            for (size_t i = 0; i < per * (size_t)Bc; i++) count += tg[i] >= 0;
+            continue;
+        }
+        sum += loss_fwd(tr, in, tg, Bc, tr->T, &count);
     }
     if (count == 0)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
@@ -597,6 +699,29 @@ llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b,
 
 /* ---- access */
 
+/* A device trainer: bring the host copies that are behind the device up
+ * to date (each flag selects one kind). */
+static llmt_status host_sync(llmt_trainer *tr, int params, int moments, int grads)
+{
+    if (!tr->dev) return LLMT_OK;
+    params = params && tr->stale_params;
+    moments = moments && tr->stale_moments;
+    grads = grads && tr->stale_grads;
+    if (!params && !moments && !grads) return LLMT_OK;
+    llmt_status s = llmt__devtrain_download(tr->dev, params, moments, grads);
+    if (s != LLMT_OK) return s;
+    if (params) tr->stale_params = 0;
+    if (moments) tr->stale_moments = 0;
+    if (grads) tr->stale_grads = 0;
+    return LLMT_OK;
+}
+
+/* For lib/train/state.c: parameters and moments on the host, current. */
+llmt_status llmt__trainer_host_sync(llmt_trainer *tr)
+{
+    return host_sync(tr, 1, 1, 0);
+}
+
 llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index, llmt_tensor *v)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
@@ -605,6 +730,8 @@ llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index, llmt_tensor *v)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: parameter index %d out of range",
                              (int)index);
+    llmt_status s = host_sync(tr, 0, 0, 1);
+    if (s != LLMT_OK) return s;
     v->struct_size = sizeof *v;
     return llmt__model_view(tr->model, index, tr->grads, v);
 }
@@ -625,6 +752,8 @@ llmt_status llmt_trainer_optim_state(llmt_trainer *tr, int32_t index,
                              "holds only its share, read it with "
                              "llmt_trainer_optim_shard",
                              llmt__dp_zero_stage(tr->dp));
+    llmt_status s = host_sync(tr, 0, 1, 0);
+    if (s != LLMT_OK) return s;
     v->struct_size = sizeof *v;
     return llmt__model_view(tr->model, index, which ? tr->v : tr->m, v);
 }
@@ -667,6 +796,8 @@ llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index,
     const llmt__param *p = &tr->model->params[index];
     int64_t rel = 0, n = (int64_t)p->numel;
     float *ptr[3] = {NULL, NULL, NULL};
+    llmt_status s = host_sync(tr, 0, 1, 0);
+    if (s != LLMT_OK) return s;
     if (tr->m) { /* not sharded: every rank holds all of it */
         ptr[1] = tr->m + p->offset;
         ptr[2] = tr->v + p->offset;
@@ -702,6 +833,15 @@ llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
               r.comm_buffers;
     r.params_resident = r.params;
     if (tr->dp) r.params_resident -= (int64_t)llmt__dp_released_bytes(tr->dp);
+    if (tr->dev) {
+        llmt__devtrain_mem dm;
+        llmt__devtrain_memory(tr->dev, &dm);
+        r.activations = (int64_t)((size_t)tr->T * sizeof(int32_t)); /* host: gen */
+        r.total = r.params + r.grads + r.optimizer + r.activations;
+        r.device_activations = (int64_t)dm.activations;
+        r.device_in_use = (int64_t)dm.in_use;
+        r.device_peak = (int64_t)dm.peak;
+    }
     size_t n = out->struct_size < sizeof r ? out->struct_size : sizeof r;
     memcpy(out, &r, n);
     return LLMT_OK;
@@ -764,9 +904,11 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
                                  (int)prompt[i], V);
     float *sorted = malloc(sizeof(float) * (size_t)V);
     double *pr = malloc(sizeof(double) * (size_t)V);
-    if (!sorted || !pr) {
+    float *devlg = tr->dev ? malloc(sizeof(float) * (size_t)Vp) : NULL;
+    if (!sorted || !pr || (tr->dev && !devlg)) {
         free(sorted);
         free(pr);
+        free(devlg);
         return llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     }
     uint64_t rs = seed;
@@ -778,10 +920,21 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
             int at = total - len + i;
             tr->gen_ctx[i] = at < n_prompt ? prompt[at] : out[at - n_prompt];
         }
-        trunk_fwd(tr, tr->gen_ctx, 1, len);
         float *lg = tr->logits;
-        tr->ops->matmul_fwd(lg, tr->lnf + (size_t)(len - 1) * c->width,
-                            PW(mdl->lm_head), NULL, 1, c->width, Vp);
+        if (tr->dev) {
+            llmt_status s = llmt__devtrain_last_logits(tr->dev, tr->gen_ctx, len, devlg);
+            if (s != LLMT_OK) {
+                free(sorted);
+                free(pr);
+                free(devlg);
+                return s;
+            }
+            lg = devlg;
+        } else {
+            trunk_fwd(tr, tr->gen_ctx, 1, len);
+            tr->ops->matmul_fwd(lg, tr->lnf + (size_t)(len - 1) * c->width,
+                                PW(mdl->lm_head), NULL, 1, c->width, Vp);
+        }
         int next = 0;
         if (temperature <= 0.0f) {
             for (int i = 1; i < V; i++)
@@ -816,6 +969,7 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
     }
     free(sorted);
     free(pr);
+    free(devlg);
     return LLMT_OK;
 }
 
@@ -825,9 +979,16 @@ llmt_model *llmt__trainer_model(llmt_trainer *tr) { return tr->model; }
 int llmt__trainer_has_comm(const llmt_trainer *tr) { return tr->dp != NULL; }
 const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr) { return &tr->o; }
 llmt_context *llmt__trainer_ctx(llmt_trainer *tr) { return tr->ctx; }
-void llmt__trainer_params_written(llmt_trainer *tr)
+llmt_status llmt__trainer_params_written(llmt_trainer *tr)
 {
     if (tr->dp) llmt__dp_params_written(tr->dp);
+    if (!tr->dev) return LLMT_OK;
+    /* the host copies are the truth now (llmt__trainer_host_sync ran
+     * before they were written) */
+    llmt_status s = llmt__devtrain_upload(tr->dev, tr->model->data, tr->m, tr->v);
+    if (s != LLMT_OK) return s;
+    tr->stale_params = tr->stale_moments = tr->stale_grads = 0;
+    return LLMT_OK;
 }
 
 /* ---- data parallelism (lib/train/dp.c) */
@@ -874,6 +1035,12 @@ llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
         if (s != LLMT_OK) return s;
     }
     if (!comm) return LLMT_OK;
+    if (tr->dev)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_comm: data parallelism of a device "
+                             "(%s) trainer is not implemented yet; use CPU "
+                             "trainers (doc/gpu.md, \"Not done\")",
+                             llmt__devtrain_backend(tr->dev));
     llmt_status s = llmt__dp_create(&tr->err, comm, opts, tr->model, tr->ops,
                                     tr->grads, tr->m, tr->v, &tr->dp);
     if (s != LLMT_OK || llmt__dp_state_bytes(tr->dp) == 0) return s;
@@ -888,6 +1055,7 @@ llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
 llmt_status llmt_trainer_sync_params(llmt_trainer *tr)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
+    if (tr->dev) return host_sync(tr, 1, 1, 0);
     if (!tr->dp) return LLMT_OK;
     if (llmt__dp_sync(tr->dp) != LLMT_OK)
         return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");

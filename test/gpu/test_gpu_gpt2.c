@@ -96,7 +96,7 @@ int main(void)
     CHECK_EQ_INT(n, cap);
 
     llmt__cuda_ctx *X = NULL;
-    llmt__cuda_ctx_opts o = {0, 0, 0, 0};
+    llmt__cuda_ctx_opts o = {0, 0, 0, 0, NULL, 0};
     CHECK_STATUS(llmt__cuda_ctx_create(&o, &X), LLMT_OK);
     llmt__cuda_gpt2_cfg gc;
     llmt__cuda_gpt2_cfg_init(&gc);

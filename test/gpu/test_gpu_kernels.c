@@ -715,7 +715,7 @@ int main(void)
     printf("seed %llu (LLMT_SEED to repeat)\n", (unsigned long long)seed);
     CPU = llmt__exec_cpu();
     llmt__exec_cpu_set_threads(2);
-    llmt__cuda_ctx_opts o = {0, 0, 0, 0};
+    llmt__cuda_ctx_opts o = {0, 0, 0, 0, NULL, 0};
     if (llmt__cuda_ctx_create(&o, &X) != LLMT_OK) {
         fprintf(stderr, "ctx create failed\n");
         return 1;
@@ -754,7 +754,7 @@ int main(void)
     {
         /* the CUDA-core kernels on shapes the tensor-core path would take */
         llmt__cuda_ctx *tcx = X;
-        llmt__cuda_ctx_opts os = {0, 0, 0, 1};
+        llmt__cuda_ctx_opts os = {0, 0, 0, 1, NULL, 0};
         OK(llmt__cuda_ctx_create(&os, &X));
         printf("(CUDA-core attention kernels)\n");
         test_attention(2, 67, 4, 2, 64);
@@ -762,7 +762,7 @@ int main(void)
         llmt__cuda_ctx_destroy(X);
         /* the tensor-core kernels that go through shared memory (used when
          * the fragment-layout probe fails) */
-        llmt__cuda_ctx_opts o2 = {0, 0, 0, 2};
+        llmt__cuda_ctx_opts o2 = {0, 0, 0, 2, NULL, 0};
         OK(llmt__cuda_ctx_create(&o2, &X));
         printf("(tensor-core attention through shared memory)\n");
         test_attention(2, 67, 4, 2, 64);
@@ -810,7 +810,7 @@ int main(void)
      * split-K reductions; a repeated run is bitwise identical */
     {
         llmt__cuda_ctx *nd = X;
-        llmt__cuda_ctx_opts od = {0, 1, 0, 0};
+        llmt__cuda_ctx_opts od = {0, 1, 0, 0, NULL, 0};
         OK(llmt__cuda_ctx_create(&od, &X));
         test_embedding(4, 64, 96, 7, 1);
         test_gemm(100, 80, 4096, 1, 0, 1, LLMT_GEMM_EPI_NONE, 0.0f);
@@ -823,7 +823,7 @@ int main(void)
         float first[2] = {0, 0}, last[2] = {0, 0};
         for (int run = 0; run < 2; run++) {
             llmt__cuda_ctx *gx = NULL;
-            llmt__cuda_ctx_opts od = {0, 1, 0, 0};
+            llmt__cuda_ctx_opts od = {0, 1, 0, 0, NULL, 0};
             OK(llmt__cuda_ctx_create(&od, &gx));
             llmt__cuda_gpt2_cfg cfg;
             llmt__cuda_gpt2_cfg_init(&cfg);

@@ -1,0 +1,208 @@
+/* The CUDA backend behind the device op table (lib/exec/dev.h): each entry
+ * forwards to the function of the same name in cuda/llmt_cuda.h. A C file,
+ * so the table is built by the C compiler like the rest of lib/. */
+#include <stdio.h>
+
+#include "../llmt_cuda.h"
+#include "core/internal.h" /* llmt__cuda_device_count */
+
+#define CTX(d) ((llmt__cuda_ctx *)(void *)(d))
+
+static llmt_status dc_create(const llmt__dev_opts *o, llmt__dev **out, char *err,
+                             size_t errlen)
+{
+    *out = NULL;
+    int32_t n = 0;
+    llmt_status s = llmt__cuda_device_count(&n, err, errlen);
+    if (s != LLMT_OK) return s;
+    if (o->device < 0 || o->device >= n) {
+        snprintf(err, errlen, "cuda: device %d requested, %d visible%s", o->device, (int)n,
+                 n ? "" : " (no GPU on this machine, or CUDA_VISIBLE_DEVICES hides it)");
+        return LLMT_ERR_UNSUPPORTED;
+    }
+    llmt__cuda_ctx_opts co = {o->device, o->deterministic, 0, 0, err, errlen};
+    llmt__cuda_ctx *c = NULL;
+    s = llmt__cuda_ctx_create(&co, &c);
+    if (s != LLMT_OK) return s;
+    *out = (llmt__dev *)(void *)c;
+    return LLMT_OK;
+}
+static void dc_destroy(llmt__dev *d) { llmt__cuda_ctx_destroy(CTX(d)); }
+static const char *dc_last_error(const llmt__dev *d)
+{
+    return llmt__cuda_ctx_last_error((const llmt__cuda_ctx *)(const void *)d);
+}
+static llmt_status dc_alloc(llmt__dev *d, void **p, size_t n) { return llmt__cuda_alloc(CTX(d), p, n); }
+static void dc_free(llmt__dev *d, void *p) { llmt__cuda_free(CTX(d), p); }
+static llmt_status dc_host_alloc(llmt__dev *d, void **p, size_t n)
+{
+    return llmt__cuda_host_alloc(CTX(d), p, n);
+}
+static void dc_host_free(llmt__dev *d, void *p) { (void)d; llmt__cuda_host_free(p); }
+static void dc_mem_stats(const llmt__dev *d, size_t *in_use, size_t *peak)
+{
+    llmt__cuda_mem_stats st;
+    llmt__cuda_mem_stats_get((const llmt__cuda_ctx *)(const void *)d, &st);
+    *in_use = st.in_use;
+    *peak = st.peak_in_use;
+}
+static llmt_status dc_h2d(llmt__dev *d, void *dst, const void *src, size_t n)
+{
+    return llmt__cuda_h2d(CTX(d), dst, src, n);
+}
+static llmt_status dc_d2h(llmt__dev *d, void *dst, const void *src, size_t n)
+{
+    return llmt__cuda_d2h(CTX(d), dst, src, n);
+}
+static llmt_status dc_memset0(llmt__dev *d, void *dst, size_t n)
+{
+    return llmt__cuda_memset0(CTX(d), dst, n);
+}
+static llmt_status dc_sync(llmt__dev *d)
+{
+    llmt_status s = llmt__cuda_sync(CTX(d));
+    return s != LLMT_OK ? s : llmt__cuda_check(CTX(d), "sync");
+}
+static llmt_status dc_gemm(llmt__dev *d, const llmt__gemm_args *g) { return llmt__cuda_gemm(CTX(d), g); }
+static llmt_status dc_embedding_fwd(llmt__dev *d, llmt__bf16 *out, const int32_t *tok,
+                                    const llmt__bf16 *wte, const llmt__bf16 *wpe, int B, int T,
+                                    int C)
+{
+    return llmt__cuda_embedding_fwd(CTX(d), out, tok, wte, wpe, B, T, C);
+}
+static llmt_status dc_embedding_bwd(llmt__dev *d, float *dwte, float *dwpe,
+                                    const llmt__bf16 *dout, const int32_t *tok, int B, int T,
+                                    int C)
+{
+    return llmt__cuda_embedding_bwd(CTX(d), dwte, dwpe, dout, tok, B, T, C);
+}
+static llmt_status dc_layernorm_fwd(llmt__dev *d, llmt__bf16 *out, float *mean, float *rstd,
+                                    const llmt__bf16 *inp, const llmt__bf16 *w,
+                                    const llmt__bf16 *b, int N, int C, float eps)
+{
+    return llmt__cuda_layernorm_fwd(CTX(d), out, mean, rstd, inp, w, b, N, C, eps);
+}
+static llmt_status dc_layernorm_bwd(llmt__dev *d, llmt__bf16 *dinp, float *dw, float *db,
+                                    const llmt__bf16 *dout, const llmt__bf16 *inp,
+                                    const llmt__bf16 *w, const float *mean,
+                                    const float *rstd, int N, int C)
+{
+    return llmt__cuda_layernorm_bwd(CTX(d), dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+static llmt_status dc_rmsnorm_fwd(llmt__dev *d, llmt__bf16 *out, float *rstd,
+                                  const llmt__bf16 *inp, const llmt__bf16 *w, int N, int C,
+                                  float eps)
+{
+    return llmt__cuda_rmsnorm_fwd(CTX(d), out, rstd, inp, w, N, C, eps);
+}
+static llmt_status dc_rmsnorm_bwd(llmt__dev *d, llmt__bf16 *dinp, float *dw,
+                                  const llmt__bf16 *dout, const llmt__bf16 *inp,
+                                  const llmt__bf16 *w, const float *rstd, int N, int C)
+{
+    return llmt__cuda_rmsnorm_bwd(CTX(d), dinp, dw, dout, inp, w, rstd, N, C);
+}
+static llmt_status dc_swiglu_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *gate,
+                                 const llmt__bf16 *up, size_t n)
+{
+    return llmt__cuda_swiglu_fwd(CTX(d), out, gate, up, n);
+}
+static llmt_status dc_swiglu_bwd(llmt__dev *d, llmt__bf16 *dgate, llmt__bf16 *dup,
+                                 const llmt__bf16 *dout, const llmt__bf16 *gate,
+                                 const llmt__bf16 *up, size_t n)
+{
+    return llmt__cuda_swiglu_bwd(CTX(d), dgate, dup, dout, gate, up, n);
+}
+static llmt_status dc_residual_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *a,
+                                   const llmt__bf16 *b, size_t n)
+{
+    return llmt__cuda_residual_fwd(CTX(d), out, a, b, n);
+}
+static llmt_status dc_bias_bwd(llmt__dev *d, float *dbias, const llmt__bf16 *dout, int N, int C)
+{
+    return llmt__cuda_bias_bwd(CTX(d), dbias, dout, N, C);
+}
+static llmt_status dc_rope(llmt__dev *d, llmt__bf16 *x, int B, int T, int nh, int hd,
+                           size_t stride, float theta, int inverse)
+{
+    return llmt__cuda_rope(CTX(d), x, B, T, nh, hd, stride, theta, inverse);
+}
+static llmt_status dc_attention_fwd(llmt__dev *d, llmt__bf16 *out, float *lse,
+                                    const llmt__bf16 *q, const llmt__bf16 *k,
+                                    const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+                                    int nkv, int hd)
+{
+    return llmt__cuda_attention_fwd(CTX(d), out, lse, q, k, v, qs, B, T, nh, nkv, hd);
+}
+static llmt_status dc_attention_bwd(llmt__dev *d, llmt__bf16 *dq, llmt__bf16 *dk,
+                                    llmt__bf16 *dv, const llmt__bf16 *dout,
+                                    const llmt__bf16 *out, const float *lse,
+                                    const llmt__bf16 *q, const llmt__bf16 *k,
+                                    const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+                                    int nkv, int hd)
+{
+    return llmt__cuda_attention_bwd(CTX(d), dq, dk, dv, dout, out, lse, q, k, v, qs, B, T, nh,
+                                    nkv, hd);
+}
+static llmt_status dc_softmax_xent(llmt__dev *d, float *losses, llmt__bf16 *logits,
+                                   const int32_t *targets, int N, int V, int Vp, float dloss)
+{
+    return llmt__cuda_softmax_xent(CTX(d), losses, logits, targets, N, V, Vp, dloss);
+}
+static llmt_status dc_adamw(llmt__dev *d, float *master, llmt__bf16 *param_bf16,
+                            const float *grad, float *m, float *v, size_t n, float lr,
+                            float beta1, float beta2, float eps, float wd, float grad_scale,
+                            int64_t t)
+{
+    return llmt__cuda_adamw(CTX(d), master, param_bf16, grad, m, v, n, lr, beta1, beta2, eps,
+                            wd, grad_scale, t);
+}
+static llmt_status dc_sumsq(llmt__dev *d, float *out, const float *const *xs,
+                            const size_t *ns, int count)
+{
+    return llmt__cuda_sumsq(CTX(d), out, xs, ns, count);
+}
+static llmt_status dc_sum(llmt__dev *d, float *out, const float *x, size_t n)
+{
+    return llmt__cuda_sum(CTX(d), out, x, n);
+}
+static llmt_status dc_f32_to_bf16(llmt__dev *d, llmt__bf16 *y, const float *x, size_t n)
+{
+    return llmt__cuda_f32_to_bf16(CTX(d), y, x, n);
+}
+
+static const llmt__dev_ops dev_cuda = {
+    .name = "cuda",
+    .create = dc_create,
+    .destroy = dc_destroy,
+    .last_error = dc_last_error,
+    .alloc = dc_alloc,
+    .free = dc_free,
+    .host_alloc = dc_host_alloc,
+    .host_free = dc_host_free,
+    .mem_stats = dc_mem_stats,
+    .h2d = dc_h2d,
+    .d2h = dc_d2h,
+    .memset0 = dc_memset0,
+    .sync = dc_sync,
+    .gemm = dc_gemm,
+    .embedding_fwd = dc_embedding_fwd,
+    .embedding_bwd = dc_embedding_bwd,
+    .layernorm_fwd = dc_layernorm_fwd,
+    .layernorm_bwd = dc_layernorm_bwd,
+    .rmsnorm_fwd = dc_rmsnorm_fwd,
+    .rmsnorm_bwd = dc_rmsnorm_bwd,
+    .swiglu_fwd = dc_swiglu_fwd,
+    .swiglu_bwd = dc_swiglu_bwd,
+    .residual_fwd = dc_residual_fwd,
+    .bias_bwd = dc_bias_bwd,
+    .rope = dc_rope,
+    .attention_fwd = dc_attention_fwd,
+    .attention_bwd = dc_attention_bwd,
+    .softmax_xent = dc_softmax_xent,
+    .adamw = dc_adamw,
+    .sumsq = dc_sumsq,
+    .sum = dc_sum,
+    .f32_to_bf16 = dc_f32_to_bf16,
+};
+
+const llmt__dev_ops *llmt__dev_cuda(void) { return &dev_cuda; }

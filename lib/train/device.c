@@ -1,0 +1,636 @@
+/* The device engine: forward, backward and AdamW of a GPT-2 or Llama-style
+ * model through the device op table, bf16 activations and parameters with
+ * fp32 master weights (see device.h). The op sequence follows the fp32
+ * engine in trainer.c layer by layer; what differs is fusion (bias and
+ * bias+GELU GEMM epilogues, softmax cross-entropy writing its gradient in
+ * place) and that attention keeps a log-sum-exp instead of probabilities.
+ *
+ * Activations for B x T: resid[0..L] (bf16, N x C each: the input of every
+ * layer and of the final norm), and per layer ln1, qkv, atty, lse, res2,
+ * ln2, fch (GPT-2: the fc pre-activation; Llama: the gate), fch3 (Llama:
+ * the up projection), fchg (the MLP's activation output). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/device.h"
+
+#define NOP LLMT__NOPARAM
+
+typedef struct dlayer {
+    llmt__bf16 *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch3, *fchg;
+    float *ln1m, *ln1r, *ln2m, *ln2r, *lse;
+} dlayer;
+
+struct llmt__devtrain {
+    const llmt__dev_ops *op;
+    llmt__dev *d;
+    llmt_err *e;
+    llmt_model *m;
+    int B, T, A, llama;
+    size_t *doff;          /* device offset of host parameter i */
+    size_t P, Pd;          /* device floats; the first Pd decay */
+    llmt__layer_offs *lay; /* device offsets */
+    size_t wte, wpe, lnfw, lnfb, lm;
+    float *master, *grad, *mom1, *mom2;
+    llmt__bf16 *param;
+    float *hg, *hm, *hv;   /* host mirrors */
+    int pinned;
+    dlayer *L;
+    llmt__bf16 **resid, *lnf, *logits;
+    llmt__bf16 *dres, *dtmp, *dqkv, *dfch, *dfch3, *dfchg;
+    float *lnfm, *lnfr, *losses, *sums; /* sums: A loss sums + sumsq */
+    int32_t *tok, *tgt;
+    float *hlogit;         /* host row for last_logits (bf16 -> fp32) */
+    llmt__bf16 *hrow;
+    size_t act_bytes;
+};
+
+/* Forward the backend's message for a failed op. */
+static llmt_status dev_fail(llmt__devtrain *g, llmt_status s, const char *what)
+{
+    return llmt__err_set(g->e, s, "trainer: device %s: %s: %s", g->op->name, what,
+                         g->op->last_error(g->d));
+}
+#define S(x, what)                                                   \
+    do {                                                             \
+        llmt_status s_ = (x);                                        \
+        if (s_ != LLMT_OK) return dev_fail(g, s_, what);             \
+    } while (0)
+
+static size_t map_off(const llmt_model *m, const size_t *doff, size_t host)
+{
+    if (host == NOP) return NOP;
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i].offset == host) return doff[i];
+    return NOP; /* not reached: every offset is a parameter's start */
+}
+
+static llmt_status dalloc(llmt__devtrain *g, void **p, size_t bytes, int act)
+{
+    if (act) g->act_bytes += bytes;
+    llmt_status s = g->op->alloc(g->d, p, bytes ? bytes : 16);
+    if (s != LLMT_OK) {
+        *p = NULL;
+        return llmt__err_set(g->e, s, "trainer: device %s: cannot allocate %zu bytes "
+                             "(%zu of activations planned for %d x %d tokens): %s",
+                             g->op->name, bytes, g->act_bytes, g->B, g->T,
+                             g->op->last_error(g->d));
+    }
+    return LLMT_OK;
+}
+
+void llmt__devtrain_destroy(llmt__devtrain *g)
+{
+    if (!g) return;
+    if (g->d) {
+        void **bufs[] = {(void **)&g->master, (void **)&g->grad, (void **)&g->mom1,
+                         (void **)&g->mom2, (void **)&g->param, (void **)&g->lnf,
+                         (void **)&g->logits, (void **)&g->dres, (void **)&g->dtmp,
+                         (void **)&g->dqkv, (void **)&g->dfch, (void **)&g->dfch3,
+                         (void **)&g->dfchg, (void **)&g->lnfm, (void **)&g->lnfr,
+                         (void **)&g->losses, (void **)&g->sums, (void **)&g->tok,
+                         (void **)&g->tgt};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (*bufs[i]) g->op->free(g->d, *bufs[i]);
+        for (int l = 0; g->L && l < g->m->cfg.layers; l++) {
+            dlayer *a = &g->L[l];
+            void *ps[] = {a->ln1, a->qkv, a->atty, a->res2, a->ln2, a->fch, a->fch3,
+                          a->fchg, a->ln1m, a->ln1r, a->ln2m, a->ln2r, a->lse};
+            for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+                if (ps[i]) g->op->free(g->d, ps[i]);
+        }
+        for (int l = 0; g->resid && l <= g->m->cfg.layers; l++)
+            if (g->resid[l]) g->op->free(g->d, g->resid[l]);
+        float *hs[] = {g->hg, g->hm, g->hv};
+        for (int i = 0; i < 3; i++)
+            if (hs[i]) {
+                if (g->pinned) g->op->host_free(g->d, hs[i]);
+                else free(hs[i]);
+            }
+        g->op->destroy(g->d);
+    }
+    free(g->L);
+    free(g->resid);
+    free(g->lay);
+    free(g->doff);
+    free(g->hlogit);
+    free(g->hrow);
+    free(g);
+}
+
+static llmt_status host_mirror(llmt__devtrain *g, float **p, size_t floats)
+{
+    size_t bytes = floats * sizeof(float);
+    if (g->pinned && g->op->host_alloc(g->d, (void **)p, bytes) == LLMT_OK) {
+        memset(*p, 0, bytes);
+        return LLMT_OK;
+    }
+    if (g->pinned) return llmt__err_set(g->e, LLMT_ERR_OUT_OF_MEMORY,
+                                        "trainer: device %s: cannot allocate %zu "
+                                        "bytes of pinned host memory: %s", g->op->name,
+                                        bytes, g->op->last_error(g->d));
+    *p = calloc(floats ? floats : 1, sizeof(float));
+    return *p ? LLMT_OK : llmt__err_set(g->e, LLMT_ERR_OUT_OF_MEMORY,
+                                        "trainer: cannot allocate %zu bytes", bytes);
+}
+
+/* Device offsets: decayed tensors first, each 8-element aligned. */
+static void plan_layout(llmt__devtrain *g)
+{
+    const llmt_model *m = g->m;
+    size_t at = 0;
+    for (int pass = 1; pass >= 0; pass--) {
+        for (int i = 0; i < m->nparams; i++) {
+            if (m->params[i].decay != pass) continue;
+            g->doff[i] = at;
+            at += (m->params[i].numel + 7) & ~(size_t)7;
+        }
+        if (pass == 1) g->Pd = at;
+    }
+    g->P = at;
+    int L = m->cfg.layers;
+    for (int l = 0; l < L; l++) {
+        const llmt__layer_offs *h = &m->layer[l];
+        llmt__layer_offs *o = &g->lay[l];
+        o->ln1w = map_off(m, g->doff, h->ln1w);
+        o->ln1b = map_off(m, g->doff, h->ln1b);
+        o->qkvw = map_off(m, g->doff, h->qkvw);
+        o->qkvb = map_off(m, g->doff, h->qkvb);
+        o->projw = map_off(m, g->doff, h->projw);
+        o->projb = map_off(m, g->doff, h->projb);
+        o->ln2w = map_off(m, g->doff, h->ln2w);
+        o->ln2b = map_off(m, g->doff, h->ln2b);
+        o->fcw = map_off(m, g->doff, h->fcw);
+        o->fcb = map_off(m, g->doff, h->fcb);
+        o->fc3w = map_off(m, g->doff, h->fc3w);
+        o->fcprojw = map_off(m, g->doff, h->fcprojw);
+        o->fcprojb = map_off(m, g->doff, h->fcprojb);
+    }
+    g->wte = map_off(m, g->doff, m->wte);
+    g->wpe = map_off(m, g->doff, m->wpe);
+    g->lnfw = map_off(m, g->doff, m->lnfw);
+    g->lnfb = map_off(m, g->doff, m->lnfb);
+    g->lm = map_off(m, g->doff, m->lm_head);
+}
+
+llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
+                                  const llmt__dev_opts *dopts, llmt_model *m,
+                                  int B, int T, int A, llmt__devtrain **out)
+{
+    *out = NULL;
+    const llmt_model_config *c = &m->cfg;
+    int hd = m->head_dim;
+    if (hd > 128 || hd % 2)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: device %s: head dim %d (width %d / heads %d): the "
+                             "attention kernels take an even head dim <= 128", ops->name,
+                             hd, (int)c->width, (int)c->heads);
+    llmt__devtrain *g = calloc(1, sizeof *g);
+    if (!g) return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    g->op = ops;
+    g->e = e;
+    g->m = m;
+    g->B = B;
+    g->T = T;
+    g->A = A;
+    g->llama = c->arch == LLMT_ARCH_LLAMA;
+    int L = c->layers;
+    g->doff = calloc((size_t)m->nparams, sizeof *g->doff);
+    g->lay = calloc((size_t)L, sizeof *g->lay);
+    g->L = calloc((size_t)L, sizeof *g->L);
+    g->resid = calloc((size_t)L + 1, sizeof *g->resid);
+    g->hlogit = malloc((size_t)c->padded_vocab_size * sizeof(float));
+    g->hrow = malloc((size_t)c->padded_vocab_size * sizeof(llmt__bf16));
+    if (!g->doff || !g->lay || !g->L || !g->resid || !g->hlogit || !g->hrow) {
+        llmt__devtrain_destroy(g);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    }
+    char msg[512] = "";
+    llmt_status s = ops->create(dopts, &g->d, msg, sizeof msg);
+    if (s != LLMT_OK) {
+        llmt__devtrain_destroy(g);
+        return llmt__err_set(e, s, "trainer: device %s %d: %s", ops->name, dopts->device,
+                             msg[0] ? msg : "cannot create the context");
+    }
+    g->pinned = 1;
+    plan_layout(g);
+    size_t P = g->P, N = (size_t)B * T, C = (size_t)c->width;
+    size_t Q = (size_t)m->qkv_dim, F = (size_t)c->ffn_hidden, Vp = (size_t)c->padded_vocab_size;
+    size_t NH = (size_t)B * c->heads * T, bf = sizeof(llmt__bf16);
+#define DA(ptr, bytes, act)                                              \
+    do {                                                                 \
+        if ((s = dalloc(g, (void **)&(ptr), (bytes), (act))) != LLMT_OK) \
+            goto fail;                                                   \
+    } while (0)
+    DA(g->master, P * 4, 0);
+    DA(g->grad, P * 4, 0);
+    DA(g->mom1, P * 4, 0);
+    DA(g->mom2, P * 4, 0);
+    DA(g->param, P * bf, 0);
+    for (int l = 0; l <= L; l++) DA(g->resid[l], N * C * bf, 1);
+    for (int l = 0; l < L; l++) {
+        dlayer *a = &g->L[l];
+        DA(a->ln1, N * C * bf, 1);
+        DA(a->ln1m, N * 4, 1);
+        DA(a->ln1r, N * 4, 1);
+        DA(a->qkv, N * Q * bf, 1);
+        DA(a->atty, N * C * bf, 1);
+        DA(a->lse, NH * 4, 1);
+        DA(a->res2, N * C * bf, 1);
+        DA(a->ln2, N * C * bf, 1);
+        DA(a->ln2m, N * 4, 1);
+        DA(a->ln2r, N * 4, 1);
+        DA(a->fch, N * F * bf, 1);
+        if (g->llama) DA(a->fch3, N * F * bf, 1);
+        DA(a->fchg, N * F * bf, 1);
+    }
+    DA(g->lnf, N * C * bf, 1);
+    DA(g->lnfm, N * 4, 1);
+    DA(g->lnfr, N * 4, 1);
+    DA(g->logits, N * Vp * bf, 1);
+    DA(g->losses, N * 4, 1);
+    DA(g->dres, N * C * bf, 1);
+    DA(g->dtmp, N * C * bf, 1);
+    DA(g->dqkv, N * Q * bf, 1);
+    DA(g->dfch, N * F * bf, 1);
+    if (g->llama) {
+        DA(g->dfch3, N * F * bf, 1);
+        DA(g->dfchg, N * F * bf, 1);
+    }
+    DA(g->sums, ((size_t)A + 1) * 4, 1);
+    DA(g->tok, (size_t)A * N * 4, 1);
+    DA(g->tgt, (size_t)A * N * 4, 1);
+#undef DA
+    if ((s = host_mirror(g, &g->hg, m->total)) != LLMT_OK ||
+        (s = host_mirror(g, &g->hm, m->total)) != LLMT_OK ||
+        (s = host_mirror(g, &g->hv, m->total)) != LLMT_OK)
+        goto fail;
+    if ((s = llmt__devtrain_upload(g, m->data, NULL, NULL)) != LLMT_OK) goto fail;
+    *out = g;
+    return LLMT_OK;
+fail:
+    llmt__devtrain_destroy(g);
+    return s;
+}
+
+float *llmt__devtrain_host_grads(llmt__devtrain *g) { return g->hg; }
+float *llmt__devtrain_host_m(llmt__devtrain *g) { return g->hm; }
+float *llmt__devtrain_host_v(llmt__devtrain *g) { return g->hv; }
+const char *llmt__devtrain_backend(const llmt__devtrain *g) { return g->op->name; }
+
+void llmt__devtrain_memory(const llmt__devtrain *g, llmt__devtrain_mem *out)
+{
+    out->activations = g->act_bytes;
+    g->op->mem_stats(g->d, &out->in_use, &out->peak);
+}
+
+/* One fp32 host array in the host layout <-> the device layout. */
+static llmt_status put(llmt__devtrain *g, float *dev, const float *host)
+{
+    const llmt_model *m = g->m;
+    S(g->op->memset0(g->d, dev, g->P * 4), "memset");
+    for (int i = 0; i < m->nparams; i++) {
+        const llmt__param *p = &m->params[i];
+        S(g->op->h2d(g->d, dev + g->doff[i], host + p->offset, p->numel * 4), "upload");
+    }
+    return LLMT_OK;
+}
+
+static llmt_status get(llmt__devtrain *g, float *host, const float *dev)
+{
+    const llmt_model *m = g->m;
+    for (int i = 0; i < m->nparams; i++) {
+        const llmt__param *p = &m->params[i];
+        S(g->op->d2h(g->d, host + p->offset, dev + g->doff[i], p->numel * 4), "download");
+    }
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_upload(llmt__devtrain *g, const float *params, const float *m,
+                                  const float *v)
+{
+    llmt_status s;
+    if ((s = put(g, g->master, params)) != LLMT_OK) return s;
+    S(g->op->f32_to_bf16(g->d, g->param, g->master, g->P), "bf16 copy");
+    if (m && v) {
+        if ((s = put(g, g->mom1, m)) != LLMT_OK) return s;
+        if ((s = put(g, g->mom2, v)) != LLMT_OK) return s;
+    } else {
+        S(g->op->memset0(g->d, g->mom1, g->P * 4), "memset");
+        S(g->op->memset0(g->d, g->mom2, g->P * 4), "memset");
+    }
+    S(g->op->sync(g->d), "upload");
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_download(llmt__devtrain *g, int params, int moments, int grads)
+{
+    llmt_status s = LLMT_OK;
+    if (params) s = get(g, g->m->data, g->master);
+    if (s == LLMT_OK && moments) s = get(g, g->hm, g->mom1);
+    if (s == LLMT_OK && moments) s = get(g, g->hv, g->mom2);
+    if (s == LLMT_OK && grads) s = get(g, g->hg, g->grad);
+    return s;
+}
+
+/* ---- forward and backward */
+
+static llmt_status mm(llmt__devtrain *g, int ta, int tb, int M, int N, int K, const void *A,
+                      const void *B, void *C, int cf32, float beta, llmt__gemm_epi epi,
+                      const void *bias, void *aux)
+{
+    llmt__gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.trans_a = ta;
+    a.trans_b = tb;
+    a.M = M;
+    a.N = N;
+    a.K = K;
+    a.A = A;
+    a.B = B;
+    a.C = C;
+    a.ab_type = LLMT_GEMM_BF16;
+    a.c_type = cf32 ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
+    a.alpha = 1.0f;
+    a.beta = beta;
+    a.epi = epi;
+    a.bias = bias;
+    a.aux = aux;
+    S(g->op->gemm(g->d, &a), "gemm");
+    return LLMT_OK;
+}
+
+/* Linear forward: out[N,OC] = x[N,IC] W[OC,IC]^T (+ bias). */
+static llmt_status lin(llmt__devtrain *g, llmt__bf16 *out, const llmt__bf16 *x, size_t w,
+                       size_t b, int N, int IC, int OC)
+{
+    const llmt__bf16 *bias = b == NOP ? NULL : g->param + b;
+    return mm(g, 0, 1, N, OC, IC, x, g->param + w, out, 0, 0.0f,
+              bias ? LLMT_GEMM_EPI_BIAS : LLMT_GEMM_EPI_NONE, bias, NULL);
+}
+
+/* Linear backward: dW[OC,IC] += dout^T x; dbias += colsum(dout);
+ * dx[N,IC] = dout W (beta 0) or += (beta 1); dx may be NULL. */
+static llmt_status lin_bwd(llmt__devtrain *g, llmt__bf16 *dx, float xbeta,
+                           const llmt__bf16 *dout, const llmt__bf16 *x, size_t w, size_t b,
+                           int N, int IC, int OC)
+{
+    llmt_status s;
+    if ((s = mm(g, 1, 0, OC, IC, N, dout, x, g->grad + w, 1, 1.0f, LLMT_GEMM_EPI_NONE, NULL,
+                NULL)) != LLMT_OK)
+        return s;
+    if (b != NOP) S(g->op->bias_bwd(g->d, g->grad + b, dout, N, OC), "bias grad");
+    if (dx)
+        return mm(g, 0, 0, N, IC, OC, dout, g->param + w, dx, 0, xbeta, LLMT_GEMM_EPI_NONE,
+                  NULL, NULL);
+    return LLMT_OK;
+}
+
+static llmt_status norm_fwd(llmt__devtrain *g, llmt__bf16 *out, float *mean, float *rstd,
+                            const llmt__bf16 *x, size_t w, size_t b, int N)
+{
+    const llmt_model_config *c = &g->m->cfg;
+    if (g->llama)
+        S(g->op->rmsnorm_fwd(g->d, out, rstd, x, g->param + w, N, c->width, c->norm_eps),
+          "rmsnorm");
+    else
+        S(g->op->layernorm_fwd(g->d, out, mean, rstd, x, g->param + w,
+                               b == NOP ? NULL : g->param + b, N, c->width, c->norm_eps),
+          "layernorm");
+    return LLMT_OK;
+}
+
+static llmt_status norm_bwd(llmt__devtrain *g, llmt__bf16 *dinp, const llmt__bf16 *dout,
+                            const llmt__bf16 *x, const float *mean, const float *rstd,
+                            size_t w, size_t b, int N)
+{
+    int C = g->m->cfg.width;
+    if (g->llama)
+        S(g->op->rmsnorm_bwd(g->d, dinp, g->grad + w, dout, x, g->param + w, rstd, N, C),
+          "rmsnorm backward");
+    else
+        S(g->op->layernorm_bwd(g->d, dinp, g->grad + w, b == NOP ? NULL : g->grad + b, dout,
+                               x, g->param + w, mean, rstd, N, C),
+          "layernorm backward");
+    return LLMT_OK;
+}
+
+static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
+{
+    const llmt_model *m = g->m;
+    const llmt_model_config *c = &m->cfg;
+    const llmt__layer_offs *w = &g->lay[l];
+    dlayer *a = &g->L[l];
+    int N = B * T, C = c->width, F = c->ffn_hidden, Q = m->qkv_dim;
+    int nh = c->heads, nkv = c->kv_heads, hd = m->head_dim;
+    const llmt__bf16 *x = g->resid[l];
+    llmt_status s;
+#define R(x) do { if ((s = (x)) != LLMT_OK) return s; } while (0)
+    R(norm_fwd(g, a->ln1, a->ln1m, a->ln1r, x, w->ln1w, w->ln1b, N));
+    R(lin(g, a->qkv, a->ln1, w->qkvw, w->qkvb, N, C, Q));
+    llmt__bf16 *q = a->qkv, *k = q + (size_t)nh * hd, *v = k + (size_t)nkv * hd;
+    if (g->llama) {
+        S(g->op->rope(g->d, q, B, T, nh, hd, (size_t)Q, c->rope_theta, 0), "rope");
+        S(g->op->rope(g->d, k, B, T, nkv, hd, (size_t)Q, c->rope_theta, 0), "rope");
+    }
+    S(g->op->attention_fwd(g->d, a->atty, a->lse, q, k, v, (size_t)Q, B, T, nh, nkv, hd),
+      "attention");
+    R(lin(g, g->dtmp, a->atty, w->projw, w->projb, N, C, C));
+    S(g->op->residual_fwd(g->d, a->res2, x, g->dtmp, (size_t)N * C), "residual");
+    R(norm_fwd(g, a->ln2, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, N));
+    if (g->llama) {
+        R(lin(g, a->fch, a->ln2, w->fcw, NOP, N, C, F));
+        R(lin(g, a->fch3, a->ln2, w->fc3w, NOP, N, C, F));
+        S(g->op->swiglu_fwd(g->d, a->fchg, a->fch, a->fch3, (size_t)N * F), "swiglu");
+    } else {
+        /* fchg = gelu(ln2 W^T + b), the pre-activation kept in fch */
+        R(mm(g, 0, 1, N, F, C, a->ln2, g->param + w->fcw, a->fchg, 0, 0.0f,
+             LLMT_GEMM_EPI_GELU_BIAS, g->param + w->fcb, a->fch));
+    }
+    R(lin(g, g->dtmp, a->fchg, w->fcprojw, w->fcprojb, N, F, C));
+    S(g->op->residual_fwd(g->d, g->resid[l + 1], a->res2, g->dtmp, (size_t)N * C),
+      "residual");
+    return LLMT_OK;
+}
+
+/* dres holds d(resid[l+1]) on entry and d(resid[l]) on return. */
+static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
+{
+    const llmt_model *m = g->m;
+    const llmt_model_config *c = &m->cfg;
+    const llmt__layer_offs *w = &g->lay[l];
+    dlayer *a = &g->L[l];
+    int N = B * T, C = c->width, F = c->ffn_hidden, Q = m->qkv_dim;
+    int nh = c->heads, nkv = c->kv_heads, hd = m->head_dim;
+    size_t NF = (size_t)N * F;
+    llmt_status s;
+    /* MLP */
+    if (g->llama) {
+        R(lin_bwd(g, g->dfchg, 0.0f, g->dres, a->fchg, w->fcprojw, NOP, N, F, C));
+        S(g->op->memset0(g->d, g->dfch, NF * sizeof(llmt__bf16)), "memset");
+        S(g->op->memset0(g->d, g->dfch3, NF * sizeof(llmt__bf16)), "memset");
+        S(g->op->swiglu_bwd(g->d, g->dfch, g->dfch3, g->dfchg, a->fch, a->fch3, NF),
+          "swiglu backward");
+        R(lin_bwd(g, g->dtmp, 0.0f, g->dfch, a->ln2, w->fcw, NOP, N, C, F));
+        R(lin_bwd(g, g->dtmp, 1.0f, g->dfch3, a->ln2, w->fc3w, NOP, N, C, F));
+    } else {
+        /* dfch = (dres W) * gelu'(pre-activation) in the GEMM's epilogue */
+        R(lin_bwd(g, NULL, 0.0f, g->dres, a->fchg, w->fcprojw, w->fcprojb, N, F, C));
+        R(mm(g, 0, 0, N, F, C, g->dres, g->param + w->fcprojw, g->dfch, 0, 0.0f,
+             LLMT_GEMM_EPI_DGELU, NULL, a->fch));
+        R(lin_bwd(g, g->dtmp, 0.0f, g->dfch, a->ln2, w->fcw, w->fcb, N, C, F));
+    }
+    R(norm_bwd(g, g->dres, g->dtmp, a->res2, a->ln2m, a->ln2r, w->ln2w, w->ln2b, N));
+    /* attention */
+    R(lin_bwd(g, g->dtmp, 0.0f, g->dres, a->atty, w->projw, w->projb, N, C, C));
+    const llmt__bf16 *q = a->qkv, *k = q + (size_t)nh * hd, *v = k + (size_t)nkv * hd;
+    llmt__bf16 *dq = g->dqkv, *dk = dq + (size_t)nh * hd, *dv = dk + (size_t)nkv * hd;
+    S(g->op->attention_bwd(g->d, dq, dk, dv, g->dtmp, a->atty, a->lse, q, k, v, (size_t)Q, B,
+                           T, nh, nkv, hd),
+      "attention backward");
+    if (g->llama) {
+        S(g->op->rope(g->d, dq, B, T, nh, hd, (size_t)Q, c->rope_theta, 1), "rope backward");
+        S(g->op->rope(g->d, dk, B, T, nkv, hd, (size_t)Q, c->rope_theta, 1), "rope backward");
+    }
+    R(lin_bwd(g, g->dtmp, 0.0f, g->dqkv, a->ln1, w->qkvw, w->qkvb, N, C, Q));
+    R(norm_bwd(g, g->dres, g->dtmp, g->resid[l], a->ln1m, a->ln1r, w->ln1w, w->ln1b, N));
+    return LLMT_OK;
+}
+
+/* Embeddings, layers, final norm and logits for rows x T tokens at `tok`
+ * (device). */
+static llmt_status forward(llmt__devtrain *g, const int32_t *tok, int B, int T)
+{
+    const llmt_model_config *c = &g->m->cfg;
+    llmt_status s;
+    S(g->op->embedding_fwd(g->d, g->resid[0], tok, g->param + g->wte,
+                           g->wpe == NOP ? NULL : g->param + g->wpe, B, T, c->width),
+      "embedding");
+    for (int l = 0; l < c->layers; l++) R(layer_fwd(g, l, B, T));
+    R(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[c->layers], g->lnfw, g->lnfb, B * T));
+    return lin(g, g->logits, g->lnf, g->lm, NOP, B * T, c->width, c->padded_vocab_size);
+}
+
+static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
+{
+    const llmt_model_config *c = &g->m->cfg;
+    int N = B * T, C = c->width;
+    llmt_status s;
+    /* the logits hold dloss/dlogits (softmax_xent wrote them in place) */
+    R(lin_bwd(g, g->dtmp, 0.0f, g->logits, g->lnf, g->lm, NOP, N, C, c->padded_vocab_size));
+    S(g->op->memset0(g->d, g->dres, (size_t)N * C * sizeof(llmt__bf16)), "memset");
+    R(norm_bwd(g, g->dres, g->dtmp, g->resid[c->layers], g->lnfm, g->lnfr, g->lnfw, g->lnfb,
+               N));
+    for (int l = c->layers - 1; l >= 0; l--) R(layer_bwd(g, l, B, T));
+    S(g->op->embedding_bwd(g->d, g->grad + g->wte, g->wpe == NOP ? NULL : g->grad + g->wpe,
+                           g->dres, tok, B, T, C),
+      "embedding backward");
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
+                                   const int32_t *targets, int micro, int64_t count,
+                                   double *loss_sum, double *grad_sumsq)
+{
+    const llmt_model_config *c = &g->m->cfg;
+    int B = g->B, T = g->T, N = B * T;
+    llmt_status s;
+    if (micro < 1 || micro > g->A || count < 1)
+        return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: device step: %d micro-batches (engine made for %d), "
+                             "%lld targets", micro, g->A, (long long)count);
+    S(g->op->h2d(g->d, g->tok, inputs, (size_t)micro * N * 4), "upload tokens");
+    S(g->op->h2d(g->d, g->tgt, targets, (size_t)micro * N * 4), "upload tokens");
+    S(g->op->memset0(g->d, g->grad, g->P * 4), "memset");
+    float dloss = (float)(1.0 / (double)count);
+    for (int a = 0; a < micro; a++) {
+        const int32_t *tok = g->tok + (size_t)a * N, *tgt = g->tgt + (size_t)a * N;
+        R(forward(g, tok, B, T));
+        S(g->op->softmax_xent(g->d, g->losses, g->logits, tgt, N, c->vocab_size,
+                              c->padded_vocab_size, dloss),
+          "softmax cross-entropy");
+        S(g->op->sum(g->d, g->sums + a, g->losses, (size_t)N), "loss sum");
+        R(backward(g, tok, B, T));
+    }
+    const float *xs[1] = {g->grad};
+    size_t ns[1] = {g->P};
+    S(g->op->sumsq(g->d, g->sums + g->A, xs, ns, 1), "gradient norm");
+    float h[64], *hp = h;
+    size_t nsum = (size_t)g->A + 1;
+    if (nsum > 64 && !(hp = malloc(nsum * sizeof *hp)))
+        return llmt__err_set(g->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    s = g->op->d2h(g->d, hp, g->sums, nsum * sizeof *hp);
+    if (s == LLMT_OK) {
+        double sum = 0.0;
+        for (int a = 0; a < micro; a++) sum += hp[a];
+        *loss_sum = sum;
+        *grad_sumsq = hp[g->A];
+    }
+    if (hp != h) free(hp);
+    if (s != LLMT_OK) return dev_fail(g, s, "read the loss");
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_update(llmt__devtrain *g, float lr, float beta1, float beta2,
+                                  float eps, float wd, float scale, int64_t t)
+{
+    S(g->op->adamw(g->d, g->master, g->param, g->grad, g->mom1, g->mom2, g->Pd, lr, beta1,
+                   beta2, eps, wd, scale, t),
+      "adamw");
+    size_t rest = g->P - g->Pd;
+    if (rest)
+        S(g->op->adamw(g->d, g->master + g->Pd, g->param + g->Pd, g->grad + g->Pd,
+                       g->mom1 + g->Pd, g->mom2 + g->Pd, rest, lr, beta1, beta2, eps, 0.0f,
+                       scale, t),
+          "adamw");
+    /* no synchronisation: the host prepares the next batch meanwhile; an
+     * asynchronous failure surfaces at the next copy */
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_loss(llmt__devtrain *g, const int32_t *inputs,
+                                const int32_t *targets, int rows, int T, double *loss_sum)
+{
+    const llmt_model_config *c = &g->m->cfg;
+    int N = rows * T;
+    llmt_status s;
+    if (rows < 1 || rows > g->B || T < 1 || T > g->T)
+        return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: device evaluate: %d x %d tokens (engine made for "
+                             "%d x %d)", rows, T, g->B, g->T);
+    S(g->op->h2d(g->d, g->tok, inputs, (size_t)N * 4), "upload tokens");
+    S(g->op->h2d(g->d, g->tgt, targets, (size_t)N * 4), "upload tokens");
+    R(forward(g, g->tok, rows, T));
+    S(g->op->softmax_xent(g->d, g->losses, g->logits, g->tgt, N, c->vocab_size,
+                          c->padded_vocab_size, 0.0f),
+      "softmax cross-entropy");
+    S(g->op->sum(g->d, g->sums, g->losses, (size_t)N), "loss sum");
+    float h;
+    S(g->op->d2h(g->d, &h, g->sums, sizeof h), "read the loss");
+    *loss_sum = h;
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, int len,
+                                       float *logits)
+{
+    int Vp = g->m->cfg.padded_vocab_size;
+    llmt_status s;
+    if (len < 1 || len > g->T)
+        return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: device generate: %d tokens (at most %d)", len, g->T);
+    S(g->op->h2d(g->d, g->tok, tok, (size_t)len * 4), "upload tokens");
+    R(forward(g, g->tok, 1, len));
+    S(g->op->d2h(g->d, g->hrow, g->logits + (size_t)(len - 1) * Vp,
+                 (size_t)Vp * sizeof(llmt__bf16)),
+      "read the logits");
+    for (int i = 0; i < Vp; i++) logits[i] = llmt__bf16_to_f32(g->hrow[i]);
+    return LLMT_OK;
+#undef R
+}
+
+#ifndef LLMT_HAVE_CUDA
+/* A build without CUDA has no CUDA table (cuda/exec/dev_cuda.c fills it). */
+const llmt__dev_ops *llmt__dev_cuda(void) { return NULL; }
+#endif

@@ -1,0 +1,79 @@
+/* The trainer's device engine (lib/train/device.c): a GPT-2 or Llama-style
+ * model trained on an accelerator through the device op table
+ * (lib/exec/dev.h) with bf16 parameters and activations, fp32 master
+ * weights, gradients and AdamW state. lib/train/trainer.c drives it when
+ * llmt_trainer_opts.device is LLMT_DEVICE_CUDA; the host keeps the model's
+ * fp32 parameters and mirrors of the gradients and moments, brought up to
+ * date on demand (llmt__devtrain_download) rather than every step.
+ *
+ * Device layout: the parameters of the host model in one flat buffer, those
+ * with weight decay first and then the others (so AdamW is two launches),
+ * each tensor starting on an 8-element (16-byte bf16) boundary. */
+#ifndef LLMT_TRAIN_DEVICE_H
+#define LLMT_TRAIN_DEVICE_H
+
+#include "exec/dev.h"
+#include "model/model.h"
+
+typedef struct llmt__devtrain llmt__devtrain;
+
+/* Creates the backend context and every device buffer for micro-batches of
+ * B x T (and A micro-batches per step), then uploads the model's
+ * parameters (moments zero). Errors go to `e`. */
+llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
+                                  const llmt__dev_opts *dopts, llmt_model *m,
+                                  int B, int T, int A, llmt__devtrain **out);
+void llmt__devtrain_destroy(llmt__devtrain *g);
+
+/* Host mirrors (pinned where the backend has pinned memory), model->total
+ * floats each, in the host model's layout. */
+float *llmt__devtrain_host_grads(llmt__devtrain *g);
+float *llmt__devtrain_host_m(llmt__devtrain *g);
+float *llmt__devtrain_host_v(llmt__devtrain *g);
+
+/* Host -> device: the model's parameters and, when m and v are not NULL,
+ * the moments (else they are zeroed). */
+llmt_status llmt__devtrain_upload(llmt__devtrain *g, const float *params,
+                                  const float *m, const float *v);
+/* Device -> host into the model's parameters and the mirrors; each of
+ * params / moments / grads selects what to copy. */
+llmt_status llmt__devtrain_download(llmt__devtrain *g, int params,
+                                    int moments, int grads);
+
+/* Zero the gradients, then forward and backward over `micro` micro-batches
+ * of B x T tokens (inputs/targets on the host, micro*B*T each), the loss
+ * gradient scaled by 1/count (count = targets >= 0 in the whole step).
+ * Returns the sum of the per-token losses and the gradients' sum of
+ * squares (one synchronisation). */
+llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
+                                   const int32_t *targets, int micro,
+                                   int64_t count, double *loss_sum,
+                                   double *grad_sumsq);
+/* AdamW on every parameter: grads * scale, weight decay `wd` on the
+ * decayed group, step t (1-based). */
+llmt_status llmt__devtrain_update(llmt__devtrain *g, float lr, float beta1,
+                                  float beta2, float eps, float wd,
+                                  float scale, int64_t t);
+/* Sum of the losses of `rows` sequences (rows <= B) of length T <= the
+ * T the engine was made for; no gradients. */
+llmt_status llmt__devtrain_loss(llmt__devtrain *g, const int32_t *inputs,
+                                const int32_t *targets, int rows, int T,
+                                double *loss_sum);
+/* Logits (fp32, padded_vocab_size values) of the last position of one
+ * sequence of `len` tokens (len <= the engine's T). */
+llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok,
+                                       int len, float *logits);
+
+typedef struct llmt__devtrain_mem {
+    size_t activations; /* activations + backward scratch, planned for B x T */
+    size_t in_use, peak; /* the backend allocator's view */
+} llmt__devtrain_mem;
+void llmt__devtrain_memory(const llmt__devtrain *g, llmt__devtrain_mem *out);
+const char *llmt__devtrain_backend(const llmt__devtrain *g);
+
+/* lib/train/trainer.c, for tests: a device trainer on the given op table
+ * (e.g. llmt__dev_emul()), whatever opts->device says. */
+llmt_status llmt__trainer_create_dev(llmt_model *model, const llmt_trainer_opts *opts,
+                                     const llmt__dev_ops *ops, llmt_trainer **out);
+
+#endif
