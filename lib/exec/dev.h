@@ -56,7 +56,10 @@ typedef enum llmt__gemm_type {
  * 0 mean packed. A and B are bf16 (or both fp8 with a_scale/b_scale: device
  * pointers to fp32 per-tensor dequantisation factors; fp8 needs sm_89+ and
  * trans_a=0, trans_b=1, which is the Linear forward inp @ W^T). C is bf16 or
- * fp32 (c_type). fp32 accumulation always. */
+ * fp32 (c_type). fp32 accumulation always. Epilogue order (cuBLASLt's):
+ * alpha*op(A)op(B) + beta*C (C not read when beta is 0), then + bias, then
+ * gelu / * gelu'(aux). bias, aux and bias_grad have C's type; aux is [M,N]
+ * packed whatever ldc is; bias_grad is not scaled by alpha. */
 typedef struct llmt__gemm_args {
     int trans_a, trans_b;
     int M, N, K;
@@ -84,7 +87,8 @@ typedef struct llmt__dev_ops {
     const char *name; /* "cuda", "emulated" */
 
     /* -- context and memory */
-    /* On failure *out is NULL and err (errlen bytes) says why. */
+    /* o is required. On failure *out is NULL and err (errlen bytes) says
+     * why. */
     llmt_status (*create)(const llmt__dev_opts *o, llmt__dev **out, char *err,
                           size_t errlen);
     void (*destroy)(llmt__dev *d);
