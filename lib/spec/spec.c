@@ -83,6 +83,15 @@ static const spec_key keys[] = {
     E("precision.master", precision.master, "bf16|fp16|fp32|fp8",
       "master weights [fp32]"),
     E("precision.gemm", precision.gemm, "bf16|fp16|fp32|fp8", "GEMM inputs [bf16]"),
+    E("precision.fp8_recipe", precision.fp8_recipe, "delayed|current|blockwise",
+      "fp8 scales: per tensor from an amax history, per tensor from this "
+      "step's amax, or per 1x128/128x128 tile [delayed]"),
+    I("precision.fp8_amax_history", precision.fp8_amax_history, 1, 1024,
+      "delayed: steps of amax history per tensor [16]"),
+    I("precision.fp8_margin", precision.fp8_margin, 0, 16,
+      "delayed/current: scale = fp8_max / amax / 2^margin [0]"),
+    E("precision.fp8_format", precision.fp8_format, "e4m3|hybrid",
+      "E4M3 everywhere, or hybrid: E5M2 for gradients [hybrid]"),
     O("batch", "global = micro * grad_accum * dp"),
     I("batch.micro", batch.micro, 1, 1e9, "sequences per micro-batch per rank [1]"),
     I("batch.grad_accum", batch.grad_accum, 1, 1e9,
@@ -383,6 +392,9 @@ static void set_defaults(llmt_spec *s)
     s->precision.param = LLMT_SPEC_PREC_BF16;
     s->precision.master = LLMT_SPEC_PREC_FP32;
     s->precision.gemm = LLMT_SPEC_PREC_BF16;
+    s->precision.fp8_recipe = LLMT_SPEC_FP8_DELAYED;
+    s->precision.fp8_amax_history = 16;
+    s->precision.fp8_format = LLMT_SPEC_FP8_HYBRID;
     s->batch.micro = 1;
     s->batch.grad_accum = 1;
     s->optimizer.type = LLMT_SPEC_OPT_ADAMW;
@@ -707,6 +719,42 @@ static void derive_shape_from_params(llmt_spec *s)
     }
 }
 
+/* The fp8 keys. Like model.moe.top_k, a rule fires on a value that differs
+ * from the default, not on a key merely being present: the normalised spec
+ * (llmt_spec_to_json) writes every key and must parse back. */
+static void check_fp8(const llmt_spec *s, errlist *el)
+{
+    static const char *const prec[] = {"bf16", "fp16", "fp32", "fp8"};
+    static const char *const recipe[] = {"delayed", "current", "blockwise"};
+    int fp8 = s->precision.gemm == LLMT_SPEC_PREC_FP8;
+    int rc = s->precision.fp8_recipe;
+    const char *g = prec[s->precision.gemm];
+    long long h = (long long)s->precision.fp8_amax_history;
+    long long m = (long long)s->precision.fp8_margin;
+    if (!fp8) {
+        if (rc != LLMT_SPEC_FP8_DELAYED)
+            errf(el, "precision.fp8_recipe", "%s needs precision.gemm fp8 "
+                 "(it is %s)", recipe[rc], g);
+        if (s->precision.fp8_format != LLMT_SPEC_FP8_HYBRID)
+            errf(el, "precision.fp8_format", "e4m3 needs precision.gemm fp8 "
+                 "(it is %s)", g);
+        if (h != 16)
+            errf(el, "precision.fp8_amax_history", "%lld needs "
+                 "precision.gemm fp8 (it is %s)", h, g);
+        if (m != 0)
+            errf(el, "precision.fp8_margin", "%lld needs precision.gemm fp8 "
+                 "(it is %s)", m, g);
+        return;
+    }
+    if (h != 16 && rc != LLMT_SPEC_FP8_DELAYED)
+        errf(el, "precision.fp8_amax_history", "%lld needs "
+             "precision.fp8_recipe delayed, the one that keeps an amax "
+             "history (it is %s)", h, recipe[rc]);
+    if (m != 0 && rc == LLMT_SPEC_FP8_BLOCKWISE)
+        errf(el, "precision.fp8_margin", "%lld needs a per-tensor "
+             "precision.fp8_recipe, delayed or current (it is blockwise)", m);
+}
+
 static void check_rules(llmt_spec *s, errlist *el)
 {
     int m_given = s->given[key_index("model.layers")] &&
@@ -840,6 +888,7 @@ static void check_rules(llmt_spec *s, errlist *el)
     if (s->precision.master != LLMT_SPEC_PREC_FP32 &&
         s->precision.master != LLMT_SPEC_PREC_BF16)
         errf(el, "precision.master", "must be fp32 or bf16");
+    check_fp8(s, el);
 
     /* Schedule and train. */
     if (!s->given[key_index("schedule.total_steps")])

@@ -21,6 +21,11 @@ enum { LLMT_SPEC_RECOMPUTE_NONE = 0, LLMT_SPEC_RECOMPUTE_SELECTIVE = 1,
 /* precision.param / master / gemm */
 enum { LLMT_SPEC_PREC_BF16 = 0, LLMT_SPEC_PREC_FP16 = 1, LLMT_SPEC_PREC_FP32 = 2,
        LLMT_SPEC_PREC_FP8 = 3 };
+/* precision.fp8_recipe */
+enum { LLMT_SPEC_FP8_DELAYED = 0, LLMT_SPEC_FP8_CURRENT = 1,
+       LLMT_SPEC_FP8_BLOCKWISE = 2 };
+/* precision.fp8_format (the values of LLMT__FP8_FORMAT_* in exec/fp8.h) */
+enum { LLMT_SPEC_FP8_E4M3 = 0, LLMT_SPEC_FP8_HYBRID = 1 };
 /* optimizer.type */
 enum { LLMT_SPEC_OPT_ADAMW = 0, LLMT_SPEC_OPT_ADAM = 1, LLMT_SPEC_OPT_SGD = 2 };
 /* schedule.kind */
@@ -73,7 +78,13 @@ struct llmt_spec {
         int recompute;
         int sequence_parallel;
     } parallelism;
-    struct { int param, master, gemm; } precision;
+    struct {
+        int param, master, gemm;
+        int fp8_recipe;            /* LLMT_SPEC_FP8_* (gemm fp8 only) */
+        int64_t fp8_amax_history;  /* delayed: steps of amax per tensor */
+        int64_t fp8_margin;        /* scale = fp8_max / amax / 2^margin */
+        int fp8_format;            /* e4m3 | hybrid (E5M2 gradients) */
+    } precision;
     struct { int64_t micro, grad_accum, global; } batch;
     struct {
         int type;

@@ -45,6 +45,24 @@ static int count_lines(const char *t)
     return n;
 }
 
+/* `json` fails validation with a line containing `want`; parse_json agrees
+ * and leaves the message on the context. */
+static void expect_error(const char *tag, size_t i, const char *json,
+                         const char *want)
+{
+    llmt_status st;
+    const char *e = errors_of(json, &st);
+    int ok = st == LLMT_ERR_SPEC && strstr(e, want) != NULL;
+    if (!ok)
+        fprintf(stderr, "%s %zu: want '%s', got status %d:\n%s", tag, i, want,
+                (int)st, e);
+    CHECK(ok);
+    llmt_spec *s = (llmt_spec *)1;
+    CHECK_STATUS(llmt_spec_parse_json(ctx, json, strlen(json), &s), LLMT_ERR_SPEC);
+    CHECK(s == NULL);
+    CHECK_EQ_INT(llmt_context_last_status(ctx), LLMT_ERR_SPEC);
+}
+
 static void test_examples(void)
 {
     const char *files[] = {"examples/specs/demo-cpu.json",
@@ -265,21 +283,114 @@ static void test_rules(void)
          "batch.grad_accum: 3 micro-batches must be a multiple of parallelism.pp 2"},
     };
 #undef M
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        llmt_status st;
-        const char *e = errors_of(cases[i].json, &st);
-        int ok = st == LLMT_ERR_SPEC && strstr(e, cases[i].want) != NULL;
-        if (!ok)
-            fprintf(stderr, "case %zu: want '%s', got status %d:\n%s", i,
-                    cases[i].want, (int)st, e);
-        CHECK(ok);
-        /* parse_json agrees and leaves the message on the context. */
-        llmt_spec *s = (llmt_spec *)1;
-        CHECK_STATUS(llmt_spec_parse_json(ctx, cases[i].json, strlen(cases[i].json), &s),
-                     LLMT_ERR_SPEC);
-        CHECK(s == NULL);
-        CHECK_EQ_INT(llmt_context_last_status(ctx), LLMT_ERR_SPEC);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_error("case", i, cases[i].json, cases[i].want);
+}
+
+/* precision.fp8_*: defaults, values, ranges; keys that only matter for
+ * fp8 GEMMs (or for one recipe) fail when set to a non-default value
+ * elsewhere, and name their path. */
+static void test_fp8_keys(void)
+{
+#define M "\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 4}"
+    llmt_spec *s = parse("{" M "}");
+    if (s) {
+        CHECK_EQ_INT(s->precision.fp8_recipe, LLMT_SPEC_FP8_DELAYED);
+        CHECK_EQ_INT(s->precision.fp8_amax_history, 16);
+        CHECK_EQ_INT(s->precision.fp8_margin, 0);
+        CHECK_EQ_INT(s->precision.fp8_format, LLMT_SPEC_FP8_HYBRID);
+        CHECK(!llmt_spec_is_given(s, "precision.fp8_recipe"));
+        llmt_spec_destroy(s);
     }
+    /* Defaults may be written out with any gemm (to_json does). */
+    s = parse("{" M ", \"precision\": {\"gemm\": \"bf16\", \"fp8_recipe\":"
+              " \"delayed\", \"fp8_amax_history\": 16, \"fp8_margin\": 0,"
+              " \"fp8_format\": \"hybrid\"}}");
+    CHECK(s != NULL);
+    llmt_spec_destroy(s);
+    s = parse("{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_recipe\":"
+              " \"delayed\", \"fp8_amax_history\": 1024, \"fp8_margin\": 16,"
+              " \"fp8_format\": \"e4m3\"}}");
+    if (s) {
+        int64_t v;
+        char buf[32];
+        size_t need;
+        CHECK_EQ_INT(s->precision.fp8_amax_history, 1024);
+        CHECK_EQ_INT(s->precision.fp8_margin, 16);
+        CHECK_EQ_INT(s->precision.fp8_format, LLMT_SPEC_FP8_E4M3);
+        CHECK_STATUS(llmt_spec_get_int(s, "precision.fp8_amax_history", &v), LLMT_OK);
+        CHECK_EQ_INT(v, 1024);
+        CHECK_STATUS(llmt_spec_get_string(s, "precision.fp8_format", buf, sizeof buf,
+                                          &need), LLMT_OK);
+        CHECK(strcmp(buf, "e4m3") == 0);
+        CHECK(llmt_spec_is_given(s, "precision.fp8_margin"));
+        /* The normalised form parses back to the same values. */
+        llmt_spec_to_json(s, NULL, 0, &need);
+        char *j = malloc(need);
+        CHECK_STATUS(llmt_spec_to_json(s, j, need, &need), LLMT_OK);
+        CHECK(strstr(j, "\"fp8_amax_history\":\t1024") != NULL);
+        llmt_spec *s2 = parse(j);
+        CHECK(s2 && s2->precision.fp8_margin == 16 &&
+              s2->precision.fp8_format == LLMT_SPEC_FP8_E4M3);
+        llmt_spec_destroy(s2);
+        free(j);
+        llmt_spec_destroy(s);
+    }
+    s = parse("{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_recipe\":"
+              " \"current\", \"fp8_margin\": 1}}");
+    if (s) {
+        CHECK_EQ_INT(s->precision.fp8_recipe, LLMT_SPEC_FP8_CURRENT);
+        llmt_spec_destroy(s);
+    }
+    s = parse("{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_recipe\":"
+              " \"blockwise\", \"fp8_format\": \"e4m3\"}}");
+    if (s) {
+        CHECK_EQ_INT(s->precision.fp8_recipe, LLMT_SPEC_FP8_BLOCKWISE);
+        llmt_spec_destroy(s);
+    }
+    static const struct { const char *json, *want; } cases[] = {
+        {"{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_recipe\": \"tensor\"}}",
+         "precision.fp8_recipe: \"tensor\" is not one of delayed|current|blockwise"},
+        {"{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_format\": \"e5m2\"}}",
+         "precision.fp8_format: \"e5m2\" is not one of e4m3|hybrid"},
+        {"{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_amax_history\": 0}}",
+         "precision.fp8_amax_history: 0 must be in [1, 1024]"},
+        {"{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_amax_history\": 1025}}",
+         "precision.fp8_amax_history: 1025 must be in [1, 1024]"},
+        {"{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_amax_history\": 2.5}}",
+         "precision.fp8_amax_history: must be an integer"},
+        {"{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_margin\": 17}}",
+         "precision.fp8_margin: 17 must be in [0, 16]"},
+        {"{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_margin\": -1}}",
+         "precision.fp8_margin: -1 must be in [0, 16]"},
+        {"{" M ", \"precision\": {\"fp8_recipe\": \"current\"}}",
+         "precision.fp8_recipe: current needs precision.gemm fp8 (it is bf16)"},
+        {"{" M ", \"precision\": {\"gemm\": \"fp32\", \"fp8_format\": \"e4m3\"}}",
+         "precision.fp8_format: e4m3 needs precision.gemm fp8 (it is fp32)"},
+        {"{" M ", \"precision\": {\"fp8_amax_history\": 32}}",
+         "precision.fp8_amax_history: 32 needs precision.gemm fp8 (it is bf16)"},
+        {"{" M ", \"precision\": {\"fp8_margin\": 2}}",
+         "precision.fp8_margin: 2 needs precision.gemm fp8 (it is bf16)"},
+        {"{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_recipe\": \"current\","
+         " \"fp8_amax_history\": 32}}",
+         "precision.fp8_amax_history: 32 needs precision.fp8_recipe delayed"},
+        {"{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_recipe\": \"blockwise\","
+         " \"fp8_margin\": 1}}",
+         "precision.fp8_margin: 1 needs a per-tensor precision.fp8_recipe"},
+        {"{" M ", \"precision\": {\"gemm\": \"fp8\", \"fp8_margn\": 1}}",
+         "precision.fp8_margn: unknown key (did you mean \"precision.fp8_margin\"?)"},
+    };
+#undef M
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_error("fp8 case", i, cases[i].json, cases[i].want);
+    /* All four at once on a bf16 spec. */
+    llmt_status st;
+    const char *e = errors_of("{\"model\": {\"layers\": 4, \"hidden\": 256,"
+                              " \"heads\": 4}, \"precision\": {\"fp8_recipe\":"
+                              " \"blockwise\", \"fp8_amax_history\": 4,"
+                              " \"fp8_margin\": 1, \"fp8_format\": \"e4m3\"}}", &st);
+    CHECK_STATUS(st, LLMT_ERR_SPEC);
+    CHECK_EQ_INT(count_lines(e), 4);
 }
 
 static void test_all_errors_at_once(void)
@@ -414,6 +525,7 @@ int main(void)
     test_defaults();
     test_seed_spelling();
     test_rules();
+    test_fp8_keys();
     test_all_errors_at_once();
     test_getters_json_keys();
     llmt_context_destroy(ctx);
