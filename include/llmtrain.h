@@ -623,6 +623,15 @@ typedef struct llmt_trainer_opts {
     int32_t device_index;    /* CUDA ordinal; default 0 */
     int32_t deterministic;   /* CUDA: bitwise-identical repeated runs (no
                                 atomics, fixed GEMM reductions); default 0 */
+    int32_t fp8;             /* device trainers: 1 runs the forward GEMMs of
+                                the transformer blocks' Linear layers in fp8
+                                (E4M3 activations and weights, per-tensor
+                                delayed scaling; backward and the output
+                                head stay bf16; doc/fp8.md); default 0 */
+    int32_t fp8_amax_history; /* delayed scaling: steps of amax history per
+                                tensor, 1..1024; default 16 */
+    int32_t fp8_margin;      /* scale = 448 / amax / 2^margin, 0..16;
+                                default 0 */
 } llmt_trainer_opts;
 
 /* A step's tokens: `sequences` rows of `seq_len` tokens, inputs and

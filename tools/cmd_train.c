@@ -162,6 +162,20 @@ static int read_job(const llmt_spec *s, const char *out, const char *run_root,
     /* the spec's cpu|cuda; the trainer says so clearly when this build or
      * machine has no GPU */
     o->device = v == 1 ? LLMT_DEVICE_CUDA : LLMT_DEVICE_CPU;
+    /* precision.gemm fp8: the device trainer's fp8 forward GEMMs with
+     * delayed per-tensor scaling (doc/fp8.md) */
+    if (spec_s(s, "precision.gemm", buf, sizeof buf)) return -1;
+    if (!strcmp(buf, "fp8")) {
+        if (spec_s(s, "precision.fp8_recipe", buf, sizeof buf)) return -1;
+        if (strcmp(buf, "delayed"))
+            return cli_fail(CMD, "precision.fp8_recipe %s: the trainer implements "
+                            "delayed scaling only (doc/fp8.md)", buf);
+        o->fp8 = 1;
+        if (spec_i(s, "precision.fp8_amax_history", &v)) return -1;
+        o->fp8_amax_history = (int32_t)v;
+        if (spec_i(s, "precision.fp8_margin", &v)) return -1;
+        o->fp8_margin = (int32_t)v;
+    }
     if (spec_i(s, "parallelism.tp", &v)) return -1;
     int64_t par = v;
     if (spec_i(s, "parallelism.pp", &v)) return -1;

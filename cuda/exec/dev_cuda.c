@@ -170,6 +170,24 @@ static llmt_status dc_f32_to_bf16(llmt__dev *d, llmt__bf16 *y, const float *x, s
     return llmt__cuda_f32_to_bf16(CTX(d), y, x, n);
 }
 
+static llmt_status dc_amax(llmt__dev *d, float *out, const llmt__bf16 *x, size_t n)
+{
+    return llmt__cuda_amax(CTX(d), out, x, n);
+}
+static llmt_status dc_quantize_fp8(llmt__dev *d, uint8_t *y, const llmt__bf16 *x,
+                                   const float *scale, size_t n, int e5m2)
+{
+    return llmt__cuda_quantize_fp8(CTX(d), y, x, scale, n, e5m2);
+}
+static llmt_status dc_bias_add(llmt__dev *d, llmt__bf16 *x, const llmt__bf16 *bias, int N, int C)
+{
+    return llmt__cuda_bias_add(CTX(d), x, bias, N, C);
+}
+static llmt_status dc_gelu_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *inp, size_t n)
+{
+    return llmt__cuda_gelu_fwd(CTX(d), out, inp, n);
+}
+
 static const llmt__dev_ops dev_cuda = {
     .name = "cuda",
     .create = dc_create,
@@ -203,6 +221,10 @@ static const llmt__dev_ops dev_cuda = {
     .sumsq = dc_sumsq,
     .sum = dc_sum,
     .f32_to_bf16 = dc_f32_to_bf16,
+    .amax = dc_amax,
+    .quantize_fp8 = dc_quantize_fp8,
+    .bias_add = dc_bias_add,
+    .gelu_fwd = dc_gelu_fwd,
 };
 
 const llmt__dev_ops *llmt__dev_cuda(void) { return &dev_cuda; }

@@ -184,6 +184,20 @@ typedef struct llmt__dev_ops {
     llmt_status (*sum)(llmt__dev *d, float *out, const float *x, size_t n);
     llmt_status (*f32_to_bf16)(llmt__dev *d, llmt__bf16 *y, const float *x,
                                size_t n);
+
+    /* -- fp8 forward GEMMs (and what they need without fused epilogues) */
+    /* out[0] (device fp32) = max |x|. */
+    llmt_status (*amax)(llmt__dev *d, float *out, const llmt__bf16 *x, size_t n);
+    /* y = fp8(x * scale[0]) (scale on the device), round to nearest even,
+     * saturating; e5m2 = 0 gives E4M3 (lib/exec/fp8.h has the encoding). */
+    llmt_status (*quantize_fp8)(llmt__dev *d, uint8_t *y, const llmt__bf16 *x,
+                                const float *scale, size_t n, int e5m2);
+    /* x[N,C] += bias[C] */
+    llmt_status (*bias_add)(llmt__dev *d, llmt__bf16 *x, const llmt__bf16 *bias,
+                            int N, int C);
+    /* tanh GELU */
+    llmt_status (*gelu_fwd)(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *inp,
+                            size_t n);
 } llmt__dev_ops;
 
 /* The CUDA table, or NULL in a build without CUDA. */

@@ -19,6 +19,7 @@
 
 #include "core/internal.h"
 #include "exec/dev.h"
+#include "exec/fp8.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -230,6 +231,55 @@ static inline void st_c(void *p, size_t i, float v, int f32)
         ((llmt__bf16 *)p)[i] = TOBF(v);
 }
 
+/* fp8 operands: what the CUDA backend accepts (trans_a = 0, trans_b = 1,
+ * both dequantisation scales; no epilogue here, the engine adds bias and
+ * GELU with their own ops), computed as the product of the decoded codes
+ * times alpha * a_scale * b_scale, accumulated in fp32 (cuBLASLt with
+ * FAST_ACCUM off), one rounding at the store. A is E4M3, or E5M2 for
+ * LLMT_GEMM_E5M2; B is E4M3. */
+static llmt_status gemm_fp8(llmt__dev *d, const llmt__gemm_args *g)
+{
+    if (g->trans_a || !g->trans_b || !g->a_scale || !g->b_scale)
+        return llmt__err_set(E(d), LLMT_ERR_INVALID_ARGUMENT,
+                             "emulated: gemm: fp8 needs trans_a=0, trans_b=1 and both scales");
+    if (g->epi != LLMT_GEMM_EPI_NONE)
+        return llmt__err_set(E(d), LLMT_ERR_UNSUPPORTED,
+                             "emulated: gemm: fp8 with an epilogue is not emulated");
+    if (g->c_type != LLMT_GEMM_BF16 && g->c_type != LLMT_GEMM_F32)
+        return llmt__err_set(E(d), LLMT_ERR_INVALID_ARGUMENT, "emulated: gemm: fp8 output type");
+    if (!g->A || !g->B || !g->C)
+        return llmt__err_set(E(d), LLMT_ERR_NULL_POINTER, "emulated: gemm: %s is NULL",
+                             !g->A ? "A" : !g->B ? "B" : "C");
+    const int M = g->M, N = g->N, K = g->K;
+    int lda = g->lda ? g->lda : K, ldb = g->ldb ? g->ldb : K, ldc = g->ldc ? g->ldc : N;
+    if (lda < K || ldb < K || ldc < N)
+        return llmt__err_set(E(d), LLMT_ERR_INVALID_ARGUMENT,
+                             "emulated: gemm: fp8 leading dimensions lda=%d ldb=%d ldc=%d",
+                             lda, ldb, ldc);
+    const int a5 = g->ab_type == LLMT_GEMM_E5M2, f32 = g->c_type == LLMT_GEMM_F32;
+    const uint8_t *A = g->A, *Bm = g->B;
+    const float sc = g->alpha * g->a_scale[0] * g->b_scale[0], beta = g->beta;
+    int nt = team_size();
+    float *scratch = malloc(sizeof(float) * (size_t)nt * K);
+    if (!scratch)
+        return llmt__err_set(E(d), LLMT_ERR_OUT_OF_MEMORY, "emulated: gemm: fp8 scratch");
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int i = 0; i < M; i++) {
+        float *a = scratch + (size_t)thread_id() * K;
+        for (int k = 0; k < K; k++) a[k] = llmt__fp8_decode(A[(size_t)i * lda + k], a5);
+        for (int j = 0; j < N; j++) {
+            const uint8_t *br = Bm + (size_t)j * ldb;
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) acc += a[k] * llmt__fp8_decode(br[k], 0);
+            float v = sc * acc;
+            if (beta != 0.0f) v += beta * ld_c(g->C, (size_t)i * ldc + j, f32);
+            st_c(g->C, (size_t)i * ldc + j, v, f32);
+        }
+    }
+    free(scratch);
+    return LLMT_OK;
+}
+
 /* cuBLASLt's order: acc = alpha * op(A) op(B) + beta * C (C not read when
  * beta is 0), then the epilogue: + bias, gelu, or * gelu'(aux), in fp32, and
  * one rounding at each store. GELU_BIAS stores the pre-activation into aux
@@ -245,8 +295,7 @@ static llmt_status em_gemm(llmt__dev *d, const llmt__gemm_args *g)
                              "emulated: gemm: M=%d N=%d K=%d must be positive", g->M, g->N,
                              g->K);
     if (g->ab_type == LLMT_GEMM_E4M3 || g->ab_type == LLMT_GEMM_E5M2)
-        return llmt__err_set(E(d), LLMT_ERR_UNSUPPORTED,
-                             "emulated: gemm: fp8 operands are not emulated");
+        return gemm_fp8(d, g);
     if (g->ab_type != LLMT_GEMM_BF16)
         return llmt__err_set(E(d), LLMT_ERR_UNSUPPORTED,
                              "emulated: gemm: A and B must be bf16 (ab_type %d)", (int)g->ab_type);
@@ -945,6 +994,59 @@ static llmt_status em_f32_to_bf16(llmt__dev *d, llmt__bf16 *y, const float *x, s
     return LLMT_OK;
 }
 
+/* ---- fp8 support ops --------------------------------------------------------- */
+
+static llmt_status em_amax(llmt__dev *d, float *out, const llmt__bf16 *x, size_t n)
+{
+    if (!d) return LLMT_ERR_NULL_POINTER;
+    NEED(d, "amax", out);
+    if (n) NEED(d, "amax", x);
+    float m = 0.0f; /* fmaxf skips NaN, as the kernel's reduction does */
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(BF(x[i])));
+    out[0] = m;
+    return LLMT_OK;
+}
+
+static llmt_status em_quantize_fp8(llmt__dev *d, uint8_t *y, const llmt__bf16 *x,
+                                   const float *scale, size_t n, int e5m2)
+{
+    if (!d) return LLMT_ERR_NULL_POINTER;
+    if (!n) return LLMT_OK;
+    NEED(d, "quantize_fp8", y);
+    NEED(d, "quantize_fp8", x);
+    NEED(d, "quantize_fp8", scale);
+    const float s = scale[0];
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = llmt__fp8_encode(BF(x[i]) * s, e5m2);
+    return LLMT_OK;
+}
+
+static llmt_status em_bias_add(llmt__dev *d, llmt__bf16 *x, const llmt__bf16 *bias, int N,
+                               int C)
+{
+    if (!d) return LLMT_ERR_NULL_POINTER;
+    if (N < 0 || C < 0) return BAD(d, "bias_add: N=%d C=%d", N, C);
+    if (!N || !C) return LLMT_OK;
+    NEED(d, "bias_add", x);
+    NEED(d, "bias_add", bias);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < C; j++) {
+            llmt__bf16 *p = x + (size_t)i * C + j;
+            *p = TOBF(BF(*p) + BF(bias[j]));
+        }
+    return LLMT_OK;
+}
+
+static llmt_status em_gelu_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *inp, size_t n)
+{
+    if (!d) return LLMT_ERR_NULL_POINTER;
+    if (!n) return LLMT_OK;
+    NEED(d, "gelu_fwd", out);
+    NEED(d, "gelu_fwd", inp);
+    for (size_t i = 0; i < n; i++) out[i] = TOBF(gelu_f(BF(inp[i])));
+    return LLMT_OK;
+}
+
 static const llmt__dev_ops emul_ops = {
     .name = "emulated",
     .create = em_create,
@@ -978,6 +1080,10 @@ static const llmt__dev_ops emul_ops = {
     .sumsq = em_sumsq,
     .sum = em_sum,
     .f32_to_bf16 = em_f32_to_bf16,
+    .amax = em_amax,
+    .quantize_fp8 = em_quantize_fp8,
+    .bias_add = em_bias_add,
+    .gelu_fwd = em_gelu_fwd,
 };
 
 const llmt__dev_ops *llmt__dev_emul(void) { return &emul_ops; }

@@ -13,9 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/fp8.h"
 #include "train/device.h"
 
 #define NOP LLMT__NOPARAM
+
+/* fp8 slots: each Linear of each layer has two scaled tensors, its input
+ * (2*slot) and its weight (2*slot + 1). */
+enum { LQKV, LPROJ, LFC, LFC3, LFCP, NLIN };
+#define SLOT(l, kind) ((l) * NLIN + (kind))
 
 typedef struct dlayer {
     llmt__bf16 *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch3, *fchg;
@@ -44,6 +50,15 @@ struct llmt__devtrain {
     float *hlogit;         /* host row for last_logits (bf16 -> fp32) */
     llmt__bf16 *hrow;
     size_t act_bytes;
+    /* fp8 forward GEMMs */
+    int fp8, nf8;          /* on; scaled tensors (2 per Linear slot) */
+    llmt__fp8_delayed *rec; /* the recipe (host) */
+    float *f8scale, *f8inv; /* device [nf8]: quantisation / dequantisation */
+    float *f8amax;         /* device [(A + 1) x nf8]: a row per micro-batch,
+                              row A for forwards outside a step */
+    float *h8amax;         /* host [A x nf8] */
+    uint8_t *qx, *qw;      /* device: quantised input and weight */
+    int amax_row, fp8_gemms;
 };
 
 /* Forward the backend's message for a failed op. */
@@ -90,7 +105,8 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
                          (void **)&g->dqkv, (void **)&g->dfch, (void **)&g->dfch3,
                          (void **)&g->dfchg, (void **)&g->lnfm, (void **)&g->lnfr,
                          (void **)&g->losses, (void **)&g->sums, (void **)&g->tok,
-                         (void **)&g->tgt};
+                         (void **)&g->tgt, (void **)&g->f8scale, (void **)&g->f8inv,
+                         (void **)&g->f8amax, (void **)&g->qx, (void **)&g->qw};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (*bufs[i]) g->op->free(g->d, *bufs[i]);
         for (int l = 0; g->L && l < g->m->cfg.layers; l++) {
@@ -116,6 +132,8 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     free(g->doff);
     free(g->hlogit);
     free(g->hrow);
+    free(g->h8amax);
+    llmt__fp8_delayed_destroy(g->rec);
     free(g);
 }
 
@@ -174,9 +192,19 @@ static void plan_layout(llmt__devtrain *g)
     g->lm = map_off(m, g->doff, m->lm_head);
 }
 
+/* Scales to the device (after the recipe moved them). */
+static llmt_status put_scales(llmt__devtrain *g)
+{
+    size_t bytes = (size_t)g->nf8 * sizeof(float);
+    S(g->op->h2d(g->d, g->f8scale, llmt__fp8_delayed_scales(g->rec), bytes), "fp8 scales");
+    S(g->op->h2d(g->d, g->f8inv, llmt__fp8_delayed_scale_invs(g->rec), bytes), "fp8 scales");
+    return LLMT_OK;
+}
+
 llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
                                   const llmt__dev_opts *dopts, llmt_model *m,
-                                  int B, int T, int A, llmt__devtrain **out)
+                                  int B, int T, int A, const llmt__devtrain_fp8 *fp8,
+                                  llmt__devtrain **out)
 {
     *out = NULL;
     const llmt_model_config *c = &m->cfg;
@@ -261,6 +289,29 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
     DA(g->sums, ((size_t)A + 1) * 4, 1);
     DA(g->tok, (size_t)A * N * 4, 1);
     DA(g->tgt, (size_t)A * N * 4, 1);
+    if (fp8 && fp8->on) {
+        g->fp8 = 1;
+        g->nf8 = 2 * L * NLIN;
+        size_t big = F > Q ? F : Q, wide = F > C ? F : C, nf = (size_t)g->nf8;
+        DA(g->f8scale, nf * 4, 1);
+        DA(g->f8inv, nf * 4, 1);
+        DA(g->f8amax, ((size_t)A + 1) * nf * 4, 1);
+        DA(g->qx, N * wide, 1);
+        DA(g->qw, big * C, 1);
+        g->h8amax = calloc((size_t)A * nf, sizeof(float));
+        if (!g->h8amax) {
+            s = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+            goto fail;
+        }
+        s = llmt__fp8_delayed_create(NULL, g->nf8, fp8->history, fp8->margin,
+                                     LLMT__FP8_AMAX_MAX, NULL, &g->rec);
+        if (s != LLMT_OK) {
+            s = llmt__err_set(e, s, "trainer: fp8: amax history %d, margin %d: bad "
+                              "recipe settings", fp8->history, fp8->margin);
+            goto fail;
+        }
+        if ((s = put_scales(g)) != LLMT_OK) goto fail;
+    }
 #undef DA
     if ((s = host_mirror(g, &g->hg, m->total)) != LLMT_OK ||
         (s = host_mirror(g, &g->hm, m->total)) != LLMT_OK ||
@@ -272,6 +323,16 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
 fail:
     llmt__devtrain_destroy(g);
     return s;
+}
+
+int llmt__devtrain_fp8_state(const llmt__devtrain *g, const float **scales, int *n,
+                             int *gemms)
+{
+    if (!g->fp8) return 0;
+    *scales = llmt__fp8_delayed_scales(g->rec);
+    *n = g->nf8;
+    *gemms = g->fp8_gemms;
+    return 1;
 }
 
 float *llmt__devtrain_host_grads(llmt__devtrain *g) { return g->hg; }
@@ -361,10 +422,51 @@ static llmt_status mm(llmt__devtrain *g, int ta, int tb, int M, int N, int K, co
     return LLMT_OK;
 }
 
-/* Linear forward: out[N,OC] = x[N,IC] W[OC,IC]^T (+ bias). */
-static llmt_status lin(llmt__devtrain *g, llmt__bf16 *out, const llmt__bf16 *x, size_t w,
-                       size_t b, int N, int IC, int OC)
+/* Does Linear `slot` (IC x OC) run in fp8? cuBLASLt's fp8 GEMMs want
+ * dims (leading dimensions) that are multiples of 16. */
+static int fp8_on(const llmt__devtrain *g, int slot, int IC, int OC)
 {
+    return g->fp8 && slot >= 0 && IC % 16 == 0 && OC % 16 == 0;
+}
+
+/* out[N,OC] = dequant(fp8(x) fp8(W)^T) (+ bias): records both amaxes of
+ * this forward, quantises with the scales the recipe chose from earlier
+ * steps (delayed scaling). */
+static llmt_status lin_fp8(llmt__devtrain *g, llmt__bf16 *out, const llmt__bf16 *x, size_t w,
+                           size_t b, int N, int IC, int OC, int slot)
+{
+    size_t tx = 2 * (size_t)slot, tw = tx + 1, nw = (size_t)OC * IC, nx = (size_t)N * IC;
+    float *am = g->f8amax + (size_t)g->amax_row * g->nf8;
+    S(g->op->amax(g->d, am + tx, x, nx), "fp8 amax");
+    S(g->op->amax(g->d, am + tw, g->param + w, nw), "fp8 amax");
+    S(g->op->quantize_fp8(g->d, g->qx, x, g->f8scale + tx, nx, 0), "fp8 quantise");
+    S(g->op->quantize_fp8(g->d, g->qw, g->param + w, g->f8scale + tw, nw, 0), "fp8 quantise");
+    llmt__gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.trans_b = 1;
+    a.M = N;
+    a.N = OC;
+    a.K = IC;
+    a.A = g->qx;
+    a.B = g->qw;
+    a.C = out;
+    a.ab_type = LLMT_GEMM_E4M3;
+    a.c_type = LLMT_GEMM_BF16;
+    a.alpha = 1.0f;
+    a.a_scale = g->f8inv + tx;
+    a.b_scale = g->f8inv + tw;
+    S(g->op->gemm(g->d, &a), "fp8 gemm");
+    if (b != NOP) S(g->op->bias_add(g->d, out, g->param + b, N, OC), "bias");
+    g->fp8_gemms++;
+    return LLMT_OK;
+}
+
+/* Linear forward: out[N,OC] = x[N,IC] W[OC,IC]^T (+ bias); fp8 for the
+ * blocks' Linears (slot >= 0) when on. */
+static llmt_status lin(llmt__devtrain *g, llmt__bf16 *out, const llmt__bf16 *x, size_t w,
+                       size_t b, int N, int IC, int OC, int slot)
+{
+    if (fp8_on(g, slot, IC, OC)) return lin_fp8(g, out, x, w, b, N, IC, OC, slot);
     const llmt__bf16 *bias = b == NOP ? NULL : g->param + b;
     return mm(g, 0, 1, N, OC, IC, x, g->param + w, out, 0, 0.0f,
               bias ? LLMT_GEMM_EPI_BIAS : LLMT_GEMM_EPI_NONE, bias, NULL);
@@ -428,7 +530,7 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     llmt_status s;
 #define R(x) do { if ((s = (x)) != LLMT_OK) return s; } while (0)
     R(norm_fwd(g, a->ln1, a->ln1m, a->ln1r, x, w->ln1w, w->ln1b, N));
-    R(lin(g, a->qkv, a->ln1, w->qkvw, w->qkvb, N, C, Q));
+    R(lin(g, a->qkv, a->ln1, w->qkvw, w->qkvb, N, C, Q, SLOT(l, LQKV)));
     llmt__bf16 *q = a->qkv, *k = q + (size_t)nh * hd, *v = k + (size_t)nkv * hd;
     if (g->llama) {
         S(g->op->rope(g->d, q, B, T, nh, hd, (size_t)Q, c->rope_theta, 0), "rope");
@@ -436,19 +538,22 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     }
     S(g->op->attention_fwd(g->d, a->atty, a->lse, q, k, v, (size_t)Q, B, T, nh, nkv, hd),
       "attention");
-    R(lin(g, g->dtmp, a->atty, w->projw, w->projb, N, C, C));
+    R(lin(g, g->dtmp, a->atty, w->projw, w->projb, N, C, C, SLOT(l, LPROJ)));
     S(g->op->residual_fwd(g->d, a->res2, x, g->dtmp, (size_t)N * C), "residual");
     R(norm_fwd(g, a->ln2, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, N));
     if (g->llama) {
-        R(lin(g, a->fch, a->ln2, w->fcw, NOP, N, C, F));
-        R(lin(g, a->fch3, a->ln2, w->fc3w, NOP, N, C, F));
+        R(lin(g, a->fch, a->ln2, w->fcw, NOP, N, C, F, SLOT(l, LFC)));
+        R(lin(g, a->fch3, a->ln2, w->fc3w, NOP, N, C, F, SLOT(l, LFC3)));
         S(g->op->swiglu_fwd(g->d, a->fchg, a->fch, a->fch3, (size_t)N * F), "swiglu");
+    } else if (fp8_on(g, SLOT(l, LFC), C, F)) {
+        R(lin_fp8(g, a->fch, a->ln2, w->fcw, w->fcb, N, C, F, SLOT(l, LFC)));
+        S(g->op->gelu_fwd(g->d, a->fchg, a->fch, (size_t)N * F), "gelu");
     } else {
         /* fchg = gelu(ln2 W^T + b), the pre-activation kept in fch */
         R(mm(g, 0, 1, N, F, C, a->ln2, g->param + w->fcw, a->fchg, 0, 0.0f,
              LLMT_GEMM_EPI_GELU_BIAS, g->param + w->fcb, a->fch));
     }
-    R(lin(g, g->dtmp, a->fchg, w->fcprojw, w->fcprojb, N, F, C));
+    R(lin(g, g->dtmp, a->fchg, w->fcprojw, w->fcprojb, N, F, C, SLOT(l, LFCP)));
     S(g->op->residual_fwd(g->d, g->resid[l + 1], a->res2, g->dtmp, (size_t)N * C),
       "residual");
     return LLMT_OK;
@@ -504,12 +609,13 @@ static llmt_status forward(llmt__devtrain *g, const int32_t *tok, int B, int T)
 {
     const llmt_model_config *c = &g->m->cfg;
     llmt_status s;
+    g->fp8_gemms = 0;
     S(g->op->embedding_fwd(g->d, g->resid[0], tok, g->param + g->wte,
                            g->wpe == NOP ? NULL : g->param + g->wpe, B, T, c->width),
       "embedding");
     for (int l = 0; l < c->layers; l++) R(layer_fwd(g, l, B, T));
     R(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[c->layers], g->lnfw, g->lnfb, B * T));
-    return lin(g, g->logits, g->lnf, g->lm, NOP, B * T, c->width, c->padded_vocab_size);
+    return lin(g, g->logits, g->lnf, g->lm, NOP, B * T, c->width, c->padded_vocab_size, -1);
 }
 
 static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
@@ -529,6 +635,23 @@ static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     return LLMT_OK;
 }
 
+/* After a step's forwards: each tensor's amax over the micro-batches goes
+ * into the recipe's history and the scales for the next step go to the
+ * device. */
+static llmt_status fp8_step(llmt__devtrain *g, int micro)
+{
+    size_t nf = (size_t)g->nf8;
+    S(g->op->d2h(g->d, g->h8amax, g->f8amax, (size_t)micro * nf * sizeof(float)),
+      "read the fp8 amaxes");
+    for (int a = 1; a < micro; a++)
+        for (size_t i = 0; i < nf; i++)
+            g->h8amax[i] = fmaxf(g->h8amax[i], g->h8amax[(size_t)a * nf + i]);
+    /* a non-finite amax is dropped by the recipe (its scale stays); such a
+     * step also fails the trainer's finite loss / norm check */
+    llmt__fp8_delayed_update(g->rec, g->h8amax);
+    return put_scales(g);
+}
+
 llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
                                    const int32_t *targets, int micro, int64_t count,
                                    double *loss_sum, double *grad_sumsq)
@@ -546,6 +669,7 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
     float dloss = (float)(1.0 / (double)count);
     for (int a = 0; a < micro; a++) {
         const int32_t *tok = g->tok + (size_t)a * N, *tgt = g->tgt + (size_t)a * N;
+        g->amax_row = a;
         R(forward(g, tok, B, T));
         S(g->op->softmax_xent(g->d, g->losses, g->logits, tgt, N, c->vocab_size,
                               c->padded_vocab_size, dloss),
@@ -569,7 +693,7 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
     }
     if (hp != h) free(hp);
     if (s != LLMT_OK) return dev_fail(g, s, "read the loss");
-    return LLMT_OK;
+    return g->fp8 ? fp8_step(g, micro) : LLMT_OK;
 }
 
 llmt_status llmt__devtrain_update(llmt__devtrain *g, float lr, float beta1, float beta2,
@@ -601,6 +725,7 @@ llmt_status llmt__devtrain_loss(llmt__devtrain *g, const int32_t *inputs,
                              "%d x %d)", rows, T, g->B, g->T);
     S(g->op->h2d(g->d, g->tok, inputs, (size_t)N * 4), "upload tokens");
     S(g->op->h2d(g->d, g->tgt, targets, (size_t)N * 4), "upload tokens");
+    g->amax_row = g->A; /* not a training step: the recipe ignores it */
     R(forward(g, g->tok, rows, T));
     S(g->op->softmax_xent(g->d, g->losses, g->logits, g->tgt, N, c->vocab_size,
                           c->padded_vocab_size, 0.0f),
@@ -621,6 +746,7 @@ llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, in
         return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: device generate: %d tokens (at most %d)", len, g->T);
     S(g->op->h2d(g->d, g->tok, tok, (size_t)len * 4), "upload tokens");
+    g->amax_row = g->A;
     R(forward(g, g->tok, 1, len));
     S(g->op->d2h(g->d, g->hrow, g->logits + (size_t)(len - 1) * Vp,
                  (size_t)Vp * sizeof(llmt__bf16)),

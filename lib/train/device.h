@@ -17,12 +17,23 @@
 
 typedef struct llmt__devtrain llmt__devtrain;
 
+/* fp8 forward GEMMs: the Linear layers of the blocks (qkv, attention
+ * output, MLP in and out) quantise their input and weight to E4M3 with
+ * per-tensor delayed scaling (lib/exec/fp8.h, history and margin as
+ * given), run the fp8 GEMM, then add the bias (and GELU) with separate
+ * ops. A Linear whose dims are not multiples of 16 stays bf16 (cuBLASLt's
+ * fp8 layout rule), as do the output head and the whole backward. */
+typedef struct llmt__devtrain_fp8 {
+    int on, history, margin;
+} llmt__devtrain_fp8;
+
 /* Creates the backend context and every device buffer for micro-batches of
  * B x T (and A micro-batches per step), then uploads the model's
- * parameters (moments zero). Errors go to `e`. */
+ * parameters (moments zero). fp8 may be NULL (off). Errors go to `e`. */
 llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
                                   const llmt__dev_opts *dopts, llmt_model *m,
-                                  int B, int T, int A, llmt__devtrain **out);
+                                  int B, int T, int A, const llmt__devtrain_fp8 *fp8,
+                                  llmt__devtrain **out);
 void llmt__devtrain_destroy(llmt__devtrain *g);
 
 /* Host mirrors (pinned where the backend has pinned memory), model->total
@@ -70,10 +81,17 @@ typedef struct llmt__devtrain_mem {
 } llmt__devtrain_mem;
 void llmt__devtrain_memory(const llmt__devtrain *g, llmt__devtrain_mem *out);
 const char *llmt__devtrain_backend(const llmt__devtrain *g);
+/* fp8 state, for tests: the current quantisation scales (2 per Linear
+ * slot: input, weight; *n of them) and how many Linear forwards ran in fp8
+ * in the last forward pass. Returns 0 when fp8 is off. */
+int llmt__devtrain_fp8_state(const llmt__devtrain *g, const float **scales, int *n,
+                             int *gemms);
 
 /* lib/train/trainer.c, for tests: a device trainer on the given op table
  * (e.g. llmt__dev_emul()), whatever opts->device says. */
 llmt_status llmt__trainer_create_dev(llmt_model *model, const llmt_trainer_opts *opts,
                                      const llmt__dev_ops *ops, llmt_trainer **out);
+/* The engine of a device trainer (NULL for a CPU trainer), for tests. */
+llmt__devtrain *llmt__trainer_devtrain(llmt_trainer *tr);
 
 #endif

@@ -76,6 +76,9 @@ llmt_status llmt_trainer_opts_init(llmt_trainer_opts *o, size_t size)
     d.device = LLMT_DEVICE_CPU;
     d.device_index = 0;
     d.deterministic = 0;
+    d.fp8 = 0;
+    d.fp8_amax_history = 16;
+    d.fp8_margin = 0;
     memcpy(o, &d, size < sizeof d ? size : sizeof d);
     o->struct_size = size;
     return LLMT_OK;
@@ -171,8 +174,9 @@ static llmt_status create_device(llmt_trainer *tr, const llmt__dev_ops *ops)
     if (!tr->gen_ctx)
         return llmt__err_set(me, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
+    llmt__devtrain_fp8 f8 = {tr->o.fp8, tr->o.fp8_amax_history, tr->o.fp8_margin};
     llmt_status s = llmt__devtrain_create(&tr->err, ops, &d, tr->model, tr->B, tr->T,
-                                          tr->o.grad_accum, &tr->dev);
+                                          tr->o.grad_accum, &f8, &tr->dev);
     if (s != LLMT_OK) return llmt__err_set(me, s, "%s", tr->err.msg);
     tr->grads = llmt__devtrain_host_grads(tr->dev);
     tr->m = llmt__devtrain_host_m(tr->dev);
@@ -254,6 +258,20 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
                              "trainer: device %s: activation recompute is not "
                              "implemented on the device yet (set recompute 0)",
                              dev_ops->name);
+    if (o.fp8 && !dev_ops)
+        return llmt__err_set(me, LLMT_ERR_UNSUPPORTED,
+                             "trainer: fp8 GEMMs run on a device trainer only "
+                             "(device cuda); the CPU trainer is fp32");
+    if (o.fp8 != 0 && o.fp8 != 1)
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: fp8 %d is not 0 (off) or 1 (delayed "
+                             "per-tensor scaling)", (int)o.fp8);
+    if (o.fp8 && (o.fp8_amax_history < 1 || o.fp8_amax_history > 1024 ||
+                  o.fp8_margin < 0 || o.fp8_margin > 16))
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: fp8_amax_history %d (1..1024) or "
+                             "fp8_margin %d (0..16) out of range",
+                             (int)o.fp8_amax_history, (int)o.fp8_margin);
     if (dev_ops && o.device_index < 0)
         return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: device_index %d < 0", (int)o.device_index);
@@ -972,6 +990,8 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
     free(devlg);
     return LLMT_OK;
 }
+
+llmt__devtrain *llmt__trainer_devtrain(llmt_trainer *tr) { return tr->dev; }
 
 /* For lib/train/state.c, which otherwise uses only the public API. */
 llmt_err *llmt__trainer_err(llmt_trainer *tr) { return &tr->err; }

@@ -121,4 +121,15 @@ cp -r full other && rm -rf other/data && mkdir other/data && cp -r full/data/tok
 "$exe" train good.json --out other --resume > o.log 2>&1; rc=$?
 [ $rc = 1 ] && grep -q 'fingerprint\|samples per epoch' o.log && ok "resume on other data refused: $(grep -o 'loader:.*' o.log | head -c 100)" \
   || { bad "resume on other data (rc $rc)"; cat o.log; }
+# train.device cuda: trains on a GPU where there is one; elsewhere the
+# trainer refuses at creation, naming why, and no checkpoint is written
+sed 's/"threads": 2,/"threads": 2, "device": "cuda",/; s/"gpu": "cpu"/"gpu": "H100-SXM"/' good.json > cuda.json
+"$exe" train cuda.json --out cu > cu.log 2>&1; rc=$?
+if grep -q 'on the GPU' cu.log && [ $rc = 0 ]; then
+  ok "device cuda trained on the GPU"
+elif [ $rc = 1 ] && grep -q 'trainer: device cuda' cu.log && [ ! -d cu/ckpt/latest ]; then
+  ok "device cuda without a GPU refused: $(grep -o 'trainer: device cuda.*' cu.log | head -c 120)"
+else
+  bad "device cuda (rc $rc)"; cat cu.log
+fi
 exit $fail

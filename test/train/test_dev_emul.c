@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "exec/dev.h"
+#include "exec/fp8.h"
 #include "exec/exec.h"
 
 #define TOL_BF 1e-2
@@ -316,10 +317,10 @@ static void test_gemm_errors(void)
     memset(&g, 0, sizeof g);
     g.M = g.N = g.K = 2;
     g.A = a; g.B = b; g.C = c; g.alpha = 1.0f;
-    g.ab_type = LLMT_GEMM_E4M3;
+    g.ab_type = LLMT_GEMM_E4M3; /* fp8 without its scales */
     g.trans_b = 1;
-    CHECK_STATUS(X->gemm(D, &g), LLMT_ERR_UNSUPPORTED);
-    CHECK(strstr(X->last_error(D), "emulated: gemm: fp8") != NULL);
+    CHECK_STATUS(X->gemm(D, &g), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(X->last_error(D), "emulated: gemm: fp8 needs") != NULL);
     g.ab_type = LLMT_GEMM_BF16;
     g.M = 0;
     CHECK_STATUS(X->gemm(D, &g), LLMT_ERR_INVALID_ARGUMENT);
@@ -804,6 +805,92 @@ static void test_reduce(void)
 
 /* ---- argument checks ---------------------------------------------------------- */
 
+/* ---- fp8 support ops ------------------------------------------------------- */
+
+/* amax exact; quantise-then-decode (lib/exec/fp8.c's decoder, tested on its
+ * own against an independent Python enumeration) within one fp8 rounding
+ * (E4M3 2^-4, E5M2 2^-3 relative per element; L2 tolerances 4e-2 / 8e-2
+ * as the GPU test's); the fp8 GEMM against the decoded operands in double
+ * (bf16 output: 1e-2); bias_add and gelu_fwd against fp32 references. */
+static void test_fp8_ops(void)
+{
+    enum { M = 5, N = 7, K = 32, NX = M * K, NW = N * K };
+    float xf[NX], wf[NW], ref[M * N], got[M * N], deq[NX];
+    llmt__bf16 xb[NX], wb[NW];
+    fill_bf(xf, xb, NX, 3.0f);
+    fill_bf(wf, wb, NW, 0.05f);
+    llmt__bf16 *dx = dup_(xb, sizeof xb), *dw = dup_(wb, sizeof wb);
+    float *dam = dalloc(2 * sizeof(float)), am[2];
+    CHECK_STATUS(X->amax(D, dam, dx, NX), LLMT_OK);
+    CHECK_STATUS(X->amax(D, dam + 1, dw, NW), LLMT_OK);
+    down(am, dam, sizeof am);
+    float mx = 0, mw = 0;
+    for (int i = 0; i < NX; i++) mx = fmaxf(mx, fabsf(xf[i]));
+    for (int i = 0; i < NW; i++) mw = fmaxf(mw, fabsf(wf[i]));
+    report("amax (activation, weight)", fabs(am[0] - mx) + fabs(am[1] - mw), 0.0);
+    /* scales as the delayed recipe would pick them: 448 / amax */
+    float sc[2] = {448.0f / mx, 448.0f / mw}, inv[2] = {mx / 448.0f, mw / 448.0f};
+    float *dsc = dup_(sc, sizeof sc), *dinv = dup_(inv, sizeof inv);
+    uint8_t *qx = dalloc(NX), *qw = dalloc(NW), hq[NX > NW ? NX : NW];
+    for (int e5 = 0; e5 < 2; e5++) {
+        CHECK_STATUS(X->quantize_fp8(D, qx, dx, dsc, NX, e5), LLMT_OK);
+        down(hq, qx, NX);
+        for (int i = 0; i < NX; i++) deq[i] = llmt__fp8_decode(hq[i], e5) * inv[0];
+        cmp(e5 ? "quantize_fp8 E5M2 (decoded vs x)" : "quantize_fp8 E4M3 (decoded vs x)", deq,
+            xf, NX, e5 ? 8e-2 : 4e-2);
+    }
+    CHECK_STATUS(X->quantize_fp8(D, qx, dx, dsc, NX, 0), LLMT_OK);
+    CHECK_STATUS(X->quantize_fp8(D, qw, dw, dsc + 1, NW, 0), LLMT_OK);
+    uint8_t ha[NX], hb[NW];
+    down(ha, qx, NX);
+    down(hb, qw, NW);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++)
+                acc += (double)llmt__fp8_decode(ha[i * K + k], 0) *
+                       llmt__fp8_decode(hb[j * K + k], 0);
+            ref[i * N + j] = (float)(acc * inv[0] * inv[1]);
+        }
+    llmt__bf16 *dc = dalloc(M * N * 2);
+    llmt__gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.trans_b = 1;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = qx;
+    g.B = qw;
+    g.C = dc;
+    g.ab_type = LLMT_GEMM_E4M3;
+    g.c_type = LLMT_GEMM_BF16;
+    g.alpha = 1.0f;
+    g.a_scale = dinv;
+    g.b_scale = dinv + 1;
+    CHECK_STATUS(X->gemm(D, &g), LLMT_OK);
+    down_bf(got, dc, M * N);
+    cmp("gemm fp8 E4M3 x E4M3 5x7x32 (vs decoded operands)", got, ref, M * N, TOL_BF);
+    g.trans_b = 0; /* the backend's rule: Linear forward layout only */
+    CHECK_STATUS(X->gemm(D, &g), LLMT_ERR_INVALID_ARGUMENT);
+
+    /* bias_add on the GEMM's output; gelu on it */
+    float bias_f[N], plus[M * N], gl[M * N];
+    llmt__bf16 bias_b[N];
+    fill_bf(bias_f, bias_b, N, 1.0f);
+    llmt__bf16 *db = dup_(bias_b, sizeof bias_b), *dg = dalloc(M * N * 2);
+    CHECK_STATUS(X->bias_add(D, dc, db, M, N), LLMT_OK);
+    float after[M * N];
+    down_bf(after, dc, M * N);
+    for (int i = 0; i < M * N; i++) plus[i] = got[i] + bias_f[i % N];
+    cmp("bias_add", after, plus, M * N, TOL_BF);
+    CHECK_STATUS(X->gelu_fwd(D, dg, dc, M * N), LLMT_OK);
+    down_bf(got, dg, M * N);
+    R->gelu_fwd(gl, after, M * N);
+    cmp("gelu_fwd (vs the fp32 table's)", got, gl, M * N, TOL_BF);
+    void *ps[] = {dx, dw, dam, dsc, dinv, qx, qw, dc, db, dg};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) X->free(D, ps[i]);
+}
+
 static void test_errors(void)
 {
     llmt__bf16 *b = dalloc(4096);
@@ -880,6 +967,7 @@ int main(void)
     test_adamw(37, 1, 1);
     test_adamw(37, 3, 0);
     test_reduce();
+    test_fp8_ops();
     test_errors();
 
     size_t in_use = 1, peak = 0;
