@@ -4,13 +4,22 @@
 # the `gpu` test suite and the GPU benchmarks (ours and, when python3 has
 # torch, PyTorch's side by side), and write the results as JSON.
 #
-#   tools/gpu-check.sh [--tests-only] [--bench-only] [--gpt2] [--arch LIST]
+#   tools/gpu-check.sh [--tests-only] [--bench-only] [--gpt2] [--gpt2-only]
+#                      [--llama] [--llama-only] [--arch LIST]
 #
 # --gpt2 adds the GPT-2 124M training-step comparison (T=1024, B from
 # $GPT2_B, default 16,32,64): ours (bench_gpt2), PyTorch with torch.compile
 # (bench/gpu/gpt2_torch.py) and llm.c's train_gpt2.cu built on the machine
 # (bench/gpu/llmc_peer.sh, from $LLMC_SRC or .llmc/, a copy of llm.c kept out
 # of git), merged into gpu-gpt2.json.
+#
+# --llama adds the Llama-style ~1B model (TinyLlama-1.1B's shape, T=2048, B
+# from $LLAMA_B, default 4,8; $LLAMA_TORCH_B for torch's, default the same):
+# ours through the public trainer (bench_llama) and PyTorch with
+# torch.compile (bench/gpu/llama_torch.py), each with MFU by the planner's
+# FLOP count and peak device memory: gpu-llama-ours.json,
+# gpu-llama-torch.json, merged with per-B ratios into gpu-llama.json.
+# --gpt2-only / --llama-only skip the tests and the kernel benchmarks.
 #
 # Results go to $OUT (the device tool's output folder) if set, else
 # bench/results/. Files: gpu-env.json (device, driver, toolkit, torch),
@@ -19,15 +28,18 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-tests=1 bench=1 gpt2=0 arch="arch=compute_90,code=sm_90"
+tests=1 bench=1 gpt2=0 llama=0 arch="arch=compute_90,code=sm_90"
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) bench=0 ;;
     --bench-only) tests=0 ;;
     --gpt2) gpt2=1 ;;
     --gpt2-only) gpt2=1 tests=0 bench=0 ;;
+    --llama) llama=1 ;;
+    --llama-only) llama=1 tests=0 bench=0 ;;
     --arch) arch="$2"; shift ;;
-    *) echo "usage: $0 [--tests-only] [--bench-only] [--arch LIST]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--tests-only] [--bench-only] [--gpt2] [--gpt2-only] [--llama]" \
+         "[--llama-only] [--arch LIST]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -132,6 +144,61 @@ env = json.load(open(os.path.join(out, "gpu-env.json")))
 json.dump({"device": env.get("gpu"), "env": env, "targets": ">= 1.1x llm.c, >= 1.2x torch.compile",
            "cases": rows, "ours": list(ours.values()), "llmc": list(llmc.values()),
            "torch": list(torch.values())}, open(os.path.join(out, "gpu-gpt2.json"), "w"), indent=1)
+PY
+fi
+if [ $llama = 1 ]; then
+  lb=${LLAMA_B:-4,8}
+  $bdir/bench/gpu/bench_llama --model 1b --B "$lb" --T 2048 \
+    --json "$out/gpu-llama-ours.json" || rc=1
+  if [ "$torch_ver" != none ]; then
+    PYTHONUNBUFFERED=1 $py bench/gpu/llama_torch.py --model 1b --B "${LLAMA_TORCH_B:-$lb}" \
+      --T 2048 --json "$out/gpu-llama-torch.json" || rc=1
+  else
+    echo "gpu-check: python3 has no torch: PyTorch Llama peer not run"
+  fi
+  $py - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def load(n):
+    p = os.path.join(out, n)
+    return json.load(open(p)) if os.path.exists(p) else {"results": []}
+ours_f, torch_f = load("gpu-llama-ours.json"), load("gpu-llama-torch.json")
+ours = {r["name"]: r for r in ours_f["results"]}
+torch = {r["name"]: r for r in torch_f["results"]}
+nan = float("nan")
+rows = []
+print(f"{'case':22s} {'ours tok/s':>10s} {'torch tok/s':>11s} {'ratio':>6s} {'ours MFU':>8s} "
+      f"{'torch MFU':>9s} {'ours GiB':>8s} {'torch GiB':>9s}")
+for n in list(ours) + [n for n in torch if n not in ours]:
+    o, t = ours.get(n, {}), torch.get(n, {})
+    row = {"name": n, "B": o.get("B", t.get("B")), "T": o.get("T", t.get("T"))}
+    for side, r in (("ours", o), ("torch", t)):
+        if r.get("oom"):
+            row[side + "_oom"] = True
+        for k in ("tokens_per_s", "mfu", "mfu_6n", "peak_device_bytes"):
+            if k in r:
+                row[side + "_" + k] = r[k]
+    if o.get("tokens_per_s") and t.get("tokens_per_s"):
+        row["ratio_tokens_per_s"] = o["tokens_per_s"] / t["tokens_per_s"]
+    if o.get("peak_device_bytes") and t.get("peak_device_bytes"):
+        row["peak_ratio"] = o["peak_device_bytes"] / t["peak_device_bytes"]
+    if "ours_mfu" in row:
+        row["mfu_target_met"] = row["ours_mfu"] >= 0.5
+    if "peak_ratio" in row:
+        row["peak_target_met"] = row["peak_ratio"] <= 1.0
+    rows.append(row)
+    g = lambda k, s=1.0: row[k] * s if k in row else nan
+    print(f"{n:22s} {g('ours_tokens_per_s'):10.0f} {g('torch_tokens_per_s'):11.0f} "
+          f"{g('ratio_tokens_per_s'):6.3f} {g('ours_mfu', 100):7.1f}% {g('torch_mfu', 100):8.1f}% "
+          f"{g('ours_peak_device_bytes', 2**-30):8.2f} {g('torch_peak_device_bytes', 2**-30):9.2f}"
+          + ("  (ours: OOM)" if row.get("ours_oom") else "")
+          + ("  (torch: OOM)" if row.get("torch_oom") else ""))
+env = json.load(open(os.path.join(out, "gpu-env.json")))
+json.dump({"device": env.get("gpu"), "env": env, "model": ours_f.get("model"),
+           "peak_tflops": ours_f.get("peak_tflops", torch_f.get("peak_tflops")),
+           "targets": "MFU >= 50% (the planner's model FLOPs); peak device memory <= PyTorch's",
+           "cases": rows, "ours": list(ours.values()), "torch": list(torch.values())},
+          open(os.path.join(out, "gpu-llama.json"), "w"), indent=1)
 PY
 fi
 exit $rc
