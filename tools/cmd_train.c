@@ -162,6 +162,8 @@ static int read_job(const llmt_spec *s, const char *out, const char *run_root,
     /* the spec's cpu|cuda; the trainer says so clearly when this build or
      * machine has no GPU */
     o->device = v == 1 ? LLMT_DEVICE_CUDA : LLMT_DEVICE_CPU;
+    if (spec_i(s, "train.deterministic", &v)) return -1;
+    o->deterministic = v != 0; /* the CPU trainer always is */
     /* precision.gemm fp8: the device trainer's fp8 forward GEMMs with
      * delayed per-tensor scaling (doc/fp8.md) */
     if (spec_s(s, "precision.gemm", buf, sizeof buf)) return -1;

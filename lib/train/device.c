@@ -8,7 +8,9 @@
  * Activations for B x T: resid[0..L] (bf16, N x C each: the input of every
  * layer and of the final norm), and per layer ln1, qkv, atty, lse, res2,
  * ln2, fch (GPT-2: the fc pre-activation; Llama: the gate), fch3 (Llama:
- * the up projection), fchg (the MLP's activation output). */
+ * the up projection), fchg (the MLP's activation output). With recompute
+ * all layers share one such set, refilled from resid[l] by re-running the
+ * layer's forward just before its backward. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,7 @@ struct llmt__devtrain {
     llmt_err *e;
     llmt_model *m;
     int B, T, A, llama;
+    int nacts;             /* layer activation sets: layers, or 1 (recompute) */
     size_t *doff;          /* device offset of host parameter i */
     size_t P, Pd;          /* device floats; the first Pd decay */
     llmt__layer_offs *lay; /* device offsets */
@@ -109,7 +112,7 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
                          (void **)&g->f8amax, (void **)&g->qx, (void **)&g->qw};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (*bufs[i]) g->op->free(g->d, *bufs[i]);
-        for (int l = 0; g->L && l < g->m->cfg.layers; l++) {
+        for (int l = 0; g->L && l < g->nacts; l++) {
             dlayer *a = &g->L[l];
             void *ps[] = {a->ln1, a->qkv, a->atty, a->res2, a->ln2, a->fch, a->fch3,
                           a->fchg, a->ln1m, a->ln1r, a->ln2m, a->ln2r, a->lse};
@@ -203,8 +206,8 @@ static llmt_status put_scales(llmt__devtrain *g)
 
 llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
                                   const llmt__dev_opts *dopts, llmt_model *m,
-                                  int B, int T, int A, const llmt__devtrain_fp8 *fp8,
-                                  llmt__devtrain **out)
+                                  int B, int T, int A, int recompute,
+                                  const llmt__devtrain_fp8 *fp8, llmt__devtrain **out)
 {
     *out = NULL;
     const llmt_model_config *c = &m->cfg;
@@ -224,6 +227,7 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
     g->A = A;
     g->llama = c->arch == LLMT_ARCH_LLAMA;
     int L = c->layers;
+    g->nacts = recompute ? 1 : L;
     g->doff = calloc((size_t)m->nparams, sizeof *g->doff);
     g->lay = calloc((size_t)L, sizeof *g->lay);
     g->L = calloc((size_t)L, sizeof *g->L);
@@ -257,7 +261,7 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
     DA(g->mom2, P * 4, 0);
     DA(g->param, P * bf, 0);
     for (int l = 0; l <= L; l++) DA(g->resid[l], N * C * bf, 1);
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l < g->nacts; l++) {
         dlayer *a = &g->L[l];
         DA(a->ln1, N * C * bf, 1);
         DA(a->ln1m, N * 4, 1);
@@ -523,7 +527,7 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     const llmt_model *m = g->m;
     const llmt_model_config *c = &m->cfg;
     const llmt__layer_offs *w = &g->lay[l];
-    dlayer *a = &g->L[l];
+    dlayer *a = &g->L[g->nacts == 1 ? 0 : l];
     int N = B * T, C = c->width, F = c->ffn_hidden, Q = m->qkv_dim;
     int nh = c->heads, nkv = c->kv_heads, hd = m->head_dim;
     const llmt__bf16 *x = g->resid[l];
@@ -565,7 +569,7 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
     const llmt_model *m = g->m;
     const llmt_model_config *c = &m->cfg;
     const llmt__layer_offs *w = &g->lay[l];
-    dlayer *a = &g->L[l];
+    dlayer *a = &g->L[g->nacts == 1 ? 0 : l];
     int N = B * T, C = c->width, F = c->ffn_hidden, Q = m->qkv_dim;
     int nh = c->heads, nkv = c->kv_heads, hd = m->head_dim;
     size_t NF = (size_t)N * F;
@@ -628,7 +632,10 @@ static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     S(g->op->memset0(g->d, g->dres, (size_t)N * C * sizeof(llmt__bf16)), "memset");
     R(norm_bwd(g, g->dres, g->dtmp, g->resid[c->layers], g->lnfm, g->lnfr, g->lnfw, g->lnfb,
                N));
-    for (int l = c->layers - 1; l >= 0; l--) R(layer_bwd(g, l, B, T));
+    for (int l = c->layers - 1; l >= 0; l--) {
+        if (g->nacts == 1 && c->layers > 1) R(layer_fwd(g, l, B, T)); /* recompute */
+        R(layer_bwd(g, l, B, T));
+    }
     S(g->op->embedding_bwd(g->d, g->grad + g->wte, g->wpe == NOP ? NULL : g->grad + g->wpe,
                            g->dres, tok, B, T, C),
       "embedding backward");

@@ -29,11 +29,13 @@ typedef struct llmt__devtrain_fp8 {
 
 /* Creates the backend context and every device buffer for micro-batches of
  * B x T (and A micro-batches per step), then uploads the model's
- * parameters (moments zero). fp8 may be NULL (off). Errors go to `e`. */
+ * parameters (moments zero). recompute: keep only the layers' inputs and
+ * recompute each layer's activations before its backward. fp8 may be NULL
+ * (off). Errors go to `e`. */
 llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
                                   const llmt__dev_opts *dopts, llmt_model *m,
-                                  int B, int T, int A, const llmt__devtrain_fp8 *fp8,
-                                  llmt__devtrain **out);
+                                  int B, int T, int A, int recompute,
+                                  const llmt__devtrain_fp8 *fp8, llmt__devtrain **out);
 void llmt__devtrain_destroy(llmt__devtrain *g);
 
 /* Host mirrors (pinned where the backend has pinned memory), model->total
@@ -83,7 +85,8 @@ void llmt__devtrain_memory(const llmt__devtrain *g, llmt__devtrain_mem *out);
 const char *llmt__devtrain_backend(const llmt__devtrain *g);
 /* fp8 state, for tests: the current quantisation scales (2 per Linear
  * slot: input, weight; *n of them) and how many Linear forwards ran in fp8
- * in the last forward pass. Returns 0 when fp8 is off. */
+ * since the last forward pass began (recomputed layers count again).
+ * Returns 0 when fp8 is off. */
 int llmt__devtrain_fp8_state(const llmt__devtrain *g, const float **scales, int *n,
                              int *gemms);
 

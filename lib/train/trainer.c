@@ -176,7 +176,8 @@ static llmt_status create_device(llmt_trainer *tr, const llmt__dev_ops *ops)
     llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
     llmt__devtrain_fp8 f8 = {tr->o.fp8, tr->o.fp8_amax_history, tr->o.fp8_margin};
     llmt_status s = llmt__devtrain_create(&tr->err, ops, &d, tr->model, tr->B, tr->T,
-                                          tr->o.grad_accum, &f8, &tr->dev);
+                                          tr->o.grad_accum, tr->o.recompute, &f8,
+                                          &tr->dev);
     if (s != LLMT_OK) return llmt__err_set(me, s, "%s", tr->err.msg);
     tr->grads = llmt__devtrain_host_grads(tr->dev);
     tr->m = llmt__devtrain_host_m(tr->dev);
@@ -253,11 +254,6 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
                                  "no CUDA backend (build with nvcc on PATH; "
                                  "doc/gpu.md)");
     }
-    if (dev_ops && o.recompute)
-        return llmt__err_set(me, LLMT_ERR_UNSUPPORTED,
-                             "trainer: device %s: activation recompute is not "
-                             "implemented on the device yet (set recompute 0)",
-                             dev_ops->name);
     if (o.fp8 && !dev_ops)
         return llmt__err_set(me, LLMT_ERR_UNSUPPORTED,
                              "trainer: fp8 GEMMs run on a device trainer only "
