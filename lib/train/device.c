@@ -522,14 +522,29 @@ static llmt_status norm_bwd(llmt__devtrain *g, llmt__bf16 *dinp, const llmt__bf1
     return LLMT_OK;
 }
 
-static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
+/* One layer's shapes and buffers, for its forward and backward. */
+typedef struct lctx {
+    const llmt_model_config *c;
+    const llmt__layer_offs *w; /* device offsets of its parameters */
+    dlayer *a;                 /* its activations */
+    int N, C, F, Q, nh, nkv, hd;
+} lctx;
+
+static lctx layer_ctx(const llmt__devtrain *g, int l, int B, int T)
 {
     const llmt_model *m = g->m;
-    const llmt_model_config *c = &m->cfg;
-    const llmt__layer_offs *w = &g->lay[l];
-    dlayer *a = &g->L[g->nacts == 1 ? 0 : l];
-    int N = B * T, C = c->width, F = c->ffn_hidden, Q = m->qkv_dim;
-    int nh = c->heads, nkv = c->kv_heads, hd = m->head_dim;
+    lctx x = {&m->cfg, &g->lay[l], &g->L[g->nacts == 1 ? 0 : l], B * T, m->cfg.width,
+              m->cfg.ffn_hidden, m->qkv_dim, m->cfg.heads, m->cfg.kv_heads, m->head_dim};
+    return x;
+}
+
+static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
+{
+    const lctx L = layer_ctx(g, l, B, T);
+    const llmt_model_config *c = L.c;
+    const llmt__layer_offs *w = L.w;
+    dlayer *a = L.a;
+    int N = L.N, C = L.C, F = L.F, Q = L.Q, nh = L.nh, nkv = L.nkv, hd = L.hd;
     const llmt__bf16 *x = g->resid[l];
     llmt_status s;
 #define R(x) do { if ((s = (x)) != LLMT_OK) return s; } while (0)
@@ -566,12 +581,11 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
 /* dres holds d(resid[l+1]) on entry and d(resid[l]) on return. */
 static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
 {
-    const llmt_model *m = g->m;
-    const llmt_model_config *c = &m->cfg;
-    const llmt__layer_offs *w = &g->lay[l];
-    dlayer *a = &g->L[g->nacts == 1 ? 0 : l];
-    int N = B * T, C = c->width, F = c->ffn_hidden, Q = m->qkv_dim;
-    int nh = c->heads, nkv = c->kv_heads, hd = m->head_dim;
+    const lctx L = layer_ctx(g, l, B, T);
+    const llmt_model_config *c = L.c;
+    const llmt__layer_offs *w = L.w;
+    dlayer *a = L.a;
+    int N = L.N, C = L.C, F = L.F, Q = L.Q, nh = L.nh, nkv = L.nkv, hd = L.hd;
     size_t NF = (size_t)N * F;
     llmt_status s;
     /* MLP */
