@@ -17,7 +17,8 @@
  * gradients of one forward_backward within 3% relative L2; evaluate within
  * the loss bound; the same run twice is bitwise identical; a checkpoint
  * taken at step 5 and read into a fresh device trainer continues bit for
- * bit like the uninterrupted run; sync_params brings the host parameters
+ * bit like the uninterrupted run, and on the CPU trainer within the loss
+ * bound; sync_params brings the host parameters
  * up to date; memory_usage reports the device memory; activation
  * recompute gives the same run bit for bit with less activation memory;
  * fp8 forward GEMMs track the CPU within a looser bound. Errors: data
@@ -270,6 +271,19 @@ static void compare_model(llmt_context *ctx, int llama, const char *tmp)
         CHECK(run_steps(t3, 5, NSTEPS, V, l3, n3) == 0);
         CHECK(memcmp(l3 + 5, ldev + 5, sizeof(float) * (NSTEPS - 5)) == 0);
         CHECK(memcmp(n3 + 5, ndev + 5, sizeof(float) * (NSTEPS - 5)) == 0);
+        /* the same checkpoint resumes on the CPU trainer (one format) */
+        llmt_model *m5 = NULL;
+        llmt_trainer *t5 = NULL;
+        CHECK_STATUS(llmt_model_create(ctx, &mc, &m5), LLMT_OK);
+        CHECK_STATUS(llmt_trainer_create(m5, &to, &t5), LLMT_OK);
+        if (t5) {
+            CHECK_STATUS(llmt_trainer_ckpt_read(t5, ck), LLMT_OK);
+            float l5[NSTEPS], n5[NSTEPS];
+            CHECK(run_steps(t5, 5, NSTEPS, V, l5, n5) == 0);
+            for (int k = 5; k < NSTEPS; k++) CHECK_CLOSE(l5[k], ldev[k], 0.02, 0.03);
+        }
+        llmt_trainer_destroy(t5);
+        llmt_model_destroy(m5);
     }
     llmt_ckpt_destroy(ck);
 
