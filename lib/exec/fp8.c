@@ -206,6 +206,54 @@ int llmt__fp8_delayed_update(llmt__fp8_delayed *d, const float *amax_now)
     return bad;
 }
 
+void llmt__fp8_delayed_export(const llmt__fp8_delayed *d, float *out)
+{
+    int H = d->history;
+    for (int i = 0; i < d->n; i++) {
+        float *row = out + (size_t)i * (size_t)(H + 2);
+        const float *h = d->hist + (size_t)i * (size_t)H;
+        int len = d->len[i];
+        row[0] = d->scale[i];
+        row[1] = (float)len;
+        /* the ring's oldest entry sits at head when full, at 0 otherwise */
+        int start = len == H ? d->head[i] : 0;
+        for (int j = 0; j < H; j++) row[2 + j] = j < len ? h[(start + j) % H] : 0.0f;
+    }
+}
+
+llmt_status llmt__fp8_delayed_import(llmt__fp8_delayed *d, const float *in)
+{
+    int H = d->history;
+    for (int i = 0; i < d->n; i++) {
+        const float *row = in + (size_t)i * (size_t)(H + 2);
+        float len = row[1];
+        int ok = isfinite(row[0]) && row[0] > 0.0f && len >= 0.0f && len <= (float)H &&
+                 len == floorf(len);
+        for (int j = 0; ok && j < H; j++) ok = isfinite(row[2 + j]) && row[2 + j] >= 0.0f;
+        if (!ok)
+            return llmt__err_set(d->ctx ? &d->ctx->err : NULL, LLMT_ERR_INVALID_ARGUMENT,
+                                 "fp8: delayed scaling state: row %d (scale %g, %g "
+                                 "amaxes) is not a valid state", i, (double)row[0],
+                                 (double)len);
+    }
+    for (int i = 0; i < d->n; i++) {
+        const float *row = in + (size_t)i * (size_t)(H + 2);
+        float *h = d->hist + (size_t)i * (size_t)H;
+        int len = (int)row[1];
+        for (int j = 0; j < H; j++) h[j] = j < len ? row[2 + j] : 0.0f;
+        d->len[i] = len;
+        d->head[i] = len % H;
+        d->scale[i] = row[0];
+        d->scale_inv[i] = 1.0f / row[0];
+    }
+    return LLMT_OK;
+}
+
+int llmt__fp8_delayed_history(const llmt__fp8_delayed *d)
+{
+    return d ? d->history : 0;
+}
+
 int llmt__fp8_delayed_count(const llmt__fp8_delayed *d)
 {
     return d ? d->n : 0;

@@ -109,6 +109,15 @@ const float *llmt__fp8_delayed_scale_invs(const llmt__fp8_delayed *d);
 /* 1 when tensor i is E5M2. */
 int llmt__fp8_delayed_e5m2(const llmt__fp8_delayed *d, int i);
 
+/* The recipe's state as n rows of history + 2 floats (a checkpoint
+ * tensor): row i = scale, the number of amaxes recorded (0..history), then
+ * those amaxes oldest first, zeros after. import checks every row (scale
+ * finite and > 0, count in range, amaxes finite and >= 0) before taking
+ * any: INVALID_ARGUMENT names the first bad row. */
+void llmt__fp8_delayed_export(const llmt__fp8_delayed *d, float *out);
+llmt_status llmt__fp8_delayed_import(llmt__fp8_delayed *d, const float *in);
+int llmt__fp8_delayed_history(const llmt__fp8_delayed *d);
+
 /* The scale for one amax: fp8_max(e5m2) / amax / 2^margin, `prev` when amax
  * is 0 or not finite, FLT_MAX when the quotient overflows. */
 float llmt__fp8_scale_from_amax(float amax, int e5m2, int margin, float prev);

@@ -61,6 +61,7 @@ struct llmt__devtrain {
                               row A for forwards outside a step */
     float *h8amax;         /* host [A x nf8] */
     uint8_t *qx, *qw;      /* device: quantised input and weight */
+    float *h8state;        /* host: the recipe's state for checkpoints */
     int amax_row, fp8_gemms;
 };
 
@@ -136,6 +137,7 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     free(g->hlogit);
     free(g->hrow);
     free(g->h8amax);
+    free(g->h8state);
     llmt__fp8_delayed_destroy(g->rec);
     free(g);
 }
@@ -303,7 +305,8 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
         DA(g->qx, N * wide, 1);
         DA(g->qw, big * C, 1);
         g->h8amax = calloc((size_t)A * nf, sizeof(float));
-        if (!g->h8amax) {
+        g->h8state = calloc(nf * ((size_t)fp8->history + 2), sizeof(float));
+        if (!g->h8amax || !g->h8state) {
             s = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
             goto fail;
         }
@@ -337,6 +340,26 @@ int llmt__devtrain_fp8_state(const llmt__devtrain *g, const float **scales, int 
     *n = g->nf8;
     *gemms = g->fp8_gemms;
     return 1;
+}
+
+float *llmt__devtrain_fp8_export(llmt__devtrain *g, int64_t shape[2])
+{
+    if (!g->fp8) return NULL;
+    llmt__fp8_delayed_export(g->rec, g->h8state);
+    shape[0] = g->nf8;
+    shape[1] = llmt__fp8_delayed_history(g->rec) + 2;
+    return g->h8state;
+}
+
+llmt_status llmt__devtrain_fp8_import(llmt__devtrain *g, const float *in)
+{
+    if (!g->fp8) return LLMT_OK;
+    llmt_status s = llmt__fp8_delayed_import(g->rec, in);
+    if (s != LLMT_OK)
+        return llmt__err_set(g->e, s, "trainer: the checkpoint's fp8 scaling state is "
+                             "not valid (a scale not finite and positive, or an amax "
+                             "count or value out of range)");
+    return put_scales(g);
 }
 
 float *llmt__devtrain_host_grads(llmt__devtrain *g) { return g->hg; }

@@ -89,6 +89,11 @@ const char *llmt__devtrain_backend(const llmt__devtrain *g);
  * Returns 0 when fp8 is off. */
 int llmt__devtrain_fp8_state(const llmt__devtrain *g, const float **scales, int *n,
                              int *gemms);
+/* The fp8 recipe's state as a [n, history + 2] fp32 host array (see
+ * llmt__fp8_delayed_export), valid until the next call; NULL when fp8 is
+ * off. import restores it (and the device's scales). */
+float *llmt__devtrain_fp8_export(llmt__devtrain *g, int64_t shape[2]);
+llmt_status llmt__devtrain_fp8_import(llmt__devtrain *g, const float *in);
 
 /* lib/train/trainer.c, for tests: a device trainer on the given op table
  * (e.g. llmt__dev_emul()), whatever opts->device says. */

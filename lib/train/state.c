@@ -43,6 +43,55 @@ static void schedule_text(const llmt_trainer_opts *o, char *b, size_t cap)
 }
 llmt_status llmt__trainer_params_written(llmt_trainer *tr);
 llmt_status llmt__trainer_host_sync(llmt_trainer *tr);
+float *llmt__trainer_fp8_state(llmt_trainer *tr, int64_t shape[2]);
+llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in);
+
+/* A device trainer's fp8 delayed-scaling state (amax histories and scales),
+ * so that a resumed fp8 run continues with the scales it had. */
+#define FP8_KEY "fp8/delayed_scaling"
+
+static llmt_status fp8_add(llmt_trainer *tr, llmt_ckpt *ck)
+{
+    int64_t shape[2], zero[2] = {0, 0};
+    float *st = llmt__trainer_fp8_state(tr, shape);
+    if (!st) return LLMT_OK;
+    llmt_tensor v;
+    llmt_status s = llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 2, shape, st,
+                                     LLMT_DEVICE_CPU, 0);
+    if (s == LLMT_OK) s = llmt_ckpt_add_tensor(ck, FP8_KEY, &v, shape, zero);
+    if (s != LLMT_OK)
+        return llmt__err_set(llmt__trainer_err(tr), s, "trainer: ckpt: %s: %s", FP8_KEY,
+                             llmt_ckpt_last_error(ck));
+    return LLMT_OK;
+}
+
+/* Restores it when the checkpoint has it in this trainer's shape; a
+ * checkpoint without it (saved without fp8) or with another history
+ * length leaves the scales to warm up again, and says so. */
+static llmt_status fp8_read(llmt_trainer *tr, llmt_ckpt *ck)
+{
+    int64_t shape[2], saved[LLMT_MAX_DIMS] = {0}, zero[2] = {0, 0};
+    float *st = llmt__trainer_fp8_state(tr, shape);
+    if (!st) return LLMT_OK;
+    llmt_dtype dt;
+    int32_t nd = 0;
+    if (llmt_ckpt_tensor_info(ck, FP8_KEY, &dt, &nd, saved, NULL) != LLMT_OK ||
+        dt != LLMT_DTYPE_FP32 || nd != 2 || saved[0] != shape[0] || saved[1] != shape[1]) {
+        llmt__log(llmt__trainer_ctx(tr), LLMT_LOG_WARN, "train",
+                  "the checkpoint has no fp8 scaling state of this trainer's shape "
+                  "[%lld, %lld]: the fp8 scales start again from 1",
+                  (long long)shape[0], (long long)shape[1]);
+        return LLMT_OK;
+    }
+    llmt_tensor v;
+    llmt_status s = llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 2, shape, st,
+                                     LLMT_DEVICE_CPU, 0);
+    if (s == LLMT_OK) s = llmt_ckpt_read(ck, FP8_KEY, &v, zero);
+    if (s != LLMT_OK)
+        return llmt__err_set(llmt__trainer_err(tr), s, "trainer: ckpt: read %s: %s", FP8_KEY,
+                             llmt_ckpt_last_error(ck));
+    return llmt__trainer_fp8_restore(tr, st);
+}
 
 static const char *const prefix[3] = {"param/", "adam_m/", "adam_v/"};
 
@@ -204,7 +253,9 @@ llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
     llmt_trainer_get_step(tr, &step);
     char buf[64];
     snprintf(buf, sizeof buf, "%lld", (long long)step);
-    llmt_status s = llmt_ckpt_set_kv(ck, "trainer.step", buf);
+    llmt_status s = fp8_add(tr, ck);
+    if (s != LLMT_OK) return s;
+    s = llmt_ckpt_set_kv(ck, "trainer.step", buf);
     if (s == LLMT_OK) s = add_model_kv(model, ck);
     if (s == LLMT_OK) {
         char sched[256];
@@ -314,6 +365,7 @@ llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
     /* ZeRO-3: the parameters were read whole; only the shares are kept.
      * A device trainer uploads them. */
     if ((s = llmt__trainer_params_written(tr)) != LLMT_OK) return s;
+    if ((s = fp8_read(tr, ck)) != LLMT_OK) return s;
     char saved[256], now[256];
     schedule_text(llmt__trainer_opts(tr), now, sizeof now);
     if (llmt_ckpt_get_kv(ck, "trainer.schedule", saved, sizeof saved, NULL) == LLMT_OK &&

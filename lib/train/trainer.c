@@ -989,6 +989,16 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
 
 llmt__devtrain *llmt__trainer_devtrain(llmt_trainer *tr) { return tr->dev; }
 
+/* For lib/train/state.c: the fp8 recipe's state (NULL without fp8). */
+float *llmt__trainer_fp8_state(llmt_trainer *tr, int64_t shape[2])
+{
+    return tr->dev ? llmt__devtrain_fp8_export(tr->dev, shape) : NULL;
+}
+llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in)
+{
+    return tr->dev ? llmt__devtrain_fp8_import(tr->dev, in) : LLMT_OK;
+}
+
 /* For lib/train/state.c, which otherwise uses only the public API. */
 llmt_err *llmt__trainer_err(llmt_trainer *tr) { return &tr->err; }
 llmt_model *llmt__trainer_model(llmt_trainer *tr) { return tr->model; }

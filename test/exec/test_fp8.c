@@ -352,6 +352,39 @@ static void blocks(void)
     free(q);
 }
 
+/* export -> import into a fresh state gives the same scales now and after
+ * more updates (the ring order survives a wrap); a bad row is refused
+ * before anything is taken. H = 3, two tensors. */
+static void state_round_trip(void)
+{
+    llmt__fp8_delayed *a = NULL, *b = NULL;
+    CHECK_STATUS(llmt__fp8_delayed_create(NULL, 2, 3, 1, LLMT__FP8_AMAX_MAX, NULL, &a), LLMT_OK);
+    CHECK_STATUS(llmt__fp8_delayed_create(NULL, 2, 3, 1, LLMT__FP8_AMAX_MAX, NULL, &b), LLMT_OK);
+    if (!a || !b) return;
+    const float am[4][2] = {{4, 1}, {8, 0}, {2, 3}, {1, 2}}; /* 4 updates: a wrap */
+    for (int k = 0; k < 4; k++) llmt__fp8_delayed_update(a, am[k]);
+    float st[2 * 5], st2[2 * 5];
+    llmt__fp8_delayed_export(a, st);
+    /* tensor 0: history (oldest first) 8, 2, 1 after the wrap; scale from
+     * max 8: 448 / 8 / 2^1 = 28 */
+    CHECK(st[0] == 28.0f && st[1] == 3.0f && st[2] == 8.0f && st[3] == 2.0f && st[4] == 1.0f);
+    CHECK_STATUS(llmt__fp8_delayed_import(b, st), LLMT_OK);
+    llmt__fp8_delayed_export(b, st2);
+    CHECK(memcmp(st, st2, sizeof st) == 0);
+    const float more[2] = {0.5f, 16.0f};
+    llmt__fp8_delayed_update(a, more); /* drops 8 from tensor 0's max */
+    llmt__fp8_delayed_update(b, more);
+    CHECK(memcmp(llmt__fp8_delayed_scales(a), llmt__fp8_delayed_scales(b), 2 * sizeof(float)) == 0);
+    CHECK(llmt__fp8_delayed_scales(a)[0] == 448.0f / 2.0f / 2.0f);
+    float bad[2 * 5];
+    memcpy(bad, st, sizeof bad);
+    bad[5 + 1] = 4.0f; /* row 1 claims 4 amaxes of a 3-long history */
+    CHECK_STATUS(llmt__fp8_delayed_import(b, bad), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK(llmt__fp8_delayed_scales(b)[0] == llmt__fp8_delayed_scales(a)[0]); /* untouched */
+    llmt__fp8_delayed_destroy(a);
+    llmt__fp8_delayed_destroy(b);
+}
+
 int main(void)
 {
     for (int e5m2 = 0; e5m2 < 2; e5m2++) {
@@ -361,5 +394,6 @@ int main(void)
     special_values();
     delayed();
     blocks();
+    state_round_trip();
     return check_exit("fp8");
 }

@@ -332,7 +332,7 @@ static void compare_model(llmt_context *ctx, int llama, const char *tmp)
  * CPU run within a looser bound than bf16's (E4M3 keeps 3 mantissa bits:
  * 2^-4 relative per element): |fp8 - cpu| <= 0.05 + 2% per step (the
  * largest differences measured on the emulation: 0.0047 and 0.0049). */
-static void compare_fp8(llmt_context *ctx, int llama)
+static void compare_fp8(llmt_context *ctx, int llama, const char *tmp)
 {
     const char *name = llama ? "llama fp8" : "gpt2 fp8";
     llmt_model_config mc;
@@ -377,6 +377,44 @@ static void compare_fp8(llmt_context *ctx, int llama)
         CHECK(finite);
         fprintf(stderr, "%s: %d fp8 GEMMs per forward, e.g. input scale %.1f, weight scale %.1f\n",
                 name, gemms, n ? sc[0] : 0.0, n > 1 ? sc[1] : 0.0);
+    }
+    /* the recipe's state is checkpointed: a run saved at step 5 and read
+     * into a fresh fp8 trainer continues bit for bit */
+    {
+        llmt_model *ma = NULL, *mb = NULL;
+        llmt_trainer *ta = NULL, *tb = NULL;
+        CHECK_STATUS(llmt_model_create(ctx, &mc, &ma), LLMT_OK);
+        CHECK_STATUS(llmt_model_create(ctx, &mc, &mb), LLMT_OK);
+        CHECK_STATUS(make_dev_opts(ma, 1, 0, &ta), LLMT_OK);
+        CHECK_STATUS(make_dev_opts(mb, 1, 0, &tb), LLMT_OK);
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/%s-fp8", tmp, llama ? "llama" : "gpt2");
+        llmt_ckpt_opts co;
+        llmt_ckpt_opts_init(&co, sizeof co);
+        llmt_ckpt *ck = NULL;
+        CHECK_STATUS(llmt_ckpt_create(ctx, dir, &co, &ck), LLMT_OK);
+        float la[NSTEPS], na[NSTEPS], lb[NSTEPS], nb[NSTEPS];
+        if (ta && tb && ck) {
+            CHECK(run_steps(ta, 0, 5, V, la, na) == 0);
+            CHECK_STATUS(llmt_ckpt_begin(ck, 5), LLMT_OK);
+            CHECK_STATUS(llmt_trainer_ckpt_add(ta, ck), LLMT_OK);
+            CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
+            CHECK_STATUS(llmt_ckpt_wait(ck, -1), LLMT_OK);
+            CHECK(run_steps(ta, 5, NSTEPS, V, la, na) == 0);
+            CHECK(memcmp(la, ld, sizeof la) == 0); /* deterministic */
+            int64_t step = -1;
+            CHECK_STATUS(llmt_ckpt_open_latest(ck, &step), LLMT_OK);
+            CHECK_STATUS(llmt_ckpt_tensor_info(ck, "fp8/delayed_scaling", NULL, NULL, NULL,
+                                               NULL), LLMT_OK);
+            CHECK_STATUS(llmt_trainer_ckpt_read(tb, ck), LLMT_OK);
+            CHECK(run_steps(tb, 5, NSTEPS, V, lb, nb) == 0);
+            CHECK(memcmp(lb + 5, la + 5, sizeof(float) * (NSTEPS - 5)) == 0);
+        }
+        llmt_ckpt_destroy(ck);
+        llmt_trainer_destroy(ta);
+        llmt_trainer_destroy(tb);
+        llmt_model_destroy(ma);
+        llmt_model_destroy(mb);
     }
 out:
     llmt_trainer_destroy(tc);
@@ -431,8 +469,8 @@ int main(int argc, char **argv)
     }
     compare_model(ctx, 0, tmp);
     compare_model(ctx, 1, tmp);
-    compare_fp8(ctx, 0);
-    compare_fp8(ctx, 1);
+    compare_fp8(ctx, 0, tmp);
+    compare_fp8(ctx, 1, tmp);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
