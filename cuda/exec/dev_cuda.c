@@ -64,91 +64,91 @@ static llmt_status dc_sync(llmt__dev *d)
     return s != LLMT_OK ? s : llmt__cuda_check(CTX(d), "sync");
 }
 static llmt_status dc_gemm(llmt__dev *d, const llmt__gemm_args *g) { return llmt__cuda_gemm(CTX(d), g); }
-static llmt_status dc_embedding_fwd(llmt__dev *d, llmt__bf16 *out, const int32_t *tok,
-                                    const llmt__bf16 *wte, const llmt__bf16 *wpe, int B, int T,
+static llmt_status dc_embedding_fwd(llmt__dev *d, void *out, const int32_t *tok,
+                                    const void *wte, const void *wpe, int B, int T,
                                     int C)
 {
     return llmt__cuda_embedding_fwd(CTX(d), out, tok, wte, wpe, B, T, C);
 }
 static llmt_status dc_embedding_bwd(llmt__dev *d, float *dwte, float *dwpe,
-                                    const llmt__bf16 *dout, const int32_t *tok, int B, int T,
+                                    const void *dout, const int32_t *tok, int B, int T,
                                     int C)
 {
     return llmt__cuda_embedding_bwd(CTX(d), dwte, dwpe, dout, tok, B, T, C);
 }
-static llmt_status dc_layernorm_fwd(llmt__dev *d, llmt__bf16 *out, float *mean, float *rstd,
-                                    const llmt__bf16 *inp, const llmt__bf16 *w,
-                                    const llmt__bf16 *b, int N, int C, float eps)
+static llmt_status dc_layernorm_fwd(llmt__dev *d, void *out, float *mean, float *rstd,
+                                    const void *inp, const void *w,
+                                    const void *b, int N, int C, float eps)
 {
     return llmt__cuda_layernorm_fwd(CTX(d), out, mean, rstd, inp, w, b, N, C, eps);
 }
-static llmt_status dc_layernorm_bwd(llmt__dev *d, llmt__bf16 *dinp, float *dw, float *db,
-                                    const llmt__bf16 *dout, const llmt__bf16 *inp,
-                                    const llmt__bf16 *w, const float *mean,
+static llmt_status dc_layernorm_bwd(llmt__dev *d, void *dinp, float *dw, float *db,
+                                    const void *dout, const void *inp,
+                                    const void *w, const float *mean,
                                     const float *rstd, int N, int C)
 {
     return llmt__cuda_layernorm_bwd(CTX(d), dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
-static llmt_status dc_rmsnorm_fwd(llmt__dev *d, llmt__bf16 *out, float *rstd,
-                                  const llmt__bf16 *inp, const llmt__bf16 *w, int N, int C,
+static llmt_status dc_rmsnorm_fwd(llmt__dev *d, void *out, float *rstd,
+                                  const void *inp, const void *w, int N, int C,
                                   float eps)
 {
     return llmt__cuda_rmsnorm_fwd(CTX(d), out, rstd, inp, w, N, C, eps);
 }
-static llmt_status dc_rmsnorm_bwd(llmt__dev *d, llmt__bf16 *dinp, float *dw,
-                                  const llmt__bf16 *dout, const llmt__bf16 *inp,
-                                  const llmt__bf16 *w, const float *rstd, int N, int C)
+static llmt_status dc_rmsnorm_bwd(llmt__dev *d, void *dinp, float *dw,
+                                  const void *dout, const void *inp,
+                                  const void *w, const float *rstd, int N, int C)
 {
     return llmt__cuda_rmsnorm_bwd(CTX(d), dinp, dw, dout, inp, w, rstd, N, C);
 }
-static llmt_status dc_swiglu_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *gate,
-                                 const llmt__bf16 *up, size_t n)
+static llmt_status dc_swiglu_fwd(llmt__dev *d, void *out, const void *gate,
+                                 const void *up, size_t n)
 {
     return llmt__cuda_swiglu_fwd(CTX(d), out, gate, up, n);
 }
-static llmt_status dc_swiglu_bwd(llmt__dev *d, llmt__bf16 *dgate, llmt__bf16 *dup,
-                                 const llmt__bf16 *dout, const llmt__bf16 *gate,
-                                 const llmt__bf16 *up, size_t n)
+static llmt_status dc_swiglu_bwd(llmt__dev *d, void *dgate, void *dup,
+                                 const void *dout, const void *gate,
+                                 const void *up, size_t n)
 {
     return llmt__cuda_swiglu_bwd(CTX(d), dgate, dup, dout, gate, up, n);
 }
-static llmt_status dc_residual_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *a,
-                                   const llmt__bf16 *b, size_t n)
+static llmt_status dc_residual_fwd(llmt__dev *d, void *out, const void *a,
+                                   const void *b, size_t n)
 {
     return llmt__cuda_residual_fwd(CTX(d), out, a, b, n);
 }
-static llmt_status dc_bias_bwd(llmt__dev *d, float *dbias, const llmt__bf16 *dout, int N, int C)
+static llmt_status dc_bias_bwd(llmt__dev *d, float *dbias, const void *dout, int N, int C)
 {
     return llmt__cuda_bias_bwd(CTX(d), dbias, dout, N, C);
 }
-static llmt_status dc_rope(llmt__dev *d, llmt__bf16 *x, int B, int T, int nh, int hd,
+static llmt_status dc_rope(llmt__dev *d, void *x, int B, int T, int nh, int hd,
                            size_t stride, float theta, int inverse)
 {
     return llmt__cuda_rope(CTX(d), x, B, T, nh, hd, stride, theta, inverse);
 }
-static llmt_status dc_attention_fwd(llmt__dev *d, llmt__bf16 *out, float *lse,
-                                    const llmt__bf16 *q, const llmt__bf16 *k,
-                                    const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+static llmt_status dc_attention_fwd(llmt__dev *d, void *out, float *lse,
+                                    const void *q, const void *k,
+                                    const void *v, size_t qs, int B, int T, int nh,
                                     int nkv, int hd)
 {
     return llmt__cuda_attention_fwd(CTX(d), out, lse, q, k, v, qs, B, T, nh, nkv, hd);
 }
-static llmt_status dc_attention_bwd(llmt__dev *d, llmt__bf16 *dq, llmt__bf16 *dk,
-                                    llmt__bf16 *dv, const llmt__bf16 *dout,
-                                    const llmt__bf16 *out, const float *lse,
-                                    const llmt__bf16 *q, const llmt__bf16 *k,
-                                    const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+static llmt_status dc_attention_bwd(llmt__dev *d, void *dq, void *dk,
+                                    void *dv, const void *dout,
+                                    const void *out, const float *lse,
+                                    const void *q, const void *k,
+                                    const void *v, size_t qs, int B, int T, int nh,
                                     int nkv, int hd)
 {
     return llmt__cuda_attention_bwd(CTX(d), dq, dk, dv, dout, out, lse, q, k, v, qs, B, T, nh,
                                     nkv, hd);
 }
-static llmt_status dc_softmax_xent(llmt__dev *d, float *losses, llmt__bf16 *logits,
+static llmt_status dc_softmax_xent(llmt__dev *d, float *losses, void *logits,
                                    const int32_t *targets, int N, int V, int Vp, float dloss)
 {
     return llmt__cuda_softmax_xent(CTX(d), losses, logits, targets, N, V, Vp, dloss);
 }
-static llmt_status dc_adamw(llmt__dev *d, float *master, llmt__bf16 *param_bf16,
+static llmt_status dc_adamw(llmt__dev *d, float *master, void *param_bf16,
                             const float *grad, float *m, float *v, size_t n, float lr,
                             float beta1, float beta2, float eps, float wd, float grad_scale,
                             int64_t t)
@@ -170,26 +170,33 @@ static llmt_status dc_f32_to_bf16(llmt__dev *d, llmt__bf16 *y, const float *x, s
     return llmt__cuda_f32_to_bf16(CTX(d), y, x, n);
 }
 
-static llmt_status dc_amax(llmt__dev *d, float *out, const llmt__bf16 *x, size_t n)
+static llmt_status dc_amax(llmt__dev *d, float *out, const void *x, size_t n)
 {
     return llmt__cuda_amax(CTX(d), out, x, n);
 }
-static llmt_status dc_quantize_fp8(llmt__dev *d, uint8_t *y, const llmt__bf16 *x,
+static llmt_status dc_quantize_fp8(llmt__dev *d, uint8_t *y, const void *x,
                                    const float *scale, size_t n, int e5m2)
 {
     return llmt__cuda_quantize_fp8(CTX(d), y, x, scale, n, e5m2);
 }
-static llmt_status dc_bias_add(llmt__dev *d, llmt__bf16 *x, const llmt__bf16 *bias, int N, int C)
+static llmt_status dc_bias_add(llmt__dev *d, void *x, const void *bias, int N, int C)
 {
     return llmt__cuda_bias_add(CTX(d), x, bias, N, C);
 }
-static llmt_status dc_gelu_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *inp, size_t n)
+static llmt_status dc_gelu_fwd(llmt__dev *d, void *out, const void *inp, size_t n)
 {
     return llmt__cuda_gelu_fwd(CTX(d), out, inp, n);
 }
 
+/* one log-sum-exp per (sequence, head, position) */
+static size_t dc_attn_state(int B, int nh, int T) { return (size_t)B * nh * T; }
+
 static const llmt__dev_ops dev_cuda = {
     .name = "cuda",
+    .store = LLMT_DTYPE_BF16,
+    .host_memory = 0,
+    .align = 8,
+    .attn_state = dc_attn_state,
     .create = dc_create,
     .destroy = dc_destroy,
     .last_error = dc_last_error,

@@ -68,8 +68,8 @@ static int blas_ready(void)
  * would spin after each GEMM and fight the OpenMP threads of the next op
  * for the cores. Pieces are whole output blocks, so there is no reduction
  * across threads and the result does not depend on the timing. */
-static void gemm(int ta, int tb, int M, int Nc, int K, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc)
+static void gemm_a(int ta, int tb, int M, int Nc, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE TB = tb ? CblasTrans : CblasNoTrans;
@@ -78,7 +78,7 @@ static void gemm(int ta, int tb, int M, int Nc, int K, const float *A, int lda,
     nt = omp_in_parallel() ? 1 : omp_get_max_threads();
 #endif
     if (nt <= 1 || (double)M * Nc * K < 262144.0) {
-        blas_sgemm(CblasRowMajor, TA, TB, M, Nc, K, 1.0f, A, lda, B, ldb, beta,
+        blas_sgemm(CblasRowMajor, TA, TB, M, Nc, K, alpha, A, lda, B, ldb, beta,
                    C, ldc);
         return;
     }
@@ -94,17 +94,52 @@ static void gemm(int ta, int tb, int M, int Nc, int K, const float *A, int lda,
         if (split_n) {
             /* columns d0..d0+dn of C and of op(B) */
             const float *Bp = tb ? B + (size_t)d0 * ldb : B + d0;
-            blas_sgemm(CblasRowMajor, TA, TB, M, dn, K, 1.0f, A, lda, Bp, ldb,
+            blas_sgemm(CblasRowMajor, TA, TB, M, dn, K, alpha, A, lda, Bp, ldb,
                        beta, C + d0, ldc);
         } else {
             /* rows d0..d0+dn of C and of op(A) */
             const float *Ap = ta ? A + d0 : A + (size_t)d0 * lda;
-            blas_sgemm(CblasRowMajor, TA, TB, dn, Nc, K, 1.0f, Ap, lda, B, ldb,
+            blas_sgemm(CblasRowMajor, TA, TB, dn, Nc, K, alpha, Ap, lda, B, ldb,
                        beta, C + (size_t)d0 * ldc, ldc);
         }
     }
 }
+
+static void gemm(int ta, int tb, int M, int Nc, int K, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc)
+{
+    gemm_a(ta, tb, M, Nc, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
 #endif
+
+/* Plain loops for a general GEMM (no OpenBLAS), and the reference the
+ * fp32 device table's GEMM is tested against. */
+void llmt__cpu_gemm_ref(int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+#pragma omp parallel for
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            float s = 0.0f;
+            for (int k = 0; k < K; k++)
+                s += (ta ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k]) *
+                     (tb ? B[(size_t)n * ldb + k] : B[(size_t)k * ldb + n]);
+            float *c = C + (size_t)m * ldc + n;
+            *c = alpha * s + (beta != 0.0f ? beta * *c : 0.0f);
+        }
+}
+
+void llmt__cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc)
+{
+#ifdef LLMT_HAVE_OPENBLAS
+    if (blas_ready()) {
+        gemm_a(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#endif
+    llmt__cpu_gemm_ref(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 /* The plain loops: the reference the GEMM path is tested against, and the
  * backend when the build has no OpenBLAS. */
@@ -216,7 +251,10 @@ static void cpu_layernorm_fwd(float *out, float *mean, float *rstd,
         v /= C;
         float s = 1.0f / sqrtf(v + eps);
         float *o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++) o[c] = (s * (x[c] - m)) * w[c] + b[c];
+        if (b)
+            for (int c = 0; c < C; c++) o[c] = (s * (x[c] - m)) * w[c] + b[c];
+        else
+            for (int c = 0; c < C; c++) o[c] = (s * (x[c] - m)) * w[c];
         mean[n] = m;
         rstd[n] = s;
     }
@@ -256,7 +294,7 @@ static void cpu_layernorm_bwd(float *dinp, float *dw, float *db,
             sb += d;
         }
         dw[c] += sw;
-        db[c] += sb;
+        if (db) db[c] += sb;
     }
 }
 
@@ -321,19 +359,26 @@ static void cpu_gelu_fwd(float *out, const float *inp, size_t n)
     }
 }
 
+static inline float gelu_grad(float x)
+{
+    float cube = 0.044715f * x * x * x;
+    float th = fast_tanh(GELU_SCALE * (x + cube));
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) +
+           x * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 static void cpu_gelu_bwd(float *dinp, const float *inp, const float *dout,
                          size_t n)
 {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float cube = 0.044715f * x * x * x;
-        float th = fast_tanh(GELU_SCALE * (x + cube));
-        float sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) +
-                  x * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += g * dout[i];
-    }
+    for (size_t i = 0; i < n; i++) dinp[i] += gelu_grad(inp[i]) * dout[i];
+}
+
+void llmt__cpu_gelu_grad_mul(float *d, const float *x, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) d[i] = gelu_grad(x[i]) * d[i];
 }
 
 static void cpu_swiglu_fwd(float *out, const float *gate, const float *up,

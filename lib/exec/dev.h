@@ -1,24 +1,27 @@
-/* The device op table: what the mixed-precision training engine
- * (lib/train/gpu.c) needs from an accelerator backend, as plain function
- * pointers. Two backends fill it: CUDA (cuda/exec/dev_cuda.c, a thin layer
- * over cuda/llmt_cuda.h) and a host emulation (lib/exec/dev_emul.c) that
- * runs the same ops on the CPU with the same storage types and roundings,
- * so that the engine's logic is tested on machines without a GPU.
+/* The backend op table: everything the training engine (lib/train/device.c)
+ * needs from a backend, as plain function pointers. Three backends fill it:
+ * the fp32 CPU backend (lib/exec/dev_cpu.c, over the OpenBLAS/OpenMP
+ * kernels of lib/exec/cpu.c), CUDA (cuda/exec/dev_cuda.c, a thin layer over
+ * cuda/llmt_cuda.h) and a bf16 host emulation (lib/exec/dev_emul.c) that
+ * runs the CUDA ops on the CPU with the same storage types and roundings,
+ * the reference the GPU is tested against. One table, so that the engine
+ * above it, and the model graph in it, is written once for every backend
+ * and precision.
  *
- * Why a second table beside lib/exec/exec.h: the fp32 table's ops take and
- * return fp32 host arrays one op at a time; on a GPU the activations and
- * parameters are bf16 with fp32 master weights, GEMMs fuse their bias and
- * GELU epilogues, and attention keeps a log-sum-exp instead of a T x T
- * probability matrix. The engine built on this table is a different
- * program, not a different set of kernels behind the same one.
+ * Storage: each backend says in `store` which type its activations and the
+ * parameters' compute copy have (LLMT_DTYPE_BF16: CUDA and the emulation;
+ * LLMT_DTYPE_FP32: the CPU). Pointers to such arrays are `void *` below
+ * ("act" in the comments); the engine sizes and offsets them by that type.
+ * Master weights, gradients of parameters, optimizer state, norm
+ * statistics and losses are fp32 everywhere. With fp32 storage the compute
+ * copy IS the master (adamw's param_bf16 is NULL). fp8 exists where an op
+ * says so (the forward GEMMs of CUDA and the emulation).
  *
- * Types: activations and parameters bf16 (llmt__bf16 bit patterns, so C
- * callers need no CUDA headers); master weights, gradients of parameters,
- * optimizer state, norm statistics and losses fp32. Row-major; N rows of C
- * channels. Backward ops ACCUMULATE (+=) into fp32 parameter gradients and
- * into bf16 input gradients unless they say "overwritten". "Device" memory
- * is whatever `alloc` returns (host memory for the emulation). Everything
- * is queued in order on one stream; `d2h`/`h2d` synchronise. */
+ * Row-major; N rows of C channels. Backward ops ACCUMULATE (+=) into fp32
+ * parameter gradients and into input gradients unless they say
+ * "overwritten". "Device" memory is whatever `alloc` returns (host memory
+ * for the CPU and the emulation: host_memory = 1). Everything is queued in
+ * order on one stream; `d2h`/`h2d` synchronise. */
 #ifndef LLMT_EXEC_DEV_H
 #define LLMT_EXEC_DEV_H
 
@@ -84,7 +87,13 @@ typedef struct llmt__dev_opts {
 } llmt__dev_opts;
 
 typedef struct llmt__dev_ops {
-    const char *name; /* "cuda", "emulated" */
+    const char *name; /* "cpu", "cuda", "emulated" */
+    llmt_dtype store; /* activations and compute copies: FP32 or BF16 */
+    int host_memory;  /* alloc gives host memory the CPU may address */
+    int align;        /* elements each parameter tensor starts on */
+    /* Floats of attention's saved state per layer (the `lse` argument):
+     * B*nh*T log-sum-exps, or the CPU's B*nh*T*T probabilities. */
+    size_t (*attn_state)(int B, int nh, int T);
 
     /* -- context and memory */
     /* o is required. On failure *out is NULL and err (errlen bytes) says
@@ -109,71 +118,72 @@ typedef struct llmt__dev_ops {
     /* -- compute */
     llmt_status (*gemm)(llmt__dev *d, const llmt__gemm_args *g);
     /* out[B*T,C] = wte[tok] (+ wpe[t]); wpe may be NULL. */
-    llmt_status (*embedding_fwd)(llmt__dev *d, llmt__bf16 *out,
-                                 const int32_t *tok, const llmt__bf16 *wte,
-                                 const llmt__bf16 *wpe, int B, int T, int C);
+    llmt_status (*embedding_fwd)(llmt__dev *d, void *out,
+                                 const int32_t *tok, const void *wte,
+                                 const void *wpe, int B, int T, int C);
     /* dwte[tok] += dout rows; dwpe[t] += sum over b (dwpe may be NULL). */
     llmt_status (*embedding_bwd)(llmt__dev *d, float *dwte, float *dwpe,
-                                 const llmt__bf16 *dout, const int32_t *tok,
+                                 const void *dout, const int32_t *tok,
                                  int B, int T, int C);
     /* mean/rstd [N] fp32; b may be NULL. */
-    llmt_status (*layernorm_fwd)(llmt__dev *d, llmt__bf16 *out, float *mean,
-                                 float *rstd, const llmt__bf16 *inp,
-                                 const llmt__bf16 *w, const llmt__bf16 *b,
+    llmt_status (*layernorm_fwd)(llmt__dev *d, void *out, float *mean,
+                                 float *rstd, const void *inp,
+                                 const void *w, const void *b,
                                  int N, int C, float eps);
     /* dinp (bf16) += ; dw, db (fp32) += ; db may be NULL. */
-    llmt_status (*layernorm_bwd)(llmt__dev *d, llmt__bf16 *dinp, float *dw,
-                                 float *db, const llmt__bf16 *dout,
-                                 const llmt__bf16 *inp, const llmt__bf16 *w,
+    llmt_status (*layernorm_bwd)(llmt__dev *d, void *dinp, float *dw,
+                                 float *db, const void *dout,
+                                 const void *inp, const void *w,
                                  const float *mean, const float *rstd, int N,
                                  int C);
-    llmt_status (*rmsnorm_fwd)(llmt__dev *d, llmt__bf16 *out, float *rstd,
-                               const llmt__bf16 *inp, const llmt__bf16 *w,
+    llmt_status (*rmsnorm_fwd)(llmt__dev *d, void *out, float *rstd,
+                               const void *inp, const void *w,
                                int N, int C, float eps);
-    llmt_status (*rmsnorm_bwd)(llmt__dev *d, llmt__bf16 *dinp, float *dw,
-                               const llmt__bf16 *dout, const llmt__bf16 *inp,
-                               const llmt__bf16 *w, const float *rstd, int N,
+    llmt_status (*rmsnorm_bwd)(llmt__dev *d, void *dinp, float *dw,
+                               const void *dout, const void *inp,
+                               const void *w, const float *rstd, int N,
                                int C);
     /* out = silu(gate) * up; bwd: dgate +=, dup +=. */
-    llmt_status (*swiglu_fwd)(llmt__dev *d, llmt__bf16 *out,
-                              const llmt__bf16 *gate, const llmt__bf16 *up,
+    llmt_status (*swiglu_fwd)(llmt__dev *d, void *out,
+                              const void *gate, const void *up,
                               size_t n);
-    llmt_status (*swiglu_bwd)(llmt__dev *d, llmt__bf16 *dgate, llmt__bf16 *dup,
-                              const llmt__bf16 *dout, const llmt__bf16 *gate,
-                              const llmt__bf16 *up, size_t n);
+    llmt_status (*swiglu_bwd)(llmt__dev *d, void *dgate, void *dup,
+                              const void *dout, const void *gate,
+                              const void *up, size_t n);
     /* out = a + b (out may alias a). */
-    llmt_status (*residual_fwd)(llmt__dev *d, llmt__bf16 *out,
-                                const llmt__bf16 *a, const llmt__bf16 *b,
+    llmt_status (*residual_fwd)(llmt__dev *d, void *out,
+                                const void *a, const void *b,
                                 size_t n);
     /* dbias[C] += column sums of dout[N,C]. */
-    llmt_status (*bias_bwd)(llmt__dev *d, float *dbias, const llmt__bf16 *dout,
+    llmt_status (*bias_bwd)(llmt__dev *d, float *dbias, const void *dout,
                             int N, int C);
     /* In place on nh heads of hd per row, B*T rows of stride `stride`,
      * position = row % T, pairs (i, i+hd/2); inverse=1 is the backward. */
-    llmt_status (*rope)(llmt__dev *d, llmt__bf16 *x, int B, int T, int nh,
+    llmt_status (*rope)(llmt__dev *d, void *x, int B, int T, int nh,
                         int hd, size_t stride, float theta, int inverse);
     /* Causal attention, q/k/v rows of stride qs, grouped-query heads (head
-     * h reads kv head h/(nh/nkv)); out [B*T, nh*hd] packed; lse [B,nh,T]. */
-    llmt_status (*attention_fwd)(llmt__dev *d, llmt__bf16 *out, float *lse,
-                                 const llmt__bf16 *q, const llmt__bf16 *k,
-                                 const llmt__bf16 *v, size_t qs, int B, int T,
+     * h reads kv head h/(nh/nkv)); out [B*T, nh*hd] packed; lse: the
+     * attention state (attn_state floats). */
+    llmt_status (*attention_fwd)(llmt__dev *d, void *out, float *lse,
+                                 const void *q, const void *k,
+                                 const void *v, size_t qs, int B, int T,
                                  int nh, int nkv, int hd);
     /* dq, dk, dv (stride qs) are OVERWRITTEN. */
-    llmt_status (*attention_bwd)(llmt__dev *d, llmt__bf16 *dq, llmt__bf16 *dk,
-                                 llmt__bf16 *dv, const llmt__bf16 *dout,
-                                 const llmt__bf16 *out, const float *lse,
-                                 const llmt__bf16 *q, const llmt__bf16 *k,
-                                 const llmt__bf16 *v, size_t qs, int B, int T,
+    llmt_status (*attention_bwd)(llmt__dev *d, void *dq, void *dk,
+                                 void *dv, const void *dout,
+                                 const void *out, const float *lse,
+                                 const void *q, const void *k,
+                                 const void *v, size_t qs, int B, int T,
                                  int nh, int nkv, int hd);
     /* losses[n] = logsumexp - logit[target] (0 where target < 0); when
      * dloss != 0 the logits are OVERWRITTEN by (softmax - onehot) * dloss
      * (0 in padded columns and ignored rows). */
-    llmt_status (*softmax_xent)(llmt__dev *d, float *losses, llmt__bf16 *logits,
+    llmt_status (*softmax_xent)(llmt__dev *d, float *losses, void *logits,
                                 const int32_t *targets, int N, int V, int Vp,
                                 float dloss);
     /* AdamW on fp32 master weights; writes the bf16 copy (round to nearest
      * even) when param_bf16 is not NULL. grad * grad_scale; t 1-based. */
-    llmt_status (*adamw)(llmt__dev *d, float *master, llmt__bf16 *param_bf16,
+    llmt_status (*adamw)(llmt__dev *d, float *master, void *param_bf16,
                          const float *grad, float *m, float *v, size_t n,
                          float lr, float beta1, float beta2, float eps,
                          float wd, float grad_scale, int64_t t);
@@ -187,21 +197,23 @@ typedef struct llmt__dev_ops {
 
     /* -- fp8 forward GEMMs (and what they need without fused epilogues) */
     /* out[0] (device fp32) = max |x|. */
-    llmt_status (*amax)(llmt__dev *d, float *out, const llmt__bf16 *x, size_t n);
+    llmt_status (*amax)(llmt__dev *d, float *out, const void *x, size_t n);
     /* y = fp8(x * scale[0]) (scale on the device), round to nearest even,
      * saturating; e5m2 = 0 gives E4M3 (lib/exec/fp8.h has the encoding). */
-    llmt_status (*quantize_fp8)(llmt__dev *d, uint8_t *y, const llmt__bf16 *x,
+    llmt_status (*quantize_fp8)(llmt__dev *d, uint8_t *y, const void *x,
                                 const float *scale, size_t n, int e5m2);
     /* x[N,C] += bias[C] */
-    llmt_status (*bias_add)(llmt__dev *d, llmt__bf16 *x, const llmt__bf16 *bias,
+    llmt_status (*bias_add)(llmt__dev *d, void *x, const void *bias,
                             int N, int C);
-    /* tanh GELU */
-    llmt_status (*gelu_fwd)(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *inp,
+    /* tanh GELU (fp8 path) */
+    llmt_status (*gelu_fwd)(llmt__dev *d, void *out, const void *inp,
                             size_t n);
 } llmt__dev_ops;
 
 /* The CUDA table, or NULL in a build without CUDA. */
 const llmt__dev_ops *llmt__dev_cuda(void);
+/* The fp32 CPU backend (always available). */
+const llmt__dev_ops *llmt__dev_cpu(void);
 /* The host emulation (always available; internal, for tests). */
 const llmt__dev_ops *llmt__dev_emul(void);
 

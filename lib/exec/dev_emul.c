@@ -393,10 +393,13 @@ static llmt_status check_tokens(llmt__dev *d, const char *what, const int32_t *t
     return LLMT_OK;
 }
 
-static llmt_status em_embedding_fwd(llmt__dev *d, llmt__bf16 *out, const int32_t *tok,
-                                    const llmt__bf16 *wte, const llmt__bf16 *wpe, int B,
+static llmt_status em_embedding_fwd(llmt__dev *d, void *out_, const int32_t *tok,
+                                    const void *wte_, const void *wpe_, int B,
                                     int T, int C)
 {
+    llmt__bf16 *out = out_;
+    const llmt__bf16 *wte = wte_;
+    const llmt__bf16 *wpe = wpe_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (B < 0 || T < 0 || C < 0 || (long long)B * T > INT32_MAX)
         return BAD(d, "embedding_fwd: B=%d T=%d C=%d", B, T, C);
@@ -424,9 +427,10 @@ static llmt_status em_embedding_fwd(llmt__dev *d, llmt__bf16 *out, const int32_t
 /* Deterministic order, as the CUDA kernels in deterministic mode: dwpe gets
  * one fp32 sum over the batch per element, dwte the rows in token order. */
 static llmt_status em_embedding_bwd(llmt__dev *d, float *dwte, float *dwpe,
-                                    const llmt__bf16 *dout, const int32_t *tok, int B, int T,
+                                    const void *dout_, const int32_t *tok, int B, int T,
                                     int C)
 {
+    const llmt__bf16 *dout = dout_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (B < 0 || T < 0 || C < 0 || (long long)B * T > INT32_MAX)
         return BAD(d, "embedding_bwd: B=%d T=%d C=%d", B, T, C);
@@ -523,10 +527,14 @@ static void norm_bwd(llmt__bf16 *dinp, float *dw, float *db, const llmt__bf16 *d
     }
 }
 
-static llmt_status em_layernorm_fwd(llmt__dev *d, llmt__bf16 *out, float *mean, float *rstd,
-                                    const llmt__bf16 *inp, const llmt__bf16 *w,
-                                    const llmt__bf16 *b, int N, int C, float eps)
+static llmt_status em_layernorm_fwd(llmt__dev *d, void *out_, float *mean, float *rstd,
+                                    const void *inp_, const void *w_,
+                                    const void *b_, int N, int C, float eps)
 {
+    llmt__bf16 *out = out_;
+    const llmt__bf16 *inp = inp_;
+    const llmt__bf16 *w = w_;
+    const llmt__bf16 *b = b_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (N < 0 || C < 0 || (N > 0 && C == 0)) return BAD(d, "layernorm_fwd: N=%d C=%d", N, C);
     if (N == 0) return LLMT_OK;
@@ -538,11 +546,15 @@ static llmt_status em_layernorm_fwd(llmt__dev *d, llmt__bf16 *out, float *mean, 
     return LLMT_OK;
 }
 
-static llmt_status em_layernorm_bwd(llmt__dev *d, llmt__bf16 *dinp, float *dw, float *db,
-                                    const llmt__bf16 *dout, const llmt__bf16 *inp,
-                                    const llmt__bf16 *w, const float *mean, const float *rstd,
+static llmt_status em_layernorm_bwd(llmt__dev *d, void *dinp_, float *dw, float *db,
+                                    const void *dout_, const void *inp_,
+                                    const void *w_, const float *mean, const float *rstd,
                                     int N, int C)
 {
+    llmt__bf16 *dinp = dinp_;
+    const llmt__bf16 *dout = dout_;
+    const llmt__bf16 *inp = inp_;
+    const llmt__bf16 *w = w_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (N < 0 || C < 0) return BAD(d, "layernorm_bwd: N=%d C=%d", N, C);
     if (N == 0 || C == 0) return LLMT_OK;
@@ -557,10 +569,13 @@ static llmt_status em_layernorm_bwd(llmt__dev *d, llmt__bf16 *dinp, float *dw, f
     return LLMT_OK;
 }
 
-static llmt_status em_rmsnorm_fwd(llmt__dev *d, llmt__bf16 *out, float *rstd,
-                                  const llmt__bf16 *inp, const llmt__bf16 *w, int N, int C,
+static llmt_status em_rmsnorm_fwd(llmt__dev *d, void *out_, float *rstd,
+                                  const void *inp_, const void *w_, int N, int C,
                                   float eps)
 {
+    llmt__bf16 *out = out_;
+    const llmt__bf16 *inp = inp_;
+    const llmt__bf16 *w = w_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (N < 0 || C < 0 || (N > 0 && C == 0)) return BAD(d, "rmsnorm_fwd: N=%d C=%d", N, C);
     if (N == 0) return LLMT_OK;
@@ -572,10 +587,14 @@ static llmt_status em_rmsnorm_fwd(llmt__dev *d, llmt__bf16 *out, float *rstd,
     return LLMT_OK;
 }
 
-static llmt_status em_rmsnorm_bwd(llmt__dev *d, llmt__bf16 *dinp, float *dw,
-                                  const llmt__bf16 *dout, const llmt__bf16 *inp,
-                                  const llmt__bf16 *w, const float *rstd, int N, int C)
+static llmt_status em_rmsnorm_bwd(llmt__dev *d, void *dinp_, float *dw,
+                                  const void *dout_, const void *inp_,
+                                  const void *w_, const float *rstd, int N, int C)
 {
+    llmt__bf16 *dinp = dinp_;
+    const llmt__bf16 *dout = dout_;
+    const llmt__bf16 *inp = inp_;
+    const llmt__bf16 *w = w_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (N < 0 || C < 0) return BAD(d, "rmsnorm_bwd: N=%d C=%d", N, C);
     if (N == 0 || C == 0) return LLMT_OK;
@@ -591,9 +610,12 @@ static llmt_status em_rmsnorm_bwd(llmt__dev *d, llmt__bf16 *dinp, float *dw,
 
 /* ---- element-wise ------------------------------------------------------------ */
 
-static llmt_status em_swiglu_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *gate,
-                                 const llmt__bf16 *up, size_t n)
+static llmt_status em_swiglu_fwd(llmt__dev *d, void *out_, const void *gate_,
+                                 const void *up_, size_t n)
 {
+    llmt__bf16 *out = out_;
+    const llmt__bf16 *gate = gate_;
+    const llmt__bf16 *up = up_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (!n) return LLMT_OK;
     NEED(d, "swiglu_fwd", out);
@@ -607,10 +629,15 @@ static llmt_status em_swiglu_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf16
     return LLMT_OK;
 }
 
-static llmt_status em_swiglu_bwd(llmt__dev *d, llmt__bf16 *dgate, llmt__bf16 *dup,
-                                 const llmt__bf16 *dout, const llmt__bf16 *gate,
-                                 const llmt__bf16 *up, size_t n)
+static llmt_status em_swiglu_bwd(llmt__dev *d, void *dgate_, void *dup_,
+                                 const void *dout_, const void *gate_,
+                                 const void *up_, size_t n)
 {
+    llmt__bf16 *dgate = dgate_;
+    llmt__bf16 *dup = dup_;
+    const llmt__bf16 *dout = dout_;
+    const llmt__bf16 *gate = gate_;
+    const llmt__bf16 *up = up_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (!n) return LLMT_OK;
     NEED(d, "swiglu_bwd", dgate);
@@ -631,9 +658,12 @@ static llmt_status em_swiglu_bwd(llmt__dev *d, llmt__bf16 *dgate, llmt__bf16 *du
     return LLMT_OK;
 }
 
-static llmt_status em_residual_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *a,
-                                   const llmt__bf16 *b, size_t n)
+static llmt_status em_residual_fwd(llmt__dev *d, void *out_, const void *a_,
+                                   const void *b_, size_t n)
 {
+    llmt__bf16 *out = out_;
+    const llmt__bf16 *a = a_;
+    const llmt__bf16 *b = b_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (!n) return LLMT_OK;
     NEED(d, "residual_fwd", out);
@@ -644,9 +674,10 @@ static llmt_status em_residual_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf
     return LLMT_OK;
 }
 
-static llmt_status em_bias_bwd(llmt__dev *d, float *dbias, const llmt__bf16 *dout, int N,
+static llmt_status em_bias_bwd(llmt__dev *d, float *dbias, const void *dout_, int N,
                                int C)
 {
+    const llmt__bf16 *dout = dout_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (N < 0 || C < 0) return BAD(d, "bias_bwd: N=%d C=%d", N, C);
     if (N == 0 || C == 0) return LLMT_OK;
@@ -661,9 +692,10 @@ static llmt_status em_bias_bwd(llmt__dev *d, float *dbias, const llmt__bf16 *dou
     return LLMT_OK;
 }
 
-static llmt_status em_rope(llmt__dev *d, llmt__bf16 *x, int B, int T, int nh, int hd,
+static llmt_status em_rope(llmt__dev *d, void *x_, int B, int T, int nh, int hd,
                            size_t stride, float theta, int inverse)
 {
+    llmt__bf16 *x = x_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (B < 0 || T < 0 || nh < 0 || hd < 0 || hd % 2)
         return llmt__err_set(E(d), LLMT_ERR_INVALID_ARGUMENT,
@@ -723,11 +755,15 @@ static inline float dot_bf(const llmt__bf16 *a, const llmt__bf16 *b, int hd)
 
 /* out = softmax(q k^T * scale) v, causal; lse = natural-log log-sum-exp of
  * the scaled scores (max + log(sum exp(s - max))). */
-static llmt_status em_attention_fwd(llmt__dev *d, llmt__bf16 *out, float *lse,
-                                    const llmt__bf16 *q, const llmt__bf16 *k,
-                                    const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+static llmt_status em_attention_fwd(llmt__dev *d, void *out_, float *lse,
+                                    const void *q_, const void *k_,
+                                    const void *v_, size_t qs, int B, int T, int nh,
                                     int nkv, int hd)
 {
+    llmt__bf16 *out = out_;
+    const llmt__bf16 *q = q_;
+    const llmt__bf16 *k = k_;
+    const llmt__bf16 *v = v_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     llmt_status st = attn_check(d, "attention_fwd", qs, B, T, nh, nkv, hd);
     if (st) return st;
@@ -777,13 +813,21 @@ static llmt_status em_attention_fwd(llmt__dev *d, llmt__bf16 *out, float *lse,
  * D = rowsum(dout * out), dS = P (dout v^T - D). dq = scale dS k, dk = scale
  * dS^T q (summed over the query heads of the kv group), dv = P^T dout; all
  * three overwritten. */
-static llmt_status em_attention_bwd(llmt__dev *d, llmt__bf16 *dq, llmt__bf16 *dk,
-                                    llmt__bf16 *dv, const llmt__bf16 *dout,
-                                    const llmt__bf16 *out, const float *lse,
-                                    const llmt__bf16 *q, const llmt__bf16 *k,
-                                    const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+static llmt_status em_attention_bwd(llmt__dev *d, void *dq_, void *dk_,
+                                    void *dv_, const void *dout_,
+                                    const void *out_, const float *lse,
+                                    const void *q_, const void *k_,
+                                    const void *v_, size_t qs, int B, int T, int nh,
                                     int nkv, int hd)
 {
+    llmt__bf16 *dq = dq_;
+    llmt__bf16 *dk = dk_;
+    llmt__bf16 *dv = dv_;
+    const llmt__bf16 *dout = dout_;
+    const llmt__bf16 *out = out_;
+    const llmt__bf16 *q = q_;
+    const llmt__bf16 *k = k_;
+    const llmt__bf16 *v = v_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     llmt_status st = attn_check(d, "attention_bwd", qs, B, T, nh, nkv, hd);
     if (st) return st;
@@ -872,9 +916,10 @@ static llmt_status em_attention_bwd(llmt__dev *d, llmt__bf16 *dq, llmt__bf16 *dk
 
 /* ---- loss, optimizer, reductions ------------------------------------------------ */
 
-static llmt_status em_softmax_xent(llmt__dev *d, float *losses, llmt__bf16 *logits,
+static llmt_status em_softmax_xent(llmt__dev *d, float *losses, void *logits_,
                                    const int32_t *targets, int N, int V, int Vp, float dloss)
 {
+    llmt__bf16 *logits = logits_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (N < 0) return BAD(d, "softmax_xent: N=%d", N);
     if (N == 0) return LLMT_OK;
@@ -912,11 +957,12 @@ static llmt_status em_softmax_xent(llmt__dev *d, float *losses, llmt__bf16 *logi
 }
 
 /* cuda/kernels/optim.cu's adam1, operation for operation */
-static llmt_status em_adamw(llmt__dev *d, float *master, llmt__bf16 *param_bf16,
+static llmt_status em_adamw(llmt__dev *d, float *master, void *param_bf16_,
                             const float *grad, float *m, float *v, size_t n, float lr,
                             float beta1, float beta2, float eps, float wd, float grad_scale,
                             int64_t t)
 {
+    llmt__bf16 *param_bf16 = param_bf16_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (!n) return LLMT_OK;
     if (t < 1)
@@ -996,8 +1042,9 @@ static llmt_status em_f32_to_bf16(llmt__dev *d, llmt__bf16 *y, const float *x, s
 
 /* ---- fp8 support ops --------------------------------------------------------- */
 
-static llmt_status em_amax(llmt__dev *d, float *out, const llmt__bf16 *x, size_t n)
+static llmt_status em_amax(llmt__dev *d, float *out, const void *x_, size_t n)
 {
+    const llmt__bf16 *x = x_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     NEED(d, "amax", out);
     if (n) NEED(d, "amax", x);
@@ -1007,9 +1054,10 @@ static llmt_status em_amax(llmt__dev *d, float *out, const llmt__bf16 *x, size_t
     return LLMT_OK;
 }
 
-static llmt_status em_quantize_fp8(llmt__dev *d, uint8_t *y, const llmt__bf16 *x,
+static llmt_status em_quantize_fp8(llmt__dev *d, uint8_t *y, const void *x_,
                                    const float *scale, size_t n, int e5m2)
 {
+    const llmt__bf16 *x = x_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (!n) return LLMT_OK;
     NEED(d, "quantize_fp8", y);
@@ -1021,9 +1069,11 @@ static llmt_status em_quantize_fp8(llmt__dev *d, uint8_t *y, const llmt__bf16 *x
     return LLMT_OK;
 }
 
-static llmt_status em_bias_add(llmt__dev *d, llmt__bf16 *x, const llmt__bf16 *bias, int N,
+static llmt_status em_bias_add(llmt__dev *d, void *x_, const void *bias_, int N,
                                int C)
 {
+    llmt__bf16 *x = x_;
+    const llmt__bf16 *bias = bias_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (N < 0 || C < 0) return BAD(d, "bias_add: N=%d C=%d", N, C);
     if (!N || !C) return LLMT_OK;
@@ -1037,8 +1087,10 @@ static llmt_status em_bias_add(llmt__dev *d, llmt__bf16 *x, const llmt__bf16 *bi
     return LLMT_OK;
 }
 
-static llmt_status em_gelu_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *inp, size_t n)
+static llmt_status em_gelu_fwd(llmt__dev *d, void *out_, const void *inp_, size_t n)
 {
+    llmt__bf16 *out = out_;
+    const llmt__bf16 *inp = inp_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (!n) return LLMT_OK;
     NEED(d, "gelu_fwd", out);
@@ -1047,8 +1099,15 @@ static llmt_status em_gelu_fwd(llmt__dev *d, llmt__bf16 *out, const llmt__bf16 *
     return LLMT_OK;
 }
 
+/* one log-sum-exp per (sequence, head, position) */
+static size_t em_attn_state(int B, int nh, int T) { return (size_t)B * nh * T; }
+
 static const llmt__dev_ops emul_ops = {
     .name = "emulated",
+    .store = LLMT_DTYPE_BF16,
+    .host_memory = 1,
+    .align = 8,
+    .attn_state = em_attn_state,
     .create = em_create,
     .destroy = em_destroy,
     .last_error = em_last_error,

@@ -93,4 +93,15 @@ const llmt__exec_ops *llmt__exec_cpu_ref(void);
  * keeps the defaults. */
 void llmt__exec_cpu_set_threads(int threads);
 
+/* For the fp32 device table (lib/exec/dev_cpu.c). Row-major C[M,N] =
+ * alpha op(A) op(B) + beta C (op(A) [M,K], stored [K,M] when ta; op(B)
+ * [K,N], stored [N,K] when tb): OpenBLAS split over the OpenMP team when
+ * the build has it, else the plain loops of llmt__cpu_gemm_ref. */
+void llmt__cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc);
+void llmt__cpu_gemm_ref(int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* d[i] = gelu'(x[i]) * d[i] (the tanh GELU of gelu_fwd). */
+void llmt__cpu_gelu_grad_mul(float *d, const float *x, size_t n);
+
 #endif
