@@ -26,7 +26,7 @@ LLMT_API llmt_status llmt_plan_auto_opts_init(llmt_plan_auto_opts *opts,
     return LLMT_OK;
 }
 
-static void to_cand(const llmt_plan_estimate *e, llmt_plan_cand *c)
+void llmt__plan_to_cand(const llmt_plan_estimate *e, llmt_plan_cand *c)
 {
     c->tp = e->tp;
     c->cp = e->cp;
@@ -200,7 +200,7 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                                     llmt__plan_estimate(&w, (int32_t)W, &e);
                                     evaluated++;
                                     llmt_plan_cand c;
-                                    to_cand(&e, &c);
+                                    llmt__plan_to_cand(&e, &c);
                                     if (e.mem_total > o.mem_fraction * e.mem_capacity) {
                                         if (e.mem_total < closest_mem) {
                                             closest_mem = e.mem_total;

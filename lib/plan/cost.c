@@ -7,14 +7,28 @@
 
 #include "plan/plan.h"
 
-/* Calibration constants (doc/planner.md, "Calibration"). */
-#define ATTN_EFF_RATIO 0.5   /* flash attention vs GEMM efficiency */
-#define KERNEL_OVERHEAD 1.12 /* launch gaps, stragglers, unfused small ops:
-                                fitted to the published runs (planner.md) */
-#define GEMM_HALF_SIZE 128.0 /* GEMM efficiency n/(n+128), n = smallest dim */
-#define LINK_EFF 0.8         /* NCCL bus bandwidth / link bandwidth */
-#define TP_OVERLAP 0.5       /* share of TP traffic hidden behind GEMMs */
-#define DP_OVERLAP 0.8       /* share of the overlap window that hides DP */
+/* The constants of the model (doc/planner.md, "Calibration"). The two
+ * marked "fitted" are the output of llmt__calib_fit (lib/plan/calib.c):
+ * least squares over the MFU of the published runs in
+ * examples/specs/calibration/; test plan-calib refits them and fails when
+ * these values are no longer the optimum. The others are set from first
+ * principles or vendor figures and are not fitted. */
+const llmt_plan_consts llmt__plan_consts_default = {
+    .compute_overhead = COMPUTE_OVERHEAD_FIT, /* fitted: launch gaps, stragglers,
+                                                  unfused small ops */
+    .fixed_layer_s = FIXED_LAYER_S_FIT,       /* fitted: fixed s per layer and
+                                                  micro-batch (fwd + bwd) */
+    .attn_eff_ratio = ATTN_EFF_RATIO_FIT, /* fitted: flash attention vs GEMM
+                                             efficiency */
+    .gemm_half = GEMM_HALF_FIT, /* fitted: GEMM efficiency n/(n+half), n = the
+                                   smallest dimension of the layer's GEMMs */
+    .link_eff = 0.8,        /* NCCL bus bandwidth / link bandwidth */
+    .tp_overlap = 0.5,      /* share of TP traffic hidden behind GEMMs */
+    .dp_overlap = DP_OVERLAP_FIT,    /* fitted: share of the backward that hides
+                                        the gradient reduction */
+    .zero3_overlap = ZERO3_OVERLAP_FIT, /* fitted: share of the compute that
+                                           hides ZeRO-3's gathers */
+};
 #define LAT_NVLINK 3e-6      /* s per ring step */
 #define LAT_IB 8e-6
 #define MEM_OVERHEAD_GPU 2.5e9 /* CUDA context, NCCL buffers, workspaces */
@@ -132,6 +146,15 @@ static double act_bytes_per_token(const shape *m, double t, int sp, int recomput
 void llmt__plan_estimate(const llmt_spec *s, int32_t world,
                          llmt_plan_estimate *e)
 {
+    llmt__plan_estimate_k(s, world, &llmt__plan_consts_default, e);
+}
+
+void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
+                           const llmt_plan_consts *k, llmt_plan_estimate *e)
+{
+    const double ATTN_EFF_RATIO = k->attn_eff_ratio, KERNEL_OVERHEAD = k->compute_overhead,
+                 GEMM_HALF_SIZE = k->gemm_half, LINK_EFF = k->link_eff,
+                 TP_OVERLAP = k->tp_overlap, DP_OVERLAP = k->dp_overlap;
     memset(e, 0, sizeof *e);
     e->struct_size = sizeof *e;
     shape m;
@@ -235,7 +258,13 @@ void llmt__plan_estimate(const llmt_spec *s, int32_t world,
      * (the SELECTIVE count has no score term). */
     double act_tok = act_bytes_per_token(&m, t, sp, LLMT_SPEC_RECOMPUTE_SELECTIVE);
     double t_elem = tok * passes * 2 * act_tok / hbm_bw;
-    double t_layer = (t_gemm + t_attn + t_elem) * KERNEL_OVERHEAD;
+    /* Per layer and micro-batch, a fixed time that does not shrink with the
+     * work: kernel launches and their gaps, the small unfused kernels'
+     * minimum duration, the per-micro-batch bookkeeping of the schedule.
+     * It is what keeps tiny micro-batches from looking free (a recomputed
+     * forward pays it again). */
+    double t_fixed = gpu ? k->fixed_layer_s * passes / 3 : 0;
+    double t_layer = (t_gemm + t_attn + t_elem) * KERNEL_OVERHEAD + t_fixed;
     /* TP: 4 all-reduces (or all-gather + reduce-scatter pairs with SP) of
      * the activations per layer and micro-batch, 6 with full recompute. */
     double n_ar = rc == LLMT_SPEC_RECOMPUTE_FULL ? 6 : 4;
@@ -273,7 +302,10 @@ void llmt__plan_estimate(const llmt_spec *s, int32_t world,
     double per_layer = t_layer + tp_exposed + cp_exposed + ep_layer;
     double t_stage = fmax((double)Lmax * per_layer, (double)Llast * per_layer + t_head);
     /* PP: send activations forward and gradients backward per boundary. */
-    double pp_msg = tok * m.h * 2 / (sp ? t : 1);
+    /* Each TP rank sends 1/t of the boundary activation and the receiving
+     * node all-gathers it over NVLink (Megatron's scatter/gather, Narayanan
+     * et al. 2021 sec. 4.1; with SP the activation is split anyway). */
+    double pp_msg = tok * m.h * 2 / t;
     double pp_per_mb = p > 1 ? 2 * v * (pp_msg / bw_pp + lat_pp) : 0;
     double t_mb = t_stage + pp_per_mb;
     double bubble = p > 1 ? (p - 1) / (v * nmb + p - 1) : 0;
@@ -355,7 +387,10 @@ void llmt__plan_estimate(const llmt_spec *s, int32_t world,
                    (De > 1 ? 2 * (De - 1) / De * exp_b : 0);
     }
     double window = (zero == 0 ? 2.0 / 3.0 : 1.0) * t_mb * DP_OVERLAP;
-    double dp_exposed = zero >= 3 ? fmax(t_dp - nmb * t_mb * DP_OVERLAP, 0.1 * t_dp)
+    /* ZeRO-3 prefetches the next layer's weights while this one computes:
+     * its gathers and reduce-scatters hide behind the whole step's compute,
+     * as far as k->zero3_overlap of it. */
+    double dp_exposed = zero >= 3 ? fmax(t_dp - nmb * t_mb * k->zero3_overlap, 0.1 * t_dp)
                                   : fmax(t_dp - window, 0.1 * t_dp);
     /* Optimizer: read/write params, grads, master, moments of the local
      * shard: memory bound. */

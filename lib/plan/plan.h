@@ -29,10 +29,86 @@ struct llmt_plan {
     int64_t auto_evaluated, auto_fitting;
 };
 
+/* The cost model's constants (lib/plan/cost.c; doc/planner.md,
+ * "Calibration"). compute_overhead and fixed_layer_s are fitted. */
+typedef struct llmt_plan_consts {
+    double compute_overhead; /* x kernel time */
+    double fixed_layer_s;    /* s per layer per micro-batch, fwd + bwd */
+    double gemm_half;        /* GEMM efficiency n/(n + gemm_half) */
+    double dp_overlap;       /* share of the backward hiding DP reduction */
+    double zero3_overlap;    /* share of the compute hiding ZeRO-3 traffic */
+    double attn_eff_ratio;   /* attention kernel vs GEMM efficiency */
+    double link_eff, tp_overlap;
+} llmt_plan_consts;
+
+/* The fitted values (the output of llmt__calib_fit on the checked runs;
+ * test plan-calib fails when they are no longer its optimum). */
+#define COMPUTE_OVERHEAD_FIT 0.933
+#define FIXED_LAYER_S_FIT 0.547e-3
+#define GEMM_HALF_FIT 454.0
+#define DP_OVERLAP_FIT 0.0
+#define ZERO3_OVERLAP_FIT 0.42
+#define ATTN_EFF_RATIO_FIT 0.385
+
+extern const llmt_plan_consts llmt__plan_consts_default;
+
 /* Fill `e` for the spec's degrees on `world` ranks. The spec must be valid
  * for those degrees (tp*cp*pp*dp == world). */
 void llmt__plan_estimate(const llmt_spec *s, int32_t world,
                          llmt_plan_estimate *e);
+
+/* The same with explicit constants (calibration). */
+void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
+                           const llmt_plan_consts *k, llmt_plan_estimate *e);
+
+/* ---- calibration against published runs (lib/plan/calib.c) */
+typedef struct llmt_calib_run {
+    char file[128];          /* base name, no .json */
+    char source[256], table[160], row[256];
+    llmt_spec *spec;
+    int32_t gpus;
+    int check;               /* used for the fit and the checks */
+    double pub_step_s;       /* published step time (given or derived) */
+    double pub_mfu;          /* published throughput as MFU of our model FLOPs */
+    double paper_mfu, paper_hfu; /* as printed, -1 when not given */
+    int mem_fits, mem_fits_without; /* published memory facts, -1 unknown */
+    int no_cp;               /* the run's software had no context parallelism */
+} llmt_calib_run;
+
+/* Load one calibration file: {source, table, row, comment, published:
+ * {gpus, step_s | tflops_per_gpu + flops | mfu, ...}, check, spec}. A
+ * missing field, a hardware key the spec does not state, or a layout that
+ * is not the published GPU count is an error naming the key. */
+llmt_status llmt__calib_load(llmt_context *ctx, const char *path,
+                             llmt_calib_run *out);
+/* Every *.json of a directory, sorted by name. */
+llmt_status llmt__calib_load_dir(llmt_context *ctx, const char *dir,
+                                 llmt_calib_run **runs, int *n);
+void llmt__calib_free(llmt_calib_run *runs, int n);
+/* Predicted MFU (our model FLOPs) of a run with constants k. */
+double llmt__calib_predict(const llmt_calib_run *r, const llmt_plan_consts *k,
+                           llmt_plan_estimate *e);
+/* Least squares over the MFU of the checked runs, run `skip` left out
+ * (-1: none): fills k (starting from the defaults); returns the RMS error. */
+double llmt__calib_fit(const llmt_calib_run *runs, int n, int skip,
+                       llmt_plan_consts *k);
+
+/* Rank of a spec's layout among the auto-planner's layouts (distinct
+ * tp, cp, pp, dp, ep, each at its fastest micro and v, with the spec's
+ * ZeRO stage, recomputation and sequence parallelism; cp > 1 only when
+ * allow_cp): 1 + the number of other layouts that fit and are predicted
+ * faster. */
+typedef struct llmt_plan_rank {
+    int rank, layouts;
+    int published_fits;
+    llmt_plan_cand published, best;
+} llmt_plan_rank;
+llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *s,
+                                   int32_t world, const llmt_plan_consts *k,
+                                   int allow_cp, llmt_plan_rank *out);
+
+/* A ranking row from an estimate. */
+void llmt__plan_to_cand(const llmt_plan_estimate *e, llmt_plan_cand *c);
 
 /* Layers of pipeline stage `stage` (0..pp-1) in total, and the first layer
  * of (stage, chunk) for virtual_stages chunks. */
