@@ -1,15 +1,16 @@
-/* The device engine: forward, backward and AdamW of a GPT-2 or Llama-style
- * model through the device op table, bf16 activations and parameters with
- * fp32 master weights (see device.h). The op sequence follows the fp32
- * engine in trainer.c layer by layer; what differs is fusion (bias and
+/* The engine: forward, backward and AdamW of a GPT-2 or Llama-style model
+ * through the one backend op table (lib/exec/dev.h), in the backend's
+ * storage type: fp32 on the CPU, bf16 activations and parameters with
+ * fp32 master weights on CUDA and its host emulation (see device.h). The
+ * graph is written once; what a backend changes is fusion (bias and
  * bias+GELU GEMM epilogues, softmax cross-entropy writing its gradient in
- * place) and that attention keeps a log-sum-exp instead of probabilities.
+ * place) and what attention saves for its backward (attn_state).
  *
- * Activations for B x T: resid[0..L] (bf16, N x C each: the input of every
- * layer and of the final norm), and per layer ln1, qkv, atty, lse, res2,
- * ln2, fch (GPT-2: the fc pre-activation; Llama: the gate), fch3 (Llama:
- * the up projection), fchg (the MLP's activation output). With recompute
- * all layers share one such set, refilled from resid[l] by re-running the
+ * Activations for B x T: resid[0..L] (N x C each: the input of every layer
+ * and of the final norm), and per layer ln1, qkv, atty, lse, res2, ln2, fch
+ * (GPT-2: the fc pre-activation; Llama: the gate), fch3 (Llama: the up
+ * projection), fchg (the MLP's activation output). With recompute all
+ * layers share one such set, refilled from resid[l] by re-running the
  * layer's forward just before its backward. */
 #include <math.h>
 #include <stdlib.h>
@@ -25,8 +26,10 @@
 enum { LQKV, LPROJ, LFC, LFC3, LFCP, NLIN };
 #define SLOT(l, kind) ((l) * NLIN + (kind))
 
+/* A layer's activations (storage type; `lse`: attention's saved state,
+ * attn_state floats). */
 typedef struct dlayer {
-    llmt__bf16 *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch3, *fchg;
+    void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch3, *fchg;
     float *ln1m, *ln1r, *ln2m, *ln2r, *lse;
 } dlayer;
 
@@ -37,21 +40,27 @@ struct llmt__devtrain {
     llmt_model *m;
     int B, T, A, llama;
     int nacts;             /* layer activation sets: layers, or 1 (recompute) */
+    size_t es;             /* bytes of one stored element (ops->store) */
+    int alias;             /* fp32 host backend: master IS the model's data and
+                              the host mirrors ARE the device buffers */
     size_t *doff;          /* device offset of host parameter i */
-    size_t P, Pd;          /* device floats; the first Pd decay */
+    size_t P;              /* device floats */
+    int nruns;             /* AdamW runs: tensors next to each other with */
+    size_t *run_lo, *run_n; /* the same weight decay, one launch each */
+    int *run_decay;
     llmt__layer_offs *lay; /* device offsets */
     size_t wte, wpe, lnfw, lnfb, lm;
     float *master, *grad, *mom1, *mom2;
-    llmt__bf16 *param;
+    void *param;           /* compute copy (storage type); master for fp32 */
     float *hg, *hm, *hv;   /* host mirrors */
     int pinned;
     dlayer *L;
-    llmt__bf16 **resid, *lnf, *logits;
-    llmt__bf16 *dres, *dtmp, *dqkv, *dfch, *dfch3, *dfchg;
-    float *lnfm, *lnfr, *losses, *sums; /* sums: A loss sums + sumsq */
+    void **resid, *lnf, *logits;
+    void *dres, *dtmp, *dqkv, *dfch, *dfch3, *dfchg;
+    float *lnfm, *lnfr, *losses, *sums; /* losses: A x B x T; sums: sumsq */
+    float *hloss;          /* host copy of the losses (summed in double) */
     int32_t *tok, *tgt;
-    float *hlogit;         /* host row for last_logits (bf16 -> fp32) */
-    llmt__bf16 *hrow;
+    void *hrow;            /* host row of logits for last_logits */
     size_t act_bytes;
     /* fp8 forward GEMMs */
     int fp8, nf8;          /* on; scaled tensors (2 per Linear slot) */
@@ -76,6 +85,14 @@ static llmt_status dev_fail(llmt__devtrain *g, llmt_status s, const char *what)
         llmt_status s_ = (x);                                        \
         if (s_ != LLMT_OK) return dev_fail(g, s_, what);             \
     } while (0)
+
+/* Element i of a storage-typed array. */
+static inline void *at(const llmt__devtrain *g, const void *p, size_t i)
+{
+    return (char *)p + i * g->es;
+}
+/* The compute copy of the parameter at device offset `off`. */
+static inline void *pw(const llmt__devtrain *g, size_t off) { return at(g, g->param, off); }
 
 static size_t map_off(const llmt_model *m, const size_t *doff, size_t host)
 {
@@ -103,6 +120,8 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
 {
     if (!g) return;
     if (g->d) {
+        if (g->param == (void *)g->master) g->param = NULL; /* fp32: one buffer */
+        if (g->alias) g->master = NULL;                     /* the model's */
         void **bufs[] = {(void **)&g->master, (void **)&g->grad, (void **)&g->mom1,
                          (void **)&g->mom2, (void **)&g->param, (void **)&g->lnf,
                          (void **)&g->logits, (void **)&g->dres, (void **)&g->dtmp,
@@ -123,7 +142,7 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
         for (int l = 0; g->resid && l <= g->m->cfg.layers; l++)
             if (g->resid[l]) g->op->free(g->d, g->resid[l]);
         float *hs[] = {g->hg, g->hm, g->hv};
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 3 && !g->alias; i++)
             if (hs[i]) {
                 if (g->pinned) g->op->host_free(g->d, hs[i]);
                 else free(hs[i]);
@@ -134,8 +153,11 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     free(g->resid);
     free(g->lay);
     free(g->doff);
-    free(g->hlogit);
+    free(g->hloss);
     free(g->hrow);
+    free(g->run_lo);
+    free(g->run_n);
+    free(g->run_decay);
     free(g->h8amax);
     free(g->h8state);
     llmt__fp8_delayed_destroy(g->rec);
@@ -158,20 +180,31 @@ static llmt_status host_mirror(llmt__devtrain *g, float **p, size_t floats)
                                         "trainer: cannot allocate %zu bytes", bytes);
 }
 
-/* Device offsets: decayed tensors first, each 8-element aligned. */
+/* Device offsets: the model's order (so that a layer is one contiguous
+ * range, the unit data parallelism reduces and shards), each tensor on the
+ * backend's alignment (8 elements: 16-byte bf16 vectors on CUDA); then the
+ * runs of neighbours with the same weight decay, one AdamW launch each. */
 static void plan_layout(llmt__devtrain *g)
 {
     const llmt_model *m = g->m;
-    size_t at = 0;
-    for (int pass = 1; pass >= 0; pass--) {
-        for (int i = 0; i < m->nparams; i++) {
-            if (m->params[i].decay != pass) continue;
-            g->doff[i] = at;
-            at += (m->params[i].numel + 7) & ~(size_t)7;
-        }
-        if (pass == 1) g->Pd = at;
+    size_t al = g->op->align > 0 ? (size_t)g->op->align : 8, at_ = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        g->doff[i] = at_;
+        at_ += (m->params[i].numel + al - 1) / al * al;
     }
-    g->P = at;
+    g->P = at_;
+    g->nruns = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        int dec = m->params[i].decay;
+        size_t end = i + 1 < m->nparams ? g->doff[i + 1] : g->P;
+        if (g->nruns && g->run_decay[g->nruns - 1] == dec) {
+            g->run_n[g->nruns - 1] = end - g->run_lo[g->nruns - 1];
+            continue;
+        }
+        g->run_lo[g->nruns] = g->doff[i];
+        g->run_n[g->nruns] = end - g->doff[i];
+        g->run_decay[g->nruns++] = dec;
+    }
     int L = m->cfg.layers;
     for (int l = 0; l < L; l++) {
         const llmt__layer_offs *h = &m->layer[l];
@@ -234,9 +267,14 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
     g->lay = calloc((size_t)L, sizeof *g->lay);
     g->L = calloc((size_t)L, sizeof *g->L);
     g->resid = calloc((size_t)L + 1, sizeof *g->resid);
-    g->hlogit = malloc((size_t)c->padded_vocab_size * sizeof(float));
-    g->hrow = malloc((size_t)c->padded_vocab_size * sizeof(llmt__bf16));
-    if (!g->doff || !g->lay || !g->L || !g->resid || !g->hlogit || !g->hrow) {
+    g->es = ops->store == LLMT_DTYPE_FP32 ? sizeof(float) : sizeof(llmt__bf16);
+    g->hrow = malloc((size_t)c->padded_vocab_size * g->es);
+    g->hloss = malloc((size_t)A * B * T * sizeof(float));
+    g->run_lo = calloc((size_t)m->nparams, sizeof *g->run_lo);
+    g->run_n = calloc((size_t)m->nparams, sizeof *g->run_n);
+    g->run_decay = calloc((size_t)m->nparams, sizeof *g->run_decay);
+    if (!g->doff || !g->lay || !g->L || !g->resid || !g->hrow || !g->hloss || !g->run_lo ||
+        !g->run_n || !g->run_decay) {
         llmt__devtrain_destroy(g);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     }
@@ -249,19 +287,25 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
     }
     g->pinned = 1;
     plan_layout(g);
+    int f32 = ops->store == LLMT_DTYPE_FP32;
+    /* the fp32 host backend trains the model's own parameters in place */
+    g->alias = f32 && ops->host_memory && g->P == m->total;
     size_t P = g->P, N = (size_t)B * T, C = (size_t)c->width;
     size_t Q = (size_t)m->qkv_dim, F = (size_t)c->ffn_hidden, Vp = (size_t)c->padded_vocab_size;
-    size_t NH = (size_t)B * c->heads * T, bf = sizeof(llmt__bf16);
+    size_t NH = ops->attn_state ? ops->attn_state(B, c->heads, T) : (size_t)B * c->heads * T;
+    size_t bf = g->es;
 #define DA(ptr, bytes, act)                                              \
     do {                                                                 \
         if ((s = dalloc(g, (void **)&(ptr), (bytes), (act))) != LLMT_OK) \
             goto fail;                                                   \
     } while (0)
-    DA(g->master, P * 4, 0);
+    if (g->alias) g->master = m->data;
+    else DA(g->master, P * 4, 0);
     DA(g->grad, P * 4, 0);
     DA(g->mom1, P * 4, 0);
     DA(g->mom2, P * 4, 0);
-    DA(g->param, P * bf, 0);
+    if (f32) g->param = g->master;
+    else DA(g->param, P * bf, 0);
     for (int l = 0; l <= L; l++) DA(g->resid[l], N * C * bf, 1);
     for (int l = 0; l < g->nacts; l++) {
         dlayer *a = &g->L[l];
@@ -283,7 +327,7 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
     DA(g->lnfm, N * 4, 1);
     DA(g->lnfr, N * 4, 1);
     DA(g->logits, N * Vp * bf, 1);
-    DA(g->losses, N * 4, 1);
+    DA(g->losses, (size_t)A * N * 4, 1);
     DA(g->dres, N * C * bf, 1);
     DA(g->dtmp, N * C * bf, 1);
     DA(g->dqkv, N * Q * bf, 1);
@@ -292,9 +336,14 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
         DA(g->dfch3, N * F * bf, 1);
         DA(g->dfchg, N * F * bf, 1);
     }
-    DA(g->sums, ((size_t)A + 1) * 4, 1);
+    DA(g->sums, 4, 1);
     DA(g->tok, (size_t)A * N * 4, 1);
     DA(g->tgt, (size_t)A * N * 4, 1);
+    if (fp8 && fp8->on && f32) {
+        s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED, "trainer: fp8: the %s backend stores "
+                          "fp32; fp8 GEMMs need a bf16 backend (device cuda)", ops->name);
+        goto fail;
+    }
     if (fp8 && fp8->on) {
         g->fp8 = 1;
         g->nf8 = 2 * L * NLIN;
@@ -320,7 +369,11 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
         if ((s = put_scales(g)) != LLMT_OK) goto fail;
     }
 #undef DA
-    if ((s = host_mirror(g, &g->hg, m->total)) != LLMT_OK ||
+    if (g->alias) {
+        g->hg = g->grad;
+        g->hm = g->mom1;
+        g->hv = g->mom2;
+    } else if ((s = host_mirror(g, &g->hg, m->total)) != LLMT_OK ||
         (s = host_mirror(g, &g->hm, m->total)) != LLMT_OK ||
         (s = host_mirror(g, &g->hv, m->total)) != LLMT_OK)
         goto fail;
@@ -377,6 +430,11 @@ void llmt__devtrain_memory(const llmt__devtrain *g, llmt__devtrain_mem *out)
 static llmt_status put(llmt__devtrain *g, float *dev, const float *host)
 {
     const llmt_model *m = g->m;
+    if (dev == host) return LLMT_OK; /* aliased: the same memory */
+    if (g->alias) {
+        S(g->op->h2d(g->d, dev, host, g->P * 4), "upload");
+        return LLMT_OK;
+    }
     S(g->op->memset0(g->d, dev, g->P * 4), "memset");
     for (int i = 0; i < m->nparams; i++) {
         const llmt__param *p = &m->params[i];
@@ -388,6 +446,11 @@ static llmt_status put(llmt__devtrain *g, float *dev, const float *host)
 static llmt_status get(llmt__devtrain *g, float *host, const float *dev)
 {
     const llmt_model *m = g->m;
+    if (dev == host) return LLMT_OK;
+    if (g->alias) {
+        S(g->op->d2h(g->d, host, dev, g->P * 4), "download");
+        return LLMT_OK;
+    }
     for (int i = 0; i < m->nparams; i++) {
         const llmt__param *p = &m->params[i];
         S(g->op->d2h(g->d, host + p->offset, dev + g->doff[i], p->numel * 4), "download");
@@ -400,7 +463,8 @@ llmt_status llmt__devtrain_upload(llmt__devtrain *g, const float *params, const 
 {
     llmt_status s;
     if ((s = put(g, g->master, params)) != LLMT_OK) return s;
-    S(g->op->f32_to_bf16(g->d, g->param, g->master, g->P), "bf16 copy");
+    if (g->param != (void *)g->master)
+        S(g->op->f32_to_bf16(g->d, g->param, g->master, g->P), "bf16 copy");
     if (m && v) {
         if ((s = put(g, g->mom1, m)) != LLMT_OK) return s;
         if ((s = put(g, g->mom2, v)) != LLMT_OK) return s;
@@ -438,8 +502,8 @@ static llmt_status mm(llmt__devtrain *g, int ta, int tb, int M, int N, int K, co
     a.A = A;
     a.B = B;
     a.C = C;
-    a.ab_type = LLMT_GEMM_BF16;
-    a.c_type = cf32 ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
+    a.ab_type = g->es == sizeof(float) ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
+    a.c_type = cf32 ? LLMT_GEMM_F32 : a.ab_type;
     a.alpha = 1.0f;
     a.beta = beta;
     a.epi = epi;
@@ -459,15 +523,15 @@ static int fp8_on(const llmt__devtrain *g, int slot, int IC, int OC)
 /* out[N,OC] = dequant(fp8(x) fp8(W)^T) (+ bias): records both amaxes of
  * this forward, quantises with the scales the recipe chose from earlier
  * steps (delayed scaling). */
-static llmt_status lin_fp8(llmt__devtrain *g, llmt__bf16 *out, const llmt__bf16 *x, size_t w,
+static llmt_status lin_fp8(llmt__devtrain *g, void *out, const void *x, size_t w,
                            size_t b, int N, int IC, int OC, int slot)
 {
     size_t tx = 2 * (size_t)slot, tw = tx + 1, nw = (size_t)OC * IC, nx = (size_t)N * IC;
     float *am = g->f8amax + (size_t)g->amax_row * g->nf8;
     S(g->op->amax(g->d, am + tx, x, nx), "fp8 amax");
-    S(g->op->amax(g->d, am + tw, g->param + w, nw), "fp8 amax");
+    S(g->op->amax(g->d, am + tw, pw(g, w), nw), "fp8 amax");
     S(g->op->quantize_fp8(g->d, g->qx, x, g->f8scale + tx, nx, 0), "fp8 quantise");
-    S(g->op->quantize_fp8(g->d, g->qw, g->param + w, g->f8scale + tw, nw, 0), "fp8 quantise");
+    S(g->op->quantize_fp8(g->d, g->qw, pw(g, w), g->f8scale + tw, nw, 0), "fp8 quantise");
     llmt__gemm_args a;
     memset(&a, 0, sizeof a);
     a.trans_b = 1;
@@ -483,26 +547,26 @@ static llmt_status lin_fp8(llmt__devtrain *g, llmt__bf16 *out, const llmt__bf16 
     a.a_scale = g->f8inv + tx;
     a.b_scale = g->f8inv + tw;
     S(g->op->gemm(g->d, &a), "fp8 gemm");
-    if (b != NOP) S(g->op->bias_add(g->d, out, g->param + b, N, OC), "bias");
+    if (b != NOP) S(g->op->bias_add(g->d, out, pw(g, b), N, OC), "bias");
     g->fp8_gemms++;
     return LLMT_OK;
 }
 
 /* Linear forward: out[N,OC] = x[N,IC] W[OC,IC]^T (+ bias); fp8 for the
  * blocks' Linears (slot >= 0) when on. */
-static llmt_status lin(llmt__devtrain *g, llmt__bf16 *out, const llmt__bf16 *x, size_t w,
+static llmt_status lin(llmt__devtrain *g, void *out, const void *x, size_t w,
                        size_t b, int N, int IC, int OC, int slot)
 {
     if (fp8_on(g, slot, IC, OC)) return lin_fp8(g, out, x, w, b, N, IC, OC, slot);
-    const llmt__bf16 *bias = b == NOP ? NULL : g->param + b;
-    return mm(g, 0, 1, N, OC, IC, x, g->param + w, out, 0, 0.0f,
+    const void *bias = b == NOP ? NULL : pw(g, b);
+    return mm(g, 0, 1, N, OC, IC, x, pw(g, w), out, 0, 0.0f,
               bias ? LLMT_GEMM_EPI_BIAS : LLMT_GEMM_EPI_NONE, bias, NULL);
 }
 
 /* Linear backward: dW[OC,IC] += dout^T x; dbias += colsum(dout);
  * dx[N,IC] = dout W (beta 0) or += (beta 1); dx may be NULL. */
-static llmt_status lin_bwd(llmt__devtrain *g, llmt__bf16 *dx, float xbeta,
-                           const llmt__bf16 *dout, const llmt__bf16 *x, size_t w, size_t b,
+static llmt_status lin_bwd(llmt__devtrain *g, void *dx, float xbeta,
+                           const void *dout, const void *x, size_t w, size_t b,
                            int N, int IC, int OC)
 {
     llmt_status s;
@@ -511,36 +575,36 @@ static llmt_status lin_bwd(llmt__devtrain *g, llmt__bf16 *dx, float xbeta,
         return s;
     if (b != NOP) S(g->op->bias_bwd(g->d, g->grad + b, dout, N, OC), "bias grad");
     if (dx)
-        return mm(g, 0, 0, N, IC, OC, dout, g->param + w, dx, 0, xbeta, LLMT_GEMM_EPI_NONE,
+        return mm(g, 0, 0, N, IC, OC, dout, pw(g, w), dx, 0, xbeta, LLMT_GEMM_EPI_NONE,
                   NULL, NULL);
     return LLMT_OK;
 }
 
-static llmt_status norm_fwd(llmt__devtrain *g, llmt__bf16 *out, float *mean, float *rstd,
-                            const llmt__bf16 *x, size_t w, size_t b, int N)
+static llmt_status norm_fwd(llmt__devtrain *g, void *out, float *mean, float *rstd,
+                            const void *x, size_t w, size_t b, int N)
 {
     const llmt_model_config *c = &g->m->cfg;
     if (g->llama)
-        S(g->op->rmsnorm_fwd(g->d, out, rstd, x, g->param + w, N, c->width, c->norm_eps),
+        S(g->op->rmsnorm_fwd(g->d, out, rstd, x, pw(g, w), N, c->width, c->norm_eps),
           "rmsnorm");
     else
-        S(g->op->layernorm_fwd(g->d, out, mean, rstd, x, g->param + w,
-                               b == NOP ? NULL : g->param + b, N, c->width, c->norm_eps),
+        S(g->op->layernorm_fwd(g->d, out, mean, rstd, x, pw(g, w),
+                               b == NOP ? NULL : pw(g, b), N, c->width, c->norm_eps),
           "layernorm");
     return LLMT_OK;
 }
 
-static llmt_status norm_bwd(llmt__devtrain *g, llmt__bf16 *dinp, const llmt__bf16 *dout,
-                            const llmt__bf16 *x, const float *mean, const float *rstd,
+static llmt_status norm_bwd(llmt__devtrain *g, void *dinp, const void *dout,
+                            const void *x, const float *mean, const float *rstd,
                             size_t w, size_t b, int N)
 {
     int C = g->m->cfg.width;
     if (g->llama)
-        S(g->op->rmsnorm_bwd(g->d, dinp, g->grad + w, dout, x, g->param + w, rstd, N, C),
+        S(g->op->rmsnorm_bwd(g->d, dinp, g->grad + w, dout, x, pw(g, w), rstd, N, C),
           "rmsnorm backward");
     else
         S(g->op->layernorm_bwd(g->d, dinp, g->grad + w, b == NOP ? NULL : g->grad + b, dout,
-                               x, g->param + w, mean, rstd, N, C),
+                               x, pw(g, w), mean, rstd, N, C),
           "layernorm backward");
     return LLMT_OK;
 }
@@ -568,12 +632,12 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     const llmt__layer_offs *w = L.w;
     dlayer *a = L.a;
     int N = L.N, C = L.C, F = L.F, Q = L.Q, nh = L.nh, nkv = L.nkv, hd = L.hd;
-    const llmt__bf16 *x = g->resid[l];
+    const void *x = g->resid[l];
     llmt_status s;
 #define R(x) do { if ((s = (x)) != LLMT_OK) return s; } while (0)
     R(norm_fwd(g, a->ln1, a->ln1m, a->ln1r, x, w->ln1w, w->ln1b, N));
     R(lin(g, a->qkv, a->ln1, w->qkvw, w->qkvb, N, C, Q, SLOT(l, LQKV)));
-    llmt__bf16 *q = a->qkv, *k = q + (size_t)nh * hd, *v = k + (size_t)nkv * hd;
+    void *q = a->qkv, *k = at(g, q, (size_t)nh * hd), *v = at(g, k, (size_t)nkv * hd);
     if (g->llama) {
         S(g->op->rope(g->d, q, B, T, nh, hd, (size_t)Q, c->rope_theta, 0), "rope");
         S(g->op->rope(g->d, k, B, T, nkv, hd, (size_t)Q, c->rope_theta, 0), "rope");
@@ -592,8 +656,8 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
         S(g->op->gelu_fwd(g->d, a->fchg, a->fch, (size_t)N * F), "gelu");
     } else {
         /* fchg = gelu(ln2 W^T + b), the pre-activation kept in fch */
-        R(mm(g, 0, 1, N, F, C, a->ln2, g->param + w->fcw, a->fchg, 0, 0.0f,
-             LLMT_GEMM_EPI_GELU_BIAS, g->param + w->fcb, a->fch));
+        R(mm(g, 0, 1, N, F, C, a->ln2, pw(g, w->fcw), a->fchg, 0, 0.0f,
+             LLMT_GEMM_EPI_GELU_BIAS, pw(g, w->fcb), a->fch));
     }
     R(lin(g, g->dtmp, a->fchg, w->fcprojw, w->fcprojb, N, F, C, SLOT(l, LFCP)));
     S(g->op->residual_fwd(g->d, g->resid[l + 1], a->res2, g->dtmp, (size_t)N * C),
@@ -614,24 +678,25 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
     /* MLP */
     if (g->llama) {
         R(lin_bwd(g, g->dfchg, 0.0f, g->dres, a->fchg, w->fcprojw, NOP, N, F, C));
-        S(g->op->memset0(g->d, g->dfch, NF * sizeof(llmt__bf16)), "memset");
-        S(g->op->memset0(g->d, g->dfch3, NF * sizeof(llmt__bf16)), "memset");
+        S(g->op->memset0(g->d, g->dfch, NF * g->es), "memset");
+        S(g->op->memset0(g->d, g->dfch3, NF * g->es), "memset");
         S(g->op->swiglu_bwd(g->d, g->dfch, g->dfch3, g->dfchg, a->fch, a->fch3, NF),
           "swiglu backward");
-        R(lin_bwd(g, g->dtmp, 0.0f, g->dfch, a->ln2, w->fcw, NOP, N, C, F));
-        R(lin_bwd(g, g->dtmp, 1.0f, g->dfch3, a->ln2, w->fc3w, NOP, N, C, F));
+        /* up, then gate: the fp32 trainer's order of the sum into dtmp */
+        R(lin_bwd(g, g->dtmp, 0.0f, g->dfch3, a->ln2, w->fc3w, NOP, N, C, F));
+        R(lin_bwd(g, g->dtmp, 1.0f, g->dfch, a->ln2, w->fcw, NOP, N, C, F));
     } else {
         /* dfch = (dres W) * gelu'(pre-activation) in the GEMM's epilogue */
         R(lin_bwd(g, NULL, 0.0f, g->dres, a->fchg, w->fcprojw, w->fcprojb, N, F, C));
-        R(mm(g, 0, 0, N, F, C, g->dres, g->param + w->fcprojw, g->dfch, 0, 0.0f,
+        R(mm(g, 0, 0, N, F, C, g->dres, pw(g, w->fcprojw), g->dfch, 0, 0.0f,
              LLMT_GEMM_EPI_DGELU, NULL, a->fch));
         R(lin_bwd(g, g->dtmp, 0.0f, g->dfch, a->ln2, w->fcw, w->fcb, N, C, F));
     }
     R(norm_bwd(g, g->dres, g->dtmp, a->res2, a->ln2m, a->ln2r, w->ln2w, w->ln2b, N));
     /* attention */
     R(lin_bwd(g, g->dtmp, 0.0f, g->dres, a->atty, w->projw, w->projb, N, C, C));
-    const llmt__bf16 *q = a->qkv, *k = q + (size_t)nh * hd, *v = k + (size_t)nkv * hd;
-    llmt__bf16 *dq = g->dqkv, *dk = dq + (size_t)nh * hd, *dv = dk + (size_t)nkv * hd;
+    const void *q = a->qkv, *k = at(g, q, (size_t)nh * hd), *v = at(g, k, (size_t)nkv * hd);
+    void *dq = g->dqkv, *dk = at(g, dq, (size_t)nh * hd), *dv = at(g, dk, (size_t)nkv * hd);
     S(g->op->attention_bwd(g->d, dq, dk, dv, g->dtmp, a->atty, a->lse, q, k, v, (size_t)Q, B,
                            T, nh, nkv, hd),
       "attention backward");
@@ -651,8 +716,8 @@ static llmt_status forward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     const llmt_model_config *c = &g->m->cfg;
     llmt_status s;
     g->fp8_gemms = 0;
-    S(g->op->embedding_fwd(g->d, g->resid[0], tok, g->param + g->wte,
-                           g->wpe == NOP ? NULL : g->param + g->wpe, B, T, c->width),
+    S(g->op->embedding_fwd(g->d, g->resid[0], tok, pw(g, g->wte),
+                           g->wpe == NOP ? NULL : pw(g, g->wpe), B, T, c->width),
       "embedding");
     for (int l = 0; l < c->layers; l++) R(layer_fwd(g, l, B, T));
     R(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[c->layers], g->lnfw, g->lnfb, B * T));
@@ -666,7 +731,7 @@ static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     llmt_status s;
     /* the logits hold dloss/dlogits (softmax_xent wrote them in place) */
     R(lin_bwd(g, g->dtmp, 0.0f, g->logits, g->lnf, g->lm, NOP, N, C, c->padded_vocab_size));
-    S(g->op->memset0(g->d, g->dres, (size_t)N * C * sizeof(llmt__bf16)), "memset");
+    S(g->op->memset0(g->d, g->dres, (size_t)N * C * g->es), "memset");
     R(norm_bwd(g, g->dres, g->dtmp, g->resid[c->layers], g->lnfm, g->lnfr, g->lnfw, g->lnfb,
                N));
     for (int l = c->layers - 1; l >= 0; l--) {
@@ -677,6 +742,15 @@ static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
                            g->dres, tok, B, T, C),
       "embedding backward");
     return LLMT_OK;
+}
+
+/* The per-token losses summed on the host in double, in token order (as
+ * the fp32 trainer did; ignored targets add 0). */
+static double host_sum(const float *x, size_t n)
+{
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += x[i];
+    return sum;
 }
 
 /* After a step's forwards: each tensor's amax over the micro-batches goes
@@ -715,43 +789,34 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
         const int32_t *tok = g->tok + (size_t)a * N, *tgt = g->tgt + (size_t)a * N;
         g->amax_row = a;
         R(forward(g, tok, B, T));
-        S(g->op->softmax_xent(g->d, g->losses, g->logits, tgt, N, c->vocab_size,
-                              c->padded_vocab_size, dloss),
+        S(g->op->softmax_xent(g->d, g->losses + (size_t)a * N, g->logits, tgt, N,
+                              c->vocab_size, c->padded_vocab_size, dloss),
           "softmax cross-entropy");
-        S(g->op->sum(g->d, g->sums + a, g->losses, (size_t)N), "loss sum");
         R(backward(g, tok, B, T));
     }
     const float *xs[1] = {g->grad};
     size_t ns[1] = {g->P};
-    S(g->op->sumsq(g->d, g->sums + g->A, xs, ns, 1), "gradient norm");
-    float h[64], *hp = h;
-    size_t nsum = (size_t)g->A + 1;
-    if (nsum > 64 && !(hp = malloc(nsum * sizeof *hp)))
-        return llmt__err_set(g->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
-    s = g->op->d2h(g->d, hp, g->sums, nsum * sizeof *hp);
-    if (s == LLMT_OK) {
-        double sum = 0.0;
-        for (int a = 0; a < micro; a++) sum += hp[a];
-        *loss_sum = sum;
-        *grad_sumsq = hp[g->A];
-    }
-    if (hp != h) free(hp);
-    if (s != LLMT_OK) return dev_fail(g, s, "read the loss");
+    S(g->op->sumsq(g->d, g->sums, xs, ns, 1), "gradient norm");
+    float ss;
+    S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)micro * N * sizeof(float)),
+      "read the losses");
+    S(g->op->d2h(g->d, &ss, g->sums, sizeof ss), "read the gradient norm");
+    *loss_sum = host_sum(g->hloss, (size_t)micro * N);
+    *grad_sumsq = ss;
     return g->fp8 ? fp8_step(g, micro) : LLMT_OK;
 }
 
 llmt_status llmt__devtrain_update(llmt__devtrain *g, float lr, float beta1, float beta2,
                                   float eps, float wd, float scale, int64_t t)
 {
-    S(g->op->adamw(g->d, g->master, g->param, g->grad, g->mom1, g->mom2, g->Pd, lr, beta1,
-                   beta2, eps, wd, scale, t),
-      "adamw");
-    size_t rest = g->P - g->Pd;
-    if (rest)
-        S(g->op->adamw(g->d, g->master + g->Pd, g->param + g->Pd, g->grad + g->Pd,
-                       g->mom1 + g->Pd, g->mom2 + g->Pd, rest, lr, beta1, beta2, eps, 0.0f,
-                       scale, t),
+    int f32 = g->param == (void *)g->master;
+    for (int r = 0; r < g->nruns; r++) {
+        size_t lo = g->run_lo[r];
+        S(g->op->adamw(g->d, g->master + lo, f32 ? NULL : pw(g, lo), g->grad + lo,
+                       g->mom1 + lo, g->mom2 + lo, g->run_n[r], lr, beta1, beta2, eps,
+                       g->run_decay[r] ? wd : 0.0f, scale, t),
           "adamw");
+    }
     /* no synchronisation: the host prepares the next batch meanwhile; an
      * asynchronous failure surfaces at the next copy */
     return LLMT_OK;
@@ -774,10 +839,8 @@ llmt_status llmt__devtrain_loss(llmt__devtrain *g, const int32_t *inputs,
     S(g->op->softmax_xent(g->d, g->losses, g->logits, g->tgt, N, c->vocab_size,
                           c->padded_vocab_size, 0.0f),
       "softmax cross-entropy");
-    S(g->op->sum(g->d, g->sums, g->losses, (size_t)N), "loss sum");
-    float h;
-    S(g->op->d2h(g->d, &h, g->sums, sizeof h), "read the loss");
-    *loss_sum = h;
+    S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)N * sizeof(float)), "read the losses");
+    *loss_sum = host_sum(g->hloss, (size_t)N);
     return LLMT_OK;
 }
 
@@ -792,10 +855,11 @@ llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, in
     S(g->op->h2d(g->d, g->tok, tok, (size_t)len * 4), "upload tokens");
     g->amax_row = g->A;
     R(forward(g, g->tok, 1, len));
-    S(g->op->d2h(g->d, g->hrow, g->logits + (size_t)(len - 1) * Vp,
-                 (size_t)Vp * sizeof(llmt__bf16)),
+    S(g->op->d2h(g->d, g->hrow, at(g, g->logits, (size_t)(len - 1) * Vp), (size_t)Vp * g->es),
       "read the logits");
-    for (int i = 0; i < Vp; i++) logits[i] = llmt__bf16_to_f32(g->hrow[i]);
+    const llmt__bf16 *hb = g->hrow;
+    for (int i = 0; i < Vp; i++)
+        logits[i] = g->es == sizeof(float) ? ((const float *)g->hrow)[i] : llmt__bf16_to_f32(hb[i]);
     return LLMT_OK;
 #undef R
 }

@@ -1,14 +1,16 @@
-/* The trainer's device engine (lib/train/device.c): a GPT-2 or Llama-style
- * model trained on an accelerator through the device op table
- * (lib/exec/dev.h) with bf16 parameters and activations, fp32 master
- * weights, gradients and AdamW state. lib/train/trainer.c drives it when
- * llmt_trainer_opts.device is LLMT_DEVICE_CUDA; the host keeps the model's
- * fp32 parameters and mirrors of the gradients and moments, brought up to
- * date on demand (llmt__devtrain_download) rather than every step.
+/* The training engine (lib/train/device.c): a GPT-2 or Llama-style model
+ * trained through the backend op table (lib/exec/dev.h) in the backend's
+ * storage type: fp32 on the CPU (lib/exec/dev_cpu.c), bf16 parameters and
+ * activations with fp32 master weights, gradients and AdamW state on CUDA
+ * and the host emulation. lib/train/trainer.c drives it; the host keeps
+ * the model's fp32 parameters and mirrors of the gradients and moments,
+ * brought up to date on demand (llmt__devtrain_download) rather than every
+ * step. On the fp32 CPU backend there is nothing to bring: the engine
+ * trains the model's parameters in place and the mirrors are its buffers.
  *
- * Device layout: the parameters of the host model in one flat buffer, those
- * with weight decay first and then the others (so AdamW is two launches),
- * each tensor starting on an 8-element (16-byte bf16) boundary. */
+ * Device layout: the parameters in the model's order, each tensor starting
+ * on the backend's alignment (8 elements on CUDA and the emulation, 1 on
+ * the CPU: there the layout is the model's own). */
 #ifndef LLMT_TRAIN_DEVICE_H
 #define LLMT_TRAIN_DEVICE_H
 
