@@ -842,7 +842,11 @@ LLMT_API llmt_status llmt_ckpt_wait(llmt_ckpt *ck, int64_t timeout_ms);
 /* -- Loading. ---------------------------------------------------------- */
 /* Open the newest complete checkpoint of the root for reading. Partial or
  * corrupt ones are skipped, each with a logged reason (WARN). *step gets the
- * step. LLMT_ERR_NOT_FOUND when there is none. */
+ * step. LLMT_ERR_NOT_FOUND when there is none: the message says "no
+ * checkpoint in ROOT" when the root holds no step directory at all, and
+ * otherwise "no usable checkpoint in ROOT" followed by one line per step
+ * directory with the reason it is unusable. A manifest whose chunks do not
+ * cover every element of a tensor counts as corrupt. */
 LLMT_API llmt_status llmt_ckpt_open_latest(llmt_ckpt *ck, int64_t *step);
 /* Open one step (fails, naming the reason, if it is not complete/valid). */
 LLMT_API llmt_status llmt_ckpt_open_step(llmt_ckpt *ck, int64_t step);
@@ -892,8 +896,20 @@ LLMT_API llmt_status llmt_ckpt_verify(llmt_ckpt *ck);
 LLMT_API llmt_status llmt_ckpt_list(llmt_ckpt *ck, int64_t *steps, size_t cap,
                                     size_t *count);
 /* Apply retention to the root (and durable dir) now; also removes partial
- * directories older than the newest committed step. *removed may be NULL. */
+ * directories older than the newest committed step. The newest step that
+ * verifies completely is always kept, even when corrupt newer ones fill
+ * keep_last. *removed may be NULL. */
 LLMT_API llmt_status llmt_ckpt_prune(llmt_ckpt *ck, size_t *removed);
+/* Move every step directory newer than `step` (-1: all of them) to
+ * ROOT/quarantine/step-N.<UTC time>/ with a REASON file saying why it is
+ * unusable; nothing is deleted. Refuses, moving nothing, if one of them is
+ * a valid checkpoint. Resume calls it after opening the newest usable step
+ * so that the steps it retrains can be saved again. With several ranks
+ * sharing the root, call it on one rank and barrier before the next save.
+ * A save also quarantines a broken directory of its own step by itself.
+ * *moved (may be NULL) gets the count. Not while a save is in flight. */
+LLMT_API llmt_status llmt_ckpt_quarantine_newer(llmt_ckpt *ck, int64_t step,
+                                                size_t *moved);
 /* Write the open checkpoint's tensors, each consolidated to its full global
  * shape, as one safetensors file (key/values go to __metadata__). */
 LLMT_API llmt_status llmt_ckpt_export_safetensors(llmt_ckpt *ck,

@@ -2,6 +2,7 @@
 #ifndef LLMT_TOOLS_CLI_H
 #define LLMT_TOOLS_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "llmtrain.h"
@@ -25,6 +26,13 @@ int cli_fail(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Report a failed library call: status string plus the handle's detail. */
 int cli_fail_status(const char *cmd, llmt_status s, const char *detail);
+/* Strict numeric flag values (cli_args.c): the whole of `text` must be a
+ * number in [lo, hi]; otherwise print "llmtrain: FLAG needs ..." to stderr
+ * and return CLI_USAGE (CLI_OK and *out set when valid). */
+int cli_parse_i64(const char *flag, const char *text, int64_t lo, int64_t hi,
+                  int64_t *out);
+int cli_parse_f64(const char *flag, const char *text, double lo, double hi,
+                  double *out);
 /* 1 if argv holds -h or --help. */
 int cli_wants_help(int argc, char **argv);
 /* Print the usage of one command to `f`. */

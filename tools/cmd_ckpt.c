@@ -25,16 +25,10 @@ typedef struct ck_args {
 static int parse_ll(const char *flag, const char *v, long long lo, long long hi,
                     long long *out)
 {
-    char *end = NULL;
-    errno = 0;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "llmtrain ckpt: %s needs an integer in [%lld, %lld], got '%s'\n",
-                flag, lo, hi, v ? v : "");
-        return CLI_USAGE;
-    }
-    *out = x;
-    return CLI_OK;
+    int64_t x = 0;
+    int rc = cli_parse_i64(flag, v, lo, hi, &x);
+    if (rc == CLI_OK) *out = x;
+    return rc;
 }
 
 static int parse_args(int argc, char **argv, ck_args *a)
@@ -202,6 +196,39 @@ static void human(char *b, size_t n, uint64_t x)
     snprintf(b, n, i ? "%.1f %s" : "%.0f %s", v, u[i]);
 }
 
+/* Directories moved aside by resume or save (lib/ckpt/quarantine.c), each
+ * with the reason recorded in its REASON file. */
+static void list_quarantine(const char *root)
+{
+    char q[4200];
+    snprintf(q, sizeof q, "%s/quarantine", root);
+    DIR *d = opendir(q);
+    if (!d)
+        return;
+    struct dirent *e;
+    int first = 1;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "step-", 5))
+            continue;
+        if (first)
+            printf("quarantined (unusable, kept for inspection; remove by hand when no "
+                   "longer needed):\n");
+        first = 0;
+        char rp[4500], line[512], why[512] = "(no REASON file)";
+        snprintf(rp, sizeof rp, "%s/%s/REASON", q, e->d_name);
+        FILE *f = fopen(rp, "r");
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "reason: ", 8)) {
+                line[strcspn(line, "\n")] = 0;
+                snprintf(why, sizeof why, "%s", line + 8);
+            }
+        if (f)
+            fclose(f);
+        printf("  %s/%s: %s\n", q, e->d_name, why);
+    }
+    closedir(d);
+}
+
 /* ls and verify share the walk: every step directory, opened (and for
  * verify, fully hashed); the reason of each failure is printed. */
 static int walk(llmt_context *ctx, const ck_args *a, int verify)
@@ -250,7 +277,9 @@ static int walk(llmt_context *ctx, const ck_args *a, int verify)
         }
         const char *why = s == LLMT_OK ? "" : llmt_ckpt_last_error(ck);
         int partial = s == LLMT_ERR_NOT_FOUND;
-        if (s != LLMT_OK && !(partial && !verify))
+        /* an uncommitted directory (a crash mid-save) is not a checkpoint:
+         * reported as such, it does not fail the committed ones */
+        if (s != LLMT_OK && !partial)
             bad = 1;
         if (a->json) {
             printf("%s{\"step\":%lld,\"ok\":%s,\"world_size\":%d,\"bytes\":%llu,"
@@ -260,7 +289,11 @@ static int walk(llmt_context *ctx, const ck_args *a, int verify)
                    s == LLMT_OK ? "ok" : partial ? "incomplete" : llmt_status_string(s));
         } else if (verify) {
             if (s == LLMT_OK)
-                printf("step %lld: ok (%zu tensors, every chunk hashed)\n", v[i], nt);
+                printf("step %lld: ok (%zu tensors, every chunk hashed and covered)\n",
+                       v[i], nt);
+            else if (partial)
+                printf("step %lld: incomplete (never committed: an interrupted save; "
+                       "not a checkpoint, skipped)\n", v[i]);
             else
                 printf("step %lld: BAD %s: %s\n", v[i], llmt_status_string(s), why);
         } else {
@@ -276,6 +309,8 @@ static int walk(llmt_context *ctx, const ck_args *a, int verify)
         printf("]\n");
     if (verify && n == 0)
         printf("%s: no checkpoints\n", a->dir);
+    if (!a->json)
+        list_quarantine(a->dir);
     free(v);
     llmt_ckpt_destroy(ck);
     return bad ? CLI_FAILED : CLI_OK;

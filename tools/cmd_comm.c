@@ -25,16 +25,10 @@ static double now_s(void)
 
 static int parse_long(const char *flag, const char *v, long lo, long hi, long *out)
 {
-    char *end = NULL;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "llmtrain comm: %s needs an integer in [%ld, %ld], got '%s'\n",
-                flag, lo, hi, v ? v : "");
-        return CLI_USAGE;
-    }
-    *out = x;
-    return CLI_OK;
+    int64_t x = 0;
+    int rc = cli_parse_i64(flag, v, lo, hi, &x);
+    if (rc == CLI_OK) *out = (long)x;
+    return rc;
 }
 
 /* ---- env */

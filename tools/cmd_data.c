@@ -48,37 +48,6 @@ static int bad_value(const char *flag, const char *v, const char *want)
     return CLI_USAGE;
 }
 
-static int parse_i64(const char *flag, const char *v, int64_t lo, int64_t hi,
-                     int64_t *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || errno || end == v || *end || x < lo || x > hi) {
-        char want[96];
-        snprintf(want, sizeof want, "an integer in [%lld, %lld]",
-                 (long long)lo, (long long)hi);
-        return bad_value(flag, v, want);
-    }
-    *out = x;
-    return CLI_OK;
-}
-
-static int parse_f(const char *flag, const char *v, double lo, double hi,
-                   double *out)
-{
-    char *end = NULL;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || errno || end == v || *end || !(x >= lo && x <= hi)) {
-        char want[96];
-        snprintf(want, sizeof want, "a number in [%g, %g]", lo, hi);
-        return bad_value(flag, v, want);
-    }
-    *out = x;
-    return CLI_OK;
-}
-
 /* Options that take a string value. */
 static const char **str_opt(data_args *a, const char *s)
 {
@@ -98,43 +67,43 @@ static int parse_num_opt(data_args *a, const char *s, const char *v, int *used)
     int rc = CLI_OK;
     *used = 1;
     if (!strcmp(s, "--shingle"))
-        rc = parse_i64(s, v, 1, 1 << 16, &a->shingle), a->set_shingle = 1;
+        rc = cli_parse_i64(s, v, 1, 1 << 16, &a->shingle), a->set_shingle = 1;
     else if (!strcmp(s, "--permutations"))
-        rc = parse_i64(s, v, 1, 1 << 16, &a->perms), a->set_perms = 1;
+        rc = cli_parse_i64(s, v, 1, 1 << 16, &a->perms), a->set_perms = 1;
     else if (!strcmp(s, "--bands"))
-        rc = parse_i64(s, v, 1, 1 << 16, &a->bands), a->set_bands = 1;
+        rc = cli_parse_i64(s, v, 1, 1 << 16, &a->bands), a->set_bands = 1;
     else if (!strcmp(s, "--threshold"))
-        rc = parse_f(s, v, 0, 1, &a->threshold), a->set_threshold = 1;
+        rc = cli_parse_f64(s, v, 0, 1, &a->threshold), a->set_threshold = 1;
     else if (!strcmp(s, "--min-chars"))
-        rc = parse_i64(s, v, 0, BIG, &a->min_chars), a->set_min = 1;
+        rc = cli_parse_i64(s, v, 0, BIG, &a->min_chars), a->set_min = 1;
     else if (!strcmp(s, "--max-chars"))
-        rc = parse_i64(s, v, 0, BIG, &a->max_chars), a->set_max = 1;
+        rc = cli_parse_i64(s, v, 0, BIG, &a->max_chars), a->set_max = 1;
     else if (!strcmp(s, "--max-nonalpha"))
-        rc = parse_f(s, v, 0, 1, &a->max_nonalpha), a->set_nonalpha = 1;
+        rc = cli_parse_f64(s, v, 0, 1, &a->max_nonalpha), a->set_nonalpha = 1;
     else if (!strcmp(s, "--max-dup-lines"))
-        rc = parse_f(s, v, 0, 1, &a->max_dup_lines), a->set_duplines = 1;
+        rc = cli_parse_f64(s, v, 0, 1, &a->max_dup_lines), a->set_duplines = 1;
     else if (!strcmp(s, "--max-top-ngram"))
-        rc = parse_f(s, v, 0, 1, &a->max_top_ngram), a->set_ngram = 1;
+        rc = cli_parse_f64(s, v, 0, 1, &a->max_top_ngram), a->set_ngram = 1;
     else if (!strcmp(s, "--ngram-min-words"))
-        rc = parse_i64(s, v, 0, BIG, &a->ngram_min_words), a->set_ngram_words = 1;
+        rc = cli_parse_i64(s, v, 0, BIG, &a->ngram_min_words), a->set_ngram_words = 1;
     else if (!strcmp(s, "--val-frac"))
-        rc = parse_f(s, v, 0, 1, &a->val_frac), a->set_val = 1;
+        rc = cli_parse_f64(s, v, 0, 1, &a->val_frac), a->set_val = 1;
     else if (!strcmp(s, "--shard-tokens"))
-        rc = parse_i64(s, v, 1, BIG, &a->shard_tokens), a->set_shard = 1;
+        rc = cli_parse_i64(s, v, 1, BIG, &a->shard_tokens), a->set_shard = 1;
     else if (!strcmp(s, "--bpe-sample-mb"))
-        rc = parse_i64(s, v, 1, 1 << 20, &a->bpe_sample_mb);
+        rc = cli_parse_i64(s, v, 1, 1 << 20, &a->bpe_sample_mb);
     else if (!strcmp(s, "--sample-mb"))
-        rc = parse_i64(s, v, 1, 1 << 20, &a->sample_mb);
+        rc = cli_parse_i64(s, v, 1, 1 << 20, &a->sample_mb);
     else if (!strcmp(s, "--vocab"))
-        rc = parse_i64(s, v, 257, 1 << 24, &a->vocab);
+        rc = cli_parse_i64(s, v, 257, 1 << 24, &a->vocab);
     else if (!strcmp(s, "--bytes"))
-        rc = parse_i64(s, v, 1, BIG, &a->bytes);
+        rc = cli_parse_i64(s, v, 1, BIG, &a->bytes);
     else if (!strcmp(s, "--alphabet"))
-        rc = parse_i64(s, v, 2, 27, &a->alphabet);
+        rc = cli_parse_i64(s, v, 2, 27, &a->alphabet);
     else if (!strcmp(s, "--branching"))
-        rc = parse_i64(s, v, 1, 27, &a->branching);
+        rc = cli_parse_i64(s, v, 1, 27, &a->branching);
     else if (!strcmp(s, "--seed")) {
-        rc = parse_i64(s, v, 0, INT64_MAX, &seed);
+        rc = cli_parse_i64(s, v, 0, INT64_MAX, &seed);
         a->seed = (uint64_t)seed;
         a->have_seed = 1;
     } else
@@ -390,7 +359,7 @@ static llmt_tokenizer *open_tokenizer(llmt_context *ctx, const data_args *a)
         s = llmt_tokenizer_load_gpt2(ctx, enc, bpe, &tok);
     } else if (!strncmp(t, "bpe:", 4)) {
         int64_t v = 0;
-        if (parse_i64("--tokenizer bpe:N", t + 4, 257, 1 << 24, &v) != CLI_OK)
+        if (cli_parse_i64("--tokenizer bpe:N", t + 4, 257, 1 << 24, &v) != CLI_OK)
             return NULL;
         double secs = 0;
         size_t len = 0;

@@ -268,8 +268,14 @@ typedef struct series {
     size_t n, cap;
 } series;
 
+/* A step seen again (a resume that retrained it) replaces the old value. */
 static void series_add(series *s, int64_t step, double v)
 {
+    for (size_t i = s->n; i-- > 0 && s->p[i].step >= step;)
+        if (s->p[i].step == step) {
+            s->p[i].v = v;
+            return;
+        }
     if (s->n == s->cap) {
         size_t nc = s->cap ? 2 * s->cap : 256;
         point *np = realloc(s->p, nc * sizeof *np);
@@ -296,31 +302,32 @@ static int json_num(const char *line, const char *key, double *out)
     return 1;
 }
 
-/* On resume: keep the metrics of steps <= `upto`, reload them for the
- * plot, and rewrite the file without the lines of the lost steps. */
+/* On resume: reload the metrics of steps <= `upto` for the plot. The file
+ * itself is never rewritten: lines of steps that are being retrained stay
+ * (the history of what ran), and for each step the latest line counts. */
 static void reload_metrics(const char *path, int64_t upto, series *tr,
                            series *va)
 {
     FILE *f = fopen(path, "r");
     if (!f) return;
-    char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *w = fopen(tmp, "w");
     char line[4096];
     while (fgets(line, sizeof line, f)) {
         double st, v;
+        if (strstr(line, "\"event\"")) {
+            /* a resume: the lines after it replace the retrained steps */
+            if (json_num(line, "step", &st)) {
+                while (tr->n && tr->p[tr->n - 1].step > (int64_t)st) tr->n--;
+                while (va->n && va->p[va->n - 1].step > (int64_t)st) va->n--;
+            }
+            continue;
+        }
         if (!json_num(line, "step", &st) || st > (double)upto) continue;
         if (json_num(line, "val_loss", &v))
             series_add(va, (int64_t)st, v);
         else if (json_num(line, "loss", &v))
             series_add(tr, (int64_t)st, v);
-        if (w) fputs(line, w);
     }
     fclose(f);
-    if (w) {
-        fclose(w);
-        rename(tmp, path);
-    }
 }
 
 /* ---- the loss plot: a self-contained SVG ------------------------------ */
@@ -450,7 +457,7 @@ static int ckpt_save(llmt_ckpt *ck, llmt_trainer *tr, const train_data *td,
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: llmtrain train SPEC.json [--out DIR] [--resume] "
+    fprintf(stderr, "usage: llmtrain train SPEC.json [--out DIR] [--resume] [--fresh] "
                     "[--steps N] [--threads N]\n(llmtrain help train for more)\n");
     return CLI_USAGE;
 }
@@ -498,7 +505,7 @@ static int evaluate(run *r, const job *j, int nval, float *out)
 }
 
 static int train_main(run *r, const char *spec_path, const char *out,
-                      int resume, int64_t stop_at, int threads)
+                      int resume, int fresh, int64_t stop_at, int threads)
 {
     char dp_out[1100];
     int32_t dp_rank = 0, dp_size = 1;
@@ -514,7 +521,11 @@ static int train_main(run *r, const char *spec_path, const char *out,
     job j;
     if (read_job(r->spec, out, run_root, &j)) return CLI_FAILED;
     if (threads > 0) j.to.threads = threads;
-    if (stop_at <= 0 || stop_at > j.steps) stop_at = j.steps;
+    if (stop_at > j.steps)
+        return cli_fail(CMD, "--steps %lld is beyond train.steps %lld of %s (raise "
+                        "train.steps: it also shapes the LR schedule)",
+                        (long long)stop_at, (long long)j.steps, spec_path);
+    if (stop_at <= 0) stop_at = j.steps;
 
     /* data: tokenizer, train and validation tokens */
     td_opts dopt = {0};
@@ -530,7 +541,7 @@ static int train_main(run *r, const char *spec_path, const char *out,
     dopt.accum = j.to.grad_accum;
     dopt.dp_rank = dp_rank;
     dopt.dp_size = dp_size;
-    dopt.resume = resume;
+    dopt.resume = resume || fresh; /* --fresh reuses the prepared data */
     if (td_open(&r->td, r->ctx, &dopt) != 0) return CLI_FAILED;
     int32_t tv = r->td.vocab;
     if (tv > j.mc.vocab_size)
@@ -565,17 +576,32 @@ static int train_main(run *r, const char *spec_path, const char *out,
     if (j.ckpt_interval < 0) /* "auto": a few per run on one CPU */
         j.ckpt_interval = j.steps / 4 > 0 ? j.steps / 4 : 1;
 
+    /* Resume never loses data and never wedges (doc/runbook.md): the
+     * newest usable step is loaded and every newer step directory (broken
+     * or interrupted, else it would have been used) is quarantined, so the
+     * steps retrained can be saved again; with none usable the run stops
+     * and lists why, unless --fresh says to start over. Rank 0 moves
+     * directories before its first step; the other ranks cannot save
+     * before that step's collectives, which wait for rank 0. */
     int64_t start = 0;
     size_t have = 0;
-    if (!resume && llmt_ckpt_list(r->ck, NULL, 0, &have) == LLMT_OK && have > 0)
+    if (!resume && !fresh && llmt_ckpt_list(r->ck, NULL, 0, &have) == LLMT_OK && have > 0)
         return cli_fail(CMD, "%s already holds %zu checkpoint(s) of an earlier "
                         "run: continue it with --resume, or choose another "
                         "--out", j.ckpt_dir, have);
+    int64_t keep_upto = -1; /* step directories above this are quarantined */
     if (resume) {
         int64_t step = -1;
         s = llmt_ckpt_open_latest(r->ck, &step);
-        if (s == LLMT_ERR_NOT_FOUND) {
-            printf("no checkpoint in %s: starting from step 0\n", j.ckpt_dir);
+        if (s == LLMT_ERR_NOT_FOUND && !fresh) {
+            return cli_fail(CMD, "--resume: %s\nnothing was changed. Restore a "
+                            "checkpoint (doc/runbook.md), or start over from step 0 "
+                            "with --fresh (unusable step directories are moved to "
+                            "%s/quarantine, metrics are kept)",
+                            llmt_ckpt_last_error(r->ck), j.ckpt_dir);
+        } else if (s == LLMT_ERR_NOT_FOUND) {
+            printf("no usable checkpoint in %s: starting from step 0 (--fresh)\n",
+                   j.ckpt_dir);
         } else if (s != LLMT_OK) {
             return cli_fail_status(CMD, s, llmt_ckpt_last_error(r->ck));
         } else {
@@ -584,13 +610,25 @@ static int train_main(run *r, const char *spec_path, const char *out,
                 return cli_fail_status(CMD, s, llmt_trainer_last_error(r->tr));
             if (td_ckpt_read(&r->td, r->ck) != 0) return CLI_FAILED;
             start = step;
+            keep_upto = step;
             printf("resumed from %s at step %lld\n", j.ckpt_dir, (long long)step);
         }
     }
+    if (dp_rank == 0 && (resume || fresh)) {
+        size_t moved = 0;
+        s = llmt_ckpt_quarantine_newer(r->ck, keep_upto, &moved);
+        if (s != LLMT_OK) return cli_fail_status(CMD, s, llmt_ckpt_last_error(r->ck));
+        if (moved)
+            printf("moved %zu unusable step director%s to %s/quarantine (see REASON "
+                   "in each)\n", moved, moved == 1 ? "y" : "ies", j.ckpt_dir);
+    }
     if (start > 0)
         reload_metrics(j.jsonl, start, &r->trs, &r->vas);
-    r->jsonl = fopen(j.jsonl, start > 0 ? "a" : "w");
+    /* appended, never truncated: a resume or a fresh start keeps what ran */
+    r->jsonl = fopen(j.jsonl, "a");
     if (!r->jsonl) return cli_fail(CMD, "open %s: %s", j.jsonl, strerror(errno));
+    fprintf(r->jsonl, "{\"event\":\"%s\",\"step\":%lld}\n",
+            start > 0 ? "resume" : "start", (long long)start);
 
     int B = j.to.micro_batch, T = j.to.seq_len, A = j.to.grad_accum;
     size_t per = (size_t)B * A * T;
@@ -731,7 +769,7 @@ static int train_main(run *r, const char *spec_path, const char *out,
 int cmd_train(int argc, char **argv)
 {
     const char *spec = NULL, *out = NULL;
-    int resume = 0, threads = 0;
+    int resume = 0, fresh = 0, threads = 0;
     int64_t steps = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -739,10 +777,17 @@ int cmd_train(int argc, char **argv)
             out = argv[++i];
         else if (!strcmp(a, "--resume"))
             resume = 1;
-        else if (!strcmp(a, "--steps") && i + 1 < argc)
-            steps = strtoll(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--threads") && i + 1 < argc)
-            threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--fresh"))
+            fresh = 1;
+        else if (!strcmp(a, "--steps") && i + 1 < argc) {
+            if (cli_parse_i64("--steps", argv[++i], 1, INT64_MAX, &steps) != CLI_OK)
+                return CLI_USAGE;
+        } else if (!strcmp(a, "--threads") && i + 1 < argc) {
+            int64_t t = 0;
+            if (cli_parse_i64("--threads", argv[++i], 1, 4096, &t) != CLI_OK)
+                return CLI_USAGE;
+            threads = (int)t;
+        }
         else if (a[0] == '-')
             return usage();
         else if (!spec)
@@ -760,7 +805,7 @@ int cmd_train(int argc, char **argv)
     }
     run r;
     memset(&r, 0, sizeof r);
-    int rc = train_main(&r, spec, out, resume, steps, threads);
+    int rc = train_main(&r, spec, out, resume, fresh, steps, threads);
     run_free(&r);
     return rc;
 }

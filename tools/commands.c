@@ -88,8 +88,8 @@ const cli_command cli_commands[] = {
      cmd_data},
     /* train: owned by lib/train (issue 6) */
     {"train", "train a model from a job spec",
-     "usage: llmtrain train SPEC.json [--out DIR] [--resume] [--steps N]\n"
-     "                      [--threads N]\n"
+     "usage: llmtrain train SPEC.json [--out DIR] [--resume] [--fresh]\n"
+     "                      [--steps N] [--threads N]\n"
      "  Trains the spec's model on the CPU (doc/training.md): data from\n"
      "  data.train, token shards (llmtrain data prepare) or text, prepared\n"
      "  into DIR/data (default corpus /usr/share/games/fortunes); progress\n"
@@ -100,8 +100,16 @@ const cli_command cli_commands[] = {
      "  --resume     continue from the newest checkpoint in DIR (under\n"
      "               mpirun: one sharded checkpoint in rank 0's DIR, which\n"
      "               resumes under another process count, or none, with the\n"
-     "               same global batch; doc/checkpointing.md)\n"
-     "  --steps N    stop after step N (the LR schedule keeps train.steps)\n"
+     "               same global batch; doc/checkpointing.md). Newer step\n"
+     "               directories that are broken or were never committed\n"
+     "               are moved to DIR/ckpt/quarantine (with a REASON file).\n"
+     "               With no usable checkpoint it stops and lists why each\n"
+     "               step is unusable; metrics.jsonl is appended to\n"
+     "  --fresh      start from step 0 although DIR holds checkpoints that\n"
+     "               are all unusable (they are quarantined, never deleted;\n"
+     "               a valid one makes it refuse)\n"
+     "  --steps N    stop after step N, 1..train.steps (the LR schedule\n"
+     "               keeps train.steps)\n"
      "  --threads N  CPU threads (default: train.threads, 0 = all)\n",
      cmd_train},
     /* ckpt: owned by lib/ckpt (issue 7) */

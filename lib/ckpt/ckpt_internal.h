@@ -157,5 +157,28 @@ struct llmt_ckpt {
 
 /* Hash every chunk and block of the job's snapshot (save.c). */
 void *llmt__ckpt_hash_job(void *ck);
+/* Steps of root/step-* directories; committed_only: only those with a
+ * manifest.json. malloc'ed, ascending (save.c). */
+int64_t *llmt__ckpt_scan(const char *root, int committed_only, size_t *n);
+/* Retention of one tier: keep the newest keep_last committed steps, the
+ * multiples of keep_every and step `protect` (-1: none); returns how many
+ * directories went (save.c). */
+size_t llmt__ckpt_retain(llmt_context *ctx, const char *root, int keep_last,
+                         int keep_every, int64_t protect);
+/* 1 when the distinct chunk boxes of t cover every element (each exactly
+ * once), 0 when not, -1 out of memory; the counts either way (manifest.c). */
+int llmt__ckpt_tensor_coverage(const ck_tensor *t, uint64_t *covered, uint64_t *total);
+/* Is dir a valid committed checkpoint? Manifest, data files and, when full,
+ * every hash; the reason goes to ck->err. ck's open checkpoint is kept
+ * (load.c). */
+llmt_status llmt__ckpt_check_dir(llmt_ckpt *ck, const char *dir, int full);
+/* Move root/step-<step> to root/quarantine/step-<step>.<UTC time> with a
+ * REASON file; never deletes (quarantine.c). dst (may be NULL) gets the new
+ * path. Failures go to ck->err. */
+llmt_status llmt__ckpt_quarantine(llmt_ckpt *ck, int64_t step, const char *reason,
+                                  char *dst, size_t dstlen);
+/* Before saving `step`: refuse a valid commit there, quarantine a broken
+ * or interrupted one (see quarantine.c for the multi-rank rule). */
+llmt_status llmt__ckpt_prepare_step(llmt_ckpt *ck, int64_t step);
 
 #endif

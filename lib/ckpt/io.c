@@ -57,8 +57,10 @@ static llmt_status pwrite_all(int fd, const uint8_t *buf, uint64_t len,
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
+            /* pwrite returns 0 for a non-empty request only when nothing
+             * more fits; name it as the errno would */
             snprintf(err, errlen, "ckpt: write %s at %llu: %s", path,
-                     (unsigned long long)done, w < 0 ? strerror(errno) : "short write");
+                     (unsigned long long)done, strerror(w < 0 ? errno : ENOSPC));
             return LLMT_ERR_IO;
         }
         done += (uint64_t)w;
@@ -67,6 +69,41 @@ static llmt_status pwrite_all(int fd, const uint8_t *buf, uint64_t len,
 }
 
 #ifdef LLMT_HAVE_AIO
+/* The remainder of a short O_DIRECT write, at `off`. It may not be aligned
+ * for O_DIRECT (EINVAL): then through a second, buffered descriptor. */
+static llmt_status write_rest(int fd, const char *path, const uint8_t *p, uint64_t len,
+                              uint64_t off, char *err, size_t errlen)
+{
+    int bfd = -1;
+    uint64_t done = 0;
+    while (done < len) {
+        ssize_t w = pwrite(bfd >= 0 ? bfd : fd, p + done, (size_t)(len - done),
+                           (off_t)(off + done));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EINVAL && bfd < 0) {
+            bfd = open(path, O_WRONLY | O_CLOEXEC);
+            if (bfd >= 0)
+                continue;
+            errno = EINVAL;
+        }
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC; /* pwrite returns 0 only when full */
+            snprintf(err, errlen, "ckpt: write %s at %llu: %s", path,
+                     (unsigned long long)(off + done), strerror(e));
+            if (bfd >= 0)
+                close(bfd);
+            return LLMT_ERR_IO;
+        }
+        done += (uint64_t)w;
+    }
+    if (bfd >= 0 && (fsync(bfd) || close(bfd))) {
+        snprintf(err, errlen, "ckpt: fsync %s: %s", path, strerror(errno));
+        return LLMT_ERR_IO;
+    }
+    return LLMT_OK;
+}
+
 /* Keep IO_DEPTH writes of IO_PIECE bytes in flight. Returns LLMT_ERR_UNSUPPORTED
  * if the kernel refuses the aio context (caller falls back to pwrite). */
 static llmt_status aio_write_all(int fd, const uint8_t *buf, uint64_t len,
@@ -116,10 +153,16 @@ static llmt_status aio_write_all(int fd, const uint8_t *buf, uint64_t len,
             struct iocb *cb = ev[i].obj;
             int s = (int)(intptr_t)cb->data;
             long res = (long)ev[i].res;
-            if (res < 0 || (unsigned long)res != cb->u.c.nbytes) {
+            if (res < 0) {
                 snprintf(err, errlen, "ckpt: write %s at %lld: %s", path,
-                         cb->u.c.offset, res < 0 ? strerror((int)-res) : "short write");
+                         cb->u.c.offset, strerror((int)-res));
                 st = LLMT_ERR_IO;
+            } else if ((unsigned long)res != cb->u.c.nbytes && st == LLMT_OK) {
+                /* A short completion carries no errno: write the rest
+                 * synchronously, whose failure says why (ENOSPC, EIO). */
+                uint64_t off = (uint64_t)cb->u.c.offset + (uint64_t)res;
+                st = write_rest(fd, path, buf + off, cb->u.c.nbytes - (uint64_t)res, off, err,
+                                errlen);
             }
             free_slots[nfree++] = s;
             inflight--;

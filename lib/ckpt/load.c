@@ -16,8 +16,6 @@
 #define MAX_PATH 4096
 #define MAX_MANIFEST ((size_t)1 << 30)
 
-int64_t *llmt__ckpt_scan(const char *root, int committed_only, size_t *n);
-
 void llmt__ckpt_close_open(llmt_ckpt *ck)
 {
     llmt__ckpt_manifest_free(&ck->open);
@@ -166,7 +164,9 @@ static llmt_status verify_all(llmt_ckpt *ck, const char *dir, const ck_manifest 
     return LLMT_OK;
 }
 
-static llmt_status open_path(llmt_ckpt *ck, const char *dir)
+/* Parse dir/manifest.json and check the data files (and every hash when
+ * full); *m is filled on success. Failures go to ck->err. */
+static llmt_status load_dir(llmt_ckpt *ck, const char *dir, int full, ck_manifest *m)
 {
     char p[MAX_PATH], *text = NULL;
     size_t len;
@@ -176,18 +176,33 @@ static llmt_status open_path(llmt_ckpt *ck, const char *dir)
     if (s != LLMT_OK)
         return llmt__err_set(&ck->err, s == LLMT_ERR_NOT_FOUND ? LLMT_ERR_NOT_FOUND : s,
                              "%s (not committed)", e);
-    ck_manifest m;
-    s = llmt__ckpt_manifest_parse(text, len, 0, &m, e, sizeof e);
+    s = llmt__ckpt_manifest_parse(text, len, 0, m, e, sizeof e);
     free(text);
     if (s != LLMT_OK)
         return llmt__err_set(&ck->err, s, "ckpt: %s: %s", p, e);
-    s = check_files(ck, dir, &m);
-    if (s == LLMT_OK && ck->opts.verify >= LLMT_CKPT_VERIFY_FULL)
-        s = verify_all(ck, dir, &m);
-    if (s != LLMT_OK) {
+    s = check_files(ck, dir, m);
+    if (s == LLMT_OK && full)
+        s = verify_all(ck, dir, m);
+    if (s != LLMT_OK)
+        llmt__ckpt_manifest_free(m);
+    return s;
+}
+
+llmt_status llmt__ckpt_check_dir(llmt_ckpt *ck, const char *dir, int full)
+{
+    ck_manifest m;
+    llmt_status s = load_dir(ck, dir, full, &m);
+    if (s == LLMT_OK)
         llmt__ckpt_manifest_free(&m);
+    return s;
+}
+
+static llmt_status open_path(llmt_ckpt *ck, const char *dir)
+{
+    ck_manifest m;
+    llmt_status s = load_dir(ck, dir, ck->opts.verify >= LLMT_CKPT_VERIFY_FULL, &m);
+    if (s != LLMT_OK)
         return s;
-    }
     char *d = strdup(dir);
     if (!d) {
         llmt__ckpt_manifest_free(&m);
@@ -228,7 +243,11 @@ LLMT_API llmt_status llmt_ckpt_open_latest(llmt_ckpt *ck, int64_t *step)
     if (!v)
         return llmt__err_set(&ck->err, LLMT_ERR_IO, "ckpt: cannot list %s: %s", ck->root,
                              strerror(errno));
-    size_t skipped = 0;
+    /* Why each newer step was unusable: the message a caller shows when
+     * nothing is left to resume from (the user decides, not the library). */
+    char why[LLMT_ERR_MSG_MAX];
+    size_t skipped = 0, wl = 0;
+    why[0] = 0;
     for (size_t i = n; i-- > 0;) {
         llmt_status s = llmt_ckpt_open_step(ck, v[i]);
         if (s == LLMT_OK) {
@@ -244,11 +263,20 @@ LLMT_API llmt_status llmt_ckpt_open_latest(llmt_ckpt *ck, int64_t *step)
         skipped++;
         llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "skipping step %" PRId64 ": %s", v[i],
                   ck->err.msg);
+        if (wl < sizeof why) {
+            int k = snprintf(why + wl, sizeof why - wl, "\n  step %" PRId64 ": %s", v[i],
+                             ck->err.msg);
+            wl += k > 0 ? (size_t)k : 0;
+        }
     }
     free(v);
+    if (skipped == 0)
+        return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND, "ckpt: no checkpoint in %s",
+                             ck->root);
     return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
-                         "ckpt: no complete checkpoint in %s (%zu incomplete or corrupt)",
-                         ck->root, skipped);
+                         "ckpt: no usable checkpoint in %s: %zu step director%s, none a "
+                         "valid committed checkpoint:%s", ck->root, skipped,
+                         skipped == 1 ? "y" : "ies", why);
 }
 
 LLMT_API llmt_status llmt_ckpt_open_snapshot(llmt_ckpt *ck, int64_t *step)

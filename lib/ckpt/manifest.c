@@ -300,6 +300,66 @@ static int check_overlaps(pctx *p, const ck_tensor *t)
     return 1;
 }
 
+/* Every element of a committed tensor is covered exactly once: the chunks
+ * never overlap except as identical replicas (check_overlaps), so the
+ * distinct boxes must add up to the global size. A manifest whose chunk
+ * list lost an entry would otherwise verify and then fail at resume. */
+typedef struct cov_box {
+    int64_t k[2 * LLMT_MAX_DIMS]; /* offsets then shape, unused dims 0 */
+} cov_box;
+
+static int cmp_box(const void *a, const void *b)
+{
+    const cov_box *x = a, *y = b;
+    for (int i = 0; i < 2 * LLMT_MAX_DIMS; i++)
+        if (x->k[i] != y->k[i])
+            return x->k[i] < y->k[i] ? -1 : 1;
+    return 0;
+}
+
+static uint64_t box_elems(const int64_t *shape, int nd)
+{
+    uint64_t e = 1;
+    for (int d = 0; d < nd; d++)
+        e *= (uint64_t)shape[d];
+    return e;
+}
+
+int llmt__ckpt_tensor_coverage(const ck_tensor *t, uint64_t *covered, uint64_t *total)
+{
+    *total = box_elems(t->gshape, t->ndim);
+    *covered = 0;
+    if (t->nchunks == 0)
+        return *total == 0;
+    cov_box *box = calloc(t->nchunks, sizeof *box);
+    if (!box)
+        return -1;
+    for (size_t i = 0; i < t->nchunks; i++)
+        for (int d = 0; d < t->ndim; d++) {
+            box[i].k[d] = t->chunks[i].goff[d];
+            box[i].k[LLMT_MAX_DIMS + d] = t->chunks[i].lshape[d];
+        }
+    qsort(box, t->nchunks, sizeof *box, cmp_box);
+    for (size_t i = 0; i < t->nchunks; i++)
+        if (i == 0 || cmp_box(&box[i - 1], &box[i]) != 0)
+            *covered += box_elems(box[i].k + LLMT_MAX_DIMS, t->ndim);
+    free(box);
+    return *covered == *total;
+}
+
+static int check_coverage(pctx *p, const ck_tensor *t)
+{
+    uint64_t got, want;
+    int r = llmt__ckpt_tensor_coverage(t, &got, &want);
+    if (r < 0)
+        return fail(p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory");
+    if (!r)
+        return fail(p, LLMT_ERR_FORMAT,
+                    "manifest: tensor '%s': its chunks cover %" PRIu64 " of %" PRIu64
+                    " elements (chunks missing)", t->name, got, want);
+    return 1;
+}
+
 static int grow(void **arr, size_t *cap, size_t need, size_t esz)
 {
     if (need <= *cap)
@@ -505,7 +565,7 @@ static int parse_body(pctx *p, const cJSON *root, int want_part, ck_manifest *m)
             if (!parse_chunk(p, co, t, m, k, cw))
                 return 0;
         }
-        if (!check_overlaps(p, t))
+        if (!check_overlaps(p, t) || (!want_part && !check_coverage(p, t)))
             return 0;
     }
     return 1;
@@ -616,7 +676,7 @@ llmt_status llmt__ckpt_manifest_merge(ck_manifest *const *parts, size_t n,
         }
     }
     for (size_t t = 0; t < out->ntensors; t++)
-        if (!check_overlaps(&p, &out->tensors[t]))
+        if (!check_overlaps(&p, &out->tensors[t]) || !check_coverage(&p, &out->tensors[t]))
             goto bad;
     return LLMT_OK;
 oom:

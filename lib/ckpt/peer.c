@@ -296,8 +296,6 @@ static void peer_dir(char *buf, size_t n, const char *root, int64_t step)
     snprintf(buf, n, "%s/peer/step-%012" PRId64, root, step);
 }
 
-int64_t *llmt__ckpt_scan(const char *root, int committed_only, size_t *n);
-
 LLMT_API llmt_status llmt_ckpt_peer_replicate(llmt_ckpt *ck, llmt_comm *comm, int64_t step)
 {
     if (!ck)

@@ -544,10 +544,11 @@ int64_t *llmt__ckpt_scan(const char *root, int committed_only, size_t *n)
     return v;
 }
 
-/* Retention: keep the newest keep_last committed steps and multiples of
- * keep_every; drop partial directories older than the newest commit. */
+/* Retention: keep the newest keep_last committed steps, multiples of
+ * keep_every and `protect` (the newest verified step, or -1); drop partial
+ * directories older than the newest commit. */
 size_t llmt__ckpt_retain(llmt_context *ctx, const char *root, int keep_last,
-                         int keep_every)
+                         int keep_every, int64_t protect)
 {
     size_t nc = 0, na = 0, removed = 0;
     int64_t *com = llmt__ckpt_scan(root, 1, &nc);
@@ -557,7 +558,7 @@ size_t llmt__ckpt_retain(llmt_context *ctx, const char *root, int keep_last,
     int64_t newest = com[nc - 1];
     for (size_t i = 0; i < na; i++) {
         int64_t s = all[i];
-        if (s >= newest)
+        if (s >= newest || s == protect)
             continue;
         int committed = bsearch(&s, com, nc, sizeof *com, cmp_i64) != NULL;
         int keep = 0;
@@ -635,7 +636,7 @@ static llmt_status copy_to_durable(llmt_ckpt *ck, const char *src, int64_t step,
         s = update_latest(ck->durable, step, ck->job_err, sizeof ck->job_err);
     if (s == LLMT_OK)
         llmt__ckpt_retain(ck->ctx, ck->durable, ck->opts.durable_keep_last,
-                          ck->opts.durable_keep_every);
+                          ck->opts.durable_keep_every, -1);
     return s;
 }
 
@@ -688,7 +689,7 @@ static llmt_status try_commit(llmt_ckpt *ck, const char *dir)
         st = update_latest(ck->root, ck->job.step, ck->job_err, sizeof ck->job_err);
     if (st == LLMT_OK) {
         llmt__log(ck->ctx, LLMT_LOG_INFO, "ckpt", "committed %s", dir);
-        llmt__ckpt_retain(ck->ctx, ck->root, ck->opts.keep_last, ck->opts.keep_every);
+        llmt__ckpt_retain(ck->ctx, ck->root, ck->opts.keep_last, ck->opts.keep_every, -1);
         if (ck->durable) {
             llmt_status ds = copy_to_durable(ck, dir, ck->job.step, w, json, jl);
             if (ds != LLMT_OK) /* the local commit stands; report the tier */
@@ -875,13 +876,9 @@ LLMT_API llmt_status llmt_ckpt_save(llmt_ckpt *ck, int32_t async)
     pthread_mutex_lock(&ck->mu);
     wait_locked(ck, -1); /* the buffer is reused: the previous save must end */
     pthread_mutex_unlock(&ck->mu);
-    char p[MAX_PATH];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/step-%012" PRId64 "/manifest.json", ck->root, ck->step);
-    if (stat(p, &st) == 0)
-        return llmt__err_set(&ck->err, LLMT_ERR_STATE,
-                             "ckpt: step %" PRId64 " is already committed in %s", ck->step,
-                             ck->root);
+    llmt_status q = llmt__ckpt_prepare_step(ck, ck->step);
+    if (q != LLMT_OK)
+        return q;
     if (ck->open_mem) /* the buffer is about to change under it */
         llmt__ckpt_close_open(ck);
     llmt_status s = snapshot(ck);
@@ -947,6 +944,23 @@ LLMT_API llmt_status llmt_ckpt_list(llmt_ckpt *ck, int64_t *steps, size_t cap,
     return LLMT_OK;
 }
 
+/* The newest step of `root` that verifies completely (every hash), or -1. */
+static int64_t newest_verified(llmt_ckpt *ck, const char *root)
+{
+    size_t n = 0;
+    int64_t *v = llmt__ckpt_scan(root, 1, &n), found = -1;
+    llmt_err keep = ck->err; /* a probe, not an error of the call */
+    for (size_t i = n; v && i-- > 0 && found < 0;) {
+        char d[MAX_PATH];
+        snprintf(d, sizeof d, "%s/step-%012" PRId64, root, v[i]);
+        if (llmt__ckpt_check_dir(ck, d, 1) == LLMT_OK)
+            found = v[i];
+    }
+    ck->err = keep;
+    free(v);
+    return found;
+}
+
 LLMT_API llmt_status llmt_ckpt_prune(llmt_ckpt *ck, size_t *removed)
 {
     if (!ck)
@@ -954,10 +968,13 @@ LLMT_API llmt_status llmt_ckpt_prune(llmt_ckpt *ck, size_t *removed)
     pthread_mutex_lock(&ck->mu);
     wait_locked(ck, -1);
     pthread_mutex_unlock(&ck->mu);
-    size_t r = llmt__ckpt_retain(ck->ctx, ck->root, ck->opts.keep_last, ck->opts.keep_every);
+    /* keep_last counts committed directories, and a corrupt newest one
+     * would otherwise push the last good step out of the window */
+    size_t r = llmt__ckpt_retain(ck->ctx, ck->root, ck->opts.keep_last, ck->opts.keep_every,
+                                 newest_verified(ck, ck->root));
     if (ck->durable)
         r += llmt__ckpt_retain(ck->ctx, ck->durable, ck->opts.durable_keep_last,
-                               ck->opts.durable_keep_every);
+                               ck->opts.durable_keep_every, newest_verified(ck, ck->durable));
     if (removed)
         *removed = r;
     return LLMT_OK;

@@ -1,6 +1,7 @@
 /* Checkpointing: round trips, async saves, resharding across simulated
  * ranks, retention, tiers, corruption and hostile manifests, write errors,
  * export. Ranks are simulated in one process (one handle per rank). */
+#include <dlfcn.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -418,15 +419,17 @@ static void test_bad_args(llmt_context *ctx)
     CHECK_STATUS(llmt_ckpt_set_plan_json(ck, "[1]"), LLMT_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(llmt_ckpt_read(ck, "x", &v, NULL), LLMT_ERR_STATE);
     CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
-    /* a region that was never saved: global 8, only [0,4) present */
+    /* a tensor only half saved (global 8, only [0,4) present) is not a
+     * checkpoint: the commit refuses it, naming the coverage, and the
+     * previous step stays the newest */
     CHECK_STATUS(llmt_ckpt_begin(ck, 2), LLMT_OK);
     int64_t g8 = 8;
     CHECK_STATUS(llmt_ckpt_add_tensor(ck, "half", &v, &g8, NULL), LLMT_OK);
-    CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
-    CHECK_STATUS(llmt_ckpt_open_latest(ck, NULL), LLMT_OK);
-    int64_t o2 = 2;
-    CHECK_STATUS(llmt_ckpt_read(ck, "half", &v, &o2), LLMT_ERR_NOT_FOUND);
-    CHECK(strstr(llmt_ckpt_last_error(ck), "2 of 4") != NULL);
+    CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_ERR_FORMAT);
+    CHECK(strstr(llmt_ckpt_last_error(ck), "cover 4 of 8") != NULL);
+    int64_t got_step = -1;
+    CHECK_STATUS(llmt_ckpt_open_latest(ck, &got_step), LLMT_OK);
+    CHECK_EQ_INT(got_step, 1);
     /* bounded buffer */
     llmt_ckpt_destroy(ck);
     o.rank = 0;
@@ -832,6 +835,53 @@ static void test_enospc(llmt_context *ctx)
     free(root);
 }
 
+/* Disk full under libaio (the aio_short_shim): a write completion comes
+ * back short, which carries no errno; the writer retries the remainder and
+ * reports what the retry hit (ENOSPC), with the file and offset, instead
+ * of "short write". The earlier step is still the newest. */
+static int test_aio_enospc(llmt_context *ctx)
+{
+    char *root = tmpdir_make(NULL, "aiofull");
+    llmt_ckpt *ck = make_ck(ctx, root, 0, 1, LLMT_CKPT_VERIFY_FULL, 0);
+    static float big[1 << 20];
+    for (int i = 0; i < (1 << 20); i++)
+        big[i] = (float)i;
+    int64_t n = 1000;
+    llmt_tensor v;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, big, LLMT_DEVICE_CPU, 0);
+    CHECK_STATUS(llmt_ckpt_begin(ck, 1), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_add_tensor(ck, "w", &v, NULL, NULL), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
+    if (saw_direct == 0) { /* this filesystem refuses O_DIRECT: no aio path */
+        llmt_ckpt_destroy(ck);
+        tmpdir_remove(root);
+        free(root);
+        fprintf(stderr, "SKIP: O_DIRECT is refused in the temporary directory\n");
+        return 77;
+    }
+    int *shorts = (int *)dlsym(RTLD_DEFAULT, "llmt_test_aio_short_count");
+    CHECK(shorts != NULL);
+    setenv("LLMT_TEST_AIO_FULL_AT", "1048576", 1); /* 1 MiB fits, 4 MiB not */
+    n = 1 << 20;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, big, LLMT_DEVICE_CPU, 0);
+    CHECK_STATUS(llmt_ckpt_begin(ck, 2), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_add_tensor(ck, "w", &v, NULL, NULL), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_ERR_IO);
+    const char *msg = llmt_ckpt_last_error(ck);
+    fprintf(stderr, "aio disk full: %s\n", msg);
+    CHECK(strstr(msg, "No space left") != NULL);
+    CHECK(strstr(msg, "rank-00000.bin at 1048576") != NULL);
+    CHECK(shorts && *shorts > 0);
+    unsetenv("LLMT_TEST_AIO_FULL_AT");
+    int64_t step = -1;
+    CHECK_STATUS(llmt_ckpt_open_latest(ck, &step), LLMT_OK);
+    CHECK_EQ_INT(step, 1);
+    llmt_ckpt_destroy(ck);
+    tmpdir_remove(root);
+    free(root);
+    return 0;
+}
+
 /* Host tier: the last snapshot, read from memory; a new save closes it. */
 static void test_host_tier(llmt_context *ctx)
 {
@@ -973,6 +1023,11 @@ int main(int argc, char **argv)
         test_enospc(ctx);
         llmt_context_destroy(ctx);
         return check_exit("test_ckpt --no-odirect");
+    }
+    if (argc > 1 && !strcmp(argv[1], "--aio-enospc")) {
+        int rc = test_aio_enospc(ctx);
+        llmt_context_destroy(ctx);
+        return rc == 77 ? 77 : check_exit("test_ckpt --aio-enospc");
     }
     test_roundtrip(ctx, NULL, "rt");
     fprintf(stderr, "tmp dir: %d O_DIRECT writes, %d buffered\n", saw_direct, saw_buffered);

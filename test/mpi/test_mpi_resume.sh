@@ -64,7 +64,10 @@ grep -q "resumed from .* at step 3" np2.log && ok "np 2 resumed at step 3" || ba
 "$exe" train np1.json --out np1 --resume > np1.log 2>&1 &&
   ok "one process --resume" || { bad "one process --resume"; cat np1.log; }
 grep -q "resumed from .* at step 3" np1.log && ok "one process resumed at step 3" || bad "one process did not resume at 3"
-ext() { sed -n 's/.*"step":\([0-9]*\),"\(loss\)":\([-0-9.e]*\).*/\1 \2 \3/p' "$1" | awk '$1 > 3'; }
+# the lines after the last resume event (metrics.jsonl is appended to:
+# a resumed run's retrained steps follow the lines of the first attempt)
+ext() { awk '/"event":"resume"/ {n = 0; delete l} {l[++n] = $0} END {for (i = 1; i <= n; i++) print l[i]}' "$1" |
+        sed -n 's/.*"step":\([0-9]*\),"\(loss\)":\([-0-9.e]*\).*/\1 \2 \3/p' | awk '$1 > 3'; }
 ext run/metrics.jsonl > a.txt
 for k in np2 np1; do
   ext $k/metrics.jsonl > b.txt
