@@ -18,6 +18,7 @@
 
 #include "exec/fp8.h"
 #include "train/device.h"
+#include "train/dp.h"
 
 #define NOP LLMT__NOPARAM
 
@@ -72,6 +73,10 @@ struct llmt__devtrain {
     uint8_t *qx, *qw;      /* device: quantised input and weight */
     float *h8state;        /* host: the recipe's state for checkpoints */
     int amax_row, fp8_gemms;
+    /* data parallelism (lib/train/dp.c), or NULL: its hooks run at the
+     * named points of the graph (a unit's parameters used / done, its
+     * gradients ready), units 0 = embeddings, 1..L = layers, L+1 = tail */
+    llmt__dp *dp;
 };
 
 /* Forward the backend's message for a failed op. */
@@ -327,7 +332,7 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
     DA(g->lnfm, N * 4, 1);
     DA(g->lnfr, N * 4, 1);
     DA(g->logits, N * Vp * bf, 1);
-    DA(g->losses, (size_t)A * N * 4, 1);
+    DA(g->losses, (size_t)A * N * 4, 0); /* per step, not per micro-batch */
     DA(g->dres, N * C * bf, 1);
     DA(g->dtmp, N * C * bf, 1);
     DA(g->dqkv, N * Q * bf, 1);
@@ -337,8 +342,8 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
         DA(g->dfchg, N * F * bf, 1);
     }
     DA(g->sums, 4, 1);
-    DA(g->tok, (size_t)A * N * 4, 1);
-    DA(g->tgt, (size_t)A * N * 4, 1);
+    DA(g->tok, (size_t)A * N * 4, 0);
+    DA(g->tgt, (size_t)A * N * 4, 0);
     if (fp8 && fp8->on && f32) {
         s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED, "trainer: fp8: the %s backend stores "
                           "fp32; fp8 GEMMs need a bf16 backend (device cuda)", ops->name);
@@ -465,7 +470,8 @@ llmt_status llmt__devtrain_upload(llmt__devtrain *g, const float *params, const 
     if ((s = put(g, g->master, params)) != LLMT_OK) return s;
     if (g->param != (void *)g->master)
         S(g->op->f32_to_bf16(g->d, g->param, g->master, g->P), "bf16 copy");
-    if (m && v) {
+    if (!g->mom1) { /* sharded: data parallelism holds them */
+    } else if (m && v) {
         if ((s = put(g, g->mom1, m)) != LLMT_OK) return s;
         if ((s = put(g, g->mom2, v)) != LLMT_OK) return s;
     } else {
@@ -480,8 +486,8 @@ llmt_status llmt__devtrain_download(llmt__devtrain *g, int params, int moments, 
 {
     llmt_status s = LLMT_OK;
     if (params) s = get(g, g->m->data, g->master);
-    if (s == LLMT_OK && moments) s = get(g, g->hm, g->mom1);
-    if (s == LLMT_OK && moments) s = get(g, g->hv, g->mom2);
+    if (s == LLMT_OK && moments && g->mom1) s = get(g, g->hm, g->mom1);
+    if (s == LLMT_OK && moments && g->mom1) s = get(g, g->hv, g->mom2);
     if (s == LLMT_OK && grads) s = get(g, g->hg, g->grad);
     return s;
 }
@@ -716,10 +722,15 @@ static llmt_status forward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     const llmt_model_config *c = &g->m->cfg;
     llmt_status s;
     g->fp8_gemms = 0;
+    if (g->dp) llmt__dp_use(g->dp, 0, 1);
     S(g->op->embedding_fwd(g->d, g->resid[0], tok, pw(g, g->wte),
                            g->wpe == NOP ? NULL : pw(g, g->wpe), B, T, c->width),
       "embedding");
-    for (int l = 0; l < c->layers; l++) R(layer_fwd(g, l, B, T));
+    for (int l = 0; l < c->layers; l++) {
+        if (g->dp) llmt__dp_use(g->dp, 1 + l, 1);
+        R(layer_fwd(g, l, B, T));
+        if (g->dp) llmt__dp_done(g->dp, 1 + l);
+    }
     R(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[c->layers], g->lnfw, g->lnfb, B * T));
     return lin(g, g->logits, g->lnf, g->lm, NOP, B * T, c->width, c->padded_vocab_size, -1);
 }
@@ -734,13 +745,20 @@ static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     S(g->op->memset0(g->d, g->dres, (size_t)N * C * g->es), "memset");
     R(norm_bwd(g, g->dres, g->dtmp, g->resid[c->layers], g->lnfm, g->lnfr, g->lnfw, g->lnfb,
                N));
+    if (g->dp) llmt__dp_ready(g->dp, c->layers + 1);
     for (int l = c->layers - 1; l >= 0; l--) {
+        if (g->dp) llmt__dp_use(g->dp, 1 + l, -1);
         if (g->nacts == 1 && c->layers > 1) R(layer_fwd(g, l, B, T)); /* recompute */
         R(layer_bwd(g, l, B, T));
+        if (g->dp) {
+            llmt__dp_done(g->dp, 1 + l);
+            llmt__dp_ready(g->dp, 1 + l);
+        }
     }
     S(g->op->embedding_bwd(g->d, g->grad + g->wte, g->wpe == NOP ? NULL : g->grad + g->wpe,
                            g->dres, tok, B, T, C),
       "embedding backward");
+    if (g->dp) llmt__dp_ready(g->dp, 0);
     return LLMT_OK;
 }
 
@@ -788,21 +806,28 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
     for (int a = 0; a < micro; a++) {
         const int32_t *tok = g->tok + (size_t)a * N, *tgt = g->tgt + (size_t)a * N;
         g->amax_row = a;
+        if (g->dp) llmt__dp_micro(g->dp, a == micro - 1);
         R(forward(g, tok, B, T));
         S(g->op->softmax_xent(g->d, g->losses + (size_t)a * N, g->logits, tgt, N,
                               c->vocab_size, c->padded_vocab_size, dloss),
           "softmax cross-entropy");
         R(backward(g, tok, B, T));
     }
-    const float *xs[1] = {g->grad};
-    size_t ns[1] = {g->P};
-    S(g->op->sumsq(g->d, g->sums, xs, ns, 1), "gradient norm");
-    float ss;
     S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)micro * N * sizeof(float)),
       "read the losses");
-    S(g->op->d2h(g->d, &ss, g->sums, sizeof ss), "read the gradient norm");
     *loss_sum = host_sum(g->hloss, (size_t)micro * N);
-    *grad_sumsq = ss;
+    if (g->dp) { /* reduced gradients, global loss and norm */
+        if (llmt__dp_end(g->dp, loss_sum) != LLMT_OK ||
+            llmt__dp_sumsq(g->dp, grad_sumsq) != LLMT_OK)
+            return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
+    } else {
+        const float *xs[1] = {g->grad};
+        size_t ns[1] = {g->P};
+        float ss;
+        S(g->op->sumsq(g->d, g->sums, xs, ns, 1), "gradient norm");
+        S(g->op->d2h(g->d, &ss, g->sums, sizeof ss), "read the gradient norm");
+        *grad_sumsq = ss;
+    }
     return g->fp8 ? fp8_step(g, micro) : LLMT_OK;
 }
 
@@ -862,6 +887,36 @@ llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, in
         logits[i] = g->es == sizeof(float) ? ((const float *)g->hrow)[i] : llmt__bf16_to_f32(hb[i]);
     return LLMT_OK;
 #undef R
+}
+
+int llmt__devtrain_host_resident(const llmt__devtrain *g) { return g->alias; }
+float *llmt__devtrain_grads(llmt__devtrain *g) { return g->grad; }
+void llmt__devtrain_set_dp(llmt__devtrain *g, llmt__dp *dp) { g->dp = dp; }
+
+void llmt__devtrain_drop_moments(llmt__devtrain *g)
+{
+    if (g->mom1) g->op->free(g->d, g->mom1);
+    if (g->mom2) g->op->free(g->d, g->mom2);
+    g->mom1 = g->mom2 = NULL;
+    if (g->alias) g->hm = g->hv = NULL;
+}
+
+llmt_status llmt__devtrain_restore_moments(llmt__devtrain *g)
+{
+    if (g->mom1) return LLMT_OK;
+    llmt_status s;
+    if ((s = dalloc(g, (void **)&g->mom1, g->P * 4, 0)) != LLMT_OK ||
+        (s = dalloc(g, (void **)&g->mom2, g->P * 4, 0)) != LLMT_OK) {
+        llmt__devtrain_drop_moments(g);
+        return s;
+    }
+    S(g->op->memset0(g->d, g->mom1, g->P * 4), "memset");
+    S(g->op->memset0(g->d, g->mom2, g->P * 4), "memset");
+    if (g->alias) {
+        g->hm = g->mom1;
+        g->hv = g->mom2;
+    }
+    return LLMT_OK;
 }
 
 #ifndef LLMT_HAVE_CUDA

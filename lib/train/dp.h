@@ -1,6 +1,7 @@
 /* Data parallelism for the trainer (dp.c): bucketed gradient reduction
- * overlapped with the backward, ZeRO-1/2/3. The trainer calls these hooks
- * when it has a communicator (llmt_trainer_set_comm). Units: 0 = the
+ * overlapped with the backward, ZeRO-1/2/3. The engine (lib/train/device.c)
+ * calls these hooks at the named points of its graph when the trainer has
+ * a communicator (llmt_trainer_set_comm). Units: 0 = the
  * embeddings (head), 1..L = layer l-1, L+1 = the final norm and untied
  * output (tail); each is a contiguous range of the flat parameter buffer. */
 #ifndef LLMT_TRAIN_DP_H

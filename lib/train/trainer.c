@@ -1,11 +1,9 @@
-/* The step engine: forward and backward of a GPT-2 or Llama-style model
- * through the backend op table, gradient accumulation over micro-batches,
- * global-norm clipping, AdamW and the LR schedule; evaluation and sampling.
- *
- * Activations: resid[l] is the input of layer l (resid[0] the embeddings,
- * resid[L] the input of the final norm). Each layer keeps its own
- * activations, or, with recompute, all layers share one set that is
- * refilled from resid[l] just before the layer's backward. */
+/* The trainer: the public llmt_trainer over the one engine
+ * (lib/train/device.c), on any backend of the op table (the fp32 CPU, the
+ * bf16 host emulation, CUDA): gradient accumulation over micro-batches,
+ * global-norm clipping, AdamW and the LR schedule, evaluation and
+ * sampling, data parallelism (lib/train/dp.c, whose hooks the engine runs
+ * inside its graph). The model graph itself is in the engine only. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,36 +14,23 @@
 #include "train/device.h"
 #include "train/dp.h"
 
-typedef struct acts {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch3, *fcact;
-} acts;
-
 struct llmt_trainer {
     llmt_err err;
     llmt_model *model;
     llmt_context *ctx;
     llmt_trainer_opts o;
-    const llmt__exec_ops *ops;
+    const llmt__exec_ops *ops; /* dp.c's host AdamW and norms */
     float *grads, *m, *v;
     int B, T;      /* micro_batch, seq_len: the sizes buffers are made for */
-    int nacts;     /* layers, or 1 with recompute */
-    acts *A;
-    float **resid; /* L+1 buffers of B*T*C */
-    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *tmpc;
-    /* backward scratch */
-    float *dres, *dln, *datty, *dqkv, *datt, *dfch, *dfch3, *dfcact;
     int32_t *gen_ctx;
     int64_t step;
     llmt__dp *dp;  /* data parallelism (lib/train/dp.c), or NULL */
-    /* device trainer (lib/train/device.c): grads, m and v are its host
-     * mirrors, brought up to date from the device on demand */
+    /* the engine (lib/train/device.c): grads, m and v are its host
+     * mirrors, brought up to date from the device on demand (they ARE its
+     * buffers on the fp32 CPU backend) */
     llmt__devtrain *dev;
     int stale_params, stale_moments, stale_grads; /* host behind device */
     double dev_sumsq; /* of the last forward_backward's gradients */
-    /* all buffers come from one arena */
-    float *arena;
-    size_t arena_floats;
 };
 
 llmt_status llmt_trainer_opts_init(llmt_trainer_opts *o, size_t size)
@@ -89,78 +74,12 @@ const char *llmt_trainer_last_error(const llmt_trainer *tr)
     return tr ? tr->err.msg : "trainer: NULL handle";
 }
 
-/* ---- buffers */
-
-static float *take(llmt_trainer *tr, size_t *cursor, size_t n)
-{
-    size_t at = *cursor;
-    *cursor += (n + 15) / 16 * 16; /* 64-byte aligned pieces */
-    return tr->arena ? tr->arena + at : NULL;
-}
-
-/* Lays out (or, with arena == NULL, sizes) every activation buffer. */
-static size_t layout(llmt_trainer *tr)
-{
-    const llmt_model *m = tr->model;
-    const llmt_model_config *c = &m->cfg;
-    size_t N = (size_t)tr->B * tr->T, C = (size_t)c->width;
-    size_t F = (size_t)c->ffn_hidden, Q = (size_t)m->qkv_dim;
-    size_t ATT = (size_t)tr->B * c->heads * tr->T * tr->T;
-    size_t Vp = (size_t)c->padded_vocab_size;
-    int llama = c->arch == LLMT_ARCH_LLAMA;
-    size_t cur = 0;
-    for (int l = 0; l < tr->nacts; l++) {
-        acts *a = &tr->A[l];
-        a->ln1 = take(tr, &cur, N * C);
-        a->ln1_mean = take(tr, &cur, N);
-        a->ln1_rstd = take(tr, &cur, N);
-        a->qkv = take(tr, &cur, N * Q);
-        a->att = take(tr, &cur, ATT);
-        a->atty = take(tr, &cur, N * C);
-        a->res2 = take(tr, &cur, N * C);
-        a->ln2 = take(tr, &cur, N * C);
-        a->ln2_mean = take(tr, &cur, N);
-        a->ln2_rstd = take(tr, &cur, N);
-        a->fch = take(tr, &cur, N * F);
-        a->fch3 = llama ? take(tr, &cur, N * F) : NULL;
-        a->fcact = take(tr, &cur, N * F);
-    }
-    for (int l = 0; l <= c->layers; l++) tr->resid[l] = take(tr, &cur, N * C);
-    tr->lnf = take(tr, &cur, N * C);
-    tr->lnf_mean = take(tr, &cur, N);
-    tr->lnf_rstd = take(tr, &cur, N);
-    tr->logits = take(tr, &cur, N * Vp);
-    tr->losses = take(tr, &cur, N);
-    tr->tmpc = take(tr, &cur, N * C);
-    tr->dres = take(tr, &cur, N * C);
-    tr->dln = take(tr, &cur, N * C);
-    tr->datty = take(tr, &cur, N * C);
-    tr->dqkv = take(tr, &cur, N * Q);
-    tr->datt = take(tr, &cur, ATT);
-    tr->dfch = take(tr, &cur, N * F);
-    tr->dfch3 = llama ? take(tr, &cur, N * F) : NULL;
-    tr->dfcact = take(tr, &cur, N * F);
-    return cur;
-}
-
 void llmt_trainer_destroy(llmt_trainer *tr)
 {
     if (!tr) return;
     llmt_context *ctx = tr->ctx;
-    size_t P = tr->model->total * sizeof(float);
     llmt__dp_destroy(tr->dp);
-    if (tr->dev) { /* grads, m and v are the engine's mirrors */
-        llmt__devtrain_destroy(tr->dev);
-        tr->grads = tr->m = tr->v = NULL;
-    }
-    if (tr->grads) llmt__free(ctx, tr->grads, P);
-    if (tr->m) llmt__free(ctx, tr->m, P);
-    if (tr->v) llmt__free(ctx, tr->v, P);
-    if (tr->arena) llmt__free(ctx, tr->arena, tr->arena_floats * sizeof(float));
-    if (tr->A) llmt__free(ctx, tr->A, (size_t)tr->nacts * sizeof *tr->A);
-    if (tr->resid)
-        llmt__free(ctx, tr->resid,
-                   (size_t)(tr->model->cfg.layers + 1) * sizeof *tr->resid);
+    llmt__devtrain_destroy(tr->dev); /* grads, m and v are its mirrors */
     if (tr->gen_ctx) llmt__free(ctx, tr->gen_ctx, (size_t)tr->T * sizeof(int32_t));
     llmt__free(ctx, tr, sizeof *tr);
 }
@@ -268,7 +187,7 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
                              "trainer: fp8_amax_history %d (1..1024) or "
                              "fp8_margin %d (0..16) out of range",
                              (int)o.fp8_amax_history, (int)o.fp8_margin);
-    if (dev_ops && o.device_index < 0)
+    if (o.device_index < 0)
         return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: device_index %d < 0", (int)o.device_index);
     llmt_context *ctx = model->ctx;
@@ -280,223 +199,15 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
     tr->ops = llmt__exec_cpu();
     tr->B = o.micro_batch;
     tr->T = o.seq_len;
-    tr->nacts = o.recompute ? 1 : c->layers;
-    if (dev_ops) {
-        llmt_status s = create_device(tr, dev_ops);
-        if (s != LLMT_OK) {
-            llmt_trainer_destroy(tr);
-            return s;
-        }
-        *out = tr;
-        return LLMT_OK;
-    }
-    size_t P = model->total * sizeof(float);
-    tr->grads = llmt__alloc(ctx, P, 64);
-    tr->m = llmt__alloc(ctx, P, 64);
-    tr->v = llmt__alloc(ctx, P, 64);
-    tr->A = llmt__calloc(ctx, (size_t)tr->nacts, sizeof *tr->A);
-    tr->resid = llmt__calloc(ctx, (size_t)c->layers + 1, sizeof *tr->resid);
-    tr->gen_ctx = llmt__alloc(ctx, (size_t)tr->T * sizeof(int32_t), 64);
-    if (tr->A && tr->resid) {
-        tr->arena_floats = layout(tr);
-        tr->arena = llmt__alloc(ctx, tr->arena_floats * sizeof(float), 64);
-    }
-    if (!tr->grads || !tr->m || !tr->v || !tr->arena || !tr->gen_ctx) {
-        size_t want = tr->arena_floats * sizeof(float) + 3 * P;
-        llmt_trainer_destroy(tr);
-        return llmt__err_set(me, LLMT_ERR_OUT_OF_MEMORY,
-                             "trainer: cannot allocate %zu bytes", want);
-    }
-    layout(tr);
-    memset(tr->grads, 0, P);
-    memset(tr->m, 0, P);
-    memset(tr->v, 0, P);
-    memset(tr->arena, 0, tr->arena_floats * sizeof(float));
     llmt__exec_cpu_set_threads(o.threads);
+    llmt_status s = create_device(tr, dev_ops ? dev_ops : llmt__dev_cpu());
+    if (s != LLMT_OK) {
+        llmt_trainer_destroy(tr);
+        return s;
+    }
     *out = tr;
     return LLMT_OK;
 }
-
-/* ---- forward and backward */
-
-#define PW(off) (mdl->data + (off))
-#define PG(off) (tr->grads + (off))
-#define PWN(off) ((off) == LLMT__NOPARAM ? NULL : mdl->data + (off))
-#define PGN(off) ((off) == LLMT__NOPARAM ? NULL : tr->grads + (off))
-
-static void norm_fwd(llmt_trainer *tr, float *out, float *mean, float *rstd,
-                     const float *x, size_t w, size_t b, int N)
-{
-    const llmt_model *mdl = tr->model;
-    int C = mdl->cfg.width;
-    if (mdl->cfg.arch == LLMT_ARCH_GPT2)
-        tr->ops->layernorm_fwd(out, mean, rstd, x, PW(w), PW(b), N, C,
-                               mdl->cfg.norm_eps);
-    else
-        tr->ops->rmsnorm_fwd(out, rstd, x, PW(w), N, C, mdl->cfg.norm_eps);
-}
-
-static void norm_bwd(llmt_trainer *tr, float *dinp, const float *dout,
-                     const float *x, const float *mean, const float *rstd,
-                     size_t w, size_t b, int N)
-{
-    const llmt_model *mdl = tr->model;
-    int C = mdl->cfg.width;
-    if (mdl->cfg.arch == LLMT_ARCH_GPT2)
-        tr->ops->layernorm_bwd(dinp, PG(w), PG(b), dout, x, PW(w), mean, rstd,
-                               N, C);
-    else
-        tr->ops->rmsnorm_bwd(dinp, PG(w), dout, x, PW(w), rstd, N, C);
-}
-
-static void layer_fwd(llmt_trainer *tr, int l, acts *a, int B, int T)
-{
-    const llmt_model *mdl = tr->model;
-    const llmt_model_config *c = &mdl->cfg;
-    const llmt__exec_ops *op = tr->ops;
-    const llmt__layer_offs *L = &mdl->layer[l];
-    int N = B * T, C = c->width, F = c->ffn_hidden, Q = mdl->qkv_dim;
-    int nh = c->heads, nkv = c->kv_heads, hd = mdl->head_dim;
-    const float *x = tr->resid[l];
-    norm_fwd(tr, a->ln1, a->ln1_mean, a->ln1_rstd, x, L->ln1w, L->ln1b, N);
-    op->matmul_fwd(a->qkv, a->ln1, PW(L->qkvw), PWN(L->qkvb), N, C, Q);
-    float *q = a->qkv, *k = a->qkv + (size_t)nh * hd;
-    float *v = k + (size_t)nkv * hd;
-    if (c->arch == LLMT_ARCH_LLAMA) {
-        op->rope(q, B, T, nh, hd, (size_t)Q, c->rope_theta, 0);
-        op->rope(k, B, T, nkv, hd, (size_t)Q, c->rope_theta, 0);
-    }
-    op->attention_fwd(a->atty, a->att, q, k, v, (size_t)Q, B, T, nh, nkv, hd);
-    op->matmul_fwd(tr->tmpc, a->atty, PW(L->projw), PWN(L->projb), N, C, C);
-    op->residual_fwd(a->res2, x, tr->tmpc, (size_t)N * C);
-    norm_fwd(tr, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, L->ln2w, L->ln2b, N);
-    op->matmul_fwd(a->fch, a->ln2, PW(L->fcw), PWN(L->fcb), N, C, F);
-    if (c->arch == LLMT_ARCH_GPT2) {
-        op->gelu_fwd(a->fcact, a->fch, (size_t)N * F);
-    } else {
-        op->matmul_fwd(a->fch3, a->ln2, PW(L->fc3w), NULL, N, C, F);
-        op->swiglu_fwd(a->fcact, a->fch, a->fch3, (size_t)N * F);
-    }
-    op->matmul_fwd(tr->tmpc, a->fcact, PW(L->fcprojw), PWN(L->fcprojb), N, F, C);
-    op->residual_fwd(tr->resid[l + 1], a->res2, tr->tmpc, (size_t)N * C);
-}
-
-/* dres holds d(resid[l+1]) on entry and d(resid[l]) on return. */
-static void layer_bwd(llmt_trainer *tr, int l, acts *a, int B, int T)
-{
-    const llmt_model *mdl = tr->model;
-    const llmt_model_config *c = &mdl->cfg;
-    const llmt__exec_ops *op = tr->ops;
-    const llmt__layer_offs *L = &mdl->layer[l];
-    int N = B * T, C = c->width, F = c->ffn_hidden, Q = mdl->qkv_dim;
-    int nh = c->heads, nkv = c->kv_heads, hd = mdl->head_dim;
-    size_t NC = (size_t)N * C, NF = (size_t)N * F;
-    op->zero(tr->dfcact, NF);
-    op->matmul_bwd(tr->dfcact, PG(L->fcprojw), PGN(L->fcprojb), tr->dres,
-                   a->fcact, PW(L->fcprojw), N, F, C);
-    op->zero(tr->dfch, NF);
-    op->zero(tr->dln, NC);
-    if (c->arch == LLMT_ARCH_GPT2) {
-        op->gelu_bwd(tr->dfch, a->fch, tr->dfcact, NF);
-    } else {
-        op->zero(tr->dfch3, NF);
-        op->swiglu_bwd(tr->dfch, tr->dfch3, tr->dfcact, a->fch, a->fch3, NF);
-        op->matmul_bwd(tr->dln, PG(L->fc3w), NULL, tr->dfch3, a->ln2,
-                       PW(L->fc3w), N, C, F);
-    }
-    op->matmul_bwd(tr->dln, PG(L->fcw), PGN(L->fcb), tr->dfch, a->ln2,
-                   PW(L->fcw), N, C, F);
-    norm_bwd(tr, tr->dres, tr->dln, a->res2, a->ln2_mean, a->ln2_rstd,
-             L->ln2w, L->ln2b, N);
-    op->zero(tr->datty, NC);
-    op->matmul_bwd(tr->datty, PG(L->projw), PGN(L->projb), tr->dres, a->atty,
-                   PW(L->projw), N, C, C);
-    op->zero(tr->dqkv, (size_t)N * Q);
-    float *q = a->qkv, *k = a->qkv + (size_t)nh * hd;
-    float *v = k + (size_t)nkv * hd;
-    float *dq = tr->dqkv, *dk = tr->dqkv + (size_t)nh * hd;
-    float *dv = dk + (size_t)nkv * hd;
-    op->attention_bwd(dq, dk, dv, tr->datt, tr->datty, a->att, q, k, v,
-                      (size_t)Q, B, T, nh, nkv, hd);
-    if (c->arch == LLMT_ARCH_LLAMA) {
-        op->rope(dq, B, T, nh, hd, (size_t)Q, c->rope_theta, 1);
-        op->rope(dk, B, T, nkv, hd, (size_t)Q, c->rope_theta, 1);
-    }
-    op->zero(tr->dln, NC);
-    op->matmul_bwd(tr->dln, PG(L->qkvw), PGN(L->qkvb), tr->dqkv, a->ln1,
-                   PW(L->qkvw), N, C, Q);
-    norm_bwd(tr, tr->dres, tr->dln, tr->resid[l], a->ln1_mean, a->ln1_rstd,
-             L->ln1w, L->ln1b, N);
-}
-
-/* Embeddings, layers, final norm. */
-static void trunk_fwd(llmt_trainer *tr, const int32_t *inp, int B, int T)
-{
-    const llmt_model *mdl = tr->model;
-    const llmt_model_config *c = &mdl->cfg;
-    if (tr->dp) llmt__dp_use(tr->dp, 0, 1);
-    tr->ops->embedding_fwd(tr->resid[0], inp, PW(mdl->wte), PWN(mdl->wpe), B,
-                           T, c->width);
-    for (int l = 0; l < c->layers; l++) {
-        if (tr->dp) llmt__dp_use(tr->dp, 1 + l, 1);
-        layer_fwd(tr, l, &tr->A[tr->nacts == 1 ? 0 : l], B, T);
-        if (tr->dp) llmt__dp_done(tr->dp, 1 + l);
-    }
-    norm_fwd(tr, tr->lnf, tr->lnf_mean, tr->lnf_rstd, tr->resid[c->layers],
-             mdl->lnfw, mdl->lnfb, B * T);
-}
-
-/* Sum of the per-position losses of one micro-batch; counts targets. */
-static double loss_fwd(llmt_trainer *tr, const int32_t *inp,
-                       const int32_t *tgt, int B, int T, int64_t *count)
-{
-    const llmt_model *mdl = tr->model;
-    const llmt_model_config *c = &mdl->cfg;
-    int N = B * T;
-    trunk_fwd(tr, inp, B, T);
-    tr->ops->matmul_fwd(tr->logits, tr->lnf, PW(mdl->lm_head), NULL, N,
-                        c->width, c->padded_vocab_size);
-    tr->ops->softmax_xent_fwd(tr->losses, tr->logits, tgt, N, c->vocab_size,
-                              c->padded_vocab_size);
-    double s = 0.0;
-    for (int i = 0; i < N; i++)
-        if (tgt[i] >= 0) {
-            s += tr->losses[i];
-            (*count)++;
-        }
-    return s;
-}
-
-static void loss_bwd(llmt_trainer *tr, const int32_t *inp, const int32_t *tgt,
-                     int B, int T, float dloss)
-{
-    const llmt_model *mdl = tr->model;
-    const llmt_model_config *c = &mdl->cfg;
-    const llmt__exec_ops *op = tr->ops;
-    int N = B * T, C = c->width;
-    op->softmax_xent_bwd(tr->logits, tgt, dloss, N, c->vocab_size,
-                         c->padded_vocab_size);
-    op->zero(tr->dln, (size_t)N * C);
-    op->matmul_bwd(tr->dln, PG(mdl->lm_head), NULL, tr->logits, tr->lnf,
-                   PW(mdl->lm_head), N, C, c->padded_vocab_size);
-    op->zero(tr->dres, (size_t)N * C);
-    norm_bwd(tr, tr->dres, tr->dln, tr->resid[c->layers], tr->lnf_mean,
-             tr->lnf_rstd, mdl->lnfw, mdl->lnfb, N);
-    if (tr->dp) llmt__dp_ready(tr->dp, c->layers + 1);
-    for (int l = c->layers - 1; l >= 0; l--) {
-        acts *a = &tr->A[tr->nacts == 1 ? 0 : l];
-        if (tr->dp) llmt__dp_use(tr->dp, 1 + l, -1);
-        if (tr->o.recompute) layer_fwd(tr, l, a, B, T);
-        layer_bwd(tr, l, a, B, T);
-        if (tr->dp) {
-            llmt__dp_done(tr->dp, 1 + l);
-            llmt__dp_ready(tr->dp, 1 + l);
-        }
-    }
-    op->embedding_bwd(PG(mdl->wte), PGN(mdl->wpe), tr->dres, inp, B, T, C);
-    if (tr->dp) llmt__dp_ready(tr->dp, 0);
-}
-
 /* `what` names the public call ("trainer: step") for the messages. */
 static llmt_status check_batch(llmt_trainer *tr, const char *what,
                                const llmt_batch *b, int exact)
@@ -545,28 +256,11 @@ static llmt_status fwd_bwd(llmt_trainer *tr, const char *what, const llmt_batch 
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: the batch has no target to learn "
                              "(all < 0)");
-    if (tr->dev) {
-        double sum = 0.0;
-        s = llmt__devtrain_fwd_bwd(tr->dev, b->inputs, b->targets, tr->o.grad_accum,
-                                   count, &sum, &tr->dev_sumsq);
-        if (s != LLMT_OK) return s;
-        tr->stale_grads = 1;
-        *loss = (float)(sum / (double)count);
-        if (tokens) *tokens = count;
-        return LLMT_OK;
-    }
-    tr->ops->zero(tr->grads, tr->model->total);
-    float dloss = 1.0f / (float)count;
     double sum = 0.0;
-    int64_t seen = 0;
-    for (int mb = 0; mb < tr->o.grad_accum; mb++) {
-        const int32_t *in = b->inputs + per * mb, *tg = b->targets + per * mb;
-        if (tr->dp) llmt__dp_micro(tr->dp, mb == tr->o.grad_accum - 1);
-        sum += loss_fwd(tr, in, tg, tr->B, tr->T, &seen);
-        loss_bwd(tr, in, tg, tr->B, tr->T, dloss);
-    }
-    if (tr->dp && llmt__dp_end(tr->dp, &sum) != LLMT_OK)
-        return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
+    s = llmt__devtrain_fwd_bwd(tr->dev, b->inputs, b->targets, tr->o.grad_accum, count, &sum,
+                               &tr->dev_sumsq);
+    if (s != LLMT_OK) return s;
+    tr->stale_grads = 1;
     *loss = (float)(sum / (double)count);
     if (tokens) *tokens = count;
     return LLMT_OK;
@@ -634,13 +328,7 @@ llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
     int64_t tokens = 0;
     llmt_status s = fwd_bwd(tr, "trainer: step", b, &loss, &tokens);
     if (s != LLMT_OK) return s;
-    llmt_model *mdl = tr->model;
-    double ss;
-    if (tr->dev) ss = tr->dev_sumsq;
-    else if (!tr->dp) ss = tr->ops->sumsq(tr->grads, mdl->total);
-    else if (llmt__dp_sumsq(tr->dp, &ss) != LLMT_OK)
-        return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
-    float norm = (float)sqrt(ss);
+    float norm = (float)sqrt(tr->dev_sumsq);
     if (!isfinite(loss) || !isfinite(norm))
         return llmt__err_set(&tr->err, LLMT_ERR_NUMERIC,
                              "trainer: step %lld: loss %g, grad norm %g is not "
@@ -651,25 +339,16 @@ llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
     if (tr->o.grad_clip > 0.0f && norm > tr->o.grad_clip)
         scale = tr->o.grad_clip / norm;
     float lr = lr_at(&tr->o, tr->step);
-    if (tr->dev) {
+    if (tr->dp) { /* this rank's shares (host-resident engine only) */
+        if (llmt__dp_update(tr->dp, &tr->o, lr, scale, tr->step + 1) != LLMT_OK)
+            return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
+    } else {
         s = llmt__devtrain_update(tr->dev, lr, tr->o.beta1, tr->o.beta2, tr->o.eps,
                                   tr->o.weight_decay, scale, tr->step + 1);
         if (s != LLMT_OK) return s;
         tr->stale_params = tr->stale_moments = 1;
     }
     tr->step++;
-    if (tr->dp) {
-        if (llmt__dp_update(tr->dp, &tr->o, lr, scale, tr->step) != LLMT_OK)
-            return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp),
-                                     "trainer");
-    }
-    for (int i = 0; !tr->dp && !tr->dev && i < mdl->nparams; i++) {
-        const llmt__param *p = &mdl->params[i];
-        tr->ops->adamw(mdl->data + p->offset, tr->grads + p->offset,
-                       tr->m + p->offset, tr->v + p->offset, p->numel, lr,
-                       tr->o.beta1, tr->o.beta2, tr->o.eps,
-                       p->decay ? tr->o.weight_decay : 0.0f, scale, tr->step);
-    }
     if (met) {
         met->step = tr->step;
         met->loss = loss;
@@ -694,15 +373,11 @@ llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b,
     for (int r = 0; r < b->sequences; r += tr->B) {
         int Bc = b->sequences - r < tr->B ? b->sequences - r : tr->B;
         const int32_t *in = b->inputs + per * r, *tg = b->targets + per * r;
-        if (tr->dev) {
-            double part = 0.0;
-            s = llmt__devtrain_loss(tr->dev, in, tg, Bc, tr->T, &part);
-            if (s != LLMT_OK) return s;
-            sum += part;
-            for (size_t i = 0; i < per * (size_t)Bc; i++) count += tg[i] >= 0;
-            continue;
-        }
-        sum += loss_fwd(tr, in, tg, Bc, tr->T, &count);
+        double part = 0.0;
+        s = llmt__devtrain_loss(tr->dev, in, tg, Bc, tr->T, &part);
+        if (s != LLMT_OK) return s;
+        sum += part;
+        for (size_t i = 0; i < per * (size_t)Bc; i++) count += tg[i] >= 0;
     }
     if (count == 0)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
@@ -840,22 +515,20 @@ llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
     r.grads = (int64_t)P;
     r.optimizer = tr->m ? (int64_t)(2 * P) : 0;
     if (tr->dp) r.optimizer += (int64_t)llmt__dp_state_bytes(tr->dp);
-    r.activations = (int64_t)(tr->arena_floats * sizeof(float) +
-                              (size_t)tr->T * sizeof(int32_t));
+    llmt__devtrain_mem dm;
+    llmt__devtrain_memory(tr->dev, &dm);
+    r.activations = (int64_t)((size_t)tr->T * sizeof(int32_t)); /* host: gen */
     r.comm_buffers = tr->dp ? (int64_t)llmt__dp_buffer_bytes(tr->dp) : 0;
-    r.total = r.params + r.grads + r.optimizer + r.activations +
-              r.comm_buffers;
     r.params_resident = r.params;
     if (tr->dp) r.params_resident -= (int64_t)llmt__dp_released_bytes(tr->dp);
-    if (tr->dev) {
-        llmt__devtrain_mem dm;
-        llmt__devtrain_memory(tr->dev, &dm);
-        r.activations = (int64_t)((size_t)tr->T * sizeof(int32_t)); /* host: gen */
-        r.total = r.params + r.grads + r.optimizer + r.activations;
+    if (llmt__devtrain_host_resident(tr->dev)) /* the engine's memory is the host's */
+        r.activations += (int64_t)dm.activations;
+    else {
         r.device_activations = (int64_t)dm.activations;
         r.device_in_use = (int64_t)dm.in_use;
         r.device_peak = (int64_t)dm.peak;
     }
+    r.total = r.params + r.grads + r.optimizer + r.activations + r.comm_buffers;
     size_t n = out->struct_size < sizeof r ? out->struct_size : sizeof r;
     memcpy(out, &r, n);
     return LLMT_OK;
@@ -918,8 +591,8 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
                                  (int)prompt[i], V);
     float *sorted = malloc(sizeof(float) * (size_t)V);
     double *pr = malloc(sizeof(double) * (size_t)V);
-    float *devlg = tr->dev ? malloc(sizeof(float) * (size_t)Vp) : NULL;
-    if (!sorted || !pr || (tr->dev && !devlg)) {
+    float *devlg = malloc(sizeof(float) * (size_t)Vp);
+    if (!sorted || !pr || !devlg) {
         free(sorted);
         free(pr);
         free(devlg);
@@ -934,21 +607,14 @@ llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
             int at = total - len + i;
             tr->gen_ctx[i] = at < n_prompt ? prompt[at] : out[at - n_prompt];
         }
-        float *lg = tr->logits;
-        if (tr->dev) {
-            llmt_status s = llmt__devtrain_last_logits(tr->dev, tr->gen_ctx, len, devlg);
-            if (s != LLMT_OK) {
-                free(sorted);
-                free(pr);
-                free(devlg);
-                return s;
-            }
-            lg = devlg;
-        } else {
-            trunk_fwd(tr, tr->gen_ctx, 1, len);
-            tr->ops->matmul_fwd(lg, tr->lnf + (size_t)(len - 1) * c->width,
-                                PW(mdl->lm_head), NULL, 1, c->width, Vp);
+        llmt_status s = llmt__devtrain_last_logits(tr->dev, tr->gen_ctx, len, devlg);
+        if (s != LLMT_OK) {
+            free(sorted);
+            free(pr);
+            free(devlg);
+            return s;
         }
+        const float *lg = devlg;
         int next = 0;
         if (temperature <= 0.0f) {
             for (int i = 1; i < V; i++)
@@ -1028,25 +694,18 @@ static llmt_status detach(llmt_trainer *tr)
 {
     llmt_status s = llmt_trainer_sync_params(tr);
     if (s != LLMT_OK) return s;
-    if (!tr->m) {
-        size_t P = tr->model->total * sizeof(float);
-        float *m = llmt__alloc(tr->ctx, P, 64), *v = llmt__alloc(tr->ctx, P, 64);
-        if (!m || !v) {
-            if (m) llmt__free(tr->ctx, m, P);
-            if (v) llmt__free(tr->ctx, v, P);
-            return llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY,
-                                 "trainer: detaching needs %zu bytes for the "
-                                 "full optimizer state", 2 * P);
-        }
-        s = llmt__dp_unshard_state(tr->dp, m, v);
+    if (!tr->m) { /* the engine's full m and v back, every rank's shares in */
+        if ((s = llmt__devtrain_restore_moments(tr->dev)) != LLMT_OK) return s;
+        s = llmt__dp_unshard_state(tr->dp, llmt__devtrain_host_m(tr->dev),
+                                   llmt__devtrain_host_v(tr->dev));
         if (s != LLMT_OK) {
-            llmt__free(tr->ctx, m, P);
-            llmt__free(tr->ctx, v, P);
+            llmt__devtrain_drop_moments(tr->dev);
             return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
         }
-        tr->m = m;
-        tr->v = v;
+        tr->m = llmt__devtrain_host_m(tr->dev);
+        tr->v = llmt__devtrain_host_v(tr->dev);
     }
+    llmt__devtrain_set_dp(tr->dev, NULL);
     llmt__dp_destroy(tr->dp);
     tr->dp = NULL;
     return LLMT_OK;
@@ -1061,19 +720,23 @@ llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
         if (s != LLMT_OK) return s;
     }
     if (!comm) return LLMT_OK;
-    if (tr->dev)
+    /* dp.c reduces, shards and gathers host memory in the model's layout:
+     * the engine's buffers on the fp32 CPU backend */
+    if (!llmt__devtrain_host_resident(tr->dev))
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_comm: data parallelism of a device "
                              "(%s) trainer is not implemented yet; use CPU "
                              "trainers (doc/gpu.md, \"Not done\")",
                              llmt__devtrain_backend(tr->dev));
-    llmt_status s = llmt__dp_create(&tr->err, comm, opts, tr->model, tr->ops,
-                                    tr->grads, tr->m, tr->v, &tr->dp);
-    if (s != LLMT_OK || llmt__dp_state_bytes(tr->dp) == 0) return s;
+    llmt_status s = host_sync(tr, 1, 1, 0);
+    if (s != LLMT_OK) return s;
+    s = llmt__dp_create(&tr->err, comm, opts, tr->model, tr->ops, tr->grads, tr->m, tr->v,
+                        &tr->dp);
+    if (s != LLMT_OK) return s;
+    llmt__devtrain_set_dp(tr->dev, tr->dp);
+    if (llmt__dp_state_bytes(tr->dp) == 0) return LLMT_OK;
     /* ZeRO >= 1: the dp layer took this rank's shares of m and v */
-    size_t P = tr->model->total * sizeof(float);
-    llmt__free(tr->ctx, tr->m, P);
-    llmt__free(tr->ctx, tr->v, P);
+    llmt__devtrain_drop_moments(tr->dev);
     tr->m = tr->v = NULL;
     return LLMT_OK;
 }
@@ -1081,8 +744,7 @@ llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
 llmt_status llmt_trainer_sync_params(llmt_trainer *tr)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
-    if (tr->dev) return host_sync(tr, 1, 1, 0);
-    if (!tr->dp) return LLMT_OK;
+    if (!tr->dp) return host_sync(tr, 1, 1, 0);
     if (llmt__dp_sync(tr->dp) != LLMT_OK)
         return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
     return LLMT_OK;

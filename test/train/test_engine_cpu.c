@@ -1,18 +1,15 @@
-/* The one engine (lib/train/device.c) on the fp32 CPU backend of the op
- * table (lib/exec/dev_cpu.c) against the fp32 CPU trainer, for a GPT-2
- * and a Llama-style model (GQA, RoPE, SwiGLU, untied head) from the same
- * initial weights, with grad_accum 2, ignored targets, weight decay, an
- * active clip and a warmup + cosine schedule:
- *   - the step-0 loss, the evaluation loss before training and a greedy
- *     generation are equal BIT FOR BIT (same kernels, same order);
- *   - 12 AdamW steps: losses within 1e-5 relative, grad norms within 1e-4
- *     relative (the engine's gradient sum of squares is summed in double
- *     and returned as fp32, which moves the clip scale in its last bits;
- *     nothing else differs), parameters after the run within 1e-5
- *     relative L2;
- *   - recompute (full) equals no recompute bit for bit.
- * While the public CPU trainer is still the old graph (trainer.c), this
- * is what says the engine can replace it. */
+/* The public CPU trainer is the one engine (lib/train/device.c) on the
+ * fp32 CPU backend of the op table (lib/exec/dev_cpu.c). For a GPT-2 and a
+ * Llama-style model (GQA, RoPE, SwiGLU, untied head) with grad_accum 2,
+ * ignored targets, weight decay, an active clip and warmup + cosine:
+ *   - the step-0 loss and the evaluation loss before training equal, BIT
+ *     FOR BIT, those of the fp32 trainer.c graph this engine replaced
+ *     (recorded below from that graph at commit a3d556c, 2 threads, where
+ *     this test compared the two: 12 steps agreed within 1e-5 relative,
+ *     parameters within 2.2e-8 relative L2);
+ *   - the public trainer and the engine created on dev_cpu directly give
+ *     the same run bit for bit (losses, norms, generation, parameters);
+ *   - recompute (full) equals no recompute bit for bit. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,7 +74,7 @@ typedef struct run {
     int64_t n;
 } run;
 
-/* engine: 0 = the public CPU trainer, 1 = the engine on dev_cpu */
+/* engine: 0 = the public CPU trainer, 1 = the engine on dev_cpu directly */
 static int do_run(llmt_context *ctx, int llama, int engine, int recompute, run *r)
 {
     llmt_model_config mc;
@@ -149,17 +146,16 @@ static void compare(llmt_context *ctx, int llama)
     }
     fprintf(stderr, "%s: step-0 loss cpu %.9g engine %.9g; eval %.9g %.9g; last loss %.9g %.9g\n",
             name, a.loss[0], b.loss[0], a.eval, b.eval, a.loss[NSTEPS - 1], b.loss[NSTEPS - 1]);
-    CHECK(memcmp(&a.loss[0], &b.loss[0], sizeof(float)) == 0);
-    CHECK(memcmp(&a.eval, &b.eval, sizeof(float)) == 0);
+    /* the fp32 trainer.c graph's figures (%.9g round-trips a float) */
+    const float old_loss0 = llama ? 4.5769887f : 4.56992435f;
+    const float old_eval = llama ? 4.60233021f : 4.57044697f;
+    CHECK(a.loss[0] == old_loss0 && b.loss[0] == old_loss0);
+    CHECK(a.eval == old_eval && b.eval == old_eval);
     CHECK(memcmp(a.gen, b.gen, sizeof a.gen) == 0);
-    for (int k = 0; k < NSTEPS; k++) {
-        CHECK_CLOSE(b.loss[k], a.loss[k], 1e-5, 0.0);
-        CHECK_CLOSE(b.norm[k], a.norm[k], 1e-4, 0.0);
-    }
-    CHECK(a.n == b.n);
-    double e = rel_l2(b.params, a.params, a.n);
-    fprintf(stderr, "%s: parameters after %d steps: rel L2 %.3g\n", name, NSTEPS, e);
-    CHECK(e < 1e-5);
+    CHECK(memcmp(a.loss, b.loss, sizeof a.loss) == 0);
+    CHECK(memcmp(a.norm, b.norm, sizeof a.norm) == 0);
+    CHECK(a.n == b.n && memcmp(a.params, b.params, (size_t)a.n * sizeof(float)) == 0);
+    CHECK(rel_l2(b.params, a.params, a.n) == 0.0);
     /* recompute: the same run, bit for bit */
     CHECK(memcmp(b.loss, c.loss, sizeof b.loss) == 0);
     CHECK(memcmp(b.params, c.params, (size_t)b.n * sizeof(float)) == 0);
