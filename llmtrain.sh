@@ -20,7 +20,7 @@ pkgs_build=(gcc g++ make pkg-config meson ninja-build binutils
             libopenmpi-dev openmpi-bin python3 fortunes fortunes-min)
 # pkg:command entries are skipped when the command is already on PATH (a
 # toolchain installed another way, e.g. rustup's cargo).
-pkgs_test=(abigail-tools golang-go:go cargo:cargo python3-numpy python3-torch nodejs:node)
+pkgs_test=(abigail-tools clang-format golang-go:go cargo:cargo python3-numpy python3-torch nodejs:node)
 
 say() { printf '\033[1mllmtrain.sh:\033[0m %s\n' "$*" >&2; }
 

@@ -28,7 +28,7 @@ extern "C" {
 
 typedef struct llmt__cuda_ctx llmt__cuda_ctx;
 
-/* ---- context, streams, memory (cuda/core/ctx.cu, cuda/mem/) ------------- */
+/* ---- context, streams, memory (cuda/mem/mem.cu; devices: cuda/core/device.cu) ------------- */
 
 typedef struct llmt__cuda_ctx_opts {
     int device;           /* CUDA ordinal */

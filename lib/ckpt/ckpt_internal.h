@@ -155,6 +155,8 @@ struct llmt_ckpt {
     uint64_t rbufcap;
 };
 
+/* Close the checkpoint open for reading, if any (load.c). */
+void llmt__ckpt_close_open(llmt_ckpt *ck);
 /* Hash every chunk and block of the job's snapshot (save.c). */
 void *llmt__ckpt_hash_job(void *ck);
 /* Steps of root/step-* directories; committed_only: only those with a

@@ -130,8 +130,6 @@ static void clear_desc(llmt_ckpt *ck)
     ck->begun = 0;
 }
 
-void llmt__ckpt_close_open(llmt_ckpt *ck);
-
 LLMT_API void llmt_ckpt_destroy(llmt_ckpt *ck)
 {
     if (!ck)

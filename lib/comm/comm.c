@@ -108,7 +108,7 @@ void llmt__fr_format(llmt__sbuf *s, const llmt__fr *fr, int32_t rank)
 
 /* ---- options and discovery */
 
-llmt_status llmt_comm_opts_init(llmt_comm_opts *o, size_t size)
+LLMT_API llmt_status llmt_comm_opts_init(llmt_comm_opts *o, size_t size)
 {
     if (!o) return LLMT_ERR_NULL_POINTER;
     llmt_status s = llmt__check_struct_size(NULL, "llmt_comm_opts", size,
@@ -140,7 +140,7 @@ static int env_int(const char *name, long long *out)
     return 1;
 }
 
-llmt_status llmt_comm_env_discover(llmt_comm_env *out, size_t size)
+LLMT_API llmt_status llmt_comm_env_discover(llmt_comm_env *out, size_t size)
 {
     if (!out) return LLMT_ERR_NULL_POINTER;
     if (size < sizeof *out) return LLMT_ERR_STRUCT_SIZE;
@@ -398,7 +398,7 @@ static llmt_status enqueue(llmt_comm *c, const llmt__coll *a,
     return LLMT_OK;
 }
 
-llmt_status llmt_comm_work_test(llmt_comm_work *w, int *done)
+LLMT_API llmt_status llmt_comm_work_test(llmt_comm_work *w, int *done)
 {
     if (!w) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&w->c->err, "comm: work_test", done);
@@ -410,7 +410,7 @@ llmt_status llmt_comm_work_test(llmt_comm_work *w, int *done)
     return s;
 }
 
-llmt_status llmt_comm_work_wait(llmt_comm_work *w, int64_t timeout_ms)
+LLMT_API llmt_status llmt_comm_work_wait(llmt_comm_work *w, int64_t timeout_ms)
 {
     if (!w) return LLMT_ERR_NULL_POINTER;
     llmt__work_q *q = w->c->q;
@@ -438,7 +438,7 @@ llmt_status llmt_comm_work_wait(llmt_comm_work *w, int64_t timeout_ms)
     return s;
 }
 
-void llmt_comm_work_free(llmt_comm_work *w)
+LLMT_API void llmt_comm_work_free(llmt_comm_work *w)
 {
     if (!w) return;
     llmt_comm_work_wait(w, -1);
@@ -665,7 +665,7 @@ static llmt_status do_async(llmt_comm *c, llmt__coll *a, llmt_comm_work **w)
     a.peer = -1;     \
     a.root = -1
 
-llmt_status llmt_comm_all_reduce(llmt_comm *c, const void *send, void *recv,
+LLMT_API llmt_status llmt_comm_all_reduce(llmt_comm *c, const void *send, void *recv,
                                  size_t count, llmt_dtype dtype,
                                  llmt_reduce_op op, void *stream)
 {
@@ -675,7 +675,7 @@ llmt_status llmt_comm_all_reduce(llmt_comm *c, const void *send, void *recv,
     return do_blocking(c, &a);
 }
 
-llmt_status llmt_comm_all_gather(llmt_comm *c, const void *send, void *recv,
+LLMT_API llmt_status llmt_comm_all_gather(llmt_comm *c, const void *send, void *recv,
                                  size_t count, llmt_dtype dtype, void *stream)
 {
     COLL_INIT(LLMT__OP_ALL_GATHER);
@@ -684,7 +684,7 @@ llmt_status llmt_comm_all_gather(llmt_comm *c, const void *send, void *recv,
     return do_blocking(c, &a);
 }
 
-llmt_status llmt_comm_reduce_scatter(llmt_comm *c, const void *send,
+LLMT_API llmt_status llmt_comm_reduce_scatter(llmt_comm *c, const void *send,
                                      void *recv, size_t count,
                                      llmt_dtype dtype, llmt_reduce_op op,
                                      void *stream)
@@ -695,7 +695,7 @@ llmt_status llmt_comm_reduce_scatter(llmt_comm *c, const void *send,
     return do_blocking(c, &a);
 }
 
-llmt_status llmt_comm_all_to_all(llmt_comm *c, const void *send, void *recv,
+LLMT_API llmt_status llmt_comm_all_to_all(llmt_comm *c, const void *send, void *recv,
                                  size_t count, llmt_dtype dtype, void *stream)
 {
     COLL_INIT(LLMT__OP_ALL_TO_ALL);
@@ -707,7 +707,7 @@ llmt_status llmt_comm_all_to_all(llmt_comm *c, const void *send, void *recv,
     return do_blocking(c, &a);
 }
 
-llmt_status llmt_comm_all_to_allv(llmt_comm *c, const void *send,
+LLMT_API llmt_status llmt_comm_all_to_allv(llmt_comm *c, const void *send,
                                   const size_t *scounts, const size_t *sdispls,
                                   void *recv, const size_t *rcounts,
                                   const size_t *rdispls, llmt_dtype dtype,
@@ -734,7 +734,7 @@ llmt_status llmt_comm_all_to_allv(llmt_comm *c, const void *send,
     return do_blocking(c, &a);
 }
 
-llmt_status llmt_comm_broadcast(llmt_comm *c, void *buf, size_t count,
+LLMT_API llmt_status llmt_comm_broadcast(llmt_comm *c, void *buf, size_t count,
                                 llmt_dtype dtype, int32_t root, void *stream)
 {
     COLL_INIT(LLMT__OP_BROADCAST);
@@ -743,7 +743,7 @@ llmt_status llmt_comm_broadcast(llmt_comm *c, void *buf, size_t count,
     return do_blocking(c, &a);
 }
 
-llmt_status llmt_comm_send(llmt_comm *c, const void *buf, size_t count,
+LLMT_API llmt_status llmt_comm_send(llmt_comm *c, const void *buf, size_t count,
                            llmt_dtype dtype, int32_t peer, void *stream)
 {
     COLL_INIT(LLMT__OP_SEND);
@@ -752,7 +752,7 @@ llmt_status llmt_comm_send(llmt_comm *c, const void *buf, size_t count,
     return do_blocking(c, &a);
 }
 
-llmt_status llmt_comm_recv(llmt_comm *c, void *buf, size_t count,
+LLMT_API llmt_status llmt_comm_recv(llmt_comm *c, void *buf, size_t count,
                            llmt_dtype dtype, int32_t peer, void *stream)
 {
     COLL_INIT(LLMT__OP_RECV);
@@ -761,14 +761,14 @@ llmt_status llmt_comm_recv(llmt_comm *c, void *buf, size_t count,
     return do_blocking(c, &a);
 }
 
-llmt_status llmt_comm_barrier(llmt_comm *c)
+LLMT_API llmt_status llmt_comm_barrier(llmt_comm *c)
 {
     COLL_INIT(LLMT__OP_BARRIER);
     a.dtype = LLMT_DTYPE_INT32;
     return do_blocking(c, &a);
 }
 
-llmt_status llmt_comm_iall_reduce(llmt_comm *c, const void *send, void *recv,
+LLMT_API llmt_status llmt_comm_iall_reduce(llmt_comm *c, const void *send, void *recv,
                                   size_t count, llmt_dtype dtype,
                                   llmt_reduce_op op, llmt_comm_work **w)
 {
@@ -777,7 +777,7 @@ llmt_status llmt_comm_iall_reduce(llmt_comm *c, const void *send, void *recv,
     return do_async(c, &a, w);
 }
 
-llmt_status llmt_comm_ireduce_scatter(llmt_comm *c, const void *send,
+LLMT_API llmt_status llmt_comm_ireduce_scatter(llmt_comm *c, const void *send,
                                       void *recv, size_t count,
                                       llmt_dtype dtype, llmt_reduce_op op,
                                       llmt_comm_work **w)
@@ -787,7 +787,7 @@ llmt_status llmt_comm_ireduce_scatter(llmt_comm *c, const void *send,
     return do_async(c, &a, w);
 }
 
-llmt_status llmt_comm_iall_gather(llmt_comm *c, const void *send, void *recv,
+LLMT_API llmt_status llmt_comm_iall_gather(llmt_comm *c, const void *send, void *recv,
                                   size_t count, llmt_dtype dtype,
                                   llmt_comm_work **w)
 {
@@ -798,7 +798,7 @@ llmt_status llmt_comm_iall_gather(llmt_comm *c, const void *send, void *recv,
 
 /* ---- creation */
 
-llmt_status llmt_comm_create_inproc(llmt_context *ctx, int32_t n,
+LLMT_API llmt_status llmt_comm_create_inproc(llmt_context *ctx, int32_t n,
                                     const llmt_comm_opts *opts,
                                     llmt_comm **comms)
 {
@@ -814,7 +814,7 @@ llmt_status llmt_comm_create_inproc(llmt_context *ctx, int32_t n,
     return llmt__inproc_create(ctx, n, &o, comms);
 }
 
-llmt_status llmt_comm_create_from_env(llmt_context *ctx,
+LLMT_API llmt_status llmt_comm_create_from_env(llmt_context *ctx,
                                       const llmt_comm_opts *opts,
                                       llmt_comm **out)
 {
@@ -898,7 +898,7 @@ llmt_status llmt_comm_create_from_env(llmt_context *ctx,
 #endif
 }
 
-llmt_status llmt_comm_create_from_mpi(llmt_context *ctx, void *mpi_comm,
+LLMT_API llmt_status llmt_comm_create_from_mpi(llmt_context *ctx, void *mpi_comm,
                                       const llmt_comm_opts *opts,
                                       llmt_comm **out)
 {
@@ -925,7 +925,7 @@ llmt_status llmt_comm_create_from_mpi(llmt_context *ctx, void *mpi_comm,
 #endif
 }
 
-llmt_status llmt_comm_unique_id(void *id, size_t len)
+LLMT_API llmt_status llmt_comm_unique_id(void *id, size_t len)
 {
     if (!id) return LLMT_ERR_NULL_POINTER;
     if (len < LLMT_COMM_UNIQUE_ID_BYTES) return LLMT_ERR_BUFFER_TOO_SMALL;
@@ -936,7 +936,7 @@ llmt_status llmt_comm_unique_id(void *id, size_t len)
 #endif
 }
 
-llmt_status llmt_comm_create_from_unique_id(llmt_context *ctx, const void *id,
+LLMT_API llmt_status llmt_comm_create_from_unique_id(llmt_context *ctx, const void *id,
                                             size_t len, int32_t rank,
                                             int32_t world,
                                             const llmt_comm_opts *opts,
@@ -1008,7 +1008,7 @@ llmt_status llmt__comm_rendezvous(llmt_err *e, const char *path, int32_t rank,
 
 /* ---- sub-groups */
 
-llmt_status llmt_comm_split(llmt_comm *c, int32_t color, int32_t key,
+LLMT_API llmt_status llmt_comm_split(llmt_comm *c, int32_t color, int32_t key,
                             llmt_comm **out)
 {
     if (!c) return LLMT_ERR_NULL_POINTER;
@@ -1044,7 +1044,7 @@ llmt_status llmt_comm_split(llmt_comm *c, int32_t color, int32_t key,
     return s;
 }
 
-llmt_status llmt_comm_create_group(llmt_comm *c, const int32_t *ranks,
+LLMT_API llmt_status llmt_comm_create_group(llmt_comm *c, const int32_t *ranks,
                                    size_t n, llmt_comm **out)
 {
     if (!c) return LLMT_ERR_NULL_POINTER;
@@ -1073,7 +1073,7 @@ llmt_status llmt_comm_create_group(llmt_comm *c, const int32_t *ranks,
 
 /* ---- lifetime and queries */
 
-llmt_status llmt_comm_abort(llmt_comm *c)
+LLMT_API llmt_status llmt_comm_abort(llmt_comm *c)
 {
     if (!c) return LLMT_ERR_NULL_POINTER;
     c->user_abort = 1;
@@ -1083,26 +1083,26 @@ llmt_status llmt_comm_abort(llmt_comm *c)
     return LLMT_OK;
 }
 
-llmt_status llmt_comm_finalize(llmt_comm *c)
+LLMT_API llmt_status llmt_comm_finalize(llmt_comm *c)
 {
     if (!c) return LLMT_ERR_NULL_POINTER;
     queue_drain(c);
     return llmt_comm_barrier(c);
 }
 
-void llmt_comm_destroy(llmt_comm *c)
+LLMT_API void llmt_comm_destroy(llmt_comm *c)
 {
     if (!c) return;
     queue_stop(c);
     c->ops->destroy(c);
 }
 
-const char *llmt_comm_last_error(const llmt_comm *c)
+LLMT_API const char *llmt_comm_last_error(const llmt_comm *c)
 {
     return c ? c->err.msg : "comm: NULL handle";
 }
 
-llmt_status llmt_comm_rank(const llmt_comm *c, int32_t *rank)
+LLMT_API llmt_status llmt_comm_rank(const llmt_comm *c, int32_t *rank)
 {
     if (!c) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL((llmt_err *)&c->err, "comm: rank", rank);
@@ -1110,7 +1110,7 @@ llmt_status llmt_comm_rank(const llmt_comm *c, int32_t *rank)
     return LLMT_OK;
 }
 
-llmt_status llmt_comm_size(const llmt_comm *c, int32_t *size)
+LLMT_API llmt_status llmt_comm_size(const llmt_comm *c, int32_t *size)
 {
     if (!c) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL((llmt_err *)&c->err, "comm: size", size);
@@ -1118,7 +1118,7 @@ llmt_status llmt_comm_size(const llmt_comm *c, int32_t *size)
     return LLMT_OK;
 }
 
-llmt_status llmt_comm_backend_of(const llmt_comm *c, llmt_comm_backend *out)
+LLMT_API llmt_status llmt_comm_backend_of(const llmt_comm *c, llmt_comm_backend *out)
 {
     if (!c) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL((llmt_err *)&c->err, "comm: backend_of", out);
@@ -1126,7 +1126,7 @@ llmt_status llmt_comm_backend_of(const llmt_comm *c, llmt_comm_backend *out)
     return LLMT_OK;
 }
 
-llmt_status llmt_comm_next_seq(const llmt_comm *c, uint64_t *out)
+LLMT_API llmt_status llmt_comm_next_seq(const llmt_comm *c, uint64_t *out)
 {
     if (!c) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL((llmt_err *)&c->err, "comm: next_seq", out);
@@ -1148,7 +1148,7 @@ static void dump_text(llmt_comm *c, llmt__sbuf *sb)
     pthread_mutex_unlock(&c->fr_mu);
 }
 
-llmt_status llmt_comm_recorder_dump(llmt_comm *c, char *buf, size_t buflen,
+LLMT_API llmt_status llmt_comm_recorder_dump(llmt_comm *c, char *buf, size_t buflen,
                                     size_t *needed)
 {
     if (!c) return LLMT_ERR_NULL_POINTER;
@@ -1170,7 +1170,7 @@ llmt_status llmt_comm_recorder_dump(llmt_comm *c, char *buf, size_t buflen,
     return LLMT_OK;
 }
 
-llmt_status llmt_comm_recorder_dump_file(llmt_comm *c, const char *path)
+LLMT_API llmt_status llmt_comm_recorder_dump_file(llmt_comm *c, const char *path)
 {
     if (!c) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&c->err, "comm: recorder_dump_file", path);
@@ -1193,7 +1193,7 @@ llmt_status llmt_comm_recorder_dump_file(llmt_comm *c, const char *path)
 
 /* ---- groups of a plan */
 
-llmt_status llmt_comm_create_plan_group(llmt_comm *c, const llmt_plan *plan,
+LLMT_API llmt_status llmt_comm_create_plan_group(llmt_comm *c, const llmt_plan *plan,
                                         llmt_plan_dim dim, llmt_comm **out)
 {
     if (!c) return LLMT_ERR_NULL_POINTER;

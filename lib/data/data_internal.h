@@ -32,4 +32,7 @@ size_t llmt__data_normalize(const unsigned char *in, size_t len,
                             unsigned char *out, size_t cap, int64_t *invalid,
                             size_t *needed);
 
+/* The loader's error slot, for its checkpoint half (loader.c). */
+llmt_err *llmt__data_loader_err(const llmt_loader *l);
+
 #endif

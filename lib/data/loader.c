@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data_internal.h"
 #include "shard_internal.h"
 
 #define LD_MAX_PREFETCH 4096

@@ -8,8 +8,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-
-llmt_err *llmt__data_loader_err(const llmt_loader *l);
+#include "data/data_internal.h"
 
 enum { K_SEED, K_EPOCH, K_CURSOR, K_SPE, K_FP, K_N };
 static const char *const key[K_N] = {"data.seed", "data.epoch", "data.cursor",

@@ -32,7 +32,7 @@ static llmt_status read_all(llmt_err *e, FILE *f, void *p, size_t n,
     return LLMT_OK;
 }
 
-llmt_status llmt_model_save_safetensors(llmt_model *m, const char *path)
+LLMT_API llmt_status llmt_model_save_safetensors(llmt_model *m, const char *path)
 {
     if (!m) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&m->err, "model: save_safetensors", path);
@@ -78,7 +78,7 @@ llmt_status llmt_model_save_safetensors(llmt_model *m, const char *path)
     return s;
 }
 
-llmt_status llmt_model_load_safetensors(llmt_model *m, const char *path)
+LLMT_API llmt_status llmt_model_load_safetensors(llmt_model *m, const char *path)
 {
     if (!m) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&m->err, "model: load_safetensors", path);
@@ -216,7 +216,7 @@ static llmt_status llmc_tensors(llmt_model *m, FILE *f, const char *path,
     return s;
 }
 
-llmt_status llmt_model_export_llmc(llmt_model *m, const char *path)
+LLMT_API llmt_status llmt_model_export_llmc(llmt_model *m, const char *path)
 {
     if (!m) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&m->err, "model: export_llmc", path);
@@ -247,7 +247,7 @@ llmt_status llmt_model_export_llmc(llmt_model *m, const char *path)
     return s;
 }
 
-llmt_status llmt_model_import_llmc(llmt_context *ctx, const char *path,
+LLMT_API llmt_status llmt_model_import_llmc(llmt_context *ctx, const char *path,
                                    llmt_model **out)
 {
     llmt_err *ce = ctx ? &ctx->err : NULL;

@@ -6,7 +6,7 @@
 
 #include "model/model.h"
 
-llmt_status llmt_model_config_init(llmt_model_config *cfg, size_t size)
+LLMT_API llmt_status llmt_model_config_init(llmt_model_config *cfg, size_t size)
 {
     if (!cfg) return LLMT_ERR_NULL_POINTER;
     llmt_status s = llmt__check_struct_size(NULL, "llmt_model_config", size,
@@ -269,13 +269,13 @@ llmt_status llmt__model_new(llmt_context *ctx, const llmt_model_config *cfg,
     return LLMT_OK;
 }
 
-llmt_status llmt_model_create(llmt_context *ctx, const llmt_model_config *cfg,
+LLMT_API llmt_status llmt_model_create(llmt_context *ctx, const llmt_model_config *cfg,
                               llmt_model **out)
 {
     return llmt__model_new(ctx, cfg, 1, out);
 }
 
-void llmt_model_destroy(llmt_model *m)
+LLMT_API void llmt_model_destroy(llmt_model *m)
 {
     if (!m) return;
     llmt_context *ctx = m->ctx;
@@ -285,12 +285,12 @@ void llmt_model_destroy(llmt_model *m)
     llmt__free(ctx, m, sizeof *m);
 }
 
-const char *llmt_model_last_error(const llmt_model *m)
+LLMT_API const char *llmt_model_last_error(const llmt_model *m)
 {
     return m ? m->err.msg : "model: NULL handle";
 }
 
-llmt_status llmt_model_get_config(const llmt_model *m, llmt_model_config *cfg)
+LLMT_API llmt_status llmt_model_get_config(const llmt_model *m, llmt_model_config *cfg)
 {
     if (!m) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL((llmt_err *)&m->err, "model: get_config", cfg);
@@ -305,7 +305,7 @@ llmt_status llmt_model_get_config(const llmt_model *m, llmt_model_config *cfg)
     return LLMT_OK;
 }
 
-llmt_status llmt_model_param_count(const llmt_model *m, int32_t *count,
+LLMT_API llmt_status llmt_model_param_count(const llmt_model *m, int32_t *count,
                                    int64_t *numel)
 {
     if (!m) return LLMT_ERR_NULL_POINTER;
@@ -328,7 +328,7 @@ llmt_status llmt__model_view(llmt_model *m, int32_t index, float *base,
                             base + p->offset, LLMT_DEVICE_CPU, 0);
 }
 
-llmt_status llmt_model_param(llmt_model *m, int32_t index, const char **name,
+LLMT_API llmt_status llmt_model_param(llmt_model *m, int32_t index, const char **name,
                              llmt_tensor *view)
 {
     if (!m) return LLMT_ERR_NULL_POINTER;
@@ -349,7 +349,7 @@ int32_t llmt__model_find(const llmt_model *m, const char *name)
     return -1;
 }
 
-llmt_status llmt_model_find_param(llmt_model *m, const char *name,
+LLMT_API llmt_status llmt_model_find_param(llmt_model *m, const char *name,
                                   llmt_tensor *view)
 {
     if (!m) return LLMT_ERR_NULL_POINTER;

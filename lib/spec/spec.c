@@ -1507,8 +1507,6 @@ static int add_value(cJSON *o, const char *name, const spec_key *k,
     }
 }
 
-/* Internal: the normalised spec as a cJSON tree (the plan embeds it). */
-void *llmt__spec_to_cjson(const llmt_spec *s);
 void *llmt__spec_to_cjson(const llmt_spec *s)
 {
     cJSON *root = cJSON_CreateObject();

@@ -154,4 +154,7 @@ int64_t llmt__spec_llama_ffn(int64_t hidden);
 /* Parameter count from the shape (embeddings, layers, final norm, head). */
 double llmt__spec_param_count(const llmt_spec *s);
 
+/* The normalised spec as a cJSON tree (a cJSON *; the plan embeds it). */
+void *llmt__spec_to_cjson(const llmt_spec *s);
+
 #endif
