@@ -267,7 +267,10 @@ typedef enum llmt_type_id {
     LLMT_TYPE_LOADER_OPTS = 23,
     LLMT_TYPE_LOADER_STATE = 24,
     LLMT_TYPE_DATA_PREPARE_OPTS = 25,
-    LLMT_TYPE_DATA_REPORT = 26
+    LLMT_TYPE_DATA_REPORT = 26,
+    LLMT_TYPE_JOB_OPTS = 27,
+    LLMT_TYPE_JOB_INFO = 28,
+    LLMT_TYPE_JOB_METRICS = 29
 } llmt_type_id;
 /* sizeof the struct, or 0 for an unknown id. */
 LLMT_API size_t llmt_sizeof(llmt_type_id type);
@@ -1688,6 +1691,198 @@ LLMT_API llmt_status llmt_data_prepare(llmt_context *ctx,
 LLMT_API llmt_status llmt_data_synth_markov(uint64_t seed, int32_t alphabet,
                                             int32_t branching, char *buf,
                                             size_t len, double *entropy_rate);
+
+/* ======================================================================
+ * Job: one whole training run from a spec (doc/training.md, "The job")
+ * A job is created from a spec and the launcher's environment (world
+ * size, rank, local rank) and owns everything the run needs: the plan
+ * (the spec placed on the world size), the data-parallel communicator
+ * (world > 1), the model and trainer, the data (tokenizer, training and
+ * validation tokens, the loader), the checkpointer with every configured
+ * tier and its retention, the metrics stream (metrics.jsonl, appended,
+ * never rewritten) and the anomaly policy. `llmtrain train` is a thin
+ * caller of it, so every host behaves alike. Every key of the spec either
+ * takes effect or is refused at creation with LLMT_ERR_UNSUPPORTED and a
+ * message naming its JSON path and where its support is planned
+ * ("parallelism.tp: 2 is not supported by llmt_job yet (tensor
+ * parallelism: issue 16); use 1"); doc/job-spec.md lists them.
+ * One thread drives a job. Under a launcher every rank creates its own job
+ * and calls step/run/save/resume/evaluate in the same order: with world >
+ * 1 those calls are collective. The library prints nothing: what a host
+ * shows comes from llmt_job_get_info, llmt_job_get_metrics and the log sink.
+ * ====================================================================== */
+typedef struct llmt_job llmt_job;
+
+typedef struct llmt_job_opts {
+    size_t struct_size;
+    /* Run directory (created): prepared data, metrics, plot, and the
+     * relative paths of the spec (checkpoint.dir, metrics.*). Rank r > 0
+     * keeps its data and metrics in run_dir/rank-r; the checkpoints of all
+     * ranks go to rank 0's root (one sharded checkpoint per step).
+     * NULL (default): "runs/<spec name>". */
+    const char *run_dir;
+    int32_t world_size;   /* 0 (default): from the environment
+                             (llmt_comm_env_discover) */
+    int32_t rank;         /* -1 (default): from the environment */
+    int32_t local_rank;   /* -1 (default): from the environment */
+    /* 0 (default): a new run; refused when the checkpoint root holds
+     * checkpoints or run_dir holds data prepared by an earlier run.
+     * 1: continue from the newest usable checkpoint (local tier, then the
+     * durable one); no checkpoint at all starts at step 0; checkpoints that
+     * exist but are all unusable are refused, listing each and why,
+     * unless `fresh` is set. */
+    int32_t resume;
+    int32_t fresh;        /* with resume: start at step 0 even when every
+                             checkpoint present is unusable (they stay on
+                             disk; a step directory in the way is set
+                             aside by the checkpointer); default 0 */
+    int64_t stop_at;      /* stop after this step (<= train.steps); the LR
+                             schedule keeps train.steps; 0 (default):
+                             train.steps */
+    int32_t threads;      /* CPU threads; 0 (default): train.threads */
+    /* The caller's communicator (borrowed; its rank and size win over the
+     * fields above), e.g. one in-process rank per thread. NULL (default):
+     * world > 1 creates one from the environment (MPI), with the timeout
+     * fault_tolerance.collective_timeout_s when the spec sets it. */
+    struct llmt_comm *comm;
+} llmt_job_opts;
+
+/* What the job resolved: for a host's banner and for tests. Strings are
+ * owned by the job and valid until llmt_job_destroy. */
+typedef struct llmt_job_info {
+    size_t struct_size;
+    const char *name;            /* the spec's name */
+    const char *run_dir;         /* this rank's run directory */
+    const char *ckpt_dir;        /* the local tier (the run's root) */
+    const char *durable_dir;     /* "" without a durable tier */
+    const char *metrics_path, *plot_path;
+    const char *data_desc;       /* the data, one line */
+    const char *data_note;       /* what preparing the corpus did, or "" */
+    const char *resume_note;     /* where the run resumed from, or "" */
+    int32_t world_size, rank, local_rank;
+    int32_t dp, zero;
+    int32_t arch;                /* llmt_arch */
+    int32_t layers, width, heads, vocab; /* vocab: the tokenizer's */
+    int64_t params;
+    int32_t micro_batch, grad_accum, seq_len;
+    int64_t global_batch;        /* sequences per step, all ranks */
+    int64_t steps, stop_at;      /* train.steps; where this job stops */
+    int64_t start_step;          /* 0, or the step it resumed from */
+    int32_t device;              /* llmt_device_type */
+    int32_t recompute, threads, deterministic, fp8;
+    int64_t train_tokens, val_tokens;
+    double unigram_entropy;      /* nats/token of the training tokens */
+    int32_t ckpt_async;
+    int32_t ckpt_auto;           /* checkpoint.interval "auto" */
+    int64_t ckpt_interval;       /* steps; 0 none; -1 auto, not decided yet
+                                    (it is after the first step) */
+    int32_t keep_last, keep_every, durable_keep_last, durable_keep_every;
+    /* auto interval: Young/Daly sqrt(2 C MTBF) and its inputs */
+    double auto_stall_s;         /* C: measured on the first save, or
+                                    checkpoint.save_stall_s */
+    double auto_write_s;         /* persist time (async saves cannot be
+                                    closer than this) */
+    double auto_mtbf_s;          /* 3600 / (gpu_failures_per_hour x GPUs) */
+    double auto_step_s;          /* measured step time */
+    double auto_interval_s;      /* max(Young/Daly, write) */
+    double gpu_failures_per_hour;
+    const char *interval_note;   /* the above in one line, or "" */
+    int32_t anomaly_policy;      /* 0 skip, 1 rollback, 2 stop */
+    double anomaly_zscore;
+    double collective_timeout_s;
+} llmt_job_info;
+
+/* Bits of llmt_job_metrics.events: what happened in the last call. */
+#define LLMT_JOB_EVENT_LOG       0x01u /* train.log_interval: report it */
+#define LLMT_JOB_EVENT_VALIDATED 0x02u /* val_loss is this step's */
+#define LLMT_JOB_EVENT_SAVED     0x04u /* a checkpoint of saved_step began */
+#define LLMT_JOB_EVENT_ANOMALY   0x08u /* non-finite or a loss spike */
+#define LLMT_JOB_EVENT_SKIPPED   0x10u /* the batch was dropped, no update */
+#define LLMT_JOB_EVENT_ROLLBACK  0x20u /* state restored to an earlier step */
+#define LLMT_JOB_EVENT_INTERVAL  0x40u /* the auto interval was decided */
+#define LLMT_JOB_EVENT_START_VAL 0x80u /* start_val_loss: the step-0 one */
+
+typedef struct llmt_job_metrics {
+    size_t struct_size;
+    int64_t step;           /* steps done after the call */
+    float loss;             /* the step's (global) training loss */
+    float grad_norm, lr;
+    int64_t tokens;         /* counted targets of the step, this rank */
+    double step_s;          /* wall time of the step */
+    double tokens_per_s;    /* this rank's */
+    double mfu;             /* plan's model FLOPs / step_s / peak of the
+                               world (hardware.*) */
+    double elapsed_s;       /* since the job's first step */
+    float val_loss;         /* NaN unless VALIDATED */
+    float start_val_loss;   /* NaN unless START_VAL */
+    uint32_t events;        /* LLMT_JOB_EVENT_* */
+    int64_t saved_step;     /* -1 unless SAVED */
+    int64_t anomalies, skipped, rollbacks; /* totals of this job */
+} llmt_job_metrics;
+
+LLMT_API llmt_status llmt_job_opts_init(llmt_job_opts *opts, size_t size);
+/* From a parsed spec (copied; the caller may destroy it). opts may be NULL.
+ * Creation failures (a refused key, bad data, a checkpoint directory of an
+ * earlier run) are on the context: llmt_context_last_error(ctx). With
+ * opts.resume the job has resumed when this returns (info.start_step). */
+LLMT_API llmt_status llmt_job_create(llmt_context *ctx, const llmt_spec *spec,
+                                     const llmt_job_opts *opts,
+                                     llmt_job **out);
+LLMT_API llmt_status llmt_job_create_from_file(llmt_context *ctx,
+                                               const char *spec_path,
+                                               const llmt_job_opts *opts,
+                                               llmt_job **out);
+LLMT_API llmt_status llmt_job_create_from_json(llmt_context *ctx,
+                                               const char *json, size_t len,
+                                               const llmt_job_opts *opts,
+                                               llmt_job **out);
+/* Waits for a save in flight, closes the metrics stream, frees. NULL is a
+ * no-op. */
+LLMT_API void llmt_job_destroy(llmt_job *job);
+LLMT_API const char *llmt_job_last_error(const llmt_job *job);
+LLMT_API llmt_status llmt_job_get_info(const llmt_job *job,
+                                       llmt_job_info *out);
+/* The plan the job runs (owned by the job). */
+LLMT_API llmt_status llmt_job_get_plan(const llmt_job *job,
+                                       const llmt_plan **out);
+/* One optimizer step on the next batch, then what the spec asks for after
+ * it: validation (train.eval_interval, and at stop_at), a checkpoint
+ * (checkpoint.interval; at stop_at a synchronous one), the anomaly policy.
+ * A non-finite step is never applied: policy skip drops the batch (the
+ * step count does not advance), rollback restores the newest checkpoint
+ * and goes on with the batches after the bad one, stop fails with
+ * LLMT_ERR_NUMERIC. A loss spike (z-score above anomaly.zscore over the
+ * last 32 steps) is counted and logged; rollback undoes it, stop stops.
+ * LLMT_ERR_STATE once stop_at is reached. metrics may be NULL. */
+LLMT_API llmt_status llmt_job_step(llmt_job *job, llmt_job_metrics *metrics);
+/* Steps until `n` more are done or stop_at is reached (n <= 0: until
+ * stop_at); then llmt_job_finish. metrics (may be NULL) gets the last. */
+LLMT_API llmt_status llmt_job_run(llmt_job *job, int64_t n,
+                                  llmt_job_metrics *metrics);
+/* Save a checkpoint of the current step now (async 0: returns when it is
+ * committed). Every configured tier gets it (the durable copy after the
+ * local commit). */
+LLMT_API llmt_status llmt_job_save(llmt_job *job, int32_t async);
+/* Go back to the newest usable checkpoint (local tier, then durable) with
+ * the data position saved with it; *step (may be NULL) gets its step.
+ * LLMT_ERR_NOT_FOUND, listing what is there and why each is unusable,
+ * when there is none. A line {"event":"resume",...} goes to the metrics. */
+LLMT_API llmt_status llmt_job_resume(llmt_job *job, int64_t *step);
+/* The last step's metrics (zeros before the first step). */
+LLMT_API llmt_status llmt_job_get_metrics(const llmt_job *job,
+                                          llmt_job_metrics *out);
+/* Mean validation loss over train.eval_batches micro-batches of the
+ * validation split (the same sequences every time). */
+LLMT_API llmt_status llmt_job_evaluate(llmt_job *job, float *val_loss);
+/* Wait for saves in flight and write the plot (metrics.plot, SVG) from
+ * metrics.jsonl, the latest line per step. */
+LLMT_API llmt_status llmt_job_finish(llmt_job *job);
+/* train.sample_tokens tokens sampled after <|endoftext|> (temperature
+ * 0.8, top-k 40, seed train.seed), decoded, NUL-terminated into buf (may
+ * be NULL when buflen is 0); *needed (may be NULL) gets the size with the
+ * NUL. "" when sample_tokens is 0. LLMT_ERR_BUFFER_TOO_SMALL when short. */
+LLMT_API llmt_status llmt_job_sample(llmt_job *job, char *buf, size_t buflen,
+                                     size_t *needed);
 
 /* ======================================================================
  * LLMT_EXPERIMENTAL: not frozen; may change in any release.

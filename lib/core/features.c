@@ -78,6 +78,9 @@ LLMT_API size_t llmt_sizeof(llmt_type_id type)
     case LLMT_TYPE_LOADER_STATE: return sizeof(llmt_loader_state);
     case LLMT_TYPE_DATA_PREPARE_OPTS: return sizeof(llmt_data_prepare_opts);
     case LLMT_TYPE_DATA_REPORT: return sizeof(llmt_data_report);
+    case LLMT_TYPE_JOB_OPTS: return sizeof(llmt_job_opts);
+    case LLMT_TYPE_JOB_INFO: return sizeof(llmt_job_info);
+    case LLMT_TYPE_JOB_METRICS: return sizeof(llmt_job_metrics);
     }
     return 0;
 }

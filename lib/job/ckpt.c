@@ -1,0 +1,265 @@
+/* The job's checkpoints: every configured tier with its retention (the
+ * local root, the host snapshot, the durable copy), the "auto" interval
+ * (Young/Daly from the measured save stall and the spec's failure rate),
+ * resume from the newest usable checkpoint of either tier, and the
+ * rollback of the anomaly policy. Every rank saves its share into rank 0's
+ * root, so one sharded checkpoint per step resumes under any world size. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "job/job.h"
+
+#define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
+
+llmt_status llmt__job_ckpt_open(llmt_job *j)
+{
+    llmt_ckpt_opts co;
+    llmt_ckpt_opts_init(&co, sizeof co);
+    co.keep_last = j->keep_last;
+    co.keep_every = j->keep_every;
+    co.rank = j->rank;
+    co.world_size = j->world;
+    if (j->durable_dir[0]) {
+        co.durable_dir = j->durable_dir;
+        co.durable_keep_last = j->durable_keep_last;
+        co.durable_keep_every = j->durable_keep_every;
+    }
+    llmt_status s = llmt_ckpt_create(j->ctx, j->ckpt_dir, &co, &j->ck);
+    if (s != LLMT_OK)
+        return FAIL(s, "checkpoint: %s", llmt_context_last_error(j->ctx));
+    return LLMT_OK;
+}
+
+llmt_status llmt__job_save(llmt_job *j, int async)
+{
+    int64_t step = 0;
+    llmt_trainer_get_step(j->tr, &step);
+    /* the previous async save must have succeeded */
+    llmt_status s = llmt_ckpt_wait(j->ck, -1);
+    if (s != LLMT_OK)
+        return FAIL(s, "%s", llmt_ckpt_last_error(j->ck));
+    s = llmt_ckpt_begin(j->ck, step);
+    if (s != LLMT_OK)
+        return FAIL(s, "%s", llmt_ckpt_last_error(j->ck));
+    s = llmt_trainer_ckpt_add(j->tr, j->ck);
+    if (s != LLMT_OK)
+        return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
+    s = llmt_loader_ckpt_add(j->data.loader, j->ck);
+    if (s == LLMT_OK) { /* for people and tools; loading does not need it */
+        char plan[96];
+        snprintf(plan, sizeof plan, "{\"dp\": %d, \"zero\": %d}", (int)j->dp,
+                 (int)(j->dp > 1 ? j->zero : 0));
+        s = llmt_ckpt_set_plan_json(j->ck, plan);
+    }
+    if (s == LLMT_OK)
+        s = llmt_ckpt_save(j->ck, async);
+    if (s != LLMT_OK)
+        return FAIL(s, "%s", llmt_ckpt_last_error(j->ck));
+    j->last_saved = step;
+    return LLMT_OK;
+}
+
+/* Ranks measure different times; they must agree on one interval or they
+ * would save different steps. The maximum is the safe choice. */
+static void agree_max(llmt_job *j, double *v, int n)
+{
+    if (!j->comm || j->world <= 1)
+        return;
+    float f[4];
+    for (int i = 0; i < n; i++)
+        f[i] = (float)v[i];
+    if (llmt_comm_all_reduce(j->comm, f, f, (size_t)n, LLMT_DTYPE_FP32,
+                             LLMT_REDUCE_MAX, NULL) == LLMT_OK)
+        for (int i = 0; i < n; i++)
+            v[i] = f[i];
+}
+
+/* checkpoint.interval "auto", decided after the first step: the stall C of
+ * a save (measured on a first save now, unless checkpoint.save_stall_s
+ * gives it), the job's MTBF from fault_tolerance.gpu_failures_per_hour x
+ * GPUs, Young's sqrt(2 C MTBF) (the planner's formula), never closer than
+ * an async save takes to persist, converted to steps by the measured step
+ * time. */
+static llmt_status decide_auto(llmt_job *j, double step_s, llmt_job_metrics *m)
+{
+    const llmt_spec *sp = j->spec;
+    double stall = sp->checkpoint.save_stall_s, write = sp->checkpoint.save_write_s;
+    int measured = 0;
+    if (!(stall > 0) || !(write > 0)) {
+        double t0 = llmt__job_now();
+        llmt_status s = llmt__job_save(j, j->ckpt_async);
+        if (s != LLMT_OK)
+            return s;
+        double t1 = llmt__job_now();
+        s = llmt_ckpt_wait(j->ck, -1);
+        if (s != LLMT_OK)
+            return FAIL(s, "%s", llmt_ckpt_last_error(j->ck));
+        double t2 = llmt__job_now();
+        j->first_stall_s = j->ckpt_async ? t1 - t0 : t2 - t0;
+        j->first_write_s = t2 - t0;
+        if (!(stall > 0))
+            stall = j->first_stall_s;
+        if (!(write > 0))
+            write = j->first_write_s;
+        measured = 1;
+        if (m) {
+            m->events |= LLMT_JOB_EVENT_SAVED;
+            m->saved_step = j->last_saved;
+        }
+    }
+    double v[3] = {stall, write, step_s};
+    agree_max(j, v, 3);
+    stall = v[0] > 1e-6 ? v[0] : 1e-6;
+    write = v[1];
+    step_s = v[2] > 1e-9 ? v[2] : 1e-9;
+    double rate = sp->fault_tolerance.gpu_failures_per_hour;
+    double mtbf = rate > 0 ? 3600.0 / (rate * (double)j->world) : INFINITY;
+    double yd = INFINITY;
+    if (isfinite(mtbf))
+        llmt_young_daly_interval(stall, mtbf, 0, &yd);
+    double interval = fmax(yd, j->ckpt_async ? write : 0.0);
+    if (interval < step_s)
+        interval = step_s;
+    double steps = isfinite(interval) ? floor(interval / step_s + 0.5) : 0;
+    if (steps < 1 && isfinite(interval))
+        steps = 1;
+    /* beyond the run: only the final save; 0 says "none" to the loop */
+    j->ckpt_interval = steps > (double)j->steps || !isfinite(steps) ? 0 : (int64_t)steps;
+    j->auto_stall_s = stall;
+    j->auto_write_s = write;
+    j->auto_mtbf_s = mtbf;
+    j->auto_step_s = step_s;
+    j->auto_interval_s = interval;
+    char every[64];
+    if (j->ckpt_interval > 0)
+        snprintf(every, sizeof every, "every %lld steps", (long long)j->ckpt_interval);
+    else
+        snprintf(every, sizeof every, "only at the end (%.0f steps > train.steps)",
+                 isfinite(steps) ? steps : INFINITY);
+    snprintf(j->interval_note, sizeof j->interval_note,
+             "checkpoint.interval auto: %s = %.4g s: Young/Daly sqrt(2 x C x MTBF) "
+             "= %.4g s with C = %.4g s (save stall, %s) and MTBF = %.4g h "
+             "(fault_tolerance.gpu_failures_per_hour %.3g x %d GPU(s)); "
+             "%s write %.4g s; step %.4g s", every, interval, yd, stall,
+             sp->checkpoint.save_stall_s > 0 ? "checkpoint.save_stall_s"
+             : measured                     ? "measured on the first save"
+                                            : "given",
+             mtbf / 3600.0, rate, (int)j->world, j->ckpt_async ? "async," : "sync,",
+             write, step_s);
+    llmt__log(j->ctx, LLMT_LOG_INFO, "job", "%s", j->interval_note);
+    llmt__job_metrics_line(j,
+                           "{\"event\":\"ckpt_interval\",\"step\":%lld,\"interval_steps\":"
+                           "%lld,\"interval_s\":%.6g,\"young_daly_s\":%.6g,\"stall_s\":"
+                           "%.6g,\"write_s\":%.6g,\"mtbf_s\":%.6g,"
+                           "\"gpu_failures_per_hour\":%.6g,\"gpus\":%d,\"step_s\":%.6g}",
+                           (long long)j->last.step, (long long)j->ckpt_interval,
+                           isfinite(interval) ? interval : -1, isfinite(yd) ? yd : -1,
+                           stall, write, isfinite(mtbf) ? mtbf : -1, rate, (int)j->world,
+                           step_s);
+    if (m)
+        m->events |= LLMT_JOB_EVENT_INTERVAL;
+    return LLMT_OK;
+}
+
+llmt_status llmt__job_maybe_save(llmt_job *j, int64_t done, int last,
+                                 llmt_job_metrics *m)
+{
+    if (j->ckpt_auto && j->ckpt_interval < 0) {
+        llmt_status s = decide_auto(j, m ? m->step_s : 0, m);
+        if (s != LLMT_OK)
+            return s;
+    }
+    if (j->last_saved == done)
+        return LLMT_OK;
+    if ((j->ckpt_interval > 0 && done % j->ckpt_interval == 0) || last) {
+        /* the last one is synchronous so that the run ends durable; ZeRO-3
+         * parameters need no gather: each rank saves its share */
+        llmt_status s = llmt__job_save(j, last ? 0 : j->ckpt_async);
+        if (s != LLMT_OK)
+            return s;
+        if (m) {
+            m->events |= LLMT_JOB_EVENT_SAVED;
+            m->saved_step = done;
+        }
+    }
+    return LLMT_OK;
+}
+
+/* Open the newest usable checkpoint of `ck` and restore from it. */
+static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data,
+                                int64_t *step, int *opened)
+{
+    *opened = 0;
+    llmt_status s = llmt_ckpt_open_latest(ck, step);
+    if (s != LLMT_OK)
+        return s;
+    *opened = 1;
+    s = llmt_trainer_ckpt_read(j->tr, ck);
+    if (s != LLMT_OK)
+        return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
+    if (with_data)
+        return llmt__job_data_ckpt_read(j, &j->data, ck);
+    return LLMT_OK;
+}
+
+llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
+{
+    *step = -1;
+    llmt_status s = llmt_ckpt_wait(j->ck, -1);
+    if (s != LLMT_OK) /* a failed async save leaves no step behind */
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job", "the last save failed: %s",
+                  llmt_ckpt_last_error(j->ck));
+    size_t nlocal = 0, ndurable = 0;
+    llmt_ckpt_list(j->ck, NULL, 0, &nlocal);
+    int opened = 0;
+    s = restore_from(j, j->ck, with_data, step, &opened);
+    if (opened && s != LLMT_OK)
+        return s; /* a checkpoint opened but could not be used: say so */
+    if (s == LLMT_OK) {
+        snprintf(j->resume_note, sizeof j->resume_note, "%s at step %lld", j->ckpt_dir,
+                 (long long)*step);
+        return LLMT_OK;
+    }
+    char why_local[LLMT_ERR_MSG_MAX];
+    snprintf(why_local, sizeof why_local, "%s", llmt_ckpt_last_error(j->ck));
+    char why_durable[LLMT_ERR_MSG_MAX] = "";
+    if (j->durable_dir[0]) {
+        /* the local tier is gone (a replaced node) or unusable: the durable
+         * copy has every committed step, with the same format */
+        llmt_ckpt_opts co;
+        llmt_ckpt_opts_init(&co, sizeof co);
+        co.rank = j->rank;
+        co.world_size = j->world;
+        co.keep_last = 0; /* never prune the durable tier from here */
+        llmt_ckpt *dk = NULL;
+        s = llmt_ckpt_create(j->ctx, j->durable_dir, &co, &dk);
+        if (s == LLMT_OK) {
+            llmt_ckpt_list(dk, NULL, 0, &ndurable);
+            s = restore_from(j, dk, with_data, step, &opened);
+            snprintf(why_durable, sizeof why_durable, "%s", llmt_ckpt_last_error(dk));
+        } else {
+            snprintf(why_durable, sizeof why_durable, "%s",
+                     llmt_context_last_error(j->ctx));
+        }
+        llmt_ckpt_destroy(dk);
+        if (s == LLMT_OK) {
+            snprintf(j->resume_note, sizeof j->resume_note,
+                     "the durable tier %.300s at step %lld (local tier %.300s: %.400s)",
+                     j->durable_dir, (long long)*step, j->ckpt_dir, why_local);
+            return LLMT_OK;
+        }
+        if (opened && s != LLMT_OK)
+            return s;
+    }
+    *step = -1;
+    if (nlocal == 0 && ndurable == 0) {
+        llmt__err_clear(&j->err);
+        return LLMT_OK; /* nothing was ever saved */
+    }
+    if (j->durable_dir[0])
+        return FAIL(LLMT_ERR_NOT_FOUND,
+                    "no usable checkpoint: local tier: %s; durable tier: %s", why_local,
+                    why_durable);
+    return FAIL(LLMT_ERR_NOT_FOUND, "no usable checkpoint: %s", why_local);
+}

@@ -1,0 +1,580 @@
+/* llmt_job: creation and the handle's plumbing. The order of creation is
+ * the order in which a run can fail cheaply: the spec's refusals first
+ * (before any data is prepared), then the plan (does the spec fit the
+ * world size), the data, the model and trainer, the communicator, the
+ * checkpointer, and last the resume. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "job/job.h"
+
+#define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
+
+double llmt__job_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int llmt__job_mkdir_p(const char *path)
+{
+    char tmp[JOB_PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+LLMT_API llmt_status llmt_job_opts_init(llmt_job_opts *opts, size_t size)
+{
+    if (!opts)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_status s = llmt__check_struct_size(NULL, "job opts", size,
+                                            offsetof(llmt_job_opts, run_dir));
+    if (s != LLMT_OK)
+        return s;
+    llmt_job_opts d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.rank = -1;
+    d.local_rank = -1;
+    memset(opts, 0, size);
+    memcpy(opts, &d, size < sizeof d ? size : sizeof d);
+    opts->struct_size = size;
+    return LLMT_OK;
+}
+
+/* Relative output paths of the spec go under the run directory. */
+static void under(char *dst, size_t cap, const char *dir, const char *p,
+                  const char *dflt)
+{
+    if (!p || !*p)
+        p = dflt;
+    if (p[0] == '/')
+        snprintf(dst, cap, "%s", p);
+    else
+        snprintf(dst, cap, "%.500s/%.500s", dir, p);
+}
+
+static llmt_status where(llmt_job *j, const llmt_job_opts *o)
+{
+    if (o->comm) {
+        llmt_comm_rank(o->comm, &j->rank);
+        llmt_comm_size(o->comm, &j->world);
+        j->local_rank = o->local_rank >= 0 ? o->local_rank : j->rank;
+        return LLMT_OK;
+    }
+    llmt_comm_env e;
+    llmt_comm_env_discover(&e, sizeof e);
+    j->world = o->world_size > 0 ? o->world_size : e.world_size;
+    j->rank = o->rank >= 0 ? o->rank : e.rank;
+    j->local_rank = o->local_rank >= 0 ? o->local_rank : e.local_rank;
+    if (j->world < 1 || j->rank < 0 || j->rank >= j->world)
+        return FAIL(LLMT_ERR_INVALID_ARGUMENT, "job: rank %d of world size %d",
+                    (int)j->rank, (int)j->world);
+    return LLMT_OK;
+}
+
+/* The directories and files of the run, from the spec and opts. */
+static llmt_status paths(llmt_job *j, const llmt_job_opts *o)
+{
+    const llmt_spec *s = j->spec;
+    snprintf(j->name, sizeof j->name, "%s", s->name && *s->name ? s->name : "job");
+    if (o->run_dir && *o->run_dir)
+        snprintf(j->root_dir, sizeof j->root_dir, "%s", o->run_dir);
+    else
+        snprintf(j->root_dir, sizeof j->root_dir, "runs/%s", j->name);
+    if (j->rank > 0) /* every rank keeps its own data and metrics */
+        snprintf(j->run_dir, sizeof j->run_dir, "%.900s/rank-%d", j->root_dir,
+                 (int)j->rank);
+    else
+        snprintf(j->run_dir, sizeof j->run_dir, "%s", j->root_dir);
+    if (llmt__job_mkdir_p(j->run_dir) != 0)
+        return FAIL(LLMT_ERR_IO, "job: cannot create %s: %s", j->run_dir, strerror(errno));
+
+    /* the local tier is the root: its path, or checkpoint.dir */
+    const char *local = NULL;
+    j->keep_last = 3;
+    j->keep_every = 0;
+    for (int i = 0; i < s->checkpoint.ntiers; i++) {
+        const llmt_spec_tier *t = &s->checkpoint.tiers[i];
+        if (t->kind == LLMT_SPEC_TIER_LOCAL) {
+            local = t->path;
+            j->keep_last = (int32_t)t->keep_last;
+            j->keep_every = (int32_t)t->keep_every;
+        } else if (t->kind == LLMT_SPEC_TIER_DURABLE) {
+            under(j->durable_dir, sizeof j->durable_dir, j->root_dir, t->path, "durable");
+            j->durable_keep_last = (int32_t)t->keep_last;
+            j->durable_keep_every = (int32_t)t->keep_every;
+        }
+    }
+    if (local && *local && llmt__spec_given(s, "checkpoint.dir") &&
+        strcmp(local, s->checkpoint.dir ? s->checkpoint.dir : ""))
+        return FAIL(LLMT_ERR_SPEC, "checkpoint.dir %s and the local tier's path %s "
+                    "name different roots: give one", s->checkpoint.dir, local);
+    under(j->ckpt_dir, sizeof j->ckpt_dir, j->root_dir,
+          local && *local ? local : s->checkpoint.dir, "ckpt");
+    under(j->jsonl_path, sizeof j->jsonl_path, j->run_dir, s->metrics.jsonl,
+          "metrics.jsonl");
+    under(j->plot_path, sizeof j->plot_path, j->run_dir, s->metrics.plot, "loss.svg");
+    return LLMT_OK;
+}
+
+/* The model and the trainer's settings; the batch comes from the plan,
+ * which derived it for this world size (global = micro x accum x dp). */
+static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
+{
+    const llmt_spec *s = j->spec;
+    llmt_model_config *c = &j->mc;
+    llmt_model_config_init(c, sizeof *c);
+    c->arch = s->model.arch == LLMT_SPEC_ARCH_LLAMA ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
+    c->layers = (int32_t)s->model.layers;
+    c->width = (int32_t)s->model.hidden;
+    c->heads = (int32_t)s->model.heads;
+    c->kv_heads = (int32_t)s->model.kv_heads;
+    c->ffn_hidden = (int32_t)s->model.ffn;
+    c->vocab_size = (int32_t)s->model.vocab;
+    c->max_seq_len = (int32_t)s->model.seq_len;
+    c->norm_eps = (float)s->model.norm_eps;
+    c->rope_theta = (float)s->model.rope_theta;
+    c->tie_embeddings = s->model.tied_embeddings;
+    c->seed = (uint64_t)s->train.seed;
+    /* pad the embedding rows to a multiple of 64 (llm.c does the same) */
+    c->padded_vocab_size = (c->vocab_size + 63) / 64 * 64;
+
+    llmt_plan_estimate e;
+    memset(&e, 0, sizeof e);
+    e.struct_size = sizeof e;
+    llmt_status st = llmt_plan_get_estimate(j->plan, &e);
+    if (st != LLMT_OK)
+        return FAIL(st, "plan: %s", llmt_plan_last_error(j->plan));
+    j->dp = e.dp;
+    j->zero = e.zero;
+    j->flops_per_step = e.model_flops_per_step;
+    j->peak_flops = s->hardware.peak_tflops * 1e12 * (double)j->world;
+
+    llmt_trainer_opts *t = &j->to;
+    llmt_trainer_opts_init(t, sizeof *t);
+    t->micro_batch = e.micro;
+    t->grad_accum = e.grad_accum;
+    t->seq_len = c->max_seq_len;
+    t->lr = (float)s->optimizer.lr;
+    t->beta1 = (float)s->optimizer.beta1;
+    t->beta2 = (float)s->optimizer.beta2;
+    t->eps = (float)s->optimizer.eps;
+    t->weight_decay = (float)s->optimizer.weight_decay;
+    t->grad_clip = (float)s->optimizer.grad_clip;
+    /* mapped by name: the spec's enum order is not the ABI's */
+    switch (s->schedule.kind) {
+    case LLMT_SPEC_SCHED_LINEAR: t->schedule = LLMT_LR_LINEAR; break;
+    case LLMT_SPEC_SCHED_WSD: t->schedule = LLMT_LR_WSD; break;
+    case LLMT_SPEC_SCHED_CONSTANT: t->schedule = LLMT_LR_CONSTANT; break;
+    default: t->schedule = LLMT_LR_COSINE; break;
+    }
+    t->warmup_steps = s->schedule.warmup_steps;
+    t->total_steps = s->schedule.total_steps;
+    t->min_lr = (float)(s->schedule.min_lr_ratio * s->optimizer.lr);
+    t->decay_fraction = t->total_steps > 0
+                            ? (float)s->schedule.decay_steps / (float)t->total_steps
+                            : 0;
+    if (t->decay_fraction > 1.0f)
+        t->decay_fraction = 1.0f;
+    t->recompute = s->parallelism.recompute == LLMT_SPEC_RECOMPUTE_FULL;
+    t->threads = o->threads > 0 ? o->threads : (int32_t)s->train.threads;
+    t->device = s->train.device == LLMT_SPEC_DEVICE_CUDA ? LLMT_DEVICE_CUDA
+                                                         : LLMT_DEVICE_CPU;
+    t->deterministic = s->train.deterministic;
+    if (s->precision.gemm == LLMT_SPEC_PREC_FP8) {
+        t->fp8 = 1;
+        t->fp8_amax_history = (int32_t)s->precision.fp8_amax_history;
+        t->fp8_margin = (int32_t)s->precision.fp8_margin;
+    }
+
+    j->steps = s->train.steps;
+    if (o->stop_at < 0 || o->stop_at > j->steps)
+        return FAIL(LLMT_ERR_INVALID_ARGUMENT,
+                    "job: stop_at %lld is outside 1..train.steps (%lld)",
+                    (long long)o->stop_at, (long long)j->steps);
+    j->stop_at = o->stop_at > 0 ? o->stop_at : j->steps;
+    j->ckpt_auto = s->checkpoint.interval_auto;
+    j->ckpt_interval = j->ckpt_auto ? -1 : s->checkpoint.interval;
+    j->ckpt_async = s->checkpoint.async;
+    return LLMT_OK;
+}
+
+/* The data-parallel group: the caller's, or one from the launcher. */
+static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o)
+{
+    if (j->world <= 1)
+        return LLMT_OK;
+    llmt_status s;
+    if (o->comm) {
+        j->comm = o->comm;
+    } else {
+        llmt_comm_opts co;
+        llmt_comm_opts_init(&co, sizeof co);
+        if (llmt__spec_given(j->spec, "fault_tolerance.collective_timeout_s"))
+            co.timeout_ms = (int64_t)(j->spec->fault_tolerance.collective_timeout_s * 1000.0);
+        s = llmt_comm_create_from_env(j->ctx, &co, &j->comm);
+        if (s != LLMT_OK)
+            return FAIL(s, "job: communicator: %s", llmt_context_last_error(j->ctx));
+        j->own_comm = 1;
+    }
+    llmt_dp_opts d;
+    llmt_dp_opts_init(&d, sizeof d);
+    d.zero_stage = j->zero;
+    s = llmt_trainer_set_comm(j->tr, j->comm, &d);
+    if (s != LLMT_OK)
+        return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
+    return LLMT_OK;
+}
+
+static llmt_status buffers(llmt_job *j)
+{
+    int B = j->to.micro_batch, T = j->to.seq_len, A = j->to.grad_accum;
+    size_t per = (size_t)B * A * T;
+    int64_t eb = j->spec->train.eval_batches > 0 ? j->spec->train.eval_batches : 1;
+    int nval = (int)eb * B;
+    j->in = malloc(per * sizeof(int32_t));
+    j->tg = malloc(per * sizeof(int32_t));
+    j->vin = malloc((size_t)nval * T * sizeof(int32_t));
+    j->vtg = malloc((size_t)nval * T * sizeof(int32_t));
+    if (!j->in || !j->tg || !j->vin || !j->vtg)
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "job: no memory for the batches");
+    nval = llmt__job_data_val(&j->data, j->vin, j->vtg, nval);
+    nval -= nval % B;
+    if (nval < B)
+        return FAIL(LLMT_ERR_INVALID_ARGUMENT,
+                    "data.val: the validation data holds fewer than %d sequences "
+                    "of %d tokens", B, T);
+    j->nval = nval;
+    return LLMT_OK;
+}
+
+/* opts.resume: the newest usable checkpoint, or step 0 when there is none
+ * at all; checkpoints that are all unusable stop the run (their list is
+ * the message) unless the caller asked for a fresh start. */
+static llmt_status first_resume(llmt_job *j)
+{
+    int64_t step = -1;
+    llmt_status s = llmt__job_restore(j, 1, &step);
+    if (s == LLMT_ERR_NOT_FOUND && j->fresh) {
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job", "fresh start as asked: %s", j->err.msg);
+        llmt__job_metrics_line(j, "{\"event\":\"fresh_start\",\"step\":0,"
+                                  "\"reason\":\"no usable checkpoint\"}");
+        snprintf(j->resume_note, sizeof j->resume_note,
+                 "no usable checkpoint in %s: starting from step 0 as asked (fresh)",
+                 j->ckpt_dir);
+        llmt__err_clear(&j->err);
+        return LLMT_OK;
+    }
+    if (s == LLMT_ERR_NOT_FOUND)
+        return FAIL(s, "%s; nothing was changed: repair or remove them (doc/runbook.md), "
+                    "or start from step 0 with --fresh (llmt_job_opts.fresh)",
+                    j->err.msg);
+    if (s != LLMT_OK)
+        return s;
+    if (step < 0) {
+        snprintf(j->resume_note, sizeof j->resume_note,
+                 "no checkpoint in %s: starting from step 0", j->ckpt_dir);
+        return LLMT_OK;
+    }
+    j->start_step = step;
+    j->resumed = 1;
+    j->last.step = step;
+    llmt__job_metrics_line(j, "{\"event\":\"resume\",\"step\":%lld,\"world_size\":%d}",
+                           (long long)step, (int)j->world);
+    return LLMT_OK;
+}
+
+/* A tokenizer read from a file (data.tokenizer.path, or the one prepared
+ * shards come with) decides the vocabulary; tokenizer keys that say
+ * otherwise would be silently overridden, so they are refused. The byte
+ * tokenizer has 257 tokens (256 bytes and <|endoftext|>); a learned BPE
+ * may stop short of vocab_size on a small corpus. */
+static llmt_status tokenizer_agrees(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    int32_t v = j->data.vocab;
+    int kind = s->data.tokenizer.kind;
+    if (llmt__spec_given(s, "data.tokenizer.kind") &&
+        (kind == LLMT_SPEC_TOK_BYTE) != (v == 257))
+        return FAIL(LLMT_ERR_SPEC, "data.tokenizer.kind: %s, but the tokenizer in use "
+                    "(from data.tokenizer.path or the prepared shards) has %d tokens: "
+                    "give the kind it is, or other data", kind == LLMT_SPEC_TOK_BYTE
+                    ? "byte" : kind == LLMT_SPEC_TOK_BPE ? "bpe" : "gpt2", (int)v);
+    int64_t want = s->data.tokenizer.vocab_size;
+    if (llmt__spec_given(s, "data.tokenizer.vocab_size") && v != want &&
+        !(kind == LLMT_SPEC_TOK_BPE && v < want))
+        return FAIL(LLMT_ERR_SPEC, "data.tokenizer.vocab_size: %lld, but the tokenizer "
+                    "in use has %d tokens: remove the key or use matching data",
+                    (long long)want, (int)v);
+    return LLMT_OK;
+}
+
+static llmt_status create(llmt_job *j, const llmt_job_opts *o)
+{
+    llmt_status s;
+    if ((s = where(j, o)) != LLMT_OK)
+        return s;
+    if ((s = llmt__job_check_spec(j)) != LLMT_OK)
+        return s;
+    if (llmt__spec_given(j->spec, "parallelism.dp") && j->spec->parallelism.dp != j->world)
+        return FAIL(LLMT_ERR_SPEC, "parallelism.dp: %lld, but the job runs on %d rank(s): "
+                    "start it with %lld processes (mpirun -np %lld, srun, torchrun), or "
+                    "leave dp out to take the world size", (long long)j->spec->parallelism.dp,
+                    (int)j->world, (long long)j->spec->parallelism.dp,
+                    (long long)j->spec->parallelism.dp);
+    s = llmt_plan_create(j->ctx, j->spec, j->world, &j->plan);
+    if (s != LLMT_OK)
+        return FAIL(s, "plan: %s", llmt_context_last_error(j->ctx));
+    if ((s = settings(j, o)) != LLMT_OK)
+        return s;
+    if ((s = paths(j, o)) != LLMT_OK)
+        return s;
+    job_data_opts d = {j->run_dir, j->spec, j->to.seq_len, j->to.micro_batch,
+                       j->to.grad_accum, j->rank, j->world, o->resume};
+    if ((s = llmt__job_data_open(j, &j->data, &d)) != LLMT_OK)
+        return s;
+    if ((s = tokenizer_agrees(j)) != LLMT_OK)
+        return s;
+    if (j->data.vocab > j->mc.vocab_size)
+        return FAIL(LLMT_ERR_INVALID_ARGUMENT,
+                    "model.vocab %d is too small for the tokenizer's %d tokens "
+                    "(raise model.vocab or lower data.tokenizer.vocab_size)",
+                    (int)j->mc.vocab_size, (int)j->data.vocab);
+    s = llmt_model_create(j->ctx, &j->mc, &j->model);
+    if (s != LLMT_OK)
+        return FAIL(s, "%s", llmt_context_last_error(j->ctx));
+    llmt_model_param_count(j->model, NULL, &j->params);
+    if (llmt__spec_given(j->spec, "model.params") &&
+        fabs((double)j->params - j->spec->model.params) > 0.1 * j->spec->model.params)
+        return FAIL(LLMT_ERR_SPEC, "model.params %.4g disagrees with the shape the "
+                    "spec gives (%lld parameters): the job builds the shape; fix or "
+                    "remove model.params", j->spec->model.params, (long long)j->params);
+    s = llmt_trainer_create(j->model, &j->to, &j->tr);
+    if (s != LLMT_OK)
+        return FAIL(s, "%s%s", j->to.device == LLMT_DEVICE_CUDA ? "train.device cuda: " : "",
+                    llmt_model_last_error(j->model));
+    if ((s = attach_comm(j, o)) != LLMT_OK)
+        return s;
+    if ((s = llmt__job_ckpt_open(j)) != LLMT_OK)
+        return s;
+    size_t have = 0;
+    if (!o->resume && llmt_ckpt_list(j->ck, NULL, 0, &have) == LLMT_OK && have > 0)
+        return FAIL(LLMT_ERR_STATE, "%s already holds %zu checkpoint(s) of an earlier "
+                    "run: continue it with --resume (llmt_job_opts.resume), or choose "
+                    "another run directory (--out)", j->ckpt_dir, have);
+    if ((s = llmt__job_metrics_open(j)) != LLMT_OK)
+        return s;
+    if ((s = buffers(j)) != LLMT_OK)
+        return s;
+    j->last_saved = -1;
+    j->last.struct_size = sizeof j->last;
+    j->last.val_loss = j->last.start_val_loss = NAN;
+    j->last.saved_step = -1;
+    if (o->resume)
+        return first_resume(j);
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_job_create(llmt_context *ctx, const llmt_spec *spec,
+                                     const llmt_job_opts *opts, llmt_job **out)
+{
+    llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "job: create", spec);
+    LLMT__NONNULL(ce, "job: create", out);
+    *out = NULL;
+    llmt_job_opts o;
+    llmt_job_opts_init(&o, sizeof o);
+    if (opts) {
+        llmt_status s = llmt__opts_copy(ce, "job opts", &o, sizeof o, opts);
+        if (s != LLMT_OK)
+            return s;
+    }
+    llmt_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return llmt__err_set(ce, LLMT_ERR_OUT_OF_MEMORY, "job: no memory");
+    j->ctx = ctx;
+    j->fresh = o.fresh;
+    j->spec = llmt__spec_clone(spec);
+    llmt_status s = j->spec ? create(j, &o)
+                            : llmt__err_set(&j->err, LLMT_ERR_OUT_OF_MEMORY, "job: no memory");
+    if (s != LLMT_OK) {
+        llmt__err_set(ce, s, "%s", j->err.msg);
+        llmt_job_destroy(j);
+        return s;
+    }
+    *out = j;
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_job_create_from_file(llmt_context *ctx, const char *spec_path,
+                                               const llmt_job_opts *opts, llmt_job **out)
+{
+    llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "job: create", spec_path);
+    llmt_spec *sp = NULL;
+    llmt_status s = llmt_spec_parse_file(ctx, spec_path, &sp);
+    if (s != LLMT_OK)
+        return s;
+    s = llmt_job_create(ctx, sp, opts, out);
+    llmt_spec_destroy(sp);
+    return s;
+}
+
+LLMT_API llmt_status llmt_job_create_from_json(llmt_context *ctx, const char *json,
+                                               size_t len, const llmt_job_opts *opts,
+                                               llmt_job **out)
+{
+    llmt_err *ce = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(ce, "job: create", json);
+    llmt_spec *sp = NULL;
+    llmt_status s = llmt_spec_parse_json(ctx, json, len, &sp);
+    if (s != LLMT_OK)
+        return s;
+    s = llmt_job_create(ctx, sp, opts, out);
+    llmt_spec_destroy(sp);
+    return s;
+}
+
+LLMT_API void llmt_job_destroy(llmt_job *j)
+{
+    if (!j)
+        return;
+    if (j->ck) {
+        llmt_ckpt_wait(j->ck, -1);
+        llmt_ckpt_destroy(j->ck);
+    }
+    if (j->jsonl)
+        fclose(j->jsonl);
+    llmt_trainer_destroy(j->tr); /* before its communicator */
+    if (j->own_comm)
+        llmt_comm_destroy(j->comm);
+    llmt_model_destroy(j->model);
+    llmt__job_data_free(&j->data);
+    llmt_plan_destroy(j->plan);
+    llmt_spec_destroy(j->spec);
+    free(j->in);
+    free(j->tg);
+    free(j->vin);
+    free(j->vtg);
+    free(j);
+}
+
+LLMT_API const char *llmt_job_last_error(const llmt_job *j)
+{
+    return j ? j->err.msg : "job: NULL handle";
+}
+
+LLMT_API llmt_status llmt_job_get_plan(const llmt_job *j, const llmt_plan **out)
+{
+    if (!j)
+        return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&j->err, "job: get_plan", out);
+    *out = j->plan;
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_job_get_info(const llmt_job *j, llmt_job_info *out)
+{
+    if (!j)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_err *e = (llmt_err *)&j->err;
+    LLMT__NONNULL(e, "job: get_info", out);
+    if (out->struct_size < sizeof(size_t))
+        return llmt__err_set(e, LLMT_ERR_STRUCT_SIZE,
+                             "job: llmt_job_info.struct_size %zu is not set",
+                             out->struct_size);
+    llmt_job_info i;
+    memset(&i, 0, sizeof i);
+    i.struct_size = out->struct_size;
+    const llmt_spec *s = j->spec;
+    i.name = j->name;
+    i.run_dir = j->run_dir;
+    i.ckpt_dir = j->ckpt_dir;
+    i.durable_dir = j->durable_dir;
+    i.metrics_path = j->jsonl_path;
+    i.plot_path = j->plot_path;
+    i.data_desc = j->data.desc;
+    i.data_note = j->data.note;
+    i.resume_note = j->resume_note;
+    i.world_size = j->world;
+    i.rank = j->rank;
+    i.local_rank = j->local_rank;
+    i.dp = j->dp;
+    i.zero = j->dp > 1 ? j->zero : 0;
+    i.arch = j->mc.arch;
+    i.layers = j->mc.layers;
+    i.width = j->mc.width;
+    i.heads = j->mc.heads;
+    i.vocab = j->data.vocab;
+    i.params = j->params;
+    i.micro_batch = j->to.micro_batch;
+    i.grad_accum = j->to.grad_accum;
+    i.seq_len = j->to.seq_len;
+    i.global_batch = (int64_t)j->to.micro_batch * j->to.grad_accum * j->dp;
+    i.steps = j->steps;
+    i.stop_at = j->stop_at;
+    i.start_step = j->start_step;
+    i.device = j->to.device;
+    i.recompute = j->to.recompute;
+    i.threads = j->to.threads;
+    i.deterministic = j->to.deterministic;
+    i.fp8 = j->to.fp8;
+    i.train_tokens = j->data.n_train;
+    i.val_tokens = j->data.n_val;
+    i.unigram_entropy = j->data.unigram_entropy;
+    i.ckpt_async = j->ckpt_async;
+    i.ckpt_auto = j->ckpt_auto;
+    i.ckpt_interval = j->ckpt_interval;
+    i.keep_last = j->keep_last;
+    i.keep_every = j->keep_every;
+    i.durable_keep_last = j->durable_keep_last;
+    i.durable_keep_every = j->durable_keep_every;
+    i.auto_stall_s = j->auto_stall_s;
+    i.auto_write_s = j->auto_write_s;
+    i.auto_mtbf_s = j->auto_mtbf_s;
+    i.auto_step_s = j->auto_step_s;
+    i.auto_interval_s = j->auto_interval_s;
+    i.gpu_failures_per_hour = s->fault_tolerance.gpu_failures_per_hour;
+    i.interval_note = j->interval_note;
+    i.anomaly_policy = s->fault_tolerance.anomaly.policy;
+    i.anomaly_zscore = s->fault_tolerance.anomaly.zscore;
+    i.collective_timeout_s = s->fault_tolerance.collective_timeout_s;
+    size_t n = out->struct_size < sizeof i ? out->struct_size : sizeof i;
+    memcpy(out, &i, n);
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_job_get_metrics(const llmt_job *j, llmt_job_metrics *out)
+{
+    if (!j)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_err *e = (llmt_err *)&j->err;
+    LLMT__NONNULL(e, "job: metrics", out);
+    if (out->struct_size < sizeof(size_t))
+        return llmt__err_set(e, LLMT_ERR_STRUCT_SIZE,
+                             "job: llmt_job_metrics.struct_size %zu is not set",
+                             out->struct_size);
+    size_t n = out->struct_size < sizeof j->last ? out->struct_size : sizeof j->last;
+    size_t keep = out->struct_size;
+    memcpy(out, &j->last, n);
+    out->struct_size = keep;
+    return LLMT_OK;
+}

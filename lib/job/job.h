@@ -1,0 +1,135 @@
+/* llmt_job's parts, shared by the files of lib/job. A job is one rank's
+ * share of a training run: everything `llmtrain train` used to hold in its
+ * own structs lives here so that every host (the CLI, a binding) gets the
+ * same behaviour from the same code. The job drives the trainer, the
+ * loader and the checkpointer through their public calls only: their
+ * internals change under it (the one-engine refactor). */
+#ifndef LLMT_JOB_JOB_H
+#define LLMT_JOB_JOB_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/internal.h"
+#include "spec/spec.h"
+
+#define JOB_PATH_MAX 1024
+
+/* The data of a job (data.c): tokenizer, training and validation shards,
+ * the training loader. */
+typedef struct job_data {
+    char desc[2048];         /* one line for a banner */
+    char note[1024];         /* what preparing the corpus did ("" if reused) */
+    int32_t vocab, eot;
+    int64_t n_train, n_val;  /* tokens */
+    double unigram_entropy;  /* nats/token of the training tokens */
+    llmt_tokenizer *tok;
+    llmt_dataset *train_ds, *val_ds;
+    llmt_loader *loader;
+    int T, B, A;
+} job_data;
+
+/* What the data needs from the job. */
+typedef struct job_data_opts {
+    const char *run_dir;   /* this rank's run directory (data/ goes there) */
+    const llmt_spec *spec;
+    int seq_len, micro, accum;
+    int32_t dp_rank, dp_size;
+    int resume;            /* reuse data prepared by an earlier start */
+} job_data_opts;
+
+/* Anomaly detection state: a window of recent finite losses. */
+#define JOB_LOSS_WINDOW 32
+#define JOB_MAX_CONSECUTIVE_ANOMALIES 8
+
+struct llmt_job {
+    llmt_err err;
+    llmt_context *ctx;       /* the caller's: logging, allocator */
+    llmt_spec *spec;         /* our own copy */
+    llmt_plan *plan;
+    llmt_comm *comm;         /* data-parallel group (world > 1) */
+    int own_comm;            /* 1: created here, destroyed here */
+    llmt_model *model;
+    llmt_trainer *tr;
+    llmt_ckpt *ck;           /* local tier (root), durable copy inside */
+    job_data data;
+    FILE *jsonl;
+
+    /* where this rank sits */
+    int32_t world, rank, local_rank;
+    /* resolved settings (the plan's degrees, batch) */
+    llmt_model_config mc;
+    llmt_trainer_opts to;
+    int32_t dp, zero;
+    int64_t steps, stop_at, start_step;
+    int64_t ckpt_interval;       /* steps; 0 none; < 0 auto, undecided */
+    int ckpt_auto, ckpt_async;
+    int32_t keep_last, keep_every, durable_keep_last, durable_keep_every;
+    int64_t params;
+    int threads;
+
+    char name[256];
+    char run_dir[JOB_PATH_MAX];   /* this rank's */
+    char root_dir[JOB_PATH_MAX];  /* rank 0's (the run's) */
+    char ckpt_dir[JOB_PATH_MAX];
+    char durable_dir[JOB_PATH_MAX]; /* "" without a durable tier */
+    char jsonl_path[JOB_PATH_MAX], plot_path[JOB_PATH_MAX];
+    char interval_note[512];      /* how the auto interval was chosen */
+    char resume_note[JOB_PATH_MAX + 256];
+
+    /* the run */
+    int32_t *in, *tg, *vin, *vtg;
+    int nval;
+    int began;                    /* a step or the step-0 evaluation ran */
+    int resumed;                  /* llmt_job_resume succeeded once */
+    int fresh;                    /* opts.fresh */
+    double t_start;
+    int64_t last_saved;           /* newest step this job saved (-1) */
+    double first_stall_s, first_write_s; /* measured on the first save */
+    double auto_stall_s, auto_write_s, auto_mtbf_s, auto_step_s, auto_interval_s;
+    double step_s_sum;
+    int64_t step_s_n;
+    llmt_job_metrics last;
+    double flops_per_step, peak_flops; /* for MFU (plan) */
+
+    /* anomaly policy */
+    float losses[JOB_LOSS_WINDOW];
+    int nloss, loss_pos;
+    int consecutive;
+    int64_t anomalies, skipped, rollbacks;
+};
+
+/* refuse.c: every key the job cannot honour, refused by JSON path. */
+llmt_status llmt__job_check_spec(llmt_job *j);
+
+/* data.c */
+llmt_status llmt__job_data_open(llmt_job *j, job_data *d, const job_data_opts *o);
+llmt_status llmt__job_data_next(llmt_job *j, job_data *d, int32_t *in, int32_t *tg);
+int llmt__job_data_val(job_data *d, int32_t *in, int32_t *tg, int nmax);
+llmt_status llmt__job_data_ckpt_read(llmt_job *j, job_data *d, llmt_ckpt *ck);
+void llmt__job_data_free(job_data *d);
+
+/* ckpt.c: saves, the auto interval, resume and rollback. */
+llmt_status llmt__job_ckpt_open(llmt_job *j);
+llmt_status llmt__job_save(llmt_job *j, int async);
+/* After the step that finished at `done`: save when the interval says so
+ * (the first auto save measures the stall). `last` forces a sync save. */
+llmt_status llmt__job_maybe_save(llmt_job *j, int64_t done, int last,
+                                 llmt_job_metrics *m);
+/* Restore the newest usable checkpoint (local tier, then durable).
+ * with_data: also the loader's position (resume); 0 keeps the loader
+ * where it is (rollback skips the data since). *step: the step restored,
+ * -1 when there is no checkpoint at all. */
+llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step);
+
+/* metrics.c: metrics.jsonl, appended and never rewritten. */
+llmt_status llmt__job_metrics_open(llmt_job *j);
+void llmt__job_metrics_line(llmt_job *j, const char *fmt, ...) LLMT_PRINTF(2, 3);
+/* plot.c: the SVG plot from metrics.jsonl (latest line per step wins). */
+llmt_status llmt__job_plot(llmt_job *j);
+
+/* Small helpers (job.c). */
+int llmt__job_mkdir_p(const char *path);
+double llmt__job_now(void);
+
+#endif

@@ -1,0 +1,223 @@
+/* No silent no-ops: every key of the spec either takes effect in the job or
+ * is refused here, at creation, by its JSON path, saying where its support
+ * is planned. A user who configures tensor parallelism or a peer tier and
+ * gets a single-rank run without it has been lied to; an error costs them
+ * a minute. The spec parser accepts these keys (the planner reads them to
+ * cost a layout); only the job, which runs the spec, refuses them.
+ * test/job walks the whole key table against this file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "job/job.h"
+
+/* "KEY: VALUE is not supported by llmt_job yet (WHAT); use FIX" */
+#define REFUSE(...) llmt__err_set(&j->err, LLMT_ERR_UNSUPPORTED, __VA_ARGS__)
+
+static const char *const prec_names[] = {"bf16", "fp16", "fp32", "fp8"};
+
+static const char *prec(int v)
+{
+    return v >= 0 && v < 4 ? prec_names[v] : "?";
+}
+
+/* Degrees the engine does not split yet (later issues implement them). */
+static llmt_status check_parallelism(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    static const struct {
+        const char *path;
+        size_t off;
+        const char *what;
+    } dims[] = {
+        {"parallelism.tp", offsetof(struct llmt_spec, parallelism.tp),
+         "tensor parallelism: issue 16"},
+        {"parallelism.pp", offsetof(struct llmt_spec, parallelism.pp),
+         "pipeline parallelism: issue 17"},
+        {"parallelism.cp", offsetof(struct llmt_spec, parallelism.cp),
+         "context parallelism: issue 18"},
+        {"parallelism.ep", offsetof(struct llmt_spec, parallelism.ep),
+         "expert parallelism: issue 18"},
+        {"parallelism.virtual_stages",
+         offsetof(struct llmt_spec, parallelism.virtual_stages),
+         "interleaved pipeline stages: issue 17"},
+    };
+    if (s->parallelism.sequence_parallel)
+        return REFUSE("parallelism.sequence_parallel: true is not supported by "
+                      "llmt_job yet (sequence parallelism: issue 16); use false");
+    if (s->parallelism.virtual_stages != 1)
+        return REFUSE("parallelism.virtual_stages: %lld is not supported by llmt_job yet "
+                      "(interleaved pipeline stages: issue 17); use 1",
+                      (long long)s->parallelism.virtual_stages);
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        int64_t v;
+        memcpy(&v, (const char *)s + dims[i].off, sizeof v);
+        if (v != 1)
+            return REFUSE("%s: %lld is not supported by llmt_job yet (%s); use 1",
+                          dims[i].path, (long long)v, dims[i].what);
+    }
+    if (s->parallelism.recompute == LLMT_SPEC_RECOMPUTE_SELECTIVE)
+        return REFUSE("parallelism.recompute: selective is not supported by "
+                      "llmt_job yet (recomputing only the attention core needs "
+                      "the one-engine refactor: issue 15); use none or full");
+    if (s->model.moe.experts > 0 || llmt__spec_given(s, "model.moe.top_k") ||
+        llmt__spec_given(s, "model.moe.expert_ffn")) {
+        const char *k = s->model.moe.experts > 0 ? "model.moe.experts"
+                        : llmt__spec_given(s, "model.moe.top_k")
+                            ? "model.moe.top_k"
+                            : "model.moe.expert_ffn";
+        return REFUSE("%s: mixture of experts is not supported by llmt_job yet "
+                      "(MoE layers: issue 18); remove model.moe", k);
+    }
+    /* ZeRO shards over the data-parallel group: with one rank there is
+     * nothing to shard, and a stage that changes nothing would be a lie */
+    if (s->parallelism.zero > 0 && j->world == 1)
+        return REFUSE("parallelism.zero: %lld has no effect with one rank "
+                      "(ZeRO shards over data-parallel ranks); use 0, or run "
+                      "under a launcher with dp > 1", (long long)s->parallelism.zero);
+    return LLMT_OK;
+}
+
+/* What each engine computes in: the CPU trainer fp32 throughout; the
+ * device trainer bf16 parameters and activations, fp32 master weights,
+ * bf16 GEMMs or fp8 forward GEMMs. A precision key given with another
+ * value is refused; one left at its default is what the engine does. */
+static llmt_status check_precision(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    int cuda = s->train.device == LLMT_SPEC_DEVICE_CUDA;
+    const char *dev = cuda ? "train.device cuda" : "train.device cpu";
+    struct {
+        const char *path;
+        int v;
+        int ok1, ok2; /* values the engine runs (-1: none) */
+    } k[] = {
+        {"precision.param", s->precision.param,
+         cuda ? LLMT_SPEC_PREC_BF16 : LLMT_SPEC_PREC_FP32, -1},
+        {"precision.master", s->precision.master, LLMT_SPEC_PREC_FP32, -1},
+        {"precision.gemm", s->precision.gemm,
+         cuda ? LLMT_SPEC_PREC_BF16 : LLMT_SPEC_PREC_FP32,
+         cuda ? LLMT_SPEC_PREC_FP8 : -1},
+    };
+    for (size_t i = 0; i < 3; i++) {
+        if (!llmt__spec_given(s, k[i].path) || k[i].v == k[i].ok1 || k[i].v == k[i].ok2)
+            continue;
+        return REFUSE("%s: %s is not supported by llmt_job with %s (the %s "
+                      "engine runs %s%s%s; fp16 and other formats are not "
+                      "planned in an issue yet); use %s", k[i].path,
+                      prec(k[i].v), dev, cuda ? "device" : "CPU", prec(k[i].ok1),
+                      k[i].ok2 >= 0 ? " or " : "", k[i].ok2 >= 0 ? prec(k[i].ok2) : "",
+                      prec(k[i].ok1));
+    }
+    if (s->precision.gemm == LLMT_SPEC_PREC_FP8 && !cuda)
+        return REFUSE("precision.gemm: fp8 is not supported by llmt_job with "
+                      "train.device cpu (fp8 GEMMs run in the device trainer: "
+                      "train.device cuda); use fp32");
+    if (s->precision.gemm == LLMT_SPEC_PREC_FP8 &&
+        s->precision.fp8_recipe != LLMT_SPEC_FP8_DELAYED)
+        return REFUSE("precision.fp8_recipe: %s is not supported by llmt_job yet "
+                      "(the trainer implements delayed scaling; current and "
+                      "blockwise exist only as host references in lib/exec/fp8.c, "
+                      "doc/fp8.md); use delayed",
+                      s->precision.fp8_recipe == LLMT_SPEC_FP8_CURRENT ? "current"
+                                                                       : "blockwise");
+    if (llmt__spec_given(s, "precision.fp8_format"))
+        return REFUSE("precision.fp8_format: is not supported by llmt_job yet "
+                      "(the trainer quantises only the forward GEMMs, to E4M3; "
+                      "gradients stay bf16, so the gradient format has no effect "
+                      "until an fp8 backward exists: doc/fp8.md); remove it");
+    return LLMT_OK;
+}
+
+static llmt_status check_model(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    if (s->model.arch == LLMT_SPEC_ARCH_GPT2 && llmt__spec_given(s, "model.rope_theta"))
+        return REFUSE("model.rope_theta: GPT-2 has learned positions, no RoPE: "
+                      "the key has no effect with model.arch gpt2; remove it or "
+                      "use llama");
+    if (s->optimizer.type != LLMT_SPEC_OPT_ADAMW)
+        return REFUSE("optimizer.type: %s is not supported by llmt_job yet (the "
+                      "trainer implements AdamW only; no issue plans others yet); "
+                      "use adamw", s->optimizer.type == LLMT_SPEC_OPT_ADAM ? "adam"
+                                                                           : "sgd");
+    if (s->schedule.kind != LLMT_SPEC_SCHED_WSD &&
+        llmt__spec_given(s, "schedule.decay_steps"))
+        return REFUSE("schedule.decay_steps: only schedule.kind wsd has a "
+                      "separate decay phase; the key has no effect with this "
+                      "schedule: remove it or use wsd");
+    if (s->schedule.kind == LLMT_SPEC_SCHED_CONSTANT &&
+        llmt__spec_given(s, "schedule.min_lr_ratio"))
+        return REFUSE("schedule.min_lr_ratio: a constant schedule never decays: "
+                      "the key has no effect; remove it or choose a decaying "
+                      "schedule.kind");
+    return LLMT_OK;
+}
+
+/* Tiers: local (the root: checkpoint.dir or the tier's path), host (the
+ * last snapshot in memory, which the anomaly rollback uses), durable (a
+ * copy of every committed checkpoint, with its own retention); peer needs
+ * the replication the fault-tolerance agent drives. */
+static llmt_status check_tiers(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    int nlocal = 0, ndurable = 0, nhost = 0;
+    for (int i = 0; i < s->checkpoint.ntiers; i++) {
+        const llmt_spec_tier *t = &s->checkpoint.tiers[i];
+        char p[64];
+        snprintf(p, sizeof p, "checkpoint.tiers[%d]", i);
+        switch (t->kind) {
+        case LLMT_SPEC_TIER_PEER:
+            return REFUSE("%s.kind: peer is not supported by llmt_job yet "
+                          "(peer replication driven by the fault-tolerance "
+                          "agent: issue 19); use local or durable", p);
+        case LLMT_SPEC_TIER_HOST:
+            if (++nhost > 1)
+                return REFUSE("%s.kind: a second host tier is not supported", p);
+            if (t->path || t->keep_last != 3 || t->keep_every)
+                return REFUSE("%s: the host tier keeps exactly the last snapshot "
+                              "in memory: path, keep_last and keep_every have no "
+                              "effect on it; remove them", p);
+            break;
+        case LLMT_SPEC_TIER_LOCAL:
+            if (++nlocal > 1)
+                return REFUSE("%s.kind: a second local tier is not supported by "
+                              "llmt_job (one root per run); use one local and one "
+                              "durable tier", p);
+            break;
+        case LLMT_SPEC_TIER_DURABLE:
+            if (++ndurable > 1)
+                return REFUSE("%s.kind: a second durable tier is not supported by "
+                              "llmt_job; use one", p);
+            if (!t->path || !*t->path)
+                return REFUSE("%s.path: a durable tier needs a path (a shared "
+                              "directory)", p);
+            break;
+        }
+    }
+    return LLMT_OK;
+}
+
+static llmt_status check_ft(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    if (llmt__spec_given(s, "fault_tolerance.max_restarts"))
+        return REFUSE("fault_tolerance.max_restarts: %lld is not supported by "
+                      "llmt_job yet (restarts are the launcher's: llmtrain train "
+                      "--resume; an agent with a restart budget: issue 19); "
+                      "remove it", (long long)s->fault_tolerance.max_restarts);
+    return LLMT_OK;
+}
+
+llmt_status llmt__job_check_spec(llmt_job *j)
+{
+    llmt_status st;
+    if ((st = check_parallelism(j)) != LLMT_OK)
+        return st;
+    if ((st = check_precision(j)) != LLMT_OK)
+        return st;
+    if ((st = check_model(j)) != LLMT_OK)
+        return st;
+    if ((st = check_tiers(j)) != LLMT_OK)
+        return st;
+    return check_ft(j);
+}

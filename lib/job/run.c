@@ -1,0 +1,312 @@
+/* Running a job: the step with what follows it (validation, checkpoint,
+ * anomaly policy), run(n), save, resume, evaluate, sample. Collective
+ * under a communicator: every rank makes the same decisions because they
+ * rest on the global loss and norm the trainer reports. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job/job.h"
+
+#define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
+
+static const char *const policy_names[] = {"skip", "rollback", "stop"};
+
+LLMT_API llmt_status llmt_job_evaluate(llmt_job *j, float *val_loss)
+{
+    if (!j)
+        return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&j->err, "job: evaluate", val_loss);
+    llmt_batch b = {sizeof b, j->vin, j->vtg, j->nval, j->to.seq_len};
+    llmt_status s = llmt_trainer_evaluate(j->tr, &b, val_loss);
+    if (s != LLMT_OK)
+        return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
+    return LLMT_OK;
+}
+
+static int64_t steps_done(llmt_job *j)
+{
+    int64_t step = 0;
+    llmt_trainer_get_step(j->tr, &step);
+    return step;
+}
+
+/* Loss spike: z-score of this loss against the window of recent ones. */
+static double zscore(llmt_job *j, float loss)
+{
+    if (j->nloss < 8)
+        return 0;
+    double mean = 0, var = 0;
+    for (int i = 0; i < j->nloss; i++)
+        mean += j->losses[i];
+    mean /= j->nloss;
+    for (int i = 0; i < j->nloss; i++)
+        var += (j->losses[i] - mean) * (j->losses[i] - mean);
+    double sd = sqrt(var / (j->nloss - 1));
+    return sd > 0 ? ((double)loss - mean) / sd : 0;
+}
+
+static void remember(llmt_job *j, float loss)
+{
+    j->losses[j->loss_pos] = loss;
+    j->loss_pos = (j->loss_pos + 1) % JOB_LOSS_WINDOW;
+    if (j->nloss < JOB_LOSS_WINDOW)
+        j->nloss++;
+}
+
+/* The policy of fault_tolerance.anomaly for an anomaly at step `at`
+ * (kind "nonfinite": not applied by the trainer; "spike": applied). */
+static llmt_status anomaly(llmt_job *j, int64_t at, const char *kind, const char *evidence,
+                           llmt_job_metrics *m)
+{
+    int policy = j->spec->fault_tolerance.anomaly.policy;
+    int applied = !strcmp(kind, "spike");
+    j->anomalies++;
+    m->events |= LLMT_JOB_EVENT_ANOMALY;
+    if (++j->consecutive > JOB_MAX_CONSECUTIVE_ANOMALIES)
+        return FAIL(LLMT_ERR_NUMERIC, "anomaly: %d anomalies in a row up to step %lld "
+                    "(%s): fault_tolerance.anomaly.policy %s cannot make progress",
+                    j->consecutive, (long long)at, evidence, policy_names[policy]);
+    const char *action;
+    if (policy == LLMT_SPEC_ANOMALY_STOP)
+        return FAIL(LLMT_ERR_NUMERIC, "anomaly at step %lld: %s %s "
+                    "(fault_tolerance.anomaly.policy stop)", (long long)at, kind, evidence);
+    if (policy == LLMT_SPEC_ANOMALY_ROLLBACK) {
+        /* PaLM's remedy: back to the last good state, and on with the
+         * batches after the bad one (the loader is not rewound) */
+        int64_t back = -1;
+        llmt_status s = llmt__job_restore(j, 0, &back);
+        if (s != LLMT_OK)
+            return s;
+        if (back < 0)
+            return FAIL(LLMT_ERR_NUMERIC, "anomaly at step %lld: %s %s; "
+                        "fault_tolerance.anomaly.policy rollback has no checkpoint "
+                        "to go back to yet", (long long)at, kind, evidence);
+        j->rollbacks++;
+        m->events |= LLMT_JOB_EVENT_ROLLBACK;
+        m->step = back;
+        j->nloss = j->loss_pos = 0;
+        action = "rollback";
+    } else if (!applied) {
+        j->skipped++;
+        m->events |= LLMT_JOB_EVENT_SKIPPED;
+        action = "skip";
+    } else {
+        action = "logged (already applied; rollback would undo it)";
+    }
+    llmt__log(j->ctx, LLMT_LOG_WARN, "job", "anomaly at step %lld: %s %s: %s",
+              (long long)at, kind, evidence, action);
+    llmt__job_metrics_line(j, "{\"event\":\"anomaly\",\"step\":%lld,\"kind\":\"%s\","
+                              "\"action\":\"%s\",\"now_at\":%lld}",
+                           (long long)at, kind, policy == LLMT_SPEC_ANOMALY_ROLLBACK
+                                                    ? "rollback"
+                                                    : applied ? "logged" : "skip",
+                           (long long)m->step);
+    (void)action;
+    return LLMT_OK;
+}
+
+static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
+{
+    const llmt_spec *sp = j->spec;
+    memset(m, 0, sizeof *m);
+    m->struct_size = sizeof *m;
+    m->val_loss = m->start_val_loss = NAN;
+    m->saved_step = -1;
+    int64_t start = steps_done(j);
+    m->step = start;
+    if (start >= j->stop_at)
+        return FAIL(LLMT_ERR_STATE, "job: step %lld of %lld done: nothing left to run",
+                    (long long)start, (long long)j->stop_at);
+    llmt_status s;
+    if (!j->began) {
+        j->began = 1;
+        j->t_start = llmt__job_now();
+        if (start == 0 && sp->train.eval_interval > 0) {
+            if ((s = llmt_job_evaluate(j, &m->start_val_loss)) != LLMT_OK)
+                return s;
+            llmt__job_metrics_line(j, "{\"step\":0,\"val_loss\":%.6f}",
+                                   (double)m->start_val_loss);
+            m->events |= LLMT_JOB_EVENT_START_VAL;
+        }
+    }
+    if ((s = llmt__job_data_next(j, &j->data, j->in, j->tg)) != LLMT_OK)
+        return s;
+    llmt_batch b = {sizeof b, j->in, j->tg, j->to.micro_batch * j->to.grad_accum,
+                    j->to.seq_len};
+    llmt_step_metrics met;
+    memset(&met, 0, sizeof met);
+    met.struct_size = sizeof met;
+    s = llmt_trainer_step(j->tr, &b, &met);
+    if (s == LLMT_ERR_NUMERIC) /* the trainer did not apply it */
+        return anomaly(j, start + 1, "nonfinite", llmt_trainer_last_error(j->tr), m);
+    if (s != LLMT_OK)
+        return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
+    int64_t done = met.step;
+    double t = llmt__job_now();
+    m->step = done;
+    m->loss = met.loss;
+    m->grad_norm = met.grad_norm;
+    m->lr = met.lr;
+    m->tokens = met.tokens;
+    m->step_s = met.seconds;
+    m->tokens_per_s = (double)met.tokens / (met.seconds > 0 ? met.seconds : 1e-9);
+    m->mfu = j->peak_flops > 0 && met.seconds > 0
+                 ? j->flops_per_step / met.seconds / j->peak_flops
+                 : 0;
+    m->elapsed_s = t - j->t_start;
+    llmt__job_metrics_line(j, "{\"step\":%lld,\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6g,"
+                              "\"tokens\":%lld,\"step_s\":%.4f,\"tokens_per_s\":%.1f,"
+                              "\"elapsed_s\":%.2f,\"mfu\":%.4g}",
+                           (long long)done, (double)met.loss, (double)met.grad_norm,
+                           (double)met.lr, (long long)met.tokens, met.seconds,
+                           m->tokens_per_s, m->elapsed_s, m->mfu);
+    double z = zscore(j, met.loss);
+    if (z > sp->fault_tolerance.anomaly.zscore) {
+        char ev[128];
+        snprintf(ev, sizeof ev, "loss %.4f is %.1f standard deviations above the last "
+                 "%d steps (anomaly.zscore %g)", (double)met.loss, z, j->nloss,
+                 sp->fault_tolerance.anomaly.zscore);
+        s = anomaly(j, done, "spike", ev, m);
+        if (s != LLMT_OK || (m->events & LLMT_JOB_EVENT_ROLLBACK))
+            return s;
+    } else {
+        remember(j, met.loss);
+        j->consecutive = 0;
+    }
+    int last = done == j->stop_at;
+    int64_t li = sp->train.log_interval, ei = sp->train.eval_interval;
+    if (li > 0 && (done % li == 0 || last || done == j->start_step + 1))
+        m->events |= LLMT_JOB_EVENT_LOG;
+    if (ei > 0 && (done % ei == 0 || last)) {
+        if ((s = llmt_job_evaluate(j, &m->val_loss)) != LLMT_OK)
+            return s;
+        llmt__job_metrics_line(j, "{\"step\":%lld,\"val_loss\":%.6f}", (long long)done,
+                               (double)m->val_loss);
+        m->events |= LLMT_JOB_EVENT_VALIDATED;
+    }
+    return llmt__job_maybe_save(j, done, last, m);
+}
+
+LLMT_API llmt_status llmt_job_step(llmt_job *j, llmt_job_metrics *metrics)
+{
+    if (!j)
+        return LLMT_ERR_NULL_POINTER;
+    if (metrics && metrics->struct_size < sizeof(size_t))
+        return FAIL(LLMT_ERR_STRUCT_SIZE, "job: llmt_job_metrics.struct_size %zu is not "
+                    "set", metrics->struct_size);
+    llmt_job_metrics m;
+    llmt_status s = step_once(j, &m);
+    m.anomalies = j->anomalies;
+    m.skipped = j->skipped;
+    m.rollbacks = j->rollbacks;
+    if (s == LLMT_OK || m.step > j->last.step)
+        j->last = m;
+    if (metrics) {
+        size_t keep = metrics->struct_size;
+        memcpy(metrics, &m, keep < sizeof m ? keep : sizeof m);
+        metrics->struct_size = keep;
+    }
+    return s;
+}
+
+LLMT_API llmt_status llmt_job_finish(llmt_job *j)
+{
+    if (!j)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_status s = llmt_ckpt_wait(j->ck, -1);
+    if (s != LLMT_OK)
+        return FAIL(s, "%s", llmt_ckpt_last_error(j->ck));
+    return llmt__job_plot(j);
+}
+
+LLMT_API llmt_status llmt_job_run(llmt_job *j, int64_t n, llmt_job_metrics *metrics)
+{
+    if (!j)
+        return LLMT_ERR_NULL_POINTER;
+    int64_t target = j->stop_at, now = steps_done(j);
+    if (n > 0 && now + n < target)
+        target = now + n;
+    llmt_status s = LLMT_OK;
+    while (s == LLMT_OK && steps_done(j) < target)
+        s = llmt_job_step(j, metrics);
+    if (s != LLMT_OK)
+        return s;
+    /* a run that stops short of stop_at still ends on a saved step */
+    if (j->last_saved != steps_done(j) && steps_done(j) > j->start_step &&
+        (s = llmt__job_save(j, 0)) != LLMT_OK)
+        return s;
+    return llmt_job_finish(j);
+}
+
+LLMT_API llmt_status llmt_job_save(llmt_job *j, int32_t async)
+{
+    if (!j)
+        return LLMT_ERR_NULL_POINTER;
+    return llmt__job_save(j, async);
+}
+
+LLMT_API llmt_status llmt_job_resume(llmt_job *j, int64_t *step)
+{
+    if (!j)
+        return LLMT_ERR_NULL_POINTER;
+    int64_t at = -1;
+    llmt_status s = llmt__job_restore(j, 1, &at);
+    if (s != LLMT_OK)
+        return s;
+    if (at < 0)
+        return FAIL(LLMT_ERR_NOT_FOUND, "job: resume: no checkpoint in %s%s%s", j->ckpt_dir,
+                    j->durable_dir[0] ? " or " : "", j->durable_dir);
+    j->resumed = 1;
+    j->last.step = at;
+    j->nloss = j->loss_pos = 0;
+    llmt__job_metrics_line(j, "{\"event\":\"resume\",\"step\":%lld,\"world_size\":%d}",
+                           (long long)at, (int)j->world);
+    if (step)
+        *step = at;
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_job_sample(llmt_job *j, char *buf, size_t buflen, size_t *needed)
+{
+    if (!j)
+        return LLMT_ERR_NULL_POINTER;
+    int64_t n = j->spec->train.sample_tokens;
+    char *text = NULL;
+    size_t len = 0;
+    if (n > 0) {
+        int32_t prompt = j->data.eot;
+        int32_t *gen = malloc((size_t)n * sizeof *gen);
+        if (!gen)
+            return FAIL(LLMT_ERR_OUT_OF_MEMORY, "job: sample: no memory");
+        llmt_status s = llmt_trainer_generate(j->tr, &prompt, 1, (int32_t)n, 0.8f, 40,
+                                              (uint64_t)j->spec->train.seed, gen);
+        if (s != LLMT_OK) {
+            free(gen);
+            return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
+        }
+        llmt_tokenizer_decode(j->data.tok, gen, (size_t)n, NULL, 0, &len);
+        text = malloc(len + 1);
+        if (!text || llmt_tokenizer_decode(j->data.tok, gen, (size_t)n, text, len, &len) !=
+                         LLMT_OK) {
+            free(gen);
+            free(text);
+            return FAIL(LLMT_ERR_INTERNAL, "job: sample: decode failed");
+        }
+        free(gen);
+    }
+    if (needed)
+        *needed = len + 1;
+    llmt_status s = LLMT_OK;
+    if (!buf || buflen < len + 1) {
+        s = buflen ? FAIL(LLMT_ERR_BUFFER_TOO_SMALL, "job: sample: %zu bytes needed",
+                          len + 1)
+                   : LLMT_ERR_BUFFER_TOO_SMALL;
+    } else {
+        if (len)
+            memcpy(buf, text, len);
+        buf[len] = 0;
+    }
+    free(text);
+    return s;
+}

@@ -1,0 +1,453 @@
+/* No silent no-ops: walks the whole spec key table (llmt_spec_key_count /
+ * llmt_spec_key_name) and, for every key, asserts that setting it either
+ * changes something observable in an llmt_job (its run: losses, learning
+ * rates, validation, events, sample; its files; its resolved settings; its
+ * plan) or is refused at creation with a message naming the key. A key
+ * added to the table without a case here fails the test: decide what it
+ * does first. Containers ("object" keys) need at least one child key.
+ * usage: test_job_keys CORPUS_DIR (any directory of text files) */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "llmtrain.h"
+
+enum expect { REFUSED, RUN, INFO, FILES, PLAN, PLAN8 };
+static const char *const expect_names[] = {"refused", "run", "info", "files", "plan",
+                                           "plan at 8 GPUs"};
+
+typedef struct kcase {
+    const char *key;     /* the key of the table this case covers */
+    const char *base;    /* JSON merged into the baseline of this case, or NULL */
+    const char *set;     /* JSON merged on top of it: the key set */
+    enum expect want;
+} kcase;
+
+/* The baseline: a 1-layer GPT-2 on prepared byte-token shards (PREP),
+ * 4 steps, a validation every 2, checkpoints every 2. SMALL is a small
+ * text corpus for the tokenizer keys. */
+static const char *BASE =
+    "{\"name\": \"kt\", \"model\": {\"arch\": \"gpt2\", \"layers\": 1, \"hidden\": 32,"
+    " \"heads\": 2, \"vocab\": 320, \"seq_len\": 16},"
+    " \"batch\": {\"micro\": 2, \"grad_accum\": 1}, \"optimizer\": {\"lr\": 1e-2},"
+    " \"schedule\": {\"kind\": \"cosine\", \"warmup_steps\": 1},"
+    " \"train\": {\"steps\": 4, \"seed\": 3, \"eval_interval\": 2, \"eval_batches\": 1,"
+    " \"log_interval\": 2, \"threads\": 1, \"sample_tokens\": 4},"
+    " \"data\": {\"train\": \"@PREP@\", \"tokenizer\": {\"kind\": \"byte\"}},"
+    " \"checkpoint\": {\"interval\": 2}, \"hardware\": {\"gpu\": \"cpu\"}}";
+
+#define LLAMA "{\"model\": {\"arch\": \"llama\", \"heads\": 4}}"
+#define SMALLTXT "{\"data\": {\"train\": \"@SMALL@\", \"val\": \"@PREP@/val\", \"tokenizer\": {\"kind\": \"bpe\", \"vocab_size\": 300}}}"
+#define AUTO "{\"checkpoint\": {\"interval\": \"auto\"}}"
+#define LONG "{\"train\": {\"steps\": 14}, \"optimizer\": {\"lr\": 3e-2}}"
+#define GPU8 "{\"hardware\": {\"gpu\": \"H100-SXM\"}}"
+
+static const kcase cases[] = {
+    {"name", NULL, "{\"name\": \"other\"}", INFO},
+    {"model.arch", NULL, "{\"model\": {\"arch\": \"llama\"}}", RUN},
+    {"model.layers", NULL, "{\"model\": {\"layers\": 2}}", RUN},
+    {"model.hidden", NULL, "{\"model\": {\"hidden\": 64}}", RUN},
+    {"model.heads", NULL, "{\"model\": {\"heads\": 4}}", RUN},
+    {"model.kv_heads", LLAMA, "{\"model\": {\"kv_heads\": 2}}", RUN},
+    {"model.ffn", NULL, "{\"model\": {\"ffn\": 64}}", RUN},
+    {"model.vocab", NULL, "{\"model\": {\"vocab\": 384}}", RUN},
+    {"model.seq_len", NULL, "{\"model\": {\"seq_len\": 8}}", RUN},
+    {"model.params", NULL, "{\"model\": {\"params\": 1000}}", REFUSED},
+    {"model.norm_eps", NULL, "{\"model\": {\"norm_eps\": 0.5}}", RUN},
+    {"model.rope_theta", LLAMA, "{\"model\": {\"rope_theta\": 3}}", RUN},
+    {"model.rope_theta", NULL, "{\"model\": {\"rope_theta\": 3}}", REFUSED},
+    {"model.tied_embeddings", LLAMA, "{\"model\": {\"tied_embeddings\": true}}", RUN},
+    {"model.moe.experts", NULL, "{\"model\": {\"moe\": {\"experts\": 4, \"top_k\": 2}}}", REFUSED},
+    {"model.moe.top_k", NULL, "{\"model\": {\"moe\": {\"top_k\": 2}}}", REFUSED},
+    {"model.moe.expert_ffn", NULL, "{\"model\": {\"moe\": {\"expert_ffn\": 64}}}", REFUSED},
+    {"parallelism.tp", NULL, "{\"parallelism\": {\"tp\": 2}}", REFUSED},
+    {"parallelism.pp", "{\"model\": {\"layers\": 2}}", "{\"parallelism\": {\"pp\": 2}}", REFUSED},
+    {"parallelism.dp", NULL, "{\"parallelism\": {\"dp\": 2}}", REFUSED},
+    {"parallelism.cp", NULL, "{\"parallelism\": {\"cp\": 2}}", REFUSED},
+    {"parallelism.ep", NULL, "{\"parallelism\": {\"ep\": 2}}", REFUSED},
+    {"parallelism.zero", NULL, "{\"parallelism\": {\"zero\": 1}}", REFUSED},
+    {"parallelism.virtual_stages", "{\"model\": {\"layers\": 4}, \"batch\": {\"grad_accum\": 2}}",
+     "{\"parallelism\": {\"pp\": 2, \"virtual_stages\": 2}}", REFUSED},
+    {"parallelism.recompute", NULL, "{\"parallelism\": {\"recompute\": \"full\"}}", INFO},
+    {"parallelism.recompute", NULL, "{\"parallelism\": {\"recompute\": \"selective\"}}", REFUSED},
+    {"parallelism.sequence_parallel", NULL,
+     "{\"parallelism\": {\"tp\": 2, \"sequence_parallel\": true}}", REFUSED},
+    {"precision.param", NULL, "{\"precision\": {\"param\": \"bf16\"}}", REFUSED},
+    {"precision.master", NULL, "{\"precision\": {\"master\": \"bf16\"}}", REFUSED},
+    {"precision.gemm", NULL, "{\"precision\": {\"gemm\": \"fp8\"}}", REFUSED},
+    {"precision.fp8_recipe", NULL, "{\"precision\": {\"fp8_recipe\": \"current\"}}", REFUSED},
+    {"precision.fp8_amax_history", NULL, "{\"precision\": {\"fp8_amax_history\": 4}}", REFUSED},
+    {"precision.fp8_margin", NULL, "{\"precision\": {\"fp8_margin\": 2}}", REFUSED},
+    {"precision.fp8_format", NULL, "{\"precision\": {\"fp8_format\": \"e4m3\"}}", REFUSED},
+    {"batch.micro", NULL, "{\"batch\": {\"micro\": 4}}", RUN},
+    {"batch.grad_accum", NULL, "{\"batch\": {\"grad_accum\": 2}}", RUN},
+    {"batch.global", NULL, "{\"batch\": {\"grad_accum\": null, \"global\": 4}}", RUN},
+    {"optimizer.type", NULL, "{\"optimizer\": {\"type\": \"sgd\"}}", REFUSED},
+    {"optimizer.lr", NULL, "{\"optimizer\": {\"lr\": 3e-2}}", RUN},
+    {"optimizer.beta1", NULL, "{\"optimizer\": {\"beta1\": 0.5}}", RUN},
+    {"optimizer.beta2", NULL, "{\"optimizer\": {\"beta2\": 0.5}}", RUN},
+    {"optimizer.eps", NULL, "{\"optimizer\": {\"eps\": 0.1}}", RUN},
+    {"optimizer.weight_decay", NULL, "{\"optimizer\": {\"weight_decay\": 50}}", RUN},
+    {"optimizer.grad_clip", NULL, "{\"optimizer\": {\"grad_clip\": 0.01}}", RUN},
+    {"schedule.kind", NULL, "{\"schedule\": {\"kind\": \"linear\"}}", RUN},
+    {"schedule.warmup_steps", NULL, "{\"schedule\": {\"warmup_steps\": 3}}", RUN},
+    {"schedule.total_steps", NULL, "{\"schedule\": {\"total_steps\": 100}}", RUN},
+    {"schedule.min_lr_ratio", NULL, "{\"schedule\": {\"min_lr_ratio\": 0.9}}", RUN},
+    {"schedule.decay_steps", "{\"schedule\": {\"kind\": \"wsd\"}}",
+     "{\"schedule\": {\"decay_steps\": 3}}", RUN},
+    {"schedule.decay_steps", NULL, "{\"schedule\": {\"decay_steps\": 3}}", REFUSED},
+    {"train.steps", NULL, "{\"train\": {\"steps\": 3}}", RUN},
+    {"train.seed", NULL, "{\"train\": {\"seed\": 4}}", RUN},
+    {"train.device", NULL, "{\"train\": {\"device\": \"cuda\"}}", INFO}, /* or refused */
+    {"train.eval_interval", NULL, "{\"train\": {\"eval_interval\": 1}}", RUN},
+    {"train.eval_batches", NULL, "{\"train\": {\"eval_batches\": 3}}", RUN},
+    {"train.log_interval", NULL, "{\"train\": {\"log_interval\": 1}}", RUN},
+    {"train.threads", NULL, "{\"train\": {\"threads\": 2}}", INFO},
+    {"train.deterministic", NULL, "{\"train\": {\"deterministic\": true}}", INFO},
+    {"train.sample_tokens", NULL, "{\"train\": {\"sample_tokens\": 9}}", RUN},
+    {"data.train", NULL, "{\"data\": {\"train\": \"@SMALL@\", \"val\": \"@PREP@/val\"}}", RUN},
+    {"data.val", NULL, "{\"data\": {\"val\": \"@PREP@/train\"}}", RUN},
+    {"data.tokenizer.kind", SMALLTXT, "{\"data\": {\"tokenizer\": {\"kind\": \"byte\", \"vocab_size\": null}}}", RUN},
+    {"data.tokenizer.vocab_size", SMALLTXT, "{\"data\": {\"tokenizer\": {\"vocab_size\": 280}}}", RUN},
+    {"data.tokenizer.path", SMALLTXT,
+     "{\"data\": {\"tokenizer\": {\"kind\": \"byte\", \"vocab_size\": null, \"path\": \"@PREP@/tokenizer.bin\"}}}", RUN},
+    {"data.seed", NULL, "{\"data\": {\"seed\": 9}}", RUN},
+    {"checkpoint.dir", NULL, "{\"checkpoint\": {\"dir\": \"ck2\"}}", FILES},
+    {"checkpoint.interval", NULL, "{\"checkpoint\": {\"interval\": 3}}", FILES},
+    {"checkpoint.interval", NULL, AUTO, INFO},
+    {"checkpoint.async", NULL, "{\"checkpoint\": {\"async\": false}}", INFO},
+    {"checkpoint.save_stall_s", AUTO, "{\"checkpoint\": {\"save_stall_s\": 100}}", INFO},
+    {"checkpoint.save_write_s", AUTO, "{\"checkpoint\": {\"save_write_s\": 1e5}}", INFO},
+    {"checkpoint.restore_s", NULL, "{\"checkpoint\": {\"restore_s\": 77}}", PLAN},
+    {"checkpoint.tiers", NULL, "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": 1}]}}", FILES},
+    {"checkpoint.tiers[].kind", NULL,
+     "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\"}, {\"kind\": \"durable\", \"path\": \"dur\"}]}}", FILES},
+    {"checkpoint.tiers[].kind", NULL, "{\"checkpoint\": {\"tiers\": [{\"kind\": \"peer\"}]}}", REFUSED},
+    {"checkpoint.tiers[].path", NULL, "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"path\": \"ck3\"}]}}", FILES},
+    {"checkpoint.tiers[].keep_last", "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\"}]}}",
+     "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": 1}]}}", FILES},
+    {"checkpoint.tiers[].keep_every", "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": 1}]}}",
+     "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": 1, \"keep_every\": 2}]}}", FILES},
+    {"fault_tolerance.collective_timeout_s", NULL, "{\"fault_tolerance\": {\"collective_timeout_s\": 5}}", INFO},
+    {"fault_tolerance.max_restarts", NULL, "{\"fault_tolerance\": {\"max_restarts\": 1}}", REFUSED},
+    {"fault_tolerance.gpu_failures_per_hour", AUTO, "{\"fault_tolerance\": {\"gpu_failures_per_hour\": 0.5}}", INFO},
+    {"fault_tolerance.gpu_failures_per_hour", NULL, "{\"fault_tolerance\": {\"gpu_failures_per_hour\": 0.5}}", PLAN},
+    {"fault_tolerance.restart_s", NULL, "{\"fault_tolerance\": {\"restart_s\": 9}}", PLAN},
+    {"fault_tolerance.anomaly.policy", "{\"optimizer\": {\"lr\": 1e3, \"grad_clip\": 0}, \"checkpoint\": {\"interval\": 1}}",
+     "{\"fault_tolerance\": {\"anomaly\": {\"policy\": \"stop\"}}}", RUN},
+    {"fault_tolerance.anomaly.zscore", LONG,
+     "{\"fault_tolerance\": {\"anomaly\": {\"zscore\": 0.01}}}", RUN},
+    {"hardware.gpu", NULL, "{\"hardware\": {\"gpu\": \"H100-SXM\"}}", PLAN},
+    {"hardware.gpus_per_node", GPU8, "{\"hardware\": {\"gpus_per_node\": 2}}", PLAN8},
+    {"hardware.nodes_per_rack", GPU8, "{\"hardware\": {\"nodes_per_rack\": 1, \"gpus_per_node\": 1}}", PLAN8},
+    {"hardware.nvlink_GBps", GPU8, "{\"hardware\": {\"nvlink_GBps\": 1}}", PLAN8},
+    {"hardware.ib_Gbps", GPU8, "{\"hardware\": {\"ib_Gbps\": 1, \"gpus_per_node\": 1}}", PLAN8},
+    {"hardware.ib_rails", GPU8, "{\"hardware\": {\"ib_rails\": 1, \"gpus_per_node\": 1}}", PLAN8},
+    {"hardware.peak_tflops", NULL, "{\"hardware\": {\"peak_tflops\": 7}}", PLAN},
+    {"hardware.fp8_tflops", "{\"precision\": {\"gemm\": \"fp8\"}, \"hardware\": {\"gpu\": \"H100-SXM\"}}",
+     "{\"hardware\": {\"fp8_tflops\": 100}}", PLAN8},
+    {"hardware.hbm_GB", NULL, "{\"hardware\": {\"hbm_GB\": 3}}", PLAN},
+    {"hardware.efficiency", NULL, "{\"hardware\": {\"efficiency\": 0.1}}", PLAN},
+    {"hardware.pcie_GBps", NULL, "{\"hardware\": {\"pcie_GBps\": 0.001}}", PLAN},
+    {"hardware.storage_GBps", NULL, "{\"hardware\": {\"storage_GBps\": 0.001}}", PLAN},
+    {"metrics.jsonl", NULL, "{\"metrics\": {\"jsonl\": \"m2.jsonl\"}}", FILES},
+    {"metrics.plot", NULL, "{\"metrics\": {\"plot\": \"p2.svg\"}}", FILES},
+};
+#define NCASES (sizeof cases / sizeof cases[0])
+
+static char tmp[512], prep[700], small[700];
+static int runs;
+
+/* Deep merge of `over` into `into`; a JSON null removes the key. */
+static void merge(cJSON *into, const cJSON *over)
+{
+    for (const cJSON *c = over->child; c; c = c->next) {
+        cJSON *have = cJSON_GetObjectItemCaseSensitive(into, c->string);
+        if (cJSON_IsNull(c)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(into, c->string);
+        } else if (have && cJSON_IsObject(have) && cJSON_IsObject(c)) {
+            merge(have, c);
+        } else {
+            cJSON_DeleteItemFromObjectCaseSensitive(into, c->string);
+            cJSON_AddItemToObject(into, c->string, cJSON_Duplicate(c, 1));
+        }
+    }
+}
+
+static void subst(char *s, size_t cap, const char *pat, const char *val)
+{
+    char *p;
+    while ((p = strstr(s, pat))) {
+        char rest[8192];
+        snprintf(rest, sizeof rest, "%s", p + strlen(pat));
+        snprintf(p, cap - (size_t)(p - s), "%s%s", val, rest);
+    }
+}
+
+static char *spec_json(const char *base, const char *set)
+{
+    cJSON *b = cJSON_Parse(BASE);
+    const char *parts[2] = {base, set};
+    for (int i = 0; i < 2; i++)
+        if (parts[i]) {
+            cJSON *o = cJSON_Parse(parts[i]);
+            if (!o) {
+                fprintf(stderr, "bad case JSON: %s\n", parts[i]);
+                exit(1);
+            }
+            merge(b, o);
+            cJSON_Delete(o);
+        }
+    char *txt = cJSON_PrintUnformatted(b);
+    cJSON_Delete(b);
+    static char out[8192];
+    snprintf(out, sizeof out, "%s", txt);
+    free(txt);
+    subst(out, sizeof out, "@PREP@", prep);
+    subst(out, sizeof out, "@SMALL@", small);
+    return out;
+}
+
+/* What one job did, as text per aspect, so that a case can say which one
+ * must differ from its baseline. */
+typedef struct outcome {
+    llmt_status create;
+    char err[2048];
+    char run[16384];   /* per step: loss, lr, norm, val, events; status; sample */
+    char info[2048];
+    char files[4096];
+    llmt_plan_estimate est, est8;
+} outcome;
+
+static void list_files(const char *dir, const char *rel, char *out, size_t cap)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char names[256][256];
+    int n = 0;
+    while ((e = readdir(d)) && n < 256)
+        if (e->d_name[0] != '.' && strcmp(e->d_name, "data") &&
+            strncmp(e->d_name, "rank-", 5))
+            snprintf(names[n++], 256, "%s", e->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+    for (int i = 0; i < n; i++) {
+        char p[1024], r[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        snprintf(r, sizeof r, "%s%s", rel, names[i]);
+        size_t l = strlen(out);
+        snprintf(out + l, cap - l, "%s ", r);
+        struct stat st;
+        /* inside a checkpoint step only the step itself matters */
+        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode) && strncmp(names[i], "step-", 5)) {
+            strcat(r, "/");
+            list_files(p, r, out, cap);
+        }
+    }
+}
+
+static void run_case(const char *json, outcome *o)
+{
+    memset(o, 0, sizeof o[0]);
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/run%d", tmp, runs++);
+    llmt_context_opts co;
+    llmt_context_opts_init(&co, sizeof co);
+    co.log_level = LLMT_LOG_ERROR;
+    llmt_context *ctx = NULL;
+    llmt_context_create(&co, &ctx);
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = dir;
+    llmt_job *job = NULL;
+    o->create = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+    snprintf(o->err, sizeof o->err, "%s", llmt_context_last_error(ctx));
+    llmt_spec *sp = NULL;
+    if (llmt_spec_parse_json(ctx, json, strlen(json), &sp) == LLMT_OK) {
+        llmt_plan *p8 = NULL;
+        o->est8.struct_size = sizeof o->est8;
+        if (llmt_plan_create(ctx, sp, 8, &p8) == LLMT_OK)
+            llmt_plan_get_estimate(p8, &o->est8);
+        llmt_plan_destroy(p8);
+        llmt_spec_destroy(sp);
+    }
+    if (o->create == LLMT_OK) {
+        const llmt_plan *plan = NULL;
+        llmt_job_get_plan(job, &plan);
+        o->est.struct_size = sizeof o->est;
+        llmt_plan_get_estimate(plan, &o->est);
+        llmt_status s = LLMT_OK;
+        size_t l;
+        while (s == LLMT_OK) {
+            llmt_job_metrics m;
+            memset(&m, 0, sizeof m);
+            m.struct_size = sizeof m;
+            s = llmt_job_step(job, &m);
+            l = strlen(o->run);
+            snprintf(o->run + l, sizeof o->run - l,
+                     "[%lld %.6f %.6g %.5f %.6f %.6f e%x a%lld s%lld r%lld] ", (long long)m.step,
+                     (double)m.loss, (double)m.lr, (double)m.grad_norm, (double)m.val_loss,
+                     (double)m.start_val_loss, m.events & ~LLMT_JOB_EVENT_SAVED,
+                     (long long)m.anomalies, (long long)m.skipped, (long long)m.rollbacks);
+        }
+        l = strlen(o->run);
+        snprintf(o->run + l, sizeof o->run - l, "status %s %.60s ", llmt_status_string(s),
+                 s == LLMT_ERR_STATE ? "" : llmt_job_last_error(job));
+        llmt_job_finish(job);
+        char sample[512] = "";
+        llmt_job_sample(job, sample, sizeof sample, NULL);
+        l = strlen(o->run);
+        snprintf(o->run + l, sizeof o->run - l, "sample '%s'", sample);
+        llmt_job_info i;
+        memset(&i, 0, sizeof i);
+        i.struct_size = sizeof i;
+        llmt_job_get_info(job, &i);
+        snprintf(o->info, sizeof o->info,
+                 "%s threads %d det %d rec %d async %d auto %d stall %.3g write %.3g mtbf "
+                 "%.4g timeout %g device %d params %lld", i.name, (int)i.threads,
+                 (int)i.deterministic, (int)i.recompute, (int)i.ckpt_async, (int)i.ckpt_auto,
+                 i.ckpt_auto && i.auto_stall_s >= 1 ? i.auto_stall_s : 0, i.auto_write_s >= 1 ? i.auto_write_s : 0,
+                 i.auto_mtbf_s, i.collective_timeout_s, (int)i.device, (long long)i.params);
+        llmt_job_destroy(job);
+        list_files(dir, "", o->files, sizeof o->files);
+    }
+    llmt_context_destroy(ctx);
+}
+
+static int differs(const outcome *a, const outcome *b, enum expect w)
+{
+    switch (w) {
+    case RUN: return strcmp(a->run, b->run) != 0;
+    case INFO: return strcmp(a->info, b->info) != 0;
+    case FILES: return strcmp(a->files, b->files) != 0;
+    case PLAN: return memcmp(&a->est, &b->est, sizeof a->est) != 0;
+    case PLAN8: return memcmp(&a->est8, &b->est8, sizeof a->est8) != 0;
+    default: return 0;
+    }
+}
+
+/* A key of the table: "checkpoint.tiers[].kind" is covered by that path. */
+static int covered(const char *key)
+{
+    for (size_t c = 0; c < NCASES; c++)
+        if (!strcmp(cases[c].key, key))
+            return 1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_job_keys CORPUS_DIR\n");
+        return 2;
+    }
+    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-keys-XXXXXX");
+    if (!mkdtemp(tmp))
+        return 1;
+    /* PREP: the corpus prepared once into byte-token shards; SMALL: one
+     * file of it, as text */
+    char cmd[2048];
+    snprintf(small, sizeof small, "%s/small", tmp);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && head -c 60000 \"$(ls -S %s/*.md | head -1)\" > %s/a.md",
+             small, argv[1], small);
+    CHECK(system(cmd) == 0);
+    {
+        char json[4096];
+        snprintf(json, sizeof json, "%s", BASE);
+        subst(json, sizeof json, "@PREP@", argv[1]);
+        llmt_context *ctx = NULL;
+        llmt_context_create(NULL, &ctx);
+        llmt_job_opts jo;
+        llmt_job_opts_init(&jo, sizeof jo);
+        char d[700];
+        snprintf(d, sizeof d, "%s/prep", tmp);
+        jo.run_dir = d;
+        llmt_job *job = NULL;
+        llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+        if (s != LLMT_OK)
+            fprintf(stderr, "preparing the corpus: %s\n", llmt_context_last_error(ctx));
+        CHECK_STATUS(s, LLMT_OK);
+        llmt_job_destroy(job);
+        llmt_context_destroy(ctx);
+        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
+        if (s != LLMT_OK)
+            return check_exit("job-keys");
+    }
+
+    /* every key of the table has a case; every container has children */
+    size_t nk = llmt_spec_key_count();
+    CHECK(nk > 50);
+    for (size_t k = 0; k < nk; k++) {
+        const char *key = llmt_spec_key_name(k), *type = llmt_spec_key_type(k);
+        if (!strcmp(type, "object")) {
+            int child = 0;
+            size_t l = strlen(key);
+            for (size_t m = 0; m < nk; m++)
+                child |= !strncmp(llmt_spec_key_name(m), key, l) &&
+                         llmt_spec_key_name(m)[l] == '.';
+            if (!child)
+                fprintf(stderr, "FAIL %s: a container without keys\n", key);
+            CHECK(child);
+            continue;
+        }
+        if (!covered(key))
+            fprintf(stderr, "FAIL %s: no case in test_job_keys.c: does it take effect in "
+                            "llmt_job, or is it refused?\n", key);
+        CHECK(covered(key));
+    }
+
+    /* the cases: one baseline per distinct `base`, then the variant */
+    static outcome base, var;
+    const char *last_base = "";
+    int have_base = 0;
+    for (size_t c = 0; c < NCASES; c++) {
+        const kcase *kc = &cases[c];
+        const char *b = kc->base ? kc->base : "";
+        if (!have_base || strcmp(b, last_base)) {
+            run_case(spec_json(kc->base, NULL), &base);
+            /* a plan-only case may use a spec this machine cannot run */
+            if (base.create != LLMT_OK && kc->want != PLAN8) {
+                fprintf(stderr, "FAIL baseline for %s: %s\n", kc->key, base.err);
+                CHECK_STATUS(base.create, LLMT_OK);
+            }
+            last_base = b;
+            have_base = 1;
+        }
+        run_case(spec_json(kc->base, kc->set), &var);
+        int ok;
+        if (kc->want == REFUSED) {
+            ok = var.create != LLMT_OK && strstr(var.err, kc->key) != NULL;
+            /* "checkpoint.tiers[].kind" is named with its index */
+            if (!ok && strstr(kc->key, "[]") && var.create != LLMT_OK) {
+                char k2[128];
+                snprintf(k2, sizeof k2, "%.*s[0]%s", (int)(strstr(kc->key, "[]") - kc->key),
+                         kc->key, strstr(kc->key, "[]") + 2);
+                ok = strstr(var.err, k2) != NULL;
+            }
+        } else if (!strcmp(kc->key, "train.device") && var.create != LLMT_OK) {
+            /* no GPU here: the refusal must name the key */
+            ok = strstr(var.err, "train.device cuda") != NULL;
+        } else {
+            ok = (var.create == LLMT_OK || kc->want == PLAN8) && differs(&base, &var, kc->want);
+        }
+        printf("%s %-40s %-15s %s\n", ok ? "ok  " : "FAIL", kc->key, expect_names[kc->want],
+               var.create != LLMT_OK ? var.err : kc->set);
+        if (!ok && var.create == LLMT_OK)
+            fprintf(stderr, "  baseline: %.300s\n  variant:  %.300s\n",
+                    kc->want == RUN ? base.run : kc->want == INFO ? base.info : base.files,
+                    kc->want == RUN ? var.run : kc->want == INFO ? var.info : var.files);
+        CHECK(ok);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp);
+    return check_exit("job-keys");
+}
