@@ -9,9 +9,11 @@
  * Activations for B x T: resid[0..L] (N x C each: the input of every layer
  * and of the final norm), and per layer ln1, qkv, atty, lse, res2, ln2, fch
  * (GPT-2: the fc pre-activation; Llama: the gate), fch3 (Llama: the up
- * projection), fchg (the MLP's activation output). With recompute all
- * layers share one such set, refilled from resid[l] by re-running the
- * layer's forward just before its backward. */
+ * projection), fchg (the MLP's activation output). With full recompute
+ * all layers share one such set, refilled from resid[l] by re-running the
+ * layer's forward just before its backward; with selective recompute only
+ * the attention core's output and state (atty, lse: T x T probabilities on
+ * the CPU) are shared, recomputed from the layer's saved qkv. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +42,8 @@ struct llmt__devtrain {
     llmt_err *e;
     llmt_model *m;
     int B, T, A, llama;
-    int nacts;             /* layer activation sets: layers, or 1 (recompute) */
+    int nacts;             /* layer activation sets: layers, or 1 (full recompute) */
+    int selective;         /* recompute the attention core only */
     size_t es;             /* bytes of one stored element (ops->store) */
     int alias;             /* fp32 host backend: master IS the model's data and
                               the host mirrors ARE the device buffers */
@@ -139,8 +142,10 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
             if (*bufs[i]) g->op->free(g->d, *bufs[i]);
         for (int l = 0; g->L && l < g->nacts; l++) {
             dlayer *a = &g->L[l];
-            void *ps[] = {a->ln1, a->qkv, a->atty, a->res2, a->ln2, a->fch, a->fch3,
-                          a->fchg, a->ln1m, a->ln1r, a->ln2m, a->ln2r, a->lse};
+            int shared = g->selective && l > 0; /* layer 0's, freed there */
+            void *ps[] = {a->ln1, a->qkv, shared ? NULL : a->atty, a->res2, a->ln2, a->fch,
+                          a->fch3, a->fchg, a->ln1m, a->ln1r, a->ln2m, a->ln2r,
+                          shared ? NULL : a->lse};
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                 if (ps[i]) g->op->free(g->d, ps[i]);
         }
@@ -267,7 +272,8 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
     g->A = A;
     g->llama = c->arch == LLMT_ARCH_LLAMA;
     int L = c->layers;
-    g->nacts = recompute ? 1 : L;
+    g->nacts = recompute == LLMT__RECOMPUTE_FULL ? 1 : L;
+    g->selective = recompute == LLMT__RECOMPUTE_SELECTIVE;
     g->doff = calloc((size_t)m->nparams, sizeof *g->doff);
     g->lay = calloc((size_t)L, sizeof *g->lay);
     g->L = calloc((size_t)L, sizeof *g->L);
@@ -318,8 +324,13 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
         DA(a->ln1m, N * 4, 1);
         DA(a->ln1r, N * 4, 1);
         DA(a->qkv, N * Q * bf, 1);
-        DA(a->atty, N * C * bf, 1);
-        DA(a->lse, NH * 4, 1);
+        if (g->selective && l > 0) { /* one attention core output for all */
+            a->atty = g->L[0].atty;
+            a->lse = g->L[0].lse;
+        } else {
+            DA(a->atty, N * C * bf, 1);
+            DA(a->lse, NH * 4, 1);
+        }
         DA(a->res2, N * C * bf, 1);
         DA(a->ln2, N * C * bf, 1);
         DA(a->ln2m, N * 4, 1);
@@ -631,6 +642,19 @@ static lctx layer_ctx(const llmt__devtrain *g, int l, int B, int T)
     return x;
 }
 
+/* The attention core of a layer: softmax(q k^T) v from its qkv (roped
+ * already), into atty and the saved state. Selective recompute re-runs
+ * just this before the layer's backward. */
+static llmt_status attn_core(llmt__devtrain *g, const lctx *L, int B, int T)
+{
+    dlayer *a = L->a;
+    int nh = L->nh, nkv = L->nkv, hd = L->hd;
+    const void *q = a->qkv, *k = at(g, q, (size_t)nh * hd), *v = at(g, k, (size_t)nkv * hd);
+    S(g->op->attention_fwd(g->d, a->atty, a->lse, q, k, v, (size_t)L->Q, B, T, nh, nkv, hd),
+      "attention");
+    return LLMT_OK;
+}
+
 static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
 {
     const lctx L = layer_ctx(g, l, B, T);
@@ -643,13 +667,12 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
 #define R(x) do { if ((s = (x)) != LLMT_OK) return s; } while (0)
     R(norm_fwd(g, a->ln1, a->ln1m, a->ln1r, x, w->ln1w, w->ln1b, N));
     R(lin(g, a->qkv, a->ln1, w->qkvw, w->qkvb, N, C, Q, SLOT(l, LQKV)));
-    void *q = a->qkv, *k = at(g, q, (size_t)nh * hd), *v = at(g, k, (size_t)nkv * hd);
+    void *q = a->qkv, *k = at(g, q, (size_t)nh * hd);
     if (g->llama) {
         S(g->op->rope(g->d, q, B, T, nh, hd, (size_t)Q, c->rope_theta, 0), "rope");
         S(g->op->rope(g->d, k, B, T, nkv, hd, (size_t)Q, c->rope_theta, 0), "rope");
     }
-    S(g->op->attention_fwd(g->d, a->atty, a->lse, q, k, v, (size_t)Q, B, T, nh, nkv, hd),
-      "attention");
+    R(attn_core(g, &L, B, T));
     R(lin(g, g->dtmp, a->atty, w->projw, w->projb, N, C, C, SLOT(l, LPROJ)));
     S(g->op->residual_fwd(g->d, a->res2, x, g->dtmp, (size_t)N * C), "residual");
     R(norm_fwd(g, a->ln2, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, N));
@@ -749,6 +772,10 @@ static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     for (int l = c->layers - 1; l >= 0; l--) {
         if (g->dp) llmt__dp_use(g->dp, 1 + l, -1);
         if (g->nacts == 1 && c->layers > 1) R(layer_fwd(g, l, B, T)); /* recompute */
+        if (g->selective && l < c->layers - 1) { /* later layers overwrote it */
+            lctx lc = layer_ctx(g, l, B, T);
+            R(attn_core(g, &lc, B, T));
+        }
         R(layer_bwd(g, l, B, T));
         if (g->dp) {
             llmt__dp_done(g->dp, 1 + l);

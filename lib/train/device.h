@@ -19,6 +19,9 @@
 
 typedef struct llmt__devtrain llmt__devtrain;
 
+/* llmt_trainer_opts.recompute values */
+enum { LLMT__RECOMPUTE_NONE = 0, LLMT__RECOMPUTE_FULL = 1, LLMT__RECOMPUTE_SELECTIVE = 2 };
+
 /* fp8 forward GEMMs: the Linear layers of the blocks (qkv, attention
  * output, MLP in and out) quantise their input and weight to E4M3 with
  * per-tensor delayed scaling (lib/exec/fp8.h, history and margin as
@@ -31,8 +34,10 @@ typedef struct llmt__devtrain_fp8 {
 
 /* Creates the backend context and every device buffer for micro-batches of
  * B x T (and A micro-batches per step), then uploads the model's
- * parameters (moments zero). recompute: keep only the layers' inputs and
- * recompute each layer's activations before its backward. fp8 may be NULL
+ * parameters (moments zero). recompute: LLMT__RECOMPUTE_FULL keeps only
+ * the layers' inputs and recomputes each layer's activations before its
+ * backward; LLMT__RECOMPUTE_SELECTIVE keeps all but the attention core's
+ * output and state (the T x T part), recomputed before each backward. fp8 may be NULL
  * (off). Errors go to `e`. */
 llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
                                   const llmt__dev_opts *dopts, llmt_model *m,

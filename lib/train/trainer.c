@@ -161,6 +161,11 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
                              ">= 0, betas in [0,1), eps > 0, weight_decay "
                              ">= 0, grad_clip >= 0, total_steps >= 1, "
                              "decay_fraction in [0,1])");
+    if (o.recompute < LLMT__RECOMPUTE_NONE || o.recompute > LLMT__RECOMPUTE_SELECTIVE)
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: recompute %d is not 0 (none), 1 (full: layer "
+                             "inputs only) or 2 (selective: attention core only)",
+                             (int)o.recompute);
     if (o.device != LLMT_DEVICE_CPU && o.device != LLMT_DEVICE_CUDA)
         return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: device %d is not LLMT_DEVICE_CPU (0) or "

@@ -9,7 +9,10 @@
  *     parameters within 2.2e-8 relative L2);
  *   - the public trainer and the engine created on dev_cpu directly give
  *     the same run bit for bit (losses, norms, generation, parameters);
- *   - recompute (full) equals no recompute bit for bit. */
+ *   - recompute full (1) and selective (2: the attention core only) give
+ *     the run without recompute bit for bit, with less activation memory
+ *     (selective keeps one layer's T x T attention state instead of all);
+ *   - recompute 3 is refused with a message. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,7 +74,7 @@ typedef struct run {
     float loss[NSTEPS], norm[NSTEPS], eval;
     int32_t gen[6];
     float *params;
-    int64_t n;
+    int64_t n, act;
 } run;
 
 /* engine: 0 = the public CPU trainer, 1 = the engine on dev_cpu directly */
@@ -113,6 +116,11 @@ static int do_run(llmt_context *ctx, int llama, int engine, int recompute, run *
         r->norm[k] = met.grad_norm;
     }
     CHECK_STATUS(llmt_trainer_sync_params(tr), LLMT_OK);
+    llmt_trainer_memory mem;
+    memset(&mem, 0, sizeof mem);
+    mem.struct_size = sizeof mem;
+    CHECK_STATUS(llmt_trainer_memory_usage(tr, &mem), LLMT_OK);
+    r->act = mem.activations;
     r->n = (int64_t)m->total; /* model/model.h: the flat fp32 parameters */
     r->params = malloc((size_t)r->n * sizeof(float));
     memcpy(r->params, m->data, (size_t)r->n * sizeof(float));
@@ -135,13 +143,14 @@ static double rel_l2(const float *a, const float *b, int64_t n)
 static void compare(llmt_context *ctx, int llama)
 {
     const char *name = llama ? "llama" : "gpt2";
-    run a, b, c;
+    run a, b, c, d;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
     memset(&c, 0, sizeof c);
+    memset(&d, 0, sizeof d);
     if (do_run(ctx, llama, 0, 0, &a) || do_run(ctx, llama, 1, 0, &b) ||
-        do_run(ctx, llama, 1, 1, &c)) {
-        free(a.params), free(b.params), free(c.params);
+        do_run(ctx, llama, 1, 1, &c) || do_run(ctx, llama, 0, 2, &d)) {
+        free(a.params), free(b.params), free(c.params), free(d.params);
         return;
     }
     fprintf(stderr, "%s: step-0 loss cpu %.9g engine %.9g; eval %.9g %.9g; last loss %.9g %.9g\n",
@@ -159,7 +168,12 @@ static void compare(llmt_context *ctx, int llama)
     /* recompute: the same run, bit for bit */
     CHECK(memcmp(b.loss, c.loss, sizeof b.loss) == 0);
     CHECK(memcmp(b.params, c.params, (size_t)b.n * sizeof(float)) == 0);
-    free(a.params), free(b.params), free(c.params);
+    CHECK(memcmp(a.loss, d.loss, sizeof a.loss) == 0);
+    CHECK(memcmp(a.params, d.params, (size_t)a.n * sizeof(float)) == 0);
+    fprintf(stderr, "%s: activation bytes: none %lld, selective %lld, full %lld\n", name,
+            (long long)a.act, (long long)d.act, (long long)c.act);
+    CHECK(c.act < d.act && d.act < a.act);
+    free(a.params), free(b.params), free(c.params), free(d.params);
 }
 
 int main(void)
@@ -168,6 +182,16 @@ int main(void)
     CHECK_STATUS(llmt_context_create(NULL, &ctx), LLMT_OK);
     compare(ctx, 0);
     compare(ctx, 1);
+    llmt_model_config mc;
+    config(&mc, 0);
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_trainer_opts to;
+    topts(&to, 3);
+    CHECK_STATUS(llmt_model_create(ctx, &mc, &m), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_create(m, &to, &tr), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(llmt_model_last_error(m), "selective") != NULL);
+    llmt_model_destroy(m);
     llmt_context_destroy(ctx);
     return check_exit("engine-cpu");
 }
