@@ -1790,6 +1790,7 @@ typedef struct llmt_job_info {
     int32_t anomaly_policy;      /* 0 skip, 1 rollback, 2 stop */
     double anomaly_zscore;
     double collective_timeout_s;
+    int64_t sample_tokens;       /* train.sample_tokens */
 } llmt_job_info;
 
 /* Bits of llmt_job_metrics.events: what happened in the last call. */

@@ -186,6 +186,26 @@ llmt_status llmt__job_maybe_save(llmt_job *j, int64_t done, int last,
     return LLMT_OK;
 }
 
+llmt_status llmt__job_quarantine(llmt_job *j, int64_t step)
+{
+    size_t moved = 0;
+    llmt_status s = LLMT_OK;
+    if (j->rank == 0)
+        s = llmt_ckpt_quarantine_newer(j->ck, step, &moved);
+    if (s != LLMT_OK)
+        return FAIL(s, "%s", llmt_ckpt_last_error(j->ck));
+    if (moved) {
+        size_t l = strlen(j->resume_note);
+        snprintf(j->resume_note + l, sizeof j->resume_note - l,
+                 "%smoved %zu unusable step director%s to %.400s/quarantine (see REASON "
+                 "in each)", l ? "; " : "", moved, moved == 1 ? "y" : "ies", j->ckpt_dir);
+    }
+    /* no rank saves before rank 0 has moved them */
+    if (j->comm && (s = llmt_comm_barrier(j->comm)) != LLMT_OK)
+        return FAIL(s, "job: %s", llmt_comm_last_error(j->comm));
+    return LLMT_OK;
+}
+
 /* Open the newest usable checkpoint of `ck` and restore from it. */
 static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data,
                                 int64_t *step, int *opened)
@@ -219,7 +239,7 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
     if (s == LLMT_OK) {
         snprintf(j->resume_note, sizeof j->resume_note, "%s at step %lld", j->ckpt_dir,
                  (long long)*step);
-        return LLMT_OK;
+        return llmt__job_quarantine(j, *step);
     }
     char why_local[LLMT_ERR_MSG_MAX];
     snprintf(why_local, sizeof why_local, "%s", llmt_ckpt_last_error(j->ck));
@@ -247,7 +267,8 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
             snprintf(j->resume_note, sizeof j->resume_note,
                      "the durable tier %.300s at step %lld (local tier %.300s: %.400s)",
                      j->durable_dir, (long long)*step, j->ckpt_dir, why_local);
-            return LLMT_OK;
+            /* local steps newer than the durable one are unusable: aside */
+            return llmt__job_quarantine(j, *step);
         }
         if (opened && s != LLMT_OK)
             return s;

@@ -208,7 +208,8 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
     j->steps = s->train.steps;
     if (o->stop_at < 0 || o->stop_at > j->steps)
         return FAIL(LLMT_ERR_INVALID_ARGUMENT,
-                    "job: stop_at %lld is outside 1..train.steps (%lld)",
+                    "stop_at (--steps) %lld is beyond train.steps %lld (raise "
+                    "train.steps: it also shapes the LR schedule)",
                     (long long)o->stop_at, (long long)j->steps);
     j->stop_at = o->stop_at > 0 ? o->stop_at : j->steps;
     j->ckpt_auto = s->checkpoint.interval_auto;
@@ -266,39 +267,51 @@ static llmt_status buffers(llmt_job *j)
     return LLMT_OK;
 }
 
-/* opts.resume: the newest usable checkpoint, or step 0 when there is none
- * at all; checkpoints that are all unusable stop the run (their list is
- * the message) unless the caller asked for a fresh start. */
-static llmt_status first_resume(llmt_job *j)
+/* Where the run starts (issue 14's rules, the same for every host):
+ * resume loads the newest usable checkpoint (local tier, then durable) or,
+ * with none at all, starts at step 0; checkpoints that exist but are all
+ * unusable stop the run with their list unless `fresh` says to start over.
+ * Then every step directory newer than the start (broken, else it would
+ * have been used) is quarantined, so the steps retrained can be saved
+ * again; a fresh start over a valid checkpoint is refused there. */
+static llmt_status begin(llmt_job *j, const llmt_job_opts *o)
 {
     int64_t step = -1;
-    llmt_status s = llmt__job_restore(j, 1, &step);
-    if (s == LLMT_ERR_NOT_FOUND && j->fresh) {
-        llmt__log(j->ctx, LLMT_LOG_WARN, "job", "fresh start as asked: %s", j->err.msg);
-        llmt__job_metrics_line(j, "{\"event\":\"fresh_start\",\"step\":0,"
-                                  "\"reason\":\"no usable checkpoint\"}");
-        snprintf(j->resume_note, sizeof j->resume_note,
-                 "no usable checkpoint in %s: starting from step 0 as asked (fresh)",
-                 j->ckpt_dir);
-        llmt__err_clear(&j->err);
-        return LLMT_OK;
+    if (o->resume) {
+        llmt_status s = llmt__job_restore(j, 1, &step);
+        if (s == LLMT_ERR_NOT_FOUND && j->fresh) {
+            llmt__log(j->ctx, LLMT_LOG_WARN, "job", "fresh start as asked: %s", j->err.msg);
+            snprintf(j->resume_note, sizeof j->resume_note,
+                     "no usable checkpoint in %s: starting from step 0 (--fresh)",
+                     j->ckpt_dir);
+            llmt__err_clear(&j->err);
+            step = -1;
+        } else if (s == LLMT_ERR_NOT_FOUND) {
+            return FAIL(s, "--resume: %s\nnothing was changed. Restore a checkpoint "
+                        "(doc/runbook.md), or start over from step 0 with --fresh "
+                        "(llmt_job_opts.fresh; unusable step directories are moved to "
+                        "%s/quarantine, metrics are kept)", j->err.msg, j->ckpt_dir);
+        } else if (s != LLMT_OK) {
+            return s;
+        } else if (step < 0) {
+            snprintf(j->resume_note, sizeof j->resume_note,
+                     "no checkpoint in %s: starting from step 0", j->ckpt_dir);
+        }
     }
-    if (s == LLMT_ERR_NOT_FOUND)
-        return FAIL(s, "%s; nothing was changed: repair or remove them (doc/runbook.md), "
-                    "or start from step 0 with --fresh (llmt_job_opts.fresh)",
-                    j->err.msg);
-    if (s != LLMT_OK)
-        return s;
-    if (step < 0) {
-        snprintf(j->resume_note, sizeof j->resume_note,
-                 "no checkpoint in %s: starting from step 0", j->ckpt_dir);
-        return LLMT_OK;
+    /* a restore quarantined what is newer than its step already */
+    if ((o->resume || o->fresh) && step < 0) {
+        llmt_status s = llmt__job_quarantine(j, -1);
+        if (s != LLMT_OK)
+            return s;
     }
-    j->start_step = step;
-    j->resumed = 1;
-    j->last.step = step;
-    llmt__job_metrics_line(j, "{\"event\":\"resume\",\"step\":%lld,\"world_size\":%d}",
-                           (long long)step, (int)j->world);
+    if (step >= 0) {
+        j->start_step = step;
+        j->resumed = 1;
+        j->last.step = step;
+    }
+    llmt__job_metrics_line(j, "{\"event\":\"%s\",\"step\":%lld,\"world_size\":%d}",
+                           step >= 0 ? "resume" : "start", (long long)(step >= 0 ? step : 0),
+                           (int)j->world);
     return LLMT_OK;
 }
 
@@ -348,7 +361,7 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
     if ((s = paths(j, o)) != LLMT_OK)
         return s;
     job_data_opts d = {j->run_dir, j->spec, j->to.seq_len, j->to.micro_batch,
-                       j->to.grad_accum, j->rank, j->world, o->resume};
+                       j->to.grad_accum, j->rank, j->world, o->resume || o->fresh};
     if ((s = llmt__job_data_open(j, &j->data, &d)) != LLMT_OK)
         return s;
     if ((s = tokenizer_agrees(j)) != LLMT_OK)
@@ -376,7 +389,8 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
     if ((s = llmt__job_ckpt_open(j)) != LLMT_OK)
         return s;
     size_t have = 0;
-    if (!o->resume && llmt_ckpt_list(j->ck, NULL, 0, &have) == LLMT_OK && have > 0)
+    if (!o->resume && !o->fresh && llmt_ckpt_list(j->ck, NULL, 0, &have) == LLMT_OK &&
+        have > 0)
         return FAIL(LLMT_ERR_STATE, "%s already holds %zu checkpoint(s) of an earlier "
                     "run: continue it with --resume (llmt_job_opts.resume), or choose "
                     "another run directory (--out)", j->ckpt_dir, have);
@@ -388,9 +402,7 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
     j->last.struct_size = sizeof j->last;
     j->last.val_loss = j->last.start_val_loss = NAN;
     j->last.saved_step = -1;
-    if (o->resume)
-        return first_resume(j);
-    return LLMT_OK;
+    return begin(j, o);
 }
 
 LLMT_API llmt_status llmt_job_create(llmt_context *ctx, const llmt_spec *spec,
@@ -557,6 +569,7 @@ LLMT_API llmt_status llmt_job_get_info(const llmt_job *j, llmt_job_info *out)
     i.anomaly_policy = s->fault_tolerance.anomaly.policy;
     i.anomaly_zscore = s->fault_tolerance.anomaly.zscore;
     i.collective_timeout_s = s->fault_tolerance.collective_timeout_s;
+    i.sample_tokens = s->train.sample_tokens;
     size_t n = out->struct_size < sizeof i ? out->struct_size : sizeof i;
     memcpy(out, &i, n);
     return LLMT_OK;

@@ -122,6 +122,10 @@ llmt_status llmt__job_maybe_save(llmt_job *j, int64_t done, int last,
  * -1 when there is no checkpoint at all. */
 llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step);
 
+/* Move step directories newer than `step` (-1: all) of the local root to
+ * its quarantine (rank 0; the others wait), noting it in resume_note. */
+llmt_status llmt__job_quarantine(llmt_job *j, int64_t step);
+
 /* metrics.c: metrics.jsonl, appended and never rewritten. */
 llmt_status llmt__job_metrics_open(llmt_job *j);
 void llmt__job_metrics_line(llmt_job *j, const char *fmt, ...) LLMT_PRINTF(2, 3);
