@@ -1791,6 +1791,7 @@ typedef struct llmt_job_info {
     double anomaly_zscore;
     double collective_timeout_s;
     int64_t sample_tokens;       /* train.sample_tokens */
+    const char *comm_backend;    /* "mpi", "inproc", "nccl"; "" with one rank */
 } llmt_job_info;
 
 /* Bits of llmt_job_metrics.events: what happened in the last call. */

@@ -38,8 +38,8 @@ static void banner(const llmt_job_info *i)
 {
     if (i->data_note[0]) printf("data: %s\n", i->data_note);
     if (i->world_size > 1)
-        printf("data parallel: %d ranks, ZeRO-%d; global batch = micro x accum x %d\n",
-               (int)i->world_size, (int)i->zero, (int)i->dp);
+        printf("data parallel: %d ranks (%s), ZeRO-%d; global batch = micro x accum x %d\n",
+               (int)i->world_size, i->comm_backend, (int)i->zero, (int)i->dp);
     if (i->resume_note[0])
         printf("%s%s\n", i->start_step > 0 ? "resumed from " : "", i->resume_note);
     printf("model: %s, %d layers, width %d, %d heads, vocab %d, %.2fM parameters\n",

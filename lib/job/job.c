@@ -570,6 +570,11 @@ LLMT_API llmt_status llmt_job_get_info(const llmt_job *j, llmt_job_info *out)
     i.anomaly_zscore = s->fault_tolerance.anomaly.zscore;
     i.collective_timeout_s = s->fault_tolerance.collective_timeout_s;
     i.sample_tokens = s->train.sample_tokens;
+    llmt_comm_backend be = LLMT_COMM_AUTO;
+    if (j->comm)
+        llmt_comm_backend_of(j->comm, &be);
+    i.comm_backend = !j->comm ? "" : be == LLMT_COMM_MPI ? "mpi" : be == LLMT_COMM_NCCL ? "nccl"
+                                                                                    : "inproc";
     size_t n = out->struct_size < sizeof i ? out->struct_size : sizeof i;
     memcpy(out, &i, n);
     return LLMT_OK;
