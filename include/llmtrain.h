@@ -1732,10 +1732,10 @@ typedef struct llmt_job_opts {
      * exist but are all unusable are refused, listing each and why,
      * unless `fresh` is set. */
     int32_t resume;
-    int32_t fresh;        /* with resume: start at step 0 even when every
-                             checkpoint present is unusable (they stay on
-                             disk; a step directory in the way is set
-                             aside by the checkpointer); default 0 */
+    int32_t fresh;        /* start at step 0 over checkpoints that are all
+                             unusable (with or without resume): they are
+                             moved to ROOT/quarantine, never deleted; a
+                             valid one refuses; default 0 */
     int64_t stop_at;      /* stop after this step (<= train.steps); the LR
                              schedule keeps train.steps; 0 (default):
                              train.steps */
