@@ -26,8 +26,11 @@ LLMT_API llmt_status llmt_plan_auto_opts_init(llmt_plan_auto_opts *opts,
     return LLMT_OK;
 }
 
-void llmt__plan_to_cand(const llmt_plan_estimate *e, llmt_plan_cand *c)
+void llmt__plan_to_cand(const llmt_plan_estimate *e, const double *terms,
+                        llmt_plan_cand *c)
 {
+    for (int i = 0; i < LLMT_PLAN_NTERMS; i++)
+        c->terms[i] = terms ? terms[i] : 0;
     c->tp = e->tp;
     c->cp = e->cp;
     c->pp = e->pp;
@@ -67,30 +70,20 @@ static void cand_str(const llmt_plan_cand *c, char *buf, size_t n)
              rc_name(c->recompute));
 }
 
-/* The component in which `o` loses most against `best`. */
+/* The term in which `o` loses most against `best`. */
 static void why(const llmt_plan_cand *best, const llmt_plan_cand *o, char *buf,
                 size_t n)
 {
-    const char *names[] = {"compute (recomputation / smaller GEMMs)",
-                           "pipeline bubble", "exposed TP comm",
-                           "exposed CP comm", "PP send/recv",
-                           "exposed DP comm", "EP all-to-all"};
-    double d[7] = {o->time_compute_s - best->time_compute_s,
-                   o->time_bubble_s - best->time_bubble_s,
-                   o->time_tp_s - best->time_tp_s,
-                   o->time_cp_s - best->time_cp_s,
-                   o->time_pp_s - best->time_pp_s,
-                   o->time_dp_s - best->time_dp_s,
-                   o->time_ep_s - best->time_ep_s};
     int k = 0;
-    for (int i = 1; i < 7; i++)
-        if (d[i] > d[k])
+    for (int i = 1; i < LLMT_PLAN_NTERMS; i++)
+        if (o->terms[i] - best->terms[i] > o->terms[k] - best->terms[k])
             k = i;
     if (o->step_time_s - best->step_time_s <= 1e-4 * best->step_time_s)
         snprintf(buf, n, "memory: the same predicted time with %.1f GB instead "
                  "of %.1f GB per GPU", o->mem_total / 1e9, best->mem_total / 1e9);
     else
-        snprintf(buf, n, "%s +%.3f s", names[k], d[k]);
+        snprintf(buf, n, "%s +%.3f s", llmt__plan_terms[k].label,
+                 o->terms[k] - best->terms[k]);
 }
 
 static int divides(int64_t a, int64_t b) { return a > 0 && b % a == 0; }
@@ -197,10 +190,12 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                                     w.batch.micro = micro;
                                     w.batch.grad_accum = accum;
                                     w.batch.global = gb;
-                                    llmt__plan_estimate(&w, (int32_t)W, &e);
+                                    double terms[LLMT_PLAN_NTERMS];
+                                    llmt__plan_estimate_x(&w, (int32_t)W, NULL, NULL, &e,
+                                                          terms);
                                     evaluated++;
                                     llmt_plan_cand c;
-                                    llmt__plan_to_cand(&e, &c);
+                                    llmt__plan_to_cand(&e, terms, &c);
                                     if (e.mem_total > o.mem_fraction * e.mem_capacity) {
                                         if (e.mem_total < closest_mem) {
                                             closest_mem = e.mem_total;

@@ -84,6 +84,7 @@ llmt_status llmt__calib_load(llmt_context *ctx, const char *path, llmt_calib_run
     memset(r, 0, sizeof *r);
     r->paper_mfu = r->paper_hfu = -1;
     r->mem_fits = r->mem_fits_without = -1;
+    r->sw = llmt__plan_sw_default;
     size_t len = 0;
     char *text = slurp(path, &len);
     if (!text)
@@ -176,10 +177,33 @@ llmt_status llmt__calib_load(llmt_context *ctx, const char *path, llmt_calib_run
         const cJSON *f2 = cJSON_GetObjectItemCaseSensitive(mem, "fits_without_sp_and_selective");
         r->mem_fits = cJSON_IsBool(f1) ? cJSON_IsTrue(f1) : -1;
         r->mem_fits_without = cJSON_IsBool(f2) ? cJSON_IsTrue(f2) : -1;
+        /* The software, stated like the hardware: what the framework of
+         * the run did where frameworks differ (doc/planner.md). */
         const cJSON *sw = cJSON_GetObjectItemCaseSensitive(o, "software");
-        r->no_cp = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(sw, "cp"));
+        static const char *const sw_keys[] = {"cp", "flash_attention", "tp_comm_overlap",
+                                              "dp_overlap"};
+        int *const sw_dst[] = {&r->sw.allow_cp, &r->sw.flash_attention,
+                               &r->sw.tp_comm_overlap, &r->sw.dp_overlap};
+        for (int i = 0; i < 4 && st == LLMT_OK; i++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(sw, sw_keys[i]);
+            char key[64];
+            snprintf(key, sizeof key, "software.%s", sw_keys[i]);
+            if (!cJSON_IsBool(x))
+                st = bad(err, path, "is missing (true or false: a calibration run states "
+                         "what its framework did)", key);
+            else
+                *sw_dst[i] = cJSON_IsTrue(x);
+        }
+        const char *gr = get_str(sw, "grad_reduce");
+        if (st == LLMT_OK && (!gr || (strcmp(gr, "fp32") && strcmp(gr, "param"))))
+            st = bad(err, path, "is missing (\"fp32\" or \"param\": the dtype of the "
+                     "gradient reduction)", "software.grad_reduce");
+        if (st == LLMT_OK)
+            r->sw.grad_reduce_fp32 = !strcmp(gr, "fp32");
+    }
+    if (st == LLMT_OK) {
         llmt_plan_estimate e;
-        llmt__plan_estimate(r->spec, r->gpus, &e);
+        llmt__plan_estimate_x(r->spec, r->gpus, NULL, &r->sw, &e, NULL);
         double peak = r->spec->hardware.peak_tflops * 1e12;
         double step = get_num(pub, "step_s");
         double tf = get_num(pub, "tflops_per_gpu");
@@ -272,26 +296,24 @@ double llmt__calib_predict(const llmt_calib_run *r, const llmt_plan_consts *k,
     llmt_plan_estimate tmp;
     if (!e)
         e = &tmp;
-    llmt__plan_estimate_k(r->spec, r->gpus, k, e);
+    llmt__plan_estimate_x(r->spec, r->gpus, k, &r->sw, e, NULL);
     return e->mfu;
 }
 
 /* The fitted parameters as a vector, each scaled so that its range is of
  * order 1 (the numerical Jacobian and the damping treat them alike). */
-#define NFIT 6
+#define NFIT 4
 static void put(llmt_plan_consts *k, const double *x)
 {
     k->compute_overhead = x[0];
     k->fixed_layer_s = x[1] * 1e-3; /* ms */
-    k->gemm_half = x[2] * 100;
-    k->dp_overlap = x[3];
-    k->zero3_overlap = x[4];
-    k->attn_eff_ratio = x[5];
+    k->jitter = x[2] * 0.1;
+    k->zero3_overlap = x[3];
 }
 
-static const double lo[NFIT] = {0.8, 0.0, 0.0, 0.0, 0.0, 0.1};
-static const double hi[NFIT] = {2.0, 5.0, 20.0, 1.0, 1.0, 1.5};
-static const double x0[NFIT] = {1.1, 0.5, 1.28, 0.5, 0.5, 0.5};
+static const double lo[NFIT] = {0.5, 0.0, 0.0, 0.0};
+static const double hi[NFIT] = {2.0, 5.0, 5.0, 1.0};
+static const double x0[NFIT] = {1.0, 0.5, 0.5, 0.5};
 
 static double sse(const llmt_calib_run *runs, int n, int skip, const double *x,
                   double *res)
@@ -423,7 +445,7 @@ static int divides(int64_t a, int64_t b) { return a > 0 && b % a == 0; }
 
 llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *spec,
                                    int32_t world, const llmt_plan_consts *k,
-                                   int allow_cp, llmt_plan_rank *out)
+                                   const llmt_plan_sw *sw, llmt_plan_rank *out)
 {
     llmt_err *err = ctx ? &ctx->err : NULL;
     LLMT__NONNULL(err, "plan: rank", spec);
@@ -431,9 +453,13 @@ llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *spec,
     memset(out, 0, sizeof *out);
     if (!k)
         k = &llmt__plan_consts_default;
+    if (!sw)
+        sw = &llmt__plan_sw_default;
+    const int allow_cp = sw->allow_cp;
     llmt_plan_estimate e;
-    llmt__plan_estimate_k(spec, world, k, &e);
-    llmt__plan_to_cand(&e, &out->published);
+    double terms[LLMT_PLAN_NTERMS];
+    llmt__plan_estimate_x(spec, world, k, sw, &e, terms);
+    llmt__plan_to_cand(&e, terms, &out->published);
     const double cap = 0.95 * e.mem_capacity;
     out->published_fits = e.mem_total <= cap;
     double tpub = e.step_time_s;
@@ -483,11 +509,11 @@ llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *spec,
                                 tp > 1 && spec->parallelism.sequence_parallel;
                             w.batch.micro = micro;
                             w.batch.grad_accum = accum;
-                            llmt__plan_estimate_k(&w, (int32_t)W, k, &e);
+                            llmt__plan_estimate_x(&w, (int32_t)W, k, sw, &e, terms);
                             if (e.mem_total > cap || e.step_time_s >= tbest)
                                 continue;
                             tbest = e.step_time_s;
-                            llmt__plan_to_cand(&e, &cbest);
+                            llmt__plan_to_cand(&e, terms, &cbest);
                         }
                     }
                     if (same || !isfinite(tbest))

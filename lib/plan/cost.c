@@ -14,21 +14,53 @@
  * these values are no longer the optimum. The others are set from first
  * principles or vendor figures and are not fitted. */
 const llmt_plan_consts llmt__plan_consts_default = {
-    .compute_overhead = COMPUTE_OVERHEAD_FIT, /* fitted: launch gaps, stragglers,
-                                                  unfused small ops */
+    .compute_overhead = COMPUTE_OVERHEAD_FIT, /* fitted: launch gaps, unfused
+                                                  small ops */
     .fixed_layer_s = FIXED_LAYER_S_FIT,       /* fitted: fixed s per layer and
                                                   micro-batch (fwd + bwd) */
-    .attn_eff_ratio = ATTN_EFF_RATIO_FIT, /* fitted: flash attention vs GEMM
-                                             efficiency */
-    .gemm_half = GEMM_HALF_FIT, /* fitted: GEMM efficiency n/(n+half), n = the
-                                   smallest dimension of the layer's GEMMs */
+    /* Flash attention's kernel efficiency relative to hardware.efficiency
+     * [0.75]: FlashAttention-2 reaches 335 TFLOP/s forward + backward on an
+     * H100 (Dao 2023, sec. 4.1), 0.339 of its 989 dense bf16 peak, counting
+     * a causal sequence's FLOPs as half: 0.339 / 0.75. Not fitted: only the
+     * Llama 3 runs use it, and one of them (128K) is mostly attention. */
+    .attn_eff_ratio = 0.452,
+    .gemm_reread = 1.0,     /* GEMM operand traffic / the compulsory traffic */
+    .jitter = JITTER_FIT,       /* fitted: per-GPU spread of a micro-batch */
     .link_eff = 0.8,        /* NCCL bus bandwidth / link bandwidth */
-    .tp_overlap = 0.5,      /* share of TP traffic hidden behind GEMMs */
-    .dp_overlap = DP_OVERLAP_FIT,    /* fitted: share of the backward that hides
-                                        the gradient reduction */
+    .tp_overlap = 0.5,      /* share of TP traffic hidden behind GEMMs, when
+                               the software overlaps them */
+    .dp_overlap = 1.0,      /* share of the last backward that hides the
+                               gradient reduction, when the software overlaps */
     .zero3_overlap = ZERO3_OVERLAP_FIT, /* fitted: share of the compute that
                                            hides ZeRO-3's gathers */
 };
+
+/* This library's engine and Megatron-Core today: flash attention, bf16
+ * gradient reduction, TP and DP communication overlapped. */
+const llmt_plan_sw llmt__plan_sw_default = {
+    .flash_attention = 1,
+    .grad_reduce_fp32 = 0,
+    .tp_comm_overlap = 1,
+    .dp_overlap = 1,
+    .allow_cp = 1,
+};
+
+const llmt_plan_term_name llmt__plan_terms[LLMT_PLAN_NTERMS] = {
+    {LLMT_TERM_COMPUTE, "compute", "compute"},
+    {LLMT_TERM_RECOMPUTE, "recompute", "recompute"},
+    {LLMT_TERM_FIXED, "fixed", "fixed costs"},
+    {LLMT_TERM_TP, "tp", "TP comm exposed"},
+    {LLMT_TERM_SP, "sp", "SP comm exposed"},
+    {LLMT_TERM_CP, "cp", "CP comm exposed"},
+    {LLMT_TERM_EP, "ep", "EP all-to-all"},
+    {LLMT_TERM_PP_P2P, "pp_p2p", "PP p2p"},
+    {LLMT_TERM_BUBBLE, "bubble", "PP bubble"},
+    {LLMT_TERM_DP, "dp", "DP exposed"},
+    {LLMT_TERM_ZERO3, "zero3", "ZeRO-3 exposed"},
+    {LLMT_TERM_OPTIMIZER, "optimizer", "optimizer"},
+    {LLMT_TERM_JITTER, "jitter", "stragglers"},
+};
+
 #define LAT_NVLINK 3e-6      /* s per ring step */
 #define LAT_IB 8e-6
 #define MEM_OVERHEAD_GPU 2.5e9 /* CUDA context, NCCL buffers, workspaces */
@@ -152,9 +184,43 @@ void llmt__plan_estimate(const llmt_spec *s, int32_t world,
 void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
                            const llmt_plan_consts *k, llmt_plan_estimate *e)
 {
+    llmt__plan_estimate_x(s, world, k, NULL, e, NULL);
+}
+
+/* A GEMM of m x k times k x n on one GPU: 2mnk FLOPs against 2(mk + kn +
+ * mn) bytes of bf16 operands and result, an arithmetic intensity of
+ * 1/(1/m + 1/n + 1/k) FLOPs per byte (NVIDIA, "Matrix Multiplication
+ * Background" user's guide). Its time is the roofline's (Williams et al.
+ * 2009): the larger of FLOPs / (peak * eff) and reread * bytes / HBM
+ * bandwidth, i.e. it runs below peak when the intensity is under reread *
+ * peak / bandwidth (156 FLOPs per byte on an A100, 295 on an H100): thin
+ * GEMMs (a small per-rank width at high tp, few tokens per micro-batch,
+ * attention's head-dim products) are memory bound. reread = 1 counts each
+ * operand once (the compulsory traffic). The intensity is symmetric in m,
+ * n, k, so the backward's dgrad and wgrad GEMMs (the same three sizes
+ * permuted) take the forward's time. */
+static double gemm_s(double m, double n, double kk, double peak, double eff,
+                     double bw_reread)
+{
+    if (m <= 0 || n <= 0 || kk <= 0)
+        return 0;
+    double flops = 2 * m * n * kk, bytes = 2 * (m * kk + kk * n + m * n);
+    return fmax(flops / (peak * eff), bytes / bw_reread);
+}
+
+void llmt__plan_estimate_x(const llmt_spec *s, int32_t world,
+                           const llmt_plan_consts *k, const llmt_plan_sw *sw,
+                           llmt_plan_estimate *e, double *terms)
+{
+    if (!k)
+        k = &llmt__plan_consts_default;
+    if (!sw)
+        sw = &llmt__plan_sw_default;
     const double ATTN_EFF_RATIO = k->attn_eff_ratio, KERNEL_OVERHEAD = k->compute_overhead,
-                 GEMM_HALF_SIZE = k->gemm_half, LINK_EFF = k->link_eff,
-                 TP_OVERLAP = k->tp_overlap, DP_OVERLAP = k->dp_overlap;
+                 LINK_EFF = k->link_eff,
+                 TP_OVERLAP = sw->tp_comm_overlap ? k->tp_overlap : 0,
+                 DP_OVERLAP = sw->dp_overlap ? k->dp_overlap : 0;
+    double tm[LLMT_PLAN_NTERMS] = {0};
     memset(e, 0, sizeof *e);
     e->struct_size = sizeof *e;
     shape m;
@@ -226,6 +292,7 @@ void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
         if (hw)
             hbm_bw = hw->hbm_TBps * 1e12;
     }
+    const double GEMM_HALF = hbm_bw / k->gemm_reread; /* effective operand bandwidth */
     double gpn = (double)s->hardware.gpus_per_node;
     double nvl_bw = s->hardware.nvlink_GBps * 1e9 / 2 * LINK_EFF;
     /* Rail-optimised fabric: the node's rails are shared by its GPUs. */
@@ -244,30 +311,68 @@ void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
 
     /* ---- one micro-batch through one layer on one GPU */
     double tok = b * m.S / c; /* tokens per micro-batch per GPU */
-    double nsz = fmin(m.h / t, tok);
-    double eff_gemm = eff * nsz / (nsz + GEMM_HALF_SIZE);
-    double passes = 3 + (rc == LLMT_SPEC_RECOMPUTE_FULL ? 1 : 0);
-    double gemm_flops = passes * 2 * tok * (m.P_attn + m.P_mlp_active) / t;
-    double attn_passes = 3 + (rc != LLMT_SPEC_RECOMPUTE_NONE ? 1 : 0);
-    double attn_flops = attn_passes * 2 * 2 * tok * m.S * m.h / t * 0.5; /* causal */
-    double t_gemm = gemm_flops / (peak_gemm * eff_gemm);
-    double t_attn = attn_flops / (peak * eff * ATTN_EFF_RATIO);
-    /* Elementwise kernels (norms, activations, residuals, softmax inside
-     * the fused attention kernel) stream the layer's stored activations;
-     * flash attention never writes the s x s scores, so they are left out
-     * (the SELECTIVE count has no score term). */
+    const int full = rc == LLMT_SPEC_RECOMPUTE_FULL;
+    /* The layer's GEMMs on one GPU: QKV (column parallel), attention out
+     * (row parallel), MLP up (gate and up together for SwiGLU) and down;
+     * MoE experts see tok*top_k*ep/E tokens each, E/ep of them per GPU. */
+    double mats_up = m.llama ? 2 : 1;
+    double g1 = gemm_s(tok, (m.h + 2 * m.g * m.d) / t, m.h, peak_gemm, eff, GEMM_HALF) +
+                gemm_s(tok, m.h, m.h / t, peak_gemm, eff, GEMM_HALF);
+    if (m.E > 0) {
+        double te = tok * m.K * ep / m.E, ne = m.E / ep;
+        g1 += ne * (gemm_s(te, mats_up * m.fe / t, m.h, peak_gemm, eff, GEMM_HALF) +
+                    gemm_s(te, m.h, m.fe / t, peak_gemm, eff, GEMM_HALF)) +
+              gemm_s(tok, m.E, m.h, peak_gemm, eff, GEMM_HALF);
+    } else {
+        g1 += gemm_s(tok, mats_up * m.f / t, m.h, peak_gemm, eff, GEMM_HALF) +
+              gemm_s(tok, m.h, m.f / t, peak_gemm, eff, GEMM_HALF);
+    }
+    /* one forward pass; the backward is two (dgrad, wgrad); full
+     * recomputation runs the forward again */
+    double t_gemm = 3 * g1, t_gemm_rc = full ? g1 : 0;
+    double passes = 3 + (full ? 1 : 0);
+    /* The attention core, QK^T and AV over the S keys. Flash attention
+     * (Dao et al. 2022) skips the masked half of a causal sequence and
+     * keeps the scores on chip: its FLOPs at attn_eff_ratio (fitted) x the
+     * GEMM efficiency. Unfused (Megatron-LM before flash attention) it runs
+     * the full S x S product as batched GEMMs of (S/c) x S x d and S x d x S
+     * (their own efficiency, small d is slow) and the scores go through
+     * HBM: Korthikanti et al. 2022's 5*a*s bytes per token (softmax output
+     * 2, dropout mask 1, dropout output 2) written and read again by each
+     * forward, read and their gradients written by the backward. */
+    double attn_fwd_flops = 2 * 2 * tok * m.S * m.h / t; /* no causal halving */
+    double t_attn1;
+    if (sw->flash_attention) {
+        t_attn1 = attn_fwd_flops * 0.5 / (peak * eff * ATTN_EFF_RATIO);
+    } else {
+        double heads = b * m.a / t; /* batched GEMMs per micro-batch */
+        t_attn1 = heads * (gemm_s(m.S / c, m.S, m.d, peak_gemm, eff, GEMM_HALF) +
+                           gemm_s(m.S / c, m.d, m.S, peak_gemm, eff, GEMM_HALF));
+        t_attn1 += tok * 5 * m.a * m.S / t * 2 / hbm_bw; /* scores, one forward */
+    }
+    double t_attn = 3 * t_attn1;
+    double t_attn_rc = rc != LLMT_SPEC_RECOMPUTE_NONE ? t_attn1 : 0;
+    /* Elementwise kernels (norms, activations, residuals) stream the
+     * layer's stored activations (the SELECTIVE count: no score term). */
     double act_tok = act_bytes_per_token(&m, t, sp, LLMT_SPEC_RECOMPUTE_SELECTIVE);
-    double t_elem = tok * passes * 2 * act_tok / hbm_bw;
+    double t_elem1 = tok * 2 * act_tok / hbm_bw;
+    double t_elem = 3 * t_elem1, t_elem_rc = full ? t_elem1 : 0;
     /* Per layer and micro-batch, a fixed time that does not shrink with the
      * work: kernel launches and their gaps, the small unfused kernels'
      * minimum duration, the per-micro-batch bookkeeping of the schedule.
      * It is what keeps tiny micro-batches from looking free (a recomputed
      * forward pays it again). */
     double t_fixed = gpu ? k->fixed_layer_s * passes / 3 : 0;
-    double t_layer = (t_gemm + t_attn + t_elem) * KERNEL_OVERHEAD + t_fixed;
-    /* TP: 4 all-reduces (or all-gather + reduce-scatter pairs with SP) of
-     * the activations per layer and micro-batch, 6 with full recompute. */
-    double n_ar = rc == LLMT_SPEC_RECOMPUTE_FULL ? 6 : 4;
+    double t_kern = (t_gemm + t_attn + t_elem) * KERNEL_OVERHEAD;
+    double t_kern_rc = (t_gemm_rc + t_attn_rc + t_elem_rc) * KERNEL_OVERHEAD;
+    double t_layer = t_kern + t_kern_rc + t_fixed;
+    /* TP: 4 all-reduces of the activations per layer and micro-batch (2
+     * forward, 2 backward; 6 with full recompute), or with SP the same
+     * volume as all-gathers and reduce-scatters (Korthikanti et al. 2022
+     * sec. 4.2.2: an all-reduce is a reduce-scatter plus an all-gather). On
+     * NVLink a share is hidden behind GEMMs when the software overlaps them
+     * (Megatron-LM before TE's userbuffers did not: MegaScale sec. 3.3). */
+    double n_ar = full ? 6 : 4;
     double msg = tok * m.h * 2;
     double tp_layer = t > 1 ? n_ar * llmt__plan_allreduce_s(msg, t, bw_tp, lat_tp) : 0;
     double tp_bytes_layer = t > 1 ? n_ar * 2 * (t - 1) / t * msg : 0;
@@ -277,7 +382,7 @@ void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
     double kv_chunk = b * (m.S / c) * 2 * m.g * m.d * 2 / t;
     double cp_bytes_layer = c > 1 ? 3 * (c - 1) * kv_chunk : 0;
     double cp_layer = c > 1 ? cp_bytes_layer / bw_cp + 3 * (c - 1) * LAT_IB : 0;
-    double cp_exposed = fmax(0, cp_layer - t_attn);
+    double cp_exposed = fmax(0, cp_layer - t_attn * KERNEL_OVERHEAD);
     /* EP: dispatch and combine all-to-all, forward and backward. */
     double ep_bytes_layer = 0, ep_layer = 0;
     if (m.E > 0 && ep > 1) {
@@ -286,8 +391,8 @@ void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
         ep_layer = ep_bytes_layer / bw_ep + 4 * (ep - 1) * LAT_IB;
     }
     /* The head on the last stage (and its logits). */
-    double head_flops = 3 * 2 * tok * m.V * m.h / t;
-    double t_head = head_flops / (peak_gemm * eff_gemm) * KERNEL_OVERHEAD;
+    double t_head = 3 * gemm_s(tok, m.V / t, m.h, peak_gemm, eff, GEMM_HALF) *
+                    KERNEL_OVERHEAD;
 
     int64_t Lmax = 0, Llast = 0, first = 0, cnt = 0;
     for (int64_t st = 0; st < (int64_t)p; st++) {
@@ -300,7 +405,13 @@ void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
             Llast = cnt;
     }
     double per_layer = t_layer + tp_exposed + cp_exposed + ep_layer;
-    double t_stage = fmax((double)Lmax * per_layer, (double)Llast * per_layer + t_head);
+    /* The heaviest stage paces the pipeline. */
+    double lay_here = (double)Lmax, head_here = 0;
+    if ((double)Llast * per_layer + t_head > (double)Lmax * per_layer) {
+        lay_here = (double)Llast;
+        head_here = t_head;
+    }
+    double t_stage = lay_here * per_layer + head_here;
     /* PP: send activations forward and gradients backward per boundary. */
     /* Each TP rank sends 1/t of the boundary activation and the receiving
      * node all-gathers it over NVLink (Megatron's scatter/gather, Narayanan
@@ -309,7 +420,11 @@ void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
     double pp_per_mb = p > 1 ? 2 * v * (pp_msg / bw_pp + lat_pp) : 0;
     double t_mb = t_stage + pp_per_mb;
     double bubble = p > 1 ? (p - 1) / (v * nmb + p - 1) : 0;
-    double t_pipe = nmb * t_mb / (1 - bubble);
+    /* The steady state runs at the slowest stage; the fill and the drain
+     * pass through every stage once, so they take the average stage's time
+     * (the last stage's output layer counts once, not p - 1 times). */
+    double t_avg = ((double)s->model.layers * per_layer + t_head) / p + pp_per_mb;
+    double t_pipe = nmb * t_mb + (p > 1 ? (p - 1) / v * fmin(t_avg, t_mb) : 0);
 
     /* ---- parameters on one GPU (the heaviest stage) */
     double dense_layer = (m.P_attn + (m.E > 0 ? 0 : m.P_mlp_dense)) / t + m.P_norm +
@@ -368,24 +483,41 @@ void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
     e->mem_capacity = s->hardware.hbm_GB * 1e9;
     e->fits = e->mem_total <= e->mem_capacity;
 
-    /* ---- data parallel: gradients reduced in bf16 over dp (dense) and
-     * dp/ep (experts); ZeRO-3 gathers weights every micro-batch. */
-    double dense_b = pbytes * e->params_per_gpu - pbytes * (m.L / p) * expert_layer;
-    double exp_b = pbytes * (m.L / p) * expert_layer;
-    if (dense_b < 0)
-        dense_b = 0;
+    /* ---- data parallel: gradients reduced over dp (dense) and dp/ep
+     * (experts), in fp32 where the software does (Megatron-LM's default for
+     * bf16, accumulate_allreduce_grads_in_fp32; Llama 3 sec. 3.3.4), else
+     * in the parameter dtype. ZeRO 0: one all-reduce. ZeRO 1/2 (Megatron's
+     * distributed optimizer): a reduce-scatter of the gradients and an
+     * all-gather of the updated bf16 weights. ZeRO-3: every micro-batch
+     * gathers the weights twice (forward, backward) and reduce-scatters the
+     * gradients (Rajbhandari et al. 2020, sec. 7). */
+    double gbytes = sw->grad_reduce_fp32 ? 4 : pbytes;
+    double exp_n = (m.L / p) * expert_layer;
+    double dense_n = fmax(0, e->params_per_gpu - exp_n);
     double t_dp = 0, dp_bytes = 0;
+    double fD = D > 1 ? (D - 1) / D : 0, fDe = De > 1 ? (De - 1) / De : 0;
     if (zero >= 3) {
-        t_dp = nmb * (2 * gather_s(dense_b, D, bw_dp, lat_dp) +
-                      gather_s(dense_b, D, bw_dp, lat_dp) +
-                      3 * gather_s(exp_b, De, bw_dp, lat_dp));
-        dp_bytes = nmb * 3 * ((D - 1) / D * dense_b + (De > 1 ? (De - 1) / De * exp_b : 0));
+        t_dp = nmb * (2 * gather_s(dense_n * pbytes, D, bw_dp, lat_dp) +
+                      gather_s(dense_n * gbytes, D, bw_dp, lat_dp) +
+                      2 * gather_s(exp_n * pbytes, De, bw_dp, lat_dp) +
+                      gather_s(exp_n * gbytes, De, bw_dp, lat_dp));
+        dp_bytes = nmb * (fD * dense_n * (2 * pbytes + gbytes) +
+                          fDe * exp_n * (2 * pbytes + gbytes));
+    } else if (zero >= 1) {
+        t_dp = gather_s(dense_n * gbytes, D, bw_dp, lat_dp) +
+               gather_s(dense_n * pbytes, D, bw_dp, lat_dp) +
+               gather_s(exp_n * gbytes, De, bw_dp, lat_dp) +
+               gather_s(exp_n * pbytes, De, bw_dp, lat_dp);
+        dp_bytes = fD * dense_n * (gbytes + pbytes) + fDe * exp_n * (gbytes + pbytes);
     } else {
-        t_dp = llmt__plan_allreduce_s(dense_b, D, bw_dp, lat_dp) +
-               llmt__plan_allreduce_s(exp_b, De, bw_dp, lat_dp);
-        dp_bytes = (D > 1 ? 2 * (D - 1) / D * dense_b : 0) +
-                   (De > 1 ? 2 * (De - 1) / De * exp_b : 0);
+        t_dp = llmt__plan_allreduce_s(dense_n * gbytes, D, bw_dp, lat_dp) +
+               llmt__plan_allreduce_s(exp_n * gbytes, De, bw_dp, lat_dp);
+        dp_bytes = 2 * fD * dense_n * gbytes + 2 * fDe * exp_n * gbytes;
     }
+    /* Overlapped with the backward of the last micro-batch (2/3 of it;
+     * with ZeRO 1/2 the weights' all-gather also hides behind the next
+     * forward) where the software does so; Megatron-LM of 2021-23 reduced
+     * after the backward (Korthikanti et al. 2022, sec. 6.3). */
     double window = (zero == 0 ? 2.0 / 3.0 : 1.0) * t_mb * DP_OVERLAP;
     /* ZeRO-3 prefetches the next layer's weights while this one computes:
      * its gathers and reduce-scatters hide behind the whole step's compute,
@@ -396,23 +528,41 @@ void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
      * shard: memory bound. */
     double shard = e->params_per_gpu / (zero >= 1 ? D : 1);
     double t_opt = shard * (2 * (pbytes + master + 8) + pbytes) / hbm_bw;
+    /* Stragglers: every GPU's micro-batch takes t_mb (1 + jitter Z), Z
+     * independent and standard normal; the step ends when the slowest of
+     * the world's GPUs has finished its nmb micro-batches, on average
+     * jitter * t_mb * sqrt(nmb) * sqrt(2 ln world) later (the expected
+     * maximum of `world` normals, Gumbel's extreme-value asymptote). */
+    double t_jit = world > 1 ? k->jitter * t_mb * sqrt(nmb) * sqrt(2 * log((double)world)) : 0;
 
-    double layers_here = (double)Lmax;
-    e->comm_bytes_tp = tp_bytes_layer * layers_here * nmb;
-    e->comm_bytes_cp = cp_bytes_layer * layers_here * nmb;
-    e->comm_bytes_ep = ep_bytes_layer * layers_here * nmb;
+    e->comm_bytes_tp = tp_bytes_layer * lay_here * nmb;
+    e->comm_bytes_cp = cp_bytes_layer * lay_here * nmb;
+    e->comm_bytes_ep = ep_bytes_layer * lay_here * nmb;
     e->comm_bytes_pp = p > 1 ? 2 * v * pp_msg * nmb : 0;
     e->comm_bytes_dp = dp_bytes;
-    e->time_tp_s = tp_exposed * layers_here * nmb;
-    e->time_cp_s = cp_exposed * layers_here * nmb;
-    e->time_ep_s = ep_layer * layers_here * nmb;
+    e->time_tp_s = tp_exposed * lay_here * nmb;
+    e->time_cp_s = cp_exposed * lay_here * nmb;
+    e->time_ep_s = ep_layer * lay_here * nmb;
     e->time_pp_s = pp_per_mb * nmb;
     e->time_dp_s = dp_exposed;
-    e->time_compute_s = nmb * fmax((double)Lmax * t_layer, (double)Llast * t_layer + t_head);
+    e->time_compute_s = nmb * (lay_here * t_layer + head_here);
     e->bubble_fraction = bubble;
     e->time_bubble_s = t_pipe - nmb * t_mb;
     e->time_optimizer_s = t_opt;
-    e->step_time_s = t_pipe + dp_exposed + t_opt;
+    e->step_time_s = t_pipe + dp_exposed + t_opt + t_jit;
+    tm[LLMT_TERM_COMPUTE] = nmb * (lay_here * t_kern + head_here);
+    tm[LLMT_TERM_RECOMPUTE] = nmb * lay_here * t_kern_rc;
+    tm[LLMT_TERM_FIXED] = nmb * lay_here * t_fixed;
+    tm[sp ? LLMT_TERM_SP : LLMT_TERM_TP] = e->time_tp_s;
+    tm[LLMT_TERM_CP] = e->time_cp_s;
+    tm[LLMT_TERM_EP] = e->time_ep_s;
+    tm[LLMT_TERM_PP_P2P] = e->time_pp_s;
+    tm[LLMT_TERM_BUBBLE] = e->time_bubble_s;
+    tm[zero >= 3 ? LLMT_TERM_ZERO3 : LLMT_TERM_DP] = dp_exposed;
+    tm[LLMT_TERM_OPTIMIZER] = t_opt;
+    tm[LLMT_TERM_JITTER] = t_jit;
+    if (terms)
+        memcpy(terms, tm, sizeof tm);
     e->tokens_per_s = tokens / e->step_time_s;
     e->mfu = e->model_flops_per_step / ((double)world * peak * e->step_time_s);
     e->tflops_per_gpu = e->model_flops_per_step / ((double)world * e->step_time_s) / 1e12;

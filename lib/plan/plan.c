@@ -84,7 +84,7 @@ llmt_status llmt__plan_build(llmt_context *ctx, llmt_spec *owned, int32_t world,
     p->pp = (int32_t)owned->parallelism.pp;
     p->dp = (int32_t)owned->parallelism.dp;
     p->ep = (int32_t)owned->parallelism.ep;
-    llmt__plan_estimate(owned, world, &p->est);
+    llmt__plan_estimate_x(owned, world, NULL, NULL, &p->est, p->terms);
     if (owned->checkpoint.interval_auto)
         owned->checkpoint.interval = p->est.ckpt_interval_steps;
     warn_notes(p);
@@ -377,7 +377,15 @@ LLMT_API llmt_status llmt_plan_explain(const llmt_plan *plan, char *buf,
 
 #define NUM(o, k, v) cJSON_AddNumberToObject(o, k, (double)(v))
 
-static void add_estimate(cJSON *o, const llmt_plan_estimate *e)
+/* The step's terms, by key; they add up to the step time. */
+static void add_terms(cJSON *o, const double *terms)
+{
+    cJSON *t = cJSON_AddObjectToObject(o, "terms");
+    for (int i = 0; t && i < LLMT_PLAN_NTERMS; i++)
+        cJSON_AddNumberToObject(t, llmt__plan_terms[i].key, terms[llmt__plan_terms[i].term]);
+}
+
+static void add_estimate(cJSON *o, const llmt_plan_estimate *e, const double *terms)
 {
     cJSON *m = cJSON_AddObjectToObject(o, "memory_per_gpu_bytes");
     NUM(m, "weights", e->mem_weights);
@@ -418,6 +426,7 @@ static void add_estimate(cJSON *o, const llmt_plan_estimate *e)
     NUM(t, "mfu", e->mfu);
     NUM(t, "tflops_per_gpu", e->tflops_per_gpu);
     NUM(t, "run_s", e->run_time_s);
+    add_terms(t, terms);
     cJSON *k = cJSON_AddObjectToObject(o, "checkpoint");
     NUM(k, "bytes_total", e->ckpt_bytes_total);
     NUM(k, "stall_s", e->ckpt_stall_s);
@@ -478,7 +487,7 @@ LLMT_API llmt_status llmt_plan_to_json(const llmt_plan *plan, char *buf,
             cJSON_AddItemToArray(stages, x);
         }
     }
-    add_estimate(cJSON_AddObjectToObject(o, "estimate"), &plan->est);
+    add_estimate(cJSON_AddObjectToObject(o, "estimate"), &plan->est, plan->terms);
     if (plan->is_auto) {
         cJSON *a = cJSON_AddObjectToObject(o, "auto");
         NUM(a, "evaluated", plan->auto_evaluated);
@@ -501,6 +510,7 @@ LLMT_API llmt_status llmt_plan_to_json(const llmt_plan *plan, char *buf,
             NUM(x, "step_s", c->step_time_s);
             NUM(x, "mem_total", c->mem_total);
             NUM(x, "mfu", c->mfu);
+            add_terms(x, c->terms);
             cJSON_AddItemToArray(arr, x);
         }
     }

@@ -7,12 +7,38 @@
 #include "core/internal.h"
 #include "spec/spec.h"
 
+/* The step time split into named terms that add up to it (seconds per
+ * step; doc/planner.md, "Step time"). One table maps each to its JSON key
+ * and its label (lib/plan/cost.c, llmt__plan_terms). */
+typedef enum llmt_plan_term {
+    LLMT_TERM_COMPUTE,   /* forward + backward kernels, heaviest stage */
+    LLMT_TERM_RECOMPUTE, /* the recomputed forward (selective or full) */
+    LLMT_TERM_FIXED,     /* fixed time per layer and micro-batch */
+    LLMT_TERM_TP,        /* exposed TP all-reduces (no SP) */
+    LLMT_TERM_SP,        /* exposed SP all-gathers / reduce-scatters */
+    LLMT_TERM_CP,        /* exposed context-parallel ring */
+    LLMT_TERM_EP,        /* expert all-to-all */
+    LLMT_TERM_PP_P2P,    /* pipeline sends and receives */
+    LLMT_TERM_BUBBLE,    /* pipeline fill and drain */
+    LLMT_TERM_DP,        /* exposed gradient reduction (ZeRO 0-2) */
+    LLMT_TERM_ZERO3,     /* exposed ZeRO-3 gathers and reduce-scatters */
+    LLMT_TERM_OPTIMIZER, /* the optimizer step */
+    LLMT_TERM_JITTER,    /* waiting for the slowest GPU (stragglers) */
+    LLMT_PLAN_NTERMS
+} llmt_plan_term;
+typedef struct llmt_plan_term_name {
+    llmt_plan_term term;
+    const char *key, *label;
+} llmt_plan_term_name;
+extern const llmt_plan_term_name llmt__plan_terms[LLMT_PLAN_NTERMS];
+
 /* One row of the auto-planner's ranking. */
 typedef struct llmt_plan_cand {
     int32_t tp, cp, pp, dp, ep, zero, v, micro, accum, recompute, sp;
     double step_time_s, mem_total, mfu;
     double time_compute_s, time_bubble_s, time_tp_s, time_cp_s, time_pp_s,
            time_dp_s, time_ep_s;
+    double terms[LLMT_PLAN_NTERMS];
 } llmt_plan_cand;
 
 struct llmt_plan {
@@ -21,6 +47,7 @@ struct llmt_plan {
     llmt_spec *spec;        /* own copy; degrees and batch as planned */
     int32_t world, tp, cp, pp, dp, ep;
     llmt_plan_estimate est;
+    double terms[LLMT_PLAN_NTERMS]; /* est.step_time_s split by term */
     char *notes;            /* explain text (heap, NUL-terminated) */
     size_t notes_cap;
     int is_auto;
@@ -30,25 +57,38 @@ struct llmt_plan {
 };
 
 /* The cost model's constants (lib/plan/cost.c; doc/planner.md,
- * "Calibration"). compute_overhead and fixed_layer_s are fitted. */
+ * "Calibration"). Those marked fitted are the output of llmt__calib_fit. */
 typedef struct llmt_plan_consts {
     double compute_overhead; /* x kernel time */
     double fixed_layer_s;    /* s per layer per micro-batch, fwd + bwd */
-    double gemm_half;        /* GEMM efficiency n/(n + gemm_half) */
+    double gemm_reread;      /* GEMM operand traffic / compulsory (>= 1) */
     double dp_overlap;       /* share of the backward hiding DP reduction */
     double zero3_overlap;    /* share of the compute hiding ZeRO-3 traffic */
     double attn_eff_ratio;   /* attention kernel vs GEMM efficiency */
+    double jitter;           /* per-GPU relative spread of a micro-batch's time */
     double link_eff, tp_overlap;
 } llmt_plan_consts;
 
 /* The fitted values (the output of llmt__calib_fit on the checked runs;
  * test plan-calib fails when they are no longer its optimum). */
-#define COMPUTE_OVERHEAD_FIT 0.933
-#define FIXED_LAYER_S_FIT 0.547e-3
-#define GEMM_HALF_FIT 454.0
-#define DP_OVERLAP_FIT 0.0
-#define ZERO3_OVERLAP_FIT 0.42
-#define ATTN_EFF_RATIO_FIT 0.385
+#define COMPUTE_OVERHEAD_FIT 1.0635
+#define FIXED_LAYER_S_FIT 0.0
+#define ZERO3_OVERLAP_FIT 0.685
+#define JITTER_FIT 0.058
+
+/* What the software of a run does, where frameworks differ in ways the
+ * spec does not say (doc/planner.md, "Software"): the defaults are this
+ * library's engine and Megatron-Core's current settings; a calibration
+ * file states its paper's in "software". */
+typedef struct llmt_plan_sw {
+    int flash_attention;  /* fused causal attention; 0: QK^T, softmax,
+                             dropout, AV as separate kernels (scores in HBM) */
+    int grad_reduce_fp32; /* gradients reduced in fp32, not the param dtype */
+    int tp_comm_overlap;  /* TP/SP collectives overlapped with GEMMs */
+    int dp_overlap;       /* gradient reduction overlapped with backward */
+    int allow_cp;         /* the framework has context parallelism */
+} llmt_plan_sw;
+extern const llmt_plan_sw llmt__plan_sw_default;
 
 extern const llmt_plan_consts llmt__plan_consts_default;
 
@@ -61,6 +101,13 @@ void llmt__plan_estimate(const llmt_spec *s, int32_t world,
 void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
                            const llmt_plan_consts *k, llmt_plan_estimate *e);
 
+/* The same with explicit constants and software (NULL: the defaults);
+ * terms (may be NULL) receives the step split into LLMT_PLAN_NTERMS terms
+ * that add up to e->step_time_s. */
+void llmt__plan_estimate_x(const llmt_spec *s, int32_t world,
+                           const llmt_plan_consts *k, const llmt_plan_sw *sw,
+                           llmt_plan_estimate *e, double *terms);
+
 /* ---- calibration against published runs (lib/plan/calib.c) */
 typedef struct llmt_calib_run {
     char file[128];          /* base name, no .json */
@@ -72,7 +119,7 @@ typedef struct llmt_calib_run {
     double pub_mfu;          /* published throughput as MFU of our model FLOPs */
     double paper_mfu, paper_hfu; /* as printed, -1 when not given */
     int mem_fits, mem_fits_without; /* published memory facts, -1 unknown */
-    int no_cp;               /* the run's software had no context parallelism */
+    llmt_plan_sw sw;         /* the run's software ("software" in the file) */
 } llmt_calib_run;
 
 /* Load one calibration file: {source, table, row, comment, published:
@@ -96,8 +143,8 @@ double llmt__calib_fit(const llmt_calib_run *runs, int n, int skip,
 /* Rank of a spec's layout among the auto-planner's layouts (distinct
  * tp, cp, pp, dp, ep, each at its fastest micro and v, with the spec's
  * ZeRO stage, recomputation and sequence parallelism; cp > 1 only when
- * allow_cp): 1 + the number of other layouts that fit and are predicted
- * faster. */
+ * sw->allow_cp): 1 + the number of other layouts that fit and are
+ * predicted faster. sw NULL: the defaults. */
 typedef struct llmt_plan_rank {
     int rank, layouts;
     int published_fits;
@@ -105,10 +152,11 @@ typedef struct llmt_plan_rank {
 } llmt_plan_rank;
 llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *s,
                                    int32_t world, const llmt_plan_consts *k,
-                                   int allow_cp, llmt_plan_rank *out);
+                                   const llmt_plan_sw *sw, llmt_plan_rank *out);
 
-/* A ranking row from an estimate. */
-void llmt__plan_to_cand(const llmt_plan_estimate *e, llmt_plan_cand *c);
+/* A ranking row from an estimate and its terms (NULL: zeros). */
+void llmt__plan_to_cand(const llmt_plan_estimate *e, const double *terms,
+                        llmt_plan_cand *c);
 
 /* Layers of pipeline stage `stage` (0..pp-1) in total, and the first layer
  * of (stage, chunk) for virtual_stages chunks. */
