@@ -110,7 +110,7 @@ static void note(llmt__dp *dp, llmt_status s, const char *what)
                   llmt_comm_last_error(dp->comm));
 }
 
-llmt_status llmt_dp_opts_init(llmt_dp_opts *o, size_t size)
+LLMT_API llmt_status llmt_dp_opts_init(llmt_dp_opts *o, size_t size)
 {
     if (!o) return LLMT_ERR_NULL_POINTER;
     llmt_status s = llmt__check_struct_size(NULL, "llmt_dp_opts", size,

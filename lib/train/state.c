@@ -22,14 +22,8 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "train/trainer_state.h"
 
-llmt_err *llmt__trainer_err(llmt_trainer *tr);
-llmt_model *llmt__trainer_model(llmt_trainer *tr);
-int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel,
-                        int64_t *n, float *ptr[3]);
-int llmt__trainer_has_comm(const llmt_trainer *tr);
-const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr);
-llmt_context *llmt__trainer_ctx(llmt_trainer *tr);
 
 /* The learning-rate schedule as one key/value ("trainer.schedule"): a run
  * resumed under another schedule (say, a larger train.steps) is legitimate
@@ -41,10 +35,6 @@ static void schedule_text(const llmt_trainer_opts *o, char *b, size_t cap)
              (double)o->min_lr, (long long)o->warmup_steps,
              (long long)o->total_steps, (double)o->decay_fraction);
 }
-llmt_status llmt__trainer_params_written(llmt_trainer *tr);
-llmt_status llmt__trainer_host_sync(llmt_trainer *tr);
-float *llmt__trainer_fp8_state(llmt_trainer *tr, int64_t shape[2]);
-llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in);
 
 /* A device trainer's fp8 delayed-scaling state (amax histories and scales),
  * so that a resumed fp8 run continues with the scales it had. */
@@ -227,7 +217,7 @@ static llmt_status add_model_kv(const llmt_model *model, llmt_ckpt *ck)
     return s;
 }
 
-llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
+LLMT_API llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_add", ck);
@@ -322,7 +312,7 @@ static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
     return LLMT_OK;
 }
 
-llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
+LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_read", ck);

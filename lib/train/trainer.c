@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "train/device.h"
 #include "train/dp.h"
+#include "train/trainer_state.h"
 
 struct llmt_trainer {
     llmt_err err;
@@ -33,7 +34,7 @@ struct llmt_trainer {
     double dev_sumsq; /* of the last forward_backward's gradients */
 };
 
-llmt_status llmt_trainer_opts_init(llmt_trainer_opts *o, size_t size)
+LLMT_API llmt_status llmt_trainer_opts_init(llmt_trainer_opts *o, size_t size)
 {
     if (!o) return LLMT_ERR_NULL_POINTER;
     llmt_status s = llmt__check_struct_size(NULL, "llmt_trainer_opts", size,
@@ -69,12 +70,12 @@ llmt_status llmt_trainer_opts_init(llmt_trainer_opts *o, size_t size)
     return LLMT_OK;
 }
 
-const char *llmt_trainer_last_error(const llmt_trainer *tr)
+LLMT_API const char *llmt_trainer_last_error(const llmt_trainer *tr)
 {
     return tr ? tr->err.msg : "trainer: NULL handle";
 }
 
-void llmt_trainer_destroy(llmt_trainer *tr)
+LLMT_API void llmt_trainer_destroy(llmt_trainer *tr)
 {
     if (!tr) return;
     llmt_context *ctx = tr->ctx;
@@ -107,7 +108,7 @@ static llmt_status create_device(llmt_trainer *tr, const llmt__dev_ops *ops)
 static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
                                const llmt__dev_ops *dev_ops, llmt_trainer **out);
 
-llmt_status llmt_trainer_create(llmt_model *model,
+LLMT_API llmt_status llmt_trainer_create(llmt_model *model,
                                 const llmt_trainer_opts *opts,
                                 llmt_trainer **out)
 {
@@ -271,7 +272,7 @@ static llmt_status fwd_bwd(llmt_trainer *tr, const char *what, const llmt_batch 
     return LLMT_OK;
 }
 
-llmt_status llmt_trainer_forward_backward(llmt_trainer *tr,
+LLMT_API llmt_status llmt_trainer_forward_backward(llmt_trainer *tr,
                                           const llmt_batch *b, float *loss)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
@@ -305,7 +306,7 @@ static float lr_at(const llmt_trainer_opts *o, int64_t s)
                        (o->lr - o->min_lr));
 }
 
-llmt_status llmt_trainer_lr_at(const llmt_trainer *tr, int64_t step, float *lr)
+LLMT_API llmt_status llmt_trainer_lr_at(const llmt_trainer *tr, int64_t step, float *lr)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL((llmt_err *)&tr->err, "trainer: lr_at", lr);
@@ -320,7 +321,7 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
+LLMT_API llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
                               llmt_step_metrics *met)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
@@ -365,7 +366,7 @@ llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
     return LLMT_OK;
 }
 
-llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b,
+LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b,
                                   float *loss)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
@@ -416,7 +417,7 @@ llmt_status llmt__trainer_host_sync(llmt_trainer *tr)
     return host_sync(tr, 1, 1, 0);
 }
 
-llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index, llmt_tensor *v)
+LLMT_API llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index, llmt_tensor *v)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&tr->err, "trainer: grad", v);
@@ -430,7 +431,7 @@ llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index, llmt_tensor *v)
     return llmt__model_view(tr->model, index, tr->grads, v);
 }
 
-llmt_status llmt_trainer_optim_state(llmt_trainer *tr, int32_t index,
+LLMT_API llmt_status llmt_trainer_optim_state(llmt_trainer *tr, int32_t index,
                                      int32_t which, llmt_tensor *v)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
@@ -476,7 +477,7 @@ int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel,
     return tr->m == NULL;
 }
 
-llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index,
+LLMT_API llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index,
                                      int32_t which, llmt_tensor *v,
                                      int64_t *flat_offset)
 {
@@ -503,7 +504,7 @@ llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index,
                             ptr[1 + which], LLMT_DEVICE_CPU, 0);
 }
 
-llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
+LLMT_API llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
                                       llmt_trainer_memory *out)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
@@ -539,7 +540,7 @@ llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
     return LLMT_OK;
 }
 
-llmt_status llmt_trainer_get_step(const llmt_trainer *tr, int64_t *step)
+LLMT_API llmt_status llmt_trainer_get_step(const llmt_trainer *tr, int64_t *step)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL((llmt_err *)&tr->err, "trainer: get_step", step);
@@ -547,7 +548,7 @@ llmt_status llmt_trainer_get_step(const llmt_trainer *tr, int64_t *step)
     return LLMT_OK;
 }
 
-llmt_status llmt_trainer_set_step(llmt_trainer *tr, int64_t step)
+LLMT_API llmt_status llmt_trainer_set_step(llmt_trainer *tr, int64_t step)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     if (step < 0)
@@ -573,7 +574,7 @@ static int cmp_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
+LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
                                   int32_t n_prompt, int32_t n_new,
                                   float temperature, int32_t top_k,
                                   uint64_t seed, int32_t *out)
@@ -716,7 +717,7 @@ static llmt_status detach(llmt_trainer *tr)
     return LLMT_OK;
 }
 
-llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
+LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
                                   const llmt_dp_opts *opts)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
@@ -746,7 +747,7 @@ llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
     return LLMT_OK;
 }
 
-llmt_status llmt_trainer_sync_params(llmt_trainer *tr)
+LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     if (!tr->dp) return host_sync(tr, 1, 1, 0);

@@ -1,0 +1,26 @@
+/* What lib/train/state.c (checkpoint state of a trainer) needs from the
+ * trainer (lib/train/trainer.c) beyond the public API. */
+#ifndef LLMT_TRAIN_TRAINER_STATE_H
+#define LLMT_TRAIN_TRAINER_STATE_H
+
+#include "core/internal.h"
+
+llmt_err *llmt__trainer_err(llmt_trainer *tr);
+llmt_model *llmt__trainer_model(llmt_trainer *tr);
+/* This rank's part of parameter `index`; returns 1 when m and v hold only
+ * this rank's shares (ZeRO >= 1). */
+int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel, int64_t *n,
+                        float *ptr[3]);
+int llmt__trainer_has_comm(const llmt_trainer *tr);
+const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr);
+llmt_context *llmt__trainer_ctx(llmt_trainer *tr);
+/* After the host parameters (and moments) were written: the engine and
+ * data parallelism take them up. */
+llmt_status llmt__trainer_params_written(llmt_trainer *tr);
+/* Parameters and moments on the host, current. */
+llmt_status llmt__trainer_host_sync(llmt_trainer *tr);
+/* The fp8 recipe's state (NULL without fp8) and its restore. */
+float *llmt__trainer_fp8_state(llmt_trainer *tr, int64_t shape[2]);
+llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in);
+
+#endif
