@@ -17,7 +17,7 @@ static const char *const CMD = "plan";
 typedef struct plan_args {
     const char *spec;
     long world;
-    int automatic, simulate, json, keys;
+    int automatic, simulate, json, keys, explain;
     double hours, interval;
     long trials;
     long long seed;
@@ -67,6 +67,8 @@ static int parse_args(int argc, char **argv, plan_args *a)
             a->json = 1;
         else if (!strcmp(s, "--keys"))
             a->keys = 1;
+        else if (!strcmp(s, "--explain"))
+            a->explain = 1;
         else if (!strcmp(s, "--hours")) {
             long h = 0;
             rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 1, 24 * 365, &h);
@@ -91,6 +93,11 @@ static int parse_args(int argc, char **argv, plan_args *a)
         }
         if (rc != CLI_OK)
             return rc;
+    }
+    if (a->explain && (a->json || a->simulate || a->automatic)) {
+        fprintf(stderr, "llmtrain plan: --explain prints its own report (the spec's layout "
+                "and the planner's); leave out --json, --simulate and --auto\n");
+        return CLI_USAGE;
     }
     if (!a->spec && !a->keys) {
         fprintf(stderr, "llmtrain plan: missing SPEC.json (see llmtrain plan --help)\n");
@@ -342,6 +349,382 @@ static int show(const plan_args *a, const llmt_plan *p, const llmt_spec *spec)
     return CLI_OK;
 }
 
+/* ---- --explain: the spec's layout against the auto-planner's top five,
+ * term by term. The library's plan JSON carries the step split into named
+ * terms (estimate.time.terms, and each auto.ranking entry's terms); this
+ * reads them back with a small JSON walker (the CLI uses the public ABI
+ * only). */
+
+static const char *jws(const char *p)
+{
+    while (p && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* The end of the JSON value at p (NULL when malformed). */
+static const char *jskip(const char *p)
+{
+    p = jws(p);
+    if (!p || !*p)
+        return NULL;
+    if (*p == '"') {
+        for (p++; *p && *p != '"'; p++)
+            if (*p == '\\' && p[1])
+                p++;
+        return *p ? p + 1 : NULL;
+    }
+    if (*p == '{' || *p == '[') {
+        char close = *p == '{' ? '}' : ']';
+        p = jws(p + 1);
+        if (p && *p == close)
+            return p + 1;
+        for (;;) {
+            if (close == '}') {
+                p = jskip(p); /* key */
+                p = jws(p);
+                if (!p || *p != ':')
+                    return NULL;
+                p++;
+            }
+            p = jws(jskip(p));
+            if (!p)
+                return NULL;
+            if (*p == close)
+                return p + 1;
+            if (*p != ',')
+                return NULL;
+            p++;
+        }
+    }
+    while (*p && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\n')
+        p++;
+    return p;
+}
+
+/* The value of member `key` of the object at p, or NULL. */
+static const char *jget(const char *p, const char *key)
+{
+    p = jws(p);
+    if (!p || *p != '{')
+        return NULL;
+    p = jws(p + 1);
+    size_t kl = strlen(key);
+    while (p && *p == '"') {
+        const char *k = p + 1, *end = jskip(p);
+        if (!end)
+            return NULL;
+        int match = (size_t)(end - 1 - k) == kl && !strncmp(k, key, kl);
+        p = jws(end);
+        if (!p || *p != ':')
+            return NULL;
+        p = jws(p + 1);
+        if (match)
+            return p;
+        p = jws(jskip(p));
+        if (!p || *p != ',')
+            return NULL;
+        p = jws(p + 1);
+    }
+    return NULL;
+}
+
+/* Element i of the array at p, or NULL. */
+static const char *jat(const char *p, int i)
+{
+    p = jws(p);
+    if (!p || *p != '[')
+        return NULL;
+    p = jws(p + 1);
+    if (!p || *p == ']')
+        return NULL;
+    for (int k = 0; k < i; k++) {
+        p = jws(jskip(p));
+        if (!p || *p != ',')
+            return NULL;
+        p = jws(p + 1);
+    }
+    return p;
+}
+
+static double jnum(const char *p, const char *key)
+{
+    const char *v = jget(p, key);
+    return v ? strtod(v, NULL) : NAN;
+}
+
+#define MAX_TERMS 24
+/* One layout of the explanation: degrees, step, terms by key. */
+typedef struct layout {
+    int tp, cp, pp, dp, ep, zero, v, micro, accum, recompute;
+    double step, mfu, mem, cap;
+    int nterms;
+    char keys[MAX_TERMS][24];
+    double terms[MAX_TERMS];
+} layout;
+
+static int read_terms(const char *obj, layout *l)
+{
+    const char *t = jget(obj, "terms");
+    t = jws(t);
+    if (!t || *t != '{')
+        return 0;
+    l->nterms = 0;
+    const char *p = jws(t + 1);
+    while (p && *p == '"' && l->nterms < MAX_TERMS) {
+        const char *k = p + 1, *end = jskip(p);
+        if (!end)
+            return 0;
+        snprintf(l->keys[l->nterms], sizeof l->keys[0], "%.*s", (int)(end - 1 - k), k);
+        p = jws(end);
+        if (!p || *p != ':')
+            return 0;
+        l->terms[l->nterms++] = strtod(p + 1, NULL);
+        p = jws(jskip(p + 1));
+        if (!p || *p != ',')
+            break;
+        p = jws(p + 1);
+    }
+    return l->nterms > 0;
+}
+
+/* The plan's own layout from its JSON. */
+static int read_plan_layout(const char *js, layout *l)
+{
+    const char *d = jget(js, "degrees"), *b = jget(js, "batch");
+    const char *e = jget(js, "estimate"), *t = jget(e, "time"),
+               *m = jget(e, "memory_per_gpu_bytes"), *sp = jget(js, "spec");
+    memset(l, 0, sizeof *l);
+    l->tp = (int)jnum(d, "tp");
+    l->cp = (int)jnum(d, "cp");
+    l->pp = (int)jnum(d, "pp");
+    l->dp = (int)jnum(d, "dp");
+    l->ep = (int)jnum(d, "ep");
+    l->zero = (int)jnum(d, "zero");
+    l->v = (int)jnum(d, "virtual_stages");
+    l->micro = (int)jnum(b, "micro");
+    l->accum = (int)jnum(b, "grad_accum");
+    const char *rc = jget(jget(sp, "parallelism"), "recompute");
+    l->recompute = rc && !strncmp(rc, "\"full\"", 6) ? 2 : rc && !strncmp(rc, "\"selective\"", 11);
+    l->step = jnum(t, "step_s");
+    l->mfu = jnum(t, "mfu");
+    l->mem = jnum(m, "total");
+    l->cap = jnum(m, "capacity");
+    return read_terms(t, l) && l->step > 0;
+}
+
+static int read_rank_layout(const char *x, double cap, layout *l)
+{
+    memset(l, 0, sizeof *l);
+    l->tp = (int)jnum(x, "tp");
+    l->cp = (int)jnum(x, "cp");
+    l->pp = (int)jnum(x, "pp");
+    l->dp = (int)jnum(x, "dp");
+    l->ep = (int)jnum(x, "ep");
+    l->zero = (int)jnum(x, "zero");
+    l->v = (int)jnum(x, "virtual_stages");
+    l->micro = (int)jnum(x, "micro");
+    l->accum = (int)jnum(x, "grad_accum");
+    l->recompute = (int)jnum(x, "recompute");
+    l->step = jnum(x, "step_s");
+    l->mfu = jnum(x, "mfu");
+    l->mem = jnum(x, "mem_total");
+    l->cap = cap;
+    return read_terms(x, l) && l->step > 0;
+}
+
+static void layout_str(const layout *l, char *buf, size_t n)
+{
+    char eps[16] = "";
+    if (l->ep > 1)
+        snprintf(eps, sizeof eps, " ep%d", l->ep);
+    snprintf(buf, n, "tp%d cp%d pp%d dp%d%s zero%d v%d micro%d accum%d rc=%s", l->tp,
+             l->cp, l->pp, l->dp, eps, l->zero, l->v, l->micro, l->accum,
+             rc_name(l->recompute));
+}
+
+static int same_layout(const layout *a, const layout *b)
+{
+    return a->tp == b->tp && a->cp == b->cp && a->pp == b->pp && a->dp == b->dp &&
+           a->ep == b->ep && a->zero == b->zero && a->v == b->v && a->micro == b->micro &&
+           a->recompute == b->recompute;
+}
+
+static double term_of(const layout *l, const char *key)
+{
+    for (int i = 0; i < l->nterms; i++)
+        if (!strcmp(l->keys[i], key))
+            return l->terms[i];
+    return 0;
+}
+
+/* Labels of the library's term keys (the JSON keys are the contract). */
+static const char *term_label(const char *key)
+{
+    static const struct { const char *key, *label; } names[] = {
+        {"compute", "compute"},         {"recompute", "recompute"},
+        {"fixed", "fixed costs"},       {"tp", "TP comm exposed"},
+        {"sp", "SP comm exposed"},      {"cp", "CP comm exposed"},
+        {"ep", "EP all-to-all"},        {"pp_p2p", "PP p2p"},
+        {"bubble", "PP bubble"},        {"dp", "DP exposed"},
+        {"zero3", "ZeRO-3 exposed"},    {"optimizer", "optimizer"},
+        {"jitter", "stragglers"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(names[i].key, key))
+            return names[i].label;
+    return key;
+}
+
+static char *plan_json(const llmt_plan *p)
+{
+    size_t need = 0;
+    llmt_plan_to_json(p, NULL, 0, &need);
+    char *buf = need ? malloc(need) : NULL;
+    if (buf && llmt_plan_to_json(p, buf, need, NULL) != LLMT_OK) {
+        free(buf);
+        buf = NULL;
+    }
+    return buf;
+}
+
+static int explain(const plan_args *a, llmt_context *ctx, const llmt_spec *spec,
+                   const llmt_plan *mine, int calibration)
+{
+    int32_t world = 0;
+    if (mine)
+        llmt_plan_world_size(mine, &world);
+    if (!world)
+        world = (int32_t)a->world;
+    llmt_plan_auto_opts o;
+    llmt_plan_auto_opts_init(&o, sizeof o);
+    o.top_n = 5;
+    llmt_plan *best = NULL;
+    llmt_status st = llmt_plan_auto(ctx, spec, world, &o, &best);
+    if (st != LLMT_OK)
+        return cli_fail(CMD, "%s: --explain: %s", a->spec, llmt_context_last_error(ctx));
+    char *bj = plan_json(best), *mj = mine ? plan_json(mine) : NULL;
+    layout L[6];
+    int n = 0, have_mine = 0, rc = CLI_OK;
+    const char *rank = jget(jget(bj, "auto"), "ranking");
+    double cap = 0;
+    if (bj) {
+        layout chosen;
+        if (read_plan_layout(bj, &chosen))
+            cap = chosen.cap;
+    }
+    for (int i = 0; i < 5 && rank; i++) {
+        const char *x = jat(rank, i);
+        if (!x || !read_rank_layout(x, cap, &L[n + 1]))
+            break;
+        n++;
+    }
+    if (mj && read_plan_layout(mj, &L[0]))
+        have_mine = 1;
+    if (n == 0) {
+        rc = cli_fail(CMD, "%s: --explain: the plan's JSON has no ranking with terms", a->spec);
+        goto out;
+    }
+    char name[256] = "", ls[192];
+    llmt_spec_get_string(spec, "name", name, sizeof name, NULL);
+    printf("explain: %s on %d GPUs\n\n", *name ? name : "(unnamed)", (int)world);
+    layout_str(&L[1], ls, sizeof ls);
+    printf("chosen layout (the planner's #1)  %s\n", ls);
+    printf("  step %.3f s, MFU %.1f%%, %.1f GB per GPU\n", L[1].step, 100 * L[1].mfu,
+           L[1].mem / 1e9);
+    int mine_rank = 0;
+    if (have_mine) {
+        for (int i = 1; i <= n; i++)
+            if (same_layout(&L[0], &L[i]))
+                mine_rank = i;
+        layout_str(&L[0], ls, sizeof ls);
+        printf("the spec's layout                 %s\n", ls);
+        printf("  step %.3f s, MFU %.1f%%, %.1f GB per GPU%s", L[0].step, 100 * L[0].mfu,
+               L[0].mem / 1e9, L[0].mem > 0.95 * L[0].cap ? " (over 95% of HBM: the "
+               "planner would not pick it)" : "");
+        if (mine_rank)
+            printf(" = the planner's #%d\n", mine_rank);
+        else
+            printf(" (not in the planner's top %d)\n", n);
+    }
+    printf("\npredicted step time by term, seconds per step\n");
+    printf("  %-18s", "term");
+    if (have_mine)
+        printf(" %10s", "spec");
+    for (int i = 1; i <= n; i++)
+        printf("        #%d", i);
+    printf("\n");
+    const layout *ref = &L[1];
+    for (int k = 0; k < ref->nterms; k++) {
+        int any = 0;
+        for (int i = have_mine ? 0 : 1; i <= n; i++)
+            any |= term_of(&L[i], ref->keys[k]) != 0;
+        if (!any)
+            continue;
+        printf("  %-18s", term_label(ref->keys[k]));
+        for (int i = have_mine ? 0 : 1; i <= n; i++)
+            printf(" %10.4g", term_of(&L[i], ref->keys[k]));
+        printf("\n");
+    }
+    printf("  %-18s", "step");
+    for (int i = have_mine ? 0 : 1; i <= n; i++)
+        printf(" %10.4g", L[i].step);
+    printf("\n  %-18s", "MFU %");
+    for (int i = have_mine ? 0 : 1; i <= n; i++)
+        printf(" %10.1f", 100 * L[i].mfu);
+    printf("\n  %-18s", "memory GB");
+    for (int i = have_mine ? 0 : 1; i <= n; i++)
+        printf(" %10.1f", L[i].mem / 1e9);
+    printf("\n\nlayouts\n");
+    for (int i = 1; i <= n; i++) {
+        layout_str(&L[i], ls, sizeof ls);
+        printf("  #%d  %s\n", i, ls);
+    }
+    if (have_mine) {
+        layout_str(&L[0], ls, sizeof ls);
+        printf("  spec %s\n", ls);
+        printf("\nverdict\n");
+        if (mine_rank == 1 || L[0].step <= L[1].step * (1 + 1e-4)) {
+            printf("  the spec's layout is the planner's choice (or as fast)\n");
+        } else {
+            /* Where the gain comes from: the terms sorted by how much the
+             * spec's layout spends over the planner's, largest first. */
+            double gain = L[0].step - L[1].step;
+            printf("  the planner prefers #1: predicted %.1f%% faster (%.4g s -> %.4g s per "
+                   "step, %.4g s less)\n", 100 * (L[0].step / L[1].step - 1), L[0].step,
+                   L[1].step, gain);
+            int used[MAX_TERMS] = {0};
+            for (int r = 0; r < 3; r++) {
+                int kbest = -1;
+                double dbest = 0;
+                for (int k = 0; k < ref->nterms; k++) {
+                    double d = term_of(&L[0], ref->keys[k]) - term_of(&L[1], ref->keys[k]);
+                    if (!used[k] && d > dbest) {
+                        dbest = d;
+                        kbest = k;
+                    }
+                }
+                if (kbest < 0)
+                    break;
+                used[kbest] = 1;
+                printf("  %s %s: %.4g s more in the spec's layout (%.0f%% of the gain)\n",
+                       r == 0 ? "mostly from" : "then", term_label(ref->keys[kbest]), dbest,
+                       100 * dbest / gain);
+            }
+        }
+    }
+    if (calibration)
+        printf("\nnote: a calibration file's \"software\" (attention kernel, overlap, gradient "
+               "dtype) is not a spec key; this plans its spec with this build's software "
+               "(flash attention, TP and DP overlapped, gradients in the parameter dtype). "
+               "test plan-calib and doc/planner.md rank it with the paper's software.\n");
+out:
+    free(bj);
+    free(mj);
+    llmt_plan_destroy(best);
+    return rc;
+}
+
 /* A calibration run (examples/specs/calibration/) wraps its spec:
  * {"source": ..., "published": {...}, "spec": {...}}. Return the text of
  * the top-level "spec" object (malloc'd), or NULL when `text` is a plain
@@ -403,7 +786,8 @@ static char *calibration_spec(const char *text)
 }
 
 /* Parse SPEC.json, or the "spec" of a calibration run. */
-static llmt_status parse_spec(llmt_context *ctx, const char *path, llmt_spec **out)
+static llmt_status parse_spec(llmt_context *ctx, const char *path, llmt_spec **out,
+                              int *calibration)
 {
     FILE *f = fopen(path, "rb");
     char *text = NULL;
@@ -427,6 +811,7 @@ static llmt_status parse_spec(llmt_context *ctx, const char *path, llmt_spec **o
     }
     char *inner = text ? calibration_spec(text) : NULL;
     free(text);
+    *calibration = inner != NULL;
     if (!inner)
         return llmt_spec_parse_file(ctx, path, out);
     llmt_status st = llmt_spec_parse_json(ctx, inner, strlen(inner), out);
@@ -460,7 +845,8 @@ int cmd_plan(int argc, char **argv)
         return cli_fail_status(CMD, st, "cannot create a context");
     llmt_spec *spec = NULL;
     llmt_plan *p = NULL;
-    st = parse_spec(ctx, a.spec, &spec);
+    int calibration = 0;
+    st = parse_spec(ctx, a.spec, &spec, &calibration);
     if (st != LLMT_OK) {
         rc = cli_fail(CMD, "%s: %s", a.spec, llmt_context_last_error(ctx));
         goto out;
@@ -494,11 +880,17 @@ int cmd_plan(int argc, char **argv)
             }
         }
     }
+    if (st != LLMT_OK && a.explain) {
+        /* No layout of its own on this world size (no dp, say): the
+         * planner's alone. */
+        rc = explain(&a, ctx, spec, NULL, calibration);
+        goto out;
+    }
     if (st != LLMT_OK) {
         rc = cli_fail(CMD, "%s: %s", a.spec, llmt_context_last_error(ctx));
         goto out;
     }
-    rc = show(&a, p, spec);
+    rc = a.explain ? explain(&a, ctx, spec, p, calibration) : show(&a, p, spec);
 out:
     llmt_plan_destroy(p);
     llmt_spec_destroy(spec);

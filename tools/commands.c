@@ -18,6 +18,7 @@ const cli_command cli_commands[] = {
     {"plan", "show the parallel layout, memory, step time and goodput of a job",
      "usage: llmtrain plan SPEC.json [--world N] [--auto] [--simulate] [--json]\n"
      "                     [--hours H] [--interval S] [--trials N] [--seed S]\n"
+     "       llmtrain plan SPEC.json --explain [--world N]\n"
      "       llmtrain plan --keys\n"
      "  Places the spec on N GPUs and prints the layout (rank order, stage\n"
      "  layers), memory per GPU by kind, FLOPs, communication per step,\n"
@@ -30,6 +31,10 @@ const cli_command cli_commands[] = {
      "  --auto       search tp, cp, pp, dp, ep, zero, recompute, virtual\n"
      "               stages and micro for the fastest layout that fits, and\n"
      "               say why it wins\n"
+     "  --explain    the spec's layout beside the planner's top 5, the step\n"
+     "               split into terms (compute, recompute, TP/SP, bubble, PP\n"
+     "               p2p, DP, ZeRO-3, stragglers, ...), the predicted gain\n"
+     "               and the terms it comes from (a calibration file too)\n"
      "  --simulate   Monte-Carlo goodput under failures; sweeps the\n"
      "               checkpoint interval around Young/Daly\n"
      "  --hours H    training work to simulate [the run, at most a year]\n"

@@ -79,6 +79,66 @@ assert d["estimate"]["memory_per_gpu_bytes"]["fits"] is True
 r=d["auto"]["ranking"]; s=[x["step_s"] for x in r]; assert all(a<=b*1.0001 for a,b in zip(s,s[1:])) and len(r)>1' \
   a.json "auto JSON ranking"
 
+# --explain: the spec's layout against the planner's top five, term by term.
+cal=$src/examples/specs/calibration
+"$exe" plan "$cal/megatron-18b-256gpu.json" --explain > x.txt 2> e.txt \
+  && ok "--explain on a calibration file" || { bad "--explain exits non-zero"; cat e.txt; }
+for w in "chosen layout" "the spec's layout" "predicted step time by term" "compute" \
+         "recompute" "TP comm exposed" "DP exposed" "verdict" "layouts"; do
+  has x.txt "$w" "--explain shows $w"
+done
+has x.txt "the planner prefers #1: predicted" "--explain gives the predicted gain"
+has x.txt "mostly from " "--explain names the term of the gain"
+has x.txt "is not a spec key" "--explain says a calibration file's software is not applied"
+# The table adds up: every column's terms sum to its step; the verdict's
+# gain is the spec's step minus #1's; the ranking is sorted; the term named
+# first is the one the spec spends most on over #1.
+python3 - x.txt <<'P' && ok "--explain table adds up" || bad "--explain table does not add up"
+import re, sys
+t = open(sys.argv[1]).read().split("\n")
+i = next(k for k, l in enumerate(t) if l.startswith("predicted step time by term"))
+head = t[i + 1].split()
+assert head[1] == "spec" and head[2] == "#1", head
+rows = {}
+for l in t[i + 2:]:
+    if not l.strip():
+        break
+    m = re.match(r"  (.+?)\s{2,}(.*)$", l)
+    rows[m.group(1).strip()] = [float(x) for x in m.group(2).split()]
+step = rows.pop("step"); rows.pop("MFU %"); rows.pop("memory GB")
+for c in range(len(step)):
+    s = sum(v[c] for v in rows.values())
+    assert abs(s - step[c]) <= 2e-3 * step[c], (c, s, step[c])
+assert all(a <= b * 1.0001 for a, b in zip(step[1:], step[2:])), step
+v = next(l for l in t if "the planner prefers #1" in l)
+m = re.search(r"\(([\d.e+-]+) s -> ([\d.e+-]+) s per step, ([\d.e+-]+) s less\)", v)
+a, b, g = map(float, m.groups())
+assert abs(a - step[0]) <= 1e-3 * a and abs(b - step[1]) <= 1e-3 * b and abs(a - b - g) <= 1e-3 * a, (a, b, g)
+first = next(l for l in t if "mostly from " in l)
+name = re.search(r"mostly from (.+?):", first).group(1)
+d = {k: v[0] - v[1] for k, v in rows.items()}
+assert max(d, key=d.get) == name, (name, d)
+P
+# #1 is the auto-planner's choice: the same step as --auto's.
+"$exe" plan "$cal/megatron-18b-256gpu.json" --auto --json > xa.json
+python3 - x.txt xa.json <<'P' && ok "--explain #1 = --auto's plan" || bad "--explain #1 differs from --auto"
+import json, re, sys
+t = open(sys.argv[1]).read(); d = json.load(open(sys.argv[2]))
+m = re.search(r"chosen layout \(the planner's #1\)\s+tp(\d+) cp(\d+) pp(\d+) dp(\d+)", t)
+g = d["degrees"]
+assert tuple(map(int, m.groups())) == (g["tp"], g["cp"], g["pp"], g["dp"]), (m.groups(), g)
+st = float(re.search(r"\n  step ([\d.]+) s, MFU", t).group(1))
+assert abs(st - d["estimate"]["time"]["step_s"]) < 1e-3 * st
+P
+# The planner's own choice, written back as a spec, is explained as such.
+python3 -c 'import json,sys; d=json.load(open("xa.json")); json.dump(d["spec"], open("chosen.json","w"))'
+"$exe" plan chosen.json --explain > y.txt 2> e.txt && ok "--explain on the chosen layout" \
+  || { bad "--explain on the chosen layout"; cat e.txt; }
+has y.txt "= the planner's #1" "--explain finds the spec at #1"
+has y.txt "is the planner's choice" "--explain: no gain over itself"
+"$exe" plan "$cal/megatron-18b-256gpu.json" --explain --json > /dev/null 2>&1; [ $? -eq 2 ] \
+  && ok "--explain --json -> 2" || bad "--explain --json"
+
 # The other examples.
 for f in llama-70b gpt2-124m-1gpu moe demo-cpu; do
   "$exe" plan "$specs/$f.json" > o.txt 2> e.txt && grep -q "^  MFU" o.txt \
