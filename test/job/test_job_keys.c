@@ -45,7 +45,7 @@ static const char *BASE =
 #define LLAMA "{\"model\": {\"arch\": \"llama\", \"heads\": 4}}"
 #define SMALLTXT "{\"data\": {\"train\": \"@SMALL@\", \"val\": \"@PREP@/val\", \"tokenizer\": {\"kind\": \"bpe\", \"vocab_size\": 300}}}"
 #define AUTO "{\"checkpoint\": {\"interval\": \"auto\"}}"
-#define LONG "{\"train\": {\"steps\": 14}, \"optimizer\": {\"lr\": 3e-2}}"
+#define LONG "{\"train\": {\"steps\": 40}, \"optimizer\": {\"lr\": 3e-3}}"
 #define GPU8 "{\"hardware\": {\"gpu\": \"H100-SXM\"}}"
 
 static const kcase cases[] = {
@@ -150,7 +150,7 @@ static const kcase cases[] = {
     {"hardware.ib_Gbps", GPU8, "{\"hardware\": {\"ib_Gbps\": 1, \"gpus_per_node\": 1}}", PLAN8},
     {"hardware.ib_rails", GPU8, "{\"hardware\": {\"ib_rails\": 1, \"gpus_per_node\": 1}}", PLAN8},
     {"hardware.peak_tflops", NULL, "{\"hardware\": {\"peak_tflops\": 7}}", PLAN},
-    {"hardware.fp8_tflops", "{\"precision\": {\"gemm\": \"fp8\"}, \"hardware\": {\"gpu\": \"H100-SXM\"}}",
+    {"hardware.fp8_tflops", "{\"precision\": {\"gemm\": \"fp8\"}, \"train\": {\"device\": \"cuda\"}, \"hardware\": {\"gpu\": \"H100-SXM\"}}",
      "{\"hardware\": {\"fp8_tflops\": 100}}", PLAN8},
     {"hardware.hbm_GB", NULL, "{\"hardware\": {\"hbm_GB\": 3}}", PLAN},
     {"hardware.efficiency", NULL, "{\"hardware\": {\"efficiency\": 0.1}}", PLAN},
