@@ -6,6 +6,7 @@
 # timed by an LD_PRELOAD shim). Writes bench/results/train-cpu-<date>.json.
 # usage: bench/train/compare_train.sh [BUILD_DIR] [THREADS] [STEPS]
 # env: LLMC_DIR (default ../shared/anchors/llm.c), TORCH_PY (/usr/bin/python3)
+# A missing llm.c or torch is recorded as null (Python None) in the JSON.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$top/build}" && pwd)
@@ -42,7 +43,7 @@ OPENBLAS_CORETYPE=Haswell "$bt" --case gpt2-124m-B4-T64 --threads "$threads" \
   --warmup 1 --repeats "$steps" --json "$tmp/ours3.json" | tee "$tmp/ours3.txt"
 ours3=$(med "$tmp/ours3.json")
 
-llmc_s=null llmc_rss=null
+llmc_s=None llmc_rss=None
 if [ -f "$llmc/train_gpt2.c" ]; then
   echo "== llm.c train_gpt2.c (-O3 -march=native -fopenmp)"
   cc -O3 -march=native -fopenmp -I"$llmc" -Dmain=llmc_main -o "$tmp/llmc_bench" \
@@ -55,7 +56,7 @@ else
   echo "== llm.c: no $llmc/train_gpt2.c, skipped"
 fi
 
-torch_s=null torch_rss=null torch_v=null
+torch_s=None torch_rss=None torch_v=None
 if "$py" -c 'import torch' 2>/dev/null; then
   echo "== PyTorch CPU eager"
   "$py" "$top/bench/train/torch_gpt2.py" "$threads" "$steps" | tee "$tmp/torch.txt"
