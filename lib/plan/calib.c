@@ -1,7 +1,7 @@
 /* Calibration against published runs: load the runs of
  * examples/specs/calibration/ (each a spec with the paper, table and row it
  * was transcribed from and the published throughput), predict them, fit
- * the model's two free constants by least squares over their MFU, refit
+ * the model's free constants by least squares over their MFU, refit
  * with each run left out (the error that matters for a run the model has
  * not seen), and rank a published layout among the auto-planner's.
  * doc/planner.md reports what this computes; test plan-calib asserts it. */

@@ -7,7 +7,7 @@
 
 #include "plan/plan.h"
 
-/* The constants of the model (doc/planner.md, "Calibration"). The two
+/* The constants of the model (doc/planner.md, "Calibration"). Those
  * marked "fitted" are the output of llmt__calib_fit (lib/plan/calib.c):
  * least squares over the MFU of the published runs in
  * examples/specs/calibration/; test plan-calib refits them and fails when

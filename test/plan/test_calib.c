@@ -1,5 +1,5 @@
 /* The planner against published runs (examples/specs/calibration/): fit the
- * cost model's two free constants by least squares over the runs' MFU,
+ * cost model's four free constants by least squares over the runs' MFU,
  * check that the constants compiled into lib/plan are that optimum, refit
  * with each run left out and predict it (leave-one-out), check the order
  * of pairs of runs, the published memory facts, the rank of each published
