@@ -270,7 +270,8 @@ typedef enum llmt_type_id {
     LLMT_TYPE_DATA_REPORT = 26,
     LLMT_TYPE_JOB_OPTS = 27,
     LLMT_TYPE_JOB_INFO = 28,
-    LLMT_TYPE_JOB_METRICS = 29
+    LLMT_TYPE_JOB_METRICS = 29,
+    LLMT_TYPE_COMM_STATS = 30
 } llmt_type_id;
 /* sizeof the struct, or 0 for an unknown id. */
 LLMT_API size_t llmt_sizeof(llmt_type_id type);
@@ -1107,6 +1108,41 @@ LLMT_API llmt_status llmt_comm_backend_of(const llmt_comm *comm,
                                           llmt_comm_backend *out);
 /* Sequence number the next collective will get (the first is 1). */
 LLMT_API llmt_status llmt_comm_next_seq(const llmt_comm *comm, uint64_t *out);
+
+/* Traffic of one communicator since its creation or the last reset, by
+ * operation (index: llmt_comm_stat_op; values are never renumbered). Only
+ * completed operations count. payload_bytes: the bytes of the caller's
+ * send buffer(s). bus_bytes: the bytes this rank sends on the wire under
+ * the ring algorithms, by nccl-tests' bus-bandwidth factors (S = the
+ * operation's total data, n = ranks): all-reduce 2(n-1)/n*S, all-gather,
+ * reduce-scatter and all-to-all (n-1)/n*S, broadcast and send S; the
+ * planner predicts the same quantity (llmt_plan_estimate.comm_bytes_*).
+ * seconds: wall time from entering the operation to its completion (for
+ * async ones, on the progress thread). Thread-safe. */
+typedef enum llmt_comm_stat_op {
+    LLMT_COMM_STAT_ALL_REDUCE = 0,
+    LLMT_COMM_STAT_ALL_GATHER = 1,
+    LLMT_COMM_STAT_REDUCE_SCATTER = 2,
+    LLMT_COMM_STAT_ALL_TO_ALL = 3,
+    LLMT_COMM_STAT_ALL_TO_ALLV = 4,
+    LLMT_COMM_STAT_BROADCAST = 5,
+    LLMT_COMM_STAT_SEND = 6,
+    LLMT_COMM_STAT_RECV = 7,
+    LLMT_COMM_STAT_BARRIER = 8
+} llmt_comm_stat_op;
+#define LLMT_COMM_STAT_SLOTS 16 /* room for later operations */
+typedef struct llmt_comm_stats {
+    size_t struct_size;
+    uint64_t calls[LLMT_COMM_STAT_SLOTS];
+    uint64_t payload_bytes[LLMT_COMM_STAT_SLOTS];
+    double bus_bytes[LLMT_COMM_STAT_SLOTS];
+    double seconds[LLMT_COMM_STAT_SLOTS];
+    uint64_t total_calls;       /* sums over the operations */
+    double total_bus_bytes, total_seconds;
+} llmt_comm_stats;
+LLMT_API llmt_status llmt_comm_get_stats(const llmt_comm *comm,
+                                         llmt_comm_stats *out);
+LLMT_API llmt_status llmt_comm_reset_stats(llmt_comm *comm);
 
 /* -- Collectives (counts in elements). send may equal recv (in place)
  * where the layout allows: all_reduce, broadcast; for all_gather send may

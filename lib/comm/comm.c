@@ -576,10 +576,12 @@ static llmt_status run_op(llmt_comm *c, llmt__coll *a)
                   llmt__comm_op_name(a->kind), (unsigned long long)a->seq);
         return LLMT_OK;
     }
-    int64_t deadline = llmt__now_ns() + c->timeout_ms * 1000000LL;
+    int64_t t0 = llmt__now_ns();
+    int64_t deadline = t0 + c->timeout_ms * 1000000LL;
     llmt_status s = c->ops->run(c, a, deadline);
     if (s == LLMT_OK) {
         fr_end(c, slot, LLMT__FR_COMPLETED, a->seq);
+        llmt__comm_account(c, a, (double)(llmt__now_ns() - t0) * 1e-9);
         return LLMT_OK;
     }
     if (s == LLMT_ERR_TIMEOUT) {

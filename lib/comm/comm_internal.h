@@ -111,6 +111,9 @@ struct llmt_comm {
     llmt__work_q *q;
     /* MPI bootstrap ownership: the library initialised MPI for this comm */
     int mpi_owned;
+    /* traffic (llmt_comm_get_stats), under fr_mu; index: LLMT__OP_* */
+    uint64_t st_calls[LLMT__OP_COUNT], st_payload[LLMT__OP_COUNT];
+    double st_bus[LLMT__OP_COUNT], st_sec[LLMT__OP_COUNT];
 };
 
 /* Backend table. `run` performs one operation and must return by the
@@ -179,5 +182,8 @@ llmt_status llmt__nccl_create_mpi(llmt_context *ctx, void *mpi_comm,
                                   const llmt_comm_opts *opts, llmt_comm **out);
 #endif
 #endif
+
+/* Count one completed operation in the communicator's traffic (stats.c). */
+void llmt__comm_account(llmt_comm *c, const llmt__coll *a, double seconds);
 
 #endif

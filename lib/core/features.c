@@ -81,6 +81,7 @@ LLMT_API size_t llmt_sizeof(llmt_type_id type)
     case LLMT_TYPE_JOB_OPTS: return sizeof(llmt_job_opts);
     case LLMT_TYPE_JOB_INFO: return sizeof(llmt_job_info);
     case LLMT_TYPE_JOB_METRICS: return sizeof(llmt_job_metrics);
+    case LLMT_TYPE_COMM_STATS: return sizeof(llmt_comm_stats);
     }
     return 0;
 }
