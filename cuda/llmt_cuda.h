@@ -85,6 +85,8 @@ llmt_status llmt__cuda_d2h(llmt__cuda_ctx *ctx, void *dst, const void *src,
 llmt_status llmt__cuda_d2d(llmt__cuda_ctx *ctx, void *dst, const void *src,
                            size_t bytes);
 llmt_status llmt__cuda_memset0(llmt__cuda_ctx *ctx, void *dst, size_t bytes);
+/* Every byte 0xff (NaN in fp32 and bf16), on the compute stream. */
+llmt_status llmt__cuda_fill_nan(llmt__cuda_ctx *ctx, void *dst, size_t bytes);
 /* Times `fn(arg)` queued on the compute stream with events: `iters` calls
  * after `warmup`, returning per-call milliseconds in ms[iters]. */
 llmt_status llmt__cuda_time(llmt__cuda_ctx *ctx, void (*fn)(void *), void *arg,

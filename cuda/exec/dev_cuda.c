@@ -58,6 +58,14 @@ static llmt_status dc_memset0(llmt__dev *d, void *dst, size_t n)
 {
     return llmt__cuda_memset0(CTX(d), dst, n);
 }
+static llmt_status dc_d2d(llmt__dev *d, void *dst, const void *src, size_t n)
+{
+    return llmt__cuda_d2d(CTX(d), dst, src, n);
+}
+static llmt_status dc_fill_nan(llmt__dev *d, void *dst, size_t n)
+{
+    return llmt__cuda_fill_nan(CTX(d), dst, n);
+}
 static llmt_status dc_sync(llmt__dev *d)
 {
     llmt_status s = llmt__cuda_sync(CTX(d));
@@ -208,6 +216,8 @@ static const llmt__dev_ops dev_cuda = {
     .h2d = dc_h2d,
     .d2h = dc_d2h,
     .memset0 = dc_memset0,
+    .d2d = dc_d2d,
+    .fill_nan = dc_fill_nan,
     .sync = dc_sync,
     .gemm = dc_gemm,
     .embedding_fwd = dc_embedding_fwd,

@@ -243,6 +243,11 @@ llmt_status llmt__cuda_memset0(llmt__cuda_ctx *c, void *dst, size_t n)
     LLMT_CU(c, cudaMemsetAsync(dst, 0, n, c->compute));
     return LLMT_OK;
 }
+llmt_status llmt__cuda_fill_nan(llmt__cuda_ctx *c, void *dst, size_t n)
+{
+    LLMT_CU(c, cudaMemsetAsync(dst, 0xff, n, c->compute));
+    return LLMT_OK;
+}
 
 llmt_status llmt__cuda_time(llmt__cuda_ctx *c, void (*fn)(void *), void *arg,
                             int warmup, int iters, float *ms)

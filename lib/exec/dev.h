@@ -112,6 +112,11 @@ typedef struct llmt__dev_ops {
     llmt_status (*h2d)(llmt__dev *d, void *dst, const void *src, size_t bytes);
     llmt_status (*d2h)(llmt__dev *d, void *dst, const void *src, size_t bytes);
     llmt_status (*memset0)(llmt__dev *d, void *dst, size_t bytes);
+    /* Device to device (the ranges do not overlap). */
+    llmt_status (*d2d)(llmt__dev *d, void *dst, const void *src, size_t bytes);
+    /* Every byte 0xff: NaN in fp32 and in bf16. Poisons memory that must
+     * not be read before it is rewritten (ZeRO-3's released parameters). */
+    llmt_status (*fill_nan)(llmt__dev *d, void *dst, size_t bytes);
     /* Wait for everything queued; surfaces asynchronous errors. */
     llmt_status (*sync)(llmt__dev *d);
 

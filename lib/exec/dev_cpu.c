@@ -117,6 +117,14 @@ static llmt_status dc_memset0(llmt__dev *d, void *dst, size_t bytes)
     if (bytes % sizeof(float)) memset((char *)dst + bytes / 4 * 4, 0, bytes % 4);
     return LLMT_OK;
 }
+static llmt_status dc_fill_nan(llmt__dev *d, void *dst, size_t bytes)
+{
+    if (bytes && !dst)
+        return BAD(d, "fill_nan of a NULL pointer");
+    if (bytes)
+        memset(dst, 0xff, bytes);
+    return LLMT_OK;
+}
 static llmt_status dc_sync(llmt__dev *d) { return d ? LLMT_OK : LLMT_ERR_NULL_POINTER; }
 
 /* ---- GEMM */
@@ -409,6 +417,8 @@ static const llmt__dev_ops cpu_ops = {
     .h2d = dc_copy,
     .d2h = dc_copy,
     .memset0 = dc_memset0,
+    .d2d = dc_copy,
+    .fill_nan = dc_fill_nan,
     .sync = dc_sync,
     .gemm = dc_gemm,
     .embedding_fwd = dc_embedding_fwd,

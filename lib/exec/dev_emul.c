@@ -1,6 +1,6 @@
 /* The device op table (dev.h) emulated on the host: the same storage types
  * and the same bf16 roundings as the CUDA backend, so that the
- * mixed-precision engine (lib/train/gpu.c) runs, and is tested, on machines
+ * mixed-precision engine (lib/train/device.c) runs, and is tested, on machines
  * without a GPU. Each op follows its CUDA kernel (cuda/kernels/, the GEMM's
  * cuBLASLt epilogues in cuda/gemm/gemm.cu): values are read from bf16 into
  * fp32, computed in fp32 and rounded to bf16 (nearest even) wherever the
@@ -181,6 +181,20 @@ static llmt_status em_memset0(llmt__dev *d, void *dst, size_t bytes)
     if (!bytes) return LLMT_OK;
     LLMT__NONNULL(E(d), "emulated: memset0", dst);
     memset(dst, 0, bytes);
+    return LLMT_OK;
+}
+static llmt_status em_d2d(llmt__dev *d, void *dst, const void *src, size_t bytes)
+{
+    return copy_(d, "d2d", dst, src, bytes);
+}
+static llmt_status em_fill_nan(llmt__dev *d, void *dst, size_t bytes)
+{
+    if (!d)
+        return LLMT_ERR_NULL_POINTER;
+    if (!bytes)
+        return LLMT_OK;
+    LLMT__NONNULL(E(d), "emulated: fill_nan", dst);
+    memset(dst, 0xff, bytes);
     return LLMT_OK;
 }
 static llmt_status em_sync(llmt__dev *d) { return d ? LLMT_OK : LLMT_ERR_NULL_POINTER; }
@@ -1119,6 +1133,8 @@ static const llmt__dev_ops emul_ops = {
     .h2d = em_h2d,
     .d2h = em_d2h,
     .memset0 = em_memset0,
+    .d2d = em_d2d,
+    .fill_nan = em_fill_nan,
     .sync = em_sync,
     .gemm = em_gemm,
     .embedding_fwd = em_embedding_fwd,

@@ -143,8 +143,18 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
         for (int l = 0; g->L && l < g->nacts; l++) {
             dlayer *a = &g->L[l];
             int shared = g->selective && l > 0; /* layer 0's, freed there */
-            void *ps[] = {a->ln1, a->qkv, shared ? NULL : a->atty, a->res2, a->ln2, a->fch,
-                          a->fch3, a->fchg, a->ln1m, a->ln1r, a->ln2m, a->ln2r,
+            void *ps[] = {a->ln1,
+                          a->qkv,
+                          shared ? NULL : a->atty,
+                          a->res2,
+                          a->ln2,
+                          a->fch,
+                          a->fch3,
+                          a->fchg,
+                          a->ln1m,
+                          a->ln1r,
+                          a->ln2m,
+                          a->ln2r,
                           shared ? NULL : a->lse};
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                 if (ps[i]) g->op->free(g->d, ps[i]);
@@ -916,9 +926,32 @@ llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, in
 #undef R
 }
 
-int llmt__devtrain_host_resident(const llmt__devtrain *g) { return g->alias; }
-float *llmt__devtrain_grads(llmt__devtrain *g) { return g->grad; }
+int llmt__devtrain_host_resident(const llmt__devtrain *g)
+{
+    return g->alias;
+}
 void llmt__devtrain_set_dp(llmt__devtrain *g, llmt__dp *dp) { g->dp = dp; }
+
+void llmt__devtrain_dp_store(llmt__devtrain *g, llmt__dp_store *st)
+{
+    memset(st, 0, sizeof *st);
+    st->op = g->op;
+    st->d = g->d;
+    st->master = g->master;
+    st->param = g->param;
+    st->grads = g->grad;
+    st->m = g->mom1;
+    st->v = g->mom2;
+    st->total = g->P;
+    st->doff = g->doff;
+    st->host_params = g->alias;
+}
+
+void llmt__devtrain_moments(llmt__devtrain *g, float **m, float **v)
+{
+    *m = g->mom1;
+    *v = g->mom2;
+}
 
 void llmt__devtrain_drop_moments(llmt__devtrain *g)
 {

@@ -102,17 +102,21 @@ int llmt__devtrain_fp8_state(const llmt__devtrain *g, const float **scales, int 
 float *llmt__devtrain_fp8_export(llmt__devtrain *g, int64_t shape[2]);
 llmt_status llmt__devtrain_fp8_import(llmt__devtrain *g, const float *in);
 
-/* Data parallelism (lib/train/trainer.c attaches it). host_resident: the
- * engine trains the model's parameters in place in host memory (the fp32
- * CPU backend), which is what dp.c shards and gathers today; other
- * backends are refused by the trainer. set_dp: the engine calls dp's hooks
- * at the graph's named points (NULL: none). drop_moments: ZeRO >= 1 holds
- * the rank's shares of m and v, the engine's full ones go (the host
- * mirrors too when they are the same memory); restore_moments: zeroed full
- * ones again (detach fills them). grads: the engine's fp32 gradients. */
+/* Data parallelism (lib/train/trainer.c attaches it, lib/train/dp.c runs
+ * it on the engine's device buffers through the op table, any backend).
+ * host_resident: the engine trains the model's parameters in place in host
+ * memory (the fp32 CPU backend). dp_store: the buffers dp works on (master,
+ * compute copy, gradients, full moments, the device offset map). set_dp:
+ * the engine calls dp's hooks at the graph's named points (NULL: none).
+ * drop_moments: ZeRO >= 1 holds the rank's shares of m and v, the engine's
+ * full ones go (the host mirrors too when they are the same memory);
+ * restore_moments: zeroed full ones again (detach fills them, moments
+ * gives them). */
 int llmt__devtrain_host_resident(const llmt__devtrain *g);
-float *llmt__devtrain_grads(llmt__devtrain *g);
 struct llmt__dp;
+struct llmt__dp_store;
+void llmt__devtrain_dp_store(llmt__devtrain *g, struct llmt__dp_store *st);
+void llmt__devtrain_moments(llmt__devtrain *g, float **m, float **v);
 void llmt__devtrain_set_dp(llmt__devtrain *g, struct llmt__dp *dp);
 void llmt__devtrain_drop_moments(llmt__devtrain *g);
 llmt_status llmt__devtrain_restore_moments(llmt__devtrain *g);

@@ -41,7 +41,19 @@
  * two slots of about bucket_bytes for the ZeRO-1/2 update's all-gather
  * (and the m/v gather of a detach), so staging is O(largest unit), never
  * O(model). Every element is summed over the same ranks in the same order
- * whichever buffer it travels in, so the results do not depend on it. */
+ * whichever buffer it travels in, so the results do not depend on it.
+ * Memory: every buffer here is the engine's device memory in its device
+ * layout (llmt__dp_store), touched only through the op table: d2d copies,
+ * memset0, fill_nan, adamw, sumsq, and f32_to_bf16 to refresh a bf16
+ * backend's compute copy after every gather of the fp32 master (ZeRO-1/2's
+ * update, ZeRO-3's gathers); released ZeRO-3 ranges of a device are
+ * poisoned (NaN, both copies) and stay allocated: only the fp32 CPU
+ * backend, whose master is the model's own host memory, gives pages back.
+ * The communicator takes these buffers as they are: host memory (the CPU
+ * backend, the emulation) with in-process or MPI, device memory (CUDA)
+ * with NCCL. The engine's stream is synchronised before every collective
+ * (a NCCL collective runs on its own stream and returns complete), so a
+ * collective never reads memory that a queued op has yet to write. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -68,9 +80,16 @@ struct llmt__dp {
     int32_t rank, size;
     llmt_dp_opts o;
     llmt_model *model;
-    const llmt__exec_ops *ops;
-    float *grads, *m, *v;   /* m, v: full size (ZeRO 0) or NULL */
+    llmt__dp_store dv; /* the engine's buffers (device layout) */
+    const llmt__dev_ops *op;
+    size_t es;                     /* bytes of one element of the compute copy */
+    float *grads, *params, *m, *v; /* m, v: full size (ZeRO 0) or NULL */
     float *ms, *vs;         /* ZeRO >= 1: this rank's shares of m and v */
+    float *hms, *hvs;       /* their host copies (device not host memory) */
+    int64_t *xbuf;          /* device scratch of the small collectives */
+    float *dsum;            /* device scratch of sumsq */
+    const float **sx;       /* sumsq's arrays (one per unit) */
+    size_t *sn;
     size_t *soff, share_n;  /* unit u's share starts at soff[u]; total */
     int nunits;
     size_t *lo, *n, *chunk, *own_lo, *own_n;
@@ -110,6 +129,86 @@ static void note(llmt__dp *dp, llmt_status s, const char *what)
                   llmt_comm_last_error(dp->comm));
 }
 
+/* The same for a failed op of the backend. */
+static void dnote(llmt__dp *dp, llmt_status s, const char *what)
+{
+    if (s == LLMT_OK || dp->st != LLMT_OK)
+        return;
+    dp->st = s;
+    llmt__err_set(&dp->err, s, "dp: %s: device %s: %s", what, dp->op->name,
+                  dp->op->last_error(dp->dv.d));
+}
+
+/* Device copies and fills (host memory on the CPU and the emulation). */
+static void dcopy(llmt__dp *dp, void *dst, const void *src, size_t floats)
+{
+    if (floats && dst != src)
+        dnote(dp, dp->op->d2d(dp->dv.d, dst, src, floats * sizeof(float)), "copy");
+}
+static void dzero(llmt__dp *dp, float *dst, size_t floats)
+{
+    if (floats)
+        dnote(dp, dp->op->memset0(dp->dv.d, dst, floats * sizeof(float)), "memset");
+}
+static void *dalloc(llmt__dp *dp, size_t bytes)
+{
+    void *p = NULL;
+    if (dp->op->alloc(dp->dv.d, &p, bytes ? bytes : 16) != LLMT_OK)
+        return NULL;
+    if (bytes && dp->op->memset0(dp->dv.d, p, bytes) != LLMT_OK) {
+        dp->op->free(dp->dv.d, p);
+        return NULL;
+    }
+    return p;
+}
+static void dfree(llmt__dp *dp, void *p)
+{
+    if (p)
+        dp->op->free(dp->dv.d, p);
+}
+
+/* Everything queued on the engine's stream is done (before a collective
+ * reads or writes its buffers). */
+static void dsync(llmt__dp *dp)
+{
+    if (!dp->op->host_memory)
+        dnote(dp, dp->op->sync(dp->dv.d), "synchronise");
+}
+
+/* The compute copy of [lo, lo + n) from the fp32 master (bf16 backends;
+ * fp32 ones compute on the master). */
+static void refresh(llmt__dp *dp, size_t lo, size_t n)
+{
+    if (n && dp->dv.param != (void *)dp->params)
+        dnote(dp,
+              dp->op->f32_to_bf16(dp->dv.d, (llmt__bf16 *)((char *)dp->dv.param + lo * dp->es),
+                                  dp->params + lo, n),
+              "bf16 parameter copy");
+}
+
+/* A collective on one int64 per rank, host values in and out: an all-
+ * reduce sum (gather 0) or an all-gather into recv[size]. Through the
+ * device scratch where the communicator takes device memory. */
+static llmt_status small_coll(llmt__dp *dp, int gather, const int64_t *send, int64_t *recv)
+{
+    const int64_t *sp = send;
+    int64_t *rp = recv;
+    size_t nr = gather ? (size_t)dp->size : 1;
+    llmt_status s;
+    if (!dp->op->host_memory) {
+        if ((s = dp->op->h2d(dp->dv.d, dp->xbuf, send, sizeof *send)) != LLMT_OK)
+            return s;
+        sp = dp->xbuf;
+        rp = dp->xbuf + 1;
+    }
+    s = gather ? llmt_comm_all_gather(dp->comm, sp, rp, 1, LLMT_DTYPE_INT64, NULL)
+               : llmt_comm_all_reduce(dp->comm, sp, rp, 1, LLMT_DTYPE_INT64, LLMT_REDUCE_SUM,
+                                      NULL);
+    if (s == LLMT_OK && rp != recv)
+        s = dp->op->d2h(dp->dv.d, recv, rp, nr * sizeof *recv);
+    return s;
+}
+
 LLMT_API llmt_status llmt_dp_opts_init(llmt_dp_opts *o, size_t size)
 {
     if (!o) return LLMT_ERR_NULL_POINTER;
@@ -144,33 +243,56 @@ void llmt__dp_destroy(llmt__dp *dp)
     for (int i = 0; dp->work && i < dp->nb; i++) llmt_comm_work_free(dp->work[i]);
     for (int i = 0; dp->pf && i < dp->nunits; i++) llmt_comm_work_free(dp->pf[i]);
     free(dp->lo); free(dp->n); free(dp->chunk);
-    free(dp->own_lo); free(dp->own_n); free(dp->unit_of_param);
-    for (int k = 0; k < RS_SLOTS; k++) free(dp->rs_slot[k]);
-    for (int k = 0; k < AG_SLOTS; k++) free(dp->ag_slot[k]);
-    free(dp->stage);
+    free(dp->own_lo);
+    free(dp->own_n);
+    free(dp->unit_of_param);
     free(dp->b_ulo); free(dp->b_uhi); free(dp->b_of_unit); free(dp->b_nready);
     free(dp->b_launched); free(dp->work); free(dp->ready);
     free(dp->gathered); free(dp->pf); free(dp->soff); free(dp->released);
-    llmt_context *ctx = dp->model ? dp->model->ctx : NULL;
-    size_t sb = (dp->share_n ? dp->share_n : 1) * sizeof(float);
-    if (dp->ms) llmt__free(ctx, dp->ms, sb);
-    if (dp->vs) llmt__free(ctx, dp->vs, sb);
+    free(dp->sx);
+    free(dp->sn);
+    free(dp->hms);
+    free(dp->hvs);
+    if (dp->op) {
+        for (int k = 0; k < RS_SLOTS; k++)
+            dfree(dp, dp->rs_slot[k]);
+        for (int k = 0; k < AG_SLOTS; k++)
+            dfree(dp, dp->ag_slot[k]);
+        dfree(dp, dp->stage);
+        dfree(dp, dp->ms);
+        dfree(dp, dp->vs);
+        dfree(dp, dp->xbuf);
+        dfree(dp, dp->dsum);
+    }
     free(dp);
 }
 
-static void fill_nan(float *d, size_t a, size_t b)
+/* Parameters [a, b) poisoned: NaN in the master and the compute copy. */
+static void fill_nan(llmt__dp *dp, size_t a, size_t b)
 {
-    const float nan = NAN;
-    for (size_t i = a; i < b; i++) d[i] = nan;
+    if (a >= b)
+        return;
+    if (dp->dv.host_params) { /* the model's memory: plain host stores */
+        const float nan = NAN;
+        for (size_t i = a; i < b; i++)
+            dp->params[i] = nan;
+        return;
+    }
+    dnote(dp, dp->op->fill_nan(dp->dv.d, dp->params + a, (b - a) * sizeof(float)), "poison");
+    if (dp->dv.param != (void *)dp->params)
+        dnote(dp,
+              dp->op->fill_nan(dp->dv.d, (char *)dp->dv.param + a * dp->es, (b - a) * dp->es),
+              "poison");
 }
 
 /* Parameters [a, b) are not this rank's and not needed until the next
- * gather rewrites all of them: the whole pages inside go back to the OS,
- * the partial ones at the edges (shared with the own share or another
- * unit, so they stay) are set to NaN. Returns the bytes given back. */
+ * gather rewrites all of them: on the CPU backend the whole pages inside
+ * go back to the OS, the partial ones at the edges (shared with the own
+ * share or another unit, so they stay) are set to NaN; a device's are
+ * poisoned whole. Returns the bytes given back. */
 static size_t release_range(llmt__dp *dp, size_t a, size_t b)
 {
-    float *d = dp->model->data;
+    float *d = dp->params;
     if (a >= b) return 0;
 #ifdef __linux__
     if (dp->page) {
@@ -182,8 +304,8 @@ static size_t release_range(llmt__dp *dp, size_t a, size_t b)
              * so the page bounds fall on elements */
             size_t ea = (ia - base) / sizeof(float), eb = (ib - base) / sizeof(float);
             if (madvise((void *)ia, ib - ia, MADV_DONTNEED) == 0) {
-                fill_nan(d, a, ea);
-                fill_nan(d, eb, b);
+                fill_nan(dp, a, ea);
+                fill_nan(dp, eb, b);
                 return ib - ia;
             }
             /* e.g. locked or huge-TLB pages: keep them, poison from now on */
@@ -194,7 +316,7 @@ static size_t release_range(llmt__dp *dp, size_t a, size_t b)
         }
     }
 #endif
-    fill_nan(d, a, b);
+    fill_nan(dp, a, b);
     return 0;
 }
 
@@ -221,35 +343,80 @@ static llmt_status stage_alloc(llmt__dp *dp)
     size_t S = (size_t)dp->size, most = dp->slot_n / S;
     size_t want = (size_t)dp->o.bucket_bytes / sizeof(float) / S;
     dp->piece = want < 1 ? 1 : want > most ? most : want;
-    dp->stage = calloc(2 * dp->piece * S, sizeof(float));
+    dp->stage = dalloc(dp, 2 * dp->piece * S * sizeof(float));
     return dp->stage ? LLMT_OK : LLMT_ERR_OUT_OF_MEMORY;
 }
 
 /* ZeRO >= 1: copy this rank's shares of the full m and v (zeros at step
- * 0, or a loaded state) into share-sized buffers. */
+ * 0, or a loaded state) into share-sized device buffers (and their host
+ * copies where the device is not host memory). */
 static llmt_status take_shares(llmt__dp *dp, const float *m, const float *v)
 {
-    llmt_context *ctx = dp->model->ctx;
     size_t sb = (dp->share_n ? dp->share_n : 1) * sizeof(float);
-    dp->ms = llmt__alloc(ctx, sb, 64);
-    dp->vs = llmt__alloc(ctx, sb, 64);
+    dp->ms = dalloc(dp, sb);
+    dp->vs = dalloc(dp, sb);
     if (!dp->ms || !dp->vs) return LLMT_ERR_OUT_OF_MEMORY;
+    if (!dp->op->host_memory) {
+        dp->hms = calloc(1, sb);
+        dp->hvs = calloc(1, sb);
+        if (!dp->hms || !dp->hvs)
+            return LLMT_ERR_OUT_OF_MEMORY;
+    }
     for (int u = 0; u < dp->nunits; u++) {
-        memcpy(dp->ms + dp->soff[u], m + dp->own_lo[u],
-               dp->own_n[u] * sizeof(float));
-        memcpy(dp->vs + dp->soff[u], v + dp->own_lo[u],
-               dp->own_n[u] * sizeof(float));
+        dcopy(dp, dp->ms + dp->soff[u], m + dp->own_lo[u], dp->own_n[u]);
+        dcopy(dp, dp->vs + dp->soff[u], v + dp->own_lo[u], dp->own_n[u]);
     }
     dp->m = dp->v = NULL;
+    if (dp->st != LLMT_OK)
+        return dp->st;
+    return llmt__dp_state_download(dp);
+}
+
+llmt_status llmt__dp_state_download(llmt__dp *dp)
+{
+    if (!dp->hms)
+        return LLMT_OK;
+    size_t sb = dp->share_n * sizeof(float);
+    llmt_status s = dp->op->d2h(dp->dv.d, dp->hms, dp->ms, sb);
+    if (s == LLMT_OK)
+        s = dp->op->d2h(dp->dv.d, dp->hvs, dp->vs, sb);
+    if (s != LLMT_OK)
+        return llmt__err_set(&dp->err, s, "dp: read the optimizer state shares: device %s: %s",
+                             dp->op->name, dp->op->last_error(dp->dv.d));
     return LLMT_OK;
 }
 
-llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
-                            const llmt_dp_opts *opts, llmt_model *model,
-                            const llmt__exec_ops *ops, float *grads, float *m,
-                            float *v, llmt__dp **out)
+/* The unit that starts at host offset `host` (a parameter's), in the device
+ * layout (NOPARAM: none does). */
+static size_t dev_start(const llmt_model *m, const size_t *doff, size_t host)
+{
+    for (int i = 0; host != LLMT__NOPARAM && i < m->nparams; i++)
+        if (m->params[i].offset == host)
+            return doff[i];
+    return LLMT__NOPARAM;
+}
+
+llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *opts,
+                            llmt_model *model, const llmt__dp_store *st, llmt__dp **out)
 {
     *out = NULL;
+    /* the communicator must take the engine's memory as it is */
+    llmt_comm_backend be = LLMT_COMM_AUTO;
+    if (llmt_comm_backend_of(comm, &be) != LLMT_OK)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT, "dp: not a communicator");
+    if (st->op->host_memory && be == LLMT_COMM_NCCL)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "dp: a NCCL communicator takes device memory, and the %s "
+                             "backend's buffers are host memory: use an in-process or "
+                             "MPI communicator",
+                             st->op->name);
+    if (!st->op->host_memory && be != LLMT_COMM_NCCL)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "dp: the %s backend's gradients and parameters are device "
+                             "memory, which only a NCCL communicator takes (this one is "
+                             "%s): create it with backend LLMT_COMM_NCCL in a build with "
+                             "NCCL (doc/gpu.md)",
+                             st->op->name, be == LLMT_COMM_MPI ? "MPI" : "in-process");
     llmt_dp_opts o;
     llmt_dp_opts_init(&o, sizeof o);
     if (opts) {
@@ -266,10 +433,13 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
     dp->comm = comm;
     dp->o = o;
     dp->model = model;
-    dp->ops = ops;
-    dp->grads = grads;
-    dp->m = m;
-    dp->v = v;
+    dp->dv = *st;
+    dp->op = st->op;
+    dp->es = st->op->store == LLMT_DTYPE_FP32 ? sizeof(float) : sizeof(llmt__bf16);
+    dp->grads = st->grads;
+    dp->params = st->master;
+    dp->m = st->m;
+    dp->v = st->v;
     llmt_comm_rank(comm, &dp->rank);
     llmt_comm_size(comm, &dp->size);
     int L = model->cfg.layers, U = L + 2;
@@ -285,11 +455,15 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
     dp->pf = calloc((size_t)U, sizeof *dp->pf);
     dp->soff = calloc((size_t)U, sizeof(size_t));
     dp->released = calloc((size_t)U, sizeof(size_t));
+    dp->sx = calloc((size_t)U, sizeof *dp->sx);
+    dp->sn = calloc((size_t)U, sizeof *dp->sn);
+    dp->xbuf = dalloc(dp, (1 + (size_t)dp->size) * sizeof(int64_t));
+    dp->dsum = dalloc(dp, sizeof(float));
     for (int k = 0; k < RS_SLOTS; k++) dp->rs_unit[k] = -1;
     for (int k = 0; k < AG_SLOTS; k++) dp->ag_unit[k] = -1;
-    if (!dp->lo || !dp->n || !dp->chunk || !dp->own_lo ||
-        !dp->own_n || !dp->unit_of_param || !dp->ready || !dp->gathered ||
-        !dp->pf || !dp->soff || !dp->released) {
+    if (!dp->lo || !dp->n || !dp->chunk || !dp->own_lo || !dp->own_n || !dp->unit_of_param ||
+        !dp->ready || !dp->gathered || !dp->pf || !dp->soff || !dp->released || !dp->sx ||
+        !dp->sn || !dp->xbuf || !dp->dsum) {
         llmt__dp_destroy(dp);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
     }
@@ -310,18 +484,31 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
     start[U - 1] = tail;
     int ok = tail != LLMT__NOPARAM && tail <= model->total;
     for (int u = 1; ok && u < U; u++) ok = start[u] != LLMT__NOPARAM && start[u] > start[u - 1];
-    for (int u = 0; ok && u < U; u++) {
-        dp->lo[u] = start[u];
-        dp->n[u] = (u + 1 < U ? start[u + 1] : model->total) - start[u];
-    }
-    for (int i = 0; ok && i < model->nparams; i++) {
+    for (int i = 0; ok && i < model->nparams; i++) { /* units in the host layout */
         const llmt__param *p = &model->params[i];
         int found = -1;
-        for (int u = 0; u < U; u++)
-            if (p->offset >= dp->lo[u] && p->offset + p->numel <= dp->lo[u] + dp->n[u])
+        for (int u = 0; u < U; u++) {
+            size_t end = u + 1 < U ? start[u + 1] : model->total;
+            if (p->offset >= start[u] && p->offset + p->numel <= end)
                 found = u;
+        }
         dp->unit_of_param[i] = found;
         ok = found >= 0;
+    }
+    /* and where they are in the device layout (the same order, each tensor
+     * on the backend's alignment) */
+    for (int u = 0; ok && u < U; u++) {
+        dp->lo[u] = dev_start(model, st->doff, start[u]);
+        ok = dp->lo[u] != LLMT__NOPARAM && (u == 0 || dp->lo[u] > dp->lo[u - 1]);
+    }
+    for (int u = 0; ok && u < U; u++) {
+        dp->n[u] = (u + 1 < U ? dp->lo[u + 1] : st->total) - dp->lo[u];
+        ok = dp->lo[u] + dp->n[u] <= st->total;
+    }
+    for (int i = 0; ok && i < model->nparams; i++) {
+        int u = dp->unit_of_param[i];
+        ok = st->doff[i] >= dp->lo[u] &&
+             st->doff[i] + model->params[i].numel <= dp->lo[u] + dp->n[u];
     }
     if (!ok) {
         llmt__dp_destroy(dp);
@@ -345,7 +532,7 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
         dp->share_n += dp->own_n[u];
     }
     int zs = o.zero_stage;
-    if (zs >= 1 && take_shares(dp, m, v) != LLMT_OK) {
+    if (zs >= 1 && take_shares(dp, st->m, st->v) != LLMT_OK) {
         llmt__dp_destroy(dp);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY,
                              "dp: cannot allocate %zu bytes for this rank's "
@@ -358,9 +545,9 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
     int nomem = 0;
     if (dp->slot_n && (zs == 1 || zs == 2)) nomem |= stage_alloc(dp) != LLMT_OK;
     for (int k = 0; dp->slot_n && zs >= 2 && k < RS_SLOTS; k++)
-        nomem |= !(dp->rs_slot[k] = calloc(dp->slot_n, sizeof(float)));
+        nomem |= !(dp->rs_slot[k] = dalloc(dp, dp->slot_n * sizeof(float)));
     for (int k = 0; dp->slot_n && zs == 3 && k < AG_SLOTS; k++)
-        nomem |= !(dp->ag_slot[k] = calloc(dp->slot_n, sizeof(float)));
+        nomem |= !(dp->ag_slot[k] = dalloc(dp, dp->slot_n * sizeof(float)));
     /* buckets */
     if (zs >= 2) {
         dp->nb = U;
@@ -414,7 +601,7 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
          * memory), and LLMT_DP_POISON=1 keeps NaN everywhere for debugging */
         const char *pv = getenv("LLMT_DP_POISON");
         long ps = sysconf(_SC_PAGESIZE);
-        if (llmt__alloc_is_default(model->ctx) && !(pv && pv[0] == '1') &&
+        if (st->host_params && llmt__alloc_is_default(model->ctx) && !(pv && pv[0] == '1') &&
             ps > 0 && (size_t)ps % sizeof(float) == 0)
             dp->page = (size_t)ps;
 #endif
@@ -422,6 +609,11 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
             poison(dp, u);
             dp->gathered[u] = 0;
         }
+    }
+    if (dp->st != LLMT_OK) {
+        llmt_status s = llmt__err_set(e, dp->st, "%s", dp->err.msg);
+        llmt__dp_destroy(dp);
+        return s;
     }
     *out = dp;
     return LLMT_OK;
@@ -439,9 +631,7 @@ llmt_status llmt__dp_begin(llmt__dp *dp, int64_t *count)
         dp->b_launched[b] = 0;
     }
     int64_t c = *count;
-    llmt_status s = llmt_comm_all_reduce(dp->comm, &c, count, 1,
-                                         LLMT_DTYPE_INT64, LLMT_REDUCE_SUM,
-                                         NULL);
+    llmt_status s = small_coll(dp, 0, &c, count);
     if (s != LLMT_OK) note(dp, s, "target count");
     return s;
 }
@@ -477,11 +667,10 @@ static void rs_finish(llmt__dp *dp, int u, llmt_status s)
         float *g = dp->grads;
         size_t own_end = dp->own_lo[u] + dp->own_n[u];
         if (k >= 0)
-            memcpy(g + dp->own_lo[u],
-                   dp->rs_slot[k] + (size_t)dp->rank * dp->chunk[u],
-                   dp->own_n[u] * sizeof(float));
-        memset(g + dp->lo[u], 0, (dp->own_lo[u] - dp->lo[u]) * sizeof(float));
-        memset(g + own_end, 0, (dp->lo[u] + dp->n[u] - own_end) * sizeof(float));
+            dcopy(dp, g + dp->own_lo[u], dp->rs_slot[k] + (size_t)dp->rank * dp->chunk[u],
+                  dp->own_n[u]);
+        dzero(dp, g + dp->lo[u], dp->own_lo[u] - dp->lo[u]);
+        dzero(dp, g + own_end, dp->lo[u] + dp->n[u] - own_end);
     }
     if (k >= 0) dp->rs_unit[k] = -1;
 }
@@ -501,6 +690,7 @@ static void launch(llmt__dp *dp, int b)
 {
     if (dp->b_launched[b] || dp->st != LLMT_OK) return;
     dp->b_launched[b] = 1;
+    dsync(dp);
     llmt_status s;
     if (dp->o.zero_stage >= 2) {
         int u = b;
@@ -516,8 +706,9 @@ static void launch(llmt__dp *dp, int b)
             dp->rs_tick[k] = ++dp->ticks;
             buf = dp->rs_slot[k];
             size_t n = dp->n[u], all = C * (size_t)dp->size;
-            memcpy(buf, dp->grads + dp->lo[u], n * sizeof(float));
-            memset(buf + n, 0, (all - n) * sizeof(float));
+            dcopy(dp, buf, dp->grads + dp->lo[u], n);
+            dzero(dp, buf + n, all - n);
+            dsync(dp);
         }
         s = llmt_comm_ireduce_scatter(dp->comm, buf,
                                       buf + (size_t)dp->rank * C, C,
@@ -554,8 +745,7 @@ llmt_status llmt__dp_end(llmt__dp *dp, double *loss_sum)
     int64_t mine, *all = malloc((size_t)dp->size * sizeof *all);
     if (!all) return llmt__err_set(&dp->err, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
     memcpy(&mine, loss_sum, sizeof mine);
-    llmt_status s = llmt_comm_all_gather(dp->comm, &mine, all, 1,
-                                         LLMT_DTYPE_INT64, NULL);
+    llmt_status s = small_coll(dp, 1, &mine, all);
     if (s == LLMT_OK) {
         double t = 0;
         for (int r = 0; r < dp->size; r++) {
@@ -570,20 +760,41 @@ llmt_status llmt__dp_end(llmt__dp *dp, double *loss_sum)
     return dp->st;
 }
 
+/* Sum of squares of `count` device arrays, on the device (one read back). */
+static llmt_status dev_sumsq(llmt__dp *dp, int count, double *out)
+{
+    float f = 0.0f;
+    llmt_status s = dp->op->sumsq(dp->dv.d, dp->dsum, dp->sx, dp->sn, count);
+    if (s == LLMT_OK)
+        s = dp->op->d2h(dp->dv.d, &f, dp->dsum, sizeof f);
+    if (s != LLMT_OK)
+        return llmt__err_set(&dp->err, s, "dp: gradient norm: device %s: %s", dp->op->name,
+                             dp->op->last_error(dp->dv.d));
+    *out = f;
+    return LLMT_OK;
+}
+
 llmt_status llmt__dp_sumsq(llmt__dp *dp, double *ss)
 {
-    if (dp->o.zero_stage < 2) {
-        *ss = dp->ops->sumsq(dp->grads, dp->model->total);
-        return LLMT_OK;
+    if (dp->o.zero_stage < 2) { /* every rank holds the whole reduced gradient */
+        dp->sx[0] = dp->grads;
+        dp->sn[0] = dp->dv.total;
+        return dev_sumsq(dp, 1, ss);
     }
     double mine = 0;
+    int cnt = 0;
     for (int u = 0; u < dp->nunits; u++)
-        mine += dp->ops->sumsq(dp->grads + dp->own_lo[u], dp->own_n[u]);
+        if (dp->own_n[u]) {
+            dp->sx[cnt] = dp->grads + dp->own_lo[u];
+            dp->sn[cnt++] = dp->own_n[u];
+        }
+    llmt_status s = cnt ? dev_sumsq(dp, cnt, &mine) : LLMT_OK;
+    if (s != LLMT_OK)
+        return s;
     int64_t bits, *all = malloc((size_t)dp->size * sizeof *all);
     if (!all) return llmt__err_set(&dp->err, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
     memcpy(&bits, &mine, sizeof bits);
-    llmt_status s = llmt_comm_all_gather(dp->comm, &bits, all, 1,
-                                         LLMT_DTYPE_INT64, NULL);
+    s = small_coll(dp, 1, &bits, all);
     double t = 0;
     for (int r = 0; s == LLMT_OK && r < dp->size; r++) {
         double x;
@@ -608,7 +819,7 @@ static void ensure(llmt__dp *dp, int u);
 static llmt_status gather_issue(llmt__dp *dp, int u, llmt_comm_work **w)
 {
     size_t C = dp->chunk[u];
-    float *buf = dp->model->data + dp->lo[u];
+    float *buf = dp->params + dp->lo[u];
     int k = -1;
     if (padded(dp, u)) {
         /* all slots busy: finish the oldest prefetch into its place */
@@ -620,9 +831,14 @@ static llmt_status gather_issue(llmt__dp *dp, int u, llmt_comm_work **w)
     }
     float *mine = buf + (size_t)dp->rank * C;
     if (k >= 0) { /* the own chunk in (short or empty on the last ranks) */
-        memcpy(mine, dp->model->data + dp->own_lo[u],
-               dp->own_n[u] * sizeof(float));
-        memset(mine + dp->own_n[u], 0, (C - dp->own_n[u]) * sizeof(float));
+        dcopy(dp, mine, dp->params + dp->own_lo[u], dp->own_n[u]);
+        dzero(dp, mine + dp->own_n[u], C - dp->own_n[u]);
+    }
+    dsync(dp);
+    if (dp->st != LLMT_OK) {
+        if (k >= 0)
+            dp->ag_unit[k] = -1;
+        return dp->st;
     }
     llmt_status s = w ? llmt_comm_iall_gather(dp->comm, mine, buf, C,
                                               LLMT_DTYPE_FP32, w)
@@ -638,11 +854,11 @@ static void gather_finish(llmt__dp *dp, int u, int ok)
     int k = slot_of(dp->ag_unit, AG_SLOTS, u);
     if (k >= 0) {
         if (ok)
-            memcpy(dp->model->data + dp->lo[u], dp->ag_slot[k],
-                   dp->n[u] * sizeof(float));
+            dcopy(dp, dp->params + dp->lo[u], dp->ag_slot[k], dp->n[u]);
         dp->ag_unit[k] = -1;
     }
     if (ok) {
+        refresh(dp, dp->lo[u], dp->n[u]);
         dp->gathered[u] = 1;
         dp->released[u] = 0; /* the gather wrote every page back */
     }
@@ -656,8 +872,11 @@ static llmt_status piece_issue(llmt__dp *dp, int u, const float *src, size_t j,
     float *mine = slot + (size_t)dp->rank * len;
     size_t have = dp->own_n[u] > j ? dp->own_n[u] - j : 0;
     if (have > len) have = len;
-    memcpy(mine, src + j, have * sizeof(float));
-    memset(mine + have, 0, (len - have) * sizeof(float));
+    dcopy(dp, mine, src + j, have);
+    dzero(dp, mine + have, len - have);
+    dsync(dp);
+    if (dp->st != LLMT_OK)
+        return dp->st;
     return llmt_comm_iall_gather(dp->comm, mine, slot, len, LLMT_DTYPE_FP32, w);
 }
 
@@ -668,7 +887,7 @@ static void piece_out(llmt__dp *dp, int u, size_t j, size_t len,
         size_t at = (size_t)r * dp->chunk[u] + j;
         if (at >= dp->n[u]) break;
         size_t cnt = dp->n[u] - at < len ? dp->n[u] - at : len;
-        memcpy(dst + at, slot + (size_t)r * len, cnt * sizeof(float));
+        dcopy(dp, dst + at, slot + (size_t)r * len, cnt);
     }
 }
 
@@ -696,6 +915,8 @@ static llmt_status gather_pieces(llmt__dp *dp, int u, const float *src, float *d
         s = llmt_comm_work_wait(pw, -1);
         llmt_comm_work_free(pw);
         if (s == LLMT_OK) piece_out(dp, u, j, len, dp->stage + (pk % 2) * slot, dst);
+        if (s == LLMT_OK)
+            s = dp->st;
     }
     for (int i = 0; i < 2; i++)
         if (w[i]) {
@@ -714,7 +935,10 @@ static llmt_status gather_unit(llmt__dp *dp, int u, const float *src, float *dst
     if (padded(dp, u)) return gather_pieces(dp, u, src, dst);
     size_t C = dp->chunk[u];
     float *mine = dst + (size_t)dp->rank * C;
-    if (mine != src) memcpy(mine, src, C * sizeof(float));
+    dcopy(dp, mine, src, C);
+    dsync(dp);
+    if (dp->st != LLMT_OK)
+        return dp->st;
     return llmt_comm_all_gather(dp->comm, mine, dst, C, LLMT_DTYPE_FP32, NULL);
 }
 
@@ -723,17 +947,29 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
 {
     llmt_model *m = dp->model;
     int zs = dp->o.zero_stage;
+    int f32 = dp->dv.param == (void *)dp->params;
+    dp->st = LLMT_OK;
     for (int i = 0; i < m->nparams; i++) {
         const llmt__param *p = &m->params[i];
-        size_t a = p->offset, n = p->numel;
+        size_t a = dp->dv.doff[i], n = p->numel;
         float *sm = dp->m ? dp->m + a : NULL, *sv = dp->v ? dp->v + a : NULL;
-        if (zs >= 1) {
-            llmt__dp_param_share(dp, i, &a, &n, &sm, &sv);
+        if (zs >= 1) { /* the device shares */
+            int u = dp->unit_of_param[i];
+            size_t rel;
+            llmt__dp_param_share(dp, i, &rel, &n, NULL, NULL);
             if (n == 0) continue;
+            a += rel;
+            sm = dp->ms + dp->soff[u] + (a - dp->own_lo[u]);
+            sv = dp->vs + dp->soff[u] + (a - dp->own_lo[u]);
         }
-        dp->ops->adamw(m->data + a, dp->grads + a, sm, sv, n, lr, o->beta1,
-                       o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f,
-                       scale, t);
+        llmt_status s = dp->op->adamw(dp->dv.d, dp->params + a,
+                                      f32 ? NULL : (char *)dp->dv.param + a * dp->es,
+                                      dp->grads + a, sm, sv, n, lr, o->beta1, o->beta2, o->eps,
+                                      p->decay ? o->weight_decay : 0.0f, scale, t);
+        if (s != LLMT_OK) {
+            dnote(dp, s, "adamw");
+            return s;
+        }
     }
     if (zs == 0) return LLMT_OK;
     if (zs == 3) {
@@ -744,8 +980,13 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
         return LLMT_OK;
     }
     llmt_status s = LLMT_OK;
-    for (int u = 0; u < dp->nunits && s == LLMT_OK; u++)
-        s = gather_unit(dp, u, m->data + dp->own_lo[u], m->data + dp->lo[u]);
+    for (int u = 0; u < dp->nunits && s == LLMT_OK; u++) {
+        s = gather_unit(dp, u, dp->params + dp->own_lo[u], dp->params + dp->lo[u]);
+        if (s == LLMT_OK)
+            refresh(dp, dp->lo[u], dp->n[u]);
+        if (s == LLMT_OK)
+            s = dp->st;
+    }
     if (s != LLMT_OK) {
         dp->st = LLMT_OK;
         note(dp, s, "parameter all-gather");
@@ -793,11 +1034,19 @@ void llmt__dp_done(llmt__dp *dp, int unit)
     dp->gathered[unit] = 0;
 }
 
-void llmt__dp_params_written(llmt__dp *dp)
+llmt_status llmt__dp_params_written(llmt__dp *dp)
 {
-    if (dp->o.zero_stage < 3) return;
+    dp->st = LLMT_OK;
+    if (dp->hms) {
+        size_t sb = dp->share_n * sizeof(float);
+        dnote(dp, dp->op->h2d(dp->dv.d, dp->ms, dp->hms, sb), "optimizer state upload");
+        dnote(dp, dp->op->h2d(dp->dv.d, dp->vs, dp->hvs, sb), "optimizer state upload");
+    }
+    if (dp->o.zero_stage < 3)
+        return dp->st;
     for (int u = 0; u < dp->nunits; u++)
         if (!dp->gathered[u] && !dp->pf[u]) poison(dp, u);
+    return dp->st;
 }
 
 llmt_status llmt__dp_sync(llmt__dp *dp)
@@ -814,27 +1063,26 @@ int llmt__dp_zero_stage(const llmt__dp *dp) { return dp->o.zero_stage; }
 
 /* A parameter lies inside one unit and the unit's share is one flat range,
  * so the rank's part of a parameter is one flat range too. */
-void llmt__dp_param_share(const llmt__dp *dp, int param, size_t *lo, size_t *n,
-                          float **m, float **v)
+void llmt__dp_param_share(const llmt__dp *dp, int param, size_t *rel, size_t *n, float **m,
+                          float **v)
 {
     const llmt__param *p = &dp->model->params[param];
     int u = dp->unit_of_param[param];
-    size_t a = p->offset, b = p->offset + p->numel;
+    size_t lo = dp->dv.doff[param], a = lo, b = lo + p->numel;
     size_t oa = dp->own_lo[u], ob = oa + dp->own_n[u];
     if (oa > a) a = oa;
     if (ob < b) b = ob;
-    if (a >= b) a = b = p->offset; /* none of it is ours */
-    *lo = a;
+    if (a >= b)
+        a = b = lo; /* none of it is ours */
+    *rel = a - lo;
     *n = b - a;
     if (!m || !v) return;
+    *m = *v = NULL;
     if (dp->ms) {
         size_t at = dp->soff[u] + (a > oa ? a - oa : 0);
         if (b == a) at = dp->soff[u];
-        *m = dp->ms + at;
-        *v = dp->vs + at;
-    } else {
-        *m = dp->m ? dp->m + a : NULL;
-        *v = dp->v ? dp->v + a : NULL;
+        *m = (dp->hms ? dp->hms : dp->ms) + at;
+        *v = (dp->hvs ? dp->hvs : dp->vs) + at;
     }
 }
 
@@ -882,8 +1130,11 @@ llmt_status llmt__dp_unshard_state(llmt__dp *dp, float *m, float *v)
                              "all-gather staging");
     llmt_status s = unshard_one(dp, dp->ms, m);
     if (s == LLMT_OK) s = unshard_one(dp, dp->vs, v);
+    if (s == LLMT_OK)
+        s = dp->st;
     if (temp) {
-        free(dp->stage);
+        dsync(dp);
+        dfree(dp, dp->stage);
         dp->stage = NULL;
     }
     note(dp, s, "optimizer state all-gather");

@@ -1,23 +1,40 @@
 /* Data parallelism for the trainer (dp.c): bucketed gradient reduction
- * overlapped with the backward, ZeRO-1/2/3. The engine (lib/train/device.c)
- * calls these hooks at the named points of its graph when the trainer has
- * a communicator (llmt_trainer_set_comm). Units: 0 = the
- * embeddings (head), 1..L = layer l-1, L+1 = the final norm and untied
- * output (tail); each is a contiguous range of the flat parameter buffer. */
+ * overlapped with the backward, ZeRO-1/2/3, on any backend of the op table
+ * (lib/exec/dev.h). The engine (lib/train/device.c) calls these hooks at
+ * the named points of its graph when the trainer has a communicator
+ * (llmt_trainer_set_comm). Units: 0 = the embeddings (head), 1..L = layer
+ * l-1, L+1 = the final norm and untied output (tail); each is a contiguous
+ * range of the engine's device layout (the model's order, every tensor on
+ * the backend's alignment: the offset map `doff`). */
 #ifndef LLMT_TRAIN_DP_H
 #define LLMT_TRAIN_DP_H
 
-#include "exec/exec.h"
+#include "exec/dev.h"
 #include "model/model.h"
 
 typedef struct llmt__dp llmt__dp;
 
-llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm,
-                            const llmt_dp_opts *opts, llmt_model *model,
-                            const llmt__exec_ops *ops, float *grads, float *m,
-                            float *v, llmt__dp **out);
-/* With ZeRO >= 1 the create copies this rank's shares of m and v into its
- * own buffers and no longer uses the full ones (the trainer frees them). */
+/* The engine's storage dp works on: device buffers of `total` floats in
+ * the device layout, reached only through the op table. */
+typedef struct llmt__dp_store {
+    const llmt__dev_ops *op;
+    llmt__dev *d;
+    float *master;        /* fp32 parameters */
+    void *param;          /* the compute copy (op->store); == master for fp32 */
+    float *grads, *m, *v; /* fp32 gradients and the engine's full moments */
+    size_t total;         /* floats of the device layout */
+    const size_t *doff;   /* device offset of each of the model's parameters */
+    int host_params;      /* master IS the model's data (host memory) */
+} llmt__dp_store;
+
+/* The communicator must take the store's memory: host memory (the CPU
+ * backend, the emulation) goes with in-process and MPI communicators,
+ * device memory (CUDA) with NCCL; anything else is refused with a message.
+ * With ZeRO >= 1 the create copies this rank's shares of m and v into its
+ * own (device) buffers and no longer uses the full ones (the trainer frees
+ * them). */
+llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *opts,
+                            llmt_model *model, const llmt__dp_store *st, llmt__dp **out);
 void llmt__dp_destroy(llmt__dp *dp);
 const llmt_err *llmt__dp_err(const llmt__dp *dp);
 
@@ -43,18 +60,25 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
                             float scale, int64_t t);
 /* ZeRO-3: gather every unit (collective). */
 llmt_status llmt__dp_sync(llmt__dp *dp);
-/* ZeRO-3: the whole parameter buffer was just written (a checkpoint read
- * writes every parameter whole, faulting the released pages back in):
- * release the ungathered units again. Not collective. */
-void llmt__dp_params_written(llmt__dp *dp);
+/* The parameters were just written whole (a checkpoint read, uploaded by
+ * the engine) and the host copies of the moment shares too: the shares go
+ * to the device, ZeRO-3 releases the ungathered units again. Not
+ * collective. */
+llmt_status llmt__dp_params_written(llmt__dp *dp);
+/* The host copies of this rank's moment shares (llmt__dp_param_share's m
+ * and v) brought up to date from the device; a no-op where the device
+ * memory is host memory. */
+llmt_status llmt__dp_state_download(llmt__dp *dp);
 
 int llmt__dp_zero_stage(const llmt__dp *dp);
-/* This rank's part of parameter `param`: the flat range [*lo, *lo + *n) of
- * the model's buffer (n = 0: none), and where its AdamW state is (m, v may
- * be NULL when not wanted). With ZeRO 0 the range is still the rank's share
- * (checkpoints save it) and m/v point into the full buffers. */
-void llmt__dp_param_share(const llmt__dp *dp, int param, size_t *lo, size_t *n,
-                          float **m, float **v);
+/* This rank's part of parameter `param`: its elements [*rel, *rel + *n)
+ * in row-major order (n = 0: none), and where its AdamW state is on the
+ * host (m, v may be NULL when not wanted; with ZeRO >= 1 the host copies
+ * of the shares, current after llmt__dp_state_download). With ZeRO 0 the
+ * range is still the rank's share (checkpoints save it) and m/v are NULL:
+ * the trainer's full moments hold it. */
+void llmt__dp_param_share(const llmt__dp *dp, int param, size_t *rel, size_t *n, float **m,
+                          float **v);
 /* Bytes of optimizer state held here (ZeRO >= 1; 0 otherwise: the trainer
  * holds it) and of the communication staging buffers. */
 size_t llmt__dp_state_bytes(const llmt__dp *dp);
@@ -63,7 +87,8 @@ size_t llmt__dp_buffer_bytes(const llmt__dp *dp);
  * pages outside the rank's shares of the ungathered units); 0 otherwise. */
 size_t llmt__dp_released_bytes(const llmt__dp *dp);
 /* ZeRO >= 1: all-gather every rank's shares into the full-size m and v
- * (collective). A no-op when the state is not sharded. */
+ * (device buffers in the device layout; collective). A no-op when the
+ * state is not sharded. */
 llmt_status llmt__dp_unshard_state(llmt__dp *dp, float *m, float *v);
 
 #endif

@@ -20,7 +20,6 @@ struct llmt_trainer {
     llmt_model *model;
     llmt_context *ctx;
     llmt_trainer_opts o;
-    const llmt__exec_ops *ops; /* dp.c's host AdamW and norms */
     float *grads, *m, *v;
     int B, T;      /* micro_batch, seq_len: the sizes buffers are made for */
     int32_t *gen_ctx;
@@ -108,9 +107,8 @@ static llmt_status create_device(llmt_trainer *tr, const llmt__dev_ops *ops)
 static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
                                const llmt__dev_ops *dev_ops, llmt_trainer **out);
 
-LLMT_API llmt_status llmt_trainer_create(llmt_model *model,
-                                const llmt_trainer_opts *opts,
-                                llmt_trainer **out)
+LLMT_API llmt_status llmt_trainer_create(llmt_model *model, const llmt_trainer_opts *opts,
+                                         llmt_trainer **out)
 {
     return create_with(model, opts, NULL, out);
 }
@@ -202,7 +200,6 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
     tr->ctx = ctx;
     tr->model = model;
     tr->o = o;
-    tr->ops = llmt__exec_cpu();
     tr->B = o.micro_batch;
     tr->T = o.seq_len;
     llmt__exec_cpu_set_threads(o.threads);
@@ -272,8 +269,8 @@ static llmt_status fwd_bwd(llmt_trainer *tr, const char *what, const llmt_batch 
     return LLMT_OK;
 }
 
-LLMT_API llmt_status llmt_trainer_forward_backward(llmt_trainer *tr,
-                                          const llmt_batch *b, float *loss)
+LLMT_API llmt_status llmt_trainer_forward_backward(llmt_trainer *tr, const llmt_batch *b,
+                                                   float *loss)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&tr->err, "trainer: forward_backward", loss);
@@ -322,7 +319,7 @@ static double now_s(void)
 }
 
 LLMT_API llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
-                              llmt_step_metrics *met)
+                                       llmt_step_metrics *met)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     if (met && met->struct_size < sizeof *met)
@@ -345,15 +342,16 @@ LLMT_API llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
     if (tr->o.grad_clip > 0.0f && norm > tr->o.grad_clip)
         scale = tr->o.grad_clip / norm;
     float lr = lr_at(&tr->o, tr->step);
-    if (tr->dp) { /* this rank's shares (host-resident engine only) */
+    if (tr->dp) { /* this rank's shares, on the engine's buffers */
         if (llmt__dp_update(tr->dp, &tr->o, lr, scale, tr->step + 1) != LLMT_OK)
             return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
     } else {
         s = llmt__devtrain_update(tr->dev, lr, tr->o.beta1, tr->o.beta2, tr->o.eps,
                                   tr->o.weight_decay, scale, tr->step + 1);
-        if (s != LLMT_OK) return s;
-        tr->stale_params = tr->stale_moments = 1;
+        if (s != LLMT_OK)
+            return s;
     }
+    tr->stale_params = tr->stale_moments = 1;
     tr->step++;
     if (met) {
         met->step = tr->step;
@@ -366,8 +364,7 @@ LLMT_API llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
     return LLMT_OK;
 }
 
-LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b,
-                                  float *loss)
+LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b, float *loss)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&tr->err, "trainer: evaluate", loss);
@@ -405,6 +402,8 @@ static llmt_status host_sync(llmt_trainer *tr, int params, int moments, int grad
     if (!params && !moments && !grads) return LLMT_OK;
     llmt_status s = llmt__devtrain_download(tr->dev, params, moments, grads);
     if (s != LLMT_OK) return s;
+    if (moments && tr->dp && llmt__dp_state_download(tr->dp) != LLMT_OK)
+        return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
     if (params) tr->stale_params = 0;
     if (moments) tr->stale_moments = 0;
     if (grads) tr->stale_grads = 0;
@@ -431,8 +430,8 @@ LLMT_API llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index, llmt_ten
     return llmt__model_view(tr->model, index, tr->grads, v);
 }
 
-LLMT_API llmt_status llmt_trainer_optim_state(llmt_trainer *tr, int32_t index,
-                                     int32_t which, llmt_tensor *v)
+LLMT_API llmt_status llmt_trainer_optim_state(llmt_trainer *tr, int32_t index, int32_t which,
+                                              llmt_tensor *v)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&tr->err, "trainer: optim_state", v);
@@ -462,14 +461,16 @@ int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel,
                         int64_t *n, float *ptr[3])
 {
     const llmt__param *p = &tr->model->params[index];
-    size_t lo = p->offset, cnt = p->numel;
-    float *m = tr->m ? tr->m + lo : NULL, *v = tr->v ? tr->v + lo : NULL;
-    if (tr->dp) llmt__dp_param_share(tr->dp, index, &lo, &cnt, &m, &v);
-    if (tr->m && tr->dp) { /* ZeRO 0: the full buffers hold every share */
+    size_t r = 0, cnt = p->numel, lo;
+    float *m = NULL, *v = NULL;
+    if (tr->dp)
+        llmt__dp_param_share(tr->dp, index, &r, &cnt, &m, &v);
+    lo = p->offset + r;
+    if (tr->m) { /* not sharded (ZeRO 0): the full buffers hold every share */
         m = tr->m + lo;
         v = tr->v + lo;
     }
-    *rel = (int64_t)(lo - p->offset);
+    *rel = (int64_t)r;
     *n = (int64_t)cnt;
     ptr[0] = tr->model->data + lo;
     ptr[1] = m;
@@ -477,9 +478,8 @@ int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel,
     return tr->m == NULL;
 }
 
-LLMT_API llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index,
-                                     int32_t which, llmt_tensor *v,
-                                     int64_t *flat_offset)
+LLMT_API llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index, int32_t which,
+                                              llmt_tensor *v, int64_t *flat_offset)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&tr->err, "trainer: optim_shard", v);
@@ -504,8 +504,7 @@ LLMT_API llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index,
                             ptr[1 + which], LLMT_DEVICE_CPU, 0);
 }
 
-LLMT_API llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
-                                      llmt_trainer_memory *out)
+LLMT_API llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr, llmt_trainer_memory *out)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL((llmt_err *)&tr->err, "trainer: memory_usage", out);
@@ -575,9 +574,8 @@ static int cmp_desc(const void *a, const void *b)
 }
 
 LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
-                                  int32_t n_prompt, int32_t n_new,
-                                  float temperature, int32_t top_k,
-                                  uint64_t seed, int32_t *out)
+                                           int32_t n_prompt, int32_t n_new, float temperature,
+                                           int32_t top_k, uint64_t seed, int32_t *out)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&tr->err, "trainer: generate", prompt);
@@ -679,13 +677,16 @@ const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr) { return &tr
 llmt_context *llmt__trainer_ctx(llmt_trainer *tr) { return tr->ctx; }
 llmt_status llmt__trainer_params_written(llmt_trainer *tr)
 {
-    if (tr->dp) llmt__dp_params_written(tr->dp);
-    if (!tr->dev) return LLMT_OK;
     /* the host copies are the truth now (llmt__trainer_host_sync ran
-     * before they were written) */
+     * before they were written): the engine takes them, then data
+     * parallelism its moment shares (and releases ZeRO-3's units again) */
     llmt_status s = llmt__devtrain_upload(tr->dev, tr->model->data, tr->m, tr->v);
     if (s != LLMT_OK) return s;
+    if (tr->dp && llmt__dp_params_written(tr->dp) != LLMT_OK)
+        return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
     tr->stale_params = tr->stale_moments = tr->stale_grads = 0;
+    if (tr->dp && llmt__dp_zero_stage(tr->dp) == 3)
+        tr->stale_params = 1; /* released */
     return LLMT_OK;
 }
 
@@ -702,14 +703,16 @@ static llmt_status detach(llmt_trainer *tr)
     if (s != LLMT_OK) return s;
     if (!tr->m) { /* the engine's full m and v back, every rank's shares in */
         if ((s = llmt__devtrain_restore_moments(tr->dev)) != LLMT_OK) return s;
-        s = llmt__dp_unshard_state(tr->dp, llmt__devtrain_host_m(tr->dev),
-                                   llmt__devtrain_host_v(tr->dev));
+        float *dm, *dv;
+        llmt__devtrain_moments(tr->dev, &dm, &dv);
+        s = llmt__dp_unshard_state(tr->dp, dm, dv);
         if (s != LLMT_OK) {
             llmt__devtrain_drop_moments(tr->dev);
             return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
         }
         tr->m = llmt__devtrain_host_m(tr->dev);
         tr->v = llmt__devtrain_host_v(tr->dev);
+        tr->stale_moments = 1;
     }
     llmt__devtrain_set_dp(tr->dev, NULL);
     llmt__dp_destroy(tr->dp);
@@ -718,7 +721,7 @@ static llmt_status detach(llmt_trainer *tr)
 }
 
 LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
-                                  const llmt_dp_opts *opts)
+                                           const llmt_dp_opts *opts)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     if (tr->dp) {
@@ -726,20 +729,17 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
         if (s != LLMT_OK) return s;
     }
     if (!comm) return LLMT_OK;
-    /* dp.c reduces, shards and gathers host memory in the model's layout:
-     * the engine's buffers on the fp32 CPU backend */
-    if (!llmt__devtrain_host_resident(tr->dev))
-        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_comm: data parallelism of a device "
-                             "(%s) trainer is not implemented yet; use CPU "
-                             "trainers (doc/gpu.md, \"Not done\")",
-                             llmt__devtrain_backend(tr->dev));
+    /* dp.c reduces, shards and gathers the engine's device buffers through
+     * the op table, on any backend (the communicator must take its memory:
+     * NCCL for CUDA, in-process or MPI for the CPU and the emulation) */
     llmt_status s = host_sync(tr, 1, 1, 0);
     if (s != LLMT_OK) return s;
-    s = llmt__dp_create(&tr->err, comm, opts, tr->model, tr->ops, tr->grads, tr->m, tr->v,
-                        &tr->dp);
+    llmt__dp_store st;
+    llmt__devtrain_dp_store(tr->dev, &st);
+    s = llmt__dp_create(&tr->err, comm, opts, tr->model, &st, &tr->dp);
     if (s != LLMT_OK) return s;
     llmt__devtrain_set_dp(tr->dev, tr->dp);
+    tr->stale_params = 1; /* ZeRO-3 released what is not this rank's */
     if (llmt__dp_state_bytes(tr->dp) == 0) return LLMT_OK;
     /* ZeRO >= 1: the dp layer took this rank's shares of m and v */
     llmt__devtrain_drop_moments(tr->dev);
@@ -753,5 +753,6 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr)
     if (!tr->dp) return host_sync(tr, 1, 1, 0);
     if (llmt__dp_sync(tr->dp) != LLMT_OK)
         return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
-    return LLMT_OK;
+    tr->stale_params = 1; /* gathered on the device */
+    return host_sync(tr, 1, 1, 0);
 }

@@ -1,0 +1,348 @@
+/* Data parallelism of the device engine (lib/train/dp.c over the op table)
+ * against the single-rank device run on the same global batch:
+ *
+ *   test_device_dp emul   the bf16 host emulation (lib/exec/dev_emul.c),
+ *                         ranks as threads with an in-process communicator,
+ *                         dp 2 and 4 with ZeRO 0, 1, 2, 3 (and dp 3, whose
+ *                         units need the padded staging path); unit suite
+ *   test_device_dp cuda   CUDA through the public ABI, ranks as threads on
+ *                         GPUs 0..dp-1 with NCCL communicators made from one
+ *                         unique id; gpu suite, SKIPs (77) without NCCL or
+ *                         with fewer than 2 GPUs
+ *
+ * The bound, and why. Rank r runs micro-batches r*ACCUM .. r*ACCUM+ACCUM-1
+ * of the reference's dp*ACCUM, each of the same B x T, so at step 1 every
+ * activation (bf16) is bit for bit the reference's: only the fp32 sums
+ * differ in order (the reference adds the micro-batches' weight gradients
+ * one after another, DP adds each rank's partial sum, then the ranks'), a
+ * few ulps of fp32. The step-1 loss therefore matches to 1e-6 relative
+ * (its double sum is regrouped by rank). AdamW turns those ulps into fp32
+ * master weights a few ulps apart; the bf16 compute copy rounds each master
+ * to 8 bits, and a master that sits within those ulps of a rounding
+ * boundary lands on the other bf16 neighbour: one bf16 ulp (2^-8 relative)
+ * on a few weights, which moves later activations by at most bf16's own
+ * rounding. Later losses are held to 2^-9 relative (half a bf16 rounding
+ * of the loss, 2e-3) and the final fp32 masters to 2 x lr x steps absolute
+ * (AdamW moves an element by at most about lr per step, so two runs that
+ * take opposite signs on a near-zero gradient part by at most that); the
+ * measured differences are printed (at most 5e-5 and 3e-3 here, for
+ * dp 3 whose chunks do not tile the units). Every rank
+ * ends with bitwise the same parameters. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "exec/dev.h"
+#include "llmtrain.h"
+#include "train/device.h"
+
+#define STEPS 6
+#define MICRO 2
+#define ACCUM 2
+#define T 16
+#define V 97
+#define LR 1e-3f
+#define MAXDP 4
+
+static const llmt__dev_ops *g_ops; /* NULL: CUDA through the public ABI */
+static llmt_model_config g_cfg;
+static int32_t *g_in, *g_tg;
+static unsigned char g_uid[LLMT_COMM_UNIQUE_ID_BYTES];
+
+static void make_data(int dp)
+{
+    size_t n = (size_t)STEPS * dp * ACCUM * MICRO * T;
+    free(g_in);
+    free(g_tg);
+    g_in = malloc(n * sizeof *g_in);
+    g_tg = malloc(n * sizeof *g_tg);
+    uint64_t s = 4242;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        g_in[i] = (int32_t)((s >> 33) % V);
+        g_tg[i] = (s >> 20) % 13 == 0 ? -1 : (g_in[i] * 7 + 1) % V;
+    }
+}
+
+static void config(int llama)
+{
+    llmt_model_config_init(&g_cfg, sizeof g_cfg);
+    g_cfg.arch = llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
+    g_cfg.vocab_size = V;
+    g_cfg.padded_vocab_size = 128;
+    g_cfg.max_seq_len = T;
+    g_cfg.layers = 2;
+    g_cfg.width = 64;
+    g_cfg.heads = 4;
+    g_cfg.kv_heads = llama ? 2 : 0;
+    g_cfg.seed = 11;
+}
+
+static llmt_status make_trainer(llmt_model *m, int accum, int device, llmt_trainer **tr)
+{
+    llmt_trainer_opts o;
+    llmt_trainer_opts_init(&o, sizeof o);
+    o.micro_batch = MICRO;
+    o.grad_accum = accum;
+    o.seq_len = T;
+    o.schedule = LLMT_LR_CONSTANT;
+    o.lr = LR;
+    o.weight_decay = 0.1f;
+    o.grad_clip = 1.0f;
+    o.threads = 1;
+    o.device = LLMT_DEVICE_CUDA;
+    o.device_index = device;
+    o.deterministic = 1;
+    if (g_ops)
+        return llmt__trainer_create_dev(m, &o, g_ops, tr);
+    return llmt_trainer_create(m, &o, tr);
+}
+
+static void flatten(llmt_model *m, float *out)
+{
+    int32_t np = 0;
+    int64_t tot = 0, at = 0;
+    llmt_model_param_count(m, &np, &tot);
+    for (int32_t i = 0; i < np; i++) {
+        llmt_tensor v;
+        int64_t n = 0;
+        llmt_model_param(m, i, NULL, &v);
+        llmt_tensor_numel(&v, &n);
+        memcpy(out + at, v.data, (size_t)n * sizeof(float));
+        at += n;
+    }
+}
+
+typedef struct rank_arg {
+    llmt_comm *c;
+    int rank, dp, zero;
+    float loss[STEPS];
+    float *params;
+    int64_t numel;
+    llmt_trainer_memory mem;
+    llmt_status st;
+    char err[1024];
+} rank_arg;
+
+/* Rank r of dp (dp 1: the reference, all dp*ACCUM micro-batches). */
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    int ref = a->c == NULL;
+    a->st = llmt_model_create(NULL, &g_cfg, &m);
+    if (a->st == LLMT_OK)
+        a->st = make_trainer(m, ref ? ACCUM * a->dp : ACCUM, ref ? 0 : a->rank, &tr);
+    if (!ref && a->st == LLMT_OK) {
+        llmt_dp_opts o;
+        llmt_dp_opts_init(&o, sizeof o);
+        o.zero_stage = a->zero;
+        o.bucket_bytes = 8 << 10; /* several buckets even for this model */
+        a->st = llmt_trainer_set_comm(tr, a->c, &o);
+    }
+    a->mem.struct_size = sizeof a->mem;
+    if (tr)
+        llmt_trainer_memory_usage(tr, &a->mem);
+    size_t per = (size_t)ACCUM * MICRO * T;
+    int seqs = ref ? a->dp * ACCUM * MICRO : ACCUM * MICRO;
+    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
+        size_t off = ((size_t)k * a->dp + (ref ? 0 : a->rank)) * per;
+        llmt_batch b = {sizeof b, g_in + off, g_tg + off, seqs, T};
+        llmt_step_metrics met;
+        memset(&met, 0, sizeof met);
+        met.struct_size = sizeof met;
+        a->st = llmt_trainer_step(tr, &b, &met);
+        a->loss[k] = met.loss;
+    }
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_sync_params(tr);
+    if (a->st != LLMT_OK)
+        snprintf(a->err, sizeof a->err, "%s",
+                 tr  ? llmt_trainer_last_error(tr)
+                 : m ? llmt_model_last_error(m)
+                     : "create");
+    if (m) {
+        int32_t np;
+        llmt_model_param_count(m, &np, &a->numel);
+        a->params = malloc((size_t)a->numel * sizeof(float));
+        flatten(m, a->params);
+    }
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    return NULL;
+}
+
+static llmt_status make_comms(int dp, llmt_comm **c);
+
+typedef struct nccl_arg {
+    int rank, dp;
+    llmt_comm *c;
+    llmt_status st;
+} nccl_arg;
+
+static void *nccl_main(void *p)
+{
+    nccl_arg *a = p;
+    llmt_comm_opts co;
+    llmt_comm_opts_init(&co, sizeof co);
+    co.backend = LLMT_COMM_NCCL;
+    co.cuda_device = a->rank;
+    co.timeout_ms = 120000;
+    a->st =
+        llmt_comm_create_from_unique_id(NULL, g_uid, sizeof g_uid, a->rank, a->dp, &co, &a->c);
+    return NULL;
+}
+
+static llmt_status make_comms(int dp, llmt_comm **c)
+{
+    llmt_comm_opts co;
+    llmt_comm_opts_init(&co, sizeof co);
+    co.timeout_ms = 120000;
+    if (g_ops)
+        return llmt_comm_create_inproc(NULL, dp, &co, c);
+    /* NCCL: every rank joins from its own thread */
+    llmt_status s = llmt_comm_unique_id(g_uid, sizeof g_uid);
+    if (s != LLMT_OK)
+        return s;
+    nccl_arg a[MAXDP];
+    pthread_t th[MAXDP];
+    for (int r = 0; r < dp; r++) {
+        memset(&a[r], 0, sizeof a[r]);
+        a[r].rank = r;
+        a[r].dp = dp;
+        pthread_create(&th[r], NULL, nccl_main, &a[r]);
+    }
+    for (int r = 0; r < dp; r++) {
+        pthread_join(th[r], NULL);
+        c[r] = a[r].c;
+        if (a[r].st != LLMT_OK)
+            s = a[r].st;
+    }
+    return s;
+}
+
+static double g_worst_loss, g_worst_param;
+
+static void compare(const char *name, int dp, int zero)
+{
+    rank_arg ref;
+    memset(&ref, 0, sizeof ref);
+    ref.dp = dp;
+    make_data(dp);
+    rank_main(&ref);
+    CHECK_STATUS(ref.st, LLMT_OK);
+    if (ref.st != LLMT_OK) {
+        fprintf(stderr, "%s reference: %s\n", name, ref.err);
+        free(ref.params);
+        return;
+    }
+    llmt_comm *c[MAXDP] = {NULL};
+    llmt_status cs = make_comms(dp, c);
+    CHECK_STATUS(cs, LLMT_OK);
+    rank_arg a[MAXDP];
+    pthread_t th[MAXDP];
+    for (int r = 0; r < dp && cs == LLMT_OK; r++) {
+        memset(&a[r], 0, sizeof a[r]);
+        a[r].c = c[r];
+        a[r].rank = r;
+        a[r].dp = dp;
+        a[r].zero = zero;
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    double ml0 = 0, ml = 0, mp = 0;
+    for (int r = 0; r < dp && cs == LLMT_OK; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < dp && cs == LLMT_OK; r++) {
+        CHECK_STATUS(a[r].st, LLMT_OK);
+        if (a[r].st != LLMT_OK)
+            fprintf(stderr, "%s rank %d: %s\n", name, r, a[r].err);
+        CHECK_EQ_INT(a[r].numel, ref.numel);
+        if (a[r].st != LLMT_OK || a[r].numel != ref.numel)
+            continue;
+        for (int k = 0; k < STEPS; k++) {
+            double d = fabs(a[r].loss[k] - ref.loss[k]) / fabs(ref.loss[k]);
+            if (!(d <= (k ? ml : ml0)))
+                *(k ? &ml : &ml0) = isnan(d) ? INFINITY : d;
+        }
+        for (int64_t i = 0; i < ref.numel; i++) {
+            double d = fabs((double)a[r].params[i] - ref.params[i]);
+            if (!(d <= mp))
+                mp = isnan(d) ? INFINITY : d;
+        }
+        if (r > 0)
+            CHECK(memcmp(a[r].params, a[0].params, (size_t)ref.numel * sizeof(float)) == 0);
+        /* ZeRO >= 1: a rank holds about 1/dp of the optimizer state */
+        if (zero >= 1)
+            CHECK(a[r].mem.optimizer > 0 &&
+                  a[r].mem.optimizer <= ref.mem.optimizer / dp + 64 * (g_cfg.layers + 2));
+    }
+    fprintf(stderr,
+            "%s dp=%d zero=%d: step-1 loss rel diff %.3g, later losses %.3g, "
+            "params abs %.3g\n",
+            name, dp, zero, ml0, ml, mp);
+    CHECK(ml0 <= 1e-6);
+    CHECK(ml <= 1.0 / 512);
+    CHECK(mp <= 2.0 * LR * STEPS);
+    if (ml > g_worst_loss)
+        g_worst_loss = ml;
+    if (mp > g_worst_param)
+        g_worst_param = mp;
+    for (int r = 0; r < dp && cs == LLMT_OK; r++)
+        free(a[r].params);
+    for (int r = 0; r < dp; r++)
+        llmt_comm_destroy(c[r]);
+    free(ref.params);
+}
+
+int main(int argc, char **argv)
+{
+    int cuda = argc > 1 && !strcmp(argv[1], "cuda");
+    g_ops = cuda ? NULL : llmt__dev_emul();
+    int dps[] = {2, 4, 3};
+    int ndp = 3;
+    if (cuda) {
+        if (!(llmt_build_features() & LLMT_FEATURE_NCCL)) {
+            fprintf(stderr, "SKIP: this build has no NCCL\n");
+            return CHECK_SKIP;
+        }
+        /* two GPUs at least: a trainer on device 1 */
+        config(0);
+        llmt_model *m = NULL;
+        llmt_trainer *tr = NULL;
+        llmt_status s = llmt_model_create(NULL, &g_cfg, &m);
+        if (s == LLMT_OK)
+            s = make_trainer(m, 1, 1, &tr);
+        llmt_trainer_destroy(tr);
+        llmt_model_destroy(m);
+        if (s != LLMT_OK) {
+            fprintf(stderr, "SKIP: no second GPU (%s)\n", llmt_status_string(s));
+            return CHECK_SKIP;
+        }
+        llmt_model_create(NULL, &g_cfg, &m);
+        tr = NULL;
+        if (make_trainer(m, 1, 3, &tr) != LLMT_OK)
+            ndp = 1; /* dp 2 only */
+        llmt_trainer_destroy(tr);
+        llmt_model_destroy(m);
+    }
+    for (int llama = 0; llama <= 1; llama++) {
+        config(llama);
+        const char *name = llama ? "llama" : "gpt2";
+        for (int i = 0; i < ndp; i++)
+            for (int zero = 0; zero <= 3; zero++) {
+                if (dps[i] == 3 && zero < 2)
+                    continue; /* the padded path: ZeRO 2, 3 */
+                compare(name, dps[i], zero);
+            }
+    }
+    fprintf(stderr, "worst: later losses %.3g relative, params %.3g absolute\n", g_worst_loss,
+            g_worst_param);
+    free(g_in);
+    free(g_tg);
+    return check_exit("device-dp");
+}
