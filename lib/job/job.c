@@ -194,7 +194,11 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
                             : 0;
     if (t->decay_fraction > 1.0f)
         t->decay_fraction = 1.0f;
-    t->recompute = s->parallelism.recompute == LLMT_SPEC_RECOMPUTE_FULL;
+    /* trainer opts: 0 none, 1 full (every layer), 2 selective (the
+     * attention core only, Korthikanti et al.) */
+    t->recompute = s->parallelism.recompute == LLMT_SPEC_RECOMPUTE_FULL        ? 1
+                   : s->parallelism.recompute == LLMT_SPEC_RECOMPUTE_SELECTIVE ? 2
+                                                                               : 0;
     t->threads = o->threads > 0 ? o->threads : (int32_t)s->train.threads;
     t->device = s->train.device == LLMT_SPEC_DEVICE_CUDA ? LLMT_DEVICE_CUDA
                                                          : LLMT_DEVICE_CPU;

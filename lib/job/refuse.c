@@ -55,10 +55,6 @@ static llmt_status check_parallelism(llmt_job *j)
             return REFUSE("%s: %lld is not supported by llmt_job yet (%s); use 1",
                           dims[i].path, (long long)v, dims[i].what);
     }
-    if (s->parallelism.recompute == LLMT_SPEC_RECOMPUTE_SELECTIVE)
-        return REFUSE("parallelism.recompute: selective is not supported by "
-                      "llmt_job yet (recomputing only the attention core needs "
-                      "the one-engine refactor: issue 15); use none or full");
     if (s->model.moe.experts > 0 || llmt__spec_given(s, "model.moe.top_k") ||
         llmt__spec_given(s, "model.moe.expert_ffn")) {
         const char *k = s->model.moe.experts > 0 ? "model.moe.experts"
