@@ -617,8 +617,12 @@ typedef struct llmt_trainer_opts {
     float weight_decay;      /* decoupled; not applied to 1-D params
                                 (norms, biases); default 0.1 */
     float grad_clip;         /* global-norm clip; 0 = off; default 1.0 */
-    int32_t recompute;       /* 1: keep only layer inputs, recompute each
-                                layer in the backward; default 0 */
+    int32_t recompute;       /* 0 (default): keep every activation; 1
+                                (full): keep only layer inputs, recompute
+                                each layer in the backward; 2 (selective):
+                                recompute only the attention core (its
+                                output and softmax state, the T x T part)
+                                from the layer's saved qkv; others refused */
     int32_t threads;         /* OpenMP and OpenBLAS threads; 0 = default */
     int32_t device;          /* llmt_device_type: LLMT_DEVICE_CPU (default,
                                 fp32) or LLMT_DEVICE_CUDA (bf16 parameters
