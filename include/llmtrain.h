@@ -150,6 +150,20 @@ LLMT_API const char *llmt_context_last_error(const llmt_context *ctx);
 LLMT_API llmt_status llmt_context_last_status(const llmt_context *ctx);
 LLMT_API llmt_status llmt_context_set_log_level(llmt_context *ctx,
                                                 llmt_log_level level);
+/* The calling thread's last failure, whatever handle (or context) the
+ * call recorded it on: the message and status of the newest failing call
+ * made by this thread that recorded a detail (every failing call on a
+ * valid handle or context does; a NULL handle only returns its status).
+ * Per-handle messages are kept as well. A successful call leaves it as it
+ * was; a binding compares llmt_last_error_status() with the status it got,
+ * or calls llmt_last_error_clear() first. Library threads (checkpoint
+ * writer, prefetcher, progress) have their own. The string is "" before
+ * any failure and stays valid until this thread's next failing call.
+ * Thread-safe (libgit2's git_error_last is the model). */
+LLMT_API const char *llmt_last_error(void);
+LLMT_API llmt_status llmt_last_error_status(void);
+/* Forget the calling thread's last failure (status LLMT_OK, message ""). */
+LLMT_API void llmt_last_error_clear(void);
 /* Emit a message through the context's sink (for hosts and the CLI). */
 LLMT_API llmt_status llmt_log(llmt_context *ctx, llmt_log_level level,
                               const char *module, const char *msg);
@@ -521,6 +535,12 @@ LLMT_API llmt_status llmt_plan_simulate_goodput(const llmt_plan *plan,
  * activations for one model and runs steps on batches the host supplies.
  * A model and its trainer are not thread-safe: drive them from one thread
  * (the library uses OpenMP/OpenBLAS threads inside a call).
+ * The trainer's defaults (llmt_trainer_opts_init) are a GPT-style
+ * pretraining preset, not torch.optim.AdamW's: a cosine schedule to
+ * min_lr 0 over total_steps 1000, AdamW beta2 0.95 (torch: 0.999),
+ * weight decay 0.1 (torch: 0.01) on 2-D parameters only, and global-norm
+ * gradient clipping at 1.0 (torch: none). Set the fields to match another
+ * trainer's numbers. Steps are numbered from 1 (llmt_trainer_lr_at).
  * A trainer created with device = LLMT_DEVICE_CUDA keeps the working copy
  * of the parameters, gradients and moments on the GPU; the model's host
  * parameters and the views of llmt_trainer_grad / _optim_state are
@@ -581,13 +601,16 @@ LLMT_API llmt_status llmt_model_param(llmt_model *model, int32_t index,
 LLMT_API llmt_status llmt_model_find_param(llmt_model *model, const char *name,
                                            llmt_tensor *view);
 /* safetensors (F32) with every parameter under its name. Loading requires
- * every parameter present with the same shape. */
+ * every parameter present with the same shape, and finite values: a file
+ * holding NaN/Inf is refused (LLMT_ERR_NUMERIC naming the tensor and the
+ * element) and the model is left unchanged. */
 LLMT_API llmt_status llmt_model_save_safetensors(llmt_model *model,
                                                  const char *path);
 LLMT_API llmt_status llmt_model_load_safetensors(llmt_model *model,
                                                  const char *path);
 /* llm.c GPT-2 model files (header int32[256], magic 20240326, version 3,
- * fp32 parameters). Export needs a GPT-2 model. Import creates one. */
+ * fp32 parameters). Export needs a GPT-2 model. Import creates one and,
+ * like load_safetensors, refuses NaN/Inf weights naming the tensor. */
 LLMT_API llmt_status llmt_model_export_llmc(llmt_model *model,
                                             const char *path);
 LLMT_API llmt_status llmt_model_import_llmc(llmt_context *ctx,
@@ -665,6 +688,11 @@ typedef struct llmt_step_metrics {
 
 LLMT_API llmt_status llmt_trainer_opts_init(llmt_trainer_opts *opts,
                                             size_t size);
+/* Zero the struct and set struct_size = size, like the other sized
+ * structs (a batch's pointers and sizes are the caller's to fill). */
+LLMT_API llmt_status llmt_batch_init(llmt_batch *batch, size_t size);
+LLMT_API llmt_status llmt_step_metrics_init(llmt_step_metrics *metrics,
+                                            size_t size);
 /* The trainer keeps a pointer to `model`, which must outlive it. Creation
  * errors are recorded on the model (llmt_model_last_error). */
 LLMT_API llmt_status llmt_trainer_create(llmt_model *model,
@@ -682,7 +710,8 @@ LLMT_API llmt_status llmt_trainer_step(llmt_trainer *tr,
 LLMT_API llmt_status llmt_trainer_forward_backward(llmt_trainer *tr,
                                                    const llmt_batch *batch,
                                                    float *loss);
-/* Mean loss without gradients. */
+/* Mean loss without gradients. A loss that is not finite (NaN/Inf
+ * parameters, overflow) fails with LLMT_ERR_NUMERIC; *loss still gets it. */
 LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr,
                                            const llmt_batch *batch,
                                            float *loss);
@@ -698,7 +727,12 @@ LLMT_API llmt_status llmt_trainer_optim_state(llmt_trainer *tr, int32_t index,
 LLMT_API llmt_status llmt_trainer_get_step(const llmt_trainer *tr,
                                            int64_t *step);
 LLMT_API llmt_status llmt_trainer_set_step(llmt_trainer *tr, int64_t step);
-/* Learning rate the schedule gives for 0-based step `step`. */
+/* Learning rate the schedule gives step number `step`. Steps are numbered
+ * from 1 everywhere: step k is the k-th optimizer step, the one whose
+ * llmt_step_metrics.step (and llmt_job_metrics.step) is k, so
+ * lr_at(metrics.step) == metrics.lr; llmt_trainer_get_step gives the
+ * number of the last step done (0 before the first). step < 1:
+ * LLMT_ERR_INVALID_ARGUMENT. */
 LLMT_API llmt_status llmt_trainer_lr_at(const llmt_trainer *tr, int64_t step,
                                         float *lr);
 /* Append `n_new` sampled tokens after `prompt` (n_prompt >= 1) into

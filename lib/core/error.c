@@ -4,14 +4,48 @@
 
 #include "internal.h"
 
+/* The calling thread's last failure (llmt_last_error): every message a
+ * handle records goes here too, so a binding reads one place whatever
+ * handle (model, context, trainer) the detail of a call was put on. */
+static _Thread_local llmt_err last_failure;
+
 llmt_status llmt__err_setv(llmt_err *e, llmt_status status, const char *fmt,
                            va_list ap)
 {
+    /* A poll that finds work in flight is not a failure. */
+    if (status == LLMT_OK || status == LLMT_ERR_IN_PROGRESS) {
+        if (e) {
+            e->status = status;
+            vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        }
+        return status;
+    }
+    /* Formatted once, then copied: an argument may be e->msg itself. */
+    char msg[LLMT_ERR_MSG_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    last_failure.status = status;
+    memcpy(last_failure.msg, msg, sizeof msg);
     if (e) {
         e->status = status;
-        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        memcpy(e->msg, msg, sizeof msg);
     }
     return status;
+}
+
+LLMT_API const char *llmt_last_error(void)
+{
+    return last_failure.msg;
+}
+
+LLMT_API llmt_status llmt_last_error_status(void)
+{
+    return last_failure.status;
+}
+
+LLMT_API void llmt_last_error_clear(void)
+{
+    last_failure.status = LLMT_OK;
+    last_failure.msg[0] = '\0';
 }
 
 llmt_status llmt__err_set(llmt_err *e, llmt_status status, const char *fmt, ...)

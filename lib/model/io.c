@@ -2,6 +2,7 @@
  * GPT-2 checkpoint format (int32[256] header, magic 20240326, version 3 =
  * fp32, parameters in llm.c's order: each kind for all layers together). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,25 @@ static llmt_status read_all(llmt_err *e, FILE *f, void *p, size_t n,
         return llmt__err_set(e, LLMT_ERR_FORMAT,
                              "model: %s is truncated (wanted %zu more bytes)",
                              path, n);
+    return LLMT_OK;
+}
+
+/* Imported weights must be finite: a NaN/Inf read in would only show up
+ * steps later as a NaN loss, far from its cause. `data` is laid out as
+ * the model's parameters. */
+static llmt_status check_finite(llmt_err *e, const llmt_model *m, const float *data,
+                                const char *path)
+{
+    for (int i = 0; i < m->nparams; i++) {
+        const llmt__param *p = &m->params[i];
+        const float *x = data + p->offset;
+        for (size_t k = 0; k < p->numel; k++)
+            if (!isfinite(x[k]))
+                return llmt__err_set(e, LLMT_ERR_NUMERIC,
+                                     "model: %s: tensor '%s' holds %g at "
+                                     "element %zu: weights must be finite",
+                                     path, p->name, (double)x[k], k);
+    }
     return LLMT_OK;
 }
 
@@ -112,6 +132,20 @@ LLMT_API llmt_status llmt_model_load_safetensors(llmt_model *m, const char *path
                               "model: %s: header is not JSON", path);
     }
     size_t data0 = 8 + hl;
+    /* Read into a staging copy: the model changes only when every tensor
+     * is there, of the right shape, and finite. */
+    size_t total = 0;
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i].offset + m->params[i].numel > total)
+            total = m->params[i].offset + m->params[i].numel;
+    float *stage = NULL;
+    if (s == LLMT_OK) {
+        stage = malloc(total * sizeof(float) + 1);
+        if (!stage)
+            s = llmt__err_set(&m->err, LLMT_ERR_OUT_OF_MEMORY, "model: no memory");
+        else
+            memcpy(stage, m->data, total * sizeof(float));
+    }
     for (int i = 0; s == LLMT_OK && i < m->nparams; i++) {
         const llmt__param *p = &m->params[i];
         cJSON *t = cJSON_GetObjectItemCaseSensitive(root, p->name);
@@ -154,9 +188,13 @@ LLMT_API llmt_status llmt_model_load_safetensors(llmt_model *m, const char *path
             break;
         }
         fseek(f, (long)(data0 + (size_t)a), SEEK_SET);
-        s = read_all(&m->err, f, m->data + p->offset, p->numel * sizeof(float),
-                     path);
+        s = read_all(&m->err, f, stage + p->offset, p->numel * sizeof(float), path);
     }
+    if (s == LLMT_OK)
+        s = check_finite(&m->err, m, stage, path);
+    if (s == LLMT_OK)
+        memcpy(m->data, stage, total * sizeof(float));
+    free(stage);
     cJSON_Delete(root);
     free(js);
     fclose(f);
@@ -307,6 +345,8 @@ LLMT_API llmt_status llmt_model_import_llmc(llmt_context *ctx, const char *path,
     }
     if (s == LLMT_OK) {
         s = llmc_tensors(m, f, path, 0);
+        if (s == LLMT_OK)
+            s = check_finite(&m->err, m, m->data, path);
         if (s != LLMT_OK) llmt__err_forward(ce, &m->err, "");
         else if (fgetc(f) != EOF)
             s = llmt__err_set(ce, LLMT_ERR_FORMAT,

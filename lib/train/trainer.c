@@ -307,7 +307,40 @@ LLMT_API llmt_status llmt_trainer_lr_at(const llmt_trainer *tr, int64_t step, fl
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL((llmt_err *)&tr->err, "trainer: lr_at", lr);
-    *lr = lr_at(&tr->o, step < 0 ? 0 : step);
+    /* Steps are numbered from 1 (llmt_step_metrics.step); the schedule
+     * below counts the steps done before the one it is asked about. */
+    if (step < 1)
+        return llmt__err_set((llmt_err *)&tr->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: lr_at: step %lld: steps are numbered "
+                             "from 1 (as llmt_step_metrics.step)",
+                             (long long)step);
+    *lr = lr_at(&tr->o, step - 1);
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_batch_init(llmt_batch *b, size_t size)
+{
+    if (!b)
+        return LLMT_ERR_NULL_POINTER;
+    if (size < sizeof(size_t))
+        return LLMT_ERR_STRUCT_SIZE;
+    llmt_batch d;
+    memset(&d, 0, sizeof d);
+    memcpy(b, &d, size < sizeof d ? size : sizeof d);
+    b->struct_size = size;
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_step_metrics_init(llmt_step_metrics *m, size_t size)
+{
+    if (!m)
+        return LLMT_ERR_NULL_POINTER;
+    if (size < sizeof(size_t))
+        return LLMT_ERR_STRUCT_SIZE;
+    llmt_step_metrics d;
+    memset(&d, 0, sizeof d);
+    memcpy(m, &d, size < sizeof d ? size : sizeof d);
+    m->struct_size = size;
     return LLMT_OK;
 }
 
@@ -341,7 +374,7 @@ LLMT_API llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
     float scale = 1.0f;
     if (tr->o.grad_clip > 0.0f && norm > tr->o.grad_clip)
         scale = tr->o.grad_clip / norm;
-    float lr = lr_at(&tr->o, tr->step);
+    float lr = lr_at(&tr->o, tr->step); /* = llmt_trainer_lr_at(step + 1) */
     if (tr->dp) { /* this rank's shares, on the engine's buffers */
         if (llmt__dp_update(tr->dp, &tr->o, lr, scale, tr->step + 1) != LLMT_OK)
             return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
@@ -386,6 +419,12 @@ LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: evaluate: no target >= 0 in the batch");
     *loss = (float)(sum / (double)count);
+    if (!isfinite(*loss))
+        return llmt__err_set(&tr->err, LLMT_ERR_NUMERIC,
+                             "trainer: evaluate: the loss is %g (not finite) "
+                             "over %lld targets: the parameters hold NaN/Inf "
+                             "or overflow",
+                             (double)*loss, (long long)count);
     return LLMT_OK;
 }
 
