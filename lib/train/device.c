@@ -54,6 +54,13 @@ struct llmt__devtrain {
     int *run_decay;
     llmt__layer_offs *lay; /* device offsets */
     size_t wte, wpe, lnfw, lnfb, lm;
+    /* the graph's split-able ops (device.h): layer l's Linears at
+     * lin[l * NLIN + kind], the head at lin[L * NLIN]; the vocabulary op;
+     * the collectives of split ops (none today) */
+    llmt__linear *lin;
+    llmt__vocab voc;
+    llmt__split_hook hook;
+    void *hook_ctx;
     float *master, *grad, *mom1, *mom2;
     void *param;           /* compute copy (storage type); master for fp32 */
     float *hg, *hm, *hv;   /* host mirrors */
@@ -172,6 +179,7 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     free(g->L);
     free(g->resid);
     free(g->lay);
+    free(g->lin);
     free(g->doff);
     free(g->hloss);
     free(g->hrow);
@@ -248,6 +256,32 @@ static void plan_layout(llmt__devtrain *g)
     g->lnfw = map_off(m, g->doff, m->lnfw);
     g->lnfb = map_off(m, g->doff, m->lnfb);
     g->lm = map_off(m, g->doff, m->lm_head);
+    /* the Linears and the vocabulary op, unsplit (device.h says how
+     * tensor parallelism will set them) */
+    const llmt_model_config *c = &m->cfg;
+    int C = c->width, F = c->ffn_hidden, Q = m->qkv_dim, llama = g->llama;
+    for (int l = 0; l < L; l++) {
+        const llmt__layer_offs *o = &g->lay[l];
+        llmt__linear *q = &g->lin[l * NLIN];
+        const llmt__linear k[NLIN] = {
+            [LQKV] = {"qkv", o->qkvw, o->qkvb, C, Q, LLMT__SPLIT_NONE, SLOT(l, LQKV), 0},
+            [LPROJ] = {"proj", o->projw, o->projb, C, C, LLMT__SPLIT_NONE, SLOT(l, LPROJ), 0},
+            [LFC] = {"fc", o->fcw, llama ? NOP : o->fcb, C, F, LLMT__SPLIT_NONE, SLOT(l, LFC),
+                     !llama},
+            [LFC3] = {"fc3", llama ? o->fc3w : NOP, NOP, C, F, LLMT__SPLIT_NONE, SLOT(l, LFC3),
+                      0},
+            [LFCP] = {"fcproj", o->fcprojw, o->fcprojb, F, C, LLMT__SPLIT_NONE, SLOT(l, LFCP),
+                      0},
+        };
+        memcpy(q, k, sizeof k);
+    }
+    const llmt__linear head = {"lm_head",        g->lm, NOP, C, c->padded_vocab_size,
+                               LLMT__SPLIT_NONE, -1,    0};
+    g->lin[L * NLIN] = head;
+    const llmt__vocab voc = {
+        g->wte,           g->wpe, c->vocab_size,       c->padded_vocab_size, C,
+        LLMT__SPLIT_NONE, 0,      c->padded_vocab_size};
+    g->voc = voc;
 }
 
 /* Scales to the device (after the recipe moved them). */
@@ -286,6 +320,7 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
     g->selective = recompute == LLMT__RECOMPUTE_SELECTIVE;
     g->doff = calloc((size_t)m->nparams, sizeof *g->doff);
     g->lay = calloc((size_t)L, sizeof *g->lay);
+    g->lin = calloc((size_t)L * NLIN + 1, sizeof *g->lin);
     g->L = calloc((size_t)L, sizeof *g->L);
     g->resid = calloc((size_t)L + 1, sizeof *g->resid);
     g->es = ops->store == LLMT_DTYPE_FP32 ? sizeof(float) : sizeof(llmt__bf16);
@@ -294,8 +329,8 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
     g->run_lo = calloc((size_t)m->nparams, sizeof *g->run_lo);
     g->run_n = calloc((size_t)m->nparams, sizeof *g->run_n);
     g->run_decay = calloc((size_t)m->nparams, sizeof *g->run_decay);
-    if (!g->doff || !g->lay || !g->L || !g->resid || !g->hrow || !g->hloss || !g->run_lo ||
-        !g->run_n || !g->run_decay) {
+    if (!g->doff || !g->lay || !g->lin || !g->L || !g->resid || !g->hrow || !g->hloss ||
+        !g->run_lo || !g->run_n || !g->run_decay) {
         llmt__devtrain_destroy(g);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     }
@@ -579,31 +614,111 @@ static llmt_status lin_fp8(llmt__devtrain *g, void *out, const void *x, size_t w
     return LLMT_OK;
 }
 
-/* Linear forward: out[N,OC] = x[N,IC] W[OC,IC]^T (+ bias); fp8 for the
- * blocks' Linears (slot >= 0) when on. */
-static llmt_status lin(llmt__devtrain *g, void *out, const void *x, size_t w,
-                       size_t b, int N, int IC, int OC, int slot)
+/* The collective at a named point of a split op (device.h); nothing for
+ * an unsplit one, which is every op today. */
+static llmt_status point(llmt__devtrain *g, llmt__split split, llmt__point at, int dir,
+                         const llmt__linear *L, void *buf, size_t rows, size_t cols)
 {
-    if (fp8_on(g, slot, IC, OC)) return lin_fp8(g, out, x, w, b, N, IC, OC, slot);
-    const void *bias = b == NOP ? NULL : pw(g, b);
-    return mm(g, 0, 1, N, OC, IC, x, pw(g, w), out, 0, 0.0f,
-              bias ? LLMT_GEMM_EPI_BIAS : LLMT_GEMM_EPI_NONE, bias, NULL);
+    if (split == LLMT__SPLIT_NONE)
+        return LLMT_OK;
+    if (!g->hook)
+        return llmt__err_set(g->e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: %s is split but the engine has no collective for "
+                             "it (tensor parallelism is not implemented yet)",
+                             L ? L->name : "the vocabulary");
+    return g->hook(g->hook_ctx, at, dir, L, buf, rows, cols);
 }
 
-/* Linear backward: dW[OC,IC] += dout^T x; dbias += colsum(dout);
- * dx[N,IC] = dout W (beta 0) or += (beta 1); dx may be NULL. */
-static llmt_status lin_bwd(llmt__devtrain *g, void *dx, float xbeta,
-                           const void *dout, const void *x, size_t w, size_t b,
-                           int N, int IC, int OC)
+/* Linear forward: out[N,out] = x[N,in] W[out,in]^T (+ bias); fp8 for the
+ * blocks' Linears when on. With L->gelu, out = gelu(that) and the
+ * pre-activation goes to `pre`. */
+static llmt_status lin(llmt__devtrain *g, const llmt__linear *L, void *out, void *pre,
+                       const void *x, int N)
 {
     llmt_status s;
-    if ((s = mm(g, 1, 0, OC, IC, N, dout, x, g->grad + w, 1, 1.0f, LLMT_GEMM_EPI_NONE, NULL,
+    int IC = L->in, OC = L->out;
+    if (L->split == LLMT__SPLIT_COLUMN &&
+        (s = point(g, L->split, LLMT__AT_COLUMN_IN, 1, L, (void *)x, N, IC)) != LLMT_OK)
+        return s;
+    const void *bias = L->b == NOP ? NULL : pw(g, L->b);
+    if (L->gelu && fp8_on(g, L->fp8_slot, IC, OC)) {
+        if ((s = lin_fp8(g, pre, x, L->w, L->b, N, IC, OC, L->fp8_slot)) != LLMT_OK)
+            return s;
+        S(g->op->gelu_fwd(g->d, out, pre, (size_t)N * OC), "gelu");
+    } else if (L->gelu) { /* out = gelu(x W^T + b), the pre-activation kept */
+        s = mm(g, 0, 1, N, OC, IC, x, pw(g, L->w), out, 0, 0.0f, LLMT_GEMM_EPI_GELU_BIAS, bias,
+               pre);
+    } else if (fp8_on(g, L->fp8_slot, IC, OC)) {
+        s = lin_fp8(g, out, x, L->w, L->b, N, IC, OC, L->fp8_slot);
+    } else {
+        s = mm(g, 0, 1, N, OC, IC, x, pw(g, L->w), out, 0, 0.0f,
+               bias ? LLMT_GEMM_EPI_BIAS : LLMT_GEMM_EPI_NONE, bias, NULL);
+    }
+    if (s == LLMT_OK && L->split == LLMT__SPLIT_ROW)
+        s = point(g, L->split, LLMT__AT_ROW_OUT, 1, L, out, N, OC);
+    return s;
+}
+
+/* Linear backward: dW[out,in] += dout^T x; dbias += colsum(dout);
+ * dx[N,in] = dout W (beta 0) or += (beta 1), times gelu'(gelu_pre) when
+ * that is given (the GELU of the Linear before, fused into the epilogue);
+ * dx may be NULL. */
+static llmt_status lin_bwd(llmt__devtrain *g, const llmt__linear *L, void *dx, float xbeta,
+                           const void *dout, const void *x, int N, const void *gelu_pre)
+{
+    llmt_status s;
+    int IC = L->in, OC = L->out;
+    if (L->split == LLMT__SPLIT_ROW &&
+        (s = point(g, L->split, LLMT__AT_ROW_OUT, -1, L, (void *)dout, N, OC)) != LLMT_OK)
+        return s;
+    if ((s = mm(g, 1, 0, OC, IC, N, dout, x, g->grad + L->w, 1, 1.0f, LLMT_GEMM_EPI_NONE, NULL,
                 NULL)) != LLMT_OK)
         return s;
-    if (b != NOP) S(g->op->bias_bwd(g->d, g->grad + b, dout, N, OC), "bias grad");
-    if (dx)
-        return mm(g, 0, 0, N, IC, OC, dout, pw(g, w), dx, 0, xbeta, LLMT_GEMM_EPI_NONE,
-                  NULL, NULL);
+    if (L->b != NOP)
+        S(g->op->bias_bwd(g->d, g->grad + L->b, dout, N, OC), "bias grad");
+    if (!dx)
+        return LLMT_OK;
+    if (gelu_pre)
+        s = mm(g, 0, 0, N, IC, OC, dout, pw(g, L->w), dx, 0, 0.0f, LLMT_GEMM_EPI_DGELU, NULL,
+               (void *)gelu_pre);
+    else
+        s = mm(g, 0, 0, N, IC, OC, dout, pw(g, L->w), dx, 0, xbeta, LLMT_GEMM_EPI_NONE, NULL,
+               NULL);
+    if (s == LLMT_OK && L->split == LLMT__SPLIT_COLUMN)
+        s = point(g, L->split, LLMT__AT_COLUMN_IN, -1, L, dx, N, IC);
+    return s;
+}
+
+/* The vocabulary op: embedding forward and backward, and the loss. */
+static llmt_status embed_fwd(llmt__devtrain *g, const int32_t *tok, int B, int T)
+{
+    const llmt__vocab *E = &g->voc;
+    S(g->op->embedding_fwd(g->d, g->resid[0], tok, pw(g, E->wte),
+                           E->wpe == NOP ? NULL : pw(g, E->wpe), B, T, E->C),
+      "embedding");
+    return point(g, E->split, LLMT__AT_EMBED_OUT, 1, NULL, g->resid[0], (size_t)B * T, E->C);
+}
+
+static llmt_status embed_bwd(llmt__devtrain *g, const int32_t *tok, int B, int T)
+{
+    const llmt__vocab *E = &g->voc;
+    S(g->op->embedding_bwd(g->d, g->grad + E->wte, E->wpe == NOP ? NULL : g->grad + E->wpe,
+                           g->dres, tok, B, T, E->C),
+      "embedding backward");
+    return LLMT_OK;
+}
+
+/* Per-token losses of N rows of logits (and their gradient in place when
+ * dloss != 0). A vocabulary split needs the row max and sum of exp over
+ * the group (LLMT__AT_LOSS_*): a split softmax, not written yet. */
+static llmt_status xent(llmt__devtrain *g, float *losses, const int32_t *tgt, int N,
+                        float dloss)
+{
+    const llmt__vocab *E = &g->voc;
+    if (E->split != LLMT__SPLIT_NONE)
+        return point(g, E->split, LLMT__AT_LOSS_MAX, 1, NULL, NULL, (size_t)N, 1);
+    S(g->op->softmax_xent(g->d, losses, g->logits, tgt, N, E->V, E->Vp, dloss),
+      "softmax cross-entropy");
     return LLMT_OK;
 }
 
@@ -640,6 +755,7 @@ static llmt_status norm_bwd(llmt__devtrain *g, void *dinp, const void *dout,
 typedef struct lctx {
     const llmt_model_config *c;
     const llmt__layer_offs *w; /* device offsets of its parameters */
+    const llmt__linear *lin;   /* its Linears (NLIN) */
     dlayer *a;                 /* its activations */
     int N, C, F, Q, nh, nkv, hd;
 } lctx;
@@ -647,8 +763,17 @@ typedef struct lctx {
 static lctx layer_ctx(const llmt__devtrain *g, int l, int B, int T)
 {
     const llmt_model *m = g->m;
-    lctx x = {&m->cfg, &g->lay[l], &g->L[g->nacts == 1 ? 0 : l], B * T, m->cfg.width,
-              m->cfg.ffn_hidden, m->qkv_dim, m->cfg.heads, m->cfg.kv_heads, m->head_dim};
+    lctx x = {&m->cfg,
+              &g->lay[l],
+              &g->lin[(size_t)l * NLIN],
+              &g->L[g->nacts == 1 ? 0 : l],
+              B * T,
+              m->cfg.width,
+              m->cfg.ffn_hidden,
+              m->qkv_dim,
+              m->cfg.heads,
+              m->cfg.kv_heads,
+              m->head_dim};
     return x;
 }
 
@@ -676,29 +801,24 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     llmt_status s;
 #define R(x) do { if ((s = (x)) != LLMT_OK) return s; } while (0)
     R(norm_fwd(g, a->ln1, a->ln1m, a->ln1r, x, w->ln1w, w->ln1b, N));
-    R(lin(g, a->qkv, a->ln1, w->qkvw, w->qkvb, N, C, Q, SLOT(l, LQKV)));
+    R(lin(g, &L.lin[LQKV], a->qkv, NULL, a->ln1, N));
     void *q = a->qkv, *k = at(g, q, (size_t)nh * hd);
     if (g->llama) {
         S(g->op->rope(g->d, q, B, T, nh, hd, (size_t)Q, c->rope_theta, 0), "rope");
         S(g->op->rope(g->d, k, B, T, nkv, hd, (size_t)Q, c->rope_theta, 0), "rope");
     }
     R(attn_core(g, &L, B, T));
-    R(lin(g, g->dtmp, a->atty, w->projw, w->projb, N, C, C, SLOT(l, LPROJ)));
+    R(lin(g, &L.lin[LPROJ], g->dtmp, NULL, a->atty, N));
     S(g->op->residual_fwd(g->d, a->res2, x, g->dtmp, (size_t)N * C), "residual");
     R(norm_fwd(g, a->ln2, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, N));
     if (g->llama) {
-        R(lin(g, a->fch, a->ln2, w->fcw, NOP, N, C, F, SLOT(l, LFC)));
-        R(lin(g, a->fch3, a->ln2, w->fc3w, NOP, N, C, F, SLOT(l, LFC3)));
+        R(lin(g, &L.lin[LFC], a->fch, NULL, a->ln2, N));
+        R(lin(g, &L.lin[LFC3], a->fch3, NULL, a->ln2, N));
         S(g->op->swiglu_fwd(g->d, a->fchg, a->fch, a->fch3, (size_t)N * F), "swiglu");
-    } else if (fp8_on(g, SLOT(l, LFC), C, F)) {
-        R(lin_fp8(g, a->fch, a->ln2, w->fcw, w->fcb, N, C, F, SLOT(l, LFC)));
-        S(g->op->gelu_fwd(g->d, a->fchg, a->fch, (size_t)N * F), "gelu");
-    } else {
-        /* fchg = gelu(ln2 W^T + b), the pre-activation kept in fch */
-        R(mm(g, 0, 1, N, F, C, a->ln2, pw(g, w->fcw), a->fchg, 0, 0.0f,
-             LLMT_GEMM_EPI_GELU_BIAS, pw(g, w->fcb), a->fch));
+    } else { /* fchg = gelu(ln2 W^T + b), the pre-activation kept in fch */
+        R(lin(g, &L.lin[LFC], a->fchg, a->fch, a->ln2, N));
     }
-    R(lin(g, g->dtmp, a->fchg, w->fcprojw, w->fcprojb, N, F, C, SLOT(l, LFCP)));
+    R(lin(g, &L.lin[LFCP], g->dtmp, NULL, a->fchg, N));
     S(g->op->residual_fwd(g->d, g->resid[l + 1], a->res2, g->dtmp, (size_t)N * C),
       "residual");
     return LLMT_OK;
@@ -711,29 +831,27 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
     const llmt_model_config *c = L.c;
     const llmt__layer_offs *w = L.w;
     dlayer *a = L.a;
-    int N = L.N, C = L.C, F = L.F, Q = L.Q, nh = L.nh, nkv = L.nkv, hd = L.hd;
+    int N = L.N, F = L.F, Q = L.Q, nh = L.nh, nkv = L.nkv, hd = L.hd;
     size_t NF = (size_t)N * F;
     llmt_status s;
     /* MLP */
     if (g->llama) {
-        R(lin_bwd(g, g->dfchg, 0.0f, g->dres, a->fchg, w->fcprojw, NOP, N, F, C));
+        R(lin_bwd(g, &L.lin[LFCP], g->dfchg, 0.0f, g->dres, a->fchg, N, NULL));
         S(g->op->memset0(g->d, g->dfch, NF * g->es), "memset");
         S(g->op->memset0(g->d, g->dfch3, NF * g->es), "memset");
         S(g->op->swiglu_bwd(g->d, g->dfch, g->dfch3, g->dfchg, a->fch, a->fch3, NF),
           "swiglu backward");
         /* up, then gate: the fp32 trainer's order of the sum into dtmp */
-        R(lin_bwd(g, g->dtmp, 0.0f, g->dfch3, a->ln2, w->fc3w, NOP, N, C, F));
-        R(lin_bwd(g, g->dtmp, 1.0f, g->dfch, a->ln2, w->fcw, NOP, N, C, F));
+        R(lin_bwd(g, &L.lin[LFC3], g->dtmp, 0.0f, g->dfch3, a->ln2, N, NULL));
+        R(lin_bwd(g, &L.lin[LFC], g->dtmp, 1.0f, g->dfch, a->ln2, N, NULL));
     } else {
         /* dfch = (dres W) * gelu'(pre-activation) in the GEMM's epilogue */
-        R(lin_bwd(g, NULL, 0.0f, g->dres, a->fchg, w->fcprojw, w->fcprojb, N, F, C));
-        R(mm(g, 0, 0, N, F, C, g->dres, pw(g, w->fcprojw), g->dfch, 0, 0.0f,
-             LLMT_GEMM_EPI_DGELU, NULL, a->fch));
-        R(lin_bwd(g, g->dtmp, 0.0f, g->dfch, a->ln2, w->fcw, w->fcb, N, C, F));
+        R(lin_bwd(g, &L.lin[LFCP], g->dfch, 0.0f, g->dres, a->fchg, N, a->fch));
+        R(lin_bwd(g, &L.lin[LFC], g->dtmp, 0.0f, g->dfch, a->ln2, N, NULL));
     }
     R(norm_bwd(g, g->dres, g->dtmp, a->res2, a->ln2m, a->ln2r, w->ln2w, w->ln2b, N));
     /* attention */
-    R(lin_bwd(g, g->dtmp, 0.0f, g->dres, a->atty, w->projw, w->projb, N, C, C));
+    R(lin_bwd(g, &L.lin[LPROJ], g->dtmp, 0.0f, g->dres, a->atty, N, NULL));
     const void *q = a->qkv, *k = at(g, q, (size_t)nh * hd), *v = at(g, k, (size_t)nkv * hd);
     void *dq = g->dqkv, *dk = at(g, dq, (size_t)nh * hd), *dv = at(g, dk, (size_t)nkv * hd);
     S(g->op->attention_bwd(g->d, dq, dk, dv, g->dtmp, a->atty, a->lse, q, k, v, (size_t)Q, B,
@@ -743,7 +861,7 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
         S(g->op->rope(g->d, dq, B, T, nh, hd, (size_t)Q, c->rope_theta, 1), "rope backward");
         S(g->op->rope(g->d, dk, B, T, nkv, hd, (size_t)Q, c->rope_theta, 1), "rope backward");
     }
-    R(lin_bwd(g, g->dtmp, 0.0f, g->dqkv, a->ln1, w->qkvw, w->qkvb, N, C, Q));
+    R(lin_bwd(g, &L.lin[LQKV], g->dtmp, 0.0f, g->dqkv, a->ln1, N, NULL));
     R(norm_bwd(g, g->dres, g->dtmp, g->resid[l], a->ln1m, a->ln1r, w->ln1w, w->ln1b, N));
     return LLMT_OK;
 }
@@ -756,16 +874,14 @@ static llmt_status forward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     llmt_status s;
     g->fp8_gemms = 0;
     if (g->dp) llmt__dp_use(g->dp, 0, 1);
-    S(g->op->embedding_fwd(g->d, g->resid[0], tok, pw(g, g->wte),
-                           g->wpe == NOP ? NULL : pw(g, g->wpe), B, T, c->width),
-      "embedding");
+    R(embed_fwd(g, tok, B, T));
     for (int l = 0; l < c->layers; l++) {
         if (g->dp) llmt__dp_use(g->dp, 1 + l, 1);
         R(layer_fwd(g, l, B, T));
         if (g->dp) llmt__dp_done(g->dp, 1 + l);
     }
     R(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[c->layers], g->lnfw, g->lnfb, B * T));
-    return lin(g, g->logits, g->lnf, g->lm, NOP, B * T, c->width, c->padded_vocab_size, -1);
+    return lin(g, &g->lin[c->layers * NLIN], g->logits, NULL, g->lnf, B * T);
 }
 
 static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
@@ -774,7 +890,7 @@ static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     int N = B * T, C = c->width;
     llmt_status s;
     /* the logits hold dloss/dlogits (softmax_xent wrote them in place) */
-    R(lin_bwd(g, g->dtmp, 0.0f, g->logits, g->lnf, g->lm, NOP, N, C, c->padded_vocab_size));
+    R(lin_bwd(g, &g->lin[c->layers * NLIN], g->dtmp, 0.0f, g->logits, g->lnf, N, NULL));
     S(g->op->memset0(g->d, g->dres, (size_t)N * C * g->es), "memset");
     R(norm_bwd(g, g->dres, g->dtmp, g->resid[c->layers], g->lnfm, g->lnfr, g->lnfw, g->lnfb,
                N));
@@ -792,9 +908,7 @@ static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
             llmt__dp_ready(g->dp, 1 + l);
         }
     }
-    S(g->op->embedding_bwd(g->d, g->grad + g->wte, g->wpe == NOP ? NULL : g->grad + g->wpe,
-                           g->dres, tok, B, T, C),
-      "embedding backward");
+    R(embed_bwd(g, tok, B, T));
     if (g->dp) llmt__dp_ready(g->dp, 0);
     return LLMT_OK;
 }
@@ -829,7 +943,6 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
                                    const int32_t *targets, int micro, int64_t count,
                                    double *loss_sum, double *grad_sumsq)
 {
-    const llmt_model_config *c = &g->m->cfg;
     int B = g->B, T = g->T, N = B * T;
     llmt_status s;
     if (micro < 1 || micro > g->A || count < 1)
@@ -845,9 +958,7 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
         g->amax_row = a;
         if (g->dp) llmt__dp_micro(g->dp, a == micro - 1);
         R(forward(g, tok, B, T));
-        S(g->op->softmax_xent(g->d, g->losses + (size_t)a * N, g->logits, tgt, N,
-                              c->vocab_size, c->padded_vocab_size, dloss),
-          "softmax cross-entropy");
+        R(xent(g, g->losses + (size_t)a * N, tgt, N, dloss));
         R(backward(g, tok, B, T));
     }
     S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)micro * N * sizeof(float)),
@@ -887,7 +998,6 @@ llmt_status llmt__devtrain_update(llmt__devtrain *g, float lr, float beta1, floa
 llmt_status llmt__devtrain_loss(llmt__devtrain *g, const int32_t *inputs,
                                 const int32_t *targets, int rows, int T, double *loss_sum)
 {
-    const llmt_model_config *c = &g->m->cfg;
     int N = rows * T;
     llmt_status s;
     if (rows < 1 || rows > g->B || T < 1 || T > g->T)
@@ -898,9 +1008,7 @@ llmt_status llmt__devtrain_loss(llmt__devtrain *g, const int32_t *inputs,
     S(g->op->h2d(g->d, g->tgt, targets, (size_t)N * 4), "upload tokens");
     g->amax_row = g->A; /* not a training step: the recipe ignores it */
     R(forward(g, g->tok, rows, T));
-    S(g->op->softmax_xent(g->d, g->losses, g->logits, g->tgt, N, c->vocab_size,
-                          c->padded_vocab_size, 0.0f),
-      "softmax cross-entropy");
+    R(xent(g, g->losses, g->tgt, N, 0.0f));
     S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)N * sizeof(float)), "read the losses");
     *loss_sum = host_sum(g->hloss, (size_t)N);
     return LLMT_OK;
@@ -924,6 +1032,21 @@ llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, in
         logits[i] = g->es == sizeof(float) ? ((const float *)g->hrow)[i] : llmt__bf16_to_f32(hb[i]);
     return LLMT_OK;
 #undef R
+}
+
+const llmt__linear *llmt__devtrain_linears(const llmt__devtrain *g, int *n)
+{
+    *n = g->m->cfg.layers * NLIN + 1;
+    return g->lin;
+}
+const llmt__vocab *llmt__devtrain_vocab(const llmt__devtrain *g)
+{
+    return &g->voc;
+}
+void llmt__devtrain_set_split_hook(llmt__devtrain *g, llmt__split_hook hook, void *ctx)
+{
+    g->hook = hook;
+    g->hook_ctx = ctx;
 }
 
 int llmt__devtrain_host_resident(const llmt__devtrain *g)

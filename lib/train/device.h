@@ -19,6 +19,79 @@
 
 typedef struct llmt__devtrain llmt__devtrain;
 
+/* ---- The graph's split points: how tensor parallelism plugs in
+ *
+ * The graph is written once; a parallel split is a property of the ops in
+ * it, never a second copy. Every Linear of GPT-2 and Llama (per layer: qkv,
+ * proj, fc, fc3 on Llama, fcproj; and the output head) is an llmt__linear:
+ * its weight [out, in] and bias [out] offsets in the device layout, its
+ * features, and a split kind. The embedding and the loss are one
+ * llmt__vocab. Today every split is NONE (the whole tensor on every rank)
+ * and no hook runs: the graph does exactly what it did before.
+ *
+ * Tensor parallelism (the next issue) over a group of t ranks sets, per
+ * Megatron-LM's pairing of a column-parallel Linear with the row-parallel
+ * one that consumes its output (one all-reduce per pair and direction):
+ *   qkv, fc, fc3: COLUMN: this rank's out/t output features (heads h*nh/t
+ *     .. for qkv, the kv heads likewise; attention is per head, so it runs
+ *     unchanged on nh/t heads); the input is whole.
+ *   proj, fcproj: ROW: this rank's in/t input features; the output is a
+ *     partial sum.
+ *   lm_head + loss, wte: the vocabulary split in t ranges (llmt__vocab lo,
+ *     hi): the embedding looks up only its rows (others give 0), the head
+ *     produces only its logits, the cross-entropy reduces its per-row max
+ *     and sum of exponentials over the group.
+ * and gives the engine a hook (llmt__devtrain_set_split_hook) that runs
+ * the collective at each named point (LLMT__AT_*) below; with sequence
+ * parallelism the all-reduces become reduce-scatter / all-gather pairs at
+ * the same points. The weight offsets then address the rank's shard (the
+ * model's parameters get a placement per dimension); the GEMMs take `in`
+ * and `out` from the descriptor, so nothing else in the graph changes. */
+typedef enum llmt__split {
+    LLMT__SPLIT_NONE = 0,   /* whole on every rank */
+    LLMT__SPLIT_COLUMN = 1, /* output features (or vocabulary rows) split */
+    LLMT__SPLIT_ROW = 2     /* input features split; output partial sums */
+} llmt__split;
+
+/* Where a split op needs its group's collective (dir +1: forward, -1:
+ * backward). */
+typedef enum llmt__point {
+    /* before a COLUMN Linear: forward, x is whole (identity; sequence
+     * parallel: all-gather); backward, after its dx: all-reduce */
+    LLMT__AT_COLUMN_IN = 0,
+    /* after a ROW Linear: forward, all-reduce of out (sequence parallel:
+     * reduce-scatter); backward, before it: dout is whole (identity) */
+    LLMT__AT_ROW_OUT = 1,
+    /* after a vocabulary-split embedding's forward: all-reduce of the rows */
+    LLMT__AT_EMBED_OUT = 2,
+    /* vocabulary-split cross-entropy: per-row max, then sum of exp */
+    LLMT__AT_LOSS_MAX = 3,
+    LLMT__AT_LOSS_SUM = 4
+} llmt__point;
+
+typedef struct llmt__linear {
+    const char *name; /* "qkv", "proj", "fc", "fc3", "fcproj", "lm_head" */
+    size_t w, b;      /* device offsets: weight [out, in], bias [out] or NOPARAM */
+    int in, out;      /* features (of this rank's part when split) */
+    llmt__split split;
+    int fp8_slot; /* fp8 scaling slot, -1: never fp8 (the head) */
+    int gelu;     /* GELU after it, fused into the GEMM (GPT-2's fc) */
+} llmt__linear;
+
+typedef struct llmt__vocab {
+    size_t wte, wpe;   /* device offsets; wpe NOPARAM on Llama */
+    int V, Vp, C;      /* vocabulary, padded, width */
+    llmt__split split; /* NONE, or COLUMN: this rank has rows [lo, hi) */
+    int lo, hi;
+} llmt__vocab;
+
+/* The collective at point `at` on buf [rows, cols] (storage type; fp32 for
+ * the loss points), for Linear `lin` (NULL at the vocabulary points).
+ * Runs only for split ops. */
+typedef llmt_status (*llmt__split_hook)(void *ctx, llmt__point at, int dir,
+                                        const llmt__linear *lin, void *buf, size_t rows,
+                                        size_t cols);
+
 /* llmt_trainer_opts.recompute values */
 enum { LLMT__RECOMPUTE_NONE = 0, LLMT__RECOMPUTE_FULL = 1, LLMT__RECOMPUTE_SELECTIVE = 2 };
 
@@ -101,6 +174,14 @@ int llmt__devtrain_fp8_state(const llmt__devtrain *g, const float **scales, int 
  * off. import restores it (and the device's scales). */
 float *llmt__devtrain_fp8_export(llmt__devtrain *g, int64_t shape[2]);
 llmt_status llmt__devtrain_fp8_import(llmt__devtrain *g, const float *in);
+
+/* The graph's Linears (per layer qkv, proj, fc, fc3, fcproj: *n = layers
+ * x 5, unused slots have w NOPARAM; then the head) and the vocabulary op,
+ * for tests and the parallel layers; set_split_hook: the collectives of
+ * split ops (NULL: none; nothing is split today). */
+const llmt__linear *llmt__devtrain_linears(const llmt__devtrain *g, int *n);
+const llmt__vocab *llmt__devtrain_vocab(const llmt__devtrain *g);
+void llmt__devtrain_set_split_hook(llmt__devtrain *g, llmt__split_hook hook, void *ctx);
 
 /* Data parallelism (lib/train/trainer.c attaches it, lib/train/dp.c runs
  * it on the engine's device buffers through the op table, any backend).

@@ -10,6 +10,9 @@
  *                         unique id; gpu suite, SKIPs (77) without NCCL or
  *                         with fewer than 2 GPUs
  *
+ * Also: the graph's Linear descriptors and split points (device.h) on the
+ * emulation.
+ *
  * The bound, and why. Rank r runs micro-batches r*ACCUM .. r*ACCUM+ACCUM-1
  * of the reference's dp*ACCUM, each of the same B x T, so at step 1 every
  * activation (bf16) is bit for bit the reference's: only the fp32 sums
@@ -299,6 +302,104 @@ static void compare(const char *name, int dp, int zero)
     free(ref.params);
 }
 
+/* The graph's split points (device.h): every Linear is a descriptor with
+ * split NONE today; marking qkv COLUMN and proj ROW with an identity hook
+ * (what tensor parallelism of one rank does) runs the hook at the named
+ * points and changes nothing in the run; without a hook a split op is
+ * refused by name. */
+typedef struct hook_count {
+    int at[5][2];
+} hook_count;
+
+static llmt_status count_hook(void *ctx, llmt__point at, int dir, const llmt__linear *lin,
+                              void *buf, size_t rows, size_t cols)
+{
+    hook_count *h = ctx;
+    (void)lin;
+    (void)buf;
+    (void)rows;
+    (void)cols;
+    h->at[at][dir > 0]++;
+    return LLMT_OK;
+}
+
+static int run_split(int mark, int hook, hook_count *h, float *loss, char *err, size_t errlen)
+{
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_status s = llmt_model_create(NULL, &g_cfg, &m);
+    if (s == LLMT_OK)
+        s = make_trainer(m, ACCUM, 0, &tr);
+    llmt__devtrain *g = tr ? llmt__trainer_devtrain(tr) : NULL;
+    int n = 0;
+    llmt__linear *lin = g ? (llmt__linear *)llmt__devtrain_linears(g, &n) : NULL;
+    for (int l = 0; mark && lin && l < g_cfg.layers; l++) {
+        lin[l * 5 + 0].split = LLMT__SPLIT_COLUMN; /* qkv */
+        lin[l * 5 + 1].split = LLMT__SPLIT_ROW;    /* proj */
+    }
+    if (g && hook)
+        llmt__devtrain_set_split_hook(g, count_hook, h);
+    make_data(1);
+    for (int k = 0; k < 2 && s == LLMT_OK; k++) {
+        size_t off = (size_t)k * ACCUM * MICRO * T;
+        llmt_batch b = {sizeof b, g_in + off, g_tg + off, ACCUM * MICRO, T};
+        llmt_step_metrics met;
+        memset(&met, 0, sizeof met);
+        met.struct_size = sizeof met;
+        s = llmt_trainer_step(tr, &b, &met);
+        loss[k] = met.loss;
+    }
+    if (s != LLMT_OK && tr)
+        snprintf(err, errlen, "%s", llmt_trainer_last_error(tr));
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    return (int)s;
+}
+
+static void check_split_points(void)
+{
+    config(0);
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &m), LLMT_OK);
+    CHECK_STATUS(make_trainer(m, ACCUM, 0, &tr), LLMT_OK);
+    if (!tr) {
+        llmt_model_destroy(m);
+        return;
+    }
+    int n = 0, C = g_cfg.width, L = g_cfg.layers;
+    const llmt__linear *lin = llmt__devtrain_linears(llmt__trainer_devtrain(tr), &n);
+    CHECK_EQ_INT(n, L * 5 + 1);
+    for (int i = 0; i < n; i++)
+        CHECK_EQ_INT(lin[i].split, LLMT__SPLIT_NONE);
+    CHECK(!strcmp(lin[0].name, "qkv") && lin[0].in == C && lin[0].out == 3 * C);
+    CHECK(!strcmp(lin[1].name, "proj") && lin[1].in == C && lin[1].out == C);
+    CHECK(!strcmp(lin[2].name, "fc") && lin[2].in == C && lin[2].out == 4 * C && lin[2].gelu);
+    CHECK(!strcmp(lin[4].name, "fcproj") && lin[4].in == 4 * C && lin[4].out == C);
+    CHECK(!strcmp(lin[n - 1].name, "lm_head") && lin[n - 1].out == 128 &&
+          lin[n - 1].fp8_slot < 0);
+    CHECK_EQ_INT(llmt__devtrain_vocab(llmt__trainer_devtrain(tr))->split, LLMT__SPLIT_NONE);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+
+    float l0[2] = {0}, l1[2] = {0}, l2[2] = {0};
+    char err[512] = "";
+    hook_count h;
+    memset(&h, 0, sizeof h);
+    CHECK_STATUS(run_split(0, 0, &h, l0, err, sizeof err), LLMT_OK);
+    CHECK_STATUS(run_split(1, 1, &h, l1, err, sizeof err), LLMT_OK);
+    CHECK(memcmp(l0, l1, sizeof l0) == 0); /* identity collectives: the same run */
+    /* per micro-batch and layer: one column input and one row output each
+     * way (2 steps x ACCUM micro-batches) */
+    int per = 2 * ACCUM * L;
+    CHECK_EQ_INT(h.at[LLMT__AT_COLUMN_IN][1], per);
+    CHECK_EQ_INT(h.at[LLMT__AT_COLUMN_IN][0], per);
+    CHECK_EQ_INT(h.at[LLMT__AT_ROW_OUT][1], per);
+    CHECK_EQ_INT(h.at[LLMT__AT_ROW_OUT][0], per);
+    CHECK_STATUS(run_split(1, 0, &h, l2, err, sizeof err), LLMT_ERR_UNSUPPORTED);
+    CHECK(strstr(err, "qkv is split") != NULL);
+}
+
 int main(int argc, char **argv)
 {
     int cuda = argc > 1 && !strcmp(argv[1], "cuda");
@@ -320,7 +421,8 @@ int main(int argc, char **argv)
         llmt_trainer_destroy(tr);
         llmt_model_destroy(m);
         if (s != LLMT_OK) {
-            fprintf(stderr, "SKIP: no second GPU (%s)\n", llmt_status_string(s));
+            fprintf(stderr, "SKIP: fewer than 2 usable GPUs (device 1: %s)\n",
+                    llmt_status_string(s));
             return CHECK_SKIP;
         }
         llmt_model_create(NULL, &g_cfg, &m);
@@ -330,6 +432,8 @@ int main(int argc, char **argv)
         llmt_trainer_destroy(tr);
         llmt_model_destroy(m);
     }
+    if (!cuda)
+        check_split_points();
     for (int llama = 0; llama <= 1; llama++) {
         config(llama);
         const char *name = llama ? "llama" : "gpt2";
