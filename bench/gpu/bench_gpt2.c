@@ -6,7 +6,8 @@
  *   bench_gpt2 [--B 16,32,64] [--T 1024] [--steps N] [--json FILE]
  *              [--engine gpt2|trainer]
  *
- * --engine gpt2 (default) times cuda/train/gpt2.cu's step; --engine trainer
+ * --engine gpt2 (default) times bench/gpu/gpt2.cu's step (built into this
+ * program, not the library); --engine trainer
  * times llmt_trainer_step with device = LLMT_DEVICE_CUDA (lib/train/
  * device.c, the public path; weight decay 0 and clip 1 like the other).
  *
@@ -18,7 +19,7 @@
 #include <time.h>
 
 #include "../../test/gpu/gpu_util.h"
-#include "../../cuda/train/gpt2.h"
+#include "gpt2.h"
 #include "llmtrain.h"
 
 static double now(void)

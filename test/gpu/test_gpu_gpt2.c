@@ -1,4 +1,5 @@
-/* The GPU GPT-2 step (cuda/train/gpt2.cu, bf16) against the CPU trainer
+/* The benchmark's GPU GPT-2 step (bench/gpu/gpt2.cu, bf16, built into
+ * this program: it is not in the library) against the CPU trainer
  * (lib/train, fp32) from the same initial weights: 20 AdamW steps on the
  * same batches; each step's loss must agree within a bf16 tolerance
  * (|gpu - cpu| <= 0.02 + 0.01 * cpu), and the GPU's grad norm within 10%.
@@ -12,7 +13,7 @@
 #include "llmtrain.h"
 #include "check.h"
 #include "gpu_util.h"
-#include "../../cuda/train/gpt2.h"
+#include "../../bench/gpu/gpt2.h"
 
 #define NL 2
 #define NC 64

@@ -1,11 +1,15 @@
-/* GPT-2 training step on the GPU (internal; cuda/train/gpt2.cu). The model,
- * its optimizer state and activations for one (B, T) live on the device;
+/* GPT-2 training step on the GPU (bench/gpu/gpt2.cu): a second, GPT-2-only
+ * copy of the model graph over the CUDA kernels, kept out of the library
+ * (issue 15: one graph, lib/train/device.c) and kept here only as the speed
+ * reference the engine must match on a GPU (bench_gpt2 --engine trainer
+ * against --engine gpt2); delete it once it does. The model, its optimizer
+ * state and activations for one (B, T) live on the device;
  * llmt__cuda_gpt2_step runs forward, backward, global-norm clipping and
  * AdamW. bench/gpu/bench_gpt2.c times it against llm.c and PyTorch. */
 #ifndef LLMT_CUDA_GPT2_H
 #define LLMT_CUDA_GPT2_H
 
-#include "../llmt_cuda.h"
+#include "../../cuda/llmt_cuda.h"
 
 #ifdef __cplusplus
 extern "C" {
