@@ -17,7 +17,7 @@ build=${BUILD_DIR:-build}
 # What the library and the main job need, and what only the tests need.
 pkgs_build=(gcc g++ make pkg-config meson ninja-build binutils
             libcjson-dev libxxhash-dev libaio-dev libopenblas-dev
-            libopenmpi-dev openmpi-bin python3 fortunes fortunes-min)
+            libopenmpi-dev openmpi-bin libgloo-dev python3 fortunes fortunes-min)
 # pkg:command entries are skipped when the command is already on PATH (a
 # toolchain installed another way, e.g. rustup's cargo).
 pkgs_test=(abigail-tools clang-format golang-go:go cargo:cargo python3-numpy python3-torch nodejs:node)

@@ -243,6 +243,7 @@ LLMT_API llmt_status llmt_tensor_is_contiguous(const llmt_tensor *t, int *out);
 #define LLMT_FEATURE_AIO      (UINT64_C(1) << 3)
 #define LLMT_FEATURE_OPENBLAS (UINT64_C(1) << 4)
 #define LLMT_FEATURE_OPENMP   (UINT64_C(1) << 5)
+#define LLMT_FEATURE_GLOO (UINT64_C(1) << 6)
 
 LLMT_API uint64_t llmt_build_features(void);
 /* "cuda", "nccl", ... for one bit; NULL for an unknown bit. */
@@ -1031,11 +1032,15 @@ typedef struct llmt_comm llmt_comm;
 typedef struct llmt_comm_work llmt_comm_work;
 
 typedef enum llmt_comm_backend {
-    LLMT_COMM_AUTO = 0,    /* from the environment: MPI if launched by an MPI
-                              launcher, else a single-rank in-process group */
+    /* from the environment: MPI if launched by an MPI launcher, Gloo with
+     * RANK/WORLD_SIZE and $LLMT_COMM_STORE, else a single-rank in-process
+     * group */
+    LLMT_COMM_AUTO = 0,
     LLMT_COMM_INPROC = 1,
     LLMT_COMM_MPI = 2,
-    LLMT_COMM_NCCL = 3
+    LLMT_COMM_NCCL = 3,
+    /* Gloo over TCP, one rank per process (llmt_comm_create_from_store) */
+    LLMT_COMM_GLOO = 4
 } llmt_comm_backend;
 
 typedef enum llmt_reduce_op {
@@ -1110,6 +1115,22 @@ LLMT_API llmt_status llmt_comm_create_from_unique_id(llmt_context *ctx,
                                                      int32_t world_size,
                                                      const llmt_comm_opts *opts,
                                                      llmt_comm **out);
+
+/* Gloo (build feature LLMT_FEATURE_GLOO): `world_size` processes meet
+ * through a file store, a directory every rank sees (`store_dir`), under a
+ * key prefix. A peer that dies or stops gives the others an error
+ * (LLMT_ERR_TIMEOUT or LLMT_ERR_COMM) within opts.timeout_ms, never a hang,
+ * and aborts the communicator; the survivors can then create a new one with
+ * a new prefix (and their new ranks). A prefix is used once: its keys stay
+ * in the store. opts.backend must be AUTO or GLOO. The TCP address of this
+ * rank: $LLMT_GLOO_HOSTNAME, else $LLMT_GLOO_IFACE (an interface name),
+ * else 127.0.0.1. Launched with RANK/WORLD_SIZE and $LLMT_COMM_STORE set,
+ * llmt_comm_create_from_env does the same (prefix $LLMT_COMM_STORE_PREFIX,
+ * default "llmt"). */
+LLMT_API llmt_status llmt_comm_create_from_store(llmt_context *ctx, const char *store_dir,
+                                                 const char *prefix, int32_t rank,
+                                                 int32_t world_size, const llmt_comm_opts *opts,
+                                                 llmt_comm **out);
 
 /* Sub-groups. Collective over `comm`. Ranks with the same color >= 0 form a
  * group, ordered by (key, rank); color < 0 gives *out = NULL. */

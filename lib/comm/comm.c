@@ -278,7 +278,7 @@ static llmt_status read_opts(llmt_context *ctx, const llmt_comm_opts *opts,
                              "comm: timeout_ms %lld and recorder_size %d must "
                              "be >= 0 (0: default)", (long long)o->timeout_ms,
                              (int)o->recorder_size);
-    if (o->backend < LLMT_COMM_AUTO || o->backend > LLMT_COMM_NCCL)
+    if (o->backend < LLMT_COMM_AUTO || o->backend > LLMT_COMM_GLOO)
         return llmt__err_set(ctx ? &ctx->err : NULL, LLMT_ERR_INVALID_ARGUMENT,
                              "comm: backend %d unknown", (int)o->backend);
     return LLMT_OK;
@@ -833,14 +833,27 @@ LLMT_API llmt_status llmt_comm_create_from_env(llmt_context *ctx,
                      !strcmp(env.launcher, "pmi") ||
                      !strcmp(env.launcher, "slurm");
     int be = o.backend;
+    const char *store = getenv("LLMT_COMM_STORE");
+    if (be == LLMT_COMM_AUTO && env.world_size > 1 && !mpi_launch && store && *store)
+        be = LLMT_COMM_GLOO;
+    if (be == LLMT_COMM_GLOO) {
+        const char *dir = store && *store ? store : o.rendezvous_path;
+        const char *pre = getenv("LLMT_COMM_STORE_PREFIX");
+        if (!dir)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "comm: gloo from the environment needs $LLMT_COMM_STORE "
+                                 "(a directory every rank sees) or opts.rendezvous_path");
+        return llmt_comm_create_from_store(ctx, dir, pre && *pre ? pre : "llmt", env.rank,
+                                           env.world_size, &o, out);
+    }
     if (be == LLMT_COMM_AUTO) {
         if (env.world_size == 1) be = LLMT_COMM_INPROC;
         else if (mpi_launch) be = LLMT_COMM_MPI;
         else
             return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                                  "comm: launched by %s with %d ranks: only MPI "
-                                 "launchers (or NCCL with a rendezvous_path) "
-                                 "can connect separate processes",
+                                 "launchers, Gloo ($LLMT_COMM_STORE) or NCCL with a "
+                                 "rendezvous_path can connect separate processes",
                                  env.launcher, (int)env.world_size);
     }
     if (be == LLMT_COMM_INPROC) {
@@ -924,6 +937,40 @@ LLMT_API llmt_status llmt_comm_create_from_mpi(llmt_context *ctx, void *mpi_comm
                          "NCCL (got %d)", (int)o.backend);
 #else
     return llmt__err_set(e, LLMT_ERR_UNSUPPORTED, "comm: this build has no MPI");
+#endif
+}
+
+LLMT_API llmt_status llmt_comm_create_from_store(llmt_context *ctx, const char *store_dir,
+                                                 const char *prefix, int32_t rank,
+                                                 int32_t world, const llmt_comm_opts *opts,
+                                                 llmt_comm **out)
+{
+    llmt_err *e = ctx ? &ctx->err : NULL;
+    LLMT__NONNULL(e, "comm: create_from_store", out);
+    LLMT__NONNULL(e, "comm: create_from_store", store_dir);
+    LLMT__NONNULL(e, "comm: create_from_store", prefix);
+    *out = NULL;
+    if (world < 1 || rank < 0 || rank >= world)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT, "comm: rank %d outside [0, %d)",
+                             (int)rank, (int)world);
+    if (!*prefix || strchr(prefix, '\n'))
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "comm: create_from_store: the prefix must be a non-empty line");
+    llmt_comm_opts o;
+    llmt_status s = read_opts(ctx, opts, &o);
+    if (s != LLMT_OK)
+        return s;
+    if (o.backend != LLMT_COMM_AUTO && o.backend != LLMT_COMM_GLOO)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "comm: create_from_store makes Gloo communicators (backend %d "
+                             "asked)",
+                             (int)o.backend);
+#ifdef LLMT_HAVE_GLOO
+    return llmt__gloo_create(ctx, store_dir, prefix, rank, world, &o, out);
+#else
+    return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                         "comm: this build has no Gloo (apt-get install libgloo-dev, "
+                         "then meson setup --reconfigure; -Dgloo=enabled to insist)");
 #endif
 }
 

@@ -183,6 +183,13 @@ llmt_status llmt__nccl_create_mpi(llmt_context *ctx, void *mpi_comm,
 #endif
 #endif
 
+#ifdef LLMT_HAVE_GLOO
+/* gloo.cc: rank of world meeting under `prefix` in the file store. */
+llmt_status llmt__gloo_create(llmt_context *ctx, const char *store_dir, const char *prefix,
+                              int32_t rank, int32_t world, const llmt_comm_opts *opts,
+                              llmt_comm **out);
+#endif
+
 /* Count one completed operation in the communicator's traffic (stats.c). */
 void llmt__comm_account(llmt_comm *c, const llmt__coll *a, double seconds);
 

@@ -22,6 +22,9 @@ LLMT_API uint64_t llmt_build_features(void)
 #ifdef _OPENMP
     f |= LLMT_FEATURE_OPENMP;
 #endif
+#ifdef LLMT_HAVE_GLOO
+    f |= LLMT_FEATURE_GLOO;
+#endif
     return f;
 }
 
@@ -33,6 +36,8 @@ LLMT_API const char *llmt_feature_name(uint64_t feature_bit)
     if (feature_bit == LLMT_FEATURE_AIO) return "aio";
     if (feature_bit == LLMT_FEATURE_OPENBLAS) return "openblas";
     if (feature_bit == LLMT_FEATURE_OPENMP) return "openmp";
+    if (feature_bit == LLMT_FEATURE_GLOO)
+        return "gloo";
     return NULL;
 }
 
