@@ -10,7 +10,9 @@
  *                         unique id; gpu suite, SKIPs (77) without NCCL or
  *                         with fewer than 2 GPUs
  *
- * Also: the graph's Linear descriptors and split points (device.h) on the
+ * Also: a DP run checkpointed and resumed by fresh ranks continues bit for
+ * bit (ZeRO 1, 2, 3) and detaching gathers the sharded moments; the
+ * graph's Linear descriptors and split points (device.h) on the
  * emulation.
  *
  * The bound, and why. Rank r runs micro-batches r*ACCUM .. r*ACCUM+ACCUM-1
@@ -123,6 +125,9 @@ static void flatten(llmt_model *m, float *out)
 typedef struct rank_arg {
     llmt_comm *c;
     int rank, dp, zero;
+    int k0, k1;              /* steps run: [k0, k1) (0, 0: all) */
+    const char *load, *save; /* checkpoint roots: read before k0, write after k1 */
+    int detach;              /* set_comm(NULL) at the end, then read m whole */
     float loss[STEPS];
     float *params;
     int64_t numel;
@@ -130,6 +135,37 @@ typedef struct rank_arg {
     llmt_status st;
     char err[1024];
 } rank_arg;
+
+/* A checkpoint of the trainer (every rank its shares) written after step
+ * k1 or read before step k0. */
+static llmt_status ckpt_io(rank_arg *a, llmt_trainer *tr, int save)
+{
+    llmt_ckpt_opts o;
+    llmt_ckpt_opts_init(&o, sizeof o);
+    o.rank = a->rank;
+    o.world_size = a->c ? a->dp : 1;
+    o.keep_last = 0;
+    llmt_ckpt *ck = NULL;
+    llmt_status s = llmt_ckpt_create(NULL, save ? a->save : a->load, &o, &ck);
+    if (s == LLMT_OK && save) {
+        s = llmt_ckpt_begin(ck, a->k1);
+        if (s == LLMT_OK)
+            s = llmt_trainer_ckpt_add(tr, ck);
+        if (s == LLMT_OK)
+            s = llmt_ckpt_save(ck, 0);
+    } else if (s == LLMT_OK) {
+        int64_t step = -1;
+        s = llmt_ckpt_open_latest(ck, &step);
+        if (s == LLMT_OK && step != a->k0)
+            s = LLMT_ERR_INTERNAL;
+        if (s == LLMT_OK)
+            s = llmt_trainer_ckpt_read(tr, ck);
+    }
+    if (s != LLMT_OK && ck)
+        fprintf(stderr, "ckpt: %s\n", llmt_ckpt_last_error(ck));
+    llmt_ckpt_destroy(ck);
+    return s;
+}
 
 /* Rank r of dp (dp 1: the reference, all dp*ACCUM micro-batches). */
 static void *rank_main(void *p)
@@ -151,9 +187,12 @@ static void *rank_main(void *p)
     a->mem.struct_size = sizeof a->mem;
     if (tr)
         llmt_trainer_memory_usage(tr, &a->mem);
+    if (a->st == LLMT_OK && a->load)
+        a->st = ckpt_io(a, tr, 0);
     size_t per = (size_t)ACCUM * MICRO * T;
     int seqs = ref ? a->dp * ACCUM * MICRO : ACCUM * MICRO;
-    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
+    int k1 = a->k1 ? a->k1 : STEPS;
+    for (int k = a->k0; k < k1 && a->st == LLMT_OK; k++) {
         size_t off = ((size_t)k * a->dp + (ref ? 0 : a->rank)) * per;
         llmt_batch b = {sizeof b, g_in + off, g_tg + off, seqs, T};
         llmt_step_metrics met;
@@ -162,8 +201,16 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_step(tr, &b, &met);
         a->loss[k] = met.loss;
     }
+    if (a->st == LLMT_OK && a->save)
+        a->st = ckpt_io(a, tr, 1);
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
+    if (a->st == LLMT_OK && a->detach) { /* every rank's shares back whole */
+        a->st = llmt_trainer_set_comm(tr, NULL, NULL);
+        llmt_tensor v;
+        if (a->st == LLMT_OK)
+            a->st = llmt_trainer_optim_state(tr, 0, 0, &v);
+    }
     if (a->st != LLMT_OK)
         snprintf(a->err, sizeof a->err, "%s",
                  tr  ? llmt_trainer_last_error(tr)
@@ -227,6 +274,78 @@ static llmt_status make_comms(int dp, llmt_comm **c)
             s = a[r].st;
     }
     return s;
+}
+
+/* dp ranks (threads) of the device engine running `proto` with each rank's
+ * index filled in; 0 when every rank ran. */
+static int run_ranks(int dp, const rank_arg *proto, rank_arg *a)
+{
+    llmt_comm *c[MAXDP] = {NULL};
+    llmt_status cs = make_comms(dp, c);
+    CHECK_STATUS(cs, LLMT_OK);
+    pthread_t th[MAXDP];
+    for (int r = 0; r < dp && cs == LLMT_OK; r++) {
+        a[r] = *proto;
+        a[r].c = c[r];
+        a[r].rank = r;
+        a[r].dp = dp;
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    for (int r = 0; r < dp && cs == LLMT_OK; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < dp; r++)
+        llmt_comm_destroy(c[r]);
+    return cs == LLMT_OK ? 0 : -1;
+}
+
+/* A DP run of the device engine checkpointed after step 3 and resumed by
+ * fresh trainers continues bit for bit like the uninterrupted one (the
+ * rank's shares of parameters and moments map between the device layout
+ * and the checkpoint's flat tensors); detaching gathers the moments. */
+static void check_resume(const char *name, int dp, int zero, const char *tmp)
+{
+    char root[600];
+    snprintf(root, sizeof root, "%s/%s-dp%d-z%d", tmp, name, dp, zero);
+    rank_arg whole[MAXDP], first[MAXDP], second[MAXDP], p;
+    memset(&p, 0, sizeof p);
+    p.zero = zero;
+    make_data(dp);
+    if (run_ranks(dp, &p, whole))
+        return;
+    p.k1 = 3;
+    p.save = root;
+    if (run_ranks(dp, &p, first))
+        return;
+    p.k0 = 3;
+    p.k1 = 0;
+    p.save = NULL;
+    p.load = root;
+    p.detach = 1;
+    if (run_ranks(dp, &p, second))
+        return;
+    int same = 1;
+    for (int r = 0; r < dp; r++) {
+        CHECK_STATUS(whole[r].st, LLMT_OK);
+        CHECK_STATUS(first[r].st, LLMT_OK);
+        CHECK_STATUS(second[r].st, LLMT_OK);
+        if (second[r].st != LLMT_OK)
+            fprintf(stderr, "%s resume: %s\n", name, second[r].err);
+        if (whole[r].st || second[r].st || whole[r].numel != second[r].numel) {
+            same = 0;
+            continue;
+        }
+        same &= memcmp(whole[r].loss + 3, second[r].loss + 3, (STEPS - 3) * sizeof(float)) == 0;
+        same &= memcmp(whole[r].params, second[r].params,
+                       (size_t)whole[r].numel * sizeof(float)) == 0;
+    }
+    fprintf(stderr, "%s dp=%d zero=%d: resumed at step 3 %s\n", name, dp, zero,
+            same ? "bit for bit" : "DIFFERS");
+    CHECK(same);
+    for (int r = 0; r < dp; r++) {
+        free(whole[r].params);
+        free(first[r].params);
+        free(second[r].params);
+    }
 }
 
 static double g_worst_loss, g_worst_param;
@@ -434,6 +553,11 @@ int main(int argc, char **argv)
     }
     if (!cuda)
         check_split_points();
+    char tmp[] = "/tmp/llmt-device-dp-XXXXXX";
+    if (!mkdtemp(tmp)) {
+        perror("mkdtemp");
+        return 1;
+    }
     for (int llama = 0; llama <= 1; llama++) {
         config(llama);
         const char *name = llama ? "llama" : "gpt2";
@@ -444,6 +568,15 @@ int main(int argc, char **argv)
                 compare(name, dps[i], zero);
             }
     }
+    config(0);
+    check_resume("gpt2", 2, 2, tmp);
+    check_resume("gpt2", 2, 3, tmp);
+    config(1);
+    check_resume("llama", 2, 1, tmp);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp);
     fprintf(stderr, "worst: later losses %.3g relative, params %.3g absolute\n", g_worst_loss,
             g_worst_param);
     free(g_in);
