@@ -117,6 +117,22 @@ const cli_command cli_commands[] = {
      "               keeps train.steps)\n"
      "  --threads N  CPU threads (default: train.threads, 0 = all)\n",
      cmd_train},
+    /* launch: the fault-tolerance agent (issue 19) */
+    {"launch", "run a job on N workers + S spares, restarting it on failures",
+     "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R]\n"
+     "                       [--heartbeat-timeout SEC] SPEC.json [train flags]\n"
+     "  Starts N workers, each `llmtrain train SPEC` with RANK/WORLD_SIZE and a\n"
+     "  Gloo rendezvous store in DIR/agent (needs the gloo build feature), and\n"
+     "  keeps S spare slots. A worker killed, stopped, silent for SEC seconds\n"
+     "  (default fault_tolerance.collective_timeout_s) or failing makes the\n"
+     "  agent kill the gang, quarantine the slot, promote a spare to its rank\n"
+     "  and restart every rank from the newest checkpoint (--resume). Without\n"
+     "  spares it continues on fewer data-parallel ranks with the same global\n"
+     "  batch, or stops saying why. R (default fault_tolerance.max_restarts)\n"
+     "  bounds the restarts. Train flags: --out DIR --steps N --threads N\n"
+     "  --resume --fresh. Events: DIR/agent/events.jsonl; worker logs:\n"
+     "  DIR/agent/genG-rankR.log. Drills: LLMT_FAULT (doc/fault-tolerance.md).\n",
+     cmd_launch},
     /* ckpt: owned by lib/ckpt (issue 7) */
     {"ckpt", "list, verify, inspect, export and prune checkpoints",
      "usage: llmtrain ckpt SUBCOMMAND DIR [options]\n"

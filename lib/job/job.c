@@ -402,6 +402,8 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
         return s;
     if ((s = buffers(j)) != LLMT_OK)
         return s;
+    if ((s = llmt__job_fault_parse(j)) != LLMT_OK)
+        return s;
     j->last_saved = -1;
     j->last.struct_size = sizeof j->last;
     j->last.val_loss = j->last.start_val_loss = NAN;
@@ -577,8 +579,11 @@ LLMT_API llmt_status llmt_job_get_info(const llmt_job *j, llmt_job_info *out)
     llmt_comm_backend be = LLMT_COMM_AUTO;
     if (j->comm)
         llmt_comm_backend_of(j->comm, &be);
-    i.comm_backend = !j->comm ? "" : be == LLMT_COMM_MPI ? "mpi" : be == LLMT_COMM_NCCL ? "nccl"
-                                                                                    : "inproc";
+    i.comm_backend = !j->comm               ? ""
+                     : be == LLMT_COMM_MPI  ? "mpi"
+                     : be == LLMT_COMM_NCCL ? "nccl"
+                     : be == LLMT_COMM_GLOO ? "gloo"
+                                            : "inproc";
     size_t n = out->struct_size < sizeof i ? out->struct_size : sizeof i;
     memcpy(out, &i, n);
     return LLMT_OK;

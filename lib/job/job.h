@@ -38,6 +38,16 @@ typedef struct job_data_opts {
     int resume;            /* reuse data prepared by an earlier start */
 } job_data_opts;
 
+/* One fault to inject (fault.c, $LLMT_FAULT). */
+enum { JOB_FAULT_KILL, JOB_FAULT_HANG, JOB_FAULT_SLOW, JOB_FAULT_NAN, JOB_FAULT_BITFLIP };
+#define JOB_MAX_FAULTS 16
+typedef struct job_fault {
+    int kind;
+    int32_t rank;
+    int64_t step, arg;
+    int gen, sticky, fired;
+} job_fault;
+
 /* Anomaly detection state: a window of recent finite losses. */
 #define JOB_LOSS_WINDOW 32
 #define JOB_MAX_CONSECUTIVE_ANOMALIES 8
@@ -97,6 +107,12 @@ struct llmt_job {
     int nloss, loss_pos;
     int consecutive;
     int64_t anomalies, skipped, rollbacks;
+
+    /* drills (fault.c) */
+    job_fault faults[JOB_MAX_FAULTS];
+    int nfault, launch_gen;
+    int nan_saved;
+    float nan_value;
 };
 
 /* refuse.c: every key the job cannot honour, refused by JSON path. */
@@ -125,6 +141,14 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step);
 /* Move step directories newer than `step` (-1: all) of the local root to
  * its quarantine (rank 0; the others wait), noting it in resume_note. */
 llmt_status llmt__job_quarantine(llmt_job *j, int64_t step);
+
+/* fault.c: $LLMT_FAULT parsed at creation; before(step) fires what is due
+ * on this rank just before `step` runs, after() undoes a NaN injection;
+ * the heartbeat file ($LLMT_HEARTBEAT_FILE) rewritten after each step. */
+llmt_status llmt__job_fault_parse(llmt_job *j);
+llmt_status llmt__job_fault_before(llmt_job *j, int64_t step);
+void llmt__job_fault_after(llmt_job *j);
+void llmt__job_heartbeat(llmt_job *j, int64_t step);
 
 /* metrics.c: metrics.jsonl, appended and never rewritten. */
 llmt_status llmt__job_metrics_open(llmt_job *j);

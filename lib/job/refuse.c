@@ -6,6 +6,7 @@
  * cost a layout); only the job, which runs the spec, refuses them.
  * test/job walks the whole key table against this file. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "job/job.h"
@@ -196,11 +197,15 @@ static llmt_status check_tiers(llmt_job *j)
 static llmt_status check_ft(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
-    if (llmt__spec_given(s, "fault_tolerance.max_restarts"))
-        return REFUSE("fault_tolerance.max_restarts: %lld is not supported by "
-                      "llmt_job yet (restarts are the launcher's: llmtrain train "
-                      "--resume; an agent with a restart budget: issue 19); "
-                      "remove it", (long long)s->fault_tolerance.max_restarts);
+    /* the restart budget is the agent's (llmtrain launch reads it and says
+     * so with $LLMT_LAUNCH_GEN); a job started by anything else has no one
+     * to restart it, and would ignore the key */
+    const char *gen = getenv("LLMT_LAUNCH_GEN");
+    if (llmt__spec_given(s, "fault_tolerance.max_restarts") && !(gen && *gen))
+        return REFUSE("fault_tolerance.max_restarts: %lld is the restart budget of the "
+                      "agent: run the job with llmtrain launch (doc/fault-tolerance.md), "
+                      "or remove the key to run it without restarts",
+                      (long long)s->fault_tolerance.max_restarts);
     return LLMT_OK;
 }
 

@@ -137,7 +137,11 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
     llmt_step_metrics met;
     memset(&met, 0, sizeof met);
     met.struct_size = sizeof met;
+    if ((s = llmt__job_fault_before(j, start + 1)) != LLMT_OK)
+        return s;
     s = llmt_trainer_step(j->tr, &b, &met);
+    llmt__job_fault_after(j);
+    llmt__job_heartbeat(j, start + 1);
     if (s == LLMT_ERR_NUMERIC) /* the trainer did not apply it */
         return anomaly(j, start + 1, "nonfinite", llmt_trainer_last_error(j->tr), m);
     if (s != LLMT_OK)

@@ -1,0 +1,183 @@
+/* Drills and the agent's view of a rank: fault injection and heartbeats.
+ *
+ * Recovery that is never exercised does not work when it is needed, so a
+ * job can be told to fail on purpose: $LLMT_FAULT is a comma-separated list
+ * of KIND:RANK:STEP[:ARG][@GEN] fired on rank RANK just before step STEP
+ * runs, in launch generation GEN (default 0; $LLMT_LAUNCH_GEN, set by
+ * `llmtrain launch`, says which generation this process is, so a fault
+ * does not fire again when the restarted gang replays the step):
+ *   kill     SIGKILL self (a node that vanishes)
+ *   hang     SIGSTOP self (a hung process: sockets open, no progress)
+ *   slow     sleep ARG ms in that step (a straggler; every step from STEP
+ *            on when ARG is followed by '+': slow:1:3:200+)
+ *   nan      NaN in this rank's gradients for that step (a parameter is
+ *            made NaN for the forward/backward and restored after)
+ *   bitflip  flip bit ARG (default 22) of one parameter element (silent
+ *            data corruption: the replicas now differ)
+ * The injection is test machinery and the only place lib/ raises signals;
+ * it does nothing unless the variable is set.
+ *
+ * The heartbeat: with $LLMT_HEARTBEAT_FILE set, the job rewrites that file
+ * after every step ("step unix_time"), so an agent sees a rank that stopped
+ * making progress even while its process is alive. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "job/job.h"
+
+#define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
+
+static const char *const kind_names[] = {"kill", "hang", "slow", "nan", "bitflip"};
+
+llmt_status llmt__job_fault_parse(llmt_job *j)
+{
+    const char *v = getenv("LLMT_FAULT");
+    const char *g = getenv("LLMT_LAUNCH_GEN");
+    j->launch_gen = g && *g ? atoi(g) : 0;
+    j->nfault = 0;
+    if (!v || !*v)
+        return LLMT_OK;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", v);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (j->nfault >= JOB_MAX_FAULTS)
+            return FAIL(LLMT_ERR_INVALID_ARGUMENT, "LLMT_FAULT: more than %d faults",
+                        JOB_MAX_FAULTS);
+        job_fault *f = &j->faults[j->nfault];
+        memset(f, 0, sizeof *f);
+        char *at = strchr(t, '@');
+        if (at) {
+            *at = 0;
+            f->gen = atoi(at + 1);
+        }
+        char kind[16] = "";
+        long long rank = -1, step = -1, arg = -1;
+        char plus = 0;
+        int n = sscanf(t, "%15[a-z]:%lld:%lld:%lld%c", kind, &rank, &step, &arg, &plus);
+        f->kind = -1;
+        for (int k = 0; k < (int)(sizeof kind_names / sizeof kind_names[0]); k++)
+            if (!strcmp(kind, kind_names[k]))
+                f->kind = k;
+        if (n < 3 || f->kind < 0 || rank < 0 || step < 1)
+            return FAIL(LLMT_ERR_INVALID_ARGUMENT,
+                        "LLMT_FAULT: '%s' is not KIND:RANK:STEP[:ARG][@GEN] with KIND one of "
+                        "kill, hang, slow, nan, bitflip, RANK >= 0 and STEP >= 1",
+                        t);
+        if (f->kind == JOB_FAULT_SLOW && n < 4)
+            return FAIL(LLMT_ERR_INVALID_ARGUMENT, "LLMT_FAULT: '%s': slow needs :MS", t);
+        f->rank = (int32_t)rank;
+        f->step = step;
+        f->arg = n >= 4 ? arg : (f->kind == JOB_FAULT_BITFLIP ? 22 : 0);
+        f->sticky = n >= 5 && plus == '+';
+        j->nfault++;
+    }
+    return LLMT_OK;
+}
+
+/* The element a bitflip or nan touches: the first parameter's middle. */
+static float *victim_elem(llmt_job *j)
+{
+    llmt_tensor v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    if (llmt_model_param(j->model, 0, NULL, &v) != LLMT_OK || !v.data ||
+        v.dtype != LLMT_DTYPE_FP32)
+        return NULL;
+    int64_t n = 1;
+    for (int d = 0; d < v.ndim; d++)
+        n *= v.shape[d];
+    return (float *)v.data + n / 2;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
+{
+    j->nan_saved = 0;
+    for (int i = 0; i < j->nfault; i++) {
+        job_fault *f = &j->faults[i];
+        if (f->rank != j->rank || f->gen != j->launch_gen)
+            continue;
+        if (f->step != step && !(f->sticky && step >= f->step))
+            continue;
+        if (f->fired && !f->sticky)
+            continue; /* once: a skipped or rolled-back step runs again */
+        f->fired = 1;
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                  "fault injection (LLMT_FAULT): %s on rank %d "
+                  "at step %lld",
+                  kind_names[f->kind], (int)j->rank, (long long)step);
+        llmt__job_metrics_line(j,
+                               "{\"event\":\"fault_injected\",\"kind\":\"%s\",\"rank\":%d,"
+                               "\"step\":%lld}",
+                               kind_names[f->kind], (int)j->rank, (long long)step);
+        if (j->jsonl)
+            fflush(j->jsonl);
+        float *x;
+        switch (f->kind) {
+        case JOB_FAULT_KILL: raise(SIGKILL); break;
+        case JOB_FAULT_HANG: raise(SIGSTOP); break;
+        case JOB_FAULT_SLOW: sleep_ms(f->arg); break;
+        case JOB_FAULT_NAN:
+            if (!(x = victim_elem(j)))
+                return FAIL(LLMT_ERR_UNSUPPORTED, "LLMT_FAULT nan: needs the fp32 CPU "
+                                                  "trainer's parameters");
+            j->nan_saved = 1;
+            j->nan_value = *x;
+            *x = NAN;
+            break;
+        case JOB_FAULT_BITFLIP: {
+            if (!(x = victim_elem(j)))
+                return FAIL(LLMT_ERR_UNSUPPORTED, "LLMT_FAULT bitflip: needs the fp32 CPU "
+                                                  "trainer's parameters");
+            uint32_t u;
+            memcpy(&u, x, 4);
+            u ^= 1u << (f->arg & 31);
+            memcpy(x, &u, 4);
+            break;
+        }
+        default: break;
+        }
+    }
+    return LLMT_OK;
+}
+
+void llmt__job_fault_after(llmt_job *j)
+{
+    if (!j->nan_saved)
+        return;
+    float *x = victim_elem(j);
+    if (x)
+        *x = j->nan_value;
+    j->nan_saved = 0;
+}
+
+void llmt__job_heartbeat(llmt_job *j, int64_t step)
+{
+    const char *path = getenv("LLMT_HEARTBEAT_FILE");
+    if (!path || !*path)
+        return;
+    char tmp[JOB_PATH_MAX + 16];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fprintf(f, "%lld %lld.%03ld\n", (long long)step, (long long)ts.tv_sec,
+            ts.tv_nsec / 1000000L);
+    if (fclose(f) == 0)
+        rename(tmp, path);
+}

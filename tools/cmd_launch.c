@@ -1,0 +1,588 @@
+/* llmtrain launch: the fault-tolerance agent of one host (issue 19).
+ *
+ * It starts N workers, each `llmtrain train SPEC` (so each runs llmt_job
+ * exactly as `llmtrain train` does) with torchrun-style RANK/WORLD_SIZE
+ * and a Gloo rendezvous store ($LLMT_COMM_STORE, a fresh prefix per
+ * generation), and keeps S spare slots idle. It watches process exits and
+ * the heartbeat file each worker rewrites after every step. On a failure
+ * (a worker killed by a signal, stopped, silent past the heartbeat
+ * timeout, or exiting with an error) it names the rank, kills the gang
+ * (a gang restart: the survivors cannot keep their state, so the
+ * in-memory snapshot is lost and the restart reads the newest checkpoint
+ * every rank holds, local tier then durable), quarantines the failed slot,
+ * promotes a spare slot to the failed rank and starts the next generation
+ * with --resume. With no spare left the job continues elastically on
+ * fewer data-parallel ranks with the same global batch (the plan raises
+ * grad_accum), or stops saying why when no smaller world fits. On one
+ * host a slot is a process identity; on a cluster it is a node's GPU.
+ * Events go to stdout and to OUT/agent/events.jsonl. Public ABI only. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define CMD "launch"
+#define MAXW 256
+
+typedef struct worker {
+    pid_t pid;
+    int rank, slot;
+    int done, status; /* reaped; waitpid status */
+    double spawned;
+} worker;
+
+typedef struct agent {
+    const char *spec_path, *out;
+    char exe[4096], dir[4096], store[4096], events_path[4096];
+    int nproc, spares, max_restarts;
+    double hb_timeout, start_timeout;
+    int argc_pass;
+    char **argv_pass;
+    FILE *events;
+    int nslots;
+    int slot_state[MAXW]; /* 0 spare, 1 in use, 2 quarantined */
+    int rank_slot[MAXW];
+    int world, gen, restarts;
+    worker w[MAXW];
+    llmt_spec *spec;
+    llmt_context *ctx;
+    /* accounting */
+    double t0, lost_detect_s, lost_restart_s;
+    int64_t lost_steps, last_step_seen;
+    int nfail;
+    double recov_s[64];
+    double recover_from; /* detection time of the failure being recovered */
+    int64_t fail_step;   /* newest step a rank finished before it */
+} agent;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void event(agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void event(agent *a, const char *fmt, ...)
+{
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (a->events) {
+        fprintf(a->events, "{\"t\":%.3f,%s}\n", now_s() - a->t0, line);
+        fflush(a->events);
+    }
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R] "
+                    "[--heartbeat-timeout SEC] SPEC.json [train flags]\n"
+                    "(llmtrain help launch for more)\n");
+    return CLI_USAGE;
+}
+
+static int mkdirs(const char *p)
+{
+    char b[4096];
+    snprintf(b, sizeof b, "%s", p);
+    for (char *s = b + 1; *s; s++) {
+        if (*s == '/') {
+            *s = 0;
+            mkdir(b, 0755);
+            *s = '/';
+        }
+    }
+    return mkdir(b, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+static void hb_path(const agent *a, int rank, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/hb-rank-%d", a->dir, rank);
+}
+
+/* Heartbeat: the step and the time the rank last finished a step. */
+static int hb_read(const agent *a, int rank, int64_t *step, double *t)
+{
+    char p[4200];
+    hb_path(a, rank, p, sizeof p);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return 0;
+    long long s = 0;
+    double tt = 0;
+    int ok = fscanf(f, "%lld %lf", &s, &tt) == 2;
+    fclose(f);
+    if (ok) {
+        *step = s;
+        *t = tt;
+    }
+    return ok;
+}
+
+static void spawn(agent *a, int rank)
+{
+    worker *w = &a->w[rank];
+    memset(w, 0, sizeof *w);
+    w->rank = rank;
+    w->slot = a->rank_slot[rank];
+    w->spawned = now_s();
+    char hb[4200], log[4200];
+    hb_path(a, rank, hb, sizeof hb);
+    unlink(hb);
+    snprintf(log, sizeof log, "%s/gen%d-rank%d.log", a->dir, a->gen, rank);
+    pid_t pid = fork();
+    if (pid != 0) {
+        w->pid = pid;
+        return;
+    }
+    char v[64];
+    static const char *const drop[] = {
+        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+        "SLURM_PROCID",         "SLURM_NTASKS"};
+    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
+        unsetenv(drop[i]);
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("RANK", v, 1);
+    setenv("LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", a->world);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("LOCAL_WORLD_SIZE", v, 1);
+    setenv("LLMT_COMM_STORE", a->store, 1);
+    snprintf(v, sizeof v, "gen%d", a->gen);
+    setenv("LLMT_COMM_STORE_PREFIX", v, 1);
+    snprintf(v, sizeof v, "%d", a->gen);
+    setenv("LLMT_LAUNCH_GEN", v, 1);
+    snprintf(v, sizeof v, "%d", w->slot);
+    setenv("LLMT_LAUNCH_SLOT", v, 1);
+    setenv("LLMT_HEARTBEAT_FILE", hb, 1);
+    FILE *lf = freopen(log, "w", stderr);
+    if (!lf)
+        _exit(127);
+    if (rank > 0 && !freopen(log, "a", stdout))
+        _exit(127);
+    char *args[64];
+    int n = 0;
+    args[n++] = a->exe;
+    args[n++] = (char *)"train";
+    args[n++] = (char *)a->spec_path;
+    args[n++] = (char *)"--out";
+    args[n++] = (char *)a->out;
+    for (int i = 0; i < a->argc_pass && n < 60; i++)
+        args[n++] = a->argv_pass[i];
+    if (a->gen > 0)
+        args[n++] = (char *)"--resume";
+    args[n] = NULL;
+    execv(a->exe, args);
+    _exit(127);
+}
+
+static int proc_stopped(pid_t pid)
+{
+    char p[64], b[512];
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(b, 1, sizeof b - 1, f);
+    fclose(f);
+    b[n] = 0;
+    char *r = strrchr(b, ')');
+    return r && (r[2] == 'T' || r[2] == 't');
+}
+
+static void kill_gang(agent *a)
+{
+    for (int r = 0; r < a->world; r++)
+        if (!a->w[r].done)
+            kill(a->w[r].pid, SIGKILL);
+    for (int r = 0; r < a->world; r++)
+        if (!a->w[r].done) {
+            waitpid(a->w[r].pid, &a->w[r].status, 0);
+            a->w[r].done = 1;
+        }
+}
+
+/* The first error line a rank wrote (its log), for the event. */
+static void first_error(const agent *a, int rank, char *buf, size_t n)
+{
+    char p[4200], line[1024];
+    snprintf(p, sizeof p, "%s/gen%d-rank%d.log", a->dir, a->gen, rank);
+    buf[0] = 0;
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "llmtrain train:") || strstr(line, "error")) {
+            line[strcspn(line, "\n")] = 0;
+            for (char *c = line; *c; c++)
+                if (*c == '"' || *c == '\\')
+                    *c = '\'';
+            snprintf(buf, n, "%s", line);
+            break;
+        }
+    fclose(f);
+}
+
+/* Largest world <= max whose plan keeps the spec's global batch. */
+static int fitting_world(agent *a, int max, char *why, size_t n)
+{
+    for (int w = max; w >= 1; w--) {
+        llmt_plan *p = NULL;
+        if (llmt_plan_create(a->ctx, a->spec, w, &p) == LLMT_OK) {
+            llmt_plan_destroy(p);
+            return w;
+        }
+        if (w == max)
+            snprintf(why, n, "%s", llmt_context_last_error(a->ctx));
+    }
+    return 0;
+}
+
+/* One generation: 0 when every worker finished, else the failed ranks
+ * (culprit[r] = 1) and what was seen. */
+static int run_gen(agent *a, int *culprit, char causes[][256], double *t_detect)
+{
+    for (int r = 0; r < a->world; r++)
+        spawn(a, r);
+    int alive = a->world;
+    double t_fail = 0;
+    for (;;) {
+        struct timespec ts = {0, 50000000L};
+        nanosleep(&ts, NULL);
+        double t = now_s();
+        int failed = 0;
+        for (int r = 0; r < a->world; r++) {
+            worker *w = &a->w[r];
+            int64_t hs;
+            double ht;
+            if (hb_read(a, r, &hs, &ht) && hs > a->last_step_seen)
+                a->last_step_seen = hs;
+            if (r == 0 && a->recover_from > 0 && hb_read(a, 0, &hs, &ht)) {
+                /* the first step of the new gang: recovery is over */
+                double rec = ht - a->recover_from;
+                int64_t lost = a->fail_step - (hs - 1);
+                if (a->nfail < 64)
+                    a->recov_s[a->nfail] = rec;
+                a->nfail++;
+                a->lost_steps += lost > 0 ? lost : 0;
+                printf("launch: recovered: gen %d resumed at step %lld and finished step "
+                       "%lld %.2f s after the failure was detected; %lld step(s) "
+                       "recomputed\n",
+                       a->gen, (long long)hs - 1, (long long)hs, rec,
+                       (long long)(lost > 0 ? lost : 0));
+                fflush(stdout);
+                event(a,
+                      "\"event\":\"recovered\",\"gen\":%d,\"resume_step\":%lld,"
+                      "\"recovery_s\":%.3f,\"lost_steps\":%lld",
+                      a->gen, (long long)hs - 1, rec, (long long)(lost > 0 ? lost : 0));
+                a->recover_from = 0;
+            }
+            if (w->done)
+                continue;
+            pid_t p = waitpid(w->pid, &w->status, WNOHANG);
+            if (p == w->pid) {
+                w->done = 1;
+                alive--;
+                if (WIFSIGNALED(w->status)) {
+                    culprit[r] = 1;
+                    snprintf(causes[r], 256, "killed by signal %d", WTERMSIG(w->status));
+                } else if (WEXITSTATUS(w->status) != 0) {
+                    failed = 1;
+                }
+                continue;
+            }
+            if (proc_stopped(w->pid)) {
+                culprit[r] = 1;
+                snprintf(causes[r], 256, "stopped (SIGSTOP): no progress");
+                continue;
+            }
+            int have = hb_read(a, r, &hs, &ht);
+            double age = have ? t - ht : t - w->spawned;
+            double lim = have ? a->hb_timeout : a->start_timeout;
+            if (age > lim) {
+                culprit[r] = 1;
+                snprintf(causes[r], 256, "no heartbeat for %.1f s (limit %.1f s%s)", age, lim,
+                         have ? "" : ", before the first step");
+            }
+        }
+        int any = 0;
+        for (int r = 0; r < a->world; r++)
+            any |= culprit[r];
+        if (any) {
+            *t_detect = t;
+            return 1;
+        }
+        if (failed && t_fail == 0)
+            t_fail = t;
+        /* error exits without a clearer cause: give the others a moment
+         * to show one (the killed rank is reaped, a stopped one seen) */
+        if (t_fail > 0 && (t - t_fail > 1.0 || alive == 0)) {
+            for (int r = 0; r < a->world; r++)
+                if (a->w[r].done && !WIFSIGNALED(a->w[r].status) &&
+                    WEXITSTATUS(a->w[r].status) != 0) {
+                    culprit[r] = 1;
+                    char e[200];
+                    first_error(a, r, e, sizeof e);
+                    snprintf(causes[r], 256, "exited with status %d: %s",
+                             WEXITSTATUS(a->w[r].status), e);
+                }
+            *t_detect = t_fail;
+            return 1;
+        }
+        if (alive == 0)
+            return 0;
+    }
+}
+
+static int agent_main(agent *a)
+{
+    a->t0 = now_s();
+    a->world = a->nproc;
+    a->nslots = a->nproc + a->spares;
+    for (int s = 0; s < a->nslots; s++)
+        a->slot_state[s] = s < a->nproc ? 1 : 0;
+    for (int r = 0; r < a->nproc; r++)
+        a->rank_slot[r] = r;
+    char why[1024] = "";
+    if (fitting_world(a, a->world, why, sizeof why) != a->world)
+        return cli_fail(CMD, "%d ranks do not fit the spec: %s", a->world, why);
+    printf("launch: %d workers + %d spare slot(s), up to %d restart(s), heartbeat timeout "
+           "%.0f s; store %s; logs and events in %s\n",
+           a->nproc, a->spares, a->max_restarts, a->hb_timeout, a->store, a->dir);
+    fflush(stdout);
+    event(a, "\"event\":\"launch\",\"nproc\":%d,\"spares\":%d,\"max_restarts\":%d", a->nproc,
+          a->spares, a->max_restarts);
+    double t_recover_from = 0;
+    int64_t step_at_failure = 0;
+    for (;;) {
+        int culprit[MAXW] = {0};
+        static char causes[MAXW][256];
+        double t_detect = 0;
+        event(a, "\"event\":\"generation\",\"gen\":%d,\"world_size\":%d", a->gen, a->world);
+        a->last_step_seen = 0;
+        a->recover_from = t_recover_from;
+        a->fail_step = step_at_failure;
+        int rc = run_gen(a, culprit, causes, &t_detect);
+        if (rc == 0) {
+            event(a, "\"event\":\"finished\",\"gen\":%d,\"world_size\":%d,\"restarts\":%d",
+                  a->gen, a->world, a->restarts);
+            break;
+        }
+        int64_t last = a->last_step_seen;
+        kill_gang(a);
+        /* every rank failing with an error of its own is the job's error
+         * (a refused key, an anomaly policy that stops): no restart helps */
+        int nerr = 0;
+        for (int r = 0; r < a->world; r++)
+            nerr += culprit[r] && !strncmp(causes[r], "exited", 6);
+        if (nerr == a->world) {
+            event(a, "\"event\":\"stop\",\"reason\":\"job_error\",\"gen\":%d", a->gen);
+            return cli_fail(CMD, "gen %d: every rank failed with an error of the job itself, "
+                            "which a restart would repeat; rank 0 %s (logs in %s)", a->gen,
+                            causes[0], a->dir);
+        }
+        double t_killed = now_s();
+        a->restarts++;
+        int lost_slots = 0;
+        for (int r = 0; r < a->world; r++) {
+            if (!culprit[r])
+                continue;
+            int s = a->rank_slot[r];
+            a->slot_state[s] = 2;
+            lost_slots++;
+            printf("launch: gen %d: rank %d (slot %d) failed at step ~%lld: %s; slot "
+                   "quarantined\n",
+                   a->gen, r, s, (long long)last + 1, causes[r]);
+            event(a,
+                  "\"event\":\"failure\",\"gen\":%d,\"rank\":%d,\"slot\":%d,\"step\":%lld,"
+                  "\"cause\":\"%s\",\"detect_s\":%.3f",
+                  a->gen, r, s, (long long)last + 1, causes[r], t_detect - a->t0);
+        }
+        if (a->restarts > a->max_restarts) {
+            event(a, "\"event\":\"stop\",\"reason\":\"max_restarts\",\"restarts\":%d",
+                  a->restarts - 1);
+            return cli_fail(CMD,
+                            "gen %d failed and the restart budget is spent (%d "
+                            "restart(s), --max-restarts / fault_tolerance.max_restarts "
+                            "%d); the newest checkpoint is in %s: llmtrain train %s --out "
+                            "%s --resume continues by hand",
+                            a->gen, a->restarts - 1, a->max_restarts, a->out, a->spec_path,
+                            a->out);
+        }
+        /* promote spares to the failed ranks, else shrink */
+        int short_by = 0;
+        for (int r = 0; r < a->world; r++) {
+            if (!culprit[r])
+                continue;
+            int found = -1;
+            for (int s = 0; s < a->nslots && found < 0; s++)
+                if (a->slot_state[s] == 0)
+                    found = s;
+            if (found >= 0) {
+                a->slot_state[found] = 1;
+                printf("launch: spare slot %d promoted to rank %d\n", found, r);
+                event(a, "\"event\":\"promote\",\"slot\":%d,\"rank\":%d", found, r);
+                a->rank_slot[r] = found;
+            } else {
+                a->rank_slot[r] = -1;
+                short_by++;
+            }
+        }
+        if (short_by) {
+            int usable = a->world - short_by;
+            int nw = usable > 0 ? fitting_world(a, usable, why, sizeof why) : 0;
+            if (nw < 1) {
+                event(a, "\"event\":\"stop\",\"reason\":\"no_fit\",\"usable\":%d", usable);
+                return cli_fail(CMD,
+                                "no spare left and no smaller world keeps the global "
+                                "batch on %d usable slot(s): %s",
+                                usable, why);
+            }
+            /* the remaining slots, renumbered */
+            int slots[MAXW], k = 0;
+            for (int r = 0; r < a->world; r++)
+                if (a->rank_slot[r] >= 0)
+                    slots[k++] = a->rank_slot[r];
+            for (int r = nw; r < k; r++)
+                a->slot_state[slots[r]] = 0; /* idle: the world shrank below them */
+            printf("launch: no spare left: continuing elastically on %d data-parallel "
+                   "ranks (was %d), same global batch (grad_accum raised)\n",
+                   nw, a->world);
+            event(a, "\"event\":\"elastic\",\"from\":%d,\"to\":%d", a->world, nw);
+            for (int r = 0; r < nw; r++)
+                a->rank_slot[r] = slots[r];
+            a->world = nw;
+        }
+        a->lost_restart_s += now_s() - t_killed;
+        step_at_failure = last;
+        t_recover_from = t_detect;
+        a->gen++;
+        printf("launch: gang restart as gen %d on %d ranks from the newest checkpoint "
+               "(in-memory snapshots are lost with the processes)\n",
+               a->gen, a->world);
+        fflush(stdout);
+    }
+    double wall = now_s() - a->t0, rsum = 0;
+    for (int i = 0; i < a->nfail && i < 64; i++)
+        rsum += a->recov_s[i];
+    printf("launch: done in %.1f s: %d restart(s), %d recovery(ies) taking %.1f s in all, "
+           "%lld step(s) recomputed; final world size %d\n",
+           wall, a->restarts, a->nfail, rsum, (long long)a->lost_steps, a->world);
+    event(a,
+          "\"event\":\"summary\",\"wall_s\":%.3f,\"restarts\":%d,\"recovery_s\":%.3f,"
+          "\"lost_steps\":%lld,\"world_size\":%d",
+          wall, a->restarts, rsum, (long long)a->lost_steps, a->world);
+    return CLI_OK;
+}
+
+int cmd_launch(int argc, char **argv)
+{
+    agent a;
+    memset(&a, 0, sizeof a);
+    a.nproc = 1;
+    a.max_restarts = -1;
+    a.hb_timeout = -1;
+    static char *pass[64];
+    int np = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        int64_t v;
+        double d;
+        if (!strcmp(s, "--nproc") && i + 1 < argc) {
+            if (cli_parse_i64("--nproc", argv[++i], 1, MAXW - 1, &v) != CLI_OK)
+                return CLI_USAGE;
+            a.nproc = (int)v;
+        } else if (!strcmp(s, "--spares") && i + 1 < argc) {
+            if (cli_parse_i64("--spares", argv[++i], 0, MAXW / 2, &v) != CLI_OK)
+                return CLI_USAGE;
+            a.spares = (int)v;
+        } else if (!strcmp(s, "--max-restarts") && i + 1 < argc) {
+            if (cli_parse_i64("--max-restarts", argv[++i], 0, 1000000, &v) != CLI_OK)
+                return CLI_USAGE;
+            a.max_restarts = (int)v;
+        } else if (!strcmp(s, "--heartbeat-timeout") && i + 1 < argc) {
+            if (cli_parse_f64("--heartbeat-timeout", argv[++i], 0.1, 1e6, &d) != CLI_OK)
+                return CLI_USAGE;
+            a.hb_timeout = d;
+        } else if (!strcmp(s, "--out") && i + 1 < argc) {
+            a.out = argv[++i];
+        } else if (!a.spec_path && s[0] != '-') {
+            a.spec_path = s;
+        } else if (!strcmp(s, "--steps") || !strcmp(s, "--threads")) {
+            if (i + 1 >= argc || np > 60)
+                return usage();
+            pass[np++] = argv[i];
+            pass[np++] = argv[++i];
+        } else if (!strcmp(s, "--resume") || !strcmp(s, "--fresh")) {
+            pass[np++] = argv[i];
+        } else {
+            return usage();
+        }
+    }
+    if (!a.spec_path)
+        return usage();
+    if (a.nproc + a.spares > MAXW - 1)
+        return cli_fail(CMD, "--nproc + --spares at most %d", MAXW - 1);
+    a.argv_pass = pass;
+    a.argc_pass = np;
+    char dflt[512];
+    if (!a.out) {
+        const char *base = strrchr(a.spec_path, '/');
+        base = base ? base + 1 : a.spec_path;
+        snprintf(dflt, sizeof dflt, "runs/%.*s", (int)strcspn(base, "."), base);
+        a.out = dflt;
+    }
+    ssize_t n = readlink("/proc/self/exe", a.exe, sizeof a.exe - 1);
+    if (n <= 0)
+        return cli_fail(CMD, "cannot find this executable (/proc/self/exe)");
+    a.exe[n] = 0;
+    if (llmt_context_create(NULL, &a.ctx) != LLMT_OK)
+        return cli_fail(CMD, "context");
+    int rc;
+    if (llmt_spec_parse_file(a.ctx, a.spec_path, &a.spec) != LLMT_OK) {
+        rc = cli_fail(CMD, "%s:\n%s", a.spec_path, llmt_context_last_error(a.ctx));
+        llmt_context_destroy(a.ctx);
+        return rc;
+    }
+    if (a.max_restarts < 0) {
+        int64_t m = 3;
+        llmt_spec_get_int(a.spec, "fault_tolerance.max_restarts", &m);
+        a.max_restarts = (int)m;
+    }
+    double cto = 600;
+    llmt_spec_get_double(a.spec, "fault_tolerance.collective_timeout_s", &cto);
+    if (a.hb_timeout < 0)
+        a.hb_timeout = cto;
+    a.start_timeout = a.hb_timeout * 4 > 300 ? a.hb_timeout * 4 : 300;
+    snprintf(a.dir, sizeof a.dir, "%s/agent", a.out);
+    if (mkdirs(a.dir) != 0) {
+        rc = cli_fail(CMD, "cannot create %s: %s", a.dir, strerror(errno));
+    } else {
+        /* a new store for this launch: generations never meet old keys */
+        snprintf(a.store, sizeof a.store, "%s/store-%d-%ld", a.dir, (int)getpid(),
+                 (long)time(NULL));
+        mkdirs(a.store);
+        snprintf(a.events_path, sizeof a.events_path, "%s/events.jsonl", a.dir);
+        a.events = fopen(a.events_path, "a");
+        rc = agent_main(&a);
+        if (a.events)
+            fclose(a.events);
+    }
+    llmt_spec_destroy(a.spec);
+    llmt_context_destroy(a.ctx);
+    return rc;
+}
