@@ -115,20 +115,34 @@ static void hb_path(const agent *a, int rank, char *buf, size_t n)
 }
 
 /* Heartbeat: the step and the time the rank last finished a step. */
+static int hb_read2(const agent *a, int rank, int64_t *step, double *t, int64_t *start,
+                    double *first);
 static int hb_read(const agent *a, int rank, int64_t *step, double *t)
+{
+    int64_t s0;
+    double f;
+    return hb_read2(a, rank, step, t, &s0, &f);
+}
+
+/* The full heartbeat: also the step the process started from and when it
+ * finished its first step. */
+static int hb_read2(const agent *a, int rank, int64_t *step, double *t, int64_t *start,
+                    double *first)
 {
     char p[4200];
     hb_path(a, rank, p, sizeof p);
     FILE *f = fopen(p, "r");
     if (!f)
         return 0;
-    long long s = 0;
-    double tt = 0;
-    int ok = fscanf(f, "%lld %lf", &s, &tt) == 2;
+    long long s = 0, s0 = 0;
+    double tt = 0, f0 = 0;
+    int ok = fscanf(f, "%lld %lf %lld %lf", &s, &tt, &s0, &f0) == 4;
     fclose(f);
     if (ok) {
         *step = s;
         *t = tt;
+        *start = s0;
+        *first = f0;
     }
     return ok;
 }
@@ -271,10 +285,13 @@ static int run_gen(agent *a, int *culprit, char causes[][256], double *t_detect)
             double ht;
             if (hb_read(a, r, &hs, &ht) && hs > a->last_step_seen)
                 a->last_step_seen = hs;
-            if (r == 0 && a->recover_from > 0 && hb_read(a, 0, &hs, &ht)) {
+            int64_t s0;
+            double f0;
+            if (r == 0 && a->recover_from > 0 && hb_read2(a, 0, &hs, &ht, &s0, &f0)) {
                 /* the first step of the new gang: recovery is over */
-                double rec = ht - a->recover_from;
-                int64_t lost = a->fail_step - (hs - 1);
+                double rec = f0 - a->recover_from;
+                int64_t lost = a->fail_step - s0;
+                hs = s0 + 1;
                 if (a->nfail < 64)
                     a->recov_s[a->nfail] = rec;
                 a->nfail++;
@@ -391,9 +408,10 @@ static int agent_main(agent *a)
             nerr += culprit[r] && !strncmp(causes[r], "exited", 6);
         if (nerr == a->world) {
             event(a, "\"event\":\"stop\",\"reason\":\"job_error\",\"gen\":%d", a->gen);
-            return cli_fail(CMD, "gen %d: every rank failed with an error of the job itself, "
-                            "which a restart would repeat; rank 0 %s (logs in %s)", a->gen,
-                            causes[0], a->dir);
+            return cli_fail(CMD,
+                            "gen %d: every rank failed with an error of the job itself, "
+                            "which a restart would repeat; rank 0 %s (logs in %s)",
+                            a->gen, causes[0], a->dir);
         }
         double t_killed = now_s();
         a->restarts++;

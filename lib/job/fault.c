@@ -18,7 +18,7 @@
  * it does nothing unless the variable is set.
  *
  * The heartbeat: with $LLMT_HEARTBEAT_FILE set, the job rewrites that file
- * after every step ("step unix_time"), so an agent sees a rank that stopped
+ * after every step ("step unix_time start_step first_step_unix_time"), so an agent sees a rank that stopped
  * making progress even while its process is alive. */
 #include <errno.h>
 #include <math.h>
@@ -176,8 +176,13 @@ void llmt__job_heartbeat(llmt_job *j, int64_t step)
         return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    fprintf(f, "%lld %lld.%03ld\n", (long long)step, (long long)ts.tv_sec,
-            ts.tv_nsec / 1000000L);
+    double t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (j->hb_first == 0)
+        j->hb_first = t;
+    /* step, now, the step this process started from, when it finished its
+     * first step (the agent's recovery time ends there) */
+    fprintf(f, "%lld %.3f %lld %.3f\n", (long long)step, t, (long long)j->start_step,
+            j->hb_first);
     if (fclose(f) == 0)
         rename(tmp, path);
 }

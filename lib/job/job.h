@@ -113,6 +113,7 @@ struct llmt_job {
     int nfault, launch_gen;
     int nan_saved;
     float nan_value;
+    double hb_first; /* unix time of this process's first heartbeat */
 };
 
 /* refuse.c: every key the job cannot honour, refused by JSON path. */

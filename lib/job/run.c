@@ -141,7 +141,8 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
         return s;
     s = llmt_trainer_step(j->tr, &b, &met);
     llmt__job_fault_after(j);
-    llmt__job_heartbeat(j, start + 1);
+    if (s == LLMT_OK || s == LLMT_ERR_NUMERIC) /* progress, even if not applied */
+        llmt__job_heartbeat(j, start + 1);
     if (s == LLMT_ERR_NUMERIC) /* the trainer did not apply it */
         return anomaly(j, start + 1, "nonfinite", llmt_trainer_last_error(j->tr), m);
     if (s != LLMT_OK)
