@@ -16,7 +16,7 @@ func TestVersionAndABI(t *testing.T) {
 }
 
 func TestFeatures(t *testing.T) {
-	known := map[string]bool{"cuda": true, "nccl": true, "mpi": true, "aio": true, "openblas": true, "openmp": true}
+	known := map[string]bool{"cuda": true, "nccl": true, "mpi": true, "aio": true, "openblas": true, "openmp": true, "gloo": true}
 	for _, f := range Features() {
 		if !known[f] {
 			t.Errorf("unknown feature %q", f)
