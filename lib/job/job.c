@@ -430,7 +430,7 @@ LLMT_API llmt_status llmt_job_create(llmt_context *ctx, const llmt_spec *spec,
         return llmt__err_set(ce, LLMT_ERR_OUT_OF_MEMORY, "job: no memory");
     j->ctx = ctx;
     j->fresh = o.fresh;
-    j->spec = llmt__spec_clone(spec);
+    j->spec = llmt__spec_clone_into(spec, ctx); /* owned: not the spec's ctx */
     llmt_status s = j->spec ? create(j, &o)
                             : llmt__err_set(&j->err, LLMT_ERR_OUT_OF_MEMORY, "job: no memory");
     if (s != LLMT_OK) {

@@ -240,10 +240,9 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                              100 * o.mem_fraction, spec->hardware.hbm_GB, cs,
                              closest_mem / 1e9);
     }
-    llmt_spec *s = llmt__spec_clone(spec);
+    llmt_spec *s = llmt__spec_clone_into(spec, ctx);
     if (!s)
         return llmt__err_set(err, LLMT_ERR_OUT_OF_MEMORY, "plan: out of memory");
-    s->ctx = ctx;
     const llmt_plan_cand *b = &top[0];
     s->parallelism.tp = b->tp;
     s->parallelism.cp = b->cp;

@@ -142,10 +142,9 @@ LLMT_API llmt_status llmt_plan_create(llmt_context *ctx, const llmt_spec *spec,
     if (world_size < 0)
         return llmt__err_set(err, LLMT_ERR_INVALID_ARGUMENT,
                              "plan: world size %d < 0", (int)world_size);
-    llmt_spec *s = llmt__spec_clone(spec);
+    llmt_spec *s = llmt__spec_clone_into(spec, ctx);
     if (!s)
         return llmt__err_set(err, LLMT_ERR_OUT_OF_MEMORY, "plan: out of memory");
-    s->ctx = ctx;
     llmt_status st = fit_world(err, s, world_size);
     if (st != LLMT_OK) {
         llmt_spec_destroy(s);

@@ -1269,11 +1269,17 @@ LLMT_API const char *llmt_spec_last_error(const llmt_spec *spec)
 
 llmt_spec *llmt__spec_clone(const llmt_spec *s)
 {
-    llmt_spec *c = spec_new(s->ctx);
+    return llmt__spec_clone_into(s, s->ctx);
+}
+
+llmt_spec *llmt__spec_clone_into(const llmt_spec *s, llmt_context *ctx)
+{
+    llmt_spec *c = spec_new(ctx);
     if (!c)
         return NULL;
     unsigned char *given = c->given;
     memcpy(c, s, sizeof *c);
+    c->ctx = ctx;
     c->given = given;
     memcpy(c->given, s->given, NKEYS);
     llmt__err_clear(&c->err);

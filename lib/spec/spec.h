@@ -148,6 +148,9 @@ const llmt_hw_entry *llmt__hw_table(int *count);
 /* A deep copy (for the plan, which must not depend on the caller keeping the
  * spec alive). NULL on allocation failure. */
 llmt_spec *llmt__spec_clone(const llmt_spec *s);
+/* The same, allocated through and owned by `ctx` (the plan's or job's), so
+ * the copy depends neither on the spec nor on the spec's context. */
+llmt_spec *llmt__spec_clone_into(const llmt_spec *s, llmt_context *ctx);
 
 /* The default llama FFN size for `hidden`: 256 * ceil(8h/3 / 256). */
 int64_t llmt__spec_llama_ffn(int64_t hidden);
