@@ -1,0 +1,348 @@
+/* Detection beyond a non-finite step: gradient-norm spikes, silent data
+ * corruption and stragglers, and the lower_lr policy.
+ *
+ * Silent data corruption (a flipped bit in a GPU's memory or ALU) does not
+ * crash anything: the replicas of a data-parallel group simply stop being
+ * equal, and the run trains on garbage from then on. Replicas are equal
+ * bit for bit by construction (same reduced gradients, same update), so
+ * every fault_tolerance.sdc_interval steps each rank hashes its parameters
+ * (xxh64; ZeRO 1/2 keep full replicas after their all-gather) and the
+ * hashes are all-gathered: a rank whose hash differs from the majority's
+ * is the corrupted one. With two ranks there is no majority and both are
+ * named.
+ *
+ * A straggler slows every rank (the collectives wait for it), so the
+ * slowdown shows in no rank's wall time alone. What differs is where the
+ * time goes: the slow rank is busy, the others wait in the collectives.
+ * Each rank's busy time is its step time minus its communicator's seconds
+ * (llmt_comm_get_stats); every fault_tolerance.straggler.interval steps
+ * the per-step means are all-gathered, and a rank whose busy time exceeds
+ * the median rank's by more than `margin` of the median step time is
+ * named with its excess and its slowdown (its step time alone against
+ * the median's). Against the step time, not the busy time: with
+ * backward-overlapped reductions a rank's busy time can be tiny, and a
+ * millisecond of scheduling jitter would double it. Named in `patience`
+ * reports in a row it is treated as failed: the job fails on every rank
+ * with a message starting "straggler:", LLMT_ERR_TIMEOUT on the slow rank
+ * itself (llmtrain train exits 3 there, which `llmtrain launch` treats as
+ * that rank's failure: quarantine and a spare) and LLMT_ERR_ABORTED on
+ * the others. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "job/job.h"
+#include "train/trainer_state.h"
+
+#define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
+
+double llmt__job_window_z(const float *w, int n, float x)
+{
+    if (n < 8)
+        return 0;
+    double mean = 0, var = 0;
+    for (int i = 0; i < n; i++)
+        mean += w[i];
+    mean /= n;
+    for (int i = 0; i < n; i++)
+        var += (w[i] - mean) * (w[i] - mean);
+    double sd = sqrt(var / (n - 1));
+    return sd > 0 ? ((double)x - mean) / sd : 0;
+}
+
+void llmt__job_window_add(float *w, int *n, int *pos, float x)
+{
+    w[*pos] = x;
+    *pos = (*pos + 1) % JOB_LOSS_WINDOW;
+    if (*n < JOB_LOSS_WINDOW)
+        (*n)++;
+}
+
+/* The trainer has no public LR setter (yet): its schedule is linear in
+ * lr and min_lr, so scaling both scales every step's LR by the factor. */
+llmt_status llmt__job_lower_lr(llmt_job *j, int64_t at, const char *why)
+{
+    double f = j->spec->fault_tolerance.anomaly.lr_factor;
+    llmt_trainer_opts *o = (llmt_trainer_opts *)llmt__trainer_opts(j->tr);
+    if (!o)
+        return FAIL(LLMT_ERR_INTERNAL, "job: lower_lr: no trainer options");
+    float before = o->lr;
+    o->lr = (float)(o->lr * f);
+    o->min_lr = (float)(o->min_lr * f);
+    j->lr_mult = (j->lr_mult > 0 ? j->lr_mult : 1.0) * f;
+    j->lr_lowered++;
+    llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+              "lower_lr at step %lld (%s): peak LR %.4g -> %.4g (x%g; x%.4g in all, "
+              "fault_tolerance.anomaly.lr_factor)",
+              (long long)at, why, (double)before, (double)o->lr, f, j->lr_mult);
+    llmt__job_metrics_line(j,
+                           "{\"event\":\"lower_lr\",\"step\":%lld,\"rank\":%d,\"why\":\"%s\","
+                           "\"factor\":%g,\"lr_peak\":%.6g,\"lr_mult\":%.6g}",
+                           (long long)at, (int)j->rank, why, f, (double)o->lr, j->lr_mult);
+    return LLMT_OK;
+}
+
+/* This rank's parameters, every tensor in order, as one xxh64. */
+uint64_t llmt__job_params_hash(llmt_job *j)
+{
+    int32_t n = 0;
+    llmt_model_param_count(j->model, &n, NULL);
+    XXH64_state_t *h = XXH64_createState();
+    if (!h)
+        return 0;
+    XXH64_reset(h, 0);
+    for (int32_t i = 0; i < n; i++) {
+        llmt_tensor v;
+        memset(&v, 0, sizeof v);
+        v.struct_size = sizeof v;
+        if (llmt_model_param(j->model, i, NULL, &v) != LLMT_OK || !v.data)
+            continue;
+        int64_t e = 1;
+        for (int d = 0; d < v.ndim; d++)
+            e *= v.shape[d];
+        XXH64_update(h, v.data, (size_t)e * (v.dtype == LLMT_DTYPE_FP32 ? 4 : 2));
+    }
+    uint64_t r = XXH64_digest(h);
+    XXH64_freeState(h);
+    return r;
+}
+
+/* Repair in place: every rank takes the parameters of a healthy one. */
+static llmt_status take_params_from(llmt_job *j, int32_t root)
+{
+    int32_t n = 0;
+    llmt_model_param_count(j->model, &n, NULL);
+    for (int32_t i = 0; i < n; i++) {
+        llmt_tensor v;
+        memset(&v, 0, sizeof v);
+        v.struct_size = sizeof v;
+        llmt_status s = llmt_model_param(j->model, i, NULL, &v);
+        if (s != LLMT_OK || !v.data)
+            return FAIL(s != LLMT_OK ? s : LLMT_ERR_INTERNAL, "sdc: parameter %d: %s",
+                        (int)i, llmt_model_last_error(j->model));
+        int64_t e = 1;
+        for (int d = 0; d < v.ndim; d++)
+            e *= v.shape[d];
+        s = llmt_comm_broadcast(j->comm, v.data, (size_t)e, v.dtype, root, NULL);
+        if (s != LLMT_OK)
+            return FAIL(s, "sdc: repair from rank %d: %s", (int)root,
+                        llmt_comm_last_error(j->comm));
+    }
+    return LLMT_OK;
+}
+
+llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
+{
+    int64_t every = j->spec->fault_tolerance.sdc_interval;
+    if (every <= 0 || !j->comm || j->world < 2 || step % every)
+        return LLMT_OK;
+    double t0 = llmt__job_now();
+    llmt_status s = llmt_trainer_sync_params(j->tr);
+    if (s != LLMT_OK)
+        return FAIL(s, "sdc: %s", llmt_trainer_last_error(j->tr));
+    uint64_t mine = llmt__job_params_hash(j);
+    uint64_t *all = calloc((size_t)j->world, sizeof *all);
+    if (!all)
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory");
+    s = llmt_comm_all_gather(j->comm, &mine, all, 1, LLMT_DTYPE_INT64, NULL);
+    if (s != LLMT_OK) {
+        free(all);
+        return FAIL(s, "sdc: all-gather of the parameter hashes: %s",
+                    llmt_comm_last_error(j->comm));
+    }
+    j->sdc_checks++;
+    /* the majority's hash: held by more than half of the ranks */
+    int32_t maj = -1;
+    for (int32_t r = 0; r < j->world && maj < 0; r++) {
+        int32_t c = 0;
+        for (int32_t q = 0; q < j->world; q++)
+            c += all[q] == all[r];
+        if (2 * c > j->world)
+            maj = r;
+    }
+    char bad[512] = "";
+    int nbad = 0;
+    for (int32_t r = 0; r < j->world; r++)
+        if (maj < 0 || all[r] != all[maj]) {
+            size_t l = strlen(bad);
+            if (l < sizeof bad - 16)
+                snprintf(bad + l, sizeof bad - l, "%s%d", nbad ? "," : "", (int)r);
+            nbad++;
+        }
+    if (!nbad) {
+        llmt__job_metrics_line(j, "{\"event\":\"sdc\",\"step\":%lld,\"ok\":true,"
+                                  "\"ranks\":%d,\"xxh\":\"%016llx\"}",
+                               (long long)step, (int)j->world, (unsigned long long)mine);
+        free(all);
+        j->gp_checks_s += llmt__job_now() - t0;
+        return LLMT_OK;
+    }
+    j->sdc_mismatches++;
+    m->events |= LLMT_JOB_EVENT_ANOMALY;
+    j->anomalies++;
+    int policy = j->spec->fault_tolerance.anomaly.policy;
+    char ev[1024];
+    if (maj >= 0)
+        snprintf(ev, sizeof ev, "rank(s) %s hold parameters whose xxh64 differs from the "
+                 "%d other replica(s)' %016llx (rank %d's own: %016llx)", bad,
+                 (int)(j->world - nbad), (unsigned long long)all[maj], (int)j->rank,
+                 (unsigned long long)mine);
+    else
+        snprintf(ev, sizeof ev, "no majority among %d replicas: ranks %s all disagree "
+                 "(rank %d's xxh64 %016llx)", (int)j->world, bad, (int)j->rank,
+                 (unsigned long long)mine);
+    free(all);
+    const char *action;
+    int64_t back = -1;
+    if (policy == LLMT_SPEC_ANOMALY_STOP) {
+        action = "stop";
+    } else if (policy == LLMT_SPEC_ANOMALY_ROLLBACK || maj < 0) {
+        /* every rank reloads the same checkpoint: equal again */
+        s = llmt__job_restore(j, 0, &back);
+        if (s != LLMT_OK)
+            return s;
+        action = back >= 0 ? "rollback" : "stop";
+        if (back >= 0) {
+            j->rollbacks++;
+            m->events |= LLMT_JOB_EVENT_ROLLBACK;
+            m->step = back;
+            j->nloss = j->loss_pos = j->ngn = j->gn_pos = 0;
+        }
+    } else {
+        s = take_params_from(j, maj);
+        if (s != LLMT_OK)
+            return s;
+        action = "repaired";
+    }
+    llmt__log(j->ctx, LLMT_LOG_WARN, "job", "sdc: silent data corruption at step %lld: %s: %s",
+              (long long)step, ev, action);
+    llmt__job_metrics_line(j,
+                           "{\"event\":\"sdc\",\"step\":%lld,\"ok\":false,\"ranks\":%d,"
+                           "\"bad_ranks\":[%s],\"majority_rank\":%d,\"action\":\"%s\","
+                           "\"now_at\":%lld,\"xxh\":\"%016llx\"}",
+                           (long long)step, (int)j->world, bad, (int)maj, action,
+                           (long long)(back >= 0 ? back : step), (unsigned long long)mine);
+    j->gp_checks_s += llmt__job_now() - t0;
+    if (!strcmp(action, "stop"))
+        return FAIL(LLMT_ERR_NUMERIC, "sdc: silent data corruption at step %lld: %s "
+                    "(fault_tolerance.anomaly.policy %s%s)", (long long)step, ev,
+                    policy == LLMT_SPEC_ANOMALY_STOP ? "stop" : "rollback",
+                    policy == LLMT_SPEC_ANOMALY_STOP ? "" : ": no checkpoint to go back to");
+    return LLMT_OK;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
+{
+    const llmt_spec *sp = j->spec;
+    int64_t every = sp->fault_tolerance.straggler.interval;
+    if (every <= 0 || !j->comm || j->world < 2)
+        return LLMT_OK;
+    llmt_comm_stats cs;
+    memset(&cs, 0, sizeof cs);
+    cs.struct_size = sizeof cs;
+    llmt_comm_get_stats(j->comm, &cs);
+    double comm = cs.total_seconds - j->strag_comm0;
+    j->strag_comm0 = cs.total_seconds;
+    double busy = step_s - comm;
+    j->strag_busy += busy > 0 ? busy : 0;
+    j->strag_wall += step_s;
+    j->strag_steps++;
+    if (step % every)
+        return LLMT_OK;
+    double t0 = llmt__job_now();
+    double ns = (double)(j->strag_steps ? j->strag_steps : 1);
+    float mine[2] = {(float)(j->strag_busy / ns), (float)(j->strag_wall / ns)};
+    j->strag_busy = j->strag_wall = 0;
+    j->strag_steps = 0;
+    float *all = calloc((size_t)j->world * 2, sizeof *all);
+    double *sorted = calloc((size_t)j->world, sizeof *sorted);
+    if (!all || !sorted) {
+        free(all);
+        free(sorted);
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "straggler: no memory");
+    }
+    llmt_status s = llmt_comm_all_gather(j->comm, mine, all, 2, LLMT_DTYPE_FP32, NULL);
+    if (s != LLMT_OK) {
+        free(all);
+        free(sorted);
+        return FAIL(s, "straggler: all-gather of the step times: %s",
+                    llmt_comm_last_error(j->comm));
+    }
+    /* the lower median: with two ranks, the faster one */
+    for (int32_t r = 0; r < j->world; r++)
+        sorted[r] = all[2 * r];
+    qsort(sorted, (size_t)j->world, sizeof *sorted, cmp_double);
+    double med = sorted[(j->world - 1) / 2];
+    for (int32_t r = 0; r < j->world; r++)
+        sorted[r] = all[2 * r + 1];
+    qsort(sorted, (size_t)j->world, sizeof *sorted, cmp_double);
+    double med_step = sorted[(j->world - 1) / 2];
+    free(sorted);
+    /* the re-read: this report's own all-gather is not the next step's */
+    llmt_comm_get_stats(j->comm, &cs);
+    j->strag_comm0 = cs.total_seconds;
+    double margin = sp->fault_tolerance.straggler.margin;
+    int64_t patience = sp->fault_tolerance.straggler.patience;
+    int32_t failed = -1;
+    double worst = 0;
+    /* everyone's step waited for the slowest rank: without it a step
+     * would take `healthy`, and this rank alone healthy + extra */
+    double worst_extra = 0;
+    for (int32_t r = 0; r < j->world; r++)
+        worst_extra = fmax(worst_extra, all[2 * r] - med);
+    double healthy = fmax(med_step - worst_extra, med); /* floor: the median's busy */
+    for (int32_t r = 0; r < j->world; r++) {
+        double extra = all[2 * r] - med;
+        double slow = healthy > 0 ? (healthy + extra) / healthy : 1;
+        int named = extra > margin * med_step;
+        j->strag_streak[r] = named ? j->strag_streak[r] + 1 : 0;
+        if (!named)
+            continue;
+        j->stragglers++;
+        if (j->rank == 0 || r == j->rank)
+            llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                      "straggler: rank %d is %.2fx slower than the median at step %lld: "
+                      "busy %.4f s/step vs the median rank's %.4f s (+%.4f s; step %.4f s, "
+                      "%.4f s without it) "
+                      "over the last %lld steps; margin %.0f%% of a step; %d report(s) in "
+                      "a row%s",
+                      (int)r, slow, (long long)step, (double)all[2 * r], med, extra,
+                      med_step, healthy, (long long)every, 100 * margin, (int)j->strag_streak[r],
+                      patience > 0 && j->strag_streak[r] >= patience
+                          ? ": treated as failed"
+                          : "");
+        llmt__job_metrics_line(j,
+                               "{\"event\":\"straggler\",\"step\":%lld,\"rank\":%d,"
+                               "\"busy_s\":%.6f,\"median_busy_s\":%.6f,\"extra_s\":%.6f,"
+                               "\"step_s\":%.6f,\"healthy_step_s\":%.6f,\"slowdown\":%.3f,\"streak\":%d,"
+                               "\"patience\":%lld}",
+                               (long long)step, (int)r, (double)all[2 * r], med, extra,
+                               med_step, healthy, slow,
+                               (int)j->strag_streak[r], (long long)patience);
+        if (patience > 0 && j->strag_streak[r] >= patience && slow > worst) {
+            worst = slow;
+            failed = r;
+        }
+    }
+    free(all);
+    j->gp_checks_s += llmt__job_now() - t0;
+    if (failed < 0)
+        return LLMT_OK;
+    if (failed == j->rank)
+        return FAIL(LLMT_ERR_TIMEOUT, "straggler: this rank (%d) was %.2fx slower than the "
+                    "median in %lld reports in a row up to step %lld "
+                    "(fault_tolerance.straggler.patience): treated as failed",
+                    (int)failed, worst, (long long)patience, (long long)step);
+    return FAIL(LLMT_ERR_ABORTED, "straggler: rank %d was %.2fx slower than the median in "
+                "%lld reports in a row up to step %lld: treated as failed; rank %d stops "
+                "with the gang", (int)failed, worst, (long long)patience, (long long)step,
+                (int)j->rank);
+}
