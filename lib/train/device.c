@@ -264,19 +264,21 @@ static void plan_layout(llmt__devtrain *g)
         const llmt__layer_offs *o = &g->lay[l];
         llmt__linear *q = &g->lin[l * NLIN];
         const llmt__linear k[NLIN] = {
-            [LQKV] = {"qkv", o->qkvw, o->qkvb, C, Q, LLMT__SPLIT_NONE, SLOT(l, LQKV), 0},
-            [LPROJ] = {"proj", o->projw, o->projb, C, C, LLMT__SPLIT_NONE, SLOT(l, LPROJ), 0},
+            [LQKV] = {"qkv", o->qkvw, o->qkvb, C, Q, LLMT__SPLIT_NONE, SLOT(l, LQKV), 0, 0},
+            [LPROJ] = {"proj", o->projw, o->projb, C, C, LLMT__SPLIT_NONE, SLOT(l, LPROJ), 0,
+                       0},
             [LFC] = {"fc", o->fcw, llama ? NOP : o->fcb, C, F, LLMT__SPLIT_NONE, SLOT(l, LFC),
-                     !llama},
+                     !llama, 0},
+            /* fc3 reads fc's input; its backward runs first, fc's adds */
             [LFC3] = {"fc3", llama ? o->fc3w : NOP, NOP, C, F, LLMT__SPLIT_NONE, SLOT(l, LFC3),
-                      0},
+                      0, 1},
             [LFCP] = {"fcproj", o->fcprojw, o->fcprojb, F, C, LLMT__SPLIT_NONE, SLOT(l, LFCP),
-                      0},
+                      0, 0},
         };
         memcpy(q, k, sizeof k);
     }
     const llmt__linear head = {"lm_head",        g->lm, NOP, C, c->padded_vocab_size,
-                               LLMT__SPLIT_NONE, -1,    0};
+                               LLMT__SPLIT_NONE, -1,    0,   0};
     g->lin[L * NLIN] = head;
     const llmt__vocab voc = {
         g->wte,           g->wpe, c->vocab_size,       c->padded_vocab_size, C,
@@ -637,7 +639,7 @@ static llmt_status lin(llmt__devtrain *g, const llmt__linear *L, void *out, void
 {
     llmt_status s;
     int IC = L->in, OC = L->out;
-    if (L->split == LLMT__SPLIT_COLUMN &&
+    if (L->split == LLMT__SPLIT_COLUMN && !L->shares_input &&
         (s = point(g, L->split, LLMT__AT_COLUMN_IN, 1, L, (void *)x, N, IC)) != LLMT_OK)
         return s;
     const void *bias = L->b == NOP ? NULL : pw(g, L->b);
@@ -684,7 +686,7 @@ static llmt_status lin_bwd(llmt__devtrain *g, const llmt__linear *L, void *dx, f
     else
         s = mm(g, 0, 0, N, IC, OC, dout, pw(g, L->w), dx, 0, xbeta, LLMT_GEMM_EPI_NONE, NULL,
                NULL);
-    if (s == LLMT_OK && L->split == LLMT__SPLIT_COLUMN)
+    if (s == LLMT_OK && L->split == LLMT__SPLIT_COLUMN && !L->shares_input)
         s = point(g, L->split, LLMT__AT_COLUMN_IN, -1, L, dx, N, IC);
     return s;
 }

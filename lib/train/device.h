@@ -76,6 +76,10 @@ typedef struct llmt__linear {
     llmt__split split;
     int fp8_slot; /* fp8 scaling slot, -1: never fp8 (the head) */
     int gelu;     /* GELU after it, fused into the GEMM (GPT-2's fc) */
+    /* its input is the previous Linear's (Llama's fc3 shares fc's): the
+     * LLMT__AT_COLUMN_IN collectives run once for both, at the other's
+     * forward and after the other's backward (which sums both dx) */
+    int shares_input;
 } llmt__linear;
 
 typedef struct llmt__vocab {
