@@ -91,11 +91,16 @@ type Job struct {
 
 // JobMetrics are one step's metrics.
 type JobMetrics struct {
-	Step     int64
-	Loss     float32
-	GradNorm float32
-	LR       float32
-	Events   uint32
+	Step       int64
+	Loss       float32
+	GradNorm   float32
+	LR         float32
+	Events     uint32
+	StepS      float64 // wall time of the step
+	TokensPerS float64 // this rank's
+	MFU        float64
+	ValLoss    float32 // NaN unless Events has JobEventValidated (zz_generated.go)
+	SavedStep  int64   // -1 unless Events has JobEventSaved
 }
 
 // NewJob parses spec JSON and creates the job (errors name the bad key).
@@ -158,7 +163,9 @@ func (j *Job) live() error {
 
 func toMetrics(m *C.llmt_job_metrics) JobMetrics {
 	return JobMetrics{Step: int64(m.step), Loss: float32(m.loss), GradNorm: float32(m.grad_norm),
-		LR: float32(m.lr), Events: uint32(m.events)}
+		LR: float32(m.lr), Events: uint32(m.events), StepS: float64(m.step_s),
+		TokensPerS: float64(m.tokens_per_s), MFU: float64(m.mfu), ValLoss: float32(m.val_loss),
+		SavedStep: int64(m.saved_step)}
 }
 
 // Step runs one optimizer step.

@@ -708,7 +708,7 @@ pub type JobMetrics = sys::llmt_job_metrics;
 /// A whole training run. One thread drives it (Send, not Sync).
 pub struct Job {
     raw: *mut sys::llmt_job,
-    _spec: Spec, // the job's copy of the spec uses the spec's context
+    _spec: Spec, // not needed since the job owns its copy (test spec-owner); kept for old callers
     _ctx: Context,
 }
 impl Drop for Job {
