@@ -19,7 +19,10 @@ extern const cli_command cli_commands[];
 extern const size_t cli_command_count;
 
 /* Exit codes of the command (documented in `llmtrain --help`). */
-enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
+/* CLI_RANK_FAILED: llmtrain train under an agent, this rank is unhealthy
+ * (the job named it a straggler past its patience): `llmtrain launch`
+ * replaces it instead of treating the error as the job's. */
+enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2, CLI_RANK_FAILED = 3 };
 
 /* Print "llmtrain NAME: msg" to stderr; returns CLI_FAILED. */
 int cli_fail(const char *cmd, const char *fmt, ...)

@@ -63,6 +63,8 @@ typedef struct agent {
     int nfail;
     double recov_s[64];
     double recover_from; /* detection time of the failure being recovered */
+    double t_first;      /* gen 0's first step done (unix time) */
+    double last_progress; /* newest heartbeat time seen in this generation */
     int64_t fail_step;   /* newest step a rank finished before it */
 } agent;
 
@@ -285,6 +287,13 @@ static int run_gen(agent *a, int *culprit, char causes[][256], double *t_detect)
             double ht;
             if (hb_read(a, r, &hs, &ht) && hs > a->last_step_seen)
                 a->last_step_seen = hs;
+            if (hb_read(a, r, &hs, &ht) && ht > a->last_progress)
+                a->last_progress = ht;
+            int64_t s00;
+            double f00;
+            if (r == 0 && a->gen == 0 && a->t_first == 0 &&
+                hb_read2(a, 0, &hs, &ht, &s00, &f00) && f00 > 0)
+                a->t_first = f00;
             int64_t s0;
             double f0;
             if (r == 0 && a->recover_from > 0 && hb_read2(a, 0, &hs, &ht, &s0, &f0)) {
@@ -317,6 +326,12 @@ static int run_gen(agent *a, int *culprit, char causes[][256], double *t_detect)
                 if (WIFSIGNALED(w->status)) {
                     culprit[r] = 1;
                     snprintf(causes[r], 256, "killed by signal %d", WTERMSIG(w->status));
+                } else if (WEXITSTATUS(w->status) == CLI_RANK_FAILED) {
+                    /* the job named this rank unhealthy (a straggler) */
+                    char e[200];
+                    first_error(a, r, e, sizeof e);
+                    culprit[r] = 1;
+                    snprintf(causes[r], 256, "unhealthy (exit %d): %s", CLI_RANK_FAILED, e);
                 } else if (WEXITSTATUS(w->status) != 0) {
                     failed = 1;
                 }
@@ -341,6 +356,8 @@ static int run_gen(agent *a, int *culprit, char causes[][256], double *t_detect)
             any |= culprit[r];
         if (any) {
             *t_detect = t;
+            if (a->last_progress > 0 && t > a->last_progress)
+                a->lost_detect_s += t - a->last_progress;
             return 1;
         }
         if (failed && t_fail == 0)
@@ -358,11 +375,130 @@ static int run_gen(agent *a, int *culprit, char causes[][256], double *t_detect)
                              WEXITSTATUS(a->w[r].status), e);
                 }
             *t_detect = t_fail;
+            if (a->last_progress > 0 && t_fail > a->last_progress)
+                a->lost_detect_s += t_fail - a->last_progress;
             return 1;
         }
         if (alive == 0)
             return 0;
     }
+}
+
+/* The workers' own accounting: rank 0's metrics.jsonl holds a cumulative
+ * {"event":"goodput",...} line after every save and at the end; the last
+ * one of each generation is what that generation kept. */
+typedef struct gp_sum {
+    double productive_s, stall_s, anomaly_lost_s, checks_s;
+    int saves, gens;
+} gp_sum;
+
+static double jnum(const char *line, const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(line, k);
+    return p ? atof(p + strlen(k)) : 0;
+}
+
+static void gp_read(const agent *a, gp_sum *g)
+{
+    memset(g, 0, sizeof *g);
+    static char last[MAXW][2048];
+    char p[4200], line[2048];
+    int have[MAXW] = {0};
+    snprintf(p, sizeof p, "%s/metrics.jsonl", a->out);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        if (!strstr(line, "\"event\":\"goodput\""))
+            continue;
+        int gen = (int)jnum(line, "gen");
+        if (gen < 0 || gen >= MAXW)
+            continue;
+        snprintf(last[gen], sizeof last[gen], "%s", line);
+        have[gen] = 1;
+        g->saves += strstr(line, "\"when\":\"save\"") != NULL;
+    }
+    fclose(f);
+    for (int i = 0; i < MAXW; i++)
+        if (have[i]) {
+            g->gens++;
+            g->productive_s += jnum(last[i], "productive_s");
+            g->stall_s += jnum(last[i], "ckpt_stall_s");
+            g->anomaly_lost_s += jnum(last[i], "anomaly_lost_s");
+            g->checks_s += jnum(last[i], "checks_s");
+        }
+}
+
+/* Where the wall time went, against llmt_plan_simulate_goodput for the
+ * failure rate this run saw, with its measured costs. */
+static void goodput_report(agent *a, double wall, double recovery_s)
+{
+    gp_sum g;
+    gp_read(a, &g);
+    int64_t steps = 0;
+    llmt_spec_get_int(a->spec, "train.steps", &steps);
+    double kept_steps = steps > 0 ? (double)steps : 1;
+    double step_s = (g.productive_s) / (kept_steps + (double)a->lost_steps);
+    double recomputed_s = step_s * (double)a->lost_steps;
+    double productive = g.productive_s - recomputed_s;
+    double startup = a->t_first > 0 ? a->t_first - a->t0 - step_s : 0;
+    if (startup < 0)
+        startup = 0;
+    double failures_s = a->lost_detect_s + recovery_s + recomputed_s;
+    double run = wall - startup;
+    double other = run - productive - failures_s - g.stall_s - g.anomaly_lost_s - g.checks_s;
+    double measured = run > 0 ? productive / run : 0;
+    printf("launch: goodput %.3f measured: productive %.2f s of %.2f s (after %.2f s of "
+           "start-up); lost to failures %.2f s (detection %.2f, restart to the first "
+           "step %.2f, %lld recomputed step(s) %.2f), checkpoint stalls %.2f s (%d saves), "
+           "anomalies %.2f s, checks %.2f s, other %.2f s\n",
+           measured, productive, run, startup, failures_s, a->lost_detect_s, recovery_s,
+           (long long)a->lost_steps, recomputed_s, g.stall_s, g.saves, g.anomaly_lost_s,
+           g.checks_s, other);
+    /* the simulator, for the same failure rate and costs */
+    double sim = -1, sim_sd = 0, rate = 0;
+    int64_t interval = 0;
+    llmt_spec_get_int(a->spec, "checkpoint.interval", &interval);
+    llmt_plan *plan = NULL;
+    if (run > 0 && productive > 0 &&
+        llmt_plan_create(a->ctx, a->spec, a->nproc, &plan) == LLMT_OK) {
+        llmt_goodput_opts go;
+        llmt_goodput_opts_init(&go, sizeof go);
+        rate = (double)a->nfail / (run / 3600.0) / (double)a->nproc;
+        go.gpu_failures_per_hour = rate > 0 ? rate : 1e-12;
+        go.interval_s = interval > 0 ? (double)interval * step_s : productive;
+        go.horizon_hours = productive / 3600.0;
+        go.stall_s = g.saves > 0 ? g.stall_s / g.saves : 0;
+        go.write_s = go.stall_s;
+        go.restore_s = 0;
+        go.restart_s = a->nfail > 0 ? (a->lost_detect_s + recovery_s) / a->nfail : 0;
+        go.trials = 256;
+        go.seed = 1;
+        llmt_goodput_result r;
+        memset(&r, 0, sizeof r);
+        r.struct_size = sizeof r;
+        if (llmt_plan_simulate_goodput(plan, &go, &r) == LLMT_OK) {
+            sim = r.goodput;
+            sim_sd = r.goodput_stddev;
+        }
+        llmt_plan_destroy(plan);
+    }
+    if (sim >= 0)
+        printf("launch: goodput %.3f predicted by llmt_plan_simulate_goodput (+-%.3f) for "
+               "%d failure(s) in %.1f s on %d GPUs (%.3g per GPU-hour), checkpoints every "
+               "%lld steps (%.2f s), stall %.3f s, restart %.2f s\n",
+               sim, sim_sd, a->nfail, run, a->nproc, rate, (long long)interval,
+               (double)interval * step_s, g.saves ? g.stall_s / g.saves : 0,
+               a->nfail ? (a->lost_detect_s + recovery_s) / a->nfail : 0);
+    event(a,
+          "\"event\":\"goodput\",\"wall_s\":%.3f,\"startup_s\":%.3f,\"productive_s\":%.3f,"
+          "\"failures_s\":%.3f,\"detect_s\":%.3f,\"restart_s\":%.3f,\"recomputed_s\":%.3f,"
+          "\"ckpt_stall_s\":%.3f,\"anomaly_s\":%.3f,\"checks_s\":%.3f,\"other_s\":%.3f,"
+          "\"goodput\":%.4f,\"simulated_goodput\":%.4f,\"failures_per_gpu_hour\":%.4g",
+          wall, startup, productive, failures_s, a->lost_detect_s, recovery_s, recomputed_s,
+          g.stall_s, g.anomaly_lost_s, g.checks_s, other, measured, sim, rate);
 }
 
 static int agent_main(agent *a)
@@ -391,6 +527,7 @@ static int agent_main(agent *a)
         double t_detect = 0;
         event(a, "\"event\":\"generation\",\"gen\":%d,\"world_size\":%d", a->gen, a->world);
         a->last_step_seen = 0;
+        a->last_progress = 0;
         a->recover_from = t_recover_from;
         a->fail_step = step_at_failure;
         int rc = run_gen(a, culprit, causes, &t_detect);
@@ -500,6 +637,7 @@ static int agent_main(agent *a)
     printf("launch: done in %.1f s: %d restart(s), %d recovery(ies) taking %.1f s in all, "
            "%lld step(s) recomputed; final world size %d\n",
            wall, a->restarts, a->nfail, rsum, (long long)a->lost_steps, a->world);
+    goodput_report(a, wall, rsum);
     event(a,
           "\"event\":\"summary\",\"wall_s\":%.3f,\"restarts\":%d,\"recovery_s\":%.3f,"
           "\"lost_steps\":%lld,\"world_size\":%d",

@@ -127,6 +127,9 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
         if (s != LLMT_OK) {
             if (tty) putchar('\n');
             rc = cli_fail_status(CMD, s, llmt_job_last_error(job));
+            /* this rank is the straggler the job gave up on (detect.c) */
+            if (s == LLMT_ERR_TIMEOUT && !strncmp(llmt_job_last_error(job), "straggler:", 10))
+                rc = CLI_RANK_FAILED;
             break;
         }
         if (m.events & LLMT_JOB_EVENT_START_VAL)

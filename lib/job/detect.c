@@ -120,8 +120,8 @@ static llmt_status take_params_from(llmt_job *j, int32_t root)
         v.struct_size = sizeof v;
         llmt_status s = llmt_model_param(j->model, i, NULL, &v);
         if (s != LLMT_OK || !v.data)
-            return FAIL(s != LLMT_OK ? s : LLMT_ERR_INTERNAL, "sdc: parameter %d: %s",
-                        (int)i, llmt_model_last_error(j->model));
+            return FAIL(s != LLMT_OK ? s : LLMT_ERR_INTERNAL, "sdc: parameter %d: %s", (int)i,
+                        llmt_model_last_error(j->model));
         int64_t e = 1;
         for (int d = 0; d < v.ndim; d++)
             e *= v.shape[d];
@@ -172,8 +172,9 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
             nbad++;
         }
     if (!nbad) {
-        llmt__job_metrics_line(j, "{\"event\":\"sdc\",\"step\":%lld,\"ok\":true,"
-                                  "\"ranks\":%d,\"xxh\":\"%016llx\"}",
+        llmt__job_metrics_line(j,
+                               "{\"event\":\"sdc\",\"step\":%lld,\"ok\":true,"
+                               "\"ranks\":%d,\"xxh\":\"%016llx\"}",
                                (long long)step, (int)j->world, (unsigned long long)mine);
         free(all);
         j->gp_checks_s += llmt__job_now() - t0;
@@ -185,14 +186,16 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
     int policy = j->spec->fault_tolerance.anomaly.policy;
     char ev[1024];
     if (maj >= 0)
-        snprintf(ev, sizeof ev, "rank(s) %s hold parameters whose xxh64 differs from the "
-                 "%d other replica(s)' %016llx (rank %d's own: %016llx)", bad,
-                 (int)(j->world - nbad), (unsigned long long)all[maj], (int)j->rank,
+        snprintf(ev, sizeof ev,
+                 "rank(s) %s hold parameters whose xxh64 differs from the "
+                 "%d other replica(s)' %016llx (rank %d's own: %016llx)",
+                 bad, (int)(j->world - nbad), (unsigned long long)all[maj], (int)j->rank,
                  (unsigned long long)mine);
     else
-        snprintf(ev, sizeof ev, "no majority among %d replicas: ranks %s all disagree "
-                 "(rank %d's xxh64 %016llx)", (int)j->world, bad, (int)j->rank,
-                 (unsigned long long)mine);
+        snprintf(ev, sizeof ev,
+                 "no majority among %d replicas: ranks %s all disagree "
+                 "(rank %d's xxh64 %016llx)",
+                 (int)j->world, bad, (int)j->rank, (unsigned long long)mine);
     free(all);
     const char *action;
     int64_t back = -1;
@@ -226,9 +229,10 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
                            (long long)(back >= 0 ? back : step), (unsigned long long)mine);
     j->gp_checks_s += llmt__job_now() - t0;
     if (!strcmp(action, "stop"))
-        return FAIL(LLMT_ERR_NUMERIC, "sdc: silent data corruption at step %lld: %s "
-                    "(fault_tolerance.anomaly.policy %s%s)", (long long)step, ev,
-                    policy == LLMT_SPEC_ANOMALY_STOP ? "stop" : "rollback",
+        return FAIL(LLMT_ERR_NUMERIC,
+                    "sdc: silent data corruption at step %lld: %s "
+                    "(fault_tolerance.anomaly.policy %s%s)",
+                    (long long)step, ev, policy == LLMT_SPEC_ANOMALY_STOP ? "stop" : "rollback",
                     policy == LLMT_SPEC_ANOMALY_STOP ? "" : ": no checkpoint to go back to");
     return LLMT_OK;
 }
@@ -314,19 +318,18 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
                       "%.4f s without it) "
                       "over the last %lld steps; margin %.0f%% of a step; %d report(s) in "
                       "a row%s",
-                      (int)r, slow, (long long)step, (double)all[2 * r], med, extra,
-                      med_step, healthy, (long long)every, 100 * margin, (int)j->strag_streak[r],
-                      patience > 0 && j->strag_streak[r] >= patience
-                          ? ": treated as failed"
-                          : "");
-        llmt__job_metrics_line(j,
-                               "{\"event\":\"straggler\",\"step\":%lld,\"rank\":%d,"
-                               "\"busy_s\":%.6f,\"median_busy_s\":%.6f,\"extra_s\":%.6f,"
-                               "\"step_s\":%.6f,\"healthy_step_s\":%.6f,\"slowdown\":%.3f,\"streak\":%d,"
-                               "\"patience\":%lld}",
-                               (long long)step, (int)r, (double)all[2 * r], med, extra,
-                               med_step, healthy, slow,
-                               (int)j->strag_streak[r], (long long)patience);
+                      (int)r, slow, (long long)step, (double)all[2 * r], med, extra, med_step,
+                      healthy, (long long)every, 100 * margin, (int)j->strag_streak[r],
+                      patience > 0 && j->strag_streak[r] >= patience ? ": treated as failed"
+                                                                     : "");
+        llmt__job_metrics_line(
+            j,
+            "{\"event\":\"straggler\",\"step\":%lld,\"rank\":%d,"
+            "\"busy_s\":%.6f,\"median_busy_s\":%.6f,\"extra_s\":%.6f,"
+            "\"step_s\":%.6f,\"healthy_step_s\":%.6f,\"slowdown\":%.3f,\"streak\":%d,"
+            "\"patience\":%lld}",
+            (long long)step, (int)r, (double)all[2 * r], med, extra, med_step, healthy, slow,
+            (int)j->strag_streak[r], (long long)patience);
         if (patience > 0 && j->strag_streak[r] >= patience && slow > worst) {
             worst = slow;
             failed = r;
@@ -337,12 +340,14 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
     if (failed < 0)
         return LLMT_OK;
     if (failed == j->rank)
-        return FAIL(LLMT_ERR_TIMEOUT, "straggler: this rank (%d) was %.2fx slower than the "
+        return FAIL(LLMT_ERR_TIMEOUT,
+                    "straggler: this rank (%d) was %.2fx slower than the "
                     "median in %lld reports in a row up to step %lld "
                     "(fault_tolerance.straggler.patience): treated as failed",
                     (int)failed, worst, (long long)patience, (long long)step);
-    return FAIL(LLMT_ERR_ABORTED, "straggler: rank %d was %.2fx slower than the median in "
+    return FAIL(LLMT_ERR_ABORTED,
+                "straggler: rank %d was %.2fx slower than the median in "
                 "%lld reports in a row up to step %lld: treated as failed; rank %d stops "
-                "with the gang", (int)failed, worst, (long long)patience, (long long)step,
-                (int)j->rank);
+                "with the gang",
+                (int)failed, worst, (long long)patience, (long long)step, (int)j->rank);
 }

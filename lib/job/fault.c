@@ -14,6 +14,13 @@
  *            made NaN for the forward/backward and restored after)
  *   bitflip  flip bit ARG (default 22) of one parameter element (silent
  *            data corruption: the replicas now differ)
+ *   spike    the first parameter tensor (the token embedding) times ARG
+ *            (default 20) for that step's forward/backward, restored after:
+ *            a loss and gradient-norm spike whose size does not depend on
+ *            the engine's rounding (a bad batch, deterministically)
+ *   killsave SIGKILL self right after the save of step STEP began (an
+ *            async save in flight: never a checkpoint that verifies but
+ *            is incomplete)
  * The injection is test machinery and the only place lib/ raises signals;
  * it does nothing unless the variable is set.
  *
@@ -33,7 +40,8 @@
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
-static const char *const kind_names[] = {"kill", "hang", "slow", "nan", "bitflip"};
+static const char *const kind_names[] = {"kill",    "hang",  "slow",    "nan",
+                                         "bitflip", "spike", "killsave"};
 
 llmt_status llmt__job_fault_parse(llmt_job *j)
 {
@@ -68,13 +76,17 @@ llmt_status llmt__job_fault_parse(llmt_job *j)
         if (n < 3 || f->kind < 0 || rank < 0 || step < 1)
             return FAIL(LLMT_ERR_INVALID_ARGUMENT,
                         "LLMT_FAULT: '%s' is not KIND:RANK:STEP[:ARG][@GEN] with KIND one of "
-                        "kill, hang, slow, nan, bitflip, RANK >= 0 and STEP >= 1",
+                        "kill, hang, slow, nan, bitflip, spike, killsave, RANK >= 0 and "
+                        "STEP >= 1",
                         t);
         if (f->kind == JOB_FAULT_SLOW && n < 4)
             return FAIL(LLMT_ERR_INVALID_ARGUMENT, "LLMT_FAULT: '%s': slow needs :MS", t);
         f->rank = (int32_t)rank;
         f->step = step;
-        f->arg = n >= 4 ? arg : (f->kind == JOB_FAULT_BITFLIP ? 22 : 0);
+        f->arg = n >= 4                         ? arg
+                 : f->kind == JOB_FAULT_BITFLIP ? 22
+                 : f->kind == JOB_FAULT_SPIKE   ? 20
+                                                : 0;
         f->sticky = n >= 5 && plus == '+';
         j->nfault++;
     }
@@ -96,6 +108,21 @@ static float *victim_elem(llmt_job *j)
     return (float *)v.data + n / 2;
 }
 
+/* The first parameter tensor, whole: what a spike scales. */
+static float *victim_tensor(llmt_job *j, int64_t *n)
+{
+    llmt_tensor v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    if (llmt_model_param(j->model, 0, NULL, &v) != LLMT_OK || !v.data ||
+        v.dtype != LLMT_DTYPE_FP32)
+        return NULL;
+    *n = 1;
+    for (int d = 0; d < v.ndim; d++)
+        *n *= v.shape[d];
+    return (float *)v.data;
+}
+
 static void sleep_ms(int64_t ms)
 {
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
@@ -108,7 +135,7 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
     j->nan_saved = 0;
     for (int i = 0; i < j->nfault; i++) {
         job_fault *f = &j->faults[i];
-        if (f->rank != j->rank || f->gen != j->launch_gen)
+        if (f->rank != j->rank || f->gen != j->launch_gen || f->kind == JOB_FAULT_KILLSAVE)
             continue;
         if (f->step != step && !(f->sticky && step >= f->step))
             continue;
@@ -148,14 +175,58 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
             memcpy(x, &u, 4);
             break;
         }
+        case JOB_FAULT_SPIKE: {
+            int64_t n = 0;
+            if (!(x = victim_tensor(j, &n)))
+                return FAIL(LLMT_ERR_UNSUPPORTED, "LLMT_FAULT spike: needs the fp32 CPU "
+                                                  "trainer's parameters");
+            free(j->spike_copy);
+            j->spike_copy = malloc((size_t)n * sizeof *x);
+            if (!j->spike_copy)
+                return FAIL(LLMT_ERR_OUT_OF_MEMORY, "LLMT_FAULT spike: no memory");
+            memcpy(j->spike_copy, x, (size_t)n * sizeof *x);
+            for (int64_t e = 0; e < n; e++)
+                x[e] *= (float)f->arg;
+            j->spike_saved = 1;
+            break;
+        }
         default: break;
         }
     }
     return LLMT_OK;
 }
 
+void llmt__job_fault_saved(llmt_job *j, int64_t step)
+{
+    for (int i = 0; i < j->nfault; i++) {
+        job_fault *f = &j->faults[i];
+        if (f->kind != JOB_FAULT_KILLSAVE || f->rank != j->rank || f->gen != j->launch_gen ||
+            f->step != step || f->fired)
+            continue;
+        f->fired = 1;
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                  "fault injection (LLMT_FAULT): killsave on rank %d with the save of "
+                  "step %lld in flight",
+                  (int)j->rank, (long long)step);
+        llmt__job_metrics_line(j,
+                               "{\"event\":\"fault_injected\",\"kind\":\"killsave\","
+                               "\"rank\":%d,\"step\":%lld}",
+                               (int)j->rank, (long long)step);
+        raise(SIGKILL);
+    }
+}
+
 void llmt__job_fault_after(llmt_job *j)
 {
+    if (j->spike_saved) {
+        int64_t n = 0;
+        float *x = victim_tensor(j, &n);
+        if (x && j->spike_copy)
+            memcpy(x, j->spike_copy, (size_t)n * sizeof *x);
+        free(j->spike_copy);
+        j->spike_copy = NULL;
+        j->spike_saved = 0;
+    }
     if (!j->nan_saved)
         return;
     float *x = victim_elem(j);

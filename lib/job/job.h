@@ -39,7 +39,15 @@ typedef struct job_data_opts {
 } job_data_opts;
 
 /* One fault to inject (fault.c, $LLMT_FAULT). */
-enum { JOB_FAULT_KILL, JOB_FAULT_HANG, JOB_FAULT_SLOW, JOB_FAULT_NAN, JOB_FAULT_BITFLIP };
+enum {
+    JOB_FAULT_KILL,
+    JOB_FAULT_HANG,
+    JOB_FAULT_SLOW,
+    JOB_FAULT_NAN,
+    JOB_FAULT_BITFLIP,
+    JOB_FAULT_SPIKE,
+    JOB_FAULT_KILLSAVE
+};
 #define JOB_MAX_FAULTS 16
 typedef struct job_fault {
     int kind;
@@ -51,6 +59,7 @@ typedef struct job_fault {
 /* Anomaly detection state: a window of recent finite losses. */
 #define JOB_LOSS_WINDOW 32
 #define JOB_MAX_CONSECUTIVE_ANOMALIES 8
+#define JOB_STRAGGLER_MAX_RANKS 4096
 
 struct llmt_job {
     llmt_err err;
@@ -114,6 +123,22 @@ struct llmt_job {
     int nan_saved;
     float nan_value;
     double hb_first; /* unix time of this process's first heartbeat */
+
+    /* detection beyond NaN and loss spikes (detect.c) */
+    float gnorms[JOB_LOSS_WINDOW]; /* recent gradient norms */
+    int ngn, gn_pos;
+    double lr_mult; /* product of the lower_lr factors (0: 1) */
+    int64_t lr_lowered;
+    int64_t sdc_checks, sdc_mismatches;
+    double strag_busy, strag_wall, strag_comm0; /* busy seconds since the last report */
+    int64_t strag_steps;
+    int32_t strag_streak[JOB_STRAGGLER_MAX_RANKS]; /* reports in a row named */
+    int64_t stragglers;
+    int spike_saved; /* fault.c: spike injection to undo */
+    float *spike_copy;
+    /* goodput of this process (run.c) */
+    double gp_productive_s, gp_stall_s, gp_lost_s, gp_checks_s;
+    int64_t gp_lost_steps;
 };
 
 /* refuse.c: every key the job cannot honour, refused by JSON path. */
@@ -149,7 +174,20 @@ llmt_status llmt__job_quarantine(llmt_job *j, int64_t step);
 llmt_status llmt__job_fault_parse(llmt_job *j);
 llmt_status llmt__job_fault_before(llmt_job *j, int64_t step);
 void llmt__job_fault_after(llmt_job *j);
+/* After a save of `step` began: a killsave drill dies with it in flight. */
+void llmt__job_fault_saved(llmt_job *j, int64_t step);
 void llmt__job_heartbeat(llmt_job *j, int64_t step);
+
+/* detect.c: gradient-norm spikes, the lower_lr policy, the SDC check
+ * (every fault_tolerance.sdc_interval steps) and the straggler report
+ * (every fault_tolerance.straggler.interval steps). Each returns an error
+ * when the run must stop (policy stop, a straggler past its patience). */
+double llmt__job_window_z(const float *w, int n, float x);
+void llmt__job_window_add(float *w, int *n, int *pos, float x);
+llmt_status llmt__job_lower_lr(llmt_job *j, int64_t at, const char *why);
+uint64_t llmt__job_params_hash(llmt_job *j);
+llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m);
+llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s);
 
 /* metrics.c: metrics.jsonl, appended and never rewritten. */
 llmt_status llmt__job_metrics_open(llmt_job *j);

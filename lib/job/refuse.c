@@ -206,6 +206,41 @@ static llmt_status check_ft(llmt_job *j)
                       "agent: run the job with llmtrain launch (doc/fault-tolerance.md), "
                       "or remove the key to run it without restarts",
                       (long long)s->fault_tolerance.max_restarts);
+    const char *given = NULL;
+    if (llmt__spec_given(s, "fault_tolerance.anomaly.lr_factor") &&
+        s->fault_tolerance.anomaly.policy != LLMT_SPEC_ANOMALY_LOWER_LR)
+        return REFUSE("fault_tolerance.anomaly.lr_factor: %g is used only by "
+                      "fault_tolerance.anomaly.policy lower_lr: set that policy, or remove "
+                      "the key",
+                      s->fault_tolerance.anomaly.lr_factor);
+    /* cross-replica checks need replicas */
+    if (s->fault_tolerance.sdc_interval > 0 && j->world < 2)
+        return REFUSE("fault_tolerance.sdc_interval: %lld compares the parameters of "
+                      "data-parallel replicas, and this job runs on 1 rank: run it on 2 or "
+                      "more (llmtrain launch --nproc N, mpirun), or remove the key",
+                      (long long)s->fault_tolerance.sdc_interval);
+    if (s->fault_tolerance.sdc_interval > 0 && s->parallelism.zero >= 3)
+        return REFUSE("fault_tolerance.sdc_interval: under parallelism.zero 3 every rank "
+                      "holds a different share of the parameters, so there are no replicas "
+                      "to compare; use zero 0-2, or remove the key");
+    int64_t si = s->fault_tolerance.straggler.interval;
+    if (si > 0 && j->world < 2)
+        return REFUSE("fault_tolerance.straggler.interval: %lld compares the step times of "
+                      "ranks, and this job runs on 1 rank: run it on 2 or more, or remove "
+                      "the key",
+                      (long long)si);
+    if (si > 0 && j->world > JOB_STRAGGLER_MAX_RANKS)
+        return REFUSE("fault_tolerance.straggler.interval: at most %d ranks (this job has "
+                      "%d)",
+                      JOB_STRAGGLER_MAX_RANKS, (int)j->world);
+    if (llmt__spec_given(s, "fault_tolerance.straggler.margin"))
+        given = "fault_tolerance.straggler.margin";
+    else if (llmt__spec_given(s, "fault_tolerance.straggler.patience"))
+        given = "fault_tolerance.straggler.patience";
+    if (given && si <= 0)
+        return REFUSE("%s: the straggler report is off (fault_tolerance.straggler.interval "
+                      "is 0): set the interval, or remove the key",
+                      given);
     return LLMT_OK;
 }
 

@@ -10,7 +10,7 @@
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
-static const char *const policy_names[] = {"skip", "rollback", "stop"};
+static const char *const policy_names[] = {"skip", "rollback", "stop", "lower_lr"};
 
 LLMT_API llmt_status llmt_job_evaluate(llmt_job *j, float *val_loss)
 {
@@ -31,27 +31,37 @@ static int64_t steps_done(llmt_job *j)
     return step;
 }
 
-/* Loss spike: z-score of this loss against the window of recent ones. */
 static double zscore(llmt_job *j, float loss)
 {
-    if (j->nloss < 8)
-        return 0;
-    double mean = 0, var = 0;
-    for (int i = 0; i < j->nloss; i++)
-        mean += j->losses[i];
-    mean /= j->nloss;
-    for (int i = 0; i < j->nloss; i++)
-        var += (j->losses[i] - mean) * (j->losses[i] - mean);
-    double sd = sqrt(var / (j->nloss - 1));
-    return sd > 0 ? ((double)loss - mean) / sd : 0;
+    return llmt__job_window_z(j->losses, j->nloss, loss);
 }
 
-static void remember(llmt_job *j, float loss)
+static void remember(llmt_job *j, float loss, float norm)
 {
-    j->losses[j->loss_pos] = loss;
-    j->loss_pos = (j->loss_pos + 1) % JOB_LOSS_WINDOW;
-    if (j->nloss < JOB_LOSS_WINDOW)
-        j->nloss++;
+    llmt__job_window_add(j->losses, &j->nloss, &j->loss_pos, loss);
+    llmt__job_window_add(j->gnorms, &j->ngn, &j->gn_pos, norm);
+}
+
+/* The loader's cursor (samples of the epoch read by all ranks). */
+static int64_t cursor_of(llmt_job *j, int64_t *epoch)
+{
+    llmt_loader_state st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    if (llmt_loader_get_state(j->data.loader, &st) != LLMT_OK)
+        return -1;
+    if (epoch)
+        *epoch = st.epoch;
+    return st.cursor;
+}
+
+/* For a JSON string: no quotes or backslashes. */
+static void json_safe(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src);
+    for (char *c = dst; *c; c++)
+        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+            *c = '\'';
 }
 
 /* The policy of fault_tolerance.anomaly for an anomaly at step `at`
@@ -60,7 +70,8 @@ static llmt_status anomaly(llmt_job *j, int64_t at, const char *kind, const char
                            llmt_job_metrics *m)
 {
     int policy = j->spec->fault_tolerance.anomaly.policy;
-    int applied = !strcmp(kind, "spike");
+    int applied = strcmp(kind, "nonfinite") != 0; /* spikes: already applied */
+    int64_t undone = 0, window = 0, cursor = cursor_of(j, NULL);
     j->anomalies++;
     m->events |= LLMT_JOB_EVENT_ANOMALY;
     if (++j->consecutive > JOB_MAX_CONSECUTIVE_ANOMALIES)
@@ -84,26 +95,71 @@ static llmt_status anomaly(llmt_job *j, int64_t at, const char *kind, const char
                         "to go back to yet", (long long)at, kind, evidence);
         j->rollbacks++;
         m->events |= LLMT_JOB_EVENT_ROLLBACK;
+        /* the steps after the snapshot are lost; the data they (and the
+         * bad step) read is skipped: the cursor stays where it is */
+        undone = (applied ? at : at - 1) - back;
+        window = (at - back) * (int64_t)j->to.micro_batch * j->to.grad_accum * j->dp;
         m->step = back;
-        j->nloss = j->loss_pos = 0;
+        j->nloss = j->loss_pos = j->ngn = j->gn_pos = 0;
         action = "rollback";
     } else if (!applied) {
         j->skipped++;
         m->events |= LLMT_JOB_EVENT_SKIPPED;
-        action = "skip";
+        action = policy == LLMT_SPEC_ANOMALY_LOWER_LR ? "skip and lower_lr" : "skip";
     } else {
-        action = "logged (already applied; rollback would undo it)";
+        action = policy == LLMT_SPEC_ANOMALY_LOWER_LR
+                     ? "lower_lr (the step was applied)"
+                     : "logged (already applied; rollback would undo it)";
     }
-    llmt__log(j->ctx, LLMT_LOG_WARN, "job", "anomaly at step %lld: %s %s: %s",
-              (long long)at, kind, evidence, action);
-    llmt__job_metrics_line(j, "{\"event\":\"anomaly\",\"step\":%lld,\"kind\":\"%s\","
-                              "\"action\":\"%s\",\"now_at\":%lld}",
-                           (long long)at, kind, policy == LLMT_SPEC_ANOMALY_ROLLBACK
-                                                    ? "rollback"
-                                                    : applied ? "logged" : "skip",
-                           (long long)m->step);
-    (void)action;
+    if (undone > 0) {
+        double mean = j->last.step > 0 && j->gp_productive_s > 0
+                          ? j->gp_productive_s / (double)(at > 1 ? at - 1 : 1)
+                          : 0;
+        double lost = mean * (double)undone;
+        j->gp_lost_steps += undone;
+        j->gp_lost_s += lost;
+        j->gp_productive_s -= lost < j->gp_productive_s ? lost : j->gp_productive_s;
+    }
+    char ev[512];
+    json_safe(ev, sizeof ev, evidence);
+    llmt__log(j->ctx, LLMT_LOG_WARN, "job", "anomaly at step %lld on rank %d: %s %s: %s%s",
+              (long long)at, (int)j->rank, kind, evidence, action,
+              window ? " (the data window since the snapshot is skipped)" : "");
+    llmt_trainer_sync_params(j->tr);
+    llmt__job_metrics_line(
+        j,
+        "{\"event\":\"anomaly\",\"step\":%lld,\"kind\":\"%s\",\"action\":\"%s\","
+        "\"now_at\":%lld,\"rank\":%d,\"evidence\":\"%s\",\"params_xxh\":\"%016llx\","
+        "\"cursor\":%lld,\"skipped_samples\":%lld,\"lost_steps\":%lld}",
+        (long long)at, kind,
+        policy == LLMT_SPEC_ANOMALY_ROLLBACK   ? "rollback"
+        : policy == LLMT_SPEC_ANOMALY_LOWER_LR ? "lower_lr"
+        : applied                              ? "logged"
+                                               : "skip",
+        (long long)m->step, (int)j->rank, ev, (unsigned long long)llmt__job_params_hash(j),
+        (long long)cursor, (long long)window, (long long)undone);
+    if (policy == LLMT_SPEC_ANOMALY_LOWER_LR)
+        return llmt__job_lower_lr(j, at, kind);
     return LLMT_OK;
+}
+
+/* Where this process's time went (cumulative; after each save and at the
+ * end): `llmtrain launch` sums the last line of each generation. */
+static void goodput_line(llmt_job *j, const char *when)
+{
+    int64_t epoch = 0, cursor = cursor_of(j, &epoch);
+    double el = j->began ? llmt__job_now() - j->t_start : 0;
+    llmt__job_metrics_line(
+        j,
+        "{\"event\":\"goodput\",\"when\":\"%s\",\"step\":%lld,\"rank\":%d,\"gen\":%d,"
+        "\"elapsed_s\":%.4f,\"productive_s\":%.4f,\"ckpt_stall_s\":%.4f,"
+        "\"anomaly_lost_s\":%.4f,\"anomaly_lost_steps\":%lld,\"checks_s\":%.4f,"
+        "\"epoch\":%lld,\"cursor\":%lld,\"anomalies\":%lld,\"sdc_checks\":%lld,"
+        "\"stragglers\":%lld,\"lr_mult\":%.6g}",
+        when, (long long)steps_done(j), (int)j->rank, j->launch_gen, el, j->gp_productive_s,
+        j->gp_stall_s, j->gp_lost_s, (long long)j->gp_lost_steps, j->gp_checks_s,
+        (long long)epoch, (long long)cursor, (long long)j->anomalies, (long long)j->sdc_checks,
+        (long long)j->stragglers, j->lr_mult > 0 ? j->lr_mult : 1.0);
 }
 
 static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
@@ -130,6 +186,7 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
             m->events |= LLMT_JOB_EVENT_START_VAL;
         }
     }
+    double t_begin = llmt__job_now();
     if ((s = llmt__job_data_next(j, &j->data, j->in, j->tg)) != LLMT_OK)
         return s;
     llmt_batch b = {sizeof b, j->in, j->tg, j->to.micro_batch * j->to.grad_accum,
@@ -143,12 +200,16 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
     llmt__job_fault_after(j);
     if (s == LLMT_OK || s == LLMT_ERR_NUMERIC) /* progress, even if not applied */
         llmt__job_heartbeat(j, start + 1);
-    if (s == LLMT_ERR_NUMERIC) /* the trainer did not apply it */
+    if (s == LLMT_ERR_NUMERIC) { /* the trainer did not apply it */
+        j->gp_lost_s += llmt__job_now() - t_begin;
         return anomaly(j, start + 1, "nonfinite", llmt_trainer_last_error(j->tr), m);
+    }
     if (s != LLMT_OK)
         return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
     int64_t done = met.step;
     double t = llmt__job_now();
+    double wall = t - t_begin; /* with the data and an injected delay */
+    j->gp_productive_s += wall;
     m->step = done;
     m->loss = met.loss;
     m->grad_norm = met.grad_norm;
@@ -175,10 +236,25 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
         s = anomaly(j, done, "spike", ev, m);
         if (s != LLMT_OK || (m->events & LLMT_JOB_EVENT_ROLLBACK))
             return s;
+    } else if (sp->fault_tolerance.anomaly.grad_zscore > 0 &&
+               (z = llmt__job_window_z(j->gnorms, j->ngn, met.grad_norm)) >
+                   sp->fault_tolerance.anomaly.grad_zscore) {
+        char ev[160];
+        snprintf(ev, sizeof ev,
+                 "gradient norm %.4g is %.1f standard deviations above the "
+                 "last %d steps (anomaly.grad_zscore %g)",
+                 (double)met.grad_norm, z, j->ngn, sp->fault_tolerance.anomaly.grad_zscore);
+        s = anomaly(j, done, "grad_spike", ev, m);
+        if (s != LLMT_OK || (m->events & LLMT_JOB_EVENT_ROLLBACK))
+            return s;
     } else {
-        remember(j, met.loss);
+        remember(j, met.loss, met.grad_norm);
         j->consecutive = 0;
     }
+    if ((s = llmt__job_sdc(j, done, m)) != LLMT_OK || (m->events & LLMT_JOB_EVENT_ROLLBACK))
+        return s;
+    if ((s = llmt__job_straggler(j, done, wall)) != LLMT_OK)
+        return s;
     int last = done == j->stop_at;
     int64_t li = sp->train.log_interval, ei = sp->train.eval_interval;
     if (li > 0 && (done % li == 0 || last || done == j->start_step + 1))
@@ -190,7 +266,14 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
                                (double)m->val_loss);
         m->events |= LLMT_JOB_EVENT_VALIDATED;
     }
-    return llmt__job_maybe_save(j, done, last, m);
+    double t_save = llmt__job_now();
+    s = llmt__job_maybe_save(j, done, last, m);
+    j->gp_stall_s += llmt__job_now() - t_save;
+    if (s == LLMT_OK && (m->events & LLMT_JOB_EVENT_SAVED)) {
+        goodput_line(j, "save");
+        llmt__job_fault_saved(j, m->saved_step);
+    }
+    return s;
 }
 
 LLMT_API llmt_status llmt_job_step(llmt_job *j, llmt_job_metrics *metrics)
@@ -219,9 +302,13 @@ LLMT_API llmt_status llmt_job_finish(llmt_job *j)
 {
     if (!j)
         return LLMT_ERR_NULL_POINTER;
+    double t0 = llmt__job_now();
     llmt_status s = llmt_ckpt_wait(j->ck, -1);
+    j->gp_stall_s += llmt__job_now() - t0;
     if (s != LLMT_OK)
         return FAIL(s, "%s", llmt_ckpt_last_error(j->ck));
+    if (j->began)
+        goodput_line(j, "finish");
     return llmt__job_plot(j);
 }
 
@@ -264,7 +351,7 @@ LLMT_API llmt_status llmt_job_resume(llmt_job *j, int64_t *step)
                     j->durable_dir[0] ? " or " : "", j->durable_dir);
     j->resumed = 1;
     j->last.step = at;
-    j->nloss = j->loss_pos = 0;
+    j->nloss = j->loss_pos = j->ngn = j->gn_pos = 0;
     llmt__job_metrics_line(j, "{\"event\":\"resume\",\"step\":%lld,\"world_size\":%d}",
                            (long long)at, (int)j->world);
     if (step)

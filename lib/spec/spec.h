@@ -39,8 +39,12 @@ enum { LLMT_SPEC_TOK_BYTE = 0, LLMT_SPEC_TOK_BPE = 1, LLMT_SPEC_TOK_GPT2 = 2 };
 enum { LLMT_SPEC_TIER_HOST = 0, LLMT_SPEC_TIER_LOCAL = 1, LLMT_SPEC_TIER_PEER = 2,
        LLMT_SPEC_TIER_DURABLE = 3 };
 /* fault_tolerance.anomaly.policy */
-enum { LLMT_SPEC_ANOMALY_SKIP = 0, LLMT_SPEC_ANOMALY_ROLLBACK = 1,
-       LLMT_SPEC_ANOMALY_STOP = 2 };
+enum {
+    LLMT_SPEC_ANOMALY_SKIP = 0,
+    LLMT_SPEC_ANOMALY_ROLLBACK = 1,
+    LLMT_SPEC_ANOMALY_STOP = 2,
+    LLMT_SPEC_ANOMALY_LOWER_LR = 3
+};
 
 typedef struct llmt_spec_tier {
     int kind;
@@ -122,7 +126,18 @@ struct llmt_spec {
         int64_t max_restarts;
         double gpu_failures_per_hour; /* per GPU */
         double restart_s;
-        struct { int policy; double zscore; } anomaly;
+        struct {
+            int policy;
+            double zscore;
+            double grad_zscore; /* 0 = off */
+            double lr_factor;   /* policy lower_lr */
+        } anomaly;
+        int64_t sdc_interval; /* steps, 0 = off */
+        struct {
+            int64_t interval; /* steps between reports, 0 = off */
+            double margin;    /* slower than the median by this fraction */
+            int64_t patience; /* reports in a row, then failed; 0 = never */
+        } straggler;
     } fault_tolerance;
     struct {
         char *gpu;

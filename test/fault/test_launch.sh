@@ -11,7 +11,19 @@
 #   budget    --max-restarts 0: the agent stops with the reason
 #   nan       NaN in one rank's gradients: skip (parameters unchanged:
 #             the step's loss is not logged and the run goes on) and
-#             rollback (restored to the last checkpoint), both logged
+#             rollback (restored to the last checkpoint), both logged;
+#             the parameters' xxh64 after the action equals the one the
+#             SDC check logged at the step before (skip) / the snapshot
+#   spike     an injected loss spike: rollback to the snapshot, the data
+#             window skipped (the loader's cursor ends one batch further
+#             than the uninterrupted run's); lower_lr lowers the LR
+#   sdc       a bit flipped in one replica: the SDC check names that rank
+#             within sdc_interval steps (4 ranks: majority; 2: both)
+#   straggler a rank slowed by 150 ms a step is named with its measured
+#             excess, treated as failed after `patience` reports, replaced
+#   killsave  a rank killed while an async save is in flight: the partial
+#             step never verifies, is quarantined, the restart uses the
+#             previous checkpoint; goodput measured vs the simulator
 # Exit 77 without the gloo build feature.
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 case_=$2
@@ -140,11 +152,103 @@ nan)
   LLMT_FAULT=nan:1:5 launch s s.log --nproc 2 skip.json || { bad "nan/skip run"; cat s.log; }
   grep -q '"event":"anomaly","step":5,"kind":"nonfinite","action":"skip"' s/metrics.jsonl &&
     ok "NaN at step 5 on rank 1: skipped, logged" || { bad "no skip event"; grep event s/metrics.jsonl; }
+  mk skip2.json ', "anomaly": {"policy": "skip"}, "sdc_interval": 1'
+  LLMT_FAULT=nan:1:5 launch s2 s2.log --nproc 2 skip2.json || { bad "nan/skip run with hashes"; cat s2.log; }
+  h4=$(grep -o '"event":"sdc","step":4,"ok":true,"ranks":2,"xxh":"[0-9a-f]*' s2/metrics.jsonl | sed 's/.*xxh":"//')
+  [ -n "$h4" ] && grep -q "\"event\":\"anomaly\",\"step\":5,.*\"params_xxh\":\"$h4\"" s2/metrics.jsonl &&
+    ok "skip left the parameters unchanged: xxh64 $h4 after the skipped step 5 = after step 4" ||
+    { bad "parameters changed by a skipped step"; grep '"sdc","step":4\|anomaly' s2/metrics.jsonl; }
   mk rb.json ', "anomaly": {"policy": "rollback"}'
   LLMT_FAULT=nan:1:7 launch r r.log --nproc 2 rb.json || { bad "nan/rollback run"; cat r.log; }
   grep -q '"event":"anomaly","step":7,"kind":"nonfinite","action":"rollback","now_at":6' r/metrics.jsonl &&
     ok "NaN at step 7 on rank 1: rolled back to step 6, logged" ||
     { bad "no rollback event"; grep event r/metrics.jsonl; }
+  mk rb2.json ', "anomaly": {"policy": "rollback"}, "sdc_interval": 1'
+  LLMT_FAULT=nan:1:7 launch r2 r2.log --nproc 2 rb2.json || { bad "nan/rollback run with hashes"; cat r2.log; }
+  h6=$(grep -o '"event":"sdc","step":6,"ok":true,"ranks":2,"xxh":"[0-9a-f]*' r2/metrics.jsonl | head -1 | sed 's/.*xxh":"//')
+  [ -n "$h6" ] && grep -q "\"event\":\"anomaly\",\"step\":7,.*\"action\":\"rollback\",\"now_at\":6,.*\"params_xxh\":\"$h6\"" r2/metrics.jsonl &&
+    ok "rollback restored the snapshot: xxh64 $h6 = the parameters of step 6" ||
+    { bad "rollback did not restore the snapshot"; grep '"sdc","step":6\|anomaly' r2/metrics.jsonl; }
+  ;;
+spike)
+  ref
+  mk sr.json ', "anomaly": {"policy": "rollback", "zscore": 4}'
+  LLMT_FAULT=spike:0:9,spike:1:9,spike:2:9,spike:3:9 launch sr sr.log --nproc 4 --spares 1 sr.json || { bad "spike/rollback run"; cat sr.log; }
+  grep -q '"event":"anomaly","step":9,"kind":"spike","action":"rollback","now_at":8,.*"cursor":72,"skipped_samples":8' sr/metrics.jsonl &&
+    ok "spike at step 9: rolled back to step 8, the window of 8 samples after the snapshot skipped" ||
+    { bad "no spike rollback event"; grep event sr/metrics.jsonl; }
+  # the cursor proves it: 14 steps of 8 samples, plus the skipped batch
+  grep -q '"event":"goodput","when":"finish","step":14,.*"cursor":120' sr/metrics.jsonl &&
+    grep -q '"event":"goodput","when":"finish","step":14,.*"cursor":112' ref/metrics.jsonl &&
+    ok "final loader cursor 120 = 112 of the uninterrupted run + the skipped window" ||
+    { bad "cursor"; grep '"finish"' sr/metrics.jsonl ref/metrics.jsonl; }
+  mk sl.json ', "anomaly": {"policy": "lower_lr", "zscore": 4, "lr_factor": 0.25}'
+  LLMT_FAULT=spike:0:11,spike:1:11 launch sl sl.log --nproc 2 sl.json || { bad "spike/lower_lr run"; cat sl.log; }
+  grep -q '"event":"lower_lr","step":11,.*"factor":0.25' sl/metrics.jsonl &&
+    ok "spike at step 11: LR lowered x0.25, logged" || { bad "no lower_lr"; grep event sl/metrics.jsonl; }
+  python3 -c '
+import json, sys
+lr = [{j["step"]: j["lr"] for j in map(json.loads, open(f)) if "lr" in j} for f in sys.argv[1:]]
+r = lr[1][13] / lr[0][13]
+print(("ok  " if abs(r - 0.25) < 1e-3 else "FAIL") + " LR at step 13 is %.4f of the uninterrupted run s" % r)
+sys.exit(abs(r - 0.25) >= 1e-3)' ref/metrics.jsonl sl/metrics.jsonl || fail=1
+  ;;
+sdc)
+  mk sdc.json ', "sdc_interval": 2'
+  LLMT_FAULT=bitflip:2:5 launch d d.log --nproc 4 --spares 1 sdc.json || { bad "sdc run"; cat d.log; }
+  grep -q '"event":"sdc","step":6,"ok":false,"ranks":4,"bad_ranks":\[2\],"majority_rank":0,"action":"repaired"' d/metrics.jsonl &&
+    ok "bit flipped on rank 2 before step 5: named by the SDC check at step 6 (sdc_interval 2), repaired from the majority" ||
+    { bad "rank 2 not named"; grep sdc d/metrics.jsonl; }
+  grep -q '"event":"sdc","step":8,"ok":true' d/metrics.jsonl && ok "replicas equal again at step 8" || bad "not repaired"
+  mk sdc2.json ', "sdc_interval": 2, "anomaly": {"policy": "rollback"}'
+  LLMT_FAULT=bitflip:1:3 launch d2 d2.log --nproc 2 sdc2.json || { bad "sdc 2-rank run"; cat d2.log; }
+  grep -q '"event":"sdc","step":4,"ok":false,"ranks":2,"bad_ranks":\[0,1\],"majority_rank":-1,"action":"rollback","now_at":2' d2/metrics.jsonl &&
+    ok "2 ranks: no majority, both named, rolled back to step 2" || { bad "2-rank sdc"; grep sdc d2/metrics.jsonl; }
+  ;;
+straggler)
+  mk st.json ', "straggler": {"interval": 2, "margin": 0.5, "patience": 3}'
+  LLMT_FAULT=slow:1:3:150+ launch st st.log --nproc 4 --spares 1 st.json || { bad "straggler run"; cat st.log; }
+  python3 -c '
+import json, sys
+ev = [j for j in map(json.loads, open(sys.argv[1])) if j.get("event") == "straggler"]
+one = [e for e in ev if e["rank"] == 1]
+other = [e for e in ev if e["rank"] != 1]
+good = len(one) >= 3 and all(0.12 < e["extra_s"] < 0.3 for e in one) and not other
+for e in one:
+    print("     step %d: rank 1 busy +%.3f s/step (150 ms injected), %.1fx slower" % (e["step"], e["extra_s"], e["slowdown"]))
+print(("ok  " if good else "FAIL") + " rank 1 named as a straggler in %d reports with its measured excess; other ranks named: %d" % (len(one), len(other)))
+sys.exit(not good)' st/metrics.jsonl || fail=1
+  grep -q "rank 1 (slot 1) failed .*unhealthy (exit 3): llmtrain train: straggler: this rank (1)" st.log &&
+    grep -q "spare slot 4 promoted to rank 1" st.log &&
+    ok "after 3 reports: rank 1 treated as failed, spare promoted" || { bad "straggler not replaced"; grep launch: st.log; }
+  [ "$(losses st/metrics.jsonl | wc -l)" -eq 14 ] && ok "all 14 steps done" || bad "steps missing"
+  ;;
+killsave)
+  mk as.json ''
+  sed 's/"async": false/"async": true/' as.json > as2.json
+  LLMT_FAULT=killsave:2:6 launch k k.log --nproc 4 --spares 1 as2.json || { bad "killsave run"; cat k.log; }
+  # the restart used the newest complete checkpoint before the interrupted save
+  r=$(grep -o '"event":"resume","step":[0-9]*' k/metrics.jsonl | head -1 | sed 's/.*://')
+  [ -n "$r" ] && [ "$r" -lt 6 ] && [ "$r" -ge 2 ] &&
+    ok "killed with the async save of step 6 in flight: the restart used step $r" ||
+    { bad "resume step '$r'"; grep event k/metrics.jsonl; }
+  # every uncommitted step was quarantined and none of them verifies
+  nq=0
+  for q in k/ckpt/quarantine/step-*; do
+    [ -e "$q" ] || continue
+    nq=$((nq + 1))
+    "$exe" ckpt verify "$q" > vq.log 2>&1
+    if [ -e "$q/manifest.json" ] || grep -q ": ok" vq.log; then
+      bad "quarantined $q verifies: $(cat vq.log)"
+    fi
+  done
+  ls -d k/ckpt/quarantine/step-000000000006.* > /dev/null 2>&1 && [ $nq -ge 1 ] &&
+    ok "the partial step 6 (and $((nq - 1)) other in flight) quarantined, no manifest: not a checkpoint" ||
+    { bad "partial step 6"; ls -R k/ckpt | head; }
+  "$exe" ckpt verify k/ckpt > va.log 2>&1 && ! "$exe" ckpt ls k/ckpt | grep -E '^[0-9]+ ' | grep -qv ' 4 .* ok$' &&
+    ok "every checkpoint left verifies and holds all 4 ranks" || { bad "verify"; cat va.log; "$exe" ckpt ls k/ckpt; }
+  grep -q "launch: goodput .* measured" k.log && grep -q "predicted by llmt_plan_simulate_goodput" k.log &&
+    ok "$(grep 'launch: goodput' k.log | cut -c1-150 | tr '\n' ' ')" || { bad "goodput report"; tail -5 k.log; }
   ;;
 *) echo "unknown case $case_"; exit 2 ;;
 esac

@@ -27,6 +27,7 @@ typedef struct kcase {
     const char *base;    /* JSON merged into the baseline of this case, or NULL */
     const char *set;     /* JSON merged on top of it: the key set */
     enum expect want;
+    const char *fault; /* $LLMT_FAULT for the baseline and the variant */
 } kcase;
 
 /* The baseline: a 1-layer GPT-2 on prepared byte-token shards (PREP),
@@ -45,8 +46,17 @@ static const char *BASE =
 #define LLAMA "{\"model\": {\"arch\": \"llama\", \"heads\": 4}}"
 #define SMALLTXT "{\"data\": {\"train\": \"@SMALL@\", \"val\": \"@PREP@/val\", \"tokenizer\": {\"kind\": \"bpe\", \"vocab_size\": 300}}}"
 #define AUTO "{\"checkpoint\": {\"interval\": \"auto\"}}"
-#define LONG "{\"train\": {\"steps\": 40}, \"optimizer\": {\"lr\": 3e-3}}"
 #define GPU8 "{\"hardware\": {\"gpu\": \"H100-SXM\"}}"
+/* A loss and gradient-norm spike injected at step 10 (LLMT_FAULT spike:
+ * the token embedding x20 for that step): its size does not depend on
+ * the engine's rounding, unlike a spike hoped for from a high LR. The
+ * baseline's thresholds are out of reach; the variant's are not. */
+#define SPIKE "spike:0:10"
+#define SPIKY \
+    "{\"train\": {\"steps\": 12}, \"fault_tolerance\": {\"anomaly\": {\"zscore\": 1e6}}}"
+#define SPIKY_LOWER                                                                    \
+    "{\"train\": {\"steps\": 12}, \"fault_tolerance\": {\"anomaly\": {\"zscore\": 4, " \
+    "\"policy\": \"lower_lr\"}}}"
 
 static const kcase cases[] = {
     {"name", NULL, "{\"name\": \"other\"}", INFO},
@@ -63,16 +73,19 @@ static const kcase cases[] = {
     {"model.rope_theta", LLAMA, "{\"model\": {\"rope_theta\": 3}}", RUN},
     {"model.rope_theta", NULL, "{\"model\": {\"rope_theta\": 3}}", REFUSED},
     {"model.tied_embeddings", LLAMA, "{\"model\": {\"tied_embeddings\": true}}", RUN},
-    {"model.moe.experts", NULL, "{\"model\": {\"moe\": {\"experts\": 4, \"top_k\": 2}}}", REFUSED},
+    {"model.moe.experts", NULL, "{\"model\": {\"moe\": {\"experts\": 4, \"top_k\": 2}}}",
+     REFUSED},
     {"model.moe.top_k", NULL, "{\"model\": {\"moe\": {\"top_k\": 2}}}", REFUSED},
     {"model.moe.expert_ffn", NULL, "{\"model\": {\"moe\": {\"expert_ffn\": 64}}}", REFUSED},
     {"parallelism.tp", NULL, "{\"parallelism\": {\"tp\": 2}}", REFUSED},
-    {"parallelism.pp", "{\"model\": {\"layers\": 2}}", "{\"parallelism\": {\"pp\": 2}}", REFUSED},
+    {"parallelism.pp", "{\"model\": {\"layers\": 2}}", "{\"parallelism\": {\"pp\": 2}}",
+     REFUSED},
     {"parallelism.dp", NULL, "{\"parallelism\": {\"dp\": 2}}", REFUSED},
     {"parallelism.cp", NULL, "{\"parallelism\": {\"cp\": 2}}", REFUSED},
     {"parallelism.ep", NULL, "{\"parallelism\": {\"ep\": 2}}", REFUSED},
     {"parallelism.zero", NULL, "{\"parallelism\": {\"zero\": 1}}", REFUSED},
-    {"parallelism.virtual_stages", "{\"model\": {\"layers\": 4}, \"batch\": {\"grad_accum\": 2}}",
+    {"parallelism.virtual_stages",
+     "{\"model\": {\"layers\": 4}, \"batch\": {\"grad_accum\": 2}}",
      "{\"parallelism\": {\"pp\": 2, \"virtual_stages\": 2}}", REFUSED},
     {"parallelism.recompute", NULL, "{\"parallelism\": {\"recompute\": \"full\"}}", INFO},
     {"parallelism.recompute", NULL, "{\"parallelism\": {\"recompute\": \"selective\"}}", INFO},
@@ -113,10 +126,14 @@ static const kcase cases[] = {
     {"train.sample_tokens", NULL, "{\"train\": {\"sample_tokens\": 9}}", RUN},
     {"data.train", NULL, "{\"data\": {\"train\": \"@SMALL@\", \"val\": \"@PREP@/val\"}}", RUN},
     {"data.val", NULL, "{\"data\": {\"val\": \"@PREP@/train\"}}", RUN},
-    {"data.tokenizer.kind", SMALLTXT, "{\"data\": {\"tokenizer\": {\"kind\": \"byte\", \"vocab_size\": null}}}", RUN},
-    {"data.tokenizer.vocab_size", SMALLTXT, "{\"data\": {\"tokenizer\": {\"vocab_size\": 280}}}", RUN},
+    {"data.tokenizer.kind", SMALLTXT,
+     "{\"data\": {\"tokenizer\": {\"kind\": \"byte\", \"vocab_size\": null}}}", RUN},
+    {"data.tokenizer.vocab_size", SMALLTXT,
+     "{\"data\": {\"tokenizer\": {\"vocab_size\": 280}}}", RUN},
     {"data.tokenizer.path", SMALLTXT,
-     "{\"data\": {\"tokenizer\": {\"kind\": \"byte\", \"vocab_size\": null, \"path\": \"@PREP@/tokenizer.bin\"}}}", RUN},
+     "{\"data\": {\"tokenizer\": {\"kind\": \"byte\", \"vocab_size\": null, \"path\": "
+     "\"@PREP@/tokenizer.bin\"}}}",
+     RUN},
     {"data.seed", NULL, "{\"data\": {\"seed\": 9}}", RUN},
     {"checkpoint.dir", NULL, "{\"checkpoint\": {\"dir\": \"ck2\"}}", FILES},
     {"checkpoint.interval", NULL, "{\"checkpoint\": {\"interval\": 3}}", FILES},
@@ -125,35 +142,70 @@ static const kcase cases[] = {
     {"checkpoint.save_stall_s", AUTO, "{\"checkpoint\": {\"save_stall_s\": 100}}", INFO},
     {"checkpoint.save_write_s", AUTO, "{\"checkpoint\": {\"save_write_s\": 1e5}}", INFO},
     {"checkpoint.restore_s", NULL, "{\"checkpoint\": {\"restore_s\": 77}}", PLAN},
-    {"checkpoint.tiers", NULL, "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": 1}]}}", FILES},
+    {"checkpoint.tiers", NULL,
+     "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": 1}]}}", FILES},
     {"checkpoint.tiers[].kind", NULL,
-     "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\"}, {\"kind\": \"durable\", \"path\": \"dur\"}]}}", FILES},
-    {"checkpoint.tiers[].kind", NULL, "{\"checkpoint\": {\"tiers\": [{\"kind\": \"peer\"}]}}", REFUSED},
-    {"checkpoint.tiers[].path", NULL, "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"path\": \"ck3\"}]}}", FILES},
+     "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\"}, {\"kind\": \"durable\", \"path\": "
+     "\"dur\"}]}}",
+     FILES},
+    {"checkpoint.tiers[].kind", NULL, "{\"checkpoint\": {\"tiers\": [{\"kind\": \"peer\"}]}}",
+     REFUSED},
+    {"checkpoint.tiers[].path", NULL,
+     "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"path\": \"ck3\"}]}}", FILES},
     {"checkpoint.tiers[].keep_last", "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\"}]}}",
      "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": 1}]}}", FILES},
-    {"checkpoint.tiers[].keep_every", "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": 1}]}}",
-     "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": 1, \"keep_every\": 2}]}}", FILES},
-    {"fault_tolerance.collective_timeout_s", NULL, "{\"fault_tolerance\": {\"collective_timeout_s\": 5}}", INFO},
-    {"fault_tolerance.max_restarts", NULL, "{\"fault_tolerance\": {\"max_restarts\": 1}}", REFUSED},
-    {"fault_tolerance.gpu_failures_per_hour", AUTO, "{\"fault_tolerance\": {\"gpu_failures_per_hour\": 0.5}}", INFO},
-    {"fault_tolerance.gpu_failures_per_hour", NULL, "{\"fault_tolerance\": {\"gpu_failures_per_hour\": 0.5}}", PLAN},
+    {"checkpoint.tiers[].keep_every",
+     "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": 1}]}}",
+     "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": 1, \"keep_every\": "
+     "2}]}}",
+     FILES},
+    {"fault_tolerance.collective_timeout_s", NULL,
+     "{\"fault_tolerance\": {\"collective_timeout_s\": 5}}", INFO},
+    {"fault_tolerance.max_restarts", NULL, "{\"fault_tolerance\": {\"max_restarts\": 1}}",
+     REFUSED},
+    {"fault_tolerance.gpu_failures_per_hour", AUTO,
+     "{\"fault_tolerance\": {\"gpu_failures_per_hour\": 0.5}}", INFO},
+    {"fault_tolerance.gpu_failures_per_hour", NULL,
+     "{\"fault_tolerance\": {\"gpu_failures_per_hour\": 0.5}}", PLAN},
     {"fault_tolerance.restart_s", NULL, "{\"fault_tolerance\": {\"restart_s\": 9}}", PLAN},
-    {"fault_tolerance.anomaly.policy", "{\"optimizer\": {\"lr\": 1e3, \"grad_clip\": 0}, \"checkpoint\": {\"interval\": 1}}",
+    {"fault_tolerance.anomaly.policy",
+     "{\"optimizer\": {\"lr\": 1e3, \"grad_clip\": 0}, \"checkpoint\": {\"interval\": 1}}",
      "{\"fault_tolerance\": {\"anomaly\": {\"policy\": \"stop\"}}}", RUN},
-    {"fault_tolerance.anomaly.zscore", LONG,
-     "{\"fault_tolerance\": {\"anomaly\": {\"zscore\": 0.01}}}", RUN},
+    {"fault_tolerance.anomaly.zscore", SPIKY,
+     "{\"fault_tolerance\": {\"anomaly\": {\"zscore\": 4}}}", RUN, SPIKE},
+    {"fault_tolerance.anomaly.grad_zscore", SPIKY,
+     "{\"fault_tolerance\": {\"anomaly\": {\"grad_zscore\": 4}}}", RUN, SPIKE},
+    {"fault_tolerance.anomaly.policy", SPIKY_LOWER,
+     "{\"fault_tolerance\": {\"anomaly\": {\"policy\": \"skip\"}}}", RUN, SPIKE},
+    {"fault_tolerance.anomaly.lr_factor", SPIKY_LOWER,
+     "{\"fault_tolerance\": {\"anomaly\": {\"lr_factor\": 0.1}}}", RUN, SPIKE},
+    {"fault_tolerance.anomaly.lr_factor", NULL,
+     "{\"fault_tolerance\": {\"anomaly\": {\"lr_factor\": 0.1}}}", REFUSED},
+    /* cross-replica checks on one rank: refused (test/fault runs them) */
+    {"fault_tolerance.sdc_interval", NULL, "{\"fault_tolerance\": {\"sdc_interval\": 2}}",
+     REFUSED},
+    {"fault_tolerance.straggler.interval", NULL,
+     "{\"fault_tolerance\": {\"straggler\": {\"interval\": 2}}}", REFUSED},
+    {"fault_tolerance.straggler.margin", NULL,
+     "{\"fault_tolerance\": {\"straggler\": {\"margin\": 0.2}}}", REFUSED},
+    {"fault_tolerance.straggler.patience", NULL,
+     "{\"fault_tolerance\": {\"straggler\": {\"patience\": 1}}}", REFUSED},
     {"hardware.gpu", NULL, "{\"hardware\": {\"gpu\": \"H100-SXM\"}}", PLAN},
     {"hardware.gpus_per_node", GPU8, "{\"hardware\": {\"gpus_per_node\": 2}}", PLAN8},
-    {"hardware.nodes_per_rack", GPU8, "{\"hardware\": {\"nodes_per_rack\": 1, \"gpus_per_node\": 1}}", PLAN8},
+    {"hardware.nodes_per_rack", GPU8,
+     "{\"hardware\": {\"nodes_per_rack\": 1, \"gpus_per_node\": 1}}", PLAN8},
     {"hardware.nvlink_GBps", GPU8, "{\"hardware\": {\"nvlink_GBps\": 1}}", PLAN8},
     {"hardware.ib_Gbps", GPU8, "{\"hardware\": {\"ib_Gbps\": 1, \"gpus_per_node\": 1}}", PLAN8},
-    {"hardware.ib_rails", GPU8, "{\"hardware\": {\"ib_rails\": 1, \"gpus_per_node\": 1}}", PLAN8},
+    {"hardware.ib_rails", GPU8, "{\"hardware\": {\"ib_rails\": 1, \"gpus_per_node\": 1}}",
+     PLAN8},
     {"hardware.peak_tflops", NULL, "{\"hardware\": {\"peak_tflops\": 7}}", PLAN},
     /* GEMMs large enough to be compute-bound: on the tiny default model
      * the roofline makes them memory-bound and the fp8 peak rightly does
      * not change the prediction */
-    {"hardware.fp8_tflops", "{\"precision\": {\"gemm\": \"fp8\"}, \"train\": {\"device\": \"cuda\"}, \"hardware\": {\"gpu\": \"H100-SXM\"}, \"model\": {\"layers\": 2, \"hidden\": 4096, \"heads\": 32, \"seq_len\": 2048}, \"batch\": {\"micro\": 4}}",
+    {"hardware.fp8_tflops",
+     "{\"precision\": {\"gemm\": \"fp8\"}, \"train\": {\"device\": \"cuda\"}, \"hardware\": "
+     "{\"gpu\": \"H100-SXM\"}, \"model\": {\"layers\": 2, \"hidden\": 4096, \"heads\": 32, "
+     "\"seq_len\": 2048}, \"batch\": {\"micro\": 4}}",
      "{\"hardware\": {\"fp8_tflops\": 100}}", PLAN8},
     {"hardware.hbm_GB", NULL, "{\"hardware\": {\"hbm_GB\": 3}}", PLAN},
     {"hardware.efficiency", NULL, "{\"hardware\": {\"efficiency\": 0.1}}", PLAN},
@@ -409,12 +461,17 @@ int main(int argc, char **argv)
 
     /* the cases: one baseline per distinct `base`, then the variant */
     static outcome base, var;
-    const char *last_base = "";
+    const char *last_base = "", *last_fault = "";
     int have_base = 0;
     for (size_t c = 0; c < NCASES; c++) {
         const kcase *kc = &cases[c];
         const char *b = kc->base ? kc->base : "";
-        if (!have_base || strcmp(b, last_base)) {
+        const char *f = kc->fault ? kc->fault : "";
+        if (*f)
+            setenv("LLMT_FAULT", f, 1);
+        else
+            unsetenv("LLMT_FAULT");
+        if (!have_base || strcmp(b, last_base) || strcmp(f, last_fault)) {
             run_case(spec_json(kc->base, NULL), &base);
             /* a plan-only case may use a spec this machine cannot run */
             if (base.create != LLMT_OK && kc->want != PLAN8) {
@@ -422,6 +479,7 @@ int main(int argc, char **argv)
                 CHECK_STATUS(base.create, LLMT_OK);
             }
             last_base = b;
+            last_fault = f;
             have_base = 1;
         }
         run_case(spec_json(kc->base, kc->set), &var);
