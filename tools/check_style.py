@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """House style, checked by a machine (STYLE.md, issue 15).
 
-  tools/check_style.py [--base COMMIT] [--fix]
+  tools/check_style.py [--base COMMIT] [--fix [PATH...]]
 
 1. Formatting: every C line changed since BASE (default: the commit that
    added .clang-format, so all code written since the house style was
@@ -46,7 +46,13 @@ def rel(p):
     return os.path.relpath(p, TOP)
 
 
-def check_format(base, fix):
+def generated(path):
+    with open(os.path.join(TOP, path), errors="replace") as f:
+        head = "".join(f.readline() for _ in range(5)).lower()
+    return "generated" in head and "do not edit" in head
+
+
+def check_format(base, fix, only=None):
     """Changed lines since base, through git clang-format."""
     gcf = shutil.which("git-clang-format") or shutil.which("git-clang-format-14")
     if not gcf or not shutil.which("clang-format"):
@@ -59,11 +65,21 @@ def check_format(base, fix):
         base = commits[-1]
     if git("cat-file", "-e", base + "^{commit}").returncode:
         return None, "commit %s is not in this clone (a shallow clone?)" % base
+    # the C files changed since base, less generated ones (their generator
+    # owns their layout: a header line says "generated ... do not edit")
+    r = git("diff", "--name-only", base, "--", *C_DIRS)
+    paths = [p for p in r.stdout.split() if p.endswith(SRC_EXT)
+             and os.path.exists(os.path.join(TOP, p)) and not generated(p)]
+    if only:
+        paths = [p for p in paths if any(p == o or p.startswith(o.rstrip("/") + "/")
+                                         for o in only)]
+    if not paths:
+        return [], None
     cmd = [gcf, "--binary", shutil.which("clang-format"), "--extensions", "c,h",
            base]
     if not fix:
         cmd.insert(1, "--diff")
-    cmd += ["--"] + [d for d in C_DIRS if os.path.isdir(os.path.join(TOP, d))]
+    cmd += ["--"] + paths
     r = subprocess.run(cmd, cwd=TOP, capture_output=True, text=True)
     out = r.stdout
     if fix or "diff --git" not in out:
@@ -162,8 +178,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", help="check lines changed since this commit")
     ap.add_argument("--fix", action="store_true", help="reformat changed lines")
+    ap.add_argument("paths", nargs="*", help="with --fix: only these files or folders")
     a = ap.parse_args()
-    fmt, why = check_format(a.base, a.fix)
+    fmt, why = check_format(a.base, a.fix, a.paths)
     findings = (fmt or []) + check_api_marks() + check_prototypes() + check_stale_paths()
     for f in findings:
         print(f)

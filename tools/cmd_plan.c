@@ -96,7 +96,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
     }
     if (a->explain && (a->json || a->simulate || a->automatic)) {
         fprintf(stderr, "llmtrain plan: --explain prints its own report (the spec's layout "
-                "and the planner's); leave out --json, --simulate and --auto\n");
+                        "and the planner's); leave out --json, --simulate and --auto\n");
         return CLI_USAGE;
     }
     if (!a->spec && !a->keys) {
@@ -505,7 +505,8 @@ static int read_plan_layout(const char *js, layout *l)
     l->micro = (int)jnum(b, "micro");
     l->accum = (int)jnum(b, "grad_accum");
     const char *rc = jget(jget(sp, "parallelism"), "recompute");
-    l->recompute = rc && !strncmp(rc, "\"full\"", 6) ? 2 : rc && !strncmp(rc, "\"selective\"", 11);
+    l->recompute =
+        rc && !strncmp(rc, "\"full\"", 6) ? 2 : rc && !strncmp(rc, "\"selective\"", 11);
     l->step = jnum(t, "step_s");
     l->mfu = jnum(t, "mfu");
     l->mem = jnum(m, "total");
@@ -538,9 +539,8 @@ static void layout_str(const layout *l, char *buf, size_t n)
     char eps[16] = "";
     if (l->ep > 1)
         snprintf(eps, sizeof eps, " ep%d", l->ep);
-    snprintf(buf, n, "tp%d cp%d pp%d dp%d%s zero%d v%d micro%d accum%d rc=%s", l->tp,
-             l->cp, l->pp, l->dp, eps, l->zero, l->v, l->micro, l->accum,
-             rc_name(l->recompute));
+    snprintf(buf, n, "tp%d cp%d pp%d dp%d%s zero%d v%d micro%d accum%d rc=%s", l->tp, l->cp,
+             l->pp, l->dp, eps, l->zero, l->v, l->micro, l->accum, rc_name(l->recompute));
 }
 
 static int same_layout(const layout *a, const layout *b)
@@ -561,13 +561,13 @@ static double term_of(const layout *l, const char *key)
 /* Labels of the library's term keys (the JSON keys are the contract). */
 static const char *term_label(const char *key)
 {
-    static const struct { const char *key, *label; } names[] = {
-        {"compute", "compute"},         {"recompute", "recompute"},
-        {"fixed", "fixed costs"},       {"tp", "TP comm exposed"},
-        {"sp", "SP comm exposed"},      {"cp", "CP comm exposed"},
-        {"ep", "EP all-to-all"},        {"pp_p2p", "PP p2p"},
-        {"bubble", "PP bubble"},        {"dp", "DP exposed"},
-        {"zero3", "ZeRO-3 exposed"},    {"optimizer", "optimizer"},
+    static const struct {
+        const char *key, *label;
+    } names[] = {
+        {"compute", "compute"},    {"recompute", "recompute"},  {"fixed", "fixed costs"},
+        {"tp", "TP comm exposed"}, {"sp", "SP comm exposed"},   {"cp", "CP comm exposed"},
+        {"ep", "EP all-to-all"},   {"pp_p2p", "PP p2p"},        {"bubble", "PP bubble"},
+        {"dp", "DP exposed"},      {"zero3", "ZeRO-3 exposed"}, {"optimizer", "optimizer"},
         {"jitter", "stragglers"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -640,8 +640,10 @@ static int explain(const plan_args *a, llmt_context *ctx, const llmt_spec *spec,
         layout_str(&L[0], ls, sizeof ls);
         printf("the spec's layout                 %s\n", ls);
         printf("  step %.3f s, MFU %.1f%%, %.1f GB per GPU%s", L[0].step, 100 * L[0].mfu,
-               L[0].mem / 1e9, L[0].mem > 0.95 * L[0].cap ? " (over 95% of HBM: the "
-               "planner would not pick it)" : "");
+               L[0].mem / 1e9,
+               L[0].mem > 0.95 * L[0].cap ? " (over 95% of HBM: the "
+                                            "planner would not pick it)"
+                                          : "");
         if (mine_rank)
             printf(" = the planner's #%d\n", mine_rank);
         else
@@ -691,8 +693,8 @@ static int explain(const plan_args *a, llmt_context *ctx, const llmt_spec *spec,
              * spec's layout spends over the planner's, largest first. */
             double gain = L[0].step - L[1].step;
             printf("  the planner prefers #1: predicted %.1f%% faster (%.4g s -> %.4g s per "
-                   "step, %.4g s less)\n", 100 * (L[0].step / L[1].step - 1), L[0].step,
-                   L[1].step, gain);
+                   "step, %.4g s less)\n",
+                   100 * (L[0].step / L[1].step - 1), L[0].step, L[1].step, gain);
             int used[MAX_TERMS] = {0};
             for (int r = 0; r < 3; r++) {
                 int kbest = -1;

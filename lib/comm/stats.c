@@ -59,8 +59,7 @@ static void volume(const llmt_comm *c, const llmt__coll *a, uint64_t *payload, d
         *payload = (uint64_t)blk;
         *bus = blk;
         break;
-    default: /* recv, barrier: nothing sent */
-        break;
+    default: /* recv, barrier: nothing sent */ break;
     }
 }
 

@@ -26,8 +26,7 @@ LLMT_API llmt_status llmt_plan_auto_opts_init(llmt_plan_auto_opts *opts,
     return LLMT_OK;
 }
 
-void llmt__plan_to_cand(const llmt_plan_estimate *e, const double *terms,
-                        llmt_plan_cand *c)
+void llmt__plan_to_cand(const llmt_plan_estimate *e, const double *terms, llmt_plan_cand *c)
 {
     for (int i = 0; i < LLMT_PLAN_NTERMS; i++)
         c->terms[i] = terms ? terms[i] : 0;
@@ -82,8 +81,7 @@ static void why(const llmt_plan_cand *best, const llmt_plan_cand *o, char *buf,
         snprintf(buf, n, "memory: the same predicted time with %.1f GB instead "
                  "of %.1f GB per GPU", o->mem_total / 1e9, best->mem_total / 1e9);
     else
-        snprintf(buf, n, "%s +%.3f s", llmt__plan_terms[k].label,
-                 o->terms[k] - best->terms[k]);
+        snprintf(buf, n, "%s +%.3f s", llmt__plan_terms[k].label, o->terms[k] - best->terms[k]);
 }
 
 static int divides(int64_t a, int64_t b) { return a > 0 && b % a == 0; }

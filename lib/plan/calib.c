@@ -182,22 +182,26 @@ llmt_status llmt__calib_load(llmt_context *ctx, const char *path, llmt_calib_run
         const cJSON *sw = cJSON_GetObjectItemCaseSensitive(o, "software");
         static const char *const sw_keys[] = {"cp", "flash_attention", "tp_comm_overlap",
                                               "dp_overlap"};
-        int *const sw_dst[] = {&r->sw.allow_cp, &r->sw.flash_attention,
-                               &r->sw.tp_comm_overlap, &r->sw.dp_overlap};
+        int *const sw_dst[] = {&r->sw.allow_cp, &r->sw.flash_attention, &r->sw.tp_comm_overlap,
+                               &r->sw.dp_overlap};
         for (int i = 0; i < 4 && st == LLMT_OK; i++) {
             const cJSON *x = cJSON_GetObjectItemCaseSensitive(sw, sw_keys[i]);
             char key[64];
             snprintf(key, sizeof key, "software.%s", sw_keys[i]);
             if (!cJSON_IsBool(x))
-                st = bad(err, path, "is missing (true or false: a calibration run states "
-                         "what its framework did)", key);
+                st = bad(err, path,
+                         "is missing (true or false: a calibration run states "
+                         "what its framework did)",
+                         key);
             else
                 *sw_dst[i] = cJSON_IsTrue(x);
         }
         const char *gr = get_str(sw, "grad_reduce");
         if (st == LLMT_OK && (!gr || (strcmp(gr, "fp32") && strcmp(gr, "param"))))
-            st = bad(err, path, "is missing (\"fp32\" or \"param\": the dtype of the "
-                     "gradient reduction)", "software.grad_reduce");
+            st = bad(err, path,
+                     "is missing (\"fp32\" or \"param\": the dtype of the "
+                     "gradient reduction)",
+                     "software.grad_reduce");
         if (st == LLMT_OK)
             r->sw.grad_reduce_fp32 = !strcmp(gr, "fp32");
     }
@@ -443,9 +447,9 @@ double llmt__calib_fit(const llmt_calib_run *runs, int n, int skip,
 
 static int divides(int64_t a, int64_t b) { return a > 0 && b % a == 0; }
 
-llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *spec,
-                                   int32_t world, const llmt_plan_consts *k,
-                                   const llmt_plan_sw *sw, llmt_plan_rank *out)
+llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *spec, int32_t world,
+                                   const llmt_plan_consts *k, const llmt_plan_sw *sw,
+                                   llmt_plan_rank *out)
 {
     llmt_err *err = ctx ? &ctx->err : NULL;
     LLMT__NONNULL(err, "plan: rank", spec);

@@ -24,12 +24,12 @@ const llmt_plan_consts llmt__plan_consts_default = {
      * a causal sequence's FLOPs as half: 0.339 / 0.75. Not fitted: only the
      * Llama 3 runs use it, and one of them (128K) is mostly attention. */
     .attn_eff_ratio = 0.452,
-    .gemm_reread = 1.0,     /* GEMM operand traffic / the compulsory traffic */
-    .jitter = JITTER_FIT,       /* fitted: per-GPU spread of a micro-batch */
-    .link_eff = 0.8,        /* NCCL bus bandwidth / link bandwidth */
-    .tp_overlap = 0.5,      /* share of TP traffic hidden behind GEMMs, when
+    .gemm_reread = 1.0,                 /* GEMM operand traffic / the compulsory traffic */
+    .jitter = JITTER_FIT,               /* fitted: per-GPU spread of a micro-batch */
+    .link_eff = 0.8,                    /* NCCL bus bandwidth / link bandwidth */
+    .tp_overlap = 0.5,                  /* share of TP traffic hidden behind GEMMs, when
                                the software overlaps them */
-    .dp_overlap = 1.0,      /* share of the last backward that hides the
+    .dp_overlap = 1.0,                  /* share of the last backward that hides the
                                gradient reduction, when the software overlaps */
     .zero3_overlap = ZERO3_OVERLAP_FIT, /* fitted: share of the compute that
                                            hides ZeRO-3's gathers */
@@ -199,8 +199,7 @@ void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
  * operand once (the compulsory traffic). The intensity is symmetric in m,
  * n, k, so the backward's dgrad and wgrad GEMMs (the same three sizes
  * permuted) take the forward's time. */
-static double gemm_s(double m, double n, double kk, double peak, double eff,
-                     double bw_reread)
+static double gemm_s(double m, double n, double kk, double peak, double eff, double bw_reread)
 {
     if (m <= 0 || n <= 0 || kk <= 0)
         return 0;
@@ -208,17 +207,15 @@ static double gemm_s(double m, double n, double kk, double peak, double eff,
     return fmax(flops / (peak * eff), bytes / bw_reread);
 }
 
-void llmt__plan_estimate_x(const llmt_spec *s, int32_t world,
-                           const llmt_plan_consts *k, const llmt_plan_sw *sw,
-                           llmt_plan_estimate *e, double *terms)
+void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_consts *k,
+                           const llmt_plan_sw *sw, llmt_plan_estimate *e, double *terms)
 {
     if (!k)
         k = &llmt__plan_consts_default;
     if (!sw)
         sw = &llmt__plan_sw_default;
     const double ATTN_EFF_RATIO = k->attn_eff_ratio, KERNEL_OVERHEAD = k->compute_overhead,
-                 LINK_EFF = k->link_eff,
-                 TP_OVERLAP = sw->tp_comm_overlap ? k->tp_overlap : 0,
+                 LINK_EFF = k->link_eff, TP_OVERLAP = sw->tp_comm_overlap ? k->tp_overlap : 0,
                  DP_OVERLAP = sw->dp_overlap ? k->dp_overlap : 0;
     double tm[LLMT_PLAN_NTERMS] = {0};
     memset(e, 0, sizeof *e);
@@ -391,8 +388,7 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world,
         ep_layer = ep_bytes_layer / bw_ep + 4 * (ep - 1) * LAT_IB;
     }
     /* The head on the last stage (and its logits). */
-    double t_head = 3 * gemm_s(tok, m.V / t, m.h, peak_gemm, eff, GEMM_HALF) *
-                    KERNEL_OVERHEAD;
+    double t_head = 3 * gemm_s(tok, m.V / t, m.h, peak_gemm, eff, GEMM_HALF) * KERNEL_OVERHEAD;
 
     int64_t Lmax = 0, Llast = 0, first = 0, cnt = 0;
     for (int64_t st = 0; st < (int64_t)p; st++) {
@@ -501,8 +497,8 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world,
                       gather_s(dense_n * gbytes, D, bw_dp, lat_dp) +
                       2 * gather_s(exp_n * pbytes, De, bw_dp, lat_dp) +
                       gather_s(exp_n * gbytes, De, bw_dp, lat_dp));
-        dp_bytes = nmb * (fD * dense_n * (2 * pbytes + gbytes) +
-                          fDe * exp_n * (2 * pbytes + gbytes));
+        dp_bytes =
+            nmb * (fD * dense_n * (2 * pbytes + gbytes) + fDe * exp_n * (2 * pbytes + gbytes));
     } else if (zero >= 1) {
         t_dp = gather_s(dense_n * gbytes, D, bw_dp, lat_dp) +
                gather_s(dense_n * pbytes, D, bw_dp, lat_dp) +

@@ -10,8 +10,6 @@
 
 #include "plan/plan.h"
 
-void *llmt__spec_to_cjson(const llmt_spec *s);
-
 void llmt__plan_note(llmt_plan *p, const char *fmt, ...)
 {
     char line[1024];

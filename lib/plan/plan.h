@@ -104,9 +104,8 @@ void llmt__plan_estimate_k(const llmt_spec *s, int32_t world,
 /* The same with explicit constants and software (NULL: the defaults);
  * terms (may be NULL) receives the step split into LLMT_PLAN_NTERMS terms
  * that add up to e->step_time_s. */
-void llmt__plan_estimate_x(const llmt_spec *s, int32_t world,
-                           const llmt_plan_consts *k, const llmt_plan_sw *sw,
-                           llmt_plan_estimate *e, double *terms);
+void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_consts *k,
+                           const llmt_plan_sw *sw, llmt_plan_estimate *e, double *terms);
 
 /* ---- calibration against published runs (lib/plan/calib.c) */
 typedef struct llmt_calib_run {
@@ -119,7 +118,7 @@ typedef struct llmt_calib_run {
     double pub_mfu;          /* published throughput as MFU of our model FLOPs */
     double paper_mfu, paper_hfu; /* as printed, -1 when not given */
     int mem_fits, mem_fits_without; /* published memory facts, -1 unknown */
-    llmt_plan_sw sw;         /* the run's software ("software" in the file) */
+    llmt_plan_sw sw;                /* the run's software ("software" in the file) */
 } llmt_calib_run;
 
 /* Load one calibration file: {source, table, row, comment, published:
@@ -150,13 +149,12 @@ typedef struct llmt_plan_rank {
     int published_fits;
     llmt_plan_cand published, best;
 } llmt_plan_rank;
-llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *s,
-                                   int32_t world, const llmt_plan_consts *k,
-                                   const llmt_plan_sw *sw, llmt_plan_rank *out);
+llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *s, int32_t world,
+                                   const llmt_plan_consts *k, const llmt_plan_sw *sw,
+                                   llmt_plan_rank *out);
 
 /* A ranking row from an estimate and its terms (NULL: zeros). */
-void llmt__plan_to_cand(const llmt_plan_estimate *e, const double *terms,
-                        llmt_plan_cand *c);
+void llmt__plan_to_cand(const llmt_plan_estimate *e, const double *terms, llmt_plan_cand *c);
 
 /* Layers of pipeline stage `stage` (0..pp-1) in total, and the first layer
  * of (stage, chunk) for virtual_stages chunks. */

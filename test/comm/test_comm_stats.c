@@ -81,7 +81,8 @@ int main(void)
         CHECK_EQ_INT(st->payload_bytes[LLMT_COMM_STAT_ALL_REDUCE], 4000);
         CHECK(st->bus_bytes[LLMT_COMM_STAT_ALL_REDUCE] == 2 * (n - 1) / n * 4000); /* 6000 */
         CHECK_EQ_INT(st->payload_bytes[LLMT_COMM_STAT_ALL_GATHER], 400);
-        CHECK(st->bus_bytes[LLMT_COMM_STAT_ALL_GATHER] == (n - 1) / n * 1600); /* of the whole */
+        CHECK(st->bus_bytes[LLMT_COMM_STAT_ALL_GATHER] ==
+              (n - 1) / n * 1600); /* of the whole */
         CHECK_EQ_INT(st->payload_bytes[LLMT_COMM_STAT_REDUCE_SCATTER], 800);
         CHECK(st->bus_bytes[LLMT_COMM_STAT_REDUCE_SCATTER] == (n - 1) / n * 800);
         CHECK_EQ_INT(st->payload_bytes[LLMT_COMM_STAT_ALL_TO_ALL], 160);

@@ -30,18 +30,28 @@ static const char *const disagree[] = {
     /* ZeRO-3 without model parallelism: the paper's own baseline, which
      * its Table 2 shows losing to PTD-P; the planner agrees (DP term:
      * ZeRO-3's per-micro-batch gathers over InfiniBand). */
-    "zero3-175b-384gpu", "zero3-175b-768gpu", "zero3-175b-1536gpu",
-    "zero3-530b-640gpu", "zero3-530b-1120gpu", "zero3-530b-2240gpu",
+    "zero3-175b-384gpu",
+    "zero3-175b-768gpu",
+    "zero3-175b-1536gpu",
+    "zero3-530b-640gpu",
+    "zero3-530b-1120gpu",
+    "zero3-530b-2240gpu",
     /* Megatron-LM 2021 tp 8 (and tp 4 / tp 2 for the smallest) layouts
      * without interleaving: the planner prefers a lower tp with more
      * pipeline stages and interleaving, losing less to the TP term (the
      * 2021 software's all-reduces are not overlapped) and the bubble. */
-    "megatron-3p6b-64gpu", "megatron-7p5b-128gpu", "megatron-18b-256gpu",
-    "megatron-39b-512gpu", "megatron-ptdp-175b-384gpu", "megatron-ptdp-175b-768gpu",
+    "megatron-3p6b-64gpu",
+    "megatron-7p5b-128gpu",
+    "megatron-18b-256gpu",
+    "megatron-39b-512gpu",
+    "megatron-ptdp-175b-384gpu",
+    "megatron-ptdp-175b-768gpu",
     "megatron-ptdp-175b-1536gpu",
     /* Llama 3: the published layouts are predicted over 95% of HBM and
      * lose on the bubble term to cp 4 / cp 64 layouts (doc/planner.md). */
-    "llama3-405b-8k-8192gpu", "llama3-405b-8k-16384gpu", "llama3-405b-128k-16384gpu",
+    "llama3-405b-8k-8192gpu",
+    "llama3-405b-8k-16384gpu",
+    "llama3-405b-128k-16384gpu",
     NULL,
 };
 
@@ -62,14 +72,15 @@ static void write_file(const char *path, const char *text)
     }
 }
 
-#define GOOD_HEAD "{\"source\": \"s\", \"table\": \"t\", \"row\": \"r\", \"comment\": \"c\"," \
-                  " \"check\": true, \"published\": {\"gpus\": %d, \"step_s\": 10},"   \
-                  " \"software\": {\"cp\": false, \"flash_attention\": false,"             \
-                  " \"tp_comm_overlap\": false, \"dp_overlap\": true, \"grad_reduce\": \"fp32\"}," \
-                  " \"spec\": {\"model\": {\"arch\": \"gpt2\", \"layers\": 8, \"hidden\": 1024," \
-                  " \"heads\": 16, \"vocab\": 51200, \"seq_len\": 2048}, \"parallelism\":" \
-                  " {\"tp\": 8, \"pp\": 2, \"dp\": 2}, \"batch\": {\"micro\": 1, \"global\": 16}," \
-                  " \"train\": {\"device\": \"cuda\"}, \"hardware\": {%s}}}"
+#define GOOD_HEAD                                                                    \
+    "{\"source\": \"s\", \"table\": \"t\", \"row\": \"r\", \"comment\": \"c\","      \
+    " \"check\": true, \"published\": {\"gpus\": %d, \"step_s\": 10},"               \
+    " \"software\": {\"cp\": false, \"flash_attention\": false,"                     \
+    " \"tp_comm_overlap\": false, \"dp_overlap\": true, \"grad_reduce\": \"fp32\"}," \
+    " \"spec\": {\"model\": {\"arch\": \"gpt2\", \"layers\": 8, \"hidden\": 1024,"   \
+    " \"heads\": 16, \"vocab\": 51200, \"seq_len\": 2048}, \"parallelism\":"         \
+    " {\"tp\": 8, \"pp\": 2, \"dp\": 2}, \"batch\": {\"micro\": 1, \"global\": 16}," \
+    " \"train\": {\"device\": \"cuda\"}, \"hardware\": {%s}}}"
 #define HW_ALL "\"gpu\": \"A100-80GB\", \"gpus_per_node\": 8, \"nvlink_GBps\": 600, " \
                "\"ib_Gbps\": 200, \"ib_rails\": 8"
 #define HW_NO_RAILS "\"gpu\": \"A100-80GB\", \"gpus_per_node\": 8, \"nvlink_GBps\": 600, " \
@@ -90,8 +101,8 @@ static void test_bad_input(void)
     write_file(path, text);
     CHECK_STATUS(llmt__calib_load(ctx, path, &r), LLMT_OK);
     CHECK(r.spec != NULL && r.gpus == 32 && r.pub_step_s == 10);
-    CHECK(!r.sw.allow_cp && !r.sw.flash_attention && !r.sw.tp_comm_overlap &&
-          r.sw.dp_overlap && r.sw.grad_reduce_fp32);
+    CHECK(!r.sw.allow_cp && !r.sw.flash_attention && !r.sw.tp_comm_overlap && r.sw.dp_overlap &&
+          r.sw.grad_reduce_fp32);
     llmt_spec_destroy(r.spec);
     /* A software key left out. */
     snprintf(text, sizeof text, GOOD_HEAD, 32, HW_ALL);
@@ -179,8 +190,8 @@ int main(void)
     rms_def = sqrt(rms_def / (nchk ? nchk : 1));
     const llmt_plan_consts *kd = &llmt__plan_consts_default;
     printf("fit (%d runs): compute_overhead %.4f, fixed_layer_s %.4f ms, gemm_reread %.3f, "
-           "jitter %.4f, zero3_overlap %.3f, attn_eff_ratio %.4f: RMS %.2f points\n", nchk,
-           kfit.compute_overhead, kfit.fixed_layer_s * 1e3, kfit.gemm_reread, kfit.jitter,
+           "jitter %.4f, zero3_overlap %.3f, attn_eff_ratio %.4f: RMS %.2f points\n",
+           nchk, kfit.compute_overhead, kfit.fixed_layer_s * 1e3, kfit.gemm_reread, kfit.jitter,
            kfit.zero3_overlap, kfit.attn_eff_ratio, 100 * rms_fit);
     printf("compiled:     compute_overhead %.4f, fixed_layer_s %.4f ms, gemm_reread %.3f, "
            "jitter %.4f, zero3_overlap %.3f, attn_eff_ratio %.4f: RMS %.2f points\n",
@@ -281,9 +292,9 @@ int main(void)
         if (!runs[i].check)
             continue;
         llmt_plan_rank rk;
-        CHECK_STATUS(llmt__plan_rank_layout(ctx, runs[i].spec, runs[i].gpus, NULL,
-                                            &runs[i].sw, &rk),
-                     LLMT_OK);
+        CHECK_STATUS(
+            llmt__plan_rank_layout(ctx, runs[i].spec, runs[i].gpus, NULL, &runs[i].sw, &rk),
+            LLMT_OK);
         const llmt_plan_cand *b = &rk.best, *p = &rk.published;
         /* The steps' terms add up to the step. */
         double sum = 0;
@@ -295,11 +306,11 @@ int main(void)
             if (p->terms[j] - b->terms[j] > p->terms[kmax] - b->terms[kmax])
                 kmax = j;
         in_top5 += rk.rank <= 5;
-        printf("| %s | %d | %d | %.3g s%s | tp%d cp%d pp%d dp%d v%d mb%d | %.3g s | %.1f%% | %s %+.3g s |\n",
+        printf("| %s | %d | %d | %.3g s%s | tp%d cp%d pp%d dp%d v%d mb%d | %.3g s | %.1f%% | "
+               "%s %+.3g s |\n",
                runs[i].file, rk.rank, rk.layouts, p->step_time_s,
-               rk.published_fits ? "" : " (over 95% of HBM)", b->tp, b->cp, b->pp, b->dp,
-               b->v, b->micro, b->step_time_s,
-               100 * (p->step_time_s / b->step_time_s - 1),
+               rk.published_fits ? "" : " (over 95% of HBM)", b->tp, b->cp, b->pp, b->dp, b->v,
+               b->micro, b->step_time_s, 100 * (p->step_time_s / b->step_time_s - 1),
                rk.rank > 1 ? llmt__plan_terms[kmax].label : "-",
                rk.rank > 1 ? p->terms[kmax] - b->terms[kmax] : 0.0);
         if (listed(runs[i].file))

@@ -222,11 +222,11 @@ static void test_lr_convention(llmt_context *ctx)
     CHECK_STATUS(llmt_trainer_lr_at(tr, 0, &lr), LLMT_ERR_INVALID_ARGUMENT);
     CHECK(strstr(llmt_trainer_last_error(tr), "numbered from 1") != NULL);
     CHECK_STATUS(llmt_trainer_lr_at(tr, 1, &lr), LLMT_OK);
-    CHECK_CLOSE(lr, 1e-2 / 3, 1e-6, 0);   /* warmup: step 1 of 3 */
+    CHECK_CLOSE(lr, 1e-2 / 3, 1e-6, 0); /* warmup: step 1 of 3 */
     CHECK_STATUS(llmt_trainer_lr_at(tr, 3, &lr), LLMT_OK);
-    CHECK_CLOSE(lr, 1e-2, 1e-6, 0);       /* warmup done */
+    CHECK_CLOSE(lr, 1e-2, 1e-6, 0); /* warmup done */
     CHECK_STATUS(llmt_trainer_lr_at(tr, 11, &lr), LLMT_OK);
-    CHECK_CLOSE(lr, 0.0, 0, 1e-9);        /* past total_steps: min_lr */
+    CHECK_CLOSE(lr, 0.0, 0, 1e-9); /* past total_steps: min_lr */
     int32_t in[16], tg[16];
     fill_batch(in, tg, 16);
     llmt_batch b;
