@@ -1322,6 +1322,23 @@ LLMT_API llmt_status llmt_dp_opts_init(llmt_dp_opts *opts, size_t size);
  * the old communicator stays attached. */
 LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
                                            const llmt_dp_opts *opts);
+/* Tensor parallelism (Megatron-LM's splits; doc/parallelism.md) over
+ * `comm`, the group of ranks that share each layer (the plan's innermost
+ * dimension; llmt_comm_create_plan_group), which must outlive the trainer
+ * (NULL or a group of 1: no split). Collective over comm. Call it before
+ * llmt_trainer_set_comm, with identical parameters on every rank (same
+ * seed): each rank then keeps only its shards of the parameters,
+ * gradients, AdamW state and of the activations of its heads, MLP columns
+ * and vocabulary columns. step, forward_backward, evaluate and generate
+ * become collective over comm and return the group's result; the host
+ * copies (llmt_trainer_grad, the model's parameters after
+ * llmt_trainer_sync_params, checkpoints) stay whole and are gathered over
+ * comm when read, so reading them is collective too. Fails, naming the
+ * key, when comm's size does not divide model.heads, width, ffn_hidden or
+ * the padded vocabulary (or kv_heads and tp divide neither way), and with
+ * LLMT_ERR_UNSUPPORTED on a backend without the vocabulary-split ops
+ * (today: CUDA) or with fp8. */
+LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm);
 /* This rank's share of the AdamW state of parameter `index` (which = 0
  * first moment, 1 second): a 1-D view of the elements [*flat_offset,
  * *flat_offset + view.shape[0]) of the parameter flattened in row-major

@@ -29,6 +29,20 @@
 enum { LQKV, LPROJ, LFC, LFC3, LFCP, NLIN };
 #define SLOT(l, kind) ((l) * NLIN + (kind))
 
+/* A parameter's part on this rank under tensor parallelism, the tensor
+ * seen as [R, K] (1-D: [R, 1]): WHOLE (replicated), ROWS (segments of
+ * rows, concatenated: the q, k and v heads of qkv, the rows of a column
+ * split Linear, the vocabulary rows) or COLS (columns [lo, lo + n): a row
+ * split Linear's weight). own: this rank is the first that holds the
+ * segment (it alone adds it to the gradient norm and to the gathers). */
+enum { SH_WHOLE, SH_ROWS, SH_COLS };
+typedef struct tshard {
+    int kind, nseg;
+    int64_t R, K, lo[3], n[3];
+    int own[3];
+    size_t numel;
+} tshard;
+
 /* A layer's activations (storage type; `lse`: attention's saved state,
  * attn_state floats). */
 typedef struct dlayer {
@@ -83,6 +97,19 @@ struct llmt__devtrain {
     uint8_t *qx, *qw;      /* device: quantised input and weight */
     float *h8state;        /* host: the recipe's state for checkpoints */
     int amax_row, fp8_gemms;
+    /* tensor parallelism (device.h; tp 1: none): this rank's heads (q, kv),
+     * attention width, MLP columns, vocabulary columns [vlo, vlo + Vl) of
+     * which nv are real; kvrep: kv heads held by several ranks (kv_heads <
+     * tp); each parameter's shard; the runs of the device layout whose
+     * gradients this rank adds to the norm; scratch of the split loss and
+     * of the kv heads' gradient sums */
+    int tp, tpr, nh_l, nkv_l, C_l, Q_l, F_l, Vl, vlo, nv, kvrep;
+    struct tshard *sh;
+    int nnrm;
+    const float **nrm_x;
+    size_t *nrm_n;
+    float *xmx, *xst, *kvbuf;
+    size_t kvn;
     /* data parallelism (lib/train/dp.c), or NULL: its hooks run at the
      * named points of the graph (a unit's parameters used / done, its
      * gradients ready), units 0 = embeddings, 1..L = layers, L+1 = tail */
@@ -144,7 +171,8 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
                          (void **)&g->dfchg, (void **)&g->lnfm, (void **)&g->lnfr,
                          (void **)&g->losses, (void **)&g->sums, (void **)&g->tok,
                          (void **)&g->tgt, (void **)&g->f8scale, (void **)&g->f8inv,
-                         (void **)&g->f8amax, (void **)&g->qx, (void **)&g->qw};
+                         (void **)&g->f8amax, (void **)&g->qx, (void **)&g->qw,
+                         (void **)&g->xmx, (void **)&g->xst, (void **)&g->kvbuf};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (*bufs[i]) g->op->free(g->d, *bufs[i]);
         for (int l = 0; g->L && l < g->nacts; l++) {
@@ -188,6 +216,9 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     free(g->run_decay);
     free(g->h8amax);
     free(g->h8state);
+    free(g->sh);
+    free(g->nrm_x);
+    free(g->nrm_n);
     llmt__fp8_delayed_destroy(g->rec);
     free(g);
 }
@@ -208,6 +239,151 @@ static llmt_status host_mirror(llmt__devtrain *g, float **p, size_t floats)
                                         "trainer: cannot allocate %zu bytes", bytes);
 }
 
+llmt_status llmt__tp_check(llmt_err *e, const llmt_model_config *c, int tp)
+{
+    if (tp <= 1) return LLMT_OK;
+    struct {
+        const char *key;
+        int v;
+    } k[] = {{"model.heads", c->heads},
+             {"model.width", c->width},
+             {"model.ffn_hidden", c->ffn_hidden},
+             {"model.padded_vocab_size", c->padded_vocab_size}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (k[i].v % tp)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "parallelism.tp: %d does not divide %s %d (tensor "
+                                 "parallelism splits it evenly)", tp, k[i].key, k[i].v);
+    if (c->kv_heads % tp && tp % c->kv_heads)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "parallelism.tp: %d and model.kv_heads %d: one must divide the "
+                             "other (kv heads are split when kv_heads >= tp, else each is "
+                             "held by tp / kv_heads ranks)", tp, c->kv_heads);
+    return LLMT_OK;
+}
+
+/* Host parameter index at float offset `off` (-1: none). */
+static int pidx(const llmt_model *m, size_t off)
+{
+    if (off == NOP) return -1;
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i].offset == off) return i;
+    return -1;
+}
+
+static void sh_rows(tshard *s, int64_t lo, int64_t n, int own)
+{
+    s->kind = SH_ROWS;
+    s->lo[s->nseg] = lo;
+    s->n[s->nseg] = n;
+    s->own[s->nseg++] = own;
+}
+
+/* Each parameter's shard on tensor parallel rank tpr of tp (tp 1: all
+ * whole), the local dims, and the runs the gradient norm adds here.
+ * Megatron-LM's layout: qkv, fc, fc3 column split (their rows; qkv's q
+ * heads, and its kv heads split when kv_heads >= tp, else kv head
+ * tpr / (tp / kv_heads) whole, shared by tp / kv_heads ranks); proj and
+ * fcproj row split (their columns), their biases whole (added by rank 0
+ * only, after the partial sums are reduced); wte and an untied lm_head by
+ * vocabulary rows; norms and wpe whole. */
+static void tp_shards(llmt__devtrain *g)
+{
+    const llmt_model *m = g->m;
+    const llmt_model_config *c = &m->cfg;
+    int t = g->tp, r = g->tpr, hd = m->head_dim, nh = c->heads, nkv = c->kv_heads;
+    g->nh_l = nh / t;
+    g->kvrep = t > 1 && nkv < t;
+    g->nkv_l = g->kvrep ? 1 : nkv / t;
+    g->C_l = g->nh_l * hd;
+    g->Q_l = (g->nh_l + 2 * g->nkv_l) * hd;
+    g->F_l = c->ffn_hidden / t;
+    g->Vl = c->padded_vocab_size / t;
+    g->vlo = r * g->Vl;
+    g->nv = c->vocab_size - g->vlo;
+    if (g->nv > g->Vl) g->nv = g->Vl;
+    if (g->nv < 0) g->nv = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        const llmt__param *p = &m->params[i];
+        tshard *s = &g->sh[i];
+        s->R = p->shape[0];
+        s->K = p->ndim > 1 ? p->shape[1] : 1;
+        s->kind = SH_WHOLE;
+        s->nseg = 1;
+        s->lo[0] = 0;
+        s->n[0] = s->R;
+        s->own[0] = t == 1 || r == 0;
+    }
+    if (t > 1) {
+        int kvh = g->kvrep ? r / (t / nkv) : r * g->nkv_l; /* first kv head here */
+        int kvown = !g->kvrep || r % (t / nkv) == 0;
+        int64_t qn = (int64_t)g->nh_l * hd, kn = (int64_t)g->nkv_l * hd;
+        for (int l = 0; l < c->layers; l++) {
+            const llmt__layer_offs *o = &m->layer[l];
+            size_t qkv[2] = {o->qkvw, o->qkvb};
+            for (int j = 0; j < 2; j++) {
+                int i = pidx(m, qkv[j]);
+                if (i < 0) continue;
+                tshard *s = &g->sh[i];
+                s->nseg = 0;
+                sh_rows(s, (int64_t)r * qn, qn, 1);
+                sh_rows(s, (int64_t)nh * hd + (int64_t)kvh * hd, kn, kvown);
+                sh_rows(s, (int64_t)(nh + nkv) * hd + (int64_t)kvh * hd, kn, kvown);
+            }
+            size_t cols[] = {o->fcw, o->fcb, o->fc3w};
+            for (size_t j = 0; j < sizeof cols / sizeof cols[0]; j++) {
+                int i = pidx(m, cols[j]);
+                if (i < 0) continue;
+                g->sh[i].nseg = 0;
+                sh_rows(&g->sh[i], (int64_t)r * g->F_l, g->F_l, 1);
+            }
+            size_t rows[] = {o->projw, o->fcprojw};
+            for (size_t j = 0; j < 2; j++) {
+                int i = pidx(m, rows[j]);
+                if (i < 0) continue;
+                tshard *s = &g->sh[i];
+                s->kind = SH_COLS;
+                s->n[0] = s->K / t;
+                s->lo[0] = r * s->n[0];
+                s->own[0] = 1;
+            }
+        }
+        size_t voc[2] = {m->wte, m->lm_head};
+        for (int j = 0; j < 2; j++) {
+            int i = pidx(m, voc[j]);
+            if (i < 0) continue;
+            g->sh[i].nseg = 0;
+            sh_rows(&g->sh[i], g->vlo, g->Vl, 1);
+        }
+    }
+    for (int i = 0; i < m->nparams; i++) {
+        tshard *s = &g->sh[i];
+        int64_t n = 0;
+        for (int j = 0; j < s->nseg; j++) n += s->n[j];
+        s->numel = (size_t)(s->kind == SH_COLS ? s->R * s->n[0] : n * s->K);
+    }
+}
+
+/* The runs of the device layout whose gradients this rank adds to the
+ * norm: what it owns (device.h), so the group's sum counts each element
+ * once. After plan_layout. */
+static void tp_norm_runs(llmt__devtrain *g)
+{
+    g->nnrm = 0;
+    for (int i = 0; i < g->m->nparams; i++) {
+        const tshard *s = &g->sh[i];
+        size_t at_ = g->doff[i];
+        for (int j = 0; j < s->nseg; j++) {
+            size_t n = (size_t)(s->kind == SH_COLS ? s->R * s->n[0] : s->n[j] * s->K);
+            if (s->own[j] && n) {
+                g->nrm_x[g->nnrm] = g->grad + at_;
+                g->nrm_n[g->nnrm++] = n;
+            }
+            at_ += n;
+        }
+    }
+}
+
 /* Device offsets: the model's order (so that a layer is one contiguous
  * range, the unit data parallelism reduces and shards), each tensor on the
  * backend's alignment (8 elements: 16-byte bf16 vectors on CUDA); then the
@@ -218,7 +394,7 @@ static void plan_layout(llmt__devtrain *g)
     size_t al = g->op->align > 0 ? (size_t)g->op->align : 8, at_ = 0;
     for (int i = 0; i < m->nparams; i++) {
         g->doff[i] = at_;
-        at_ += (m->params[i].numel + al - 1) / al * al;
+        at_ += (g->sh[i].numel + al - 1) / al * al;
     }
     g->P = at_;
     g->nruns = 0;
@@ -259,30 +435,28 @@ static void plan_layout(llmt__devtrain *g)
     /* the Linears and the vocabulary op, unsplit (device.h says how
      * tensor parallelism will set them) */
     const llmt_model_config *c = &m->cfg;
-    int C = c->width, F = c->ffn_hidden, Q = m->qkv_dim, llama = g->llama;
+    int C = c->width, F = g->F_l, Q = g->Q_l, Ca = g->C_l, llama = g->llama;
+    /* tensor parallelism: Megatron-LM's pairs, a column split Linear
+     * feeding a row split one (device.h) */
+    llmt__split col = g->tp > 1 ? LLMT__SPLIT_COLUMN : LLMT__SPLIT_NONE;
+    llmt__split row = g->tp > 1 ? LLMT__SPLIT_ROW : LLMT__SPLIT_NONE;
     for (int l = 0; l < L; l++) {
         const llmt__layer_offs *o = &g->lay[l];
         llmt__linear *q = &g->lin[l * NLIN];
         const llmt__linear k[NLIN] = {
-            [LQKV] = {"qkv", o->qkvw, o->qkvb, C, Q, LLMT__SPLIT_NONE, SLOT(l, LQKV), 0, 0},
-            [LPROJ] = {"proj", o->projw, o->projb, C, C, LLMT__SPLIT_NONE, SLOT(l, LPROJ), 0,
-                       0},
-            [LFC] = {"fc", o->fcw, llama ? NOP : o->fcb, C, F, LLMT__SPLIT_NONE, SLOT(l, LFC),
-                     !llama, 0},
+            [LQKV] = {"qkv", o->qkvw, o->qkvb, C, Q, col, SLOT(l, LQKV), 0, 0},
+            [LPROJ] = {"proj", o->projw, o->projb, Ca, C, row, SLOT(l, LPROJ), 0, 0},
+            [LFC] = {"fc", o->fcw, llama ? NOP : o->fcb, C, F, col, SLOT(l, LFC), !llama, 0},
             /* fc3 reads fc's input; its backward runs first, fc's adds */
-            [LFC3] = {"fc3", llama ? o->fc3w : NOP, NOP, C, F, LLMT__SPLIT_NONE, SLOT(l, LFC3),
-                      0, 1},
-            [LFCP] = {"fcproj", o->fcprojw, o->fcprojb, F, C, LLMT__SPLIT_NONE, SLOT(l, LFCP),
-                      0, 0},
+            [LFC3] = {"fc3", llama ? o->fc3w : NOP, NOP, C, F, col, SLOT(l, LFC3), 0, 1},
+            [LFCP] = {"fcproj", o->fcprojw, o->fcprojb, F, C, row, SLOT(l, LFCP), 0, 0},
         };
         memcpy(q, k, sizeof k);
     }
-    const llmt__linear head = {"lm_head",        g->lm, NOP, C, c->padded_vocab_size,
-                               LLMT__SPLIT_NONE, -1,    0,   0};
+    const llmt__linear head = {"lm_head", g->lm, NOP, C, g->Vl, col, -1, 0, 0};
     g->lin[L * NLIN] = head;
-    const llmt__vocab voc = {
-        g->wte,           g->wpe, c->vocab_size,       c->padded_vocab_size, C,
-        LLMT__SPLIT_NONE, 0,      c->padded_vocab_size};
+    const llmt__vocab voc = {g->wte, g->wpe, c->vocab_size, c->padded_vocab_size, C,
+                             col,    g->vlo, g->vlo + g->Vl};
     g->voc = voc;
 }
 
@@ -300,9 +474,37 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
                                   int B, int T, int A, int recompute,
                                   const llmt__devtrain_fp8 *fp8, llmt__devtrain **out)
 {
+    return llmt__devtrain_create_tp(e, ops, dopts, m, B, T, A, recompute, fp8, NULL, out);
+}
+
+llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
+                                     const llmt__dev_opts *dopts, llmt_model *m, int B,
+                                     int T, int A, int recompute,
+                                     const llmt__devtrain_fp8 *fp8,
+                                     const llmt__devtrain_tp *tp, llmt__devtrain **out)
+{
     *out = NULL;
     const llmt_model_config *c = &m->cfg;
     int hd = m->head_dim;
+    int tps = tp && tp->size > 1 ? tp->size : 1;
+    if (tps > 1) {
+        llmt_status ts = llmt__tp_check(e, c, tps);
+        if (ts != LLMT_OK) return ts;
+        if (!tp->hook || tp->rank < 0 || tp->rank >= tps)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "trainer: tensor parallelism: rank %d of %d, hook %s",
+                                 tp->rank, tps, tp->hook ? "set" : "missing");
+        if (!ops->embedding_part_fwd || !ops->embedding_part_bwd || !ops->xent_part_max ||
+            !ops->xent_part_sum || !ops->xent_part_fin)
+            return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                                 "trainer: tensor parallelism: the %s backend has no "
+                                 "vocabulary-split embedding and cross-entropy ops yet "
+                                 "(the cpu and emulated backends have them)", ops->name);
+        if (fp8 && fp8->on)
+            return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                                 "trainer: fp8 with tensor parallelism is not supported "
+                                 "yet (set fp8 off or parallelism.tp 1)");
+    }
     if (hd > 128 || hd % 2)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "trainer: device %s: head dim %d (width %d / heads %d): the "
@@ -331,7 +533,16 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
     g->run_lo = calloc((size_t)m->nparams, sizeof *g->run_lo);
     g->run_n = calloc((size_t)m->nparams, sizeof *g->run_n);
     g->run_decay = calloc((size_t)m->nparams, sizeof *g->run_decay);
-    if (!g->doff || !g->lay || !g->lin || !g->L || !g->resid || !g->hrow || !g->hloss ||
+    g->sh = calloc((size_t)m->nparams, sizeof *g->sh);
+    g->nrm_x = calloc((size_t)m->nparams * 3, sizeof *g->nrm_x);
+    g->nrm_n = calloc((size_t)m->nparams * 3, sizeof *g->nrm_n);
+    g->tp = tps;
+    if (tps > 1) {
+        g->tpr = tp->rank;
+        g->hook = tp->hook;
+        g->hook_ctx = tp->ctx;
+    }
+    if (!g->sh || !g->nrm_x || !g->nrm_n || !g->doff || !g->lay || !g->lin || !g->L || !g->resid || !g->hrow || !g->hloss ||
         !g->run_lo || !g->run_n || !g->run_decay) {
         llmt__devtrain_destroy(g);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
@@ -344,13 +555,16 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
                              msg[0] ? msg : "cannot create the context");
     }
     g->pinned = 1;
+    tp_shards(g);
     plan_layout(g);
     int f32 = ops->store == LLMT_DTYPE_FP32;
-    /* the fp32 host backend trains the model's own parameters in place */
-    g->alias = f32 && ops->host_memory && g->P == m->total;
-    size_t P = g->P, N = (size_t)B * T, C = (size_t)c->width;
-    size_t Q = (size_t)m->qkv_dim, F = (size_t)c->ffn_hidden, Vp = (size_t)c->padded_vocab_size;
-    size_t NH = ops->attn_state ? ops->attn_state(B, c->heads, T) : (size_t)B * c->heads * T;
+    /* the fp32 host backend trains the model's own parameters in place
+     * (not a tensor parallel shard of them) */
+    g->alias = f32 && ops->host_memory && g->P == m->total && tps == 1;
+    size_t P = g->P, N = (size_t)B * T, C = (size_t)c->width, Ca = (size_t)g->C_l;
+    size_t Q = (size_t)g->Q_l, F = (size_t)g->F_l, Vp = (size_t)g->Vl;
+    int nhl = g->nh_l;
+    size_t NH = ops->attn_state ? ops->attn_state(B, nhl, T) : (size_t)B * nhl * T;
     size_t bf = g->es;
 #define DA(ptr, bytes, act)                                              \
     do {                                                                 \
@@ -375,7 +589,7 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
             a->atty = g->L[0].atty;
             a->lse = g->L[0].lse;
         } else {
-            DA(a->atty, N * C * bf, 1);
+            DA(a->atty, N * Ca * bf, 1);
             DA(a->lse, NH * 4, 1);
         }
         DA(a->res2, N * C * bf, 1);
@@ -402,6 +616,15 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
     DA(g->sums, 4, 1);
     DA(g->tok, (size_t)A * N * 4, 0);
     DA(g->tgt, (size_t)A * N * 4, 0);
+    if (tps > 1) {
+        DA(g->xmx, N * 4, 1);
+        DA(g->xst, 2 * N * 4, 1);
+        if (g->kvrep) { /* every kv head's k and v rows (and biases) */
+            g->kvn = 2 * (size_t)c->kv_heads * hd * (C + 1);
+            DA(g->kvbuf, g->kvn * 4, 0);
+        }
+    }
+    tp_norm_runs(g);
     if (fp8 && fp8->on && f32) {
         s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED, "trainer: fp8: the %s backend stores "
                           "fp32; fp8 GEMMs need a bf16 backend (device cuda)", ops->name);
@@ -489,11 +712,53 @@ void llmt__devtrain_memory(const llmt__devtrain *g, llmt__devtrain_mem *out)
     g->op->mem_stats(g->d, &out->in_use, &out->peak);
 }
 
+/* Parameter i's shard between the host's full tensor and the device
+ * (to_dev: upload, else download); a download copies only the segments
+ * this rank owns. */
+static llmt_status shard_copy(llmt__devtrain *g, int i, float *dev, float *host, int to_dev)
+{
+    const tshard *s = &g->sh[i];
+    float *h = host + g->m->params[i].offset, *d = dev + g->doff[i];
+    for (int j = 0; j < s->nseg; j++) {
+        size_t K = (size_t)s->K, lo = (size_t)s->lo[j], n = (size_t)s->n[j];
+        if (s->kind == SH_COLS) { /* a row split Linear: every row's columns */
+            for (size_t r = 0; r < (size_t)s->R; r++)
+                if (to_dev) S(g->op->h2d(g->d, d + r * n, h + r * K + lo, n * 4), "upload");
+                else S(g->op->d2h(g->d, h + r * K + lo, d + r * n, n * 4), "download");
+        } else if (to_dev) {
+            S(g->op->h2d(g->d, d, h + lo * K, n * K * 4), "upload");
+        } else if (s->own[j]) {
+            S(g->op->d2h(g->d, h + lo * K, d, n * K * 4), "download");
+        }
+        d += n * K;
+    }
+    return LLMT_OK;
+}
+
+/* Tensor parallelism: the host's full array from every rank's shards:
+ * each writes what it owns over zeros, the group sums (collective). */
+static llmt_status tp_gather(llmt__devtrain *g, float *host, const float *dev)
+{
+    const llmt_model *m = g->m;
+    llmt_status s;
+    memset(host, 0, m->total * sizeof(float));
+    for (int i = 0; i < m->nparams; i++)
+        if ((s = shard_copy(g, i, (float *)dev, host, 0)) != LLMT_OK) return s;
+    return g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, host, m->total, 1);
+}
+
 /* One fp32 host array in the host layout <-> the device layout. */
 static llmt_status put(llmt__devtrain *g, float *dev, const float *host)
 {
     const llmt_model *m = g->m;
     if (dev == host) return LLMT_OK; /* aliased: the same memory */
+    if (g->tp > 1) {
+        llmt_status s;
+        S(g->op->memset0(g->d, dev, g->P * 4), "memset");
+        for (int i = 0; i < m->nparams; i++)
+            if ((s = shard_copy(g, i, dev, (float *)host, 1)) != LLMT_OK) return s;
+        return LLMT_OK;
+    }
     if (g->alias) {
         S(g->op->h2d(g->d, dev, host, g->P * 4), "upload");
         return LLMT_OK;
@@ -510,6 +775,7 @@ static llmt_status get(llmt__devtrain *g, float *host, const float *dev)
 {
     const llmt_model *m = g->m;
     if (dev == host) return LLMT_OK;
+    if (g->tp > 1) return tp_gather(g, host, dev);
     if (g->alias) {
         S(g->op->d2h(g->d, host, dev, g->P * 4), "download");
         return LLMT_OK;
@@ -642,7 +908,11 @@ static llmt_status lin(llmt__devtrain *g, const llmt__linear *L, void *out, void
     if (L->split == LLMT__SPLIT_COLUMN && !L->shares_input &&
         (s = point(g, L->split, LLMT__AT_COLUMN_IN, 1, L, (void *)x, N, IC)) != LLMT_OK)
         return s;
-    const void *bias = L->b == NOP ? NULL : pw(g, L->b);
+    /* a row split Linear's outputs are partial sums: the (whole) bias is
+     * added by one rank, before the group's sum */
+    const void *bias = L->b == NOP || (L->split == LLMT__SPLIT_ROW && g->tpr != 0)
+                           ? NULL
+                           : pw(g, L->b);
     if (L->gelu && fp8_on(g, L->fp8_slot, IC, OC)) {
         if ((s = lin_fp8(g, pre, x, L->w, L->b, N, IC, OC, L->fp8_slot)) != LLMT_OK)
             return s;
@@ -695,30 +965,55 @@ static llmt_status lin_bwd(llmt__devtrain *g, const llmt__linear *L, void *dx, f
 static llmt_status embed_fwd(llmt__devtrain *g, const int32_t *tok, int B, int T)
 {
     const llmt__vocab *E = &g->voc;
-    S(g->op->embedding_fwd(g->d, g->resid[0], tok, pw(g, E->wte),
-                           E->wpe == NOP ? NULL : pw(g, E->wpe), B, T, E->C),
-      "embedding");
+    if (E->split != LLMT__SPLIT_NONE) /* rows [lo, hi); wpe added once, by rank 0 */
+        S(g->op->embedding_part_fwd(g->d, g->resid[0], tok, pw(g, E->wte),
+                                    E->wpe == NOP || g->tpr ? NULL : pw(g, E->wpe), B, T,
+                                    E->C, E->lo, E->hi - E->lo),
+          "embedding");
+    else
+        S(g->op->embedding_fwd(g->d, g->resid[0], tok, pw(g, E->wte),
+                               E->wpe == NOP ? NULL : pw(g, E->wpe), B, T, E->C),
+          "embedding");
     return point(g, E->split, LLMT__AT_EMBED_OUT, 1, NULL, g->resid[0], (size_t)B * T, E->C);
 }
 
 static llmt_status embed_bwd(llmt__devtrain *g, const int32_t *tok, int B, int T)
 {
     const llmt__vocab *E = &g->voc;
-    S(g->op->embedding_bwd(g->d, g->grad + E->wte, E->wpe == NOP ? NULL : g->grad + E->wpe,
-                           g->dres, tok, B, T, E->C),
-      "embedding backward");
+    float *dwpe = E->wpe == NOP ? NULL : g->grad + E->wpe;
+    if (E->split != LLMT__SPLIT_NONE) /* dres is whole: wpe's gradient is too */
+        S(g->op->embedding_part_bwd(g->d, g->grad + E->wte, dwpe, g->dres, tok, B, T, E->C,
+                                    E->lo, E->hi - E->lo),
+          "embedding backward");
+    else
+        S(g->op->embedding_bwd(g->d, g->grad + E->wte, dwpe, g->dres, tok, B, T, E->C),
+          "embedding backward");
     return LLMT_OK;
 }
 
 /* Per-token losses of N rows of logits (and their gradient in place when
- * dloss != 0). A vocabulary split needs the row max and sum of exp over
- * the group (LLMT__AT_LOSS_*): a split softmax, not written yet. */
+ * dloss != 0). A vocabulary split reduces its columns to the row max,
+ * then the sum of exp and the target's logit, each combined over the
+ * group (LLMT__AT_LOSS_*): N, then 2N floats, never the full logits. */
 static llmt_status xent(llmt__devtrain *g, float *losses, const int32_t *tgt, int N,
                         float dloss)
 {
     const llmt__vocab *E = &g->voc;
-    if (E->split != LLMT__SPLIT_NONE)
-        return point(g, E->split, LLMT__AT_LOSS_MAX, 1, NULL, NULL, (size_t)N, 1);
+    if (E->split != LLMT__SPLIT_NONE) {
+        int Vl = E->hi - E->lo;
+        llmt_status s;
+        S(g->op->xent_part_max(g->d, g->xmx, g->logits, N, Vl, g->nv), "cross-entropy");
+        if ((s = point(g, E->split, LLMT__AT_LOSS_MAX, 1, NULL, g->xmx, (size_t)N, 1)))
+            return s;
+        S(g->op->xent_part_sum(g->d, g->xst, g->logits, g->xmx, tgt, N, Vl, g->nv, E->lo),
+          "cross-entropy");
+        if ((s = point(g, E->split, LLMT__AT_LOSS_SUM, 1, NULL, g->xst, 2, (size_t)N)))
+            return s;
+        S(g->op->xent_part_fin(g->d, losses, g->logits, g->xmx, g->xst, tgt, N, Vl, g->nv,
+                               E->lo, dloss),
+          "cross-entropy");
+        return LLMT_OK;
+    }
     S(g->op->softmax_xent(g->d, losses, g->logits, tgt, N, E->V, E->Vp, dloss),
       "softmax cross-entropy");
     return LLMT_OK;
@@ -771,10 +1066,10 @@ static lctx layer_ctx(const llmt__devtrain *g, int l, int B, int T)
               &g->L[g->nacts == 1 ? 0 : l],
               B * T,
               m->cfg.width,
-              m->cfg.ffn_hidden,
-              m->qkv_dim,
-              m->cfg.heads,
-              m->cfg.kv_heads,
+              g->F_l,
+              g->Q_l,
+              g->nh_l,
+              g->nkv_l,
               m->head_dim};
     return x;
 }
@@ -924,6 +1219,40 @@ static double host_sum(const float *x, size_t n)
     return sum;
 }
 
+/* Tensor parallelism with kv_heads < tp: a kv head is held by tp /
+ * kv_heads ranks, each of which has only its q heads' part of its
+ * gradient; every rank puts its kv rows (and biases) at their head's place
+ * in a buffer of all kv heads, the group sums, each takes its head's sum
+ * back. */
+static llmt_status tp_kv_reduce(llmt__devtrain *g)
+{
+    const llmt_model *m = g->m;
+    int hd = m->head_dim, nkv = m->cfg.kv_heads, kvh = g->tpr / (g->tp / nkv);
+    size_t C = (size_t)m->cfg.width, rows = (size_t)hd;
+    for (int l = 0; l < m->cfg.layers; l++) {
+        const llmt__layer_offs *o = &g->lay[l];
+        size_t w[2] = {o->qkvw, o->qkvb}, K[2] = {C, 1};
+        for (int j = 0; j < 2; j++) {
+            if (w[j] == NOP) continue;
+            size_t n = rows * K[j]; /* one kv head's k (or v) part */
+            float *src = g->grad + w[j] + (size_t)g->nh_l * n;
+            S(g->op->memset0(g->d, g->kvbuf, 2 * (size_t)nkv * n * 4), "memset");
+            for (int kv = 0; kv < 2; kv++)
+                S(g->op->d2d(g->d, g->kvbuf + ((size_t)kv * nkv + kvh) * n, src + kv * n,
+                             n * 4),
+                  "copy");
+            llmt_status s = g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, g->kvbuf,
+                                    2 * (size_t)nkv, n);
+            if (s != LLMT_OK) return s;
+            for (int kv = 0; kv < 2; kv++)
+                S(g->op->d2d(g->d, src + kv * n, g->kvbuf + ((size_t)kv * nkv + kvh) * n,
+                             n * 4),
+                  "copy");
+        }
+    }
+    return LLMT_OK;
+}
+
 /* After a step's forwards: each tensor's amax over the micro-batches goes
  * into the recipe's history and the scales for the next step go to the
  * device. */
@@ -966,10 +1295,18 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
     S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)micro * N * sizeof(float)),
       "read the losses");
     *loss_sum = host_sum(g->hloss, (size_t)micro * N);
+    if (g->kvrep && (s = tp_kv_reduce(g)) != LLMT_OK) return s;
     if (g->dp) { /* reduced gradients, global loss and norm */
         if (llmt__dp_end(g->dp, loss_sum) != LLMT_OK ||
             llmt__dp_sumsq(g->dp, grad_sumsq) != LLMT_OK)
             return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
+    } else if (g->tp > 1) { /* each element once: its owner's (tp_norm_runs) */
+        float ss;
+        S(g->op->sumsq(g->d, g->sums, g->nrm_x, g->nrm_n, g->nnrm), "gradient norm");
+        if ((s = g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, g->sums, 1, 1)) != LLMT_OK)
+            return s;
+        S(g->op->d2h(g->d, &ss, g->sums, sizeof ss), "read the gradient norm");
+        *grad_sumsq = ss;
     } else {
         const float *xs[1] = {g->grad};
         size_t ns[1] = {g->P};
@@ -1019,7 +1356,7 @@ llmt_status llmt__devtrain_loss(llmt__devtrain *g, const int32_t *inputs,
 llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, int len,
                                        float *logits)
 {
-    int Vp = g->m->cfg.padded_vocab_size;
+    int Vp = g->m->cfg.padded_vocab_size, Vl = g->Vl;
     llmt_status s;
     if (len < 1 || len > g->T)
         return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
@@ -1027,11 +1364,15 @@ llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, in
     S(g->op->h2d(g->d, g->tok, tok, (size_t)len * 4), "upload tokens");
     g->amax_row = g->A;
     R(forward(g, g->tok, 1, len));
-    S(g->op->d2h(g->d, g->hrow, at(g, g->logits, (size_t)(len - 1) * Vp), (size_t)Vp * g->es),
+    S(g->op->d2h(g->d, g->hrow, at(g, g->logits, (size_t)(len - 1) * Vl), (size_t)Vl * g->es),
       "read the logits");
     const llmt__bf16 *hb = g->hrow;
-    for (int i = 0; i < Vp; i++)
-        logits[i] = g->es == sizeof(float) ? ((const float *)g->hrow)[i] : llmt__bf16_to_f32(hb[i]);
+    if (Vl < Vp) memset(logits, 0, (size_t)Vp * sizeof(float));
+    for (int i = 0; i < Vl; i++)
+        logits[g->vlo + i] = g->es == sizeof(float) ? ((const float *)g->hrow)[i]
+                                                    : llmt__bf16_to_f32(hb[i]);
+    if (Vl < Vp) /* the group's columns: a sum over zeros elsewhere (host memory) */
+        return g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, logits, 1, (size_t)Vp);
     return LLMT_OK;
 #undef R
 }

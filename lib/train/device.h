@@ -66,7 +66,12 @@ typedef enum llmt__point {
     LLMT__AT_EMBED_OUT = 2,
     /* vocabulary-split cross-entropy: per-row max, then sum of exp */
     LLMT__AT_LOSS_MAX = 3,
-    LLMT__AT_LOSS_SUM = 4
+    LLMT__AT_LOSS_SUM = 4,
+    /* a sum over the group of an fp32 buffer (rows x cols floats): the
+     * gradient norm's parts, the gradients of kv heads several ranks hold
+     * (grouped-query attention with kv_heads < tp), the gathers of the
+     * host copies (each element from the one rank that owns it) */
+    LLMT__AT_GRAD_SUM = 5
 } llmt__point;
 
 typedef struct llmt__linear {
@@ -96,6 +101,16 @@ typedef llmt_status (*llmt__split_hook)(void *ctx, llmt__point at, int dir,
                                         const llmt__linear *lin, void *buf, size_t rows,
                                         size_t cols);
 
+/* Tensor parallelism over a group of `size` ranks, this one `rank`; the
+ * hook runs the group's collectives (lib/train/tp.c). NULL or size 1: no
+ * split. What is split, where each collective sits and how the host
+ * copies relate to the shards: device.c's tp_shards and doc/parallelism.md. */
+typedef struct llmt__devtrain_tp {
+    int rank, size;
+    llmt__split_hook hook;
+    void *ctx;
+} llmt__devtrain_tp;
+
 /* llmt_trainer_opts.recompute values */
 enum { LLMT__RECOMPUTE_NONE = 0, LLMT__RECOMPUTE_FULL = 1, LLMT__RECOMPUTE_SELECTIVE = 2 };
 
@@ -120,6 +135,20 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
                                   const llmt__dev_opts *dopts, llmt_model *m,
                                   int B, int T, int A, int recompute,
                                   const llmt__devtrain_fp8 *fp8, llmt__devtrain **out);
+/* The same with tensor parallelism (tp may be NULL): the device holds
+ * only this rank's shards of the parameters, gradients and moments, and
+ * the activations of its heads, MLP columns and vocabulary columns. The
+ * host copies stay in the model's full layout: upload slices them,
+ * download gathers them over the group (collective: every rank of the
+ * group downloads the same things together). Refused where the backend
+ * has no vocabulary-split ops, or the model does not divide by tp. */
+llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
+                                     const llmt__dev_opts *dopts, llmt_model *m, int B,
+                                     int T, int A, int recompute,
+                                     const llmt__devtrain_fp8 *fp8,
+                                     const llmt__devtrain_tp *tp, llmt__devtrain **out);
+/* Does tp divide the model? LLMT_OK, or an error naming the key. */
+llmt_status llmt__tp_check(llmt_err *e, const llmt_model_config *c, int tp);
 void llmt__devtrain_destroy(llmt__devtrain *g);
 
 /* Host mirrors (pinned where the backend has pinned memory), model->total

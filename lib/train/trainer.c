@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "train/device.h"
 #include "train/dp.h"
+#include "train/tp.h"
 #include "train/trainer_state.h"
 
 struct llmt_trainer {
@@ -25,6 +26,8 @@ struct llmt_trainer {
     int32_t *gen_ctx;
     int64_t step;
     llmt__dp *dp;  /* data parallelism (lib/train/dp.c), or NULL */
+    llmt__tp *tp;  /* tensor parallelism (lib/train/tp.c), or NULL */
+    const llmt__dev_ops *ops; /* the engine's backend */
     /* the engine (lib/train/device.c): grads, m and v are its host
      * mirrors, brought up to date from the device on demand (they ARE its
      * buffers on the fp32 CPU backend) */
@@ -80,6 +83,7 @@ LLMT_API void llmt_trainer_destroy(llmt_trainer *tr)
     llmt_context *ctx = tr->ctx;
     llmt__dp_destroy(tr->dp);
     llmt__devtrain_destroy(tr->dev); /* grads, m and v are its mirrors */
+    llmt__tp_destroy(tr->tp);
     if (tr->gen_ctx) llmt__free(ctx, tr->gen_ctx, (size_t)tr->T * sizeof(int32_t));
     llmt__free(ctx, tr, sizeof *tr);
 }
@@ -203,7 +207,8 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
     tr->B = o.micro_batch;
     tr->T = o.seq_len;
     llmt__exec_cpu_set_threads(o.threads);
-    llmt_status s = create_device(tr, dev_ops ? dev_ops : llmt__dev_cpu());
+    tr->ops = dev_ops ? dev_ops : llmt__dev_cpu();
+    llmt_status s = create_device(tr, tr->ops);
     if (s != LLMT_OK) {
         llmt_trainer_destroy(tr);
         return s;
@@ -768,6 +773,10 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
         if (s != LLMT_OK) return s;
     }
     if (!comm) return LLMT_OK;
+    if (tr->tp)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: data parallelism combined with tensor parallelism "
+                             "is not implemented yet (issue 16 step 2)");
     /* dp.c reduces, shards and gathers the engine's device buffers through
      * the op table, on any backend (the communicator must take its memory:
      * NCCL for CUDA, in-process or MPI for the CPU and the emulation) */
@@ -794,4 +803,53 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr)
         return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
     tr->stale_params = 1; /* gathered on the device */
     return host_sync(tr, 1, 1, 0);
+}
+
+/* Tensor parallelism: a new engine that holds only this rank's shards
+ * (lib/train/device.c), made from the host copies of the parameters and
+ * moments (gathered from the old engine's group first, when it had one),
+ * with the collectives of lib/train/tp.c. */
+LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
+{
+    if (!tr) return LLMT_ERR_NULL_POINTER;
+    if (tr->dp)
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
+                             "trainer: set_tp_comm: attach tensor parallelism before data "
+                             "parallelism (llmt_trainer_set_comm)");
+    llmt_status s = host_sync(tr, 1, 1, 0);
+    if (s != LLMT_OK) return s;
+    llmt__tp *tp = NULL;
+    int32_t n = 1;
+    if (comm && llmt_comm_size(comm, &n) != LLMT_OK)
+        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: set_tp_comm: %s", llmt_comm_last_error(comm));
+    if (comm && n > 1) {
+        s = llmt__tp_check(&tr->err, &tr->model->cfg, n);
+        if (s != LLMT_OK) return s;
+        s = llmt__tp_create(&tr->err, comm, tr->ops->store, &tp);
+        if (s != LLMT_OK) return s;
+    }
+    llmt__devtrain_tp et = {0, 1, NULL, NULL};
+    if (tp) llmt__tp_engine(tp, &et);
+    llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
+    llmt__devtrain_fp8 f8 = {tr->o.fp8, tr->o.fp8_amax_history, tr->o.fp8_margin};
+    llmt__devtrain *dev = NULL;
+    s = llmt__devtrain_create_tp(&tr->err, tr->ops, &d, tr->model, tr->B, tr->T,
+                                 tr->o.grad_accum, tr->o.recompute, &f8, &et, &dev);
+    if (s == LLMT_OK) s = llmt__devtrain_upload(dev, tr->model->data, tr->m, tr->v);
+    if (s != LLMT_OK) {
+        llmt__devtrain_destroy(dev);
+        llmt__tp_destroy(tp);
+        return s;
+    }
+    llmt__devtrain_destroy(tr->dev);
+    llmt__tp_destroy(tr->tp);
+    tr->dev = dev;
+    tr->tp = tp;
+    tr->grads = llmt__devtrain_host_grads(dev);
+    tr->m = llmt__devtrain_host_m(dev);
+    tr->v = llmt__devtrain_host_v(dev);
+    tr->stale_params = 0;
+    tr->stale_moments = tr->stale_grads = 1;
+    return LLMT_OK;
 }

@@ -1059,6 +1059,7 @@ extern "C" {
     pub fn llmt_comm_recorder_dump_file(comm: *mut llmt_comm, path: *const c_char) -> llmt_status;
     pub fn llmt_dp_opts_init(opts: *mut llmt_dp_opts, size: usize) -> llmt_status;
     pub fn llmt_trainer_set_comm(tr: *mut llmt_trainer, comm: *mut llmt_comm, opts: *const llmt_dp_opts) -> llmt_status;
+    pub fn llmt_trainer_set_tp_comm(tr: *mut llmt_trainer, comm: *mut llmt_comm) -> llmt_status;
     pub fn llmt_trainer_optim_shard(tr: *mut llmt_trainer, index: i32, which: i32, view: *mut llmt_tensor, flat_offset: *mut i64) -> llmt_status;
     pub fn llmt_trainer_memory_usage(tr: *const llmt_trainer, out: *mut llmt_trainer_memory) -> llmt_status;
     pub fn llmt_trainer_sync_params(tr: *mut llmt_trainer) -> llmt_status;

@@ -1,0 +1,21 @@
+/* Tensor parallelism for the trainer (tp.c): the collectives at the
+ * engine's split points (lib/train/device.h, LLMT__AT_*) over a
+ * communicator of the tensor parallel group, for any backend whose memory
+ * the communicator takes (host memory: in-process and MPI; device memory:
+ * NCCL). */
+#ifndef LLMT_TRAIN_TP_H
+#define LLMT_TRAIN_TP_H
+
+#include "train/device.h"
+
+typedef struct llmt__tp llmt__tp;
+
+/* store: the engine's storage type (activations' collectives); errors of
+ * the collectives go to `e` (the trainer's). */
+llmt_status llmt__tp_create(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt__tp **out);
+void llmt__tp_destroy(llmt__tp *tp);
+/* The engine's description of the group (rank, size, hook, ctx). */
+void llmt__tp_engine(llmt__tp *tp, llmt__devtrain_tp *out);
+llmt_comm *llmt__tp_comm(const llmt__tp *tp);
+
+#endif
