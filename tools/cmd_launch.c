@@ -62,10 +62,10 @@ typedef struct agent {
     int64_t lost_steps, last_step_seen;
     int nfail;
     double recov_s[64];
-    double recover_from; /* detection time of the failure being recovered */
-    double t_first;      /* gen 0's first step done (unix time) */
+    double recover_from;  /* detection time of the failure being recovered */
+    double t_first;       /* gen 0's first step done (unix time) */
     double last_progress; /* newest heartbeat time seen in this generation */
-    int64_t fail_step;   /* newest step a rank finished before it */
+    int64_t fail_step;    /* newest step a rank finished before it */
 } agent;
 
 static double now_s(void)

@@ -69,8 +69,8 @@ static void agree_max(llmt_job *j, double *v, int n)
     float f[4];
     for (int i = 0; i < n; i++)
         f[i] = (float)v[i];
-    if (llmt_comm_all_reduce(j->comm, f, f, (size_t)n, LLMT_DTYPE_FP32,
-                             LLMT_REDUCE_MAX, NULL) == LLMT_OK)
+    if (llmt_comm_all_reduce(j->comm, f, f, (size_t)n, LLMT_DTYPE_FP32, LLMT_REDUCE_MAX,
+                             NULL) == LLMT_OK)
         for (int i = 0; i < n; i++)
             v[i] = f[i];
 }
@@ -141,12 +141,13 @@ static llmt_status decide_auto(llmt_job *j, double step_s, llmt_job_metrics *m)
              "checkpoint.interval auto: %s = %.4g s: Young/Daly sqrt(2 x C x MTBF) "
              "= %.4g s with C = %.4g s (save stall, %s) and MTBF = %.4g h "
              "(fault_tolerance.gpu_failures_per_hour %.3g x %d GPU(s)); "
-             "%s write %.4g s; step %.4g s", every, interval, yd, stall,
+             "%s write %.4g s; step %.4g s",
+             every, interval, yd, stall,
              sp->checkpoint.save_stall_s > 0 ? "checkpoint.save_stall_s"
-             : measured                     ? "measured on the first save"
-                                            : "given",
-             mtbf / 3600.0, rate, (int)j->world, j->ckpt_async ? "async," : "sync,",
-             write, step_s);
+             : measured                      ? "measured on the first save"
+                                             : "given",
+             mtbf / 3600.0, rate, (int)j->world, j->ckpt_async ? "async," : "sync,", write,
+             step_s);
     llmt__log(j->ctx, LLMT_LOG_INFO, "job", "%s", j->interval_note);
     llmt__job_metrics_line(j,
                            "{\"event\":\"ckpt_interval\",\"step\":%lld,\"interval_steps\":"
@@ -154,16 +155,14 @@ static llmt_status decide_auto(llmt_job *j, double step_s, llmt_job_metrics *m)
                            "%.6g,\"write_s\":%.6g,\"mtbf_s\":%.6g,"
                            "\"gpu_failures_per_hour\":%.6g,\"gpus\":%d,\"step_s\":%.6g}",
                            (long long)j->last.step, (long long)j->ckpt_interval,
-                           isfinite(interval) ? interval : -1, isfinite(yd) ? yd : -1,
-                           stall, write, isfinite(mtbf) ? mtbf : -1, rate, (int)j->world,
-                           step_s);
+                           isfinite(interval) ? interval : -1, isfinite(yd) ? yd : -1, stall,
+                           write, isfinite(mtbf) ? mtbf : -1, rate, (int)j->world, step_s);
     if (m)
         m->events |= LLMT_JOB_EVENT_INTERVAL;
     return LLMT_OK;
 }
 
-llmt_status llmt__job_maybe_save(llmt_job *j, int64_t done, int last,
-                                 llmt_job_metrics *m)
+llmt_status llmt__job_maybe_save(llmt_job *j, int64_t done, int last, llmt_job_metrics *m)
 {
     if (j->ckpt_auto && j->ckpt_interval < 0) {
         llmt_status s = decide_auto(j, m ? m->step_s : 0, m);
@@ -198,7 +197,8 @@ llmt_status llmt__job_quarantine(llmt_job *j, int64_t step)
         size_t l = strlen(j->resume_note);
         snprintf(j->resume_note + l, sizeof j->resume_note - l,
                  "%smoved %zu unusable step director%s to %.400s/quarantine (see REASON "
-                 "in each)", l ? "; " : "", moved, moved == 1 ? "y" : "ies", j->ckpt_dir);
+                 "in each)",
+                 l ? "; " : "", moved, moved == 1 ? "y" : "ies", j->ckpt_dir);
     }
     /* no rank saves before rank 0 has moved them */
     if (j->comm && (s = llmt_comm_barrier(j->comm)) != LLMT_OK)
@@ -207,8 +207,8 @@ llmt_status llmt__job_quarantine(llmt_job *j, int64_t step)
 }
 
 /* Open the newest usable checkpoint of `ck` and restore from it. */
-static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data,
-                                int64_t *step, int *opened)
+static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t *step,
+                                int *opened)
 {
     *opened = 0;
     llmt_status s = llmt_ckpt_open_latest(ck, step);
@@ -259,8 +259,7 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
             s = restore_from(j, dk, with_data, step, &opened);
             snprintf(why_durable, sizeof why_durable, "%s", llmt_ckpt_last_error(dk));
         } else {
-            snprintf(why_durable, sizeof why_durable, "%s",
-                     llmt_context_last_error(j->ctx));
+            snprintf(why_durable, sizeof why_durable, "%s", llmt_context_last_error(j->ctx));
         }
         llmt_ckpt_destroy(dk);
         if (s == LLMT_OK) {

@@ -125,8 +125,7 @@ static llmt_status learn_bpe(llmt_job *j, job_data *d, const char *corpus)
         return FAIL(LLMT_ERR_INVALID_ARGUMENT,
                     "data.train: corpus %s is empty: no data to train on", corpus);
     }
-    s = llmt_tokenizer_train_bpe(j->ctx, text, n, j->spec->data.tokenizer.vocab_size,
-                                 &d->tok);
+    s = llmt_tokenizer_train_bpe(j->ctx, text, n, j->spec->data.tokenizer.vocab_size, &d->tok);
     free(text);
     if (s != LLMT_OK)
         return FAIL(s, "data.tokenizer: %s", llmt_context_last_error(j->ctx));
@@ -154,7 +153,8 @@ static llmt_status prepare_text(llmt_job *j, job_data *d, const char *corpus,
     if (exists(prep))
         return FAIL(LLMT_ERR_STATE,
                     "%s exists but holds no report.json (an interrupted "
-                    "preparation?): remove it and start again", prep);
+                    "preparation?): remove it and start again",
+                    prep);
     const llmt_spec *sp = j->spec;
     llmt_status s;
     if ((sp->data.tokenizer.path && *sp->data.tokenizer.path) ||
@@ -184,15 +184,14 @@ static llmt_status prepare_text(llmt_job *j, job_data *d, const char *corpus,
     snprintf(d->note, sizeof d->note,
              "prepared %.400s into %.400s: %lld documents, %lld removed (%lld by "
              "quality filters, %lld duplicates), %lld train / %lld validation "
-             "documents, %.1f s", corpus, prep, (long long)rep.documents,
-             (long long)removed, (long long)(removed - dups), (long long)dups,
-             (long long)rep.train_documents, (long long)rep.val_documents,
-             rep.seconds);
+             "documents, %.1f s",
+             corpus, prep, (long long)rep.documents, (long long)removed,
+             (long long)(removed - dups), (long long)dups, (long long)rep.train_documents,
+             (long long)rep.val_documents, rep.seconds);
     return LLMT_OK;
 }
 
-static llmt_status open_ds(llmt_job *j, const char *path, llmt_dataset **out,
-                           const char *what)
+static llmt_status open_ds(llmt_job *j, const char *path, llmt_dataset **out, const char *what)
 {
     llmt_status s = llmt_dataset_open(j->ctx, path, 0, out);
     if (s != LLMT_OK)
@@ -315,8 +314,7 @@ llmt_status llmt__job_data_open(llmt_job *j, job_data *d, const job_data_opts *o
                     "the shards were written for a vocabulary of %d tokens, the "
                     "tokenizer has %d: use the tokenizer they were prepared "
                     "with (data.tokenizer.path)",
-                    (int)(ti.vocab_size > vi.vocab_size ? ti.vocab_size
-                                                        : vi.vocab_size),
+                    (int)(ti.vocab_size > vi.vocab_size ? ti.vocab_size : vi.vocab_size),
                     (int)d->vocab);
     d->n_train = ti.tokens;
     d->n_val = vi.tokens;
@@ -331,16 +329,16 @@ llmt_status llmt__job_data_open(llmt_job *j, job_data *d, const job_data_opts *o
     lo.seed = (uint64_t)sp->data.seed;
     s = llmt_loader_create(d->train_ds, &lo, &d->loader);
     if (s != LLMT_OK)
-        return FAIL(s, "training data %s: %s", trainp,
-                    llmt_dataset_last_error(d->train_ds));
+        return FAIL(s, "training data %s: %s", trainp, llmt_dataset_last_error(d->train_ds));
     int64_t spe = 0;
     llmt_loader_samples_per_epoch(d->loader, &spe);
     if ((s = unigram(j, d)) != LLMT_OK)
         return s;
     snprintf(d->desc, sizeof d->desc,
              "%s (%s; %d train shard(s), %lld documents, %lld sequences of %d "
-             "per epoch), tokenizer of %d tokens", src, kind, (int)ti.shards,
-             (long long)ti.documents, (long long)spe, o->seq_len, (int)d->vocab);
+             "per epoch), tokenizer of %d tokens",
+             src, kind, (int)ti.shards, (long long)ti.documents, (long long)spe, o->seq_len,
+             (int)d->vocab);
     return LLMT_OK;
 }
 
@@ -370,8 +368,7 @@ int llmt__job_data_val(job_data *d, int32_t *in, int32_t *tg, int nmax)
     llmt_loader_samples_per_epoch(l, &spe);
     int n = 0;
     for (; n < nmax && n < spe; n++)
-        if (llmt_loader_next(l, in + (size_t)n * d->T, tg + (size_t)n * d->T, NULL) !=
-            LLMT_OK)
+        if (llmt_loader_next(l, in + (size_t)n * d->T, tg + (size_t)n * d->T, NULL) != LLMT_OK)
             break;
     llmt_loader_destroy(l);
     return n;
@@ -390,7 +387,8 @@ llmt_status llmt__job_data_ckpt_read(llmt_job *j, job_data *d, llmt_ckpt *ck)
         strtoull(v, NULL, 10) != now.seed)
         return FAIL(LLMT_ERR_INVALID_ARGUMENT,
                     "data.seed: the checkpoint was written with data.seed %s, "
-                    "the spec says %llu", v, (unsigned long long)now.seed);
+                    "the spec says %llu",
+                    v, (unsigned long long)now.seed);
     llmt_status s = llmt_loader_ckpt_read(d->loader, ck);
     if (s != LLMT_OK)
         return FAIL(s, "%s", llmt_loader_last_error(d->loader));

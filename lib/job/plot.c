@@ -53,22 +53,27 @@ static double nice_step(double range, int target)
     return mag * (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10);
 }
 
-static int write_svg(const char *path, const char *title, const series *tr,
-                     const series *va, double entropy)
+static int write_svg(const char *path, const char *title, const series *tr, const series *va,
+                     double entropy)
 {
     FILE *f = fopen(path, "w");
-    if (!f) return -1;
+    if (!f)
+        return -1;
     const double W = 800, H = 480, L = 70, R = 20, T = 40, Bm = 50;
     int64_t xmax = 1;
     double ymin = INFINITY, ymax = -INFINITY;
     const series *all[2] = {tr, va};
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < all[k]->n; i++) {
-            if (all[k]->p[i].step > xmax) xmax = all[k]->p[i].step;
-            if (all[k]->p[i].v < ymin) ymin = all[k]->p[i].v;
-            if (all[k]->p[i].v > ymax) ymax = all[k]->p[i].v;
+            if (all[k]->p[i].step > xmax)
+                xmax = all[k]->p[i].step;
+            if (all[k]->p[i].v < ymin)
+                ymin = all[k]->p[i].v;
+            if (all[k]->p[i].v > ymax)
+                ymax = all[k]->p[i].v;
         }
-    if (entropy > 0 && entropy > ymax) ymax = entropy;
+    if (entropy > 0 && entropy > ymax)
+        ymax = entropy;
     if (!(ymin < ymax)) {
         ymin = 0;
         ymax = ymax > 0 && isfinite(ymax) ? ymax : 1;
@@ -77,69 +82,87 @@ static int write_svg(const char *path, const char *title, const series *tr,
     ymax = ceil(ymax);
     double pw = W - L - R, ph = H - T - Bm;
 #define XS(s) (L + pw * (double)(s) / (double)xmax)
-#define YS(v) (T + ph * (1.0 - ((v) - ymin) / (ymax - ymin)))
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
-               "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-               "font-family=\"sans-serif\" font-size=\"12\">\n",
+#define YS(v) (T + ph * (1.0 - ((v)-ymin) / (ymax - ymin)))
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
+            "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+            "font-family=\"sans-serif\" font-size=\"12\">\n",
             W, H, W, H);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"15\" "
-               "text-anchor=\"middle\">%s: loss (nats/token)</text>\n",
+    fprintf(f,
+            "<text x=\"%.0f\" y=\"22\" font-size=\"15\" "
+            "text-anchor=\"middle\">%s: loss (nats/token)</text>\n",
             W / 2, title);
     /* grid and ticks */
     double ys = nice_step(ymax - ymin, 6);
     for (double y = ceil(ymin / ys) * ys; y <= ymax + 1e-9; y += ys) {
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                   "stroke=\"#ddd\"/>\n", L, YS(y), W - R, YS(y));
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
-                L - 6, YS(y) + 4, y);
+        fprintf(f,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                "stroke=\"#ddd\"/>\n",
+                L, YS(y), W - R, YS(y));
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6,
+                YS(y) + 4, y);
     }
     double xs = nice_step((double)xmax, 8);
     for (double x = 0; x <= (double)xmax + 1e-9; x += xs) {
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                   "stroke=\"#eee\"/>\n", XS(x), T, XS(x), T + ph);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g"
-                   "</text>\n", XS(x), T + ph + 18, x);
+        fprintf(f,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                "stroke=\"#eee\"/>\n",
+                XS(x), T, XS(x), T + ph);
+        fprintf(f,
+                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g"
+                "</text>\n",
+                XS(x), T + ph + 18, x);
     }
-    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
-               "fill=\"none\" stroke=\"#333\"/>\n", L, T, pw, ph);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step"
-               "</text>\n", L + pw / 2, H - 12);
+    fprintf(f,
+            "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
+            "fill=\"none\" stroke=\"#333\"/>\n",
+            L, T, pw, ph);
+    fprintf(f,
+            "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step"
+            "</text>\n",
+            L + pw / 2, H - 12);
     if (entropy > 0) {
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                   "stroke=\"#888\" stroke-dasharray=\"6,4\"/>\n",
+        fprintf(f,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                "stroke=\"#888\" stroke-dasharray=\"6,4\"/>\n",
                 L, YS(entropy), W - R, YS(entropy));
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
-                   "fill=\"#666\">unigram entropy %.3f</text>\n",
+        fprintf(f,
+                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" "
+                "fill=\"#666\">unigram entropy %.3f</text>\n",
                 W - R - 4, YS(entropy) - 5, entropy);
     }
     static const char *const color[2] = {"#1f77b4", "#d62728"};
     static const char *const label[2] = {"train", "validation"};
     for (int k = 0; k < 2; k++) {
         const series *s = all[k];
-        if (!s->n) continue;
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\" "
-                   "points=\"", color[k], k ? "2" : "1.2");
+        if (!s->n)
+            continue;
+        fprintf(f,
+                "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\" "
+                "points=\"",
+                color[k], k ? "2" : "1.2");
         for (size_t i = 0; i < s->n; i++)
             fprintf(f, "%.1f,%.1f ", XS(s->p[i].step), YS(s->p[i].v));
         fprintf(f, "\"/>\n");
         if (k == 1)
             for (size_t i = 0; i < s->n; i++)
-                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" "
-                           "fill=\"%s\"/>\n", XS(s->p[i].step),
-                        YS(s->p[i].v), color[k]);
-        fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
-                   "stroke=\"%s\" stroke-width=\"2\"/>\n<text x=\"%.0f\" "
-                   "y=\"%.0f\">%s</text>\n",
-                W - R - 150, T + 18 + 18.0 * k, W - R - 125, T + 18 + 18.0 * k,
-                color[k], W - R - 118, T + 22 + 18.0 * k, label[k]);
+                fprintf(f,
+                        "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" "
+                        "fill=\"%s\"/>\n",
+                        XS(s->p[i].step), YS(s->p[i].v), color[k]);
+        fprintf(f,
+                "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
+                "stroke=\"%s\" stroke-width=\"2\"/>\n<text x=\"%.0f\" "
+                "y=\"%.0f\">%s</text>\n",
+                W - R - 150, T + 18 + 18.0 * k, W - R - 125, T + 18 + 18.0 * k, color[k],
+                W - R - 118, T + 22 + 18.0 * k, label[k]);
     }
 #undef XS
 #undef YS
     fprintf(f, "</svg>\n");
     return fclose(f) == 0 ? 0 : -1;
 }
-
 
 llmt_status llmt__job_plot(llmt_job *j)
 {
@@ -163,8 +186,8 @@ llmt_status llmt__job_plot(llmt_job *j)
         char line[4096];
         while (fgets(line, sizeof line, f)) {
             double step, v;
-            if (strstr(line, "\"event\"") || !json_num(line, "step", &step) ||
-                step < 0 || step > (double)max)
+            if (strstr(line, "\"event\"") || !json_num(line, "step", &step) || step < 0 ||
+                step > (double)max)
                 continue;
             if (json_num(line, "val_loss", &v))
                 vl[(int64_t)step] = v;
@@ -176,8 +199,7 @@ llmt_status llmt__job_plot(llmt_job *j)
     compact(tl, max, &tr);
     compact(vl, max, &va);
     if (write_svg(j->plot_path, j->name, &tr, &va, j->data.unigram_entropy) != 0)
-        st = llmt__err_set(&j->err, LLMT_ERR_IO, "metrics.plot: cannot write %s",
-                           j->plot_path);
+        st = llmt__err_set(&j->err, LLMT_ERR_IO, "metrics.plot: cannot write %s", j->plot_path);
 done:
     free(tl);
     free(vl);

@@ -19,13 +19,13 @@
 #include "llmtrain.h"
 
 enum expect { REFUSED, RUN, INFO, FILES, PLAN, PLAN8 };
-static const char *const expect_names[] = {"refused", "run", "info", "files", "plan",
-                                           "plan at 8 GPUs"};
+static const char *const expect_names[] = {"refused", "run",  "info",
+                                           "files",   "plan", "plan at 8 GPUs"};
 
 typedef struct kcase {
-    const char *key;     /* the key of the table this case covers */
-    const char *base;    /* JSON merged into the baseline of this case, or NULL */
-    const char *set;     /* JSON merged on top of it: the key set */
+    const char *key;  /* the key of the table this case covers */
+    const char *base; /* JSON merged into the baseline of this case, or NULL */
+    const char *set;  /* JSON merged on top of it: the key set */
     enum expect want;
     const char *fault; /* $LLMT_FAULT for the baseline and the variant */
 } kcase;
@@ -44,7 +44,9 @@ static const char *BASE =
     " \"checkpoint\": {\"interval\": 2}, \"hardware\": {\"gpu\": \"cpu\"}}";
 
 #define LLAMA "{\"model\": {\"arch\": \"llama\", \"heads\": 4}}"
-#define SMALLTXT "{\"data\": {\"train\": \"@SMALL@\", \"val\": \"@PREP@/val\", \"tokenizer\": {\"kind\": \"bpe\", \"vocab_size\": 300}}}"
+#define SMALLTXT                                                                              \
+    "{\"data\": {\"train\": \"@SMALL@\", \"val\": \"@PREP@/val\", \"tokenizer\": {\"kind\": " \
+    "\"bpe\", \"vocab_size\": 300}}}"
 #define AUTO "{\"checkpoint\": {\"interval\": \"auto\"}}"
 #define GPU8 "{\"hardware\": {\"gpu\": \"H100-SXM\"}}"
 /* A loss and gradient-norm spike injected at step 10 (LLMT_FAULT spike:
@@ -274,7 +276,7 @@ static char *spec_json(const char *base, const char *set)
 typedef struct outcome {
     llmt_status create;
     char err[2048];
-    char run[16384];   /* per step: loss, lr, norm, val, events; status; sample */
+    char run[16384]; /* per step: loss, lr, norm, val, events; status; sample */
     char info[2048];
     char files[4096];
     llmt_plan_estimate est, est8;
@@ -289,8 +291,7 @@ static void list_files(const char *dir, const char *rel, char *out, size_t cap)
     char names[256][256];
     int n = 0;
     while ((e = readdir(d)) && n < 256)
-        if (e->d_name[0] != '.' && strcmp(e->d_name, "data") &&
-            strncmp(e->d_name, "rank-", 5))
+        if (e->d_name[0] != '.' && strcmp(e->d_name, "data") && strncmp(e->d_name, "rank-", 5))
             snprintf(names[n++], 256, "%s", e->d_name);
     closedir(d);
     qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
@@ -348,10 +349,11 @@ static void run_case(const char *json, outcome *o)
             s = llmt_job_step(job, &m);
             l = strlen(o->run);
             snprintf(o->run + l, sizeof o->run - l,
-                     "[%lld %.6f %.6g %.5f %.6f %.6f e%x a%lld s%lld r%lld] ", (long long)m.step,
-                     (double)m.loss, (double)m.lr, (double)m.grad_norm, (double)m.val_loss,
-                     (double)m.start_val_loss, m.events & ~LLMT_JOB_EVENT_SAVED,
-                     (long long)m.anomalies, (long long)m.skipped, (long long)m.rollbacks);
+                     "[%lld %.6f %.6g %.5f %.6f %.6f e%x a%lld s%lld r%lld] ",
+                     (long long)m.step, (double)m.loss, (double)m.lr, (double)m.grad_norm,
+                     (double)m.val_loss, (double)m.start_val_loss,
+                     m.events & ~LLMT_JOB_EVENT_SAVED, (long long)m.anomalies,
+                     (long long)m.skipped, (long long)m.rollbacks);
         }
         l = strlen(o->run);
         snprintf(o->run + l, sizeof o->run - l, "status %s %.60s ", llmt_status_string(s),
@@ -367,10 +369,12 @@ static void run_case(const char *json, outcome *o)
         llmt_job_get_info(job, &i);
         snprintf(o->info, sizeof o->info,
                  "%s threads %d det %d rec %d async %d auto %d stall %.3g write %.3g mtbf "
-                 "%.4g timeout %g device %d params %lld", i.name, (int)i.threads,
-                 (int)i.deterministic, (int)i.recompute, (int)i.ckpt_async, (int)i.ckpt_auto,
-                 i.ckpt_auto && i.auto_stall_s >= 1 ? i.auto_stall_s : 0, i.auto_write_s >= 1 ? i.auto_write_s : 0,
-                 i.auto_mtbf_s, i.collective_timeout_s, (int)i.device, (long long)i.params);
+                 "%.4g timeout %g device %d params %lld",
+                 i.name, (int)i.threads, (int)i.deterministic, (int)i.recompute,
+                 (int)i.ckpt_async, (int)i.ckpt_auto,
+                 i.ckpt_auto && i.auto_stall_s >= 1 ? i.auto_stall_s : 0,
+                 i.auto_write_s >= 1 ? i.auto_write_s : 0, i.auto_mtbf_s,
+                 i.collective_timeout_s, (int)i.device, (long long)i.params);
         llmt_job_destroy(job);
         list_files(dir, "", o->files, sizeof o->files);
     }
@@ -411,8 +415,9 @@ int main(int argc, char **argv)
      * file of it, as text */
     char cmd[2048];
     snprintf(small, sizeof small, "%s/small", tmp);
-    snprintf(cmd, sizeof cmd, "mkdir -p %s && head -c 60000 \"$(ls -S %s/*.md | head -1)\" > %s/a.md",
-             small, argv[1], small);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s && head -c 60000 \"$(ls -S %s/*.md | head -1)\" > %s/a.md", small,
+             argv[1], small);
     CHECK(system(cmd) == 0);
     {
         char json[4096];
@@ -446,16 +451,18 @@ int main(int argc, char **argv)
             int child = 0;
             size_t l = strlen(key);
             for (size_t m = 0; m < nk; m++)
-                child |= !strncmp(llmt_spec_key_name(m), key, l) &&
-                         llmt_spec_key_name(m)[l] == '.';
+                child |=
+                    !strncmp(llmt_spec_key_name(m), key, l) && llmt_spec_key_name(m)[l] == '.';
             if (!child)
                 fprintf(stderr, "FAIL %s: a container without keys\n", key);
             CHECK(child);
             continue;
         }
         if (!covered(key))
-            fprintf(stderr, "FAIL %s: no case in test_job_keys.c: does it take effect in "
-                            "llmt_job, or is it refused?\n", key);
+            fprintf(stderr,
+                    "FAIL %s: no case in test_job_keys.c: does it take effect in "
+                    "llmt_job, or is it refused?\n",
+                    key);
         CHECK(covered(key));
     }
 
@@ -503,8 +510,12 @@ int main(int argc, char **argv)
                var.create != LLMT_OK ? var.err : kc->set);
         if (!ok && var.create == LLMT_OK)
             fprintf(stderr, "  baseline: %.300s\n  variant:  %.300s\n",
-                    kc->want == RUN ? base.run : kc->want == INFO ? base.info : base.files,
-                    kc->want == RUN ? var.run : kc->want == INFO ? var.info : var.files);
+                    kc->want == RUN    ? base.run
+                    : kc->want == INFO ? base.info
+                                       : base.files,
+                    kc->want == RUN    ? var.run
+                    : kc->want == INFO ? var.info
+                                       : var.files);
         CHECK(ok);
     }
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
