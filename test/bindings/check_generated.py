@@ -4,8 +4,9 @@ needed): every public struct's size and field offsets as the Python
 ctypes Structures give them, and as the generated Julia structs, Go table
 and Rust table declare them (parsed from the files), equal the output of
 test/bindings/layout_ref.c; the generated files are up to date with the
-header (tools/gen_bindings.py --check); and changing a function in a copy
-of the header makes that check fail.
+header (tools/gen_bindings.py --check); changing a function in a copy
+of the header makes that check fail; and the Julia idiomatic layer calls
+the generated one with the right arities and fields (check_julia_calls.py).
 usage: check_generated.py SOURCE_ROOT LAYOUT_REF_EXE"""
 import ctypes
 import os
@@ -104,4 +105,13 @@ with tempfile.TemporaryDirectory() as d:
                        capture_output=True, text=True)
     check(r.returncode == 1 and "llmt_abi_version" in r.stdout,
           "a changed function without regenerating fails the check")
+
+# the Julia idiomatic layer (never run here: no julia) against the generated
+# one: every generated function it calls exists with that number of
+# arguments, every option field it sets exists (check_julia_calls.py)
+r = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                 "check_julia_calls.py"), src],
+                   capture_output=True, text=True)
+print(r.stdout + r.stderr, end="")
+check(r.returncode == 0, "julia: LLMTrain.jl's calls, fields and constants match LibLLMTrain.jl")
 sys.exit(1 if fails else 0)
