@@ -222,15 +222,13 @@ typedef struct llmt__dev_ops {
      * is the plain C reference (fp32 and bf16 storage). */
     /* out[B*T,C] = wte[tok - lo] for tokens in [lo, lo + Vl), else 0;
      * + wpe[t] when wpe is not NULL. */
-    llmt_status (*embedding_part_fwd)(llmt__dev *d, void *out,
-                                      const int32_t *tok, const void *wte,
-                                      const void *wpe, int B, int T, int C,
+    llmt_status (*embedding_part_fwd)(llmt__dev *d, void *out, const int32_t *tok,
+                                      const void *wte, const void *wpe, int B, int T, int C,
                                       int lo, int Vl);
     /* dwte[tok - lo] += dout rows of tokens in range; dwpe as
      * embedding_bwd (may be NULL). */
-    llmt_status (*embedding_part_bwd)(llmt__dev *d, float *dwte, float *dwpe,
-                                      const void *dout, const int32_t *tok,
-                                      int B, int T, int C, int lo, int Vl);
+    llmt_status (*embedding_part_bwd)(llmt__dev *d, float *dwte, float *dwpe, const void *dout,
+                                      const int32_t *tok, int B, int T, int C, int lo, int Vl);
     /* Vocabulary-parallel cross-entropy in three stages around the
      * group's reductions (the full logits are never gathered):
      * max: mx[n] = max of row n's first nv columns (-FLT_MAX if none);
@@ -241,15 +239,13 @@ typedef struct llmt__dev_ops {
      * fin: losses[n] = log st[n] + mx[n] - st[N + n] (0 where target <
      *   0); when dloss != 0 the logits are OVERWRITTEN by (softmax -
      *   onehot) * dloss (0 in padded columns and ignored rows). */
-    llmt_status (*xent_part_max)(llmt__dev *d, float *mx, const void *logits,
-                                 int N, int Vl, int nv);
-    llmt_status (*xent_part_sum)(llmt__dev *d, float *st, const void *logits,
-                                 const float *mx, const int32_t *targets,
-                                 int N, int Vl, int nv, int lo);
-    llmt_status (*xent_part_fin)(llmt__dev *d, float *losses, void *logits,
-                                 const float *mx, const float *st,
-                                 const int32_t *targets, int N, int Vl,
-                                 int nv, int lo, float dloss);
+    llmt_status (*xent_part_max)(llmt__dev *d, float *mx, const void *logits, int N, int Vl,
+                                 int nv);
+    llmt_status (*xent_part_sum)(llmt__dev *d, float *st, const void *logits, const float *mx,
+                                 const int32_t *targets, int N, int Vl, int nv, int lo);
+    llmt_status (*xent_part_fin)(llmt__dev *d, float *losses, void *logits, const float *mx,
+                                 const float *st, const int32_t *targets, int N, int Vl, int nv,
+                                 int lo, float dloss);
 } llmt__dev_ops;
 
 /* The CUDA table, or NULL in a build without CUDA. */
@@ -268,9 +264,8 @@ void llmt__vp_embedding_bwd(int bf16, float *dwte, float *dwpe, const void *dout
 void llmt__vp_xent_max(int bf16, float *mx, const void *logits, int N, int Vl, int nv);
 void llmt__vp_xent_sum(int bf16, float *st, const void *logits, const float *mx,
                        const int32_t *targets, int N, int Vl, int nv, int lo);
-void llmt__vp_xent_fin(int bf16, float *losses, void *logits, const float *mx,
-                       const float *st, const int32_t *targets, int N, int Vl, int nv,
-                       int lo, float dloss);
+void llmt__vp_xent_fin(int bf16, float *losses, void *logits, const float *mx, const float *st,
+                       const int32_t *targets, int N, int Vl, int nv, int lo, float dloss);
 
 /* Host-side bf16 helpers shared by the emulation and the engine. */
 static inline float llmt__bf16_to_f32(llmt__bf16 h)

@@ -1133,8 +1133,8 @@ static llmt_status em_embedding_part_bwd(llmt__dev *d, float *dwte, float *dwpe,
     llmt__vp_embedding_bwd(1, dwte, dwpe, dout, tok, B, T, C, lo, Vl);
     return LLMT_OK;
 }
-static llmt_status em_xent_part_max(llmt__dev *d, float *mx, const void *logits, int N,
-                                    int Vl, int nv)
+static llmt_status em_xent_part_max(llmt__dev *d, float *mx, const void *logits, int N, int Vl,
+                                    int nv)
 {
     (void)d;
     llmt__vp_xent_max(1, mx, logits, N, Vl, nv);
@@ -1148,9 +1148,9 @@ static llmt_status em_xent_part_sum(llmt__dev *d, float *st, const void *logits,
     llmt__vp_xent_sum(1, st, logits, mx, targets, N, Vl, nv, lo);
     return LLMT_OK;
 }
-static llmt_status em_xent_part_fin(llmt__dev *d, float *losses, void *logits,
-                                    const float *mx, const float *st, const int32_t *targets,
-                                    int N, int Vl, int nv, int lo, float dloss)
+static llmt_status em_xent_part_fin(llmt__dev *d, float *losses, void *logits, const float *mx,
+                                    const float *st, const int32_t *targets, int N, int Vl,
+                                    int nv, int lo, float dloss)
 {
     (void)d;
     llmt__vp_xent_fin(1, losses, logits, mx, st, targets, N, Vl, nv, lo, dloss);

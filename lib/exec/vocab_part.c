@@ -19,8 +19,10 @@ static inline float ld(int bf16, const void *p, size_t i)
 }
 static inline void st(int bf16, void *p, size_t i, float v)
 {
-    if (bf16) ((llmt__bf16 *)p)[i] = llmt__f32_to_bf16(v);
-    else ((float *)p)[i] = v;
+    if (bf16)
+        ((llmt__bf16 *)p)[i] = llmt__f32_to_bf16(v);
+    else
+        ((float *)p)[i] = v;
 }
 
 void llmt__vp_embedding_fwd(int bf16, void *out, const int32_t *tok, const void *wte,
@@ -32,7 +34,8 @@ void llmt__vp_embedding_fwd(int bf16, void *out, const int32_t *tok, const void 
         int in = t >= 0 && t < Vl;
         for (int c = 0; c < C; c++) {
             float e = in ? ld(bf16, wte, (size_t)t * C + c) : 0.0f;
-            if (wpe) e += ld(bf16, wpe, (size_t)(r % T) * C + c);
+            if (wpe)
+                e += ld(bf16, wpe, (size_t)(r % T) * C + c);
             st(bf16, out, (size_t)r * C + c, e);
         }
     }
@@ -47,8 +50,10 @@ void llmt__vp_embedding_bwd(int bf16, float *dwte, float *dwpe, const void *dout
         for (int r = 0; r < B * T; r++) {
             float d = ld(bf16, dout, (size_t)r * C + c);
             int t = tok[r] - lo;
-            if (t >= 0 && t < Vl) dwte[(size_t)t * C + c] += d;
-            if (dwpe) dwpe[(size_t)(r % T) * C + c] += d;
+            if (t >= 0 && t < Vl)
+                dwte[(size_t)t * C + c] += d;
+            if (dwpe)
+                dwpe[(size_t)(r % T) * C + c] += d;
         }
 }
 
@@ -59,7 +64,8 @@ void llmt__vp_xent_max(int bf16, float *mx, const void *logits, int N, int Vl, i
         float m = -FLT_MAX;
         for (int i = 0; i < nv; i++) {
             float x = ld(bf16, logits, (size_t)n * Vl + i);
-            if (x > m) m = x;
+            if (x > m)
+                m = x;
         }
         mx[n] = m;
     }
@@ -71,29 +77,31 @@ void llmt__vp_xent_sum(int bf16, float *st_, const void *logits, const float *mx
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         double s = 0.0;
-        for (int i = 0; i < nv; i++) s += expf(ld(bf16, logits, (size_t)n * Vl + i) - mx[n]);
+        for (int i = 0; i < nv; i++)
+            s += expf(ld(bf16, logits, (size_t)n * Vl + i) - mx[n]);
         st_[n] = (float)s;
         int t = targets ? targets[n] - lo : -1;
         st_[N + n] = t >= 0 && t < nv ? ld(bf16, logits, (size_t)n * Vl + t) : 0.0f;
     }
 }
 
-void llmt__vp_xent_fin(int bf16, float *losses, void *logits, const float *mx,
-                       const float *st_, const int32_t *targets, int N, int Vl, int nv,
-                       int lo, float dloss)
+void llmt__vp_xent_fin(int bf16, float *losses, void *logits, const float *mx, const float *st_,
+                       const int32_t *targets, int N, int Vl, int nv, int lo, float dloss)
 {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         int tg = targets ? targets[n] : -1;
         losses[n] = tg >= 0 ? (float)(log((double)st_[n]) + mx[n] - st_[N + n]) : 0.0f;
-        if (dloss == 0.0f) continue;
+        if (dloss == 0.0f)
+            continue;
         float inv = (float)(1.0 / (double)st_[n]);
         for (int i = 0; i < Vl; i++) {
             size_t k = (size_t)n * Vl + i;
             float gv = 0.0f;
             if (tg >= 0 && i < nv) {
                 gv = expf(ld(bf16, logits, k) - mx[n]) * inv * dloss;
-                if (tg - lo == i) gv -= dloss;
+                if (tg - lo == i)
+                    gv -= dloss;
             }
             st(bf16, logits, k, gv);
         }

@@ -164,15 +164,14 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     if (g->d) {
         if (g->param == (void *)g->master) g->param = NULL; /* fp32: one buffer */
         if (g->alias) g->master = NULL;                     /* the model's */
-        void **bufs[] = {(void **)&g->master, (void **)&g->grad, (void **)&g->mom1,
-                         (void **)&g->mom2, (void **)&g->param, (void **)&g->lnf,
-                         (void **)&g->logits, (void **)&g->dres, (void **)&g->dtmp,
-                         (void **)&g->dqkv, (void **)&g->dfch, (void **)&g->dfch3,
-                         (void **)&g->dfchg, (void **)&g->lnfm, (void **)&g->lnfr,
-                         (void **)&g->losses, (void **)&g->sums, (void **)&g->tok,
-                         (void **)&g->tgt, (void **)&g->f8scale, (void **)&g->f8inv,
-                         (void **)&g->f8amax, (void **)&g->qx, (void **)&g->qw,
-                         (void **)&g->xmx, (void **)&g->xst, (void **)&g->kvbuf};
+        void **bufs[] = {
+            (void **)&g->master, (void **)&g->grad,   (void **)&g->mom1,   (void **)&g->mom2,
+            (void **)&g->param,  (void **)&g->lnf,    (void **)&g->logits, (void **)&g->dres,
+            (void **)&g->dtmp,   (void **)&g->dqkv,   (void **)&g->dfch,   (void **)&g->dfch3,
+            (void **)&g->dfchg,  (void **)&g->lnfm,   (void **)&g->lnfr,   (void **)&g->losses,
+            (void **)&g->sums,   (void **)&g->tok,    (void **)&g->tgt,    (void **)&g->f8scale,
+            (void **)&g->f8inv,  (void **)&g->f8amax, (void **)&g->qx,     (void **)&g->qw,
+            (void **)&g->xmx,    (void **)&g->xst,    (void **)&g->kvbuf};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (*bufs[i]) g->op->free(g->d, *bufs[i]);
         for (int l = 0; g->L && l < g->nacts; l++) {
@@ -241,7 +240,8 @@ static llmt_status host_mirror(llmt__devtrain *g, float **p, size_t floats)
 
 llmt_status llmt__tp_check(llmt_err *e, const llmt_model_config *c, int tp)
 {
-    if (tp <= 1) return LLMT_OK;
+    if (tp <= 1)
+        return LLMT_OK;
     struct {
         const char *key;
         int v;
@@ -253,21 +253,25 @@ llmt_status llmt__tp_check(llmt_err *e, const llmt_model_config *c, int tp)
         if (k[i].v % tp)
             return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                                  "parallelism.tp: %d does not divide %s %d (tensor "
-                                 "parallelism splits it evenly)", tp, k[i].key, k[i].v);
+                                 "parallelism splits it evenly)",
+                                 tp, k[i].key, k[i].v);
     if (c->kv_heads % tp && tp % c->kv_heads)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                              "parallelism.tp: %d and model.kv_heads %d: one must divide the "
                              "other (kv heads are split when kv_heads >= tp, else each is "
-                             "held by tp / kv_heads ranks)", tp, c->kv_heads);
+                             "held by tp / kv_heads ranks)",
+                             tp, c->kv_heads);
     return LLMT_OK;
 }
 
 /* Host parameter index at float offset `off` (-1: none). */
 static int pidx(const llmt_model *m, size_t off)
 {
-    if (off == NOP) return -1;
+    if (off == NOP)
+        return -1;
     for (int i = 0; i < m->nparams; i++)
-        if (m->params[i].offset == off) return i;
+        if (m->params[i].offset == off)
+            return i;
     return -1;
 }
 
@@ -301,8 +305,10 @@ static void tp_shards(llmt__devtrain *g)
     g->Vl = c->padded_vocab_size / t;
     g->vlo = r * g->Vl;
     g->nv = c->vocab_size - g->vlo;
-    if (g->nv > g->Vl) g->nv = g->Vl;
-    if (g->nv < 0) g->nv = 0;
+    if (g->nv > g->Vl)
+        g->nv = g->Vl;
+    if (g->nv < 0)
+        g->nv = 0;
     for (int i = 0; i < m->nparams; i++) {
         const llmt__param *p = &m->params[i];
         tshard *s = &g->sh[i];
@@ -323,7 +329,8 @@ static void tp_shards(llmt__devtrain *g)
             size_t qkv[2] = {o->qkvw, o->qkvb};
             for (int j = 0; j < 2; j++) {
                 int i = pidx(m, qkv[j]);
-                if (i < 0) continue;
+                if (i < 0)
+                    continue;
                 tshard *s = &g->sh[i];
                 s->nseg = 0;
                 sh_rows(s, (int64_t)r * qn, qn, 1);
@@ -333,14 +340,16 @@ static void tp_shards(llmt__devtrain *g)
             size_t cols[] = {o->fcw, o->fcb, o->fc3w};
             for (size_t j = 0; j < sizeof cols / sizeof cols[0]; j++) {
                 int i = pidx(m, cols[j]);
-                if (i < 0) continue;
+                if (i < 0)
+                    continue;
                 g->sh[i].nseg = 0;
                 sh_rows(&g->sh[i], (int64_t)r * g->F_l, g->F_l, 1);
             }
             size_t rows[] = {o->projw, o->fcprojw};
             for (size_t j = 0; j < 2; j++) {
                 int i = pidx(m, rows[j]);
-                if (i < 0) continue;
+                if (i < 0)
+                    continue;
                 tshard *s = &g->sh[i];
                 s->kind = SH_COLS;
                 s->n[0] = s->K / t;
@@ -351,7 +360,8 @@ static void tp_shards(llmt__devtrain *g)
         size_t voc[2] = {m->wte, m->lm_head};
         for (int j = 0; j < 2; j++) {
             int i = pidx(m, voc[j]);
-            if (i < 0) continue;
+            if (i < 0)
+                continue;
             g->sh[i].nseg = 0;
             sh_rows(&g->sh[i], g->vlo, g->Vl, 1);
         }
@@ -359,7 +369,8 @@ static void tp_shards(llmt__devtrain *g)
     for (int i = 0; i < m->nparams; i++) {
         tshard *s = &g->sh[i];
         int64_t n = 0;
-        for (int j = 0; j < s->nseg; j++) n += s->n[j];
+        for (int j = 0; j < s->nseg; j++)
+            n += s->n[j];
         s->numel = (size_t)(s->kind == SH_COLS ? s->R * s->n[0] : n * s->K);
     }
 }
@@ -455,8 +466,8 @@ static void plan_layout(llmt__devtrain *g)
     }
     const llmt__linear head = {"lm_head", g->lm, NOP, C, g->Vl, col, -1, 0, 0};
     g->lin[L * NLIN] = head;
-    const llmt__vocab voc = {g->wte, g->wpe, c->vocab_size, c->padded_vocab_size, C,
-                             col,    g->vlo, g->vlo + g->Vl};
+    const llmt__vocab voc = {g->wte, g->wpe, c->vocab_size, c->padded_vocab_size,
+                             C,      col,    g->vlo,        g->vlo + g->Vl};
     g->voc = voc;
 }
 
@@ -478,9 +489,8 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
 }
 
 llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
-                                     const llmt__dev_opts *dopts, llmt_model *m, int B,
-                                     int T, int A, int recompute,
-                                     const llmt__devtrain_fp8 *fp8,
+                                     const llmt__dev_opts *dopts, llmt_model *m, int B, int T,
+                                     int A, int recompute, const llmt__devtrain_fp8 *fp8,
                                      const llmt__devtrain_tp *tp, llmt__devtrain **out)
 {
     *out = NULL;
@@ -489,7 +499,8 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
     int tps = tp && tp->size > 1 ? tp->size : 1;
     if (tps > 1) {
         llmt_status ts = llmt__tp_check(e, c, tps);
-        if (ts != LLMT_OK) return ts;
+        if (ts != LLMT_OK)
+            return ts;
         if (!tp->hook || tp->rank < 0 || tp->rank >= tps)
             return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                                  "trainer: tensor parallelism: rank %d of %d, hook %s",
@@ -499,7 +510,8 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
             return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                                  "trainer: tensor parallelism: the %s backend has no "
                                  "vocabulary-split embedding and cross-entropy ops yet "
-                                 "(the cpu and emulated backends have them)", ops->name);
+                                 "(the cpu and emulated backends have them)",
+                                 ops->name);
         if (fp8 && fp8->on)
             return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                                  "trainer: fp8 with tensor parallelism is not supported "
@@ -542,8 +554,8 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
         g->hook = tp->hook;
         g->hook_ctx = tp->ctx;
     }
-    if (!g->sh || !g->nrm_x || !g->nrm_n || !g->doff || !g->lay || !g->lin || !g->L || !g->resid || !g->hrow || !g->hloss ||
-        !g->run_lo || !g->run_n || !g->run_decay) {
+    if (!g->sh || !g->nrm_x || !g->nrm_n || !g->doff || !g->lay || !g->lin || !g->L ||
+        !g->resid || !g->hrow || !g->hloss || !g->run_lo || !g->run_n || !g->run_decay) {
         llmt__devtrain_destroy(g);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     }
@@ -723,8 +735,10 @@ static llmt_status shard_copy(llmt__devtrain *g, int i, float *dev, float *host,
         size_t K = (size_t)s->K, lo = (size_t)s->lo[j], n = (size_t)s->n[j];
         if (s->kind == SH_COLS) { /* a row split Linear: every row's columns */
             for (size_t r = 0; r < (size_t)s->R; r++)
-                if (to_dev) S(g->op->h2d(g->d, d + r * n, h + r * K + lo, n * 4), "upload");
-                else S(g->op->d2h(g->d, h + r * K + lo, d + r * n, n * 4), "download");
+                if (to_dev)
+                    S(g->op->h2d(g->d, d + r * n, h + r * K + lo, n * 4), "upload");
+                else
+                    S(g->op->d2h(g->d, h + r * K + lo, d + r * n, n * 4), "download");
         } else if (to_dev) {
             S(g->op->h2d(g->d, d, h + lo * K, n * K * 4), "upload");
         } else if (s->own[j]) {
@@ -743,7 +757,8 @@ static llmt_status tp_gather(llmt__devtrain *g, float *host, const float *dev)
     llmt_status s;
     memset(host, 0, m->total * sizeof(float));
     for (int i = 0; i < m->nparams; i++)
-        if ((s = shard_copy(g, i, (float *)dev, host, 0)) != LLMT_OK) return s;
+        if ((s = shard_copy(g, i, (float *)dev, host, 0)) != LLMT_OK)
+            return s;
     return g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, host, m->total, 1);
 }
 
@@ -756,7 +771,8 @@ static llmt_status put(llmt__devtrain *g, float *dev, const float *host)
         llmt_status s;
         S(g->op->memset0(g->d, dev, g->P * 4), "memset");
         for (int i = 0; i < m->nparams; i++)
-            if ((s = shard_copy(g, i, dev, (float *)host, 1)) != LLMT_OK) return s;
+            if ((s = shard_copy(g, i, dev, (float *)host, 1)) != LLMT_OK)
+                return s;
         return LLMT_OK;
     }
     if (g->alias) {
@@ -775,7 +791,8 @@ static llmt_status get(llmt__devtrain *g, float *host, const float *dev)
 {
     const llmt_model *m = g->m;
     if (dev == host) return LLMT_OK;
-    if (g->tp > 1) return tp_gather(g, host, dev);
+    if (g->tp > 1)
+        return tp_gather(g, host, dev);
     if (g->alias) {
         S(g->op->d2h(g->d, host, dev, g->P * 4), "download");
         return LLMT_OK;
@@ -910,9 +927,8 @@ static llmt_status lin(llmt__devtrain *g, const llmt__linear *L, void *out, void
         return s;
     /* a row split Linear's outputs are partial sums: the (whole) bias is
      * added by one rank, before the group's sum */
-    const void *bias = L->b == NOP || (L->split == LLMT__SPLIT_ROW && g->tpr != 0)
-                           ? NULL
-                           : pw(g, L->b);
+    const void *bias =
+        L->b == NOP || (L->split == LLMT__SPLIT_ROW && g->tpr != 0) ? NULL : pw(g, L->b);
     if (L->gelu && fp8_on(g, L->fp8_slot, IC, OC)) {
         if ((s = lin_fp8(g, pre, x, L->w, L->b, N, IC, OC, L->fp8_slot)) != LLMT_OK)
             return s;
@@ -967,8 +983,8 @@ static llmt_status embed_fwd(llmt__devtrain *g, const int32_t *tok, int B, int T
     const llmt__vocab *E = &g->voc;
     if (E->split != LLMT__SPLIT_NONE) /* rows [lo, hi); wpe added once, by rank 0 */
         S(g->op->embedding_part_fwd(g->d, g->resid[0], tok, pw(g, E->wte),
-                                    E->wpe == NOP || g->tpr ? NULL : pw(g, E->wpe), B, T,
-                                    E->C, E->lo, E->hi - E->lo),
+                                    E->wpe == NOP || g->tpr ? NULL : pw(g, E->wpe), B, T, E->C,
+                                    E->lo, E->hi - E->lo),
           "embedding");
     else
         S(g->op->embedding_fwd(g->d, g->resid[0], tok, pw(g, E->wte),
@@ -1233,7 +1249,8 @@ static llmt_status tp_kv_reduce(llmt__devtrain *g)
         const llmt__layer_offs *o = &g->lay[l];
         size_t w[2] = {o->qkvw, o->qkvb}, K[2] = {C, 1};
         for (int j = 0; j < 2; j++) {
-            if (w[j] == NOP) continue;
+            if (w[j] == NOP)
+                continue;
             size_t n = rows * K[j]; /* one kv head's k (or v) part */
             float *src = g->grad + w[j] + (size_t)g->nh_l * n;
             S(g->op->memset0(g->d, g->kvbuf, 2 * (size_t)nkv * n * 4), "memset");
@@ -1241,9 +1258,10 @@ static llmt_status tp_kv_reduce(llmt__devtrain *g)
                 S(g->op->d2d(g->d, g->kvbuf + ((size_t)kv * nkv + kvh) * n, src + kv * n,
                              n * 4),
                   "copy");
-            llmt_status s = g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, g->kvbuf,
-                                    2 * (size_t)nkv, n);
-            if (s != LLMT_OK) return s;
+            llmt_status s =
+                g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, g->kvbuf, 2 * (size_t)nkv, n);
+            if (s != LLMT_OK)
+                return s;
             for (int kv = 0; kv < 2; kv++)
                 S(g->op->d2d(g->d, src + kv * n, g->kvbuf + ((size_t)kv * nkv + kvh) * n,
                              n * 4),
@@ -1295,7 +1313,8 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
     S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)micro * N * sizeof(float)),
       "read the losses");
     *loss_sum = host_sum(g->hloss, (size_t)micro * N);
-    if (g->kvrep && (s = tp_kv_reduce(g)) != LLMT_OK) return s;
+    if (g->kvrep && (s = tp_kv_reduce(g)) != LLMT_OK)
+        return s;
     if (g->dp) { /* reduced gradients, global loss and norm */
         if (llmt__dp_end(g->dp, loss_sum) != LLMT_OK ||
             llmt__dp_sumsq(g->dp, grad_sumsq) != LLMT_OK)
@@ -1367,10 +1386,11 @@ llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, in
     S(g->op->d2h(g->d, g->hrow, at(g, g->logits, (size_t)(len - 1) * Vl), (size_t)Vl * g->es),
       "read the logits");
     const llmt__bf16 *hb = g->hrow;
-    if (Vl < Vp) memset(logits, 0, (size_t)Vp * sizeof(float));
+    if (Vl < Vp)
+        memset(logits, 0, (size_t)Vp * sizeof(float));
     for (int i = 0; i < Vl; i++)
-        logits[g->vlo + i] = g->es == sizeof(float) ? ((const float *)g->hrow)[i]
-                                                    : llmt__bf16_to_f32(hb[i]);
+        logits[g->vlo + i] =
+            g->es == sizeof(float) ? ((const float *)g->hrow)[i] : llmt__bf16_to_f32(hb[i]);
     if (Vl < Vp) /* the group's columns: a sum over zeros elsewhere (host memory) */
         return g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, logits, 1, (size_t)Vp);
     return LLMT_OK;

@@ -143,9 +143,8 @@ llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
  * group downloads the same things together). Refused where the backend
  * has no vocabulary-split ops, or the model does not divide by tp. */
 llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
-                                     const llmt__dev_opts *dopts, llmt_model *m, int B,
-                                     int T, int A, int recompute,
-                                     const llmt__devtrain_fp8 *fp8,
+                                     const llmt__dev_opts *dopts, llmt_model *m, int B, int T,
+                                     int A, int recompute, const llmt__devtrain_fp8 *fp8,
                                      const llmt__devtrain_tp *tp, llmt__devtrain **out);
 /* Does tp divide the model? LLMT_OK, or an error naming the key. */
 llmt_status llmt__tp_check(llmt_err *e, const llmt_model_config *c, int tp);

@@ -44,21 +44,20 @@ static llmt_status tp_hook(void *ctx, llmt__point at, int dir, const llmt__linea
     llmt_reduce_op op = LLMT_REDUCE_SUM;
     switch (at) {
     case LLMT__AT_COLUMN_IN:
-        if (dir > 0) return LLMT_OK;
+        if (dir > 0)
+            return LLMT_OK;
         break;
     case LLMT__AT_ROW_OUT:
-        if (dir < 0) return LLMT_OK;
+        if (dir < 0)
+            return LLMT_OK;
         break;
-    case LLMT__AT_EMBED_OUT:
-        break;
+    case LLMT__AT_EMBED_OUT: break;
     case LLMT__AT_LOSS_MAX:
         dt = LLMT_DTYPE_FP32;
         op = LLMT_REDUCE_MAX;
         break;
     case LLMT__AT_LOSS_SUM:
-    case LLMT__AT_GRAD_SUM:
-        dt = LLMT_DTYPE_FP32;
-        break;
+    case LLMT__AT_GRAD_SUM: dt = LLMT_DTYPE_FP32; break;
     }
     llmt_status s = llmt_comm_all_reduce(tp->comm, buf, buf, rows * cols, dt, op, NULL);
     if (s != LLMT_OK)
@@ -78,7 +77,8 @@ llmt_status llmt__tp_create(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt
                              "trainer: tensor parallelism: the communicator has no rank: %s",
                              llmt_comm_last_error(comm));
     llmt__tp *tp = calloc(1, sizeof *tp);
-    if (!tp) return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    if (!tp)
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     tp->e = e;
     tp->comm = comm;
     tp->store = store;
@@ -88,7 +88,10 @@ llmt_status llmt__tp_create(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt
     return LLMT_OK;
 }
 
-void llmt__tp_destroy(llmt__tp *tp) { free(tp); }
+void llmt__tp_destroy(llmt__tp *tp)
+{
+    free(tp);
+}
 
 void llmt__tp_engine(llmt__tp *tp, llmt__devtrain_tp *out)
 {
@@ -98,4 +101,7 @@ void llmt__tp_engine(llmt__tp *tp, llmt__devtrain_tp *out)
     out->ctx = tp;
 }
 
-llmt_comm *llmt__tp_comm(const llmt__tp *tp) { return tp->comm; }
+llmt_comm *llmt__tp_comm(const llmt__tp *tp)
+{
+    return tp->comm;
+}

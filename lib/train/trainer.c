@@ -811,32 +811,38 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr)
  * with the collectives of lib/train/tp.c. */
 LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
 {
-    if (!tr) return LLMT_ERR_NULL_POINTER;
+    if (!tr)
+        return LLMT_ERR_NULL_POINTER;
     if (tr->dp)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_tp_comm: attach tensor parallelism before data "
                              "parallelism (llmt_trainer_set_comm)");
     llmt_status s = host_sync(tr, 1, 1, 0);
-    if (s != LLMT_OK) return s;
+    if (s != LLMT_OK)
+        return s;
     llmt__tp *tp = NULL;
     int32_t n = 1;
     if (comm && llmt_comm_size(comm, &n) != LLMT_OK)
-        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
-                             "trainer: set_tp_comm: %s", llmt_comm_last_error(comm));
+        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_tp_comm: %s",
+                             llmt_comm_last_error(comm));
     if (comm && n > 1) {
         s = llmt__tp_check(&tr->err, &tr->model->cfg, n);
-        if (s != LLMT_OK) return s;
+        if (s != LLMT_OK)
+            return s;
         s = llmt__tp_create(&tr->err, comm, tr->ops->store, &tp);
-        if (s != LLMT_OK) return s;
+        if (s != LLMT_OK)
+            return s;
     }
     llmt__devtrain_tp et = {0, 1, NULL, NULL};
-    if (tp) llmt__tp_engine(tp, &et);
+    if (tp)
+        llmt__tp_engine(tp, &et);
     llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
     llmt__devtrain_fp8 f8 = {tr->o.fp8, tr->o.fp8_amax_history, tr->o.fp8_margin};
     llmt__devtrain *dev = NULL;
     s = llmt__devtrain_create_tp(&tr->err, tr->ops, &d, tr->model, tr->B, tr->T,
                                  tr->o.grad_accum, tr->o.recompute, &f8, &et, &dev);
-    if (s == LLMT_OK) s = llmt__devtrain_upload(dev, tr->model->data, tr->m, tr->v);
+    if (s == LLMT_OK)
+        s = llmt__devtrain_upload(dev, tr->model->data, tr->m, tr->v);
     if (s != LLMT_OK) {
         llmt__devtrain_destroy(dev);
         llmt__tp_destroy(tp);

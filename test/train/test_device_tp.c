@@ -118,7 +118,8 @@ static void *rank_main(void *p)
         o.threads = 1;
         a->st = llmt__trainer_create_dev(m, &o, g_ops, &tr);
     }
-    if (a->st == LLMT_OK && a->c) a->st = llmt_trainer_set_tp_comm(tr, a->c);
+    if (a->st == LLMT_OK && a->c)
+        a->st = llmt_trainer_set_tp_comm(tr, a->c);
     if (a->st == LLMT_OK) {
         llmt__devtrain_mem dm;
         llmt__devtrain_memory(llmt__trainer_devtrain(tr), &dm);
@@ -133,10 +134,13 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_step(tr, &b, &met);
         a->loss[k] = met.loss;
     }
-    if (a->st == LLMT_OK) a->st = llmt_trainer_sync_params(tr); /* gathers (collective) */
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_sync_params(tr); /* gathers (collective) */
     if (a->st != LLMT_OK)
         snprintf(a->err, sizeof a->err, "%s",
-                 tr ? llmt_trainer_last_error(tr) : m ? llmt_model_last_error(m) : "create");
+                 tr  ? llmt_trainer_last_error(tr)
+                 : m ? llmt_model_last_error(m)
+                     : "create");
     if (m) {
         int32_t np;
         llmt_model_param_count(m, &np, &a->numel);
@@ -160,7 +164,8 @@ static void run(int tp, rank_arg *a)
 {
     llmt_comm *c[MAXTP] = {NULL};
     memset(a, 0, sizeof *a * (size_t)(tp > 1 ? tp : 1));
-    if (tp > 1) CHECK_STATUS(llmt_comm_create_inproc(NULL, tp, NULL, c), LLMT_OK);
+    if (tp > 1)
+        CHECK_STATUS(llmt_comm_create_inproc(NULL, tp, NULL, c), LLMT_OK);
     pthread_t th[MAXTP];
     for (int r = 0; r < tp; r++) {
         a[r].c = tp > 1 ? c[r] : NULL;
@@ -168,13 +173,16 @@ static void run(int tp, rank_arg *a)
         a[r].tp = tp;
         pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
-    for (int r = 0; r < tp; r++) pthread_join(th[r], NULL);
-    for (int r = 0; r < tp; r++) llmt_comm_destroy(c[r]);
+    for (int r = 0; r < tp; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < tp; r++)
+        llmt_comm_destroy(c[r]);
 }
 
 static void free_args(rank_arg *a, int n)
 {
-    for (int r = 0; r < n; r++) free(a[r].params);
+    for (int r = 0; r < n; r++)
+        free(a[r].params);
 }
 
 static void compare(const char *name, int llama, int kv, int tp)
@@ -187,12 +195,16 @@ static void compare(const char *name, int llama, int kv, int tp)
     double wl = 0.0, wp = 0.0, wr = 0.0;
     int64_t wo = 0;
     for (int r = 0; r < tp; r++) {
-        if (a[r].st != LLMT_OK) fprintf(stderr, "%s tp %d rank %d: %s\n", name, tp, r, a[r].err);
+        if (a[r].st != LLMT_OK)
+            fprintf(stderr, "%s tp %d rank %d: %s\n", name, tp, r, a[r].err);
         CHECK_STATUS(a[r].st, LLMT_OK);
-        if (a[r].st != LLMT_OK) continue;
+        if (a[r].st != LLMT_OK)
+            continue;
         for (int k = 0; k < STEPS; k++) {
-            double d = fabs((double)a[r].loss[k] - ref[0].loss[k]) / fabs((double)ref[0].loss[k]);
-            if (d > wl) wl = d;
+            double d =
+                fabs((double)a[r].loss[k] - ref[0].loss[k]) / fabs((double)ref[0].loss[k]);
+            if (d > wl)
+                wl = d;
             CHECK(d <= (g_bf16 ? 1.0 / 512 : 1e-5));
         }
         CHECK(a[r].numel == ref[0].numel);
@@ -200,14 +212,17 @@ static void compare(const char *name, int llama, int kv, int tp)
         int64_t over = 0;
         for (int64_t i = 0; i < a[r].numel && a[r].numel == ref[0].numel; i++) {
             double d = fabs((double)a[r].params[i] - ref[0].params[i]);
-            if (!(d <= wp)) wp = d; /* NaN shows */
+            if (!(d <= wp))
+                wp = d; /* NaN shows */
             over += !(d <= 1e-5);
             dd += d * d;
             rr += (double)ref[0].params[i] * ref[0].params[i];
         }
         double rel = sqrt(dd / rr);
-        if (rel > wr) wr = rel;
-        if (over > wo) wo = over;
+        if (rel > wr)
+            wr = rel;
+        if (over > wo)
+            wo = over;
         if (g_bf16) {
             CHECK(wp <= 2.0 * LR * STEPS);
         } else {
@@ -225,8 +240,10 @@ static void compare(const char *name, int llama, int kv, int tp)
            (long long)wo, (long long)ref[0].numel, a[0].dev_bytes, ref[0].dev_bytes);
     /* training moved: the comparison is not of two untouched inits */
     CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
-    if (wl > g_worst_loss) g_worst_loss = wl;
-    if (wp > g_worst_param) g_worst_param = wp;
+    if (wl > g_worst_loss)
+        g_worst_loss = wl;
+    if (wp > g_worst_param)
+        g_worst_param = wp;
     free_args(ref, 1);
     free_args(a, tp);
 }
@@ -251,7 +268,8 @@ static void check_bad(void)
     const char *msg = llmt_trainer_last_error(tr);
     printf("tp 3: %s\n", msg);
     CHECK(strstr(msg, "parallelism.tp") && strstr(msg, "model.heads"));
-    for (int r = 0; r < 3; r++) llmt_comm_destroy(c[r]);
+    for (int r = 0; r < 3; r++)
+        llmt_comm_destroy(c[r]);
     /* the trainer still works untouched */
     llmt_batch b = {sizeof b, g_in, g_tg, MICRO, T};
     float loss = 0.0f;
@@ -264,12 +282,12 @@ static void check_bad(void)
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "cpu";
-    if (!strcmp(mode, "cpu")) g_ops = llmt__dev_cpu();
+    if (!strcmp(mode, "cpu"))
+        g_ops = llmt__dev_cpu();
     else if (!strcmp(mode, "emul")) {
         g_ops = llmt__dev_emul();
         g_bf16 = 1;
-    }
-    else {
+    } else {
         fprintf(stderr, "usage: test_device_tp cpu|emul\n");
         return 2;
     }
