@@ -91,6 +91,8 @@ static void config(int llama, int kv)
 typedef struct rank_arg {
     llmt_comm *c;
     int rank, tp;
+    int k0, k1;              /* steps run: [k0, k1) (0, 0: all) */
+    const char *load, *save; /* checkpoint roots: read before k0, written after k1 */
     float loss[STEPS];
     float *params;
     int64_t numel;
@@ -98,6 +100,37 @@ typedef struct rank_arg {
     llmt_status st;
     char err[1024];
 } rank_arg;
+
+/* A checkpoint of the whole (gathered) state, written by one rank after
+ * step k1 or read by every rank before step k0 (each slices its shards). */
+static llmt_status ckpt_io(rank_arg *a, llmt_trainer *tr, int save)
+{
+    llmt_ckpt_opts o;
+    llmt_ckpt_opts_init(&o, sizeof o);
+    o.rank = 0;
+    o.world_size = 1;
+    o.keep_last = 0;
+    llmt_ckpt *ck = NULL;
+    llmt_status s = llmt_ckpt_create(NULL, save ? a->save : a->load, &o, &ck);
+    if (s == LLMT_OK && save) {
+        s = llmt_ckpt_begin(ck, a->k1);
+        if (s == LLMT_OK)
+            s = llmt_trainer_ckpt_add(tr, ck);
+        if (s == LLMT_OK)
+            s = llmt_ckpt_save(ck, 0);
+    } else if (s == LLMT_OK) {
+        int64_t step = -1;
+        s = llmt_ckpt_open_latest(ck, &step);
+        if (s == LLMT_OK && step != a->k0)
+            s = LLMT_ERR_INTERNAL;
+        if (s == LLMT_OK)
+            s = llmt_trainer_ckpt_read(tr, ck);
+    }
+    if (s != LLMT_OK && ck)
+        fprintf(stderr, "ckpt: %s\n", llmt_ckpt_last_error(ck));
+    llmt_ckpt_destroy(ck);
+    return s;
+}
 
 static void *rank_main(void *p)
 {
@@ -125,8 +158,11 @@ static void *rank_main(void *p)
         llmt__devtrain_memory(llmt__trainer_devtrain(tr), &dm);
         a->dev_bytes = dm.in_use;
     }
+    if (a->st == LLMT_OK && a->load)
+        a->st = ckpt_io(a, tr, 0);
     size_t per = (size_t)ACCUM * MICRO * T;
-    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
+    int k1 = a->k1 ? a->k1 : STEPS;
+    for (int k = a->k0; k < k1 && a->st == LLMT_OK; k++) {
         llmt_batch b = {sizeof b, g_in + k * per, g_tg + k * per, ACCUM * MICRO, T};
         llmt_step_metrics met;
         memset(&met, 0, sizeof met);
@@ -136,6 +172,10 @@ static void *rank_main(void *p)
     }
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr); /* gathers (collective) */
+    /* the host copies are whole and current on every rank now: rank 0
+     * saves them (each tensor one block) */
+    if (a->st == LLMT_OK && a->save && a->rank == 0)
+        a->st = ckpt_io(a, tr, 1);
     if (a->st != LLMT_OK)
         snprintf(a->err, sizeof a->err, "%s",
                  tr  ? llmt_trainer_last_error(tr)
@@ -160,10 +200,11 @@ static void *rank_main(void *p)
     return NULL;
 }
 
-static void run(int tp, rank_arg *a)
+static void run_from(int tp, rank_arg *a, const rank_arg *proto)
 {
     llmt_comm *c[MAXTP] = {NULL};
-    memset(a, 0, sizeof *a * (size_t)(tp > 1 ? tp : 1));
+    for (int r = 0; r < tp; r++)
+        a[r] = *proto;
     if (tp > 1)
         CHECK_STATUS(llmt_comm_create_inproc(NULL, tp, NULL, c), LLMT_OK);
     pthread_t th[MAXTP];
@@ -179,10 +220,59 @@ static void run(int tp, rank_arg *a)
         llmt_comm_destroy(c[r]);
 }
 
+static void run(int tp, rank_arg *a)
+{
+    rank_arg proto;
+    memset(&proto, 0, sizeof proto);
+    run_from(tp, a, &proto);
+}
+
 static void free_args(rank_arg *a, int n)
 {
     for (int r = 0; r < n; r++)
         free(a[r].params);
+}
+
+/* Saved under tp 2 after step 5, resumed under tp 1 and tp 4 (each rank
+ * slices the whole tensors it reads): the following losses equal the
+ * uninterrupted single-rank run's within the bound above. */
+static void check_resume(const char *tmp)
+{
+    config(1, 2);
+    rank_arg ref[1], a[MAXTP], proto;
+    run(1, ref);
+    CHECK_STATUS(ref[0].st, LLMT_OK);
+    memset(&proto, 0, sizeof proto);
+    proto.k1 = STEPS / 2;
+    proto.save = tmp;
+    run_from(2, a, &proto);
+    for (int r = 0; r < 2; r++)
+        CHECK_STATUS(a[r].st, LLMT_OK);
+    free_args(a, 2);
+    int tps[2] = {1, 4};
+    double worst = 0.0;
+    for (int j = 0; j < 2; j++) {
+        memset(&proto, 0, sizeof proto);
+        proto.k0 = STEPS / 2;
+        proto.load = tmp;
+        run_from(tps[j], a, &proto);
+        for (int r = 0; r < tps[j]; r++) {
+            if (a[r].st != LLMT_OK)
+                fprintf(stderr, "resume tp %d: %s\n", tps[j], a[r].err);
+            CHECK_STATUS(a[r].st, LLMT_OK);
+            for (int k = STEPS / 2; k < STEPS && a[r].st == LLMT_OK; k++) {
+                double d = fabs((double)a[r].loss[k] - ref[0].loss[k]) / ref[0].loss[k];
+                if (d > worst)
+                    worst = d;
+                CHECK(d <= (g_bf16 ? 1.0 / 512 : 1e-5));
+            }
+        }
+        free_args(a, tps[j]);
+    }
+    printf("saved under tp 2 at step %d, resumed under tp 1 and tp 4: worst loss rel diff "
+           "%.2e\n",
+           STEPS / 2, worst);
+    free_args(ref, 1);
 }
 
 static void compare(const char *name, int llama, int kv, int tp)
@@ -298,6 +388,12 @@ int main(int argc, char **argv)
     compare("llama kv2 (shared)", 1, 2, 4);
     compare("llama kv4 (split)", 1, 4, 4);
     check_bad();
+    char tmp[] = "/tmp/llmt_tp_XXXXXX";
+    CHECK(mkdtemp(tmp) != NULL);
+    check_resume(tmp);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    CHECK(system(cmd) == 0);
     printf("worst: loss %.2e relative, parameters %.2e absolute\n", g_worst_loss,
            g_worst_param);
     free(g_in);
