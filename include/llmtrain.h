@@ -286,7 +286,9 @@ typedef enum llmt_type_id {
     LLMT_TYPE_JOB_OPTS = 27,
     LLMT_TYPE_JOB_INFO = 28,
     LLMT_TYPE_JOB_METRICS = 29,
-    LLMT_TYPE_COMM_STATS = 30
+    LLMT_TYPE_COMM_STATS = 30,
+    LLMT_TYPE_JOB_PERF = 31,
+    LLMT_TYPE_JOB_OBS_OPTS = 32
 } llmt_type_id;
 /* sizeof the struct, or 0 for an unknown id. */
 LLMT_API size_t llmt_sizeof(llmt_type_id type);
@@ -1997,6 +1999,69 @@ LLMT_API llmt_status llmt_job_finish(llmt_job *job);
  * NUL. "" when sample_tokens is 0. LLMT_ERR_BUFFER_TOO_SMALL when short. */
 LLMT_API llmt_status llmt_job_sample(llmt_job *job, char *buf, size_t buflen,
                                      size_t *needed);
+
+/* -- Observability (doc/observability.md): where each step's time went,
+ * realized MFU, traces and a Prometheus textfile. */
+/* Communicator groups of llmt_job_perf.comm_s (slots for the degrees
+ * llmt_job does not run yet stay 0). */
+#define LLMT_JOB_GROUP_DP 0
+#define LLMT_JOB_GROUP_TP 1
+#define LLMT_JOB_GROUP_PP 2
+#define LLMT_JOB_GROUP_CP 3
+#define LLMT_JOB_GROUP_EP 4
+#define LLMT_JOB_GROUPS   8 /* room for later groups */
+
+/* The last step on this rank. The parts (compute, optimizer, comm_s,
+ * bubble, data, ckpt, other) add up to wall_s but for the host time of
+ * the trainer between its ops (unaccounted_s). */
+typedef struct llmt_job_perf {
+    size_t struct_size;
+    int64_t step;
+    double wall_s;          /* the whole llmt_job_step: data to checkpoint */
+    double model_flops;     /* per step, all ranks: the planner's formula
+                               (6 N tokens + attention) */
+    double hw_flops;        /* model_flops plus recomputation */
+    double peak_flops;      /* per device: a GEMM calibrated at the start
+                               (CPU) or hardware.peak_tflops (GPU) */
+    double mfu, hfu;        /* model (hw) FLOPs / wall_s / (peak x world) */
+    double tokens_per_s;    /* all ranks: global tokens / wall_s */
+    double compute_s;       /* the engine's ops (forward, backward) */
+    double optimizer_s;     /* AdamW, gradient norm */
+    double comm_s[LLMT_JOB_GROUPS]; /* exposed: waited in this group's
+                               collectives (LLMT_JOB_GROUP_*) */
+    double bubble_s;        /* pipeline idle time (0: no pipeline yet) */
+    double data_s;          /* waiting for the loader */
+    double ckpt_s;          /* checkpoint stall */
+    double other_s;         /* validation, detection checks */
+    double unaccounted_s;   /* wall_s minus every part above */
+    int64_t mem_in_use, mem_peak; /* bytes of this rank (trainer memory;
+                               device allocator on a GPU) */
+} llmt_job_perf;
+
+/* What a job writes besides metrics.jsonl; set before the first step. */
+typedef struct llmt_job_obs_opts {
+    size_t struct_size;
+    /* Chrome/Perfetto trace-event JSON of steps [trace_first, trace_last]
+     * (1-based, inclusive) per rank: trace_dir/trace-rank<R>.json. 0/0
+     * (default): no trace. */
+    int64_t trace_first, trace_last;
+    const char *trace_dir;  /* NULL (default): the rank's run directory */
+    /* Prometheus text exposition rewritten after each step (for
+     * node_exporter's textfile collector): NULL (default) the rank's
+     * run_dir/metrics.prom; "" none. */
+    const char *prom_path;
+    /* Rank 0 gathers every rank's split every this many steps into
+     * run.jsonl in the run's root (with the straggler report's
+     * all-gather when fault_tolerance.straggler.interval is set, which
+     * then decides); 0 (default): 10. */
+    int32_t aggregate_interval;
+} llmt_job_obs_opts;
+
+LLMT_API llmt_status llmt_job_obs_opts_init(llmt_job_obs_opts *opts, size_t size);
+/* Before the first step (LLMT_ERR_STATE after). opts NULL: the defaults. */
+LLMT_API llmt_status llmt_job_set_obs(llmt_job *job, const llmt_job_obs_opts *opts);
+/* The last step's split (zeros before the first step). */
+LLMT_API llmt_status llmt_job_get_perf(const llmt_job *job, llmt_job_perf *out);
 
 /* ======================================================================
  * LLMT_EXPERIMENTAL: not frozen; may change in any release.

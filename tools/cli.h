@@ -49,6 +49,7 @@ int cmd_train(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_comm(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 
 /* Data parallelism of `llmtrain train` under mpirun/srun (cmd_comm.c):
  * world size from the launcher; per-rank run directory (rank > 0 gets

@@ -30,7 +30,8 @@ static void fmt_dur(char *b, size_t cap, double s)
 static int usage(void)
 {
     fprintf(stderr, "usage: llmtrain train SPEC.json [--out DIR] [--resume] [--fresh] "
-                    "[--steps N] [--threads N]\n(llmtrain help train for more)\n");
+                    "[--steps N] [--threads N] [--trace A-B|N] [--prom FILE]\n"
+                    "(llmtrain help train for more)\n");
     return CLI_USAGE;
 }
 
@@ -92,7 +93,30 @@ static int closing(llmt_job *job, const llmt_job_info *i, float last_val, int ra
     return CLI_OK;
 }
 
-static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_opts *jo)
+/* --trace: steps A-B, or N: the first N steps this run makes. */
+typedef struct trace_arg {
+    int64_t first, last;
+    int relative;
+} trace_arg;
+
+static int parse_trace(const char *v, trace_arg *t)
+{
+    char *end = NULL;
+    long long a = strtoll(v, &end, 10), b = a;
+    t->relative = *end == 0;
+    if (*end == '-' || *end == ':')
+        b = strtoll(end + 1, &end, 10);
+    if (*end || a < 1 || b < a) {
+        fprintf(stderr, "llmtrain train: --trace %s: give steps A-B (1 <= A <= B) or N\n", v);
+        return CLI_USAGE;
+    }
+    t->first = t->relative ? 1 : a;
+    t->last = b;
+    return CLI_OK;
+}
+
+static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_opts *jo,
+                      const trace_arg *tr, const char *prom)
 {
     llmt_spec *spec = NULL;
     llmt_status s = llmt_spec_parse_file(ctx, spec_path, &spec);
@@ -112,6 +136,21 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
     memset(&i, 0, sizeof i);
     i.struct_size = sizeof i;
     llmt_job_get_info(job, &i);
+    if (tr->last > 0 || prom) {
+        llmt_job_obs_opts oo;
+        llmt_job_obs_opts_init(&oo, sizeof oo);
+        oo.trace_first = tr->first + (tr->relative ? i.start_step : 0);
+        oo.trace_last = tr->last + (tr->relative ? i.start_step : 0);
+        oo.prom_path = prom;
+        if ((s = llmt_job_set_obs(job, &oo)) != LLMT_OK) {
+            int rc = cli_fail_status(CMD, s, llmt_job_last_error(job));
+            llmt_job_destroy(job);
+            return rc;
+        }
+        if (tr->last > 0)
+            printf("trace: steps %lld-%lld to %s/trace-rank%d.json\n",
+                   (long long)oo.trace_first, (long long)oo.trace_last, i.run_dir, (int)i.rank);
+    }
     banner(&i);
 
     int tty = isatty(STDOUT_FILENO), rc = CLI_OK;
@@ -182,7 +221,8 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
 
 int cmd_train(int argc, char **argv)
 {
-    const char *spec = NULL, *out = NULL;
+    const char *spec = NULL, *out = NULL, *prom = NULL;
+    trace_arg tr = {0, 0, 0};
     llmt_job_opts jo;
     llmt_job_opts_init(&jo, sizeof jo);
     for (int i = 1; i < argc; i++) {
@@ -201,7 +241,11 @@ int cmd_train(int argc, char **argv)
             if (cli_parse_i64("--threads", argv[++i], 1, 4096, &t) != CLI_OK)
                 return CLI_USAGE;
             jo.threads = (int32_t)t;
-        }
+        } else if (!strcmp(a, "--trace") && i + 1 < argc) {
+            if (parse_trace(argv[++i], &tr) != CLI_OK)
+                return CLI_USAGE;
+        } else if (!strcmp(a, "--prom") && i + 1 < argc)
+            prom = argv[++i];
         else if (a[0] == '-')
             return usage();
         else if (!spec)
@@ -221,7 +265,7 @@ int cmd_train(int argc, char **argv)
     llmt_context *ctx = NULL;
     llmt_status s = llmt_context_create(NULL, &ctx);
     if (s != LLMT_OK) return cli_fail_status(CMD, s, "context");
-    int rc = train_main(ctx, spec, &jo);
+    int rc = train_main(ctx, spec, &jo, &tr, prom);
     llmt_context_destroy(ctx);
     return rc;
 }

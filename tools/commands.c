@@ -94,7 +94,8 @@ const cli_command cli_commands[] = {
     /* train: owned by lib/train (issue 6) */
     {"train", "train a model from a job spec",
      "usage: llmtrain train SPEC.json [--out DIR] [--resume] [--fresh]\n"
-     "                      [--steps N] [--threads N]\n"
+     "                      [--steps N] [--threads N] [--trace A-B|N]\n"
+     "                      [--prom FILE]\n"
      "  Trains the spec's model on the CPU (doc/training.md): data from\n"
      "  data.train, token shards (llmtrain data prepare) or text, prepared\n"
      "  into DIR/data (default corpus /usr/share/games/fortunes); progress\n"
@@ -115,8 +116,22 @@ const cli_command cli_commands[] = {
      "               a valid one makes it refuse)\n"
      "  --steps N    stop after step N, 1..train.steps (the LR schedule\n"
      "               keeps train.steps)\n"
-     "  --threads N  CPU threads (default: train.threads, 0 = all)\n",
+     "  --threads N  CPU threads (default: train.threads, 0 = all)\n"
+     "  --trace A-B  Chrome/Perfetto trace of steps A..B (N: the first N\n"
+     "               steps of this run) in DIR/trace-rank<R>.json\n"
+     "  --prom FILE  Prometheus textfile [DIR/metrics.prom]; llmtrain report\n"
+     "               DIR draws the run (doc/observability.md)\n",
      cmd_train},
+    /* report: observability (issue 20) */
+    {"report", "an HTML page of a run: loss, MFU, tokens/s, time split, ranks",
+     "usage: llmtrain report RUN_DIR [--out FILE.html]\n"
+     "  Writes RUN_DIR/report.html (self-contained, inline SVG) from the\n"
+     "  metrics.jsonl of every rank and run.jsonl: loss and validation loss,\n"
+     "  realized MFU, tokens/s, a per-rank step-time heatmap, the time split\n"
+     "  as stacked bars, events on the step axis, and the planner's\n"
+     "  predicted step time, memory and MFU beside the measured ones\n"
+     "  (doc/observability.md).\n",
+     cmd_report},
     /* launch: the fault-tolerance agent (issue 19) */
     {"launch", "run a job on N workers + S spares, restarting it on failures",
      "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R]\n"

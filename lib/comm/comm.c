@@ -414,6 +414,7 @@ LLMT_API llmt_status llmt_comm_work_wait(llmt_comm_work *w, int64_t timeout_ms)
 {
     if (!w) return LLMT_ERR_NULL_POINTER;
     llmt__work_q *q = w->c->q;
+    int64_t t0 = llmt__now_ns();
     struct timespec dl;
     if (timeout_ms >= 0) {
         clock_gettime(CLOCK_REALTIME, &dl);
@@ -435,6 +436,7 @@ LLMT_API llmt_status llmt_comm_work_wait(llmt_comm_work *w, int64_t timeout_ms)
     }
     llmt_status s = w->done ? w->status : LLMT_ERR_IN_PROGRESS;
     pthread_mutex_unlock(&q->mu);
+    llmt__comm_exposed_add(w->c, t0);
     return s;
 }
 
@@ -640,8 +642,11 @@ static llmt_status do_blocking(llmt_comm *c, llmt__coll *a)
     if (!c) return LLMT_ERR_NULL_POINTER;
     llmt_status s = check_common(c, a);
     if (s != LLMT_OK) return s;
+    int64_t t0 = llmt__now_ns();
     queue_drain(c);
-    return run_op(c, a);
+    s = run_op(c, a);
+    llmt__comm_exposed_add(c, t0);
+    return s;
 }
 
 static llmt_status do_async(llmt_comm *c, llmt__coll *a, llmt_comm_work **w)

@@ -114,6 +114,9 @@ struct llmt_comm {
     /* traffic (llmt_comm_get_stats), under fr_mu; index: LLMT__OP_* */
     uint64_t st_calls[LLMT__OP_COUNT], st_payload[LLMT__OP_COUNT];
     double st_bus[LLMT__OP_COUNT], st_sec[LLMT__OP_COUNT];
+    /* seconds the callers' threads spent blocked in it (blocking calls
+     * and work_wait; not the progress thread's): its exposed time */
+    double st_exposed;
 };
 
 /* Backend table. `run` performs one operation and must return by the
@@ -192,5 +195,13 @@ llmt_status llmt__gloo_create(llmt_context *ctx, const char *store_dir, const ch
 
 /* Count one completed operation in the communicator's traffic (stats.c). */
 void llmt__comm_account(llmt_comm *c, const llmt__coll *a, double seconds);
+/* Exposed time (lib/obs): add the time since t0 (llmt__now_ns), read it. */
+void llmt__comm_exposed_add(llmt_comm *c, int64_t t0);
+double llmt__comm_exposed_s(const llmt_comm *c);
+/* Flight-recorder entries from *cursor (entries ever written) that have
+ * finished, oldest first, at most max; *cursor advances past them, *lost
+ * counts those the ring overwrote before they were read. */
+size_t llmt__comm_fr_read(llmt_comm *c, uint64_t *cursor, llmt__fr_entry *out, size_t max,
+                          uint64_t *lost);
 
 #endif

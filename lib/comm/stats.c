@@ -124,3 +124,45 @@ LLMT_API llmt_status llmt_comm_reset_stats(llmt_comm *c)
     pthread_mutex_unlock(&c->fr_mu);
     return LLMT_OK;
 }
+
+void llmt__comm_exposed_add(llmt_comm *c, int64_t t0)
+{
+    double dt = (double)(llmt__now_ns() - t0) * 1e-9;
+    pthread_mutex_lock(&c->fr_mu);
+    c->st_exposed += dt;
+    pthread_mutex_unlock(&c->fr_mu);
+}
+
+double llmt__comm_exposed_s(const llmt_comm *c)
+{
+    if (!c)
+        return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&c->fr_mu);
+    double s = c->st_exposed;
+    pthread_mutex_unlock((pthread_mutex_t *)&c->fr_mu);
+    return s;
+}
+
+size_t llmt__comm_fr_read(llmt_comm *c, uint64_t *cursor, llmt__fr_entry *out, size_t max,
+                          uint64_t *lost)
+{
+    size_t n = 0;
+    *lost = 0;
+    if (!c || !c->fr)
+        return 0;
+    pthread_mutex_lock(&c->fr_mu);
+    const llmt__fr *fr = c->fr;
+    if (fr->written > fr->cap && *cursor < fr->written - fr->cap) {
+        *lost = fr->written - fr->cap - *cursor;
+        *cursor = fr->written - fr->cap;
+    }
+    while (*cursor < fr->written && n < max) {
+        const llmt__fr_entry *e = &fr->e[*cursor % fr->cap];
+        if (e->state == LLMT__FR_STARTED)
+            break; /* in flight: read it next time */
+        out[n++] = *e;
+        (*cursor)++;
+    }
+    pthread_mutex_unlock(&c->fr_mu);
+    return n;
+}

@@ -87,6 +87,8 @@ LLMT_API size_t llmt_sizeof(llmt_type_id type)
     case LLMT_TYPE_JOB_INFO: return sizeof(llmt_job_info);
     case LLMT_TYPE_JOB_METRICS: return sizeof(llmt_job_metrics);
     case LLMT_TYPE_COMM_STATS: return sizeof(llmt_comm_stats);
+    case LLMT_TYPE_JOB_PERF: return sizeof(llmt_job_perf);
+    case LLMT_TYPE_JOB_OBS_OPTS: return sizeof(llmt_job_obs_opts);
     }
     return 0;
 }

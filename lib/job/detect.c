@@ -246,7 +246,10 @@ static int cmp_double(const void *a, const void *b)
 llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
 {
     const llmt_spec *sp = j->spec;
-    int64_t every = sp->fault_tolerance.straggler.interval;
+    /* one all-gather serves both the straggler report and the run-level
+     * stream of the split (perf.c): at the report's interval when set */
+    int detect = sp->fault_tolerance.straggler.interval > 0;
+    int64_t every = llmt__job_obs_interval(j);
     if (every <= 0 || !j->comm || j->world < 2)
         return LLMT_OK;
     llmt_comm_stats cs;
@@ -263,17 +266,20 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
         return LLMT_OK;
     double t0 = llmt__job_now();
     double ns = (double)(j->strag_steps ? j->strag_steps : 1);
-    float mine[2] = {(float)(j->strag_busy / ns), (float)(j->strag_wall / ns)};
+    enum { W = 2 + JOB_AGG_FIELDS };
+    float mine[W] = {(float)(j->strag_busy / ns), (float)(j->strag_wall / ns)};
+    for (int f = 0; f < JOB_AGG_FIELDS; f++)
+        mine[2 + f] = j->agg_steps ? (float)(j->agg[f] / (double)j->agg_steps) : 0.0f;
     j->strag_busy = j->strag_wall = 0;
     j->strag_steps = 0;
-    float *all = calloc((size_t)j->world * 2, sizeof *all);
+    float *all = calloc((size_t)j->world * W, sizeof *all);
     double *sorted = calloc((size_t)j->world, sizeof *sorted);
     if (!all || !sorted) {
         free(all);
         free(sorted);
         return FAIL(LLMT_ERR_OUT_OF_MEMORY, "straggler: no memory");
     }
-    llmt_status s = llmt_comm_all_gather(j->comm, mine, all, 2, LLMT_DTYPE_FP32, NULL);
+    llmt_status s = llmt_comm_all_gather(j->comm, mine, all, W, LLMT_DTYPE_FP32, NULL);
     if (s != LLMT_OK) {
         free(all);
         free(sorted);
@@ -282,17 +288,24 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
     }
     /* the lower median: with two ranks, the faster one */
     for (int32_t r = 0; r < j->world; r++)
-        sorted[r] = all[2 * r];
+        sorted[r] = all[W * r];
     qsort(sorted, (size_t)j->world, sizeof *sorted, cmp_double);
     double med = sorted[(j->world - 1) / 2];
     for (int32_t r = 0; r < j->world; r++)
-        sorted[r] = all[2 * r + 1];
+        sorted[r] = all[W * r + 1];
     qsort(sorted, (size_t)j->world, sizeof *sorted, cmp_double);
     double med_step = sorted[(j->world - 1) / 2];
     free(sorted);
     /* the re-read: this report's own all-gather is not the next step's */
     llmt_comm_get_stats(j->comm, &cs);
     j->strag_comm0 = cs.total_seconds;
+    if (!detect) {
+        llmt__job_obs_run_line(j, step - 1, all + 2, j->world, W, "");
+        free(all);
+        j->gp_checks_s += llmt__job_now() - t0;
+        return LLMT_OK;
+    }
+    char named_list[256] = "";
     double margin = sp->fault_tolerance.straggler.margin;
     int64_t patience = sp->fault_tolerance.straggler.patience;
     int32_t failed = -1;
@@ -301,16 +314,19 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
      * would take `healthy`, and this rank alone healthy + extra */
     double worst_extra = 0;
     for (int32_t r = 0; r < j->world; r++)
-        worst_extra = fmax(worst_extra, all[2 * r] - med);
+        worst_extra = fmax(worst_extra, all[W * r] - med);
     double healthy = fmax(med_step - worst_extra, med); /* floor: the median's busy */
     for (int32_t r = 0; r < j->world; r++) {
-        double extra = all[2 * r] - med;
+        double extra = all[W * r] - med;
         double slow = healthy > 0 ? (healthy + extra) / healthy : 1;
         int named = extra > margin * med_step;
         j->strag_streak[r] = named ? j->strag_streak[r] + 1 : 0;
         if (!named)
             continue;
         j->stragglers++;
+        size_t nl = strlen(named_list);
+        if (nl < sizeof named_list - 16)
+            snprintf(named_list + nl, sizeof named_list - nl, "%s%d", nl ? "," : "", (int)r);
         if (j->rank == 0 || r == j->rank)
             llmt__log(j->ctx, LLMT_LOG_WARN, "job",
                       "straggler: rank %d is %.2fx slower than the median at step %lld: "
@@ -318,7 +334,7 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
                       "%.4f s without it) "
                       "over the last %lld steps; margin %.0f%% of a step; %d report(s) in "
                       "a row%s",
-                      (int)r, slow, (long long)step, (double)all[2 * r], med, extra, med_step,
+                      (int)r, slow, (long long)step, (double)all[W * r], med, extra, med_step,
                       healthy, (long long)every, 100 * margin, (int)j->strag_streak[r],
                       patience > 0 && j->strag_streak[r] >= patience ? ": treated as failed"
                                                                      : "");
@@ -328,13 +344,14 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
             "\"busy_s\":%.6f,\"median_busy_s\":%.6f,\"extra_s\":%.6f,"
             "\"step_s\":%.6f,\"healthy_step_s\":%.6f,\"slowdown\":%.3f,\"streak\":%d,"
             "\"patience\":%lld}",
-            (long long)step, (int)r, (double)all[2 * r], med, extra, med_step, healthy, slow,
+            (long long)step, (int)r, (double)all[W * r], med, extra, med_step, healthy, slow,
             (int)j->strag_streak[r], (long long)patience);
         if (patience > 0 && j->strag_streak[r] >= patience && slow > worst) {
             worst = slow;
             failed = r;
         }
     }
+    llmt__job_obs_run_line(j, step - 1, all + 2, j->world, W, named_list);
     free(all);
     j->gp_checks_s += llmt__job_now() - t0;
     if (failed < 0)

@@ -384,7 +384,7 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
         return FAIL(LLMT_ERR_SPEC, "model.params %.4g disagrees with the shape the "
                     "spec gives (%lld parameters): the job builds the shape; fix or "
                     "remove model.params", j->spec->model.params, (long long)j->params);
-    s = llmt_trainer_create(j->model, &j->to, &j->tr);
+    s = llmt__job_trainer_create(j); /* on lib/obs's timed op table */
     if (s != LLMT_OK)
         return FAIL(s, "%s%s", j->to.device == LLMT_DEVICE_CUDA ? "train.device cuda: " : "",
                     llmt_model_last_error(j->model));
@@ -482,6 +482,7 @@ LLMT_API void llmt_job_destroy(llmt_job *j)
     if (j->jsonl)
         fclose(j->jsonl);
     llmt_trainer_destroy(j->tr); /* before its communicator */
+    llmt__job_obs_free(j);       /* after the trainer that uses its op table */
     if (j->own_comm)
         llmt_comm_destroy(j->comm);
     llmt_model_destroy(j->model);

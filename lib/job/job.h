@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "core/internal.h"
+#include "obs/obs.h"
 #include "spec/spec.h"
 
 #define JOB_PATH_MAX 1024
@@ -60,6 +61,20 @@ typedef struct job_fault {
 #define JOB_LOSS_WINDOW 32
 #define JOB_MAX_CONSECUTIVE_ANOMALIES 8
 #define JOB_STRAGGLER_MAX_RANKS 4096
+/* What each rank sends to the gather of detect.c (aggregation): the
+ * per-step means of its split since the last one. */
+enum {
+    JOB_AGG_WALL,
+    JOB_AGG_COMPUTE,
+    JOB_AGG_OPTIMIZER,
+    JOB_AGG_COMM_DP,
+    JOB_AGG_COMM_OTHER, /* tp + pp + cp + ep */
+    JOB_AGG_DATA,
+    JOB_AGG_CKPT,
+    JOB_AGG_OTHER,
+    JOB_AGG_MFU,
+    JOB_AGG_FIELDS
+};
 
 struct llmt_job {
     llmt_err err;
@@ -139,6 +154,23 @@ struct llmt_job {
     /* goodput of this process (run.c) */
     double gp_productive_s, gp_stall_s, gp_lost_s, gp_checks_s;
     int64_t gp_lost_steps;
+    /* observability (perf.c, lib/obs) */
+    struct llmt__obs *obs;
+    int obs_timed; /* the trainer runs on the timed op table */
+    int obs_started;
+    llmt_job_obs_opts obs_opts;
+    /* each group's communicator, for its exposed time and its trace lane:
+     * [LLMT_JOB_GROUP_DP] is comm; a tensor-parallel group goes in
+     * [LLMT_JOB_GROUP_TP] */
+    llmt_comm *group_comm[LLMT_JOB_GROUPS];
+    char trace_path[JOB_PATH_MAX + 64], prom_path[JOB_PATH_MAX + 64];
+    char run_jsonl_path[JOB_PATH_MAX + 64];
+    double peak_device; /* FLOP/s of one device, for realized MFU */
+    double hw_flops_per_step, tokens_per_step;
+    int64_t mem_peak;
+    llmt_job_perf perf;
+    double agg[JOB_AGG_FIELDS]; /* sums of the split since the last gather */
+    int64_t agg_steps, agg_first;
 };
 
 /* refuse.c: every key the job cannot honour, refused by JSON path. */
@@ -194,6 +226,34 @@ llmt_status llmt__job_metrics_open(llmt_job *j);
 void llmt__job_metrics_line(llmt_job *j, const char *fmt, ...) LLMT_PRINTF(2, 3);
 /* plot.c: the SVG plot from metrics.jsonl (latest line per step wins). */
 llmt_status llmt__job_plot(llmt_job *j);
+
+/* perf.c: the step's split, realized MFU, trace, Prometheus textfile,
+ * the run-level stream (lib/obs does the measuring). Marks of one step: */
+typedef struct job_marks {
+    double t_begin, t_data, t_step0, t_step1, t_save0, t_save1, t_end; /* monotonic */
+    double u_begin, u_data, u_step0, u_step1, u_save0, u_save1;        /* unix, trace */
+    double op0[LLMT__OBS_KINDS], op1[LLMT__OBS_KINDS];
+    double comm0[LLMT_JOB_GROUPS], comm1[LLMT_JOB_GROUPS];
+} job_marks;
+/* The trainer on the timed op table (job creation). */
+llmt_status llmt__job_trainer_create(llmt_job *j);
+void llmt__job_obs_free(llmt_job *j);
+/* Before the first step: calibration, trace file, paths. */
+llmt_status llmt__job_obs_start(llmt_job *j);
+/* Before step `step` runs: the trace on when it is in range. */
+void llmt__job_obs_before(llmt_job *j, int64_t step);
+/* Snapshot the ops' and collectives' clocks (which 0: before the trainer
+ * step, 1: after). */
+void llmt__job_obs_mark(llmt_job *j, job_marks *k, int which);
+/* After a completed step: the split into j->perf, metrics.jsonl, the
+ * textfile, the trace. */
+llmt_status llmt__job_obs_step(llmt_job *j, const job_marks *k, const llmt_job_metrics *m);
+/* Rank 0: one line of the run-level stream from every rank's means
+ * (JOB_AGG_FIELDS floats per rank, `all`); detect.c gathers them. */
+void llmt__job_obs_run_line(llmt_job *j, int64_t step, const float *all, int32_t ranks,
+                            int stride, const char *stragglers);
+/* The interval of the gather (aggregation and straggler report). */
+int64_t llmt__job_obs_interval(const llmt_job *j);
 
 /* Small helpers (job.c). */
 int llmt__job_mkdir_p(const char *path);

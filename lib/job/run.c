@@ -186,9 +186,18 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
             m->events |= LLMT_JOB_EVENT_START_VAL;
         }
     }
+    if ((s = llmt__job_obs_start(j)) != LLMT_OK)
+        return s;
+    llmt__job_obs_before(j, start + 1);
+    job_marks k;
+    memset(&k, 0, sizeof k);
     double t_begin = llmt__job_now();
+    k.t_begin = t_begin;
+    k.u_begin = llmt__obs_unix_s();
     if ((s = llmt__job_data_next(j, &j->data, j->in, j->tg)) != LLMT_OK)
         return s;
+    k.t_data = llmt__job_now();
+    k.u_data = llmt__obs_unix_s();
     llmt_batch b = {sizeof b, j->in, j->tg, j->to.micro_batch * j->to.grad_accum,
                     j->to.seq_len};
     llmt_step_metrics met;
@@ -196,7 +205,13 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
     met.struct_size = sizeof met;
     if ((s = llmt__job_fault_before(j, start + 1)) != LLMT_OK)
         return s;
+    llmt__job_obs_mark(j, &k, 0);
+    k.t_step0 = llmt__job_now();
+    k.u_step0 = llmt__obs_unix_s();
     s = llmt_trainer_step(j->tr, &b, &met);
+    k.t_step1 = llmt__job_now();
+    k.u_step1 = llmt__obs_unix_s();
+    llmt__job_obs_mark(j, &k, 1);
     llmt__job_fault_after(j);
     if (s == LLMT_OK || s == LLMT_ERR_NUMERIC) /* progress, even if not applied */
         llmt__job_heartbeat(j, start + 1);
@@ -267,11 +282,19 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
         m->events |= LLMT_JOB_EVENT_VALIDATED;
     }
     double t_save = llmt__job_now();
+    k.t_save0 = t_save;
+    k.u_save0 = llmt__obs_unix_s();
     s = llmt__job_maybe_save(j, done, last, m);
-    j->gp_stall_s += llmt__job_now() - t_save;
+    k.t_save1 = llmt__job_now();
+    k.u_save1 = llmt__obs_unix_s();
+    j->gp_stall_s += k.t_save1 - t_save;
     if (s == LLMT_OK && (m->events & LLMT_JOB_EVENT_SAVED)) {
         goodput_line(j, "save");
         llmt__job_fault_saved(j, m->saved_step);
+    }
+    if (s == LLMT_OK) {
+        k.t_end = llmt__job_now();
+        s = llmt__job_obs_step(j, &k, m);
     }
     return s;
 }
@@ -309,6 +332,7 @@ LLMT_API llmt_status llmt_job_finish(llmt_job *j)
         return FAIL(s, "%s", llmt_ckpt_last_error(j->ck));
     if (j->began)
         goodput_line(j, "finish");
+    llmt__obs_trace_close(j->obs);
     return llmt__job_plot(j);
 }
 

@@ -30,6 +30,12 @@ const LLMT_JOB_EVENT_SKIPPED = 16
 const LLMT_JOB_EVENT_ROLLBACK = 32
 const LLMT_JOB_EVENT_INTERVAL = 64
 const LLMT_JOB_EVENT_START_VAL = 128
+const LLMT_JOB_GROUP_DP = 0
+const LLMT_JOB_GROUP_TP = 1
+const LLMT_JOB_GROUP_PP = 2
+const LLMT_JOB_GROUP_CP = 3
+const LLMT_JOB_GROUP_EP = 4
+const LLMT_JOB_GROUPS = 8
 # llmt_status
 const LLMT_OK = Int32(0)
 const LLMT_ERR_INVALID_ARGUMENT = Int32(1)
@@ -107,6 +113,8 @@ const LLMT_TYPE_JOB_OPTS = Int32(27)
 const LLMT_TYPE_JOB_INFO = Int32(28)
 const LLMT_TYPE_JOB_METRICS = Int32(29)
 const LLMT_TYPE_COMM_STATS = Int32(30)
+const LLMT_TYPE_JOB_PERF = Int32(31)
+const LLMT_TYPE_JOB_OBS_OPTS = Int32(32)
 # llmt_plan_dim
 const LLMT_DIM_TP = Int32(0)
 const LLMT_DIM_CP = Int32(1)
@@ -603,6 +611,35 @@ struct llmt_job_metrics
     skipped::Int64
     rollbacks::Int64
 end
+struct llmt_job_perf
+    struct_size::Csize_t
+    step::Int64
+    wall_s::Float64
+    model_flops::Float64
+    hw_flops::Float64
+    peak_flops::Float64
+    mfu::Float64
+    hfu::Float64
+    tokens_per_s::Float64
+    compute_s::Float64
+    optimizer_s::Float64
+    comm_s::NTuple{8, Float64}
+    bubble_s::Float64
+    data_s::Float64
+    ckpt_s::Float64
+    other_s::Float64
+    unaccounted_s::Float64
+    mem_in_use::Int64
+    mem_peak::Int64
+end
+struct llmt_job_obs_opts
+    struct_size::Csize_t
+    trace_first::Int64
+    trace_last::Int64
+    trace_dir::Ptr{UInt8}
+    prom_path::Ptr{UInt8}
+    aggregate_interval::Int32
+end
 
 const STRUCT_IDS = Dict{DataType, Int}(
     llmt_allocator => 3,
@@ -634,7 +671,9 @@ const STRUCT_IDS = Dict{DataType, Int}(
     llmt_data_report => 26,
     llmt_job_opts => 27,
     llmt_job_info => 28,
-    llmt_job_metrics => 29
+    llmt_job_metrics => 29,
+    llmt_job_perf => 31,
+    llmt_job_obs_opts => 32
 )
 
 llmt_version() = ccall((:llmt_version, libllmtrain), Ptr{UInt8}, (), )
@@ -877,3 +916,6 @@ llmt_job_get_metrics(job, out) = ccall((:llmt_job_get_metrics, libllmtrain), Int
 llmt_job_evaluate(job, val_loss) = ccall((:llmt_job_evaluate, libllmtrain), Int32, (Ptr{llmt_job}, Ptr{Float32}, ), job, val_loss)
 llmt_job_finish(job) = ccall((:llmt_job_finish, libllmtrain), Int32, (Ptr{llmt_job}, ), job)
 llmt_job_sample(job, buf, buflen, needed) = ccall((:llmt_job_sample, libllmtrain), Int32, (Ptr{llmt_job}, Ptr{UInt8}, Csize_t, Ptr{Csize_t}, ), job, buf, buflen, needed)
+llmt_job_obs_opts_init(opts, size) = ccall((:llmt_job_obs_opts_init, libllmtrain), Int32, (Ptr{llmt_job_obs_opts}, Csize_t, ), opts, size)
+llmt_job_set_obs(job, opts) = ccall((:llmt_job_set_obs, libllmtrain), Int32, (Ptr{llmt_job}, Ptr{llmt_job_obs_opts}, ), job, opts)
+llmt_job_get_perf(job, out) = ccall((:llmt_job_get_perf, libllmtrain), Int32, (Ptr{llmt_job}, Ptr{llmt_job_perf}, ), job, out)

@@ -31,6 +31,12 @@ pub const LLMT_JOB_EVENT_SKIPPED: i64 = 16;
 pub const LLMT_JOB_EVENT_ROLLBACK: i64 = 32;
 pub const LLMT_JOB_EVENT_INTERVAL: i64 = 64;
 pub const LLMT_JOB_EVENT_START_VAL: i64 = 128;
+pub const LLMT_JOB_GROUP_DP: i64 = 0;
+pub const LLMT_JOB_GROUP_TP: i64 = 1;
+pub const LLMT_JOB_GROUP_PP: i64 = 2;
+pub const LLMT_JOB_GROUP_CP: i64 = 3;
+pub const LLMT_JOB_GROUP_EP: i64 = 4;
+pub const LLMT_JOB_GROUPS: i64 = 8;
 
 pub type llmt_status = c_int;
 pub const LLMT_OK: llmt_status = 0;
@@ -109,6 +115,8 @@ pub const LLMT_TYPE_JOB_OPTS: llmt_type_id = 27;
 pub const LLMT_TYPE_JOB_INFO: llmt_type_id = 28;
 pub const LLMT_TYPE_JOB_METRICS: llmt_type_id = 29;
 pub const LLMT_TYPE_COMM_STATS: llmt_type_id = 30;
+pub const LLMT_TYPE_JOB_PERF: llmt_type_id = 31;
+pub const LLMT_TYPE_JOB_OBS_OPTS: llmt_type_id = 32;
 pub type llmt_plan_dim = c_int;
 pub const LLMT_DIM_TP: llmt_plan_dim = 0;
 pub const LLMT_DIM_CP: llmt_plan_dim = 1;
@@ -892,6 +900,51 @@ impl llmt_job_metrics {
         unsafe { std::mem::zeroed() }
     }
 }
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct llmt_job_perf {
+    pub struct_size: usize,
+    pub step: i64,
+    pub wall_s: f64,
+    pub model_flops: f64,
+    pub hw_flops: f64,
+    pub peak_flops: f64,
+    pub mfu: f64,
+    pub hfu: f64,
+    pub tokens_per_s: f64,
+    pub compute_s: f64,
+    pub optimizer_s: f64,
+    pub comm_s: [f64; 8],
+    pub bubble_s: f64,
+    pub data_s: f64,
+    pub ckpt_s: f64,
+    pub other_s: f64,
+    pub unaccounted_s: f64,
+    pub mem_in_use: i64,
+    pub mem_peak: i64,
+}
+impl llmt_job_perf {
+    /// All zero (the state an _init function starts from).
+    pub fn zeroed() -> Self {
+        unsafe { std::mem::zeroed() }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct llmt_job_obs_opts {
+    pub struct_size: usize,
+    pub trace_first: i64,
+    pub trace_last: i64,
+    pub trace_dir: *const c_char,
+    pub prom_path: *const c_char,
+    pub aggregate_interval: i32,
+}
+impl llmt_job_obs_opts {
+    /// All zero (the state an _init function starts from).
+    pub fn zeroed() -> Self {
+        unsafe { std::mem::zeroed() }
+    }
+}
 
 #[link(name = "llmtrain")]
 extern "C" {
@@ -1135,6 +1188,9 @@ extern "C" {
     pub fn llmt_job_evaluate(job: *mut llmt_job, val_loss: *mut f32) -> llmt_status;
     pub fn llmt_job_finish(job: *mut llmt_job) -> llmt_status;
     pub fn llmt_job_sample(job: *mut llmt_job, buf: *mut c_char, buflen: usize, needed: *mut usize) -> llmt_status;
+    pub fn llmt_job_obs_opts_init(opts: *mut llmt_job_obs_opts, size: usize) -> llmt_status;
+    pub fn llmt_job_set_obs(job: *mut llmt_job, opts: *const llmt_job_obs_opts) -> llmt_status;
+    pub fn llmt_job_get_perf(job: *const llmt_job, out: *mut llmt_job_perf) -> llmt_status;
 }
 
 /// (struct, llmt_type_id or -1, size, field offsets) as the generator computed them.
@@ -1169,6 +1225,8 @@ pub const LAYOUT: &[(&str, i64, usize, &[(&str, usize)])] = &[
     ("llmt_job_opts", 27, 64, &[("struct_size", 0), ("run_dir", 8), ("world_size", 16), ("rank", 20), ("local_rank", 24), ("resume", 28), ("fresh", 32), ("stop_at", 40), ("threads", 48), ("comm", 56)]),
     ("llmt_job_info", 28, 352, &[("struct_size", 0), ("name", 8), ("run_dir", 16), ("ckpt_dir", 24), ("durable_dir", 32), ("metrics_path", 40), ("plot_path", 48), ("data_desc", 56), ("data_note", 64), ("resume_note", 72), ("world_size", 80), ("rank", 84), ("local_rank", 88), ("dp", 92), ("zero", 96), ("arch", 100), ("layers", 104), ("width", 108), ("heads", 112), ("vocab", 116), ("params", 120), ("micro_batch", 128), ("grad_accum", 132), ("seq_len", 136), ("global_batch", 144), ("steps", 152), ("stop_at", 160), ("start_step", 168), ("device", 176), ("recompute", 180), ("threads", 184), ("deterministic", 188), ("fp8", 192), ("train_tokens", 200), ("val_tokens", 208), ("unigram_entropy", 216), ("ckpt_async", 224), ("ckpt_auto", 228), ("ckpt_interval", 232), ("keep_last", 240), ("keep_every", 244), ("durable_keep_last", 248), ("durable_keep_every", 252), ("auto_stall_s", 256), ("auto_write_s", 264), ("auto_mtbf_s", 272), ("auto_step_s", 280), ("auto_interval_s", 288), ("gpu_failures_per_hour", 296), ("interval_note", 304), ("anomaly_policy", 312), ("anomaly_zscore", 320), ("collective_timeout_s", 328), ("sample_tokens", 336), ("comm_backend", 344)]),
     ("llmt_job_metrics", 29, 120, &[("struct_size", 0), ("step", 8), ("loss", 16), ("grad_norm", 20), ("lr", 24), ("tokens", 32), ("step_s", 40), ("tokens_per_s", 48), ("mfu", 56), ("elapsed_s", 64), ("val_loss", 72), ("start_val_loss", 76), ("events", 80), ("saved_step", 88), ("anomalies", 96), ("skipped", 104), ("rollbacks", 112)]),
+    ("llmt_job_perf", 31, 208, &[("struct_size", 0), ("step", 8), ("wall_s", 16), ("model_flops", 24), ("hw_flops", 32), ("peak_flops", 40), ("mfu", 48), ("hfu", 56), ("tokens_per_s", 64), ("compute_s", 72), ("optimizer_s", 80), ("comm_s", 88), ("bubble_s", 152), ("data_s", 160), ("ckpt_s", 168), ("other_s", 176), ("unaccounted_s", 184), ("mem_in_use", 192), ("mem_peak", 200)]),
+    ("llmt_job_obs_opts", 32, 48, &[("struct_size", 0), ("trace_first", 8), ("trace_last", 16), ("trace_dir", 24), ("prom_path", 32), ("aggregate_interval", 40)]),
 ];
 
 /// Compare every #[repr(C)] struct's size with the loaded library's llmt_sizeof.
@@ -1293,6 +1351,14 @@ pub fn check_layout() -> Result<(), String> {
     let n = unsafe { llmt_sizeof(29) };
     if n != std::mem::size_of::<llmt_job_metrics>() {
         bad.push(format!("llmt_job_metrics: {} bytes here, {} in the library", std::mem::size_of::<llmt_job_metrics>(), n));
+    }
+    let n = unsafe { llmt_sizeof(31) };
+    if n != std::mem::size_of::<llmt_job_perf>() {
+        bad.push(format!("llmt_job_perf: {} bytes here, {} in the library", std::mem::size_of::<llmt_job_perf>(), n));
+    }
+    let n = unsafe { llmt_sizeof(32) };
+    if n != std::mem::size_of::<llmt_job_obs_opts>() {
+        bad.push(format!("llmt_job_obs_opts: {} bytes here, {} in the library", std::mem::size_of::<llmt_job_obs_opts>(), n));
     }
     if bad.is_empty() {
         Ok(())

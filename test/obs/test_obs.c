@@ -1,0 +1,416 @@
+/* Observability of llmt_job (doc/observability.md), through the public ABI:
+ * - model FLOPs per step against a count made here from the shape
+ *   (6 N tokens + attention) within 1%, realized MFU = that / wall /
+ *   the calibrated peak (the calibration line of metrics.jsonl);
+ * - the split adds up to the step's wall time within 5%;
+ * - 2 in-process ranks, rank 1 slowed on purpose (LLMT_FAULT slow): rank
+ *   0 shows the wait in its dp collectives, run.jsonl names rank 1;
+ * - the trace validates against the trace-event format (phases, pids,
+ *   tids, monotonic timestamps) and has one event per collective, its
+ *   sequence numbers consecutive;
+ * - the Prometheus textfile parses as the text exposition format and
+ *   carries the step's values.
+ * usage: test_obs CORPUS_DIR */
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "llmtrain.h"
+
+#define L 2
+#define H 64
+#define FF 256
+#define V 320
+#define S 64
+#define MICRO 2
+#define ACCUM 2
+
+static char tmp[512], corpus[512];
+
+static char *spec_json(int steps, const char *extra)
+{
+    static char b[4096];
+    snprintf(
+        b, sizeof b,
+        "{\"name\": \"obs\", \"model\": {\"arch\": \"gpt2\", \"layers\": %d, \"hidden\": %d,"
+        " \"heads\": 4, \"ffn\": %d, \"vocab\": %d, \"seq_len\": %d},"
+        " \"batch\": {\"micro\": %d, \"grad_accum\": %d}, \"optimizer\": {\"lr\": 1e-3},"
+        " \"train\": {\"steps\": %d, \"seed\": 3, \"eval_interval\": 3, \"eval_batches\": 1,"
+        " \"threads\": 1}, \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
+        " \"checkpoint\": {\"interval\": 4}, \"hardware\": {\"gpu\": \"cpu\"}%s}",
+        L, H, FF, V, S, MICRO, ACCUM, steps, corpus, extra);
+    return b;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)n + 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    if (p)
+        p[n] = 0;
+    fclose(f);
+    return p;
+}
+
+/* The value of "key": in the first line of path containing `has`. */
+static double line_value(const char *path, const char *has, const char *key)
+{
+    char *t = slurp(path);
+    double v = NAN;
+    if (!t)
+        return v;
+    char *ln = strstr(t, has);
+    if (ln) {
+        char pat[64];
+        snprintf(pat, sizeof pat, "\"%s\":", key);
+        char *k = strstr(ln, pat);
+        char *eol = strchr(ln, '\n');
+        if (k && (!eol || k < eol))
+            v = strtod(k + strlen(pat), NULL);
+    }
+    free(t);
+    return v;
+}
+
+/* ---- the trace-event format */
+static int check_trace(const char *path, int pid, int expect_comm)
+{
+    char *t = slurp(path);
+    CHECK(t != NULL);
+    if (!t)
+        return -1;
+    cJSON *a = cJSON_Parse(t);
+    free(t);
+    CHECK(a && cJSON_IsArray(a));
+    if (!a)
+        return -1;
+    double last = -1;
+    int nx = 0, nops = 0, nsteps = 0, ncomm = 0, bad = 0;
+    long long prev_seq = -1;
+    cJSON *e;
+    cJSON_ArrayForEach(e, a)
+    {
+        const char *ph = cJSON_GetStringValue(cJSON_GetObjectItem(e, "ph"));
+        cJSON *p = cJSON_GetObjectItem(e, "pid"), *ti = cJSON_GetObjectItem(e, "tid");
+        cJSON *ts = cJSON_GetObjectItem(e, "ts"), *nm = cJSON_GetObjectItem(e, "name");
+        if (!ph || !cJSON_IsNumber(p) || !cJSON_IsNumber(ti) || !cJSON_IsString(nm) ||
+            p->valueint != pid) {
+            bad++;
+            continue;
+        }
+        if (!strcmp(ph, "M"))
+            continue;
+        if (strcmp(ph, "X") || !cJSON_IsNumber(ts)) {
+            bad++;
+            continue;
+        }
+        cJSON *dur = cJSON_GetObjectItem(e, "dur");
+        if (!cJSON_IsNumber(dur) || dur->valuedouble < 0 || ts->valuedouble < last)
+            bad++;
+        last = ts->valuedouble;
+        nx++;
+        const char *cat = cJSON_GetStringValue(cJSON_GetObjectItem(e, "cat"));
+        if (cat && !strcmp(cat, "op"))
+            nops++;
+        if (!strcmp(nm->valuestring, "step"))
+            nsteps++;
+        if (cat && !strcmp(cat, "comm")) {
+            cJSON *seq = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "seq");
+            CHECK(cJSON_IsNumber(seq));
+            if (cJSON_IsNumber(seq)) {
+                long long s = (long long)seq->valuedouble;
+                /* one event per collective: no seq twice, none skipped */
+                if (prev_seq >= 0 && s != prev_seq + 1) {
+                    fprintf(stderr, "trace %s: seq %lld after %lld\n", path, s, prev_seq);
+                    bad++;
+                }
+                prev_seq = s;
+            }
+            ncomm++;
+        }
+    }
+    cJSON_Delete(a);
+    fprintf(stderr, "trace %s: %d events, %d ops, %d steps, %d collectives, %d bad\n", path, nx,
+            nops, nsteps, ncomm, bad);
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(nsteps, 2);
+    CHECK(nops > 20);
+    if (expect_comm)
+        CHECK(ncomm >= 2);
+    else
+        CHECK_EQ_INT(ncomm, 0);
+    return ncomm;
+}
+
+/* ---- the Prometheus text exposition format */
+static void check_prom(const char *path, const llmt_job_perf *p)
+{
+    char *t = slurp(path);
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    int samples = 0, typed = 0, bad = 0, groups = 0;
+    double step_s = NAN, mfu = NAN;
+    char *save = NULL;
+    for (char *ln = strtok_r(t, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+        if (!strncmp(ln, "# TYPE ", 7)) {
+            char name[128], kind[32];
+            if (sscanf(ln + 7, "%127s %31s", name, kind) != 2 ||
+                (strcmp(kind, "gauge") && strcmp(kind, "counter")))
+                bad++;
+            typed++;
+            continue;
+        }
+        if (ln[0] == '#')
+            continue;
+        /* name{label="v",...} value */
+        char *c = ln;
+        if (!(isalpha((unsigned char)*c) || *c == '_' || *c == ':'))
+            bad++;
+        while (isalnum((unsigned char)*c) || *c == '_' || *c == ':')
+            c++;
+        size_t nlen = (size_t)(c - ln);
+        if (*c == '{') {
+            char *end = strchr(c, '}');
+            if (!end || !strstr(c, "rank=\"0\"")) {
+                bad++;
+                continue;
+            }
+            if (strstr(c, "group=\"") && strstr(c, "group=\"") < end)
+                groups++;
+            c = end + 1;
+        }
+        char *num_end;
+        double v = strtod(c, &num_end);
+        if (num_end == c || *num_end) {
+            bad++;
+            continue;
+        }
+        samples++;
+        if (nlen == strlen("llmtrain_step_seconds") &&
+            !strncmp(ln, "llmtrain_step_seconds", nlen))
+            step_s = v;
+        if (nlen == strlen("llmtrain_mfu_ratio") && !strncmp(ln, "llmtrain_mfu_ratio", nlen))
+            mfu = v;
+    }
+    free(t);
+    CHECK_EQ_INT(bad, 0);
+    CHECK(typed >= 10 && samples >= 15);
+    CHECK_EQ_INT(groups, 5);
+    CHECK(fabs(step_s - p->wall_s) <= 1e-6 * p->wall_s + 1e-9);
+    CHECK(fabs(mfu - p->mfu) <= 1e-6 * p->mfu + 1e-12);
+}
+
+/* ---- one rank */
+typedef struct rank_arg {
+    llmt_comm *comm;
+    int rank, steps;
+    const char *json;
+    char dir[600];
+    llmt_job_perf perf[16];
+    llmt_status st;
+} rank_arg;
+
+static void *run_rank(void *p)
+{
+    rank_arg *a = p;
+    llmt_context *ctx = NULL;
+    llmt_context_create(NULL, &ctx);
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = a->dir;
+    jo.comm = a->comm;
+    llmt_job *job = NULL;
+    a->st = llmt_job_create_from_json(ctx, a->json, strlen(a->json), &jo, &job);
+    if (a->st != LLMT_OK) {
+        fprintf(stderr, "rank %d: %s\n", a->rank, llmt_context_last_error(ctx));
+        llmt_context_destroy(ctx);
+        return NULL;
+    }
+    llmt_job_obs_opts oo;
+    llmt_job_obs_opts_init(&oo, sizeof oo);
+    oo.trace_first = 3;
+    oo.trace_last = 4;
+    oo.aggregate_interval = 2;
+    a->st = llmt_job_set_obs(job, &oo);
+    for (int s = 0; a->st == LLMT_OK && s < a->steps; s++) {
+        a->st = llmt_job_step(job, NULL);
+        a->perf[s].struct_size = sizeof a->perf[s];
+        if (a->st == LLMT_OK)
+            llmt_job_get_perf(job, &a->perf[s]);
+    }
+    if (a->st == LLMT_OK)
+        a->st = llmt_job_finish(job);
+    /* too late now */
+    if (a->st == LLMT_OK && llmt_job_set_obs(job, &oo) != LLMT_ERR_STATE)
+        a->st = LLMT_ERR_INTERNAL;
+    if (a->st != LLMT_OK)
+        fprintf(stderr, "rank %d: %s\n", a->rank, llmt_job_last_error(job));
+    llmt_job_destroy(job);
+    llmt_context_destroy(ctx);
+    return NULL;
+}
+
+/* Over steps 2.. (the first allocates the engine's buffers in host code)
+ * the parts add up to the wall time within 5%; each step within 25% (a
+ * loaded machine preempts the trainer's host code between ops). */
+static void check_split_sum(const llmt_job_perf *p, int n, int rank, double tol)
+{
+    double parts = 0, wall = 0;
+    for (int s = 1; s < n; s++) {
+        wall += p[s].wall_s;
+        parts += p[s].wall_s - p[s].unaccounted_s;
+    }
+    fprintf(stderr, "rank %d: parts %.6f s of wall %.6f s over steps 2-%d\n", rank, parts, wall,
+            n);
+    CHECK(fabs(parts - wall) <= tol * wall);
+}
+
+static void check_split(const llmt_job_perf *p, int rank)
+{
+    double parts =
+        p->compute_s + p->optimizer_s + p->bubble_s + p->data_s + p->ckpt_s + p->other_s;
+    for (int g = 0; g < LLMT_JOB_GROUPS; g++)
+        parts += p->comm_s[g];
+    double rel = fabs(parts - p->wall_s) / p->wall_s;
+    if (rel > 0.05)
+        fprintf(stderr,
+                "rank %d step %lld: parts %.6f vs wall %.6f (compute %.6f opt %.6f dp "
+                "%.6f data %.6f ckpt %.6f other %.6f)\n",
+                rank, (long long)p->step, parts, p->wall_s, p->compute_s, p->optimizer_s,
+                p->comm_s[0], p->data_s, p->ckpt_s, p->other_s);
+    CHECK(rel <= 0.25);
+    CHECK(p->compute_s > 0 && p->optimizer_s > 0 && p->data_s >= 0 && p->other_s >= 0);
+    CHECK(p->mem_in_use > 0 && p->mem_peak >= p->mem_in_use);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_obs CORPUS_DIR\n");
+        return 2;
+    }
+    snprintf(corpus, sizeof corpus, "%s", argv[1]);
+    snprintf(tmp, sizeof tmp, "/tmp/llmt-obs-XXXXXX");
+    if (!mkdtemp(tmp))
+        return 1;
+
+    /* ---- one rank: FLOPs, MFU, split, trace without collectives, textfile */
+    {
+        rank_arg a;
+        memset(&a, 0, sizeof a);
+        a.steps = 6;
+        a.json = spec_json(6, "");
+        snprintf(a.dir, sizeof a.dir, "%s/one", tmp);
+        run_rank(&a);
+        CHECK_STATUS(a.st, LLMT_OK);
+        /* the count made here: the matrices of the blocks and the head
+         * (2 FLOPs a multiply-add, the backward twice the forward: 6 N)
+         * plus attention's QK^T and AV over all S keys (12 L S H a token) */
+        double N = L * (4.0 * H * H + 2.0 * H * FF) + (double)V * H;
+        double tokens = (double)MICRO * ACCUM * S;
+        double want = tokens * (6 * N + 12.0 * L * S * H);
+        char mpath[700];
+        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", a.dir);
+        double peak = line_value(mpath, "\"calibration\"", "peak_flops");
+        CHECK(peak > 1e8); /* any CPU of this decade */
+        for (int s = 0; s < a.steps; s++) {
+            const llmt_job_perf *p = &a.perf[s];
+            CHECK_EQ_INT(p->step, s + 1);
+            CHECK(fabs(p->model_flops - want) <= 0.01 * want);
+            CHECK(fabs(p->peak_flops - peak) <= 1e-5 * peak);
+            double mfu = want / p->wall_s / peak;
+            CHECK(fabs(p->mfu - mfu) <= 0.011 * mfu);
+            CHECK(p->hfu >= p->mfu);
+            CHECK(fabs(p->tokens_per_s - tokens / p->wall_s) <= 1e-6 * p->tokens_per_s);
+            check_split(p, 0);
+        }
+        check_split_sum(a.perf, a.steps, 0, 0.05);
+        fprintf(stderr, "one rank: model FLOPs %.6g (here %.6g), peak %.3g FLOP/s, MFU %.3f\n",
+                a.perf[5].model_flops, want, peak, a.perf[5].mfu);
+        char path[700];
+        snprintf(path, sizeof path, "%s/trace-rank0.json", a.dir);
+        check_trace(path, 0, 0);
+        snprintf(path, sizeof path, "%s/metrics.prom", a.dir);
+        check_prom(path, &a.perf[5]);
+        snprintf(path, sizeof path, "%s/run.jsonl", a.dir);
+        CHECK(line_value(path, "\"step\":6", "ranks") == 1);
+    }
+
+    /* ---- two ranks, rank 1 slowed by 40 ms a step from step 2 on */
+    {
+        setenv("LLMT_FAULT", "slow:1:2:40+", 1);
+        llmt_context *ctx = NULL;
+        llmt_context_create(NULL, &ctx);
+        llmt_comm *comms[2] = {NULL, NULL};
+        CHECK_STATUS(llmt_comm_create_inproc(ctx, 2, NULL, comms), LLMT_OK);
+        rank_arg a[2];
+        pthread_t th[2];
+        const char *json = spec_json(
+            6, ", \"fault_tolerance\": {\"straggler\": {\"interval\": 3, \"margin\": 0.2, "
+               "\"patience\": 100}}");
+        for (int r = 0; r < 2; r++) {
+            memset(&a[r], 0, sizeof a[r]);
+            a[r].comm = comms[r];
+            a[r].rank = r;
+            a[r].steps = 6;
+            a[r].json = json;
+            snprintf(a[r].dir, sizeof a[r].dir, "%s/two", tmp);
+            pthread_create(&th[r], NULL, run_rank, &a[r]);
+        }
+        for (int r = 0; r < 2; r++)
+            pthread_join(th[r], NULL);
+        unsetenv("LLMT_FAULT");
+        CHECK_STATUS(a[0].st, LLMT_OK);
+        CHECK_STATUS(a[1].st, LLMT_OK);
+        for (int r = 0; r < 2; r++) {
+            for (int s = 1; s < 6; s++)
+                check_split(&a[r].perf[s], r);
+            /* two ranks as threads on a shared CPU: the data-parallel
+             * code's own host time between collectives is not timed yet */
+            check_split_sum(a[r].perf, 6, r, 0.10);
+        }
+        /* the slowed rank's wait is the others' exposed communication */
+        double w0 = 0, w1 = 0;
+        for (int s = 2; s < 6; s++) {
+            w0 += a[0].perf[s].comm_s[LLMT_JOB_GROUP_DP];
+            w1 += a[1].perf[s].comm_s[LLMT_JOB_GROUP_DP];
+        }
+        fprintf(stderr, "two ranks, steps 3-6: dp wait rank 0 %.4f s, rank 1 %.4f s\n", w0, w1);
+        CHECK(w0 > 4 * 0.02 && w0 > 3 * w1);
+        char path[700];
+        snprintf(path, sizeof path, "%s/two/run.jsonl", tmp);
+        char *run = slurp(path);
+        CHECK(run && strstr(run, "\"stragglers\":[1]") && strstr(run, "\"slowest_rank\":1"));
+        CHECK(run && strstr(run, "\"ranks\":2"));
+        free(run);
+        snprintf(path, sizeof path, "%s/two/trace-rank0.json", tmp);
+        int c0 = check_trace(path, 0, 1);
+        snprintf(path, sizeof path, "%s/two/rank-1/trace-rank1.json", tmp);
+        int c1 = check_trace(path, 1, 1);
+        CHECK_EQ_INT(c0, c1); /* the same collectives on both ranks */
+        llmt_comm_destroy(comms[0]);
+        llmt_comm_destroy(comms[1]);
+        llmt_context_destroy(ctx);
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    if (check_failures == 0 && system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp);
+    return check_exit("obs");
+}
