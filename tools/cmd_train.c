@@ -37,7 +37,8 @@ static int usage(void)
 
 static void banner(const llmt_job_info *i)
 {
-    if (i->data_note[0]) printf("data: %s\n", i->data_note);
+    if (i->data_note[0])
+        printf("data: %s\n", i->data_note);
     if (i->world_size > 1)
         printf("data parallel: %d ranks (%s), ZeRO-%d; global batch = micro x accum x %d\n",
                (int)i->world_size, i->comm_backend, (int)i->zero, (int)i->dp);
@@ -47,8 +48,9 @@ static void banner(const llmt_job_info *i)
            i->arch == LLMT_ARCH_GPT2 ? "gpt2" : "llama", (int)i->layers, (int)i->width,
            (int)i->heads, (int)i->vocab, (double)i->params / 1e6);
     printf("data: %s; %lld train tokens, %lld validation tokens; unigram entropy %.3f "
-           "nats/token\n", i->data_desc, (long long)i->train_tokens,
-           (long long)i->val_tokens, i->unigram_entropy);
+           "nats/token\n",
+           i->data_desc, (long long)i->train_tokens, (long long)i->val_tokens,
+           i->unigram_entropy);
     printf("train: %lld steps of %d x %d x %d tokens, %s, on the %s; output in %s\n",
            (long long)i->steps, (int)i->micro_batch, (int)i->grad_accum, (int)i->seq_len,
            i->recompute ? "recompute" : "no recompute",
@@ -57,14 +59,14 @@ static void banner(const llmt_job_info *i)
 }
 
 /* The closing lines: sample, where things are, loss against entropy. */
-static int closing(llmt_job *job, const llmt_job_info *i, float last_val, int ran,
-                   double wall)
+static int closing(llmt_job *job, const llmt_job_info *i, float last_val, int ran, double wall)
 {
     size_t need = 0;
     llmt_job_sample(job, NULL, 0, &need);
     if (need > 1) {
         char *text = malloc(need);
-        if (!text) return cli_fail(CMD, "no memory");
+        if (!text)
+            return cli_fail(CMD, "no memory");
         llmt_status s = llmt_job_sample(job, text, need, NULL);
         if (s != LLMT_OK) {
             free(text);
@@ -82,9 +84,10 @@ static int closing(llmt_job *job, const llmt_job_info *i, float last_val, int ra
         int below = last_val <= H;
         printf("validation loss %.3f nats/token (%.3f bits) vs unigram entropy of the "
                "corpus %.3f nats/token (%.3f bits): %.0f%% %s, perplexity %.0f vs %.0f "
-               "(%.1fx %s)%s\n", (double)last_val, last_val / log(2.0), H, H / log(2.0),
-               100.0 * fabs(1.0 - last_val / H), below ? "below" : "above",
-               exp(last_val), exp(H), exp(fabs(H - last_val)), below ? "lower" : "higher",
+               "(%.1fx %s)%s\n",
+               (double)last_val, last_val / log(2.0), H, H / log(2.0),
+               100.0 * fabs(1.0 - last_val / H), below ? "below" : "above", exp(last_val),
+               exp(H), exp(fabs(H - last_val)), below ? "lower" : "higher",
                ran ? "" : " (no step run)");
     }
     if (ran)
@@ -131,7 +134,8 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
     llmt_job *job = NULL;
     s = llmt_job_create(ctx, spec, jo, &job);
     llmt_spec_destroy(spec);
-    if (s != LLMT_OK) return cli_fail(CMD, "%s", llmt_context_last_error(ctx));
+    if (s != LLMT_OK)
+        return cli_fail(CMD, "%s", llmt_context_last_error(ctx));
     llmt_job_info i;
     memset(&i, 0, sizeof i);
     i.struct_size = sizeof i;
@@ -173,7 +177,8 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
         }
         if (m.events & LLMT_JOB_EVENT_START_VAL)
             printf("step 0: validation loss %.4f\n", (double)m.start_val_loss);
-        if (t_start == 0) t_start = t_log = m.elapsed_s - m.step_s;
+        if (t_start == 0)
+            t_start = t_log = m.elapsed_s - m.step_s;
         step = m.step;
         tok_log += m.tokens;
         if (m.events & LLMT_JOB_EVENT_INTERVAL) {
@@ -182,7 +187,8 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
         }
         if (m.events & (LLMT_JOB_EVENT_SKIPPED | LLMT_JOB_EVENT_ROLLBACK))
             printf("%sanomaly: %s; now at step %lld (anomalies %lld, skipped %lld, "
-                   "rollbacks %lld)\n", tty ? "\n" : "",
+                   "rollbacks %lld)\n",
+                   tty ? "\n" : "",
                    m.events & LLMT_JOB_EVENT_ROLLBACK ? "rolled back" : "batch skipped",
                    (long long)m.step, (long long)m.anomalies, (long long)m.skipped,
                    (long long)m.rollbacks);
@@ -193,9 +199,9 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
             char eta[32];
             fmt_dur(eta, sizeof eta, avg * (double)(i.stop_at - step));
             printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | "
-                   "ETA %s%s", tty ? "\r" : "", (long long)step, (long long)i.stop_at,
-                   (double)m.loss, (double)m.lr, (double)m.grad_norm, tps, eta,
-                   tty ? "   " : "\n");
+                   "ETA %s%s",
+                   tty ? "\r" : "", (long long)step, (long long)i.stop_at, (double)m.loss,
+                   (double)m.lr, (double)m.grad_norm, tps, eta, tty ? "   " : "\n");
             fflush(stdout);
             t_log = m.elapsed_s;
             tok_log = 0;
@@ -206,7 +212,8 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
                    (double)last_val);
         }
     }
-    if (tty && rc == CLI_OK) putchar('\n');
+    if (tty && rc == CLI_OK)
+        putchar('\n');
     if (rc == CLI_OK && (s = llmt_job_finish(job)) != LLMT_OK)
         rc = cli_fail_status(CMD, s, llmt_job_last_error(job));
     int ran = step > i.start_step;
@@ -264,7 +271,8 @@ int cmd_train(int argc, char **argv)
     jo.run_dir = out;
     llmt_context *ctx = NULL;
     llmt_status s = llmt_context_create(NULL, &ctx);
-    if (s != LLMT_OK) return cli_fail_status(CMD, s, "context");
+    if (s != LLMT_OK)
+        return cli_fail_status(CMD, s, "context");
     int rc = train_main(ctx, spec, &jo, &tr, prom);
     llmt_context_destroy(ctx);
     return rc;

@@ -19,11 +19,11 @@
 /* The data of a job (data.c): tokenizer, training and validation shards,
  * the training loader. */
 typedef struct job_data {
-    char desc[2048];         /* one line for a banner */
-    char note[1024];         /* what preparing the corpus did ("" if reused) */
+    char desc[2048]; /* one line for a banner */
+    char note[1024]; /* what preparing the corpus did ("" if reused) */
     int32_t vocab, eot;
-    int64_t n_train, n_val;  /* tokens */
-    double unigram_entropy;  /* nats/token of the training tokens */
+    int64_t n_train, n_val; /* tokens */
+    double unigram_entropy; /* nats/token of the training tokens */
     llmt_tokenizer *tok;
     llmt_dataset *train_ds, *val_ds;
     llmt_loader *loader;
@@ -32,11 +32,11 @@ typedef struct job_data {
 
 /* What the data needs from the job. */
 typedef struct job_data_opts {
-    const char *run_dir;   /* this rank's run directory (data/ goes there) */
+    const char *run_dir; /* this rank's run directory (data/ goes there) */
     const llmt_spec *spec;
     int seq_len, micro, accum;
     int32_t dp_rank, dp_size;
-    int resume;            /* reuse data prepared by an earlier start */
+    int resume; /* reuse data prepared by an earlier start */
 } job_data_opts;
 
 /* One fault to inject (fault.c, $LLMT_FAULT). */
@@ -78,14 +78,14 @@ enum {
 
 struct llmt_job {
     llmt_err err;
-    llmt_context *ctx;       /* the caller's: logging, allocator */
-    llmt_spec *spec;         /* our own copy */
+    llmt_context *ctx; /* the caller's: logging, allocator */
+    llmt_spec *spec;   /* our own copy */
     llmt_plan *plan;
-    llmt_comm *comm;         /* data-parallel group (world > 1) */
-    int own_comm;            /* 1: created here, destroyed here */
+    llmt_comm *comm; /* data-parallel group (world > 1) */
+    int own_comm;    /* 1: created here, destroyed here */
     llmt_model *model;
     llmt_trainer *tr;
-    llmt_ckpt *ck;           /* local tier (root), durable copy inside */
+    llmt_ckpt *ck; /* local tier (root), durable copy inside */
     job_data data;
     FILE *jsonl;
 
@@ -96,29 +96,29 @@ struct llmt_job {
     llmt_trainer_opts to;
     int32_t dp, zero;
     int64_t steps, stop_at, start_step;
-    int64_t ckpt_interval;       /* steps; 0 none; < 0 auto, undecided */
+    int64_t ckpt_interval; /* steps; 0 none; < 0 auto, undecided */
     int ckpt_auto, ckpt_async;
     int32_t keep_last, keep_every, durable_keep_last, durable_keep_every;
     int64_t params;
     int threads;
 
     char name[256];
-    char run_dir[JOB_PATH_MAX];   /* this rank's */
-    char root_dir[JOB_PATH_MAX];  /* rank 0's (the run's) */
+    char run_dir[JOB_PATH_MAX];  /* this rank's */
+    char root_dir[JOB_PATH_MAX]; /* rank 0's (the run's) */
     char ckpt_dir[JOB_PATH_MAX];
     char durable_dir[JOB_PATH_MAX]; /* "" without a durable tier */
     char jsonl_path[JOB_PATH_MAX], plot_path[JOB_PATH_MAX];
-    char interval_note[512];      /* how the auto interval was chosen */
+    char interval_note[512]; /* how the auto interval was chosen */
     char resume_note[JOB_PATH_MAX + 256];
 
     /* the run */
     int32_t *in, *tg, *vin, *vtg;
     int nval;
-    int began;                    /* a step or the step-0 evaluation ran */
-    int resumed;                  /* llmt_job_resume succeeded once */
-    int fresh;                    /* opts.fresh */
+    int began;   /* a step or the step-0 evaluation ran */
+    int resumed; /* llmt_job_resume succeeded once */
+    int fresh;   /* opts.fresh */
     double t_start;
-    int64_t last_saved;           /* newest step this job saved (-1) */
+    int64_t last_saved;                  /* newest step this job saved (-1) */
     double first_stall_s, first_write_s; /* measured on the first save */
     double auto_stall_s, auto_write_s, auto_mtbf_s, auto_step_s, auto_interval_s;
     double step_s_sum;
@@ -188,8 +188,7 @@ llmt_status llmt__job_ckpt_open(llmt_job *j);
 llmt_status llmt__job_save(llmt_job *j, int async);
 /* After the step that finished at `done`: save when the interval says so
  * (the first auto save measures the stall). `last` forces a sync save. */
-llmt_status llmt__job_maybe_save(llmt_job *j, int64_t done, int last,
-                                 llmt_job_metrics *m);
+llmt_status llmt__job_maybe_save(llmt_job *j, int64_t done, int last, llmt_job_metrics *m);
 /* Restore the newest usable checkpoint (local tier, then durable).
  * with_data: also the loader's position (resume); 0 keeps the loader
  * where it is (rollback skips the data since). *step: the step restored,

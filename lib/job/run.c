@@ -75,13 +75,16 @@ static llmt_status anomaly(llmt_job *j, int64_t at, const char *kind, const char
     j->anomalies++;
     m->events |= LLMT_JOB_EVENT_ANOMALY;
     if (++j->consecutive > JOB_MAX_CONSECUTIVE_ANOMALIES)
-        return FAIL(LLMT_ERR_NUMERIC, "anomaly: %d anomalies in a row up to step %lld "
+        return FAIL(LLMT_ERR_NUMERIC,
+                    "anomaly: %d anomalies in a row up to step %lld "
                     "(%s): fault_tolerance.anomaly.policy %s cannot make progress",
                     j->consecutive, (long long)at, evidence, policy_names[policy]);
     const char *action;
     if (policy == LLMT_SPEC_ANOMALY_STOP)
-        return FAIL(LLMT_ERR_NUMERIC, "anomaly at step %lld: %s %s "
-                    "(fault_tolerance.anomaly.policy stop)", (long long)at, kind, evidence);
+        return FAIL(LLMT_ERR_NUMERIC,
+                    "anomaly at step %lld: %s %s "
+                    "(fault_tolerance.anomaly.policy stop)",
+                    (long long)at, kind, evidence);
     if (policy == LLMT_SPEC_ANOMALY_ROLLBACK) {
         /* PaLM's remedy: back to the last good state, and on with the
          * batches after the bad one (the loader is not rewound) */
@@ -90,9 +93,11 @@ static llmt_status anomaly(llmt_job *j, int64_t at, const char *kind, const char
         if (s != LLMT_OK)
             return s;
         if (back < 0)
-            return FAIL(LLMT_ERR_NUMERIC, "anomaly at step %lld: %s %s; "
+            return FAIL(LLMT_ERR_NUMERIC,
+                        "anomaly at step %lld: %s %s; "
                         "fault_tolerance.anomaly.policy rollback has no checkpoint "
-                        "to go back to yet", (long long)at, kind, evidence);
+                        "to go back to yet",
+                        (long long)at, kind, evidence);
         j->rollbacks++;
         m->events |= LLMT_JOB_EVENT_ROLLBACK;
         /* the steps after the snapshot are lost; the data they (and the
@@ -236,18 +241,20 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
                  ? j->flops_per_step / met.seconds / j->peak_flops
                  : 0;
     m->elapsed_s = t - j->t_start;
-    llmt__job_metrics_line(j, "{\"step\":%lld,\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6g,"
-                              "\"tokens\":%lld,\"step_s\":%.4f,\"tokens_per_s\":%.1f,"
-                              "\"elapsed_s\":%.2f,\"mfu\":%.4g}",
+    llmt__job_metrics_line(j,
+                           "{\"step\":%lld,\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6g,"
+                           "\"tokens\":%lld,\"step_s\":%.4f,\"tokens_per_s\":%.1f,"
+                           "\"elapsed_s\":%.2f,\"mfu\":%.4g}",
                            (long long)done, (double)met.loss, (double)met.grad_norm,
-                           (double)met.lr, (long long)met.tokens, met.seconds,
-                           m->tokens_per_s, m->elapsed_s, m->mfu);
+                           (double)met.lr, (long long)met.tokens, met.seconds, m->tokens_per_s,
+                           m->elapsed_s, m->mfu);
     double z = zscore(j, met.loss);
     if (z > sp->fault_tolerance.anomaly.zscore) {
         char ev[128];
-        snprintf(ev, sizeof ev, "loss %.4f is %.1f standard deviations above the last "
-                 "%d steps (anomaly.zscore %g)", (double)met.loss, z, j->nloss,
-                 sp->fault_tolerance.anomaly.zscore);
+        snprintf(ev, sizeof ev,
+                 "loss %.4f is %.1f standard deviations above the last "
+                 "%d steps (anomaly.zscore %g)",
+                 (double)met.loss, z, j->nloss, sp->fault_tolerance.anomaly.zscore);
         s = anomaly(j, done, "spike", ev, m);
         if (s != LLMT_OK || (m->events & LLMT_JOB_EVENT_ROLLBACK))
             return s;
@@ -304,8 +311,10 @@ LLMT_API llmt_status llmt_job_step(llmt_job *j, llmt_job_metrics *metrics)
     if (!j)
         return LLMT_ERR_NULL_POINTER;
     if (metrics && metrics->struct_size < sizeof(size_t))
-        return FAIL(LLMT_ERR_STRUCT_SIZE, "job: llmt_job_metrics.struct_size %zu is not "
-                    "set", metrics->struct_size);
+        return FAIL(LLMT_ERR_STRUCT_SIZE,
+                    "job: llmt_job_metrics.struct_size %zu is not "
+                    "set",
+                    metrics->struct_size);
     llmt_job_metrics m;
     llmt_status s = step_once(j, &m);
     m.anomalies = j->anomalies;
@@ -403,8 +412,8 @@ LLMT_API llmt_status llmt_job_sample(llmt_job *j, char *buf, size_t buflen, size
         }
         llmt_tokenizer_decode(j->data.tok, gen, (size_t)n, NULL, 0, &len);
         text = malloc(len + 1);
-        if (!text || llmt_tokenizer_decode(j->data.tok, gen, (size_t)n, text, len, &len) !=
-                         LLMT_OK) {
+        if (!text ||
+            llmt_tokenizer_decode(j->data.tok, gen, (size_t)n, text, len, &len) != LLMT_OK) {
             free(gen);
             free(text);
             return FAIL(LLMT_ERR_INTERNAL, "job: sample: decode failed");
@@ -415,8 +424,7 @@ LLMT_API llmt_status llmt_job_sample(llmt_job *j, char *buf, size_t buflen, size
         *needed = len + 1;
     llmt_status s = LLMT_OK;
     if (!buf || buflen < len + 1) {
-        s = buflen ? FAIL(LLMT_ERR_BUFFER_TOO_SMALL, "job: sample: %zu bytes needed",
-                          len + 1)
+        s = buflen ? FAIL(LLMT_ERR_BUFFER_TOO_SMALL, "job: sample: %zu bytes needed", len + 1)
                    : LLMT_ERR_BUFFER_TOO_SMALL;
     } else {
         if (len)
