@@ -44,8 +44,8 @@ LLMT_API llmt_status llmt_job_opts_init(llmt_job_opts *opts, size_t size)
 {
     if (!opts)
         return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "job opts", size,
-                                            offsetof(llmt_job_opts, run_dir));
+    llmt_status s =
+        llmt__check_struct_size(NULL, "job opts", size, offsetof(llmt_job_opts, run_dir));
     if (s != LLMT_OK)
         return s;
     llmt_job_opts d;
@@ -60,8 +60,7 @@ LLMT_API llmt_status llmt_job_opts_init(llmt_job_opts *opts, size_t size)
 }
 
 /* Relative output paths of the spec go under the run directory. */
-static void under(char *dst, size_t cap, const char *dir, const char *p,
-                  const char *dflt)
+static void under(char *dst, size_t cap, const char *dir, const char *p, const char *dflt)
 {
     if (!p || !*p)
         p = dflt;
@@ -85,8 +84,8 @@ static llmt_status where(llmt_job *j, const llmt_job_opts *o)
     j->rank = o->rank >= 0 ? o->rank : e.rank;
     j->local_rank = o->local_rank >= 0 ? o->local_rank : e.local_rank;
     if (j->world < 1 || j->rank < 0 || j->rank >= j->world)
-        return FAIL(LLMT_ERR_INVALID_ARGUMENT, "job: rank %d of world size %d",
-                    (int)j->rank, (int)j->world);
+        return FAIL(LLMT_ERR_INVALID_ARGUMENT, "job: rank %d of world size %d", (int)j->rank,
+                    (int)j->world);
     return LLMT_OK;
 }
 
@@ -100,8 +99,7 @@ static llmt_status paths(llmt_job *j, const llmt_job_opts *o)
     else
         snprintf(j->root_dir, sizeof j->root_dir, "runs/%s", j->name);
     if (j->rank > 0) /* every rank keeps its own data and metrics */
-        snprintf(j->run_dir, sizeof j->run_dir, "%.900s/rank-%d", j->root_dir,
-                 (int)j->rank);
+        snprintf(j->run_dir, sizeof j->run_dir, "%.900s/rank-%d", j->root_dir, (int)j->rank);
     else
         snprintf(j->run_dir, sizeof j->run_dir, "%s", j->root_dir);
     if (llmt__job_mkdir_p(j->run_dir) != 0)
@@ -125,12 +123,13 @@ static llmt_status paths(llmt_job *j, const llmt_job_opts *o)
     }
     if (local && *local && llmt__spec_given(s, "checkpoint.dir") &&
         strcmp(local, s->checkpoint.dir ? s->checkpoint.dir : ""))
-        return FAIL(LLMT_ERR_SPEC, "checkpoint.dir %s and the local tier's path %s "
-                    "name different roots: give one", s->checkpoint.dir, local);
+        return FAIL(LLMT_ERR_SPEC,
+                    "checkpoint.dir %s and the local tier's path %s "
+                    "name different roots: give one",
+                    s->checkpoint.dir, local);
     under(j->ckpt_dir, sizeof j->ckpt_dir, j->root_dir,
           local && *local ? local : s->checkpoint.dir, "ckpt");
-    under(j->jsonl_path, sizeof j->jsonl_path, j->run_dir, s->metrics.jsonl,
-          "metrics.jsonl");
+    under(j->jsonl_path, sizeof j->jsonl_path, j->run_dir, s->metrics.jsonl, "metrics.jsonl");
     under(j->plot_path, sizeof j->plot_path, j->run_dir, s->metrics.plot, "loss.svg");
     return LLMT_OK;
 }
@@ -189,9 +188,8 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
     t->warmup_steps = s->schedule.warmup_steps;
     t->total_steps = s->schedule.total_steps;
     t->min_lr = (float)(s->schedule.min_lr_ratio * s->optimizer.lr);
-    t->decay_fraction = t->total_steps > 0
-                            ? (float)s->schedule.decay_steps / (float)t->total_steps
-                            : 0;
+    t->decay_fraction =
+        t->total_steps > 0 ? (float)s->schedule.decay_steps / (float)t->total_steps : 0;
     if (t->decay_fraction > 1.0f)
         t->decay_fraction = 1.0f;
     /* trainer opts: 0 none, 1 full (every layer), 2 selective (the
@@ -200,8 +198,7 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
                    : s->parallelism.recompute == LLMT_SPEC_RECOMPUTE_SELECTIVE ? 2
                                                                                : 0;
     t->threads = o->threads > 0 ? o->threads : (int32_t)s->train.threads;
-    t->device = s->train.device == LLMT_SPEC_DEVICE_CUDA ? LLMT_DEVICE_CUDA
-                                                         : LLMT_DEVICE_CPU;
+    t->device = s->train.device == LLMT_SPEC_DEVICE_CUDA ? LLMT_DEVICE_CUDA : LLMT_DEVICE_CPU;
     t->deterministic = s->train.deterministic;
     if (s->precision.gemm == LLMT_SPEC_PREC_FP8) {
         t->fp8 = 1;
@@ -266,7 +263,8 @@ static llmt_status buffers(llmt_job *j)
     if (nval < B)
         return FAIL(LLMT_ERR_INVALID_ARGUMENT,
                     "data.val: the validation data holds fewer than %d sequences "
-                    "of %d tokens", B, T);
+                    "of %d tokens",
+                    B, T);
     j->nval = nval;
     return LLMT_OK;
 }
@@ -286,15 +284,16 @@ static llmt_status begin(llmt_job *j, const llmt_job_opts *o)
         if (s == LLMT_ERR_NOT_FOUND && j->fresh) {
             llmt__log(j->ctx, LLMT_LOG_WARN, "job", "fresh start as asked: %s", j->err.msg);
             snprintf(j->resume_note, sizeof j->resume_note,
-                     "no usable checkpoint in %s: starting from step 0 (--fresh)",
-                     j->ckpt_dir);
+                     "no usable checkpoint in %s: starting from step 0 (--fresh)", j->ckpt_dir);
             llmt__err_clear(&j->err);
             step = -1;
         } else if (s == LLMT_ERR_NOT_FOUND) {
-            return FAIL(s, "--resume: %s\nnothing was changed. Restore a checkpoint "
+            return FAIL(s,
+                        "--resume: %s\nnothing was changed. Restore a checkpoint "
                         "(doc/runbook.md), or start over from step 0 with --fresh "
                         "(llmt_job_opts.fresh; unusable step directories are moved to "
-                        "%s/quarantine, metrics are kept)", j->err.msg, j->ckpt_dir);
+                        "%s/quarantine, metrics are kept)",
+                        j->err.msg, j->ckpt_dir);
         } else if (s != LLMT_OK) {
             return s;
         } else if (step < 0) {
@@ -331,14 +330,19 @@ static llmt_status tokenizer_agrees(llmt_job *j)
     int kind = s->data.tokenizer.kind;
     if (llmt__spec_given(s, "data.tokenizer.kind") &&
         (kind == LLMT_SPEC_TOK_BYTE) != (v == 257))
-        return FAIL(LLMT_ERR_SPEC, "data.tokenizer.kind: %s, but the tokenizer in use "
+        return FAIL(LLMT_ERR_SPEC,
+                    "data.tokenizer.kind: %s, but the tokenizer in use "
                     "(from data.tokenizer.path or the prepared shards) has %d tokens: "
-                    "give the kind it is, or other data", kind == LLMT_SPEC_TOK_BYTE
-                    ? "byte" : kind == LLMT_SPEC_TOK_BPE ? "bpe" : "gpt2", (int)v);
+                    "give the kind it is, or other data",
+                    kind == LLMT_SPEC_TOK_BYTE  ? "byte"
+                    : kind == LLMT_SPEC_TOK_BPE ? "bpe"
+                                                : "gpt2",
+                    (int)v);
     int64_t want = s->data.tokenizer.vocab_size;
     if (llmt__spec_given(s, "data.tokenizer.vocab_size") && v != want &&
         !(kind == LLMT_SPEC_TOK_BPE && v < want))
-        return FAIL(LLMT_ERR_SPEC, "data.tokenizer.vocab_size: %lld, but the tokenizer "
+        return FAIL(LLMT_ERR_SPEC,
+                    "data.tokenizer.vocab_size: %lld, but the tokenizer "
                     "in use has %d tokens: remove the key or use matching data",
                     (long long)want, (int)v);
     return LLMT_OK;
@@ -352,11 +356,12 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
     if ((s = llmt__job_check_spec(j)) != LLMT_OK)
         return s;
     if (llmt__spec_given(j->spec, "parallelism.dp") && j->spec->parallelism.dp != j->world)
-        return FAIL(LLMT_ERR_SPEC, "parallelism.dp: %lld, but the job runs on %d rank(s): "
+        return FAIL(LLMT_ERR_SPEC,
+                    "parallelism.dp: %lld, but the job runs on %d rank(s): "
                     "start it with %lld processes (mpirun -np %lld, srun, torchrun), or "
-                    "leave dp out to take the world size", (long long)j->spec->parallelism.dp,
-                    (int)j->world, (long long)j->spec->parallelism.dp,
-                    (long long)j->spec->parallelism.dp);
+                    "leave dp out to take the world size",
+                    (long long)j->spec->parallelism.dp, (int)j->world,
+                    (long long)j->spec->parallelism.dp, (long long)j->spec->parallelism.dp);
     s = llmt_plan_create(j->ctx, j->spec, j->world, &j->plan);
     if (s != LLMT_OK)
         return FAIL(s, "plan: %s", llmt_context_last_error(j->ctx));
@@ -364,8 +369,8 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
         return s;
     if ((s = paths(j, o)) != LLMT_OK)
         return s;
-    job_data_opts d = {j->run_dir, j->spec, j->to.seq_len, j->to.micro_batch,
-                       j->to.grad_accum, j->rank, j->world, o->resume || o->fresh};
+    job_data_opts d = {j->run_dir,       j->spec, j->to.seq_len, j->to.micro_batch,
+                       j->to.grad_accum, j->rank, j->world,      o->resume || o->fresh};
     if ((s = llmt__job_data_open(j, &j->data, &d)) != LLMT_OK)
         return s;
     if ((s = tokenizer_agrees(j)) != LLMT_OK)
@@ -381,9 +386,11 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
     llmt_model_param_count(j->model, NULL, &j->params);
     if (llmt__spec_given(j->spec, "model.params") &&
         fabs((double)j->params - j->spec->model.params) > 0.1 * j->spec->model.params)
-        return FAIL(LLMT_ERR_SPEC, "model.params %.4g disagrees with the shape the "
+        return FAIL(LLMT_ERR_SPEC,
+                    "model.params %.4g disagrees with the shape the "
                     "spec gives (%lld parameters): the job builds the shape; fix or "
-                    "remove model.params", j->spec->model.params, (long long)j->params);
+                    "remove model.params",
+                    j->spec->model.params, (long long)j->params);
     s = llmt__job_trainer_create(j); /* on lib/obs's timed op table */
     if (s != LLMT_OK)
         return FAIL(s, "%s%s", j->to.device == LLMT_DEVICE_CUDA ? "train.device cuda: " : "",
@@ -393,11 +400,12 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
     if ((s = llmt__job_ckpt_open(j)) != LLMT_OK)
         return s;
     size_t have = 0;
-    if (!o->resume && !o->fresh && llmt_ckpt_list(j->ck, NULL, 0, &have) == LLMT_OK &&
-        have > 0)
-        return FAIL(LLMT_ERR_STATE, "%s already holds %zu checkpoint(s) of an earlier "
+    if (!o->resume && !o->fresh && llmt_ckpt_list(j->ck, NULL, 0, &have) == LLMT_OK && have > 0)
+        return FAIL(LLMT_ERR_STATE,
+                    "%s already holds %zu checkpoint(s) of an earlier "
                     "run: continue it with --resume (llmt_job_opts.resume), or choose "
-                    "another run directory (--out)", j->ckpt_dir, have);
+                    "another run directory (--out)",
+                    j->ckpt_dir, have);
     if ((s = llmt__job_metrics_open(j)) != LLMT_OK)
         return s;
     if ((s = buffers(j)) != LLMT_OK)
@@ -456,9 +464,8 @@ LLMT_API llmt_status llmt_job_create_from_file(llmt_context *ctx, const char *sp
     return s;
 }
 
-LLMT_API llmt_status llmt_job_create_from_json(llmt_context *ctx, const char *json,
-                                               size_t len, const llmt_job_opts *opts,
-                                               llmt_job **out)
+LLMT_API llmt_status llmt_job_create_from_json(llmt_context *ctx, const char *json, size_t len,
+                                               const llmt_job_opts *opts, llmt_job **out)
 {
     llmt_err *ce = ctx ? &ctx->err : NULL;
     LLMT__NONNULL(ce, "job: create", json);
@@ -518,8 +525,7 @@ LLMT_API llmt_status llmt_job_get_info(const llmt_job *j, llmt_job_info *out)
     LLMT__NONNULL(e, "job: get_info", out);
     if (out->struct_size < sizeof(size_t))
         return llmt__err_set(e, LLMT_ERR_STRUCT_SIZE,
-                             "job: llmt_job_info.struct_size %zu is not set",
-                             out->struct_size);
+                             "job: llmt_job_info.struct_size %zu is not set", out->struct_size);
     llmt_job_info i;
     memset(&i, 0, sizeof i);
     i.struct_size = out->struct_size;

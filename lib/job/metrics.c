@@ -13,8 +13,8 @@ llmt_status llmt__job_metrics_open(llmt_job *j)
 {
     j->jsonl = fopen(j->jsonl_path, "a");
     if (!j->jsonl)
-        return llmt__err_set(&j->err, LLMT_ERR_IO, "metrics.jsonl: open %s: %s",
-                             j->jsonl_path, strerror(errno));
+        return llmt__err_set(&j->err, LLMT_ERR_IO, "metrics.jsonl: open %s: %s", j->jsonl_path,
+                             strerror(errno));
     return LLMT_OK;
 }
 

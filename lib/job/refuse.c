@@ -38,8 +38,7 @@ static llmt_status check_parallelism(llmt_job *j)
          "context parallelism: issue 18"},
         {"parallelism.ep", offsetof(struct llmt_spec, parallelism.ep),
          "expert parallelism: issue 18"},
-        {"parallelism.virtual_stages",
-         offsetof(struct llmt_spec, parallelism.virtual_stages),
+        {"parallelism.virtual_stages", offsetof(struct llmt_spec, parallelism.virtual_stages),
          "interleaved pipeline stages: issue 17"},
     };
     if (s->parallelism.sequence_parallel)
@@ -53,24 +52,25 @@ static llmt_status check_parallelism(llmt_job *j)
         int64_t v;
         memcpy(&v, (const char *)s + dims[i].off, sizeof v);
         if (v != 1)
-            return REFUSE("%s: %lld is not supported by llmt_job yet (%s); use 1",
-                          dims[i].path, (long long)v, dims[i].what);
+            return REFUSE("%s: %lld is not supported by llmt_job yet (%s); use 1", dims[i].path,
+                          (long long)v, dims[i].what);
     }
     if (s->model.moe.experts > 0 || llmt__spec_given(s, "model.moe.top_k") ||
         llmt__spec_given(s, "model.moe.expert_ffn")) {
-        const char *k = s->model.moe.experts > 0 ? "model.moe.experts"
-                        : llmt__spec_given(s, "model.moe.top_k")
-                            ? "model.moe.top_k"
-                            : "model.moe.expert_ffn";
+        const char *k = s->model.moe.experts > 0                 ? "model.moe.experts"
+                        : llmt__spec_given(s, "model.moe.top_k") ? "model.moe.top_k"
+                                                                 : "model.moe.expert_ffn";
         return REFUSE("%s: mixture of experts is not supported by llmt_job yet "
-                      "(MoE layers: issue 18); remove model.moe", k);
+                      "(MoE layers: issue 18); remove model.moe",
+                      k);
     }
     /* ZeRO shards over the data-parallel group: with one rank there is
      * nothing to shard, and a stage that changes nothing would be a lie */
     if (s->parallelism.zero > 0 && j->world == 1)
         return REFUSE("parallelism.zero: %lld has no effect with one rank "
                       "(ZeRO shards over data-parallel ranks); use 0, or run "
-                      "under a launcher with dp > 1", (long long)s->parallelism.zero);
+                      "under a launcher with dp > 1",
+                      (long long)s->parallelism.zero);
     return LLMT_OK;
 }
 
@@ -91,8 +91,7 @@ static llmt_status check_precision(llmt_job *j)
         {"precision.param", s->precision.param,
          cuda ? LLMT_SPEC_PREC_BF16 : LLMT_SPEC_PREC_FP32, -1},
         {"precision.master", s->precision.master, LLMT_SPEC_PREC_FP32, -1},
-        {"precision.gemm", s->precision.gemm,
-         cuda ? LLMT_SPEC_PREC_BF16 : LLMT_SPEC_PREC_FP32,
+        {"precision.gemm", s->precision.gemm, cuda ? LLMT_SPEC_PREC_BF16 : LLMT_SPEC_PREC_FP32,
          cuda ? LLMT_SPEC_PREC_FP8 : -1},
     };
     for (size_t i = 0; i < 3; i++) {
@@ -100,8 +99,8 @@ static llmt_status check_precision(llmt_job *j)
             continue;
         return REFUSE("%s: %s is not supported by llmt_job with %s (the %s "
                       "engine runs %s%s%s; fp16 and other formats are not "
-                      "planned in an issue yet); use %s", k[i].path,
-                      prec(k[i].v), dev, cuda ? "device" : "CPU", prec(k[i].ok1),
+                      "planned in an issue yet); use %s",
+                      k[i].path, prec(k[i].v), dev, cuda ? "device" : "CPU", prec(k[i].ok1),
                       k[i].ok2 >= 0 ? " or " : "", k[i].ok2 >= 0 ? prec(k[i].ok2) : "",
                       prec(k[i].ok1));
     }
@@ -135,10 +134,9 @@ static llmt_status check_model(llmt_job *j)
     if (s->optimizer.type != LLMT_SPEC_OPT_ADAMW)
         return REFUSE("optimizer.type: %s is not supported by llmt_job yet (the "
                       "trainer implements AdamW only; no issue plans others yet); "
-                      "use adamw", s->optimizer.type == LLMT_SPEC_OPT_ADAM ? "adam"
-                                                                           : "sgd");
-    if (s->schedule.kind != LLMT_SPEC_SCHED_WSD &&
-        llmt__spec_given(s, "schedule.decay_steps"))
+                      "use adamw",
+                      s->optimizer.type == LLMT_SPEC_OPT_ADAM ? "adam" : "sgd");
+    if (s->schedule.kind != LLMT_SPEC_SCHED_WSD && llmt__spec_given(s, "schedule.decay_steps"))
         return REFUSE("schedule.decay_steps: only schedule.kind wsd has a "
                       "separate decay phase; the key has no effect with this "
                       "schedule: remove it or use wsd");
@@ -166,28 +164,33 @@ static llmt_status check_tiers(llmt_job *j)
         case LLMT_SPEC_TIER_PEER:
             return REFUSE("%s.kind: peer is not supported by llmt_job yet "
                           "(peer replication driven by the fault-tolerance "
-                          "agent: issue 19); use local or durable", p);
+                          "agent: issue 19); use local or durable",
+                          p);
         case LLMT_SPEC_TIER_HOST:
             if (++nhost > 1)
                 return REFUSE("%s.kind: a second host tier is not supported", p);
             if (t->path || t->keep_last != 3 || t->keep_every)
                 return REFUSE("%s: the host tier keeps exactly the last snapshot "
                               "in memory: path, keep_last and keep_every have no "
-                              "effect on it; remove them", p);
+                              "effect on it; remove them",
+                              p);
             break;
         case LLMT_SPEC_TIER_LOCAL:
             if (++nlocal > 1)
                 return REFUSE("%s.kind: a second local tier is not supported by "
                               "llmt_job (one root per run); use one local and one "
-                              "durable tier", p);
+                              "durable tier",
+                              p);
             break;
         case LLMT_SPEC_TIER_DURABLE:
             if (++ndurable > 1)
                 return REFUSE("%s.kind: a second durable tier is not supported by "
-                              "llmt_job; use one", p);
+                              "llmt_job; use one",
+                              p);
             if (!t->path || !*t->path)
                 return REFUSE("%s.path: a durable tier needs a path (a shared "
-                              "directory)", p);
+                              "directory)",
+                              p);
             break;
         }
     }

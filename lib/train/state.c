@@ -24,7 +24,6 @@
 #include "core/internal.h"
 #include "train/trainer_state.h"
 
-
 /* The learning-rate schedule as one key/value ("trainer.schedule"): a run
  * resumed under another schedule (say, a larger train.steps) is legitimate
  * but no longer continues the saved run exactly, so reading says so. */
