@@ -2009,7 +2009,7 @@ LLMT_API llmt_status llmt_job_sample(llmt_job *job, char *buf, size_t buflen,
 #define LLMT_JOB_GROUP_PP 2
 #define LLMT_JOB_GROUP_CP 3
 #define LLMT_JOB_GROUP_EP 4
-#define LLMT_JOB_GROUPS   8 /* room for later groups */
+#define LLMT_JOB_GROUPS 8 /* room for later groups */
 
 /* The last step on this rank. The parts (compute, optimizer, comm_s,
  * bubble, data, ckpt, other) add up to wall_s but for the host time of
@@ -2017,25 +2017,26 @@ LLMT_API llmt_status llmt_job_sample(llmt_job *job, char *buf, size_t buflen,
 typedef struct llmt_job_perf {
     size_t struct_size;
     int64_t step;
-    double wall_s;          /* the whole llmt_job_step: data to checkpoint */
-    double model_flops;     /* per step, all ranks: the planner's formula
-                               (6 N tokens + attention) */
-    double hw_flops;        /* model_flops plus recomputation */
-    double peak_flops;      /* per device: a GEMM calibrated at the start
-                               (CPU) or hardware.peak_tflops (GPU) */
-    double mfu, hfu;        /* model (hw) FLOPs / wall_s / (peak x world) */
-    double tokens_per_s;    /* all ranks: global tokens / wall_s */
-    double compute_s;       /* the engine's ops (forward, backward) */
-    double optimizer_s;     /* AdamW, gradient norm */
-    double comm_s[LLMT_JOB_GROUPS]; /* exposed: waited in this group's
-                               collectives (LLMT_JOB_GROUP_*) */
-    double bubble_s;        /* pipeline idle time (0: no pipeline yet) */
-    double data_s;          /* waiting for the loader */
-    double ckpt_s;          /* checkpoint stall */
-    double other_s;         /* validation, detection checks */
-    double unaccounted_s;   /* wall_s minus every part above */
-    int64_t mem_in_use, mem_peak; /* bytes of this rank (trainer memory;
-                               device allocator on a GPU) */
+    double wall_s; /* the whole llmt_job_step: data to checkpoint */
+    /* Per step, all ranks: the planner's formula (6 N tokens + attention). */
+    double model_flops;
+    double hw_flops; /* model_flops plus recomputation */
+    /* Per device: a GEMM calibrated at the start (CPU) or
+     * hardware.peak_tflops (GPU). */
+    double peak_flops;
+    double mfu, hfu;     /* model (hw) FLOPs / wall_s / (peak x world) */
+    double tokens_per_s; /* all ranks: global tokens / wall_s */
+    double compute_s;    /* the engine's ops (forward, backward) */
+    double optimizer_s;  /* AdamW, gradient norm */
+    /* Exposed: waited in this group's collectives (LLMT_JOB_GROUP_*). */
+    double comm_s[LLMT_JOB_GROUPS];
+    double bubble_s;      /* pipeline idle time (0: no pipeline yet) */
+    double data_s;        /* waiting for the loader */
+    double ckpt_s;        /* checkpoint stall */
+    double other_s;       /* validation, detection checks */
+    double unaccounted_s; /* wall_s minus every part above */
+    /* Bytes of this rank (trainer memory; device allocator on a GPU). */
+    int64_t mem_in_use, mem_peak;
 } llmt_job_perf;
 
 /* What a job writes besides metrics.jsonl; set before the first step. */
@@ -2045,7 +2046,7 @@ typedef struct llmt_job_obs_opts {
      * (1-based, inclusive) per rank: trace_dir/trace-rank<R>.json. 0/0
      * (default): no trace. */
     int64_t trace_first, trace_last;
-    const char *trace_dir;  /* NULL (default): the rank's run directory */
+    const char *trace_dir; /* NULL (default): the rank's run directory */
     /* Prometheus text exposition rewritten after each step (for
      * node_exporter's textfile collector): NULL (default) the rank's
      * run_dir/metrics.prom; "" none. */
