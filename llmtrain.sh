@@ -20,7 +20,7 @@ pkgs_build=(gcc g++ make pkg-config meson ninja-build binutils
             libopenmpi-dev openmpi-bin libgloo-dev python3 fortunes fortunes-min)
 # pkg:command entries are skipped when the command is already on PATH (a
 # toolchain installed another way, e.g. rustup's cargo).
-pkgs_test=(abigail-tools clang-format golang-go:go cargo:cargo python3-numpy python3-torch nodejs:node)
+pkgs_test=(abigail-tools clang-format chromium golang-go:go cargo:cargo python3-numpy python3-torch nodejs:node)
 
 say() { printf '\033[1mllmtrain.sh:\033[0m %s\n' "$*" >&2; }
 
@@ -69,6 +69,10 @@ demo() {
     case " $* " in *" --resume "*) ;; *) rm -rf runs/demo ;; esac
     say "training a small GPT on the CPU (a few minutes); output in runs/demo"
     "$cli" train examples/specs/demo-cpu.json --out runs/demo "$@"
+    # the run's page: loss, MFU, tokens/s, where the time went
+    if "$cli" report runs/demo >/dev/null; then
+      say "report: open $(pwd)/runs/demo/report.html in a browser"
+    fi
   elif "$cli" help plan >/dev/null 2>&1; then
     "$cli" plan examples/specs/llama3-405b-16k.json
   fi

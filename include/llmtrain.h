@@ -2056,6 +2056,11 @@ typedef struct llmt_job_obs_opts {
      * all-gather when fault_tolerance.straggler.interval is set, which
      * then decides); 0 (default): 10. */
     int32_t aggregate_interval;
+    /* 0 (default): every op of the engine is timed (the compute and
+     * optimizer parts of the split); -1: not timed, that time counts as
+     * unaccounted_s (what the timing costs: bench/obs/obs_overhead.py). The
+     * steps of a trace are timed either way. */
+    int32_t op_timing;
 } llmt_job_obs_opts;
 
 LLMT_API llmt_status llmt_job_obs_opts_init(llmt_job_obs_opts *opts, size_t size);

@@ -206,7 +206,7 @@ static void axes(FILE *o, const char *id, const char *title, double x0, double x
         double xv = x0 + (x1 - x0) * t / 4, px = ML + (W - ML - 10) * t / 4.0;
         fprintf(
             o,
-            "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%.0f</text>\n",
+            "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%.4g</text>\n",
             px, HH - MB + 14, xv);
     }
     fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"10\">step</text>\n", W - 40, HH - 2);
@@ -302,12 +302,13 @@ static void stacked(FILE *o, const run *r)
             sum += i < r->parts[k].n ? fmax(0, r->parts[k].y[i]) : 0;
         y1 = fmax(y1, sum);
     }
-    if (x1 <= x0)
-        x1 = x0 + 1;
+    /* half a step of room either side: the bars are centred on their step */
+    x0 -= 0.5;
+    x1 += 0.5;
     if (y1 <= 0)
         y1 = 1;
     axes(o, "split", "Where the time went (rank 0, seconds per step)", x0, x1, 0, y1);
-    double bw = fmax(0.5, (W - ML - 10) / (x1 - x0 + 1) * 0.9);
+    double bw = fmax(0.5, (W - ML - 10) / (x1 - x0) * 0.9);
     for (int i = 0; i < n; i++) {
         double base = 0;
         for (int k = 0; k < NPART; k++) {
@@ -323,7 +324,7 @@ static void stacked(FILE *o, const run *r)
     }
     for (int k = 0; k < NPART; k++)
         fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"%s\">%s</text>\n",
-                ML + 8 + 85 * k, 24, part_colors[k], part_names[k]);
+                ML + 8 + 110 * (k % 4), 24 + 13 * (k / 4), part_colors[k], part_names[k]);
     fprintf(o, "</svg>\n");
 }
 

@@ -30,7 +30,7 @@ static void fmt_dur(char *b, size_t cap, double s)
 static int usage(void)
 {
     fprintf(stderr, "usage: llmtrain train SPEC.json [--out DIR] [--resume] [--fresh] "
-                    "[--steps N] [--threads N] [--trace A-B|N] [--prom FILE]\n"
+                    "[--steps N] [--threads N] [--trace A-B|N] [--prom FILE] [--no-op-timing]\n"
                     "(llmtrain help train for more)\n");
     return CLI_USAGE;
 }
@@ -119,7 +119,7 @@ static int parse_trace(const char *v, trace_arg *t)
 }
 
 static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_opts *jo,
-                      const trace_arg *tr, const char *prom)
+                      const trace_arg *tr, const char *prom, int untimed)
 {
     llmt_spec *spec = NULL;
     llmt_status s = llmt_spec_parse_file(ctx, spec_path, &spec);
@@ -140,12 +140,13 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
     memset(&i, 0, sizeof i);
     i.struct_size = sizeof i;
     llmt_job_get_info(job, &i);
-    if (tr->last > 0 || prom) {
+    if (tr->last > 0 || prom || untimed) {
         llmt_job_obs_opts oo;
         llmt_job_obs_opts_init(&oo, sizeof oo);
         oo.trace_first = tr->first + (tr->relative ? i.start_step : 0);
         oo.trace_last = tr->last + (tr->relative ? i.start_step : 0);
         oo.prom_path = prom;
+        oo.op_timing = untimed ? -1 : 0;
         if ((s = llmt_job_set_obs(job, &oo)) != LLMT_OK) {
             int rc = cli_fail_status(CMD, s, llmt_job_last_error(job));
             llmt_job_destroy(job);
@@ -230,6 +231,7 @@ int cmd_train(int argc, char **argv)
 {
     const char *spec = NULL, *out = NULL, *prom = NULL;
     trace_arg tr = {0, 0, 0};
+    int untimed = 0;
     llmt_job_opts jo;
     llmt_job_opts_init(&jo, sizeof jo);
     for (int i = 1; i < argc; i++) {
@@ -253,6 +255,8 @@ int cmd_train(int argc, char **argv)
                 return CLI_USAGE;
         } else if (!strcmp(a, "--prom") && i + 1 < argc)
             prom = argv[++i];
+        else if (!strcmp(a, "--no-op-timing"))
+            untimed = 1;
         else if (a[0] == '-')
             return usage();
         else if (!spec)
@@ -273,7 +277,7 @@ int cmd_train(int argc, char **argv)
     llmt_status s = llmt_context_create(NULL, &ctx);
     if (s != LLMT_OK)
         return cli_fail_status(CMD, s, "context");
-    int rc = train_main(ctx, spec, &jo, &tr, prom);
+    int rc = train_main(ctx, spec, &jo, &tr, prom, untimed);
     llmt_context_destroy(ctx);
     return rc;
 }

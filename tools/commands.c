@@ -95,7 +95,7 @@ const cli_command cli_commands[] = {
     {"train", "train a model from a job spec",
      "usage: llmtrain train SPEC.json [--out DIR] [--resume] [--fresh]\n"
      "                      [--steps N] [--threads N] [--trace A-B|N]\n"
-     "                      [--prom FILE]\n"
+     "                      [--prom FILE] [--no-op-timing]\n"
      "  Trains the spec's model on the CPU (doc/training.md): data from\n"
      "  data.train, token shards (llmtrain data prepare) or text, prepared\n"
      "  into DIR/data (default corpus /usr/share/games/fortunes); progress\n"
@@ -120,7 +120,9 @@ const cli_command cli_commands[] = {
      "  --trace A-B  Chrome/Perfetto trace of steps A..B (N: the first N\n"
      "               steps of this run) in DIR/trace-rank<R>.json\n"
      "  --prom FILE  Prometheus textfile [DIR/metrics.prom]; llmtrain report\n"
-     "               DIR draws the run (doc/observability.md)\n",
+     "               DIR draws the run (doc/observability.md)\n"
+     "  --no-op-timing  do not time the engine's ops (their time is then\n"
+     "               unaccounted in the split; bench/obs/obs_overhead.py)\n",
      cmd_train},
     /* report: observability (issue 20) */
     {"report", "an HTML page of a run: loss, MFU, tokens/s, time split, ranks",

@@ -43,12 +43,13 @@ LLMT_API llmt_status llmt_job_set_obs(llmt_job *j, const llmt_job_obs_opts *opts
             return s;
     }
     o.struct_size = sizeof o;
-    if (o.trace_first < 0 || o.trace_last < o.trace_first || o.aggregate_interval < 0)
+    if (o.trace_first < 0 || o.trace_last < o.trace_first || o.aggregate_interval < 0 ||
+        o.op_timing < -1 || o.op_timing > 0)
         return FAIL(LLMT_ERR_INVALID_ARGUMENT,
-                    "job: trace steps %lld..%lld (1-based, first <= last) or "
-                    "aggregate_interval %d (>= 0) invalid",
+                    "job: trace steps %lld..%lld (1-based, first <= last), "
+                    "aggregate_interval %d (>= 0) or op_timing %d (0 or -1) invalid",
                     (long long)o.trace_first, (long long)o.trace_last,
-                    (int)o.aggregate_interval);
+                    (int)o.aggregate_interval, (int)o.op_timing);
     if (o.trace_first == 0 && o.trace_last > 0)
         o.trace_first = 1;
     const char *dir = o.trace_dir && o.trace_dir[0] ? o.trace_dir : j->run_dir;
@@ -65,6 +66,7 @@ LLMT_API llmt_status llmt_job_set_obs(llmt_job *j, const llmt_job_obs_opts *opts
     else
         snprintf(j->prom_path, sizeof j->prom_path, "%s", o.prom_path);
     o.trace_dir = o.prom_path = NULL; /* not kept: the caller's strings */
+    llmt__obs_op_timing(j->obs, o.op_timing == 0);
     j->obs_opts = o;
     return LLMT_OK;
 }
@@ -147,7 +149,8 @@ llmt_status llmt__job_obs_start(llmt_job *j)
                            "\"tokens_per_step\":%.0f,\"world\":%d,\"timed_ops\":%s}",
                            (int)j->rank, j->peak_device, source, cal_s, (int)j->to.threads,
                            j->flops_per_step, j->hw_flops_per_step, j->tokens_per_step,
-                           (int)j->world, j->obs_timed ? "true" : "false");
+                           (int)j->world,
+                           j->obs_timed && j->obs_opts.op_timing == 0 ? "true" : "false");
     if (j->trace_path[0]) {
         char err[JOB_PATH_MAX + 64];
         llmt_status s = llmt__obs_trace_open(j->obs, j->trace_path, j->rank, err, sizeof err);

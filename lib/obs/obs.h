@@ -30,6 +30,8 @@ void llmt__obs_destroy(llmt__obs *o);
 llmt_status llmt__obs_trainer_create(llmt__obs *o, llmt_model *model,
                                      const llmt_trainer_opts *opts, llmt_trainer **out,
                                      int *timed);
+/* on 0: forward the ops without reading the clock (but while tracing). */
+void llmt__obs_op_timing(llmt__obs *o, int on);
 /* Seconds spent in the ops so far, by kind (monotonic). */
 void llmt__obs_op_seconds(const llmt__obs *o, double out[LLMT__OBS_KINDS]);
 /* The ops' wall time is host time: on an asynchronous device it lands on

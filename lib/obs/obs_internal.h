@@ -18,6 +18,7 @@ struct llmt__obs {
     struct llmt__dev_ops *table;       /* handed to the trainer */
     const struct llmt__dev_ops *inner; /* the backend's */
     double op_s[LLMT__OBS_KINDS];
+    int untimed; /* set: ops are forwarded untimed (unless tracing) */
     /* trace */
     FILE *tf;
     int32_t pid;

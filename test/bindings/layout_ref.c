@@ -434,5 +434,6 @@ int main(void)
     printf("llmt_job_obs_opts.trace_dir %zu\n", offsetof(llmt_job_obs_opts, trace_dir));
     printf("llmt_job_obs_opts.prom_path %zu\n", offsetof(llmt_job_obs_opts, prom_path));
     printf("llmt_job_obs_opts.aggregate_interval %zu\n", offsetof(llmt_job_obs_opts, aggregate_interval));
+    printf("llmt_job_obs_opts.op_timing %zu\n", offsetof(llmt_job_obs_opts, op_timing));
     return 0;
 }

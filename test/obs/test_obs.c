@@ -220,6 +220,7 @@ static void check_prom(const char *path, const llmt_job_perf *p)
 typedef struct rank_arg {
     llmt_comm *comm;
     int rank, steps;
+    int untimed; /* op_timing -1, no trace */
     const char *json;
     char dir[600];
     llmt_job_perf perf[16];
@@ -244,10 +245,15 @@ static void *run_rank(void *p)
     }
     llmt_job_obs_opts oo;
     llmt_job_obs_opts_init(&oo, sizeof oo);
-    oo.trace_first = 3;
-    oo.trace_last = 4;
+    oo.op_timing = 1; /* 0 or -1 only */
+    a->st =
+        llmt_job_set_obs(job, &oo) == LLMT_ERR_INVALID_ARGUMENT ? LLMT_OK : LLMT_ERR_INTERNAL;
+    oo.op_timing = a->untimed ? -1 : 0;
+    oo.trace_first = a->untimed ? 0 : 3;
+    oo.trace_last = a->untimed ? 0 : 4;
     oo.aggregate_interval = 2;
-    a->st = llmt_job_set_obs(job, &oo);
+    if (a->st == LLMT_OK)
+        a->st = llmt_job_set_obs(job, &oo);
     for (int s = 0; a->st == LLMT_OK && s < a->steps; s++) {
         a->st = llmt_job_step(job, NULL);
         a->perf[s].struct_size = sizeof a->perf[s];
@@ -350,6 +356,36 @@ int main(int argc, char **argv)
         check_prom(path, &a.perf[5]);
         snprintf(path, sizeof path, "%s/run.jsonl", a.dir);
         CHECK(line_value(path, "\"step\":6", "ranks") == 1);
+    }
+
+    /* ---- one rank, ops not timed (op_timing -1): the engine's time is
+     * unaccounted, compute and optimizer stay 0, the rest is measured */
+    {
+        rank_arg a;
+        memset(&a, 0, sizeof a);
+        a.steps = 4;
+        a.untimed = 1;
+        a.json = spec_json(4, "");
+        snprintf(a.dir, sizeof a.dir, "%s/untimed", tmp);
+        run_rank(&a);
+        CHECK_STATUS(a.st, LLMT_OK);
+        for (int s = 0; s < a.steps; s++) {
+            const llmt_job_perf *p = &a.perf[s];
+            CHECK(p->compute_s == 0 && p->optimizer_s == 0);
+            fprintf(stderr,
+                    "untimed step %d: wall %.4f s, unaccounted %.4f s, other %.4f s, "
+                    "ckpt %.4f s\n",
+                    s + 1, p->wall_s, p->unaccounted_s, p->other_s, p->ckpt_s);
+            /* the engine's time moved to unaccounted (steps 1-2: no
+             * validation or checkpoint) */
+            CHECK(s >= 2 || p->unaccounted_s > 0.5 * p->wall_s);
+            CHECK(p->unaccounted_s > 0 && p->mfu > 0);
+        }
+        char mpath[700];
+        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", a.dir);
+        char *t = slurp(mpath);
+        CHECK(t && strstr(t, "\"timed_ops\":false") && !strstr(t, "\"timed_ops\":true"));
+        free(t);
     }
 
     /* ---- two ranks, rank 1 slowed by 40 ms a step from step 2 on */

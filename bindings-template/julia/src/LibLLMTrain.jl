@@ -639,6 +639,7 @@ struct llmt_job_obs_opts
     trace_dir::Ptr{UInt8}
     prom_path::Ptr{UInt8}
     aggregate_interval::Int32
+    op_timing::Int32
 end
 
 const STRUCT_IDS = Dict{DataType, Int}(

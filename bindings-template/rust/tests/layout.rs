@@ -438,5 +438,6 @@ fn layout_matches_c() {
     mine += &format!("llmt_job_obs_opts.trace_dir {}\n", offset_of!(llmt_job_obs_opts, trace_dir));
     mine += &format!("llmt_job_obs_opts.prom_path {}\n", offset_of!(llmt_job_obs_opts, prom_path));
     mine += &format!("llmt_job_obs_opts.aggregate_interval {}\n", offset_of!(llmt_job_obs_opts, aggregate_interval));
+    mine += &format!("llmt_job_obs_opts.op_timing {}\n", offset_of!(llmt_job_obs_opts, op_timing));
     assert_eq!(mine, text, "Rust layout differs from C");
 }
