@@ -334,7 +334,9 @@ llmt_status gloo_split(llmt_comm *c, int32_t color, int32_t key, int64_t deadlin
     std::vector<std::pair<int64_t, int32_t>> m;
     for (int r = 0; r < n; r++)
         if (all[2 * (size_t)r] == color)
-            m.push_back({((int64_t)all[2 * (size_t)r + 1] << 32) + r, r});
+            /* keys may be negative: multiply, a left shift of a negative
+             * value is undefined */
+            m.push_back({(int64_t)all[2 * (size_t)r + 1] * ((int64_t)1 << 32) + r, r});
     std::sort(m.begin(), m.end());
     int32_t nr = -1;
     for (size_t i = 0; i < m.size(); i++)
