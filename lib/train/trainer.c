@@ -374,13 +374,13 @@ LLMT_API llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
         return llmt__err_set(&tr->err, LLMT_ERR_NUMERIC,
                              "trainer: step %lld: loss %g, grad norm %g is not "
                              "finite; parameters not updated",
-                             (long long)tr->step + 1, (double)loss,
-                             (double)norm);
+                             (long long)tr->step + 1, (double)loss, (double)norm);
     float scale = 1.0f;
     if (tr->o.grad_clip > 0.0f && norm > tr->o.grad_clip)
         scale = tr->o.grad_clip / norm;
     float lr = lr_at(&tr->o, tr->step); /* = llmt_trainer_lr_at(step + 1) */
-    if (tr->dp) { /* this rank's shares, on the engine's buffers */
+    /* with data parallelism: this rank's shares, on the engine's buffers */
+    if (tr->dp) {
         if (llmt__dp_update(tr->dp, &tr->o, lr, scale, tr->step + 1) != LLMT_OK)
             return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
     } else {
