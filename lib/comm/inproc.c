@@ -386,7 +386,9 @@ static llmt_status ip_split(llmt_comm *c, int32_t color, int32_t key,
     me->a = &a;
     me->color = color;
     me->key = key;
-    me->share = NULL;
+    /* share is written only by this split's leader, between the two
+     * rendezvous: clearing it here would race with a member of the previous
+     * split that has passed its second rendezvous but not yet read it */
     llmt_status s = rendezvous(c, g, seq, 1, deadline);
     if (s != LLMT_OK) {
         pthread_mutex_unlock(&g->mu);
@@ -396,7 +398,12 @@ static llmt_status ip_split(llmt_comm *c, int32_t color, int32_t key,
     /* Members of my color in (key, rank) order. */
     split_ent *m = malloc((size_t)g->n * sizeof *m);
     int32_t nm = 0, myidx = -1;
-    if (!m) s = LLMT_ERR_OUT_OF_MEMORY;
+    if (!m) {
+        s = LLMT_ERR_OUT_OF_MEMORY;
+        pthread_mutex_lock(&g->mu);
+        me->share = NULL; /* were it the leader: no stale group */
+        pthread_mutex_unlock(&g->mu);
+    }
     if (m && color >= 0) {
         for (int32_t r = 0; r < g->n; r++)
             if (g->slot[r].color == color)

@@ -107,7 +107,7 @@ struct llmt__devtrain {
     struct tshard *sh;
     int nnrm;
     const float **nrm_x;
-    size_t *nrm_n;
+    size_t *nrm_n, *nrm_lo, *dnumel; /* runs' device offsets; shard sizes */
     float *xmx, *xst, *kvbuf;
     size_t kvn;
     /* data parallelism (lib/train/dp.c), or NULL: its hooks run at the
@@ -218,6 +218,8 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     free(g->sh);
     free(g->nrm_x);
     free(g->nrm_n);
+    free(g->nrm_lo);
+    free(g->dnumel);
     llmt__fp8_delayed_destroy(g->rec);
     free(g);
 }
@@ -388,6 +390,7 @@ static void tp_norm_runs(llmt__devtrain *g)
             size_t n = (size_t)(s->kind == SH_COLS ? s->R * s->n[0] : s->n[j] * s->K);
             if (s->own[j] && n) {
                 g->nrm_x[g->nnrm] = g->grad + at_;
+                g->nrm_lo[g->nnrm] = at_;
                 g->nrm_n[g->nnrm++] = n;
             }
             at_ += n;
@@ -548,14 +551,17 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
     g->sh = calloc((size_t)m->nparams, sizeof *g->sh);
     g->nrm_x = calloc((size_t)m->nparams * 3, sizeof *g->nrm_x);
     g->nrm_n = calloc((size_t)m->nparams * 3, sizeof *g->nrm_n);
+    g->nrm_lo = calloc((size_t)m->nparams * 3, sizeof *g->nrm_lo);
+    g->dnumel = calloc((size_t)m->nparams, sizeof *g->dnumel);
     g->tp = tps;
     if (tps > 1) {
         g->tpr = tp->rank;
         g->hook = tp->hook;
         g->hook_ctx = tp->ctx;
     }
-    if (!g->sh || !g->nrm_x || !g->nrm_n || !g->doff || !g->lay || !g->lin || !g->L ||
-        !g->resid || !g->hrow || !g->hloss || !g->run_lo || !g->run_n || !g->run_decay) {
+    if (!g->sh || !g->nrm_x || !g->nrm_n || !g->nrm_lo || !g->dnumel || !g->doff || !g->lay ||
+        !g->lin || !g->L || !g->resid || !g->hrow || !g->hloss || !g->run_lo || !g->run_n ||
+        !g->run_decay) {
         llmt__devtrain_destroy(g);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     }
@@ -1313,12 +1319,27 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
     S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)micro * N * sizeof(float)),
       "read the losses");
     *loss_sum = host_sum(g->hloss, (size_t)micro * N);
+    /* data parallelism's reductions finish first (they may be in flight
+     * on these gradients); the kv heads' sum over the tensor parallel group
+     * is linear, so it composes with them, ZeRO-2/3's zeroed non-shares
+     * included (every rank of a tensor parallel group has the same layout
+     * and data parallel share) */
+    if (g->dp && llmt__dp_end(g->dp, loss_sum) != LLMT_OK)
+        return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
     if (g->kvrep && (s = tp_kv_reduce(g)) != LLMT_OK)
         return s;
-    if (g->dp) { /* reduced gradients, global loss and norm */
-        if (llmt__dp_end(g->dp, loss_sum) != LLMT_OK ||
-            llmt__dp_sumsq(g->dp, grad_sumsq) != LLMT_OK)
+    if (g->dp) { /* global norm: this rank's norm runs of its share */
+        if (llmt__dp_sumsq(g->dp, grad_sumsq) != LLMT_OK)
             return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
+        if (g->tp > 1) { /* then over the tensor parallel group */
+            float ss = (float)*grad_sumsq;
+            S(g->op->h2d(g->d, g->sums, &ss, sizeof ss), "gradient norm");
+            if ((s = g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, g->sums, 1, 1)) !=
+                LLMT_OK)
+                return s;
+            S(g->op->d2h(g->d, &ss, g->sums, sizeof ss), "read the gradient norm");
+            *grad_sumsq = ss;
+        }
     } else if (g->tp > 1) { /* each element once: its owner's (tp_norm_runs) */
         float ss;
         S(g->op->sumsq(g->d, g->sums, g->nrm_x, g->nrm_n, g->nnrm), "gradient norm");
@@ -1430,6 +1451,15 @@ void llmt__devtrain_dp_store(llmt__devtrain *g, llmt__dp_store *st)
     st->v = g->mom2;
     st->total = g->P;
     st->doff = g->doff;
+    st->norm_count = -1;
+    if (g->tp > 1) { /* this rank's shards; the norm counts what it owns */
+        for (int i = 0; i < g->m->nparams; i++)
+            g->dnumel[i] = g->sh[i].numel;
+        st->numel = g->dnumel;
+        st->norm_lo = g->nrm_lo;
+        st->norm_n = g->nrm_n;
+        st->norm_count = g->nnrm;
+    }
     st->host_params = g->alias;
 }
 

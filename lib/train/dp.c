@@ -121,6 +121,13 @@ struct llmt__dp {
 
 const llmt_err *llmt__dp_err(const llmt__dp *dp) { return &dp->err; }
 
+/* Elements of parameter i in the device layout (a tensor parallel shard's
+ * when the engine has one). */
+static size_t dnumel(const llmt__dp *dp, int i)
+{
+    return dp->dv.numel ? dp->dv.numel[i] : dp->model->params[i].numel;
+}
+
 static void note(llmt__dp *dp, llmt_status s, const char *what)
 {
     if (s == LLMT_OK || dp->st != LLMT_OK) return;
@@ -455,8 +462,9 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
     dp->pf = calloc((size_t)U, sizeof *dp->pf);
     dp->soff = calloc((size_t)U, sizeof(size_t));
     dp->released = calloc((size_t)U, sizeof(size_t));
-    dp->sx = calloc((size_t)U, sizeof *dp->sx);
-    dp->sn = calloc((size_t)U, sizeof *dp->sn);
+    size_t nsx = (size_t)U + (st->norm_count > 0 ? (size_t)st->norm_count : 0);
+    dp->sx = calloc(nsx, sizeof *dp->sx);
+    dp->sn = calloc(nsx, sizeof *dp->sn);
     dp->xbuf = dalloc(dp, (1 + (size_t)dp->size) * sizeof(int64_t));
     dp->dsum = dalloc(dp, sizeof(float));
     for (int k = 0; k < RS_SLOTS; k++) dp->rs_unit[k] = -1;
@@ -507,8 +515,7 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
     }
     for (int i = 0; ok && i < model->nparams; i++) {
         int u = dp->unit_of_param[i];
-        ok = st->doff[i] >= dp->lo[u] &&
-             st->doff[i] + model->params[i].numel <= dp->lo[u] + dp->n[u];
+        ok = st->doff[i] >= dp->lo[u] && st->doff[i] + dnumel(dp, i) <= dp->lo[u] + dp->n[u];
     }
     if (!ok) {
         llmt__dp_destroy(dp);
@@ -776,18 +783,42 @@ static llmt_status dev_sumsq(llmt__dp *dp, int count, double *out)
 
 llmt_status llmt__dp_sumsq(llmt__dp *dp, double *ss)
 {
+    int runs = dp->dv.norm_count >= 0;
     if (dp->o.zero_stage < 2) { /* every rank holds the whole reduced gradient */
-        dp->sx[0] = dp->grads;
-        dp->sn[0] = dp->dv.total;
-        return dev_sumsq(dp, 1, ss);
+        if (!runs) {
+            dp->sx[0] = dp->grads;
+            dp->sn[0] = dp->dv.total;
+            return dev_sumsq(dp, 1, ss);
+        }
+        for (int k = 0; k < dp->dv.norm_count; k++) {
+            dp->sx[k] = dp->grads + dp->dv.norm_lo[k];
+            dp->sn[k] = dp->dv.norm_n[k];
+        }
+        *ss = 0;
+        return dp->dv.norm_count ? dev_sumsq(dp, dp->dv.norm_count, ss) : LLMT_OK;
     }
     double mine = 0;
     int cnt = 0;
-    for (int u = 0; u < dp->nunits; u++)
-        if (dp->own_n[u]) {
-            dp->sx[cnt] = dp->grads + dp->own_lo[u];
-            dp->sn[cnt++] = dp->own_n[u];
+    for (int u = 0; u < dp->nunits; u++) {
+        size_t oa = dp->own_lo[u], ob = oa + dp->own_n[u];
+        if (!runs && ob > oa) {
+            dp->sx[cnt] = dp->grads + oa;
+            dp->sn[cnt++] = ob - oa;
         }
+        /* the norm runs inside the own share (a run lies in one parameter,
+         * so in one unit) */
+        for (int k = 0; runs && k < dp->dv.norm_count; k++) {
+            size_t a = dp->dv.norm_lo[k], b = a + dp->dv.norm_n[k];
+            if (a < oa)
+                a = oa;
+            if (b > ob)
+                b = ob;
+            if (a < b) {
+                dp->sx[cnt] = dp->grads + a;
+                dp->sn[cnt++] = b - a;
+            }
+        }
+    }
     llmt_status s = cnt ? dev_sumsq(dp, cnt, &mine) : LLMT_OK;
     if (s != LLMT_OK)
         return s;
@@ -951,7 +982,7 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
     dp->st = LLMT_OK;
     for (int i = 0; i < m->nparams; i++) {
         const llmt__param *p = &m->params[i];
-        size_t a = dp->dv.doff[i], n = p->numel;
+        size_t a = dp->dv.doff[i], n = dnumel(dp, i);
         float *sm = dp->m ? dp->m + a : NULL, *sv = dp->v ? dp->v + a : NULL;
         if (zs >= 1) { /* the device shares */
             int u = dp->unit_of_param[i];
@@ -1066,9 +1097,8 @@ int llmt__dp_zero_stage(const llmt__dp *dp) { return dp->o.zero_stage; }
 void llmt__dp_param_share(const llmt__dp *dp, int param, size_t *rel, size_t *n, float **m,
                           float **v)
 {
-    const llmt__param *p = &dp->model->params[param];
     int u = dp->unit_of_param[param];
-    size_t lo = dp->dv.doff[param], a = lo, b = lo + p->numel;
+    size_t lo = dp->dv.doff[param], a = lo, b = lo + dnumel(dp, param);
     size_t oa = dp->own_lo[u], ob = oa + dp->own_n[u];
     if (oa > a) a = oa;
     if (ob < b) b = ob;

@@ -24,7 +24,16 @@ typedef struct llmt__dp_store {
     float *grads, *m, *v; /* fp32 gradients and the engine's full moments */
     size_t total;         /* floats of the device layout */
     const size_t *doff;   /* device offset of each of the model's parameters */
-    int host_params;      /* master IS the model's data (host memory) */
+    /* elements of each parameter on the device: this rank's tensor
+     * parallel shard (lib/train/device.c); NULL: the model's numel */
+    const size_t *numel;
+    /* the gradient norm counts only these runs of the device layout
+     * (offsets, lengths; tensor parallelism: what this rank owns, so the
+     * sum over the tensor parallel group counts each element once);
+     * norm_count < 0: all of it */
+    const size_t *norm_lo, *norm_n;
+    int norm_count;
+    int host_params; /* master IS the model's data (host memory) */
 } llmt__dp_store;
 
 /* The communicator must take the store's memory: host memory (the CPU
@@ -52,7 +61,9 @@ void llmt__dp_ready(llmt__dp *dp, int unit);
 /* After the last micro-batch: wait for the reductions, sum the loss over
  * the ranks (in rank order). */
 llmt_status llmt__dp_end(llmt__dp *dp, double *loss_sum);
-/* Global sum of squares of the reduced gradients. */
+/* Sum of squares of the reduced gradients over the data parallel group
+ * (only the store's norm runs: with tensor parallelism the caller sums the
+ * result over the tensor parallel group). */
 llmt_status llmt__dp_sumsq(llmt__dp *dp, double *ss);
 /* AdamW on this rank's share, then share the parameters (ZeRO-1/2) or
  * leave them sharded (ZeRO-3). t is the 1-based step. */

@@ -772,11 +772,8 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
         llmt_status s = detach(tr);
         if (s != LLMT_OK) return s;
     }
-    if (!comm) return LLMT_OK;
-    if (tr->tp)
-        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: data parallelism combined with tensor parallelism "
-                             "is not implemented yet (issue 16 step 2)");
+    if (!comm)
+        return LLMT_OK;
     /* dp.c reduces, shards and gathers the engine's device buffers through
      * the op table, on any backend (the communicator must take its memory:
      * NCCL for CUDA, in-process or MPI for the CPU and the emulation) */
