@@ -220,6 +220,14 @@ LLMT_API llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_add", ck);
+    if (llmt__trainer_tp_dp(tr))
+        return llmt__err_set(llmt__trainer_err(tr), LLMT_ERR_UNSUPPORTED,
+                             "trainer: %s: checkpoints of a trainer with both tensor and data "
+                             "parallelism are not implemented yet (issue 16 step 3: each TP "
+                             "rank's blocks); detach data parallelism first "
+                             "(llmt_trainer_set_comm(tr, NULL, NULL)) or save from a "
+                             "tensor parallel trainer alone",
+                             "ckpt_add");
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
     /* a device trainer: the host copies are what gets saved */
@@ -315,6 +323,14 @@ LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_read", ck);
+    if (llmt__trainer_tp_dp(tr))
+        return llmt__err_set(llmt__trainer_err(tr), LLMT_ERR_UNSUPPORTED,
+                             "trainer: %s: checkpoints of a trainer with both tensor and data "
+                             "parallelism are not implemented yet (issue 16 step 3: each TP "
+                             "rank's blocks); detach data parallelism first "
+                             "(llmt_trainer_set_comm(tr, NULL, NULL)) or save from a "
+                             "tensor parallel trainer alone",
+                             "ckpt_read");
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
     char buf[64];

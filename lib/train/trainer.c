@@ -717,6 +717,10 @@ llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in)
 llmt_err *llmt__trainer_err(llmt_trainer *tr) { return &tr->err; }
 llmt_model *llmt__trainer_model(llmt_trainer *tr) { return tr->model; }
 int llmt__trainer_has_comm(const llmt_trainer *tr) { return tr->dp != NULL; }
+int llmt__trainer_tp_dp(const llmt_trainer *tr)
+{
+    return tr->dp != NULL && tr->tp != NULL;
+}
 const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr) { return &tr->o; }
 llmt_context *llmt__trainer_ctx(llmt_trainer *tr) { return tr->ctx; }
 llmt_status llmt__trainer_params_written(llmt_trainer *tr)

@@ -12,6 +12,11 @@ llmt_model *llmt__trainer_model(llmt_trainer *tr);
 int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel, int64_t *n,
                         float *ptr[3]);
 int llmt__trainer_has_comm(const llmt_trainer *tr);
+/* Tensor parallel and data parallel together: the shares are cut from the
+ * local shards (device layout), not from the host's whole tensors, so the
+ * checkpoint code (which reads shares as flat ranges of whole tensors)
+ * must refuse rather than write wrong blocks. */
+int llmt__trainer_tp_dp(const llmt_trainer *tr);
 const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr);
 llmt_context *llmt__trainer_ctx(llmt_trainer *tr);
 /* After the host parameters (and moments) were written: the engine and

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "exec/dev.h"
@@ -83,6 +84,7 @@ typedef struct rank_arg {
     float loss[STEPS];
     float *params;
     int64_t numel;
+    int ckpt_refused;
     llmt_status st;
     char err[1024];
 } rank_arg;
@@ -143,6 +145,19 @@ static void *rank_main(void *p)
     }
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr); /* gathers over dp, then tp */
+    /* checkpoints of tp x dp: refused (not collective), never wrong blocks */
+    if (a->st == LLMT_OK && a->world && a->rank == 0 && a->zero == 1) {
+        char dir[] = "/tmp/llmt_tpdp_XXXXXX";
+        llmt_ckpt_opts co;
+        llmt_ckpt_opts_init(&co, sizeof co);
+        llmt_ckpt *ck = NULL;
+        if (mkdtemp(dir) && llmt_ckpt_create(NULL, dir, &co, &ck) == LLMT_OK) {
+            a->ckpt_refused = llmt_trainer_ckpt_add(tr, ck) == LLMT_ERR_UNSUPPORTED &&
+                              strstr(llmt_trainer_last_error(tr), "issue 16 step 3");
+            llmt_ckpt_destroy(ck);
+        }
+        rmdir(dir);
+    }
     if (a->st != LLMT_OK)
         snprintf(a->err, sizeof a->err, "%s",
                  tr  ? llmt_trainer_last_error(tr)
@@ -206,6 +221,8 @@ static void compare(const char *name, int llama, int kv)
         run(1, zero, a);
         double wl = 0.0, wp = 0.0, wr = 0.0;
         int64_t wo = 0;
+        if (zero == 1)
+            CHECK(a[0].ckpt_refused);
         for (int r = 0; r < W; r++) {
             if (a[r].st != LLMT_OK)
                 fprintf(stderr, "%s zero %d rank %d: %s\n", name, zero, r, a[r].err);
