@@ -1337,12 +1337,12 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
  * llmt_trainer_sync_params) stay whole and are gathered over comm when
  * read, so reading them is collective too. Data parallelism composes
  * (llmt_trainer_set_comm afterwards, on the DP group; ZeRO 0-3 shard the
- * local shards). Checkpoints: a tensor parallel trainer alone saves and
- * reads whole tensors (gathered; each rank slices what it reads); with
- * data parallelism attached too, llmt_trainer_ckpt_add and _ckpt_read
- * fail with LLMT_ERR_UNSUPPORTED (detach it first), and
- * llmt_trainer_optim_shard's offsets are in the local shard, not in the
- * whole tensor. Fails, naming the
+ * local shards). Checkpoints: llmt_trainer_ckpt_add becomes collective
+ * over comm (and the DP group) and each rank adds only its blocks of the
+ * global tensors (every rank of the group saves, with its own rank in
+ * llmt_ckpt_opts); llmt_trainer_ckpt_read reads each rank's shards under
+ * any tp, dp and ZeRO stage. llmt_trainer_optim_shard's offsets are in
+ * the local shard, not in the whole tensor. Fails, naming the
  * key, when comm's size does not divide model.heads, width, ffn_hidden or
  * the padded vocabulary (or kv_heads and tp divide neither way), and with
  * LLMT_ERR_UNSUPPORTED on a backend without the vocabulary-split ops

@@ -721,6 +721,20 @@ llmt_status llmt__devtrain_fp8_import(llmt__devtrain *g, const float *in)
 
 float *llmt__devtrain_host_grads(llmt__devtrain *g) { return g->hg; }
 float *llmt__devtrain_host_m(llmt__devtrain *g) { return g->hm; }
+int llmt__devtrain_shard(const llmt__devtrain *g, int i, int *cols, int64_t *R, int64_t *K,
+                         int64_t lo[3], int64_t n[3], int own[3])
+{
+    const tshard *s = &g->sh[i];
+    *cols = s->kind == SH_COLS;
+    *R = s->R;
+    *K = s->K;
+    for (int j = 0; j < s->nseg; j++) {
+        lo[j] = s->lo[j];
+        n[j] = s->n[j];
+        own[j] = s->own[j];
+    }
+    return s->nseg;
+}
 float *llmt__devtrain_host_v(llmt__devtrain *g) { return g->hv; }
 const char *llmt__devtrain_backend(const llmt__devtrain *g) { return g->op->name; }
 

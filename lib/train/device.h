@@ -154,6 +154,15 @@ void llmt__devtrain_destroy(llmt__devtrain *g);
  * floats each, in the host model's layout. */
 float *llmt__devtrain_host_grads(llmt__devtrain *g);
 float *llmt__devtrain_host_m(llmt__devtrain *g);
+/* Parameter i's tensor parallel shard (lib/train/state.c's checkpoint
+ * blocks): the tensor seen as [*R, *K]; cols = 0: nseg segments of rows
+ * [lo[j], lo[j] + n[j]) concatenated in the local layout; cols = 1: the
+ * columns [lo[0], lo[0] + n[0]) of every row (local [R, n[0]]). own[j]:
+ * this rank alone writes that segment (replicas: the first holder).
+ * Returns the segment count (1 and whole rows without tensor
+ * parallelism). */
+int llmt__devtrain_shard(const llmt__devtrain *g, int i, int *cols, int64_t *R, int64_t *K,
+                         int64_t lo[3], int64_t n[3], int own[3]);
 float *llmt__devtrain_host_v(llmt__devtrain *g);
 
 /* Host -> device: the model's parameters and, when m and v are not NULL,

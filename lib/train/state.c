@@ -16,7 +16,10 @@
  * parameters whole (every rank needs them) and, when the optimizer state
  * is sharded (ZeRO >= 1), only this rank's blocks of m and v: lib/ckpt
  * reads only the byte ranges that overlap, whatever layout saved them, so
- * any dp size and stage loads any other. */
+ * any dp size and stage loads any other.
+ * Tensor parallel (with or without data parallelism): the share is a flat
+ * range of the rank's local shard, mapped to global blocks along the
+ * shard's segments (tp_blocks). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +162,92 @@ static int share_blocks(llmt_trainer *tr, int32_t i, int w,
     return nb;
 }
 
+/* Tensor parallelism: this rank's blocks of parameter i's kind w with
+ * their global offsets. The rank's part is its data parallel share (a
+ * flat range of its local shard; the whole shard without data
+ * parallelism) cut along the shard's segments: row segments are rows of
+ * the global tensor at row lo[j], a column shard is the columns from
+ * lo[0] of every row. The data come from the local share (ZeRO >= 1
+ * moments: contiguous in the local layout, one block per box) or from the
+ * host's whole tensor (parameters, ZeRO 0 moments: a column box of
+ * several rows goes row by row, its rows are not adjacent there). save:
+ * only the segments this rank owns (a replica is written once: by TP rank
+ * 0 for whole tensors, by the first holder of a shared kv head); read:
+ * every segment it holds. */
+static llmt_status tp_blocks(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w, const char *key,
+                             const llmt_tensor *pv, int save)
+{
+    llmt_err *e = llmt__trainer_err(tr);
+    int cols = 0, own[3];
+    int64_t R, K, lo[3], n[3], rel, cnt;
+    float *mv[2], *ptr[3];
+    int ns = llmt__trainer_tp_shard(tr, i, &cols, &R, &K, lo, n, own, &rel, &cnt, mv);
+    float *local = w ? mv[w - 1] : NULL, *glob = NULL;
+    if (save) { /* every rank names every tensor first, in the model's order
+                 * (an empty block): the merged manifest, and so an export,
+                 * lists them in the order a single rank's has */
+        int64_t sh[LLMT_MAX_DIMS], zero[LLMT_MAX_DIMS] = {0};
+        memcpy(sh, pv->shape, sizeof sh);
+        sh[0] = 0;
+        llmt_tensor view;
+        llmt_tensor_init(&view, sizeof view, LLMT_DTYPE_FP32, pv->ndim, sh, pv->data,
+                         LLMT_DEVICE_CPU, 0);
+        llmt_status s = llmt_ckpt_add_tensor(ck, key, &view, pv->shape, zero);
+        if (s != LLMT_OK)
+            return llmt__err_set(e, s, "trainer: ckpt: add %s: %s", key,
+                                 llmt_ckpt_last_error(ck));
+    }
+    if (!local) {
+        int64_t r2, n2;
+        /* the host's whole m and v: ptr[w] is the parameter's element r2 */
+        llmt__trainer_share(tr, i, &r2, &n2, ptr);
+        glob = w == 0 ? (float *)pv->data : ptr[w] - r2;
+    }
+    int64_t s0 = 0;
+    for (int j = 0; j < ns; j++) {
+        int64_t segn = cols ? R * n[j] : n[j] * K;
+        int64_t a = rel > s0 ? rel : s0, b = rel + cnt < s0 + segn ? rel + cnt : s0 + segn;
+        if (a < b && (!save || own[j])) {
+            int64_t shape[LLMT_MAX_DIMS];
+            for (int d = 0; d < pv->ndim; d++)
+                shape[d] = pv->shape[d];
+            shape[cols ? 1 : 0] = n[j];
+            box bx[MAX_BOXES];
+            int nb = flat_boxes(pv->ndim, shape, a - s0, b - s0, bx);
+            for (int k = 0; k < nb; k++) {
+                bx[k].off[cols ? 1 : 0] += lo[j];
+                int64_t rows = !local && cols ? bx[k].shape[0] : 1;
+                for (int64_t rr = 0; rr < rows; rr++) {
+                    int64_t off[LLMT_MAX_DIMS], sh[LLMT_MAX_DIMS];
+                    memcpy(off, bx[k].off, sizeof off);
+                    memcpy(sh, bx[k].shape, sizeof sh);
+                    float *data;
+                    if (local) {
+                        data = local + (s0 + bx[k].flat - rel);
+                    } else if (cols) {
+                        off[0] += rr;
+                        sh[0] = 1;
+                        data = glob + off[0] * K + off[1];
+                    } else {
+                        data = glob + lo[j] * K + bx[k].flat;
+                    }
+                    llmt_tensor view;
+                    llmt_tensor_init(&view, sizeof view, LLMT_DTYPE_FP32, pv->ndim, sh, data,
+                                     LLMT_DEVICE_CPU, 0);
+                    llmt_status s = save ? llmt_ckpt_add_tensor(ck, key, &view, pv->shape, off)
+                                         : llmt_ckpt_read(ck, key, &view, off);
+                    if (s != LLMT_OK)
+                        return llmt__err_set(e, s, "trainer: ckpt: %s %s: %s",
+                                             save ? "add" : "read", key,
+                                             llmt_ckpt_last_error(ck));
+                }
+            }
+        }
+        s0 += segn;
+    }
+    return LLMT_OK;
+}
+
 static llmt_status add_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
                            const char *pn, const llmt_tensor *pv)
 {
@@ -168,6 +257,8 @@ static llmt_status add_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
     box bx[MAX_BOXES];
     llmt_tensor views[MAX_BOXES];
     int nb;
+    if (llmt__trainer_has_tp(tr))
+        return tp_blocks(tr, ck, i, w, key, pv, 1);
     if (!llmt__trainer_has_comm(tr)) { /* whole, as a single rank always did */
         float *ptr[3];
         int64_t rel, n;
@@ -220,18 +311,13 @@ LLMT_API llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_add", ck);
-    if (llmt__trainer_tp_dp(tr))
-        return llmt__err_set(llmt__trainer_err(tr), LLMT_ERR_UNSUPPORTED,
-                             "trainer: %s: checkpoints of a trainer with both tensor and data "
-                             "parallelism are not implemented yet (issue 16 step 3: each TP "
-                             "rank's blocks); detach data parallelism first "
-                             "(llmt_trainer_set_comm(tr, NULL, NULL)) or save from a "
-                             "tensor parallel trainer alone",
-                             "ckpt_add");
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
-    /* a device trainer: the host copies are what gets saved */
-    llmt_status hs = llmt__trainer_host_sync(tr);
+    /* a device trainer: the host copies are what gets saved; tensor
+     * parallelism: the whole parameters on the host (collective over the
+     * tensor and data parallel groups: ZeRO-3 gathers first) */
+    llmt_status hs =
+        llmt__trainer_has_tp(tr) ? llmt_trainer_sync_params(tr) : llmt__trainer_host_sync(tr);
     if (hs != LLMT_OK) return hs;
     int32_t n = 0;
     llmt_model_param_count(model, &n, NULL);
@@ -302,7 +388,9 @@ static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
     box bx[MAX_BOXES];
     llmt_tensor views[MAX_BOXES];
     int nb;
-    if (w > 0 && sharded) {
+    if (w > 0 && sharded && llmt__trainer_has_tp(tr)) {
+        return tp_blocks(tr, ck, i, w, key, pv, 0);
+    } else if (w > 0 && sharded) {
         nb = share_blocks(tr, i, w, pv, bx, views);
     } else {
         views[0] = *pv; /* the whole tensor: the share starts at rel */
@@ -323,14 +411,6 @@ LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_read", ck);
-    if (llmt__trainer_tp_dp(tr))
-        return llmt__err_set(llmt__trainer_err(tr), LLMT_ERR_UNSUPPORTED,
-                             "trainer: %s: checkpoints of a trainer with both tensor and data "
-                             "parallelism are not implemented yet (issue 16 step 3: each TP "
-                             "rank's blocks); detach data parallelism first "
-                             "(llmt_trainer_set_comm(tr, NULL, NULL)) or save from a "
-                             "tensor parallel trainer alone",
-                             "ckpt_read");
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
     char buf[64];

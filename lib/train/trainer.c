@@ -717,9 +717,29 @@ llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in)
 llmt_err *llmt__trainer_err(llmt_trainer *tr) { return &tr->err; }
 llmt_model *llmt__trainer_model(llmt_trainer *tr) { return tr->model; }
 int llmt__trainer_has_comm(const llmt_trainer *tr) { return tr->dp != NULL; }
-int llmt__trainer_tp_dp(const llmt_trainer *tr)
+int llmt__trainer_has_tp(const llmt_trainer *tr)
 {
-    return tr->dp != NULL && tr->tp != NULL;
+    return tr->tp != NULL;
+}
+int llmt__trainer_tp_shard(llmt_trainer *tr, int32_t i, int *cols, int64_t *R, int64_t *K,
+                           int64_t lo[3], int64_t n[3], int own[3], int64_t *rel, int64_t *cnt,
+                           float *mv[2])
+{
+    if (!tr->tp)
+        return 0;
+    int ns = llmt__devtrain_shard(tr->dev, i, cols, R, K, lo, n, own);
+    int64_t tot = 0;
+    for (int j = 0; j < ns; j++)
+        tot += *cols ? *R * n[j] : n[j] * *K;
+    size_t r = 0, c = (size_t)tot;
+    float *m = NULL, *v = NULL;
+    if (tr->dp)
+        llmt__dp_param_share(tr->dp, i, &r, &c, &m, &v);
+    *rel = (int64_t)r;
+    *cnt = (int64_t)c;
+    mv[0] = tr->m ? NULL : m;
+    mv[1] = tr->m ? NULL : v;
+    return ns;
 }
 const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr) { return &tr->o; }
 llmt_context *llmt__trainer_ctx(llmt_trainer *tr) { return tr->ctx; }

@@ -12,11 +12,17 @@ llmt_model *llmt__trainer_model(llmt_trainer *tr);
 int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel, int64_t *n,
                         float *ptr[3]);
 int llmt__trainer_has_comm(const llmt_trainer *tr);
-/* Tensor parallel and data parallel together: the shares are cut from the
- * local shards (device layout), not from the host's whole tensors, so the
- * checkpoint code (which reads shares as flat ranges of whole tensors)
- * must refuse rather than write wrong blocks. */
-int llmt__trainer_tp_dp(const llmt_trainer *tr);
+/* Tensor parallelism: parameter i's shard on this rank (see
+ * llmt__devtrain_shard), its data parallel share [*rel, *rel + *n) as a
+ * flat range of the LOCAL shard's row-major layout (the whole shard
+ * without data parallelism), and the host copies of the moments' shares
+ * in that local layout when they are sharded (ZeRO >= 1: mv[0], mv[1];
+ * else NULL: the host's whole m and v hold them). Returns the segment
+ * count, 0 without tensor parallelism. */
+int llmt__trainer_tp_shard(llmt_trainer *tr, int32_t i, int *cols, int64_t *R, int64_t *K,
+                           int64_t lo[3], int64_t n[3], int own[3], int64_t *rel, int64_t *cnt,
+                           float *mv[2]);
+int llmt__trainer_has_tp(const llmt_trainer *tr);
 const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr);
 llmt_context *llmt__trainer_ctx(llmt_trainer *tr);
 /* After the host parameters (and moments) were written: the engine and

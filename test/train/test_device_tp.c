@@ -101,14 +101,15 @@ typedef struct rank_arg {
     char err[1024];
 } rank_arg;
 
-/* A checkpoint of the whole (gathered) state, written by one rank after
- * step k1 or read by every rank before step k0 (each slices its shards). */
+/* A checkpoint of the state, written by every rank (its blocks of the
+ * global tensors) after step k1 or read by every rank before step k0
+ * (each reads its shards from whatever blocks saved them). */
 static llmt_status ckpt_io(rank_arg *a, llmt_trainer *tr, int save)
 {
     llmt_ckpt_opts o;
     llmt_ckpt_opts_init(&o, sizeof o);
-    o.rank = 0;
-    o.world_size = 1;
+    o.rank = a->c ? a->rank : 0;
+    o.world_size = a->c ? a->tp : 1;
     o.keep_last = 0;
     llmt_ckpt *ck = NULL;
     llmt_status s = llmt_ckpt_create(NULL, save ? a->save : a->load, &o, &ck);
@@ -172,9 +173,8 @@ static void *rank_main(void *p)
     }
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr); /* gathers (collective) */
-    /* the host copies are whole and current on every rank now: rank 0
-     * saves them (each tensor one block) */
-    if (a->st == LLMT_OK && a->save && a->rank == 0)
+    /* every rank saves its blocks (collective) */
+    if (a->st == LLMT_OK && a->save)
         a->st = ckpt_io(a, tr, 1);
     if (a->st != LLMT_OK)
         snprintf(a->err, sizeof a->err, "%s",
@@ -233,8 +233,8 @@ static void free_args(rank_arg *a, int n)
         free(a[r].params);
 }
 
-/* Saved under tp 2 after step 5, resumed under tp 1 and tp 4 (each rank
- * slices the whole tensors it reads): the following losses equal the
+/* Saved under tp 2 after step 5 (each rank its blocks), resumed under tp 1
+ * and tp 4 (each rank reads its shards): the following losses equal the
  * uninterrupted single-rank run's within the bound above. */
 static void check_resume(const char *tmp)
 {

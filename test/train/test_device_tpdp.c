@@ -14,7 +14,12 @@
  * shared (kv_heads 1 < tp: the kv heads' gradients are summed over the TP
  * group after data parallelism's reduction), ZeRO 0, 1, 2, 3; ten AdamW
  * steps with clipping (the gradient norm counts each element once across
- * TP, by owner, and DP, by share).
+ * TP, by owner, and DP, by share). Checkpoints: ZeRO-1 and ZeRO-3 save
+ * after step 5 (every rank its blocks) and go on; the ZeRO-1 one resumes
+ * under tp 1 x dp 1, tp 4 x dp 1 (a second plan) and tp 2 x dp 2 ZeRO-3,
+ * the ZeRO-3 one under tp 4 x dp 1, each within the bounds below from the
+ * uninterrupted run; the tp 1 resume saves the state again at once, and
+ * the two checkpoints' safetensors exports are equal byte for byte.
  *
  * Bounds: test_device_tp.c's, for the same reasons (tp and dp change only
  * the order of fp32 sums): losses within 1e-5 relative, final parameters
@@ -80,14 +85,52 @@ static void config(int llama, int kv)
 
 typedef struct rank_arg {
     llmt_comm *world; /* NULL: the single-rank reference */
-    int rank, zero;
+    const llmt_plan *plan;
+    int rank, nranks, zero;
+    int k0;                  /* first step: > 0 resumes from `load` */
+    const char *load, *save; /* read before k0; write after step SAVE_AT */
+    const char *resave;      /* write right after the read (single rank) */
     float loss[STEPS];
     float *params;
     int64_t numel;
-    int ckpt_refused;
     llmt_status st;
     char err[1024];
 } rank_arg;
+
+#define SAVE_AT 5
+
+/* A checkpoint of the trainer at `step` under root (every rank its
+ * blocks), or read from the newest one there. */
+static llmt_status ckpt_io(rank_arg *a, llmt_trainer *tr, const char *root, int save,
+                           int64_t step)
+{
+    llmt_ckpt_opts o;
+    llmt_ckpt_opts_init(&o, sizeof o);
+    o.rank = a->rank;
+    o.world_size = a->world ? a->nranks : 1;
+    o.keep_last = 0;
+    llmt_ckpt *ck = NULL;
+    llmt_status s = llmt_ckpt_create(NULL, root, &o, &ck);
+    if (s == LLMT_OK && save) {
+        s = llmt_ckpt_begin(ck, step);
+        if (s == LLMT_OK)
+            s = llmt_trainer_ckpt_add(tr, ck);
+        if (s == LLMT_OK)
+            s = llmt_ckpt_save(ck, 0);
+    } else if (s == LLMT_OK) {
+        int64_t at = -1;
+        s = llmt_ckpt_open_latest(ck, &at);
+        if (s == LLMT_OK && at != step)
+            s = LLMT_ERR_INTERNAL;
+        if (s == LLMT_OK)
+            s = llmt_trainer_ckpt_read(tr, ck);
+    }
+    if (s != LLMT_OK && ck)
+        fprintf(stderr, "rank %d ckpt: %s / %s\n", a->rank, llmt_ckpt_last_error(ck),
+                llmt_trainer_last_error(tr));
+    llmt_ckpt_destroy(ck);
+    return s;
+}
 
 static void *rank_main(void *p)
 {
@@ -96,13 +139,18 @@ static void *rank_main(void *p)
     llmt_trainer *tr = NULL;
     llmt_comm *tpc = NULL, *dpc = NULL;
     int32_t co[LLMT_PLAN_NDIMS] = {0};
-    int dp = a->world ? DP : 1;
+    int dp = 1;
     if (a->world) {
-        a->st = llmt_plan_coords(g_plan, a->rank, co);
+        a->st = llmt_plan_coords(a->plan, a->rank, co);
+        int32_t dims[LLMT_PLAN_NDIMS];
         if (a->st == LLMT_OK)
-            a->st = llmt_comm_create_plan_group(a->world, g_plan, LLMT_DIM_TP, &tpc);
+            a->st = llmt_plan_degrees(a->plan, dims);
         if (a->st == LLMT_OK)
-            a->st = llmt_comm_create_plan_group(a->world, g_plan, LLMT_DIM_DP, &dpc);
+            dp = dims[LLMT_DIM_DP];
+        if (a->st == LLMT_OK)
+            a->st = llmt_comm_create_plan_group(a->world, a->plan, LLMT_DIM_TP, &tpc);
+        if (a->st == LLMT_OK && dp > 1)
+            a->st = llmt_comm_create_plan_group(a->world, a->plan, LLMT_DIM_DP, &dpc);
         if (a->st != LLMT_OK) {
             snprintf(a->err, sizeof a->err, "groups: %s", llmt_comm_last_error(a->world));
             fprintf(stderr, "rank %d: %s\n", a->rank, a->err);
@@ -133,8 +181,12 @@ static void *rank_main(void *p)
         d.bucket_bytes = 16 << 10; /* several buckets */
         a->st = llmt_trainer_set_comm(tr, dpc, &d);
     }
+    if (a->st == LLMT_OK && a->load)
+        a->st = ckpt_io(a, tr, a->load, 0, a->k0);
+    if (a->st == LLMT_OK && a->resave)
+        a->st = ckpt_io(a, tr, a->resave, 1, a->k0);
     size_t per = (size_t)SEQS / dp * T;
-    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
+    for (int k = a->k0; k < STEPS && a->st == LLMT_OK; k++) {
         size_t at = (size_t)k * SEQS * T + (size_t)co[LLMT_DIM_DP] * per;
         llmt_batch b = {sizeof b, g_in + at, g_tg + at, SEQS / dp, T};
         llmt_step_metrics met;
@@ -142,22 +194,11 @@ static void *rank_main(void *p)
         met.struct_size = sizeof met;
         a->st = llmt_trainer_step(tr, &b, &met);
         a->loss[k] = met.loss;
+        if (a->st == LLMT_OK && a->save && k + 1 == SAVE_AT)
+            a->st = ckpt_io(a, tr, a->save, 1, SAVE_AT); /* the run goes on */
     }
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr); /* gathers over dp, then tp */
-    /* checkpoints of tp x dp: refused (not collective), never wrong blocks */
-    if (a->st == LLMT_OK && a->world && a->rank == 0 && a->zero == 1) {
-        char dir[] = "/tmp/llmt_tpdp_XXXXXX";
-        llmt_ckpt_opts co;
-        llmt_ckpt_opts_init(&co, sizeof co);
-        llmt_ckpt *ck = NULL;
-        if (mkdtemp(dir) && llmt_ckpt_create(NULL, dir, &co, &ck) == LLMT_OK) {
-            a->ckpt_refused = llmt_trainer_ckpt_add(tr, ck) == LLMT_ERR_UNSUPPORTED &&
-                              strstr(llmt_trainer_last_error(tr), "issue 16 step 3");
-            llmt_ckpt_destroy(ck);
-        }
-        rmdir(dir);
-    }
     if (a->st != LLMT_OK)
         snprintf(a->err, sizeof a->err, "%s",
                  tr  ? llmt_trainer_last_error(tr)
@@ -184,7 +225,12 @@ static void *rank_main(void *p)
     return NULL;
 }
 
-static void run(int world, int zero, rank_arg *a)
+static llmt_plan *g_plan41; /* tp 4 x dp 1 */
+
+/* One layout's run: world 0: the single rank; else W ranks placed by
+ * plan. k0 > 0: resumed from `load`. */
+static void run_from(int world, const llmt_plan *plan, int zero, int k0, const char *load,
+                     const char *save, const char *resave, rank_arg *a)
 {
     llmt_comm *c[W] = {NULL};
     int n = world ? W : 1;
@@ -194,14 +240,119 @@ static void run(int world, int zero, rank_arg *a)
     pthread_t th[W];
     for (int r = 0; r < n; r++) {
         a[r].world = c[r];
+        a[r].plan = plan;
         a[r].rank = r;
+        a[r].nranks = n;
         a[r].zero = zero;
+        a[r].k0 = k0;
+        a[r].load = load;
+        a[r].save = save;
+        a[r].resave = resave;
         pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
     for (int r = 0; r < n; r++)
         pthread_join(th[r], NULL);
     for (int r = 0; r < n; r++)
         llmt_comm_destroy(c[r]);
+}
+
+static void run(int world, int zero, rank_arg *a)
+{
+    run_from(world, g_plan, zero, 0, NULL, NULL, NULL, a);
+}
+
+/* Every rank's losses from step k0 and final parameters against the
+ * single rank's uninterrupted run, within the bounds above. */
+static void check_ranks(const char *name, const char *what, rank_arg *a, int n,
+                        const rank_arg *ref, int k0)
+{
+    double wl = 0.0, wp = 0.0, wr = 0.0;
+    int64_t wo = 0;
+    for (int r = 0; r < n; r++) {
+        if (a[r].st != LLMT_OK)
+            fprintf(stderr, "%s %s rank %d: %s\n", name, what, r, a[r].err);
+        CHECK_STATUS(a[r].st, LLMT_OK);
+        if (a[r].st != LLMT_OK)
+            continue;
+        for (int k = k0; k < STEPS; k++) {
+            double d = fabs((double)a[r].loss[k] - ref->loss[k]) / fabs((double)ref->loss[k]);
+            if (!(d <= wl))
+                wl = d;
+            CHECK(d <= (g_bf16 ? 1.0 / 512 : 1e-5));
+        }
+        CHECK(a[r].numel == ref->numel);
+        double dd = 0.0, rr = 0.0;
+        int64_t over = 0;
+        for (int64_t i = 0; i < a[r].numel && a[r].numel == ref->numel; i++) {
+            double d = fabs((double)a[r].params[i] - ref->params[i]);
+            if (!(d <= wp))
+                wp = d; /* NaN shows */
+            over += !(d <= 1e-5);
+            dd += d * d;
+            rr += (double)ref->params[i] * ref->params[i];
+        }
+        double rel = sqrt(dd / rr);
+        if (!(rel <= wr))
+            wr = rel;
+        if (over > wo)
+            wo = over;
+        if (g_bf16) {
+            CHECK(wp <= 2.0 * LR * STEPS);
+        } else {
+            CHECK(rel <= 1e-5);
+            CHECK(wp <= 1e-4);
+            CHECK(over * 10000 <= a[r].numel);
+        }
+    }
+    printf("%-20s %s: loss %.3f -> %.3f, loss rel diff %.2e (steps %d..%d); params: "
+           "rel L2 diff %.2e, max abs diff %.2e, %lld of %lld above 1e-5\n",
+           name, what, (double)ref->loss[0], (double)ref->loss[STEPS - 1], wl, k0 + 1, STEPS,
+           wr, wp, (long long)wo, (long long)ref->numel);
+    if (wl > g_worst_loss)
+        g_worst_loss = wl;
+    if (wp > g_worst_param)
+        g_worst_param = wp;
+    for (int r = 0; r < n; r++)
+        free(a[r].params);
+}
+
+/* The checkpoint's safetensors export (root's newest step) into *buf. */
+static long export_bytes(const char *root, const char *file, char **buf)
+{
+    *buf = NULL;
+    llmt_ckpt_opts o;
+    llmt_ckpt_opts_init(&o, sizeof o);
+    llmt_ckpt *ck = NULL;
+    int64_t step = -1;
+    llmt_status s = llmt_ckpt_create(NULL, root, &o, &ck);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_open_latest(ck, &step);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_export_safetensors(ck, file);
+    if (s != LLMT_OK)
+        fprintf(stderr, "export %s: %s\n", root, ck ? llmt_ckpt_last_error(ck) : "create");
+    CHECK_STATUS(s, LLMT_OK);
+    llmt_ckpt_destroy(ck);
+    FILE *f = s == LLMT_OK ? fopen(file, "rb") : NULL;
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *buf = malloc((size_t)n + 1);
+    if (fread(*buf, 1, (size_t)n, f) != (size_t)n)
+        n = -1;
+    fclose(f);
+    remove(file);
+    return n;
+}
+
+static void rm_tree(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }
 
 static void compare(const char *name, int llama, int kv)
@@ -216,61 +367,48 @@ static void compare(const char *name, int llama, int kv)
     }
     /* training moved: the comparison is not of two untouched inits */
     CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
+    char dir[] = "/tmp/llmt_tpdp_XXXXXX", one[] = "/tmp/llmt_tpdp1_XXXXXX";
+    char dir3[] = "/tmp/llmt_tpdp3_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK(mkdtemp(one) != NULL);
+    CHECK(mkdtemp(dir3) != NULL);
     for (int zero = 0; zero <= 3; zero++) {
         rank_arg a[W];
-        run(1, zero, a);
-        double wl = 0.0, wp = 0.0, wr = 0.0;
-        int64_t wo = 0;
-        if (zero == 1)
-            CHECK(a[0].ckpt_refused);
-        for (int r = 0; r < W; r++) {
-            if (a[r].st != LLMT_OK)
-                fprintf(stderr, "%s zero %d rank %d: %s\n", name, zero, r, a[r].err);
-            CHECK_STATUS(a[r].st, LLMT_OK);
-            if (a[r].st != LLMT_OK)
-                continue;
-            for (int k = 0; k < STEPS; k++) {
-                double d =
-                    fabs((double)a[r].loss[k] - ref[0].loss[k]) / fabs((double)ref[0].loss[k]);
-                if (!(d <= wl))
-                    wl = d;
-                CHECK(d <= (g_bf16 ? 1.0 / 512 : 1e-5));
-            }
-            CHECK(a[r].numel == ref[0].numel);
-            double dd = 0.0, rr = 0.0;
-            int64_t over = 0;
-            for (int64_t i = 0; i < a[r].numel && a[r].numel == ref[0].numel; i++) {
-                double d = fabs((double)a[r].params[i] - ref[0].params[i]);
-                if (!(d <= wp))
-                    wp = d; /* NaN shows */
-                over += !(d <= 1e-5);
-                dd += d * d;
-                rr += (double)ref[0].params[i] * ref[0].params[i];
-            }
-            double rel = sqrt(dd / rr);
-            if (!(rel <= wr))
-                wr = rel;
-            if (over > wo)
-                wo = over;
-            if (g_bf16) {
-                CHECK(wp <= 2.0 * LR * STEPS);
-            } else {
-                CHECK(rel <= 1e-5);
-                CHECK(wp <= 1e-4);
-                CHECK(over * 10000 <= a[r].numel);
-            }
-        }
-        printf("%-20s tp %d x dp %d ZeRO %d: loss %.3f -> %.3f, loss rel diff %.2e; params: "
-               "rel L2 diff %.2e, max abs diff %.2e, %lld of %lld above 1e-5\n",
-               name, TP, DP, zero, (double)ref[0].loss[0], (double)ref[0].loss[STEPS - 1], wl,
-               wr, wp, (long long)wo, (long long)ref[0].numel);
-        if (wl > g_worst_loss)
-            g_worst_loss = wl;
-        if (wp > g_worst_param)
-            g_worst_param = wp;
-        for (int r = 0; r < W; r++)
-            free(a[r].params);
+        char what[64];
+        /* ZeRO-1 and 3 also save after step SAVE_AT (each rank its
+         * blocks) and go on */
+        run_from(1, g_plan, zero, 0, NULL, zero == 1 ? dir : zero == 3 ? dir3 : NULL, NULL, a);
+        snprintf(what, sizeof what, "tp %d x dp %d ZeRO %d%s", TP, DP, zero,
+                 zero % 2 ? " (saved)" : "");
+        check_ranks(name, what, a, W, ref, 0);
     }
+    /* resharding: the tp 2 x dp 2 ZeRO-1 checkpoint resumed under tp 1 x
+     * dp 1 (which saves it again whole), tp 4 x dp 1, tp 2 x dp 2 ZeRO-3 */
+    rank_arg a[W];
+    run_from(0, NULL, 0, SAVE_AT, dir, NULL, one, a);
+    check_ranks(name, "resumed tp 1 x dp 1", a, 1, ref, SAVE_AT);
+    run_from(1, g_plan41, 0, SAVE_AT, dir, NULL, NULL, a);
+    check_ranks(name, "resumed tp 4 x dp 1", a, W, ref, SAVE_AT);
+    run_from(1, g_plan, 3, SAVE_AT, dir, NULL, NULL, a);
+    check_ranks(name, "resumed tp 2 x dp 2 ZeRO 3", a, W, ref, SAVE_AT);
+    /* and the ZeRO-3 checkpoint under tp 4 x dp 1 */
+    run_from(1, g_plan41, 0, SAVE_AT, dir3, NULL, NULL, a);
+    check_ranks(name, "ZeRO-3's resumed tp 4", a, W, ref, SAVE_AT);
+    /* the TP checkpoint exports as the single rank's, byte for byte */
+    char *x = NULL, *y = NULL, f1[600], f2[600];
+    snprintf(f1, sizeof f1, "%s.tp.safetensors", dir);
+    snprintf(f2, sizeof f2, "%s.one.safetensors", one);
+    long nx = export_bytes(dir, f1, &x), ny = export_bytes(one, f2, &y);
+    int same = nx > 0 && nx == ny && !memcmp(x, y, (size_t)nx);
+    CHECK(same);
+    printf("%-20s safetensors export of the tp 2 x dp 2 checkpoint: %ld bytes, %s the single "
+           "rank's (%ld bytes)\n",
+           name, nx, same ? "identical to" : "DIFFERENT from", ny);
+    free(x);
+    free(y);
+    rm_tree(dir);
+    rm_tree(one);
+    rm_tree(dir3);
     free(ref[0].params);
 }
 
@@ -298,6 +436,17 @@ int main(int argc, char **argv)
     llmt_spec_destroy(spec);
     if (s != LLMT_OK)
         return check_exit("device-tpdp");
+    const char *js4 = "{\"name\": \"tp4\", \"model\": {\"arch\": \"gpt2\", \"layers\": 2, "
+                      "\"hidden\": 64, \"heads\": 4, \"vocab\": 97, \"seq_len\": 16}, "
+                      "\"parallelism\": {\"tp\": 4, \"dp\": 1}, "
+                      "\"batch\": {\"micro\": 2, \"grad_accum\": 1}}";
+    s = llmt_spec_parse_json(NULL, js4, strlen(js4), &spec);
+    if (s == LLMT_OK)
+        s = llmt_plan_create(NULL, spec, W, &g_plan41);
+    CHECK_STATUS(s, LLMT_OK);
+    llmt_spec_destroy(spec);
+    if (s != LLMT_OK)
+        return check_exit("device-tpdp");
     /* TP innermost: rank 1 is rank 0's TP peer, rank 2 its DP peer */
     int32_t c1[LLMT_PLAN_NDIMS], c2[LLMT_PLAN_NDIMS];
     llmt_plan_coords(g_plan, 1, c1);
@@ -311,6 +460,7 @@ int main(int argc, char **argv)
     printf("worst: loss %.2e relative, parameters %.2e absolute\n", g_worst_loss,
            g_worst_param);
     llmt_plan_destroy(g_plan);
+    llmt_plan_destroy(g_plan41);
     free(g_in);
     free(g_tg);
     return check_exit("device-tpdp");
