@@ -267,6 +267,29 @@ void llmt__vp_xent_sum(int bf16, float *st, const void *logits, const float *mx,
 void llmt__vp_xent_fin(int bf16, float *losses, void *logits, const float *mx, const float *st,
                        const int32_t *targets, int N, int Vl, int nv, int lo, float dloss);
 
+/* The same ops as table entries of the two host backends: _f32 for the
+ * fp32 CPU backend, _bf16 for the emulation (vocab_part.c). */
+/* clang-format off */
+#define LLMT__VP_TABLE_DECL(sfx)                                                           \
+    llmt_status llmt__vp_embedding_part_fwd_##sfx(llmt__dev *d, void *out, const int32_t *tok, \
+                                                  const void *wte, const void *wpe, int B,     \
+                                                  int T, int C, int lo, int Vl);               \
+    llmt_status llmt__vp_embedding_part_bwd_##sfx(llmt__dev *d, float *dwte, float *dwpe,      \
+                                                  const void *dout, const int32_t *tok, int B, \
+                                                  int T, int C, int lo, int Vl);               \
+    llmt_status llmt__vp_xent_part_max_##sfx(llmt__dev *d, float *mx, const void *logits,      \
+                                             int N, int Vl, int nv);                           \
+    llmt_status llmt__vp_xent_part_sum_##sfx(llmt__dev *d, float *st, const void *logits,      \
+                                             const float *mx, const int32_t *targets, int N,   \
+                                             int Vl, int nv, int lo);                          \
+    llmt_status llmt__vp_xent_part_fin_##sfx(llmt__dev *d, float *losses, void *logits,        \
+                                             const float *mx, const float *st,                 \
+                                             const int32_t *targets, int N, int Vl, int nv,    \
+                                             int lo, float dloss);
+LLMT__VP_TABLE_DECL(f32)
+LLMT__VP_TABLE_DECL(bf16)
+/* clang-format on */
+
 /* Host-side bf16 helpers shared by the emulation and the engine. */
 static inline float llmt__bf16_to_f32(llmt__bf16 h)
 {

@@ -400,47 +400,6 @@ static llmt_status dc_gelu_fwd(llmt__dev *d, void *out, const void *inp, size_t 
     return LLMT_OK;
 }
 
-/* The vocabulary split of tensor parallelism: lib/exec/vocab_part.c. */
-static llmt_status dc_embedding_part_fwd(llmt__dev *d, void *out, const int32_t *tok,
-                                         const void *wte, const void *wpe, int B, int T, int C,
-                                         int lo, int Vl)
-{
-    (void)d;
-    llmt__vp_embedding_fwd(0, out, tok, wte, wpe, B, T, C, lo, Vl);
-    return LLMT_OK;
-}
-static llmt_status dc_embedding_part_bwd(llmt__dev *d, float *dwte, float *dwpe,
-                                         const void *dout, const int32_t *tok, int B, int T,
-                                         int C, int lo, int Vl)
-{
-    (void)d;
-    llmt__vp_embedding_bwd(0, dwte, dwpe, dout, tok, B, T, C, lo, Vl);
-    return LLMT_OK;
-}
-static llmt_status dc_xent_part_max(llmt__dev *d, float *mx, const void *logits, int N, int Vl,
-                                    int nv)
-{
-    (void)d;
-    llmt__vp_xent_max(0, mx, logits, N, Vl, nv);
-    return LLMT_OK;
-}
-static llmt_status dc_xent_part_sum(llmt__dev *d, float *st, const void *logits,
-                                    const float *mx, const int32_t *targets, int N, int Vl,
-                                    int nv, int lo)
-{
-    (void)d;
-    llmt__vp_xent_sum(0, st, logits, mx, targets, N, Vl, nv, lo);
-    return LLMT_OK;
-}
-static llmt_status dc_xent_part_fin(llmt__dev *d, float *losses, void *logits, const float *mx,
-                                    const float *st, const int32_t *targets, int N, int Vl,
-                                    int nv, int lo, float dloss)
-{
-    (void)d;
-    llmt__vp_xent_fin(0, losses, logits, mx, st, targets, N, Vl, nv, lo, dloss);
-    return LLMT_OK;
-}
-
 static const llmt__dev_ops cpu_ops = {
     .name = "cpu",
     .store = LLMT_DTYPE_FP32,
@@ -484,11 +443,11 @@ static const llmt__dev_ops cpu_ops = {
     .quantize_fp8 = dc_quantize_fp8,
     .bias_add = dc_bias_add,
     .gelu_fwd = dc_gelu_fwd,
-    .embedding_part_fwd = dc_embedding_part_fwd,
-    .embedding_part_bwd = dc_embedding_part_bwd,
-    .xent_part_max = dc_xent_part_max,
-    .xent_part_sum = dc_xent_part_sum,
-    .xent_part_fin = dc_xent_part_fin,
+    .embedding_part_fwd = llmt__vp_embedding_part_fwd_f32, /* vocab_part.c */
+    .embedding_part_bwd = llmt__vp_embedding_part_bwd_f32,
+    .xent_part_max = llmt__vp_xent_part_max_f32,
+    .xent_part_sum = llmt__vp_xent_part_sum_f32,
+    .xent_part_fin = llmt__vp_xent_part_fin_f32,
 };
 
 const llmt__dev_ops *llmt__dev_cpu(void) { return &cpu_ops; }

@@ -1116,47 +1116,6 @@ static llmt_status em_gelu_fwd(llmt__dev *d, void *out_, const void *inp_, size_
 /* one log-sum-exp per (sequence, head, position) */
 static size_t em_attn_state(int B, int nh, int T) { return (size_t)B * nh * T; }
 
-/* The vocabulary split of tensor parallelism: lib/exec/vocab_part.c. */
-static llmt_status em_embedding_part_fwd(llmt__dev *d, void *out, const int32_t *tok,
-                                         const void *wte, const void *wpe, int B, int T, int C,
-                                         int lo, int Vl)
-{
-    (void)d;
-    llmt__vp_embedding_fwd(1, out, tok, wte, wpe, B, T, C, lo, Vl);
-    return LLMT_OK;
-}
-static llmt_status em_embedding_part_bwd(llmt__dev *d, float *dwte, float *dwpe,
-                                         const void *dout, const int32_t *tok, int B, int T,
-                                         int C, int lo, int Vl)
-{
-    (void)d;
-    llmt__vp_embedding_bwd(1, dwte, dwpe, dout, tok, B, T, C, lo, Vl);
-    return LLMT_OK;
-}
-static llmt_status em_xent_part_max(llmt__dev *d, float *mx, const void *logits, int N, int Vl,
-                                    int nv)
-{
-    (void)d;
-    llmt__vp_xent_max(1, mx, logits, N, Vl, nv);
-    return LLMT_OK;
-}
-static llmt_status em_xent_part_sum(llmt__dev *d, float *st, const void *logits,
-                                    const float *mx, const int32_t *targets, int N, int Vl,
-                                    int nv, int lo)
-{
-    (void)d;
-    llmt__vp_xent_sum(1, st, logits, mx, targets, N, Vl, nv, lo);
-    return LLMT_OK;
-}
-static llmt_status em_xent_part_fin(llmt__dev *d, float *losses, void *logits, const float *mx,
-                                    const float *st, const int32_t *targets, int N, int Vl,
-                                    int nv, int lo, float dloss)
-{
-    (void)d;
-    llmt__vp_xent_fin(1, losses, logits, mx, st, targets, N, Vl, nv, lo, dloss);
-    return LLMT_OK;
-}
-
 static const llmt__dev_ops emul_ops = {
     .name = "emulated",
     .store = LLMT_DTYPE_BF16,
@@ -1200,11 +1159,11 @@ static const llmt__dev_ops emul_ops = {
     .quantize_fp8 = em_quantize_fp8,
     .bias_add = em_bias_add,
     .gelu_fwd = em_gelu_fwd,
-    .embedding_part_fwd = em_embedding_part_fwd,
-    .embedding_part_bwd = em_embedding_part_bwd,
-    .xent_part_max = em_xent_part_max,
-    .xent_part_sum = em_xent_part_sum,
-    .xent_part_fin = em_xent_part_fin,
+    .embedding_part_fwd = llmt__vp_embedding_part_fwd_bf16, /* vocab_part.c */
+    .embedding_part_bwd = llmt__vp_embedding_part_bwd_bf16,
+    .xent_part_max = llmt__vp_xent_part_max_bf16,
+    .xent_part_sum = llmt__vp_xent_part_sum_bf16,
+    .xent_part_fin = llmt__vp_xent_part_fin_bf16,
 };
 
 const llmt__dev_ops *llmt__dev_emul(void) { return &emul_ops; }

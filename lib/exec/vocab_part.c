@@ -107,3 +107,52 @@ void llmt__vp_xent_fin(int bf16, float *losses, void *logits, const float *mx, c
         }
     }
 }
+
+/* The table entries of the fp32 CPU backend and the bf16 emulation: the
+ * same reference, the storage type fixed (the backend's state unused). */
+/* clang-format off */
+#define VP_TABLE(sfx, bf16)                                                                   \
+    llmt_status llmt__vp_embedding_part_fwd_##sfx(llmt__dev *d, void *out, const int32_t *tok, \
+                                                  const void *wte, const void *wpe, int B,     \
+                                                  int T, int C, int lo, int Vl)                \
+    {                                                                                         \
+        (void)d;                                                                              \
+        llmt__vp_embedding_fwd(bf16, out, tok, wte, wpe, B, T, C, lo, Vl);                    \
+        return LLMT_OK;                                                                       \
+    }                                                                                         \
+    llmt_status llmt__vp_embedding_part_bwd_##sfx(llmt__dev *d, float *dwte, float *dwpe,      \
+                                                  const void *dout, const int32_t *tok, int B, \
+                                                  int T, int C, int lo, int Vl)                \
+    {                                                                                         \
+        (void)d;                                                                              \
+        llmt__vp_embedding_bwd(bf16, dwte, dwpe, dout, tok, B, T, C, lo, Vl);                 \
+        return LLMT_OK;                                                                       \
+    }                                                                                         \
+    llmt_status llmt__vp_xent_part_max_##sfx(llmt__dev *d, float *mx, const void *logits,      \
+                                             int N, int Vl, int nv)                            \
+    {                                                                                         \
+        (void)d;                                                                              \
+        llmt__vp_xent_max(bf16, mx, logits, N, Vl, nv);                                       \
+        return LLMT_OK;                                                                       \
+    }                                                                                         \
+    llmt_status llmt__vp_xent_part_sum_##sfx(llmt__dev *d, float *st, const void *logits,      \
+                                             const float *mx, const int32_t *targets, int N,   \
+                                             int Vl, int nv, int lo)                           \
+    {                                                                                         \
+        (void)d;                                                                              \
+        llmt__vp_xent_sum(bf16, st, logits, mx, targets, N, Vl, nv, lo);                      \
+        return LLMT_OK;                                                                       \
+    }                                                                                         \
+    llmt_status llmt__vp_xent_part_fin_##sfx(llmt__dev *d, float *losses, void *logits,        \
+                                             const float *mx, const float *st,                 \
+                                             const int32_t *targets, int N, int Vl, int nv,    \
+                                             int lo, float dloss)                              \
+    {                                                                                         \
+        (void)d;                                                                              \
+        llmt__vp_xent_fin(bf16, losses, logits, mx, st, targets, N, Vl, nv, lo, dloss);       \
+        return LLMT_OK;                                                                       \
+    }
+
+VP_TABLE(f32, 0)
+VP_TABLE(bf16, 1)
+/* clang-format on */
