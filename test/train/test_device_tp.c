@@ -46,6 +46,7 @@
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "train/device.h"
+#include "tp_fixture.h"
 
 #define STEPS 10
 #define MICRO 2
@@ -63,29 +64,12 @@ static double g_worst_loss, g_worst_param;
 
 static void make_data(void)
 {
-    size_t n = (size_t)STEPS * ACCUM * MICRO * T;
-    g_in = malloc(n * sizeof *g_in);
-    g_tg = malloc(n * sizeof *g_tg);
-    uint64_t s = 777;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        g_in[i] = (int32_t)((s >> 33) % V);
-        g_tg[i] = (s >> 20) % 11 == 0 ? -1 : (g_in[i] * 5 + 3) % V;
-    }
+    tp_fixture_data((size_t)STEPS * ACCUM * MICRO * T, V, &g_in, &g_tg);
 }
 
 static void config(int llama, int kv)
 {
-    llmt_model_config_init(&g_cfg, sizeof g_cfg);
-    g_cfg.arch = llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
-    g_cfg.vocab_size = V;
-    g_cfg.padded_vocab_size = 128;
-    g_cfg.max_seq_len = T;
-    g_cfg.layers = 2;
-    g_cfg.width = 64;
-    g_cfg.heads = 4;
-    g_cfg.kv_heads = llama ? kv : 0;
-    g_cfg.seed = 5;
+    tp_fixture_config(&g_cfg, llama, kv, V, T);
 }
 
 typedef struct rank_arg {
