@@ -51,14 +51,4 @@ int cmd_comm(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 
-/* Data parallelism of `llmtrain train` under mpirun/srun (cmd_comm.c):
- * world size from the launcher; per-rank run directory (rank > 0 gets
- * OUT/rank-N and a silent stdout); attach a communicator to the trainer
- * (ZeRO stage from parallelism.zero); destroy it after the trainer. */
-int32_t cli_dp_world(void);
-void cli_dp_setup(const char **out_dir, char *buf, size_t cap, int32_t *rank,
-                  int32_t *size);
-int cli_dp_attach(llmt_context *ctx, const llmt_spec *spec, llmt_trainer *tr);
-void cli_dp_finish(void);
-
 #endif
