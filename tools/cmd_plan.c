@@ -25,30 +25,25 @@ typedef struct plan_args {
 
 static int parse_long(const char *flag, const char *v, long lo, long hi, long *out)
 {
-    char *end = NULL;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "llmtrain plan: %s needs an integer in [%ld, %ld], got '%s'\n",
-                flag, lo, hi, v ? v : "");
-        return CLI_USAGE;
-    }
-    *out = x;
-    return CLI_OK;
+    int64_t x = 0;
+    int rc = cli_parse_i64(flag, v, lo, hi, &x);
+    if (rc == CLI_OK)
+        *out = (long)x;
+    return rc;
 }
 
+/* seconds > 0 (cli_parse_f64's range is closed: 0 is refused here) */
 static int parse_seconds(const char *flag, const char *v, double *out)
 {
-    char *end = NULL;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || errno || end == v || *end || !(x > 0) || x > 1e9) {
-        fprintf(stderr, "llmtrain plan: %s needs seconds > 0, got '%s'\n", flag,
-                v ? v : "");
-        return CLI_USAGE;
+    double x = 0;
+    int rc = cli_parse_f64(flag, v, 0, 1e9, &x);
+    if (rc == CLI_OK && !(x > 0)) {
+        fprintf(stderr, "llmtrain: %s needs seconds > 0, got '%s'\n", flag, v);
+        rc = CLI_USAGE;
     }
-    *out = x;
-    return CLI_OK;
+    if (rc == CLI_OK)
+        *out = x;
+    return rc;
 }
 
 static int parse_args(int argc, char **argv, plan_args *a)
