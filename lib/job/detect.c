@@ -60,17 +60,13 @@ void llmt__job_window_add(float *w, int *n, int *pos, float x)
         (*n)++;
 }
 
-/* The trainer has no public LR setter (yet): its schedule is linear in
- * lr and min_lr, so scaling both scales every step's LR by the factor. */
 llmt_status llmt__job_lower_lr(llmt_job *j, int64_t at, const char *why)
 {
     double f = j->spec->fault_tolerance.anomaly.lr_factor;
-    llmt_trainer_opts *o = (llmt_trainer_opts *)llmt__trainer_opts(j->tr);
-    if (!o)
-        return FAIL(LLMT_ERR_INTERNAL, "job: lower_lr: no trainer options");
+    const llmt_trainer_opts *o = llmt__trainer_opts(j->tr);
     float before = o->lr;
-    o->lr = (float)(o->lr * f);
-    o->min_lr = (float)(o->min_lr * f);
+    if (llmt__trainer_scale_lr(j->tr, f) != LLMT_OK)
+        return FAIL(LLMT_ERR_INTERNAL, "job: lower_lr: %s", llmt_trainer_last_error(j->tr));
     j->lr_mult = (j->lr_mult > 0 ? j->lr_mult : 1.0) * f;
     j->lr_lowered++;
     llmt__log(j->ctx, LLMT_LOG_WARN, "job",

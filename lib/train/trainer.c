@@ -742,6 +742,16 @@ int llmt__trainer_tp_shard(llmt_trainer *tr, int32_t i, int *cols, int64_t *R, i
     return ns;
 }
 const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr) { return &tr->o; }
+llmt_status llmt__trainer_scale_lr(llmt_trainer *tr, double factor)
+{
+    if (!(factor > 0) || !isfinite(factor))
+        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: LR factor %g (want a finite value > 0)", factor);
+    /* the schedule is linear in lr and min_lr (warmup, cosine, linear, wsd) */
+    tr->o.lr = (float)(tr->o.lr * factor);
+    tr->o.min_lr = (float)(tr->o.min_lr * factor);
+    return LLMT_OK;
+}
 llmt_context *llmt__trainer_ctx(llmt_trainer *tr) { return tr->ctx; }
 llmt_status llmt__trainer_params_written(llmt_trainer *tr)
 {

@@ -24,6 +24,9 @@ int llmt__trainer_tp_shard(llmt_trainer *tr, int32_t i, int *cols, int64_t *R, i
                            float *mv[2]);
 int llmt__trainer_has_tp(const llmt_trainer *tr);
 const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr);
+/* Multiply the schedule's peak and floor learning rate by factor (> 0):
+ * every later step's LR scales by it (the anomaly policy lower_lr). */
+llmt_status llmt__trainer_scale_lr(llmt_trainer *tr, double factor);
 llmt_context *llmt__trainer_ctx(llmt_trainer *tr);
 /* After the host parameters (and moments) were written: the engine and
  * data parallelism take them up. */
