@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "job/job.h"
+#include "train/trainer_state.h"
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
@@ -178,6 +179,10 @@ void llmt__job_obs_mark(llmt_job *j, job_marks *k, int which)
     double *c = which ? k->comm1 : k->comm0;
     for (int g = 0; g < LLMT_JOB_GROUPS; g++)
         c[g] = llmt__comm_exposed_s(j->group_comm[g]);
+    /* the data parallel code's own host time around its collectives
+     * (issuing them, giving ZeRO-3 pages back) is part of what data
+     * parallelism cost this rank outside the engine's ops */
+    c[LLMT_JOB_GROUP_DP] += llmt__trainer_dp_host_s(j->tr);
 }
 
 static void memory(llmt_job *j, llmt_job_perf *p)

@@ -58,6 +58,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef __linux__
 #include <sys/mman.h>
 #include <unistd.h>
@@ -117,9 +118,30 @@ struct llmt__dp {
     size_t *released;        /* bytes unit u has given back (0: gathered) */
     llmt_comm_work **pf;
     llmt_status st;          /* first failure of a void hook */
+    double host_s;           /* see llmt__dp_host_s */
 };
 
 const llmt_err *llmt__dp_err(const llmt__dp *dp) { return &dp->err; }
+
+/* The host time of this file that neither the op table nor the
+ * communicator's own count of blocked callers sees (llmt__dp_host_s).
+ * Issuing an async collective is the large part: it wakes the progress
+ * thread, and on a machine with fewer free cores than busy threads the
+ * caller is often preempted right there, for milliseconds. */
+static double clock_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static void host_since(llmt__dp *dp, double t0)
+{
+    dp->host_s += clock_s() - t0;
+}
+double llmt__dp_host_s(const llmt__dp *dp)
+{
+    return dp ? dp->host_s : 0;
+}
 
 /* Elements of parameter i in the device layout (a tensor parallel shard's
  * when the engine has one). */
@@ -281,8 +303,10 @@ static void fill_nan(llmt__dp *dp, size_t a, size_t b)
         return;
     if (dp->dv.host_params) { /* the model's memory: plain host stores */
         const float nan = NAN;
+        double t0 = clock_s();
         for (size_t i = a; i < b; i++)
             dp->params[i] = nan;
+        host_since(dp, t0);
         return;
     }
     dnote(dp, dp->op->fill_nan(dp->dv.d, dp->params + a, (b - a) * sizeof(float)), "poison");
@@ -310,7 +334,10 @@ static size_t release_range(llmt__dp *dp, size_t a, size_t b)
             /* the buffer is float-aligned and a page a multiple of a float,
              * so the page bounds fall on elements */
             size_t ea = (ia - base) / sizeof(float), eb = (ib - base) / sizeof(float);
-            if (madvise((void *)ia, ib - ia, MADV_DONTNEED) == 0) {
+            double t0 = clock_s();
+            int given = madvise((void *)ia, ib - ia, MADV_DONTNEED) == 0;
+            host_since(dp, t0);
+            if (given) {
                 fill_nan(dp, a, ea);
                 fill_nan(dp, eb, b);
                 return ib - ia;
@@ -717,17 +744,21 @@ static void launch(llmt__dp *dp, int b)
             dzero(dp, buf + n, all - n);
             dsync(dp);
         }
+        double t0 = clock_s();
         s = llmt_comm_ireduce_scatter(dp->comm, buf,
                                       buf + (size_t)dp->rank * C, C,
                                       LLMT_DTYPE_FP32, LLMT_REDUCE_SUM,
                                       &dp->work[b]);
+        host_since(dp, t0);
         if (s != LLMT_OK && k >= 0) dp->rs_unit[k] = -1;
     } else {
         size_t lo = dp->lo[dp->b_ulo[b]];
         size_t hi = dp->lo[dp->b_uhi[b]] + dp->n[dp->b_uhi[b]];
+        double t0 = clock_s();
         s = llmt_comm_iall_reduce(dp->comm, dp->grads + lo, dp->grads + lo,
                                   hi - lo, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM,
                                   &dp->work[b]);
+        host_since(dp, t0);
     }
     note(dp, s, "gradient reduction");
 }
@@ -871,10 +902,13 @@ static llmt_status gather_issue(llmt__dp *dp, int u, llmt_comm_work **w)
             dp->ag_unit[k] = -1;
         return dp->st;
     }
+    double t0 = clock_s();
     llmt_status s = w ? llmt_comm_iall_gather(dp->comm, mine, buf, C,
                                               LLMT_DTYPE_FP32, w)
                       : llmt_comm_all_gather(dp->comm, mine, buf, C,
                                              LLMT_DTYPE_FP32, NULL);
+    if (w) /* the blocking one counts as the communicator's exposed time */
+        host_since(dp, t0);
     if (s != LLMT_OK && k >= 0) dp->ag_unit[k] = -1;
     return s;
 }
@@ -908,7 +942,10 @@ static llmt_status piece_issue(llmt__dp *dp, int u, const float *src, size_t j,
     dsync(dp);
     if (dp->st != LLMT_OK)
         return dp->st;
-    return llmt_comm_iall_gather(dp->comm, mine, slot, len, LLMT_DTYPE_FP32, w);
+    double t0 = clock_s();
+    llmt_status s = llmt_comm_iall_gather(dp->comm, mine, slot, len, LLMT_DTYPE_FP32, w);
+    host_since(dp, t0);
+    return s;
 }
 
 static void piece_out(llmt__dp *dp, int u, size_t j, size_t len,

@@ -101,5 +101,11 @@ size_t llmt__dp_released_bytes(const llmt__dp *dp);
  * (device buffers in the device layout; collective). A no-op when the
  * state is not sharded. */
 llmt_status llmt__dp_unshard_state(llmt__dp *dp, float *m, float *v);
+/* Seconds (monotonic, since creation) of this rank's data parallel host
+ * work that is neither an op of the table nor a wait the communicator
+ * counts as exposed (llmt_comm_work_wait, blocking collectives): issuing
+ * async collectives, giving ZeRO-3 pages back. The job's time split counts
+ * it as exposed data parallel communication. 0 for NULL. */
+double llmt__dp_host_s(const llmt__dp *dp);
 
 #endif

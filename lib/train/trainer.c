@@ -742,6 +742,10 @@ int llmt__trainer_tp_shard(llmt_trainer *tr, int32_t i, int *cols, int64_t *R, i
     return ns;
 }
 const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr) { return &tr->o; }
+double llmt__trainer_dp_host_s(const llmt_trainer *tr)
+{
+    return tr && tr->dp ? llmt__dp_host_s(tr->dp) : 0;
+}
 llmt_status llmt__trainer_scale_lr(llmt_trainer *tr, double factor)
 {
     if (!(factor > 0) || !isfinite(factor))

@@ -24,6 +24,9 @@ int llmt__trainer_tp_shard(llmt_trainer *tr, int32_t i, int *cols, int64_t *R, i
                            float *mv[2]);
 int llmt__trainer_has_tp(const llmt_trainer *tr);
 const llmt_trainer_opts *llmt__trainer_opts(const llmt_trainer *tr);
+/* Data parallelism's host time outside ops and counted waits
+ * (llmt__dp_host_s); 0 without it. */
+double llmt__trainer_dp_host_s(const llmt_trainer *tr);
 /* Multiply the schedule's peak and floor learning rate by factor (> 0):
  * every later step's LR scales by it (the anomaly policy lower_lr). */
 llmt_status llmt__trainer_scale_lr(llmt_trainer *tr, double factor);

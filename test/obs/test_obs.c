@@ -423,9 +423,11 @@ int main(int argc, char **argv)
         for (int r = 0; r < 2; r++) {
             for (int s = 1; s < 6; s++)
                 check_split(&a[r].perf[s], r);
-            /* two ranks as threads on a shared CPU: the data-parallel
-             * code's own host time between collectives is not timed yet */
-            check_split_sum(a[r].perf, 6, r, 0.10);
+            /* as one rank: the data parallel code's host time around its
+             * collectives (issuing them: often preempted right there by
+             * the woken progress thread on two shared cores) counts as
+             * its dp communication */
+            check_split_sum(a[r].perf, 6, r, 0.05);
         }
         /* the slowed rank's wait is the others' exposed communication */
         double w0 = 0, w1 = 0;
@@ -456,7 +458,10 @@ int main(int argc, char **argv)
     }
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (check_failures == 0 && system(cmd) != 0)
+    /* LLMT_TEST_KEEP=1 keeps the runs' files to look at */
+    if (check_failures == 0 && !getenv("LLMT_TEST_KEEP") && system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", tmp);
+    if (getenv("LLMT_TEST_KEEP"))
+        fprintf(stderr, "kept %s\n", tmp);
     return check_exit("obs");
 }
