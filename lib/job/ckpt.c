@@ -6,9 +6,11 @@
  * root, so one sharded checkpoint per step resumes under any world size. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "job/job.h"
+#include "train/trainer_state.h"
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
@@ -31,6 +33,62 @@ llmt_status llmt__job_ckpt_open(llmt_job *j)
     return LLMT_OK;
 }
 
+/* The anomaly policy lower_lr's state: the product of its factors and how
+ * many were applied. The trainer saves its LR schedule as configured
+ * (trainer.schedule), but a fresh job builds the trainer from the spec, so
+ * without these a resume silently returned to the full LR. */
+static llmt_status lr_add(llmt_job *j)
+{
+    char v[64];
+    snprintf(v, sizeof v, "%.17g", j->lr_mult > 0 ? j->lr_mult : 1.0);
+    llmt_status s = llmt_ckpt_set_kv(j->ck, "job.lr_mult", v);
+    snprintf(v, sizeof v, "%lld", (long long)j->lr_lowered);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_set_kv(j->ck, "job.lr_lowered", v);
+    return s;
+}
+
+/* Before the trainer reads `ck` (so that its schedule then matches the
+ * saved one): the LR multiplier the checkpoint was trained with. A job
+ * with its full LR replays the saved lowerings one factor at a time when
+ * they give the saved product, as lower_lr applied them (bit for bit the
+ * same LR); otherwise it scales once by saved / current. A checkpoint
+ * without the key (older than it) leaves the LR as it is. */
+static llmt_status lr_read(llmt_job *j, llmt_ckpt *ck)
+{
+    char v[64], n[64];
+    if (llmt_ckpt_get_kv(ck, "job.lr_mult", v, sizeof v, NULL) != LLMT_OK)
+        return LLMT_OK;
+    char *end = NULL;
+    double want = strtod(v, &end);
+    long long lowered = 0;
+    if (llmt_ckpt_get_kv(ck, "job.lr_lowered", n, sizeof n, NULL) == LLMT_OK)
+        lowered = strtoll(n, NULL, 10);
+    if (!end || *end || !(want > 0) || !isfinite(want) || lowered < 0)
+        return FAIL(LLMT_ERR_FORMAT,
+                    "checkpoint: job.lr_mult '%s' (job.lr_lowered %lld) is not a "
+                    "multiplier > 0",
+                    v, lowered);
+    double have = j->lr_mult > 0 ? j->lr_mult : 1.0;
+    if (want == have)
+        return LLMT_OK;
+    double f = j->spec->fault_tolerance.anomaly.lr_factor, replay = 1.0;
+    for (long long i = 0; i < lowered && i < 1000; i++)
+        replay *= f;
+    int steps = have == 1.0 && lowered > 0 && lowered <= 1000 && replay == want;
+    for (int i = 0; i < (steps ? (int)lowered : 1); i++)
+        if (llmt__trainer_scale_lr(j->tr, steps ? f : want / have) != LLMT_OK)
+            return FAIL(LLMT_ERR_INTERNAL, "checkpoint: job.lr_mult %s: %s", v,
+                        llmt_trainer_last_error(j->tr));
+    llmt__log(j->ctx, LLMT_LOG_INFO, "job",
+              "the checkpoint was trained with its LR lowered x%.4g by "
+              "fault_tolerance.anomaly.policy lower_lr (%lld time(s)): so is this run",
+              want, lowered);
+    j->lr_mult = want;
+    j->lr_lowered = lowered;
+    return LLMT_OK;
+}
+
 llmt_status llmt__job_save(llmt_job *j, int async)
 {
     int64_t step = 0;
@@ -46,6 +104,8 @@ llmt_status llmt__job_save(llmt_job *j, int async)
     if (s != LLMT_OK)
         return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
     s = llmt_loader_ckpt_add(j->data.loader, j->ck);
+    if (s == LLMT_OK)
+        s = lr_add(j);
     if (s == LLMT_OK) { /* for people and tools; loading does not need it */
         char plan[96];
         snprintf(plan, sizeof plan, "{\"dp\": %d, \"zero\": %d}", (int)j->dp,
@@ -215,6 +275,8 @@ static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data, int64
     if (s != LLMT_OK)
         return s;
     *opened = 1;
+    if ((s = lr_read(j, ck)) != LLMT_OK)
+        return s;
     s = llmt_trainer_ckpt_read(j->tr, ck);
     if (s != LLMT_OK)
         return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
