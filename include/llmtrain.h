@@ -447,6 +447,22 @@ typedef struct llmt_plan_estimate {
     double goodput_analytic;            /* first-order expected fraction */
     double run_time_s;                  /* train.steps * step time */
     double run_flops;                   /* model FLOPs of the whole run */
+    /* This library's engine (lib/train) on the layout, one rank, exactly
+     * as it runs it (doc/planner.md, "The engine's own numbers"); the
+     * fields above model any framework on GPUs. engine_modeled 0: a
+     * layout the engine does not run (pp, cp, ep > 1, MoE, sequence
+     * parallelism) and the fields below are 0. Per step, on the TP and
+     * the DP group's communicator, as llmt_comm_get_stats counts them:
+     * calls, payload_bytes, bus_bytes. */
+    int32_t engine_modeled;
+    int32_t engine_store_bytes;         /* activations' element: 4 CPU, 2 CUDA */
+    double engine_tp_calls, engine_tp_payload_bytes, engine_tp_bus_bytes;
+    double engine_dp_calls, engine_dp_payload_bytes, engine_dp_bus_bytes;
+    /* bytes the engine allocates on DP rank 0 of a TP rank: fp32 master
+     * (+ bf16 copy), fp32 gradients, AdamW m and v (ZeRO >= 1: the
+     * shares), activations and backward scratch for one micro-batch */
+    double engine_mem_params, engine_mem_grads, engine_mem_optimizer,
+           engine_mem_activations;
 } llmt_plan_estimate;
 
 LLMT_API llmt_status llmt_plan_get_estimate(const llmt_plan *plan,

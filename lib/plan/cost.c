@@ -370,7 +370,9 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
      * NVLink a share is hidden behind GEMMs when the software overlaps them
      * (Megatron-LM before TE's userbuffers did not: MegaScale sec. 3.3). */
     double n_ar = full ? 6 : 4;
-    double msg = tok * m.h * 2;
+    /* activations travel in the parameters' type (this engine: its
+     * storage type, fp32 on the CPU) */
+    double msg = tok * m.h * (s->precision.param == LLMT_SPEC_PREC_FP32 ? 4 : 2);
     double tp_layer = t > 1 ? n_ar * llmt__plan_allreduce_s(msg, t, bw_tp, lat_tp) : 0;
     double tp_bytes_layer = t > 1 ? n_ar * 2 * (t - 1) / t * msg : 0;
     double tp_exposed = tp_layer * (bw_tp == nvl_bw ? 1 - TP_OVERLAP : 1);
@@ -407,7 +409,28 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
         lay_here = (double)Llast;
         head_here = t_head;
     }
-    double t_stage = lay_here * per_layer + head_here;
+    /* TP at the vocabulary-parallel ends (Megatron's layers and this
+     * engine's): per micro-batch the embedding's output and the head's
+     * input gradient summed (msg each) and the loss's row max and sums (3
+     * fp32 per token) on the stages that hold them; per step the gradient
+     * norm's float and, with fewer kv heads than t (each held whole by t/g
+     * ranks), their gradients summed in fp32. */
+    double ends_ar = 0, ends_loss = 0, tp_step_bytes = 0, tp_step_s = 0;
+    if (t > 1) {
+        ends_ar = (head_here > 0 ? 1 : 0) + (p == 1 ? 1 : 0);
+        ends_loss = head_here > 0 ? tok * 4 : 0; /* then 2x that */
+        double kv = m.g < t ? lay_here * 2 * m.g * m.d * m.h * 4 : 0;
+        tp_step_bytes = 2 * (t - 1) / t * (kv + 4);
+        tp_step_s =
+            llmt__plan_allreduce_s(4, t, bw_tp, lat_tp) +
+            (m.g < t ? lay_here * llmt__plan_allreduce_s(kv / lay_here, t, bw_tp, lat_tp) : 0);
+    }
+    double tp_ends_bytes = t > 1 ? 2 * (t - 1) / t * (ends_ar * msg + 3 * ends_loss) : 0;
+    double tp_ends_s = ends_ar * llmt__plan_allreduce_s(msg, t, bw_tp, lat_tp) +
+                       llmt__plan_allreduce_s(ends_loss, t, bw_tp, lat_tp) +
+                       llmt__plan_allreduce_s(2 * ends_loss, t, bw_tp, lat_tp);
+    double tp_ends_exposed = tp_ends_s * (bw_tp == nvl_bw ? 1 - TP_OVERLAP : 1);
+    double t_stage = lay_here * per_layer + head_here + tp_ends_exposed;
     /* PP: send activations forward and gradients backward per boundary. */
     /* Each TP rank sends 1/t of the boundary activation and the receiving
      * node all-gathers it over NVLink (Megatron's scatter/gather, Narayanan
@@ -531,12 +554,12 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
      * maximum of `world` normals, Gumbel's extreme-value asymptote). */
     double t_jit = world > 1 ? k->jitter * t_mb * sqrt(nmb) * sqrt(2 * log((double)world)) : 0;
 
-    e->comm_bytes_tp = tp_bytes_layer * lay_here * nmb;
+    e->comm_bytes_tp = (tp_bytes_layer * lay_here + tp_ends_bytes) * nmb + tp_step_bytes;
     e->comm_bytes_cp = cp_bytes_layer * lay_here * nmb;
     e->comm_bytes_ep = ep_bytes_layer * lay_here * nmb;
     e->comm_bytes_pp = p > 1 ? 2 * v * pp_msg * nmb : 0;
     e->comm_bytes_dp = dp_bytes;
-    e->time_tp_s = tp_exposed * lay_here * nmb;
+    e->time_tp_s = (tp_exposed * lay_here + tp_ends_exposed) * nmb + tp_step_s;
     e->time_cp_s = cp_exposed * lay_here * nmb;
     e->time_ep_s = ep_layer * lay_here * nmb;
     e->time_pp_s = pp_per_mb * nmb;
@@ -545,7 +568,7 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
     e->bubble_fraction = bubble;
     e->time_bubble_s = t_pipe - nmb * t_mb;
     e->time_optimizer_s = t_opt;
-    e->step_time_s = t_pipe + dp_exposed + t_opt + t_jit;
+    e->step_time_s = t_pipe + tp_step_s + dp_exposed + t_opt + t_jit;
     tm[LLMT_TERM_COMPUTE] = nmb * (lay_here * t_kern + head_here);
     tm[LLMT_TERM_RECOMPUTE] = nmb * lay_here * t_kern_rc;
     tm[LLMT_TERM_FIXED] = nmb * lay_here * t_fixed;
@@ -609,4 +632,5 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
     }
     e->run_time_s = (double)s->train.steps * e->step_time_s;
     e->run_flops = (double)s->train.steps * e->model_flops_per_step;
+    llmt__plan_engine(s, e);
 }

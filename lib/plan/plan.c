@@ -65,6 +65,25 @@ static void warn_notes(llmt_plan *p)
                         e->mem_optimizer / 1e9, (long long)s->parallelism.dp);
 }
 
+/* The engine's own numbers (engine.c) for a parallel layout it runs, so
+ * that a run's per-group traffic and memory can be read against them. */
+static void engine_note(llmt_plan *p)
+{
+    const llmt_plan_estimate *e = &p->est;
+    if (!e->engine_modeled || (e->tp == 1 && e->dp == 1))
+        return;
+    llmt__plan_note(p,
+                    "engine (lib/train), one rank per step: TP %.0f collectives, "
+                    "%.3f MB payload (%.3f MB bus); DP %.0f, %.3f MB (%.3f MB bus); "
+                    "memory: params %.3f MB, grads %.3f MB, optimizer %.3f MB, "
+                    "activations %.3f MB",
+                    e->engine_tp_calls, e->engine_tp_payload_bytes / 1e6,
+                    e->engine_tp_bus_bytes / 1e6, e->engine_dp_calls,
+                    e->engine_dp_payload_bytes / 1e6, e->engine_dp_bus_bytes / 1e6,
+                    e->engine_mem_params / 1e6, e->engine_mem_grads / 1e6,
+                    e->engine_mem_optimizer / 1e6, e->engine_mem_activations / 1e6);
+}
+
 llmt_status llmt__plan_build(llmt_context *ctx, llmt_spec *owned, int32_t world,
                              llmt_plan **out)
 {
@@ -86,6 +105,7 @@ llmt_status llmt__plan_build(llmt_context *ctx, llmt_spec *owned, int32_t world,
     if (owned->checkpoint.interval_auto)
         owned->checkpoint.interval = p->est.ckpt_interval_steps;
     warn_notes(p);
+    engine_note(p);
     *out = p;
     return LLMT_OK;
 }
@@ -382,6 +402,33 @@ static void add_terms(cJSON *o, const double *terms)
         cJSON_AddNumberToObject(t, llmt__plan_terms[i].key, terms[llmt__plan_terms[i].term]);
 }
 
+/* What this library's engine moves and holds on one rank (engine.c):
+ * null where it does not run the layout. */
+static void add_engine(cJSON *o, const llmt_plan_estimate *e)
+{
+    if (!e->engine_modeled) {
+        cJSON_AddNullToObject(o, "engine_per_rank");
+        return;
+    }
+    cJSON *g = cJSON_AddObjectToObject(o, "engine_per_rank");
+    NUM(g, "store_bytes", e->engine_store_bytes);
+    static const char *const grp[] = {"tp_per_step", "dp_per_step"};
+    const double v[2][3] = {
+        {e->engine_tp_calls, e->engine_tp_payload_bytes, e->engine_tp_bus_bytes},
+        {e->engine_dp_calls, e->engine_dp_payload_bytes, e->engine_dp_bus_bytes}};
+    for (int i = 0; g && i < 2; i++) {
+        cJSON *d = cJSON_AddObjectToObject(g, grp[i]);
+        NUM(d, "calls", v[i][0]);
+        NUM(d, "payload_bytes", v[i][1]);
+        NUM(d, "bus_bytes", v[i][2]);
+    }
+    cJSON *m = cJSON_AddObjectToObject(g, "memory_bytes");
+    NUM(m, "params", e->engine_mem_params);
+    NUM(m, "grads", e->engine_mem_grads);
+    NUM(m, "optimizer", e->engine_mem_optimizer);
+    NUM(m, "activations", e->engine_mem_activations);
+}
+
 static void add_estimate(cJSON *o, const llmt_plan_estimate *e, const double *terms)
 {
     cJSON *m = cJSON_AddObjectToObject(o, "memory_per_gpu_bytes");
@@ -413,6 +460,7 @@ static void add_estimate(cJSON *o, const llmt_plan_estimate *e, const double *te
         NUM(d, "bytes", by[i]);
         NUM(d, "exposed_s", ti[i]);
     }
+    add_engine(o, e);
     cJSON *t = cJSON_AddObjectToObject(o, "time");
     NUM(t, "compute_s", e->time_compute_s);
     NUM(t, "bubble_fraction", e->bubble_fraction);

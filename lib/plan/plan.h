@@ -168,6 +168,10 @@ void llmt__plan_note(llmt_plan *p, const char *fmt, ...) LLMT_PRINTF(2, 3);
 llmt_status llmt__plan_build(llmt_context *ctx, llmt_spec *owned, int32_t world,
                              llmt_plan **out);
 
+/* The engine_* fields of `e`: what this library's engine moves and holds
+ * on one rank for the spec's layout (lib/plan/engine.c). */
+void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e);
+
 /* Per-GPU seconds of all-reduce of `bytes` over n ranks at bw bytes/s. */
 double llmt__plan_allreduce_s(double bytes, double n, double bw, double lat);
 

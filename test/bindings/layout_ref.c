@@ -89,6 +89,18 @@ int main(void)
     printf("llmt_plan_estimate.goodput_analytic %zu\n", offsetof(llmt_plan_estimate, goodput_analytic));
     printf("llmt_plan_estimate.run_time_s %zu\n", offsetof(llmt_plan_estimate, run_time_s));
     printf("llmt_plan_estimate.run_flops %zu\n", offsetof(llmt_plan_estimate, run_flops));
+    printf("llmt_plan_estimate.engine_modeled %zu\n", offsetof(llmt_plan_estimate, engine_modeled));
+    printf("llmt_plan_estimate.engine_store_bytes %zu\n", offsetof(llmt_plan_estimate, engine_store_bytes));
+    printf("llmt_plan_estimate.engine_tp_calls %zu\n", offsetof(llmt_plan_estimate, engine_tp_calls));
+    printf("llmt_plan_estimate.engine_tp_payload_bytes %zu\n", offsetof(llmt_plan_estimate, engine_tp_payload_bytes));
+    printf("llmt_plan_estimate.engine_tp_bus_bytes %zu\n", offsetof(llmt_plan_estimate, engine_tp_bus_bytes));
+    printf("llmt_plan_estimate.engine_dp_calls %zu\n", offsetof(llmt_plan_estimate, engine_dp_calls));
+    printf("llmt_plan_estimate.engine_dp_payload_bytes %zu\n", offsetof(llmt_plan_estimate, engine_dp_payload_bytes));
+    printf("llmt_plan_estimate.engine_dp_bus_bytes %zu\n", offsetof(llmt_plan_estimate, engine_dp_bus_bytes));
+    printf("llmt_plan_estimate.engine_mem_params %zu\n", offsetof(llmt_plan_estimate, engine_mem_params));
+    printf("llmt_plan_estimate.engine_mem_grads %zu\n", offsetof(llmt_plan_estimate, engine_mem_grads));
+    printf("llmt_plan_estimate.engine_mem_optimizer %zu\n", offsetof(llmt_plan_estimate, engine_mem_optimizer));
+    printf("llmt_plan_estimate.engine_mem_activations %zu\n", offsetof(llmt_plan_estimate, engine_mem_activations));
     printf("llmt_plan_auto_opts %zu\n", sizeof(llmt_plan_auto_opts));
     printf("llmt_plan_auto_opts.struct_size %zu\n", offsetof(llmt_plan_auto_opts, struct_size));
     printf("llmt_plan_auto_opts.mem_fraction %zu\n", offsetof(llmt_plan_auto_opts, mem_fraction));

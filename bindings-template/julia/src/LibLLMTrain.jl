@@ -266,6 +266,18 @@ struct llmt_plan_estimate
     goodput_analytic::Float64
     run_time_s::Float64
     run_flops::Float64
+    engine_modeled::Int32
+    engine_store_bytes::Int32
+    engine_tp_calls::Float64
+    engine_tp_payload_bytes::Float64
+    engine_tp_bus_bytes::Float64
+    engine_dp_calls::Float64
+    engine_dp_payload_bytes::Float64
+    engine_dp_bus_bytes::Float64
+    engine_mem_params::Float64
+    engine_mem_grads::Float64
+    engine_mem_optimizer::Float64
+    engine_mem_activations::Float64
 end
 struct llmt_plan_auto_opts
     struct_size::Csize_t

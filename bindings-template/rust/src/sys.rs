@@ -341,6 +341,18 @@ pub struct llmt_plan_estimate {
     pub goodput_analytic: f64,
     pub run_time_s: f64,
     pub run_flops: f64,
+    pub engine_modeled: i32,
+    pub engine_store_bytes: i32,
+    pub engine_tp_calls: f64,
+    pub engine_tp_payload_bytes: f64,
+    pub engine_tp_bus_bytes: f64,
+    pub engine_dp_calls: f64,
+    pub engine_dp_payload_bytes: f64,
+    pub engine_dp_bus_bytes: f64,
+    pub engine_mem_params: f64,
+    pub engine_mem_grads: f64,
+    pub engine_mem_optimizer: f64,
+    pub engine_mem_activations: f64,
 }
 impl llmt_plan_estimate {
     /// All zero (the state an _init function starts from).
@@ -1199,7 +1211,7 @@ pub const LAYOUT: &[(&str, i64, usize, &[(&str, usize)])] = &[
     ("llmt_allocator", 3, 32, &[("struct_size", 0), ("user", 8), ("alloc", 16), ("free", 24)]),
     ("llmt_context_opts", 2, 40, &[("struct_size", 0), ("log_level", 8), ("log_fn", 16), ("log_user", 24), ("allocator", 32)]),
     ("llmt_tensor", 1, 160, &[("struct_size", 0), ("dtype", 8), ("device", 12), ("device_index", 16), ("ndim", 20), ("shape", 24), ("strides", 88), ("data", 152)]),
-    ("llmt_plan_estimate", 4, 432, &[("struct_size", 0), ("world_size", 8), ("tp", 12), ("cp", 16), ("pp", 20), ("dp", 24), ("ep", 28), ("zero", 32), ("virtual_stages", 36), ("micro", 40), ("grad_accum", 44), ("recompute", 48), ("sequence_parallel", 52), ("global_batch", 56), ("tokens_per_step", 64), ("params", 72), ("params_active", 80), ("params_per_gpu", 88), ("mem_weights", 96), ("mem_grads", 104), ("mem_optimizer", 112), ("mem_activations", 120), ("mem_overhead", 128), ("mem_total", 136), ("mem_capacity", 144), ("fits", 152), ("model_flops_per_token", 160), ("flops_6nd_per_token", 168), ("model_flops_per_step", 176), ("hw_flops_per_step", 184), ("comm_bytes_tp", 192), ("comm_bytes_cp", 200), ("comm_bytes_pp", 208), ("comm_bytes_dp", 216), ("comm_bytes_ep", 224), ("time_tp_s", 232), ("time_cp_s", 240), ("time_pp_s", 248), ("time_dp_s", 256), ("time_ep_s", 264), ("time_compute_s", 272), ("bubble_fraction", 280), ("time_bubble_s", 288), ("time_optimizer_s", 296), ("step_time_s", 304), ("tokens_per_s", 312), ("mfu", 320), ("tflops_per_gpu", 328), ("ckpt_bytes_total", 336), ("ckpt_stall_s", 344), ("ckpt_write_s", 352), ("restore_s", 360), ("restart_s", 368), ("mtbf_s", 376), ("young_daly_s", 384), ("ckpt_interval_s", 392), ("ckpt_interval_steps", 400), ("goodput_analytic", 408), ("run_time_s", 416), ("run_flops", 424)]),
+    ("llmt_plan_estimate", 4, 520, &[("struct_size", 0), ("world_size", 8), ("tp", 12), ("cp", 16), ("pp", 20), ("dp", 24), ("ep", 28), ("zero", 32), ("virtual_stages", 36), ("micro", 40), ("grad_accum", 44), ("recompute", 48), ("sequence_parallel", 52), ("global_batch", 56), ("tokens_per_step", 64), ("params", 72), ("params_active", 80), ("params_per_gpu", 88), ("mem_weights", 96), ("mem_grads", 104), ("mem_optimizer", 112), ("mem_activations", 120), ("mem_overhead", 128), ("mem_total", 136), ("mem_capacity", 144), ("fits", 152), ("model_flops_per_token", 160), ("flops_6nd_per_token", 168), ("model_flops_per_step", 176), ("hw_flops_per_step", 184), ("comm_bytes_tp", 192), ("comm_bytes_cp", 200), ("comm_bytes_pp", 208), ("comm_bytes_dp", 216), ("comm_bytes_ep", 224), ("time_tp_s", 232), ("time_cp_s", 240), ("time_pp_s", 248), ("time_dp_s", 256), ("time_ep_s", 264), ("time_compute_s", 272), ("bubble_fraction", 280), ("time_bubble_s", 288), ("time_optimizer_s", 296), ("step_time_s", 304), ("tokens_per_s", 312), ("mfu", 320), ("tflops_per_gpu", 328), ("ckpt_bytes_total", 336), ("ckpt_stall_s", 344), ("ckpt_write_s", 352), ("restore_s", 360), ("restart_s", 368), ("mtbf_s", 376), ("young_daly_s", 384), ("ckpt_interval_s", 392), ("ckpt_interval_steps", 400), ("goodput_analytic", 408), ("run_time_s", 416), ("run_flops", 424), ("engine_modeled", 432), ("engine_store_bytes", 436), ("engine_tp_calls", 440), ("engine_tp_payload_bytes", 448), ("engine_tp_bus_bytes", 456), ("engine_dp_calls", 464), ("engine_dp_payload_bytes", 472), ("engine_dp_bus_bytes", 480), ("engine_mem_params", 488), ("engine_mem_grads", 496), ("engine_mem_optimizer", 504), ("engine_mem_activations", 512)]),
     ("llmt_plan_auto_opts", 5, 40, &[("struct_size", 0), ("mem_fraction", 8), ("max_tp", 16), ("keep_micro", 20), ("keep_zero", 24), ("keep_recompute", 28), ("top_n", 32)]),
     ("llmt_goodput_opts", 6, 80, &[("struct_size", 0), ("gpu_failures_per_hour", 8), ("interval_s", 16), ("horizon_hours", 24), ("stall_s", 32), ("write_s", 40), ("restore_s", 48), ("restart_s", 56), ("trials", 64), ("sweep_points", 68), ("seed", 72)]),
     ("llmt_goodput_result", 7, 120, &[("struct_size", 0), ("interval_s", 8), ("goodput", 16), ("goodput_stddev", 24), ("wall_hours", 32), ("work_hours", 40), ("lost_work_hours", 48), ("ckpt_overhead_hours", 56), ("restart_hours", 64), ("failures", 72), ("mtbf_hours", 80), ("young_daly_s", 88), ("young_daly_goodput", 96), ("best_interval_s", 104), ("best_goodput", 112)]),

@@ -1,0 +1,269 @@
+/* The planner's model of this library's own engine (lib/train): the
+ * collectives one rank runs per step on its tensor parallel and data
+ * parallel communicators, counted as llmt_comm_get_stats counts them
+ * (lib/comm/stats.c: payload = the caller's send buffer, bus = nccl-tests'
+ * ring factor), and the bytes the engine allocates on the rank. cost.c
+ * models a step of any framework on a GPU cluster from the spec; this
+ * file models exactly one engine, ours, so that a run can be checked
+ * against its plan to the byte (test plan-vs-run). Each part names the
+ * engine code it follows: when that code changes, the test fails until
+ * this file follows it (doc/planner.md, "The engine's own numbers"). */
+#include <string.h>
+
+#include "plan/plan.h"
+
+/* llmt_dp_opts_init's bucket_bytes (lib/train/dp.c), which llmt_job keeps */
+#define DP_BUCKET_BYTES ((double)(4 << 20))
+/* llmt_job pads the embedding rows to a multiple of 64 (lib/job/job.c) */
+#define VOCAB_PAD 64
+
+typedef struct acc {
+    double calls, payload, bus;
+} acc;
+
+/* `times` calls of each collective on n ranks; count in elements of esz
+ * bytes, as the engine passes it (stats.c's volume()). */
+static void all_reduce(acc *a, double n, double count, double esz, double times)
+{
+    double b = count * esz;
+    a->calls += times;
+    a->payload += times * b;
+    a->bus += times * 2 * (n - 1) / n * b;
+}
+
+static void all_gather(acc *a, double n, double count, double esz, double times)
+{
+    double b = count * esz; /* count: this rank's block */
+    a->calls += times;
+    a->payload += times * b;
+    a->bus += times * (n - 1) * b;
+}
+
+static void reduce_scatter(acc *a, double n, double count, double esz, double times)
+{
+    double b = count * esz; /* count: each rank's result block */
+    a->calls += times;
+    a->payload += times * n * b;
+    a->bus += times * (n - 1) * b;
+}
+
+/* One rank's view of the model under tensor parallelism t, with the
+ * engine's split (lib/train/device.c, tp_shards): qkv's q heads and kv
+ * heads (split when kv_heads >= t, else one whole kv head per rank), fc
+ * and fc3 rows, proj and fcproj columns, the vocabulary rows of wte and an
+ * untied head; norms, wpe and the biases of row split Linears whole. */
+typedef struct eng {
+    double t, D, L, C, nh, nkv, hd, F, Vp, T, B, A, es, al;
+    int llama, tied, kvrep, zero, full, selective, cpu;
+    double nh_l, nkv_l, Q_l, F_l, V_l;
+    double unit[2 + 4096]; /* DP units: embeddings | layers | tail, elements */
+    int U;
+} eng;
+
+static double aligned(const eng *g, double n)
+{
+    return ((double)(int64_t)((n + g->al - 1) / g->al)) * g->al;
+}
+
+static void shape(const llmt_spec *s, eng *g)
+{
+    memset(g, 0, sizeof *g);
+    g->t = (double)s->parallelism.tp;
+    g->D = (double)s->parallelism.dp;
+    g->L = (double)s->model.layers;
+    g->C = (double)s->model.hidden;
+    g->nh = (double)s->model.heads;
+    g->nkv = (double)s->model.kv_heads;
+    g->hd = g->C / g->nh;
+    g->F = (double)s->model.ffn;
+    g->Vp = (double)((s->model.vocab + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD);
+    g->T = (double)s->model.seq_len;
+    g->B = (double)s->batch.micro;
+    g->A = (double)s->batch.grad_accum;
+    g->llama = s->model.arch == LLMT_SPEC_ARCH_LLAMA;
+    g->tied = s->model.tied_embeddings;
+    g->zero = (int)s->parallelism.zero;
+    g->full = s->parallelism.recompute == LLMT_SPEC_RECOMPUTE_FULL;
+    g->selective = s->parallelism.recompute == LLMT_SPEC_RECOMPUTE_SELECTIVE;
+    /* the trainer's backend: the fp32 CPU table (storage fp32, tensors
+     * unaligned), or CUDA's (bf16 storage, fp32 master, 8-element
+     * alignment) */
+    g->cpu = s->train.device == LLMT_SPEC_DEVICE_CPU;
+    g->es = g->cpu ? 4 : 2;
+    g->al = g->cpu ? 1 : 8;
+    g->kvrep = g->t > 1 && g->nkv < g->t;
+    g->nh_l = g->nh / g->t;
+    g->nkv_l = g->kvrep ? 1 : g->nkv / g->t;
+    g->Q_l = (g->nh_l + 2 * g->nkv_l) * g->hd;
+    g->F_l = g->F / g->t;
+    g->V_l = g->Vp / g->t;
+    /* the DP units (lib/train/dp.c): embeddings, each layer, final norm
+     * and head; each tensor on the backend's alignment */
+    double C = g->C, emb = aligned(g, g->V_l * C), layer, tail = aligned(g, C);
+    if (g->llama) {
+        layer = 2 * aligned(g, C) + aligned(g, g->Q_l * C) + aligned(g, C * C / g->t) +
+                3 * aligned(g, g->F_l * C);
+    } else {
+        emb += aligned(g, g->T * C);
+        layer = 4 * aligned(g, C) + aligned(g, g->Q_l * C) + aligned(g, g->Q_l) +
+                aligned(g, C * C / g->t) + aligned(g, C) + 2 * aligned(g, g->F_l * C) +
+                aligned(g, g->F_l) + aligned(g, C);
+        tail += aligned(g, C);
+    }
+    if (!g->tied)
+        tail += aligned(g, g->V_l * C);
+    g->U = (int)g->L + 2;
+    g->unit[0] = emb;
+    for (int u = 1; u <= (int)g->L; u++)
+        g->unit[u] = layer;
+    g->unit[g->U - 1] = tail;
+}
+
+/* The tensor parallel group's collectives of one step (device.c, tp.c):
+ * per micro-batch of N tokens, in the storage type: the embedding's sum,
+ * the row split Linears' output sums (proj, fcproj: 2 per layer, again
+ * for a fully recomputed forward), the head's and the layers' input
+ * gradient sums of the column split Linears (qkv, fc with fc3 sharing
+ * fc's: 1 + 2 per layer); in fp32: the loss's row max (N) and sums (2N);
+ * per step, in fp32: the shared kv heads' gradients (kv_heads < tp: all
+ * kv heads' k and v rows per layer), the gradient norm (1 float). */
+static void tp_step(const eng *g, acc *a)
+{
+    double t = g->t, N = g->B * g->T, x = N * g->C, L = g->L;
+    if (t <= 1)
+        return;
+    double acts = 1 + 2 * L + (g->full && L > 1 ? 2 * L : 0) + 1 + 2 * L;
+    all_reduce(a, t, x, g->es, g->A * acts);
+    all_reduce(a, t, N, 4, g->A);
+    all_reduce(a, t, 2 * N, 4, g->A);
+    if (g->kvrep) {
+        all_reduce(a, t, 2 * g->nkv * g->hd * g->C, 4, L);
+        if (!g->llama) /* the qkv bias's kv part */
+            all_reduce(a, t, 2 * g->nkv * g->hd, 4, L);
+    }
+    all_reduce(a, t, 1, 4, 1);
+}
+
+/* ceil(n / D): a unit's chunk (every rank's block of its collectives) */
+static double chunk(const eng *g, double n)
+{
+    return (double)(int64_t)((n + g->D - 1) / g->D);
+}
+
+/* The data parallel group's collectives of one step (dp.c), all fp32:
+ * the target count (int64 sum) and the loss sum (int64 gather);
+ * gradients reduced on the last micro-batch: ZeRO 0/1 all-reduce buckets
+ * of whole units (about bucket_bytes, from the tail), ZeRO 2/3 a
+ * reduce-scatter per unit of ceil(n/D) per rank (padded), and the norm's
+ * partial sums gathered (int64); ZeRO 1/2's update gathers every unit's
+ * shares (a padded unit in pieces of about bucket_bytes through the
+ * stage); ZeRO-3 gathers each layer before its forward and its backward
+ * in every micro-batch, the embeddings and tail once a step. */
+static void dp_step(const eng *g, acc *a)
+{
+    double D = g->D;
+    if (D <= 1)
+        return;
+    all_reduce(a, D, 1, 8, 1);
+    all_gather(a, D, 1, 8, 1);
+    if (g->zero < 2) {
+        double acc_b = 0, elems = 0;
+        for (int u = g->U - 1; u >= 0; u--) {
+            acc_b += g->unit[u] * 4;
+            elems += g->unit[u];
+            if (acc_b >= DP_BUCKET_BYTES || u == 0) {
+                all_reduce(a, D, elems, 4, 1);
+                acc_b = elems = 0;
+            }
+        }
+    } else {
+        for (int u = 0; u < g->U; u++)
+            reduce_scatter(a, D, chunk(g, g->unit[u]), 4, 1);
+        all_gather(a, D, 1, 8, 1);
+    }
+    if (g->zero == 1 || g->zero == 2) {
+        double most = 0; /* the largest padded unit's chunk */
+        for (int u = 0; u < g->U; u++)
+            if (chunk(g, g->unit[u]) * D != g->unit[u] && chunk(g, g->unit[u]) > most)
+                most = chunk(g, g->unit[u]);
+        double piece = (double)(int64_t)(DP_BUCKET_BYTES / 4 / D);
+        if (piece > most)
+            piece = most;
+        if (piece < 1)
+            piece = 1;
+        for (int u = 0; u < g->U; u++) {
+            double c = chunk(g, g->unit[u]);
+            if (c * D == g->unit[u]) {
+                all_gather(a, D, c, 4, 1);
+                continue;
+            }
+            double whole = (double)(int64_t)(c / piece), rest = c - whole * piece;
+            all_gather(a, D, piece, 4, whole);
+            if (rest > 0)
+                all_gather(a, D, rest, 4, 1);
+        }
+    } else if (g->zero == 3) {
+        for (int u = 1; u < g->U - 1; u++)
+            all_gather(a, D, chunk(g, g->unit[u]), 4, 2 * g->A);
+        all_gather(a, D, chunk(g, g->unit[0]), 4, 1);
+        all_gather(a, D, chunk(g, g->unit[g->U - 1]), 4, 1);
+    }
+}
+
+/* Activations and backward scratch the engine plans for a micro-batch
+ * (device.c, llmt__devtrain_create_tp: the buffers allocated as
+ * activations): the residual stream, per stored layer its norms' outputs
+ * and statistics, qkv, the attention output and state (probabilities on
+ * the CPU, log-sum-exp elsewhere; one for all layers under selective
+ * recomputation), the MLP's hidden; the final norm, the rank's logits, the
+ * backward's scratch, and the split loss's row buffers. */
+static double activations(const eng *g)
+{
+    double N = g->B * g->T, C = g->C, bf = g->es, L = g->L;
+    double stored = g->full ? 1 : L;
+    double Ca = g->nh_l * g->hd, F = g->F_l, Q = g->Q_l;
+    double state = g->cpu ? g->B * g->nh_l * g->T * g->T : g->B * g->nh_l * g->T;
+    double core = N * Ca * bf + state * 4;
+    double layer = 3 * N * C * bf + 4 * N * 4 + N * Q * bf + N * F * bf * (g->llama ? 3 : 2);
+    double x = (L + 1) * N * C * bf + stored * layer + (g->selective ? 1 : stored) * core;
+    x += N * C * bf + 2 * N * 4 + N * g->V_l * bf; /* final norm, logits */
+    x += 2 * N * C * bf + N * Q * bf + N * F * bf * (g->llama ? 3 : 1) + 4;
+    if (g->t > 1)
+        x += 3 * N * 4;
+    return x;
+}
+
+void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
+{
+    e->engine_modeled = 0;
+    /* what the engine runs today: tp x dp with ZeRO 0-3, dense models */
+    if (s->parallelism.pp > 1 || s->parallelism.cp > 1 || s->parallelism.ep > 1 ||
+        s->model.moe.experts > 0 || s->parallelism.sequence_parallel || s->model.layers > 4096)
+        return;
+    eng g;
+    shape(s, &g);
+    e->engine_modeled = 1;
+    e->engine_store_bytes = (int32_t)g.es;
+    acc tp = {0, 0, 0}, dp = {0, 0, 0};
+    tp_step(&g, &tp);
+    dp_step(&g, &dp);
+    e->engine_tp_calls = tp.calls;
+    e->engine_tp_payload_bytes = tp.payload;
+    e->engine_tp_bus_bytes = tp.bus;
+    e->engine_dp_calls = dp.calls;
+    e->engine_dp_payload_bytes = dp.payload;
+    e->engine_dp_bus_bytes = dp.bus;
+    double P = 0, share = 0;
+    for (int u = 0; u < g.U; u++) {
+        P += g.unit[u];
+        share += g.D > 1 ? chunk(&g, g.unit[u]) : g.unit[u]; /* DP rank 0's */
+    }
+    /* fp32 master and gradients, a bf16 compute copy on bf16 backends;
+     * AdamW's m and v whole, or (ZeRO >= 1) the rank's shares only. ZeRO
+     * 2 and 3 keep full gradient and parameter buffers here (the
+     * non-shares zeroed or released, not freed). */
+    e->engine_mem_params = P * 4 + (g.es < 4 ? P * g.es : 0);
+    e->engine_mem_grads = P * 4;
+    e->engine_mem_optimizer = 8 * (g.zero >= 1 && g.D > 1 ? share : P);
+    e->engine_mem_activations = activations(&g);
+}

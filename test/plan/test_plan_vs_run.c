@@ -1,0 +1,348 @@
+/* The planner agrees with the run (issue 16): for a layout, llmt_plan's
+ * engine_* predictions (lib/plan/engine.c) against what the real trainer
+ * does when it runs that layout in-process (ranks as threads, the fp32 CPU
+ * backend, TP and DP groups from the plan):
+ *
+ *   - per step, on every rank, the calls, payload bytes and bus bytes of
+ *     the TP group's and the DP group's communicator (llmt_comm_get_stats,
+ *     reset before each step) equal the plan's exactly (bus bytes are
+ *     sums of dyadic fractions of integers: equal within 1e-12 relative);
+ *   - the rank's parameter + gradient + optimizer bytes (the engine's
+ *     allocator: device_in_use - device_activations of
+ *     llmt_trainer_memory_usage; host-resident tp 1: params + grads +
+ *     optimizer) within 10% of the plan's, and activations
+ *     (device_activations) within 10%;
+ *   - those state bytes shrink as 1/tp against the tp 1 run within 5%
+ *     where only norms, wpe and the row split biases are replicated.
+ *
+ * Layouts: GPT-2 tp 2 x dp 1, tp 2 x dp 2 ZeRO 1 and 2, tp 4 x dp 1;
+ * Llama with grouped-query attention, kv heads split (8 heads, 4 kv heads:
+ * tp 2 x dp 2 ZeRO 3 with full recomputation, tp 4). Shared kv heads
+ * (kv_heads < tp, which the engine runs) cannot be planned: the spec
+ * refuses tp not dividing model.kv_heads. The generic
+ * cost model's comm_bytes_tp (any framework, this layout) must equal the
+ * engine's TP bus bytes too: both count every TP collective at the
+ * storage type (doc/planner.md, "The engine's own numbers"). */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "llmtrain.h"
+
+#define STEPS 3
+#define MAXW 4
+
+typedef struct layout {
+    const char *name;
+    int llama, heads, kv, tp, dp, zero, full;
+} layout;
+
+/* the model shared by every layout: 2 layers, width 256, ffn 512, a
+ * vocabulary of 250 (padded to 256 as llmt_job pads it), 32 tokens;
+ * micro-batches of 2, 2 per step and DP rank */
+#define LAYERS 2
+#define WIDTH 256
+#define FFN 512
+#define VOCAB 250
+#define SEQ 32
+#define MICRO 2
+#define ACCUM 2
+
+typedef struct rank_arg {
+    const layout *lo;
+    llmt_comm *world;
+    const llmt_plan *plan;
+    int rank;
+    const int32_t *in, *tg;
+    llmt_status st;
+    char err[512];
+    /* per step: calls, payload, bus of the TP and the DP group */
+    double tp[STEPS][3], dp[STEPS][3];
+    double state, acts; /* bytes */
+} rank_arg;
+
+static void spec_json(const layout *l, char *buf, size_t n)
+{
+    snprintf(buf, n,
+             "{\"name\": \"%s\", \"model\": {\"arch\": \"%s\", \"layers\": %d, \"hidden\": %d, "
+             "\"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"seq_len\": %d, "
+             "\"tied_embeddings\": %s}, "
+             "\"parallelism\": {\"tp\": %d, \"dp\": %d, \"zero\": %d, \"recompute\": \"%s\"}, "
+             "\"precision\": {\"param\": \"fp32\", \"master\": \"fp32\", \"gemm\": \"fp32\"}, "
+             "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
+             "\"train\": {\"device\": \"cpu\"}, \"hardware\": {\"gpu\": \"cpu\"}}",
+             l->name, l->llama ? "llama" : "gpt2", LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB,
+             SEQ, l->llama ? "false" : "true", l->tp, l->dp, l->zero, l->full ? "full" : "none",
+             MICRO, ACCUM);
+}
+
+static void read_stats(llmt_comm *c, double out[3])
+{
+    out[0] = out[1] = out[2] = 0;
+    if (!c)
+        return;
+    llmt_comm_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    if (llmt_comm_get_stats(c, &st) != LLMT_OK)
+        return;
+    double pay = 0;
+    for (int k = 0; k < LLMT_COMM_STAT_SLOTS; k++)
+        pay += (double)st.payload_bytes[k];
+    out[0] = (double)st.total_calls;
+    out[1] = pay;
+    out[2] = st.total_bus_bytes;
+}
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    const layout *l = a->lo;
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_comm *tpc = NULL, *dpc = NULL;
+    int32_t co[LLMT_PLAN_NDIMS] = {0};
+    a->st = LLMT_OK;
+    if (a->world) {
+        a->st = llmt_plan_coords(a->plan, a->rank, co);
+        if (a->st == LLMT_OK && l->tp > 1)
+            a->st = llmt_comm_create_plan_group(a->world, a->plan, LLMT_DIM_TP, &tpc);
+        if (a->st == LLMT_OK && l->dp > 1)
+            a->st = llmt_comm_create_plan_group(a->world, a->plan, LLMT_DIM_DP, &dpc);
+        if (a->st != LLMT_OK) {
+            snprintf(a->err, sizeof a->err, "groups: %s", llmt_comm_last_error(a->world));
+            return NULL;
+        }
+    }
+    /* the model as llmt_job builds it from the spec (lib/job/job.c) */
+    llmt_model_config c;
+    llmt_model_config_init(&c, sizeof c);
+    c.arch = l->llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
+    c.layers = LAYERS;
+    c.width = WIDTH;
+    c.heads = l->heads;
+    c.kv_heads = l->kv;
+    c.ffn_hidden = FFN;
+    c.vocab_size = VOCAB;
+    c.padded_vocab_size = (VOCAB + 63) / 64 * 64;
+    c.max_seq_len = SEQ;
+    c.tie_embeddings = !l->llama;
+    c.seed = 7;
+    a->st = llmt_model_create(NULL, &c, &m);
+    if (a->st == LLMT_OK) {
+        llmt_trainer_opts o;
+        llmt_trainer_opts_init(&o, sizeof o);
+        o.micro_batch = MICRO;
+        o.grad_accum = ACCUM;
+        o.seq_len = SEQ;
+        o.lr = 1e-3f;
+        o.threads = 1;
+        o.recompute = l->full ? 1 : 0;
+        a->st = llmt_trainer_create(m, &o, &tr);
+    }
+    if (a->st == LLMT_OK && tpc)
+        a->st = llmt_trainer_set_tp_comm(tr, tpc);
+    if (a->st == LLMT_OK && dpc) {
+        llmt_dp_opts d;
+        llmt_dp_opts_init(&d, sizeof d); /* the default buckets, as llmt_job */
+        d.zero_stage = l->zero;
+        a->st = llmt_trainer_set_comm(tr, dpc, &d);
+    }
+    size_t per = (size_t)MICRO * ACCUM * SEQ; /* tokens per step and DP rank */
+    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
+        if (tpc)
+            llmt_comm_reset_stats(tpc);
+        if (dpc)
+            llmt_comm_reset_stats(dpc);
+        size_t at = ((size_t)k * l->dp + (size_t)co[LLMT_DIM_DP]) * per;
+        llmt_batch b = {sizeof b, a->in + at, a->tg + at, MICRO * ACCUM, SEQ};
+        llmt_step_metrics met;
+        memset(&met, 0, sizeof met);
+        met.struct_size = sizeof met;
+        a->st = llmt_trainer_step(tr, &b, &met);
+        read_stats(tpc, a->tp[k]);
+        read_stats(dpc, a->dp[k]);
+    }
+    if (a->st == LLMT_OK) {
+        llmt_trainer_memory mem;
+        memset(&mem, 0, sizeof mem);
+        mem.struct_size = sizeof mem;
+        a->st = llmt_trainer_memory_usage(tr, &mem);
+        if (mem.device_in_use > 0) { /* the engine's own buffers (the shards) */
+            a->state = (double)(mem.device_in_use - mem.device_activations);
+            a->acts = (double)mem.device_activations;
+        } else { /* tp 1 trains the model's host arrays in place */
+            a->state = (double)(mem.params + mem.grads + mem.optimizer);
+            a->acts = (double)mem.activations - SEQ * (double)sizeof(int32_t);
+        }
+    }
+    if (a->st != LLMT_OK)
+        snprintf(a->err, sizeof a->err, "%s",
+                 tr  ? llmt_trainer_last_error(tr)
+                 : m ? llmt_model_last_error(m)
+                     : "create");
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    llmt_comm_destroy(tpc);
+    llmt_comm_destroy(dpc);
+    return NULL;
+}
+
+static llmt_plan *plan_of(const layout *l)
+{
+    char js[2048];
+    spec_json(l, js, sizeof js);
+    llmt_spec *s = NULL;
+    llmt_plan *p = NULL;
+    llmt_status st = llmt_spec_parse_json(NULL, js, strlen(js), &s);
+    if (st == LLMT_OK)
+        st = llmt_plan_create(NULL, s, l->tp * l->dp, &p);
+    if (st != LLMT_OK)
+        fprintf(stderr, "%s: spec/plan: %s\n", l->name, llmt_last_error());
+    CHECK_STATUS(st, LLMT_OK);
+    llmt_spec_destroy(s);
+    return p;
+}
+
+static int same(double a, double b)
+{
+    return fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b));
+}
+
+/* Runs the layout; returns rank 0's state bytes (0 on failure) and the
+ * plan's in *planned. */
+static double check_layout(const layout *l, const int32_t *in, const int32_t *tg,
+                           double *planned)
+{
+    *planned = 0;
+    llmt_plan *p = plan_of(l);
+    if (!p)
+        return 0;
+    llmt_plan_estimate e;
+    memset(&e, 0, sizeof e);
+    e.struct_size = sizeof e;
+    CHECK_STATUS(llmt_plan_get_estimate(p, &e), LLMT_OK);
+    CHECK(e.engine_modeled == 1);
+    int W = l->tp * l->dp;
+    llmt_comm *w[MAXW] = {NULL};
+    if (W > 1)
+        CHECK_STATUS(llmt_comm_create_inproc(NULL, W, NULL, w), LLMT_OK);
+    rank_arg a[MAXW];
+    pthread_t th[MAXW];
+    memset(a, 0, sizeof a);
+    for (int r = 0; r < W; r++) {
+        a[r] = (rank_arg){.lo = l, .world = w[r], .plan = p, .rank = r, .in = in, .tg = tg};
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    for (int r = 0; r < W; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < W; r++)
+        llmt_comm_destroy(w[r]);
+    int ok = 1;
+    for (int r = 0; r < W; r++)
+        if (a[r].st != LLMT_OK) {
+            fprintf(stderr, "%s rank %d: %s\n", l->name, r, a[r].err);
+            ok = 0;
+        }
+    CHECK(ok);
+    if (!ok) {
+        llmt_plan_destroy(p);
+        return 0;
+    }
+    const double ptp[3] = {e.engine_tp_calls, e.engine_tp_payload_bytes, e.engine_tp_bus_bytes};
+    const double pdp[3] = {e.engine_dp_calls, e.engine_dp_payload_bytes, e.engine_dp_bus_bytes};
+    int bytes_ok = 1;
+    for (int r = 0; r < W; r++)
+        for (int k = 0; k < STEPS; k++)
+            for (int j = 0; j < 3; j++) {
+                int good = same(a[r].tp[k][j], ptp[j]) && same(a[r].dp[k][j], pdp[j]);
+                if (!good && bytes_ok)
+                    fprintf(stderr,
+                            "%s rank %d step %d: measured TP %.0f calls %.0f B payload "
+                            "%.1f B bus, DP %.0f / %.0f / %.1f; plan TP %.0f / %.0f / %.1f, "
+                            "DP %.0f / %.0f / %.1f\n",
+                            l->name, r, k + 1, a[r].tp[k][0], a[r].tp[k][1], a[r].tp[k][2],
+                            a[r].dp[k][0], a[r].dp[k][1], a[r].dp[k][2], ptp[0], ptp[1], ptp[2],
+                            pdp[0], pdp[1], pdp[2]);
+                bytes_ok &= good;
+            }
+    CHECK(bytes_ok);
+    /* the generic model's TP bytes: every collective, at the storage type */
+    CHECK(same(e.comm_bytes_tp, e.engine_tp_bus_bytes));
+    double pstate = e.engine_mem_params + e.engine_mem_grads + e.engine_mem_optimizer;
+    *planned = pstate;
+    double worst_s = 0, worst_a = 0;
+    for (int r = 0; r < W; r++) {
+        double ds = fabs(a[r].state / pstate - 1),
+               da = fabs(a[r].acts / e.engine_mem_activations - 1);
+        worst_s = fmax(worst_s, ds);
+        worst_a = fmax(worst_a, da);
+    }
+    CHECK(worst_s <= 0.10);
+    CHECK(worst_a <= 0.10);
+    printf("%-26s TP %3.0f calls %9.0f B (bus %9.0f) DP %3.0f calls %9.0f B (bus %9.0f) "
+           "per step: %s; state %8.0f B (plan %8.0f, %+.2f%%), activations %8.0f B (plan "
+           "%8.0f, %+.2f%%; generic model %8.0f)\n",
+           l->name, ptp[0], ptp[1], ptp[2], pdp[0], pdp[1], pdp[2],
+           bytes_ok ? "equal on every rank and step" : "DIFFERENT", a[0].state, pstate,
+           100 * (a[0].state / pstate - 1), a[0].acts, e.engine_mem_activations,
+           100 * (a[0].acts / e.engine_mem_activations - 1), e.mem_activations);
+    llmt_plan_destroy(p);
+    return a[0].state;
+}
+
+int main(void)
+{
+    size_t n = (size_t)STEPS * 2 * MICRO * ACCUM * SEQ;
+    int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
+    CHECK(in && tg);
+    if (!in || !tg)
+        return check_exit("plan-vs-run");
+    uint64_t s = 99;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        in[i] = (int32_t)((s >> 33) % VOCAB);
+        tg[i] = (in[i] * 7 + 1) % VOCAB;
+    }
+    static const layout gpt[] = {
+        {"gpt2 tp1", 0, 4, 4, 1, 1, 0, 0},
+        {"gpt2 tp2 x dp1", 0, 4, 4, 2, 1, 0, 0},
+        {"gpt2 tp2 x dp2 zero1", 0, 4, 4, 2, 2, 1, 0},
+        {"gpt2 tp2 x dp2 zero2", 0, 4, 4, 2, 2, 2, 0},
+        {"gpt2 tp4 x dp1", 0, 4, 4, 4, 1, 0, 0},
+    };
+    static const layout lla[] = {
+        {"llama kv4 tp1", 1, 8, 4, 1, 1, 0, 0},
+        {"llama kv4 tp2 x dp2 zero3 full", 1, 8, 4, 2, 2, 3, 1},
+        {"llama kv4 tp4 x dp1", 1, 8, 4, 4, 1, 0, 0},
+    };
+    const layout *sets[2] = {gpt, lla};
+    const int counts[2] = {5, 3};
+    for (int k = 0; k < 2; k++) {
+        double one = 0, pone = 0;
+        for (int i = 0; i < counts[k]; i++) {
+            const layout *l = &sets[k][i];
+            double pst = 0, st = check_layout(l, in, tg, &pst);
+            if (l->tp == 1) {
+                one = st;
+                pone = pst;
+                continue;
+            }
+            if (one <= 0 || st <= 0 || l->dp > 1)
+                continue; /* ZeRO shares: not a 1/tp question */
+            double ratio = one / st, pratio = pone / pst;
+            printf("%-26s state bytes tp 1 / tp %d = %.3f (plan %.3f; 1/tp within 5%%: %s)\n",
+                   l->name, l->tp, ratio, pratio,
+                   fabs(ratio / l->tp - 1) <= 0.05 ? "yes" : "NO");
+            CHECK(fabs(ratio / l->tp - 1) <= 0.05);
+            CHECK(fabs(ratio / pratio - 1) <= 0.01);
+        }
+    }
+    free(in);
+    free(tg);
+    return check_exit("plan-vs-run");
+}
