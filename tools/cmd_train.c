@@ -35,11 +35,29 @@ static int usage(void)
     return CLI_USAGE;
 }
 
-static void banner(const llmt_job_info *i)
+/* The layout of a run on several ranks ("tp 2 x dp 2"; "" on one), from
+ * the job's plan, for the banner and the progress line. */
+static int layout(llmt_job *job, const llmt_job_info *i, char *b, size_t cap)
+{
+    int32_t deg[LLMT_PLAN_NDIMS] = {1, 1, 1, 1, 1};
+    const llmt_plan *p = NULL;
+    if (llmt_job_get_plan(job, &p) == LLMT_OK)
+        llmt_plan_degrees(p, deg);
+    b[0] = 0;
+    if (i->world_size > 1)
+        snprintf(b, cap, "tp %d x dp %d", (int)deg[LLMT_DIM_TP], (int)deg[LLMT_DIM_DP]);
+    return (int)deg[LLMT_DIM_TP];
+}
+
+static void banner(const llmt_job_info *i, int tp, const char *lay)
 {
     if (i->data_note[0])
         printf("data: %s\n", i->data_note);
-    if (i->world_size > 1)
+    if (i->world_size > 1 && tp > 1)
+        printf("tensor x data parallel: %s = %d ranks (%s), ZeRO-%d; global batch = micro x "
+               "accum x %d\n",
+               lay, (int)i->world_size, i->comm_backend, (int)i->zero, (int)i->dp);
+    else if (i->world_size > 1)
         printf("data parallel: %d ranks (%s), ZeRO-%d; global batch = micro x accum x %d\n",
                (int)i->world_size, i->comm_backend, (int)i->zero, (int)i->dp);
     if (i->resume_note[0])
@@ -156,7 +174,9 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
             printf("trace: steps %lld-%lld to %s/trace-rank%d.json\n",
                    (long long)oo.trace_first, (long long)oo.trace_last, i.run_dir, (int)i.rank);
     }
-    banner(&i);
+    char lay[64];
+    int tp = layout(job, &i, lay, sizeof lay);
+    banner(&i, tp, lay);
 
     int tty = isatty(STDOUT_FILENO), rc = CLI_OK;
     llmt_job_metrics m;
@@ -200,9 +220,10 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
             char eta[32];
             fmt_dur(eta, sizeof eta, avg * (double)(i.stop_at - step));
             printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | "
-                   "ETA %s%s",
+                   "ETA %s%s%s%s",
                    tty ? "\r" : "", (long long)step, (long long)i.stop_at, (double)m.loss,
-                   (double)m.lr, (double)m.grad_norm, tps, eta, tty ? "   " : "\n");
+                   (double)m.lr, (double)m.grad_norm, tps, eta, lay[0] ? " | " : "", lay,
+                   tty ? "   " : "\n");
             fflush(stdout);
             t_log = m.elapsed_s;
             tok_log = 0;

@@ -108,8 +108,8 @@ llmt_status llmt__job_save(llmt_job *j, int async)
         s = lr_add(j);
     if (s == LLMT_OK) { /* for people and tools; loading does not need it */
         char plan[96];
-        snprintf(plan, sizeof plan, "{\"dp\": %d, \"zero\": %d}", (int)j->dp,
-                 (int)(j->dp > 1 ? j->zero : 0));
+        snprintf(plan, sizeof plan, "{\"tp\": %d, \"dp\": %d, \"zero\": %d}",
+                 (int)(j->tp > 1 ? j->tp : 1), (int)j->dp, (int)(j->dp > 1 ? j->zero : 0));
         s = llmt_ckpt_set_plan_json(j->ck, plan);
     }
     if (s == LLMT_OK)

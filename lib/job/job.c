@@ -89,6 +89,76 @@ static llmt_status where(llmt_job *j, const llmt_job_opts *o)
     return LLMT_OK;
 }
 
+/* The layout: tp ranks share each layer (TP innermost, as the plan
+ * orders ranks) and dp groups of them split the batch, so the world must
+ * be tp x dp; the plan derives dp as world / tp when the spec leaves it
+ * out. Checked here to name the key before the plan's generic message. */
+static llmt_status layout(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    long long tp = (long long)s->parallelism.tp, dp = (long long)s->parallelism.dp;
+    if (j->world % tp)
+        return FAIL(LLMT_ERR_SPEC,
+                    "parallelism.tp: %lld does not divide the world size %d (the job runs "
+                    "tp x dp ranks, tp of them sharing each layer): start it with a "
+                    "multiple of %lld processes (mpirun -np, srun, torchrun), or change tp",
+                    tp, (int)j->world, tp);
+    if (llmt__spec_given(s, "parallelism.dp") && dp * tp != j->world)
+        return FAIL(LLMT_ERR_SPEC,
+                    "parallelism.dp: %lld, but the job runs on %d rank(s) and tp is %lld: "
+                    "start it with tp x dp = %lld processes (mpirun -np %lld, srun, "
+                    "torchrun), or leave dp out to take world size / tp",
+                    dp, (int)j->world, tp, dp * tp, dp * tp);
+    return LLMT_OK;
+}
+
+/* Tensor parallelism splits heads, key/value heads, the width, the FFN
+ * and the padded vocabulary evenly (the trainer checks it too, but only
+ * after the data is prepared and the model built); the spec's key names. */
+static llmt_status tp_fits(llmt_job *j)
+{
+    const llmt_model_config *c = &j->mc;
+    int tp = j->tp;
+    if (tp <= 1)
+        return LLMT_OK;
+    struct {
+        const char *key, *what;
+        int v;
+    } k[] = {{"model.heads", "heads", c->heads},
+             {"model.hidden", "width", c->width},
+             {"model.ffn", "FFN width", c->ffn_hidden},
+             {"model.vocab", "vocabulary padded to a multiple of 64", c->padded_vocab_size}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (k[i].v % tp)
+            return FAIL(LLMT_ERR_SPEC,
+                        "parallelism.tp: %d does not divide %s (%s %d): tensor "
+                        "parallelism splits it evenly across the tp ranks; choose a tp "
+                        "that divides it",
+                        tp, k[i].key, k[i].what, k[i].v);
+    if (c->kv_heads > 0 && c->kv_heads % tp && tp % c->kv_heads)
+        return FAIL(LLMT_ERR_SPEC,
+                    "parallelism.tp: %d and model.kv_heads %d: one must divide the other "
+                    "(key/value heads are split when kv_heads >= tp, else each is held "
+                    "by tp / kv_heads ranks)",
+                    tp, (int)c->kv_heads);
+    return LLMT_OK;
+}
+
+/* This rank's place in the plan: its TP and DP coordinates. */
+static llmt_status coords(llmt_job *j)
+{
+    int32_t deg[LLMT_PLAN_NDIMS], co[LLMT_PLAN_NDIMS];
+    llmt_status s = llmt_plan_degrees(j->plan, deg);
+    if (s == LLMT_OK)
+        s = llmt_plan_coords(j->plan, j->rank, co);
+    if (s != LLMT_OK)
+        return FAIL(s, "plan: %s", llmt_plan_last_error(j->plan));
+    j->tp = deg[LLMT_DIM_TP];
+    j->tp_rank = co[LLMT_DIM_TP];
+    j->dp_rank = co[LLMT_DIM_DP];
+    return LLMT_OK;
+}
+
 /* The directories and files of the run, from the spec and opts. */
 static llmt_status paths(llmt_job *j, const llmt_job_opts *o)
 {
@@ -219,7 +289,12 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
     return LLMT_OK;
 }
 
-/* The data-parallel group: the caller's, or one from the launcher. */
+/* The job's communicator (the caller's, or one from the launcher) and the
+ * trainer's groups cut from it by the plan: with tp 1 the data-parallel
+ * group is the whole world; with tp > 1 the TP group (consecutive ranks)
+ * goes to the trainer first, then the DP group (same TP coordinate), as
+ * llmt_trainer_set_tp_comm asks. Creating the groups is collective, so
+ * every rank does it whatever its degree. */
 static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o)
 {
     if (j->world <= 1)
@@ -237,10 +312,30 @@ static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o)
             return FAIL(s, "job: communicator: %s", llmt_context_last_error(j->ctx));
         j->own_comm = 1;
     }
+    if (j->tp <= 1) {
+        j->dp_comm = j->comm;
+    } else {
+        s = llmt_comm_create_plan_group(j->comm, j->plan, LLMT_DIM_TP, &j->tp_comm);
+        if (s == LLMT_OK && j->dp > 1)
+            s = llmt_comm_create_plan_group(j->comm, j->plan, LLMT_DIM_DP, &j->dp_comm);
+        if (s != LLMT_OK)
+            return FAIL(s, "job: the tp %d x dp %d groups: %s", (int)j->tp, (int)j->dp,
+                        llmt_comm_last_error(j->comm));
+        llmt__obs_remake_begin(j->obs); /* the engine is made again, timed */
+        s = llmt_trainer_set_tp_comm(j->tr, j->tp_comm);
+        llmt__obs_remake_end();
+        if (s != LLMT_OK)
+            return FAIL(s, "parallelism.tp: %d: %s", (int)j->tp,
+                        llmt_trainer_last_error(j->tr));
+    }
+    j->group_comm[LLMT_JOB_GROUP_DP] = j->dp_comm;
+    j->group_comm[LLMT_JOB_GROUP_TP] = j->tp_comm;
+    if (!j->dp_comm)
+        return LLMT_OK; /* dp 1: nothing to reduce across replicas */
     llmt_dp_opts d;
     llmt_dp_opts_init(&d, sizeof d);
     d.zero_stage = j->zero;
-    s = llmt_trainer_set_comm(j->tr, j->comm, &d);
+    s = llmt_trainer_set_comm(j->tr, j->dp_comm, &d);
     if (s != LLMT_OK)
         return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
     return LLMT_OK;
@@ -355,22 +450,21 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
         return s;
     if ((s = llmt__job_check_spec(j)) != LLMT_OK)
         return s;
-    if (llmt__spec_given(j->spec, "parallelism.dp") && j->spec->parallelism.dp != j->world)
-        return FAIL(LLMT_ERR_SPEC,
-                    "parallelism.dp: %lld, but the job runs on %d rank(s): "
-                    "start it with %lld processes (mpirun -np %lld, srun, torchrun), or "
-                    "leave dp out to take the world size",
-                    (long long)j->spec->parallelism.dp, (int)j->world,
-                    (long long)j->spec->parallelism.dp, (long long)j->spec->parallelism.dp);
+    if ((s = layout(j)) != LLMT_OK)
+        return s;
     s = llmt_plan_create(j->ctx, j->spec, j->world, &j->plan);
     if (s != LLMT_OK)
         return FAIL(s, "plan: %s", llmt_context_last_error(j->ctx));
+    if ((s = coords(j)) != LLMT_OK)
+        return s;
     if ((s = settings(j, o)) != LLMT_OK)
+        return s;
+    if ((s = tp_fits(j)) != LLMT_OK)
         return s;
     if ((s = paths(j, o)) != LLMT_OK)
         return s;
-    job_data_opts d = {j->run_dir,       j->spec, j->to.seq_len, j->to.micro_batch,
-                       j->to.grad_accum, j->rank, j->world,      o->resume || o->fresh};
+    job_data_opts d = {j->run_dir,       j->spec,    j->to.seq_len, j->to.micro_batch,
+                       j->to.grad_accum, j->dp_rank, j->dp,         o->resume || o->fresh};
     if ((s = llmt__job_data_open(j, &j->data, &d)) != LLMT_OK)
         return s;
     if ((s = tokenizer_agrees(j)) != LLMT_OK)
@@ -490,6 +584,9 @@ LLMT_API void llmt_job_destroy(llmt_job *j)
         fclose(j->jsonl);
     llmt_trainer_destroy(j->tr); /* before its communicator */
     llmt__job_obs_free(j);       /* after the trainer that uses its op table */
+    if (j->dp_comm != j->comm)
+        llmt_comm_destroy(j->dp_comm); /* groups before the comm they came from */
+    llmt_comm_destroy(j->tp_comm);
     if (j->own_comm)
         llmt_comm_destroy(j->comm);
     llmt_model_destroy(j->model);

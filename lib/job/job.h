@@ -81,8 +81,12 @@ struct llmt_job {
     llmt_context *ctx; /* the caller's: logging, allocator */
     llmt_spec *spec;   /* our own copy */
     llmt_plan *plan;
-    llmt_comm *comm; /* data-parallel group (world > 1) */
+    llmt_comm *comm; /* all ranks of the job (world > 1) */
     int own_comm;    /* 1: created here, destroyed here */
+    /* This rank's groups from the plan's coordinates (TP innermost):
+     * tp_comm only when tp > 1; dp_comm is comm itself when tp is 1, a
+     * group of its own (owned, like tp_comm) when tp > 1 and dp > 1. */
+    llmt_comm *tp_comm, *dp_comm;
     llmt_model *model;
     llmt_trainer *tr;
     llmt_ckpt *ck; /* local tier (root), durable copy inside */
@@ -95,6 +99,7 @@ struct llmt_job {
     llmt_model_config mc;
     llmt_trainer_opts to;
     int32_t dp, zero;
+    int32_t tp, tp_rank, dp_rank; /* the plan's degree and coordinates */
     int64_t steps, stop_at, start_step;
     int64_t ckpt_interval; /* steps; 0 none; < 0 auto, undecided */
     int ckpt_auto, ckpt_async;

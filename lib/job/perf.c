@@ -114,7 +114,7 @@ llmt_status llmt__job_obs_start(llmt_job *j)
     if (j->obs_started)
         return LLMT_OK;
     j->obs_started = 1;
-    j->group_comm[LLMT_JOB_GROUP_DP] = j->comm;
+    /* group_comm[] was filled when the groups were made (job.c) */
     llmt_plan_estimate e;
     memset(&e, 0, sizeof e);
     e.struct_size = sizeof e;

@@ -21,6 +21,14 @@ static const char *prec(int v)
     return v >= 0 && v < 4 ? prec_names[v] : "?";
 }
 
+/* The data-parallel degree the job will run (world / tp; the world when
+ * tp does not divide it, which job.c refuses next, naming parallelism.tp). */
+static int64_t dp_size(const llmt_job *j)
+{
+    int64_t tp = j->spec->parallelism.tp;
+    return tp > 0 && j->world % tp == 0 ? j->world / tp : j->world;
+}
+
 /* Degrees the engine does not split yet (later issues implement them). */
 static llmt_status check_parallelism(llmt_job *j)
 {
@@ -30,8 +38,6 @@ static llmt_status check_parallelism(llmt_job *j)
         size_t off;
         const char *what;
     } dims[] = {
-        {"parallelism.tp", offsetof(struct llmt_spec, parallelism.tp),
-         "tensor parallelism: issue 16"},
         {"parallelism.pp", offsetof(struct llmt_spec, parallelism.pp),
          "pipeline parallelism: issue 17"},
         {"parallelism.cp", offsetof(struct llmt_spec, parallelism.cp),
@@ -64,13 +70,21 @@ static llmt_status check_parallelism(llmt_job *j)
                       "(MoE layers: issue 18); remove model.moe",
                       k);
     }
-    /* ZeRO shards over the data-parallel group: with one rank there is
+    /* the trainer splits layers with the vocabulary-split embedding and
+     * cross-entropy ops, which only the host backends have */
+    if (s->parallelism.tp > 1 && s->train.device == LLMT_SPEC_DEVICE_CUDA)
+        return REFUSE("parallelism.tp: %lld is not supported by llmt_job with train.device "
+                      "cuda yet (the CUDA backend has no vocabulary-split embedding and "
+                      "cross-entropy ops: issue 16); use 1, or train.device cpu",
+                      (long long)s->parallelism.tp);
+    /* ZeRO shards over the data-parallel group: with one replica there is
      * nothing to shard, and a stage that changes nothing would be a lie */
-    if (s->parallelism.zero > 0 && j->world == 1)
-        return REFUSE("parallelism.zero: %lld has no effect with one rank "
-                      "(ZeRO shards over data-parallel ranks); use 0, or run "
-                      "under a launcher with dp > 1",
-                      (long long)s->parallelism.zero);
+    if (s->parallelism.zero > 0 && dp_size(j) == 1)
+        return REFUSE("parallelism.zero: %lld has no effect with one data-parallel rank "
+                      "(ZeRO shards over data-parallel ranks; dp = world size %d / tp %lld); "
+                      "use 0, or run under a launcher with dp > 1",
+                      (long long)s->parallelism.zero, (int)j->world,
+                      (long long)s->parallelism.tp);
     return LLMT_OK;
 }
 
@@ -216,12 +230,15 @@ static llmt_status check_ft(llmt_job *j)
                       "fault_tolerance.anomaly.policy lower_lr: set that policy, or remove "
                       "the key",
                       s->fault_tolerance.anomaly.lr_factor);
-    /* cross-replica checks need replicas */
-    if (s->fault_tolerance.sdc_interval > 0 && j->world < 2)
+    /* cross-replica checks need replicas (tensor-parallel ranks hold
+     * different shards: they are not replicas of each other) */
+    if (s->fault_tolerance.sdc_interval > 0 && dp_size(j) < 2)
         return REFUSE("fault_tolerance.sdc_interval: %lld compares the parameters of "
-                      "data-parallel replicas, and this job runs on 1 rank: run it on 2 or "
-                      "more (llmtrain launch --nproc N, mpirun), or remove the key",
-                      (long long)s->fault_tolerance.sdc_interval);
+                      "data-parallel replicas, and this job has one (dp = world size %d / "
+                      "tp %lld): run it on 2 or more replicas (llmtrain launch --nproc N, "
+                      "mpirun), or remove the key",
+                      (long long)s->fault_tolerance.sdc_interval, (int)j->world,
+                      (long long)s->parallelism.tp);
     if (s->fault_tolerance.sdc_interval > 0 && s->parallelism.zero >= 3)
         return REFUSE("fault_tolerance.sdc_interval: under parallelism.zero 3 every rank "
                       "holds a different share of the parameters, so there are no replicas "

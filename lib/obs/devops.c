@@ -305,6 +305,16 @@ llmt_status llmt__obs_trainer_create(llmt__obs *o, llmt_model *model,
     return s;
 }
 
+void llmt__obs_remake_begin(llmt__obs *o)
+{
+    creating = o;
+}
+
+void llmt__obs_remake_end(void)
+{
+    creating = NULL;
+}
+
 void llmt__obs_op_seconds(const llmt__obs *o, double out[LLMT__OBS_KINDS])
 {
     for (int k = 0; k < LLMT__OBS_KINDS; k++)

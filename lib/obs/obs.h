@@ -30,6 +30,12 @@ void llmt__obs_destroy(llmt__obs *o);
 llmt_status llmt__obs_trainer_create(llmt__obs *o, llmt_model *model,
                                      const llmt_trainer_opts *opts, llmt_trainer **out,
                                      int *timed);
+/* The trainer makes its engine again on the same table when a group is
+ * attached after creation (llmt_trainer_set_tp_comm): the caller brackets
+ * that call with these, on the thread that makes it, so the table's
+ * create finds its observer. */
+void llmt__obs_remake_begin(llmt__obs *o);
+void llmt__obs_remake_end(void);
 /* on 0: forward the ops without reading the clock (but while tracing). */
 void llmt__obs_op_timing(llmt__obs *o, int on);
 /* Seconds spent in the ops so far, by kind (monotonic). */

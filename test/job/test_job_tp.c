@@ -1,0 +1,579 @@
+/* llmt_job under tensor parallelism (issue 16), in process: one thread per
+ * rank on an in-process communicator, each layout against the single-rank
+ * job on the same spec (the independent reference: the same data and seed,
+ * global batch 8 = micro 2 x accum x dp, so every layout trains on the same
+ * sequences).
+ * (a) tp 2 x dp 2 and tp 2 x dp 1, 8 AdamW steps: every rank's per-step
+ *     loss within 1e-5 relative of the single rank's; the final
+ *     parameters (the safetensors exports of the step-8 checkpoints, read
+ *     as fp32) within 1e-5 x (1 + |single rank's|) element by element;
+ * (b) the reshard chain through the job's checkpoints, in one run
+ *     directory: tp 4 x dp 2 ZeRO-1 runs steps 1-2, tp 2 x dp 1 resumes for
+ *     3-4, tp 1 x dp 4 ZeRO-3 for 5-6, tp 4 x dp 1 for 7-8; each step's
+ *     loss within 1e-5 relative of the uninterrupted single rank's;
+ * (c) the step-8 checkpoint of tp 2 x dp 1 exports (safetensors and
+ *     llm.c) to the same bytes as the same state loaded by one process
+ *     (tp 1) and saved again;
+ * (d) bad layouts are refused at creation, naming the key, before the run
+ *     directory is made.
+ * Why 1e-5: tp and dp change only the order of fp32 sums (partial GEMM
+ * sums all-reduced, gradients reduced across replicas), as in
+ * test/train/test_device_tp.c; the worst differences are printed, and so
+ * are the mean step times of one rank and of tp 2 x dp 2.
+ * usage: test_job_tp CORPUS_DIR (any directory of text files) */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "llmtrain.h"
+
+#define STEPS 8
+#define MAXR 8
+#define TOL 1e-5
+
+static char tmp[512], prep[700];
+
+/* The model and run every layout shares; TP and ZeRO vary (dp > 0 sets
+ * parallelism.dp, model replaces the shape, device train.device). The byte
+ * tokenizer's 257 tokens in a vocabulary of 320 (a multiple of 64: the
+ * padded vocabulary splits 4 ways). */
+#define GPT2 "\"arch\": \"gpt2\", \"layers\": 2, \"hidden\": 32, \"heads\": 4"
+static void spec(char *out, size_t cap, int tp, int zero, int dp, const char *model,
+                 const char *device)
+{
+    char dpk[32] = "";
+    if (dp > 0)
+        snprintf(dpk, sizeof dpk, ", \"dp\": %d", dp);
+    snprintf(
+        out, cap,
+        "{\"name\": \"tpjob\", \"model\": {%s, \"vocab\": 320, \"seq_len\": 16},"
+        " \"batch\": {\"micro\": 2, \"global\": 8},"
+        " \"parallelism\": {\"tp\": %d, \"zero\": %d%s},"
+        " \"optimizer\": {\"lr\": 1e-2}, \"schedule\": {\"kind\": \"cosine\", "
+        "\"warmup_steps\": 2},"
+        " \"train\": {\"steps\": %d, \"seed\": 3, \"eval_interval\": 0, \"eval_batches\": 1,"
+        " \"log_interval\": 0, \"threads\": 1, \"sample_tokens\": 0, \"device\": \"%s\"},"
+        " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
+        " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
+        "\"cpu\"}}",
+        model ? model : GPT2, tp, zero, dpk, STEPS, device ? device : "cpu", prep);
+}
+
+typedef struct rank_arg {
+    llmt_comm *comm; /* NULL: one rank */
+    int rank;
+    const char *json, *dir;
+    int resume;
+    int64_t stop_at;
+    float loss[STEPS + 1];
+    double step_s[STEPS + 1];
+    int64_t first, last; /* steps this rank ran */
+    llmt_status st;
+    char err[1024];
+} rank_arg;
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    llmt_context *ctx = NULL;
+    llmt_context_create(NULL, &ctx);
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = a->dir;
+    jo.comm = a->comm;
+    jo.world_size = 1; /* without a communicator */
+    jo.rank = 0;
+    jo.resume = a->resume;
+    jo.stop_at = a->stop_at;
+    llmt_job *job = NULL;
+    a->st = llmt_job_create_from_json(ctx, a->json, strlen(a->json), &jo, &job);
+    if (a->st != LLMT_OK) {
+        snprintf(a->err, sizeof a->err, "create: %s", llmt_context_last_error(ctx));
+        llmt_context_destroy(ctx);
+        return NULL;
+    }
+    llmt_job_info i;
+    memset(&i, 0, sizeof i);
+    i.struct_size = sizeof i;
+    llmt_job_get_info(job, &i);
+    a->first = i.start_step + 1;
+    a->last = i.start_step;
+    llmt_job_metrics m;
+    memset(&m, 0, sizeof m);
+    m.struct_size = sizeof m;
+    for (int64_t k = i.start_step; a->st == LLMT_OK && k < i.stop_at; k++) {
+        a->st = llmt_job_step(job, &m);
+        if (a->st == LLMT_OK && m.step >= 1 && m.step <= STEPS) {
+            a->loss[m.step] = m.loss;
+            a->step_s[m.step] = m.step_s;
+            a->last = m.step;
+        }
+    }
+    if (a->st == LLMT_OK)
+        a->st = llmt_job_finish(job);
+    if (a->st != LLMT_OK)
+        snprintf(a->err, sizeof a->err, "%s", llmt_job_last_error(job));
+    llmt_job_destroy(job);
+    llmt_context_destroy(ctx);
+    return NULL;
+}
+
+/* Run `json` on n ranks (threads on an in-process communicator; n == 1:
+ * none) in run directory dir. */
+static int run_layout(const char *what, const char *json, int n, const char *dir, int resume,
+                      int64_t stop_at, rank_arg *a)
+{
+    llmt_comm *comms[MAXR] = {NULL};
+    pthread_t th[MAXR];
+    if (n > 1 && llmt_comm_create_inproc(NULL, n, NULL, comms) != LLMT_OK) {
+        fprintf(stderr, "FAIL %s: in-process communicator\n", what);
+        CHECK(0);
+        return 0;
+    }
+    for (int r = 0; r < n; r++) {
+        memset(&a[r], 0, sizeof a[r]);
+        a[r].comm = comms[r];
+        a[r].rank = r;
+        a[r].json = json;
+        a[r].dir = dir;
+        a[r].resume = resume;
+        a[r].stop_at = stop_at;
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    int ok = 1;
+    for (int r = 0; r < n; r++) {
+        pthread_join(th[r], NULL);
+        if (a[r].st != LLMT_OK) {
+            fprintf(stderr, "FAIL %s rank %d: %s\n", what, r, a[r].err);
+            ok = 0;
+        }
+        CHECK_STATUS(a[r].st, LLMT_OK);
+    }
+    for (int r = 0; r < n; r++)
+        llmt_comm_destroy(comms[r]);
+    return ok;
+}
+
+/* Every rank's losses of steps [first, last] against the reference's;
+ * returns the worst relative difference. */
+static double check_losses(const char *what, const rank_arg *a, int n, const rank_arg *ref,
+                           int64_t first, int64_t last)
+{
+    double worst = 0;
+    for (int r = 0; r < n; r++) {
+        CHECK_EQ_INT(a[r].first, first);
+        CHECK_EQ_INT(a[r].last, last);
+        for (int64_t k = first; k <= last && k <= STEPS; k++) {
+            double d = fabs((double)a[r].loss[k] - ref->loss[k]) / fabs((double)ref->loss[k]);
+            if (!(d <= TOL))
+                fprintf(stderr, "FAIL %s rank %d step %lld: loss %.9g vs %.9g\n", what, r,
+                        (long long)k, (double)a[r].loss[k], (double)ref->loss[k]);
+            CHECK(d <= TOL);
+            worst = d > worst || isnan(d) ? d : worst;
+        }
+    }
+    printf("%-36s steps %lld-%lld: worst loss difference %.3g relative (bound %.0e)\n", what,
+           (long long)first, (long long)last, worst, TOL);
+    return worst;
+}
+
+static char *slurp(const char *path, long *n)
+{
+    *n = -1;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (b && fread(b, 1, (size_t)len, f) == (size_t)len) {
+        b[len] = 0;
+        *n = len;
+    }
+    fclose(f);
+    return b;
+}
+
+/* Export the newest checkpoint under root to safetensors (out.safetensors)
+ * and llm.c (out.bin), as `llmtrain ckpt export` does; *step gets its step. */
+static int export_both(const char *root, const char *out, int64_t *step)
+{
+    llmt_ckpt_opts o;
+    llmt_ckpt_opts_init(&o, sizeof o);
+    llmt_ckpt *ck = NULL;
+    char st[900], lc[900];
+    snprintf(st, sizeof st, "%s.safetensors", out);
+    snprintf(lc, sizeof lc, "%s.bin", out);
+    *step = -1;
+    llmt_status s = llmt_ckpt_create(NULL, root, &o, &ck);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_open_latest(ck, step);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_export_safetensors(ck, st);
+    if (s == LLMT_OK) {
+        llmt_ckpt_llmc_opts lo;
+        llmt_ckpt_llmc_opts_init(&lo, sizeof lo);
+        lo.heads = 4;
+        s = llmt_ckpt_export_llmc(ck, lc, &lo);
+    }
+    if (s != LLMT_OK)
+        fprintf(stderr, "export %s: %s\n", root, ck ? llmt_ckpt_last_error(ck) : "create");
+    CHECK_STATUS(s, LLMT_OK);
+    llmt_ckpt_destroy(ck);
+    return s == LLMT_OK;
+}
+
+/* The largest elementwise |a - b| / (1 + |b|) over the "param/" tensors
+ * of two safetensors files of the same layout (*n: how many were
+ * compared; *rel_l2: the largest relative L2 distance of a tensor, for
+ * the record: it is large where a tensor is rounding noise around zero,
+ * as the key bias is, whose gradient vanishes in exact arithmetic). */
+static double params_dist(const char *fa, const char *fb, int *n, double *rel_l2)
+{
+    long la, lb;
+    char *a = slurp(fa, &la), *b = slurp(fb, &lb);
+    double worst = INFINITY;
+    *n = 0;
+    *rel_l2 = INFINITY;
+    uint64_t ha = 0, hb = 0;
+    if (a && b && la > 8 && lb > 8) {
+        memcpy(&ha, a, 8);
+        memcpy(&hb, b, 8);
+    }
+    cJSON *ja = ha && ha + 8 <= (uint64_t)la ? cJSON_ParseWithLength(a + 8, ha) : NULL;
+    cJSON *jb = hb && hb + 8 <= (uint64_t)lb ? cJSON_ParseWithLength(b + 8, hb) : NULL;
+    if (ja && jb) {
+        worst = 0;
+        *rel_l2 = 0;
+        for (cJSON *t = ja->child; t; t = t->next) {
+            if (strncmp(t->string, "param/", 6))
+                continue;
+            cJSON *u = cJSON_GetObjectItemCaseSensitive(jb, t->string);
+            cJSON *oa = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+            cJSON *ob = u ? cJSON_GetObjectItemCaseSensitive(u, "data_offsets") : NULL;
+            cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
+            if (!oa || !ob || cJSON_GetArraySize(oa) != 2 || cJSON_GetArraySize(ob) != 2 ||
+                !cJSON_IsString(dt) || strcmp(dt->valuestring, "F32")) {
+                worst = INFINITY;
+                break;
+            }
+            long a0 = (long)cJSON_GetArrayItem(oa, 0)->valuedouble,
+                 a1 = (long)cJSON_GetArrayItem(oa, 1)->valuedouble,
+                 b0 = (long)cJSON_GetArrayItem(ob, 0)->valuedouble,
+                 b1 = (long)cJSON_GetArrayItem(ob, 1)->valuedouble;
+            if (a1 - a0 != b1 - b0 || 8 + (long)ha + a1 > la || 8 + (long)hb + b1 > lb) {
+                worst = INFINITY;
+                break;
+            }
+            size_t e = (size_t)(a1 - a0) / 4;
+            const char *pa = a + 8 + ha + a0, *pb = b + 8 + hb + b0;
+            double num = 0, den = 0;
+            for (size_t i = 0; i < e; i++) {
+                float x, y;
+                memcpy(&x, pa + 4 * i, 4);
+                memcpy(&y, pb + 4 * i, 4);
+                num += ((double)x - y) * ((double)x - y);
+                den += (double)y * y;
+                double d = fabs((double)x - y) / (1 + fabs((double)y));
+                worst = d > worst || isnan(d) ? d : worst;
+            }
+            double l2 = sqrt(num / (den > 0 ? den : 1));
+            *rel_l2 = l2 > *rel_l2 || isnan(l2) ? l2 : *rel_l2;
+            (*n)++;
+        }
+    }
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    free(a);
+    free(b);
+    return worst;
+}
+
+/* The newest checkpoint under root loaded by one process (tp 1, the
+ * plain trainer with the job's schedule) and saved again, at the same
+ * step, under out_root, with the job's own keys (the loader's data.* and
+ * the anomaly policy's job.*: a job resumed in one process saves them as
+ * it read them). */
+static int resave_tp1(const char *root, const char *out_root)
+{
+    llmt_model_config c;
+    llmt_model_config_init(&c, sizeof c);
+    c.arch = LLMT_ARCH_GPT2;
+    c.layers = 2;
+    c.width = 32;
+    c.heads = 4;
+    c.vocab_size = 320;
+    c.padded_vocab_size = 320;
+    c.max_seq_len = 16;
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_ckpt *in = NULL, *out = NULL;
+    llmt_status s = llmt_model_create(NULL, &c, &m);
+    llmt_trainer_opts o;
+    llmt_trainer_opts_init(&o, sizeof o);
+    o.micro_batch = 2;
+    o.seq_len = 16;
+    o.threads = 1;
+    o.lr = 1e-2f; /* the spec's schedule, as the job maps it */
+    o.schedule = LLMT_LR_COSINE;
+    o.warmup_steps = 2;
+    o.total_steps = STEPS;
+    o.min_lr = (float)(0.1 * 1e-2);
+    o.decay_fraction = 0;
+    if (s == LLMT_OK)
+        s = llmt_trainer_create(m, &o, &tr);
+    llmt_ckpt_opts co;
+    llmt_ckpt_opts_init(&co, sizeof co);
+    co.keep_last = 0;
+    int64_t step = -1;
+    if (s == LLMT_OK)
+        s = llmt_ckpt_create(NULL, root, &co, &in);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_open_latest(in, &step);
+    if (s == LLMT_OK)
+        s = llmt_trainer_ckpt_read(tr, in);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_create(NULL, out_root, &co, &out);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_begin(out, step);
+    if (s == LLMT_OK)
+        s = llmt_trainer_ckpt_add(tr, out);
+    size_t nkv = 0;
+    if (s == LLMT_OK)
+        s = llmt_ckpt_open_info(in, NULL, NULL, &nkv);
+    for (size_t k = 0; s == LLMT_OK && k < nkv; k++) {
+        const char *key = NULL;
+        char v[256];
+        s = llmt_ckpt_kv_key(in, k, &key);
+        if (s == LLMT_OK && (!strncmp(key, "data.", 5) || !strncmp(key, "job.", 4))) {
+            s = llmt_ckpt_get_kv(in, key, v, sizeof v, NULL);
+            if (s == LLMT_OK)
+                s = llmt_ckpt_set_kv(out, key, v);
+        }
+    }
+    if (s == LLMT_OK)
+        s = llmt_ckpt_save(out, 0);
+    if (s != LLMT_OK)
+        fprintf(stderr, "resave under tp 1: %s / %s / %s\n",
+                tr ? llmt_trainer_last_error(tr) : "", in ? llmt_ckpt_last_error(in) : "",
+                out ? llmt_ckpt_last_error(out) : "");
+    CHECK_STATUS(s, LLMT_OK);
+    llmt_ckpt_destroy(in);
+    llmt_ckpt_destroy(out);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    return s == LLMT_OK;
+}
+
+static int same_file(const char *fa, const char *fb, long *bytes)
+{
+    long la, lb;
+    char *a = slurp(fa, &la), *b = slurp(fb, &lb);
+    int same = a && b && la > 0 && la == lb && !memcmp(a, b, (size_t)la);
+    *bytes = la;
+    free(a);
+    free(b);
+    return same;
+}
+
+static double mean_step_s(const rank_arg *a)
+{
+    double s = 0;
+    for (int k = 2; k <= STEPS; k++) /* the first allocates the buffers */
+        s += a->step_s[k];
+    return s / (STEPS - 1);
+}
+
+/* A layout refused at creation: the message names every string of want
+ * (NULL-terminated) and the run directory was not made. */
+static void refused(const char *what, const char *json, int world, const char *const *want)
+{
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/bad", tmp);
+    llmt_context *ctx = NULL;
+    llmt_context_create(NULL, &ctx);
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = dir;
+    jo.world_size = world;
+    jo.rank = 0;
+    llmt_job *job = NULL;
+    llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+    const char *msg = llmt_context_last_error(ctx);
+    CHECK(s != LLMT_OK);
+    int named = 1;
+    for (int i = 0; want[i]; i++)
+        named &= strstr(msg, want[i]) != NULL;
+    if (s == LLMT_OK || !named)
+        fprintf(stderr, "FAIL %s: %s\n", what, s == LLMT_OK ? "created" : msg);
+    CHECK(named);
+    struct stat sb;
+    CHECK(stat(dir, &sb) != 0); /* refused before any work */
+    printf("refused %-22s %s\n", what, msg);
+    llmt_job_destroy(job);
+    llmt_context_destroy(ctx);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_job_tp CORPUS_DIR\n");
+        return 2;
+    }
+    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-tp-XXXXXX");
+    if (!mkdtemp(tmp))
+        return 1;
+    char json[4096], dir[800], root[900];
+    int64_t step = -1;
+
+    /* the corpus prepared once into byte-token shards by a job that stops
+     * at creation; every run below reads them */
+    {
+        snprintf(prep, sizeof prep, "%s", argv[1]);
+        spec(json, sizeof json, 1, 0, 0, NULL, NULL);
+        llmt_context *ctx = NULL;
+        llmt_context_create(NULL, &ctx);
+        llmt_job_opts jo;
+        llmt_job_opts_init(&jo, sizeof jo);
+        snprintf(dir, sizeof dir, "%s/prep", tmp);
+        jo.run_dir = dir;
+        jo.world_size = 1;
+        jo.rank = 0;
+        llmt_job *job = NULL;
+        llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+        if (s != LLMT_OK)
+            fprintf(stderr, "preparing the corpus: %s\n", llmt_context_last_error(ctx));
+        CHECK_STATUS(s, LLMT_OK);
+        llmt_job_destroy(job);
+        llmt_context_destroy(ctx);
+        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
+        if (s != LLMT_OK)
+            return check_exit("job-tp");
+    }
+
+    /* the reference: one rank, 8 steps */
+    static rank_arg ref[1], a[MAXR];
+    spec(json, sizeof json, 1, 0, 0, NULL, NULL);
+    snprintf(dir, sizeof dir, "%s/one", tmp);
+    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
+        return check_exit("job-tp");
+    char one_st[900], st[900];
+    snprintf(root, sizeof root, "%s/one/ckpt", tmp);
+    snprintf(one_st, sizeof one_st, "%s/one-final", tmp);
+    export_both(root, one_st, &step);
+    CHECK_EQ_INT(step, STEPS);
+    strcat(one_st, ".safetensors");
+
+    /* (a) tp 2 x dp 2, tp 2 x dp 1 */
+    static const struct {
+        const char *name;
+        int tp, n;
+    } lay[] = {{"tp 2 x dp 2", 2, 4}, {"tp 2 x dp 1", 2, 2}};
+    for (size_t l = 0; l < sizeof lay / sizeof lay[0]; l++) {
+        spec(json, sizeof json, lay[l].tp, 0, 0, NULL, NULL);
+        snprintf(dir, sizeof dir, "%s/tp%d-n%d", tmp, lay[l].tp, lay[l].n);
+        if (!run_layout(lay[l].name, json, lay[l].n, dir, 0, 0, a))
+            continue;
+        check_losses(lay[l].name, a, lay[l].n, ref, 1, STEPS);
+        if (l == 0)
+            printf("step time (steps 2-%d, in-process threads on this machine): one rank "
+                   "%.2f ms, tp 2 x dp 2 %.2f ms\n",
+                   STEPS, 1e3 * mean_step_s(ref), 1e3 * mean_step_s(&a[0]));
+        snprintf(root, sizeof root, "%s/ckpt", dir);
+        snprintf(st, sizeof st, "%s-final", dir);
+        if (!export_both(root, st, &step))
+            continue;
+        CHECK_EQ_INT(step, STEPS);
+        strcat(st, ".safetensors");
+        int n = 0;
+        double l2 = 0, d = params_dist(st, one_st, &n, &l2);
+        CHECK(n >= 10 && d <= TOL);
+        printf("%-36s final parameters: worst |a - b| / (1 + |b|) %.3g over %d tensors "
+               "(bound %.0e; worst relative L2 of a tensor %.3g)\n",
+               lay[l].name, d, n, TOL, l2);
+    }
+
+    /* (c) the tp 2 x dp 1 checkpoint (step 8) exports as the same state
+     * loaded by one process and saved again */
+    {
+        char again[800], x[800], y[800];
+        snprintf(root, sizeof root, "%s/tp2-n2/ckpt", tmp);
+        snprintf(again, sizeof again, "%s/tp1-again", tmp);
+        int64_t sx = -1, sy = -2;
+        if (resave_tp1(root, again)) {
+            snprintf(x, sizeof x, "%s/x", tmp);
+            snprintf(y, sizeof y, "%s/y", tmp);
+            export_both(root, x, &sx);
+            export_both(again, y, &sy);
+            CHECK(sx == STEPS && sy == STEPS);
+            static const char *const ext[] = {".safetensors", ".bin"};
+            for (int e = 0; e < 2; e++) {
+                char fx[900], fy[900];
+                snprintf(fx, sizeof fx, "%s%s", x, ext[e]);
+                snprintf(fy, sizeof fy, "%s%s", y, ext[e]);
+                long bytes = 0;
+                int same = same_file(fx, fy, &bytes);
+                CHECK(same);
+                printf("export %-12s of the tp 2 checkpoint: %ld bytes, %s the tp 1 resave's\n",
+                       ext[e] + 1, bytes, same ? "identical to" : "DIFFERENT from");
+            }
+        }
+    }
+
+    /* (b) the reshard chain in one run directory */
+    {
+        static const struct {
+            const char *name;
+            int tp, zero, n;
+        } ch[] = {{"chain tp 4 x dp 2 ZeRO-1", 4, 1, 8},
+                  {"chain tp 2 x dp 1 (resumed)", 2, 0, 2},
+                  {"chain tp 1 x dp 4 ZeRO-3 (resumed)", 1, 3, 4},
+                  {"chain tp 4 x dp 1 (resumed)", 4, 0, 4}};
+        snprintf(dir, sizeof dir, "%s/chain", tmp);
+        for (int p = 0; p < 4; p++) {
+            spec(json, sizeof json, ch[p].tp, ch[p].zero, 0, NULL, NULL);
+            if (!run_layout(ch[p].name, json, ch[p].n, dir, p > 0, 2 * (p + 1), a))
+                break;
+            check_losses(ch[p].name, a, ch[p].n, ref, 2 * p + 1, 2 * p + 2);
+        }
+    }
+
+    /* (d) bad layouts, named */
+    {
+        static const char *const w_world[] = {"parallelism.tp", "world size 3", NULL};
+        static const char *const w_dp[] = {"parallelism.dp", NULL};
+        static const char *const w_heads[] = {"parallelism.tp", "model.heads", NULL};
+        static const char *const w_ffn[] = {"parallelism.tp", "model.ffn", NULL};
+        static const char *const w_kv[] = {"parallelism.tp", "model.kv_heads", NULL};
+        static const char *const w_cuda[] = {"parallelism.tp", "cuda", NULL};
+        spec(json, sizeof json, 2, 0, 0, NULL, NULL);
+        refused("tp 2 on 3 ranks", json, 3, w_world);
+        spec(json, sizeof json, 2, 0, 1, NULL, NULL);
+        refused("tp 2 x dp 1 on 4 ranks", json, 4, w_dp);
+        spec(json, sizeof json, 3, 0, 0, NULL, NULL);
+        refused("tp 3 with 4 heads", json, 3, w_heads);
+        spec(json, sizeof json, 4, 0, 0, GPT2 ", \"ffn\": 126", NULL);
+        refused("tp 4 with ffn 126", json, 4, w_ffn);
+        spec(json, sizeof json, 2, 0, 0,
+             "\"arch\": \"llama\", \"layers\": 2, \"hidden\": 48, \"heads\": 6, "
+             "\"kv_heads\": 3",
+             NULL);
+        refused("tp 2 with 3 kv heads", json, 2, w_kv);
+        spec(json, sizeof json, 2, 0, 0, NULL, "cuda");
+        refused("tp 2 on cuda", json, 2, w_cuda);
+    }
+
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    if (check_failures) /* the evidence stays */
+        fprintf(stderr, "kept %s\n", tmp);
+    else if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp);
+    return check_exit("job-tp");
+}
