@@ -288,6 +288,7 @@ llmt_status llmt__job_obs_step(llmt_job *j, const job_marks *k, const llmt_job_m
         if (llmt__obs_prom_write(j->prom_path, j->rank, p, m, err, sizeof err) != LLMT_OK)
             llmt__log(j->ctx, LLMT_LOG_WARN, "job", "%s", err);
     }
+    llmt__obs_serve_update(j->obs, p, m); /* metrics.http, when it serves */
     return LLMT_OK;
 }
 

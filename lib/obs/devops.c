@@ -331,6 +331,7 @@ void llmt__obs_destroy(llmt__obs *o)
 {
     if (!o)
         return;
+    llmt__obs_serve_stop(o);
     llmt__obs_trace_close(o);
     free(o->ev);
     free(o->fr);

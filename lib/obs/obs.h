@@ -80,5 +80,19 @@ double llmt__comm_exposed_s(const struct llmt_comm *c);
 /* ---- Prometheus textfile (prom.c); m may be NULL. */
 llmt_status llmt__obs_prom_write(const char *path, int32_t rank, const llmt_job_perf *p,
                                  const llmt_job_metrics *m, char *err, size_t errlen);
+/* The exposition text itself; p NULL: before the first step (the step
+ * counter only). */
+void llmt__obs_prom_text(FILE *f, int32_t rank, const llmt_job_perf *p,
+                         const llmt_job_metrics *m);
+
+/* ---- the HTTP endpoint (http.c): GET /metrics on a plain socket. */
+/* Listen on host (an IPv4 address) and port (0: any free one; *bound gets
+ * the port), serving `rank`'s text from a thread of its own until
+ * llmt__obs_destroy. One endpoint per observer. */
+llmt_status llmt__obs_serve(llmt__obs *o, const char *host, int port, int32_t rank, int *bound,
+                            char *err, size_t errlen);
+/* The text served from now on (the same as the textfile's); no-op when
+ * not serving. */
+void llmt__obs_serve_update(llmt__obs *o, const llmt_job_perf *p, const llmt_job_metrics *m);
 
 #endif

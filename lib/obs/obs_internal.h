@@ -29,9 +29,12 @@ struct llmt__obs {
     struct llmt__fr_entry *fr; /* scratch for the recorder's entries */
     uint64_t fr_cursor[8];     /* per group slot */
     int fr_seen[8];
+    struct llmt__obs_http *http; /* the HTTP endpoint (http.c), or NULL */
 };
 
 void llmt__obs_trace_op(llmt__obs *o, int op, double t0, double t1);
 const char *llmt__obs_op_name(int op);
+/* Stop the HTTP endpoint (joins its thread); no-op when not serving. */
+void llmt__obs_serve_stop(llmt__obs *o);
 
 #endif

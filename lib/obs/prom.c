@@ -1,6 +1,7 @@
 /* The Prometheus text exposition format (version 0.0.4) of a rank's last
- * step, for node_exporter's textfile collector: written to a temporary
- * name and renamed, so the collector never reads half a file. Names
+ * step, for node_exporter's textfile collector (written to a temporary
+ * name and renamed, so the collector never reads half a file) and for the
+ * HTTP endpoint (http.c), both from the same text. Names
  * follow Prometheus conventions: base units (seconds, bytes, ratio), a
  * _total suffix on counters, labels for the rank, phase and group. */
 #include <errno.h>
@@ -16,22 +17,17 @@ static void gauge(FILE *f, const char *name, const char *help)
     fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
 }
 
-llmt_status llmt__obs_prom_write(const char *path, int32_t rank, const llmt_job_perf *p,
-                                 const llmt_job_metrics *m, char *err, size_t errlen)
+void llmt__obs_prom_text(FILE *f, int32_t rank, const llmt_job_perf *p,
+                         const llmt_job_metrics *m)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        snprintf(err, errlen, "prometheus: open %s: %s", tmp, strerror(errno));
-        return LLMT_ERR_IO;
-    }
     int r = (int)rank;
     fprintf(f,
             "# HELP llmtrain_steps_total Optimizer steps done.\n"
             "# TYPE llmtrain_steps_total counter\n"
             "llmtrain_steps_total{rank=\"%d\"} %lld\n",
-            r, (long long)p->step);
+            r, p ? (long long)p->step : 0LL);
+    if (!p) /* before the first step: nothing measured yet */
+        return;
     gauge(f, "llmtrain_step_seconds", "Wall time of the last step.");
     fprintf(f, "llmtrain_step_seconds{rank=\"%d\"} %.9g\n", r, p->wall_s);
     gauge(f, "llmtrain_mfu_ratio", "Realized model FLOPs utilization of the last step.");
@@ -69,6 +65,19 @@ llmt_status llmt__obs_prom_write(const char *path, int32_t rank, const llmt_job_
     fprintf(f, "llmtrain_model_flops_per_step{rank=\"%d\"} %.9g\n", r, p->model_flops);
     gauge(f, "llmtrain_peak_flops", "Peak FLOP/s of one device (calibrated on a CPU).");
     fprintf(f, "llmtrain_peak_flops{rank=\"%d\"} %.9g\n", r, p->peak_flops);
+}
+
+llmt_status llmt__obs_prom_write(const char *path, int32_t rank, const llmt_job_perf *p,
+                                 const llmt_job_metrics *m, char *err, size_t errlen)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        snprintf(err, errlen, "prometheus: open %s: %s", tmp, strerror(errno));
+        return LLMT_ERR_IO;
+    }
+    llmt__obs_prom_text(f, rank, p, m);
     int bad = ferror(f);
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {

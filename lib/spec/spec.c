@@ -197,6 +197,10 @@ static const spec_key keys[] = {
     O("metrics", "outputs"),
     S("metrics.jsonl", metrics.jsonl, "per-step metrics file"),
     S("metrics.plot", metrics.plot, "loss/throughput plot (svg)"),
+    S("metrics.http", metrics.http,
+      "Prometheus endpoint [HOST:]PORT serving GET /metrics (HOST an IPv4 address "
+      "[127.0.0.1]; rank r listens on PORT + its local rank; 0: any free port, written to "
+      "metrics.http in the run directory) [off]"),
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

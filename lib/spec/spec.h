@@ -149,7 +149,9 @@ struct llmt_spec {
         double pcie_GBps;     /* device -> host per GPU (snapshots) */
         double storage_GBps;  /* durable storage, aggregate */
     } hardware;
-    struct { char *jsonl, *plot; } metrics;
+    struct {
+        char *jsonl, *plot, *http;
+    } metrics;
     unsigned char *given; /* one flag per key of the table (llmt__spec_given) */
 };
 

@@ -215,6 +215,10 @@ static const kcase cases[] = {
     {"hardware.storage_GBps", NULL, "{\"hardware\": {\"storage_GBps\": 0.001}}", PLAN},
     {"metrics.jsonl", NULL, "{\"metrics\": {\"jsonl\": \"m2.jsonl\"}}", FILES},
     {"metrics.plot", NULL, "{\"metrics\": {\"plot\": \"p2.svg\"}}", FILES},
+    /* the Prometheus endpoint on any free port: its address in metrics.http
+     * (test obs scrapes it) */
+    {"metrics.http", NULL, "{\"metrics\": {\"http\": \"127.0.0.1:0\"}}", FILES},
+    {"metrics.http", NULL, "{\"metrics\": {\"http\": \"localhost:9400\"}}", REFUSED},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 

@@ -9,8 +9,10 @@
  *   tids, monotonic timestamps) and has one event per collective, its
  *   sequence numbers consecutive;
  * - the Prometheus textfile parses as the text exposition format and
- *   carries the step's values.
+ *   carries the step's values; so does the HTTP endpoint (metrics.http)
+ *   over loopback, step after step (see check_http).
  * usage: test_obs CORPUS_DIR */
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <math.h>
@@ -18,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -157,15 +161,12 @@ static int check_trace(const char *path, int pid, int expect_comm)
     return ncomm;
 }
 
-/* ---- the Prometheus text exposition format */
-static void check_prom(const char *path, const llmt_job_perf *p)
+/* ---- the Prometheus text exposition format: the text t (modified) of
+ * the step p; returns llmtrain_steps_total */
+static double check_prom_text(char *t, const llmt_job_perf *p)
 {
-    char *t = slurp(path);
-    CHECK(t != NULL);
-    if (!t)
-        return;
     int samples = 0, typed = 0, bad = 0, groups = 0;
-    double step_s = NAN, mfu = NAN;
+    double step_s = NAN, mfu = NAN, steps = NAN;
     char *save = NULL;
     for (char *ln = strtok_r(t, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
         if (!strncmp(ln, "# TYPE ", 7)) {
@@ -207,13 +208,186 @@ static void check_prom(const char *path, const llmt_job_perf *p)
             step_s = v;
         if (nlen == strlen("llmtrain_mfu_ratio") && !strncmp(ln, "llmtrain_mfu_ratio", nlen))
             mfu = v;
+        if (nlen == strlen("llmtrain_steps_total") &&
+            !strncmp(ln, "llmtrain_steps_total", nlen))
+            steps = v;
     }
-    free(t);
     CHECK_EQ_INT(bad, 0);
     CHECK(typed >= 10 && samples >= 15);
     CHECK_EQ_INT(groups, 5);
     CHECK(fabs(step_s - p->wall_s) <= 1e-6 * p->wall_s + 1e-9);
     CHECK(fabs(mfu - p->mfu) <= 1e-6 * p->mfu + 1e-12);
+    CHECK(steps == (double)p->step);
+    return steps;
+}
+
+static void check_prom(const char *path, const llmt_job_perf *p)
+{
+    char *t = slurp(path);
+    CHECK(t != NULL);
+    if (t)
+        check_prom_text(t, p);
+    free(t);
+}
+
+/* ---- a plain HTTP/1.1 client: `req` sent to 127.0.0.1:port, the answer
+ * read to EOF; *status gets its code (-1: could not connect), returns the
+ * body (malloc'd) */
+static char *http(int port, const char *req, int *status)
+{
+    *status = -1;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return NULL;
+    struct timeval tv = {20, 0}; /* a hung server fails the test, not CI */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return NULL;
+    }
+    size_t n = strlen(req), cap = 1 << 16, len = 0;
+    if (send(fd, req, n, MSG_NOSIGNAL) != (ssize_t)n) {
+        close(fd);
+        return NULL;
+    }
+    char *b = malloc(cap);
+    ssize_t k;
+    while (b && len + 1 < cap && (k = recv(fd, b + len, cap - 1 - len, 0)) > 0)
+        len += (size_t)k;
+    close(fd);
+    if (!b)
+        return NULL;
+    b[len] = 0;
+    char *body = strstr(b, "\r\n\r\n");
+    if (sscanf(b, "HTTP/1.%*d %d", status) != 1 || !body) {
+        *status = 0;
+        free(b);
+        return NULL;
+    }
+    /* Content-Length says the body is all there */
+    char *cl = strstr(b, "Content-Length: ");
+    if (!cl || cl > body || strtoul(cl + 16, NULL, 10) != strlen(body + 4))
+        *status = 0;
+    memmove(b, body + 4, strlen(body + 4) + 1);
+    return b;
+}
+
+static char *get_metrics(int port, int *status)
+{
+    return http(port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", status);
+}
+
+/* A job of the obs spec with `extra`, in dir, on ctx (which must outlive
+ * it); NULL when refused (the context's message into err). */
+static llmt_job *job_in(llmt_context *ctx, const char *dir, const char *extra, int steps,
+                        llmt_status *st, char *err, size_t errlen)
+{
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = dir;
+    const char *json = spec_json(steps, extra);
+    llmt_job *job = NULL;
+    *st = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+    snprintf(err, errlen, "%s", llmt_context_last_error(ctx));
+    return *st == LLMT_OK ? job : NULL;
+}
+
+/* metrics.http: the endpoint on a free port (0) serves the textfile's
+ * text over loopback and follows the steps; a second job on its port is
+ * refused naming the key and the port; destroying the job closes it (the
+ * port can be bound again); a bad value is refused naming the key. */
+static void check_http(void)
+{
+    char dir[700], err[1024];
+    snprintf(dir, sizeof dir, "%s/http", tmp);
+    llmt_status st;
+    llmt_context *ctx = NULL;
+    CHECK_STATUS(llmt_context_create(NULL, &ctx), LLMT_OK);
+    llmt_job *job =
+        job_in(ctx, dir, ", \"metrics\": {\"http\": \"127.0.0.1:0\"}", 4, &st, err, sizeof err);
+    CHECK_STATUS(st, LLMT_OK);
+    if (!job) {
+        fprintf(stderr, "http job: %s\n", err);
+        llmt_context_destroy(ctx);
+        return;
+    }
+    char path[800];
+    snprintf(path, sizeof path, "%s/metrics.http", dir);
+    char *url = slurp(path);
+    int port = 0;
+    CHECK(url && sscanf(url, "http://127.0.0.1:%d/metrics", &port) == 1 && port > 0);
+    fprintf(stderr, "http: serving at %s", url ? url : "(no metrics.http)\n");
+    free(url);
+    int code;
+    /* before the first step: the step counter, 0 */
+    char *b = get_metrics(port, &code);
+    CHECK_EQ_INT(code, 200);
+    CHECK(b && strstr(b, "llmtrain_steps_total{rank=\"0\"} 0\n") &&
+          !strstr(b, "llmtrain_step_seconds"));
+    free(b);
+    double seen[2] = {NAN, NAN};
+    for (int s = 0; s < 2; s++) {
+        llmt_job_perf p;
+        memset(&p, 0, sizeof p);
+        p.struct_size = sizeof p;
+        CHECK_STATUS(llmt_job_step(job, NULL), LLMT_OK);
+        llmt_job_get_perf(job, &p);
+        b = get_metrics(port, &code);
+        CHECK_EQ_INT(code, 200);
+        if (b)
+            seen[s] = check_prom_text(b, &p);
+        free(b);
+    }
+    fprintf(stderr, "http: llmtrain_steps_total %g then %g\n", seen[0], seen[1]);
+    CHECK(seen[0] == 1 && seen[1] == 2);
+    b = http(port, "GET /other HTTP/1.1\r\n\r\n", &code);
+    CHECK_EQ_INT(code, 404);
+    free(b);
+    b = http(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", &code);
+    CHECK_EQ_INT(code, 405);
+    free(b);
+    b = http(port, "HEAD /metrics HTTP/1.0\r\n\r\n", &code);
+    CHECK(code == 200 || code == 0); /* no body: its Content-Length does not match */
+    CHECK(b && !strstr(b, "llmtrain_"));
+    free(b);
+
+    /* the port is taken: refused at creation, naming the key and port */
+    char extra[128], dir2[800], portstr[16];
+    snprintf(extra, sizeof extra, ", \"metrics\": {\"http\": \"127.0.0.1:%d\"}", port);
+    snprintf(dir2, sizeof dir2, "%s/http-taken", tmp);
+    snprintf(portstr, sizeof portstr, "%d", port);
+    llmt_job *other = job_in(ctx, dir2, extra, 4, &st, err, sizeof err);
+    fprintf(stderr, "http: a second job on port %d: %s\n", port, err);
+    CHECK(other == NULL && st == LLMT_ERR_IO);
+    CHECK(strstr(err, "metrics.http") && strstr(err, portstr));
+    llmt_job_destroy(other);
+
+    /* destroy stops it: nothing listens, and the port binds again */
+    llmt_job_destroy(job);
+    b = get_metrics(port, &code);
+    CHECK_EQ_INT(code, -1);
+    free(b);
+    snprintf(dir2, sizeof dir2, "%s/http-again", tmp);
+    other = job_in(ctx, dir2, extra, 4, &st, err, sizeof err);
+    CHECK_STATUS(st, LLMT_OK);
+    if (!other)
+        fprintf(stderr, "http: again on %d: %s\n", port, err);
+    b = get_metrics(port, &code);
+    CHECK_EQ_INT(code, 200);
+    free(b);
+    llmt_job_destroy(other);
+
+    snprintf(dir2, sizeof dir2, "%s/http-bad", tmp);
+    other = job_in(ctx, dir2, ", \"metrics\": {\"http\": \"localhost:x\"}", 4, &st, err,
+                   sizeof err);
+    CHECK(other == NULL && st == LLMT_ERR_SPEC && strstr(err, "metrics.http"));
+    llmt_job_destroy(other);
+    llmt_context_destroy(ctx);
 }
 
 /* ---- one rank */
@@ -357,6 +531,8 @@ int main(int argc, char **argv)
         snprintf(path, sizeof path, "%s/run.jsonl", a.dir);
         CHECK(line_value(path, "\"step\":6", "ranks") == 1);
     }
+
+    check_http();
 
     /* ---- one rank, ops not timed (op_timing -1): the engine's time is
      * unaccounted, compute and optimizer stay 0, the rest is measured */
