@@ -222,7 +222,9 @@ llmt_status llmt__obs_serve(llmt__obs *o, const char *host, int port, int32_t ra
     const char *what = NULL;
     int one = 1, e = 0;
     socklen_t al = sizeof a;
-    h->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* non-blocking: a client gone between poll and accept must not stall
+     * the thread in accept */
+    h->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (h->fd < 0)
         what = "socket";
     /* a restarted job may bind again while its old connections linger in
