@@ -22,7 +22,13 @@
  * refuses tp not dividing model.kv_heads. The generic
  * cost model's comm_bytes_tp (any framework, this layout) must equal the
  * engine's TP bus bytes too: both count every TP collective at the
- * storage type (doc/planner.md, "The engine's own numbers"). */
+ * storage type (doc/planner.md, "The engine's own numbers").
+ *
+ *   test_plan_vs_run        the fp32 CPU backend (train.device cpu)
+ *   test_plan_vs_run emul   the bf16 host emulation, which stores,
+ *                           aligns and keeps attention state as the CUDA
+ *                           backend does, against a plan for
+ *                           train.device cuda, bf16 parameters */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -31,10 +37,15 @@
 #include <string.h>
 
 #include "check.h"
+#include "exec/dev.h"
 #include "llmtrain.h"
+#include "train/device.h"
 
-#define STEPS 3
+#define STEPS 3 /* at most; the emulation (slow) checks 1 */
 #define MAXW 4
+
+static int g_emul; /* the bf16 emulation of the CUDA backend */
+static int g_steps = STEPS;
 
 typedef struct layout {
     const char *name;
@@ -72,12 +83,13 @@ static void spec_json(const layout *l, char *buf, size_t n)
              "\"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"seq_len\": %d, "
              "\"tied_embeddings\": %s}, "
              "\"parallelism\": {\"tp\": %d, \"dp\": %d, \"zero\": %d, \"recompute\": \"%s\"}, "
-             "\"precision\": {\"param\": \"fp32\", \"master\": \"fp32\", \"gemm\": \"fp32\"}, "
+             "\"precision\": {\"param\": \"%s\", \"master\": \"fp32\", \"gemm\": \"%s\"}, "
              "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
-             "\"train\": {\"device\": \"cpu\"}, \"hardware\": {\"gpu\": \"cpu\"}}",
+             "\"train\": {\"device\": \"%s\"}, \"hardware\": {\"gpu\": \"%s\"}}",
              l->name, l->llama ? "llama" : "gpt2", LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB,
              SEQ, l->llama ? "false" : "true", l->tp, l->dp, l->zero, l->full ? "full" : "none",
-             MICRO, ACCUM);
+             g_emul ? "bf16" : "fp32", g_emul ? "bf16" : "fp32", MICRO, ACCUM,
+             g_emul ? "cuda" : "cpu", g_emul ? "h100" : "cpu");
 }
 
 static void read_stats(llmt_comm *c, double out[3])
@@ -142,7 +154,8 @@ static void *rank_main(void *p)
         o.lr = 1e-3f;
         o.threads = 1;
         o.recompute = l->full ? 1 : 0;
-        a->st = llmt_trainer_create(m, &o, &tr);
+        a->st = g_emul ? llmt__trainer_create_dev(m, &o, llmt__dev_emul(), &tr)
+                       : llmt_trainer_create(m, &o, &tr);
     }
     if (a->st == LLMT_OK && tpc)
         a->st = llmt_trainer_set_tp_comm(tr, tpc);
@@ -153,7 +166,7 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_set_comm(tr, dpc, &d);
     }
     size_t per = (size_t)MICRO * ACCUM * SEQ; /* tokens per step and DP rank */
-    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
+    for (int k = 0; k < g_steps && a->st == LLMT_OK; k++) {
         if (tpc)
             llmt_comm_reset_stats(tpc);
         if (dpc)
@@ -257,7 +270,7 @@ static double check_layout(const layout *l, const int32_t *in, const int32_t *tg
     const double pdp[3] = {e.engine_dp_calls, e.engine_dp_payload_bytes, e.engine_dp_bus_bytes};
     int bytes_ok = 1;
     for (int r = 0; r < W; r++)
-        for (int k = 0; k < STEPS; k++)
+        for (int k = 0; k < g_steps; k++)
             for (int j = 0; j < 3; j++) {
                 int good = same(a[r].tp[k][j], ptp[j]) && same(a[r].dp[k][j], pdp[j]);
                 if (!good && bytes_ok)
@@ -295,13 +308,20 @@ static double check_layout(const layout *l, const int32_t *in, const int32_t *tg
     return a[0].state;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    g_emul = argc > 1 && !strcmp(argv[1], "emul");
+    if (argc > 1 && !g_emul) {
+        fprintf(stderr, "usage: test_plan_vs_run [emul]\n");
+        return 2;
+    }
+    if (g_emul)
+        g_steps = 1;
     size_t n = (size_t)STEPS * 2 * MICRO * ACCUM * SEQ;
     int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
     CHECK(in && tg);
     if (!in || !tg)
-        return check_exit("plan-vs-run");
+        return check_exit(g_emul ? "plan-vs-run-emul" : "plan-vs-run");
     uint64_t s = 99;
     for (size_t i = 0; i < n; i++) {
         s = s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -344,5 +364,5 @@ int main(void)
     }
     free(in);
     free(tg);
-    return check_exit("plan-vs-run");
+    return check_exit(g_emul ? "plan-vs-run-emul" : "plan-vs-run");
 }
