@@ -830,8 +830,12 @@ static void check_rules(llmt_spec *s, errlist *el)
     if (heads % tp)
         errf(el, "parallelism.tp", "%lld does not divide model.heads %lld",
              (long long)tp, (long long)heads);
-    if (kvh % tp)
-        errf(el, "parallelism.tp", "%lld does not divide model.kv_heads %lld",
+    /* key/value heads are split when kv_heads >= tp, else each is held by
+     * tp / kv_heads ranks (Megatron-LM's GQA layout; lib/train/device.c) */
+    if (kvh % tp && tp % kvh)
+        errf(el, "parallelism.tp",
+             "%lld and model.kv_heads %lld: neither divides the other (kv heads are "
+             "split when kv_heads >= tp, else replicated over tp / kv_heads ranks)",
              (long long)tp, (long long)kvh);
     if (s->model.ffn % tp)
         errf(el, "parallelism.tp", "%lld does not divide model.ffn %lld",

@@ -243,9 +243,9 @@ static void test_rules(void)
          "parallelism.virtual_stages: pp*virtual_stages = 6 does not divide model.layers 4"},
         {"{\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 8, \"kv_heads\": 3}}",
          "model.kv_heads: 3 does not divide model.heads 8"},
-        {"{\"model\": {\"arch\": \"llama\", \"layers\": 4, \"hidden\": 256, \"heads\": 8,"
-         " \"kv_heads\": 2}, \"parallelism\": {\"tp\": 4}}",
-         "parallelism.tp: 4 does not divide model.kv_heads 2"},
+        {"{\"model\": {\"arch\": \"llama\", \"layers\": 4, \"hidden\": 384, \"heads\": 12,"
+         " \"kv_heads\": 4, \"ffn\": 1152}, \"parallelism\": {\"tp\": 3}}",
+         "parallelism.tp: 3 and model.kv_heads 4: neither divides the other"},
         {"{\"model\": {\"layers\": 4, \"hidden\": 250, \"heads\": 4}}",
          "model.hidden: 250 is not a multiple of model.heads 4"},
         {"{\"model\": {\"layers\": 4}}", "model.hidden: required"},
