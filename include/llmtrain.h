@@ -1364,6 +1364,33 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
  * LLMT_ERR_UNSUPPORTED on a backend without the vocabulary-split ops
  * (today: CUDA) or with fp8. */
 LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm);
+/* Sequence parallelism (Megatron-LM, Korthikanti et al. 2022; the spec's
+ * parallelism.sequence_parallel) over the tensor parallel group: on = 1
+ * splits what tensor parallelism keeps whole on every rank -- the
+ * residual stream, LayerNorm/RMSNorm and their outputs, the embedding
+ * output -- by rows: of a micro-batch's B x seq_len rows flattened, rank
+ * r of the group holds the r-th contiguous block of B x seq_len / tp.
+ * Each all-reduce of tensor parallelism becomes an all-gather before a
+ * column-parallel Linear (and before the vocabulary-parallel head) and a
+ * reduce-scatter after a row-parallel one and after the embedding (the
+ * reverse in the backward); the norms' weight gradients are summed over
+ * the group. Results are those of tensor parallelism alone up to the
+ * order of fp32 sums; activation memory per rank falls (the rows kept
+ * for the backward are divided by tp; llmt_trainer_memory's activations
+ * shows it). Call it after llmt_trainer_set_tp_comm and before
+ * llmt_trainer_set_comm: collective over the tensor parallel group, it
+ * makes the engine again from the host copies (on = 0 turns it off;
+ * asking for the current setting does nothing and is never refused). A
+ * later llmt_trainer_set_tp_comm with another group of more than one
+ * rank keeps it; detaching tensor parallelism (NULL or a group of 1)
+ * ends it. Fails with LLMT_ERR_STATE without a tensor parallel group of
+ * more than one rank or after llmt_trainer_set_comm, and with
+ * LLMT_ERR_INVALID_ARGUMENT, naming model.seq_len, when tp does not
+ * divide seq_len (evaluate and generate calls of other lengths are padded
+ * at the end to a multiple of tp, which causal attention makes exact);
+ * on other than 0 or 1 is refused too. Backends: those tensor
+ * parallelism runs on (the CPU and the emulation; not CUDA yet). */
+LLMT_API llmt_status llmt_trainer_set_sequence_parallel(llmt_trainer *tr, int32_t on);
 /* This rank's share of the AdamW state of parameter `index` (which = 0
  * first moment, 1 second): a 1-D view of the elements [*flat_offset,
  * *flat_offset + view.shape[0]) of the parameter flattened in row-major

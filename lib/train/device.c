@@ -110,6 +110,19 @@ struct llmt__devtrain {
     size_t *nrm_n, *nrm_lo, *dnumel; /* runs' device offsets; shard sizes */
     float *xmx, *xst, *kvbuf;
     size_t kvn;
+    /* sequence parallelism (device.h): the residual stream, the norms and
+     * their outputs hold rows [tpr * N / tp, ..) of the N = B x T; gat:
+     * a whole N x C buffer (storage type) for what the group gathers (a
+     * column split Linear's input, a row split one's dout) and the
+     * embedding's partial rows; nrmbuf: the norms' gradients packed for
+     * their sum over the group; ptok, ptgt: host rows padded to a multiple
+     * of tp for evaluate and generate */
+    int sp;
+    void *gat;
+    float *nrmbuf;
+    size_t *nrmoff;
+    int nnrmp;
+    int32_t *ptok, *ptgt;
     /* data parallelism (lib/train/dp.c), or NULL: its hooks run at the
      * named points of the graph (a unit's parameters used / done, its
      * gradients ready), units 0 = embeddings, 1..L = layers, L+1 = tail */
@@ -171,7 +184,8 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
             (void **)&g->dfchg,  (void **)&g->lnfm,   (void **)&g->lnfr,   (void **)&g->losses,
             (void **)&g->sums,   (void **)&g->tok,    (void **)&g->tgt,    (void **)&g->f8scale,
             (void **)&g->f8inv,  (void **)&g->f8amax, (void **)&g->qx,     (void **)&g->qw,
-            (void **)&g->xmx,    (void **)&g->xst,    (void **)&g->kvbuf};
+            (void **)&g->xmx,    (void **)&g->xst,    (void **)&g->kvbuf,  (void **)&g->gat,
+            (void **)&g->nrmbuf};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (*bufs[i]) g->op->free(g->d, *bufs[i]);
         for (int l = 0; g->L && l < g->nacts; l++) {
@@ -220,6 +234,9 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     free(g->nrm_n);
     free(g->nrm_lo);
     free(g->dnumel);
+    free(g->ptok);
+    free(g->ptgt);
+    free(g->nrmoff);
     llmt__fp8_delayed_destroy(g->rec);
     free(g);
 }
@@ -474,6 +491,28 @@ static void plan_layout(llmt__devtrain *g)
     g->voc = voc;
 }
 
+/* The norms' weights and biases (device offsets into off, width floats
+ * each; returns the count): under sequence parallelism each rank's
+ * gradient of them sums only its rows, the group sums the parts. */
+static int norm_params(const llmt__devtrain *g, size_t *off)
+{
+    int n = 0, L = g->m->cfg.layers;
+    for (int l = 0; l <= L; l++) {
+        const llmt__layer_offs *w = &g->lay[l < L ? l : 0];
+        size_t o[4] = {g->lnfw, g->lnfb, NOP, NOP};
+        if (l < L) {
+            o[0] = w->ln1w;
+            o[1] = w->ln1b;
+            o[2] = w->ln2w;
+            o[3] = w->ln2b;
+        }
+        for (int j = 0; j < 4; j++)
+            if (o[j] != NOP)
+                off[n++] = o[j];
+    }
+    return n;
+}
+
 /* Scales to the device (after the recipe moved them). */
 static llmt_status put_scales(llmt__devtrain *g)
 {
@@ -520,6 +559,18 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
                                  "trainer: fp8 with tensor parallelism is not supported "
                                  "yet (set fp8 off or parallelism.tp 1)");
     }
+    int sp = tp && tp->seq;
+    if (sp && tps == 1)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: parallelism.sequence_parallel needs a tensor parallel "
+                             "group of more than one rank (parallelism.tp > 1)");
+    if (sp && T % tps)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: parallelism.sequence_parallel: parallelism.tp %d does "
+                             "not divide model.seq_len %d (the B x T rows are split in tp "
+                             "equal blocks; shorter evaluate and generate calls are padded "
+                             "to a multiple of tp)",
+                             tps, T);
     if (hd > 128 || hd % 2)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "trainer: device %s: head dim %d (width %d / heads %d): the "
@@ -558,6 +609,7 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
         g->tpr = tp->rank;
         g->hook = tp->hook;
         g->hook_ctx = tp->ctx;
+        g->sp = sp;
     }
     if (!g->sh || !g->nrm_x || !g->nrm_n || !g->nrm_lo || !g->dnumel || !g->doff || !g->lay ||
         !g->lin || !g->L || !g->resid || !g->hrow || !g->hloss || !g->run_lo || !g->run_n ||
@@ -580,6 +632,8 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
      * (not a tensor parallel shard of them) */
     g->alias = f32 && ops->host_memory && g->P == m->total && tps == 1;
     size_t P = g->P, N = (size_t)B * T, C = (size_t)c->width, Ca = (size_t)g->C_l;
+    /* rows of the residual stream and the norms held here */
+    size_t Nr = sp ? N / (size_t)tps : N;
     size_t Q = (size_t)g->Q_l, F = (size_t)g->F_l, Vp = (size_t)g->Vl;
     int nhl = g->nh_l;
     size_t NH = ops->attn_state ? ops->attn_state(B, nhl, T) : (size_t)B * nhl * T;
@@ -596,12 +650,12 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
     DA(g->mom2, P * 4, 0);
     if (f32) g->param = g->master;
     else DA(g->param, P * bf, 0);
-    for (int l = 0; l <= L; l++) DA(g->resid[l], N * C * bf, 1);
+    for (int l = 0; l <= L; l++) DA(g->resid[l], Nr * C * bf, 1);
     for (int l = 0; l < g->nacts; l++) {
         dlayer *a = &g->L[l];
-        DA(a->ln1, N * C * bf, 1);
-        DA(a->ln1m, N * 4, 1);
-        DA(a->ln1r, N * 4, 1);
+        DA(a->ln1, Nr * C * bf, 1);
+        DA(a->ln1m, Nr * 4, 1);
+        DA(a->ln1r, Nr * 4, 1);
         DA(a->qkv, N * Q * bf, 1);
         if (g->selective && l > 0) { /* one attention core output for all */
             a->atty = g->L[0].atty;
@@ -610,20 +664,34 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
             DA(a->atty, N * Ca * bf, 1);
             DA(a->lse, NH * 4, 1);
         }
-        DA(a->res2, N * C * bf, 1);
-        DA(a->ln2, N * C * bf, 1);
-        DA(a->ln2m, N * 4, 1);
-        DA(a->ln2r, N * 4, 1);
+        DA(a->res2, Nr * C * bf, 1);
+        DA(a->ln2, Nr * C * bf, 1);
+        DA(a->ln2m, Nr * 4, 1);
+        DA(a->ln2r, Nr * 4, 1);
         DA(a->fch, N * F * bf, 1);
         if (g->llama) DA(a->fch3, N * F * bf, 1);
         DA(a->fchg, N * F * bf, 1);
     }
-    DA(g->lnf, N * C * bf, 1);
-    DA(g->lnfm, N * 4, 1);
-    DA(g->lnfr, N * 4, 1);
+    DA(g->lnf, Nr * C * bf, 1);
+    DA(g->lnfm, Nr * 4, 1);
+    DA(g->lnfr, Nr * 4, 1);
     DA(g->logits, N * Vp * bf, 1);
     DA(g->losses, (size_t)A * N * 4, 0); /* per step, not per micro-batch */
-    DA(g->dres, N * C * bf, 1);
+    DA(g->dres, Nr * C * bf, 1);
+    if (sp) {
+        DA(g->gat, N * C * bf, 1);
+        g->nrmoff = malloc(((size_t)L * 4 + 2) * sizeof *g->nrmoff);
+        g->ptok = malloc(N * sizeof *g->ptok);
+        g->ptgt = malloc(N * sizeof *g->ptgt);
+        if (g->nrmoff)
+            g->nnrmp = norm_params(g, g->nrmoff);
+        if (g->nrmoff)
+            DA(g->nrmbuf, (size_t)g->nnrmp * C * 4, 0);
+        if (!g->nrmoff || !g->ptok || !g->ptgt) {
+            s = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+            goto fail;
+        }
+    }
     DA(g->dtmp, N * C * bf, 1);
     DA(g->dqkv, N * Q * bf, 1);
     DA(g->dfch, N * F * bf, 1);
@@ -934,15 +1002,50 @@ static llmt_status point(llmt__devtrain *g, llmt__split split, llmt__point at, i
     return g->hook(g->hook_ctx, at, dir, L, buf, rows, cols);
 }
 
+/* Sequence parallelism: this rank's block of an N-row buffer of `cols`
+ * (without it, the whole buffer). */
+static void *blk(const llmt__devtrain *g, void *buf, int N, int cols)
+{
+    return g->sp ? at(g, buf, (size_t)g->tpr * (size_t)(N / g->tp) * (size_t)cols) : buf;
+}
+
+/* Sequence parallelism: this rank's N / tp rows x gathered over the
+ * group into gat (N rows), the collective of point `pt`. */
+static llmt_status sp_gather(llmt__devtrain *g, llmt__point pt, int dir, const llmt__linear *L,
+                             const void *x, int N, int cols)
+{
+    size_t n = (size_t)(N / g->tp) * (size_t)cols;
+    S(g->op->d2d(g->d, blk(g, g->gat, N, cols), x, n * g->es), "copy");
+    return g->hook(g->hook_ctx, pt, dir, L, g->gat, (size_t)N, (size_t)cols);
+}
+
+/* The whole input of column split Linear L (and of the one sharing it),
+ * given this rank's rows x: x itself, or with sequence parallelism
+ * gathered into gat. The backward gathers again for the weight gradient
+ * rather than keep the whole input (Megatron-LM's choice: the N x C
+ * saved per Linear is what sequence parallelism divides by tp). */
+static llmt_status col_input(llmt__devtrain *g, const llmt__linear *L, const void *x, int N,
+                             const void **whole)
+{
+    *whole = x;
+    if (!g->sp)
+        return LLMT_OK;
+    *whole = g->gat;
+    return sp_gather(g, LLMT__AT_COLUMN_IN, 1, L, x, N, L->in);
+}
+
 /* Linear forward: out[N,out] = x[N,in] W[out,in]^T (+ bias); fp8 for the
  * blocks' Linears when on. With L->gelu, out = gelu(that) and the
- * pre-activation goes to `pre`. */
+ * pre-activation goes to `pre`. A column split Linear's x is whole
+ * (sequence parallel: col_input gathered it); a row split one's out is
+ * summed over the group (sequence parallel: only this rank's rows, at
+ * blk(out)). */
 static llmt_status lin(llmt__devtrain *g, const llmt__linear *L, void *out, void *pre,
                        const void *x, int N)
 {
     llmt_status s;
     int IC = L->in, OC = L->out;
-    if (L->split == LLMT__SPLIT_COLUMN && !L->shares_input &&
+    if (L->split == LLMT__SPLIT_COLUMN && !L->shares_input && !g->sp &&
         (s = point(g, L->split, LLMT__AT_COLUMN_IN, 1, L, (void *)x, N, IC)) != LLMT_OK)
         return s;
     /* a row split Linear's outputs are partial sums: the (whole) bias is
@@ -970,15 +1073,22 @@ static llmt_status lin(llmt__devtrain *g, const llmt__linear *L, void *out, void
 /* Linear backward: dW[out,in] += dout^T x; dbias += colsum(dout);
  * dx[N,in] = dout W (beta 0) or += (beta 1), times gelu'(gelu_pre) when
  * that is given (the GELU of the Linear before, fused into the epilogue);
- * dx may be NULL. */
+ * dx may be NULL. Sequence parallel: a row split Linear's dout is this
+ * rank's rows (gathered here), a column split one's x is whole
+ * (col_input) and its dx sums to this rank's rows at blk(dx). */
 static llmt_status lin_bwd(llmt__devtrain *g, const llmt__linear *L, void *dx, float xbeta,
                            const void *dout, const void *x, int N, const void *gelu_pre)
 {
     llmt_status s;
     int IC = L->in, OC = L->out;
-    if (L->split == LLMT__SPLIT_ROW &&
-        (s = point(g, L->split, LLMT__AT_ROW_OUT, -1, L, (void *)dout, N, OC)) != LLMT_OK)
-        return s;
+    if (L->split == LLMT__SPLIT_ROW && g->sp) {
+        if ((s = sp_gather(g, LLMT__AT_ROW_OUT, -1, L, dout, N, OC)) != LLMT_OK)
+            return s;
+        dout = g->gat;
+    } else if (L->split == LLMT__SPLIT_ROW) {
+        if ((s = point(g, L->split, LLMT__AT_ROW_OUT, -1, L, (void *)dout, N, OC)) != LLMT_OK)
+            return s;
+    }
     if ((s = mm(g, 1, 0, OC, IC, N, dout, x, g->grad + L->w, 1, 1.0f, LLMT_GEMM_EPI_NONE, NULL,
                 NULL)) != LLMT_OK)
         return s;
@@ -1001,8 +1111,10 @@ static llmt_status lin_bwd(llmt__devtrain *g, const llmt__linear *L, void *dx, f
 static llmt_status embed_fwd(llmt__devtrain *g, const int32_t *tok, int B, int T)
 {
     const llmt__vocab *E = &g->voc;
+    /* sequence parallel: every row's partial sum, then this rank's rows */
+    void *out = g->sp ? g->gat : g->resid[0];
     if (E->split != LLMT__SPLIT_NONE) /* rows [lo, hi); wpe added once, by rank 0 */
-        S(g->op->embedding_part_fwd(g->d, g->resid[0], tok, pw(g, E->wte),
+        S(g->op->embedding_part_fwd(g->d, out, tok, pw(g, E->wte),
                                     E->wpe == NOP || g->tpr ? NULL : pw(g, E->wpe), B, T, E->C,
                                     E->lo, E->hi - E->lo),
           "embedding");
@@ -1010,16 +1122,28 @@ static llmt_status embed_fwd(llmt__devtrain *g, const int32_t *tok, int B, int T
         S(g->op->embedding_fwd(g->d, g->resid[0], tok, pw(g, E->wte),
                                E->wpe == NOP ? NULL : pw(g, E->wpe), B, T, E->C),
           "embedding");
-    return point(g, E->split, LLMT__AT_EMBED_OUT, 1, NULL, g->resid[0], (size_t)B * T, E->C);
+    llmt_status s = point(g, E->split, LLMT__AT_EMBED_OUT, 1, NULL, out, (size_t)B * T, E->C);
+    if (s == LLMT_OK && g->sp)
+        S(g->op->d2d(g->d, g->resid[0], blk(g, out, B * T, E->C),
+                     (size_t)B * T / (size_t)g->tp * (size_t)E->C * g->es),
+          "copy");
+    return s;
 }
 
 static llmt_status embed_bwd(llmt__devtrain *g, const int32_t *tok, int B, int T)
 {
     const llmt__vocab *E = &g->voc;
     float *dwpe = E->wpe == NOP ? NULL : g->grad + E->wpe;
-    if (E->split != LLMT__SPLIT_NONE) /* dres is whole: wpe's gradient is too */
-        S(g->op->embedding_part_bwd(g->d, g->grad + E->wte, dwpe, g->dres, tok, B, T, E->C,
-                                    E->lo, E->hi - E->lo),
+    const void *dout = g->dres;
+    if (g->sp) { /* every rank's rows of it */
+        llmt_status s = sp_gather(g, LLMT__AT_EMBED_OUT, -1, NULL, g->dres, B * T, E->C);
+        if (s != LLMT_OK)
+            return s;
+        dout = g->gat;
+    }
+    if (E->split != LLMT__SPLIT_NONE) /* dout is whole: wpe's gradient is too */
+        S(g->op->embedding_part_bwd(g->d, g->grad + E->wte, dwpe, dout, tok, B, T, E->C, E->lo,
+                                    E->hi - E->lo),
           "embedding backward");
     else
         S(g->op->embedding_bwd(g->d, g->grad + E->wte, dwpe, g->dres, tok, B, T, E->C),
@@ -1091,6 +1215,7 @@ typedef struct lctx {
     const llmt__linear *lin;   /* its Linears (NLIN) */
     dlayer *a;                 /* its activations */
     int N, C, F, Q, nh, nkv, hd;
+    int Nr; /* rows of the residual stream here (sequence parallel: N / tp) */
 } lctx;
 
 static lctx layer_ctx(const llmt__devtrain *g, int l, int B, int T)
@@ -1106,7 +1231,8 @@ static lctx layer_ctx(const llmt__devtrain *g, int l, int B, int T)
               g->Q_l,
               g->nh_l,
               g->nkv_l,
-              m->head_dim};
+              m->head_dim,
+              g->sp ? B * T / g->tp : B * T};
     return x;
 }
 
@@ -1129,12 +1255,13 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     const llmt_model_config *c = L.c;
     const llmt__layer_offs *w = L.w;
     dlayer *a = L.a;
-    int N = L.N, C = L.C, F = L.F, Q = L.Q, nh = L.nh, nkv = L.nkv, hd = L.hd;
-    const void *x = g->resid[l];
+    int N = L.N, C = L.C, F = L.F, Q = L.Q, nh = L.nh, nkv = L.nkv, hd = L.hd, Nr = L.Nr;
+    const void *x = g->resid[l], *in;
     llmt_status s;
 #define R(x) do { if ((s = (x)) != LLMT_OK) return s; } while (0)
-    R(norm_fwd(g, a->ln1, a->ln1m, a->ln1r, x, w->ln1w, w->ln1b, N));
-    R(lin(g, &L.lin[LQKV], a->qkv, NULL, a->ln1, N));
+    R(norm_fwd(g, a->ln1, a->ln1m, a->ln1r, x, w->ln1w, w->ln1b, Nr));
+    R(col_input(g, &L.lin[LQKV], a->ln1, N, &in));
+    R(lin(g, &L.lin[LQKV], a->qkv, NULL, in, N));
     void *q = a->qkv, *k = at(g, q, (size_t)nh * hd);
     if (g->llama) {
         S(g->op->rope(g->d, q, B, T, nh, hd, (size_t)Q, c->rope_theta, 0), "rope");
@@ -1142,17 +1269,19 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     }
     R(attn_core(g, &L, B, T));
     R(lin(g, &L.lin[LPROJ], g->dtmp, NULL, a->atty, N));
-    S(g->op->residual_fwd(g->d, a->res2, x, g->dtmp, (size_t)N * C), "residual");
-    R(norm_fwd(g, a->ln2, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, N));
+    S(g->op->residual_fwd(g->d, a->res2, x, blk(g, g->dtmp, N, C), (size_t)Nr * C), "residual");
+    R(norm_fwd(g, a->ln2, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, Nr));
+    R(col_input(g, &L.lin[LFC], a->ln2, N, &in));
     if (g->llama) {
-        R(lin(g, &L.lin[LFC], a->fch, NULL, a->ln2, N));
-        R(lin(g, &L.lin[LFC3], a->fch3, NULL, a->ln2, N));
+        R(lin(g, &L.lin[LFC], a->fch, NULL, in, N));
+        R(lin(g, &L.lin[LFC3], a->fch3, NULL, in, N));
         S(g->op->swiglu_fwd(g->d, a->fchg, a->fch, a->fch3, (size_t)N * F), "swiglu");
     } else { /* fchg = gelu(ln2 W^T + b), the pre-activation kept in fch */
-        R(lin(g, &L.lin[LFC], a->fchg, a->fch, a->ln2, N));
+        R(lin(g, &L.lin[LFC], a->fchg, a->fch, in, N));
     }
     R(lin(g, &L.lin[LFCP], g->dtmp, NULL, a->fchg, N));
-    S(g->op->residual_fwd(g->d, g->resid[l + 1], a->res2, g->dtmp, (size_t)N * C),
+    S(g->op->residual_fwd(g->d, g->resid[l + 1], a->res2, blk(g, g->dtmp, N, C),
+                          (size_t)Nr * C),
       "residual");
     return LLMT_OK;
 }
@@ -1164,8 +1293,10 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
     const llmt_model_config *c = L.c;
     const llmt__layer_offs *w = L.w;
     dlayer *a = L.a;
-    int N = L.N, F = L.F, Q = L.Q, nh = L.nh, nkv = L.nkv, hd = L.hd;
+    int N = L.N, F = L.F, Q = L.Q, nh = L.nh, nkv = L.nkv, hd = L.hd, Nr = L.Nr;
     size_t NF = (size_t)N * F;
+    const void *in;
+    void *dsum = blk(g, g->dtmp, N, L.C); /* a column split Linear's summed dx */
     llmt_status s;
     /* MLP */
     if (g->llama) {
@@ -1175,14 +1306,16 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
         S(g->op->swiglu_bwd(g->d, g->dfch, g->dfch3, g->dfchg, a->fch, a->fch3, NF),
           "swiglu backward");
         /* up, then gate: the fp32 trainer's order of the sum into dtmp */
-        R(lin_bwd(g, &L.lin[LFC3], g->dtmp, 0.0f, g->dfch3, a->ln2, N, NULL));
-        R(lin_bwd(g, &L.lin[LFC], g->dtmp, 1.0f, g->dfch, a->ln2, N, NULL));
+        R(col_input(g, &L.lin[LFC], a->ln2, N, &in));
+        R(lin_bwd(g, &L.lin[LFC3], g->dtmp, 0.0f, g->dfch3, in, N, NULL));
+        R(lin_bwd(g, &L.lin[LFC], g->dtmp, 1.0f, g->dfch, in, N, NULL));
     } else {
         /* dfch = (dres W) * gelu'(pre-activation) in the GEMM's epilogue */
         R(lin_bwd(g, &L.lin[LFCP], g->dfch, 0.0f, g->dres, a->fchg, N, a->fch));
-        R(lin_bwd(g, &L.lin[LFC], g->dtmp, 0.0f, g->dfch, a->ln2, N, NULL));
+        R(col_input(g, &L.lin[LFC], a->ln2, N, &in));
+        R(lin_bwd(g, &L.lin[LFC], g->dtmp, 0.0f, g->dfch, in, N, NULL));
     }
-    R(norm_bwd(g, g->dres, g->dtmp, a->res2, a->ln2m, a->ln2r, w->ln2w, w->ln2b, N));
+    R(norm_bwd(g, g->dres, dsum, a->res2, a->ln2m, a->ln2r, w->ln2w, w->ln2b, Nr));
     /* attention */
     R(lin_bwd(g, &L.lin[LPROJ], g->dtmp, 0.0f, g->dres, a->atty, N, NULL));
     const void *q = a->qkv, *k = at(g, q, (size_t)nh * hd), *v = at(g, k, (size_t)nkv * hd);
@@ -1194,8 +1327,9 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
         S(g->op->rope(g->d, dq, B, T, nh, hd, (size_t)Q, c->rope_theta, 1), "rope backward");
         S(g->op->rope(g->d, dk, B, T, nkv, hd, (size_t)Q, c->rope_theta, 1), "rope backward");
     }
-    R(lin_bwd(g, &L.lin[LQKV], g->dtmp, 0.0f, g->dqkv, a->ln1, N, NULL));
-    R(norm_bwd(g, g->dres, g->dtmp, g->resid[l], a->ln1m, a->ln1r, w->ln1w, w->ln1b, N));
+    R(col_input(g, &L.lin[LQKV], a->ln1, N, &in));
+    R(lin_bwd(g, &L.lin[LQKV], g->dtmp, 0.0f, g->dqkv, in, N, NULL));
+    R(norm_bwd(g, g->dres, dsum, g->resid[l], a->ln1m, a->ln1r, w->ln1w, w->ln1b, Nr));
     return LLMT_OK;
 }
 
@@ -1213,20 +1347,27 @@ static llmt_status forward(llmt__devtrain *g, const int32_t *tok, int B, int T)
         R(layer_fwd(g, l, B, T));
         if (g->dp) llmt__dp_done(g->dp, 1 + l);
     }
-    R(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[c->layers], g->lnfw, g->lnfb, B * T));
-    return lin(g, &g->lin[c->layers * NLIN], g->logits, NULL, g->lnf, B * T);
+    const llmt__linear *head = &g->lin[c->layers * NLIN];
+    const void *in;
+    int Nr = g->sp ? B * T / g->tp : B * T;
+    R(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[c->layers], g->lnfw, g->lnfb, Nr));
+    R(col_input(g, head, g->lnf, B * T, &in));
+    return lin(g, head, g->logits, NULL, in, B * T);
 }
 
 static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
 {
     const llmt_model_config *c = &g->m->cfg;
-    int N = B * T, C = c->width;
+    int N = B * T, C = c->width, Nr = g->sp ? N / g->tp : N;
+    const llmt__linear *head = &g->lin[c->layers * NLIN];
+    const void *in;
     llmt_status s;
     /* the logits hold dloss/dlogits (softmax_xent wrote them in place) */
-    R(lin_bwd(g, &g->lin[c->layers * NLIN], g->dtmp, 0.0f, g->logits, g->lnf, N, NULL));
-    S(g->op->memset0(g->d, g->dres, (size_t)N * C * g->es), "memset");
-    R(norm_bwd(g, g->dres, g->dtmp, g->resid[c->layers], g->lnfm, g->lnfr, g->lnfw, g->lnfb,
-               N));
+    R(col_input(g, head, g->lnf, N, &in));
+    R(lin_bwd(g, head, g->dtmp, 0.0f, g->logits, in, N, NULL));
+    S(g->op->memset0(g->d, g->dres, (size_t)Nr * C * g->es), "memset");
+    R(norm_bwd(g, g->dres, blk(g, g->dtmp, N, C), g->resid[c->layers], g->lnfm, g->lnfr,
+               g->lnfw, g->lnfb, Nr));
     if (g->dp) llmt__dp_ready(g->dp, c->layers + 1);
     for (int l = c->layers - 1; l >= 0; l--) {
         if (g->dp) llmt__dp_use(g->dp, 1 + l, -1);
@@ -1291,6 +1432,47 @@ static llmt_status tp_kv_reduce(llmt__devtrain *g)
     return LLMT_OK;
 }
 
+/* Sequence parallelism: each rank's gradients of the norms' weights and
+ * biases sum only its rows; packed into one buffer, summed over the
+ * group, put back (every rank then has the whole gradient, as the
+ * replicated norms need). */
+static llmt_status sp_norm_reduce(llmt__devtrain *g)
+{
+    size_t C = (size_t)g->m->cfg.width;
+    for (int i = 0; i < g->nnrmp; i++)
+        S(g->op->d2d(g->d, g->nrmbuf + (size_t)i * C, g->grad + g->nrmoff[i], C * 4), "copy");
+    llmt_status s =
+        g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, g->nrmbuf, (size_t)g->nnrmp, C);
+    if (s != LLMT_OK)
+        return s;
+    for (int i = 0; i < g->nnrmp; i++)
+        S(g->op->d2d(g->d, g->grad + g->nrmoff[i], g->nrmbuf + (size_t)i * C, C * 4), "copy");
+    return LLMT_OK;
+}
+
+/* Sequence parallelism splits the rows of a forward in tp blocks: a
+ * call of rows x T tokens whose count tp does not divide gets each
+ * sequence padded to the next multiple of tp (<= the engine's T, which tp
+ * divides) with token 0 and ignored targets; attention is causal, so the
+ * padding changes none of the real positions' logits or losses. */
+static void sp_pad(llmt__devtrain *g, const int32_t **tok, const int32_t **tgt, int rows,
+                   int *T)
+{
+    int T0 = *T, Tp = (T0 + g->tp - 1) / g->tp * g->tp;
+    if (!g->sp || (rows * T0) % g->tp == 0)
+        return;
+    for (int r = 0; r < rows; r++)
+        for (int t = 0; t < Tp; t++) {
+            g->ptok[r * Tp + t] = t < T0 ? (*tok)[r * T0 + t] : 0;
+            if (tgt)
+                g->ptgt[r * Tp + t] = t < T0 ? (*tgt)[r * T0 + t] : -1;
+        }
+    *tok = g->ptok;
+    if (tgt)
+        *tgt = g->ptgt;
+    *T = Tp;
+}
+
 /* After a step's forwards: each tensor's amax over the micro-batches goes
  * into the recipe's history and the scales for the next step go to the
  * device. */
@@ -1341,6 +1523,8 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
     if (g->dp && llmt__dp_end(g->dp, loss_sum) != LLMT_OK)
         return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
     if (g->kvrep && (s = tp_kv_reduce(g)) != LLMT_OK)
+        return s;
+    if (g->sp && (s = sp_norm_reduce(g)) != LLMT_OK)
         return s;
     if (g->dp) { /* global norm: this rank's norm runs of its share */
         if (llmt__dp_sumsq(g->dp, grad_sumsq) != LLMT_OK)
@@ -1397,6 +1581,8 @@ llmt_status llmt__devtrain_loss(llmt__devtrain *g, const int32_t *inputs,
         return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: device evaluate: %d x %d tokens (engine made for "
                              "%d x %d)", rows, T, g->B, g->T);
+    sp_pad(g, &inputs, &targets, rows, &T);
+    N = rows * T;
     S(g->op->h2d(g->d, g->tok, inputs, (size_t)N * 4), "upload tokens");
     S(g->op->h2d(g->d, g->tgt, targets, (size_t)N * 4), "upload tokens");
     g->amax_row = g->A; /* not a training step: the recipe ignores it */
@@ -1415,9 +1601,11 @@ llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, in
     if (len < 1 || len > g->T)
         return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: device generate: %d tokens (at most %d)", len, g->T);
-    S(g->op->h2d(g->d, g->tok, tok, (size_t)len * 4), "upload tokens");
+    int run = len;
+    sp_pad(g, &tok, NULL, 1, &run);
+    S(g->op->h2d(g->d, g->tok, tok, (size_t)run * 4), "upload tokens");
     g->amax_row = g->A;
-    R(forward(g, g->tok, 1, len));
+    R(forward(g, g->tok, 1, run));
     S(g->op->d2h(g->d, g->hrow, at(g, g->logits, (size_t)(len - 1) * Vl), (size_t)Vl * g->es),
       "read the logits");
     const llmt__bf16 *hb = g->hrow;

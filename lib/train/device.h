@@ -62,7 +62,8 @@ typedef enum llmt__point {
     /* after a ROW Linear: forward, all-reduce of out (sequence parallel:
      * reduce-scatter); backward, before it: dout is whole (identity) */
     LLMT__AT_ROW_OUT = 1,
-    /* after a vocabulary-split embedding's forward: all-reduce of the rows */
+    /* after a vocabulary-split embedding's forward: all-reduce of the rows
+     * (sequence parallel: reduce-scatter; backward: all-gather of dout) */
     LLMT__AT_EMBED_OUT = 2,
     /* vocabulary-split cross-entropy: per-row max, then sum of exp */
     LLMT__AT_LOSS_MAX = 3,
@@ -109,6 +110,15 @@ typedef struct llmt__devtrain_tp {
     int rank, size;
     llmt__split_hook hook;
     void *ctx;
+    /* sequence parallelism (Megatron-LM, Korthikanti et al. 2022): the
+     * residual stream, norms and the embedding output hold this rank's
+     * B*T/size rows (contiguous blocks of the flattened B x T rows, rank
+     * r the r-th; size must divide T), and the hook's COLUMN_IN, ROW_OUT
+     * and EMBED_OUT points work on buffers of B*T rows whose r-th block is
+     * this rank's: all-gather (COLUMN_IN forward, ROW_OUT and EMBED_OUT
+     * backward) and reduce-scatter (COLUMN_IN backward, ROW_OUT and
+     * EMBED_OUT forward), in place. */
+    int seq;
 } llmt__devtrain_tp;
 
 /* llmt_trainer_opts.recompute values */

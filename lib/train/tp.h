@@ -10,12 +10,16 @@
 
 typedef struct llmt__tp llmt__tp;
 
-/* store: the engine's storage type (activations' collectives); errors of
- * the collectives go to `e` (the trainer's). */
-llmt_status llmt__tp_create(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt__tp **out);
+/* store: the engine's storage type (activations' collectives); seq:
+ * sequence parallelism (the engine then shards its rows, device.h);
+ * errors of the collectives go to `e` (the trainer's). */
+llmt_status llmt__tp_create(llmt_err *e, llmt_comm *comm, llmt_dtype store, int seq,
+                            llmt__tp **out);
 void llmt__tp_destroy(llmt__tp *tp);
 /* The engine's description of the group (rank, size, hook, ctx). */
 void llmt__tp_engine(llmt__tp *tp, llmt__devtrain_tp *out);
 llmt_comm *llmt__tp_comm(const llmt__tp *tp);
+/* Sequence parallel? (0 for NULL) */
+int llmt__tp_seq(const llmt__tp *tp);
 
 #endif

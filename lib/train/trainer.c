@@ -843,15 +843,9 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr)
 /* Tensor parallelism: a new engine that holds only this rank's shards
  * (lib/train/device.c), made from the host copies of the parameters and
  * moments (gathered from the old engine's group first, when it had one),
- * with the collectives of lib/train/tp.c. */
-LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
+ * with the collectives of lib/train/tp.c; seq: sequence parallel. */
+static llmt_status tp_attach(llmt_trainer *tr, llmt_comm *comm, int seq)
 {
-    if (!tr)
-        return LLMT_ERR_NULL_POINTER;
-    if (tr->dp)
-        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
-                             "trainer: set_tp_comm: attach tensor parallelism before data "
-                             "parallelism (llmt_trainer_set_comm)");
     llmt_status s = host_sync(tr, 1, 1, 0);
     if (s != LLMT_OK)
         return s;
@@ -864,11 +858,11 @@ LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
         s = llmt__tp_check(&tr->err, &tr->model->cfg, n);
         if (s != LLMT_OK)
             return s;
-        s = llmt__tp_create(&tr->err, comm, tr->ops->store, &tp);
+        s = llmt__tp_create(&tr->err, comm, tr->ops->store, seq, &tp);
         if (s != LLMT_OK)
             return s;
     }
-    llmt__devtrain_tp et = {0, 1, NULL, NULL};
+    llmt__devtrain_tp et = {0, 1, NULL, NULL, 0};
     if (tp)
         llmt__tp_engine(tp, &et);
     llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
@@ -893,4 +887,48 @@ LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
     tr->stale_params = 0;
     tr->stale_moments = tr->stale_grads = 1;
     return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
+{
+    if (!tr)
+        return LLMT_ERR_NULL_POINTER;
+    if (tr->dp)
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
+                             "trainer: set_tp_comm: attach tensor parallelism before data "
+                             "parallelism (llmt_trainer_set_comm)");
+    /* a new group keeps sequence parallelism as it was */
+    return tp_attach(tr, comm, llmt__tp_seq(tr->tp));
+}
+
+/* Sequence parallelism: the engine made again over the same group, with
+ * its residual stream split by rows (lib/train/device.c, tp.c). */
+LLMT_API llmt_status llmt_trainer_set_sequence_parallel(llmt_trainer *tr, int32_t on)
+{
+    if (!tr)
+        return LLMT_ERR_NULL_POINTER;
+    if (on != 0 && on != 1)
+        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: set_sequence_parallel: on is %d (0 or 1)", (int)on);
+    if (on == llmt__tp_seq(tr->tp))
+        return LLMT_OK; /* already so */
+    if (!tr->tp)
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
+                             "trainer: set_sequence_parallel: parallelism.sequence_parallel "
+                             "splits the sequence over the tensor parallel group: attach one "
+                             "of more than one rank first (llmt_trainer_set_tp_comm)");
+    if (tr->dp)
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
+                             "trainer: set_sequence_parallel: set it before data parallelism "
+                             "is attached (llmt_trainer_set_comm)");
+    /* refused here, before the collectives of making the engine again */
+    int32_t n = 1;
+    llmt_comm_size(llmt__tp_comm(tr->tp), &n);
+    if (on && tr->T % n)
+        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: parallelism.sequence_parallel: parallelism.tp %d does "
+                             "not divide model.seq_len %d (each rank holds seq_len / tp "
+                             "positions' worth of every micro-batch's rows)",
+                             (int)n, tr->T);
+    return tp_attach(tr, llmt__tp_comm(tr->tp), on);
 }

@@ -854,6 +854,7 @@ llmt_comm_recorder_dump_file(comm, path) = ccall((:llmt_comm_recorder_dump_file,
 llmt_dp_opts_init(opts, size) = ccall((:llmt_dp_opts_init, libllmtrain), Int32, (Ptr{llmt_dp_opts}, Csize_t, ), opts, size)
 llmt_trainer_set_comm(tr, comm, opts) = ccall((:llmt_trainer_set_comm, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_comm}, Ptr{llmt_dp_opts}, ), tr, comm, opts)
 llmt_trainer_set_tp_comm(tr, comm) = ccall((:llmt_trainer_set_tp_comm, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_comm}, ), tr, comm)
+llmt_trainer_set_sequence_parallel(tr, on) = ccall((:llmt_trainer_set_sequence_parallel, libllmtrain), Int32, (Ptr{llmt_trainer}, Int32, ), tr, on)
 llmt_trainer_optim_shard(tr, index, which, view, flat_offset) = ccall((:llmt_trainer_optim_shard, libllmtrain), Int32, (Ptr{llmt_trainer}, Int32, Int32, Ptr{llmt_tensor}, Ptr{Int64}, ), tr, index, which, view, flat_offset)
 llmt_trainer_memory_usage(tr, out) = ccall((:llmt_trainer_memory_usage, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_trainer_memory}, ), tr, out)
 llmt_trainer_sync_params(tr) = ccall((:llmt_trainer_sync_params, libllmtrain), Int32, (Ptr{llmt_trainer}, ), tr)

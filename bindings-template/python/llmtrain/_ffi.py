@@ -982,6 +982,7 @@ FUNCTIONS = {
     'llmt_dp_opts_init': (ctypes.c_int32, [ctypes.POINTER(llmt_dp_opts), ctypes.c_size_t]),
     'llmt_trainer_set_comm': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(llmt_dp_opts)]),
     'llmt_trainer_set_tp_comm': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p]),
+    'llmt_trainer_set_sequence_parallel': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_int32]),
     'llmt_trainer_optim_shard': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(llmt_tensor), ctypes.POINTER(ctypes.c_int64)]),
     'llmt_trainer_memory_usage': (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(llmt_trainer_memory)]),
     'llmt_trainer_sync_params': (ctypes.c_int32, [ctypes.c_void_p]),

@@ -1126,6 +1126,7 @@ extern "C" {
     pub fn llmt_dp_opts_init(opts: *mut llmt_dp_opts, size: usize) -> llmt_status;
     pub fn llmt_trainer_set_comm(tr: *mut llmt_trainer, comm: *mut llmt_comm, opts: *const llmt_dp_opts) -> llmt_status;
     pub fn llmt_trainer_set_tp_comm(tr: *mut llmt_trainer, comm: *mut llmt_comm) -> llmt_status;
+    pub fn llmt_trainer_set_sequence_parallel(tr: *mut llmt_trainer, on: i32) -> llmt_status;
     pub fn llmt_trainer_optim_shard(tr: *mut llmt_trainer, index: i32, which: i32, view: *mut llmt_tensor, flat_offset: *mut i64) -> llmt_status;
     pub fn llmt_trainer_memory_usage(tr: *const llmt_trainer, out: *mut llmt_trainer_memory) -> llmt_status;
     pub fn llmt_trainer_sync_params(tr: *mut llmt_trainer) -> llmt_status;
