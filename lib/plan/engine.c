@@ -263,7 +263,9 @@ void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
      * 2 and 3 keep full gradient and parameter buffers here (the
      * non-shares zeroed or released, not freed). */
     e->engine_mem_params = P * 4 + (g.es < 4 ? P * g.es : 0);
-    e->engine_mem_grads = P * 4;
+    /* shared kv heads (kv_heads < tp): the fp32 buffer their gradients
+     * are summed in, every kv head's k and v rows and biases */
+    e->engine_mem_grads = P * 4 + (g.kvrep ? 2 * g.nkv * g.hd * (g.C + 1) * 4 : 0);
     e->engine_mem_optimizer = 8 * (g.zero >= 1 && g.D > 1 ? share : P);
     e->engine_mem_activations = activations(&g);
 }

@@ -17,9 +17,9 @@
  *
  * Layouts: GPT-2 tp 2 x dp 1, tp 2 x dp 2 ZeRO 1 and 2, tp 4 x dp 1;
  * Llama with grouped-query attention, kv heads split (8 heads, 4 kv heads:
- * tp 2 x dp 2 ZeRO 3 with full recomputation, tp 4). Shared kv heads
- * (kv_heads < tp, which the engine runs) cannot be planned: the spec
- * refuses tp not dividing model.kv_heads. The generic
+ * tp 2 x dp 2 ZeRO 3 with full recomputation, tp 4) and shared (2 kv
+ * heads < tp 4: each held by 2 ranks, their gradients summed over the TP
+ * group every step). The generic
  * cost model's comm_bytes_tp (any framework, this layout) must equal the
  * engine's TP bus bytes too: both count every TP collective at the
  * storage type (doc/planner.md, "The engine's own numbers").
@@ -340,6 +340,7 @@ int main(int argc, char **argv)
         {"llama kv4 tp2 x dp2 zero3 full", 1, 8, 4, 2, 2, 3, 1},
         {"llama kv4 tp4 x dp1", 1, 8, 4, 4, 1, 0, 0},
     };
+    static const layout shared = {"llama kv2 tp4 (shared kv)", 1, 8, 2, 4, 1, 0, 0};
     const layout *sets[2] = {gpt, lla};
     const int counts[2] = {5, 3};
     for (int k = 0; k < 2; k++) {
@@ -362,6 +363,8 @@ int main(int argc, char **argv)
             CHECK(fabs(ratio / pratio - 1) <= 0.01);
         }
     }
+    double unused;
+    check_layout(&shared, in, tg, &unused);
     free(in);
     free(tg);
     return check_exit(g_emul ? "plan-vs-run-emul" : "plan-vs-run");
