@@ -288,7 +288,9 @@ typedef enum llmt_type_id {
     LLMT_TYPE_JOB_METRICS = 29,
     LLMT_TYPE_COMM_STATS = 30,
     LLMT_TYPE_JOB_PERF = 31,
-    LLMT_TYPE_JOB_OBS_OPTS = 32
+    LLMT_TYPE_JOB_OBS_OPTS = 32,
+    LLMT_TYPE_PP_OPTS = 36,
+    LLMT_TYPE_PP_STATS = 37
 } llmt_type_id;
 /* sizeof the struct, or 0 for an unknown id. */
 LLMT_API size_t llmt_sizeof(llmt_type_id type);
@@ -1436,6 +1438,73 @@ LLMT_API llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr,
  * copy the parameters and moments from the GPU into the model's host
  * parameters and the optimizer-state views. */
 LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
+
+/* -- Pipeline parallelism (doc/parallelism.md). Attach the pipeline group
+ * `comm` (the plan's PP dimension; llmt_comm_create_plan_group): rank s of
+ * it becomes stage s of p and keeps only its layers' parameters,
+ * gradients, AdamW state and activations, plus the embedding on stage 0
+ * and the final norm, output head and loss on stage p-1 (a tied head: the
+ * last stage holds a copy of wte whose gradient the two stages sum, as
+ * Megatron-LM's embedding group does). Every stage calls
+ * llmt_trainer_step with the same batch; its grad_accum micro-batches are
+ * the pipeline's micro-batches, taken in the single-rank order, and their
+ * activations and gradients pass between neighbouring stages by
+ * llmt_comm_send/recv. The step reports the global loss (the last
+ * stage's, known to all), clips by the norm over all stages and updates
+ * each stage's own parameters: the model one rank would train, up to the
+ * order of the gradient norm's sums. A stage keeps the input of every
+ * micro-batch in flight (all of them under GPipe, p - s under 1F1B) and
+ * re-runs its forward from it before the backward (recompute per stage).
+ * Collective over comm (NULL or a group of 1: one stage, nothing to do);
+ * a trainer takes it once (LLMT_ERR_STATE after), fresh or read from a
+ * checkpoint, with identical parameters on every stage. Not yet
+ * composed with tensor or data parallelism (LLMT_ERR_UNSUPPORTED naming
+ * the other one), fp8, evaluate, generate or checkpoints; the host copies
+ * of the parameters are current only for this stage's tensors (after
+ * llmt_trainer_sync_params). */
+typedef enum llmt_pp_schedule {
+    LLMT_PP_1F1B = 0,       /* PipeDream-flush (default): warm-up forwards,
+                               then one forward one backward */
+    LLMT_PP_GPIPE = 1,      /* all forwards, then all backwards */
+    LLMT_PP_INTERLEAVED = 2 /* Megatron-LM's virtual stages: not yet */
+} llmt_pp_schedule;
+typedef struct llmt_pp_opts {
+    size_t struct_size;
+    int32_t schedule;       /* llmt_pp_schedule; default LLMT_PP_1F1B */
+    int32_t virtual_stages; /* model chunks per stage; 1 (default) */
+    /* layers per stage, first to last (n_stage_layers = the group's size,
+     * each >= 1, summing to model.layers; e.g. from llmt_plan_stage_layers);
+     * NULL / 0: the automatic balance, which puts fewer layers on the
+     * first and last stage when the embedding and the head weigh as much
+     * as layers do */
+    const int32_t *stage_layers;
+    int32_t n_stage_layers;
+} llmt_pp_opts;
+LLMT_API llmt_status llmt_pp_opts_init(llmt_pp_opts *opts, size_t size);
+/* Fails, naming the key, when the group is larger than model.layers,
+ * stage_layers does not match it, or virtual stages are asked of another
+ * schedule than LLMT_PP_INTERLEAVED (which needs grad_accum >= stages and
+ * is refused with LLMT_ERR_UNSUPPORTED until it exists). */
+LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
+                                              const llmt_pp_opts *opts);
+/* This stage's layers and its last step's pipeline timing: the bubble is
+ * the fraction of the schedule's wall time spent waiting in receives
+ * (compare (p-1)/(m+p-1) of a balanced pipeline). Filled up to
+ * struct_size; all zero (stages 1) without pipeline parallelism. */
+typedef struct llmt_pp_stats {
+    size_t struct_size;
+    int32_t stage, stages;           /* this rank's, of the group */
+    int32_t first_layer, layers;     /* it holds [first_layer, + layers) */
+    int32_t micro_batches, schedule; /* per step; llmt_pp_schedule */
+    int32_t inputs_kept;             /* micro-batch inputs it keeps in flight */
+    int64_t param_bytes;             /* fp32 parameters it holds */
+    double step_seconds;             /* last step: the schedule's wall time */
+    double idle_seconds;             /* of it, waiting in receives */
+    double bubble;                   /* idle_seconds / step_seconds */
+    double bubble_balanced;          /* (p-1)/(m+p-1) */
+    int64_t sent_bytes, recv_bytes;  /* last step's activations + gradients */
+} llmt_pp_stats;
+LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats *out);
 
 /* ======================================================================
  * Tokenizers (doc/tokenizers.md)

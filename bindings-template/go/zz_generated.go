@@ -149,6 +149,8 @@ const (
 	TypeCommStats TypeId = 30
 	TypeJobPerf TypeId = 31
 	TypeJobObsOpts TypeId = 32
+	TypePpOpts TypeId = 36
+	TypePpStats TypeId = 37
 )
 
 // PlanDim is the header's llmt_plan_dim.
@@ -226,6 +228,15 @@ const (
 	CommStatBarrier CommStatOp = 8
 )
 
+// PpSchedule is the header's llmt_pp_schedule.
+type PpSchedule int32
+
+const (
+	Pp1f1b PpSchedule = 0
+	PpGpipe PpSchedule = 1
+	PpInterleaved PpSchedule = 2
+)
+
 // DataVerdict is the header's llmt_data_verdict.
 type DataVerdict int32
 
@@ -273,6 +284,8 @@ var generatedLayout = []structLayout{
 	{"llmt_comm_stats", 30, 544, []fieldOffset{{"struct_size", 0}, {"calls", 8}, {"payload_bytes", 136}, {"bus_bytes", 264}, {"seconds", 392}, {"total_calls", 520}, {"total_bus_bytes", 528}, {"total_seconds", 536}}},
 	{"llmt_dp_opts", 16, 24, []fieldOffset{{"struct_size", 0}, {"zero_stage", 8}, {"overlap", 12}, {"bucket_bytes", 16}}},
 	{"llmt_trainer_memory", 17, 88, []fieldOffset{{"struct_size", 0}, {"params", 8}, {"grads", 16}, {"optimizer", 24}, {"activations", 32}, {"comm_buffers", 40}, {"total", 48}, {"params_resident", 56}, {"device_activations", 64}, {"device_in_use", 72}, {"device_peak", 80}}},
+	{"llmt_pp_opts", 36, 32, []fieldOffset{{"struct_size", 0}, {"schedule", 8}, {"virtual_stages", 12}, {"stage_layers", 16}, {"n_stage_layers", 24}}},
+	{"llmt_pp_stats", 37, 96, []fieldOffset{{"struct_size", 0}, {"stage", 8}, {"stages", 12}, {"first_layer", 16}, {"layers", 20}, {"micro_batches", 24}, {"schedule", 28}, {"inputs_kept", 32}, {"param_bytes", 40}, {"step_seconds", 48}, {"idle_seconds", 56}, {"bubble", 64}, {"bubble_balanced", 72}, {"sent_bytes", 80}, {"recv_bytes", 88}}},
 	{"llmt_ingest_opts", 18, 24, []fieldOffset{{"struct_size", 0}, {"text_field", 8}, {"doc_separator", 16}}},
 	{"llmt_ingest_stats", 19, 56, []fieldOffset{{"struct_size", 0}, {"files", 8}, {"documents", 16}, {"bytes_read", 24}, {"bytes_total", 32}, {"invalid_utf8", 40}, {"bad_lines", 48}}},
 	{"llmt_data_filter_opts", 20, 56, []fieldOffset{{"struct_size", 0}, {"min_chars", 8}, {"max_chars", 16}, {"max_nonalpha_frac", 24}, {"max_dup_line_frac", 32}, {"max_top_ngram_frac", 40}, {"ngram_min_words", 48}}},
@@ -310,6 +323,8 @@ func cgoLayout() []structLayout {
 		{"llmt_comm_stats", 30, unsafe.Sizeof(C.llmt_comm_stats{}), []fieldOffset{{"struct_size", unsafe.Offsetof(C.llmt_comm_stats{}.struct_size)}, {"calls", unsafe.Offsetof(C.llmt_comm_stats{}.calls)}, {"payload_bytes", unsafe.Offsetof(C.llmt_comm_stats{}.payload_bytes)}, {"bus_bytes", unsafe.Offsetof(C.llmt_comm_stats{}.bus_bytes)}, {"seconds", unsafe.Offsetof(C.llmt_comm_stats{}.seconds)}, {"total_calls", unsafe.Offsetof(C.llmt_comm_stats{}.total_calls)}, {"total_bus_bytes", unsafe.Offsetof(C.llmt_comm_stats{}.total_bus_bytes)}, {"total_seconds", unsafe.Offsetof(C.llmt_comm_stats{}.total_seconds)}}},
 		{"llmt_dp_opts", 16, unsafe.Sizeof(C.llmt_dp_opts{}), []fieldOffset{{"struct_size", unsafe.Offsetof(C.llmt_dp_opts{}.struct_size)}, {"zero_stage", unsafe.Offsetof(C.llmt_dp_opts{}.zero_stage)}, {"overlap", unsafe.Offsetof(C.llmt_dp_opts{}.overlap)}, {"bucket_bytes", unsafe.Offsetof(C.llmt_dp_opts{}.bucket_bytes)}}},
 		{"llmt_trainer_memory", 17, unsafe.Sizeof(C.llmt_trainer_memory{}), []fieldOffset{{"struct_size", unsafe.Offsetof(C.llmt_trainer_memory{}.struct_size)}, {"params", unsafe.Offsetof(C.llmt_trainer_memory{}.params)}, {"grads", unsafe.Offsetof(C.llmt_trainer_memory{}.grads)}, {"optimizer", unsafe.Offsetof(C.llmt_trainer_memory{}.optimizer)}, {"activations", unsafe.Offsetof(C.llmt_trainer_memory{}.activations)}, {"comm_buffers", unsafe.Offsetof(C.llmt_trainer_memory{}.comm_buffers)}, {"total", unsafe.Offsetof(C.llmt_trainer_memory{}.total)}, {"params_resident", unsafe.Offsetof(C.llmt_trainer_memory{}.params_resident)}, {"device_activations", unsafe.Offsetof(C.llmt_trainer_memory{}.device_activations)}, {"device_in_use", unsafe.Offsetof(C.llmt_trainer_memory{}.device_in_use)}, {"device_peak", unsafe.Offsetof(C.llmt_trainer_memory{}.device_peak)}}},
+		{"llmt_pp_opts", 36, unsafe.Sizeof(C.llmt_pp_opts{}), []fieldOffset{{"struct_size", unsafe.Offsetof(C.llmt_pp_opts{}.struct_size)}, {"schedule", unsafe.Offsetof(C.llmt_pp_opts{}.schedule)}, {"virtual_stages", unsafe.Offsetof(C.llmt_pp_opts{}.virtual_stages)}, {"stage_layers", unsafe.Offsetof(C.llmt_pp_opts{}.stage_layers)}, {"n_stage_layers", unsafe.Offsetof(C.llmt_pp_opts{}.n_stage_layers)}}},
+		{"llmt_pp_stats", 37, unsafe.Sizeof(C.llmt_pp_stats{}), []fieldOffset{{"struct_size", unsafe.Offsetof(C.llmt_pp_stats{}.struct_size)}, {"stage", unsafe.Offsetof(C.llmt_pp_stats{}.stage)}, {"stages", unsafe.Offsetof(C.llmt_pp_stats{}.stages)}, {"first_layer", unsafe.Offsetof(C.llmt_pp_stats{}.first_layer)}, {"layers", unsafe.Offsetof(C.llmt_pp_stats{}.layers)}, {"micro_batches", unsafe.Offsetof(C.llmt_pp_stats{}.micro_batches)}, {"schedule", unsafe.Offsetof(C.llmt_pp_stats{}.schedule)}, {"inputs_kept", unsafe.Offsetof(C.llmt_pp_stats{}.inputs_kept)}, {"param_bytes", unsafe.Offsetof(C.llmt_pp_stats{}.param_bytes)}, {"step_seconds", unsafe.Offsetof(C.llmt_pp_stats{}.step_seconds)}, {"idle_seconds", unsafe.Offsetof(C.llmt_pp_stats{}.idle_seconds)}, {"bubble", unsafe.Offsetof(C.llmt_pp_stats{}.bubble)}, {"bubble_balanced", unsafe.Offsetof(C.llmt_pp_stats{}.bubble_balanced)}, {"sent_bytes", unsafe.Offsetof(C.llmt_pp_stats{}.sent_bytes)}, {"recv_bytes", unsafe.Offsetof(C.llmt_pp_stats{}.recv_bytes)}}},
 		{"llmt_ingest_opts", 18, unsafe.Sizeof(C.llmt_ingest_opts{}), []fieldOffset{{"struct_size", unsafe.Offsetof(C.llmt_ingest_opts{}.struct_size)}, {"text_field", unsafe.Offsetof(C.llmt_ingest_opts{}.text_field)}, {"doc_separator", unsafe.Offsetof(C.llmt_ingest_opts{}.doc_separator)}}},
 		{"llmt_ingest_stats", 19, unsafe.Sizeof(C.llmt_ingest_stats{}), []fieldOffset{{"struct_size", unsafe.Offsetof(C.llmt_ingest_stats{}.struct_size)}, {"files", unsafe.Offsetof(C.llmt_ingest_stats{}.files)}, {"documents", unsafe.Offsetof(C.llmt_ingest_stats{}.documents)}, {"bytes_read", unsafe.Offsetof(C.llmt_ingest_stats{}.bytes_read)}, {"bytes_total", unsafe.Offsetof(C.llmt_ingest_stats{}.bytes_total)}, {"invalid_utf8", unsafe.Offsetof(C.llmt_ingest_stats{}.invalid_utf8)}, {"bad_lines", unsafe.Offsetof(C.llmt_ingest_stats{}.bad_lines)}}},
 		{"llmt_data_filter_opts", 20, unsafe.Sizeof(C.llmt_data_filter_opts{}), []fieldOffset{{"struct_size", unsafe.Offsetof(C.llmt_data_filter_opts{}.struct_size)}, {"min_chars", unsafe.Offsetof(C.llmt_data_filter_opts{}.min_chars)}, {"max_chars", unsafe.Offsetof(C.llmt_data_filter_opts{}.max_chars)}, {"max_nonalpha_frac", unsafe.Offsetof(C.llmt_data_filter_opts{}.max_nonalpha_frac)}, {"max_dup_line_frac", unsafe.Offsetof(C.llmt_data_filter_opts{}.max_dup_line_frac)}, {"max_top_ngram_frac", unsafe.Offsetof(C.llmt_data_filter_opts{}.max_top_ngram_frac)}, {"ngram_min_words", unsafe.Offsetof(C.llmt_data_filter_opts{}.ngram_min_words)}}},

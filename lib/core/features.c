@@ -89,6 +89,8 @@ LLMT_API size_t llmt_sizeof(llmt_type_id type)
     case LLMT_TYPE_COMM_STATS: return sizeof(llmt_comm_stats);
     case LLMT_TYPE_JOB_PERF: return sizeof(llmt_job_perf);
     case LLMT_TYPE_JOB_OBS_OPTS: return sizeof(llmt_job_obs_opts);
+    case LLMT_TYPE_PP_OPTS: return sizeof(llmt_pp_opts);
+    case LLMT_TYPE_PP_STATS: return sizeof(llmt_pp_stats);
     }
     return 0;
 }

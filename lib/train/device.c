@@ -21,6 +21,7 @@
 #include "exec/fp8.h"
 #include "train/device.h"
 #include "train/dp.h"
+#include "train/stage.h"
 
 #define NOP LLMT__NOPARAM
 
@@ -127,6 +128,14 @@ struct llmt__devtrain {
      * named points of the graph (a unit's parameters used / done, its
      * gradients ready), units 0 = embeddings, 1..L = layers, L+1 = tail */
     llmt__dp *dp;
+    /* pipeline parallelism (lib/train/pp.c; pp 1: none): this stage's
+     * layers [l0, l1), the embedding on the first stage, the final norm,
+     * head and loss on the last; tiedcp: the last stage's copy of a tied
+     * wte (its gradient is summed with the first stage's, which alone
+     * counts it in the norm); held: the micro-batch whose activations the
+     * engine holds (-1: none); dloss: the step's loss gradient scale */
+    int pp, l0, l1, first, last, tiedcp, held;
+    float dloss;
 };
 
 /* Forward the backend's message for a failed op. */
@@ -190,7 +199,7 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
             if (*bufs[i]) g->op->free(g->d, *bufs[i]);
         for (int l = 0; g->L && l < g->nacts; l++) {
             dlayer *a = &g->L[l];
-            int shared = g->selective && l > 0; /* layer 0's, freed there */
+            int shared = g->selective && l > g->l0; /* layer l0's, freed there */
             void *ps[] = {a->ln1,
                           a->qkv,
                           shared ? NULL : a->atty,
@@ -415,6 +424,35 @@ static void tp_norm_runs(llmt__devtrain *g)
     }
 }
 
+/* Pipeline parallelism: the parameters of other stages get no device
+ * memory (an empty shard); the last stage's copy of a tied wte is not its
+ * owner (the first stage counts it in the norm and downloads it). */
+static void stage_params(llmt__devtrain *g)
+{
+    const llmt_model *m = g->m;
+    if (g->pp == 1)
+        return;
+    for (int i = 0; i < m->nparams; i++) {
+        size_t off = m->params[i].offset;
+        int keep = (g->first && (off == m->wte || off == m->wpe)) ||
+                   (g->last && (off == m->lnfw || off == m->lnfb || off == m->lm_head));
+        for (int l = g->l0; l < g->l1 && !keep; l++) {
+            const llmt__layer_offs *o = &m->layer[l];
+            size_t offs[] = {o->ln1w, o->ln1b, o->qkvw, o->qkvb, o->projw,   o->projb,  o->ln2w,
+                             o->ln2b, o->fcw,  o->fcb,  o->fc3w, o->fcprojw, o->fcprojb};
+            for (size_t j = 0; j < sizeof offs / sizeof offs[0]; j++)
+                keep = keep || offs[j] == off;
+        }
+        tshard *s = &g->sh[i];
+        if (!keep) {
+            s->nseg = 0;
+            s->numel = 0;
+        } else if (g->tiedcp && !g->first && off == m->wte) {
+            s->own[0] = 0;
+        }
+    }
+}
+
 /* Device offsets: the model's order (so that a layer is one contiguous
  * range, the unit data parallelism reduces and shards), each tensor on the
  * backend's alignment (8 elements: 16-byte bf16 vectors on CUDA); then the
@@ -535,6 +573,17 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
                                      int A, int recompute, const llmt__devtrain_fp8 *fp8,
                                      const llmt__devtrain_tp *tp, llmt__devtrain **out)
 {
+    return llmt__devtrain_create_stage(e, ops, dopts, m, B, T, A, recompute, fp8, tp, NULL,
+                                       out);
+}
+
+llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
+                                        const llmt__dev_opts *dopts, llmt_model *m, int B,
+                                        int T, int A, int recompute,
+                                        const llmt__devtrain_fp8 *fp8,
+                                        const llmt__devtrain_tp *tp,
+                                        const llmt__devtrain_stage *st, llmt__devtrain **out)
+{
     *out = NULL;
     const llmt_model_config *c = &m->cfg;
     int hd = m->head_dim;
@@ -605,6 +654,13 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
     g->nrm_lo = calloc((size_t)m->nparams * 3, sizeof *g->nrm_lo);
     g->dnumel = calloc((size_t)m->nparams, sizeof *g->dnumel);
     g->tp = tps;
+    g->pp = st && st->stages > 1 ? st->stages : 1;
+    g->l0 = g->pp > 1 ? st->l0 : 0;
+    g->l1 = g->pp > 1 ? st->l1 : L;
+    g->first = g->pp == 1 || st->stage == 0;
+    g->last = g->pp == 1 || st->stage == st->stages - 1;
+    g->tiedcp = g->pp > 1 && g->last && m->lm_head == m->wte;
+    g->held = -1;
     if (tps > 1) {
         g->tpr = tp->rank;
         g->hook = tp->hook;
@@ -626,11 +682,12 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
     }
     g->pinned = 1;
     tp_shards(g);
+    stage_params(g);
     plan_layout(g);
     int f32 = ops->store == LLMT_DTYPE_FP32;
     /* the fp32 host backend trains the model's own parameters in place
      * (not a tensor parallel shard of them) */
-    g->alias = f32 && ops->host_memory && g->P == m->total && tps == 1;
+    g->alias = f32 && ops->host_memory && g->P == m->total && tps == 1 && g->pp == 1;
     size_t P = g->P, N = (size_t)B * T, C = (size_t)c->width, Ca = (size_t)g->C_l;
     /* rows of the residual stream and the norms held here */
     size_t Nr = sp ? N / (size_t)tps : N;
@@ -650,16 +707,19 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
     DA(g->mom2, P * 4, 0);
     if (f32) g->param = g->master;
     else DA(g->param, P * bf, 0);
-    for (int l = 0; l <= L; l++) DA(g->resid[l], Nr * C * bf, 1);
+    for (int l = g->l0; l <= g->l1; l++)
+        DA(g->resid[l], Nr * C * bf, 1);
     for (int l = 0; l < g->nacts; l++) {
+        if (g->nacts > 1 && (l < g->l0 || l >= g->l1))
+            continue; /* another pipeline stage's layer */
         dlayer *a = &g->L[l];
         DA(a->ln1, Nr * C * bf, 1);
         DA(a->ln1m, Nr * 4, 1);
         DA(a->ln1r, Nr * 4, 1);
         DA(a->qkv, N * Q * bf, 1);
-        if (g->selective && l > 0) { /* one attention core output for all */
-            a->atty = g->L[0].atty;
-            a->lse = g->L[0].lse;
+        if (g->selective && l > g->l0) { /* one attention core output for all */
+            a->atty = g->L[g->l0].atty;
+            a->lse = g->L[g->l0].lse;
         } else {
             DA(a->atty, N * Ca * bf, 1);
             DA(a->lse, NH * 4, 1);
@@ -672,10 +732,12 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
         if (g->llama) DA(a->fch3, N * F * bf, 1);
         DA(a->fchg, N * F * bf, 1);
     }
-    DA(g->lnf, Nr * C * bf, 1);
-    DA(g->lnfm, Nr * 4, 1);
-    DA(g->lnfr, Nr * 4, 1);
-    DA(g->logits, N * Vp * bf, 1);
+    if (g->last) { /* the final norm and the head: the last pipeline stage */
+        DA(g->lnf, Nr * C * bf, 1);
+        DA(g->lnfm, Nr * 4, 1);
+        DA(g->lnfr, Nr * 4, 1);
+        DA(g->logits, N * Vp * bf, 1);
+    }
     DA(g->losses, (size_t)A * N * 4, 0); /* per step, not per micro-batch */
     DA(g->dres, Nr * C * bf, 1);
     if (sp) {
@@ -855,7 +917,7 @@ static llmt_status put(llmt__devtrain *g, float *dev, const float *host)
 {
     const llmt_model *m = g->m;
     if (dev == host) return LLMT_OK; /* aliased: the same memory */
-    if (g->tp > 1) {
+    if (g->tp > 1 || g->pp > 1) {
         llmt_status s;
         S(g->op->memset0(g->d, dev, g->P * 4), "memset");
         for (int i = 0; i < m->nparams; i++)
@@ -881,6 +943,13 @@ static llmt_status get(llmt__devtrain *g, float *host, const float *dev)
     if (dev == host) return LLMT_OK;
     if (g->tp > 1)
         return tp_gather(g, host, dev);
+    if (g->pp > 1) { /* this stage's parameters; the others' stay as they are */
+        llmt_status s;
+        for (int i = 0; i < m->nparams; i++)
+            if ((s = shard_copy(g, i, (float *)dev, host, 0)) != LLMT_OK)
+                return s;
+        return LLMT_OK;
+    }
     if (g->alias) {
         S(g->op->d2h(g->d, host, dev, g->P * 4), "download");
         return LLMT_OK;
@@ -1701,3 +1770,149 @@ llmt_status llmt__devtrain_restore_moments(llmt__devtrain *g)
 /* A build without CUDA has no CUDA table (cuda/exec/dev_cuda.c fills it). */
 const llmt__dev_ops *llmt__dev_cuda(void) { return NULL; }
 #endif
+
+/* ---- pipeline stage seams (lib/train/stage.h) */
+
+#define RS(x)                  \
+    do {                       \
+        llmt_status rs_ = (x); \
+        if (rs_ != LLMT_OK)    \
+            return rs_;        \
+    } while (0)
+
+llmt_status llmt__devtrain_stage_begin(llmt__devtrain *g, const int32_t *inputs,
+                                       const int32_t *targets, int micro, int64_t count)
+{
+    size_t N = (size_t)g->B * g->T;
+    if (micro < 1 || micro > g->A || count < 1)
+        return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: pipeline stage step: %d micro-batches (engine made "
+                             "for %d), %lld targets",
+                             micro, g->A, (long long)count);
+    S(g->op->h2d(g->d, g->tok, inputs, (size_t)micro * N * 4), "upload tokens");
+    S(g->op->h2d(g->d, g->tgt, targets, (size_t)micro * N * 4), "upload tokens");
+    S(g->op->memset0(g->d, g->grad, g->P * 4), "memset");
+    g->dloss = (float)(1.0 / (double)count);
+    g->held = -1;
+    g->fp8_gemms = 0;
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
+{
+    int B = g->B, T = g->T, N = B * T, L = g->m->cfg.layers;
+    size_t C = (size_t)g->m->cfg.width;
+    if (a < 0 || a >= g->A || (!g->first && !x))
+        return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: pipeline stage forward of micro-batch %d (of %d)%s", a,
+                             g->A, !g->first && !x ? " without its input" : "");
+    if (g->first)
+        RS(embed_fwd(g, g->tok + (size_t)a * N, B, T));
+    else
+        S(g->op->d2d(g->d, g->resid[g->l0], x, (size_t)N * C * g->es), "stage input");
+    for (int l = g->l0; l < g->l1; l++)
+        RS(layer_fwd(g, l, B, T));
+    if (g->last) {
+        RS(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[g->l1], g->lnfw, g->lnfb, N));
+        RS(lin(g, &g->lin[L * NLIN], g->logits, NULL, g->lnf, N));
+        RS(xent(g, g->losses + (size_t)a * N, g->tgt + (size_t)a * N, N, g->dloss));
+    }
+    g->held = a;
+    return LLMT_OK;
+}
+
+void *llmt__devtrain_stage_out(llmt__devtrain *g)
+{
+    return g->last ? NULL : g->resid[g->l1];
+}
+
+llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *x, const void *dy)
+{
+    int B = g->B, T = g->T, N = B * T, L = g->m->cfg.layers;
+    size_t C = (size_t)g->m->cfg.width;
+    if (!g->last && !dy)
+        return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: pipeline stage backward of micro-batch %d without "
+                             "its output gradient",
+                             a);
+    if (g->held != a) /* recompute the stage's activations of micro-batch a */
+        RS(llmt__devtrain_stage_fwd(g, a, x));
+    g->held = -1;  /* the backward overwrites them */
+    if (g->last) { /* the logits hold dloss/dlogits (xent wrote them in place) */
+        RS(lin_bwd(g, &g->lin[L * NLIN], g->dtmp, 0.0f, g->logits, g->lnf, N, NULL));
+        S(g->op->memset0(g->d, g->dres, (size_t)N * C * g->es), "memset");
+        RS(norm_bwd(g, g->dres, g->dtmp, g->resid[g->l1], g->lnfm, g->lnfr, g->lnfw, g->lnfb,
+                    N));
+    } else {
+        S(g->op->d2d(g->d, g->dres, dy, (size_t)N * C * g->es), "stage output gradient");
+    }
+    for (int l = g->l1 - 1; l >= g->l0; l--) {
+        if (g->nacts == 1 && g->l1 - g->l0 > 1) /* full recompute: layer by layer */
+            RS(layer_fwd(g, l, B, T));
+        if (g->selective && l < g->l1 - 1) { /* later layers overwrote it */
+            lctx lc = layer_ctx(g, l, B, T);
+            RS(attn_core(g, &lc, B, T));
+        }
+        RS(layer_bwd(g, l, B, T));
+    }
+    if (g->first)
+        RS(embed_bwd(g, g->tok + (size_t)a * N, B, T));
+    return LLMT_OK;
+}
+
+void *llmt__devtrain_stage_dx(llmt__devtrain *g)
+{
+    return g->dres;
+}
+
+llmt_status llmt__devtrain_stage_end(llmt__devtrain *g, int micro, double *loss_sum,
+                                     double *sumsq)
+{
+    size_t N = (size_t)g->B * g->T;
+    *loss_sum = 0.0;
+    if (g->last) {
+        S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)micro * N * sizeof(float)),
+          "read the losses");
+        *loss_sum = host_sum(g->hloss, (size_t)micro * N);
+    }
+    float ss = 0.0f;
+    if (g->nnrm > 0) { /* each element once: its owner's (tied wte: the first stage) */
+        S(g->op->sumsq(g->d, g->sums, g->nrm_x, g->nrm_n, g->nnrm), "gradient norm");
+        S(g->op->d2h(g->d, &ss, g->sums, sizeof ss), "read the gradient norm");
+    }
+    *sumsq = ss;
+    return LLMT_OK;
+}
+
+float *llmt__devtrain_stage_tied_grad(llmt__devtrain *g, size_t *n)
+{
+    const llmt_model *m = g->m;
+    *n = 0;
+    if (g->pp == 1 || m->lm_head != m->wte || !(g->first || g->last))
+        return NULL;
+    int i = pidx(m, m->wte);
+    *n = g->sh[i].numel;
+    return g->grad + g->doff[i];
+}
+
+size_t llmt__devtrain_stage_elems(const llmt__devtrain *g)
+{
+    return (size_t)g->B * g->T * (size_t)g->m->cfg.width;
+}
+
+llmt_status llmt__devtrain_stage_buf(llmt__devtrain *g, void **p, size_t bytes)
+{
+    return dalloc(g, p, bytes, 1);
+}
+
+void llmt__devtrain_stage_buf_free(llmt__devtrain *g, void *p)
+{
+    if (p)
+        g->op->free(g->d, p);
+}
+
+size_t llmt__devtrain_param_floats(const llmt__devtrain *g)
+{
+    return g->P;
+}
+#undef RS

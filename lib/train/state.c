@@ -311,6 +311,10 @@ LLMT_API llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_add", ck);
+    if (llmt__trainer_has_pp(tr))
+        return llmt__err_set(llmt__trainer_err(tr), LLMT_ERR_UNSUPPORTED,
+                             "trainer: ckpt_add: checkpoints with pipeline parallelism are "
+                             "not supported yet (each stage holds only its layers)");
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
     /* a device trainer: the host copies are what gets saved; tensor
@@ -411,6 +415,10 @@ LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_read", ck);
+    if (llmt__trainer_has_pp(tr))
+        return llmt__err_set(llmt__trainer_err(tr), LLMT_ERR_UNSUPPORTED,
+                             "trainer: ckpt_read: checkpoints with pipeline parallelism are "
+                             "not supported yet (read it before llmt_trainer_set_pp_comm)");
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
     char buf[64];

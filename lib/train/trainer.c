@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "train/device.h"
 #include "train/dp.h"
+#include "train/pp.h"
 #include "train/tp.h"
 #include "train/trainer_state.h"
 
@@ -27,6 +28,7 @@ struct llmt_trainer {
     int64_t step;
     llmt__dp *dp;  /* data parallelism (lib/train/dp.c), or NULL */
     llmt__tp *tp;  /* tensor parallelism (lib/train/tp.c), or NULL */
+    llmt__pp *pp;  /* pipeline parallelism (lib/train/pp.c), or NULL */
     const llmt__dev_ops *ops; /* the engine's backend */
     /* the engine (lib/train/device.c): grads, m and v are its host
      * mirrors, brought up to date from the device on demand (they ARE its
@@ -82,6 +84,8 @@ LLMT_API void llmt_trainer_destroy(llmt_trainer *tr)
     if (!tr) return;
     llmt_context *ctx = tr->ctx;
     llmt__dp_destroy(tr->dp);
+    /* the pipeline's buffers are the engine's: it goes first */
+    llmt__pp_destroy(tr->pp);
     llmt__devtrain_destroy(tr->dev); /* grads, m and v are its mirrors */
     llmt__tp_destroy(tr->tp);
     if (tr->gen_ctx) llmt__free(ctx, tr->gen_ctx, (size_t)tr->T * sizeof(int32_t));
@@ -265,8 +269,11 @@ static llmt_status fwd_bwd(llmt_trainer *tr, const char *what, const llmt_batch 
                              "trainer: the batch has no target to learn "
                              "(all < 0)");
     double sum = 0.0;
-    s = llmt__devtrain_fwd_bwd(tr->dev, b->inputs, b->targets, tr->o.grad_accum, count, &sum,
-                               &tr->dev_sumsq);
+    if (tr->pp) /* the pipeline's schedule over this stage (lib/train/pp.c) */
+        s = llmt__pp_fwd_bwd(tr->pp, b->inputs, b->targets, count, &sum, &tr->dev_sumsq);
+    else
+        s = llmt__devtrain_fwd_bwd(tr->dev, b->inputs, b->targets, tr->o.grad_accum, count,
+                                   &sum, &tr->dev_sumsq);
     if (s != LLMT_OK) return s;
     tr->stale_grads = 1;
     *loss = (float)(sum / (double)count);
@@ -406,6 +413,10 @@ LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&tr->err, "trainer: evaluate", loss);
+    if (tr->pp)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: evaluate with pipeline parallelism is not supported "
+                             "yet (evaluate on a trainer without llmt_trainer_set_pp_comm)");
     llmt_status s = check_batch(tr, "trainer: evaluate", b, 0);
     if (s != LLMT_OK) return s;
     double sum = 0.0;
@@ -628,6 +639,10 @@ LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prom
     llmt_model *mdl = tr->model;
     const llmt_model_config *c = &mdl->cfg;
     int V = c->vocab_size, Vp = c->padded_vocab_size;
+    if (tr->pp)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: generate with pipeline parallelism is not supported "
+                             "yet (generate on a trainer without llmt_trainer_set_pp_comm)");
     if (n_prompt < 1 || n_new < 0)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: generate needs n_prompt >= 1 and "
@@ -806,6 +821,10 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
                                            const llmt_dp_opts *opts)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
+    if (tr->pp && comm)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_comm: data parallelism with pipeline parallelism "
+                             "is not supported yet (llmt_trainer_set_pp_comm is attached)");
     if (tr->dp) {
         llmt_status s = detach(tr);
         if (s != LLMT_OK) return s;
@@ -897,6 +916,11 @@ LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_tp_comm: attach tensor parallelism before data "
                              "parallelism (llmt_trainer_set_comm)");
+    if (tr->pp)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_tp_comm: tensor parallelism with pipeline "
+                             "parallelism is not supported yet (llmt_trainer_set_pp_comm is "
+                             "attached)");
     /* a new group keeps sequence parallelism as it was */
     return tp_attach(tr, comm, llmt__tp_seq(tr->tp));
 }
@@ -931,4 +955,169 @@ LLMT_API llmt_status llmt_trainer_set_sequence_parallel(llmt_trainer *tr, int32_
                              "positions' worth of every micro-batch's rows)",
                              (int)n, tr->T);
     return tp_attach(tr, llmt__tp_comm(tr->tp), on);
+}
+
+/* ---- pipeline parallelism (lib/train/pp.c) */
+
+LLMT_API llmt_status llmt_pp_opts_init(llmt_pp_opts *o, size_t size)
+{
+    if (!o)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_status s = llmt__check_struct_size(NULL, "llmt_pp_opts", size, sizeof(size_t));
+    if (s != LLMT_OK)
+        return s;
+    llmt_pp_opts d;
+    memset(&d, 0, sizeof d);
+    d.schedule = LLMT_PP_1F1B;
+    d.virtual_stages = 1;
+    memcpy(o, &d, size < sizeof d ? size : sizeof d);
+    o->struct_size = size;
+    return LLMT_OK;
+}
+
+/* What a pipeline over n stages needs of the options and the trainer. */
+static llmt_status pp_check(llmt_trainer *tr, const llmt_pp_opts *o, int32_t n)
+{
+    llmt_err *e = &tr->err;
+    if (tr->pp)
+        return llmt__err_set(e, LLMT_ERR_STATE,
+                             "trainer: set_pp_comm: pipeline parallelism is attached already "
+                             "(a trainer takes it once, on creation's parameters)");
+    if (tr->dp || tr->tp)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_pp_comm: pipeline parallelism with %s parallelism "
+                             "is not supported yet (parallelism.%s 1)",
+                             tr->dp ? "data" : "tensor", tr->dp ? "dp" : "tp");
+    if (tr->o.fp8)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_pp_comm: fp8 with pipeline parallelism is not "
+                             "supported yet (set fp8 off)");
+    if (o->schedule != LLMT_PP_1F1B && o->schedule != LLMT_PP_GPIPE &&
+        o->schedule != LLMT_PP_INTERLEAVED)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: llmt_pp_opts.schedule %d is not LLMT_PP_1F1B (0), "
+                             "LLMT_PP_GPIPE (1) or LLMT_PP_INTERLEAVED (2)",
+                             (int)o->schedule);
+    if (o->virtual_stages < 1 || (o->virtual_stages > 1 && o->schedule != LLMT_PP_INTERLEAVED))
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: llmt_pp_opts.virtual_stages %d: >= 1, and > 1 only "
+                             "with the schedule LLMT_PP_INTERLEAVED",
+                             (int)o->virtual_stages);
+    if ((o->stage_layers == NULL) != (o->n_stage_layers == 0))
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: llmt_pp_opts.stage_layers %s with n_stage_layers %d "
+                             "(both set, or neither for the automatic balance)",
+                             o->stage_layers ? "set" : "NULL", (int)o->n_stage_layers);
+    if (o->schedule == LLMT_PP_INTERLEAVED) {
+        if (tr->o.grad_accum < n)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "train.grad_accum: %d micro-batches for %d pipeline stages: "
+                                 "the interleaved schedule needs at least one per stage",
+                                 (int)tr->o.grad_accum, (int)n);
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: the interleaved pipeline schedule (virtual stages) is "
+                             "not implemented yet (use LLMT_PP_1F1B or LLMT_PP_GPIPE)");
+    }
+    return LLMT_OK;
+}
+
+/* A new engine holding only this stage's part (lib/train/stage.h), made
+ * from the host copies of the parameters and moments, and the schedule
+ * over comm. */
+LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
+                                              const llmt_pp_opts *opts)
+{
+    if (!tr)
+        return LLMT_ERR_NULL_POINTER;
+    llmt_pp_opts o;
+    llmt_pp_opts_init(&o, sizeof o);
+    llmt_status s;
+    if (opts && (s = llmt__opts_copy(&tr->err, "llmt_pp_opts", &o, sizeof o, opts)) != LLMT_OK)
+        return s;
+    int32_t n = 1, r = 0;
+    if (comm && (llmt_comm_size(comm, &n) != LLMT_OK || llmt_comm_rank(comm, &r) != LLMT_OK))
+        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_pp_comm: %s",
+                             llmt_comm_last_error(comm));
+    if (n <= 1 && !tr->pp)
+        return LLMT_OK; /* one stage: the whole model, as it is */
+    if ((s = pp_check(tr, &o, n)) != LLMT_OK)
+        return s;
+    int *first = malloc(((size_t)n + 1) * sizeof *first);
+    if (!first)
+        return llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    s = llmt__pp_layout(&tr->err, &tr->model->cfg, tr->T, n, o.stage_layers, o.n_stage_layers,
+                        first);
+    if (s == LLMT_OK)
+        s = host_sync(tr, 1, 1, 0);
+    llmt__devtrain *dev = NULL;
+    llmt__pp *pp = NULL;
+    if (s == LLMT_OK) {
+        llmt__devtrain_stage st = {r, n, first[r], first[r + 1]};
+        llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
+        s = llmt__devtrain_create_stage(&tr->err, tr->ops, &d, tr->model, tr->B, tr->T,
+                                        tr->o.grad_accum, tr->o.recompute, NULL, NULL, &st,
+                                        &dev);
+    }
+    if (s == LLMT_OK)
+        s = llmt__devtrain_upload(dev, tr->model->data, tr->m, tr->v);
+    if (s == LLMT_OK)
+        s = llmt__pp_create(&tr->err, comm, o.schedule, tr->o.grad_accum, tr->ops->store, first,
+                            dev, &pp);
+    free(first);
+    if (s != LLMT_OK) {
+        llmt__devtrain_destroy(dev);
+        return s;
+    }
+    llmt__devtrain_destroy(tr->dev);
+    tr->dev = dev;
+    tr->pp = pp;
+    tr->grads = llmt__devtrain_host_grads(dev);
+    tr->m = llmt__devtrain_host_m(dev);
+    tr->v = llmt__devtrain_host_v(dev);
+    tr->stale_params = 0;
+    tr->stale_moments = tr->stale_grads = 1;
+    return LLMT_OK;
+}
+
+LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats *out)
+{
+    if (!tr)
+        return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL((llmt_err *)&tr->err, "trainer: pp_stats", out);
+    if (out->struct_size < sizeof(size_t))
+        return llmt__err_set((llmt_err *)&tr->err, LLMT_ERR_STRUCT_SIZE,
+                             "trainer: pp_stats: out: struct_size is %zu; set it to sizeof "
+                             "the struct",
+                             out->struct_size);
+    llmt_pp_stats r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = out->struct_size;
+    r.stages = 1;
+    r.layers = tr->model->cfg.layers;
+    r.micro_batches = tr->o.grad_accum;
+    r.param_bytes = (int64_t)(llmt__devtrain_param_floats(tr->dev) * sizeof(float));
+    if (tr->pp) {
+        llmt__pp_info i;
+        llmt__pp_info_get(tr->pp, &i);
+        r.stage = i.stage;
+        r.stages = i.stages;
+        r.first_layer = i.l0;
+        r.layers = i.l1 - i.l0;
+        r.schedule = i.schedule;
+        r.inputs_kept = i.slots;
+        r.step_seconds = i.step_s;
+        r.idle_seconds = i.idle_s;
+        r.bubble = i.step_s > 0.0 ? i.idle_s / i.step_s : 0.0;
+        r.bubble_balanced = (double)(i.stages - 1) / (i.micro + i.stages - 1);
+        r.sent_bytes = i.sent_bytes;
+        r.recv_bytes = i.recv_bytes;
+    }
+    size_t n = out->struct_size < sizeof r ? out->struct_size : sizeof r;
+    memcpy(out, &r, n);
+    return LLMT_OK;
+}
+
+int llmt__trainer_has_pp(const llmt_trainer *tr)
+{
+    return tr->pp != NULL;
 }

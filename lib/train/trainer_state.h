@@ -40,4 +40,7 @@ llmt_status llmt__trainer_host_sync(llmt_trainer *tr);
 float *llmt__trainer_fp8_state(llmt_trainer *tr, int64_t shape[2]);
 llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in);
 
+/* Pipeline parallelism is attached (checkpoints refuse it for now). */
+int llmt__trainer_has_pp(const llmt_trainer *tr);
+
 #endif

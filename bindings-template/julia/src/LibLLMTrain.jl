@@ -115,6 +115,8 @@ const LLMT_TYPE_JOB_METRICS = Int32(29)
 const LLMT_TYPE_COMM_STATS = Int32(30)
 const LLMT_TYPE_JOB_PERF = Int32(31)
 const LLMT_TYPE_JOB_OBS_OPTS = Int32(32)
+const LLMT_TYPE_PP_OPTS = Int32(36)
+const LLMT_TYPE_PP_STATS = Int32(37)
 # llmt_plan_dim
 const LLMT_DIM_TP = Int32(0)
 const LLMT_DIM_CP = Int32(1)
@@ -155,6 +157,10 @@ const LLMT_COMM_STAT_BROADCAST = Int32(5)
 const LLMT_COMM_STAT_SEND = Int32(6)
 const LLMT_COMM_STAT_RECV = Int32(7)
 const LLMT_COMM_STAT_BARRIER = Int32(8)
+# llmt_pp_schedule
+const LLMT_PP_1F1B = Int32(0)
+const LLMT_PP_GPIPE = Int32(1)
+const LLMT_PP_INTERLEAVED = Int32(2)
 # llmt_data_verdict
 const LLMT_DATA_KEEP = Int32(0)
 const LLMT_DATA_TOO_SHORT = Int32(1)
@@ -445,6 +451,30 @@ struct llmt_trainer_memory
     device_in_use::Int64
     device_peak::Int64
 end
+struct llmt_pp_opts
+    struct_size::Csize_t
+    schedule::Int32
+    virtual_stages::Int32
+    stage_layers::Ptr{Int32}
+    n_stage_layers::Int32
+end
+struct llmt_pp_stats
+    struct_size::Csize_t
+    stage::Int32
+    stages::Int32
+    first_layer::Int32
+    layers::Int32
+    micro_batches::Int32
+    schedule::Int32
+    inputs_kept::Int32
+    param_bytes::Int64
+    step_seconds::Float64
+    idle_seconds::Float64
+    bubble::Float64
+    bubble_balanced::Float64
+    sent_bytes::Int64
+    recv_bytes::Int64
+end
 struct llmt_ingest_opts
     struct_size::Csize_t
     text_field::Ptr{UInt8}
@@ -673,6 +703,8 @@ const STRUCT_IDS = Dict{DataType, Int}(
     llmt_comm_stats => 30,
     llmt_dp_opts => 16,
     llmt_trainer_memory => 17,
+    llmt_pp_opts => 36,
+    llmt_pp_stats => 37,
     llmt_ingest_opts => 18,
     llmt_ingest_stats => 19,
     llmt_data_filter_opts => 20,
@@ -858,6 +890,9 @@ llmt_trainer_set_sequence_parallel(tr, on) = ccall((:llmt_trainer_set_sequence_p
 llmt_trainer_optim_shard(tr, index, which, view, flat_offset) = ccall((:llmt_trainer_optim_shard, libllmtrain), Int32, (Ptr{llmt_trainer}, Int32, Int32, Ptr{llmt_tensor}, Ptr{Int64}, ), tr, index, which, view, flat_offset)
 llmt_trainer_memory_usage(tr, out) = ccall((:llmt_trainer_memory_usage, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_trainer_memory}, ), tr, out)
 llmt_trainer_sync_params(tr) = ccall((:llmt_trainer_sync_params, libllmtrain), Int32, (Ptr{llmt_trainer}, ), tr)
+llmt_pp_opts_init(opts, size) = ccall((:llmt_pp_opts_init, libllmtrain), Int32, (Ptr{llmt_pp_opts}, Csize_t, ), opts, size)
+llmt_trainer_set_pp_comm(tr, comm, opts) = ccall((:llmt_trainer_set_pp_comm, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_comm}, Ptr{llmt_pp_opts}, ), tr, comm, opts)
+llmt_trainer_pp_stats(tr, out) = ccall((:llmt_trainer_pp_stats, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_pp_stats}, ), tr, out)
 llmt_tokenizer_create_bytes(ctx, out) = ccall((:llmt_tokenizer_create_bytes, libllmtrain), Int32, (Ptr{llmt_context}, Ptr{Ptr{llmt_tokenizer}}, ), ctx, out)
 llmt_tokenizer_load_gpt2(ctx, encoder_json, vocab_bpe, out) = ccall((:llmt_tokenizer_load_gpt2, libllmtrain), Int32, (Ptr{llmt_context}, Ptr{UInt8}, Ptr{UInt8}, Ptr{Ptr{llmt_tokenizer}}, ), ctx, encoder_json, vocab_bpe, out)
 llmt_tokenizer_train_bpe(ctx, text, len, vocab_size, out) = ccall((:llmt_tokenizer_train_bpe, libllmtrain), Int32, (Ptr{llmt_context}, Ptr{UInt8}, Csize_t, Int32, Ptr{Ptr{llmt_tokenizer}}, ), ctx, text, len, vocab_size, out)

@@ -121,6 +121,8 @@ LLMT_TYPE_JOB_METRICS = 29
 LLMT_TYPE_COMM_STATS = 30
 LLMT_TYPE_JOB_PERF = 31
 LLMT_TYPE_JOB_OBS_OPTS = 32
+LLMT_TYPE_PP_OPTS = 36
+LLMT_TYPE_PP_STATS = 37
 # llmt_plan_dim
 LLMT_DIM_TP = 0
 LLMT_DIM_CP = 1
@@ -161,6 +163,10 @@ LLMT_COMM_STAT_BROADCAST = 5
 LLMT_COMM_STAT_SEND = 6
 LLMT_COMM_STAT_RECV = 7
 LLMT_COMM_STAT_BARRIER = 8
+# llmt_pp_schedule
+LLMT_PP_1F1B = 0
+LLMT_PP_GPIPE = 1
+LLMT_PP_INTERLEAVED = 2
 # llmt_data_verdict
 LLMT_DATA_KEEP = 0
 LLMT_DATA_TOO_SHORT = 1
@@ -496,6 +502,36 @@ class llmt_trainer_memory(ctypes.Structure):
     ]
 
 
+class llmt_pp_opts(ctypes.Structure):
+    _fields_ = [
+        ('struct_size', ctypes.c_size_t),
+        ('schedule', ctypes.c_int32),
+        ('virtual_stages', ctypes.c_int32),
+        ('stage_layers', ctypes.POINTER(ctypes.c_int32)),
+        ('n_stage_layers', ctypes.c_int32),
+    ]
+
+
+class llmt_pp_stats(ctypes.Structure):
+    _fields_ = [
+        ('struct_size', ctypes.c_size_t),
+        ('stage', ctypes.c_int32),
+        ('stages', ctypes.c_int32),
+        ('first_layer', ctypes.c_int32),
+        ('layers', ctypes.c_int32),
+        ('micro_batches', ctypes.c_int32),
+        ('schedule', ctypes.c_int32),
+        ('inputs_kept', ctypes.c_int32),
+        ('param_bytes', ctypes.c_int64),
+        ('step_seconds', ctypes.c_double),
+        ('idle_seconds', ctypes.c_double),
+        ('bubble', ctypes.c_double),
+        ('bubble_balanced', ctypes.c_double),
+        ('sent_bytes', ctypes.c_int64),
+        ('recv_bytes', ctypes.c_int64),
+    ]
+
+
 class llmt_ingest_opts(ctypes.Structure):
     _fields_ = [
         ('struct_size', ctypes.c_size_t),
@@ -765,6 +801,8 @@ STRUCTS = {
     'llmt_comm_stats': (llmt_comm_stats, 30),
     'llmt_dp_opts': (llmt_dp_opts, 16),
     'llmt_trainer_memory': (llmt_trainer_memory, 17),
+    'llmt_pp_opts': (llmt_pp_opts, 36),
+    'llmt_pp_stats': (llmt_pp_stats, 37),
     'llmt_ingest_opts': (llmt_ingest_opts, 18),
     'llmt_ingest_stats': (llmt_ingest_stats, 19),
     'llmt_data_filter_opts': (llmt_data_filter_opts, 20),
@@ -800,6 +838,8 @@ LAYOUT = {
     'llmt_comm_stats': (544, [('struct_size', 0), ('calls', 8), ('payload_bytes', 136), ('bus_bytes', 264), ('seconds', 392), ('total_calls', 520), ('total_bus_bytes', 528), ('total_seconds', 536)]),
     'llmt_dp_opts': (24, [('struct_size', 0), ('zero_stage', 8), ('overlap', 12), ('bucket_bytes', 16)]),
     'llmt_trainer_memory': (88, [('struct_size', 0), ('params', 8), ('grads', 16), ('optimizer', 24), ('activations', 32), ('comm_buffers', 40), ('total', 48), ('params_resident', 56), ('device_activations', 64), ('device_in_use', 72), ('device_peak', 80)]),
+    'llmt_pp_opts': (32, [('struct_size', 0), ('schedule', 8), ('virtual_stages', 12), ('stage_layers', 16), ('n_stage_layers', 24)]),
+    'llmt_pp_stats': (96, [('struct_size', 0), ('stage', 8), ('stages', 12), ('first_layer', 16), ('layers', 20), ('micro_batches', 24), ('schedule', 28), ('inputs_kept', 32), ('param_bytes', 40), ('step_seconds', 48), ('idle_seconds', 56), ('bubble', 64), ('bubble_balanced', 72), ('sent_bytes', 80), ('recv_bytes', 88)]),
     'llmt_ingest_opts': (24, [('struct_size', 0), ('text_field', 8), ('doc_separator', 16)]),
     'llmt_ingest_stats': (56, [('struct_size', 0), ('files', 8), ('documents', 16), ('bytes_read', 24), ('bytes_total', 32), ('invalid_utf8', 40), ('bad_lines', 48)]),
     'llmt_data_filter_opts': (56, [('struct_size', 0), ('min_chars', 8), ('max_chars', 16), ('max_nonalpha_frac', 24), ('max_dup_line_frac', 32), ('max_top_ngram_frac', 40), ('ngram_min_words', 48)]),
@@ -986,6 +1026,9 @@ FUNCTIONS = {
     'llmt_trainer_optim_shard': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(llmt_tensor), ctypes.POINTER(ctypes.c_int64)]),
     'llmt_trainer_memory_usage': (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(llmt_trainer_memory)]),
     'llmt_trainer_sync_params': (ctypes.c_int32, [ctypes.c_void_p]),
+    'llmt_pp_opts_init': (ctypes.c_int32, [ctypes.POINTER(llmt_pp_opts), ctypes.c_size_t]),
+    'llmt_trainer_set_pp_comm': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(llmt_pp_opts)]),
+    'llmt_trainer_pp_stats': (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(llmt_pp_stats)]),
     'llmt_tokenizer_create_bytes': (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]),
     'llmt_tokenizer_load_gpt2': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]),
     'llmt_tokenizer_train_bpe': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)]),

@@ -117,6 +117,8 @@ pub const LLMT_TYPE_JOB_METRICS: llmt_type_id = 29;
 pub const LLMT_TYPE_COMM_STATS: llmt_type_id = 30;
 pub const LLMT_TYPE_JOB_PERF: llmt_type_id = 31;
 pub const LLMT_TYPE_JOB_OBS_OPTS: llmt_type_id = 32;
+pub const LLMT_TYPE_PP_OPTS: llmt_type_id = 36;
+pub const LLMT_TYPE_PP_STATS: llmt_type_id = 37;
 pub type llmt_plan_dim = c_int;
 pub const LLMT_DIM_TP: llmt_plan_dim = 0;
 pub const LLMT_DIM_CP: llmt_plan_dim = 1;
@@ -157,6 +159,10 @@ pub const LLMT_COMM_STAT_BROADCAST: llmt_comm_stat_op = 5;
 pub const LLMT_COMM_STAT_SEND: llmt_comm_stat_op = 6;
 pub const LLMT_COMM_STAT_RECV: llmt_comm_stat_op = 7;
 pub const LLMT_COMM_STAT_BARRIER: llmt_comm_stat_op = 8;
+pub type llmt_pp_schedule = c_int;
+pub const LLMT_PP_1F1B: llmt_pp_schedule = 0;
+pub const LLMT_PP_GPIPE: llmt_pp_schedule = 1;
+pub const LLMT_PP_INTERLEAVED: llmt_pp_schedule = 2;
 pub type llmt_data_verdict = c_int;
 pub const LLMT_DATA_KEEP: llmt_data_verdict = 0;
 pub const LLMT_DATA_TOO_SHORT: llmt_data_verdict = 1;
@@ -633,6 +639,46 @@ pub struct llmt_trainer_memory {
     pub device_peak: i64,
 }
 impl llmt_trainer_memory {
+    /// All zero (the state an _init function starts from).
+    pub fn zeroed() -> Self {
+        unsafe { std::mem::zeroed() }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct llmt_pp_opts {
+    pub struct_size: usize,
+    pub schedule: i32,
+    pub virtual_stages: i32,
+    pub stage_layers: *const i32,
+    pub n_stage_layers: i32,
+}
+impl llmt_pp_opts {
+    /// All zero (the state an _init function starts from).
+    pub fn zeroed() -> Self {
+        unsafe { std::mem::zeroed() }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct llmt_pp_stats {
+    pub struct_size: usize,
+    pub stage: i32,
+    pub stages: i32,
+    pub first_layer: i32,
+    pub layers: i32,
+    pub micro_batches: i32,
+    pub schedule: i32,
+    pub inputs_kept: i32,
+    pub param_bytes: i64,
+    pub step_seconds: f64,
+    pub idle_seconds: f64,
+    pub bubble: f64,
+    pub bubble_balanced: f64,
+    pub sent_bytes: i64,
+    pub recv_bytes: i64,
+}
+impl llmt_pp_stats {
     /// All zero (the state an _init function starts from).
     pub fn zeroed() -> Self {
         unsafe { std::mem::zeroed() }
@@ -1130,6 +1176,9 @@ extern "C" {
     pub fn llmt_trainer_optim_shard(tr: *mut llmt_trainer, index: i32, which: i32, view: *mut llmt_tensor, flat_offset: *mut i64) -> llmt_status;
     pub fn llmt_trainer_memory_usage(tr: *const llmt_trainer, out: *mut llmt_trainer_memory) -> llmt_status;
     pub fn llmt_trainer_sync_params(tr: *mut llmt_trainer) -> llmt_status;
+    pub fn llmt_pp_opts_init(opts: *mut llmt_pp_opts, size: usize) -> llmt_status;
+    pub fn llmt_trainer_set_pp_comm(tr: *mut llmt_trainer, comm: *mut llmt_comm, opts: *const llmt_pp_opts) -> llmt_status;
+    pub fn llmt_trainer_pp_stats(tr: *const llmt_trainer, out: *mut llmt_pp_stats) -> llmt_status;
     pub fn llmt_tokenizer_create_bytes(ctx: *mut llmt_context, out: *mut *mut llmt_tokenizer) -> llmt_status;
     pub fn llmt_tokenizer_load_gpt2(ctx: *mut llmt_context, encoder_json: *const c_char, vocab_bpe: *const c_char, out: *mut *mut llmt_tokenizer) -> llmt_status;
     pub fn llmt_tokenizer_train_bpe(ctx: *mut llmt_context, text: *const c_char, len: usize, vocab_size: i32, out: *mut *mut llmt_tokenizer) -> llmt_status;
@@ -1227,6 +1276,8 @@ pub const LAYOUT: &[(&str, i64, usize, &[(&str, usize)])] = &[
     ("llmt_comm_stats", 30, 544, &[("struct_size", 0), ("calls", 8), ("payload_bytes", 136), ("bus_bytes", 264), ("seconds", 392), ("total_calls", 520), ("total_bus_bytes", 528), ("total_seconds", 536)]),
     ("llmt_dp_opts", 16, 24, &[("struct_size", 0), ("zero_stage", 8), ("overlap", 12), ("bucket_bytes", 16)]),
     ("llmt_trainer_memory", 17, 88, &[("struct_size", 0), ("params", 8), ("grads", 16), ("optimizer", 24), ("activations", 32), ("comm_buffers", 40), ("total", 48), ("params_resident", 56), ("device_activations", 64), ("device_in_use", 72), ("device_peak", 80)]),
+    ("llmt_pp_opts", 36, 32, &[("struct_size", 0), ("schedule", 8), ("virtual_stages", 12), ("stage_layers", 16), ("n_stage_layers", 24)]),
+    ("llmt_pp_stats", 37, 96, &[("struct_size", 0), ("stage", 8), ("stages", 12), ("first_layer", 16), ("layers", 20), ("micro_batches", 24), ("schedule", 28), ("inputs_kept", 32), ("param_bytes", 40), ("step_seconds", 48), ("idle_seconds", 56), ("bubble", 64), ("bubble_balanced", 72), ("sent_bytes", 80), ("recv_bytes", 88)]),
     ("llmt_ingest_opts", 18, 24, &[("struct_size", 0), ("text_field", 8), ("doc_separator", 16)]),
     ("llmt_ingest_stats", 19, 56, &[("struct_size", 0), ("files", 8), ("documents", 16), ("bytes_read", 24), ("bytes_total", 32), ("invalid_utf8", 40), ("bad_lines", 48)]),
     ("llmt_data_filter_opts", 20, 56, &[("struct_size", 0), ("min_chars", 8), ("max_chars", 16), ("max_nonalpha_frac", 24), ("max_dup_line_frac", 32), ("max_top_ngram_frac", 40), ("ngram_min_words", 48)]),
@@ -1317,6 +1368,14 @@ pub fn check_layout() -> Result<(), String> {
     let n = unsafe { llmt_sizeof(17) };
     if n != std::mem::size_of::<llmt_trainer_memory>() {
         bad.push(format!("llmt_trainer_memory: {} bytes here, {} in the library", std::mem::size_of::<llmt_trainer_memory>(), n));
+    }
+    let n = unsafe { llmt_sizeof(36) };
+    if n != std::mem::size_of::<llmt_pp_opts>() {
+        bad.push(format!("llmt_pp_opts: {} bytes here, {} in the library", std::mem::size_of::<llmt_pp_opts>(), n));
+    }
+    let n = unsafe { llmt_sizeof(37) };
+    if n != std::mem::size_of::<llmt_pp_stats>() {
+        bad.push(format!("llmt_pp_stats: {} bytes here, {} in the library", std::mem::size_of::<llmt_pp_stats>(), n));
     }
     let n = unsafe { llmt_sizeof(18) };
     if n != std::mem::size_of::<llmt_ingest_opts>() {

@@ -1,0 +1,363 @@
+/* Pipeline parallelism (GPipe; PipeDream-flush "1F1B" as Megatron-LM runs
+ * it): a step's grad_accum micro-batches are the pipeline's micro-batches,
+ * in the order the single-rank trainer takes them, so each stage
+ * accumulates its gradients in the same order and the step's loss and
+ * update match the single-rank run up to the gradient norm's summation
+ * order. Each stage runs a list of forwards F(a) and backwards B(a):
+ *
+ *   GPipe   F0 F1 .. F(m-1) B0 B1 .. B(m-1)
+ *   1F1B    w = min(p - s - 1, m) forwards, then F(w+i) B(i) pairs, then
+ *           the last w backwards: at most p - s micro-batches in flight
+ *
+ * F(a) receives its input from stage s-1 (the first stage embeds its
+ * tokens) and sends its output to s+1; B(a) receives its output's
+ * gradient from s+1 and sends its input's gradient to s-1. Sends are
+ * issued before the next receive, so the in-process and buffered
+ * transports never wait on each other in a cycle. The time spent inside
+ * receives is the stage's idle time (the bubble, plus any imbalance). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "train/pp.h"
+
+struct llmt__pp {
+    llmt_err *e;
+    llmt_comm *comm, *emb; /* the pipeline group; first + last stage (tied head) */
+    llmt__devtrain *g;
+    int stage, stages, sched, micro, l0, l1;
+    llmt_dtype store;
+    size_t elems, es;
+    int nslots;
+    void **xin; /* the input of each micro-batch in flight, by a % nslots */
+    void *dy;   /* the output gradient being consumed */
+    double step_s, idle_s;
+    int64_t sent, recvd;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A layer's work per token, in multiply-adds of its forward: the four
+ * Linears (qkv, attention output, the MLP's two or three) and the
+ * attention core's two T-long products (averaged over causal rows: T/2
+ * each). The embedding is a lookup; the head is a width x vocabulary
+ * Linear plus its softmax. Backwards are about twice the forward for all
+ * of them, so the ratios hold. */
+static void unit_costs(const llmt_model_config *c, int T, double *layer, double *embed,
+                       double *head)
+{
+    double C = c->width, hd = (double)c->width / c->heads;
+    double kv = c->kv_heads > 0 ? c->kv_heads : c->heads;
+    double Q = (c->heads + 2 * kv) * hd, F = c->ffn_hidden > 0 ? c->ffn_hidden : 4 * C;
+    int llama = c->arch == LLMT_ARCH_LLAMA;
+    *layer = C * Q + C * C + (llama ? 3 : 2) * C * F + (double)T * C;
+    *embed = C;
+    *head = C * c->padded_vocab_size + 4.0 * c->padded_vocab_size;
+}
+
+llmt_status llmt__pp_layout(llmt_err *e, const llmt_model_config *c, int T, int p,
+                            const int32_t *counts, int n, int *first)
+{
+    int L = c->layers;
+    if (p < 1 || p > L)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "parallelism.pp: %d stages for model.layers %d (each stage "
+                             "needs at least one layer)",
+                             p, L);
+    if (counts) {
+        if (n != p)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "parallelism.stage_layers: %d entries for pp %d (one per "
+                                 "stage)",
+                                 n, p);
+        long sum = 0;
+        first[0] = 0;
+        for (int i = 0; i < p; i++) {
+            if (counts[i] < 1)
+                return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                     "parallelism.stage_layers[%d]: %d layers (each stage "
+                                     "needs at least one)",
+                                     i, (int)counts[i]);
+            sum += counts[i];
+            first[i + 1] = sum <= L ? (int)sum : L;
+        }
+        if (sum != L)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "parallelism.stage_layers: the stages hold %ld layers, "
+                                 "model.layers is %d (they must sum to it)",
+                                 sum, L);
+        return LLMT_OK;
+    }
+    /* the automatic balance: contiguous stages minimising the largest
+     * stage's work, the embedding on the first and the head on the last
+     * (dynamic programming over (stages, layers): best[s][i] is the least
+     * largest cost of the first i layers on s + 1 stages) */
+    double lc, ec, hc;
+    unit_costs(c, T, &lc, &ec, &hc);
+    size_t W = (size_t)L + 1;
+    double *best = malloc((size_t)p * W * sizeof *best);
+    int *cut = malloc((size_t)p * W * sizeof *cut);
+    if (!best || !cut) {
+        free(best);
+        free(cut);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    }
+    for (int s = 0; s < p; s++) {
+        for (int i = 0; i <= L; i++) {
+            double b = INFINITY;
+            int at = -1;
+            /* stage s holds layers [j, i) */
+            for (int j = s; j < i; j++) {
+                if (s == 0 && j != 0)
+                    break;
+                double own = (i - j) * lc + (s == 0 ? ec : 0.0) + (s == p - 1 ? hc : 0.0);
+                double before = s == 0 ? 0.0 : best[(size_t)(s - 1) * W + j];
+                double worst = own > before ? own : before;
+                if (worst < b) {
+                    b = worst;
+                    at = j;
+                }
+            }
+            best[(size_t)s * W + i] = b;
+            cut[(size_t)s * W + i] = at;
+        }
+    }
+    first[p] = L;
+    for (int s = p - 1, i = L; s >= 0; s--) {
+        i = cut[(size_t)s * W + i];
+        first[s] = i;
+    }
+    free(best);
+    free(cut);
+    return LLMT_OK;
+}
+
+void llmt__pp_destroy(llmt__pp *pp)
+{
+    if (!pp)
+        return;
+    for (int i = 0; pp->xin && i < pp->nslots; i++)
+        llmt__devtrain_stage_buf_free(pp->g, pp->xin[i]);
+    llmt__devtrain_stage_buf_free(pp->g, pp->dy);
+    llmt_comm_destroy(pp->emb);
+    free(pp->xin);
+    free(pp);
+}
+
+llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int micro,
+                            llmt_dtype store, const int *first, llmt__devtrain *g,
+                            llmt__pp **out)
+{
+    *out = NULL;
+    int32_t r = 0, n = 0;
+    if (llmt_comm_rank(comm, &r) != LLMT_OK || llmt_comm_size(comm, &n) != LLMT_OK)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: pipeline parallelism: the communicator has no rank: %s",
+                             llmt_comm_last_error(comm));
+    llmt__pp *pp = calloc(1, sizeof *pp);
+    if (!pp)
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    pp->e = e;
+    pp->comm = comm;
+    pp->g = g;
+    pp->stage = r;
+    pp->stages = n;
+    pp->sched = schedule;
+    pp->micro = micro;
+    pp->l0 = first[r];
+    pp->l1 = first[r + 1];
+    pp->store = store;
+    pp->es = llmt_dtype_size(store);
+    pp->elems = llmt__devtrain_stage_elems(g);
+    /* micro-batches in flight: all of them under GPipe, p - s under 1F1B */
+    int inflight = schedule == LLMT__PP_GPIPE ? micro : n - r;
+    pp->nslots = r == 0 ? 0 : inflight < micro ? inflight : micro;
+    pp->xin = calloc((size_t)pp->nslots + 1, sizeof *pp->xin);
+    llmt_status s =
+        pp->xin ? LLMT_OK : llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    for (int i = 0; s == LLMT_OK && i < pp->nslots; i++)
+        s = llmt__devtrain_stage_buf(g, &pp->xin[i], pp->elems * pp->es);
+    if (s == LLMT_OK && r < n - 1)
+        s = llmt__devtrain_stage_buf(g, &pp->dy, pp->elems * pp->es);
+    /* a tied head: the first and the last stage sum wte's gradient
+     * (Megatron-LM's embedding group); split collectively over comm */
+    size_t tn = 0;
+    int tied =
+        n > 1 && (r == 0 || r == n - 1 ? llmt__devtrain_stage_tied_grad(g, &tn) != NULL : 0);
+    int32_t want = tied, any = 0;
+    if (s == LLMT_OK && llmt_comm_all_reduce(comm, &want, &any, 1, LLMT_DTYPE_INT32,
+                                             LLMT_REDUCE_MAX, NULL) != LLMT_OK)
+        s = llmt__err_set(e, LLMT_ERR_COMM, "trainer: pipeline parallelism: %s",
+                          llmt_comm_last_error(comm));
+    if (s == LLMT_OK && any && llmt_comm_split(comm, tied ? 0 : -1, r, &pp->emb) != LLMT_OK)
+        s = llmt__err_set(e, LLMT_ERR_COMM,
+                          "trainer: pipeline parallelism: the embedding group (first and "
+                          "last stage): %s",
+                          llmt_comm_last_error(comm));
+    if (s != LLMT_OK) {
+        llmt__pp_destroy(pp);
+        return s;
+    }
+    *out = pp;
+    return LLMT_OK;
+}
+
+static llmt_status p2p_fail(llmt__pp *pp, const char *what, int a, int peer)
+{
+    return llmt__err_set(pp->e, LLMT_ERR_COMM,
+                         "trainer: pipeline stage %d: %s of micro-batch %d %s stage %d: %s",
+                         pp->stage, what, a, what[0] == 's' ? "to" : "from", peer,
+                         llmt_comm_last_error(pp->comm));
+}
+
+static llmt_status pp_recv(llmt__pp *pp, void *buf, int peer, const char *what, int a)
+{
+    double t0 = now_s();
+    llmt_status s = llmt_comm_recv(pp->comm, buf, pp->elems, pp->store, peer, NULL);
+    pp->idle_s += now_s() - t0;
+    if (s != LLMT_OK)
+        return p2p_fail(pp, what, a, peer);
+    pp->recvd += (int64_t)(pp->elems * pp->es);
+    return LLMT_OK;
+}
+
+static llmt_status pp_send(llmt__pp *pp, const void *buf, int peer, const char *what, int a)
+{
+    if (llmt_comm_send(pp->comm, buf, pp->elems, pp->store, peer, NULL) != LLMT_OK)
+        return p2p_fail(pp, what, a, peer);
+    pp->sent += (int64_t)(pp->elems * pp->es);
+    return LLMT_OK;
+}
+
+static void *slot(llmt__pp *pp, int a)
+{
+    return pp->nslots ? pp->xin[a % pp->nslots] : NULL;
+}
+
+static llmt_status fwd(llmt__pp *pp, int a)
+{
+    llmt_status s;
+    int first = pp->stage == 0, last = pp->stage == pp->stages - 1;
+    if (!first && (s = pp_recv(pp, slot(pp, a), pp->stage - 1, "receive the activations", a)))
+        return s;
+    if ((s = llmt__devtrain_stage_fwd(pp->g, a, slot(pp, a))) != LLMT_OK)
+        return s;
+    if (!last)
+        return pp_send(pp, llmt__devtrain_stage_out(pp->g), pp->stage + 1,
+                       "send the activations", a);
+    return LLMT_OK;
+}
+
+static llmt_status bwd(llmt__pp *pp, int a)
+{
+    llmt_status s;
+    int first = pp->stage == 0, last = pp->stage == pp->stages - 1;
+    if (!last && (s = pp_recv(pp, pp->dy, pp->stage + 1, "receive the gradient", a)))
+        return s;
+    if ((s = llmt__devtrain_stage_bwd(pp->g, a, slot(pp, a), last ? NULL : pp->dy)) != LLMT_OK)
+        return s;
+    if (!first)
+        return pp_send(pp, llmt__devtrain_stage_dx(pp->g), pp->stage - 1, "send the gradient",
+                       a);
+    return LLMT_OK;
+}
+
+static llmt_status run_schedule(llmt__pp *pp)
+{
+    llmt_status s;
+    int m = pp->micro;
+    if (pp->sched == LLMT__PP_GPIPE) {
+        for (int a = 0; a < m; a++)
+            if ((s = fwd(pp, a)) != LLMT_OK)
+                return s;
+        for (int a = 0; a < m; a++)
+            if ((s = bwd(pp, a)) != LLMT_OK)
+                return s;
+        return LLMT_OK;
+    }
+    int w = pp->stages - pp->stage - 1; /* 1F1B: warm-up forwards */
+    if (w > m)
+        w = m;
+    for (int a = 0; a < w; a++)
+        if ((s = fwd(pp, a)) != LLMT_OK)
+            return s;
+    for (int i = 0; i + w < m; i++) {
+        if ((s = fwd(pp, i + w)) != LLMT_OK || (s = bwd(pp, i)) != LLMT_OK)
+            return s;
+    }
+    for (int a = m - w; a < m; a++)
+        if ((s = bwd(pp, a)) != LLMT_OK)
+            return s;
+    return LLMT_OK;
+}
+
+llmt_status llmt__pp_fwd_bwd(llmt__pp *pp, const int32_t *inputs, const int32_t *targets,
+                             int64_t count, double *loss_sum, double *sumsq)
+{
+    llmt_status s = llmt__devtrain_stage_begin(pp->g, inputs, targets, pp->micro, count);
+    if (s != LLMT_OK)
+        return s;
+    pp->idle_s = 0.0;
+    pp->sent = pp->recvd = 0;
+    double t0 = now_s();
+    s = run_schedule(pp);
+    pp->step_s = now_s() - t0;
+    if (s != LLMT_OK)
+        return s;
+    size_t tn = 0;
+    float *tg = llmt__devtrain_stage_tied_grad(pp->g, &tn);
+    if (tg && pp->emb &&
+        llmt_comm_all_reduce(pp->emb, tg, tg, tn, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL) !=
+            LLMT_OK)
+        return llmt__err_set(pp->e, LLMT_ERR_COMM,
+                             "trainer: pipeline parallelism: sum of the tied embedding's "
+                             "gradient over the first and last stage: %s",
+                             llmt_comm_last_error(pp->emb));
+    double mine[2];
+    if ((s = llmt__devtrain_stage_end(pp->g, pp->micro, &mine[0], &mine[1])) != LLMT_OK)
+        return s;
+    /* every stage's (loss sum, sum of squares) as bits, summed here in
+     * stage order: the same doubles on every stage */
+    int64_t *all = malloc((size_t)pp->stages * 2 * sizeof *all), bits[2];
+    if (!all)
+        return llmt__err_set(pp->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    memcpy(bits, mine, sizeof bits);
+    if (llmt_comm_all_gather(pp->comm, bits, all, 2, LLMT_DTYPE_INT64, NULL) != LLMT_OK) {
+        free(all);
+        return llmt__err_set(pp->e, LLMT_ERR_COMM,
+                             "trainer: pipeline parallelism: the loss and gradient norm "
+                             "over the stages: %s",
+                             llmt_comm_last_error(pp->comm));
+    }
+    double ss = 0.0, v[2];
+    for (int i = 0; i < pp->stages; i++) {
+        memcpy(v, all + 2 * i, sizeof v);
+        ss += v[1];
+        if (i == pp->stages - 1)
+            *loss_sum = v[0];
+    }
+    free(all);
+    *sumsq = ss;
+    return LLMT_OK;
+}
+
+void llmt__pp_info_get(const llmt__pp *pp, llmt__pp_info *out)
+{
+    out->stage = pp->stage;
+    out->stages = pp->stages;
+    out->l0 = pp->l0;
+    out->l1 = pp->l1;
+    out->micro = pp->micro;
+    out->schedule = pp->sched;
+    out->slots = pp->nslots;
+    out->step_s = pp->step_s;
+    out->idle_s = pp->idle_s;
+    out->sent_bytes = pp->sent;
+    out->recv_bytes = pp->recvd;
+}

@@ -1,0 +1,45 @@
+/* Pipeline parallelism for the trainer (pp.c): which layers each stage
+ * holds, and the schedules that run a step's micro-batches through the
+ * stages (lib/train/stage.h) with activations and their gradients passed
+ * by point-to-point send/recv over the pipeline group. */
+#ifndef LLMT_TRAIN_PP_H
+#define LLMT_TRAIN_PP_H
+
+#include "train/stage.h"
+
+typedef struct llmt__pp llmt__pp;
+
+/* llmt_pp_opts.schedule (include/llmtrain.h: the same values) */
+enum { LLMT__PP_1F1B = 0, LLMT__PP_GPIPE = 1, LLMT__PP_INTERLEAVED = 2 };
+
+/* The first layer of every stage (first[0..stages], first[stages] =
+ * layers): counts[i] layers on stage i when counts is not NULL (n
+ * entries), else the automatic balance. Errors name the key. */
+llmt_status llmt__pp_layout(llmt_err *e, const llmt_model_config *c, int T, int stages,
+                            const int32_t *counts, int n, int *first);
+
+/* The schedule over `comm` (this rank's stage = its rank) for the engine
+ * g of that stage (it must outlive the llmt__pp), `micro` micro-batches a
+ * step. Collective over comm (a tied head's embedding group is split off
+ * it). */
+llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int micro,
+                            llmt_dtype store, const int *first, llmt__devtrain *g,
+                            llmt__pp **out);
+/* Frees the boundary buffers (before the engine goes). */
+void llmt__pp_destroy(llmt__pp *pp);
+
+/* A step: zero the gradients, run the schedule, sum a tied wte's gradient
+ * over its two stages; every stage gets the step's loss sum (the last
+ * stage's) and the gradients' global sum of squares. */
+llmt_status llmt__pp_fwd_bwd(llmt__pp *pp, const int32_t *inputs, const int32_t *targets,
+                             int64_t count, double *loss_sum, double *sumsq);
+
+/* The last step's measurements and this stage's place. */
+typedef struct llmt__pp_info {
+    int stage, stages, l0, l1, micro, schedule, slots;
+    double step_s, idle_s; /* the schedule's wall time; of it, waiting in recv */
+    int64_t sent_bytes, recv_bytes;
+} llmt__pp_info;
+void llmt__pp_info_get(const llmt__pp *pp, llmt__pp_info *out);
+
+#endif

@@ -1,0 +1,369 @@
+/* Pipeline parallelism of the engine (lib/train/pp.c over the stage seams
+ * of lib/train/device.c) against the single-rank engine on the same
+ * batches, fp32 CPU backend, stages as threads over an in-process
+ * communicator:
+ *
+ *   GPT-2 (tied embeddings: the last stage's copy of wte, summed with the
+ *   first's) and Llama (grouped-query attention, untied head); pp 2 and 4;
+ *   m = grad_accum micro-batches in {pp, 2 pp}; GPipe and 1F1B; even
+ *   stages (4 layers), uneven ones given explicitly (7 layers as 1, 2, 3,
+ *   1 on 4 stages) and the automatic balance of 7 layers on 4.
+ *
+ * Ten AdamW steps each (clipping on). The bound, and why: a stage
+ * accumulates its gradients over the micro-batches in the single-rank
+ * order and runs the same ops, so its gradients are the single-rank ones
+ * bit for bit except (a) the gradient norm, a sum of per-stage sums of
+ * squares instead of one sum, and (b) a tied wte's gradient, the head's
+ * part summed over the micro-batches plus the embedding's instead of the
+ * two interleaved per micro-batch. Both are a few ulps; AdamW moves each
+ * weight by at most about lr a step whatever the gradient's size, so ten
+ * steps of lr 1e-3 cannot amplify them much: losses to 1e-5 relative (the
+ * issue's bound; measured worst printed), the final parameters (each
+ * from the stage that owns it) to 1e-5 relative L2 and 1e-4 absolute per
+ * element (an element whose gradient is within rounding of zero gets an
+ * AdamW step m / (sqrt(v) + eps) those ulps decide; test_device_tp.c
+ * explains the same bound). Also: every stage holds fewer parameter bytes
+ * than the whole model, and the stages' bytes sum to the model's (plus
+ * the tied copy); bad input is refused naming the key. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "exec/dev.h"
+#include "llmtrain.h"
+#include "train/device.h"
+#include "tp_fixture.h"
+
+#define STEPS 10
+#define MICRO 2
+#define MAXM 8
+#define T 16
+#define V 97
+#define LR 1e-3f
+#define MAXPP 4
+
+static llmt_model_config g_cfg;
+static int32_t *g_in, *g_tg;
+static double g_worst_loss, g_worst_param;
+
+typedef struct rank_arg {
+    llmt_comm *c;
+    int rank, pp, m, sched;
+    const int32_t *layers; /* per stage, or NULL: the automatic balance */
+    float loss[STEPS];
+    float *params; /* the host model after sync_params */
+    int64_t numel;
+    llmt_pp_stats ps;
+    llmt_status st;
+    char err[1024];
+} rank_arg;
+
+static void config(int llama, int layers)
+{
+    tp_fixture_config(&g_cfg, llama, 2, V, T);
+    g_cfg.layers = layers;
+}
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    a->st = llmt_model_create(NULL, &g_cfg, &m);
+    if (a->st == LLMT_OK) {
+        llmt_trainer_opts o;
+        llmt_trainer_opts_init(&o, sizeof o);
+        o.micro_batch = MICRO;
+        o.grad_accum = a->m;
+        o.seq_len = T;
+        o.schedule = LLMT_LR_CONSTANT;
+        o.lr = LR;
+        o.weight_decay = 0.1f;
+        o.grad_clip = 1.0f;
+        o.threads = 1;
+        a->st = llmt__trainer_create_dev(m, &o, llmt__dev_cpu(), &tr);
+    }
+    if (a->st == LLMT_OK && a->c) {
+        llmt_pp_opts po;
+        llmt_pp_opts_init(&po, sizeof po);
+        po.schedule = a->sched;
+        po.stage_layers = a->layers;
+        po.n_stage_layers = a->layers ? a->pp : 0;
+        a->st = llmt_trainer_set_pp_comm(tr, a->c, &po);
+    }
+    size_t per = (size_t)a->m * MICRO * T;
+    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
+        llmt_batch b = {sizeof b, g_in + k * per, g_tg + k * per, a->m * MICRO, T};
+        llmt_step_metrics met;
+        memset(&met, 0, sizeof met);
+        met.struct_size = sizeof met;
+        a->st = llmt_trainer_step(tr, &b, &met);
+        a->loss[k] = met.loss;
+    }
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_sync_params(tr);
+    memset(&a->ps, 0, sizeof a->ps);
+    a->ps.struct_size = sizeof a->ps;
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_pp_stats(tr, &a->ps);
+    if (a->st != LLMT_OK)
+        snprintf(a->err, sizeof a->err, "%s",
+                 tr  ? llmt_trainer_last_error(tr)
+                 : m ? llmt_model_last_error(m)
+                     : "create");
+    if (m) {
+        int32_t np;
+        llmt_model_param_count(m, &np, &a->numel);
+        a->params = malloc((size_t)a->numel * sizeof(float));
+        int64_t at = 0;
+        for (int32_t i = 0; i < np; i++) {
+            llmt_tensor v;
+            int64_t n = 0;
+            llmt_model_param(m, i, NULL, &v);
+            llmt_tensor_numel(&v, &n);
+            memcpy(a->params + at, v.data, (size_t)n * sizeof(float));
+            at += n;
+        }
+    }
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    return NULL;
+}
+
+static void run(int pp, int m, int sched, const int32_t *layers, rank_arg *a)
+{
+    llmt_comm *c[MAXPP] = {NULL};
+    memset(a, 0, (size_t)pp * sizeof *a);
+    if (pp > 1)
+        CHECK_STATUS(llmt_comm_create_inproc(NULL, pp, NULL, c), LLMT_OK);
+    pthread_t th[MAXPP];
+    for (int r = 0; r < pp; r++) {
+        a[r].c = pp > 1 ? c[r] : NULL;
+        a[r].rank = r;
+        a[r].pp = pp;
+        a[r].m = m;
+        a[r].sched = sched;
+        a[r].layers = layers;
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    for (int r = 0; r < pp; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < pp; r++)
+        llmt_comm_destroy(c[r]);
+}
+
+/* The stage that owns a parameter, from its name: layer l's on the stage
+ * whose layers hold l; the embeddings on the first, the final norm and an
+ * untied head on the last. */
+static int owner(const char *name, const rank_arg *a, int pp)
+{
+    int l = -1;
+    if (sscanf(name, "h.%d.", &l) == 1 || sscanf(name, "layers.%d.", &l) == 1) {
+        for (int r = 0; r < pp; r++)
+            if (l >= a[r].ps.first_layer && l < a[r].ps.first_layer + a[r].ps.layers)
+                return r;
+        return -1;
+    }
+    if (!strcmp(name, "wte") || !strcmp(name, "wpe") || !strcmp(name, "tok_embeddings"))
+        return 0;
+    return pp - 1;
+}
+
+static void free_args(rank_arg *a, int n)
+{
+    for (int r = 0; r < n; r++)
+        free(a[r].params);
+}
+
+static void compare(const char *name, int llama, int layers, int pp, int m, int sched,
+                    const int32_t *split)
+{
+    config(llama, layers);
+    rank_arg ref[1], a[MAXPP];
+    run(1, m, sched, NULL, ref);
+    CHECK_STATUS(ref[0].st, LLMT_OK);
+    run(pp, m, sched, split, a);
+    double wl = 0.0;
+    int ok = ref[0].st == LLMT_OK;
+    for (int r = 0; r < pp; r++) {
+        if (a[r].st != LLMT_OK)
+            fprintf(stderr, "%s pp %d rank %d: %s\n", name, pp, r, a[r].err);
+        CHECK_STATUS(a[r].st, LLMT_OK);
+        ok = ok && a[r].st == LLMT_OK;
+        for (int k = 0; k < STEPS && a[r].st == LLMT_OK; k++) {
+            double d =
+                fabs((double)a[r].loss[k] - ref[0].loss[k]) / fabs((double)ref[0].loss[k]);
+            if (!(d <= wl))
+                wl = d;
+            CHECK(d <= 1e-5);
+        }
+    }
+    if (!ok) {
+        free_args(ref, 1);
+        free_args(a, pp);
+        return;
+    }
+    /* the layout: contiguous, every layer once, the given split when given */
+    char lay[64] = "";
+    for (int r = 0, next = 0; r < pp; r++) {
+        CHECK(a[r].ps.stage == r && a[r].ps.stages == pp);
+        CHECK(a[r].ps.first_layer == next && a[r].ps.layers >= 1);
+        if (split)
+            CHECK(a[r].ps.layers == split[r]);
+        next += a[r].ps.layers;
+        if (r == pp - 1)
+            CHECK(next == layers);
+        snprintf(lay + strlen(lay), sizeof lay - strlen(lay), "%s%d", r ? "," : "",
+                 (int)a[r].ps.layers);
+    }
+    /* the final parameters, each from its owner */
+    llmt_model *mm = NULL;
+    CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &mm), LLMT_OK);
+    int32_t np = 0;
+    llmt_model_param_count(mm, &np, NULL);
+    double dd = 0.0, rr = 0.0, wp = 0.0;
+    int64_t at = 0, stage_bytes = 0, tied = 0;
+    for (int32_t i = 0; i < np; i++) {
+        const char *pn = NULL;
+        llmt_tensor v;
+        int64_t n = 0;
+        llmt_model_param(mm, i, &pn, &v);
+        llmt_tensor_numel(&v, &n);
+        if (!strcmp(pn, "wte") && g_cfg.arch == LLMT_ARCH_GPT2)
+            tied = n; /* GPT-2 ties the head: the last stage holds a copy */
+        int r = owner(pn, a, pp);
+        CHECK(r >= 0);
+        for (int64_t j = 0; j < n && r >= 0; j++) {
+            double d = fabs((double)a[r].params[at + j] - ref[0].params[at + j]);
+            if (!(d <= wp))
+                wp = d;
+            dd += d * d;
+            rr += (double)ref[0].params[at + j] * ref[0].params[at + j];
+        }
+        at += n;
+    }
+    llmt_model_destroy(mm);
+    double rel = sqrt(dd / rr);
+    CHECK(rel <= 1e-5);
+    CHECK(wp <= 1e-4);
+    /* each stage holds only its part: the parts add up to the model */
+    for (int r = 0; r < pp; r++) {
+        CHECK(a[r].ps.param_bytes < ref[0].ps.param_bytes);
+        stage_bytes += a[r].ps.param_bytes;
+    }
+    CHECK(stage_bytes == ref[0].ps.param_bytes + tied * (int64_t)sizeof(float));
+    /* training moved: the comparison is not of two untouched inits */
+    CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
+    printf("%-6s %-5s pp %d m %d layers %-8s: loss %.3f -> %.3f, loss rel diff %.2e; "
+           "params rel L2 %.2e, max abs %.2e; param bytes stage 0 %lld of %lld; bubble "
+           "stage 0 %.2f (balanced %.2f)\n",
+           name, sched == LLMT_PP_GPIPE ? "gpipe" : "1f1b", pp, m, lay, (double)ref[0].loss[0],
+           (double)ref[0].loss[STEPS - 1], wl, rel, wp, (long long)a[0].ps.param_bytes,
+           (long long)ref[0].ps.param_bytes, a[0].ps.bubble, a[0].ps.bubble_balanced);
+    if (wl > g_worst_loss)
+        g_worst_loss = wl;
+    if (wp > g_worst_param)
+        g_worst_param = wp;
+    free_args(ref, 1);
+    free_args(a, pp);
+}
+
+/* Refused before any collective, naming the key; the trainer still works. */
+static void check_bad(void)
+{
+    config(1, 2);
+    llmt_model *m = NULL;
+    CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &m), LLMT_OK);
+    llmt_trainer_opts o;
+    llmt_trainer_opts_init(&o, sizeof o);
+    o.micro_batch = MICRO;
+    o.grad_accum = 2;
+    o.seq_len = T;
+    llmt_trainer *tr = NULL;
+    CHECK_STATUS(llmt__trainer_create_dev(m, &o, llmt__dev_cpu(), &tr), LLMT_OK);
+    llmt_comm *c[4] = {NULL};
+    llmt_pp_opts po;
+    /* on 4 stages: more stages than layers; interleaved with fewer
+     * micro-batches (2) than stages */
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, 4, NULL, c), LLMT_OK);
+    llmt_pp_opts_init(&po, sizeof po);
+    CHECK_STATUS(llmt_trainer_set_pp_comm(tr, c[0], &po), LLMT_ERR_INVALID_ARGUMENT);
+    printf("pp 4, 2 layers: %s\n", llmt_trainer_last_error(tr));
+    CHECK(strstr(llmt_trainer_last_error(tr), "parallelism.pp") != NULL);
+    po.schedule = LLMT_PP_INTERLEAVED;
+    po.virtual_stages = 2;
+    CHECK_STATUS(llmt_trainer_set_pp_comm(tr, c[0], &po), LLMT_ERR_INVALID_ARGUMENT);
+    printf("interleaved, m 2 on 4 stages: %s\n", llmt_trainer_last_error(tr));
+    CHECK(strstr(llmt_trainer_last_error(tr), "train.grad_accum") != NULL);
+    for (int r = 0; r < 4; r++)
+        llmt_comm_destroy(c[r]);
+    /* on 2 stages: a stage without layers; layers not summing to the
+     * model's; interleaved (not yet); virtual stages without it; after
+     * data parallelism */
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, NULL, c), LLMT_OK);
+    const int32_t lists[2][2] = {{2, 0}, {1, 2}};
+    llmt_pp_opts_init(&po, sizeof po);
+    for (int i = 0; i < 2; i++) {
+        po.stage_layers = lists[i];
+        po.n_stage_layers = 2;
+        CHECK_STATUS(llmt_trainer_set_pp_comm(tr, c[0], &po), LLMT_ERR_INVALID_ARGUMENT);
+        printf("stage_layers %d,%d of 2: %s\n", (int)lists[i][0], (int)lists[i][1],
+               llmt_trainer_last_error(tr));
+        CHECK(strstr(llmt_trainer_last_error(tr), "parallelism.stage_layers") != NULL);
+    }
+    po.stage_layers = NULL;
+    po.n_stage_layers = 0;
+    po.schedule = LLMT_PP_INTERLEAVED;
+    po.virtual_stages = 2;
+    CHECK_STATUS(llmt_trainer_set_pp_comm(tr, c[0], &po), LLMT_ERR_UNSUPPORTED);
+    printf("interleaved: %s\n", llmt_trainer_last_error(tr));
+    po.schedule = LLMT_PP_GPIPE;
+    CHECK_STATUS(llmt_trainer_set_pp_comm(tr, c[0], &po), LLMT_ERR_INVALID_ARGUMENT);
+    printf("gpipe, 2 virtual stages: %s\n", llmt_trainer_last_error(tr));
+    CHECK(strstr(llmt_trainer_last_error(tr), "virtual_stages") != NULL);
+    llmt_comm *one[1] = {NULL};
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, 1, NULL, one), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_set_comm(tr, one[0], NULL), LLMT_OK);
+    po.virtual_stages = 1;
+    CHECK_STATUS(llmt_trainer_set_pp_comm(tr, c[0], &po), LLMT_ERR_UNSUPPORTED);
+    printf("after set_comm: %s\n", llmt_trainer_last_error(tr));
+    CHECK(strstr(llmt_trainer_last_error(tr), "parallelism.dp") != NULL);
+    CHECK_STATUS(llmt_trainer_set_comm(tr, NULL, NULL), LLMT_OK);
+    llmt_comm_destroy(one[0]);
+    for (int r = 0; r < 2; r++)
+        llmt_comm_destroy(c[r]);
+    /* the trainer still works untouched */
+    llmt_batch b = {sizeof b, g_in, g_tg, 2 * MICRO, T};
+    float loss = 0.0f;
+    CHECK_STATUS(llmt_trainer_forward_backward(tr, &b, &loss), LLMT_OK);
+    CHECK(isfinite(loss) && loss > 0.0f);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+}
+
+int main(void)
+{
+    tp_fixture_data((size_t)STEPS * MAXM * MICRO * T, V, &g_in, &g_tg);
+    static const int32_t uneven[4] = {1, 2, 3, 1};
+    compare("gpt2", 0, 4, 2, 2, LLMT_PP_GPIPE, NULL);
+    compare("gpt2", 0, 4, 2, 4, LLMT_PP_1F1B, NULL);
+    compare("gpt2", 0, 4, 4, 4, LLMT_PP_1F1B, NULL);
+    compare("gpt2", 0, 4, 4, 8, LLMT_PP_GPIPE, NULL);
+    compare("gpt2", 0, 7, 4, 8, LLMT_PP_1F1B, uneven);
+    compare("llama", 1, 4, 2, 4, LLMT_PP_GPIPE, NULL);
+    compare("llama", 1, 4, 2, 2, LLMT_PP_1F1B, NULL);
+    compare("llama", 1, 4, 4, 8, LLMT_PP_1F1B, NULL);
+    compare("llama", 1, 4, 4, 4, LLMT_PP_GPIPE, NULL);
+    compare("llama", 1, 7, 4, 4, LLMT_PP_GPIPE, uneven);
+    compare("llama", 1, 7, 4, 4, LLMT_PP_1F1B, NULL); /* the automatic balance */
+    check_bad();
+    printf("worst: loss %.2e relative, parameters %.2e absolute\n", g_worst_loss,
+           g_worst_param);
+    free(g_in);
+    free(g_tg);
+    return check_exit("device-pp");
+}
