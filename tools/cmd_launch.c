@@ -253,16 +253,34 @@ static void first_error(const agent *a, int rank, char *buf, size_t n)
     fclose(f);
 }
 
-/* Largest world <= max whose plan keeps the spec's global batch. */
-static int fitting_world(agent *a, int max, char *why, size_t n)
+/* Largest world <= max whose plan keeps the spec's global batch and that
+ * llmt_job accepts: a ZeRO stage needs two data-parallel replicas (the job
+ * refuses it with dp 1), which under tensor parallelism is 2 x tp ranks.
+ * *dp gets the world's data-parallel degree. */
+static int fitting_world(agent *a, int max, int *dp, char *why, size_t n)
 {
+    int64_t zero = 0;
+    llmt_spec_get_int(a->spec, "parallelism.zero", &zero);
+    int zero_why = 0;
     for (int w = max; w >= 1; w--) {
         llmt_plan *p = NULL;
         if (llmt_plan_create(a->ctx, a->spec, w, &p) == LLMT_OK) {
+            int32_t deg[LLMT_PLAN_NDIMS] = {1, 1, 1, 1, 1};
+            llmt_plan_degrees(p, deg);
             llmt_plan_destroy(p);
-            return w;
+            if (zero == 0 || deg[LLMT_DIM_DP] > 1) {
+                *dp = deg[LLMT_DIM_DP];
+                return w;
+            }
+            if (!zero_why) /* the largest world the plan takes says more than max's */
+                snprintf(why, n,
+                         "parallelism.zero %lld needs 2 or more data-parallel ranks, "
+                         "and %d rank(s) give dp 1",
+                         (long long)zero, w);
+            zero_why = 1;
+            continue;
         }
-        if (w == max)
+        if (w == max && !zero_why)
             snprintf(why, n, "%s", llmt_context_last_error(a->ctx));
     }
     return 0;
@@ -511,7 +529,8 @@ static int agent_main(agent *a)
     for (int r = 0; r < a->nproc; r++)
         a->rank_slot[r] = r;
     char why[1024] = "";
-    if (fitting_world(a, a->world, why, sizeof why) != a->world)
+    int dp0 = 0;
+    if (fitting_world(a, a->world, &dp0, why, sizeof why) != a->world)
         return cli_fail(CMD, "%d ranks do not fit the spec: %s", a->world, why);
     printf("launch: %d workers + %d spare slot(s), up to %d restart(s), heartbeat timeout "
            "%.0f s; store %s; logs and events in %s\n",
@@ -599,7 +618,8 @@ static int agent_main(agent *a)
         }
         if (short_by) {
             int usable = a->world - short_by;
-            int nw = usable > 0 ? fitting_world(a, usable, why, sizeof why) : 0;
+            int ndp = 0;
+            int nw = usable > 0 ? fitting_world(a, usable, &ndp, why, sizeof why) : 0;
             if (nw < 1) {
                 event(a, "\"event\":\"stop\",\"reason\":\"no_fit\",\"usable\":%d", usable);
                 return cli_fail(CMD,
@@ -614,9 +634,15 @@ static int agent_main(agent *a)
                     slots[k++] = a->rank_slot[r];
             for (int r = nw; r < k; r++)
                 a->slot_state[slots[r]] = 0; /* idle: the world shrank below them */
-            printf("launch: no spare left: continuing elastically on %d data-parallel "
-                   "ranks (was %d), same global batch (grad_accum raised)\n",
-                   nw, a->world);
+            if (ndp == nw)
+                printf("launch: no spare left: continuing elastically on %d data-parallel "
+                       "ranks (was %d), same global batch (grad_accum raised)\n",
+                       nw, a->world);
+            else /* model-parallel groups stay whole: fewer of them */
+                printf("launch: no spare left: continuing elastically on %d ranks, %d "
+                       "data-parallel groups of %d (was %d ranks), same global batch "
+                       "(grad_accum raised)\n",
+                       nw, ndp, nw / ndp, a->world);
             event(a, "\"event\":\"elastic\",\"from\":%d,\"to\":%d", a->world, nw);
             for (int r = 0; r < nw; r++)
                 a->rank_slot[r] = slots[r];
