@@ -11,7 +11,8 @@
  *     of test/train/test_device_tp.c, and why: an element whose gradient
  *     is within rounding of zero gets an AdamW step that the ulps decide);
  *     the same for Llama with kv heads split (kv 2, tp 2 x dp 2) and
- *     replicated (kv 1, tp 2 x dp 1) against its own single rank;
+ *     replicated (kv 1, tp 2 x dp 1) against its own single rank; every
+ *     rank's perf split (llmt_job_get_perf) times its TP group's waits;
  * (b) the reshard chain through the job's checkpoints, in one run
  *     directory: tp 4 x dp 2 ZeRO-1 runs steps 1-2, tp 2 x dp 1 resumes for
  *     3-4, tp 1 x dp 4 ZeRO-3 for 5-6, tp 4 x dp 1 for 7-8; each step's
@@ -79,6 +80,7 @@ typedef struct rank_arg {
     float loss[STEPS + 1];
     double step_s[STEPS + 1];
     int64_t first, last; /* steps this rank ran */
+    double tp_comm_s;    /* the last step's exposed TP time (llmt_job_perf) */
     llmt_status st;
     char err[1024];
 } rank_arg;
@@ -120,6 +122,11 @@ static void *rank_main(void *p)
             a->last = m.step;
         }
     }
+    llmt_job_perf pf;
+    memset(&pf, 0, sizeof pf);
+    pf.struct_size = sizeof pf;
+    if (a->st == LLMT_OK && llmt_job_get_perf(job, &pf) == LLMT_OK)
+        a->tp_comm_s = pf.comm_s[LLMT_JOB_GROUP_TP];
     if (a->st == LLMT_OK)
         a->st = llmt_job_finish(job);
     if (a->st != LLMT_OK)
@@ -413,6 +420,10 @@ static void compare(const char *name, const char *model, int tp, int n, const ra
     if (!run_layout(name, json, n, dir, 0, 0, a))
         return;
     check_losses(name, a, n, ref, 1, STEPS);
+    /* the job's TP group is the one its perf split times */
+    CHECK(ref->tp_comm_s == 0);
+    for (int r = 0; r < n; r++)
+        CHECK(a[r].tp_comm_s > 0);
     snprintf(root, sizeof root, "%s/ckpt", dir);
     snprintf(st, sizeof st, "%s-final", dir);
     if (!export_ckpt(root, st, 0, &step))
