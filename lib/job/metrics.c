@@ -59,8 +59,6 @@ static llmt_status serve(llmt_job *j)
                              strerror(errno));
     llmt__log(j->ctx, LLMT_LOG_INFO, "job", "rank %d serves Prometheus metrics at %s",
               (int)j->rank, url);
-    llmt__job_metrics_line(j, "{\"event\":\"http\",\"rank\":%d,\"url\":\"%s\"}", (int)j->rank,
-                           url);
     return LLMT_OK;
 }
 
