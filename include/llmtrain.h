@@ -452,8 +452,8 @@ typedef struct llmt_plan_estimate {
     /* This library's engine (lib/train) on the layout, one rank, exactly
      * as it runs it (doc/planner.md, "The engine's own numbers"); the
      * fields above model any framework on GPUs. engine_modeled 0: a
-     * layout the engine does not run (pp, cp, ep > 1, MoE, sequence
-     * parallelism) and the fields below are 0. Per step, on the TP and
+     * layout the engine does not run with tp x dp (pp, cp, ep > 1, MoE)
+     * and the fields below are 0. Per step, on the TP and
      * the DP group's communicator, as llmt_comm_get_stats counts them:
      * calls, payload_bytes, bus_bytes. */
     int32_t engine_modeled;

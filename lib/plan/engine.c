@@ -54,7 +54,7 @@ static void reduce_scatter(acc *a, double n, double count, double esz, double ti
  * untied head; norms, wpe and the biases of row split Linears whole. */
 typedef struct eng {
     double t, D, L, C, nh, nkv, hd, F, Vp, T, B, A, es, al;
-    int llama, tied, kvrep, zero, full, selective, cpu;
+    int llama, tied, kvrep, zero, full, selective, cpu, sp;
     double nh_l, nkv_l, Q_l, F_l, V_l;
     double unit[2 + 4096]; /* DP units: embeddings | layers | tail, elements */
     int U;
@@ -92,6 +92,7 @@ static void shape(const llmt_spec *s, eng *g)
     g->es = g->cpu ? 4 : 2;
     g->al = g->cpu ? 1 : 8;
     g->kvrep = g->t > 1 && g->nkv < g->t;
+    g->sp = g->t > 1 && s->parallelism.sequence_parallel;
     g->nh_l = g->nh / g->t;
     g->nkv_l = g->kvrep ? 1 : g->nkv / g->t;
     g->Q_l = (g->nh_l + 2 * g->nkv_l) * g->hd;
@@ -119,6 +120,12 @@ static void shape(const llmt_spec *s, eng *g)
     g->unit[g->U - 1] = tail;
 }
 
+/* LayerNorm/RMSNorm weights and biases: per layer and the final one. */
+static double norm_tensors(const eng *g)
+{
+    return g->llama ? 2 * g->L + 1 : 4 * g->L + 2;
+}
+
 /* The tensor parallel group's collectives of one step (device.c, tp.c):
  * per micro-batch of N tokens, in the storage type: the embedding's sum,
  * the row split Linears' output sums (proj, fcproj: 2 per layer, again
@@ -132,8 +139,19 @@ static void tp_step(const eng *g, acc *a)
     double t = g->t, N = g->B * g->T, x = N * g->C, L = g->L;
     if (t <= 1)
         return;
-    double acts = 1 + 2 * L + (g->full && L > 1 ? 2 * L : 0) + 1 + 2 * L;
-    all_reduce(a, t, x, g->es, g->A * acts);
+    double again = g->full && L > 1 ? 2 * L : 0; /* recomputed forwards */
+    if (g->sp) {
+        /* sequence parallel: each all-reduce of activations becomes a
+         * reduce-scatter (embedding, proj, fcproj forward; the column
+         * split Linears' input gradients) or an all-gather (the column
+         * split Linears' inputs, again in the backward for their weight
+         * gradients; the row split Linears' and the embedding's output
+         * gradients) of N/t rows per rank */
+        all_gather(a, t, x / t, g->es, g->A * (6 * L + 3 + again));
+        reduce_scatter(a, t, x / t, g->es, g->A * (4 * L + 2 + again));
+    } else {
+        all_reduce(a, t, x, g->es, g->A * (1 + 2 * L + again + 1 + 2 * L));
+    }
     all_reduce(a, t, N, 4, g->A);
     all_reduce(a, t, 2 * N, 4, g->A);
     if (g->kvrep) {
@@ -141,6 +159,8 @@ static void tp_step(const eng *g, acc *a)
         if (!g->llama) /* the qkv bias's kv part */
             all_reduce(a, t, 2 * g->nkv * g->hd, 4, L);
     }
+    if (g->sp) /* the norms' weight gradients, partial per rank */
+        all_reduce(a, t, norm_tensors(g) * g->C, 4, 1);
     all_reduce(a, t, 1, 4, 1);
 }
 
@@ -220,14 +240,17 @@ static void dp_step(const eng *g, acc *a)
 static double activations(const eng *g)
 {
     double N = g->B * g->T, C = g->C, bf = g->es, L = g->L;
+    double Nr = g->sp ? N / g->t : N; /* rows of the residual stream here */
     double stored = g->full ? 1 : L;
     double Ca = g->nh_l * g->hd, F = g->F_l, Q = g->Q_l;
     double state = g->cpu ? g->B * g->nh_l * g->T * g->T : g->B * g->nh_l * g->T;
     double core = N * Ca * bf + state * 4;
-    double layer = 3 * N * C * bf + 4 * N * 4 + N * Q * bf + N * F * bf * (g->llama ? 3 : 2);
-    double x = (L + 1) * N * C * bf + stored * layer + (g->selective ? 1 : stored) * core;
-    x += N * C * bf + 2 * N * 4 + N * g->V_l * bf; /* final norm, logits */
-    x += 2 * N * C * bf + N * Q * bf + N * F * bf * (g->llama ? 3 : 1) + 4;
+    double layer = 3 * Nr * C * bf + 4 * Nr * 4 + N * Q * bf + N * F * bf * (g->llama ? 3 : 2);
+    double x = (L + 1) * Nr * C * bf + stored * layer + (g->selective ? 1 : stored) * core;
+    x += Nr * C * bf + 2 * Nr * 4 + N * g->V_l * bf; /* final norm, logits */
+    x += (Nr + N) * C * bf + N * Q * bf + N * F * bf * (g->llama ? 3 : 1) + 4;
+    if (g->sp) /* the gathered rows of a column split Linear's input */
+        x += N * C * bf;
     if (g->t > 1)
         x += 3 * N * 4;
     return x;
@@ -236,9 +259,10 @@ static double activations(const eng *g)
 void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
 {
     e->engine_modeled = 0;
-    /* what the engine runs today: tp x dp with ZeRO 0-3, dense models */
+    /* what the engine runs today: tp (with or without sequence
+     * parallelism) x dp with ZeRO 0-3, dense models */
     if (s->parallelism.pp > 1 || s->parallelism.cp > 1 || s->parallelism.ep > 1 ||
-        s->model.moe.experts > 0 || s->parallelism.sequence_parallel || s->model.layers > 4096)
+        s->model.moe.experts > 0 || s->model.layers > 4096)
         return;
     eng g;
     shape(s, &g);
@@ -264,8 +288,10 @@ void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
      * non-shares zeroed or released, not freed). */
     e->engine_mem_params = P * 4 + (g.es < 4 ? P * g.es : 0);
     /* shared kv heads (kv_heads < tp): the fp32 buffer their gradients
-     * are summed in, every kv head's k and v rows and biases */
-    e->engine_mem_grads = P * 4 + (g.kvrep ? 2 * g.nkv * g.hd * (g.C + 1) * 4 : 0);
+     * are summed in, every kv head's k and v rows and biases; sequence
+     * parallel: the norms' gradients packed for their sum */
+    e->engine_mem_grads = P * 4 + (g.kvrep ? 2 * g.nkv * g.hd * (g.C + 1) * 4 : 0) +
+                          (g.sp ? norm_tensors(&g) * g.C * 4 : 0);
     e->engine_mem_optimizer = 8 * (g.zero >= 1 && g.D > 1 ? share : P);
     e->engine_mem_activations = activations(&g);
 }

@@ -46,10 +46,14 @@
 
 static int g_emul; /* the bf16 emulation of the CUDA backend */
 static int g_steps = STEPS;
+/* rank 0's activation bytes of the last layout run, and of the two
+ * layouts the sequence parallel ones are compared with */
+static double g_last_acts, g_acts[2];
 
 typedef struct layout {
     const char *name;
     int llama, heads, kv, tp, dp, zero, full;
+    int sp; /* sequence parallelism */
 } layout;
 
 /* the model shared by every layout: 2 layers, width 256, ffn 512, a
@@ -82,14 +86,15 @@ static void spec_json(const layout *l, char *buf, size_t n)
              "{\"name\": \"%s\", \"model\": {\"arch\": \"%s\", \"layers\": %d, \"hidden\": %d, "
              "\"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"seq_len\": %d, "
              "\"tied_embeddings\": %s}, "
-             "\"parallelism\": {\"tp\": %d, \"dp\": %d, \"zero\": %d, \"recompute\": \"%s\"}, "
+             "\"parallelism\": {\"tp\": %d, \"dp\": %d, \"zero\": %d, \"recompute\": \"%s\", "
+             "\"sequence_parallel\": %s}, "
              "\"precision\": {\"param\": \"%s\", \"master\": \"fp32\", \"gemm\": \"%s\"}, "
              "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
              "\"train\": {\"device\": \"%s\"}, \"hardware\": {\"gpu\": \"%s\"}}",
              l->name, l->llama ? "llama" : "gpt2", LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB,
              SEQ, l->llama ? "false" : "true", l->tp, l->dp, l->zero, l->full ? "full" : "none",
-             g_emul ? "bf16" : "fp32", g_emul ? "bf16" : "fp32", MICRO, ACCUM,
-             g_emul ? "cuda" : "cpu", g_emul ? "h100" : "cpu");
+             l->sp ? "true" : "false", g_emul ? "bf16" : "fp32", g_emul ? "bf16" : "fp32",
+             MICRO, ACCUM, g_emul ? "cuda" : "cpu", g_emul ? "h100" : "cpu");
 }
 
 static void read_stats(llmt_comm *c, double out[3])
@@ -159,6 +164,8 @@ static void *rank_main(void *p)
     }
     if (a->st == LLMT_OK && tpc)
         a->st = llmt_trainer_set_tp_comm(tr, tpc);
+    if (a->st == LLMT_OK && l->sp)
+        a->st = llmt_trainer_set_sequence_parallel(tr, 1);
     if (a->st == LLMT_OK && dpc) {
         llmt_dp_opts d;
         llmt_dp_opts_init(&d, sizeof d); /* the default buckets, as llmt_job */
@@ -284,10 +291,15 @@ static double check_layout(const layout *l, const int32_t *in, const int32_t *tg
                 bytes_ok &= good;
             }
     CHECK(bytes_ok);
-    /* the generic model's TP bytes: every collective, at the storage type */
-    CHECK(same(e.comm_bytes_tp, e.engine_tp_bus_bytes));
+    /* the generic model's TP bytes: every collective, at the storage type
+     * (not with sequence parallelism: it counts 4 all-reduces' worth per
+     * layer, where the engine, as Megatron-LM, gathers each column split
+     * input again in the backward; doc/planner.md) */
+    if (!l->sp)
+        CHECK(same(e.comm_bytes_tp, e.engine_tp_bus_bytes));
     double pstate = e.engine_mem_params + e.engine_mem_grads + e.engine_mem_optimizer;
     *planned = pstate;
+    g_last_acts = a[0].acts;
     double worst_s = 0, worst_a = 0;
     for (int r = 0; r < W; r++) {
         double ds = fabs(a[r].state / pstate - 1),
@@ -329,18 +341,27 @@ int main(int argc, char **argv)
         tg[i] = (in[i] * 7 + 1) % VOCAB;
     }
     static const layout gpt[] = {
-        {"gpt2 tp1", 0, 4, 4, 1, 1, 0, 0},
-        {"gpt2 tp2 x dp1", 0, 4, 4, 2, 1, 0, 0},
-        {"gpt2 tp2 x dp2 zero1", 0, 4, 4, 2, 2, 1, 0},
-        {"gpt2 tp2 x dp2 zero2", 0, 4, 4, 2, 2, 2, 0},
-        {"gpt2 tp4 x dp1", 0, 4, 4, 4, 1, 0, 0},
+        {"gpt2 tp1", 0, 4, 4, 1, 1, 0, 0, 0},
+        {"gpt2 tp2 x dp1", 0, 4, 4, 2, 1, 0, 0, 0},
+        {"gpt2 tp2 x dp2 zero1", 0, 4, 4, 2, 2, 1, 0, 0},
+        {"gpt2 tp2 x dp2 zero2", 0, 4, 4, 2, 2, 2, 0, 0},
+        {"gpt2 tp4 x dp1", 0, 4, 4, 4, 1, 0, 0, 0},
     };
     static const layout lla[] = {
-        {"llama kv4 tp1", 1, 8, 4, 1, 1, 0, 0},
-        {"llama kv4 tp2 x dp2 zero3 full", 1, 8, 4, 2, 2, 3, 1},
-        {"llama kv4 tp4 x dp1", 1, 8, 4, 4, 1, 0, 0},
+        {"llama kv4 tp1", 1, 8, 4, 1, 1, 0, 0, 0},
+        {"llama kv4 tp2 x dp2 zero3 full", 1, 8, 4, 2, 2, 3, 1, 0},
+        {"llama kv4 tp4 x dp1", 1, 8, 4, 4, 1, 0, 0, 0},
     };
-    static const layout shared = {"llama kv2 tp4 (shared kv)", 1, 8, 2, 4, 1, 0, 0};
+    static const layout shared = {"llama kv2 tp4 (shared kv)", 1, 8, 2, 4, 1, 0, 0, 0};
+    /* sequence parallelism, each after its layout without it */
+    static const layout sp[][2] = {
+        {{"gpt2 tp2 x dp2 zero1", 0, 4, 4, 2, 2, 1, 0, 0},
+         {"gpt2 tp2 x dp2 zero1 sp", 0, 4, 4, 2, 2, 1, 0, 1}},
+        {{"llama kv4 tp4 x dp1", 1, 8, 4, 4, 1, 0, 0, 0},
+         {"llama kv4 tp4 sp", 1, 8, 4, 4, 1, 0, 0, 1}},
+        {{"llama kv2 tp4 full (shared kv)", 1, 8, 2, 4, 1, 0, 1, 0},
+         {"llama kv2 tp4 full sp (shared kv)", 1, 8, 2, 4, 1, 0, 1, 1}},
+    };
     const layout *sets[2] = {gpt, lla};
     const int counts[2] = {5, 3};
     for (int k = 0; k < 2; k++) {
@@ -348,6 +369,10 @@ int main(int argc, char **argv)
         for (int i = 0; i < counts[k]; i++) {
             const layout *l = &sets[k][i];
             double pst = 0, st = check_layout(l, in, tg, &pst);
+            if (!strcmp(l->name, "gpt2 tp2 x dp2 zero1"))
+                g_acts[0] = g_last_acts;
+            if (!strcmp(l->name, "llama kv4 tp4 x dp1"))
+                g_acts[1] = g_last_acts;
             if (l->tp == 1) {
                 one = st;
                 pone = pst;
@@ -365,6 +390,21 @@ int main(int argc, char **argv)
     }
     double unused;
     check_layout(&shared, in, tg, &unused);
+    for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
+        double acts[2];
+        for (int k = 0; k < 2; k++) {
+            if (k == 0 && i < 2) { /* run above already */
+                acts[0] = g_acts[i];
+                continue;
+            }
+            check_layout(&sp[i][k], in, tg, &unused);
+            acts[k] = g_last_acts;
+        }
+        /* what sequence parallelism is for: fewer activation bytes */
+        printf("%-26s activations with / without sequence parallelism: %.3f\n", sp[i][1].name,
+               acts[1] / acts[0]);
+        CHECK(acts[1] < acts[0]);
+    }
     free(in);
     free(tg);
     return check_exit(g_emul ? "plan-vs-run-emul" : "plan-vs-run");
