@@ -219,8 +219,7 @@ static void test_rules(void)
     static const struct rule_case cases[] = {
         {"{" M ", \"parallelism\": {\"tp\": 3}}",
          "parallelism.tp: 3 does not divide model.heads 4"},
-        {"{" M ", \"parallelism\": {\"pp\": 5}}",
-         "parallelism.pp: 5 exceeds model.layers 4"},
+        {"{" M ", \"parallelism\": {\"pp\": 5}}", "parallelism.pp: 5 exceeds model.layers 4"},
         {"{" M ", \"parallelism\": {\"cp\": 3}}",
          "parallelism.cp: 2*cp = 6 does not divide model.seq_len 128"},
         {"{" M ", \"parallelism\": {\"ep\": 2, \"dp\": 2}}",
@@ -272,14 +271,16 @@ static void test_rules(void)
          "data.tokenizer.vocab_size: 200 exceeds model.vocab 100"},
         {"{" M ", \"precision\": {\"param\": \"fp8\"}}", "precision.param: fp8 is for GEMM"},
         {"{" M ", \"train\": {\"device\": \"cuda\"}, \"hardware\": {\"gpu\": \"A100-80GB\"},"
-         " \"precision\": {\"gemm\": \"fp8\"}}", "precision.gemm: fp8 needs a GPU"},
+         " \"precision\": {\"gemm\": \"fp8\"}}",
+         "precision.gemm: fp8 needs a GPU"},
         {"{" M ", \"model\": 3}", "model: duplicate key"},
         {"[1, 2]", "$: the job spec must be a JSON object"},
         {"{\"model\": ", "$: not valid JSON"},
         {"{" M ", \"parallelism\": {\"pp\": 2, \"virtual_stages\": 2}, \"model\": null}",
          "model: duplicate key"},
         {"{\"model\": {\"layers\": 8, \"hidden\": 256, \"heads\": 4},"
-         " \"parallelism\": {\"pp\": 2, \"virtual_stages\": 2}, \"batch\": {\"grad_accum\": 3}}",
+         " \"parallelism\": {\"pp\": 2, \"virtual_stages\": 2}, \"batch\": {\"grad_accum\": "
+         "3}}",
          "batch.grad_accum: 3 micro-batches must be a multiple of parallelism.pp 2"},
     };
 #undef M
