@@ -327,6 +327,14 @@ static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o)
         if (s != LLMT_OK)
             return FAIL(s, "parallelism.tp: %d: %s", (int)j->tp,
                         llmt_trainer_last_error(j->tr));
+        if (j->spec->parallelism.sequence_parallel) { /* over the same group */
+            llmt__obs_remake_begin(j->obs);
+            s = llmt_trainer_set_sequence_parallel(j->tr, 1);
+            llmt__obs_remake_end();
+            if (s != LLMT_OK)
+                return FAIL(s, "parallelism.sequence_parallel: %s",
+                            llmt_trainer_last_error(j->tr));
+        }
     }
     j->group_comm[LLMT_JOB_GROUP_DP] = j->dp_comm;
     j->group_comm[LLMT_JOB_GROUP_TP] = j->tp_comm;

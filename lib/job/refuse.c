@@ -47,9 +47,6 @@ static llmt_status check_parallelism(llmt_job *j)
         {"parallelism.virtual_stages", offsetof(struct llmt_spec, parallelism.virtual_stages),
          "interleaved pipeline stages: issue 17"},
     };
-    if (s->parallelism.sequence_parallel)
-        return REFUSE("parallelism.sequence_parallel: true is not supported by "
-                      "llmt_job yet (sequence parallelism: issue 16); use false");
     if (s->parallelism.virtual_stages != 1)
         return REFUSE("parallelism.virtual_stages: %lld is not supported by llmt_job yet "
                       "(interleaved pipeline stages: issue 17); use 1",

@@ -91,8 +91,11 @@ static const kcase cases[] = {
      "{\"parallelism\": {\"pp\": 2, \"virtual_stages\": 2}}", REFUSED},
     {"parallelism.recompute", NULL, "{\"parallelism\": {\"recompute\": \"full\"}}", INFO},
     {"parallelism.recompute", NULL, "{\"parallelism\": {\"recompute\": \"selective\"}}", INFO},
-    {"parallelism.sequence_parallel", NULL,
-     "{\"parallelism\": {\"tp\": 2, \"sequence_parallel\": true}}", REFUSED},
+    /* a one-rank job cannot run tp 2: the plan (its activation memory)
+     * shows it here, test job-sp runs it */
+    {"parallelism.sequence_parallel",
+     "{\"parallelism\": {\"tp\": 2}, \"hardware\": {\"gpu\": \"H100-SXM\"}}",
+     "{\"parallelism\": {\"sequence_parallel\": true}}", PLAN8},
     {"precision.param", NULL, "{\"precision\": {\"param\": \"bf16\"}}", REFUSED},
     {"precision.master", NULL, "{\"precision\": {\"master\": \"bf16\"}}", REFUSED},
     {"precision.gemm", NULL, "{\"precision\": {\"gemm\": \"fp8\"}}", REFUSED},
