@@ -15,7 +15,7 @@
  *   - those state bytes shrink as 1/tp against the tp 1 run within 5%
  *     where only norms, wpe and the row split biases are replicated.
  *
- * Layouts: GPT-2 tp 2 x dp 1, tp 2 x dp 2 ZeRO 1 and 2, tp 4 x dp 1;
+ * Layouts: GPT-2 tp 2 x dp 1, tp 2 x dp 2 ZeRO 0, 1 and 2, tp 4 x dp 1;
  * Llama with grouped-query attention, kv heads split (8 heads, 4 kv heads:
  * tp 2 x dp 2 ZeRO 3 with full recomputation, tp 4) and shared (2 kv
  * heads < tp 4: each held by 2 ranks, their gradients summed over the TP
@@ -343,6 +343,7 @@ int main(int argc, char **argv)
     static const layout gpt[] = {
         {"gpt2 tp1", 0, 4, 4, 1, 1, 0, 0, 0},
         {"gpt2 tp2 x dp1", 0, 4, 4, 2, 1, 0, 0, 0},
+        {"gpt2 tp2 x dp2 zero0", 0, 4, 4, 2, 2, 0, 0, 0},
         {"gpt2 tp2 x dp2 zero1", 0, 4, 4, 2, 2, 1, 0, 0},
         {"gpt2 tp2 x dp2 zero2", 0, 4, 4, 2, 2, 2, 0, 0},
         {"gpt2 tp4 x dp1", 0, 4, 4, 4, 1, 0, 0, 0},
@@ -363,7 +364,7 @@ int main(int argc, char **argv)
          {"llama kv2 tp4 full sp (shared kv)", 1, 8, 2, 4, 1, 0, 1, 1}},
     };
     const layout *sets[2] = {gpt, lla};
-    const int counts[2] = {5, 3};
+    const int counts[2] = {6, 3};
     for (int k = 0; k < 2; k++) {
         double one = 0, pone = 0;
         for (int i = 0; i < counts[k]; i++) {
