@@ -1457,11 +1457,12 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
  * re-runs its forward from it before the backward (recompute per stage).
  * Collective over comm (NULL or a group of 1: one stage, nothing to do);
  * a trainer takes it once (LLMT_ERR_STATE after), fresh or read from a
- * checkpoint, with identical parameters on every stage. Not yet
- * composed with tensor or data parallelism (LLMT_ERR_UNSUPPORTED naming
- * the other one), fp8, evaluate, generate or checkpoints; the host copies
- * of the parameters are current only for this stage's tensors (after
- * llmt_trainer_sync_params). */
+ * checkpoint, with identical parameters on every stage. Data
+ * parallelism composes: llmt_trainer_set_comm afterwards on the stage's
+ * DP group, ZeRO 0 or 1 (2 and 3: LLMT_ERR_UNSUPPORTED). Not yet composed
+ * with tensor parallelism (LLMT_ERR_UNSUPPORTED), fp8, evaluate, generate
+ * or checkpoints; the host copies of the parameters are current only for
+ * this stage's tensors (after llmt_trainer_sync_params). */
 typedef enum llmt_pp_schedule {
     LLMT_PP_1F1B = 0,       /* PipeDream-flush (default): warm-up forwards,
                                then one forward one backward */

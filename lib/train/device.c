@@ -134,7 +134,7 @@ struct llmt__devtrain {
      * wte (its gradient is summed with the first stage's, which alone
      * counts it in the norm); held: the micro-batch whose activations the
      * engine holds (-1: none); dloss: the step's loss gradient scale */
-    int pp, l0, l1, first, last, tiedcp, held;
+    int pp, l0, l1, first, last, tiedcp, held, micro;
     float dloss;
 };
 
@@ -1723,7 +1723,7 @@ void llmt__devtrain_dp_store(llmt__devtrain *g, llmt__dp_store *st)
     st->total = g->P;
     st->doff = g->doff;
     st->norm_count = -1;
-    if (g->tp > 1) { /* this rank's shards; the norm counts what it owns */
+    if (g->tp > 1 || g->pp > 1) { /* this rank's part; the norm counts what it owns */
         for (int i = 0; i < g->m->nparams; i++)
             g->dnumel[i] = g->sh[i].numel;
         st->numel = g->dnumel;
@@ -1793,6 +1793,7 @@ llmt_status llmt__devtrain_stage_begin(llmt__devtrain *g, const int32_t *inputs,
     S(g->op->h2d(g->d, g->tgt, targets, (size_t)micro * N * 4), "upload tokens");
     S(g->op->memset0(g->d, g->grad, g->P * 4), "memset");
     g->dloss = (float)(1.0 / (double)count);
+    g->micro = micro;
     g->held = -1;
     g->fp8_gemms = 0;
     return LLMT_OK;
@@ -1837,12 +1838,16 @@ llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *x, co
                              a);
     if (g->held != a) /* recompute the stage's activations of micro-batch a */
         RS(llmt__devtrain_stage_fwd(g, a, x));
-    g->held = -1;  /* the backward overwrites them */
+    g->held = -1; /* the backward overwrites them */
+    if (g->dp)    /* data parallelism reduces during the last micro-batch's backward */
+        llmt__dp_micro(g->dp, a == g->micro - 1);
     if (g->last) { /* the logits hold dloss/dlogits (xent wrote them in place) */
         RS(lin_bwd(g, &g->lin[L * NLIN], g->dtmp, 0.0f, g->logits, g->lnf, N, NULL));
         S(g->op->memset0(g->d, g->dres, (size_t)N * C * g->es), "memset");
         RS(norm_bwd(g, g->dres, g->dtmp, g->resid[g->l1], g->lnfm, g->lnfr, g->lnfw, g->lnfb,
                     N));
+        if (g->dp)
+            llmt__dp_ready(g->dp, L + 1);
     } else {
         S(g->op->d2d(g->d, g->dres, dy, (size_t)N * C * g->es), "stage output gradient");
     }
@@ -1854,9 +1859,14 @@ llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *x, co
             RS(attn_core(g, &lc, B, T));
         }
         RS(layer_bwd(g, l, B, T));
+        if (g->dp)
+            llmt__dp_ready(g->dp, 1 + l);
     }
-    if (g->first)
+    if (g->first) {
         RS(embed_bwd(g, g->tok + (size_t)a * N, B, T));
+        if (g->dp)
+            llmt__dp_ready(g->dp, 0);
+    }
     return LLMT_OK;
 }
 
@@ -1865,15 +1875,27 @@ void *llmt__devtrain_stage_dx(llmt__devtrain *g)
     return g->dres;
 }
 
-llmt_status llmt__devtrain_stage_end(llmt__devtrain *g, int micro, double *loss_sum,
-                                     double *sumsq)
+llmt_status llmt__devtrain_stage_loss(llmt__devtrain *g, double *loss_sum)
 {
     size_t N = (size_t)g->B * g->T;
     *loss_sum = 0.0;
     if (g->last) {
-        S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)micro * N * sizeof(float)),
+        S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)g->micro * N * sizeof(float)),
           "read the losses");
-        *loss_sum = host_sum(g->hloss, (size_t)micro * N);
+        *loss_sum = host_sum(g->hloss, (size_t)g->micro * N);
+    }
+    /* data parallelism's reductions finish, the loss is summed over it */
+    if (g->dp && llmt__dp_end(g->dp, loss_sum) != LLMT_OK)
+        return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_stage_sumsq(llmt__devtrain *g, double *sumsq)
+{
+    if (g->dp) { /* the norm runs of this rank's share, over the data parallel group */
+        if (llmt__dp_sumsq(g->dp, sumsq) != LLMT_OK)
+            return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
+        return LLMT_OK;
     }
     float ss = 0.0f;
     if (g->nnrm > 0) { /* each element once: its owner's (tied wte: the first stage) */

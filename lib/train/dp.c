@@ -534,7 +534,8 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
      * on the backend's alignment) */
     for (int u = 0; ok && u < U; u++) {
         dp->lo[u] = dev_start(model, st->doff, start[u]);
-        ok = dp->lo[u] != LLMT__NOPARAM && (u == 0 || dp->lo[u] > dp->lo[u - 1]);
+        /* >=: a pipeline stage's units of other stages' layers are empty */
+        ok = dp->lo[u] != LLMT__NOPARAM && (u == 0 || dp->lo[u] >= dp->lo[u - 1]);
     }
     for (int u = 0; ok && u < U; u++) {
         dp->n[u] = (u + 1 < U ? dp->lo[u + 1] : st->total) - dp->lo[u];

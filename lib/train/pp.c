@@ -310,6 +310,9 @@ llmt_status llmt__pp_fwd_bwd(llmt__pp *pp, const int32_t *inputs, const int32_t 
     pp->step_s = now_s() - t0;
     if (s != LLMT_OK)
         return s;
+    double mine[2];
+    if ((s = llmt__devtrain_stage_loss(pp->g, &mine[0])) != LLMT_OK)
+        return s;
     size_t tn = 0;
     float *tg = llmt__devtrain_stage_tied_grad(pp->g, &tn);
     if (tg && pp->emb &&
@@ -319,8 +322,7 @@ llmt_status llmt__pp_fwd_bwd(llmt__pp *pp, const int32_t *inputs, const int32_t 
                              "trainer: pipeline parallelism: sum of the tied embedding's "
                              "gradient over the first and last stage: %s",
                              llmt_comm_last_error(pp->emb));
-    double mine[2];
-    if ((s = llmt__devtrain_stage_end(pp->g, pp->micro, &mine[0], &mine[1])) != LLMT_OK)
+    if ((s = llmt__devtrain_stage_sumsq(pp->g, &mine[1])) != LLMT_OK)
         return s;
     /* every stage's (loss sum, sum of squares) as bits, summed here in
      * stage order: the same doubles on every stage */

@@ -49,11 +49,14 @@ void *llmt__devtrain_stage_out(llmt__devtrain *g);
  * llmt__devtrain_stage_dx. */
 llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *x, const void *dy);
 void *llmt__devtrain_stage_dx(llmt__devtrain *g);
-/* After the backwards (and the tied wte's gradient sum): the sum of the
- * losses of the step (0 but on the last stage) and the sum of squares of
- * the gradients this stage owns. */
-llmt_status llmt__devtrain_stage_end(llmt__devtrain *g, int micro, double *loss_sum,
-                                     double *sumsq);
+/* After the backwards: the sum of the step's losses (0 but on the last
+ * stage); with data parallelism its reductions are waited for and the sum
+ * is over its group. */
+llmt_status llmt__devtrain_stage_loss(llmt__devtrain *g, double *loss_sum);
+/* Then (after the tied wte's gradient sum): the sum of squares of the
+ * gradients this stage owns (with data parallelism: of the reduced ones,
+ * over its group). */
+llmt_status llmt__devtrain_stage_sumsq(llmt__devtrain *g, double *sumsq);
 /* The gradient of the tied wte on the first and last stage (NULL
  * elsewhere, and without a tied head), fp32, *n floats. */
 float *llmt__devtrain_stage_tied_grad(llmt__devtrain *g, size_t *n);

@@ -821,10 +821,14 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
                                            const llmt_dp_opts *opts)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
-    if (tr->pp && comm)
+    if (tr->pp && comm && opts && opts->struct_size >= offsetof(llmt_dp_opts, overlap) &&
+        opts->zero_stage >= 2)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_comm: data parallelism with pipeline parallelism "
-                             "is not supported yet (llmt_trainer_set_pp_comm is attached)");
+                             "trainer: set_comm: ZeRO-%d with pipeline parallelism is not "
+                             "supported yet (zero_stage 0 or 1; ZeRO-2 shares of a tied "
+                             "head's two copies do not line up, ZeRO-3 gathers are not in "
+                             "the stage's forward)",
+                             (int)opts->zero_stage);
     if (tr->dp) {
         llmt_status s = detach(tr);
         if (s != LLMT_OK) return s;
@@ -983,11 +987,14 @@ static llmt_status pp_check(llmt_trainer *tr, const llmt_pp_opts *o, int32_t n)
         return llmt__err_set(e, LLMT_ERR_STATE,
                              "trainer: set_pp_comm: pipeline parallelism is attached already "
                              "(a trainer takes it once, on creation's parameters)");
-    if (tr->dp || tr->tp)
+    if (tr->dp)
+        return llmt__err_set(e, LLMT_ERR_STATE,
+                             "trainer: set_pp_comm: attach pipeline parallelism before data "
+                             "parallelism (llmt_trainer_set_comm)");
+    if (tr->tp)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_pp_comm: pipeline parallelism with %s parallelism "
-                             "is not supported yet (parallelism.%s 1)",
-                             tr->dp ? "data" : "tensor", tr->dp ? "dp" : "tp");
+                             "trainer: set_pp_comm: pipeline parallelism with tensor "
+                             "parallelism is not supported yet (parallelism.tp 1)");
     if (tr->o.fp8)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_pp_comm: fp8 with pipeline parallelism is not "

@@ -24,7 +24,12 @@
  * AdamW step m / (sqrt(v) + eps) those ulps decide; test_device_tp.c
  * explains the same bound). Also: every stage holds fewer parameter bytes
  * than the whole model, and the stages' bytes sum to the model's (plus
- * the tied copy); bad input is refused naming the key. */
+ * the tied copy); bad input is refused naming the key.
+ *
+ * pp 2 x dp 2 (four threads; each stage's replicas reduce over their DP
+ * group, ZeRO 0 and 1): against one rank training on the two replicas'
+ * batches concatenated (grad_accum dp x m), the same bounds; ZeRO-2 after
+ * a pipeline is refused on every rank. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -53,6 +58,11 @@ static double g_worst_loss, g_worst_param;
 typedef struct rank_arg {
     llmt_comm *c;
     int rank, pp, m, sched;
+    /* pp x dp: the world's communicator, split here into the pipeline
+     * group (the ranks of DP index dpr) and the data parallel one (those
+     * of stage rank) */
+    llmt_comm *world;
+    int dp, dpr, zero, refused;
     const int32_t *layers; /* per stage, or NULL: the automatic balance */
     float loss[STEPS];
     float *params; /* the host model after sync_params */
@@ -87,6 +97,12 @@ static void *rank_main(void *p)
         o.threads = 1;
         a->st = llmt__trainer_create_dev(m, &o, llmt__dev_cpu(), &tr);
     }
+    llmt_comm *dpc = NULL;
+    if (a->st == LLMT_OK && a->world) {
+        a->st = llmt_comm_split(a->world, a->dpr, a->rank, &a->c);
+        if (a->st == LLMT_OK)
+            a->st = llmt_comm_split(a->world, a->rank, a->dpr, &dpc);
+    }
     if (a->st == LLMT_OK && a->c) {
         llmt_pp_opts po;
         llmt_pp_opts_init(&po, sizeof po);
@@ -95,9 +111,24 @@ static void *rank_main(void *p)
         po.n_stage_layers = a->layers ? a->pp : 0;
         a->st = llmt_trainer_set_pp_comm(tr, a->c, &po);
     }
+    if (a->st == LLMT_OK && dpc) {
+        llmt_dp_opts d;
+        llmt_dp_opts_init(&d, sizeof d);
+        d.zero_stage = a->zero;
+        a->st = llmt_trainer_set_comm(tr, dpc, &d);
+        if (a->zero >= 2) { /* refused (not collective), naming the stage */
+            a->refused = a->st == LLMT_ERR_UNSUPPORTED &&
+                         strstr(llmt_trainer_last_error(tr), "ZeRO-2") != NULL;
+            printf("pp 2 x dp 2 ZeRO-2: %s\n", llmt_trainer_last_error(tr));
+            a->st = LLMT_ERR_STATE; /* nothing to train */
+        }
+    }
+    /* a step's batch: dp x m micro-batches, this rank's the dpr-th m */
+    int dp = a->dp > 1 ? a->dp : 1;
     size_t per = (size_t)a->m * MICRO * T;
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
-        llmt_batch b = {sizeof b, g_in + k * per, g_tg + k * per, a->m * MICRO, T};
+        size_t at = ((size_t)k * dp + (size_t)a->dpr) * per;
+        llmt_batch b = {sizeof b, g_in + at, g_tg + at, a->m * MICRO, T};
         llmt_step_metrics met;
         memset(&met, 0, sizeof met);
         met.struct_size = sizeof met;
@@ -131,6 +162,10 @@ static void *rank_main(void *p)
     }
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
+    if (a->world) {
+        llmt_comm_destroy(a->c);
+        llmt_comm_destroy(dpc);
+    }
     return NULL;
 }
 
@@ -272,6 +307,106 @@ static void compare(const char *name, int llama, int layers, int pp, int m, int 
     free_args(a, pp);
 }
 
+enum { PP = 2, DP = 2 };
+
+/* pp 2 x dp 2: four ranks as threads, rank = dpr * 2 + stage. */
+static void run_dp(int m, int sched, int zero, rank_arg *a)
+{
+    llmt_comm *w[PP * DP] = {NULL};
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, PP * DP, NULL, w), LLMT_OK);
+    memset(a, 0, PP * DP * sizeof *a);
+    pthread_t th[PP * DP];
+    for (int r = 0; r < PP * DP; r++) {
+        a[r].world = w[r];
+        a[r].rank = r % PP;
+        a[r].dpr = r / PP;
+        a[r].pp = PP;
+        a[r].dp = DP;
+        a[r].m = m;
+        a[r].sched = sched;
+        a[r].zero = zero;
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    for (int r = 0; r < PP * DP; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < PP * DP; r++)
+        llmt_comm_destroy(w[r]);
+}
+
+/* ZeRO-2 after a pipeline: refused on every rank, naming the stage. */
+static void check_dp_refused(void)
+{
+    config(0, 4);
+    rank_arg a[PP * DP];
+    run_dp(2, LLMT_PP_1F1B, 2, a);
+    for (int r = 0; r < PP * DP; r++)
+        CHECK(a[r].refused);
+    free_args(a, PP * DP);
+}
+
+/* pp 2 x dp 2 (ZeRO `zero`): four ranks as threads, rank = dpr * 2 +
+ * stage; against one rank training on the concatenated batch (grad_accum
+ * dp x m), each replica's parameters from the stage that owns them. */
+static void compare_dp(const char *name, int llama, int m, int sched, int zero)
+{
+    config(llama, 4);
+    rank_arg ref[1], a[PP * DP];
+    run(1, DP * m, sched, NULL, ref);
+    CHECK_STATUS(ref[0].st, LLMT_OK);
+    run_dp(m, sched, zero, a);
+    double wl = 0.0, wp = 0.0;
+    int ok = ref[0].st == LLMT_OK;
+    for (int r = 0; r < PP * DP; r++) {
+        if (a[r].st != LLMT_OK)
+            fprintf(stderr, "%s pp 2 x dp 2 rank %d: %s\n", name, r, a[r].err);
+        CHECK_STATUS(a[r].st, LLMT_OK);
+        ok = ok && a[r].st == LLMT_OK;
+        for (int k = 0; k < STEPS && a[r].st == LLMT_OK; k++) {
+            double d =
+                fabs((double)a[r].loss[k] - ref[0].loss[k]) / fabs((double)ref[0].loss[k]);
+            if (!(d <= wl))
+                wl = d;
+            CHECK(d <= 1e-5);
+        }
+    }
+    if (ok) {
+        llmt_model *mm = NULL;
+        CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &mm), LLMT_OK);
+        int32_t np = 0;
+        llmt_model_param_count(mm, &np, NULL);
+        for (int d = 0; d < DP; d++) {
+            const rank_arg *rep = &a[d * PP];
+            int64_t at = 0;
+            for (int32_t i = 0; i < np; i++) {
+                const char *pn = NULL;
+                llmt_tensor v;
+                int64_t n = 0;
+                llmt_model_param(mm, i, &pn, &v);
+                llmt_tensor_numel(&v, &n);
+                int r = owner(pn, rep, PP);
+                CHECK(r >= 0);
+                for (int64_t j = 0; j < n && r >= 0; j++) {
+                    double x = fabs((double)rep[r].params[at + j] - ref[0].params[at + j]);
+                    if (!(x <= wp))
+                        wp = x;
+                }
+                at += n;
+            }
+        }
+        llmt_model_destroy(mm);
+        CHECK(wp <= 1e-4);
+        CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
+    }
+    printf("%-6s %-5s pp 2 x dp 2 ZeRO-%d m %d: loss rel diff %.2e, params max abs %.2e\n",
+           name, sched == LLMT_PP_GPIPE ? "gpipe" : "1f1b", zero, m, wl, wp);
+    if (wl > g_worst_loss)
+        g_worst_loss = wl;
+    if (wp > g_worst_param)
+        g_worst_param = wp;
+    free_args(ref, 1);
+    free_args(a, PP * DP);
+}
+
 /* Refused before any collective, naming the key; the trainer still works. */
 static void check_bad(void)
 {
@@ -329,9 +464,9 @@ static void check_bad(void)
     CHECK_STATUS(llmt_comm_create_inproc(NULL, 1, NULL, one), LLMT_OK);
     CHECK_STATUS(llmt_trainer_set_comm(tr, one[0], NULL), LLMT_OK);
     po.virtual_stages = 1;
-    CHECK_STATUS(llmt_trainer_set_pp_comm(tr, c[0], &po), LLMT_ERR_UNSUPPORTED);
+    CHECK_STATUS(llmt_trainer_set_pp_comm(tr, c[0], &po), LLMT_ERR_STATE);
     printf("after set_comm: %s\n", llmt_trainer_last_error(tr));
-    CHECK(strstr(llmt_trainer_last_error(tr), "parallelism.dp") != NULL);
+    CHECK(strstr(llmt_trainer_last_error(tr), "llmt_trainer_set_comm") != NULL);
     CHECK_STATUS(llmt_trainer_set_comm(tr, NULL, NULL), LLMT_OK);
     llmt_comm_destroy(one[0]);
     for (int r = 0; r < 2; r++)
@@ -360,6 +495,10 @@ int main(void)
     compare("llama", 1, 4, 4, 4, LLMT_PP_GPIPE, NULL);
     compare("llama", 1, 7, 4, 4, LLMT_PP_GPIPE, uneven);
     compare("llama", 1, 7, 4, 4, LLMT_PP_1F1B, NULL); /* the automatic balance */
+    compare_dp("gpt2", 0, 2, LLMT_PP_1F1B, 0);
+    compare_dp("llama", 1, 4, LLMT_PP_GPIPE, 1);
+    compare_dp("gpt2", 0, 4, LLMT_PP_1F1B, 1);
+    check_dp_refused();
     check_bad();
     printf("worst: loss %.2e relative, parameters %.2e absolute\n", g_worst_loss,
            g_worst_param);
