@@ -8,7 +8,6 @@
  * sends it without the lock, so a slow client never stalls training. A
  * client that stays silent is dropped after a few seconds; stopping wakes
  * the thread through a pipe, so destroy never waits on a client. */
-#define _GNU_SOURCE /* accept4 */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
