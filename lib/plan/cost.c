@@ -370,9 +370,10 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
      * NVLink a share is hidden behind GEMMs when the software overlaps them
      * (Megatron-LM before TE's userbuffers did not: MegaScale sec. 3.3). */
     double n_ar = full ? 6 : 4;
-    /* activations travel in the parameters' type (this engine: its
-     * storage type, fp32 on the CPU) */
-    double msg = tok * m.h * (s->precision.param == LLMT_SPEC_PREC_FP32 ? 4 : 2);
+    /* activations travel in the parameters' type, and in fp32 on a CPU
+     * (this engine's CPU backend computes in fp32 whatever the spec's
+     * precision) */
+    double msg = tok * m.h * (!gpu || s->precision.param == LLMT_SPEC_PREC_FP32 ? 4 : 2);
     double tp_layer = t > 1 ? n_ar * llmt__plan_allreduce_s(msg, t, bw_tp, lat_tp) : 0;
     double tp_bytes_layer = t > 1 ? n_ar * 2 * (t - 1) / t * msg : 0;
     double tp_exposed = tp_layer * (bw_tp == nvl_bw ? 1 - TP_OVERLAP : 1);
