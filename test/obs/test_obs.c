@@ -282,6 +282,33 @@ static char *get_metrics(int port, int *status)
     return http(port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", status);
 }
 
+/* A port P of loopback such that P and P + 1 are free now (0: none
+ * found), for two ranks' endpoints at PORT + local rank. */
+static int free_port_pair(void)
+{
+    for (int tries = 0; tries < 50; tries++) {
+        int fd[2] = {socket(AF_INET, SOCK_STREAM, 0), socket(AF_INET, SOCK_STREAM, 0)};
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t al = sizeof a;
+        int port = 0;
+        if (fd[0] >= 0 && fd[1] >= 0 && bind(fd[0], (struct sockaddr *)&a, sizeof a) == 0 &&
+            getsockname(fd[0], (struct sockaddr *)&a, &al) == 0 && ntohs(a.sin_port) < 65535) {
+            a.sin_port = htons((uint16_t)(ntohs(a.sin_port) + 1));
+            if (bind(fd[1], (struct sockaddr *)&a, sizeof a) == 0)
+                port = ntohs(a.sin_port) - 1;
+        }
+        for (int i = 0; i < 2; i++)
+            if (fd[i] >= 0)
+                close(fd[i]);
+        if (port)
+            return port;
+    }
+    return 0;
+}
+
 /* A job of the obs spec with `extra`, in dir, on ctx (which must outlive
  * it); NULL when refused (the context's message into err). */
 static llmt_job *job_in(llmt_context *ctx, const char *dir, const char *extra, int steps,
@@ -582,9 +609,15 @@ int main(int argc, char **argv)
         CHECK_STATUS(llmt_comm_create_inproc(ctx, 2, NULL, comms), LLMT_OK);
         rank_arg a[2];
         pthread_t th[2];
-        const char *json = spec_json(
-            6, ", \"fault_tolerance\": {\"straggler\": {\"interval\": 3, \"margin\": 0.2, "
-               "\"patience\": 100}}");
+        /* each rank serves metrics.http at PORT + its local rank */
+        int port = free_port_pair();
+        CHECK(port > 0);
+        char extra[256];
+        snprintf(extra, sizeof extra,
+                 ", \"metrics\": {\"http\": \"127.0.0.1:%d\"}, \"fault_tolerance\": "
+                 "{\"straggler\": {\"interval\": 3, \"margin\": 0.2, \"patience\": 100}}",
+                 port);
+        const char *json = spec_json(6, extra);
         for (int r = 0; r < 2; r++) {
             memset(&a[r], 0, sizeof a[r]);
             a[r].comm = comms[r];
@@ -599,6 +632,16 @@ int main(int argc, char **argv)
         unsetenv("LLMT_FAULT");
         CHECK_STATUS(a[0].st, LLMT_OK);
         CHECK_STATUS(a[1].st, LLMT_OK);
+        for (int r = 0; r < 2; r++) {
+            char path[800];
+            snprintf(path, sizeof path,
+                     r ? "%s/two/rank-1/metrics.http" : "%s/two/metrics.http", tmp);
+            char *url = slurp(path);
+            int got = 0;
+            CHECK(url && sscanf(url, "http://127.0.0.1:%d/metrics", &got) == 1);
+            CHECK_EQ_INT(got, port + r);
+            free(url);
+        }
         for (int r = 0; r < 2; r++) {
             for (int s = 1; s < 6; s++)
                 check_split(&a[r].perf[s], r);
