@@ -1452,9 +1452,10 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
  * llmt_comm_send/recv. The step reports the global loss (the last
  * stage's, known to all), clips by the norm over all stages and updates
  * each stage's own parameters: the model one rank would train, up to the
- * order of the gradient norm's sums. A stage keeps the input of every
- * micro-batch in flight (all of them under GPipe, p - s under 1F1B) and
- * re-runs its forward from it before the backward (recompute per stage).
+ * order of the gradient norm's sums. A stage keeps the activations of every
+ * micro-batch in flight (all m under GPipe, at most p - s under 1F1B):
+ * the schedules differ in activation memory, not in results; the
+ * trainer's recompute option applies inside each set.
  * Collective over comm (NULL or a group of 1: one stage, nothing to do);
  * a trainer takes it once (LLMT_ERR_STATE after), fresh or read from a
  * checkpoint, with identical parameters on every stage. Data
@@ -1497,7 +1498,8 @@ typedef struct llmt_pp_stats {
     int32_t stage, stages;           /* this rank's, of the group */
     int32_t first_layer, layers;     /* it holds [first_layer, + layers) */
     int32_t micro_batches, schedule; /* per step; llmt_pp_schedule */
-    int32_t inputs_kept;             /* micro-batch inputs it keeps in flight */
+    int32_t in_flight;               /* micro-batches whose activations it
+                                        holds at once (m GPipe, p-s 1F1B) */
     int64_t param_bytes;             /* fp32 parameters it holds */
     double step_seconds;             /* last step: the schedule's wall time */
     double idle_seconds;             /* of it, waiting in receives */

@@ -51,6 +51,16 @@ typedef struct dlayer {
     float *ln1m, *ln1r, *ln2m, *ln2r, *lse;
 } dlayer;
 
+/* One micro-batch's activations on a pipeline stage (the engine's L,
+ * resid, lnf, lnfm, lnfr and logits point at the current one); micro: the
+ * micro-batch it holds (-1: none). */
+typedef struct actset {
+    dlayer *L;
+    void **resid, *lnf, *logits;
+    float *lnfm, *lnfr;
+    int micro;
+} actset;
+
 struct llmt__devtrain {
     const llmt__dev_ops *op;
     llmt__dev *d;
@@ -132,10 +142,14 @@ struct llmt__devtrain {
      * layers [l0, l1), the embedding on the first stage, the final norm,
      * head and loss on the last; tiedcp: the last stage's copy of a tied
      * wte (its gradient is summed with the first stage's, which alone
-     * counts it in the norm); held: the micro-batch whose activations the
-     * engine holds (-1: none); dloss: the step's loss gradient scale */
-    int pp, l0, l1, first, last, tiedcp, held, micro;
+     * counts it in the norm); micro: the step's micro-batches; dloss: the
+     * step's loss gradient scale */
+    int pp, l0, l1, first, last, tiedcp, micro;
     float dloss;
+    /* a pipeline stage's activation sets, one per micro-batch in flight
+     * (micro-batch a in slot a % nslot; 0 without pipeline parallelism) */
+    actset *slot;
+    int nslot, cur;
 };
 
 /* Forward the backend's message for a failed op. */
@@ -180,6 +194,8 @@ static llmt_status dalloc(llmt__devtrain *g, void **p, size_t bytes, int act)
     return LLMT_OK;
 }
 
+static void free_slots(llmt__devtrain *g);
+
 void llmt__devtrain_destroy(llmt__devtrain *g)
 {
     if (!g) return;
@@ -197,6 +213,7 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
             (void **)&g->nrmbuf};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (*bufs[i]) g->op->free(g->d, *bufs[i]);
+        free_slots(g);
         for (int l = 0; g->L && l < g->nacts; l++) {
             dlayer *a = &g->L[l];
             int shared = g->selective && l > g->l0; /* layer l0's, freed there */
@@ -422,6 +439,96 @@ static void tp_norm_runs(llmt__devtrain *g)
             at_ += n;
         }
     }
+}
+
+/* Pipeline activation sets (actset): slot k's pointers saved, a fresh
+ * empty set made current (for the next slot's allocation), slot k made
+ * current. */
+static void save_slot(llmt__devtrain *g, int k)
+{
+    actset *a = &g->slot[k];
+    a->L = g->L;
+    a->resid = g->resid;
+    a->lnf = g->lnf;
+    a->logits = g->logits;
+    a->lnfm = g->lnfm;
+    a->lnfr = g->lnfr;
+    a->micro = -1;
+    g->cur = k;
+}
+
+static llmt_status new_slot(llmt__devtrain *g)
+{
+    int L = g->m->cfg.layers;
+    g->L = calloc((size_t)L, sizeof *g->L);
+    g->resid = calloc((size_t)L + 1, sizeof *g->resid);
+    g->lnf = g->logits = NULL;
+    g->lnfm = g->lnfr = NULL;
+    if (!g->L || !g->resid) {
+        free(g->L);
+        free(g->resid);
+        g->L = NULL;
+        g->resid = NULL;
+        return llmt__err_set(g->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    }
+    return LLMT_OK;
+}
+
+static void use_slot(llmt__devtrain *g, int k)
+{
+    const actset *a = &g->slot[k];
+    g->L = a->L;
+    g->resid = a->resid;
+    g->lnf = a->lnf;
+    g->logits = a->logits;
+    g->lnfm = a->lnfm;
+    g->lnfr = a->lnfr;
+    g->cur = k;
+}
+
+/* Destroy: the slots other than the current set (which the engine's own
+ * frees take), each freed as the current one is. */
+static void free_slots(llmt__devtrain *g)
+{
+    actset now = {g->L, g->resid, g->lnf, g->logits, g->lnfm, g->lnfr, -1};
+    for (int k = 0; k < g->nslot; k++) {
+        actset *a = &g->slot[k];
+        if (!a->L || a->L == now.L)
+            continue;
+        void *bufs[] = {a->lnf, a->logits, a->lnfm, a->lnfr};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i])
+                g->op->free(g->d, bufs[i]);
+        for (int l = 0; l < g->nacts; l++) {
+            dlayer *d = &a->L[l];
+            int shared = g->selective && l > g->l0;
+            void *ps[] = {d->ln1,
+                          d->qkv,
+                          shared ? NULL : d->atty,
+                          d->res2,
+                          d->ln2,
+                          d->fch,
+                          d->fch3,
+                          d->fchg,
+                          d->ln1m,
+                          d->ln1r,
+                          d->ln2m,
+                          d->ln2r,
+                          shared ? NULL : d->lse};
+            for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+                if (ps[i])
+                    g->op->free(g->d, ps[i]);
+        }
+        for (int l = 0; l <= g->m->cfg.layers; l++)
+            if (a->resid[l])
+                g->op->free(g->d, a->resid[l]);
+        free(a->L);
+        free(a->resid);
+    }
+    free(g->slot);
+    g->slot = NULL;
+    g->L = now.L;
+    g->resid = now.resid;
 }
 
 /* Pipeline parallelism: the parameters of other stages get no device
@@ -660,16 +767,17 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     g->first = g->pp == 1 || st->stage == 0;
     g->last = g->pp == 1 || st->stage == st->stages - 1;
     g->tiedcp = g->pp > 1 && g->last && m->lm_head == m->wte;
-    g->held = -1;
+    g->nslot = g->pp > 1 ? (st->slots > 1 ? st->slots : 1) : 0;
+    g->slot = g->nslot ? calloc((size_t)g->nslot, sizeof *g->slot) : NULL;
     if (tps > 1) {
         g->tpr = tp->rank;
         g->hook = tp->hook;
         g->hook_ctx = tp->ctx;
         g->sp = sp;
     }
-    if (!g->sh || !g->nrm_x || !g->nrm_n || !g->nrm_lo || !g->dnumel || !g->doff || !g->lay ||
-        !g->lin || !g->L || !g->resid || !g->hrow || !g->hloss || !g->run_lo || !g->run_n ||
-        !g->run_decay) {
+    if ((g->nslot && !g->slot) || !g->sh || !g->nrm_x || !g->nrm_n || !g->nrm_lo ||
+        !g->dnumel || !g->doff || !g->lay || !g->lin || !g->L || !g->resid || !g->hrow ||
+        !g->hloss || !g->run_lo || !g->run_n || !g->run_decay) {
         llmt__devtrain_destroy(g);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     }
@@ -707,36 +815,43 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     DA(g->mom2, P * 4, 0);
     if (f32) g->param = g->master;
     else DA(g->param, P * bf, 0);
-    for (int l = g->l0; l <= g->l1; l++)
-        DA(g->resid[l], Nr * C * bf, 1);
-    for (int l = 0; l < g->nacts; l++) {
-        if (g->nacts > 1 && (l < g->l0 || l >= g->l1))
-            continue; /* another pipeline stage's layer */
-        dlayer *a = &g->L[l];
-        DA(a->ln1, Nr * C * bf, 1);
-        DA(a->ln1m, Nr * 4, 1);
-        DA(a->ln1r, Nr * 4, 1);
-        DA(a->qkv, N * Q * bf, 1);
-        if (g->selective && l > g->l0) { /* one attention core output for all */
-            a->atty = g->L[g->l0].atty;
-            a->lse = g->L[g->l0].lse;
-        } else {
-            DA(a->atty, N * Ca * bf, 1);
-            DA(a->lse, NH * 4, 1);
+    for (int k = 0; k < (g->nslot ? g->nslot : 1); k++) {
+        if (k > 0 && (s = new_slot(g)) != LLMT_OK)
+            goto fail;
+        for (int l = g->l0; l <= g->l1; l++)
+            DA(g->resid[l], Nr * C * bf, 1);
+        for (int l = 0; l < g->nacts; l++) {
+            if (g->nacts > 1 && (l < g->l0 || l >= g->l1))
+                continue; /* another pipeline stage's layer */
+            dlayer *a = &g->L[l];
+            DA(a->ln1, Nr * C * bf, 1);
+            DA(a->ln1m, Nr * 4, 1);
+            DA(a->ln1r, Nr * 4, 1);
+            DA(a->qkv, N * Q * bf, 1);
+            if (g->selective && l > g->l0) { /* one attention core output for all */
+                a->atty = g->L[g->l0].atty;
+                a->lse = g->L[g->l0].lse;
+            } else {
+                DA(a->atty, N * Ca * bf, 1);
+                DA(a->lse, NH * 4, 1);
+            }
+            DA(a->res2, Nr * C * bf, 1);
+            DA(a->ln2, Nr * C * bf, 1);
+            DA(a->ln2m, Nr * 4, 1);
+            DA(a->ln2r, Nr * 4, 1);
+            DA(a->fch, N * F * bf, 1);
+            if (g->llama)
+                DA(a->fch3, N * F * bf, 1);
+            DA(a->fchg, N * F * bf, 1);
         }
-        DA(a->res2, Nr * C * bf, 1);
-        DA(a->ln2, Nr * C * bf, 1);
-        DA(a->ln2m, Nr * 4, 1);
-        DA(a->ln2r, Nr * 4, 1);
-        DA(a->fch, N * F * bf, 1);
-        if (g->llama) DA(a->fch3, N * F * bf, 1);
-        DA(a->fchg, N * F * bf, 1);
-    }
-    if (g->last) { /* the final norm and the head: the last pipeline stage */
-        DA(g->lnf, Nr * C * bf, 1);
-        DA(g->lnfm, Nr * 4, 1);
-        DA(g->lnfr, Nr * 4, 1);
-        DA(g->logits, N * Vp * bf, 1);
+        if (g->last) { /* the final norm and the head: the last pipeline stage */
+            DA(g->lnf, Nr * C * bf, 1);
+            DA(g->lnfm, Nr * 4, 1);
+            DA(g->lnfr, Nr * 4, 1);
+            DA(g->logits, N * Vp * bf, 1);
+        }
+        if (g->nslot)
+            save_slot(g, k);
     }
     DA(g->losses, (size_t)A * N * 4, 0); /* per step, not per micro-batch */
     DA(g->dres, Nr * C * bf, 1);
@@ -1794,7 +1909,8 @@ llmt_status llmt__devtrain_stage_begin(llmt__devtrain *g, const int32_t *inputs,
     S(g->op->memset0(g->d, g->grad, g->P * 4), "memset");
     g->dloss = (float)(1.0 / (double)count);
     g->micro = micro;
-    g->held = -1;
+    for (int k = 0; k < g->nslot; k++)
+        g->slot[k].micro = -1;
     g->fp8_gemms = 0;
     return LLMT_OK;
 }
@@ -1803,13 +1919,14 @@ llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
 {
     int B = g->B, T = g->T, N = B * T, L = g->m->cfg.layers;
     size_t C = (size_t)g->m->cfg.width;
-    if (a < 0 || a >= g->A || (!g->first && !x))
+    if (!g->nslot || a < 0 || a >= g->A || (!g->first && !x))
         return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: pipeline stage forward of micro-batch %d (of %d)%s", a,
                              g->A, !g->first && !x ? " without its input" : "");
+    use_slot(g, a % g->nslot);
     if (g->first)
         RS(embed_fwd(g, g->tok + (size_t)a * N, B, T));
-    else
+    else if (x != g->resid[g->l0]) /* received elsewhere than llmt__devtrain_stage_in */
         S(g->op->d2d(g->d, g->resid[g->l0], x, (size_t)N * C * g->es), "stage input");
     for (int l = g->l0; l < g->l1; l++)
         RS(layer_fwd(g, l, B, T));
@@ -1818,8 +1935,13 @@ llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
         RS(lin(g, &g->lin[L * NLIN], g->logits, NULL, g->lnf, N));
         RS(xent(g, g->losses + (size_t)a * N, g->tgt + (size_t)a * N, N, g->dloss));
     }
-    g->held = a;
+    g->slot[g->cur].micro = a;
     return LLMT_OK;
+}
+
+void *llmt__devtrain_stage_in(llmt__devtrain *g, int a)
+{
+    return g->nslot && a >= 0 && !g->first ? g->slot[a % g->nslot].resid[g->l0] : NULL;
 }
 
 void *llmt__devtrain_stage_out(llmt__devtrain *g)
@@ -1827,7 +1949,7 @@ void *llmt__devtrain_stage_out(llmt__devtrain *g)
     return g->last ? NULL : g->resid[g->l1];
 }
 
-llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *x, const void *dy)
+llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *dy)
 {
     int B = g->B, T = g->T, N = B * T, L = g->m->cfg.layers;
     size_t C = (size_t)g->m->cfg.width;
@@ -1836,10 +1958,15 @@ llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *x, co
                              "trainer: pipeline stage backward of micro-batch %d without "
                              "its output gradient",
                              a);
-    if (g->held != a) /* recompute the stage's activations of micro-batch a */
-        RS(llmt__devtrain_stage_fwd(g, a, x));
-    g->held = -1; /* the backward overwrites them */
-    if (g->dp)    /* data parallelism reduces during the last micro-batch's backward */
+    if (!g->nslot || a < 0 || g->slot[a % g->nslot].micro != a)
+        return llmt__err_set(g->e, LLMT_ERR_INTERNAL,
+                             "trainer: pipeline stage backward of micro-batch %d: its "
+                             "activations are not held (%d sets; a schedule keeps at most "
+                             "that many micro-batches in flight)",
+                             a, g->nslot);
+    use_slot(g, a % g->nslot);
+    g->slot[g->cur].micro = -1; /* the backward overwrites them */
+    if (g->dp) /* data parallelism reduces during the last micro-batch's backward */
         llmt__dp_micro(g->dp, a == g->micro - 1);
     if (g->last) { /* the logits hold dloss/dlogits (xent wrote them in place) */
         RS(lin_bwd(g, &g->lin[L * NLIN], g->dtmp, 0.0f, g->logits, g->lnf, N, NULL));

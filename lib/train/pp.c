@@ -13,8 +13,11 @@
  * tokens) and sends its output to s+1; B(a) receives its output's
  * gradient from s+1 and sends its input's gradient to s-1. Sends are
  * issued before the next receive, so the in-process and buffered
- * transports never wait on each other in a cycle. The time spent inside
- * receives is the stage's idle time (the bubble, plus any imbalance). */
+ * transports never wait on each other in a cycle. The engine keeps one
+ * activation set per micro-batch in flight (m under GPipe, p - s under
+ * 1F1B: the memory difference between the two) and receives each input
+ * straight into its set. The time spent inside receives is the stage's
+ * idle time (the bubble, plus any imbalance). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +32,8 @@ struct llmt__pp {
     int stage, stages, sched, micro, l0, l1;
     llmt_dtype store;
     size_t elems, es;
-    int nslots;
-    void **xin; /* the input of each micro-batch in flight, by a % nslots */
-    void *dy;   /* the output gradient being consumed */
+    int inflight; /* the engine's activation sets */
+    void *dy;     /* the output gradient being consumed */
     double step_s, idle_s;
     int64_t sent, recvd;
 };
@@ -142,11 +144,8 @@ void llmt__pp_destroy(llmt__pp *pp)
 {
     if (!pp)
         return;
-    for (int i = 0; pp->xin && i < pp->nslots; i++)
-        llmt__devtrain_stage_buf_free(pp->g, pp->xin[i]);
     llmt__devtrain_stage_buf_free(pp->g, pp->dy);
     llmt_comm_destroy(pp->emb);
-    free(pp->xin);
     free(pp);
 }
 
@@ -175,14 +174,8 @@ llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int micr
     pp->store = store;
     pp->es = llmt_dtype_size(store);
     pp->elems = llmt__devtrain_stage_elems(g);
-    /* micro-batches in flight: all of them under GPipe, p - s under 1F1B */
-    int inflight = schedule == LLMT__PP_GPIPE ? micro : n - r;
-    pp->nslots = r == 0 ? 0 : inflight < micro ? inflight : micro;
-    pp->xin = calloc((size_t)pp->nslots + 1, sizeof *pp->xin);
-    llmt_status s =
-        pp->xin ? LLMT_OK : llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
-    for (int i = 0; s == LLMT_OK && i < pp->nslots; i++)
-        s = llmt__devtrain_stage_buf(g, &pp->xin[i], pp->elems * pp->es);
+    pp->inflight = llmt__pp_inflight(schedule, micro, n, r);
+    llmt_status s = LLMT_OK;
     if (s == LLMT_OK && r < n - 1)
         s = llmt__devtrain_stage_buf(g, &pp->dy, pp->elems * pp->es);
     /* a tied head: the first and the last stage sum wte's gradient
@@ -235,18 +228,20 @@ static llmt_status pp_send(llmt__pp *pp, const void *buf, int peer, const char *
     return LLMT_OK;
 }
 
-static void *slot(llmt__pp *pp, int a)
+int llmt__pp_inflight(int schedule, int micro, int stages, int stage)
 {
-    return pp->nslots ? pp->xin[a % pp->nslots] : NULL;
+    int n = schedule == LLMT__PP_GPIPE ? micro : stages - stage;
+    return n < micro ? n : micro;
 }
 
 static llmt_status fwd(llmt__pp *pp, int a)
 {
     llmt_status s;
     int first = pp->stage == 0, last = pp->stage == pp->stages - 1;
-    if (!first && (s = pp_recv(pp, slot(pp, a), pp->stage - 1, "receive the activations", a)))
+    void *x = llmt__devtrain_stage_in(pp->g, a); /* received in place */
+    if (!first && (s = pp_recv(pp, x, pp->stage - 1, "receive the activations", a)))
         return s;
-    if ((s = llmt__devtrain_stage_fwd(pp->g, a, slot(pp, a))) != LLMT_OK)
+    if ((s = llmt__devtrain_stage_fwd(pp->g, a, x)) != LLMT_OK)
         return s;
     if (!last)
         return pp_send(pp, llmt__devtrain_stage_out(pp->g), pp->stage + 1,
@@ -260,7 +255,7 @@ static llmt_status bwd(llmt__pp *pp, int a)
     int first = pp->stage == 0, last = pp->stage == pp->stages - 1;
     if (!last && (s = pp_recv(pp, pp->dy, pp->stage + 1, "receive the gradient", a)))
         return s;
-    if ((s = llmt__devtrain_stage_bwd(pp->g, a, slot(pp, a), last ? NULL : pp->dy)) != LLMT_OK)
+    if ((s = llmt__devtrain_stage_bwd(pp->g, a, last ? NULL : pp->dy)) != LLMT_OK)
         return s;
     if (!first)
         return pp_send(pp, llmt__devtrain_stage_dx(pp->g), pp->stage - 1, "send the gradient",
@@ -357,7 +352,7 @@ void llmt__pp_info_get(const llmt__pp *pp, llmt__pp_info *out)
     out->l1 = pp->l1;
     out->micro = pp->micro;
     out->schedule = pp->sched;
-    out->slots = pp->nslots;
+    out->slots = pp->inflight;
     out->step_s = pp->step_s;
     out->idle_s = pp->idle_s;
     out->sent_bytes = pp->sent;

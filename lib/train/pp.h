@@ -18,6 +18,10 @@ enum { LLMT__PP_1F1B = 0, LLMT__PP_GPIPE = 1, LLMT__PP_INTERLEAVED = 2 };
 llmt_status llmt__pp_layout(llmt_err *e, const llmt_model_config *c, int T, int stages,
                             const int32_t *counts, int n, int *first);
 
+/* Micro-batches in flight on `stage` under the schedule (the engine's
+ * activation sets): m under GPipe, min(m, stages - stage) under 1F1B. */
+int llmt__pp_inflight(int schedule, int micro, int stages, int stage);
+
 /* The schedule over `comm` (this rank's stage = its rank) for the engine
  * g of that stage (it must outlive the llmt__pp), `micro` micro-batches a
  * step. Collective over comm (a tied head's embedding group is split off

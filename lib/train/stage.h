@@ -7,12 +7,11 @@
  * of its micro-batches that runs each micro-batch's forward before its
  * backward and the backwards in micro-batch order, then end.
  *
- * The engine holds the activations of one micro-batch: the schedule keeps
- * the input of every micro-batch in flight, and the backward of a
- * micro-batch the engine does not hold re-runs the stage's forward from
- * that input first (recompute at stage granularity), so a stage's memory
- * is its parameters, one activation set and one boundary tensor (B x T x
- * width) per micro-batch in flight. */
+ * The engine holds `slots` activation sets, one per micro-batch in flight
+ * (micro-batch a in set a % slots, from its forward to its backward): the
+ * schedule must never have more in flight. A stage's memory is its
+ * parameters and that many activation sets of its layers (with
+ * recompute, of what recompute keeps). */
 #ifndef LLMT_TRAIN_STAGE_H
 #define LLMT_TRAIN_STAGE_H
 
@@ -21,6 +20,7 @@
 typedef struct llmt__devtrain_stage {
     int stage, stages; /* this one of `stages` (1: the whole model) */
     int l0, l1;        /* its layers [l0, l1) */
+    int slots;         /* activation sets: micro-batches in flight (>= 1) */
 } llmt__devtrain_stage;
 
 /* llmt__devtrain_create_tp for one pipeline stage (st NULL: the whole
@@ -38,16 +38,19 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
 llmt_status llmt__devtrain_stage_begin(llmt__devtrain *g, const int32_t *inputs,
                                        const int32_t *targets, int micro, int64_t count);
 /* Micro-batch a's forward: from its tokens on the first stage, else from
- * x (the previous stage's output, B*T*width storage-typed elements); the
- * last stage ends with the loss (and its gradient in place). */
+ * x (the previous stage's output, B*T*width storage-typed elements; best
+ * received straight into llmt__devtrain_stage_in(g, a)); the last stage
+ * ends with the loss (and its gradient in place). */
 llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x);
+/* Where micro-batch a's input lives (its activation set's; NULL on the
+ * first stage). */
+void *llmt__devtrain_stage_in(llmt__devtrain *g, int a);
 /* The output of the last forward (not on the last stage). */
 void *llmt__devtrain_stage_out(llmt__devtrain *g);
 /* Micro-batch a's backward from dy (the next stage's input gradient; NULL
- * on the last stage); x as for its forward (re-run when the engine does
- * not hold a's activations). Leaves the input gradient in
+ * on the last stage), after its forward. Leaves the input gradient in
  * llmt__devtrain_stage_dx. */
-llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *x, const void *dy);
+llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *dy);
 void *llmt__devtrain_stage_dx(llmt__devtrain *g);
 /* After the backwards: the sum of the step's losses (0 but on the last
  * stage); with data parallelism its reductions are waited for and the sum

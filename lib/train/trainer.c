@@ -1059,7 +1059,8 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
     llmt__devtrain *dev = NULL;
     llmt__pp *pp = NULL;
     if (s == LLMT_OK) {
-        llmt__devtrain_stage st = {r, n, first[r], first[r + 1]};
+        llmt__devtrain_stage st = {r, n, first[r], first[r + 1],
+                                   llmt__pp_inflight(o.schedule, tr->o.grad_accum, n, r)};
         llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
         s = llmt__devtrain_create_stage(&tr->err, tr->ops, &d, tr->model, tr->B, tr->T,
                                         tr->o.grad_accum, tr->o.recompute, NULL, NULL, &st,
@@ -1111,7 +1112,7 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
         r.first_layer = i.l0;
         r.layers = i.l1 - i.l0;
         r.schedule = i.schedule;
-        r.inputs_kept = i.slots;
+        r.in_flight = i.slots;
         r.step_seconds = i.step_s;
         r.idle_seconds = i.idle_s;
         r.bubble = i.step_s > 0.0 ? i.idle_s / i.step_s : 0.0;

@@ -267,7 +267,7 @@ int main(void)
     printf("llmt_pp_stats.layers %zu\n", offsetof(llmt_pp_stats, layers));
     printf("llmt_pp_stats.micro_batches %zu\n", offsetof(llmt_pp_stats, micro_batches));
     printf("llmt_pp_stats.schedule %zu\n", offsetof(llmt_pp_stats, schedule));
-    printf("llmt_pp_stats.inputs_kept %zu\n", offsetof(llmt_pp_stats, inputs_kept));
+    printf("llmt_pp_stats.in_flight %zu\n", offsetof(llmt_pp_stats, in_flight));
     printf("llmt_pp_stats.param_bytes %zu\n", offsetof(llmt_pp_stats, param_bytes));
     printf("llmt_pp_stats.step_seconds %zu\n", offsetof(llmt_pp_stats, step_seconds));
     printf("llmt_pp_stats.idle_seconds %zu\n", offsetof(llmt_pp_stats, idle_seconds));

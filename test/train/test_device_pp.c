@@ -68,6 +68,7 @@ typedef struct rank_arg {
     float *params; /* the host model after sync_params */
     int64_t numel;
     llmt_pp_stats ps;
+    int64_t act_bytes; /* llmt_trainer_memory's activations */
     llmt_status st;
     char err[1024];
 } rank_arg;
@@ -141,6 +142,12 @@ static void *rank_main(void *p)
     a->ps.struct_size = sizeof a->ps;
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_pp_stats(tr, &a->ps);
+    llmt_trainer_memory mem;
+    memset(&mem, 0, sizeof mem);
+    mem.struct_size = sizeof mem;
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_memory_usage(tr, &mem);
+    a->act_bytes = mem.activations + mem.device_activations; /* a stage is not host-resident */
     if (a->st != LLMT_OK)
         snprintf(a->err, sizeof a->err, "%s",
                  tr  ? llmt_trainer_last_error(tr)
@@ -249,6 +256,9 @@ static void compare(const char *name, int llama, int layers, int pp, int m, int 
         CHECK(a[r].ps.first_layer == next && a[r].ps.layers >= 1);
         if (split)
             CHECK(a[r].ps.layers == split[r]);
+        /* activation sets: every micro-batch under GPipe, p - s under 1F1B */
+        int fl = sched == LLMT_PP_GPIPE ? m : pp - r < m ? pp - r : m;
+        CHECK(a[r].ps.in_flight == fl);
         next += a[r].ps.layers;
         if (r == pp - 1)
             CHECK(next == layers);
@@ -407,6 +417,34 @@ static void compare_dp(const char *name, int llama, int m, int sched, int zero)
     free_args(a, PP * DP);
 }
 
+/* The schedules differ in memory: stage 0 of pp 2 holds the activations
+ * of m = 4 micro-batches under GPipe, of 2 under 1F1B (and each set is
+ * its layers' share of one rank's: the stages' sets sum to one rank's). */
+static void check_memory(void)
+{
+    config(0, 4);
+    rank_arg g[2], f[2], one[1];
+    run(2, 4, LLMT_PP_GPIPE, NULL, g);
+    run(2, 4, LLMT_PP_1F1B, NULL, f);
+    run(1, 4, LLMT_PP_1F1B, NULL, one);
+    for (int r = 0; r < 2; r++)
+        CHECK(g[r].st == LLMT_OK && f[r].st == LLMT_OK);
+    CHECK(one[0].st == LLMT_OK);
+    /* one set of stage 0: (GPipe - 1F1B) / 2 sets; stage 1 (last) under
+     * 1F1B holds one set */
+    int64_t set0 = (g[0].act_bytes - f[0].act_bytes) / 2;
+    CHECK(g[0].act_bytes > f[0].act_bytes);
+    CHECK(g[1].act_bytes > f[1].act_bytes);
+    CHECK(set0 > 0 && set0 < one[0].act_bytes);
+    printf("activations, pp 2 m 4, stage 0: GPipe %lld bytes (4 sets), 1F1B %lld (2 sets); "
+           "stage 1: %lld, %lld; one rank: %lld\n",
+           (long long)g[0].act_bytes, (long long)f[0].act_bytes, (long long)g[1].act_bytes,
+           (long long)f[1].act_bytes, (long long)one[0].act_bytes);
+    free_args(g, 2);
+    free_args(f, 2);
+    free_args(one, 1);
+}
+
 /* Refused before any collective, naming the key; the trainer still works. */
 static void check_bad(void)
 {
@@ -499,6 +537,7 @@ int main(void)
     compare_dp("llama", 1, 4, LLMT_PP_GPIPE, 1);
     compare_dp("gpt2", 0, 4, LLMT_PP_1F1B, 1);
     check_dp_refused();
+    check_memory();
     check_bad();
     printf("worst: loss %.2e relative, parameters %.2e absolute\n", g_worst_loss,
            g_worst_param);

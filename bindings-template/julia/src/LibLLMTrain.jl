@@ -466,7 +466,7 @@ struct llmt_pp_stats
     layers::Int32
     micro_batches::Int32
     schedule::Int32
-    inputs_kept::Int32
+    in_flight::Int32
     param_bytes::Int64
     step_seconds::Float64
     idle_seconds::Float64

@@ -271,7 +271,7 @@ fn layout_matches_c() {
     mine += &format!("llmt_pp_stats.layers {}\n", offset_of!(llmt_pp_stats, layers));
     mine += &format!("llmt_pp_stats.micro_batches {}\n", offset_of!(llmt_pp_stats, micro_batches));
     mine += &format!("llmt_pp_stats.schedule {}\n", offset_of!(llmt_pp_stats, schedule));
-    mine += &format!("llmt_pp_stats.inputs_kept {}\n", offset_of!(llmt_pp_stats, inputs_kept));
+    mine += &format!("llmt_pp_stats.in_flight {}\n", offset_of!(llmt_pp_stats, in_flight));
     mine += &format!("llmt_pp_stats.param_bytes {}\n", offset_of!(llmt_pp_stats, param_bytes));
     mine += &format!("llmt_pp_stats.step_seconds {}\n", offset_of!(llmt_pp_stats, step_seconds));
     mine += &format!("llmt_pp_stats.idle_seconds {}\n", offset_of!(llmt_pp_stats, idle_seconds));
