@@ -21,6 +21,7 @@
 #include "exec/fp8.h"
 #include "train/device.h"
 #include "train/dp.h"
+#include "train/cp.h"
 #include "train/stage.h"
 
 #define NOP LLMT__NOPARAM
@@ -150,6 +151,9 @@ struct llmt__devtrain {
      * (micro-batch a in slot a % nslot; 0 without pipeline parallelism) */
     actset *slot;
     int nslot, cur;
+    /* context parallelism (lib/train/cp.h), or NULL: T is this rank's
+     * rows of each sequence, at the global positions cp gives */
+    llmt__cp *cp;
 };
 
 /* Forward the backend's message for a failed op. */
@@ -1291,6 +1295,29 @@ static llmt_status lin_bwd(llmt__devtrain *g, const llmt__linear *L, void *dx, f
     return s;
 }
 
+/* Learned positions under context parallelism: this rank's T rows of a
+ * sequence are two runs of consecutive global positions (cp.h), each
+ * looked up from wpe at its first position. */
+static llmt_status cp_embed(llmt__devtrain *g, const int32_t *tok, int B, int T, int fwd)
+{
+    const llmt__vocab *E = &g->voc;
+    const int32_t *pos = llmt__cp_pos(g->cp);
+    int Tc = T / 2;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < 2; h++) {
+            size_t row = (size_t)b * T + (size_t)h * Tc, p0 = (size_t)pos[h * Tc] * E->C;
+            if (fwd)
+                S(g->op->embedding_fwd(g->d, at(g, g->resid[0], row * E->C), tok + row,
+                                       pw(g, E->wte), pw(g, E->wpe + p0), 1, Tc, E->C),
+                  "embedding");
+            else
+                S(g->op->embedding_bwd(g->d, g->grad + E->wte, g->grad + E->wpe + p0,
+                                       at(g, g->dres, row * E->C), tok + row, 1, Tc, E->C),
+                  "embedding backward");
+        }
+    return LLMT_OK;
+}
+
 /* The vocabulary op: embedding forward and backward, and the loss. */
 static llmt_status embed_fwd(llmt__devtrain *g, const int32_t *tok, int B, int T)
 {
@@ -1302,6 +1329,8 @@ static llmt_status embed_fwd(llmt__devtrain *g, const int32_t *tok, int B, int T
                                     E->wpe == NOP || g->tpr ? NULL : pw(g, E->wpe), B, T, E->C,
                                     E->lo, E->hi - E->lo),
           "embedding");
+    else if (g->cp && E->wpe != NOP)
+        return cp_embed(g, tok, B, T, 1);
     else
         S(g->op->embedding_fwd(g->d, g->resid[0], tok, pw(g, E->wte),
                                E->wpe == NOP ? NULL : pw(g, E->wpe), B, T, E->C),
@@ -1329,6 +1358,8 @@ static llmt_status embed_bwd(llmt__devtrain *g, const int32_t *tok, int B, int T
         S(g->op->embedding_part_bwd(g->d, g->grad + E->wte, dwpe, dout, tok, B, T, E->C, E->lo,
                                     E->hi - E->lo),
           "embedding backward");
+    else if (g->cp && E->wpe != NOP)
+        return cp_embed(g, tok, B, T, 0);
     else
         S(g->op->embedding_bwd(g->d, g->grad + E->wte, dwpe, g->dres, tok, B, T, E->C),
           "embedding backward");
@@ -1423,11 +1454,28 @@ static lctx layer_ctx(const llmt__devtrain *g, int l, int B, int T)
 /* The attention core of a layer: softmax(q k^T) v from its qkv (roped
  * already), into atty and the saved state. Selective recompute re-runs
  * just this before the layer's backward. */
+/* RoPE of n heads of hd in the B x T rows of x (stride Q); context
+ * parallel: at this rank's global positions. */
+static llmt_status rope(llmt__devtrain *g, void *x, int B, int T, int n, size_t Q, float theta,
+                        int inverse)
+{
+    if (g->cp) {
+        llmt__attn_cp_rope(g->es != sizeof(float), x, B, T, n, g->m->head_dim, Q, theta,
+                           inverse, llmt__cp_pos(g->cp));
+        return LLMT_OK;
+    }
+    S(g->op->rope(g->d, x, B, T, n, g->m->head_dim, Q, theta, inverse),
+      inverse ? "rope backward" : "rope");
+    return LLMT_OK;
+}
+
 static llmt_status attn_core(llmt__devtrain *g, const lctx *L, int B, int T)
 {
     dlayer *a = L->a;
     int nh = L->nh, nkv = L->nkv, hd = L->hd;
     const void *q = a->qkv, *k = at(g, q, (size_t)nh * hd), *v = at(g, k, (size_t)nkv * hd);
+    if (g->cp) /* the whole sequence's keys, from every rank of the group */
+        return llmt__cp_attn_fwd(g->cp, a->atty, a->lse, q, (size_t)L->Q, B, T, nh, nkv, hd);
     S(g->op->attention_fwd(g->d, a->atty, a->lse, q, k, v, (size_t)L->Q, B, T, nh, nkv, hd),
       "attention");
     return LLMT_OK;
@@ -1448,8 +1496,8 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     R(lin(g, &L.lin[LQKV], a->qkv, NULL, in, N));
     void *q = a->qkv, *k = at(g, q, (size_t)nh * hd);
     if (g->llama) {
-        S(g->op->rope(g->d, q, B, T, nh, hd, (size_t)Q, c->rope_theta, 0), "rope");
-        S(g->op->rope(g->d, k, B, T, nkv, hd, (size_t)Q, c->rope_theta, 0), "rope");
+        R(rope(g, q, B, T, nh, (size_t)Q, c->rope_theta, 0));
+        R(rope(g, k, B, T, nkv, (size_t)Q, c->rope_theta, 0));
     }
     R(attn_core(g, &L, B, T));
     R(lin(g, &L.lin[LPROJ], g->dtmp, NULL, a->atty, N));
@@ -1504,12 +1552,16 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
     R(lin_bwd(g, &L.lin[LPROJ], g->dtmp, 0.0f, g->dres, a->atty, N, NULL));
     const void *q = a->qkv, *k = at(g, q, (size_t)nh * hd), *v = at(g, k, (size_t)nkv * hd);
     void *dq = g->dqkv, *dk = at(g, dq, (size_t)nh * hd), *dv = at(g, dk, (size_t)nkv * hd);
-    S(g->op->attention_bwd(g->d, dq, dk, dv, g->dtmp, a->atty, a->lse, q, k, v, (size_t)Q, B,
-                           T, nh, nkv, hd),
-      "attention backward");
+    if (g->cp)
+        R(llmt__cp_attn_bwd(g->cp, g->dqkv, g->dtmp, a->atty, a->lse, a->qkv, (size_t)Q, B, T,
+                            nh, nkv, hd));
+    else
+        S(g->op->attention_bwd(g->d, dq, dk, dv, g->dtmp, a->atty, a->lse, q, k, v, (size_t)Q,
+                               B, T, nh, nkv, hd),
+          "attention backward");
     if (g->llama) {
-        S(g->op->rope(g->d, dq, B, T, nh, hd, (size_t)Q, c->rope_theta, 1), "rope backward");
-        S(g->op->rope(g->d, dk, B, T, nkv, hd, (size_t)Q, c->rope_theta, 1), "rope backward");
+        R(rope(g, dq, B, T, nh, (size_t)Q, c->rope_theta, 1));
+        R(rope(g, dk, B, T, nkv, (size_t)Q, c->rope_theta, 1));
     }
     R(col_input(g, &L.lin[LQKV], a->ln1, N, &in));
     R(lin_bwd(g, &L.lin[LQKV], g->dtmp, 0.0f, g->dqkv, in, N, NULL));
@@ -1706,6 +1758,11 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
      * and data parallel share) */
     if (g->dp && llmt__dp_end(g->dp, loss_sum) != LLMT_OK)
         return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
+    /* context parallelism: replicated weights, each rank's gradient from
+     * its rows (host memory: cp.h) */
+    if (g->cp && ((s = llmt__cp_sum(g->cp, g->grad, g->P)) != LLMT_OK ||
+                  (s = llmt__cp_sum_double(g->cp, loss_sum)) != LLMT_OK))
+        return s;
     if (g->kvrep && (s = tp_kv_reduce(g)) != LLMT_OK)
         return s;
     if (g->sp && (s = sp_norm_reduce(g)) != LLMT_OK)
@@ -1774,7 +1831,7 @@ llmt_status llmt__devtrain_loss(llmt__devtrain *g, const int32_t *inputs,
     R(xent(g, g->losses, g->tgt, N, 0.0f));
     S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)N * sizeof(float)), "read the losses");
     *loss_sum = host_sum(g->hloss, (size_t)N);
-    return LLMT_OK;
+    return g->cp ? llmt__cp_sum_double(g->cp, loss_sum) : LLMT_OK;
 }
 
 llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, int len,
@@ -1785,6 +1842,10 @@ llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, in
     if (len < 1 || len > g->T)
         return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: device generate: %d tokens (at most %d)", len, g->T);
+    if (g->cp)
+        return llmt__err_set(g->e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: generate under context parallelism is not supported "
+                             "yet (parallelism.cp 1)");
     int run = len;
     sp_pad(g, &tok, NULL, 1, &run);
     S(g->op->h2d(g->d, g->tok, tok, (size_t)run * 4), "upload tokens");
@@ -2065,3 +2126,8 @@ size_t llmt__devtrain_param_floats(const llmt__devtrain *g)
     return g->P;
 }
 #undef RS
+
+void llmt__devtrain_set_cp(llmt__devtrain *g, llmt__cp *cp)
+{
+    g->cp = cp;
+}

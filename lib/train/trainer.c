@@ -11,6 +11,7 @@
 
 #include "exec/exec.h"
 #include "model/model.h"
+#include "train/cp.h"
 #include "train/device.h"
 #include "train/dp.h"
 #include "train/pp.h"
@@ -29,6 +30,11 @@ struct llmt_trainer {
     llmt__dp *dp;  /* data parallelism (lib/train/dp.c), or NULL */
     llmt__tp *tp;  /* tensor parallelism (lib/train/tp.c), or NULL */
     llmt__pp *pp;  /* pipeline parallelism (lib/train/pp.c), or NULL */
+    /* context parallelism (lib/train/cp.c), or NULL: the engine is made
+     * for T / cp rows of each sequence; cp_in, cp_tg hold this rank's
+     * rows of a step's batch */
+    llmt__cp *cp;
+    int32_t *cp_in, *cp_tg;
     const llmt__dev_ops *ops; /* the engine's backend */
     /* the engine (lib/train/device.c): grads, m and v are its host
      * mirrors, brought up to date from the device on demand (they ARE its
@@ -88,6 +94,9 @@ LLMT_API void llmt_trainer_destroy(llmt_trainer *tr)
     llmt__pp_destroy(tr->pp);
     llmt__devtrain_destroy(tr->dev); /* grads, m and v are its mirrors */
     llmt__tp_destroy(tr->tp);
+    llmt__cp_destroy(tr->cp);
+    free(tr->cp_in);
+    free(tr->cp_tg);
     if (tr->gen_ctx) llmt__free(ctx, tr->gen_ctx, (size_t)tr->T * sizeof(int32_t));
     llmt__free(ctx, tr, sizeof *tr);
 }
@@ -269,11 +278,19 @@ static llmt_status fwd_bwd(llmt_trainer *tr, const char *what, const llmt_batch 
                              "trainer: the batch has no target to learn "
                              "(all < 0)");
     double sum = 0.0;
+    const int32_t *in = b->inputs, *tg = b->targets;
+    if (tr->cp) { /* this rank's rows of every sequence; count is global */
+        int rows = tr->B * tr->o.grad_accum;
+        llmt__cp_local(tr->cp, b->inputs, tr->cp_in, rows);
+        llmt__cp_local(tr->cp, b->targets, tr->cp_tg, rows);
+        in = tr->cp_in;
+        tg = tr->cp_tg;
+    }
     if (tr->pp) /* the pipeline's schedule over this stage (lib/train/pp.c) */
         s = llmt__pp_fwd_bwd(tr->pp, b->inputs, b->targets, count, &sum, &tr->dev_sumsq);
     else
-        s = llmt__devtrain_fwd_bwd(tr->dev, b->inputs, b->targets, tr->o.grad_accum, count,
-                                   &sum, &tr->dev_sumsq);
+        s = llmt__devtrain_fwd_bwd(tr->dev, in, tg, tr->o.grad_accum, count, &sum,
+                                   &tr->dev_sumsq);
     if (s != LLMT_OK) return s;
     tr->stale_grads = 1;
     *loss = (float)(sum / (double)count);
@@ -426,7 +443,13 @@ LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b
         int Bc = b->sequences - r < tr->B ? b->sequences - r : tr->B;
         const int32_t *in = b->inputs + per * r, *tg = b->targets + per * r;
         double part = 0.0;
-        s = llmt__devtrain_loss(tr->dev, in, tg, Bc, tr->T, &part);
+        if (tr->cp) { /* this rank's rows; the engine sums over the group */
+            llmt__cp_local(tr->cp, in, tr->cp_in, Bc);
+            llmt__cp_local(tr->cp, tg, tr->cp_tg, Bc);
+            s = llmt__devtrain_loss(tr->dev, tr->cp_in, tr->cp_tg, Bc,
+                                    tr->T / llmt__cp_size(tr->cp), &part);
+        } else
+            s = llmt__devtrain_loss(tr->dev, in, tg, Bc, tr->T, &part);
         if (s != LLMT_OK) return s;
         sum += part;
         for (size_t i = 0; i < per * (size_t)Bc; i++) count += tg[i] >= 0;
@@ -829,6 +852,10 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
                              "head's two copies do not line up, ZeRO-3 gathers are not in "
                              "the stage's forward)",
                              (int)opts->zero_stage);
+    if (tr->cp && comm)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_comm: data parallelism with context parallelism is "
+                             "not supported yet (parallelism.dp 1 or parallelism.cp 1)");
     if (tr->dp) {
         llmt_status s = detach(tr);
         if (s != LLMT_OK) return s;
@@ -920,6 +947,10 @@ LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_tp_comm: attach tensor parallelism before data "
                              "parallelism (llmt_trainer_set_comm)");
+    if (tr->cp)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_tp_comm: tensor parallelism with context "
+                             "parallelism is not supported yet (parallelism.cp 1)");
     if (tr->pp)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_tp_comm: tensor parallelism with pipeline "
@@ -991,6 +1022,10 @@ static llmt_status pp_check(llmt_trainer *tr, const llmt_pp_opts *o, int32_t n)
         return llmt__err_set(e, LLMT_ERR_STATE,
                              "trainer: set_pp_comm: attach pipeline parallelism before data "
                              "parallelism (llmt_trainer_set_comm)");
+    if (tr->cp)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_pp_comm: pipeline parallelism with context "
+                             "parallelism is not supported yet (parallelism.cp 1)");
     if (tr->tp)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_pp_comm: pipeline parallelism with tensor "
@@ -1128,4 +1163,84 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
 int llmt__trainer_has_pp(const llmt_trainer *tr)
 {
     return tr->pp != NULL;
+}
+
+/* ---- context parallelism (lib/train/cp.c) */
+
+/* What context parallelism does not compose with yet. */
+static llmt_status cp_check(llmt_trainer *tr)
+{
+    const char *other = tr->dp ? "data" : tr->tp ? "tensor" : tr->pp ? "pipeline" : NULL;
+    if (other)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_cp_comm: context parallelism with %s parallelism "
+                             "is not supported yet (parallelism.cp 1)",
+                             other);
+    if (tr->o.fp8)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_cp_comm: fp8 with context parallelism is not "
+                             "supported yet (set fp8 off)");
+    if (!tr->ops->host_memory)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_cp_comm: context parallelism runs on the cpu and "
+                             "emulated backends for now, not %s (its attention exchange is "
+                             "on host memory)",
+                             tr->ops->name);
+    return LLMT_OK;
+}
+
+/* A new engine for T / cp rows of each sequence (T: NULL or a group of
+ * one), made from the host copies of the parameters and moments. */
+llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant)
+{
+    if (!tr)
+        return LLMT_ERR_NULL_POINTER;
+    int32_t n = 1;
+    if (comm && llmt_comm_size(comm, &n) != LLMT_OK)
+        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_cp_comm: %s",
+                             llmt_comm_last_error(comm));
+    if (n <= 1 && !tr->cp)
+        return LLMT_OK;
+    llmt_status s = cp_check(tr);
+    llmt__cp *cp = NULL;
+    if (s == LLMT_OK && n > 1)
+        s = llmt__cp_create(&tr->err, comm, variant, tr->T, tr->ops->store != LLMT_DTYPE_FP32,
+                            &cp);
+    if (s == LLMT_OK)
+        s = host_sync(tr, 1, 1, 0);
+    size_t rows = (size_t)tr->B * (size_t)tr->o.grad_accum * (size_t)(tr->T / n);
+    int32_t *in = malloc(rows * sizeof *in), *tg = malloc(rows * sizeof *tg);
+    if (s == LLMT_OK && (!in || !tg))
+        s = llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    llmt__devtrain *dev = NULL;
+    if (s == LLMT_OK) {
+        llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
+        s = llmt__devtrain_create(&tr->err, tr->ops, &d, tr->model, tr->B, tr->T / n,
+                                  tr->o.grad_accum, tr->o.recompute, NULL, &dev);
+    }
+    if (s == LLMT_OK) {
+        llmt__devtrain_set_cp(dev, cp);
+        s = llmt__devtrain_upload(dev, tr->model->data, tr->m, tr->v);
+    }
+    if (s != LLMT_OK) {
+        llmt__devtrain_destroy(dev);
+        llmt__cp_destroy(cp);
+        free(in);
+        free(tg);
+        return s;
+    }
+    llmt__devtrain_destroy(tr->dev);
+    llmt__cp_destroy(tr->cp);
+    free(tr->cp_in);
+    free(tr->cp_tg);
+    tr->dev = dev;
+    tr->cp = cp;
+    tr->cp_in = in;
+    tr->cp_tg = tg;
+    tr->grads = llmt__devtrain_host_grads(dev);
+    tr->m = llmt__devtrain_host_m(dev);
+    tr->v = llmt__devtrain_host_v(dev);
+    tr->stale_params = 0;
+    tr->stale_moments = tr->stale_grads = 1;
+    return LLMT_OK;
 }
