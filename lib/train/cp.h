@@ -74,8 +74,10 @@ void llmt__devtrain_set_cp(struct llmt__devtrain *g, llmt__cp *cp);
  * group; NULL or a group of one: none), variant LLMT__CP_RING or
  * LLMT__CP_ALL_GATHER. Collective over comm: every rank calls
  * llmt_trainer_step with the same whole sequences and trains on its
- * rows. Refused with data, tensor or pipeline parallelism, fp8 and on
- * CUDA; refused, naming model.seq_len, when 2 x cp does not divide it. */
+ * rows. Tensor parallelism attached before composes (each CP rank holds
+ * its TP shard; the CP group joins ranks of equal TP rank). Refused with
+ * data, pipeline or sequence parallelism, fp8 and on CUDA; refused,
+ * naming model.seq_len, when 2 x cp does not divide it. */
 llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant);
 
 #endif

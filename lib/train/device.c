@@ -1297,7 +1297,8 @@ static llmt_status lin_bwd(llmt__devtrain *g, const llmt__linear *L, void *dx, f
 
 /* Learned positions under context parallelism: this rank's T rows of a
  * sequence are two runs of consecutive global positions (cp.h), each
- * looked up from wpe at its first position. */
+ * looked up from wpe at its first position (with a vocabulary split, by
+ * tensor parallel rank 0 only, as embed_fwd's). */
 static llmt_status cp_embed(llmt__devtrain *g, const int32_t *tok, int B, int T, int fwd)
 {
     const llmt__vocab *E = &g->voc;
@@ -1306,13 +1307,24 @@ static llmt_status cp_embed(llmt__devtrain *g, const int32_t *tok, int B, int T,
     for (int b = 0; b < B; b++)
         for (int h = 0; h < 2; h++) {
             size_t row = (size_t)b * T + (size_t)h * Tc, p0 = (size_t)pos[h * Tc] * E->C;
-            if (fwd)
-                S(g->op->embedding_fwd(g->d, at(g, g->resid[0], row * E->C), tok + row,
-                                       pw(g, E->wte), pw(g, E->wpe + p0), 1, Tc, E->C),
+            void *o = at(g, g->resid[0], row * E->C), *d = at(g, g->dres, row * E->C);
+            int lo = E->lo, Vl = E->hi - E->lo;
+            if (fwd && E->split != LLMT__SPLIT_NONE)
+                S(g->op->embedding_part_fwd(g->d, o, tok + row, pw(g, E->wte),
+                                            g->tpr ? NULL : pw(g, E->wpe + p0), 1, Tc, E->C, lo,
+                                            Vl),
                   "embedding");
+            else if (fwd)
+                S(g->op->embedding_fwd(g->d, o, tok + row, pw(g, E->wte), pw(g, E->wpe + p0), 1,
+                                       Tc, E->C),
+                  "embedding");
+            else if (E->split != LLMT__SPLIT_NONE)
+                S(g->op->embedding_part_bwd(g->d, g->grad + E->wte, g->grad + E->wpe + p0, d,
+                                            tok + row, 1, Tc, E->C, lo, Vl),
+                  "embedding backward");
             else
-                S(g->op->embedding_bwd(g->d, g->grad + E->wte, g->grad + E->wpe + p0,
-                                       at(g, g->dres, row * E->C), tok + row, 1, Tc, E->C),
+                S(g->op->embedding_bwd(g->d, g->grad + E->wte, g->grad + E->wpe + p0, d,
+                                       tok + row, 1, Tc, E->C),
                   "embedding backward");
         }
     return LLMT_OK;
@@ -1324,13 +1336,15 @@ static llmt_status embed_fwd(llmt__devtrain *g, const int32_t *tok, int B, int T
     const llmt__vocab *E = &g->voc;
     /* sequence parallel: every row's partial sum, then this rank's rows */
     void *out = g->sp ? g->gat : g->resid[0];
-    if (E->split != LLMT__SPLIT_NONE) /* rows [lo, hi); wpe added once, by rank 0 */
+    if (g->cp && E->wpe != NOP) { /* by chunk of positions (cp.h), the same ops */
+        llmt_status cs = cp_embed(g, tok, B, T, 1);
+        if (cs != LLMT_OK)
+            return cs;
+    } else if (E->split != LLMT__SPLIT_NONE) /* rows [lo, hi); wpe added once, by rank 0 */
         S(g->op->embedding_part_fwd(g->d, out, tok, pw(g, E->wte),
                                     E->wpe == NOP || g->tpr ? NULL : pw(g, E->wpe), B, T, E->C,
                                     E->lo, E->hi - E->lo),
           "embedding");
-    else if (g->cp && E->wpe != NOP)
-        return cp_embed(g, tok, B, T, 1);
     else
         S(g->op->embedding_fwd(g->d, g->resid[0], tok, pw(g, E->wte),
                                E->wpe == NOP ? NULL : pw(g, E->wpe), B, T, E->C),
@@ -1354,12 +1368,12 @@ static llmt_status embed_bwd(llmt__devtrain *g, const int32_t *tok, int B, int T
             return s;
         dout = g->gat;
     }
+    if (g->cp && E->wpe != NOP)
+        return cp_embed(g, tok, B, T, 0);
     if (E->split != LLMT__SPLIT_NONE) /* dout is whole: wpe's gradient is too */
         S(g->op->embedding_part_bwd(g->d, g->grad + E->wte, dwpe, dout, tok, B, T, E->C, E->lo,
                                     E->hi - E->lo),
           "embedding backward");
-    else if (g->cp && E->wpe != NOP)
-        return cp_embed(g, tok, B, T, 0);
     else
         S(g->op->embedding_bwd(g->d, g->grad + E->wte, dwpe, g->dres, tok, B, T, E->C),
           "embedding backward");

@@ -980,6 +980,10 @@ LLMT_API llmt_status llmt_trainer_set_sequence_parallel(llmt_trainer *tr, int32_
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_sequence_parallel: set it before data parallelism "
                              "is attached (llmt_trainer_set_comm)");
+    if (tr->cp)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_sequence_parallel: sequence parallelism with "
+                             "context parallelism is not supported yet (parallelism.cp 1)");
     /* refused here, before the collectives of making the engine again */
     int32_t n = 1;
     llmt_comm_size(llmt__tp_comm(tr->tp), &n);
@@ -1170,11 +1174,14 @@ int llmt__trainer_has_pp(const llmt_trainer *tr)
 /* What context parallelism does not compose with yet. */
 static llmt_status cp_check(llmt_trainer *tr)
 {
-    const char *other = tr->dp ? "data" : tr->tp ? "tensor" : tr->pp ? "pipeline" : NULL;
+    const char *other = tr->dp                 ? "data parallelism"
+                        : tr->pp               ? "pipeline parallelism"
+                        : llmt__tp_seq(tr->tp) ? "sequence parallelism"
+                                               : NULL;
     if (other)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_cp_comm: context parallelism with %s parallelism "
-                             "is not supported yet (parallelism.cp 1)",
+                             "trainer: set_cp_comm: context parallelism with %s is not "
+                             "supported yet (parallelism.cp 1)",
                              other);
     if (tr->o.fp8)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
@@ -1213,10 +1220,13 @@ llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant)
     if (s == LLMT_OK && (!in || !tg))
         s = llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     llmt__devtrain *dev = NULL;
-    if (s == LLMT_OK) {
+    if (s == LLMT_OK) { /* tensor parallelism, when attached, stays as it is */
+        llmt__devtrain_tp et = {0, 1, NULL, NULL, 0};
+        if (tr->tp)
+            llmt__tp_engine(tr->tp, &et);
         llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
-        s = llmt__devtrain_create(&tr->err, tr->ops, &d, tr->model, tr->B, tr->T / n,
-                                  tr->o.grad_accum, tr->o.recompute, NULL, &dev);
+        s = llmt__devtrain_create_tp(&tr->err, tr->ops, &d, tr->model, tr->B, tr->T / n,
+                                     tr->o.grad_accum, tr->o.recompute, NULL, &et, &dev);
     }
     if (s == LLMT_OK) {
         llmt__devtrain_set_cp(dev, cp);

@@ -10,8 +10,11 @@
  * micro-batches of 2) and trains on its two chunks of each (chunks r and
  * 2 cp - 1 - r of 2 cp). Cases: GPT-2 (learned positions: wpe rows by
  * global position) and Llama with grouped-query attention (RoPE at global
- * positions), cp 2 and 4, both exchanges (ring, all-gather of K/V). Ten
- * AdamW steps with clipping (the gradient norm is the summed gradient's).
+ * positions), cp 2 and 4, both exchanges (ring, all-gather of K/V), and
+ * cp 2 x tp 2 (GPT-2 ring, Llama all-gather; world rank r is TP rank
+ * r % 2, CP rank r / 2; the vocabulary-split embedding takes wpe by
+ * chunk too). Ten AdamW steps with clipping (the gradient norm is the
+ * summed gradient's).
  *
  * Bounds, and why: context parallelism changes only the order of fp32
  * sums (attention's softmax merged block by block by log-sum-exp, the
@@ -19,7 +22,8 @@
  * parallel tests' bounds hold: losses within 1e-5 relative, final
  * parameters within 1e-5 relative L2 and 1e-4 absolute. Before the steps
  * the evaluate loss of one global batch, within 1e-5 relative. The
- * emulation within the bf16 bound (2^-9 relative on the losses, 2 x lr x
+ * emulation (cp 2 ring, cp 4 all-gather and the tp cases) within the
+ * bf16 bound (2^-9 relative on the losses, 2 x lr x
  * steps absolute on the fp32 masters): its activations round to bf16 at
  * other points of the sums. The measured worst cases print.
  *
@@ -55,6 +59,7 @@ static int32_t *g_in, *g_tg;
 
 typedef struct rank_arg {
     llmt_comm *comm; /* NULL: the single-rank reference */
+    llmt_comm *tpc;  /* the tensor parallel group, or NULL */
     int variant;
     float loss[STEPS];
     float eval;
@@ -83,6 +88,8 @@ static void *rank_main(void *p)
         o.threads = 1;
         a->st = llmt__trainer_create_dev(m, &o, g_ops, &tr);
     }
+    if (a->st == LLMT_OK && a->tpc)
+        a->st = llmt_trainer_set_tp_comm(tr, a->tpc);
     if (a->st == LLMT_OK && a->comm)
         a->st = llmt__trainer_set_cp(tr, a->comm, a->variant);
     if (a->st == LLMT_OK) {
@@ -124,30 +131,62 @@ static void *rank_main(void *p)
     return NULL;
 }
 
-static void run(int cp, int variant, rank_arg *a)
+typedef struct split_arg {
+    llmt_comm *world, *cpc, *tpc;
+    int rank, tp;
+    llmt_status st;
+} split_arg;
+
+/* World rank r: tensor parallel rank r % tp (TP innermost, as the plan
+ * lays it out), context parallel rank r / tp. */
+static void *split_main(void *p)
 {
-    int n = cp ? cp : 1;
+    split_arg *a = p;
+    a->st = llmt_comm_split(a->world, a->rank / a->tp, a->rank, &a->tpc);
+    if (a->st == LLMT_OK)
+        a->st = llmt_comm_split(a->world, a->rank % a->tp, a->rank, &a->cpc);
+    return NULL;
+}
+
+/* cp 0: the single rank; tp 1: context parallelism alone. */
+static void run(int cp, int tp, int variant, rank_arg *a)
+{
+    int n = cp ? cp * tp : 1;
     llmt_comm *c[MAXW] = {NULL};
+    split_arg sa[MAXW];
     memset(a, 0, (size_t)n * sizeof *a);
+    memset(sa, 0, sizeof sa);
+    pthread_t th[MAXW];
     if (cp)
         CHECK_STATUS(llmt_comm_create_inproc(NULL, n, NULL, c), LLMT_OK);
-    pthread_t th[MAXW];
+    for (int r = 0; cp && tp > 1 && r < n; r++) {
+        sa[r] = (split_arg){c[r], NULL, NULL, r, tp, LLMT_OK};
+        pthread_create(&th[r], NULL, split_main, &sa[r]);
+    }
+    for (int r = 0; cp && tp > 1 && r < n; r++) {
+        pthread_join(th[r], NULL);
+        CHECK_STATUS(sa[r].st, LLMT_OK);
+    }
     for (int r = 0; r < n; r++) {
-        a[r].comm = c[r];
+        a[r].comm = tp > 1 ? sa[r].cpc : c[r];
+        a[r].tpc = sa[r].tpc;
         a[r].variant = variant;
         pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
     for (int r = 0; r < n; r++)
         pthread_join(th[r], NULL);
-    for (int r = 0; r < n; r++)
+    for (int r = 0; r < n; r++) {
+        llmt_comm_destroy(sa[r].cpc);
+        llmt_comm_destroy(sa[r].tpc);
         llmt_comm_destroy(c[r]);
+    }
 }
 
 static void compare(const char *name, int llama, int kv)
 {
     tp_fixture_config(&g_cfg, llama, kv, V, T);
     rank_arg ref[1], a[MAXW];
-    run(0, 0, ref);
+    run(0, 1, 0, ref);
     CHECK_STATUS(ref[0].st, LLMT_OK);
     if (ref[0].st != LLMT_OK) {
         fprintf(stderr, "%s reference: %s\n", name, ref[0].err);
@@ -155,11 +194,16 @@ static void compare(const char *name, int llama, int kv)
     }
     /* training moved: the comparison is not of two untouched inits */
     CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
-    for (int cp = 2; cp <= 4; cp *= 2)
-        for (int var = LLMT__CP_RING; var <= LLMT__CP_ALL_GATHER; var++) {
-            run(cp, var, a);
+    /* cp 2, 4 alone, both variants; then cp 2 x tp 2, one variant each */
+    for (int k = 0; k < 5; k++) {
+        int cp = k < 4 ? 2 << (k / 2) : 2, tp = k < 4 ? 1 : 2;
+        int var = k < 4 ? k % 2 : llama;
+        if (g_bf16 && (k == 1 || k == 2))
+            continue; /* the emulation: cp 2 ring, cp 4 all-gather (time) */
+        {
+            run(cp, tp, var, a);
             double wl = 0.0, we = 0.0, wr = 0.0, wp = 0.0;
-            for (int r = 0; r < cp; r++) {
+            for (int r = 0; r < cp * tp; r++) {
                 if (a[r].st != LLMT_OK)
                     fprintf(stderr, "%s cp %d rank %d: %s\n", name, cp, r, a[r].err);
                 CHECK_STATUS(a[r].st, LLMT_OK);
@@ -187,9 +231,9 @@ static void compare(const char *name, int llama, int kv)
                     wr = rel;
                 free(a[r].params);
             }
-            printf("%s cp %d %s: losses %.3g, evaluate %.3g relative; params %.3g relative "
-                   "L2, %.3g max abs\n",
-                   name, cp, var == LLMT__CP_RING ? "ring" : "all-gather", wl, we, wr, wp);
+            printf("%s cp %d x tp %d %s: losses %.3g, evaluate %.3g relative; params %.3g "
+                   "relative L2, %.3g max abs\n",
+                   name, cp, tp, var == LLMT__CP_RING ? "ring" : "all-gather", wl, we, wr, wp);
             if (g_bf16) {
                 CHECK(wl <= 1.0 / 512);
                 CHECK(we <= 1.0 / 512);
@@ -201,6 +245,7 @@ static void compare(const char *name, int llama, int kv)
                 CHECK(wp <= 1e-4);
             }
         }
+    }
     free(ref[0].params);
 }
 
