@@ -75,9 +75,13 @@ void llmt__devtrain_set_cp(struct llmt__devtrain *g, llmt__cp *cp);
  * LLMT__CP_ALL_GATHER. Collective over comm: every rank calls
  * llmt_trainer_step with the same whole sequences and trains on its
  * rows. Tensor parallelism attached before composes (each CP rank holds
- * its TP shard; the CP group joins ranks of equal TP rank). Refused with
- * data, pipeline or sequence parallelism, fp8 and on CUDA; refused,
- * naming model.seq_len, when 2 x cp does not divide it. */
+ * its TP shard; the CP group joins ranks of equal TP rank); data
+ * parallelism attached after composes, any ZeRO stage (its reductions
+ * first, then the CP sum of what they left: linear, so any order of the
+ * two sums is the global batch's gradient). Refused with pipeline or
+ * sequence parallelism, fp8, on CUDA, after data parallelism
+ * (LLMT_ERR_STATE) and, naming model.seq_len, when 2 x cp does not
+ * divide it. */
 llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant);
 
 #endif

@@ -852,10 +852,6 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
                              "head's two copies do not line up, ZeRO-3 gathers are not in "
                              "the stage's forward)",
                              (int)opts->zero_stage);
-    if (tr->cp && comm)
-        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_comm: data parallelism with context parallelism is "
-                             "not supported yet (parallelism.dp 1 or parallelism.cp 1)");
     if (tr->dp) {
         llmt_status s = detach(tr);
         if (s != LLMT_OK) return s;
@@ -1174,8 +1170,11 @@ int llmt__trainer_has_pp(const llmt_trainer *tr)
 /* What context parallelism does not compose with yet. */
 static llmt_status cp_check(llmt_trainer *tr)
 {
-    const char *other = tr->dp                 ? "data parallelism"
-                        : tr->pp               ? "pipeline parallelism"
+    if (tr->dp)
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
+                             "trainer: set_cp_comm: attach context parallelism before data "
+                             "parallelism (llmt_trainer_set_comm)");
+    const char *other = tr->pp                 ? "pipeline parallelism"
                         : llmt__tp_seq(tr->tp) ? "sequence parallelism"
                                                : NULL;
     if (other)

@@ -13,7 +13,9 @@
  * positions), cp 2 and 4, both exchanges (ring, all-gather of K/V), and
  * cp 2 x tp 2 (GPT-2 ring, Llama all-gather; world rank r is TP rank
  * r % 2, CP rank r / 2; the vocabulary-split embedding takes wpe by
- * chunk too). Ten AdamW steps with clipping (the gradient norm is the
+ * chunk too), cp 2 x dp 2 (GPT-2 ZeRO-1 ring, Llama ZeRO-3 all-gather;
+ * CP rank r % 2, DP rank r / 2, each replica given its half of the
+ * global batch). Ten AdamW steps with clipping (the gradient norm is the
  * summed gradient's).
  *
  * Bounds, and why: context parallelism changes only the order of fp32
@@ -60,7 +62,8 @@ static int32_t *g_in, *g_tg;
 typedef struct rank_arg {
     llmt_comm *comm; /* NULL: the single-rank reference */
     llmt_comm *tpc;  /* the tensor parallel group, or NULL */
-    int variant;
+    llmt_comm *dpc;  /* the data parallel group, or NULL */
+    int variant, dp, dprank, zero;
     float loss[STEPS];
     float eval;
     float *params;
@@ -79,7 +82,7 @@ static void *rank_main(void *p)
         llmt_trainer_opts o;
         llmt_trainer_opts_init(&o, sizeof o);
         o.micro_batch = MICRO;
-        o.grad_accum = SEQS / MICRO;
+        o.grad_accum = SEQS / MICRO / a->dp;
         o.seq_len = T;
         o.schedule = LLMT_LR_CONSTANT;
         o.lr = LR;
@@ -96,9 +99,17 @@ static void *rank_main(void *p)
         llmt_batch b = {sizeof b, g_in, g_tg, SEQS, T};
         a->st = llmt_trainer_evaluate(tr, &b, &a->eval);
     }
+    if (a->st == LLMT_OK && a->dpc) { /* after CP, as after TP */
+        llmt_dp_opts d;
+        llmt_dp_opts_init(&d, sizeof d);
+        d.zero_stage = a->zero;
+        d.bucket_bytes = 16 << 10; /* several buckets */
+        a->st = llmt_trainer_set_comm(tr, a->dpc, &d);
+    }
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
-        size_t at = (size_t)k * SEQS * T;
-        llmt_batch b = {sizeof b, g_in + at, g_tg + at, SEQS, T};
+        /* this replica's share of the global batch */
+        size_t at = (size_t)k * SEQS * T + (size_t)a->dprank * (SEQS / a->dp) * T;
+        llmt_batch b = {sizeof b, g_in + at, g_tg + at, SEQS / a->dp, T};
         llmt_step_metrics met;
         memset(&met, 0, sizeof met);
         met.struct_size = sizeof met;
@@ -132,26 +143,27 @@ static void *rank_main(void *p)
 }
 
 typedef struct split_arg {
-    llmt_comm *world, *cpc, *tpc;
-    int rank, tp;
+    llmt_comm *world, *inner, *outer;
+    int rank, isz;
     llmt_status st;
 } split_arg;
 
-/* World rank r: tensor parallel rank r % tp (TP innermost, as the plan
- * lays it out), context parallel rank r / tp. */
+/* Two dimensions, the plan's order (TP innermost, then CP, then DP):
+ * world rank r is rank r % isz of the inner group, r / isz of the outer. */
 static void *split_main(void *p)
 {
     split_arg *a = p;
-    a->st = llmt_comm_split(a->world, a->rank / a->tp, a->rank, &a->tpc);
+    a->st = llmt_comm_split(a->world, a->rank / a->isz, a->rank, &a->inner);
     if (a->st == LLMT_OK)
-        a->st = llmt_comm_split(a->world, a->rank % a->tp, a->rank, &a->cpc);
+        a->st = llmt_comm_split(a->world, a->rank % a->isz, a->rank, &a->outer);
     return NULL;
 }
 
-/* cp 0: the single rank; tp 1: context parallelism alone. */
-static void run(int cp, int tp, int variant, rank_arg *a)
+/* cp 0: the single rank; tp and dp 1: context parallelism alone (at most
+ * one of them > 1). */
+static void run(int cp, int tp, int dp, int zero, int variant, rank_arg *a)
 {
-    int n = cp ? cp * tp : 1;
+    int n = cp ? cp * tp * dp : 1, two = tp > 1 || dp > 1;
     llmt_comm *c[MAXW] = {NULL};
     split_arg sa[MAXW];
     memset(a, 0, (size_t)n * sizeof *a);
@@ -159,25 +171,29 @@ static void run(int cp, int tp, int variant, rank_arg *a)
     pthread_t th[MAXW];
     if (cp)
         CHECK_STATUS(llmt_comm_create_inproc(NULL, n, NULL, c), LLMT_OK);
-    for (int r = 0; cp && tp > 1 && r < n; r++) {
-        sa[r] = (split_arg){c[r], NULL, NULL, r, tp, LLMT_OK};
+    for (int r = 0; cp && two && r < n; r++) {
+        sa[r] = (split_arg){c[r], NULL, NULL, r, tp > 1 ? tp : cp, LLMT_OK};
         pthread_create(&th[r], NULL, split_main, &sa[r]);
     }
-    for (int r = 0; cp && tp > 1 && r < n; r++) {
+    for (int r = 0; cp && two && r < n; r++) {
         pthread_join(th[r], NULL);
         CHECK_STATUS(sa[r].st, LLMT_OK);
     }
     for (int r = 0; r < n; r++) {
-        a[r].comm = tp > 1 ? sa[r].cpc : c[r];
-        a[r].tpc = sa[r].tpc;
+        a[r].comm = tp > 1 ? sa[r].outer : dp > 1 ? sa[r].inner : c[r];
+        a[r].tpc = tp > 1 ? sa[r].inner : NULL;
+        a[r].dpc = dp > 1 ? sa[r].outer : NULL;
+        a[r].dp = dp;
+        a[r].dprank = dp > 1 ? r / cp : 0;
+        a[r].zero = zero;
         a[r].variant = variant;
         pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
     for (int r = 0; r < n; r++)
         pthread_join(th[r], NULL);
     for (int r = 0; r < n; r++) {
-        llmt_comm_destroy(sa[r].cpc);
-        llmt_comm_destroy(sa[r].tpc);
+        llmt_comm_destroy(sa[r].inner);
+        llmt_comm_destroy(sa[r].outer);
         llmt_comm_destroy(c[r]);
     }
 }
@@ -186,7 +202,7 @@ static void compare(const char *name, int llama, int kv)
 {
     tp_fixture_config(&g_cfg, llama, kv, V, T);
     rank_arg ref[1], a[MAXW];
-    run(0, 1, 0, ref);
+    run(0, 1, 1, 0, 0, ref);
     CHECK_STATUS(ref[0].st, LLMT_OK);
     if (ref[0].st != LLMT_OK) {
         fprintf(stderr, "%s reference: %s\n", name, ref[0].err);
@@ -194,16 +210,17 @@ static void compare(const char *name, int llama, int kv)
     }
     /* training moved: the comparison is not of two untouched inits */
     CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
-    /* cp 2, 4 alone, both variants; then cp 2 x tp 2, one variant each */
-    for (int k = 0; k < 5; k++) {
-        int cp = k < 4 ? 2 << (k / 2) : 2, tp = k < 4 ? 1 : 2;
-        int var = k < 4 ? k % 2 : llama;
+    /* cp 2, 4 alone, both variants; then cp 2 x tp 2 and cp 2 x dp 2
+     * (GPT-2 ZeRO-1, Llama ZeRO-3), one variant each */
+    for (int k = 0; k < 6; k++) {
+        int cp = k < 4 ? 2 << (k / 2) : 2, tp = k == 4 ? 2 : 1, dp = k == 5 ? 2 : 1;
+        int var = k < 4 ? k % 2 : llama, zero = llama ? 3 : 1;
         if (g_bf16 && (k == 1 || k == 2))
             continue; /* the emulation: cp 2 ring, cp 4 all-gather (time) */
         {
-            run(cp, tp, var, a);
+            run(cp, tp, dp, zero, var, a);
             double wl = 0.0, we = 0.0, wr = 0.0, wp = 0.0;
-            for (int r = 0; r < cp * tp; r++) {
+            for (int r = 0; r < cp * tp * dp; r++) {
                 if (a[r].st != LLMT_OK)
                     fprintf(stderr, "%s cp %d rank %d: %s\n", name, cp, r, a[r].err);
                 CHECK_STATUS(a[r].st, LLMT_OK);
@@ -231,9 +248,10 @@ static void compare(const char *name, int llama, int kv)
                     wr = rel;
                 free(a[r].params);
             }
-            printf("%s cp %d x tp %d %s: losses %.3g, evaluate %.3g relative; params %.3g "
-                   "relative L2, %.3g max abs\n",
-                   name, cp, tp, var == LLMT__CP_RING ? "ring" : "all-gather", wl, we, wr, wp);
+            printf("%s cp %d x tp %d x dp %d%s %s: losses %.3g, evaluate %.3g relative; "
+                   "params %.3g relative L2, %.3g max abs\n",
+                   name, cp, tp, dp, dp > 1 ? (zero == 3 ? " ZeRO-3" : " ZeRO-1") : "",
+                   var == LLMT__CP_RING ? "ring" : "all-gather", wl, we, wr, wp);
             if (g_bf16) {
                 CHECK(wl <= 1.0 / 512);
                 CHECK(we <= 1.0 / 512);
