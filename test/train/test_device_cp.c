@@ -15,7 +15,9 @@
  * r % 2, CP rank r / 2; the vocabulary-split embedding takes wpe by
  * chunk too), cp 2 x dp 2 (GPT-2 ZeRO-1 ring, Llama ZeRO-3 all-gather;
  * CP rank r % 2, DP rank r / 2, each replica given its half of the
- * global batch). Ten AdamW steps with clipping (the gradient norm is the
+ * global batch); cp 4 ring with selective recompute and cp 2 x tp 2 with
+ * full recompute (the exchange runs again inside the backward). Ten AdamW
+ * steps with clipping (the gradient norm is the
  * summed gradient's).
  *
  * Bounds, and why: context parallelism changes only the order of fp32
@@ -63,7 +65,7 @@ typedef struct rank_arg {
     llmt_comm *comm; /* NULL: the single-rank reference */
     llmt_comm *tpc;  /* the tensor parallel group, or NULL */
     llmt_comm *dpc;  /* the data parallel group, or NULL */
-    int variant, dp, dprank, zero;
+    int variant, dp, dprank, zero, recompute;
     float loss[STEPS];
     float eval;
     float *params;
@@ -89,6 +91,7 @@ static void *rank_main(void *p)
         o.weight_decay = 0.1f;
         o.grad_clip = 1.0f;
         o.threads = 1;
+        o.recompute = a->recompute;
         a->st = llmt__trainer_create_dev(m, &o, g_ops, &tr);
     }
     if (a->st == LLMT_OK && a->tpc)
@@ -161,7 +164,7 @@ static void *split_main(void *p)
 
 /* cp 0: the single rank; tp and dp 1: context parallelism alone (at most
  * one of them > 1). */
-static void run(int cp, int tp, int dp, int zero, int variant, rank_arg *a)
+static void run(int cp, int tp, int dp, int zero, int variant, int recompute, rank_arg *a)
 {
     int n = cp ? cp * tp * dp : 1, two = tp > 1 || dp > 1;
     llmt_comm *c[MAXW] = {NULL};
@@ -186,6 +189,7 @@ static void run(int cp, int tp, int dp, int zero, int variant, rank_arg *a)
         a[r].dp = dp;
         a[r].dprank = dp > 1 ? r / cp : 0;
         a[r].zero = zero;
+        a[r].recompute = recompute;
         a[r].variant = variant;
         pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
@@ -202,7 +206,7 @@ static void compare(const char *name, int llama, int kv)
 {
     tp_fixture_config(&g_cfg, llama, kv, V, T);
     rank_arg ref[1], a[MAXW];
-    run(0, 1, 1, 0, 0, ref);
+    run(0, 1, 1, 0, 0, 0, ref);
     CHECK_STATUS(ref[0].st, LLMT_OK);
     if (ref[0].st != LLMT_OK) {
         fprintf(stderr, "%s reference: %s\n", name, ref[0].err);
@@ -218,7 +222,9 @@ static void compare(const char *name, int llama, int kv)
         if (g_bf16 && (k == 1 || k == 2))
             continue; /* the emulation: cp 2 ring, cp 4 all-gather (time) */
         {
-            run(cp, tp, dp, zero, var, a);
+            /* cp 4 ring recomputes the attention core (selective), cp 2 x tp 2
+             * whole layers (full): the exchange runs again in the backward */
+            run(cp, tp, dp, zero, var, k == 2 ? 2 : k == 4 ? 1 : 0, a);
             double wl = 0.0, we = 0.0, wr = 0.0, wp = 0.0;
             for (int r = 0; r < cp * tp * dp; r++) {
                 if (a[r].st != LLMT_OK)
