@@ -46,6 +46,8 @@ typedef struct agent {
     const char *spec_path, *out;
     char exe[4096], dir[4096], store[4096], events_path[4096];
     int nproc, spares, max_restarts;
+    int in_place;            /* --in-place: survivors stay in their processes */
+    char inplace_path[4200]; /* "GEN WORLD" for them ($LLMT_LAUNCH_INPLACE) */
     double hb_timeout, start_timeout;
     int argc_pass;
     char **argv_pass;
@@ -63,6 +65,8 @@ typedef struct agent {
     int nfail;
     double recov_s[64];
     double recover_from;  /* detection time of the failure being recovered */
+    int in_place_gen;     /* this generation kept the survivors */
+    double in_place_t;    /* when it was published */
     double t_first;       /* gen 0's first step done (unix time) */
     double last_progress; /* newest heartbeat time seen in this generation */
     int64_t fail_step;    /* newest step a rank finished before it */
@@ -91,9 +95,10 @@ static void event(agent *a, const char *fmt, ...)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R] "
-                    "[--heartbeat-timeout SEC] SPEC.json [train flags]\n"
-                    "(llmtrain help launch for more)\n");
+    fprintf(stderr,
+            "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R] [--in-place] "
+            "[--heartbeat-timeout SEC] SPEC.json [train flags]\n"
+            "(llmtrain help launch for more)\n");
     return CLI_USAGE;
 }
 
@@ -163,6 +168,8 @@ static void spawn(agent *a, int rank)
     pid_t pid = fork();
     if (pid != 0) {
         w->pid = pid;
+        event(a, "\"event\":\"spawn\",\"gen\":%d,\"rank\":%d,\"slot\":%d,\"pid\":%d", a->gen,
+              rank, w->slot, (int)pid);
         return;
     }
     char v[64];
@@ -185,6 +192,8 @@ static void spawn(agent *a, int rank)
     snprintf(v, sizeof v, "%d", w->slot);
     setenv("LLMT_LAUNCH_SLOT", v, 1);
     setenv("LLMT_HEARTBEAT_FILE", hb, 1);
+    if (a->in_place)
+        setenv("LLMT_LAUNCH_INPLACE", a->inplace_path, 1);
     FILE *lf = freopen(log, "w", stderr);
     if (!lf)
         _exit(127);
@@ -230,6 +239,53 @@ static void kill_gang(agent *a)
             waitpid(a->w[r].pid, &a->w[r].status, 0);
             a->w[r].done = 1;
         }
+}
+
+/* In-place recovery is possible when every failed rank is gone or stopped
+ * (not a rank that reported an error of its own), a spare slot is free
+ * for each, and every other rank is still running: the survivors wait in
+ * their processes for the next generation (lib/job/inplace.c). */
+static int can_stay(const agent *a, const int *culprit, char causes[][256])
+{
+    if (!a->in_place)
+        return 0;
+    int need = 0, free_slots = 0;
+    for (int r = 0; r < a->world; r++) {
+        if (culprit[r]) {
+            if (strncmp(causes[r], "killed", 6) && strncmp(causes[r], "stopped", 7))
+                return 0;
+            need++;
+        } else if (a->w[r].done) {
+            return 0;
+        }
+    }
+    for (int s = 0; s < a->nslots; s++)
+        free_slots += a->slot_state[s] == 0;
+    return need > 0 && need <= free_slots && need < a->world;
+}
+
+static void kill_culprits(agent *a, const int *culprit)
+{
+    for (int r = 0; r < a->world; r++)
+        if (culprit[r] && !a->w[r].done) {
+            kill(a->w[r].pid, SIGKILL);
+            waitpid(a->w[r].pid, &a->w[r].status, 0);
+            a->w[r].done = 1;
+        }
+}
+
+/* "GEN WORLD" for the survivors, written whole (rename). */
+static int publish_gen(agent *a)
+{
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", a->inplace_path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "%d %d\n", a->gen, a->world);
+    if (fclose(f) != 0)
+        return -1;
+    return rename(tmp, a->inplace_path);
 }
 
 /* The first error line a rank wrote (its log), for the event. */
@@ -287,12 +343,18 @@ static int fitting_world(agent *a, int max, int *dp, char *why, size_t n)
 }
 
 /* One generation: 0 when every worker finished, else the failed ranks
- * (culprit[r] = 1) and what was seen. */
-static int run_gen(agent *a, int *culprit, char causes[][256], double *t_detect)
+ * (culprit[r] = 1) and what was seen. Spawns the ranks of `fresh` (all of
+ * them after a gang restart, the replaced ones after an in-place
+ * recovery, whose survivors keep running). */
+static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
+                   double *t_detect)
 {
-    for (int r = 0; r < a->world; r++)
-        spawn(a, r);
-    int alive = a->world;
+    int alive = 0;
+    for (int r = 0; r < a->world; r++) {
+        if (fresh[r])
+            spawn(a, r);
+        alive += !a->w[r].done;
+    }
     double t_fail = 0;
     for (;;) {
         struct timespec ts = {0, 50000000L};
@@ -314,7 +376,10 @@ static int run_gen(agent *a, int *culprit, char causes[][256], double *t_detect)
                 a->t_first = f00;
             int64_t s0;
             double f0;
-            if (r == 0 && a->recover_from > 0 && hb_read2(a, 0, &hs, &ht, &s0, &f0)) {
+            /* a survivor's heartbeat says when its first step after the
+             * recovery ended (f0 is reset there) */
+            if (r == 0 && a->recover_from > 0 && hb_read2(a, 0, &hs, &ht, &s0, &f0) &&
+                f0 > a->recover_from) {
                 /* the first step of the new gang: recovery is over */
                 double rec = f0 - a->recover_from;
                 int64_t lost = a->fail_step - s0;
@@ -331,8 +396,9 @@ static int run_gen(agent *a, int *culprit, char causes[][256], double *t_detect)
                 fflush(stdout);
                 event(a,
                       "\"event\":\"recovered\",\"gen\":%d,\"resume_step\":%lld,"
-                      "\"recovery_s\":%.3f,\"lost_steps\":%lld",
-                      a->gen, (long long)hs - 1, rec, (long long)(lost > 0 ? lost : 0));
+                      "\"recovery_s\":%.3f,\"lost_steps\":%lld,\"mode\":\"%s\"",
+                      a->gen, (long long)hs - 1, rec, (long long)(lost > 0 ? lost : 0),
+                      a->in_place_gen ? "in_place" : "gang");
                 a->recover_from = 0;
             }
             if (w->done)
@@ -363,6 +429,13 @@ static int run_gen(agent *a, int *culprit, char causes[][256], double *t_detect)
             int have = hb_read(a, r, &hs, &ht);
             double age = have ? t - ht : t - w->spawned;
             double lim = have ? a->hb_timeout : a->start_timeout;
+            if (have && a->in_place_gen && !fresh[r] && ht < a->in_place_t) {
+                /* a survivor sees the failure when its collective fails: at
+                 * once next to the dead rank, after the collective timeout
+                 * elsewhere; then it meets the spare, which starts first */
+                age = t - a->in_place_t;
+                lim = 2 * a->hb_timeout + 10;
+            }
             if (age > lim) {
                 culprit[r] = 1;
                 snprintf(causes[r], 256, "no heartbeat for %.1f s (limit %.1f s%s)", age, lim,
@@ -540,6 +613,9 @@ static int agent_main(agent *a)
           a->spares, a->max_restarts);
     double t_recover_from = 0;
     int64_t step_at_failure = 0;
+    int fresh[MAXW];
+    for (int r = 0; r < MAXW; r++)
+        fresh[r] = 1;
     for (;;) {
         int culprit[MAXW] = {0};
         static char causes[MAXW][256];
@@ -549,14 +625,18 @@ static int agent_main(agent *a)
         a->last_progress = 0;
         a->recover_from = t_recover_from;
         a->fail_step = step_at_failure;
-        int rc = run_gen(a, culprit, causes, &t_detect);
+        int rc = run_gen(a, fresh, culprit, causes, &t_detect);
         if (rc == 0) {
             event(a, "\"event\":\"finished\",\"gen\":%d,\"world_size\":%d,\"restarts\":%d",
                   a->gen, a->world, a->restarts);
             break;
         }
         int64_t last = a->last_step_seen;
-        kill_gang(a);
+        int in_place = can_stay(a, culprit, causes);
+        if (in_place)
+            kill_culprits(a, culprit);
+        else
+            kill_gang(a);
         /* every rank failing with an error of its own is the job's error
          * (a refused key, an anomaly policy that stops): no restart helps */
         int nerr = 0;
@@ -652,9 +732,26 @@ static int agent_main(agent *a)
         step_at_failure = last;
         t_recover_from = t_detect;
         a->gen++;
-        printf("launch: gang restart as gen %d on %d ranks from the newest checkpoint "
-               "(in-memory snapshots are lost with the processes)\n",
-               a->gen, a->world);
+        a->in_place_gen = in_place;
+        for (int r = 0; r < a->world; r++)
+            fresh[r] = in_place ? culprit[r] : 1;
+        a->in_place_t = now_s();
+        if (in_place && publish_gen(a) != 0) {
+            /* the survivors would wait for nothing: restart them all */
+            kill_gang(a);
+            in_place = a->in_place_gen = 0;
+            for (int r = 0; r < a->world; r++)
+                fresh[r] = 1;
+        }
+        if (in_place)
+            printf("launch: in-place recovery as gen %d: the surviving ranks stay in their "
+                   "processes and roll back to their in-memory snapshots; the replaced "
+                   "rank(s) resume from disk\n",
+                   a->gen);
+        else
+            printf("launch: gang restart as gen %d on %d ranks from the newest checkpoint "
+                   "(in-memory snapshots are lost with the processes)\n",
+                   a->gen, a->world);
         fflush(stdout);
     }
     double wall = now_s() - a->t0, rsum = 0;
@@ -700,6 +797,8 @@ int cmd_launch(int argc, char **argv)
             if (cli_parse_f64("--heartbeat-timeout", argv[++i], 0.1, 1e6, &d) != CLI_OK)
                 return CLI_USAGE;
             a.hb_timeout = d;
+        } else if (!strcmp(s, "--in-place")) {
+            a.in_place = 1;
         } else if (!strcmp(s, "--out") && i + 1 < argc) {
             a.out = argv[++i];
         } else if (!a.spec_path && s[0] != '-') {
@@ -759,6 +858,8 @@ int cmd_launch(int argc, char **argv)
                  (long)time(NULL));
         mkdirs(a.store);
         snprintf(a.events_path, sizeof a.events_path, "%s/events.jsonl", a.dir);
+        snprintf(a.inplace_path, sizeof a.inplace_path, "%s/generation", a.dir);
+        unlink(a.inplace_path); /* an earlier launch's */
         a.events = fopen(a.events_path, "a");
         rc = agent_main(&a);
         if (a.events)

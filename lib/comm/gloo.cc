@@ -263,7 +263,8 @@ llmt_status gloo_run(llmt_comm *c, const llmt__coll *a, int64_t deadline)
 const llmt__comm_backend_ops *ops_table();
 
 /* Connect `rank` of `world` under `prefix`: every rank publishes its
- * address under the prefix, then waits (bounded) for all the others. */
+ * address under the prefix, then waits (bounded: 3 x timeout_ms) for all
+ * the others. */
 llmt_status connect(llmt_err *e, gloo_be *b, int32_t rank, int32_t world, int64_t timeout_ms)
 {
     try {
@@ -279,7 +280,10 @@ llmt_status connect(llmt_err *e, gloo_be *b, int32_t rank, int32_t world, int64_
         std::vector<std::string> here;
         for (int32_t r = 0; r < world; r++)
             here.push_back("rank_" + std::to_string(r) + "_here");
-        ps.wait(here, std::chrono::milliseconds(timeout_ms));
+        /* three timeouts: after a failure, a survivor that was not next
+         * to the dead rank arrives only when its own collective has timed
+         * out (llmtrain launch --in-place), after the spare and the others */
+        ps.wait(here, std::chrono::milliseconds(3 * timeout_ms));
         ctx->connectFullMesh(ps, b->dev);
         b->ctx = ctx;
         return LLMT_OK;
@@ -420,6 +424,21 @@ void gloo_destroy(llmt_comm *c)
 {
     gloo_be *b = static_cast<gloo_be *>(c->be);
     if (b && b->leak) {
+        /* close this rank's connections, so that the peers still waiting
+         * in a collective on them fail at once ("connection closed")
+         * instead of at their timeout: after a death, only the dead
+         * rank's neighbours would see it early otherwise */
+        try {
+            for (int32_t r = 0; b->ctx && r < c->size; r++) {
+                if (r == c->rank)
+                    continue;
+                auto &p = b->ctx->getPair(r);
+                if (p)
+                    p->close();
+            }
+        } catch (const std::exception &) {
+            /* already closed or broken: nothing more to tell the peers */
+        }
         /* pairs may still reference our buffers or a dead peer's socket */
         new std::shared_ptr<gloo::rendezvous::Context>(b->ctx);
     }

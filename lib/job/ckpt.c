@@ -1,7 +1,8 @@
 /* The job's checkpoints: every configured tier with its retention (the
- * local root, the host snapshot, the durable copy), the "auto" interval
- * (Young/Daly from the measured save stall and the spec's failure rate),
- * resume from the newest usable checkpoint of either tier, and the
+ * local root, the host snapshot, the peer replicas, the durable copy), the
+ * "auto" interval (Young/Daly from the measured save stall and the spec's
+ * failure rate), restore from the fastest tier that holds the newest step
+ * every rank can read (memory, then peer, local, durable), and the
  * rollback of the anomaly policy. Every rank saves its share into rank 0's
  * root, so one sharded checkpoint per step resumes under any world size. */
 #include <math.h>
@@ -117,6 +118,16 @@ llmt_status llmt__job_save(llmt_job *j, int async)
     if (s != LLMT_OK)
         return FAIL(s, "%s", llmt_ckpt_last_error(j->ck));
     j->last_saved = step;
+    /* the peer tier: this rank's part to the next rank as soon as it is on
+     * disk (the replica must exist before a failure can need it, so the
+     * replication waits for this rank's write: an async save's write is
+     * not overlapped with training under a peer tier) */
+    if (j->peer_tier && j->comm && j->world > 1) {
+        s = llmt_ckpt_peer_replicate(j->ck, j->comm, step);
+        if (s != LLMT_OK)
+            return FAIL(s, "checkpoint.tiers peer: replicating step %lld: %s", (long long)step,
+                        llmt_ckpt_last_error(j->ck));
+    }
     return LLMT_OK;
 }
 
@@ -266,16 +277,11 @@ llmt_status llmt__job_quarantine(llmt_job *j, int64_t step)
     return LLMT_OK;
 }
 
-/* Open the newest usable checkpoint of `ck` and restore from it. */
-static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t *step,
-                                int *opened)
+/* Restore from the checkpoint open on `ck`. */
+static llmt_status restore_open(llmt_job *j, llmt_ckpt *ck, int with_data)
 {
-    *opened = 0;
-    llmt_status s = llmt_ckpt_open_latest(ck, step);
+    llmt_status s = lr_read(j, ck);
     if (s != LLMT_OK)
-        return s;
-    *opened = 1;
-    if ((s = lr_read(j, ck)) != LLMT_OK)
         return s;
     s = llmt_trainer_ckpt_read(j->tr, ck);
     if (s != LLMT_OK)
@@ -285,13 +291,153 @@ static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data, int64
     return LLMT_OK;
 }
 
+/* Open the newest usable checkpoint of `ck` and restore from it. */
+static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t *step,
+                                int *opened)
+{
+    *opened = 0;
+    llmt_status s = llmt_ckpt_open_latest(ck, step);
+    if (s != LLMT_OK)
+        return s;
+    *opened = 1;
+    return restore_open(j, ck, with_data);
+}
+
+/* Each of v[0..n-1] becomes its minimum over the ranks (one collective;
+ * unchanged on one rank). */
+static llmt_status agree_min(llmt_job *j, int64_t *v, int n)
+{
+    if (!j->comm || j->world <= 1)
+        return LLMT_OK;
+    llmt_status s =
+        llmt_comm_all_reduce(j->comm, v, v, (size_t)n, LLMT_DTYPE_INT64, LLMT_REDUCE_MIN, NULL);
+    if (s != LLMT_OK)
+        return FAIL(s, "job: restore: agreeing on a step: %s", llmt_comm_last_error(j->comm));
+    return LLMT_OK;
+}
+
+static int restore_peer(llmt_job *j);
+
+/* The memory tier: the step of the in-memory snapshots, when every rank
+ * that holds one holds the same step. A rank with that snapshot reads it;
+ * a rank without one (a promoted spare, after the survivors of a failure
+ * stayed in their processes) reads that step from disk, its part from the
+ * peer tier if lost. After a cold restart no rank has a snapshot and the
+ * disk tiers decide. 1: restored (*tier says from where), 0: not usable
+ * (nothing changed), < 0: failed (j->err; on every rank). */
+static int restore_memory(llmt_job *j, int with_data, int64_t *step, const char **tier,
+                          int *peer)
+{
+    int64_t have = -1;
+    if (j->last_saved >= 0 && llmt_ckpt_open_snapshot(j->ck, &have) != LLMT_OK)
+        have = -1;
+    /* smallest snapshot step, -(largest), 1 if every rank has one */
+    int64_t v[3] = {have >= 0 ? have : INT64_MAX, -have, have >= 0};
+    if (agree_min(j, v, 3) != LLMT_OK)
+        return -1;
+    int64_t lo = v[0], hi = -v[1];
+    if (hi < 0 || lo != hi)
+        return 0;
+    *peer = v[2] ? 0 : restore_peer(j);
+    llmt_status s = LLMT_OK;
+    if (have == hi) {
+        *tier = "memory";
+    } else {
+        *tier = *peer ? "peer" : "local";
+        if (llmt_ckpt_open_step(j->ck, hi) != LLMT_OK)
+            s = FAIL(LLMT_ERR_NOT_FOUND,
+                     "job: restore: the other ranks' snapshots are of step %lld, which "
+                     "this rank cannot read from %s: %s",
+                     (long long)hi, j->ckpt_dir, llmt_ckpt_last_error(j->ck));
+    }
+    if (s == LLMT_OK)
+        s = restore_open(j, j->ck, with_data);
+    /* every rank restored, or none goes on */
+    int64_t ok = s == LLMT_OK;
+    char why[LLMT_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", j->err.msg);
+    if (agree_min(j, &ok, 1) != LLMT_OK)
+        return -1;
+    if (!ok) {
+        if (s == LLMT_OK)
+            FAIL(LLMT_ERR_COMM, "job: restore of step %lld failed on another rank",
+                 (long long)hi);
+        else
+            FAIL(s, "%s", why);
+        return -1;
+    }
+    *step = hi;
+    return 1;
+}
+
+/* The peer tier, before the local one is opened: every rank whose part of
+ * the newest local step is missing (its node's disk lost) gets it back
+ * from the previous rank's replica. A failure is logged and the local and
+ * durable tiers decide. 1: some rank's part was restored. */
+static int restore_peer(llmt_job *j)
+{
+    if (!j->peer_tier || !j->comm || j->world <= 1)
+        return 0;
+    size_t n = 0;
+    llmt_ckpt_list(j->ck, NULL, 0, &n);
+    int64_t *steps = n ? malloc(n * sizeof *steps) : NULL;
+    int64_t newest = -1;
+    if (steps && llmt_ckpt_list(j->ck, steps, n, &n) == LLMT_OK && n)
+        newest = steps[n - 1];
+    free(steps);
+    int64_t r[2] = {newest, -newest};
+    if (agree_min(j, r, 2) != LLMT_OK || r[0] < 0 || r[0] != -r[1])
+        return 0;
+    /* a step of a larger world: the new ranks' parts all exist (nothing
+     * to do); of a smaller one: the missing parts have no replica (logged) */
+    int32_t restored = 0;
+    llmt_status s = llmt_ckpt_peer_restore(j->ck, j->comm, newest, &restored);
+    if (s != LLMT_OK) {
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job", "checkpoint.tiers peer: step %lld: %s",
+                  (long long)newest, llmt_ckpt_last_error(j->ck));
+        return 0;
+    }
+    int64_t none = !restored;
+    if (agree_min(j, &none, 1) != LLMT_OK)
+        return 0;
+    return none == 0;
+}
+
+/* One line per restore: the tier read and its time (the recovery
+ * benchmark, bench/ft, reads it). */
+static void restore_line(llmt_job *j, const char *tier, int64_t step, double t0, int peer)
+{
+    j->restore_tier = tier;
+    j->restore_s = llmt__job_now() - t0;
+    llmt__job_metrics_line(j,
+                           "{\"event\":\"restore\",\"tier\":\"%s\",\"step\":%lld,"
+                           "\"restore_s\":%.6f,\"peer_restored\":%s,\"gen\":%d}",
+                           tier, (long long)step, j->restore_s, peer ? "true" : "false",
+                           j->launch_gen);
+    llmt__log(j->ctx, LLMT_LOG_INFO, "job", "restored step %lld from the %s tier in %.3f s",
+              (long long)step, tier, j->restore_s);
+}
+
 llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
 {
     *step = -1;
+    double t0 = llmt__job_now();
     llmt_status s = llmt_ckpt_wait(j->ck, -1);
     if (s != LLMT_OK) /* a failed async save leaves no step behind */
         llmt__log(j->ctx, LLMT_LOG_WARN, "job", "the last save failed: %s",
                   llmt_ckpt_last_error(j->ck));
+    const char *tier = "memory";
+    int peer = 0;
+    int mem = restore_memory(j, with_data, step, &tier, &peer);
+    if (mem < 0)
+        return j->err.status ? j->err.status : LLMT_ERR_INTERNAL;
+    if (mem > 0) {
+        snprintf(j->resume_note, sizeof j->resume_note, "step %lld from the %s tier",
+                 (long long)*step, tier);
+        restore_line(j, tier, *step, t0, peer);
+        return llmt__job_quarantine(j, *step);
+    }
+    peer = restore_peer(j);
     size_t nlocal = 0, ndurable = 0;
     llmt_ckpt_list(j->ck, NULL, 0, &nlocal);
     int opened = 0;
@@ -299,8 +445,9 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
     if (opened && s != LLMT_OK)
         return s; /* a checkpoint opened but could not be used: say so */
     if (s == LLMT_OK) {
-        snprintf(j->resume_note, sizeof j->resume_note, "%s at step %lld", j->ckpt_dir,
-                 (long long)*step);
+        snprintf(j->resume_note, sizeof j->resume_note, "%s at step %lld%s", j->ckpt_dir,
+                 (long long)*step, peer ? " (lost parts restored from the peer tier)" : "");
+        restore_line(j, peer ? "peer" : "local", *step, t0, peer);
         return llmt__job_quarantine(j, *step);
     }
     char why_local[LLMT_ERR_MSG_MAX];
@@ -328,6 +475,7 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
             snprintf(j->resume_note, sizeof j->resume_note,
                      "the durable tier %.300s at step %lld (local tier %.300s: %.400s)",
                      j->durable_dir, (long long)*step, j->ckpt_dir, why_local);
+            restore_line(j, "durable", *step, t0, peer);
             /* local steps newer than the durable one are unusable: aside */
             return llmt__job_quarantine(j, *step);
         }

@@ -21,12 +21,16 @@
  *   killsave SIGKILL self right after the save of step STEP began (an
  *            async save in flight: never a checkpoint that verifies but
  *            is incomplete)
+ *   losedisk delete this rank's part of every step in the local root, then
+ *            SIGKILL self (a node lost with its local disk: the restart
+ *            needs the peer or the durable tier)
  * The injection is test machinery and the only place lib/ raises signals;
  * it does nothing unless the variable is set.
  *
  * The heartbeat: with $LLMT_HEARTBEAT_FILE set, the job rewrites that file
  * after every step ("step unix_time start_step first_step_unix_time"), so an agent sees a rank that stopped
  * making progress even while its process is alive. */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -40,8 +44,8 @@
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
-static const char *const kind_names[] = {"kill",    "hang",  "slow",    "nan",
-                                         "bitflip", "spike", "killsave"};
+static const char *const kind_names[] = {"kill",    "hang",  "slow",     "nan",
+                                         "bitflip", "spike", "killsave", "losedisk"};
 
 llmt_status llmt__job_fault_parse(llmt_job *j)
 {
@@ -76,7 +80,8 @@ llmt_status llmt__job_fault_parse(llmt_job *j)
         if (n < 3 || f->kind < 0 || rank < 0 || step < 1)
             return FAIL(LLMT_ERR_INVALID_ARGUMENT,
                         "LLMT_FAULT: '%s' is not KIND:RANK:STEP[:ARG][@GEN] with KIND one of "
-                        "kill, hang, slow, nan, bitflip, spike, killsave, RANK >= 0 and "
+                        "kill, hang, slow, nan, bitflip, spike, killsave, losedisk, RANK >= 0 "
+                        "and "
                         "STEP >= 1",
                         t);
         if (f->kind == JOB_FAULT_SLOW && n < 4)
@@ -123,6 +128,27 @@ static float *victim_tensor(llmt_job *j, int64_t *n)
     return (float *)v.data;
 }
 
+/* This rank's part files (rank-R.bin and .json, the names lib/ckpt
+ * writes) in every step directory of the local root: what a node's lost
+ * disk takes with it when every rank saves into one root. */
+static void lose_disk(llmt_job *j)
+{
+    DIR *d = opendir(j->ckpt_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "step-", 5) != 0)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            char p[JOB_PATH_MAX + 300];
+            snprintf(p, sizeof p, "%s/%s/rank-%05d.%s", j->ckpt_dir, e->d_name, (int)j->rank,
+                     k ? "json" : "bin");
+            unlink(p);
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
 static void sleep_ms(int64_t ms)
 {
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
@@ -155,6 +181,10 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
         float *x;
         switch (f->kind) {
         case JOB_FAULT_KILL: raise(SIGKILL); break;
+        case JOB_FAULT_LOSEDISK:
+            lose_disk(j);
+            raise(SIGKILL);
+            break;
         case JOB_FAULT_HANG: raise(SIGSTOP); break;
         case JOB_FAULT_SLOW: sleep_ms(f->arg); break;
         case JOB_FAULT_NAN:

@@ -189,6 +189,8 @@ static llmt_status paths(llmt_job *j, const llmt_job_opts *o)
             under(j->durable_dir, sizeof j->durable_dir, j->root_dir, t->path, "durable");
             j->durable_keep_last = (int32_t)t->keep_last;
             j->durable_keep_every = (int32_t)t->keep_every;
+        } else if (t->kind == LLMT_SPEC_TIER_PEER) {
+            j->peer_tier = 1;
         }
     }
     if (local && *local && llmt__spec_given(s, "checkpoint.dir") &&
@@ -312,6 +314,14 @@ static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o)
             return FAIL(s, "job: communicator: %s", llmt_context_last_error(j->ctx));
         j->own_comm = 1;
     }
+    return llmt__job_attach_groups(j);
+}
+
+/* The groups and the trainer's attachment to them, from j->comm (job
+ * creation, and an in-place recovery with its new communicator). */
+llmt_status llmt__job_attach_groups(llmt_job *j)
+{
+    llmt_status s;
     if (j->tp <= 1) {
         j->dp_comm = j->comm;
     } else {

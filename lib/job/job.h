@@ -47,7 +47,8 @@ enum {
     JOB_FAULT_NAN,
     JOB_FAULT_BITFLIP,
     JOB_FAULT_SPIKE,
-    JOB_FAULT_KILLSAVE
+    JOB_FAULT_KILLSAVE,
+    JOB_FAULT_LOSEDISK
 };
 #define JOB_MAX_FAULTS 16
 typedef struct job_fault {
@@ -104,6 +105,7 @@ struct llmt_job {
     int64_t ckpt_interval; /* steps; 0 none; < 0 auto, undecided */
     int ckpt_auto, ckpt_async;
     int32_t keep_last, keep_every, durable_keep_last, durable_keep_every;
+    int peer_tier; /* checkpoint.tiers has a peer tier: replicate each save */
     int64_t params;
     int threads;
 
@@ -115,6 +117,10 @@ struct llmt_job {
     char jsonl_path[JOB_PATH_MAX], plot_path[JOB_PATH_MAX];
     char interval_note[512]; /* how the auto interval was chosen */
     char resume_note[JOB_PATH_MAX + 256];
+    /* the tier the last restore read (memory, peer, local, durable) and
+     * how long it took (ckpt.c) */
+    const char *restore_tier;
+    double restore_s;
 
     /* the run */
     int32_t *in, *tg, *vin, *vtg;
@@ -258,6 +264,18 @@ void llmt__job_obs_run_line(llmt_job *j, int64_t step, const float *all, int32_t
                             int stride, const char *stragglers);
 /* The interval of the gather (aggregation and straggler report). */
 int64_t llmt__job_obs_interval(const llmt_job *j);
+
+/* job.c: the tp/dp groups cut from j->comm and attached to the trainer
+ * (collective over j->comm). */
+llmt_status llmt__job_attach_groups(llmt_job *j);
+
+/* inplace.c: under `llmtrain launch --in-place` ($LLMT_LAUNCH_INPLACE),
+ * a step whose collectives failed (a peer died) re-forms the communicator
+ * with the agent's next generation and restores the newest step every
+ * rank holds (this rank's snapshot where it has it) instead of ending the
+ * process. 1 when `failed` is such a failure and recovery is enabled. */
+int llmt__job_inplace_wanted(const llmt_job *j, llmt_status failed);
+llmt_status llmt__job_inplace_recover(llmt_job *j, llmt_job_metrics *m);
 
 /* Small helpers (job.c). */
 int llmt__job_mkdir_p(const char *path);

@@ -160,23 +160,35 @@ static llmt_status check_model(llmt_job *j)
 }
 
 /* Tiers: local (the root: checkpoint.dir or the tier's path), host (the
- * last snapshot in memory, which the anomaly rollback uses), durable (a
- * copy of every committed checkpoint, with its own retention); peer needs
- * the replication the fault-tolerance agent drives. */
+ * last snapshot in memory: a rollback or in-place recovery reads it
+ * first), peer (each saved step's part of rank r replicated to rank r+1:
+ * a rank whose local part is lost gets it back without the durable
+ * tier), durable (a copy of every committed checkpoint, with its own
+ * retention). */
 static llmt_status check_tiers(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
-    int nlocal = 0, ndurable = 0, nhost = 0;
+    int nlocal = 0, ndurable = 0, nhost = 0, npeer = 0;
     for (int i = 0; i < s->checkpoint.ntiers; i++) {
         const llmt_spec_tier *t = &s->checkpoint.tiers[i];
         char p[64];
         snprintf(p, sizeof p, "checkpoint.tiers[%d]", i);
         switch (t->kind) {
         case LLMT_SPEC_TIER_PEER:
-            return REFUSE("%s.kind: peer is not supported by llmt_job yet "
-                          "(peer replication driven by the fault-tolerance "
-                          "agent: issue 19); use local or durable",
-                          p);
+            if (++npeer > 1)
+                return REFUSE("%s.kind: a second peer tier is not supported", p);
+            if (t->path || t->keep_last != 3 || t->keep_every)
+                return REFUSE("%s: the peer tier's replicas live under the local "
+                              "root (peer/step-N) with the local tier's retention: "
+                              "path, keep_last and keep_every have no effect on it; "
+                              "remove them",
+                              p);
+            if (j->world < 2)
+                return REFUSE("%s.kind: peer replicates each rank's part to the "
+                              "next rank, and this job has one rank: nothing would "
+                              "hold a replica; remove the tier or run more ranks",
+                              p);
+            break;
         case LLMT_SPEC_TIER_HOST:
             if (++nhost > 1)
                 return REFUSE("%s.kind: a second host tier is not supported", p);

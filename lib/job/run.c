@@ -317,6 +317,9 @@ LLMT_API llmt_status llmt_job_step(llmt_job *j, llmt_job_metrics *metrics)
                     metrics->struct_size);
     llmt_job_metrics m;
     llmt_status s = step_once(j, &m);
+    /* a peer died under `llmtrain launch --in-place`: this process stays */
+    if (s != LLMT_OK && llmt__job_inplace_wanted(j, s))
+        s = llmt__job_inplace_recover(j, &m);
     m.anomalies = j->anomalies;
     m.skipped = j->skipped;
     m.rollbacks = j->rollbacks;

@@ -24,6 +24,16 @@
 #   killsave  a rank killed while an async save is in flight: the partial
 #             step never verifies, is quarantined, the restart uses the
 #             previous checkpoint; goodput measured vs the simulator
+#   inplace   --in-place, SIGKILL of rank 2 at step 7: ranks 0, 1, 3 keep
+#             their processes (their PIDs) and roll back to step 6 (each
+#             rank's snapshot holds only its share under dp: the local
+#             tier); the spare reads step 6 from disk; losses and the final
+#             loader cursor equal the uninterrupted run's
+#   tiers     rank 2's disk lost with it (its parts deleted, then SIGKILL):
+#             with a peer tier the spare's part comes back from rank 3's
+#             replica (tier "peer"); with a durable tier every rank reads
+#             the durable copy (step 6, or 4 when the copy of 6 was still
+#             being made); losses equal the uninterrupted run's
 # Exit 77 without the gloo build feature.
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 case_=$2
@@ -249,6 +259,75 @@ killsave)
     ok "every checkpoint left verifies and holds all 4 ranks" || { bad "verify"; cat va.log; "$exe" ckpt ls k/ckpt; }
   grep -q "launch: goodput .* measured" k.log && grep -q "predicted by llmt_plan_simulate_goodput" k.log &&
     ok "$(grep 'launch: goodput' k.log | cut -c1-150 | tr '\n' ' ')" || { bad "goodput report"; tail -5 k.log; }
+  ;;
+inplace)
+  ref
+  LLMT_FAULT=kill:2:7 launch ip ip.log --nproc 4 --spares 1 --in-place ft.json ||
+    { bad "the job did not finish"; cat ip.log; }
+  grep -q "rank 2 (slot 2) failed .*killed by signal 9" ip.log &&
+    grep -q "in-place recovery as gen 1" ip.log && ok "rank 2 killed, recovered in place" ||
+    { bad "no in-place recovery: $(grep launch: ip.log)"; }
+  losses ip/metrics.jsonl > ip.loss
+  cmp -s ref.loss ip.loss && ok "all 14 losses equal the uninterrupted run's" ||
+    { bad "losses differ"; diff ref.loss ip.loss; }
+  python3 - ip <<'EOF' || fail=1
+import json, sys, os
+out = sys.argv[1]
+ev = [json.loads(l) for l in open(out + "/agent/events.jsonl")]
+sp = [e for e in ev if e["event"] == "spawn"]
+g0 = {e["rank"]: e["pid"] for e in sp if e["gen"] == 0}
+g1 = [e for e in sp if e["gen"] == 1]
+bad = 0
+if sorted(g0) != [0, 1, 2, 3] or [(e["rank"], e["slot"]) for e in g1] != [(2, 4)]:
+    print("FAIL spawns: gen 0 %s, gen 1 %s (want only rank 2 on slot 4)" % (g0, g1)); bad = 1
+for r in (0, 1, 3):
+    path = out + ("/metrics.jsonl" if r == 0 else "/rank-%d/metrics.jsonl" % r)
+    ip = [json.loads(l) for l in open(path) if '"event":"inplace"' in l]
+    # under dp each rank's snapshot holds its share of the replicated
+    # state only, so the survivors read step 6 from the local tier
+    if len(ip) != 1 or ip[0]["pid"] != g0[r] or ip[0]["tier"] not in ("memory", "local") \
+            or ip[0]["step"] != 6:
+        print("FAIL rank %d: in-place line %s, gen 0 pid %d" % (r, ip, g0[r])); bad = 1
+    else:
+        print("ok   rank %d kept pid %d, restored step 6 (%s tier) in %.3f s (recovery %.3f s)"
+              % (r, g0[r], ip[0]["tier"], ip[0]["restore_s"], ip[0]["recovery_s"]))
+rs = [json.loads(l) for l in open(out + "/rank-2/metrics.jsonl") if '"event":"restore"' in l]
+if not rs or rs[-1]["tier"] not in ("local", "peer") or rs[-1]["step"] != 6:
+    print("FAIL the spare's restore: %s" % rs); bad = 1
+else:
+    print("ok   the spare (rank 2) read step 6 from the %s tier" % rs[-1]["tier"])
+rec = [e for e in ev if e["event"] == "recovered"]
+if not rec or rec[0].get("mode") != "in_place":
+    print("FAIL recovered event: %s" % rec); bad = 1
+else:
+    print("ok   recovery %.3f s (detection to the next completed step), %d step(s) recomputed"
+          % (rec[0]["recovery_s"], rec[0]["lost_steps"]))
+sys.exit(bad)
+EOF
+  c_ref=$(grep '"when":"finish"' ref/metrics.jsonl | sed 's/.*"cursor":\([0-9]*\).*/\1/')
+  c_ip=$(grep '"when":"finish"' ip/metrics.jsonl | tail -1 | sed 's/.*"cursor":\([0-9]*\).*/\1/')
+  [ -n "$c_ref" ] && [ "$c_ref" = "$c_ip" ] &&
+    ok "final loader cursor $c_ip = the uninterrupted run's: no sample skipped or repeated" ||
+    bad "cursor $c_ip, uninterrupted $c_ref"
+  ;;
+tiers)
+  ref
+  mk pt.json ''
+  sed 's/"async": false/"async": false, "tiers": [{"kind": "local"}, {"kind": "peer"}]/' pt.json > peer.json
+  sed "s|\"async\": false|\"async\": false, \"tiers\": [{\"kind\": \"local\"}, {\"kind\": \"durable\", \"path\": \"$tmp/dur\"}]|" pt.json > dur.json
+  for t in peer durable; do
+    f=peer.json; [ $t = durable ] && f=dur.json
+    LLMT_FAULT=losedisk:2:7 launch $t $t.log --nproc 4 --spares 1 $f ||
+      { bad "$t: the job did not finish"; cat $t.log; continue; }
+    losses $t/metrics.jsonl > $t.loss
+    cmp -s ref.loss $t.loss && ok "$t: all 14 losses equal the uninterrupted run's" ||
+      { bad "$t: losses differ"; diff ref.loss $t.loss; }
+    rs=$(grep '"event":"restore"' $t/metrics.jsonl | tail -1)
+    # the durable copy is made after the local commit, so it may lag a save
+    want=6; [ $t = durable ] && want='[46]'
+    echo "$rs" | grep -q "\"tier\":\"$t\",\"step\":$want" && ok "$t: $rs" ||
+      bad "$t: restore line: $rs"
+  done
   ;;
 *) echo "unknown case $case_"; exit 2 ;;
 esac
