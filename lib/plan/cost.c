@@ -175,6 +175,25 @@ static double act_bytes_per_token(const shape *m, double t, int sp, int recomput
     return bytes;
 }
 
+int64_t llmt__plan_node_ranks(const llmt_spec *s, int64_t world)
+{
+    int64_t n = s->hardware.gpus_per_node;
+    const llmt_hw_entry *hw = llmt__hw_lookup(s->hardware.gpu);
+    /* The "cpu" row's 1 per node is a placeholder: the host's cores run
+     * every rank started on it (threads, or mpirun on one machine), its
+     * memory copies are the row's "NVLink". A hardware.gpus_per_node the
+     * spec gives (several hosts) is taken as it is. */
+    if (hw && !strcmp(hw->name, "cpu") && !llmt__spec_given(s, "hardware.gpus_per_node")) {
+        int64_t layout = s->parallelism.tp * s->parallelism.cp * s->parallelism.pp *
+                         s->parallelism.dp;
+        if (world > n)
+            n = world;
+        if (layout > n)
+            n = layout;
+    }
+    return n;
+}
+
 void llmt__plan_estimate(const llmt_spec *s, int32_t world,
                          llmt_plan_estimate *e)
 {
@@ -290,7 +309,7 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
             hbm_bw = hw->hbm_TBps * 1e12;
     }
     const double GEMM_HALF = hbm_bw / k->gemm_reread; /* effective operand bandwidth */
-    double gpn = (double)s->hardware.gpus_per_node;
+    double gpn = (double)llmt__plan_node_ranks(s, world);
     double nvl_bw = s->hardware.nvlink_GBps * 1e9 / 2 * LINK_EFF;
     /* Rail-optimised fabric: the node's rails are shared by its GPUs. */
     double rails_per_gpu = (double)s->hardware.ib_rails / gpn;

@@ -37,7 +37,7 @@ static void warn_notes(llmt_plan *p)
 {
     const llmt_spec *s = p->spec;
     const llmt_plan_estimate *e = &p->est;
-    if (s->parallelism.tp > s->hardware.gpus_per_node)
+    if (s->parallelism.tp > llmt__plan_node_ranks(s, p->world))
         llmt__plan_note(p, "warning: tp %lld spans nodes (gpus_per_node %lld): "
                         "its per-layer all-reduces go over InfiniBand",
                         (long long)s->parallelism.tp,

@@ -172,6 +172,12 @@ llmt_status llmt__plan_build(llmt_context *ctx, llmt_spec *owned, int32_t world,
  * on one rank for the spec's layout (lib/plan/engine.c). */
 void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e);
 
+/* The ranks one node holds, for pricing a group on NVLink or InfiniBand
+ * and the "spans nodes" warning: hardware.gpus_per_node, except that the
+ * host CPU profile (hardware.gpu "cpu", gpus_per_node not given) is one
+ * node holding all `world` ranks (or the spec's layout when world is 0). */
+int64_t llmt__plan_node_ranks(const llmt_spec *s, int64_t world);
+
 /* Per-GPU seconds of all-reduce of `bytes` over n ranks at bw bytes/s. */
 double llmt__plan_allreduce_s(double bytes, double n, double bw, double lat);
 

@@ -357,6 +357,65 @@ static void test_layout(void)
     llmt_spec_destroy(s);
 }
 
+/* The explain text of a small GPT-2 plan on `hw` ("\"gpu\": ...") with
+ * `par`'s degrees on `world` ranks, and its estimate. */
+static int explain_small(const char *hw, const char *par, int32_t world, char *buf, size_t cap,
+                         llmt_plan_estimate *e)
+{
+    char j[1024];
+    snprintf(j, sizeof j,
+             "{\"model\": {\"arch\": \"gpt2\", \"layers\": 2, \"hidden\": 64, \"heads\": 8,"
+             " \"vocab\": 320, \"seq_len\": 32}, \"parallelism\": {%s},"
+             " \"batch\": {\"micro\": 2, \"global\": 8}, \"hardware\": {%s}}",
+             par, hw);
+    llmt_spec *s = parse(j);
+    llmt_plan *p = plan_of(s, world);
+    int ok = p && llmt_plan_explain(p, buf, cap, NULL) == LLMT_OK;
+    *e = est_of(p);
+    llmt_plan_destroy(p);
+    llmt_spec_destroy(s);
+    return ok;
+}
+
+/* "tp spans nodes" only where TP does: the host CPU profile is one node
+ * holding every rank started on it (its table row's gpus_per_node 1 is no
+ * node boundary), unless the spec gives hardware.gpus_per_node; a GPU
+ * profile warns when tp exceeds its gpus_per_node. The CPU's TP is priced
+ * as inside a node too: the same TP time as a spec saying the node holds
+ * the ranks, not the InfiniBand one of gpus_per_node 1. */
+static void test_node_warning(void)
+{
+    char buf[8192];
+    llmt_plan_estimate host, two, one;
+    CHECK(explain_small("\"gpu\": \"cpu\"", "\"tp\": 2", 2, buf, sizeof buf, &host));
+    CHECK(strstr(buf, "spans nodes") == NULL);
+    CHECK(explain_small("\"gpu\": \"cpu\"", "\"tp\": 4, \"zero\": 1", 8, buf, sizeof buf,
+                        &host));
+    CHECK(strstr(buf, "spans nodes") == NULL);
+    /* no world given: the layout's own degrees */
+    CHECK(explain_small("\"gpu\": \"cpu\"", "\"tp\": 2, \"dp\": 2", 0, buf, sizeof buf, &host));
+    CHECK(strstr(buf, "spans nodes") == NULL);
+    CHECK(explain_small("\"gpu\": \"cpu\"", "\"tp\": 2", 2, buf, sizeof buf, &host));
+    CHECK(explain_small("\"gpu\": \"cpu\", \"gpus_per_node\": 2", "\"tp\": 2", 2, buf,
+                        sizeof buf, &two));
+    CHECK(host.time_tp_s > 0);
+    CHECK_CLOSE(host.time_tp_s, two.time_tp_s, 1e-12, 0);
+    /* hosts of one rank each, as the spec says: TP crosses them */
+    CHECK(explain_small("\"gpu\": \"cpu\", \"gpus_per_node\": 1", "\"tp\": 2", 2, buf,
+                        sizeof buf, &one));
+    CHECK(strstr(buf, "warning: tp 2 spans nodes (gpus_per_node 1)") != NULL);
+    CHECK(one.time_tp_s != host.time_tp_s);
+    /* GPUs: tp 8 over nodes of 4 warns, over nodes of 8 does not */
+    CHECK(explain_small("\"gpu\": \"H100-SXM\", \"gpus_per_node\": 4", "\"tp\": 4", 8, buf,
+                        sizeof buf, &one));
+    CHECK(strstr(buf, "spans nodes") == NULL);
+    CHECK(explain_small("\"gpu\": \"H100-SXM\", \"gpus_per_node\": 4", "\"tp\": 8", 8, buf,
+                        sizeof buf, &one));
+    CHECK(strstr(buf, "warning: tp 8 spans nodes (gpus_per_node 4)") != NULL);
+    CHECK(explain_small("\"gpu\": \"H100-SXM\"", "\"tp\": 8", 16, buf, sizeof buf, &one));
+    CHECK(strstr(buf, "spans nodes") == NULL);
+}
+
 static void test_stage_layers(void)
 {
     /* 126 layers on 16 stages: contiguous, complete, balanced within 1. */
@@ -868,6 +927,7 @@ int main(void)
         return 1;
     test_405b_numbers();
     test_layout();
+    test_node_warning();
     test_stage_layers();
     test_memory();
     test_bubble();
