@@ -745,8 +745,8 @@ static int agent_main(agent *a)
         }
         if (in_place)
             printf("launch: in-place recovery as gen %d: the surviving ranks stay in their "
-                   "processes and roll back to their in-memory snapshots; the replaced "
-                   "rank(s) resume from disk\n",
+                   "processes and go back to the newest step every rank holds (memory, "
+                   "else disk); the replaced rank(s) resume from disk\n",
                    a->gen);
         else
             printf("launch: gang restart as gen %d on %d ranks from the newest checkpoint "
