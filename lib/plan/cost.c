@@ -184,8 +184,8 @@ int64_t llmt__plan_node_ranks(const llmt_spec *s, int64_t world)
      * memory copies are the row's "NVLink". A hardware.gpus_per_node the
      * spec gives (several hosts) is taken as it is. */
     if (hw && !strcmp(hw->name, "cpu") && !llmt__spec_given(s, "hardware.gpus_per_node")) {
-        int64_t layout = s->parallelism.tp * s->parallelism.cp * s->parallelism.pp *
-                         s->parallelism.dp;
+        int64_t layout =
+            s->parallelism.tp * s->parallelism.cp * s->parallelism.pp * s->parallelism.dp;
         if (world > n)
             n = world;
         if (layout > n)

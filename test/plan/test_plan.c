@@ -389,8 +389,8 @@ static void test_node_warning(void)
     llmt_plan_estimate host, two, one;
     CHECK(explain_small("\"gpu\": \"cpu\"", "\"tp\": 2", 2, buf, sizeof buf, &host));
     CHECK(strstr(buf, "spans nodes") == NULL);
-    CHECK(explain_small("\"gpu\": \"cpu\"", "\"tp\": 4, \"zero\": 1", 8, buf, sizeof buf,
-                        &host));
+    CHECK(
+        explain_small("\"gpu\": \"cpu\"", "\"tp\": 4, \"zero\": 1", 8, buf, sizeof buf, &host));
     CHECK(strstr(buf, "spans nodes") == NULL);
     /* no world given: the layout's own degrees */
     CHECK(explain_small("\"gpu\": \"cpu\"", "\"tp\": 2, \"dp\": 2", 0, buf, sizeof buf, &host));
