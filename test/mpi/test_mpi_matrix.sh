@@ -12,9 +12,10 @@
 # within rounding of zero gets an AdamW step those ulps decide). The
 # script prints the worst differences and each run's seconds.
 #
-# With resume=1 the run (NP ranks) checkpoints at step 5; a copy without
-# the step-10 checkpoint resumes at step 5 under `mpirun -np 2` with tp 2 x
-# dp 1 and another under one process (tp 1): their losses of steps 6..10,
+# With resume=1 the run (NP ranks) checkpoints at step 5; copies without
+# the step-10 checkpoint resume at step 5 under mpirun with tp 2 x dp 1
+# (np 2), tp 1 x dp 4 ZeRO-3 and tp 4 x dp 1 (np 4), and under one process
+# (tp 1) (issue 16's resharding list): their losses of steps 6..10,
 # training and validation, and their final parameters equal the
 # uninterrupted run's within the same bounds (the optimizer moments and
 # the data cursor resharded).
@@ -115,27 +116,28 @@ python3 "$here/cmp_params.py" ref.st run.st && ok "final parameters equal the re
   bad "final parameters differ"
 [ "$resume" = 1 ] || exit $fail
 
-# Resume the step-5 checkpoint under other layouts.
+# Resume the step-5 checkpoint under other layouts: name np tp zero
+# (sequence parallelism as the run's where tp > 1).
 ls run/ckpt | grep -q 'step-0*5$' && ok "checkpoint at step 5" || bad "no step-5 checkpoint: $(ls run/ckpt)"
-for k in np2 np1; do
-  cp -r run "$k" && rm -rf "$k"/ckpt/step-000000000010 || exit 1
-done
-mk np2.json 2 0 "$spv"
-mk np1.json 1 0 false
-t=$(now)
-mpi 2 "$exe" train np2.json --out np2 --resume > np2.log 2>&1 &&
-  ok "mpirun -np 2 (tp 2 x dp 1) --resume: $(secs "$t") s" || { bad "mpirun -np 2 --resume"; cat np2.log; }
-t=$(now)
-"$exe" train np1.json --out np1 --resume > np1.log 2>&1 &&
-  ok "one process --resume: $(secs "$t") s" || { bad "one process --resume"; cat np1.log; }
 ext run/metrics.jsonl | awk '$1 > 5' > c.txt
 [ "$(wc -l < c.txt)" = 6 ] || bad "the uninterrupted run has $(wc -l < c.txt) lines after step 5, not 6"
-for k in np2 np1; do
-  grep -q "resumed from .* at step 5" $k.log && ok "$k resumed at step 5" || bad "$k did not resume at step 5"
-  ext $k/metrics.jsonl | awk '$1 > 5' > d.txt
+for target in "tp2-dp1 2 2 0" "tp1-dp4-zero3 4 1 3" "tp4-dp1 4 4 0" "one-process 1 1 0"; do
+  set -- $target
+  k=$1 n=$2 t2=$3 z2=$4 s2=$spv
+  [ "$t2" -gt 1 ] || s2=false
+  cp -r run "$k" && rm -rf "$k"/ckpt/step-000000000010 || exit 1
+  mk "$k.json" "$t2" "$z2" "$s2"
+  t=$(now)
+  if [ "$n" = 1 ]; then
+    "$exe" train "$k.json" --out "$k" --resume > "$k.log" 2>&1
+  else
+    mpi "$n" "$exe" train "$k.json" --out "$k" --resume > "$k.log" 2>&1
+  fi && ok "$k (np $n) --resume: $(secs "$t") s" || { bad "$k --resume"; cat "$k.log"; }
+  grep -q "resumed from .* at step 5" "$k.log" && ok "$k resumed at step 5" || bad "$k did not resume at step 5"
+  ext "$k/metrics.jsonl" | awk '$1 > 5' > d.txt
   compare c.txt d.txt "$k resumed from np $np tp $tp dp $dp zero $zero"
-  "$exe" ckpt export $k/ckpt --step 10 --out $k.st > export.log 2>&1 || { bad "$k export"; cat export.log; }
-  python3 "$here/cmp_params.py" run.st $k.st && ok "$k: final parameters equal the uninterrupted run's" ||
+  "$exe" ckpt export "$k/ckpt" --step 10 --out "$k.st" > export.log 2>&1 || { bad "$k export"; cat export.log; }
+  python3 "$here/cmp_params.py" run.st "$k.st" && ok "$k: final parameters equal the uninterrupted run's" ||
     bad "$k: final parameters differ"
 done
 exit $fail
