@@ -30,8 +30,8 @@ static inline float dot(int bf16, const void *a, size_t ai, const void *b, size_
     return s;
 }
 
-void llmt__attn_cp_rope(int bf16, void *x, int B, int T, int nh, int hd, size_t stride, float theta,
-                   int inverse, const int32_t *pos)
+void llmt__attn_cp_rope(int bf16, void *x, int B, int T, int nh, int hd, size_t stride,
+                        float theta, int inverse, const int32_t *pos)
 {
     int half = hd / 2;
 #pragma omp parallel for
@@ -181,7 +181,7 @@ void llmt__attn_cp_bwd(int bf16, float *dq, float *dkv, const float *D, const fl
 }
 
 void llmt__attn_cp_rows(int bf16, void *dst, size_t ds, const void *src, size_t ss, int src_f32,
-                   size_t rows, size_t cols)
+                        size_t rows, size_t cols)
 {
 #pragma omp parallel for schedule(static)
     for (size_t r = 0; r < rows; r++)

@@ -24,8 +24,8 @@
 /* RoPE in place (rotate-half pairs (i, i + hd/2), as dev.h's rope) on nh
  * heads of B*T rows of stride `stride`, row r at position pos[r % T];
  * inverse = 1 is the backward. */
-void llmt__attn_cp_rope(int bf16, void *x, int B, int T, int nh, int hd, size_t stride, float theta,
-                   int inverse, const int32_t *pos);
+void llmt__attn_cp_rope(int bf16, void *x, int B, int T, int nh, int hd, size_t stride,
+                        float theta, int inverse, const int32_t *pos);
 
 /* One key/value block into the running attention: queries q (B*Tq rows
  * of stride qs, nh heads of hd), keys at kv and values at kv + nkv*hd
@@ -53,6 +53,6 @@ void llmt__attn_cp_bwd(int bf16, float *dq, float *dkv, const float *D, const fl
 /* rows x cols between strided host arrays: src fp32 (src_f32) or
  * storage, dst storage; rounds to bf16 when bf16 = 1. */
 void llmt__attn_cp_rows(int bf16, void *dst, size_t ds, const void *src, size_t ss, int src_f32,
-                   size_t rows, size_t cols);
+                        size_t rows, size_t cols);
 
 #endif

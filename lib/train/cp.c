@@ -100,10 +100,22 @@ void llmt__cp_destroy(llmt__cp *cp)
     free(cp);
 }
 
-int llmt__cp_size(const llmt__cp *cp) { return cp ? cp->size : 1; }
-llmt_comm *llmt__cp_comm(const llmt__cp *cp) { return cp ? cp->comm : NULL; }
-int llmt__cp_variant(const llmt__cp *cp) { return cp ? cp->variant : LLMT__CP_RING; }
-const int32_t *llmt__cp_pos(const llmt__cp *cp) { return cp->pos + (size_t)cp->rank * cp->Tl; }
+int llmt__cp_size(const llmt__cp *cp)
+{
+    return cp ? cp->size : 1;
+}
+llmt_comm *llmt__cp_comm(const llmt__cp *cp)
+{
+    return cp ? cp->comm : NULL;
+}
+int llmt__cp_variant(const llmt__cp *cp)
+{
+    return cp ? cp->variant : LLMT__CP_RING;
+}
+const int32_t *llmt__cp_pos(const llmt__cp *cp)
+{
+    return cp->pos + (size_t)cp->rank * cp->Tl;
+}
 
 void llmt__cp_local(const llmt__cp *cp, const int32_t *in, int32_t *out, int rows)
 {
@@ -173,16 +185,16 @@ static void *blk(const llmt__cp *cp, void *base, size_t i, size_t n)
 
 /* This rank's k, v rows packed into kv block `i` (then all-gathered for
  * the all-gather variant). */
-static llmt_status own_kv(llmt__cp *cp, const void *qkv, size_t Q, size_t rows, int nh,
-                          int nkv, int hd, size_t i)
+static llmt_status own_kv(llmt__cp *cp, const void *qkv, size_t Q, size_t rows, int nh, int nkv,
+                          int hd, size_t i)
 {
     size_t KV = 2 * (size_t)nkv * hd, n = rows * KV;
-    llmt__attn_cp_rows(cp->bf16, blk(cp, cp->kv, i, n), KV, blk(cp, (void *)qkv, 1, (size_t)nh * hd),
-                  Q, 0, rows, KV);
+    llmt__attn_cp_rows(cp->bf16, blk(cp, cp->kv, i, n), KV,
+                       blk(cp, (void *)qkv, 1, (size_t)nh * hd), Q, 0, rows, KV);
     if (cp->variant == LLMT__CP_RING)
         return LLMT_OK;
-    llmt_status s = llmt_comm_all_gather(cp->comm, blk(cp, cp->kv, i, n), cp->kv, n, cp->store,
-                                         NULL);
+    llmt_status s =
+        llmt_comm_all_gather(cp->comm, blk(cp, cp->kv, i, n), cp->kv, n, cp->store, NULL);
     return s == LLMT_OK ? LLMT_OK : comm_fail(cp, s, "all-gather of keys and values");
 }
 
@@ -262,8 +274,8 @@ llmt_status llmt__cp_attn_bwd(llmt__cp *cp, void *dqkv, const void *dout, const 
 
 llmt_status llmt__cp_sum(llmt__cp *cp, float *buf, size_t n)
 {
-    llmt_status s = llmt_comm_all_reduce(cp->comm, buf, buf, n, LLMT_DTYPE_FP32,
-                                         LLMT_REDUCE_SUM, NULL);
+    llmt_status s =
+        llmt_comm_all_reduce(cp->comm, buf, buf, n, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL);
     return s == LLMT_OK ? LLMT_OK : comm_fail(cp, s, "gradient sum");
 }
 
