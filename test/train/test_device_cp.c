@@ -4,6 +4,9 @@
  *
  *   test_device_cp cpu    the fp32 CPU backend; unit suite
  *   test_device_cp emul   the bf16 host emulation; unit suite
+ *   run-mpi.sh N test_device_cp mpi ring|all-gather
+ *                         one rank per process (llmt_comm_create_from_env
+ *                         under mpirun); mpi suite: np 2 both, np 4 ring
  *
  * Ranks are threads on one in-process communicator, the CP group. Every
  * rank is given the same whole sequences (4 of 64 tokens a step,
@@ -327,8 +330,70 @@ static void *refuse_rank(void *p)
     return NULL;
 }
 
+/* Under mpirun (test_device_cp mpi ring|all-gather): the world is the CP
+ * group, one rank per process (MPI's send and receive, not the in-process
+ * mailbox); each process runs the one-rank reference itself and checks
+ * its own run against it with the fp32 bounds. */
+static int mpi_main(const char *variant)
+{
+    if (!(llmt_build_features() & LLMT_FEATURE_MPI))
+        return CHECK_SKIP;
+    int var = strcmp(variant, "ring") == 0 ? LLMT__CP_RING : LLMT__CP_ALL_GATHER;
+    llmt_comm *c = NULL;
+    llmt_comm_opts co;
+    llmt_comm_opts_init(&co, sizeof co);
+    co.timeout_ms = 60000;
+    if (llmt_comm_create_from_env(NULL, &co, &c) != LLMT_OK)
+        return 1;
+    int32_t rank = 0, n = 0;
+    llmt_comm_rank(c, &rank);
+    llmt_comm_size(c, &n);
+    for (int llama = 0; llama < 2; llama++) {
+        tp_fixture_config(&g_cfg, llama, 2, V, T);
+        rank_arg ref, a;
+        memset(&ref, 0, sizeof ref);
+        memset(&a, 0, sizeof a);
+        ref.dp = a.dp = 1;
+        a.comm = c;
+        a.variant = var;
+        rank_main(&ref);
+        rank_main(&a);
+        CHECK_STATUS(ref.st, LLMT_OK);
+        CHECK_STATUS(a.st, LLMT_OK);
+        if (a.st != LLMT_OK || ref.st != LLMT_OK) {
+            fprintf(stderr, "rank %d: %s %s\n", (int)rank, ref.err, a.err);
+            break;
+        }
+        double wl = 0.0, wp = 0.0;
+        for (int k = 0; k < STEPS; k++) {
+            double d = fabs((double)a.loss[k] - ref.loss[k]) / ref.loss[k];
+            if (!(d <= wl))
+                wl = d;
+        }
+        for (int64_t i = 0; i < a.numel && a.numel == ref.numel; i++) {
+            double d = fabs((double)a.params[i] - ref.params[i]);
+            if (!(d <= wp))
+                wp = d;
+        }
+        printf("mpi rank %d of %d, %s %s: losses %.3g relative, params %.3g max abs\n",
+               (int)rank, (int)n, llama ? "llama kv 2" : "gpt2", variant, wl, wp);
+        CHECK(a.numel == ref.numel);
+        CHECK(wl <= 1e-5);
+        CHECK(wp <= 1e-4);
+        free(ref.params);
+        free(a.params);
+    }
+    llmt_comm_destroy(c);
+    return check_exit("device-cp mpi");
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 2 && strcmp(argv[1], "mpi") == 0) {
+        g_ops = llmt__dev_cpu();
+        tp_fixture_data((size_t)STEPS * SEQS * T, V, &g_in, &g_tg);
+        return g_in && g_tg ? mpi_main(argv[2]) : 1;
+    }
     g_bf16 = argc > 1 && strcmp(argv[1], "emul") == 0;
     g_ops = g_bf16 ? llmt__dev_emul() : llmt__dev_cpu();
     tp_fixture_data((size_t)STEPS * SEQS * T, V, &g_in, &g_tg);
