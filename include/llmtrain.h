@@ -597,6 +597,24 @@ typedef struct llmt_model_config {
     float init_std;          /* default 0.02; residual projections get
                                 init_std/sqrt(2*layers) */
     uint64_t seed;           /* initialisation seed; default 1337 */
+    /* Mixture of experts (Llama only; moe_experts 0 = dense). Layer l is
+     * MoE when l % moe_every == 0: a router [E, width] and SwiGLU experts
+     * stored as row blocks of three global tensors, w1 and w3 [E*moe_ffn,
+     * width], w2 [E*width, moe_ffn] (layers.L.feed_forward.router.weight,
+     * .experts.w1.weight, ...). Tokens take their top-k experts (softmax,
+     * the k weights renormalised), each expert at most ceil(capacity_factor
+     * * tokens * top_k / E) of a micro-batch's tokens unless moe_dropless;
+     * a dropped choice adds nothing (the token keeps its residual). The
+     * training loss adds aux_loss_coef * E * sum_e f_e P_e (Switch) and
+     * z_loss_coef * mean(logsumexp(router logits)^2) per MoE layer. */
+    int32_t moe_experts;
+    int32_t moe_top_k;         /* 1..moe_experts; 0 = 2 (or 1 with 1 expert) */
+    int32_t moe_ffn;           /* hidden size of one expert; 0 = ffn_hidden */
+    int32_t moe_every;         /* 0 = 1 (every layer) */
+    int32_t moe_dropless;      /* 1: no capacity limit */
+    float moe_capacity_factor; /* > 0; 0 = 1.25 */
+    float moe_aux_loss_coef;   /* >= 0; default 0.01 */
+    float moe_z_loss_coef;     /* >= 0; default 0.001 */
 } llmt_model_config;
 
 LLMT_API llmt_status llmt_model_config_init(llmt_model_config *cfg,
@@ -1508,6 +1526,18 @@ typedef struct llmt_pp_stats {
     int64_t sent_bytes, recv_bytes;  /* last step's activations + gradients */
 } llmt_pp_stats;
 LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats *out);
+
+/* Mixture of experts (llmt_model_config.moe_*): the last training step's
+ * routing of MoE layer `layer` (-1: summed over the MoE layers), summed
+ * over its micro-batches: counts[e] tokens expert e processed (kept under
+ * the capacity; n must equal moe_experts), dropped (token, choice) pairs,
+ * and the aux and z losses as the step's loss adds them before their
+ * coefficients (mean over micro-batches, summed over layers). Outputs may
+ * be NULL. LLMT_ERR_UNSUPPORTED for a dense model. Not thread-safe with a
+ * step running. */
+LLMT_API llmt_status llmt_trainer_moe_stats(llmt_trainer *tr, int32_t layer, int64_t *counts,
+                                            int32_t n, int64_t *dropped, double *aux_loss,
+                                            double *z_loss);
 
 /* ======================================================================
  * Tokenizers (doc/tokenizers.md)

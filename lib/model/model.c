@@ -29,6 +29,8 @@ LLMT_API llmt_status llmt_model_config_init(llmt_model_config *cfg, size_t size)
     d.rope_theta = 10000.0f;
     d.init_std = 0.02f;
     d.seed = 1337;
+    d.moe_aux_loss_coef = 0.01f;
+    d.moe_z_loss_coef = 0.001f;
     size_t n = size < sizeof d ? size : sizeof d;
     memcpy(cfg, &d, n);
     cfg->struct_size = size;
@@ -87,6 +89,45 @@ static llmt_status resolve_config(llmt_err *e, llmt_model_config *c)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                              "model: ffn_hidden %d must be >= 1",
                              (int)c->ffn_hidden);
+    if (c->moe_experts < 0 || (c->moe_experts > 0 && c->arch != LLMT_ARCH_LLAMA))
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "model: moe_experts %d: mixture of experts needs the Llama "
+                             "arch (SwiGLU experts) and experts >= 0",
+                             (int)c->moe_experts);
+    if (c->moe_experts > 0) {
+        if (c->moe_top_k == 0)
+            c->moe_top_k = c->moe_experts > 1 ? 2 : 1;
+        if (c->moe_ffn == 0)
+            c->moe_ffn = c->ffn_hidden;
+        if (c->moe_every == 0)
+            c->moe_every = 1;
+        if (c->moe_capacity_factor == 0.0f)
+            c->moe_capacity_factor = 1.25f;
+        if (c->moe_top_k < 1 || c->moe_top_k > c->moe_experts)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "model: moe_top_k %d must be in [1, moe_experts %d]",
+                                 (int)c->moe_top_k, (int)c->moe_experts);
+        if (c->moe_ffn < 1 || c->moe_every < 1 || c->moe_every > c->layers)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "model: moe_ffn %d must be >= 1 and moe_every %d in [1, "
+                                 "layers %d]",
+                                 (int)c->moe_ffn, (int)c->moe_every, (int)c->layers);
+        if (!(c->moe_capacity_factor > 0.0f))
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "model: moe_capacity_factor %g must be > 0 (moe_dropless 1 "
+                                 "for no capacity)",
+                                 (double)c->moe_capacity_factor);
+        if (!(c->moe_aux_loss_coef >= 0.0f) || !(c->moe_z_loss_coef >= 0.0f))
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "model: moe_aux_loss_coef %g and moe_z_loss_coef %g must be "
+                                 ">= 0",
+                                 (double)c->moe_aux_loss_coef, (double)c->moe_z_loss_coef);
+    } else if (c->moe_top_k || c->moe_ffn || c->moe_every || c->moe_dropless ||
+               c->moe_capacity_factor != 0.0f) {
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "model: moe_top_k, moe_ffn, moe_every, moe_dropless or "
+                             "moe_capacity_factor set but moe_experts is 0 (dense)");
+    }
     if (c->tie_embeddings < 0) c->tie_embeddings = c->arch == LLMT_ARCH_GPT2;
     if (c->arch == LLMT_ARCH_GPT2 && !c->tie_embeddings)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
@@ -137,7 +178,8 @@ static void build_table(llmt_model *m, int count_only)
     }
     for (int l = 0; l < c->layers; l++) {
         llmt__layer_offs o, *L = count_only ? &o : &m->layer[l];
-        for (size_t *p = &L->ln1w; p <= &L->fcprojb; p++) *p = LLMT__NOPARAM;
+        for (size_t *p = &L->ln1w; p <= &L->ew2; p++)
+            *p = LLMT__NOPARAM;
 #define P(field, fmt, nd, a, b)                                 \
     do {                                                        \
         snprintf(nm, sizeof nm, fmt, l);                        \
@@ -161,6 +203,14 @@ static void build_table(llmt_model *m, int count_only)
             P(qkvw, "layers.%d.attention.wqkv.weight", 2, m->qkv_dim, C);
             P(projw, "layers.%d.attention.wo.weight", 2, C, C);
             P(ln2w, "layers.%d.ffn_norm.weight", 1, C, 0);
+        }
+        if (c->arch == LLMT_ARCH_LLAMA && llmt__model_moe_layer(c, l)) {
+            int64_t E = c->moe_experts, Fe = c->moe_ffn;
+            P(router, "layers.%d.feed_forward.router.weight", 2, E, C);
+            P(ew1, "layers.%d.feed_forward.experts.w1.weight", 2, E * Fe, C);
+            P(ew3, "layers.%d.feed_forward.experts.w3.weight", 2, E * Fe, C);
+            P(ew2, "layers.%d.feed_forward.experts.w2.weight", 2, E * C, Fe);
+        } else if (c->arch == LLMT_ARCH_LLAMA) {
             P(fcw, "layers.%d.feed_forward.w1.weight", 2, F, C);
             P(fc3w, "layers.%d.feed_forward.w3.weight", 2, F, C);
             P(fcprojw, "layers.%d.feed_forward.w2.weight", 2, C, F);

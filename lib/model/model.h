@@ -23,6 +23,7 @@ typedef struct llmt__param {
 typedef struct llmt__layer_offs {
     size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;
     size_t fcw, fcb, fc3w, fcprojw, fcprojb;
+    size_t router, ew1, ew3, ew2; /* MoE layers (moe.h's layout) instead of fc* */
 } llmt__layer_offs;
 
 struct llmt_model {
@@ -38,7 +39,11 @@ struct llmt_model {
     llmt__layer_offs *layer;
 };
 
-
+/* Layer l has a mixture of experts in place of its MLP. */
+static inline int llmt__model_moe_layer(const llmt_model_config *c, int l)
+{
+    return c->moe_experts > 0 && l % c->moe_every == 0;
+}
 
 /* Create with init=0 (zeros, for imports) or 1 (seeded init). */
 llmt_status llmt__model_new(llmt_context *ctx, const llmt_model_config *cfg,

@@ -63,6 +63,15 @@ static const spec_key keys[] = {
     I("model.moe.top_k", model.moe.top_k, 0, 1e6, "experts per token [0]"),
     I("model.moe.expert_ffn", model.moe.expert_ffn, 1, 1e8,
       "FFN width of one expert [model.ffn]"),
+    N("model.moe.capacity_factor", model.moe.capacity_factor, -1e6, 1e6, 0,
+      "tokens an expert takes, times tokens*top_k/experts [1.25]"),
+    B("model.moe.dropless", model.moe.dropless,
+      "no capacity: every expert takes all tokens routed to it [false]"),
+    N("model.moe.aux_loss_coef", model.moe.aux_loss_coef, 0, 1e3, 0,
+      "load-balancing loss E*sum f_e*P_e weight [0.01]"),
+    N("model.moe.z_loss_coef", model.moe.z_loss_coef, 0, 1e3, 0,
+      "router z-loss mean(logsumexp^2) weight [0.001]"),
+    I("model.moe.every", model.moe.every, 1, 1e6, "every n-th layer is MoE [1]"),
     O("parallelism", "how the job is split over GPUs"),
     I("parallelism.tp", parallelism.tp, 1, 1e6, "tensor parallel [1]"),
     I("parallelism.pp", parallelism.pp, 1, 1e6, "pipeline parallel [1]"),
@@ -822,6 +831,36 @@ static void check_rules(llmt_spec *s, errlist *el)
              (long long)K, (long long)E);
     if (E == 0 && K > 0)
         errf(el, "model.moe.top_k", "set but model.moe.experts is 0 (dense)");
+    if (!s->given[key_index("model.moe.capacity_factor")])
+        s->model.moe.capacity_factor = 1.25;
+    if (!s->given[key_index("model.moe.aux_loss_coef")])
+        s->model.moe.aux_loss_coef = 0.01;
+    if (!s->given[key_index("model.moe.z_loss_coef")])
+        s->model.moe.z_loss_coef = 0.001;
+    if (!s->given[key_index("model.moe.every")])
+        s->model.moe.every = 1;
+    if (s->given[key_index("model.moe.capacity_factor")] && !(s->model.moe.capacity_factor > 0))
+        errf(el, "model.moe.capacity_factor",
+             "%g must be > 0 (tokens per expert: capacity_factor * tokens * top_k / experts; "
+             "model.moe.dropless true for no capacity)",
+             s->model.moe.capacity_factor);
+    if (E == 0) { /* like top_k: a value other than the default (a spec
+                     written back by llmt_spec_to_json has them all) */
+        const struct {
+            const char *k;
+            int differs;
+        } mk[] = {{"model.moe.capacity_factor", s->model.moe.capacity_factor != 1.25},
+                  {"model.moe.aux_loss_coef", s->model.moe.aux_loss_coef != 0.01},
+                  {"model.moe.z_loss_coef", s->model.moe.z_loss_coef != 0.001},
+                  {"model.moe.every", s->model.moe.every != 1},
+                  {"model.moe.dropless", s->model.moe.dropless != 0}};
+        for (size_t i = 0; i < sizeof mk / sizeof mk[0]; i++)
+            if (mk[i].differs)
+                errf(el, mk[i].k, "set but model.moe.experts is 0 (dense)");
+    } else if (s->model.moe.every > s->model.layers) {
+        errf(el, "model.moe.every", "%lld exceeds model.layers %lld (no layer would be MoE)",
+             (long long)s->model.moe.every, (long long)s->model.layers);
+    }
 
     /* Parallelism. */
     int64_t tp = s->parallelism.tp, pp = s->parallelism.pp,
@@ -880,6 +919,12 @@ static void check_rules(llmt_spec *s, errlist *el)
             errf(el, "batch.global",
                  "%lld is not a multiple of batch.micro*parallelism.dp = %lld",
                  (long long)s->batch.global, (long long)per);
+        else if (s->batch.global / per > 1000000000)
+            errf(el, "batch.global",
+                 "%lld / (batch.micro*parallelism.dp = %lld) gives batch.grad_accum "
+                 "%lld, over its limit 1e9",
+                 (long long)s->batch.global, (long long)per,
+                 (long long)(s->batch.global / per));
         else
             s->batch.grad_accum = s->batch.global / per;
     } else if (!g_given) {

@@ -75,7 +75,11 @@ struct llmt_spec {
         double params;         /* given or computed from the shape */
         double norm_eps, rope_theta;
         int tied_embeddings;
-        struct { int64_t experts, top_k, expert_ffn; } moe;
+        struct {
+            int64_t experts, top_k, expert_ffn, every;
+            double capacity_factor, aux_loss_coef, z_loss_coef;
+            int dropless;
+        } moe;
     } model;
     struct {
         int64_t tp, pp, dp, cp, ep, zero, virtual_stages;

@@ -21,6 +21,7 @@
 #include "exec/fp8.h"
 #include "train/device.h"
 #include "train/dp.h"
+#include "train/moe_net.h"
 #include "train/cp.h"
 #include "train/stage.h"
 
@@ -154,6 +155,10 @@ struct llmt__devtrain {
     /* context parallelism (lib/train/cp.h), or NULL: T is this rank's
      * rows of each sequence, at the global positions cp gives */
     llmt__cp *cp;
+    /* mixture of experts (moe_net.h; NULL: dense) and the step's weight
+     * of its aux losses (1 / micro-batches) */
+    llmt__moe_net *moe;
+    float moe_scale;
 };
 
 /* Forward the backend's message for a failed op. */
@@ -200,9 +205,15 @@ static llmt_status dalloc(llmt__devtrain *g, void **p, size_t bytes, int act)
 
 static void free_slots(llmt__devtrain *g);
 
+struct llmt__moe_net *llmt__devtrain_moe(llmt__devtrain *g)
+{
+    return g->moe;
+}
+
 void llmt__devtrain_destroy(llmt__devtrain *g)
 {
     if (!g) return;
+    llmt__moe_net_free(g->moe);
     if (g->d) {
         if (g->param == (void *)g->master) g->param = NULL; /* fp32: one buffer */
         if (g->alias) g->master = NULL;                     /* the model's */
@@ -606,6 +617,10 @@ static void plan_layout(llmt__devtrain *g)
         o->fc3w = map_off(m, g->doff, h->fc3w);
         o->fcprojw = map_off(m, g->doff, h->fcprojw);
         o->fcprojb = map_off(m, g->doff, h->fcprojb);
+        o->router = map_off(m, g->doff, h->router);
+        o->ew1 = map_off(m, g->doff, h->ew1);
+        o->ew3 = map_off(m, g->doff, h->ew3);
+        o->ew2 = map_off(m, g->doff, h->ew2);
     }
     g->wte = map_off(m, g->doff, m->wte);
     g->wpe = map_off(m, g->doff, m->wpe);
@@ -800,6 +815,19 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     /* the fp32 host backend trains the model's own parameters in place
      * (not a tensor parallel shard of them) */
     g->alias = f32 && ops->host_memory && g->P == m->total && tps == 1 && g->pp == 1;
+    if (c->moe_experts > 0 && !g->alias) {
+        s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                          "trainer: model.moe: mixture-of-experts layers run on the fp32 cpu "
+                          "backend without tensor or pipeline parallelism for now (device %s, "
+                          "tp %d, pp %d; issue 18)",
+                          ops->name, tps, g->pp);
+        llmt__devtrain_destroy(g);
+        return s;
+    }
+    if (c->moe_experts > 0 && (s = llmt__moe_net_new(e, c, B * T, &g->moe)) != LLMT_OK) {
+        llmt__devtrain_destroy(g);
+        return s;
+    }
     size_t P = g->P, N = (size_t)B * T, C = (size_t)c->width, Ca = (size_t)g->C_l;
     /* rows of the residual stream and the norms held here */
     size_t Nr = sp ? N / (size_t)tps : N;
@@ -1517,15 +1545,19 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     R(lin(g, &L.lin[LPROJ], g->dtmp, NULL, a->atty, N));
     S(g->op->residual_fwd(g->d, a->res2, x, blk(g, g->dtmp, N, C), (size_t)Nr * C), "residual");
     R(norm_fwd(g, a->ln2, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, Nr));
-    R(col_input(g, &L.lin[LFC], a->ln2, N, &in));
-    if (g->llama) {
-        R(lin(g, &L.lin[LFC], a->fch, NULL, in, N));
-        R(lin(g, &L.lin[LFC3], a->fch3, NULL, in, N));
-        S(g->op->swiglu_fwd(g->d, a->fchg, a->fch, a->fch3, (size_t)N * F), "swiglu");
-    } else { /* fchg = gelu(ln2 W^T + b), the pre-activation kept in fch */
-        R(lin(g, &L.lin[LFC], a->fchg, a->fch, in, N));
+    if (w->router != NOP) { /* experts in place of the MLP (fp32 host only) */
+        R(llmt__moe_net_fwd(g->moe, g->e, l, w, g->param, a->ln2, g->dtmp, N));
+    } else {
+        R(col_input(g, &L.lin[LFC], a->ln2, N, &in));
+        if (g->llama) {
+            R(lin(g, &L.lin[LFC], a->fch, NULL, in, N));
+            R(lin(g, &L.lin[LFC3], a->fch3, NULL, in, N));
+            S(g->op->swiglu_fwd(g->d, a->fchg, a->fch, a->fch3, (size_t)N * F), "swiglu");
+        } else { /* fchg = gelu(ln2 W^T + b), the pre-activation kept in fch */
+            R(lin(g, &L.lin[LFC], a->fchg, a->fch, in, N));
+        }
+        R(lin(g, &L.lin[LFCP], g->dtmp, NULL, a->fchg, N));
     }
-    R(lin(g, &L.lin[LFCP], g->dtmp, NULL, a->fchg, N));
     S(g->op->residual_fwd(g->d, g->resid[l + 1], a->res2, blk(g, g->dtmp, N, C),
                           (size_t)Nr * C),
       "residual");
@@ -1545,7 +1577,10 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
     void *dsum = blk(g, g->dtmp, N, L.C); /* a column split Linear's summed dx */
     llmt_status s;
     /* MLP */
-    if (g->llama) {
+    if (w->router != NOP) {
+        R(llmt__moe_net_bwd(g->moe, g->e, l, w, g->param, g->grad, a->ln2, g->dres, g->dtmp,
+                            g->moe_scale));
+    } else if (g->llama) {
         R(lin_bwd(g, &L.lin[LFCP], g->dfchg, 0.0f, g->dres, a->fchg, N, NULL));
         S(g->op->memset0(g->d, g->dfch, NF * g->es), "memset");
         S(g->op->memset0(g->d, g->dfch3, NF * g->es), "memset");
@@ -1754,11 +1789,22 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
     S(g->op->h2d(g->d, g->tgt, targets, (size_t)micro * N * 4), "upload tokens");
     S(g->op->memset0(g->d, g->grad, g->P * 4), "memset");
     float dloss = (float)(1.0 / (double)count);
+    if (g->moe) {
+        if (g->dp || g->cp)
+            return llmt__err_set(g->e, LLMT_ERR_UNSUPPORTED,
+                                 "trainer: model.moe with %s parallelism is not supported yet "
+                                 "(issue 18: the aux losses and counts over the group)",
+                                 g->dp ? "data" : "context");
+        g->moe_scale = 1.0f / (float)micro;
+        llmt__moe_net_step_begin(g->moe);
+    }
     for (int a = 0; a < micro; a++) {
         const int32_t *tok = g->tok + (size_t)a * N, *tgt = g->tgt + (size_t)a * N;
         g->amax_row = a;
         if (g->dp) llmt__dp_micro(g->dp, a == micro - 1);
         R(forward(g, tok, B, T));
+        if (g->moe)
+            llmt__moe_net_tally(g->moe);
         R(xent(g, g->losses + (size_t)a * N, tgt, N, dloss));
         R(backward(g, tok, B, T));
     }

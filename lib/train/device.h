@@ -259,5 +259,7 @@ llmt_status llmt__trainer_create_dev(llmt_model *model, const llmt_trainer_opts 
                                      const llmt__dev_ops *ops, llmt_trainer **out);
 /* The engine of a device trainer (NULL for a CPU trainer), for tests. */
 llmt__devtrain *llmt__trainer_devtrain(llmt_trainer *tr);
+/* The engine's mixture-of-experts layers (moe_net.h), NULL when dense. */
+struct llmt__moe_net *llmt__devtrain_moe(llmt__devtrain *g);
 
 #endif

@@ -153,6 +153,14 @@ int main(void)
     printf("llmt_model_config.rope_theta %zu\n", offsetof(llmt_model_config, rope_theta));
     printf("llmt_model_config.init_std %zu\n", offsetof(llmt_model_config, init_std));
     printf("llmt_model_config.seed %zu\n", offsetof(llmt_model_config, seed));
+    printf("llmt_model_config.moe_experts %zu\n", offsetof(llmt_model_config, moe_experts));
+    printf("llmt_model_config.moe_top_k %zu\n", offsetof(llmt_model_config, moe_top_k));
+    printf("llmt_model_config.moe_ffn %zu\n", offsetof(llmt_model_config, moe_ffn));
+    printf("llmt_model_config.moe_every %zu\n", offsetof(llmt_model_config, moe_every));
+    printf("llmt_model_config.moe_dropless %zu\n", offsetof(llmt_model_config, moe_dropless));
+    printf("llmt_model_config.moe_capacity_factor %zu\n", offsetof(llmt_model_config, moe_capacity_factor));
+    printf("llmt_model_config.moe_aux_loss_coef %zu\n", offsetof(llmt_model_config, moe_aux_loss_coef));
+    printf("llmt_model_config.moe_z_loss_coef %zu\n", offsetof(llmt_model_config, moe_z_loss_coef));
     printf("llmt_trainer_opts %zu\n", sizeof(llmt_trainer_opts));
     printf("llmt_trainer_opts.struct_size %zu\n", offsetof(llmt_trainer_opts, struct_size));
     printf("llmt_trainer_opts.micro_batch %zu\n", offsetof(llmt_trainer_opts, micro_batch));

@@ -79,6 +79,15 @@ static const kcase cases[] = {
      REFUSED},
     {"model.moe.top_k", NULL, "{\"model\": {\"moe\": {\"top_k\": 2}}}", REFUSED},
     {"model.moe.expert_ffn", NULL, "{\"model\": {\"moe\": {\"expert_ffn\": 64}}}", REFUSED},
+    /* the MoE layer's own keys: a dense model refuses non-defaults (spec),
+     * a MoE one is refused by model.moe.experts above */
+    {"model.moe.capacity_factor", NULL, "{\"model\": {\"moe\": {\"capacity_factor\": 2}}}",
+     REFUSED},
+    {"model.moe.dropless", NULL, "{\"model\": {\"moe\": {\"dropless\": true}}}", REFUSED},
+    {"model.moe.aux_loss_coef", NULL, "{\"model\": {\"moe\": {\"aux_loss_coef\": 0.1}}}",
+     REFUSED},
+    {"model.moe.z_loss_coef", NULL, "{\"model\": {\"moe\": {\"z_loss_coef\": 0.1}}}", REFUSED},
+    {"model.moe.every", NULL, "{\"model\": {\"moe\": {\"every\": 2}}}", REFUSED},
     {"parallelism.tp", NULL, "{\"parallelism\": {\"tp\": 2}}", REFUSED},
     {"parallelism.pp", "{\"model\": {\"layers\": 2}}", "{\"parallelism\": {\"pp\": 2}}",
      REFUSED},
@@ -419,12 +428,15 @@ int main(int argc, char **argv)
     if (!mkdtemp(tmp))
         return 1;
     /* PREP: the corpus prepared once into byte-token shards; SMALL: one
-     * file of it, as text */
+     * file of it, as text (the largest written one: the generated ABI
+     * reference is mostly repeated prototype lines, which the quality
+     * filters may drop whole) */
     char cmd[2048];
     snprintf(small, sizeof small, "%s/small", tmp);
     snprintf(cmd, sizeof cmd,
-             "mkdir -p %s && head -c 60000 \"$(ls -S %s/*.md | head -1)\" > %s/a.md", small,
-             argv[1], small);
+             "mkdir -p %s && head -c 60000 \"$(ls -S %s/*.md | grep -v abi-reference | head "
+             "-1)\" > %s/a.md",
+             small, argv[1], small);
     CHECK(system(cmd) == 0);
     {
         char json[4096];

@@ -340,6 +340,14 @@ struct llmt_model_config
     rope_theta::Float32
     init_std::Float32
     seed::UInt64
+    moe_experts::Int32
+    moe_top_k::Int32
+    moe_ffn::Int32
+    moe_every::Int32
+    moe_dropless::Int32
+    moe_capacity_factor::Float32
+    moe_aux_loss_coef::Float32
+    moe_z_loss_coef::Float32
 end
 struct llmt_trainer_opts
     struct_size::Csize_t
@@ -893,6 +901,7 @@ llmt_trainer_sync_params(tr) = ccall((:llmt_trainer_sync_params, libllmtrain), I
 llmt_pp_opts_init(opts, size) = ccall((:llmt_pp_opts_init, libllmtrain), Int32, (Ptr{llmt_pp_opts}, Csize_t, ), opts, size)
 llmt_trainer_set_pp_comm(tr, comm, opts) = ccall((:llmt_trainer_set_pp_comm, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_comm}, Ptr{llmt_pp_opts}, ), tr, comm, opts)
 llmt_trainer_pp_stats(tr, out) = ccall((:llmt_trainer_pp_stats, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_pp_stats}, ), tr, out)
+llmt_trainer_moe_stats(tr, layer, counts, n, dropped, aux_loss, z_loss) = ccall((:llmt_trainer_moe_stats, libllmtrain), Int32, (Ptr{llmt_trainer}, Int32, Ptr{Int64}, Int32, Ptr{Int64}, Ptr{Float64}, Ptr{Float64}, ), tr, layer, counts, n, dropped, aux_loss, z_loss)
 llmt_tokenizer_create_bytes(ctx, out) = ccall((:llmt_tokenizer_create_bytes, libllmtrain), Int32, (Ptr{llmt_context}, Ptr{Ptr{llmt_tokenizer}}, ), ctx, out)
 llmt_tokenizer_load_gpt2(ctx, encoder_json, vocab_bpe, out) = ccall((:llmt_tokenizer_load_gpt2, libllmtrain), Int32, (Ptr{llmt_context}, Ptr{UInt8}, Ptr{UInt8}, Ptr{Ptr{llmt_tokenizer}}, ), ctx, encoder_json, vocab_bpe, out)
 llmt_tokenizer_train_bpe(ctx, text, len, vocab_size, out) = ccall((:llmt_tokenizer_train_bpe, libllmtrain), Int32, (Ptr{llmt_context}, Ptr{UInt8}, Csize_t, Int32, Ptr{Ptr{llmt_tokenizer}}, ), ctx, text, len, vocab_size, out)

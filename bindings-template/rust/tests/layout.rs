@@ -157,6 +157,14 @@ fn layout_matches_c() {
     mine += &format!("llmt_model_config.rope_theta {}\n", offset_of!(llmt_model_config, rope_theta));
     mine += &format!("llmt_model_config.init_std {}\n", offset_of!(llmt_model_config, init_std));
     mine += &format!("llmt_model_config.seed {}\n", offset_of!(llmt_model_config, seed));
+    mine += &format!("llmt_model_config.moe_experts {}\n", offset_of!(llmt_model_config, moe_experts));
+    mine += &format!("llmt_model_config.moe_top_k {}\n", offset_of!(llmt_model_config, moe_top_k));
+    mine += &format!("llmt_model_config.moe_ffn {}\n", offset_of!(llmt_model_config, moe_ffn));
+    mine += &format!("llmt_model_config.moe_every {}\n", offset_of!(llmt_model_config, moe_every));
+    mine += &format!("llmt_model_config.moe_dropless {}\n", offset_of!(llmt_model_config, moe_dropless));
+    mine += &format!("llmt_model_config.moe_capacity_factor {}\n", offset_of!(llmt_model_config, moe_capacity_factor));
+    mine += &format!("llmt_model_config.moe_aux_loss_coef {}\n", offset_of!(llmt_model_config, moe_aux_loss_coef));
+    mine += &format!("llmt_model_config.moe_z_loss_coef {}\n", offset_of!(llmt_model_config, moe_z_loss_coef));
     mine += &format!("llmt_trainer_opts {}\n", size_of::<llmt_trainer_opts>());
     mine += &format!("llmt_trainer_opts.struct_size {}\n", offset_of!(llmt_trainer_opts, struct_size));
     mine += &format!("llmt_trainer_opts.micro_batch {}\n", offset_of!(llmt_trainer_opts, micro_batch));

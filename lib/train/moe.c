@@ -1,0 +1,268 @@
+/* The mixture-of-experts layer on host fp32 memory (moe.h says what it
+ * computes). Experts run as one GEMM each over their packed rows, so the
+ * cost is that of the tokens kept, not of E dense layers. */
+#include "train/moe.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+
+int llmt__moe_capacity(const llmt__moe_shape *sh, int N)
+{
+    if (sh->dropless)
+        return N;
+    double c = ceil((double)sh->capacity_factor * N * sh->K / sh->E);
+    if (c < 1)
+        c = 1;
+    return c > N ? N : (int)c;
+}
+
+void llmt__moe_free(llmt__moe *s)
+{
+    if (!s)
+        return;
+    void *p[] = {s->probs,  s->lse,   s->gate, s->idx, s->row, s->tok,  s->kept,
+                 s->chosen, s->start, s->xe,   s->h1,  s->h3,  s->act,  s->ye,
+                 s->dye,    s->dact,  s->dh1,  s->dh3, s->dxe, s->dlog, s->dgate};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        free(p[i]);
+    free(s);
+}
+
+llmt__moe *llmt__moe_new(const llmt__moe_shape *sh, int Nmax)
+{
+    llmt__moe *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->sh = *sh;
+    s->Nmax = Nmax;
+    size_t N = (size_t)Nmax, E = (size_t)sh->E, K = (size_t)sh->K, C = (size_t)sh->C,
+           F = (size_t)sh->F, R = N * K;
+    s->probs = malloc(N * E * sizeof(float));
+    s->dlog = malloc(N * E * sizeof(float));
+    s->lse = malloc(N * sizeof(float));
+    s->gate = malloc(R * sizeof(float));
+    s->dgate = malloc(R * sizeof(float));
+    s->idx = malloc(R * sizeof(int32_t));
+    s->row = malloc(R * sizeof(int32_t));
+    s->tok = malloc(R * sizeof(int32_t));
+    s->kept = calloc(E, sizeof(int64_t));
+    s->chosen = calloc(E, sizeof(int64_t));
+    s->start = calloc(E + 1, sizeof(int64_t));
+    s->xe = malloc(R * C * sizeof(float));
+    s->ye = malloc(R * C * sizeof(float));
+    s->dye = malloc(R * C * sizeof(float));
+    s->dxe = malloc(R * C * sizeof(float));
+    s->h1 = malloc(R * F * sizeof(float));
+    s->h3 = malloc(R * F * sizeof(float));
+    s->act = malloc(R * F * sizeof(float));
+    s->dact = malloc(R * F * sizeof(float));
+    s->dh1 = malloc(R * F * sizeof(float));
+    s->dh3 = malloc(R * F * sizeof(float));
+    if (!s->probs || !s->dlog || !s->lse || !s->gate || !s->dgate || !s->idx || !s->row ||
+        !s->tok || !s->kept || !s->chosen || !s->start || !s->xe || !s->ye || !s->dye ||
+        !s->dxe || !s->h1 || !s->h3 || !s->act || !s->dact || !s->dh1 || !s->dh3) {
+        llmt__moe_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static float sigm(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+
+/* Router probabilities, log-sum-exps, top-k choices and their weights. */
+static void route(llmt__moe *s, const float *router, const float *x, int N)
+{
+    int E = s->sh.E, K = s->sh.K, C = s->sh.C;
+    llmt__cpu_gemm(0, 1, N, E, C, 1.0f, x, C, router, C, 0.0f, s->probs, E);
+    memset(s->chosen, 0, (size_t)E * sizeof(int64_t));
+    for (int n = 0; n < N; n++) {
+        float *p = s->probs + (size_t)n * E, mx = -FLT_MAX;
+        for (int e = 0; e < E; e++)
+            mx = p[e] > mx ? p[e] : mx;
+        double sum = 0;
+        for (int e = 0; e < E; e++)
+            sum += exp((double)p[e] - mx);
+        s->lse[n] = (float)(mx + log(sum));
+        for (int e = 0; e < E; e++)
+            p[e] = (float)(exp((double)p[e] - mx) / sum);
+        int32_t *ix = s->idx + (size_t)n * K;
+        double tot = 0;
+        for (int k = 0; k < K; k++) { /* k-th largest; ties: lower expert */
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int used = 0;
+                for (int j = 0; j < k; j++)
+                    used |= ix[j] == e;
+                if (!used && (best < 0 || p[e] > p[best]))
+                    best = e;
+            }
+            ix[k] = best;
+            tot += p[best];
+            s->chosen[best]++;
+        }
+        for (int k = 0; k < K; k++)
+            s->gate[(size_t)n * K + k] = (float)(p[ix[k]] / tot);
+    }
+}
+
+/* Slot-major dispatch under the capacity: packed rows per expert. */
+static void dispatch(llmt__moe *s, const float *x, int N)
+{
+    int E = s->sh.E, K = s->sh.K, C = s->sh.C;
+    s->cap = llmt__moe_capacity(&s->sh, N);
+    memset(s->kept, 0, (size_t)E * sizeof(int64_t));
+    s->dropped = 0;
+    for (int k = 0; k < K; k++)
+        for (int n = 0; n < N; n++) {
+            size_t i = (size_t)n * K + k;
+            int e = s->idx[i];
+            if (s->kept[e] < s->cap) {
+                s->row[i] = (int32_t)s->kept[e]++; /* position inside e for now */
+            } else {
+                s->row[i] = -1;
+                s->dropped++;
+            }
+        }
+    s->start[0] = 0;
+    for (int e = 0; e < E; e++)
+        s->start[e + 1] = s->start[e] + s->kept[e];
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) {
+            size_t i = (size_t)n * K + k;
+            if (s->row[i] < 0)
+                continue;
+            s->row[i] += (int32_t)s->start[s->idx[i]];
+            s->tok[s->row[i]] = n;
+            memcpy(s->xe + (size_t)s->row[i] * C, x + (size_t)n * C, (size_t)C * sizeof(float));
+        }
+}
+
+llmt_status llmt__moe_fwd(llmt__moe *s, const llmt__moe_w *w, const float *x, float *y, int N)
+{
+    if (N < 1 || N > s->Nmax)
+        return LLMT_ERR_INVALID_ARGUMENT;
+    int E = s->sh.E, C = s->sh.C, F = s->sh.F, K = s->sh.K;
+    s->N = N;
+    route(s, w->router, x, N);
+    dispatch(s, x, N);
+    for (int e = 0; e < E; e++) {
+        int r0 = (int)s->start[e], ke = (int)s->kept[e];
+        if (!ke)
+            continue;
+        const float *w1 = w->w1 + (size_t)e * F * C, *w3 = w->w3 + (size_t)e * F * C,
+                    *w2 = w->w2 + (size_t)e * C * F;
+        float *xe = s->xe + (size_t)r0 * C, *h1 = s->h1 + (size_t)r0 * F,
+              *h3 = s->h3 + (size_t)r0 * F, *act = s->act + (size_t)r0 * F;
+        llmt__cpu_gemm(0, 1, ke, F, C, 1.0f, xe, C, w1, C, 0.0f, h1, F);
+        llmt__cpu_gemm(0, 1, ke, F, C, 1.0f, xe, C, w3, C, 0.0f, h3, F);
+        for (size_t i = 0; i < (size_t)ke * F; i++)
+            act[i] = h1[i] * sigm(h1[i]) * h3[i];
+        llmt__cpu_gemm(0, 1, ke, C, F, 1.0f, act, F, w2, F, 0.0f, s->ye + (size_t)r0 * C, C);
+    }
+    memset(y, 0, (size_t)N * C * sizeof(float));
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) {
+            int r = s->row[(size_t)n * K + k];
+            if (r < 0)
+                continue;
+            float gk = s->gate[(size_t)n * K + k];
+            const float *ye = s->ye + (size_t)r * C;
+            for (int c = 0; c < C; c++)
+                y[(size_t)n * C + c] += gk * ye[c];
+        }
+    double aux = 0, z = 0;
+    for (int e = 0; e < E; e++) {
+        double P = 0;
+        for (int n = 0; n < N; n++)
+            P += s->probs[(size_t)n * E + e];
+        aux += (double)s->chosen[e] / ((double)N * K) * (P / N);
+    }
+    for (int n = 0; n < N; n++)
+        z += (double)s->lse[n] * s->lse[n];
+    s->aux = E * aux;
+    s->z = z / N;
+    return LLMT_OK;
+}
+
+llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
+                          const float *dy, float *dx, float aux_coef, float z_coef)
+{
+    int N = s->N, E = s->sh.E, C = s->sh.C, F = s->sh.F, K = s->sh.K;
+    /* combine: dye = gate * dy, dgate = dy . ye */
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) {
+            size_t i = (size_t)n * K + k;
+            int r = s->row[i];
+            double dg = 0;
+            if (r >= 0) {
+                const float *d = dy + (size_t)n * C, *ye = s->ye + (size_t)r * C;
+                float *dye = s->dye + (size_t)r * C;
+                for (int c = 0; c < C; c++) {
+                    dye[c] = s->gate[i] * d[c];
+                    dg += (double)d[c] * ye[c];
+                }
+            }
+            s->dgate[i] = (float)dg;
+        }
+    memset(dx, 0, (size_t)N * C * sizeof(float));
+    for (int e = 0; e < E; e++) {
+        int r0 = (int)s->start[e], ke = (int)s->kept[e];
+        if (!ke)
+            continue;
+        size_t eo = (size_t)e * F * C;
+        const float *xe = s->xe + (size_t)r0 * C, *dye = s->dye + (size_t)r0 * C,
+                    *h1 = s->h1 + (size_t)r0 * F, *h3 = s->h3 + (size_t)r0 * F,
+                    *act = s->act + (size_t)r0 * F;
+        float *dact = s->dact + (size_t)r0 * F, *dh1 = s->dh1 + (size_t)r0 * F,
+              *dh3 = s->dh3 + (size_t)r0 * F, *dxe = s->dxe + (size_t)r0 * C;
+        llmt__cpu_gemm(1, 0, C, F, ke, 1.0f, dye, C, act, F, 1.0f, dw->w2 + eo, F);
+        llmt__cpu_gemm(0, 0, ke, F, C, 1.0f, dye, C, w->w2 + eo, F, 0.0f, dact, F);
+        for (size_t i = 0; i < (size_t)ke * F; i++) {
+            float sg = sigm(h1[i]), silu = h1[i] * sg;
+            dh3[i] = dact[i] * silu;
+            dh1[i] = dact[i] * h3[i] * (sg + h1[i] * sg * (1.0f - sg));
+        }
+        llmt__cpu_gemm(1, 0, F, C, ke, 1.0f, dh1, F, xe, C, 1.0f, dw->w1 + eo, C);
+        llmt__cpu_gemm(1, 0, F, C, ke, 1.0f, dh3, F, xe, C, 1.0f, dw->w3 + eo, C);
+        llmt__cpu_gemm(0, 0, ke, C, F, 1.0f, dh1, F, w->w1 + eo, C, 0.0f, dxe, C);
+        llmt__cpu_gemm(0, 0, ke, C, F, 1.0f, dh3, F, w->w3 + eo, C, 1.0f, dxe, C);
+        for (int r = 0; r < ke; r++) {
+            float *d = dx + (size_t)s->tok[r0 + r] * C;
+            for (int c = 0; c < C; c++)
+                d[c] += dxe[(size_t)r * C + c];
+        }
+        (void)act;
+    }
+    /* router: through the renormalised weights, the aux loss's P_e and
+     * the z loss, then the softmax */
+    for (int n = 0; n < N; n++) {
+        const float *p = s->probs + (size_t)n * E;
+        float *dl = s->dlog + (size_t)n * E;
+        const int32_t *ix = s->idx + (size_t)n * K;
+        const float *gt = s->gate + (size_t)n * K, *dg = s->dgate + (size_t)n * K;
+        double S = 0, gd = 0;
+        for (int k = 0; k < K; k++) {
+            S += p[ix[k]];
+            gd += (double)dg[k] * gt[k];
+        }
+        for (int e = 0; e < E; e++)
+            dl[e] = aux_coef * (float)E * (float)s->chosen[e] / ((float)N * K) / (float)N;
+        for (int k = 0; k < K; k++)
+            dl[ix[k]] += (float)((dg[k] - gd) / S);
+        double pd = 0;
+        for (int e = 0; e < E; e++)
+            pd += (double)p[e] * dl[e];
+        for (int e = 0; e < E; e++)
+            dl[e] = (float)(p[e] * (dl[e] - pd) + z_coef * 2.0 * s->lse[n] * p[e] / N);
+    }
+    llmt__cpu_gemm(1, 0, E, C, N, 1.0f, s->dlog, E, x, C, 1.0f, dw->router, C);
+    llmt__cpu_gemm(0, 0, N, C, E, 1.0f, s->dlog, E, w->router, C, 1.0f, dx, C);
+    return LLMT_OK;
+}

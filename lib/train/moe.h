@@ -1,0 +1,71 @@
+/* A mixture-of-experts feed-forward layer on host fp32 memory (the CPU
+ * backend's storage): a linear router to E experts, softmax, top-k with the
+ * k weights renormalised to sum to 1, token-choice dispatch with a capacity
+ * per expert (or dropless), SwiGLU experts, the weighted combine, and the
+ * router's two auxiliary losses.
+ *
+ * Layout (one global tensor per kind, experts as row blocks, so that
+ * expert parallelism can shard them by rows):
+ *   router [E, C]; w1 (gate) and w3 (up) [E*F, C]; w2 (down) [E*C, F].
+ *
+ * Dispatch order: slot-major (every token's first choice before any
+ * token's second), tokens in order within a slot, as GShard does, so a
+ * token's top choice is dropped last. Capacity per expert is
+ * ceil(capacity_factor * N * K / E); a dropped (token, choice) adds
+ * nothing (its renormalised weight is not redistributed), a token with
+ * every choice dropped leaves the layer as 0 and passes through the
+ * residual only. Dropless: capacity N.
+ *
+ * Losses over the N tokens of one call (Switch / GShard form):
+ *   aux = E * sum_e f_e * P_e, f_e = (choices of e before capacity) /
+ *   (N*K), P_e = mean over tokens of softmax_e (only P carries gradient);
+ *   z = mean over tokens of logsumexp(logits)^2. */
+#ifndef LLMT_TRAIN_MOE_H
+#define LLMT_TRAIN_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmtrain.h"
+
+typedef struct llmt__moe_shape {
+    int E, K, C, F;        /* experts, top_k, width, expert hidden size */
+    float capacity_factor; /* > 0; ignored when dropless */
+    int dropless;
+} llmt__moe_shape;
+
+/* Parameters (or their gradients, which the backward ACCUMULATES into). */
+typedef struct llmt__moe_w {
+    float *router, *w1, *w3, *w2;
+} llmt__moe_w;
+
+/* One layer's forward state, kept for its backward, and its counts. */
+typedef struct llmt__moe {
+    llmt__moe_shape sh;
+    int Nmax, N, cap;
+    float *probs, *lse, *gate;      /* [N,E], [N], [N,K] */
+    int32_t *idx, *row;             /* [N,K]: expert chosen, packed row or -1 */
+    int32_t *tok;                   /* [N*K]: token of each packed row */
+    int64_t *kept, *chosen;         /* [E]: rows kept, choices before capacity */
+    int64_t *start;                 /* [E+1]: first packed row of each expert */
+    float *xe, *h1, *h3, *act, *ye; /* packed rows: [N*K, C|F] */
+    float *dye, *dact, *dh1, *dh3, *dxe, *dlog, *dgate; /* backward scratch */
+    double aux, z;                                      /* this call's losses */
+    int64_t dropped;                                    /* (token, choice) pairs dropped */
+} llmt__moe;
+
+/* Allocate for up to Nmax tokens a call. NULL when out of memory. */
+llmt__moe *llmt__moe_new(const llmt__moe_shape *sh, int Nmax);
+void llmt__moe_free(llmt__moe *s);
+/* Capacity for N tokens (N when dropless). */
+int llmt__moe_capacity(const llmt__moe_shape *sh, int N);
+/* y[N,C] = the layer on x[N,C] (overwritten); sets aux, z, dropped,
+ * kept, chosen. */
+llmt_status llmt__moe_fwd(llmt__moe *s, const llmt__moe_w *w, const float *x, float *y, int N);
+/* After llmt__moe_fwd on the same x: dx[N,C] OVERWRITTEN with the input
+ * gradient from dy and from aux_coef * aux + z_coef * z (the coefficients
+ * already scaled as the loss is); gradients added into dw. */
+llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
+                          const float *dy, float *dx, float aux_coef, float z_coef);
+
+#endif

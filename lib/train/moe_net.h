@@ -1,0 +1,38 @@
+/* The engine's mixture-of-experts layers (lib/train/device.c): one
+ * llmt__moe (moe.h) per MoE layer of the model, run on the parameter and
+ * gradient buffers of the fp32 host backend, and the step's tallies the
+ * trainer reports (tokens kept per expert, dropped choices, aux and z
+ * losses). */
+#ifndef LLMT_TRAIN_MOE_NET_H
+#define LLMT_TRAIN_MOE_NET_H
+
+#include "core/internal.h"
+#include "model/model.h"
+
+typedef struct llmt__moe_net llmt__moe_net;
+
+/* For calls of up to Nmax tokens. */
+llmt_status llmt__moe_net_new(llmt_err *e, const llmt_model_config *c, int Nmax,
+                              llmt__moe_net **out);
+void llmt__moe_net_free(llmt__moe_net *n);
+/* Layer l (a MoE layer) on x[N, width] into y (overwritten); w: its
+ * offsets into param (floats). */
+llmt_status llmt__moe_net_fwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__layer_offs *w,
+                              const float *param, const float *x, float *y, int N);
+/* Its backward after its forward on the same x: dx OVERWRITTEN, gradients
+ * added into grad (same offsets); the aux and z losses weighted by their
+ * coefficients times `scale` (1 / micro-batches of the step). */
+llmt_status llmt__moe_net_bwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__layer_offs *w,
+                              const float *param, float *grad, const float *x, const float *dy,
+                              float *dx, float scale);
+/* Start a step's tallies; add every MoE layer's last forward to them. */
+void llmt__moe_net_step_begin(llmt__moe_net *n);
+void llmt__moe_net_tally(llmt__moe_net *n);
+/* The last step's tallies of MoE layer `layer` (-1: summed over the MoE
+ * layers): tokens kept per expert (counts[experts]), dropped (token,
+ * choice) pairs, aux and z losses (mean over micro-batches, summed over
+ * layers). Any output may be NULL. */
+llmt_status llmt__moe_net_stats(const llmt__moe_net *n, llmt_err *e, int layer, int64_t *counts,
+                                int nexp, int64_t *dropped, double *aux, double *z);
+
+#endif
