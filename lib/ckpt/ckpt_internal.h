@@ -150,10 +150,28 @@ struct llmt_ckpt {
     ck_manifest open;
     int is_open;
     int open_mem;             /* opened from the snapshot buffer (host tier) */
+    /* opened from every rank's part gathered in memory (memtier.c): the
+     * data of saving rank r at mem_all + mem_off[r]; NULL otherwise */
+    uint8_t *mem_all;
+    uint64_t *mem_off;
+    int32_t mem_n;
     char *open_dir;
     uint8_t *rbuf;
     uint64_t rbufcap;
 };
+
+/* A rank's part of a step directory as one blob (peer.c): u64 json
+ * length, u64 data length, u64 xxh64 of json + data, json, data, zero
+ * padding to a multiple of 8 bytes. */
+llmt_status llmt__ckpt_load_part(llmt_ckpt *ck, const char *dir, int32_t rank, uint8_t **blob,
+                                 uint64_t *len);
+
+/* Open `step` from every rank's part gathered in memory (memtier.c):
+ * collective over `comm` (rank i = checkpoint rank i); each rank gives its
+ * snapshot when it holds that step (*from_memory = 1), else its part file
+ * from ROOT/step-N. The handle then reads with no disk access. */
+llmt_status llmt__ckpt_open_gathered(llmt_ckpt *ck, llmt_comm *comm, int64_t step,
+                                     int *from_memory);
 
 /* Close the checkpoint open for reading, if any (load.c). */
 void llmt__ckpt_close_open(llmt_ckpt *ck);

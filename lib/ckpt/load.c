@@ -23,6 +23,11 @@ void llmt__ckpt_close_open(llmt_ckpt *ck)
     ck->open_dir = NULL;
     ck->is_open = 0;
     ck->open_mem = 0;
+    free(ck->mem_all);
+    free(ck->mem_off);
+    ck->mem_all = NULL;
+    ck->mem_off = NULL;
+    ck->mem_n = 0;
     free(ck->rbuf);
     ck->rbuf = NULL;
     ck->rbufcap = 0;
@@ -455,7 +460,13 @@ static llmt_status read_chunk(llmt_ckpt *ck, const ck_tensor *t, size_t ci,
     }
     const uint8_t *span;
     llmt_status s;
-    if (ck->open_mem) {
+    if (ck->mem_all) {
+        if (k->rank < 0 || k->rank >= ck->mem_n)
+            return llmt__err_set(&ck->err, LLMT_ERR_FORMAT,
+                                 "ckpt: tensor '%s': rank %d's part was not gathered", t->name,
+                                 (int)k->rank);
+        span = ck->mem_all + ck->mem_off[k->rank] + k->offset + s0;
+    } else if (ck->open_mem) {
         span = ck->buf + k->offset + s0; /* host tier: the snapshot buffer */
     } else {
         s = ensure_rbuf(ck, s1 - s0);
@@ -633,7 +644,10 @@ LLMT_API llmt_status llmt_ckpt_verify(llmt_ckpt *ck)
         for (size_t i = 0; i < m->ntensors; i++)
             for (size_t c = 0; c < m->tensors[i].nchunks; c++) {
                 const ck_chunk *k = &m->tensors[i].chunks[c];
-                if (XXH64(ck->buf + k->offset, (size_t)k->length, 0) != k->xxh)
+                const uint8_t *base = ck->buf;
+                if (ck->mem_all && k->rank >= 0 && k->rank < ck->mem_n)
+                    base = ck->mem_all + ck->mem_off[k->rank];
+                if (XXH64(base + k->offset, (size_t)k->length, 0) != k->xxh)
                     return llmt__err_set(&ck->err, LLMT_ERR_CHECKSUM,
                                          "ckpt: tensor '%s' (host snapshot): checksum "
                                          "mismatch", m->tensors[i].name);

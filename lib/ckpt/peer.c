@@ -139,10 +139,9 @@ static llmt_status slurp(llmt_ckpt *ck, const char *path, uint8_t **out, uint64_
     return LLMT_OK;
 }
 
-/* Blob of a rank's part: u64 json length, u64 data length, u64 xxh64 of
- * json + data, json, data, zero padding to a multiple of 8 bytes. */
-static llmt_status load_part(llmt_ckpt *ck, const char *dir, int32_t rank, uint8_t **blob,
-                             uint64_t *len)
+/* Blob of a rank's part (ckpt_internal.h). */
+llmt_status llmt__ckpt_load_part(llmt_ckpt *ck, const char *dir, int32_t rank, uint8_t **blob,
+                                 uint64_t *len)
 {
     char p[MAX_PATH];
     uint8_t *js = NULL, *bin = NULL;
@@ -312,7 +311,7 @@ LLMT_API llmt_status llmt_ckpt_peer_replicate(llmt_ckpt *ck, llmt_comm *comm, in
     uint8_t *mine = NULL, *got = NULL;
     uint64_t n = 0, m = 0;
     int32_t w = x.size, r = x.rank;
-    llmt_status own = load_part(ck, dir, r, &mine, &n);
+    llmt_status own = llmt__ckpt_load_part(ck, dir, r, &mine, &n);
     char own_err[LLMT_ERR_MSG_MAX];
     snprintf(own_err, sizeof own_err, "%s", ck->err.msg);
     if (w == 1) {
@@ -390,7 +389,7 @@ LLMT_API llmt_status llmt_ckpt_peer_restore(llmt_ckpt *ck, llmt_comm *comm, int6
     int send = s == LLMT_OK && w > 1 && need[pred];
     if (send) {
         peer_dir(pd, sizeof pd, ck->root, step);
-        if (load_part(ck, pd, pred, &blob, &n) != LLMT_OK) {
+        if (llmt__ckpt_load_part(ck, pd, pred, &blob, &n) != LLMT_OK) {
             llmt__log(ck->ctx, LLMT_LOG_ERROR, "ckpt", "peer: no replica of rank %d step %"
                       PRId64 " here: %s", (int)pred, step, ck->err.msg);
             send = 0;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/ckpt_internal.h"
 #include "job/job.h"
 #include "train/trainer_state.h"
 
@@ -319,17 +320,23 @@ static llmt_status agree_min(llmt_job *j, int64_t *v, int n)
 static int restore_peer(llmt_job *j);
 
 /* The memory tier: the step of the in-memory snapshots, when every rank
- * that holds one holds the same step. A rank with that snapshot reads it;
- * a rank without one (a promoted spare, after the survivors of a failure
- * stayed in their processes) reads that step from disk, its part from the
- * peer tier if lost. After a cold restart no rank has a snapshot and the
- * disk tiers decide. 1: restored (*tier says from where), 0: not usable
- * (nothing changed), < 0: failed (j->err; on every rank). */
+ * that holds one holds the same step. With several ranks each snapshot
+ * holds only this rank's share (replicas' shares are saved once), so the
+ * ranks open that step from all their parts gathered in memory
+ * (ckpt/memtier.c); a rank without a snapshot (a promoted spare, after the
+ * survivors of a failure stayed in their processes) gives its part file
+ * of that step, restored from the peer tier first if lost. After a cold
+ * restart no rank has a snapshot and the disk tiers decide. 1: restored
+ * (*tier says from where), 0: not usable (nothing changed), < 0: failed
+ * (j->err; on every rank). */
 static int restore_memory(llmt_job *j, int with_data, int64_t *step, const char **tier,
                           int *peer)
 {
+    int many = j->comm && j->world > 1;
     int64_t have = -1;
-    if (j->last_saved >= 0 && llmt_ckpt_open_snapshot(j->ck, &have) != LLMT_OK)
+    if (j->last_saved >= 0 && many)
+        have = j->last_saved; /* the step of this process's snapshot */
+    else if (j->last_saved >= 0 && llmt_ckpt_open_snapshot(j->ck, &have) != LLMT_OK)
         have = -1;
     /* smallest snapshot step, -(largest), 1 if every rank has one */
     int64_t v[3] = {have >= 0 ? have : INT64_MAX, -have, have >= 0};
@@ -340,18 +347,24 @@ static int restore_memory(llmt_job *j, int with_data, int64_t *step, const char 
         return 0;
     *peer = v[2] ? 0 : restore_peer(j);
     llmt_status s = LLMT_OK;
-    if (have == hi) {
-        *tier = "memory";
-    } else {
-        *tier = *peer ? "peer" : "local";
-        if (llmt_ckpt_open_step(j->ck, hi) != LLMT_OK)
-            s = FAIL(LLMT_ERR_NOT_FOUND,
-                     "job: restore: the other ranks' snapshots are of step %lld, which "
-                     "this rank cannot read from %s: %s",
-                     (long long)hi, j->ckpt_dir, llmt_ckpt_last_error(j->ck));
+    int mem = have == hi;
+    if (many) {
+        s = llmt__ckpt_open_gathered(j->ck, j->comm, hi, &mem);
+        int64_t ok = s == LLMT_OK;
+        if (agree_min(j, &ok, 1) != LLMT_OK)
+            return -1;
+        if (!ok) { /* nothing restored yet: the disk tiers decide */
+            llmt__log(j->ctx, LLMT_LOG_WARN, "job", "memory tier: step %lld: %s", (long long)hi,
+                      s != LLMT_OK ? llmt_ckpt_last_error(j->ck) : "failed on another rank");
+            return 0;
+        }
+    } else if (!mem && llmt_ckpt_open_step(j->ck, hi) != LLMT_OK) {
+        return FAIL(LLMT_ERR_NOT_FOUND, "job: restore: step %lld: %s", (long long)hi,
+                    llmt_ckpt_last_error(j->ck)),
+               -1;
     }
-    if (s == LLMT_OK)
-        s = restore_open(j, j->ck, with_data);
+    *tier = mem ? "memory" : *peer ? "peer" : "local";
+    s = restore_open(j, j->ck, with_data);
     /* every rank restored, or none goes on */
     int64_t ok = s == LLMT_OK;
     char why[LLMT_ERR_MSG_MAX];

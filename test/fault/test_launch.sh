@@ -25,9 +25,9 @@
 #             step never verifies, is quarantined, the restart uses the
 #             previous checkpoint; goodput measured vs the simulator
 #   inplace   --in-place, SIGKILL of rank 2 at step 7: ranks 0, 1, 3 keep
-#             their processes (their PIDs) and roll back to step 6 (each
-#             rank's snapshot holds only its share under dp: the local
-#             tier); the spare reads step 6 from disk; losses and the final
+#             their processes (their PIDs) and roll back to step 6 from
+#             the memory tier (their snapshots' shares, gathered with the
+#             spare's part, which it reads from disk); losses and the final
 #             loader cursor equal the uninterrupted run's
 #   tiers     rank 2's disk lost with it (its parts deleted, then SIGKILL):
 #             with a peer tier the spare's part comes back from rank 3's
@@ -283,10 +283,9 @@ if sorted(g0) != [0, 1, 2, 3] or [(e["rank"], e["slot"]) for e in g1] != [(2, 4)
 for r in (0, 1, 3):
     path = out + ("/metrics.jsonl" if r == 0 else "/rank-%d/metrics.jsonl" % r)
     ip = [json.loads(l) for l in open(path) if '"event":"inplace"' in l]
-    # under dp each rank's snapshot holds its share of the replicated
-    # state only, so the survivors read step 6 from the local tier
-    if len(ip) != 1 or ip[0]["pid"] != g0[r] or ip[0]["tier"] not in ("memory", "local") \
-            or ip[0]["step"] != 6:
+    # the survivors' snapshots (each its share, gathered with the spare's
+    # part from disk): the memory tier
+    if len(ip) != 1 or ip[0]["pid"] != g0[r] or ip[0]["tier"] != "memory" or ip[0]["step"] != 6:
         print("FAIL rank %d: in-place line %s, gen 0 pid %d" % (r, ip, g0[r])); bad = 1
     else:
         print("ok   rank %d kept pid %d, restored step 6 (%s tier) in %.3f s (recovery %.3f s)"
