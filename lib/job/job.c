@@ -225,6 +225,16 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
     c->rope_theta = (float)s->model.rope_theta;
     c->tie_embeddings = s->model.tied_embeddings;
     c->seed = (uint64_t)s->train.seed;
+    if (s->model.moe.experts > 0) { /* refuse.c: llama, cpu, one rank */
+        c->moe_experts = (int32_t)s->model.moe.experts;
+        c->moe_top_k = (int32_t)s->model.moe.top_k;
+        c->moe_ffn = (int32_t)s->model.moe.expert_ffn;
+        c->moe_every = (int32_t)s->model.moe.every;
+        c->moe_dropless = s->model.moe.dropless;
+        c->moe_capacity_factor = (float)s->model.moe.capacity_factor;
+        c->moe_aux_loss_coef = (float)s->model.moe.aux_loss_coef;
+        c->moe_z_loss_coef = (float)s->model.moe.z_loss_coef;
+    }
     /* pad the embedding rows to a multiple of 64 (llm.c does the same) */
     c->padded_vocab_size = (c->vocab_size + 63) / 64 * 64;
 

@@ -58,15 +58,20 @@ static llmt_status check_parallelism(llmt_job *j)
             return REFUSE("%s: %lld is not supported by llmt_job yet (%s); use 1", dims[i].path,
                           (long long)v, dims[i].what);
     }
-    if (s->model.moe.experts > 0 || llmt__spec_given(s, "model.moe.top_k") ||
-        llmt__spec_given(s, "model.moe.expert_ffn")) {
-        const char *k = s->model.moe.experts > 0                 ? "model.moe.experts"
-                        : llmt__spec_given(s, "model.moe.top_k") ? "model.moe.top_k"
-                                                                 : "model.moe.expert_ffn";
-        return REFUSE("%s: mixture of experts is not supported by llmt_job yet "
-                      "(MoE layers: issue 18); remove model.moe",
-                      k);
-    }
+    /* MoE layers (lib/train/moe.c) run on the CPU engine in one process */
+    if (s->model.moe.experts > 0 && s->model.arch != LLMT_SPEC_ARCH_LLAMA)
+        return REFUSE("model.moe.experts: mixture of experts needs model.arch llama (SwiGLU "
+                      "experts)");
+    if (s->model.moe.experts > 0 && s->train.device == LLMT_SPEC_DEVICE_CUDA)
+        return REFUSE("model.moe.experts: MoE layers run on the CPU engine only for now "
+                      "(issue 18); set train.device cpu");
+    if (s->model.moe.experts > 0 && j->world > 1)
+        return REFUSE("model.moe.experts: MoE layers run in one process for now (no data, "
+                      "tensor, pipeline or expert parallelism with them yet: issue 18); this "
+                      "job has %d ranks",
+                      j->world);
+    if (s->model.moe.experts == 0 && llmt__spec_given(s, "model.moe.expert_ffn"))
+        return REFUSE("model.moe.expert_ffn: set but model.moe.experts is 0 (dense)");
     /* the trainer splits layers with the vocabulary-split embedding and
      * cross-entropy ops, which only the host backends have */
     if (s->parallelism.tp > 1 && s->train.device == LLMT_SPEC_DEVICE_CUDA)

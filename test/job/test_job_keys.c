@@ -44,6 +44,15 @@ static const char *BASE =
     " \"checkpoint\": {\"interval\": 2}, \"hardware\": {\"gpu\": \"cpu\"}}";
 
 #define LLAMA "{\"model\": {\"arch\": \"llama\", \"heads\": 4}}"
+#define MOE                                                                                 \
+    "{\"model\": {\"arch\": \"llama\", \"heads\": 4, \"moe\": {\"experts\": 4, \"top_k\": " \
+    "2}}}"
+#define MOE_TIGHT                                                                           \
+    "{\"model\": {\"arch\": \"llama\", \"heads\": 4, \"moe\": {\"experts\": 4, \"top_k\": " \
+    "2, \"capacity_factor\": 0.5}}}"
+#define MOE2                                                                   \
+    "{\"model\": {\"arch\": \"llama\", \"heads\": 4, \"layers\": 2, \"moe\": " \
+    "{\"experts\": 4, \"top_k\": 2}}}"
 #define SMALLTXT                                                                              \
     "{\"data\": {\"train\": \"@SMALL@\", \"val\": \"@PREP@/val\", \"tokenizer\": {\"kind\": " \
     "\"bpe\", \"vocab_size\": 300}}}"
@@ -75,18 +84,22 @@ static const kcase cases[] = {
     {"model.rope_theta", LLAMA, "{\"model\": {\"rope_theta\": 3}}", RUN},
     {"model.rope_theta", NULL, "{\"model\": {\"rope_theta\": 3}}", REFUSED},
     {"model.tied_embeddings", LLAMA, "{\"model\": {\"tied_embeddings\": true}}", RUN},
+    /* MoE (llama, one rank, cpu); drops need a tight capacity */
+    {"model.moe.experts", LLAMA, "{\"model\": {\"moe\": {\"experts\": 4, \"top_k\": 2}}}", RUN},
     {"model.moe.experts", NULL, "{\"model\": {\"moe\": {\"experts\": 4, \"top_k\": 2}}}",
-     REFUSED},
+     REFUSED}, /* gpt2 */
+    {"model.moe.top_k", MOE, "{\"model\": {\"moe\": {\"top_k\": 1}}}", RUN},
     {"model.moe.top_k", NULL, "{\"model\": {\"moe\": {\"top_k\": 2}}}", REFUSED},
+    {"model.moe.expert_ffn", MOE, "{\"model\": {\"moe\": {\"expert_ffn\": 24}}}", RUN},
     {"model.moe.expert_ffn", NULL, "{\"model\": {\"moe\": {\"expert_ffn\": 64}}}", REFUSED},
-    /* the MoE layer's own keys: a dense model refuses non-defaults (spec),
-     * a MoE one is refused by model.moe.experts above */
+    {"model.moe.capacity_factor", MOE, "{\"model\": {\"moe\": {\"capacity_factor\": 0.5}}}",
+     RUN},
     {"model.moe.capacity_factor", NULL, "{\"model\": {\"moe\": {\"capacity_factor\": 2}}}",
      REFUSED},
-    {"model.moe.dropless", NULL, "{\"model\": {\"moe\": {\"dropless\": true}}}", REFUSED},
-    {"model.moe.aux_loss_coef", NULL, "{\"model\": {\"moe\": {\"aux_loss_coef\": 0.1}}}",
-     REFUSED},
-    {"model.moe.z_loss_coef", NULL, "{\"model\": {\"moe\": {\"z_loss_coef\": 0.1}}}", REFUSED},
+    {"model.moe.dropless", MOE_TIGHT, "{\"model\": {\"moe\": {\"dropless\": true}}}", RUN},
+    {"model.moe.aux_loss_coef", MOE, "{\"model\": {\"moe\": {\"aux_loss_coef\": 0.5}}}", RUN},
+    {"model.moe.z_loss_coef", MOE, "{\"model\": {\"moe\": {\"z_loss_coef\": 0.5}}}", RUN},
+    {"model.moe.every", MOE2, "{\"model\": {\"moe\": {\"every\": 2}}}", RUN},
     {"model.moe.every", NULL, "{\"model\": {\"moe\": {\"every\": 2}}}", REFUSED},
     {"parallelism.tp", NULL, "{\"parallelism\": {\"tp\": 2}}", REFUSED},
     {"parallelism.pp", "{\"model\": {\"layers\": 2}}", "{\"parallelism\": {\"pp\": 2}}",
