@@ -482,7 +482,8 @@ LLMT_API llmt_status llmt_plan_explain(const llmt_plan *plan, char *buf,
 typedef struct llmt_plan_auto_opts {
     size_t struct_size;
     double mem_fraction;     /* usable share of HBM [0.95] */
-    int32_t max_tp;          /* [hardware.gpus_per_node] */
+    int32_t max_tp;          /* [the ranks of a node: hardware.gpus_per_node,
+                                or the host's ranks on the cpu profile] */
     int32_t keep_micro;      /* 1: keep batch.micro; 0: search 1,2,4,8 [0] */
     int32_t keep_zero;       /* 1: keep parallelism.zero [0] */
     int32_t keep_recompute;  /* 1: keep parallelism.recompute [0] */

@@ -122,7 +122,9 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
         o.top_n = o.top_n < 1 ? 1 : 16;
     if (!(o.mem_fraction > 0) || o.mem_fraction > 1)
         o.mem_fraction = 0.95;
-    int64_t max_tp = o.max_tp > 0 ? o.max_tp : spec->hardware.gpus_per_node;
+    /* TP stays inside a node (plan.c warns otherwise); on the cpu profile
+     * the node is the host, holding every rank */
+    int64_t max_tp = o.max_tp > 0 ? o.max_tp : llmt__plan_node_ranks(spec, world_size);
 
     /* A working copy whose degrees the loops overwrite (strings untouched). */
     llmt_spec w = *spec;
