@@ -9,11 +9,11 @@
 #   durable  the same loss, tiers local + durable: the local steps are
 #            incomplete, everyone reads the durable copy
 #   inplace  SIGKILL under `launch --in-place`: ranks 0, 1, 3 stay in their
-#            processes and restore in place; only rank 2 starts again
+#            processes and restore in place (memory tier); only rank 2
+#            starts again and reads its part from disk
 #   memory   no process dies: NaN gradients on rank 2 under the rollback
-#            policy, every rank restores in place (the memory tier when
-#            the snapshot covers every tensor; under dp each rank's holds
-#            only its share, so this reads the local tier too)
+#            policy, every rank restores in place from the memory tier
+#            (every rank's snapshot share, gathered)
 # Recovery = the agent's detection of the failure to the end of the new
 # gang's first step (events.jsonl "recovered"); for memory, the restore
 # plus the first step after it (the NaN is detected by the step itself).

@@ -24,7 +24,8 @@
 #   killsave  a rank killed while an async save is in flight: the partial
 #             step never verifies, is quarantined, the restart uses the
 #             previous checkpoint; goodput measured vs the simulator
-#   inplace   --in-place, SIGKILL of rank 2 at step 7: ranks 0, 1, 3 keep
+#   inplace   --in-place, SIGKILL of rank 2 at step 7 (TRIALS, default 1;
+#             later trials: a random rank and step): the other ranks keep
 #             their processes (their PIDs) and roll back to step 6 from
 #             the memory tier (their snapshots' shares, gathered with the
 #             spare's part, which it reads from disk); losses and the final
@@ -262,39 +263,53 @@ killsave)
   ;;
 inplace)
   ref
-  LLMT_FAULT=kill:2:7 launch ip ip.log --nproc 4 --spares 1 --in-place ft.json ||
-    { bad "the job did not finish"; cat ip.log; }
-  grep -q "rank 2 (slot 2) failed .*killed by signal 9" ip.log &&
-    grep -q "in-place recovery as gen 1" ip.log && ok "rank 2 killed, recovered in place" ||
-    { bad "no in-place recovery: $(grep launch: ip.log)"; }
-  losses ip/metrics.jsonl > ip.loss
-  cmp -s ref.loss ip.loss && ok "all 14 losses equal the uninterrupted run's" ||
-    { bad "losses differ"; diff ref.loss ip.loss; }
-  python3 - ip <<'EOF' || fail=1
+  n=${3:-1} # trial 1: rank 2 at step 7; the others at random
+  seed=$$
+  i=0
+  while [ $i -lt "$n" ]; do
+    i=$((i + 1))
+    r=2 s=7
+    [ $i -gt 1 ] && r=$(( (seed + i * 7) % 4 )) && s=$(( 3 + (seed / 3 + i * 5) % 10 ))
+    o=ip$i
+    LLMT_FAULT=kill:$r:$s launch $o $o.log --nproc 4 --spares 1 --in-place ft.json ||
+      { bad "trial $i: the job did not finish"; cat $o.log; continue; }
+    grep -q "rank $r (slot $r) failed .*killed by signal 9" $o.log &&
+      grep -q "in-place recovery as gen 1" $o.log &&
+      ok "trial $i: rank $r killed at step $s, recovered in place" ||
+      bad "trial $i: no in-place recovery: $(grep launch: $o.log)"
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s ref.loss $o.loss && ok "trial $i: all 14 losses equal the uninterrupted run's" ||
+      { bad "trial $i: losses differ"; diff ref.loss $o.loss; }
+    python3 - $o $r $s <<'EOF' || fail=1
 import json, sys, os
-out = sys.argv[1]
+out, dead, at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+want = (at - 1) // 2 * 2  # the newest save before the failed step
 ev = [json.loads(l) for l in open(out + "/agent/events.jsonl")]
 sp = [e for e in ev if e["event"] == "spawn"]
 g0 = {e["rank"]: e["pid"] for e in sp if e["gen"] == 0}
 g1 = [e for e in sp if e["gen"] == 1]
 bad = 0
-if sorted(g0) != [0, 1, 2, 3] or [(e["rank"], e["slot"]) for e in g1] != [(2, 4)]:
-    print("FAIL spawns: gen 0 %s, gen 1 %s (want only rank 2 on slot 4)" % (g0, g1)); bad = 1
-for r in (0, 1, 3):
-    path = out + ("/metrics.jsonl" if r == 0 else "/rank-%d/metrics.jsonl" % r)
-    ip = [json.loads(l) for l in open(path) if '"event":"inplace"' in l]
+mpath = lambda r: out + ("/metrics.jsonl" if r == 0 else "/rank-%d/metrics.jsonl" % r)
+if sorted(g0) != [0, 1, 2, 3] or [(e["rank"], e["slot"]) for e in g1] != [(dead, 4)]:
+    print("FAIL spawns: gen 0 %s, gen 1 %s (want only rank %d on slot 4)" % (g0, g1, dead))
+    bad = 1
+for r in sorted(set(range(4)) - {dead}):
     # the survivors' snapshots (each its share, gathered with the spare's
     # part from disk): the memory tier
-    if len(ip) != 1 or ip[0]["pid"] != g0[r] or ip[0]["tier"] != "memory" or ip[0]["step"] != 6:
-        print("FAIL rank %d: in-place line %s, gen 0 pid %d" % (r, ip, g0[r])); bad = 1
+    ip = [json.loads(l) for l in open(mpath(r)) if '"event":"inplace"' in l]
+    if len(ip) != 1 or ip[0]["pid"] != g0[r] or ip[0]["tier"] != "memory" \
+            or ip[0]["step"] != want:
+        print("FAIL rank %d: in-place line %s, gen 0 pid %d, step %d wanted" % (r, ip, g0[r], want))
+        bad = 1
     else:
-        print("ok   rank %d kept pid %d, restored step 6 (%s tier) in %.3f s (recovery %.3f s)"
-              % (r, g0[r], ip[0]["tier"], ip[0]["restore_s"], ip[0]["recovery_s"]))
-rs = [json.loads(l) for l in open(out + "/rank-2/metrics.jsonl") if '"event":"restore"' in l]
-if not rs or rs[-1]["tier"] not in ("local", "peer") or rs[-1]["step"] != 6:
+        print("ok   rank %d kept pid %d, restored step %d (memory tier) in %.3f s (recovery %.3f s)"
+              % (r, g0[r], want, ip[0]["restore_s"], ip[0]["recovery_s"]))
+rs = [json.loads(l) for l in open(mpath(dead)) if '"event":"restore"' in l]
+if not rs or rs[-1]["tier"] not in ("local", "peer") or rs[-1]["step"] != want:
     print("FAIL the spare's restore: %s" % rs); bad = 1
 else:
-    print("ok   the spare (rank 2) read step 6 from the %s tier" % rs[-1]["tier"])
+    print("ok   the spare (rank %d) read its part of step %d from the %s tier"
+          % (dead, want, rs[-1]["tier"]))
 rec = [e for e in ev if e["event"] == "recovered"]
 if not rec or rec[0].get("mode") != "in_place":
     print("FAIL recovered event: %s" % rec); bad = 1
@@ -303,11 +318,12 @@ else:
           % (rec[0]["recovery_s"], rec[0]["lost_steps"]))
 sys.exit(bad)
 EOF
-  c_ref=$(grep '"when":"finish"' ref/metrics.jsonl | sed 's/.*"cursor":\([0-9]*\).*/\1/')
-  c_ip=$(grep '"when":"finish"' ip/metrics.jsonl | tail -1 | sed 's/.*"cursor":\([0-9]*\).*/\1/')
-  [ -n "$c_ref" ] && [ "$c_ref" = "$c_ip" ] &&
-    ok "final loader cursor $c_ip = the uninterrupted run's: no sample skipped or repeated" ||
-    bad "cursor $c_ip, uninterrupted $c_ref"
+    c_ref=$(grep '"when":"finish"' ref/metrics.jsonl | sed 's/.*"cursor":\([0-9]*\).*/\1/')
+    c_ip=$(grep '"when":"finish"' $o/metrics.jsonl | tail -1 | sed 's/.*"cursor":\([0-9]*\).*/\1/')
+    [ -n "$c_ref" ] && [ "$c_ref" = "$c_ip" ] &&
+      ok "trial $i: final loader cursor $c_ip = the uninterrupted run's: no sample skipped or repeated" ||
+      bad "trial $i: cursor $c_ip, uninterrupted $c_ref"
+  done
   ;;
 tiers)
   ref
