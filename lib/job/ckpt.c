@@ -128,6 +128,10 @@ llmt_status llmt__job_save(llmt_job *j, int async)
         if (s != LLMT_OK)
             return FAIL(s, "checkpoint.tiers peer: replicating step %lld: %s", (long long)step,
                         llmt_ckpt_last_error(j->ck));
+        /* every replica on disk before any rank goes on: a rank that dies
+         * in the next step must not take its partner's write with it */
+        if ((s = llmt_comm_barrier(j->comm)) != LLMT_OK)
+            return FAIL(s, "checkpoint.tiers peer: %s", llmt_comm_last_error(j->comm));
     }
     return LLMT_OK;
 }
@@ -394,26 +398,34 @@ static int restore_peer(llmt_job *j)
     size_t n = 0;
     llmt_ckpt_list(j->ck, NULL, 0, &n);
     int64_t *steps = n ? malloc(n * sizeof *steps) : NULL;
-    int64_t newest = -1;
-    if (steps && llmt_ckpt_list(j->ck, steps, n, &n) == LLMT_OK && n)
-        newest = steps[n - 1];
-    free(steps);
-    int64_t r[2] = {newest, -newest};
-    if (agree_min(j, r, 2) != LLMT_OK || r[0] < 0 || r[0] != -r[1])
-        return 0;
-    /* a step of a larger world: the new ranks' parts all exist (nothing
-     * to do); of a smaller one: the missing parts have no replica (logged) */
-    int32_t restored = 0;
-    llmt_status s = llmt_ckpt_peer_restore(j->ck, j->comm, newest, &restored);
-    if (s != LLMT_OK) {
-        llmt__log(j->ctx, LLMT_LOG_WARN, "job", "checkpoint.tiers peer: step %lld: %s",
-                  (long long)newest, llmt_ckpt_last_error(j->ck));
-        return 0;
+    if (!steps || llmt_ckpt_list(j->ck, steps, n, &n) != LLMT_OK)
+        n = 0;
+    /* the newest step first; an older one when the newest's replica is
+     * incomplete (the partner died while writing it). Every rank makes
+     * the same calls: the listing is agreed on step by step. A step of a
+     * larger world: the new ranks' parts all exist (nothing to do); of a
+     * smaller one: the missing parts have no replica (logged). */
+    int found = 0;
+    for (size_t k = 0; k < 3; k++) {
+        int64_t step = k < n ? steps[n - 1 - k] : -1;
+        int64_t r[2] = {step, -step};
+        if (agree_min(j, r, 2) != LLMT_OK || r[0] < 0 || r[0] != -r[1])
+            break;
+        int32_t restored = 0;
+        llmt_status s = llmt_ckpt_peer_restore(j->ck, j->comm, step, &restored);
+        if (s != LLMT_OK)
+            llmt__log(j->ctx, LLMT_LOG_WARN, "job", "checkpoint.tiers peer: step %lld: %s",
+                      (long long)step, llmt_ckpt_last_error(j->ck));
+        int64_t v[2] = {s == LLMT_OK, !restored}; /* all ok; none restored */
+        if (agree_min(j, v, 2) != LLMT_OK)
+            break;
+        if (v[0]) {
+            found = v[1] == 0;
+            break;
+        }
     }
-    int64_t none = !restored;
-    if (agree_min(j, &none, 1) != LLMT_OK)
-        return 0;
-    return none == 0;
+    free(steps);
+    return found;
 }
 
 /* One line per restore: the tier read and its time (the recovery
