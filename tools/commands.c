@@ -137,7 +137,8 @@ const cli_command cli_commands[] = {
     /* launch: the fault-tolerance agent (issue 19) */
     {"launch", "run a job on N workers + S spares, restarting it on failures",
      "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R]\n"
-     "                       [--heartbeat-timeout SEC] SPEC.json [train flags]\n"
+     "                       [--heartbeat-timeout SEC] [--in-place]\n"
+     "                       SPEC.json [train flags]\n"
      "  Starts N workers, each `llmtrain train SPEC` with RANK/WORLD_SIZE and a\n"
      "  Gloo rendezvous store in DIR/agent (needs the gloo build feature), and\n"
      "  keeps S spare slots. A worker killed, stopped, silent for SEC seconds\n"
@@ -146,8 +147,11 @@ const cli_command cli_commands[] = {
      "  and restart every rank from the newest checkpoint (--resume). Without\n"
      "  spares it continues on fewer data-parallel ranks with the same global\n"
      "  batch, or stops saying why. R (default fault_tolerance.max_restarts)\n"
-     "  bounds the restarts. Train flags: --out DIR --steps N --threads N\n"
-     "  --resume --fresh. Events: DIR/agent/events.jsonl; worker logs:\n"
+     "  bounds the restarts. --in-place: survivors keep their processes,\n"
+     "  re-form the communicator with the promoted spare (generation file in\n"
+     "  DIR/agent) and restore from their in-memory snapshot; the agent falls\n"
+     "  back to a gang restart when it cannot. Train flags: --out DIR\n"
+     "  --steps N --threads N --resume --fresh. Events: DIR/agent/events.jsonl; worker logs:\n"
      "  DIR/agent/genG-rankR.log. Drills: LLMT_FAULT (doc/fault-tolerance.md).\n",
      cmd_launch},
     /* ckpt: owned by lib/ckpt (issue 7) */
