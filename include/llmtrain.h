@@ -1994,8 +1994,9 @@ typedef struct llmt_job_opts {
     int32_t local_rank;   /* -1 (default): from the environment */
     /* 0 (default): a new run; refused when the checkpoint root holds
      * checkpoints or run_dir holds data prepared by an earlier run.
-     * 1: continue from the newest usable checkpoint (local tier, then the
-     * durable one); no checkpoint at all starts at step 0; checkpoints that
+     * 1: continue from the newest usable checkpoint (the newest step every
+     * rank can read, from the fastest tier holding it: peer, local,
+     * durable); no checkpoint at all starts at step 0; checkpoints that
      * exist but are all unusable are refused, listing each and why,
      * unless `fresh` is set. */
     int32_t resume;
@@ -2132,7 +2133,9 @@ LLMT_API llmt_status llmt_job_run(llmt_job *job, int64_t n,
  * committed). Every configured tier gets it (the durable copy after the
  * local commit). */
 LLMT_API llmt_status llmt_job_save(llmt_job *job, int32_t async);
-/* Go back to the newest usable checkpoint (local tier, then durable) with
+/* Go back to the newest usable checkpoint (the newest step every rank can
+ * read, from the fastest tier holding it: the in-memory snapshot where it
+ * survived, the peer copy, the local tier, the durable one) with
  * the data position saved with it; *step (may be NULL) gets its step.
  * LLMT_ERR_NOT_FOUND, listing what is there and why each is unusable,
  * when there is none. A line {"event":"resume",...} goes to the metrics. */
