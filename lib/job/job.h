@@ -234,6 +234,8 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s);
 /* metrics.c: metrics.jsonl, appended and never rewritten. */
 llmt_status llmt__job_metrics_open(llmt_job *j);
 void llmt__job_metrics_line(llmt_job *j, const char *fmt, ...) LLMT_PRINTF(2, 3);
+/* moe_metrics.c: the step's per-expert token counts line (MoE models). */
+void llmt__job_moe_line(llmt_job *j, int64_t step);
 /* plot.c: the SVG plot from metrics.jsonl (latest line per step wins). */
 llmt_status llmt__job_plot(llmt_job *j);
 
