@@ -282,17 +282,10 @@ static void compare(const char *name, int llama, int kv, int tp)
             CHECK(d <= (g_bf16 ? 1.0 / 512 : 1e-5));
         }
         CHECK(a[r].numel == ref[0].numel);
-        double dd = 0.0, rr = 0.0;
         int64_t over = 0;
-        for (int64_t i = 0; i < a[r].numel && a[r].numel == ref[0].numel; i++) {
-            double d = fabs((double)a[r].params[i] - ref[0].params[i]);
-            if (!(d <= wp))
-                wp = d; /* NaN shows */
-            over += !(d <= 1e-5);
-            dd += d * d;
-            rr += (double)ref[0].params[i] * ref[0].params[i];
-        }
-        double rel = sqrt(dd / rr);
+        double rel =
+            tp_fixture_param_diff(a[r].params, ref[0].params,
+                                  a[r].numel == ref[0].numel ? a[r].numel : 0, &wp, &over);
         if (rel > wr)
             wr = rel;
         if (over > wo)

@@ -1,9 +1,12 @@
-/* What the tensor-parallel tests (test_device_tp.c, test_device_tpdp.c)
- * share: the model they split and the token stream they train on, so a
- * tp run and a tp x dp run are checked on the same problem. */
+/* What the tensor-parallel tests (test_device_tp.c, test_device_tpdp.c,
+ * test_device_sp.c, and the pp and cp tests) share: the model they split,
+ * the token stream they train on, and the comparison of a rank's final
+ * parameters with the single-rank run's, so every layout is checked on the
+ * same problem by the same measure. */
 #ifndef LLMT_TEST_TP_FIXTURE_H
 #define LLMT_TEST_TP_FIXTURE_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -38,6 +41,26 @@ static inline void tp_fixture_config(llmt_model_config *c, int llama, int kv, in
     c->heads = 4;
     c->kv_heads = llama ? kv : 0;
     c->seed = 5;
+}
+
+/* A layout's final parameters p against the single-rank run's ref (n
+ * elements each; 0 when their counts differ): the relative L2 distance is
+ * returned, *wp raised to the largest absolute difference (a NaN shows),
+ * *over set to the count of elements more than 1e-5 apart. */
+static inline double tp_fixture_param_diff(const float *p, const float *ref, int64_t n,
+                                           double *wp, int64_t *over)
+{
+    double dd = 0.0, rr = 0.0;
+    *over = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)p[i] - ref[i]);
+        if (!(d <= *wp))
+            *wp = d;
+        *over += !(d <= 1e-5);
+        dd += d * d;
+        rr += (double)ref[i] * ref[i];
+    }
+    return sqrt(dd / rr);
 }
 
 #endif
