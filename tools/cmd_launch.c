@@ -844,6 +844,21 @@ int cmd_launch(int argc, char **argv)
         llmt_spec_get_int(a.spec, "fault_tolerance.max_restarts", &m);
         a.max_restarts = (int)m;
     }
+    /* the job keeps survivors in place only with a fixed interval (an auto
+     * one is decided by a collective on the first step, which a promoted
+     * spare would make alone): refuse the flag rather than fall back */
+    char ival[32] = "";
+    llmt_spec_get_string(a.spec, "checkpoint.interval", ival, sizeof ival, NULL);
+    if (a.in_place && !strcmp(ival, "auto")) {
+        rc = cli_fail(CMD,
+                      "--in-place needs a fixed checkpoint.interval (a number of steps), "
+                      "not \"auto\" (%s): the promoted spare would decide the interval "
+                      "alone; set one, or drop --in-place",
+                      a.spec_path);
+        llmt_spec_destroy(a.spec);
+        llmt_context_destroy(a.ctx);
+        return rc;
+    }
     double cto = 600;
     llmt_spec_get_double(a.spec, "fault_tolerance.collective_timeout_s", &cto);
     if (a.hb_timeout < 0)

@@ -262,6 +262,15 @@ killsave)
     ok "$(grep 'launch: goodput' k.log | cut -c1-150 | tr '\n' ' ')" || { bad "goodput report"; tail -5 k.log; }
   ;;
 inplace)
+  # an auto checkpoint interval cannot keep survivors in place: refused
+  # by name before any worker starts, not a silent gang restart
+  sed 's/"interval": 2,/"interval": "auto",/' ft.json > auto.json
+  launch auto auto.log --nproc 4 --spares 1 --in-place auto.json &&
+    bad "--in-place with checkpoint.interval auto ran" ||
+    { grep -q 'in-place needs a fixed checkpoint.interval' auto.log &&
+      ! ls auto/agent/gen* > /dev/null 2>&1 &&
+      ok "--in-place with checkpoint.interval auto refused by name, no worker started" ||
+      bad "--in-place with auto interval: $(cat auto.log)"; }
   ref
   n=${3:-1} # trial 1: rank 2 at step 7; the others at random
   seed=$$
