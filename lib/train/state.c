@@ -19,7 +19,15 @@
  * any dp size and stage loads any other.
  * Tensor parallel (with or without data parallelism): the share is a flat
  * range of the rank's local shard, mapped to global blocks along the
- * shard's segments (tp_blocks). */
+ * shard's segments (tp_blocks).
+ * Pipeline parallel (with tensor and data parallelism or not): a stage's
+ * engine holds only its layers (and the embedding, the head), so its
+ * shards of every other tensor are empty and the same tp_blocks saves
+ * just its own part under the GLOBAL names and offsets (layer l is
+ * "h.<l>..." whatever stage held it): the checkpoint looks like a single
+ * rank's, and any other layout reads it. A tied head's copy on the last
+ * stage is not its owner (the first stage saves wte once); reading, every
+ * stage reads only the blocks of what it holds, the copy included. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,15 +182,25 @@ static int share_blocks(llmt_trainer *tr, int32_t i, int w,
  * only the segments this rank owns (a replica is written once: by TP rank
  * 0 for whole tensors, by the first holder of a shared kv head); read:
  * every segment it holds. */
+enum { BLK_SAVE, BLK_READ_SHARE, BLK_READ_ALL };
+
+/* mode BLK_SAVE: add this rank's share; BLK_READ_SHARE: read it (ZeRO >= 1
+ * moments); BLK_READ_ALL: read the whole local shard (what a pipeline
+ * stage holds of the parameters, and of unsharded moments). */
 static llmt_status tp_blocks(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w, const char *key,
-                             const llmt_tensor *pv, int save)
+                             const llmt_tensor *pv, int mode)
 {
     llmt_err *e = llmt__trainer_err(tr);
-    int cols = 0, own[3];
+    int cols = 0, own[3], save = mode == BLK_SAVE;
     int64_t R, K, lo[3], n[3], rel, cnt;
     float *mv[2], *ptr[3];
     int ns = llmt__trainer_tp_shard(tr, i, &cols, &R, &K, lo, n, own, &rel, &cnt, mv);
-    float *local = w ? mv[w - 1] : NULL, *glob = NULL;
+    float *local = w && mode != BLK_READ_ALL ? mv[w - 1] : NULL, *glob = NULL;
+    if (mode == BLK_READ_ALL) { /* the local shard whole: the host's layout */
+        rel = cnt = 0;
+        for (int j = 0; j < ns; j++)
+            cnt += cols ? R * n[j] : n[j] * K;
+    }
     if (save) { /* every rank names every tensor first, in the model's order
                  * (an empty block): the merged manifest, and so an export,
                  * lists them in the order a single rank's has */
@@ -257,8 +275,8 @@ static llmt_status add_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
     box bx[MAX_BOXES];
     llmt_tensor views[MAX_BOXES];
     int nb;
-    if (llmt__trainer_has_tp(tr))
-        return tp_blocks(tr, ck, i, w, key, pv, 1);
+    if (llmt__trainer_has_tp(tr) || llmt__trainer_has_pp(tr))
+        return tp_blocks(tr, ck, i, w, key, pv, BLK_SAVE);
     if (!llmt__trainer_has_comm(tr)) { /* whole, as a single rank always did */
         float *ptr[3];
         int64_t rel, n;
@@ -311,10 +329,6 @@ LLMT_API llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_add", ck);
-    if (llmt__trainer_has_pp(tr))
-        return llmt__err_set(llmt__trainer_err(tr), LLMT_ERR_UNSUPPORTED,
-                             "trainer: ckpt_add: checkpoints with pipeline parallelism are "
-                             "not supported yet (each stage holds only its layers)");
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
     /* a device trainer: the host copies are what gets saved; tensor
@@ -381,7 +395,7 @@ static llmt_status check_shape(llmt_trainer *tr, llmt_ckpt *ck,
 }
 
 /* Parameters whole; m and v whole unless sharded, then this rank's
- * blocks only. */
+ * blocks only. A pipeline stage: only what it holds (tp_blocks). */
 static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
                             const char *key, const llmt_tensor *pv)
 {
@@ -392,8 +406,11 @@ static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
     box bx[MAX_BOXES];
     llmt_tensor views[MAX_BOXES];
     int nb;
-    if (w > 0 && sharded && llmt__trainer_has_tp(tr)) {
-        return tp_blocks(tr, ck, i, w, key, pv, 0);
+    if (llmt__trainer_has_pp(tr)) {
+        return tp_blocks(tr, ck, i, w, key, pv,
+                         w > 0 && sharded ? BLK_READ_SHARE : BLK_READ_ALL);
+    } else if (w > 0 && sharded && llmt__trainer_has_tp(tr)) {
+        return tp_blocks(tr, ck, i, w, key, pv, BLK_READ_SHARE);
     } else if (w > 0 && sharded) {
         nb = share_blocks(tr, i, w, pv, bx, views);
     } else {
@@ -415,10 +432,6 @@ LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_read", ck);
-    if (llmt__trainer_has_pp(tr))
-        return llmt__err_set(llmt__trainer_err(tr), LLMT_ERR_UNSUPPORTED,
-                             "trainer: ckpt_read: checkpoints with pipeline parallelism are "
-                             "not supported yet (read it before llmt_trainer_set_pp_comm)");
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
     char buf[64];

@@ -763,7 +763,7 @@ int llmt__trainer_tp_shard(llmt_trainer *tr, int32_t i, int *cols, int64_t *R, i
                            int64_t lo[3], int64_t n[3], int own[3], int64_t *rel, int64_t *cnt,
                            float *mv[2])
 {
-    if (!tr->tp)
+    if (!tr->tp && !tr->pp) /* a pipeline stage's shards: its tensors whole, others empty */
         return 0;
     int ns = llmt__devtrain_shard(tr->dev, i, cols, R, K, lo, n, own);
     int64_t tot = 0;

@@ -12,13 +12,14 @@ llmt_model *llmt__trainer_model(llmt_trainer *tr);
 int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel, int64_t *n,
                         float *ptr[3]);
 int llmt__trainer_has_comm(const llmt_trainer *tr);
-/* Tensor parallelism: parameter i's shard on this rank (see
+/* Tensor or pipeline parallelism: parameter i's shard on this rank (see
  * llmt__devtrain_shard), its data parallel share [*rel, *rel + *n) as a
  * flat range of the LOCAL shard's row-major layout (the whole shard
  * without data parallelism), and the host copies of the moments' shares
  * in that local layout when they are sharded (ZeRO >= 1: mv[0], mv[1];
  * else NULL: the host's whole m and v hold them). Returns the segment
- * count, 0 without tensor parallelism. */
+ * count (0 for another pipeline stage's tensor), 0 without tensor or
+ * pipeline parallelism. */
 int llmt__trainer_tp_shard(llmt_trainer *tr, int32_t i, int *cols, int64_t *R, int64_t *K,
                            int64_t lo[3], int64_t n[3], int own[3], int64_t *rel, int64_t *cnt,
                            float *mv[2]);
@@ -40,7 +41,8 @@ llmt_status llmt__trainer_host_sync(llmt_trainer *tr);
 float *llmt__trainer_fp8_state(llmt_trainer *tr, int64_t shape[2]);
 llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in);
 
-/* Pipeline parallelism is attached (checkpoints refuse it for now). */
+/* Pipeline parallelism is attached (each stage saves and reads only its
+ * tensors' blocks). */
 int llmt__trainer_has_pp(const llmt_trainer *tr);
 
 #endif

@@ -485,8 +485,8 @@ static void compare_dp(const char *name, int llama, int m, int sched, int zero)
 
 /* A checkpoint of one rank after step 5, read by the stages of pp 2 and
  * pp 4 before they attach the pipeline: the following losses equal the
- * uninterrupted run's (the resharding pp 1 -> pp 2, 4; saving under pp is
- * refused: not yet). */
+ * uninterrupted run's (the resharding pp 1 -> pp 2, 4; checkpoints saved
+ * and read under pp: test_device_ppckpt.c). */
 static void check_resume(const char *tmp)
 {
     config(1, 4);
