@@ -31,56 +31,17 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "launch.h"
 
 #define CMD "launch"
-#define MAXW 256
-
-typedef struct worker {
-    pid_t pid;
-    int rank, slot;
-    int done, status; /* reaped; waitpid status */
-    double spawned;
-} worker;
-
-typedef struct agent {
-    const char *spec_path, *out;
-    char exe[4096], dir[4096], store[4096], events_path[4096];
-    int nproc, spares, max_restarts;
-    int in_place;            /* --in-place: survivors stay in their processes */
-    char inplace_path[4200]; /* "GEN WORLD" for them ($LLMT_LAUNCH_INPLACE) */
-    double hb_timeout, start_timeout;
-    int argc_pass;
-    char **argv_pass;
-    FILE *events;
-    int nslots;
-    int slot_state[MAXW]; /* 0 spare, 1 in use, 2 quarantined */
-    int rank_slot[MAXW];
-    int world, gen, restarts;
-    worker w[MAXW];
-    llmt_spec *spec;
-    llmt_context *ctx;
-    /* accounting */
-    double t0, lost_detect_s, lost_restart_s;
-    int64_t lost_steps, last_step_seen;
-    int nfail;
-    double recov_s[64];
-    double recover_from;  /* detection time of the failure being recovered */
-    int in_place_gen;     /* this generation kept the survivors */
-    double in_place_t;    /* when it was published */
-    double t_first;       /* gen 0's first step done (unix time) */
-    double last_progress; /* newest heartbeat time seen in this generation */
-    int64_t fail_step;    /* newest step a rank finished before it */
-} agent;
-
-static double now_s(void)
+double launch_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void event(agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void event(agent *a, const char *fmt, ...)
+void launch_event(agent *a, const char *fmt, ...)
 {
     char line[2048];
     va_list ap;
@@ -88,7 +49,7 @@ static void event(agent *a, const char *fmt, ...)
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     if (a->events) {
-        fprintf(a->events, "{\"t\":%.3f,%s}\n", now_s() - a->t0, line);
+        fprintf(a->events, "{\"t\":%.3f,%s}\n", launch_now() - a->t0, line);
         fflush(a->events);
     }
 }
@@ -97,7 +58,7 @@ static int usage(void)
 {
     fprintf(stderr,
             "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R] [--in-place] "
-            "[--heartbeat-timeout SEC] SPEC.json [train flags]\n"
+            "[--heartbeat-timeout SEC] [--expect-mtbf SEC] SPEC.json [train flags]\n"
             "(llmtrain help launch for more)\n");
     return CLI_USAGE;
 }
@@ -160,7 +121,7 @@ static void spawn(agent *a, int rank)
     memset(w, 0, sizeof *w);
     w->rank = rank;
     w->slot = a->rank_slot[rank];
-    w->spawned = now_s();
+    w->spawned = launch_now();
     char hb[4200], log[4200];
     hb_path(a, rank, hb, sizeof hb);
     unlink(hb);
@@ -168,8 +129,8 @@ static void spawn(agent *a, int rank)
     pid_t pid = fork();
     if (pid != 0) {
         w->pid = pid;
-        event(a, "\"event\":\"spawn\",\"gen\":%d,\"rank\":%d,\"slot\":%d,\"pid\":%d", a->gen,
-              rank, w->slot, (int)pid);
+        launch_event(a, "\"event\":\"spawn\",\"gen\":%d,\"rank\":%d,\"slot\":%d,\"pid\":%d",
+                     a->gen, rank, w->slot, (int)pid);
         return;
     }
     char v[64];
@@ -359,7 +320,7 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
     for (;;) {
         struct timespec ts = {0, 50000000L};
         nanosleep(&ts, NULL);
-        double t = now_s();
+        double t = launch_now();
         int failed = 0;
         for (int r = 0; r < a->world; r++) {
             worker *w = &a->w[r];
@@ -386,6 +347,7 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
                 hs = s0 + 1;
                 if (a->nfail < 64)
                     a->recov_s[a->nfail] = rec;
+                a->recov_sum += rec;
                 a->nfail++;
                 a->lost_steps += lost > 0 ? lost : 0;
                 printf("launch: recovered: gen %d resumed at step %lld and finished step "
@@ -394,11 +356,11 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
                        a->gen, (long long)hs - 1, (long long)hs, rec,
                        (long long)(lost > 0 ? lost : 0));
                 fflush(stdout);
-                event(a,
-                      "\"event\":\"recovered\",\"gen\":%d,\"resume_step\":%lld,"
-                      "\"recovery_s\":%.3f,\"lost_steps\":%lld,\"mode\":\"%s\"",
-                      a->gen, (long long)hs - 1, rec, (long long)(lost > 0 ? lost : 0),
-                      a->in_place_gen ? "in_place" : "gang");
+                launch_event(a,
+                             "\"event\":\"recovered\",\"gen\":%d,\"resume_step\":%lld,"
+                             "\"recovery_s\":%.3f,\"lost_steps\":%lld,\"mode\":\"%s\"",
+                             a->gen, (long long)hs - 1, rec, (long long)(lost > 0 ? lost : 0),
+                             a->in_place_gen ? "in_place" : "gang");
                 a->recover_from = 0;
             }
             if (w->done)
@@ -475,126 +437,9 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
     }
 }
 
-/* The workers' own accounting: rank 0's metrics.jsonl holds a cumulative
- * {"event":"goodput",...} line after every save and at the end; the last
- * one of each generation is what that generation kept. */
-typedef struct gp_sum {
-    double productive_s, stall_s, anomaly_lost_s, checks_s;
-    int saves, gens;
-} gp_sum;
-
-static double jnum(const char *line, const char *key)
-{
-    char k[64];
-    snprintf(k, sizeof k, "\"%s\":", key);
-    const char *p = strstr(line, k);
-    return p ? atof(p + strlen(k)) : 0;
-}
-
-static void gp_read(const agent *a, gp_sum *g)
-{
-    memset(g, 0, sizeof *g);
-    static char last[MAXW][2048];
-    char p[4200], line[2048];
-    int have[MAXW] = {0};
-    snprintf(p, sizeof p, "%s/metrics.jsonl", a->out);
-    FILE *f = fopen(p, "r");
-    if (!f)
-        return;
-    while (fgets(line, sizeof line, f)) {
-        if (!strstr(line, "\"event\":\"goodput\""))
-            continue;
-        int gen = (int)jnum(line, "gen");
-        if (gen < 0 || gen >= MAXW)
-            continue;
-        snprintf(last[gen], sizeof last[gen], "%s", line);
-        have[gen] = 1;
-        g->saves += strstr(line, "\"when\":\"save\"") != NULL;
-    }
-    fclose(f);
-    for (int i = 0; i < MAXW; i++)
-        if (have[i]) {
-            g->gens++;
-            g->productive_s += jnum(last[i], "productive_s");
-            g->stall_s += jnum(last[i], "ckpt_stall_s");
-            g->anomaly_lost_s += jnum(last[i], "anomaly_lost_s");
-            g->checks_s += jnum(last[i], "checks_s");
-        }
-}
-
-/* Where the wall time went, against llmt_plan_simulate_goodput for the
- * failure rate this run saw, with its measured costs. */
-static void goodput_report(agent *a, double wall, double recovery_s)
-{
-    gp_sum g;
-    gp_read(a, &g);
-    int64_t steps = 0;
-    llmt_spec_get_int(a->spec, "train.steps", &steps);
-    double kept_steps = steps > 0 ? (double)steps : 1;
-    double step_s = (g.productive_s) / (kept_steps + (double)a->lost_steps);
-    double recomputed_s = step_s * (double)a->lost_steps;
-    double productive = g.productive_s - recomputed_s;
-    double startup = a->t_first > 0 ? a->t_first - a->t0 - step_s : 0;
-    if (startup < 0)
-        startup = 0;
-    double failures_s = a->lost_detect_s + recovery_s + recomputed_s;
-    double run = wall - startup;
-    double other = run - productive - failures_s - g.stall_s - g.anomaly_lost_s - g.checks_s;
-    double measured = run > 0 ? productive / run : 0;
-    printf("launch: goodput %.3f measured: productive %.2f s of %.2f s (after %.2f s of "
-           "start-up); lost to failures %.2f s (detection %.2f, restart to the first "
-           "step %.2f, %lld recomputed step(s) %.2f), checkpoint stalls %.2f s (%d saves), "
-           "anomalies %.2f s, checks %.2f s, other %.2f s\n",
-           measured, productive, run, startup, failures_s, a->lost_detect_s, recovery_s,
-           (long long)a->lost_steps, recomputed_s, g.stall_s, g.saves, g.anomaly_lost_s,
-           g.checks_s, other);
-    /* the simulator, for the same failure rate and costs */
-    double sim = -1, sim_sd = 0, rate = 0;
-    int64_t interval = 0;
-    llmt_spec_get_int(a->spec, "checkpoint.interval", &interval);
-    llmt_plan *plan = NULL;
-    if (run > 0 && productive > 0 &&
-        llmt_plan_create(a->ctx, a->spec, a->nproc, &plan) == LLMT_OK) {
-        llmt_goodput_opts go;
-        llmt_goodput_opts_init(&go, sizeof go);
-        rate = (double)a->nfail / (run / 3600.0) / (double)a->nproc;
-        go.gpu_failures_per_hour = rate > 0 ? rate : 1e-12;
-        go.interval_s = interval > 0 ? (double)interval * step_s : productive;
-        go.horizon_hours = productive / 3600.0;
-        go.stall_s = g.saves > 0 ? g.stall_s / g.saves : 0;
-        go.write_s = go.stall_s;
-        go.restore_s = 0;
-        go.restart_s = a->nfail > 0 ? (a->lost_detect_s + recovery_s) / a->nfail : 0;
-        go.trials = 256;
-        go.seed = 1;
-        llmt_goodput_result r;
-        memset(&r, 0, sizeof r);
-        r.struct_size = sizeof r;
-        if (llmt_plan_simulate_goodput(plan, &go, &r) == LLMT_OK) {
-            sim = r.goodput;
-            sim_sd = r.goodput_stddev;
-        }
-        llmt_plan_destroy(plan);
-    }
-    if (sim >= 0)
-        printf("launch: goodput %.3f predicted by llmt_plan_simulate_goodput (+-%.3f) for "
-               "%d failure(s) in %.1f s on %d GPUs (%.3g per GPU-hour), checkpoints every "
-               "%lld steps (%.2f s), stall %.3f s, restart %.2f s\n",
-               sim, sim_sd, a->nfail, run, a->nproc, rate, (long long)interval,
-               (double)interval * step_s, g.saves ? g.stall_s / g.saves : 0,
-               a->nfail ? (a->lost_detect_s + recovery_s) / a->nfail : 0);
-    event(a,
-          "\"event\":\"goodput\",\"wall_s\":%.3f,\"startup_s\":%.3f,\"productive_s\":%.3f,"
-          "\"failures_s\":%.3f,\"detect_s\":%.3f,\"restart_s\":%.3f,\"recomputed_s\":%.3f,"
-          "\"ckpt_stall_s\":%.3f,\"anomaly_s\":%.3f,\"checks_s\":%.3f,\"other_s\":%.3f,"
-          "\"goodput\":%.4f,\"simulated_goodput\":%.4f,\"failures_per_gpu_hour\":%.4g",
-          wall, startup, productive, failures_s, a->lost_detect_s, recovery_s, recomputed_s,
-          g.stall_s, g.anomaly_lost_s, g.checks_s, other, measured, sim, rate);
-}
-
 static int agent_main(agent *a)
 {
-    a->t0 = now_s();
+    a->t0 = launch_now();
     a->world = a->nproc;
     a->nslots = a->nproc + a->spares;
     for (int s = 0; s < a->nslots; s++)
@@ -609,8 +454,8 @@ static int agent_main(agent *a)
            "%.0f s; store %s; logs and events in %s\n",
            a->nproc, a->spares, a->max_restarts, a->hb_timeout, a->store, a->dir);
     fflush(stdout);
-    event(a, "\"event\":\"launch\",\"nproc\":%d,\"spares\":%d,\"max_restarts\":%d", a->nproc,
-          a->spares, a->max_restarts);
+    launch_event(a, "\"event\":\"launch\",\"nproc\":%d,\"spares\":%d,\"max_restarts\":%d",
+                 a->nproc, a->spares, a->max_restarts);
     double t_recover_from = 0;
     int64_t step_at_failure = 0;
     int fresh[MAXW];
@@ -620,15 +465,17 @@ static int agent_main(agent *a)
         int culprit[MAXW] = {0};
         static char causes[MAXW][256];
         double t_detect = 0;
-        event(a, "\"event\":\"generation\",\"gen\":%d,\"world_size\":%d", a->gen, a->world);
+        launch_event(a, "\"event\":\"generation\",\"gen\":%d,\"world_size\":%d", a->gen,
+                     a->world);
         a->last_step_seen = 0;
         a->last_progress = 0;
         a->recover_from = t_recover_from;
         a->fail_step = step_at_failure;
         int rc = run_gen(a, fresh, culprit, causes, &t_detect);
         if (rc == 0) {
-            event(a, "\"event\":\"finished\",\"gen\":%d,\"world_size\":%d,\"restarts\":%d",
-                  a->gen, a->world, a->restarts);
+            launch_event(a,
+                         "\"event\":\"finished\",\"gen\":%d,\"world_size\":%d,\"restarts\":%d",
+                         a->gen, a->world, a->restarts);
             break;
         }
         int64_t last = a->last_step_seen;
@@ -643,13 +490,13 @@ static int agent_main(agent *a)
         for (int r = 0; r < a->world; r++)
             nerr += culprit[r] && !strncmp(causes[r], "exited", 6);
         if (nerr == a->world) {
-            event(a, "\"event\":\"stop\",\"reason\":\"job_error\",\"gen\":%d", a->gen);
+            launch_event(a, "\"event\":\"stop\",\"reason\":\"job_error\",\"gen\":%d", a->gen);
             return cli_fail(CMD,
                             "gen %d: every rank failed with an error of the job itself, "
                             "which a restart would repeat; rank 0 %s (logs in %s)",
                             a->gen, causes[0], a->dir);
         }
-        double t_killed = now_s();
+        double t_killed = launch_now();
         a->restarts++;
         int lost_slots = 0;
         for (int r = 0; r < a->world; r++) {
@@ -661,14 +508,15 @@ static int agent_main(agent *a)
             printf("launch: gen %d: rank %d (slot %d) failed at step ~%lld: %s; slot "
                    "quarantined\n",
                    a->gen, r, s, (long long)last + 1, causes[r]);
-            event(a,
-                  "\"event\":\"failure\",\"gen\":%d,\"rank\":%d,\"slot\":%d,\"step\":%lld,"
-                  "\"cause\":\"%s\",\"detect_s\":%.3f",
-                  a->gen, r, s, (long long)last + 1, causes[r], t_detect - a->t0);
+            launch_event(
+                a,
+                "\"event\":\"failure\",\"gen\":%d,\"rank\":%d,\"slot\":%d,\"step\":%lld,"
+                "\"cause\":\"%s\",\"detect_s\":%.3f",
+                a->gen, r, s, (long long)last + 1, causes[r], t_detect - a->t0);
         }
         if (a->restarts > a->max_restarts) {
-            event(a, "\"event\":\"stop\",\"reason\":\"max_restarts\",\"restarts\":%d",
-                  a->restarts - 1);
+            launch_event(a, "\"event\":\"stop\",\"reason\":\"max_restarts\",\"restarts\":%d",
+                         a->restarts - 1);
             return cli_fail(CMD,
                             "gen %d failed and the restart budget is spent (%d "
                             "restart(s), --max-restarts / fault_tolerance.max_restarts "
@@ -689,7 +537,7 @@ static int agent_main(agent *a)
             if (found >= 0) {
                 a->slot_state[found] = 1;
                 printf("launch: spare slot %d promoted to rank %d\n", found, r);
-                event(a, "\"event\":\"promote\",\"slot\":%d,\"rank\":%d", found, r);
+                launch_event(a, "\"event\":\"promote\",\"slot\":%d,\"rank\":%d", found, r);
                 a->rank_slot[r] = found;
             } else {
                 a->rank_slot[r] = -1;
@@ -701,7 +549,8 @@ static int agent_main(agent *a)
             int ndp = 0;
             int nw = usable > 0 ? fitting_world(a, usable, &ndp, why, sizeof why) : 0;
             if (nw < 1) {
-                event(a, "\"event\":\"stop\",\"reason\":\"no_fit\",\"usable\":%d", usable);
+                launch_event(a, "\"event\":\"stop\",\"reason\":\"no_fit\",\"usable\":%d",
+                             usable);
                 return cli_fail(CMD,
                                 "no spare left and no smaller world keeps the global "
                                 "batch on %d usable slot(s): %s",
@@ -723,19 +572,26 @@ static int agent_main(agent *a)
                        "data-parallel groups of %d (was %d ranks), same global batch "
                        "(grad_accum raised)\n",
                        nw, ndp, nw / ndp, a->world);
-            event(a, "\"event\":\"elastic\",\"from\":%d,\"to\":%d", a->world, nw);
+            launch_event(a, "\"event\":\"elastic\",\"from\":%d,\"to\":%d", a->world, nw);
             for (int r = 0; r < nw; r++)
                 a->rank_slot[r] = slots[r];
             a->world = nw;
         }
-        a->lost_restart_s += now_s() - t_killed;
-        step_at_failure = last;
-        t_recover_from = t_detect;
+        a->lost_restart_s += launch_now() - t_killed;
+        /* a failure before the previous one's recovery ended (a worker
+         * dying during the restart) extends that recovery */
+        if (a->recover_from > 0) {
+            if (last > step_at_failure)
+                step_at_failure = last;
+        } else {
+            step_at_failure = last;
+            t_recover_from = t_detect;
+        }
         a->gen++;
         a->in_place_gen = in_place;
         for (int r = 0; r < a->world; r++)
             fresh[r] = in_place ? culprit[r] : 1;
-        a->in_place_t = now_s();
+        a->in_place_t = launch_now();
         if (in_place && publish_gen(a) != 0) {
             /* the survivors would wait for nothing: restart them all */
             kill_gang(a);
@@ -754,17 +610,15 @@ static int agent_main(agent *a)
                    a->gen, a->world);
         fflush(stdout);
     }
-    double wall = now_s() - a->t0, rsum = 0;
-    for (int i = 0; i < a->nfail && i < 64; i++)
-        rsum += a->recov_s[i];
+    double wall = launch_now() - a->t0, rsum = a->recov_sum;
     printf("launch: done in %.1f s: %d restart(s), %d recovery(ies) taking %.1f s in all, "
            "%lld step(s) recomputed; final world size %d\n",
            wall, a->restarts, a->nfail, rsum, (long long)a->lost_steps, a->world);
-    goodput_report(a, wall, rsum);
-    event(a,
-          "\"event\":\"summary\",\"wall_s\":%.3f,\"restarts\":%d,\"recovery_s\":%.3f,"
-          "\"lost_steps\":%lld,\"world_size\":%d",
-          wall, a->restarts, rsum, (long long)a->lost_steps, a->world);
+    launch_goodput_report(a, wall, rsum);
+    launch_event(a,
+                 "\"event\":\"summary\",\"wall_s\":%.3f,\"restarts\":%d,\"recovery_s\":%.3f,"
+                 "\"lost_steps\":%lld,\"world_size\":%d",
+                 wall, a->restarts, rsum, (long long)a->lost_steps, a->world);
     return CLI_OK;
 }
 
@@ -797,6 +651,10 @@ int cmd_launch(int argc, char **argv)
             if (cli_parse_f64("--heartbeat-timeout", argv[++i], 0.1, 1e6, &d) != CLI_OK)
                 return CLI_USAGE;
             a.hb_timeout = d;
+        } else if (!strcmp(s, "--expect-mtbf") && i + 1 < argc) {
+            if (cli_parse_f64("--expect-mtbf", argv[++i], 1e-3, 1e9, &d) != CLI_OK)
+                return CLI_USAGE;
+            a.expect_mtbf = d;
         } else if (!strcmp(s, "--in-place")) {
             a.in_place = 1;
         } else if (!strcmp(s, "--out") && i + 1 < argc) {

@@ -132,9 +132,9 @@ llmt_status llmt__job_inplace_recover(llmt_job *j, llmt_job_metrics *m)
     j->strag_comm0 = 0; /* a new communicator's clock */
     j->strag_busy = j->strag_wall = 0;
     j->strag_steps = 0;
+    /* the agent counts this recovery and the steps run again (its
+     * goodput report); gp_lost_s is the anomalies' */
     double t1 = llmt__job_now();
-    j->gp_lost_s += t1 - t0;
-    j->gp_lost_steps += undone > 0 ? undone : 0;
     llmt__job_metrics_line(j,
                            "{\"event\":\"inplace\",\"rank\":%d,\"pid\":%d,\"gen\":%d,"
                            "\"step\":%lld,\"tier\":\"%s\",\"lost_steps\":%lld,"

@@ -165,6 +165,12 @@ struct llmt_job {
     /* goodput of this process (run.c) */
     double gp_productive_s, gp_stall_s, gp_lost_s, gp_checks_s;
     int64_t gp_lost_steps;
+    /* the end of the previous step's compute plus its save's stall; 0 at
+     * the start, after an anomaly's action and after an in-place recovery:
+     * a step's cycle (the step line's cycle_s) runs from there, so per-step
+     * overheads count as work, as in the goodput simulator, and saves and
+     * recoveries do not */
+    double gp_cycle_from;
     /* observability (perf.c, lib/obs) */
     struct llmt__obs *obs;
     int obs_timed; /* the trainer runs on the timed op table */

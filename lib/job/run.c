@@ -229,6 +229,8 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
     int64_t done = met.step;
     double t = llmt__job_now();
     double wall = t - t_begin; /* with the data and an injected delay */
+    double cycle = t - (j->gp_cycle_from > 0 ? j->gp_cycle_from : t_begin);
+    j->gp_cycle_from = t;
     j->gp_productive_s += wall;
     m->step = done;
     m->loss = met.loss;
@@ -244,10 +246,10 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
     llmt__job_metrics_line(j,
                            "{\"step\":%lld,\"loss\":%.6f,\"grad_norm\":%.6f,\"lr\":%.6g,"
                            "\"tokens\":%lld,\"step_s\":%.4f,\"tokens_per_s\":%.1f,"
-                           "\"elapsed_s\":%.2f,\"mfu\":%.4g}",
+                           "\"elapsed_s\":%.2f,\"mfu\":%.4g,\"cycle_s\":%.4f}",
                            (long long)done, (double)met.loss, (double)met.grad_norm,
                            (double)met.lr, (long long)met.tokens, met.seconds, m->tokens_per_s,
-                           m->elapsed_s, m->mfu);
+                           m->elapsed_s, m->mfu, cycle);
     llmt__job_moe_line(j, done);
     double z = zscore(j, met.loss);
     if (z > sp->fault_tolerance.anomaly.zscore) {
@@ -317,10 +319,20 @@ LLMT_API llmt_status llmt_job_step(llmt_job *j, llmt_job_metrics *metrics)
                     "set",
                     metrics->struct_size);
     llmt_job_metrics m;
+    double stall0 = j->gp_stall_s;
     llmt_status s = step_once(j, &m);
+    /* the next step's cycle runs from this one's end (step_once), less
+     * the save in between (not work); an anomaly's action and an in-place
+     * recovery are not work either (the job and the agent count them) */
+    if (j->gp_cycle_from > 0)
+        j->gp_cycle_from += j->gp_stall_s - stall0;
+    if (m.events & (LLMT_JOB_EVENT_SKIPPED | LLMT_JOB_EVENT_ROLLBACK))
+        j->gp_cycle_from = 0;
     /* a peer died under `llmtrain launch --in-place`: this process stays */
-    if (s != LLMT_OK && llmt__job_inplace_wanted(j, s))
+    if (s != LLMT_OK && llmt__job_inplace_wanted(j, s)) {
         s = llmt__job_inplace_recover(j, &m);
+        j->gp_cycle_from = 0;
+    }
     m.anomalies = j->anomalies;
     m.skipped = j->skipped;
     m.rollbacks = j->rollbacks;
