@@ -662,6 +662,9 @@ static int norm_params(const llmt__devtrain *g, size_t *off)
 {
     int n = 0, L = g->m->cfg.layers;
     for (int l = 0; l <= L; l++) {
+        /* a pipeline stage: its layers' norms, the final one on the last */
+        if (l < L ? l < g->l0 || l >= g->l1 : !g->last)
+            continue;
         const llmt__layer_offs *w = &g->lay[l < L ? l : 0];
         size_t o[4] = {g->lnfw, g->lnfb, NOP, NOP};
         if (l < L) {
@@ -1052,11 +1055,28 @@ static llmt_status tp_gather(llmt__devtrain *g, float *host, const float *dev)
 {
     const llmt_model *m = g->m;
     llmt_status s;
-    memset(host, 0, m->total * sizeof(float));
-    for (int i = 0; i < m->nparams; i++)
-        if ((s = shard_copy(g, i, (float *)dev, host, 0)) != LLMT_OK)
-            return s;
-    return g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, host, m->total, 1);
+    /* a pipeline stage gathers into a scratch array and copies out only
+     * the tensors it owns: the host's others stay as they are */
+    float *to = host;
+    if (g->pp > 1 && !(to = malloc(m->total * sizeof(float))))
+        return llmt__err_set(g->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    memset(to, 0, m->total * sizeof(float));
+    s = LLMT_OK;
+    for (int i = 0; i < m->nparams && s == LLMT_OK; i++)
+        s = shard_copy(g, i, (float *)dev, to, 0);
+    if (s == LLMT_OK)
+        s = g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, to, m->total, 1);
+    for (int i = 0; to != host && s == LLMT_OK && i < m->nparams; i++) {
+        /* the stage's tensors (every tp rank holds shards of them), but
+         * not the last stage's copy of a tied wte (the first's is it) */
+        size_t off = m->params[i].offset;
+        if (g->sh[i].numel > 0 && !(g->tiedcp && !g->first && off == m->wte))
+            memcpy(host + m->params[i].offset, to + m->params[i].offset,
+                   m->params[i].numel * sizeof(float));
+    }
+    if (to != host)
+        free(to);
+    return s;
 }
 
 /* One fp32 host array in the host layout <-> the device layout. */
@@ -1691,7 +1711,7 @@ static llmt_status tp_kv_reduce(llmt__devtrain *g)
     const llmt_model *m = g->m;
     int hd = m->head_dim, nkv = m->cfg.kv_heads, kvh = g->tpr / (g->tp / nkv);
     size_t C = (size_t)m->cfg.width, rows = (size_t)hd;
-    for (int l = 0; l < m->cfg.layers; l++) {
+    for (int l = g->l0; l < g->l1; l++) { /* a pipeline stage: its layers */
         const llmt__layer_offs *o = &g->lay[l];
         size_t w[2] = {o->qkvw, o->qkvb}, K[2] = {C, 1};
         for (int j = 0; j < 2; j++) {
@@ -2039,6 +2059,7 @@ llmt_status llmt__devtrain_stage_begin(llmt__devtrain *g, const int32_t *inputs,
 llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
 {
     int B = g->B, T = g->T, N = B * T, L = g->m->cfg.layers;
+    int Nr = g->sp ? N / g->tp : N; /* sequence parallel: this rank's rows */
     size_t C = (size_t)g->m->cfg.width;
     if (!g->nslot || a < 0 || a >= g->A || (!g->first && !x))
         return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
@@ -2048,12 +2069,14 @@ llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
     if (g->first)
         RS(embed_fwd(g, g->tok + (size_t)a * N, B, T));
     else if (x != g->resid[g->l0]) /* received elsewhere than llmt__devtrain_stage_in */
-        S(g->op->d2d(g->d, g->resid[g->l0], x, (size_t)N * C * g->es), "stage input");
+        S(g->op->d2d(g->d, g->resid[g->l0], x, (size_t)Nr * C * g->es), "stage input");
     for (int l = g->l0; l < g->l1; l++)
         RS(layer_fwd(g, l, B, T));
-    if (g->last) {
-        RS(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[g->l1], g->lnfw, g->lnfb, N));
-        RS(lin(g, &g->lin[L * NLIN], g->logits, NULL, g->lnf, N));
+    if (g->last) { /* as forward(): a column split head gathers its input */
+        const void *in;
+        RS(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[g->l1], g->lnfw, g->lnfb, Nr));
+        RS(col_input(g, &g->lin[L * NLIN], g->lnf, N, &in));
+        RS(lin(g, &g->lin[L * NLIN], g->logits, NULL, in, N));
         RS(xent(g, g->losses + (size_t)a * N, g->tgt + (size_t)a * N, N, g->dloss));
     }
     g->slot[g->cur].micro = a;
@@ -2073,6 +2096,7 @@ void *llmt__devtrain_stage_out(llmt__devtrain *g)
 llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *dy)
 {
     int B = g->B, T = g->T, N = B * T, L = g->m->cfg.layers;
+    int Nr = g->sp ? N / g->tp : N;
     size_t C = (size_t)g->m->cfg.width;
     if (!g->last && !dy)
         return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
@@ -2090,14 +2114,16 @@ llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *dy)
     if (g->dp) /* data parallelism reduces during the last micro-batch's backward */
         llmt__dp_micro(g->dp, a == g->micro - 1);
     if (g->last) { /* the logits hold dloss/dlogits (xent wrote them in place) */
-        RS(lin_bwd(g, &g->lin[L * NLIN], g->dtmp, 0.0f, g->logits, g->lnf, N, NULL));
-        S(g->op->memset0(g->d, g->dres, (size_t)N * C * g->es), "memset");
-        RS(norm_bwd(g, g->dres, g->dtmp, g->resid[g->l1], g->lnfm, g->lnfr, g->lnfw, g->lnfb,
-                    N));
+        const void *in;
+        RS(col_input(g, &g->lin[L * NLIN], g->lnf, N, &in));
+        RS(lin_bwd(g, &g->lin[L * NLIN], g->dtmp, 0.0f, g->logits, in, N, NULL));
+        S(g->op->memset0(g->d, g->dres, (size_t)Nr * C * g->es), "memset");
+        RS(norm_bwd(g, g->dres, blk(g, g->dtmp, N, (int)C), g->resid[g->l1], g->lnfm, g->lnfr,
+                    g->lnfw, g->lnfb, Nr));
         if (g->dp)
             llmt__dp_ready(g->dp, L + 1);
     } else {
-        S(g->op->d2d(g->d, g->dres, dy, (size_t)N * C * g->es), "stage output gradient");
+        S(g->op->d2d(g->d, g->dres, dy, (size_t)Nr * C * g->es), "stage output gradient");
     }
     for (int l = g->l1 - 1; l >= g->l0; l--) {
         if (g->nacts == 1 && g->l1 - g->l0 > 1) /* full recompute: layer by layer */
@@ -2123,6 +2149,62 @@ void *llmt__devtrain_stage_dx(llmt__devtrain *g)
     return g->dres;
 }
 
+llmt_status llmt__devtrain_stage_infer(llmt__devtrain *g, const int32_t *tok,
+                                       const int32_t *tgt, const void *x, double *loss_sum)
+{
+    int B = g->B, T = g->T, N = B * T, L = g->m->cfg.layers;
+    int Nr = g->sp ? N / g->tp : N;
+    size_t C = (size_t)g->m->cfg.width;
+    if (!g->nslot || (!g->first && !x))
+        return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: pipeline stage forward-only pass%s",
+                             g->first ? "" : " without its input");
+    use_slot(g, 0); /* between steps: no micro-batch is in flight */
+    g->amax_row = g->A;
+    if (g->first) {
+        S(g->op->h2d(g->d, g->tok, tok, (size_t)N * 4), "upload tokens");
+        RS(embed_fwd(g, g->tok, B, T));
+    } else if (x != g->resid[g->l0]) {
+        S(g->op->d2d(g->d, g->resid[g->l0], x, (size_t)Nr * C * g->es), "stage input");
+    }
+    for (int l = g->l0; l < g->l1; l++)
+        RS(layer_fwd(g, l, B, T));
+    if (!g->last)
+        return LLMT_OK;
+    const void *in;
+    RS(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[g->l1], g->lnfw, g->lnfb, Nr));
+    RS(col_input(g, &g->lin[L * NLIN], g->lnf, N, &in));
+    RS(lin(g, &g->lin[L * NLIN], g->logits, NULL, in, N));
+    if (!tgt)
+        return LLMT_OK;
+    S(g->op->h2d(g->d, g->tgt, tgt, (size_t)N * 4), "upload tokens");
+    RS(xent(g, g->losses, g->tgt, N, 0.0f));
+    S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)N * sizeof(float)), "read the losses");
+    *loss_sum = host_sum(g->hloss, (size_t)N);
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_stage_row_logits(llmt__devtrain *g, int row, float *logits)
+{
+    int Vp = g->m->cfg.padded_vocab_size, Vl = g->Vl;
+    if (!g->last || row < 0 || row >= g->B * g->T)
+        return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: pipeline logits of row %d on stage %s", row,
+                             g->last ? "the last" : "another than the last");
+    if (Vl < Vp)
+        memset(logits, 0, (size_t)Vp * sizeof(float));
+    S(g->op->d2h(g->d, g->hrow, at(g, g->logits, (size_t)row * Vl), (size_t)Vl * g->es),
+      "read the logits");
+    const llmt__bf16 *hb = g->hrow;
+    for (int i = 0; i < Vl; i++)
+        logits[g->vlo + i] =
+            g->es == sizeof(float) ? ((const float *)g->hrow)[i] : llmt__bf16_to_f32(hb[i]);
+    /* the tensor parallel group's vocabulary shards: a sum over zeros */
+    if (Vl < Vp)
+        RS(g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, logits, 1, (size_t)Vp));
+    return LLMT_OK;
+}
+
 llmt_status llmt__devtrain_stage_loss(llmt__devtrain *g, double *loss_sum)
 {
     size_t N = (size_t)g->B * g->T;
@@ -2135,21 +2217,36 @@ llmt_status llmt__devtrain_stage_loss(llmt__devtrain *g, double *loss_sum)
     /* data parallelism's reductions finish, the loss is summed over it */
     if (g->dp && llmt__dp_end(g->dp, loss_sum) != LLMT_OK)
         return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
+    /* then tensor parallelism's sums, as llmt__devtrain_fwd_bwd does them */
+    if (g->kvrep)
+        RS(tp_kv_reduce(g));
+    if (g->sp)
+        RS(sp_norm_reduce(g));
     return LLMT_OK;
 }
 
 llmt_status llmt__devtrain_stage_sumsq(llmt__devtrain *g, double *sumsq)
 {
-    if (g->dp) { /* the norm runs of this rank's share, over the data parallel group */
-        if (llmt__dp_sumsq(g->dp, sumsq) != LLMT_OK)
-            return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
-        return LLMT_OK;
-    }
     float ss = 0.0f;
-    if (g->nnrm > 0) { /* each element once: its owner's (tied wte: the first stage) */
+    if (g->dp) { /* the norm runs of this rank's share, over the data parallel group */
+        double d = 0.0;
+        if (llmt__dp_sumsq(g->dp, &d) != LLMT_OK)
+            return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
+        if (g->tp == 1) {
+            *sumsq = d;
+            return LLMT_OK;
+        }
+        ss = (float)d;
+        S(g->op->h2d(g->d, g->sums, &ss, sizeof ss), "gradient norm");
+    } else if (g->nnrm > 0) { /* each element once: its owner's (tied wte: the first
+                                 stage; tensor parallel shards: tp_norm_runs) */
         S(g->op->sumsq(g->d, g->sums, g->nrm_x, g->nrm_n, g->nnrm), "gradient norm");
-        S(g->op->d2h(g->d, &ss, g->sums, sizeof ss), "read the gradient norm");
+    } else {
+        S(g->op->h2d(g->d, g->sums, &ss, sizeof ss), "gradient norm");
     }
+    if (g->tp > 1) /* then over the tensor parallel group */
+        RS(g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, g->sums, 1, 1));
+    S(g->op->d2h(g->d, &ss, g->sums, sizeof ss), "read the gradient norm");
     *sumsq = ss;
     return LLMT_OK;
 }
@@ -2167,7 +2264,9 @@ float *llmt__devtrain_stage_tied_grad(llmt__devtrain *g, size_t *n)
 
 size_t llmt__devtrain_stage_elems(const llmt__devtrain *g)
 {
-    return (size_t)g->B * g->T * (size_t)g->m->cfg.width;
+    /* sequence parallel: the boundary is this rank's rows of the stream */
+    size_t N = (size_t)g->B * g->T;
+    return (g->sp ? N / (size_t)g->tp : N) * (size_t)g->m->cfg.width;
 }
 
 llmt_status llmt__devtrain_stage_buf(llmt__devtrain *g, void **p, size_t bytes)

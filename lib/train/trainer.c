@@ -15,6 +15,7 @@
 #include "train/device.h"
 #include "train/dp.h"
 #include "train/pp.h"
+#include "train/pp_infer.h"
 #include "train/tp.h"
 #include "train/trainer_state.h"
 
@@ -27,9 +28,10 @@ struct llmt_trainer {
     int B, T;      /* micro_batch, seq_len: the sizes buffers are made for */
     int32_t *gen_ctx;
     int64_t step;
-    llmt__dp *dp;  /* data parallelism (lib/train/dp.c), or NULL */
-    llmt__tp *tp;  /* tensor parallelism (lib/train/tp.c), or NULL */
-    llmt__pp *pp;  /* pipeline parallelism (lib/train/pp.c), or NULL */
+    llmt__dp *dp;       /* data parallelism (lib/train/dp.c), or NULL */
+    llmt__tp *tp;       /* tensor parallelism (lib/train/tp.c), or NULL */
+    llmt__pp *pp;       /* pipeline parallelism (lib/train/pp.c), or NULL */
+    llmt_comm *pp_comm; /* its group (the caller's), for pp_infer.c's passes */
     /* context parallelism (lib/train/cp.c), or NULL: the engine is made
      * for T / cp rows of each sequence; cp_in, cp_tg hold this rank's
      * rows of a step's batch */
@@ -428,18 +430,24 @@ LLMT_API llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
 
 LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b, float *loss)
 {
-    if (!tr) return LLMT_ERR_NULL_POINTER;
+    if (!tr)
+        return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&tr->err, "trainer: evaluate", loss);
-    if (tr->pp)
-        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: evaluate with pipeline parallelism is not supported "
-                             "yet (evaluate on a trainer without llmt_trainer_set_pp_comm)");
     llmt_status s = check_batch(tr, "trainer: evaluate", b, 0);
-    if (s != LLMT_OK) return s;
+    if (s != LLMT_OK)
+        return s;
     double sum = 0.0;
     int64_t count = 0;
     size_t per = (size_t)tr->T;
-    for (int r = 0; r < b->sequences; r += tr->B) {
+    if (tr->pp) { /* forward-only passes through the stages (pp_infer.c) */
+        s = llmt__pp_evaluate(&tr->err, tr->pp_comm, tr->ops->store, tr->dev, b->inputs,
+                              b->targets, b->sequences, tr->B, tr->T, &sum);
+        if (s != LLMT_OK)
+            return s;
+        for (size_t i = 0; i < per * (size_t)b->sequences; i++)
+            count += b->targets[i] >= 0;
+    }
+    for (int r = 0; !tr->pp && r < b->sequences; r += tr->B) {
         int Bc = b->sequences - r < tr->B ? b->sequences - r : tr->B;
         const int32_t *in = b->inputs + per * r, *tg = b->targets + per * r;
         double part = 0.0;
@@ -662,10 +670,6 @@ LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prom
     llmt_model *mdl = tr->model;
     const llmt_model_config *c = &mdl->cfg;
     int V = c->vocab_size, Vp = c->padded_vocab_size;
-    if (tr->pp)
-        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: generate with pipeline parallelism is not supported "
-                             "yet (generate on a trainer without llmt_trainer_set_pp_comm)");
     if (n_prompt < 1 || n_new < 0)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: generate needs n_prompt >= 1 and "
@@ -693,7 +697,9 @@ LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prom
             int at = total - len + i;
             tr->gen_ctx[i] = at < n_prompt ? prompt[at] : out[at - n_prompt];
         }
-        llmt_status s = llmt__devtrain_last_logits(tr->dev, tr->gen_ctx, len, devlg);
+        llmt_status s = tr->pp ? llmt__pp_logits(&tr->err, tr->pp_comm, tr->ops->store, tr->dev,
+                                                 tr->gen_ctx, len, tr->B, tr->T, Vp, devlg)
+                               : llmt__devtrain_last_logits(tr->dev, tr->gen_ctx, len, devlg);
         if (s != LLMT_OK) {
             free(sorted);
             free(pr);
@@ -948,10 +954,10 @@ LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
                              "trainer: set_tp_comm: tensor parallelism with context "
                              "parallelism is not supported yet (parallelism.cp 1)");
     if (tr->pp)
-        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_tp_comm: tensor parallelism with pipeline "
-                             "parallelism is not supported yet (llmt_trainer_set_pp_comm is "
-                             "attached)");
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
+                             "trainer: set_tp_comm: attach tensor parallelism before "
+                             "pipeline parallelism (llmt_trainer_set_pp_comm: each stage's "
+                             "engine is made over the tensor parallel group it finds)");
     /* a new group keeps sequence parallelism as it was */
     return tp_attach(tr, comm, llmt__tp_seq(tr->tp));
 }
@@ -972,10 +978,12 @@ LLMT_API llmt_status llmt_trainer_set_sequence_parallel(llmt_trainer *tr, int32_
                              "trainer: set_sequence_parallel: parallelism.sequence_parallel "
                              "splits the sequence over the tensor parallel group: attach one "
                              "of more than one rank first (llmt_trainer_set_tp_comm)");
-    if (tr->dp)
+    if (tr->dp || tr->pp)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
-                             "trainer: set_sequence_parallel: set it before data parallelism "
-                             "is attached (llmt_trainer_set_comm)");
+                             "trainer: set_sequence_parallel: set it before %s parallelism "
+                             "is attached (%s)",
+                             tr->dp ? "data" : "pipeline",
+                             tr->dp ? "llmt_trainer_set_comm" : "llmt_trainer_set_pp_comm");
     if (tr->cp)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_sequence_parallel: sequence parallelism with "
@@ -1026,10 +1034,6 @@ static llmt_status pp_check(llmt_trainer *tr, const llmt_pp_opts *o, int32_t n)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_pp_comm: pipeline parallelism with context "
                              "parallelism is not supported yet (parallelism.cp 1)");
-    if (tr->tp)
-        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_pp_comm: pipeline parallelism with tensor "
-                             "parallelism is not supported yet (parallelism.tp 1)");
     if (tr->o.fp8)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_pp_comm: fp8 with pipeline parallelism is not "
@@ -1097,8 +1101,12 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
         llmt__devtrain_stage st = {r, n, first[r], first[r + 1],
                                    llmt__pp_inflight(o.schedule, tr->o.grad_accum, n, r)};
         llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
+        /* tensor parallelism, when attached, splits the stage's layers */
+        llmt__devtrain_tp et = {0, 1, NULL, NULL, 0};
+        if (tr->tp)
+            llmt__tp_engine(tr->tp, &et);
         s = llmt__devtrain_create_stage(&tr->err, tr->ops, &d, tr->model, tr->B, tr->T,
-                                        tr->o.grad_accum, tr->o.recompute, NULL, NULL, &st,
+                                        tr->o.grad_accum, tr->o.recompute, NULL, &et, &st,
                                         &dev);
     }
     if (s == LLMT_OK)
@@ -1114,6 +1122,7 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
     llmt__devtrain_destroy(tr->dev);
     tr->dev = dev;
     tr->pp = pp;
+    tr->pp_comm = comm;
     tr->grads = llmt__devtrain_host_grads(dev);
     tr->m = llmt__devtrain_host_m(dev);
     tr->v = llmt__devtrain_host_v(dev);
