@@ -1539,6 +1539,29 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
 LLMT_API llmt_status llmt_trainer_moe_stats(llmt_trainer *tr, int32_t layer, int64_t *counts,
                                             int32_t n, int64_t *dropped, double *aux_loss,
                                             double *z_loss);
+/* Expert parallelism (doc/moe.md): the MoE layers' experts split over
+ * `comm`, the EP group (the plan's LLMT_DIM_EP: consecutive data parallel
+ * ranks; llmt_comm_create_plan_group), which must outlive the trainer
+ * (NULL or a group of 1: every expert here). Rank j of the group runs
+ * experts [j*E/ep, (j+1)*E/ep) of every MoE layer on the tokens each rank
+ * of the group routes to them: each rank routes its own tokens as one
+ * rank does (the capacity, drops and dropless are those of ep 1), the
+ * kept rows go to the experts' ranks by all-to-all and come back combined
+ * in the tokens' order (four all-to-alls per MoE layer and micro-batch, of
+ * a fixed E x capacity x width floats each: the bytes
+ * llmt_plan_estimate.comm_bytes_ep predicts). The data parallel group
+ * (llmt_trainer_set_comm, either order) must contain the EP group and ep
+ * must divide its size: a step without it fails with LLMT_ERR_STATE. The
+ * router and the dense parameters are reduced over it as before; an
+ * expert's gradient, computed only on the ranks holding it, is summed
+ * over it too (the others add zeros), so every rank keeps the whole
+ * expert tensors current and checkpoints are those of ep 1 (any ep reads
+ * them). Results equal ep 1's up to the order of fp32 sums. step and
+ * forward_backward become collective over comm. Fails with
+ * LLMT_ERR_UNSUPPORTED on a dense model (moe_experts 0) and with
+ * LLMT_ERR_INVALID_ARGUMENT, naming parallelism.ep, when the group's size
+ * does not divide moe_experts. Not thread-safe with a step running. */
+LLMT_API llmt_status llmt_trainer_set_ep_comm(llmt_trainer *tr, llmt_comm *comm);
 
 /* ======================================================================
  * Tokenizers (doc/tokenizers.md)

@@ -120,6 +120,8 @@ void llmt__plan_stage_span(int64_t layers, int64_t pp, int64_t v, int64_t stage,
 
 typedef struct shape {
     double L, h, a, g, d, f, V, S, E, K, fe;
+    double Lmoe; /* MoE layers: l % every == 0 */
+    int64_t every;
     int llama;
     double P_attn, P_mlp_dense, P_expert, P_mlp_active, P_norm;
 } shape;
@@ -137,6 +139,8 @@ static void get_shape(const llmt_spec *s, shape *m)
     m->E = (double)s->model.moe.experts;
     m->K = (double)s->model.moe.top_k;
     m->fe = (double)s->model.moe.expert_ffn;
+    m->every = s->model.moe.every > 0 ? s->model.moe.every : 1;
+    m->Lmoe = m->E > 0 ? (double)((s->model.layers + m->every - 1) / m->every) : 0;
     m->llama = s->model.arch == LLMT_SPEC_ARCH_LLAMA;
     m->P_attn = 2 * m->h * m->h + 2 * m->h * m->g * m->d;
     double mats = m->llama ? 3 : 2;
@@ -269,14 +273,16 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
     double N = llmt__spec_param_count(s);
     double N_active = N;
     if (m.E > 0)
-        N_active = N - m.L * (m.E - m.K) * m.P_expert;
+        N_active = N - m.Lmoe * (m.E - m.K) * m.P_expert;
     e->params = N;
     e->params_active = N_active;
 
     /* ---- FLOPs per token: 2 per multiply-add; backward = 2x forward. The
      * attention core (QK^T and AV) is counted without the causal halving,
      * the convention of PaLM's and Megatron's MFU. */
-    double fwd_layers = 2 * m.L * (m.P_attn + m.P_mlp_active);
+    double fwd_layers = 2 * (m.L * m.P_attn +
+                             (m.E > 0 ? m.Lmoe * m.P_mlp_active + (m.L - m.Lmoe) * m.P_mlp_dense
+                                      : m.L * m.P_mlp_active));
     double fwd_head = 2 * m.V * m.h;
     double fwd_attn = m.L * 2 * 2 * m.S * m.h;
     e->model_flops_per_token = 3 * (fwd_layers + fwd_head + fwd_attn);
@@ -402,32 +408,55 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
     double cp_bytes_layer = c > 1 ? 3 * (c - 1) * kv_chunk : 0;
     double cp_layer = c > 1 ? cp_bytes_layer / bw_cp + 3 * (c - 1) * LAT_IB : 0;
     double cp_exposed = fmax(0, cp_layer - t_attn * KERNEL_OVERHEAD);
-    /* EP: dispatch and combine all-to-all, forward and backward. */
+    /* EP: dispatch and combine all-to-all, forward and backward, per MoE
+     * layer. Fixed-shape exchange (GShard; lib/train/moe_ep.h): every
+     * expert's block padded to its capacity, ceil(capacity_factor * tokens
+     * * top_k / E) rows (at most the tokens; dropless: the tokens), so a
+     * GPU sends E * capacity rows of the activations' type per all-to-all,
+     * (ep-1)/ep of them to other GPUs. */
     double ep_bytes_layer = 0, ep_layer = 0;
     if (m.E > 0 && ep > 1) {
-        double a2a = (sp ? tok / t : tok) * m.K * m.h * 2;
+        double toks = sp ? tok / t : tok;
+        double cap =
+            s->model.moe.dropless
+                ? toks
+                : fmin(toks, fmax(1, ceil(s->model.moe.capacity_factor * toks * m.K / m.E)));
+        double a2a =
+            m.E * cap * m.h * (!gpu || s->precision.param == LLMT_SPEC_PREC_FP32 ? 4 : 2);
         ep_bytes_layer = 4 * (ep - 1) / ep * a2a;
         ep_layer = ep_bytes_layer / bw_ep + 4 * (ep - 1) * LAT_IB;
     }
     /* The head on the last stage (and its logits). */
     double t_head = 3 * gemm_s(tok, m.V / t, m.h, peak_gemm, eff, GEMM_HALF) * KERNEL_OVERHEAD;
 
-    int64_t Lmax = 0, Llast = 0, first = 0, cnt = 0;
+    int64_t Lmax = 0, Llast = 0, first = 0, cnt = 0, Mmax = 0, Mlast = 0;
     for (int64_t st = 0; st < (int64_t)p; st++) {
         llmt__plan_stage_span(s->model.layers, (int64_t)p, 1, st, 0, &first, &cnt);
         if (v > 1)
             cnt = s->model.layers / (int64_t)p;
-        if (cnt > Lmax)
+        int64_t moe = 0; /* its MoE layers */
+        for (int64_t l = first; m.E > 0 && l < first + cnt; l++)
+            moe += l % m.every == 0;
+        if (cnt > Lmax) {
             Lmax = cnt;
-        if (st == (int64_t)p - 1)
+            Mmax = moe;
+        }
+        if (st == (int64_t)p - 1) {
             Llast = cnt;
+            Mlast = moe;
+        }
     }
-    double per_layer = t_layer + tp_exposed + cp_exposed + ep_layer;
+    /* MoE layers: every `every`-th from layer 0 (the stage paced below
+     * holds moe_here of them; the time per layer spreads the model's
+     * share) */
+    double moe_frac = m.E > 0 ? m.Lmoe / m.L : 0;
+    double per_layer = t_layer + tp_exposed + cp_exposed + ep_layer * moe_frac;
     /* The heaviest stage paces the pipeline. */
-    double lay_here = (double)Lmax, head_here = 0;
+    double lay_here = (double)Lmax, head_here = 0, moe_here = (double)Mmax;
     if ((double)Llast * per_layer + t_head > (double)Lmax * per_layer) {
         lay_here = (double)Llast;
         head_here = t_head;
+        moe_here = (double)Mlast;
     }
     /* TP at the vocabulary-parallel ends (Megatron's layers and this
      * engine's): per micro-batch the embedding's output and the head's
@@ -576,12 +605,12 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
 
     e->comm_bytes_tp = (tp_bytes_layer * lay_here + tp_ends_bytes) * nmb + tp_step_bytes;
     e->comm_bytes_cp = cp_bytes_layer * lay_here * nmb;
-    e->comm_bytes_ep = ep_bytes_layer * lay_here * nmb;
+    e->comm_bytes_ep = ep_bytes_layer * moe_here * nmb;
     e->comm_bytes_pp = p > 1 ? 2 * v * pp_msg * nmb : 0;
     e->comm_bytes_dp = dp_bytes;
     e->time_tp_s = (tp_exposed * lay_here + tp_ends_exposed) * nmb + tp_step_s;
     e->time_cp_s = cp_exposed * lay_here * nmb;
-    e->time_ep_s = ep_layer * lay_here * nmb;
+    e->time_ep_s = ep_layer * moe_here * nmb;
     e->time_pp_s = pp_per_mb * nmb;
     e->time_dp_s = dp_exposed;
     e->time_compute_s = nmb * (lay_here * t_layer + head_here);

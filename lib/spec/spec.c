@@ -703,16 +703,18 @@ double llmt__spec_param_count(const llmt_spec *s)
     double attn = 2 * h * h + 2 * h * kv + (llama ? 0 : 2 * h + 2 * kv);
     double mlp1 = llama ? 3 * h * ffn : 2 * h * ffn + ffn + h;
     double experts = (double)s->model.moe.experts;
-    double mlp = mlp1;
+    double mlp = mlp1, Lmoe = 0; /* MoE layers: l % every == 0 */
     if (experts > 0) {
         double ef = (double)s->model.moe.expert_ffn;
+        int64_t every = s->model.moe.every > 0 ? s->model.moe.every : 1;
         mlp = experts * (llama ? 3 * h * ef : 2 * h * ef + ef + h) + h * experts;
+        Lmoe = (double)((s->model.layers + every - 1) / every);
     }
     double norms = llama ? 2 * h : 4 * h;
-    double layer = attn + mlp + norms;
     double emb = V * h + (llama ? 0 : (double)s->model.seq_len * h);
     double head = s->model.tied_embeddings ? 0 : V * h;
-    return L * layer + emb + head + (llama ? h : 2 * h);
+    return L * (attn + norms) + Lmoe * mlp + (L - Lmoe) * mlp1 + emb + head +
+           (llama ? h : 2 * h);
 }
 
 /* Active parameters per token differ from total for MoE; the planner

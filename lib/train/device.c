@@ -1809,14 +1809,13 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
     S(g->op->h2d(g->d, g->tgt, targets, (size_t)micro * N * 4), "upload tokens");
     S(g->op->memset0(g->d, g->grad, g->P * 4), "memset");
     float dloss = (float)(1.0 / (double)count);
-    if (g->moe) {
-        if (g->dp || g->cp)
+    if (g->moe) { /* data and expert parallelism: moe_net.h */
+        if (g->cp)
             return llmt__err_set(g->e, LLMT_ERR_UNSUPPORTED,
-                                 "trainer: model.moe with %s parallelism is not supported yet "
-                                 "(issue 18: the aux losses and counts over the group)",
-                                 g->dp ? "data" : "context");
-        g->moe_scale = 1.0f / (float)micro;
-        llmt__moe_net_step_begin(g->moe);
+                                 "trainer: model.moe with context parallelism is not supported "
+                                 "yet (issue 18)");
+        R(llmt__moe_net_step_begin(g->moe, g->e, micro, g->dp ? llmt__dp_comm(g->dp) : NULL,
+                                   &g->moe_scale));
     }
     for (int a = 0; a < micro; a++) {
         const int32_t *tok = g->tok + (size_t)a * N, *tgt = g->tgt + (size_t)a * N;
@@ -1838,6 +1837,8 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
      * and data parallel share) */
     if (g->dp && llmt__dp_end(g->dp, loss_sum) != LLMT_OK)
         return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
+    if (g->moe && (s = llmt__moe_net_step_end(g->moe, g->e)) != LLMT_OK)
+        return s;
     /* context parallelism: replicated weights, each rank's gradient from
      * its rows (host memory: cp.h) */
     if (g->cp && ((s = llmt__cp_sum(g->cp, g->grad, g->P)) != LLMT_OK ||

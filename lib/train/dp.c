@@ -122,6 +122,10 @@ struct llmt__dp {
 };
 
 const llmt_err *llmt__dp_err(const llmt__dp *dp) { return &dp->err; }
+llmt_comm *llmt__dp_comm(const llmt__dp *dp)
+{
+    return dp->comm;
+}
 
 /* The host time of this file that neither the op table nor the
  * communicator's own count of blocked callers sees (llmt__dp_host_s).

@@ -46,6 +46,8 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
                             llmt_model *model, const llmt__dp_store *st, llmt__dp **out);
 void llmt__dp_destroy(llmt__dp *dp);
 const llmt_err *llmt__dp_err(const llmt__dp *dp);
+/* The data parallel group (the MoE layers sum their step tallies over it). */
+llmt_comm *llmt__dp_comm(const llmt__dp *dp);
 
 /* fwd_bwd: sum the step's target count over the ranks (collective). */
 llmt_status llmt__dp_begin(llmt__dp *dp, int64_t *count);

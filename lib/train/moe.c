@@ -144,28 +144,31 @@ static void dispatch(llmt__moe *s, const float *x, int N)
         }
 }
 
-llmt_status llmt__moe_fwd(llmt__moe *s, const llmt__moe_w *w, const float *x, float *y, int N)
+void llmt__moe_route(llmt__moe *s, const float *router, const float *x, int N)
 {
-    if (N < 1 || N > s->Nmax)
-        return LLMT_ERR_INVALID_ARGUMENT;
-    int E = s->sh.E, C = s->sh.C, F = s->sh.F, K = s->sh.K;
     s->N = N;
-    route(s, w->router, x, N);
+    route(s, router, x, N);
     dispatch(s, x, N);
-    for (int e = 0; e < E; e++) {
-        int r0 = (int)s->start[e], ke = (int)s->kept[e];
-        if (!ke)
-            continue;
-        const float *w1 = w->w1 + (size_t)e * F * C, *w3 = w->w3 + (size_t)e * F * C,
-                    *w2 = w->w2 + (size_t)e * C * F;
-        float *xe = s->xe + (size_t)r0 * C, *h1 = s->h1 + (size_t)r0 * F,
-              *h3 = s->h3 + (size_t)r0 * F, *act = s->act + (size_t)r0 * F;
-        llmt__cpu_gemm(0, 1, ke, F, C, 1.0f, xe, C, w1, C, 0.0f, h1, F);
-        llmt__cpu_gemm(0, 1, ke, F, C, 1.0f, xe, C, w3, C, 0.0f, h3, F);
-        for (size_t i = 0; i < (size_t)ke * F; i++)
-            act[i] = h1[i] * sigm(h1[i]) * h3[i];
-        llmt__cpu_gemm(0, 1, ke, C, F, 1.0f, act, F, w2, F, 0.0f, s->ye + (size_t)r0 * C, C);
-    }
+}
+
+void llmt__moe_expert_fwd(const llmt__moe_shape *sh, const llmt__moe_w *w, int e, int rows,
+                          const float *xe, float *h1, float *h3, float *act, float *ye)
+{
+    if (rows < 1)
+        return;
+    int C = sh->C, F = sh->F;
+    const float *w1 = w->w1 + (size_t)e * F * C, *w3 = w->w3 + (size_t)e * F * C,
+                *w2 = w->w2 + (size_t)e * C * F;
+    llmt__cpu_gemm(0, 1, rows, F, C, 1.0f, xe, C, w1, C, 0.0f, h1, F);
+    llmt__cpu_gemm(0, 1, rows, F, C, 1.0f, xe, C, w3, C, 0.0f, h3, F);
+    for (size_t i = 0; i < (size_t)rows * F; i++)
+        act[i] = h1[i] * sigm(h1[i]) * h3[i];
+    llmt__cpu_gemm(0, 1, rows, C, F, 1.0f, act, F, w2, F, 0.0f, ye, C);
+}
+
+void llmt__moe_combine(llmt__moe *s, float *y)
+{
+    int N = s->N, E = s->sh.E, C = s->sh.C, K = s->sh.K;
     memset(y, 0, (size_t)N * C * sizeof(float));
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++) {
@@ -188,14 +191,27 @@ llmt_status llmt__moe_fwd(llmt__moe *s, const llmt__moe_w *w, const float *x, fl
         z += (double)s->lse[n] * s->lse[n];
     s->aux = E * aux;
     s->z = z / N;
+}
+
+llmt_status llmt__moe_fwd(llmt__moe *s, const llmt__moe_w *w, const float *x, float *y, int N)
+{
+    if (N < 1 || N > s->Nmax)
+        return LLMT_ERR_INVALID_ARGUMENT;
+    int C = s->sh.C, F = s->sh.F;
+    llmt__moe_route(s, w->router, x, N);
+    for (int e = 0; e < s->sh.E; e++) {
+        size_t r0 = (size_t)s->start[e];
+        llmt__moe_expert_fwd(&s->sh, w, e, (int)s->kept[e], s->xe + r0 * C, s->h1 + r0 * F,
+                             s->h3 + r0 * F, s->act + r0 * F, s->ye + r0 * C);
+    }
+    llmt__moe_combine(s, y);
     return LLMT_OK;
 }
 
-llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
-                          const float *dy, float *dx, float aux_coef, float z_coef)
+void llmt__moe_combine_bwd(llmt__moe *s, const float *dy)
 {
-    int N = s->N, E = s->sh.E, C = s->sh.C, F = s->sh.F, K = s->sh.K;
-    /* combine: dye = gate * dy, dgate = dy . ye */
+    int N = s->N, C = s->sh.C, K = s->sh.K;
+    /* dye = gate * dy, dgate = dy . ye */
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++) {
             size_t i = (size_t)n * K + k;
@@ -211,34 +227,41 @@ llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, c
             }
             s->dgate[i] = (float)dg;
         }
+}
+
+void llmt__moe_expert_bwd(const llmt__moe_shape *sh, const llmt__moe_w *w, llmt__moe_w *dw,
+                          int e, int rows, const float *xe, const float *h1, const float *h3,
+                          const float *act, const float *dye, float *dact, float *dh1,
+                          float *dh3, float *dxe)
+{
+    if (rows < 1)
+        return;
+    int C = sh->C, F = sh->F;
+    size_t eo = (size_t)e * F * C;
+    llmt__cpu_gemm(1, 0, C, F, rows, 1.0f, dye, C, act, F, 1.0f, dw->w2 + eo, F);
+    llmt__cpu_gemm(0, 0, rows, F, C, 1.0f, dye, C, w->w2 + eo, F, 0.0f, dact, F);
+    for (size_t i = 0; i < (size_t)rows * F; i++) {
+        float sg = sigm(h1[i]), silu = h1[i] * sg;
+        dh3[i] = dact[i] * silu;
+        dh1[i] = dact[i] * h3[i] * (sg + h1[i] * sg * (1.0f - sg));
+    }
+    llmt__cpu_gemm(1, 0, F, C, rows, 1.0f, dh1, F, xe, C, 1.0f, dw->w1 + eo, C);
+    llmt__cpu_gemm(1, 0, F, C, rows, 1.0f, dh3, F, xe, C, 1.0f, dw->w3 + eo, C);
+    llmt__cpu_gemm(0, 0, rows, C, F, 1.0f, dh1, F, w->w1 + eo, C, 0.0f, dxe, C);
+    llmt__cpu_gemm(0, 0, rows, C, F, 1.0f, dh3, F, w->w3 + eo, C, 1.0f, dxe, C);
+}
+
+void llmt__moe_router_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
+                          float *dx, float aux_coef, float z_coef)
+{
+    int N = s->N, E = s->sh.E, C = s->sh.C, K = s->sh.K;
+    /* the experts' input gradients back to their tokens */
     memset(dx, 0, (size_t)N * C * sizeof(float));
-    for (int e = 0; e < E; e++) {
-        int r0 = (int)s->start[e], ke = (int)s->kept[e];
-        if (!ke)
-            continue;
-        size_t eo = (size_t)e * F * C;
-        const float *xe = s->xe + (size_t)r0 * C, *dye = s->dye + (size_t)r0 * C,
-                    *h1 = s->h1 + (size_t)r0 * F, *h3 = s->h3 + (size_t)r0 * F,
-                    *act = s->act + (size_t)r0 * F;
-        float *dact = s->dact + (size_t)r0 * F, *dh1 = s->dh1 + (size_t)r0 * F,
-              *dh3 = s->dh3 + (size_t)r0 * F, *dxe = s->dxe + (size_t)r0 * C;
-        llmt__cpu_gemm(1, 0, C, F, ke, 1.0f, dye, C, act, F, 1.0f, dw->w2 + eo, F);
-        llmt__cpu_gemm(0, 0, ke, F, C, 1.0f, dye, C, w->w2 + eo, F, 0.0f, dact, F);
-        for (size_t i = 0; i < (size_t)ke * F; i++) {
-            float sg = sigm(h1[i]), silu = h1[i] * sg;
-            dh3[i] = dact[i] * silu;
-            dh1[i] = dact[i] * h3[i] * (sg + h1[i] * sg * (1.0f - sg));
-        }
-        llmt__cpu_gemm(1, 0, F, C, ke, 1.0f, dh1, F, xe, C, 1.0f, dw->w1 + eo, C);
-        llmt__cpu_gemm(1, 0, F, C, ke, 1.0f, dh3, F, xe, C, 1.0f, dw->w3 + eo, C);
-        llmt__cpu_gemm(0, 0, ke, C, F, 1.0f, dh1, F, w->w1 + eo, C, 0.0f, dxe, C);
-        llmt__cpu_gemm(0, 0, ke, C, F, 1.0f, dh3, F, w->w3 + eo, C, 1.0f, dxe, C);
-        for (int r = 0; r < ke; r++) {
-            float *d = dx + (size_t)s->tok[r0 + r] * C;
-            for (int c = 0; c < C; c++)
-                d[c] += dxe[(size_t)r * C + c];
-        }
-        (void)act;
+    for (int64_t r = 0; r < s->start[E]; r++) {
+        float *d = dx + (size_t)s->tok[r] * C;
+        const float *g = s->dxe + (size_t)r * C;
+        for (int c = 0; c < C; c++)
+            d[c] += g[c];
     }
     /* router: through the renormalised weights, the aux loss's P_e and
      * the z loss, then the softmax */
@@ -264,5 +287,19 @@ llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, c
     }
     llmt__cpu_gemm(1, 0, E, C, N, 1.0f, s->dlog, E, x, C, 1.0f, dw->router, C);
     llmt__cpu_gemm(0, 0, N, C, E, 1.0f, s->dlog, E, w->router, C, 1.0f, dx, C);
+}
+
+llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
+                          const float *dy, float *dx, float aux_coef, float z_coef)
+{
+    int C = s->sh.C, F = s->sh.F;
+    llmt__moe_combine_bwd(s, dy);
+    for (int e = 0; e < s->sh.E; e++) {
+        size_t r0 = (size_t)s->start[e];
+        llmt__moe_expert_bwd(&s->sh, w, dw, e, (int)s->kept[e], s->xe + r0 * C, s->h1 + r0 * F,
+                             s->h3 + r0 * F, s->act + r0 * F, s->dye + r0 * C, s->dact + r0 * F,
+                             s->dh1 + r0 * F, s->dh3 + r0 * F, s->dxe + r0 * C);
+    }
+    llmt__moe_router_bwd(s, w, dw, x, dx, aux_coef, z_coef);
     return LLMT_OK;
 }

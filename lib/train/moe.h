@@ -68,4 +68,24 @@ llmt_status llmt__moe_fwd(llmt__moe *s, const llmt__moe_w *w, const float *x, fl
 llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
                           const float *dy, float *dx, float aux_coef, float z_coef);
 
+/* The same in stages, so that expert parallelism (moe_ep.c) can run the
+ * experts on other ranks between them. route: router, top-k and the
+ * dispatch of x[N,C] into the packed rows s->xe (expert e's kept rows
+ * from s->start[e]). expert_fwd / expert_bwd: expert e (its row block of
+ * w, dw) on `rows` packed rows; expert_bwd ADDS into dw and overwrites
+ * dact, dh1, dh3, dxe. combine: y from s->ye (packed rows) and the aux and
+ * z losses; combine_bwd: s->dye and s->dgate from dy; router_bwd: dx
+ * OVERWRITTEN from s->dxe (packed rows) and the router's own gradients. */
+void llmt__moe_route(llmt__moe *s, const float *router, const float *x, int N);
+void llmt__moe_expert_fwd(const llmt__moe_shape *sh, const llmt__moe_w *w, int e, int rows,
+                          const float *xe, float *h1, float *h3, float *act, float *ye);
+void llmt__moe_combine(llmt__moe *s, float *y);
+void llmt__moe_combine_bwd(llmt__moe *s, const float *dy);
+void llmt__moe_expert_bwd(const llmt__moe_shape *sh, const llmt__moe_w *w, llmt__moe_w *dw,
+                          int e, int rows, const float *xe, const float *h1, const float *h3,
+                          const float *act, const float *dye, float *dact, float *dh1,
+                          float *dh3, float *dxe);
+void llmt__moe_router_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
+                          float *dx, float aux_coef, float z_coef);
+
 #endif

@@ -25,11 +25,22 @@ llmt_status llmt__moe_net_fwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
 llmt_status llmt__moe_net_bwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__layer_offs *w,
                               const float *param, float *grad, const float *x, const float *dy,
                               float *dx, float scale);
-/* Start a step's tallies; add every MoE layer's last forward to them. */
-void llmt__moe_net_step_begin(llmt__moe_net *n);
+/* Expert parallelism over comm (moe_ep.h; NULL or one rank: off). comm
+ * must outlive the engine; its size must divide the experts. */
+llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm);
+int llmt__moe_net_ep_size(const llmt__moe_net *n);
+/* Start a step of `micro` micro-batches on this rank, under the data
+ * parallel group dp (NULL: none): *scale gets the aux and z losses'
+ * gradient weight (1 / (micro x dp ranks)). Refused when expert
+ * parallelism has no data parallel group to sum the expert gradients
+ * over. step_end: the tallies summed over dp (collective). tally: add
+ * every MoE layer's last forward to the tallies. */
+llmt_status llmt__moe_net_step_begin(llmt__moe_net *n, llmt_err *e, int micro, llmt_comm *dp,
+                                     float *scale);
+llmt_status llmt__moe_net_step_end(llmt__moe_net *n, llmt_err *e);
 void llmt__moe_net_tally(llmt__moe_net *n);
-/* The last step's tallies of MoE layer `layer` (-1: summed over the MoE
- * layers): tokens kept per expert (counts[experts]), dropped (token,
+/* The last step's tallies (over the data parallel group) of MoE layer
+ * `layer` (-1: summed over the MoE layers): tokens kept per expert (counts[experts]), dropped (token,
  * choice) pairs, aux and z losses (mean over micro-batches, summed over
  * layers). Any output may be NULL. */
 llmt_status llmt__moe_net_stats(const llmt__moe_net *n, llmt_err *e, int layer, int64_t *counts,

@@ -902,6 +902,7 @@ llmt_pp_opts_init(opts, size) = ccall((:llmt_pp_opts_init, libllmtrain), Int32, 
 llmt_trainer_set_pp_comm(tr, comm, opts) = ccall((:llmt_trainer_set_pp_comm, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_comm}, Ptr{llmt_pp_opts}, ), tr, comm, opts)
 llmt_trainer_pp_stats(tr, out) = ccall((:llmt_trainer_pp_stats, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_pp_stats}, ), tr, out)
 llmt_trainer_moe_stats(tr, layer, counts, n, dropped, aux_loss, z_loss) = ccall((:llmt_trainer_moe_stats, libllmtrain), Int32, (Ptr{llmt_trainer}, Int32, Ptr{Int64}, Int32, Ptr{Int64}, Ptr{Float64}, Ptr{Float64}, ), tr, layer, counts, n, dropped, aux_loss, z_loss)
+llmt_trainer_set_ep_comm(tr, comm) = ccall((:llmt_trainer_set_ep_comm, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_comm}, ), tr, comm)
 llmt_tokenizer_create_bytes(ctx, out) = ccall((:llmt_tokenizer_create_bytes, libllmtrain), Int32, (Ptr{llmt_context}, Ptr{Ptr{llmt_tokenizer}}, ), ctx, out)
 llmt_tokenizer_load_gpt2(ctx, encoder_json, vocab_bpe, out) = ccall((:llmt_tokenizer_load_gpt2, libllmtrain), Int32, (Ptr{llmt_context}, Ptr{UInt8}, Ptr{UInt8}, Ptr{Ptr{llmt_tokenizer}}, ), ctx, encoder_json, vocab_bpe, out)
 llmt_tokenizer_train_bpe(ctx, text, len, vocab_size, out) = ccall((:llmt_tokenizer_train_bpe, libllmtrain), Int32, (Ptr{llmt_context}, Ptr{UInt8}, Csize_t, Int32, Ptr{Ptr{llmt_tokenizer}}, ), ctx, text, len, vocab_size, out)

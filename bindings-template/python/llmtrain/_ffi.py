@@ -1038,6 +1038,7 @@ FUNCTIONS = {
     'llmt_trainer_set_pp_comm': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(llmt_pp_opts)]),
     'llmt_trainer_pp_stats': (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(llmt_pp_stats)]),
     'llmt_trainer_moe_stats': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double)]),
+    'llmt_trainer_set_ep_comm': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p]),
     'llmt_tokenizer_create_bytes': (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]),
     'llmt_tokenizer_load_gpt2': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]),
     'llmt_tokenizer_train_bpe': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)]),

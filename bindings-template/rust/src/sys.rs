@@ -1188,6 +1188,7 @@ extern "C" {
     pub fn llmt_trainer_set_pp_comm(tr: *mut llmt_trainer, comm: *mut llmt_comm, opts: *const llmt_pp_opts) -> llmt_status;
     pub fn llmt_trainer_pp_stats(tr: *const llmt_trainer, out: *mut llmt_pp_stats) -> llmt_status;
     pub fn llmt_trainer_moe_stats(tr: *mut llmt_trainer, layer: i32, counts: *mut i64, n: i32, dropped: *mut i64, aux_loss: *mut f64, z_loss: *mut f64) -> llmt_status;
+    pub fn llmt_trainer_set_ep_comm(tr: *mut llmt_trainer, comm: *mut llmt_comm) -> llmt_status;
     pub fn llmt_tokenizer_create_bytes(ctx: *mut llmt_context, out: *mut *mut llmt_tokenizer) -> llmt_status;
     pub fn llmt_tokenizer_load_gpt2(ctx: *mut llmt_context, encoder_json: *const c_char, vocab_bpe: *const c_char, out: *mut *mut llmt_tokenizer) -> llmt_status;
     pub fn llmt_tokenizer_train_bpe(ctx: *mut llmt_context, text: *const c_char, len: usize, vocab_size: i32, out: *mut *mut llmt_tokenizer) -> llmt_status;

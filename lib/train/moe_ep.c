@@ -1,0 +1,163 @@
+/* Expert parallelism of one MoE layer (moe_ep.h says what it does). */
+#include "train/moe_ep.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct llmt__moe_ep {
+    llmt__moe_shape sh;
+    int rank, size, El, block;
+    /* the owner's rows, expert-major: [El][size][block] x C or F, kept
+     * from the forward for the backward */
+    float *xo, *h1, *h3, *act;
+    /* scratch: the exchange ([size][El][block][C], i.e. [E][block][C]),
+     * the owner's outputs and backward */
+    float *sbuf, *rbuf, *yo, *dyo, *dxo, *dact, *dh1, *dh3;
+};
+
+void llmt__moe_ep_free(llmt__moe_ep *p)
+{
+    if (!p)
+        return;
+    void *b[] = {p->xo, p->h1,  p->h3,  p->act,  p->sbuf, p->rbuf,
+                 p->yo, p->dyo, p->dxo, p->dact, p->dh1,  p->dh3};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        free(b[i]);
+    free(p);
+}
+
+llmt__moe_ep *llmt__moe_ep_new(const llmt__moe_shape *sh, int Nmax, int rank, int size)
+{
+    if (size < 1 || sh->E % size || rank < 0 || rank >= size)
+        return NULL;
+    llmt__moe_ep *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->sh = *sh;
+    p->rank = rank;
+    p->size = size;
+    p->El = sh->E / size;
+    p->block = llmt__moe_capacity(sh, Nmax);
+    /* rows: the owner holds El experts x size sources x block, the
+     * exchange E x block: the same number */
+    size_t R = (size_t)sh->E * (size_t)p->block, C = (size_t)sh->C, F = (size_t)sh->F;
+    float **rc[] = {&p->xo, &p->sbuf, &p->rbuf, &p->yo, &p->dyo, &p->dxo};
+    float **rf[] = {&p->h1, &p->h3, &p->act, &p->dact, &p->dh1, &p->dh3};
+    for (size_t i = 0; i < 6; i++) {
+        *rc[i] = malloc(R * C * sizeof(float));
+        *rf[i] = malloc(R * F * sizeof(float));
+        if (!*rc[i] || !*rf[i]) {
+            llmt__moe_ep_free(p);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+int llmt__moe_ep_block(const llmt__moe_ep *p)
+{
+    return p->block;
+}
+
+/* Packed rows (s->start, s->kept) of width w into the exchange layout
+ * [E][block][w], zeros after each expert's kept rows. */
+static void pack(const llmt__moe_ep *p, const llmt__moe *s, const float *rows, float *out,
+                 size_t w)
+{
+    size_t B = (size_t)p->block;
+    for (int x = 0; x < p->sh.E; x++) {
+        size_t k = (size_t)s->kept[x];
+        float *o = out + (size_t)x * B * w;
+        memcpy(o, rows + (size_t)s->start[x] * w, k * w * sizeof(float));
+        memset(o + k * w, 0, (B - k) * w * sizeof(float));
+    }
+}
+
+/* The inverse: each expert's kept rows out of the exchange layout. */
+static void unpack(const llmt__moe_ep *p, const llmt__moe *s, const float *in, float *rows,
+                   size_t w)
+{
+    size_t B = (size_t)p->block;
+    for (int x = 0; x < p->sh.E; x++)
+        memcpy(rows + (size_t)s->start[x] * w, in + (size_t)x * B * w,
+               (size_t)s->kept[x] * w * sizeof(float));
+}
+
+/* Received [size][El][block][w] (source-major) <-> the owner's
+ * [El][size][block][w] (expert-major: one GEMM per expert). */
+static void to_owner(const llmt__moe_ep *p, const float *in, float *out, size_t w)
+{
+    size_t B = (size_t)p->block * w;
+    for (int src = 0; src < p->size; src++)
+        for (int el = 0; el < p->El; el++)
+            memcpy(out + ((size_t)el * p->size + src) * B, in + ((size_t)src * p->El + el) * B,
+                   B * sizeof(float));
+}
+
+static void from_owner(const llmt__moe_ep *p, const float *in, float *out, size_t w)
+{
+    size_t B = (size_t)p->block * w;
+    for (int src = 0; src < p->size; src++)
+        for (int el = 0; el < p->El; el++)
+            memcpy(out + ((size_t)src * p->El + el) * B, in + ((size_t)el * p->size + src) * B,
+                   B * sizeof(float));
+}
+
+static llmt_status a2a(const llmt__moe_ep *p, llmt_comm *comm, llmt_err *e, const char *what)
+{
+    size_t n = (size_t)p->El * p->block * p->sh.C;
+    llmt_status st = llmt_comm_all_to_all(comm, p->sbuf, p->rbuf, n, LLMT_DTYPE_FP32, NULL);
+    if (st != LLMT_OK)
+        return llmt__err_set(e, st, "trainer: moe: expert parallel all-to-all (%s): %s", what,
+                             llmt_comm_last_error(comm));
+    return LLMT_OK;
+}
+
+llmt_status llmt__moe_ep_fwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llmt_err *e,
+                             const llmt__moe_w *w, const float *x, float *y, int N)
+{
+    if (N < 1 || N > s->Nmax)
+        return llmt__err_set(e, LLMT_ERR_INTERNAL, "trainer: moe: %d tokens (made for %d)", N,
+                             s->Nmax);
+    size_t C = (size_t)p->sh.C, F = (size_t)p->sh.F, R = (size_t)p->size * p->block;
+    llmt_status st;
+    llmt__moe_route(s, w->router, x, N);
+    pack(p, s, s->xe, p->sbuf, C);
+    if ((st = a2a(p, comm, e, "dispatch")) != LLMT_OK)
+        return st;
+    to_owner(p, p->rbuf, p->xo, C);
+    for (int el = 0; el < p->El; el++)
+        llmt__moe_expert_fwd(&p->sh, w, p->rank * p->El + el, (int)R, p->xo + el * R * C,
+                             p->h1 + el * R * F, p->h3 + el * R * F, p->act + el * R * F,
+                             p->yo + el * R * C);
+    from_owner(p, p->yo, p->sbuf, C);
+    if ((st = a2a(p, comm, e, "combine")) != LLMT_OK)
+        return st;
+    unpack(p, s, p->rbuf, s->ye, C);
+    llmt__moe_combine(s, y);
+    return LLMT_OK;
+}
+
+llmt_status llmt__moe_ep_bwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llmt_err *e,
+                             const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
+                             const float *dy, float *dx, float aux_coef, float z_coef)
+{
+    size_t C = (size_t)p->sh.C, F = (size_t)p->sh.F, R = (size_t)p->size * p->block;
+    llmt_status st;
+    llmt__moe_combine_bwd(s, dy);
+    pack(p, s, s->dye, p->sbuf, C);
+    if ((st = a2a(p, comm, e, "output gradients")) != LLMT_OK)
+        return st;
+    to_owner(p, p->rbuf, p->dyo, C);
+    for (int el = 0; el < p->El; el++)
+        llmt__moe_expert_bwd(&p->sh, w, dw, p->rank * p->El + el, (int)R, p->xo + el * R * C,
+                             p->h1 + el * R * F, p->h3 + el * R * F, p->act + el * R * F,
+                             p->dyo + el * R * C, p->dact + el * R * F, p->dh1 + el * R * F,
+                             p->dh3 + el * R * F, p->dxo + el * R * C);
+    from_owner(p, p->dxo, p->sbuf, C);
+    if ((st = a2a(p, comm, e, "input gradients")) != LLMT_OK)
+        return st;
+    unpack(p, s, p->rbuf, s->dxe, C);
+    llmt__moe_router_bwd(s, w, dw, x, dx, aux_coef, z_coef);
+    return LLMT_OK;
+}

@@ -1,0 +1,46 @@
+/* Expert parallelism of one MoE layer (moe_ep.c): the layer's E experts
+ * split over an EP group of `size` ranks, rank j running experts
+ * [j*E/size, (j+1)*E/size) on the tokens every rank of the group routes
+ * to them.
+ *
+ * Each rank routes its own tokens exactly as one rank does (router, top-k
+ * and the capacity are computed on its N tokens: dropping and dropless
+ * are those of ep 1), then the packed rows go to the ranks that hold
+ * their experts by one all-to-all, the experts run there, and a second
+ * all-to-all brings the outputs back to be combined in the tokens'
+ * order; the backward does the same with the output gradients (owner
+ * side: the expert weight gradients) and the input gradients.
+ *
+ * The exchange has a fixed shape, as GShard's: every (rank, expert) pair
+ * sends a block of `block` rows (the capacity of the largest call,
+ * capacity(Nmax); dropless: Nmax), its kept rows first, zeros after. Zero
+ * rows give zero outputs and add exactly nothing to the gradients, so
+ * the padding changes no result; it costs compute on the owner, and it
+ * makes the bytes of a step a function of the layout alone (E x block x
+ * width floats per all-to-all, four per layer and micro-batch), which the
+ * planner predicts (llmt_plan_estimate.comm_bytes_ep). */
+#ifndef LLMT_TRAIN_MOE_EP_H
+#define LLMT_TRAIN_MOE_EP_H
+
+#include "core/internal.h"
+#include "train/moe.h"
+
+typedef struct llmt__moe_ep llmt__moe_ep;
+
+/* For calls of up to Nmax tokens on rank `rank` of `size` (size divides
+ * sh->E). NULL when out of memory. */
+llmt__moe_ep *llmt__moe_ep_new(const llmt__moe_shape *sh, int Nmax, int rank, int size);
+void llmt__moe_ep_free(llmt__moe_ep *p);
+/* Rows of one (rank, expert) block of the exchange. */
+int llmt__moe_ep_block(const llmt__moe_ep *p);
+/* The layer on x[N,C] into y (overwritten), as llmt__moe_fwd; collective
+ * over comm (every rank of the group calls it for the same layer). */
+llmt_status llmt__moe_ep_fwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llmt_err *e,
+                             const llmt__moe_w *w, const float *x, float *y, int N);
+/* Its backward, as llmt__moe_bwd: gradients of this rank's experts (from
+ * every rank's tokens) and of the router added into dw. Collective. */
+llmt_status llmt__moe_ep_bwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llmt_err *e,
+                             const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
+                             const float *dy, float *dx, float aux_coef, float z_coef);
+
+#endif

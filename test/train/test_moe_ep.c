@@ -1,0 +1,430 @@
+/* Mixture of experts under data and expert parallelism (lib/train/moe_net.c,
+ * moe_ep.c) against the single-rank engine on the same global batches:
+ * ranks are threads on one in-process communicator, the data parallel
+ * group is the world, the EP groups consecutive ranks (the plan's
+ * LLMT_DIM_EP: dp index / ep), made by llmt_comm_split.
+ *
+ * Each global step is 8 sequences; the single rank takes them as 4
+ * micro-batches of 2, a rank of W its 8/W in order (4/W micro-batches).
+ * Cases (Llama, 2 layers, both MoE, 4 experts of 24, top-2):
+ *   W 2: dp 2 ZeRO 0 and 1 (ep 1), ep 2 ZeRO 0;
+ *   W 4: ep 2 (x 2 replicas of each expert) ZeRO 1, ep 4 ZeRO 0;
+ * with capacity 1.0 (tokens dropped) and dropless. Six AdamW steps with
+ * clipping. Checks, against the single rank:
+ *   - losses within 1e-5 relative, every parameter tensor (the expert
+ *     tensors included) within 1e-5 relative L2 on every rank;
+ *   - the last step's expert counts and drops (llmt_trainer_moe_stats,
+ *     summed over the group) equal, aux and z within 1e-5 relative;
+ *   - the EP group's all-to-all bytes of a step equal the planner's
+ *     comm_bytes_ep for the same layout (llmt_plan_get_estimate on the
+ *     same model as a spec) and the closed form 4 x MoE layers x micro x
+ *     (ep-1)/ep x experts x capacity x width x 4 bytes;
+ *   - refusals: set_ep_comm on a dense model, ep not dividing the experts,
+ *     a step under ep without a data parallel group. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "llmtrain.h"
+
+enum { B = 2, T = 16, V = 61, SEQS = 8, STEPS = 6, E = 4, K = 2, FE = 24, C = 32, L = 2 };
+
+static llmt_context *ctx;
+static int32_t g_in[STEPS * SEQS * T], g_tg[STEPS * SEQS * T];
+static double g_plan_params, g_plan_active;
+
+static void cfg(llmt_model_config *c, int experts, int dropless)
+{
+    llmt_model_config_init(c, sizeof *c);
+    c->arch = LLMT_ARCH_LLAMA;
+    c->vocab_size = V;
+    c->padded_vocab_size = 64;
+    c->max_seq_len = T;
+    c->layers = L;
+    c->width = C;
+    c->heads = 4;
+    c->kv_heads = 2;
+    c->ffn_hidden = 32;
+    c->seed = 11;
+    c->moe_experts = experts;
+    c->moe_top_k = experts ? K : 0;
+    c->moe_ffn = experts ? FE : 0;
+    if (experts) {
+        c->moe_capacity_factor = 1.0f;
+        c->moe_dropless = dropless;
+    }
+}
+
+/* Mostly tok' = 5 tok + 1 mod V, one token in 8 random. */
+static void make_data(void)
+{
+    uint64_t s = 0x5eedu;
+    int32_t tok = 0;
+    int n = STEPS * SEQS * T;
+    for (int i = 0; i <= n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t r = (uint32_t)(s >> 33);
+        tok = (r & 7) == 0 ? (int32_t)((r >> 3) % V) : (tok * 5 + 1) % V;
+        if (i < n)
+            g_in[i] = tok;
+        if (i > 0)
+            g_tg[i - 1] = tok;
+    }
+}
+
+typedef struct run {
+    llmt_comm *world; /* NULL: one rank */
+    int rank, W, ep, zero, dropless;
+    llmt_model_config c;
+    float loss[STEPS];
+    int64_t counts[E], dropped;
+    double aux, z;
+    double ep_bytes; /* all-to-all bus bytes of the EP group in the last step */
+    float *params;
+    int64_t total;
+    llmt_status st;
+    char err[512];
+} run;
+
+static void *rank_main(void *p)
+{
+    run *a = p;
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_comm *epc = NULL;
+    int W = a->world ? a->W : 1, per = SEQS / W;
+    a->st = llmt_model_create(ctx, &a->c, &m);
+    llmt_trainer_opts o;
+    llmt_trainer_opts_init(&o, sizeof o);
+    o.micro_batch = B;
+    o.grad_accum = per / B;
+    o.seq_len = T;
+    o.lr = 3e-3f;
+    o.warmup_steps = 1;
+    o.total_steps = STEPS;
+    o.threads = 1;
+    o.grad_clip = 1.0f;
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_create(m, &o, &tr);
+    if (a->st == LLMT_OK && a->world) {
+        llmt_dp_opts d;
+        llmt_dp_opts_init(&d, sizeof d);
+        d.zero_stage = a->zero;
+        a->st = llmt_trainer_set_comm(tr, a->world, &d);
+        if (a->st == LLMT_OK && a->ep > 1)
+            a->st = llmt_comm_split(a->world, a->rank / a->ep, a->rank, &epc);
+        if (a->st == LLMT_OK && a->ep > 1)
+            a->st = llmt_trainer_set_ep_comm(tr, epc);
+    }
+    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
+        size_t off = ((size_t)k * SEQS + (size_t)a->rank * per) * T;
+        llmt_batch b = {sizeof b, g_in + off, g_tg + off, per, T};
+        llmt_step_metrics met;
+        memset(&met, 0, sizeof met);
+        met.struct_size = sizeof met;
+        if (epc && k == STEPS - 1)
+            llmt_comm_reset_stats(epc);
+        a->st = llmt_trainer_step(tr, &b, &met);
+        a->loss[k] = met.loss;
+    }
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_moe_stats(tr, -1, a->counts, E, &a->dropped, &a->aux, &a->z);
+    if (a->st == LLMT_OK && epc) {
+        llmt_comm_stats cs;
+        memset(&cs, 0, sizeof cs);
+        cs.struct_size = sizeof cs;
+        llmt_comm_get_stats(epc, &cs);
+        a->ep_bytes = cs.bus_bytes[LLMT_COMM_STAT_ALL_TO_ALL];
+    }
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_sync_params(tr);
+    int32_t np = 0;
+    if (a->st == LLMT_OK)
+        a->st = llmt_model_param_count(m, &np, &a->total);
+    if (a->st == LLMT_OK && (a->params = malloc((size_t)a->total * sizeof(float)))) {
+        int64_t at = 0;
+        for (int32_t i = 0; i < np; i++) {
+            llmt_tensor v;
+            memset(&v, 0, sizeof v);
+            v.struct_size = sizeof v;
+            llmt_model_param(m, i, NULL, &v);
+            int64_t n = 1;
+            for (int d = 0; d < v.ndim; d++)
+                n *= v.shape[d];
+            memcpy(a->params + at, v.data, (size_t)n * sizeof(float));
+            at += n;
+        }
+    }
+    if (a->st != LLMT_OK)
+        snprintf(a->err, sizeof a->err, "%s", tr ? llmt_trainer_last_error(tr) : "model");
+    llmt_trainer_destroy(tr);
+    llmt_comm_destroy(epc);
+    llmt_model_destroy(m);
+    return NULL;
+}
+
+/* The planner's EP bytes of a step for this layout (the same model as a
+ * spec, fp32 on the cpu profile). */
+static double plan_ep_bytes(int W, int ep, int dropless)
+{
+    char js[2048];
+    snprintf(js, sizeof js,
+             "{\"model\": {\"arch\": \"llama\", \"layers\": %d, \"hidden\": %d, \"heads\": 4,"
+             " \"kv_heads\": 2, \"ffn\": 32, \"vocab\": %d, \"seq_len\": %d,"
+             " \"moe\": {\"experts\": %d, \"top_k\": %d, \"expert_ffn\": %d,"
+             " \"capacity_factor\": 1.0, \"dropless\": %s}},"
+             " \"parallelism\": {\"dp\": %d, \"ep\": %d},"
+             " \"batch\": {\"micro\": %d, \"global\": %d},"
+             " \"precision\": {\"param\": \"fp32\", \"gemm\": \"fp32\"},"
+             " \"hardware\": {\"gpu\": \"cpu\"}, \"train\": {\"device\": \"cpu\"}}",
+             L, C, V, T, E, K, FE, dropless ? "true" : "false", W, ep, B, SEQS);
+    llmt_spec *sp = NULL;
+    llmt_plan *pl = NULL;
+    double out = -1;
+    if (llmt_spec_parse_json(ctx, js, strlen(js), &sp) != LLMT_OK) {
+        fprintf(stderr, "spec: %s\n", llmt_context_last_error(ctx));
+        return -1;
+    }
+    if (llmt_plan_create(ctx, sp, W, &pl) == LLMT_OK) {
+        llmt_plan_estimate e;
+        memset(&e, 0, sizeof e);
+        e.struct_size = sizeof e;
+        if (llmt_plan_get_estimate(pl, &e) == LLMT_OK) {
+            out = e.comm_bytes_ep;
+            g_plan_params = e.params;
+            g_plan_active = e.params_active;
+        }
+    } else {
+        fprintf(stderr, "plan: %s\n", llmt_context_last_error(ctx));
+    }
+    llmt_plan_destroy(pl);
+    llmt_spec_destroy(sp);
+    return out;
+}
+
+static void run_ranks(run *r, int W)
+{
+    llmt_comm *c[4] = {0};
+    pthread_t th[4];
+    if (llmt_comm_create_inproc(NULL, W, NULL, c) != LLMT_OK) {
+        CHECK(0);
+        return;
+    }
+    for (int i = 0; i < W; i++) {
+        r[i].world = c[i];
+        r[i].rank = i;
+        r[i].W = W;
+        pthread_create(&th[i], NULL, rank_main, &r[i]);
+    }
+    for (int i = 0; i < W; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < W; i++)
+        llmt_comm_destroy(c[i]);
+}
+
+static double rel_l2(const float *a, const float *b, int64_t n)
+{
+    double d = 0, nn = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        nn += (double)b[i] * b[i];
+    }
+    return nn > 0 ? sqrt(d / nn) : sqrt(d);
+}
+
+static void one_case(const run *ref, int W, int ep, int zero, int dropless)
+{
+    run r[4];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < W; i++) {
+        cfg(&r[i].c, E, dropless);
+        r[i].ep = ep;
+        r[i].zero = zero;
+        r[i].dropless = dropless;
+    }
+    run_ranks(r, W);
+    double wl = 0, wp = 0;
+    for (int i = 0; i < W; i++) {
+        if (r[i].st != LLMT_OK) {
+            fprintf(stderr, "  W %d ep %d rank %d: %s\n", W, ep, i, r[i].err);
+            CHECK(0);
+            continue;
+        }
+        for (int k = 0; k < STEPS; k++) {
+            CHECK_CLOSE(r[i].loss[k], ref->loss[k], 1e-5, 0);
+            double d = fabs(r[i].loss[k] - ref->loss[k]) / fabs(ref->loss[k]);
+            wl = d > wl ? d : wl;
+        }
+        /* tensor by tensor (the expert tensors among them) */
+        llmt_model *m = NULL;
+        llmt_model_create(ctx, &r[i].c, &m);
+        int32_t np = 0;
+        llmt_model_param_count(m, &np, NULL);
+        int64_t at = 0;
+        for (int32_t j = 0; j < np; j++) {
+            llmt_tensor v;
+            const char *name;
+            memset(&v, 0, sizeof v);
+            v.struct_size = sizeof v;
+            llmt_model_param(m, j, &name, &v);
+            int64_t n = 1;
+            for (int d = 0; d < v.ndim; d++)
+                n *= v.shape[d];
+            double d = rel_l2(r[i].params + at, ref->params + at, n);
+            if (!(d <= 1e-5))
+                fprintf(stderr, "  rank %d %s: relative L2 %.3e\n", i, name, d);
+            CHECK(d <= 1e-5);
+            wp = d > wp ? d : wp;
+            at += n;
+        }
+        llmt_model_destroy(m);
+        for (int x = 0; x < E; x++)
+            CHECK_EQ_INT(r[i].counts[x], ref->counts[x]);
+        CHECK_EQ_INT(r[i].dropped, ref->dropped);
+        CHECK_CLOSE(r[i].aux, ref->aux, 1e-5, 0);
+        CHECK_CLOSE(r[i].z, ref->z, 1e-5, 0);
+    }
+    double want = 0, plan = 0;
+    if (ep > 1) {
+        int N = B * T;
+        int cap = dropless ? N : (int)ceil(1.0 * N * K / E);
+        if (cap > N)
+            cap = N;
+        int micro = SEQS / W / B;
+        want = 4.0 * L * micro * (ep - 1) / ep * E * cap * C * 4;
+        plan = plan_ep_bytes(W, ep, dropless);
+        for (int i = 0; i < W; i++)
+            CHECK_CLOSE(r[i].ep_bytes, want, 1e-12, 0);
+        CHECK_CLOSE(plan, want, 1e-12, 0);
+    }
+    int64_t kept = 0;
+    for (int x = 0; x < E; x++)
+        kept += r[0].counts[x];
+    printf("W %d ep %d zero %d %s: losses rel <= %.2e, params rel L2 <= %.2e, kept %lld "
+           "dropped %lld (ref %lld), ep all-to-all %.0f B/step (formula %.0f, plan %.0f)\n",
+           W, ep, zero, dropless ? "dropless" : "capacity 1.0", wl, wp, (long long)kept,
+           (long long)r[0].dropped, (long long)ref->dropped, r[0].ep_bytes, want, plan);
+    for (int i = 0; i < W; i++)
+        free(r[i].params);
+}
+
+/* The planner's total and active parameters against the model's tensors
+ * (vocabulary unpadded, as the spec counts it): active = every tensor but
+ * the experts', plus top_k of the E experts of each MoE layer. */
+static void param_counts(void)
+{
+    llmt_model_config c;
+    cfg(&c, E, 0);
+    c.padded_vocab_size = V;
+    llmt_model *m = NULL;
+    CHECK_STATUS(llmt_model_create(ctx, &c, &m), LLMT_OK);
+    if (!m)
+        return;
+    int32_t np = 0;
+    int64_t total = 0;
+    llmt_model_param_count(m, &np, &total);
+    double experts = 0;
+    for (int32_t j = 0; j < np; j++) {
+        llmt_tensor v;
+        const char *name;
+        memset(&v, 0, sizeof v);
+        v.struct_size = sizeof v;
+        llmt_model_param(m, j, &name, &v);
+        if (strstr(name, ".experts."))
+            experts += (double)v.shape[0] * (double)v.shape[1];
+    }
+    double active = (double)total - experts + experts * K / E;
+    plan_ep_bytes(2, 2, 0);
+    printf("parameters: model %lld total, %.0f active; plan %.0f, %.0f\n", (long long)total,
+           active, g_plan_params, g_plan_active);
+    CHECK_CLOSE(g_plan_params, (double)total, 0, 0.5);
+    CHECK_CLOSE(g_plan_active, active, 0, 0.5);
+    llmt_model_destroy(m);
+}
+
+static void refusals(void)
+{
+    llmt_model_config c;
+    llmt_comm *w[2] = {0};
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, NULL, w), LLMT_OK);
+    llmt_trainer_opts o;
+    llmt_trainer_opts_init(&o, sizeof o);
+    o.micro_batch = B;
+    o.seq_len = T;
+    /* dense: nothing to split */
+    cfg(&c, 0, 0);
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    CHECK_STATUS(llmt_model_create(ctx, &c, &m), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_create(m, &o, &tr), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_set_ep_comm(tr, w[0]), LLMT_ERR_UNSUPPORTED);
+    CHECK(strstr(llmt_trainer_last_error(tr), "moe_experts") != NULL);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    /* 3 experts over 2 ranks */
+    cfg(&c, 3, 0);
+    CHECK_STATUS(llmt_model_create(ctx, &c, &m), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_create(m, &o, &tr), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_set_ep_comm(tr, w[0]), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(llmt_trainer_last_error(tr), "parallelism.ep") != NULL);
+    /* ep 2 without a data parallel group: the step refuses before any
+     * exchange; detached, it runs alone */
+    CHECK_STATUS(llmt_trainer_set_ep_comm(tr, NULL), LLMT_OK);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    cfg(&c, E, 0);
+    CHECK_STATUS(llmt_model_create(ctx, &c, &m), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_create(m, &o, &tr), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_set_ep_comm(tr, w[0]), LLMT_OK);
+    llmt_batch b = {sizeof b, g_in, g_tg, B, T};
+    CHECK_STATUS(llmt_trainer_step(tr, &b, NULL), LLMT_ERR_STATE);
+    CHECK(strstr(llmt_trainer_last_error(tr), "parallelism.ep") != NULL);
+    CHECK_STATUS(llmt_trainer_set_ep_comm(tr, NULL), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_step(tr, &b, NULL), LLMT_OK);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    llmt_comm_destroy(w[0]);
+    llmt_comm_destroy(w[1]);
+}
+
+int main(void)
+{
+    CHECK_STATUS(llmt_context_create(NULL, &ctx), LLMT_OK);
+    make_data();
+    for (int dl = 0; dl < 2; dl++) {
+        run ref;
+        memset(&ref, 0, sizeof ref);
+        cfg(&ref.c, E, dl);
+        ref.W = 1;
+        rank_main(&ref);
+        if (ref.st != LLMT_OK) {
+            fprintf(stderr, "single rank: %s\n", ref.err);
+            CHECK(0);
+            return check_exit("moe-ep");
+        }
+        printf("%s: single rank losses %.6f .. %.6f, dropped %lld\n",
+               dl ? "dropless" : "capacity 1.0", ref.loss[0], ref.loss[STEPS - 1],
+               (long long)ref.dropped);
+        if (!dl) {
+            CHECK(ref.dropped > 0); /* the capacity bites */
+            one_case(&ref, 2, 1, 0, dl);
+            one_case(&ref, 2, 1, 1, dl);
+            one_case(&ref, 2, 2, 0, dl);
+            one_case(&ref, 4, 2, 1, dl);
+            one_case(&ref, 4, 4, 0, dl);
+        } else {
+            CHECK_EQ_INT(ref.dropped, 0);
+            one_case(&ref, 2, 2, 1, dl);
+            one_case(&ref, 4, 4, 0, dl);
+        }
+        free(ref.params);
+    }
+    param_counts();
+    refusals();
+    llmt_context_destroy(ctx);
+    return check_exit("moe-ep");
+}
