@@ -56,10 +56,12 @@ void launch_event(agent *a, const char *fmt, ...)
 
 static int usage(void)
 {
-    fprintf(stderr,
-            "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R] [--in-place] "
-            "[--heartbeat-timeout SEC] [--expect-mtbf SEC] SPEC.json [train flags]\n"
-            "(llmtrain help launch for more)\n");
+    fprintf(
+        stderr,
+        "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R] [--in-place] "
+        "[--heartbeat-timeout SEC] [--expect-mtbf SEC] [--nnodes N --node-rank K --rdzv DIR] "
+        "SPEC.json [train flags]\n"
+        "(llmtrain help launch for more)\n");
     return CLI_USAGE;
 }
 
@@ -141,9 +143,11 @@ static void spawn(agent *a, int rank)
         unsetenv(drop[i]);
     snprintf(v, sizeof v, "%d", rank);
     setenv("RANK", v, 1);
+    snprintf(v, sizeof v, "%d", a->local_index[rank]);
     setenv("LOCAL_RANK", v, 1);
     snprintf(v, sizeof v, "%d", a->world);
     setenv("WORLD_SIZE", v, 1);
+    snprintf(v, sizeof v, "%d", a->nlocal);
     setenv("LOCAL_WORLD_SIZE", v, 1);
     setenv("LLMT_COMM_STORE", a->store, 1);
     snprintf(v, sizeof v, "gen%d", a->gen);
@@ -311,9 +315,21 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
                    double *t_detect)
 {
     int alive = 0;
+    if (a->nnodes <= 1) { /* every rank is here */
+        for (int r = 0; r < a->world; r++) {
+            a->local[r] = 1;
+            a->local_index[r] = r;
+        }
+        a->nlocal = a->world;
+    }
     for (int r = 0; r < a->world; r++) {
-        if (fresh[r])
+        if (fresh[r] && !a->local[r]) { /* another node's: nothing to watch here */
+            memset(&a->w[r], 0, sizeof a->w[r]);
+            a->w[r].rank = r;
+            a->w[r].done = 1;
+        } else if (fresh[r]) {
             spawn(a, r);
+        }
         alive += !a->w[r].done;
     }
     double t_fail = 0;
@@ -407,6 +423,12 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
         int any = 0;
         for (int r = 0; r < a->world; r++)
             any |= culprit[r];
+        /* another node's agent saw this generation fail: its report names
+         * the rank; the errors of this node's workers follow from it */
+        if (a->nnodes > 1 && !any && rdzv_remote_down(a)) {
+            *t_detect = t;
+            return 1;
+        }
         if (any) {
             *t_detect = t;
             if (a->last_progress > 0 && t > a->last_progress)
@@ -417,7 +439,8 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
             t_fail = t;
         /* error exits without a clearer cause: give the others a moment
          * to show one (the killed rank is reaped, a stopped one seen) */
-        if (t_fail > 0 && (t - t_fail > 1.0 || alive == 0)) {
+        double grace = a->nnodes > 1 ? 3.0 : 1.0; /* another node's report */
+        if (t_fail > 0 && (t - t_fail > grace || (alive == 0 && a->nnodes <= 1))) {
             for (int r = 0; r < a->world; r++)
                 if (a->w[r].done && !WIFSIGNALED(a->w[r].status) &&
                     WEXITSTATUS(a->w[r].status) != 0) {
@@ -432,8 +455,13 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
                 a->lost_detect_s += t_fail - a->last_progress;
             return 1;
         }
-        if (alive == 0)
+        if (alive == 0 && t_fail == 0) {
+            if (a->nnodes > 1 && rdzv_finish(a) != 0) {
+                *t_detect = launch_now();
+                return 1; /* another node failed after this one finished */
+            }
             return 0;
+        }
     }
 }
 
@@ -447,9 +475,23 @@ static int agent_main(agent *a)
     for (int r = 0; r < a->nproc; r++)
         a->rank_slot[r] = r;
     char why[1024] = "";
+    if (a->nnodes > 1) { /* the leader numbers every node's slots */
+        a->world = 0;
+        if (rdzv_init(a, why, sizeof why) != 0) {
+            rdzv_stop(a, why);
+            return cli_fail(CMD, "node %d: %s", a->node_rank, why);
+        }
+    }
+    a->world0 = a->world;
     int dp0 = 0;
-    if (fitting_world(a, a->world, &dp0, why, sizeof why) != a->world)
+    if (a->node_rank == 0 && fitting_world(a, a->world, &dp0, why, sizeof why) != a->world) {
+        rdzv_stop(a, "the ranks do not fit the spec (see node 0's agent)");
         return cli_fail(CMD, "%d ranks do not fit the spec: %s", a->world, why);
+    }
+    if (a->nnodes > 1)
+        printf("launch: node %d of %d: %d workers + %d spare slot(s) here, %d ranks in all; "
+               "rendezvous %s\n",
+               a->node_rank, a->nnodes, a->nproc, a->spares, a->world, a->rdzv);
     printf("launch: %d workers + %d spare slot(s), up to %d restart(s), heartbeat timeout "
            "%.0f s; store %s; logs and events in %s\n",
            a->nproc, a->spares, a->max_restarts, a->hb_timeout, a->store, a->dir);
@@ -479,6 +521,38 @@ static int agent_main(agent *a)
             break;
         }
         int64_t last = a->last_step_seen;
+        if (a->nnodes > 1) {
+            /* every node reports (its workers killed first); the leader
+             * decides for all, the others start what it publishes */
+            kill_gang(a);
+            rdzv_report(a, culprit, causes);
+            if (a->node_rank != 0) {
+                for (int r = 0; r < a->world; r++)
+                    if (culprit[r])
+                        printf("launch: node %d: gen %d: rank %d failed: %s\n", a->node_rank,
+                               a->gen, r, causes[r]);
+                if (rdzv_follow(a, why, sizeof why) != 0)
+                    return cli_fail(CMD, "node %d: %s", a->node_rank, why);
+                a->restarts++;
+                if (a->recover_from == 0)
+                    t_recover_from = t_detect;
+                char here[512] = "";
+                size_t k = 0;
+                for (int r = 0; r < a->world; r++) {
+                    fresh[r] = 1;
+                    if (a->local[r] && k < sizeof here - 16)
+                        k += (size_t)snprintf(here + k, sizeof here - k, " %d", r);
+                }
+                printf("launch: node %d: gen %d on %d ranks (node 0 decided); ranks here:%s\n",
+                       a->node_rank, a->gen, a->world, k ? here : " none");
+                fflush(stdout);
+                continue;
+            }
+            if (rdzv_gather(a, culprit, causes, why, sizeof why) != 0) {
+                rdzv_stop(a, why);
+                return cli_fail(CMD, "%s", why);
+            }
+        }
         int in_place = can_stay(a, culprit, causes);
         if (in_place)
             kill_culprits(a, culprit);
@@ -491,6 +565,8 @@ static int agent_main(agent *a)
             nerr += culprit[r] && !strncmp(causes[r], "exited", 6);
         if (nerr == a->world) {
             launch_event(a, "\"event\":\"stop\",\"reason\":\"job_error\",\"gen\":%d", a->gen);
+            rdzv_stop(a, "every rank failed with an error of the job itself (node 0's agent "
+                         "says more)");
             return cli_fail(CMD,
                             "gen %d: every rank failed with an error of the job itself, "
                             "which a restart would repeat; rank 0 %s (logs in %s)",
@@ -517,6 +593,7 @@ static int agent_main(agent *a)
         if (a->restarts > a->max_restarts) {
             launch_event(a, "\"event\":\"stop\",\"reason\":\"max_restarts\",\"restarts\":%d",
                          a->restarts - 1);
+            rdzv_stop(a, "the restart budget is spent (node 0's agent says more)");
             return cli_fail(CMD,
                             "gen %d failed and the restart budget is spent (%d "
                             "restart(s), --max-restarts / fault_tolerance.max_restarts "
@@ -531,6 +608,10 @@ static int agent_main(agent *a)
             if (!culprit[r])
                 continue;
             int found = -1;
+            /* a spare on the failed rank's node first (its other ranks' peers) */
+            for (int s = 0; a->nnodes > 1 && s < a->nslots && found < 0; s++)
+                if (a->slot_state[s] == 0 && a->slot_node[s] == a->slot_node[a->rank_slot[r]])
+                    found = s;
             for (int s = 0; s < a->nslots && found < 0; s++)
                 if (a->slot_state[s] == 0)
                     found = s;
@@ -551,6 +632,8 @@ static int agent_main(agent *a)
             if (nw < 1) {
                 launch_event(a, "\"event\":\"stop\",\"reason\":\"no_fit\",\"usable\":%d",
                              usable);
+                rdzv_stop(a, "no spare left and no smaller world fits (node 0's agent says "
+                             "more)");
                 return cli_fail(CMD,
                                 "no spare left and no smaller world keeps the global "
                                 "batch on %d usable slot(s): %s",
@@ -591,6 +674,10 @@ static int agent_main(agent *a)
         a->in_place_gen = in_place;
         for (int r = 0; r < a->world; r++)
             fresh[r] = in_place ? culprit[r] : 1;
+        if (a->nnodes > 1 && rdzv_publish(a, why, sizeof why) != 0) {
+            rdzv_stop(a, why);
+            return cli_fail(CMD, "%s", why);
+        }
         a->in_place_t = launch_now();
         if (in_place && publish_gen(a) != 0) {
             /* the survivors would wait for nothing: restart them all */
@@ -614,7 +701,8 @@ static int agent_main(agent *a)
     printf("launch: done in %.1f s: %d restart(s), %d recovery(ies) taking %.1f s in all, "
            "%lld step(s) recomputed; final world size %d\n",
            wall, a->restarts, a->nfail, rsum, (long long)a->lost_steps, a->world);
-    launch_goodput_report(a, wall, rsum);
+    if (a->node_rank == 0) /* the leader's view (doc/fault-tolerance.md) */
+        launch_goodput_report(a, wall, rsum);
     launch_event(a,
                  "\"event\":\"summary\",\"wall_s\":%.3f,\"restarts\":%d,\"recovery_s\":%.3f,"
                  "\"lost_steps\":%lld,\"world_size\":%d",
@@ -655,6 +743,16 @@ int cmd_launch(int argc, char **argv)
             if (cli_parse_f64("--expect-mtbf", argv[++i], 1e-3, 1e9, &d) != CLI_OK)
                 return CLI_USAGE;
             a.expect_mtbf = d;
+        } else if (!strcmp(s, "--nnodes") && i + 1 < argc) {
+            if (cli_parse_i64("--nnodes", argv[++i], 1, 64, &v) != CLI_OK)
+                return CLI_USAGE;
+            a.nnodes = (int)v;
+        } else if (!strcmp(s, "--node-rank") && i + 1 < argc) {
+            if (cli_parse_i64("--node-rank", argv[++i], 0, 63, &v) != CLI_OK)
+                return CLI_USAGE;
+            a.node_rank = (int)v;
+        } else if (!strcmp(s, "--rdzv") && i + 1 < argc) {
+            snprintf(a.rdzv, sizeof a.rdzv, "%s", argv[++i]);
         } else if (!strcmp(s, "--in-place")) {
             a.in_place = 1;
         } else if (!strcmp(s, "--out") && i + 1 < argc) {
@@ -676,6 +774,25 @@ int cmd_launch(int argc, char **argv)
         return usage();
     if (a.nproc + a.spares > MAXW - 1)
         return cli_fail(CMD, "--nproc + --spares at most %d", MAXW - 1);
+    if (a.nnodes < 1)
+        a.nnodes = 1;
+    if (a.node_rank >= a.nnodes)
+        return cli_fail(CMD, "--node-rank %d: not below --nnodes %d", a.node_rank, a.nnodes);
+    if (a.nnodes > 1 && !a.rdzv[0])
+        return cli_fail(CMD,
+                        "--nnodes %d needs --rdzv DIR: a directory every node's agent "
+                        "sees, one per job",
+                        a.nnodes);
+    if ((a.rdzv[0] || a.node_rank > 0) && a.nnodes == 1)
+        return cli_fail(CMD, "--rdzv and --node-rank are for several agents: give --nnodes N "
+                             "(N > 1), or neither");
+    /* a survivor waits for a generation file of its own node's agent; the
+     * agents agree on gang restarts only so far */
+    if (a.nnodes > 1 && a.in_place)
+        return cli_fail(CMD,
+                        "--in-place with --nnodes %d: the agents of several nodes agree "
+                        "on gang restarts only (doc/fault-tolerance.md); drop one",
+                        a.nnodes);
     a.argv_pass = pass;
     a.argc_pass = np;
     char dflt[512];
@@ -722,14 +839,18 @@ int cmd_launch(int argc, char **argv)
     if (a.hb_timeout < 0)
         a.hb_timeout = cto;
     a.start_timeout = a.hb_timeout * 4 > 300 ? a.hb_timeout * 4 : 300;
-    snprintf(a.dir, sizeof a.dir, "%s/agent", a.out);
+    if (a.nnodes > 1) /* one agent directory per node (the out dir may be shared) */
+        snprintf(a.dir, sizeof a.dir, "%s/agent/node-%d", a.out, a.node_rank);
+    else
+        snprintf(a.dir, sizeof a.dir, "%s/agent", a.out);
     if (mkdirs(a.dir) != 0) {
         rc = cli_fail(CMD, "cannot create %s: %s", a.dir, strerror(errno));
     } else {
         /* a new store for this launch: generations never meet old keys */
         snprintf(a.store, sizeof a.store, "%s/store-%d-%ld", a.dir, (int)getpid(),
                  (long)time(NULL));
-        mkdirs(a.store);
+        if (a.nnodes == 1) /* the leader names the store of several nodes */
+            mkdirs(a.store);
         snprintf(a.events_path, sizeof a.events_path, "%s/events.jsonl", a.dir);
         snprintf(a.inplace_path, sizeof a.inplace_path, "%s/generation", a.dir);
         unlink(a.inplace_path); /* an earlier launch's */

@@ -137,8 +137,8 @@ const cli_command cli_commands[] = {
     /* launch: the fault-tolerance agent (issue 19) */
     {"launch", "run a job on N workers + S spares, restarting it on failures",
      "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R]\n"
-     "                       [--heartbeat-timeout SEC] [--in-place]\n"
-     "                       SPEC.json [train flags]\n"
+     "                       [--heartbeat-timeout SEC] [--in-place] [--expect-mtbf SEC]\n"
+     "                       [--nnodes N --node-rank K --rdzv DIR] SPEC.json [train flags]\n"
      "  Starts N workers, each `llmtrain train SPEC` with RANK/WORLD_SIZE and a\n"
      "  Gloo rendezvous store in DIR/agent (needs the gloo build feature), and\n"
      "  keeps S spare slots. A worker killed, stopped, silent for SEC seconds\n"
@@ -150,7 +150,12 @@ const cli_command cli_commands[] = {
      "  bounds the restarts. --in-place: survivors keep their processes,\n"
      "  re-form the communicator with the promoted spare (generation file in\n"
      "  DIR/agent) and restore from their in-memory snapshot; the agent falls\n"
-     "  back to a gang restart when it cannot. Train flags: --out DIR\n"
+     "  back to a gang restart when it cannot. --expect-mtbf: the job-wide MTBF\n"
+     "  a drill injects, for a second goodput prediction (bench/ft/drill.sh).\n"
+     "  --nnodes N --node-rank K --rdzv DIR: one agent per node, N of them,\n"
+     "  agreeing through DIR (a shared directory, new per job): node 0 decides\n"
+     "  each generation (a spare on the failed rank's node first, else any),\n"
+     "  every agent starts its node's ranks; gang restarts only. Train flags: --out DIR\n"
      "  --steps N --threads N --resume --fresh. Events: DIR/agent/events.jsonl; worker logs:\n"
      "  DIR/agent/genG-rankR.log. Drills: LLMT_FAULT (doc/fault-tolerance.md).\n",
      cmd_launch},

@@ -1,5 +1,6 @@
 /* llmtrain launch: the agent's state, shared by its files (cmd_launch.c:
- * workers, detection and restarts; launch_goodput.c: where the time went). */
+ * workers, detection and restarts; launch_goodput.c: where the time went;
+ * launch_rdzv.c: agents of several nodes agreeing through a directory). */
 #ifndef LLMT_TOOLS_LAUNCH_H
 #define LLMT_TOOLS_LAUNCH_H
 
@@ -33,6 +34,7 @@ typedef struct agent {
     int slot_state[MAXW]; /* 0 spare, 1 in use, 2 quarantined */
     int rank_slot[MAXW];
     int world, gen, restarts;
+    int world0; /* the world the job started with (every node's ranks) */
     worker w[MAXW];
     llmt_spec *spec;
     llmt_context *ctx;
@@ -48,6 +50,13 @@ typedef struct agent {
     double t_first;       /* gen 0's first step done (unix time) */
     double last_progress; /* newest heartbeat time seen in this generation */
     int64_t fail_step;    /* newest step a rank finished before it */
+    /* one agent per node (launch_rdzv.c); nnodes 1: this host alone */
+    int nnodes, node_rank;
+    char rdzv[4096];       /* --rdzv: the agents' shared directory */
+    int local[MAXW];       /* rank r runs on this node */
+    int local_index[MAXW]; /* its LOCAL_RANK */
+    int nlocal;            /* ranks on this node */
+    int slot_node[MAXW];   /* the leader's: the node of each slot */
 } agent;
 
 double launch_now(void);
@@ -56,5 +65,25 @@ void launch_event(agent *a, const char *fmt, ...) __attribute__((format(printf, 
 /* At the end: where the wall time went, and llmt_plan_simulate_goodput
  * for the same failure rate and measured costs (launch_goodput.c). */
 void launch_goodput_report(agent *a, double wall, double recovery_s);
+
+/* Agents of several nodes (launch_rdzv.c); why gets the reason of a -1. */
+/* Join; the leader numbers every node's slots and writes generation 0,
+ * the others read it. */
+int rdzv_init(agent *a, char *why, size_t n);
+/* 1 when another node reported this generation down. */
+int rdzv_remote_down(const agent *a);
+/* This node's workers finished: 0 when every node's did, 1 when one
+ * reported a failure instead. */
+int rdzv_finish(agent *a);
+/* Report this node's failed ranks of the generation (its workers are dead). */
+int rdzv_report(agent *a, const int *culprit, char causes[][256]);
+/* Leader: every node's report merged into culprit/causes. */
+int rdzv_gather(agent *a, int *culprit, char causes[][256], char *why, size_t n);
+/* Leader: write generation a->gen (world, slots). */
+int rdzv_publish(agent *a, char *why, size_t n);
+/* Others: wait for generation a->gen + 1 (then a->gen is it) or a stop. */
+int rdzv_follow(agent *a, char *why, size_t n);
+/* Leader: tell the others the job stopped, and why. */
+void rdzv_stop(agent *a, const char *why);
 
 #endif

@@ -135,7 +135,7 @@ static double simulate(agent *a, double rate, double work, double interval, doub
                        double restart, double *sd)
 {
     llmt_plan *plan = NULL;
-    if (llmt_plan_create(a->ctx, a->spec, a->nproc, &plan) != LLMT_OK)
+    if (llmt_plan_create(a->ctx, a->spec, a->world0, &plan) != LLMT_OK)
         return -1;
     llmt_goodput_opts go;
     llmt_goodput_opts_init(&go, sizeof go);
@@ -201,16 +201,16 @@ void launch_goodput_report(agent *a, double wall, double recovery_s)
         per_fail = 0;
     double ival = interval > 0 ? (double)interval * cycle : g.work_s;
     double hours = run / 3600.0;
-    double rate = hours > 0 ? (double)nf / hours / (double)a->nproc : 0;
+    double rate = hours > 0 ? (double)nf / hours / (double)a->world0 : 0;
     double sd = 0, sd_x = 0, expect_rate = 0, sim_x = -1;
     double sim = simulate(a, rate, g.work_s, ival, stall, per_fail, &sd);
     if (sim >= 0)
         printf("launch: goodput %.3f +- %.3f predicted by llmt_plan_simulate_goodput for the "
                "failure rate seen (%d in %.1f s on %d ranks, %.3g per GPU-hour), checkpoints "
                "every %lld steps (%.2f s), stall %.3f s per save, restart %.2f s per failure\n",
-               sim, sd, nf, run, a->nproc, rate, (long long)interval, ival, stall, per_fail);
+               sim, sd, nf, run, a->world0, rate, (long long)interval, ival, stall, per_fail);
     if (a->expect_mtbf > 0) {
-        expect_rate = 3600.0 / a->expect_mtbf / (double)a->nproc;
+        expect_rate = 3600.0 / a->expect_mtbf / (double)a->world0;
         sim_x = simulate(a, expect_rate, g.work_s, ival, stall, per_fail, &sd_x);
         if (sim_x >= 0)
             printf("launch: goodput %.3f +- %.3f predicted for the expected MTBF %.1f s "

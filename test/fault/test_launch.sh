@@ -30,6 +30,10 @@
 #             the memory tier (their snapshots' shares, gathered with the
 #             spare's part, which it reads from disk); losses and the final
 #             loader cursor equal the uninterrupted run's
+#   nodes     two agents as two nodes (2 workers each, a spare on node 0)
+#             agreeing through a rendezvous directory: rank 3 (node 1) is
+#             killed, node 0 promotes its spare, both start generation 1;
+#             losses equal the uninterrupted run's
 #   tiers     rank 2's disk lost with it (its parts deleted, then SIGKILL):
 #             with a peer tier the spare's part comes back from rank 3's
 #             replica (tier "peer"); with a durable tier every rank reads
@@ -352,6 +356,44 @@ tiers)
     echo "$rs" | grep -q "\"tier\":\"$t\",\"step\":$want" && ok "$t: $rs" ||
       bad "$t: restore line: $rs"
   done
+  ;;
+nodes)
+  # two agents on this host as two nodes: node 0 runs ranks 0-1 and a
+  # spare slot, node 1 ranks 2-3 and none; rank 3 (node 1) is killed at
+  # step 7: node 0's agent, the leader, promotes its own spare to rank 3
+  # and both agents start generation 1 from the rendezvous directory
+  ref
+  mkdir rdzv
+  LLMT_FAULT=kill:3:7 launch two n0.log --nproc 2 --spares 1 --nnodes 2 --node-rank 0 \
+    --rdzv rdzv ft.json &
+  p0=$!
+  LLMT_FAULT=kill:3:7 launch two n1.log --nproc 2 --nnodes 2 --node-rank 1 --rdzv rdzv ft.json &
+  p1=$!
+  wait $p0 && r0=0 || r0=$?
+  wait $p1 && r1=0 || r1=$?
+  [ $r0 -eq 0 ] && [ $r1 -eq 0 ] && ok "both agents finished" ||
+    { bad "agents exited $r0 and $r1"; tail -5 n0.log n1.log; }
+  grep -q "rank 3 (slot 4) failed .*killed by signal 9 (node 1)" n0.log &&
+    grep -q "spare slot 2 promoted to rank 3" n0.log &&
+    ok "node 0 named rank 3 (node 1's report) and promoted its spare slot 2" ||
+    bad "leader: $(grep launch: n0.log)"
+  grep -q "node 1: gen 1 on 4 ranks (node 0 decided); ranks here: 2$" n1.log &&
+    ok "node 1 followed generation 1 with rank 2 only" || bad "node 1: $(grep launch: n1.log)"
+  # generation 1's ranks: 0, 1, 3 spawned by node 0, 2 by node 1
+  g1() { grep '"spawn","gen":1' "$1" | sed 's/.*"rank":\([0-9]*\).*/\1/' | tr '\n' ' '; }
+  [ "$(g1 two/agent/node-0/events.jsonl)" = "0 1 3 " ] && [ "$(g1 two/agent/node-1/events.jsonl)" = "2 " ] &&
+    ok "gen 1: ranks 0 1 3 on node 0, 2 on node 1" ||
+    bad "gen 1 spawns: node 0 '$(g1 two/agent/node-0/events.jsonl)', node 1 '$(g1 two/agent/node-1/events.jsonl)'"
+  losses two/metrics.jsonl > two.loss
+  cmp -s ref.loss two.loss && ok "all 14 losses equal the uninterrupted run's" ||
+    { bad "losses differ"; diff ref.loss two.loss; }
+  # a second job may not reuse the directory; --in-place is refused by name
+  "$exe" launch --out x --nproc 2 --nnodes 2 --node-rank 0 --rdzv rdzv ft.json > reuse.log 2>&1
+  grep -q "earlier job's generation" reuse.log && ok "a used rendezvous directory is refused" ||
+    bad "reuse: $(cat reuse.log)"
+  "$exe" launch --out x --nproc 2 --nnodes 2 --node-rank 0 --rdzv rdzv --in-place ft.json > ip.log 2>&1
+  grep -q "in-place with --nnodes 2" ip.log && ok "--in-place with --nnodes refused by name" ||
+    bad "in-place: $(cat ip.log)"
   ;;
 *) echo "unknown case $case_"; exit 2 ;;
 esac

@@ -1,0 +1,342 @@
+/* llmtrain launch --nnodes N --node-rank K --rdzv DIR: one agent per node,
+ * agreeing through a rendezvous directory on a file system every node
+ * sees (torchrun's c10d rendezvous, here as files, the way Gloo's own
+ * FileStore is files: Gloo has no TCP store, and the agents use only the
+ * public ABI, so they cannot reach the comm module's store). Every file
+ * is written whole under a temporary name and renamed, so a reader sees
+ * all of it or nothing.
+ *
+ *   node-K        "nproc spares pid": agent K joined with its slots
+ *   gen-G         written by agent 0 (the leader): "gen G world W",
+ *                 "store PATH", then "rank slot node" per rank: the
+ *                 generation every agent starts; slots are numbered node
+ *                 by node (node k's workers, then its spares)
+ *   down-G-K      agent K saw generation G fail (its own workers, or
+ *                 another node's down file) and killed its workers:
+ *                 "rank code cause" per rank it names (code 1 failed by
+ *                 itself, 2 exited with an error)
+ *   done-G-K      agent K's workers of generation G all finished
+ *   stop          the leader stopped the job: the reason
+ *
+ * After a failure the leader waits for every node's down file (every old
+ * worker is dead then), decides as a single agent does (quarantine,
+ * promote a spare, preferring one on the failed rank's node, or shrink)
+ * and writes the next gen file; the others wait for it. The workers of
+ * every node meet in the Gloo store the leader names, under the prefix
+ * genG. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "launch.h"
+
+#define CMD "launch"
+
+static void path(const agent *a, char *buf, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void path(const agent *a, char *buf, size_t n, const char *fmt, ...)
+{
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    snprintf(buf, n, "%s/%s", a->rdzv, name);
+}
+
+/* Write `text` to DIR/name whole (temporary name, then rename). */
+static int put(const agent *a, const char *name, const char *text)
+{
+    char p[4400], tmp[4500];
+    path(a, p, sizeof p, "%s", name);
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", p, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    int ok = fputs(text, f) >= 0;
+    ok &= fclose(f) == 0;
+    return ok && rename(tmp, p) == 0 ? 0 : -1;
+}
+
+static int exists(const agent *a, const char *name)
+{
+    char p[4400];
+    path(a, p, sizeof p, "%s", name);
+    return access(p, F_OK) == 0;
+}
+
+static void nap(void)
+{
+    struct timespec ts = {0, 20000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The stop file's reason, if the leader wrote one. */
+static int stopped(const agent *a, char *why, size_t n)
+{
+    char p[4400];
+    path(a, p, sizeof p, "stop");
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return 0;
+    size_t k = fread(why, 1, n - 1, f);
+    why[k] = 0;
+    fclose(f);
+    why[strcspn(why, "\n")] = 0;
+    return 1;
+}
+
+void rdzv_stop(agent *a, const char *why)
+{
+    if (a->nnodes > 1 && a->node_rank == 0) {
+        char b[1100];
+        snprintf(b, sizeof b, "%s\n", why);
+        put(a, "stop", b);
+    }
+}
+
+/* Read gen-G: world, store, and which ranks run here. */
+static int read_gen(agent *a, int gen)
+{
+    char p[4400], line[4400];
+    path(a, p, sizeof p, "gen-%d", gen);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return 0;
+    int g = -1, w = 0,
+        ok = fscanf(f, "gen %d world %d\n", &g, &w) == 2 && g == gen && w > 0 && w < MAXW;
+    ok = ok && fgets(line, sizeof line, f) && !strncmp(line, "store ", 6);
+    if (ok) {
+        line[strcspn(line, "\n")] = 0;
+        snprintf(a->store, sizeof a->store, "%.4000s", line + 6);
+    }
+    int nloc = 0;
+    for (int r = 0; ok && r < w; r++) {
+        int rr, s, node;
+        ok = fscanf(f, "%d %d %d\n", &rr, &s, &node) == 3 && rr == r && s >= 0 && s < MAXW;
+        if (ok) {
+            a->rank_slot[r] = s;
+            a->local[r] = node == a->node_rank;
+            a->local_index[r] = a->local[r] ? nloc++ : -1;
+        }
+    }
+    fclose(f);
+    if (ok) {
+        a->world = w;
+        a->nlocal = nloc;
+    }
+    return ok;
+}
+
+/* Leader: write gen-G for the current a->world and a->rank_slot. */
+static int publish(agent *a)
+{
+    static char b[MAXW * 32 + 4400];
+    size_t n = (size_t)snprintf(b, sizeof b, "gen %d world %d\nstore %s\n", a->gen, a->world,
+                                a->store);
+    int nloc = 0;
+    for (int r = 0; r < a->world && n < sizeof b; r++) {
+        int s = a->rank_slot[r];
+        n += (size_t)snprintf(b + n, sizeof b - n, "%d %d %d\n", r, s, a->slot_node[s]);
+        a->local[r] = a->slot_node[s] == a->node_rank;
+        a->local_index[r] = a->local[r] ? nloc++ : -1;
+    }
+    a->nlocal = nloc;
+    char name[32];
+    snprintf(name, sizeof name, "gen-%d", a->gen);
+    return put(a, name, b);
+}
+
+int rdzv_init(agent *a, char *why, size_t n)
+{
+    struct stat st;
+    if (stat(a->rdzv, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(why, n,
+                 "--rdzv %s: not a directory (%s); make it on a file system every node "
+                 "sees, one per job",
+                 a->rdzv, strerror(errno));
+        return -1;
+    }
+    char me[64], name[32];
+    snprintf(me, sizeof me, "%d %d %d\n", a->nproc, a->spares, (int)getpid());
+    snprintf(name, sizeof name, "node-%d", a->node_rank);
+    if (a->node_rank == 0 && (exists(a, "gen-0") || exists(a, "stop"))) {
+        snprintf(why, n,
+                 "--rdzv %s holds an earlier job's generation or stop file: give each "
+                 "job a new directory",
+                 a->rdzv);
+        return -1;
+    }
+    if (put(a, name, me) != 0) {
+        snprintf(why, n, "--rdzv %s: cannot write %s: %s", a->rdzv, name, strerror(errno));
+        return -1;
+    }
+    double t0 = launch_now();
+    if (a->node_rank == 0) {
+        /* every node's slots, numbered node by node */
+        int base = 0;
+        for (int k = 0; k < a->nnodes; k++) {
+            char p[4400];
+            int np = 0, sp = 0, pid = 0, got = 0;
+            path(a, p, sizeof p, "node-%d", k);
+            while (!got) {
+                FILE *f = fopen(p, "r");
+                if (f) {
+                    got = fscanf(f, "%d %d %d", &np, &sp, &pid) == 3;
+                    fclose(f);
+                }
+                if (got)
+                    break;
+                if (launch_now() - t0 > a->start_timeout) {
+                    snprintf(why, n, "node %d did not join the rendezvous %s within %.0f s", k,
+                             a->rdzv, a->start_timeout);
+                    return -1;
+                }
+                nap();
+            }
+            if (np < 1 || sp < 0 || base + np + sp >= MAXW || a->world + np >= MAXW) {
+                snprintf(why, n,
+                         "node %d joined with %d workers and %d spares: at most %d slots "
+                         "in all",
+                         k, np, sp, MAXW - 1);
+                return -1;
+            }
+            for (int s = 0; s < np + sp; s++) {
+                a->slot_node[base + s] = k;
+                a->slot_state[base + s] = s < np ? 1 : 0;
+                if (s < np)
+                    a->rank_slot[a->world++] = base + s;
+            }
+            base += np + sp;
+        }
+        a->nslots = base;
+        snprintf(a->store, sizeof a->store, "%.4000s/store-%d-%ld", a->rdzv, (int)getpid(),
+                 (long)time(NULL));
+        mkdir(a->store, 0755);
+        if (publish(a) != 0) {
+            snprintf(why, n, "--rdzv %s: cannot write gen-0: %s", a->rdzv, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    while (!read_gen(a, 0)) {
+        if (stopped(a, why, n))
+            return -1;
+        if (launch_now() - t0 > a->start_timeout) {
+            snprintf(why, n,
+                     "no generation from node 0 in %s within %.0f s (is agent 0 "
+                     "running with the same --rdzv?)",
+                     a->rdzv, a->start_timeout);
+            return -1;
+        }
+        nap();
+    }
+    return 0;
+}
+
+int rdzv_remote_down(const agent *a)
+{
+    for (int k = 0; k < a->nnodes; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "down-%d-%d", a->gen, k);
+        if (k != a->node_rank && exists(a, name))
+            return 1;
+    }
+    return 0;
+}
+
+int rdzv_finish(agent *a)
+{
+    char name[64];
+    snprintf(name, sizeof name, "done-%d-%d", a->gen, a->node_rank);
+    put(a, name, "done\n");
+    for (;;) {
+        if (rdzv_remote_down(a))
+            return 1;
+        int all = 1;
+        for (int k = 0; k < a->nnodes && all; k++) {
+            snprintf(name, sizeof name, "done-%d-%d", a->gen, k);
+            all = exists(a, name);
+        }
+        if (all)
+            return 0;
+        nap();
+    }
+}
+
+int rdzv_report(agent *a, const int *culprit, char causes[][256])
+{
+    static char b[MAXW * 300];
+    size_t n = 0;
+    b[0] = 0;
+    for (int r = 0; r < a->world && n < sizeof b - 300; r++)
+        if (culprit[r] && a->local[r])
+            n += (size_t)snprintf(b + n, sizeof b - n, "%d %d %s\n", r,
+                                  strncmp(causes[r], "exited", 6) ? 1 : 2, causes[r]);
+    char name[64];
+    snprintf(name, sizeof name, "down-%d-%d", a->gen, a->node_rank);
+    return put(a, name, b);
+}
+
+int rdzv_gather(agent *a, int *culprit, char causes[][256], char *why, size_t n)
+{
+    double t0 = launch_now();
+    for (int k = 0; k < a->nnodes; k++) {
+        char p[4400], line[400];
+        path(a, p, sizeof p, "down-%d-%d", a->gen, k);
+        FILE *f;
+        while (!(f = fopen(p, "r"))) {
+            if (launch_now() - t0 > a->start_timeout) {
+                snprintf(why, n,
+                         "node %d did not report on generation %d within %.0f s "
+                         "(its agent is gone?)",
+                         k, a->gen, a->start_timeout);
+                return -1;
+            }
+            nap();
+        }
+        while (fgets(line, sizeof line, f)) {
+            int r, code, off = 0;
+            if (sscanf(line, "%d %d %n", &r, &code, &off) >= 2 && r >= 0 && r < a->world) {
+                culprit[r] = 1;
+                line[strcspn(line, "\n")] = 0;
+                snprintf(causes[r], 256, "%s (node %d)", line + off, k);
+            }
+        }
+        fclose(f);
+    }
+    return 0;
+}
+
+int rdzv_publish(agent *a, char *why, size_t n)
+{
+    if (publish(a) != 0) {
+        snprintf(why, n, "--rdzv %s: cannot write gen-%d: %s", a->rdzv, a->gen,
+                 strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int rdzv_follow(agent *a, char *why, size_t n)
+{
+    double t0 = launch_now();
+    while (!read_gen(a, a->gen + 1)) {
+        if (stopped(a, why, n))
+            return -1;
+        /* the leader may wait start_timeout for a node, then decide */
+        if (launch_now() - t0 > 2 * a->start_timeout + 60) {
+            snprintf(why, n, "no generation %d from node 0 in %s within %.0f s", a->gen + 1,
+                     a->rdzv, 2 * a->start_timeout + 60);
+            return -1;
+        }
+        nap();
+    }
+    a->gen++;
+    return 0;
+}
