@@ -8,24 +8,31 @@
  *   pp 4 x dp 2 (ZeRO-1: the moments sharded over each stage's replicas)
  *   trains the same 10 steps and saves after step 5, every rank its
  *   blocks of the GLOBAL tensors (a stage only its layers; wte once);
- *   that checkpoint resumed under LAYOUTS below (each stage reading only
- *   what it holds), steps 6-10;
+ *   that checkpoint resumed, steps 6-10, under pp 2 x tp 2 (a stage's
+ *   layers split over its tensor parallel group), pp 2 x dp 2 ZeRO-0 and
+ *   ZeRO-1, pp 1 x dp 4 ZeRO-1, pp 4 and one rank, each stage reading
+ *   only what it holds;
+ *   pp 2 x tp 2 x dp 2 ZeRO-1 saves the same way (a stage's tensor
+ *   parallel shards as blocks of the global tensors), resumed under
+ *   pp 4 x dp 2 and one rank;
  *   a stage reads only what it holds: with the data files of stage 2's
  *   ranks garbled, a pp 4 resume fails on stage 2 alone, naming the
  *   checksum of one of its tensors, while the others read theirs;
- *   the single rank's resume saves the state it read again at once: both
- *   checkpoints export (safetensors, and llm.c for GPT-2) to the same
- *   bytes, so a pipeline checkpoint is a single-rank one;
+ *   the single rank's resumes save the state they read again at once:
+ *   each pipeline checkpoint exports (safetensors, and llm.c for GPT-2)
+ *   to the same bytes as its single-rank re-save, so a pipeline
+ *   checkpoint is a single-rank one;
  *   bad input: a stage whose data file is gone, or whose part never named
  *   its tensors: the error names the rank's file or the tensor, and
  *   nothing in the checkpoint directory is moved or deleted.
  *
- * Bound on the losses of steps 6-10 (and of the pp 4 x dp 2 run's 1-10):
+ * Bound on the losses of steps 6-10 (and of the saving runs' 1-10):
  * 1e-5 relative (the issue's). Why it holds: every layout takes the same
  * global batch in the same micro-batch order and runs the same fp32 ops;
  * what differs is the order of a few sums (the gradient norm summed per
- * stage, then over stages; data parallelism's reduction; a tied wte's
- * gradient summed over its two stages), a few ulps per step that AdamW
+ * stage, then over stages; data parallelism's reduction; tensor
+ * parallelism's partial GEMM sums; a tied wte's gradient summed over its
+ * two stages), a few ulps per step that AdamW
  * (a step of at most about lr per weight, lr 1e-3) does not amplify over
  * ten steps: test_device_pp.c measures the same layouts uninterrupted at
  * about 1e-7. The single rank's and pp 1 x dp 4's final parameters also
@@ -324,16 +331,17 @@ static long export_bytes(const char *root, int llmc, char **buf)
     return n;
 }
 
-static void check_export(const char *name, const char *pp, const char *one, int llmc)
+static void check_export(const char *name, const char *what, const char *pp, const char *one,
+                         int llmc)
 {
     char *x = NULL, *y = NULL;
     long nx = export_bytes(pp, llmc, &x), ny = export_bytes(one, llmc, &y);
     int same = nx > 0 && nx == ny && !memcmp(x, y, (size_t)nx);
     CHECK(same);
-    printf("%-5s %s export of the pp 4 x dp 2 checkpoint: %ld bytes, %s the single rank's "
+    printf("%-5s %s export of the %s checkpoint: %ld bytes, %s the single rank's "
            "(%ld bytes)\n",
-           name, llmc ? "llm.c" : "safetensors", nx, same ? "identical to" : "DIFFERENT from",
-           ny);
+           name, llmc ? "llm.c" : "safetensors", what, nx,
+           same ? "identical to" : "DIFFERENT from", ny);
     free(x);
     free(y);
 }
@@ -483,14 +491,46 @@ static void check_only_own(const char *name, const char *saved, const char *tmp)
     free_args(a, 4);
 }
 
+/* The layout that saves after step SAVE_AT (and trains on to STEPS),
+ * then every layout of `to` resuming from its checkpoint; the single
+ * rank's resume saves the state again under one (for the exports). */
+typedef struct resume_to {
+    layout L;
+    const char *what;
+} resume_to;
+
+static void save_resume(const char *name, const rank_arg *ref, const layout *from,
+                        const char *what, const char *saved, const char *one,
+                        const resume_to *to, int n)
+{
+    rank_arg a[MAXW], proto;
+    memset(&proto, 0, sizeof proto);
+    proto.save = saved;
+    run(from, &proto, a);
+    check_losses(name, what, a, ref);
+    free_args(a, world_of(from));
+    for (int i = 0; i < n; i++) {
+        memset(&proto, 0, sizeof proto);
+        proto.k0 = SAVE_AT;
+        proto.load = saved;
+        if (world_of(&to[i].L) == 1)
+            proto.resave = one;
+        run(&to[i].L, &proto, a);
+        check_losses(name, to[i].what, a, ref);
+        free_args(a, world_of(&to[i].L));
+    }
+}
+
 static void run_model(const char *name, int llama, const char *tmp)
 {
     tp_fixture_config(&g_cfg, llama, 2, V, T);
     g_cfg.layers = LAYERS;
-    char saved[600], one[600];
+    char saved[600], one[600], saved3[600], one3[600];
     snprintf(saved, sizeof saved, "%s/%s-pp4dp2", tmp, name);
     snprintf(one, sizeof one, "%s/%s-one", tmp, name);
-    rank_arg ref[1], a[MAXW], proto;
+    snprintf(saved3, sizeof saved3, "%s/%s-pp2tp2dp2", tmp, name);
+    snprintf(one3, sizeof one3, "%s/%s-one3", tmp, name);
+    rank_arg ref[1], proto;
     memset(&proto, 0, sizeof proto);
     layout single = {1, 1, 1, 0};
     run(&single, &proto, ref);
@@ -502,38 +542,33 @@ static void run_model(const char *name, int llama, const char *tmp)
     CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]); /* training moved */
     /* pp 4 x dp 2, ZeRO-1, saving after step 5 and going on */
     layout pp4 = {4, 1, 2, 1};
-    proto.save = saved;
-    run(&pp4, &proto, a);
-    check_losses(name, "pp 4 x dp 2 ZeRO-1 (saves)", a, ref);
-    free_args(a, world_of(&pp4));
-    /* resumed from it */
-    const struct {
-        layout L;
-        const char *what;
-    } to[] = {
+    static const resume_to to[] = {
+        {{2, 2, 1, 0}, "resumed pp 2 x tp 2"},
         {{2, 1, 2, 0}, "resumed pp 2 x dp 2 ZeRO-0"},
         {{2, 1, 2, 1}, "resumed pp 2 x dp 2 ZeRO-1"},
         {{1, 1, 4, 1}, "resumed pp 1 x dp 4 ZeRO-1"},
         {{4, 1, 1, 0}, "resumed pp 4"},
         {{1, 1, 1, 0}, "resumed pp 1 (one rank, saves)"},
     };
-    for (size_t i = 0; i < sizeof to / sizeof to[0]; i++) {
-        memset(&proto, 0, sizeof proto);
-        proto.k0 = SAVE_AT;
-        proto.load = saved;
-        if (world_of(&to[i].L) == 1)
-            proto.resave = one;
-        run(&to[i].L, &proto, a);
-        check_losses(name, to[i].what, a, ref);
-        free_args(a, world_of(&to[i].L));
-    }
+    save_resume(name, ref, &pp4, "pp 4 x dp 2 ZeRO-1 (saves)", saved, one, to,
+                (int)(sizeof to / sizeof to[0]));
+    /* pp 2 x tp 2 x dp 2, ZeRO-1: a stage's tensor parallel shards */
+    layout pp2tp2 = {2, 2, 2, 1};
+    static const resume_to to3[] = {
+        {{4, 1, 2, 0}, "resumed pp 4 x dp 2 ZeRO-0"},
+        {{1, 1, 1, 0}, "resumed pp 1 (one rank, saves)"},
+    };
+    save_resume(name, ref, &pp2tp2, "pp 2 x tp 2 x dp 2 ZeRO-1 (saves)", saved3, one3, to3,
+                (int)(sizeof to3 / sizeof to3[0]));
     check_only_own(name, saved, tmp);
     /* a pipeline checkpoint is a single-rank one */
-    check_export(name, saved, one, 0);
-    if (!llama)
-        check_export(name, saved, one, 1);
-    if (!llama)
+    check_export(name, "pp 4 x dp 2", saved, one, 0);
+    check_export(name, "pp 2 x tp 2 x dp 2", saved3, one3, 0);
+    if (!llama) {
+        check_export(name, "pp 4 x dp 2", saved, one, 1);
+        check_export(name, "pp 2 x tp 2 x dp 2", saved3, one3, 1);
         check_bad(name, saved, tmp);
+    }
     free_args(ref, 1);
 }
 
