@@ -192,10 +192,18 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
                  "no majority among %d replicas: ranks %s all disagree "
                  "(rank %d's xxh64 %016llx)",
                  (int)j->world, bad, (int)j->rank, (unsigned long long)mine);
+    /* deterministic: run it again to see whose result does not reproduce */
+    int replayed = 0;
+    if (j->to.deterministic && (s = llmt__job_sdc_replay(j, step, all, &replayed)) != LLMT_OK) {
+        free(all);
+        return s;
+    }
     free(all);
     const char *action;
     int64_t back = -1;
-    if (policy == LLMT_SPEC_ANOMALY_STOP) {
+    if (replayed) {
+        action = "replayed"; /* the replays agree: the run goes on from them */
+    } else if (policy == LLMT_SPEC_ANOMALY_STOP) {
         action = "stop";
     } else if (policy == LLMT_SPEC_ANOMALY_ROLLBACK || maj < 0) {
         /* every rank reloads the same checkpoint: equal again */

@@ -14,6 +14,9 @@
  *            made NaN for the forward/backward and restored after)
  *   bitflip  flip bit ARG (default 22) of one parameter element (silent
  *            data corruption: the replicas now differ)
+ *   flipout  the same flip right after the step's update: a corrupted
+ *            result of that step on this rank alone (the flip before the
+ *            step feeds the corrupted value into every rank's gradients)
  *   spike    the first parameter tensor (the token embedding) times ARG
  *            (default 20) for that step's forward/backward, restored after:
  *            a loss and gradient-norm spike whose size does not depend on
@@ -44,8 +47,8 @@
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
-static const char *const kind_names[] = {"kill",    "hang",  "slow",     "nan",
-                                         "bitflip", "spike", "killsave", "losedisk"};
+static const char *const kind_names[] = {"kill",  "hang",     "slow",     "nan",    "bitflip",
+                                         "spike", "killsave", "losedisk", "flipout"};
 
 llmt_status llmt__job_fault_parse(llmt_job *j)
 {
@@ -80,7 +83,8 @@ llmt_status llmt__job_fault_parse(llmt_job *j)
         if (n < 3 || f->kind < 0 || rank < 0 || step < 1)
             return FAIL(LLMT_ERR_INVALID_ARGUMENT,
                         "LLMT_FAULT: '%s' is not KIND:RANK:STEP[:ARG][@GEN] with KIND one of "
-                        "kill, hang, slow, nan, bitflip, spike, killsave, losedisk, RANK >= 0 "
+                        "kill, hang, slow, nan, bitflip, spike, killsave, losedisk, flipout, "
+                        "RANK >= 0 "
                         "and "
                         "STEP >= 1",
                         t);
@@ -88,10 +92,10 @@ llmt_status llmt__job_fault_parse(llmt_job *j)
             return FAIL(LLMT_ERR_INVALID_ARGUMENT, "LLMT_FAULT: '%s': slow needs :MS", t);
         f->rank = (int32_t)rank;
         f->step = step;
-        f->arg = n >= 4                         ? arg
-                 : f->kind == JOB_FAULT_BITFLIP ? 22
-                 : f->kind == JOB_FAULT_SPIKE   ? 20
-                                                : 0;
+        f->arg = n >= 4                                                         ? arg
+                 : f->kind == JOB_FAULT_BITFLIP || f->kind == JOB_FAULT_FLIPOUT ? 22
+                 : f->kind == JOB_FAULT_SPIKE                                   ? 20
+                                                                                : 0;
         f->sticky = n >= 5 && plus == '+';
         j->nfault++;
     }
@@ -205,6 +209,12 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
             memcpy(x, &u, 4);
             break;
         }
+        case JOB_FAULT_FLIPOUT: /* after the update: llmt__job_fault_after */
+            if (!victim_elem(j))
+                return FAIL(LLMT_ERR_UNSUPPORTED, "LLMT_FAULT flipout: needs the fp32 CPU "
+                                                  "trainer's parameters");
+            j->flipout_bit = 1 + (int)(f->arg & 31);
+            break;
         case JOB_FAULT_SPIKE: {
             int64_t n = 0;
             if (!(x = victim_tensor(j, &n)))
@@ -248,6 +258,14 @@ void llmt__job_fault_saved(llmt_job *j, int64_t step)
 
 void llmt__job_fault_after(llmt_job *j)
 {
+    float *o = j->flipout_bit ? victim_elem(j) : NULL;
+    if (o) { /* the step's result corrupted on this rank alone */
+        uint32_t u;
+        memcpy(&u, o, 4);
+        u ^= 1u << (j->flipout_bit - 1);
+        memcpy(o, &u, 4);
+    }
+    j->flipout_bit = 0;
     if (j->spike_saved) {
         int64_t n = 0;
         float *x = victim_tensor(j, &n);

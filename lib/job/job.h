@@ -48,7 +48,8 @@ enum {
     JOB_FAULT_BITFLIP,
     JOB_FAULT_SPIKE,
     JOB_FAULT_KILLSAVE,
-    JOB_FAULT_LOSEDISK
+    JOB_FAULT_LOSEDISK,
+    JOB_FAULT_FLIPOUT
 };
 #define JOB_MAX_FAULTS 16
 typedef struct job_fault {
@@ -161,6 +162,7 @@ struct llmt_job {
     int32_t strag_streak[JOB_STRAGGLER_MAX_RANKS]; /* reports in a row named */
     int64_t stragglers;
     int spike_saved; /* fault.c: spike injection to undo */
+    int flipout_bit; /* fault.c: 1 + the bit to flip after this step (flipout) */
     float *spike_copy;
     /* goodput of this process (run.c) */
     double gp_productive_s, gp_stall_s, gp_lost_s, gp_checks_s;
@@ -236,6 +238,13 @@ llmt_status llmt__job_lower_lr(llmt_job *j, int64_t at, const char *why);
 uint64_t llmt__job_params_hash(llmt_job *j);
 llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m);
 llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s);
+/* sdc_replay.c: in deterministic mode, after the hashes `orig` (one per
+ * rank) disagreed at `step`: every rank restores the newest snapshot and
+ * runs the steps to `step` again; the ranks whose replayed hash differs
+ * from their own are named (metrics "sdc_replay"). *handled = 1 when the
+ * replays agree (the run goes on from them); 0 when there was nothing to
+ * replay from or they disagree (the anomaly policy decides). Collective. */
+llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig, int *handled);
 
 /* metrics.c: metrics.jsonl, appended and never rewritten. */
 llmt_status llmt__job_metrics_open(llmt_job *j);

@@ -18,7 +18,9 @@
 #             window skipped (the loader's cursor ends one batch further
 #             than the uninterrupted run's); lower_lr lowers the LR
 #   sdc       a bit flipped in one replica: the SDC check names that rank
-#             within sdc_interval steps (4 ranks: majority; 2: both)
+#             within sdc_interval steps (4 ranks: majority; 2: both); in
+#             deterministic mode the steps since the snapshot are replayed
+#             and the rank whose result does not reproduce is named
 #   straggler a rank slowed by 150 ms a step is named with its measured
 #             excess, treated as failed after `patience` reports, replaced
 #   killsave  a rank killed while an async save is in flight: the partial
@@ -219,6 +221,36 @@ sdc)
   LLMT_FAULT=bitflip:1:3 launch d2 d2.log --nproc 2 sdc2.json || { bad "sdc 2-rank run"; cat d2.log; }
   grep -q '"event":"sdc","step":4,"ok":false,"ranks":2,"bad_ranks":\[0,1\],"majority_rank":-1,"action":"rollback","now_at":2' d2/metrics.jsonl &&
     ok "2 ranks: no majority, both named, rolled back to step 2" || { bad "2-rank sdc"; grep sdc d2/metrics.jsonl; }
+  # deterministic mode: the disagreement is replayed from the snapshot of
+  # step 4 on both ranks; a result corrupted after step 6's update
+  # (flipout) does not reproduce on rank 1 alone, and the run goes on from
+  # the replay: every loss equals the uninterrupted run's
+  sed 's/"sample_tokens": 0}/"sample_tokens": 0, "deterministic": true}/' sdc.json > det.json
+  launch dr dr.log --nproc 2 det.json || { bad "deterministic reference"; cat dr.log; }
+  losses dr/metrics.jsonl > dr.loss
+  LLMT_FAULT=flipout:1:6 launch d3 d3.log --nproc 2 det.json || { bad "flipout run"; cat d3.log; }
+  grep -q '"event":"sdc_replay","step":6,"from":4,"not_reproducible":\[1\],"agree":true,"action":"replayed"' d3/metrics.jsonl &&
+    grep -q '"event":"sdc","step":6,"ok":false,"ranks":2,"bad_ranks":\[0,1\],"majority_rank":-1,"action":"replayed"' d3/metrics.jsonl &&
+    ok "2 ranks, deterministic: steps 5-6 replayed from step 4, rank 1's result not reproducible, rank 0's is" ||
+    { bad "replay did not name rank 1 alone"; grep sdc d3/metrics.jsonl; }
+  python3 -c '
+import json, sys
+r = [j for j in map(json.loads, open(sys.argv[1])) if j.get("event") == "sdc_replay"][0]
+ok = r["replay_xxh"][0] == r["replay_xxh"][1] == r["xxh"][0] != r["xxh"][1]
+print(("ok  " if ok else "FAIL") + " replayed xxh64 %s on both ranks = rank 0 original, rank 1 had %s" % (r["replay_xxh"][0], r["xxh"][1]))
+sys.exit(not ok)' d3/metrics.jsonl || fail=1
+  losses d3/metrics.jsonl > d3.loss
+  cmp -s dr.loss d3.loss && ok "all 14 losses equal the uninterrupted deterministic run's" ||
+    { bad "losses after the replay differ"; diff dr.loss d3.loss; }
+  # a flip before the step feeds both ranks' gradients: neither result
+  # reproduces; the replay is clean, so the run continues as the reference
+  LLMT_FAULT=bitflip:1:5 launch d4 d4.log --nproc 2 det.json || { bad "bitflip run"; cat d4.log; }
+  grep -q '"event":"sdc_replay","step":6,"from":4,"not_reproducible":\[0,1\],"agree":true' d4/metrics.jsonl &&
+    ok "a flip before step 5 reached both ranks' gradients: both named by the replay" ||
+    { bad "replay after bitflip"; grep sdc d4/metrics.jsonl; }
+  losses d4/metrics.jsonl | awk '$1 > 6' > d4.loss
+  awk '$1 > 6' dr.loss | cmp -s - d4.loss && ok "losses of steps 7-14 equal the reference's after the replay" ||
+    { bad "losses after the bitflip replay differ"; diff dr.loss d4.loss; }
   ;;
 straggler)
   mk st.json ', "straggler": {"interval": 2, "margin": 0.5, "patience": 3}'

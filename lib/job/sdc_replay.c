@@ -1,0 +1,108 @@
+/* Deterministic replay of a silent-data-corruption disagreement.
+ *
+ * The hash check (detect.c) sees that replicas differ, and a majority
+ * names the odd one out; two replicas have no majority, and a majority
+ * says nothing about whether the odd result came from a transient fault
+ * or from its input. In deterministic mode (train.deterministic) a step is
+ * a pure function of the state and the batch, so it can be run again:
+ * every rank (the data-parallel reductions need all of them) restores the
+ * newest snapshot with its loader cursor, runs the steps up to the check
+ * again with the same batches (no saves, checks or injected faults) and
+ * hashes its parameters again. A rank whose replayed hash differs from
+ * its own original one produced a result that is not reproducible: that
+ * rank is named. When the replays agree the run goes on from them (the
+ * corrupted result is gone); when they do not, the anomaly policy
+ * decides, as without a replay. The replay trusts the snapshot: the
+ * corruption must be newer than the newest save (it is, when the check
+ * runs at least once per checkpoint interval, or the save of a corrupted
+ * replica would have been caught earlier). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job/job.h"
+
+#define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
+
+static void list(char *buf, size_t n, const uint64_t *a, const uint64_t *b, int32_t world,
+                 int hashes)
+{
+    size_t l = 0;
+    buf[0] = 0;
+    for (int32_t r = 0; r < world && l < n - 24; r++) {
+        if (hashes)
+            l += (size_t)snprintf(buf + l, n - l, "%s\"%016llx\"", r ? "," : "",
+                                  (unsigned long long)a[r]);
+        else if (a[r] != b[r])
+            l += (size_t)snprintf(buf + l, n - l, "%s%d", l ? "," : "", (int)r);
+    }
+}
+
+llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig, int *handled)
+{
+    *handled = 0;
+    if (!j->to.deterministic || !j->comm)
+        return LLMT_OK;
+    int64_t from = -1;
+    llmt_status s = llmt__job_restore(j, 1, &from);
+    if (s != LLMT_OK)
+        return s;
+    if (from < 0 || from >= step) /* nothing to replay from: the policy decides */
+        return LLMT_OK;
+    llmt_batch b = {sizeof b, j->in, j->tg, j->to.micro_batch * j->to.grad_accum,
+                    j->to.seq_len};
+    for (int64_t t = from + 1; t <= step; t++) {
+        if ((s = llmt__job_data_next(j, &j->data, j->in, j->tg)) != LLMT_OK)
+            return s;
+        llmt_step_metrics met;
+        memset(&met, 0, sizeof met);
+        met.struct_size = sizeof met;
+        if ((s = llmt_trainer_step(j->tr, &b, &met)) != LLMT_OK)
+            return FAIL(s, "sdc: replay of step %lld from step %lld: %s", (long long)t,
+                        (long long)from, llmt_trainer_last_error(j->tr));
+    }
+    if ((s = llmt_trainer_sync_params(j->tr)) != LLMT_OK)
+        return FAIL(s, "sdc: replay: %s", llmt_trainer_last_error(j->tr));
+    uint64_t mine = llmt__job_params_hash(j);
+    uint64_t *rep = calloc((size_t)j->world, sizeof *rep);
+    if (!rep)
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: replay: no memory");
+    s = llmt_comm_all_gather(j->comm, &mine, rep, 1, LLMT_DTYPE_INT64, NULL);
+    if (s != LLMT_OK) {
+        free(rep);
+        return FAIL(s, "sdc: replay: all-gather of the hashes: %s",
+                    llmt_comm_last_error(j->comm));
+    }
+    int agree = 1;
+    for (int32_t r = 1; r < j->world; r++)
+        agree &= rep[r] == rep[0];
+    char bad[512], oh[4096], rh[4096];
+    list(bad, sizeof bad, orig, rep, j->world, 0);
+    list(oh, sizeof oh, orig, NULL, j->world, 1);
+    list(rh, sizeof rh, rep, NULL, j->world, 1);
+    free(rep);
+    int stop = j->spec->fault_tolerance.anomaly.policy == LLMT_SPEC_ANOMALY_STOP;
+    const char *action = !agree ? "policy" : stop ? "stop" : "replayed";
+    llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+              "sdc: step %lld replayed from the snapshot of step %lld on every rank: %s%s%s",
+              (long long)step, (long long)from,
+              bad[0] ? "the result of rank(s) " : "every rank's result reproduced",
+              bad[0] ? bad : "", bad[0] ? " is not reproducible" : "");
+    llmt__job_metrics_line(j,
+                           "{\"event\":\"sdc_replay\",\"step\":%lld,\"from\":%lld,"
+                           "\"not_reproducible\":[%s],\"agree\":%s,\"action\":\"%s\","
+                           "\"xxh\":[%s],\"replay_xxh\":[%s]}",
+                           (long long)step, (long long)from, bad, agree ? "true" : "false",
+                           action, oh, rh);
+    j->gp_cycle_from = 0; /* the replay is not the next step's work */
+    if (!agree)           /* not reproducible anywhere alike: the policy acts on this state */
+        return LLMT_OK;
+    *handled = 1;
+    if (stop)
+        return FAIL(
+            LLMT_ERR_NUMERIC,
+            "sdc: silent data corruption at step %lld: the result of rank(s) %s is not "
+            "reproducible (replayed from step %lld; fault_tolerance.anomaly.policy stop)",
+            (long long)step, bad[0] ? bad : "none", (long long)from);
+    return LLMT_OK;
+}
