@@ -290,7 +290,9 @@ typedef enum llmt_type_id {
     LLMT_TYPE_JOB_PERF = 31,
     LLMT_TYPE_JOB_OBS_OPTS = 32,
     LLMT_TYPE_PP_OPTS = 36,
-    LLMT_TYPE_PP_STATS = 37
+    LLMT_TYPE_PP_STATS = 37,
+    LLMT_TYPE_CP_OPTS = 38,
+    LLMT_TYPE_CP_STATS = 39
 } llmt_type_id;
 /* sizeof the struct, or 0 for an unknown id. */
 LLMT_API size_t llmt_sizeof(llmt_type_id type);
@@ -452,7 +454,7 @@ typedef struct llmt_plan_estimate {
     /* This library's engine (lib/train) on the layout, one rank, exactly
      * as it runs it (doc/planner.md, "The engine's own numbers"); the
      * fields above model any framework on GPUs. engine_modeled 0: a
-     * layout the engine does not run with tp x dp (pp, cp, ep > 1, MoE)
+     * layout the engine does not run with tp x cp x dp (pp, ep > 1, MoE)
      * and the fields below are 0. Per step, on the TP and
      * the DP group's communicator, as llmt_comm_get_stats counts them:
      * calls, payload_bytes, bus_bytes. */
@@ -465,6 +467,11 @@ typedef struct llmt_plan_estimate {
      * shares), activations and backward scratch for one micro-batch */
     double engine_mem_params, engine_mem_grads, engine_mem_optimizer,
            engine_mem_activations;
+    /* the context parallel group's (cp > 1; 0 otherwise): the attention's
+     * key/value exchange (ring steps as send + recv, or the all-gather and
+     * reduce-scatter), the gradient sum and the loss sum of one step,
+     * counted as the TP and DP fields are */
+    double engine_cp_calls, engine_cp_payload_bytes, engine_cp_bus_bytes;
 } llmt_plan_estimate;
 
 LLMT_API llmt_status llmt_plan_get_estimate(const llmt_plan *plan,
@@ -1527,6 +1534,67 @@ typedef struct llmt_pp_stats {
     int64_t sent_bytes, recv_bytes;  /* last step's activations + gradients */
 } llmt_pp_stats;
 LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats *out);
+
+/* -- Context parallelism (doc/parallelism.md, "Context parallelism"): the
+ * sequence of every micro-batch split over `comm`, the CP group (the
+ * plan's LLMT_DIM_CP: ranks of equal TP coordinate; from
+ * llmt_comm_create_plan_group), which must outlive the trainer (NULL or a
+ * group of 1: none). With the causal load balance of Megatron-Core and
+ * Llama 3, seq_len is cut into 2 x cp chunks and rank r of the group holds
+ * chunks r and 2 cp - 1 - r of every sequence (so each rank gets the same
+ * share of the causal triangle); everything but attention runs on those
+ * rows unchanged, with their global positions (RoPE, learned position
+ * embeddings), and attention sees the whole sequence by exchanging the
+ * key/value blocks (variant below) with online-softmax merging; the
+ * backward returns dK/dV to their owners the same way. Weights are
+ * replicated over the group: their gradients and the losses are summed
+ * over it, so results are those of one rank up to the order of fp32 sums.
+ * Every rank of the group calls llmt_trainer_step (and evaluate) with the
+ * same whole sequences, as the ranks of a tensor parallel group do; the
+ * loss weighting counts every target of the batch once. Order of attach
+ * calls: llmt_trainer_set_tp_comm first (each CP rank keeps its TP shard;
+ * the CP group joins ranks of equal TP rank), then this, then
+ * llmt_trainer_set_comm on the DP group (any ZeRO stage; its reductions
+ * and the CP sum are both linear). Collective over comm: it makes the
+ * engine again for seq_len / cp rows from the host copies of the
+ * parameters and moments (call it again with another group to change it;
+ * NULL detaches). step, forward_backward, evaluate and generate become
+ * collective over comm (generate runs each token's window padded to
+ * seq_len through the split engine). Checkpoints: the group's ranks hold
+ * the same state, so llmt_trainer_ckpt_add adds tensors only on CP rank 0
+ * (the others add key/values alone), and any cp, tp, dp layout reads it.
+ * Fails with LLMT_ERR_INVALID_ARGUMENT, naming parallelism.cp and
+ * model.seq_len, when 2 x cp does not divide seq_len, and for a variant
+ * other than those below; LLMT_ERR_STATE after llmt_trainer_set_comm;
+ * LLMT_ERR_UNSUPPORTED with pipeline or sequence parallelism, fp8, MoE
+ * layers, or on CUDA (the exchange runs on host memory: the CPU backend
+ * and the bf16 emulation). */
+typedef enum llmt_cp_variant {
+    LLMT_CP_RING = 0,      /* cp - 1 ring steps of every rank's K/V block
+                              (send to r + 1, receive from r - 1) */
+    LLMT_CP_ALL_GATHER = 1 /* Llama 3: one all-gather of K/V per layer,
+                              dK/dV reduce-scattered to their owners */
+} llmt_cp_variant;
+typedef struct llmt_cp_opts {
+    size_t struct_size;
+    int32_t variant; /* llmt_cp_variant; default LLMT_CP_RING */
+} llmt_cp_opts;
+LLMT_API llmt_status llmt_cp_opts_init(llmt_cp_opts *opts, size_t size);
+LLMT_API llmt_status llmt_trainer_set_cp_comm(llmt_trainer *tr, llmt_comm *comm,
+                                              const llmt_cp_opts *opts);
+/* This rank's share of the sequence: filled up to struct_size; size 1,
+ * local_seq_len = seq_len and chunks {0, -1} without context parallelism. */
+typedef struct llmt_cp_stats {
+    size_t struct_size;
+    int32_t rank, size;    /* this rank's, of the CP group */
+    int32_t variant;       /* llmt_cp_variant */
+    int32_t seq_len;       /* the whole sequence */
+    int32_t local_seq_len; /* the rows of each sequence held: seq_len / cp */
+    int32_t chunk_len;     /* seq_len / (2 cp) */
+    int32_t chunks[2];     /* the chunks held, in this order: rank and
+                              2 cp - 1 - rank */
+} llmt_cp_stats;
+LLMT_API llmt_status llmt_trainer_cp_stats(const llmt_trainer *tr, llmt_cp_stats *out);
 
 /* Mixture of experts (llmt_model_config.moe_*): the last training step's
  * routing of MoE layer `layer` (-1: summed over the MoE layers), summed

@@ -44,8 +44,12 @@ static int layout(llmt_job *job, const llmt_job_info *i, char *b, size_t cap)
     if (llmt_job_get_plan(job, &p) == LLMT_OK)
         llmt_plan_degrees(p, deg);
     b[0] = 0;
-    if (i->world_size > 1)
-        snprintf(b, cap, "tp %d x dp %d", (int)deg[LLMT_DIM_TP], (int)deg[LLMT_DIM_DP]);
+    if (i->world_size > 1) {
+        char ep[24] = ""; /* the experts' split, carved out of dp */
+        if (deg[LLMT_DIM_EP] > 1)
+            snprintf(ep, sizeof ep, " (ep %d)", (int)deg[LLMT_DIM_EP]);
+        snprintf(b, cap, "tp %d x dp %d%s", (int)deg[LLMT_DIM_TP], (int)deg[LLMT_DIM_DP], ep);
+    }
     return (int)deg[LLMT_DIM_TP];
 }
 
@@ -57,9 +61,17 @@ static void banner(const llmt_job_info *i, int tp, const char *lay)
         printf("tensor x data parallel: %s = %d ranks (%s), ZeRO-%d; global batch = micro x "
                "accum x %d\n",
                lay, (int)i->world_size, i->comm_backend, (int)i->zero, (int)i->dp);
-    else if (i->world_size > 1)
-        printf("data parallel: %d ranks (%s), ZeRO-%d; global batch = micro x accum x %d\n",
-               (int)i->world_size, i->comm_backend, (int)i->zero, (int)i->dp);
+    else if (i->world_size > 1) {
+        int ep = 1; /* expert parallel groups inside dp (layout's "(ep N)") */
+        const char *q = strstr(lay, "(ep ");
+        if (q && sscanf(q, "(ep %d)", &ep) != 1)
+            ep = 1;
+        char epn[64] = "";
+        if (ep > 1)
+            snprintf(epn, sizeof epn, ", experts split over ep %d", ep);
+        printf("data parallel: %d ranks (%s), ZeRO-%d%s; global batch = micro x accum x %d\n",
+               (int)i->world_size, i->comm_backend, (int)i->zero, epn, (int)i->dp);
+    }
     if (i->resume_note[0])
         printf("%s%s\n", i->start_step > 0 ? "resumed from " : "", i->resume_note);
     printf("model: %s, %d layers, width %d, %d heads, vocab %d, %.2fM parameters\n",

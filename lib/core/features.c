@@ -91,6 +91,8 @@ LLMT_API size_t llmt_sizeof(llmt_type_id type)
     case LLMT_TYPE_JOB_OBS_OPTS: return sizeof(llmt_job_obs_opts);
     case LLMT_TYPE_PP_OPTS: return sizeof(llmt_pp_opts);
     case LLMT_TYPE_PP_STATS: return sizeof(llmt_pp_stats);
+    case LLMT_TYPE_CP_OPTS: return sizeof(llmt_cp_opts);
+    case LLMT_TYPE_CP_STATS: return sizeof(llmt_cp_stats);
     }
     return 0;
 }

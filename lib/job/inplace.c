@@ -58,6 +58,8 @@ static void drop_comms(llmt_job *j)
     if (j->dp_comm != j->comm)
         llmt_comm_destroy(j->dp_comm);
     llmt_comm_destroy(j->tp_comm);
+    llmt_comm_destroy(j->ep_comm);
+    j->ep_comm = NULL;
     llmt_comm_destroy(j->comm);
     j->comm = j->dp_comm = j->tp_comm = NULL;
     for (int g = 0; g < LLMT_JOB_GROUPS; g++)

@@ -358,6 +358,8 @@ llmt_status llmt__job_attach_groups(llmt_job *j)
     }
     j->group_comm[LLMT_JOB_GROUP_DP] = j->dp_comm;
     j->group_comm[LLMT_JOB_GROUP_TP] = j->tp_comm;
+    if (j->spec->parallelism.ep > 1 && (s = llmt__job_attach_ep(j)) != LLMT_OK)
+        return s; /* inside the DP group (moe_attach.c) */
     if (!j->dp_comm)
         return LLMT_OK; /* dp 1: nothing to reduce across replicas */
     llmt_dp_opts d;
@@ -615,6 +617,7 @@ LLMT_API void llmt_job_destroy(llmt_job *j)
     if (j->dp_comm != j->comm)
         llmt_comm_destroy(j->dp_comm); /* groups before the comm they came from */
     llmt_comm_destroy(j->tp_comm);
+    llmt_comm_destroy(j->ep_comm);
     if (j->own_comm)
         llmt_comm_destroy(j->comm);
     llmt_model_destroy(j->model);

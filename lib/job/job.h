@@ -89,6 +89,8 @@ struct llmt_job {
      * tp_comm only when tp > 1; dp_comm is comm itself when tp is 1, a
      * group of its own (owned, like tp_comm) when tp > 1 and dp > 1. */
     llmt_comm *tp_comm, *dp_comm;
+    /* expert parallel group (ep > 1; owned; ep_attach.c) */
+    llmt_comm *ep_comm;
     llmt_model *model;
     llmt_trainer *tr;
     llmt_ckpt *ck; /* local tier (root), durable copy inside */
@@ -285,6 +287,9 @@ int64_t llmt__job_obs_interval(const llmt_job *j);
 /* job.c: the tp/dp groups cut from j->comm and attached to the trainer
  * (collective over j->comm). */
 llmt_status llmt__job_attach_groups(llmt_job *j);
+/* The expert parallel group (ep > 1): from the plan, attached to the
+ * trainer (ep_attach.c). */
+llmt_status llmt__job_attach_ep(llmt_job *j);
 
 /* inplace.c: under `llmtrain launch --in-place` ($LLMT_LAUNCH_INPLACE),
  * a step whose collectives failed (a peer died) re-forms the communicator

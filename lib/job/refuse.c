@@ -42,8 +42,6 @@ static llmt_status check_parallelism(llmt_job *j)
          "pipeline parallelism: issue 17"},
         {"parallelism.cp", offsetof(struct llmt_spec, parallelism.cp),
          "context parallelism: issue 18"},
-        {"parallelism.ep", offsetof(struct llmt_spec, parallelism.ep),
-         "expert parallelism: issue 18"},
         {"parallelism.virtual_stages", offsetof(struct llmt_spec, parallelism.virtual_stages),
          "interleaved pipeline stages: issue 17"},
     };
@@ -65,11 +63,15 @@ static llmt_status check_parallelism(llmt_job *j)
     if (s->model.moe.experts > 0 && s->train.device == LLMT_SPEC_DEVICE_CUDA)
         return REFUSE("model.moe.experts: MoE layers run on the CPU engine only for now "
                       "(issue 18); set train.device cpu");
-    if (s->model.moe.experts > 0 && j->world > 1)
-        return REFUSE("model.moe.experts: MoE layers run in one process for now (no data, "
-                      "tensor, pipeline or expert parallelism with them yet: issue 18); this "
-                      "job has %d ranks",
-                      j->world);
+    /* data and expert parallelism run them (lib/train/moe_ep.c); the
+     * engine's tensor and pipeline splits of the MLP do not know experts */
+    if (s->model.moe.experts > 0 && (s->parallelism.tp > 1 || s->parallelism.pp > 1))
+        return REFUSE(
+            "model.moe.experts: MoE layers with %s %lld are not supported by "
+            "llmt_job yet (issue 18: data and expert parallelism run them); use "
+            "parallelism.dp and parallelism.ep",
+            s->parallelism.tp > 1 ? "parallelism.tp" : "parallelism.pp",
+            (long long)(s->parallelism.tp > 1 ? s->parallelism.tp : s->parallelism.pp));
     if (s->model.moe.experts == 0 && llmt__spec_given(s, "model.moe.expert_ffn"))
         return REFUSE("model.moe.expert_ffn: set but model.moe.experts is 0 (dense)");
     /* the trainer splits layers with the vocabulary-split embedding and

@@ -54,7 +54,8 @@ static void reduce_scatter(acc *a, double n, double count, double esz, double ti
  * untied head; norms, wpe and the biases of row split Linears whole. */
 typedef struct eng {
     double t, D, L, C, nh, nkv, hd, F, Vp, T, B, A, es, al;
-    int llama, tied, kvrep, zero, full, selective, cpu, sp;
+    double c, Tseq; /* context parallel degree; T is then Tseq / c rows */
+    int llama, tied, kvrep, zero, full, selective, cpu, sp, cp_ag;
     double nh_l, nkv_l, Q_l, F_l, V_l;
     double unit[2 + 4096]; /* DP units: embeddings | layers | tail, elements */
     int U;
@@ -77,7 +78,10 @@ static void shape(const llmt_spec *s, eng *g)
     g->hd = g->C / g->nh;
     g->F = (double)s->model.ffn;
     g->Vp = (double)((s->model.vocab + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD);
-    g->T = (double)s->model.seq_len;
+    g->c = (double)s->parallelism.cp;
+    g->Tseq = (double)s->model.seq_len;
+    g->T = g->Tseq / g->c; /* the rows of a sequence the engine runs here */
+    g->cp_ag = s->parallelism.cp_variant == LLMT_SPEC_CP_ALLGATHER;
     g->B = (double)s->batch.micro;
     g->A = (double)s->batch.grad_accum;
     g->llama = s->model.arch == LLMT_SPEC_ARCH_LLAMA;
@@ -105,7 +109,7 @@ static void shape(const llmt_spec *s, eng *g)
         layer = 2 * aligned(g, C) + aligned(g, g->Q_l * C) + aligned(g, C * C / g->t) +
                 3 * aligned(g, g->F_l * C);
     } else {
-        emb += aligned(g, g->T * C);
+        emb += aligned(g, g->Tseq * C); /* wpe: every position */
         layer = 4 * aligned(g, C) + aligned(g, g->Q_l * C) + aligned(g, g->Q_l) +
                 aligned(g, C * C / g->t) + aligned(g, C) + 2 * aligned(g, g->F_l * C) +
                 aligned(g, g->F_l) + aligned(g, C);
@@ -162,6 +166,47 @@ static void tp_step(const eng *g, acc *a)
     if (g->sp) /* the norms' weight gradients, partial per rank */
         all_reduce(a, t, norm_tensors(g) * g->C, 4, 1);
     all_reduce(a, t, 1, 4, 1);
+}
+
+/* `times` ring steps (cp.c's ring()): a send of `bytes` and a receive,
+ * two calls; the receive moves nothing of this rank's. */
+static void ring(acc *a, double bytes, double times)
+{
+    a->calls += 2 * times;
+    a->payload += times * bytes;
+    a->bus += times * bytes;
+}
+
+/* The context parallel group's collectives of one step (lib/train/cp.c,
+ * device.c): per micro-batch and layer, the attention forward's exchange
+ * of this rank's k and v rows (n = B x T/cp x 2 kv heads x hd elements,
+ * storage type) -- ring: cp - 1 steps; all-gather: one -- again for each
+ * recomputed attention (full: every layer when L > 1; selective: all but
+ * the last); its backward: ring: cp - 1 steps of the block and of its
+ * fp32 dK/dV, then one more of dK/dV home; all-gather: the gather again
+ * and a reduce-scatter of the fp32 dK/dV. Per step, fp32: the gradient
+ * sum (all-reduce of the rank's P elements) and the loss sum (an
+ * all-gather of one double, as int64). */
+static void cp_step(const eng *g, acc *a)
+{
+    double c = g->c, L = g->L;
+    if (c <= 1)
+        return;
+    double n = g->B * g->T * 2 * g->nkv_l * g->hd;
+    double again = g->full && L > 1 ? L : g->selective ? L - 1 : 0;
+    double fwd = g->A * (L + again), bwd = g->A * L;
+    if (g->cp_ag) {
+        all_gather(a, c, n, g->es, fwd + bwd);
+        reduce_scatter(a, c, n, 4, bwd);
+    } else {
+        ring(a, n * g->es, (c - 1) * (fwd + bwd));
+        ring(a, n * 4, c * bwd);
+    }
+    double P = 0;
+    for (int u = 0; u < g->U; u++)
+        P += g->unit[u];
+    all_reduce(a, c, P, 4, 1);
+    all_gather(a, c, 1, 8, 1);
 }
 
 /* ceil(n / D): a unit's chunk (every rank's block of its collectives) */
@@ -260,17 +305,21 @@ void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
 {
     e->engine_modeled = 0;
     /* what the engine runs today: tp (with or without sequence
-     * parallelism) x dp with ZeRO 0-3, dense models */
-    if (s->parallelism.pp > 1 || s->parallelism.cp > 1 || s->parallelism.ep > 1 ||
-        s->model.moe.experts > 0 || s->model.layers > 4096)
+     * parallelism) x cp x dp with ZeRO 0-3, dense models */
+    if (s->parallelism.pp > 1 || s->parallelism.ep > 1 || s->model.moe.experts > 0 ||
+        s->model.layers > 4096)
         return;
     eng g;
     shape(s, &g);
     e->engine_modeled = 1;
     e->engine_store_bytes = (int32_t)g.es;
-    acc tp = {0, 0, 0}, dp = {0, 0, 0};
+    acc tp = {0, 0, 0}, dp = {0, 0, 0}, cp = {0, 0, 0};
     tp_step(&g, &tp);
     dp_step(&g, &dp);
+    cp_step(&g, &cp);
+    e->engine_cp_calls = cp.calls;
+    e->engine_cp_payload_bytes = cp.payload;
+    e->engine_cp_bus_bytes = cp.bus;
     e->engine_tp_calls = tp.calls;
     e->engine_tp_payload_bytes = tp.payload;
     e->engine_tp_bus_bytes = tp.bus;

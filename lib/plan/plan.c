@@ -70,8 +70,14 @@ static void warn_notes(llmt_plan *p)
 static void engine_note(llmt_plan *p)
 {
     const llmt_plan_estimate *e = &p->est;
-    if (!e->engine_modeled || (e->tp == 1 && e->dp == 1))
+    if (!e->engine_modeled || (e->tp == 1 && e->dp == 1 && e->cp == 1))
         return;
+    if (e->cp > 1)
+        llmt__plan_note(p,
+                        "engine (lib/train), one rank per step: CP %.0f collectives, "
+                        "%.3f MB payload (%.3f MB bus)",
+                        e->engine_cp_calls, e->engine_cp_payload_bytes / 1e6,
+                        e->engine_cp_bus_bytes / 1e6);
     llmt__plan_note(p,
                     "engine (lib/train), one rank per step: TP %.0f collectives, "
                     "%.3f MB payload (%.3f MB bus); DP %.0f, %.3f MB (%.3f MB bus); "
@@ -412,11 +418,12 @@ static void add_engine(cJSON *o, const llmt_plan_estimate *e)
     }
     cJSON *g = cJSON_AddObjectToObject(o, "engine_per_rank");
     NUM(g, "store_bytes", e->engine_store_bytes);
-    static const char *const grp[] = {"tp_per_step", "dp_per_step"};
-    const double v[2][3] = {
+    static const char *const grp[] = {"tp_per_step", "dp_per_step", "cp_per_step"};
+    const double v[3][3] = {
         {e->engine_tp_calls, e->engine_tp_payload_bytes, e->engine_tp_bus_bytes},
-        {e->engine_dp_calls, e->engine_dp_payload_bytes, e->engine_dp_bus_bytes}};
-    for (int i = 0; g && i < 2; i++) {
+        {e->engine_dp_calls, e->engine_dp_payload_bytes, e->engine_dp_bus_bytes},
+        {e->engine_cp_calls, e->engine_cp_payload_bytes, e->engine_cp_bus_bytes}};
+    for (int i = 0; g && i < 3; i++) {
         cJSON *d = cJSON_AddObjectToObject(g, grp[i]);
         NUM(d, "calls", v[i][0]);
         NUM(d, "payload_bytes", v[i][1]);

@@ -77,6 +77,9 @@ static const spec_key keys[] = {
     I("parallelism.pp", parallelism.pp, 1, 1e6, "pipeline parallel [1]"),
     I("parallelism.dp", parallelism.dp, 1, 1e9, "data parallel [1]"),
     I("parallelism.cp", parallelism.cp, 1, 1e6, "context parallel [1]"),
+    E("parallelism.cp_variant", parallelism.cp_variant, "ring|allgather",
+      "context parallel attention: ring exchange of K/V blocks, or one all-gather of K/V "
+      "(Llama 3) [ring]"),
     I("parallelism.ep", parallelism.ep, 1, 1e6, "expert parallel, carved out of dp [1]"),
     I("parallelism.zero", parallelism.zero, 0, 3, "ZeRO stage 0..3 [0]"),
     I("parallelism.virtual_stages", parallelism.virtual_stages, 1, 1e4,

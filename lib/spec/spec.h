@@ -18,6 +18,8 @@ enum { LLMT_SPEC_ARCH_GPT2 = 0, LLMT_SPEC_ARCH_LLAMA = 1 };
 /* parallelism.recompute */
 enum { LLMT_SPEC_RECOMPUTE_NONE = 0, LLMT_SPEC_RECOMPUTE_SELECTIVE = 1,
        LLMT_SPEC_RECOMPUTE_FULL = 2 };
+/* parallelism.cp_variant */
+enum { LLMT_SPEC_CP_RING = 0, LLMT_SPEC_CP_ALLGATHER = 1 };
 /* precision.param / master / gemm */
 enum { LLMT_SPEC_PREC_BF16 = 0, LLMT_SPEC_PREC_FP16 = 1, LLMT_SPEC_PREC_FP32 = 2,
        LLMT_SPEC_PREC_FP8 = 3 };
@@ -85,6 +87,7 @@ struct llmt_spec {
         int64_t tp, pp, dp, cp, ep, zero, virtual_stages;
         int recompute;
         int sequence_parallel;
+        int cp_variant; /* LLMT_SPEC_CP_* */
     } parallelism;
     struct {
         int param, master, gemm;

@@ -104,6 +104,10 @@ int llmt__cp_size(const llmt__cp *cp)
 {
     return cp ? cp->size : 1;
 }
+int llmt__cp_rank(const llmt__cp *cp)
+{
+    return cp ? cp->rank : 0;
+}
 llmt_comm *llmt__cp_comm(const llmt__cp *cp)
 {
     return cp ? cp->comm : NULL;

@@ -38,6 +38,7 @@ llmt_status llmt__cp_create(llmt_err *e, llmt_comm *comm, int variant, int T, in
                             llmt__cp **out);
 void llmt__cp_destroy(llmt__cp *cp);
 int llmt__cp_size(const llmt__cp *cp);
+int llmt__cp_rank(const llmt__cp *cp);
 llmt_comm *llmt__cp_comm(const llmt__cp *cp);
 int llmt__cp_variant(const llmt__cp *cp);
 /* The T / cp global positions of this rank's rows of a sequence. */
@@ -83,5 +84,8 @@ void llmt__devtrain_set_cp(struct llmt__devtrain *g, llmt__cp *cp);
  * (LLMT_ERR_STATE) and, naming model.seq_len, when 2 x cp does not
  * divide it. */
 llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant);
+/* The trainer's context parallelism (NULL: none; lib/train/cp_api.c and
+ * the checkpoint's save-once rule in state.c read it). */
+const llmt__cp *llmt__trainer_cp(const llmt_trainer *tr);
 
 #endif

@@ -1919,30 +1919,41 @@ llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, in
                                        float *logits)
 {
     int Vp = g->m->cfg.padded_vocab_size, Vl = g->Vl;
+    int most = g->cp ? g->T * llmt__cp_size(g->cp) : g->T;
     llmt_status s;
-    if (len < 1 || len > g->T)
+    if (len < 1 || len > most)
         return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
-                             "trainer: device generate: %d tokens (at most %d)", len, g->T);
-    if (g->cp)
-        return llmt__err_set(g->e, LLMT_ERR_UNSUPPORTED,
-                             "trainer: generate under context parallelism is not supported "
-                             "yet (parallelism.cp 1)");
-    int run = len;
-    sp_pad(g, &tok, NULL, 1, &run);
+                             "trainer: device generate: %d tokens (at most %d)", len, most);
+    int run = len, row = len - 1;
+    if (g->cp) { /* tok: this rank's rows of the window padded to the whole
+                  * sequence (causal: what follows it changes nothing); the
+                  * last token's row is on one rank, or none here */
+        const int32_t *pos = llmt__cp_pos(g->cp);
+        run = g->T;
+        row = -1;
+        for (int t = 0; t < g->T; t++)
+            row = pos[t] == len - 1 ? t : row;
+    } else {
+        sp_pad(g, &tok, NULL, 1, &run);
+    }
     S(g->op->h2d(g->d, g->tok, tok, (size_t)run * 4), "upload tokens");
     g->amax_row = g->A;
     R(forward(g, g->tok, 1, run));
-    S(g->op->d2h(g->d, g->hrow, at(g, g->logits, (size_t)(len - 1) * Vl), (size_t)Vl * g->es),
-      "read the logits");
-    const llmt__bf16 *hb = g->hrow;
-    if (Vl < Vp)
+    if (Vl < Vp || row < 0)
         memset(logits, 0, (size_t)Vp * sizeof(float));
-    for (int i = 0; i < Vl; i++)
-        logits[g->vlo + i] =
-            g->es == sizeof(float) ? ((const float *)g->hrow)[i] : llmt__bf16_to_f32(hb[i]);
-    if (Vl < Vp) /* the group's columns: a sum over zeros elsewhere (host memory) */
-        return g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, logits, 1, (size_t)Vp);
-    return LLMT_OK;
+    if (row >= 0) {
+        S(g->op->d2h(g->d, g->hrow, at(g, g->logits, (size_t)row * Vl), (size_t)Vl * g->es),
+          "read the logits");
+        const llmt__bf16 *hb = g->hrow;
+        for (int i = 0; i < Vl; i++)
+            logits[g->vlo + i] =
+                g->es == sizeof(float) ? ((const float *)g->hrow)[i] : llmt__bf16_to_f32(hb[i]);
+    }
+    /* the group's columns: a sum over zeros elsewhere (host memory) */
+    if (Vl < Vp && (s = g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, logits, 1,
+                                (size_t)Vp)) != LLMT_OK)
+        return s;
+    return g->cp ? llmt__cp_sum(g->cp, logits, (size_t)Vp) : LLMT_OK;
 #undef R
 }
 

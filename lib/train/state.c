@@ -337,8 +337,11 @@ LLMT_API llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
     llmt_status hs =
         llmt__trainer_has_tp(tr) ? llmt_trainer_sync_params(tr) : llmt__trainer_host_sync(tr);
     if (hs != LLMT_OK) return hs;
+    /* context parallelism: the group's ranks hold the same state, as
+     * replicas do; its first rank saves it, once */
     int32_t n = 0;
-    llmt_model_param_count(model, &n, NULL);
+    if (llmt__trainer_cp_rank(tr) == 0)
+        llmt_model_param_count(model, &n, NULL);
     for (int32_t i = 0; i < n; i++) {
         const char *pn = NULL;
         llmt_tensor pv;

@@ -697,9 +697,15 @@ LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prom
             int at = total - len + i;
             tr->gen_ctx[i] = at < n_prompt ? prompt[at] : out[at - n_prompt];
         }
+        const int32_t *win = tr->gen_ctx;
+        if (tr->cp) { /* padded to the sequence; this rank's rows of it */
+            memset(tr->gen_ctx + len, 0, (size_t)(tr->T - len) * sizeof(int32_t));
+            llmt__cp_local(tr->cp, tr->gen_ctx, tr->cp_in, 1);
+            win = tr->cp_in;
+        }
         llmt_status s = tr->pp ? llmt__pp_logits(&tr->err, tr->pp_comm, tr->ops->store, tr->dev,
-                                                 tr->gen_ctx, len, tr->B, tr->T, Vp, devlg)
-                               : llmt__devtrain_last_logits(tr->dev, tr->gen_ctx, len, devlg);
+                                                 win, len, tr->B, tr->T, Vp, devlg)
+                               : llmt__devtrain_last_logits(tr->dev, win, len, devlg);
         if (s != LLMT_OK) {
             free(sorted);
             free(pr);
@@ -1202,6 +1208,11 @@ static llmt_status cp_check(llmt_trainer *tr)
                              "on host memory)",
                              tr->ops->name);
     return LLMT_OK;
+}
+
+const llmt__cp *llmt__trainer_cp(const llmt_trainer *tr)
+{
+    return tr->cp;
 }
 
 /* A new engine for T / cp rows of each sequence (T: NULL or a group of

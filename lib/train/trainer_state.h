@@ -41,6 +41,10 @@ llmt_status llmt__trainer_host_sync(llmt_trainer *tr);
 float *llmt__trainer_fp8_state(llmt_trainer *tr, int64_t shape[2]);
 llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in);
 
+/* This rank's place in its context parallel group (0 without one;
+ * cp_api.c): checkpoints are saved by rank 0 of the group only. */
+int llmt__trainer_cp_rank(llmt_trainer *tr);
+
 /* Pipeline parallelism is attached (each stage saves and reads only its
  * tensors' blocks). */
 int llmt__trainer_has_pp(const llmt_trainer *tr);

@@ -101,6 +101,9 @@ int main(void)
     printf("llmt_plan_estimate.engine_mem_grads %zu\n", offsetof(llmt_plan_estimate, engine_mem_grads));
     printf("llmt_plan_estimate.engine_mem_optimizer %zu\n", offsetof(llmt_plan_estimate, engine_mem_optimizer));
     printf("llmt_plan_estimate.engine_mem_activations %zu\n", offsetof(llmt_plan_estimate, engine_mem_activations));
+    printf("llmt_plan_estimate.engine_cp_calls %zu\n", offsetof(llmt_plan_estimate, engine_cp_calls));
+    printf("llmt_plan_estimate.engine_cp_payload_bytes %zu\n", offsetof(llmt_plan_estimate, engine_cp_payload_bytes));
+    printf("llmt_plan_estimate.engine_cp_bus_bytes %zu\n", offsetof(llmt_plan_estimate, engine_cp_bus_bytes));
     printf("llmt_plan_auto_opts %zu\n", sizeof(llmt_plan_auto_opts));
     printf("llmt_plan_auto_opts.struct_size %zu\n", offsetof(llmt_plan_auto_opts, struct_size));
     printf("llmt_plan_auto_opts.mem_fraction %zu\n", offsetof(llmt_plan_auto_opts, mem_fraction));
@@ -283,6 +286,18 @@ int main(void)
     printf("llmt_pp_stats.bubble_balanced %zu\n", offsetof(llmt_pp_stats, bubble_balanced));
     printf("llmt_pp_stats.sent_bytes %zu\n", offsetof(llmt_pp_stats, sent_bytes));
     printf("llmt_pp_stats.recv_bytes %zu\n", offsetof(llmt_pp_stats, recv_bytes));
+    printf("llmt_cp_opts %zu\n", sizeof(llmt_cp_opts));
+    printf("llmt_cp_opts.struct_size %zu\n", offsetof(llmt_cp_opts, struct_size));
+    printf("llmt_cp_opts.variant %zu\n", offsetof(llmt_cp_opts, variant));
+    printf("llmt_cp_stats %zu\n", sizeof(llmt_cp_stats));
+    printf("llmt_cp_stats.struct_size %zu\n", offsetof(llmt_cp_stats, struct_size));
+    printf("llmt_cp_stats.rank %zu\n", offsetof(llmt_cp_stats, rank));
+    printf("llmt_cp_stats.size %zu\n", offsetof(llmt_cp_stats, size));
+    printf("llmt_cp_stats.variant %zu\n", offsetof(llmt_cp_stats, variant));
+    printf("llmt_cp_stats.seq_len %zu\n", offsetof(llmt_cp_stats, seq_len));
+    printf("llmt_cp_stats.local_seq_len %zu\n", offsetof(llmt_cp_stats, local_seq_len));
+    printf("llmt_cp_stats.chunk_len %zu\n", offsetof(llmt_cp_stats, chunk_len));
+    printf("llmt_cp_stats.chunks %zu\n", offsetof(llmt_cp_stats, chunks));
     printf("llmt_ingest_opts %zu\n", sizeof(llmt_ingest_opts));
     printf("llmt_ingest_opts.struct_size %zu\n", offsetof(llmt_ingest_opts, struct_size));
     printf("llmt_ingest_opts.text_field %zu\n", offsetof(llmt_ingest_opts, text_field));

@@ -106,6 +106,10 @@ static const kcase cases[] = {
      REFUSED},
     {"parallelism.dp", NULL, "{\"parallelism\": {\"dp\": 2}}", REFUSED},
     {"parallelism.cp", NULL, "{\"parallelism\": {\"cp\": 2}}", REFUSED},
+    /* with cp 1 there is no variant to choose: refused; its effect under
+     * cp 2 is test job-cp's (both variants against one rank) */
+    {"parallelism.cp_variant", NULL, "{\"parallelism\": {\"cp_variant\": \"allgather\"}}",
+     REFUSED},
     {"parallelism.ep", NULL, "{\"parallelism\": {\"ep\": 2}}", REFUSED},
     {"parallelism.zero", NULL, "{\"parallelism\": {\"zero\": 1}}", REFUSED},
     {"parallelism.virtual_stages",

@@ -349,6 +349,8 @@ static void test_features(void)
     CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_JOB_OBS_OPTS), sizeof(llmt_job_obs_opts));
     CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_PP_OPTS), sizeof(llmt_pp_opts));
     CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_PP_STATS), sizeof(llmt_pp_stats));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_CP_OPTS), sizeof(llmt_cp_opts));
+    CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_CP_STATS), sizeof(llmt_cp_stats));
     CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_DP_OPTS), sizeof(llmt_dp_opts));
     CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_TRAINER_MEMORY), sizeof(llmt_trainer_memory));
     CHECK_EQ_INT(llmt_sizeof(LLMT_TYPE_INGEST_OPTS), sizeof(llmt_ingest_opts));

@@ -117,6 +117,8 @@ const LLMT_TYPE_JOB_PERF = Int32(31)
 const LLMT_TYPE_JOB_OBS_OPTS = Int32(32)
 const LLMT_TYPE_PP_OPTS = Int32(36)
 const LLMT_TYPE_PP_STATS = Int32(37)
+const LLMT_TYPE_CP_OPTS = Int32(38)
+const LLMT_TYPE_CP_STATS = Int32(39)
 # llmt_plan_dim
 const LLMT_DIM_TP = Int32(0)
 const LLMT_DIM_CP = Int32(1)
@@ -161,6 +163,9 @@ const LLMT_COMM_STAT_BARRIER = Int32(8)
 const LLMT_PP_1F1B = Int32(0)
 const LLMT_PP_GPIPE = Int32(1)
 const LLMT_PP_INTERLEAVED = Int32(2)
+# llmt_cp_variant
+const LLMT_CP_RING = Int32(0)
+const LLMT_CP_ALL_GATHER = Int32(1)
 # llmt_data_verdict
 const LLMT_DATA_KEEP = Int32(0)
 const LLMT_DATA_TOO_SHORT = Int32(1)
@@ -284,6 +289,9 @@ struct llmt_plan_estimate
     engine_mem_grads::Float64
     engine_mem_optimizer::Float64
     engine_mem_activations::Float64
+    engine_cp_calls::Float64
+    engine_cp_payload_bytes::Float64
+    engine_cp_bus_bytes::Float64
 end
 struct llmt_plan_auto_opts
     struct_size::Csize_t
@@ -482,6 +490,20 @@ struct llmt_pp_stats
     bubble_balanced::Float64
     sent_bytes::Int64
     recv_bytes::Int64
+end
+struct llmt_cp_opts
+    struct_size::Csize_t
+    variant::Int32
+end
+struct llmt_cp_stats
+    struct_size::Csize_t
+    rank::Int32
+    size::Int32
+    variant::Int32
+    seq_len::Int32
+    local_seq_len::Int32
+    chunk_len::Int32
+    chunks::NTuple{2, Int32}
 end
 struct llmt_ingest_opts
     struct_size::Csize_t
@@ -713,6 +735,8 @@ const STRUCT_IDS = Dict{DataType, Int}(
     llmt_trainer_memory => 17,
     llmt_pp_opts => 36,
     llmt_pp_stats => 37,
+    llmt_cp_opts => 38,
+    llmt_cp_stats => 39,
     llmt_ingest_opts => 18,
     llmt_ingest_stats => 19,
     llmt_data_filter_opts => 20,
@@ -901,6 +925,9 @@ llmt_trainer_sync_params(tr) = ccall((:llmt_trainer_sync_params, libllmtrain), I
 llmt_pp_opts_init(opts, size) = ccall((:llmt_pp_opts_init, libllmtrain), Int32, (Ptr{llmt_pp_opts}, Csize_t, ), opts, size)
 llmt_trainer_set_pp_comm(tr, comm, opts) = ccall((:llmt_trainer_set_pp_comm, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_comm}, Ptr{llmt_pp_opts}, ), tr, comm, opts)
 llmt_trainer_pp_stats(tr, out) = ccall((:llmt_trainer_pp_stats, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_pp_stats}, ), tr, out)
+llmt_cp_opts_init(opts, size) = ccall((:llmt_cp_opts_init, libllmtrain), Int32, (Ptr{llmt_cp_opts}, Csize_t, ), opts, size)
+llmt_trainer_set_cp_comm(tr, comm, opts) = ccall((:llmt_trainer_set_cp_comm, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_comm}, Ptr{llmt_cp_opts}, ), tr, comm, opts)
+llmt_trainer_cp_stats(tr, out) = ccall((:llmt_trainer_cp_stats, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_cp_stats}, ), tr, out)
 llmt_trainer_moe_stats(tr, layer, counts, n, dropped, aux_loss, z_loss) = ccall((:llmt_trainer_moe_stats, libllmtrain), Int32, (Ptr{llmt_trainer}, Int32, Ptr{Int64}, Int32, Ptr{Int64}, Ptr{Float64}, Ptr{Float64}, ), tr, layer, counts, n, dropped, aux_loss, z_loss)
 llmt_trainer_set_ep_comm(tr, comm) = ccall((:llmt_trainer_set_ep_comm, libllmtrain), Int32, (Ptr{llmt_trainer}, Ptr{llmt_comm}, ), tr, comm)
 llmt_tokenizer_create_bytes(ctx, out) = ccall((:llmt_tokenizer_create_bytes, libllmtrain), Int32, (Ptr{llmt_context}, Ptr{Ptr{llmt_tokenizer}}, ), ctx, out)

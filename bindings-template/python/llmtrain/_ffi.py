@@ -123,6 +123,8 @@ LLMT_TYPE_JOB_PERF = 31
 LLMT_TYPE_JOB_OBS_OPTS = 32
 LLMT_TYPE_PP_OPTS = 36
 LLMT_TYPE_PP_STATS = 37
+LLMT_TYPE_CP_OPTS = 38
+LLMT_TYPE_CP_STATS = 39
 # llmt_plan_dim
 LLMT_DIM_TP = 0
 LLMT_DIM_CP = 1
@@ -167,6 +169,9 @@ LLMT_COMM_STAT_BARRIER = 8
 LLMT_PP_1F1B = 0
 LLMT_PP_GPIPE = 1
 LLMT_PP_INTERLEAVED = 2
+# llmt_cp_variant
+LLMT_CP_RING = 0
+LLMT_CP_ALL_GATHER = 1
 # llmt_data_verdict
 LLMT_DATA_KEEP = 0
 LLMT_DATA_TOO_SHORT = 1
@@ -291,6 +296,9 @@ class llmt_plan_estimate(ctypes.Structure):
         ('engine_mem_grads', ctypes.c_double),
         ('engine_mem_optimizer', ctypes.c_double),
         ('engine_mem_activations', ctypes.c_double),
+        ('engine_cp_calls', ctypes.c_double),
+        ('engine_cp_payload_bytes', ctypes.c_double),
+        ('engine_cp_bus_bytes', ctypes.c_double),
     ]
 
 
@@ -537,6 +545,26 @@ class llmt_pp_stats(ctypes.Structure):
         ('bubble_balanced', ctypes.c_double),
         ('sent_bytes', ctypes.c_int64),
         ('recv_bytes', ctypes.c_int64),
+    ]
+
+
+class llmt_cp_opts(ctypes.Structure):
+    _fields_ = [
+        ('struct_size', ctypes.c_size_t),
+        ('variant', ctypes.c_int32),
+    ]
+
+
+class llmt_cp_stats(ctypes.Structure):
+    _fields_ = [
+        ('struct_size', ctypes.c_size_t),
+        ('rank', ctypes.c_int32),
+        ('size', ctypes.c_int32),
+        ('variant', ctypes.c_int32),
+        ('seq_len', ctypes.c_int32),
+        ('local_seq_len', ctypes.c_int32),
+        ('chunk_len', ctypes.c_int32),
+        ('chunks', (ctypes.c_int32 * 2)),
     ]
 
 
@@ -811,6 +839,8 @@ STRUCTS = {
     'llmt_trainer_memory': (llmt_trainer_memory, 17),
     'llmt_pp_opts': (llmt_pp_opts, 36),
     'llmt_pp_stats': (llmt_pp_stats, 37),
+    'llmt_cp_opts': (llmt_cp_opts, 38),
+    'llmt_cp_stats': (llmt_cp_stats, 39),
     'llmt_ingest_opts': (llmt_ingest_opts, 18),
     'llmt_ingest_stats': (llmt_ingest_stats, 19),
     'llmt_data_filter_opts': (llmt_data_filter_opts, 20),
@@ -831,7 +861,7 @@ LAYOUT = {
     'llmt_allocator': (32, [('struct_size', 0), ('user', 8), ('alloc', 16), ('free', 24)]),
     'llmt_context_opts': (40, [('struct_size', 0), ('log_level', 8), ('log_fn', 16), ('log_user', 24), ('allocator', 32)]),
     'llmt_tensor': (160, [('struct_size', 0), ('dtype', 8), ('device', 12), ('device_index', 16), ('ndim', 20), ('shape', 24), ('strides', 88), ('data', 152)]),
-    'llmt_plan_estimate': (520, [('struct_size', 0), ('world_size', 8), ('tp', 12), ('cp', 16), ('pp', 20), ('dp', 24), ('ep', 28), ('zero', 32), ('virtual_stages', 36), ('micro', 40), ('grad_accum', 44), ('recompute', 48), ('sequence_parallel', 52), ('global_batch', 56), ('tokens_per_step', 64), ('params', 72), ('params_active', 80), ('params_per_gpu', 88), ('mem_weights', 96), ('mem_grads', 104), ('mem_optimizer', 112), ('mem_activations', 120), ('mem_overhead', 128), ('mem_total', 136), ('mem_capacity', 144), ('fits', 152), ('model_flops_per_token', 160), ('flops_6nd_per_token', 168), ('model_flops_per_step', 176), ('hw_flops_per_step', 184), ('comm_bytes_tp', 192), ('comm_bytes_cp', 200), ('comm_bytes_pp', 208), ('comm_bytes_dp', 216), ('comm_bytes_ep', 224), ('time_tp_s', 232), ('time_cp_s', 240), ('time_pp_s', 248), ('time_dp_s', 256), ('time_ep_s', 264), ('time_compute_s', 272), ('bubble_fraction', 280), ('time_bubble_s', 288), ('time_optimizer_s', 296), ('step_time_s', 304), ('tokens_per_s', 312), ('mfu', 320), ('tflops_per_gpu', 328), ('ckpt_bytes_total', 336), ('ckpt_stall_s', 344), ('ckpt_write_s', 352), ('restore_s', 360), ('restart_s', 368), ('mtbf_s', 376), ('young_daly_s', 384), ('ckpt_interval_s', 392), ('ckpt_interval_steps', 400), ('goodput_analytic', 408), ('run_time_s', 416), ('run_flops', 424), ('engine_modeled', 432), ('engine_store_bytes', 436), ('engine_tp_calls', 440), ('engine_tp_payload_bytes', 448), ('engine_tp_bus_bytes', 456), ('engine_dp_calls', 464), ('engine_dp_payload_bytes', 472), ('engine_dp_bus_bytes', 480), ('engine_mem_params', 488), ('engine_mem_grads', 496), ('engine_mem_optimizer', 504), ('engine_mem_activations', 512)]),
+    'llmt_plan_estimate': (544, [('struct_size', 0), ('world_size', 8), ('tp', 12), ('cp', 16), ('pp', 20), ('dp', 24), ('ep', 28), ('zero', 32), ('virtual_stages', 36), ('micro', 40), ('grad_accum', 44), ('recompute', 48), ('sequence_parallel', 52), ('global_batch', 56), ('tokens_per_step', 64), ('params', 72), ('params_active', 80), ('params_per_gpu', 88), ('mem_weights', 96), ('mem_grads', 104), ('mem_optimizer', 112), ('mem_activations', 120), ('mem_overhead', 128), ('mem_total', 136), ('mem_capacity', 144), ('fits', 152), ('model_flops_per_token', 160), ('flops_6nd_per_token', 168), ('model_flops_per_step', 176), ('hw_flops_per_step', 184), ('comm_bytes_tp', 192), ('comm_bytes_cp', 200), ('comm_bytes_pp', 208), ('comm_bytes_dp', 216), ('comm_bytes_ep', 224), ('time_tp_s', 232), ('time_cp_s', 240), ('time_pp_s', 248), ('time_dp_s', 256), ('time_ep_s', 264), ('time_compute_s', 272), ('bubble_fraction', 280), ('time_bubble_s', 288), ('time_optimizer_s', 296), ('step_time_s', 304), ('tokens_per_s', 312), ('mfu', 320), ('tflops_per_gpu', 328), ('ckpt_bytes_total', 336), ('ckpt_stall_s', 344), ('ckpt_write_s', 352), ('restore_s', 360), ('restart_s', 368), ('mtbf_s', 376), ('young_daly_s', 384), ('ckpt_interval_s', 392), ('ckpt_interval_steps', 400), ('goodput_analytic', 408), ('run_time_s', 416), ('run_flops', 424), ('engine_modeled', 432), ('engine_store_bytes', 436), ('engine_tp_calls', 440), ('engine_tp_payload_bytes', 448), ('engine_tp_bus_bytes', 456), ('engine_dp_calls', 464), ('engine_dp_payload_bytes', 472), ('engine_dp_bus_bytes', 480), ('engine_mem_params', 488), ('engine_mem_grads', 496), ('engine_mem_optimizer', 504), ('engine_mem_activations', 512), ('engine_cp_calls', 520), ('engine_cp_payload_bytes', 528), ('engine_cp_bus_bytes', 536)]),
     'llmt_plan_auto_opts': (40, [('struct_size', 0), ('mem_fraction', 8), ('max_tp', 16), ('keep_micro', 20), ('keep_zero', 24), ('keep_recompute', 28), ('top_n', 32)]),
     'llmt_goodput_opts': (80, [('struct_size', 0), ('gpu_failures_per_hour', 8), ('interval_s', 16), ('horizon_hours', 24), ('stall_s', 32), ('write_s', 40), ('restore_s', 48), ('restart_s', 56), ('trials', 64), ('sweep_points', 68), ('seed', 72)]),
     'llmt_goodput_result': (120, [('struct_size', 0), ('interval_s', 8), ('goodput', 16), ('goodput_stddev', 24), ('wall_hours', 32), ('work_hours', 40), ('lost_work_hours', 48), ('ckpt_overhead_hours', 56), ('restart_hours', 64), ('failures', 72), ('mtbf_hours', 80), ('young_daly_s', 88), ('young_daly_goodput', 96), ('best_interval_s', 104), ('best_goodput', 112)]),
@@ -848,6 +878,8 @@ LAYOUT = {
     'llmt_trainer_memory': (88, [('struct_size', 0), ('params', 8), ('grads', 16), ('optimizer', 24), ('activations', 32), ('comm_buffers', 40), ('total', 48), ('params_resident', 56), ('device_activations', 64), ('device_in_use', 72), ('device_peak', 80)]),
     'llmt_pp_opts': (32, [('struct_size', 0), ('schedule', 8), ('virtual_stages', 12), ('stage_layers', 16), ('n_stage_layers', 24)]),
     'llmt_pp_stats': (96, [('struct_size', 0), ('stage', 8), ('stages', 12), ('first_layer', 16), ('layers', 20), ('micro_batches', 24), ('schedule', 28), ('in_flight', 32), ('param_bytes', 40), ('step_seconds', 48), ('idle_seconds', 56), ('bubble', 64), ('bubble_balanced', 72), ('sent_bytes', 80), ('recv_bytes', 88)]),
+    'llmt_cp_opts': (16, [('struct_size', 0), ('variant', 8)]),
+    'llmt_cp_stats': (40, [('struct_size', 0), ('rank', 8), ('size', 12), ('variant', 16), ('seq_len', 20), ('local_seq_len', 24), ('chunk_len', 28), ('chunks', 32)]),
     'llmt_ingest_opts': (24, [('struct_size', 0), ('text_field', 8), ('doc_separator', 16)]),
     'llmt_ingest_stats': (56, [('struct_size', 0), ('files', 8), ('documents', 16), ('bytes_read', 24), ('bytes_total', 32), ('invalid_utf8', 40), ('bad_lines', 48)]),
     'llmt_data_filter_opts': (56, [('struct_size', 0), ('min_chars', 8), ('max_chars', 16), ('max_nonalpha_frac', 24), ('max_dup_line_frac', 32), ('max_top_ngram_frac', 40), ('ngram_min_words', 48)]),
@@ -1037,6 +1069,9 @@ FUNCTIONS = {
     'llmt_pp_opts_init': (ctypes.c_int32, [ctypes.POINTER(llmt_pp_opts), ctypes.c_size_t]),
     'llmt_trainer_set_pp_comm': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(llmt_pp_opts)]),
     'llmt_trainer_pp_stats': (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(llmt_pp_stats)]),
+    'llmt_cp_opts_init': (ctypes.c_int32, [ctypes.POINTER(llmt_cp_opts), ctypes.c_size_t]),
+    'llmt_trainer_set_cp_comm': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(llmt_cp_opts)]),
+    'llmt_trainer_cp_stats': (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(llmt_cp_stats)]),
     'llmt_trainer_moe_stats': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double)]),
     'llmt_trainer_set_ep_comm': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p]),
     'llmt_tokenizer_create_bytes': (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]),

@@ -119,6 +119,8 @@ pub const LLMT_TYPE_JOB_PERF: llmt_type_id = 31;
 pub const LLMT_TYPE_JOB_OBS_OPTS: llmt_type_id = 32;
 pub const LLMT_TYPE_PP_OPTS: llmt_type_id = 36;
 pub const LLMT_TYPE_PP_STATS: llmt_type_id = 37;
+pub const LLMT_TYPE_CP_OPTS: llmt_type_id = 38;
+pub const LLMT_TYPE_CP_STATS: llmt_type_id = 39;
 pub type llmt_plan_dim = c_int;
 pub const LLMT_DIM_TP: llmt_plan_dim = 0;
 pub const LLMT_DIM_CP: llmt_plan_dim = 1;
@@ -163,6 +165,9 @@ pub type llmt_pp_schedule = c_int;
 pub const LLMT_PP_1F1B: llmt_pp_schedule = 0;
 pub const LLMT_PP_GPIPE: llmt_pp_schedule = 1;
 pub const LLMT_PP_INTERLEAVED: llmt_pp_schedule = 2;
+pub type llmt_cp_variant = c_int;
+pub const LLMT_CP_RING: llmt_cp_variant = 0;
+pub const LLMT_CP_ALL_GATHER: llmt_cp_variant = 1;
 pub type llmt_data_verdict = c_int;
 pub const LLMT_DATA_KEEP: llmt_data_verdict = 0;
 pub const LLMT_DATA_TOO_SHORT: llmt_data_verdict = 1;
@@ -359,6 +364,9 @@ pub struct llmt_plan_estimate {
     pub engine_mem_grads: f64,
     pub engine_mem_optimizer: f64,
     pub engine_mem_activations: f64,
+    pub engine_cp_calls: f64,
+    pub engine_cp_payload_bytes: f64,
+    pub engine_cp_bus_bytes: f64,
 }
 impl llmt_plan_estimate {
     /// All zero (the state an _init function starts from).
@@ -687,6 +695,36 @@ pub struct llmt_pp_stats {
     pub recv_bytes: i64,
 }
 impl llmt_pp_stats {
+    /// All zero (the state an _init function starts from).
+    pub fn zeroed() -> Self {
+        unsafe { std::mem::zeroed() }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct llmt_cp_opts {
+    pub struct_size: usize,
+    pub variant: i32,
+}
+impl llmt_cp_opts {
+    /// All zero (the state an _init function starts from).
+    pub fn zeroed() -> Self {
+        unsafe { std::mem::zeroed() }
+    }
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct llmt_cp_stats {
+    pub struct_size: usize,
+    pub rank: i32,
+    pub size: i32,
+    pub variant: i32,
+    pub seq_len: i32,
+    pub local_seq_len: i32,
+    pub chunk_len: i32,
+    pub chunks: [i32; 2],
+}
+impl llmt_cp_stats {
     /// All zero (the state an _init function starts from).
     pub fn zeroed() -> Self {
         unsafe { std::mem::zeroed() }
@@ -1187,6 +1225,9 @@ extern "C" {
     pub fn llmt_pp_opts_init(opts: *mut llmt_pp_opts, size: usize) -> llmt_status;
     pub fn llmt_trainer_set_pp_comm(tr: *mut llmt_trainer, comm: *mut llmt_comm, opts: *const llmt_pp_opts) -> llmt_status;
     pub fn llmt_trainer_pp_stats(tr: *const llmt_trainer, out: *mut llmt_pp_stats) -> llmt_status;
+    pub fn llmt_cp_opts_init(opts: *mut llmt_cp_opts, size: usize) -> llmt_status;
+    pub fn llmt_trainer_set_cp_comm(tr: *mut llmt_trainer, comm: *mut llmt_comm, opts: *const llmt_cp_opts) -> llmt_status;
+    pub fn llmt_trainer_cp_stats(tr: *const llmt_trainer, out: *mut llmt_cp_stats) -> llmt_status;
     pub fn llmt_trainer_moe_stats(tr: *mut llmt_trainer, layer: i32, counts: *mut i64, n: i32, dropped: *mut i64, aux_loss: *mut f64, z_loss: *mut f64) -> llmt_status;
     pub fn llmt_trainer_set_ep_comm(tr: *mut llmt_trainer, comm: *mut llmt_comm) -> llmt_status;
     pub fn llmt_tokenizer_create_bytes(ctx: *mut llmt_context, out: *mut *mut llmt_tokenizer) -> llmt_status;
@@ -1271,7 +1312,7 @@ pub const LAYOUT: &[(&str, i64, usize, &[(&str, usize)])] = &[
     ("llmt_allocator", 3, 32, &[("struct_size", 0), ("user", 8), ("alloc", 16), ("free", 24)]),
     ("llmt_context_opts", 2, 40, &[("struct_size", 0), ("log_level", 8), ("log_fn", 16), ("log_user", 24), ("allocator", 32)]),
     ("llmt_tensor", 1, 160, &[("struct_size", 0), ("dtype", 8), ("device", 12), ("device_index", 16), ("ndim", 20), ("shape", 24), ("strides", 88), ("data", 152)]),
-    ("llmt_plan_estimate", 4, 520, &[("struct_size", 0), ("world_size", 8), ("tp", 12), ("cp", 16), ("pp", 20), ("dp", 24), ("ep", 28), ("zero", 32), ("virtual_stages", 36), ("micro", 40), ("grad_accum", 44), ("recompute", 48), ("sequence_parallel", 52), ("global_batch", 56), ("tokens_per_step", 64), ("params", 72), ("params_active", 80), ("params_per_gpu", 88), ("mem_weights", 96), ("mem_grads", 104), ("mem_optimizer", 112), ("mem_activations", 120), ("mem_overhead", 128), ("mem_total", 136), ("mem_capacity", 144), ("fits", 152), ("model_flops_per_token", 160), ("flops_6nd_per_token", 168), ("model_flops_per_step", 176), ("hw_flops_per_step", 184), ("comm_bytes_tp", 192), ("comm_bytes_cp", 200), ("comm_bytes_pp", 208), ("comm_bytes_dp", 216), ("comm_bytes_ep", 224), ("time_tp_s", 232), ("time_cp_s", 240), ("time_pp_s", 248), ("time_dp_s", 256), ("time_ep_s", 264), ("time_compute_s", 272), ("bubble_fraction", 280), ("time_bubble_s", 288), ("time_optimizer_s", 296), ("step_time_s", 304), ("tokens_per_s", 312), ("mfu", 320), ("tflops_per_gpu", 328), ("ckpt_bytes_total", 336), ("ckpt_stall_s", 344), ("ckpt_write_s", 352), ("restore_s", 360), ("restart_s", 368), ("mtbf_s", 376), ("young_daly_s", 384), ("ckpt_interval_s", 392), ("ckpt_interval_steps", 400), ("goodput_analytic", 408), ("run_time_s", 416), ("run_flops", 424), ("engine_modeled", 432), ("engine_store_bytes", 436), ("engine_tp_calls", 440), ("engine_tp_payload_bytes", 448), ("engine_tp_bus_bytes", 456), ("engine_dp_calls", 464), ("engine_dp_payload_bytes", 472), ("engine_dp_bus_bytes", 480), ("engine_mem_params", 488), ("engine_mem_grads", 496), ("engine_mem_optimizer", 504), ("engine_mem_activations", 512)]),
+    ("llmt_plan_estimate", 4, 544, &[("struct_size", 0), ("world_size", 8), ("tp", 12), ("cp", 16), ("pp", 20), ("dp", 24), ("ep", 28), ("zero", 32), ("virtual_stages", 36), ("micro", 40), ("grad_accum", 44), ("recompute", 48), ("sequence_parallel", 52), ("global_batch", 56), ("tokens_per_step", 64), ("params", 72), ("params_active", 80), ("params_per_gpu", 88), ("mem_weights", 96), ("mem_grads", 104), ("mem_optimizer", 112), ("mem_activations", 120), ("mem_overhead", 128), ("mem_total", 136), ("mem_capacity", 144), ("fits", 152), ("model_flops_per_token", 160), ("flops_6nd_per_token", 168), ("model_flops_per_step", 176), ("hw_flops_per_step", 184), ("comm_bytes_tp", 192), ("comm_bytes_cp", 200), ("comm_bytes_pp", 208), ("comm_bytes_dp", 216), ("comm_bytes_ep", 224), ("time_tp_s", 232), ("time_cp_s", 240), ("time_pp_s", 248), ("time_dp_s", 256), ("time_ep_s", 264), ("time_compute_s", 272), ("bubble_fraction", 280), ("time_bubble_s", 288), ("time_optimizer_s", 296), ("step_time_s", 304), ("tokens_per_s", 312), ("mfu", 320), ("tflops_per_gpu", 328), ("ckpt_bytes_total", 336), ("ckpt_stall_s", 344), ("ckpt_write_s", 352), ("restore_s", 360), ("restart_s", 368), ("mtbf_s", 376), ("young_daly_s", 384), ("ckpt_interval_s", 392), ("ckpt_interval_steps", 400), ("goodput_analytic", 408), ("run_time_s", 416), ("run_flops", 424), ("engine_modeled", 432), ("engine_store_bytes", 436), ("engine_tp_calls", 440), ("engine_tp_payload_bytes", 448), ("engine_tp_bus_bytes", 456), ("engine_dp_calls", 464), ("engine_dp_payload_bytes", 472), ("engine_dp_bus_bytes", 480), ("engine_mem_params", 488), ("engine_mem_grads", 496), ("engine_mem_optimizer", 504), ("engine_mem_activations", 512), ("engine_cp_calls", 520), ("engine_cp_payload_bytes", 528), ("engine_cp_bus_bytes", 536)]),
     ("llmt_plan_auto_opts", 5, 40, &[("struct_size", 0), ("mem_fraction", 8), ("max_tp", 16), ("keep_micro", 20), ("keep_zero", 24), ("keep_recompute", 28), ("top_n", 32)]),
     ("llmt_goodput_opts", 6, 80, &[("struct_size", 0), ("gpu_failures_per_hour", 8), ("interval_s", 16), ("horizon_hours", 24), ("stall_s", 32), ("write_s", 40), ("restore_s", 48), ("restart_s", 56), ("trials", 64), ("sweep_points", 68), ("seed", 72)]),
     ("llmt_goodput_result", 7, 120, &[("struct_size", 0), ("interval_s", 8), ("goodput", 16), ("goodput_stddev", 24), ("wall_hours", 32), ("work_hours", 40), ("lost_work_hours", 48), ("ckpt_overhead_hours", 56), ("restart_hours", 64), ("failures", 72), ("mtbf_hours", 80), ("young_daly_s", 88), ("young_daly_goodput", 96), ("best_interval_s", 104), ("best_goodput", 112)]),
@@ -1288,6 +1329,8 @@ pub const LAYOUT: &[(&str, i64, usize, &[(&str, usize)])] = &[
     ("llmt_trainer_memory", 17, 88, &[("struct_size", 0), ("params", 8), ("grads", 16), ("optimizer", 24), ("activations", 32), ("comm_buffers", 40), ("total", 48), ("params_resident", 56), ("device_activations", 64), ("device_in_use", 72), ("device_peak", 80)]),
     ("llmt_pp_opts", 36, 32, &[("struct_size", 0), ("schedule", 8), ("virtual_stages", 12), ("stage_layers", 16), ("n_stage_layers", 24)]),
     ("llmt_pp_stats", 37, 96, &[("struct_size", 0), ("stage", 8), ("stages", 12), ("first_layer", 16), ("layers", 20), ("micro_batches", 24), ("schedule", 28), ("in_flight", 32), ("param_bytes", 40), ("step_seconds", 48), ("idle_seconds", 56), ("bubble", 64), ("bubble_balanced", 72), ("sent_bytes", 80), ("recv_bytes", 88)]),
+    ("llmt_cp_opts", 38, 16, &[("struct_size", 0), ("variant", 8)]),
+    ("llmt_cp_stats", 39, 40, &[("struct_size", 0), ("rank", 8), ("size", 12), ("variant", 16), ("seq_len", 20), ("local_seq_len", 24), ("chunk_len", 28), ("chunks", 32)]),
     ("llmt_ingest_opts", 18, 24, &[("struct_size", 0), ("text_field", 8), ("doc_separator", 16)]),
     ("llmt_ingest_stats", 19, 56, &[("struct_size", 0), ("files", 8), ("documents", 16), ("bytes_read", 24), ("bytes_total", 32), ("invalid_utf8", 40), ("bad_lines", 48)]),
     ("llmt_data_filter_opts", 20, 56, &[("struct_size", 0), ("min_chars", 8), ("max_chars", 16), ("max_nonalpha_frac", 24), ("max_dup_line_frac", 32), ("max_top_ngram_frac", 40), ("ngram_min_words", 48)]),
@@ -1386,6 +1429,14 @@ pub fn check_layout() -> Result<(), String> {
     let n = unsafe { llmt_sizeof(37) };
     if n != std::mem::size_of::<llmt_pp_stats>() {
         bad.push(format!("llmt_pp_stats: {} bytes here, {} in the library", std::mem::size_of::<llmt_pp_stats>(), n));
+    }
+    let n = unsafe { llmt_sizeof(38) };
+    if n != std::mem::size_of::<llmt_cp_opts>() {
+        bad.push(format!("llmt_cp_opts: {} bytes here, {} in the library", std::mem::size_of::<llmt_cp_opts>(), n));
+    }
+    let n = unsafe { llmt_sizeof(39) };
+    if n != std::mem::size_of::<llmt_cp_stats>() {
+        bad.push(format!("llmt_cp_stats: {} bytes here, {} in the library", std::mem::size_of::<llmt_cp_stats>(), n));
     }
     let n = unsafe { llmt_sizeof(18) };
     if n != std::mem::size_of::<llmt_ingest_opts>() {

@@ -1,0 +1,394 @@
+/* llmt_job under context parallelism (issue 18), in process: one thread
+ * per rank on an in-process communicator, each layout against the
+ * single-rank job on the same spec (the independent reference: the same
+ * data and seed, global batch 8 = micro 2 x accum x dp, so every layout
+ * trains on the same sequences; the CP ranks of a replica read the same
+ * ones and each trains on its two chunks of them).
+ * (a) cp 2 (ring and all-gather), cp 2 x dp 2 ZeRO-1, cp 2 x tp 2 x dp 2
+ *     (8 ranks, both variants) on GPT-2 (learned positions), and Llama
+ *     (RoPE, kv 2) cp 2 x dp 2 against its own single rank: every rank's
+ *     loss of every step and its validation losses within 1e-5 relative
+ *     of the single rank's; the sampled text (llmt_job_sample, the
+ *     windows run through the split engine) the single rank's; every
+ *     rank's perf split times its CP group's waits;
+ * (b) checkpoints across cp changes in one run directory: cp 2 x dp 2
+ *     runs steps 1-2, one rank (cp 1) resumes for 3-4, cp 2 x tp 2 for
+ *     5-6: each step's loss within 1e-5 of the uninterrupted single
+ *     rank's; the cp 2 checkpoint holds each tensor once (its bytes on
+ *     disk within 2% of the single rank's checkpoint of the same step);
+ * (c) bad input refused at creation, naming the key.
+ * Why 1e-5: cp changes only the order of fp32 sums (attention merged by
+ * log-sum-exp over blocks, gradients summed over the group), as tp does
+ * (test/job/test_job_tp.c).
+ * usage: test_job_cp CORPUS_DIR (any directory of text files) */
+#include <dirent.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "llmtrain.h"
+
+#define STEPS 6
+#define MAXR 8
+#define TOL 1e-5
+
+static char tmp[512], prep[700];
+
+#define GPT2 "\"arch\": \"gpt2\", \"layers\": 2, \"hidden\": 32, \"heads\": 4"
+#define LLAMA \
+    "\"arch\": \"llama\", \"layers\": 2, \"hidden\": 32, \"heads\": 4, \"kv_heads\": 2"
+
+/* The run every layout shares; par: the "parallelism" keys. The byte
+ * tokenizer's 257 tokens are the vocabulary (the sample draws from
+ * vocab_size: a larger one could draw tokens no tokenizer decodes). */
+static void spec(char *out, size_t cap, const char *model, const char *par, int seq)
+{
+    snprintf(out, cap,
+             "{\"name\": \"cpjob\", \"model\": {%s, \"vocab\": 257, \"seq_len\": %d},"
+             " \"batch\": {\"micro\": 2, \"global\": 8},"
+             " \"parallelism\": {%s},"
+             " \"optimizer\": {\"lr\": 1e-3}, \"schedule\": {\"kind\": \"cosine\", "
+             "\"warmup_steps\": 2},"
+             " \"train\": {\"steps\": %d, \"seed\": 3, \"eval_interval\": 3, "
+             "\"eval_batches\": 2, \"log_interval\": 0, \"threads\": 1, \"sample_tokens\": %d},"
+             " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
+             " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
+             "\"cpu\"}}",
+             model, seq, par, STEPS, 12, prep);
+}
+
+typedef struct rank_arg {
+    llmt_comm *comm; /* NULL: one rank */
+    const char *json, *dir;
+    int resume;
+    int64_t stop_at;
+    float loss[STEPS + 1], val[STEPS + 1];
+    int64_t first, last;
+    double cp_comm_s;
+    char sample[256];
+    llmt_status st;
+    char err[1024];
+} rank_arg;
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    llmt_context *ctx = NULL;
+    llmt_context_create(NULL, &ctx);
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = a->dir;
+    jo.comm = a->comm;
+    jo.world_size = 1;
+    jo.rank = 0;
+    jo.resume = a->resume;
+    jo.stop_at = a->stop_at;
+    llmt_job *job = NULL;
+    a->st = llmt_job_create_from_json(ctx, a->json, strlen(a->json), &jo, &job);
+    if (a->st != LLMT_OK) {
+        snprintf(a->err, sizeof a->err, "create: %s", llmt_context_last_error(ctx));
+        llmt_context_destroy(ctx);
+        return NULL;
+    }
+    llmt_job_info i;
+    memset(&i, 0, sizeof i);
+    i.struct_size = sizeof i;
+    llmt_job_get_info(job, &i);
+    a->first = i.start_step + 1;
+    a->last = i.start_step;
+    llmt_job_metrics m;
+    memset(&m, 0, sizeof m);
+    m.struct_size = sizeof m;
+    for (int64_t k = i.start_step; a->st == LLMT_OK && k < i.stop_at; k++) {
+        a->st = llmt_job_step(job, &m);
+        if (a->st == LLMT_OK && m.step >= 1 && m.step <= STEPS) {
+            a->loss[m.step] = m.loss;
+            a->val[m.step] = m.step % 3 == 0 ? m.val_loss : NAN;
+            a->last = m.step;
+        }
+    }
+    llmt_job_perf pf;
+    memset(&pf, 0, sizeof pf);
+    pf.struct_size = sizeof pf;
+    if (a->st == LLMT_OK && llmt_job_get_perf(job, &pf) == LLMT_OK)
+        a->cp_comm_s = pf.comm_s[LLMT_JOB_GROUP_CP];
+    if (a->st == LLMT_OK && a->last == STEPS)
+        a->st = llmt_job_sample(job, a->sample, sizeof a->sample, NULL);
+    if (a->st == LLMT_OK)
+        a->st = llmt_job_finish(job);
+    if (a->st != LLMT_OK)
+        snprintf(a->err, sizeof a->err, "%s", llmt_job_last_error(job));
+    llmt_job_destroy(job);
+    llmt_context_destroy(ctx);
+    return NULL;
+}
+
+static int run_layout(const char *what, const char *json, int n, const char *dir, int resume,
+                      int64_t stop_at, rank_arg *a)
+{
+    llmt_comm *comms[MAXR] = {NULL};
+    pthread_t th[MAXR];
+    if (n > 1 && llmt_comm_create_inproc(NULL, n, NULL, comms) != LLMT_OK) {
+        fprintf(stderr, "FAIL %s: in-process communicator\n", what);
+        CHECK(0);
+        return 0;
+    }
+    for (int r = 0; r < n; r++) {
+        memset(&a[r], 0, sizeof a[r]);
+        a[r].comm = comms[r];
+        a[r].json = json;
+        a[r].dir = dir;
+        a[r].resume = resume;
+        a[r].stop_at = stop_at;
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    int ok = 1;
+    for (int r = 0; r < n; r++) {
+        pthread_join(th[r], NULL);
+        if (a[r].st != LLMT_OK) {
+            fprintf(stderr, "FAIL %s rank %d: %s\n", what, r, a[r].err);
+            ok = 0;
+        }
+        CHECK_STATUS(a[r].st, LLMT_OK);
+    }
+    for (int r = 0; r < n; r++)
+        llmt_comm_destroy(comms[r]);
+    return ok;
+}
+
+static double rel(double x, double ref)
+{
+    return fabs(x - ref) / fabs(ref);
+}
+
+/* Losses of steps [first, last] (and validation losses, all = 1) of every
+ * rank against the reference's; prints the worst. */
+static void check_losses(const char *what, const rank_arg *a, int n, const rank_arg *ref,
+                         int64_t first, int64_t last, int all)
+{
+    double worst = 0, worst_val = 0;
+    for (int r = 0; r < n; r++) {
+        CHECK_EQ_INT(a[r].first, first);
+        CHECK_EQ_INT(a[r].last, last);
+        for (int64_t k = first; k <= last; k++) {
+            double d = rel(a[r].loss[k], ref->loss[k]);
+            if (!(d <= TOL))
+                fprintf(stderr, "FAIL %s rank %d step %lld: loss %.9g vs %.9g\n", what, r,
+                        (long long)k, (double)a[r].loss[k], (double)ref->loss[k]);
+            CHECK(d <= TOL);
+            worst = d > worst || isnan(d) ? d : worst;
+            if (!all || k % 3)
+                continue;
+            double v = rel(a[r].val[k], ref->val[k]);
+            if (!(v <= TOL))
+                fprintf(stderr, "FAIL %s rank %d step %lld: val loss %.9g vs %.9g\n", what, r,
+                        (long long)k, (double)a[r].val[k], (double)ref->val[k]);
+            CHECK(v <= TOL);
+            worst_val = v > worst_val || isnan(v) ? v : worst_val;
+        }
+    }
+    printf("%-34s steps %lld-%lld: worst loss difference %.3g relative", what, (long long)first,
+           (long long)last, worst);
+    if (all)
+        printf(", validation %.3g", worst_val);
+    printf(" (bound %.0e)\n", TOL);
+}
+
+/* One layout on n ranks against the single rank ref. */
+static void compare(const char *name, const char *model, const char *par, int n,
+                    const rank_arg *ref, rank_arg *a)
+{
+    char json[4096], dir[800];
+    spec(json, sizeof json, model, par, 16);
+    snprintf(dir, sizeof dir, "%s/%s", tmp, name);
+    for (char *c = dir + strlen(tmp) + 1; *c; c++)
+        if (*c == ' ' || *c == ',')
+            *c = '_';
+    if (!run_layout(name, json, n, dir, 0, 0, a))
+        return;
+    check_losses(name, a, n, ref, 1, STEPS, 1);
+    for (int r = 0; r < n; r++) {
+        CHECK(a[r].cp_comm_s > 0); /* the perf split times the CP group */
+        if (strcmp(a[r].sample, ref->sample))
+            fprintf(stderr, "FAIL %s rank %d: sample '%s', one rank '%s'\n", name, r,
+                    a[r].sample, ref->sample);
+        CHECK(!strcmp(a[r].sample, ref->sample));
+    }
+    CHECK(ref->cp_comm_s == 0);
+}
+
+/* Bytes of the files under a directory (one level of subdirectories). */
+static long long dir_bytes(const char *path)
+{
+    DIR *d = opendir(path);
+    long long n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[1400];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        if (stat(p, &sb) != 0)
+            continue;
+        n += S_ISDIR(sb.st_mode) ? dir_bytes(p) : (long long)sb.st_size;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void refused(const char *what, const char *json, int world, const char *const *want)
+{
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/bad", tmp);
+    llmt_context *ctx = NULL;
+    llmt_context_create(NULL, &ctx);
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = dir;
+    jo.world_size = world;
+    jo.rank = 0;
+    llmt_job *job = NULL;
+    llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+    const char *msg = llmt_context_last_error(ctx);
+    CHECK(s != LLMT_OK);
+    int named = 1;
+    for (int i = 0; want[i]; i++)
+        named &= strstr(msg, want[i]) != NULL;
+    if (s == LLMT_OK || !named)
+        fprintf(stderr, "FAIL %s: %s\n", what, s == LLMT_OK ? "created" : msg);
+    CHECK(named);
+    struct stat sb;
+    CHECK(stat(dir, &sb) != 0); /* refused before any work */
+    printf("refused %-28s %s\n", what, msg);
+    llmt_job_destroy(job);
+    llmt_context_destroy(ctx);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_job_cp CORPUS_DIR\n");
+        return 2;
+    }
+    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-cp-XXXXXX");
+    if (!mkdtemp(tmp))
+        return 1;
+    char json[4096], dir[800];
+
+    /* the corpus prepared once into byte-token shards */
+    {
+        snprintf(prep, sizeof prep, "%s", argv[1]);
+        spec(json, sizeof json, GPT2, "\"tp\": 1", 16);
+        llmt_context *ctx = NULL;
+        llmt_context_create(NULL, &ctx);
+        llmt_job_opts jo;
+        llmt_job_opts_init(&jo, sizeof jo);
+        snprintf(dir, sizeof dir, "%s/prep", tmp);
+        jo.run_dir = dir;
+        jo.world_size = 1;
+        jo.rank = 0;
+        llmt_job *job = NULL;
+        llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+        if (s != LLMT_OK)
+            fprintf(stderr, "preparing the corpus: %s\n", llmt_context_last_error(ctx));
+        CHECK_STATUS(s, LLMT_OK);
+        llmt_job_destroy(job);
+        llmt_context_destroy(ctx);
+        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
+        if (s != LLMT_OK)
+            return check_exit("job-cp");
+    }
+
+    static rank_arg ref[1], lref[1], a[MAXR];
+    spec(json, sizeof json, GPT2, "\"tp\": 1", 16);
+    snprintf(dir, sizeof dir, "%s/one", tmp);
+    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
+        return check_exit("job-cp");
+    printf("one rank: losses %.6f .. %.6f, sample '%s'\n", (double)ref->loss[1],
+           (double)ref->loss[STEPS], ref->sample);
+
+    /* (a) */
+    compare("cp 2 ring", GPT2, "\"cp\": 2", 2, ref, a);
+    compare("cp 2 allgather", GPT2, "\"cp\": 2, \"cp_variant\": \"allgather\"", 2, ref, a);
+    compare("cp 2 x dp 2 ZeRO-1", GPT2, "\"cp\": 2, \"zero\": 1", 4, ref, a);
+    compare("cp 2 x tp 2 x dp 2 ring", GPT2, "\"cp\": 2, \"tp\": 2", 8, ref, a);
+    compare("cp 2 x tp 2 x dp 2 allgather", GPT2,
+            "\"cp\": 2, \"tp\": 2, \"cp_variant\": \"allgather\"", 8, ref, a);
+    spec(json, sizeof json, LLAMA, "\"tp\": 1", 16);
+    snprintf(dir, sizeof dir, "%s/llama-one", tmp);
+    if (run_layout("llama one rank", json, 1, dir, 0, 0, lref))
+        compare("llama kv 2, cp 2 x dp 2", LLAMA, "\"cp\": 2", 4, lref, a);
+
+    /* (b) the chain through checkpoints, cp changing */
+    {
+        static const struct {
+            const char *name, *par;
+            int n;
+        } ch[] = {{"chain cp 2 x dp 2", "\"cp\": 2", 4},
+                  {"chain one rank (resumed)", "\"tp\": 1", 1},
+                  {"chain cp 2 x tp 2 (resumed)", "\"cp\": 2, \"tp\": 2, \"dp\": 1", 4}};
+        snprintf(dir, sizeof dir, "%s/chain", tmp);
+        for (int p = 0; p < 3; p++) {
+            spec(json, sizeof json, GPT2, ch[p].par, 16);
+            if (!run_layout(ch[p].name, json, ch[p].n, dir, p > 0, 2 * (p + 1), a))
+                break;
+            check_losses(ch[p].name, a, ch[p].n, ref, 2 * p + 1, 2 * p + 2, 0);
+        }
+        /* saved once: cp 2 x dp 2's step 2 against the single rank's. The
+         * CP rank 1 of each replica (world ranks 1 and 3: cp is the
+         * coordinate after tp) writes no tensor data, at most one 4 KiB
+         * block of alignment; the whole is the single rank's plus
+         * alignment and per-rank indexes (a second copy would double it) */
+        char x[900], y[900];
+        snprintf(x, sizeof x, "%s/chain/ckpt/step-000000000002", tmp);
+        snprintf(y, sizeof y, "%s/one/ckpt/step-000000000002", tmp);
+        long long bx = dir_bytes(x), by = dir_bytes(y), b1 = 0, b3 = 0;
+        for (int r = 1; r <= 3; r += 2) {
+            char f[1000];
+            struct stat sb;
+            snprintf(f, sizeof f, "%s/rank-%05d.bin", x, r);
+            CHECK(stat(f, &sb) == 0);
+            *(r == 1 ? &b1 : &b3) = stat(f, &sb) == 0 ? (long long)sb.st_size : -1;
+        }
+        printf("step 2 checkpoint: cp 2 x dp 2 %lld bytes (CP rank 1's data files %lld and "
+               "%lld bytes), one rank %lld bytes\n",
+               bx, b1, b3, by);
+        CHECK(b1 >= 0 && b1 <= 4096 && b3 >= 0 && b3 <= 4096);
+        CHECK(by > 0 && bx > 0 && bx <= 1.25 * (double)by);
+    }
+
+    /* (c) bad input, named */
+    {
+        static const char *const w_seq[] = {"parallelism.cp", "model.seq_len", NULL};
+        static const char *const w_world[] = {"parallelism.cp", "world size 3", NULL};
+        static const char *const w_var[] = {"parallelism.cp_variant", NULL};
+        static const char *const w_sp[] = {"parallelism.cp", "sequence_parallel", NULL};
+        static const char *const w_dp[] = {"parallelism.dp", NULL};
+        spec(json, sizeof json, GPT2, "\"cp\": 3", 16);
+        refused("cp 3 with seq_len 16", json, 3, w_seq);
+        spec(json, sizeof json, GPT2, "\"cp\": 2", 16);
+        refused("cp 2 on 3 ranks", json, 3, w_world);
+        spec(json, sizeof json, GPT2, "\"cp_variant\": \"allgather\"", 16);
+        refused("cp_variant with cp 1", json, 1, w_var);
+        spec(json, sizeof json, GPT2, "\"cp\": 2, \"cp_variant\": \"star\"", 16);
+        refused("cp_variant star", json, 2, w_var);
+        spec(json, sizeof json, GPT2, "\"cp\": 2, \"tp\": 2, \"sequence_parallel\": true", 16);
+        refused("cp with sequence parallelism", json, 4, w_sp);
+        spec(json, sizeof json, GPT2, "\"cp\": 2, \"dp\": 2", 16);
+        refused("cp 2 x dp 2 on 2 ranks", json, 2, w_dp);
+    }
+
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    if (check_failures)
+        fprintf(stderr, "kept %s\n", tmp);
+    else if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp);
+    return check_exit("job-cp");
+}

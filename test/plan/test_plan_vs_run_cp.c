@@ -1,0 +1,331 @@
+/* The planner agrees with the run under context parallelism (issue 18):
+ * for a layout with cp > 1, llmt_plan's engine_cp_* predictions
+ * (lib/plan/engine.c, cp_step) against what the trainer does when it runs
+ * that layout in-process (ranks as threads, groups from the plan, the
+ * public llmt_trainer_set_cp_comm):
+ *
+ *   - per step, on every rank, the calls, payload bytes and bus bytes of
+ *     the CP group's communicator (llmt_comm_get_stats, reset before each
+ *     step) equal the plan's exactly (bus bytes within 1e-12 relative),
+ *     and so do the TP and DP groups' (the engine runs seq_len / cp rows);
+ *   - the rank's parameter + gradient + optimizer bytes within 10% of the
+ *     plan's (the activations are printed beside the plan's: the
+ *     exchange's scratch lives outside the engine's allocator).
+ *
+ * Layouts: GPT-2 cp 2 ring, cp 2 all-gather, cp 4 ring; tp 2 x cp 2 x dp 2
+ * ZeRO-1 ring (8 ranks); Llama kv 4 cp 2 x dp 2 ZeRO-2 all-gather with
+ * full recomputation (each attention's exchange runs again); Llama kv 2
+ * tp 2 x cp 2 ring with selective recomputation (all but the last layer's
+ * attention again).
+ *
+ *   test_plan_vs_run_cp        the fp32 CPU backend (train.device cpu)
+ *   test_plan_vs_run_cp emul   the bf16 host emulation (bf16 K/V blocks,
+ *                              fp32 dK/dV) against a plan for train.device
+ *                              cuda, bf16 parameters */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "exec/dev.h"
+#include "llmtrain.h"
+#include "train/device.h"
+
+#define STEPS 2
+#define MAXW 8
+#define LAYERS 2
+#define WIDTH 128
+#define FFN 256
+#define VOCAB 250
+#define SEQ 32
+#define MICRO 2
+#define ACCUM 2
+
+static int g_emul;
+
+typedef struct layout {
+    const char *name;
+    int llama, heads, kv, tp, cp, dp, zero;
+    int ag;        /* the all-gather variant */
+    int recompute; /* 0 none, 1 full, 2 selective */
+} layout;
+
+typedef struct rank_arg {
+    const layout *lo;
+    llmt_comm *world;
+    const llmt_plan *plan;
+    int rank;
+    const int32_t *in, *tg;
+    llmt_status st;
+    char err[512];
+    double g[STEPS][3][3]; /* per step: TP, CP, DP x calls, payload, bus */
+    double state;
+    llmt_cp_stats cs;
+    int32_t cp_coord;
+} rank_arg;
+
+static const char *const rc_names[] = {"none", "full", "selective"};
+
+static void spec_json(const layout *l, char *buf, size_t n)
+{
+    snprintf(buf, n,
+             "{\"name\": \"cp\", \"model\": {\"arch\": \"%s\", \"layers\": %d, \"hidden\": %d, "
+             "\"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"seq_len\": %d, "
+             "\"tied_embeddings\": %s}, "
+             "\"parallelism\": {\"tp\": %d, \"cp\": %d, \"dp\": %d, \"zero\": %d, "
+             "\"cp_variant\": \"%s\", \"recompute\": \"%s\"}, "
+             "\"precision\": {\"param\": \"%s\", \"master\": \"fp32\", \"gemm\": \"%s\"}, "
+             "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
+             "\"train\": {\"device\": \"%s\"}, \"hardware\": {\"gpu\": \"%s\"}}",
+             l->llama ? "llama" : "gpt2", LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, SEQ,
+             l->llama ? "false" : "true", l->tp, l->cp, l->dp, l->zero,
+             l->ag ? "allgather" : "ring", rc_names[l->recompute], g_emul ? "bf16" : "fp32",
+             g_emul ? "bf16" : "fp32", MICRO, ACCUM, g_emul ? "cuda" : "cpu",
+             g_emul ? "h100" : "cpu");
+}
+
+static void read_stats(llmt_comm *c, double out[3])
+{
+    out[0] = out[1] = out[2] = 0;
+    llmt_comm_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    if (!c || llmt_comm_get_stats(c, &st) != LLMT_OK)
+        return;
+    for (int k = 0; k < LLMT_COMM_STAT_SLOTS; k++)
+        out[1] += (double)st.payload_bytes[k];
+    out[0] = (double)st.total_calls;
+    out[2] = st.total_bus_bytes;
+}
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    const layout *l = a->lo;
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_comm *gc[3] = {NULL, NULL, NULL}; /* TP, CP, DP */
+    static const llmt_plan_dim dims[3] = {LLMT_DIM_TP, LLMT_DIM_CP, LLMT_DIM_DP};
+    const int deg[3] = {l->tp, l->cp, l->dp};
+    int32_t co[LLMT_PLAN_NDIMS] = {0};
+    a->st = llmt_plan_coords(a->plan, a->rank, co);
+    for (int k = 0; k < 3 && a->st == LLMT_OK; k++)
+        if (deg[k] > 1)
+            a->st = llmt_comm_create_plan_group(a->world, a->plan, dims[k], &gc[k]);
+    if (a->st != LLMT_OK) {
+        snprintf(a->err, sizeof a->err, "groups: %s", llmt_comm_last_error(a->world));
+        return NULL;
+    }
+    /* the model as llmt_job builds it from the spec */
+    llmt_model_config c;
+    llmt_model_config_init(&c, sizeof c);
+    c.arch = l->llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
+    c.layers = LAYERS;
+    c.width = WIDTH;
+    c.heads = l->heads;
+    c.kv_heads = l->kv;
+    c.ffn_hidden = FFN;
+    c.vocab_size = VOCAB;
+    c.padded_vocab_size = (VOCAB + 63) / 64 * 64;
+    c.max_seq_len = SEQ;
+    c.tie_embeddings = !l->llama;
+    c.seed = 7;
+    a->st = llmt_model_create(NULL, &c, &m);
+    if (a->st == LLMT_OK) {
+        llmt_trainer_opts o;
+        llmt_trainer_opts_init(&o, sizeof o);
+        o.micro_batch = MICRO;
+        o.grad_accum = ACCUM;
+        o.seq_len = SEQ;
+        o.lr = 1e-3f;
+        o.threads = 1;
+        o.recompute = l->recompute;
+        a->st = g_emul ? llmt__trainer_create_dev(m, &o, llmt__dev_emul(), &tr)
+                       : llmt_trainer_create(m, &o, &tr);
+    }
+    if (a->st == LLMT_OK && gc[0])
+        a->st = llmt_trainer_set_tp_comm(tr, gc[0]);
+    if (a->st == LLMT_OK) {
+        llmt_cp_opts o;
+        llmt_cp_opts_init(&o, sizeof o);
+        o.variant = l->ag ? LLMT_CP_ALL_GATHER : LLMT_CP_RING;
+        a->st = llmt_trainer_set_cp_comm(tr, gc[1], &o);
+    }
+    if (a->st == LLMT_OK && gc[2]) {
+        llmt_dp_opts d;
+        llmt_dp_opts_init(&d, sizeof d);
+        d.zero_stage = l->zero;
+        a->st = llmt_trainer_set_comm(tr, gc[2], &d);
+    }
+    if (a->st == LLMT_OK) { /* the trainer says what it holds */
+        a->cs.struct_size = sizeof a->cs;
+        a->st = llmt_trainer_cp_stats(tr, &a->cs);
+        a->cp_coord = co[LLMT_DIM_CP];
+    }
+    size_t per = (size_t)MICRO * ACCUM * SEQ; /* tokens per step and replica */
+    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
+        for (int g = 0; g < 3; g++)
+            if (gc[g])
+                llmt_comm_reset_stats(gc[g]);
+        size_t at = ((size_t)k * l->dp + (size_t)co[LLMT_DIM_DP]) * per;
+        llmt_batch b = {sizeof b, a->in + at, a->tg + at, MICRO * ACCUM, SEQ};
+        llmt_step_metrics met;
+        memset(&met, 0, sizeof met);
+        met.struct_size = sizeof met;
+        a->st = llmt_trainer_step(tr, &b, &met);
+        for (int g = 0; g < 3; g++)
+            read_stats(gc[g], a->g[k][g]);
+    }
+    if (a->st == LLMT_OK) {
+        llmt_trainer_memory mem;
+        memset(&mem, 0, sizeof mem);
+        mem.struct_size = sizeof mem;
+        a->st = llmt_trainer_memory_usage(tr, &mem);
+        if (mem.device_in_use > 0) /* the engine's own buffers, less DP staging */
+            a->state = (double)(mem.device_in_use - mem.device_activations - mem.comm_buffers);
+        else /* tp 1 trains the model's host arrays in place */
+            a->state = (double)(mem.params + mem.grads + mem.optimizer);
+    }
+    if (a->st != LLMT_OK)
+        snprintf(a->err, sizeof a->err, "%s",
+                 tr  ? llmt_trainer_last_error(tr)
+                 : m ? llmt_model_last_error(m)
+                     : "create");
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    for (int g = 0; g < 3; g++)
+        llmt_comm_destroy(gc[g]);
+    return NULL;
+}
+
+static int same(double a, double b)
+{
+    return fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b));
+}
+
+static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
+{
+    char js[2048];
+    spec_json(l, js, sizeof js);
+    llmt_spec *s = NULL;
+    llmt_plan *p = NULL;
+    int W = l->tp * l->cp * l->dp;
+    llmt_status st = llmt_spec_parse_json(NULL, js, strlen(js), &s);
+    if (st == LLMT_OK)
+        st = llmt_plan_create(NULL, s, W, &p);
+    if (st != LLMT_OK)
+        fprintf(stderr, "%s: spec/plan: %s\n", l->name, llmt_last_error());
+    CHECK_STATUS(st, LLMT_OK);
+    llmt_spec_destroy(s);
+    if (!p)
+        return;
+    llmt_plan_estimate e;
+    memset(&e, 0, sizeof e);
+    e.struct_size = sizeof e;
+    CHECK_STATUS(llmt_plan_get_estimate(p, &e), LLMT_OK);
+    CHECK(e.engine_modeled == 1);
+    CHECK(e.engine_cp_calls > 0);
+    llmt_comm *w[MAXW] = {NULL};
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, W, NULL, w), LLMT_OK);
+    rank_arg a[MAXW];
+    pthread_t th[MAXW];
+    memset(a, 0, sizeof a);
+    for (int r = 0; r < W; r++) {
+        a[r] = (rank_arg){.lo = l, .world = w[r], .plan = p, .rank = r, .in = in, .tg = tg};
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    for (int r = 0; r < W; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < W; r++)
+        llmt_comm_destroy(w[r]);
+    int ok = 1;
+    for (int r = 0; r < W; r++)
+        if (a[r].st != LLMT_OK) {
+            fprintf(stderr, "%s rank %d: %s\n", l->name, r, a[r].err);
+            ok = 0;
+        }
+    CHECK(ok);
+    if (!ok) {
+        llmt_plan_destroy(p);
+        return;
+    }
+    for (int r = 0; r < W; r++) { /* the trainer says what it holds */
+        const llmt_cp_stats *c = &a[r].cs;
+        CHECK_EQ_INT(c->size, l->cp);
+        CHECK_EQ_INT(c->rank, a[r].cp_coord);
+        CHECK_EQ_INT(c->seq_len, SEQ);
+        CHECK_EQ_INT(c->local_seq_len, SEQ / l->cp);
+        CHECK_EQ_INT(c->chunk_len, SEQ / (2 * l->cp));
+        CHECK_EQ_INT(c->chunks[0], a[r].cp_coord);
+        CHECK_EQ_INT(c->chunks[1], 2 * l->cp - 1 - a[r].cp_coord);
+        CHECK_EQ_INT(c->variant, l->ag ? LLMT_CP_ALL_GATHER : LLMT_CP_RING);
+    }
+    const double pl[3][3] = {
+        {e.engine_tp_calls, e.engine_tp_payload_bytes, e.engine_tp_bus_bytes},
+        {e.engine_cp_calls, e.engine_cp_payload_bytes, e.engine_cp_bus_bytes},
+        {e.engine_dp_calls, e.engine_dp_payload_bytes, e.engine_dp_bus_bytes}};
+    static const char *const gn[3] = {"TP", "CP", "DP"};
+    int bytes_ok = 1;
+    for (int r = 0; r < W; r++)
+        for (int k = 0; k < STEPS; k++)
+            for (int g = 0; g < 3; g++) {
+                const double *m = a[r].g[k][g];
+                int good = same(m[0], pl[g][0]) && same(m[1], pl[g][1]) && same(m[2], pl[g][2]);
+                if (!good)
+                    fprintf(stderr,
+                            "%s rank %d step %d %s: measured %.0f calls %.0f B payload "
+                            "%.1f B bus; plan %.0f / %.0f / %.1f\n",
+                            l->name, r, k + 1, gn[g], m[0], m[1], m[2], pl[g][0], pl[g][1],
+                            pl[g][2]);
+                bytes_ok &= good;
+            }
+    CHECK(bytes_ok);
+    double pstate = e.engine_mem_params + e.engine_mem_grads + e.engine_mem_optimizer;
+    double worst = 0;
+    for (int r = 0; r < W; r++)
+        worst = fmax(worst, fabs(a[r].state / pstate - 1));
+    CHECK(worst <= 0.10);
+    printf("%-38s CP %3.0f calls %9.0f B (bus %9.0f) per step, TP %3.0f / %8.0f B, DP %3.0f / "
+           "%8.0f B: %s; state %8.0f B (plan %8.0f, %+.2f%%)\n",
+           l->name, pl[1][0], pl[1][1], pl[1][2], pl[0][0], pl[0][1], pl[2][0], pl[2][1],
+           bytes_ok ? "equal on every rank and step" : "DIFFERENT", a[0].state, pstate,
+           100 * (a[0].state / pstate - 1));
+    llmt_plan_destroy(p);
+}
+
+int main(int argc, char **argv)
+{
+    g_emul = argc > 1 && !strcmp(argv[1], "emul");
+    if (argc > 1 && !g_emul) {
+        fprintf(stderr, "usage: test_plan_vs_run_cp [emul]\n");
+        return 2;
+    }
+    const char *name = g_emul ? "plan-vs-run-cp-emul" : "plan-vs-run-cp";
+    size_t n = (size_t)STEPS * 2 * MICRO * ACCUM * SEQ;
+    int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
+    CHECK(in && tg);
+    if (!in || !tg)
+        return check_exit(name);
+    uint64_t s = 99;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        in[i] = (int32_t)((s >> 33) % VOCAB);
+        tg[i] = (in[i] * 7 + 1) % VOCAB;
+    }
+    static const layout ls[] = {
+        {"gpt2 cp2 ring", 0, 4, 4, 1, 2, 1, 0, 0, 0},
+        {"gpt2 cp2 allgather", 0, 4, 4, 1, 2, 1, 0, 1, 0},
+        {"gpt2 cp4 ring", 0, 4, 4, 1, 4, 1, 0, 0, 0},
+        {"gpt2 tp2 x cp2 x dp2 zero1 ring", 0, 4, 4, 2, 2, 2, 1, 0, 0},
+        {"llama kv4 cp2 x dp2 zero2 ag full", 1, 8, 4, 1, 2, 2, 2, 1, 1},
+        {"llama kv2 tp2 x cp2 ring selective", 1, 8, 2, 2, 2, 1, 0, 0, 2},
+    };
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+        check_layout(&ls[i], in, tg);
+    free(in);
+    free(tg);
+    return check_exit(name);
+}
