@@ -44,13 +44,17 @@ static int layout(llmt_job *job, const llmt_job_info *i, char *b, size_t cap)
     if (llmt_job_get_plan(job, &p) == LLMT_OK)
         llmt_plan_degrees(p, deg);
     b[0] = 0;
-    if (i->world_size > 1) {
-        char ep[24] = ""; /* the experts' split, carved out of dp */
+    if (i->world_size > 1) { /* the plan's order, tp innermost */
+        char ep[24] = "", cp[24] = ""; /* ep: the experts' split, carved out of dp */
         if (deg[LLMT_DIM_EP] > 1)
             snprintf(ep, sizeof ep, " (ep %d)", (int)deg[LLMT_DIM_EP]);
-        snprintf(b, cap, "tp %d x dp %d%s", (int)deg[LLMT_DIM_TP], (int)deg[LLMT_DIM_DP], ep);
+        if (deg[LLMT_DIM_CP] > 1)
+            snprintf(cp, sizeof cp, " x cp %d", (int)deg[LLMT_DIM_CP]);
+        snprintf(b, cap, "tp %d%s x dp %d%s", (int)deg[LLMT_DIM_TP], cp, (int)deg[LLMT_DIM_DP],
+                 ep);
     }
-    return (int)deg[LLMT_DIM_TP];
+    /* > 1 when a model-parallel split shares the ranks, not only data */
+    return (int)(deg[LLMT_DIM_TP] * deg[LLMT_DIM_CP]);
 }
 
 static void banner(const llmt_job_info *i, int tp, const char *lay)
@@ -58,9 +62,10 @@ static void banner(const llmt_job_info *i, int tp, const char *lay)
     if (i->data_note[0])
         printf("data: %s\n", i->data_note);
     if (i->world_size > 1 && tp > 1)
-        printf("tensor x data parallel: %s = %d ranks (%s), ZeRO-%d; global batch = micro x "
+        printf("%s parallel: %s = %d ranks (%s), ZeRO-%d; global batch = micro x "
                "accum x %d\n",
-               lay, (int)i->world_size, i->comm_backend, (int)i->zero, (int)i->dp);
+               strstr(lay, "cp") ? "tensor x context x data" : "tensor x data", lay,
+               (int)i->world_size, i->comm_backend, (int)i->zero, (int)i->dp);
     else if (i->world_size > 1) {
         int ep = 1; /* expert parallel groups inside dp (layout's "(ep N)") */
         const char *q = strstr(lay, "(ep ");

@@ -60,8 +60,9 @@ static void drop_comms(llmt_job *j)
     llmt_comm_destroy(j->tp_comm);
     llmt_comm_destroy(j->ep_comm);
     j->ep_comm = NULL;
+    llmt_comm_destroy(j->cp_comm);
     llmt_comm_destroy(j->comm);
-    j->comm = j->dp_comm = j->tp_comm = NULL;
+    j->comm = j->dp_comm = j->tp_comm = j->cp_comm = NULL;
     for (int g = 0; g < LLMT_JOB_GROUPS; g++)
         j->group_comm[g] = NULL;
 }

@@ -97,6 +97,21 @@ static llmt_status layout(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
     long long tp = (long long)s->parallelism.tp, dp = (long long)s->parallelism.dp;
+    long long cp = (long long)s->parallelism.cp;
+    if (cp > 1 && j->world % (tp * cp))
+        return FAIL(LLMT_ERR_SPEC,
+                    "parallelism.cp: %lld x parallelism.tp %lld does not divide the world "
+                    "size %d (the job runs tp x cp x dp ranks): start it with a multiple "
+                    "of %lld processes (mpirun -np, srun, torchrun), or change cp",
+                    cp, tp, (int)j->world, tp * cp);
+    if (cp > 1 && llmt__spec_given(s, "parallelism.dp") && dp * tp * cp != j->world)
+        return FAIL(LLMT_ERR_SPEC,
+                    "parallelism.dp: %lld, but the job runs on %d rank(s) with tp %lld and "
+                    "parallelism.cp %lld: start it with tp x cp x dp = %lld processes, or "
+                    "leave dp out to take world size / (tp x cp)",
+                    dp, (int)j->world, tp, cp, dp * tp * cp);
+    if (cp > 1)
+        return LLMT_OK;
     if (j->world % tp)
         return FAIL(LLMT_ERR_SPEC,
                     "parallelism.tp: %lld does not divide the world size %d (the job runs "
@@ -155,6 +170,7 @@ static llmt_status coords(llmt_job *j)
         return FAIL(s, "plan: %s", llmt_plan_last_error(j->plan));
     j->tp = deg[LLMT_DIM_TP];
     j->tp_rank = co[LLMT_DIM_TP];
+    j->cp = deg[LLMT_DIM_CP];
     j->dp_rank = co[LLMT_DIM_DP];
     return LLMT_OK;
 }
@@ -332,8 +348,11 @@ static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o)
 llmt_status llmt__job_attach_groups(llmt_job *j)
 {
     llmt_status s;
-    if (j->tp <= 1) {
+    if (j->tp <= 1 && j->cp <= 1) {
         j->dp_comm = j->comm;
+    } else if (j->tp <= 1) { /* context parallel: its own groups (cp_attach.c) */
+        if ((s = llmt__job_attach_cp(j)) != LLMT_OK)
+            return s;
     } else {
         s = llmt_comm_create_plan_group(j->comm, j->plan, LLMT_DIM_TP, &j->tp_comm);
         if (s == LLMT_OK && j->dp > 1)
@@ -355,6 +374,8 @@ llmt_status llmt__job_attach_groups(llmt_job *j)
                 return FAIL(s, "parallelism.sequence_parallel: %s",
                             llmt_trainer_last_error(j->tr));
         }
+        if (j->cp > 1 && (s = llmt__job_attach_cp(j)) != LLMT_OK)
+            return s; /* after tensor parallelism, before data parallelism */
     }
     j->group_comm[LLMT_JOB_GROUP_DP] = j->dp_comm;
     j->group_comm[LLMT_JOB_GROUP_TP] = j->tp_comm;
@@ -617,6 +638,7 @@ LLMT_API void llmt_job_destroy(llmt_job *j)
     if (j->dp_comm != j->comm)
         llmt_comm_destroy(j->dp_comm); /* groups before the comm they came from */
     llmt_comm_destroy(j->tp_comm);
+    llmt_comm_destroy(j->cp_comm);
     llmt_comm_destroy(j->ep_comm);
     if (j->own_comm)
         llmt_comm_destroy(j->comm);

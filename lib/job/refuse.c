@@ -21,12 +21,13 @@ static const char *prec(int v)
     return v >= 0 && v < 4 ? prec_names[v] : "?";
 }
 
-/* The data-parallel degree the job will run (world / tp; the world when
- * tp does not divide it, which job.c refuses next, naming parallelism.tp). */
+/* The data-parallel degree the job will run (world / (tp x cp); the
+ * world when that does not divide it, which job.c refuses next, naming
+ * the key). */
 static int64_t dp_size(const llmt_job *j)
 {
-    int64_t tp = j->spec->parallelism.tp;
-    return tp > 0 && j->world % tp == 0 ? j->world / tp : j->world;
+    int64_t mp = j->spec->parallelism.tp * j->spec->parallelism.cp;
+    return mp > 0 && j->world % mp == 0 ? j->world / mp : j->world;
 }
 
 /* Degrees the engine does not split yet (later issues implement them). */
@@ -40,8 +41,6 @@ static llmt_status check_parallelism(llmt_job *j)
     } dims[] = {
         {"parallelism.pp", offsetof(struct llmt_spec, parallelism.pp),
          "pipeline parallelism: issue 17"},
-        {"parallelism.cp", offsetof(struct llmt_spec, parallelism.cp),
-         "context parallelism: issue 18"},
         {"parallelism.virtual_stages", offsetof(struct llmt_spec, parallelism.virtual_stages),
          "interleaved pipeline stages: issue 17"},
     };
@@ -89,6 +88,37 @@ static llmt_status check_parallelism(llmt_job *j)
                       "use 0, or run under a launcher with dp > 1",
                       (long long)s->parallelism.zero, (int)j->world,
                       (long long)s->parallelism.tp);
+    return LLMT_OK;
+}
+
+/* Context parallelism (lib/train/cp.c) runs on the host backends, with
+ * tensor parallelism and data parallelism at any ZeRO stage; what it does
+ * not compose with yet is named here, before any data is prepared. */
+static llmt_status check_cp(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    long long cp = (long long)s->parallelism.cp;
+    if (cp <= 1) {
+        if (llmt__spec_given(s, "parallelism.cp_variant"))
+            return REFUSE("parallelism.cp_variant: set but parallelism.cp is 1 (there is no "
+                          "context parallel attention to choose); remove the key or set cp");
+        return LLMT_OK;
+    }
+    static const char *const why[] = {
+        "train.device cuda (the attention's key/value exchange runs on host memory: the "
+        "cpu backend for now)",
+        "parallelism.pp > 1 (pipeline stages with context parallel attention)",
+        "parallelism.sequence_parallel (both split the sequence)",
+        "model.moe.experts (the aux losses and counts over the group)"};
+    int k = s->train.device == LLMT_SPEC_DEVICE_CUDA ? 0
+            : s->parallelism.pp > 1                  ? 1
+            : s->parallelism.sequence_parallel       ? 2
+            : s->model.moe.experts > 0               ? 3
+                                                     : -1;
+    if (k >= 0)
+        return REFUSE("parallelism.cp: %lld is not supported by llmt_job with %s yet; use "
+                      "cp 1",
+                      cp, why[k]);
     return LLMT_OK;
 }
 
@@ -284,6 +314,8 @@ llmt_status llmt__job_check_spec(llmt_job *j)
 {
     llmt_status st;
     if ((st = check_parallelism(j)) != LLMT_OK)
+        return st;
+    if ((st = check_cp(j)) != LLMT_OK)
         return st;
     if ((st = check_precision(j)) != LLMT_OK)
         return st;
