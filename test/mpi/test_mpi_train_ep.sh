@@ -1,0 +1,93 @@
+#!/bin/sh
+# `mpirun -np 4 llmtrain train SPEC.json` with a Llama MoE under expert
+# parallelism: ep 2 inside dp 4 (each expert on 2 of the 4 ranks), ZeRO
+# stage $2, against one process on the same global batch (8 = micro 2 x
+# accum 4 there, micro 2 x accum 1 x dp 4 here: the capacity is per
+# micro-batch, so the micro-batches must be the same): every training and
+# validation loss within 1e-5 relative (plus the 1e-6 of the 6 decimals
+# metrics.jsonl prints); each step's {"event":"moe"} line counts the
+# global batch's routed choices (kept + dropped = 8 x 32 tokens x top_k 2
+# x 2 MoE layers, summed over the data parallel group) with drops; the
+# step-6 checkpoint resumed by one process (ep 2 -> ep 1): steps 7-8 equal
+# the one-process run continued the same way.
+# usage: test_mpi_train_ep.sh path/to/llmtrain ZERO
+exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+zero=${2:-0}
+src=${LLMT_SOURCE_ROOT:?}
+command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
+fail=0
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+ok() { printf 'ok   %s\n' "$1"; }
+bad() { printf 'FAIL %s\n' "$1"; fail=1; }
+mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+mk() { # file micro dp ep zero steps
+  cat > "$1" <<JSON
+{"name": "tiny-ep",
+ "model": {"arch": "llama", "layers": 2, "hidden": 32, "heads": 4, "vocab": 320,
+           "seq_len": 32,
+           "moe": {"experts": 4, "top_k": 2, "expert_ffn": 32, "capacity_factor": 0.75}},
+ "batch": {"micro": $2, "global": 8},
+ "parallelism": {"dp": $3, "ep": $4, "zero": $5},
+ "optimizer": {"lr": 3e-3},
+ "schedule": {"kind": "cosine", "warmup_steps": 2},
+ "train": {"steps": $6, "seed": 5, "eval_interval": 3, "eval_batches": 2,
+           "log_interval": 3, "threads": 1, "sample_tokens": 8},
+ "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "byte"}},
+ "checkpoint": {"dir": "ckpt", "interval": 3, "async": false},
+ "hardware": {"gpu": "cpu"},
+ "metrics": {"jsonl": "metrics.jsonl"}}
+JSON
+}
+mk ref.json 2 1 1 0 6
+mk ep.json 2 4 2 "$zero" 6
+"$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
+OMPI_MCA_btl_vader_single_copy_mechanism=none LLMT_COMM_TIMEOUT_MS=120000 \
+  mpirun -np 4 --oversubscribe --allow-run-as-root -x LLMT_COMM_TIMEOUT_MS \
+  "$exe" train ep.json --out ep > ep.log 2>&1 && ok "mpirun -np 4 (dp 4, ep 2)" || { bad "mpirun -np 4"; cat ep.log; }
+grep -q "data parallel: 4 ranks (mpi), ZeRO-$zero, experts split over ep 2" ep.log &&
+  ok "the banner names ep" || bad "no ep in the banner"
+grep -q "step .*/6 | loss .*| tp 1 x dp 4 (ep 2)" ep.log && ok "progress line shows the layout" ||
+  bad "progress line"
+[ "$(grep -c '"loss"' ep/metrics.jsonl)" = 6 ] && ok "6 step lines" || bad "step lines"
+ext() { sed -n 's/.*"step":\([0-9]*\),"\(loss\|val_loss\)":\([-0-9.e]*\).*/\1 \2 \3/p' "$1"; }
+cmp_losses() { # a b what
+  if [ -s "$1" ] && [ "$(wc -l < "$1")" = "$(wc -l < "$2")" ] &&
+     paste "$1" "$2" | awk '{d = $3 - $6; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3);
+                          if ($1 != $4 || $2 != $5 || d > 1e-5 * ($3 < 0 ? -$3 : $3) + 1e-6) bad = 1;
+                          if (r > m) m = r} END {printf "max relative loss diff %.2g\n", m; exit bad}'; then
+    ok "$3"
+  else
+    bad "$3"; paste "$1" "$2"
+  fi
+}
+ext ref/metrics.jsonl > a.txt
+ext ep/metrics.jsonl > b.txt
+cmp_losses a.txt b.txt "losses equal one process's (train and validation)"
+python3 - ep/metrics.jsonl ref/metrics.jsonl <<'PY' && ok "expert counts of the global batch" || bad "expert counts"
+import json, sys
+def moe(p):
+    return [l for l in map(json.loads, open(p)) if l.get("event") == "moe"]
+ep, ref = moe(sys.argv[1]), moe(sys.argv[2])
+want = 8 * 32 * 2 * 2  # sequences x tokens x top_k x MoE layers
+bad = len(ep) != 6 or len(ref) != 6
+for a, b in zip(ep, ref):
+    got = sum(a["tokens_per_expert"]) + a["dropped"]
+    bad |= got != want or a["dropped"] != b["dropped"] or a["tokens_per_expert"] != b["tokens_per_expert"]
+    print("step %d: kept %s dropped %d (one process: %s, %d)" % (
+        a["step"], a["tokens_per_expert"], a["dropped"], b["tokens_per_expert"], b["dropped"]))
+bad |= not any(l["dropped"] > 0 for l in ep)
+sys.exit(1 if bad else 0)
+PY
+# the ep 2 checkpoint resumes in one process (ep 1): steps 7-8
+mk ref8.json 2 1 1 0 8
+cp -r ref ref8 && cp -r ep ep8 || exit 1
+"$exe" train ref8.json --out ref8 --resume > ref8.log 2>&1 && ok "one process, steps 7-8" ||
+  { bad "one process resume"; cat ref8.log; }
+"$exe" train ref8.json --out ep8 --resume > ep8.log 2>&1 &&
+  ok "the ep 2 checkpoint resumed by one process" || { bad "ep resume under ep 1"; cat ep8.log; }
+ext ref8/metrics.jsonl | awk '$1 > 6' > c.txt
+ext ep8/metrics.jsonl | awk '$1 > 6' > d.txt
+cmp_losses c.txt d.txt "resumed losses equal"
+exit $fail
