@@ -152,6 +152,14 @@ struct llmt__devtrain {
      * (micro-batch a in slot a % nslot; 0 without pipeline parallelism) */
     actset *slot;
     int nslot, cur;
+    /* interleaving (pp_sched.h): the stage's model chunks, chunk c holding
+     * [cl0[c], cl1[c]); one chunk without it. A set holds the layers of
+     * the longest chunk, [ca0, ca1), the others' layers aliasing them, so
+     * a set serves any chunk (the engine keeps the schedule's peak of
+     * micro-batch chunks in flight, not chunks x sets). sel: the set the
+     * next stage op uses (-1: micro-batch a's, a % nslot). */
+    int nch, ca0, ca1, sel, sl0, sl1, sfirst, slast;
+    int *cl0, *cl1;
     /* context parallelism (lib/train/cp.h), or NULL: T is this rank's
      * rows of each sequence, at the global positions cp gives */
     llmt__cp *cp;
@@ -231,7 +239,9 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
         free_slots(g);
         for (int l = 0; g->L && l < g->nacts; l++) {
             dlayer *a = &g->L[l];
-            int shared = g->selective && l > g->l0; /* layer l0's, freed there */
+            if (g->nacts > 1 && (l < g->ca0 || l >= g->ca1))
+                continue; /* another stage's layer, or an alias (interleaving) */
+            int shared = g->selective && l > g->ca0; /* layer ca0's, freed there */
             void *ps[] = {a->ln1,
                           a->qkv,
                           shared ? NULL : a->atty,
@@ -248,7 +258,7 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                 if (ps[i]) g->op->free(g->d, ps[i]);
         }
-        for (int l = 0; g->resid && l <= g->m->cfg.layers; l++)
+        for (int l = g->ca0; g->resid && l <= g->ca1; l++)
             if (g->resid[l]) g->op->free(g->d, g->resid[l]);
         float *hs[] = {g->hg, g->hm, g->hv};
         for (int i = 0; i < 3 && !g->alias; i++)
@@ -260,6 +270,8 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     }
     free(g->L);
     free(g->resid);
+    free(g->cl0);
+    free(g->cl1);
     free(g->lay);
     free(g->lin);
     free(g->doff);
@@ -516,7 +528,9 @@ static void free_slots(llmt__devtrain *g)
                 g->op->free(g->d, bufs[i]);
         for (int l = 0; l < g->nacts; l++) {
             dlayer *d = &a->L[l];
-            int shared = g->selective && l > g->l0;
+            if (g->nacts > 1 && (l < g->ca0 || l >= g->ca1))
+                continue;
+            int shared = g->selective && l > g->ca0;
             void *ps[] = {d->ln1,
                           d->qkv,
                           shared ? NULL : d->atty,
@@ -534,7 +548,7 @@ static void free_slots(llmt__devtrain *g)
                 if (ps[i])
                     g->op->free(g->d, ps[i]);
         }
-        for (int l = 0; l <= g->m->cfg.layers; l++)
+        for (int l = g->ca0; l <= g->ca1; l++)
             if (a->resid[l])
                 g->op->free(g->d, a->resid[l]);
         free(a->L);
@@ -544,6 +558,31 @@ static void free_slots(llmt__devtrain *g)
     g->slot = NULL;
     g->L = now.L;
     g->resid = now.resid;
+}
+
+/* Whether layer l is one of this pipeline stage's (in one of its chunks). */
+static int stage_has(const llmt__devtrain *g, int l)
+{
+    for (int c = 0; c < g->nch; c++)
+        if (l >= g->cl0[c] && l < g->cl1[c])
+            return 1;
+    return 0;
+}
+
+/* Interleaving: the chunks' layers of the current set made to alias the
+ * longest chunk's (a set holds one micro-batch chunk at a time). */
+static void alias_chunks(llmt__devtrain *g)
+{
+    for (int c = 0; c < g->nch; c++) {
+        int n = g->cl1[c] - g->cl0[c];
+        if (g->cl0[c] == g->ca0)
+            continue;
+        for (int j = 0; j <= n; j++) {
+            g->resid[g->cl0[c] + j] = g->resid[g->ca0 + j];
+            if (g->nacts > 1 && j < n)
+                g->L[g->cl0[c] + j] = g->L[g->ca0 + j];
+        }
+    }
 }
 
 /* Pipeline parallelism: the parameters of other stages get no device
@@ -558,7 +597,9 @@ static void stage_params(llmt__devtrain *g)
         size_t off = m->params[i].offset;
         int keep = (g->first && (off == m->wte || off == m->wpe)) ||
                    (g->last && (off == m->lnfw || off == m->lnfb || off == m->lm_head));
-        for (int l = g->l0; l < g->l1 && !keep; l++) {
+        for (int l = 0; l < m->cfg.layers && !keep; l++) {
+            if (!stage_has(g, l))
+                continue;
             const llmt__layer_offs *o = &m->layer[l];
             size_t offs[] = {o->ln1w, o->ln1b, o->qkvw, o->qkvb, o->projw,   o->projb,  o->ln2w,
                              o->ln2b, o->fcw,  o->fcb,  o->fc3w, o->fcprojw, o->fcprojb};
@@ -791,15 +832,32 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     g->tiedcp = g->pp > 1 && g->last && m->lm_head == m->wte;
     g->nslot = g->pp > 1 ? (st->slots > 1 ? st->slots : 1) : 0;
     g->slot = g->nslot ? calloc((size_t)g->nslot, sizeof *g->slot) : NULL;
+    /* the stage's model chunks (interleaving), else the one [l0, l1) */
+    g->nch = g->pp > 1 && st->nchunks > 1 ? st->nchunks : 1;
+    g->cl0 = malloc((size_t)g->nch * sizeof *g->cl0);
+    g->cl1 = malloc((size_t)g->nch * sizeof *g->cl1);
+    g->sel = -1;
+    for (int c = 0; g->cl0 && g->cl1 && c < g->nch; c++) {
+        g->cl0[c] = g->nch > 1 ? st->chunk_l0[c] : g->l0;
+        g->cl1[c] = g->nch > 1 ? st->chunk_l1[c] : g->l1;
+        if (g->cl1[c] - g->cl0[c] > g->ca1 - g->ca0) {
+            g->ca0 = g->cl0[c];
+            g->ca1 = g->cl1[c];
+        }
+    }
+    g->sl0 = g->l0;
+    g->sl1 = g->l1;
+    g->sfirst = g->first;
+    g->slast = g->last;
     if (tps > 1) {
         g->tpr = tp->rank;
         g->hook = tp->hook;
         g->hook_ctx = tp->ctx;
         g->sp = sp;
     }
-    if ((g->nslot && !g->slot) || !g->sh || !g->nrm_x || !g->nrm_n || !g->nrm_lo ||
-        !g->dnumel || !g->doff || !g->lay || !g->lin || !g->L || !g->resid || !g->hrow ||
-        !g->hloss || !g->run_lo || !g->run_n || !g->run_decay) {
+    if ((g->nslot && !g->slot) || !g->cl0 || !g->cl1 || !g->sh || !g->nrm_x || !g->nrm_n ||
+        !g->nrm_lo || !g->dnumel || !g->doff || !g->lay || !g->lin || !g->L || !g->resid ||
+        !g->hrow || !g->hloss || !g->run_lo || !g->run_n || !g->run_decay) {
         llmt__devtrain_destroy(g);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     }
@@ -853,19 +911,19 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     for (int k = 0; k < (g->nslot ? g->nslot : 1); k++) {
         if (k > 0 && (s = new_slot(g)) != LLMT_OK)
             goto fail;
-        for (int l = g->l0; l <= g->l1; l++)
+        for (int l = g->ca0; l <= g->ca1; l++)
             DA(g->resid[l], Nr * C * bf, 1);
         for (int l = 0; l < g->nacts; l++) {
-            if (g->nacts > 1 && (l < g->l0 || l >= g->l1))
-                continue; /* another pipeline stage's layer */
+            if (g->nacts > 1 && (l < g->ca0 || l >= g->ca1))
+                continue; /* another pipeline stage's layer (or chunk's) */
             dlayer *a = &g->L[l];
             DA(a->ln1, Nr * C * bf, 1);
             DA(a->ln1m, Nr * 4, 1);
             DA(a->ln1r, Nr * 4, 1);
             DA(a->qkv, N * Q * bf, 1);
-            if (g->selective && l > g->l0) { /* one attention core output for all */
-                a->atty = g->L[g->l0].atty;
-                a->lse = g->L[g->l0].lse;
+            if (g->selective && l > g->ca0) { /* one attention core output for all */
+                a->atty = g->L[g->ca0].atty;
+                a->lse = g->L[g->ca0].lse;
             } else {
                 DA(a->atty, N * Ca * bf, 1);
                 DA(a->lse, NH * 4, 1);
@@ -879,6 +937,8 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
                 DA(a->fch3, N * F * bf, 1);
             DA(a->fchg, N * F * bf, 1);
         }
+        if (g->nch > 1)
+            alias_chunks(g);
         if (g->last) { /* the final norm and the head: the last pipeline stage */
             DA(g->lnf, Nr * C * bf, 1);
             DA(g->lnfm, Nr * 4, 1);
@@ -2048,6 +2108,40 @@ const llmt__dev_ops *llmt__dev_cuda(void) { return NULL; }
             return rs_;        \
     } while (0)
 
+/* The activation set of micro-batch a's next stage op (the chosen one
+ * under interleaving). */
+static int set_of(const llmt__devtrain *g, int a)
+{
+    return g->sel >= 0 ? g->sel : a % g->nslot;
+}
+
+int llmt__devtrain_stage_nchunks(const llmt__devtrain *g)
+{
+    return g->nch;
+}
+
+llmt_status llmt__devtrain_stage_chunk(llmt__devtrain *g, int chunk, int set)
+{
+    if (chunk < 0) { /* the stage as a whole again */
+        g->l0 = g->sl0;
+        g->l1 = g->sl1;
+        g->first = g->sfirst;
+        g->last = g->slast;
+        g->sel = -1;
+        return LLMT_OK;
+    }
+    if (chunk >= g->nch || set < 0 || set >= g->nslot)
+        return llmt__err_set(g->e, LLMT_ERR_INTERNAL,
+                             "trainer: pipeline stage: chunk %d of %d, activation set %d of %d",
+                             chunk, g->nch, set, g->nslot);
+    g->l0 = g->cl0[chunk];
+    g->l1 = g->cl1[chunk];
+    g->first = g->sfirst && chunk == 0;
+    g->last = g->slast && chunk == g->nch - 1;
+    g->sel = set;
+    return LLMT_OK;
+}
+
 llmt_status llmt__devtrain_stage_begin(llmt__devtrain *g, const int32_t *inputs,
                                        const int32_t *targets, int micro, int64_t count)
 {
@@ -2077,7 +2171,7 @@ llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
         return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: pipeline stage forward of micro-batch %d (of %d)%s", a,
                              g->A, !g->first && !x ? " without its input" : "");
-    use_slot(g, a % g->nslot);
+    use_slot(g, set_of(g, a));
     if (g->first)
         RS(embed_fwd(g, g->tok + (size_t)a * N, B, T));
     else if (x != g->resid[g->l0]) /* received elsewhere than llmt__devtrain_stage_in */
@@ -2097,7 +2191,7 @@ llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
 
 void *llmt__devtrain_stage_in(llmt__devtrain *g, int a)
 {
-    return g->nslot && a >= 0 && !g->first ? g->slot[a % g->nslot].resid[g->l0] : NULL;
+    return g->nslot && a >= 0 && !g->first ? g->slot[set_of(g, a)].resid[g->l0] : NULL;
 }
 
 void *llmt__devtrain_stage_out(llmt__devtrain *g)
@@ -2115,13 +2209,13 @@ llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *dy)
                              "trainer: pipeline stage backward of micro-batch %d without "
                              "its output gradient",
                              a);
-    if (!g->nslot || a < 0 || g->slot[a % g->nslot].micro != a)
+    if (!g->nslot || a < 0 || g->slot[set_of(g, a)].micro != a)
         return llmt__err_set(g->e, LLMT_ERR_INTERNAL,
                              "trainer: pipeline stage backward of micro-batch %d: its "
                              "activations are not held (%d sets; a schedule keeps at most "
                              "that many micro-batches in flight)",
                              a, g->nslot);
-    use_slot(g, a % g->nslot);
+    use_slot(g, set_of(g, a));
     g->slot[g->cur].micro = -1; /* the backward overwrites them */
     if (g->dp) /* data parallelism reduces during the last micro-batch's backward */
         llmt__dp_micro(g->dp, a == g->micro - 1);

@@ -1,35 +1,49 @@
-/* Pipeline parallelism (GPipe; PipeDream-flush "1F1B" as Megatron-LM runs
- * it): a step's grad_accum micro-batches are the pipeline's micro-batches,
- * in the order the single-rank trainer takes them, so each stage
- * accumulates its gradients in the same order and the step's loss and
- * update match the single-rank run up to the gradient norm's summation
- * order. Each stage runs a list of forwards F(a) and backwards B(a):
+/* Pipeline parallelism (GPipe; PipeDream-flush "1F1B" and interleaved
+ * 1F1B as Megatron-LM runs them): a step's grad_accum micro-batches are
+ * the pipeline's micro-batches, in the order the single-rank trainer takes
+ * them, so each stage accumulates its gradients in the same order and the
+ * step's loss and update match the single-rank run up to the gradient
+ * norm's summation order. Each stage runs its list of forwards F(c, a)
+ * and backwards B(c, a) of micro-batch a through its chunk c (pp_sched.c
+ * builds the lists; one chunk but under interleaving):
  *
- *   GPipe   F0 F1 .. F(m-1) B0 B1 .. B(m-1)
- *   1F1B    w = min(p - s - 1, m) forwards, then F(w+i) B(i) pairs, then
- *           the last w backwards: at most p - s micro-batches in flight
+ *   GPipe        F0 F1 .. F(m-1) B0 B1 .. B(m-1)
+ *   1F1B         w = min(p - s - 1, m) forwards, then F(w+i) B(i) pairs,
+ *                then the last w backwards: at most p - s in flight
+ *   interleaved  chunk c of stage s is virtual stage c p + s; Megatron's
+ *                warm-up of 2 (p - s - 1) + (v - 1) p chunk forwards
  *
- * F(a) receives its input from stage s-1 (the first stage embeds its
- * tokens) and sends its output to s+1; B(a) receives its output's
- * gradient from s+1 and sends its input's gradient to s-1. Sends are
- * issued before the next receive, so the in-process and buffered
- * transports never wait on each other in a cycle. The engine keeps one
- * activation set per micro-batch in flight (m under GPipe, p - s under
- * 1F1B: the memory difference between the two) and receives each input
- * straight into its set. The time spent inside receives is the stage's
- * idle time (the bubble, plus any imbalance). */
+ * F(c, a) receives its input from the previous virtual stage (stage s-1,
+ * or the last stage's chunk c-1; the first embeds its tokens) and sends
+ * its output to the next; B(c, a) receives its output's gradient from the
+ * next and sends its input's gradient back. Sends are issued before the
+ * next receive, so the in-process and buffered transports never wait on
+ * each other in a cycle; under interleaving the gradients travel on a
+ * second communicator so that each pair's messages of one kind arrive in
+ * the order sent (pp_sched.c's simulation checks both). The engine keeps
+ * one activation set per micro-batch chunk in flight (the schedule's
+ * count: the memory difference between the schedules) and receives each
+ * input straight into its set. The time spent inside receives is the
+ * stage's idle time (the bubble, plus any imbalance). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "train/pp.h"
+#include "train/pp_sched.h"
 
 struct llmt__pp {
     llmt_err *e;
     llmt_comm *comm, *emb; /* the pipeline group; first + last stage (tied head) */
+    /* where the gradients travel: comm, or under interleaving a copy of it,
+     * so that each (sender, receiver) pair's messages of one kind arrive
+     * in the order they were sent (pp_sched.h checks the lists for it) */
+    llmt_comm *gcomm, *gown;
     llmt__devtrain *g;
-    int stage, stages, sched, micro, l0, l1;
+    int stage, stages, sched, micro, l0, l1, v;
+    llmt__pp_op *ops; /* this stage's schedule (pp_sched.c) */
+    int nops;
     llmt_dtype store;
     size_t elems, es;
     int inflight; /* the engine's activation sets */
@@ -146,10 +160,12 @@ void llmt__pp_destroy(llmt__pp *pp)
         return;
     llmt__devtrain_stage_buf_free(pp->g, pp->dy);
     llmt_comm_destroy(pp->emb);
+    llmt_comm_destroy(pp->gown);
+    free(pp->ops);
     free(pp);
 }
 
-llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int micro,
+llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int v, int micro,
                             llmt_dtype store, const int *first, llmt__devtrain *g,
                             llmt__pp **out)
 {
@@ -169,14 +185,29 @@ llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int micr
     pp->stages = n;
     pp->sched = schedule;
     pp->micro = micro;
+    pp->v = v > 1 ? v : 1;
     pp->l0 = first[r];
     pp->l1 = first[r + 1];
+    for (int c = 1; c < pp->v; c++) /* interleaved: the chunks' layers */
+        pp->l1 += first[c * n + r + 1] - first[c * n + r];
     pp->store = store;
     pp->es = llmt_dtype_size(store);
     pp->elems = llmt__devtrain_stage_elems(g);
-    pp->inflight = llmt__pp_inflight(schedule, micro, n, r);
+    pp->gcomm = comm;
+    pp->nops = 2 * micro * pp->v;
+    pp->ops = malloc((size_t)pp->nops * sizeof *pp->ops);
+    pp->inflight = pp->ops ? llmt__pp_sched_ops(schedule, n, pp->v, micro, r, pp->ops) : -1;
     llmt_status s = LLMT_OK;
-    if (s == LLMT_OK && r < n - 1)
+    if (pp->inflight < 0)
+        s = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    if (s == LLMT_OK && pp->v > 1 && llmt_comm_split(comm, 0, r, &pp->gown) != LLMT_OK)
+        s = llmt__err_set(e, LLMT_ERR_COMM,
+                          "trainer: pipeline parallelism: the gradients' copy of the "
+                          "pipeline group: %s",
+                          llmt_comm_last_error(comm));
+    if (pp->gown)
+        pp->gcomm = pp->gown;
+    if (s == LLMT_OK && (r < n - 1 || pp->v > 1)) /* interleaved: every stage */
         s = llmt__devtrain_stage_buf(g, &pp->dy, pp->elems * pp->es);
     /* a tied head: the first and the last stage sum wte's gradient
      * (Megatron-LM's embedding group); split collectively over comm */
@@ -201,95 +232,91 @@ llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int micr
     return LLMT_OK;
 }
 
-static llmt_status p2p_fail(llmt__pp *pp, const char *what, int a, int peer)
+static llmt_status p2p_fail(llmt__pp *pp, llmt_comm *c, const char *what, int a, int peer)
 {
     return llmt__err_set(pp->e, LLMT_ERR_COMM,
                          "trainer: pipeline stage %d: %s of micro-batch %d %s stage %d: %s",
                          pp->stage, what, a, what[0] == 's' ? "to" : "from", peer,
-                         llmt_comm_last_error(pp->comm));
+                         llmt_comm_last_error(c));
 }
 
-static llmt_status pp_recv(llmt__pp *pp, void *buf, int peer, const char *what, int a)
+static llmt_status pp_recv(llmt__pp *pp, llmt_comm *c, void *buf, int peer, const char *what,
+                           int a)
 {
     double t0 = now_s();
-    llmt_status s = llmt_comm_recv(pp->comm, buf, pp->elems, pp->store, peer, NULL);
+    llmt_status s = llmt_comm_recv(c, buf, pp->elems, pp->store, peer, NULL);
     pp->idle_s += now_s() - t0;
     if (s != LLMT_OK)
-        return p2p_fail(pp, what, a, peer);
+        return p2p_fail(pp, c, what, a, peer);
     pp->recvd += (int64_t)(pp->elems * pp->es);
     return LLMT_OK;
 }
 
-static llmt_status pp_send(llmt__pp *pp, const void *buf, int peer, const char *what, int a)
+static llmt_status pp_send(llmt__pp *pp, llmt_comm *c, const void *buf, int peer,
+                           const char *what, int a)
 {
-    if (llmt_comm_send(pp->comm, buf, pp->elems, pp->store, peer, NULL) != LLMT_OK)
-        return p2p_fail(pp, what, a, peer);
+    if (llmt_comm_send(c, buf, pp->elems, pp->store, peer, NULL) != LLMT_OK)
+        return p2p_fail(pp, c, what, a, peer);
     pp->sent += (int64_t)(pp->elems * pp->es);
     return LLMT_OK;
 }
 
-int llmt__pp_inflight(int schedule, int micro, int stages, int stage)
+int llmt__pp_inflight(int schedule, int v, int micro, int stages, int stage)
 {
-    int n = schedule == LLMT__PP_GPIPE ? micro : stages - stage;
-    return n < micro ? n : micro;
+    llmt__pp_op *ops = malloc((size_t)2 * micro * (v > 1 ? v : 1) * sizeof *ops);
+    int n = ops ? llmt__pp_sched_ops(schedule, stages, v > 1 ? v : 1, micro, stage, ops) : -1;
+    free(ops);
+    return n;
 }
 
-static llmt_status fwd(llmt__pp *pp, int a)
+/* The forward of micro-batch a through chunk c (virtual stage c * p + s):
+ * its input from the previous virtual stage (stage s - 1, or under
+ * interleaving the last stage's chunk c - 1), its output to the next. */
+static llmt_status fwd(llmt__pp *pp, int c, int a)
 {
     llmt_status s;
-    int first = pp->stage == 0, last = pp->stage == pp->stages - 1;
+    int p = pp->stages;
+    int first = pp->stage == 0 && c == 0, last = pp->stage == p - 1 && c == pp->v - 1;
     void *x = llmt__devtrain_stage_in(pp->g, a); /* received in place */
-    if (!first && (s = pp_recv(pp, x, pp->stage - 1, "receive the activations", a)))
+    if (!first &&
+        (s = pp_recv(pp, pp->comm, x, (pp->stage + p - 1) % p, "receive the activations", a)))
         return s;
     if ((s = llmt__devtrain_stage_fwd(pp->g, a, x)) != LLMT_OK)
         return s;
     if (!last)
-        return pp_send(pp, llmt__devtrain_stage_out(pp->g), pp->stage + 1,
+        return pp_send(pp, pp->comm, llmt__devtrain_stage_out(pp->g), (pp->stage + 1) % p,
                        "send the activations", a);
     return LLMT_OK;
 }
 
-static llmt_status bwd(llmt__pp *pp, int a)
+static llmt_status bwd(llmt__pp *pp, int c, int a)
 {
     llmt_status s;
-    int first = pp->stage == 0, last = pp->stage == pp->stages - 1;
-    if (!last && (s = pp_recv(pp, pp->dy, pp->stage + 1, "receive the gradient", a)))
+    int p = pp->stages;
+    int first = pp->stage == 0 && c == 0, last = pp->stage == p - 1 && c == pp->v - 1;
+    if (!last &&
+        (s = pp_recv(pp, pp->gcomm, pp->dy, (pp->stage + 1) % p, "receive the gradient", a)))
         return s;
     if ((s = llmt__devtrain_stage_bwd(pp->g, a, last ? NULL : pp->dy)) != LLMT_OK)
         return s;
     if (!first)
-        return pp_send(pp, llmt__devtrain_stage_dx(pp->g), pp->stage - 1, "send the gradient",
-                       a);
+        return pp_send(pp, pp->gcomm, llmt__devtrain_stage_dx(pp->g), (pp->stage + p - 1) % p,
+                       "send the gradient", a);
     return LLMT_OK;
 }
 
+/* The stage's op list (pp_sched.c), each op in its chunk and set. */
 static llmt_status run_schedule(llmt__pp *pp)
 {
-    llmt_status s;
-    int m = pp->micro;
-    if (pp->sched == LLMT__PP_GPIPE) {
-        for (int a = 0; a < m; a++)
-            if ((s = fwd(pp, a)) != LLMT_OK)
-                return s;
-        for (int a = 0; a < m; a++)
-            if ((s = bwd(pp, a)) != LLMT_OK)
-                return s;
-        return LLMT_OK;
+    llmt_status s = LLMT_OK;
+    for (int i = 0; i < pp->nops && s == LLMT_OK; i++) {
+        const llmt__pp_op *o = &pp->ops[i];
+        s = llmt__devtrain_stage_chunk(pp->g, o->chunk, o->slot);
+        if (s == LLMT_OK)
+            s = o->bwd ? bwd(pp, o->chunk, o->micro) : fwd(pp, o->chunk, o->micro);
     }
-    int w = pp->stages - pp->stage - 1; /* 1F1B: warm-up forwards */
-    if (w > m)
-        w = m;
-    for (int a = 0; a < w; a++)
-        if ((s = fwd(pp, a)) != LLMT_OK)
-            return s;
-    for (int i = 0; i + w < m; i++) {
-        if ((s = fwd(pp, i + w)) != LLMT_OK || (s = bwd(pp, i)) != LLMT_OK)
-            return s;
-    }
-    for (int a = m - w; a < m; a++)
-        if ((s = bwd(pp, a)) != LLMT_OK)
-            return s;
-    return LLMT_OK;
+    llmt__devtrain_stage_chunk(pp->g, -1, -1);
+    return s;
 }
 
 llmt_status llmt__pp_fwd_bwd(llmt__pp *pp, const int32_t *inputs, const int32_t *targets,
@@ -353,6 +380,7 @@ void llmt__pp_info_get(const llmt__pp *pp, llmt__pp_info *out)
     out->micro = pp->micro;
     out->schedule = pp->sched;
     out->slots = pp->inflight;
+    out->v = pp->v;
     out->step_s = pp->step_s;
     out->idle_s = pp->idle_s;
     out->sent_bytes = pp->sent;

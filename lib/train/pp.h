@@ -18,15 +18,20 @@ enum { LLMT__PP_1F1B = 0, LLMT__PP_GPIPE = 1, LLMT__PP_INTERLEAVED = 2 };
 llmt_status llmt__pp_layout(llmt_err *e, const llmt_model_config *c, int T, int stages,
                             const int32_t *counts, int n, int *first);
 
-/* Micro-batches in flight on `stage` under the schedule (the engine's
- * activation sets): m under GPipe, min(m, stages - stage) under 1F1B. */
-int llmt__pp_inflight(int schedule, int micro, int stages, int stage);
+/* Micro-batch chunks in flight on `stage` under the schedule (the
+ * engine's activation sets; pp_sched.h): m under GPipe, min(m, stages -
+ * stage) under 1F1B, Megatron-LM's count interleaved with v chunks; -1
+ * without memory. */
+int llmt__pp_inflight(int schedule, int v, int micro, int stages, int stage);
 
 /* The schedule over `comm` (this rank's stage = its rank) for the engine
  * g of that stage (it must outlive the llmt__pp), `micro` micro-batches a
- * step. Collective over comm (a tied head's embedding group is split off
- * it). */
-llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int micro,
+ * step, v chunks a stage (interleaved; first: the first layer of each of
+ * the stages * v virtual stages, chunk c of stage s being virtual stage
+ * c * stages + s). Collective over comm (a tied head's embedding group is
+ * split off it, and under interleaving a second group for the
+ * gradients). */
+llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int v, int micro,
                             llmt_dtype store, const int *first, llmt__devtrain *g,
                             llmt__pp **out);
 /* Frees the boundary buffers (before the engine goes). */
@@ -40,7 +45,8 @@ llmt_status llmt__pp_fwd_bwd(llmt__pp *pp, const int32_t *inputs, const int32_t 
 
 /* The last step's measurements and this stage's place. */
 typedef struct llmt__pp_info {
-    int stage, stages, l0, l1, micro, schedule, slots;
+    int stage, stages, l0, l1, micro, schedule, slots; /* l1 - l0: its layers */
+    int v;                                             /* chunks a stage */
     double step_s, idle_s; /* the schedule's wall time; of it, waiting in recv */
     int64_t sent_bytes, recv_bytes;
 } llmt__pp_info;

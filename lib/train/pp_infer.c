@@ -18,25 +18,37 @@ static llmt_status chain(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt__d
     llmt_comm_rank(comm, &r);
     llmt_comm_size(comm, &n);
     size_t elems = llmt__devtrain_stage_elems(g);
-    void *x = NULL;
-    if (r > 0) {
-        x = llmt__devtrain_stage_in(g, 0);
-        if (llmt_comm_recv(comm, x, elems, store, r - 1, NULL) != LLMT_OK)
-            return llmt__err_set(e, LLMT_ERR_COMM,
-                                 "trainer: pipeline stage %d: forward-only pass: receive "
-                                 "from stage %d: %s",
-                                 (int)r, (int)r - 1, llmt_comm_last_error(comm));
+    /* interleaving: the pass runs through the stage's chunks in turn (chunk
+     * c's input from stage r - 1's chunk c, or the last stage's c - 1) */
+    int v = llmt__devtrain_stage_nchunks(g);
+    llmt_status s = LLMT_OK;
+    for (int c = 0; c < v && s == LLMT_OK; c++) {
+        void *x = NULL;
+        if (v > 1 && (s = llmt__devtrain_stage_chunk(g, c, 0)) != LLMT_OK)
+            break;
+        int from = (r + n - 1) % n, to = (r + 1) % n;
+        if (r > 0 || c > 0) {
+            x = llmt__devtrain_stage_in(g, 0);
+            if (llmt_comm_recv(comm, x, elems, store, from, NULL) != LLMT_OK) {
+                s = llmt__err_set(e, LLMT_ERR_COMM,
+                                  "trainer: pipeline stage %d: forward-only pass: receive "
+                                  "from stage %d: %s",
+                                  (int)r, (int)from, llmt_comm_last_error(comm));
+                break;
+            }
+        }
+        if ((s = llmt__devtrain_stage_infer(g, tok, tgt, x, loss)) != LLMT_OK)
+            break;
+        if ((r < n - 1 || c < v - 1) && llmt_comm_send(comm, llmt__devtrain_stage_out(g), elems,
+                                                       store, to, NULL) != LLMT_OK)
+            s = llmt__err_set(e, LLMT_ERR_COMM,
+                              "trainer: pipeline stage %d: forward-only pass: send to stage "
+                              "%d: %s",
+                              (int)r, (int)to, llmt_comm_last_error(comm));
     }
-    llmt_status s = llmt__devtrain_stage_infer(g, tok, tgt, x, loss);
-    if (s != LLMT_OK)
-        return s;
-    if (r < n - 1 &&
-        llmt_comm_send(comm, llmt__devtrain_stage_out(g), elems, store, r + 1, NULL) != LLMT_OK)
-        return llmt__err_set(e, LLMT_ERR_COMM,
-                             "trainer: pipeline stage %d: forward-only pass: send to stage "
-                             "%d: %s",
-                             (int)r, (int)r + 1, llmt_comm_last_error(comm));
-    return LLMT_OK;
+    if (v > 1)
+        llmt__devtrain_stage_chunk(g, -1, -1);
+    return s;
 }
 
 /* The last stage's bytes to every stage. */

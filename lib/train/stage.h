@@ -21,6 +21,11 @@ typedef struct llmt__devtrain_stage {
     int stage, stages; /* this one of `stages` (1: the whole model) */
     int l0, l1;        /* its layers [l0, l1) */
     int slots;         /* activation sets: micro-batches in flight (>= 1) */
+    /* interleaving: nchunks > 1 model chunks, chunk c holding layers
+     * [chunk_l0[c], chunk_l1[c]) (l0, l1: the first's start and the
+     * last's end); a set then holds one micro-batch chunk */
+    int nchunks;
+    const int *chunk_l0, *chunk_l1;
 } llmt__devtrain_stage;
 
 /* llmt__devtrain_create_tp for one pipeline stage (st NULL: the whole
@@ -37,6 +42,13 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
  * the gradients. */
 llmt_status llmt__devtrain_stage_begin(llmt__devtrain *g, const int32_t *inputs,
                                        const int32_t *targets, int micro, int64_t count);
+/* The chunk (interleaving) and the activation set the next forward or
+ * backward uses: the embedding only in chunk 0 of the first stage, the
+ * head only in the last chunk of the last; chunk -1 returns to the whole
+ * stage (and to micro-batch a's set a % slots) before the step's end. */
+llmt_status llmt__devtrain_stage_chunk(llmt__devtrain *g, int chunk, int set);
+/* The stage's model chunks (1 without interleaving). */
+int llmt__devtrain_stage_nchunks(const llmt__devtrain *g);
 /* Micro-batch a's forward: from its tokens on the first stage, else from
  * x (the previous stage's output, B*T*width storage-typed elements; best
  * received straight into llmt__devtrain_stage_in(g, a)); the last stage

@@ -16,6 +16,7 @@
 #include "train/dp.h"
 #include "train/pp.h"
 #include "train/pp_infer.h"
+#include "train/pp_sched.h"
 #include "train/tp.h"
 #include "train/trainer_state.h"
 
@@ -1028,6 +1029,7 @@ LLMT_API llmt_status llmt_pp_opts_init(llmt_pp_opts *o, size_t size)
 static llmt_status pp_check(llmt_trainer *tr, const llmt_pp_opts *o, int32_t n)
 {
     llmt_err *e = &tr->err;
+    llmt_status s;
     if (tr->pp)
         return llmt__err_set(e, LLMT_ERR_STATE,
                              "trainer: set_pp_comm: pipeline parallelism is attached already "
@@ -1060,16 +1062,24 @@ static llmt_status pp_check(llmt_trainer *tr, const llmt_pp_opts *o, int32_t n)
                              "trainer: llmt_pp_opts.stage_layers %s with n_stage_layers %d "
                              "(both set, or neither for the automatic balance)",
                              o->stage_layers ? "set" : "NULL", (int)o->n_stage_layers);
-    if (o->schedule == LLMT_PP_INTERLEAVED) {
-        if (tr->o.grad_accum < n)
-            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
-                                 "train.grad_accum: %d micro-batches for %d pipeline stages: "
-                                 "the interleaved schedule needs at least one per stage",
-                                 (int)tr->o.grad_accum, (int)n);
+    if (o->virtual_stages > 1 && tr->tp)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                             "trainer: the interleaved pipeline schedule (virtual stages) is "
-                             "not implemented yet (use LLMT_PP_1F1B or LLMT_PP_GPIPE)");
-    }
+                             "trainer: llmt_pp_opts.virtual_stages %d with tensor parallelism "
+                             "is not supported yet (virtual_stages 1, or parallelism.tp 1)",
+                             (int)o->virtual_stages);
+    if ((s = llmt__pp_sched_check(e, o->schedule, n, o->virtual_stages, tr->o.grad_accum)))
+        return s;
+    if (o->virtual_stages > 1 && (int64_t)n * o->virtual_stages > tr->model->cfg.layers)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "parallelism.virtual_stages: %d chunks on each of %d stages are "
+                             "%d virtual stages for model.layers %d (each needs a layer)",
+                             (int)o->virtual_stages, (int)n, (int)(n * o->virtual_stages),
+                             (int)tr->model->cfg.layers);
+    if (o->stage_layers && o->virtual_stages > 1 && o->n_stage_layers != n * o->virtual_stages)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "parallelism.stage_layers: %d entries for pp %d x virtual_stages "
+                             "%d (one per virtual stage: chunk c of stage s is entry c*pp+s)",
+                             (int)o->n_stage_layers, (int)n, (int)o->virtual_stages);
     return LLMT_OK;
 }
 
@@ -1094,18 +1104,26 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
         return LLMT_OK; /* one stage: the whole model, as it is */
     if ((s = pp_check(tr, &o, n)) != LLMT_OK)
         return s;
-    int *first = malloc(((size_t)n + 1) * sizeof *first);
+    /* the virtual stages' layers (n of them without interleaving); stage r
+     * holds chunk c = virtual stage c * n + r */
+    int v = o.virtual_stages, nv = n * v;
+    int *first = malloc(((size_t)nv + 1 + 2 * (size_t)v) * sizeof *first);
     if (!first)
         return llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
-    s = llmt__pp_layout(&tr->err, &tr->model->cfg, tr->T, n, o.stage_layers, o.n_stage_layers,
+    int *cl0 = first + nv + 1, *cl1 = cl0 + v;
+    s = llmt__pp_layout(&tr->err, &tr->model->cfg, tr->T, nv, o.stage_layers, o.n_stage_layers,
                         first);
+    for (int c = 0; s == LLMT_OK && c < v; c++) {
+        cl0[c] = first[c * n + r];
+        cl1[c] = first[c * n + r + 1];
+    }
     if (s == LLMT_OK)
         s = host_sync(tr, 1, 1, 0);
     llmt__devtrain *dev = NULL;
     llmt__pp *pp = NULL;
     if (s == LLMT_OK) {
-        llmt__devtrain_stage st = {r, n, first[r], first[r + 1],
-                                   llmt__pp_inflight(o.schedule, tr->o.grad_accum, n, r)};
+        int sets = llmt__pp_inflight(o.schedule, v, tr->o.grad_accum, n, r);
+        llmt__devtrain_stage st = {r, n, cl0[0], cl1[v - 1], sets, v, cl0, cl1};
         llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
         /* tensor parallelism, when attached, splits the stage's layers */
         llmt__devtrain_tp et = {0, 1, NULL, NULL, 0};
@@ -1118,8 +1136,8 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
     if (s == LLMT_OK)
         s = llmt__devtrain_upload(dev, tr->model->data, tr->m, tr->v);
     if (s == LLMT_OK)
-        s = llmt__pp_create(&tr->err, comm, o.schedule, tr->o.grad_accum, tr->ops->store, first,
-                            dev, &pp);
+        s = llmt__pp_create(&tr->err, comm, o.schedule, v, tr->o.grad_accum, tr->ops->store,
+                            first, dev, &pp);
     free(first);
     if (s != LLMT_OK) {
         llmt__devtrain_destroy(dev);

@@ -582,7 +582,8 @@ static void check_bad(void)
     for (int r = 0; r < 4; r++)
         llmt_comm_destroy(c[r]);
     /* on 2 stages: a stage without layers; layers not summing to the
-     * model's; interleaved (not yet); virtual stages without it; after
+     * model's; more virtual stages than layers; virtual stages without
+     * interleaving; after
      * data parallelism */
     CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, NULL, c), LLMT_OK);
     const int32_t lists[2][2] = {{2, 0}, {1, 2}};
@@ -599,8 +600,9 @@ static void check_bad(void)
     po.n_stage_layers = 0;
     po.schedule = LLMT_PP_INTERLEAVED;
     po.virtual_stages = 2;
-    CHECK_STATUS(llmt_trainer_set_pp_comm(tr, c[0], &po), LLMT_ERR_UNSUPPORTED);
-    printf("interleaved: %s\n", llmt_trainer_last_error(tr));
+    CHECK_STATUS(llmt_trainer_set_pp_comm(tr, c[0], &po), LLMT_ERR_INVALID_ARGUMENT);
+    printf("interleaved, 2 x 2 virtual stages of 2 layers: %s\n", llmt_trainer_last_error(tr));
+    CHECK(strstr(llmt_trainer_last_error(tr), "parallelism.virtual_stages") != NULL);
     po.schedule = LLMT_PP_GPIPE;
     CHECK_STATUS(llmt_trainer_set_pp_comm(tr, c[0], &po), LLMT_ERR_INVALID_ARGUMENT);
     printf("gpipe, 2 virtual stages: %s\n", llmt_trainer_last_error(tr));
