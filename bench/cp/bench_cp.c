@@ -11,8 +11,8 @@
  * (dev_cpu.c: probabilities kept), cp > 1 the block kernels of
  * lib/exec/attn_cp.c (plain C, recomputes the scores in its backward),
  * so the ratio is of the two whole engines, not of the exchange alone.
- * The trainer is driven through the internal entry (llmt__trainer_set_cp:
- * no public symbol yet).
+ * The CP group is attached with llmt_trainer_set_cp_comm; the trainer is
+ * made on the CPU op table directly (llmt__trainer_create_dev).
  *
  *   bench_cp [--quick]     --quick: sequence 256, one timed step */
 #include <pthread.h>
@@ -74,8 +74,12 @@ static void *rank_main(void *p)
         o.threads = a->threads;
         a->st = llmt__trainer_create_dev(m, &o, llmt__dev_cpu(), &tr);
     }
-    if (a->st == LLMT_OK && a->c)
-        a->st = llmt__trainer_set_cp(tr, a->c, a->variant);
+    if (a->st == LLMT_OK && a->c) {
+        llmt_cp_opts co;
+        llmt_cp_opts_init(&co, sizeof co);
+        co.variant = a->variant == LLMT__CP_ALL_GATHER ? LLMT_CP_ALL_GATHER : LLMT_CP_RING;
+        a->st = llmt_trainer_set_cp_comm(tr, a->c, &co);
+    }
     llmt_comm_stats cs;
     memset(&cs, 0, sizeof cs);
     cs.struct_size = sizeof cs;
