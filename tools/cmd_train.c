@@ -44,17 +44,20 @@ static int layout(llmt_job *job, const llmt_job_info *i, char *b, size_t cap)
     if (llmt_job_get_plan(job, &p) == LLMT_OK)
         llmt_plan_degrees(p, deg);
     b[0] = 0;
-    if (i->world_size > 1) { /* the plan's order, tp innermost */
-        char ep[24] = "", cp[24] = ""; /* ep: the experts' split, carved out of dp */
-        if (deg[LLMT_DIM_EP] > 1)
-            snprintf(ep, sizeof ep, " (ep %d)", (int)deg[LLMT_DIM_EP]);
+    if (i->world_size > 1) { /* the plan's order, tp innermost; cp and pp when split */
+        char cp[24] = "", pp[24] = "";
         if (deg[LLMT_DIM_CP] > 1)
             snprintf(cp, sizeof cp, " x cp %d", (int)deg[LLMT_DIM_CP]);
-        snprintf(b, cap, "tp %d%s x dp %d%s", (int)deg[LLMT_DIM_TP], cp, (int)deg[LLMT_DIM_DP],
-                 ep);
+        if (deg[LLMT_DIM_PP] > 1)
+            snprintf(pp, sizeof pp, " x pp %d", (int)deg[LLMT_DIM_PP]);
+        char ep[24] = ""; /* the experts' split, carved out of dp */
+        if (deg[LLMT_DIM_EP] > 1)
+            snprintf(ep, sizeof ep, " (ep %d)", (int)deg[LLMT_DIM_EP]);
+        snprintf(b, cap, "tp %d%s%s x dp %d%s", (int)deg[LLMT_DIM_TP], cp, pp,
+                 (int)deg[LLMT_DIM_DP], ep);
     }
     /* > 1 when a model-parallel split shares the ranks, not only data */
-    return (int)(deg[LLMT_DIM_TP] * deg[LLMT_DIM_CP]);
+    return (int)(deg[LLMT_DIM_TP] * deg[LLMT_DIM_CP] * deg[LLMT_DIM_PP]);
 }
 
 static void banner(const llmt_job_info *i, int tp, const char *lay)
@@ -64,8 +67,10 @@ static void banner(const llmt_job_info *i, int tp, const char *lay)
     if (i->world_size > 1 && tp > 1)
         printf("%s parallel: %s = %d ranks (%s), ZeRO-%d; global batch = micro x "
                "accum x %d\n",
-               strstr(lay, "cp") ? "tensor x context x data" : "tensor x data", lay,
-               (int)i->world_size, i->comm_backend, (int)i->zero, (int)i->dp);
+               strstr(lay, "cp")   ? "tensor x context x data"
+               : strstr(lay, "pp") ? "tensor x pipeline x data"
+                                   : "tensor x data",
+               lay, (int)i->world_size, i->comm_backend, (int)i->zero, (int)i->dp);
     else if (i->world_size > 1) {
         int ep = 1; /* expert parallel groups inside dp (layout's "(ep N)") */
         const char *q = strstr(lay, "(ep ");
@@ -236,10 +241,18 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
             double avg = (m.elapsed_s - t_start) / (double)(step - i.start_step);
             char eta[32];
             fmt_dur(eta, sizeof eta, avg * (double)(i.stop_at - step));
+            /* a pipeline's bubble: this stage's share of the step spent
+             * waiting for its neighbours (llmt_job_perf.bubble_s) */
+            char bub[32] = "";
+            llmt_job_perf pf;
+            memset(&pf, 0, sizeof pf);
+            pf.struct_size = sizeof pf;
+            if (strstr(lay, "pp") && llmt_job_get_perf(job, &pf) == LLMT_OK && pf.wall_s > 0)
+                snprintf(bub, sizeof bub, " | bubble %.0f%%", 100.0 * pf.bubble_s / pf.wall_s);
             printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | "
-                   "ETA %s%s%s%s",
+                   "ETA %s%s%s%s%s",
                    tty ? "\r" : "", (long long)step, (long long)i.stop_at, (double)m.loss,
-                   (double)m.lr, (double)m.grad_norm, tps, eta, lay[0] ? " | " : "", lay,
+                   (double)m.lr, (double)m.grad_norm, tps, eta, lay[0] ? " | " : "", lay, bub,
                    tty ? "   " : "\n");
             fflush(stdout);
             t_log = m.elapsed_s;

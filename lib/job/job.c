@@ -97,6 +97,8 @@ static llmt_status layout(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
     long long tp = (long long)s->parallelism.tp, dp = (long long)s->parallelism.dp;
+    if (s->parallelism.pp > 1) /* tp x pp x dp (refuse.c: no cp with pp) */
+        return llmt__job_pp_layout(j);
     long long cp = (long long)s->parallelism.cp;
     if (cp > 1 && j->world % (tp * cp))
         return FAIL(LLMT_ERR_SPEC,
@@ -170,6 +172,8 @@ static llmt_status coords(llmt_job *j)
         return FAIL(s, "plan: %s", llmt_plan_last_error(j->plan));
     j->tp = deg[LLMT_DIM_TP];
     j->tp_rank = co[LLMT_DIM_TP];
+    j->pp = deg[LLMT_DIM_PP];
+    j->pp_rank = co[LLMT_DIM_PP];
     j->cp = deg[LLMT_DIM_CP];
     j->dp_rank = co[LLMT_DIM_DP];
     return LLMT_OK;
@@ -348,20 +352,21 @@ static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o)
 llmt_status llmt__job_attach_groups(llmt_job *j)
 {
     llmt_status s;
-    if (j->tp <= 1 && j->cp <= 1) {
+    if (j->tp <= 1 && j->cp <= 1 && j->pp <= 1) {
         j->dp_comm = j->comm;
-    } else if (j->tp <= 1) { /* context parallel: its own groups (cp_attach.c) */
+    } else if (j->tp <= 1 && j->pp <= 1) { /* context parallel: its own groups (cp_attach.c) */
         if ((s = llmt__job_attach_cp(j)) != LLMT_OK)
             return s;
     } else {
-        s = llmt_comm_create_plan_group(j->comm, j->plan, LLMT_DIM_TP, &j->tp_comm);
+        s = j->tp > 1 ? llmt_comm_create_plan_group(j->comm, j->plan, LLMT_DIM_TP, &j->tp_comm)
+                      : LLMT_OK;
         if (s == LLMT_OK && j->dp > 1)
             s = llmt_comm_create_plan_group(j->comm, j->plan, LLMT_DIM_DP, &j->dp_comm);
         if (s != LLMT_OK)
             return FAIL(s, "job: the tp %d x dp %d groups: %s", (int)j->tp, (int)j->dp,
                         llmt_comm_last_error(j->comm));
         llmt__obs_remake_begin(j->obs); /* the engine is made again, timed */
-        s = llmt_trainer_set_tp_comm(j->tr, j->tp_comm);
+        s = j->tp > 1 ? llmt_trainer_set_tp_comm(j->tr, j->tp_comm) : LLMT_OK;
         llmt__obs_remake_end();
         if (s != LLMT_OK)
             return FAIL(s, "parallelism.tp: %d: %s", (int)j->tp,
@@ -376,6 +381,8 @@ llmt_status llmt__job_attach_groups(llmt_job *j)
         }
         if (j->cp > 1 && (s = llmt__job_attach_cp(j)) != LLMT_OK)
             return s; /* after tensor parallelism, before data parallelism */
+        if (j->pp > 1 && (s = llmt__job_attach_pp(j)) != LLMT_OK)
+            return s; /* after tensor (and sequence) parallelism, before data */
     }
     j->group_comm[LLMT_JOB_GROUP_DP] = j->dp_comm;
     j->group_comm[LLMT_JOB_GROUP_TP] = j->tp_comm;
@@ -640,6 +647,7 @@ LLMT_API void llmt_job_destroy(llmt_job *j)
     llmt_comm_destroy(j->tp_comm);
     llmt_comm_destroy(j->cp_comm);
     llmt_comm_destroy(j->ep_comm);
+    llmt_comm_destroy(j->pp_comm);
     if (j->own_comm)
         llmt_comm_destroy(j->comm);
     llmt_model_destroy(j->model);

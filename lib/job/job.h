@@ -89,6 +89,8 @@ struct llmt_job {
      * tp_comm only when tp > 1; dp_comm is comm itself when tp is 1, a
      * group of its own (owned, like tp_comm) when tp > 1 and dp > 1. */
     llmt_comm *tp_comm, *dp_comm;
+    /* pipeline parallel group (pp > 1; owned; pp_attach.c) */
+    llmt_comm *pp_comm;
     /* context parallel group (cp > 1; owned; cp_attach.c) */
     llmt_comm *cp_comm;
     /* expert parallel group (ep > 1; owned; ep_attach.c) */
@@ -106,6 +108,7 @@ struct llmt_job {
     llmt_trainer_opts to;
     int32_t dp, zero;
     int32_t tp, tp_rank, dp_rank; /* the plan's degree and coordinates */
+    int32_t pp, pp_rank;          /* pipeline degree, this rank's stage */
     int32_t cp;                   /* context parallel degree */
     int64_t steps, stop_at, start_step;
     int64_t ckpt_interval; /* steps; 0 none; < 0 auto, undecided */
@@ -290,6 +293,14 @@ int64_t llmt__job_obs_interval(const llmt_job *j);
 /* job.c: the tp/dp groups cut from j->comm and attached to the trainer
  * (collective over j->comm). */
 llmt_status llmt__job_attach_groups(llmt_job *j);
+/* pp_attach.c: the world a pipeline needs (tp x pp x dp ranks; errors
+ * name the key), and the PP group cut from j->comm and attached to the
+ * trainer with parallelism.pp_schedule and stage_layers (collective over
+ * j->comm). */
+llmt_status llmt__job_pp_layout(llmt_job *j);
+llmt_status llmt__job_attach_pp(llmt_job *j);
+/* The step's pipeline line (pp > 1): this stage's bubble. */
+void llmt__job_pp_line(llmt_job *j, int64_t step);
 /* cp_attach.c: the context parallel group (and, without tensor
  * parallelism, the data parallel one) cut from j->comm, the trainer
  * attached to it with parallelism.cp_variant (collective over j->comm). */

@@ -244,6 +244,17 @@ llmt_status llmt__job_obs_step(llmt_job *j, const job_marks *k, const llmt_job_m
         p->comm_s[g] = k->comm1[g] - k->comm0[g];
         comm += p->comm_s[g];
     }
+    /* the pipeline's bubble: its stage's waits in the activation and
+     * gradient receives, which the PP group's exposed time counted */
+    llmt_pp_stats ps;
+    memset(&ps, 0, sizeof ps);
+    ps.struct_size = sizeof ps;
+    if (j->pp > 1 && llmt_trainer_pp_stats(j->tr, &ps) == LLMT_OK) {
+        double pp = p->comm_s[LLMT_JOB_GROUP_PP];
+        p->bubble_s = ps.idle_seconds < pp ? ps.idle_seconds : pp;
+        p->comm_s[LLMT_JOB_GROUP_PP] = pp - p->bubble_s;
+        comm -= p->bubble_s;
+    }
     p->data_s = k->t_data - k->t_begin;
     p->ckpt_s = k->t_save1 - k->t_save0;
     p->other_s = p->wall_s - p->data_s - in_step - p->ckpt_s;

@@ -26,7 +26,7 @@ static const char *prec(int v)
  * the key). */
 static int64_t dp_size(const llmt_job *j)
 {
-    int64_t mp = j->spec->parallelism.tp * j->spec->parallelism.cp;
+    int64_t mp = j->spec->parallelism.tp * j->spec->parallelism.cp * j->spec->parallelism.pp;
     return mp > 0 && j->world % mp == 0 ? j->world / mp : j->world;
 }
 
@@ -39,8 +39,6 @@ static llmt_status check_parallelism(llmt_job *j)
         size_t off;
         const char *what;
     } dims[] = {
-        {"parallelism.pp", offsetof(struct llmt_spec, parallelism.pp),
-         "pipeline parallelism: issue 17"},
         {"parallelism.virtual_stages", offsetof(struct llmt_spec, parallelism.virtual_stages),
          "interleaved pipeline stages: issue 17"},
     };
@@ -119,6 +117,46 @@ static llmt_status check_cp(llmt_job *j)
         return REFUSE("parallelism.cp: %lld is not supported by llmt_job with %s yet; use "
                       "cp 1",
                       cp, why[k]);
+    return LLMT_OK;
+}
+
+/* Pipeline parallelism (lib/train/pp.c) runs on the host backends with
+ * tensor, sequence and data parallelism (ZeRO 0-1), GPipe or 1F1B; what
+ * it does not compose with yet is named here, before any data is
+ * prepared, and the pipeline keys refuse to be set without a pipeline. */
+static llmt_status check_pp(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    long long pp = (long long)s->parallelism.pp;
+    if (pp <= 1) {
+        if (llmt__spec_given(s, "parallelism.pp_schedule"))
+            return REFUSE("parallelism.pp_schedule: set but parallelism.pp is 1 (there is no "
+                          "pipeline to schedule); remove the key or set pp");
+        if (llmt__spec_given(s, "parallelism.stage_layers"))
+            return REFUSE("parallelism.stage_layers: set but parallelism.pp is 1 (one stage "
+                          "holds every layer); remove the key or set pp");
+        return LLMT_OK;
+    }
+    if (s->parallelism.pp_schedule == LLMT_SPEC_PP_INTERLEAVED)
+        return REFUSE("parallelism.pp_schedule: interleaved is not supported by llmt_job yet "
+                      "(virtual stages: issue 17); use 1f1b or gpipe");
+    if (s->train.device == LLMT_SPEC_DEVICE_CUDA)
+        return REFUSE("parallelism.pp: %lld is not supported by llmt_job with train.device "
+                      "cuda yet (the stages' send/recv has not run on the CUDA backend: "
+                      "issue 17); use pp 1, or train.device cpu",
+                      pp);
+    if (s->parallelism.zero >= 2)
+        return REFUSE("parallelism.zero: %lld with parallelism.pp %lld is not supported yet "
+                      "(ZeRO-2 shares of a tied head's two copies do not line up, ZeRO-3 "
+                      "gathers are not in a stage's forward); use zero 0 or 1",
+                      (long long)s->parallelism.zero, pp);
+    const char *inplace = getenv("LLMT_LAUNCH_INPLACE");
+    if (inplace && *inplace)
+        return REFUSE("parallelism.pp: %lld under llmtrain launch --in-place is not supported "
+                      "yet (the in-place recovery does not re-form the pipeline group); "
+                      "launch without --in-place (a gang restart resumes the pipeline from its "
+                      "checkpoint)",
+                      pp);
     return LLMT_OK;
 }
 
@@ -316,6 +354,8 @@ llmt_status llmt__job_check_spec(llmt_job *j)
     if ((st = check_parallelism(j)) != LLMT_OK)
         return st;
     if ((st = check_cp(j)) != LLMT_OK)
+        return st;
+    if ((st = check_pp(j)) != LLMT_OK)
         return st;
     if ((st = check_precision(j)) != LLMT_OK)
         return st;

@@ -251,6 +251,7 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
                            (double)met.lr, (long long)met.tokens, met.seconds, m->tokens_per_s,
                            m->elapsed_s, m->mfu, cycle);
     llmt__job_moe_line(j, done);
+    llmt__job_pp_line(j, done);
     double z = zscore(j, met.loss);
     if (z > sp->fault_tolerance.anomaly.zscore) {
         char ev[128];

@@ -15,8 +15,17 @@
 
 #include "spec/spec.h"
 
-enum ktype { KT_OBJ, KT_INT, KT_NUM, KT_BOOL, KT_STR, KT_ENUM, KT_TIERS,
-             KT_INTERVAL };
+enum ktype {
+    KT_OBJ,
+    KT_INT,
+    KT_NUM,
+    KT_BOOL,
+    KT_STR,
+    KT_ENUM,
+    KT_TIERS,
+    KT_INTERVAL,
+    KT_STAGES
+};
 
 #define F_POS 1u   /* must be > min (exclusive) */
 #define F_TIER 2u  /* offset is inside llmt_spec_tier */
@@ -84,6 +93,12 @@ static const spec_key keys[] = {
     I("parallelism.zero", parallelism.zero, 0, 3, "ZeRO stage 0..3 [0]"),
     I("parallelism.virtual_stages", parallelism.virtual_stages, 1, 1e4,
       "interleaved pipeline chunks per stage [1]"),
+    E("parallelism.pp_schedule", parallelism.pp_schedule, "1f1b|gpipe|interleaved",
+      "pipeline schedule: one forward one backward (PipeDream-flush), all forwards then "
+      "all backwards, or virtual stages [1f1b]"),
+    {"parallelism.stage_layers", KT_STAGES, 0, NULL, 1, LLMT_SPEC_MAX_STAGES, 0,
+     "layers per pipeline stage, first to last: pp entries >= 1 summing to model.layers "
+     "[balanced]"},
     E("parallelism.recompute", parallelism.recompute, "none|selective|full",
       "activation recomputation [none]"),
     B("parallelism.sequence_parallel", parallelism.sequence_parallel,
@@ -635,6 +650,36 @@ static void parse_tiers(llmt_spec *s, const cJSON *arr, errlist *el)
     s->checkpoint.ntiers = i;
 }
 
+/* parallelism.stage_layers: an array of layer counts, one per stage (its
+ * length and sum are checked against pp and the layers with the other
+ * cross-field rules). */
+static void parse_stages(llmt_spec *s, const cJSON *arr, errlist *el)
+{
+    const char *key = "parallelism.stage_layers";
+    s->parallelism.nstage_layers = 0;
+    if (!cJSON_IsArray(arr)) {
+        errf(el, key, "must be an array of layer counts, one per pipeline stage");
+        return;
+    }
+    int n = cJSON_GetArraySize(arr), i = 0;
+    if (n < 1 || n > LLMT_SPEC_MAX_STAGES) {
+        errf(el, key, "%d entries: 1 to %d (one per pipeline stage)", n, LLMT_SPEC_MAX_STAGES);
+        return;
+    }
+    for (const cJSON *v = arr->child; v; v = v->next, i++) {
+        int64_t x;
+        char path[64];
+        snprintf(path, sizeof path, "%s[%d]", key, i);
+        if (!json_int(v, &x))
+            errf(el, path, "must be an integer");
+        else if (x < 1 || x > 1000000)
+            errf(el, path, "%lld layers: each stage needs 1 to 1e6", (long long)x);
+        else
+            s->parallelism.stage_layers[i] = x;
+    }
+    s->parallelism.nstage_layers = n;
+}
+
 /* Walk one object of the document whose JSON path is `prefix`. */
 static void walk(llmt_spec *s, const cJSON *obj, const char *prefix,
                  errlist *el)
@@ -683,6 +728,8 @@ static void walk(llmt_spec *s, const cJSON *obj, const char *prefix,
             walk(s, c, canon, el);
         } else if (keys[k].type == KT_TIERS) {
             parse_tiers(s, c, el);
+        } else if (keys[k].type == KT_STAGES) {
+            parse_stages(s, c, el);
         } else {
             store_value(s, s, &keys[k], path, c, el);
         }
@@ -913,6 +960,22 @@ static void check_rules(llmt_spec *s, errlist *el)
     }
     if (s->parallelism.sequence_parallel && tp < 2)
         errf(el, "parallelism.sequence_parallel", "needs parallelism.tp > 1");
+    int nsl = s->parallelism.nstage_layers;
+    if (nsl > 0) {
+        int64_t sum = 0;
+        for (int i = 0; i < nsl; i++)
+            sum += s->parallelism.stage_layers[i];
+        if (nsl != pp)
+            errf(el, "parallelism.stage_layers",
+                 "%d entries for parallelism.pp %lld (one "
+                 "per pipeline stage)",
+                 nsl, (long long)pp);
+        else if (sum != s->model.layers)
+            errf(el, "parallelism.stage_layers",
+                 "the stages hold %lld layers, model.layers "
+                 "is %lld (they must sum to it)",
+                 (long long)sum, (long long)s->model.layers);
+    }
 
     /* Batch: global = micro * grad_accum * dp. */
     int g_given = s->given[key_index("batch.global")];
@@ -1432,6 +1495,9 @@ LLMT_API llmt_status llmt_spec_get_int(const llmt_spec *spec, const char *path,
     case KT_TIERS:
         *out = spec->checkpoint.ntiers;
         return LLMT_OK;
+    case KT_STAGES: /* its length; the entries are not keys of their own */
+        *out = spec->parallelism.nstage_layers;
+        return LLMT_OK;
     default:
         return llmt__err_set(&s->err, LLMT_ERR_INVALID_ARGUMENT,
                              "spec: %.200s is not an integer key", path);
@@ -1603,6 +1669,15 @@ void *llmt__spec_to_cjson(const llmt_spec *s)
                       : cJSON_AddNumberToObject(o, name,
                                                 (double)s->checkpoint.interval))
                  != NULL;
+        } else if (k->type == KT_STAGES) {
+            /* given or not at all: an empty array would not parse back */
+            if (s->parallelism.nstage_layers > 0) {
+                cJSON *arr = cJSON_AddArrayToObject(o, name);
+                ok = arr != NULL;
+                for (int t = 0; ok && t < s->parallelism.nstage_layers; t++)
+                    ok = cJSON_AddItemToArray(
+                        arr, cJSON_CreateNumber((double)s->parallelism.stage_layers[t]));
+            }
         } else if (k->type == KT_TIERS) {
             cJSON *arr = cJSON_AddArrayToObject(o, name);
             ok = arr != NULL;
@@ -1655,8 +1730,8 @@ LLMT_API llmt_status llmt_spec_to_json(const llmt_spec *spec, char *buf,
 
 /* -------------------------------------------------------- introspection */
 
-static const char *const type_names[] = {"object", "int", "number", "bool",
-                                         "string", "enum", "array", "interval"};
+static const char *const type_names[] = {"object", "int",   "number",   "bool",     "string",
+                                         "enum",   "array", "interval", "int array"};
 
 LLMT_API size_t llmt_spec_key_count(void)
 {

@@ -18,6 +18,9 @@ enum { LLMT_SPEC_ARCH_GPT2 = 0, LLMT_SPEC_ARCH_LLAMA = 1 };
 /* parallelism.recompute */
 enum { LLMT_SPEC_RECOMPUTE_NONE = 0, LLMT_SPEC_RECOMPUTE_SELECTIVE = 1,
        LLMT_SPEC_RECOMPUTE_FULL = 2 };
+/* parallelism.pp_schedule (the same values as llmt_pp_schedule) */
+enum { LLMT_SPEC_PP_1F1B = 0, LLMT_SPEC_PP_GPIPE = 1, LLMT_SPEC_PP_INTERLEAVED = 2 };
+#define LLMT_SPEC_MAX_STAGES 1024
 /* parallelism.cp_variant */
 enum { LLMT_SPEC_CP_RING = 0, LLMT_SPEC_CP_ALLGATHER = 1 };
 /* precision.param / master / gemm */
@@ -88,6 +91,10 @@ struct llmt_spec {
         int recompute;
         int sequence_parallel;
         int cp_variant; /* LLMT_SPEC_CP_* */
+        int pp_schedule; /* LLMT_SPEC_PP_* */
+        /* parallelism.stage_layers (nstage_layers 0: not given) */
+        int64_t stage_layers[LLMT_SPEC_MAX_STAGES];
+        int nstage_layers;
     } parallelism;
     struct {
         int param, master, gemm;

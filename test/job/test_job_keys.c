@@ -104,6 +104,11 @@ static const kcase cases[] = {
     {"parallelism.tp", NULL, "{\"parallelism\": {\"tp\": 2}}", REFUSED},
     {"parallelism.pp", "{\"model\": {\"layers\": 2}}", "{\"parallelism\": {\"pp\": 2}}",
      REFUSED},
+    /* with pp 1 there is no pipeline to schedule or split: refused; their
+     * effect under pp 2 is test job-pp's (GPipe, stages of 1 and 3) */
+    {"parallelism.pp_schedule", NULL, "{\"parallelism\": {\"pp_schedule\": \"gpipe\"}}",
+     REFUSED},
+    {"parallelism.stage_layers", NULL, "{\"parallelism\": {\"stage_layers\": [1]}}", REFUSED},
     {"parallelism.dp", NULL, "{\"parallelism\": {\"dp\": 2}}", REFUSED},
     {"parallelism.cp", NULL, "{\"parallelism\": {\"cp\": 2}}", REFUSED},
     /* with cp 1 there is no variant to choose: refused; its effect under

@@ -1,0 +1,367 @@
+/* llmt_job under pipeline parallelism (issue 17), in process: one thread
+ * per rank on an in-process communicator, each layout against the
+ * single-rank job on the same spec (the same data and seed, global batch
+ * 8 = micro 2 x accum x dp, so every layout trains on the same sequences).
+ * (a) pp 2 (1F1B, the automatic balance), pp 2 x dp 2 (GPipe, stages of 1
+ *     and 3 layers from parallelism.stage_layers) and tp 2 x pp 2 x dp 2
+ *     (ZeRO-1), GPT-2 with 4 layers, 8 AdamW steps: every rank's per-step
+ *     loss within 1e-5 relative of the single rank's, its validation
+ *     losses (evaluate as forward-only pipeline passes) within 1e-5, the
+ *     same sampled text (generate through the pipeline), and a "pp" line
+ *     per step in the metrics with the stage's bubble (and the perf
+ *     split's bubble_s > 0);
+ * (b) checkpoints across layouts in one run directory: pp 2 x dp 2 runs
+ *     steps 1-4 and saves, tp 2 x pp 2 x dp 2 resumes for 5-8; each
+ *     step's loss within 1e-5 of the uninterrupted single rank's;
+ * (c) bad input refused at creation naming the key: pp_schedule unknown
+ *     or interleaved, stage_layers not summing to the layers or not one
+ *     per stage, pp larger than the layers, ZeRO-2 with pp, a world that
+ *     tp x pp does not divide.
+ * Why 1e-5: pipeline stages run the single rank's ops on their layers in
+ * the same micro-batch order; tp and dp change only the order of fp32
+ * sums, and AdamW at lr 1e-3 moves a weight by about lr a step whatever
+ * its gradient (test/train/test_device_pp.c, test_device_pptp.c).
+ * usage: test_job_pp CORPUS_DIR (any directory of text files) */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "llmtrain.h"
+
+#define STEPS 8
+#define MAXR 8
+#define TOL 1e-5
+
+static char tmp[512], prep[700];
+
+/* The run every layout shares: GPT-2, 4 layers, a validation every 4
+ * steps, 8 sampled tokens; `par` is the parallelism object's body. */
+static void spec(char *out, size_t cap, const char *par)
+{
+    snprintf(out, cap,
+             "{\"name\": \"ppjob\", \"model\": {\"arch\": \"gpt2\", \"layers\": 4, "
+             "\"hidden\": 32, \"heads\": 4, \"vocab\": 320, \"seq_len\": 16},"
+             " \"batch\": {\"micro\": 2, \"global\": 8},"
+             " \"parallelism\": {%s},"
+             " \"optimizer\": {\"lr\": 1e-3}, \"schedule\": {\"kind\": \"cosine\", "
+             "\"warmup_steps\": 2},"
+             " \"train\": {\"steps\": %d, \"seed\": 3, \"eval_interval\": 4, "
+             "\"eval_batches\": 2, \"log_interval\": 0, \"threads\": 1, \"sample_tokens\": 8},"
+             " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
+             " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
+             "\"cpu\"}}",
+             par, STEPS, prep);
+}
+
+typedef struct rank_arg {
+    llmt_comm *comm; /* NULL: one rank */
+    const char *json, *dir;
+    int resume;
+    int64_t stop_at;
+    float loss[STEPS + 1], val[STEPS + 1];
+    int64_t first, last; /* steps this rank ran */
+    char sample[256];
+    char metrics[1024]; /* its metrics.jsonl */
+    double bubble_s;    /* the last step's (llmt_job_perf) */
+    llmt_status st;
+    char err[1024];
+} rank_arg;
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    llmt_context *ctx = NULL;
+    llmt_context_create(NULL, &ctx);
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = a->dir;
+    jo.comm = a->comm;
+    jo.world_size = 1; /* without a communicator */
+    jo.rank = 0;
+    jo.resume = a->resume;
+    jo.stop_at = a->stop_at;
+    llmt_job *job = NULL;
+    a->st = llmt_job_create_from_json(ctx, a->json, strlen(a->json), &jo, &job);
+    if (a->st != LLMT_OK) {
+        snprintf(a->err, sizeof a->err, "create: %s", llmt_context_last_error(ctx));
+        llmt_context_destroy(ctx);
+        return NULL;
+    }
+    llmt_job_info i;
+    memset(&i, 0, sizeof i);
+    i.struct_size = sizeof i;
+    llmt_job_get_info(job, &i);
+    snprintf(a->metrics, sizeof a->metrics, "%s", i.metrics_path);
+    a->first = i.start_step + 1;
+    a->last = i.start_step;
+    llmt_job_metrics m;
+    memset(&m, 0, sizeof m);
+    m.struct_size = sizeof m;
+    for (int64_t k = i.start_step; a->st == LLMT_OK && k < i.stop_at; k++) {
+        a->st = llmt_job_step(job, &m);
+        if (a->st == LLMT_OK && m.step >= 1 && m.step <= STEPS) {
+            a->loss[m.step] = m.loss;
+            a->val[m.step] = (m.events & LLMT_JOB_EVENT_VALIDATED) ? m.val_loss : NAN;
+            a->last = m.step;
+        }
+    }
+    llmt_job_perf pf;
+    memset(&pf, 0, sizeof pf);
+    pf.struct_size = sizeof pf;
+    if (a->st == LLMT_OK && llmt_job_get_perf(job, &pf) == LLMT_OK)
+        a->bubble_s = pf.bubble_s;
+    if (a->st == LLMT_OK)
+        a->st = llmt_job_finish(job);
+    if (a->st == LLMT_OK && i.stop_at == STEPS) /* collective: every rank samples */
+        a->st = llmt_job_sample(job, a->sample, sizeof a->sample, NULL);
+    if (a->st != LLMT_OK)
+        snprintf(a->err, sizeof a->err, "%s", llmt_job_last_error(job));
+    llmt_job_destroy(job);
+    llmt_context_destroy(ctx);
+    return NULL;
+}
+
+/* Run `json` on n ranks (threads on an in-process communicator; n == 1:
+ * none) in run directory dir. */
+static int run_layout(const char *what, const char *json, int n, const char *dir, int resume,
+                      int64_t stop_at, rank_arg *a)
+{
+    llmt_comm *comms[MAXR] = {NULL};
+    pthread_t th[MAXR];
+    if (n > 1 && llmt_comm_create_inproc(NULL, n, NULL, comms) != LLMT_OK) {
+        fprintf(stderr, "FAIL %s: in-process communicator\n", what);
+        CHECK(0);
+        return 0;
+    }
+    for (int r = 0; r < n; r++) {
+        memset(&a[r], 0, sizeof a[r]);
+        a[r].comm = comms[r];
+        a[r].json = json;
+        a[r].dir = dir;
+        a[r].resume = resume;
+        a[r].stop_at = stop_at;
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    int ok = 1;
+    for (int r = 0; r < n; r++) {
+        pthread_join(th[r], NULL);
+        if (a[r].st != LLMT_OK) {
+            fprintf(stderr, "FAIL %s rank %d: %s\n", what, r, a[r].err);
+            ok = 0;
+        }
+        CHECK_STATUS(a[r].st, LLMT_OK);
+    }
+    for (int r = 0; r < n; r++)
+        llmt_comm_destroy(comms[r]);
+    return ok;
+}
+
+static double rel(double x, double ref)
+{
+    return fabs(x - ref) / fabs(ref);
+}
+
+/* Every rank's losses of steps [first, last] (and validation losses)
+ * against the reference's; returns the worst relative difference. */
+static double check_losses(const char *what, const rank_arg *a, int n, const rank_arg *ref,
+                           int64_t first, int64_t last)
+{
+    double worst = 0, wv = 0;
+    int nval = 0;
+    for (int r = 0; r < n; r++) {
+        CHECK_EQ_INT(a[r].first, first);
+        CHECK_EQ_INT(a[r].last, last);
+        for (int64_t k = first; k <= last && k <= STEPS; k++) {
+            double d = rel(a[r].loss[k], ref->loss[k]);
+            if (!(d <= TOL))
+                fprintf(stderr, "FAIL %s rank %d step %lld: loss %.9g vs %.9g\n", what, r,
+                        (long long)k, (double)a[r].loss[k], (double)ref->loss[k]);
+            CHECK(d <= TOL);
+            worst = d > worst || isnan(d) ? d : worst;
+            if (isnan(ref->val[k])) {
+                CHECK(isnan(a[r].val[k]));
+                continue;
+            }
+            double v = rel(a[r].val[k], ref->val[k]);
+            CHECK(v <= TOL);
+            wv = v > wv || isnan(v) ? v : wv;
+            nval++;
+        }
+    }
+    printf("%-32s steps %lld-%lld: worst loss difference %.3g, validation %.3g relative "
+           "(%d validations; bound %.0e)\n",
+           what, (long long)first, (long long)last, worst, wv, nval, TOL);
+    return worst;
+}
+
+/* The pipeline lines of a rank's metrics: one per step, with a bubble in
+ * [0, 1]; returns the last one's. */
+static double pp_lines(const char *path, int want)
+{
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    if (!f)
+        return -1;
+    char line[4096];
+    int n = 0;
+    double bubble = -1;
+    while (fgets(line, sizeof line, f)) {
+        const char *b = strstr(line, "\"event\":\"pp\"") ? strstr(line, "\"bubble\":") : NULL;
+        if (!b)
+            continue;
+        n++;
+        bubble = atof(b + 9);
+        CHECK(bubble >= 0 && bubble <= 1);
+    }
+    fclose(f);
+    CHECK_EQ_INT(n, want);
+    return bubble;
+}
+
+static void compare(const char *what, const char *par, int n, const rank_arg *ref, rank_arg *a)
+{
+    char json[4096], dir[800];
+    spec(json, sizeof json, par);
+    snprintf(dir, sizeof dir, "%s/%.40s", tmp, what);
+    for (char *c = dir + strlen(tmp) + 1; *c; c++)
+        if (*c == ' ')
+            *c = '_';
+    if (!run_layout(what, json, n, dir, 0, 0, a))
+        return;
+    check_losses(what, a, n, ref, 1, STEPS);
+    for (int r = 0; r < n; r++) {
+        CHECK(strcmp(a[r].sample, ref->sample) == 0 && ref->sample[0]);
+        double b = pp_lines(a[r].metrics, STEPS);
+        CHECK(a[r].bubble_s > 0); /* the perf split names the pipeline's waits */
+        if (r == 0)
+            printf("%-32s rank 0 bubble (last step) %.2f; sample %s\n", what, b,
+                   strcmp(a[0].sample, ref->sample) ? "DIFFERS" : "equal");
+    }
+}
+
+/* A layout refused at creation: the message names every string of want
+ * (NULL-terminated) and the run directory was not made. */
+static void refused(const char *what, const char *par, int world, const char *const *want)
+{
+    char json[4096], dir[700];
+    spec(json, sizeof json, par);
+    snprintf(dir, sizeof dir, "%s/bad", tmp);
+    llmt_context *ctx = NULL;
+    llmt_context_create(NULL, &ctx);
+    llmt_context_set_log_level(ctx, LLMT_LOG_OFF);
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = dir;
+    jo.world_size = world;
+    jo.rank = 0;
+    llmt_job *job = NULL;
+    llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+    const char *msg = llmt_context_last_error(ctx);
+    CHECK(s != LLMT_OK);
+    int named = 1;
+    for (int i = 0; want[i]; i++)
+        named &= strstr(msg, want[i]) != NULL;
+    if (s == LLMT_OK || !named)
+        fprintf(stderr, "FAIL %s: %s\n", what, s == LLMT_OK ? "created" : msg);
+    CHECK(named);
+    struct stat sb;
+    CHECK(stat(dir, &sb) != 0); /* refused before any work */
+    printf("refused %-26s %s\n", what, msg);
+    llmt_job_destroy(job);
+    llmt_context_destroy(ctx);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_job_pp CORPUS_DIR\n");
+        return 2;
+    }
+    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-pp-XXXXXX");
+    if (!mkdtemp(tmp))
+        return 1;
+    char json[4096], dir[800];
+
+    /* the corpus prepared once into byte-token shards by a job that stops
+     * at creation; every run below reads them */
+    {
+        snprintf(prep, sizeof prep, "%s", argv[1]);
+        spec(json, sizeof json, "\"pp\": 1");
+        llmt_context *ctx = NULL;
+        llmt_context_create(NULL, &ctx);
+        llmt_job_opts jo;
+        llmt_job_opts_init(&jo, sizeof jo);
+        snprintf(dir, sizeof dir, "%s/prep", tmp);
+        jo.run_dir = dir;
+        jo.world_size = 1;
+        jo.rank = 0;
+        llmt_job *job = NULL;
+        llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+        if (s != LLMT_OK)
+            fprintf(stderr, "preparing the corpus: %s\n", llmt_context_last_error(ctx));
+        CHECK_STATUS(s, LLMT_OK);
+        llmt_job_destroy(job);
+        llmt_context_destroy(ctx);
+        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
+        if (s != LLMT_OK)
+            return check_exit("job-pp");
+    }
+
+    /* the reference: one rank, 8 steps */
+    static rank_arg ref[1], a[MAXR];
+    spec(json, sizeof json, "\"pp\": 1");
+    snprintf(dir, sizeof dir, "%s/one", tmp);
+    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
+        return check_exit("job-pp");
+    CHECK(!isnan(ref[0].val[4]) && !isnan(ref[0].val[8]));
+    printf("one rank: loss %.4f -> %.4f, validation %.4f -> %.4f, sample \"%s\"\n",
+           (double)ref[0].loss[1], (double)ref[0].loss[STEPS], (double)ref[0].val[4],
+           (double)ref[0].val[8], ref[0].sample);
+
+    /* (a) */
+    compare("pp 2 1f1b", "\"pp\": 2", 2, ref, a);
+    compare("pp 2 x dp 2 gpipe 1+3",
+            "\"pp\": 2, \"pp_schedule\": \"gpipe\", \"stage_layers\": [1, 3]", 4, ref, a);
+    compare("tp 2 x pp 2 x dp 2 zero 1", "\"tp\": 2, \"pp\": 2, \"zero\": 1", 8, ref, a);
+
+    /* (b) the checkpoint chain in one run directory */
+    snprintf(dir, sizeof dir, "%s/chain", tmp);
+    spec(json, sizeof json, "\"pp\": 2");
+    if (run_layout("chain pp 2 x dp 2", json, 4, dir, 0, 4, a))
+        check_losses("chain pp 2 x dp 2", a, 4, ref, 1, 4);
+    spec(json, sizeof json, "\"tp\": 2, \"pp\": 2");
+    if (run_layout("chain tp 2 x pp 2 x dp 2 (resumed)", json, 8, dir, 1, STEPS, a))
+        check_losses("chain tp 2 x pp 2 x dp 2 (resumed)", a, 8, ref, 5, STEPS);
+
+    /* (c) bad input, named */
+    {
+        static const char *const w_sched[] = {"parallelism.pp_schedule", "zigzag", NULL};
+        static const char *const w_inter[] = {"parallelism.pp_schedule", "interleaved", NULL};
+        static const char *const w_sum[] = {"parallelism.stage_layers", "model.layers", NULL};
+        static const char *const w_len[] = {"parallelism.stage_layers", "parallelism.pp", NULL};
+        static const char *const w_big[] = {"parallelism.pp", "model.layers", NULL};
+        static const char *const w_zero[] = {"parallelism.zero", "parallelism.pp", NULL};
+        static const char *const w_world[] = {"parallelism.pp", "world size 3", NULL};
+        refused("pp_schedule zigzag", "\"pp\": 2, \"pp_schedule\": \"zigzag\"", 2, w_sched);
+        refused("pp_schedule interleaved", "\"pp\": 2, \"pp_schedule\": \"interleaved\"", 2,
+                w_inter);
+        refused("stage_layers 1+2 of 4", "\"pp\": 2, \"stage_layers\": [1, 2]", 2, w_sum);
+        refused("stage_layers 3 entries, pp 2", "\"pp\": 2, \"stage_layers\": [1, 2, 1]", 2,
+                w_len);
+        refused("pp 8 of 4 layers", "\"pp\": 8", 8, w_big);
+        refused("ZeRO-2 with pp 2", "\"pp\": 2, \"zero\": 2", 4, w_zero);
+        refused("pp 2 on 3 ranks", "\"pp\": 2", 3, w_world);
+    }
+
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    if (check_failures) /* the evidence stays */
+        fprintf(stderr, "kept %s\n", tmp);
+    else if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp);
+    return check_exit("job-pp");
+}
