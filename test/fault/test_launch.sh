@@ -32,6 +32,10 @@
 #             the memory tier (their snapshots' shares, gathered with the
 #             spare's part, which it reads from disk); losses and the final
 #             loader cursor equal the uninterrupted run's
+#   inplace-tp --in-place under tp 2 x dp 2: rank 2 killed, the others
+#             keep their processes, re-form the TP and DP groups with the
+#             spare and restore from memory; losses equal the uninterrupted
+#             tp run's
 #   nodes     two agents as two nodes (2 workers each, a spare on node 0)
 #             agreeing through a rendezvous directory: rank 3 (node 1) is
 #             killed, node 0 promotes its spare, both start generation 1;
@@ -426,6 +430,33 @@ nodes)
   "$exe" launch --out x --nproc 2 --nnodes 2 --node-rank 0 --rdzv rdzv --in-place ft.json > ip.log 2>&1
   grep -q "in-place with --nnodes 2" ip.log && ok "--in-place with --nnodes refused by name" ||
     bad "in-place: $(cat ip.log)"
+  ;;
+inplace-tp)
+  # --in-place under tensor parallelism: tp 2 x dp 2 (groups from the plan,
+  # over Gloo), rank 2 (TP group 1, with rank 3) killed at step 7: ranks
+  # 0, 1, 3 keep their processes, re-form the world, TP and DP groups with
+  # the promoted spare and restore step 6 from the memory tier; every loss
+  # equals the uninterrupted tp 2 x dp 2 run's
+  sed 's/"batch"/"parallelism": {"tp": 2},\n "batch"/' ft.json > tp.json
+  launch tr tr.log --nproc 4 --spares 1 tp.json || { bad "uninterrupted tp run"; cat tr.log; exit 1; }
+  losses tr/metrics.jsonl > tr.loss
+  grep -q "tp 2 x dp 2" tr.log && [ "$(wc -l < tr.loss)" -eq 14 ] &&
+    ok "uninterrupted run: 14 steps, tp 2 x dp 2 on 4 Gloo ranks" || bad "tp reference: $(grep -c step tr.log)"
+  LLMT_FAULT=kill:2:7 launch ti ti.log --nproc 4 --spares 1 --in-place tp.json ||
+    { bad "in-place tp run"; cat ti.log; }
+  grep -q "in-place recovery as gen 1" ti.log && ok "rank 2 killed at step 7, recovered in place" ||
+    bad "no in-place recovery: $(grep launch: ti.log)"
+  g1=$(grep '"spawn","gen":1' ti/agent/events.jsonl | sed 's/.*"rank":\([0-9]*\).*/\1/' | tr '\n' ' ')
+  [ "$g1" = "2 " ] && ok "only rank 2 started again" || bad "gen 1 spawned ranks '$g1'"
+  for r in 0 1 3; do
+    m=ti/rank-$r/metrics.jsonl; [ $r = 0 ] && m=ti/metrics.jsonl
+    grep -q '"event":"inplace","rank":'$r',.*"gen":1,"step":6,"tier":"memory"' $m &&
+      ok "rank $r stayed in its process and restored step 6 from memory" ||
+      bad "rank $r: $(grep inplace $m)"
+  done
+  losses ti/metrics.jsonl > ti.loss
+  cmp -s tr.loss ti.loss && ok "all 14 losses equal the uninterrupted tp 2 x dp 2 run's" ||
+    { bad "losses differ"; diff tr.loss ti.loss; }
   ;;
 *) echo "unknown case $case_"; exit 2 ;;
 esac
