@@ -85,12 +85,12 @@ static double gather_s(double bytes, double n, double bw, double lat)
 void llmt__plan_stage_span(int64_t layers, int64_t pp, int64_t v, int64_t stage,
                            int64_t chunk, int64_t *first, int64_t *count)
 {
+    /* Interleaved: chunk c of stage s is virtual stage c*pp + s of pp*v,
+     * laid out as pp*v stages are (any layer count: Llama 3's 126 layers
+     * on 16 stages x v put one layer fewer in the first and the last
+     * virtual stage, so stages 0 and 15 hold 7 and the others 8). */
     if (v > 1) {
-        /* Interleaved: layers % (pp*v) == 0 (a spec rule); chunk c of stage
-         * s holds model chunk c*pp + s. */
-        int64_t per = layers / (pp * v);
-        *first = (chunk * pp + stage) * per;
-        *count = per;
+        llmt__plan_stage_span(layers, pp * v, 1, chunk * pp + stage, 0, first, count);
         return;
     }
     /* Uneven counts: the remainder goes to the middle stages first, since
@@ -116,6 +116,37 @@ void llmt__plan_stage_span(int64_t layers, int64_t pp, int64_t v, int64_t stage,
         }
         f += c;
     }
+}
+
+int64_t llmt__plan_stage_total(int64_t layers, int64_t pp, int64_t v, int64_t stage)
+{
+    int64_t n = 0, f, c;
+    for (int64_t ch = 0; ch < (v > 1 ? v : 1); ch++) {
+        llmt__plan_stage_span(layers, pp, v, stage, ch, &f, &c);
+        n += c;
+    }
+    return n;
+}
+
+int llmt__plan_pp_schedule(const llmt_spec *s)
+{
+    return s->parallelism.virtual_stages > 1 ? LLMT__PLAN_PP_INTERLEAVED : LLMT__PLAN_PP_1F1B;
+}
+
+double llmt__plan_pp_inflight(int sched, int64_t p, int64_t v, int64_t m, int64_t stage)
+{
+    double n;
+    if (p <= 1)
+        return 1;
+    if (sched == LLMT__PLAN_PP_GPIPE)
+        return (double)m;
+    if (sched != LLMT__PLAN_PP_INTERLEAVED)
+        return (double)(m < p - stage ? m : p - stage);
+    /* Megatron-LM's interleaved warm-up, 2 (p - s - 1) + (v - 1) p chunk
+     * forwards, then one more before the first backward; all m v when m
+     * == p (every forward first) */
+    n = m == p ? (double)(m * v) : (double)(2 * (p - stage - 1) + (v - 1) * p + 1);
+    return n < (double)(m * v) ? n : (double)(m * v);
 }
 
 typedef struct shape {
@@ -429,14 +460,16 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
     /* The head on the last stage (and its logits). */
     double t_head = 3 * gemm_s(tok, m.V / t, m.h, peak_gemm, eff, GEMM_HALF) * KERNEL_OVERHEAD;
 
-    int64_t Lmax = 0, Llast = 0, first = 0, cnt = 0, Mmax = 0, Mlast = 0;
+    int64_t Lmax = 0, Llast = 0, cnt = 0, Mmax = 0, Mlast = 0;
     for (int64_t st = 0; st < (int64_t)p; st++) {
-        llmt__plan_stage_span(s->model.layers, (int64_t)p, 1, st, 0, &first, &cnt);
-        if (v > 1)
-            cnt = s->model.layers / (int64_t)p;
-        int64_t moe = 0; /* its MoE layers */
-        for (int64_t l = first; m.E > 0 && l < first + cnt; l++)
-            moe += l % m.every == 0;
+        cnt = llmt__plan_stage_total(s->model.layers, (int64_t)p, (int64_t)v, st);
+        int64_t moe = 0; /* its MoE layers (in each of its chunks) */
+        for (int64_t ch = 0; m.E > 0 && ch < (int64_t)v; ch++) {
+            int64_t f, c;
+            llmt__plan_stage_span(s->model.layers, (int64_t)p, (int64_t)v, st, ch, &f, &c);
+            for (int64_t l = f; l < f + c; l++)
+                moe += l % m.every == 0;
+        }
         if (cnt > Lmax) {
             Lmax = cnt;
             Mmax = moe;
@@ -513,9 +546,7 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
         if (which == 2 && p < 3)
             break;
         int64_t st = which == 0 ? 0 : which == 1 ? (int64_t)p - 1 : 1;
-        llmt__plan_stage_span(s->model.layers, (int64_t)p, 1, st, 0, &first, &cnt);
-        if (v > 1)
-            cnt = s->model.layers / (int64_t)p;
+        cnt = llmt__plan_stage_total(s->model.layers, (int64_t)p, (int64_t)v, st);
         double Ls = (double)cnt;
         double pd = Ls * dense_layer + (st == 0 ? emb : 0) +
                     (st == (int64_t)p - 1 ? head + m.h : 0);
@@ -523,12 +554,13 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
         double w = pbytes * (zero >= 3 ? pd / D + pe / De : pd + pe);
         double g = pbytes * (zero >= 2 ? pd / D + pe / De : pd + pe);
         double o = opt_b * (zero >= 1 ? pd / D + pe / De : pd + pe);
-        /* activations in flight: 1F1B keeps p - stage micro-batches (at most
-         * m); interleaving adds (p-1)/(p*v) (Narayanan et al. 2021). */
-        double inflight = fmin(nmb, p - (double)st);
-        if (v > 1) /* (at most all m micro-batches: with m == p the
-                      interleaved warm-up runs every forward first) */
-            inflight = fmin(nmb, p * (1 + (p - 1) / (p * v)));
+        /* activations in flight, in the stage's micro-batches: GPipe m,
+         * 1F1B p - stage (at most m), interleaved Megatron-LM's chunk
+         * count over v: p (1 + (p-1)/(p v)) on stage 0 (Narayanan et al.
+         * 2021) */
+        double inflight = llmt__plan_pp_inflight(llmt__plan_pp_schedule(s), (int64_t)p,
+                                                 (int64_t)v, (int64_t)nmb, st) /
+                          v;
         double a_tok = act_bytes_per_token(&m, t, sp, rc);
         double act = Ls * inflight * tok * a_tok;
         if (rc == LLMT_SPEC_RECOMPUTE_FULL) /* one layer rebuilt at a time */

@@ -301,6 +301,40 @@ static double activations(const eng *g)
     return x;
 }
 
+/* A pipeline stage (device.c, llmt__devtrain_create_stage, pp.c): one
+ * activation set per micro-batch chunk the schedule keeps in flight, each
+ * holding the residual stream and the layers of the stage's longest chunk
+ * (the other chunks alias them) and, on the last stage, the final norm
+ * and the logits; the backward's scratch once; the received output
+ * gradient's buffer on all but the last stage (all under interleaving). */
+double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
+{
+    eng g;
+    shape(s, &g);
+    int64_t p = s->parallelism.pp, v = s->parallelism.virtual_stages, clen = 0;
+    for (int64_t c = 0; c < v; c++) {
+        int64_t f, n;
+        llmt__plan_stage_span(s->model.layers, p, v, stage, c, &f, &n);
+        clen = n > clen ? n : clen;
+    }
+    double N = g.B * g.T, C = g.C, bf = g.es, Lc = (double)clen;
+    double stored = g.full ? 1 : Lc;
+    double Ca = g.nh_l * g.hd, F = g.F_l, Q = g.Q_l;
+    double state = g.cpu ? g.B * g.nh_l * g.T * g.T : g.B * g.nh_l * g.T;
+    double core = N * Ca * bf + state * 4;
+    double layer = 3 * N * C * bf + 4 * N * 4 + N * Q * bf + N * F * bf * (g.llama ? 3 : 2);
+    double set = (Lc + 1) * N * C * bf + stored * layer + (g.selective ? 1 : stored) * core;
+    if (stage == p - 1)
+        set += N * C * bf + 2 * N * 4 + N * g.V_l * bf;
+    double sets =
+        llmt__plan_pp_inflight(llmt__plan_pp_schedule(s), p, v, s->batch.grad_accum, stage);
+    double x = sets * set;
+    x += 2 * N * C * bf + N * Q * bf + N * F * bf * (g.llama ? 3 : 1) + 4;
+    if (stage < p - 1 || v > 1)
+        x += N * C * bf;
+    return x;
+}
+
 void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
 {
     e->engine_modeled = 0;

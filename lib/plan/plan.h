@@ -161,6 +161,24 @@ void llmt__plan_to_cand(const llmt_plan_estimate *e, const double *terms, llmt_p
 void llmt__plan_stage_span(int64_t layers, int64_t pp, int64_t v, int64_t stage,
                            int64_t chunk, int64_t *first, int64_t *count);
 
+/* Layers stage `stage` holds over its chunks. */
+int64_t llmt__plan_stage_total(int64_t layers, int64_t pp, int64_t v, int64_t stage);
+
+/* The pipeline schedule a spec runs (parallelism.virtual_stages > 1:
+ * interleaved, else 1F1B) and the micro-batch chunks in flight on stage
+ * `stage` under it (GPipe m, 1F1B min(m, p - stage), interleaved
+ * Megatron-LM's 2 (p - s - 1) + (v - 1) p + 1, all m v when m == p): the
+ * activation sets lib/train/pp_sched.c's lists hold. */
+enum { LLMT__PLAN_PP_1F1B = 0, LLMT__PLAN_PP_GPIPE = 1, LLMT__PLAN_PP_INTERLEAVED = 2 };
+int llmt__plan_pp_schedule(const llmt_spec *s);
+double llmt__plan_pp_inflight(int sched, int64_t p, int64_t v, int64_t m, int64_t stage);
+
+/* Bytes of activations (and backward scratch) this library's engine
+ * allocates on pipeline stage `stage` for the spec's layout (pp > 1, tp
+ * 1, dense): the schedule's sets of the stage's longest chunk, the
+ * scratch and the boundary buffer (lib/plan/engine.c). */
+double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage);
+
 /* Append to the plan's notes (printf-style). */
 void llmt__plan_note(llmt_plan *p, const char *fmt, ...) LLMT_PRINTF(2, 3);
 

@@ -953,9 +953,10 @@ static void check_rules(llmt_spec *s, errlist *el)
         if (pp < 2)
             errf(el, "parallelism.virtual_stages", "%lld needs parallelism.pp > 1",
                  (long long)v);
-        else if (s->model.layers % (pp * v))
+        else if (pp * v > s->model.layers) /* any other count: uneven chunks */
             errf(el, "parallelism.virtual_stages",
-                 "pp*virtual_stages = %lld does not divide model.layers %lld",
+                 "pp*virtual_stages = %lld virtual stages exceed model.layers %lld (each "
+                 "needs a layer)",
                  (long long)(pp * v), (long long)s->model.layers);
     }
     if (s->parallelism.sequence_parallel && tp < 2)

@@ -239,7 +239,8 @@ static void test_rules(void)
         {"{" M ", \"parallelism\": {\"sequence_parallel\": true}}",
          "parallelism.sequence_parallel: needs parallelism.tp > 1"},
         {"{" M ", \"parallelism\": {\"pp\": 2, \"virtual_stages\": 3}}",
-         "parallelism.virtual_stages: pp*virtual_stages = 6 does not divide model.layers 4"},
+         "parallelism.virtual_stages: pp*virtual_stages = 6 virtual stages exceed model.layers "
+         "4"},
         {"{\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 8, \"kv_heads\": 3}}",
          "model.kv_heads: 3 does not divide model.heads 8"},
         {"{\"model\": {\"arch\": \"llama\", \"layers\": 4, \"hidden\": 384, \"heads\": 12,"
