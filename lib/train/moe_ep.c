@@ -7,8 +7,13 @@
 struct llmt__moe_ep {
     llmt__moe_shape sh;
     int rank, size, El, block;
-    /* the owner's rows, expert-major: [El][size][block] x C or F, kept
-     * from the forward for the backward */
+    /* every rank's kept rows per expert ([size][E], all-gathered), and
+     * where the owner packs them: the rows of local expert el from source
+     * src start at off[el * size + src] (expert-major, kept rows only: the
+     * owner computes nothing for the padding); rows[el]: expert el's sum */
+    int64_t *cnt, *off, *rows;
+    /* the owner's packed rows (at most E x block) x C or F, kept from the
+     * forward for the backward */
     float *xo, *h1, *h3, *act;
     /* scratch: the exchange ([size][El][block][C], i.e. [E][block][C]),
      * the owner's outputs and backward */
@@ -19,8 +24,8 @@ void llmt__moe_ep_free(llmt__moe_ep *p)
 {
     if (!p)
         return;
-    void *b[] = {p->xo, p->h1,  p->h3,  p->act,  p->sbuf, p->rbuf,
-                 p->yo, p->dyo, p->dxo, p->dact, p->dh1,  p->dh3};
+    void *b[] = {p->xo,  p->h1,   p->h3,  p->act, p->sbuf, p->rbuf, p->yo,  p->dyo,
+                 p->dxo, p->dact, p->dh1, p->dh3, p->cnt,  p->off,  p->rows};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         free(b[i]);
     free(p);
@@ -38,18 +43,23 @@ llmt__moe_ep *llmt__moe_ep_new(const llmt__moe_shape *sh, int Nmax, int rank, in
     p->size = size;
     p->El = sh->E / size;
     p->block = llmt__moe_capacity(sh, Nmax);
-    /* rows: the owner holds El experts x size sources x block, the
-     * exchange E x block: the same number */
+    /* rows: the owner holds at most El experts x size sources x block,
+     * the exchange E x block: the same number */
     size_t R = (size_t)sh->E * (size_t)p->block, C = (size_t)sh->C, F = (size_t)sh->F;
     float **rc[] = {&p->xo, &p->sbuf, &p->rbuf, &p->yo, &p->dyo, &p->dxo};
     float **rf[] = {&p->h1, &p->h3, &p->act, &p->dact, &p->dh1, &p->dh3};
-    for (size_t i = 0; i < 6; i++) {
+    p->cnt = malloc((size_t)size * sh->E * sizeof(int64_t));
+    p->off = malloc((size_t)size * p->El * sizeof(int64_t));
+    p->rows = malloc((size_t)p->El * sizeof(int64_t));
+    int ok = p->cnt && p->off && p->rows;
+    for (size_t i = 0; ok && i < 6; i++) {
         *rc[i] = malloc(R * C * sizeof(float));
         *rf[i] = malloc(R * F * sizeof(float));
-        if (!*rc[i] || !*rf[i]) {
-            llmt__moe_ep_free(p);
-            return NULL;
-        }
+        ok = *rc[i] && *rf[i];
+    }
+    if (!ok) {
+        llmt__moe_ep_free(p);
+        return NULL;
     }
     return p;
 }
@@ -60,7 +70,8 @@ int llmt__moe_ep_block(const llmt__moe_ep *p)
 }
 
 /* Packed rows (s->start, s->kept) of width w into the exchange layout
- * [E][block][w], zeros after each expert's kept rows. */
+ * [E][block][w], zeros after each expert's kept rows (the padding is
+ * never computed on, but the bytes sent are defined). */
 static void pack(const llmt__moe_ep *p, const llmt__moe *s, const float *rows, float *out,
                  size_t w)
 {
@@ -83,15 +94,51 @@ static void unpack(const llmt__moe_ep *p, const llmt__moe *s, const float *in, f
                (size_t)s->kept[x] * w * sizeof(float));
 }
 
-/* Received [size][El][block][w] (source-major) <-> the owner's
- * [El][size][block][w] (expert-major: one GEMM per expert). */
+/* Every rank's kept rows per expert (all-gathered: the exchange keeps its
+ * fixed shape, and the owner learns how many rows of each block are
+ * real), and the owner's packing of them. */
+static llmt_status counts(llmt__moe_ep *p, const llmt__moe *s, llmt_comm *comm, llmt_err *e)
+{
+    int E = p->sh.E;
+    llmt_status st =
+        llmt_comm_all_gather(comm, s->kept, p->cnt, (size_t)E, LLMT_DTYPE_INT64, NULL);
+    if (st != LLMT_OK)
+        return llmt__err_set(e, st, "trainer: moe: expert parallel counts (all-gather): %s",
+                             llmt_comm_last_error(comm));
+    int64_t at = 0;
+    for (int el = 0; el < p->El; el++) {
+        p->rows[el] = 0;
+        for (int src = 0; src < p->size; src++) {
+            int64_t c = p->cnt[(size_t)src * E + (size_t)p->rank * p->El + el];
+            if (c < 0 || c > p->block)
+                return llmt__err_set(e, LLMT_ERR_INTERNAL,
+                                     "trainer: moe: rank %d of the EP group kept %lld rows "
+                                     "for expert %d (block %d)",
+                                     src, (long long)c, p->rank * p->El + el, p->block);
+            p->off[(size_t)el * p->size + src] = at;
+            at += c;
+            p->rows[el] += c;
+        }
+    }
+    return LLMT_OK;
+}
+
+static size_t cnt_of(const llmt__moe_ep *p, int el, int src)
+{
+    return (size_t)p->cnt[(size_t)src * p->sh.E + (size_t)p->rank * p->El + el];
+}
+
+/* Received [size][El][block][w] (source-major, padded) -> the owner's
+ * kept rows packed expert-major (one GEMM per expert), and back (the
+ * padding of the blocks going back is never read: the source takes its
+ * kept rows only). */
 static void to_owner(const llmt__moe_ep *p, const float *in, float *out, size_t w)
 {
     size_t B = (size_t)p->block * w;
     for (int src = 0; src < p->size; src++)
         for (int el = 0; el < p->El; el++)
-            memcpy(out + ((size_t)el * p->size + src) * B, in + ((size_t)src * p->El + el) * B,
-                   B * sizeof(float));
+            memcpy(out + (size_t)p->off[(size_t)el * p->size + src] * w,
+                   in + ((size_t)src * p->El + el) * B, cnt_of(p, el, src) * w * sizeof(float));
 }
 
 static void from_owner(const llmt__moe_ep *p, const float *in, float *out, size_t w)
@@ -99,8 +146,9 @@ static void from_owner(const llmt__moe_ep *p, const float *in, float *out, size_
     size_t B = (size_t)p->block * w;
     for (int src = 0; src < p->size; src++)
         for (int el = 0; el < p->El; el++)
-            memcpy(out + ((size_t)src * p->El + el) * B, in + ((size_t)el * p->size + src) * B,
-                   B * sizeof(float));
+            memcpy(out + ((size_t)src * p->El + el) * B,
+                   in + (size_t)p->off[(size_t)el * p->size + src] * w,
+                   cnt_of(p, el, src) * w * sizeof(float));
 }
 
 static llmt_status a2a(const llmt__moe_ep *p, llmt_comm *comm, llmt_err *e, const char *what)
@@ -119,17 +167,20 @@ llmt_status llmt__moe_ep_fwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llm
     if (N < 1 || N > s->Nmax)
         return llmt__err_set(e, LLMT_ERR_INTERNAL, "trainer: moe: %d tokens (made for %d)", N,
                              s->Nmax);
-    size_t C = (size_t)p->sh.C, F = (size_t)p->sh.F, R = (size_t)p->size * p->block;
+    size_t C = (size_t)p->sh.C, F = (size_t)p->sh.F;
     llmt_status st;
     llmt__moe_route(s, w->router, x, N);
+    if ((st = counts(p, s, comm, e)) != LLMT_OK)
+        return st;
     pack(p, s, s->xe, p->sbuf, C);
     if ((st = a2a(p, comm, e, "dispatch")) != LLMT_OK)
         return st;
     to_owner(p, p->rbuf, p->xo, C);
-    for (int el = 0; el < p->El; el++)
-        llmt__moe_expert_fwd(&p->sh, w, p->rank * p->El + el, (int)R, p->xo + el * R * C,
-                             p->h1 + el * R * F, p->h3 + el * R * F, p->act + el * R * F,
-                             p->yo + el * R * C);
+    for (int el = 0; el < p->El; el++) {
+        size_t r0 = (size_t)p->off[(size_t)el * p->size];
+        llmt__moe_expert_fwd(&p->sh, w, p->rank * p->El + el, (int)p->rows[el], p->xo + r0 * C,
+                             p->h1 + r0 * F, p->h3 + r0 * F, p->act + r0 * F, p->yo + r0 * C);
+    }
     from_owner(p, p->yo, p->sbuf, C);
     if ((st = a2a(p, comm, e, "combine")) != LLMT_OK)
         return st;
@@ -142,18 +193,20 @@ llmt_status llmt__moe_ep_bwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llm
                              const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
                              const float *dy, float *dx, float aux_coef, float z_coef)
 {
-    size_t C = (size_t)p->sh.C, F = (size_t)p->sh.F, R = (size_t)p->size * p->block;
+    size_t C = (size_t)p->sh.C, F = (size_t)p->sh.F;
     llmt_status st;
     llmt__moe_combine_bwd(s, dy);
     pack(p, s, s->dye, p->sbuf, C);
     if ((st = a2a(p, comm, e, "output gradients")) != LLMT_OK)
         return st;
     to_owner(p, p->rbuf, p->dyo, C);
-    for (int el = 0; el < p->El; el++)
-        llmt__moe_expert_bwd(&p->sh, w, dw, p->rank * p->El + el, (int)R, p->xo + el * R * C,
-                             p->h1 + el * R * F, p->h3 + el * R * F, p->act + el * R * F,
-                             p->dyo + el * R * C, p->dact + el * R * F, p->dh1 + el * R * F,
-                             p->dh3 + el * R * F, p->dxo + el * R * C);
+    for (int el = 0; el < p->El; el++) {
+        size_t r0 = (size_t)p->off[(size_t)el * p->size];
+        llmt__moe_expert_bwd(&p->sh, w, dw, p->rank * p->El + el, (int)p->rows[el],
+                             p->xo + r0 * C, p->h1 + r0 * F, p->h3 + r0 * F, p->act + r0 * F,
+                             p->dyo + r0 * C, p->dact + r0 * F, p->dh1 + r0 * F,
+                             p->dh3 + r0 * F, p->dxo + r0 * C);
+    }
     from_owner(p, p->dxo, p->sbuf, C);
     if ((st = a2a(p, comm, e, "input gradients")) != LLMT_OK)
         return st;

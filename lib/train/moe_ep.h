@@ -13,12 +13,13 @@
  *
  * The exchange has a fixed shape, as GShard's: every (rank, expert) pair
  * sends a block of `block` rows (the capacity of the largest call,
- * capacity(Nmax); dropless: Nmax), its kept rows first, zeros after. Zero
- * rows give zero outputs and add exactly nothing to the gradients, so
- * the padding changes no result; it costs compute on the owner, and it
- * makes the bytes of a step a function of the layout alone (E x block x
+ * capacity(Nmax); dropless: Nmax), its kept rows first, zeros after, so
+ * the bytes of a step are a function of the layout alone (E x block x
  * width floats per all-to-all, four per layer and micro-batch), which the
- * planner predicts (llmt_plan_estimate.comm_bytes_ep). */
+ * planner predicts (llmt_plan_estimate.comm_bytes_ep). One all-gather
+ * of every rank's kept counts per layer and micro-batch (E int64 each)
+ * tells the owner how many rows of each block are real: it computes on
+ * those only, so the padding costs bytes, never FLOPs. */
 #ifndef LLMT_TRAIN_MOE_EP_H
 #define LLMT_TRAIN_MOE_EP_H
 
