@@ -1598,11 +1598,12 @@ LLMT_API llmt_status llmt_trainer_cp_stats(const llmt_trainer *tr, llmt_cp_stats
 
 /* Mixture of experts (llmt_model_config.moe_*): the last training step's
  * routing of MoE layer `layer` (-1: summed over the MoE layers), summed
- * over its micro-batches: counts[e] tokens expert e processed (kept under
- * the capacity; n must equal moe_experts), dropped (token, choice) pairs,
- * and the aux and z losses as the step's loss adds them before their
- * coefficients (mean over micro-batches, summed over layers). Outputs may
- * be NULL. LLMT_ERR_UNSUPPORTED for a dense model. Not thread-safe with a
+ * over its micro-batches and, with data parallelism, over the data
+ * parallel group (the global batch; every rank gets the same): counts[e]
+ * tokens expert e processed (kept under the capacity; n must equal
+ * moe_experts), dropped (token, choice) pairs, and the aux and z losses
+ * as the step's loss adds them before their coefficients (mean over all
+ * micro-batches, summed over layers). Outputs may be NULL. LLMT_ERR_UNSUPPORTED for a dense model. Not thread-safe with a
  * step running. */
 LLMT_API llmt_status llmt_trainer_moe_stats(llmt_trainer *tr, int32_t layer, int64_t *counts,
                                             int32_t n, int64_t *dropped, double *aux_loss,
