@@ -15,6 +15,8 @@
  *   pp 2 x tp 2 x dp 2 ZeRO-1 saves the same way (a stage's tensor
  *   parallel shards as blocks of the global tensors), resumed under
  *   pp 4 x dp 2 and one rank;
+ *   interleaved 1F1B (2 virtual stages: stage 0 holds layers 0 and 2)
+ *   resumes the pp 4 one, and saves under pp 2 x dp 2, resumed by one rank;
  *   a stage reads only what it holds: with the data files of stage 2's
  *   ranks garbled, a pp 4 resume fails on stage 2 alone, naming the
  *   checksum of one of its tensors, while the others read theirs;
@@ -73,6 +75,7 @@ static double g_worst_loss;
  * (dpr * pp + stage) * tp + tpr (tensor parallelism innermost). */
 typedef struct layout {
     int pp, tp, dp, zero;
+    int v; /* virtual stages (model chunks per stage; > 1: interleaved 1F1B) */
 } layout;
 
 typedef struct rank_arg {
@@ -150,8 +153,15 @@ static llmt_status attach(rank_arg *a, llmt_trainer *tr, llmt_comm **c)
     }
     if (c[0])
         s = llmt_trainer_set_tp_comm(tr, c[0]);
-    if (s == LLMT_OK && c[1])
-        s = llmt_trainer_set_pp_comm(tr, c[1], NULL);
+    if (s == LLMT_OK && c[1]) {
+        llmt_pp_opts po;
+        llmt_pp_opts_init(&po, sizeof po);
+        if (L->v > 1) {
+            po.schedule = LLMT_PP_INTERLEAVED;
+            po.virtual_stages = L->v;
+        }
+        s = llmt_trainer_set_pp_comm(tr, c[1], &po);
+    }
     if (s == LLMT_OK && c[2]) {
         llmt_dp_opts d;
         llmt_dp_opts_init(&d, sizeof d);
@@ -395,7 +405,7 @@ static void check_bad(const char *name, const char *saved, const char *tmp)
     memset(&proto, 0, sizeof proto);
     proto.k0 = SAVE_AT;
     proto.load = root;
-    layout pp2 = {2, 1, 1, 0};
+    layout pp2 = {2, 1, 1, 0, 1};
     run(&pp2, &proto, a);
     for (int r = 0; r < 2; r++)
         CHECK(a[r].st == LLMT_ERR_NOT_FOUND);
@@ -480,7 +490,7 @@ static void check_only_own(const char *name, const char *saved, const char *tmp)
     proto.k0 = SAVE_AT;
     proto.load = root;
     proto.read_only = 1;
-    layout pp4 = {4, 1, 1, 0};
+    layout pp4 = {4, 1, 1, 0, 1};
     run(&pp4, &proto, a);
     for (int r = 0; r < 4; r++)
         CHECK_STATUS(a[r].st, r == 2 ? LLMT_ERR_CHECKSUM : LLMT_OK);
@@ -532,7 +542,7 @@ static void run_model(const char *name, int llama, const char *tmp)
     snprintf(one3, sizeof one3, "%s/%s-one3", tmp, name);
     rank_arg ref[1], proto;
     memset(&proto, 0, sizeof proto);
-    layout single = {1, 1, 1, 0};
+    layout single = {1, 1, 1, 0, 1};
     run(&single, &proto, ref);
     CHECK_STATUS(ref[0].st, LLMT_OK);
     if (ref[0].st != LLMT_OK) {
@@ -541,25 +551,37 @@ static void run_model(const char *name, int llama, const char *tmp)
     }
     CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]); /* training moved */
     /* pp 4 x dp 2, ZeRO-1, saving after step 5 and going on */
-    layout pp4 = {4, 1, 2, 1};
+    layout pp4 = {4, 1, 2, 1, 1};
     static const resume_to to[] = {
-        {{2, 2, 1, 0}, "resumed pp 2 x tp 2"},
-        {{2, 1, 2, 0}, "resumed pp 2 x dp 2 ZeRO-0"},
-        {{2, 1, 2, 1}, "resumed pp 2 x dp 2 ZeRO-1"},
-        {{1, 1, 4, 1}, "resumed pp 1 x dp 4 ZeRO-1"},
-        {{4, 1, 1, 0}, "resumed pp 4"},
-        {{1, 1, 1, 0}, "resumed pp 1 (one rank, saves)"},
+        {{2, 2, 1, 0, 1}, "resumed pp 2 x tp 2"},
+        {{2, 1, 2, 0, 1}, "resumed pp 2 x dp 2 ZeRO-0"},
+        {{2, 1, 2, 1, 1}, "resumed pp 2 x dp 2 ZeRO-1"},
+        {{1, 1, 4, 1, 1}, "resumed pp 1 x dp 4 ZeRO-1"},
+        {{4, 1, 1, 0, 1}, "resumed pp 4"},
+        {{2, 1, 1, 0, 2}, "resumed pp 2 interleaved (v 2)"},
+        {{1, 1, 1, 0, 1}, "resumed pp 1 (one rank, saves)"},
     };
     save_resume(name, ref, &pp4, "pp 4 x dp 2 ZeRO-1 (saves)", saved, one, to,
                 (int)(sizeof to / sizeof to[0]));
     /* pp 2 x tp 2 x dp 2, ZeRO-1: a stage's tensor parallel shards */
-    layout pp2tp2 = {2, 2, 2, 1};
+    layout pp2tp2 = {2, 2, 2, 1, 1};
     static const resume_to to3[] = {
-        {{4, 1, 2, 0}, "resumed pp 4 x dp 2 ZeRO-0"},
-        {{1, 1, 1, 0}, "resumed pp 1 (one rank, saves)"},
+        {{4, 1, 2, 0, 1}, "resumed pp 4 x dp 2 ZeRO-0"},
+        {{1, 1, 1, 0, 1}, "resumed pp 1 (one rank, saves)"},
     };
     save_resume(name, ref, &pp2tp2, "pp 2 x tp 2 x dp 2 ZeRO-1 (saves)", saved3, one3, to3,
                 (int)(sizeof to3 / sizeof to3[0]));
+    /* interleaved, pp 2 x dp 2 ZeRO-1: each stage two chunks of one layer
+     * (layers 0, 2 and 1, 3), saved as the global layers they are */
+    char saved4[600], one4[600];
+    snprintf(saved4, sizeof saved4, "%s/%s-ppv2dp2", tmp, name);
+    snprintf(one4, sizeof one4, "%s/%s-one4", tmp, name);
+    layout ppv = {2, 1, 2, 1, 2};
+    static const resume_to to4[] = {
+        {{1, 1, 1, 0, 1}, "resumed pp 1 (one rank, saves)"},
+    };
+    save_resume(name, ref, &ppv, "pp 2 v 2 x dp 2 ZeRO-1 (saves)", saved4, one4, to4, 1);
+    check_export(name, "pp 2 v 2 x dp 2", saved4, one4, 0);
     check_only_own(name, saved, tmp);
     /* a pipeline checkpoint is a single-rank one */
     check_export(name, "pp 4 x dp 2", saved, one, 0);
