@@ -1,4 +1,4 @@
-/* llmtrain launch: the fault-tolerance agent of one host (issue 19).
+/* llmtrain launch: the fault-tolerance agent (issue 19).
  *
  * It starts N workers, each `llmtrain train SPEC` (so each runs llmt_job
  * exactly as `llmtrain train` does) with torchrun-style RANK/WORLD_SIZE
@@ -14,8 +14,12 @@
  * with --resume. With no spare left the job continues elastically on
  * fewer data-parallel ranks with the same global batch (the plan raises
  * grad_accum), or stops saying why when no smaller world fits. On one
- * host a slot is a process identity; on a cluster it is a node's GPU.
- * Events go to stdout and to OUT/agent/events.jsonl. Public ABI only. */
+ * host a slot is a process identity; on a cluster it is a node's GPU, and
+ * with --nnodes one agent per node runs its node's ranks, node 0 deciding
+ * each generation for all of them (launch_rdzv.c). With --in-place the
+ * survivors stay in their processes (lib/job/inplace.c). Events go to
+ * stdout and to OUT/agent/events.jsonl (OUT/agent/node-K/ per node).
+ * Public ABI only. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
