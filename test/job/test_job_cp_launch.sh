@@ -5,7 +5,10 @@
 # accepts, 2 ranks (cp 2 x dp 1: a CP group stays whole), which resumes
 # the cp 2 x dp 2 checkpoint of step 2 and finishes; every step's
 # training and validation loss equals the uninterrupted one-process run's
-# within 1e-5 relative (+1e-6 for the 6 printed decimals).
+# within 1e-5 relative (+1e-6 for the 6 printed decimals). Then the same
+# with a spare and --in-place: the survivors stay in their processes,
+# restore step 2 from the memory tier (each CP rank 1's snapshot holds no
+# tensor: the group's rank 0 saved it) and the losses are again equal.
 # usage: test_job_cp_launch.sh path/to/llmtrain (exit 77 without gloo)
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 "$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build"; exit 77; }
@@ -56,5 +59,21 @@ if [ "$(wc -l < a.txt)" -ge 8 ] && [ "$(wc -l < a.txt)" = "$(wc -l < b.txt)" ] &
   ok "every step's loss and validation loss equal the uninterrupted one-process run's"
 else
   bad "losses differ"; paste a.txt b.txt
+fi
+LLMT_FAULT=kill:1:4 "$exe" launch --nproc 4 --spares 1 --in-place --heartbeat-timeout 60 \
+  cp.json --out cpi > cpi.log 2>&1 && ok "launch --in-place with a spare: finished" ||
+  { bad "launch --in-place"; cat cpi.log; }
+n=$(cat cpi/metrics.jsonl cpi/rank-*/metrics.jsonl 2>/dev/null |
+    grep -c '"event":"inplace".*"step":2,"tier":"memory"')
+[ "$n" = 3 ] && ok "3 survivors restored step 2 from the memory tier in place" ||
+  { bad "in-place restores: $n"; grep -h inplace cpi/metrics.jsonl cpi/rank-*/metrics.jsonl; }
+ext cpi/metrics.jsonl > c.txt
+if [ "$(wc -l < c.txt)" = "$(wc -l < a.txt)" ] &&
+   paste a.txt c.txt | awk '{d = $3 - $6; if (d < 0) d = -d;
+                             if ($1 != $4 || $2 != $5 || d > 1e-5 * ($3 < 0 ? -$3 : $3) + 1e-6) bad = 1}
+                             END {exit bad}'; then
+  ok "in place: every loss equals the one-process run's"
+else
+  bad "in place: losses differ"; paste a.txt c.txt
 fi
 exit $fail
