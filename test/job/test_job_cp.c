@@ -4,7 +4,8 @@
  * data and seed, global batch 8 = micro 2 x accum x dp, so every layout
  * trains on the same sequences; the CP ranks of a replica read the same
  * ones and each trains on its two chunks of them).
- * (a) cp 2 (ring and all-gather), cp 2 x dp 2 ZeRO-1, cp 2 x tp 2 x dp 2
+ * (a) cp 2 (ring and all-gather), cp 4 ring (chunks of 2 positions),
+ *     cp 2 x dp 2 ZeRO-1, cp 2 x tp 2 x dp 2
  *     (8 ranks, both variants) on GPT-2 (learned positions), and Llama
  *     (RoPE, kv 2) cp 2 x dp 2 against its own single rank: every rank's
  *     loss of every step and its validation losses within 1e-5 relative
@@ -316,6 +317,7 @@ int main(int argc, char **argv)
     /* (a) */
     compare("cp 2 ring", GPT2, "\"cp\": 2", 2, ref, a);
     compare("cp 2 allgather", GPT2, "\"cp\": 2, \"cp_variant\": \"allgather\"", 2, ref, a);
+    compare("cp 4 ring", GPT2, "\"cp\": 4", 4, ref, a);
     compare("cp 2 x dp 2 ZeRO-1", GPT2, "\"cp\": 2, \"zero\": 1", 4, ref, a);
     compare("cp 2 x tp 2 x dp 2 ring", GPT2, "\"cp\": 2, \"tp\": 2", 8, ref, a);
     compare("cp 2 x tp 2 x dp 2 allgather", GPT2,
