@@ -42,9 +42,12 @@ llmt_status llmt__job_attach_pp(llmt_job *j)
                     llmt_comm_last_error(j->comm));
     llmt_pp_opts o;
     llmt_pp_opts_init(&o, sizeof o);
-    /* mapped by name (refuse.c refuses interleaved until the job runs it) */
-    o.schedule =
-        sp->parallelism.pp_schedule == LLMT_SPEC_PP_GPIPE ? LLMT_PP_GPIPE : LLMT_PP_1F1B;
+    /* mapped by name; virtual stages are the interleaved schedule's (the
+     * spec makes it their default and refuses another) */
+    o.schedule = sp->parallelism.pp_schedule == LLMT_SPEC_PP_GPIPE         ? LLMT_PP_GPIPE
+                 : sp->parallelism.pp_schedule == LLMT_SPEC_PP_INTERLEAVED ? LLMT_PP_INTERLEAVED
+                                                                           : LLMT_PP_1F1B;
+    o.virtual_stages = (int32_t)sp->parallelism.virtual_stages;
     int32_t layers[LLMT_SPEC_MAX_STAGES];
     if (sp->parallelism.nstage_layers > 0) {
         for (int i = 0; i < sp->parallelism.nstage_layers; i++)

@@ -34,25 +34,6 @@ static int64_t dp_size(const llmt_job *j)
 static llmt_status check_parallelism(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
-    static const struct {
-        const char *path;
-        size_t off;
-        const char *what;
-    } dims[] = {
-        {"parallelism.virtual_stages", offsetof(struct llmt_spec, parallelism.virtual_stages),
-         "interleaved pipeline stages: issue 17"},
-    };
-    if (s->parallelism.virtual_stages != 1)
-        return REFUSE("parallelism.virtual_stages: %lld is not supported by llmt_job yet "
-                      "(interleaved pipeline stages: issue 17); use 1",
-                      (long long)s->parallelism.virtual_stages);
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-        int64_t v;
-        memcpy(&v, (const char *)s + dims[i].off, sizeof v);
-        if (v != 1)
-            return REFUSE("%s: %lld is not supported by llmt_job yet (%s); use 1", dims[i].path,
-                          (long long)v, dims[i].what);
-    }
     /* MoE layers (lib/train/moe.c) run on the CPU engine in one process */
     if (s->model.moe.experts > 0 && s->model.arch != LLMT_SPEC_ARCH_LLAMA)
         return REFUSE("model.moe.experts: mixture of experts needs model.arch llama (SwiGLU "
@@ -121,7 +102,8 @@ static llmt_status check_cp(llmt_job *j)
 }
 
 /* Pipeline parallelism (lib/train/pp.c) runs on the host backends with
- * tensor, sequence and data parallelism (ZeRO 0-1), GPipe or 1F1B; what
+ * tensor, sequence and data parallelism (ZeRO 0-1), GPipe, 1F1B or
+ * interleaved (virtual stages; without tensor parallelism for now); what
  * it does not compose with yet is named here, before any data is
  * prepared, and the pipeline keys refuse to be set without a pipeline. */
 static llmt_status check_pp(llmt_job *j)
@@ -137,9 +119,12 @@ static llmt_status check_pp(llmt_job *j)
                           "holds every layer); remove the key or set pp");
         return LLMT_OK;
     }
-    if (s->parallelism.pp_schedule == LLMT_SPEC_PP_INTERLEAVED)
-        return REFUSE("parallelism.pp_schedule: interleaved is not supported by llmt_job yet "
-                      "(virtual stages: issue 17); use 1f1b or gpipe");
+    /* interleaving's chunks are not split over a TP group yet */
+    if (s->parallelism.virtual_stages > 1 && s->parallelism.tp > 1)
+        return REFUSE("parallelism.virtual_stages: %lld with parallelism.tp %lld is not "
+                      "supported by llmt_job yet (interleaved stages under tensor "
+                      "parallelism: issue 17); use 1, or tp 1",
+                      (long long)s->parallelism.virtual_stages, (long long)s->parallelism.tp);
     if (s->train.device == LLMT_SPEC_DEVICE_CUDA)
         return REFUSE("parallelism.pp: %lld is not supported by llmt_job with train.device "
                       "cuda yet (the stages' send/recv has not run on the CUDA backend: "

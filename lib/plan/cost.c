@@ -130,7 +130,15 @@ int64_t llmt__plan_stage_total(int64_t layers, int64_t pp, int64_t v, int64_t st
 
 int llmt__plan_pp_schedule(const llmt_spec *s)
 {
-    return s->parallelism.virtual_stages > 1 ? LLMT__PLAN_PP_INTERLEAVED : LLMT__PLAN_PP_1F1B;
+    /* virtual stages are interleaving's (the auto-planner sets them on
+     * copies of the spec); else parallelism.pp_schedule */
+    if (s->parallelism.virtual_stages > 1)
+        return LLMT__PLAN_PP_INTERLEAVED;
+    switch (s->parallelism.pp_schedule) {
+    case LLMT_SPEC_PP_GPIPE: return LLMT__PLAN_PP_GPIPE;
+    case LLMT_SPEC_PP_INTERLEAVED: return LLMT__PLAN_PP_INTERLEAVED;
+    default: return LLMT__PLAN_PP_1F1B;
+    }
 }
 
 double llmt__plan_pp_inflight(int sched, int64_t p, int64_t v, int64_t m, int64_t stage)

@@ -958,6 +958,15 @@ static void check_rules(llmt_spec *s, errlist *el)
                  "pp*virtual_stages = %lld virtual stages exceed model.layers %lld (each "
                  "needs a layer)",
                  (long long)(pp * v), (long long)s->model.layers);
+        /* virtual stages are the interleaved schedule's: its default then */
+        if (!s->given[key_index("parallelism.pp_schedule")])
+            s->parallelism.pp_schedule = LLMT_SPEC_PP_INTERLEAVED;
+        else if (s->parallelism.pp_schedule != LLMT_SPEC_PP_INTERLEAVED)
+            errf(el, "parallelism.virtual_stages",
+                 "%lld model chunks per stage need parallelism.pp_schedule interleaved",
+                 (long long)v);
+    } else if (!s->given[key_index("parallelism.pp_schedule")]) {
+        s->parallelism.pp_schedule = LLMT_SPEC_PP_1F1B;
     }
     if (s->parallelism.sequence_parallel && tp < 2)
         errf(el, "parallelism.sequence_parallel", "needs parallelism.tp > 1");
@@ -966,7 +975,12 @@ static void check_rules(llmt_spec *s, errlist *el)
         int64_t sum = 0;
         for (int i = 0; i < nsl; i++)
             sum += s->parallelism.stage_layers[i];
-        if (nsl != pp)
+        if (v > 1 && nsl != pp * v)
+            errf(el, "parallelism.stage_layers",
+                 "%d entries for parallelism.pp %lld x parallelism.virtual_stages %lld (one "
+                 "per virtual stage: chunk c of stage s is entry c*pp+s)",
+                 nsl, (long long)pp, (long long)v);
+        else if (v == 1 && nsl != pp)
             errf(el, "parallelism.stage_layers",
                  "%d entries for parallelism.pp %lld (one "
                  "per pipeline stage)",
@@ -1006,7 +1020,8 @@ static void check_rules(llmt_spec *s, errlist *el)
              (long long)s->batch.grad_accum, (long long)dp,
              (long long)(micro * s->batch.grad_accum * dp));
     }
-    if (v > 1 && pp > 1 && s->batch.grad_accum % pp)
+    if ((v > 1 || s->parallelism.pp_schedule == LLMT_SPEC_PP_INTERLEAVED) && pp > 1 &&
+        s->batch.grad_accum % pp)
         errf(el, "batch.grad_accum",
              "%lld micro-batches must be a multiple of parallelism.pp %lld for "
              "the interleaved schedule", (long long)s->batch.grad_accum,

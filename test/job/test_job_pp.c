@@ -13,8 +13,12 @@
  * (b) checkpoints across layouts in one run directory: pp 2 x dp 2 runs
  *     steps 1-4 and saves, tp 2 x pp 2 x dp 2 resumes for 5-8; each
  *     step's loss within 1e-5 of the uninterrupted single rank's;
- * (c) bad input refused at creation naming the key: pp_schedule unknown
- *     or interleaved, stage_layers not summing to the layers or not one
+ * (a') interleaved (issue 17's virtual stages): pp 2 x v 2 (m 4), pp 2 x
+ *     dp 2 x v 2 with the chunks given per virtual stage (m 2 == pp), pp 2
+ *     interleaved with v 1: the same checks against the single rank;
+ * (c) bad input refused at creation naming the key: pp_schedule unknown,
+ *     virtual stages with gpipe, with tp, stage_layers not one per virtual
+ *     stage, stage_layers not summing to the layers or not one
  *     per stage, pp larger than the layers, ZeRO-2 with pp, a world that
  *     tp x pp does not divide.
  * Why 1e-5: pipeline stages run the single rank's ops on their layers in
@@ -327,6 +331,14 @@ int main(int argc, char **argv)
     compare("pp 2 x dp 2 gpipe 1+3",
             "\"pp\": 2, \"pp_schedule\": \"gpipe\", \"stage_layers\": [1, 3]", 4, ref, a);
     compare("tp 2 x pp 2 x dp 2 zero 1", "\"tp\": 2, \"pp\": 2, \"zero\": 1", 8, ref, a);
+    /* interleaved: virtual stages (their default schedule), m 4; pp 2 x
+     * dp 2 with the chunks given (m 2 == pp: every forward first); v 1 */
+    compare("pp 2 interleaved v 2", "\"pp\": 2, \"virtual_stages\": 2", 2, ref, a);
+    compare("pp 2 x dp 2 interleaved v 2 1,1,1,1",
+            "\"pp\": 2, \"pp_schedule\": \"interleaved\", \"virtual_stages\": 2, "
+            "\"stage_layers\": [1, 1, 1, 1]",
+            4, ref, a);
+    compare("pp 2 interleaved v 1", "\"pp\": 2, \"pp_schedule\": \"interleaved\"", 2, ref, a);
 
     /* (b) the checkpoint chain in one run directory */
     snprintf(dir, sizeof dir, "%s/chain", tmp);
@@ -340,15 +352,23 @@ int main(int argc, char **argv)
     /* (c) bad input, named */
     {
         static const char *const w_sched[] = {"parallelism.pp_schedule", "zigzag", NULL};
-        static const char *const w_inter[] = {"parallelism.pp_schedule", "interleaved", NULL};
+        static const char *const w_vg[] = {"parallelism.virtual_stages", "interleaved", NULL};
+        static const char *const w_vlen[] = {"parallelism.stage_layers", "virtual_stages",
+                                             NULL};
+        static const char *const w_vtp[] = {"parallelism.virtual_stages", "parallelism.tp",
+                                            NULL};
         static const char *const w_sum[] = {"parallelism.stage_layers", "model.layers", NULL};
         static const char *const w_len[] = {"parallelism.stage_layers", "parallelism.pp", NULL};
         static const char *const w_big[] = {"parallelism.pp", "model.layers", NULL};
         static const char *const w_zero[] = {"parallelism.zero", "parallelism.pp", NULL};
         static const char *const w_world[] = {"parallelism.pp", "world size 3", NULL};
         refused("pp_schedule zigzag", "\"pp\": 2, \"pp_schedule\": \"zigzag\"", 2, w_sched);
-        refused("pp_schedule interleaved", "\"pp\": 2, \"pp_schedule\": \"interleaved\"", 2,
-                w_inter);
+        refused("virtual_stages with gpipe",
+                "\"pp\": 2, \"virtual_stages\": 2, \"pp_schedule\": \"gpipe\"", 2, w_vg);
+        refused("stage_layers of pp entries for pp 2 x v 2",
+                "\"pp\": 2, \"virtual_stages\": 2, \"stage_layers\": [2, 2]", 2, w_vlen);
+        refused("virtual_stages with tp 2", "\"tp\": 2, \"pp\": 2, \"virtual_stages\": 2", 4,
+                w_vtp);
         refused("stage_layers 1+2 of 4", "\"pp\": 2, \"stage_layers\": [1, 2]", 2, w_sum);
         refused("stage_layers 3 entries, pp 2", "\"pp\": 2, \"stage_layers\": [1, 2, 1]", 2,
                 w_len);
