@@ -39,7 +39,8 @@
 #   nodes     two agents as two nodes (2 workers each, a spare on node 0)
 #             agreeing through a rendezvous directory: rank 3 (node 1) is
 #             killed, node 0 promotes its spare, both start generation 1;
-#             losses equal the uninterrupted run's
+#             then rank 0 on node 0 killed with the spare on node 1: rank 0
+#             moves there; losses equal the uninterrupted run's
 #   tiers     rank 2's disk lost with it (its parts deleted, then SIGKILL):
 #             with a peer tier the spare's part comes back from rank 3's
 #             replica (tier "peer"); with a durable tier every rank reads
@@ -423,6 +424,25 @@ nodes)
   losses two/metrics.jsonl > two.loss
   cmp -s ref.loss two.loss && ok "all 14 losses equal the uninterrupted run's" ||
     { bad "losses differ"; diff ref.loss two.loss; }
+  # the other way round: rank 0 (on the leader's node) killed at step 5,
+  # the only spare on node 1: the leader sees it itself, node 1 sees the
+  # report, and rank 0 moves to node 1's spare slot (global slot 4)
+  mkdir rdzv2
+  LLMT_FAULT=kill:0:5 launch lead n2.log --nproc 2 --nnodes 2 --node-rank 0 --rdzv rdzv2 ft.json &
+  p0=$!
+  LLMT_FAULT=kill:0:5 launch lead n3.log --nproc 2 --spares 1 --nnodes 2 --node-rank 1 \
+    --rdzv rdzv2 ft.json &
+  p1=$!
+  wait $p0 && r0=0 || r0=$?
+  wait $p1 && r1=0 || r1=$?
+  [ $r0 -eq 0 ] && [ $r1 -eq 0 ] && grep -q "rank 0 (slot 0) failed .*killed by signal 9 (node 0)" n2.log &&
+    grep -q "spare slot 4 promoted to rank 0" n2.log &&
+    grep -q "node 1: gen 1 on 4 ranks (node 0 decided); ranks here: 0 2 3$" n3.log &&
+    ok "rank 0 killed on node 0: node 1's spare took it (ranks 0 2 3 on node 1)" ||
+    { bad "leader-side failure: agents $r0 $r1"; grep launch: n2.log n3.log; }
+  losses lead/metrics.jsonl > lead.loss
+  cmp -s ref.loss lead.loss && ok "all 14 losses equal the uninterrupted run's" ||
+    { bad "losses differ"; diff ref.loss lead.loss; }
   # a second job may not reuse the directory; --in-place is refused by name
   "$exe" launch --out x --nproc 2 --nnodes 2 --node-rank 0 --rdzv rdzv ft.json > reuse.log 2>&1
   grep -q "earlier job's generation" reuse.log && ok "a used rendezvous directory is refused" ||
