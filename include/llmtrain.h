@@ -1479,7 +1479,8 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
  * stage's, known to all), clips by the norm over all stages and updates
  * each stage's own parameters: the model one rank would train, up to the
  * order of the gradient norm's sums. A stage keeps the activations of every
- * micro-batch in flight (all m under GPipe, at most p - s under 1F1B):
+ * micro-batch in flight (all m under GPipe, at most p - s under 1F1B, 2
+ * (p - s - 1) + (v - 1) p + 1 chunks interleaved, all m v when m == p):
  * the schedules differ in activation memory, not in results; the
  * trainer's recompute option applies inside each set.
  * Collective over comm (NULL or a group of 1: one stage, nothing to do);
@@ -1494,14 +1495,18 @@ typedef enum llmt_pp_schedule {
     LLMT_PP_1F1B = 0,       /* PipeDream-flush (default): warm-up forwards,
                                then one forward one backward */
     LLMT_PP_GPIPE = 1,      /* all forwards, then all backwards */
-    LLMT_PP_INTERLEAVED = 2 /* Megatron-LM's virtual stages: not yet */
+    LLMT_PP_INTERLEAVED = 2 /* Megatron-LM's virtual stages: virtual_stages
+                               chunks a stage, chunk c of stage s being
+                               virtual stage c p + s; micro-batches in
+                               groups of p (grad_accum a multiple of p) */
 } llmt_pp_schedule;
 typedef struct llmt_pp_opts {
     size_t struct_size;
     int32_t schedule;       /* llmt_pp_schedule; default LLMT_PP_1F1B */
     int32_t virtual_stages; /* model chunks per stage; 1 (default) */
     /* layers per stage, first to last (n_stage_layers = the group's size,
-     * each >= 1, summing to model.layers; e.g. from llmt_plan_stage_layers);
+     * each >= 1, summing to model.layers; e.g. from llmt_plan_stage_layers;
+     * interleaved: one per virtual stage, pp x virtual_stages of them);
      * NULL / 0: the automatic balance, which puts fewer layers on the
      * first and last stage when the embedding and the head weigh as much
      * as layers do */
@@ -1509,28 +1514,34 @@ typedef struct llmt_pp_opts {
     int32_t n_stage_layers;
 } llmt_pp_opts;
 LLMT_API llmt_status llmt_pp_opts_init(llmt_pp_opts *opts, size_t size);
-/* Fails, naming the key, when the group is larger than model.layers,
- * stage_layers does not match it, or virtual stages are asked of another
- * schedule than LLMT_PP_INTERLEAVED (which needs grad_accum >= stages and
- * is refused with LLMT_ERR_UNSUPPORTED until it exists). */
+/* Fails, naming the key, when the group (times virtual_stages) is larger
+ * than model.layers, stage_layers does not match it, virtual stages are
+ * asked of another schedule than LLMT_PP_INTERLEAVED, or interleaving
+ * gets a grad_accum that is not a multiple of the stages (>= 1 of them);
+ * virtual stages with tensor parallelism: LLMT_ERR_UNSUPPORTED (not yet). */
 LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
                                               const llmt_pp_opts *opts);
 /* This stage's layers and its last step's pipeline timing: the bubble is
  * the fraction of the schedule's wall time spent waiting in receives
- * (compare (p-1)/(m+p-1) of a balanced pipeline). Filled up to
+ * (compare bubble_balanced, a balanced pipeline's). Filled up to
  * struct_size; all zero (stages 1) without pipeline parallelism. */
 typedef struct llmt_pp_stats {
     size_t struct_size;
     int32_t stage, stages;           /* this rank's, of the group */
-    int32_t first_layer, layers;     /* it holds [first_layer, + layers) */
+    int32_t first_layer, layers;     /* it holds [first_layer, + layers)
+                                        (interleaved: its first chunk's
+                                        first layer, all chunks' count) */
     int32_t micro_batches, schedule; /* per step; llmt_pp_schedule */
-    int32_t in_flight;               /* micro-batches whose activations it
-                                        holds at once (m GPipe, p-s 1F1B) */
+    int32_t in_flight;               /* micro-batches (chunks) whose
+                                        activations it holds at once (m
+                                        GPipe, p-s 1F1B, interleaved as
+                                        llmt_trainer_set_pp_comm says) */
     int64_t param_bytes;             /* fp32 parameters it holds */
     double step_seconds;             /* last step: the schedule's wall time */
     double idle_seconds;             /* of it, waiting in receives */
     double bubble;                   /* idle_seconds / step_seconds */
-    double bubble_balanced;          /* (p-1)/(m+p-1) */
+    double bubble_balanced;          /* (p-1)/(m+p-1); interleaved
+                                        (p-1)/(v m+p-1) */
     int64_t sent_bytes, recv_bytes;  /* last step's activations + gradients */
 } llmt_pp_stats;
 LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats *out);
