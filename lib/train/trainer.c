@@ -1184,7 +1184,8 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
         r.step_seconds = i.step_s;
         r.idle_seconds = i.idle_s;
         r.bubble = i.step_s > 0.0 ? i.idle_s / i.step_s : 0.0;
-        r.bubble_balanced = (double)(i.stages - 1) / (i.micro + i.stages - 1);
+        /* interleaving's v chunks shrink the fill and drain v-fold */
+        r.bubble_balanced = (double)(i.stages - 1) / ((double)i.v * i.micro + i.stages - 1);
         r.sent_bytes = i.sent_bytes;
         r.recv_bytes = i.recv_bytes;
     }
