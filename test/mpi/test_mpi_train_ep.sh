@@ -9,9 +9,12 @@
 # global batch's routed choices (kept + dropped = 8 x 32 tokens x top_k 2
 # x 2 MoE layers, summed over the data parallel group) with drops; the
 # step-6 checkpoint resumed by one process (ep 2 -> ep 1): steps 7-8 equal
-# the one-process run continued the same way.
+# the one-process run continued the same way; the step-6 parameters
+# (exported; the expert tensors [4 x 32, 32] among them) within
+# cmp_params.py's bounds of one process's.
 # usage: test_mpi_train_ep.sh path/to/llmtrain ZERO
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+here=$(cd "$(dirname "$0")" && pwd)
 zero=${2:-0}
 src=${LLMT_SOURCE_ROOT:?}
 command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
@@ -79,6 +82,18 @@ for a, b in zip(ep, ref):
         a["step"], a["tokens_per_expert"], a["dropped"], b["tokens_per_expert"], b["dropped"]))
 bad |= not any(l["dropped"] > 0 for l in ep)
 sys.exit(1 if bad else 0)
+PY
+# the step-6 parameters (expert tensors among them) against one process's
+"$exe" ckpt export ref/ckpt --step 6 --out ref.st > export.log 2>&1 &&
+  "$exe" ckpt export ep/ckpt --step 6 --out ep.st >> export.log 2>&1 &&
+  ok "step-6 checkpoints exported" || { bad "export"; cat export.log; }
+python3 "$here/cmp_params.py" ref.st ep.st && ok "step-6 parameters equal one process's" ||
+  bad "step-6 parameters differ"
+python3 - ep.st <<'PY' && ok "the export holds the [E*F, C] expert tensors" || bad "expert tensors"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack_from("<Q", b, 0)[0]])
+sys.exit(0 if h.get("param/layers.0.feed_forward.experts.w1.weight", {}).get("shape") == [128, 32] else 1)
 PY
 # the ep 2 checkpoint resumes in one process (ep 1): steps 7-8
 mk ref8.json 2 1 1 0 8

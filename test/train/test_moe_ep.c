@@ -7,8 +7,8 @@
  * Each global step is 8 sequences; the single rank takes them as 4
  * micro-batches of 2, a rank of W its 8/W in order (4/W micro-batches).
  * Cases (Llama, 2 layers, both MoE, 4 experts of 24, top-2):
- *   W 2: dp 2 ZeRO 0 and 1 (ep 1), ep 2 ZeRO 0;
- *   W 4: ep 2 (x 2 replicas of each expert) ZeRO 1, ep 4 ZeRO 0;
+ *   W 2: dp 2 ZeRO 0 and 1 (ep 1), ep 2 ZeRO 0 and 2;
+ *   W 4: ep 2 (x 2 replicas of each expert) ZeRO 1 and 3, ep 4 ZeRO 0;
  * with capacity 1.0 (tokens dropped) and dropless. Six AdamW steps with
  * clipping. Checks, against the single rank:
  *   - losses within 1e-5 relative, every parameter tensor (the expert
@@ -416,6 +416,8 @@ int main(void)
             one_case(&ref, 2, 2, 0, dl);
             one_case(&ref, 4, 2, 1, dl);
             one_case(&ref, 4, 4, 0, dl);
+            one_case(&ref, 2, 2, 2, dl);
+            one_case(&ref, 4, 2, 3, dl);
         } else {
             CHECK_EQ_INT(ref.dropped, 0);
             one_case(&ref, 2, 2, 1, dl);
