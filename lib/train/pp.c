@@ -50,6 +50,14 @@ struct llmt__pp {
     void *dy;     /* the output gradient being consumed */
     double step_s, idle_s;
     int64_t sent, recvd;
+    /* a send held back until the next op's receive (blocking transports:
+     * ordered_recv below) */
+    struct {
+        int on, peer, a;
+        llmt_comm *c;
+        const void *buf;
+        const char *what;
+    } held;
 };
 
 static double now_s(void)
@@ -269,6 +277,53 @@ int llmt__pp_inflight(int schedule, int v, int micro, int stages, int stage)
     return n;
 }
 
+/* The held send, now. */
+static llmt_status flush(llmt__pp *pp)
+{
+    if (!pp->held.on)
+        return LLMT_OK;
+    pp->held.on = 0;
+    return pp_send(pp, pp->held.c, pp->held.buf, pp->held.peer, pp->held.what, pp->held.a);
+}
+
+/* An op's send: at once under interleaving; otherwise held until the next
+ * op's receive (the buffer stays untouched until then: the next op
+ * receives elsewhere and computes after). */
+static llmt_status send_out(llmt__pp *pp, llmt_comm *c, const void *buf, int peer,
+                            const char *what, int a)
+{
+    if (pp->v > 1)
+        return pp_send(pp, c, buf, peer, what, a);
+    pp->held.on = 1;
+    pp->held.c = c;
+    pp->held.buf = buf;
+    pp->held.peer = peer;
+    pp->held.what = what;
+    pp->held.a = a;
+    return LLMT_OK;
+}
+
+/* An op's receive with the held send ordered around it as Megatron-LM's
+ * send_forward_recv_backward / send_backward_recv_forward pair them: on a
+ * transport whose send waits for the receiver (MPI's rendezvous for large
+ * messages, Gloo), 1F1B's steady state has stage s sending activations to
+ * s + 1 while s + 1 sends it gradients; both would wait forever. Of the
+ * two stages of such an exchange the lower sends first and the higher
+ * receives first. A held send to another stage goes first (GPipe and the
+ * warm-up and cool-down phases: the order sends had before). NULL buf: the
+ * op receives nothing (first stage's forward, last stage's backward). */
+static llmt_status ordered_recv(llmt__pp *pp, llmt_comm *c, void *buf, int peer,
+                                const char *what, int a)
+{
+    llmt_status s;
+    int after = pp->held.on && buf && pp->held.peer == peer && pp->stage > peer;
+    if (!after && (s = flush(pp)) != LLMT_OK)
+        return s;
+    if (buf && (s = pp_recv(pp, c, buf, peer, what, a)) != LLMT_OK)
+        return s;
+    return after ? flush(pp) : LLMT_OK;
+}
+
 /* The forward of micro-batch a through chunk c (virtual stage c * p + s):
  * its input from the previous virtual stage (stage s - 1, or under
  * interleaving the last stage's chunk c - 1), its output to the next. */
@@ -278,14 +333,14 @@ static llmt_status fwd(llmt__pp *pp, int c, int a)
     int p = pp->stages;
     int first = pp->stage == 0 && c == 0, last = pp->stage == p - 1 && c == pp->v - 1;
     void *x = llmt__devtrain_stage_in(pp->g, a); /* received in place */
-    if (!first &&
-        (s = pp_recv(pp, pp->comm, x, (pp->stage + p - 1) % p, "receive the activations", a)))
+    if ((s = ordered_recv(pp, pp->comm, first ? NULL : x, (pp->stage + p - 1) % p,
+                          "receive the activations", a)) != LLMT_OK)
         return s;
     if ((s = llmt__devtrain_stage_fwd(pp->g, a, x)) != LLMT_OK)
         return s;
     if (!last)
-        return pp_send(pp, pp->comm, llmt__devtrain_stage_out(pp->g), (pp->stage + 1) % p,
-                       "send the activations", a);
+        return send_out(pp, pp->comm, llmt__devtrain_stage_out(pp->g), (pp->stage + 1) % p,
+                        "send the activations", a);
     return LLMT_OK;
 }
 
@@ -294,14 +349,14 @@ static llmt_status bwd(llmt__pp *pp, int c, int a)
     llmt_status s;
     int p = pp->stages;
     int first = pp->stage == 0 && c == 0, last = pp->stage == p - 1 && c == pp->v - 1;
-    if (!last &&
-        (s = pp_recv(pp, pp->gcomm, pp->dy, (pp->stage + 1) % p, "receive the gradient", a)))
+    if ((s = ordered_recv(pp, pp->gcomm, last ? NULL : pp->dy, (pp->stage + 1) % p,
+                          "receive the gradient", a)) != LLMT_OK)
         return s;
     if ((s = llmt__devtrain_stage_bwd(pp->g, a, last ? NULL : pp->dy)) != LLMT_OK)
         return s;
     if (!first)
-        return pp_send(pp, pp->gcomm, llmt__devtrain_stage_dx(pp->g), (pp->stage + p - 1) % p,
-                       "send the gradient", a);
+        return send_out(pp, pp->gcomm, llmt__devtrain_stage_dx(pp->g), (pp->stage + p - 1) % p,
+                        "send the gradient", a);
     return LLMT_OK;
 }
 
@@ -315,6 +370,9 @@ static llmt_status run_schedule(llmt__pp *pp)
         if (s == LLMT_OK)
             s = o->bwd ? bwd(pp, o->chunk, o->micro) : fwd(pp, o->chunk, o->micro);
     }
+    if (s == LLMT_OK)
+        s = flush(pp);
+    pp->held.on = 0;
     llmt__devtrain_stage_chunk(pp->g, -1, -1);
     return s;
 }
