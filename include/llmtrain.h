@@ -1485,11 +1485,17 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
  * trainer's recompute option applies inside each set.
  * Collective over comm (NULL or a group of 1: one stage, nothing to do);
  * a trainer takes it once (LLMT_ERR_STATE after), fresh or read from a
- * checkpoint, with identical parameters on every stage. Data
- * parallelism composes: llmt_trainer_set_comm afterwards on the stage's
- * DP group, ZeRO 0 or 1 (2 and 3: LLMT_ERR_UNSUPPORTED). Not yet composed
- * with tensor parallelism (LLMT_ERR_UNSUPPORTED), fp8, evaluate, generate
- * or checkpoints; the host copies of the parameters are current only for
+ * checkpoint, with identical parameters on every stage. Tensor
+ * parallelism composes: llmt_trainer_set_tp_comm (and
+ * llmt_trainer_set_sequence_parallel) before, on the TP group, splits the
+ * stage's layers (what passes between stages is then the TP-replicated,
+ * or sequence-sharded, hidden state); data parallelism too:
+ * llmt_trainer_set_comm afterwards on the stage's DP group, ZeRO 0 or 1
+ * (2 and 3: LLMT_ERR_UNSUPPORTED). llmt_trainer_evaluate and
+ * llmt_trainer_generate become forward-only pipeline passes, collective
+ * over comm (every stage calls them with the same arguments and gets the
+ * same result). Not yet composed with fp8, nor virtual stages with tensor
+ * parallelism; the host copies of the parameters are current only for
  * this stage's tensors (after llmt_trainer_sync_params). */
 typedef enum llmt_pp_schedule {
     LLMT_PP_1F1B = 0,       /* PipeDream-flush (default): warm-up forwards,
