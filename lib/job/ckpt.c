@@ -109,10 +109,11 @@ llmt_status llmt__job_save(llmt_job *j, int async)
     if (s == LLMT_OK)
         s = lr_add(j);
     if (s == LLMT_OK) { /* for people and tools; loading does not need it */
-        char plan[128];
-        snprintf(plan, sizeof plan, "{\"tp\": %d, \"cp\": %d, \"dp\": %d, \"zero\": %d}",
-                 (int)(j->tp > 1 ? j->tp : 1), (int)(j->cp > 1 ? j->cp : 1), (int)j->dp,
-                 (int)(j->dp > 1 ? j->zero : 0));
+        char plan[160];
+        snprintf(plan, sizeof plan,
+                 "{\"tp\": %d, \"cp\": %d, \"pp\": %d, \"dp\": %d, \"zero\": %d}",
+                 (int)(j->tp > 1 ? j->tp : 1), (int)(j->cp > 1 ? j->cp : 1),
+                 (int)(j->pp > 1 ? j->pp : 1), (int)j->dp, (int)(j->dp > 1 ? j->zero : 0));
         s = llmt_ckpt_set_plan_json(j->ck, plan);
     }
     if (s == LLMT_OK)

@@ -1,0 +1,359 @@
+/* llmt_job's checkpoints under pipeline parallelism (issue 17), in
+ * process: one thread per rank on an in-process communicator, against the
+ * single-rank job on the same spec (the same corpus, seed and global
+ * batch 8 = micro 2 x accum x dp, so every layout trains on the same
+ * sequences in the same order).
+ * (a) the reshard chain through the job's checkpoints, in one run
+ *     directory (checkpoint.interval 2): pp 2 runs steps 1-2, pp 4 x dp 2
+ *     ZeRO-1 resumes for 3-4, pp 2 x tp 2 for 5-6, interleaved pp 2 (2
+ *     virtual stages) x dp 2 for 7-8 and one process (pp 1) for 9-10;
+ *     every step's loss within 1e-5 relative of the uninterrupted single
+ *     rank's, and each resumed run starts at the step saved;
+ * (b) the step-4 checkpoint (saved by pp 4 x dp 2) holds the same model
+ *     as the single rank's step 4: every parameter of the two safetensors
+ *     exports within 1e-5 relative L2 (fp32 sums in another order, see
+ *     below), the loader's cursor (data.*) equal; the manifest's plan
+ *     names pp 4 (dp 2).
+ * Why 1e-5: a pipeline runs each micro-batch through the same ops in the
+ * single-rank order; only the gradient norm (summed per stage, then over
+ * stages), a tied wte's gradient (summed over its two stages) and data
+ * parallelism's reduction add in another order, a few ulps that AdamW at
+ * lr 1e-3 does not amplify (test/train/test_device_pp.c measures about
+ * 1e-7). usage: test_job_ppckpt CORPUS_DIR (any directory of text files) */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "llmtrain.h"
+
+#define STEPS 10
+#define MAXR 8
+#define TOL 1e-5
+
+static char tmp[512], prep[700];
+
+/* GPT-2 (tied head), 4 layers: up to 4 stages of one layer. dp > 0 sets
+ * parallelism.dp, v > 1 parallelism.virtual_stages. */
+static void spec(char *out, size_t cap, int pp, int tp, int dp, int zero, int v)
+{
+    char dpk[96] = "";
+    if (dp > 0)
+        snprintf(dpk, sizeof dpk, ", \"dp\": %d", dp);
+    if (v > 1)
+        snprintf(dpk + strlen(dpk), sizeof dpk - strlen(dpk), ", \"virtual_stages\": %d", v);
+    snprintf(out, cap,
+             "{\"name\": \"ppjob\", \"model\": {\"arch\": \"gpt2\", \"layers\": 4, \"hidden\": "
+             "32, \"heads\": 4, \"vocab\": 320, \"seq_len\": 16},"
+             " \"batch\": {\"micro\": 2, \"global\": 8},"
+             " \"parallelism\": {\"pp\": %d, \"tp\": %d, \"zero\": %d%s},"
+             " \"optimizer\": {\"lr\": 1e-3}, \"schedule\": {\"kind\": \"cosine\", "
+             "\"warmup_steps\": 2},"
+             " \"train\": {\"steps\": %d, \"seed\": 3, \"eval_interval\": 0, "
+             "\"eval_batches\": 1, \"log_interval\": 0, \"threads\": 1, \"sample_tokens\": 0},"
+             " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
+             " \"checkpoint\": {\"interval\": 2, \"async\": false, "
+             "\"tiers\": [{\"kind\": \"local\", \"keep_last\": 0}]}, \"hardware\": {\"gpu\": "
+             "\"cpu\"}}",
+             pp, tp, zero, dpk, STEPS, prep);
+}
+
+typedef struct rank_arg {
+    llmt_comm *comm; /* NULL: one rank */
+    const char *json, *dir;
+    int resume;
+    int64_t stop_at;
+    float loss[STEPS + 1];
+    int64_t first, last; /* steps this rank ran */
+    llmt_status st;
+    char err[1024];
+} rank_arg;
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    llmt_context *ctx = NULL;
+    llmt_context_create(NULL, &ctx);
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = a->dir;
+    jo.comm = a->comm;
+    jo.world_size = 1; /* without a communicator */
+    jo.rank = 0;
+    jo.resume = a->resume;
+    jo.stop_at = a->stop_at;
+    llmt_job *job = NULL;
+    a->st = llmt_job_create_from_json(ctx, a->json, strlen(a->json), &jo, &job);
+    if (a->st != LLMT_OK) {
+        snprintf(a->err, sizeof a->err, "create: %s", llmt_context_last_error(ctx));
+        llmt_context_destroy(ctx);
+        return NULL;
+    }
+    llmt_job_info i;
+    memset(&i, 0, sizeof i);
+    i.struct_size = sizeof i;
+    llmt_job_get_info(job, &i);
+    a->first = i.start_step + 1;
+    a->last = i.start_step;
+    llmt_job_metrics m;
+    memset(&m, 0, sizeof m);
+    m.struct_size = sizeof m;
+    for (int64_t k = i.start_step; a->st == LLMT_OK && k < i.stop_at; k++) {
+        a->st = llmt_job_step(job, &m);
+        if (a->st == LLMT_OK && m.step >= 1 && m.step <= STEPS) {
+            a->loss[m.step] = m.loss;
+            a->last = m.step;
+        }
+    }
+    if (a->st == LLMT_OK)
+        a->st = llmt_job_finish(job);
+    if (a->st != LLMT_OK)
+        snprintf(a->err, sizeof a->err, "%s", llmt_job_last_error(job));
+    llmt_job_destroy(job);
+    llmt_context_destroy(ctx);
+    return NULL;
+}
+
+/* Run `json` on n ranks (threads; n == 1: no communicator) in dir. */
+static int run_layout(const char *what, const char *json, int n, const char *dir, int resume,
+                      int64_t stop_at, rank_arg *a)
+{
+    llmt_comm *comms[MAXR] = {NULL};
+    pthread_t th[MAXR];
+    if (n > 1 && llmt_comm_create_inproc(NULL, n, NULL, comms) != LLMT_OK) {
+        fprintf(stderr, "FAIL %s: in-process communicator\n", what);
+        CHECK(0);
+        return 0;
+    }
+    for (int r = 0; r < n; r++) {
+        memset(&a[r], 0, sizeof a[r]);
+        a[r].comm = comms[r];
+        a[r].json = json;
+        a[r].dir = dir;
+        a[r].resume = resume;
+        a[r].stop_at = stop_at;
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    int ok = 1;
+    for (int r = 0; r < n; r++) {
+        pthread_join(th[r], NULL);
+        if (a[r].st != LLMT_OK) {
+            fprintf(stderr, "FAIL %s rank %d: %s\n", what, r, a[r].err);
+            ok = 0;
+        }
+        CHECK_STATUS(a[r].st, LLMT_OK);
+    }
+    for (int r = 0; r < n; r++)
+        llmt_comm_destroy(comms[r]);
+    return ok;
+}
+
+/* Every rank's losses of steps [first, last] against the reference's. */
+static void check_losses(const char *what, const rank_arg *a, int n, const rank_arg *ref,
+                         int64_t first, int64_t last)
+{
+    double worst = 0;
+    for (int r = 0; r < n; r++) {
+        CHECK_EQ_INT(a[r].first, first);
+        CHECK_EQ_INT(a[r].last, last);
+        for (int64_t k = first; k <= last && k <= STEPS; k++) {
+            double d = fabs((double)a[r].loss[k] - ref->loss[k]) / fabs((double)ref->loss[k]);
+            if (!(d <= TOL))
+                fprintf(stderr, "FAIL %s rank %d step %lld: loss %.9g vs %.9g\n", what, r,
+                        (long long)k, (double)a[r].loss[k], (double)ref->loss[k]);
+            CHECK(d <= TOL);
+            worst = d > worst || isnan(d) ? d : worst;
+        }
+    }
+    printf("%-34s steps %lld-%lld: worst loss difference %.3g relative (bound %.0e)\n", what,
+           (long long)first, (long long)last, worst, TOL);
+}
+
+static char *slurp(const char *path, long *n)
+{
+    *n = -1;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (b && fread(b, 1, (size_t)len, f) == (size_t)len) {
+        b[len] = 0;
+        *n = len;
+    }
+    fclose(f);
+    return b;
+}
+
+/* Step `step` of the checkpoints under root exported to out (safetensors);
+ * its data.* key/values concatenated into kv, its plan into plan. */
+static int export_step(const char *root, int64_t step, const char *out, char *kv, size_t cap,
+                       char *plan, size_t pcap)
+{
+    llmt_ckpt *ck = NULL;
+    llmt_status s = llmt_ckpt_create(NULL, root, NULL, &ck);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_open_step(ck, step);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_export_safetensors(ck, out);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_get_plan_json(ck, plan, pcap, NULL);
+    size_t nkv = 0;
+    kv[0] = 0;
+    if (s == LLMT_OK)
+        s = llmt_ckpt_open_info(ck, NULL, NULL, &nkv);
+    for (size_t k = 0; s == LLMT_OK && k < nkv; k++) {
+        const char *key = NULL;
+        char v[256];
+        s = llmt_ckpt_kv_key(ck, k, &key);
+        if (s == LLMT_OK && !strncmp(key, "data.", 5) &&
+            llmt_ckpt_get_kv(ck, key, v, sizeof v, NULL) == LLMT_OK)
+            snprintf(kv + strlen(kv), cap - strlen(kv), "%s=%s;", key, v);
+    }
+    if (s != LLMT_OK)
+        fprintf(stderr, "export %s step %lld: %s\n", root, (long long)step,
+                ck ? llmt_ckpt_last_error(ck) : "create");
+    CHECK_STATUS(s, LLMT_OK);
+    llmt_ckpt_destroy(ck);
+    return s == LLMT_OK;
+}
+
+/* The relative L2 distance of the "param/" tensors of two safetensors
+ * files of the same model (-1 when their layouts differ). */
+static double params_rel_l2(const char *fa, const char *fb, int *tensors)
+{
+    long la, lb;
+    char *a = slurp(fa, &la), *b = slurp(fb, &lb);
+    uint64_t ha = 0, hb = 0;
+    if (a && b && la > 8 && lb > 8) {
+        memcpy(&ha, a, 8);
+        memcpy(&hb, b, 8);
+    }
+    cJSON *ja = ha && ha + 8 <= (uint64_t)la ? cJSON_ParseWithLength(a + 8, ha) : NULL;
+    cJSON *jb = hb && hb + 8 <= (uint64_t)lb ? cJSON_ParseWithLength(b + 8, hb) : NULL;
+    double num = 0, den = 0;
+    int ok = ja && jb;
+    *tensors = 0;
+    for (cJSON *t = ja ? ja->child : NULL; t && ok; t = t->next) {
+        if (strncmp(t->string, "param/", 6))
+            continue;
+        cJSON *u = cJSON_GetObjectItemCaseSensitive(jb, t->string);
+        cJSON *oa = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+        cJSON *ob = u ? cJSON_GetObjectItemCaseSensitive(u, "data_offsets") : NULL;
+        ok = oa && ob && cJSON_GetArraySize(oa) == 2 && cJSON_GetArraySize(ob) == 2;
+        if (!ok)
+            break;
+        long a0 = (long)cJSON_GetArrayItem(oa, 0)->valuedouble,
+             a1 = (long)cJSON_GetArrayItem(oa, 1)->valuedouble,
+             b0 = (long)cJSON_GetArrayItem(ob, 0)->valuedouble,
+             b1 = (long)cJSON_GetArrayItem(ob, 1)->valuedouble;
+        ok = a1 - a0 == b1 - b0 && 8 + (long)ha + a1 <= la && 8 + (long)hb + b1 <= lb;
+        for (size_t i = 0; ok && i < (size_t)(a1 - a0) / 4; i++) {
+            float x, y;
+            memcpy(&x, a + 8 + ha + a0 + 4 * i, 4);
+            memcpy(&y, b + 8 + hb + b0 + 4 * i, 4);
+            num += ((double)x - y) * ((double)x - y);
+            den += (double)y * y;
+        }
+        ++*tensors;
+    }
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    free(a);
+    free(b);
+    return ok && den > 0 ? sqrt(num / den) : -1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_job_ppckpt CORPUS_DIR\n");
+        return 2;
+    }
+    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-ppckpt-XXXXXX");
+    if (!mkdtemp(tmp))
+        return 1;
+    char json[4096], dir[800], root[900];
+    /* the corpus prepared once into byte-token shards by a job that stops
+     * at creation; every run below reads them */
+    {
+        snprintf(prep, sizeof prep, "%s", argv[1]);
+        spec(json, sizeof json, 1, 1, 0, 0, 1);
+        llmt_context *ctx = NULL;
+        llmt_context_create(NULL, &ctx);
+        llmt_job_opts jo;
+        llmt_job_opts_init(&jo, sizeof jo);
+        snprintf(dir, sizeof dir, "%s/prep", tmp);
+        jo.run_dir = dir;
+        jo.world_size = 1;
+        jo.rank = 0;
+        llmt_job *job = NULL;
+        llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+        if (s != LLMT_OK)
+            fprintf(stderr, "preparing the corpus: %s\n", llmt_context_last_error(ctx));
+        CHECK_STATUS(s, LLMT_OK);
+        llmt_job_destroy(job);
+        llmt_context_destroy(ctx);
+        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
+        if (s != LLMT_OK)
+            return check_exit("job-ppckpt");
+    }
+    /* the reference: one rank, 8 steps uninterrupted */
+    static rank_arg ref[1], a[MAXR];
+    spec(json, sizeof json, 1, 1, 0, 0, 1);
+    snprintf(dir, sizeof dir, "%s/one", tmp);
+    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
+        return check_exit("job-ppckpt");
+    CHECK(ref[0].loss[STEPS] < ref[0].loss[1]); /* it trained */
+
+    /* (a) the chain, one run directory */
+    static const struct {
+        const char *what;
+        int pp, tp, dp, zero, v, n;
+    } chain[] = {
+        {"pp 2 (steps 1-2)", 2, 1, 0, 0, 1, 2},
+        {"pp 4 x dp 2 ZeRO-1 resumed", 4, 1, 2, 1, 1, 8},
+        {"pp 2 x tp 2 resumed", 2, 2, 0, 0, 1, 4},
+        {"pp 2 v 2 x dp 2 resumed", 2, 1, 2, 0, 2, 4},
+        {"pp 1 (one process) resumed", 1, 1, 0, 0, 1, 1},
+    };
+    snprintf(dir, sizeof dir, "%s/chain", tmp);
+    for (int i = 0; i < 5; i++) {
+        spec(json, sizeof json, chain[i].pp, chain[i].tp, chain[i].dp, chain[i].zero,
+             chain[i].v);
+        if (!run_layout(chain[i].what, json, chain[i].n, dir, i > 0, 2 * (i + 1), a))
+            break;
+        check_losses(chain[i].what, a, chain[i].n, ref, 2 * i + 1, 2 * (i + 1));
+    }
+
+    /* (b) step 4, saved by pp 4 x dp 2, against the single rank's step 4 */
+    char one_st[900], pp_st[900], kv1[2048], kv2[2048], plan1[256], plan2[256];
+    snprintf(one_st, sizeof one_st, "%s/one-4.safetensors", tmp);
+    snprintf(pp_st, sizeof pp_st, "%s/pp-4.safetensors", tmp);
+    snprintf(root, sizeof root, "%s/one/ckpt", tmp);
+    int ok = export_step(root, 4, one_st, kv1, sizeof kv1, plan1, sizeof plan1);
+    snprintf(root, sizeof root, "%s/chain/ckpt", tmp);
+    ok = export_step(root, 4, pp_st, kv2, sizeof kv2, plan2, sizeof plan2) && ok;
+    /* the manifest's plan names the layout that saved it */
+    CHECK(ok && strstr(plan2, "\"pp\":4") && strstr(plan2, "\"dp\":2") &&
+          strstr(plan1, "\"pp\":1"));
+    printf("plans: %s (pp 4 x dp 2), %s (one rank)\n", ok ? plan2 : "?", ok ? plan1 : "?");
+    int tensors = 0;
+    double rel = ok ? params_rel_l2(pp_st, one_st, &tensors) : -1;
+    CHECK(rel >= 0 && rel <= TOL);
+    CHECK(tensors == 2 + 12 * 4 + 2); /* wte, wpe, 12 per layer, ln_f w, b */
+    CHECK(kv1[0] && !strcmp(kv1, kv2));
+    printf("step 4 saved by pp 4 x dp 2 vs the single rank's: %d parameters, rel L2 %.3g "
+           "(bound %.0e); loader cursor %s\n",
+           tensors, rel, TOL, !strcmp(kv1, kv2) ? "equal" : "DIFFERENT");
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    CHECK(system(cmd) == 0);
+    return check_exit("job-ppckpt");
+}
