@@ -805,7 +805,12 @@ LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr,
  * each tensor as blocks with global offsets (create the llmt_ckpt with
  * this rank and world size); reading, under any dp size or stage, takes
  * the parameters whole and, when the optimizer state is sharded, only the
- * rank's share of it (doc/checkpointing.md, "Data-parallel checkpoints"). */
+ * rank's share of it (doc/checkpointing.md, "Data-parallel checkpoints").
+ * Under pipeline parallelism each stage adds and reads only the blocks of
+ * the tensors it holds, under the same global names (layer l is saved as
+ * layer l whichever stage held it; a tied wte once, by the first stage),
+ * so a pipeline's checkpoint is a single rank's and any layout reads it
+ * ("Pipeline-parallel checkpoints"). */
 struct llmt_ckpt;
 /* Add the state to the save being described on `ck` (between
  * llmt_ckpt_begin and llmt_ckpt_save; the host adds its own keys, e.g. the
@@ -1494,9 +1499,12 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
  * (2 and 3: LLMT_ERR_UNSUPPORTED). llmt_trainer_evaluate and
  * llmt_trainer_generate become forward-only pipeline passes, collective
  * over comm (every stage calls them with the same arguments and gets the
- * same result). Not yet composed with fp8, nor virtual stages with tensor
- * parallelism; the host copies of the parameters are current only for
- * this stage's tensors (after llmt_trainer_sync_params). */
+ * same result). Checkpoints: llmt_trainer_ckpt_add and _read save and
+ * read only this stage's tensors (read after attaching: any pp x tp x dp
+ * layout reads any other's checkpoint). Not yet composed with fp8, nor
+ * virtual stages with tensor parallelism; the host copies of the
+ * parameters are current only for this stage's tensors (after
+ * llmt_trainer_sync_params). */
 typedef enum llmt_pp_schedule {
     LLMT_PP_1F1B = 0,       /* PipeDream-flush (default): warm-up forwards,
                                then one forward one backward */
