@@ -66,7 +66,8 @@ LLMT_FAULT=kill:1:4 "$exe" launch --nproc 4 --spares 1 --in-place --heartbeat-ti
 n=$(cat cpi/metrics.jsonl cpi/rank-*/metrics.jsonl 2>/dev/null |
     grep -c '"event":"inplace".*"step":2,"tier":"memory"')
 [ "$n" = 3 ] && ok "3 survivors restored step 2 from the memory tier in place" ||
-  { bad "in-place restores: $n"; grep -h inplace cpi/metrics.jsonl cpi/rank-*/metrics.jsonl; }
+  { bad "in-place restores: $n"; grep -h inplace cpi/metrics.jsonl cpi/rank-*/metrics.jsonl;
+    grep "launch:" cpi.log; }
 ext cpi/metrics.jsonl > c.txt
 if [ "$(wc -l < c.txt)" = "$(wc -l < a.txt)" ] &&
    paste a.txt c.txt | awk '{d = $3 - $6; if (d < 0) d = -d;
