@@ -32,7 +32,7 @@ typedef struct gp_meas {
     int nfirst;
     double first0_s; /* the first cycle of the run (gen 0) */
     double stall_s, anomaly_s, checks_s;
-    int saves, gens;
+    int saves, gens; /* gens: processes that wrote a goodput line */
 } gp_meas;
 
 static double jnum(const char *line, const char *key)
@@ -43,19 +43,18 @@ static double jnum(const char *line, const char *key)
     return p ? atof(p + strlen(k)) : 0;
 }
 
-/* The job's cumulative goodput line: the last one of each generation is
- * what that generation counted. */
-static void gp_line(gp_meas *g, const char *line, double *last, int *have)
+/* The job's goodput line is cumulative over its process, which may live
+ * through several generations (an in-place recovery keeps it): the last
+ * line before the next process's start line is what that process counted. */
+static void gp_flush(gp_meas *g, double *last, int *have)
 {
-    int gen = (int)jnum(line, "gen");
-    if (gen < 0 || gen >= MAXW)
+    if (!*have)
         return;
-    double *v = &last[4 * gen];
-    v[0] = jnum(line, "ckpt_stall_s");
-    v[1] = jnum(line, "anomaly_lost_s");
-    v[2] = jnum(line, "checks_s");
-    have[gen] = 1;
-    g->saves += strstr(line, "\"when\":\"save\"") != NULL;
+    g->gens++;
+    g->stall_s += last[0];
+    g->anomaly_s += last[1];
+    g->checks_s += last[2];
+    *have = 0;
 }
 
 static int gp_measure(const agent *a, int64_t steps, gp_meas *g)
@@ -69,17 +68,23 @@ static int gp_measure(const agent *a, int64_t steps, gp_meas *g)
     size_t n = (size_t)(steps > 0 ? steps : 1) + 2;
     double *cyc = calloc(n, sizeof *cyc);
     char *have = calloc(n, 1);
-    static double last[4 * MAXW];
-    static int ghave[MAXW];
-    memset(ghave, 0, sizeof ghave);
+    double last[3] = {0, 0, 0};
+    int ghave = 0;
     static char line[1 << 16];
     int after_restore = 0, anomaly = 0, first = 1;
     int64_t top = 0;
     while (cyc && have && fgets(line, sizeof line, f)) {
+        int start = strstr(line, "\"event\":\"start\"") != NULL;
+        int resume = strstr(line, "\"event\":\"resume\"") != NULL;
+        if (start || resume)
+            gp_flush(g, last, &ghave); /* a new process: each writes one of them */
         if (strstr(line, "\"event\":\"goodput\"")) {
-            gp_line(g, line, last, ghave);
-        } else if (strstr(line, "\"event\":\"resume\"") ||
-                   strstr(line, "\"event\":\"inplace\"")) {
+            last[0] = jnum(line, "ckpt_stall_s");
+            last[1] = jnum(line, "anomaly_lost_s");
+            last[2] = jnum(line, "checks_s");
+            ghave = 1;
+            g->saves += strstr(line, "\"when\":\"save\"") != NULL;
+        } else if (resume || strstr(line, "\"event\":\"inplace\"")) {
             after_restore = 1; /* a restart or an in-place recovery */
             anomaly = 0;
         } else if (strstr(line, "\"event\":\"anomaly\"") &&
@@ -111,17 +116,11 @@ static int gp_measure(const agent *a, int64_t steps, gp_meas *g)
         }
     }
     fclose(f);
+    gp_flush(g, last, &ghave);
     for (size_t s = 1; cyc && have && s < n; s++)
         if (have[s]) {
             g->work_s += cyc[s];
             g->kept++;
-        }
-    for (int i = 0; i < MAXW; i++)
-        if (ghave[i]) {
-            g->gens++;
-            g->stall_s += last[4 * i];
-            g->anomaly_s += last[4 * i + 1];
-            g->checks_s += last[4 * i + 2];
         }
     int ok = cyc && have;
     free(cyc);
