@@ -2,7 +2,8 @@
  * pp 2 against pp 1, stages as threads over an in-process communicator
  * (fp32 CPU engine, one thread per stage), and each stage's measured
  * bubble (the share of the schedule's wall time spent waiting in receives,
- * llmt_trainer_pp_stats) beside the balanced pipeline's (p-1)/(m+p-1),
+ * llmt_trainer_pp_stats) beside the balanced pipeline's (p-1)/(m+p-1) (and
+ * interleaved with 2 chunks of a layer a stage: (p-1)/(2m+p-1)),
  * which the planner uses.
  *
  * The model has equal layers and a head much cheaper than a layer
@@ -33,7 +34,7 @@ static int32_t *g_in, *g_tg;
 
 typedef struct stage_arg {
     llmt_comm *c;
-    int pp, m, sched, threads;
+    int pp, m, sched, threads, v;
     double step_s, idle_s, bubble, step_wall;
     llmt_pp_stats ps;
     llmt_status st;
@@ -70,6 +71,7 @@ static void *stage_main(void *p)
         llmt_pp_opts po;
         llmt_pp_opts_init(&po, sizeof po);
         po.schedule = a->sched;
+        po.virtual_stages = a->v > 1 ? a->v : 1;
         a->st = llmt_trainer_set_pp_comm(tr, a->c, &po);
     }
     size_t per = (size_t)a->m * MICRO * T;
@@ -105,7 +107,7 @@ static void *stage_main(void *p)
     return NULL;
 }
 
-static int run(int pp, int m, int sched, int threads, stage_arg *a)
+static int run(int pp, int m, int sched, int v, int threads, stage_arg *a)
 {
     llmt_comm *c[MAXP] = {NULL};
     if (pp > 1 && llmt_comm_create_inproc(NULL, pp, NULL, c) != LLMT_OK)
@@ -117,6 +119,7 @@ static int run(int pp, int m, int sched, int threads, stage_arg *a)
         a[r].pp = pp;
         a[r].m = m;
         a[r].sched = sched;
+        a[r].v = v;
         a[r].threads = threads;
         pthread_create(&th[r], NULL, stage_main, &a[r]);
     }
@@ -152,12 +155,12 @@ int main(int argc, char **argv)
            "per stage; %d steps after a warm-up\n",
            g_layers, g_width, MICRO, T, g_steps);
     printf("%-6s %3s %3s %12s %12s   %s\n", "sched", "pp", "m", "step s", "vs pp 1",
-           "bubble per stage (balanced (p-1)/(m+p-1))");
+           "bubble per stage (planned: (p-1)/(m+p-1), iv2 (p-1)/(2m+p-1))");
     int ms[] = {2, 4, 8};
     int rc = 0;
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
         stage_arg one[1], two[1], a[MAXP];
-        if (run(1, ms[i], LLMT_PP_1F1B, 1, one) || run(1, ms[i], LLMT_PP_1F1B, 2, two)) {
+        if (run(1, ms[i], LLMT_PP_1F1B, 1, 1, one) || run(1, ms[i], LLMT_PP_1F1B, 1, 2, two)) {
             rc = 1;
             continue;
         }
@@ -171,28 +174,28 @@ int main(int argc, char **argv)
         secs[0] = two[0].step_wall;
         snprintf(name, sizeof name, "pp1 2threads m%d step", ms[i]);
         bench_record(&b, name, secs, 1, (double)ms[i] * MICRO * T, "tokens");
-        int scheds[2] = {LLMT_PP_1F1B, LLMT_PP_GPIPE};
-        for (int j = 0; j < 2; j++) {
-            if (run(2, ms[i], scheds[j], 1, a)) {
+        /* interleaved: 2 chunks of one layer a stage (4 layers) */
+        int scheds[3] = {LLMT_PP_1F1B, LLMT_PP_GPIPE, LLMT_PP_INTERLEAVED};
+        const char *sn[3] = {"1f1b", "gpipe", "iv2"};
+        for (int j = 0; j < 3; j++) {
+            if (run(2, ms[i], scheds[j], j == 2 ? 2 : 1, 1, a)) {
                 rc = 1;
                 continue;
             }
-            printf("%-6s %3d %3d %12.4f %11.2fx   ", j ? "gpipe" : "1f1b", 2, ms[i],
-                   a[0].step_wall, one[0].step_wall / a[0].step_wall);
+            printf("%-6s %3d %3d %12.4f %11.2fx   ", sn[j], 2, ms[i], a[0].step_wall,
+                   one[0].step_wall / a[0].step_wall);
             for (int r = 0; r < 2; r++)
                 printf("%.3f ", a[r].bubble);
             printf("(%.3f)\n", a[0].ps.bubble_balanced);
             double ws[1] = {a[0].step_wall};
-            snprintf(name, sizeof name, "pp2 m%d %s step", ms[i], j ? "gpipe" : "1f1b");
+            snprintf(name, sizeof name, "pp2 m%d %s step", ms[i], sn[j]);
             bench_record(&b, name, ws, 1, (double)ms[i] * MICRO * T, "tokens");
             /* each stage's schedule time and its idle part (the bubble) */
             for (int r = 0; r < 2; r++) {
                 double sc[1] = {a[r].step_s}, id[1] = {a[r].idle_s};
-                snprintf(name, sizeof name, "pp2 m%d %s stage%d schedule", ms[i],
-                         j ? "gpipe" : "1f1b", r);
+                snprintf(name, sizeof name, "pp2 m%d %s stage%d schedule", ms[i], sn[j], r);
                 bench_record(&b, name, sc, 1, 0.0, "");
-                snprintf(name, sizeof name, "pp2 m%d %s stage%d idle", ms[i],
-                         j ? "gpipe" : "1f1b", r);
+                snprintf(name, sizeof name, "pp2 m%d %s stage%d idle", ms[i], sn[j], r);
                 bench_record(&b, name, id, 1, 0.0, "");
             }
         }
