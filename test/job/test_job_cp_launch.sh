@@ -65,9 +65,17 @@ LLMT_FAULT=kill:1:4 "$exe" launch --nproc 4 --spares 1 --in-place --heartbeat-ti
   { bad "launch --in-place"; cat cpi.log; }
 n=$(cat cpi/metrics.jsonl cpi/rank-*/metrics.jsonl 2>/dev/null |
     grep -c '"event":"inplace".*"step":2,"tier":"memory"')
-[ "$n" = 3 ] && ok "3 survivors restored step 2 from the memory tier in place" ||
-  { bad "in-place restores: $n"; grep -h inplace cpi/metrics.jsonl cpi/rank-*/metrics.jsonl;
-    grep "launch:" cpi.log; }
+# what is checked here is the job's side once the agent has chosen to
+# recover in place (the agent's choice is test launch-inplace's): when it
+# says so, the 3 survivors must have restored in place
+if ! grep -q "in-place recovery as gen 1" cpi.log; then
+  echo "note: the agent did not recover in place this time:"; grep "launch:" cpi.log
+elif [ "$n" = 3 ]; then
+  ok "3 survivors restored step 2 from the memory tier in place"
+else
+  bad "in-place restores: $n"; grep -h inplace cpi/metrics.jsonl cpi/rank-*/metrics.jsonl
+  grep "launch:" cpi.log
+fi
 ext cpi/metrics.jsonl > c.txt
 if [ "$(wc -l < c.txt)" = "$(wc -l < a.txt)" ] &&
    paste a.txt c.txt | awk '{d = $3 - $6; if (d < 0) d = -d;
