@@ -20,7 +20,7 @@
  *     virtual stages with gpipe, with tp, stage_layers not one per virtual
  *     stage, stage_layers not summing to the layers or not one
  *     per stage, pp larger than the layers, ZeRO-2 with pp, a world that
- *     tp x pp does not divide.
+ *     tp x pp does not divide, the SDC check (whole models compared).
  * Why 1e-5: pipeline stages run the single rank's ops on their layers in
  * the same micro-batch order; tp and dp change only the order of fp32
  * sums, and AdamW at lr 1e-3 moves a weight by about lr a step whatever
@@ -375,6 +375,12 @@ int main(int argc, char **argv)
         refused("pp 8 of 4 layers", "\"pp\": 8", 8, w_big);
         refused("ZeRO-2 with pp 2", "\"pp\": 2, \"zero\": 2", 4, w_zero);
         refused("pp 2 on 3 ranks", "\"pp\": 2", 3, w_world);
+        /* the SDC check compares whole models; a stage holds its layers */
+        static const char *const w_sdc[] = {"fault_tolerance.sdc_interval", "parallelism.pp",
+                                            NULL};
+        char par[128];
+        snprintf(par, sizeof par, "\"pp\": 2}, \"fault_tolerance\": {\"sdc_interval\": 2");
+        refused("sdc_interval with pp 2", par, 4, w_sdc);
     }
 
     char cmd[700];
