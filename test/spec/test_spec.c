@@ -292,6 +292,46 @@ static void test_rules(void)
 /* precision.fp8_*: defaults, values, ranges; keys that only matter for
  * fp8 GEMMs (or for one recipe) fail when set to a non-default value
  * elsewhere, and name their path. */
+/* parallelism.pp_schedule and stage_layers: parsed, checked against pp
+ * and the layers naming the key, gettable, and written back by to_json. */
+static void test_pp_keys(void)
+{
+#define PM "\"model\": {\"layers\": 4, \"hidden\": 64, \"heads\": 4}"
+    llmt_spec *s = parse("{" PM ", \"parallelism\": {\"pp\": 2, \"pp_schedule\": \"gpipe\","
+                         " \"stage_layers\": [1, 3]}}");
+    CHECK(s != NULL);
+    if (s) {
+        int64_t n = 0;
+        CHECK_EQ_INT(s->parallelism.pp_schedule, LLMT_SPEC_PP_GPIPE);
+        CHECK_EQ_INT(s->parallelism.nstage_layers, 2);
+        CHECK_EQ_INT(s->parallelism.stage_layers[0], 1);
+        CHECK_EQ_INT(s->parallelism.stage_layers[1], 3);
+        CHECK_STATUS(llmt_spec_get_int(s, "parallelism.stage_layers", &n), LLMT_OK);
+        CHECK_EQ_INT(n, 2);
+        char buf[16384];
+        CHECK_STATUS(llmt_spec_to_json(s, buf, sizeof buf, NULL), LLMT_OK);
+        llmt_spec *t = parse(buf); /* the round trip keeps the list */
+        CHECK(t && t->parallelism.nstage_layers == 2 && t->parallelism.stage_layers[1] == 3);
+        llmt_spec_destroy(t);
+        llmt_spec_destroy(s);
+    }
+    static const char *const bad[][2] = {
+        {"{" PM ", \"parallelism\": {\"pp\": 2, \"stage_layers\": [2, 3]}}",
+         "parallelism.stage_layers: the stages hold 5 layers, model.layers is 4"},
+        {"{" PM ", \"parallelism\": {\"pp\": 2, \"stage_layers\": [4]}}",
+         "parallelism.stage_layers: 1 entries for parallelism.pp 2"},
+        {"{" PM ", \"parallelism\": {\"pp\": 2, \"stage_layers\": [0, 4]}}",
+         "parallelism.stage_layers[0]"},
+        {"{" PM ", \"parallelism\": {\"pp\": 2, \"stage_layers\": 4}}",
+         "parallelism.stage_layers: must be an array"},
+        {"{" PM ", \"parallelism\": {\"pp\": 2, \"pp_schedule\": \"zigzag\"}}",
+         "parallelism.pp_schedule"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_error("pp keys", i, bad[i][0], bad[i][1]);
+#undef PM
+}
+
 static void test_fp8_keys(void)
 {
 #define M "\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 4}"
@@ -528,6 +568,7 @@ int main(void)
     test_seed_spelling();
     test_rules();
     test_fp8_keys();
+    test_pp_keys();
     test_all_errors_at_once();
     test_getters_json_keys();
     llmt_context_destroy(ctx);
