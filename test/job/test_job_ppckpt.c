@@ -13,7 +13,10 @@
  *     as the single rank's step 4: every parameter of the two safetensors
  *     exports within 1e-5 relative L2 (fp32 sums in another order, see
  *     below), the loader's cursor (data.*) equal; the manifest's plan
- *     names pp 4 (dp 2).
+ *     names pp 4 (dp 2);
+ * (c) that checkpoint without the data file of one stage's rank: a pp 2
+ *     resume stops on every rank naming the file, and nothing in the
+ *     checkpoint directory is moved or deleted.
  * Why 1e-5: a pipeline runs each micro-batch through the same ops in the
  * single-rank order; only the gradient norm (summed per stage, then over
  * stages), a tied wte's gradient (summed over its two stages) and data
@@ -270,6 +273,62 @@ static double params_rel_l2(const char *fa, const char *fb, int *tensors)
     return ok && den > 0 ? sqrt(num / den) : -1;
 }
 
+/* Files (names, sizes) under dir, as one string. */
+static void listing(const char *dir, char *out, size_t cap)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cd '%s' && find . -type f -printf '%%p %%s\\n' | sort", dir);
+    out[0] = 0;
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    pclose(f);
+}
+
+/* Step 4 of the chain (saved by pp 4 x dp 2: world rank = stage + 4 x
+ * replica) alone in a run directory, without rank 2's data file (stage 2
+ * of replica 0): a pp 2 resume stops on every rank, naming that file, and
+ * the checkpoint directory is left as it was (nothing quarantined: there
+ * is no usable step to resume from instead). */
+static void check_missing_stage(const char *chain_root)
+{
+    char dir[800], ck[900], cmd[4096], before[8192], after[8192], json[4096];
+    snprintf(dir, sizeof dir, "%s/missing", tmp);
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && cp -r '%s/step-000000000004' '%s/' && "
+             "rm '%s/step-000000000004/rank-00002.bin'",
+             ck, chain_root, ck, ck);
+    CHECK(system(cmd) == 0);
+    listing(ck, before, sizeof before);
+    static rank_arg a[2];
+    spec(json, sizeof json, 2, 1, 0, 0, 1);
+    llmt_comm *comms[2] = {NULL, NULL};
+    pthread_t th[2];
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, NULL, comms), LLMT_OK);
+    for (int r = 0; r < 2; r++) {
+        memset(&a[r], 0, sizeof a[r]);
+        a[r].comm = comms[r];
+        a[r].json = json;
+        a[r].dir = dir;
+        a[r].resume = 1;
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < 2; r++) {
+        llmt_comm_destroy(comms[r]);
+        CHECK(a[r].st != LLMT_OK && strstr(a[r].err, "rank-00002.bin") != NULL);
+    }
+    printf("resume without stage 2's file, rank 0: %.400s\n", a[0].err);
+    listing(ck, after, sizeof after);
+    CHECK(before[0] && !strcmp(before, after));
+    printf("the checkpoint directory after it: %s\n",
+           !strcmp(before, after) ? "unchanged" : "CHANGED");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -352,6 +411,8 @@ int main(int argc, char **argv)
     printf("step 4 saved by pp 4 x dp 2 vs the single rank's: %d parameters, rel L2 %.3g "
            "(bound %.0e); loader cursor %s\n",
            tensors, rel, TOL, !strcmp(kv1, kv2) ? "equal" : "DIFFERENT");
+    /* (c) a resume from a checkpoint missing a stage's data file */
+    check_missing_stage(root);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     CHECK(system(cmd) == 0);
