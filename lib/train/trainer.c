@@ -1104,6 +1104,19 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
         return LLMT_OK; /* one stage: the whole model, as it is */
     if ((s = pp_check(tr, &o, n)) != LLMT_OK)
         return s;
+    /* interleaving's wrapped-round exchanges (stage p-1 sends on to stage
+     * 0 while stage 0 sends to stage 1) wait on each other in cycles when
+     * a send blocks until it is received (MPI's rendezvous, Gloo); the
+     * in-process transport buffers every send */
+    llmt_comm_backend be = LLMT_COMM_INPROC;
+    if (o.schedule == LLMT_PP_INTERLEAVED && llmt_comm_backend_of(comm, &be) == LLMT_OK &&
+        be != LLMT_COMM_INPROC)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "parallelism.pp_schedule: interleaved (virtual_stages %d) over "
+                             "processes (MPI, Gloo, NCCL) is not supported yet: its blocking "
+                             "sends would wait on each other; in-process ranks only (issue "
+                             "17), or pp_schedule 1f1b",
+                             (int)o.virtual_stages);
     /* the virtual stages' layers (n of them without interleaving); stage r
      * holds chunk c = virtual stage c * n + r */
     int v = o.virtual_stages, nv = n * v;
