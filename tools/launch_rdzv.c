@@ -255,16 +255,26 @@ int rdzv_finish(agent *a)
     char name[64];
     snprintf(name, sizeof name, "done-%d-%d", a->gen, a->node_rank);
     put(a, name, "done\n");
+    double t0 = launch_now();
     for (;;) {
         if (rdzv_remote_down(a))
             return 1;
-        int all = 1;
-        for (int k = 0; k < a->nnodes && all; k++) {
+        int all = 1, k = 0;
+        for (; k < a->nnodes && all; k++) {
             snprintf(name, sizeof name, "done-%d-%d", a->gen, k);
             all = exists(a, name);
         }
         if (all)
             return 0;
+        /* the ranks finish together (their last collectives), so a node
+         * silent this long lost its agent: this node's part is done */
+        if (launch_now() - t0 > a->start_timeout) {
+            printf("launch: node %d: node %d neither finished generation %d nor reported "
+                   "a failure within %.0f s of this node's end; leaving (its agent is "
+                   "gone?)\n",
+                   a->node_rank, k - 1, a->gen, a->start_timeout);
+            return 0;
+        }
         nap();
     }
 }
