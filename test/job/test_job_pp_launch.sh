@@ -1,0 +1,62 @@
+#!/bin/sh
+# Pipeline parallelism under `llmtrain launch` (Gloo, the fault-tolerance
+# agent): pp 2 x dp 2 on 4 workers, no spare, rank 1 killed at step 4. The
+# agent shrinks the world to the largest the job accepts, 2 ranks (pp 2 x
+# dp 1: a pipeline stays whole), which gang-restarts from the pp 2 x dp 2
+# checkpoint of step 3 and finishes; every step's loss equals the
+# uninterrupted one-process run's within 1e-5 relative (+1e-6 for the 6
+# printed decimals), and the restarted run's metrics have a pp line per
+# step it ran.
+# usage: test_job_pp_launch.sh path/to/llmtrain (exit 77 without gloo)
+exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+"$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build"; exit 77; }
+fail=0
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+ok() { printf 'ok   %s\n' "$1"; }
+bad() { printf 'FAIL %s\n' "$1"; fail=1; }
+mkdir corpus && cp "${LLMT_SOURCE_ROOT:?}"/doc/*.md corpus/ || exit 1
+mk() { # file pp
+  cat > "$1" <<JSON
+{"name": "tiny-pp-launch",
+ "model": {"arch": "gpt2", "layers": 4, "hidden": 64, "heads": 4,
+           "vocab": 320, "seq_len": 32},
+ "batch": {"micro": 2, "global": 8},
+ "parallelism": {"pp": $2},
+ "optimizer": {"lr": 3e-3},
+ "schedule": {"kind": "cosine", "warmup_steps": 2},
+ "train": {"steps": 6, "seed": 5, "eval_interval": 0, "eval_batches": 1,
+           "log_interval": 3, "threads": 1, "sample_tokens": 0},
+ "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "byte"}},
+ "checkpoint": {"dir": "ckpt", "interval": 3, "async": false},
+ "hardware": {"gpu": "cpu"}}
+JSON
+}
+mk ref.json 1
+mk pp.json 2
+"$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
+LLMT_FAULT=kill:1:4 "$exe" launch --nproc 4 --heartbeat-timeout 60 pp.json --out pp > pp.log 2>&1 &&
+  ok "launch --nproc 4, rank 1 killed at step 4: finished" || { bad "launch"; cat pp.log; }
+grep -q "continuing elastically on 2 ranks" pp.log && ok "shrunk to 2 ranks (pp 2 x dp 1)" ||
+  { bad "no shrink to 2 ranks"; cat pp.log; }
+grep -q "resumed at step 3" pp.log && ok "resumed the pipeline's step-3 checkpoint" ||
+  { bad "no resume at step 3"; cat pp.log; }
+[ "$(grep -c '"event":"pp"' pp/metrics.jsonl)" -ge 6 ] && ok "pp lines in the metrics" ||
+  bad "pp lines: $(grep -c '"event":"pp"' pp/metrics.jsonl)"
+# the latest line of each step wins (steps after the restart point ran twice)
+ext() {
+  sed -n 's/.*"step":\([0-9]*\),"loss":\([-0-9.e]*\).*/\1 \2/p' "$1" |
+    awk '{v[$1] = $2} END {for (k in v) print k, v[k]}' | sort -n
+}
+ext ref/metrics.jsonl > a.txt
+ext pp/metrics.jsonl > b.txt
+if [ "$(wc -l < a.txt)" = 6 ] && [ "$(wc -l < b.txt)" = 6 ] &&
+   paste a.txt b.txt | awk '{d = $2 - $4; if (d < 0) d = -d;
+                             if ($1 != $3 || d > 1e-5 * $2 + 1e-6) bad = 1}
+                             END {exit bad}'; then
+  ok "every step's loss equals one process's"
+else
+  bad "losses differ"; paste a.txt b.txt
+fi
+exit $fail
