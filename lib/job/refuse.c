@@ -103,7 +103,8 @@ static llmt_status check_cp(llmt_job *j)
 
 /* Pipeline parallelism (lib/train/pp.c) runs on the host backends with
  * tensor, sequence and data parallelism (ZeRO 0-1), GPipe, 1F1B or
- * interleaved (virtual stages; without tensor parallelism for now); what
+ * interleaved (virtual stages; in-process ranks only: set_pp_comm refuses
+ * it over processes, naming parallelism.pp_schedule); what
  * it does not compose with yet is named here, before any data is
  * prepared, and the pipeline keys refuse to be set without a pipeline. */
 static llmt_status check_pp(llmt_job *j)
@@ -119,12 +120,6 @@ static llmt_status check_pp(llmt_job *j)
                           "holds every layer); remove the key or set pp");
         return LLMT_OK;
     }
-    /* interleaving's chunks are not split over a TP group yet */
-    if (s->parallelism.virtual_stages > 1 && s->parallelism.tp > 1)
-        return REFUSE("parallelism.virtual_stages: %lld with parallelism.tp %lld is not "
-                      "supported by llmt_job yet (interleaved stages under tensor "
-                      "parallelism: issue 17); use 1, or tp 1",
-                      (long long)s->parallelism.virtual_stages, (long long)s->parallelism.tp);
     if (s->train.device == LLMT_SPEC_DEVICE_CUDA)
         return REFUSE("parallelism.pp: %lld is not supported by llmt_job with train.device "
                       "cuda yet (the stages' send/recv has not run on the CUDA backend: "

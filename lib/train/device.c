@@ -704,7 +704,7 @@ static int norm_params(const llmt__devtrain *g, size_t *off)
     int n = 0, L = g->m->cfg.layers;
     for (int l = 0; l <= L; l++) {
         /* a pipeline stage: its layers' norms, the final one on the last */
-        if (l < L ? l < g->l0 || l >= g->l1 : !g->last)
+        if (l < L ? !stage_has(g, l) : !g->last)
             continue;
         const llmt__layer_offs *w = &g->lay[l < L ? l : 0];
         size_t o[4] = {g->lnfw, g->lnfb, NOP, NOP};
@@ -1771,7 +1771,9 @@ static llmt_status tp_kv_reduce(llmt__devtrain *g)
     const llmt_model *m = g->m;
     int hd = m->head_dim, nkv = m->cfg.kv_heads, kvh = g->tpr / (g->tp / nkv);
     size_t C = (size_t)m->cfg.width, rows = (size_t)hd;
-    for (int l = g->l0; l < g->l1; l++) { /* a pipeline stage: its layers */
+    for (int l = 0; l < m->cfg.layers; l++) {
+        if (!stage_has(g, l))
+            continue; /* a pipeline stage: its layers (in each chunk) */
         const llmt__layer_offs *o = &g->lay[l];
         size_t w[2] = {o->qkvw, o->qkvb}, K[2] = {C, 1};
         for (int j = 0; j < 2; j++) {

@@ -1062,11 +1062,6 @@ static llmt_status pp_check(llmt_trainer *tr, const llmt_pp_opts *o, int32_t n)
                              "trainer: llmt_pp_opts.stage_layers %s with n_stage_layers %d "
                              "(both set, or neither for the automatic balance)",
                              o->stage_layers ? "set" : "NULL", (int)o->n_stage_layers);
-    if (o->virtual_stages > 1 && tr->tp)
-        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                             "trainer: llmt_pp_opts.virtual_stages %d with tensor parallelism "
-                             "is not supported yet (virtual_stages 1, or parallelism.tp 1)",
-                             (int)o->virtual_stages);
     if ((s = llmt__pp_sched_check(e, o->schedule, n, o->virtual_stages, tr->o.grad_accum)))
         return s;
     if (o->virtual_stages > 1 && (int64_t)n * o->virtual_stages > tr->model->cfg.layers)

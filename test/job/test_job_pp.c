@@ -15,9 +15,10 @@
  *     step's loss within 1e-5 of the uninterrupted single rank's;
  * (a') interleaved (issue 17's virtual stages): pp 2 x v 2 (m 4), pp 2 x
  *     dp 2 x v 2 with the chunks given per virtual stage (m 2 == pp), pp 2
- *     interleaved with v 1: the same checks against the single rank;
+ *     interleaved with v 1, tp 2 x pp 2 x v 2: the same checks against the
+ *     single rank;
  * (c) bad input refused at creation naming the key: pp_schedule unknown,
- *     virtual stages with gpipe, with tp, stage_layers not one per virtual
+ *     virtual stages with gpipe, stage_layers not one per virtual
  *     stage, stage_layers not summing to the layers or not one
  *     per stage, pp larger than the layers, ZeRO-2 with pp, a world that
  *     tp x pp does not divide, the SDC check (whole models compared).
@@ -339,6 +340,8 @@ int main(int argc, char **argv)
             "\"stage_layers\": [1, 1, 1, 1]",
             4, ref, a);
     compare("pp 2 interleaved v 1", "\"pp\": 2, \"pp_schedule\": \"interleaved\"", 2, ref, a);
+    compare("tp 2 x pp 2 interleaved v 2", "\"tp\": 2, \"pp\": 2, \"virtual_stages\": 2", 4,
+            ref, a);
 
     /* (b) the checkpoint chain in one run directory */
     snprintf(dir, sizeof dir, "%s/chain", tmp);
@@ -355,8 +358,6 @@ int main(int argc, char **argv)
         static const char *const w_vg[] = {"parallelism.virtual_stages", "interleaved", NULL};
         static const char *const w_vlen[] = {"parallelism.stage_layers", "virtual_stages",
                                              NULL};
-        static const char *const w_vtp[] = {"parallelism.virtual_stages", "parallelism.tp",
-                                            NULL};
         static const char *const w_sum[] = {"parallelism.stage_layers", "model.layers", NULL};
         static const char *const w_len[] = {"parallelism.stage_layers", "parallelism.pp", NULL};
         static const char *const w_big[] = {"parallelism.pp", "model.layers", NULL};
@@ -367,8 +368,6 @@ int main(int argc, char **argv)
                 "\"pp\": 2, \"virtual_stages\": 2, \"pp_schedule\": \"gpipe\"", 2, w_vg);
         refused("stage_layers of pp entries for pp 2 x v 2",
                 "\"pp\": 2, \"virtual_stages\": 2, \"stage_layers\": [2, 2]", 2, w_vlen);
-        refused("virtual_stages with tp 2", "\"tp\": 2, \"pp\": 2, \"virtual_stages\": 2", 4,
-                w_vtp);
         refused("stage_layers 1+2 of 4", "\"pp\": 2, \"stage_layers\": [1, 2]", 2, w_sum);
         refused("stage_layers 3 entries, pp 2", "\"pp\": 2, \"stage_layers\": [1, 2, 1]", 2,
                 w_len);

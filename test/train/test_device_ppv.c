@@ -51,6 +51,10 @@ static double g_worst_loss, g_worst_param;
 
 typedef struct rank_arg {
     llmt_comm *c;
+    /* tp x pp: the world (rank = tp rank + tp x stage), split here into
+     * the stage's TP group and the pipeline of its TP rank */
+    llmt_comm *world;
+    int tp, tpr, sp;
     int rank, pp, v, m, sched;
     const int32_t *layers;  /* per virtual stage, or NULL: the balance */
     float loss[STEPS], val; /* val: evaluate on the first batch after training */
@@ -79,6 +83,16 @@ static void *rank_main(void *p)
         o.grad_clip = 1.0f;
         o.threads = 1;
         a->st = llmt__trainer_create_dev(m, &o, llmt__dev_cpu(), &tr);
+    }
+    llmt_comm *tpc = NULL;
+    if (a->st == LLMT_OK && a->world) {
+        a->st = llmt_comm_split(a->world, a->rank, a->tpr, &tpc);
+        if (a->st == LLMT_OK)
+            a->st = llmt_comm_split(a->world, a->tpr, a->rank, &a->c);
+        if (a->st == LLMT_OK)
+            a->st = llmt_trainer_set_tp_comm(tr, tpc);
+        if (a->st == LLMT_OK && a->sp)
+            a->st = llmt_trainer_set_sequence_parallel(tr, 1);
     }
     if (a->st == LLMT_OK && a->c) {
         llmt_pp_opts po;
@@ -135,6 +149,10 @@ static void *rank_main(void *p)
     }
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
+    if (a->world) {
+        llmt_comm_destroy(a->c);
+        llmt_comm_destroy(tpc);
+    }
     return NULL;
 }
 
@@ -298,6 +316,96 @@ static void check_memory(void)
     free_args(g, 2);
     free_args(f, 2);
     free_args(i, 2);
+}
+
+/* tp 2 x pp 2 x v 2 (four threads; with sequence parallelism or not)
+ * against one rank: every rank's losses within 1e-5 relative, the
+ * parameters (each from TP rank 0 of the stage of its chunk: sync_params
+ * gathers the stage's tensors over its TP group) within 1e-5 relative L2
+ * and 1e-4 absolute (test_device_tp.c's bounds: TP changes the order of
+ * the sums). */
+static void compare_tp(int llama, int layers, int m, int sp)
+{
+    enum { TP = 2, PP = 2, VS = 2 };
+    tp_fixture_config(&g_cfg, llama, 2, V, T);
+    g_cfg.layers = layers;
+    rank_arg ref[1], a[TP * PP];
+    run(1, 1, m, LLMT_PP_INTERLEAVED, NULL, ref);
+    llmt_comm *w[TP * PP] = {NULL};
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, TP * PP, NULL, w), LLMT_OK);
+    memset(a, 0, sizeof a);
+    pthread_t th[TP * PP];
+    for (int r = 0; r < TP * PP; r++) {
+        a[r].world = w[r];
+        a[r].tp = TP;
+        a[r].tpr = r % TP;
+        a[r].sp = sp;
+        a[r].rank = r / TP;
+        a[r].pp = PP;
+        a[r].v = VS;
+        a[r].m = m;
+        a[r].sched = LLMT_PP_INTERLEAVED;
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    for (int r = 0; r < TP * PP; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < TP * PP; r++)
+        llmt_comm_destroy(w[r]);
+    double wl = 0.0, wp = 0.0, rel = 0.0;
+    int ok = ref[0].st == LLMT_OK;
+    for (int r = 0; r < TP * PP; r++) {
+        if (a[r].st != LLMT_OK)
+            fprintf(stderr, "tp 2 x pp 2 x v 2 rank %d: %s\n", r, a[r].err);
+        CHECK_STATUS(a[r].st, LLMT_OK);
+        ok = ok && a[r].st == LLMT_OK;
+        for (int k = 0; k < STEPS && a[r].st == LLMT_OK; k++) {
+            double d =
+                fabs((double)a[r].loss[k] - ref[0].loss[k]) / fabs((double)ref[0].loss[k]);
+            wl = d > wl ? d : wl;
+            CHECK(d <= 1e-5);
+        }
+    }
+    int first[PP * VS + 1];
+    llmt_err e = {0};
+    CHECK_STATUS(llmt__pp_layout(&e, &g_cfg, T, PP * VS, NULL, 0, first), LLMT_OK);
+    if (ok) {
+        llmt_model *mm = NULL;
+        CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &mm), LLMT_OK);
+        int32_t np = 0;
+        llmt_model_param_count(mm, &np, NULL);
+        double dd = 0.0, rr = 0.0;
+        int64_t at = 0;
+        for (int32_t i = 0; i < np; i++) {
+            const char *pn = NULL;
+            llmt_tensor t;
+            int64_t n = 0;
+            llmt_model_param(mm, i, &pn, &t);
+            llmt_tensor_numel(&t, &n);
+            int st = owner(pn, first, PP, VS);
+            CHECK(st >= 0);
+            const float *p = st >= 0 ? a[st * TP].params : NULL;
+            for (int64_t j = 0; j < n && p; j++) {
+                double d = fabs((double)p[at + j] - ref[0].params[at + j]);
+                wp = d > wp ? d : wp;
+                dd += d * d;
+                rr += (double)ref[0].params[at + j] * ref[0].params[at + j];
+            }
+            at += n;
+        }
+        llmt_model_destroy(mm);
+        rel = sqrt(dd / rr);
+        CHECK(rel <= 1e-5);
+        CHECK(wp <= 1e-4);
+    }
+    printf("%-5s tp 2 x pp 2 x v 2%s m %d: loss rel diff %.2e; params rel L2 %.2e, max abs "
+           "%.2e\n",
+           llama ? "llama" : "gpt2", sp ? " (sp)" : "", m, wl, rel, wp);
+    if (wl > g_worst_loss)
+        g_worst_loss = wl;
+    if (wp > g_worst_param)
+        g_worst_param = wp;
+    free_args(ref, 1);
+    free_args(a, TP * PP);
 }
 
 /* The planner's model of the engine's stage memory (lib/plan/engine.c,
@@ -548,6 +656,8 @@ int main(int argc, char **argv)
         compare(1, 7, 2, 2, 4, LLMT_PP_INTERLEAVED, uneven_v);
         compare(0, 7, 3, 2, 6, LLMT_PP_INTERLEAVED, NULL);
         compare(1, 7, 4, 1, 4, LLMT_PP_INTERLEAVED, uneven);
+        compare_tp(0, 4, 4, 0);
+        compare_tp(1, 6, 2, 1);
         check_memory();
         check_plan_memory();
         check_bad();
