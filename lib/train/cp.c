@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "exec/attn_cp.h"
 #include "train/cp.h"
@@ -26,7 +27,18 @@ struct llmt__cp {
     float *dkv, *dmine, *o, *dq, *D;
     size_t cap; /* B * Tl the scratch is made for (0: none yet) */
     int cap_nh, cap_kv;
+    /* seconds in the exchange's calls, and in attention outside them: the
+     * block kernels run outside the backend's op table, so the job's
+     * step split (lib/job/perf.c) would not see them as compute */
+    double comm_s, compute_s;
 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int32_t chunk_pos(int r, int cp, int T, int t)
 {
@@ -170,6 +182,7 @@ static llmt_status ring(llmt__cp *cp, const void *send, void *recv, size_t n, ll
 {
     int next = (cp->rank + 1) % cp->size, prev = (cp->rank + cp->size - 1) % cp->size;
     llmt_status s;
+    double t0 = now_s();
     if (cp->rank % 2 == 0) {
         s = llmt_comm_send(cp->comm, send, n, dt, next, NULL);
         if (s == LLMT_OK)
@@ -179,6 +192,7 @@ static llmt_status ring(llmt__cp *cp, const void *send, void *recv, size_t n, ll
         if (s == LLMT_OK)
             s = llmt_comm_send(cp->comm, send, n, dt, next, NULL);
     }
+    cp->comm_s += now_s() - t0;
     return s == LLMT_OK ? LLMT_OK : comm_fail(cp, s, what);
 }
 
@@ -197,13 +211,15 @@ static llmt_status own_kv(llmt__cp *cp, const void *qkv, size_t Q, size_t rows, 
                        blk(cp, (void *)qkv, 1, (size_t)nh * hd), Q, 0, rows, KV);
     if (cp->variant == LLMT__CP_RING)
         return LLMT_OK;
+    double t0 = now_s();
     llmt_status s =
         llmt_comm_all_gather(cp->comm, blk(cp, cp->kv, i, n), cp->kv, n, cp->store, NULL);
+    cp->comm_s += now_s() - t0;
     return s == LLMT_OK ? LLMT_OK : comm_fail(cp, s, "all-gather of keys and values");
 }
 
-llmt_status llmt__cp_attn_fwd(llmt__cp *cp, void *out, float *lse, const void *qkv, size_t Q,
-                              int B, int Tl, int nh, int nkv, int hd)
+static llmt_status attn_fwd(llmt__cp *cp, void *out, float *lse, const void *qkv, size_t Q,
+                            int B, int Tl, int nh, int nkv, int hd)
 {
     llmt_status s = scratch(cp, B, Tl, nh, nkv, hd);
     if (s != LLMT_OK)
@@ -230,9 +246,9 @@ llmt_status llmt__cp_attn_fwd(llmt__cp *cp, void *out, float *lse, const void *q
     return LLMT_OK;
 }
 
-llmt_status llmt__cp_attn_bwd(llmt__cp *cp, void *dqkv, const void *dout, const void *out,
-                              const float *lse, const void *qkv, size_t Q, int B, int Tl,
-                              int nh, int nkv, int hd)
+static llmt_status attn_bwd(llmt__cp *cp, void *dqkv, const void *dout, const void *out,
+                            const float *lse, const void *qkv, size_t Q, int B, int Tl, int nh,
+                            int nkv, int hd)
 {
     llmt_status s = scratch(cp, B, Tl, nh, nkv, hd);
     if (s != LLMT_OK)
@@ -261,8 +277,10 @@ llmt_status llmt__cp_attn_bwd(llmt__cp *cp, void *dqkv, const void *dout, const 
             return s;
     }
     if (ag) { /* every block's dK/dV summed at its owner */
+        double t0 = now_s();
         s = llmt_comm_reduce_scatter(cp->comm, cp->dkv, cp->dmine, n, LLMT_DTYPE_FP32,
                                      LLMT_REDUCE_SUM, NULL);
+        cp->comm_s += now_s() - t0;
         if (s != LLMT_OK)
             return comm_fail(cp, s, "reduce-scatter of key and value gradients");
     } else { /* the block held now is rank + 1's, its sum complete: home */
@@ -274,6 +292,31 @@ llmt_status llmt__cp_attn_bwd(llmt__cp *cp, void *dqkv, const void *dout, const 
     llmt__attn_cp_rows(cp->bf16, dqkv, Q, cp->dq, O, 1, rows, O);
     llmt__attn_cp_rows(cp->bf16, blk(cp, dqkv, 1, O), Q, cp->dmine, KV, 1, rows, KV);
     return LLMT_OK;
+}
+
+/* The attention's time less its exchange's is compute (llmt__cp_compute_s). */
+llmt_status llmt__cp_attn_fwd(llmt__cp *cp, void *out, float *lse, const void *qkv, size_t Q,
+                              int B, int Tl, int nh, int nkv, int hd)
+{
+    double t0 = now_s(), c0 = cp->comm_s;
+    llmt_status s = attn_fwd(cp, out, lse, qkv, Q, B, Tl, nh, nkv, hd);
+    cp->compute_s += now_s() - t0 - (cp->comm_s - c0);
+    return s;
+}
+
+llmt_status llmt__cp_attn_bwd(llmt__cp *cp, void *dqkv, const void *dout, const void *out,
+                              const float *lse, const void *qkv, size_t Q, int B, int Tl,
+                              int nh, int nkv, int hd)
+{
+    double t0 = now_s(), c0 = cp->comm_s;
+    llmt_status s = attn_bwd(cp, dqkv, dout, out, lse, qkv, Q, B, Tl, nh, nkv, hd);
+    cp->compute_s += now_s() - t0 - (cp->comm_s - c0);
+    return s;
+}
+
+double llmt__cp_compute_s(const llmt__cp *cp)
+{
+    return cp ? cp->compute_s : 0.0;
 }
 
 llmt_status llmt__cp_sum(llmt__cp *cp, float *buf, size_t n)

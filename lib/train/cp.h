@@ -58,6 +58,9 @@ llmt_status llmt__cp_attn_fwd(llmt__cp *cp, void *out, float *lse, const void *q
 llmt_status llmt__cp_attn_bwd(llmt__cp *cp, void *dqkv, const void *dout, const void *out,
                               const float *lse, const void *qkv, size_t Q, int B, int Tl,
                               int nh, int nkv, int hd);
+/* Seconds spent so far in attention (fwd and bwd) outside the exchange's
+ * calls: the block kernels, which the backend's op table does not time. */
+double llmt__cp_compute_s(const llmt__cp *cp);
 /* buf (n fp32, host) summed over the group, in place. */
 llmt_status llmt__cp_sum(llmt__cp *cp, float *buf, size_t n);
 /* *x summed over the group, in double: every rank adds the same values

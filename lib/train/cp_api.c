@@ -80,6 +80,11 @@ int llmt__trainer_cp_rank(llmt_trainer *tr)
     return llmt__cp_rank(llmt__trainer_cp(tr));
 }
 
+double llmt__trainer_cp_compute_s(llmt_trainer *tr)
+{
+    return llmt__cp_compute_s(llmt__trainer_cp(tr));
+}
+
 LLMT_API llmt_status llmt_trainer_cp_stats(const llmt_trainer *tr, llmt_cp_stats *out)
 {
     if (!tr)

@@ -44,6 +44,9 @@ llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in);
 /* This rank's place in its context parallel group (0 without one;
  * cp_api.c): checkpoints are saved by rank 0 of the group only. */
 int llmt__trainer_cp_rank(llmt_trainer *tr);
+/* Context parallel attention's compute seconds so far (0 without CP;
+ * llmt__cp_compute_s): lib/job/perf.c adds them to the step's compute. */
+double llmt__trainer_cp_compute_s(llmt_trainer *tr);
 
 /* Pipeline parallelism is attached (each stage saves and reads only its
  * tensors' blocks). */
