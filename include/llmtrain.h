@@ -1532,7 +1532,9 @@ LLMT_API llmt_status llmt_pp_opts_init(llmt_pp_opts *opts, size_t size);
  * than model.layers, stage_layers does not match it, virtual stages are
  * asked of another schedule than LLMT_PP_INTERLEAVED, or interleaving
  * gets a grad_accum that is not a multiple of the stages (>= 1 of them);
- * virtual stages with tensor parallelism: LLMT_ERR_UNSUPPORTED (not yet). */
+ * LLMT_PP_INTERLEAVED over a communicator of processes (MPI, Gloo,
+ * NCCL): LLMT_ERR_UNSUPPORTED (its blocking sends would deadlock; in-process
+ * ranks only for now). */
 LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
                                               const llmt_pp_opts *opts);
 /* This stage's layers and its last step's pipeline timing: the bubble is
