@@ -412,37 +412,44 @@ static void compare_tp(int llama, int layers, int m, int sp)
  * llmt__plan_engine_stage_act: the schedule's in-flight sets, by the
  * planner's own formulas, of the stage's longest chunk, plus scratch)
  * against what stage 0 allocates, within 15%: GPT-2 and Llama (ffn 176),
- * 1F1B and interleaved, pp 2 and 4. */
+ * GPipe, 1F1B and interleaved, pp 2 and 4. */
 static void check_plan_memory(void)
 {
     static const struct {
-        int llama, layers, pp, v, m;
-    } cases[] = {{0, 4, 2, 1, 4}, {0, 4, 2, 2, 4}, {1, 8, 4, 2, 8},
-                 {1, 8, 4, 1, 8}, {1, 4, 2, 2, 2}, {0, 7, 2, 2, 8}};
+        int llama, layers, pp, v, m, gpipe;
+    } cases[] = {{0, 4, 2, 1, 4, 0}, {0, 4, 2, 2, 4, 0}, {1, 8, 4, 2, 8, 0},
+                 {1, 8, 4, 1, 8, 0}, {1, 4, 2, 2, 2, 0}, {0, 7, 2, 2, 8, 0},
+                 {0, 4, 2, 1, 4, 1}, {1, 8, 4, 1, 8, 1}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int llama = cases[k].llama, pp = cases[k].pp, v = cases[k].v, m = cases[k].m;
         tp_fixture_config(&g_cfg, llama, 2, V, T);
         g_cfg.layers = cases[k].layers;
         g_cfg.ffn_hidden = llama ? 176 : 0;
         rank_arg a[MAXPP];
-        run(pp, v, m, v > 1 ? LLMT_PP_INTERLEAVED : LLMT_PP_1F1B, NULL, a);
+        int sched = cases[k].gpipe ? LLMT_PP_GPIPE : v > 1 ? LLMT_PP_INTERLEAVED : LLMT_PP_1F1B;
+        run(pp, v, m, sched, NULL, a);
         char json[1024];
-        snprintf(json, sizeof json,
-                 "{\"model\": {\"arch\": \"%s\", \"layers\": %d, \"hidden\": 64, "
-                 "\"heads\": 4%s, \"ffn\": %d, \"vocab\": %d, \"seq_len\": %d}, "
-                 "\"parallelism\": {\"pp\": %d, \"virtual_stages\": %d}, "
-                 "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
-                 "\"train\": {\"device\": \"cpu\"}}",
-                 llama ? "llama" : "gpt2", cases[k].layers, llama ? ", \"kv_heads\": 2" : "",
-                 llama ? 176 : 256, V, T, pp, v, MICRO, m);
+        snprintf(
+            json, sizeof json,
+            "{\"model\": {\"arch\": \"%s\", \"layers\": %d, \"hidden\": 64, "
+            "\"heads\": 4%s, \"ffn\": %d, \"vocab\": %d, \"seq_len\": %d}, "
+            "\"parallelism\": {\"pp\": %d, \"virtual_stages\": %d, \"pp_schedule\": \"%s\"}, "
+            "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
+            "\"train\": {\"device\": \"cpu\"}}",
+            llama ? "llama" : "gpt2", cases[k].layers, llama ? ", \"kv_heads\": 2" : "",
+            llama ? 176 : 256, V, T, pp, v,
+            cases[k].gpipe ? "gpipe"
+            : v > 1        ? "interleaved"
+                           : "1f1b",
+            MICRO, m);
         llmt_spec *sp = NULL;
         CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &sp), LLMT_OK);
         if (sp && a[0].st == LLMT_OK) {
             double plan = llmt__plan_engine_stage_act(sp, 0);
             double err = (plan - (double)a[0].act_bytes) / (double)a[0].act_bytes;
-            printf("stage 0 activations, %s %d layers pp %d v %d m %d: measured %lld bytes, "
+            printf("stage 0 activations, %s %d layers %s pp %d v %d m %d: measured %lld bytes, "
                    "planned %.0f (%+.1f%%)\n",
-                   llama ? "llama" : "gpt2", cases[k].layers, pp, v, m,
+                   llama ? "llama" : "gpt2", cases[k].layers, sched_name(sched), pp, v, m,
                    (long long)a[0].act_bytes, plan, 100 * err);
             CHECK(fabs(err) <= 0.15);
         }
