@@ -719,6 +719,7 @@ int cmd_launch(int argc, char **argv)
     agent a;
     memset(&a, 0, sizeof a);
     a.nproc = 1;
+    a.node_rank = -1; /* not given */
     a.max_restarts = -1;
     a.hb_timeout = -1;
     static char *pass[64];
@@ -778,8 +779,19 @@ int cmd_launch(int argc, char **argv)
         return usage();
     if (a.nproc + a.spares > MAXW - 1)
         return cli_fail(CMD, "--nproc + --spares at most %d", MAXW - 1);
+    char from[64];
+    if (a.rdzv[0] && (a.nnodes < 1 || a.node_rank < 0) &&
+        rdzv_from_env(&a.nnodes, &a.node_rank, from, sizeof from))
+        printf("launch: --nnodes %d --node-rank %d from %s\n", a.nnodes, a.node_rank, from);
+    if (a.rdzv[0] && (a.nnodes < 1 || a.node_rank < 0))
+        return cli_fail(CMD,
+                        "--rdzv %s: give --nnodes N and --node-rank K (no Slurm, Open "
+                        "MPI or PMI variables say them)",
+                        a.rdzv);
     if (a.nnodes < 1)
         a.nnodes = 1;
+    if (a.node_rank < 0)
+        a.node_rank = 0;
     if (a.node_rank >= a.nnodes)
         return cli_fail(CMD, "--node-rank %d: not below --nnodes %d", a.node_rank, a.nnodes);
     if (a.nnodes > 1 && !a.rdzv[0])

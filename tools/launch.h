@@ -85,5 +85,8 @@ int rdzv_publish(agent *a, char *why, size_t n);
 int rdzv_follow(agent *a, char *why, size_t n);
 /* Leader: tell the others the job stopped, and why. */
 void rdzv_stop(agent *a, const char *why);
+/* The node count and this node's rank that are not given (< 1, < 0), from
+ * Slurm, Open MPI or PMI (one agent per node); src names the variables. */
+int rdzv_from_env(int *nnodes, int *node_rank, char *src, size_t n);
 
 #endif

@@ -350,3 +350,26 @@ int rdzv_follow(agent *a, char *why, size_t n)
     a->gen++;
     return 0;
 }
+
+int rdzv_from_env(int *nnodes, int *node_rank, char *src, size_t n)
+{
+    /* one agent per node: srun --ntasks-per-node 1, mpirun --npernode 1 */
+    static const char *const pairs[][2] = {{"SLURM_NNODES", "SLURM_NODEID"},
+                                           {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+                                           {"PMI_SIZE", "PMI_RANK"}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        const char *sz = getenv(pairs[i][0]), *rk = getenv(pairs[i][1]);
+        if (!sz || !*sz || !rk || !*rk)
+            continue;
+        int w = atoi(sz), r = atoi(rk);
+        if (w < 1 || r < 0)
+            continue;
+        if (*nnodes < 1)
+            *nnodes = w;
+        if (*node_rank < 0)
+            *node_rank = r;
+        snprintf(src, n, "%s/%s", pairs[i][0], pairs[i][1]);
+        return 1;
+    }
+    return 0;
+}

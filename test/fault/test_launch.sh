@@ -404,7 +404,8 @@ nodes)
   LLMT_FAULT=kill:3:7 launch two n0.log --nproc 2 --spares 1 --nnodes 2 --node-rank 0 \
     --rdzv rdzv ft.json &
   p0=$!
-  LLMT_FAULT=kill:3:7 launch two n1.log --nproc 2 --nnodes 2 --node-rank 1 --rdzv rdzv ft.json &
+  # node 1 takes its place from Slurm's variables (srun, one agent per node)
+  SLURM_NNODES=2 SLURM_NODEID=1 LLMT_FAULT=kill:3:7 launch two n1.log --nproc 2 --rdzv rdzv ft.json &
   p1=$!
   wait $p0 && r0=0 || r0=$?
   wait $p1 && r1=0 || r1=$?
@@ -414,6 +415,9 @@ nodes)
     grep -q "spare slot 2 promoted to rank 3" n0.log &&
     ok "node 0 named rank 3 (node 1's report) and promoted its spare slot 2" ||
     bad "leader: $(grep launch: n0.log)"
+  grep -q "launch: --nnodes 2 --node-rank 1 from SLURM_NNODES/SLURM_NODEID" n1.log &&
+    ok "node 1's agent took --nnodes 2 --node-rank 1 from SLURM_NNODES/SLURM_NODEID" ||
+    bad "node 1 from Slurm: $(head -2 n1.log)"
   grep -q "node 1: gen 1 on 4 ranks (node 0 decided); ranks here: 2$" n1.log &&
     ok "node 1 followed generation 1 with rank 2 only" || bad "node 1: $(grep launch: n1.log)"
   # generation 1's ranks: 0, 1, 3 spawned by node 0, 2 by node 1
@@ -450,6 +454,10 @@ nodes)
   "$exe" launch --out x --nproc 2 --nnodes 2 --node-rank 0 --rdzv rdzv --in-place ft.json > ip.log 2>&1
   grep -q "in-place with --nnodes 2" ip.log && ok "--in-place with --nnodes refused by name" ||
     bad "in-place: $(cat ip.log)"
+  env -u SLURM_NNODES -u SLURM_NODEID -u OMPI_COMM_WORLD_SIZE -u PMI_SIZE \
+    "$exe" launch --out x --nproc 2 --rdzv rdzv3 ft.json > nn.log 2>&1
+  grep -q "give --nnodes N and --node-rank K" nn.log && ok "--rdzv alone, no launcher variables: refused" ||
+    bad "rdzv alone: $(cat nn.log)"
   ;;
 inplace-tp)
   # --in-place under tensor parallelism: tp 2 x dp 2 (groups from the plan,
