@@ -118,11 +118,27 @@ void llmt__plan_stage_span(int64_t layers, int64_t pp, int64_t v, int64_t stage,
     }
 }
 
-int64_t llmt__plan_stage_total(int64_t layers, int64_t pp, int64_t v, int64_t stage)
+void llmt__plan_spec_span(const llmt_spec *s, int64_t stage, int64_t chunk, int64_t *first,
+                          int64_t *count)
 {
-    int64_t n = 0, f, c;
+    int64_t pp = s->parallelism.pp, v = s->parallelism.virtual_stages;
+    int n = s->parallelism.nstage_layers;
+    if (n < 1 || n != pp * (v > 1 ? v : 1)) { /* not given (or for another layout) */
+        llmt__plan_stage_span(s->model.layers, pp, v, stage, chunk, first, count);
+        return;
+    }
+    int64_t at = chunk * pp + stage, f = 0; /* the given list, per virtual stage */
+    for (int64_t j = 0; j < at && j < n; j++)
+        f += s->parallelism.stage_layers[j];
+    *first = f;
+    *count = at < n ? s->parallelism.stage_layers[at] : 0;
+}
+
+int64_t llmt__plan_stage_total(const llmt_spec *s, int64_t stage)
+{
+    int64_t n = 0, f, c, v = s->parallelism.virtual_stages;
     for (int64_t ch = 0; ch < (v > 1 ? v : 1); ch++) {
-        llmt__plan_stage_span(layers, pp, v, stage, ch, &f, &c);
+        llmt__plan_spec_span(s, stage, ch, &f, &c);
         n += c;
     }
     return n;
@@ -470,11 +486,11 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
 
     int64_t Lmax = 0, Llast = 0, cnt = 0, Mmax = 0, Mlast = 0;
     for (int64_t st = 0; st < (int64_t)p; st++) {
-        cnt = llmt__plan_stage_total(s->model.layers, (int64_t)p, (int64_t)v, st);
+        cnt = llmt__plan_stage_total(s, st);
         int64_t moe = 0; /* its MoE layers (in each of its chunks) */
         for (int64_t ch = 0; m.E > 0 && ch < (int64_t)v; ch++) {
             int64_t f, c;
-            llmt__plan_stage_span(s->model.layers, (int64_t)p, (int64_t)v, st, ch, &f, &c);
+            llmt__plan_spec_span(s, st, ch, &f, &c);
             for (int64_t l = f; l < f + c; l++)
                 moe += l % m.every == 0;
         }
@@ -554,7 +570,10 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
         if (which == 2 && p < 3)
             break;
         int64_t st = which == 0 ? 0 : which == 1 ? (int64_t)p - 1 : 1;
-        cnt = llmt__plan_stage_total(s->model.layers, (int64_t)p, (int64_t)v, st);
+        for (int64_t k = 2; which == 2 && k < (int64_t)p - 1; k++) /* the most layers */
+            if (llmt__plan_stage_total(s, k) > llmt__plan_stage_total(s, st))
+                st = k;
+        cnt = llmt__plan_stage_total(s, st);
         double Ls = (double)cnt;
         double pd = Ls * dense_layer + (st == 0 ? emb : 0) +
                     (st == (int64_t)p - 1 ? head + m.h : 0);

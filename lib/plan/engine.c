@@ -314,7 +314,7 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
     int64_t p = s->parallelism.pp, v = s->parallelism.virtual_stages, clen = 0;
     for (int64_t c = 0; c < v; c++) {
         int64_t f, n;
-        llmt__plan_stage_span(s->model.layers, p, v, stage, c, &f, &n);
+        llmt__plan_spec_span(s, stage, c, &f, &n);
         clen = n > clen ? n : clen;
     }
     double N = g.B * g.T, C = g.C, bf = g.es, Lc = (double)clen;

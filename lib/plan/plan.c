@@ -342,7 +342,7 @@ LLMT_API llmt_status llmt_plan_stage_layers(const llmt_plan *plan,
                              "virtual_stages %lld", (int)stage, (int)chunk,
                              (int)plan->pp, (long long)v);
     int64_t f, c;
-    llmt__plan_stage_span(plan->spec->model.layers, plan->pp, v, stage, chunk, &f, &c);
+    llmt__plan_spec_span(plan->spec, stage, chunk, &f, &c);
     *first = (int32_t)f;
     *count = (int32_t)c;
     return LLMT_OK;
@@ -529,8 +529,7 @@ LLMT_API llmt_status llmt_plan_to_json(const llmt_plan *plan, char *buf,
     for (int32_t st = 0; stages && st < plan->pp; st++) {
         for (int64_t ch = 0; ch < plan->spec->parallelism.virtual_stages; ch++) {
             int64_t f, c;
-            llmt__plan_stage_span(plan->spec->model.layers, plan->pp,
-                                  plan->spec->parallelism.virtual_stages, st, ch, &f, &c);
+            llmt__plan_spec_span(plan->spec, st, ch, &f, &c);
             cJSON *x = cJSON_CreateObject();
             NUM(x, "stage", st);
             NUM(x, "chunk", ch);

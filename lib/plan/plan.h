@@ -161,8 +161,13 @@ void llmt__plan_to_cand(const llmt_plan_estimate *e, const double *terms, llmt_p
 void llmt__plan_stage_span(int64_t layers, int64_t pp, int64_t v, int64_t stage,
                            int64_t chunk, int64_t *first, int64_t *count);
 
-/* Layers stage `stage` holds over its chunks. */
-int64_t llmt__plan_stage_total(int64_t layers, int64_t pp, int64_t v, int64_t stage);
+/* The spec's layout: (stage, chunk)'s layers from parallelism.stage_layers
+ * when it lists the pp x virtual_stages virtual stages, else
+ * llmt__plan_stage_span's rule; and the layers stage `stage` holds over
+ * its chunks. */
+void llmt__plan_spec_span(const llmt_spec *s, int64_t stage, int64_t chunk, int64_t *first,
+                          int64_t *count);
+int64_t llmt__plan_stage_total(const llmt_spec *s, int64_t stage);
 
 /* The pipeline schedule a spec runs (parallelism.virtual_stages > 1:
  * interleaved, else 1F1B) and the micro-batch chunks in flight on stage

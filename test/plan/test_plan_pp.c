@@ -10,8 +10,9 @@
  *     (lib/train/pp_sched.c), an independent implementation, for p 2..8,
  *     v 1..4, m p..4p on every stage (test device-ppv checks the bytes
  *     built on it against a real stage's);
- *   - 7 layers on pp 4 as the spec says nothing else: 1,2,2,2 counts of
- *     the v = 1 rule (fewer on the first and last first). */
+ *   - 7 layers on pp 4 as the spec says nothing else: 2,2,2,1 counts of
+ *     the v = 1 rule; parallelism.stage_layers, when given, is the plan's
+ *     layout (per stage, or per virtual stage with interleaving). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,34 @@ static void inflight(void)
            n);
 }
 
+/* parallelism.stage_layers is the plan's layout: per stage (7 layers as
+ * 1,3,2,1 on pp 4) and per virtual stage (pp 2 x v 2 as 2,1,1,3: stage 0
+ * holds chunks of 2 and 1 layers, stage 1 of 1 and 3). */
+static void given(const char *par, int pp, int v, const int *want_first, const int *want_n)
+{
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"model\": {\"layers\": 7, \"hidden\": 64, \"heads\": 4, \"vocab\": 97, "
+             "\"seq_len\": 16}, \"parallelism\": {%s}, \"batch\": {\"micro\": 1, "
+             "\"grad_accum\": 4}, \"hardware\": {\"gpu\": \"cpu\"}}",
+             par);
+    llmt_spec *s = NULL;
+    llmt_plan *p = NULL;
+    CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &s), LLMT_OK);
+    if (s)
+        CHECK_STATUS(llmt_plan_create(NULL, s, 0, &p), LLMT_OK);
+    for (int c = 0; p && c < v; c++)
+        for (int st = 0; st < pp; st++) {
+            int32_t f = -1, n = -1;
+            CHECK_STATUS(llmt_plan_stage_layers(p, st, c, &f, &n), LLMT_OK);
+            CHECK_EQ_INT(f, want_first[c * pp + st]);
+            CHECK_EQ_INT(n, want_n[c * pp + st]);
+        }
+    printf("stage_layers given (%s): the plan's layout follows it\n", par);
+    llmt_plan_destroy(p);
+    llmt_spec_destroy(s);
+}
+
 int main(void)
 {
     const char *dir = getenv("LLMT_SOURCE_ROOT");
@@ -133,6 +162,10 @@ int main(void)
     llama405b(dir, 2);
     llama405b(dir, 4);
     inflight();
+    static const int f1[4] = {0, 1, 4, 6}, n1[4] = {1, 3, 2, 1};
+    given("\"pp\": 4, \"stage_layers\": [1, 3, 2, 1]", 4, 1, f1, n1);
+    static const int f2[4] = {0, 2, 3, 4}, n2[4] = {2, 1, 1, 3};
+    given("\"pp\": 2, \"virtual_stages\": 2, \"stage_layers\": [2, 1, 1, 3]", 2, 2, f2, n2);
     int64_t f, c;
     char lay[64] = "";
     for (int st = 0; st < 4; st++) {
