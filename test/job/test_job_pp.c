@@ -15,8 +15,8 @@
  *     step's loss within 1e-5 of the uninterrupted single rank's;
  * (a') interleaved (issue 17's virtual stages): pp 2 x v 2 (m 4), pp 2 x
  *     dp 2 x v 2 with the chunks given per virtual stage (m 2 == pp), pp 2
- *     interleaved with v 1, tp 2 x pp 2 x v 2: the same checks against the
- *     single rank;
+ *     interleaved with v 1, pp 2 x dp 2 x v 2 ZeRO-1, tp 2 x pp 2 x v 2: the
+ *     same checks against the single rank;
  * (c) bad input refused at creation naming the key: pp_schedule unknown,
  *     virtual stages with gpipe, stage_layers not one per virtual
  *     stage, stage_layers not summing to the layers or not one
@@ -340,6 +340,8 @@ int main(int argc, char **argv)
             "\"stage_layers\": [1, 1, 1, 1]",
             4, ref, a);
     compare("pp 2 interleaved v 1", "\"pp\": 2, \"pp_schedule\": \"interleaved\"", 2, ref, a);
+    compare("pp 2 x dp 2 interleaved v 2 zero 1",
+            "\"pp\": 2, \"virtual_stages\": 2, \"zero\": 1", 4, ref, a);
     compare("tp 2 x pp 2 interleaved v 2", "\"tp\": 2, \"pp\": 2, \"virtual_stages\": 2", 4,
             ref, a);
 
