@@ -170,9 +170,11 @@ static int share_blocks(llmt_trainer *tr, int32_t i, int w,
     return nb;
 }
 
-/* Tensor parallelism: this rank's blocks of parameter i's kind w with
- * their global offsets. The rank's part is its data parallel share (a
- * flat range of its local shard; the whole shard without data
+enum { BLK_SAVE, BLK_READ_SHARE, BLK_READ_ALL };
+
+/* Tensor or pipeline parallelism: this rank's blocks of parameter i's
+ * kind w with their global offsets. The rank's part is its data parallel
+ * share (a flat range of its local shard; the whole shard without data
  * parallelism) cut along the shard's segments: row segments are rows of
  * the global tensor at row lo[j], a column shard is the columns from
  * lo[0] of every row. The data come from the local share (ZeRO >= 1
@@ -180,13 +182,12 @@ static int share_blocks(llmt_trainer *tr, int32_t i, int w,
  * host's whole tensor (parameters, ZeRO 0 moments: a column box of
  * several rows goes row by row, its rows are not adjacent there). save:
  * only the segments this rank owns (a replica is written once: by TP rank
- * 0 for whole tensors, by the first holder of a shared kv head); read:
- * every segment it holds. */
-enum { BLK_SAVE, BLK_READ_SHARE, BLK_READ_ALL };
-
-/* mode BLK_SAVE: add this rank's share; BLK_READ_SHARE: read it (ZeRO >= 1
- * moments); BLK_READ_ALL: read the whole local shard (what a pipeline
- * stage holds of the parameters, and of unsharded moments). */
+ * 0 for whole tensors, by the first holder of a shared kv head; a tied
+ * wte by the first pipeline stage); read: every segment it holds. mode
+ * BLK_SAVE adds the share, BLK_READ_SHARE reads it (ZeRO >= 1 moments),
+ * BLK_READ_ALL reads the whole local shard (what a pipeline stage holds
+ * of the parameters and of unsharded moments; another stage's tensor has
+ * no segment here, so nothing of it is read). */
 static llmt_status tp_blocks(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w, const char *key,
                              const llmt_tensor *pv, int mode)
 {
