@@ -90,7 +90,7 @@ struct llmt_spec {
         int64_t tp, pp, dp, cp, ep, zero, virtual_stages;
         int recompute;
         int sequence_parallel;
-        int cp_variant; /* LLMT_SPEC_CP_* */
+        int cp_variant;  /* LLMT_SPEC_CP_* */
         int pp_schedule; /* LLMT_SPEC_PP_* */
         /* parallelism.stage_layers (nstage_layers 0: not given) */
         int64_t stage_layers[LLMT_SPEC_MAX_STAGES];
