@@ -110,6 +110,13 @@ static llmt_status take_params_from(llmt_job *j, int32_t root)
 {
     int32_t n = 0;
     llmt_model_param_count(j->model, &n, NULL);
+    /* an engine with its own copy (tp, bf16, the GPU) takes the repair
+     * only through an upload, which writes the moments too: those must be
+     * current on the host first (collective, as every rank repairs) */
+    int resident = llmt__trainer_host_resident(j->tr);
+    llmt_status s0 = resident ? LLMT_OK : llmt__trainer_host_sync(j->tr);
+    if (s0 != LLMT_OK)
+        return FAIL(s0, "sdc: repair: %s", llmt_trainer_last_error(j->tr));
     for (int32_t i = 0; i < n; i++) {
         llmt_tensor v;
         memset(&v, 0, sizeof v);
@@ -126,6 +133,8 @@ static llmt_status take_params_from(llmt_job *j, int32_t root)
             return FAIL(s, "sdc: repair from rank %d: %s", (int)root,
                         llmt_comm_last_error(j->comm));
     }
+    if (!resident && (s0 = llmt__trainer_params_written(j->tr)) != LLMT_OK)
+        return FAIL(s0, "sdc: repair: %s", llmt_trainer_last_error(j->tr));
     return LLMT_OK;
 }
 

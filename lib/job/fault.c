@@ -27,6 +27,8 @@
  *   losedisk delete this rank's part of every step in the local root, then
  *            SIGKILL self (a node lost with its local disk: the restart
  *            needs the peer or the durable tier)
+ * nan, bitflip, flipout and spike write the model's host tensors, so they
+ * are refused where the engine trains its own copy (tp, pp, bf16, the GPU).
  * The injection is test machinery and the only place lib/ raises signals;
  * it does nothing unless the variable is set.
  *
@@ -44,6 +46,7 @@
 #include <unistd.h>
 
 #include "job/job.h"
+#include "train/trainer_state.h"
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
@@ -97,6 +100,19 @@ llmt_status llmt__job_fault_parse(llmt_job *j)
                  : f->kind == JOB_FAULT_SPIKE                                   ? 20
                                                                                 : 0;
         f->sticky = n >= 5 && plus == '+';
+        /* these write the model's host tensors: an engine that trains its
+         * own copy (tp, pp, bf16, the GPU) would never see them, and a
+         * drill that changes nothing would pass for a detector that
+         * works */
+        int host_write = f->kind == JOB_FAULT_NAN || f->kind == JOB_FAULT_BITFLIP ||
+                         f->kind == JOB_FAULT_FLIPOUT || f->kind == JOB_FAULT_SPIKE;
+        if (host_write && !llmt__trainer_host_resident(j->tr))
+            return FAIL(LLMT_ERR_UNSUPPORTED,
+                        "LLMT_FAULT: '%s': %s writes the model's host parameters, which this "
+                        "layout's engine does not train in place (tensor or pipeline "
+                        "parallelism, bf16 or the GPU), so the drill would change nothing; "
+                        "run it with the fp32 CPU engine and parallelism.tp = pp = 1",
+                        t, kind);
         j->nfault++;
     }
     return LLMT_OK;

@@ -503,6 +503,11 @@ llmt_status llmt__trainer_host_sync(llmt_trainer *tr)
     return host_sync(tr, 1, 1, 0);
 }
 
+int llmt__trainer_host_resident(const llmt_trainer *tr)
+{
+    return llmt__devtrain_host_resident(tr->dev);
+}
+
 LLMT_API llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index, llmt_tensor *v)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;

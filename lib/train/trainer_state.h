@@ -37,6 +37,11 @@ llmt_context *llmt__trainer_ctx(llmt_trainer *tr);
 llmt_status llmt__trainer_params_written(llmt_trainer *tr);
 /* Parameters and moments on the host, current. */
 llmt_status llmt__trainer_host_sync(llmt_trainer *tr);
+/* Whether the engine trains the model's host parameters in place (the
+ * fp32 CPU engine without tensor or pipeline parallelism). Otherwise it
+ * trains its own copy: a write to the model's tensors takes effect only
+ * between llmt__trainer_host_sync and llmt__trainer_params_written. */
+int llmt__trainer_host_resident(const llmt_trainer *tr);
 /* The fp8 recipe's state (NULL without fp8) and its restore. */
 float *llmt__trainer_fp8_state(llmt_trainer *tr, int64_t shape[2]);
 llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in);

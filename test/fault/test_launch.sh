@@ -214,6 +214,14 @@ lr = [{j["step"]: j["lr"] for j in map(json.loads, open(f)) if "lr" in j} for f 
 r = lr[1][13] / lr[0][13]
 print(("ok  " if abs(r - 0.25) < 1e-3 else "FAIL") + " LR at step 13 is %.4f of the uninterrupted run s" % r)
 sys.exit(abs(r - 0.25) >= 1e-3)' ref/metrics.jsonl sl/metrics.jsonl || fail=1
+  # under tensor parallelism the engine trains its own shards, which a
+  # drill written into the host tensors would never reach: refused, named
+  sed 's/"optimizer"/"parallelism": {"tp": 2}, "optimizer"/' sl.json > stp.json
+  LLMT_FAULT=spike:0:11,spike:1:11 launch stp stp.log --nproc 2 stp.json &&
+    bad "a spike drill under tp 2 was accepted" ||
+    { grep -q "LLMT_FAULT: 'spike:0:11': spike writes the model's host parameters" stp.log &&
+        ok "spike under tp 2: refused by name (the engine trains its own shards)" ||
+        { bad "no refusal of the spike drill under tp 2"; cat stp.log; }; }
   ;;
 sdc)
   mk sdc.json ', "sdc_interval": 2'
