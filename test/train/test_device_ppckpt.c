@@ -86,6 +86,7 @@ typedef struct rank_arg {
     const char *load, *save; /* read before k0; write after step SAVE_AT */
     const char *resave;      /* write right after the read (one rank) */
     int skip_add;            /* bad input: this rank saves without its blocks */
+    int stop_at_save;        /* stop after the save (its result in save_st) */
     int read_only;           /* stop after the read */
     float loss[STEPS];
     float *params; /* the host model after sync_params (pp 1 only) */
@@ -127,7 +128,7 @@ static llmt_status ckpt_io(rank_arg *a, llmt_trainer *tr, const char *root, int 
         if (s == LLMT_OK)
             s = llmt_trainer_ckpt_read(tr, ck);
     }
-    if (s != LLMT_OK && ck && !a->skip_add && !a->read_only)
+    if (s != LLMT_OK && ck && !a->stop_at_save && !a->read_only)
         fprintf(stderr, "rank %d ckpt %s: %s / %s\n", a->rank, save ? "save" : "read",
                 llmt_ckpt_last_error(ck), llmt_trainer_last_error(tr));
     llmt_ckpt_destroy(ck);
@@ -202,7 +203,7 @@ static void *rank_main(void *p)
         a->st = ckpt_io(a, tr, a->resave, 1, a->k0);
     /* this replica's micro-batches of each global step */
     size_t per = (size_t)mb * MICRO * T;
-    int k1 = a->skip_add ? SAVE_AT : a->read_only ? a->k0 : STEPS;
+    int k1 = a->stop_at_save ? SAVE_AT : a->read_only ? a->k0 : STEPS;
     for (int k = a->k0; k < k1 && a->st == LLMT_OK; k++) {
         size_t at = ((size_t)k * L->dp + (size_t)dpr) * per;
         llmt_batch b = {sizeof b, g_in + at, g_tg + at, mb * MICRO, T};
@@ -213,11 +214,11 @@ static void *rank_main(void *p)
         a->loss[k] = met.loss;
         if (a->st == LLMT_OK && a->save && k + 1 == SAVE_AT) {
             llmt_status s = ckpt_io(a, tr, a->save, 1, SAVE_AT); /* the run goes on */
-            if (!a->skip_add)
+            if (!a->stop_at_save)
                 a->st = s;
         }
     }
-    if (a->st == LLMT_OK && !a->skip_add)
+    if (a->st == LLMT_OK && !a->stop_at_save)
         a->st = llmt_trainer_sync_params(tr);
     if (a->st != LLMT_OK && !a->err[0])
         snprintf(a->err, sizeof a->err, "%s",
@@ -425,6 +426,7 @@ static void check_bad(const char *name, const char *saved, const char *tmp)
         b[r].world = c[r];
         b[r].save = root;
         b[r].skip_add = r == 1;
+        b[r].stop_at_save = 1; /* whichever rank the failed commit reports on */
         pthread_create(&th[r], NULL, rank_main, &b[r]);
     }
     for (int r = 0; r < 2; r++)
