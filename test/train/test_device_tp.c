@@ -36,7 +36,7 @@
  * Also: a tp that does not divide the model is refused naming the key, and
  * the engine's device memory per rank shrinks with tp. */
 #include <math.h>
-#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +45,8 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "rank_fixture.h"
 #include "train/device.h"
-#include "tp_fixture.h"
 
 #define STEPS 10
 #define MICRO 2
@@ -165,20 +165,8 @@ static void *rank_main(void *p)
                  tr  ? llmt_trainer_last_error(tr)
                  : m ? llmt_model_last_error(m)
                      : "create");
-    if (m) {
-        int32_t np;
-        llmt_model_param_count(m, &np, &a->numel);
-        a->params = malloc((size_t)a->numel * sizeof(float));
-        int64_t at = 0;
-        for (int32_t i = 0; i < np; i++) {
-            llmt_tensor v;
-            int64_t n = 0;
-            llmt_model_param(m, i, NULL, &v);
-            llmt_tensor_numel(&v, &n);
-            memcpy(a->params + at, v.data, (size_t)n * sizeof(float));
-            at += n;
-        }
-    }
+    if (m)
+        a->params = rank_fixture_params(m, &a->numel);
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
     return NULL;
@@ -186,22 +174,13 @@ static void *rank_main(void *p)
 
 static void run_from(int tp, rank_arg *a, const rank_arg *proto)
 {
-    llmt_comm *c[MAXTP] = {NULL};
-    for (int r = 0; r < tp; r++)
-        a[r] = *proto;
-    if (tp > 1)
-        CHECK_STATUS(llmt_comm_create_inproc(NULL, tp, NULL, c), LLMT_OK);
-    pthread_t th[MAXTP];
     for (int r = 0; r < tp; r++) {
-        a[r].c = tp > 1 ? c[r] : NULL;
+        a[r] = *proto;
+        a[r].c = NULL;
         a[r].rank = r;
         a[r].tp = tp;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
-    for (int r = 0; r < tp; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < tp; r++)
-        llmt_comm_destroy(c[r]);
+    rank_fixture_run(a, sizeof *a, tp, tp > 1, offsetof(rank_arg, c), rank_main);
 }
 
 static void run(int tp, rank_arg *a)
@@ -234,7 +213,7 @@ static void check_resume(const char *tmp)
         CHECK_STATUS(a[r].st, LLMT_OK);
     free_args(a, 2);
     int tps[2] = {1, 4};
-    double worst = 0.0;
+    rank_fixture_worst w = {0};
     for (int j = 0; j < 2; j++) {
         memset(&proto, 0, sizeof proto);
         proto.k0 = STEPS / 2;
@@ -244,18 +223,14 @@ static void check_resume(const char *tmp)
             if (a[r].st != LLMT_OK)
                 fprintf(stderr, "resume tp %d: %s\n", tps[j], a[r].err);
             CHECK_STATUS(a[r].st, LLMT_OK);
-            for (int k = STEPS / 2; k < STEPS && a[r].st == LLMT_OK; k++) {
-                double d = fabs((double)a[r].loss[k] - ref[0].loss[k]) / ref[0].loss[k];
-                if (d > worst)
-                    worst = d;
-                CHECK(d <= (g_bf16 ? 1.0 / 512 : 1e-5));
-            }
+            if (a[r].st == LLMT_OK)
+                rank_fixture_losses(&w, a[r].loss, ref[0].loss, STEPS / 2, STEPS, g_bf16);
         }
         free_args(a, tps[j]);
     }
     printf("saved under tp 2 at step %d, resumed under tp 1 and tp 4: worst loss rel diff "
            "%.2e\n",
-           STEPS / 2, worst);
+           STEPS / 2, w.loss);
     free_args(ref, 1);
 }
 
@@ -266,51 +241,30 @@ static void compare(const char *name, int llama, int kv, int tp)
     run(1, ref);
     CHECK_STATUS(ref[0].st, LLMT_OK);
     run(tp, a);
-    double wl = 0.0, wp = 0.0, wr = 0.0;
-    int64_t wo = 0;
+    rank_fixture_worst w = {0};
     for (int r = 0; r < tp; r++) {
         if (a[r].st != LLMT_OK)
             fprintf(stderr, "%s tp %d rank %d: %s\n", name, tp, r, a[r].err);
         CHECK_STATUS(a[r].st, LLMT_OK);
         if (a[r].st != LLMT_OK)
             continue;
-        for (int k = 0; k < STEPS; k++) {
-            double d =
-                fabs((double)a[r].loss[k] - ref[0].loss[k]) / fabs((double)ref[0].loss[k]);
-            if (d > wl)
-                wl = d;
-            CHECK(d <= (g_bf16 ? 1.0 / 512 : 1e-5));
-        }
-        CHECK(a[r].numel == ref[0].numel);
-        int64_t over = 0;
-        double rel =
-            tp_fixture_param_diff(a[r].params, ref[0].params,
-                                  a[r].numel == ref[0].numel ? a[r].numel : 0, &wp, &over);
-        if (rel > wr)
-            wr = rel;
-        if (over > wo)
-            wo = over;
-        if (g_bf16) {
-            CHECK(wp <= 2.0 * LR * STEPS);
-        } else {
-            CHECK(rel <= 1e-5);
-            CHECK(wp <= 1e-4);
-            CHECK(over * 10000 <= a[r].numel);
-        }
+        rank_fixture_losses(&w, a[r].loss, ref[0].loss, 0, STEPS, g_bf16);
+        rank_fixture_params_check(&w, a[r].params, a[r].numel, ref[0].params, ref[0].numel,
+                                  g_bf16, 2.0 * LR * STEPS);
         /* the engine holds shards: its memory shrinks with tp */
         CHECK(a[r].dev_bytes < ref[0].dev_bytes);
     }
     printf("%-20s tp %d: loss %.3f -> %.3f, loss rel diff %.2e; params: rel L2 diff %.2e, "
            "max abs diff %.2e, %lld of %lld above 1e-5; device bytes per rank %zu (tp 1: "
            "%zu)\n",
-           name, tp, (double)ref[0].loss[0], (double)ref[0].loss[STEPS - 1], wl, wr, wp,
-           (long long)wo, (long long)ref[0].numel, a[0].dev_bytes, ref[0].dev_bytes);
+           name, tp, (double)ref[0].loss[0], (double)ref[0].loss[STEPS - 1], w.loss, w.rel,
+           w.abs, (long long)w.over, (long long)ref[0].numel, a[0].dev_bytes, ref[0].dev_bytes);
     /* training moved: the comparison is not of two untouched inits */
     CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
-    if (wl > g_worst_loss)
-        g_worst_loss = wl;
-    if (wp > g_worst_param)
-        g_worst_param = wp;
+    if (w.loss > g_worst_loss)
+        g_worst_loss = w.loss;
+    if (w.abs > g_worst_param)
+        g_worst_param = w.abs;
     free_args(ref, 1);
     free_args(a, tp);
 }

@@ -1,0 +1,115 @@
+/* The multi-rank harness the engine's parallel tests (test_device_tp.c,
+ * test_device_tpdp.c, test_device_sp.c, test_device_cp.c, ...) share: ranks
+ * as threads on one in-process communicator, a rank's final parameters as
+ * one flat copy, and the comparison of a rank's losses and parameters with
+ * the single-rank run's, so every layout is held to the same bounds by the
+ * same code. Header only: each test is one translation unit. */
+#ifndef LLMT_TEST_RANK_FIXTURE_H
+#define LLMT_TEST_RANK_FIXTURE_H
+
+#include <math.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "llmtrain.h"
+#include "tp_fixture.h"
+
+#define RANK_FIXTURE_MAXW 16
+
+/* Runs fn on n rank arguments (args, stride bytes apart) as threads and
+ * waits for them. With comm, the ranks share an in-process communicator of
+ * n: rank r's handle is stored at comm_off in its argument before the
+ * threads start, and destroyed after they end; without, that field is left
+ * as it is. */
+static inline void rank_fixture_run(void *args, size_t stride, int n, int comm, size_t comm_off,
+                                    void *(*fn)(void *))
+{
+    llmt_comm *c[RANK_FIXTURE_MAXW] = {NULL};
+    pthread_t th[RANK_FIXTURE_MAXW];
+    if (n < 1 || n > RANK_FIXTURE_MAXW) {
+        CHECK(!"rank_fixture_run: ranks out of range");
+        return;
+    }
+    if (comm)
+        CHECK_STATUS(llmt_comm_create_inproc(NULL, n, NULL, c), LLMT_OK);
+    for (int r = 0; r < n; r++) {
+        char *a = (char *)args + (size_t)r * stride;
+        if (comm)
+            memcpy(a + comm_off, &c[r], sizeof c[r]);
+        pthread_create(&th[r], NULL, fn, a);
+    }
+    for (int r = 0; r < n; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < n; r++)
+        llmt_comm_destroy(c[r]);
+}
+
+/* The model's parameters, in its order, as one malloc'd array of *numel
+ * floats (after llmt_trainer_sync_params, the full tensors on every rank). */
+static inline float *rank_fixture_params(llmt_model *m, int64_t *numel)
+{
+    int32_t np = 0;
+    *numel = 0;
+    llmt_model_param_count(m, &np, numel);
+    float *p = malloc((size_t)*numel * sizeof(float));
+    int64_t at = 0;
+    for (int32_t i = 0; p && i < np; i++) {
+        llmt_tensor v;
+        int64_t n = 0;
+        llmt_model_param(m, i, NULL, &v);
+        llmt_tensor_numel(&v, &n);
+        memcpy(p + at, v.data, (size_t)n * sizeof(float));
+        at += n;
+    }
+    return p;
+}
+
+/* The worst differences met so far: loss relative, parameters' relative
+ * L2 and largest absolute, the most elements of one rank over 1e-5. */
+typedef struct rank_fixture_worst {
+    double loss, rel, abs;
+    int64_t over;
+} rank_fixture_worst;
+
+/* Losses of steps [k0, k1) against the reference's, each within 1e-5
+ * relative (fp32) or 2^-9 (bf16: the emulation's activations). */
+static inline void rank_fixture_losses(rank_fixture_worst *w, const float *loss,
+                                       const float *ref, int k0, int k1, int bf16)
+{
+    for (int k = k0; k < k1; k++) {
+        double d = fabs((double)loss[k] - ref[k]) / fabs((double)ref[k]);
+        if (!(d <= w->loss))
+            w->loss = d; /* NaN shows */
+        CHECK(d <= (bf16 ? 1.0 / 512 : 1e-5));
+    }
+}
+
+/* A rank's final parameters p (numel) against the reference's: fp32 within
+ * 1e-5 relative L2 and 1e-5 absolute but for at most 1 element in 10^4
+ * (within 1e-4; why: test_device_tp.c's top); bf16 masters within
+ * bf16_abs absolute. */
+static inline void rank_fixture_params_check(rank_fixture_worst *w, const float *p,
+                                             int64_t numel, const float *ref, int64_t ref_numel,
+                                             int bf16, double bf16_abs)
+{
+    CHECK(numel == ref_numel);
+    int64_t over = 0;
+    double rel = tp_fixture_param_diff(p, ref, numel == ref_numel ? numel : 0, &w->abs, &over);
+    if (!(rel <= w->rel))
+        w->rel = rel;
+    if (over > w->over)
+        w->over = over;
+    if (bf16) {
+        CHECK(w->abs <= bf16_abs);
+    } else {
+        CHECK(rel <= 1e-5);
+        CHECK(w->abs <= 1e-4);
+        CHECK(over * 10000 <= numel);
+    }
+}
+
+#endif
