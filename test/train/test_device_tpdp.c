@@ -28,7 +28,7 @@
  * losses, 2 x lr x steps on the fp32 masters). The measured worst cases are
  * printed. */
 #include <math.h>
-#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +38,8 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "rank_fixture.h"
 #include "train/device.h"
-#include "tp_fixture.h"
 
 #define STEPS 10
 #define SEQS 4 /* sequences per global step */
@@ -188,20 +188,8 @@ static void *rank_main(void *p)
                  tr  ? llmt_trainer_last_error(tr)
                  : m ? llmt_model_last_error(m)
                      : "create");
-    if (m && a->st == LLMT_OK) {
-        int32_t np;
-        llmt_model_param_count(m, &np, &a->numel);
-        a->params = malloc((size_t)a->numel * sizeof(float));
-        int64_t at = 0;
-        for (int32_t i = 0; i < np; i++) {
-            llmt_tensor v;
-            int64_t n = 0;
-            llmt_model_param(m, i, NULL, &v);
-            llmt_tensor_numel(&v, &n);
-            memcpy(a->params + at, v.data, (size_t)n * sizeof(float));
-            at += n;
-        }
-    }
+    if (m && a->st == LLMT_OK)
+        a->params = rank_fixture_params(m, &a->numel);
     llmt_trainer_destroy(tr);
     llmt_comm_destroy(dpc);
     llmt_comm_destroy(tpc);
@@ -216,14 +204,9 @@ static llmt_plan *g_plan41; /* tp 4 x dp 1 */
 static void run_from(int world, const llmt_plan *plan, int zero, int k0, const char *load,
                      const char *save, const char *resave, rank_arg *a)
 {
-    llmt_comm *c[W] = {NULL};
     int n = world ? W : 1;
     memset(a, 0, (size_t)n * sizeof *a);
-    if (world)
-        CHECK_STATUS(llmt_comm_create_inproc(NULL, W, NULL, c), LLMT_OK);
-    pthread_t th[W];
     for (int r = 0; r < n; r++) {
-        a[r].world = c[r];
         a[r].plan = plan;
         a[r].rank = r;
         a[r].nranks = n;
@@ -232,12 +215,8 @@ static void run_from(int world, const llmt_plan *plan, int zero, int k0, const c
         a[r].load = load;
         a[r].save = save;
         a[r].resave = resave;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
-    for (int r = 0; r < n; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < n; r++)
-        llmt_comm_destroy(c[r]);
+    rank_fixture_run(a, sizeof *a, n, world, offsetof(rank_arg, world), rank_main);
 }
 
 static void run(int world, int zero, rank_arg *a)
@@ -250,44 +229,25 @@ static void run(int world, int zero, rank_arg *a)
 static void check_ranks(const char *name, const char *what, rank_arg *a, int n,
                         const rank_arg *ref, int k0)
 {
-    double wl = 0.0, wp = 0.0, wr = 0.0;
-    int64_t wo = 0;
+    rank_fixture_worst w = {0};
     for (int r = 0; r < n; r++) {
         if (a[r].st != LLMT_OK)
             fprintf(stderr, "%s %s rank %d: %s\n", name, what, r, a[r].err);
         CHECK_STATUS(a[r].st, LLMT_OK);
         if (a[r].st != LLMT_OK)
             continue;
-        for (int k = k0; k < STEPS; k++) {
-            double d = fabs((double)a[r].loss[k] - ref->loss[k]) / fabs((double)ref->loss[k]);
-            if (!(d <= wl))
-                wl = d;
-            CHECK(d <= (g_bf16 ? 1.0 / 512 : 1e-5));
-        }
-        CHECK(a[r].numel == ref->numel);
-        int64_t over = 0;
-        double rel = tp_fixture_param_diff(
-            a[r].params, ref->params, a[r].numel == ref->numel ? a[r].numel : 0, &wp, &over);
-        if (!(rel <= wr))
-            wr = rel;
-        if (over > wo)
-            wo = over;
-        if (g_bf16) {
-            CHECK(wp <= 2.0 * LR * STEPS);
-        } else {
-            CHECK(rel <= 1e-5);
-            CHECK(wp <= 1e-4);
-            CHECK(over * 10000 <= a[r].numel);
-        }
+        rank_fixture_losses(&w, a[r].loss, ref->loss, k0, STEPS, g_bf16);
+        rank_fixture_params_check(&w, a[r].params, a[r].numel, ref->params, ref->numel, g_bf16,
+                                  2.0 * LR * STEPS);
     }
     printf("%-20s %s: loss %.3f -> %.3f, loss rel diff %.2e (steps %d..%d); params: "
            "rel L2 diff %.2e, max abs diff %.2e, %lld of %lld above 1e-5\n",
-           name, what, (double)ref->loss[0], (double)ref->loss[STEPS - 1], wl, k0 + 1, STEPS,
-           wr, wp, (long long)wo, (long long)ref->numel);
-    if (wl > g_worst_loss)
-        g_worst_loss = wl;
-    if (wp > g_worst_param)
-        g_worst_param = wp;
+           name, what, (double)ref->loss[0], (double)ref->loss[STEPS - 1], w.loss, k0 + 1,
+           STEPS, w.rel, w.abs, (long long)w.over, (long long)ref->numel);
+    if (w.loss > g_worst_loss)
+        g_worst_loss = w.loss;
+    if (w.abs > g_worst_param)
+        g_worst_param = w.abs;
     for (int r = 0; r < n; r++)
         free(a[r].params);
 }
