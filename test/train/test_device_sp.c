@@ -45,7 +45,7 @@
  * Refusals: without a tensor parallel group, after data parallelism, a tp
  * that does not divide model.seq_len, on other than 0/1. */
 #include <math.h>
-#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,8 +54,8 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "rank_fixture.h"
 #include "train/device.h"
-#include "tp_fixture.h"
 
 #define STEPS 10
 #define SEQS 4 /* sequences per global step */
@@ -196,20 +196,8 @@ static void *rank_main(void *p)
                  tr  ? llmt_trainer_last_error(tr)
                  : m ? llmt_model_last_error(m)
                      : "create");
-    if (m && a->st == LLMT_OK) {
-        int32_t np;
-        llmt_model_param_count(m, &np, &a->numel);
-        a->params = malloc((size_t)a->numel * sizeof(float));
-        int64_t at = 0;
-        for (int32_t i = 0; i < np; i++) {
-            llmt_tensor v;
-            int64_t n = 0;
-            llmt_model_param(m, i, NULL, &v);
-            llmt_tensor_numel(&v, &n);
-            memcpy(a->params + at, v.data, (size_t)n * sizeof(float));
-            at += n;
-        }
-    }
+    if (m && a->st == LLMT_OK)
+        a->params = rank_fixture_params(m, &a->numel);
     llmt_trainer_destroy(tr);
     llmt_comm_destroy(dpc);
     llmt_comm_destroy(tpc);
@@ -240,26 +228,17 @@ static llmt_plan *make_plan(int tp, int dp)
 static void run(int tp, int dp, int zero, int recompute, int probe_it, rank_arg *a)
 {
     int n = tp ? tp * dp : 1;
-    llmt_comm *c[MAXW] = {NULL};
     llmt_plan *plan = tp ? make_plan(tp, dp) : NULL;
     memset(a, 0, (size_t)n * sizeof *a);
-    if (tp)
-        CHECK_STATUS(llmt_comm_create_inproc(NULL, n, NULL, c), LLMT_OK);
-    pthread_t th[MAXW];
     for (int r = 0; r < n; r++) {
-        a[r].world = c[r];
         a[r].plan = plan;
         a[r].rank = r;
         a[r].zero = zero;
         a[r].sp = tp > 1;
         a[r].recompute = recompute;
         a[r].probe = probe_it;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
-    for (int r = 0; r < n; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < n; r++)
-        llmt_comm_destroy(c[r]);
+    rank_fixture_run(a, sizeof *a, n, tp != 0, offsetof(rank_arg, world), rank_main);
     llmt_plan_destroy(plan);
 }
 
@@ -279,8 +258,8 @@ static void compare(const char *name, int llama, int kv, int tp, int dp, int zer
     CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
     run(tp, dp, zero, recompute, probe_it, a);
     int n = tp * dp;
-    double wl = 0.0, wp = 0.0, wr = 0.0, wpl = 0.0, wlg = 0.0;
-    int64_t wo = 0;
+    rank_fixture_worst w = {0};
+    double wpl = 0.0, wlg = 0.0;
     /* the memory bound (see the top) */
     double N = (double)MICRO * T, C = g_cfg.width, es = g_bf16 ? 2.0 : 4.0;
     double hd = (double)g_cfg.width / g_cfg.heads, kvx = 0.0;
@@ -302,27 +281,9 @@ static void compare(const char *name, int llama, int kv, int tp, int dp, int zer
         CHECK_STATUS(a[r].st, LLMT_OK);
         if (a[r].st != LLMT_OK)
             continue;
-        for (int k = 0; k < STEPS; k++) {
-            double d = fabs((double)a[r].loss[k] - ref->loss[k]) / fabs((double)ref->loss[k]);
-            if (!(d <= wl))
-                wl = d;
-            CHECK(d <= (g_bf16 ? 1.0 / 512 : 1e-5));
-        }
-        CHECK(a[r].numel == ref->numel);
-        int64_t over = 0;
-        double rel = tp_fixture_param_diff(
-            a[r].params, ref->params, a[r].numel == ref->numel ? a[r].numel : 0, &wp, &over);
-        if (!(rel <= wr))
-            wr = rel;
-        if (over > wo)
-            wo = over;
-        if (g_bf16) {
-            CHECK(wp <= 2.0 * LR * STEPS);
-        } else {
-            CHECK(rel <= 1e-5);
-            CHECK(wp <= 1e-4);
-            CHECK(over * 10000 <= a[r].numel);
-        }
+        rank_fixture_losses(&w, a[r].loss, ref->loss, 0, STEPS, g_bf16);
+        rank_fixture_params_check(&w, a[r].params, a[r].numel, ref->params, ref->numel, g_bf16,
+                                  2.0 * LR * STEPS);
         if (probe_it) {
             double d = fabs(a[r].probe_loss - ref->probe_loss) / fabs(ref->probe_loss);
             if (!(d <= wpl))
@@ -349,7 +310,8 @@ static void compare(const char *name, int llama, int kv, int tp, int dp, int zer
     printf("%-19s tp %d x dp %d ZeRO %d%s: loss %.3f -> %.3f, loss rel diff %.2e; params: "
            "rel L2 %.2e, max abs %.2e, %lld of %lld above 1e-5",
            name, tp, dp, zero, recompute ? " recompute" : "", (double)ref->loss[0],
-           (double)ref->loss[STEPS - 1], wl, wr, wp, (long long)wo, (long long)ref->numel);
+           (double)ref->loss[STEPS - 1], w.loss, w.rel, w.abs, (long long)w.over,
+           (long long)ref->numel);
     if (probe_it)
         printf("; probe of %d tokens: loss rel %.2e, logits abs %.2e", PROBE, wpl, wlg);
     printf("\n    activation bytes per rank: tp 1 %lld, tp %d %lld, with SP %lld (bound %.0f); "
@@ -358,10 +320,10 @@ static void compare(const char *name, int llama, int kv, int tp, int dp, int zer
            (long long)ref->act_tp, tp, (long long)a[0].act_tp, (long long)a[0].act_sp, bound,
            STEPS, (unsigned long long)a[0].ag, (unsigned long long)a[0].rs,
            (unsigned long long)a[0].ar);
-    if (wl > g_worst_loss)
-        g_worst_loss = wl;
-    if (wp > g_worst_param)
-        g_worst_param = wp;
+    if (w.loss > g_worst_loss)
+        g_worst_loss = w.loss;
+    if (w.abs > g_worst_param)
+        g_worst_param = w.abs;
     free(ref[0].params);
     for (int r = 0; r < n; r++)
         free(a[r].params);
@@ -442,25 +404,17 @@ static void check_bad(void)
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
     /* tp 4 over seq_len 6; then after data parallelism */
-    llmt_comm *c[4] = {NULL};
-    CHECK_STATUS(llmt_comm_create_inproc(NULL, 4, NULL, c), LLMT_OK);
     bad_arg b[4];
-    pthread_t th[4];
-    for (int r = 0; r < 4; r++) {
-        memset(&b[r], 0, sizeof b[r]);
-        b[r].c = c[r];
-        b[r].T0 = 6;
-        pthread_create(&th[r], NULL, bad_main, &b[r]);
-    }
+    memset(b, 0, sizeof b);
     for (int r = 0; r < 4; r++)
-        pthread_join(th[r], NULL);
+        b[r].T0 = 6;
+    rank_fixture_run(b, sizeof *b, 4, 1, offsetof(bad_arg, c), bad_main);
     for (int r = 0; r < 4; r++) {
         CHECK_STATUS(b[r].seq, LLMT_ERR_INVALID_ARGUMENT);
         CHECK(strstr(b[r].msg[0], "model.seq_len") != NULL);
         CHECK_STATUS(b[r].state, LLMT_ERR_STATE);
         CHECK(strstr(b[r].msg[1], "llmt_trainer_set_comm") != NULL);
         CHECK_STATUS(b[r].one, LLMT_OK);
-        llmt_comm_destroy(c[r]);
     }
     printf("tp 4, seq_len 6: %s\nafter data parallelism: %s\n", b[0].msg[0], b[0].msg[1]);
 }
