@@ -40,6 +40,7 @@
  * the trainer before attaching, past the window. */
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,7 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
-#include "tp_fixture.h"
+#include "rank_fixture.h"
 #include "train/cp.h"
 #include "train/device.h"
 #include "train/trainer_state.h"
@@ -131,20 +132,8 @@ static void *rank_main(void *p)
                  tr  ? llmt_trainer_last_error(tr)
                  : m ? llmt_model_last_error(m)
                      : "create");
-    if (m && a->st == LLMT_OK) {
-        int32_t np;
-        llmt_model_param_count(m, &np, &a->numel);
-        a->params = malloc((size_t)a->numel * sizeof(float));
-        int64_t at = 0;
-        for (int32_t i = 0; i < np; i++) {
-            llmt_tensor v;
-            int64_t n = 0;
-            llmt_model_param(m, i, NULL, &v);
-            llmt_tensor_numel(&v, &n);
-            memcpy(a->params + at, v.data, (size_t)n * sizeof(float));
-            at += n;
-        }
-    }
+    if (m && a->st == LLMT_OK)
+        a->params = rank_fixture_params(m, &a->numel);
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
     return NULL;
@@ -230,48 +219,41 @@ static void compare(const char *name, int llama, int kv)
             /* cp 4 ring recomputes the attention core (selective), cp 2 x tp 2
              * whole layers (full): the exchange runs again in the backward */
             run(cp, tp, dp, zero, var, k == 2 ? 2 : k == 4 ? 1 : 0, a);
-            double wl = 0.0, we = 0.0, wr = 0.0, wp = 0.0;
+            rank_fixture_worst w = {0};
+            double we = 0.0;
             for (int r = 0; r < cp * tp * dp; r++) {
                 if (a[r].st != LLMT_OK)
                     fprintf(stderr, "%s cp %d rank %d: %s\n", name, cp, r, a[r].err);
                 CHECK_STATUS(a[r].st, LLMT_OK);
                 if (a[r].st != LLMT_OK)
                     continue;
-                for (int k = 0; k < STEPS; k++) {
-                    double d = fabs((double)a[r].loss[k] - ref->loss[k]) / ref->loss[k];
-                    if (!(d <= wl))
-                        wl = d;
-                }
+                rank_fixture_losses(&w, a[r].loss, ref->loss, 0, STEPS, g_bf16);
                 double e = fabs((double)a[r].eval - ref->eval) / ref->eval;
                 if (!(e <= we))
                     we = e;
                 CHECK(a[r].numel == ref->numel);
-                double dd = 0.0, rr = 0.0;
-                for (int64_t i = 0; i < a[r].numel && a[r].numel == ref->numel; i++) {
-                    double d = fabs((double)a[r].params[i] - ref->params[i]);
-                    if (!(d <= wp))
-                        wp = d; /* NaN shows */
-                    dd += d * d;
-                    rr += (double)ref->params[i] * ref->params[i];
-                }
-                double rel = sqrt(dd / rr);
-                if (!(rel <= wr))
-                    wr = rel;
+                /* the relative L2 and largest difference (not the count
+                 * over 1e-5: the bounds below hold every element) */
+                int64_t over = 0;
+                double rel = tp_fixture_param_diff(a[r].params, ref->params,
+                                                   a[r].numel == ref->numel ? a[r].numel : 0,
+                                                   &w.abs, &over);
+                if (!(rel <= w.rel))
+                    w.rel = rel;
                 free(a[r].params);
             }
             printf("%s cp %d x tp %d x dp %d%s %s: losses %.3g, evaluate %.3g relative; "
                    "params %.3g relative L2, %.3g max abs\n",
                    name, cp, tp, dp, dp > 1 ? (zero == 3 ? " ZeRO-3" : " ZeRO-1") : "",
-                   var == LLMT__CP_RING ? "ring" : "all-gather", wl, we, wr, wp);
+                   var == LLMT__CP_RING ? "ring" : "all-gather", w.loss, we, w.rel, w.abs);
+            /* the losses are held step by step above */
             if (g_bf16) {
-                CHECK(wl <= 1.0 / 512);
                 CHECK(we <= 1.0 / 512);
-                CHECK(wp <= 2.0 * LR * STEPS);
+                CHECK(w.abs <= 2.0 * LR * STEPS);
             } else {
-                CHECK(wl <= 1e-5);
                 CHECK(we <= 1e-5);
-                CHECK(wr <= 1e-5);
-                CHECK(wp <= 1e-4);
+                CHECK(w.rel <= 1e-5);
+                CHECK(w.abs <= 1e-4);
             }
         }
     }
@@ -414,19 +396,11 @@ int main(int argc, char **argv)
     compare("llama kv 2", 1, 2);
     refusals();
     rank_arg a[2];
-    llmt_comm *c[2] = {NULL};
     memset(a, 0, sizeof a);
-    CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, NULL, c), LLMT_OK);
-    pthread_t th[2];
+    rank_fixture_run(a, sizeof *a, 2, 1, offsetof(rank_arg, comm), refuse_rank);
     for (int r = 0; r < 2; r++) {
-        a[r].comm = c[r];
-        pthread_create(&th[r], NULL, refuse_rank, &a[r]);
-    }
-    for (int r = 0; r < 2; r++) {
-        pthread_join(th[r], NULL);
         CHECK_STATUS(a[r].st, LLMT_OK);
         CHECK(a[r].numel == 1);
-        llmt_comm_destroy(c[r]);
     }
     free(g_in);
     free(g_tg);
