@@ -129,6 +129,10 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
     /* A working copy whose degrees the loops overwrite (strings untouched). */
     llmt_spec w = *spec;
     const int64_t W = world_size, L = spec->model.layers, S = spec->model.seq_len;
+    /* virtual stages only where the spec leaves the schedule open or asks
+     * for interleaving (a given gpipe or 1f1b keeps v 1) */
+    const int interleave = !llmt__spec_given(spec, "parallelism.pp_schedule") ||
+                           spec->parallelism.pp_schedule == LLMT_SPEC_PP_INTERLEAVED;
     const int64_t E = spec->model.moe.experts;
     int64_t G = spec->batch.global;
     if (!llmt__spec_given(spec, "batch.global") &&
@@ -170,7 +174,7 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                             continue;
                         int64_t accum = per / micro;
                         for (int64_t v = 1; v <= 8; v++) {
-                            if (v > 1 && (pp < 2 || L % (pp * v) || accum % pp))
+                            if (v > 1 && (pp < 2 || L % (pp * v) || accum % pp || !interleave))
                                 continue;
                             for (int z = 0; z <= 3; z++) {
                                 if (o.keep_zero && z != spec->parallelism.zero)
@@ -251,6 +255,10 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
     s->parallelism.ep = b->ep;
     s->parallelism.zero = b->zero;
     s->parallelism.virtual_stages = b->v;
+    /* the schedule follows the chosen virtual stages (as the spec's rules
+     * derive it) unless the spec set it */
+    if (!llmt__spec_given(s, "parallelism.pp_schedule"))
+        s->parallelism.pp_schedule = b->v > 1 ? LLMT_SPEC_PP_INTERLEAVED : LLMT_SPEC_PP_1F1B;
     s->parallelism.recompute = b->recompute;
     s->parallelism.sequence_parallel = b->sp;
     s->batch.micro = b->micro;

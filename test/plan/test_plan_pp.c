@@ -154,6 +154,46 @@ static void given(const char *par, int pp, int v, const int *want_first, const i
     llmt_spec_destroy(s);
 }
 
+/* The auto-planner leaves virtual stages out when the spec fixes another
+ * schedule (gpipe), and uses them otherwise: Korthikanti et al.'s GPT 175B
+ * on 64 A100s (examples/specs/calibration), where the free search picks
+ * v > 1 (the premise, checked) and the gpipe one v 1. */
+static void auto_schedule(void)
+{
+    int vs[2] = {0, 0};
+    for (int gpipe = 0; gpipe < 2; gpipe++) {
+        char json[2048];
+        snprintf(json, sizeof json,
+                 "{\"model\": {\"arch\": \"gpt2\", \"layers\": 96, \"hidden\": 12288, "
+                 "\"heads\": 96, \"vocab\": 51200, \"seq_len\": 2048}, \"parallelism\": "
+                 "{\"tp\": 8, \"pp\": 8, \"dp\": 1, \"recompute\": \"selective\", "
+                 "\"sequence_parallel\": true%s}, \"precision\": {\"param\": \"bf16\", "
+                 "\"master\": \"fp32\", \"gemm\": \"bf16\"}, \"batch\": {\"micro\": 1, "
+                 "\"global\": 64}, \"train\": {\"device\": \"cuda\"}, \"hardware\": "
+                 "{\"gpu\": \"A100-80GB\", \"gpus_per_node\": 8, \"nvlink_GBps\": 600, "
+                 "\"ib_Gbps\": 200, \"ib_rails\": 8}}",
+                 gpipe ? ", \"pp_schedule\": \"gpipe\"" : "");
+        llmt_spec *s = NULL;
+        llmt_plan *p = NULL;
+        CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &s), LLMT_OK);
+        if (s)
+            CHECK_STATUS(llmt_plan_auto(NULL, s, 64, NULL, &p), LLMT_OK);
+        llmt_plan_estimate e;
+        memset(&e, 0, sizeof e);
+        e.struct_size = sizeof e;
+        if (p)
+            CHECK_STATUS(llmt_plan_get_estimate(p, &e), LLMT_OK);
+        vs[gpipe] = (int)e.virtual_stages;
+        printf("auto plan of gpt 175b on 64%s: tp %d pp %d dp %d v %d\n",
+               gpipe ? " (pp_schedule gpipe)" : "", (int)e.tp, (int)e.pp, (int)e.dp,
+               (int)e.virtual_stages);
+        llmt_plan_destroy(p);
+        llmt_spec_destroy(s);
+    }
+    CHECK(vs[0] > 1);
+    CHECK_EQ_INT(vs[1], 1);
+}
+
 int main(void)
 {
     const char *dir = getenv("LLMT_SOURCE_ROOT");
@@ -162,6 +202,7 @@ int main(void)
     llama405b(dir, 2);
     llama405b(dir, 4);
     inflight();
+    auto_schedule();
     static const int f1[4] = {0, 1, 4, 6}, n1[4] = {1, 3, 2, 1};
     given("\"pp\": 4, \"stage_layers\": [1, 3, 2, 1]", 4, 1, f1, n1);
     static const int f2[4] = {0, 2, 3, 4}, n2[4] = {2, 1, 1, 3};
