@@ -30,17 +30,17 @@
  * usage: test_job_tp CORPUS_DIR (any directory of text files) */
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "check.h"
+#include "job_threads.h"
 #include "llmtrain.h"
 
 #define STEPS 8
-#define MAXR 8
+_Static_assert(STEPS <= JT_MAXSTEPS, "jt_rank records steps 1..JT_MAXSTEPS");
 #define TOL 1e-5
 
 static char tmp[512], prep[700];
@@ -69,130 +69,6 @@ static void spec(char *out, size_t cap, int tp, int zero, int dp, const char *mo
         " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
         "\"cpu\"}}",
         model ? model : GPT2, tp, zero, dpk, STEPS, device ? device : "cpu", prep);
-}
-
-typedef struct rank_arg {
-    llmt_comm *comm; /* NULL: one rank */
-    int rank;
-    const char *json, *dir;
-    int resume;
-    int64_t stop_at;
-    float loss[STEPS + 1];
-    double step_s[STEPS + 1];
-    int64_t first, last; /* steps this rank ran */
-    double tp_comm_s;    /* the last step's exposed TP time (llmt_job_perf) */
-    llmt_status st;
-    char err[1024];
-} rank_arg;
-
-static void *rank_main(void *p)
-{
-    rank_arg *a = p;
-    llmt_context *ctx = NULL;
-    llmt_context_create(NULL, &ctx);
-    llmt_job_opts jo;
-    llmt_job_opts_init(&jo, sizeof jo);
-    jo.run_dir = a->dir;
-    jo.comm = a->comm;
-    jo.world_size = 1; /* without a communicator */
-    jo.rank = 0;
-    jo.resume = a->resume;
-    jo.stop_at = a->stop_at;
-    llmt_job *job = NULL;
-    a->st = llmt_job_create_from_json(ctx, a->json, strlen(a->json), &jo, &job);
-    if (a->st != LLMT_OK) {
-        snprintf(a->err, sizeof a->err, "create: %s", llmt_context_last_error(ctx));
-        llmt_context_destroy(ctx);
-        return NULL;
-    }
-    llmt_job_info i;
-    memset(&i, 0, sizeof i);
-    i.struct_size = sizeof i;
-    llmt_job_get_info(job, &i);
-    a->first = i.start_step + 1;
-    a->last = i.start_step;
-    llmt_job_metrics m;
-    memset(&m, 0, sizeof m);
-    m.struct_size = sizeof m;
-    for (int64_t k = i.start_step; a->st == LLMT_OK && k < i.stop_at; k++) {
-        a->st = llmt_job_step(job, &m);
-        if (a->st == LLMT_OK && m.step >= 1 && m.step <= STEPS) {
-            a->loss[m.step] = m.loss;
-            a->step_s[m.step] = m.step_s;
-            a->last = m.step;
-        }
-    }
-    llmt_job_perf pf;
-    memset(&pf, 0, sizeof pf);
-    pf.struct_size = sizeof pf;
-    if (a->st == LLMT_OK && llmt_job_get_perf(job, &pf) == LLMT_OK)
-        a->tp_comm_s = pf.comm_s[LLMT_JOB_GROUP_TP];
-    if (a->st == LLMT_OK)
-        a->st = llmt_job_finish(job);
-    if (a->st != LLMT_OK)
-        snprintf(a->err, sizeof a->err, "%s", llmt_job_last_error(job));
-    llmt_job_destroy(job);
-    llmt_context_destroy(ctx);
-    return NULL;
-}
-
-/* Run `json` on n ranks (threads on an in-process communicator; n == 1:
- * none) in run directory dir. */
-static int run_layout(const char *what, const char *json, int n, const char *dir, int resume,
-                      int64_t stop_at, rank_arg *a)
-{
-    llmt_comm *comms[MAXR] = {NULL};
-    pthread_t th[MAXR];
-    if (n > 1 && llmt_comm_create_inproc(NULL, n, NULL, comms) != LLMT_OK) {
-        fprintf(stderr, "FAIL %s: in-process communicator\n", what);
-        CHECK(0);
-        return 0;
-    }
-    for (int r = 0; r < n; r++) {
-        memset(&a[r], 0, sizeof a[r]);
-        a[r].comm = comms[r];
-        a[r].rank = r;
-        a[r].json = json;
-        a[r].dir = dir;
-        a[r].resume = resume;
-        a[r].stop_at = stop_at;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
-    }
-    int ok = 1;
-    for (int r = 0; r < n; r++) {
-        pthread_join(th[r], NULL);
-        if (a[r].st != LLMT_OK) {
-            fprintf(stderr, "FAIL %s rank %d: %s\n", what, r, a[r].err);
-            ok = 0;
-        }
-        CHECK_STATUS(a[r].st, LLMT_OK);
-    }
-    for (int r = 0; r < n; r++)
-        llmt_comm_destroy(comms[r]);
-    return ok;
-}
-
-/* Every rank's losses of steps [first, last] against the reference's;
- * returns the worst relative difference. */
-static double check_losses(const char *what, const rank_arg *a, int n, const rank_arg *ref,
-                           int64_t first, int64_t last)
-{
-    double worst = 0;
-    for (int r = 0; r < n; r++) {
-        CHECK_EQ_INT(a[r].first, first);
-        CHECK_EQ_INT(a[r].last, last);
-        for (int64_t k = first; k <= last && k <= STEPS; k++) {
-            double d = fabs((double)a[r].loss[k] - ref->loss[k]) / fabs((double)ref->loss[k]);
-            if (!(d <= TOL))
-                fprintf(stderr, "FAIL %s rank %d step %lld: loss %.9g vs %.9g\n", what, r,
-                        (long long)k, (double)a[r].loss[k], (double)ref->loss[k]);
-            CHECK(d <= TOL);
-            worst = d > worst || isnan(d) ? d : worst;
-        }
-    }
-    printf("%-36s steps %lld-%lld: worst loss difference %.3g relative (bound %.0e)\n", what,
-           (long long)first, (long long)last, worst, TOL);
-    return worst;
 }
 
 static char *slurp(const char *path, long *n)
@@ -397,7 +273,7 @@ static int same_file(const char *fa, const char *fb, long *bytes)
     return same;
 }
 
-static double mean_step_s(const rank_arg *a)
+static double mean_step_s(const jt_rank *a)
 {
     double s = 0;
     for (int k = 2; k <= STEPS; k++) /* the first allocates the buffers */
@@ -407,8 +283,8 @@ static double mean_step_s(const rank_arg *a)
 
 /* One layout of `model` (NULL: the GPT-2) on n ranks against its single
  * rank (ref, whose final export is ref_st): losses and final parameters. */
-static void compare(const char *name, const char *model, int tp, int n, const rank_arg *ref,
-                    const char *ref_st, rank_arg *a)
+static void compare(const char *name, const char *model, int tp, int n, const jt_rank *ref,
+                    const char *ref_st, jt_rank *a)
 {
     char json[4096], dir[800], root[900], st[900];
     int64_t step = -1;
@@ -421,9 +297,9 @@ static void compare(const char *name, const char *model, int tp, int n, const ra
         return;
     check_losses(name, a, n, ref, 1, STEPS);
     /* the job's TP group is the one its perf split times */
-    CHECK(ref->tp_comm_s == 0);
+    CHECK(ref->comm_s[LLMT_JOB_GROUP_TP] == 0);
     for (int r = 0; r < n; r++)
-        CHECK(a[r].tp_comm_s > 0);
+        CHECK(a[r].comm_s[LLMT_JOB_GROUP_TP] > 0);
     snprintf(root, sizeof root, "%s/ckpt", dir);
     snprintf(st, sizeof st, "%s-final", dir);
     if (!export_ckpt(root, st, 0, &step))
@@ -473,6 +349,7 @@ static void refused(const char *what, const char *json, int world, const char *c
 
 int main(int argc, char **argv)
 {
+    jt_cfg = (jt_config){STEPS, 0, 0, 36, TOL};
     if (argc < 2) {
         fprintf(stderr, "usage: test_job_tp CORPUS_DIR\n");
         return 2;
@@ -488,28 +365,15 @@ int main(int argc, char **argv)
     {
         snprintf(prep, sizeof prep, "%s", argv[1]);
         spec(json, sizeof json, 1, 0, 0, NULL, NULL);
-        llmt_context *ctx = NULL;
-        llmt_context_create(NULL, &ctx);
-        llmt_job_opts jo;
-        llmt_job_opts_init(&jo, sizeof jo);
         snprintf(dir, sizeof dir, "%s/prep", tmp);
-        jo.run_dir = dir;
-        jo.world_size = 1;
-        jo.rank = 0;
-        llmt_job *job = NULL;
-        llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
-        if (s != LLMT_OK)
-            fprintf(stderr, "preparing the corpus: %s\n", llmt_context_last_error(ctx));
-        CHECK_STATUS(s, LLMT_OK);
-        llmt_job_destroy(job);
-        llmt_context_destroy(ctx);
+        llmt_status s = jt_prepare(json, dir);
         snprintf(prep, sizeof prep, "%s/prep/data", tmp);
         if (s != LLMT_OK)
             return check_exit("job-tp");
     }
 
     /* the reference: one rank, 8 steps */
-    static rank_arg ref[1], a[MAXR];
+    static jt_rank ref[1], a[JT_MAXR];
     spec(json, sizeof json, 1, 0, 0, NULL, NULL);
     snprintf(dir, sizeof dir, "%s/one", tmp);
     if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
@@ -541,7 +405,7 @@ int main(int argc, char **argv)
                  gq[g].kv);
         spec(json, sizeof json, 1, 0, 0, model, NULL);
         snprintf(dir, sizeof dir, "%s/llama-kv%d-one", tmp, gq[g].kv);
-        static rank_arg lref[1];
+        static jt_rank lref[1];
         if (!run_layout("llama one rank", json, 1, dir, 0, 0, lref))
             continue;
         snprintf(root, sizeof root, "%s/ckpt", dir);
