@@ -24,18 +24,17 @@
  * usage: test_job_cp CORPUS_DIR (any directory of text files) */
 #include <dirent.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "check.h"
+#include "job_threads.h"
 #include "llmtrain.h"
 
 #define STEPS 6
-#define MAXR 8
-#define TOL 1e-5
+_Static_assert(STEPS <= JT_MAXSTEPS, "jt_rank records steps 1..JT_MAXSTEPS");
 
 static char tmp[512], prep[700];
 
@@ -62,146 +61,8 @@ static void spec(char *out, size_t cap, const char *model, const char *par, int 
              model, seq, par, STEPS, 12, prep);
 }
 
-typedef struct rank_arg {
-    llmt_comm *comm; /* NULL: one rank */
-    const char *json, *dir;
-    int resume;
-    int64_t stop_at;
-    float loss[STEPS + 1], val[STEPS + 1];
-    int64_t first, last;
-    double cp_comm_s;
-    char sample[256];
-    llmt_status st;
-    char err[1024];
-} rank_arg;
-
-static void *rank_main(void *p)
-{
-    rank_arg *a = p;
-    llmt_context *ctx = NULL;
-    llmt_context_create(NULL, &ctx);
-    llmt_job_opts jo;
-    llmt_job_opts_init(&jo, sizeof jo);
-    jo.run_dir = a->dir;
-    jo.comm = a->comm;
-    jo.world_size = 1;
-    jo.rank = 0;
-    jo.resume = a->resume;
-    jo.stop_at = a->stop_at;
-    llmt_job *job = NULL;
-    a->st = llmt_job_create_from_json(ctx, a->json, strlen(a->json), &jo, &job);
-    if (a->st != LLMT_OK) {
-        snprintf(a->err, sizeof a->err, "create: %s", llmt_context_last_error(ctx));
-        llmt_context_destroy(ctx);
-        return NULL;
-    }
-    llmt_job_info i;
-    memset(&i, 0, sizeof i);
-    i.struct_size = sizeof i;
-    llmt_job_get_info(job, &i);
-    a->first = i.start_step + 1;
-    a->last = i.start_step;
-    llmt_job_metrics m;
-    memset(&m, 0, sizeof m);
-    m.struct_size = sizeof m;
-    for (int64_t k = i.start_step; a->st == LLMT_OK && k < i.stop_at; k++) {
-        a->st = llmt_job_step(job, &m);
-        if (a->st == LLMT_OK && m.step >= 1 && m.step <= STEPS) {
-            a->loss[m.step] = m.loss;
-            a->val[m.step] = m.step % 3 == 0 ? m.val_loss : NAN;
-            a->last = m.step;
-        }
-    }
-    llmt_job_perf pf;
-    memset(&pf, 0, sizeof pf);
-    pf.struct_size = sizeof pf;
-    if (a->st == LLMT_OK && llmt_job_get_perf(job, &pf) == LLMT_OK)
-        a->cp_comm_s = pf.comm_s[LLMT_JOB_GROUP_CP];
-    if (a->st == LLMT_OK && a->last == STEPS)
-        a->st = llmt_job_sample(job, a->sample, sizeof a->sample, NULL);
-    if (a->st == LLMT_OK)
-        a->st = llmt_job_finish(job);
-    if (a->st != LLMT_OK)
-        snprintf(a->err, sizeof a->err, "%s", llmt_job_last_error(job));
-    llmt_job_destroy(job);
-    llmt_context_destroy(ctx);
-    return NULL;
-}
-
-static int run_layout(const char *what, const char *json, int n, const char *dir, int resume,
-                      int64_t stop_at, rank_arg *a)
-{
-    llmt_comm *comms[MAXR] = {NULL};
-    pthread_t th[MAXR];
-    if (n > 1 && llmt_comm_create_inproc(NULL, n, NULL, comms) != LLMT_OK) {
-        fprintf(stderr, "FAIL %s: in-process communicator\n", what);
-        CHECK(0);
-        return 0;
-    }
-    for (int r = 0; r < n; r++) {
-        memset(&a[r], 0, sizeof a[r]);
-        a[r].comm = comms[r];
-        a[r].json = json;
-        a[r].dir = dir;
-        a[r].resume = resume;
-        a[r].stop_at = stop_at;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
-    }
-    int ok = 1;
-    for (int r = 0; r < n; r++) {
-        pthread_join(th[r], NULL);
-        if (a[r].st != LLMT_OK) {
-            fprintf(stderr, "FAIL %s rank %d: %s\n", what, r, a[r].err);
-            ok = 0;
-        }
-        CHECK_STATUS(a[r].st, LLMT_OK);
-    }
-    for (int r = 0; r < n; r++)
-        llmt_comm_destroy(comms[r]);
-    return ok;
-}
-
-static double rel(double x, double ref)
-{
-    return fabs(x - ref) / fabs(ref);
-}
-
-/* Losses of steps [first, last] (and validation losses, all = 1) of every
- * rank against the reference's; prints the worst. */
-static void check_losses(const char *what, const rank_arg *a, int n, const rank_arg *ref,
-                         int64_t first, int64_t last, int all)
-{
-    double worst = 0, worst_val = 0;
-    for (int r = 0; r < n; r++) {
-        CHECK_EQ_INT(a[r].first, first);
-        CHECK_EQ_INT(a[r].last, last);
-        for (int64_t k = first; k <= last; k++) {
-            double d = rel(a[r].loss[k], ref->loss[k]);
-            if (!(d <= TOL))
-                fprintf(stderr, "FAIL %s rank %d step %lld: loss %.9g vs %.9g\n", what, r,
-                        (long long)k, (double)a[r].loss[k], (double)ref->loss[k]);
-            CHECK(d <= TOL);
-            worst = d > worst || isnan(d) ? d : worst;
-            if (!all || k % 3)
-                continue;
-            double v = rel(a[r].val[k], ref->val[k]);
-            if (!(v <= TOL))
-                fprintf(stderr, "FAIL %s rank %d step %lld: val loss %.9g vs %.9g\n", what, r,
-                        (long long)k, (double)a[r].val[k], (double)ref->val[k]);
-            CHECK(v <= TOL);
-            worst_val = v > worst_val || isnan(v) ? v : worst_val;
-        }
-    }
-    printf("%-34s steps %lld-%lld: worst loss difference %.3g relative", what, (long long)first,
-           (long long)last, worst);
-    if (all)
-        printf(", validation %.3g", worst_val);
-    printf(" (bound %.0e)\n", TOL);
-}
-
-/* One layout on n ranks against the single rank ref. */
 static void compare(const char *name, const char *model, const char *par, int n,
-                    const rank_arg *ref, rank_arg *a)
+                    const jt_rank *ref, jt_rank *a)
 {
     char json[4096], dir[800];
     spec(json, sizeof json, model, par, 16);
@@ -211,15 +72,15 @@ static void compare(const char *name, const char *model, const char *par, int n,
             *c = '_';
     if (!run_layout(name, json, n, dir, 0, 0, a))
         return;
-    check_losses(name, a, n, ref, 1, STEPS, 1);
+    check_losses_val(name, a, n, ref, 1, STEPS);
     for (int r = 0; r < n; r++) {
-        CHECK(a[r].cp_comm_s > 0); /* the perf split times the CP group */
+        CHECK(a[r].comm_s[LLMT_JOB_GROUP_CP] > 0); /* the perf split times the CP group */
         if (strcmp(a[r].sample, ref->sample))
             fprintf(stderr, "FAIL %s rank %d: sample '%s', one rank '%s'\n", name, r,
                     a[r].sample, ref->sample);
         CHECK(!strcmp(a[r].sample, ref->sample));
     }
-    CHECK(ref->cp_comm_s == 0);
+    CHECK(ref->comm_s[LLMT_JOB_GROUP_CP] == 0);
 }
 
 /* Bytes of the files under a directory (one level of subdirectories). */
@@ -273,6 +134,7 @@ static void refused(const char *what, const char *json, int world, const char *c
 
 int main(int argc, char **argv)
 {
+    jt_cfg = (jt_config){STEPS, 3, 1, 34, 1e-5};
     if (argc < 2) {
         fprintf(stderr, "usage: test_job_cp CORPUS_DIR\n");
         return 2;
@@ -286,27 +148,14 @@ int main(int argc, char **argv)
     {
         snprintf(prep, sizeof prep, "%s", argv[1]);
         spec(json, sizeof json, GPT2, "\"tp\": 1", 16);
-        llmt_context *ctx = NULL;
-        llmt_context_create(NULL, &ctx);
-        llmt_job_opts jo;
-        llmt_job_opts_init(&jo, sizeof jo);
         snprintf(dir, sizeof dir, "%s/prep", tmp);
-        jo.run_dir = dir;
-        jo.world_size = 1;
-        jo.rank = 0;
-        llmt_job *job = NULL;
-        llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
-        if (s != LLMT_OK)
-            fprintf(stderr, "preparing the corpus: %s\n", llmt_context_last_error(ctx));
-        CHECK_STATUS(s, LLMT_OK);
-        llmt_job_destroy(job);
-        llmt_context_destroy(ctx);
+        llmt_status s = jt_prepare(json, dir);
         snprintf(prep, sizeof prep, "%s/prep/data", tmp);
         if (s != LLMT_OK)
             return check_exit("job-cp");
     }
 
-    static rank_arg ref[1], lref[1], a[MAXR];
+    static jt_rank ref[1], lref[1], a[JT_MAXR];
     spec(json, sizeof json, GPT2, "\"tp\": 1", 16);
     snprintf(dir, sizeof dir, "%s/one", tmp);
     if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
@@ -340,7 +189,7 @@ int main(int argc, char **argv)
             spec(json, sizeof json, GPT2, ch[p].par, 16);
             if (!run_layout(ch[p].name, json, ch[p].n, dir, p > 0, 2 * (p + 1), a))
                 break;
-            check_losses(ch[p].name, a, ch[p].n, ref, 2 * p + 1, 2 * p + 2, 0);
+            check_losses(ch[p].name, a, ch[p].n, ref, 2 * p + 1, 2 * p + 2);
         }
         /* saved once: cp 2 x dp 2's step 2 against the single rank's. The
          * CP rank 1 of each replica (world ranks 1 and 3: cp is the
