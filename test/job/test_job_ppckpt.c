@@ -25,17 +25,17 @@
  * 1e-7). usage: test_job_ppckpt CORPUS_DIR (any directory of text files) */
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "check.h"
+#include "job_threads.h"
 #include "llmtrain.h"
 
 #define STEPS 10
-#define MAXR 8
+_Static_assert(STEPS <= JT_MAXSTEPS, "jt_rank records steps 1..JT_MAXSTEPS");
 #define TOL 1e-5
 
 static char tmp[512], prep[700];
@@ -63,117 +63,6 @@ static void spec(char *out, size_t cap, int pp, int tp, int dp, int zero, int v)
              "\"tiers\": [{\"kind\": \"local\", \"keep_last\": 0}]}, \"hardware\": {\"gpu\": "
              "\"cpu\"}}",
              pp, tp, zero, dpk, STEPS, prep);
-}
-
-typedef struct rank_arg {
-    llmt_comm *comm; /* NULL: one rank */
-    const char *json, *dir;
-    int resume;
-    int64_t stop_at;
-    float loss[STEPS + 1];
-    int64_t first, last; /* steps this rank ran */
-    llmt_status st;
-    char err[1024];
-} rank_arg;
-
-static void *rank_main(void *p)
-{
-    rank_arg *a = p;
-    llmt_context *ctx = NULL;
-    llmt_context_create(NULL, &ctx);
-    llmt_job_opts jo;
-    llmt_job_opts_init(&jo, sizeof jo);
-    jo.run_dir = a->dir;
-    jo.comm = a->comm;
-    jo.world_size = 1; /* without a communicator */
-    jo.rank = 0;
-    jo.resume = a->resume;
-    jo.stop_at = a->stop_at;
-    llmt_job *job = NULL;
-    a->st = llmt_job_create_from_json(ctx, a->json, strlen(a->json), &jo, &job);
-    if (a->st != LLMT_OK) {
-        snprintf(a->err, sizeof a->err, "create: %s", llmt_context_last_error(ctx));
-        llmt_context_destroy(ctx);
-        return NULL;
-    }
-    llmt_job_info i;
-    memset(&i, 0, sizeof i);
-    i.struct_size = sizeof i;
-    llmt_job_get_info(job, &i);
-    a->first = i.start_step + 1;
-    a->last = i.start_step;
-    llmt_job_metrics m;
-    memset(&m, 0, sizeof m);
-    m.struct_size = sizeof m;
-    for (int64_t k = i.start_step; a->st == LLMT_OK && k < i.stop_at; k++) {
-        a->st = llmt_job_step(job, &m);
-        if (a->st == LLMT_OK && m.step >= 1 && m.step <= STEPS) {
-            a->loss[m.step] = m.loss;
-            a->last = m.step;
-        }
-    }
-    if (a->st == LLMT_OK)
-        a->st = llmt_job_finish(job);
-    if (a->st != LLMT_OK)
-        snprintf(a->err, sizeof a->err, "%s", llmt_job_last_error(job));
-    llmt_job_destroy(job);
-    llmt_context_destroy(ctx);
-    return NULL;
-}
-
-/* Run `json` on n ranks (threads; n == 1: no communicator) in dir. */
-static int run_layout(const char *what, const char *json, int n, const char *dir, int resume,
-                      int64_t stop_at, rank_arg *a)
-{
-    llmt_comm *comms[MAXR] = {NULL};
-    pthread_t th[MAXR];
-    if (n > 1 && llmt_comm_create_inproc(NULL, n, NULL, comms) != LLMT_OK) {
-        fprintf(stderr, "FAIL %s: in-process communicator\n", what);
-        CHECK(0);
-        return 0;
-    }
-    for (int r = 0; r < n; r++) {
-        memset(&a[r], 0, sizeof a[r]);
-        a[r].comm = comms[r];
-        a[r].json = json;
-        a[r].dir = dir;
-        a[r].resume = resume;
-        a[r].stop_at = stop_at;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
-    }
-    int ok = 1;
-    for (int r = 0; r < n; r++) {
-        pthread_join(th[r], NULL);
-        if (a[r].st != LLMT_OK) {
-            fprintf(stderr, "FAIL %s rank %d: %s\n", what, r, a[r].err);
-            ok = 0;
-        }
-        CHECK_STATUS(a[r].st, LLMT_OK);
-    }
-    for (int r = 0; r < n; r++)
-        llmt_comm_destroy(comms[r]);
-    return ok;
-}
-
-/* Every rank's losses of steps [first, last] against the reference's. */
-static void check_losses(const char *what, const rank_arg *a, int n, const rank_arg *ref,
-                         int64_t first, int64_t last)
-{
-    double worst = 0;
-    for (int r = 0; r < n; r++) {
-        CHECK_EQ_INT(a[r].first, first);
-        CHECK_EQ_INT(a[r].last, last);
-        for (int64_t k = first; k <= last && k <= STEPS; k++) {
-            double d = fabs((double)a[r].loss[k] - ref->loss[k]) / fabs((double)ref->loss[k]);
-            if (!(d <= TOL))
-                fprintf(stderr, "FAIL %s rank %d step %lld: loss %.9g vs %.9g\n", what, r,
-                        (long long)k, (double)a[r].loss[k], (double)ref->loss[k]);
-            CHECK(d <= TOL);
-            worst = d > worst || isnan(d) ? d : worst;
-        }
-    }
-    printf("%-34s steps %lld-%lld: worst loss difference %.3g relative (bound %.0e)\n", what,
-           (long long)first, (long long)last, worst, TOL);
 }
 
 static char *slurp(const char *path, long *n)
@@ -303,25 +192,11 @@ static void check_missing_stage(const char *chain_root)
              ck, chain_root, ck, ck);
     CHECK(system(cmd) == 0);
     listing(ck, before, sizeof before);
-    static rank_arg a[2];
+    static jt_rank a[2];
     spec(json, sizeof json, 2, 1, 0, 0, 1);
-    llmt_comm *comms[2] = {NULL, NULL};
-    pthread_t th[2];
-    CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, NULL, comms), LLMT_OK);
-    for (int r = 0; r < 2; r++) {
-        memset(&a[r], 0, sizeof a[r]);
-        a[r].comm = comms[r];
-        a[r].json = json;
-        a[r].dir = dir;
-        a[r].resume = 1;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
-    }
+    CHECK(!run_ranks("resume without stage 2's file", json, 2, dir, 1, 0, a, 0));
     for (int r = 0; r < 2; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < 2; r++) {
-        llmt_comm_destroy(comms[r]);
         CHECK(a[r].st != LLMT_OK && strstr(a[r].err, "rank-00002.bin") != NULL);
-    }
     printf("resume without stage 2's file, rank 0: %.400s\n", a[0].err);
     listing(ck, after, sizeof after);
     CHECK(before[0] && !strcmp(before, after));
@@ -331,6 +206,7 @@ static void check_missing_stage(const char *chain_root)
 
 int main(int argc, char **argv)
 {
+    jt_cfg = (jt_config){STEPS, 0, 0, 34, TOL};
     if (argc < 2) {
         fprintf(stderr, "usage: test_job_ppckpt CORPUS_DIR\n");
         return 2;
@@ -344,27 +220,14 @@ int main(int argc, char **argv)
     {
         snprintf(prep, sizeof prep, "%s", argv[1]);
         spec(json, sizeof json, 1, 1, 0, 0, 1);
-        llmt_context *ctx = NULL;
-        llmt_context_create(NULL, &ctx);
-        llmt_job_opts jo;
-        llmt_job_opts_init(&jo, sizeof jo);
         snprintf(dir, sizeof dir, "%s/prep", tmp);
-        jo.run_dir = dir;
-        jo.world_size = 1;
-        jo.rank = 0;
-        llmt_job *job = NULL;
-        llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
-        if (s != LLMT_OK)
-            fprintf(stderr, "preparing the corpus: %s\n", llmt_context_last_error(ctx));
-        CHECK_STATUS(s, LLMT_OK);
-        llmt_job_destroy(job);
-        llmt_context_destroy(ctx);
+        llmt_status s = jt_prepare(json, dir);
         snprintf(prep, sizeof prep, "%s/prep/data", tmp);
         if (s != LLMT_OK)
             return check_exit("job-ppckpt");
     }
     /* the reference: one rank, 8 steps uninterrupted */
-    static rank_arg ref[1], a[MAXR];
+    static jt_rank ref[1], a[JT_MAXR];
     spec(json, sizeof json, 1, 1, 0, 0, 1);
     snprintf(dir, sizeof dir, "%s/one", tmp);
     if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
