@@ -24,7 +24,7 @@
  * every rank within 1e-5 relative of the single rank's (on parameters
  * that close), 8 greedy tokens equal. */
 #include <math.h>
-#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +33,8 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "rank_fixture.h"
 #include "train/device.h"
-#include "tp_fixture.h"
 
 #define STEPS 10
 #define MICRO 2
@@ -138,18 +138,8 @@ static void *rank_main(void *p)
                  : m ? llmt_model_last_error(m)
                      : "create");
     if (m) {
-        int32_t np;
-        int64_t numel = 0, at = 0;
-        llmt_model_param_count(m, &np, &numel);
-        a->params = malloc((size_t)numel * sizeof(float));
-        for (int32_t i = 0; i < np && a->params; i++) {
-            llmt_tensor v;
-            int64_t n = 0;
-            llmt_model_param(m, i, NULL, &v);
-            llmt_tensor_numel(&v, &n);
-            memcpy(a->params + at, v.data, (size_t)n * sizeof(float));
-            at += n;
-        }
+        int64_t numel = 0;
+        a->params = rank_fixture_params(m, &numel);
     }
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
@@ -164,13 +154,8 @@ static void *rank_main(void *p)
 static void run(int tp, int pp, int dp, int m, int sched, int zero, int sp, rank_arg *a)
 {
     int n = tp * pp * dp;
-    llmt_comm *w[MAXR] = {NULL};
-    if (n > 1)
-        CHECK_STATUS(llmt_comm_create_inproc(NULL, n, NULL, w), LLMT_OK);
-    pthread_t th[MAXR];
     for (int r = 0; r < n; r++) {
         memset(&a[r], 0, sizeof a[r]);
-        a[r].world = w[r];
         a[r].tp = tp;
         a[r].pp = pp;
         a[r].dp = dp;
@@ -181,12 +166,8 @@ static void run(int tp, int pp, int dp, int m, int sched, int zero, int sp, rank
         a[r].sched = sched;
         a[r].zero = zero;
         a[r].sp = sp;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
-    for (int r = 0; r < n; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < n; r++)
-        llmt_comm_destroy(w[r]);
+    rank_fixture_run(a, sizeof *a, n, n > 1, offsetof(rank_arg, world), rank_main);
 }
 
 /* Whether parameter `name` is held by the stage with layers [l0, l0+nl)
@@ -213,20 +194,16 @@ static void compare(const char *name, int llama, int kv, int dp, int m, int sche
     run(1, 1, 1, dp * m, sched, 0, 0, ref);
     CHECK_STATUS(ref[0].st, LLMT_OK);
     run(TP, PP, dp, m, sched, zero, sp, a);
-    double wl = 0.0, wa = 0.0, wrel = 0.0, wv = 0.0;
+    rank_fixture_worst w = {0};
+    double wa = 0.0, wrel = 0.0, wv = 0.0;
     int ok = ref[0].st == LLMT_OK;
     for (int r = 0; r < n; r++) {
         if (a[r].st != LLMT_OK)
             fprintf(stderr, "%s rank %d: %s\n", name, r, a[r].err);
         CHECK_STATUS(a[r].st, LLMT_OK);
         ok = ok && a[r].st == LLMT_OK;
-        for (int k = 0; k < STEPS && a[r].st == LLMT_OK; k++) {
-            double d =
-                fabs((double)a[r].loss[k] - ref[0].loss[k]) / fabs((double)ref[0].loss[k]);
-            if (!(d <= wl))
-                wl = d;
-            CHECK(d <= 1e-5);
-        }
+        if (a[r].st == LLMT_OK)
+            rank_fixture_losses(&w, a[r].loss, ref[0].loss, 0, STEPS, 0);
     }
     llmt_model *mm = NULL;
     CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &mm), LLMT_OK);
@@ -275,10 +252,10 @@ static void compare(const char *name, int llama, int kv, int dp, int m, int sche
     printf("%-9s tp 2 x pp 2 x dp %d%s ZeRO-%d %-5s m %d: loss %.3f -> %.3f, loss rel diff "
            "%.2e; params rel L2 %.2e, max abs %.2e; val %.4f rel diff %.2e\n",
            name, dp, sp ? " (sp)" : "", zero, sched == LLMT_PP_GPIPE ? "gpipe" : "1f1b", m,
-           (double)ref[0].loss[0], (double)ref[0].loss[STEPS - 1], wl, wrel, wa,
+           (double)ref[0].loss[0], (double)ref[0].loss[STEPS - 1], w.loss, wrel, wa,
            (double)ref[0].val, wv);
-    if (wl > g_worst_loss)
-        g_worst_loss = wl;
+    if (w.loss > g_worst_loss)
+        g_worst_loss = w.loss;
     if (wrel > g_worst_rel)
         g_worst_rel = wrel;
     if (wa > g_worst_abs)
