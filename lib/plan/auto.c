@@ -174,7 +174,7 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                             continue;
                         int64_t accum = per / micro;
                         for (int64_t v = 1; v <= 8; v++) {
-                            if (v > 1 && (pp < 2 || L % (pp * v) || accum % pp || !interleave))
+                            if (v > 1 && (pp < 2 || pp * v > L || accum % pp || !interleave))
                                 continue;
                             for (int z = 0; z <= 3; z++) {
                                 if (o.keep_zero && z != spec->parallelism.zero)

@@ -501,6 +501,9 @@ llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *spec, int
                             continue;
                         int64_t accum = per / micro;
                         for (int64_t v = 1; v <= 8; v++) {
+                            /* the published frameworks' rule (Megatron-LM's
+                             * interleaving wanted layers % (pp v) == 0): a
+                             * layout is ranked among those they could run */
                             if (v > 1 && (pp < 2 || L % (pp * v) || accum % pp))
                                 continue;
                             w.parallelism.tp = tp;

@@ -194,6 +194,49 @@ static void auto_schedule(void)
     CHECK_EQ_INT(vs[1], 1);
 }
 
+/* The auto-planner may interleave any layer count now: Llama 3 405B (126
+ * layers) on 16384 GPUs without virtual_stages given; whatever it picks,
+ * its stage layers cover the 126 layers once in virtual-stage order. */
+static void auto_uneven(const char *dir)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/examples/specs/llama3-405b-16k.json", dir);
+    char *txt = slurp(path);
+    char *at = txt ? strstr(txt, "\"virtual_stages\": 1,") : NULL;
+    CHECK(at != NULL);
+    if (!at) {
+        free(txt);
+        return;
+    }
+    memset(at, ' ', strlen("\"virtual_stages\": 1,"));
+    llmt_spec *s = NULL;
+    llmt_plan *p = NULL;
+    CHECK_STATUS(llmt_spec_parse_json(NULL, txt, strlen(txt), &s), LLMT_OK);
+    if (s)
+        CHECK_STATUS(llmt_plan_auto(NULL, s, 16384, NULL, &p), LLMT_OK);
+    llmt_plan_estimate e;
+    memset(&e, 0, sizeof e);
+    e.struct_size = sizeof e;
+    if (p)
+        CHECK_STATUS(llmt_plan_get_estimate(p, &e), LLMT_OK);
+    int next = 0, ok = p != NULL;
+    for (int c = 0; ok && c < e.virtual_stages; c++)
+        for (int st = 0; st < e.pp; st++) {
+            int32_t f = -1, n = -1;
+            ok = ok && llmt_plan_stage_layers(p, st, c, &f, &n) == LLMT_OK && f == next &&
+                 n >= 1;
+            next = f + n;
+        }
+    CHECK(ok && next == 126);
+    printf(
+        "auto plan of llama3 405b (126 layers) on 16384: tp %d cp %d pp %d dp %d v %d (%s)\n",
+        (int)e.tp, (int)e.cp, (int)e.pp, (int)e.dp, (int)e.virtual_stages,
+        e.virtual_stages > 1 && 126 % (e.pp * e.virtual_stages) ? "uneven chunks" : "even");
+    llmt_plan_destroy(p);
+    llmt_spec_destroy(s);
+    free(txt);
+}
+
 int main(void)
 {
     const char *dir = getenv("LLMT_SOURCE_ROOT");
@@ -203,6 +246,7 @@ int main(void)
     llama405b(dir, 4);
     inflight();
     auto_schedule();
+    auto_uneven(dir);
     static const int f1[4] = {0, 1, 4, 6}, n1[4] = {1, 3, 2, 1};
     given("\"pp\": 4, \"stage_layers\": [1, 3, 2, 1]", 4, 1, f1, n1);
     static const int f2[4] = {0, 2, 3, 4}, n2[4] = {2, 1, 1, 3};
