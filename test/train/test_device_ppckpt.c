@@ -43,7 +43,7 @@
  * cases are printed. */
 #include <dirent.h>
 #include <math.h>
-#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,8 +53,8 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "rank_fixture.h"
 #include "train/device.h"
-#include "tp_fixture.h"
 
 #define STEPS 10
 #define SAVE_AT 5
@@ -65,7 +65,7 @@
 #define LR 1e-3f
 #define LAYERS 4
 #define MAXW 8
-#define LOSS_TOL 1e-5
+#define LOSS_TOL 1e-5 /* rank_fixture_losses' fp32 bound, printed */
 
 static llmt_model_config g_cfg;
 static int32_t *g_in, *g_tg;
@@ -225,20 +225,8 @@ static void *rank_main(void *p)
                  tr  ? llmt_trainer_last_error(tr)
                  : m ? llmt_model_last_error(m)
                      : "create");
-    if (m && a->st == LLMT_OK && L->pp == 1) {
-        int32_t np;
-        llmt_model_param_count(m, &np, &a->numel);
-        a->params = malloc((size_t)a->numel * sizeof(float));
-        int64_t at = 0;
-        for (int32_t i = 0; i < np; i++) {
-            llmt_tensor v;
-            int64_t n = 0;
-            llmt_model_param(m, i, NULL, &v);
-            llmt_tensor_numel(&v, &n);
-            memcpy(a->params + at, v.data, (size_t)n * sizeof(float));
-            at += n;
-        }
-    }
+    if (m && a->st == LLMT_OK && L->pp == 1)
+        a->params = rank_fixture_params(m, &a->numel);
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
     for (int i = 0; i < 3; i++)
@@ -250,21 +238,13 @@ static void *rank_main(void *p)
 static void run(const layout *L, const rank_arg *proto, rank_arg *a)
 {
     int w = world_of(L);
-    llmt_comm *c[MAXW] = {NULL};
-    if (w > 1)
-        CHECK_STATUS(llmt_comm_create_inproc(NULL, w, NULL, c), LLMT_OK);
-    pthread_t th[MAXW];
     for (int r = 0; r < w; r++) {
         a[r] = *proto;
         a[r].L = *L;
         a[r].rank = r;
-        a[r].world = c[r];
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
+        a[r].world = NULL;
     }
-    for (int r = 0; r < w; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < w; r++)
-        llmt_comm_destroy(c[r]);
+    rank_fixture_run(a, sizeof *a, w, w > 1, offsetof(rank_arg, world), rank_main);
 }
 
 static void free_args(rank_arg *a, int n)
@@ -278,17 +258,14 @@ static void check_losses(const char *name, const char *what, const rank_arg *a,
                          const rank_arg *ref)
 {
     int w = world_of(&a[0].L);
-    double wl = 0.0, wp = 0.0, rl2 = 0.0;
+    rank_fixture_worst wl = {0};
+    double wp = 0.0, rl2 = 0.0;
     for (int r = 0; r < w; r++) {
         if (a[r].st != LLMT_OK)
             fprintf(stderr, "%s %s rank %d: %s\n", name, what, r, a[r].err);
         CHECK_STATUS(a[r].st, LLMT_OK);
-        for (int k = a[r].k0; k < STEPS && a[r].st == LLMT_OK; k++) {
-            double d = fabs((double)a[r].loss[k] - ref->loss[k]) / fabs((double)ref->loss[k]);
-            if (!(d <= wl))
-                wl = d;
-            CHECK(d <= LOSS_TOL);
-        }
+        if (a[r].st == LLMT_OK)
+            rank_fixture_losses(&wl, a[r].loss, ref->loss, a[r].k0, STEPS, 0);
         if (a[r].params && ref->params && a[r].numel == ref->numel) {
             int64_t over = 0;
             double rel =
@@ -299,12 +276,13 @@ static void check_losses(const char *name, const char *what, const rank_arg *a,
             CHECK(wp <= 1e-4);
         }
     }
-    printf("%-5s %-32s steps %d-%d: loss rel diff %.2e", name, what, a[0].k0 + 1, STEPS, wl);
+    printf("%-5s %-32s steps %d-%d: loss rel diff %.2e", name, what, a[0].k0 + 1, STEPS,
+           wl.loss);
     if (a[0].params)
         printf("; final params rel L2 %.2e, max abs %.2e", rl2, wp);
     printf("\n");
-    if (wl > g_worst_loss)
-        g_worst_loss = wl;
+    if (wl.loss > g_worst_loss)
+        g_worst_loss = wl.loss;
 }
 
 /* The newest checkpoint under root exported to a file, its bytes read
@@ -417,22 +395,14 @@ static void check_bad(const char *name, const char *saved, const char *tmp)
     snprintf(root, sizeof root, "%s/partial", tmp);
     rank_arg b[2];
     memset(b, 0, sizeof b);
-    llmt_comm *c[2] = {NULL, NULL};
-    CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, NULL, c), LLMT_OK);
-    pthread_t th[2];
     for (int r = 0; r < 2; r++) {
         b[r].L = pp2;
         b[r].rank = r;
-        b[r].world = c[r];
         b[r].save = root;
         b[r].skip_add = r == 1;
         b[r].stop_at_save = 1; /* whichever rank the failed commit reports on */
-        pthread_create(&th[r], NULL, rank_main, &b[r]);
     }
-    for (int r = 0; r < 2; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < 2; r++)
-        llmt_comm_destroy(c[r]);
+    rank_fixture_run(b, sizeof *b, 2, 1, offsetof(rank_arg, world), rank_main);
     /* the commit is refused, naming a tensor only stage 1 holds (its
      * layers 2, 3, the final norm), on every rank that reports it */
     int failed = 0, named = 0;
