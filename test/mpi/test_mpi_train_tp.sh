@@ -9,15 +9,7 @@
 # usage: test_mpi_train_tp.sh path/to/llmtrain ZERO
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 zero=${2:-0}
-src=${LLMT_SOURCE_ROOT:?}
-command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+. "$(dirname "$0")/mpi_lib.sh"
 mk() { # file tp zero steps
   cat > "$1" <<JSON
 {"name": "tiny-tp",
@@ -38,9 +30,7 @@ JSON
 mk ref.json 1 0 6
 mk tp.json 2 "$zero" 6
 "$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
-OMPI_MCA_btl_vader_single_copy_mechanism=none LLMT_COMM_TIMEOUT_MS=120000 \
-  mpirun -np 4 --oversubscribe --allow-run-as-root -x LLMT_COMM_TIMEOUT_MS \
-  "$exe" train tp.json --out tp > tp.log 2>&1 && ok "mpirun -np 4 (tp 2 x dp 2)" || { bad "mpirun -np 4"; cat tp.log; }
+mpi_train 4 tp.json --out tp > tp.log 2>&1 && ok "mpirun -np 4 (tp 2 x dp 2)" || { bad "mpirun -np 4"; cat tp.log; }
 grep -q "tensor x data parallel: tp 2 x dp 2 = 4 ranks (mpi), ZeRO-$zero" tp.log &&
   ok "banner" || bad "no tp x dp banner"
 grep -q "step .*/6 | loss .*| tp 2 x dp 2" tp.log && ok "progress line shows the layout" || { bad "progress line"; cat tp.log; }
@@ -51,33 +41,11 @@ done
 ls tp/ckpt | grep -q '6$' && ok "checkpoint at step 6" || bad "no step-6 checkpoint: $(ls tp/ckpt)"
 grep -Eqr '"tp\\?": ?2' tp/ckpt/*6 2>/dev/null && ok "the checkpoint names its layout" ||
   bad "no tp in the checkpoint's plan"
-ext() { sed -n 's/.*"step":\([0-9]*\),"\(loss\|val_loss\)":\([-0-9.e]*\).*/\1 \2 \3/p' "$1"; }
 ext ref/metrics.jsonl > a.txt
 ext tp/metrics.jsonl > b.txt
-if [ -s a.txt ] && [ "$(wc -l < a.txt)" = "$(wc -l < b.txt)" ] &&
-   paste a.txt b.txt | awk '{d = $3 - $6; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3);
-                             if ($1 != $4 || $2 != $5 || d > 1e-5 * ($3 < 0 ? -$3 : $3) + 1e-6) bad = 1;
-                             if (r > m) m = r} END {printf "max relative loss diff %.2g\n", m; exit bad}'; then
-  ok "losses equal one process's (train and validation)"
-else
-  bad "losses differ"; paste a.txt b.txt
-fi
+cmp_losses a.txt b.txt "losses equal one process's (train and validation)"
 # the tp 2 x dp 2 checkpoint resumes in one process (tp 1): steps 7-8
 # against the one-process run continued the same way
 mk ref8.json 1 0 8
-cp -r ref ref8 && cp -r tp tp8 || exit 1
-"$exe" train ref8.json --out ref8 --resume > ref8.log 2>&1 && ok "one process, steps 7-8" ||
-  { bad "one process resume"; cat ref8.log; }
-"$exe" train ref8.json --out tp8 --resume > tp8.log 2>&1 &&
-  ok "the tp 2 x dp 2 checkpoint resumed by one process" || { bad "tp resume under tp 1"; cat tp8.log; }
-ext ref8/metrics.jsonl | awk '$1 > 6' > c.txt
-ext tp8/metrics.jsonl | awk '$1 > 6' > d.txt
-if [ -s c.txt ] && [ "$(wc -l < c.txt)" = "$(wc -l < d.txt)" ] &&
-   paste c.txt d.txt | awk '{d = $3 - $6; if (d < 0) d = -d;
-                             if ($1 != $4 || $2 != $5 || d > 1e-5 * ($3 < 0 ? -$3 : $3) + 1e-6) bad = 1}
-                             END {exit bad}'; then
-  ok "resumed losses equal"
-else
-  bad "resumed losses differ"; paste c.txt d.txt
-fi
+resume_one tp "the tp 2 x dp 2 checkpoint resumed by one process" "tp resume under tp 1"
 exit $fail

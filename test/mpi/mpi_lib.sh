@@ -1,0 +1,56 @@
+# The preamble and the checks the test/mpi scripts share; sourced by a
+# script after it sets exe (the llmtrain executable, an absolute path):
+#   . "$(dirname "$0")/mpi_lib.sh"
+# Without mpirun the script exits 77 (SKIP). Otherwise it runs from a
+# temporary directory, removed at exit, that holds corpus/ (doc/*.md of
+# LLMT_SOURCE_ROOT); ok and bad print a result (bad sets fail, the script's
+# exit status at its end).
+src=${LLMT_SOURCE_ROOT:?}
+command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
+fail=0
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+ok() { printf 'ok   %s\n' "$1"; }
+bad() { printf 'FAIL %s\n' "$1"; fail=1; }
+mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+
+# mpi_train NP ARGS...: `mpirun -np NP llmtrain train ARGS...`, oversubscribed
+# (CI has 2 cores), with a communicator timeout that a loaded machine meets
+mpi_train() {
+  mpi_np=$1; shift
+  OMPI_MCA_btl_vader_single_copy_mechanism=none LLMT_COMM_TIMEOUT_MS=120000 \
+    mpirun -np "$mpi_np" --oversubscribe --allow-run-as-root -x LLMT_COMM_TIMEOUT_MS \
+    "$exe" train "$@"
+}
+
+# ext METRICS: "step loss|val_loss value" for each loss of a metrics.jsonl
+ext() { sed -n 's/.*"step":\([0-9]*\),"\(loss\|val_loss\)":\([-0-9.e]*\).*/\1 \2 \3/p' "$1"; }
+
+# cmp_losses A B WHAT: the same steps and kinds, each loss within 1e-5
+# relative plus the 1e-6 of the 6 decimals metrics.jsonl prints; prints the
+# worst relative difference, then ok or bad WHAT (with both lists)
+cmp_losses() {
+  if [ -s "$1" ] && [ "$(wc -l < "$1")" = "$(wc -l < "$2")" ] &&
+     paste "$1" "$2" | awk '{d = $3 - $6; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3);
+                             if ($1 != $4 || $2 != $5 || d > 1e-5 * ($3 < 0 ? -$3 : $3) + 1e-6) bad = 1;
+                             if (r > m) m = r} END {printf "max relative loss diff %.2g\n", m; exit bad}'; then
+    ok "$3"
+  else
+    bad "$3"; paste "$1" "$2"
+  fi
+}
+
+# resume_one RUN OK_WHAT BAD_WHAT: ref/ and RUN/ (6 steps each, checkpoint
+# at step 6) resumed by one process on ref8.json (8 steps): steps 7-8 of
+# RUN's checkpoint against the one-process run continued the same way
+resume_one() {
+  cp -r ref ref8 && cp -r "$1" "$1"8 || exit 1
+  "$exe" train ref8.json --out ref8 --resume > ref8.log 2>&1 && ok "one process, steps 7-8" ||
+    { bad "one process resume"; cat ref8.log; }
+  "$exe" train ref8.json --out "$1"8 --resume > "$1"8.log 2>&1 && ok "$2" ||
+    { bad "$3"; cat "$1"8.log; }
+  ext ref8/metrics.jsonl | awk '$1 > 6' > c.txt
+  ext "$1"8/metrics.jsonl | awk '$1 > 6' > d.txt
+  cmp_losses c.txt d.txt "resumed losses equal"
+}
