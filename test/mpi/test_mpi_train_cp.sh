@@ -12,15 +12,7 @@
 # usage: test_mpi_train_cp.sh path/to/llmtrain VARIANT
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 variant=${2:-ring}
-src=${LLMT_SOURCE_ROOT:?}
-command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+. "$(dirname "$0")/mpi_lib.sh"
 mk() { # file parallelism steps
   cat > "$1" <<JSON
 {"name": "tiny-cp",
@@ -41,9 +33,7 @@ JSON
 mk ref.json '"tp": 1' 6
 mk cp.json "\"cp\": 2, \"cp_variant\": \"$variant\"" 6
 "$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
-OMPI_MCA_btl_vader_single_copy_mechanism=none LLMT_COMM_TIMEOUT_MS=120000 \
-  mpirun -np 4 --oversubscribe --allow-run-as-root -x LLMT_COMM_TIMEOUT_MS \
-  "$exe" train cp.json --out cp > cp.log 2>&1 && ok "mpirun -np 4 (cp 2 x dp 2, $variant)" ||
+mpi_train 4 cp.json --out cp > cp.log 2>&1 && ok "mpirun -np 4 (cp 2 x dp 2, $variant)" ||
   { bad "mpirun -np 4"; cat cp.log; }
 grep -q "context x data parallel: tp 1 x cp 2 x dp 2 = 4 ranks (mpi), ZeRO-0" cp.log &&
   ok "banner" || { bad "no cp banner"; head -5 cp.log; }
@@ -65,33 +55,11 @@ done
 sample() { awk '/^---- sample/ {f = 1; next} /^----$/ {f = 0} f' "$1"; }
 s1=$(sample ref.log) s2=$(sample cp.log)
 [ -n "$s1" ] && [ "$s1" = "$s2" ] && ok "the same sample" || bad "sample '$s2', one process '$s1'"
-ext() { sed -n 's/.*"step":\([0-9]*\),"\(loss\|val_loss\)":\([-0-9.e]*\).*/\1 \2 \3/p' "$1"; }
-cmp_losses() { # a.txt b.txt
-  [ -s "$1" ] && [ "$(wc -l < "$1")" = "$(wc -l < "$2")" ] &&
-    paste "$1" "$2" | awk '{d = $3 - $6; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3);
-                         if ($1 != $4 || $2 != $5 || d > 1e-5 * ($3 < 0 ? -$3 : $3) + 1e-6) bad = 1;
-                         if (r > m) m = r} END {printf "max relative loss diff %.2g\n", m; exit bad}'
-}
 ext ref/metrics.jsonl > a.txt
 ext cp/metrics.jsonl > b.txt
-if cmp_losses a.txt b.txt; then
-  ok "losses equal one process's (train and validation)"
-else
-  bad "losses differ"; paste a.txt b.txt
-fi
+cmp_losses a.txt b.txt "losses equal one process's (train and validation)"
 # the cp 2 x dp 2 checkpoint resumes in one process (cp 1): steps 7-8
 # against the one-process run continued the same way
 mk ref8.json '"tp": 1' 8
-cp -r ref ref8 && cp -r cp cp8 || exit 1
-"$exe" train ref8.json --out ref8 --resume > ref8.log 2>&1 && ok "one process, steps 7-8" ||
-  { bad "one process resume"; cat ref8.log; }
-"$exe" train ref8.json --out cp8 --resume > cp8.log 2>&1 &&
-  ok "the cp 2 x dp 2 checkpoint resumed by one process" || { bad "cp resume under cp 1"; cat cp8.log; }
-ext ref8/metrics.jsonl | awk '$1 > 6' > c.txt
-ext cp8/metrics.jsonl | awk '$1 > 6' > d.txt
-if cmp_losses c.txt d.txt; then
-  ok "resumed losses equal"
-else
-  bad "resumed losses differ"; paste c.txt d.txt
-fi
+resume_one cp "the cp 2 x dp 2 checkpoint resumed by one process" "cp resume under cp 1"
 exit $fail
