@@ -10,15 +10,7 @@
 # usage: test_mpi_train_pp.sh path/to/llmtrain SCHEDULE
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 sched=${2:-1f1b}
-src=${LLMT_SOURCE_ROOT:?}
-command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+. "$(dirname "$0")/mpi_lib.sh"
 mk() { # file parallelism steps
   cat > "$1" <<JSON
 {"name": "tiny-pp",
@@ -39,9 +31,7 @@ JSON
 mk ref.json '"tp": 1' 6
 mk pp.json "\"tp\": 2, \"pp\": 2, \"zero\": 1, \"pp_schedule\": \"$sched\"" 6
 "$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
-OMPI_MCA_btl_vader_single_copy_mechanism=none LLMT_COMM_TIMEOUT_MS=120000 \
-  mpirun -np 8 --oversubscribe --allow-run-as-root -x LLMT_COMM_TIMEOUT_MS \
-  "$exe" train pp.json --out pp > pp.log 2>&1 && ok "mpirun -np 8 (tp 2 x pp 2 x dp 2)" ||
+mpi_train 8 pp.json --out pp > pp.log 2>&1 && ok "mpirun -np 8 (tp 2 x pp 2 x dp 2)" ||
   { bad "mpirun -np 8"; cat pp.log; }
 grep -q "tensor x pipeline x data parallel: tp 2 x pp 2 x dp 2 = 8 ranks (mpi), ZeRO-1" pp.log &&
   ok "banner" || { bad "no tp x pp x dp banner"; cat pp.log; }
@@ -56,17 +46,6 @@ done
 [ -n "$lines" ] && ok "every rank's metrics has a pp line per step"
 [ "$(grep -c '"loss"' pp/metrics.jsonl)" = 6 ] && ok "6 step lines" || bad "step lines"
 ls pp/ckpt | grep -q '6$' && ok "checkpoint at step 6" || bad "no step-6 checkpoint: $(ls pp/ckpt)"
-ext() { sed -n 's/.*"step":\([0-9]*\),"\(loss\|val_loss\)":\([-0-9.e]*\).*/\1 \2 \3/p' "$1"; }
-cmp_losses() { # a b what
-  if [ -s "$1" ] && [ "$(wc -l < "$1")" = "$(wc -l < "$2")" ] &&
-     paste "$1" "$2" | awk '{d = $3 - $6; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3);
-                             if ($1 != $4 || $2 != $5 || d > 1e-5 * ($3 < 0 ? -$3 : $3) + 1e-6) bad = 1;
-                             if (r > m) m = r} END {printf "max relative loss diff %.2g\n", m; exit bad}'; then
-    ok "$3"
-  else
-    bad "$3"; paste "$1" "$2"
-  fi
-}
 ext ref/metrics.jsonl > a.txt
 ext pp/metrics.jsonl > b.txt
 cmp_losses a.txt b.txt "losses equal one process's (train and validation)"
@@ -76,13 +55,5 @@ sample() { sed -n '/^---- sample/,/^----$/p' "$1"; }
 # the pipeline's checkpoint resumes in one process (pp 1): steps 7-8
 # against the one-process run continued the same way
 mk ref8.json '"tp": 1' 8
-cp -r ref ref8 && cp -r pp pp8 || exit 1
-"$exe" train ref8.json --out ref8 --resume > ref8.log 2>&1 && ok "one process, steps 7-8" ||
-  { bad "one process resume"; cat ref8.log; }
-"$exe" train ref8.json --out pp8 --resume > pp8.log 2>&1 &&
-  ok "the tp 2 x pp 2 x dp 2 checkpoint resumed by one process" ||
-  { bad "pp resume under pp 1"; cat pp8.log; }
-ext ref8/metrics.jsonl | awk '$1 > 6' > c.txt
-ext pp8/metrics.jsonl | awk '$1 > 6' > d.txt
-cmp_losses c.txt d.txt "resumed losses equal"
+resume_one pp "the tp 2 x pp 2 x dp 2 checkpoint resumed by one process" "pp resume under pp 1"
 exit $fail
