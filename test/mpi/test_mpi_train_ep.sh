@@ -16,15 +16,7 @@
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 here=$(cd "$(dirname "$0")" && pwd)
 zero=${2:-0}
-src=${LLMT_SOURCE_ROOT:?}
-command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+. "$(dirname "$0")/mpi_lib.sh"
 mk() { # file micro dp ep zero steps
   cat > "$1" <<JSON
 {"name": "tiny-ep",
@@ -46,25 +38,12 @@ JSON
 mk ref.json 2 1 1 0 6
 mk ep.json 2 4 2 "$zero" 6
 "$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
-OMPI_MCA_btl_vader_single_copy_mechanism=none LLMT_COMM_TIMEOUT_MS=120000 \
-  mpirun -np 4 --oversubscribe --allow-run-as-root -x LLMT_COMM_TIMEOUT_MS \
-  "$exe" train ep.json --out ep > ep.log 2>&1 && ok "mpirun -np 4 (dp 4, ep 2)" || { bad "mpirun -np 4"; cat ep.log; }
+mpi_train 4 ep.json --out ep > ep.log 2>&1 && ok "mpirun -np 4 (dp 4, ep 2)" || { bad "mpirun -np 4"; cat ep.log; }
 grep -q "data parallel: 4 ranks (mpi), ZeRO-$zero, experts split over ep 2" ep.log &&
   ok "the banner names ep" || bad "no ep in the banner"
 grep -q "step .*/6 | loss .*| tp 1 x dp 4 (ep 2)" ep.log && ok "progress line shows the layout" ||
   bad "progress line"
 [ "$(grep -c '"loss"' ep/metrics.jsonl)" = 6 ] && ok "6 step lines" || bad "step lines"
-ext() { sed -n 's/.*"step":\([0-9]*\),"\(loss\|val_loss\)":\([-0-9.e]*\).*/\1 \2 \3/p' "$1"; }
-cmp_losses() { # a b what
-  if [ -s "$1" ] && [ "$(wc -l < "$1")" = "$(wc -l < "$2")" ] &&
-     paste "$1" "$2" | awk '{d = $3 - $6; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3);
-                          if ($1 != $4 || $2 != $5 || d > 1e-5 * ($3 < 0 ? -$3 : $3) + 1e-6) bad = 1;
-                          if (r > m) m = r} END {printf "max relative loss diff %.2g\n", m; exit bad}'; then
-    ok "$3"
-  else
-    bad "$3"; paste "$1" "$2"
-  fi
-}
 ext ref/metrics.jsonl > a.txt
 ext ep/metrics.jsonl > b.txt
 cmp_losses a.txt b.txt "losses equal one process's (train and validation)"
@@ -97,12 +76,5 @@ sys.exit(0 if h.get("param/layers.0.feed_forward.experts.w1.weight", {}).get("sh
 PY
 # the ep 2 checkpoint resumes in one process (ep 1): steps 7-8
 mk ref8.json 2 1 1 0 8
-cp -r ref ref8 && cp -r ep ep8 || exit 1
-"$exe" train ref8.json --out ref8 --resume > ref8.log 2>&1 && ok "one process, steps 7-8" ||
-  { bad "one process resume"; cat ref8.log; }
-"$exe" train ref8.json --out ep8 --resume > ep8.log 2>&1 &&
-  ok "the ep 2 checkpoint resumed by one process" || { bad "ep resume under ep 1"; cat ep8.log; }
-ext ref8/metrics.jsonl | awk '$1 > 6' > c.txt
-ext ep8/metrics.jsonl | awk '$1 > 6' > d.txt
-cmp_losses c.txt d.txt "resumed losses equal"
+resume_one ep "the ep 2 checkpoint resumed by one process" "ep resume under ep 1"
 exit $fail
