@@ -8,15 +8,7 @@
 # to a multiple of tp).
 # usage: test_mpi_train_sp.sh path/to/llmtrain
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-src=${LLMT_SOURCE_ROOT:?}
-command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+. "$(dirname "$0")/mpi_lib.sh"
 mk() { # file tp sp
   cat > "$1" <<JSON
 {"name": "tiny-sp",
@@ -37,19 +29,9 @@ JSON
 mk ref.json 1 false
 mk sp.json 2 true
 "$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
-OMPI_MCA_btl_vader_single_copy_mechanism=none LLMT_COMM_TIMEOUT_MS=120000 \
-  mpirun -np 2 --oversubscribe --allow-run-as-root -x LLMT_COMM_TIMEOUT_MS \
-  "$exe" train sp.json --out sp > sp.log 2>&1 && ok "mpirun -np 2 (tp 2, sequence parallel)" ||
+mpi_train 2 sp.json --out sp > sp.log 2>&1 && ok "mpirun -np 2 (tp 2, sequence parallel)" ||
   { bad "mpirun -np 2"; cat sp.log; }
-ext() { sed -n 's/.*"step":\([0-9]*\),"\(loss\|val_loss\)":\([-0-9.e]*\).*/\1 \2 \3/p' "$1"; }
 ext ref/metrics.jsonl > a.txt
 ext sp/metrics.jsonl > b.txt
-if [ -s a.txt ] && [ "$(wc -l < a.txt)" = "$(wc -l < b.txt)" ] &&
-   paste a.txt b.txt | awk '{d = $3 - $6; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3);
-                             if ($1 != $4 || $2 != $5 || d > 1e-5 * ($3 < 0 ? -$3 : $3) + 1e-6) bad = 1;
-                             if (r > m) m = r} END {printf "max relative loss diff %.2g\n", m; exit bad}'; then
-  ok "losses equal one process's (train and validation)"
-else
-  bad "losses differ"; paste a.txt b.txt
-fi
+cmp_losses a.txt b.txt "losses equal one process's (train and validation)"
 exit $fail
