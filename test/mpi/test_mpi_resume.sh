@@ -10,15 +10,7 @@
 # micro.)
 # usage: test_mpi_resume.sh path/to/llmtrain
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-src=${LLMT_SOURCE_ROOT:?}
-command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+. "$(dirname "$0")/mpi_lib.sh"
 mk() { # file dp zero micro
   cat > "$1" <<JSON
 {"name": "tiny-resume",

@@ -6,15 +6,7 @@
 # usage: test_mpi_train.sh path/to/llmtrain ZERO
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 zero=${2:-0}
-src=${LLMT_SOURCE_ROOT:?}
-command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+. "$(dirname "$0")/mpi_lib.sh"
 mk() { # file dp accum
   # ZeRO shards over dp ranks: llmt_job refuses a stage on one rank (it
   # would change nothing), so the one-process reference runs ZeRO-0
