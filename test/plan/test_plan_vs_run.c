@@ -37,7 +37,7 @@
  *                           backend does, against a plan for
  *                           train.device cuda, bf16 parameters */
 #include <math.h>
-#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +46,7 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "plan_run_fixture.h"
 #include "train/device.h"
 
 #define STEPS 3 /* at most; the emulation (slow) checks 1 */
@@ -105,24 +106,6 @@ static void spec_json(const layout *l, char *buf, size_t n)
              MICRO, ACCUM, g_emul ? "cuda" : "cpu", g_emul ? "h100" : "cpu");
 }
 
-static void read_stats(llmt_comm *c, double out[3])
-{
-    out[0] = out[1] = out[2] = 0;
-    if (!c)
-        return;
-    llmt_comm_stats st;
-    memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
-    if (llmt_comm_get_stats(c, &st) != LLMT_OK)
-        return;
-    double pay = 0;
-    for (int k = 0; k < LLMT_COMM_STAT_SLOTS; k++)
-        pay += (double)st.payload_bytes[k];
-    out[0] = (double)st.total_calls;
-    out[1] = pay;
-    out[2] = st.total_bus_bytes;
-}
-
 static void *rank_main(void *p)
 {
     rank_arg *a = p;
@@ -145,31 +128,10 @@ static void *rank_main(void *p)
     }
     /* the model as llmt_job builds it from the spec (lib/job/job.c) */
     llmt_model_config c;
-    llmt_model_config_init(&c, sizeof c);
-    c.arch = l->llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
-    c.layers = LAYERS;
-    c.width = WIDTH;
-    c.heads = l->heads;
-    c.kv_heads = l->kv;
-    c.ffn_hidden = FFN;
-    c.vocab_size = VOCAB;
-    c.padded_vocab_size = (VOCAB + 63) / 64 * 64;
-    c.max_seq_len = SEQ;
-    c.tie_embeddings = !l->llama;
-    c.seed = 7;
+    plan_run_model_config(&c, l->llama, LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, SEQ);
     a->st = llmt_model_create(NULL, &c, &m);
-    if (a->st == LLMT_OK) {
-        llmt_trainer_opts o;
-        llmt_trainer_opts_init(&o, sizeof o);
-        o.micro_batch = MICRO;
-        o.grad_accum = ACCUM;
-        o.seq_len = SEQ;
-        o.lr = 1e-3f;
-        o.threads = 1;
-        o.recompute = l->full ? 1 : 0;
-        a->st = g_emul ? llmt__trainer_create_dev(m, &o, llmt__dev_emul(), &tr)
-                       : llmt_trainer_create(m, &o, &tr);
-    }
+    if (a->st == LLMT_OK)
+        a->st = plan_run_trainer(m, MICRO, ACCUM, SEQ, l->full ? 1 : 0, g_emul, &tr);
     if (a->st == LLMT_OK && tpc)
         a->st = llmt_trainer_set_tp_comm(tr, tpc);
     if (a->st == LLMT_OK && l->sp)
@@ -192,24 +154,11 @@ static void *rank_main(void *p)
         memset(&met, 0, sizeof met);
         met.struct_size = sizeof met;
         a->st = llmt_trainer_step(tr, &b, &met);
-        read_stats(tpc, a->tp[k]);
-        read_stats(dpc, a->dp[k]);
+        plan_run_read_stats(tpc, a->tp[k]);
+        plan_run_read_stats(dpc, a->dp[k]);
     }
-    if (a->st == LLMT_OK) {
-        llmt_trainer_memory mem;
-        memset(&mem, 0, sizeof mem);
-        mem.struct_size = sizeof mem;
-        a->st = llmt_trainer_memory_usage(tr, &mem);
-        if (mem.device_in_use > 0) { /* the engine's own buffers (the shards),
-                                        less DP's staging of padded units
-                                        (comm_buffers, not planned) */
-            a->state = (double)(mem.device_in_use - mem.device_activations - mem.comm_buffers);
-            a->acts = (double)mem.device_activations;
-        } else { /* tp 1 trains the model's host arrays in place */
-            a->state = (double)(mem.params + mem.grads + mem.optimizer);
-            a->acts = (double)mem.activations - SEQ * (double)sizeof(int32_t);
-        }
-    }
+    if (a->st == LLMT_OK)
+        a->st = plan_run_memory(tr, SEQ, &a->state, &a->acts);
     if (a->st != LLMT_OK)
         snprintf(a->err, sizeof a->err, "%s",
                  tr  ? llmt_trainer_last_error(tr)
@@ -238,11 +187,6 @@ static llmt_plan *plan_of(const layout *l)
     return p;
 }
 
-static int same(double a, double b)
-{
-    return fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b));
-}
-
 /* Runs the layout; returns rank 0's state bytes (0 on failure) and the
  * plan's in *planned. */
 static double check_layout(const layout *l, const int32_t *in, const int32_t *tg,
@@ -258,20 +202,11 @@ static double check_layout(const layout *l, const int32_t *in, const int32_t *tg
     CHECK_STATUS(llmt_plan_get_estimate(p, &e), LLMT_OK);
     CHECK(e.engine_modeled == 1);
     int W = l->tp * l->dp;
-    llmt_comm *w[MAXW] = {NULL};
-    if (W > 1)
-        CHECK_STATUS(llmt_comm_create_inproc(NULL, W, NULL, w), LLMT_OK);
     rank_arg a[MAXW];
-    pthread_t th[MAXW];
     memset(a, 0, sizeof a);
-    for (int r = 0; r < W; r++) {
-        a[r] = (rank_arg){.lo = l, .world = w[r], .plan = p, .rank = r, .in = in, .tg = tg};
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
-    }
-    for (int r = 0; r < W; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < W; r++)
-        llmt_comm_destroy(w[r]);
+    for (int r = 0; r < W && r < MAXW; r++)
+        a[r] = (rank_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
+    rank_fixture_run(a, sizeof *a, W, W > 1, offsetof(rank_arg, world), rank_main);
     int ok = 1;
     for (int r = 0; r < W; r++)
         if (a[r].st != LLMT_OK) {
@@ -289,7 +224,8 @@ static double check_layout(const layout *l, const int32_t *in, const int32_t *tg
     for (int r = 0; r < W; r++)
         for (int k = 0; k < g_steps; k++)
             for (int j = 0; j < 3; j++) {
-                int good = same(a[r].tp[k][j], ptp[j]) && same(a[r].dp[k][j], pdp[j]);
+                int good = plan_run_same(a[r].tp[k][j], ptp[j]) &&
+                           plan_run_same(a[r].dp[k][j], pdp[j]);
                 if (!good && bytes_ok)
                     fprintf(stderr,
                             "%s rank %d step %d: measured TP %.0f calls %.0f B payload "
@@ -306,7 +242,7 @@ static double check_layout(const layout *l, const int32_t *in, const int32_t *tg
      * layer, where the engine, as Megatron-LM, gathers each column split
      * input again in the backward; doc/planner.md) */
     if (!l->sp)
-        CHECK(same(e.comm_bytes_tp, e.engine_tp_bus_bytes));
+        CHECK(plan_run_same(e.comm_bytes_tp, e.engine_tp_bus_bytes));
     double pstate = e.engine_mem_params + e.engine_mem_grads + e.engine_mem_optimizer;
     *planned = pstate;
     g_last_acts = a[0].acts;

@@ -25,7 +25,7 @@
  *                              fp32 dK/dV) against a plan for train.device
  *                              cuda, bf16 parameters */
 #include <math.h>
-#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +34,7 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "plan_run_fixture.h"
 #include "train/device.h"
 
 #define STEPS 2
@@ -89,20 +90,6 @@ static void spec_json(const layout *l, char *buf, size_t n)
              g_emul ? "h100" : "cpu");
 }
 
-static void read_stats(llmt_comm *c, double out[3])
-{
-    out[0] = out[1] = out[2] = 0;
-    llmt_comm_stats st;
-    memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
-    if (!c || llmt_comm_get_stats(c, &st) != LLMT_OK)
-        return;
-    for (int k = 0; k < LLMT_COMM_STAT_SLOTS; k++)
-        out[1] += (double)st.payload_bytes[k];
-    out[0] = (double)st.total_calls;
-    out[2] = st.total_bus_bytes;
-}
-
 static void *rank_main(void *p)
 {
     rank_arg *a = p;
@@ -123,31 +110,10 @@ static void *rank_main(void *p)
     }
     /* the model as llmt_job builds it from the spec */
     llmt_model_config c;
-    llmt_model_config_init(&c, sizeof c);
-    c.arch = l->llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
-    c.layers = LAYERS;
-    c.width = WIDTH;
-    c.heads = l->heads;
-    c.kv_heads = l->kv;
-    c.ffn_hidden = FFN;
-    c.vocab_size = VOCAB;
-    c.padded_vocab_size = (VOCAB + 63) / 64 * 64;
-    c.max_seq_len = SEQ;
-    c.tie_embeddings = !l->llama;
-    c.seed = 7;
+    plan_run_model_config(&c, l->llama, LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, SEQ);
     a->st = llmt_model_create(NULL, &c, &m);
-    if (a->st == LLMT_OK) {
-        llmt_trainer_opts o;
-        llmt_trainer_opts_init(&o, sizeof o);
-        o.micro_batch = MICRO;
-        o.grad_accum = ACCUM;
-        o.seq_len = SEQ;
-        o.lr = 1e-3f;
-        o.threads = 1;
-        o.recompute = l->recompute;
-        a->st = g_emul ? llmt__trainer_create_dev(m, &o, llmt__dev_emul(), &tr)
-                       : llmt_trainer_create(m, &o, &tr);
-    }
+    if (a->st == LLMT_OK)
+        a->st = plan_run_trainer(m, MICRO, ACCUM, SEQ, l->recompute, g_emul, &tr);
     if (a->st == LLMT_OK && gc[0])
         a->st = llmt_trainer_set_tp_comm(tr, gc[0]);
     if (a->st == LLMT_OK) {
@@ -179,21 +145,10 @@ static void *rank_main(void *p)
         met.struct_size = sizeof met;
         a->st = llmt_trainer_step(tr, &b, &met);
         for (int g = 0; g < 3; g++)
-            read_stats(gc[g], a->g[k][g]);
+            plan_run_read_stats(gc[g], a->g[k][g]);
     }
-    if (a->st == LLMT_OK) {
-        llmt_trainer_memory mem;
-        memset(&mem, 0, sizeof mem);
-        mem.struct_size = sizeof mem;
-        a->st = llmt_trainer_memory_usage(tr, &mem);
-        if (mem.device_in_use > 0) { /* the engine's own buffers, less DP staging */
-            a->state = (double)(mem.device_in_use - mem.device_activations - mem.comm_buffers);
-            a->acts = (double)mem.device_activations;
-        } else { /* tp 1 trains the model's host arrays in place */
-            a->state = (double)(mem.params + mem.grads + mem.optimizer);
-            a->acts = (double)mem.activations - SEQ * (double)sizeof(int32_t);
-        }
-    }
+    if (a->st == LLMT_OK)
+        a->st = plan_run_memory(tr, SEQ, &a->state, &a->acts);
     if (a->st != LLMT_OK)
         snprintf(a->err, sizeof a->err, "%s",
                  tr  ? llmt_trainer_last_error(tr)
@@ -204,11 +159,6 @@ static void *rank_main(void *p)
     for (int g = 0; g < 3; g++)
         llmt_comm_destroy(gc[g]);
     return NULL;
-}
-
-static int same(double a, double b)
-{
-    return fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b));
 }
 
 static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
@@ -233,19 +183,11 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
     CHECK_STATUS(llmt_plan_get_estimate(p, &e), LLMT_OK);
     CHECK(e.engine_modeled == 1);
     CHECK(e.engine_cp_calls > 0);
-    llmt_comm *w[MAXW] = {NULL};
-    CHECK_STATUS(llmt_comm_create_inproc(NULL, W, NULL, w), LLMT_OK);
     rank_arg a[MAXW];
-    pthread_t th[MAXW];
     memset(a, 0, sizeof a);
-    for (int r = 0; r < W; r++) {
-        a[r] = (rank_arg){.lo = l, .world = w[r], .plan = p, .rank = r, .in = in, .tg = tg};
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
-    }
-    for (int r = 0; r < W; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < W; r++)
-        llmt_comm_destroy(w[r]);
+    for (int r = 0; r < W && r < MAXW; r++)
+        a[r] = (rank_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
+    rank_fixture_run(a, sizeof *a, W, 1, offsetof(rank_arg, world), rank_main);
     int ok = 1;
     for (int r = 0; r < W; r++)
         if (a[r].st != LLMT_OK) {
@@ -278,7 +220,8 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
         for (int k = 0; k < STEPS; k++)
             for (int g = 0; g < 3; g++) {
                 const double *m = a[r].g[k][g];
-                int good = same(m[0], pl[g][0]) && same(m[1], pl[g][1]) && same(m[2], pl[g][2]);
+                int good = plan_run_same(m[0], pl[g][0]) && plan_run_same(m[1], pl[g][1]) &&
+                           plan_run_same(m[2], pl[g][2]);
                 if (!good)
                     fprintf(stderr,
                             "%s rank %d step %d %s: measured %.0f calls %.0f B payload "
