@@ -20,10 +20,14 @@
 #define JT_MAXR 8
 #define JT_MAXSTEPS 16
 
+/* When a rank that ran to step jt_cfg.steps samples: before or after
+ * llmt_job_finish. */
+enum { JT_SAMPLE_NONE, JT_SAMPLE_BEFORE_FINISH, JT_SAMPLE_AFTER_FINISH };
+
 typedef struct jt_config {
     int64_t steps; /* the spec's train.steps: steps 1..steps are recorded */
-    int val_every; /* > 0: record the validation loss of every such step */
-    int sample;    /* draw a sample (collective) after step `steps` */
+    int val_every; /* > 0: check_losses_val compares the validations of such steps */
+    int sample;    /* JT_SAMPLE_*: draw a sample (collective) after step `steps` */
     int width;     /* the label column of check_losses' line */
     double tol;    /* relative bound of check_losses */
 } jt_config;
@@ -41,6 +45,8 @@ typedef struct jt_rank {
     int64_t first, last;            /* steps this rank ran */
     double comm_s[LLMT_JOB_GROUPS]; /* the last step's exposed time per group */
     char sample[256];
+    char metrics[1024]; /* its metrics.jsonl */
+    double bubble_s;    /* the last step's pipeline bubble (llmt_job_perf) */
     llmt_status st;
     char err[1024];
 } jt_rank;
@@ -91,6 +97,7 @@ static inline void *jt_rank_main(void *p)
     memset(&i, 0, sizeof i);
     i.struct_size = sizeof i;
     llmt_job_get_info(job, &i);
+    snprintf(a->metrics, sizeof a->metrics, "%s", i.metrics_path);
     a->first = i.start_step + 1;
     a->last = i.start_step;
     llmt_job_metrics m;
@@ -101,8 +108,7 @@ static inline void *jt_rank_main(void *p)
         a->st = llmt_job_step(job, &m);
         if (a->st == LLMT_OK && m.step >= 1 && m.step <= steps) {
             a->loss[m.step] = m.loss;
-            a->val[m.step] =
-                jt_cfg.val_every > 0 && m.step % jt_cfg.val_every == 0 ? m.val_loss : NAN;
+            a->val[m.step] = (m.events & LLMT_JOB_EVENT_VALIDATED) ? m.val_loss : NAN;
             a->step_s[m.step] = m.step_s;
             a->last = m.step;
         }
@@ -110,12 +116,17 @@ static inline void *jt_rank_main(void *p)
     llmt_job_perf pf;
     memset(&pf, 0, sizeof pf);
     pf.struct_size = sizeof pf;
-    if (a->st == LLMT_OK && llmt_job_get_perf(job, &pf) == LLMT_OK)
+    if (a->st == LLMT_OK && llmt_job_get_perf(job, &pf) == LLMT_OK) {
         memcpy(a->comm_s, pf.comm_s, sizeof a->comm_s);
-    if (a->st == LLMT_OK && jt_cfg.sample && a->last == jt_cfg.steps)
+        a->bubble_s = pf.bubble_s;
+    }
+    int sample = a->st == LLMT_OK && a->last == jt_cfg.steps ? jt_cfg.sample : JT_SAMPLE_NONE;
+    if (sample == JT_SAMPLE_BEFORE_FINISH)
         a->st = llmt_job_sample(job, a->sample, sizeof a->sample, NULL);
     if (a->st == LLMT_OK)
         a->st = llmt_job_finish(job);
+    if (a->st == LLMT_OK && sample == JT_SAMPLE_AFTER_FINISH)
+        a->st = llmt_job_sample(job, a->sample, sizeof a->sample, NULL);
     if (a->st != LLMT_OK)
         snprintf(a->err, sizeof a->err, "%s", llmt_job_last_error(job));
     llmt_job_destroy(job);
