@@ -28,17 +28,17 @@
  * its gradient (test/train/test_device_pp.c, test_device_pptp.c).
  * usage: test_job_pp CORPUS_DIR (any directory of text files) */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "check.h"
+#include "job_threads.h"
 #include "llmtrain.h"
 
 #define STEPS 8
-#define MAXR 8
+_Static_assert(STEPS <= JT_MAXSTEPS, "jt_rank records steps 1..JT_MAXSTEPS");
 #define TOL 1e-5
 
 static char tmp[512], prep[700];
@@ -62,118 +62,10 @@ static void spec(char *out, size_t cap, const char *par)
              par, STEPS, prep);
 }
 
-typedef struct rank_arg {
-    llmt_comm *comm; /* NULL: one rank */
-    const char *json, *dir;
-    int resume;
-    int64_t stop_at;
-    float loss[STEPS + 1], val[STEPS + 1];
-    int64_t first, last; /* steps this rank ran */
-    char sample[256];
-    char metrics[1024]; /* its metrics.jsonl */
-    double bubble_s;    /* the last step's (llmt_job_perf) */
-    llmt_status st;
-    char err[1024];
-} rank_arg;
-
-static void *rank_main(void *p)
-{
-    rank_arg *a = p;
-    llmt_context *ctx = NULL;
-    llmt_context_create(NULL, &ctx);
-    llmt_job_opts jo;
-    llmt_job_opts_init(&jo, sizeof jo);
-    jo.run_dir = a->dir;
-    jo.comm = a->comm;
-    jo.world_size = 1; /* without a communicator */
-    jo.rank = 0;
-    jo.resume = a->resume;
-    jo.stop_at = a->stop_at;
-    llmt_job *job = NULL;
-    a->st = llmt_job_create_from_json(ctx, a->json, strlen(a->json), &jo, &job);
-    if (a->st != LLMT_OK) {
-        snprintf(a->err, sizeof a->err, "create: %s", llmt_context_last_error(ctx));
-        llmt_context_destroy(ctx);
-        return NULL;
-    }
-    llmt_job_info i;
-    memset(&i, 0, sizeof i);
-    i.struct_size = sizeof i;
-    llmt_job_get_info(job, &i);
-    snprintf(a->metrics, sizeof a->metrics, "%s", i.metrics_path);
-    a->first = i.start_step + 1;
-    a->last = i.start_step;
-    llmt_job_metrics m;
-    memset(&m, 0, sizeof m);
-    m.struct_size = sizeof m;
-    for (int64_t k = i.start_step; a->st == LLMT_OK && k < i.stop_at; k++) {
-        a->st = llmt_job_step(job, &m);
-        if (a->st == LLMT_OK && m.step >= 1 && m.step <= STEPS) {
-            a->loss[m.step] = m.loss;
-            a->val[m.step] = (m.events & LLMT_JOB_EVENT_VALIDATED) ? m.val_loss : NAN;
-            a->last = m.step;
-        }
-    }
-    llmt_job_perf pf;
-    memset(&pf, 0, sizeof pf);
-    pf.struct_size = sizeof pf;
-    if (a->st == LLMT_OK && llmt_job_get_perf(job, &pf) == LLMT_OK)
-        a->bubble_s = pf.bubble_s;
-    if (a->st == LLMT_OK)
-        a->st = llmt_job_finish(job);
-    if (a->st == LLMT_OK && i.stop_at == STEPS) /* collective: every rank samples */
-        a->st = llmt_job_sample(job, a->sample, sizeof a->sample, NULL);
-    if (a->st != LLMT_OK)
-        snprintf(a->err, sizeof a->err, "%s", llmt_job_last_error(job));
-    llmt_job_destroy(job);
-    llmt_context_destroy(ctx);
-    return NULL;
-}
-
-/* Run `json` on n ranks (threads on an in-process communicator; n == 1:
- * none) in run directory dir. */
-static int run_layout(const char *what, const char *json, int n, const char *dir, int resume,
-                      int64_t stop_at, rank_arg *a)
-{
-    llmt_comm *comms[MAXR] = {NULL};
-    pthread_t th[MAXR];
-    if (n > 1 && llmt_comm_create_inproc(NULL, n, NULL, comms) != LLMT_OK) {
-        fprintf(stderr, "FAIL %s: in-process communicator\n", what);
-        CHECK(0);
-        return 0;
-    }
-    for (int r = 0; r < n; r++) {
-        memset(&a[r], 0, sizeof a[r]);
-        a[r].comm = comms[r];
-        a[r].json = json;
-        a[r].dir = dir;
-        a[r].resume = resume;
-        a[r].stop_at = stop_at;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
-    }
-    int ok = 1;
-    for (int r = 0; r < n; r++) {
-        pthread_join(th[r], NULL);
-        if (a[r].st != LLMT_OK) {
-            fprintf(stderr, "FAIL %s rank %d: %s\n", what, r, a[r].err);
-            ok = 0;
-        }
-        CHECK_STATUS(a[r].st, LLMT_OK);
-    }
-    for (int r = 0; r < n; r++)
-        llmt_comm_destroy(comms[r]);
-    return ok;
-}
-
-static double rel(double x, double ref)
-{
-    return fabs(x - ref) / fabs(ref);
-}
-
 /* Every rank's losses of steps [first, last] (and validation losses)
  * against the reference's; returns the worst relative difference. */
-static double check_losses(const char *what, const rank_arg *a, int n, const rank_arg *ref,
-                           int64_t first, int64_t last)
+static double check_pp_losses(const char *what, const jt_rank *a, int n, const jt_rank *ref,
+                              int64_t first, int64_t last)
 {
     double worst = 0, wv = 0;
     int nval = 0;
@@ -181,7 +73,7 @@ static double check_losses(const char *what, const rank_arg *a, int n, const ran
         CHECK_EQ_INT(a[r].first, first);
         CHECK_EQ_INT(a[r].last, last);
         for (int64_t k = first; k <= last && k <= STEPS; k++) {
-            double d = rel(a[r].loss[k], ref->loss[k]);
+            double d = jt_rel(a[r].loss[k], ref->loss[k]);
             if (!(d <= TOL))
                 fprintf(stderr, "FAIL %s rank %d step %lld: loss %.9g vs %.9g\n", what, r,
                         (long long)k, (double)a[r].loss[k], (double)ref->loss[k]);
@@ -191,7 +83,7 @@ static double check_losses(const char *what, const rank_arg *a, int n, const ran
                 CHECK(isnan(a[r].val[k]));
                 continue;
             }
-            double v = rel(a[r].val[k], ref->val[k]);
+            double v = jt_rel(a[r].val[k], ref->val[k]);
             CHECK(v <= TOL);
             wv = v > wv || isnan(v) ? v : wv;
             nval++;
@@ -227,7 +119,7 @@ static double pp_lines(const char *path, int want)
     return bubble;
 }
 
-static void compare(const char *what, const char *par, int n, const rank_arg *ref, rank_arg *a)
+static void compare(const char *what, const char *par, int n, const jt_rank *ref, jt_rank *a)
 {
     char json[4096], dir[800];
     spec(json, sizeof json, par);
@@ -237,7 +129,7 @@ static void compare(const char *what, const char *par, int n, const rank_arg *re
             *c = '_';
     if (!run_layout(what, json, n, dir, 0, 0, a))
         return;
-    check_losses(what, a, n, ref, 1, STEPS);
+    check_pp_losses(what, a, n, ref, 1, STEPS);
     for (int r = 0; r < n; r++) {
         CHECK(strcmp(a[r].sample, ref->sample) == 0 && ref->sample[0]);
         double b = pp_lines(a[r].metrics, STEPS);
@@ -282,6 +174,7 @@ static void refused(const char *what, const char *par, int world, const char *co
 
 int main(int argc, char **argv)
 {
+    jt_cfg = (jt_config){STEPS, 4, JT_SAMPLE_AFTER_FINISH, 32, TOL};
     if (argc < 2) {
         fprintf(stderr, "usage: test_job_pp CORPUS_DIR\n");
         return 2;
@@ -296,28 +189,15 @@ int main(int argc, char **argv)
     {
         snprintf(prep, sizeof prep, "%s", argv[1]);
         spec(json, sizeof json, "\"pp\": 1");
-        llmt_context *ctx = NULL;
-        llmt_context_create(NULL, &ctx);
-        llmt_job_opts jo;
-        llmt_job_opts_init(&jo, sizeof jo);
         snprintf(dir, sizeof dir, "%s/prep", tmp);
-        jo.run_dir = dir;
-        jo.world_size = 1;
-        jo.rank = 0;
-        llmt_job *job = NULL;
-        llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
-        if (s != LLMT_OK)
-            fprintf(stderr, "preparing the corpus: %s\n", llmt_context_last_error(ctx));
-        CHECK_STATUS(s, LLMT_OK);
-        llmt_job_destroy(job);
-        llmt_context_destroy(ctx);
+        llmt_status s = jt_prepare(json, dir);
         snprintf(prep, sizeof prep, "%s/prep/data", tmp);
         if (s != LLMT_OK)
             return check_exit("job-pp");
     }
 
     /* the reference: one rank, 8 steps */
-    static rank_arg ref[1], a[MAXR];
+    static jt_rank ref[1], a[JT_MAXR];
     spec(json, sizeof json, "\"pp\": 1");
     snprintf(dir, sizeof dir, "%s/one", tmp);
     if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
@@ -349,10 +229,10 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "%s/chain", tmp);
     spec(json, sizeof json, "\"pp\": 2");
     if (run_layout("chain pp 2 x dp 2", json, 4, dir, 0, 4, a))
-        check_losses("chain pp 2 x dp 2", a, 4, ref, 1, 4);
+        check_pp_losses("chain pp 2 x dp 2", a, 4, ref, 1, 4);
     spec(json, sizeof json, "\"tp\": 2, \"pp\": 2");
     if (run_layout("chain tp 2 x pp 2 x dp 2 (resumed)", json, 8, dir, 1, STEPS, a))
-        check_losses("chain tp 2 x pp 2 x dp 2 (resumed)", a, 8, ref, 5, STEPS);
+        check_pp_losses("chain tp 2 x pp 2 x dp 2 (resumed)", a, 8, ref, 5, STEPS);
 
     /* (c) bad input, named */
     {
