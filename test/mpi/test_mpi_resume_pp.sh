@@ -35,16 +35,12 @@ mk pp2.json 2 1 ', "pp_schedule": "1f1b"'
 mk pp2dp2.json 2 2 ', "pp_schedule": "gpipe"'
 "$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process, 8 steps" ||
   { bad "one process"; cat ref.log; }
-OMPI_MCA_btl_vader_single_copy_mechanism=none LLMT_COMM_TIMEOUT_MS=120000 \
-  mpirun -np 2 --oversubscribe --allow-run-as-root -x LLMT_COMM_TIMEOUT_MS \
-  "$exe" train pp2.json --out pp --steps 4 > pp2.log 2>&1 &&
+mpi_train 2 pp2.json --out pp --steps 4 > pp2.log 2>&1 &&
   ok "mpirun -np 2 (pp 2, 1F1B), steps 1-4" || { bad "mpirun -np 2 pp 2"; cat pp2.log; }
 ls pp/ckpt | grep -q '4$' && ok "checkpoint at step 4" || bad "no step-4 checkpoint: $(ls pp/ckpt)"
 grep -Eqr '"pp\\?": ?2' pp/ckpt/*4 2>/dev/null && ok "the checkpoint's plan names pp 2" ||
   bad "no pp in the checkpoint's plan"
-OMPI_MCA_btl_vader_single_copy_mechanism=none LLMT_COMM_TIMEOUT_MS=120000 \
-  mpirun -np 4 --oversubscribe --allow-run-as-root -x LLMT_COMM_TIMEOUT_MS \
-  "$exe" train pp2dp2.json --out pp --resume --steps 6 > pp2dp2.log 2>&1 &&
+mpi_train 4 pp2dp2.json --out pp --resume --steps 6 > pp2dp2.log 2>&1 &&
   ok "mpirun -np 4 (pp 2 x dp 2, GPipe) resumed, steps 5-6" ||
   { bad "pp 2 x dp 2 resume"; cat pp2dp2.log; }
 grep -q "resumed from .* at step 4" pp2dp2.log && ok "pp 2 x dp 2 resumed at step 4" ||
