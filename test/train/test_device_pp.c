@@ -36,7 +36,7 @@
  * with test_device_tp.c's bf16 bounds: losses within 2^-9 relative, the
  * fp32 masters within 2 x lr x steps absolute. */
 #include <math.h>
-#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +45,8 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "rank_fixture.h"
 #include "train/device.h"
-#include "tp_fixture.h"
 
 #define STEPS 10
 #define MICRO 2
@@ -62,13 +62,10 @@ static llmt_model_config g_cfg;
 static int32_t *g_in, *g_tg;
 static double g_worst_loss, g_worst_param;
 
-/* The bounds (file comment): fp32, or the emulation's bf16 storage, where
- * the fp32 masters' last-ulp differences can flip a bf16 rounding of the
- * compute copy (test_device_tp.c's bf16 bounds). */
-static double loss_tol(void)
-{
-    return g_bf16 ? 1.0 / 512 : 1e-5;
-}
+/* The parameters' bound (file comment): fp32, or the emulation's bf16
+ * storage, where the fp32 masters' last-ulp differences can flip a bf16
+ * rounding of the compute copy (test_device_tp.c's bf16 bounds); the
+ * losses' is rank_fixture_losses' (1e-5, bf16 2^-9). */
 static double param_tol(void)
 {
     return g_bf16 ? 2.0 * LR * STEPS : 1e-4;
@@ -210,20 +207,8 @@ static void *rank_main(void *p)
                  tr  ? llmt_trainer_last_error(tr)
                  : m ? llmt_model_last_error(m)
                      : "create");
-    if (m) {
-        int32_t np;
-        llmt_model_param_count(m, &np, &a->numel);
-        a->params = malloc((size_t)a->numel * sizeof(float));
-        int64_t at = 0;
-        for (int32_t i = 0; i < np; i++) {
-            llmt_tensor v;
-            int64_t n = 0;
-            llmt_model_param(m, i, NULL, &v);
-            llmt_tensor_numel(&v, &n);
-            memcpy(a->params + at, v.data, (size_t)n * sizeof(float));
-            at += n;
-        }
-    }
+    if (m)
+        a->params = rank_fixture_params(m, &a->numel);
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
     if (a->world) {
@@ -236,25 +221,16 @@ static void *rank_main(void *p)
 static void run_from(int pp, int m, int sched, const int32_t *layers, rank_arg *a,
                      const rank_arg *proto)
 {
-    llmt_comm *c[MAXPP] = {NULL};
-    for (int r = 0; r < pp; r++)
-        a[r] = *proto;
-    if (pp > 1)
-        CHECK_STATUS(llmt_comm_create_inproc(NULL, pp, NULL, c), LLMT_OK);
-    pthread_t th[MAXPP];
     for (int r = 0; r < pp; r++) {
-        a[r].c = pp > 1 ? c[r] : NULL;
+        a[r] = *proto;
+        a[r].c = NULL;
         a[r].rank = r;
         a[r].pp = pp;
         a[r].m = m;
         a[r].sched = sched;
         a[r].layers = layers;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
-    for (int r = 0; r < pp; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < pp; r++)
-        llmt_comm_destroy(c[r]);
+    rank_fixture_run(a, sizeof *a, pp, pp > 1, offsetof(rank_arg, c), rank_main);
 }
 
 static void run(int pp, int m, int sched, const int32_t *layers, rank_arg *a)
@@ -295,20 +271,15 @@ static void compare(const char *name, int llama, int layers, int pp, int m, int 
     run(1, m, sched, NULL, ref);
     CHECK_STATUS(ref[0].st, LLMT_OK);
     run(pp, m, sched, split, a);
-    double wl = 0.0;
+    rank_fixture_worst wl = {0};
     int ok = ref[0].st == LLMT_OK;
     for (int r = 0; r < pp; r++) {
         if (a[r].st != LLMT_OK)
             fprintf(stderr, "%s pp %d rank %d: %s\n", name, pp, r, a[r].err);
         CHECK_STATUS(a[r].st, LLMT_OK);
         ok = ok && a[r].st == LLMT_OK;
-        for (int k = 0; k < STEPS && a[r].st == LLMT_OK; k++) {
-            double d =
-                fabs((double)a[r].loss[k] - ref[0].loss[k]) / fabs((double)ref[0].loss[k]);
-            if (!(d <= wl))
-                wl = d;
-            CHECK(d <= loss_tol());
-        }
+        if (a[r].st == LLMT_OK)
+            rank_fixture_losses(&wl, a[r].loss, ref[0].loss, 0, STEPS, g_bf16);
     }
     if (!ok) {
         free_args(ref, 1);
@@ -373,10 +344,10 @@ static void compare(const char *name, int llama, int layers, int pp, int m, int 
            "params rel L2 %.2e, max abs %.2e; param bytes stage 0 %lld of %lld; bubble "
            "stage 0 %.2f (balanced %.2f)\n",
            name, sched == LLMT_PP_GPIPE ? "gpipe" : "1f1b", pp, m, lay, (double)ref[0].loss[0],
-           (double)ref[0].loss[STEPS - 1], wl, rel, wp, (long long)a[0].ps.param_bytes,
+           (double)ref[0].loss[STEPS - 1], wl.loss, rel, wp, (long long)a[0].ps.param_bytes,
            (long long)ref[0].ps.param_bytes, a[0].ps.bubble, a[0].ps.bubble_balanced);
-    if (wl > g_worst_loss)
-        g_worst_loss = wl;
+    if (wl.loss > g_worst_loss)
+        g_worst_loss = wl.loss;
     if (wp > g_worst_param)
         g_worst_param = wp;
     free_args(ref, 1);
@@ -388,12 +359,8 @@ enum { PP = 2, DP = 2 };
 /* pp 2 x dp 2: four ranks as threads, rank = dpr * 2 + stage. */
 static void run_dp(int m, int sched, int zero, rank_arg *a)
 {
-    llmt_comm *w[PP * DP] = {NULL};
-    CHECK_STATUS(llmt_comm_create_inproc(NULL, PP * DP, NULL, w), LLMT_OK);
     memset(a, 0, PP * DP * sizeof *a);
-    pthread_t th[PP * DP];
     for (int r = 0; r < PP * DP; r++) {
-        a[r].world = w[r];
         a[r].rank = r % PP;
         a[r].dpr = r / PP;
         a[r].pp = PP;
@@ -401,12 +368,8 @@ static void run_dp(int m, int sched, int zero, rank_arg *a)
         a[r].m = m;
         a[r].sched = sched;
         a[r].zero = zero;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
-    for (int r = 0; r < PP * DP; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < PP * DP; r++)
-        llmt_comm_destroy(w[r]);
+    rank_fixture_run(a, sizeof *a, PP * DP, 1, offsetof(rank_arg, world), rank_main);
 }
 
 /* ZeRO-2 after a pipeline: refused on every rank, naming the stage. */
@@ -430,20 +393,16 @@ static void compare_dp(const char *name, int llama, int m, int sched, int zero)
     run(1, DP * m, sched, NULL, ref);
     CHECK_STATUS(ref[0].st, LLMT_OK);
     run_dp(m, sched, zero, a);
-    double wl = 0.0, wp = 0.0;
+    rank_fixture_worst wl = {0};
+    double wp = 0.0;
     int ok = ref[0].st == LLMT_OK;
     for (int r = 0; r < PP * DP; r++) {
         if (a[r].st != LLMT_OK)
             fprintf(stderr, "%s pp 2 x dp 2 rank %d: %s\n", name, r, a[r].err);
         CHECK_STATUS(a[r].st, LLMT_OK);
         ok = ok && a[r].st == LLMT_OK;
-        for (int k = 0; k < STEPS && a[r].st == LLMT_OK; k++) {
-            double d =
-                fabs((double)a[r].loss[k] - ref[0].loss[k]) / fabs((double)ref[0].loss[k]);
-            if (!(d <= wl))
-                wl = d;
-            CHECK(d <= loss_tol());
-        }
+        if (a[r].st == LLMT_OK)
+            rank_fixture_losses(&wl, a[r].loss, ref[0].loss, 0, STEPS, g_bf16);
     }
     if (ok) {
         llmt_model *mm = NULL;
@@ -474,9 +433,9 @@ static void compare_dp(const char *name, int llama, int m, int sched, int zero)
         CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
     }
     printf("%-6s %-5s pp 2 x dp 2 ZeRO-%d m %d: loss rel diff %.2e, params max abs %.2e\n",
-           name, sched == LLMT_PP_GPIPE ? "gpipe" : "1f1b", zero, m, wl, wp);
-    if (wl > g_worst_loss)
-        g_worst_loss = wl;
+           name, sched == LLMT_PP_GPIPE ? "gpipe" : "1f1b", zero, m, wl.loss, wp);
+    if (wl.loss > g_worst_loss)
+        g_worst_loss = wl.loss;
     if (wp > g_worst_param)
         g_worst_param = wp;
     free_args(ref, 1);
@@ -498,7 +457,7 @@ static void check_resume(const char *tmp)
     run_from(1, 4, LLMT_PP_1F1B, NULL, one, &proto);
     CHECK_STATUS(one[0].st, LLMT_OK);
     free_args(one, 1);
-    double worst = 0.0;
+    rank_fixture_worst worst = {0};
     int pps[2] = {2, 4};
     for (int j = 0; j < 2; j++) {
         memset(&proto, 0, sizeof proto);
@@ -509,18 +468,14 @@ static void check_resume(const char *tmp)
             if (a[r].st != LLMT_OK)
                 fprintf(stderr, "resume pp %d stage %d: %s\n", pps[j], r, a[r].err);
             CHECK_STATUS(a[r].st, LLMT_OK);
-            for (int k = STEPS / 2; k < STEPS && a[r].st == LLMT_OK; k++) {
-                double d = fabs((double)a[r].loss[k] - ref[0].loss[k]) / ref[0].loss[k];
-                if (d > worst)
-                    worst = d;
-                CHECK(d <= loss_tol());
-            }
+            if (a[r].st == LLMT_OK)
+                rank_fixture_losses(&worst, a[r].loss, ref[0].loss, STEPS / 2, STEPS, g_bf16);
         }
         free_args(a, pps[j]);
     }
     printf("saved by one rank at step %d, resumed under pp 2 and pp 4: worst loss rel diff "
            "%.2e\n",
-           STEPS / 2, worst);
+           STEPS / 2, worst.loss);
     free_args(ref, 1);
 }
 
