@@ -24,6 +24,7 @@
  * more than under 1F1B, as the formulas say. */
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,10 +33,10 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "rank_fixture.h"
 #include "plan/plan.h"
 #include "train/device.h"
 #include "train/pp.h"
-#include "tp_fixture.h"
 
 #define STEPS 10
 #define MICRO 2
@@ -133,20 +134,8 @@ static void *rank_main(void *p)
                  tr  ? llmt_trainer_last_error(tr)
                  : m ? llmt_model_last_error(m)
                      : "create");
-    if (m) {
-        int32_t np;
-        llmt_model_param_count(m, &np, &a->numel);
-        a->params = malloc((size_t)a->numel * sizeof(float));
-        int64_t at = 0;
-        for (int32_t i = 0; i < np; i++) {
-            llmt_tensor t;
-            int64_t n = 0;
-            llmt_model_param(m, i, NULL, &t);
-            llmt_tensor_numel(&t, &n);
-            memcpy(a->params + at, t.data, (size_t)n * sizeof(float));
-            at += n;
-        }
-    }
+    if (m)
+        a->params = rank_fixture_params(m, &a->numel);
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
     if (a->world) {
@@ -158,25 +147,16 @@ static void *rank_main(void *p)
 
 static void run(int pp, int v, int m, int sched, const int32_t *layers, rank_arg *a)
 {
-    llmt_comm *c[MAXPP] = {NULL};
     memset(a, 0, (size_t)pp * sizeof *a);
-    if (pp > 1)
-        CHECK_STATUS(llmt_comm_create_inproc(NULL, pp, NULL, c), LLMT_OK);
-    pthread_t th[MAXPP];
     for (int r = 0; r < pp; r++) {
-        a[r].c = pp > 1 ? c[r] : NULL;
         a[r].rank = r;
         a[r].pp = pp;
         a[r].v = v;
         a[r].m = m;
         a[r].sched = sched;
         a[r].layers = layers;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
-    for (int r = 0; r < pp; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < pp; r++)
-        llmt_comm_destroy(c[r]);
+    rank_fixture_run(a, sizeof *a, pp, pp > 1, offsetof(rank_arg, c), rank_main);
 }
 
 static void free_args(rank_arg *a, int n)
@@ -216,7 +196,7 @@ static void compare(int llama, int layers, int pp, int v, int m, int sched,
     run(1, 1, m, sched, NULL, ref);
     CHECK_STATUS(ref[0].st, LLMT_OK);
     run(pp, v, m, sched, split, a);
-    double wl = 0.0;
+    rank_fixture_worst wl = {0};
     int ok = ref[0].st == LLMT_OK;
     for (int r = 0; r < pp; r++) {
         if (a[r].st != LLMT_OK)
@@ -224,13 +204,8 @@ static void compare(int llama, int layers, int pp, int v, int m, int sched,
                     sched_name(sched), pp, v, m, r, a[r].err);
         CHECK_STATUS(a[r].st, LLMT_OK);
         ok = ok && a[r].st == LLMT_OK;
-        for (int k = 0; k < STEPS && a[r].st == LLMT_OK; k++) {
-            double d =
-                fabs((double)a[r].loss[k] - ref[0].loss[k]) / fabs((double)ref[0].loss[k]);
-            if (!(d <= wl))
-                wl = d;
-            CHECK(d <= 1e-5);
-        }
+        if (a[r].st == LLMT_OK)
+            rank_fixture_losses(&wl, a[r].loss, ref[0].loss, 0, STEPS, 0);
         if (a[r].st == LLMT_OK)
             CHECK(fabs((double)a[r].val - ref[0].val) <= 1e-5 * fabs((double)ref[0].val));
     }
@@ -286,9 +261,9 @@ static void compare(int llama, int layers, int pp, int v, int m, int sched,
     printf("%-5s %-11s pp %d v %d m %2d layers %-16s: loss %.3f -> %.3f, rel diff %.2e; "
            "params rel L2 %.2e, max abs %.2e; stage 0 sets %d\n",
            llama ? "llama" : "gpt2", sched_name(sched), pp, v, m, lay, (double)ref[0].loss[0],
-           (double)ref[0].loss[STEPS - 1], wl, rel, wp, (int)a[0].ps.in_flight);
-    if (wl > g_worst_loss)
-        g_worst_loss = wl;
+           (double)ref[0].loss[STEPS - 1], wl.loss, rel, wp, (int)a[0].ps.in_flight);
+    if (wl.loss > g_worst_loss)
+        g_worst_loss = wl.loss;
     if (wp > g_worst_param)
         g_worst_param = wp;
     free_args(ref, 1);
@@ -331,12 +306,8 @@ static void compare_tp(int llama, int layers, int m, int sp)
     g_cfg.layers = layers;
     rank_arg ref[1], a[TP * PP];
     run(1, 1, m, LLMT_PP_INTERLEAVED, NULL, ref);
-    llmt_comm *w[TP * PP] = {NULL};
-    CHECK_STATUS(llmt_comm_create_inproc(NULL, TP * PP, NULL, w), LLMT_OK);
     memset(a, 0, sizeof a);
-    pthread_t th[TP * PP];
     for (int r = 0; r < TP * PP; r++) {
-        a[r].world = w[r];
         a[r].tp = TP;
         a[r].tpr = r % TP;
         a[r].sp = sp;
@@ -345,25 +316,18 @@ static void compare_tp(int llama, int layers, int m, int sp)
         a[r].v = VS;
         a[r].m = m;
         a[r].sched = LLMT_PP_INTERLEAVED;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
-    for (int r = 0; r < TP * PP; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < TP * PP; r++)
-        llmt_comm_destroy(w[r]);
-    double wl = 0.0, wp = 0.0, rel = 0.0;
+    rank_fixture_run(a, sizeof *a, TP * PP, 1, offsetof(rank_arg, world), rank_main);
+    rank_fixture_worst wl = {0};
+    double wp = 0.0, rel = 0.0;
     int ok = ref[0].st == LLMT_OK;
     for (int r = 0; r < TP * PP; r++) {
         if (a[r].st != LLMT_OK)
             fprintf(stderr, "tp 2 x pp 2 x v 2 rank %d: %s\n", r, a[r].err);
         CHECK_STATUS(a[r].st, LLMT_OK);
         ok = ok && a[r].st == LLMT_OK;
-        for (int k = 0; k < STEPS && a[r].st == LLMT_OK; k++) {
-            double d =
-                fabs((double)a[r].loss[k] - ref[0].loss[k]) / fabs((double)ref[0].loss[k]);
-            wl = d > wl ? d : wl;
-            CHECK(d <= 1e-5);
-        }
+        if (a[r].st == LLMT_OK)
+            rank_fixture_losses(&wl, a[r].loss, ref[0].loss, 0, STEPS, 0);
     }
     int first[PP * VS + 1];
     llmt_err e = {0};
@@ -399,9 +363,9 @@ static void compare_tp(int llama, int layers, int m, int sp)
     }
     printf("%-5s tp 2 x pp 2 x v 2%s m %d: loss rel diff %.2e; params rel L2 %.2e, max abs "
            "%.2e\n",
-           llama ? "llama" : "gpt2", sp ? " (sp)" : "", m, wl, rel, wp);
-    if (wl > g_worst_loss)
-        g_worst_loss = wl;
+           llama ? "llama" : "gpt2", sp ? " (sp)" : "", m, wl.loss, rel, wp);
+    if (wl.loss > g_worst_loss)
+        g_worst_loss = wl.loss;
     if (wp > g_worst_param)
         g_worst_param = wp;
     free_args(ref, 1);
