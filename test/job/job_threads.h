@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "check.h"
 #include "llmtrain.h"
@@ -231,6 +232,39 @@ static inline double check_losses_val(const char *what, const jt_rank *a, int n,
                                       const jt_rank *ref, int64_t first, int64_t last)
 {
     return jt_check(what, a, n, ref, first, last, 1);
+}
+
+/* A spec refused at creation on rank 0 of `world`: the message names every
+ * string of want (NULL-terminated) and run directory dir was not made;
+ * prints "refused WHAT MESSAGE" (WHAT in a column of width). log_off: the
+ * refusal is not logged to stderr too. */
+static inline void jt_refused(const char *what, const char *json, int world,
+                              const char *const *want, const char *dir, int width, int log_off)
+{
+    llmt_context *ctx = NULL;
+    llmt_context_create(NULL, &ctx);
+    if (log_off)
+        llmt_context_set_log_level(ctx, LLMT_LOG_OFF);
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = dir;
+    jo.world_size = world;
+    jo.rank = 0;
+    llmt_job *job = NULL;
+    llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+    const char *msg = llmt_context_last_error(ctx);
+    CHECK(s != LLMT_OK);
+    int named = 1;
+    for (int i = 0; want[i]; i++)
+        named &= strstr(msg, want[i]) != NULL;
+    if (s == LLMT_OK || !named)
+        fprintf(stderr, "FAIL %s: %s\n", what, s == LLMT_OK ? "created" : msg);
+    CHECK(named);
+    struct stat sb;
+    CHECK(stat(dir, &sb) != 0); /* refused before any work */
+    printf("refused %-*s %s\n", width, what, msg);
+    llmt_job_destroy(job);
+    llmt_context_destroy(ctx);
 }
 
 #endif

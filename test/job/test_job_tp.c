@@ -323,28 +323,7 @@ static void refused(const char *what, const char *json, int world, const char *c
 {
     char dir[700];
     snprintf(dir, sizeof dir, "%s/bad", tmp);
-    llmt_context *ctx = NULL;
-    llmt_context_create(NULL, &ctx);
-    llmt_job_opts jo;
-    llmt_job_opts_init(&jo, sizeof jo);
-    jo.run_dir = dir;
-    jo.world_size = world;
-    jo.rank = 0;
-    llmt_job *job = NULL;
-    llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
-    const char *msg = llmt_context_last_error(ctx);
-    CHECK(s != LLMT_OK);
-    int named = 1;
-    for (int i = 0; want[i]; i++)
-        named &= strstr(msg, want[i]) != NULL;
-    if (s == LLMT_OK || !named)
-        fprintf(stderr, "FAIL %s: %s\n", what, s == LLMT_OK ? "created" : msg);
-    CHECK(named);
-    struct stat sb;
-    CHECK(stat(dir, &sb) != 0); /* refused before any work */
-    printf("refused %-22s %s\n", what, msg);
-    llmt_job_destroy(job);
-    llmt_context_destroy(ctx);
+    jt_refused(what, json, world, want, dir, 22, 0);
 }
 
 int main(int argc, char **argv)
