@@ -12,13 +12,7 @@
 # usage: test_job_cp_launch.sh path/to/llmtrain (exit 77 without gloo)
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 "$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build"; exit 77; }
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "${LLMT_SOURCE_ROOT:?}"/doc/*.md corpus/ || exit 1
+. "$(dirname "$0")/job_lib.sh"
 mk() { # file parallelism
   cat > "$1" <<JSON
 {"name": "tiny-cp-launch",

@@ -5,14 +5,7 @@
 # Young/Daly interval with its inputs and writes them to metrics.jsonl.
 # usage: test_job_tiers.sh path/to/llmtrain
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-src=${LLMT_SOURCE_ROOT:?}
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+. "$(dirname "$0")/job_lib.sh"
 mk() { # file checkpoint-block
   cat > "$1" <<JSON
 {"name": "tiers",
