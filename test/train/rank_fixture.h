@@ -68,6 +68,22 @@ static inline float *rank_fixture_params(llmt_model *m, int64_t *numel)
     return p;
 }
 
+/* The trainer options every layout and its single-rank reference train
+ * with: a constant lr, weight decay 0.1, clipping at 1, one thread. */
+static inline void rank_fixture_opts(llmt_trainer_opts *o, int micro, int accum, int seq,
+                                     float lr)
+{
+    llmt_trainer_opts_init(o, sizeof *o);
+    o->micro_batch = micro;
+    o->grad_accum = accum;
+    o->seq_len = seq;
+    o->schedule = LLMT_LR_CONSTANT;
+    o->lr = lr;
+    o->weight_decay = 0.1f;
+    o->grad_clip = 1.0f;
+    o->threads = 1;
+}
+
 /* The worst differences met so far: loss relative, parameters' relative
  * L2 and largest absolute, the most elements of one rank over 1e-5. */
 typedef struct rank_fixture_worst {

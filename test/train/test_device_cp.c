@@ -88,15 +88,7 @@ static void *rank_main(void *p)
     a->st = llmt_model_create(NULL, &g_cfg, &m);
     if (a->st == LLMT_OK) {
         llmt_trainer_opts o;
-        llmt_trainer_opts_init(&o, sizeof o);
-        o.micro_batch = MICRO;
-        o.grad_accum = SEQS / MICRO / a->dp;
-        o.seq_len = T;
-        o.schedule = LLMT_LR_CONSTANT;
-        o.lr = LR;
-        o.weight_decay = 0.1f;
-        o.grad_clip = 1.0f;
-        o.threads = 1;
+        rank_fixture_opts(&o, MICRO, SEQS / MICRO / a->dp, T, LR);
         o.recompute = a->recompute;
         a->st = llmt__trainer_create_dev(m, &o, g_ops, &tr);
     }

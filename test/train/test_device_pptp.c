@@ -68,15 +68,7 @@ static void *rank_main(void *p)
     a->st = llmt_model_create(NULL, &g_cfg, &m);
     if (a->st == LLMT_OK) {
         llmt_trainer_opts o;
-        llmt_trainer_opts_init(&o, sizeof o);
-        o.micro_batch = MICRO;
-        o.grad_accum = a->m;
-        o.seq_len = T;
-        o.schedule = LLMT_LR_CONSTANT;
-        o.lr = LR;
-        o.weight_decay = 0.1f;
-        o.grad_clip = 1.0f;
-        o.threads = 1;
+        rank_fixture_opts(&o, MICRO, a->m, T, LR);
         a->st = llmt__trainer_create_dev(m, &o, llmt__dev_cpu(), &tr);
     }
     /* the groups: every rank takes part in every split (collective) */
