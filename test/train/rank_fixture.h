@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,6 +67,16 @@ static inline float *rank_fixture_params(llmt_model *m, int64_t *numel)
         at += n;
     }
     return p;
+}
+
+/* A failed rank's message: its trainer's last error, else its model's,
+ * else "create" (neither was made). */
+static inline void rank_fixture_error(char *err, size_t cap, llmt_trainer *tr, llmt_model *m)
+{
+    snprintf(err, cap, "%s",
+             tr  ? llmt_trainer_last_error(tr)
+             : m ? llmt_model_last_error(m)
+                 : "create");
 }
 
 /* The trainer options every layout and its single-rank reference train

@@ -120,10 +120,7 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
     if (a->st != LLMT_OK)
-        snprintf(a->err, sizeof a->err, "%s",
-                 tr  ? llmt_trainer_last_error(tr)
-                 : m ? llmt_model_last_error(m)
-                     : "create");
+        rank_fixture_error(a->err, sizeof a->err, tr, m);
     if (m && a->st == LLMT_OK)
         a->params = rank_fixture_params(m, &a->numel);
     llmt_trainer_destroy(tr);

@@ -213,10 +213,7 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK && !a->stop_at_save)
         a->st = llmt_trainer_sync_params(tr);
     if (a->st != LLMT_OK && !a->err[0])
-        snprintf(a->err, sizeof a->err, "%s",
-                 tr  ? llmt_trainer_last_error(tr)
-                 : m ? llmt_model_last_error(m)
-                     : "create");
+        rank_fixture_error(a->err, sizeof a->err, tr, m);
     if (m && a->st == LLMT_OK && L->pp == 1)
         a->params = rank_fixture_params(m, &a->numel);
     llmt_trainer_destroy(tr);

@@ -125,10 +125,7 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_pp_stats(tr, &a->ps);
     if (a->st != LLMT_OK)
-        snprintf(a->err, sizeof a->err, "%s",
-                 tr  ? llmt_trainer_last_error(tr)
-                 : m ? llmt_model_last_error(m)
-                     : "create");
+        rank_fixture_error(a->err, sizeof a->err, tr, m);
     if (m) {
         int64_t numel = 0;
         a->params = rank_fixture_params(m, &numel);
