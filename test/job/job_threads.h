@@ -31,9 +31,10 @@ typedef struct jt_config {
     int sample;    /* JT_SAMPLE_*: draw a sample (collective) after step `steps` */
     int width;     /* the label column of check_losses' line */
     double tol;    /* relative bound of check_losses */
+    int quiet;     /* the ranks' contexts log errors only */
 } jt_config;
 
-static jt_config jt_cfg = {0, 0, 0, 34, 1e-5};
+static jt_config jt_cfg = {0, 0, 0, 34, 1e-5, 0};
 
 typedef struct jt_rank {
     llmt_comm *comm; /* NULL: one rank */
@@ -79,6 +80,8 @@ static inline void *jt_rank_main(void *p)
     jt_rank *a = p;
     llmt_context *ctx = NULL;
     llmt_context_create(NULL, &ctx);
+    if (jt_cfg.quiet)
+        llmt_context_set_log_level(ctx, LLMT_LOG_ERROR);
     llmt_job_opts jo;
     llmt_job_opts_init(&jo, sizeof jo);
     jo.run_dir = a->dir;

@@ -113,7 +113,7 @@ static void refused(const char *what, const char *json, int world, const char *c
 
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 3, JT_SAMPLE_BEFORE_FINISH, 34, 1e-5};
+    jt_cfg = (jt_config){STEPS, 3, JT_SAMPLE_BEFORE_FINISH, 34, 1e-5, 0};
     if (argc < 2) {
         fprintf(stderr, "usage: test_job_cp CORPUS_DIR\n");
         return 2;

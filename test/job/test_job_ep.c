@@ -65,7 +65,7 @@ static void refused(const char *json, int n, const char *key)
 
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 0, 0, 28, 1e-5};
+    jt_cfg = (jt_config){STEPS, 0, 0, 28, 1e-5, 0};
     if (argc < 2) {
         fprintf(stderr, "usage: test_job_ep CORPUS_DIR\n");
         return 2;

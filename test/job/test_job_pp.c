@@ -152,7 +152,7 @@ static void refused(const char *what, const char *par, int world, const char *co
 
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 4, JT_SAMPLE_AFTER_FINISH, 32, TOL};
+    jt_cfg = (jt_config){STEPS, 4, JT_SAMPLE_AFTER_FINISH, 32, TOL, 0};
     if (argc < 2) {
         fprintf(stderr, "usage: test_job_pp CORPUS_DIR\n");
         return 2;

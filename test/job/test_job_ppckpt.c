@@ -206,7 +206,7 @@ static void check_missing_stage(const char *chain_root)
 
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 0, 0, 34, TOL};
+    jt_cfg = (jt_config){STEPS, 0, 0, 34, TOL, 0};
     if (argc < 2) {
         fprintf(stderr, "usage: test_job_ppckpt CORPUS_DIR\n");
         return 2;

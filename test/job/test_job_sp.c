@@ -10,17 +10,17 @@
  * llmt_trainer_set_sequence_parallel: the job reaches the switch).
  * usage: test_job_sp CORPUS_DIR (any directory of text files) */
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "job_threads.h"
 #include "llmtrain.h"
 
 #define STEPS 6
-#define MAXR 4
+_Static_assert(STEPS <= JT_MAXSTEPS, "jt_rank records steps 1..JT_MAXSTEPS");
 #define TOL 1e-5
 
 static char tmp[512], prep[700];
@@ -47,79 +47,19 @@ static void spec(char *out, size_t cap, const char *model, int tp, int sp, int s
              model, seq, tp, sp ? "true" : "false", STEPS, prep);
 }
 
-typedef struct rank_arg {
-    llmt_comm *comm; /* NULL: one rank */
-    const char *json, *dir;
-    float loss[STEPS + 1];
-    llmt_status st;
-    char err[1024];
-} rank_arg;
-
-static void *rank_main(void *p)
-{
-    rank_arg *a = p;
-    llmt_context *ctx = NULL;
-    llmt_context_opts co;
-    llmt_context_opts_init(&co, sizeof co);
-    co.log_level = LLMT_LOG_ERROR;
-    llmt_context_create(&co, &ctx);
-    llmt_job_opts jo;
-    llmt_job_opts_init(&jo, sizeof jo);
-    jo.run_dir = a->dir;
-    jo.comm = a->comm;
-    jo.world_size = 1; /* without a communicator */
-    jo.rank = 0;
-    llmt_job *job = NULL;
-    a->st = llmt_job_create_from_json(ctx, a->json, strlen(a->json), &jo, &job);
-    if (a->st != LLMT_OK) {
-        snprintf(a->err, sizeof a->err, "%s", llmt_context_last_error(ctx));
-        llmt_context_destroy(ctx);
-        return NULL;
-    }
-    llmt_job_metrics m;
-    memset(&m, 0, sizeof m);
-    m.struct_size = sizeof m;
-    for (int k = 0; a->st == LLMT_OK && k < STEPS; k++) {
-        a->st = llmt_job_step(job, &m);
-        if (a->st == LLMT_OK && m.step >= 1 && m.step <= STEPS)
-            a->loss[m.step] = m.loss;
-    }
-    if (a->st == LLMT_OK)
-        a->st = llmt_job_finish(job);
-    if (a->st != LLMT_OK)
-        snprintf(a->err, sizeof a->err, "%s", llmt_job_last_error(job));
-    llmt_job_destroy(job);
-    llmt_context_destroy(ctx);
-    return NULL;
-}
-
 /* `json` on n ranks in run directory tmp/name; every rank's status. */
-static void run(const char *name, const char *json, int n, rank_arg *a)
+static void run(const char *name, const char *json, int n, jt_rank *a)
 {
     char dir[800];
     snprintf(dir, sizeof dir, "%s/%s", tmp, name);
-    llmt_comm *comms[MAXR] = {NULL};
-    if (n > 1)
-        CHECK_STATUS(llmt_comm_create_inproc(NULL, n, NULL, comms), LLMT_OK);
-    pthread_t th[MAXR];
-    for (int r = 0; r < n; r++) {
-        memset(&a[r], 0, sizeof a[r]);
-        a[r].comm = comms[r];
-        a[r].json = json;
-        a[r].dir = dir;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
-    }
-    for (int r = 0; r < n; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < n; r++)
-        llmt_comm_destroy(comms[r]);
+    run_ranks(name, json, n, dir, 0, 0, a, 0);
 }
 
 /* model with sequence parallelism at tp x (n / tp) against one rank. */
 static void compare(const char *what, const char *model, int tp, int n)
 {
     char json[4096];
-    static rank_arg ref[1], a[MAXR];
+    static jt_rank ref[1], a[JT_MAXR];
     char name[64];
     snprintf(name, sizeof name, "one-%d", tp);
     spec(json, sizeof json, model, 1, 0, 16);
@@ -153,6 +93,7 @@ static void compare(const char *what, const char *model, int tp, int n)
 
 int main(int argc, char **argv)
 {
+    jt_cfg = (jt_config){STEPS, 0, 0, 32, TOL, 1};
     if (argc < 2) {
         fprintf(stderr, "usage: test_job_sp CORPUS_DIR\n");
         return 2;
@@ -166,28 +107,28 @@ int main(int argc, char **argv)
     {
         snprintf(prep, sizeof prep, "%s", argv[1]);
         spec(json, sizeof json, GPT2, 1, 0, 16);
-        static rank_arg p[1];
-        run("prep", json, 1, p);
-        CHECK_STATUS(p[0].st, LLMT_OK);
-        if (p[0].st != LLMT_OK) {
-            fprintf(stderr, "preparing the corpus: %s\n", p[0].err);
-            return check_exit("job-sp");
-        }
+        char dir[800];
+        snprintf(dir, sizeof dir, "%s/prep", tmp);
+        llmt_status st = jt_prepare(json, dir);
         snprintf(prep, sizeof prep, "%s/prep/data", tmp);
+        if (st != LLMT_OK)
+            return check_exit("job-sp");
     }
     compare("gpt2 tp 2 x dp 2 SP", GPT2, 2, 4);
     compare("llama kv 2, tp 4 x dp 1 SP", LLAMA, 4, 4);
     /* seq_len 18: tp 4 divides everything else, not the sequence */
     {
         spec(json, sizeof json, GPT2, 4, 1, 18);
-        static rank_arg a[MAXR];
+        static jt_rank a[JT_MAXR];
         run("bad", json, 4, a);
         for (int r = 0; r < 4; r++) {
             CHECK(a[r].st != LLMT_OK);
             CHECK(strstr(a[r].err, "parallelism.sequence_parallel") != NULL);
             CHECK(strstr(a[r].err, "model.seq_len") != NULL);
         }
-        printf("tp 4, seq_len 18: %s\n", a[0].err);
+        /* the library's message, without the harness's "create: " */
+        const char *msg = a[0].err;
+        printf("tp 4, seq_len 18: %s\n", strncmp(msg, "create: ", 8) ? msg : msg + 8);
     }
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);

@@ -328,7 +328,7 @@ static void refused(const char *what, const char *json, int world, const char *c
 
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 0, 0, 36, TOL};
+    jt_cfg = (jt_config){STEPS, 0, 0, 36, TOL, 0};
     if (argc < 2) {
         fprintf(stderr, "usage: test_job_tp CORPUS_DIR\n");
         return 2;
