@@ -95,6 +95,40 @@ static inline void rank_fixture_opts(llmt_trainer_opts *o, int micro, int accum,
     o->threads = 1;
 }
 
+/* The newest checkpoint under root exported to file (llm.c's format when
+ * llmc, else safetensors), its bytes read back into *buf (malloc'd) and
+ * the file removed: the count of bytes, -1 when it could not be read. */
+static inline long rank_fixture_export(const char *root, const char *file, int llmc, char **buf)
+{
+    *buf = NULL;
+    llmt_ckpt_opts o;
+    llmt_ckpt_opts_init(&o, sizeof o);
+    llmt_ckpt *ck = NULL;
+    int64_t step = -1;
+    llmt_status s = llmt_ckpt_create(NULL, root, &o, &ck);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_open_latest(ck, &step);
+    if (s == LLMT_OK)
+        s = llmc ? llmt_ckpt_export_llmc(ck, file, NULL)
+                 : llmt_ckpt_export_safetensors(ck, file);
+    if (s != LLMT_OK)
+        fprintf(stderr, "export %s: %s\n", root, ck ? llmt_ckpt_last_error(ck) : "create");
+    CHECK_STATUS(s, LLMT_OK);
+    llmt_ckpt_destroy(ck);
+    FILE *f = s == LLMT_OK ? fopen(file, "rb") : NULL;
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *buf = malloc((size_t)n + 1);
+    if (fread(*buf, 1, (size_t)n, f) != (size_t)n)
+        n = -1;
+    fclose(f);
+    remove(file);
+    return n;
+}
+
 /* The worst differences met so far: loss relative, parameters' relative
  * L2 and largest absolute, the most elements of one rank over 1e-5. */
 typedef struct rank_fixture_worst {

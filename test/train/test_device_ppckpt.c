@@ -278,35 +278,9 @@ static void check_losses(const char *name, const char *what, const rank_arg *a,
  * back into *buf (safetensors, or llm.c when llmc). */
 static long export_bytes(const char *root, int llmc, char **buf)
 {
-    *buf = NULL;
     char file[600];
     snprintf(file, sizeof file, "%s.export", root);
-    llmt_ckpt_opts o;
-    llmt_ckpt_opts_init(&o, sizeof o);
-    llmt_ckpt *ck = NULL;
-    int64_t step = -1;
-    llmt_status s = llmt_ckpt_create(NULL, root, &o, &ck);
-    if (s == LLMT_OK)
-        s = llmt_ckpt_open_latest(ck, &step);
-    if (s == LLMT_OK)
-        s = llmc ? llmt_ckpt_export_llmc(ck, file, NULL)
-                 : llmt_ckpt_export_safetensors(ck, file);
-    if (s != LLMT_OK)
-        fprintf(stderr, "export %s: %s\n", root, ck ? llmt_ckpt_last_error(ck) : "create");
-    CHECK_STATUS(s, LLMT_OK);
-    llmt_ckpt_destroy(ck);
-    FILE *f = s == LLMT_OK ? fopen(file, "rb") : NULL;
-    if (!f)
-        return -1;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *buf = malloc((size_t)n + 1);
-    if (fread(*buf, 1, (size_t)n, f) != (size_t)n)
-        n = -1;
-    fclose(f);
-    remove(file);
-    return n;
+    return rank_fixture_export(root, file, llmc, buf);
 }
 
 static void check_export(const char *name, const char *what, const char *pp, const char *one,

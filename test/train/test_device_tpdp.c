@@ -241,37 +241,6 @@ static void check_ranks(const char *name, const char *what, rank_arg *a, int n,
         free(a[r].params);
 }
 
-/* The checkpoint's safetensors export (root's newest step) into *buf. */
-static long export_bytes(const char *root, const char *file, char **buf)
-{
-    *buf = NULL;
-    llmt_ckpt_opts o;
-    llmt_ckpt_opts_init(&o, sizeof o);
-    llmt_ckpt *ck = NULL;
-    int64_t step = -1;
-    llmt_status s = llmt_ckpt_create(NULL, root, &o, &ck);
-    if (s == LLMT_OK)
-        s = llmt_ckpt_open_latest(ck, &step);
-    if (s == LLMT_OK)
-        s = llmt_ckpt_export_safetensors(ck, file);
-    if (s != LLMT_OK)
-        fprintf(stderr, "export %s: %s\n", root, ck ? llmt_ckpt_last_error(ck) : "create");
-    CHECK_STATUS(s, LLMT_OK);
-    llmt_ckpt_destroy(ck);
-    FILE *f = s == LLMT_OK ? fopen(file, "rb") : NULL;
-    if (!f)
-        return -1;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *buf = malloc((size_t)n + 1);
-    if (fread(*buf, 1, (size_t)n, f) != (size_t)n)
-        n = -1;
-    fclose(f);
-    remove(file);
-    return n;
-}
-
 static void rm_tree(const char *dir)
 {
     char cmd[512];
@@ -323,7 +292,7 @@ static void compare(const char *name, int llama, int kv)
     char *x = NULL, *y = NULL, f1[600], f2[600];
     snprintf(f1, sizeof f1, "%s.tp.safetensors", dir);
     snprintf(f2, sizeof f2, "%s.one.safetensors", one);
-    long nx = export_bytes(dir, f1, &x), ny = export_bytes(one, f2, &y);
+    long nx = rank_fixture_export(dir, f1, 0, &x), ny = rank_fixture_export(one, f2, 0, &y);
     int same = nx > 0 && nx == ny && !memcmp(x, y, (size_t)nx);
     CHECK(same);
     printf("%-20s safetensors export of the tp 2 x dp 2 checkpoint: %ld bytes, %s the single "
