@@ -95,6 +95,40 @@ static inline void rank_fixture_opts(llmt_trainer_opts *o, int micro, int accum,
     o->threads = 1;
 }
 
+/* The trainer's state saved at step under root (by this rank of world,
+ * its blocks), or read from the newest checkpoint there, which must be
+ * step's. A failure's messages go to stderr. */
+static inline llmt_status rank_fixture_ckpt(llmt_trainer *tr, const char *root, int rank,
+                                            int world, int save, int64_t step)
+{
+    llmt_ckpt_opts o;
+    llmt_ckpt_opts_init(&o, sizeof o);
+    o.rank = rank;
+    o.world_size = world;
+    o.keep_last = 0;
+    llmt_ckpt *ck = NULL;
+    llmt_status s = llmt_ckpt_create(NULL, root, &o, &ck);
+    if (s == LLMT_OK && save) {
+        s = llmt_ckpt_begin(ck, step);
+        if (s == LLMT_OK)
+            s = llmt_trainer_ckpt_add(tr, ck);
+        if (s == LLMT_OK)
+            s = llmt_ckpt_save(ck, 0);
+    } else if (s == LLMT_OK) {
+        int64_t at = -1;
+        s = llmt_ckpt_open_latest(ck, &at);
+        if (s == LLMT_OK && at != step)
+            s = LLMT_ERR_INTERNAL;
+        if (s == LLMT_OK)
+            s = llmt_trainer_ckpt_read(tr, ck);
+    }
+    if (s != LLMT_OK && ck)
+        fprintf(stderr, "rank %d ckpt: %s / %s\n", rank, llmt_ckpt_last_error(ck),
+                llmt_trainer_last_error(tr));
+    llmt_ckpt_destroy(ck);
+    return s;
+}
+
 /* The newest checkpoint under root exported to file (llm.c's format when
  * llmc, else safetensors), its bytes read back into *buf (malloc'd) and
  * the file removed: the count of bytes, -1 when it could not be read. */

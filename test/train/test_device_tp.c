@@ -90,31 +90,8 @@ typedef struct rank_arg {
  * (each reads its shards from whatever blocks saved them). */
 static llmt_status ckpt_io(rank_arg *a, llmt_trainer *tr, int save)
 {
-    llmt_ckpt_opts o;
-    llmt_ckpt_opts_init(&o, sizeof o);
-    o.rank = a->c ? a->rank : 0;
-    o.world_size = a->c ? a->tp : 1;
-    o.keep_last = 0;
-    llmt_ckpt *ck = NULL;
-    llmt_status s = llmt_ckpt_create(NULL, save ? a->save : a->load, &o, &ck);
-    if (s == LLMT_OK && save) {
-        s = llmt_ckpt_begin(ck, a->k1);
-        if (s == LLMT_OK)
-            s = llmt_trainer_ckpt_add(tr, ck);
-        if (s == LLMT_OK)
-            s = llmt_ckpt_save(ck, 0);
-    } else if (s == LLMT_OK) {
-        int64_t step = -1;
-        s = llmt_ckpt_open_latest(ck, &step);
-        if (s == LLMT_OK && step != a->k0)
-            s = LLMT_ERR_INTERNAL;
-        if (s == LLMT_OK)
-            s = llmt_trainer_ckpt_read(tr, ck);
-    }
-    if (s != LLMT_OK && ck)
-        fprintf(stderr, "ckpt: %s\n", llmt_ckpt_last_error(ck));
-    llmt_ckpt_destroy(ck);
-    return s;
+    return rank_fixture_ckpt(tr, save ? a->save : a->load, a->c ? a->rank : 0, a->c ? a->tp : 1,
+                             save, save ? a->k1 : a->k0);
 }
 
 static void *rank_main(void *p)

@@ -88,32 +88,7 @@ typedef struct rank_arg {
 static llmt_status ckpt_io(rank_arg *a, llmt_trainer *tr, const char *root, int save,
                            int64_t step)
 {
-    llmt_ckpt_opts o;
-    llmt_ckpt_opts_init(&o, sizeof o);
-    o.rank = a->rank;
-    o.world_size = a->world ? a->nranks : 1;
-    o.keep_last = 0;
-    llmt_ckpt *ck = NULL;
-    llmt_status s = llmt_ckpt_create(NULL, root, &o, &ck);
-    if (s == LLMT_OK && save) {
-        s = llmt_ckpt_begin(ck, step);
-        if (s == LLMT_OK)
-            s = llmt_trainer_ckpt_add(tr, ck);
-        if (s == LLMT_OK)
-            s = llmt_ckpt_save(ck, 0);
-    } else if (s == LLMT_OK) {
-        int64_t at = -1;
-        s = llmt_ckpt_open_latest(ck, &at);
-        if (s == LLMT_OK && at != step)
-            s = LLMT_ERR_INTERNAL;
-        if (s == LLMT_OK)
-            s = llmt_trainer_ckpt_read(tr, ck);
-    }
-    if (s != LLMT_OK && ck)
-        fprintf(stderr, "rank %d ckpt: %s / %s\n", a->rank, llmt_ckpt_last_error(ck),
-                llmt_trainer_last_error(tr));
-    llmt_ckpt_destroy(ck);
-    return s;
+    return rank_fixture_ckpt(tr, root, a->rank, a->world ? a->nranks : 1, save, step);
 }
 
 static void *rank_main(void *p)
