@@ -210,7 +210,7 @@ static const kcase cases[] = {
     {"fault_tolerance.anomaly.zscore", SPIKY,
      "{\"fault_tolerance\": {\"anomaly\": {\"zscore\": 4}}}", RUN, SPIKE},
     {"fault_tolerance.anomaly.grad_zscore", SPIKY,
-     "{\"fault_tolerance\": {\"anomaly\": {\"grad_zscore\": 4}}}", RUN, SPIKE},
+     "{\"fault_tolerance\": {\"anomaly\": {\"grad_zscore\": 2}}}", RUN, SPIKE},
     {"fault_tolerance.anomaly.policy", SPIKY_LOWER,
      "{\"fault_tolerance\": {\"anomaly\": {\"policy\": \"skip\"}}}", RUN, SPIKE},
     {"fault_tolerance.anomaly.lr_factor", SPIKY_LOWER,
