@@ -63,10 +63,12 @@ static llmt_status check_parallelism(llmt_job *j)
      * nothing to shard, and a stage that changes nothing would be a lie */
     if (s->parallelism.zero > 0 && dp_size(j) == 1)
         return REFUSE("parallelism.zero: %lld has no effect with one data-parallel rank "
-                      "(ZeRO shards over data-parallel ranks; dp = world size %d / tp %lld); "
-                      "use 0, or run under a launcher with dp > 1",
+                      "(ZeRO shards over data-parallel ranks; dp = world size %d / "
+                      "(tp %lld x cp %lld x pp %lld)); use 0, or run under a launcher with "
+                      "dp > 1",
                       (long long)s->parallelism.zero, (int)j->world,
-                      (long long)s->parallelism.tp);
+                      (long long)s->parallelism.tp, (long long)s->parallelism.cp,
+                      (long long)s->parallelism.pp);
     return LLMT_OK;
 }
 
@@ -304,10 +306,11 @@ static llmt_status check_ft(llmt_job *j)
     if (s->fault_tolerance.sdc_interval > 0 && dp_size(j) < 2)
         return REFUSE("fault_tolerance.sdc_interval: %lld compares the parameters of "
                       "data-parallel replicas, and this job has one (dp = world size %d / "
-                      "tp %lld): run it on 2 or more replicas (llmtrain launch --nproc N, "
-                      "mpirun), or remove the key",
+                      "(tp %lld x cp %lld x pp %lld)): run it on 2 or more replicas "
+                      "(llmtrain launch --nproc N, mpirun), or remove the key",
                       (long long)s->fault_tolerance.sdc_interval, (int)j->world,
-                      (long long)s->parallelism.tp);
+                      (long long)s->parallelism.tp, (long long)s->parallelism.cp,
+                      (long long)s->parallelism.pp);
     if (s->fault_tolerance.sdc_interval > 0 && s->parallelism.zero >= 3)
         return REFUSE("fault_tolerance.sdc_interval: under parallelism.zero 3 every rank "
                       "holds a different share of the parameters, so there are no replicas "
