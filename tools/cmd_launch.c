@@ -195,7 +195,10 @@ static int proc_stopped(pid_t pid)
     fclose(f);
     b[n] = 0;
     char *r = strrchr(b, ')');
-    return r && (r[2] == 'T' || r[2] == 't');
+    /* 'T' only: stopped by a signal (SIGSTOP, a hang). 't' is a tracing
+     * stop: a debugger, or LeakSanitizer stopping the threads at exit to
+     * scan them, which is not a hang (an ASan job was taken for one) */
+    return r && r[2] == 'T';
 }
 
 static void kill_gang(agent *a)
