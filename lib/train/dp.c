@@ -53,7 +53,22 @@
  * backend, the emulation) with in-process or MPI, device memory (CUDA)
  * with NCCL. The engine's stream is synchronised before every collective
  * (a NCCL collective runs on its own stream and returns complete), so a
- * collective never reads memory that a queued op has yet to write. */
+ * collective never reads memory that a queued op has yet to write.
+ * Expert parallelism (dp.h's llmt__dp_store.ep): an EP rank computes only
+ * its experts' gradients, so summing a whole expert tensor over the DP
+ * group would move ep times the bytes, zeros mostly. Instead each MoE
+ * layer's three expert tensors leave its layer unit (which then ends at
+ * the router) and this rank's rows of each become a unit of their own,
+ * units U0 = L + 2 on, whose collectives run over the expert data
+ * parallel group (the dp/ep ranks holding the same experts) exactly as a
+ * layer's run over the DP group: reduced in a bucket of their own when
+ * the layer's gradients are ready, sharded by ZeRO over that group, its
+ * AdamW state only there. Other EP ranks' rows are never touched here:
+ * llmt__dp_sync gathers them over the EP group when the whole tensors
+ * are wanted, and checkpoints take each block from its owners
+ * (llmt__dp_param_share lies inside the own rows). The gradient norm
+ * counts each expert once: the expert units' squares of one EP group
+ * (expert data parallel rank 0) are added to the dense ones. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -119,9 +134,33 @@ struct llmt__dp {
     llmt_comm_work **pf;
     llmt_status st;          /* first failure of a void hook */
     double host_s;           /* see llmt__dp_host_s */
+    /* expert parallelism (see the top; U0 == nunits: none): the dense
+     * units are [0, U0); expert unit U0 + 3k + j is this rank's rows of
+     * tensor j (w1, w3, w2) of the k-th MoE layer, model parameter
+     * xparam[k * 3 + j]; xfirst[u]: a layer unit's first expert unit (-1:
+     * none); the expert data parallel group (owned) and the EP group */
+    int U0;
+    int *xparam, *xfirst;
+    llmt_comm *xcomm, *epc;
+    int32_t xrank, xsize, erank, esize;
 };
 
 const llmt_err *llmt__dp_err(const llmt__dp *dp) { return &dp->err; }
+
+/* Unit u's group: the DP group, or for an expert unit the expert data
+ * parallel group. */
+static llmt_comm *ucomm(const llmt__dp *dp, int u)
+{
+    return u >= dp->U0 ? dp->xcomm : dp->comm;
+}
+static size_t usize(const llmt__dp *dp, int u)
+{
+    return (size_t)(u >= dp->U0 ? dp->xsize : dp->size);
+}
+static size_t urank(const llmt__dp *dp, int u)
+{
+    return (size_t)(u >= dp->U0 ? dp->xrank : dp->rank);
+}
 llmt_comm *llmt__dp_comm(const llmt__dp *dp)
 {
     return dp->comm;
@@ -284,6 +323,9 @@ void llmt__dp_destroy(llmt__dp *dp)
     free(dp->gathered); free(dp->pf); free(dp->soff); free(dp->released);
     free(dp->sx);
     free(dp->sn);
+    free(dp->xparam);
+    free(dp->xfirst);
+    llmt_comm_destroy(dp->xcomm);
     free(dp->hms);
     free(dp->hvs);
     if (dp->op) {
@@ -371,7 +413,7 @@ static void poison(llmt__dp *dp, int u)
  * its collectives need a padded buffer instead of running in place. */
 static int padded(const llmt__dp *dp, int u)
 {
-    return dp->chunk[u] * (size_t)dp->size != dp->n[u];
+    return dp->chunk[u] * usize(dp, u) != dp->n[u];
 }
 
 /* The two slots of the piecewise all-gather of padded units, about
@@ -434,6 +476,97 @@ static size_t dev_start(const llmt_model *m, const size_t *doff, size_t host)
     return LLMT__NOPARAM;
 }
 
+/* Expert parallelism: the expert data parallel group, the DP ranks of
+ * this rank's EP rank (collective over the DP group), which with the EP
+ * group must tile the DP group. */
+static llmt_status ep_groups(llmt__dp *dp, llmt_err *e, llmt_comm *ep)
+{
+    llmt_status s = llmt_comm_split(dp->comm, dp->erank, dp->rank, &dp->xcomm);
+    if (s != LLMT_OK)
+        return llmt__err_set(e, s, "dp: the expert data parallel groups (ep %d): %s",
+                             (int)dp->esize, llmt_comm_last_error(dp->comm));
+    llmt_comm_rank(dp->xcomm, &dp->xrank);
+    llmt_comm_size(dp->xcomm, &dp->xsize);
+    if (dp->size % dp->esize || dp->xsize * dp->esize != dp->size)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "dp: the EP group of %d ranks is not inside the data parallel "
+                             "group of %d as a block of its ranks (%d of them hold EP rank "
+                             "%d's experts; parallelism.ep must divide dp)",
+                             (int)dp->esize, (int)dp->size, (int)dp->xsize, (int)dp->erank);
+    dp->epc = ep;
+    return LLMT_OK;
+}
+
+static int param_at(const llmt_model *m, size_t host)
+{
+    for (int i = 0; host != LLMT__NOPARAM && i < m->nparams; i++)
+        if (m->params[i].offset == host)
+            return i;
+    return -1;
+}
+
+/* Expert parallelism: each MoE layer's unit ends before its experts
+ * (w1, w3, w2 follow the router, the layer's last tensors), and this
+ * rank's rows of each expert tensor, block erank of esize, become units
+ * U0 + 3k + j (see the top). */
+static void expert_units(llmt__dp *dp)
+{
+    const llmt_model *m = dp->model;
+    int u = dp->U0, k = 0;
+    for (int l = 0; l < m->cfg.layers + 2; l++)
+        dp->xfirst[l] = -1;
+    for (int l = 0; u < dp->nunits && l < m->cfg.layers; l++) {
+        const llmt__layer_offs *o = &m->layer[l];
+        if (o->ew1 == LLMT__NOPARAM)
+            continue;
+        const size_t t[3] = {o->ew1, o->ew3, o->ew2};
+        dp->xfirst[1 + l] = u;
+        for (int j = 0; j < 3; j++, u++, k++) {
+            int i = param_at(m, t[j]);
+            size_t per = dnumel(dp, i) / (size_t)dp->esize;
+            if (j == 0)
+                dp->n[1 + l] = dp->dv.doff[i] - dp->lo[1 + l];
+            dp->xparam[k] = i;
+            dp->unit_of_param[i] = u;
+            dp->lo[u] = dp->dv.doff[i] + (size_t)dp->erank * per;
+            dp->n[u] = per;
+        }
+    }
+}
+
+/* The dense units' all-reduce buckets (ZeRO 0/1), from the tail: filled
+ * into `into` when given; returns the count. */
+static int dense_buckets(const llmt__dp *dp, llmt__dp *into)
+{
+    int b = 0, hi = dp->U0 - 1;
+    size_t acc = 0;
+    for (int u = dp->U0 - 1; u >= 0; u--) {
+        /* a layer with experts below a filled bucket starts the next one */
+        if (dp->xfirst[u] >= 0 && hi > u) {
+            if (into) {
+                into->b_ulo[b] = u + 1;
+                into->b_uhi[b] = hi;
+            }
+            b++;
+            hi = u;
+            acc = 0;
+        }
+        acc += dp->n[u] * sizeof(float);
+        if (into)
+            into->b_of_unit[u] = b;
+        if (acc >= (size_t)dp->o.bucket_bytes || u == 0) {
+            if (into) {
+                into->b_ulo[b] = u;
+                into->b_uhi[b] = hi;
+            }
+            b++;
+            hi = u - 1;
+            acc = 0;
+        }
+    }
+    return b;
+}
+
 llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *opts,
                             llmt_model *model, const llmt__dp_store *st, llmt__dp **out)
 {
@@ -480,20 +613,39 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
     dp->v = st->v;
     llmt_comm_rank(comm, &dp->rank);
     llmt_comm_size(comm, &dp->size);
-    int L = model->cfg.layers, U = L + 2;
-    dp->nunits = U;
-    dp->lo = calloc((size_t)U, sizeof(size_t));
-    dp->n = calloc((size_t)U, sizeof(size_t));
-    dp->chunk = calloc((size_t)U, sizeof(size_t));
-    dp->own_lo = calloc((size_t)U, sizeof(size_t));
-    dp->own_n = calloc((size_t)U, sizeof(size_t));
+    int L = model->cfg.layers, U = L + 2, UT = U;
+    dp->esize = 1;
+    if (st->ep && (llmt_comm_rank(st->ep, &dp->erank) != LLMT_OK ||
+                   llmt_comm_size(st->ep, &dp->esize) != LLMT_OK)) {
+        llmt__dp_destroy(dp);
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT, "dp: the EP group: %s",
+                             llmt_comm_last_error(st->ep));
+    }
+    if (dp->esize > 1) {
+        llmt_status s = ep_groups(dp, e, st->ep);
+        if (s != LLMT_OK) {
+            llmt__dp_destroy(dp);
+            return s;
+        }
+        for (int l = 0; l < L; l++)
+            UT += model->layer[l].ew1 != LLMT__NOPARAM ? 3 : 0;
+    }
+    dp->U0 = U;
+    dp->nunits = UT;
+    dp->lo = calloc((size_t)UT, sizeof(size_t));
+    dp->n = calloc((size_t)UT, sizeof(size_t));
+    dp->chunk = calloc((size_t)UT, sizeof(size_t));
+    dp->own_lo = calloc((size_t)UT, sizeof(size_t));
+    dp->own_n = calloc((size_t)UT, sizeof(size_t));
     dp->unit_of_param = calloc((size_t)model->nparams, sizeof(int));
-    dp->ready = calloc((size_t)U, sizeof(int));
-    dp->gathered = calloc((size_t)U, sizeof(int));
-    dp->pf = calloc((size_t)U, sizeof *dp->pf);
-    dp->soff = calloc((size_t)U, sizeof(size_t));
-    dp->released = calloc((size_t)U, sizeof(size_t));
-    size_t nsx = (size_t)U + (st->norm_count > 0 ? (size_t)st->norm_count : 0);
+    dp->ready = calloc((size_t)UT, sizeof(int));
+    dp->gathered = calloc((size_t)UT, sizeof(int));
+    dp->pf = calloc((size_t)UT, sizeof *dp->pf);
+    dp->soff = calloc((size_t)UT, sizeof(size_t));
+    dp->released = calloc((size_t)UT, sizeof(size_t));
+    dp->xfirst = malloc((size_t)UT * sizeof(int));
+    dp->xparam = calloc((size_t)(UT - U) + 1, sizeof(int));
+    size_t nsx = (size_t)UT + (st->norm_count > 0 ? (size_t)st->norm_count : 0);
     dp->sx = calloc(nsx, sizeof *dp->sx);
     dp->sn = calloc(nsx, sizeof *dp->sn);
     dp->xbuf = dalloc(dp, (1 + (size_t)dp->size) * sizeof(int64_t));
@@ -502,7 +654,7 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
     for (int k = 0; k < AG_SLOTS; k++) dp->ag_unit[k] = -1;
     if (!dp->lo || !dp->n || !dp->chunk || !dp->own_lo || !dp->own_n || !dp->unit_of_param ||
         !dp->ready || !dp->gathered || !dp->pf || !dp->soff || !dp->released || !dp->sx ||
-        !dp->sn || !dp->xbuf || !dp->dsum) {
+        !dp->sn || !dp->xbuf || !dp->dsum || !dp->xfirst || !dp->xparam) {
         llmt__dp_destroy(dp);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
     }
@@ -555,12 +707,13 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
                              "dp: the model's parameters are not laid out as "
                              "embeddings, layers, final norm");
     }
-    for (int u = 0; u < U; u++) {
-        size_t S = (size_t)dp->size;
+    expert_units(dp);
+    for (int u = 0; u < UT; u++) {
+        size_t S = usize(dp, u);
         dp->chunk[u] = (dp->n[u] + S - 1) / S;
         if (padded(dp, u) && dp->chunk[u] * S > dp->slot_n)
             dp->slot_n = dp->chunk[u] * S;
-        size_t a = (size_t)dp->rank * dp->chunk[u];
+        size_t a = urank(dp, u) * dp->chunk[u];
         size_t b = a + dp->chunk[u];
         if (a > dp->n[u]) a = dp->n[u];
         if (b > dp->n[u]) b = dp->n[u];
@@ -587,23 +740,14 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
         nomem |= !(dp->rs_slot[k] = dalloc(dp, dp->slot_n * sizeof(float)));
     for (int k = 0; dp->slot_n && zs == 3 && k < AG_SLOTS; k++)
         nomem |= !(dp->ag_slot[k] = dalloc(dp, dp->slot_n * sizeof(float)));
-    /* buckets */
-    if (zs >= 2) {
-        dp->nb = U;
-    } else {
-        dp->nb = 0;
-        size_t acc = 0;
-        for (int u = U - 1; u >= 0; u--) {
-            acc += dp->n[u] * sizeof(float);
-            if (acc >= (size_t)o.bucket_bytes || u == 0) {
-                dp->nb++;
-                acc = 0;
-            }
-        }
-    }
+    /* buckets: ZeRO 2/3 one per unit; else dense units from the tail,
+     * about bucket_bytes each, a layer with experts the last of its bucket
+     * (the bucket is one range, and its expert rows are not in it), then
+     * one per expert unit */
+    dp->nb = zs >= 2 ? UT : dense_buckets(dp, NULL) + (UT - U);
     dp->b_ulo = calloc((size_t)dp->nb, sizeof(int));
     dp->b_uhi = calloc((size_t)dp->nb, sizeof(int));
-    dp->b_of_unit = calloc((size_t)U, sizeof(int));
+    dp->b_of_unit = calloc((size_t)UT, sizeof(int));
     dp->b_nready = calloc((size_t)dp->nb, sizeof(int));
     dp->b_launched = calloc((size_t)dp->nb, sizeof(int));
     dp->work = calloc((size_t)dp->nb, sizeof *dp->work);
@@ -614,23 +758,15 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
     }
     if (zs >= 2) {
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < UT; u++) {
             dp->b_ulo[u] = dp->b_uhi[u] = u;
             dp->b_of_unit[u] = u;
         }
     } else {
-        int b = 0, hi = U - 1;
-        size_t acc = 0;
-        for (int u = U - 1; u >= 0; u--) {
-            acc += dp->n[u] * sizeof(float);
+        int b = dense_buckets(dp, dp);
+        for (int u = U; u < UT; u++, b++) {
+            dp->b_ulo[b] = dp->b_uhi[b] = u;
             dp->b_of_unit[u] = b;
-            if (acc >= (size_t)o.bucket_bytes || u == 0) {
-                dp->b_ulo[b] = u;
-                dp->b_uhi[b] = hi;
-                b++;
-                hi = u - 1;
-                acc = 0;
-            }
         }
     }
     if (zs == 3) {
@@ -644,7 +780,7 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
             ps > 0 && (size_t)ps % sizeof(float) == 0)
             dp->page = (size_t)ps;
 #endif
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < UT; u++) {
             poison(dp, u);
             dp->gathered[u] = 0;
         }
@@ -706,7 +842,7 @@ static void rs_finish(llmt__dp *dp, int u, llmt_status s)
         float *g = dp->grads;
         size_t own_end = dp->own_lo[u] + dp->own_n[u];
         if (k >= 0)
-            dcopy(dp, g + dp->own_lo[u], dp->rs_slot[k] + (size_t)dp->rank * dp->chunk[u],
+            dcopy(dp, g + dp->own_lo[u], dp->rs_slot[k] + urank(dp, u) * dp->chunk[u],
                   dp->own_n[u]);
         dzero(dp, g + dp->lo[u], dp->own_lo[u] - dp->lo[u]);
         dzero(dp, g + own_end, dp->lo[u] + dp->n[u] - own_end);
@@ -744,38 +880,46 @@ static void launch(llmt__dp *dp, int b)
             dp->rs_unit[k] = u;
             dp->rs_tick[k] = ++dp->ticks;
             buf = dp->rs_slot[k];
-            size_t n = dp->n[u], all = C * (size_t)dp->size;
+            size_t n = dp->n[u], all = C * usize(dp, u);
             dcopy(dp, buf, dp->grads + dp->lo[u], n);
             dzero(dp, buf + n, all - n);
             dsync(dp);
         }
         double t0 = clock_s();
-        s = llmt_comm_ireduce_scatter(dp->comm, buf,
-                                      buf + (size_t)dp->rank * C, C,
-                                      LLMT_DTYPE_FP32, LLMT_REDUCE_SUM,
-                                      &dp->work[b]);
+        s = llmt_comm_ireduce_scatter(ucomm(dp, u), buf, buf + urank(dp, u) * C, C,
+                                      LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, &dp->work[b]);
         host_since(dp, t0);
         if (s != LLMT_OK && k >= 0) dp->rs_unit[k] = -1;
     } else {
         size_t lo = dp->lo[dp->b_ulo[b]];
         size_t hi = dp->lo[dp->b_uhi[b]] + dp->n[dp->b_uhi[b]];
         double t0 = clock_s();
-        s = llmt_comm_iall_reduce(dp->comm, dp->grads + lo, dp->grads + lo,
-                                  hi - lo, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM,
-                                  &dp->work[b]);
+        s = llmt_comm_iall_reduce(ucomm(dp, dp->b_ulo[b]), dp->grads + lo, dp->grads + lo,
+                                  hi - lo, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, &dp->work[b]);
         host_since(dp, t0);
     }
     note(dp, s, "gradient reduction");
 }
 
-void llmt__dp_ready(llmt__dp *dp, int unit)
+static void ready_one(llmt__dp *dp, int unit)
 {
-    if (!dp->armed || unit < 0 || unit >= dp->nunits || dp->ready[unit]) return;
+    if (dp->ready[unit])
+        return;
     dp->ready[unit] = 1;
     int b = dp->b_of_unit[unit];
     dp->b_nready[b]++;
     if (dp->o.overlap && dp->b_nready[b] == dp->b_uhi[b] - dp->b_ulo[b] + 1)
         launch(dp, b);
+}
+
+void llmt__dp_ready(llmt__dp *dp, int unit)
+{
+    if (!dp->armed || unit < 0 || unit >= dp->U0)
+        return;
+    ready_one(dp, unit);
+    /* a MoE layer's experts are done with it (expert parallelism) */
+    for (int j = 0; dp->xfirst[unit] >= 0 && j < 3; j++)
+        ready_one(dp, dp->xfirst[unit] + j);
 }
 
 llmt_status llmt__dp_end(llmt__dp *dp, double *loss_sum)
@@ -817,9 +961,59 @@ static llmt_status dev_sumsq(llmt__dp *dp, int count, double *out)
     return LLMT_OK;
 }
 
+/* The bits of x from every rank of the DP group, summed in rank order. */
+static llmt_status sum_ranks(llmt__dp *dp, double x, double *out)
+{
+    int64_t bits, *all = malloc((size_t)dp->size * sizeof *all);
+    if (!all)
+        return llmt__err_set(&dp->err, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
+    memcpy(&bits, &x, sizeof bits);
+    llmt_status s = small_coll(dp, 1, &bits, all);
+    double t = 0;
+    for (int r = 0; s == LLMT_OK && r < dp->size; r++) {
+        double y;
+        memcpy(&y, &all[r], sizeof y);
+        t += y;
+    }
+    free(all);
+    *out = t;
+    if (s != LLMT_OK) {
+        dp->st = LLMT_OK;
+        note(dp, s, "gradient norm");
+    }
+    return s;
+}
+
+/* Expert parallelism, ZeRO 0/1: every rank holds the whole reduced
+ * gradient of the dense units and of its own experts, zeros for the
+ * others: the dense squares here, the experts' from one EP group (the
+ * ranks of expert data parallel rank 0) summed over the DP group. */
+static llmt_status sumsq_ep(llmt__dp *dp, double *ss)
+{
+    double dense = 0, ex = 0;
+    llmt_status s = LLMT_OK;
+    for (int part = 0; part < 2 && s == LLMT_OK; part++) {
+        int cnt = 0, a = part ? dp->U0 : 0, b = part ? dp->nunits : dp->U0;
+        for (int u = a; u < b; u++)
+            if (dp->n[u]) {
+                dp->sx[cnt] = dp->grads + dp->lo[u];
+                dp->sn[cnt++] = dp->n[u];
+            }
+        if (cnt)
+            s = dev_sumsq(dp, cnt, part ? &ex : &dense);
+    }
+    if (s != LLMT_OK)
+        return s;
+    s = sum_ranks(dp, dp->xrank == 0 ? ex : 0.0, &ex);
+    *ss = dense + ex;
+    return s;
+}
+
 llmt_status llmt__dp_sumsq(llmt__dp *dp, double *ss)
 {
     int runs = dp->dv.norm_count >= 0;
+    if (dp->o.zero_stage < 2 && dp->U0 < dp->nunits && !runs)
+        return sumsq_ep(dp, ss);
     if (dp->o.zero_stage < 2) { /* every rank holds the whole reduced gradient */
         if (!runs) {
             dp->sx[0] = dp->grads;
@@ -858,23 +1052,7 @@ llmt_status llmt__dp_sumsq(llmt__dp *dp, double *ss)
     llmt_status s = cnt ? dev_sumsq(dp, cnt, &mine) : LLMT_OK;
     if (s != LLMT_OK)
         return s;
-    int64_t bits, *all = malloc((size_t)dp->size * sizeof *all);
-    if (!all) return llmt__err_set(&dp->err, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
-    memcpy(&bits, &mine, sizeof bits);
-    s = small_coll(dp, 1, &bits, all);
-    double t = 0;
-    for (int r = 0; s == LLMT_OK && r < dp->size; r++) {
-        double x;
-        memcpy(&x, &all[r], sizeof x);
-        t += x;
-    }
-    free(all);
-    *ss = t;
-    if (s != LLMT_OK) {
-        dp->st = LLMT_OK;
-        note(dp, s, "gradient norm");
-    }
-    return s;
+    return sum_ranks(dp, mine, ss);
 }
 
 static void ensure(llmt__dp *dp, int u);
@@ -896,7 +1074,7 @@ static llmt_status gather_issue(llmt__dp *dp, int u, llmt_comm_work **w)
         dp->ag_tick[k] = ++dp->ticks;
         buf = dp->ag_slot[k];
     }
-    float *mine = buf + (size_t)dp->rank * C;
+    float *mine = buf + urank(dp, u) * C;
     if (k >= 0) { /* the own chunk in (short or empty on the last ranks) */
         dcopy(dp, mine, dp->params + dp->own_lo[u], dp->own_n[u]);
         dzero(dp, mine + dp->own_n[u], C - dp->own_n[u]);
@@ -908,10 +1086,8 @@ static llmt_status gather_issue(llmt__dp *dp, int u, llmt_comm_work **w)
         return dp->st;
     }
     double t0 = clock_s();
-    llmt_status s = w ? llmt_comm_iall_gather(dp->comm, mine, buf, C,
-                                              LLMT_DTYPE_FP32, w)
-                      : llmt_comm_all_gather(dp->comm, mine, buf, C,
-                                             LLMT_DTYPE_FP32, NULL);
+    llmt_status s = w ? llmt_comm_iall_gather(ucomm(dp, u), mine, buf, C, LLMT_DTYPE_FP32, w)
+                      : llmt_comm_all_gather(ucomm(dp, u), mine, buf, C, LLMT_DTYPE_FP32, NULL);
     if (w) /* the blocking one counts as the communicator's exposed time */
         host_since(dp, t0);
     if (s != LLMT_OK && k >= 0) dp->ag_unit[k] = -1;
@@ -939,7 +1115,7 @@ static void gather_finish(llmt__dp *dp, int u, int ok)
 static llmt_status piece_issue(llmt__dp *dp, int u, const float *src, size_t j,
                                size_t len, float *slot, llmt_comm_work **w)
 {
-    float *mine = slot + (size_t)dp->rank * len;
+    float *mine = slot + urank(dp, u) * len;
     size_t have = dp->own_n[u] > j ? dp->own_n[u] - j : 0;
     if (have > len) have = len;
     dcopy(dp, mine, src + j, have);
@@ -948,7 +1124,7 @@ static llmt_status piece_issue(llmt__dp *dp, int u, const float *src, size_t j,
     if (dp->st != LLMT_OK)
         return dp->st;
     double t0 = clock_s();
-    llmt_status s = llmt_comm_iall_gather(dp->comm, mine, slot, len, LLMT_DTYPE_FP32, w);
+    llmt_status s = llmt_comm_iall_gather(ucomm(dp, u), mine, slot, len, LLMT_DTYPE_FP32, w);
     host_since(dp, t0);
     return s;
 }
@@ -956,8 +1132,8 @@ static llmt_status piece_issue(llmt__dp *dp, int u, const float *src, size_t j,
 static void piece_out(llmt__dp *dp, int u, size_t j, size_t len,
                       const float *slot, float *dst)
 {
-    for (int r = 0; r < dp->size; r++) {
-        size_t at = (size_t)r * dp->chunk[u] + j;
+    for (size_t r = 0; r < usize(dp, u); r++) {
+        size_t at = r * dp->chunk[u] + j;
         if (at >= dp->n[u]) break;
         size_t cnt = dp->n[u] - at < len ? dp->n[u] - at : len;
         dcopy(dp, dst + at, slot + (size_t)r * len, cnt);
@@ -972,7 +1148,7 @@ static void piece_out(llmt__dp *dp, int u, size_t j, size_t len,
 static llmt_status gather_pieces(llmt__dp *dp, int u, const float *src, float *dst)
 {
     size_t C = dp->chunk[u], P = dp->piece, np = (C + P - 1) / P;
-    size_t slot = P * (size_t)dp->size;
+    size_t slot = P * usize(dp, u);
     llmt_comm_work *w[2] = {NULL, NULL};
     llmt_status s = LLMT_OK;
     for (size_t k = 0; k <= np && s == LLMT_OK; k++) {
@@ -1007,12 +1183,12 @@ static llmt_status gather_unit(llmt__dp *dp, int u, const float *src, float *dst
 {
     if (padded(dp, u)) return gather_pieces(dp, u, src, dst);
     size_t C = dp->chunk[u];
-    float *mine = dst + (size_t)dp->rank * C;
+    float *mine = dst + urank(dp, u) * C;
     dcopy(dp, mine, src, C);
     dsync(dp);
     if (dp->st != LLMT_OK)
         return dp->st;
-    return llmt_comm_all_gather(dp->comm, mine, dst, C, LLMT_DTYPE_FP32, NULL);
+    return llmt_comm_all_gather(ucomm(dp, u), mine, dst, C, LLMT_DTYPE_FP32, NULL);
 }
 
 llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
@@ -1025,6 +1201,10 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
     for (int i = 0; i < m->nparams; i++) {
         const llmt__param *p = &m->params[i];
         size_t a = dp->dv.doff[i], n = dnumel(dp, i);
+        if (zs == 0 && dp->unit_of_param[i] >= dp->U0) { /* this rank's experts only */
+            a = dp->lo[dp->unit_of_param[i]];
+            n = dp->n[dp->unit_of_param[i]];
+        }
         float *sm = dp->m ? dp->m + a : NULL, *sv = dp->v ? dp->v + a : NULL;
         if (zs >= 1) { /* the device shares */
             int u = dp->unit_of_param[i];
@@ -1086,14 +1266,17 @@ static void ensure(llmt__dp *dp, int u)
 
 void llmt__dp_use(llmt__dp *dp, int unit, int dir)
 {
-    if (dp->o.zero_stage < 3 || unit < 0 || unit >= dp->nunits) return;
-    int last = dp->nunits - 1;
+    if (dp->o.zero_stage < 3 || unit < 0 || unit >= dp->U0)
+        return;
+    int last = dp->U0 - 1;
     if (unit == 0) {
         ensure(dp, 0);
         ensure(dp, last);
     } else {
         ensure(dp, unit);
     }
+    for (int j = 0; dp->xfirst[unit] >= 0 && j < 3; j++) /* its experts: blocking */
+        ensure(dp, dp->xfirst[unit] + j);
     int next = unit + (dir > 0 ? 1 : -1);
     if (next >= 1 && next < last && !dp->gathered[next] && !dp->pf[next] &&
         dp->st == LLMT_OK)
@@ -1102,9 +1285,15 @@ void llmt__dp_use(llmt__dp *dp, int unit, int dir)
 
 void llmt__dp_done(llmt__dp *dp, int unit)
 {
-    if (dp->o.zero_stage < 3 || unit < 1 || unit >= dp->nunits - 1) return;
-    poison(dp, unit);
-    dp->gathered[unit] = 0;
+    if (dp->o.zero_stage < 3 || unit < 1 || unit >= dp->U0 - 1)
+        return;
+    for (int j = 0; j < 4; j++) {
+        int u = j == 0 ? unit : dp->xfirst[unit] >= 0 ? dp->xfirst[unit] + j - 1 : -1;
+        if (u < 0)
+            break;
+        poison(dp, u);
+        dp->gathered[u] = 0;
+    }
 }
 
 llmt_status llmt__dp_params_written(llmt__dp *dp)
@@ -1122,12 +1311,60 @@ llmt_status llmt__dp_params_written(llmt__dp *dp)
     return dp->st;
 }
 
+/* Expert parallelism: every EP rank's rows of each expert tensor of buf
+ * (the parameters, m or v; device layout) gathered in place over the EP
+ * group: EP rank j's rows are block j of the tensor, where its all-gather
+ * puts them. */
+static llmt_status ep_gather(llmt__dp *dp, float *buf, int params)
+{
+    llmt_status s = LLMT_OK;
+    for (int u = dp->U0; u < dp->nunits && s == LLMT_OK; u++) {
+        int i = dp->xparam[u - dp->U0];
+        size_t per = dp->n[u], at = dp->dv.doff[i];
+        dsync(dp);
+        if ((s = dp->st) != LLMT_OK)
+            break;
+        s = llmt_comm_all_gather(dp->epc, buf + dp->lo[u], buf + at, per, LLMT_DTYPE_FP32,
+                                 NULL);
+        if (s == LLMT_OK && params)
+            refresh(dp, at, per * (size_t)dp->esize);
+        if (s == LLMT_OK)
+            s = dp->st;
+    }
+    if (s != LLMT_OK) {
+        dp->st = LLMT_OK;
+        note(dp, s, "expert rows' all-gather over the EP group");
+    }
+    return s;
+}
+
 llmt_status llmt__dp_sync(llmt__dp *dp)
 {
-    if (dp->o.zero_stage < 3) return LLMT_OK;
     dp->st = LLMT_OK;
-    for (int u = 0; u < dp->nunits; u++) ensure(dp, u);
-    return dp->st;
+    for (int u = 0; dp->o.zero_stage == 3 && u < dp->nunits; u++)
+        ensure(dp, u);
+    if (dp->st != LLMT_OK || dp->U0 == dp->nunits)
+        return dp->st;
+    return ep_gather(dp, dp->params, 1);
+}
+
+llmt_status llmt__dp_ep_gather_state(llmt__dp *dp, float *m, float *v)
+{
+    if (dp->U0 == dp->nunits)
+        return LLMT_OK;
+    dp->st = LLMT_OK;
+    llmt_status s = ep_gather(dp, m, 0);
+    return s == LLMT_OK ? ep_gather(dp, v, 0) : s;
+}
+
+const llmt_dp_opts *llmt__dp_opts(const llmt__dp *dp)
+{
+    return &dp->o;
+}
+
+llmt_comm *llmt__dp_expert_comm(const llmt__dp *dp)
+{
+    return dp->xcomm;
 }
 
 /* ---- the rank's shares (trainer accessors, checkpoints) */
@@ -1204,6 +1441,8 @@ llmt_status llmt__dp_unshard_state(llmt__dp *dp, float *m, float *v)
     if (s == LLMT_OK) s = unshard_one(dp, dp->vs, v);
     if (s == LLMT_OK)
         s = dp->st;
+    if (s == LLMT_OK) /* and the other EP ranks' experts */
+        s = llmt__dp_ep_gather_state(dp, m, v);
     if (temp) {
         dsync(dp);
         dfree(dp, dp->stage);

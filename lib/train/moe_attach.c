@@ -22,5 +22,15 @@ LLMT_API llmt_status llmt_trainer_set_ep_comm(llmt_trainer *tr, llmt_comm *comm)
                              (int)n);
     if (!m)
         return LLMT_OK;
-    return llmt__moe_net_set_ep(m, e, comm);
+    llmt_status s = llmt__moe_net_set_ep(m, e, comm);
+    /* data parallelism attached first: made again, its experts now units
+     * of their own group (dp.c) */
+    return s == LLMT_OK ? llmt__trainer_dp_renew(tr) : s;
+}
+
+llmt_comm *llmt__trainer_ep_comm(llmt_trainer *tr)
+{
+    llmt__devtrain *g = llmt__trainer_devtrain(tr);
+    llmt__moe_net *m = g ? llmt__devtrain_moe(g) : NULL;
+    return m ? llmt__moe_net_ep_comm(m) : NULL;
 }

@@ -171,6 +171,11 @@ int llmt__moe_net_ep_size(const llmt__moe_net *n)
     return n->ep_size;
 }
 
+llmt_comm *llmt__moe_net_ep_comm(const llmt__moe_net *n)
+{
+    return n->epc;
+}
+
 llmt_status llmt__moe_net_step_begin(llmt__moe_net *n, llmt_err *e, int micro, llmt_comm *dp,
                                      float *scale)
 {

@@ -29,6 +29,7 @@ llmt_status llmt__moe_net_bwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
  * must outlive the engine; its size must divide the experts. */
 llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm);
 int llmt__moe_net_ep_size(const llmt__moe_net *n);
+llmt_comm *llmt__moe_net_ep_comm(const llmt__moe_net *n); /* NULL: none */
 /* Start a step of `micro` micro-batches on this rank, under the data
  * parallel group dp (NULL: none): *scale gets the aux and z losses'
  * gradient weight (1 / (micro x dp ranks)). Refused when expert

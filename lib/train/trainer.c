@@ -851,6 +851,12 @@ static llmt_status detach(llmt_trainer *tr)
         tr->m = llmt__devtrain_host_m(tr->dev);
         tr->v = llmt__devtrain_host_v(tr->dev);
         tr->stale_moments = 1;
+    } else { /* ZeRO 0 under expert parallelism: the other EP ranks' experts */
+        float *dm, *dv;
+        llmt__devtrain_moments(tr->dev, &dm, &dv);
+        if (llmt__dp_ep_gather_state(tr->dp, dm, dv) != LLMT_OK)
+            return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
+        tr->stale_moments = 1;
     }
     llmt__devtrain_set_dp(tr->dev, NULL);
     llmt__dp_destroy(tr->dp);
@@ -883,6 +889,7 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
     if (s != LLMT_OK) return s;
     llmt__dp_store st;
     llmt__devtrain_dp_store(tr->dev, &st);
+    st.ep = llmt__trainer_ep_comm(tr); /* experts reduced over their own group */
     s = llmt__dp_create(&tr->err, comm, opts, tr->model, &st, &tr->dp);
     if (s != LLMT_OK) return s;
     llmt__devtrain_set_dp(tr->dev, tr->dp);
@@ -892,6 +899,20 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
     llmt__devtrain_drop_moments(tr->dev);
     tr->m = tr->v = NULL;
     return LLMT_OK;
+}
+
+llmt_status llmt__trainer_dp_renew(llmt_trainer *tr)
+{
+    if (!tr->dp)
+        return LLMT_OK;
+    llmt_comm *c = llmt__dp_comm(tr->dp);
+    llmt_dp_opts o = *llmt__dp_opts(tr->dp);
+    return llmt_trainer_set_comm(tr, c, &o);
+}
+
+llmt_comm *llmt__trainer_expert_dp_comm(const llmt_trainer *tr)
+{
+    return tr->dp ? llmt__dp_expert_comm(tr->dp) : NULL;
 }
 
 LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr)

@@ -57,4 +57,13 @@ double llmt__trainer_cp_compute_s(llmt_trainer *tr);
  * tensors' blocks). */
 int llmt__trainer_has_pp(const llmt_trainer *tr);
 
+/* Expert parallelism (moe_attach.c): the EP group (NULL: none); data
+ * parallelism made again over its group and options (a no-op without it:
+ * collective), so that it reduces the experts over the group the EP group
+ * now gives; the expert data parallel group (NULL: none; tests read its
+ * traffic). */
+llmt_comm *llmt__trainer_ep_comm(llmt_trainer *tr);
+llmt_status llmt__trainer_dp_renew(llmt_trainer *tr);
+llmt_comm *llmt__trainer_expert_dp_comm(const llmt_trainer *tr);
+
 #endif

@@ -19,6 +19,14 @@
  *     comm_bytes_ep for the same layout (llmt_plan_get_estimate on the
  *     same model as a spec) and the closed form 4 x MoE layers x micro x
  *     (ep-1)/ep x experts x capacity x width x 4 bytes;
+ *   - the expert gradients travel over the expert data parallel group
+ *     (the dp/ep ranks holding the same experts; lib/train/dp.c), not the
+ *     DP group: its bytes of a step equal the closed form of each ZeRO
+ *     stage on this rank's E/ep experts (W 4 ep 2 adds ZeRO 0 and 2);
+ *   - resharding: ep 2 x 2 replicas (ZeRO 1) trains 2 steps and saves,
+ *     one rank resumes for 2 steps and saves, ep 4 (ZeRO 2) resumes for
+ *     the last 2: losses and parameters those of the uninterrupted run
+ *     (each checkpoint holds each expert block once, from its owners);
  *   - refusals: set_ep_comm on a dense model, ep not dividing the experts,
  *     a step under ep without a data parallel group. */
 #include <math.h>
@@ -30,6 +38,8 @@
 
 #include "check.h"
 #include "llmtrain.h"
+#include "rank_fixture.h"
+#include "train/trainer_state.h"
 
 enum { B = 2, T = 16, V = 61, SEQS = 8, STEPS = 6, E = 4, K = 2, FE = 24, C = 32, L = 2 };
 
@@ -84,6 +94,12 @@ typedef struct run {
     int64_t counts[E], dropped;
     double aux, z;
     double ep_bytes; /* all-to-all bus bytes of the EP group in the last step */
+    double x_bytes;  /* bus bytes of the expert data parallel group, same step */
+    int x_size;      /* its ranks (0: none) */
+    /* steps [k0, k1) (0, 0: all), after reading the checkpoint under load
+     * (step k0), then saved under save (step k1) */
+    int k0, k1;
+    const char *load, *save;
     float *params;
     int64_t total;
     llmt_status st;
@@ -95,8 +111,9 @@ static void *rank_main(void *p)
     run *a = p;
     llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
-    llmt_comm *epc = NULL;
+    llmt_comm *epc = NULL, *xc = NULL;
     int W = a->world ? a->W : 1, per = SEQS / W;
+    int k0 = a->k0, k1 = a->k1 ? a->k1 : STEPS;
     a->st = llmt_model_create(ctx, &a->c, &m);
     llmt_trainer_opts o;
     llmt_trainer_opts_init(&o, sizeof o);
@@ -119,15 +136,22 @@ static void *rank_main(void *p)
             a->st = llmt_comm_split(a->world, a->rank / a->ep, a->rank, &epc);
         if (a->st == LLMT_OK && a->ep > 1)
             a->st = llmt_trainer_set_ep_comm(tr, epc);
+        xc = llmt__trainer_expert_dp_comm(tr);
+        if (xc)
+            llmt_comm_size(xc, &a->x_size);
     }
-    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
+    if (a->st == LLMT_OK && a->load)
+        a->st = rank_fixture_ckpt(tr, a->load, a->rank, W, 0, k0);
+    for (int k = k0; k < k1 && a->st == LLMT_OK; k++) {
         size_t off = ((size_t)k * SEQS + (size_t)a->rank * per) * T;
         llmt_batch b = {sizeof b, g_in + off, g_tg + off, per, T};
         llmt_step_metrics met;
         memset(&met, 0, sizeof met);
         met.struct_size = sizeof met;
-        if (epc && k == STEPS - 1)
+        if (epc && k == k1 - 1)
             llmt_comm_reset_stats(epc);
+        if (xc && k == k1 - 1)
+            llmt_comm_reset_stats(xc);
         a->st = llmt_trainer_step(tr, &b, &met);
         a->loss[k] = met.loss;
     }
@@ -140,6 +164,17 @@ static void *rank_main(void *p)
         llmt_comm_get_stats(epc, &cs);
         a->ep_bytes = cs.bus_bytes[LLMT_COMM_STAT_ALL_TO_ALL];
     }
+    if (a->st == LLMT_OK && xc) {
+        llmt_comm_stats cs;
+        memset(&cs, 0, sizeof cs);
+        cs.struct_size = sizeof cs;
+        llmt_comm_get_stats(xc, &cs);
+        a->x_bytes = cs.bus_bytes[LLMT_COMM_STAT_ALL_REDUCE] +
+                     cs.bus_bytes[LLMT_COMM_STAT_ALL_GATHER] +
+                     cs.bus_bytes[LLMT_COMM_STAT_REDUCE_SCATTER];
+    }
+    if (a->st == LLMT_OK && a->save)
+        a->st = rank_fixture_ckpt(tr, a->save, a->rank, W, 1, k1);
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
     int32_t np = 0;
@@ -301,6 +336,22 @@ static void one_case(const run *ref, int W, int ep, int zero, int dropless)
             CHECK_CLOSE(r[i].ep_bytes, want, 1e-12, 0);
         CHECK_CLOSE(plan, want, 1e-12, 0);
     }
+    /* the expert data parallel group: X = W / ep ranks, 3 tensors of
+     * E/ep experts per MoE layer (w1, w3 [E*FE, C], w2 [E*C, FE]), each a
+     * unit of n = E/ep x FE x C floats, chunk c = n / X per rank */
+    double xwant = 0;
+    if (ep > 1) {
+        double X = (double)W / ep, n = (double)E / ep * FE * C, c = n / X;
+        double units = 3.0 * L, micro = (double)SEQS / W / B;
+        double rs = (X - 1) * c * 4, ag = (X - 1) * c * 4;
+        double per = zero < 2 ? 2 * (X - 1) / X * n * 4 + (zero == 1 ? ag : 0)
+                              : rs + (zero == 2 ? ag : 2 * micro * ag);
+        xwant = units * per;
+        for (int i = 0; i < W; i++) {
+            CHECK_EQ_INT(r[i].x_size, W / ep);
+            CHECK_CLOSE(r[i].x_bytes, xwant, 1e-12, 0);
+        }
+    }
     int64_t kept = 0;
     for (int x = 0; x < E; x++)
         kept += r[0].counts[x];
@@ -308,6 +359,9 @@ static void one_case(const run *ref, int W, int ep, int zero, int dropless)
            "dropped %lld (ref %lld), ep all-to-all %.0f B/step (formula %.0f, plan %.0f)\n",
            W, ep, zero, dropless ? "dropless" : "capacity 1.0", wl, wp, (long long)kept,
            (long long)r[0].dropped, (long long)ref->dropped, r[0].ep_bytes, want, plan);
+    if (ep > 1)
+        printf("  expert data parallel group of %d: %.0f B/step (formula %.0f)\n", r[0].x_size,
+               r[0].x_bytes, xwant);
     for (int i = 0; i < W; i++)
         free(r[i].params);
 }
@@ -391,6 +445,72 @@ static void refusals(void)
     llmt_comm_destroy(w[1]);
 }
 
+/* One stage of the resharding chain: W ranks (W 1: one rank, no
+ * communicator) of ep over steps [k0, k1). */
+static void stage(run *r, int W, int ep, int zero, int k0, int k1, const char *load,
+                  const char *save)
+{
+    memset(r, 0, 4 * sizeof *r);
+    for (int i = 0; i < W; i++) {
+        cfg(&r[i].c, E, 0);
+        r[i].ep = ep;
+        r[i].zero = zero;
+        r[i].k0 = k0;
+        r[i].k1 = k1;
+        r[i].load = load;
+        r[i].save = save;
+    }
+    if (W > 1) {
+        run_ranks(r, W);
+    } else {
+        r[0].W = 1;
+        rank_main(&r[0]);
+    }
+}
+
+/* ep 2 x 2 replicas -> one rank -> ep 4, through checkpoints, against the
+ * uninterrupted single rank (capacity 1.0). */
+static void reshard(const run *ref)
+{
+    char a[] = "/tmp/moe_ep_ckA_XXXXXX", b[] = "/tmp/moe_ep_ckB_XXXXXX";
+    CHECK(mkdtemp(a) != NULL);
+    CHECK(mkdtemp(b) != NULL);
+    const struct {
+        int W, ep, zero, k0, k1;
+        const char *load, *save;
+    } chain[3] = {{4, 2, 1, 0, 2, NULL, a}, {1, 1, 0, 2, 4, a, b}, {4, 4, 2, 4, 6, b, NULL}};
+    double wl = 0, wp = 0;
+    for (int c = 0; c < 3; c++) {
+        run r[4];
+        stage(r, chain[c].W, chain[c].ep, chain[c].zero, chain[c].k0, chain[c].k1,
+              chain[c].load, chain[c].save);
+        for (int i = 0; i < chain[c].W; i++) {
+            if (r[i].st != LLMT_OK) {
+                fprintf(stderr, "  reshard stage %d rank %d: %s\n", c, i, r[i].err);
+                CHECK(0);
+                continue;
+            }
+            for (int k = chain[c].k0; k < chain[c].k1; k++) {
+                CHECK_CLOSE(r[i].loss[k], ref->loss[k], 1e-5, 0);
+                double d = fabs(r[i].loss[k] - ref->loss[k]) / fabs(ref->loss[k]);
+                wl = d > wl ? d : wl;
+            }
+            if (c == 2) {
+                double d = rel_l2(r[i].params, ref->params, r[i].total);
+                CHECK(d <= 1e-5);
+                wp = d > wp ? d : wp;
+            }
+            free(r[i].params);
+        }
+    }
+    printf("reshard ep 2 x 2 (ZeRO 1, steps 0-1) -> 1 rank (2-3) -> ep 4 (ZeRO 2, 4-5): "
+           "losses rel <= %.2e, final params rel L2 <= %.2e\n",
+           wl, wp);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", a, b);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     CHECK_STATUS(llmt_context_create(NULL, &ctx), LLMT_OK);
@@ -418,6 +538,9 @@ int main(void)
             one_case(&ref, 4, 4, 0, dl);
             one_case(&ref, 2, 2, 2, dl);
             one_case(&ref, 4, 2, 3, dl);
+            one_case(&ref, 4, 2, 0, dl);
+            one_case(&ref, 4, 2, 2, dl);
+            reshard(&ref);
         } else {
             CHECK_EQ_INT(ref.dropped, 0);
             one_case(&ref, 2, 2, 1, dl);
