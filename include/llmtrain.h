@@ -623,6 +623,13 @@ typedef struct llmt_model_config {
     float moe_capacity_factor; /* > 0; 0 = 1.25 */
     float moe_aux_loss_coef;   /* >= 0; default 0.01 */
     float moe_z_loss_coef;     /* >= 0; default 0.001 */
+    /* Shared experts (DeepSeek-MoE): moe_shared_experts always-active
+     * SwiGLU experts of moe_ffn each, not routed, added to the routed
+     * experts' combined output; stored as one SwiGLU of width
+     * moe_shared_experts * moe_ffn (their sum is exactly that):
+     * layers.L.feed_forward.shared_experts.w1/w3 [S*moe_ffn, width], .w2
+     * [width, S*moe_ffn]. 0 = none. */
+    int32_t moe_shared_experts;
 } llmt_model_config;
 
 LLMT_API llmt_status llmt_model_config_init(llmt_model_config *cfg,

@@ -122,11 +122,21 @@ static llmt_status resolve_config(llmt_err *e, llmt_model_config *c)
                                  "model: moe_aux_loss_coef %g and moe_z_loss_coef %g must be "
                                  ">= 0",
                                  (double)c->moe_aux_loss_coef, (double)c->moe_z_loss_coef);
+        if (c->moe_shared_experts < 0)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "model: moe_shared_experts %d must be >= 0",
+                                 (int)c->moe_shared_experts);
+        if (c->moe_shared_experts > 0)
+            return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                                 "model: moe_shared_experts %d: shared experts are not "
+                                 "implemented yet (issue 18)",
+                                 (int)c->moe_shared_experts);
     } else if (c->moe_top_k || c->moe_ffn || c->moe_every || c->moe_dropless ||
-               c->moe_capacity_factor != 0.0f) {
+               c->moe_capacity_factor != 0.0f || c->moe_shared_experts) {
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
-                             "model: moe_top_k, moe_ffn, moe_every, moe_dropless or "
-                             "moe_capacity_factor set but moe_experts is 0 (dense)");
+                             "model: moe_top_k, moe_ffn, moe_every, moe_dropless, "
+                             "moe_capacity_factor or moe_shared_experts set but moe_experts "
+                             "is 0 (dense)");
     }
     if (c->tie_embeddings < 0) c->tie_embeddings = c->arch == LLMT_ARCH_GPT2;
     if (c->arch == LLMT_ARCH_GPT2 && !c->tie_embeddings)
