@@ -73,8 +73,9 @@ static llmt_status check_parallelism(llmt_job *j)
 }
 
 /* Context parallelism (lib/train/cp.c) runs on the host backends, with
- * tensor parallelism and data parallelism at any ZeRO stage; what it does
- * not compose with yet is named here, before any data is prepared. */
+ * tensor parallelism (sequence parallel or not) and data parallelism at
+ * any ZeRO stage; what it does not compose with yet is named here, before
+ * any data is prepared. */
 static llmt_status check_cp(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
@@ -89,17 +90,24 @@ static llmt_status check_cp(llmt_job *j)
         "train.device cuda (the attention's key/value exchange runs on host memory: the "
         "cpu backend for now)",
         "parallelism.pp > 1 (pipeline stages with context parallel attention)",
-        "parallelism.sequence_parallel (both split the sequence)",
         "model.moe.experts (the aux losses and counts over the group)"};
     int k = s->train.device == LLMT_SPEC_DEVICE_CUDA ? 0
             : s->parallelism.pp > 1                  ? 1
-            : s->parallelism.sequence_parallel       ? 2
-            : s->model.moe.experts > 0               ? 3
+            : s->model.moe.experts > 0               ? 2
                                                      : -1;
     if (k >= 0)
         return REFUSE("parallelism.cp: %lld is not supported by llmt_job with %s yet; use "
                       "cp 1",
                       cp, why[k]);
+    /* sequence parallelism splits a CP rank's rows of each sequence in tp
+     * blocks (the trainer refuses it too, but after the groups are made) */
+    long long tp = (long long)s->parallelism.tp, T = (long long)s->model.seq_len;
+    if (s->parallelism.sequence_parallel && tp > 1 && T % (2 * cp) == 0 && (T / cp) % tp)
+        return llmt__err_set(&j->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "parallelism.sequence_parallel: parallelism.tp %lld does not "
+                             "divide model.seq_len %lld / parallelism.cp %lld = %lld (the "
+                             "rows a CP rank holds of each sequence are split in tp blocks)",
+                             tp, T, cp, T / cp);
     return LLMT_OK;
 }
 

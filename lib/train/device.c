@@ -1406,8 +1406,11 @@ static llmt_status lin_bwd(llmt__devtrain *g, const llmt__linear *L, void *dx, f
 /* Learned positions under context parallelism: this rank's T rows of a
  * sequence are two runs of consecutive global positions (cp.h), each
  * looked up from wpe at its first position (with a vocabulary split, by
- * tensor parallel rank 0 only, as embed_fwd's). */
-static llmt_status cp_embed(llmt__devtrain *g, const int32_t *tok, int B, int T, int fwd)
+ * tensor parallel rank 0 only, as embed_fwd's). buf: the B x T rows the
+ * forward writes or the backward reads (sequence parallel: the whole
+ * rows in gat, as embed_fwd and embed_bwd use them). */
+static llmt_status cp_embed(llmt__devtrain *g, const int32_t *tok, int B, int T, int fwd,
+                            void *buf)
 {
     const llmt__vocab *E = &g->voc;
     const int32_t *pos = llmt__cp_pos(g->cp);
@@ -1415,7 +1418,7 @@ static llmt_status cp_embed(llmt__devtrain *g, const int32_t *tok, int B, int T,
     for (int b = 0; b < B; b++)
         for (int h = 0; h < 2; h++) {
             size_t row = (size_t)b * T + (size_t)h * Tc, p0 = (size_t)pos[h * Tc] * E->C;
-            void *o = at(g, g->resid[0], row * E->C), *d = at(g, g->dres, row * E->C);
+            void *o = at(g, buf, row * E->C), *d = o;
             int lo = E->lo, Vl = E->hi - E->lo;
             if (fwd && E->split != LLMT__SPLIT_NONE)
                 S(g->op->embedding_part_fwd(g->d, o, tok + row, pw(g, E->wte),
@@ -1445,7 +1448,7 @@ static llmt_status embed_fwd(llmt__devtrain *g, const int32_t *tok, int B, int T
     /* sequence parallel: every row's partial sum, then this rank's rows */
     void *out = g->sp ? g->gat : g->resid[0];
     if (g->cp && E->wpe != NOP) { /* by chunk of positions (cp.h), the same ops */
-        llmt_status cs = cp_embed(g, tok, B, T, 1);
+        llmt_status cs = cp_embed(g, tok, B, T, 1, out);
         if (cs != LLMT_OK)
             return cs;
     } else if (E->split != LLMT__SPLIT_NONE) /* rows [lo, hi); wpe added once, by rank 0 */
@@ -1477,7 +1480,7 @@ static llmt_status embed_bwd(llmt__devtrain *g, const int32_t *tok, int B, int T
         dout = g->gat;
     }
     if (g->cp && E->wpe != NOP)
-        return cp_embed(g, tok, B, T, 0);
+        return cp_embed(g, tok, B, T, 0, (void *)dout);
     if (E->split != LLMT__SPLIT_NONE) /* dout is whole: wpe's gradient is too */
         S(g->op->embedding_part_bwd(g->d, g->grad + E->wte, dwpe, dout, tok, B, T, E->C, E->lo,
                                     E->hi - E->lo),

@@ -1017,10 +1017,10 @@ LLMT_API llmt_status llmt_trainer_set_sequence_parallel(llmt_trainer *tr, int32_
                              "is attached (%s)",
                              tr->dp ? "data" : "pipeline",
                              tr->dp ? "llmt_trainer_set_comm" : "llmt_trainer_set_pp_comm");
-    if (tr->cp)
-        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_sequence_parallel: sequence parallelism with "
-                             "context parallelism is not supported yet (parallelism.cp 1)");
+    if (tr->cp) /* the CP engine is made for seq_len / cp rows over the TP group */
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
+                             "trainer: set_sequence_parallel: set it before context "
+                             "parallelism is attached (llmt_trainer_set_cp_comm)");
     /* refused here, before the collectives of making the engine again */
     int32_t n = 1;
     llmt_comm_size(llmt__tp_comm(tr->tp), &n);
@@ -1242,14 +1242,10 @@ static llmt_status cp_check(llmt_trainer *tr)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_cp_comm: attach context parallelism before data "
                              "parallelism (llmt_trainer_set_comm)");
-    const char *other = tr->pp                 ? "pipeline parallelism"
-                        : llmt__tp_seq(tr->tp) ? "sequence parallelism"
-                                               : NULL;
-    if (other)
+    if (tr->pp)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_cp_comm: context parallelism with %s is not "
-                             "supported yet (parallelism.cp 1)",
-                             other);
+                             "trainer: set_cp_comm: context parallelism with pipeline "
+                             "parallelism is not supported yet (parallelism.cp 1)");
     if (tr->o.fp8)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_cp_comm: fp8 with context parallelism is not "
@@ -1281,6 +1277,17 @@ llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant)
     if (n <= 1 && !tr->cp)
         return LLMT_OK;
     llmt_status s = cp_check(tr);
+    /* sequence parallelism splits the engine's B x seq_len / cp rows in tp
+     * blocks of whole positions (device.c) */
+    int32_t tpn = 1;
+    if (s == LLMT_OK && llmt__tp_seq(tr->tp))
+        llmt_comm_size(llmt__tp_comm(tr->tp), &tpn);
+    if (s == LLMT_OK && n > 1 && tpn > 1 && tr->T % (2 * n) == 0 && (tr->T / n) % tpn)
+        s = llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
+                          "trainer: parallelism.cp %d with parallelism.sequence_parallel: "
+                          "parallelism.tp %d does not divide model.seq_len %d / cp = %d (the "
+                          "rows a CP rank holds of each sequence are split in tp blocks)",
+                          (int)n, (int)tpn, tr->T, tr->T / (int)n);
     llmt__cp *cp = NULL;
     if (s == LLMT_OK && n > 1)
         s = llmt__cp_create(&tr->err, comm, variant, tr->T, tr->ops->store != LLMT_DTYPE_FP32,

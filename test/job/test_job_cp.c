@@ -6,8 +6,10 @@
  * ones and each trains on its two chunks of them).
  * (a) cp 2 (ring and all-gather), cp 4 ring (chunks of 2 positions),
  *     cp 2 x dp 2 ZeRO-1, cp 2 x tp 2 x dp 2
- *     (8 ranks, both variants) on GPT-2 (learned positions), and Llama
- *     (RoPE, kv 2) cp 2 x dp 2 against its own single rank: every rank's
+ *     (8 ranks, both variants; with sequence parallelism, ring) on GPT-2
+ *     (learned positions), and Llama (RoPE, kv 2) cp 2 x dp 2 and cp 2 x
+ *     tp 2 with sequence parallelism (all-gather) against its own single
+ *     rank: every rank's
  *     loss of every step and its validation losses within 1e-5 relative
  *     of the single rank's; the sampled text (llmt_job_sample, the
  *     windows run through the split engine) the single rank's; every
@@ -150,10 +152,17 @@ int main(int argc, char **argv)
     compare("cp 2 x tp 2 x dp 2 ring", GPT2, "\"cp\": 2, \"tp\": 2", 8, ref, a);
     compare("cp 2 x tp 2 x dp 2 allgather", GPT2,
             "\"cp\": 2, \"tp\": 2, \"cp_variant\": \"allgather\"", 8, ref, a);
+    compare("cp 2 x tp 2 x dp 2 SP ring", GPT2,
+            "\"cp\": 2, \"tp\": 2, \"sequence_parallel\": true", 8, ref, a);
     spec(json, sizeof json, LLAMA, "\"tp\": 1", 16);
     snprintf(dir, sizeof dir, "%s/llama-one", tmp);
-    if (run_layout("llama one rank", json, 1, dir, 0, 0, lref))
+    if (run_layout("llama one rank", json, 1, dir, 0, 0, lref)) {
         compare("llama kv 2, cp 2 x dp 2", LLAMA, "\"cp\": 2", 4, lref, a);
+        compare("llama kv 2, cp 2 x tp 2 SP allgather", LLAMA,
+                "\"cp\": 2, \"tp\": 2, \"dp\": 1, \"sequence_parallel\": true, "
+                "\"cp_variant\": \"allgather\"",
+                4, lref, a);
+    }
 
     /* (b) the chain through checkpoints, cp changing */
     {
@@ -198,7 +207,8 @@ int main(int argc, char **argv)
         static const char *const w_seq[] = {"parallelism.cp", "model.seq_len", NULL};
         static const char *const w_world[] = {"parallelism.cp", "world size 3", NULL};
         static const char *const w_var[] = {"parallelism.cp_variant", NULL};
-        static const char *const w_sp[] = {"parallelism.cp", "sequence_parallel", NULL};
+        static const char *const w_sp[] = {"parallelism.sequence_parallel", "parallelism.tp",
+                                           "model.seq_len", "parallelism.cp", NULL};
         static const char *const w_dp[] = {"parallelism.dp", NULL};
         spec(json, sizeof json, GPT2, "\"cp\": 3", 16);
         refused("cp 3 with seq_len 16", json, 3, w_seq);
@@ -208,8 +218,9 @@ int main(int argc, char **argv)
         refused("cp_variant with cp 1", json, 1, w_var);
         spec(json, sizeof json, GPT2, "\"cp\": 2, \"cp_variant\": \"star\"", 16);
         refused("cp_variant star", json, 2, w_var);
-        spec(json, sizeof json, GPT2, "\"cp\": 2, \"tp\": 2, \"sequence_parallel\": true", 16);
-        refused("cp with sequence parallelism", json, 4, w_sp);
+        /* 2 x cp divides 20, tp 4 divides 20 but not the 10 rows a CP rank holds */
+        spec(json, sizeof json, GPT2, "\"cp\": 2, \"tp\": 4, \"sequence_parallel\": true", 20);
+        refused("cp 2 x tp 4 SP with seq_len 20", json, 8, w_sp);
         spec(json, sizeof json, GPT2, "\"cp\": 2, \"dp\": 2", 16);
         refused("cp 2 x dp 2 on 2 ranks", json, 2, w_dp);
     }

@@ -19,9 +19,13 @@
  * chunk too), cp 2 x dp 2 (GPT-2 ZeRO-1 ring, Llama ZeRO-3 all-gather;
  * CP rank r % 2, DP rank r / 2, each replica given its half of the
  * global batch); cp 4 ring with selective recompute and cp 2 x tp 2 with
- * full recompute (the exchange runs again inside the backward). Ten AdamW
- * steps with clipping (the gradient norm is the
- * summed gradient's).
+ * full recompute (the exchange runs again inside the backward); cp 2 x
+ * tp 2 with sequence parallelism, both exchanges (the TP group splits each
+ * CP rank's B x T / cp rows for the norms and residuals, gathering them
+ * before the column split Linears; GPT-2's embedding then writes wpe by
+ * chunk into the gathered rows), with its activation memory (sp_memory).
+ * Ten AdamW steps with clipping (the gradient norm is the summed
+ * gradient's).
  *
  * Bounds, and why: context parallelism changes only the order of fp32
  * sums (attention's softmax merged block by block by log-sum-exp, the
@@ -29,14 +33,15 @@
  * parallel tests' bounds hold: losses within 1e-5 relative, final
  * parameters within 1e-5 relative L2 and 1e-4 absolute. Before the steps
  * the evaluate loss of one global batch, within 1e-5 relative. The
- * emulation (cp 2 ring, cp 4 all-gather and the tp cases) within the
+ * emulation (cp 2 ring, cp 4 all-gather, the tp cases, one SP) within the
  * bf16 bound (2^-9 relative on the losses, 2 x lr x
  * steps absolute on the fp32 masters): its activations round to bf16 at
  * other points of the sums. The measured worst cases print.
  *
  * Refusals: 2 x cp not dividing the sequence (cp 3 of 64: the message
  * names parallelism.cp and model.seq_len), an unknown variant, tensor
- * parallelism after CP. Generation under CP (cp 2): the greedy tokens of
+ * parallelism after CP, sequence parallelism after CP (LLMT_ERR_STATE:
+ * it goes on before). Generation under CP (cp 2): the greedy tokens of
  * the trainer before attaching, past the window. */
 #include <math.h>
 #include <pthread.h>
@@ -72,6 +77,9 @@ typedef struct rank_arg {
     llmt_comm *tpc;  /* the tensor parallel group, or NULL */
     llmt_comm *dpc;  /* the data parallel group, or NULL */
     int variant, dp, dprank, zero, recompute;
+    int sp;                  /* sequence parallel over tpc */
+    int64_t act, act_nosp;   /* activation bytes under CP (SP: and without SP) */
+    llmt_status sp_after_cp; /* set_sequence_parallel after CP (refused) */
     float loss[STEPS];
     float eval;
     float *params;
@@ -79,6 +87,16 @@ typedef struct rank_arg {
     llmt_status st;
     char err[1024];
 } rank_arg;
+
+static int64_t act_bytes(llmt_trainer *tr)
+{
+    llmt_trainer_memory m;
+    memset(&m, 0, sizeof m);
+    m.struct_size = sizeof m;
+    if (llmt_trainer_memory_usage(tr, &m) != LLMT_OK)
+        return -1;
+    return m.activations + m.device_activations;
+}
 
 static void *rank_main(void *p)
 {
@@ -96,6 +114,19 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_set_tp_comm(tr, a->tpc);
     if (a->st == LLMT_OK && a->comm)
         a->st = llmt__trainer_set_cp(tr, a->comm, a->variant);
+    if (a->st == LLMT_OK && a->sp) {
+        /* sequence parallelism goes on before CP (refused after it): the
+         * CP engine without SP measured, CP detached, SP, CP again */
+        a->act_nosp = act_bytes(tr);
+        a->sp_after_cp = llmt_trainer_set_sequence_parallel(tr, 1);
+        a->st = llmt__trainer_set_cp(tr, NULL, a->variant);
+        if (a->st == LLMT_OK)
+            a->st = llmt_trainer_set_sequence_parallel(tr, 1);
+        if (a->st == LLMT_OK)
+            a->st = llmt__trainer_set_cp(tr, a->comm, a->variant);
+    }
+    if (a->st == LLMT_OK && tr)
+        a->act = act_bytes(tr);
     if (a->st == LLMT_OK) {
         llmt_batch b = {sizeof b, g_in, g_tg, SEQS, T};
         a->st = llmt_trainer_evaluate(tr, &b, &a->eval);
@@ -146,8 +177,9 @@ static void *split_main(void *p)
 }
 
 /* cp 0: the single rank; tp and dp 1: context parallelism alone (at most
- * one of them > 1). */
-static void run(int cp, int tp, int dp, int zero, int variant, int recompute, rank_arg *a)
+ * one of them > 1); sp: sequence parallel over the TP group. */
+static void run(int cp, int tp, int dp, int zero, int variant, int recompute, int sp,
+                rank_arg *a)
 {
     int n = cp ? cp * tp * dp : 1, two = tp > 1 || dp > 1;
     llmt_comm *c[MAXW] = {NULL};
@@ -174,6 +206,7 @@ static void run(int cp, int tp, int dp, int zero, int variant, int recompute, ra
         a[r].zero = zero;
         a[r].recompute = recompute;
         a[r].variant = variant;
+        a[r].sp = sp;
         pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
     for (int r = 0; r < n; r++)
@@ -185,11 +218,34 @@ static void run(int cp, int tp, int dp, int zero, int variant, int recompute, ra
     }
 }
 
+/* Sequence parallelism under CP keeps the SP-only case's memory drop
+ * (test_device_sp.c's bound, on the engine's B x T / cp rows): per rank,
+ *   act_sp <= act(cp alone) / tp + 2 N C e + 12 N + 4 + 4 T
+ * with N = micro x T / cp, e the stored element's bytes (what SP keeps
+ * whole: the gathered input / partial output scratch, the split loss's
+ * per-row scratch, the norm's sum, the generation row), and below the
+ * same layout without SP; SP after CP was refused (LLMT_ERR_STATE). */
+static void sp_memory(const rank_arg *a, int n, int tp, int64_t act_cp)
+{
+    double N = (double)MICRO * T / (n / tp), C = g_cfg.width, es = g_bf16 ? 2.0 : 4.0;
+    double bound = (double)act_cp / tp + 2 * N * C * es + 12 * N + 4 + 4.0 * T;
+    for (int r = 0; r < n; r++) {
+        if (a[r].st != LLMT_OK)
+            continue;
+        CHECK_STATUS(a[r].sp_after_cp, LLMT_ERR_STATE);
+        CHECK(act_cp > 0 && a[r].act > 0 && a[r].act < a[r].act_nosp);
+        CHECK((double)a[r].act <= bound);
+    }
+    printf("    activation bytes per rank: cp 2 alone %lld, cp 2 x tp %d %lld, with SP %lld "
+           "(bound %.0f)\n",
+           (long long)act_cp, tp, (long long)a[0].act_nosp, (long long)a[0].act, bound);
+}
+
 static void compare(const char *name, int llama, int kv)
 {
     tp_fixture_config(&g_cfg, llama, kv, V, T);
     rank_arg ref[1], a[MAXW];
-    run(0, 1, 1, 0, 0, 0, ref);
+    run(0, 1, 1, 0, 0, 0, 0, ref);
     CHECK_STATUS(ref[0].st, LLMT_OK);
     if (ref[0].st != LLMT_OK) {
         fprintf(stderr, "%s reference: %s\n", name, ref[0].err);
@@ -198,16 +254,21 @@ static void compare(const char *name, int llama, int kv)
     /* training moved: the comparison is not of two untouched inits */
     CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
     /* cp 2, 4 alone, both variants; then cp 2 x tp 2 and cp 2 x dp 2
-     * (GPT-2 ZeRO-1, Llama ZeRO-3), one variant each */
-    for (int k = 0; k < 6; k++) {
-        int cp = k < 4 ? 2 << (k / 2) : 2, tp = k == 4 ? 2 : 1, dp = k == 5 ? 2 : 1;
-        int var = k < 4 ? k % 2 : llama, zero = llama ? 3 : 1;
-        if (g_bf16 && (k == 1 || k == 2))
-            continue; /* the emulation: cp 2 ring, cp 4 all-gather (time) */
+     * (GPT-2 ZeRO-1, Llama ZeRO-3), one variant each; cp 2 x tp 2 with
+     * sequence parallelism, both variants */
+    int64_t act_cp = 0; /* cp 2 alone's activation bytes (k 0) */
+    for (int k = 0; k < 8; k++) {
+        int cp = k < 4 ? 2 << (k / 2) : 2, tp = k == 4 || k >= 6 ? 2 : 1, dp = k == 5 ? 2 : 1;
+        int var = k < 4 ? k % 2 : k >= 6 ? k - 6 : llama, zero = llama ? 3 : 1, sp = k >= 6;
+        if (g_bf16 && (k == 1 || k == 2 || k == 7 - llama))
+            continue; /* the emulation runs cp 2 ring, cp 4 all-gather and
+                       * one SP variant (GPT-2 ring, Llama all-gather): time */
         {
             /* cp 4 ring recomputes the attention core (selective), cp 2 x tp 2
              * whole layers (full): the exchange runs again in the backward */
-            run(cp, tp, dp, zero, var, k == 2 ? 2 : k == 4 ? 1 : 0, a);
+            run(cp, tp, dp, zero, var, k == 2 ? 2 : k == 4 ? 1 : 0, sp, a);
+            if (k == 0)
+                act_cp = a[0].act;
             rank_fixture_worst w = {0};
             double we = 0.0;
             for (int r = 0; r < cp * tp * dp; r++) {
@@ -231,10 +292,13 @@ static void compare(const char *name, int llama, int kv)
                     w.rel = rel;
                 free(a[r].params);
             }
-            printf("%s cp %d x tp %d x dp %d%s %s: losses %.3g, evaluate %.3g relative; "
+            printf("%s cp %d x tp %d x dp %d%s%s %s: losses %.3g, evaluate %.3g relative; "
                    "params %.3g relative L2, %.3g max abs\n",
                    name, cp, tp, dp, dp > 1 ? (zero == 3 ? " ZeRO-3" : " ZeRO-1") : "",
-                   var == LLMT__CP_RING ? "ring" : "all-gather", w.loss, we, w.rel, w.abs);
+                   sp ? " SP" : "", var == LLMT__CP_RING ? "ring" : "all-gather", w.loss, we,
+                   w.rel, w.abs);
+            if (sp)
+                sp_memory(a, cp * tp, tp, act_cp);
             /* the losses are held step by step above */
             if (g_bf16) {
                 CHECK(we <= 1.0 / 512);
