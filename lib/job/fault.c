@@ -27,8 +27,8 @@
  *   losedisk delete this rank's part of every step in the local root, then
  *            SIGKILL self (a node lost with its local disk: the restart
  *            needs the peer or the durable tier)
- * nan, bitflip, flipout and spike write the model's host tensors, so they
- * are refused where the engine trains its own copy (tp, pp, bf16, the GPU).
+ * nan, bitflip, flipout and spike change the first parameter tensor this
+ * rank's engine trains (victim_open below), on every engine.
  * The injection is test machinery and the only place lib/ raises signals;
  * it does nothing unless the variable is set.
  *
@@ -100,52 +100,66 @@ llmt_status llmt__job_fault_parse(llmt_job *j)
                  : f->kind == JOB_FAULT_SPIKE                                   ? 20
                                                                                 : 0;
         f->sticky = n >= 5 && plus == '+';
-        /* these write the model's host tensors: an engine that trains its
-         * own copy (tp, pp, bf16, the GPU) would never see them, and a
-         * drill that changes nothing would pass for a detector that
-         * works */
-        int host_write = f->kind == JOB_FAULT_NAN || f->kind == JOB_FAULT_BITFLIP ||
-                         f->kind == JOB_FAULT_FLIPOUT || f->kind == JOB_FAULT_SPIKE;
-        if (host_write && !llmt__trainer_host_resident(j->tr))
-            return FAIL(LLMT_ERR_UNSUPPORTED,
-                        "LLMT_FAULT: '%s': %s writes the model's host parameters, which this "
-                        "layout's engine does not train in place (tensor or pipeline "
-                        "parallelism, bf16 or the GPU), so the drill would change nothing; "
-                        "run it with the fp32 CPU engine and parallelism.tp = pp = 1",
-                        t, kind);
         j->nfault++;
     }
     return LLMT_OK;
 }
 
-/* The element a bitflip or nan touches: the first parameter's middle. */
-static float *victim_elem(llmt_job *j)
+/* What nan, bitflip, flipout and spike corrupt: the first parameter
+ * tensor this rank's engine trains. The fp32 CPU engine without tensor or
+ * pipeline parallelism trains the model's host tensors in place: tensor 0
+ * there. Any other engine (tp, pp, bf16, the GPU) trains its own copy:
+ * its shard of the first tensor it holds, read to the host and written
+ * back on close, so the drill reaches what the engine computes with. */
+typedef struct {
+    float *x; /* the floats; x[n / 2] is the element a flip or NaN hits */
+    int64_t n;
+    int32_t idx; /* the engine's parameter, when `copy` */
+    int copy;    /* x is a host copy of the engine's shard: write it back */
+} victim;
+
+static llmt_status victim_open(llmt_job *j, victim *v)
 {
-    llmt_tensor v;
-    memset(&v, 0, sizeof v);
-    v.struct_size = sizeof v;
-    if (llmt_model_param(j->model, 0, NULL, &v) != LLMT_OK || !v.data ||
-        v.dtype != LLMT_DTYPE_FP32)
-        return NULL;
-    int64_t n = 1;
-    for (int d = 0; d < v.ndim; d++)
-        n *= v.shape[d];
-    return (float *)v.data + n / 2;
+    memset(v, 0, sizeof *v);
+    if (!llmt__trainer_host_resident(j->tr)) {
+        llmt_status s = llmt__trainer_poke_get(j->tr, &v->idx, &v->x, &v->n);
+        if (s != LLMT_OK)
+            return FAIL(s, "LLMT_FAULT: %s", llmt_trainer_last_error(j->tr));
+        v->copy = 1;
+        return LLMT_OK;
+    }
+    llmt_tensor t;
+    memset(&t, 0, sizeof t);
+    t.struct_size = sizeof t;
+    if (llmt_model_param(j->model, 0, NULL, &t) != LLMT_OK || !t.data ||
+        t.dtype != LLMT_DTYPE_FP32)
+        return FAIL(LLMT_ERR_UNSUPPORTED, "LLMT_FAULT: the model's first tensor is not fp32");
+    v->x = t.data;
+    v->n = 1;
+    for (int d = 0; d < t.ndim; d++)
+        v->n *= t.shape[d];
+    return LLMT_OK;
 }
 
-/* The first parameter tensor, whole: what a spike scales. */
-static float *victim_tensor(llmt_job *j, int64_t *n)
+static llmt_status victim_close(llmt_job *j, victim *v)
 {
-    llmt_tensor v;
-    memset(&v, 0, sizeof v);
-    v.struct_size = sizeof v;
-    if (llmt_model_param(j->model, 0, NULL, &v) != LLMT_OK || !v.data ||
-        v.dtype != LLMT_DTYPE_FP32)
-        return NULL;
-    *n = 1;
-    for (int d = 0; d < v.ndim; d++)
-        *n *= v.shape[d];
-    return (float *)v.data;
+    llmt_status s = LLMT_OK;
+    if (v->copy) {
+        s = llmt__trainer_poke_put(j->tr, v->idx, v->x);
+        if (s != LLMT_OK)
+            s = FAIL(s, "LLMT_FAULT: %s", llmt_trainer_last_error(j->tr));
+        free(v->x);
+    }
+    memset(v, 0, sizeof *v);
+    return s;
+}
+
+static void flip_bit(float *x, int bit)
+{
+    uint32_t u;
+    memcpy(&u, x, 4);
+    u ^= 1u << (bit & 31);
+    memcpy(x, &u, 4);
 }
 
 /* This rank's part files (rank-R.bin and .json, the names lib/ckpt
@@ -198,7 +212,8 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
                                kind_names[f->kind], (int)j->rank, (long long)step);
         if (j->jsonl)
             fflush(j->jsonl);
-        float *x;
+        victim v;
+        llmt_status s = LLMT_OK;
         switch (f->kind) {
         case JOB_FAULT_KILL: raise(SIGKILL); break;
         case JOB_FAULT_LOSEDISK:
@@ -208,46 +223,41 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
         case JOB_FAULT_HANG: raise(SIGSTOP); break;
         case JOB_FAULT_SLOW: sleep_ms(f->arg); break;
         case JOB_FAULT_NAN:
-            if (!(x = victim_elem(j)))
-                return FAIL(LLMT_ERR_UNSUPPORTED, "LLMT_FAULT nan: needs the fp32 CPU "
-                                                  "trainer's parameters");
+            if ((s = victim_open(j, &v)) != LLMT_OK)
+                return s;
             j->nan_saved = 1;
-            j->nan_value = *x;
-            *x = NAN;
+            j->nan_value = v.x[v.n / 2];
+            v.x[v.n / 2] = NAN;
+            s = victim_close(j, &v);
             break;
-        case JOB_FAULT_BITFLIP: {
-            if (!(x = victim_elem(j)))
-                return FAIL(LLMT_ERR_UNSUPPORTED, "LLMT_FAULT bitflip: needs the fp32 CPU "
-                                                  "trainer's parameters");
-            uint32_t u;
-            memcpy(&u, x, 4);
-            u ^= 1u << (f->arg & 31);
-            memcpy(x, &u, 4);
+        case JOB_FAULT_BITFLIP:
+            if ((s = victim_open(j, &v)) != LLMT_OK)
+                return s;
+            flip_bit(&v.x[v.n / 2], (int)f->arg);
+            s = victim_close(j, &v);
             break;
-        }
         case JOB_FAULT_FLIPOUT: /* after the update: llmt__job_fault_after */
-            if (!victim_elem(j))
-                return FAIL(LLMT_ERR_UNSUPPORTED, "LLMT_FAULT flipout: needs the fp32 CPU "
-                                                  "trainer's parameters");
             j->flipout_bit = 1 + (int)(f->arg & 31);
             break;
-        case JOB_FAULT_SPIKE: {
-            int64_t n = 0;
-            if (!(x = victim_tensor(j, &n)))
-                return FAIL(LLMT_ERR_UNSUPPORTED, "LLMT_FAULT spike: needs the fp32 CPU "
-                                                  "trainer's parameters");
+        case JOB_FAULT_SPIKE:
+            if ((s = victim_open(j, &v)) != LLMT_OK)
+                return s;
             free(j->spike_copy);
-            j->spike_copy = malloc((size_t)n * sizeof *x);
-            if (!j->spike_copy)
+            j->spike_copy = malloc((size_t)v.n * sizeof *v.x);
+            if (!j->spike_copy) {
+                victim_close(j, &v);
                 return FAIL(LLMT_ERR_OUT_OF_MEMORY, "LLMT_FAULT spike: no memory");
-            memcpy(j->spike_copy, x, (size_t)n * sizeof *x);
-            for (int64_t e = 0; e < n; e++)
-                x[e] *= (float)f->arg;
+            }
+            memcpy(j->spike_copy, v.x, (size_t)v.n * sizeof *v.x);
+            for (int64_t e = 0; e < v.n; e++)
+                v.x[e] *= (float)f->arg;
             j->spike_saved = 1;
+            s = victim_close(j, &v);
             break;
-        }
         default: break;
         }
+        if (s != LLMT_OK)
+            return s;
     }
     return LLMT_OK;
 }
@@ -274,28 +284,22 @@ void llmt__job_fault_saved(llmt_job *j, int64_t step)
 
 void llmt__job_fault_after(llmt_job *j)
 {
-    float *o = j->flipout_bit ? victim_elem(j) : NULL;
-    if (o) { /* the step's result corrupted on this rank alone */
-        uint32_t u;
-        memcpy(&u, o, 4);
-        u ^= 1u << (j->flipout_bit - 1);
-        memcpy(o, &u, 4);
+    if (!j->flipout_bit && !j->spike_saved && !j->nan_saved)
+        return;
+    victim v;
+    if (victim_open(j, &v) == LLMT_OK) {
+        if (j->flipout_bit) /* the step's result corrupted on this rank alone */
+            flip_bit(&v.x[v.n / 2], j->flipout_bit - 1);
+        if (j->spike_saved && j->spike_copy)
+            memcpy(v.x, j->spike_copy, (size_t)v.n * sizeof *v.x);
+        if (j->nan_saved)
+            v.x[v.n / 2] = j->nan_value;
+        victim_close(j, &v);
     }
     j->flipout_bit = 0;
-    if (j->spike_saved) {
-        int64_t n = 0;
-        float *x = victim_tensor(j, &n);
-        if (x && j->spike_copy)
-            memcpy(x, j->spike_copy, (size_t)n * sizeof *x);
-        free(j->spike_copy);
-        j->spike_copy = NULL;
-        j->spike_saved = 0;
-    }
-    if (!j->nan_saved)
-        return;
-    float *x = victim_elem(j);
-    if (x)
-        *x = j->nan_value;
+    free(j->spike_copy);
+    j->spike_copy = NULL;
+    j->spike_saved = 0;
     j->nan_saved = 0;
 }
 

@@ -2395,6 +2395,37 @@ size_t llmt__devtrain_param_floats(const llmt__devtrain *g)
 {
     return g->P;
 }
+
+int64_t llmt__devtrain_local_numel(const llmt__devtrain *g, int i)
+{
+    return i >= 0 && i < g->m->nparams ? (int64_t)g->sh[i].numel : 0;
+}
+
+llmt_status llmt__devtrain_local_get(llmt__devtrain *g, int i, float *out)
+{
+    size_t n = g->sh[i].numel;
+    S(g->op->d2h(g->d, out, g->master + g->doff[i], n * 4), "read a parameter's shard");
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_local_put(llmt__devtrain *g, int i, const float *in)
+{
+    size_t n = g->sh[i].numel, at = g->doff[i];
+    S(g->op->h2d(g->d, g->master + at, in, n * 4), "write a parameter's shard");
+    /* the compute copy follows the master, as after an update */
+    if (g->param != (void *)g->master)
+        S(g->op->f32_to_bf16(g->d, (llmt__bf16 *)g->param + at, g->master + at, n),
+          "bf16 copy");
+    S(g->op->sync(g->d), "write a parameter's shard");
+    /* and into the host copy, by this rank alone (no collective: the
+     * other ranks do not take part in a drill) */
+    if (g->tp > 1 || g->pp > 1)
+        return shard_copy(g, i, g->master, g->m->data, 0);
+    if (g->m->data + g->m->params[i].offset != g->master + at)
+        S(g->op->d2h(g->d, g->m->data + g->m->params[i].offset, g->master + at, n * 4),
+          "write a parameter's shard");
+    return LLMT_OK;
+}
 #undef RS
 
 void llmt__devtrain_set_cp(llmt__devtrain *g, llmt__cp *cp)

@@ -259,6 +259,15 @@ llmt_status llmt__trainer_create_dev(llmt_model *model, const llmt_trainer_opts 
                                      const llmt__dev_ops *ops, llmt_trainer **out);
 /* The engine of a device trainer (NULL for a CPU trainer), for tests. */
 llmt__devtrain *llmt__trainer_devtrain(llmt_trainer *tr);
+/* Parameter i's part in this engine (its tensor-parallel shard, nothing
+ * for another pipeline stage's tensor), in the engine's local layout:
+ * read and written through the host as fp32 (the bf16 compute copy is
+ * refreshed; a write reaches this rank's part of the host model too,
+ * without a collective). Fault drills (lib/job/fault.c) corrupt an engine that
+ * trains its own copy this way. */
+int64_t llmt__devtrain_local_numel(const llmt__devtrain *g, int i);
+llmt_status llmt__devtrain_local_get(llmt__devtrain *g, int i, float *out);
+llmt_status llmt__devtrain_local_put(llmt__devtrain *g, int i, const float *in);
 /* The engine's mixture-of-experts layers (moe_net.h), NULL when dense. */
 struct llmt__moe_net *llmt__devtrain_moe(llmt__devtrain *g);
 

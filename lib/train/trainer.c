@@ -508,6 +508,41 @@ int llmt__trainer_host_resident(const llmt_trainer *tr)
     return llmt__devtrain_host_resident(tr->dev);
 }
 
+llmt_status llmt__trainer_poke_get(llmt_trainer *tr, int32_t *idx, float **buf, int64_t *n)
+{
+    *buf = NULL;
+    *n = 0;
+    if (tr->dp && llmt__dp_released_bytes(tr->dp) > 0)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: ZeRO 3 releases the parameters between steps: a drill "
+                             "has no copy of them to corrupt");
+    int32_t i = 0;
+    while (i < tr->model->nparams && llmt__devtrain_local_numel(tr->dev, i) == 0)
+        i++;
+    if (i == tr->model->nparams)
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE, "trainer: this rank holds no parameter");
+    int64_t e = llmt__devtrain_local_numel(tr->dev, i);
+    float *b = malloc((size_t)e * sizeof *b);
+    if (!b)
+        return llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    llmt_status s = llmt__devtrain_local_get(tr->dev, i, b);
+    if (s != LLMT_OK) {
+        free(b);
+        return s;
+    }
+    *idx = i;
+    *buf = b;
+    *n = e;
+    return LLMT_OK;
+}
+
+llmt_status llmt__trainer_poke_put(llmt_trainer *tr, int32_t idx, const float *buf)
+{
+    /* the host copy is written too: whether it is stale stays as it was
+     * on every rank, so a later sync is collective on all or on none */
+    return llmt__devtrain_local_put(tr->dev, idx, buf);
+}
+
 LLMT_API llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index, llmt_tensor *v)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;

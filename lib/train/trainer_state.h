@@ -42,6 +42,13 @@ llmt_status llmt__trainer_host_sync(llmt_trainer *tr);
  * trains its own copy: a write to the model's tensors takes effect only
  * between llmt__trainer_host_sync and llmt__trainer_params_written. */
 int llmt__trainer_host_resident(const llmt_trainer *tr);
+/* Fault drills on an engine that trains its own copy: this rank's part
+ * of the first parameter its engine holds (its tensor-parallel shard, in
+ * the engine's layout), read into a new host buffer (*buf, *n floats;
+ * the caller frees it) and written back (to the engine and to this
+ * rank's part of the host copy). */
+llmt_status llmt__trainer_poke_get(llmt_trainer *tr, int32_t *idx, float **buf, int64_t *n);
+llmt_status llmt__trainer_poke_put(llmt_trainer *tr, int32_t idx, const float *buf);
 /* The fp8 recipe's state (NULL without fp8) and its restore. */
 float *llmt__trainer_fp8_state(llmt_trainer *tr, int64_t shape[2]);
 llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in);
