@@ -175,6 +175,7 @@ double llmt__plan_pp_inflight(int sched, int64_t p, int64_t v, int64_t m, int64_
 
 typedef struct shape {
     double L, h, a, g, d, f, V, S, E, K, fe;
+    double Sh;   /* shared experts (always active, of fe each; llama) */
     double Lmoe; /* MoE layers: l % every == 0 */
     int64_t every;
     int llama;
@@ -194,6 +195,7 @@ static void get_shape(const llmt_spec *s, shape *m)
     m->E = (double)s->model.moe.experts;
     m->K = (double)s->model.moe.top_k;
     m->fe = (double)s->model.moe.expert_ffn;
+    m->Sh = m->E > 0 ? (double)s->model.moe.shared_experts : 0;
     m->every = s->model.moe.every > 0 ? s->model.moe.every : 1;
     m->Lmoe = m->E > 0 ? (double)((s->model.layers + m->every - 1) / m->every) : 0;
     m->llama = s->model.arch == LLMT_SPEC_ARCH_LLAMA;
@@ -201,7 +203,7 @@ static void get_shape(const llmt_spec *s, shape *m)
     double mats = m->llama ? 3 : 2;
     m->P_mlp_dense = mats * m->h * m->f;
     m->P_expert = mats * m->h * m->fe;
-    m->P_mlp_active = m->E > 0 ? m->K * m->P_expert + m->h * m->E : m->P_mlp_dense;
+    m->P_mlp_active = m->E > 0 ? (m->K + m->Sh) * m->P_expert + m->h * m->E : m->P_mlp_dense;
     m->P_norm = m->llama ? 2 * m->h : 4 * m->h;
 }
 
@@ -215,7 +217,8 @@ static double act_bytes_per_token(const shape *m, double t, int sp, int recomput
     double attn = 2 * h + 2 * h + 4 * m->g * m->d + 2 * h + (m->llama ? 0 : h);
     double mlp;
     if (m->E > 0)
-        mlp = m->K * (2 * h + (m->llama ? 6 : 4) * m->fe) + 4 * m->E + 2 * h;
+        mlp =
+            m->K * (2 * h + (m->llama ? 6 : 4) * m->fe) + 4 * m->E + 2 * h + m->Sh * 6 * m->fe;
     else
         mlp = m->llama ? 2 * h + 6 * m->f : 2 * h + 4 * m->f + h;
     double norms = 4 * h;
@@ -400,6 +403,9 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
         g1 += ne * (gemm_s(te, mats_up * m.fe / t, m.h, peak_gemm, eff, GEMM_HALF) +
                     gemm_s(te, m.h, m.fe / t, peak_gemm, eff, GEMM_HALF)) +
               gemm_s(tok, m.E, m.h, peak_gemm, eff, GEMM_HALF);
+        if (m.Sh > 0) /* the shared experts: one SwiGLU of Sh*fe on every token */
+            g1 += gemm_s(tok, mats_up * m.Sh * m.fe / t, m.h, peak_gemm, eff, GEMM_HALF) +
+                  gemm_s(tok, m.h, m.Sh * m.fe / t, peak_gemm, eff, GEMM_HALF);
     } else {
         g1 += gemm_s(tok, mats_up * m.f / t, m.h, peak_gemm, eff, GEMM_HALF) +
               gemm_s(tok, m.h, m.f / t, peak_gemm, eff, GEMM_HALF);
@@ -551,10 +557,12 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
     double t_avg = ((double)s->model.layers * per_layer + t_head) / p + pp_per_mb;
     double t_pipe = nmb * t_mb + (p > 1 ? (p - 1) / v * fmin(t_avg, t_mb) : 0);
 
-    /* ---- parameters on one GPU (the heaviest stage) */
-    double dense_layer = (m.P_attn + (m.E > 0 ? 0 : m.P_mlp_dense)) / t + m.P_norm +
-                         (m.E > 0 ? m.h * m.E : 0);
+    /* ---- parameters on one GPU (the heaviest stage): a dense layer's MLP,
+     * or a MoE layer's router and its E/ep experts */
+    double dense_layer = m.P_attn / t + m.P_norm;
+    double mlp_layer = m.P_mlp_dense / t, router_layer = m.E > 0 ? m.h * m.E : 0;
     double expert_layer = m.E > 0 ? m.E * m.P_expert / (ep * t) : 0;
+    double pe_chosen = 0;
     double emb = m.V * m.h / t + (m.llama ? 0 : m.S * m.h);
     double head = (s->model.tied_embeddings && p == 1) ? 0 : m.V * m.h / t;
     double pbytes = s->precision.param == LLMT_SPEC_PREC_FP32 ? 4 : 2;
@@ -574,10 +582,16 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
             if (llmt__plan_stage_total(s, k) > llmt__plan_stage_total(s, st))
                 st = k;
         cnt = llmt__plan_stage_total(s, st);
-        double Ls = (double)cnt;
-        double pd = Ls * dense_layer + (st == 0 ? emb : 0) +
-                    (st == (int64_t)p - 1 ? head + m.h : 0);
-        double pe = Ls * expert_layer;
+        double Ls = (double)cnt, Ms = 0; /* its layers, its MoE layers */
+        for (int64_t ch = 0; m.E > 0 && ch < (int64_t)v; ch++) {
+            int64_t f, c;
+            llmt__plan_spec_span(s, st, ch, &f, &c);
+            for (int64_t l = f; l < f + c; l++)
+                Ms += l % m.every == 0;
+        }
+        double pd = Ls * dense_layer + (Ls - Ms) * mlp_layer + Ms * router_layer +
+                    (st == 0 ? emb : 0) + (st == (int64_t)p - 1 ? head + m.h : 0);
+        double pe = Ms * expert_layer;
         double w = pbytes * (zero >= 3 ? pd / D + pe / De : pd + pe);
         double g = pbytes * (zero >= 2 ? pd / D + pe / De : pd + pe);
         double o = opt_b * (zero >= 1 ? pd / D + pe / De : pd + pe);
@@ -599,6 +613,7 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
         if (total > best_total) {
             best_total = total;
             e->params_per_gpu = pd + pe;
+            pe_chosen = pe;
             e->mem_weights = w;
             e->mem_grads = g;
             e->mem_optimizer = o;
@@ -619,7 +634,7 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
      * gathers the weights twice (forward, backward) and reduce-scatters the
      * gradients (Rajbhandari et al. 2020, sec. 7). */
     double gbytes = sw->grad_reduce_fp32 ? 4 : pbytes;
-    double exp_n = (m.L / p) * expert_layer;
+    double exp_n = pe_chosen; /* the experts of that stage's MoE layers */
     double dense_n = fmax(0, e->params_per_gpu - exp_n);
     double t_dp = 0, dp_bytes = 0;
     double fD = D > 1 ? (D - 1) / D : 0, fDe = De > 1 ? (De - 1) / De : 0;

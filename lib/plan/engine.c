@@ -59,6 +59,15 @@ typedef struct eng {
     double nh_l, nkv_l, Q_l, F_l, V_l;
     double unit[2 + 4096]; /* DP units: embeddings | layers | tail, elements */
     int U;
+    /* mixture of experts (lib/train/moe_net.c, dp.c): E experts of width
+     * Fe in every `every`-th layer from layer 0; moe[u]: unit u is such a
+     * layer. Under expert parallelism ep > 1 its experts are not in its
+     * unit: 3 units of xn = E/ep x Fe x C elements each per MoE layer
+     * (this rank's rows of w1, w3, w2), nx of them, over the expert data
+     * parallel group of X = D/ep ranks */
+    double E, Fe, ep, X, xn;
+    int every, nx;
+    char moe[2 + 4096];
 } eng;
 
 static double aligned(const eng *g, double n)
@@ -119,8 +128,25 @@ static void shape(const llmt_spec *s, eng *g)
         tail += aligned(g, g->V_l * C);
     g->U = (int)g->L + 2;
     g->unit[0] = emb;
-    for (int u = 1; u <= (int)g->L; u++)
+    g->E = (double)s->model.moe.experts;
+    g->Fe = (double)s->model.moe.expert_ffn;
+    g->every = s->model.moe.every > 0 ? (int)s->model.moe.every : 1;
+    g->ep = (double)s->parallelism.ep;
+    g->X = g->D / g->ep;
+    g->xn = g->E / g->ep * g->Fe * C;
+    for (int u = 1; u <= (int)g->L; u++) {
+        g->moe[u] = g->E > 0 && (u - 1) % g->every == 0;
         g->unit[u] = layer;
+        if (!g->moe[u])
+            continue;
+        /* the router [E, C] for the MLP; the experts (w1, w3 [E Fe, C],
+         * w2 [E C, Fe]) in the unit, or units of their own under ep */
+        g->unit[u] = layer - 3 * aligned(g, g->F_l * C) + aligned(g, g->E * C);
+        if (g->ep > 1)
+            g->nx += 3;
+        else
+            g->unit[u] += 3 * aligned(g, g->E * g->Fe * C);
+    }
     g->unit[g->U - 1] = tail;
 }
 
@@ -215,6 +241,27 @@ static double chunk(const eng *g, double n)
     return (double)(int64_t)((n + g->D - 1) / g->D);
 }
 
+/* An expert unit's chunk over the expert data parallel group. */
+static double xchunk(const eng *g)
+{
+    return (double)(int64_t)((g->xn + g->X - 1) / g->X);
+}
+
+/* ZeRO 1/2's update gather of a unit of n elements, chunk c on `ranks`
+ * ranks: in place when the chunks tile it, else in pieces of `piece`
+ * through the stage. */
+static void gather_update(acc *a, double ranks, double n, double c, double piece)
+{
+    if (c * ranks == n) {
+        all_gather(a, ranks, c, 4, 1);
+        return;
+    }
+    double whole = (double)(int64_t)(c / piece), rest = c - whole * piece;
+    all_gather(a, ranks, piece, 4, whole);
+    if (rest > 0)
+        all_gather(a, ranks, rest, 4, 1);
+}
+
 /* The data parallel group's collectives of one step (dp.c), all fp32:
  * the target count (int64 sum) and the loss sum (int64 gather);
  * gradients reduced on the last micro-batch: ZeRO 0/1 all-reduce buckets
@@ -226,7 +273,7 @@ static double chunk(const eng *g, double n)
  * in every micro-batch, the embeddings and tail once a step. */
 static void dp_step(const eng *g, acc *a)
 {
-    double D = g->D;
+    double D = g->D, X = g->X, xc = xchunk(g);
     if (D <= 1)
         return;
     all_reduce(a, D, 1, 8, 1);
@@ -234,6 +281,11 @@ static void dp_step(const eng *g, acc *a)
     if (g->zero < 2) {
         double acc_b = 0, elems = 0;
         for (int u = g->U - 1; u >= 0; u--) {
+            /* a layer with its experts apart ends its bucket (dp.c) */
+            if (g->nx && g->moe[u] && elems > 0) {
+                all_reduce(a, D, elems, 4, 1);
+                acc_b = elems = 0;
+            }
             acc_b += g->unit[u] * 4;
             elems += g->unit[u];
             if (acc_b >= DP_BUCKET_BYTES || u == 0) {
@@ -241,38 +293,45 @@ static void dp_step(const eng *g, acc *a)
                 acc_b = elems = 0;
             }
         }
+        all_reduce(a, X, g->xn, 4, g->nx);
+        if (g->nx) /* the norm: one EP group's expert squares */
+            all_gather(a, D, 1, 8, 1);
     } else {
         for (int u = 0; u < g->U; u++)
             reduce_scatter(a, D, chunk(g, g->unit[u]), 4, 1);
+        reduce_scatter(a, X, xc, 4, g->nx);
         all_gather(a, D, 1, 8, 1);
     }
     if (g->zero == 1 || g->zero == 2) {
-        double most = 0; /* the largest padded unit's chunk */
+        double most = 0; /* the largest padded unit's chunk x its ranks */
         for (int u = 0; u < g->U; u++)
-            if (chunk(g, g->unit[u]) * D != g->unit[u] && chunk(g, g->unit[u]) > most)
-                most = chunk(g, g->unit[u]);
+            if (chunk(g, g->unit[u]) * D != g->unit[u] && chunk(g, g->unit[u]) * D > most)
+                most = chunk(g, g->unit[u]) * D;
+        if (g->nx && xc * X != g->xn && xc * X > most)
+            most = xc * X;
         double piece = (double)(int64_t)(DP_BUCKET_BYTES / 4 / D);
-        if (piece > most)
-            piece = most;
+        if (piece > (double)(int64_t)(most / D))
+            piece = (double)(int64_t)(most / D);
         if (piece < 1)
             piece = 1;
-        for (int u = 0; u < g->U; u++) {
-            double c = chunk(g, g->unit[u]);
-            if (c * D == g->unit[u]) {
-                all_gather(a, D, c, 4, 1);
-                continue;
-            }
-            double whole = (double)(int64_t)(c / piece), rest = c - whole * piece;
-            all_gather(a, D, piece, 4, whole);
-            if (rest > 0)
-                all_gather(a, D, rest, 4, 1);
-        }
+        for (int u = 0; u < g->U; u++)
+            gather_update(a, D, g->unit[u], chunk(g, g->unit[u]), piece);
+        for (int k = 0; k < g->nx; k++)
+            gather_update(a, X, g->xn, xc, piece);
     } else if (g->zero == 3) {
         for (int u = 1; u < g->U - 1; u++)
             all_gather(a, D, chunk(g, g->unit[u]), 4, 2 * g->A);
         all_gather(a, D, chunk(g, g->unit[0]), 4, 1);
         all_gather(a, D, chunk(g, g->unit[g->U - 1]), 4, 1);
+        all_gather(a, X, xc, 4, 2 * g->A * g->nx);
     }
+    /* the MoE layers' step tallies (moe_net.c): kept counts and drops
+     * (int64), aux and z (fp32) summed over the group */
+    for (int u = 1; u <= (int)g->L; u++)
+        if (g->moe[u]) {
+            all_reduce(a, D, g->E + 1, 8, 1);
+            all_reduce(a, D, 2, 4, 1);
+        }
 }
 
 /* Activations and backward scratch the engine plans for a micro-batch
@@ -339,9 +398,12 @@ void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
 {
     e->engine_modeled = 0;
     /* what the engine runs today: tp (with or without sequence
-     * parallelism) x cp x dp with ZeRO 0-3, dense models */
-    if (s->parallelism.pp > 1 || s->parallelism.ep > 1 || s->model.moe.experts > 0 ||
-        s->model.layers > 4096)
+     * parallelism) x cp x dp with ZeRO 0-3, dense models; MoE models on
+     * dp (and ep inside it) alone */
+    int moe = s->model.moe.experts > 0;
+    if (s->parallelism.pp > 1 || s->model.layers > 4096 ||
+        (moe && (s->parallelism.tp > 1 || s->parallelism.cp > 1)) ||
+        (!moe && s->parallelism.ep > 1))
         return;
     eng g;
     shape(s, &g);
@@ -365,6 +427,10 @@ void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
         P += g.unit[u];
         share += g.D > 1 ? chunk(&g, g.unit[u]) : g.unit[u]; /* DP rank 0's */
     }
+    /* expert parallelism: the buffers still hold every expert, the
+     * optimizer's shares only this rank's experts' (dp.c) */
+    P += g.nx * g.xn * g.ep;
+    share += g.nx * xchunk(&g);
     /* fp32 master and gradients, a bf16 compute copy on bf16 backends;
      * AdamW's m and v whole, or (ZeRO >= 1) the rank's shares only. ZeRO
      * 2 and 3 keep full gradient and parameter buffers here (the

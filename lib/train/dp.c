@@ -421,6 +421,8 @@ static int padded(const llmt__dp *dp, int u)
 static llmt_status stage_alloc(llmt__dp *dp)
 {
     size_t S = (size_t)dp->size, most = dp->slot_n / S;
+    if (most < 1) /* an expert unit padded on fewer ranks than the DP group */
+        most = 1;
     size_t want = (size_t)dp->o.bucket_bytes / sizeof(float) / S;
     dp->piece = want < 1 ? 1 : want > most ? most : want;
     dp->stage = dalloc(dp, 2 * dp->piece * S * sizeof(float));

@@ -95,7 +95,11 @@ typedef struct run {
     double aux, z;
     double ep_bytes; /* all-to-all bus bytes of the EP group in the last step */
     double x_bytes;  /* bus bytes of the expert data parallel group, same step */
-    int x_size;      /* its ranks (0: none) */
+    /* calls, payload and bus bytes of the data parallel traffic of that
+     * step: the DP group's and the expert data parallel group's */
+    double dp[3];
+    llmt_trainer_memory mem; /* after the last step */
+    int x_size;              /* the expert data parallel group's ranks (0: none) */
     /* steps [k0, k1) (0, 0: all), after reading the checkpoint under load
      * (step k0), then saved under save (step k1) */
     int k0, k1;
@@ -152,6 +156,8 @@ static void *rank_main(void *p)
             llmt_comm_reset_stats(epc);
         if (xc && k == k1 - 1)
             llmt_comm_reset_stats(xc);
+        if (a->world && k == k1 - 1)
+            llmt_comm_reset_stats(a->world);
         a->st = llmt_trainer_step(tr, &b, &met);
         a->loss[k] = met.loss;
     }
@@ -164,15 +170,27 @@ static void *rank_main(void *p)
         llmt_comm_get_stats(epc, &cs);
         a->ep_bytes = cs.bus_bytes[LLMT_COMM_STAT_ALL_TO_ALL];
     }
-    if (a->st == LLMT_OK && xc) {
+    for (int g = 0; g < 2 && a->st == LLMT_OK; g++) {
+        llmt_comm *gc = g ? xc : a->world;
+        if (!gc)
+            continue;
         llmt_comm_stats cs;
         memset(&cs, 0, sizeof cs);
         cs.struct_size = sizeof cs;
-        llmt_comm_get_stats(xc, &cs);
-        a->x_bytes = cs.bus_bytes[LLMT_COMM_STAT_ALL_REDUCE] +
-                     cs.bus_bytes[LLMT_COMM_STAT_ALL_GATHER] +
-                     cs.bus_bytes[LLMT_COMM_STAT_REDUCE_SCATTER];
+        llmt_comm_get_stats(gc, &cs);
+        for (int op = 0; op < LLMT_COMM_STAT_SLOTS; op++) {
+            a->dp[0] += (double)cs.calls[op];
+            a->dp[1] += (double)cs.payload_bytes[op];
+            a->dp[2] += cs.bus_bytes[op];
+        }
+        if (g)
+            a->x_bytes = cs.bus_bytes[LLMT_COMM_STAT_ALL_REDUCE] +
+                         cs.bus_bytes[LLMT_COMM_STAT_ALL_GATHER] +
+                         cs.bus_bytes[LLMT_COMM_STAT_REDUCE_SCATTER];
     }
+    a->mem.struct_size = sizeof a->mem;
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_memory_usage(tr, &a->mem);
     if (a->st == LLMT_OK && a->save)
         a->st = rank_fixture_ckpt(tr, a->save, a->rank, W, 1, k1);
     if (a->st == LLMT_OK)
@@ -202,9 +220,11 @@ static void *rank_main(void *p)
     return NULL;
 }
 
-/* The planner's EP bytes of a step for this layout (the same model as a
- * spec, fp32 on the cpu profile). */
-static double plan_ep_bytes(int W, int ep, int dropless)
+/* The planner's estimate for this layout (the same model as a spec, fp32
+ * on the cpu profile): its EP bytes of a step returned, the rest in
+ * *out when given. */
+static llmt_plan_estimate g_est;
+static double plan_ep_bytes_z(int W, int ep, int zero, int dropless)
 {
     char js[2048];
     snprintf(js, sizeof js,
@@ -212,11 +232,11 @@ static double plan_ep_bytes(int W, int ep, int dropless)
              " \"kv_heads\": 2, \"ffn\": 32, \"vocab\": %d, \"seq_len\": %d,"
              " \"moe\": {\"experts\": %d, \"top_k\": %d, \"expert_ffn\": %d,"
              " \"capacity_factor\": 1.0, \"dropless\": %s}},"
-             " \"parallelism\": {\"dp\": %d, \"ep\": %d},"
+             " \"parallelism\": {\"dp\": %d, \"ep\": %d, \"zero\": %d},"
              " \"batch\": {\"micro\": %d, \"global\": %d},"
              " \"precision\": {\"param\": \"fp32\", \"gemm\": \"fp32\"},"
              " \"hardware\": {\"gpu\": \"cpu\"}, \"train\": {\"device\": \"cpu\"}}",
-             L, C, V, T, E, K, FE, dropless ? "true" : "false", W, ep, B, SEQS);
+             L, C, V, T, E, K, FE, dropless ? "true" : "false", W, ep, zero, B, SEQS);
     llmt_spec *sp = NULL;
     llmt_plan *pl = NULL;
     double out = -1;
@@ -230,6 +250,7 @@ static double plan_ep_bytes(int W, int ep, int dropless)
         e.struct_size = sizeof e;
         if (llmt_plan_get_estimate(pl, &e) == LLMT_OK) {
             out = e.comm_bytes_ep;
+            g_est = e;
             g_plan_params = e.params;
             g_plan_active = e.params_active;
         }
@@ -239,6 +260,11 @@ static double plan_ep_bytes(int W, int ep, int dropless)
     llmt_plan_destroy(pl);
     llmt_spec_destroy(sp);
     return out;
+}
+
+static double plan_ep_bytes(int W, int ep, int dropless)
+{
+    return plan_ep_bytes_z(W, ep, 0, dropless);
 }
 
 static void run_ranks(run *r, int W)
@@ -352,6 +378,31 @@ static void one_case(const run *ref, int W, int ep, int zero, int dropless)
             CHECK_CLOSE(r[i].x_bytes, xwant, 1e-12, 0);
         }
     }
+    /* the plan's model of this engine (engine_dp_*): the DP and expert
+     * data parallel groups' calls, payload and bus bytes of a step */
+    plan_ep_bytes_z(W, ep, zero, dropless);
+    CHECK(g_est.engine_modeled == 1);
+    const double pdp[3] = {g_est.engine_dp_calls, g_est.engine_dp_payload_bytes,
+                           g_est.engine_dp_bus_bytes};
+    for (int i = 0; i < W; i++)
+        for (int q = 0; q < 3; q++) {
+            if (fabs(r[i].dp[q] - pdp[q]) > 1e-9 * pdp[q])
+                fprintf(stderr, "  rank %d dp %s: run %.0f, plan %.0f\n", i,
+                        q == 0   ? "calls"
+                        : q == 1 ? "payload"
+                                 : "bus",
+                        r[i].dp[q], pdp[q]);
+            CHECK_CLOSE(r[i].dp[q], pdp[q], 1e-12, 0);
+        }
+    /* and its memory: whole parameter and gradient buffers, AdamW state
+     * whole (ZeRO 0) or the rank's shares, its experts' only over the
+     * expert data parallel group (DP rank 0's: every rank's here, as no
+     * unit is padded) */
+    for (int i = 0; i < W; i++) {
+        CHECK_CLOSE((double)r[i].mem.params, g_est.engine_mem_params, 0, 0);
+        CHECK_CLOSE((double)r[i].mem.grads, g_est.engine_mem_grads, 0, 0);
+        CHECK_CLOSE((double)r[i].mem.optimizer, g_est.engine_mem_optimizer, 0, 0);
+    }
     int64_t kept = 0;
     for (int x = 0; x < E; x++)
         kept += r[0].counts[x];
@@ -362,6 +413,12 @@ static void one_case(const run *ref, int W, int ep, int zero, int dropless)
     if (ep > 1)
         printf("  expert data parallel group of %d: %.0f B/step (formula %.0f)\n", r[0].x_size,
                r[0].x_bytes, xwant);
+    printf("  data parallel traffic of a step (DP + expert DP groups): %.0f calls, %.0f B "
+           "payload, %.0f B bus; plan engine_dp_*: %.0f, %.0f, %.0f\n",
+           r[0].dp[0], r[0].dp[1], r[0].dp[2], pdp[0], pdp[1], pdp[2]);
+    printf("  memory: params %lld, grads %lld, optimizer %lld B (plan %.0f, %.0f, %.0f)\n",
+           (long long)r[0].mem.params, (long long)r[0].mem.grads, (long long)r[0].mem.optimizer,
+           g_est.engine_mem_params, g_est.engine_mem_grads, g_est.engine_mem_optimizer);
     for (int i = 0; i < W; i++)
         free(r[i].params);
 }
