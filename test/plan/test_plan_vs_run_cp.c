@@ -18,7 +18,9 @@
  * ZeRO-1 ring (8 ranks); Llama kv 4 cp 2 x dp 2 ZeRO-2 all-gather with
  * full recomputation (each attention's exchange runs again); Llama kv 2
  * tp 2 x cp 2 ring with selective recomputation (all but the last layer's
- * attention again).
+ * attention again); with sequence parallelism (the TP group's all-gathers
+ * and reduce-scatters of the seq_len / cp rows): GPT-2 tp 2 x cp 2 x dp 2
+ * ring, Llama kv 2 tp 2 x cp 2 all-gather with full recomputation.
  *
  *   test_plan_vs_run_cp        the fp32 CPU backend (train.device cpu)
  *   test_plan_vs_run_cp emul   the bf16 host emulation (bf16 K/V blocks,
@@ -54,6 +56,7 @@ typedef struct layout {
     int llama, heads, kv, tp, cp, dp, zero;
     int ag;        /* the all-gather variant */
     int recompute; /* 0 none, 1 full, 2 selective */
+    int sp;        /* sequence parallel over the TP group */
 } layout;
 
 typedef struct rank_arg {
@@ -79,13 +82,14 @@ static void spec_json(const layout *l, char *buf, size_t n)
              "\"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"seq_len\": %d, "
              "\"tied_embeddings\": %s}, "
              "\"parallelism\": {\"tp\": %d, \"cp\": %d, \"dp\": %d, \"zero\": %d, "
-             "\"cp_variant\": \"%s\", \"recompute\": \"%s\"}, "
+             "\"cp_variant\": \"%s\", \"recompute\": \"%s\", \"sequence_parallel\": %s}, "
              "\"precision\": {\"param\": \"%s\", \"master\": \"fp32\", \"gemm\": \"%s\"}, "
              "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
              "\"train\": {\"device\": \"%s\"}, \"hardware\": {\"gpu\": \"%s\"}}",
              l->llama ? "llama" : "gpt2", LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, SEQ,
              l->llama ? "false" : "true", l->tp, l->cp, l->dp, l->zero,
-             l->ag ? "allgather" : "ring", rc_names[l->recompute], g_emul ? "bf16" : "fp32",
+             l->ag ? "allgather" : "ring", rc_names[l->recompute], l->sp ? "true" : "false",
+             g_emul ? "bf16" : "fp32",
              g_emul ? "bf16" : "fp32", MICRO, ACCUM, g_emul ? "cuda" : "cpu",
              g_emul ? "h100" : "cpu");
 }
@@ -116,6 +120,8 @@ static void *rank_main(void *p)
         a->st = plan_run_trainer(m, MICRO, ACCUM, SEQ, l->recompute, g_emul, &tr);
     if (a->st == LLMT_OK && gc[0])
         a->st = llmt_trainer_set_tp_comm(tr, gc[0]);
+    if (a->st == LLMT_OK && l->sp) /* before CP, as the job sets it */
+        a->st = llmt_trainer_set_sequence_parallel(tr, 1);
     if (a->st == LLMT_OK) {
         llmt_cp_opts o;
         llmt_cp_opts_init(&o, sizeof o);
@@ -275,6 +281,8 @@ int main(int argc, char **argv)
         {"gpt2 tp2 x cp2 x dp2 zero1 ring", 0, 4, 4, 2, 2, 2, 1, 0, 0},
         {"llama kv4 cp2 x dp2 zero2 ag full", 1, 8, 4, 1, 2, 2, 2, 1, 1},
         {"llama kv2 tp2 x cp2 ring selective", 1, 8, 2, 2, 2, 1, 0, 0, 2},
+        {"gpt2 tp2 x cp2 x dp2 SP ring", 0, 4, 4, 2, 2, 2, 0, 0, 0, 1},
+        {"llama kv2 tp2 x cp2 SP allgather full", 1, 8, 2, 2, 2, 1, 0, 1, 1, 1},
     };
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
         check_layout(&ls[i], in, tg);
