@@ -89,9 +89,8 @@ static void spec_json(const layout *l, char *buf, size_t n)
              l->llama ? "llama" : "gpt2", LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, SEQ,
              l->llama ? "false" : "true", l->tp, l->cp, l->dp, l->zero,
              l->ag ? "allgather" : "ring", rc_names[l->recompute], l->sp ? "true" : "false",
-             g_emul ? "bf16" : "fp32",
-             g_emul ? "bf16" : "fp32", MICRO, ACCUM, g_emul ? "cuda" : "cpu",
-             g_emul ? "h100" : "cpu");
+             g_emul ? "bf16" : "fp32", g_emul ? "bf16" : "fp32", MICRO, ACCUM,
+             g_emul ? "cuda" : "cpu", g_emul ? "h100" : "cpu");
 }
 
 static void *rank_main(void *p)
