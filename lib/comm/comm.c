@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/p2p.h"
 
 /* ---- small helpers */
 
@@ -766,6 +767,128 @@ LLMT_API llmt_status llmt_comm_recv(llmt_comm *c, void *buf, size_t count,
     a.send = NULL; a.recv = buf; a.count = count; a.dtype = dtype;
     a.peer = peer; a.stream = stream;
     return do_blocking(c, &a);
+}
+
+/* ---- sends left in flight (p2p.h) */
+
+struct llmt__isend {
+    llmt_comm *c;
+    llmt__coll a;
+    void *h;       /* the backend's request */
+    uint64_t slot; /* its flight-recorder entry */
+    int64_t t0;    /* posted (llmt__now_ns) */
+    llmt_status status;
+    int done;
+};
+
+int llmt__comm_isend_kind(const llmt_comm *c)
+{
+    if (!c || !c->ops)
+        return LLMT__ISEND_NONE;
+    if (c->ops->isend)
+        return LLMT__ISEND_POSTED;
+    return c->ops->copy_sends ? LLMT__ISEND_COPY : LLMT__ISEND_NONE;
+}
+
+/* The send's end: recorded and counted as a blocking send's would be;
+ * a timeout aborts the communicator and dumps the recorder. */
+static void isend_end(llmt__isend *w, llmt_status s)
+{
+    llmt_comm *c = w->c;
+    w->done = 1;
+    w->status = s;
+    if (s == LLMT_OK) {
+        fr_end(c, w->slot, LLMT__FR_COMPLETED, 0);
+        llmt__comm_account(c, &w->a, (double)(llmt__now_ns() - w->t0) * 1e-9);
+        return;
+    }
+    if (s == LLMT_ERR_TIMEOUT) {
+        fr_end(c, w->slot, LLMT__FR_TIMEOUT, 0);
+        on_timeout(c, &w->a);
+        return;
+    }
+    fr_end(c, w->slot, s == LLMT_ERR_ABORTED ? LLMT__FR_ABORTED : LLMT__FR_ERROR, 0);
+    if (c->err.status == LLMT_OK || c->err.msg[0] == 0)
+        llmt__err_set(&c->err, s, "comm: send to rank %d failed: %s", (int)w->a.peer,
+                      llmt_status_string(s));
+}
+
+llmt_status llmt__comm_isend(llmt_comm *c, const void *buf, size_t count, llmt_dtype dtype,
+                             int32_t peer, llmt__isend **out)
+{
+    if (!c)
+        return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&c->err, "comm: isend", out);
+    *out = NULL;
+    int kind = llmt__comm_isend_kind(c);
+    if (kind == LLMT__ISEND_COPY)
+        return llmt_comm_send(c, buf, count, dtype, peer, NULL);
+    if (kind == LLMT__ISEND_NONE)
+        return llmt__err_set(&c->err, LLMT_ERR_UNSUPPORTED,
+                             "comm: the %s backend has no send that returns before its "
+                             "receiver takes it",
+                             c->ops->name);
+    COLL_INIT(LLMT__OP_SEND);
+    a.send = buf;
+    a.count = count;
+    a.dtype = dtype;
+    a.peer = peer;
+    llmt_status s = check_common(c, &a);
+    if (s != LLMT_OK)
+        return s;
+    if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST))
+        return llmt__err_set(&c->err, LLMT_ERR_ABORTED,
+                             "comm: send on an aborted communicator (rank %d)", (int)c->rank);
+    llmt__isend *w = calloc(1, sizeof *w);
+    if (!w)
+        return llmt__err_set(&c->err, LLMT_ERR_OUT_OF_MEMORY, "comm: no memory");
+    queue_drain(c); /* after the queued work, as a blocking call */
+    w->c = c;
+    w->a = a;
+    w->t0 = llmt__now_ns();
+    fr_begin(c, &w->a, &w->slot);
+    s = c->ops->isend(c, &w->a, &w->h);
+    if (s != LLMT_OK) {
+        isend_end(w, s);
+        free(w);
+        return s;
+    }
+    *out = w;
+    return LLMT_OK;
+}
+
+llmt_status llmt__comm_isend_test(llmt__isend *w, int *done)
+{
+    if (!w)
+        return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(&w->c->err, "comm: isend_test", done);
+    if (!w->done && w->c->ops->isend_test) {
+        int d = 0;
+        llmt_status s = w->c->ops->isend_test(w->c, w->h, &d);
+        if (s != LLMT_OK || d)
+            isend_end(w, s);
+    }
+    *done = w->done;
+    return w->done ? w->status : LLMT_OK;
+}
+
+llmt_status llmt__comm_isend_wait(llmt__isend *w)
+{
+    if (!w)
+        return LLMT_ERR_NULL_POINTER;
+    if (w->done)
+        return w->status;
+    llmt_comm *c = w->c;
+    int64_t t0 = llmt__now_ns();
+    llmt_status s = c->ops->isend_wait(c, w->h, w->t0 + c->timeout_ms * 1000000LL);
+    isend_end(w, s);
+    llmt__comm_exposed_add(c, t0);
+    return s;
+}
+
+void llmt__comm_isend_free(llmt__isend *w)
+{
+    free(w); /* an unfinished request stays with its communicator */
 }
 
 LLMT_API llmt_status llmt_comm_barrier(llmt_comm *c)

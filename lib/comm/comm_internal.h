@@ -134,6 +134,15 @@ struct llmt__comm_backend_ops {
                     int32_t *unreachable, int *nunreach, llmt__sbuf *dump);
     void (*abort)(llmt_comm *c);
     void (*destroy)(llmt_comm *c);
+    /* Sends left in flight (p2p.h). isend posts a send (a: kind SEND) and
+     * sets *h; isend_test (may be NULL: the backend cannot ask without
+     * waiting) and isend_wait free *h once they report it done. NULL
+     * isend: a send finishes inside `run`, at once when copy_sends
+     * (in-process mailboxes), else when received (NCCL). */
+    llmt_status (*isend)(llmt_comm *c, const llmt__coll *a, void **h);
+    llmt_status (*isend_test)(llmt_comm *c, void *h, int *done);
+    llmt_status (*isend_wait)(llmt_comm *c, void *h, int64_t deadline);
+    int copy_sends;
 };
 
 /* Helpers for backends. */

@@ -447,8 +447,48 @@ void gloo_destroy(llmt_comm *c)
     llmt__comm_free_shell(c);
 }
 
-const llmt__comm_backend_ops gloo_ops = {"gloo",        gloo_run,   gloo_split,
-                                         gloo_diagnose, gloo_abort, gloo_destroy};
+/* Sends left in flight (p2p.h): the posted unbound buffer is the request.
+ * Gloo can only wait on it (a wait that runs out fails the context), so
+ * there is no test. */
+typedef std::unique_ptr<gloo::transport::UnboundBuffer> gloo_req;
+
+llmt_status gloo_isend(llmt_comm *c, const llmt__coll *a, void **h)
+{
+    gloo_be *b = static_cast<gloo_be *>(c->be);
+    size_t bytes = a->count * llmt_dtype_size(a->dtype);
+    static char dummy;
+    try {
+        gloo_req *r = new gloo_req(b->ctx->createUnboundBuffer(
+            bytes ? const_cast<void *>(a->send) : &dummy, bytes ? bytes : 1));
+        (*r)->send(a->peer, P2P_SLOT + (uint32_t)a->dtype, 0, bytes);
+        *h = r;
+        return LLMT_OK;
+    } catch (const std::bad_alloc &) {
+        return llmt__err_set(&c->err, LLMT_ERR_OUT_OF_MEMORY, "comm: no memory");
+    } catch (const std::exception &e) {
+        return failed(c, b, e.what(), "send", llmt__now_ns() + 1000000000LL);
+    }
+}
+
+llmt_status gloo_isend_wait(llmt_comm *c, void *h, int64_t deadline)
+{
+    gloo_be *b = static_cast<gloo_be *>(c->be);
+    gloo_req *r = static_cast<gloo_req *>(h);
+    try {
+        if (!(*r)->waitSend(left(deadline))) {
+            b->leak = true;
+            return LLMT_ERR_TIMEOUT;
+        }
+    } catch (const std::exception &e) {
+        return failed(c, b, e.what(), "send", deadline);
+    }
+    delete r;
+    return LLMT_OK;
+}
+
+const llmt__comm_backend_ops gloo_ops = {
+    "gloo",       gloo_run,   gloo_split, gloo_diagnose,   gloo_abort,
+    gloo_destroy, gloo_isend, NULL,       gloo_isend_wait, 0};
 
 const llmt__comm_backend_ops *ops_table()
 {

@@ -520,4 +520,5 @@ static const llmt__comm_backend_ops ip_ops = {
     .diagnose = ip_diagnose,
     .abort = ip_abort,
     .destroy = ip_destroy,
+    .copy_sends = 1, /* a send copies into its receiver's mailbox */
 };

@@ -317,6 +317,46 @@ static llmt_status mpi_run(llmt_comm *c, const llmt__coll *a, int64_t deadline)
     return s;
 }
 
+/* ---- sends left in flight (p2p.h): MPI_Isend, the request on the heap
+ * until it is done (timed out: leaked with the communicator) */
+
+static llmt_status mpi_isend(llmt_comm *c, const llmt__coll *a, void **h)
+{
+    mpi_be *b = c->be;
+    if (!fits_int(a->count))
+        return llmt__err_set(&c->err, LLMT_ERR_UNSUPPORTED,
+                             "comm: send: count %zu exceeds MPI's int counts", a->count);
+    MPI_Request *req = malloc(sizeof *req);
+    if (!req)
+        return llmt__err_set(&c->err, LLMT_ERR_OUT_OF_MEMORY, "comm: no memory");
+    int rc = MPI_Isend(a->send, (int)a->count, mpi_type(a->dtype), a->peer, 100 + (int)a->dtype,
+                       b->comm, req);
+    if (rc != MPI_SUCCESS) {
+        free(req);
+        return mpi_fail(&c->err, rc, "MPI_Isend");
+    }
+    *h = req;
+    return LLMT_OK;
+}
+
+static llmt_status mpi_isend_test(llmt_comm *c, void *h, int *done)
+{
+    int rc = MPI_Test(h, done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(&c->err, rc, "MPI_Test");
+    if (*done)
+        free(h);
+    return LLMT_OK;
+}
+
+static llmt_status mpi_isend_wait(llmt_comm *c, void *h, int64_t deadline)
+{
+    llmt_status s = wait_req(c, h, deadline, NULL);
+    if (s == LLMT_OK)
+        free(h);
+    return s;
+}
+
 /* ---- diagnosis through the node's shared recorders */
 
 static int mpi_diagnose(llmt_comm *c, uint64_t seq, int32_t *missing,
@@ -559,5 +599,8 @@ static const llmt__comm_backend_ops mpi_ops = {
     .diagnose = mpi_diagnose,
     .abort = mpi_abort,
     .destroy = mpi_destroy,
+    .isend = mpi_isend,
+    .isend_test = mpi_isend_test,
+    .isend_wait = mpi_isend_wait,
 };
 #endif

@@ -2391,6 +2391,13 @@ void llmt__devtrain_stage_buf_free(llmt__devtrain *g, void *p)
         g->op->free(g->d, p);
 }
 
+llmt_status llmt__devtrain_stage_copy(llmt__devtrain *g, void *dst, const void *src,
+                                      size_t bytes)
+{
+    S(g->op->d2d(g->d, dst, src, bytes), "stage boundary copy");
+    return LLMT_OK;
+}
+
 size_t llmt__devtrain_param_floats(const llmt__devtrain *g)
 {
     return g->P;

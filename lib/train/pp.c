@@ -16,11 +16,15 @@
  * F(c, a) receives its input from the previous virtual stage (stage s-1,
  * or the last stage's chunk c-1; the first embeds its tokens) and sends
  * its output to the next; B(c, a) receives its output's gradient from the
- * next and sends its input's gradient back. Sends are issued before the
- * next receive, so the in-process and buffered transports never wait on
- * each other in a cycle; under interleaving the gradients travel on a
- * second communicator so that each pair's messages of one kind arrive in
- * the order sent (pp_sched.c's simulation checks both). The engine keeps
+ * next and sends its input's gradient back. GPipe and 1F1B pair each
+ * send with the next receive as Megatron-LM does (ordered_recv), so
+ * stages never wait on each other in a cycle even when a send waits for
+ * its receiver; interleaving's messages wrap round the ring of stages, so
+ * there the sends are left in flight where the transport would wait
+ * (pp_send.h; the in-process one copies each send), and the gradients
+ * travel on a second communicator so that each pair's messages of one
+ * kind arrive in the order sent (pp_sched.c's simulation checks both:
+ * with sends that never wait, the lists cannot deadlock). The engine keeps
  * one activation set per micro-batch chunk in flight (the schedule's
  * count: the memory difference between the schedules) and receives each
  * input straight into its set. The time spent inside receives is the
@@ -30,8 +34,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/p2p.h"
 #include "train/pp.h"
 #include "train/pp_sched.h"
+#include "train/pp_send.h"
 
 struct llmt__pp {
     llmt_err *e;
@@ -50,6 +56,9 @@ struct llmt__pp {
     void *dy;     /* the output gradient being consumed */
     double step_s, idle_s;
     int64_t sent, recvd;
+    /* the interleaved schedule over processes: its sends left in flight
+     * (pp_send.h; NULL where a send copies its buffer and returns) */
+    llmt__pp_sends *sends;
     /* a send held back until the next op's receive (blocking transports:
      * ordered_recv below) */
     struct {
@@ -167,6 +176,7 @@ void llmt__pp_destroy(llmt__pp *pp)
     if (!pp)
         return;
     llmt__devtrain_stage_buf_free(pp->g, pp->dy);
+    llmt__pp_sends_destroy(pp->sends);
     llmt_comm_destroy(pp->emb);
     llmt_comm_destroy(pp->gown);
     free(pp->ops);
@@ -215,6 +225,9 @@ llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int v, i
                           llmt_comm_last_error(comm));
     if (pp->gown)
         pp->gcomm = pp->gown;
+    if (s == LLMT_OK && schedule == LLMT__PP_INTERLEAVED &&
+        llmt__comm_isend_kind(comm) == LLMT__ISEND_POSTED)
+        s = llmt__pp_sends_create(e, r, g, pp->inflight, pp->elems, store, &pp->sends);
     if (s == LLMT_OK && (r < n - 1 || pp->v > 1)) /* interleaved: every stage */
         s = llmt__devtrain_stage_buf(g, &pp->dy, pp->elems * pp->es);
     /* a tied head: the first and the last stage sum wte's gradient
@@ -286,13 +299,22 @@ static llmt_status flush(llmt__pp *pp)
     return pp_send(pp, pp->held.c, pp->held.buf, pp->held.peer, pp->held.what, pp->held.a);
 }
 
-/* An op's send: at once under interleaving; otherwise held until the next
+/* An op's send: at once under interleaving (left in flight where the
+ * transport would wait for the receiver: pp_send.h; set: the activation
+ * set of an activation, -1 for a gradient); otherwise held until the next
  * op's receive (the buffer stays untouched until then: the next op
  * receives elsewhere and computes after). */
 static llmt_status send_out(llmt__pp *pp, llmt_comm *c, const void *buf, int peer,
-                            const char *what, int a)
+                            const char *what, int a, int set)
 {
-    if (pp->v > 1)
+    if (pp->sends) {
+        llmt_status s = set >= 0 ? llmt__pp_sends_act(pp->sends, c, buf, peer, set, a)
+                                 : llmt__pp_sends_grad(pp->sends, c, buf, peer, a);
+        if (s == LLMT_OK)
+            pp->sent += (int64_t)(pp->elems * pp->es);
+        return s;
+    }
+    if (pp->sched == LLMT__PP_INTERLEAVED)
         return pp_send(pp, c, buf, peer, what, a);
     pp->held.on = 1;
     pp->held.c = c;
@@ -327,7 +349,7 @@ static llmt_status ordered_recv(llmt__pp *pp, llmt_comm *c, void *buf, int peer,
 /* The forward of micro-batch a through chunk c (virtual stage c * p + s):
  * its input from the previous virtual stage (stage s - 1, or under
  * interleaving the last stage's chunk c - 1), its output to the next. */
-static llmt_status fwd(llmt__pp *pp, int c, int a)
+static llmt_status fwd(llmt__pp *pp, int c, int a, int set)
 {
     llmt_status s;
     int p = pp->stages;
@@ -340,15 +362,19 @@ static llmt_status fwd(llmt__pp *pp, int c, int a)
         return s;
     if (!last)
         return send_out(pp, pp->comm, llmt__devtrain_stage_out(pp->g), (pp->stage + 1) % p,
-                        "send the activations", a);
+                        "send the activations", a, set);
     return LLMT_OK;
 }
 
-static llmt_status bwd(llmt__pp *pp, int c, int a)
+static llmt_status bwd(llmt__pp *pp, int c, int a, int set)
 {
     llmt_status s;
     int p = pp->stages;
     int first = pp->stage == 0 && c == 0, last = pp->stage == p - 1 && c == pp->v - 1;
+    /* the backward may rewrite the set (recompute): its activations' send
+     * done first (received already: this backward's gradient proves it) */
+    if (pp->sends && (s = llmt__pp_sends_set_done(pp->sends, set)) != LLMT_OK)
+        return s;
     if ((s = ordered_recv(pp, pp->gcomm, last ? NULL : pp->dy, (pp->stage + 1) % p,
                           "receive the gradient", a)) != LLMT_OK)
         return s;
@@ -356,7 +382,7 @@ static llmt_status bwd(llmt__pp *pp, int c, int a)
         return s;
     if (!first)
         return send_out(pp, pp->gcomm, llmt__devtrain_stage_dx(pp->g), (pp->stage + p - 1) % p,
-                        "send the gradient", a);
+                        "send the gradient", a, -1);
     return LLMT_OK;
 }
 
@@ -368,10 +394,15 @@ static llmt_status run_schedule(llmt__pp *pp)
         const llmt__pp_op *o = &pp->ops[i];
         s = llmt__devtrain_stage_chunk(pp->g, o->chunk, o->slot);
         if (s == LLMT_OK)
-            s = o->bwd ? bwd(pp, o->chunk, o->micro) : fwd(pp, o->chunk, o->micro);
+            s = o->bwd ? bwd(pp, o->chunk, o->micro, o->slot)
+                       : fwd(pp, o->chunk, o->micro, o->slot);
     }
     if (s == LLMT_OK)
         s = flush(pp);
+    if (s == LLMT_OK && pp->sends)
+        s = llmt__pp_sends_drain(pp->sends);
+    if (pp->sends) /* waiting for a send is idle time too */
+        pp->idle_s += llmt__pp_sends_wait_s(pp->sends);
     pp->held.on = 0;
     llmt__devtrain_stage_chunk(pp->g, -1, -1);
     return s;

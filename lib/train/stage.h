@@ -80,6 +80,9 @@ float *llmt__devtrain_stage_tied_grad(llmt__devtrain *g, size_t *n);
 size_t llmt__devtrain_stage_elems(const llmt__devtrain *g);
 llmt_status llmt__devtrain_stage_buf(llmt__devtrain *g, void **p, size_t bytes);
 void llmt__devtrain_stage_buf_free(llmt__devtrain *g, void *p);
+/* dst = src (device buffers, bytes each; they do not overlap). */
+llmt_status llmt__devtrain_stage_copy(llmt__devtrain *g, void *dst, const void *src,
+                                      size_t bytes);
 /* fp32 parameters on the device (this stage's). */
 size_t llmt__devtrain_param_floats(const llmt__devtrain *g);
 

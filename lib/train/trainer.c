@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/p2p.h"
 #include "exec/exec.h"
 #include "model/model.h"
 #include "train/cp.h"
@@ -1162,16 +1163,14 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
         return s;
     /* interleaving's wrapped-round exchanges (stage p-1 sends on to stage
      * 0 while stage 0 sends to stage 1) wait on each other in cycles when
-     * a send blocks until it is received (MPI's rendezvous, Gloo); the
-     * in-process transport buffers every send */
-    llmt_comm_backend be = LLMT_COMM_INPROC;
-    if (o.schedule == LLMT_PP_INTERLEAVED && llmt_comm_backend_of(comm, &be) == LLMT_OK &&
-        be != LLMT_COMM_INPROC)
+     * a send blocks until it is received: the schedule leaves its sends in
+     * flight (lib/train/pp_send.h), which NCCL cannot here */
+    if (o.schedule == LLMT_PP_INTERLEAVED && llmt__comm_isend_kind(comm) == LLMT__ISEND_NONE)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "parallelism.pp_schedule: interleaved (virtual_stages %d) over "
-                             "processes (MPI, Gloo, NCCL) is not supported yet: its blocking "
-                             "sends would wait on each other; in-process ranks only (issue "
-                             "17), or pp_schedule 1f1b",
+                             "NCCL is not supported yet: its sends wait for their receivers "
+                             "and the schedule's ring of messages would wait forever "
+                             "(in-process, MPI and Gloo ranks run it); or pp_schedule 1f1b",
                              (int)o.virtual_stages);
     /* the virtual stages' layers (n of them without interleaving); stage r
      * holds chunk c = virtual stage c * n + r */

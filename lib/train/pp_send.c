@@ -1,0 +1,182 @@
+/* A pipeline stage's sends left in flight (pp_send.h). */
+#include <stdlib.h>
+#include <time.h>
+
+#include "comm/p2p.h"
+#include "train/pp_send.h"
+
+typedef struct pending {
+    llmt__isend *w; /* NULL: done (or none) */
+    llmt_comm *c;
+    int peer, a;
+} pending;
+
+typedef struct gbuf {
+    void *buf;
+    pending p;
+} gbuf;
+
+struct llmt__pp_sends {
+    llmt_err *e;
+    llmt__devtrain *g;
+    int stage, sets;
+    size_t count, bytes;
+    llmt_dtype dtype;
+    pending *act; /* per activation set */
+    gbuf *pool;   /* gradient copies */
+    int npool;
+    double wait_s;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+llmt_status llmt__pp_sends_create(llmt_err *e, int stage, llmt__devtrain *g, int sets,
+                                  size_t count, llmt_dtype dtype, llmt__pp_sends **out)
+{
+    *out = NULL;
+    llmt__pp_sends *s = calloc(1, sizeof *s);
+    if (s)
+        s->act = calloc((size_t)(sets > 0 ? sets : 1), sizeof *s->act);
+    if (!s || !s->act) {
+        free(s);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    }
+    s->e = e;
+    s->g = g;
+    s->stage = stage;
+    s->sets = sets;
+    s->count = count;
+    s->dtype = dtype;
+    s->bytes = count * llmt_dtype_size(dtype);
+    *out = s;
+    return LLMT_OK;
+}
+
+void llmt__pp_sends_destroy(llmt__pp_sends *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->sets; i++)
+        llmt__comm_isend_free(s->act[i].w);
+    for (int i = 0; i < s->npool; i++) {
+        if (!s->pool[i].p.w)
+            llmt__devtrain_stage_buf_free(s->g, s->pool[i].buf);
+        llmt__comm_isend_free(s->pool[i].p.w);
+    }
+    free(s->pool);
+    free(s->act);
+    free(s);
+}
+
+static llmt_status fail(llmt__pp_sends *s, const pending *p, const char *what)
+{
+    return llmt__err_set(s->e, LLMT_ERR_COMM,
+                         "trainer: pipeline stage %d: send of the %s of micro-batch %d to "
+                         "stage %d: %s",
+                         s->stage, what, p->a, p->peer, llmt_comm_last_error(p->c));
+}
+
+static llmt_status post(llmt__pp_sends *s, pending *p, llmt_comm *c, const void *buf, int peer,
+                        int a, const char *what)
+{
+    p->c = c;
+    p->peer = peer;
+    p->a = a;
+    if (llmt__comm_isend(c, buf, s->count, s->dtype, peer, &p->w) != LLMT_OK)
+        return fail(s, p, what);
+    return LLMT_OK;
+}
+
+/* Wait for p's send (its buffer free after). */
+static llmt_status finish(llmt__pp_sends *s, pending *p, const char *what)
+{
+    if (!p->w)
+        return LLMT_OK;
+    double t0 = now_s();
+    llmt_status st = llmt__comm_isend_wait(p->w);
+    s->wait_s += now_s() - t0;
+    if (st != LLMT_OK)
+        return fail(s, p, what); /* left in flight: its buffer is never freed */
+    llmt__comm_isend_free(p->w);
+    p->w = NULL;
+    return LLMT_OK;
+}
+
+llmt_status llmt__pp_sends_act(llmt__pp_sends *s, llmt_comm *c, const void *buf, int peer,
+                               int set, int a)
+{
+    if (set < 0 || set >= s->sets)
+        return llmt__err_set(s->e, LLMT_ERR_INTERNAL,
+                             "trainer: pipeline stage %d: activation set %d of %d", s->stage,
+                             set, s->sets);
+    llmt_status st = finish(s, &s->act[set], "activations");
+    return st != LLMT_OK ? st : post(s, &s->act[set], c, buf, peer, a, "activations");
+}
+
+llmt_status llmt__pp_sends_set_done(llmt__pp_sends *s, int set)
+{
+    return set >= 0 && set < s->sets ? finish(s, &s->act[set], "activations") : LLMT_OK;
+}
+
+/* A pool buffer whose send is done (asked without waiting), else a new
+ * one: never a wait here, so the gradients cannot close a ring. */
+static llmt_status free_buf(llmt__pp_sends *s, gbuf **out)
+{
+    for (int i = 0; i < s->npool; i++) {
+        gbuf *b = &s->pool[i];
+        int done = 1;
+        if (b->p.w && llmt__comm_isend_test(b->p.w, &done) != LLMT_OK)
+            return fail(s, &b->p, "gradient");
+        if (done) {
+            llmt__comm_isend_free(b->p.w);
+            b->p.w = NULL;
+            *out = b;
+            return LLMT_OK;
+        }
+    }
+    gbuf *np = realloc(s->pool, ((size_t)s->npool + 1) * sizeof *np);
+    if (!np)
+        return llmt__err_set(s->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    s->pool = np;
+    gbuf *b = &s->pool[s->npool];
+    b->p.w = NULL;
+    b->buf = NULL;
+    llmt_status st = llmt__devtrain_stage_buf(s->g, &b->buf, s->bytes);
+    if (st != LLMT_OK)
+        return st;
+    s->npool++;
+    *out = b;
+    return LLMT_OK;
+}
+
+llmt_status llmt__pp_sends_grad(llmt__pp_sends *s, llmt_comm *c, const void *dx, int peer,
+                                int a)
+{
+    gbuf *b = NULL;
+    llmt_status st = free_buf(s, &b);
+    if (st == LLMT_OK)
+        st = llmt__devtrain_stage_copy(s->g, b->buf, dx, s->bytes);
+    return st != LLMT_OK ? st : post(s, &b->p, c, b->buf, peer, a, "gradient");
+}
+
+llmt_status llmt__pp_sends_drain(llmt__pp_sends *s)
+{
+    llmt_status st = LLMT_OK;
+    for (int i = 0; i < s->sets && st == LLMT_OK; i++)
+        st = finish(s, &s->act[i], "activations");
+    for (int i = 0; i < s->npool && st == LLMT_OK; i++)
+        st = finish(s, &s->pool[i].p, "gradient");
+    return st;
+}
+
+double llmt__pp_sends_wait_s(llmt__pp_sends *s)
+{
+    double w = s->wait_s;
+    s->wait_s = 0.0;
+    return w;
+}

@@ -1,0 +1,44 @@
+/* A pipeline stage's sends left in flight (pp_send.c): the interleaved
+ * schedule over processes. Its messages go round the ring of stages (the
+ * last stage's chunk c feeds the first stage's chunk c + 1), so while
+ * stage s sends to s + 1, the stage before may be sending to s: when each
+ * send waits for its receiver (MPI's rendezvous, Gloo) the ring waits
+ * forever. Posted sends (lib/comm/p2p.h) break it: a stage then waits
+ * only in its receives, for data that pp_sched.c's simulation shows
+ * arrives (every op's input is produced by an earlier op of a list).
+ *
+ * An activation is sent from its activation set's memory, which stays
+ * untouched until that micro-batch chunk's backward: by then the next
+ * stage has received it (the gradient coming back proves it), so waiting
+ * for the send there costs nothing. An input gradient lives in the
+ * engine's one gradient buffer, which the next backward rewrites: it is
+ * copied into a buffer of a pool first, reused once its send is done. */
+#ifndef LLMT_TRAIN_PP_SEND_H
+#define LLMT_TRAIN_PP_SEND_H
+
+#include "train/stage.h"
+
+typedef struct llmt__pp_sends llmt__pp_sends;
+
+/* For stage `stage`'s engine g: its boundary tensors (count x dtype) and
+ * its `sets` activation sets; errors go on e. */
+llmt_status llmt__pp_sends_create(llmt_err *e, int stage, llmt__devtrain *g, int sets,
+                                  size_t count, llmt_dtype dtype, llmt__pp_sends **out);
+/* Frees the pool; sends that never finished keep their buffers (leaked:
+ * their communicator may still read them). */
+void llmt__pp_sends_destroy(llmt__pp_sends *s);
+
+/* Post set `set`'s output buf (micro-batch a) to peer on c. */
+llmt_status llmt__pp_sends_act(llmt__pp_sends *s, llmt_comm *c, const void *buf, int peer,
+                               int set, int a);
+/* Before set `set` is rewritten (its backward): its send done. */
+llmt_status llmt__pp_sends_set_done(llmt__pp_sends *s, int set);
+/* Copy the input gradient dx (micro-batch a) and post the copy. */
+llmt_status llmt__pp_sends_grad(llmt__pp_sends *s, llmt_comm *c, const void *dx, int peer,
+                                int a);
+/* The step's end: every send done. */
+llmt_status llmt__pp_sends_drain(llmt__pp_sends *s);
+/* Seconds spent waiting for sends since the last call (idle time). */
+double llmt__pp_sends_wait_s(llmt__pp_sends *s);
+
+#endif
