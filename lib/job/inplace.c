@@ -52,9 +52,15 @@ static int read_gen(const char *path, int *gen, int *world)
 
 static void drop_comms(llmt_job *j)
 {
-    llmt_comm_abort(j->comm);    /* never blocks; the peers see it too */
+    llmt_comm_abort(j->comm); /* never blocks; the peers see it too */
+    /* NCCL: ncclCommAbort, so that no kernel waits for the dead peer;
+     * the next generation makes a twin with a new unique id */
+    if (j->dp_dev_comm)
+        llmt_comm_abort(j->dp_dev_comm);
     llmt_trainer_destroy(j->tr); /* before its communicators */
     j->tr = NULL;
+    llmt_comm_destroy(j->dp_dev_comm);
+    j->dp_dev_comm = NULL;
     if (j->dp_comm != j->comm)
         llmt_comm_destroy(j->dp_comm);
     llmt_comm_destroy(j->tp_comm);

@@ -301,6 +301,8 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
                                                                                : 0;
     t->threads = o->threads > 0 ? o->threads : (int32_t)s->train.threads;
     t->device = s->train.device == LLMT_SPEC_DEVICE_CUDA ? LLMT_DEVICE_CUDA : LLMT_DEVICE_CPU;
+    if (t->device == LLMT_DEVICE_CUDA && j->world > 1)
+        t->device_index = llmt__job_cuda_ordinal(j); /* one GPU per local rank */
     t->deterministic = s->train.deterministic;
     if (s->precision.gemm == LLMT_SPEC_PREC_FP8) {
         t->fp8 = 1;
@@ -390,10 +392,17 @@ llmt_status llmt__job_attach_groups(llmt_job *j)
         return s; /* inside the DP group (moe_attach.c) */
     if (!j->dp_comm)
         return LLMT_OK; /* dp 1: nothing to reduce across replicas */
+    llmt_comm *dpc = j->dp_comm;
+    if (j->to.device == LLMT_DEVICE_CUDA) { /* device memory: over NCCL */
+        s = llmt__job_device_group(j, j->dp_comm, "data parallel", &j->dp_dev_comm);
+        if (s != LLMT_OK)
+            return s;
+        dpc = j->group_comm[LLMT_JOB_GROUP_DP] = j->dp_dev_comm;
+    }
     llmt_dp_opts d;
     llmt_dp_opts_init(&d, sizeof d);
     d.zero_stage = j->zero;
-    s = llmt_trainer_set_comm(j->tr, j->dp_comm, &d);
+    s = llmt_trainer_set_comm(j->tr, dpc, &d);
     if (s != LLMT_OK)
         return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
     return LLMT_OK;
@@ -642,6 +651,7 @@ LLMT_API void llmt_job_destroy(llmt_job *j)
         fclose(j->jsonl);
     llmt_trainer_destroy(j->tr); /* before its communicator */
     llmt__job_obs_free(j);       /* after the trainer that uses its op table */
+    llmt_comm_destroy(j->dp_dev_comm);
     if (j->dp_comm != j->comm)
         llmt_comm_destroy(j->dp_comm); /* groups before the comm they came from */
     llmt_comm_destroy(j->tp_comm);

@@ -95,6 +95,9 @@ struct llmt_job {
     llmt_comm *cp_comm;
     /* expert parallel group (ep > 1; owned; ep_attach.c) */
     llmt_comm *ep_comm;
+    /* the CUDA engine's data parallel group: dp_comm's NCCL twin (owned;
+     * nccl_attach.c), NULL on the CPU */
+    llmt_comm *dp_dev_comm;
     llmt_model *model;
     llmt_trainer *tr;
     llmt_ckpt *ck; /* local tier (root), durable copy inside */
@@ -305,6 +308,12 @@ void llmt__job_pp_line(llmt_job *j, int64_t step);
  * parallelism, the data parallel one) cut from j->comm, the trainer
  * attached to it with parallelism.cp_variant (collective over j->comm). */
 llmt_status llmt__job_attach_cp(llmt_job *j);
+/* nccl_attach.c: the GPU this rank drives (its local rank modulo the
+ * GPUs it sees), and the NCCL twin of a host group (collective over it;
+ * `what` names the group in errors). */
+int32_t llmt__job_cuda_ordinal(const llmt_job *j);
+llmt_status llmt__job_device_group(llmt_job *j, llmt_comm *host, const char *what,
+                                   llmt_comm **dev);
 /* The expert parallel group (ep > 1): from the plan, attached to the
  * trainer (ep_attach.c). */
 llmt_status llmt__job_attach_ep(llmt_job *j);
