@@ -82,8 +82,11 @@ void llmt__devtrain_set_cp(struct llmt__devtrain *g, llmt__cp *cp);
  * its TP shard; the CP group joins ranks of equal TP rank); data
  * parallelism attached after composes, any ZeRO stage (its reductions
  * first, then the CP sum of what they left: linear, so any order of the
- * two sums is the global batch's gradient). Refused with pipeline or
- * sequence parallelism, fp8, on CUDA, after data parallelism
+ * two sums is the global batch's gradient). Sequence parallelism set on
+ * the TP group before composes: SP's row blocks split this rank's
+ * B x T / cp rows (tp must divide T / cp, refused naming the keys), and
+ * attention runs on the gathered qkv as without it. Refused with
+ * pipeline parallelism, fp8, on CUDA, after data parallelism
  * (LLMT_ERR_STATE) and, naming model.seq_len, when 2 x cp does not
  * divide it. */
 llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant);
