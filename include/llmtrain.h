@@ -630,6 +630,12 @@ typedef struct llmt_model_config {
      * layers.L.feed_forward.shared_experts.w1/w3 [S*moe_ffn, width], .w2
      * [width, S*moe_ffn]. 0 = none. */
     int32_t moe_shared_experts;
+    /* 0: the top-k weights are renormalised to sum to 1 (GShard,
+     * Mixtral); 1: they are the router's softmax probabilities as they
+     * are (Switch top-1, DeepSeek-V2), so that a top-1 router still
+     * learns from the language-model loss (renormalised, its one weight
+     * is always 1). */
+    int32_t moe_raw_gates;
 } llmt_model_config;
 
 LLMT_API llmt_status llmt_model_config_init(llmt_model_config *cfg,

@@ -52,7 +52,7 @@ static int layer_init(layer *L, int experts, int top_k, int ffn, int dropless, l
                       int rank, int size)
 {
     memset(L, 0, sizeof *L);
-    llmt__moe_shape sh = {experts, top_k, C, ffn, 1.25f, dropless};
+    llmt__moe_shape sh = {experts, top_k, C, ffn, 1.25f, dropless, 0};
     L->sh = sh;
     L->comm = comm;
     size_t nw = (size_t)experts * C + 3 * (size_t)experts * ffn * C;

@@ -254,6 +254,8 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
         c->moe_capacity_factor = (float)s->model.moe.capacity_factor;
         c->moe_aux_loss_coef = (float)s->model.moe.aux_loss_coef;
         c->moe_z_loss_coef = (float)s->model.moe.z_loss_coef;
+        c->moe_shared_experts = (int32_t)s->model.moe.shared_experts;
+        c->moe_raw_gates = !s->model.moe.renormalize;
     }
     /* pad the embedding rows to a multiple of 64 (llm.c does the same) */
     c->padded_vocab_size = (c->vocab_size + 63) / 64 * 64;

@@ -126,19 +126,20 @@ static llmt_status resolve_config(llmt_err *e, llmt_model_config *c)
             return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                                  "model: moe_shared_experts %d must be >= 0",
                                  (int)c->moe_shared_experts);
-        if (c->moe_shared_experts > 0)
-            return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                                 "model: moe_shared_experts %d: shared experts are not "
-                                 "implemented yet (issue 18)",
-                                 (int)c->moe_shared_experts);
+        if (c->moe_raw_gates != 0 && c->moe_raw_gates != 1)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "model: moe_raw_gates %d must be 0 (renormalised top-k "
+                                 "weights) or 1 (the softmax probabilities)",
+                                 (int)c->moe_raw_gates);
     } else if (c->moe_top_k || c->moe_ffn || c->moe_every || c->moe_dropless ||
-               c->moe_capacity_factor != 0.0f || c->moe_shared_experts) {
+               c->moe_capacity_factor != 0.0f || c->moe_shared_experts || c->moe_raw_gates) {
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                              "model: moe_top_k, moe_ffn, moe_every, moe_dropless, "
-                             "moe_capacity_factor or moe_shared_experts set but moe_experts "
-                             "is 0 (dense)");
+                             "moe_capacity_factor, moe_shared_experts or moe_raw_gates set but "
+                             "moe_experts is 0 (dense)");
     }
-    if (c->tie_embeddings < 0) c->tie_embeddings = c->arch == LLMT_ARCH_GPT2;
+    if (c->tie_embeddings < 0)
+        c->tie_embeddings = c->arch == LLMT_ARCH_GPT2;
     if (c->arch == LLMT_ARCH_GPT2 && !c->tie_embeddings)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                              "model: GPT-2 ties its embeddings "
@@ -188,12 +189,12 @@ static void build_table(llmt_model *m, int count_only)
     }
     for (int l = 0; l < c->layers; l++) {
         llmt__layer_offs o, *L = count_only ? &o : &m->layer[l];
-        for (size_t *p = &L->ln1w; p <= &L->ew2; p++)
+        for (size_t *p = &L->ln1w; p <= &L->sw2; p++)
             *p = LLMT__NOPARAM;
-#define P(field, fmt, nd, a, b)                                 \
-    do {                                                        \
-        snprintf(nm, sizeof nm, fmt, l);                        \
-        L->field = add_param(m, count_only, nm, nd, a, b);      \
+#define P(field, fmt, nd, a, b)                            \
+    do {                                                   \
+        snprintf(nm, sizeof nm, fmt, l);                   \
+        L->field = add_param(m, count_only, nm, nd, a, b); \
     } while (0)
         if (c->arch == LLMT_ARCH_GPT2) {
             P(ln1w, "h.%d.ln_1.weight", 1, C, 0);
@@ -220,6 +221,12 @@ static void build_table(llmt_model *m, int count_only)
             P(ew1, "layers.%d.feed_forward.experts.w1.weight", 2, E * Fe, C);
             P(ew3, "layers.%d.feed_forward.experts.w3.weight", 2, E * Fe, C);
             P(ew2, "layers.%d.feed_forward.experts.w2.weight", 2, E * C, Fe);
+            if (c->moe_shared_experts > 0) { /* one SwiGLU of S * Fe (moe.h) */
+                int64_t Fs = (int64_t)c->moe_shared_experts * Fe;
+                P(sw1, "layers.%d.feed_forward.shared_experts.w1.weight", 2, Fs, C);
+                P(sw3, "layers.%d.feed_forward.shared_experts.w3.weight", 2, Fs, C);
+                P(sw2, "layers.%d.feed_forward.shared_experts.w2.weight", 2, C, Fs);
+            }
         } else if (c->arch == LLMT_ARCH_LLAMA) {
             P(fcw, "layers.%d.feed_forward.w1.weight", 2, F, C);
             P(fc3w, "layers.%d.feed_forward.w3.weight", 2, F, C);

@@ -24,6 +24,7 @@ typedef struct llmt__layer_offs {
     size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;
     size_t fcw, fcb, fc3w, fcprojw, fcprojb;
     size_t router, ew1, ew3, ew2; /* MoE layers (moe.h's layout) instead of fc* */
+    size_t sw1, sw3, sw2;         /* MoE layers' shared experts (one SwiGLU) */
 } llmt__layer_offs;
 
 struct llmt_model {

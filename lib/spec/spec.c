@@ -81,6 +81,12 @@ static const spec_key keys[] = {
     N("model.moe.z_loss_coef", model.moe.z_loss_coef, 0, 1e3, 0,
       "router z-loss mean(logsumexp^2) weight [0.001]"),
     I("model.moe.every", model.moe.every, 1, 1e6, "every n-th layer is MoE [1]"),
+    I("model.moe.shared_experts", model.moe.shared_experts, 0, 1e6,
+      "always-active experts of expert_ffn each, not routed, added to the routed "
+      "output (DeepSeek-MoE) [0]"),
+    B("model.moe.renormalize", model.moe.renormalize,
+      "top-k weights renormalised to sum 1 (GShard, Mixtral); false: the softmax "
+      "probabilities as they are (Switch top-1, DeepSeek-V2) [true]"),
     O("parallelism", "how the job is split over GPUs"),
     I("parallelism.tp", parallelism.tp, 1, 1e6, "tensor parallel [1]"),
     I("parallelism.pp", parallelism.pp, 1, 1e6, "pipeline parallel [1]"),
@@ -757,7 +763,8 @@ double llmt__spec_param_count(const llmt_spec *s)
     if (experts > 0) {
         double ef = (double)s->model.moe.expert_ffn;
         int64_t every = s->model.moe.every > 0 ? s->model.moe.every : 1;
-        mlp = experts * (llama ? 3 * h * ef : 2 * h * ef + ef + h) + h * experts;
+        mlp = experts * (llama ? 3 * h * ef : 2 * h * ef + ef + h) + h * experts +
+              (double)s->model.moe.shared_experts * 3 * h * ef; /* llama only */
         Lmoe = (double)((s->model.layers + every - 1) / every);
     }
     double norms = llama ? 2 * h : 4 * h;
@@ -891,6 +898,8 @@ static void check_rules(llmt_spec *s, errlist *el)
         s->model.moe.z_loss_coef = 0.001;
     if (!s->given[key_index("model.moe.every")])
         s->model.moe.every = 1;
+    if (!s->given[key_index("model.moe.renormalize")])
+        s->model.moe.renormalize = 1;
     if (s->given[key_index("model.moe.capacity_factor")] && !(s->model.moe.capacity_factor > 0))
         errf(el, "model.moe.capacity_factor",
              "%g must be > 0 (tokens per expert: capacity_factor * tokens * top_k / experts; "
@@ -905,7 +914,9 @@ static void check_rules(llmt_spec *s, errlist *el)
                   {"model.moe.aux_loss_coef", s->model.moe.aux_loss_coef != 0.01},
                   {"model.moe.z_loss_coef", s->model.moe.z_loss_coef != 0.001},
                   {"model.moe.every", s->model.moe.every != 1},
-                  {"model.moe.dropless", s->model.moe.dropless != 0}};
+                  {"model.moe.dropless", s->model.moe.dropless != 0},
+                  {"model.moe.shared_experts", s->model.moe.shared_experts != 0},
+                  {"model.moe.renormalize", s->model.moe.renormalize != 1}};
         for (size_t i = 0; i < sizeof mk / sizeof mk[0]; i++)
             if (mk[i].differs)
                 errf(el, mk[i].k, "set but model.moe.experts is 0 (dense)");

@@ -81,9 +81,10 @@ struct llmt_spec {
         double norm_eps, rope_theta;
         int tied_embeddings;
         struct {
-            int64_t experts, top_k, expert_ffn, every;
+            int64_t experts, top_k, expert_ffn, every, shared_experts;
             double capacity_factor, aux_loss_coef, z_loss_coef;
             int dropless;
+            int renormalize; /* 0: raw softmax gates */
         } moe;
     } model;
     struct {

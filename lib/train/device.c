@@ -662,6 +662,9 @@ static void plan_layout(llmt__devtrain *g)
         o->ew1 = map_off(m, g->doff, h->ew1);
         o->ew3 = map_off(m, g->doff, h->ew3);
         o->ew2 = map_off(m, g->doff, h->ew2);
+        o->sw1 = map_off(m, g->doff, h->sw1);
+        o->sw3 = map_off(m, g->doff, h->sw3);
+        o->sw2 = map_off(m, g->doff, h->sw2);
     }
     g->wte = map_off(m, g->doff, m->wte);
     g->wpe = map_off(m, g->doff, m->wpe);

@@ -107,6 +107,8 @@ static void route(llmt__moe *s, const float *router, const float *x, int N)
             tot += p[best];
             s->chosen[best]++;
         }
+        if (s->sh.raw_gates)
+            tot = 1.0;
         for (int k = 0; k < K; k++)
             s->gate[(size_t)n * K + k] = (float)(p[ix[k]] / tot);
     }
@@ -277,8 +279,8 @@ void llmt__moe_router_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, c
         }
         for (int e = 0; e < E; e++)
             dl[e] = aux_coef * (float)E * (float)s->chosen[e] / ((float)N * K) / (float)N;
-        for (int k = 0; k < K; k++)
-            dl[ix[k]] += (float)((dg[k] - gd) / S);
+        for (int k = 0; k < K; k++) /* d gate_k / d p: renormalised or raw */
+            dl[ix[k]] += s->sh.raw_gates ? dg[k] : (float)((dg[k] - gd) / S);
         double pd = 0;
         for (int e = 0; e < E; e++)
             pd += (double)p[e] * dl[e];

@@ -4,6 +4,10 @@
  * per expert (or dropless), SwiGLU experts, the weighted combine, and the
  * router's two auxiliary losses.
  *
+ * With raw_gates the k weights are the probabilities p_k themselves
+ * (Switch, DeepSeek-V2): a top-1 router then learns from the output (a
+ * renormalised single weight is 1, whatever the router says).
+ *
  * Layout (one global tensor per kind, experts as row blocks, so that
  * expert parallelism can shard them by rows):
  *   router [E, C]; w1 (gate) and w3 (up) [E*F, C]; w2 (down) [E*C, F].
@@ -32,6 +36,7 @@ typedef struct llmt__moe_shape {
     int E, K, C, F;        /* experts, top_k, width, expert hidden size */
     float capacity_factor; /* > 0; ignored when dropless */
     int dropless;
+    int raw_gates; /* 1: the k weights are p_k as they are, not renormalised */
 } llmt__moe_shape;
 
 /* Parameters (or their gradients, which the backward ACCUMULATES into). */

@@ -6,6 +6,7 @@
 
 #include "train/moe.h"
 #include "train/moe_ep.h"
+#include "train/moe_shared.h"
 
 typedef struct tally {
     int64_t *kept; /* [E] */
@@ -15,9 +16,10 @@ typedef struct tally {
 
 struct llmt__moe_net {
     llmt_model_config c;
-    llmt__moe **layer; /* NULL for dense layers */
-    tally *step;       /* per layer */
-    int micro;         /* forwards tallied this step (x dp after step_end) */
+    llmt__moe **layer;         /* NULL for dense layers */
+    llmt__moe_shared **shared; /* per layer; NULL: none (moe_shared.h) */
+    tally *step;               /* per layer */
+    int micro;                 /* forwards tallied this step (x dp after step_end) */
     int Nmax;
     /* expert parallelism (moe_ep.h): the EP group and each MoE layer's
      * state; NULL: every expert here */
@@ -46,11 +48,14 @@ void llmt__moe_net_free(llmt__moe_net *n)
     for (int l = 0; l < n->c.layers; l++) {
         if (n->layer)
             llmt__moe_free(n->layer[l]);
+        if (n->shared)
+            llmt__moe_shared_free(n->shared[l]);
         if (n->step)
             free(n->step[l].kept);
     }
     free_ep(n);
     free(n->layer);
+    free(n->shared);
     free(n->step);
     free(n);
 }
@@ -67,12 +72,13 @@ llmt_status llmt__moe_net_new(llmt_err *e, const llmt_model_config *c, int Nmax,
     n->ep_size = n->dp_size = 1;
     n->layer = calloc((size_t)c->layers, sizeof *n->layer);
     n->step = calloc((size_t)c->layers, sizeof *n->step);
-    if (!n->layer || !n->step) {
+    n->shared = calloc((size_t)c->layers, sizeof *n->shared);
+    if (!n->layer || !n->step || !n->shared) {
         llmt__moe_net_free(n);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: moe: no memory");
     }
-    llmt__moe_shape sh = {c->moe_experts, c->moe_top_k,           c->width,
-                          c->moe_ffn,     c->moe_capacity_factor, c->moe_dropless};
+    llmt__moe_shape sh = {c->moe_experts,         c->moe_top_k,    c->width,        c->moe_ffn,
+                          c->moe_capacity_factor, c->moe_dropless, c->moe_raw_gates};
     for (int l = 0; l < c->layers; l++) {
         if (!llmt__model_moe_layer(c, l))
             continue;
@@ -84,6 +90,14 @@ llmt_status llmt__moe_net_new(llmt_err *e, const llmt_model_config *c, int Nmax,
                                  "trainer: moe: no memory for layer %d's routing state "
                                  "(%d tokens, %d experts of %d)",
                                  l, Nmax, (int)c->moe_experts, (int)c->moe_ffn);
+        }
+        int Fs = c->moe_shared_experts * c->moe_ffn;
+        if (Fs > 0 && !(n->shared[l] = llmt__moe_shared_new(c->width, Fs, Nmax))) {
+            llmt__moe_net_free(n);
+            return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY,
+                                 "trainer: moe: no memory for layer %d's shared experts (%d "
+                                 "tokens, %d experts of %d)",
+                                 l, Nmax, (int)c->moe_shared_experts, (int)c->moe_ffn);
         }
     }
     *out = n;
@@ -106,9 +120,12 @@ llmt_status llmt__moe_net_fwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
                              s ? "more tokens than the engine was made for" : "not a MoE layer",
                              N);
     llmt__moe_w p = weights(w, param);
-    if (n->ep)
-        return llmt__moe_ep_fwd(n->ep[l], s, n->epc, e, &p, x, y, N);
-    return llmt__moe_fwd(s, &p, x, y, N);
+    llmt_status st = n->ep ? llmt__moe_ep_fwd(n->ep[l], s, n->epc, e, &p, x, y, N)
+                           : llmt__moe_fwd(s, &p, x, y, N);
+    if (st == LLMT_OK && n->shared[l]) /* not routed: on this rank's tokens */
+        llmt__moe_shared_fwd(n->shared[l], param + w->sw1, param + w->sw3, param + w->sw2, x, y,
+                             N);
+    return st;
 }
 
 llmt_status llmt__moe_net_bwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__layer_offs *w,
@@ -120,9 +137,12 @@ llmt_status llmt__moe_net_bwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
         return llmt__err_set(e, LLMT_ERR_INTERNAL, "trainer: moe: layer %d is not MoE", l);
     llmt__moe_w p = weights(w, param), g = weights(w, grad);
     float ac = scale * n->c.moe_aux_loss_coef, zc = scale * n->c.moe_z_loss_coef;
-    if (n->ep)
-        return llmt__moe_ep_bwd(n->ep[l], s, n->epc, e, &p, &g, x, dy, dx, ac, zc);
-    return llmt__moe_bwd(s, &p, &g, x, dy, dx, ac, zc);
+    llmt_status st = n->ep ? llmt__moe_ep_bwd(n->ep[l], s, n->epc, e, &p, &g, x, dy, dx, ac, zc)
+                           : llmt__moe_bwd(s, &p, &g, x, dy, dx, ac, zc);
+    if (st == LLMT_OK && n->shared[l])
+        llmt__moe_shared_bwd(n->shared[l], param + w->sw1, param + w->sw3, param + w->sw2,
+                             grad + w->sw1, grad + w->sw3, grad + w->sw2, x, dy, dx);
+    return st;
 }
 
 llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm)
@@ -148,7 +168,8 @@ llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm)
                           n->c.width,
                           n->c.moe_ffn,
                           n->c.moe_capacity_factor,
-                          n->c.moe_dropless};
+                          n->c.moe_dropless,
+                          n->c.moe_raw_gates};
     for (int l = 0; l < n->c.layers; l++) {
         if (!n->layer[l])
             continue;

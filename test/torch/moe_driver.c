@@ -63,7 +63,7 @@ int main(int argc, char **argv)
     const mcase *c = &cases[ci];
     rs += (uint64_t)ci * 977;
     size_t N = c->N, E = c->E, C = c->C, F = c->F;
-    llmt__moe_shape sh = {c->E, c->K, c->C, c->F, c->cf, c->dropless};
+    llmt__moe_shape sh = {c->E, c->K, c->C, c->F, c->cf, c->dropless, 0};
     llmt__moe *s = llmt__moe_new(&sh, c->N);
     float *x = rand_buf(N * C, 1.0f), *dy = rand_buf(N * C, 1.0f);
     llmt__moe_w w = {rand_buf(E * C, 0.5f), rand_buf(E * F * C, 0.3f),

@@ -357,6 +357,7 @@ struct llmt_model_config
     moe_aux_loss_coef::Float32
     moe_z_loss_coef::Float32
     moe_shared_experts::Int32
+    moe_raw_gates::Int32
 end
 struct llmt_trainer_opts
     struct_size::Csize_t

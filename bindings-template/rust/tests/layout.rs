@@ -169,6 +169,7 @@ fn layout_matches_c() {
     mine += &format!("llmt_model_config.moe_aux_loss_coef {}\n", offset_of!(llmt_model_config, moe_aux_loss_coef));
     mine += &format!("llmt_model_config.moe_z_loss_coef {}\n", offset_of!(llmt_model_config, moe_z_loss_coef));
     mine += &format!("llmt_model_config.moe_shared_experts {}\n", offset_of!(llmt_model_config, moe_shared_experts));
+    mine += &format!("llmt_model_config.moe_raw_gates {}\n", offset_of!(llmt_model_config, moe_raw_gates));
     mine += &format!("llmt_trainer_opts {}\n", size_of::<llmt_trainer_opts>());
     mine += &format!("llmt_trainer_opts.struct_size {}\n", offset_of!(llmt_trainer_opts, struct_size));
     mine += &format!("llmt_trainer_opts.micro_batch {}\n", offset_of!(llmt_trainer_opts, micro_batch));
