@@ -164,6 +164,8 @@ int main(void)
     printf("llmt_model_config.moe_capacity_factor %zu\n", offsetof(llmt_model_config, moe_capacity_factor));
     printf("llmt_model_config.moe_aux_loss_coef %zu\n", offsetof(llmt_model_config, moe_aux_loss_coef));
     printf("llmt_model_config.moe_z_loss_coef %zu\n", offsetof(llmt_model_config, moe_z_loss_coef));
+    printf("llmt_model_config.moe_shared_experts %zu\n", offsetof(llmt_model_config, moe_shared_experts));
+    printf("llmt_model_config.moe_raw_gates %zu\n", offsetof(llmt_model_config, moe_raw_gates));
     printf("llmt_trainer_opts %zu\n", sizeof(llmt_trainer_opts));
     printf("llmt_trainer_opts.struct_size %zu\n", offsetof(llmt_trainer_opts, struct_size));
     printf("llmt_trainer_opts.micro_batch %zu\n", offsetof(llmt_trainer_opts, micro_batch));
