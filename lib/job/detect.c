@@ -80,7 +80,12 @@ llmt_status llmt__job_lower_lr(llmt_job *j, int64_t at, const char *why)
     return LLMT_OK;
 }
 
-/* This rank's parameters, every tensor in order, as one xxh64. */
+/* This rank's parameters, every tensor in order, as one xxh64: the host
+ * tensors where the engine trains them in place; otherwise the engine's
+ * own parts (its tensor parallel shards, its pipeline stage's tensors),
+ * which are what its replicas hold equal, bit for bit (a host copy under
+ * tensor parallelism is gathered from the whole TP group, so a flip in
+ * one shard would show on every rank of the group). */
 uint64_t llmt__job_params_hash(llmt_job *j)
 {
     int32_t n = 0;
@@ -89,7 +94,16 @@ uint64_t llmt__job_params_hash(llmt_job *j)
     if (!h)
         return 0;
     XXH64_reset(h, 0);
+    int resident = llmt__trainer_host_resident(j->tr);
     for (int32_t i = 0; i < n; i++) {
+        if (!resident) {
+            float *b = NULL;
+            int64_t e = 0;
+            if (llmt__trainer_local_read(j->tr, i, &b, &e) == LLMT_OK && e > 0)
+                XXH64_update(h, b, (size_t)e * sizeof *b);
+            free(b);
+            continue;
+        }
         llmt_tensor v;
         memset(&v, 0, sizeof v);
         v.struct_size = sizeof v;
@@ -105,11 +119,59 @@ uint64_t llmt__job_params_hash(llmt_job *j)
     return r;
 }
 
-/* Repair in place: every rank takes the parameters of a healthy one. */
+int32_t llmt__job_replica_group(const llmt_job *j, int32_t rank)
+{
+    size_t n = 0;
+    int32_t gid = -1;
+    llmt_plan_group(j->plan, LLMT_DIM_DP, rank, NULL, 0, &n, &gid);
+    return gid;
+}
+
+/* maj[r]: a rank of r's replica group whose hash more than half of the
+ * group holds, -1 when none does (two replicas that differ). */
+static void replica_majorities(const llmt_job *j, const uint64_t *all, const int32_t *grp,
+                               int32_t *maj)
+{
+    for (int32_t r = 0; r < j->world; r++) {
+        int32_t size = 0;
+        for (int32_t q = 0; q < j->world; q++)
+            size += grp[q] == grp[r];
+        maj[r] = -1;
+        for (int32_t c = 0; c < j->world && maj[r] < 0; c++) {
+            if (grp[c] != grp[r])
+                continue;
+            int32_t same = 0;
+            for (int32_t q = 0; q < j->world; q++)
+                same += grp[q] == grp[r] && all[q] == all[c];
+            if (2 * same > size)
+                maj[r] = c;
+        }
+    }
+}
+
+/* Repair in place: every rank takes the parameters of a healthy replica,
+ * `root` (a world rank of its data parallel group: the group's
+ * communicator, ordered by the plan as llmt_plan_group lists it). */
 static llmt_status take_params_from(llmt_job *j, int32_t root)
 {
     int32_t n = 0;
     llmt_model_param_count(j->model, &n, NULL);
+    llmt_comm *rep = j->dp_comm ? j->dp_comm : j->comm;
+    int32_t at = root;
+    if (rep != j->comm) { /* root's place in the group */
+        size_t cnt = 0;
+        llmt_plan_group(j->plan, LLMT_DIM_DP, root, NULL, 0, &cnt, NULL);
+        int32_t *ranks = malloc((cnt ? cnt : 1) * sizeof *ranks);
+        if (!ranks)
+            return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: repair: no memory");
+        llmt_status ps = llmt_plan_group(j->plan, LLMT_DIM_DP, root, ranks, cnt, &cnt, NULL);
+        for (size_t k = 0; ps == LLMT_OK && k < cnt; k++)
+            if (ranks[k] == root)
+                at = (int32_t)k;
+        free(ranks);
+        if (ps != LLMT_OK)
+            return FAIL(ps, "sdc: repair: %s", llmt_plan_last_error(j->plan));
+    }
     /* an engine with its own copy (tp, bf16, the GPU) takes the repair
      * only through an upload, which writes the moments too: those must be
      * current on the host first (collective, as every rank repairs) */
@@ -128,10 +190,10 @@ static llmt_status take_params_from(llmt_job *j, int32_t root)
         int64_t e = 1;
         for (int d = 0; d < v.ndim; d++)
             e *= v.shape[d];
-        s = llmt_comm_broadcast(j->comm, v.data, (size_t)e, v.dtype, root, NULL);
+        s = llmt_comm_broadcast(rep, v.data, (size_t)e, v.dtype, at, NULL);
         if (s != LLMT_OK)
             return FAIL(s, "sdc: repair from rank %d: %s", (int)root,
-                        llmt_comm_last_error(j->comm));
+                        llmt_comm_last_error(rep));
     }
     if (!resident && (s0 = llmt__trainer_params_written(j->tr)) != LLMT_OK)
         return FAIL(s0, "sdc: repair: %s", llmt_trainer_last_error(j->tr));
@@ -158,24 +220,37 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
                     llmt_comm_last_error(j->comm));
     }
     j->sdc_checks++;
-    /* the majority's hash: held by more than half of the ranks */
-    int32_t maj = -1;
-    for (int32_t r = 0; r < j->world && maj < 0; r++) {
-        int32_t c = 0;
-        for (int32_t q = 0; q < j->world; q++)
-            c += all[q] == all[r];
-        if (2 * c > j->world)
-            maj = r;
+    /* each replica group's majority hash: held by more than half of it */
+    int32_t *grp = malloc((size_t)j->world * sizeof *grp);
+    int32_t *majr = malloc((size_t)j->world * sizeof *majr);
+    if (!grp || !majr) {
+        free(grp);
+        free(majr);
+        free(all);
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory");
     }
-    char bad[512] = "";
-    int nbad = 0;
     for (int32_t r = 0; r < j->world; r++)
-        if (maj < 0 || all[r] != all[maj]) {
+        grp[r] = llmt__job_replica_group(j, r);
+    replica_majorities(j, all, grp, majr);
+    char bad[512] = "";
+    int nbad = 0, repairable = 1;
+    int32_t maj = -1, first = -1, others = 0; /* the first bad rank's group */
+    for (int32_t r = 0; r < j->world; r++)
+        if (majr[r] < 0 || all[r] != all[majr[r]]) {
             size_t l = strlen(bad);
             if (l < sizeof bad - 16)
                 snprintf(bad + l, sizeof bad - l, "%s%d", nbad ? "," : "", (int)r);
-            nbad++;
+            if (!nbad++) {
+                first = r;
+                maj = majr[r];
+                for (int32_t q = 0; q < j->world; q++)
+                    others += grp[q] == grp[r] && q != r;
+            }
+            repairable &= majr[r] >= 0;
         }
+    int32_t my_root = majr[j->rank];
+    free(grp);
+    free(majr);
     if (!nbad) {
         llmt__job_metrics_line(j,
                                "{\"event\":\"sdc\",\"step\":%lld,\"ok\":true,"
@@ -190,17 +265,18 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
     j->anomalies++;
     int policy = j->spec->fault_tolerance.anomaly.policy;
     char ev[1024];
-    if (maj >= 0)
+    if (repairable)
         snprintf(ev, sizeof ev,
-                 "rank(s) %s hold parameters whose xxh64 differs from the "
-                 "%d other replica(s)' %016llx (rank %d's own: %016llx)",
-                 bad, (int)(j->world - nbad), (unsigned long long)all[maj], (int)j->rank,
+                 "rank(s) %s hold parameters whose xxh64 differs from the majority of "
+                 "their replicas (rank %d's %d other replica(s): %016llx; rank %d's own: "
+                 "%016llx)",
+                 bad, (int)first, (int)others, (unsigned long long)all[maj], (int)j->rank,
                  (unsigned long long)mine);
     else
         snprintf(ev, sizeof ev,
-                 "no majority among %d replicas: ranks %s all disagree "
+                 "no majority among the replicas of rank(s) %s: they all disagree "
                  "(rank %d's xxh64 %016llx)",
-                 (int)j->world, bad, (int)j->rank, (unsigned long long)mine);
+                 bad, (int)j->rank, (unsigned long long)mine);
     /* deterministic: run it again to see whose result does not reproduce */
     int replayed = 0;
     if (j->to.deterministic && (s = llmt__job_sdc_replay(j, step, all, &replayed)) != LLMT_OK) {
@@ -214,7 +290,7 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
         action = "replayed"; /* the replays agree: the run goes on from them */
     } else if (policy == LLMT_SPEC_ANOMALY_STOP) {
         action = "stop";
-    } else if (policy == LLMT_SPEC_ANOMALY_ROLLBACK || maj < 0) {
+    } else if (policy == LLMT_SPEC_ANOMALY_ROLLBACK || !repairable) {
         /* every rank reloads the same checkpoint: equal again */
         s = llmt__job_restore(j, 0, &back);
         if (s != LLMT_OK)
@@ -227,7 +303,7 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
             j->nloss = j->loss_pos = j->ngn = j->gn_pos = 0;
         }
     } else {
-        s = take_params_from(j, maj);
+        s = take_params_from(j, my_root); /* each group from its own majority */
         if (s != LLMT_OK)
             return s;
         action = "repaired";

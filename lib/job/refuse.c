@@ -140,11 +140,6 @@ static llmt_status check_pp(llmt_job *j)
                       "(ZeRO-2 shares of a tied head's two copies do not line up, ZeRO-3 "
                       "gathers are not in a stage's forward); use zero 0 or 1",
                       (long long)s->parallelism.zero, pp);
-    if (s->fault_tolerance.sdc_interval > 0)
-        return REFUSE("fault_tolerance.sdc_interval: %lld with parallelism.pp %lld is not "
-                      "supported yet (the check compares every rank's whole model, and a "
-                      "pipeline stage holds only its layers); remove the key or use pp 1",
-                      (long long)s->fault_tolerance.sdc_interval, pp);
     const char *inplace = getenv("LLMT_LAUNCH_INPLACE");
     if (inplace && *inplace)
         return REFUSE("parallelism.pp: %lld under llmtrain launch --in-place is not supported "

@@ -73,9 +73,15 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
         return FAIL(s, "sdc: replay: all-gather of the hashes: %s",
                     llmt_comm_last_error(j->comm));
     }
+    /* the replays agree when every replica group's do (the groups hold
+     * different shards under tensor or pipeline parallelism) */
     int agree = 1;
-    for (int32_t r = 1; r < j->world; r++)
-        agree &= rep[r] == rep[0];
+    for (int32_t r = 1; r < j->world; r++) {
+        int32_t g = llmt__job_replica_group(j, r), q = 0;
+        while (llmt__job_replica_group(j, q) != g)
+            q++;
+        agree &= rep[r] == rep[q];
+    }
     char bad[512], oh[4096], rh[4096];
     list(bad, sizeof bad, orig, rep, j->world, 0);
     list(oh, sizeof oh, orig, NULL, j->world, 1);

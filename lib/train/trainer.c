@@ -509,20 +509,17 @@ int llmt__trainer_host_resident(const llmt_trainer *tr)
     return llmt__devtrain_host_resident(tr->dev);
 }
 
-llmt_status llmt__trainer_poke_get(llmt_trainer *tr, int32_t *idx, float **buf, int64_t *n)
+llmt_status llmt__trainer_local_read(llmt_trainer *tr, int32_t i, float **buf, int64_t *n)
 {
     *buf = NULL;
     *n = 0;
     if (tr->dp && llmt__dp_released_bytes(tr->dp) > 0)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: ZeRO 3 releases the parameters between steps: a drill "
-                             "has no copy of them to corrupt");
-    int32_t i = 0;
-    while (i < tr->model->nparams && llmt__devtrain_local_numel(tr->dev, i) == 0)
-        i++;
-    if (i == tr->model->nparams)
-        return llmt__err_set(&tr->err, LLMT_ERR_STATE, "trainer: this rank holds no parameter");
+                             "trainer: ZeRO 3 releases the parameters between steps: no copy "
+                             "of them to read");
     int64_t e = llmt__devtrain_local_numel(tr->dev, i);
+    if (e == 0)
+        return LLMT_OK; /* another stage's tensor */
     float *b = malloc((size_t)e * sizeof *b);
     if (!b)
         return llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
@@ -531,10 +528,23 @@ llmt_status llmt__trainer_poke_get(llmt_trainer *tr, int32_t *idx, float **buf, 
         free(b);
         return s;
     }
-    *idx = i;
     *buf = b;
     *n = e;
     return LLMT_OK;
+}
+
+llmt_status llmt__trainer_poke_get(llmt_trainer *tr, int32_t *idx, float **buf, int64_t *n)
+{
+    *buf = NULL;
+    *n = 0;
+    for (int32_t i = 0; i < tr->model->nparams; i++) {
+        llmt_status s = llmt__trainer_local_read(tr, i, buf, n);
+        if (s != LLMT_OK || *n > 0) {
+            *idx = i;
+            return s;
+        }
+    }
+    return llmt__err_set(&tr->err, LLMT_ERR_STATE, "trainer: this rank holds no parameter");
 }
 
 llmt_status llmt__trainer_poke_put(llmt_trainer *tr, int32_t idx, const float *buf)

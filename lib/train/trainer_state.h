@@ -48,6 +48,10 @@ int llmt__trainer_host_resident(const llmt_trainer *tr);
  * the caller frees it) and written back (to the engine and to this
  * rank's part of the host copy). */
 llmt_status llmt__trainer_poke_get(llmt_trainer *tr, int32_t *idx, float **buf, int64_t *n);
+/* Parameter i's part in the engine (as above; *n = 0, *buf = NULL for
+ * another pipeline stage's tensor): what the SDC check hashes on an engine
+ * that trains its own copy, where replicas hold equal shards. */
+llmt_status llmt__trainer_local_read(llmt_trainer *tr, int32_t i, float **buf, int64_t *n);
 llmt_status llmt__trainer_poke_put(llmt_trainer *tr, int32_t idx, const float *buf);
 /* The fp8 recipe's state (NULL without fp8) and its restore. */
 float *llmt__trainer_fp8_state(llmt_trainer *tr, int64_t shape[2]);

@@ -21,7 +21,8 @@
 #             than the uninterrupted run's); lower_lr lowers the LR, also
 #             under tp 2 (the engine's shards of the embedding scaled)
 #   sdc       a bit flipped in one replica: the SDC check names that rank
-#             within sdc_interval steps (4 ranks: majority; 2: both); in
+#             within sdc_interval steps (4 ranks: majority; 2: both;
+#             tp 2 x dp 3: rank 2 alone, among its DP group's replicas); in
 #             deterministic mode the steps since the snapshot are replayed
 #             and the rank whose result does not reproduce is named
 #   straggler a rank slowed by 150 ms a step is named with its measured
@@ -247,6 +248,25 @@ sdc)
     ok "bit flipped on rank 2 before step 5: named by the SDC check at step 6 (sdc_interval 2), repaired from the majority" ||
     { bad "rank 2 not named"; grep sdc d/metrics.jsonl; }
   grep -q '"event":"sdc","step":8,"ok":true' d/metrics.jsonl && ok "replicas equal again at step 8" || bad "not repaired"
+  # under tensor parallelism the replicas are the ranks of a DP group
+  # (same TP shard): each rank hashes its engine's own shards, so a flip in
+  # rank 2's shard names rank 2 alone, not its TP partner; tp 2 x dp 3: the
+  # group {0,2,4} repairs rank 2 from rank 0 (the host copy gathered over
+  # TP, broadcast in the DP group, uploaded to the engines)
+  sed 's/"optimizer"/"parallelism": {"tp": 2}, "optimizer"/; s/"global": 8/"global": 12/' sdc.json > sdc-tp.json
+  LLMT_FAULT=bitflip:2:5 launch dt dt.log --nproc 6 sdc-tp.json || { bad "sdc run under tp 2 x dp 3"; cat dt.log; }
+  grep -q '"event":"sdc","step":6,"ok":false,"ranks":6,"bad_ranks":\[2\],"majority_rank":0,"action":"repaired"' dt/metrics.jsonl &&
+    grep -q '"event":"sdc","step":8,"ok":true' dt/metrics.jsonl &&
+    ok "tp 2 x dp 3: the flip in rank 2's shard names rank 2 alone, repaired from rank 0, equal again at step 8" ||
+    { bad "sdc under tp 2 x dp 3"; grep sdc dt/metrics.jsonl; tail -5 dt.log; }
+  # pp 2 x dp 3: a stage's replicas are the ranks of its DP group; rank 3
+  # (stage 1 of replica 1) is named alone and repaired from rank 1
+  sed 's/"optimizer"/"parallelism": {"pp": 2}, "optimizer"/; s/"global": 8/"global": 12/; s/"layers": 1/"layers": 2/' sdc.json > sdc-pp.json
+  LLMT_FAULT=bitflip:3:5 launch dp3 dp3.log --nproc 6 sdc-pp.json || { bad "sdc run under pp 2 x dp 3"; cat dp3.log; }
+  grep -q '"event":"sdc","step":6,"ok":false,"ranks":6,"bad_ranks":\[3\],"majority_rank":1,"action":"repaired"' dp3/metrics.jsonl &&
+    grep -q '"event":"sdc","step":8,"ok":true' dp3/metrics.jsonl &&
+    ok "pp 2 x dp 3: the flip in rank 3's stage names rank 3 alone, repaired from rank 1, equal again at step 8" ||
+    { bad "sdc under pp 2 x dp 3"; grep sdc dp3/metrics.jsonl; tail -5 dp3.log; }
   mk sdc2.json ', "sdc_interval": 2, "anomaly": {"policy": "rollback"}'
   LLMT_FAULT=bitflip:1:3 launch d2 d2.log --nproc 2 sdc2.json || { bad "sdc 2-rank run"; cat d2.log; }
   grep -q '"event":"sdc","step":4,"ok":false,"ranks":2,"bad_ranks":\[0,1\],"majority_rank":-1,"action":"rollback","now_at":2' d2/metrics.jsonl &&
