@@ -7,8 +7,12 @@
  *    a learnable token stream: the loss of the last of 30 steps is below
  *    0.6 x the first; the per-expert counts plus dropped choices add up to
  *    tokens x top_k x micro-batches, each layer and their sum;
- *  - checkpoint save/load round-trips the expert tensors: a resumed run
- *    continues bitwise as the uninterrupted one;
+ *  - one routed expert (top-1, dropless) of F plus S shared experts of F is
+ *    the dense SwiGLU of (1+S)F whose hidden units are the routed expert's
+ *    then the shared ones' (S 1 and 2): losses and parameters as above, so
+ *    the shared experts' forward, gradients and layout are the dense MLP's;
+ *  - checkpoint save/load round-trips the expert tensors and the shared
+ *    experts: a resumed run continues bitwise as the uninterrupted one;
  *  - bad configs and spec keys are refused naming the key.
  * (The layer's numerics against PyTorch: test/torch/moe_equiv.py.) */
 #include <math.h>
@@ -197,6 +201,100 @@ static void test_one_expert_is_dense(void)
     llmt_model_destroy(mm);
 }
 
+/* Dense ffn (1+S)F = [routed expert | shared experts] along the hidden
+ * units: w1, w3 rows, w2 columns. to_moe 1 copies dense -> MoE, else
+ * compares them (returns the worst relative L2 of the three). */
+static double shared_map(llmt_model *md, llmt_model *mm, int l, int F, int S, int to_moe)
+{
+    const char *kind[3] = {"w1", "w3", "w2"};
+    int C = 32, Fd = (1 + S) * F;
+    double worst = 0;
+    for (int k = 0; k < 3; k++) {
+        char dn[96], en[96], sn[96];
+        snprintf(dn, sizeof dn, "layers.%d.feed_forward.%s.weight", l, kind[k]);
+        snprintf(en, sizeof en, "layers.%d.feed_forward.experts.%s.weight", l, kind[k]);
+        snprintf(sn, sizeof sn, "layers.%d.feed_forward.shared_experts.%s.weight", l, kind[k]);
+        int64_t nd = 0, ne = 0, ns = 0;
+        float *d = param(md, dn, &nd), *e = param(mm, en, &ne), *sh = param(mm, sn, &ns);
+        CHECK(d && e && sh && nd == (int64_t)C * Fd && ne == (int64_t)C * F &&
+              ns == (int64_t)C * S * F);
+        if (!d || !e || !sh || nd != ne + ns)
+            return 1;
+        double dd = 0, nn = 0;
+        for (int64_t j = 0; j < nd; j++) {
+            /* w1, w3 [Fd, C]: rows; w2 [C, Fd]: columns */
+            int64_t r = k < 2 ? j / C : j % Fd, c = k < 2 ? j % C : j / Fd;
+            float *m = r < F ? (k < 2 ? e + r * C + c : e + c * F + r)
+                             : (k < 2 ? sh + (r - F) * C + c : sh + c * (S * F) + (r - F));
+            if (to_moe)
+                *m = d[j];
+            dd += ((double)*m - d[j]) * ((double)*m - d[j]);
+            nn += (double)d[j] * d[j];
+        }
+        if (nn > 0 && sqrt(dd / nn) > worst)
+            worst = sqrt(dd / nn);
+    }
+    return worst;
+}
+
+static void test_shared_is_dense(int S)
+{
+    enum { F = 8 };
+    llmt_model_config cd, cm;
+    cfg_moe(&cd, 0, 0, 0);
+    cd.ffn_hidden = (1 + S) * F;
+    cfg_moe(&cm, 1, 1, 1);
+    cm.moe_ffn = F;
+    cm.moe_shared_experts = S;
+    cm.moe_dropless = 1;
+    cm.moe_z_loss_coef = 0; /* the only router gradient with one expert */
+    llmt_model *md = NULL, *mm = NULL;
+    CHECK_STATUS(llmt_model_create(ctx, &cd, &md), LLMT_OK);
+    CHECK_STATUS(llmt_model_create(ctx, &cm, &mm), LLMT_OK);
+    if (!md || !mm)
+        return;
+    int32_t np = 0, npd = 0;
+    llmt_model_param_count(mm, &np, NULL);
+    llmt_model_param_count(md, &npd, NULL);
+    CHECK_EQ_INT(np, npd + 2 * 4); /* a layer: router, 3 expert, 3 shared for 3 dense */
+    for (int i = 0; i < np; i++) { /* attention, norms, embeddings: by name */
+        const char *name;
+        llmt_tensor v;
+        v.struct_size = sizeof v;
+        llmt_model_param(mm, i, &name, &v);
+        int64_t n = 0;
+        float *d = strstr(name, "feed_forward") ? NULL : param(md, name, &n);
+        if (d)
+            memcpy(v.data, d, (size_t)n * sizeof(float));
+    }
+    for (int l = 0; l < 2; l++)
+        shared_map(md, mm, l, F, S, 1);
+    llmt_trainer_opts o;
+    opts(&o, 4);
+    llmt_trainer *td = NULL, *tm = NULL;
+    CHECK_STATUS(llmt_trainer_create(md, &o, &td), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_create(mm, &o, &tm), LLMT_OK);
+    float ld[4], lm[4];
+    CHECK(td && tm && steps(td, 0, 4, ld) == 0 && steps(tm, 0, 4, lm) == 0);
+    for (int k = 0; k < 4; k++)
+        CHECK_CLOSE(lm[k], ld[k], 1e-5, 0);
+    llmt_trainer_sync_params(tm);
+    llmt_trainer_sync_params(td);
+    double worst = 0;
+    for (int l = 0; l < 2; l++) {
+        double w = shared_map(md, mm, l, F, S, 0);
+        worst = w > worst ? w : worst;
+    }
+    printf("1 routed + %d shared experts of %d vs dense ffn %d: losses %.7f %.7f .. %.7f "
+           "%.7f, MLP params worst relative L2 %.2e\n",
+           S, F, (1 + S) * F, lm[0], ld[0], lm[3], ld[3], worst);
+    CHECK(worst <= 1e-5);
+    llmt_trainer_destroy(td);
+    llmt_trainer_destroy(tm);
+    llmt_model_destroy(md);
+    llmt_model_destroy(mm);
+}
+
 static void test_trains_and_counts(void)
 {
     enum { E = 4, K = 2, S = 30 };
@@ -246,6 +344,7 @@ static void test_ckpt_round_trip(void)
     enum { S = 6, CUT = 3 };
     llmt_model_config c;
     cfg_moe(&c, 4, 2, 1);
+    c.moe_shared_experts = 1;
     llmt_trainer_opts o;
     opts(&o, S);
     llmt_model *mf = NULL, *m1 = NULL, *m2 = NULL;
@@ -290,6 +389,11 @@ static void test_ckpt_round_trip(void)
     const float *e1 = param(m1, "layers.1.feed_forward.experts.w2.weight", &n1);
     const float *e2 = param(m2, "layers.1.feed_forward.experts.w2.weight", &n2);
     CHECK(e1 && e2 && n1 == 4 * 32 * 24 && n1 == n2);
+    if (e1 && e2 && n1 == n2)
+        CHECK(memcmp(e1, e2, (size_t)n1 * sizeof(float)) == 0);
+    e1 = param(m1, "layers.1.feed_forward.shared_experts.w2.weight", &n1);
+    e2 = param(m2, "layers.1.feed_forward.shared_experts.w2.weight", &n2);
+    CHECK(e1 && e2 && n1 == 32 * 24 && n1 == n2);
     if (e1 && e2 && n1 == n2)
         CHECK(memcmp(e1, e2, (size_t)n1 * sizeof(float)) == 0);
     CHECK(steps(t2, CUT, S, l2) == 0);
@@ -350,6 +454,15 @@ static void test_bad(void)
     bad_cfg(&c, "needs the Llama arch");
     cfg_moe(&c, 0, 2, 0);
     bad_cfg(&c, "set but moe_experts is 0");
+    cfg_moe(&c, 0, 0, 0);
+    c.moe_shared_experts = 1;
+    bad_cfg(&c, "moe_shared_experts or moe_raw_gates set but moe_experts is 0");
+    cfg_moe(&c, 4, 2, 1);
+    c.moe_shared_experts = -1;
+    bad_cfg(&c, "moe_shared_experts -1 must be >= 0");
+    cfg_moe(&c, 4, 2, 1);
+    c.moe_raw_gates = 2;
+    bad_cfg(&c, "moe_raw_gates 2 must be 0");
     bad_spec("\"experts\": 4, \"top_k\": 5",
              "model.moe.top_k: 5 must be in [1, model.moe.experts 4]");
     bad_spec("\"experts\": 4, \"top_k\": 2, \"capacity_factor\": 0",
@@ -360,6 +473,10 @@ static void test_bad(void)
              "model.moe.every: 5 exceeds model.layers 4");
     bad_spec("\"aux_loss_coef\": 0.1",
              "model.moe.aux_loss_coef: set but model.moe.experts is 0");
+    bad_spec("\"shared_experts\": 1",
+             "model.moe.shared_experts: set but model.moe.experts is 0");
+    bad_spec("\"renormalize\": false", "model.moe.renormalize: set but model.moe.experts is 0");
+    bad_spec("\"experts\": 4, \"shared_experts\": -1", "model.moe.shared_experts");
 }
 
 int main(void)
@@ -373,6 +490,8 @@ int main(void)
     }
     test_bad();
     test_one_expert_is_dense();
+    test_shared_is_dense(1);
+    test_shared_is_dense(2);
     test_trains_and_counts();
     test_ckpt_round_trip();
     llmt_context_destroy(ctx);
