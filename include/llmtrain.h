@@ -1429,8 +1429,10 @@ LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
  * asking for the current setting does nothing and is never refused). A
  * later llmt_trainer_set_tp_comm with another group of more than one
  * rank keeps it; detaching tensor parallelism (NULL or a group of 1)
- * ends it. Fails with LLMT_ERR_STATE without a tensor parallel group of
- * more than one rank or after llmt_trainer_set_comm, and with
+ * ends it. Context parallelism (llmt_trainer_set_cp_comm) composes when
+ * attached after it. Fails with LLMT_ERR_STATE without a tensor parallel
+ * group of more than one rank or after llmt_trainer_set_comm or
+ * llmt_trainer_set_cp_comm, and with
  * LLMT_ERR_INVALID_ARGUMENT, naming model.seq_len, when tp does not
  * divide seq_len (evaluate and generate calls of other lengths are padded
  * at the end to a multiple of tp, which causal attention makes exact);
@@ -1603,12 +1605,16 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
  * seq_len through the split engine). Checkpoints: the group's ranks hold
  * the same state, so llmt_trainer_ckpt_add adds tensors only on CP rank 0
  * (the others add key/values alone), and any cp, tp, dp layout reads it.
+ * Sequence parallelism set before (llmt_trainer_set_sequence_parallel)
+ * composes: its row blocks split this rank's micro x seq_len / cp rows
+ * over the TP group, attention runs on them gathered.
  * Fails with LLMT_ERR_INVALID_ARGUMENT, naming parallelism.cp and
- * model.seq_len, when 2 x cp does not divide seq_len, and for a variant
+ * model.seq_len, when 2 x cp does not divide seq_len (with sequence
+ * parallelism: or tp does not divide seq_len / cp), and for a variant
  * other than those below; LLMT_ERR_STATE after llmt_trainer_set_comm;
- * LLMT_ERR_UNSUPPORTED with pipeline or sequence parallelism, fp8, MoE
- * layers, or on CUDA (the exchange runs on host memory: the CPU backend
- * and the bf16 emulation). */
+ * LLMT_ERR_UNSUPPORTED with pipeline parallelism, fp8, MoE layers, or on
+ * CUDA (the exchange runs on host memory: the CPU backend and the bf16
+ * emulation). */
 typedef enum llmt_cp_variant {
     LLMT_CP_RING = 0,      /* cp - 1 ring steps of every rank's K/V block
                               (send to r + 1, receive from r - 1) */
