@@ -2,12 +2,17 @@
 """PyTorch reference for the MoE layer (lib/train/moe.c), suite 'torch'.
 
 For each case of test/torch/moe_driver.c (capacity with drops, dropless,
-top-1, top-3 under a tight capacity) the driver runs our layer forward and
-backward on random weights, tokens and output gradients; this script
+top-1, top-3 under a tight capacity; then through the engine's MoE layer,
+lib/train/moe_net.c: one shared expert with top-2 under drops, two shared
+experts with top-1 raw gates, top-2 raw gates under drops) the driver runs
+our layer forward and backward on random weights, tokens and output
+gradients; this script
 rebuilds the layer independently in float64 torch from the same inputs:
-router linear, softmax, top-k renormalised, slot-major token-choice dispatch
-under ceil(capacity_factor * N * K / E) per expert, SwiGLU experts, weighted
-combine, the Switch/GShard aux loss E * sum_e f_e P_e and the z-loss
+router linear, softmax, top-k renormalised (or the raw probabilities),
+slot-major token-choice dispatch under ceil(capacity_factor * N * K / E) per
+expert, SwiGLU experts, weighted combine, plus the shared experts (S SwiGLU
+experts of F on every token, added with weight 1; written as S separate
+experts here, the engine holds them as one of S*F), the Switch/GShard aux loss E * sum_e f_e P_e and the z-loss
 mean(logsumexp^2); autograd on sum(y * dy) + aux_coef * aux + z_coef * z.
 Checks (fp32 engine against float64 torch):
   - y, dx and every weight gradient: max|ours - torch| <= 1e-5 * max(1, max|torch|)
@@ -40,12 +45,12 @@ def load(d, name, shape):
     return torch.tensor(a.astype(np.float64)).reshape(shape)
 
 
-def reference(c, x, dy, wr, w1, w3, w2):
+def reference(c, x, dy, wr, w1, w3, w2, sw1, sw3, sw2):
     N, E, K, C, F = c["N"], c["E"], c["K"], c["C"], c["F"]
     logits = x @ wr.T
     p = torch.softmax(logits, dim=-1)
     topv, topi = torch.topk(p, K, dim=-1)
-    gate = topv / topv.sum(dim=-1, keepdim=True)
+    gate = topv if c["raw"] else topv / topv.sum(dim=-1, keepdim=True)
     if c["dropless"]:
         cap = N
     else:
@@ -73,6 +78,10 @@ def reference(c, x, dy, wr, w1, w3, w2):
         a = torch.nn.functional.silu(xe @ w1[e].T) * (xe @ w3[e].T)
         ye = a @ w2[e].T
         y = y.index_add(0, tok, ye * gate[tok, slot].unsqueeze(1))
+    for j in range(c["S"]):  # shared expert j: hidden units [j F, (j+1) F)
+        h = slice(j * F, (j + 1) * F)
+        a = torch.nn.functional.silu(x @ sw1[h].T) * (x @ sw3[h].T)
+        y = y + a @ sw2[:, h].T
     f = torch.nn.functional.one_hot(topi, E).sum(dim=(0, 1)).double() / (N * K)
     P = p.mean(dim=0)
     aux = E * (f * P).sum()
@@ -102,11 +111,16 @@ def run_case(driver, i, tmp):
     w1 = load(d, "w1", (E, F, C)).requires_grad_()
     w3 = load(d, "w3", (E, F, C)).requires_grad_()
     w2 = load(d, "w2", (E, C, F)).requires_grad_()
+    S = c["S"]
+    sw1 = load(d, "sw1", (S * F, C)).requires_grad_()
+    sw3 = load(d, "sw3", (S * F, C)).requires_grad_()
+    sw2 = load(d, "sw2", (C, S * F)).requires_grad_()
     dy = load(d, "dy", (N, C))
-    y, aux, z, total, dropped, kept, cap = reference(c, x, dy, wr, w1, w3, w2)
+    y, aux, z, total, dropped, kept, cap = reference(c, x, dy, wr, w1, w3, w2, sw1, sw3, sw2)
     total.backward()
     print(f"case {i}: N {N} E {E} K {c['K']} C {C} F {F} capacity {cap} "
-          f"dropless {c['dropless']}: dropped ours {c['dropped']} torch {dropped}")
+          f"dropless {c['dropless']} shared {S} raw gates {c['raw']}: "
+          f"dropped ours {c['dropped']} torch {dropped}")
     errors = []
     close("y", load(d, "y", (N, C)), y.detach(), errors)
     close("dx", load(d, "dx", (N, C)), x.grad, errors)
@@ -114,6 +128,10 @@ def run_case(driver, i, tmp):
     close("dw1", load(d, "dw1", (E, F, C)), w1.grad, errors)
     close("dw3", load(d, "dw3", (E, F, C)), w3.grad, errors)
     close("dw2", load(d, "dw2", (E, C, F)), w2.grad, errors)
+    if S:
+        close("dsw1", load(d, "dsw1", (S * F, C)), sw1.grad, errors)
+        close("dsw3", load(d, "dsw3", (S * F, C)), sw3.grad, errors)
+        close("dsw2", load(d, "dsw2", (C, S * F)), sw2.grad, errors)
     close("aux", torch.tensor(c["aux"]), aux.detach(), errors)
     close("z", torch.tensor(c["z"]), z.detach(), errors)
     if c["capacity"] != cap:
@@ -133,7 +151,7 @@ def main():
         return 2
     bad = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(4):
+        for i in range(7):
             bad += [f"case {i}: {e}" for e in run_case(sys.argv[1], i, tmp)]
     for b in bad:
         print("FAIL:", b)
