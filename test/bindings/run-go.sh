@@ -17,7 +17,7 @@ go test -count=1 -v ./... || exit 1
 # the example: a job whose metrics stream is printed, one JSON line a step
 go build -o "$work/go-jobmetrics" ./examples/jobmetrics || exit 1
 rm -rf "$work/go-example"
-"$work/go-jobmetrics" "$src/doc" "$work/go-example" 10 > "$work/go-example.out" || exit 1
+"$work/go-jobmetrics" "$src/test/data/corpus" "$work/go-example" 10 > "$work/go-example.out" || exit 1
 n=$(grep -c '"loss"' "$work/go-example.out")
 [ "$n" = 10 ] || { echo "example: $n metric lines, expected 10"; exit 1; }
 grep -q '"saved_step":10' "$work/go-example.out" || { echo "example: no save at 10"; exit 1; }

@@ -15,7 +15,7 @@ cargo test --offline --quiet --manifest-path "$m" -- --nocapture || exit 1
 # the example (built by cargo test): a job's metrics stream, a JSON line a step
 rm -rf "$work/rust-example"
 cargo run --offline --quiet --manifest-path "$m" --example job_metrics -- \
-  "$src/doc" "$work/rust-example" 10 > "$work/rust-example.out" || exit 1
+  "$src/test/data/corpus" "$work/rust-example" 10 > "$work/rust-example.out" || exit 1
 n=$(grep -c '"loss"' "$work/rust-example.out")
 [ "$n" = 10 ] || { echo "example: $n metric lines, expected 10"; exit 1; }
 grep -q '"saved_step": 10' "$work/rust-example.out" || { echo "example: no save at 10"; exit 1; }

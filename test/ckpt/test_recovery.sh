@@ -19,7 +19,7 @@ ok() { printf 'ok   %s\n' "$1"; }
 bad() { printf 'FAIL %s\n' "$1"; fail=1; }
 command -v python3 >/dev/null || { echo "SKIP: python3 edits the manifests"; exit 77; }
 
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+mkdir corpus && cp "$src"/test/data/corpus/*.md corpus/ || exit 1
 cat > spec.json <<JSON
 {"name": "recovery",
  "model": {"arch": "gpt2", "layers": 2, "hidden": 64, "heads": 4,

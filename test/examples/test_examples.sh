@@ -26,9 +26,9 @@ bad() { printf 'FAIL %s\n' "$1"; fail=1; }
 "$hello" > hello.log 2>&1 && grep -q '^llmtrain [0-9]' hello.log && \
   grep -q '^bad dtype -> invalid argument$' hello.log && ok "hello" || { bad "hello"; cat hello.log; }
 
-# corpus: the project's documentation (any text does); small shards so
-# that the loader has several to choose from
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+# corpus: the frozen copy of the documentation in test/data/corpus (any
+# text does); small shards so that the loader has several to choose from
+mkdir corpus && cp "$src"/test/data/corpus/*.md corpus/ || exit 1
 "$llmtrain" data prepare corpus --out prepared --tokenizer bpe:384 \
     --val-frac 0.2 --shard-tokens 8000 --filter none --dedup none --quiet \
     > prepare.log 2>&1 && ok "data prepare" || { bad "data prepare"; cat prepare.log; exit 1; }

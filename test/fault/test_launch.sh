@@ -61,7 +61,7 @@ trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 ok() { printf 'ok   %s\n' "$1"; }
 bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "${LLMT_SOURCE_ROOT:?}"/doc/*.md corpus/ || exit 1
+mkdir corpus && cp "${LLMT_SOURCE_ROOT:?}"/test/data/corpus/*.md corpus/ || exit 1
 mk() { # file extra-fault-tolerance-keys
   cat > "$1" <<JSON
 {"name": "ft",

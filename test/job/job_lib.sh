@@ -1,11 +1,12 @@
 # The preamble the test/job shell scripts share; sourced by a script after
 # its own skip checks: the script runs from a temporary directory, removed
-# at exit, that holds corpus/ (doc/*.md of LLMT_SOURCE_ROOT); ok and bad
-# print a result (bad sets fail, the script's exit status at its end).
+# at exit, that holds corpus/ (the frozen test/data/corpus/*.md of
+# LLMT_SOURCE_ROOT); ok and bad print a result (bad sets fail, the
+# script's exit status at its end).
 fail=0
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 ok() { printf 'ok   %s\n' "$1"; }
 bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "${LLMT_SOURCE_ROOT:?}"/doc/*.md corpus/ || exit 1
+mkdir corpus && cp "${LLMT_SOURCE_ROOT:?}"/test/data/corpus/*.md corpus/ || exit 1

@@ -44,7 +44,7 @@ trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 ok() { printf 'ok   %s\n' "$1"; }
 bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+mkdir corpus && cp "$src"/test/data/corpus/*.md corpus/ || exit 1
 kvkey=
 [ -n "$kv" ] && kvkey=", \"kv_heads\": $kv"
 [ "$sp" = 1 ] && spv=true || spv=false

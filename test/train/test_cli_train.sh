@@ -12,8 +12,9 @@ cd "$tmp" || exit 1
 ok() { printf 'ok   %s\n' "$1"; }
 bad() { printf 'FAIL %s\n' "$1"; fail=1; }
 
-# corpus: the project's own documentation (any text does)
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+# corpus: the frozen copy of the documentation in test/data/corpus (any
+# text does)
+mkdir corpus && cp "$src"/test/data/corpus/*.md corpus/ || exit 1
 
 spec() { # $1 = file, then key=value overrides via sed on the template
   cat > "$1" <<JSON

@@ -9,7 +9,7 @@ src=${LLMT_SOURCE_ROOT:?}
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
-mkdir corpus && cp "$src"/doc/*.md corpus/ || exit 1
+mkdir corpus && cp "$src"/test/data/corpus/*.md corpus/ || exit 1
 # micro 4 x seq 32 = 128 tokens a micro-batch, 2 micro-batches a step;
 # layers 2, every 1: 2 MoE layers; top_k 2
 cat > moe.json <<JSON
