@@ -163,6 +163,62 @@ static inline long rank_fixture_export(const char *root, const char *file, int l
     return n;
 }
 
+/* The stage of a pipeline of pp stages that holds parameter `name`, or -1
+ * for none: a layer's is its chunk's (the layers in chunks first[j] ..
+ * first[j + 1] - 1 for j < chunks, chunk j on stage j % pp: v chunks a
+ * stage when interleaved), the embeddings' stage 0, the rest's (final
+ * norm, head) the last. */
+static inline int rank_fixture_stage_of(const char *name, const int *first, int chunks, int pp)
+{
+    int l = -1;
+    if (sscanf(name, "h.%d.", &l) == 1 || sscanf(name, "layers.%d.", &l) == 1) {
+        for (int j = 0; j < chunks; j++)
+            if (l >= first[j] && l < first[j + 1])
+                return j % pp;
+        return -1;
+    }
+    if (!strcmp(name, "wte") || !strcmp(name, "wpe") || !strcmp(name, "tok_embeddings"))
+        return 0;
+    return pp - 1;
+}
+
+/* A pipeline's final parameters against the single-rank run's ref: each of
+ * cfg's parameters is taken from the flat copy params[s] of the stage s
+ * that holds it (rank_fixture_stage_of; a stage's copy is laid out as the
+ * whole model's, only its own parameters trained there). Returns the
+ * relative L2 distance and raises *wp to the largest absolute difference
+ * (a NaN shows); a parameter without a stage fails a check. */
+static inline double rank_fixture_stage_diff(const llmt_model_config *cfg, const int *first,
+                                             int chunks, int pp, float *const *params,
+                                             const float *ref, double *wp)
+{
+    llmt_model *mm = NULL;
+    CHECK_STATUS(llmt_model_create(NULL, cfg, &mm), LLMT_OK);
+    int32_t np = 0;
+    llmt_model_param_count(mm, &np, NULL);
+    double dd = 0.0, rr = 0.0;
+    int64_t at = 0;
+    for (int32_t i = 0; i < np; i++) {
+        const char *pn = NULL;
+        llmt_tensor t;
+        int64_t n = 0;
+        llmt_model_param(mm, i, &pn, &t);
+        llmt_tensor_numel(&t, &n);
+        int r = rank_fixture_stage_of(pn, first, chunks, pp);
+        CHECK(r >= 0);
+        for (int64_t j = 0; j < n && r >= 0; j++) {
+            double d = fabs((double)params[r][at + j] - ref[at + j]);
+            if (!(d <= *wp))
+                *wp = d;
+            dd += d * d;
+            rr += (double)ref[at + j] * ref[at + j];
+        }
+        at += n;
+    }
+    llmt_model_destroy(mm);
+    return sqrt(dd / rr);
+}
+
 /* The worst differences met so far: loss relative, parameters' relative
  * L2 and largest absolute, the most elements of one rank over 1e-5. */
 typedef struct rank_fixture_worst {

@@ -207,23 +207,6 @@ static void run(int pp, int m, int sched, const int32_t *layers, rank_arg *a)
     run_from(pp, m, sched, layers, a, &proto);
 }
 
-/* The stage that owns a parameter, from its name: layer l's on the stage
- * whose layers hold l; the embeddings on the first, the final norm and an
- * untied head on the last. */
-static int owner(const char *name, const rank_arg *a, int pp)
-{
-    int l = -1;
-    if (sscanf(name, "h.%d.", &l) == 1 || sscanf(name, "layers.%d.", &l) == 1) {
-        for (int r = 0; r < pp; r++)
-            if (l >= a[r].ps.first_layer && l < a[r].ps.first_layer + a[r].ps.layers)
-                return r;
-        return -1;
-    }
-    if (!strcmp(name, "wte") || !strcmp(name, "wpe") || !strcmp(name, "tok_embeddings"))
-        return 0;
-    return pp - 1;
-}
-
 static void free_args(rank_arg *a, int n)
 {
     for (int r = 0; r < n; r++)
@@ -255,6 +238,8 @@ static void compare(const char *name, int llama, int layers, int pp, int m, int 
     }
     /* the layout: contiguous, every layer once, the given split when given */
     char lay[64] = "";
+    int first[MAXPP + 1] = {0};
+    float *params[MAXPP];
     for (int r = 0, next = 0; r < pp; r++) {
         CHECK(a[r].ps.stage == r && a[r].ps.stages == pp);
         CHECK(a[r].ps.first_layer == next && a[r].ps.layers >= 1);
@@ -264,42 +249,23 @@ static void compare(const char *name, int llama, int layers, int pp, int m, int 
         int fl = sched == LLMT_PP_GPIPE ? m : pp - r < m ? pp - r : m;
         CHECK(a[r].ps.in_flight == fl);
         next += a[r].ps.layers;
+        first[r + 1] = next;
+        params[r] = a[r].params;
         if (r == pp - 1)
             CHECK(next == layers);
         snprintf(lay + strlen(lay), sizeof lay - strlen(lay), "%s%d", r ? "," : "",
                  (int)a[r].ps.layers);
     }
-    /* the final parameters, each from its owner */
-    llmt_model *mm = NULL;
-    CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &mm), LLMT_OK);
-    int32_t np = 0;
-    llmt_model_param_count(mm, &np, NULL);
-    double dd = 0.0, rr = 0.0, wp = 0.0;
-    int64_t at = 0, stage_bytes = 0, tied = 0;
-    for (int32_t i = 0; i < np; i++) {
-        const char *pn = NULL;
-        llmt_tensor v;
-        int64_t n = 0;
-        llmt_model_param(mm, i, &pn, &v);
-        llmt_tensor_numel(&v, &n);
-        if (!strcmp(pn, "wte") && g_cfg.arch == LLMT_ARCH_GPT2)
-            tied = n; /* GPT-2 ties the head: the last stage holds a copy */
-        int r = owner(pn, a, pp);
-        CHECK(r >= 0);
-        for (int64_t j = 0; j < n && r >= 0; j++) {
-            double d = fabs((double)a[r].params[at + j] - ref[0].params[at + j]);
-            if (!(d <= wp))
-                wp = d;
-            dd += d * d;
-            rr += (double)ref[0].params[at + j] * ref[0].params[at + j];
-        }
-        at += n;
-    }
-    llmt_model_destroy(mm);
-    double rel = sqrt(dd / rr);
+    /* the final parameters, each from the stage that owns it */
+    double wp = 0.0;
+    double rel = rank_fixture_stage_diff(&g_cfg, first, pp, pp, params, ref[0].params, &wp);
     CHECK(g_bf16 || rel <= 1e-5);
     CHECK(wp <= param_tol());
-    /* each stage holds only its part: the parts add up to the model */
+    /* each stage holds only its part: the parts add up to the model, plus
+     * GPT-2's tied head (the last stage's copy of wte [padded vocab, width]) */
+    int64_t stage_bytes = 0;
+    int64_t tied =
+        g_cfg.arch == LLMT_ARCH_GPT2 ? (int64_t)g_cfg.padded_vocab_size * g_cfg.width : 0;
     for (int r = 0; r < pp; r++) {
         CHECK(a[r].ps.param_bytes < ref[0].ps.param_bytes);
         stage_bytes += a[r].ps.param_bytes;
@@ -372,30 +338,18 @@ static void compare_dp(const char *name, int llama, int m, int sched, int zero)
             rank_fixture_losses(&wl, a[r].loss, ref[0].loss, 0, STEPS, g_bf16);
     }
     if (ok) {
-        llmt_model *mm = NULL;
-        CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &mm), LLMT_OK);
-        int32_t np = 0;
-        llmt_model_param_count(mm, &np, NULL);
         for (int d = 0; d < DP; d++) {
-            const rank_arg *rep = &a[d * PP];
-            int64_t at = 0;
-            for (int32_t i = 0; i < np; i++) {
-                const char *pn = NULL;
-                llmt_tensor v;
-                int64_t n = 0;
-                llmt_model_param(mm, i, &pn, &v);
-                llmt_tensor_numel(&v, &n);
-                int r = owner(pn, rep, PP);
-                CHECK(r >= 0);
-                for (int64_t j = 0; j < n && r >= 0; j++) {
-                    double x = fabs((double)rep[r].params[at + j] - ref[0].params[at + j]);
-                    if (!(x <= wp))
-                        wp = x;
-                }
-                at += n;
+            /* replica d's stages: their layers and parameters */
+            int first[PP + 1] = {0};
+            float *params[PP];
+            for (int r = 0; r < PP; r++) {
+                const rank_arg *st = &a[d * PP + r];
+                CHECK(st->ps.first_layer == first[r]);
+                first[r + 1] = first[r] + st->ps.layers;
+                params[r] = st->params;
             }
+            rank_fixture_stage_diff(&g_cfg, first, PP, PP, params, ref[0].params, &wp);
         }
-        llmt_model_destroy(mm);
         CHECK(wp <= param_tol());
         CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
     }

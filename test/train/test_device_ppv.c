@@ -154,23 +154,6 @@ static void free_args(rank_arg *a, int n)
         free(a[r].params);
 }
 
-/* The stage holding a parameter: layer l's is the stage of its virtual
- * stage (first: the virtual stages' first layers), the embeddings the
- * first stage's, the final norm and an untied head the last's. */
-static int owner(const char *name, const int *first, int pp, int v)
-{
-    int l = -1;
-    if (sscanf(name, "h.%d.", &l) == 1 || sscanf(name, "layers.%d.", &l) == 1) {
-        for (int j = 0; j < pp * v; j++)
-            if (l >= first[j] && l < first[j + 1])
-                return j % pp;
-        return -1;
-    }
-    if (!strcmp(name, "wte") || !strcmp(name, "wpe") || !strcmp(name, "tok_embeddings"))
-        return 0;
-    return pp - 1;
-}
-
 static const char *sched_name(int s)
 {
     return s == LLMT_PP_GPIPE ? "gpipe" : s == LLMT_PP_1F1B ? "1f1b" : "interleaved";
@@ -215,31 +198,12 @@ static void compare(int llama, int layers, int pp, int v, int m, int sched,
         CHECK(a[r].ps.layers == held && a[r].ps.first_layer == first[r]);
         CHECK_EQ_INT(a[r].ps.in_flight, llmt__pp_inflight(sched, v, m, pp, r));
     }
-    llmt_model *mm = NULL;
-    CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &mm), LLMT_OK);
-    int32_t np = 0;
-    llmt_model_param_count(mm, &np, NULL);
-    double dd = 0.0, rr = 0.0, wp = 0.0;
-    int64_t at = 0;
-    for (int32_t i = 0; i < np; i++) {
-        const char *pn = NULL;
-        llmt_tensor t;
-        int64_t n = 0;
-        llmt_model_param(mm, i, &pn, &t);
-        llmt_tensor_numel(&t, &n);
-        int r = owner(pn, first, pp, v);
-        CHECK(r >= 0);
-        for (int64_t j = 0; j < n && r >= 0; j++) {
-            double d = fabs((double)a[r].params[at + j] - ref[0].params[at + j]);
-            if (!(d <= wp))
-                wp = d;
-            dd += d * d;
-            rr += (double)ref[0].params[at + j] * ref[0].params[at + j];
-        }
-        at += n;
-    }
-    llmt_model_destroy(mm);
-    double rel = sqrt(dd / rr);
+    /* the final parameters, each from the stage of its virtual stage */
+    float *params[MAXPP];
+    for (int r = 0; r < pp; r++)
+        params[r] = a[r].params;
+    double wp = 0.0;
+    double rel = rank_fixture_stage_diff(&g_cfg, first, pp * v, pp, params, ref[0].params, &wp);
     CHECK(rel <= 1e-5);
     CHECK(wp <= 1e-4);
     CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
@@ -322,31 +286,11 @@ static void compare_tp(int llama, int layers, int m, int sp)
     llmt_err e = {0};
     CHECK_STATUS(llmt__pp_layout(&e, &g_cfg, T, PP * VS, NULL, 0, first), LLMT_OK);
     if (ok) {
-        llmt_model *mm = NULL;
-        CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &mm), LLMT_OK);
-        int32_t np = 0;
-        llmt_model_param_count(mm, &np, NULL);
-        double dd = 0.0, rr = 0.0;
-        int64_t at = 0;
-        for (int32_t i = 0; i < np; i++) {
-            const char *pn = NULL;
-            llmt_tensor t;
-            int64_t n = 0;
-            llmt_model_param(mm, i, &pn, &t);
-            llmt_tensor_numel(&t, &n);
-            int st = owner(pn, first, PP, VS);
-            CHECK(st >= 0);
-            const float *p = st >= 0 ? a[st * TP].params : NULL;
-            for (int64_t j = 0; j < n && p; j++) {
-                double d = fabs((double)p[at + j] - ref[0].params[at + j]);
-                wp = d > wp ? d : wp;
-                dd += d * d;
-                rr += (double)ref[0].params[at + j] * ref[0].params[at + j];
-            }
-            at += n;
-        }
-        llmt_model_destroy(mm);
-        rel = sqrt(dd / rr);
+        /* each stage's parameters from its first tensor-parallel rank */
+        float *params[PP];
+        for (int st = 0; st < PP; st++)
+            params[st] = a[st * TP].params;
+        rel = rank_fixture_stage_diff(&g_cfg, first, PP * VS, PP, params, ref[0].params, &wp);
         CHECK(rel <= 1e-5);
         CHECK(wp <= 1e-4);
     }
