@@ -23,7 +23,6 @@
  * parallelism's reduction add in another order, a few ulps that AdamW at
  * lr 1e-3 does not amplify (test/train/test_device_pp.c measures about
  * 1e-7). usage: test_job_ppckpt CORPUS_DIR (any directory of text files) */
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +30,7 @@
 #include <sys/stat.h>
 
 #include "check.h"
+#include "job_ckpt.h"
 #include "job_threads.h"
 #include "llmtrain.h"
 
@@ -65,39 +65,19 @@ static void spec(char *out, size_t cap, int pp, int tp, int dp, int zero, int v)
              pp, tp, zero, dpk, STEPS, prep);
 }
 
-static char *slurp(const char *path, long *n)
-{
-    *n = -1;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    if (b && fread(b, 1, (size_t)len, f) == (size_t)len) {
-        b[len] = 0;
-        *n = len;
-    }
-    fclose(f);
-    return b;
-}
-
 /* Step `step` of the checkpoints under root exported to out (safetensors);
  * its data.* key/values concatenated into kv, its plan into plan. */
 static int export_step(const char *root, int64_t step, const char *out, char *kv, size_t cap,
                        char *plan, size_t pcap)
 {
     llmt_ckpt *ck = NULL;
-    llmt_status s = llmt_ckpt_create(NULL, root, NULL, &ck);
-    if (s == LLMT_OK)
-        s = llmt_ckpt_open_step(ck, step);
-    if (s == LLMT_OK)
-        s = llmt_ckpt_export_safetensors(ck, out);
-    if (s == LLMT_OK)
-        s = llmt_ckpt_get_plan_json(ck, plan, pcap, NULL);
-    size_t nkv = 0;
     kv[0] = 0;
+    if (!jc_export(root, step, out, NULL, 0, NULL, &ck)) {
+        llmt_ckpt_destroy(ck);
+        return 0;
+    }
+    size_t nkv = 0;
+    llmt_status s = llmt_ckpt_get_plan_json(ck, plan, pcap, NULL);
     if (s == LLMT_OK)
         s = llmt_ckpt_open_info(ck, NULL, NULL, &nkv);
     for (size_t k = 0; s == LLMT_OK && k < nkv; k++) {
@@ -109,57 +89,11 @@ static int export_step(const char *root, int64_t step, const char *out, char *kv
             snprintf(kv + strlen(kv), cap - strlen(kv), "%s=%s;", key, v);
     }
     if (s != LLMT_OK)
-        fprintf(stderr, "export %s step %lld: %s\n", root, (long long)step,
-                ck ? llmt_ckpt_last_error(ck) : "create");
+        fprintf(stderr, "plan or keys of %s step %lld: %s\n", root, (long long)step,
+                llmt_ckpt_last_error(ck));
     CHECK_STATUS(s, LLMT_OK);
     llmt_ckpt_destroy(ck);
     return s == LLMT_OK;
-}
-
-/* The relative L2 distance of the "param/" tensors of two safetensors
- * files of the same model (-1 when their layouts differ). */
-static double params_rel_l2(const char *fa, const char *fb, int *tensors)
-{
-    long la, lb;
-    char *a = slurp(fa, &la), *b = slurp(fb, &lb);
-    uint64_t ha = 0, hb = 0;
-    if (a && b && la > 8 && lb > 8) {
-        memcpy(&ha, a, 8);
-        memcpy(&hb, b, 8);
-    }
-    cJSON *ja = ha && ha + 8 <= (uint64_t)la ? cJSON_ParseWithLength(a + 8, ha) : NULL;
-    cJSON *jb = hb && hb + 8 <= (uint64_t)lb ? cJSON_ParseWithLength(b + 8, hb) : NULL;
-    double num = 0, den = 0;
-    int ok = ja && jb;
-    *tensors = 0;
-    for (cJSON *t = ja ? ja->child : NULL; t && ok; t = t->next) {
-        if (strncmp(t->string, "param/", 6))
-            continue;
-        cJSON *u = cJSON_GetObjectItemCaseSensitive(jb, t->string);
-        cJSON *oa = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
-        cJSON *ob = u ? cJSON_GetObjectItemCaseSensitive(u, "data_offsets") : NULL;
-        ok = oa && ob && cJSON_GetArraySize(oa) == 2 && cJSON_GetArraySize(ob) == 2;
-        if (!ok)
-            break;
-        long a0 = (long)cJSON_GetArrayItem(oa, 0)->valuedouble,
-             a1 = (long)cJSON_GetArrayItem(oa, 1)->valuedouble,
-             b0 = (long)cJSON_GetArrayItem(ob, 0)->valuedouble,
-             b1 = (long)cJSON_GetArrayItem(ob, 1)->valuedouble;
-        ok = a1 - a0 == b1 - b0 && 8 + (long)ha + a1 <= la && 8 + (long)hb + b1 <= lb;
-        for (size_t i = 0; ok && i < (size_t)(a1 - a0) / 4; i++) {
-            float x, y;
-            memcpy(&x, a + 8 + ha + a0 + 4 * i, 4);
-            memcpy(&y, b + 8 + hb + b0 + 4 * i, 4);
-            num += ((double)x - y) * ((double)x - y);
-            den += (double)y * y;
-        }
-        ++*tensors;
-    }
-    cJSON_Delete(ja);
-    cJSON_Delete(jb);
-    free(a);
-    free(b);
-    return ok && den > 0 ? sqrt(num / den) : -1;
 }
 
 /* Files (names, sizes) under dir, as one string. */
@@ -266,8 +200,10 @@ int main(int argc, char **argv)
     CHECK(ok && strstr(plan2, "\"pp\":4") && strstr(plan2, "\"dp\":2") &&
           strstr(plan1, "\"pp\":1"));
     printf("plans: %s (pp 4 x dp 2), %s (one rank)\n", ok ? plan2 : "?", ok ? plan1 : "?");
-    int tensors = 0;
-    double rel = ok ? params_rel_l2(pp_st, one_st, &tensors) : -1;
+    jc_pdiff pd;
+    ok = ok && jc_params_dist(pp_st, one_st, &pd);
+    int tensors = ok ? pd.tensors : 0;
+    double rel = ok ? pd.rel_l2 : -1;
     CHECK(rel >= 0 && rel <= TOL);
     CHECK(tensors == 2 + 12 * 4 + 2); /* wte, wpe, 12 per layer, ln_f w, b */
     CHECK(kv1[0] && !strcmp(kv1, kv2));

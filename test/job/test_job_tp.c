@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 
 #include "check.h"
+#include "job_ckpt.h"
 #include "job_threads.h"
 #include "llmtrain.h"
 
@@ -71,119 +72,15 @@ static void spec(char *out, size_t cap, int tp, int zero, int dp, const char *mo
         model ? model : GPT2, tp, zero, dpk, STEPS, device ? device : "cpu", prep);
 }
 
-static char *slurp(const char *path, long *n)
-{
-    *n = -1;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    if (b && fread(b, 1, (size_t)len, f) == (size_t)len) {
-        b[len] = 0;
-        *n = len;
-    }
-    fclose(f);
-    return b;
-}
-
 /* Export the newest checkpoint under root to safetensors (out.safetensors)
  * and, for GPT-2 (llmc), llm.c (out.bin), as `llmtrain ckpt export` does;
  * *step gets its step. */
 static int export_ckpt(const char *root, const char *out, int llmc, int64_t *step)
 {
-    llmt_ckpt_opts o;
-    llmt_ckpt_opts_init(&o, sizeof o);
-    llmt_ckpt *ck = NULL;
-    char st[900], lc[900];
+    char st[1024], lc[1024];
     snprintf(st, sizeof st, "%s.safetensors", out);
     snprintf(lc, sizeof lc, "%s.bin", out);
-    *step = -1;
-    llmt_status s = llmt_ckpt_create(NULL, root, &o, &ck);
-    if (s == LLMT_OK)
-        s = llmt_ckpt_open_latest(ck, step);
-    if (s == LLMT_OK)
-        s = llmt_ckpt_export_safetensors(ck, st);
-    if (s == LLMT_OK && llmc) {
-        llmt_ckpt_llmc_opts lo;
-        llmt_ckpt_llmc_opts_init(&lo, sizeof lo);
-        lo.heads = 4;
-        s = llmt_ckpt_export_llmc(ck, lc, &lo);
-    }
-    if (s != LLMT_OK)
-        fprintf(stderr, "export %s: %s\n", root, ck ? llmt_ckpt_last_error(ck) : "create");
-    CHECK_STATUS(s, LLMT_OK);
-    llmt_ckpt_destroy(ck);
-    return s == LLMT_OK;
-}
-
-/* How two models' parameters (the "param/" tensors of two safetensors
- * files of the same layout) differ. */
-typedef struct pdiff {
-    int tensors;
-    int64_t numel, over; /* elements, and those more than 1e-5 apart */
-    double rel_l2;       /* of the whole model */
-    double worst;        /* largest absolute difference */
-} pdiff;
-
-static int params_dist(const char *fa, const char *fb, pdiff *r)
-{
-    long la, lb;
-    char *a = slurp(fa, &la), *b = slurp(fb, &lb);
-    memset(r, 0, sizeof *r);
-    int ok = 0;
-    uint64_t ha = 0, hb = 0;
-    if (a && b && la > 8 && lb > 8) {
-        memcpy(&ha, a, 8);
-        memcpy(&hb, b, 8);
-    }
-    cJSON *ja = ha && ha + 8 <= (uint64_t)la ? cJSON_ParseWithLength(a + 8, ha) : NULL;
-    cJSON *jb = hb && hb + 8 <= (uint64_t)lb ? cJSON_ParseWithLength(b + 8, hb) : NULL;
-    double num = 0, den = 0;
-    if (ja && jb) {
-        ok = 1;
-        for (cJSON *t = ja->child; t && ok; t = t->next) {
-            if (strncmp(t->string, "param/", 6))
-                continue;
-            cJSON *u = cJSON_GetObjectItemCaseSensitive(jb, t->string);
-            cJSON *oa = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
-            cJSON *ob = u ? cJSON_GetObjectItemCaseSensitive(u, "data_offsets") : NULL;
-            cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
-            ok = oa && ob && cJSON_GetArraySize(oa) == 2 && cJSON_GetArraySize(ob) == 2 &&
-                 cJSON_IsString(dt) && !strcmp(dt->valuestring, "F32");
-            if (!ok)
-                break;
-            long a0 = (long)cJSON_GetArrayItem(oa, 0)->valuedouble,
-                 a1 = (long)cJSON_GetArrayItem(oa, 1)->valuedouble,
-                 b0 = (long)cJSON_GetArrayItem(ob, 0)->valuedouble,
-                 b1 = (long)cJSON_GetArrayItem(ob, 1)->valuedouble;
-            ok = a1 - a0 == b1 - b0 && 8 + (long)ha + a1 <= la && 8 + (long)hb + b1 <= lb;
-            if (!ok)
-                break;
-            size_t e = (size_t)(a1 - a0) / 4;
-            const char *pa = a + 8 + ha + a0, *pb = b + 8 + hb + b0;
-            for (size_t i = 0; i < e; i++) {
-                float x, y;
-                memcpy(&x, pa + 4 * i, 4);
-                memcpy(&y, pb + 4 * i, 4);
-                double d = fabs((double)x - y);
-                num += d * d;
-                den += (double)y * y;
-                r->over += !(d <= TOL);
-                r->worst = d > r->worst || isnan(d) ? d : r->worst;
-            }
-            r->numel += (int64_t)e;
-            r->tensors++;
-        }
-    }
-    r->rel_l2 = sqrt(num / (den > 0 ? den : 1));
-    cJSON_Delete(ja);
-    cJSON_Delete(jb);
-    free(a);
-    free(b);
-    return ok;
+    return jc_export(root, -1, st, llmc ? lc : NULL, 4, step, NULL);
 }
 
 /* The newest checkpoint under root loaded by one process (tp 1, the
@@ -265,7 +162,7 @@ static int resave_tp1(const char *root, const char *out_root)
 static int same_file(const char *fa, const char *fb, long *bytes)
 {
     long la, lb;
-    char *a = slurp(fa, &la), *b = slurp(fb, &lb);
+    char *a = test_slurp(fa, &la), *b = test_slurp(fb, &lb);
     int same = a && b && la > 0 && la == lb && !memcmp(a, b, (size_t)la);
     *bytes = la;
     free(a);
@@ -306,14 +203,14 @@ static void compare(const char *name, const char *model, int tp, int n, const jt
         return;
     CHECK_EQ_INT(step, STEPS);
     strcat(st, ".safetensors");
-    pdiff pd;
-    CHECK(params_dist(st, ref_st, &pd));
+    jc_pdiff pd;
+    CHECK(jc_params_dist(st, ref_st, &pd));
     CHECK(pd.tensors >= 10);
     CHECK(pd.rel_l2 <= TOL);
     CHECK(pd.over * 10000 <= pd.numel && pd.worst <= 10 * TOL);
     printf("%-36s final parameters: relative L2 %.3g (bound %.0e), %lld of %lld elements more "
            "than %.0e apart (bound 1 in 10^4), worst %.3g (bound %.0e)\n",
-           name, pd.rel_l2, TOL, (long long)pd.over, (long long)pd.numel, TOL, pd.worst,
+           name, pd.rel_l2, TOL, (long long)pd.over, (long long)pd.numel, JC_APART, pd.worst,
            10 * TOL);
 }
 
