@@ -26,6 +26,7 @@
 
 #include "check.h"
 #include "llmtrain.h"
+#include "slurp.h"
 
 #define L 2
 #define H 64
@@ -52,29 +53,10 @@ static char *spec_json(int steps, const char *extra)
     return b;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    if (p)
-        p[n] = 0;
-    fclose(f);
-    return p;
-}
-
 /* The value of "key": in the first line of path containing `has`. */
 static double line_value(const char *path, const char *has, const char *key)
 {
-    char *t = slurp(path);
+    char *t = test_slurp(path, NULL);
     double v = NAN;
     if (!t)
         return v;
@@ -94,7 +76,7 @@ static double line_value(const char *path, const char *has, const char *key)
 /* ---- the trace-event format */
 static int check_trace(const char *path, int pid, int expect_comm)
 {
-    char *t = slurp(path);
+    char *t = test_slurp(path, NULL);
     CHECK(t != NULL);
     if (!t)
         return -1;
@@ -223,7 +205,7 @@ static double check_prom_text(char *t, const llmt_job_perf *p)
 
 static void check_prom(const char *path, const llmt_job_perf *p)
 {
-    char *t = slurp(path);
+    char *t = test_slurp(path, NULL);
     CHECK(t != NULL);
     if (t)
         check_prom_text(t, p);
@@ -345,7 +327,7 @@ static void check_http(void)
     }
     char path[800];
     snprintf(path, sizeof path, "%s/metrics.http", dir);
-    char *url = slurp(path);
+    char *url = test_slurp(path, NULL);
     int port = 0;
     CHECK(url && sscanf(url, "http://127.0.0.1:%d/metrics", &port) == 1 && port > 0);
     fprintf(stderr, "http: serving at %s", url ? url : "(no metrics.http)\n");
@@ -586,7 +568,7 @@ int main(int argc, char **argv)
         }
         char mpath[700];
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", a.dir);
-        char *t = slurp(mpath);
+        char *t = test_slurp(mpath, NULL);
         CHECK(t && strstr(t, "\"timed_ops\":false") && !strstr(t, "\"timed_ops\":true"));
         free(t);
     }
@@ -637,7 +619,7 @@ int main(int argc, char **argv)
             char path[800];
             snprintf(path, sizeof path,
                      r ? "%s/two/rank-1/metrics.http" : "%s/two/metrics.http", tmp);
-            char *url = slurp(path);
+            char *url = test_slurp(path, NULL);
             int got = 0;
             CHECK(url && sscanf(url, "http://127.0.0.1:%d/metrics", &got) == 1);
             CHECK_EQ_INT(got, port + r);
@@ -666,7 +648,7 @@ int main(int argc, char **argv)
         CHECK(w0 - w1 > 0.5 * 4 * SLOW_MS * 1e-3);
         char path[700];
         snprintf(path, sizeof path, "%s/two/run.jsonl", tmp);
-        char *run = slurp(path);
+        char *run = test_slurp(path, NULL);
         CHECK(run && strstr(run, "\"stragglers\":[1]") && strstr(run, "\"slowest_rank\":1"));
         CHECK(run && strstr(run, "\"ranks\":2"));
         free(run);

@@ -20,32 +20,14 @@
 #include "check.h"
 #include "llmtrain.h"
 #include "plan/plan.h"
+#include "slurp.h"
 #include "train/pp.h"
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    if (b)
-        b[n] = 0;
-    fclose(f);
-    return b;
-}
 
 static void llama405b(const char *dir, int v)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/examples/specs/llama3-405b-16k.json", dir);
-    char *txt = slurp(path);
+    char *txt = test_slurp(path, NULL);
     CHECK(txt != NULL);
     if (!txt)
         return;
@@ -201,7 +183,7 @@ static void auto_uneven(const char *dir)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/examples/specs/llama3-405b-16k.json", dir);
-    char *txt = slurp(path);
+    char *txt = test_slurp(path, NULL);
     char *at = txt ? strstr(txt, "\"virtual_stages\": 1,") : NULL;
     CHECK(at != NULL);
     if (!at) {
