@@ -1547,14 +1547,19 @@ LLMT_API llmt_status llmt_pp_opts_init(llmt_pp_opts *opts, size_t size);
  * than model.layers, stage_layers does not match it, virtual stages are
  * asked of another schedule than LLMT_PP_INTERLEAVED, or interleaving
  * gets a grad_accum that is not a multiple of the stages (>= 1 of them);
- * LLMT_PP_INTERLEAVED over a communicator of processes (MPI, Gloo,
- * NCCL): LLMT_ERR_UNSUPPORTED (its blocking sends would deadlock; in-process
- * ranks only for now). */
+ * LLMT_PP_INTERLEAVED over NCCL: LLMT_ERR_UNSUPPORTED (its messages wrap
+ * round the stages, so a send that waits for its receiver would wait
+ * forever; in-process, MPI and Gloo stages leave their sends in flight). */
 LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
                                               const llmt_pp_opts *opts);
 /* This stage's layers and its last step's pipeline timing: the bubble is
  * the fraction of the schedule's wall time spent waiting in receives
- * (compare bubble_balanced, a balanced pipeline's). Filled up to
+ * (compare bubble_balanced, a balanced pipeline's), bubble_cpu the same on
+ * the stages' compute-time clocks: each runs on the thread CPU time of its
+ * stage's forwards and backwards (a stage computing on one thread: threads
+ * 1) and moves on to a message's stamp, its sender's clock, when that is
+ * later; so it is the share of the step's span the stage would wait with
+ * a core of its own, unmoved by other load on the machine. Filled up to
  * struct_size; all zero (stages 1) without pipeline parallelism. */
 typedef struct llmt_pp_stats {
     size_t struct_size;
@@ -1574,6 +1579,11 @@ typedef struct llmt_pp_stats {
     double bubble_balanced;          /* (p-1)/(m+p-1); interleaved
                                         (p-1)/(v m+p-1) */
     int64_t sent_bytes, recv_bytes;  /* last step's activations + gradients */
+    double busy_cpu_seconds;         /* its ops' thread CPU time */
+    double span_cpu_seconds;         /* the step's largest clock (every
+                                        stage's the same; 0: not measured,
+                                        NCCL) */
+    double bubble_cpu;               /* 1 - busy_cpu / span_cpu */
 } llmt_pp_stats;
 LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats *out);
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "job/job.h"
+#include "train/pp.h"
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
@@ -66,8 +67,10 @@ llmt_status llmt__job_attach_pp(llmt_job *j)
 
 /* After each step under a pipeline: this stage's share of the schedule's
  * wall time spent waiting for its neighbours (the bubble, plus any
- * imbalance), beside the balanced pipeline's (p-1)/(m+p-1), so a run's
- * metrics show what the planner's formula predicted. */
+ * imbalance), and its share of the step's span on the stages' compute-time
+ * clocks (bubble_cpu: what it would wait with a core of its own; pp.c),
+ * beside the balanced pipeline's (p-1)/(m+p-1), so a run's metrics show
+ * what the planner's formula predicted. */
 void llmt__job_pp_line(llmt_job *j, int64_t step)
 {
     if (j->pp <= 1)
@@ -75,13 +78,17 @@ void llmt__job_pp_line(llmt_job *j, int64_t step)
     llmt_pp_stats ps;
     memset(&ps, 0, sizeof ps);
     ps.struct_size = sizeof ps;
-    if (llmt_trainer_pp_stats(j->tr, &ps) != LLMT_OK)
+    llmt__pp_info pi;
+    memset(&pi, 0, sizeof pi);
+    if (llmt_trainer_pp_stats(j->tr, &ps) != LLMT_OK || !llmt__trainer_pp_info(j->tr, &pi))
         return;
+    double cpu = pi.span_cpu_s > 0.0 ? 1.0 - pi.busy_cpu_s / pi.span_cpu_s : 0.0;
     llmt__job_metrics_line(j,
                            "{\"event\":\"pp\",\"step\":%lld,\"stage\":%d,\"stages\":%d,"
                            "\"layers\":%d,\"micro_batches\":%d,\"schedule_s\":%.6f,"
-                           "\"idle_s\":%.6f,\"bubble\":%.4f,\"bubble_balanced\":%.4f}",
+                           "\"idle_s\":%.6f,\"bubble\":%.4f,\"bubble_balanced\":%.4f,"
+                           "\"busy_cpu_s\":%.6f,\"span_cpu_s\":%.6f,\"bubble_cpu\":%.4f}",
                            (long long)step, (int)ps.stage, (int)ps.stages, (int)ps.layers,
                            (int)ps.micro_batches, ps.step_seconds, ps.idle_seconds, ps.bubble,
-                           ps.bubble_balanced);
+                           ps.bubble_balanced, pi.busy_cpu_s, pi.span_cpu_s, cpu);
 }

@@ -56,6 +56,13 @@ struct llmt__pp {
     void *dy;     /* the output gradient being consumed */
     double step_s, idle_s;
     int64_t sent, recvd;
+    /* The bubble in compute time (pp_clock below): vt, this stage's clock
+     * (its ops' thread CPU time, moved on to a message's stamp when that
+     * comes later); vbusy of it computing; vspan: the step's, every
+     * stage's largest vt. Off (stamps 0) where a message must be device
+     * memory (NCCL). */
+    int stamps;
+    double vt, vbusy, vspan;
     /* the interleaved schedule over processes: its sends left in flight
      * (pp_send.h; NULL where a send copies its buffer and returns) */
     llmt__pp_sends *sends;
@@ -66,6 +73,7 @@ struct llmt__pp {
         llmt_comm *c;
         const void *buf;
         const char *what;
+        double stamp;
     } held;
 };
 
@@ -73,6 +81,30 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The bubble in compute time. Wall time waiting in receives measures the
+ * bubble only when every stage has a core to itself: on a shared machine
+ * a stage that is descheduled makes the next one wait longer, and a stage
+ * computing alone runs faster than two computing side by side, so the
+ * measured share moves by tens of points with the load. So each stage
+ * also keeps a clock that runs only while it computes: the thread CPU
+ * time of its forwards and backwards (the CPU engine computes on the
+ * calling thread with train.threads 1; an OpenMP team's other threads are
+ * not counted). Each message carries its sender's clock at the end of
+ * the op that produced it (a second, 8-byte message), and a receive moves
+ * the receiver's clock on to it when it is later: the gap is the time the
+ * receiver would have waited with a core of its own, for this schedule,
+ * these ops' real costs and these messages (Lamport's logical clock over
+ * CPU time, as trace-replay tools measure wait states). At the step's end
+ * the stages agree on its span, the largest clock; a stage's bubble is
+ * the share of the span it did not compute, so under GPipe and 1F1B with
+ * equal stages every stage idles (p-1)/(m+p-1) of it. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -225,6 +257,7 @@ llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int v, i
                           llmt_comm_last_error(comm));
     if (pp->gown)
         pp->gcomm = pp->gown;
+    pp->stamps = llmt__comm_isend_kind(comm) != LLMT__ISEND_NONE;
     if (s == LLMT_OK && schedule == LLMT__PP_INTERLEAVED &&
         llmt__comm_isend_kind(comm) == LLMT__ISEND_POSTED)
         s = llmt__pp_sends_create(e, r, g, pp->inflight, pp->elems, store, &pp->sends);
@@ -261,22 +294,28 @@ static llmt_status p2p_fail(llmt__pp *pp, llmt_comm *c, const char *what, int a,
                          llmt_comm_last_error(c));
 }
 
+/* A message and its sender's clock (pp_clock above). */
 static llmt_status pp_recv(llmt__pp *pp, llmt_comm *c, void *buf, int peer, const char *what,
                            int a)
 {
-    double t0 = now_s();
+    double t0 = now_s(), stamp = 0.0;
     llmt_status s = llmt_comm_recv(c, buf, pp->elems, pp->store, peer, NULL);
+    if (s == LLMT_OK && pp->stamps)
+        s = llmt_comm_recv(c, &stamp, 1, LLMT_DTYPE_INT64, peer, NULL);
     pp->idle_s += now_s() - t0;
     if (s != LLMT_OK)
         return p2p_fail(pp, c, what, a, peer);
     pp->recvd += (int64_t)(pp->elems * pp->es);
+    if (stamp > pp->vt)
+        pp->vt = stamp;
     return LLMT_OK;
 }
 
 static llmt_status pp_send(llmt__pp *pp, llmt_comm *c, const void *buf, int peer,
-                           const char *what, int a)
+                           const char *what, int a, double stamp)
 {
-    if (llmt_comm_send(c, buf, pp->elems, pp->store, peer, NULL) != LLMT_OK)
+    if (llmt_comm_send(c, buf, pp->elems, pp->store, peer, NULL) != LLMT_OK ||
+        (pp->stamps && llmt_comm_send(c, &stamp, 1, LLMT_DTYPE_INT64, peer, NULL) != LLMT_OK))
         return p2p_fail(pp, c, what, a, peer);
     pp->sent += (int64_t)(pp->elems * pp->es);
     return LLMT_OK;
@@ -296,7 +335,8 @@ static llmt_status flush(llmt__pp *pp)
     if (!pp->held.on)
         return LLMT_OK;
     pp->held.on = 0;
-    return pp_send(pp, pp->held.c, pp->held.buf, pp->held.peer, pp->held.what, pp->held.a);
+    return pp_send(pp, pp->held.c, pp->held.buf, pp->held.peer, pp->held.what, pp->held.a,
+                   pp->held.stamp);
 }
 
 /* An op's send: at once under interleaving (left in flight where the
@@ -308,15 +348,16 @@ static llmt_status send_out(llmt__pp *pp, llmt_comm *c, const void *buf, int pee
                             const char *what, int a, int set)
 {
     if (pp->sends) {
-        llmt_status s = set >= 0 ? llmt__pp_sends_act(pp->sends, c, buf, peer, set, a)
-                                 : llmt__pp_sends_grad(pp->sends, c, buf, peer, a);
+        llmt_status s = set >= 0 ? llmt__pp_sends_act(pp->sends, c, buf, peer, set, a, pp->vt)
+                                 : llmt__pp_sends_grad(pp->sends, c, buf, peer, a, pp->vt);
         if (s == LLMT_OK)
             pp->sent += (int64_t)(pp->elems * pp->es);
         return s;
     }
     if (pp->sched == LLMT__PP_INTERLEAVED)
-        return pp_send(pp, c, buf, peer, what, a);
+        return pp_send(pp, c, buf, peer, what, a, pp->vt);
     pp->held.on = 1;
+    pp->held.stamp = pp->vt;
     pp->held.c = c;
     pp->held.buf = buf;
     pp->held.peer = peer;
@@ -358,8 +399,12 @@ static llmt_status fwd(llmt__pp *pp, int c, int a, int set)
     if ((s = ordered_recv(pp, pp->comm, first ? NULL : x, (pp->stage + p - 1) % p,
                           "receive the activations", a)) != LLMT_OK)
         return s;
+    double t0 = cpu_now();
     if ((s = llmt__devtrain_stage_fwd(pp->g, a, x)) != LLMT_OK)
         return s;
+    double d = cpu_now() - t0;
+    pp->vbusy += d;
+    pp->vt += d;
     if (!last)
         return send_out(pp, pp->comm, llmt__devtrain_stage_out(pp->g), (pp->stage + 1) % p,
                         "send the activations", a, set);
@@ -378,8 +423,12 @@ static llmt_status bwd(llmt__pp *pp, int c, int a, int set)
     if ((s = ordered_recv(pp, pp->gcomm, last ? NULL : pp->dy, (pp->stage + 1) % p,
                           "receive the gradient", a)) != LLMT_OK)
         return s;
+    double t0 = cpu_now();
     if ((s = llmt__devtrain_stage_bwd(pp->g, a, last ? NULL : pp->dy)) != LLMT_OK)
         return s;
+    double d = cpu_now() - t0;
+    pp->vbusy += d;
+    pp->vt += d;
     if (!first)
         return send_out(pp, pp->gcomm, llmt__devtrain_stage_dx(pp->g), (pp->stage + p - 1) % p,
                         "send the gradient", a, -1);
@@ -416,12 +465,13 @@ llmt_status llmt__pp_fwd_bwd(llmt__pp *pp, const int32_t *inputs, const int32_t 
         return s;
     pp->idle_s = 0.0;
     pp->sent = pp->recvd = 0;
+    pp->vt = pp->vbusy = pp->vspan = 0.0;
     double t0 = now_s();
     s = run_schedule(pp);
     pp->step_s = now_s() - t0;
     if (s != LLMT_OK)
         return s;
-    double mine[2];
+    double mine[3] = {0.0, 0.0, pp->vt};
     if ((s = llmt__devtrain_stage_loss(pp->g, &mine[0])) != LLMT_OK)
         return s;
     size_t tn = 0;
@@ -435,25 +485,27 @@ llmt_status llmt__pp_fwd_bwd(llmt__pp *pp, const int32_t *inputs, const int32_t 
                              llmt_comm_last_error(pp->emb));
     if ((s = llmt__devtrain_stage_sumsq(pp->g, &mine[1])) != LLMT_OK)
         return s;
-    /* every stage's (loss sum, sum of squares) as bits, summed here in
-     * stage order: the same doubles on every stage */
-    int64_t *all = malloc((size_t)pp->stages * 2 * sizeof *all), bits[2];
+    /* every stage's (loss sum, sum of squares, clock) as bits, summed here
+     * in stage order: the same doubles on every stage */
+    int64_t *all = malloc((size_t)pp->stages * 3 * sizeof *all), bits[3];
     if (!all)
         return llmt__err_set(pp->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     memcpy(bits, mine, sizeof bits);
-    if (llmt_comm_all_gather(pp->comm, bits, all, 2, LLMT_DTYPE_INT64, NULL) != LLMT_OK) {
+    if (llmt_comm_all_gather(pp->comm, bits, all, 3, LLMT_DTYPE_INT64, NULL) != LLMT_OK) {
         free(all);
         return llmt__err_set(pp->e, LLMT_ERR_COMM,
                              "trainer: pipeline parallelism: the loss and gradient norm "
                              "over the stages: %s",
                              llmt_comm_last_error(pp->comm));
     }
-    double ss = 0.0, v[2];
+    double ss = 0.0, v[3];
     for (int i = 0; i < pp->stages; i++) {
-        memcpy(v, all + 2 * i, sizeof v);
+        memcpy(v, all + 3 * i, sizeof v);
         ss += v[1];
         if (i == pp->stages - 1)
             *loss_sum = v[0];
+        if (v[2] > pp->vspan)
+            pp->vspan = v[2];
     }
     free(all);
     *sumsq = ss;
@@ -472,6 +524,8 @@ void llmt__pp_info_get(const llmt__pp *pp, llmt__pp_info *out)
     out->v = pp->v;
     out->step_s = pp->step_s;
     out->idle_s = pp->idle_s;
+    out->busy_cpu_s = pp->vbusy;
+    out->span_cpu_s = pp->vspan;
     out->sent_bytes = pp->sent;
     out->recv_bytes = pp->recvd;
 }

@@ -48,8 +48,13 @@ typedef struct llmt__pp_info {
     int stage, stages, l0, l1, micro, schedule, slots; /* l1 - l0: its layers */
     int v;                                             /* chunks a stage */
     double step_s, idle_s; /* the schedule's wall time; of it, waiting in recv */
+    /* the bubble in compute time (pp.c's clock): this stage's ops' thread
+     * CPU time, the step's span on the stages' clocks (0: not measured) */
+    double busy_cpu_s, span_cpu_s;
     int64_t sent_bytes, recv_bytes;
 } llmt__pp_info;
 void llmt__pp_info_get(const llmt__pp *pp, llmt__pp_info *out);
+/* The same of a trainer's pipeline (lib/train/trainer.c): 0 without one. */
+int llmt__trainer_pp_info(const llmt_trainer *tr, llmt__pp_info *out);
 
 #endif

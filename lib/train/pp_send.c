@@ -6,9 +6,10 @@
 #include "train/pp_send.h"
 
 typedef struct pending {
-    llmt__isend *w; /* NULL: done (or none) */
+    llmt__isend *w, *ws; /* the message, its stamp; NULL: done (or none) */
     llmt_comm *c;
     int peer, a;
+    double stamp; /* sent from here: the entry stays put until done */
 } pending;
 
 typedef struct gbuf {
@@ -23,7 +24,7 @@ struct llmt__pp_sends {
     size_t count, bytes;
     llmt_dtype dtype;
     pending *act; /* per activation set */
-    gbuf *pool;   /* gradient copies */
+    gbuf **pool;  /* gradient copies */
     int npool;
     double wait_s;
 };
@@ -61,13 +62,24 @@ void llmt__pp_sends_destroy(llmt__pp_sends *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < s->sets; i++)
+    int stuck = 0; /* a stamp in flight reads its entry: keep them all */
+    for (int i = 0; i < s->sets; i++) {
+        stuck |= s->act[i].ws != NULL;
         llmt__comm_isend_free(s->act[i].w);
-    for (int i = 0; i < s->npool; i++) {
-        if (!s->pool[i].p.w)
-            llmt__devtrain_stage_buf_free(s->g, s->pool[i].buf);
-        llmt__comm_isend_free(s->pool[i].p.w);
+        llmt__comm_isend_free(s->act[i].ws);
     }
+    for (int i = 0; i < s->npool; i++) {
+        gbuf *b = s->pool[i];
+        stuck |= b->p.ws != NULL;
+        if (!b->p.w)
+            llmt__devtrain_stage_buf_free(s->g, b->buf);
+        llmt__comm_isend_free(b->p.w);
+        llmt__comm_isend_free(b->p.ws);
+        if (!b->p.ws)
+            free(b);
+    }
+    if (stuck)
+        return; /* leaked with the communicator that still holds them */
     free(s->pool);
     free(s->act);
     free(s);
@@ -81,41 +93,65 @@ static llmt_status fail(llmt__pp_sends *s, const pending *p, const char *what)
                          s->stage, what, p->a, p->peer, llmt_comm_last_error(p->c));
 }
 
+/* The message, then its sender's clock (pp.c's pp_clock). */
 static llmt_status post(llmt__pp_sends *s, pending *p, llmt_comm *c, const void *buf, int peer,
-                        int a, const char *what)
+                        int a, double stamp, const char *what)
 {
     p->c = c;
     p->peer = peer;
     p->a = a;
-    if (llmt__comm_isend(c, buf, s->count, s->dtype, peer, &p->w) != LLMT_OK)
+    p->stamp = stamp;
+    if (llmt__comm_isend(c, buf, s->count, s->dtype, peer, &p->w) != LLMT_OK ||
+        llmt__comm_isend(c, &p->stamp, 1, LLMT_DTYPE_INT64, peer, &p->ws) != LLMT_OK)
         return fail(s, p, what);
     return LLMT_OK;
 }
 
-/* Wait for p's send (its buffer free after). */
+/* Wait for p's sends (its buffer free after). */
 static llmt_status finish(llmt__pp_sends *s, pending *p, const char *what)
 {
-    if (!p->w)
-        return LLMT_OK;
-    double t0 = now_s();
-    llmt_status st = llmt__comm_isend_wait(p->w);
-    s->wait_s += now_s() - t0;
-    if (st != LLMT_OK)
-        return fail(s, p, what); /* left in flight: its buffer is never freed */
-    llmt__comm_isend_free(p->w);
-    p->w = NULL;
+    llmt__isend **w[2] = {&p->w, &p->ws};
+    for (int k = 0; k < 2; k++) {
+        if (!*w[k])
+            continue;
+        double t0 = now_s();
+        llmt_status st = llmt__comm_isend_wait(*w[k]);
+        s->wait_s += now_s() - t0;
+        if (st != LLMT_OK)
+            return fail(s, p, what); /* left in flight: its buffer is never freed */
+        llmt__comm_isend_free(*w[k]);
+        *w[k] = NULL;
+    }
+    return LLMT_OK;
+}
+
+/* Whether p's sends are done, asked without waiting. */
+static llmt_status done_now(llmt__pp_sends *s, pending *p, int *done)
+{
+    llmt__isend **w[2] = {&p->w, &p->ws};
+    *done = 1;
+    for (int k = 0; k < 2; k++) {
+        int d = 1;
+        if (*w[k] && llmt__comm_isend_test(*w[k], &d) != LLMT_OK)
+            return fail(s, p, "gradient");
+        if (d) {
+            llmt__comm_isend_free(*w[k]);
+            *w[k] = NULL;
+        }
+        *done &= d;
+    }
     return LLMT_OK;
 }
 
 llmt_status llmt__pp_sends_act(llmt__pp_sends *s, llmt_comm *c, const void *buf, int peer,
-                               int set, int a)
+                               int set, int a, double stamp)
 {
     if (set < 0 || set >= s->sets)
         return llmt__err_set(s->e, LLMT_ERR_INTERNAL,
                              "trainer: pipeline stage %d: activation set %d of %d", s->stage,
                              set, s->sets);
     llmt_status st = finish(s, &s->act[set], "activations");
-    return st != LLMT_OK ? st : post(s, &s->act[set], c, buf, peer, a, "activations");
+    return st != LLMT_OK ? st : post(s, &s->act[set], c, buf, peer, a, stamp, "activations");
 }
 
 llmt_status llmt__pp_sends_set_done(llmt__pp_sends *s, int set)
@@ -123,45 +159,45 @@ llmt_status llmt__pp_sends_set_done(llmt__pp_sends *s, int set)
     return set >= 0 && set < s->sets ? finish(s, &s->act[set], "activations") : LLMT_OK;
 }
 
-/* A pool buffer whose send is done (asked without waiting), else a new
+/* A pool buffer whose sends are done (asked without waiting), else a new
  * one: never a wait here, so the gradients cannot close a ring. */
 static llmt_status free_buf(llmt__pp_sends *s, gbuf **out)
 {
     for (int i = 0; i < s->npool; i++) {
-        gbuf *b = &s->pool[i];
-        int done = 1;
-        if (b->p.w && llmt__comm_isend_test(b->p.w, &done) != LLMT_OK)
-            return fail(s, &b->p, "gradient");
+        int done = 0;
+        llmt_status st = done_now(s, &s->pool[i]->p, &done);
+        if (st != LLMT_OK)
+            return st;
         if (done) {
-            llmt__comm_isend_free(b->p.w);
-            b->p.w = NULL;
-            *out = b;
+            *out = s->pool[i];
             return LLMT_OK;
         }
     }
-    gbuf *np = realloc(s->pool, ((size_t)s->npool + 1) * sizeof *np);
+    gbuf **np = realloc(s->pool, ((size_t)s->npool + 1) * sizeof *np);
     if (!np)
         return llmt__err_set(s->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     s->pool = np;
-    gbuf *b = &s->pool[s->npool];
-    b->p.w = NULL;
-    b->buf = NULL;
+    gbuf *b = calloc(1, sizeof *b);
+    if (!b)
+        return llmt__err_set(s->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     llmt_status st = llmt__devtrain_stage_buf(s->g, &b->buf, s->bytes);
-    if (st != LLMT_OK)
+    if (st != LLMT_OK) {
+        free(b);
         return st;
-    s->npool++;
+    }
+    s->pool[s->npool++] = b;
     *out = b;
     return LLMT_OK;
 }
 
 llmt_status llmt__pp_sends_grad(llmt__pp_sends *s, llmt_comm *c, const void *dx, int peer,
-                                int a)
+                                int a, double stamp)
 {
     gbuf *b = NULL;
     llmt_status st = free_buf(s, &b);
     if (st == LLMT_OK)
         st = llmt__devtrain_stage_copy(s->g, b->buf, dx, s->bytes);
-    return st != LLMT_OK ? st : post(s, &b->p, c, b->buf, peer, a, "gradient");
+    return st != LLMT_OK ? st : post(s, &b->p, c, b->buf, peer, a, stamp, "gradient");
 }
 
 llmt_status llmt__pp_sends_drain(llmt__pp_sends *s)
@@ -170,7 +206,7 @@ llmt_status llmt__pp_sends_drain(llmt__pp_sends *s)
     for (int i = 0; i < s->sets && st == LLMT_OK; i++)
         st = finish(s, &s->act[i], "activations");
     for (int i = 0; i < s->npool && st == LLMT_OK; i++)
-        st = finish(s, &s->pool[i].p, "gradient");
+        st = finish(s, &s->pool[i]->p, "gradient");
     return st;
 }
 

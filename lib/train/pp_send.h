@@ -28,14 +28,16 @@ llmt_status llmt__pp_sends_create(llmt_err *e, int stage, llmt__devtrain *g, int
  * their communicator may still read them). */
 void llmt__pp_sends_destroy(llmt__pp_sends *s);
 
-/* Post set `set`'s output buf (micro-batch a) to peer on c. */
+/* Post set `set`'s output buf (micro-batch a) to peer on c, then its
+ * stamp (the sender's clock: pp.c). */
 llmt_status llmt__pp_sends_act(llmt__pp_sends *s, llmt_comm *c, const void *buf, int peer,
-                               int set, int a);
+                               int set, int a, double stamp);
 /* Before set `set` is rewritten (its backward): its send done. */
 llmt_status llmt__pp_sends_set_done(llmt__pp_sends *s, int set);
-/* Copy the input gradient dx (micro-batch a) and post the copy. */
+/* Copy the input gradient dx (micro-batch a) and post the copy and its
+ * stamp. */
 llmt_status llmt__pp_sends_grad(llmt__pp_sends *s, llmt_comm *c, const void *dx, int peer,
-                                int a);
+                                int a, double stamp);
 /* The step's end: every send done. */
 llmt_status llmt__pp_sends_drain(llmt__pp_sends *s);
 /* Seconds spent waiting for sends since the last call (idle time). */

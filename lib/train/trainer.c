@@ -1266,6 +1266,9 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
         r.bubble_balanced = (double)(i.stages - 1) / ((double)i.v * i.micro + i.stages - 1);
         r.sent_bytes = i.sent_bytes;
         r.recv_bytes = i.recv_bytes;
+        r.busy_cpu_seconds = i.busy_cpu_s;
+        r.span_cpu_seconds = i.span_cpu_s;
+        r.bubble_cpu = i.span_cpu_s > 0.0 ? 1.0 - i.busy_cpu_s / i.span_cpu_s : 0.0;
     }
     size_t n = out->struct_size < sizeof r ? out->struct_size : sizeof r;
     memcpy(out, &r, n);
@@ -1275,6 +1278,14 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
 int llmt__trainer_has_pp(const llmt_trainer *tr)
 {
     return tr->pp != NULL;
+}
+
+int llmt__trainer_pp_info(const llmt_trainer *tr, llmt__pp_info *out)
+{
+    if (!tr || !tr->pp)
+        return 0;
+    llmt__pp_info_get(tr->pp, out);
+    return 1;
 }
 
 /* ---- context parallelism (lib/train/cp.c) */

@@ -288,6 +288,9 @@ int main(void)
     printf("llmt_pp_stats.bubble_balanced %zu\n", offsetof(llmt_pp_stats, bubble_balanced));
     printf("llmt_pp_stats.sent_bytes %zu\n", offsetof(llmt_pp_stats, sent_bytes));
     printf("llmt_pp_stats.recv_bytes %zu\n", offsetof(llmt_pp_stats, recv_bytes));
+    printf("llmt_pp_stats.busy_cpu_seconds %zu\n", offsetof(llmt_pp_stats, busy_cpu_seconds));
+    printf("llmt_pp_stats.span_cpu_seconds %zu\n", offsetof(llmt_pp_stats, span_cpu_seconds));
+    printf("llmt_pp_stats.bubble_cpu %zu\n", offsetof(llmt_pp_stats, bubble_cpu));
     printf("llmt_cp_opts %zu\n", sizeof(llmt_cp_opts));
     printf("llmt_cp_opts.struct_size %zu\n", offsetof(llmt_cp_opts, struct_size));
     printf("llmt_cp_opts.variant %zu\n", offsetof(llmt_cp_opts, variant));

@@ -357,133 +357,6 @@ static void check_plan_memory(void)
     g_cfg.ffn_hidden = 0;
 }
 
-/* The measured bubble against the planner's on a model whose layers take
- * equal times and whose embedding and head are small (width 256, T 64,
- * micro 4, vocabulary 64: the head is 1/40 of a layer's work): pp 2, 4
- * layers, m 2, 4, 8, 1F1B and interleaved v 2; stage 0's idle share of
- * the step (the median of steps 2-6) within 5 points of the plan's
- * bubble_fraction, (p-1)/(m+p-1) or (p-1)/(vm+p-1). Timing: two stage
- * threads want two free cores, hence the slow suite. */
-typedef struct bub_arg {
-    llmt_comm *c;
-    int v, m;
-    const int32_t *in, *tg;
-    double bub[8]; /* stage's bubble after each step */
-    llmt_status st;
-} bub_arg;
-
-static void *bub_main(void *p)
-{
-    bub_arg *a = p;
-    llmt_model *md = NULL;
-    llmt_trainer *tr = NULL;
-    a->st = llmt_model_create(NULL, &g_cfg, &md);
-    llmt_trainer_opts o;
-    llmt_trainer_opts_init(&o, sizeof o);
-    o.micro_batch = 4;
-    o.grad_accum = a->m;
-    o.seq_len = 64;
-    o.threads = 1;
-    if (a->st == LLMT_OK)
-        a->st = llmt__trainer_create_dev(md, &o, llmt__dev_cpu(), &tr);
-    llmt_pp_opts po;
-    llmt_pp_opts_init(&po, sizeof po);
-    po.schedule = a->v > 1 ? LLMT_PP_INTERLEAVED : LLMT_PP_1F1B;
-    po.virtual_stages = a->v;
-    if (a->st == LLMT_OK)
-        a->st = llmt_trainer_set_pp_comm(tr, a->c, &po);
-    for (int step = 0; step < 6 && a->st == LLMT_OK; step++) {
-        llmt_batch b = {sizeof b, a->in, a->tg, a->m * 4, 64};
-        llmt_step_metrics met;
-        memset(&met, 0, sizeof met);
-        met.struct_size = sizeof met;
-        a->st = llmt_trainer_step(tr, &b, &met);
-        llmt_pp_stats ps;
-        memset(&ps, 0, sizeof ps);
-        ps.struct_size = sizeof ps;
-        if (a->st == LLMT_OK)
-            a->st = llmt_trainer_pp_stats(tr, &ps);
-        a->bub[step] = ps.bubble;
-    }
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(md);
-    return NULL;
-}
-
-static void check_bubble(void)
-{
-    static const struct {
-        int v, m;
-    } cases[] = {{1, 2}, {1, 4}, {1, 8}, {2, 2}, {2, 4}, {2, 8}};
-    llmt_model_config_init(&g_cfg, sizeof g_cfg);
-    g_cfg.arch = LLMT_ARCH_GPT2;
-    g_cfg.vocab_size = 64;
-    g_cfg.padded_vocab_size = 64;
-    g_cfg.max_seq_len = 64;
-    g_cfg.layers = 4;
-    g_cfg.width = 256;
-    g_cfg.heads = 4;
-    g_cfg.seed = 5;
-    int32_t *in = malloc((size_t)8 * 8 * 4 * 64 * sizeof *in);
-    int32_t *tg = malloc((size_t)8 * 8 * 4 * 64 * sizeof *tg);
-    for (int i = 0; in && tg && i < 8 * 8 * 4 * 64; i++) {
-        in[i] = (i * 7 + 3) % 64;
-        tg[i] = (i * 5 + 1) % 64;
-    }
-    for (size_t k = 0; in && tg && k < sizeof cases / sizeof cases[0]; k++) {
-        int v = cases[k].v, m = cases[k].m;
-        llmt_comm *c[2] = {NULL};
-        CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, NULL, c), LLMT_OK);
-        bub_arg ba[2];
-        pthread_t th[2];
-        for (int r = 0; r < 2; r++) {
-            ba[r] = (bub_arg){c[r], v, m, in, tg, {0}, LLMT_OK};
-            pthread_create(&th[r], NULL, bub_main, &ba[r]);
-        }
-        for (int r = 0; r < 2; r++)
-            pthread_join(th[r], NULL);
-        llmt_status st[2] = {ba[0].st, ba[1].st};
-        llmt_comm_destroy(c[0]);
-        llmt_comm_destroy(c[1]);
-        CHECK(st[0] == LLMT_OK && st[1] == LLMT_OK);
-        /* the median of steps 2-6 (the first warms caches and pages) */
-        double *b = ba[0].bub + 1;
-        for (int i = 0; i < 5; i++)
-            for (int j = i + 1; j < 5; j++)
-                if (b[j] < b[i]) {
-                    double t = b[i];
-                    b[i] = b[j];
-                    b[j] = t;
-                }
-        char json[512];
-        snprintf(json, sizeof json,
-                 "{\"model\": {\"arch\": \"gpt2\", \"layers\": 4, \"hidden\": 256, "
-                 "\"heads\": 4, \"vocab\": 64, \"seq_len\": 64}, \"parallelism\": {\"pp\": 2, "
-                 "\"virtual_stages\": %d}, \"batch\": {\"micro\": 4, \"grad_accum\": %d}, "
-                 "\"train\": {\"device\": \"cpu\"}, \"hardware\": {\"gpu\": \"cpu\"}}",
-                 v, m);
-        llmt_spec *sp = NULL;
-        llmt_plan *pl = NULL;
-        llmt_plan_estimate e;
-        memset(&e, 0, sizeof e);
-        e.struct_size = sizeof e;
-        CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &sp), LLMT_OK);
-        if (sp)
-            CHECK_STATUS(llmt_plan_create(NULL, sp, 2, &pl), LLMT_OK);
-        if (pl)
-            CHECK_STATUS(llmt_plan_get_estimate(pl, &e), LLMT_OK);
-        printf("bubble, pp 2 %s m %d: measured (stage 0, median of 5 steps) %.3f, planned "
-               "%.3f (%+.1f points)\n",
-               v > 1 ? "interleaved v 2" : "1f1b", m, b[2], e.bubble_fraction,
-               100 * (b[2] - e.bubble_fraction));
-        CHECK(fabs(b[2] - e.bubble_fraction) <= 0.05);
-        llmt_plan_destroy(pl);
-        llmt_spec_destroy(sp);
-    }
-    free(in);
-    free(tg);
-}
-
 /* Refused naming the key: more virtual stages than layers, a layer list
  * of pp (not pp x v) entries, m not a multiple of pp. */
 static void check_bad(void)
@@ -532,9 +405,7 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "quick";
     tp_fixture_data((size_t)STEPS * MAXM * MICRO * T, V, &g_in, &g_tg);
     static const int32_t uneven_v[4] = {2, 2, 2, 1}, uneven[4] = {1, 2, 3, 1};
-    if (!strcmp(mode, "bubble")) {
-        check_bubble();
-    } else if (!strcmp(mode, "full")) {
+    if (!strcmp(mode, "full")) {
         static const int ps[2] = {2, 4};
         for (int llama = 0; llama < 2; llama++)
             for (int i = 0; i < 2; i++)
@@ -566,7 +437,7 @@ int main(int argc, char **argv)
         check_plan_memory();
         check_bad();
     } else {
-        fprintf(stderr, "usage: test_device_ppv [quick|full|bubble]\n");
+        fprintf(stderr, "usage: test_device_ppv [quick|full]\n");
         return 2;
     }
     printf("worst: loss %.2e relative, parameters %.2e absolute\n", g_worst_loss,

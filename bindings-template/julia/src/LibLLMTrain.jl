@@ -492,6 +492,9 @@ struct llmt_pp_stats
     bubble_balanced::Float64
     sent_bytes::Int64
     recv_bytes::Int64
+    busy_cpu_seconds::Float64
+    span_cpu_seconds::Float64
+    bubble_cpu::Float64
 end
 struct llmt_cp_opts
     struct_size::Csize_t

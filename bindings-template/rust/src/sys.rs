@@ -695,6 +695,9 @@ pub struct llmt_pp_stats {
     pub bubble_balanced: f64,
     pub sent_bytes: i64,
     pub recv_bytes: i64,
+    pub busy_cpu_seconds: f64,
+    pub span_cpu_seconds: f64,
+    pub bubble_cpu: f64,
 }
 impl llmt_pp_stats {
     /// All zero (the state an _init function starts from).
@@ -1330,7 +1333,7 @@ pub const LAYOUT: &[(&str, i64, usize, &[(&str, usize)])] = &[
     ("llmt_dp_opts", 16, 24, &[("struct_size", 0), ("zero_stage", 8), ("overlap", 12), ("bucket_bytes", 16)]),
     ("llmt_trainer_memory", 17, 88, &[("struct_size", 0), ("params", 8), ("grads", 16), ("optimizer", 24), ("activations", 32), ("comm_buffers", 40), ("total", 48), ("params_resident", 56), ("device_activations", 64), ("device_in_use", 72), ("device_peak", 80)]),
     ("llmt_pp_opts", 36, 32, &[("struct_size", 0), ("schedule", 8), ("virtual_stages", 12), ("stage_layers", 16), ("n_stage_layers", 24)]),
-    ("llmt_pp_stats", 37, 96, &[("struct_size", 0), ("stage", 8), ("stages", 12), ("first_layer", 16), ("layers", 20), ("micro_batches", 24), ("schedule", 28), ("in_flight", 32), ("param_bytes", 40), ("step_seconds", 48), ("idle_seconds", 56), ("bubble", 64), ("bubble_balanced", 72), ("sent_bytes", 80), ("recv_bytes", 88)]),
+    ("llmt_pp_stats", 37, 120, &[("struct_size", 0), ("stage", 8), ("stages", 12), ("first_layer", 16), ("layers", 20), ("micro_batches", 24), ("schedule", 28), ("in_flight", 32), ("param_bytes", 40), ("step_seconds", 48), ("idle_seconds", 56), ("bubble", 64), ("bubble_balanced", 72), ("sent_bytes", 80), ("recv_bytes", 88), ("busy_cpu_seconds", 96), ("span_cpu_seconds", 104), ("bubble_cpu", 112)]),
     ("llmt_cp_opts", 38, 16, &[("struct_size", 0), ("variant", 8)]),
     ("llmt_cp_stats", 39, 40, &[("struct_size", 0), ("rank", 8), ("size", 12), ("variant", 16), ("seq_len", 20), ("local_seq_len", 24), ("chunk_len", 28), ("chunks", 32)]),
     ("llmt_ingest_opts", 18, 24, &[("struct_size", 0), ("text_field", 8), ("doc_separator", 16)]),

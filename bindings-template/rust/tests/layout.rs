@@ -292,6 +292,9 @@ fn layout_matches_c() {
     mine += &format!("llmt_pp_stats.bubble_balanced {}\n", offset_of!(llmt_pp_stats, bubble_balanced));
     mine += &format!("llmt_pp_stats.sent_bytes {}\n", offset_of!(llmt_pp_stats, sent_bytes));
     mine += &format!("llmt_pp_stats.recv_bytes {}\n", offset_of!(llmt_pp_stats, recv_bytes));
+    mine += &format!("llmt_pp_stats.busy_cpu_seconds {}\n", offset_of!(llmt_pp_stats, busy_cpu_seconds));
+    mine += &format!("llmt_pp_stats.span_cpu_seconds {}\n", offset_of!(llmt_pp_stats, span_cpu_seconds));
+    mine += &format!("llmt_pp_stats.bubble_cpu {}\n", offset_of!(llmt_pp_stats, bubble_cpu));
     mine += &format!("llmt_cp_opts {}\n", size_of::<llmt_cp_opts>());
     mine += &format!("llmt_cp_opts.struct_size {}\n", offset_of!(llmt_cp_opts, struct_size));
     mine += &format!("llmt_cp_opts.variant {}\n", offset_of!(llmt_cp_opts, variant));
