@@ -217,16 +217,19 @@ static void build_table(llmt_model *m, int count_only)
         }
         if (c->arch == LLMT_ARCH_LLAMA && llmt__model_moe_layer(c, l)) {
             int64_t E = c->moe_experts, Fe = c->moe_ffn;
-            P(router, "layers.%d.feed_forward.router.weight", 2, E, C);
-            P(ew1, "layers.%d.feed_forward.experts.w1.weight", 2, E * Fe, C);
-            P(ew3, "layers.%d.feed_forward.experts.w3.weight", 2, E * Fe, C);
-            P(ew2, "layers.%d.feed_forward.experts.w2.weight", 2, E * C, Fe);
-            if (c->moe_shared_experts > 0) { /* one SwiGLU of S * Fe (moe.h) */
+            /* the shared experts (one SwiGLU of S * Fe, moe_shared.h)
+             * first: the routed experts stay the layer's last tensors,
+             * which expert parallelism's units cut off (dp.c) */
+            if (c->moe_shared_experts > 0) {
                 int64_t Fs = (int64_t)c->moe_shared_experts * Fe;
                 P(sw1, "layers.%d.feed_forward.shared_experts.w1.weight", 2, Fs, C);
                 P(sw3, "layers.%d.feed_forward.shared_experts.w3.weight", 2, Fs, C);
                 P(sw2, "layers.%d.feed_forward.shared_experts.w2.weight", 2, C, Fs);
             }
+            P(router, "layers.%d.feed_forward.router.weight", 2, E, C);
+            P(ew1, "layers.%d.feed_forward.experts.w1.weight", 2, E * Fe, C);
+            P(ew3, "layers.%d.feed_forward.experts.w3.weight", 2, E * Fe, C);
+            P(ew2, "layers.%d.feed_forward.experts.w2.weight", 2, E * C, Fe);
         } else if (c->arch == LLMT_ARCH_LLAMA) {
             P(fcw, "layers.%d.feed_forward.w1.weight", 2, F, C);
             P(fc3w, "layers.%d.feed_forward.w3.weight", 2, F, C);

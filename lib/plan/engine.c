@@ -66,6 +66,7 @@ typedef struct eng {
      * (this rank's rows of w1, w3, w2), nx of them, over the expert data
      * parallel group of X = D/ep ranks */
     double E, Fe, ep, X, xn;
+    double Fs; /* the shared experts' hidden size, S x Fe (0: none) */
     int every, nx;
     char moe[2 + 4096];
 } eng;
@@ -130,6 +131,7 @@ static void shape(const llmt_spec *s, eng *g)
     g->unit[0] = emb;
     g->E = (double)s->model.moe.experts;
     g->Fe = (double)s->model.moe.expert_ffn;
+    g->Fs = g->E > 0 ? (double)s->model.moe.shared_experts * g->Fe : 0;
     g->every = s->model.moe.every > 0 ? (int)s->model.moe.every : 1;
     g->ep = (double)s->parallelism.ep;
     g->X = g->D / g->ep;
@@ -142,6 +144,8 @@ static void shape(const llmt_spec *s, eng *g)
         /* the router [E, C] for the MLP; the experts (w1, w3 [E Fe, C],
          * w2 [E C, Fe]) in the unit, or units of their own under ep */
         g->unit[u] = layer - 3 * aligned(g, g->F_l * C) + aligned(g, g->E * C);
+        if (g->Fs > 0) /* shared experts: w1, w3, w2 of S*Fe, dense-like, in the unit */
+            g->unit[u] += 3 * aligned(g, g->Fs * C);
         if (g->ep > 1)
             g->nx += 3;
         else

@@ -46,6 +46,7 @@ enum { B = 2, T = 16, V = 61, SEQS = 8, STEPS = 6, E = 4, K = 2, FE = 24, C = 32
 static llmt_context *ctx;
 static int32_t g_in[STEPS * SEQS * T], g_tg[STEPS * SEQS * T];
 static double g_plan_params, g_plan_active;
+static int g_shared; /* shared experts of every MoE model (the last cases) */
 
 static void cfg(llmt_model_config *c, int experts, int dropless)
 {
@@ -63,6 +64,7 @@ static void cfg(llmt_model_config *c, int experts, int dropless)
     c->moe_experts = experts;
     c->moe_top_k = experts ? K : 0;
     c->moe_ffn = experts ? FE : 0;
+    c->moe_shared_experts = experts ? g_shared : 0;
     if (experts) {
         c->moe_capacity_factor = 1.0f;
         c->moe_dropless = dropless;
@@ -231,12 +233,12 @@ static double plan_ep_bytes_z(int W, int ep, int zero, int dropless)
              "{\"model\": {\"arch\": \"llama\", \"layers\": %d, \"hidden\": %d, \"heads\": 4,"
              " \"kv_heads\": 2, \"ffn\": 32, \"vocab\": %d, \"seq_len\": %d,"
              " \"moe\": {\"experts\": %d, \"top_k\": %d, \"expert_ffn\": %d,"
-             " \"capacity_factor\": 1.0, \"dropless\": %s}},"
+             " \"capacity_factor\": 1.0, \"dropless\": %s, \"shared_experts\": %d}},"
              " \"parallelism\": {\"dp\": %d, \"ep\": %d, \"zero\": %d},"
              " \"batch\": {\"micro\": %d, \"global\": %d},"
              " \"precision\": {\"param\": \"fp32\", \"gemm\": \"fp32\"},"
              " \"hardware\": {\"gpu\": \"cpu\"}, \"train\": {\"device\": \"cpu\"}}",
-             L, C, V, T, E, K, FE, dropless ? "true" : "false", W, ep, zero, B, SEQS);
+             L, C, V, T, E, K, FE, dropless ? "true" : "false", g_shared, W, ep, zero, B, SEQS);
     llmt_spec *sp = NULL;
     llmt_plan *pl = NULL;
     double out = -1;
@@ -606,6 +608,24 @@ int main(void)
         free(ref.params);
     }
     param_counts();
+    /* a shared expert (replicated, reduced over the whole DP group like the
+     * dense weights) beside the routed ones: ep 2 and ep 2 x 2 replicas */
+    g_shared = 1;
+    run sref;
+    memset(&sref, 0, sizeof sref);
+    cfg(&sref.c, E, 0);
+    sref.W = 1;
+    rank_main(&sref);
+    CHECK(sref.st == LLMT_OK);
+    if (sref.st == LLMT_OK) {
+        printf("shared expert, capacity 1.0: single rank losses %.6f .. %.6f\n", sref.loss[0],
+               sref.loss[STEPS - 1]);
+        one_case(&sref, 2, 2, 0, 0);
+        one_case(&sref, 4, 2, 1, 0);
+        param_counts();
+    }
+    free(sref.params);
+    g_shared = 0;
     refusals();
     llmt_context_destroy(ctx);
     return check_exit("moe-ep");
