@@ -24,6 +24,36 @@ mpi_train() {
     "$exe" train "$@"
 }
 
+# mpi_spec FILE NAME MODEL BATCH PARALLELISM STEPS [TRAIN [TOKENIZER [CKPT]]]:
+# the tiny job the scripts train, written to FILE: NAME; MODEL, BATCH and
+# PARALLELISM the keys of those objects (JSON without the braces); STEPS
+# steps of AdamW at lr 3e-3 (cosine, 2 warmup steps), seed 5, one thread,
+# on corpus/. TRAIN: the other train keys (default: a validation of 2
+# batches and a log line every 3 steps, 8 sampled tokens); TOKENIZER: its
+# object (default byte-level); CKPT: the checkpoint keys beside its dir
+# (default: every 3 steps, synchronous). Metrics to metrics.jsonl, plotted.
+mpi_spec() {
+  mpi_tr='"eval_interval": 3, "eval_batches": 2, "log_interval": 3, "sample_tokens": 8'
+  mpi_tok='{"kind": "byte"}'
+  mpi_ck='"interval": 3, "async": false'
+  [ -z "$7" ] || mpi_tr=$7
+  [ -z "$8" ] || mpi_tok=$8
+  [ -z "$9" ] || mpi_ck=$9
+  cat > "$1" <<JSON
+{"name": "$2",
+ "model": {$3},
+ "batch": {$4},
+ "parallelism": {$5},
+ "optimizer": {"lr": 3e-3},
+ "schedule": {"kind": "cosine", "warmup_steps": 2},
+ "train": {"steps": $6, "seed": 5, "threads": 1, $mpi_tr},
+ "data": {"train": "$tmp/corpus", "tokenizer": $mpi_tok},
+ "checkpoint": {"dir": "ckpt", $mpi_ck},
+ "hardware": {"gpu": "cpu"},
+ "metrics": {"jsonl": "metrics.jsonl", "plot": "loss.svg"}}
+JSON
+}
+
 # ext METRICS: "step loss|val_loss value" for each loss of a metrics.jsonl
 ext() { sed -n 's/.*"step":\([0-9]*\),"\(loss\|val_loss\)":\([-0-9.e]*\).*/\1 \2 \3/p' "$1"; }
 

@@ -12,21 +12,10 @@
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 . "$(dirname "$0")/mpi_lib.sh"
 mk() { # file dp zero micro
-  cat > "$1" <<JSON
-{"name": "tiny-resume",
- "model": {"arch": "gpt2", "layers": 2, "hidden": 64, "heads": 4,
-           "vocab": 512, "seq_len": 32},
- "batch": {"micro": $4, "grad_accum": 2},
- "parallelism": {"dp": $2, "zero": $3},
- "optimizer": {"lr": 3e-3},
- "schedule": {"kind": "cosine", "warmup_steps": 2},
- "train": {"steps": 6, "seed": 5, "eval_interval": 3, "eval_batches": 4,
-           "log_interval": 3, "threads": 1, "sample_tokens": 0},
- "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "bpe", "vocab_size": 512}},
- "checkpoint": {"dir": "ckpt", "interval": 3, "async": true},
- "hardware": {"gpu": "cpu"},
- "metrics": {"jsonl": "metrics.jsonl", "plot": "loss.svg"}}
-JSON
+  mpi_spec "$1" tiny-resume '"arch": "gpt2", "layers": 2, "hidden": 64, "heads": 4, "vocab": 512, "seq_len": 32' \
+    "\"micro\": $4, \"grad_accum\": 2" "\"dp\": $2, \"zero\": $3" 6 \
+    '"eval_interval": 3, "eval_batches": 4, "log_interval": 3, "sample_tokens": 0' \
+    '{"kind": "bpe", "vocab_size": 512}' '"interval": 3, "async": true'
 }
 mk np4.json 4 1 1
 mk np2.json 2 2 2

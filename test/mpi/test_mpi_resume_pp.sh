@@ -14,21 +14,9 @@
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 . "$(dirname "$0")/mpi_lib.sh"
 mk() { # file pp dp [extra parallelism keys]
-  cat > "$1" <<JSON
-{"name": "tiny-pp",
- "model": {"arch": "gpt2", "layers": 4, "hidden": 64, "heads": 4,
-           "vocab": 320, "seq_len": 32},
- "batch": {"micro": 2, "global": 8},
- "parallelism": {"pp": $2, "dp": $3$4},
- "optimizer": {"lr": 3e-3},
- "schedule": {"kind": "cosine", "warmup_steps": 2},
- "train": {"steps": 8, "seed": 5, "eval_interval": 0, "log_interval": 2,
-           "threads": 1, "sample_tokens": 0},
- "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "byte"}},
- "checkpoint": {"dir": "ckpt", "interval": 2, "async": false},
- "hardware": {"gpu": "cpu"},
- "metrics": {"jsonl": "metrics.jsonl"}}
-JSON
+  mpi_spec "$1" tiny-pp '"arch": "gpt2", "layers": 4, "hidden": 64, "heads": 4, "vocab": 320,
+    "seq_len": 32' '"micro": 2, "global": 8' "\"pp\": $2, \"dp\": $3$4" 8 \
+    '"eval_interval": 0, "log_interval": 2, "sample_tokens": 0' "" '"interval": 2, "async": false'
 }
 mk ref.json 1 1
 mk pp2.json 2 1 ', "pp_schedule": "1f1b"'

@@ -11,21 +11,9 @@ mk() { # file dp accum
   # ZeRO shards over dp ranks: llmt_job refuses a stage on one rank (it
   # would change nothing), so the one-process reference runs ZeRO-0
   z=$zero; [ "$2" -gt 1 ] || z=0
-  cat > "$1" <<JSON
-{"name": "tiny-dp",
- "model": {"arch": "gpt2", "layers": 2, "hidden": 64, "heads": 4,
-           "vocab": 512, "seq_len": 32},
- "batch": {"micro": 4, "grad_accum": $3},
- "parallelism": {"dp": $2, "zero": $z},
- "optimizer": {"lr": 3e-3},
- "schedule": {"kind": "cosine", "warmup_steps": 2},
- "train": {"steps": 6, "seed": 5, "eval_interval": 3, "eval_batches": 2,
-           "log_interval": 3, "threads": 1, "sample_tokens": 8},
- "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "bpe", "vocab_size": 512}},
- "checkpoint": {"dir": "ckpt", "interval": 3, "async": false},
- "hardware": {"gpu": "cpu"},
- "metrics": {"jsonl": "metrics.jsonl", "plot": "loss.svg"}}
-JSON
+  mpi_spec "$1" tiny-dp '"arch": "gpt2", "layers": 2, "hidden": 64, "heads": 4, "vocab": 512, "seq_len": 32' \
+    "\"micro\": 4, \"grad_accum\": $3" "\"dp\": $2, \"zero\": $z" 6 "" \
+    '{"kind": "bpe", "vocab_size": 512}'
 }
 mk ref.json 1 2
 mk dp.json 2 1

@@ -18,22 +18,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 zero=${2:-0}
 . "$(dirname "$0")/mpi_lib.sh"
 mk() { # file micro dp ep zero steps
-  cat > "$1" <<JSON
-{"name": "tiny-ep",
- "model": {"arch": "llama", "layers": 2, "hidden": 32, "heads": 4, "vocab": 320,
-           "seq_len": 32,
-           "moe": {"experts": 4, "top_k": 2, "expert_ffn": 32, "capacity_factor": 0.75}},
- "batch": {"micro": $2, "global": 8},
- "parallelism": {"dp": $3, "ep": $4, "zero": $5},
- "optimizer": {"lr": 3e-3},
- "schedule": {"kind": "cosine", "warmup_steps": 2},
- "train": {"steps": $6, "seed": 5, "eval_interval": 3, "eval_batches": 2,
-           "log_interval": 3, "threads": 1, "sample_tokens": 8},
- "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "byte"}},
- "checkpoint": {"dir": "ckpt", "interval": 3, "async": false},
- "hardware": {"gpu": "cpu"},
- "metrics": {"jsonl": "metrics.jsonl"}}
-JSON
+  mpi_spec "$1" tiny-ep '"arch": "llama", "layers": 2, "hidden": 32, "heads": 4, "vocab": 320,
+    "seq_len": 32, "moe": {"experts": 4, "top_k": 2, "expert_ffn": 32, "capacity_factor": 0.75}' \
+    "\"micro\": $2, \"global\": 8" "\"dp\": $3, \"ep\": $4, \"zero\": $5" "$6"
 }
 mk ref.json 2 1 1 0 6
 mk ep.json 2 4 2 "$zero" 6

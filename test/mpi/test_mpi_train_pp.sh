@@ -12,21 +12,8 @@ exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 sched=${2:-1f1b}
 . "$(dirname "$0")/mpi_lib.sh"
 mk() { # file parallelism steps
-  cat > "$1" <<JSON
-{"name": "tiny-pp",
- "model": {"arch": "gpt2", "layers": 4, "hidden": 64, "heads": 4,
-           "vocab": 320, "seq_len": 32},
- "batch": {"micro": 2, "global": 8},
- "parallelism": {$2},
- "optimizer": {"lr": 3e-3},
- "schedule": {"kind": "cosine", "warmup_steps": 2},
- "train": {"steps": $3, "seed": 5, "eval_interval": 3, "eval_batches": 2,
-           "log_interval": 3, "threads": 1, "sample_tokens": 8},
- "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "byte"}},
- "checkpoint": {"dir": "ckpt", "interval": 3, "async": false},
- "hardware": {"gpu": "cpu"},
- "metrics": {"jsonl": "metrics.jsonl", "plot": "loss.svg"}}
-JSON
+  mpi_spec "$1" tiny-pp '"arch": "gpt2", "layers": 4, "hidden": 64, "heads": 4, "vocab": 320,
+    "seq_len": 32' '"micro": 2, "global": 8' "$2" "$3"
 }
 mk ref.json '"tp": 1' 6
 mk pp.json "\"tp\": 2, \"pp\": 2, \"zero\": 1, \"pp_schedule\": \"$sched\"" 6

@@ -10,21 +10,10 @@
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 . "$(dirname "$0")/mpi_lib.sh"
 mk() { # file tp sp
-  cat > "$1" <<JSON
-{"name": "tiny-sp",
- "model": {"arch": "llama", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
-           "vocab": 320, "seq_len": 32},
- "batch": {"micro": 4, "global": 8},
- "parallelism": {"tp": $2, "sequence_parallel": $3},
- "optimizer": {"lr": 3e-3},
- "schedule": {"kind": "cosine", "warmup_steps": 2},
- "train": {"steps": 6, "seed": 5, "eval_interval": 3, "eval_batches": 2,
-           "log_interval": 3, "threads": 1, "sample_tokens": 7},
- "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "byte"}},
- "checkpoint": {"dir": "ckpt", "interval": 3, "async": false},
- "hardware": {"gpu": "cpu"},
- "metrics": {"jsonl": "metrics.jsonl"}}
-JSON
+  mpi_spec "$1" tiny-sp '"arch": "llama", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+    "vocab": 320, "seq_len": 32' '"micro": 4, "global": 8' \
+    "\"tp\": $2, \"sequence_parallel\": $3" 6 \
+    '"eval_interval": 3, "eval_batches": 2, "log_interval": 3, "sample_tokens": 7'
 }
 mk ref.json 1 false
 mk sp.json 2 true

@@ -11,21 +11,8 @@ exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 zero=${2:-0}
 . "$(dirname "$0")/mpi_lib.sh"
 mk() { # file tp zero steps
-  cat > "$1" <<JSON
-{"name": "tiny-tp",
- "model": {"arch": "gpt2", "layers": 2, "hidden": 64, "heads": 4,
-           "vocab": 320, "seq_len": 32},
- "batch": {"micro": 4, "global": 8},
- "parallelism": {"tp": $2, "zero": $3},
- "optimizer": {"lr": 3e-3},
- "schedule": {"kind": "cosine", "warmup_steps": 2},
- "train": {"steps": $4, "seed": 5, "eval_interval": 3, "eval_batches": 2,
-           "log_interval": 3, "threads": 1, "sample_tokens": 8},
- "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "byte"}},
- "checkpoint": {"dir": "ckpt", "interval": 3, "async": false},
- "hardware": {"gpu": "cpu"},
- "metrics": {"jsonl": "metrics.jsonl", "plot": "loss.svg"}}
-JSON
+  mpi_spec "$1" tiny-tp '"arch": "gpt2", "layers": 2, "hidden": 64, "heads": 4, "vocab": 320, "seq_len": 32' \
+    '"micro": 4, "global": 8' "\"tp\": $2, \"zero\": $3" "$4"
 }
 mk ref.json 1 0 6
 mk tp.json 2 "$zero" 6
