@@ -561,6 +561,7 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
      * or a MoE layer's router and its E/ep experts */
     double dense_layer = m.P_attn / t + m.P_norm;
     double mlp_layer = m.P_mlp_dense / t, router_layer = m.E > 0 ? m.h * m.E : 0;
+    router_layer += m.Sh * m.P_expert / t; /* shared experts: replicated, like the dense MLP */
     double expert_layer = m.E > 0 ? m.E * m.P_expert / (ep * t) : 0;
     double pe_chosen = 0;
     double emb = m.V * m.h / t + (m.llama ? 0 : m.S * m.h);

@@ -456,6 +456,8 @@ static void param_counts(void)
            active, g_plan_params, g_plan_active);
     CHECK_CLOSE(g_plan_params, (double)total, 0, 0.5);
     CHECK_CLOSE(g_plan_active, active, 0, 0.5);
+    /* ep 2: a rank holds half of the routed experts, the rest whole */
+    CHECK_CLOSE(g_est.params_per_gpu, (double)total - experts / 2, 0, 0.5);
     llmt_model_destroy(m);
 }
 
