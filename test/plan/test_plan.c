@@ -574,6 +574,35 @@ static void test_memory(void)
                     1e-9, 0);
         CHECK_CLOSE(sp_on, L * S * h * (34 / t + 5 * a * S / (h * t)) + logits, 1e-9, 0);
     }
+
+    /* MoE every n-th layer: one GPU holds every parameter (the experts of
+     * the MoE layers only, the dense MLP of the others); under ep 2 it
+     * holds half of the experts */
+    for (int every = 1; every <= 3; every++) {
+        for (int ep = 1; ep <= 2; ep++) {
+            char js[1024];
+            snprintf(js, sizeof js,
+                     "{\"model\": {\"arch\": \"llama\", \"layers\": 5, \"hidden\": 256,"
+                     " \"heads\": 4, \"ffn\": 512, \"vocab\": 1000, \"seq_len\": 64,"
+                     " \"moe\": {\"experts\": 8, \"top_k\": 2, \"expert_ffn\": 128,"
+                     " \"every\": %d}}, \"parallelism\": {\"dp\": %d, \"ep\": %d},"
+                     " \"batch\": {\"micro\": 1, \"global\": %d}}",
+                     every, ep, ep, ep);
+            s = parse(js);
+            p = plan_of(s, ep);
+            CHECK(p != NULL);
+            if (!p) {
+                llmt_spec_destroy(s);
+                continue;
+            }
+            e = est_of(p);
+            double moe_layers = (5 + every - 1) / every,
+                   experts = moe_layers * 8 * 3 * 256 * 128;
+            CHECK_CLOSE(e.params_per_gpu, e.params - experts * (ep - 1) / ep, 1e-12, 0);
+            llmt_plan_destroy(p);
+            llmt_spec_destroy(s);
+        }
+    }
 }
 
 /* ---- pipeline bubble */
