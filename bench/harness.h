@@ -11,6 +11,7 @@
 #ifndef LLMT_BENCH_HARNESS_H
 #define LLMT_BENCH_HARNESS_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 #define BENCH_MAX_RESULTS 256
@@ -49,5 +50,15 @@ const bench_result *bench_record(bench_ctx *b, const char *name,
 int bench_finish(bench_ctx *b);
 /* Monotonic seconds. */
 double bench_now(void);
+
+#define BENCH_MAX_RANKS 16
+/* Runs fn on n rank arguments (args, stride bytes apart) as threads and
+ * waits for them. With comm, the ranks share an in-process communicator
+ * of n: rank r's handle is stored at comm_off in its argument before the
+ * threads start, and destroyed after they end. Returns 0, or 1 when the
+ * ranks could not all be started (n out of 1..BENCH_MAX_RANKS, no
+ * communicator, no thread). */
+int bench_ranks(void *args, size_t stride, int n, int comm, size_t comm_off,
+                void *(*fn)(void *));
 
 #endif

@@ -15,7 +15,7 @@
  * pp 1 runs on one thread and on two (OpenMP in the GEMMs): the same two
  * cores pp 2 uses. Steps after one warm-up step are averaged; the pp 2 step
  * time is stage 0's wall time of llmt_trainer_step. */
-#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,30 +109,23 @@ static void *stage_main(void *p)
 
 static int run(int pp, int m, int sched, int v, int threads, stage_arg *a)
 {
-    llmt_comm *c[MAXP] = {NULL};
-    if (pp > 1 && llmt_comm_create_inproc(NULL, pp, NULL, c) != LLMT_OK)
-        return 1;
-    pthread_t th[MAXP];
+    memset(a, 0, (size_t)pp * sizeof *a);
     for (int r = 0; r < pp; r++) {
-        memset(&a[r], 0, sizeof a[r]);
-        a[r].c = c[r];
         a[r].pp = pp;
         a[r].m = m;
         a[r].sched = sched;
         a[r].v = v;
         a[r].threads = threads;
-        pthread_create(&th[r], NULL, stage_main, &a[r]);
     }
+    if (bench_ranks(a, sizeof *a, pp, pp > 1, offsetof(stage_arg, c), stage_main))
+        return 1;
     int bad = 0;
     for (int r = 0; r < pp; r++) {
-        pthread_join(th[r], NULL);
         if (a[r].st != LLMT_OK) {
             fprintf(stderr, "pp %d stage %d: %s\n", pp, r, a[r].err);
             bad = 1;
         }
     }
-    for (int r = 0; r < pp; r++)
-        llmt_comm_destroy(c[r]);
     return bad;
 }
 
