@@ -113,10 +113,10 @@ static llmt_status check_cp(llmt_job *j)
 
 /* Pipeline parallelism (lib/train/pp.c) runs on the host backends with
  * tensor, sequence and data parallelism (ZeRO 0-1), GPipe, 1F1B or
- * interleaved (virtual stages; in-process ranks only: set_pp_comm refuses
- * it over processes, naming parallelism.pp_schedule); what
- * it does not compose with yet is named here, before any data is
- * prepared, and the pipeline keys refuse to be set without a pipeline. */
+ * interleaved (virtual stages; in-process, MPI and Gloo ranks: set_pp_comm
+ * refuses it over NCCL, naming parallelism.pp_schedule); what it does not
+ * compose with yet is named here, before any data is prepared, and the
+ * pipeline keys refuse to be set without a pipeline. */
 static llmt_status check_pp(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
