@@ -454,10 +454,11 @@ typedef struct llmt_plan_estimate {
     /* This library's engine (lib/train) on the layout, one rank, exactly
      * as it runs it (doc/planner.md, "The engine's own numbers"); the
      * fields above model any framework on GPUs. engine_modeled 0: a
-     * layout the engine does not run with tp x cp x dp (pp, ep > 1, MoE)
-     * and the fields below are 0. Per step, on the TP and
-     * the DP group's communicator, as llmt_comm_get_stats counts them:
-     * calls, payload_bytes, bus_bytes. */
+     * layout the engine does not run with tp x cp x dp (pp; MoE with tp
+     * or cp) and the fields below are 0. Per step, on the TP and
+     * the DP group's communicator (MoE under ep: with the expert data
+     * parallel group's, the dp/ep ranks holding the same experts), as
+     * llmt_comm_get_stats counts them: calls, payload_bytes, bus_bytes. */
     int32_t engine_modeled;
     int32_t engine_store_bytes;         /* activations' element: 4 CPU, 2 CUDA */
     double engine_tp_calls, engine_tp_payload_bytes, engine_tp_bus_bytes;
