@@ -27,6 +27,10 @@
  *     one rank resumes for 2 steps and saves, ep 4 (ZeRO 2) resumes for
  *     the last 2: losses and parameters those of the uninterrupted run
  *     (each checkpoint holds each expert block once, from its owners);
+ *   - leaving ep mid-run (llmt_trainer_set_ep_comm NULL after 3 steps of
+ *     ep 2 x 2, ZeRO 0 and 1; data parallelism made again without it):
+ *     the other ranks' experts and their moments are gathered, and the
+ *     last 3 steps under dp 4 alone continue the run;
  *   - refusals: set_ep_comm on a dense model, ep not dividing the experts,
  *     a step under ep without a data parallel group. */
 #include <math.h>
@@ -106,6 +110,7 @@ typedef struct run {
      * (step k0), then saved under save (step k1) */
     int k0, k1;
     const char *load, *save;
+    int leave_at; /* > 0: expert parallelism detached before that step */
     float *params;
     int64_t total;
     llmt_status st;
@@ -149,6 +154,15 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK && a->load)
         a->st = rank_fixture_ckpt(tr, a->load, a->rank, W, 0, k0);
     for (int k = k0; k < k1 && a->st == LLMT_OK; k++) {
+        if (a->leave_at && k == a->leave_at) {
+            a->st = llmt_trainer_set_ep_comm(tr, NULL);
+            xc = llmt__trainer_expert_dp_comm(tr);
+            a->x_size = 0;
+            if (xc)
+                llmt_comm_size(xc, &a->x_size);
+            if (a->st != LLMT_OK)
+                break;
+        }
         size_t off = ((size_t)k * SEQS + (size_t)a->rank * per) * T;
         llmt_batch b = {sizeof b, g_in + off, g_tg + off, per, T};
         llmt_step_metrics met;
@@ -572,6 +586,42 @@ static void reshard(const run *ref)
     CHECK(system(cmd) == 0);
 }
 
+/* Expert parallelism left after 3 steps of ep 2 x 2 (ZeRO z): the run
+ * goes on under dp 4 alone, as the single rank's. */
+static void leave_case(const run *ref, int zero)
+{
+    run r[4];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 4; i++) {
+        cfg(&r[i].c, E, 0);
+        r[i].ep = 2;
+        r[i].zero = zero;
+        r[i].leave_at = 3;
+    }
+    run_ranks(r, 4);
+    double wl = 0, wp = 0;
+    for (int i = 0; i < 4; i++) {
+        if (r[i].st != LLMT_OK) {
+            fprintf(stderr, "  leave ep rank %d: %s\n", i, r[i].err);
+            CHECK(0);
+            continue;
+        }
+        CHECK_EQ_INT(r[i].x_size, 0); /* no expert data parallel group now */
+        for (int k = 0; k < STEPS; k++) {
+            CHECK_CLOSE(r[i].loss[k], ref->loss[k], 1e-5, 0);
+            double d = fabs(r[i].loss[k] - ref->loss[k]) / fabs(ref->loss[k]);
+            wl = d > wl ? d : wl;
+        }
+        double d = rel_l2(r[i].params, ref->params, r[i].total);
+        CHECK(d <= 1e-5);
+        wp = d > wp ? d : wp;
+        free(r[i].params);
+    }
+    printf("ep 2 x 2 ZeRO %d, ep detached after step 3, dp 4 for 3 more: losses rel <= %.2e, "
+           "params rel L2 <= %.2e\n",
+           zero, wl, wp);
+}
+
 int main(void)
 {
     CHECK_STATUS(llmt_context_create(NULL, &ctx), LLMT_OK);
@@ -602,6 +652,8 @@ int main(void)
             one_case(&ref, 4, 2, 0, dl);
             one_case(&ref, 4, 2, 2, dl);
             reshard(&ref);
+            leave_case(&ref, 0);
+            leave_case(&ref, 1);
         } else {
             CHECK_EQ_INT(ref.dropped, 0);
             one_case(&ref, 2, 2, 1, dl);
