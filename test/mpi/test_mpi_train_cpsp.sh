@@ -12,20 +12,9 @@
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 . "$(dirname "$0")/mpi_lib.sh"
 mk() { # file model parallelism
-  cat > "$1" <<JSON
-{"name": "tiny-cpsp",
- "model": {$2, "vocab": 257, "seq_len": 32},
- "batch": {"micro": 4, "global": 8},
- "parallelism": {$3},
- "optimizer": {"lr": 3e-3},
- "schedule": {"kind": "cosine", "warmup_steps": 2},
- "train": {"steps": 6, "seed": 5, "eval_interval": 3, "eval_batches": 2,
-           "log_interval": 3, "threads": 1, "sample_tokens": 7},
- "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "byte"}},
- "checkpoint": {"dir": "ckpt", "interval": 6, "async": false},
- "hardware": {"gpu": "cpu"},
- "metrics": {"jsonl": "metrics.jsonl"}}
-JSON
+  mpi_spec "$1" tiny-cpsp "$2, \"vocab\": 257, \"seq_len\": 32" '"micro": 4, "global": 8' \
+    "$3" 6 '"eval_interval": 3, "eval_batches": 2, "log_interval": 3, "sample_tokens": 7' \
+    '' '"interval": 6, "async": false'
 }
 sample() { awk '/^---- sample/ {f = 1; next} /^----$/ {f = 0} f' "$1"; }
 gpt2='"arch": "gpt2", "layers": 2, "hidden": 64, "heads": 4'
