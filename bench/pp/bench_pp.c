@@ -14,12 +14,20 @@
  * shared cores the stages' threads compete with anything else running.
  * pp 1 runs on one thread and on two (OpenMP in the GEMMs): the same two
  * cores pp 2 uses. Steps after one warm-up step are averaged; the pp 2 step
- * time is stage 0's wall time of llmt_trainer_step. */
+ * time is stage 0's wall time of llmt_trainer_step.
+ *
+ * Both again in compute time, which other load on the machine does not
+ * move: each stage's bubble on the stages' compute-time clocks
+ * (llmt_pp_stats.bubble_cpu: lib/train/pp.c), and the step as it would
+ * take with a core per stage (pp 1: its thread's CPU time; pp 2: the
+ * schedule's span on those clocks plus the larger stage's CPU time outside
+ * its ops: optimizer, hand-offs). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness.h"
 #include "llmtrain.h"
@@ -30,12 +38,25 @@
 #define V 128
 
 static int g_steps, g_layers = 4, g_width = 128;
+
+/* This thread's CPU time: a stage's work whatever else the machine runs
+ * (one thread per stage; the in-process receives sleep, not spin). */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 static int32_t *g_in, *g_tg;
 
 typedef struct stage_arg {
     llmt_comm *c;
     int pp, m, sched, threads, v;
     double step_s, idle_s, bubble, step_wall;
+    /* thread CPU time: of the step, of the stage's ops (busy), the
+     * schedule's span on the stages' compute-time clocks and the bubble on
+     * them (llmt_pp_stats) */
+    double step_cpu, busy_cpu, span_cpu, bubble_cpu;
     llmt_pp_stats ps;
     llmt_status st;
     char err[512];
@@ -75,13 +96,14 @@ static void *stage_main(void *p)
         a->st = llmt_trainer_set_pp_comm(tr, a->c, &po);
     }
     size_t per = (size_t)a->m * MICRO * T;
-    double sum_s = 0.0, sum_b = 0.0, sum_w = 0.0, sum_i = 0.0;
+    double sum_s = 0.0, sum_b = 0.0, sum_w = 0.0, sum_i = 0.0, sum_c = 0.0, sum_sp = 0.0,
+           sum_bc = 0.0, sum_bu = 0.0;
     for (int k = 0; k <= g_steps && a->st == LLMT_OK; k++) {
         llmt_batch b = {sizeof b, g_in + (size_t)k * per, g_tg + (size_t)k * per, a->m * MICRO,
                         T};
-        double t0 = bench_now();
+        double t0 = bench_now(), c0 = cpu_now();
         a->st = llmt_trainer_step(tr, &b, NULL);
-        double w = bench_now() - t0;
+        double w = bench_now() - t0, c = cpu_now() - c0;
         memset(&a->ps, 0, sizeof a->ps);
         a->ps.struct_size = sizeof a->ps;
         if (a->st == LLMT_OK)
@@ -92,7 +114,15 @@ static void *stage_main(void *p)
         sum_s += a->ps.step_seconds;
         sum_b += a->ps.bubble;
         sum_i += a->ps.idle_seconds;
+        sum_c += c;
+        sum_sp += a->ps.span_cpu_seconds;
+        sum_bc += a->ps.bubble_cpu;
+        sum_bu += a->ps.busy_cpu_seconds;
     }
+    a->busy_cpu = sum_bu / g_steps;
+    a->step_cpu = sum_c / g_steps;
+    a->span_cpu = sum_sp / g_steps;
+    a->bubble_cpu = sum_bc / g_steps;
     a->step_wall = sum_w / g_steps;
     a->step_s = sum_s / g_steps;
     a->bubble = sum_b / g_steps;
@@ -147,8 +177,13 @@ int main(int argc, char **argv)
     printf("llama, %d layers, width %d, micro-batch %d x %d tokens, fp32 CPU, one thread "
            "per stage; %d steps after a warm-up\n",
            g_layers, g_width, MICRO, T, g_steps);
-    printf("%-6s %3s %3s %12s %12s   %s\n", "sched", "pp", "m", "step s", "vs pp 1",
-           "bubble per stage (planned: (p-1)/(m+p-1), iv2 (p-1)/(2m+p-1))");
+    /* compute time: pp 1's step is its thread's CPU time; pp 2's is the
+     * schedule's span on the stages' clocks plus the rest of the step
+     * (optimizer, hand-offs: the stage's CPU time outside its ops, the
+     * larger of the two): the step with a core per stage, whatever else
+     * runs on the machine */
+    printf("%-6s %3s %3s %9s %8s %9s %8s   %-13s %-13s %s\n", "sched", "pp", "m", "wall s",
+           "vs pp 1", "cpu s", "vs pp 1", "bubble wall", "bubble cpu", "planned");
     int ms[] = {2, 4, 8};
     int rc = 0;
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
@@ -157,12 +192,16 @@ int main(int argc, char **argv)
             rc = 1;
             continue;
         }
-        printf("%-6s %3d %3d %12.4f %12s   one thread\n", "-", 1, ms[i], one[0].step_wall, "");
-        printf("%-6s %3d %3d %12.4f %11.2fx   two threads\n", "-", 1, ms[i], two[0].step_wall,
-               one[0].step_wall / two[0].step_wall);
+        printf("%-6s %3d %3d %9.4f %8s %9.4f %8s   one thread\n", "-", 1, ms[i],
+               one[0].step_wall, "", one[0].step_cpu, "");
+        printf("%-6s %3d %3d %9.4f %7.2fx %9s %8s   two threads (OpenMP)\n", "-", 1, ms[i],
+               two[0].step_wall, one[0].step_wall / two[0].step_wall, "", "");
         double secs[1] = {one[0].step_wall};
         char name[64];
         snprintf(name, sizeof name, "pp1 m%d step", ms[i]);
+        bench_record(&b, name, secs, 1, (double)ms[i] * MICRO * T, "tokens");
+        secs[0] = one[0].step_cpu;
+        snprintf(name, sizeof name, "pp1 m%d step cpu", ms[i]);
         bench_record(&b, name, secs, 1, (double)ms[i] * MICRO * T, "tokens");
         secs[0] = two[0].step_wall;
         snprintf(name, sizeof name, "pp1 2threads m%d step", ms[i]);
@@ -175,14 +214,30 @@ int main(int argc, char **argv)
                 rc = 1;
                 continue;
             }
-            printf("%-6s %3d %3d %12.4f %11.2fx   ", sn[j], 2, ms[i], a[0].step_wall,
-                   one[0].step_wall / a[0].step_wall);
+            double rest = 0.0;
             for (int r = 0; r < 2; r++)
-                printf("%.3f ", a[r].bubble);
-            printf("(%.3f)\n", a[0].ps.bubble_balanced);
+                if (a[r].step_cpu - a[r].busy_cpu > rest)
+                    rest = a[r].step_cpu - a[r].busy_cpu;
+            double cpu = a[0].span_cpu + rest;
+            printf("%-6s %3d %3d %9.4f %7.2fx %9.4f %7.2fx   %.3f %.3f   %.3f %.3f   %.3f\n",
+                   sn[j], 2, ms[i], a[0].step_wall, one[0].step_wall / a[0].step_wall, cpu,
+                   one[0].step_cpu / cpu, a[0].bubble, a[1].bubble, a[0].bubble_cpu,
+                   a[1].bubble_cpu, a[0].ps.bubble_balanced);
             double ws[1] = {a[0].step_wall};
             snprintf(name, sizeof name, "pp2 m%d %s step", ms[i], sn[j]);
             bench_record(&b, name, ws, 1, (double)ms[i] * MICRO * T, "tokens");
+            double cs[1] = {cpu};
+            snprintf(name, sizeof name, "pp2 m%d %s step cpu", ms[i], sn[j]);
+            bench_record(&b, name, cs, 1, (double)ms[i] * MICRO * T, "tokens");
+            /* each stage's bubble on the compute-time clocks: the idle
+             * share of the span, in seconds */
+            for (int r = 0; r < 2; r++) {
+                double id[1] = {a[r].span_cpu - a[r].busy_cpu}, sp[1] = {a[r].span_cpu};
+                snprintf(name, sizeof name, "pp2 m%d %s stage%d span cpu", ms[i], sn[j], r);
+                bench_record(&b, name, sp, 1, 0.0, "");
+                snprintf(name, sizeof name, "pp2 m%d %s stage%d idle cpu", ms[i], sn[j], r);
+                bench_record(&b, name, id, 1, 0.0, "");
+            }
             /* each stage's schedule time and its idle part (the bubble) */
             for (int r = 0; r < 2; r++) {
                 double sc[1] = {a[r].step_s}, id[1] = {a[r].idle_s};
