@@ -15,7 +15,7 @@
 
 #include "check.h"
 #include "llmtrain.h"
-#include "slurp.h"
+#include "files.h"
 
 /* An element of two parameter sets counts as apart beyond this (the bound
  * the in-process tests hold most elements to). */

@@ -96,20 +96,6 @@ static int export_step(const char *root, int64_t step, const char *out, char *kv
     return s == LLMT_OK;
 }
 
-/* Files (names, sizes) under dir, as one string. */
-static void listing(const char *dir, char *out, size_t cap)
-{
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "cd '%s' && find . -type f -printf '%%p %%s\\n' | sort", dir);
-    out[0] = 0;
-    FILE *f = popen(cmd, "r");
-    if (!f)
-        return;
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = 0;
-    pclose(f);
-}
-
 /* Step 4 of the chain (saved by pp 4 x dp 2: world rank = stage + 4 x
  * replica) alone in a run directory, without rank 2's data file (stage 2
  * of replica 0): a pp 2 resume stops on every rank, naming that file, and
@@ -125,14 +111,14 @@ static void check_missing_stage(const char *chain_root)
              "rm '%s/step-000000000004/rank-00002.bin'",
              ck, chain_root, ck, ck);
     CHECK(system(cmd) == 0);
-    listing(ck, before, sizeof before);
+    test_listing(ck, before, sizeof before);
     static jt_rank a[2];
     spec(json, sizeof json, 2, 1, 0, 0, 1);
     CHECK(!run_ranks("resume without stage 2's file", json, 2, dir, 1, 0, a, 0));
     for (int r = 0; r < 2; r++)
         CHECK(a[r].st != LLMT_OK && strstr(a[r].err, "rank-00002.bin") != NULL);
     printf("resume without stage 2's file, rank 0: %.400s\n", a[0].err);
-    listing(ck, after, sizeof after);
+    test_listing(ck, after, sizeof after);
     CHECK(before[0] && !strcmp(before, after));
     printf("the checkpoint directory after it: %s\n",
            !strcmp(before, after) ? "unchanged" : "CHANGED");

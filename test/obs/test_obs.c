@@ -26,7 +26,7 @@
 
 #include "check.h"
 #include "llmtrain.h"
-#include "slurp.h"
+#include "files.h"
 
 #define L 2
 #define H 64

@@ -20,7 +20,7 @@
 #include "check.h"
 #include "llmtrain.h"
 #include "plan/plan.h"
-#include "slurp.h"
+#include "files.h"
 #include "train/pp.h"
 
 static void llama405b(const char *dir, int v)

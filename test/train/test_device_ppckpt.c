@@ -52,6 +52,7 @@
 
 #include "check.h"
 #include "exec/dev.h"
+#include "files.h"
 #include "llmtrain.h"
 #include "rank_fixture.h"
 #include "train/device.h"
@@ -303,20 +304,6 @@ static void sh(const char *cmd)
     CHECK(system(cmd) == 0);
 }
 
-/* Files (names, sizes) under dir, as one string: "nothing moved". */
-static void listing(const char *dir, char *out, size_t cap)
-{
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "cd '%s' && find . -type f -printf '%%p %%s\\n' | sort", dir);
-    out[0] = 0;
-    FILE *f = popen(cmd, "r");
-    if (!f)
-        return;
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = 0;
-    pclose(f);
-}
-
 /* Bad input. (1) A copy of the pp 4 x dp 2 checkpoint without the data
  * file of the rank holding stage 2's first replica: opening it fails
  * naming that rank's file, and a pp 2 stage reading it gets the error;
@@ -334,7 +321,7 @@ static void check_bad(const char *name, const char *saved, const char *tmp)
     /* world rank (dpr * 4 + stage) * 1 + 0: stage 2 of replica 0 is rank 2 */
     snprintf(cmd, sizeof cmd, "rm '%s/rank-00002.bin'", step);
     sh(cmd);
-    listing(root, before, sizeof before);
+    test_listing(root, before, sizeof before);
     llmt_ckpt *ck = NULL;
     CHECK_STATUS(llmt_ckpt_create(NULL, root, NULL, &ck), LLMT_OK);
     llmt_status s = llmt_ckpt_open_step(ck, SAVE_AT);
@@ -352,7 +339,7 @@ static void check_bad(const char *name, const char *saved, const char *tmp)
     for (int r = 0; r < 2; r++)
         CHECK(a[r].st == LLMT_ERR_NOT_FOUND);
     free_args(a, 2);
-    listing(root, after, sizeof after);
+    test_listing(root, after, sizeof after);
     CHECK(before[0] && !strcmp(before, after));
     /* (2) stage 1 saves without its blocks */
     snprintf(root, sizeof root, "%s/partial", tmp);
