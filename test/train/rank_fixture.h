@@ -79,6 +79,38 @@ static inline void rank_fixture_error(char *err, size_t cap, llmt_trainer *tr, l
                  : "create");
 }
 
+/* One training step on b; its loss to *loss (written whatever the status). */
+static inline llmt_status rank_fixture_step(llmt_trainer *tr, const llmt_batch *b, float *loss)
+{
+    llmt_step_metrics met;
+    memset(&met, 0, sizeof met);
+    met.struct_size = sizeof met;
+    llmt_status s = llmt_trainer_step(tr, b, &met);
+    *loss = met.loss;
+    return s;
+}
+
+/* A pipeline stage's statistics after its run, unless *st already
+ * failed: llmt_trainer_pp_stats into *ps (zeroed and sized in any case)
+ * and, unless act is NULL, its activation bytes into *act (host and
+ * device: a stage is not host-resident); the first failure into *st. */
+static inline void rank_fixture_pp_stats(llmt_trainer *tr, llmt_status *st, llmt_pp_stats *ps,
+                                         int64_t *act)
+{
+    memset(ps, 0, sizeof *ps);
+    ps->struct_size = sizeof *ps;
+    if (*st == LLMT_OK)
+        *st = llmt_trainer_pp_stats(tr, ps);
+    if (!act)
+        return;
+    llmt_trainer_memory mem;
+    memset(&mem, 0, sizeof mem);
+    mem.struct_size = sizeof mem;
+    if (*st == LLMT_OK)
+        *st = llmt_trainer_memory_usage(tr, &mem);
+    *act = mem.activations + mem.device_activations;
+}
+
 /* The trainer options every layout and its single-rank reference train
  * with: a constant lr, weight decay 0.1, clipping at 1, one thread. */
 static inline void rank_fixture_opts(llmt_trainer_opts *o, int micro, int accum, int seq,

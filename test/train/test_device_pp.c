@@ -152,26 +152,13 @@ static void *rank_main(void *p)
     for (int k = a->k0; k < k1 && a->st == LLMT_OK; k++) {
         size_t at = ((size_t)k * dp + (size_t)a->dpr) * per;
         llmt_batch b = {sizeof b, g_in + at, g_tg + at, a->m * MICRO, T};
-        llmt_step_metrics met;
-        memset(&met, 0, sizeof met);
-        met.struct_size = sizeof met;
-        a->st = llmt_trainer_step(tr, &b, &met);
-        a->loss[k] = met.loss;
+        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
     }
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
     if (a->st == LLMT_OK && a->save)
         a->st = ckpt_io(a, tr, 1);
-    memset(&a->ps, 0, sizeof a->ps);
-    a->ps.struct_size = sizeof a->ps;
-    if (a->st == LLMT_OK)
-        a->st = llmt_trainer_pp_stats(tr, &a->ps);
-    llmt_trainer_memory mem;
-    memset(&mem, 0, sizeof mem);
-    mem.struct_size = sizeof mem;
-    if (a->st == LLMT_OK)
-        a->st = llmt_trainer_memory_usage(tr, &mem);
-    a->act_bytes = mem.activations + mem.device_activations; /* a stage is not host-resident */
+    rank_fixture_pp_stats(tr, &a->st, &a->ps, &a->act_bytes);
     if (a->st != LLMT_OK)
         rank_fixture_error(a->err, sizeof a->err, tr, m);
     if (m)

@@ -200,11 +200,7 @@ static void *rank_main(void *p)
     for (int k = a->k0; k < k1 && a->st == LLMT_OK; k++) {
         size_t at = ((size_t)k * L->dp + (size_t)dpr) * per;
         llmt_batch b = {sizeof b, g_in + at, g_tg + at, mb * MICRO, T};
-        llmt_step_metrics met;
-        memset(&met, 0, sizeof met);
-        met.struct_size = sizeof met;
-        a->st = llmt_trainer_step(tr, &b, &met);
-        a->loss[k] = met.loss;
+        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
         if (a->st == LLMT_OK && a->save && k + 1 == SAVE_AT) {
             llmt_status s = ckpt_io(a, tr, a->save, 1, SAVE_AT); /* the run goes on */
             if (!a->stop_at_save)

@@ -102,11 +102,7 @@ static void *rank_main(void *p)
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
         size_t at = ((size_t)k * a->dp + (size_t)a->dpr) * per;
         llmt_batch b = {sizeof b, g_in + at, g_tg + at, a->m * MICRO, T};
-        llmt_step_metrics met;
-        memset(&met, 0, sizeof met);
-        met.struct_size = sizeof met;
-        a->st = llmt_trainer_step(tr, &b, &met);
-        a->loss[k] = met.loss;
+        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
     }
     /* forward-only passes through the pipeline (pp_infer.c): 3 sequences
      * (not a multiple of the micro-batch: the last pass padded) past the
@@ -120,10 +116,7 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_generate(tr, g_in, 5, 8, 0.0f, 0, 1, a->gen);
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
-    memset(&a->ps, 0, sizeof a->ps);
-    a->ps.struct_size = sizeof a->ps;
-    if (a->st == LLMT_OK)
-        a->st = llmt_trainer_pp_stats(tr, &a->ps);
+    rank_fixture_pp_stats(tr, &a->st, &a->ps, NULL);
     if (a->st != LLMT_OK)
         rank_fixture_error(a->err, sizeof a->err, tr, m);
     if (m) {

@@ -99,11 +99,7 @@ static void *rank_main(void *p)
     size_t per = (size_t)a->m * MICRO * T;
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
         llmt_batch b = {sizeof b, g_in + k * per, g_tg + k * per, a->m * MICRO, T};
-        llmt_step_metrics met;
-        memset(&met, 0, sizeof met);
-        met.struct_size = sizeof met;
-        a->st = llmt_trainer_step(tr, &b, &met);
-        a->loss[k] = met.loss;
+        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
     }
     if (a->st == LLMT_OK) { /* a forward-only pass through the chunks */
         llmt_batch b = {sizeof b, g_in, g_tg, a->m * MICRO, T};
@@ -111,16 +107,7 @@ static void *rank_main(void *p)
     }
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
-    memset(&a->ps, 0, sizeof a->ps);
-    a->ps.struct_size = sizeof a->ps;
-    if (a->st == LLMT_OK)
-        a->st = llmt_trainer_pp_stats(tr, &a->ps);
-    llmt_trainer_memory mem;
-    memset(&mem, 0, sizeof mem);
-    mem.struct_size = sizeof mem;
-    if (a->st == LLMT_OK)
-        a->st = llmt_trainer_memory_usage(tr, &mem);
-    a->act_bytes = mem.activations + mem.device_activations;
+    rank_fixture_pp_stats(tr, &a->st, &a->ps, &a->act_bytes);
     if (a->st != LLMT_OK)
         rank_fixture_error(a->err, sizeof a->err, tr, m);
     if (m)
