@@ -56,7 +56,7 @@ struct llmt__pp {
     void *dy;     /* the output gradient being consumed */
     double step_s, idle_s;
     int64_t sent, recvd;
-    /* The bubble in compute time (pp_clock below): vt, this stage's clock
+    /* The bubble in compute time (cpu_now below): vt, this stage's clock
      * (its ops' thread CPU time, moved on to a message's stamp when that
      * comes later); vbusy of it computing; vspan: the step's, every
      * stage's largest vt. Off (stamps 0) where a message must be device
@@ -294,7 +294,7 @@ static llmt_status p2p_fail(llmt__pp *pp, llmt_comm *c, const char *what, int a,
                          llmt_comm_last_error(c));
 }
 
-/* A message and its sender's clock (pp_clock above). */
+/* A message and its sender's clock (cpu_now above). */
 static llmt_status pp_recv(llmt__pp *pp, llmt_comm *c, void *buf, int peer, const char *what,
                            int a)
 {

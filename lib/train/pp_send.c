@@ -93,7 +93,7 @@ static llmt_status fail(llmt__pp_sends *s, const pending *p, const char *what)
                          s->stage, what, p->a, p->peer, llmt_comm_last_error(p->c));
 }
 
-/* The message, then its sender's clock (pp.c's pp_clock). */
+/* The message, then its sender's clock (pp.c, cpu_now). */
 static llmt_status post(llmt__pp_sends *s, pending *p, llmt_comm *c, const void *buf, int peer,
                         int a, double stamp, const char *what)
 {
