@@ -143,6 +143,7 @@ struct llmt__dp {
     int *xparam, *xfirst;
     llmt_comm *xcomm, *epc;
     int32_t xrank, xsize, erank, esize;
+    size_t xreleased; /* ZeRO-3: bytes of other EP ranks' rows given back */
 };
 
 const llmt_err *llmt__dp_err(const llmt__dp *dp) { return &dp->err; }
@@ -407,6 +408,20 @@ static void poison(llmt__dp *dp, int u)
     size_t own_end = dp->own_lo[u] + dp->own_n[u];
     dp->released[u] = release_range(dp, dp->lo[u], dp->own_lo[u]) +
                       release_range(dp, own_end, dp->lo[u] + dp->n[u]);
+}
+
+/* ZeRO-3 under expert parallelism: the other EP ranks' rows of the expert
+ * tensors are not needed here until llmt__dp_sync gathers them, so they
+ * are released with the units (else they alone would stay resident). */
+static void release_others(llmt__dp *dp)
+{
+    dp->xreleased = 0;
+    for (int u = dp->U0; u < dp->nunits; u++) {
+        int i = dp->xparam[u - dp->U0];
+        size_t a = dp->dv.doff[i], b = a + dp->n[u] * (size_t)dp->esize;
+        dp->xreleased += release_range(dp, a, dp->lo[u]);
+        dp->xreleased += release_range(dp, dp->lo[u] + dp->n[u], b);
+    }
 }
 
 /* The chunks of unit u overrun it (the last rank's is short or empty), so
@@ -786,6 +801,7 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
             poison(dp, u);
             dp->gathered[u] = 0;
         }
+        release_others(dp);
     }
     if (dp->st != LLMT_OK) {
         llmt_status s = llmt__err_set(e, dp->st, "%s", dp->err.msg);
@@ -1232,6 +1248,7 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
             poison(dp, u);
             dp->gathered[u] = 0;
         }
+        release_others(dp);
         return LLMT_OK;
     }
     llmt_status s = LLMT_OK;
@@ -1310,6 +1327,7 @@ llmt_status llmt__dp_params_written(llmt__dp *dp)
         return dp->st;
     for (int u = 0; u < dp->nunits; u++)
         if (!dp->gathered[u] && !dp->pf[u]) poison(dp, u);
+    release_others(dp);
     return dp->st;
 }
 
@@ -1347,7 +1365,10 @@ llmt_status llmt__dp_sync(llmt__dp *dp)
         ensure(dp, u);
     if (dp->st != LLMT_OK || dp->U0 == dp->nunits)
         return dp->st;
-    return ep_gather(dp, dp->params, 1);
+    llmt_status s = ep_gather(dp, dp->params, 1);
+    if (s == LLMT_OK)
+        dp->xreleased = 0; /* the gather wrote every page back */
+    return s;
 }
 
 llmt_status llmt__dp_ep_gather_state(llmt__dp *dp, float *m, float *v)
@@ -1406,7 +1427,7 @@ size_t llmt__dp_released_bytes(const llmt__dp *dp)
 {
     size_t n = 0;
     for (int u = 0; u < dp->nunits; u++) n += dp->released[u];
-    return n;
+    return n + dp->xreleased;
 }
 
 size_t llmt__dp_buffer_bytes(const llmt__dp *dp)

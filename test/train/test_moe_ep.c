@@ -111,6 +111,10 @@ typedef struct run {
     int k0, k1;
     const char *load, *save;
     int leave_at; /* > 0: expert parallelism detached before that step */
+    /* ZeRO-3 under ep, before the sync: elements of the other EP ranks'
+     * expert rows still holding a value (neither a page given back, 0,
+     * nor poisoned, NaN), of how many */
+    int64_t held, others;
     float *params;
     int64_t total;
     llmt_status st;
@@ -209,6 +213,27 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_memory_usage(tr, &a->mem);
     if (a->st == LLMT_OK && a->save)
         a->st = rank_fixture_ckpt(tr, a->save, a->rank, W, 1, k1);
+    if (a->st == LLMT_OK && a->zero == 3 && a->ep > 1 && !a->leave_at) {
+        int32_t np = 0, er = a->rank % a->ep;
+        llmt_model_param_count(m, &np, NULL);
+        for (int32_t i = 0; i < np; i++) {
+            llmt_tensor v;
+            const char *name;
+            memset(&v, 0, sizeof v);
+            v.struct_size = sizeof v;
+            llmt_model_param(m, i, &name, &v);
+            if (!strstr(name, ".experts."))
+                continue;
+            int64_t n = v.shape[0] * v.shape[1], per = n / a->ep;
+            const float *x = v.data;
+            for (int64_t j = 0; j < n; j++) {
+                if (j / per == er)
+                    continue;
+                a->others++;
+                a->held += x[j] == x[j] && x[j] != 0;
+            }
+        }
+    }
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
     int32_t np = 0;
@@ -410,6 +435,16 @@ static void one_case(const run *ref, int W, int ep, int zero, int dropless)
                         r[i].dp[q], pdp[q]);
             CHECK_CLOSE(r[i].dp[q], pdp[q], 1e-12, 0);
         }
+    /* ZeRO-3: the other EP ranks' expert rows are given back between
+     * steps like the units' non-shares (0 or NaN until the sync) */
+    for (int i = 0; zero == 3 && ep > 1 && i < W; i++) {
+        CHECK(r[i].others > 0);
+        CHECK_EQ_INT(r[i].held, 0);
+    }
+    if (zero == 3 && ep > 1)
+        printf("  ZeRO-3: %lld elements of other EP ranks' expert rows on rank 0, %lld still "
+               "held before the sync\n",
+               (long long)r[0].others, (long long)r[0].held);
     /* and its memory: whole parameter and gradient buffers, AdamW state
      * whole (ZeRO 0) or the rank's shares, its experts' only over the
      * expert data parallel group (DP rank 0's: every rank's here, as no
@@ -432,9 +467,11 @@ static void one_case(const run *ref, int W, int ep, int zero, int dropless)
     printf("  data parallel traffic of a step (DP + expert DP groups): %.0f calls, %.0f B "
            "payload, %.0f B bus; plan engine_dp_*: %.0f, %.0f, %.0f\n",
            r[0].dp[0], r[0].dp[1], r[0].dp[2], pdp[0], pdp[1], pdp[2]);
-    printf("  memory: params %lld, grads %lld, optimizer %lld B (plan %.0f, %.0f, %.0f)\n",
-           (long long)r[0].mem.params, (long long)r[0].mem.grads, (long long)r[0].mem.optimizer,
-           g_est.engine_mem_params, g_est.engine_mem_grads, g_est.engine_mem_optimizer);
+    printf("  memory: params %lld (resident %lld), grads %lld, optimizer %lld B (plan %.0f, "
+           "%.0f, %.0f)\n",
+           (long long)r[0].mem.params, (long long)r[0].mem.params_resident,
+           (long long)r[0].mem.grads, (long long)r[0].mem.optimizer, g_est.engine_mem_params,
+           g_est.engine_mem_grads, g_est.engine_mem_optimizer);
     for (int i = 0; i < W; i++)
         free(r[i].params);
 }
