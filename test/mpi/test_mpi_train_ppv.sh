@@ -7,10 +7,10 @@
 # chunk 0 feeds stage 0's chunk 1), which waits forever when sends wait
 # for their receivers: the stages leave their sends in flight
 # (lib/train/pp_send.h).
-#   mpi:  `mpirun -np 2` (pp 2, m 4) and `mpirun -np 4` (pp 2 x dp 2,
-#         ZeRO-1, m 4): MPI_Isend with the rendezvous protocol (the
-#         boundary tensors, 16 KiB, are over Open MPI's shared-memory
-#         eager limit)
+#   mpi:  `mpirun -np 2` (pp 2, m 4), `mpirun -np 4` (pp 2 x dp 2,
+#         ZeRO-1, m 4) and `mpirun -np 8` (tp 2 x pp 2 x dp 2, ZeRO-1,
+#         m 4): MPI_Isend with the rendezvous protocol (the boundary
+#         tensors, 16 KiB, are over Open MPI's shared-memory eager limit)
 #   gloo: `llmtrain launch --nproc 2` (Gloo), pp 2
 # Each run must end well before the communicator's timeout (120 s): a ring
 # that waited would only end there.
@@ -71,5 +71,8 @@ else
   run mpi-pp2v2-dp2 16 "$v, \"zero\": 1" mpi_train 4
   grep -q "tp 1 x pp 2 x dp 2 = 4 ranks (mpi), ZeRO-1" mpi-pp2v2-dp2.log &&
     ok "banner: tp 1 x pp 2 x dp 2 (mpi), ZeRO-1" || { bad "banner"; head -5 mpi-pp2v2-dp2.log; }
+  run mpi-tp2-pp2v2-dp2 16 "\"tp\": 2, $v, \"zero\": 1" mpi_train 8
+  grep -q "tp 2 x pp 2 x dp 2 = 8 ranks (mpi), ZeRO-1" mpi-tp2-pp2v2-dp2.log &&
+    ok "banner: tp 2 x pp 2 x dp 2 (mpi), ZeRO-1" || { bad "banner"; head -5 mpi-tp2-pp2v2-dp2.log; }
 fi
 exit $fail
