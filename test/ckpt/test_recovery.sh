@@ -11,15 +11,9 @@
 # usage: test_recovery.sh path/to/llmtrain
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 src=${LLMT_SOURCE_ROOT:?}
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
+. "$(dirname "$0")/../run_lib.sh"
 command -v python3 >/dev/null || { echo "SKIP: python3 edits the manifests"; exit 77; }
 
-mkdir corpus && cp "$src"/test/data/corpus/*.md corpus/ || exit 1
 cat > spec.json <<JSON
 {"name": "recovery",
  "model": {"arch": "gpt2", "layers": 2, "hidden": 64, "heads": 4,

@@ -14,21 +14,14 @@ llmtrain=$(abs "$1")
 hello=$(abs "$2")
 train=$(abs "$3")
 loader=$(abs "$4")
-src=${LLMT_SOURCE_ROOT:?}
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
+. "$(dirname "$0")/../run_lib.sh"
 
 # ---- hello ----------------------------------------------------------------
 "$hello" > hello.log 2>&1 && grep -q '^llmtrain [0-9]' hello.log && \
   grep -q '^bad dtype -> invalid argument$' hello.log && ok "hello" || { bad "hello"; cat hello.log; }
 
-# corpus: the frozen copy of the documentation in test/data/corpus (any
-# text does); small shards so that the loader has several to choose from
-mkdir corpus && cp "$src"/test/data/corpus/*.md corpus/ || exit 1
+# corpus/ (any text does) in small shards, so that the loader has several
+# to choose from
 "$llmtrain" data prepare corpus --out prepared --tokenizer bpe:384 \
     --val-frac 0.2 --shard-tokens 8000 --filter none --dedup none --quiet \
     > prepare.log 2>&1 && ok "data prepare" || { bad "data prepare"; cat prepare.log; exit 1; }

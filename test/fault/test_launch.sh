@@ -55,13 +55,7 @@ exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 case_=$2
 trials=${3:-3}
 "$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build"; exit 77; }
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "${LLMT_SOURCE_ROOT:?}"/test/data/corpus/*.md corpus/ || exit 1
+. "$(dirname "$0")/../run_lib.sh"
 mk() { # file extra-fault-tolerance-keys
   cat > "$1" <<JSON
 {"name": "ft",

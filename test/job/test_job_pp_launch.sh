@@ -10,7 +10,7 @@
 # usage: test_job_pp_launch.sh path/to/llmtrain (exit 77 without gloo)
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 "$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build"; exit 77; }
-. "$(dirname "$0")/job_lib.sh"
+. "$(dirname "$0")/../run_lib.sh"
 mk() { # file pp
   cat > "$1" <<JSON
 {"name": "tiny-pp-launch",

@@ -5,7 +5,7 @@
 # Young/Daly interval with its inputs and writes them to metrics.jsonl.
 # usage: test_job_tiers.sh path/to/llmtrain
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-. "$(dirname "$0")/job_lib.sh"
+. "$(dirname "$0")/../run_lib.sh"
 mk() { # file checkpoint-block
   cat > "$1" <<JSON
 {"name": "tiers",

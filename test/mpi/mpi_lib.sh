@@ -1,19 +1,11 @@
 # The preamble and the checks the test/mpi scripts share; sourced by a
 # script after it sets exe (the llmtrain executable, an absolute path):
 #   . "$(dirname "$0")/mpi_lib.sh"
-# Without mpirun the script exits 77 (SKIP). Otherwise it runs from a
-# temporary directory, removed at exit, that holds corpus/ (the frozen
-# test/data/corpus/*.md of LLMT_SOURCE_ROOT); ok and bad print a result (bad
-# sets fail, the script's exit status at its end).
-src=${LLMT_SOURCE_ROOT:?}
+# Without mpirun the script exits 77 (SKIP). Otherwise test/run_lib.sh's
+# preamble: it runs from a temporary directory holding corpus/, ok and bad
+# print a result (bad sets fail, the script's exit status at its end).
 command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "$src"/test/data/corpus/*.md corpus/ || exit 1
+. "$(dirname "$0")/../run_lib.sh"
 
 # mpi_train NP ARGS...: `mpirun -np NP llmtrain train ARGS...`, oversubscribed
 # (CI has 2 cores), with a communicator timeout that a loaded machine meets

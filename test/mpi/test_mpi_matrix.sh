@@ -31,20 +31,13 @@ for a in "$@"; do
     *) echo "test_mpi_matrix.sh: unknown argument '$a'"; exit 2 ;;
   esac
 done
-src=${LLMT_SOURCE_ROOT:?}
 command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
 command -v python3 >/dev/null 2>&1 || { echo "no python3 (cmp_params.py): skip"; exit 77; }
 here=$(cd "$(dirname "$0")" && pwd)
 [ $((np % tp)) = 0 ] || { echo "np $np is not a multiple of tp $tp"; exit 2; }
 dp=$((np / tp))
 [ $((8 % dp)) = 0 ] || { echo "dp $dp does not divide the global batch 8"; exit 2; }
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "$src"/test/data/corpus/*.md corpus/ || exit 1
+. "$(dirname "$0")/../run_lib.sh"
 kvkey=
 [ -n "$kv" ] && kvkey=", \"kv_heads\": $kv"
 [ "$sp" = 1 ] && spv=true || spv=false

@@ -4,17 +4,8 @@
 # uninterrupted run; bad specs and empty data fail with a clear message.
 # usage: test_cli_train.sh path/to/llmtrain
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-src=${LLMT_SOURCE_ROOT:?}
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-
-# corpus: the frozen copy of the documentation in test/data/corpus (any
-# text does)
-mkdir corpus && cp "$src"/test/data/corpus/*.md corpus/ || exit 1
+# from a temporary directory holding corpus/ (any text does)
+. "$(dirname "$0")/../run_lib.sh"
 
 spec() { # $1 = file, then key=value overrides via sed on the template
   cat > "$1" <<JSON
