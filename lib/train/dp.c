@@ -410,9 +410,10 @@ static void poison(llmt__dp *dp, int u)
                       release_range(dp, own_end, dp->lo[u] + dp->n[u]);
 }
 
-/* ZeRO-3 under expert parallelism: the other EP ranks' rows of the expert
- * tensors are not needed here until llmt__dp_sync gathers them, so they
- * are released with the units (else they alone would stay resident). */
+/* Expert parallelism: the other EP ranks' rows of the expert tensors are
+ * not needed here until llmt__dp_sync gathers them: given back as
+ * ZeRO-3's non-shares are (whole pages of the CPU backend's host
+ * parameters; the rest NaN), at any ZeRO stage. */
 static void release_others(llmt__dp *dp)
 {
     dp->xreleased = 0;
@@ -786,7 +787,7 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
             dp->b_of_unit[u] = b;
         }
     }
-    if (zs == 3) {
+    if (zs == 3 || UT > U) {
 #ifdef __linux__
         /* only pages of the library's own allocator are ours to give back
          * (a user allocator may hand out shared, file-backed or pinned
@@ -797,7 +798,7 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
             ps > 0 && (size_t)ps % sizeof(float) == 0)
             dp->page = (size_t)ps;
 #endif
-        for (int u = 0; u < UT; u++) {
+        for (int u = 0; zs == 3 && u < UT; u++) {
             poison(dp, u);
             dp->gathered[u] = 0;
         }
@@ -1242,13 +1243,13 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
             return s;
         }
     }
+    release_others(dp); /* llmt__dp_sync may have gathered them */
     if (zs == 0) return LLMT_OK;
     if (zs == 3) {
         for (int u = 0; u < dp->nunits; u++) {
             poison(dp, u);
             dp->gathered[u] = 0;
         }
-        release_others(dp);
         return LLMT_OK;
     }
     llmt_status s = LLMT_OK;
@@ -1323,11 +1324,12 @@ llmt_status llmt__dp_params_written(llmt__dp *dp)
         dnote(dp, dp->op->h2d(dp->dv.d, dp->ms, dp->hms, sb), "optimizer state upload");
         dnote(dp, dp->op->h2d(dp->dv.d, dp->vs, dp->hvs, sb), "optimizer state upload");
     }
+    release_others(dp); /* written whole (a checkpoint's read) */
     if (dp->o.zero_stage < 3)
         return dp->st;
     for (int u = 0; u < dp->nunits; u++)
-        if (!dp->gathered[u] && !dp->pf[u]) poison(dp, u);
-    release_others(dp);
+        if (!dp->gathered[u] && !dp->pf[u])
+            poison(dp, u);
     return dp->st;
 }
 

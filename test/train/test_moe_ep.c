@@ -111,9 +111,9 @@ typedef struct run {
     int k0, k1;
     const char *load, *save;
     int leave_at; /* > 0: expert parallelism detached before that step */
-    /* ZeRO-3 under ep, before the sync: elements of the other EP ranks'
-     * expert rows still holding a value (neither a page given back, 0,
-     * nor poisoned, NaN), of how many */
+    /* under ep, before the sync: elements of the other EP ranks' expert
+     * rows still holding a value (neither a page given back, 0, nor
+     * poisoned, NaN), of how many */
     int64_t held, others;
     float *params;
     int64_t total;
@@ -213,7 +213,7 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_memory_usage(tr, &a->mem);
     if (a->st == LLMT_OK && a->save)
         a->st = rank_fixture_ckpt(tr, a->save, a->rank, W, 1, k1);
-    if (a->st == LLMT_OK && a->zero == 3 && a->ep > 1 && !a->leave_at) {
+    if (a->st == LLMT_OK && a->ep > 1 && !a->leave_at) {
         int32_t np = 0, er = a->rank % a->ep;
         llmt_model_param_count(m, &np, NULL);
         for (int32_t i = 0; i < np; i++) {
@@ -435,15 +435,15 @@ static void one_case(const run *ref, int W, int ep, int zero, int dropless)
                         r[i].dp[q], pdp[q]);
             CHECK_CLOSE(r[i].dp[q], pdp[q], 1e-12, 0);
         }
-    /* ZeRO-3: the other EP ranks' expert rows are given back between
-     * steps like the units' non-shares (0 or NaN until the sync) */
-    for (int i = 0; zero == 3 && ep > 1 && i < W; i++) {
+    /* the other EP ranks' expert rows are given back between steps, as
+     * ZeRO-3's non-shares are (0 or NaN until the sync) */
+    for (int i = 0; ep > 1 && i < W; i++) {
         CHECK(r[i].others > 0);
         CHECK_EQ_INT(r[i].held, 0);
     }
-    if (zero == 3 && ep > 1)
-        printf("  ZeRO-3: %lld elements of other EP ranks' expert rows on rank 0, %lld still "
-               "held before the sync\n",
+    if (ep > 1)
+        printf("  %lld elements of other EP ranks' expert rows on rank 0, %lld still held "
+               "before the sync\n",
                (long long)r[0].others, (long long)r[0].held);
     /* and its memory: whole parameter and gradient buffers, AdamW state
      * whole (ZeRO 0) or the rank's shares, its experts' only over the
