@@ -85,10 +85,14 @@ void llmt__devtrain_set_cp(struct llmt__devtrain *g, llmt__cp *cp);
  * two sums is the global batch's gradient). Sequence parallelism set on
  * the TP group before composes: SP's row blocks split this rank's
  * B x T / cp rows (tp must divide T / cp, refused naming the keys), and
- * attention runs on the gathered qkv as without it. Refused with
- * pipeline parallelism, fp8, on CUDA, after data parallelism
- * (LLMT_ERR_STATE) and, naming model.seq_len, when 2 x cp does not
- * divide it. */
+ * attention runs on the gathered qkv as without it. Pipeline parallelism
+ * attached after composes (llmt_trainer_set_pp_comm makes each stage's
+ * engine for the T / cp rows and attaches the group to it: the CP ranks
+ * of a stage run the same schedule, so their exchanges pair up op by op;
+ * a stage sums its gradients and loss over the group after the data
+ * parallel reductions, as without a pipeline). Refused with fp8, on
+ * CUDA, after data or pipeline parallelism (LLMT_ERR_STATE) and, naming
+ * model.seq_len, when 2 x cp does not divide it. */
 llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant);
 /* The trainer's context parallelism (NULL: none; lib/train/cp_api.c and
  * the checkpoint's save-once rule in state.c read it). */

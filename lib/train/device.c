@@ -2331,7 +2331,13 @@ llmt_status llmt__devtrain_stage_loss(llmt__devtrain *g, double *loss_sum)
     /* data parallelism's reductions finish, the loss is summed over it */
     if (g->dp && llmt__dp_end(g->dp, loss_sum) != LLMT_OK)
         return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
-    /* then tensor parallelism's sums, as llmt__devtrain_fwd_bwd does them */
+    /* then context parallelism's and tensor parallelism's sums, as
+     * llmt__devtrain_fwd_bwd does them (every CP rank of a stage calls
+     * this: the loss is 0 but on the last stage) */
+    if (g->cp)
+        RS(llmt__cp_sum(g->cp, g->grad, g->P));
+    if (g->cp)
+        RS(llmt__cp_sum_double(g->cp, loss_sum));
     if (g->kvrep)
         RS(tp_kv_reduce(g));
     if (g->sp)

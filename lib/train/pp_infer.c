@@ -100,7 +100,8 @@ llmt_status llmt__pp_evaluate(llmt_err *e, llmt_comm *comm, llmt_dtype store, ll
 }
 
 llmt_status llmt__pp_logits(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt__devtrain *g,
-                            const int32_t *tok, int len, int B, int T, int Vp, float *logits)
+                            const int32_t *tok, int len, int row, int B, int T, int Vp,
+                            float *logits)
 {
     size_t per = (size_t)B * T;
     int32_t *pin = calloc(per, sizeof *pin);
@@ -112,8 +113,10 @@ llmt_status llmt__pp_logits(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt
     llmt_comm_size(comm, &n);
     llmt_status s = chain(e, comm, store, g, pin, NULL, NULL);
     free(pin);
-    if (s == LLMT_OK && r == n - 1)
-        s = llmt__devtrain_stage_row_logits(g, len - 1, logits);
+    if (s == LLMT_OK && r == n - 1 && row < 0) /* context parallel: another rank's row */
+        memset(logits, 0, (size_t)Vp * sizeof *logits);
+    else if (s == LLMT_OK && r == n - 1)
+        s = llmt__devtrain_stage_row_logits(g, row, logits);
     if (s == LLMT_OK)
         s = from_last(e, comm, logits, (size_t)Vp, LLMT_DTYPE_FP32);
     return s;

@@ -26,9 +26,13 @@ llmt_status llmt__devtrain_stage_row_logits(llmt__devtrain *g, int row, float *l
 llmt_status llmt__pp_evaluate(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt__devtrain *g,
                               const int32_t *in, const int32_t *tg, int rows, int B, int T,
                               double *loss_sum);
-/* The next-token logits (Vp floats) after the window tok[0..len) (len <=
- * T), the same on every stage. */
+/* The logits (Vp floats) of row `row` after a forward of tok[0..len) (len
+ * <= T; the rest of the B x T rows 0), the same on every stage: the
+ * next-token logits after the window with row len - 1. row < 0: zeros
+ * (context parallelism: the row of the window's last position is on
+ * another rank of the CP group; the same on every rank of a TP group). */
 llmt_status llmt__pp_logits(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt__devtrain *g,
-                            const int32_t *tok, int len, int B, int T, int Vp, float *logits);
+                            const int32_t *tok, int len, int row, int B, int T, int Vp,
+                            float *logits);
 
 #endif

@@ -291,7 +291,7 @@ static llmt_status fwd_bwd(llmt_trainer *tr, const char *what, const llmt_batch 
         tg = tr->cp_tg;
     }
     if (tr->pp) /* the pipeline's schedule over this stage (lib/train/pp.c) */
-        s = llmt__pp_fwd_bwd(tr->pp, b->inputs, b->targets, count, &sum, &tr->dev_sumsq);
+        s = llmt__pp_fwd_bwd(tr->pp, in, tg, count, &sum, &tr->dev_sumsq);
     else
         s = llmt__devtrain_fwd_bwd(tr->dev, in, tg, tr->o.grad_accum, count, &sum,
                                    &tr->dev_sumsq);
@@ -430,6 +430,30 @@ LLMT_API llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
     return LLMT_OK;
 }
 
+/* Evaluate under context and pipeline parallelism: the pipeline's passes
+ * over this rank's rows of every sequence, the last stages' sums then
+ * summed over the CP group (the same on every rank). */
+static llmt_status cp_pp_evaluate(llmt_trainer *tr, const llmt_batch *b, double *sum)
+{
+    int Tl = tr->T / llmt__cp_size(tr->cp);
+    size_t n = (size_t)b->sequences * (size_t)Tl;
+    int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
+    llmt_status s = LLMT_OK;
+    if (!in || !tg)
+        s = llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    if (s == LLMT_OK) {
+        llmt__cp_local(tr->cp, b->inputs, in, b->sequences);
+        llmt__cp_local(tr->cp, b->targets, tg, b->sequences);
+        s = llmt__pp_evaluate(&tr->err, tr->pp_comm, tr->ops->store, tr->dev, in, tg,
+                              b->sequences, tr->B, Tl, sum);
+    }
+    if (s == LLMT_OK)
+        s = llmt__cp_sum_double(tr->cp, sum);
+    free(in);
+    free(tg);
+    return s;
+}
+
 LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b, float *loss)
 {
     if (!tr)
@@ -442,8 +466,9 @@ LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b
     int64_t count = 0;
     size_t per = (size_t)tr->T;
     if (tr->pp) { /* forward-only passes through the stages (pp_infer.c) */
-        s = llmt__pp_evaluate(&tr->err, tr->pp_comm, tr->ops->store, tr->dev, b->inputs,
-                              b->targets, b->sequences, tr->B, tr->T, &sum);
+        s = tr->cp ? cp_pp_evaluate(tr, b, &sum)
+                   : llmt__pp_evaluate(&tr->err, tr->pp_comm, tr->ops->store, tr->dev,
+                                       b->inputs, b->targets, b->sequences, tr->B, tr->T, &sum);
         if (s != LLMT_OK)
             return s;
         for (size_t i = 0; i < per * (size_t)b->sequences; i++)
@@ -711,6 +736,25 @@ static int cmp_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
+/* The next-token logits after the window of len tokens under pipeline
+ * parallelism (pp_infer.c); with context parallelism win is this rank's
+ * rows of the window padded to the sequence, the row of its last position
+ * on one rank of the group (or none here: zeros), and the group sums. */
+static llmt_status pp_logits(llmt_trainer *tr, const int32_t *win, int len, float *logits)
+{
+    int Vp = tr->model->cfg.padded_vocab_size;
+    if (!tr->cp)
+        return llmt__pp_logits(&tr->err, tr->pp_comm, tr->ops->store, tr->dev, win, len,
+                               len - 1, tr->B, tr->T, Vp, logits);
+    int Tl = tr->T / llmt__cp_size(tr->cp), row = -1;
+    const int32_t *pos = llmt__cp_pos(tr->cp);
+    for (int t = 0; t < Tl; t++)
+        row = pos[t] == len - 1 ? t : row;
+    llmt_status s = llmt__pp_logits(&tr->err, tr->pp_comm, tr->ops->store, tr->dev, win, Tl,
+                                    row, tr->B, Tl, Vp, logits);
+    return s == LLMT_OK ? llmt__cp_sum(tr->cp, logits, (size_t)Vp) : s;
+}
+
 LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prompt,
                                            int32_t n_prompt, int32_t n_new, float temperature,
                                            int32_t top_k, uint64_t seed, int32_t *out)
@@ -755,8 +799,7 @@ LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prom
             llmt__cp_local(tr->cp, tr->gen_ctx, tr->cp_in, 1);
             win = tr->cp_in;
         }
-        llmt_status s = tr->pp ? llmt__pp_logits(&tr->err, tr->pp_comm, tr->ops->store, tr->dev,
-                                                 win, len, tr->B, tr->T, Vp, devlg)
+        llmt_status s = tr->pp ? pp_logits(tr, win, len, devlg)
                                : llmt__devtrain_last_logits(tr->dev, win, len, devlg);
         if (s != LLMT_OK) {
             free(sorted);
@@ -1110,10 +1153,6 @@ static llmt_status pp_check(llmt_trainer *tr, const llmt_pp_opts *o, int32_t n)
         return llmt__err_set(e, LLMT_ERR_STATE,
                              "trainer: set_pp_comm: attach pipeline parallelism before data "
                              "parallelism (llmt_trainer_set_comm)");
-    if (tr->cp)
-        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_pp_comm: pipeline parallelism with context "
-                             "parallelism is not supported yet (parallelism.cp 1)");
     if (tr->o.fp8)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_pp_comm: fp8 with pipeline parallelism is not "
@@ -1207,10 +1246,15 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
         llmt__devtrain_tp et = {0, 1, NULL, NULL, 0};
         if (tr->tp)
             llmt__tp_engine(tr->tp, &et);
-        s = llmt__devtrain_create_stage(&tr->err, tr->ops, &d, tr->model, tr->B, tr->T,
+        /* context parallelism, when attached: the stage's engine holds this
+         * rank's T / cp rows of each sequence, as the CP engine did */
+        int Tl = tr->cp ? tr->T / llmt__cp_size(tr->cp) : tr->T;
+        s = llmt__devtrain_create_stage(&tr->err, tr->ops, &d, tr->model, tr->B, Tl,
                                         tr->o.grad_accum, tr->o.recompute, NULL, &et, &st,
                                         &dev);
     }
+    if (s == LLMT_OK && tr->cp)
+        llmt__devtrain_set_cp(dev, tr->cp);
     if (s == LLMT_OK)
         s = llmt__devtrain_upload(dev, tr->model->data, tr->m, tr->v);
     if (s == LLMT_OK)
@@ -1297,10 +1341,10 @@ static llmt_status cp_check(llmt_trainer *tr)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_cp_comm: attach context parallelism before data "
                              "parallelism (llmt_trainer_set_comm)");
-    if (tr->pp)
-        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_cp_comm: context parallelism with pipeline "
-                             "parallelism is not supported yet (parallelism.cp 1)");
+    if (tr->pp) /* each stage's engine is made for the rows CP gives it */
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
+                             "trainer: set_cp_comm: attach context parallelism before "
+                             "pipeline parallelism (llmt_trainer_set_pp_comm)");
     if (tr->o.fp8)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_cp_comm: fp8 with context parallelism is not "
