@@ -16,15 +16,17 @@
  * F(c, a) receives its input from the previous virtual stage (stage s-1,
  * or the last stage's chunk c-1; the first embeds its tokens) and sends
  * its output to the next; B(c, a) receives its output's gradient from the
- * next and sends its input's gradient back. GPipe and 1F1B pair each
- * send with the next receive as Megatron-LM does (ordered_recv), so
- * stages never wait on each other in a cycle even when a send waits for
- * its receiver; interleaving's messages wrap round the ring of stages, so
- * there the sends are left in flight where the transport would wait
- * (pp_send.h; the in-process one copies each send), and the gradients
- * travel on a second communicator so that each pair's messages of one
- * kind arrive in the order sent (pp_sched.c's simulation checks both:
- * with sends that never wait, the lists cannot deadlock). The engine keeps
+ * next and sends its input's gradient back. Where a send would wait for
+ * its receiver (MPI's rendezvous, Gloo) the sends are left in flight
+ * (pp_send.h), which interleaving needs (its messages wrap round the ring
+ * of stages) and which lets every schedule's sends overlap the next op;
+ * the in-process transport copies each send and returns. A transport
+ * with neither (NCCL) runs GPipe and 1F1B with each send paired with the
+ * next receive as Megatron-LM does (ordered_recv), so stages never wait
+ * on each other in a cycle. Under interleaving the gradients travel on a
+ * second communicator so that each pair's messages of one kind arrive in
+ * the order sent (pp_sched.c's simulation checks both: with sends that
+ * never wait, the lists cannot deadlock). The engine keeps
  * one activation set per micro-batch chunk in flight (the schedule's
  * count: the memory difference between the schedules) and receives each
  * input straight into its set. The time spent inside receives is the
@@ -63,8 +65,8 @@ struct llmt__pp {
      * memory (NCCL). */
     int stamps;
     double vt, vbusy, vspan;
-    /* the interleaved schedule over processes: its sends left in flight
-     * (pp_send.h; NULL where a send copies its buffer and returns) */
+    /* sends left in flight over processes (MPI, Gloo: pp_send.h; NULL
+     * where a send copies its buffer and returns, or cannot: NCCL) */
     llmt__pp_sends *sends;
     /* a send held back until the next op's receive (blocking transports:
      * ordered_recv below) */
@@ -258,8 +260,10 @@ llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int v, i
     if (pp->gown)
         pp->gcomm = pp->gown;
     pp->stamps = llmt__comm_isend_kind(comm) != LLMT__ISEND_NONE;
-    if (s == LLMT_OK && schedule == LLMT__PP_INTERLEAVED &&
-        llmt__comm_isend_kind(comm) == LLMT__ISEND_POSTED)
+    /* sends left in flight wherever a send would wait for its receiver
+     * (MPI, Gloo): needed by interleaving, and under every schedule the
+     * send then overlaps the next op's compute */
+    if (s == LLMT_OK && llmt__comm_isend_kind(comm) == LLMT__ISEND_POSTED)
         s = llmt__pp_sends_create(e, r, g, pp->inflight, pp->elems, store, &pp->sends);
     if (s == LLMT_OK && (r < n - 1 || pp->v > 1)) /* interleaved: every stage */
         s = llmt__devtrain_stage_buf(g, &pp->dy, pp->elems * pp->es);
@@ -339,9 +343,9 @@ static llmt_status flush(llmt__pp *pp)
                    pp->held.stamp);
 }
 
-/* An op's send: at once under interleaving (left in flight where the
- * transport would wait for the receiver: pp_send.h; set: the activation
- * set of an activation, -1 for a gradient); otherwise held until the next
+/* An op's send: left in flight where the transport would wait for the
+ * receiver (pp_send.h; set: the activation set of an activation, -1 for a
+ * gradient); at once under interleaving; otherwise held until the next
  * op's receive (the buffer stays untouched until then: the next op
  * receives elsewhere and computes after). */
 static llmt_status send_out(llmt__pp *pp, llmt_comm *c, const void *buf, int peer,

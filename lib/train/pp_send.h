@@ -1,11 +1,13 @@
-/* A pipeline stage's sends left in flight (pp_send.c): the interleaved
- * schedule over processes. Its messages go round the ring of stages (the
- * last stage's chunk c feeds the first stage's chunk c + 1), so while
- * stage s sends to s + 1, the stage before may be sending to s: when each
- * send waits for its receiver (MPI's rendezvous, Gloo) the ring waits
- * forever. Posted sends (lib/comm/p2p.h) break it: a stage then waits
- * only in its receives, for data that pp_sched.c's simulation shows
- * arrives (every op's input is produced by an earlier op of a list).
+/* A pipeline stage's sends left in flight (pp_send.c), over processes
+ * (MPI, Gloo): every schedule's sends then overlap the next op, and the
+ * interleaved schedule needs them. Its messages go round the ring of
+ * stages (the last stage's chunk c feeds the first stage's chunk c + 1),
+ * so while stage s sends to s + 1, the stage before may be sending to
+ * s: when each send waits for its receiver (MPI's rendezvous, Gloo) the
+ * ring waits forever. Posted sends (lib/comm/p2p.h) break it: a stage
+ * then waits only in its receives, for data that pp_sched.c's simulation
+ * shows arrives (every op's input is produced by an earlier op of a
+ * list).
  *
  * An activation is sent from its activation set's memory, which stays
  * untouched until that micro-batch chunk's backward: by then the next
