@@ -12,8 +12,9 @@
 llmt_status llmt__job_attach_cp(llmt_job *j)
 {
     llmt_status s = llmt_comm_create_plan_group(j->comm, j->plan, LLMT_DIM_CP, &j->cp_comm);
-    /* with tensor parallelism the caller cut the DP group already */
-    if (s == LLMT_OK && j->tp <= 1 && j->dp > 1)
+    /* with tensor or pipeline parallelism the caller cut the DP group
+     * already */
+    if (s == LLMT_OK && !j->dp_comm && j->dp > 1)
         s = llmt_comm_create_plan_group(j->comm, j->plan, LLMT_DIM_DP, &j->dp_comm);
     if (s != LLMT_OK)
         return FAIL(s, "job: the cp %d x dp %d groups: %s", (int)j->cp, (int)j->dp,

@@ -97,21 +97,25 @@ static llmt_status layout(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
     long long tp = (long long)s->parallelism.tp, dp = (long long)s->parallelism.dp;
-    if (s->parallelism.pp > 1) /* tp x pp x dp (refuse.c: no cp with pp) */
+    long long cp = (long long)s->parallelism.cp, pp = (long long)s->parallelism.pp;
+    if (pp > 1 && cp <= 1) /* tp x pp x dp */
         return llmt__job_pp_layout(j);
-    long long cp = (long long)s->parallelism.cp;
-    if (cp > 1 && j->world % (tp * cp))
+    /* tp x cp (x pp) x dp: a pipeline's stages each hold a CP group */
+    long long mp = tp * cp * pp;
+    if (cp > 1 && j->world % mp)
         return FAIL(LLMT_ERR_SPEC,
-                    "parallelism.cp: %lld x parallelism.tp %lld does not divide the world "
-                    "size %d (the job runs tp x cp x dp ranks): start it with a multiple "
-                    "of %lld processes (mpirun -np, srun, torchrun), or change cp",
-                    cp, tp, (int)j->world, tp * cp);
-    if (cp > 1 && llmt__spec_given(s, "parallelism.dp") && dp * tp * cp != j->world)
+                    "parallelism.cp: %lld x parallelism.tp %lld x parallelism.pp %lld does "
+                    "not divide the world size %d (the job runs tp x cp x pp x dp ranks): "
+                    "start it with a multiple of %lld processes (mpirun -np, srun, "
+                    "torchrun), or change cp",
+                    cp, tp, pp, (int)j->world, mp);
+    if (cp > 1 && llmt__spec_given(s, "parallelism.dp") && dp * mp != j->world)
         return FAIL(LLMT_ERR_SPEC,
-                    "parallelism.dp: %lld, but the job runs on %d rank(s) with tp %lld and "
-                    "parallelism.cp %lld: start it with tp x cp x dp = %lld processes, or "
-                    "leave dp out to take world size / (tp x cp)",
-                    dp, (int)j->world, tp, cp, dp * tp * cp);
+                    "parallelism.dp: %lld, but the job runs on %d rank(s) with tp %lld, "
+                    "parallelism.cp %lld and parallelism.pp %lld: start it with tp x cp x pp "
+                    "x dp = %lld processes, or leave dp out to take world size / (tp x cp x "
+                    "pp)",
+                    dp, (int)j->world, tp, cp, pp, dp * mp);
     if (cp > 1)
         return LLMT_OK;
     if (j->world % tp)

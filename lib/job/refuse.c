@@ -73,9 +73,10 @@ static llmt_status check_parallelism(llmt_job *j)
 }
 
 /* Context parallelism (lib/train/cp.c) runs on the host backends, with
- * tensor parallelism (sequence parallel or not) and data parallelism at
- * any ZeRO stage; what it does not compose with yet is named here, before
- * any data is prepared. */
+ * tensor parallelism (sequence parallel or not), pipeline parallelism (any
+ * schedule) and data parallelism (any ZeRO stage the pipeline allows);
+ * what it does not compose with yet is named here, before any data is
+ * prepared. */
 static llmt_status check_cp(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
@@ -89,12 +90,8 @@ static llmt_status check_cp(llmt_job *j)
     static const char *const why[] = {
         "train.device cuda (the attention's key/value exchange runs on host memory: the "
         "cpu backend for now)",
-        "parallelism.pp > 1 (pipeline stages with context parallel attention)",
         "model.moe.experts (the aux losses and counts over the group)"};
-    int k = s->train.device == LLMT_SPEC_DEVICE_CUDA ? 0
-            : s->parallelism.pp > 1                  ? 1
-            : s->model.moe.experts > 0               ? 2
-                                                     : -1;
+    int k = s->train.device == LLMT_SPEC_DEVICE_CUDA ? 0 : s->model.moe.experts > 0 ? 1 : -1;
     if (k >= 0)
         return REFUSE("parallelism.cp: %lld is not supported by llmt_job with %s yet; use "
                       "cp 1",

@@ -1,0 +1,213 @@
+/* llmt_job under context parallelism composed with pipeline parallelism
+ * (issue 18), in process: one thread per rank on an in-process
+ * communicator, each layout against the single-rank job on the same spec
+ * (the independent reference: the same data and seed, global batch 8 =
+ * micro 2 x accum x dp, so every layout trains on the same sequences; the
+ * plan orders ranks TP, CP, PP, DP, so world rank r is CP rank r % 2,
+ * stage r / 2 % 2, replica r / 4; a stage's CP ranks read the same
+ * sequences and each trains on its two chunks of them).
+ * (a) cp 2 x pp 2 (1F1B, ring and all-gather), cp 2 x pp 2 x dp 2 ZeRO-1
+ *     and cp 2 x tp 2 x pp 2 with sequence parallelism (the order tp, SP,
+ *     cp, pp) on GPT-2 (learned positions, tied head), Llama (RoPE, kv 2)
+ *     cp 2 x pp 2: every rank's loss of every step and its validation
+ *     losses within 1e-5 relative of the single rank's; the sampled text
+ *     (llmt_job_sample: the windows through the stages, the last
+ *     position's row on one CP rank) the single rank's; the perf split
+ *     times both the CP and the PP group;
+ * (b) checkpoints across the layouts in one run directory: cp 2 x pp 2
+ *     runs steps 1-2, one rank resumes for 3-4, cp 2 x pp 2 x dp 2 for
+ *     5-6: each step's loss within 1e-5 of the uninterrupted single
+ *     rank's;
+ * (c) bad layouts refused at creation, naming the key: cp 2 x pp 2 on 6
+ *     ranks (the world), dp 2 given on 4 ranks.
+ * Why 1e-5: cp and pp change only the order of fp32 sums (attention merged
+ * by log-sum-exp over blocks, gradients summed over the CP group, the
+ * gradient norm summed per stage), as in test_job_cp.c and test_job_pp.c.
+ * usage: test_job_cppp CORPUS_DIR (any directory of text files) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "job_threads.h"
+#include "llmtrain.h"
+
+#define STEPS 6
+_Static_assert(STEPS <= JT_MAXSTEPS, "jt_rank records steps 1..JT_MAXSTEPS");
+
+static char tmp[512], prep[700];
+
+#define GPT2 "\"arch\": \"gpt2\", \"layers\": 2, \"hidden\": 32, \"heads\": 4"
+#define LLAMA \
+    "\"arch\": \"llama\", \"layers\": 2, \"hidden\": 32, \"heads\": 4, \"kv_heads\": 2"
+
+/* The run every layout shares; par: the "parallelism" keys (test_job_cp.c's
+ * spec: the byte tokenizer's 257 tokens are the vocabulary). */
+static void spec(char *out, size_t cap, const char *model, const char *par)
+{
+    snprintf(out, cap,
+             "{\"name\": \"cpppjob\", \"model\": {%s, \"vocab\": 257, \"seq_len\": 16},"
+             " \"batch\": {\"micro\": 2, \"global\": 8},"
+             " \"parallelism\": {%s},"
+             " \"optimizer\": {\"lr\": 1e-3}, \"schedule\": {\"kind\": \"cosine\", "
+             "\"warmup_steps\": 2},"
+             " \"train\": {\"steps\": %d, \"seed\": 3, \"eval_interval\": 3, "
+             "\"eval_batches\": 2, \"log_interval\": 0, \"threads\": 1, \"sample_tokens\": %d},"
+             " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
+             " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
+             "\"cpu\"}}",
+             model, par, STEPS, 12, prep);
+}
+
+static void compare(const char *name, const char *model, const char *par, int n,
+                    const jt_rank *ref, jt_rank *a)
+{
+    char json[4096], dir[800];
+    spec(json, sizeof json, model, par);
+    snprintf(dir, sizeof dir, "%s/%s", tmp, name);
+    for (char *c = dir + strlen(tmp) + 1; *c; c++)
+        if (*c == ' ' || *c == ',')
+            *c = '_';
+    if (!run_layout(name, json, n, dir, 0, 0, a))
+        return;
+    check_losses_val(name, a, n, ref, 1, STEPS);
+    for (int r = 0; r < n; r++) {
+        /* the perf split times both groups */
+        CHECK(a[r].comm_s[LLMT_JOB_GROUP_CP] > 0);
+        CHECK(a[r].comm_s[LLMT_JOB_GROUP_PP] > 0);
+        if (strcmp(a[r].sample, ref->sample))
+            fprintf(stderr, "FAIL %s rank %d: sample '%s', one rank '%s'\n", name, r,
+                    a[r].sample, ref->sample);
+        CHECK(!strcmp(a[r].sample, ref->sample));
+    }
+}
+
+/* The plan of cp 2 x pp 2 on 8 ranks (dp left out): dp derived as 2,
+ * the batch's accumulation from it, each rank's coordinates in the order
+ * TP, CP, PP, DP and its CP and PP groups those of the layout the threads
+ * run (the job cuts its groups from them). */
+static void plan_check(void)
+{
+    char json[4096];
+    spec(json, sizeof json, GPT2, "\"cp\": 2, \"pp\": 2");
+    llmt_spec *sp = NULL;
+    llmt_plan *pl = NULL;
+    CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &sp), LLMT_OK);
+    CHECK_STATUS(llmt_plan_create(NULL, sp, 8, &pl), LLMT_OK);
+    if (!pl) {
+        llmt_spec_destroy(sp);
+        return;
+    }
+    int32_t deg[LLMT_PLAN_NDIMS], co[LLMT_PLAN_NDIMS], g[8];
+    CHECK_STATUS(llmt_plan_degrees(pl, deg), LLMT_OK);
+    CHECK(deg[LLMT_DIM_TP] == 1 && deg[LLMT_DIM_CP] == 2 && deg[LLMT_DIM_PP] == 2 &&
+          deg[LLMT_DIM_DP] == 2);
+    llmt_plan_estimate e;
+    memset(&e, 0, sizeof e);
+    e.struct_size = sizeof e;
+    CHECK_STATUS(llmt_plan_get_estimate(pl, &e), LLMT_OK);
+    CHECK(e.dp == 2 && e.micro == 2 && e.grad_accum == 2); /* 8 = 2 x 2 x dp 2 */
+    for (int32_t r = 0; r < 8; r++) {
+        CHECK_STATUS(llmt_plan_coords(pl, r, co), LLMT_OK);
+        CHECK(co[LLMT_DIM_TP] == 0 && co[LLMT_DIM_CP] == r % 2 &&
+              co[LLMT_DIM_PP] == r / 2 % 2 && co[LLMT_DIM_DP] == r / 4);
+        size_t n = 0;
+        CHECK_STATUS(llmt_plan_group(pl, LLMT_DIM_CP, r, g, 8, &n, NULL), LLMT_OK);
+        CHECK(n == 2 && g[0] == r - r % 2 && g[1] == g[0] + 1);
+        CHECK_STATUS(llmt_plan_group(pl, LLMT_DIM_PP, r, g, 8, &n, NULL), LLMT_OK);
+        CHECK(n == 2 && g[0] == r % 2 + 4 * (r / 4) && g[1] == g[0] + 2);
+    }
+    printf("plan cp 2 x pp 2 on 8 ranks: dp %d, micro %d x accum %d; coordinates and groups "
+           "checked\n",
+           (int)e.dp, (int)e.micro, (int)e.grad_accum);
+    llmt_plan_destroy(pl);
+    llmt_spec_destroy(sp);
+}
+
+static void refused(const char *what, const char *json, int world, const char *const *want)
+{
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/bad", tmp);
+    jt_refused(what, json, world, want, dir, 28, 0);
+}
+
+int main(int argc, char **argv)
+{
+    jt_cfg = (jt_config){STEPS, 3, JT_SAMPLE_BEFORE_FINISH, 34, 1e-5, 0};
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_job_cppp CORPUS_DIR\n");
+        return 2;
+    }
+    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-cppp-XXXXXX");
+    if (!mkdtemp(tmp))
+        return 1;
+    char json[4096], dir[800];
+
+    /* the corpus prepared once into byte-token shards */
+    {
+        snprintf(prep, sizeof prep, "%s", argv[1]);
+        spec(json, sizeof json, GPT2, "\"tp\": 1");
+        snprintf(dir, sizeof dir, "%s/prep", tmp);
+        llmt_status s = jt_prepare(json, dir);
+        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
+        if (s != LLMT_OK)
+            return check_exit("job-cp-pp");
+    }
+
+    static jt_rank ref[1], lref[1], a[JT_MAXR];
+    spec(json, sizeof json, GPT2, "\"tp\": 1");
+    snprintf(dir, sizeof dir, "%s/one", tmp);
+    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
+        return check_exit("job-cp-pp");
+    printf("one rank: losses %.6f .. %.6f, sample '%s'\n", (double)ref->loss[1],
+           (double)ref->loss[STEPS], ref->sample);
+
+    plan_check();
+    /* (a) */
+    compare("cp 2 x pp 2 ring", GPT2, "\"cp\": 2, \"pp\": 2", 4, ref, a);
+    compare("cp 2 x pp 2 allgather", GPT2,
+            "\"cp\": 2, \"pp\": 2, \"cp_variant\": \"allgather\"", 4, ref, a);
+    compare("cp 2 x pp 2 x dp 2 ZeRO-1", GPT2, "\"cp\": 2, \"pp\": 2, \"zero\": 1", 8, ref, a);
+    compare("cp 2 x tp 2 x pp 2 SP", GPT2,
+            "\"cp\": 2, \"tp\": 2, \"pp\": 2, \"sequence_parallel\": true", 8, ref, a);
+    spec(json, sizeof json, LLAMA, "\"tp\": 1");
+    snprintf(dir, sizeof dir, "%s/llama-one", tmp);
+    if (run_layout("llama one rank", json, 1, dir, 0, 0, lref))
+        compare("llama kv 2, cp 2 x pp 2 ring", LLAMA, "\"cp\": 2, \"pp\": 2", 4, lref, a);
+
+    /* (b) the chain through checkpoints, the layout changing */
+    {
+        static const struct {
+            const char *name, *par;
+            int n;
+        } ch[] = {{"chain cp 2 x pp 2", "\"cp\": 2, \"pp\": 2", 4},
+                  {"chain one rank (resumed)", "\"tp\": 1", 1},
+                  {"chain cp 2 x pp 2 x dp 2 (resumed)", "\"cp\": 2, \"pp\": 2", 8}};
+        snprintf(dir, sizeof dir, "%s/chain", tmp);
+        for (int p = 0; p < 3; p++) {
+            spec(json, sizeof json, GPT2, ch[p].par);
+            if (!run_layout(ch[p].name, json, ch[p].n, dir, p > 0, 2 * (p + 1), a))
+                break;
+            check_losses(ch[p].name, a, ch[p].n, ref, 2 * p + 1, 2 * p + 2);
+        }
+    }
+
+    /* (c) bad input, named */
+    {
+        static const char *const w_world[] = {"parallelism.cp", "world size 6", NULL};
+        static const char *const w_dp[] = {"parallelism.dp", "parallelism.pp", NULL};
+        spec(json, sizeof json, GPT2, "\"cp\": 2, \"pp\": 2");
+        refused("cp 2 x pp 2 on 6 ranks", json, 6, w_world);
+        spec(json, sizeof json, GPT2, "\"cp\": 2, \"pp\": 2, \"dp\": 2");
+        refused("cp 2 x pp 2 x dp 2 on 4 ranks", json, 4, w_dp);
+    }
+
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    if (check_failures)
+        fprintf(stderr, "kept %s\n", tmp);
+    else if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp);
+    return check_exit("job-cp-pp");
+}
