@@ -558,12 +558,14 @@ int main(int argc, char **argv)
             const llmt_job_perf *p = &a.perf[s];
             CHECK(p->compute_s == 0 && p->optimizer_s == 0);
             fprintf(stderr,
-                    "untimed step %d: wall %.4f s, unaccounted %.4f s, other %.4f s, "
-                    "ckpt %.4f s\n",
-                    s + 1, p->wall_s, p->unaccounted_s, p->other_s, p->ckpt_s);
+                    "untimed step %d: wall %.4f s, unaccounted %.4f s, data %.4f s, "
+                    "other %.4f s, ckpt %.4f s\n",
+                    s + 1, p->wall_s, p->unaccounted_s, p->data_s, p->other_s, p->ckpt_s);
             /* the engine's time moved to unaccounted (steps 1-2: no
-             * validation or checkpoint) */
-            CHECK(s >= 2 || p->unaccounted_s > 0.5 * p->wall_s);
+             * validation or checkpoint); the loader's wait, measured on
+             * its own, can take half of a step this small on a loaded
+             * machine (CI: step 1 of 18 ms with 10 ms of it) */
+            CHECK(s >= 2 || p->unaccounted_s > 0.5 * (p->wall_s - p->data_s));
             CHECK(p->unaccounted_s > 0 && p->mfu > 0);
         }
         char mpath[700];
