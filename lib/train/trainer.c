@@ -540,7 +540,8 @@ llmt_status llmt__trainer_local_read(llmt_trainer *tr, int32_t i, float **buf, i
     *n = 0;
     if (tr->dp && llmt__dp_released_bytes(tr->dp) > 0)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: ZeRO 3 releases the parameters between steps: no copy "
+                             "trainer: data parallelism releases parameters between steps "
+                             "(ZeRO 3's non-shares, other EP ranks' experts): no whole copy "
                              "of them to read");
     int64_t e = llmt__devtrain_local_numel(tr->dev, i);
     if (e == 0)
