@@ -67,9 +67,10 @@ static void banner(const llmt_job_info *i, int tp, const char *lay)
     if (i->world_size > 1 && tp > 1)
         printf("%s parallel: %s = %d ranks (%s), ZeRO-%d; global batch = micro x "
                "accum x %d\n",
-               strstr(lay, "cp")   ? "tensor x context x data"
-               : strstr(lay, "pp") ? "tensor x pipeline x data"
-                                   : "tensor x data",
+               strstr(lay, "cp") && strstr(lay, "pp") ? "tensor x context x pipeline x data"
+               : strstr(lay, "cp")                    ? "tensor x context x data"
+               : strstr(lay, "pp")                    ? "tensor x pipeline x data"
+                                                      : "tensor x data",
                lay, (int)i->world_size, i->comm_backend, (int)i->zero, (int)i->dp);
     else if (i->world_size > 1) {
         int ep = 1; /* expert parallel groups inside dp (layout's "(ep N)") */
