@@ -75,7 +75,6 @@ struct llmt__pp {
         llmt_comm *c;
         const void *buf;
         const char *what;
-        double stamp;
     } held;
 };
 
@@ -94,15 +93,16 @@ static double now_s(void)
  * also keeps a clock that runs only while it computes: the thread CPU
  * time of its forwards and backwards (the CPU engine computes on the
  * calling thread with train.threads 1; an OpenMP team's other threads are
- * not counted). Each message carries its sender's clock at the end of
- * the op that produced it (a second, 8-byte message), and a receive moves
- * the receiver's clock on to it when it is later: the gap is the time the
- * receiver would have waited with a core of its own, for this schedule,
- * these ops' real costs and these messages (Lamport's logical clock over
- * CPU time, as trace-replay tools measure wait states). At the step's end
- * the stages agree on its span, the largest clock; a stage's bubble is
- * the share of the span it did not compute, so under GPipe and 1F1B with
- * equal stages every stage idles (p-1)/(m+p-1) of it. */
+ * not counted). Each message carries its sender's clock when it is sent
+ * (the end of the op that produced it, or later where the pairing of
+ * blocking sends holds it back; a second, 8-byte message), and a receive
+ * moves the receiver's clock on to it when it is later: the gap is the
+ * time the receiver would have waited with a core of its own, for this
+ * schedule, these ops' real costs and these messages (Lamport's logical
+ * clock over CPU time, as trace-replay tools measure wait states). At the
+ * step's end the stages agree on its span, the largest clock; a stage's
+ * bubble is the share of the span it did not compute, so under GPipe and
+ * 1F1B with equal stages every stage idles (p-1)/(m+p-1) of it. */
 static double cpu_now(void)
 {
     struct timespec ts;
@@ -333,14 +333,15 @@ int llmt__pp_inflight(int schedule, int v, int micro, int stages, int stage)
     return n;
 }
 
-/* The held send, now. */
+/* The held send, now, stamped now: its receiver's clock then also sees
+ * the wait the pairing adds (ordered_recv receives first, then sends). */
 static llmt_status flush(llmt__pp *pp)
 {
     if (!pp->held.on)
         return LLMT_OK;
     pp->held.on = 0;
     return pp_send(pp, pp->held.c, pp->held.buf, pp->held.peer, pp->held.what, pp->held.a,
-                   pp->held.stamp);
+                   pp->vt);
 }
 
 /* An op's send: left in flight where the transport would wait for the
@@ -361,7 +362,6 @@ static llmt_status send_out(llmt__pp *pp, llmt_comm *c, const void *buf, int pee
     if (pp->sched == LLMT__PP_INTERLEAVED)
         return pp_send(pp, c, buf, peer, what, a, pp->vt);
     pp->held.on = 1;
-    pp->held.stamp = pp->vt;
     pp->held.c = c;
     pp->held.buf = buf;
     pp->held.peer = peer;
