@@ -1510,7 +1510,11 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
  * parallelism composes: llmt_trainer_set_tp_comm (and
  * llmt_trainer_set_sequence_parallel) before, on the TP group, splits the
  * stage's layers (what passes between stages is then the TP-replicated,
- * or sequence-sharded, hidden state); data parallelism too:
+ * or sequence-sharded, hidden state); so does context parallelism:
+ * llmt_trainer_set_cp_comm before (after TP), on the CP group, makes each
+ * stage's engine for its seq_len / cp rows of every sequence (the CP ranks
+ * of a stage run the same schedule; boundary tensors shrink cp-fold);
+ * data parallelism too:
  * llmt_trainer_set_comm afterwards on the stage's DP group, ZeRO 0 or 1
  * (2 and 3: LLMT_ERR_UNSUPPORTED). llmt_trainer_evaluate and
  * llmt_trainer_generate become forward-only pipeline passes, collective
@@ -1618,12 +1622,15 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
  * (the others add key/values alone), and any cp, tp, dp layout reads it.
  * Sequence parallelism set before (llmt_trainer_set_sequence_parallel)
  * composes: its row blocks split this rank's micro x seq_len / cp rows
- * over the TP group, attention runs on them gathered.
+ * over the TP group, attention runs on them gathered. Pipeline
+ * parallelism attached after (llmt_trainer_set_pp_comm) composes: each
+ * stage's engine is made for the seq_len / cp rows and runs the exchange
+ * in its layers; a stage sums its gradients and loss over the group.
  * Fails with LLMT_ERR_INVALID_ARGUMENT, naming parallelism.cp and
  * model.seq_len, when 2 x cp does not divide seq_len (with sequence
  * parallelism: or tp does not divide seq_len / cp), and for a variant
- * other than those below; LLMT_ERR_STATE after llmt_trainer_set_comm;
- * LLMT_ERR_UNSUPPORTED with pipeline parallelism, fp8, MoE layers, or on
+ * other than those below; LLMT_ERR_STATE after llmt_trainer_set_comm or
+ * llmt_trainer_set_pp_comm; LLMT_ERR_UNSUPPORTED with fp8, MoE layers, or on
  * CUDA (the exchange runs on host memory: the CPU backend and the bf16
  * emulation). */
 typedef enum llmt_cp_variant {
