@@ -22,14 +22,7 @@ ngpu=$("$exe" features 2>/dev/null | sed -n 's/^cuda devices: *//p')
 need=2
 [ "$case_" = inplace ] && need=3
 [ "${ngpu:-0}" -ge "$need" ] || { echo "$ngpu GPU(s), $case_ needs $need: skip"; exit 77; }
-fail=0
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-ok() { printf 'ok   %s\n' "$1"; }
-bad() { printf 'FAIL %s\n' "$1"; fail=1; }
-mkdir corpus && cp "${LLMT_SOURCE_ROOT:?}"/test/data/corpus/*.md corpus/ 2>/dev/null ||
-  cp "${LLMT_SOURCE_ROOT:?}"/doc/*.md corpus/ || exit 1
+. "$(dirname "$0")/../run_lib.sh"
 mk() { # file dp grad_accum
   cat > "$1" <<JSON
 {"name": "gpu-dp",
