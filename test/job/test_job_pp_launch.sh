@@ -1,12 +1,17 @@
 #!/bin/sh
 # Pipeline parallelism under `llmtrain launch` (Gloo, the fault-tolerance
-# agent): pp 2 x dp 2 on 4 workers, no spare, rank 1 killed at step 4. The
+# agent): pp 2 x dp 2 on 4 workers, no spare, rank 1 killed at step 5. The
 # agent shrinks the world to the largest the job accepts, 2 ranks (pp 2 x
 # dp 1: a pipeline stays whole), which gang-restarts from the pp 2 x dp 2
 # checkpoint of step 3 and finishes; every step's loss equals the
 # uninterrupted one-process run's within 1e-5 relative (+1e-6 for the 6
 # printed decimals), and the restarted run's metrics have a pp line per
 # step it ran.
+# Killed at step 5, not 4: rank 0 commits step 3's checkpoint (the
+# manifest) after rank 1's part is written, so a kill right after the save
+# could take that step with it when the agent stops the gang while rank 0
+# still writes; before rank 1 reaches step 5, rank 0 has run step 4 with it
+# and so has committed step 3 (a loaded machine lost it about 1 run in 4).
 # usage: test_job_pp_launch.sh path/to/llmtrain (exit 77 without gloo)
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 "$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build"; exit 77; }
@@ -30,8 +35,8 @@ JSON
 mk ref.json 1
 mk pp.json 2
 "$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
-LLMT_FAULT=kill:1:4 "$exe" launch --nproc 4 --heartbeat-timeout 60 pp.json --out pp > pp.log 2>&1 &&
-  ok "launch --nproc 4, rank 1 killed at step 4: finished" || { bad "launch"; cat pp.log; }
+LLMT_FAULT=kill:1:5 "$exe" launch --nproc 4 --heartbeat-timeout 60 pp.json --out pp > pp.log 2>&1 &&
+  ok "launch --nproc 4, rank 1 killed at step 5: finished" || { bad "launch"; cat pp.log; }
 grep -q "continuing elastically on 2 ranks" pp.log && ok "shrunk to 2 ranks (pp 2 x dp 1)" ||
   { bad "no shrink to 2 ranks"; cat pp.log; }
 grep -q "resumed at step 3" pp.log && ok "resumed the pipeline's step-3 checkpoint" ||

@@ -1,12 +1,17 @@
 #!/bin/sh
 # Tensor parallelism under `llmtrain launch` (Gloo, the fault-tolerance
-# agent): tp 2 x dp 2 on 4 workers, no spare, rank 1 killed at step 4. The
+# agent): tp 2 x dp 2 on 4 workers, no spare, rank 1 killed at step 5. The
 # agent shrinks the world to the largest the job accepts, 2 ranks (tp 2 x
 # dp 1: a TP group stays whole), which resumes the tp 2 x dp 2 checkpoint of
 # step 3 and finishes; every step's loss equals the uninterrupted
 # one-process run's within 1e-5 relative (+1e-6 for the 6 printed
 # decimals). With ZeRO-1 no smaller world is runnable (dp 1 refuses a
 # stage): the agent stops at once saying so, naming parallelism.zero.
+# Killed at step 5, not 4: rank 0 commits step 3's checkpoint (the
+# manifest) after rank 1's part is written, so a kill right after the save
+# could take that step with it when the agent stops the gang while rank 0
+# still writes; before rank 1 reaches step 5, rank 0 has run step 4 with it
+# and so has committed step 3 (a loaded machine lost it about 1 run in 4).
 # usage: test_job_tp_launch.sh path/to/llmtrain (exit 77 without gloo)
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 "$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build"; exit 77; }
@@ -31,8 +36,8 @@ mk ref.json 1 0
 mk tp.json 2 0
 mk tpz.json 2 1
 "$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
-LLMT_FAULT=kill:1:4 "$exe" launch --nproc 4 --heartbeat-timeout 60 tp.json --out tp > tp.log 2>&1 &&
-  ok "launch --nproc 4, rank 1 killed at step 4: finished" || { bad "launch"; cat tp.log; }
+LLMT_FAULT=kill:1:5 "$exe" launch --nproc 4 --heartbeat-timeout 60 tp.json --out tp > tp.log 2>&1 &&
+  ok "launch --nproc 4, rank 1 killed at step 5: finished" || { bad "launch"; cat tp.log; }
 grep -q "continuing elastically on 2 ranks, 1 data-parallel groups of 2 (was 4 ranks)" tp.log &&
   ok "shrank to tp 2 x dp 1" || { bad "no elastic shrink to 2 ranks"; cat tp.log; }
 grep -q "tensor x data parallel: tp 2 x dp 1 = 2 ranks (gloo)" tp.log &&
@@ -48,7 +53,7 @@ if [ "$(wc -l < a.txt)" = 6 ] && [ "$(wc -l < b.txt)" = 6 ] &&
 else
   bad "losses differ"; paste a.txt b.txt
 fi
-LLMT_FAULT=kill:1:4 "$exe" launch --nproc 4 --heartbeat-timeout 60 tpz.json --out tpz > tpz.log 2>&1 &&
+LLMT_FAULT=kill:1:5 "$exe" launch --nproc 4 --heartbeat-timeout 60 tpz.json --out tpz > tpz.log 2>&1 &&
   bad "ZeRO-1 on a shrunk tp group finished" || ok "ZeRO-1: the agent stops"
 grep -q "no smaller world.*parallelism.zero 1 needs 2 or more data-parallel ranks" tpz.log &&
   ok "saying why (parallelism.zero)" || { bad "no reason naming parallelism.zero"; cat tpz.log; }
