@@ -69,10 +69,10 @@ LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_tp_comm: attach tensor parallelism before data "
                              "parallelism (llmt_trainer_set_comm)");
-    if (tr->cp)
-        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_tp_comm: tensor parallelism with context "
-                             "parallelism is not supported yet (parallelism.cp 1)");
+    if (tr->cp) /* cp x tp runs: the CP engine is made over the TP group it finds */
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
+                             "trainer: set_tp_comm: attach tensor parallelism before context "
+                             "parallelism (llmt_trainer_set_cp_comm)");
     if (tr->pp)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_tp_comm: attach tensor parallelism before "

@@ -367,7 +367,7 @@ static void *refuse_rank(void *p)
         int ok = !memcmp(one, split, (size_t)T * sizeof one[0]);
         /* the block kernels' time is counted for the job's compute split */
         ok &= llmt__trainer_cp_compute_s(tr) > 0;
-        ok &= llmt_trainer_set_tp_comm(tr, a->comm) == LLMT_ERR_UNSUPPORTED;
+        ok &= llmt_trainer_set_tp_comm(tr, a->comm) == LLMT_ERR_STATE; /* tp goes on first */
         ok &= strstr(llmt_trainer_last_error(tr), "context parallelism") != NULL;
         a->numel = ok;
     }
