@@ -12,6 +12,20 @@
 #include "train/trainer_impl.h"
 #include "train/trainer_state.h"
 
+/* The trainer takes a new engine made from its host copies (which are
+ * current: the caller synced them): the old one goes, the host mirrors are
+ * the new one's, and the moments and gradients are on the device. */
+static void use_engine(llmt_trainer *tr, llmt__devtrain *dev)
+{
+    llmt__devtrain_destroy(tr->dev);
+    tr->dev = dev;
+    tr->grads = llmt__devtrain_host_grads(dev);
+    tr->m = llmt__devtrain_host_m(dev);
+    tr->v = llmt__devtrain_host_v(dev);
+    tr->stale_params = 0;
+    tr->stale_moments = tr->stale_grads = 1;
+}
+
 /* Tensor parallelism: a new engine that holds only this rank's shards
  * (lib/train/device.c), made from the host copies of the parameters and
  * moments (gathered from the old engine's group first, when it had one),
@@ -49,15 +63,10 @@ static llmt_status tp_attach(llmt_trainer *tr, llmt_comm *comm, int seq)
         llmt__tp_destroy(tp);
         return s;
     }
-    llmt__devtrain_destroy(tr->dev);
-    llmt__tp_destroy(tr->tp);
-    tr->dev = dev;
+    llmt__tp *was = tr->tp; /* the old engine may use it until it goes */
+    use_engine(tr, dev);
+    llmt__tp_destroy(was);
     tr->tp = tp;
-    tr->grads = llmt__devtrain_host_grads(dev);
-    tr->m = llmt__devtrain_host_m(dev);
-    tr->v = llmt__devtrain_host_v(dev);
-    tr->stale_params = 0;
-    tr->stale_moments = tr->stale_grads = 1;
     return LLMT_OK;
 }
 
@@ -263,15 +272,9 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
         llmt__devtrain_destroy(dev);
         return s;
     }
-    llmt__devtrain_destroy(tr->dev);
-    tr->dev = dev;
     tr->pp = pp;
     tr->pp_comm = comm;
-    tr->grads = llmt__devtrain_host_grads(dev);
-    tr->m = llmt__devtrain_host_m(dev);
-    tr->v = llmt__devtrain_host_v(dev);
-    tr->stale_params = 0;
-    tr->stale_moments = tr->stale_grads = 1;
+    use_engine(tr, dev);
     return LLMT_OK;
 }
 
@@ -415,18 +418,12 @@ llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant)
         free(tg);
         return s;
     }
-    llmt__devtrain_destroy(tr->dev);
+    use_engine(tr, dev); /* the old engine may use the old group until it goes */
     llmt__cp_destroy(tr->cp);
     free(tr->cp_in);
     free(tr->cp_tg);
-    tr->dev = dev;
     tr->cp = cp;
     tr->cp_in = in;
     tr->cp_tg = tg;
-    tr->grads = llmt__devtrain_host_grads(dev);
-    tr->m = llmt__devtrain_host_m(dev);
-    tr->v = llmt__devtrain_host_v(dev);
-    tr->stale_params = 0;
-    tr->stale_moments = tr->stale_grads = 1;
     return LLMT_OK;
 }
