@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "job/job.h"
-#include "train/pp.h"
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
@@ -78,11 +77,8 @@ void llmt__job_pp_line(llmt_job *j, int64_t step)
     llmt_pp_stats ps;
     memset(&ps, 0, sizeof ps);
     ps.struct_size = sizeof ps;
-    llmt__pp_info pi;
-    memset(&pi, 0, sizeof pi);
-    if (llmt_trainer_pp_stats(j->tr, &ps) != LLMT_OK || !llmt__trainer_pp_info(j->tr, &pi))
+    if (llmt_trainer_pp_stats(j->tr, &ps) != LLMT_OK)
         return;
-    double cpu = pi.span_cpu_s > 0.0 ? 1.0 - pi.busy_cpu_s / pi.span_cpu_s : 0.0;
     llmt__job_metrics_line(j,
                            "{\"event\":\"pp\",\"step\":%lld,\"stage\":%d,\"stages\":%d,"
                            "\"layers\":%d,\"micro_batches\":%d,\"schedule_s\":%.6f,"
@@ -90,5 +86,6 @@ void llmt__job_pp_line(llmt_job *j, int64_t step)
                            "\"busy_cpu_s\":%.6f,\"span_cpu_s\":%.6f,\"bubble_cpu\":%.4f}",
                            (long long)step, (int)ps.stage, (int)ps.stages, (int)ps.layers,
                            (int)ps.micro_batches, ps.step_seconds, ps.idle_seconds, ps.bubble,
-                           ps.bubble_balanced, pi.busy_cpu_s, pi.span_cpu_s, cpu);
+                           ps.bubble_balanced, ps.busy_cpu_seconds, ps.span_cpu_seconds,
+                           ps.bubble_cpu);
 }
