@@ -119,33 +119,49 @@ uint64_t llmt__job_params_hash(llmt_job *j)
     return r;
 }
 
-int32_t llmt__job_replica_group(const llmt_job *j, int32_t rank)
+int32_t *llmt__job_replica_groups(const llmt_job *j)
 {
-    size_t n = 0;
-    int32_t gid = -1;
-    llmt_plan_group(j->plan, LLMT_DIM_DP, rank, NULL, 0, &n, &gid);
-    return gid;
+    int32_t *grp = malloc((size_t)j->world * sizeof *grp);
+    for (int32_t r = 0; grp && r < j->world; r++) {
+        size_t n = 0;
+        grp[r] = -1;
+        llmt_plan_group(j->plan, LLMT_DIM_DP, r, NULL, 0, &n, &grp[r]);
+    }
+    return grp;
 }
 
-/* maj[r]: a rank of r's replica group whose hash more than half of the
- * group holds, -1 when none does (two replicas that differ). */
+/* maj[r]: the first rank of r's replica group whose hash more than half
+ * of the group holds, -1 when none does (two replicas that differ). Each
+ * group once: its members, then a majority vote (Boyer-Moore) checked by
+ * a count, so the work is the world times the number of groups, not the
+ * world cubed. mem: scratch of world entries. */
 static void replica_majorities(const llmt_job *j, const uint64_t *all, const int32_t *grp,
-                               int32_t *maj)
+                               int32_t *maj, int32_t *mem)
 {
+    for (int32_t r = 0; r < j->world; r++)
+        maj[r] = -2; /* not decided yet */
     for (int32_t r = 0; r < j->world; r++) {
-        int32_t size = 0;
-        for (int32_t q = 0; q < j->world; q++)
-            size += grp[q] == grp[r];
-        maj[r] = -1;
-        for (int32_t c = 0; c < j->world && maj[r] < 0; c++) {
-            if (grp[c] != grp[r])
-                continue;
-            int32_t same = 0;
-            for (int32_t q = 0; q < j->world; q++)
-                same += grp[q] == grp[r] && all[q] == all[c];
-            if (2 * same > size)
-                maj[r] = c;
+        if (maj[r] != -2)
+            continue; /* r's group is decided: r is the first of a new one */
+        int32_t n = 0, votes = 0;
+        uint64_t cand = 0;
+        for (int32_t q = r; q < j->world; q++)
+            if (grp[q] == grp[r])
+                mem[n++] = q;
+        for (int32_t k = 0; k < n; k++) {
+            if (votes == 0)
+                cand = all[mem[k]];
+            votes += all[mem[k]] == cand ? 1 : -1;
         }
+        int32_t same = 0, first = -1;
+        for (int32_t k = 0; k < n; k++)
+            if (all[mem[k]] == cand) {
+                same++;
+                if (first < 0)
+                    first = mem[k];
+            }
+        for (int32_t k = 0; k < n; k++)
+            maj[mem[k]] = 2 * same > n ? first : -1;
     }
 }
 
@@ -221,17 +237,15 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
     }
     j->sdc_checks++;
     /* each replica group's majority hash: held by more than half of it */
-    int32_t *grp = malloc((size_t)j->world * sizeof *grp);
-    int32_t *majr = malloc((size_t)j->world * sizeof *majr);
+    int32_t *grp = llmt__job_replica_groups(j);
+    int32_t *majr = malloc(2 * (size_t)j->world * sizeof *majr);
     if (!grp || !majr) {
         free(grp);
         free(majr);
         free(all);
         return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory");
     }
-    for (int32_t r = 0; r < j->world; r++)
-        grp[r] = llmt__job_replica_group(j, r);
-    replica_majorities(j, all, grp, majr);
+    replica_majorities(j, all, grp, majr, majr + j->world);
     char bad[512] = "";
     int nbad = 0, repairable = 1;
     int32_t maj = -1, first = -1, others = 0; /* the first bad rank's group */

@@ -247,9 +247,10 @@ double llmt__job_window_z(const float *w, int n, float x);
 void llmt__job_window_add(float *w, int *n, int *pos, float x);
 llmt_status llmt__job_lower_lr(llmt_job *j, int64_t at, const char *why);
 uint64_t llmt__job_params_hash(llmt_job *j);
-/* The replica group of `rank` (the plan's DP group id): its ranks hold
- * the same parameters, shard for shard, and must hash alike. */
-int32_t llmt__job_replica_group(const llmt_job *j, int32_t rank);
+/* Every rank's replica group (the plan's DP group id; a new array of
+ * world entries, NULL without memory): the ranks of a group hold the same
+ * parameters, shard for shard, and must hash alike. */
+int32_t *llmt__job_replica_groups(const llmt_job *j);
 llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m);
 llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s);
 /* sdc_replay.c: in deterministic mode, after the hashes `orig` (one per

@@ -75,13 +75,19 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
     }
     /* the replays agree when every replica group's do (the groups hold
      * different shards under tensor or pipeline parallelism) */
+    int32_t *grp = llmt__job_replica_groups(j);
+    if (!grp) {
+        free(rep);
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: replay: no memory");
+    }
     int agree = 1;
     for (int32_t r = 1; r < j->world; r++) {
-        int32_t g = llmt__job_replica_group(j, r), q = 0;
-        while (llmt__job_replica_group(j, q) != g)
+        int32_t q = 0; /* the first rank of r's group */
+        while (grp[q] != grp[r])
             q++;
         agree &= rep[r] == rep[q];
     }
+    free(grp);
     char bad[512], oh[4096], rh[4096];
     list(bad, sizeof bad, orig, rep, j->world, 0);
     list(oh, sizeof oh, orig, NULL, j->world, 1);
