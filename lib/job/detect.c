@@ -86,15 +86,21 @@ llmt_status llmt__job_lower_lr(llmt_job *j, int64_t at, const char *why)
  * which are what its replicas hold equal, bit for bit (a host copy under
  * tensor parallelism is gathered from the whole TP group, so a flip in
  * one shard would show on every rank of the group). */
-uint64_t llmt__job_params_hash(llmt_job *j)
+llmt_status llmt__job_params_hash(llmt_job *j, uint64_t *out)
 {
+    *out = 0;
+    /* host tensors: current first (ZeRO's and EP's gathers; collective:
+     * every rank has the same engine); an engine's own parts need none */
+    int resident = llmt__trainer_host_resident(j->tr);
+    llmt_status st = resident ? llmt_trainer_sync_params(j->tr) : LLMT_OK;
+    if (st != LLMT_OK)
+        return FAIL(st, "%s", llmt_trainer_last_error(j->tr));
     int32_t n = 0;
     llmt_model_param_count(j->model, &n, NULL);
     XXH64_state_t *h = XXH64_createState();
     if (!h)
-        return 0;
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "no memory for a hash state");
     XXH64_reset(h, 0);
-    int resident = llmt__trainer_host_resident(j->tr);
     for (int32_t i = 0; i < n; i++) {
         if (!resident) {
             float *b = NULL;
@@ -114,9 +120,9 @@ uint64_t llmt__job_params_hash(llmt_job *j)
             e *= v.shape[d];
         XXH64_update(h, v.data, (size_t)e * (v.dtype == LLMT_DTYPE_FP32 ? 4 : 2));
     }
-    uint64_t r = XXH64_digest(h);
+    *out = XXH64_digest(h);
     XXH64_freeState(h);
-    return r;
+    return LLMT_OK;
 }
 
 int32_t *llmt__job_replica_groups(const llmt_job *j)
@@ -222,10 +228,10 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
     if (every <= 0 || !j->comm || j->world < 2 || step % every)
         return LLMT_OK;
     double t0 = llmt__job_now();
-    llmt_status s = llmt_trainer_sync_params(j->tr);
+    uint64_t mine = 0;
+    llmt_status s = llmt__job_params_hash(j, &mine);
     if (s != LLMT_OK)
-        return FAIL(s, "sdc: %s", llmt_trainer_last_error(j->tr));
-    uint64_t mine = llmt__job_params_hash(j);
+        return s; /* the message names the trainer's failure */
     uint64_t *all = calloc((size_t)j->world, sizeof *all);
     if (!all)
         return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory");

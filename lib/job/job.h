@@ -246,7 +246,9 @@ void llmt__job_heartbeat(llmt_job *j, int64_t step);
 double llmt__job_window_z(const float *w, int n, float x);
 void llmt__job_window_add(float *w, int *n, int *pos, float x);
 llmt_status llmt__job_lower_lr(llmt_job *j, int64_t at, const char *why);
-uint64_t llmt__job_params_hash(llmt_job *j);
+/* This rank's parameters as one xxh64 (detect.c); collective where the
+ * host copy must be made current first. */
+llmt_status llmt__job_params_hash(llmt_job *j, uint64_t *out);
 /* Every rank's replica group (the plan's DP group id; a new array of
  * world entries, NULL without memory): the ranks of a group hold the same
  * parameters, shard for shard, and must hash alike. */

@@ -130,7 +130,9 @@ static llmt_status anomaly(llmt_job *j, int64_t at, const char *kind, const char
     llmt__log(j->ctx, LLMT_LOG_WARN, "job", "anomaly at step %lld on rank %d: %s %s: %s%s",
               (long long)at, (int)j->rank, kind, evidence, action,
               window ? " (the data window since the snapshot is skipped)" : "");
-    llmt_trainer_sync_params(j->tr);
+    uint64_t xxh = 0; /* 0 in the line if it cannot be had: the policy still acts */
+    if (llmt__job_params_hash(j, &xxh) != LLMT_OK)
+        llmt__err_clear(&j->err);
     llmt__job_metrics_line(
         j,
         "{\"event\":\"anomaly\",\"step\":%lld,\"kind\":\"%s\",\"action\":\"%s\","
@@ -141,8 +143,8 @@ static llmt_status anomaly(llmt_job *j, int64_t at, const char *kind, const char
         : policy == LLMT_SPEC_ANOMALY_LOWER_LR ? "lower_lr"
         : applied                              ? "logged"
                                                : "skip",
-        (long long)m->step, (int)j->rank, ev, (unsigned long long)llmt__job_params_hash(j),
-        (long long)cursor, (long long)window, (long long)undone);
+        (long long)m->step, (int)j->rank, ev, (unsigned long long)xxh, (long long)cursor,
+        (long long)window, (long long)undone);
     if (policy == LLMT_SPEC_ANOMALY_LOWER_LR)
         return llmt__job_lower_lr(j, at, kind);
     return LLMT_OK;

@@ -61,9 +61,9 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
             return FAIL(s, "sdc: replay of step %lld from step %lld: %s", (long long)t,
                         (long long)from, llmt_trainer_last_error(j->tr));
     }
-    if ((s = llmt_trainer_sync_params(j->tr)) != LLMT_OK)
-        return FAIL(s, "sdc: replay: %s", llmt_trainer_last_error(j->tr));
-    uint64_t mine = llmt__job_params_hash(j);
+    uint64_t mine = 0;
+    if ((s = llmt__job_params_hash(j, &mine)) != LLMT_OK)
+        return s; /* the message names the trainer's failure */
     uint64_t *rep = calloc((size_t)j->world, sizeof *rep);
     if (!rep)
         return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: replay: no memory");
