@@ -899,6 +899,8 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     int nhl = g->nh_l;
     size_t NH = ops->attn_state ? ops->attn_state(B, nhl, T) : (size_t)B * nhl * T;
     size_t bf = g->es;
+    /* a pipeline stage's boundary tensors carry its clock after them */
+    size_t tail = g->pp > 1 ? LLMT__STAGE_TAIL : 0;
 #define DA(ptr, bytes, act)                                              \
     do {                                                                 \
         if ((s = dalloc(g, (void **)&(ptr), (bytes), (act))) != LLMT_OK) \
@@ -915,7 +917,7 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
         if (k > 0 && (s = new_slot(g)) != LLMT_OK)
             goto fail;
         for (int l = g->ca0; l <= g->ca1; l++)
-            DA(g->resid[l], Nr * C * bf, 1);
+            DA(g->resid[l], Nr * C * bf + tail, 1);
         for (int l = 0; l < g->nacts; l++) {
             if (g->nacts > 1 && (l < g->ca0 || l >= g->ca1))
                 continue; /* another pipeline stage's layer (or chunk's) */
@@ -952,7 +954,7 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
             save_slot(g, k);
     }
     DA(g->losses, (size_t)A * N * 4, 0); /* per step, not per micro-batch */
-    DA(g->dres, Nr * C * bf, 1);
+    DA(g->dres, Nr * C * bf + tail, 1);
     if (sp) {
         DA(g->gat, N * C * bf, 1);
         g->nrmoff = malloc(((size_t)L * 4 + 2) * sizeof *g->nrmoff);
@@ -2404,6 +2406,20 @@ llmt_status llmt__devtrain_stage_copy(llmt__devtrain *g, void *dst, const void *
                                       size_t bytes)
 {
     S(g->op->d2d(g->d, dst, src, bytes), "stage boundary copy");
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_stage_put(llmt__devtrain *g, void *dst, const void *src,
+                                     size_t bytes)
+{
+    S(g->op->h2d(g->d, dst, src, bytes), "stage boundary stamp");
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_stage_get(llmt__devtrain *g, void *dst, const void *src,
+                                     size_t bytes)
+{
+    S(g->op->d2h(g->d, dst, src, bytes), "stage boundary stamp");
     return LLMT_OK;
 }
 

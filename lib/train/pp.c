@@ -61,9 +61,10 @@ struct llmt__pp {
     /* The bubble in compute time (cpu_now below): vt, this stage's clock
      * (its ops' thread CPU time, moved on to a message's stamp when that
      * comes later); vbusy of it computing; vspan: the step's, every
-     * stage's largest vt. Off (stamps 0) where a message must be device
-     * memory (NCCL). */
-    int stamps;
+     * stage's largest vt. The stamp rides after the tensor
+     * (LLMT__STAGE_TAIL: tail more storage elements in the message); off
+     * (tail 0) where a message must be device memory (NCCL). */
+    size_t tail;
     double vt, vbusy, vspan;
     /* sends left in flight over processes (MPI, Gloo: pp_send.h; NULL
      * where a send copies its buffer and returns, or cannot: NCCL) */
@@ -73,7 +74,7 @@ struct llmt__pp {
     struct {
         int on, peer, a;
         llmt_comm *c;
-        const void *buf;
+        void *buf;
         const char *what;
     } held;
 };
@@ -95,7 +96,9 @@ static double now_s(void)
  * calling thread with train.threads 1; an OpenMP team's other threads are
  * not counted). Each message carries its sender's clock when it is sent
  * (the end of the op that produced it, or later where the pairing of
- * blocking sends holds it back; a second, 8-byte message), and a receive
+ * blocking sends holds it back; 8 bytes after the tensor, in the same
+ * message: a second message a boundary would cost each send's latency
+ * again, every step, whether or not anyone reads the bubble), and a receive
  * moves the receiver's clock on to it when it is later: the gap is the
  * time the receiver would have waited with a core of its own, for this
  * schedule, these ops' real costs and these messages (Lamport's logical
@@ -259,14 +262,16 @@ llmt_status llmt__pp_create(llmt_err *e, llmt_comm *comm, int schedule, int v, i
                           llmt_comm_last_error(comm));
     if (pp->gown)
         pp->gcomm = pp->gown;
-    pp->stamps = llmt__comm_isend_kind(comm) != LLMT__ISEND_NONE;
+    if (llmt__comm_isend_kind(comm) != LLMT__ISEND_NONE)
+        pp->tail = LLMT__STAGE_TAIL / pp->es;
     /* sends left in flight wherever a send would wait for its receiver
      * (MPI, Gloo): needed by interleaving, and under every schedule the
      * send then overlaps the next op's compute */
     if (s == LLMT_OK && llmt__comm_isend_kind(comm) == LLMT__ISEND_POSTED)
-        s = llmt__pp_sends_create(e, r, g, pp->inflight, pp->elems, store, &pp->sends);
+        s = llmt__pp_sends_create(e, r, g, pp->inflight, pp->elems, pp->tail, store,
+                                  &pp->sends);
     if (s == LLMT_OK && (r < n - 1 || pp->v > 1)) /* interleaved: every stage */
-        s = llmt__devtrain_stage_buf(g, &pp->dy, pp->elems * pp->es);
+        s = llmt__devtrain_stage_buf(g, &pp->dy, pp->elems * pp->es + LLMT__STAGE_TAIL);
     /* a tied head: the first and the last stage sum wte's gradient
      * (Megatron-LM's embedding group); split collectively over comm */
     size_t tn = 0;
@@ -298,28 +303,30 @@ static llmt_status p2p_fail(llmt__pp *pp, llmt_comm *c, const char *what, int a,
                          llmt_comm_last_error(c));
 }
 
-/* A message and its sender's clock (cpu_now above). */
+/* A message and its sender's clock (cpu_now above) after it. */
 static llmt_status pp_recv(llmt__pp *pp, llmt_comm *c, void *buf, int peer, const char *what,
                            int a)
 {
     double t0 = now_s(), stamp = 0.0;
-    llmt_status s = llmt_comm_recv(c, buf, pp->elems, pp->store, peer, NULL);
-    if (s == LLMT_OK && pp->stamps)
-        s = llmt_comm_recv(c, &stamp, 1, LLMT_DTYPE_INT64, peer, NULL);
+    llmt_status s = llmt_comm_recv(c, buf, pp->elems + pp->tail, pp->store, peer, NULL);
     pp->idle_s += now_s() - t0;
     if (s != LLMT_OK)
         return p2p_fail(pp, c, what, a, peer);
+    if (pp->tail && (s = llmt__pp_stamp_get(pp->g, buf, pp->elems * pp->es, &stamp)) != LLMT_OK)
+        return s;
     pp->recvd += (int64_t)(pp->elems * pp->es);
     if (stamp > pp->vt)
         pp->vt = stamp;
     return LLMT_OK;
 }
 
-static llmt_status pp_send(llmt__pp *pp, llmt_comm *c, const void *buf, int peer,
-                           const char *what, int a, double stamp)
+static llmt_status pp_send(llmt__pp *pp, llmt_comm *c, void *buf, int peer, const char *what,
+                           int a, double stamp)
 {
-    if (llmt_comm_send(c, buf, pp->elems, pp->store, peer, NULL) != LLMT_OK ||
-        (pp->stamps && llmt_comm_send(c, &stamp, 1, LLMT_DTYPE_INT64, peer, NULL) != LLMT_OK))
+    llmt_status s;
+    if (pp->tail && (s = llmt__pp_stamp_put(pp->g, buf, pp->elems * pp->es, stamp)) != LLMT_OK)
+        return s;
+    if (llmt_comm_send(c, buf, pp->elems + pp->tail, pp->store, peer, NULL) != LLMT_OK)
         return p2p_fail(pp, c, what, a, peer);
     pp->sent += (int64_t)(pp->elems * pp->es);
     return LLMT_OK;
@@ -349,8 +356,8 @@ static llmt_status flush(llmt__pp *pp)
  * gradient); at once under interleaving; otherwise held until the next
  * op's receive (the buffer stays untouched until then: the next op
  * receives elsewhere and computes after). */
-static llmt_status send_out(llmt__pp *pp, llmt_comm *c, const void *buf, int peer,
-                            const char *what, int a, int set)
+static llmt_status send_out(llmt__pp *pp, llmt_comm *c, void *buf, int peer, const char *what,
+                            int a, int set)
 {
     if (pp->sends) {
         llmt_status s = set >= 0 ? llmt__pp_sends_act(pp->sends, c, buf, peer, set, a, pp->vt)

@@ -6,10 +6,9 @@
 #include "train/pp_send.h"
 
 typedef struct pending {
-    llmt__isend *w, *ws; /* the message, its stamp; NULL: done (or none) */
+    llmt__isend *w; /* the message (its stamp after it); NULL: done (or none) */
     llmt_comm *c;
     int peer, a;
-    double stamp; /* sent from here: the entry stays put until done */
 } pending;
 
 typedef struct gbuf {
@@ -21,7 +20,7 @@ struct llmt__pp_sends {
     llmt_err *e;
     llmt__devtrain *g;
     int stage, sets;
-    size_t count, bytes;
+    size_t count, tail, bytes; /* a tensor's elements, the stamp's; its bytes */
     llmt_dtype dtype;
     pending *act; /* per activation set */
     gbuf **pool;  /* gradient copies */
@@ -37,7 +36,8 @@ static double now_s(void)
 }
 
 llmt_status llmt__pp_sends_create(llmt_err *e, int stage, llmt__devtrain *g, int sets,
-                                  size_t count, llmt_dtype dtype, llmt__pp_sends **out)
+                                  size_t count, size_t tail, llmt_dtype dtype,
+                                  llmt__pp_sends **out)
 {
     *out = NULL;
     llmt__pp_sends *s = calloc(1, sizeof *s);
@@ -52,6 +52,7 @@ llmt_status llmt__pp_sends_create(llmt_err *e, int stage, llmt__devtrain *g, int
     s->stage = stage;
     s->sets = sets;
     s->count = count;
+    s->tail = tail;
     s->dtype = dtype;
     s->bytes = count * llmt_dtype_size(dtype);
     *out = s;
@@ -62,27 +63,28 @@ void llmt__pp_sends_destroy(llmt__pp_sends *s)
 {
     if (!s)
         return;
-    int stuck = 0; /* a stamp in flight reads its entry: keep them all */
-    for (int i = 0; i < s->sets; i++) {
-        stuck |= s->act[i].ws != NULL;
+    for (int i = 0; i < s->sets; i++)
         llmt__comm_isend_free(s->act[i].w);
-        llmt__comm_isend_free(s->act[i].ws);
-    }
     for (int i = 0; i < s->npool; i++) {
         gbuf *b = s->pool[i];
-        stuck |= b->p.ws != NULL;
-        if (!b->p.w)
+        if (!b->p.w) /* else leaked with the communicator that still reads it */
             llmt__devtrain_stage_buf_free(s->g, b->buf);
         llmt__comm_isend_free(b->p.w);
-        llmt__comm_isend_free(b->p.ws);
-        if (!b->p.ws)
-            free(b);
+        free(b);
     }
-    if (stuck)
-        return; /* leaked with the communicator that still holds them */
     free(s->pool);
     free(s->act);
     free(s);
+}
+
+llmt_status llmt__pp_stamp_put(llmt__devtrain *g, void *buf, size_t bytes, double stamp)
+{
+    return llmt__devtrain_stage_put(g, (char *)buf + bytes, &stamp, sizeof stamp);
+}
+
+llmt_status llmt__pp_stamp_get(llmt__devtrain *g, const void *buf, size_t bytes, double *stamp)
+{
+    return llmt__devtrain_stage_get(g, stamp, (const char *)buf + bytes, sizeof *stamp);
 }
 
 static llmt_status fail(llmt__pp_sends *s, const pending *p, const char *what)
@@ -93,58 +95,52 @@ static llmt_status fail(llmt__pp_sends *s, const pending *p, const char *what)
                          s->stage, what, p->a, p->peer, llmt_comm_last_error(p->c));
 }
 
-/* The message, then its sender's clock (pp.c, cpu_now). */
-static llmt_status post(llmt__pp_sends *s, pending *p, llmt_comm *c, const void *buf, int peer,
-                        int a, double stamp, const char *what)
+/* The message with its sender's clock (pp.c, cpu_now) after the tensor:
+ * one message, the stamp written into the buffer's tail first. */
+static llmt_status post(llmt__pp_sends *s, pending *p, llmt_comm *c, void *buf, int peer, int a,
+                        double stamp, const char *what)
 {
     p->c = c;
     p->peer = peer;
     p->a = a;
-    p->stamp = stamp;
-    if (llmt__comm_isend(c, buf, s->count, s->dtype, peer, &p->w) != LLMT_OK ||
-        llmt__comm_isend(c, &p->stamp, 1, LLMT_DTYPE_INT64, peer, &p->ws) != LLMT_OK)
+    llmt_status st = s->tail ? llmt__pp_stamp_put(s->g, buf, s->bytes, stamp) : LLMT_OK;
+    if (st != LLMT_OK)
+        return st;
+    if (llmt__comm_isend(c, buf, s->count + s->tail, s->dtype, peer, &p->w) != LLMT_OK)
         return fail(s, p, what);
     return LLMT_OK;
 }
 
-/* Wait for p's sends (its buffer free after). */
+/* Wait for p's send (its buffer free after). */
 static llmt_status finish(llmt__pp_sends *s, pending *p, const char *what)
 {
-    llmt__isend **w[2] = {&p->w, &p->ws};
-    for (int k = 0; k < 2; k++) {
-        if (!*w[k])
-            continue;
-        double t0 = now_s();
-        llmt_status st = llmt__comm_isend_wait(*w[k]);
-        s->wait_s += now_s() - t0;
-        if (st != LLMT_OK)
-            return fail(s, p, what); /* left in flight: its buffer is never freed */
-        llmt__comm_isend_free(*w[k]);
-        *w[k] = NULL;
-    }
+    if (!p->w)
+        return LLMT_OK;
+    double t0 = now_s();
+    llmt_status st = llmt__comm_isend_wait(p->w);
+    s->wait_s += now_s() - t0;
+    if (st != LLMT_OK)
+        return fail(s, p, what); /* left in flight: its buffer is never freed */
+    llmt__comm_isend_free(p->w);
+    p->w = NULL;
     return LLMT_OK;
 }
 
-/* Whether p's sends are done, asked without waiting. */
+/* Whether p's send is done, asked without waiting. */
 static llmt_status done_now(llmt__pp_sends *s, pending *p, int *done)
 {
-    llmt__isend **w[2] = {&p->w, &p->ws};
     *done = 1;
-    for (int k = 0; k < 2; k++) {
-        int d = 1;
-        if (*w[k] && llmt__comm_isend_test(*w[k], &d) != LLMT_OK)
-            return fail(s, p, "gradient");
-        if (d) {
-            llmt__comm_isend_free(*w[k]);
-            *w[k] = NULL;
-        }
-        *done &= d;
+    if (p->w && llmt__comm_isend_test(p->w, done) != LLMT_OK)
+        return fail(s, p, "gradient");
+    if (*done) {
+        llmt__comm_isend_free(p->w);
+        p->w = NULL;
     }
     return LLMT_OK;
 }
 
-llmt_status llmt__pp_sends_act(llmt__pp_sends *s, llmt_comm *c, const void *buf, int peer,
-                               int set, int a, double stamp)
+llmt_status llmt__pp_sends_act(llmt__pp_sends *s, llmt_comm *c, void *buf, int peer, int set,
+                               int a, double stamp)
 {
     if (set < 0 || set >= s->sets)
         return llmt__err_set(s->e, LLMT_ERR_INTERNAL,
@@ -180,7 +176,7 @@ static llmt_status free_buf(llmt__pp_sends *s, gbuf **out)
     gbuf *b = calloc(1, sizeof *b);
     if (!b)
         return llmt__err_set(s->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
-    llmt_status st = llmt__devtrain_stage_buf(s->g, &b->buf, s->bytes);
+    llmt_status st = llmt__devtrain_stage_buf(s->g, &b->buf, s->bytes + LLMT__STAGE_TAIL);
     if (st != LLMT_OK) {
         free(b);
         return st;

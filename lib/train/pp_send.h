@@ -22,21 +22,23 @@
 
 typedef struct llmt__pp_sends llmt__pp_sends;
 
-/* For stage `stage`'s engine g: its boundary tensors (count x dtype) and
+/* For stage `stage`'s engine g: its boundary tensors (count x dtype, and
+ * tail more elements after them for the stamp: pp.c; 0 sends none) and
  * its `sets` activation sets; errors go on e. */
 llmt_status llmt__pp_sends_create(llmt_err *e, int stage, llmt__devtrain *g, int sets,
-                                  size_t count, llmt_dtype dtype, llmt__pp_sends **out);
+                                  size_t count, size_t tail, llmt_dtype dtype,
+                                  llmt__pp_sends **out);
 /* Frees the pool; sends that never finished keep their buffers (leaked:
  * their communicator may still read them). */
 void llmt__pp_sends_destroy(llmt__pp_sends *s);
 
-/* Post set `set`'s output buf (micro-batch a) to peer on c, then its
- * stamp (the sender's clock: pp.c). */
-llmt_status llmt__pp_sends_act(llmt__pp_sends *s, llmt_comm *c, const void *buf, int peer,
-                               int set, int a, double stamp);
+/* Post set `set`'s output buf (micro-batch a) to peer on c, its stamp
+ * (the sender's clock: pp.c) written into buf's tail and sent with it. */
+llmt_status llmt__pp_sends_act(llmt__pp_sends *s, llmt_comm *c, void *buf, int peer, int set,
+                               int a, double stamp);
 /* Before set `set` is rewritten (its backward): its send done. */
 llmt_status llmt__pp_sends_set_done(llmt__pp_sends *s, int set);
-/* Copy the input gradient dx (micro-batch a) and post the copy and its
+/* Copy the input gradient dx (micro-batch a) and post the copy with its
  * stamp. */
 llmt_status llmt__pp_sends_grad(llmt__pp_sends *s, llmt_comm *c, const void *dx, int peer,
                                 int a, double stamp);
@@ -44,5 +46,10 @@ llmt_status llmt__pp_sends_grad(llmt__pp_sends *s, llmt_comm *c, const void *dx,
 llmt_status llmt__pp_sends_drain(llmt__pp_sends *s);
 /* Seconds spent waiting for sends since the last call (idle time). */
 double llmt__pp_sends_wait_s(llmt__pp_sends *s);
+
+/* The stamp in a boundary buffer's tail (LLMT__STAGE_TAIL bytes after its
+ * `bytes` of tensor; g's device memory). */
+llmt_status llmt__pp_stamp_put(llmt__devtrain *g, void *buf, size_t bytes, double stamp);
+llmt_status llmt__pp_stamp_get(llmt__devtrain *g, const void *buf, size_t bytes, double *stamp);
 
 #endif

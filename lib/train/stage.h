@@ -83,6 +83,16 @@ void llmt__devtrain_stage_buf_free(llmt__devtrain *g, void *p);
 /* dst = src (device buffers, bytes each; they do not overlap). */
 llmt_status llmt__devtrain_stage_copy(llmt__devtrain *g, void *dst, const void *src,
                                       size_t bytes);
+/* Bytes a pipeline stage's boundary tensors (stage_in's, stage_out's,
+ * stage_dx's) have after their elements: the schedule's clock stamp
+ * (pp.c) rides there, in the tensor's own message rather than a second
+ * one. A multiple of every storage type's size. */
+#define LLMT__STAGE_TAIL 8
+/* Host bytes into a device buffer, and back. */
+llmt_status llmt__devtrain_stage_put(llmt__devtrain *g, void *dst, const void *src,
+                                     size_t bytes);
+llmt_status llmt__devtrain_stage_get(llmt__devtrain *g, void *dst, const void *src,
+                                     size_t bytes);
 /* fp32 parameters on the device (this stage's). */
 size_t llmt__devtrain_param_floats(const llmt__devtrain *g);
 

@@ -1,0 +1,196 @@
+/* The pipeline's messages per step (lib/train/pp.c): each boundary tensor
+ * is one message carrying its sender's compute-time clock after the
+ * tensor (the stamp the bubble is measured with), not the tensor and a
+ * second 8-byte message. pp 2 over an in-process communicator, stages as
+ * threads, GPipe, 1F1B and interleaved v 2 with m 4, on the fp32 CPU
+ * engine and the bf16 emulation (a tail of 4 storage elements instead of
+ * 2); `gloo`: the fp32 engine over Gloo (the stages' threads meeting in a
+ * file store), whose sends are posted and left in flight (pp_send.c), the
+ * stamp written into the buffer's tail (SKIP, 77, without Gloo).
+ *
+ * Counted on the pipeline communicator (llmt_comm_get_stats) over one
+ * step, against the schedule's structure: stage s sends one activation
+ * per micro-batch chunk with a successor (v m, less the last virtual
+ * stage's m) and, without interleaving (whose gradients travel on a copy
+ * of the group), one gradient per micro-batch when s > 0; receives
+ * mirror that; each message sent is the boundary tensor's bytes (B T
+ * width storage elements) plus 8 (receives count no payload). And the stamps arrive: every stage computed
+ * less than the step's span (each waited for the other), and the span is
+ * no more than the stages' computing added up (a garbage stamp would
+ * break one of them). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "exec/dev.h"
+#include "llmtrain.h"
+#include "rank_fixture.h"
+#include "train/device.h"
+
+#define MICRO 2
+#define T 16
+#define V 64
+#define M 4
+#define WIDTH 32
+
+static llmt_model_config g_cfg;
+static const llmt__dev_ops *g_ops;
+static char g_store[64]; /* gloo: the store's directory ("": in-process) */
+static int g_case;       /* gloo: the store's prefix per case */
+static int32_t g_in[M * MICRO * T], g_tg[M * MICRO * T];
+
+typedef struct stage_arg {
+    llmt_comm *c;
+    int rank;
+    int sched, v;
+    llmt_comm_stats st;
+    double busy, span;
+    llmt_status s;
+    char err[512];
+} stage_arg;
+
+static void *stage_main(void *p)
+{
+    stage_arg *a = p;
+    llmt_model *md = NULL;
+    llmt_trainer *tr = NULL;
+    a->s = llmt_model_create(NULL, &g_cfg, &md);
+    if (a->s == LLMT_OK && g_store[0]) {
+        char pre[32];
+        snprintf(pre, sizeof pre, "case%d", g_case);
+        a->s = llmt_comm_create_from_store(NULL, g_store, pre, a->rank, 2, NULL, &a->c);
+    }
+    llmt_trainer_opts o;
+    llmt_trainer_opts_init(&o, sizeof o);
+    o.micro_batch = MICRO;
+    o.grad_accum = M;
+    o.seq_len = T;
+    o.threads = 1;
+    if (a->s == LLMT_OK)
+        a->s = llmt__trainer_create_dev(md, &o, g_ops, &tr);
+    llmt_pp_opts po;
+    llmt_pp_opts_init(&po, sizeof po);
+    po.schedule = a->sched;
+    po.virtual_stages = a->v;
+    if (a->s == LLMT_OK)
+        a->s = llmt_trainer_set_pp_comm(tr, a->c, &po);
+    /* the attach's own messages (collectives) are not the step's */
+    if (a->s == LLMT_OK)
+        a->s = llmt_comm_reset_stats(a->c);
+    llmt_batch b = {sizeof b, g_in, g_tg, M * MICRO, T};
+    llmt_step_metrics met;
+    memset(&met, 0, sizeof met);
+    met.struct_size = sizeof met;
+    if (a->s == LLMT_OK)
+        a->s = llmt_trainer_step(tr, &b, &met);
+    a->st.struct_size = sizeof a->st;
+    if (a->s == LLMT_OK)
+        a->s = llmt_comm_get_stats(a->c, &a->st);
+    llmt_pp_stats ps;
+    memset(&ps, 0, sizeof ps);
+    ps.struct_size = sizeof ps;
+    if (a->s == LLMT_OK)
+        a->s = llmt_trainer_pp_stats(tr, &ps);
+    a->busy = ps.busy_cpu_seconds;
+    a->span = ps.span_cpu_seconds;
+    if (a->s != LLMT_OK)
+        rank_fixture_error(a->err, sizeof a->err, tr, md);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(md);
+    if (g_store[0])
+        llmt_comm_destroy(a->c);
+    return NULL;
+}
+
+static void run(const char *mode, int sched, int v, size_t es)
+{
+    stage_arg a[2];
+    memset(a, 0, sizeof a);
+    for (int r = 0; r < 2; r++) {
+        a[r].rank = r;
+        a[r].sched = sched;
+        a[r].v = v;
+    }
+    g_case++;
+    rank_fixture_run(a, sizeof a[0], 2, !g_store[0], offsetof(stage_arg, c), stage_main);
+    const char *name = sched == LLMT_PP_GPIPE  ? "gpipe"
+                       : sched == LLMT_PP_1F1B ? "1f1b"
+                                               : "interleaved";
+    uint64_t bytes = (uint64_t)MICRO * T * WIDTH * es + 8; /* one boundary message */
+    for (int r = 0; r < 2; r++) {
+        if (a[r].s != LLMT_OK)
+            fprintf(stderr, "%s %s v %d stage %d: %s\n", mode, name, v, r, a[r].err);
+        CHECK_STATUS(a[r].s, LLMT_OK);
+        if (a[r].s != LLMT_OK)
+            continue;
+        int first = r == 0, last = r == 1;
+        uint64_t sends = (uint64_t)M * (v - last) + (v == 1 && !first ? M : 0);
+        uint64_t recvs = (uint64_t)M * (v - first) + (v == 1 && !last ? M : 0);
+        const llmt_comm_stats *st = &a[r].st;
+        printf("%s %-11s v %d stage %d: %llu sends, %llu receives a step, %llu bytes each "
+               "(tensor %llu + stamp); busy %.4f of span %.4f CPU s\n",
+               mode, name, v, r, (unsigned long long)st->calls[LLMT_COMM_STAT_SEND],
+               (unsigned long long)st->calls[LLMT_COMM_STAT_RECV],
+               (unsigned long long)(st->calls[LLMT_COMM_STAT_SEND]
+                                        ? st->payload_bytes[LLMT_COMM_STAT_SEND] /
+                                              st->calls[LLMT_COMM_STAT_SEND]
+                                        : 0),
+               (unsigned long long)(bytes - 8), a[r].busy, a[r].span);
+        CHECK_EQ_INT(st->calls[LLMT_COMM_STAT_SEND], sends);
+        CHECK_EQ_INT(st->calls[LLMT_COMM_STAT_RECV], recvs);
+        CHECK_EQ_INT(st->payload_bytes[LLMT_COMM_STAT_SEND], sends * bytes);
+        CHECK(a[r].busy > 0.0 && a[r].busy < a[r].span);
+        CHECK(a[r].span == a[1 - r].span);
+    }
+    if (a[0].s == LLMT_OK && a[1].s == LLMT_OK)
+        CHECK(a[0].span <= (a[0].busy + a[1].busy) * 1.000001);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "cpu";
+    size_t es = 4;
+    g_ops = llmt__dev_cpu();
+    if (!strcmp(mode, "emul")) {
+        g_ops = llmt__dev_emul();
+        es = 2;
+    } else if (!strcmp(mode, "gloo")) {
+        if (!(llmt_build_features() & LLMT_FEATURE_GLOO)) {
+            printf("no Gloo in this build: skipped\n");
+            return 77;
+        }
+        snprintf(g_store, sizeof g_store, "/tmp/llmt-ppmsgs-XXXXXX");
+        if (!mkdtemp(g_store))
+            return 1;
+    } else if (strcmp(mode, "cpu")) {
+        fprintf(stderr, "usage: test_pp_msgs [cpu|emul|gloo]\n");
+        return 2;
+    }
+    llmt_model_config_init(&g_cfg, sizeof g_cfg);
+    g_cfg.arch = LLMT_ARCH_GPT2;
+    g_cfg.vocab_size = V;
+    g_cfg.padded_vocab_size = V;
+    g_cfg.max_seq_len = T;
+    g_cfg.layers = 4;
+    g_cfg.width = WIDTH;
+    g_cfg.heads = 4;
+    g_cfg.seed = 3;
+    for (int i = 0; i < M * MICRO * T; i++) {
+        g_in[i] = (int32_t)((i * 7 + 3) % V);
+        g_tg[i] = (int32_t)((i * 5 + 1) % V);
+    }
+    run(mode, LLMT_PP_GPIPE, 1, es);
+    run(mode, LLMT_PP_1F1B, 1, es);
+    run(mode, LLMT_PP_INTERLEAVED, 2, es);
+    if (g_store[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_store);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", g_store);
+    }
+    return check_exit(!strcmp(mode, "cpu")    ? "pp-msgs"
+                      : !strcmp(mode, "emul") ? "pp-msgs-emul"
+                                              : "pp-msgs-gloo");
+}
