@@ -511,6 +511,8 @@ static void use_slot(llmt__devtrain *g, int k)
     g->lnfm = a->lnfm;
     g->lnfr = a->lnfr;
     g->cur = k;
+    if (g->moe) /* the set's MoE routing state (moe_net.h) */
+        llmt__moe_net_use(g->moe, k);
 }
 
 /* Destroy: the slots other than the current set (which the engine's own
@@ -601,8 +603,10 @@ static void stage_params(llmt__devtrain *g)
             if (!stage_has(g, l))
                 continue;
             const llmt__layer_offs *o = &m->layer[l];
-            size_t offs[] = {o->ln1w, o->ln1b, o->qkvw, o->qkvb, o->projw,   o->projb,  o->ln2w,
-                             o->ln2b, o->fcw,  o->fcb,  o->fc3w, o->fcprojw, o->fcprojb};
+            size_t offs[] = {o->ln1w,  o->ln1b,    o->qkvw,    o->qkvb,   o->projw,
+                             o->projb, o->ln2w,    o->ln2b,    o->fcw,    o->fcb,
+                             o->fc3w,  o->fcprojw, o->fcprojb, o->router, o->ew1,
+                             o->ew3,   o->ew2,     o->sw1,     o->sw3,    o->sw2};
             for (size_t j = 0; j < sizeof offs / sizeof offs[0]; j++)
                 keep = keep || offs[j] == off;
         }
@@ -614,6 +618,21 @@ static void stage_params(llmt__devtrain *g)
             s->own[0] = 0;
         }
     }
+}
+
+/* A pipeline stage's MoE layers: a routing state per activation set
+ * (moe_net.h), for the layers of its chunks. */
+static llmt_status stage_moe_sets(llmt__devtrain *g)
+{
+    int L = g->m->cfg.layers;
+    unsigned char *held = malloc((size_t)L);
+    if (!held)
+        return llmt__err_set(g->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    for (int l = 0; l < L; l++)
+        held[l] = (unsigned char)stage_has(g, l);
+    llmt_status s = llmt__moe_net_sets(g->moe, g->e, g->nslot, held);
+    free(held);
+    return s;
 }
 
 /* Device offsets: the model's order (so that a layer is one contiguous
@@ -879,16 +898,23 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     /* the fp32 host backend trains the model's own parameters in place
      * (not a tensor parallel shard of them) */
     g->alias = f32 && ops->host_memory && g->P == m->total && tps == 1 && g->pp == 1;
-    if (c->moe_experts > 0 && !g->alias) {
+    /* a pipeline stage on the fp32 host backend holds its layers' part of
+     * the parameters in host memory: its MoE layers run there too */
+    int moe_stage = f32 && ops->host_memory && tps == 1 && g->pp > 1;
+    if (c->moe_experts > 0 && !g->alias && !moe_stage) {
         s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                           "trainer: model.moe: mixture-of-experts layers run on the fp32 cpu "
-                          "backend without tensor or pipeline parallelism for now (device %s, "
-                          "tp %d, pp %d; issue 18)",
+                          "backend without tensor parallelism for now (device %s, tp %d, "
+                          "pp %d; issue 18)",
                           ops->name, tps, g->pp);
         llmt__devtrain_destroy(g);
         return s;
     }
     if (c->moe_experts > 0 && (s = llmt__moe_net_new(e, c, B * T, &g->moe)) != LLMT_OK) {
+        llmt__devtrain_destroy(g);
+        return s;
+    }
+    if (g->moe && g->nslot > 1 && (s = stage_moe_sets(g)) != LLMT_OK) {
         llmt__devtrain_destroy(g);
         return s;
     }
@@ -2169,7 +2195,18 @@ llmt_status llmt__devtrain_stage_begin(llmt__devtrain *g, const int32_t *inputs,
     for (int k = 0; k < g->nslot; k++)
         g->slot[k].micro = -1;
     g->fp8_gemms = 0;
+    /* MoE: the aux and z losses' weight for the step's micro-batches x
+     * data parallel ranks, as llmt__devtrain_fwd_bwd; their gradients
+     * enter at each MoE layer on its own stage */
+    if (g->moe)
+        RS(llmt__moe_net_step_begin(g->moe, g->e, micro, g->dp ? llmt__dp_comm(g->dp) : NULL,
+                                    &g->moe_scale));
     return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_stage_moe_end(llmt__devtrain *g, llmt_comm *pp)
+{
+    return g->moe ? llmt__moe_net_step_end_pp(g->moe, g->e, g->micro, pp) : LLMT_OK;
 }
 
 llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
@@ -2188,6 +2225,8 @@ llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
         S(g->op->d2d(g->d, g->resid[g->l0], x, (size_t)Nr * C * g->es), "stage input");
     for (int l = g->l0; l < g->l1; l++)
         RS(layer_fwd(g, l, B, T));
+    if (g->moe) /* this chunk's MoE layers' counts and losses */
+        llmt__moe_net_tally_layers(g->moe, g->l0, g->l1);
     if (g->last) { /* as forward(): a column split head gathers its input */
         const void *in;
         RS(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[g->l1], g->lnfw, g->lnfb, Nr));

@@ -1003,6 +1003,17 @@ static llmt_status sum_ranks(llmt__dp *dp, double x, double *out)
     return s;
 }
 
+/* Whether device offset `at` lies in an expert tensor (expert units). */
+static int in_expert(const llmt__dp *dp, size_t at)
+{
+    for (int u = dp->U0; u < dp->nunits; u++) {
+        int i = dp->xparam[u - dp->U0];
+        if (at >= dp->dv.doff[i] && at < dp->dv.doff[i] + dnumel(dp, i))
+            return 1;
+    }
+    return 0;
+}
+
 /* Expert parallelism, ZeRO 0/1: every rank holds the whole reduced
  * gradient of the dense units and of its own experts, zeros for the
  * others: the dense squares here, the experts' from one EP group (the
@@ -1011,9 +1022,17 @@ static llmt_status sumsq_ep(llmt__dp *dp, double *ss)
 {
     double dense = 0, ex = 0;
     llmt_status s = LLMT_OK;
+    /* an engine holding a part (a pipeline stage): its norm runs, but the
+     * expert tensors' (a run lies in one parameter), are the dense part */
+    int runs = dp->dv.norm_count >= 0;
     for (int part = 0; part < 2 && s == LLMT_OK; part++) {
         int cnt = 0, a = part ? dp->U0 : 0, b = part ? dp->nunits : dp->U0;
-        for (int u = a; u < b; u++)
+        for (int k = 0; !part && runs && k < dp->dv.norm_count; k++)
+            if (!in_expert(dp, dp->dv.norm_lo[k])) {
+                dp->sx[cnt] = dp->grads + dp->dv.norm_lo[k];
+                dp->sn[cnt++] = dp->dv.norm_n[k];
+            }
+        for (int u = a; u < b && (part || !runs); u++)
             if (dp->n[u]) {
                 dp->sx[cnt] = dp->grads + dp->lo[u];
                 dp->sn[cnt++] = dp->n[u];
@@ -1031,7 +1050,7 @@ static llmt_status sumsq_ep(llmt__dp *dp, double *ss)
 llmt_status llmt__dp_sumsq(llmt__dp *dp, double *ss)
 {
     int runs = dp->dv.norm_count >= 0;
-    if (dp->o.zero_stage < 2 && dp->U0 < dp->nunits && !runs)
+    if (dp->o.zero_stage < 2 && dp->U0 < dp->nunits)
         return sumsq_ep(dp, ss);
     if (dp->o.zero_stage < 2) { /* every rank holds the whole reduced gradient */
         if (!runs) {

@@ -28,6 +28,14 @@ struct llmt__moe_net {
     llmt__moe_ep **ep;
     llmt_comm *dpc; /* the step's data parallel group (NULL: none) */
     int dp_size;
+    /* a pipeline stage (the end of this file): one forward state per activation
+     * set for the layers it holds (held[l]), set k's arrays in lset[k],
+     * sset[k], eset[k] (set 0: layer, shared, ep), k current; NULL: one */
+    int nsets, cur;
+    unsigned char *held;
+    llmt__moe ***lset;
+    llmt__moe_shared ***sset;
+    llmt__moe_ep ***eset;
 };
 
 static void free_ep(llmt__moe_net *n)
@@ -41,10 +49,15 @@ static void free_ep(llmt__moe_net *n)
     n->ep_size = 1;
 }
 
+static void sets_free(llmt__moe_net *n);
+static void sets_ep_free(llmt__moe_net *n);
+static llmt_status sets_ep_new(llmt__moe_net *n, llmt_err *e);
+
 void llmt__moe_net_free(llmt__moe_net *n)
 {
     if (!n)
         return;
+    sets_free(n);
     for (int l = 0; l < n->c.layers; l++) {
         if (n->layer)
             llmt__moe_free(n->layer[l]);
@@ -157,6 +170,7 @@ llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm)
                              "trainer: set_ep_comm: parallelism.ep %d does not divide "
                              "model.moe.experts %d (each rank holds experts/ep of them)",
                              (int)sz, E);
+    sets_ep_free(n);
     free_ep(n);
     if (sz <= 1)
         return LLMT_OK;
@@ -184,7 +198,7 @@ llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm)
     n->epc = comm;
     n->ep_rank = r;
     n->ep_size = sz;
-    return LLMT_OK;
+    return sets_ep_new(n, e);
 }
 
 int llmt__moe_net_ep_size(const llmt__moe_net *n)
@@ -316,5 +330,225 @@ llmt_status llmt__moe_net_stats(const llmt__moe_net *n, llmt_err *e, int layer, 
         *aux = a;
     if (z)
         *z = zz;
+    return LLMT_OK;
+}
+
+/* ---- pipeline stages: a forward state per activation set
+ *
+ * A stage of a pipeline holds several micro-batches between their
+ * forwards and backwards (1F1B: up to pp - stage; GPipe: all), and a MoE
+ * layer's backward needs its own micro-batch's routing, packed rows and
+ * expert activations: so each activation set of the engine has its own
+ * copy of them (llmt__moe, the shared experts' and the EP exchange's),
+ * selected with the set (llmt__moe_net_use). Layers the stage does not
+ * hold keep set 0's (never run there). */
+
+static llmt__moe_shape net_shape(const llmt__moe_net *n)
+{
+    llmt__moe_shape sh = {n->c.moe_experts,  n->c.moe_top_k,           n->c.width,
+                          n->c.moe_ffn,      n->c.moe_capacity_factor, n->c.moe_dropless,
+                          n->c.moe_raw_gates};
+    return sh;
+}
+
+void llmt__moe_net_use(llmt__moe_net *n, int k)
+{
+    if (!n->lset || k < 0 || k >= n->nsets)
+        return;
+    n->cur = k;
+    n->layer = n->lset[k];
+    n->shared = n->sset[k];
+    if (n->eset)
+        n->ep = n->eset[k];
+}
+
+/* The sets' EP states but set 0's (which is n->ep). */
+static void sets_ep_free(llmt__moe_net *n)
+{
+    if (!n->eset)
+        return;
+    llmt__moe_net_use(n, 0);
+    for (int k = 1; k < n->nsets; k++) {
+        for (int l = 0; n->eset[k] && l < n->c.layers; l++)
+            if (n->held[l])
+                llmt__moe_ep_free(n->eset[k][l]);
+        free(n->eset[k]);
+    }
+    free(n->eset);
+    n->eset = NULL;
+}
+
+static void sets_free(llmt__moe_net *n)
+{
+    if (!n->lset)
+        return;
+    sets_ep_free(n);
+    llmt__moe_net_use(n, 0);
+    for (int k = 1; k < n->nsets; k++) {
+        for (int l = 0; l < n->c.layers; l++) {
+            if (!n->held[l])
+                continue;
+            if (n->lset[k])
+                llmt__moe_free(n->lset[k][l]);
+            if (n->sset[k])
+                llmt__moe_shared_free(n->sset[k][l]);
+        }
+        free(n->lset[k]);
+        free(n->sset[k]);
+    }
+    free(n->lset);
+    free(n->sset);
+    free(n->held);
+    n->lset = NULL;
+    n->sset = NULL;
+    n->held = NULL;
+    n->nsets = 0;
+}
+
+/* After set_ep: each further set's exchange state of the held layers. */
+static llmt_status sets_ep_new(llmt__moe_net *n, llmt_err *e)
+{
+    if (!n->lset || !n->ep)
+        return LLMT_OK;
+    llmt__moe_shape sh = net_shape(n);
+    n->eset = calloc((size_t)n->nsets, sizeof *n->eset);
+    int ok = n->eset != NULL;
+    if (ok)
+        n->eset[0] = n->ep;
+    for (int k = 1; ok && k < n->nsets; k++) {
+        ok = (n->eset[k] = calloc((size_t)n->c.layers, sizeof **n->eset)) != NULL;
+        for (int l = 0; ok && l < n->c.layers; l++)
+            if (n->ep[l])
+                ok = (n->eset[k][l] =
+                          n->held[l] ? llmt__moe_ep_new(&sh, n->Nmax, n->ep_rank, n->ep_size)
+                                     : n->ep[l]) != NULL;
+    }
+    if (!ok) {
+        sets_ep_free(n);
+        free_ep(n);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY,
+                             "trainer: set_ep_comm: no memory for the exchange buffers of %d "
+                             "pipeline activation sets",
+                             n->nsets);
+    }
+    return LLMT_OK;
+}
+
+llmt_status llmt__moe_net_sets(llmt__moe_net *n, llmt_err *e, int sets,
+                               const unsigned char *held)
+{
+    sets_free(n);
+    if (sets <= 1)
+        return LLMT_OK;
+    int L = n->c.layers;
+    llmt__moe_shape sh = net_shape(n);
+    n->nsets = sets;
+    n->held = malloc((size_t)L);
+    n->lset = calloc((size_t)sets, sizeof *n->lset);
+    n->sset = calloc((size_t)sets, sizeof *n->sset);
+    int ok = n->held && n->lset && n->sset;
+    if (ok) {
+        memcpy(n->held, held, (size_t)L);
+        n->lset[0] = n->layer;
+        n->sset[0] = n->shared;
+    }
+    int Fs = n->c.moe_shared_experts * n->c.moe_ffn;
+    for (int k = 1; ok && k < sets; k++) {
+        n->lset[k] = calloc((size_t)L, sizeof **n->lset);
+        n->sset[k] = calloc((size_t)L, sizeof **n->sset);
+        ok = n->lset[k] && n->sset[k];
+        for (int l = 0; ok && l < L; l++) {
+            if (!n->held[l] || !n->layer[l]) { /* another stage's: never run here */
+                n->lset[k][l] = n->layer[l];
+                n->sset[k][l] = n->shared[l];
+                continue;
+            }
+            ok = (n->lset[k][l] = llmt__moe_new(&sh, n->Nmax)) != NULL;
+            if (ok && Fs > 0)
+                ok = (n->sset[k][l] = llmt__moe_shared_new(n->c.width, Fs, n->Nmax)) != NULL;
+        }
+    }
+    if (!ok) {
+        if (n->held) /* the partly made sets: what is not NULL is this set's own */
+            for (int l = 0; l < L; l++)
+                n->held[l] = n->held[l] && n->layer[l];
+        sets_free(n);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY,
+                             "trainer: moe: no memory for the routing state of %d pipeline "
+                             "activation sets (%d tokens, %d experts of %d)",
+                             sets, n->Nmax, (int)n->c.moe_experts, (int)n->c.moe_ffn);
+    }
+    for (int l = 0; l < L; l++) /* from here on: held and MoE */
+        n->held[l] = n->held[l] && n->layer[l];
+    return LLMT_OK;
+}
+
+void llmt__moe_net_tally_layers(llmt__moe_net *n, int l0, int l1)
+{
+    for (int l = l0; l < l1 && l < n->c.layers; l++) {
+        const llmt__moe *s = n->layer[l];
+        if (!s)
+            continue;
+        for (int x = 0; x < n->c.moe_experts; x++)
+            n->step[l].kept[x] += s->kept[x];
+        n->step[l].dropped += s->dropped;
+        n->step[l].aux += s->aux;
+        n->step[l].z += s->z;
+    }
+}
+
+llmt_status llmt__moe_net_step_end_pp(llmt__moe_net *n, llmt_err *e, int micro, llmt_comm *pp)
+{
+    n->micro = micro;
+    llmt_status st = llmt__moe_net_step_end(n, e);
+    int32_t p = 1;
+    if (st != LLMT_OK || !pp || llmt_comm_size(pp, &p) != LLMT_OK || p <= 1)
+        return st;
+    /* each layer's tallies are its stage's (the others hold zeros): the
+     * counts by an int64 sum, aux and z gathered as doubles and summed in
+     * stage order (the same on every stage) */
+    int L = n->c.layers, E = n->c.moe_experts, nm = 0;
+    for (int l = 0; l < L; l++)
+        nm += n->layer[l] != NULL;
+    size_t nc = (size_t)nm * (size_t)(E + 1);
+    int64_t *cnt = malloc(nc * sizeof *cnt);
+    double *d = malloc((size_t)nm * 2 * (size_t)(p + 1) * sizeof *d);
+    if (!cnt || !d) {
+        free(cnt);
+        free(d);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: moe: no memory");
+    }
+    double *all = d + (size_t)nm * 2;
+    for (int l = 0, j = 0; l < L; l++) {
+        if (!n->layer[l])
+            continue;
+        memcpy(cnt + (size_t)j * (E + 1), n->step[l].kept, (size_t)E * sizeof *cnt);
+        cnt[(size_t)j * (E + 1) + E] = n->step[l].dropped;
+        d[2 * j] = n->step[l].aux;
+        d[2 * j + 1] = n->step[l].z;
+        j++;
+    }
+    st = llmt_comm_all_reduce(pp, cnt, cnt, nc, LLMT_DTYPE_INT64, LLMT_REDUCE_SUM, NULL);
+    if (st == LLMT_OK) /* doubles as their bits */
+        st = llmt_comm_all_gather(pp, d, all, (size_t)nm * 2, LLMT_DTYPE_INT64, NULL);
+    for (int l = 0, j = 0; st == LLMT_OK && l < L; l++) {
+        if (!n->layer[l])
+            continue;
+        memcpy(n->step[l].kept, cnt + (size_t)j * (E + 1), (size_t)E * sizeof *cnt);
+        n->step[l].dropped = cnt[(size_t)j * (E + 1) + E];
+        n->step[l].aux = n->step[l].z = 0;
+        for (int r = 0; r < p; r++) {
+            n->step[l].aux += all[(size_t)r * nm * 2 + 2 * j];
+            n->step[l].z += all[(size_t)r * nm * 2 + 2 * j + 1];
+        }
+        j++;
+    }
+    free(cnt);
+    free(d);
+    if (st != LLMT_OK)
+        return llmt__err_set(e, st,
+                             "trainer: moe: gathering the MoE layers' tallies over the "
+                             "pipeline stages: %s",
+                             llmt_comm_last_error(pp));
     return LLMT_OK;
 }

@@ -47,4 +47,17 @@ void llmt__moe_net_tally(llmt__moe_net *n);
 llmt_status llmt__moe_net_stats(const llmt__moe_net *n, llmt_err *e, int layer, int64_t *counts,
                                 int nexp, int64_t *dropped, double *aux, double *z);
 
+/* Pipeline stages: `sets` copies of the forward state of the MoE layers
+ * the stage holds (held[l] != 0; layers entries), one per activation set
+ * of the engine; use: set k's for the next forward or backward. */
+llmt_status llmt__moe_net_sets(llmt__moe_net *n, llmt_err *e, int sets,
+                               const unsigned char *held);
+void llmt__moe_net_use(llmt__moe_net *n, int k);
+/* tally for layers [l0, l1) only (a stage's chunk), not counting a
+ * micro-batch; step_end_pp: the step had `micro` micro-batches: sums over
+ * the data parallel group (step_end), then over the pipeline group pp
+ * (NULL: none; collective), so every stage reports every MoE layer. */
+void llmt__moe_net_tally_layers(llmt__moe_net *n, int l0, int l1);
+llmt_status llmt__moe_net_step_end_pp(llmt__moe_net *n, llmt_err *e, int micro, llmt_comm *pp);
+
 #endif
