@@ -41,15 +41,22 @@ static llmt_status check_parallelism(llmt_job *j)
     if (s->model.moe.experts > 0 && s->train.device == LLMT_SPEC_DEVICE_CUDA)
         return REFUSE("model.moe.experts: MoE layers run on the CPU engine only for now "
                       "(issue 18); set train.device cpu");
-    /* data and expert parallelism run them (lib/train/moe_ep.c); the
-     * engine's tensor and pipeline splits of the MLP do not know experts */
-    if (s->model.moe.experts > 0 && (s->parallelism.tp > 1 || s->parallelism.pp > 1))
+    /* a pipeline stage runs the MoE layers it holds (doc/moe.md), whole:
+     * not split by tensor parallelism inside a stage */
+    if (s->model.moe.experts > 0 && s->parallelism.pp > 1 && s->parallelism.tp > 1)
+        return REFUSE("parallelism.tp: %lld with parallelism.pp %lld and model.moe.experts is "
+                      "not supported by llmt_job yet (a stage's MoE layers run on the fp32 "
+                      "engine unsplit); use tp 1 with pp, or pp 1",
+                      (long long)s->parallelism.tp, (long long)s->parallelism.pp);
+    /* data, expert and pipeline parallelism run them (lib/train/moe_ep.c,
+     * the stage path); the engine's tensor split of the MLP does not know
+     * experts */
+    if (s->model.moe.experts > 0 && s->parallelism.tp > 1)
         return REFUSE(
-            "model.moe.experts: MoE layers with %s %lld are not supported by "
-            "llmt_job yet (issue 18: data and expert parallelism run them); use "
-            "parallelism.dp and parallelism.ep",
-            s->parallelism.tp > 1 ? "parallelism.tp" : "parallelism.pp",
-            (long long)(s->parallelism.tp > 1 ? s->parallelism.tp : s->parallelism.pp));
+            "model.moe.experts: MoE layers with parallelism.tp %lld are not supported by "
+            "llmt_job yet (issue 18: data, expert and pipeline parallelism run them); use "
+            "parallelism.dp, parallelism.ep or parallelism.pp",
+            (long long)s->parallelism.tp);
     if (s->model.moe.experts == 0 && llmt__spec_given(s, "model.moe.expert_ffn"))
         return REFUSE("model.moe.expert_ffn: set but model.moe.experts is 0 (dense)");
     /* the trainer splits layers with the vocabulary-split embedding and

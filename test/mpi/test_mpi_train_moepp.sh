@@ -1,0 +1,52 @@
+#!/bin/sh
+# `mpirun -np 4 llmtrain train SPEC.json` with a Llama MoE under pipeline
+# parallelism: pp 2 x dp 2 (ZeRO $2, 1F1B), against one process on the
+# same global batch (8 = micro 2 x accum 4 there, micro 2 x accum 2 x dp 2
+# here: the capacity is per micro-batch, and the pipeline's micro-batches
+# are the accumulation's): every training and validation loss within 1e-5
+# relative (plus the 1e-6 of the 6 decimals metrics.jsonl prints); each
+# step's {"event":"moe"} line (rank 0, stage 0: it holds layer 0 only, so
+# the other stage's layer reached it over the pipeline group) equals one
+# process's, counts and drops, with drops in some step; the step-6
+# checkpoint resumed by one process (pp 2 -> pp 1): steps 7-8 equal the
+# one-process run continued the same way.
+# usage: test_mpi_train_moepp.sh path/to/llmtrain ZERO
+exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+zero=${2:-0}
+. "$(dirname "$0")/mpi_lib.sh"
+mk() { # file parallelism steps
+  mpi_spec "$1" tiny-moe-pp '"arch": "llama", "layers": 2, "hidden": 32, "heads": 4,
+    "vocab": 320, "seq_len": 32,
+    "moe": {"experts": 4, "top_k": 2, "expert_ffn": 32, "capacity_factor": 0.75}' \
+    '"micro": 2, "global": 8' "$2" "$3"
+}
+mk ref.json '"dp": 1' 6
+mk pp.json "\"pp\": 2, \"dp\": 2, \"zero\": $zero, \"pp_schedule\": \"1f1b\"" 6
+"$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
+mpi_train 4 pp.json --out pp > pp.log 2>&1 && ok "mpirun -np 4 (pp 2 x dp 2, MoE)" ||
+  { bad "mpirun -np 4"; cat pp.log; }
+[ "$(grep -c '"loss"' pp/metrics.jsonl)" = 6 ] && ok "6 step lines" || bad "step lines"
+ext ref/metrics.jsonl > a.txt
+ext pp/metrics.jsonl > b.txt
+cmp_losses a.txt b.txt "losses equal one process's (train and validation)"
+python3 - pp/metrics.jsonl ref/metrics.jsonl <<'PY' && ok "expert counts of both stages' layers" || bad "expert counts"
+import json, sys
+def moe(p):
+    return [l for l in map(json.loads, open(p)) if l.get("event") == "moe"]
+pp, ref = moe(sys.argv[1]), moe(sys.argv[2])
+want = 8 * 32 * 2 * 2  # sequences x tokens x top_k x MoE layers
+bad = len(pp) != 6 or len(ref) != 6
+for a, b in zip(pp, ref):
+    got = sum(a["tokens_per_expert"]) + a["dropped"]
+    bad |= got != want or a["dropped"] != b["dropped"] or a["tokens_per_expert"] != b["tokens_per_expert"]
+    bad |= abs(a["aux_loss"] - b["aux_loss"]) > 1e-5 * abs(b["aux_loss"]) + 1e-6
+    print("step %d: kept %s dropped %d aux %g (one process: %s, %d, %g)" % (
+        a["step"], a["tokens_per_expert"], a["dropped"], a["aux_loss"],
+        b["tokens_per_expert"], b["dropped"], b["aux_loss"]))
+bad |= not any(l["dropped"] > 0 for l in pp)
+sys.exit(1 if bad else 0)
+PY
+# the pp 2 x dp 2 checkpoint resumes in one process (pp 1): steps 7-8
+mk ref8.json '"dp": 1' 8
+resume_one pp "the pp 2 x dp 2 checkpoint resumed by one process" "pp resume under pp 1"
+exit $fail
