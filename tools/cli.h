@@ -21,8 +21,11 @@ extern const size_t cli_command_count;
 /* Exit codes of the command (documented in `llmtrain --help`). */
 /* CLI_RANK_FAILED: llmtrain train under an agent, this rank is unhealthy
  * (the job named it a straggler past its patience): `llmtrain launch`
- * replaces it instead of treating the error as the job's. */
-enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2, CLI_RANK_FAILED = 3 };
+ * replaces it instead of treating the error as the job's.
+ * CLI_TERMINATED: llmtrain train stopped by SIGTERM after finishing its
+ * step and the checkpoint save in flight (128 + SIGTERM, as a shell
+ * reports a process SIGTERM ended). */
+enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2, CLI_RANK_FAILED = 3, CLI_TERMINATED = 143 };
 
 /* Print "llmtrain NAME: msg" to stderr; returns CLI_FAILED. */
 int cli_fail(const char *cmd, const char *fmt, ...)

@@ -60,12 +60,12 @@ void launch_event(agent *a, const char *fmt, ...)
 
 static int usage(void)
 {
-    fprintf(
-        stderr,
-        "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R] [--in-place] "
-        "[--heartbeat-timeout SEC] [--expect-mtbf SEC] [--nnodes N --node-rank K --rdzv DIR] "
-        "SPEC.json [train flags]\n"
-        "(llmtrain help launch for more)\n");
+    fprintf(stderr,
+            "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R] [--in-place] "
+            "[--heartbeat-timeout SEC] [--grace-s SEC] [--expect-mtbf SEC] [--nnodes N "
+            "--node-rank K "
+            "--rdzv DIR] SPEC.json [train flags]\n"
+            "(llmtrain help launch for more)\n");
     return CLI_USAGE;
 }
 
@@ -201,16 +201,63 @@ static int proc_stopped(pid_t pid)
     return r && r[2] == 'T';
 }
 
-static void kill_gang(agent *a)
+/* The end of a failed generation. The failed ranks (culprit, NULL: none
+ * known) get SIGKILL at once, as before. The survivors get SIGTERM first:
+ * one may be committing a checkpoint (writing its part, the last rank
+ * renaming the manifest into place), which a SIGKILL would leave
+ * uncommitted, so the restart would go back a whole interval further.
+ * `llmtrain train` finishes its step and the save in flight on SIGTERM,
+ * then exits; whoever is still there after --grace-s (blocked in a
+ * collective with a dead peer that never returns) gets the SIGKILL. A
+ * survivor not saving exits as soon as its step ends or fails (a dead
+ * peer fails its collectives), so recovery is not slower without a save.
+ * Grace 0 is the old behaviour: SIGKILL for all. */
+static void kill_gang(agent *a, const int *culprit)
 {
+    double t0 = launch_now();
+    int term = 0, late = 0;
+    for (int r = 0; r < a->world; r++) {
+        if (a->w[r].done)
+            continue;
+        int now = a->grace_s <= 0 || (culprit && culprit[r]);
+        kill(a->w[r].pid, now ? SIGKILL : SIGTERM);
+        term += !now;
+    }
+    for (int left = term; left > 0 && launch_now() - t0 < a->grace_s;) {
+        struct timespec ts = {0, 10000000L}; /* 10 ms */
+        nanosleep(&ts, NULL);
+        left = 0;
+        for (int r = 0; r < a->world; r++) {
+            if (a->w[r].done || (culprit && culprit[r]))
+                continue;
+            if (waitpid(a->w[r].pid, &a->w[r].status, WNOHANG) == a->w[r].pid)
+                a->w[r].done = 1;
+            else
+                left++;
+        }
+    }
     for (int r = 0; r < a->world; r++)
-        if (!a->w[r].done)
+        if (!a->w[r].done && !(culprit && culprit[r]) && term) {
             kill(a->w[r].pid, SIGKILL);
+            late++;
+        }
     for (int r = 0; r < a->world; r++)
         if (!a->w[r].done) {
             waitpid(a->w[r].pid, &a->w[r].status, 0);
             a->w[r].done = 1;
         }
+    double dt = launch_now() - t0;
+    a->lost_restart_s += dt;
+    if (term) {
+        printf("launch: gen %d: %d survivor(s) sent SIGTERM: %d exited within %.2f s, %d "
+               "killed after the %.1f s grace (--grace-s)\n",
+               a->gen, term, term - late, dt, late, a->grace_s);
+        fflush(stdout);
+        launch_event(a,
+                     "\"event\":\"stop_gang\",\"gen\":%d,\"sigterm\":%d,\"sigkill_late\":%d,"
+                     "\"stop_s\":%.3f,\"grace_s\":%.3f",
+                     a->gen, term, late, dt, a->grace_s);
+    }
 }
 
 /* In-place recovery is possible when every failed rank is gone or stopped
@@ -500,8 +547,8 @@ static int agent_main(agent *a)
                "rendezvous %s\n",
                a->node_rank, a->nnodes, a->nproc, a->spares, a->world, a->rdzv);
     printf("launch: %d workers + %d spare slot(s), up to %d restart(s), heartbeat timeout "
-           "%.0f s; store %s; logs and events in %s\n",
-           a->nproc, a->spares, a->max_restarts, a->hb_timeout, a->store, a->dir);
+           "%.0f s, grace %.1f s; store %s; logs and events in %s\n",
+           a->nproc, a->spares, a->max_restarts, a->hb_timeout, a->grace_s, a->store, a->dir);
     fflush(stdout);
     launch_event(a, "\"event\":\"launch\",\"nproc\":%d,\"spares\":%d,\"max_restarts\":%d",
                  a->nproc, a->spares, a->max_restarts);
@@ -531,7 +578,7 @@ static int agent_main(agent *a)
         if (a->nnodes > 1) {
             /* every node reports (its workers killed first); the leader
              * decides for all, the others start what it publishes */
-            kill_gang(a);
+            kill_gang(a, culprit);
             rdzv_report(a, culprit, causes);
             if (a->node_rank != 0) {
                 for (int r = 0; r < a->world; r++)
@@ -564,7 +611,7 @@ static int agent_main(agent *a)
         if (in_place)
             kill_culprits(a, culprit);
         else
-            kill_gang(a);
+            kill_gang(a, culprit);
         /* every rank failing with an error of its own is the job's error
          * (a refused key, an anomaly policy that stops): no restart helps */
         int nerr = 0;
@@ -688,7 +735,7 @@ static int agent_main(agent *a)
         a->in_place_t = launch_now();
         if (in_place && publish_gen(a) != 0) {
             /* the survivors would wait for nothing: restart them all */
-            kill_gang(a);
+            kill_gang(a, NULL);
             in_place = a->in_place_gen = 0;
             for (int r = 0; r < a->world; r++)
                 fresh[r] = 1;
@@ -725,6 +772,7 @@ int cmd_launch(int argc, char **argv)
     a.node_rank = -1; /* not given */
     a.max_restarts = -1;
     a.hb_timeout = -1;
+    a.grace_s = 5.0;
     static char *pass[64];
     int np = 0;
     for (int i = 1; i < argc; i++) {
@@ -747,6 +795,10 @@ int cmd_launch(int argc, char **argv)
             if (cli_parse_f64("--heartbeat-timeout", argv[++i], 0.1, 1e6, &d) != CLI_OK)
                 return CLI_USAGE;
             a.hb_timeout = d;
+        } else if (!strcmp(s, "--grace-s") && i + 1 < argc) {
+            if (cli_parse_f64("--grace-s", argv[++i], 0, 3600, &d) != CLI_OK)
+                return CLI_USAGE;
+            a.grace_s = d;
         } else if (!strcmp(s, "--expect-mtbf") && i + 1 < argc) {
             if (cli_parse_f64("--expect-mtbf", argv[++i], 1e-3, 1e9, &d) != CLI_OK)
                 return CLI_USAGE;

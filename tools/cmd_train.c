@@ -5,6 +5,7 @@
  * closing comparison of the validation loss with the unigram entropy of
  * the corpus. Uses only the public ABI. */
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,34 @@ static void fmt_dur(char *b, size_t cap, double s)
         snprintf(b, cap, "%ldm%02lds", t / 60, t % 60);
     else
         snprintf(b, cap, "%lds", t);
+}
+
+/* SIGTERM (the agent stopping a failed gang's survivors, a scheduler's
+ * preemption): the step running and the checkpoint save in flight are
+ * finished, then the run stops (llmt_job_finish waits for the save's
+ * commit). A step is the unit the library cannot be interrupted in, so
+ * the handler only sets a flag the loop reads between steps (the library
+ * installs no handlers); SA_RESTART keeps the save's writes from failing
+ * with EINTR. A second SIGTERM kills at once. */
+static volatile sig_atomic_t g_term;
+
+static void on_term(int sig)
+{
+    if (g_term) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    g_term = 1;
+}
+
+static void catch_term(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 static int usage(void)
@@ -210,6 +239,19 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
     double t_start = 0, t_log = 0;
     float last_val = NAN;
     while (step < i.stop_at) {
+        if (g_term) {
+            if (tty)
+                putchar('\n');
+            /* the save begun in the last step commits (or says why not) */
+            s = llmt_job_finish(job);
+            fprintf(stderr,
+                    "llmtrain train: SIGTERM: stopped after step %lld of %lld; the "
+                    "checkpoint save in flight %s\n",
+                    (long long)step, (long long)i.stop_at,
+                    s == LLMT_OK ? "(if any) is committed" : llmt_job_last_error(job));
+            rc = CLI_TERMINATED;
+            break;
+        }
         s = llmt_job_step(job, &m);
         if (s != LLMT_OK) {
             if (tty) putchar('\n');
@@ -264,6 +306,10 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
             printf("%sstep %lld: validation loss %.4f\n", tty ? "\n" : "", (long long)step,
                    (double)last_val);
         }
+    }
+    if (rc == CLI_TERMINATED) {
+        llmt_job_destroy(job);
+        return rc;
     }
     if (tty && rc == CLI_OK)
         putchar('\n');
@@ -325,6 +371,7 @@ int cmd_train(int argc, char **argv)
         out = dflt;
     }
     jo.run_dir = out;
+    catch_term();
     llmt_context *ctx = NULL;
     llmt_status s = llmt_context_create(NULL, &ctx);
     if (s != LLMT_OK)

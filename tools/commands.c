@@ -122,7 +122,9 @@ const cli_command cli_commands[] = {
      "  --prom FILE  Prometheus textfile [DIR/metrics.prom]; llmtrain report\n"
      "               DIR draws the run (doc/observability.md)\n"
      "  --no-op-timing  do not time the engine's ops (their time is then\n"
-     "               unaccounted in the split; bench/obs/obs_overhead.py)\n",
+     "               unaccounted in the split; bench/obs/obs_overhead.py)\n"
+     "  SIGTERM finishes the step running and the checkpoint save in flight\n"
+     "  (its commit), then stops with exit status 143; a second one kills.\n",
      cmd_train},
     /* report: observability (issue 20) */
     {"report", "an HTML page of a run: loss, MFU, tokens/s, time split, ranks",
@@ -137,7 +139,8 @@ const cli_command cli_commands[] = {
     /* launch: the fault-tolerance agent (issue 19) */
     {"launch", "run a job on N workers + S spares, restarting it on failures",
      "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R]\n"
-     "                       [--heartbeat-timeout SEC] [--in-place] [--expect-mtbf SEC]\n"
+     "                       [--heartbeat-timeout SEC] [--grace-s SEC] [--in-place]\n"
+     "                       [--expect-mtbf SEC]\n"
      "                       [--nnodes N --node-rank K --rdzv DIR] SPEC.json [train flags]\n"
      "  Starts N workers, each `llmtrain train SPEC` with RANK/WORLD_SIZE and a\n"
      "  Gloo rendezvous store in DIR/agent (needs the gloo build feature), and\n"
@@ -147,10 +150,14 @@ const cli_command cli_commands[] = {
      "  and restart every rank from the newest checkpoint (--resume). Without\n"
      "  spares it continues on fewer data-parallel ranks with the same global\n"
      "  batch, or stops saying why. R (default fault_tolerance.max_restarts)\n"
-     "  bounds the restarts. --in-place: survivors keep their processes,\n"
-     "  re-form the communicator with the promoted spare (generation file in\n"
-     "  DIR/agent) and restore from their in-memory snapshot; the agent falls\n"
-     "  back to a gang restart when it cannot. --expect-mtbf: the job-wide MTBF\n"
+     "  bounds the restarts. --grace-s SEC (default 5): the failed ranks get\n"
+     "  SIGKILL, the gang's survivors SIGTERM, on which a worker finishes its\n"
+     "  step and a checkpoint commit in progress and exits; those left after\n"
+     "  SEC seconds get SIGKILL (0: SIGKILL for all at once).\n"
+     "  --in-place: survivors keep their processes, re-form the communicator\n"
+     "  with the promoted spare (generation file in DIR/agent) and restore\n"
+     "  from their in-memory snapshot; the agent falls back to a gang restart\n"
+     "  when it cannot. --expect-mtbf: the job-wide MTBF\n"
      "  a drill injects, for a second goodput prediction (bench/ft/drill.sh).\n"
      "  --nnodes N --node-rank K --rdzv DIR: one agent per node, N of them,\n"
      "  agreeing through DIR (a shared directory, new per job): node 0 decides\n"

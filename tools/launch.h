@@ -26,6 +26,7 @@ typedef struct agent {
     int in_place;            /* --in-place: survivors stay in their processes */
     char inplace_path[4200]; /* "GEN WORLD" for them ($LLMT_LAUNCH_INPLACE) */
     double hb_timeout, start_timeout;
+    double grace_s;     /* --grace-s: SIGTERM to SIGKILL for a failed gang's survivors */
     double expect_mtbf; /* --expect-mtbf: the drill's job-wide MTBF, s (0: none) */
     int argc_pass;
     char **argv_pass;

@@ -46,7 +46,8 @@ static void print_help(FILE *f)
     for (size_t i = 0; i < cli_command_count; i++)
         fprintf(f, "  %-10s %s\n", cli_commands[i].name, cli_commands[i].summary);
     fprintf(f, "\nExit status: 0 success, 1 failure (message on stderr),"
-               " 2 usage error.\n");
+               " 2 usage error, 143 train stopped by SIGTERM (after its step\n"
+               "and the checkpoint save in flight).\n");
 }
 
 int main(int argc, char **argv)

@@ -116,8 +116,10 @@ llmt_status llmt__job_save(llmt_job *j, int async)
                  (int)(j->pp > 1 ? j->pp : 1), (int)j->dp, (int)(j->dp > 1 ? j->zero : 0));
         s = llmt_ckpt_set_plan_json(j->ck, plan);
     }
-    if (s == LLMT_OK)
+    if (s == LLMT_OK) {
+        llmt__job_fault_saving(j, step);
         s = llmt_ckpt_save(j->ck, async);
+    }
     if (s != LLMT_OK)
         return FAIL(s, "%s", llmt_ckpt_last_error(j->ck));
     j->last_saved = step;

@@ -27,6 +27,9 @@
  *   losedisk delete this rank's part of every step in the local root, then
  *            SIGKILL self (a node lost with its local disk: the restart
  *            needs the peer or the durable tier)
+ *   slowsave the save of step STEP waits ARG ms before this rank writes
+ *            its part (a slow disk: a failure elsewhere meanwhile finds
+ *            this rank committing; signals do not cut the wait short)
  * nan, bitflip, flipout and spike change the first parameter tensor this
  * rank's engine trains (victim_open below), on every engine.
  * The injection is test machinery and the only place lib/ raises signals;
@@ -50,8 +53,9 @@
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
-static const char *const kind_names[] = {"kill",  "hang",     "slow",     "nan",    "bitflip",
-                                         "spike", "killsave", "losedisk", "flipout"};
+static const char *const kind_names[] = {"kill",    "hang",    "slow",     "nan",
+                                         "bitflip", "spike",   "killsave", "losedisk",
+                                         "flipout", "slowsave"};
 
 llmt_status llmt__job_fault_parse(llmt_job *j)
 {
@@ -87,12 +91,13 @@ llmt_status llmt__job_fault_parse(llmt_job *j)
             return FAIL(LLMT_ERR_INVALID_ARGUMENT,
                         "LLMT_FAULT: '%s' is not KIND:RANK:STEP[:ARG][@GEN] with KIND one of "
                         "kill, hang, slow, nan, bitflip, spike, killsave, losedisk, flipout, "
-                        "RANK >= 0 "
+                        "slowsave, RANK >= 0 "
                         "and "
                         "STEP >= 1",
                         t);
-        if (f->kind == JOB_FAULT_SLOW && n < 4)
-            return FAIL(LLMT_ERR_INVALID_ARGUMENT, "LLMT_FAULT: '%s': slow needs :MS", t);
+        if ((f->kind == JOB_FAULT_SLOW || f->kind == JOB_FAULT_SLOWSAVE) && n < 4)
+            return FAIL(LLMT_ERR_INVALID_ARGUMENT, "LLMT_FAULT: '%s': %s needs :MS", t,
+                        kind_names[f->kind]);
         f->rank = (int32_t)rank;
         f->step = step;
         f->arg = n >= 4                                                         ? arg
@@ -195,7 +200,8 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
     j->nan_saved = 0;
     for (int i = 0; i < j->nfault; i++) {
         job_fault *f = &j->faults[i];
-        if (f->rank != j->rank || f->gen != j->launch_gen || f->kind == JOB_FAULT_KILLSAVE)
+        if (f->rank != j->rank || f->gen != j->launch_gen || f->kind == JOB_FAULT_KILLSAVE ||
+            f->kind == JOB_FAULT_SLOWSAVE)
             continue;
         if (f->step != step && !(f->sticky && step >= f->step))
             continue;
@@ -279,6 +285,28 @@ void llmt__job_fault_saved(llmt_job *j, int64_t step)
                                "\"rank\":%d,\"step\":%lld}",
                                (int)j->rank, (long long)step);
         raise(SIGKILL);
+    }
+}
+
+void llmt__job_fault_saving(llmt_job *j, int64_t step)
+{
+    for (int i = 0; i < j->nfault; i++) {
+        job_fault *f = &j->faults[i];
+        if (f->kind != JOB_FAULT_SLOWSAVE || f->rank != j->rank || f->gen != j->launch_gen ||
+            f->step != step || f->fired)
+            continue;
+        f->fired = 1;
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                  "fault injection (LLMT_FAULT): slowsave on rank %d: the save of step %lld "
+                  "waits %lld ms",
+                  (int)j->rank, (long long)step, (long long)f->arg);
+        llmt__job_metrics_line(j,
+                               "{\"event\":\"fault_injected\",\"kind\":\"slowsave\","
+                               "\"rank\":%d,\"step\":%lld}",
+                               (int)j->rank, (long long)step);
+        if (j->jsonl)
+            fflush(j->jsonl);
+        sleep_ms(f->arg);
     }
 }
 

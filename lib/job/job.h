@@ -49,7 +49,8 @@ enum {
     JOB_FAULT_SPIKE,
     JOB_FAULT_KILLSAVE,
     JOB_FAULT_LOSEDISK,
-    JOB_FAULT_FLIPOUT
+    JOB_FAULT_FLIPOUT,
+    JOB_FAULT_SLOWSAVE
 };
 #define JOB_MAX_FAULTS 16
 typedef struct job_fault {
@@ -237,6 +238,8 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step);
 void llmt__job_fault_after(llmt_job *j);
 /* After a save of `step` began: a killsave drill dies with it in flight. */
 void llmt__job_fault_saved(llmt_job *j, int64_t step);
+/* Before this rank writes its part of `step`: a slowsave drill's delay. */
+void llmt__job_fault_saving(llmt_job *j, int64_t step);
 void llmt__job_heartbeat(llmt_job *j, int64_t step);
 
 /* detect.c: gradient-norm spikes, the lower_lr policy, the SDC check

@@ -45,6 +45,16 @@
 #             killed, node 0 promotes its spare, both start generation 1;
 #             then rank 0 on node 0 killed with the spare on node 1: rank 0
 #             moves there; losses equal the uninterrupted run's
+#   grace     rank 0 killed at step 5 while rank 1 (2 workers + 1 spare)
+#             is still saving step 4 (slowsave: 2.5 s before it writes its
+#             part): the agent SIGKILLs rank 0, SIGTERMs rank 1, which
+#             finishes the save, commits step 4 and exits (143) within the
+#             grace; the restart resumes from step 4, which verifies with
+#             both ranks' parts, and the losses equal an uninterrupted
+#             2-rank run's (6 steps). With --grace-s 0 (SIGKILL for all) the same
+#             drill leaves step 4 uncommitted and resumes from step 2; with
+#             --grace-s 1 the survivor still saving is SIGKILLed after 1 s
+#             (the bound on a survivor that does not stop), the same
 #   tiers     rank 2's disk lost with it (its parts deleted, then SIGKILL):
 #             with a peer tier the spare's part comes back from rank 3's
 #             replica (tier "peer"); with a durable tier every rank reads
@@ -524,6 +534,44 @@ inplace-tp)
   losses ti/metrics.jsonl > ti.loss
   cmp -s tr.loss ti.loss && ok "all 14 losses equal the uninterrupted tp 2 x dp 2 run's" ||
     { bad "losses differ"; diff tr.loss ti.loss; }
+  ;;
+grace)
+  # --steps 6: the retention (3 steps) still holds step 4 at the end
+  launch g-ref g-ref.log --nproc 2 --spares 1 ft.json --steps 6 ||
+    { bad "uninterrupted 2-rank run"; cat g-ref.log; }
+  losses g-ref/metrics.jsonl > g-ref.loss
+  drill=kill:0:5,slowsave:1:4:2500
+  for grace in default 0 1; do
+    o=g-$grace
+    set -- --nproc 2 --spares 1
+    [ $grace != default ] && set -- "$@" --grace-s $grace
+    LLMT_FAULT=$drill launch $o $o.log "$@" ft.json --steps 6 ||
+      { bad "grace $grace: the job did not finish"; cat $o.log; continue; }
+    r=$(grep -o '"event":"resume","step":[0-9]*' $o/metrics.jsonl | head -1 | sed 's/.*://')
+    if [ $grace = 0 ]; then
+      [ "$r" = 2 ] && ok "--grace-s 0: rank 1 SIGKILLed mid-save, step 4 uncommitted, resumed from step 2" ||
+        bad "--grace-s 0: resumed from '$r', expected 2 (is the drill still a race the save loses?)"
+      continue
+    fi
+    if [ $grace = 1 ]; then
+      grep -q "1 survivor(s) sent SIGTERM: 0 exited within .* 1 killed after the 1.0 s grace" $o.log &&
+        [ "$r" = 2 ] && ok "--grace-s 1: the survivor still saving was SIGKILLed after the grace; resumed from step 2" ||
+        { bad "--grace-s 1: resumed from '$r'"; grep launch: $o.log; }
+      continue
+    fi
+    grep -q "1 survivor(s) sent SIGTERM: 1 exited within" $o.log &&
+      ok "$(grep 'survivor(s) sent SIGTERM' $o.log)" || { bad "no SIGTERM to the survivor"; grep launch: $o.log; }
+    grep -q "SIGTERM: stopped after step 4 of 6; the checkpoint save in flight (if any) is committed" \
+      $o/agent/gen0-rank1.log && ok "rank 1 finished its save of step 4 and stopped on SIGTERM" ||
+      { bad "rank 1's stop"; tail -3 $o/agent/gen0-rank1.log; }
+    [ "$r" = 4 ] && ok "the restart resumed from step 4, the step rank 1 was saving" ||
+      { bad "resumed from '$r', expected 4"; grep event $o/metrics.jsonl; }
+    "$exe" ckpt ls $o/ckpt | grep -qE '^4 +2 .* ok$' && "$exe" ckpt verify $o/ckpt/step-000000000004 > /dev/null 2>&1 &&
+      ok "step 4 holds both ranks' parts and verifies" || { bad "step 4"; "$exe" ckpt ls $o/ckpt; }
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s g-ref.loss $o.loss && ok "all 6 losses equal the uninterrupted 2-rank run's" ||
+      { bad "losses differ"; diff g-ref.loss $o.loss; }
+  done
   ;;
 *) echo "unknown case $case_"; exit 2 ;;
 esac
