@@ -8,6 +8,7 @@
  * against its plan to the byte (test plan-vs-run). Each part names the
  * engine code it follows: when that code changes, the test fails until
  * this file follows it (doc/planner.md, "The engine's own numbers"). */
+#include <math.h>
 #include <string.h>
 
 #include "plan/plan.h"
@@ -338,6 +339,34 @@ static void dp_step(const eng *g, acc *a)
         }
 }
 
+/* What a MoE layer's forward keeps for its backward, in bytes, for a
+ * call of N tokens: the engine's count of the same (lib/train/moe_net.c,
+ * llmt__moe_net_saved_bytes; the routing, the packed rows and the experts'
+ * hidden units, the shared experts', under ep the owner's rows). */
+static double moe_saved(const llmt_spec *s, const eng *g, double N)
+{
+    if (g->E <= 0)
+        return 0;
+    double E = g->E, F = g->Fe, C = g->C;
+    double K = s->model.moe.top_k > 0 ? (double)s->model.moe.top_k : E > 1 ? 2 : 1, R = N * K;
+    double f = N * E + N + 4 * R + 2 * R * C + 3 * R * F + 3 * N * g->Fs;
+    if (g->ep > 1) { /* the exchange's block: the capacity of N tokens */
+        double cap = s->model.moe.dropless ? N : ceil(s->model.moe.capacity_factor * R / E);
+        cap = cap < 1 ? 1 : cap > N ? N : cap;
+        f += E * cap * (C + 3 * F);
+    }
+    return 4 * f;
+}
+
+/* The MoE layers among layers [f, f + n). */
+static double moe_in(const eng *g, int64_t f, int64_t n)
+{
+    double M = 0;
+    for (int64_t l = f; l < f + n && l < (int64_t)g->L; l++)
+        M += g->moe[1 + l];
+    return M;
+}
+
 /* Activations and backward scratch the engine plans for a micro-batch
  * (device.c, llmt__devtrain_create_tp: the buffers allocated as
  * activations): the residual stream, per stored layer its norms' outputs
@@ -375,10 +404,12 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
     eng g;
     shape(s, &g);
     int64_t p = s->parallelism.pp, v = s->parallelism.virtual_stages, clen = 0;
+    double M = 0; /* the stage's MoE layers (of all its chunks) */
     for (int64_t c = 0; c < v; c++) {
         int64_t f, n;
         llmt__plan_spec_span(s, stage, c, &f, &n);
         clen = n > clen ? n : clen;
+        M += moe_in(&g, f, n);
     }
     double N = g.B * g.T, C = g.C, bf = g.es, Lc = (double)clen;
     double stored = g.full ? 1 : Lc;
@@ -392,6 +423,10 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
     double sets =
         llmt__plan_pp_inflight(llmt__plan_pp_schedule(s), p, v, s->batch.grad_accum, stage);
     double x = sets * set;
+    /* each MoE layer keeps one routing state per set (moe_net.c: a set
+     * per micro-batch in flight, for every layer of every chunk, as a
+     * layer is in one chunk) */
+    x += sets * M * moe_saved(s, &g, N);
     x += 2 * N * C * bf + N * Q * bf + N * F * bf * (g.llama ? 3 : 1) + 4;
     if (stage < p - 1 || v > 1)
         x += N * C * bf;
@@ -446,5 +481,7 @@ void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
     e->engine_mem_grads = P * 4 + (g.kvrep ? 2 * g.nkv * g.hd * (g.C + 1) * 4 : 0) +
                           (g.sp ? norm_tensors(&g) * g.C * 4 : 0);
     e->engine_mem_optimizer = 8 * (g.zero >= 1 && g.D > 1 ? share : P);
-    e->engine_mem_activations = activations(&g);
+    e->engine_mem_activations =
+        activations(&g) +
+        moe_in(&g, 0, (int64_t)g.L) * moe_saved(s, &g, g.sp ? g.B * g.T / g.t : g.B * g.T);
 }

@@ -914,7 +914,7 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
         llmt__devtrain_destroy(g);
         return s;
     }
-    if (g->moe && g->nslot > 1 && (s = stage_moe_sets(g)) != LLMT_OK) {
+    if (g->moe && g->pp > 1 && (s = stage_moe_sets(g)) != LLMT_OK) {
         llmt__devtrain_destroy(g);
         return s;
     }
@@ -1111,7 +1111,8 @@ const char *llmt__devtrain_backend(const llmt__devtrain *g) { return g->op->name
 
 void llmt__devtrain_memory(const llmt__devtrain *g, llmt__devtrain_mem *out)
 {
-    out->activations = g->act_bytes;
+    /* and the MoE layers' routing state (host memory: moe_net.h) */
+    out->activations = g->act_bytes + (g->moe ? llmt__moe_net_saved_bytes(g->moe) : 0);
     g->op->mem_stats(g->d, &out->in_use, &out->peak);
 }
 

@@ -33,6 +33,7 @@ struct llmt__moe_net {
      * sset[k], eset[k] (set 0: layer, shared, ep), k current; NULL: one */
     int nsets, cur;
     unsigned char *held;
+    llmt__moe *ph; /* set 0's entry of the layers another stage holds */
     llmt__moe ***lset;
     llmt__moe_shared ***sset;
     llmt__moe_ep ***eset;
@@ -185,7 +186,7 @@ llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm)
                           n->c.moe_dropless,
                           n->c.moe_raw_gates};
     for (int l = 0; l < n->c.layers; l++) {
-        if (!n->layer[l])
+        if (!n->layer[l] || (n->held && !n->held[l])) /* another stage's */
             continue;
         if (!(n->ep[l] = llmt__moe_ep_new(&sh, n->Nmax, r, sz))) {
             free_ep(n);
@@ -396,9 +397,14 @@ static void sets_free(llmt__moe_net *n)
         free(n->lset[k]);
         free(n->sset[k]);
     }
+    for (int l = 0; n->ph && l < n->c.layers; l++)
+        if (n->layer[l] == n->ph) /* freed once, below */
+            n->layer[l] = NULL;
+    llmt__moe_free(n->ph);
     free(n->lset);
     free(n->sset);
     free(n->held);
+    n->ph = NULL;
     n->lset = NULL;
     n->sset = NULL;
     n->held = NULL;
@@ -437,20 +443,34 @@ static llmt_status sets_ep_new(llmt__moe_net *n, llmt_err *e)
 llmt_status llmt__moe_net_sets(llmt__moe_net *n, llmt_err *e, int sets,
                                const unsigned char *held)
 {
-    sets_free(n);
-    if (sets <= 1)
-        return LLMT_OK;
+    if (n->lset || n->ep)
+        return llmt__err_set(e, LLMT_ERR_INTERNAL,
+                             "trainer: moe: a stage's activation sets are made once, before "
+                             "expert parallelism");
     int L = n->c.layers;
     llmt__moe_shape sh = net_shape(n);
+    sets = sets > 1 ? sets : 1;
     n->nsets = sets;
     n->held = malloc((size_t)L);
     n->lset = calloc((size_t)sets, sizeof *n->lset);
     n->sset = calloc((size_t)sets, sizeof *n->sset);
-    int ok = n->held && n->lset && n->sset;
+    n->ph = llmt__moe_new(&sh, 1);
+    int ok = n->held && n->lset && n->sset && n->ph;
     if (ok) {
         memcpy(n->held, held, (size_t)L);
         n->lset[0] = n->layer;
         n->sset[0] = n->shared;
+    }
+    /* another stage's layers: their tallies stay (zeros here, summed over
+     * the pipeline), their routing state becomes a one-token placeholder
+     * that never runs */
+    for (int l = 0; ok && l < L; l++) {
+        if (n->held[l] || !n->layer[l])
+            continue;
+        llmt__moe_free(n->layer[l]);
+        llmt__moe_shared_free(n->shared[l]);
+        n->layer[l] = n->ph;
+        n->shared[l] = NULL;
     }
     int Fs = n->c.moe_shared_experts * n->c.moe_ffn;
     for (int k = 1; ok && k < sets; k++) {
@@ -471,7 +491,7 @@ llmt_status llmt__moe_net_sets(llmt__moe_net *n, llmt_err *e, int sets,
     if (!ok) {
         if (n->held) /* the partly made sets: what is not NULL is this set's own */
             for (int l = 0; l < L; l++)
-                n->held[l] = n->held[l] && n->layer[l];
+                n->held[l] = n->held[l] && n->layer[l] && n->layer[l] != n->ph;
         sets_free(n);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY,
                              "trainer: moe: no memory for the routing state of %d pipeline "
@@ -481,6 +501,34 @@ llmt_status llmt__moe_net_sets(llmt__moe_net *n, llmt_err *e, int sets,
     for (int l = 0; l < L; l++) /* from here on: held and MoE */
         n->held[l] = n->held[l] && n->layer[l];
     return LLMT_OK;
+}
+
+/* What one MoE layer's forward keeps for its backward, in floats, for a
+ * call of N tokens (moe.h, moe_shared.h, moe_ep.h): the routing (probs
+ * [N, E], lse [N], gate, idx and row [N, K], tok [N K]), the packed rows'
+ * inputs and outputs xe, ye [N K, C] and the experts' h1, h3, act [N K,
+ * F]; the shared experts' h1, h3, act [N, S F]; under expert parallelism
+ * the owner's rows xo, h1, h3, act [E x block, C | F]. The planner's
+ * model of a stage's activations counts the same (lib/plan/engine.c). */
+static size_t layer_saved(const llmt__moe_net *n)
+{
+    size_t N = (size_t)n->Nmax, E = (size_t)n->c.moe_experts, K = (size_t)n->c.moe_top_k,
+           C = (size_t)n->c.width, F = (size_t)n->c.moe_ffn, R = N * K;
+    size_t f = N * E + N + 4 * R + 2 * R * C + 3 * R * F;
+    f += 3 * N * (size_t)n->c.moe_shared_experts * F;
+    if (n->ep_size > 1) {
+        llmt__moe_shape sh = net_shape(n);
+        f += E * (size_t)llmt__moe_capacity(&sh, n->Nmax) * (C + 3 * F);
+    }
+    return f;
+}
+
+size_t llmt__moe_net_saved_bytes(const llmt__moe_net *n)
+{
+    size_t layers = 0;
+    for (int l = 0; l < n->c.layers; l++)
+        layers += n->layer[l] && (!n->held || n->held[l]);
+    return layers * (size_t)(n->lset ? n->nsets : 1) * layer_saved(n) * sizeof(float);
 }
 
 void llmt__moe_net_tally_layers(llmt__moe_net *n, int l0, int l1)

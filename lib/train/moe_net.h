@@ -49,7 +49,8 @@ llmt_status llmt__moe_net_stats(const llmt__moe_net *n, llmt_err *e, int layer, 
 
 /* Pipeline stages: `sets` copies of the forward state of the MoE layers
  * the stage holds (held[l] != 0; layers entries), one per activation set
- * of the engine; use: set k's for the next forward or backward. */
+ * of the engine (once, before set_ep; the other layers keep only their
+ * tallies); use: set k's for the next forward or backward. */
 llmt_status llmt__moe_net_sets(llmt__moe_net *n, llmt_err *e, int sets,
                                const unsigned char *held);
 void llmt__moe_net_use(llmt__moe_net *n, int k);
@@ -58,6 +59,10 @@ void llmt__moe_net_use(llmt__moe_net *n, int k);
  * the data parallel group (step_end), then over the pipeline group pp
  * (NULL: none; collective), so every stage reports every MoE layer. */
 void llmt__moe_net_tally_layers(llmt__moe_net *n, int l0, int l1);
+/* Bytes the MoE layers held here keep from their forwards for their
+ * backwards, over every activation set (activations, as the engine
+ * reports them). */
+size_t llmt__moe_net_saved_bytes(const llmt__moe_net *n);
 llmt_status llmt__moe_net_step_end_pp(llmt__moe_net *n, llmt_err *e, int micro, llmt_comm *pp);
 
 #endif

@@ -24,7 +24,9 @@
  *     equal, aux and z within 1e-5 relative;
  *   - the checkpoint reshards: pp 2 x dp 2 saves after step 5, one rank
  *     (pp 1) resumes from it; pp 1 saves, pp 2 resumes: the following
- *     losses equal the uninterrupted run's within 1e-5 relative. */
+ *     losses equal the uninterrupted run's within 1e-5 relative;
+ *   - each stage's activation bytes (its sets and its MoE layers' routing
+ *     state per set) within 15% of the planner's (check_plan_memory). */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +37,7 @@
 
 #include "check.h"
 #include "llmtrain.h"
+#include "plan/plan.h"
 #include "rank_fixture.h"
 
 enum { B = 2, T = 16, V = 61, STEPS = 10, M = 4, E = 4, K = 2, FE = 24, L = 4, MAXR = 4 };
@@ -77,6 +80,7 @@ typedef struct rank_arg {
     int k0, k1;
     const char *load, *save;
     float loss[STEPS];
+    int64_t act; /* activation bytes (llmt_trainer_memory) after the run */
     int64_t counts[L][E], dropped[L];
     double aux[L], z[L];
     float *params;
@@ -173,7 +177,7 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_sync_params(tr);
     if (a->st == LLMT_OK && a->save)
         a->st = ckpt_io(a, tr, 1, k1);
-    rank_fixture_pp_stats(tr, &a->st, &a->ps, NULL);
+    rank_fixture_pp_stats(tr, &a->st, &a->ps, &a->act);
     if (a->st != LLMT_OK)
         rank_fixture_error(a->err, sizeof a->err, tr, m);
     if (m)
@@ -339,6 +343,67 @@ static void check_reshard(void)
     CHECK(system(cmd) == 0);
 }
 
+/* The planner's model of a stage's activations (lib/plan/engine.c,
+ * llmt__plan_engine_stage_act: the schedule's in-flight sets, each MoE
+ * layer's routing state once per set) against what each stage holds
+ * (llmt_trainer_memory: its activation sets plus its MoE layers' saved
+ * buffers), within 15% as device-ppv checks the dense model: 1F1B, GPipe
+ * (dropless), interleaved v 2, and pp 2 x ep 2 (the exchange's rows). */
+static void check_plan_memory(void)
+{
+    static const int32_t chunks[4] = {1, 1, 1, 1};
+    static const struct {
+        int sched, v, dp, ep, dropless;
+        const char *name;
+    } cases[] = {{LLMT_PP_1F1B, 1, 1, 1, 0, "1f1b"},
+                 {LLMT_PP_GPIPE, 1, 1, 1, 1, "gpipe"},
+                 {LLMT_PP_INTERLEAVED, 2, 1, 1, 0, "interleaved"},
+                 {LLMT_PP_1F1B, 1, 2, 2, 0, "1f1b"}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        config(cases[k].dropless, 1, 0);
+        rank_arg a[MAXR];
+        rank_arg proto = {.pp = 2,
+                          .dp = cases[k].dp,
+                          .ep = cases[k].ep,
+                          .m = M,
+                          .v = cases[k].v,
+                          .sched = cases[k].sched,
+                          .layers = cases[k].v > 1 ? chunks : NULL};
+        run(&proto, a);
+        char json[2048];
+        snprintf(json, sizeof json,
+                 "{\"model\": {\"arch\": \"llama\", \"layers\": %d, \"hidden\": 32, "
+                 "\"heads\": 4, \"kv_heads\": 2, \"ffn\": 32, \"vocab\": %d, \"seq_len\": %d, "
+                 "\"moe\": {\"experts\": %d, \"top_k\": %d, \"expert_ffn\": %d, "
+                 "\"capacity_factor\": 1.0, \"dropless\": %s}}, "
+                 "\"parallelism\": {\"pp\": 2, \"dp\": %d, \"ep\": %d, "
+                 "\"virtual_stages\": %d, \"pp_schedule\": \"%s\"%s}, "
+                 "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
+                 "\"train\": {\"device\": \"cpu\"}}",
+                 L, V, T, E, K, FE, cases[k].dropless ? "true" : "false", cases[k].dp,
+                 cases[k].ep, cases[k].v, cases[k].name,
+                 cases[k].v > 1 ? ", \"stage_layers\": [1, 1, 1, 1]" : "", B, M);
+        llmt_spec *sp = NULL;
+        CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &sp), LLMT_OK);
+        for (int st = 0; st < 2 && sp; st++) {
+            CHECK_STATUS(a[st].st, LLMT_OK);
+            if (a[st].st != LLMT_OK) {
+                fprintf(stderr, "%s: %s\n", cases[k].name, a[st].err);
+                continue;
+            }
+            double plan = llmt__plan_engine_stage_act(sp, st);
+            double err = (plan - (double)a[st].act) / (double)a[st].act;
+            printf("stage %d activations, MoE %s pp 2 v %d x ep %d m %d%s: measured %lld "
+                   "bytes, planned %.0f (%+.1f%%)\n",
+                   st, cases[k].name, cases[k].v, cases[k].ep, M,
+                   cases[k].dropless ? " dropless" : "", (long long)a[st].act, plan, 100 * err);
+            CHECK(fabs(err) <= 0.15);
+        }
+        llmt_spec_destroy(sp);
+        free_args(a, 2 * cases[k].dp);
+    }
+}
+
 int main(void)
 {
     tp_fixture_data((size_t)STEPS * 2 * M * B * T, V, &g_in, &g_tg);
@@ -364,6 +429,7 @@ int main(void)
     check_layout("pp 2 uneven 1+3 1f1b, shared expert",
                  (rank_arg){.pp = 2, .m = M, .sched = LLMT_PP_1F1B, .layers = uneven});
     check_reshard();
+    check_plan_memory();
     printf("worst: loss rel %.2e, params max abs %.2e\n", g_worst_loss, g_worst_param);
     free(g_in);
     free(g_tg);
