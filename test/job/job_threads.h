@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -268,6 +269,144 @@ static inline void jt_refused(const char *what, const char *json, int world,
     printf("refused %-*s %s\n", width, what, msg);
     llmt_job_destroy(job);
     llmt_context_destroy(ctx);
+}
+
+/* The layout tests' frame (test_job_cp.c, test_job_cppp.c): one spec
+ * for every layout, a temporary directory holding a run directory per
+ * layout, the corpus prepared once, each layout against the single-rank
+ * run of the same spec. */
+typedef struct jt_suite {
+    const char *name; /* the spec's name (and the temporary directory's) */
+    char tmp[512];    /* the run directories' parent */
+    char prep[700];   /* data.train of every spec: the prepared corpus */
+} jt_suite;
+
+/* The run every layout shares: `model` keys, the "parallelism" keys par,
+ * seq_len seq; global batch 8 = micro 2 x accum x dp, so every layout
+ * trains on the same sequences; jt_cfg.steps steps, a validation every 3,
+ * 12 sampled tokens. The byte tokenizer's 257 tokens are the vocabulary
+ * (the sample draws from vocab_size: a larger one could draw tokens no
+ * tokenizer decodes). */
+static inline void jt_suite_spec(const jt_suite *s, char *out, size_t cap, const char *model,
+                                 const char *par, int seq)
+{
+    snprintf(out, cap,
+             "{\"name\": \"%s\", \"model\": {%s, \"vocab\": 257, \"seq_len\": %d},"
+             " \"batch\": {\"micro\": 2, \"global\": 8},"
+             " \"parallelism\": {%s},"
+             " \"optimizer\": {\"lr\": 1e-3}, \"schedule\": {\"kind\": \"cosine\", "
+             "\"warmup_steps\": 2},"
+             " \"train\": {\"steps\": %d, \"seed\": 3, \"eval_interval\": 3, "
+             "\"eval_batches\": 2, \"log_interval\": 0, \"threads\": 1, \"sample_tokens\": %d},"
+             " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
+             " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
+             "\"cpu\"}}",
+             s->name, model, seq, par, (int)jt_cfg.steps, 12, s->prep);
+}
+
+/* /tmp/llmt-NAME-XXXXXX made and the text files of corpus_dir prepared
+ * into byte-token shards there (with `model`); 0 when either failed. */
+static inline int jt_suite_open(jt_suite *s, const char *name, const char *corpus_dir,
+                                const char *model)
+{
+    char json[4096], dir[800];
+    s->name = name;
+    snprintf(s->tmp, sizeof s->tmp, "/tmp/llmt-%s-XXXXXX", name);
+    if (!mkdtemp(s->tmp)) {
+        fprintf(stderr, "FAIL mkdtemp %s\n", s->tmp);
+        CHECK(0);
+        return 0;
+    }
+    snprintf(s->prep, sizeof s->prep, "%s", corpus_dir);
+    jt_suite_spec(s, json, sizeof json, model, "\"tp\": 1", 16);
+    snprintf(dir, sizeof dir, "%s/prep", s->tmp);
+    llmt_status st = jt_prepare(json, dir);
+    snprintf(s->prep, sizeof s->prep, "%s/prep/data", s->tmp);
+    return st == LLMT_OK;
+}
+
+/* The single-rank run of `model` in run directory tmp/dirname. */
+static inline int jt_suite_one(const jt_suite *s, const char *what, const char *model,
+                               const char *dirname, jt_rank *ref)
+{
+    char json[4096], dir[800];
+    jt_suite_spec(s, json, sizeof json, model, "\"tp\": 1", 16);
+    snprintf(dir, sizeof dir, "%s/%s", s->tmp, dirname);
+    return run_layout(what, json, 1, dir, 0, 0, ref);
+}
+
+/* Layout `what` (par on n ranks, run directory tmp/WHAT with spaces and
+ * commas as _) against ref: every rank's losses and validation losses
+ * within jt_cfg.tol, its sample ref's, and the perf split timing each
+ * group of `groups` (LLMT_JOB_GROUP_*, -1 ends) on every rank and none on
+ * ref. */
+static inline void jt_suite_compare(const jt_suite *s, const char *what, const char *model,
+                                    const char *par, int n, const jt_rank *ref, jt_rank *a,
+                                    const int *groups)
+{
+    char json[4096], dir[800];
+    jt_suite_spec(s, json, sizeof json, model, par, 16);
+    snprintf(dir, sizeof dir, "%s/%s", s->tmp, what);
+    for (char *c = dir + strlen(s->tmp) + 1; *c; c++)
+        if (*c == ' ' || *c == ',')
+            *c = '_';
+    if (!run_layout(what, json, n, dir, 0, 0, a))
+        return;
+    check_losses_val(what, a, n, ref, 1, jt_cfg.steps);
+    for (int r = 0; r < n; r++) {
+        for (int g = 0; groups[g] >= 0; g++)
+            CHECK(a[r].comm_s[groups[g]] > 0);
+        if (strcmp(a[r].sample, ref->sample))
+            fprintf(stderr, "FAIL %s rank %d: sample '%s', one rank '%s'\n", what, r,
+                    a[r].sample, ref->sample);
+        CHECK(!strcmp(a[r].sample, ref->sample));
+    }
+    for (int g = 0; groups[g] >= 0; g++)
+        CHECK(ref->comm_s[groups[g]] == 0);
+}
+
+/* A link of a checkpoint chain: the layout that runs its two steps. */
+typedef struct jt_link {
+    const char *name, *par; /* what it is called, its "parallelism" keys */
+    int n;                  /* ranks */
+} jt_link;
+
+/* The chain in one run directory, tmp/chain: link p runs steps 2p + 1 and
+ * 2p + 2 (resuming the one before), each step's loss within jt_cfg.tol
+ * of ref's (the uninterrupted single rank). */
+static inline void jt_suite_chain(const jt_suite *s, const char *model, const jt_link *links,
+                                  int nlinks, const jt_rank *ref, jt_rank *a)
+{
+    char json[4096], dir[800];
+    snprintf(dir, sizeof dir, "%s/chain", s->tmp);
+    for (int p = 0; p < nlinks; p++) {
+        jt_suite_spec(s, json, sizeof json, model, links[p].par, 16);
+        if (!run_layout(links[p].name, json, links[p].n, dir, p > 0, 2 * (p + 1), a))
+            break;
+        check_losses(links[p].name, a, links[p].n, ref, 2 * p + 1, 2 * p + 2);
+    }
+}
+
+/* jt_refused with run directory tmp/bad, in a column of 28. */
+static inline void jt_suite_refused(const jt_suite *s, const char *what, const char *json,
+                                    int world, const char *const *want)
+{
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/bad", s->tmp);
+    jt_refused(what, json, world, want, dir, 28, 0);
+}
+
+/* The temporary directory removed (kept, and said, after a failure);
+ * check_exit(test). */
+static inline int jt_suite_close(jt_suite *s, const char *test)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s->tmp);
+    if (check_failures)
+        fprintf(stderr, "kept %s\n", s->tmp);
+    else if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", s->tmp);
+    return check_exit(test);
 }
 
 #endif

@@ -38,51 +38,26 @@
 #define STEPS 6
 _Static_assert(STEPS <= JT_MAXSTEPS, "jt_rank records steps 1..JT_MAXSTEPS");
 
-static char tmp[512], prep[700];
+static jt_suite g;
 
 #define GPT2 "\"arch\": \"gpt2\", \"layers\": 2, \"hidden\": 32, \"heads\": 4"
 #define LLAMA \
     "\"arch\": \"llama\", \"layers\": 2, \"hidden\": 32, \"heads\": 4, \"kv_heads\": 2"
 
-/* The run every layout shares; par: the "parallelism" keys. The byte
- * tokenizer's 257 tokens are the vocabulary (the sample draws from
- * vocab_size: a larger one could draw tokens no tokenizer decodes). */
+/* The run every layout shares (job_threads.h); par: the "parallelism"
+ * keys. */
 static void spec(char *out, size_t cap, const char *model, const char *par, int seq)
 {
-    snprintf(out, cap,
-             "{\"name\": \"cpjob\", \"model\": {%s, \"vocab\": 257, \"seq_len\": %d},"
-             " \"batch\": {\"micro\": 2, \"global\": 8},"
-             " \"parallelism\": {%s},"
-             " \"optimizer\": {\"lr\": 1e-3}, \"schedule\": {\"kind\": \"cosine\", "
-             "\"warmup_steps\": 2},"
-             " \"train\": {\"steps\": %d, \"seed\": 3, \"eval_interval\": 3, "
-             "\"eval_batches\": 2, \"log_interval\": 0, \"threads\": 1, \"sample_tokens\": %d},"
-             " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
-             " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
-             "\"cpu\"}}",
-             model, seq, par, STEPS, 12, prep);
+    jt_suite_spec(&g, out, cap, model, par, seq);
 }
+
+/* The perf split times the CP group's waits on every rank. */
+static const int cp_group[] = {LLMT_JOB_GROUP_CP, -1};
 
 static void compare(const char *name, const char *model, const char *par, int n,
                     const jt_rank *ref, jt_rank *a)
 {
-    char json[4096], dir[800];
-    spec(json, sizeof json, model, par, 16);
-    snprintf(dir, sizeof dir, "%s/%s", tmp, name);
-    for (char *c = dir + strlen(tmp) + 1; *c; c++)
-        if (*c == ' ' || *c == ',')
-            *c = '_';
-    if (!run_layout(name, json, n, dir, 0, 0, a))
-        return;
-    check_losses_val(name, a, n, ref, 1, STEPS);
-    for (int r = 0; r < n; r++) {
-        CHECK(a[r].comm_s[LLMT_JOB_GROUP_CP] > 0); /* the perf split times the CP group */
-        if (strcmp(a[r].sample, ref->sample))
-            fprintf(stderr, "FAIL %s rank %d: sample '%s', one rank '%s'\n", name, r,
-                    a[r].sample, ref->sample);
-        CHECK(!strcmp(a[r].sample, ref->sample));
-    }
-    CHECK(ref->comm_s[LLMT_JOB_GROUP_CP] == 0);
+    jt_suite_compare(&g, name, model, par, n, ref, a, cp_group);
 }
 
 /* Bytes of the files under a directory (one level of subdirectories). */
@@ -106,13 +81,6 @@ static long long dir_bytes(const char *path)
     return n;
 }
 
-static void refused(const char *what, const char *json, int world, const char *const *want)
-{
-    char dir[700];
-    snprintf(dir, sizeof dir, "%s/bad", tmp);
-    jt_refused(what, json, world, want, dir, 28, 0);
-}
-
 int main(int argc, char **argv)
 {
     jt_cfg = (jt_config){STEPS, 3, JT_SAMPLE_BEFORE_FINISH, 34, 1e-5, 0};
@@ -120,27 +88,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: test_job_cp CORPUS_DIR\n");
         return 2;
     }
-    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-cp-XXXXXX");
-    if (!mkdtemp(tmp))
-        return 1;
-    char json[4096], dir[800];
-
-    /* the corpus prepared once into byte-token shards */
-    {
-        snprintf(prep, sizeof prep, "%s", argv[1]);
-        spec(json, sizeof json, GPT2, "\"tp\": 1", 16);
-        snprintf(dir, sizeof dir, "%s/prep", tmp);
-        llmt_status s = jt_prepare(json, dir);
-        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
-        if (s != LLMT_OK)
-            return check_exit("job-cp");
-    }
-
+    char json[4096];
     static jt_rank ref[1], lref[1], a[JT_MAXR];
-    spec(json, sizeof json, GPT2, "\"tp\": 1", 16);
-    snprintf(dir, sizeof dir, "%s/one", tmp);
-    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
-        return check_exit("job-cp");
+    if (!jt_suite_open(&g, "cpjob", argv[1], GPT2) ||
+        !jt_suite_one(&g, "one rank", GPT2, "one", ref))
+        return jt_suite_close(&g, "job-cp");
     printf("one rank: losses %.6f .. %.6f, sample '%s'\n", (double)ref->loss[1],
            (double)ref->loss[STEPS], ref->sample);
 
@@ -154,9 +106,7 @@ int main(int argc, char **argv)
             "\"cp\": 2, \"tp\": 2, \"cp_variant\": \"allgather\"", 8, ref, a);
     compare("cp 2 x tp 2 x dp 2 SP ring", GPT2,
             "\"cp\": 2, \"tp\": 2, \"sequence_parallel\": true", 8, ref, a);
-    spec(json, sizeof json, LLAMA, "\"tp\": 1", 16);
-    snprintf(dir, sizeof dir, "%s/llama-one", tmp);
-    if (run_layout("llama one rank", json, 1, dir, 0, 0, lref)) {
+    if (jt_suite_one(&g, "llama one rank", LLAMA, "llama-one", lref)) {
         compare("llama kv 2, cp 2 x dp 2", LLAMA, "\"cp\": 2", 4, lref, a);
         compare("llama kv 2, cp 2 x tp 2 SP allgather", LLAMA,
                 "\"cp\": 2, \"tp\": 2, \"dp\": 1, \"sequence_parallel\": true, "
@@ -166,27 +116,19 @@ int main(int argc, char **argv)
 
     /* (b) the chain through checkpoints, cp changing */
     {
-        static const struct {
-            const char *name, *par;
-            int n;
-        } ch[] = {{"chain cp 2 x dp 2", "\"cp\": 2", 4},
-                  {"chain one rank (resumed)", "\"tp\": 1", 1},
-                  {"chain cp 2 x tp 2 (resumed)", "\"cp\": 2, \"tp\": 2, \"dp\": 1", 4}};
-        snprintf(dir, sizeof dir, "%s/chain", tmp);
-        for (int p = 0; p < 3; p++) {
-            spec(json, sizeof json, GPT2, ch[p].par, 16);
-            if (!run_layout(ch[p].name, json, ch[p].n, dir, p > 0, 2 * (p + 1), a))
-                break;
-            check_losses(ch[p].name, a, ch[p].n, ref, 2 * p + 1, 2 * p + 2);
-        }
+        static const jt_link ch[] = {
+            {"chain cp 2 x dp 2", "\"cp\": 2", 4},
+            {"chain one rank (resumed)", "\"tp\": 1", 1},
+            {"chain cp 2 x tp 2 (resumed)", "\"cp\": 2, \"tp\": 2, \"dp\": 1", 4}};
+        jt_suite_chain(&g, GPT2, ch, 3, ref, a);
         /* saved once: cp 2 x dp 2's step 2 against the single rank's. The
          * CP rank 1 of each replica (world ranks 1 and 3: cp is the
          * coordinate after tp) writes no tensor data, at most one 4 KiB
          * block of alignment; the whole is the single rank's plus
          * alignment and per-rank indexes (a second copy would double it) */
         char x[900], y[900];
-        snprintf(x, sizeof x, "%s/chain/ckpt/step-000000000002", tmp);
-        snprintf(y, sizeof y, "%s/one/ckpt/step-000000000002", tmp);
+        snprintf(x, sizeof x, "%s/chain/ckpt/step-000000000002", g.tmp);
+        snprintf(y, sizeof y, "%s/one/ckpt/step-000000000002", g.tmp);
         long long bx = dir_bytes(x), by = dir_bytes(y), b1 = 0, b3 = 0;
         for (int r = 1; r <= 3; r += 2) {
             char f[1000];
@@ -211,25 +153,19 @@ int main(int argc, char **argv)
                                            "model.seq_len", "parallelism.cp", NULL};
         static const char *const w_dp[] = {"parallelism.dp", NULL};
         spec(json, sizeof json, GPT2, "\"cp\": 3", 16);
-        refused("cp 3 with seq_len 16", json, 3, w_seq);
+        jt_suite_refused(&g, "cp 3 with seq_len 16", json, 3, w_seq);
         spec(json, sizeof json, GPT2, "\"cp\": 2", 16);
-        refused("cp 2 on 3 ranks", json, 3, w_world);
+        jt_suite_refused(&g, "cp 2 on 3 ranks", json, 3, w_world);
         spec(json, sizeof json, GPT2, "\"cp_variant\": \"allgather\"", 16);
-        refused("cp_variant with cp 1", json, 1, w_var);
+        jt_suite_refused(&g, "cp_variant with cp 1", json, 1, w_var);
         spec(json, sizeof json, GPT2, "\"cp\": 2, \"cp_variant\": \"star\"", 16);
-        refused("cp_variant star", json, 2, w_var);
+        jt_suite_refused(&g, "cp_variant star", json, 2, w_var);
         /* 2 x cp divides 20, tp 4 divides 20 but not the 10 rows a CP rank holds */
         spec(json, sizeof json, GPT2, "\"cp\": 2, \"tp\": 4, \"sequence_parallel\": true", 20);
-        refused("cp 2 x tp 4 SP with seq_len 20", json, 8, w_sp);
+        jt_suite_refused(&g, "cp 2 x tp 4 SP with seq_len 20", json, 8, w_sp);
         spec(json, sizeof json, GPT2, "\"cp\": 2, \"dp\": 2", 16);
-        refused("cp 2 x dp 2 on 2 ranks", json, 2, w_dp);
+        jt_suite_refused(&g, "cp 2 x dp 2 on 2 ranks", json, 2, w_dp);
     }
 
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (check_failures)
-        fprintf(stderr, "kept %s\n", tmp);
-    else if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp);
-    return check_exit("job-cp");
+    return jt_suite_close(&g, "job-cp");
 }

@@ -36,51 +36,26 @@
 #define STEPS 6
 _Static_assert(STEPS <= JT_MAXSTEPS, "jt_rank records steps 1..JT_MAXSTEPS");
 
-static char tmp[512], prep[700];
+static jt_suite g;
 
 #define GPT2 "\"arch\": \"gpt2\", \"layers\": 2, \"hidden\": 32, \"heads\": 4"
 #define LLAMA \
     "\"arch\": \"llama\", \"layers\": 2, \"hidden\": 32, \"heads\": 4, \"kv_heads\": 2"
 
-/* The run every layout shares; par: the "parallelism" keys (test_job_cp.c's
- * spec: the byte tokenizer's 257 tokens are the vocabulary). */
+/* The run every layout shares (job_threads.h, as test_job_cp.c's); par:
+ * the "parallelism" keys. */
 static void spec(char *out, size_t cap, const char *model, const char *par)
 {
-    snprintf(out, cap,
-             "{\"name\": \"cpppjob\", \"model\": {%s, \"vocab\": 257, \"seq_len\": 16},"
-             " \"batch\": {\"micro\": 2, \"global\": 8},"
-             " \"parallelism\": {%s},"
-             " \"optimizer\": {\"lr\": 1e-3}, \"schedule\": {\"kind\": \"cosine\", "
-             "\"warmup_steps\": 2},"
-             " \"train\": {\"steps\": %d, \"seed\": 3, \"eval_interval\": 3, "
-             "\"eval_batches\": 2, \"log_interval\": 0, \"threads\": 1, \"sample_tokens\": %d},"
-             " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
-             " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
-             "\"cpu\"}}",
-             model, par, STEPS, 12, prep);
+    jt_suite_spec(&g, out, cap, model, par, 16);
 }
+
+/* The perf split times both the CP and the PP group on every rank. */
+static const int cppp_groups[] = {LLMT_JOB_GROUP_CP, LLMT_JOB_GROUP_PP, -1};
 
 static void compare(const char *name, const char *model, const char *par, int n,
                     const jt_rank *ref, jt_rank *a)
 {
-    char json[4096], dir[800];
-    spec(json, sizeof json, model, par);
-    snprintf(dir, sizeof dir, "%s/%s", tmp, name);
-    for (char *c = dir + strlen(tmp) + 1; *c; c++)
-        if (*c == ' ' || *c == ',')
-            *c = '_';
-    if (!run_layout(name, json, n, dir, 0, 0, a))
-        return;
-    check_losses_val(name, a, n, ref, 1, STEPS);
-    for (int r = 0; r < n; r++) {
-        /* the perf split times both groups */
-        CHECK(a[r].comm_s[LLMT_JOB_GROUP_CP] > 0);
-        CHECK(a[r].comm_s[LLMT_JOB_GROUP_PP] > 0);
-        if (strcmp(a[r].sample, ref->sample))
-            fprintf(stderr, "FAIL %s rank %d: sample '%s', one rank '%s'\n", name, r,
-                    a[r].sample, ref->sample);
-        CHECK(!strcmp(a[r].sample, ref->sample));
-    }
+    jt_suite_compare(&g, name, model, par, n, ref, a, cppp_groups);
 }
 
 /* The plan of cp 2 x pp 2 on 8 ranks (dp left out): dp derived as 2,
@@ -125,13 +100,6 @@ static void plan_check(void)
     llmt_spec_destroy(sp);
 }
 
-static void refused(const char *what, const char *json, int world, const char *const *want)
-{
-    char dir[700];
-    snprintf(dir, sizeof dir, "%s/bad", tmp);
-    jt_refused(what, json, world, want, dir, 28, 0);
-}
-
 int main(int argc, char **argv)
 {
     jt_cfg = (jt_config){STEPS, 3, JT_SAMPLE_BEFORE_FINISH, 34, 1e-5, 0};
@@ -139,27 +107,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: test_job_cppp CORPUS_DIR\n");
         return 2;
     }
-    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-cppp-XXXXXX");
-    if (!mkdtemp(tmp))
-        return 1;
-    char json[4096], dir[800];
-
-    /* the corpus prepared once into byte-token shards */
-    {
-        snprintf(prep, sizeof prep, "%s", argv[1]);
-        spec(json, sizeof json, GPT2, "\"tp\": 1");
-        snprintf(dir, sizeof dir, "%s/prep", tmp);
-        llmt_status s = jt_prepare(json, dir);
-        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
-        if (s != LLMT_OK)
-            return check_exit("job-cp-pp");
-    }
-
+    char json[4096];
     static jt_rank ref[1], lref[1], a[JT_MAXR];
-    spec(json, sizeof json, GPT2, "\"tp\": 1");
-    snprintf(dir, sizeof dir, "%s/one", tmp);
-    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
-        return check_exit("job-cp-pp");
+    if (!jt_suite_open(&g, "cpppjob", argv[1], GPT2) ||
+        !jt_suite_one(&g, "one rank", GPT2, "one", ref))
+        return jt_suite_close(&g, "job-cp-pp");
     printf("one rank: losses %.6f .. %.6f, sample '%s'\n", (double)ref->loss[1],
            (double)ref->loss[STEPS], ref->sample);
 
@@ -171,26 +123,16 @@ int main(int argc, char **argv)
     compare("cp 2 x pp 2 x dp 2 ZeRO-1", GPT2, "\"cp\": 2, \"pp\": 2, \"zero\": 1", 8, ref, a);
     compare("cp 2 x tp 2 x pp 2 SP", GPT2,
             "\"cp\": 2, \"tp\": 2, \"pp\": 2, \"sequence_parallel\": true", 8, ref, a);
-    spec(json, sizeof json, LLAMA, "\"tp\": 1");
-    snprintf(dir, sizeof dir, "%s/llama-one", tmp);
-    if (run_layout("llama one rank", json, 1, dir, 0, 0, lref))
+    if (jt_suite_one(&g, "llama one rank", LLAMA, "llama-one", lref))
         compare("llama kv 2, cp 2 x pp 2 ring", LLAMA, "\"cp\": 2, \"pp\": 2", 4, lref, a);
 
     /* (b) the chain through checkpoints, the layout changing */
     {
-        static const struct {
-            const char *name, *par;
-            int n;
-        } ch[] = {{"chain cp 2 x pp 2", "\"cp\": 2, \"pp\": 2", 4},
-                  {"chain one rank (resumed)", "\"tp\": 1", 1},
-                  {"chain cp 2 x pp 2 x dp 2 (resumed)", "\"cp\": 2, \"pp\": 2", 8}};
-        snprintf(dir, sizeof dir, "%s/chain", tmp);
-        for (int p = 0; p < 3; p++) {
-            spec(json, sizeof json, GPT2, ch[p].par);
-            if (!run_layout(ch[p].name, json, ch[p].n, dir, p > 0, 2 * (p + 1), a))
-                break;
-            check_losses(ch[p].name, a, ch[p].n, ref, 2 * p + 1, 2 * p + 2);
-        }
+        static const jt_link ch[] = {
+            {"chain cp 2 x pp 2", "\"cp\": 2, \"pp\": 2", 4},
+            {"chain one rank (resumed)", "\"tp\": 1", 1},
+            {"chain cp 2 x pp 2 x dp 2 (resumed)", "\"cp\": 2, \"pp\": 2", 8}};
+        jt_suite_chain(&g, GPT2, ch, 3, ref, a);
     }
 
     /* (c) bad input, named */
@@ -198,16 +140,10 @@ int main(int argc, char **argv)
         static const char *const w_world[] = {"parallelism.cp", "world size 6", NULL};
         static const char *const w_dp[] = {"parallelism.dp", "parallelism.pp", NULL};
         spec(json, sizeof json, GPT2, "\"cp\": 2, \"pp\": 2");
-        refused("cp 2 x pp 2 on 6 ranks", json, 6, w_world);
+        jt_suite_refused(&g, "cp 2 x pp 2 on 6 ranks", json, 6, w_world);
         spec(json, sizeof json, GPT2, "\"cp\": 2, \"pp\": 2, \"dp\": 2");
-        refused("cp 2 x pp 2 x dp 2 on 4 ranks", json, 4, w_dp);
+        jt_suite_refused(&g, "cp 2 x pp 2 x dp 2 on 4 ranks", json, 4, w_dp);
     }
 
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (check_failures)
-        fprintf(stderr, "kept %s\n", tmp);
-    else if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp);
-    return check_exit("job-cp-pp");
+    return jt_suite_close(&g, "job-cp-pp");
 }
