@@ -52,19 +52,6 @@ LLMT_API llmt_status llmt_trainer_set_cp_comm(llmt_trainer *tr, llmt_comm *comm,
         if (s != LLMT_OK)
             return s;
     }
-    llmt_model_config c;
-    memset(&c, 0, sizeof c);
-    c.struct_size = sizeof c;
-    llmt_model_get_config(llmt__trainer_model(tr), &c);
-    int32_t n = 1;
-    if (comm)
-        llmt_comm_size(comm, &n);
-    if (n > 1 && c.moe_experts > 0)
-        return llmt__err_set(
-            e, LLMT_ERR_UNSUPPORTED,
-            "trainer: set_cp_comm: context parallelism with mixture-of-experts "
-            "layers is not supported yet (parallelism.cp 1, or "
-            "model.moe.experts 0)");
     int v = engine_variant(o.variant);
     if (v < 0)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,

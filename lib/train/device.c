@@ -901,19 +901,26 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     /* a pipeline stage on the fp32 host backend holds its layers' part of
      * the parameters in host memory: its MoE layers run there too */
     int moe_stage = f32 && ops->host_memory && tps == 1 && g->pp > 1;
-    if (c->moe_experts > 0 && !g->alias && !moe_stage) {
+    /* tensor parallelism keeps the experts whole on every rank (tp_shards:
+     * SH_WHOLE), in the engine's host buffers at their device offsets */
+    int moe_tp = f32 && ops->host_memory && g->pp == 1;
+    if (c->moe_experts > 0 && !g->alias && !moe_stage && !moe_tp) {
         s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                           "trainer: model.moe: mixture-of-experts layers run on the fp32 cpu "
-                          "backend without tensor parallelism for now (device %s, tp %d, "
-                          "pp %d; issue 18)",
+                          "backend, and not under tensor and pipeline parallelism together, "
+                          "for now (device %s, tp %d, pp %d; issue 18)",
                           ops->name, tps, g->pp);
         llmt__devtrain_destroy(g);
         return s;
     }
-    if (c->moe_experts > 0 && (s = llmt__moe_net_new(e, c, B * T, &g->moe)) != LLMT_OK) {
+    /* the rows a MoE layer takes here: its block under sequence parallelism */
+    int moe_rows = sp ? B * T / tps : B * T;
+    if (c->moe_experts > 0 && (s = llmt__moe_net_new(e, c, moe_rows, &g->moe)) != LLMT_OK) {
         llmt__devtrain_destroy(g);
         return s;
     }
+    if (g->moe && sp) /* each rank routes its block of rows: the token group */
+        llmt__moe_net_add_group(g->moe, tp->comm);
     if (g->moe && g->pp > 1 && (s = stage_moe_sets(g)) != LLMT_OK) {
         llmt__devtrain_destroy(g);
         return s;
@@ -1661,7 +1668,9 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     S(g->op->residual_fwd(g->d, a->res2, x, blk(g, g->dtmp, N, C), (size_t)Nr * C), "residual");
     R(norm_fwd(g, a->ln2, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, Nr));
     if (w->router != NOP) { /* experts in place of the MLP (fp32 host only) */
-        R(llmt__moe_net_fwd(g->moe, g->e, l, w, g->param, a->ln2, g->dtmp, N));
+        /* on this rank's rows: whole under tensor parallelism, its block
+         * under sequence parallelism (no gather: MoE is per token) */
+        R(llmt__moe_net_fwd(g->moe, g->e, l, w, g->param, a->ln2, blk(g, g->dtmp, N, C), Nr));
     } else {
         R(col_input(g, &L.lin[LFC], a->ln2, N, &in));
         if (g->llama) {
@@ -1693,7 +1702,7 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
     llmt_status s;
     /* MLP */
     if (w->router != NOP) {
-        R(llmt__moe_net_bwd(g->moe, g->e, l, w, g->param, g->grad, a->ln2, g->dres, g->dtmp,
+        R(llmt__moe_net_bwd(g->moe, g->e, l, w, g->param, g->grad, a->ln2, g->dres, dsum,
                             g->moe_scale));
     } else if (g->llama) {
         R(lin_bwd(g, &L.lin[LFCP], g->dfchg, 0.0f, g->dres, a->fchg, N, NULL));
@@ -1834,6 +1843,45 @@ static llmt_status tp_kv_reduce(llmt__devtrain *g)
     return LLMT_OK;
 }
 
+/* Sequence parallelism with MoE layers: each tensor parallel rank ran
+ * them on its own rows (layer_fwd), so the gradients of their whole,
+ * replicated tensors (tp_shards) are partial sums, summed over the group
+ * as the norms' are, in place: per MoE layer one sum of its shared
+ * experts, router and experts (contiguous in the device layout), or under
+ * expert parallelism of the shared experts and router and one of this EP
+ * rank's rows of each expert tensor (the others' rows are zero here). */
+static llmt_status sp_moe_reduce(llmt__devtrain *g)
+{
+    const llmt_model_config *c = &g->m->cfg;
+    int32_t er = 0, es = 1;
+    llmt_comm *ep = llmt__moe_net_ep_comm(g->moe);
+    if (ep && (llmt_comm_rank(ep, &er) != LLMT_OK || llmt_comm_size(ep, &es) != LLMT_OK))
+        return llmt__err_set(g->e, LLMT_ERR_INTERNAL, "trainer: moe: the EP group: %s",
+                             llmt_comm_last_error(ep));
+    size_t E = (size_t)c->moe_experts, C = (size_t)c->width, F = (size_t)c->moe_ffn;
+    size_t blk_n = E / (size_t)es * F * C, blk_lo = (size_t)er * blk_n;
+    for (int l = 0; l < c->layers; l++) {
+        const llmt__layer_offs *o = &g->lay[l];
+        if (o->router == NOP || !stage_has(g, l))
+            continue;
+        size_t lo = o->sw1 != NOP ? o->sw1 : o->router;
+        size_t at_[4] = {lo, o->ew1 + blk_lo, o->ew3 + blk_lo, o->ew2 + blk_lo};
+        size_t n[4] = {o->router + E * C - lo, blk_n, blk_n, blk_n};
+        int k = 4;
+        if (es == 1) { /* through the end of w2 */
+            n[0] = o->ew2 + E * C * F - lo;
+            k = 1;
+        }
+        for (int j = 0; j < k; j++) {
+            llmt_status s =
+                g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, g->grad + at_[j], 1, n[j]);
+            if (s != LLMT_OK)
+                return s;
+        }
+    }
+    return LLMT_OK;
+}
+
 /* Sequence parallelism: each rank's gradients of the norms' weights and
  * biases sum only its rows; packed into one buffer, summed over the
  * group, put back (every rank then has the whole gradient, as the
@@ -1849,7 +1897,7 @@ static llmt_status sp_norm_reduce(llmt__devtrain *g)
         return s;
     for (int i = 0; i < g->nnrmp; i++)
         S(g->op->d2d(g->d, g->grad + g->nrmoff[i], g->nrmbuf + (size_t)i * C, C * 4), "copy");
-    return LLMT_OK;
+    return g->moe ? sp_moe_reduce(g) : LLMT_OK;
 }
 
 /* Sequence parallelism splits the rows of a forward in tp blocks: a
@@ -1906,11 +1954,7 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
     S(g->op->h2d(g->d, g->tgt, targets, (size_t)micro * N * 4), "upload tokens");
     S(g->op->memset0(g->d, g->grad, g->P * 4), "memset");
     float dloss = (float)(1.0 / (double)count);
-    if (g->moe) { /* data and expert parallelism: moe_net.h */
-        if (g->cp)
-            return llmt__err_set(g->e, LLMT_ERR_UNSUPPORTED,
-                                 "trainer: model.moe with context parallelism is not supported "
-                                 "yet (issue 18)");
+    if (g->moe) { /* data, expert, sequence and context parallelism: moe_net.h */
         R(llmt__moe_net_step_begin(g->moe, g->e, micro, g->dp ? llmt__dp_comm(g->dp) : NULL,
                                    &g->moe_scale));
     }
@@ -2503,4 +2547,6 @@ llmt_status llmt__devtrain_local_put(llmt__devtrain *g, int i, const float *in)
 void llmt__devtrain_set_cp(llmt__devtrain *g, llmt__cp *cp)
 {
     g->cp = cp;
+    if (g->moe && cp) /* its rows of every sequence: MoE's token group */
+        llmt__moe_net_add_group(g->moe, llmt__cp_comm(cp));
 }

@@ -119,6 +119,10 @@ typedef struct llmt__devtrain_tp {
      * backward) and reduce-scatter (COLUMN_IN backward, ROW_OUT and
      * EMBED_OUT forward), in place. */
     int seq;
+    /* the group's communicator (NULL: none), for what is not one of the
+     * split points: the MoE layers' router statistics under sequence
+     * parallelism (moe_group.h) */
+    llmt_comm *comm;
 } llmt__devtrain_tp;
 
 /* llmt_trainer_opts.recompute values */

@@ -1014,6 +1014,17 @@ static int in_expert(const llmt__dp *dp, size_t at)
     return 0;
 }
 
+/* Whether device offset `at` lies in one of the engine's norm runs (the
+ * elements this rank adds to the norm: under tensor parallelism a whole
+ * tensor's are tensor parallel rank 0's only). */
+static int in_runs(const llmt__dp *dp, size_t at)
+{
+    for (int k = 0; k < dp->dv.norm_count; k++)
+        if (at >= dp->dv.norm_lo[k] && at < dp->dv.norm_lo[k] + dp->dv.norm_n[k])
+            return 1;
+    return 0;
+}
+
 /* Expert parallelism, ZeRO 0/1: every rank holds the whole reduced
  * gradient of the dense units and of its own experts, zeros for the
  * others: the dense squares here, the experts' from one EP group (the
@@ -1033,7 +1044,7 @@ static llmt_status sumsq_ep(llmt__dp *dp, double *ss)
                 dp->sn[cnt++] = dp->dv.norm_n[k];
             }
         for (int u = a; u < b && (part || !runs); u++)
-            if (dp->n[u]) {
+            if (dp->n[u] && (!part || !runs || in_runs(dp, dp->lo[u]))) {
                 dp->sx[cnt] = dp->grads + dp->lo[u];
                 dp->sn[cnt++] = dp->n[u];
             }

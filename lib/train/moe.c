@@ -24,9 +24,9 @@ void llmt__moe_free(llmt__moe *s)
 {
     if (!s)
         return;
-    void *p[] = {s->probs,  s->lse,   s->gate, s->idx, s->row, s->tok,  s->kept,
-                 s->chosen, s->start, s->xe,   s->h1,  s->h3,  s->act,  s->ye,
-                 s->dye,    s->dact,  s->dh1,  s->dh3, s->dxe, s->dlog, s->dgate};
+    void *p[] = {s->probs, s->lse, s->gate, s->idx,  s->row,   s->tok,     s->kept, s->chosen,
+                 s->start, s->xe,  s->h1,   s->h3,   s->act,   s->ye,      s->dye,  s->dact,
+                 s->dh1,   s->dh3, s->dxe,  s->dlog, s->dgate, s->gchosen, s->gP,   s->gbuf};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(p[i]);
     free(s);
@@ -62,6 +62,13 @@ llmt__moe *llmt__moe_new(const llmt__moe_shape *sh, int Nmax)
     s->dact = malloc(R * F * sizeof(float));
     s->dh1 = malloc(R * F * sizeof(float));
     s->dh3 = malloc(R * F * sizeof(float));
+    s->gchosen = malloc(E * sizeof(double));
+    s->gP = malloc(E * sizeof(double));
+    s->gbuf = malloc((2 * E + 2) * sizeof(float));
+    if (!s->gchosen || !s->gP || !s->gbuf) {
+        llmt__moe_free(s);
+        return NULL;
+    }
     if (!s->probs || !s->dlog || !s->lse || !s->gate || !s->dgate || !s->idx || !s->row ||
         !s->tok || !s->kept || !s->chosen || !s->start || !s->xe || !s->ye || !s->dye ||
         !s->dxe || !s->h1 || !s->h3 || !s->act || !s->dact || !s->dh1 || !s->dh3) {
@@ -146,11 +153,52 @@ static void dispatch(llmt__moe *s, const float *x, int N)
         }
 }
 
-void llmt__moe_route(llmt__moe *s, const float *router, const float *x, int N)
+/* The call's statistics (moe.h: gchosen .. Ng), summed over the token
+ * group when there is one. One fp32 sum of 2E + 2 values: the counts are
+ * exact below 2^24 (moe_net.c refuses calls that could reach it), the
+ * probability and lse^2 sums are rounded to fp32 once per rank. */
+static llmt_status group_stats(llmt__moe *s)
+{
+    int N = s->N, E = s->sh.E;
+    for (int e = 0; e < E; e++) {
+        double P = 0;
+        for (int n = 0; n < N; n++)
+            P += s->probs[(size_t)n * E + e];
+        s->gP[e] = P;
+        s->gchosen[e] = (double)s->chosen[e];
+    }
+    double z = 0;
+    for (int n = 0; n < N; n++)
+        z += (double)s->lse[n] * s->lse[n];
+    s->gz = z;
+    s->Ng = N;
+    if (!s->sum)
+        return LLMT_OK;
+    float *b = s->gbuf;
+    for (int e = 0; e < E; e++) {
+        b[e] = (float)s->chosen[e];
+        b[E + e] = (float)s->gP[e];
+    }
+    b[2 * E] = (float)z;
+    b[2 * E + 1] = (float)N;
+    llmt_status st = s->sum(s->sum_ctx, b, (size_t)(2 * E + 2));
+    if (st != LLMT_OK)
+        return st;
+    for (int e = 0; e < E; e++) {
+        s->gchosen[e] = b[e];
+        s->gP[e] = b[E + e];
+    }
+    s->gz = b[2 * E];
+    s->Ng = (int64_t)b[2 * E + 1];
+    return LLMT_OK;
+}
+
+llmt_status llmt__moe_route(llmt__moe *s, const float *router, const float *x, int N)
 {
     s->N = N;
     route(s, router, x, N);
     dispatch(s, x, N);
+    return group_stats(s);
 }
 
 void llmt__moe_expert_fwd(const llmt__moe_shape *sh, const llmt__moe_w *w, int e, int rows,
@@ -182,17 +230,12 @@ void llmt__moe_combine(llmt__moe *s, float *y)
             for (int c = 0; c < C; c++)
                 y[(size_t)n * C + c] += gk * ye[c];
         }
-    double aux = 0, z = 0;
-    for (int e = 0; e < E; e++) {
-        double P = 0;
-        for (int n = 0; n < N; n++)
-            P += s->probs[(size_t)n * E + e];
-        aux += (double)s->chosen[e] / ((double)N * K) * (P / N);
-    }
-    for (int n = 0; n < N; n++)
-        z += (double)s->lse[n] * s->lse[n];
+    /* over the token group's Ng tokens (this call's N without one) */
+    double aux = 0, Ng = (double)s->Ng;
+    for (int e = 0; e < E; e++)
+        aux += s->gchosen[e] / (Ng * K) * (s->gP[e] / Ng);
     s->aux = E * aux;
-    s->z = z / N;
+    s->z = s->gz / Ng;
 }
 
 llmt_status llmt__moe_fwd(llmt__moe *s, const llmt__moe_w *w, const float *x, float *y, int N)
@@ -200,7 +243,9 @@ llmt_status llmt__moe_fwd(llmt__moe *s, const llmt__moe_w *w, const float *x, fl
     if (N < 1 || N > s->Nmax)
         return LLMT_ERR_INVALID_ARGUMENT;
     int C = s->sh.C, F = s->sh.F;
-    llmt__moe_route(s, w->router, x, N);
+    llmt_status st = llmt__moe_route(s, w->router, x, N);
+    if (st != LLMT_OK)
+        return st;
     for (int e = 0; e < s->sh.E; e++) {
         size_t r0 = (size_t)s->start[e];
         llmt__moe_expert_fwd(&s->sh, w, e, (int)s->kept[e], s->xe + r0 * C, s->h1 + r0 * F,
@@ -257,6 +302,7 @@ void llmt__moe_router_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, c
                           float *dx, float aux_coef, float z_coef)
 {
     int N = s->N, E = s->sh.E, C = s->sh.C, K = s->sh.K;
+    float Ng = (float)s->Ng; /* the aux and z losses' means: over the group */
     /* the experts' input gradients back to their tokens */
     memset(dx, 0, (size_t)N * C * sizeof(float));
     for (int64_t r = 0; r < s->start[E]; r++) {
@@ -278,14 +324,14 @@ void llmt__moe_router_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, c
             gd += (double)dg[k] * gt[k];
         }
         for (int e = 0; e < E; e++)
-            dl[e] = aux_coef * (float)E * (float)s->chosen[e] / ((float)N * K) / (float)N;
+            dl[e] = aux_coef * (float)E * (float)s->gchosen[e] / (Ng * K) / Ng;
         for (int k = 0; k < K; k++) /* d gate_k / d p: renormalised or raw */
             dl[ix[k]] += s->sh.raw_gates ? dg[k] : (float)((dg[k] - gd) / S);
         double pd = 0;
         for (int e = 0; e < E; e++)
             pd += (double)p[e] * dl[e];
         for (int e = 0; e < E; e++)
-            dl[e] = (float)(p[e] * (dl[e] - pd) + z_coef * 2.0 * s->lse[n] * p[e] / N);
+            dl[e] = (float)(p[e] * (dl[e] - pd) + z_coef * 2.0 * s->lse[n] * p[e] / s->Ng);
     }
     llmt__cpu_gemm(1, 0, E, C, N, 1.0f, s->dlog, E, x, C, 1.0f, dw->router, C);
     llmt__cpu_gemm(0, 0, N, C, E, 1.0f, s->dlog, E, w->router, C, 1.0f, dx, C);

@@ -23,7 +23,15 @@
  * Losses over the N tokens of one call (Switch / GShard form):
  *   aux = E * sum_e f_e * P_e, f_e = (choices of e before capacity) /
  *   (N*K), P_e = mean over tokens of softmax_e (only P carries gradient);
- *   z = mean over tokens of logsumexp(logits)^2. */
+ *   z = mean over tokens of logsumexp(logits)^2.
+ *
+ * When the tokens of one micro-batch are split over several ranks
+ * (sequence or context parallelism: moe_group.h), each rank routes its
+ * own rows (capacity of its own N, as under data parallelism), and the
+ * means above are over the whole micro-batch: the per-expert choices,
+ * probability sums and lse^2 sum are summed over the group (`sum`, once
+ * per call, in llmt__moe_route) before the losses and their gradients
+ * use them, so they equal one rank's on the whole micro-batch. */
 #ifndef LLMT_TRAIN_MOE_H
 #define LLMT_TRAIN_MOE_H
 
@@ -31,6 +39,10 @@
 #include <stdint.h>
 
 #include "llmtrain.h"
+
+/* An in-place sum of n floats over the ranks that share a micro-batch's
+ * tokens (moe_group.h); it records its own error message. */
+typedef llmt_status (*llmt__moe_sum_fn)(void *ctx, float *buf, size_t n);
 
 typedef struct llmt__moe_shape {
     int E, K, C, F;        /* experts, top_k, width, expert hidden size */
@@ -57,6 +69,16 @@ typedef struct llmt__moe {
     float *dye, *dact, *dh1, *dh3, *dxe, *dlog, *dgate; /* backward scratch */
     double aux, z;                                      /* this call's losses */
     int64_t dropped;                                    /* (token, choice) pairs dropped */
+    /* the call's router statistics over its token group (this rank's own
+     * without one): choices before capacity and router probabilities
+     * summed per expert, lse^2 summed, tokens. kept and dropped stay this
+     * rank's (moe_net.c sums the step's tallies). sum: the group's sum
+     * (NULL: no group); gbuf its scratch [2E + 2] */
+    double *gchosen, *gP, gz;
+    int64_t Ng;
+    float *gbuf;
+    llmt__moe_sum_fn sum;
+    void *sum_ctx;
 } llmt__moe;
 
 /* Allocate for up to Nmax tokens a call. NULL when out of memory. */
@@ -76,12 +98,13 @@ llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, c
 /* The same in stages, so that expert parallelism (moe_ep.c) can run the
  * experts on other ranks between them. route: router, top-k and the
  * dispatch of x[N,C] into the packed rows s->xe (expert e's kept rows
- * from s->start[e]). expert_fwd / expert_bwd: expert e (its row block of
+ * from s->start[e]), then the statistics' sum over the token group (the
+ * only step that can fail: the group's collective). expert_fwd / expert_bwd: expert e (its row block of
  * w, dw) on `rows` packed rows; expert_bwd ADDS into dw and overwrites
  * dact, dh1, dh3, dxe. combine: y from s->ye (packed rows) and the aux and
  * z losses; combine_bwd: s->dye and s->dgate from dy; router_bwd: dx
  * OVERWRITTEN from s->dxe (packed rows) and the router's own gradients. */
-void llmt__moe_route(llmt__moe *s, const float *router, const float *x, int N);
+llmt_status llmt__moe_route(llmt__moe *s, const float *router, const float *x, int N);
 void llmt__moe_expert_fwd(const llmt__moe_shape *sh, const llmt__moe_w *w, int e, int rows,
                           const float *xe, float *h1, float *h3, float *act, float *ye);
 void llmt__moe_combine(llmt__moe *s, float *y);

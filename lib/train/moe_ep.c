@@ -169,7 +169,8 @@ llmt_status llmt__moe_ep_fwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llm
                              s->Nmax);
     size_t C = (size_t)p->sh.C, F = (size_t)p->sh.F;
     llmt_status st;
-    llmt__moe_route(s, w->router, x, N);
+    if ((st = llmt__moe_route(s, w->router, x, N)) != LLMT_OK)
+        return st; /* the token group's sum (moe_group.h) set the message */
     if ((st = counts(p, s, comm, e)) != LLMT_OK)
         return st;
     pack(p, s, s->xe, p->sbuf, C);

@@ -6,6 +6,7 @@
 
 #include "train/moe.h"
 #include "train/moe_ep.h"
+#include "train/moe_group.h"
 #include "train/moe_shared.h"
 
 typedef struct tally {
@@ -21,6 +22,8 @@ struct llmt__moe_net {
     tally *step;               /* per layer */
     int micro;                 /* forwards tallied this step (x dp after step_end) */
     int Nmax;
+    /* the ranks sharing each micro-batch's tokens (moe_group.h; none: n 0) */
+    llmt__moe_group tg;
     /* expert parallelism (moe_ep.h): the EP group and each MoE layer's
      * state; NULL: every expert here */
     llmt_comm *epc;
@@ -133,9 +136,16 @@ llmt_status llmt__moe_net_fwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
         return llmt__err_set(e, LLMT_ERR_INTERNAL, "trainer: moe: layer %d: %s (%d tokens)", l,
                              s ? "more tokens than the engine was made for" : "not a MoE layer",
                              N);
+    /* the router statistics summed over the token group (moe.h) */
+    llmt_status st = llmt__moe_group_check(&n->tg, e, (int64_t)N * n->c.moe_top_k);
+    if (st != LLMT_OK)
+        return st;
+    n->tg.e = e;
+    s->sum = n->tg.n ? llmt__moe_group_sum : NULL;
+    s->sum_ctx = &n->tg;
     llmt__moe_w p = weights(w, param);
-    llmt_status st = n->ep ? llmt__moe_ep_fwd(n->ep[l], s, n->epc, e, &p, x, y, N)
-                           : llmt__moe_fwd(s, &p, x, y, N);
+    st = n->ep ? llmt__moe_ep_fwd(n->ep[l], s, n->epc, e, &p, x, y, N)
+               : llmt__moe_fwd(s, &p, x, y, N);
     if (st == LLMT_OK && n->shared[l]) /* not routed: on this rank's tokens */
         llmt__moe_shared_fwd(n->shared[l], param + w->sw1, param + w->sw3, param + w->sw2, x, y,
                              N);
@@ -212,6 +222,11 @@ llmt_comm *llmt__moe_net_ep_comm(const llmt__moe_net *n)
     return n->epc;
 }
 
+void llmt__moe_net_add_group(llmt__moe_net *n, llmt_comm *comm)
+{
+    llmt__moe_group_add(&n->tg, comm);
+}
+
 llmt_status llmt__moe_net_step_begin(llmt__moe_net *n, llmt_err *e, int micro, llmt_comm *dp,
                                      float *scale)
 {
@@ -244,8 +259,36 @@ llmt_status llmt__moe_net_step_begin(llmt__moe_net *n, llmt_err *e, int micro, l
     return LLMT_OK;
 }
 
+/* The step's kept counts and drops (this rank's rows) summed over the
+ * token group: aux and z need no sum, each forward's are the whole
+ * micro-batch's already (moe.h). One int64 sum per MoE layer. */
+static llmt_status group_tallies(llmt__moe_net *n, llmt_err *e)
+{
+    int E = n->c.moe_experts;
+    int64_t *cnt = n->tg.n ? malloc((size_t)(E + 1) * sizeof *cnt) : NULL;
+    if (n->tg.n && !cnt)
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: moe: no memory");
+    llmt_status st = LLMT_OK;
+    n->tg.e = e;
+    for (int l = 0; cnt && st == LLMT_OK && l < n->c.layers; l++) {
+        tally *t = &n->step[l];
+        if (!n->layer[l])
+            continue;
+        memcpy(cnt, t->kept, (size_t)E * sizeof *cnt);
+        cnt[E] = t->dropped;
+        st = llmt__moe_group_sum_i64(&n->tg, cnt, (size_t)E + 1);
+        memcpy(t->kept, cnt, (size_t)E * sizeof *cnt);
+        t->dropped = cnt[E];
+    }
+    free(cnt);
+    return st;
+}
+
 llmt_status llmt__moe_net_step_end(llmt__moe_net *n, llmt_err *e)
 {
+    llmt_status gs = group_tallies(n, e);
+    if (gs != LLMT_OK)
+        return gs;
     if (!n->dpc || n->dp_size <= 1)
         return LLMT_OK;
     /* the step's tallies summed over the data parallel group: counts and

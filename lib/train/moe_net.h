@@ -30,6 +30,12 @@ llmt_status llmt__moe_net_bwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
 llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm);
 int llmt__moe_net_ep_size(const llmt__moe_net *n);
 llmt_comm *llmt__moe_net_ep_comm(const llmt__moe_net *n); /* NULL: none */
+/* The tokens of each micro-batch are split over comm too (sequence or
+ * context parallelism; moe_group.h): every rank routes its own rows, the
+ * router statistics and the step's tallies are summed over it (NULL or one
+ * rank: nothing). comm must outlive the engine. The gradients' sum over it
+ * is the engine's (device.c). */
+void llmt__moe_net_add_group(llmt__moe_net *n, llmt_comm *comm);
 /* Start a step of `micro` micro-batches on this rank, under the data
  * parallel group dp (NULL: none): *scale gets the aux and z losses'
  * gradient weight (1 / (micro x dp ranks)). Refused when expert

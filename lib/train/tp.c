@@ -144,6 +144,7 @@ void llmt__tp_engine(llmt__tp *tp, llmt__devtrain_tp *out)
     out->hook = tp_hook;
     out->ctx = tp;
     out->seq = tp->seq;
+    out->comm = tp->comm;
 }
 
 llmt_comm *llmt__tp_comm(const llmt__tp *tp)

@@ -48,7 +48,7 @@ static llmt_status tp_attach(llmt_trainer *tr, llmt_comm *comm, int seq)
         if (s != LLMT_OK)
             return s;
     }
-    llmt__devtrain_tp et = {0, 1, NULL, NULL, 0};
+    llmt__devtrain_tp et = {0, 1, NULL, NULL, 0, NULL};
     if (tp)
         llmt__tp_engine(tp, &et);
     llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
@@ -250,7 +250,7 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
         llmt__devtrain_stage st = {r, n, cl0[0], cl1[v - 1], sets, v, cl0, cl1};
         llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
         /* tensor parallelism, when attached, splits the stage's layers */
-        llmt__devtrain_tp et = {0, 1, NULL, NULL, 0};
+        llmt__devtrain_tp et = {0, 1, NULL, NULL, 0, NULL};
         if (tr->tp)
             llmt__tp_engine(tr->tp, &et);
         /* context parallelism, when attached: the stage's engine holds this
@@ -400,7 +400,7 @@ llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant)
         s = llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     llmt__devtrain *dev = NULL;
     if (s == LLMT_OK) { /* tensor parallelism, when attached, stays as it is */
-        llmt__devtrain_tp et = {0, 1, NULL, NULL, 0};
+        llmt__devtrain_tp et = {0, 1, NULL, NULL, 0, NULL};
         if (tr->tp)
             llmt__tp_engine(tr->tp, &et);
         llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
