@@ -9,7 +9,9 @@
  * layer routes each micro-batch on its own, so capacities (1.0, binding:
  * tokens are dropped) and drops are those of the single rank's
  * micro-batches. Cases:
- *   pp 2 1F1B (capacity), GPipe (dropless), interleaved v 2 (one layer
+ *   pp 2 1F1B (capacity; again with full recompute: a stage's backward
+ *   runs each MoE layer's forward again, against a reference without),
+ *   GPipe (dropless), interleaved v 2 (one layer
  *   a chunk, capacity), uneven stages 1 + 3 with MoE only on layer 0
  *   (stage 1 has none); pp 2 x dp 2 ZeRO 0 and 1; pp 2 x ep 2 (EP inside
  *   the stage's data parallel group of 2, ZeRO 0 and 1); a shared expert
@@ -73,7 +75,7 @@ static void config(int dropless, int every, int shared)
 
 typedef struct rank_arg {
     llmt_comm *world; /* NULL: the single rank */
-    int stage, dpr, pp, dp, ep, zero, sched, v, m;
+    int stage, dpr, pp, dp, ep, zero, sched, v, m, recompute;
     const int32_t *layers; /* per virtual stage, or NULL: the balance */
     /* steps [k0, k1) (0, 0: all), after reading the checkpoint under load
      * (step k0, before the pipeline is attached); saved under save */
@@ -132,6 +134,7 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK) {
         llmt_trainer_opts o;
         rank_fixture_opts(&o, B, a->m, T, 3e-3f);
+        o.recompute = a->recompute;
         a->st = llmt_trainer_create(m, &o, &tr);
     }
     if (a->st == LLMT_OK && a->world) {
@@ -283,6 +286,7 @@ static void check_layout(const char *name, rank_arg proto)
     one.pp = one.dp = one.ep = one.v = 1;
     one.layers = NULL;
     one.zero = 0;
+    one.recompute = 0; /* recomputing changes no number */
     one.m = proto.m * (proto.dp > 1 ? proto.dp : 1);
     run(&one, ref);
     run(&proto, a);
@@ -414,6 +418,8 @@ int main(void)
     check_layout(
         "pp 2 x v 2 interleaved capacity 1.0",
         (rank_arg){.pp = 2, .m = M, .v = 2, .sched = LLMT_PP_INTERLEAVED, .layers = chunks});
+    check_layout("pp 2 1f1b capacity, full recompute",
+                 (rank_arg){.pp = 2, .m = M, .sched = LLMT_PP_1F1B, .recompute = 1});
     check_layout("pp 2 x dp 2 zero 1 1f1b capacity",
                  (rank_arg){.pp = 2, .dp = 2, .zero = 1, .m = M, .sched = LLMT_PP_1F1B});
     check_layout("pp 2 x ep 2 (dp 2) 1f1b capacity",
