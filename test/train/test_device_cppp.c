@@ -322,44 +322,71 @@ static void resume_one(const char *root, const rank_arg *ref, const char *what)
     free(one.params);
 }
 
+/* A case's settings, the rest zero. */
+static rank_arg proto_of(int sched, int variant)
+{
+    rank_arg p;
+    memset(&p, 0, sizeof p);
+    p.sched = sched;
+    p.variant = variant;
+    return p;
+}
+
+/* The model (Llama or GPT-2 with `layers` layers) and its single-rank
+ * reference; 0 when that failed. */
+static int begin(int llama, int layers, rank_arg *ref)
+{
+    config(llama, layers);
+    reference(ref);
+    return ref->st == LLMT_OK;
+}
+
+/* proto on cp 2 x pp 2 (x dp) against ref from step k0, as `name`. */
+static void layout(const char *name, const rank_arg *proto, int dp, const rank_arg *ref,
+                   rank_arg *a, int k0)
+{
+    run(proto, 2, 2, dp, a);
+    check_layout(name, ref, a, k0);
+}
+
+/* A checkpoint root of its own under /tmp, and its removal. */
+static void root_make(char *root)
+{
+    CHECK(mkdtemp(root) != NULL);
+}
+
+static void root_remove(const char *root)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    CHECK(system(cmd) == 0);
+}
+
 static void cases(const char *model, int llama)
 {
-    config(llama, 2);
     rank_arg ref[1], a[MAXW];
-    reference(ref);
-    if (ref->st != LLMT_OK)
+    if (!begin(llama, 2, ref))
         return;
     char name[128];
     for (int var = 0; var < 2; var++) {
-        rank_arg proto;
-        memset(&proto, 0, sizeof proto);
-        proto.variant = var;
-        proto.sched = LLMT_PP_1F1B;
-        run(&proto, 2, 2, 1, a);
+        rank_arg p = proto_of(LLMT_PP_1F1B, var);
         snprintf(name, sizeof name, "%s cp 2 x pp 2 1F1B %s", model,
                  var == LLMT__CP_RING ? "ring" : "all-gather");
-        check_layout(name, ref, a, 0);
+        layout(name, &p, 1, ref, a, 0);
     }
-    rank_arg proto;
-    memset(&proto, 0, sizeof proto);
     if (!llama) { /* 8 ranks: GPT-2 ring, ZeRO-1 (moments sharded), saved */
         char root[] = "/tmp/llmt-cppp-XXXXXX";
-        CHECK(mkdtemp(root) != NULL);
-        proto.sched = LLMT_PP_1F1B;
-        proto.zero = 1;
-        proto.save = root;
-        run(&proto, 2, 2, 2, a);
-        check_layout("gpt2 cp 2 x pp 2 x dp 2 ZeRO-1 1F1B ring", ref, a, 0);
+        root_make(root);
+        rank_arg p = proto_of(LLMT_PP_1F1B, LLMT__CP_RING);
+        p.zero = 1;
+        p.save = root;
+        layout("gpt2 cp 2 x pp 2 x dp 2 ZeRO-1 1F1B ring", &p, 2, ref, a, 0);
         resume_one(root, ref, "  its");
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-        CHECK(system(cmd) == 0);
+        root_remove(root);
     } else { /* GPipe with full recompute: the exchange again in the backward */
-        proto.sched = LLMT_PP_GPIPE;
-        proto.variant = LLMT__CP_ALL_GATHER;
-        proto.recompute = 1;
-        run(&proto, 2, 2, 1, a);
-        check_layout("llama kv 2 cp 2 x pp 2 GPipe full recompute all-gather", ref, a, 0);
+        rank_arg p = proto_of(LLMT_PP_GPIPE, LLMT__CP_ALL_GATHER);
+        p.recompute = 1;
+        layout("llama kv 2 cp 2 x pp 2 GPipe full recompute all-gather", &p, 1, ref, a, 0);
     }
     free(ref->params);
 }
@@ -367,36 +394,27 @@ static void cases(const char *model, int llama)
 /* Interleaved: a 4-layer Llama, 2 chunks a stage. */
 static void interleaved(void)
 {
-    config(1, 4);
     rank_arg ref[1], a[MAXW];
-    reference(ref);
-    if (ref->st != LLMT_OK)
+    if (!begin(1, 4, ref))
         return;
-    rank_arg proto;
-    memset(&proto, 0, sizeof proto);
-    proto.sched = LLMT_PP_INTERLEAVED;
-    proto.v = 2;
-    run(&proto, 2, 2, 1, a);
-    check_layout("llama kv 2 4 layers cp 2 x pp 2 interleaved v 2 ring", ref, a, 0);
+    rank_arg p = proto_of(LLMT_PP_INTERLEAVED, LLMT__CP_RING);
+    p.v = 2;
+    layout("llama kv 2 4 layers cp 2 x pp 2 interleaved v 2 ring", &p, 1, ref, a, 0);
     free(ref->params);
 }
 
 /* Generation and checkpoints (GPT-2: the tied head's two copies). */
 static void gen_and_ckpt(void)
 {
-    config(0, 2);
     rank_arg ref[1], a[MAXW], b[MAXW];
-    reference(ref);
-    if (ref->st != LLMT_OK)
+    if (!begin(0, 2, ref))
         return;
     char root[] = "/tmp/llmt-cppp-XXXXXX";
-    CHECK(mkdtemp(root) != NULL);
-    rank_arg proto;
-    memset(&proto, 0, sizeof proto);
-    proto.sched = LLMT_PP_1F1B;
-    proto.gen = 1;
-    proto.save = root;
-    run(&proto, 2, 2, 1, a);
+    root_make(root);
+    rank_arg p = proto_of(LLMT_PP_1F1B, LLMT__CP_RING);
+    p.gen = 1;
+    p.save = root;
+    run(&p, 2, 2, 1, a);
     for (int r = 0; r < 4; r++) /* the greedy tokens past the window */
         CHECK(a[r].st != LLMT_OK ||
               !memcmp(a[r].gen_one, a[r].gen_split, (size_t)NGEN * sizeof(int32_t)));
@@ -406,15 +424,10 @@ static void gen_and_ckpt(void)
     check_layout("gpt2 cp 2 x pp 2 1F1B ring (saves after step 5)", ref, a, 0);
     /* resumed by one rank, and by cp 2 x pp 2 all-gather */
     resume_one(root, ref, "cp 2 x pp 2");
-    memset(&proto, 0, sizeof proto);
-    proto.load = root;
-    proto.sched = LLMT_PP_1F1B;
-    proto.variant = LLMT__CP_ALL_GATHER;
-    run(&proto, 2, 2, 1, b);
-    check_layout("  resumed under cp 2 x pp 2 all-gather", ref, b, SAVE_AT);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-    CHECK(system(cmd) == 0);
+    p = proto_of(LLMT_PP_1F1B, LLMT__CP_ALL_GATHER);
+    p.load = root;
+    layout("  resumed under cp 2 x pp 2 all-gather", &p, 1, ref, b, SAVE_AT);
+    root_remove(root);
     free(ref->params);
 }
 
@@ -422,19 +435,13 @@ static void gen_and_ckpt(void)
 static void emul_cases(void)
 {
     for (int llama = 0; llama < 2; llama++) {
-        config(llama, 2);
         rank_arg ref[1], a[MAXW];
-        reference(ref);
-        if (ref->st != LLMT_OK)
+        if (!begin(llama, 2, ref))
             return;
-        rank_arg proto;
-        memset(&proto, 0, sizeof proto);
-        proto.variant = llama ? LLMT__CP_ALL_GATHER : LLMT__CP_RING;
-        proto.sched = LLMT_PP_1F1B;
-        run(&proto, 2, 2, 1, a);
-        check_layout(llama ? "emul llama kv 2 cp 2 x pp 2 1F1B all-gather"
-                           : "emul gpt2 cp 2 x pp 2 1F1B ring",
-                     ref, a, 0);
+        rank_arg p = proto_of(LLMT_PP_1F1B, llama ? LLMT__CP_ALL_GATHER : LLMT__CP_RING);
+        layout(llama ? "emul llama kv 2 cp 2 x pp 2 1F1B all-gather"
+                     : "emul gpt2 cp 2 x pp 2 1F1B ring",
+               &p, 1, ref, a, 0);
         free(ref->params);
     }
 }
