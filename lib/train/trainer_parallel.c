@@ -160,6 +160,11 @@ static llmt_status pp_check(llmt_trainer *tr, const llmt_pp_opts *o, int32_t n)
         return llmt__err_set(e, LLMT_ERR_STATE,
                              "trainer: set_pp_comm: attach pipeline parallelism before data "
                              "parallelism (llmt_trainer_set_comm)");
+    /* the stage's new engine would start without the EP group */
+    if (llmt__trainer_ep_comm(tr))
+        return llmt__err_set(e, LLMT_ERR_STATE,
+                             "trainer: set_pp_comm: attach pipeline parallelism before expert "
+                             "parallelism (llmt_trainer_set_ep_comm)");
     if (tr->o.fp8)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_pp_comm: fp8 with pipeline parallelism is not "

@@ -27,6 +27,7 @@
  *   - the checkpoint reshards: pp 2 x dp 2 saves after step 5, one rank
  *     (pp 1) resumes from it; pp 1 saves, pp 2 resumes: the following
  *     losses equal the uninterrupted run's within 1e-5 relative;
+ *   - set_pp_comm after set_ep_comm is refused naming the order;
  *   - each stage's activation bytes (its sets and its MoE layers' routing
  *     state per set) within 15% of the planner's (check_plan_memory). */
 #include <math.h>
@@ -408,6 +409,33 @@ static void check_plan_memory(void)
     }
 }
 
+/* Expert parallelism attached before the pipeline: the stage's new
+ * engine would start without it, so set_pp_comm refuses, naming the
+ * order (no collective runs: one thread holds rank 0 of both groups). */
+static void check_order(void)
+{
+    config(0, 1, 0);
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_comm *c[2] = {NULL}, *p[2] = {NULL};
+    llmt_trainer_opts o;
+    rank_fixture_opts(&o, B, M, T, 3e-3f);
+    CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &m), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_create(m, &o, &tr), LLMT_OK);
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, NULL, c), LLMT_OK);
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, NULL, p), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_set_ep_comm(tr, c[0]), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_set_pp_comm(tr, p[0], NULL), LLMT_ERR_STATE);
+    printf("set_pp_comm after set_ep_comm: %s\n", llmt_trainer_last_error(tr));
+    CHECK(strstr(llmt_trainer_last_error(tr), "llmt_trainer_set_ep_comm") != NULL);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    for (int r = 0; r < 2; r++) {
+        llmt_comm_destroy(c[r]);
+        llmt_comm_destroy(p[r]);
+    }
+}
+
 int main(void)
 {
     tp_fixture_data((size_t)STEPS * 2 * M * B * T, V, &g_in, &g_tg);
@@ -436,6 +464,7 @@ int main(void)
                  (rank_arg){.pp = 2, .m = M, .sched = LLMT_PP_1F1B, .layers = uneven});
     check_reshard();
     check_plan_memory();
+    check_order();
     printf("worst: loss rel %.2e, params max abs %.2e\n", g_worst_loss, g_worst_param);
     free(g_in);
     free(g_tg);
