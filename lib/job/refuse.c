@@ -48,15 +48,9 @@ static llmt_status check_parallelism(llmt_job *j)
                       "not supported by llmt_job yet (a stage's MoE layers run on the fp32 "
                       "engine unsplit); use tp 1 with pp, or pp 1",
                       (long long)s->parallelism.tp, (long long)s->parallelism.pp);
-    /* data, expert and pipeline parallelism run them (lib/train/moe_ep.c,
-     * the stage path); the engine's tensor split of the MLP does not know
-     * experts */
-    if (s->model.moe.experts > 0 && s->parallelism.tp > 1)
-        return REFUSE(
-            "model.moe.experts: MoE layers with parallelism.tp %lld are not supported by "
-            "llmt_job yet (issue 18: data, expert and pipeline parallelism run them); use "
-            "parallelism.dp, parallelism.ep or parallelism.pp",
-            (long long)s->parallelism.tp);
+    /* data, expert, pipeline, tensor (experts whole on every TP rank,
+     * with or without sequence parallelism) and context parallelism run
+     * them (doc/moe.md) */
     if (s->model.moe.experts == 0 && llmt__spec_given(s, "model.moe.expert_ffn"))
         return REFUSE("model.moe.expert_ffn: set but model.moe.experts is 0 (dense)");
     /* the trainer splits layers with the vocabulary-split embedding and
@@ -94,15 +88,11 @@ static llmt_status check_cp(llmt_job *j)
                           "context parallel attention to choose); remove the key or set cp");
         return LLMT_OK;
     }
-    static const char *const why[] = {
-        "train.device cuda (the attention's key/value exchange runs on host memory: the "
-        "cpu backend for now)",
-        "model.moe.experts (the aux losses and counts over the group)"};
-    int k = s->train.device == LLMT_SPEC_DEVICE_CUDA ? 0 : s->model.moe.experts > 0 ? 1 : -1;
-    if (k >= 0)
-        return REFUSE("parallelism.cp: %lld is not supported by llmt_job with %s yet; use "
-                      "cp 1",
-                      cp, why[k]);
+    if (s->train.device == LLMT_SPEC_DEVICE_CUDA)
+        return REFUSE("parallelism.cp: %lld is not supported by llmt_job with train.device "
+                      "cuda yet (the attention's key/value exchange runs on host memory: the "
+                      "cpu backend for now); use cp 1",
+                      cp);
     /* sequence parallelism splits a CP rank's rows of each sequence in tp
      * blocks (the trainer refuses it too, but after the groups are made) */
     long long tp = (long long)s->parallelism.tp, T = (long long)s->model.seq_len;
