@@ -76,3 +76,26 @@ resume_one() {
   ext "$1"8/metrics.jsonl | awk '$1 > 6' > d.txt
   cmp_losses c.txt d.txt "resumed losses equal"
 }
+
+# mpi_sample LOG: the text a `llmtrain train` log sampled at its end
+mpi_sample() { awk '/^---- sample/ {f = 1; next} /^----$/ {f = 0} f' "$1"; }
+
+# mpi_vs_one TAG REF RUN NP WHAT LAYOUT: REF.json trained by one process
+# (run directory REF) and RUN.json under mpirun -np NP (run directory RUN;
+# WHAT says what it splits); RUN's log names the layout (LAYOUT, a fixed
+# string), both sample the same text, and every training and validation
+# loss agrees (cmp_losses). Each result is prefixed "TAG: ".
+mpi_vs_one() {
+  "$exe" train "$2.json" --out "$2" > "$2.log" 2>&1 && ok "$1: one process" ||
+    { bad "$1: one process"; cat "$2.log"; }
+  mpi_train "$4" "$3.json" --out "$3" > "$3.log" 2>&1 && ok "$1: mpirun -np $4 ($5)" ||
+    { bad "$1: mpirun -np $4"; cat "$3.log"; }
+  grep -qF "$6" "$3.log" && ok "$1: the layout in the log" ||
+    { bad "$1: no layout"; head -5 "$3.log"; }
+  mpi_s1=$(mpi_sample "$2.log") mpi_s2=$(mpi_sample "$3.log")
+  [ -n "$mpi_s1" ] && [ "$mpi_s1" = "$mpi_s2" ] && ok "$1: the same sample" ||
+    bad "$1: sample '$mpi_s2', one process '$mpi_s1'"
+  ext "$2/metrics.jsonl" > "$2.loss"
+  ext "$3/metrics.jsonl" > "$3.loss"
+  cmp_losses "$2.loss" "$3.loss" "$1: losses equal one process's (train and validation)"
+}

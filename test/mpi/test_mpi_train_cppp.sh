@@ -18,7 +18,6 @@ mk() { # file model parallelism steps
     "$3" "$4" '"eval_interval": 3, "eval_batches": 2, "log_interval": 3, "sample_tokens": 7' \
     '' '"interval": 6, "async": false'
 }
-sample() { awk '/^---- sample/ {f = 1; next} /^----$/ {f = 0} f' "$1"; }
 gpt2='"arch": "gpt2", "layers": 2, "hidden": 64, "heads": 4'
 llama='"arch": "llama", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2'
 for run in "gpt2 ring" "llama allgather"; do
@@ -26,20 +25,8 @@ for run in "gpt2 ring" "llama allgather"; do
   eval model=\$$1
   mk ref-$1.json "$model" '"tp": 1' 6
   mk cppp-$1.json "$model" "\"cp\": 2, \"pp\": 2, \"cp_variant\": \"$2\"" 6
-  "$exe" train ref-$1.json --out ref-$1 > ref-$1.log 2>&1 && ok "$1: one process" ||
-    { bad "$1: one process"; cat ref-$1.log; }
-  mpi_train 4 cppp-$1.json --out cppp-$1 > cppp-$1.log 2>&1 &&
-    ok "$1: mpirun -np 4 (cp 2 x pp 2, $2)" ||
-    { bad "$1: mpirun -np 4"; cat cppp-$1.log; }
-  grep -q "tensor x context x pipeline x data parallel: tp 1 x cp 2 x pp 2 x dp 1 = 4 ranks" \
-    cppp-$1.log && ok "$1: the layout in the banner" ||
-    { bad "$1: no layout"; head -5 cppp-$1.log; }
-  s1=$(sample ref-$1.log) s2=$(sample cppp-$1.log)
-  [ -n "$s1" ] && [ "$s1" = "$s2" ] && ok "$1: the same sample" ||
-    bad "$1: sample '$s2', one process '$s1'"
-  ext ref-$1/metrics.jsonl > a-$1.txt
-  ext cppp-$1/metrics.jsonl > b-$1.txt
-  cmp_losses a-$1.txt b-$1.txt "$1: losses equal one process's (train and validation)"
+  mpi_vs_one $1 ref-$1 cppp-$1 4 "cp 2 x pp 2, $2" \
+    "tensor x context x pipeline x data parallel: tp 1 x cp 2 x pp 2 x dp 1 = 4 ranks"
 done
 # the GPT-2 cp 2 x pp 2 checkpoint resumes in one process: steps 7-8
 # against the one-process run continued the same way

@@ -16,7 +16,6 @@ mk() { # file model parallelism
     "$3" 6 '"eval_interval": 3, "eval_batches": 2, "log_interval": 3, "sample_tokens": 7' \
     '' '"interval": 6, "async": false'
 }
-sample() { awk '/^---- sample/ {f = 1; next} /^----$/ {f = 0} f' "$1"; }
 gpt2='"arch": "gpt2", "layers": 2, "hidden": 64, "heads": 4'
 llama='"arch": "llama", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2'
 for run in "gpt2 ring" "llama allgather"; do
@@ -24,18 +23,6 @@ for run in "gpt2 ring" "llama allgather"; do
   eval model=\$$1
   mk ref-$1.json "$model" '"tp": 1'
   mk cpsp-$1.json "$model" "\"cp\": 2, \"tp\": 2, \"sequence_parallel\": true, \"cp_variant\": \"$2\""
-  "$exe" train ref-$1.json --out ref-$1 > ref-$1.log 2>&1 && ok "$1: one process" ||
-    { bad "$1: one process"; cat ref-$1.log; }
-  mpi_train 4 cpsp-$1.json --out cpsp-$1 > cpsp-$1.log 2>&1 &&
-    ok "$1: mpirun -np 4 (cp 2 x tp 2, sequence parallel, $2)" ||
-    { bad "$1: mpirun -np 4"; cat cpsp-$1.log; }
-  grep -q "tp 2 x cp 2 x dp 1" cpsp-$1.log && ok "$1: the layout in the log" ||
-    { bad "$1: no layout"; head -5 cpsp-$1.log; }
-  s1=$(sample ref-$1.log) s2=$(sample cpsp-$1.log)
-  [ -n "$s1" ] && [ "$s1" = "$s2" ] && ok "$1: the same sample" ||
-    bad "$1: sample '$s2', one process '$s1'"
-  ext ref-$1/metrics.jsonl > a-$1.txt
-  ext cpsp-$1/metrics.jsonl > b-$1.txt
-  cmp_losses a-$1.txt b-$1.txt "$1: losses equal one process's (train and validation)"
+  mpi_vs_one $1 ref-$1 cpsp-$1 4 "cp 2 x tp 2, sequence parallel, $2" "tp 2 x cp 2 x dp 1"
 done
 exit $fail
