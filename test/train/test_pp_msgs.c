@@ -63,11 +63,7 @@ static void *stage_main(void *p)
         a->s = llmt_comm_create_from_store(NULL, g_store, pre, a->rank, 2, NULL, &a->c);
     }
     llmt_trainer_opts o;
-    llmt_trainer_opts_init(&o, sizeof o);
-    o.micro_batch = MICRO;
-    o.grad_accum = M;
-    o.seq_len = T;
-    o.threads = 1;
+    rank_fixture_opts(&o, MICRO, M, T, 1e-3f);
     if (a->s == LLMT_OK)
         a->s = llmt__trainer_create_dev(md, &o, g_ops, &tr);
     llmt_pp_opts po;
@@ -80,19 +76,14 @@ static void *stage_main(void *p)
     if (a->s == LLMT_OK)
         a->s = llmt_comm_reset_stats(a->c);
     llmt_batch b = {sizeof b, g_in, g_tg, M * MICRO, T};
-    llmt_step_metrics met;
-    memset(&met, 0, sizeof met);
-    met.struct_size = sizeof met;
+    float loss = 0.0f;
     if (a->s == LLMT_OK)
-        a->s = llmt_trainer_step(tr, &b, &met);
+        a->s = rank_fixture_step(tr, &b, &loss);
     a->st.struct_size = sizeof a->st;
     if (a->s == LLMT_OK)
         a->s = llmt_comm_get_stats(a->c, &a->st);
     llmt_pp_stats ps;
-    memset(&ps, 0, sizeof ps);
-    ps.struct_size = sizeof ps;
-    if (a->s == LLMT_OK)
-        a->s = llmt_trainer_pp_stats(tr, &ps);
+    rank_fixture_pp_stats(tr, &a->s, &ps, NULL);
     a->busy = ps.busy_cpu_seconds;
     a->span = ps.span_cpu_seconds;
     if (a->s != LLMT_OK)
