@@ -155,6 +155,26 @@ static void shape(const llmt_spec *s, eng *g)
     g->unit[g->U - 1] = tail;
 }
 
+/* The MoE layers. */
+static double moe_layers(const eng *g)
+{
+    double M = 0;
+    for (int u = 1; u <= (int)g->L; u++)
+        M += g->moe[u];
+    return M;
+}
+
+/* The collectives of the ranks sharing a micro-batch's tokens (the SP-TP
+ * group, the CP group: lib/train/moe_group.c) on n ranks, per MoE layer:
+ * the router statistics' fp32 sum of 2E + 2 in every forward (again in a
+ * fully recomputed one), the step's tallies' int64 sum of E + 1. */
+static void moe_token_group(const eng *g, acc *a, double n)
+{
+    double M = moe_layers(g), rc = g->full && g->L > 1 ? 1 : 0;
+    all_reduce(a, n, 2 * g->E + 2, 4, M * g->A * (1 + rc));
+    all_reduce(a, n, g->E + 1, 8, M);
+}
+
 /* LayerNorm/RMSNorm weights and biases: per layer and the final one. */
 static double norm_tensors(const eng *g)
 {
@@ -175,6 +195,10 @@ static void tp_step(const eng *g, acc *a)
     if (t <= 1)
         return;
     double again = g->full && L > 1 ? 2 * L : 0; /* recomputed forwards */
+    /* a MoE layer has no split MLP (experts whole on every TP rank): its
+     * fc's and fcproj's collectives are not run (one of each pair again
+     * in a recomputed forward) */
+    double M = moe_layers(g), Mre = again > 0 ? M : 0;
     if (g->sp) {
         /* sequence parallel: each all-reduce of activations becomes a
          * reduce-scatter (embedding, proj, fcproj forward; the column
@@ -182,10 +206,10 @@ static void tp_step(const eng *g, acc *a)
          * split Linears' inputs, again in the backward for their weight
          * gradients; the row split Linears' and the embedding's output
          * gradients) of N/t rows per rank */
-        all_gather(a, t, x / t, g->es, g->A * (6 * L + 3 + again));
-        reduce_scatter(a, t, x / t, g->es, g->A * (4 * L + 2 + again));
+        all_gather(a, t, x / t, g->es, g->A * (6 * L + 3 + again - 3 * M - Mre));
+        reduce_scatter(a, t, x / t, g->es, g->A * (4 * L + 2 + again - 2 * M - Mre));
     } else {
-        all_reduce(a, t, x, g->es, g->A * (1 + 2 * L + again + 1 + 2 * L));
+        all_reduce(a, t, x, g->es, g->A * (1 + 2 * L + again + 1 + 2 * L - 2 * M - Mre));
     }
     all_reduce(a, t, N, 4, g->A);
     all_reduce(a, t, 2 * N, 4, g->A);
@@ -196,6 +220,22 @@ static void tp_step(const eng *g, acc *a)
     }
     if (g->sp) /* the norms' weight gradients, partial per rank */
         all_reduce(a, t, norm_tensors(g) * g->C, 4, 1);
+    if (g->sp && M > 0) {
+        /* each rank routed its own rows: the router statistics and
+         * tallies over the group, and (device.c, sp_moe_reduce) the MoE
+         * tensors' gradients, in place: shared experts and router through
+         * the experts' end, or under ep the shared experts and router and
+         * this EP rank's rows of each expert tensor */
+        moe_token_group(g, a, t);
+        double C = g->C, head = (g->Fs > 0 ? 3 * aligned(g, g->Fs * C) : 0);
+        if (g->ep > 1) {
+            all_reduce(a, t, head + g->E * C, 4, M);
+            all_reduce(a, t, g->xn, 4, 3 * M);
+        } else {
+            double ex = aligned(g, g->E * g->Fe * C);
+            all_reduce(a, t, head + aligned(g, g->E * C) + 2 * ex + g->E * g->Fe * C, 4, M);
+        }
+    }
     all_reduce(a, t, 1, 4, 1);
 }
 
@@ -238,6 +278,8 @@ static void cp_step(const eng *g, acc *a)
         P += g->unit[u];
     all_reduce(a, c, P, 4, 1);
     all_gather(a, c, 1, 8, 1);
+    if (g->E > 0) /* MoE: each CP rank routes its rows */
+        moe_token_group(g, a, c);
 }
 
 /* ceil(n / D): a unit's chunk (every rank's block of its collectives) */
@@ -437,12 +479,10 @@ void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
 {
     e->engine_modeled = 0;
     /* what the engine runs today: tp (with or without sequence
-     * parallelism) x cp x dp with ZeRO 0-3, dense models; MoE models on
-     * dp (and ep inside it) alone */
+     * parallelism) x cp x dp with ZeRO 0-3, dense and MoE models (ep
+     * inside dp) */
     int moe = s->model.moe.experts > 0;
-    if (s->parallelism.pp > 1 || s->model.layers > 4096 ||
-        (moe && (s->parallelism.tp > 1 || s->parallelism.cp > 1)) ||
-        (!moe && s->parallelism.ep > 1))
+    if (s->parallelism.pp > 1 || s->model.layers > 4096 || (!moe && s->parallelism.ep > 1))
         return;
     eng g;
     shape(s, &g);

@@ -20,7 +20,13 @@
  * tp 2 x cp 2 ring with selective recomputation (all but the last layer's
  * attention again); with sequence parallelism (the TP group's all-gathers
  * and reduce-scatters of the seq_len / cp rows): GPT-2 tp 2 x cp 2 x dp 2
- * ring, Llama kv 2 tp 2 x cp 2 all-gather with full recomputation.
+ * ring, Llama kv 2 tp 2 x cp 2 all-gather with full recomputation; with
+ * MoE layers (4 experts of 64, top-2, one shared expert, dropless: the
+ * fc/fcproj collectives of the MoE layers gone, the router statistics and
+ * tallies summed over the CP group and, under SP, the TP group, the MoE
+ * gradients' sum over the TP group under SP; doc/moe.md): Llama tp 2 x
+ * cp 2 SP ring with full recomputation, tp 2 x cp 2 x dp 2 ZeRO-1
+ * all-gather (TP without SP: the experts run whole on every TP rank).
  *
  *   test_plan_vs_run_cp        the fp32 CPU backend (train.device cpu)
  *   test_plan_vs_run_cp emul   the bf16 host emulation (bf16 K/V blocks,
@@ -57,6 +63,7 @@ typedef struct layout {
     int ag;        /* the all-gather variant */
     int recompute; /* 0 none, 1 full, 2 selective */
     int sp;        /* sequence parallel over the TP group */
+    int moe;       /* MoE layers: 4 experts of 64, top-2, 1 shared, dropless */
 } layout;
 
 typedef struct rank_arg {
@@ -80,17 +87,20 @@ static void spec_json(const layout *l, char *buf, size_t n)
     snprintf(buf, n,
              "{\"name\": \"cp\", \"model\": {\"arch\": \"%s\", \"layers\": %d, \"hidden\": %d, "
              "\"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"seq_len\": %d, "
-             "\"tied_embeddings\": %s}, "
+             "\"tied_embeddings\": %s%s}, "
              "\"parallelism\": {\"tp\": %d, \"cp\": %d, \"dp\": %d, \"zero\": %d, "
              "\"cp_variant\": \"%s\", \"recompute\": \"%s\", \"sequence_parallel\": %s}, "
              "\"precision\": {\"param\": \"%s\", \"master\": \"fp32\", \"gemm\": \"%s\"}, "
              "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
              "\"train\": {\"device\": \"%s\"}, \"hardware\": {\"gpu\": \"%s\"}}",
              l->llama ? "llama" : "gpt2", LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, SEQ,
-             l->llama ? "false" : "true", l->tp, l->cp, l->dp, l->zero,
-             l->ag ? "allgather" : "ring", rc_names[l->recompute], l->sp ? "true" : "false",
-             g_emul ? "bf16" : "fp32", g_emul ? "bf16" : "fp32", MICRO, ACCUM,
-             g_emul ? "cuda" : "cpu", g_emul ? "h100" : "cpu");
+             l->llama ? "false" : "true",
+             l->moe ? ", \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 64, "
+                      "\"shared_experts\": 1, \"dropless\": true}"
+                    : "",
+             l->tp, l->cp, l->dp, l->zero, l->ag ? "allgather" : "ring", rc_names[l->recompute],
+             l->sp ? "true" : "false", g_emul ? "bf16" : "fp32", g_emul ? "bf16" : "fp32",
+             MICRO, ACCUM, g_emul ? "cuda" : "cpu", g_emul ? "h100" : "cpu");
 }
 
 static void *rank_main(void *p)
@@ -114,6 +124,13 @@ static void *rank_main(void *p)
     /* the model as llmt_job builds it from the spec */
     llmt_model_config c;
     plan_run_model_config(&c, l->llama, LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, SEQ);
+    if (l->moe) { /* as llmt_job maps model.moe (lib/job/job.c) */
+        c.moe_experts = 4;
+        c.moe_top_k = 2;
+        c.moe_ffn = 64;
+        c.moe_shared_experts = 1;
+        c.moe_dropless = 1;
+    }
     a->st = llmt_model_create(NULL, &c, &m);
     if (a->st == LLMT_OK)
         a->st = plan_run_trainer(m, MICRO, ACCUM, SEQ, l->recompute, g_emul, &tr);
@@ -282,6 +299,8 @@ int main(int argc, char **argv)
         {"llama kv2 tp2 x cp2 ring selective", 1, 8, 2, 2, 2, 1, 0, 0, 2},
         {"gpt2 tp2 x cp2 x dp2 SP ring", 0, 4, 4, 2, 2, 2, 0, 0, 0, 1},
         {"llama kv2 tp2 x cp2 SP allgather full", 1, 8, 2, 2, 2, 1, 0, 1, 1, 1},
+        {"llama moe tp2 x cp2 SP ring full", 1, 8, 2, 2, 2, 1, 0, 0, 1, 1, 1},
+        {"llama moe tp2 x cp2 x dp2 zero1 ag", 1, 8, 2, 2, 2, 2, 1, 1, 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
         check_layout(&ls[i], in, tg);
