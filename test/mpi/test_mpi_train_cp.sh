@@ -39,8 +39,7 @@ for r in 1 3; do
   [ -n "$f" ] && [ "$(stat -c %s "$f")" -le 4096 ] && ok "rank $r saved no tensor (once per replica)" ||
     bad "rank $r's checkpoint part: $(ls -l cp/ckpt/*6/ 2>&1)"
 done
-sample() { awk '/^---- sample/ {f = 1; next} /^----$/ {f = 0} f' "$1"; }
-s1=$(sample ref.log) s2=$(sample cp.log)
+s1=$(mpi_sample ref.log) s2=$(mpi_sample cp.log)
 [ -n "$s1" ] && [ "$s1" = "$s2" ] && ok "the same sample" || bad "sample '$s2', one process '$s1'"
 ext ref/metrics.jsonl > a.txt
 ext cp/metrics.jsonl > b.txt
