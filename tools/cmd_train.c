@@ -5,7 +5,9 @@
  * closing comparison of the validation loss with the unigram entropy of
  * the corpus. Uses only the public ABI. */
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,28 +34,42 @@ static void fmt_dur(char *b, size_t cap, double s)
  * preemption): the step running and the checkpoint save in flight are
  * finished, then the run stops (llmt_job_finish waits for the save's
  * commit). A step is the unit the library cannot be interrupted in, so
- * the handler only sets a flag the loop reads between steps (the library
- * installs no handlers); SA_RESTART keeps the save's writes from failing
- * with EINTR. A second SIGTERM kills at once. */
-static volatile sig_atomic_t g_term;
+ * the signal only sets a flag the loop reads between steps; the library
+ * installs no handlers. SIGTERM is blocked in every thread (the mask is
+ * set before the library starts any) and taken by one thread of its own
+ * in sigwait, so no library call ever sees EINTR from it. A second
+ * SIGTERM kills at once. */
+static atomic_int g_term;
 
-static void on_term(int sig)
+static void *term_main(void *arg)
 {
-    if (g_term) {
-        signal(sig, SIG_DFL);
-        raise(sig);
+    sigset_t *set = arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(set, &sig) != 0)
+            continue;
+        if (!atomic_exchange(&g_term, 1))
+            continue;
+        signal(SIGTERM, SIG_DFL); /* the second: die of it */
+        pthread_sigmask(SIG_UNBLOCK, set, NULL);
+        raise(SIGTERM);
     }
-    g_term = 1;
+    return NULL;
 }
 
 static void catch_term(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_term;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
+    static sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    pthread_t th;
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0)
+        return;
+    if (pthread_create(&th, NULL, term_main, &set) != 0) {
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* SIGTERM kills, as before */
+        return;
+    }
+    pthread_detach(th);
 }
 
 static int usage(void)
@@ -239,7 +255,7 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
     double t_start = 0, t_log = 0;
     float last_val = NAN;
     while (step < i.stop_at) {
-        if (g_term) {
+        if (atomic_load(&g_term)) {
             if (tty)
                 putchar('\n');
             /* the save begun in the last step commits (or says why not) */
