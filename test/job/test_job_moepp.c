@@ -11,7 +11,9 @@
  * (b) resharding through the job's checkpoint: pp 2 x dp 2 runs steps 1-4
  *     and saves, one rank (pp 1) resumes for 5-6; and pp 1 saves at 4,
  *     pp 2 x dp 2 resumes: losses within 1e-5 of the uninterrupted run's;
- * (c) MoE with tp 2 x pp 2 is refused at creation naming parallelism.tp.
+ * (c) MoE with tp 2 x pp 2 is refused at creation naming parallelism.tp;
+ * (d) cp 2 x pp 2 and cp 2 x pp 2 x dp 2 (GPipe), dropless, against one
+ *     rank (dropless: a CP rank's capacity is of its rows, doc/moe.md).
  * usage: test_job_moepp CORPUS_DIR (any directory of text files) */
 #include <math.h>
 #include <stdio.h>
@@ -28,14 +30,14 @@ _Static_assert(STEPS <= JT_MAXSTEPS, "jt_rank records steps 1..JT_MAXSTEPS");
 static char tmp[512], prep[700];
 
 /* A 2-layer llama, every layer 4 experts top-2, capacity 1.0 (drops). */
-static void spec(char *out, size_t cap, const char *par)
+static void spec(char *out, size_t cap, const char *par, int dropless)
 {
     snprintf(
         out, cap,
         "{\"name\": \"moeppjob\", \"model\": {\"arch\": \"llama\", \"layers\": 2, \"hidden\": "
         "32, \"heads\": 4, \"kv_heads\": 2, \"ffn\": 32, \"vocab\": 320, \"seq_len\": 16,"
         " \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 24, "
-        "\"capacity_factor\": 1.0}},"
+        "\"capacity_factor\": 1.0, \"dropless\": %s}},"
         " \"batch\": {\"micro\": 2, \"global\": 8},"
         " \"parallelism\": {%s},"
         " \"optimizer\": {\"lr\": 3e-3}, \"schedule\": {\"kind\": \"cosine\", "
@@ -45,7 +47,7 @@ static void spec(char *out, size_t cap, const char *par)
         " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
         " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
         "\"cpu\"}}",
-        par, STEPS, prep);
+        dropless ? "true" : "false", par, STEPS, prep);
 }
 
 int main(int argc, char **argv)
@@ -60,13 +62,13 @@ int main(int argc, char **argv)
         return 1;
     char json[4096], dir[800];
     snprintf(prep, sizeof prep, "%s", argv[1]);
-    spec(json, sizeof json, "\"dp\": 1");
+    spec(json, sizeof json, "\"dp\": 1", 0);
     snprintf(dir, sizeof dir, "%s/prep", tmp);
     if (jt_prepare(json, dir) != LLMT_OK)
         return check_exit("job-moepp");
     snprintf(prep, sizeof prep, "%s/prep/data", tmp);
     static jt_rank ref[1], a[JT_MAXR];
-    spec(json, sizeof json, "\"dp\": 1");
+    spec(json, sizeof json, "\"dp\": 1", 0);
     snprintf(dir, sizeof dir, "%s/one", tmp);
     if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
         return check_exit("job-moepp");
@@ -82,7 +84,7 @@ int main(int argc, char **argv)
         {"pp 2 x dp 2 x ep 2", "\"pp\": 2, \"dp\": 2, \"ep\": 2", 4},
     };
     for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
-        spec(json, sizeof json, lay[i].par);
+        spec(json, sizeof json, lay[i].par, 0);
         snprintf(dir, sizeof dir, "%s/l%zu", tmp, i);
         if (run_layout(lay[i].what, json, lay[i].n, dir, 0, 0, a))
             check_losses(lay[i].what, a, lay[i].n, ref, 1, STEPS);
@@ -90,22 +92,42 @@ int main(int argc, char **argv)
     /* (b) pp 2 x dp 2 saves at step 4, pp 1 resumes; pp 1 saves, pp 2 x
      * dp 2 resumes */
     snprintf(dir, sizeof dir, "%s/reshard", tmp);
-    spec(json, sizeof json, "\"pp\": 2, \"dp\": 2");
+    spec(json, sizeof json, "\"pp\": 2, \"dp\": 2", 0);
     if (run_layout("pp 2 x dp 2 steps 1-4", json, 4, dir, 0, 4, a)) {
         check_losses("pp 2 x dp 2, then", a, 4, ref, 1, 4);
-        spec(json, sizeof json, "\"dp\": 1");
+        spec(json, sizeof json, "\"dp\": 1", 0);
         if (run_layout("pp 1 resumes", json, 1, dir, 1, 0, a))
             check_losses("pp 1 resumes its checkpoint", a, 1, ref, 5, STEPS);
     }
     snprintf(dir, sizeof dir, "%s/reshard2", tmp);
-    spec(json, sizeof json, "\"dp\": 1");
+    spec(json, sizeof json, "\"dp\": 1", 0);
     if (run_layout("pp 1 steps 1-4", json, 1, dir, 0, 4, a)) {
-        spec(json, sizeof json, "\"pp\": 2, \"dp\": 2");
+        spec(json, sizeof json, "\"pp\": 2, \"dp\": 2", 0);
         if (run_layout("pp 2 x dp 2 resumes", json, 4, dir, 1, 0, a))
             check_losses("pp 2 x dp 2 resumes pp 1's", a, 4, ref, 5, STEPS);
     }
+    /* (d) context parallelism inside the stages, dropless (under cp each
+     * rank's capacity is of its rows: a binding one drops other choices
+     * than one rank, doc/moe.md) */
+    static jt_rank dref[1];
+    spec(json, sizeof json, "\"dp\": 1", 1);
+    snprintf(dir, sizeof dir, "%s/done", tmp);
+    if (run_layout("one rank, dropless", json, 1, dir, 0, 0, dref)) {
+        static const struct {
+            const char *what, *par;
+            int n;
+        } cl[] = {{"cp 2 x pp 2 dropless", "\"cp\": 2, \"pp\": 2", 4},
+                  {"cp 2 x pp 2 x dp 2 gpipe dropless",
+                   "\"cp\": 2, \"pp\": 2, \"dp\": 2, \"pp_schedule\": \"gpipe\"", 8}};
+        for (size_t i = 0; i < sizeof cl / sizeof cl[0]; i++) {
+            spec(json, sizeof json, cl[i].par, 1);
+            snprintf(dir, sizeof dir, "%s/c%zu", tmp, i);
+            if (run_layout(cl[i].what, json, cl[i].n, dir, 0, 0, a))
+                check_losses(cl[i].what, a, cl[i].n, dref, 1, STEPS);
+        }
+    }
     /* (c) */
-    spec(json, sizeof json, "\"tp\": 2, \"pp\": 2");
+    spec(json, sizeof json, "\"tp\": 2, \"pp\": 2", 0);
     static const char *const want[] = {"parallelism.tp", "model.moe.experts", NULL};
     snprintf(dir, sizeof dir, "%s/bad", tmp);
     jt_refused("tp 2 x pp 2 with MoE", json, 4, want, dir, 34, 1);
