@@ -898,17 +898,15 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     /* the fp32 host backend trains the model's own parameters in place
      * (not a tensor parallel shard of them) */
     g->alias = f32 && ops->host_memory && g->P == m->total && tps == 1 && g->pp == 1;
-    /* a pipeline stage on the fp32 host backend holds its layers' part of
-     * the parameters in host memory: its MoE layers run there too */
-    int moe_stage = f32 && ops->host_memory && tps == 1 && g->pp > 1;
-    /* tensor parallelism keeps the experts whole on every rank (tp_shards:
-     * SH_WHOLE), in the engine's host buffers at their device offsets */
-    int moe_tp = f32 && ops->host_memory && g->pp == 1;
-    if (c->moe_experts > 0 && !g->alias && !moe_stage && !moe_tp) {
+    /* a pipeline stage or a tensor parallel rank on the fp32 host backend
+     * holds its part of the parameters in host memory, the experts whole
+     * (tp_shards: SH_WHOLE) at their device offsets: its MoE layers run
+     * there (a stage's layers under tensor parallelism too) */
+    int moe_host = f32 && ops->host_memory;
+    if (c->moe_experts > 0 && !moe_host) {
         s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                           "trainer: model.moe: mixture-of-experts layers run on the fp32 cpu "
-                          "backend, and not under tensor and pipeline parallelism together, "
-                          "for now (device %s, tp %d, pp %d; issue 18)",
+                          "backend for now (device %s, tp %d, pp %d; issue 18)",
                           ops->name, tps, g->pp);
         llmt__devtrain_destroy(g);
         return s;

@@ -1,0 +1,344 @@
+/* Mixture-of-experts layers on pipeline stages whose layers are tensor
+ * parallel (lib/train/device.c's stage path with tp_shards' whole experts,
+ * moe_net.c's activation sets and token group), composed with data and
+ * expert parallelism, against the single-rank engine on the same batches;
+ * fp32 CPU backend, ranks as threads on one in-process communicator in the
+ * plan's order (TP innermost, then PP, DP outermost: rank = tpr + tp *
+ * (stage + pp * dpr)); the EP groups consecutive DP ranks.
+ *
+ * Llama, 4 layers (every one MoE: 4 experts of 24, top-2, one shared
+ * expert), width 32, 4 heads (2 kv), sequences of 16; a step is m 4
+ * micro-batches of 2 sequences per data parallel replica, the single
+ * rank's grad_accum dp x m micro-batches of the same sequences in order.
+ * Without sequence parallelism every TP rank routes the same rows as the
+ * single rank (a binding capacity is the same); with it each routes its
+ * block of rows and the router statistics are summed over the TP group,
+ * the capacity then per rank's rows (doc/moe.md): those cases run
+ * dropless or with a capacity that drops nothing (factor E / top_k).
+ * Cases: tp 2 x pp 2 1F1B (capacity 1.0, binding), tp 2 SP x pp 2 1F1B
+ * (capacity 2: none dropped) and with full recompute, tp 2 SP x pp 2 x
+ * dp 2 ZeRO 1 (dropless), tp 2 x pp 2 x ep 2 (dp 2) GPipe (capacity 1.0),
+ * tp 2 SP x pp 2 x ep 2 ZeRO 1 (capacity 2).
+ * Ten AdamW steps with clipping. Checks on every rank:
+ *   - per-step losses within 1e-5 relative of the single rank's;
+ *   - final parameters (each from a rank of the stage that holds it,
+ *     gathered over its TP group by llmt_trainer_sync_params) within
+ *     1e-5 relative L2 and 1e-4 absolute (rank_fixture_stage_diff);
+ *   - the last step's tallies of every MoE layer (gathered over the
+ *     pipeline group: every rank reports all of them): kept counts per
+ *     expert and drops equal, aux and z within 1e-5 relative;
+ *   - a checkpoint of tp 2 x pp 2 after step 5 resumed by one rank: its
+ *     last five losses those of the uninterrupted run within 1e-5. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "llmtrain.h"
+#include "rank_fixture.h"
+
+enum { B = 2, T = 16, V = 61, STEPS = 10, M = 4, E = 4, K = 2, L = 4, MAXR = 8 };
+
+static llmt_model_config g_cfg;
+static int32_t *g_in, *g_tg;
+static double g_worst_loss, g_worst_rel;
+
+/* capacity factor cf (0: dropless) */
+static void config(float cf)
+{
+    llmt_model_config *c = &g_cfg;
+    llmt_model_config_init(c, sizeof *c);
+    c->arch = LLMT_ARCH_LLAMA;
+    c->vocab_size = V;
+    c->padded_vocab_size = 64;
+    c->max_seq_len = T;
+    c->layers = L;
+    c->width = 32;
+    c->heads = 4;
+    c->kv_heads = 2;
+    c->ffn_hidden = 32;
+    c->seed = 13;
+    c->moe_experts = E;
+    c->moe_top_k = K;
+    c->moe_ffn = 24;
+    c->moe_shared_experts = 1;
+    c->moe_dropless = cf == 0.0f;
+    c->moe_capacity_factor = cf == 0.0f ? 1.0f : cf;
+    c->moe_aux_loss_coef = 0.01f;
+    c->moe_z_loss_coef = 0.001f;
+}
+
+typedef struct rank_arg {
+    llmt_comm *world; /* NULL: the single rank */
+    int tp, sp, pp, dp, ep, zero, sched, m, recompute;
+    int tpr, stage, dpr;
+    int k0, k1;              /* steps [k0, k1) (0, 0: all) */
+    const char *load, *save; /* checkpoint read before k0 / written after k1 */
+    float loss[STEPS];
+    int64_t counts[L][E], dropped[L];
+    double aux[L], z[L];
+    float *params;
+    int64_t numel;
+    llmt_pp_stats ps;
+    llmt_status st;
+    char err[1024];
+} rank_arg;
+
+static int world_of(const rank_arg *a)
+{
+    return a->tp * a->pp * a->dp;
+}
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_comm *tpc = NULL, *ppc = NULL, *dpc = NULL, *epc = NULL;
+    int rank = a->tpr + a->tp * (a->stage + a->pp * a->dpr);
+    a->st = llmt_model_create(NULL, &g_cfg, &m);
+    if (a->st == LLMT_OK) {
+        llmt_trainer_opts o;
+        rank_fixture_opts(&o, B, a->m, T, 3e-3f);
+        o.recompute = a->recompute;
+        a->st = llmt_trainer_create(m, &o, &tr);
+    }
+    if (a->world) { /* every rank takes part in every split, in one order */
+        if (a->st == LLMT_OK)
+            a->st = llmt_comm_split(a->world, a->stage + a->pp * a->dpr, a->tpr, &tpc);
+        if (a->st == LLMT_OK)
+            a->st = llmt_comm_split(a->world, a->tpr + a->tp * a->dpr, a->stage, &ppc);
+        if (a->st == LLMT_OK)
+            a->st = llmt_comm_split(a->world, a->tpr + a->tp * a->stage, a->dpr, &dpc);
+        if (a->st == LLMT_OK && a->ep > 1)
+            a->st = llmt_comm_split(dpc, a->dpr / a->ep, a->dpr, &epc);
+    }
+    /* the trainer's attach order: tp, sequence parallelism, pp, dp, ep */
+    if (a->st == LLMT_OK && a->tp > 1)
+        a->st = llmt_trainer_set_tp_comm(tr, tpc);
+    if (a->st == LLMT_OK && a->sp)
+        a->st = llmt_trainer_set_sequence_parallel(tr, 1);
+    if (a->st == LLMT_OK && a->pp > 1) {
+        llmt_pp_opts po;
+        llmt_pp_opts_init(&po, sizeof po);
+        po.schedule = a->sched;
+        a->st = llmt_trainer_set_pp_comm(tr, ppc, &po);
+    }
+    if (a->st == LLMT_OK && a->dp > 1) {
+        llmt_dp_opts d;
+        llmt_dp_opts_init(&d, sizeof d);
+        d.zero_stage = a->zero;
+        a->st = llmt_trainer_set_comm(tr, dpc, &d);
+    }
+    if (a->st == LLMT_OK && a->ep > 1)
+        a->st = llmt_trainer_set_ep_comm(tr, epc);
+    if (a->st == LLMT_OK && a->load)
+        a->st = rank_fixture_ckpt(tr, a->load, rank, world_of(a), 0, a->k0);
+    /* a step's batch: dp x m micro-batches, this replica's the dpr-th m */
+    int k1 = a->k1 ? a->k1 : STEPS;
+    size_t per = (size_t)a->m * B * T;
+    for (int k = a->k0; k < k1 && a->st == LLMT_OK; k++) {
+        size_t at = ((size_t)k * a->dp + (size_t)a->dpr) * per;
+        llmt_batch b = {sizeof b, g_in + at, g_tg + at, a->m * B, T};
+        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
+    }
+    for (int l = 0; l < L && a->st == LLMT_OK; l++)
+        a->st = llmt_trainer_moe_stats(tr, l, a->counts[l], E, &a->dropped[l], &a->aux[l],
+                                       &a->z[l]);
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_sync_params(tr);
+    if (a->st == LLMT_OK && a->save)
+        a->st = rank_fixture_ckpt(tr, a->save, rank, world_of(a), 1, k1);
+    rank_fixture_pp_stats(tr, &a->st, &a->ps, NULL);
+    if (a->st != LLMT_OK)
+        rank_fixture_error(a->err, sizeof a->err, tr, m);
+    if (m && a->st == LLMT_OK)
+        a->params = rank_fixture_params(m, &a->numel);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    llmt_comm_destroy(epc);
+    llmt_comm_destroy(dpc);
+    llmt_comm_destroy(ppc);
+    llmt_comm_destroy(tpc);
+    return NULL;
+}
+
+/* The ranks of proto's layout (a[rank], the plan's order); one rank
+ * without a communicator when every degree is 1. */
+static void run(const rank_arg *proto, rank_arg *a)
+{
+    rank_arg q = *proto;
+    q.tp = q.tp > 1 ? q.tp : 1;
+    q.pp = q.pp > 1 ? q.pp : 1;
+    q.dp = q.dp > 1 ? q.dp : 1;
+    int n = world_of(&q);
+    for (int r = 0; r < n; r++) {
+        a[r] = q;
+        a[r].world = NULL;
+        a[r].tpr = r % q.tp;
+        a[r].stage = r / q.tp % q.pp;
+        a[r].dpr = r / (q.tp * q.pp);
+    }
+    rank_fixture_run(a, sizeof *a, n, n > 1, offsetof(rank_arg, world), rank_main);
+    for (int r = 0; r < n; r++)
+        if (a[r].st != LLMT_OK)
+            fprintf(stderr, "rank %d of %d: %s\n", r, n, a[r].err);
+}
+
+static void free_args(rank_arg *a, int n)
+{
+    for (int r = 0; r < n; r++) {
+        free(a[r].params);
+        a[r].params = NULL;
+    }
+}
+
+/* Every rank of a against the single rank ref: losses, every MoE layer's
+ * tallies, and each (TP rank, replica)'s parameters from their stages. */
+static void compare(const char *name, const rank_arg *ref, const rank_arg *a)
+{
+    int tp = a[0].tp, pp = a[0].pp, dp = a[0].dp, n = world_of(&a[0]);
+    int ok = ref->st == LLMT_OK;
+    CHECK_STATUS(ref->st, LLMT_OK);
+    rank_fixture_worst wl = {0};
+    double wp = 0.0, wt = 0.0, wr = 0.0;
+    int64_t kept = 0, dropped = 0;
+    for (int r = 0; r < n; r++) {
+        CHECK_STATUS(a[r].st, LLMT_OK);
+        ok = ok && a[r].st == LLMT_OK;
+        if (!ok)
+            continue;
+        rank_fixture_losses(&wl, a[r].loss, ref->loss, 0, STEPS, 0);
+        for (int l = 0; l < L; l++) {
+            for (int x = 0; x < E; x++)
+                CHECK_EQ_INT(a[r].counts[l][x], ref->counts[l][x]);
+            CHECK_EQ_INT(a[r].dropped[l], ref->dropped[l]);
+            double da = fabs(a[r].aux[l] - ref->aux[l]) / fabs(ref->aux[l]);
+            double dz = fabs(a[r].z[l] - ref->z[l]) / fabs(ref->z[l]);
+            wt = fmax(wt, fmax(da, dz));
+            CHECK(da <= 1e-5 && dz <= 1e-5);
+        }
+    }
+    for (int l = 0; l < L; l++) {
+        for (int x = 0; x < E; x++)
+            kept += ref->counts[l][x];
+        dropped += ref->dropped[l];
+    }
+    /* every (token, choice) of the global batch kept or dropped once */
+    CHECK_EQ_INT(kept + dropped, (int64_t)L * dp * a[0].m * B * T * K);
+    for (int d = 0; ok && d < dp; d++)
+        for (int t = 0; t < tp; t++) {
+            int first[MAXR + 1] = {0};
+            float *params[MAXR];
+            for (int s = 0; s < pp; s++) {
+                const rank_arg *x = &a[t + tp * (s + pp * d)];
+                params[s] = x->params;
+                first[s + 1] = first[s] + x->ps.layers;
+            }
+            CHECK_EQ_INT(first[pp], L);
+            double rel =
+                rank_fixture_stage_diff(&g_cfg, first, pp, pp, params, ref->params, &wp);
+            CHECK(rel <= 1e-5);
+            wr = fmax(wr, rel);
+        }
+    CHECK(wp <= 1e-4);
+    if (ok)
+        CHECK(ref->loss[STEPS - 1] < ref->loss[0]); /* it trained */
+    printf("%-40s loss rel %.2e, params rel L2 %.2e max abs %.2e, aux/z rel %.2e; kept %lld "
+           "dropped %lld\n",
+           name, wl.loss, wr, wp, wt, (long long)kept, (long long)dropped);
+    g_worst_loss = fmax(g_worst_loss, wl.loss);
+    g_worst_rel = fmax(g_worst_rel, wr);
+}
+
+/* proto's layout against its single-rank run (grad_accum dp x m). */
+static void check_layout(const char *name, rank_arg proto)
+{
+    rank_arg ref[1], a[MAXR];
+    memset(ref, 0, sizeof ref);
+    memset(a, 0, sizeof a);
+    rank_arg one = {.m = proto.m * (proto.dp > 1 ? proto.dp : 1)};
+    run(&one, ref);
+    run(&proto, a);
+    compare(name, ref, a);
+    free_args(ref, 1);
+    free_args(a, MAXR);
+}
+
+/* tp 2 x pp 2 saves after step 5, one rank resumes: the last five losses
+ * and the final parameters those of the uninterrupted run. */
+static void check_ckpt(void)
+{
+    config(0.0f);
+    char root[] = "/tmp/llmt_moe_tppp_XXXXXX";
+    CHECK(mkdtemp(root) != NULL);
+    rank_arg ref[1], a[MAXR], one[1];
+    memset(ref, 0, sizeof ref);
+    memset(a, 0, sizeof a);
+    memset(one, 0, sizeof one);
+    run(&(rank_arg){.m = M}, ref);
+    run(&(rank_arg){.tp = 2, .pp = 2, .m = M, .sched = LLMT_PP_1F1B, .k1 = 5, .save = root}, a);
+    run(&(rank_arg){.m = M, .k0 = 5, .load = root}, one);
+    rank_fixture_worst w = {0};
+    CHECK_STATUS(ref[0].st, LLMT_OK);
+    CHECK_STATUS(one[0].st, LLMT_OK);
+    for (int r = 0; r < 4; r++) {
+        CHECK_STATUS(a[r].st, LLMT_OK);
+        if (a[r].st == LLMT_OK && ref[0].st == LLMT_OK)
+            rank_fixture_losses(&w, a[r].loss, ref[0].loss, 0, 5, 0);
+    }
+    if (one[0].st == LLMT_OK && ref[0].st == LLMT_OK) {
+        rank_fixture_losses(&w, one[0].loss, ref[0].loss, 5, STEPS, 0);
+        rank_fixture_params_check(&w, one[0].params, one[0].numel, ref[0].params, ref[0].numel,
+                                  0, 0);
+    }
+    printf("checkpoint tp 2 x pp 2 -> one rank: losses rel %.2e, params rel L2 %.2e\n", w.loss,
+           w.rel);
+    g_worst_loss = fmax(g_worst_loss, w.loss);
+    free_args(ref, 1);
+    free_args(a, MAXR);
+    free_args(one, 1);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0);
+}
+
+int main(void)
+{
+    tp_fixture_data((size_t)STEPS * 2 * M * B * T, V, &g_in, &g_tg);
+    CHECK(g_in && g_tg);
+    config(1.0f); /* binding: without SP each TP rank routes the single rank's rows */
+    check_layout("tp 2 x pp 2 1f1b capacity 1.0",
+                 (rank_arg){.tp = 2, .pp = 2, .m = M, .sched = LLMT_PP_1F1B});
+    check_layout(
+        "tp 2 x pp 2 x ep 2 (dp 2) gpipe cap 1.0",
+        (rank_arg){.tp = 2, .pp = 2, .dp = 2, .ep = 2, .m = M, .sched = LLMT_PP_GPIPE});
+    config(2.0f); /* E / top_k: an expert can take every row of its rank */
+    check_layout("tp 2 sp x pp 2 1f1b capacity 2",
+                 (rank_arg){.tp = 2, .sp = 1, .pp = 2, .m = M, .sched = LLMT_PP_1F1B});
+    check_layout("tp 2 sp x pp 2 x ep 2 zero 1 cap 2", (rank_arg){.tp = 2,
+                                                                  .sp = 1,
+                                                                  .pp = 2,
+                                                                  .dp = 2,
+                                                                  .ep = 2,
+                                                                  .zero = 1,
+                                                                  .m = M,
+                                                                  .sched = LLMT_PP_1F1B});
+    check_layout(
+        "tp 2 sp x pp 2 1f1b cap 2, full recompute",
+        (rank_arg){.tp = 2, .sp = 1, .pp = 2, .m = M, .sched = LLMT_PP_1F1B, .recompute = 1});
+    config(0.0f);
+    check_layout(
+        "tp 2 sp x pp 2 x dp 2 zero 1 dropless",
+        (rank_arg){
+            .tp = 2, .sp = 1, .pp = 2, .dp = 2, .zero = 1, .m = M, .sched = LLMT_PP_1F1B});
+    check_ckpt();
+    printf("worst: loss rel %.2e, params rel L2 %.2e\n", g_worst_loss, g_worst_rel);
+    free(g_in);
+    free(g_tg);
+    return check_exit("moe-tppp");
+}
