@@ -41,16 +41,9 @@ static llmt_status check_parallelism(llmt_job *j)
     if (s->model.moe.experts > 0 && s->train.device == LLMT_SPEC_DEVICE_CUDA)
         return REFUSE("model.moe.experts: MoE layers run on the CPU engine only for now "
                       "(issue 18); set train.device cpu");
-    /* a pipeline stage runs the MoE layers it holds (doc/moe.md), whole:
-     * not split by tensor parallelism inside a stage */
-    if (s->model.moe.experts > 0 && s->parallelism.pp > 1 && s->parallelism.tp > 1)
-        return REFUSE("parallelism.tp: %lld with parallelism.pp %lld and model.moe.experts is "
-                      "not supported by llmt_job yet (a stage's MoE layers run on the fp32 "
-                      "engine unsplit); use tp 1 with pp, or pp 1",
-                      (long long)s->parallelism.tp, (long long)s->parallelism.pp);
     /* data, expert, pipeline, tensor (experts whole on every TP rank,
-     * with or without sequence parallelism) and context parallelism run
-     * them (doc/moe.md) */
+     * with or without sequence parallelism; a pipeline stage's layers
+     * too) and context parallelism run them (doc/moe.md) */
     if (s->model.moe.experts == 0 && llmt__spec_given(s, "model.moe.expert_ffn"))
         return REFUSE("model.moe.expert_ffn: set but model.moe.experts is 0 (dense)");
     /* the trainer splits layers with the vocabulary-split embedding and

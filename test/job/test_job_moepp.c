@@ -11,7 +11,7 @@
  * (b) resharding through the job's checkpoint: pp 2 x dp 2 runs steps 1-4
  *     and saves, one rank (pp 1) resumes for 5-6; and pp 1 saves at 4,
  *     pp 2 x dp 2 resumes: losses within 1e-5 of the uninterrupted run's;
- * (c) MoE with tp 2 x pp 2 is refused at creation naming parallelism.tp;
+ * (c) tp x pp with MoE runs: test_job_moetp.c checks it;
  * (d) cp 2 x pp 2 and cp 2 x pp 2 x dp 2 (GPipe), dropless, against one
  *     rank (dropless: a CP rank's capacity is of its rows, doc/moe.md).
  * usage: test_job_moepp CORPUS_DIR (any directory of text files) */
@@ -126,11 +126,6 @@ int main(int argc, char **argv)
                 check_losses(cl[i].what, a, cl[i].n, dref, 1, STEPS);
         }
     }
-    /* (c) */
-    spec(json, sizeof json, "\"tp\": 2, \"pp\": 2", 0);
-    static const char *const want[] = {"parallelism.tp", "model.moe.experts", NULL};
-    snprintf(dir, sizeof dir, "%s/bad", tmp);
-    jt_refused("tp 2 x pp 2 with MoE", json, 4, want, dir, 34, 1);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     CHECK(system(cmd) == 0);

@@ -12,7 +12,11 @@
  *     checks the parameters and the tallies);
  * (b) a tp 2 SP x dp 2 checkpoint (step 4) resumed by one rank: steps 5-6
  *     within 1e-5 of the uninterrupted run's;
- * (c) MoE with tp and pp together stays refused naming parallelism.tp.
+ * (c) tp 2 x pp 2 x dp 2 ZeRO-1 and tp 2 SP x pp 2 x dp 2 (each stage's
+ *     layers tensor parallel, test/train/test_moe_tppp.c checks the
+ *     parameters and tallies): every rank's losses as in (a), the TP and
+ *     PP groups timed;
+ * (d) a tp 2 x pp 2 checkpoint (step 4) resumed by one rank, as (b).
  * usage: test_job_moetp CORPUS_DIR (any directory of text files) */
 #include <math.h>
 #include <stdio.h>
@@ -113,12 +117,31 @@ int main(int argc, char **argv)
         if (run_layout("one rank resumes", json, 1, dir, 1, 0, a))
             check_losses("one rank resumes its checkpoint", a, 1, ref, 5, STEPS);
     }
-    /* (c) tp with pp stays refused, naming the key */
+    /* (c) tp x pp x dp: each stage's layers tensor parallel */
+    static const struct {
+        const char *name;
+        int sp, zero;
+    } tppp[] = {{"tp 2 x pp 2 x dp 2 ZeRO-1", 0, 1}, {"tp 2 SP x pp 2 x dp 2", 1, 0}};
+    for (size_t i = 0; i < sizeof tppp / sizeof tppp[0]; i++) {
+        spec(json, sizeof json, 2, tppp[i].sp, 1, 2, 1, 2, tppp[i].zero);
+        snprintf(dir, sizeof dir, "%s/tppp%zu", tmp, i);
+        if (!run_layout(tppp[i].name, json, 8, dir, 0, 0, a))
+            continue;
+        check_losses(tppp[i].name, a, 8, ref, 1, STEPS);
+        for (int r = 0; r < 8; r++)
+            CHECK(a[r].comm_s[LLMT_JOB_GROUP_TP] > 0 && a[r].comm_s[LLMT_JOB_GROUP_PP] > 0);
+    }
+    /* (d) tp 2 x pp 2 saves at step 4, one rank resumes */
+    snprintf(dir, sizeof dir, "%s/reshard-pp", tmp);
     spec(json, sizeof json, 2, 0, 1, 1, 1, 2, 0);
-    snprintf(dir, sizeof dir, "%s/bad", tmp);
-    run_ranks("tp x pp", json, 4, dir, 0, 0, a, 0);
-    for (int r = 0; r < 4; r++)
-        CHECK(a[r].st != LLMT_OK && strstr(a[r].err, "parallelism.tp") != NULL);
-    printf("refused (tp 2 x pp 2): %.160s\n", a[0].err);
+    if (run_layout("tp 2 x pp 2 steps 1-4", json, 4, dir, 0, 4, a)) {
+        check_losses("tp 2 x pp 2, then", a, 4, ref, 1, 4);
+        spec(json, sizeof json, 1, 0, 1, 1, 1, 1, 0);
+        if (run_layout("one rank resumes", json, 1, dir, 1, 0, a))
+            check_losses("one rank resumes tp x pp's", a, 1, ref, 5, STEPS);
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    CHECK(system(cmd) == 0);
     return check_exit("job-moetp");
 }
