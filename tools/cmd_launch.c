@@ -83,9 +83,16 @@ static int mkdirs(const char *p)
     return mkdir(b, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }
 
+/* Another node's rank: its agent's directory, read through the out
+ * directory where it is shared (as rank 0's metrics.jsonl, which the
+ * leader's goodput report reads), so that the leader sees rank 0's
+ * recovery when rank 0 moved to another node's spare. */
 static void hb_path(const agent *a, int rank, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s/hb-rank-%d", a->dir, rank);
+    if (a->nnodes > 1 && a->rank_node[rank] != a->node_rank)
+        snprintf(buf, n, "%s/agent/node-%d/hb-rank-%d", a->out, a->rank_node[rank], rank);
+    else
+        snprintf(buf, n, "%s/hb-rank-%d", a->dir, rank);
 }
 
 /* Heartbeat: the step and the time the rank last finished a step. */
@@ -260,24 +267,36 @@ static void kill_gang(agent *a, const int *culprit)
     }
 }
 
-/* In-place recovery is possible when every failed rank is gone or stopped
- * (not a rank that reported an error of its own), a spare slot is free
- * for each, and every other rank is still running: the survivors wait in
- * their processes for the next generation (lib/job/inplace.c). */
-static int can_stay(const agent *a, const int *culprit, char causes[][256])
+/* This node's part of an in-place recovery: every failed rank it knows is
+ * gone or stopped (not a rank that reported an error of its own) and
+ * every other rank here is still running. */
+static int survivors_stay(const agent *a, const int *culprit, char causes[][256])
 {
     if (!a->in_place)
         return 0;
-    int need = 0, free_slots = 0;
     for (int r = 0; r < a->world; r++) {
         if (culprit[r]) {
             if (strncmp(causes[r], "killed", 6) && strncmp(causes[r], "stopped", 7))
                 return 0;
-            need++;
-        } else if (a->w[r].done) {
+        } else if (a->local[r] && a->w[r].done) {
             return 0;
         }
     }
+    return 1;
+}
+
+/* In-place recovery is possible when the survivors can stay (on every
+ * node: the leader has each node's word for its own ranks), a spare slot
+ * is free for each failed rank and the restart budget allows one more:
+ * the survivors wait in their processes for the next generation
+ * (lib/job/inplace.c). */
+static int can_stay(const agent *a, const int *culprit, char causes[][256])
+{
+    if (!survivors_stay(a, culprit, causes) || a->restarts >= a->max_restarts)
+        return 0;
+    int need = 0, free_slots = 0;
+    for (int r = 0; r < a->world; r++)
+        need += culprit[r] != 0;
     for (int s = 0; s < a->nslots; s++)
         free_slots += a->slot_state[s] == 0;
     return need > 0 && need <= free_slots && need < a->world;
@@ -305,6 +324,24 @@ static int publish_gen(agent *a)
     if (fclose(f) != 0)
         return -1;
     return rename(tmp, a->inplace_path);
+}
+
+/* Several nodes, a generation in place: this node's survivors go on when
+ * its generation file says so. If it cannot be written they would wait
+ * for nothing while the other nodes' survivors stay: stop this node's and
+ * start them anew with the spares, which is what the promoted spares do
+ * too (--resume, the same generation: they meet the others there). */
+static void stay_here(agent *a, int *fresh)
+{
+    a->in_place_t = launch_now();
+    if (publish_gen(a) == 0)
+        return;
+    printf("launch: node %d: cannot write %s (%s): this node's survivors are restarted "
+           "with the spares\n",
+           a->node_rank, a->inplace_path, strerror(errno));
+    kill_gang(a, NULL);
+    for (int r = 0; r < a->world; r++)
+        fresh[r] |= a->local[r];
 }
 
 /* The first error line a rank wrote (its log), for the event. */
@@ -481,6 +518,8 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
          * the rank; the errors of this node's workers follow from it */
         if (a->nnodes > 1 && !any && rdzv_remote_down(a)) {
             *t_detect = t;
+            if (a->last_progress > 0 && t > a->last_progress)
+                a->lost_detect_s += t - a->last_progress;
             return 1;
         }
         if (any) {
@@ -561,8 +600,11 @@ static int agent_main(agent *a)
         int culprit[MAXW] = {0};
         static char causes[MAXW][256];
         double t_detect = 0;
-        launch_event(a, "\"event\":\"generation\",\"gen\":%d,\"world_size\":%d", a->gen,
-                     a->world);
+        launch_event(a, "\"event\":\"generation\",\"gen\":%d,\"world_size\":%d,\"mode\":\"%s\"",
+                     a->gen, a->world,
+                     a->gen == 0       ? "start"
+                     : a->in_place_gen ? "in_place"
+                                       : "gang");
         a->last_step_seen = 0;
         a->last_progress = 0;
         a->recover_from = t_recover_from;
@@ -575,43 +617,82 @@ static int agent_main(agent *a)
             break;
         }
         int64_t last = a->last_step_seen;
+        int all_stay = 0;
         if (a->nnodes > 1) {
-            /* every node reports (its workers killed first); the leader
-             * decides for all, the others start what it publishes */
-            kill_gang(a, culprit);
-            rdzv_report(a, culprit, causes);
+            /* every node reports: with --in-place its culprits killed and
+             * whether its other ranks can stay, else its workers killed
+             * first; the leader decides for all, the others start what it
+             * publishes */
+            int stay = survivors_stay(a, culprit, causes);
+            if (stay)
+                kill_culprits(a, culprit);
+            else
+                kill_gang(a, culprit);
+            rdzv_report(a, culprit, causes, a->in_place ? stay : -1);
             if (a->node_rank != 0) {
                 for (int r = 0; r < a->world; r++)
                     if (culprit[r])
                         printf("launch: node %d: gen %d: rank %d failed: %s\n", a->node_rank,
                                a->gen, r, causes[r]);
-                if (rdzv_follow(a, why, sizeof why) != 0)
+                int f;
+                while ((f = rdzv_follow(a, fresh, why, sizeof why)) == 2) {
+                    printf("launch: node %d: gen %d: node 0 restarts the gang (not in place): "
+                           "stopping the ranks left here\n",
+                           a->node_rank, a->gen);
+                    fflush(stdout);
+                    kill_gang(a, culprit);
+                    rdzv_killed(a);
+                }
+                if (f != 0) {
+                    kill_gang(a, NULL); /* survivors waiting for a generation */
                     return cli_fail(CMD, "node %d: %s", a->node_rank, why);
+                }
                 a->restarts++;
                 if (a->recover_from == 0)
                     t_recover_from = t_detect;
-                char here[512] = "";
-                size_t k = 0;
+                if (a->in_place_gen)
+                    stay_here(a, fresh);
+                char here[512] = "", anew[512] = "";
+                size_t k = 0, kn = 0;
                 for (int r = 0; r < a->world; r++) {
-                    fresh[r] = 1;
                     if (a->local[r] && k < sizeof here - 16)
                         k += (size_t)snprintf(here + k, sizeof here - k, " %d", r);
+                    if (a->local[r] && fresh[r] && kn < sizeof anew - 16)
+                        kn += (size_t)snprintf(anew + kn, sizeof anew - kn, " %d", r);
                 }
-                printf("launch: node %d: gen %d on %d ranks (node 0 decided); ranks here:%s\n",
-                       a->node_rank, a->gen, a->world, k ? here : " none");
+                if (a->in_place_gen)
+                    printf("launch: node %d: gen %d on %d ranks in place (node 0 decided); "
+                           "ranks here:%s; started here:%s, the others stay in their "
+                           "processes\n",
+                           a->node_rank, a->gen, a->world, k ? here : " none",
+                           kn ? anew : " none");
+                else
+                    printf("launch: node %d: gen %d on %d ranks (node 0 decided); ranks "
+                           "here:%s\n",
+                           a->node_rank, a->gen, a->world, k ? here : " none");
                 fflush(stdout);
                 continue;
             }
-            if (rdzv_gather(a, culprit, causes, why, sizeof why) != 0) {
+            if (rdzv_gather(a, culprit, causes, &all_stay, why, sizeof why) != 0) {
+                kill_gang(a, NULL);
                 rdzv_stop(a, why);
                 return cli_fail(CMD, "%s", why);
             }
         }
-        int in_place = can_stay(a, culprit, causes);
-        if (in_place)
-            kill_culprits(a, culprit);
-        else
+        int in_place = can_stay(a, culprit, causes) && (a->nnodes <= 1 || all_stay);
+        if (a->nnodes > 1 && a->in_place && !in_place) {
+            /* the survivors of every node go: a gang restart */
             kill_gang(a, culprit);
+            if (rdzv_gang(a, why, sizeof why) != 0) {
+                rdzv_stop(a, why);
+                return cli_fail(CMD, "%s", why);
+            }
+        } else if (a->nnodes <= 1) {
+            if (in_place)
+                kill_culprits(a, culprit);
+            else
+                kill_gang(a, culprit);
+        }
         /* every rank failing with an error of its own is the job's error
          * (a refused key, an anomaly policy that stops): no restart helps */
         int nerr = 0;
@@ -728,12 +809,17 @@ static int agent_main(agent *a)
         a->in_place_gen = in_place;
         for (int r = 0; r < a->world; r++)
             fresh[r] = in_place ? culprit[r] : 1;
-        if (a->nnodes > 1 && rdzv_publish(a, why, sizeof why) != 0) {
-            rdzv_stop(a, why);
-            return cli_fail(CMD, "%s", why);
+        if (a->nnodes > 1) {
+            if (rdzv_publish(a, fresh, why, sizeof why) != 0) {
+                kill_gang(a, NULL);
+                rdzv_stop(a, why);
+                return cli_fail(CMD, "%s", why);
+            }
+            if (in_place)
+                stay_here(a, fresh);
         }
         a->in_place_t = launch_now();
-        if (in_place && publish_gen(a) != 0) {
+        if (in_place && a->nnodes <= 1 && publish_gen(a) != 0) {
             /* the survivors would wait for nothing: restart them all */
             kill_gang(a, NULL);
             in_place = a->in_place_gen = 0;
@@ -857,13 +943,6 @@ int cmd_launch(int argc, char **argv)
     if ((a.rdzv[0] || a.node_rank > 0) && a.nnodes == 1)
         return cli_fail(CMD, "--rdzv and --node-rank are for several agents: give --nnodes N "
                              "(N > 1), or neither");
-    /* a survivor waits for a generation file of its own node's agent; the
-     * agents agree on gang restarts only so far */
-    if (a.nnodes > 1 && a.in_place)
-        return cli_fail(CMD,
-                        "--in-place with --nnodes %d: the agents of several nodes agree "
-                        "on gang restarts only (doc/fault-tolerance.md); drop one",
-                        a.nnodes);
     a.argv_pass = pass;
     a.argc_pass = np;
     char dflt[512];

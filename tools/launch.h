@@ -58,6 +58,7 @@ typedef struct agent {
     int local_index[MAXW]; /* its LOCAL_RANK */
     int nlocal;            /* ranks on this node */
     int slot_node[MAXW];   /* the leader's: the node of each slot */
+    int rank_node[MAXW];   /* the node rank r runs on (every agent's) */
 } agent;
 
 double launch_now(void);
@@ -76,14 +77,26 @@ int rdzv_remote_down(const agent *a);
 /* This node's workers finished: 0 when every node's did, 1 when one
  * reported a failure instead. */
 int rdzv_finish(agent *a);
-/* Report this node's failed ranks of the generation (its workers are dead). */
-int rdzv_report(agent *a, const int *culprit, char causes[][256]);
-/* Leader: every node's report merged into culprit/causes. */
-int rdzv_gather(agent *a, int *culprit, char causes[][256], char *why, size_t n);
-/* Leader: write generation a->gen (world, slots). */
-int rdzv_publish(agent *a, char *why, size_t n);
-/* Others: wait for generation a->gen + 1 (then a->gen is it) or a stop. */
-int rdzv_follow(agent *a, char *why, size_t n);
+/* Report this node's failed ranks of the generation. stay -1: its workers
+ * are dead (no --in-place); 0/1 (--in-place): its culprits are dead and
+ * its other ranks are still running and can stay in their processes (1),
+ * or its workers are dead (0). */
+int rdzv_report(agent *a, const int *culprit, char causes[][256], int stay);
+/* Leader: every node's report merged into culprit/causes; *all_stay: every
+ * node reported stay 1. */
+int rdzv_gather(agent *a, int *culprit, char causes[][256], int *all_stay, char *why, size_t n);
+/* Leader, --in-place: a gang restart after all: tell the agents to stop
+ * their survivors (gang-G), then wait until each did (killed-G-K). */
+int rdzv_gang(agent *a, char *why, size_t n);
+/* Others: this node's survivors are stopped (the answer to gang-G). */
+void rdzv_killed(agent *a);
+/* Leader: write generation a->gen (world, slots; fresh[r]: rank r starts
+ * a new process, the others stay in theirs: a->in_place_gen). */
+int rdzv_publish(agent *a, const int *fresh, char *why, size_t n);
+/* Others: wait for generation a->gen + 1 (then a->gen is it, fresh[] and
+ * a->in_place_gen are set: 0), a gang decision (2: stop the survivors,
+ * rdzv_killed, call again) or a stop (-1). */
+int rdzv_follow(agent *a, int *fresh, char *why, size_t n);
 /* Leader: tell the others the job stopped, and why. */
 void rdzv_stop(agent *a, const char *why);
 /* The node count and this node's rank that are not given (< 1, < 0), from

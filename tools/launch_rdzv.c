@@ -8,22 +8,36 @@
  *
  *   node-K        "nproc spares pid": agent K joined with its slots
  *   gen-G         written by agent 0 (the leader): "gen G world W",
- *                 "store PATH", then "rank slot node" per rank: the
- *                 generation every agent starts; slots are numbered node
- *                 by node (node k's workers, then its spares)
+ *                 "store PATH", "mode gang|in_place", then "rank slot
+ *                 node local fresh" per rank: the generation every agent
+ *                 starts; slots are numbered node by node (node k's
+ *                 workers, then its spares), local is the slot's index on
+ *                 its node (LOCAL_RANK: a spare keeps its own device, a
+ *                 survivor's stays its), fresh 1 a rank started anew
+ *                 (every rank after a gang restart; in place: the failed
+ *                 ranks, the others stay in their processes)
  *   down-G-K      agent K saw generation G fail (its own workers, or
- *                 another node's down file) and killed its workers:
- *                 "rank code cause" per rank it names (code 1 failed by
- *                 itself, 2 exited with an error)
+ *                 another node's down file): "rank code cause" per rank
+ *                 it names (code 1 failed by itself, 2 exited with an
+ *                 error); with --in-place also "stay 1" when its failed
+ *                 ranks are dead (killed or stopped, now SIGKILLed) and
+ *                 its other ranks still run, else "stay 0"; without
+ *                 --in-place or with stay 0 every worker of it is dead
+ *   gang-G        --in-place, the leader: not in place after all (a node
+ *                 cannot stay, no spare, the budget): stop the survivors
+ *   killed-G-K    agent K's survivors are dead (the answer to gang-G)
  *   done-G-K      agent K's workers of generation G all finished
  *   stop          the leader stopped the job: the reason
  *
- * After a failure the leader waits for every node's down file (every old
- * worker is dead then), decides as a single agent does (quarantine,
- * promote a spare, preferring one on the failed rank's node, or shrink)
- * and writes the next gen file; the others wait for it. The workers of
- * every node meet in the Gloo store the leader names, under the prefix
- * genG. */
+ * After a failure the leader waits for every node's down file, decides as
+ * a single agent does (in place when every node can stay and a spare is
+ * free for each failed rank; quarantine, promote a spare, preferring one
+ * on the failed rank's node, or shrink), makes sure every old worker that
+ * does not stay is dead (gang-G, killed-G-K) and writes the next gen
+ * file; the others wait for it. The workers of every node meet in the
+ * Gloo store the leader names, under the prefix genG; survivors reach it
+ * through their node's agent, which rewrites its own generation file
+ * (cmd_launch.c, lib/job/inplace.c). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -100,8 +114,8 @@ void rdzv_stop(agent *a, const char *why)
     }
 }
 
-/* Read gen-G: world, store, and which ranks run here. */
-static int read_gen(agent *a, int gen)
+/* Read gen-G: world, store, mode, and which ranks run here. */
+static int read_gen(agent *a, int gen, int *fresh)
 {
     char p[4400], line[4400];
     path(a, p, sizeof p, "gen-%d", gen);
@@ -115,36 +129,50 @@ static int read_gen(agent *a, int gen)
         line[strcspn(line, "\n")] = 0;
         snprintf(a->store, sizeof a->store, "%.4000s", line + 6);
     }
+    char mode[32] = "";
+    ok = ok && fscanf(f, "mode %31s\n", mode) == 1;
     int nloc = 0;
     for (int r = 0; ok && r < w; r++) {
-        int rr, s, node;
-        ok = fscanf(f, "%d %d %d\n", &rr, &s, &node) == 3 && rr == r && s >= 0 && s < MAXW;
+        int rr, s, node, loc, fr;
+        ok = fgets(line, sizeof line, f) &&
+             sscanf(line, "%d %d %d %d %d", &rr, &s, &node, &loc, &fr) == 5 && rr == r &&
+             s >= 0 && s < MAXW && loc >= 0;
         if (ok) {
             a->rank_slot[r] = s;
+            a->rank_node[r] = node;
             a->local[r] = node == a->node_rank;
-            a->local_index[r] = a->local[r] ? nloc++ : -1;
+            a->local_index[r] = a->local[r] ? loc : -1;
+            nloc += a->local[r];
+            if (fresh)
+                fresh[r] = fr != 0;
         }
     }
     fclose(f);
     if (ok) {
         a->world = w;
         a->nlocal = nloc;
+        a->in_place_gen = !strcmp(mode, "in_place");
     }
     return ok;
 }
 
 /* Leader: write gen-G for the current a->world and a->rank_slot. */
-static int publish(agent *a)
+static int publish(agent *a, const int *fresh)
 {
-    static char b[MAXW * 32 + 4400];
-    size_t n = (size_t)snprintf(b, sizeof b, "gen %d world %d\nstore %s\n", a->gen, a->world,
-                                a->store);
+    static char b[MAXW * 48 + 4400];
+    size_t n = (size_t)snprintf(b, sizeof b, "gen %d world %d\nstore %s\nmode %s\n", a->gen,
+                                a->world, a->store, a->in_place_gen ? "in_place" : "gang");
     int nloc = 0;
     for (int r = 0; r < a->world && n < sizeof b; r++) {
-        int s = a->rank_slot[r];
-        n += (size_t)snprintf(b + n, sizeof b - n, "%d %d %d\n", r, s, a->slot_node[s]);
+        int s = a->rank_slot[r], loc = 0;
+        for (int t = 0; t < s; t++) /* the slot's index on its node */
+            loc += a->slot_node[t] == a->slot_node[s];
+        n += (size_t)snprintf(b + n, sizeof b - n, "%d %d %d %d %d\n", r, s, a->slot_node[s],
+                              loc, fresh[r] != 0);
+        a->rank_node[r] = a->slot_node[s];
         a->local[r] = a->slot_node[s] == a->node_rank;
-        a->local_index[r] = a->local[r] ? nloc++ : -1;
+        a->local_index[r] = a->local[r] ? loc : -1;
+        nloc += a->local[r];
     }
     a->nlocal = nloc;
     char name[32];
@@ -218,13 +246,16 @@ int rdzv_init(agent *a, char *why, size_t n)
         snprintf(a->store, sizeof a->store, "%.4000s/store-%d-%ld", a->rdzv, (int)getpid(),
                  (long)time(NULL));
         mkdir(a->store, 0755);
-        if (publish(a) != 0) {
+        int all[MAXW];
+        for (int r = 0; r < MAXW; r++)
+            all[r] = 1;
+        if (publish(a, all) != 0) {
             snprintf(why, n, "--rdzv %s: cannot write gen-0: %s", a->rdzv, strerror(errno));
             return -1;
         }
         return 0;
     }
-    while (!read_gen(a, 0)) {
+    while (!read_gen(a, 0, NULL)) {
         if (stopped(a, why, n))
             return -1;
         if (launch_now() - t0 > a->start_timeout) {
@@ -279,11 +310,13 @@ int rdzv_finish(agent *a)
     }
 }
 
-int rdzv_report(agent *a, const int *culprit, char causes[][256])
+int rdzv_report(agent *a, const int *culprit, char causes[][256], int stay)
 {
     static char b[MAXW * 300];
     size_t n = 0;
     b[0] = 0;
+    if (stay >= 0)
+        n += (size_t)snprintf(b, sizeof b, "stay %d\n", stay != 0);
     for (int r = 0; r < a->world && n < sizeof b - 300; r++)
         if (culprit[r] && a->local[r])
             n += (size_t)snprintf(b + n, sizeof b - n, "%d %d %s\n", r,
@@ -293,9 +326,10 @@ int rdzv_report(agent *a, const int *culprit, char causes[][256])
     return put(a, name, b);
 }
 
-int rdzv_gather(agent *a, int *culprit, char causes[][256], char *why, size_t n)
+int rdzv_gather(agent *a, int *culprit, char causes[][256], int *all_stay, char *why, size_t n)
 {
     double t0 = launch_now();
+    *all_stay = 1;
     for (int k = 0; k < a->nnodes; k++) {
         char p[4400], line[400];
         path(a, p, sizeof p, "down-%d-%d", a->gen, k);
@@ -310,22 +344,59 @@ int rdzv_gather(agent *a, int *culprit, char causes[][256], char *why, size_t n)
             }
             nap();
         }
+        int stay = 0;
         while (fgets(line, sizeof line, f)) {
             int r, code, off = 0;
-            if (sscanf(line, "%d %d %n", &r, &code, &off) >= 2 && r >= 0 && r < a->world) {
+            if (sscanf(line, "stay %d", &code) == 1)
+                stay = code == 1;
+            else if (sscanf(line, "%d %d %n", &r, &code, &off) >= 2 && r >= 0 && r < a->world) {
                 culprit[r] = 1;
                 line[strcspn(line, "\n")] = 0;
                 snprintf(causes[r], 256, "%s (node %d)", line + off, k);
             }
         }
         fclose(f);
+        *all_stay &= stay;
     }
     return 0;
 }
 
-int rdzv_publish(agent *a, char *why, size_t n)
+int rdzv_gang(agent *a, char *why, size_t n)
 {
-    if (publish(a) != 0) {
+    char name[64];
+    snprintf(name, sizeof name, "gang-%d", a->gen);
+    if (put(a, name, "gang\n") != 0) {
+        snprintf(why, n, "--rdzv %s: cannot write %s: %s", a->rdzv, name, strerror(errno));
+        return -1;
+    }
+    double t0 = launch_now();
+    for (int k = 1; k < a->nnodes; k++) {
+        snprintf(name, sizeof name, "killed-%d-%d", a->gen, k);
+        while (!exists(a, name)) {
+            /* grace_s for the survivors, then the kill itself */
+            if (launch_now() - t0 > a->start_timeout + a->grace_s) {
+                snprintf(why, n,
+                         "node %d did not stop its workers of generation %d within %.0f s "
+                         "(its agent is gone?)",
+                         k, a->gen, a->start_timeout + a->grace_s);
+                return -1;
+            }
+            nap();
+        }
+    }
+    return 0;
+}
+
+void rdzv_killed(agent *a)
+{
+    char name[64];
+    snprintf(name, sizeof name, "killed-%d-%d", a->gen, a->node_rank);
+    put(a, name, "killed\n");
+}
+
+int rdzv_publish(agent *a, const int *fresh, char *why, size_t n)
+{
+    if (publish(a, fresh) != 0) {
         snprintf(why, n, "--rdzv %s: cannot write gen-%d: %s", a->rdzv, a->gen,
                  strerror(errno));
         return -1;
@@ -333,12 +404,20 @@ int rdzv_publish(agent *a, char *why, size_t n)
     return 0;
 }
 
-int rdzv_follow(agent *a, char *why, size_t n)
+int rdzv_follow(agent *a, int *fresh, char *why, size_t n)
 {
     double t0 = launch_now();
-    while (!read_gen(a, a->gen + 1)) {
+    char gang[64];
+    snprintf(gang, sizeof gang, "gang-%d", a->gen);
+    while (!read_gen(a, a->gen + 1, fresh)) {
         if (stopped(a, why, n))
             return -1;
+        if (exists(a, gang)) {
+            char killed[64];
+            snprintf(killed, sizeof killed, "killed-%d-%d", a->gen, a->node_rank);
+            if (!exists(a, killed))
+                return 2;
+        }
         /* the leader may wait start_timeout for a node, then decide */
         if (launch_now() - t0 > 2 * a->start_timeout + 60) {
             snprintf(why, n, "no generation %d from node 0 in %s within %.0f s", a->gen + 1,

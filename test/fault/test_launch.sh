@@ -45,6 +45,13 @@
 #             killed, node 0 promotes its spare, both start generation 1;
 #             then rank 0 on node 0 killed with the spare on node 1: rank 0
 #             moves there; losses equal the uninterrupted run's
+#   nodes-inplace --in-place with two agents (2 workers each, a spare on
+#             one node): rank 3 killed on node 1 (spare on node 0), then
+#             rank 0 on node 0 (spare on node 1): recovered in place, the
+#             survivors on both nodes keep their PIDs and restore from
+#             memory, only the killed rank starts on the spare's node;
+#             losses equal the uninterrupted run's; the leader's events and
+#             goodput count the in-place recovery
 #   grace     rank 0 killed at step 5 while rank 1 (2 workers + 1 spare)
 #             is still saving step 4 (slowsave: 2.5 s before it writes its
 #             part): the agent SIGKILLs rank 0, SIGTERMs rank 1, which
@@ -496,17 +503,106 @@ nodes)
   losses lead/metrics.jsonl > lead.loss
   cmp -s ref.loss lead.loss && ok "all 14 losses equal the uninterrupted run's" ||
     { bad "losses differ"; diff ref.loss lead.loss; }
-  # a second job may not reuse the directory; --in-place is refused by name
+  # a second job may not reuse the directory; --in-place with an auto
+  # checkpoint interval is refused by name on several nodes too
   "$exe" launch --out x --nproc 2 --nnodes 2 --node-rank 0 --rdzv rdzv ft.json > reuse.log 2>&1
   grep -q "earlier job's generation" reuse.log && ok "a used rendezvous directory is refused" ||
     bad "reuse: $(cat reuse.log)"
-  "$exe" launch --out x --nproc 2 --nnodes 2 --node-rank 0 --rdzv rdzv --in-place ft.json > ip.log 2>&1
-  grep -q "in-place with --nnodes 2" ip.log && ok "--in-place with --nnodes refused by name" ||
-    bad "in-place: $(cat ip.log)"
+  sed 's/"interval": 2,/"interval": "auto",/' ft.json > auto.json
+  mkdir rdzv4
+  "$exe" launch --out x --nproc 2 --nnodes 2 --node-rank 0 --rdzv rdzv4 --in-place auto.json > ip.log 2>&1
+  grep -q "in-place needs a fixed checkpoint.interval" ip.log && [ ! -e rdzv4/gen-0 ] &&
+    ok "--in-place --nnodes 2 with checkpoint.interval auto refused by name" ||
+    bad "in-place auto: $(cat ip.log)"
   env -u SLURM_NNODES -u SLURM_NODEID -u OMPI_COMM_WORLD_SIZE -u PMI_SIZE \
     "$exe" launch --out x --nproc 2 --rdzv rdzv3 ft.json > nn.log 2>&1
   grep -q "give --nnodes N and --node-rank K" nn.log && ok "--rdzv alone, no launcher variables: refused" ||
     bad "rdzv alone: $(cat nn.log)"
+  ;;
+nodes-inplace)
+  # --in-place with two agents as two nodes (2 workers each and a spare
+  # slot on one): a worker killed on node 1 (rank 3 at step 7, the spare
+  # on node 0), then on node 0 (rank 0 at step 5, the spare on node 1):
+  # the leader decides in place from both nodes' reports, the killed rank
+  # moves to the other node's spare, every other rank keeps its process
+  # (its PID) on both nodes and rolls back from the memory tier; every
+  # loss equals the uninterrupted run's, the events say in_place, and the
+  # leader's goodput counts the in-place recovery
+  ref
+  for c in 1 2; do
+    if [ $c = 1 ]; then kr=3 ks=7 s0=1 s1=0 dead_node=1 to_node=0 to_slot=2
+    else kr=0 ks=5 s0=0 s1=1 dead_node=0 to_node=1 to_slot=4; fi
+    o=ni$c
+    mkdir rdzv-$o
+    LLMT_FAULT=kill:$kr:$ks launch $o $o-n0.log --nproc 2 --spares $s0 --nnodes 2 --node-rank 0 \
+      --rdzv rdzv-$o --in-place ft.json &
+    p0=$!
+    LLMT_FAULT=kill:$kr:$ks launch $o $o-n1.log --nproc 2 --spares $s1 --nnodes 2 --node-rank 1 \
+      --rdzv rdzv-$o --in-place ft.json &
+    p1=$!
+    wait $p0 && r0=0 || r0=$?
+    wait $p1 && r1=0 || r1=$?
+    [ $r0 -eq 0 ] && [ $r1 -eq 0 ] && ok "case $c: both agents finished" ||
+      { bad "case $c: agents exited $r0 and $r1"; tail -5 $o-n0.log $o-n1.log; continue; }
+    grep -q "rank $kr (slot [0-9]) failed .*killed by signal 9 (node $dead_node)" $o-n0.log &&
+      grep -q "spare slot $to_slot promoted to rank $kr" $o-n0.log &&
+      grep -q "in-place recovery as gen 1" $o-n0.log &&
+      grep -q "node 1: gen 1 on 4 ranks in place (node 0 decided)" $o-n1.log &&
+      ok "case $c: rank $kr killed on node $dead_node at step $ks; in place: spare slot $to_slot (node $to_node) took it" ||
+      { bad "case $c: decision"; grep launch: $o-n0.log $o-n1.log; }
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s ref.loss $o.loss && ok "case $c: all 14 losses equal the uninterrupted run's" ||
+      { bad "case $c: losses differ"; diff ref.loss $o.loss; }
+    python3 - $o $kr $ks $to_node <<'EOF' || fail=1
+import json, sys
+out, dead, at, to = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+want = (at - 1) // 2 * 2  # the newest save before the failed step
+ev = {k: [json.loads(l) for l in open("%s/agent/node-%d/events.jsonl" % (out, k))]
+      for k in (0, 1)}
+bad = 0
+g0, g1 = {}, []
+for k in (0, 1):
+    for e in ev[k]:
+        if e["event"] == "spawn" and e["gen"] == 0:
+            g0[e["rank"]] = (k, e["pid"])
+        elif e["event"] == "spawn":
+            g1.append((k, e["gen"], e["rank"]))
+if sorted(g0) != [0, 1, 2, 3] or g1 != [(to, 1, dead)]:
+    print("FAIL spawns: gen 0 %s, later %s (want only rank %d on node %d)" % (g0, g1, dead, to))
+    bad = 1
+else:
+    print("ok   generation 1 started rank %d alone, on node %d" % (dead, to))
+mpath = lambda r: out + ("/metrics.jsonl" if r == 0 else "/rank-%d/metrics.jsonl" % r)
+for r in sorted(set(range(4)) - {dead}):
+    ip = [json.loads(l) for l in open(mpath(r)) if '"event":"inplace"' in l]
+    node, pid = g0[r]
+    if len(ip) != 1 or ip[0]["pid"] != pid or ip[0]["gen"] != 1 or ip[0]["tier"] != "memory" \
+            or ip[0]["step"] != want:
+        print("FAIL rank %d (node %d): in-place line %s, gen 0 pid %d, step %d wanted"
+              % (r, node, ip, pid, want))
+        bad = 1
+    else:
+        print("ok   rank %d (node %d) kept pid %d, restored step %d from memory (recovery %.3f s)"
+              % (r, node, pid, want, ip[0]["recovery_s"]))
+rs = [json.loads(l) for l in open(mpath(dead)) if '"event":"restore"' in l]
+if not rs or rs[-1]["tier"] not in ("local", "peer") or rs[-1]["step"] != want:
+    print("FAIL the spare's restore: %s" % rs); bad = 1
+gm = [e.get("mode") for k in (0, 1) for e in ev[k] if e["event"] == "generation" and e["gen"] == 1]
+rec = [e for e in ev[0] if e["event"] == "recovered"]
+gp = [e for e in ev[0] if e["event"] == "goodput"]
+if gm != ["in_place", "in_place"] or len(rec) != 1 or rec[0]["mode"] != "in_place":
+    print("FAIL events: generation 1 modes %s, leader's recovered %s" % (gm, rec)); bad = 1
+else:
+    print("ok   events: generation 1 in_place on both nodes; the leader's recovered event: "
+          "in_place, %.3f s, %d step(s) recomputed" % (rec[0]["recovery_s"], rec[0]["lost_steps"]))
+if len(gp) != 1 or gp[0]["failures"] != 1 or gp[0]["steps"] != 14 or not gp[0]["restart_s"] > 0:
+    print("FAIL the leader's goodput: %s" % gp); bad = 1
+else:
+    print("ok   the leader's goodput %.3f: 1 failure, restart %.3f s, %d recomputed step(s)"
+          % (gp[0]["goodput"], gp[0]["restart_s"], gp[0]["recomputed_steps"]))
+sys.exit(bad)
+EOF
+  done
   ;;
 inplace-tp)
   # --in-place under tensor parallelism: tp 2 x dp 2 (groups from the plan,
