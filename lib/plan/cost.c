@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "plan/balance.h"
 #include "plan/plan.h"
 
 /* The constants of the model (doc/planner.md, "Calibration"). Those
@@ -118,11 +119,48 @@ void llmt__plan_stage_span(int64_t layers, int64_t pp, int64_t v, int64_t stage,
     }
 }
 
+/* The spec as the stage balance reads it (balance.h), with the padding
+ * of the vocabulary the job gives the engine (lib/job/job.c: a multiple
+ * of 64), so both weigh the head alike. */
+static void balance_model(const llmt_spec *s, llmt__balance_model *m)
+{
+    m->width = (double)s->model.hidden;
+    m->heads = (double)s->model.heads;
+    m->kv_heads = (double)(s->model.kv_heads > 0 ? s->model.kv_heads : s->model.heads);
+    m->ffn = (double)s->model.ffn;
+    m->vocab = (double)((s->model.vocab + 63) / 64 * 64);
+    m->seq = (double)s->model.seq_len;
+    m->llama = s->model.arch == LLMT_SPEC_ARCH_LLAMA;
+    m->experts = (double)s->model.moe.experts;
+    m->top_k = (double)(s->model.moe.top_k > 0     ? s->model.moe.top_k
+                        : s->model.moe.experts > 1 ? 2
+                                                   : 1);
+    m->expert_ffn =
+        (double)(s->model.moe.expert_ffn > 0 ? s->model.moe.expert_ffn : s->model.ffn);
+    m->shared = (double)s->model.moe.shared_experts;
+    m->every = s->model.moe.every > 0 ? s->model.moe.every : 1;
+}
+
 void llmt__plan_spec_span(const llmt_spec *s, int64_t stage, int64_t chunk, int64_t *first,
                           int64_t *count)
 {
     int64_t pp = s->parallelism.pp, v = s->parallelism.virtual_stages;
     int n = s->parallelism.nstage_layers;
+    if ((n < 1 || n != pp * (v > 1 ? v : 1)) && s->model.moe.experts > 0 && pp > 1) {
+        /* not given, MoE: the engine's balance of each layer's work (a MoE
+         * layer's router and experts cost more than a dense FFN), the
+         * same code on the same costs (balance.h), so plan and run agree */
+        int64_t nv = pp * (v > 1 ? v : 1), at = chunk * pp + stage;
+        int64_t fs[LLMT_SPEC_MAX_STAGES + 1];
+        llmt__balance_model bm;
+        balance_model(s, &bm);
+        if (nv <= LLMT_SPEC_MAX_STAGES && at < nv &&
+            !llmt__balance_split(&bm, s->model.layers, nv, fs)) {
+            *first = fs[at];
+            *count = fs[at + 1] - fs[at];
+            return;
+        }
+    }
     if (n < 1 || n != pp * (v > 1 ? v : 1)) { /* not given (or for another layout) */
         llmt__plan_stage_span(s->model.layers, pp, v, stage, chunk, first, count);
         return;

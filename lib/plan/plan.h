@@ -162,7 +162,8 @@ void llmt__plan_stage_span(int64_t layers, int64_t pp, int64_t v, int64_t stage,
                            int64_t chunk, int64_t *first, int64_t *count);
 
 /* The spec's layout: (stage, chunk)'s layers from parallelism.stage_layers
- * when it lists the pp x virtual_stages virtual stages, else
+ * when it lists the pp x virtual_stages virtual stages, else for a MoE
+ * model the engine's balance of the layers' work (balance.h), else
  * llmt__plan_stage_span's rule; and the layers stage `stage` holds over
  * its chunks. */
 void llmt__plan_spec_span(const llmt_spec *s, int64_t stage, int64_t chunk, int64_t *first,

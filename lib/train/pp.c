@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "comm/p2p.h"
+#include "plan/balance.h"
 #include "train/pp.h"
 #include "train/pp_sched.h"
 #include "train/pp_send.h"
@@ -113,22 +114,22 @@ static double cpu_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* A layer's work per token, in multiply-adds of its forward: the four
- * Linears (qkv, attention output, the MLP's two or three) and the
- * attention core's two T-long products (averaged over causal rows: T/2
- * each). The embedding is a lookup; the head is a width x vocabulary
- * Linear plus its softmax. Backwards are about twice the forward for all
- * of them, so the ratios hold. */
-static void unit_costs(const llmt_model_config *c, int T, double *layer, double *embed,
-                       double *head)
+/* The model config as the stage balance reads it (lib/plan/balance.h,
+ * the planner's too), its defaults resolved as the model resolves them. */
+static void balance_model(const llmt_model_config *c, int T, llmt__balance_model *m)
 {
-    double C = c->width, hd = (double)c->width / c->heads;
-    double kv = c->kv_heads > 0 ? c->kv_heads : c->heads;
-    double Q = (c->heads + 2 * kv) * hd, F = c->ffn_hidden > 0 ? c->ffn_hidden : 4 * C;
-    int llama = c->arch == LLMT_ARCH_LLAMA;
-    *layer = C * Q + C * C + (llama ? 3 : 2) * C * F + (double)T * C;
-    *embed = C;
-    *head = C * c->padded_vocab_size + 4.0 * c->padded_vocab_size;
+    m->width = c->width;
+    m->heads = c->heads;
+    m->kv_heads = c->kv_heads > 0 ? c->kv_heads : c->heads;
+    m->ffn = c->ffn_hidden > 0 ? c->ffn_hidden : 4.0 * c->width;
+    m->vocab = c->padded_vocab_size > 0 ? c->padded_vocab_size : c->vocab_size;
+    m->seq = T;
+    m->llama = c->arch == LLMT_ARCH_LLAMA;
+    m->experts = c->moe_experts > 0 ? c->moe_experts : 0;
+    m->top_k = c->moe_top_k > 0 ? c->moe_top_k : c->moe_experts > 1 ? 2 : 1;
+    m->expert_ffn = c->moe_ffn > 0 ? c->moe_ffn : m->ffn;
+    m->shared = c->moe_shared_experts > 0 ? c->moe_shared_experts : 0;
+    m->every = c->moe_every > 0 ? c->moe_every : 1;
 }
 
 llmt_status llmt__pp_layout(llmt_err *e, const llmt_model_config *c, int T, int p,
@@ -164,47 +165,18 @@ llmt_status llmt__pp_layout(llmt_err *e, const llmt_model_config *c, int T, int 
                                  sum, L);
         return LLMT_OK;
     }
-    /* the automatic balance: contiguous stages minimising the largest
-     * stage's work, the embedding on the first and the head on the last
-     * (dynamic programming over (stages, layers): best[s][i] is the least
-     * largest cost of the first i layers on s + 1 stages) */
-    double lc, ec, hc;
-    unit_costs(c, T, &lc, &ec, &hc);
-    size_t W = (size_t)L + 1;
-    double *best = malloc((size_t)p * W * sizeof *best);
-    int *cut = malloc((size_t)p * W * sizeof *cut);
-    if (!best || !cut) {
-        free(best);
-        free(cut);
+    /* the automatic balance (the planner's: lib/plan/balance.c), each
+     * layer weighed by its work, so a MoE layer counts for more */
+    llmt__balance_model bm;
+    balance_model(c, T, &bm);
+    int64_t *f64 = malloc(((size_t)p + 1) * sizeof *f64);
+    if (!f64 || llmt__balance_split(&bm, L, p, f64)) {
+        free(f64);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     }
-    for (int s = 0; s < p; s++) {
-        for (int i = 0; i <= L; i++) {
-            double b = INFINITY;
-            int at = -1;
-            /* stage s holds layers [j, i) */
-            for (int j = s; j < i; j++) {
-                if (s == 0 && j != 0)
-                    break;
-                double own = (i - j) * lc + (s == 0 ? ec : 0.0) + (s == p - 1 ? hc : 0.0);
-                double before = s == 0 ? 0.0 : best[(size_t)(s - 1) * W + j];
-                double worst = own > before ? own : before;
-                if (worst < b) {
-                    b = worst;
-                    at = j;
-                }
-            }
-            best[(size_t)s * W + i] = b;
-            cut[(size_t)s * W + i] = at;
-        }
-    }
-    first[p] = L;
-    for (int s = p - 1, i = L; s >= 0; s--) {
-        i = cut[(size_t)s * W + i];
-        first[s] = i;
-    }
-    free(best);
-    free(cut);
+    for (int s = 0; s <= p; s++)
+        first[s] = (int)f64[s];
+    free(f64);
     return LLMT_OK;
 }
 

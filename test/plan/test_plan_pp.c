@@ -12,7 +12,13 @@
  *     built on it against a real stage's);
  *   - 7 layers on pp 4 as the spec says nothing else: 2,2,2,1 counts of
  *     the v = 1 rule; parallelism.stage_layers, when given, is the plan's
- *     layout (per stage, or per virtual stage with interleaving). */
+ *     layout (per stage, or per virtual stage with interleaving);
+ *   - a MoE model (moe.every 2: layers 0, 2, 4, 6 MoE) on pp 2, pp 4 and
+ *     pp 2 x v 2 without stage_layers: the plan's split is the engine's
+ *     (llmt__pp_layout on the model config the job builds), and its
+ *     largest stage's work, counted here from the layers' matrices, is
+ *     below that of the split weighing every layer alike (the engine's
+ *     balance of the same model as if dense, what ran before). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +225,105 @@ static void auto_uneven(const char *dir)
     free(txt);
 }
 
+/* A layer's forward multiply-adds per token, from its matrices (the test's
+ * own count): q, k, v and output projections, the attention core (T/2
+ * keys on average, times two products), and SwiGLU's three matrices of
+ * the dense FFN or of the top_k experts plus the router. */
+enum { MB_C = 64, MB_H = 4, MB_KV = 2, MB_F = 176, MB_V = 1024, MB_T = 16, MB_L = 8 };
+enum { MB_E = 4, MB_K = 2, MB_FE = 352, MB_EVERY = 2 };
+static double mb_layer(int l)
+{
+    double hd = MB_C / MB_H, attn = MB_C * (MB_H * hd) + 2.0 * MB_C * (MB_KV * hd) +
+                                    (MB_H * hd) * MB_C + 2.0 * (MB_T / 2.0) * MB_C;
+    if (l % MB_EVERY == 0)
+        return attn + MB_K * 3.0 * MB_C * MB_FE + (double)MB_C * MB_E;
+    return attn + 3.0 * MB_C * MB_F;
+}
+
+/* The largest stage's work of a split (first[0..n]); the head (C x V plus
+ * its softmax) on the last virtual stage, the embedding (a lookup) on the
+ * first. */
+static double mb_worst(const int *first, int n, int pp)
+{
+    double worst = 0;
+    for (int st = 0; st < pp; st++) {
+        double w = st == 0 ? MB_C : 0;
+        for (int j = st; j < n; j += pp) {
+            for (int l = first[j]; l < first[j + 1]; l++)
+                w += mb_layer(l);
+            if (j == n - 1)
+                w += (double)MB_C * MB_V + 4.0 * MB_V;
+        }
+        worst = w > worst ? w : worst;
+    }
+    return worst;
+}
+
+static void moe_balance(int pp, int v)
+{
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"model\": {\"arch\": \"llama\", \"layers\": %d, \"hidden\": %d, "
+             "\"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"seq_len\": "
+             "%d, \"moe\": {\"experts\": %d, \"top_k\": %d, \"expert_ffn\": %d, "
+             "\"every\": %d}}, \"parallelism\": {\"pp\": %d, \"virtual_stages\": %d}, "
+             "\"batch\": {\"micro\": 1, \"grad_accum\": %d}, \"train\": {\"device\": "
+             "\"cpu\"}}",
+             MB_L, MB_C, MB_H, MB_KV, MB_F, MB_V, MB_T, MB_E, MB_K, MB_FE, MB_EVERY, pp, v,
+             2 * pp);
+    llmt_spec *s = NULL;
+    llmt_plan *p = NULL;
+    CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &s), LLMT_OK);
+    if (s)
+        CHECK_STATUS(llmt_plan_create(NULL, s, 0, &p), LLMT_OK);
+    if (!p) {
+        llmt_spec_destroy(s);
+        return;
+    }
+    /* the model config lib/job/job.c builds from that spec, resolved */
+    llmt_model_config c;
+    CHECK_STATUS(llmt_model_config_init(&c, sizeof c), LLMT_OK);
+    c.arch = LLMT_ARCH_LLAMA;
+    c.layers = MB_L;
+    c.width = MB_C;
+    c.heads = MB_H;
+    c.kv_heads = MB_KV;
+    c.ffn_hidden = MB_F;
+    c.vocab_size = MB_V;
+    c.padded_vocab_size = MB_V;
+    c.max_seq_len = MB_T;
+    c.moe_experts = MB_E;
+    c.moe_top_k = MB_K;
+    c.moe_ffn = MB_FE;
+    c.moe_every = MB_EVERY;
+    int n = pp * v, run[9], dense[9], plan[9];
+    llmt_err e = {0};
+    CHECK_STATUS(llmt__pp_layout(&e, &c, MB_T, n, NULL, 0, run), LLMT_OK);
+    llmt_model_config d = c;
+    d.moe_experts = 0;
+    CHECK_STATUS(llmt__pp_layout(&e, &d, MB_T, n, NULL, 0, dense), LLMT_OK);
+    int agree = 1;
+    char lay[64] = "", eq[64] = "";
+    plan[n] = MB_L;
+    for (int j = 0; j < n; j++) {
+        int32_t f = -1, k = -1;
+        CHECK_STATUS(llmt_plan_stage_layers(p, j % pp, j / pp, &f, &k), LLMT_OK);
+        plan[j] = f;
+        agree = agree && f == run[j] && f + k == run[j + 1];
+        snprintf(lay + strlen(lay), sizeof lay - strlen(lay), "%s%d", j ? "," : "", (int)k);
+        snprintf(eq + strlen(eq), sizeof eq - strlen(eq), "%s%d", j ? "," : "",
+                 dense[j + 1] - dense[j]);
+    }
+    CHECK(agree);
+    double w = mb_worst(plan, n, pp), w0 = mb_worst(dense, n, pp);
+    CHECK(w < w0);
+    printf("moe every 2, %d layers on pp %d v %d: plan = engine %s, largest stage %.0f "
+           "MACs/token; layers weighed alike %s, %.0f (%.1f%% more)\n",
+           MB_L, pp, v, lay, w, eq, w0, 100 * (w0 / w - 1));
+    llmt_plan_destroy(p);
+    llmt_spec_destroy(s);
+}
+
 int main(void)
 {
     const char *dir = getenv("LLMT_SOURCE_ROOT");
@@ -233,6 +338,9 @@ int main(void)
     given("\"pp\": 4, \"stage_layers\": [1, 3, 2, 1]", 4, 1, f1, n1);
     static const int f2[4] = {0, 2, 3, 4}, n2[4] = {2, 1, 1, 3};
     given("\"pp\": 2, \"virtual_stages\": 2, \"stage_layers\": [2, 1, 1, 3]", 2, 2, f2, n2);
+    moe_balance(2, 1);
+    moe_balance(4, 1);
+    moe_balance(2, 2);
     int64_t f, c;
     char lay[64] = "";
     for (int st = 0; st < 4; st++) {
