@@ -208,6 +208,25 @@ static int proc_stopped(pid_t pid)
     return r && r[2] == 'T';
 }
 
+/* "GEN WORLD" for the survivors, written whole (rename). */
+static int publish_gen_as(agent *a, int gen, int world)
+{
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", a->inplace_path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "%d %d\n", gen, world);
+    if (fclose(f) != 0)
+        return -1;
+    return rename(tmp, a->inplace_path);
+}
+
+static int publish_gen(agent *a)
+{
+    return publish_gen_as(a, a->gen, a->world);
+}
+
 /* The end of a failed generation. The failed ranks (culprit, NULL: none
  * known) get SIGKILL at once, as before. The survivors get SIGTERM first:
  * one may be committing a checkpoint (writing its part, the last rank
@@ -223,6 +242,12 @@ static void kill_gang(agent *a, const int *culprit)
 {
     double t0 = launch_now();
     int term = 0, late = 0;
+    /* --in-place: survivors already waiting for the next generation do
+     * not look at SIGTERM (no step runs there); world 0 tells them there
+     * is none for them (lib/job/inplace.c), so they exit at once instead
+     * of at the end of the grace */
+    if (a->in_place)
+        publish_gen_as(a, a->gen + 1, 0);
     for (int r = 0; r < a->world; r++) {
         if (a->w[r].done)
             continue;
@@ -312,20 +337,6 @@ static void kill_culprits(agent *a, const int *culprit)
         }
 }
 
-/* "GEN WORLD" for the survivors, written whole (rename). */
-static int publish_gen(agent *a)
-{
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", a->inplace_path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    fprintf(f, "%d %d\n", a->gen, a->world);
-    if (fclose(f) != 0)
-        return -1;
-    return rename(tmp, a->inplace_path);
-}
-
 /* Several nodes, a generation in place: this node's survivors go on when
  * its generation file says so. If it cannot be written they would wait
  * for nothing while the other nodes' survivors stay: stop this node's and
@@ -336,6 +347,8 @@ static void stay_here(agent *a, int *fresh)
     a->in_place_t = launch_now();
     if (publish_gen(a) == 0)
         return;
+    /* kill_gang's notice to them goes through the same file: they may
+     * wait out the grace */
     printf("launch: node %d: cannot write %s (%s): this node's survivors are restarted "
            "with the spares\n",
            a->node_rank, a->inplace_path, strerror(errno));
@@ -681,9 +694,11 @@ static int agent_main(agent *a)
         }
         int in_place = can_stay(a, culprit, causes) && (a->nnodes <= 1 || all_stay);
         if (a->nnodes > 1 && a->in_place && !in_place) {
-            /* the survivors of every node go: a gang restart */
+            /* the survivors of every node go, all nodes at once: a gang
+             * restart */
+            int g = rdzv_gang(a, why, sizeof why);
             kill_gang(a, culprit);
-            if (rdzv_gang(a, why, sizeof why) != 0) {
+            if (g != 0 || rdzv_gang_wait(a, why, sizeof why) != 0) {
                 rdzv_stop(a, why);
                 return cli_fail(CMD, "%s", why);
             }

@@ -86,8 +86,9 @@ int rdzv_report(agent *a, const int *culprit, char causes[][256], int stay);
  * node reported stay 1. */
 int rdzv_gather(agent *a, int *culprit, char causes[][256], int *all_stay, char *why, size_t n);
 /* Leader, --in-place: a gang restart after all: tell the agents to stop
- * their survivors (gang-G), then wait until each did (killed-G-K). */
+ * their survivors (gang-G); rdzv_gang_wait: until each did (killed-G-K). */
 int rdzv_gang(agent *a, char *why, size_t n);
+int rdzv_gang_wait(agent *a, char *why, size_t n);
 /* Others: this node's survivors are stopped (the answer to gang-G). */
 void rdzv_killed(agent *a);
 /* Leader: write generation a->gen (world, slots; fresh[r]: rank r starts

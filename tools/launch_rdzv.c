@@ -369,6 +369,12 @@ int rdzv_gang(agent *a, char *why, size_t n)
         snprintf(why, n, "--rdzv %s: cannot write %s: %s", a->rdzv, name, strerror(errno));
         return -1;
     }
+    return 0;
+}
+
+int rdzv_gang_wait(agent *a, char *why, size_t n)
+{
+    char name[64];
     double t0 = launch_now();
     for (int k = 1; k < a->nnodes; k++) {
         snprintf(name, sizeof name, "killed-%d-%d", a->gen, k);

@@ -101,6 +101,13 @@ llmt_status llmt__job_inplace_recover(llmt_job *j, llmt_job_metrics *m)
         struct timespec ts = {0, 20000000L};
         nanosleep(&ts, NULL);
     }
+    /* world 0: the agent restarts the whole gang (a rank it could not
+     * replace, or one that failed by itself): end this process now */
+    if (world == 0)
+        return FAIL(LLMT_ERR_ABORTED,
+                    "%s; in-place recovery: the agent restarts the gang instead (generation "
+                    "%d); this process ends",
+                    why, gen);
     if (world != j->world)
         return FAIL(LLMT_ERR_UNSUPPORTED,
                     "%s; in-place recovery: generation %d has %d ranks, this job %d (a "

@@ -603,6 +603,37 @@ else:
 sys.exit(bad)
 EOF
   done
+  # no spare on either node: not in place after all; the leader tells the
+  # agents to stop their survivors (gang-G, answered by killed-G-K) and
+  # the job continues elastically on node 0's two ranks
+  mkdir rdzv-ng
+  LLMT_FAULT=kill:3:7 launch ng ng-n0.log --nproc 2 --nnodes 2 --node-rank 0 --rdzv rdzv-ng \
+    --in-place ft.json &
+  p0=$!
+  LLMT_FAULT=kill:3:7 launch ng ng-n1.log --nproc 2 --nnodes 2 --node-rank 1 --rdzv rdzv-ng \
+    --in-place ft.json &
+  p1=$!
+  t0=$(date +%s)
+  wait $p0 && r0=0 || r0=$?
+  wait $p1 && r1=0 || r1=$?
+  t1=$(date +%s)
+  [ $r0 -eq 0 ] && [ $r1 -eq 0 ] && grep -q "gang restart as gen 1 on 2 ranks" ng-n0.log &&
+    grep -q "continuing elastically on 2 data-parallel ranks (was 4)" ng-n0.log &&
+    grep -q "node 1: gen 0: node 0 restarts the gang (not in place): stopping the ranks left here" ng-n1.log &&
+    grep -q "node 1: gen 1 on 2 ranks (node 0 decided); ranks here: none" ng-n1.log &&
+    grep -q '"event":"generation","gen":1,"world_size":2,"mode":"gang"' ng/agent/node-1/events.jsonl &&
+    ok "no spare: gang restart on both nodes, elastic on 2 ranks ($((t1 - t0)) s)" ||
+    { bad "no spare: agents $r0 $r1"; grep launch: ng-n0.log ng-n1.log; }
+  [ "$(losses ng/metrics.jsonl | wc -l)" -eq 14 ] && ok "no spare: all 14 steps done" ||
+    bad "no spare: steps missing"
+  # the survivors waiting in place were told there is no generation for
+  # them (world 0) and left at once, not at the end of the 5 s grace
+  grep -q "in-place recovery: the agent restarts the gang instead" ng/agent/node-0/gen0-rank0.log &&
+    grep -q "in-place recovery: the agent restarts the gang instead" ng/agent/node-1/gen0-rank2.log &&
+    grep -q "2 survivor(s) sent SIGTERM: 2 exited within" ng-n0.log &&
+    grep -q "1 survivor(s) sent SIGTERM: 1 exited within" ng-n1.log &&
+    ok "no spare: the survivors on both nodes left when told (no SIGKILL after the grace)" ||
+    { bad "no spare: survivors' stop"; grep SIGTERM ng-n0.log ng-n1.log; tail -2 ng/agent/node-1/gen0-rank2.log; }
   ;;
 inplace-tp)
   # --in-place under tensor parallelism: tp 2 x dp 2 (groups from the plan,
