@@ -167,12 +167,20 @@ static double moe_layers(const eng *g)
 /* The collectives of the ranks sharing a micro-batch's tokens (the SP-TP
  * group, the CP group: lib/train/moe_group.c) on n ranks, per MoE layer:
  * the router statistics' fp32 sum of 2E + 2 in every forward (again in a
- * fully recomputed one), the step's tallies' int64 sum of E + 1. */
+ * fully recomputed one; fwd: the MoE layer forwards of a micro-batch),
+ * the step's tallies' int64 sum of E + 1 (tallies: the model's MoE
+ * layers, a pipeline stage's placeholders of other stages' included:
+ * moe_net.c sums every layer's). */
+static void moe_token_sums(const eng *g, acc *a, double n, double fwd, double tallies)
+{
+    all_reduce(a, n, 2 * g->E + 2, 4, fwd * g->A);
+    all_reduce(a, n, g->E + 1, 8, tallies);
+}
+
 static void moe_token_group(const eng *g, acc *a, double n)
 {
     double M = moe_layers(g), rc = g->full && g->L > 1 ? 1 : 0;
-    all_reduce(a, n, 2 * g->E + 2, 4, M * g->A * (1 + rc));
-    all_reduce(a, n, g->E + 1, 8, M);
+    moe_token_sums(g, a, n, M * (1 + rc), M);
 }
 
 /* LayerNorm/RMSNorm weights and biases: per layer and the final one. */
@@ -181,24 +189,27 @@ static double norm_tensors(const eng *g)
     return g->llama ? 2 * g->L + 1 : 4 * g->L + 2;
 }
 
-/* The tensor parallel group's collectives of one step (device.c, tp.c):
- * per micro-batch of N tokens, in the storage type: the embedding's sum,
- * the row split Linears' output sums (proj, fcproj: 2 per layer, again
- * for a fully recomputed forward), the head's and the layers' input
- * gradient sums of the column split Linears (qkv, fc with fc3 sharing
- * fc's: 1 + 2 per layer); in fp32: the loss's row max (N) and sums (2N);
- * per step, in fp32: the shared kv heads' gradients (kv_heads < tp: all
- * kv heads' k and v rows per layer), the gradient norm (1 float). */
-static void tp_step(const eng *g, acc *a)
+/* The tensor parallel group's collectives of one step (device.c, tp.c)
+ * on a rank holding Ls layers (Ms of them MoE; rl of them, rm MoE,
+ * forwarded again by full recomputation), the embedding (first) and the
+ * head (last): per micro-batch of N tokens, in the storage type: the
+ * embedding's sum, the row split Linears' output sums (proj, fcproj: 2
+ * per layer, again for a recomputed forward), the head's and the layers'
+ * input gradient sums of the column split Linears (qkv, fc with fc3
+ * sharing fc's: 1 + 2 per layer); in fp32: the loss's row max (N) and
+ * sums (2N); per step, in fp32: the shared kv heads' gradients (kv_heads
+ * < tp: all kv heads' k and v rows per layer), the gradient norm (1
+ * float). */
+static void tp_span(const eng *g, acc *a, double Ls, double Ms, double rl, double rm, int first,
+                    int last)
 {
-    double t = g->t, N = g->B * g->T, x = N * g->C, L = g->L;
+    double t = g->t, N = g->B * g->T, x = N * g->C;
     if (t <= 1)
         return;
-    double again = g->full && L > 1 ? 2 * L : 0; /* recomputed forwards */
+    double again = 2 * rl; /* recomputed forwards */
     /* a MoE layer has no split MLP (experts whole on every TP rank): its
      * fc's and fcproj's collectives are not run (one of each pair again
      * in a recomputed forward) */
-    double M = moe_layers(g), Mre = again > 0 ? M : 0;
     if (g->sp) {
         /* sequence parallel: each all-reduce of activations becomes a
          * reduce-scatter (embedding, proj, fcproj forward; the column
@@ -206,37 +217,49 @@ static void tp_step(const eng *g, acc *a)
          * split Linears' inputs, again in the backward for their weight
          * gradients; the row split Linears' and the embedding's output
          * gradients) of N/t rows per rank */
-        all_gather(a, t, x / t, g->es, g->A * (6 * L + 3 + again - 3 * M - Mre));
-        reduce_scatter(a, t, x / t, g->es, g->A * (4 * L + 2 + again - 2 * M - Mre));
+        all_gather(a, t, x / t, g->es,
+                   g->A * (6 * Ls + first + 2 * last + again - 3 * Ms - rm));
+        reduce_scatter(a, t, x / t, g->es,
+                       g->A * (4 * Ls + first + last + again - 2 * Ms - rm));
     } else {
-        all_reduce(a, t, x, g->es, g->A * (1 + 2 * L + again + 1 + 2 * L - 2 * M - Mre));
+        all_reduce(a, t, x, g->es, g->A * (first + 4 * Ls + again + last - 2 * Ms - rm));
     }
-    all_reduce(a, t, N, 4, g->A);
-    all_reduce(a, t, 2 * N, 4, g->A);
+    if (last) {
+        all_reduce(a, t, N, 4, g->A);
+        all_reduce(a, t, 2 * N, 4, g->A);
+    }
     if (g->kvrep) {
-        all_reduce(a, t, 2 * g->nkv * g->hd * g->C, 4, L);
+        all_reduce(a, t, 2 * g->nkv * g->hd * g->C, 4, Ls);
         if (!g->llama) /* the qkv bias's kv part */
-            all_reduce(a, t, 2 * g->nkv * g->hd, 4, L);
+            all_reduce(a, t, 2 * g->nkv * g->hd, 4, Ls);
     }
     if (g->sp) /* the norms' weight gradients, partial per rank */
-        all_reduce(a, t, norm_tensors(g) * g->C, 4, 1);
-    if (g->sp && M > 0) {
+        all_reduce(a, t, ((g->llama ? 2 : 4) * Ls + (last ? (g->llama ? 1 : 2) : 0)) * g->C, 4,
+                   1);
+    if (g->sp && moe_layers(g) > 0) {
         /* each rank routed its own rows: the router statistics and
          * tallies over the group, and (device.c, sp_moe_reduce) the MoE
          * tensors' gradients, in place: shared experts and router through
          * the experts' end, or under ep the shared experts and router and
          * this EP rank's rows of each expert tensor */
-        moe_token_group(g, a, t);
+        moe_token_sums(g, a, t, Ms + rm, moe_layers(g));
         double C = g->C, head = (g->Fs > 0 ? 3 * aligned(g, g->Fs * C) : 0);
         if (g->ep > 1) {
-            all_reduce(a, t, head + g->E * C, 4, M);
-            all_reduce(a, t, g->xn, 4, 3 * M);
+            all_reduce(a, t, head + g->E * C, 4, Ms);
+            all_reduce(a, t, g->xn, 4, 3 * Ms);
         } else {
             double ex = aligned(g, g->E * g->Fe * C);
-            all_reduce(a, t, head + aligned(g, g->E * C) + 2 * ex + g->E * g->Fe * C, 4, M);
+            all_reduce(a, t, head + aligned(g, g->E * C) + 2 * ex + g->E * g->Fe * C, 4, Ms);
         }
     }
     all_reduce(a, t, 1, 4, 1);
+}
+
+/* The whole model's (tp x cp x dp). */
+static void tp_step(const eng *g, acc *a)
+{
+    double M = moe_layers(g), rc = g->full && g->L > 1 ? 1 : 0;
+    tp_span(g, a, g->L, M, rc * g->L, rc * M, 1, 1);
 }
 
 /* `times` ring steps (cp.c's ring()): a send of `bytes` and a receive,
@@ -439,8 +462,10 @@ static double activations(const eng *g)
  * activation set per micro-batch chunk the schedule keeps in flight, each
  * holding the residual stream and the layers of the stage's longest chunk
  * (the other chunks alias them) and, on the last stage, the final norm
- * and the logits; the backward's scratch once; the received output
- * gradient's buffer on all but the last stage (all under interleaving). */
+ * and the logits (under sequence parallelism the residual stream, norms
+ * and MoE layers of this rank's rows); the backward's scratch once; the
+ * received output gradient's buffer on all but the last stage (all under
+ * interleaving). */
 double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
 {
     eng g;
@@ -454,25 +479,59 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
         M += moe_in(&g, f, n);
     }
     double N = g.B * g.T, C = g.C, bf = g.es, Lc = (double)clen;
+    double Nr = g.sp ? N / g.t : N; /* rows of the residual stream here */
     double stored = g.full ? 1 : Lc;
     double Ca = g.nh_l * g.hd, F = g.F_l, Q = g.Q_l;
     double state = g.cpu ? g.B * g.nh_l * g.T * g.T : g.B * g.nh_l * g.T;
     double core = N * Ca * bf + state * 4;
-    double layer = 3 * N * C * bf + 4 * N * 4 + N * Q * bf + N * F * bf * (g.llama ? 3 : 2);
-    double set = (Lc + 1) * N * C * bf + stored * layer + (g.selective ? 1 : stored) * core;
+    double layer = 3 * Nr * C * bf + 4 * Nr * 4 + N * Q * bf + N * F * bf * (g.llama ? 3 : 2);
+    double set = (Lc + 1) * Nr * C * bf + stored * layer + (g.selective ? 1 : stored) * core;
     if (stage == p - 1)
-        set += N * C * bf + 2 * N * 4 + N * g.V_l * bf;
+        set += Nr * C * bf + 2 * Nr * 4 + N * g.V_l * bf;
     double sets =
         llmt__plan_pp_inflight(llmt__plan_pp_schedule(s), p, v, s->batch.grad_accum, stage);
     double x = sets * set;
     /* each MoE layer keeps one routing state per set (moe_net.c: a set
      * per micro-batch in flight, for every layer of every chunk, as a
-     * layer is in one chunk) */
-    x += sets * M * moe_saved(s, &g, N);
-    x += 2 * N * C * bf + N * Q * bf + N * F * bf * (g.llama ? 3 : 1) + 4;
-    if (stage < p - 1 || v > 1)
+     * layer is in one chunk), of this rank's rows */
+    x += sets * M * moe_saved(s, &g, Nr);
+    /* the backward's scratch, as activations() counts it */
+    x += (Nr + N) * C * bf + N * Q * bf + N * F * bf * (g.llama ? 3 : 1) + 4;
+    if (g.sp) /* the gathered rows of a column split Linear's input */
         x += N * C * bf;
+    if (g.t > 1) /* the split loss's row buffers */
+        x += 3 * N * 4;
+    if (stage < p - 1 || v > 1)
+        x += Nr * C * bf;
     return x;
+}
+
+/* A pipeline stage's tensor parallel collectives of one step (device.c's
+ * stage path, pp.c): tp_span over the layers of its chunks (a chunk of
+ * more than one layer forwarded again layer by layer under full
+ * recomputation), the embedding on the first stage, the head and the
+ * loss on the last. */
+void llmt__plan_engine_stage_tp(const llmt_spec *s, int64_t stage, double out[3])
+{
+    eng g;
+    shape(s, &g);
+    int64_t p = s->parallelism.pp, v = s->parallelism.virtual_stages;
+    double Ls = 0, Ms = 0, rl = 0, rm = 0;
+    for (int64_t c = 0; c < v; c++) {
+        int64_t f, n;
+        llmt__plan_spec_span(s, stage, c, &f, &n);
+        Ls += (double)n;
+        Ms += moe_in(&g, f, n);
+        if (g.full && n > 1) {
+            rl += (double)n;
+            rm += moe_in(&g, f, n);
+        }
+    }
+    acc a = {0, 0, 0};
+    tp_span(&g, &a, Ls, Ms, rl, rm, stage == 0, stage == p - 1);
+    out[0] = a.calls;
+    out[1] = a.payload;
+    out[2] = a.bus;
 }
 
 void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)

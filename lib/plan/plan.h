@@ -180,10 +180,16 @@ int llmt__plan_pp_schedule(const llmt_spec *s);
 double llmt__plan_pp_inflight(int sched, int64_t p, int64_t v, int64_t m, int64_t stage);
 
 /* Bytes of activations (and backward scratch) this library's engine
- * allocates on pipeline stage `stage` for the spec's layout (pp > 1, tp
- * 1, dense): the schedule's sets of the stage's longest chunk, the
- * scratch and the boundary buffer (lib/plan/engine.c). */
+ * allocates on pipeline stage `stage` for the spec's layout (pp > 1,
+ * with or without tp and sequence parallelism, dense or MoE): the
+ * schedule's sets of the stage's longest chunk, the scratch and the
+ * boundary buffer (lib/plan/engine.c). */
 double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage);
+/* The tensor parallel collectives one rank of pipeline stage `stage`
+ * runs in a step (pp > 1, tp > 1, with or without sequence parallelism,
+ * dense or MoE; lib/plan/engine.c): out[0] calls, out[1] payload bytes,
+ * out[2] bus bytes, as llmt_comm_get_stats counts them. */
+void llmt__plan_engine_stage_tp(const llmt_spec *s, int64_t stage, double out[3]);
 
 /* Append to the plan's notes (printf-style). */
 void llmt__plan_note(llmt_plan *p, const char *fmt, ...) LLMT_PRINTF(2, 3);

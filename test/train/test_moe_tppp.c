@@ -28,7 +28,10 @@
  *     pipeline group: every rank reports all of them): kept counts per
  *     expert and drops equal, aux and z within 1e-5 relative;
  *   - a checkpoint of tp 2 x pp 2 after step 5 resumed by one rank: its
- *     last five losses those of the uninterrupted run within 1e-5. */
+ *     last five losses those of the uninterrupted run within 1e-5;
+ *   - the planner agrees with each stage of every layout (check_plan): TP
+ *     calls, payload and bus bytes of the last step equal, activations
+ *     within 2%. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -39,6 +42,7 @@
 
 #include "check.h"
 #include "llmtrain.h"
+#include "plan/plan.h"
 #include "rank_fixture.h"
 
 enum { B = 2, T = 16, V = 61, STEPS = 10, M = 4, E = 4, K = 2, L = 4, MAXR = 8 };
@@ -75,6 +79,7 @@ static void config(float cf)
 typedef struct rank_arg {
     llmt_comm *world; /* NULL: the single rank */
     int tp, sp, pp, dp, ep, zero, sched, m, recompute;
+    int plan; /* check_layout: also against the planner (check_plan) */
     int tpr, stage, dpr;
     int k0, k1;              /* steps [k0, k1) (0, 0: all) */
     const char *load, *save; /* checkpoint read before k0 / written after k1 */
@@ -83,10 +88,27 @@ typedef struct rank_arg {
     double aux[L], z[L];
     float *params;
     int64_t numel;
+    int64_t act;   /* activation bytes (llmt_trainer_memory) after the run */
+    double tpb[3]; /* the last step's TP group calls, payload, bus bytes */
     llmt_pp_stats ps;
     llmt_status st;
     char err[1024];
 } rank_arg;
+
+/* A group's counters since its last reset: calls, payload, bus bytes. */
+static void tp_stats(llmt_comm *c, double out[3])
+{
+    llmt_comm_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    out[0] = out[1] = out[2] = 0;
+    if (llmt_comm_get_stats(c, &st) != LLMT_OK)
+        return;
+    for (int k = 0; k < LLMT_COMM_STAT_SLOTS; k++)
+        out[1] += (double)st.payload_bytes[k];
+    out[0] = (double)st.total_calls;
+    out[2] = st.total_bus_bytes;
+}
 
 static int world_of(const rank_arg *a)
 {
@@ -144,8 +166,12 @@ static void *rank_main(void *p)
     for (int k = a->k0; k < k1 && a->st == LLMT_OK; k++) {
         size_t at = ((size_t)k * a->dp + (size_t)a->dpr) * per;
         llmt_batch b = {sizeof b, g_in + at, g_tg + at, a->m * B, T};
+        if (tpc)
+            llmt_comm_reset_stats(tpc);
         a->st = rank_fixture_step(tr, &b, &a->loss[k]);
     }
+    if (tpc && a->st == LLMT_OK)
+        tp_stats(tpc, a->tpb);
     for (int l = 0; l < L && a->st == LLMT_OK; l++)
         a->st = llmt_trainer_moe_stats(tr, l, a->counts[l], E, &a->dropped[l], &a->aux[l],
                                        &a->z[l]);
@@ -153,7 +179,7 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_sync_params(tr);
     if (a->st == LLMT_OK && a->save)
         a->st = rank_fixture_ckpt(tr, a->save, rank, world_of(a), 1, k1);
-    rank_fixture_pp_stats(tr, &a->st, &a->ps, NULL);
+    rank_fixture_pp_stats(tr, &a->st, &a->ps, &a->act);
     if (a->st != LLMT_OK)
         rank_fixture_error(a->err, sizeof a->err, tr, m);
     if (m && a->st == LLMT_OK)
@@ -255,6 +281,57 @@ static void compare(const char *name, const rank_arg *ref, const rank_arg *a)
     g_worst_rel = fmax(g_worst_rel, wr);
 }
 
+/* The planner's model of each stage (lib/plan/engine.c) against what its
+ * ranks ran: the last step's TP group calls, payload and bus bytes
+ * (llmt__plan_engine_stage_tp) equal on every rank, the activation bytes
+ * (llmt__plan_engine_stage_act: the schedule's sets, each MoE layer's
+ * routing state per set) within 2% (measured: 0.1%, the boundary
+ * tensors' clock tails). */
+static void check_plan(const char *name, const rank_arg *a)
+{
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"model\": {\"arch\": \"llama\", \"layers\": %d, \"hidden\": 32, "
+             "\"heads\": 4, \"kv_heads\": 2, \"ffn\": 32, \"vocab\": %d, \"seq_len\": %d, "
+             "\"moe\": {\"experts\": %d, \"top_k\": %d, \"expert_ffn\": 24, "
+             "\"shared_experts\": 1, \"capacity_factor\": %g, \"dropless\": %s}}, "
+             "\"parallelism\": {\"tp\": %d, \"sequence_parallel\": %s, \"pp\": %d, "
+             "\"dp\": %d, \"ep\": %d, \"zero\": %d, \"recompute\": \"%s\", "
+             "\"pp_schedule\": \"%s\"}, "
+             "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
+             "\"train\": {\"device\": \"cpu\"}}",
+             L, V, T, E, K, (double)g_cfg.moe_capacity_factor,
+             g_cfg.moe_dropless ? "true" : "false", a->tp, a->sp ? "true" : "false", a->pp,
+             a->dp, a->ep > 1 ? a->ep : 1, a->zero, a->recompute ? "full" : "none",
+             a->sched == LLMT_PP_GPIPE ? "gpipe" : "1f1b", B, a->m);
+    llmt_spec *sp = NULL;
+    CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &sp), LLMT_OK);
+    int n = world_of(a), same = 1;
+    double worst = 0.0;
+    for (int st = 0; sp && st < a->pp; st++) {
+        double pt[3];
+        llmt__plan_engine_stage_tp(sp, st, pt);
+        double act = llmt__plan_engine_stage_act(sp, st);
+        for (int r = 0; r < n; r++) {
+            if (a[r].stage != st || a[r].st != LLMT_OK)
+                continue;
+            for (int k = 0; k < 3; k++)
+                same &= fabs(a[r].tpb[k] - pt[k]) <= 1e-12 * pt[k];
+            double err = (act - (double)a[r].act) / (double)a[r].act;
+            worst = fabs(err) > fabs(worst) ? err : worst;
+            CHECK(fabs(err) <= 0.02);
+        }
+        printf("  stage %d: TP %.0f calls %.0f B (bus %.0f) per step, plan %.0f / %.0f / "
+               "%.0f; activations %lld B, plan %.0f\n",
+               st, a[st * a->tp].tpb[0], a[st * a->tp].tpb[1], a[st * a->tp].tpb[2], pt[0],
+               pt[1], pt[2], (long long)a[st * a->tp].act, act);
+    }
+    CHECK(same);
+    printf("  %s: TP bytes %s, activations worst %+.1f%%\n", name,
+           same ? "equal the plan's on every rank" : "DIFFER from the plan's", 100 * worst);
+    llmt_spec_destroy(sp);
+}
+
 /* proto's layout against its single-rank run (grad_accum dp x m). */
 static void check_layout(const char *name, rank_arg proto)
 {
@@ -265,6 +342,8 @@ static void check_layout(const char *name, rank_arg proto)
     run(&one, ref);
     run(&proto, a);
     compare(name, ref, a);
+    if (proto.plan)
+        check_plan(name, a);
     free_args(ref, 1);
     free_args(a, MAXR);
 }
@@ -313,29 +392,25 @@ int main(void)
     CHECK(g_in && g_tg);
     config(1.0f); /* binding: without SP each TP rank routes the single rank's rows */
     check_layout("tp 2 x pp 2 1f1b capacity 1.0",
-                 (rank_arg){.tp = 2, .pp = 2, .m = M, .sched = LLMT_PP_1F1B});
-    check_layout(
-        "tp 2 x pp 2 x ep 2 (dp 2) gpipe cap 1.0",
-        (rank_arg){.tp = 2, .pp = 2, .dp = 2, .ep = 2, .m = M, .sched = LLMT_PP_GPIPE});
+                 (rank_arg){.tp = 2, .pp = 2, .m = M, .sched = LLMT_PP_1F1B, .plan = 1});
+    rank_arg tpep = {.tp = 2, .pp = 2, .dp = 2, .ep = 2, .m = M, .sched = LLMT_PP_GPIPE};
+    tpep.plan = 1;
+    check_layout("tp 2 x pp 2 x ep 2 (dp 2) gpipe cap 1.0", tpep);
     config(2.0f); /* E / top_k: an expert can take every row of its rank */
-    check_layout("tp 2 sp x pp 2 1f1b capacity 2",
-                 (rank_arg){.tp = 2, .sp = 1, .pp = 2, .m = M, .sched = LLMT_PP_1F1B});
-    check_layout("tp 2 sp x pp 2 x ep 2 zero 1 cap 2", (rank_arg){.tp = 2,
-                                                                  .sp = 1,
-                                                                  .pp = 2,
-                                                                  .dp = 2,
-                                                                  .ep = 2,
-                                                                  .zero = 1,
-                                                                  .m = M,
-                                                                  .sched = LLMT_PP_1F1B});
-    check_layout(
-        "tp 2 sp x pp 2 1f1b cap 2, full recompute",
-        (rank_arg){.tp = 2, .sp = 1, .pp = 2, .m = M, .sched = LLMT_PP_1F1B, .recompute = 1});
+    rank_arg sp = {.tp = 2, .sp = 1, .pp = 2, .m = M, .sched = LLMT_PP_1F1B, .plan = 1};
+    check_layout("tp 2 sp x pp 2 1f1b capacity 2", sp);
+    rank_arg spep = sp;
+    spep.dp = spep.ep = 2;
+    spep.zero = 1;
+    check_layout("tp 2 sp x pp 2 x ep 2 zero 1 cap 2", spep);
+    rank_arg sprc = sp;
+    sprc.recompute = 1;
+    check_layout("tp 2 sp x pp 2 1f1b cap 2, full recompute", sprc);
     config(0.0f);
-    check_layout(
-        "tp 2 sp x pp 2 x dp 2 zero 1 dropless",
-        (rank_arg){
-            .tp = 2, .sp = 1, .pp = 2, .dp = 2, .zero = 1, .m = M, .sched = LLMT_PP_1F1B});
+    rank_arg spdp = sp;
+    spdp.dp = 2;
+    spdp.zero = 1;
+    check_layout("tp 2 sp x pp 2 x dp 2 zero 1 dropless", spdp);
     check_ckpt();
     printf("worst: loss rel %.2e, params rel L2 %.2e\n", g_worst_loss, g_worst_rel);
     free(g_in);
