@@ -162,9 +162,11 @@ const cli_command cli_commands[] = {
      "  --nnodes N --node-rank K --rdzv DIR: one agent per node, N of them,\n"
      "  agreeing through DIR (a shared directory, new per job): node 0 decides\n"
      "  each generation (a spare on the failed rank's node first, else any),\n"
-     "  every agent starts its node's ranks; gang restarts only. N and K not\n"
-     "  given: from SLURM_NNODES/SLURM_NODEID, OMPI_COMM_WORLD_SIZE/RANK or\n"
-     "  PMI_SIZE/PMI_RANK (one agent per node). Train flags: --out DIR\n"
+     "  every agent starts its node's ranks; with --in-place each node's\n"
+     "  survivors stay and only the failed ranks start, on a spare of any node.\n"
+     "  N and K not given: from SLURM_NNODES/SLURM_NODEID,\n"
+     "  OMPI_COMM_WORLD_SIZE/RANK or PMI_SIZE/PMI_RANK (one agent per node).\n"
+     "  Train flags: --out DIR\n"
      "  --steps N --threads N --resume --fresh. Events: DIR/agent/events.jsonl; worker logs:\n"
      "  DIR/agent/genG-rankR.log. Drills: LLMT_FAULT (doc/fault-tolerance.md).\n",
      cmd_launch},
