@@ -16,7 +16,8 @@
  * the capacity then per rank's rows (doc/moe.md): those cases run
  * dropless or with a capacity that drops nothing (factor E / top_k).
  * Cases: tp 2 x pp 2 1F1B (capacity 1.0, binding), tp 2 SP x pp 2 1F1B
- * (capacity 2: none dropped) and with full recompute, tp 2 SP x pp 2 x
+ * (capacity 2: none dropped), with full recompute and interleaved (v 2,
+ * a layer a chunk), tp 2 SP x pp 2 x
  * dp 2 ZeRO 1 (dropless), tp 2 x pp 2 x ep 2 (dp 2) GPipe (capacity 1.0),
  * tp 2 SP x pp 2 x ep 2 ZeRO 1 (capacity 2).
  * Ten AdamW steps with clipping. Checks on every rank:
@@ -79,6 +80,7 @@ static void config(float cf)
 typedef struct rank_arg {
     llmt_comm *world; /* NULL: the single rank */
     int tp, sp, pp, dp, ep, zero, sched, m, recompute;
+    int v;    /* virtual stages (interleaved; layers split evenly), 0: 1 */
     int plan; /* check_layout: also against the planner (check_plan) */
     int tpr, stage, dpr;
     int k0, k1;              /* steps [k0, k1) (0, 0: all) */
@@ -148,6 +150,7 @@ static void *rank_main(void *p)
         llmt_pp_opts po;
         llmt_pp_opts_init(&po, sizeof po);
         po.schedule = a->sched;
+        po.virtual_stages = a->v > 1 ? a->v : 1;
         a->st = llmt_trainer_set_pp_comm(tr, ppc, &po);
     }
     if (a->st == LLMT_OK && a->dp > 1) {
@@ -258,16 +261,19 @@ static void compare(const char *name, const rank_arg *ref, const rank_arg *a)
     CHECK_EQ_INT(kept + dropped, (int64_t)L * dp * a[0].m * B * T * K);
     for (int d = 0; ok && d < dp; d++)
         for (int t = 0; t < tp; t++) {
-            int first[MAXR + 1] = {0};
+            /* the virtual stages' layers: L / (pp v) each, chunk j on
+             * stage j % pp */
+            int v = a[0].v > 1 ? a[0].v : 1, nv = pp * v, first[2 * MAXR + 1] = {0};
             float *params[MAXR];
             for (int s = 0; s < pp; s++) {
                 const rank_arg *x = &a[t + tp * (s + pp * d)];
                 params[s] = x->params;
-                first[s + 1] = first[s] + x->ps.layers;
+                CHECK_EQ_INT(x->ps.layers, L / pp);
             }
-            CHECK_EQ_INT(first[pp], L);
+            for (int j = 0; j < nv; j++)
+                first[j + 1] = first[j] + L / nv;
             double rel =
-                rank_fixture_stage_diff(&g_cfg, first, pp, pp, params, ref->params, &wp);
+                rank_fixture_stage_diff(&g_cfg, first, nv, pp, params, ref->params, &wp);
             CHECK(rel <= 1e-5);
             wr = fmax(wr, rel);
         }
@@ -297,13 +303,16 @@ static void check_plan(const char *name, const rank_arg *a)
              "\"shared_experts\": 1, \"capacity_factor\": %g, \"dropless\": %s}}, "
              "\"parallelism\": {\"tp\": %d, \"sequence_parallel\": %s, \"pp\": %d, "
              "\"dp\": %d, \"ep\": %d, \"zero\": %d, \"recompute\": \"%s\", "
-             "\"pp_schedule\": \"%s\"}, "
+             "\"pp_schedule\": \"%s\", \"virtual_stages\": %d}, "
              "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
              "\"train\": {\"device\": \"cpu\"}}",
              L, V, T, E, K, (double)g_cfg.moe_capacity_factor,
              g_cfg.moe_dropless ? "true" : "false", a->tp, a->sp ? "true" : "false", a->pp,
              a->dp, a->ep > 1 ? a->ep : 1, a->zero, a->recompute ? "full" : "none",
-             a->sched == LLMT_PP_GPIPE ? "gpipe" : "1f1b", B, a->m);
+             a->sched == LLMT_PP_GPIPE         ? "gpipe"
+             : a->sched == LLMT_PP_INTERLEAVED ? "interleaved"
+                                               : "1f1b",
+             a->v > 1 ? a->v : 1, B, a->m);
     llmt_spec *sp = NULL;
     CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &sp), LLMT_OK);
     int n = world_of(a), same = 1;
@@ -403,6 +412,10 @@ int main(void)
     spep.dp = spep.ep = 2;
     spep.zero = 1;
     check_layout("tp 2 sp x pp 2 x ep 2 zero 1 cap 2", spep);
+    rank_arg spv = sp;
+    spv.sched = LLMT_PP_INTERLEAVED;
+    spv.v = 2;
+    check_layout("tp 2 sp x pp 2 x v 2 interleaved cap 2", spv);
     rank_arg sprc = sp;
     sprc.recompute = 1;
     check_layout("tp 2 sp x pp 2 1f1b cap 2, full recompute", sprc);
