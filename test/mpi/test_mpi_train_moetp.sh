@@ -12,27 +12,33 @@
 # the global batch (kept = 8 x 32 tokens x top_k 2 x 2 MoE layers); the
 # step-6 parameters within cmp_params.py's bounds of one process's; the
 # step-6 checkpoint resumed by one process: steps 7-8 equal the
-# one-process run continued the same way.
-# usage: test_mpi_train_moetp.sh path/to/llmtrain SP
+# one-process run continued the same way. With PP 2: tp 2 x pp 2 (each
+# pipeline stage's layers tensor parallel, micro-batches micro 2 x accum
+# 4 through the pipeline) instead of tp 2 x dp 2.
+# usage: test_mpi_train_moetp.sh path/to/llmtrain SP [PP]
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 here=$(cd "$(dirname "$0")" && pwd)
 sp=${2:-0}
+pp=${3:-1}
+dp=$(( pp > 1 ? 1 : 2 ))
+lay="tp 2 x dp 2"
+[ "$pp" -gt 1 ] && lay="tp 2 x pp $pp"
 spj=false
 [ "$sp" = 1 ] && spj=true
 . "$(dirname "$0")/mpi_lib.sh"
-mk() { # file dp tp steps
+mk() { # file dp tp steps [pp]
   mpi_spec "$1" tiny-moetp '"arch": "llama", "layers": 2, "hidden": 32, "heads": 4, "vocab": 320,
     "seq_len": 32, "moe": {"experts": 4, "top_k": 2, "expert_ffn": 32, "capacity_factor": 2.0,
     "shared_experts": 1}' \
     "\"micro\": 2, \"global\": 8" "\"dp\": $2, \"tp\": $3, \"zero\": $(( $2 > 1 ? 1 : 0 )),
-    \"sequence_parallel\": $([ "$3" -gt 1 ] && echo $spj || echo false)" "$4"
+    \"sequence_parallel\": $([ "$3" -gt 1 ] && echo $spj || echo false), \"pp\": ${5:-1}" "$4"
 }
 mk ref.json 1 1 6
-mk tp.json 2 2 6
+mk tp.json $dp 2 6 $pp
 "$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
-mpi_train 4 tp.json --out tp > tp.log 2>&1 && ok "mpirun -np 4 (tp 2 x dp 2, sp $sp)" ||
+mpi_train 4 tp.json --out tp > tp.log 2>&1 && ok "mpirun -np 4 ($lay, sp $sp)" ||
   { bad "mpirun -np 4"; cat tp.log; }
-grep -q "step .*/6 | loss .*| tp 2 x dp 2" tp.log && ok "progress line shows the layout" ||
+grep -q "step .*/6 | loss .*| $lay" tp.log && ok "progress line shows the layout" ||
   bad "progress line"
 ext ref/metrics.jsonl > a.txt
 ext tp/metrics.jsonl > b.txt
@@ -58,5 +64,5 @@ PY
 python3 "$here/cmp_params.py" ref.st tp.st && ok "step-6 parameters equal one process's" ||
   bad "step-6 parameters differ"
 mk ref8.json 1 1 8
-resume_one tp "the tp 2 x dp 2 checkpoint resumed by one process" "tp resume under one process"
+resume_one tp "the $lay checkpoint resumed by one process" "tp resume under one process"
 exit $fail
