@@ -12,10 +12,11 @@
  *     checks the parameters and the tallies);
  * (b) a tp 2 SP x dp 2 checkpoint (step 4) resumed by one rank: steps 5-6
  *     within 1e-5 of the uninterrupted run's;
- * (c) tp 2 x pp 2 x dp 2 ZeRO-1, tp 2 SP x pp 2 x dp 2 and tp 2 SP x pp 2
- *     x dp 2 x ep 2 ZeRO-1 (each stage's layers tensor parallel,
- *     test/train/test_moe_tppp.c checks the parameters and tallies):
- *     every rank's losses as in (a), the TP, PP (and EP) groups timed;
+ * (c) tp 2 x pp 2 x dp 2 ZeRO-1, tp 2 SP x pp 2 x dp 2, tp 2 SP x pp 2 x
+ *     dp 2 x ep 2 ZeRO-1 and tp 2 SP x cp 2 x pp 2 (each stage's layers
+ *     tensor parallel, test/train/test_moe_tppp.c checks the parameters
+ *     and tallies): every rank's losses as in (a), the TP, PP (and EP,
+ *     CP) groups timed;
  * (d) a tp 2 x pp 2 checkpoint (step 4) resumed by one rank, as (b).
  * usage: test_job_moetp CORPUS_DIR (any directory of text files) */
 #include <math.h>
@@ -120,12 +121,14 @@ int main(int argc, char **argv)
     /* (c) tp x pp x dp: each stage's layers tensor parallel */
     static const struct {
         const char *name;
-        int sp, zero, ep;
-    } tppp[] = {{"tp 2 x pp 2 x dp 2 ZeRO-1", 0, 1, 1},
-                {"tp 2 SP x pp 2 x dp 2", 1, 0, 1},
-                {"tp 2 SP x pp 2 x dp 2 x ep 2", 1, 1, 2}};
+        int sp, zero, ep, cp, dp;
+    } tppp[] = {{"tp 2 x pp 2 x dp 2 ZeRO-1", 0, 1, 1, 1, 2},
+                {"tp 2 SP x pp 2 x dp 2", 1, 0, 1, 1, 2},
+                {"tp 2 SP x pp 2 x dp 2 x ep 2", 1, 1, 2, 1, 2},
+                {"tp 2 SP x cp 2 x pp 2", 1, 0, 1, 2, 1}};
     for (size_t i = 0; i < sizeof tppp / sizeof tppp[0]; i++) {
-        spec(json, sizeof json, 2, tppp[i].sp, 1, 2, tppp[i].ep, 2, tppp[i].zero);
+        spec(json, sizeof json, 2, tppp[i].sp, tppp[i].cp, tppp[i].dp, tppp[i].ep, 2,
+             tppp[i].zero);
         snprintf(dir, sizeof dir, "%s/tppp%zu", tmp, i);
         if (!run_layout(tppp[i].name, json, 8, dir, 0, 0, a))
             continue;
@@ -133,6 +136,7 @@ int main(int argc, char **argv)
         for (int r = 0; r < 8; r++) {
             CHECK(a[r].comm_s[LLMT_JOB_GROUP_TP] > 0 && a[r].comm_s[LLMT_JOB_GROUP_PP] > 0);
             CHECK(tppp[i].ep > 1 ? a[r].comm_s[LLMT_JOB_GROUP_EP] > 0 : 1);
+            CHECK(tppp[i].cp > 1 ? a[r].comm_s[LLMT_JOB_GROUP_CP] > 0 : 1);
         }
     }
     /* (d) tp 2 x pp 2 saves at step 4, one rank resumes */
