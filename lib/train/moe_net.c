@@ -329,16 +329,7 @@ llmt_status llmt__moe_net_step_end(llmt__moe_net *n, llmt_err *e)
 void llmt__moe_net_tally(llmt__moe_net *n)
 {
     n->micro++;
-    for (int l = 0; l < n->c.layers; l++) {
-        const llmt__moe *s = n->layer[l];
-        if (!s)
-            continue;
-        for (int x = 0; x < n->c.moe_experts; x++)
-            n->step[l].kept[x] += s->kept[x];
-        n->step[l].dropped += s->dropped;
-        n->step[l].aux += s->aux;
-        n->step[l].z += s->z;
-    }
+    llmt__moe_net_tally_layers(n, 0, n->c.layers);
 }
 
 llmt_status llmt__moe_net_stats(const llmt__moe_net *n, llmt_err *e, int layer, int64_t *counts,
