@@ -9,7 +9,10 @@
  * parallelism.pp_schedule and parallelism.stage_layers. */
 #include <string.h>
 
+#include "comm/p2p.h"
 #include "job/job.h"
+#include "plan/plan.h"
+#include "train/pp.h"
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
@@ -69,7 +72,10 @@ llmt_status llmt__job_attach_pp(llmt_job *j)
  * imbalance), and its share of the step's span on the stages' compute-time
  * clocks (bubble_cpu: what it would wait with a core of its own; pp.c),
  * beside the balanced pipeline's (p-1)/(m+p-1), so a run's metrics show
- * what the planner's formula predicted. */
+ * what the planner's formula predicted. Over processes also the input
+ * gradient copies the stage pooled for its sends in flight (pp_send.h)
+ * beside the planner's count (lib/plan/pp_pool.c: MPI can ask whether a
+ * send is done, Gloo cannot). */
 void llmt__job_pp_line(llmt_job *j, int64_t step)
 {
     if (j->pp <= 1)
@@ -79,13 +85,24 @@ void llmt__job_pp_line(llmt_job *j, int64_t step)
     ps.struct_size = sizeof ps;
     if (llmt_trainer_pp_stats(j->tr, &ps) != LLMT_OK)
         return;
+    llmt__pp_info pi;
+    memset(&pi, 0, sizeof pi);
+    llmt__trainer_pp_info(j->tr, &pi);
+    llmt_comm_backend be = LLMT_COMM_AUTO;
+    llmt_comm_backend_of(j->pp_comm, &be);
+    int plan = llmt__comm_isend_kind(j->pp_comm) != LLMT__ISEND_POSTED
+                   ? 0
+                   : llmt__plan_pp_grad_copies(llmt__plan_pp_schedule(j->spec), ps.stages,
+                                               j->spec->parallelism.virtual_stages,
+                                               ps.micro_batches, ps.stage, be == LLMT_COMM_MPI);
     llmt__job_metrics_line(j,
                            "{\"event\":\"pp\",\"step\":%lld,\"stage\":%d,\"stages\":%d,"
                            "\"layers\":%d,\"micro_batches\":%d,\"schedule_s\":%.6f,"
                            "\"idle_s\":%.6f,\"bubble\":%.4f,\"bubble_balanced\":%.4f,"
-                           "\"busy_cpu_s\":%.6f,\"span_cpu_s\":%.6f,\"bubble_cpu\":%.4f}",
+                           "\"busy_cpu_s\":%.6f,\"span_cpu_s\":%.6f,\"bubble_cpu\":%.4f,"
+                           "\"grad_copies\":%d,\"grad_copies_plan\":%d}",
                            (long long)step, (int)ps.stage, (int)ps.stages, (int)ps.layers,
                            (int)ps.micro_batches, ps.step_seconds, ps.idle_seconds, ps.bubble,
                            ps.bubble_balanced, ps.busy_cpu_seconds, ps.span_cpu_seconds,
-                           ps.bubble_cpu);
+                           ps.bubble_cpu, pi.grad_copies, plan);
 }

@@ -191,6 +191,18 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage);
  * out[2] bus bytes, as llmt_comm_get_stats counts them. */
 void llmt__plan_engine_stage_tp(const llmt_spec *s, int64_t stage, double out[3]);
 
+/* Over processes (MPI, Gloo) a stage also pools copies of the input
+ * gradients it leaves in flight (lib/train/pp_send.c; lib/plan/
+ * pp_pool.c): with asks (MPI: a send's end can be asked without waiting)
+ * the most the schedule lets be untaken at once on stage `stage`, else
+ * (Gloo) every input gradient it sends in a step; 0 on a stage that sends
+ * none. And their bytes, which a run over processes holds beside
+ * llmt__plan_engine_stage_act's (in-process transports copy each send:
+ * no pool). */
+int llmt__plan_pp_grad_copies(int sched, int64_t p, int64_t v, int64_t m, int64_t stage,
+                              int asks);
+double llmt__plan_engine_stage_pool(const llmt_spec *s, int64_t stage, int asks);
+
 /* Append to the plan's notes (printf-style). */
 void llmt__plan_note(llmt_plan *p, const char *fmt, ...) LLMT_PRINTF(2, 3);
 

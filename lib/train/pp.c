@@ -511,4 +511,5 @@ void llmt__pp_info_get(const llmt__pp *pp, llmt__pp_info *out)
     out->span_cpu_s = pp->vspan;
     out->sent_bytes = pp->sent;
     out->recv_bytes = pp->recvd;
+    out->grad_copies = pp->sends ? llmt__pp_sends_copies(pp->sends) : 0;
 }

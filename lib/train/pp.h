@@ -52,6 +52,8 @@ typedef struct llmt__pp_info {
      * CPU time, the step's span on the stages' clocks (0: not measured) */
     double busy_cpu_s, span_cpu_s;
     int64_t sent_bytes, recv_bytes;
+    int grad_copies; /* input gradient copies pooled for sends in flight
+                        (pp_send.h; 0 where sends are not left in flight) */
 } llmt__pp_info;
 void llmt__pp_info_get(const llmt__pp *pp, llmt__pp_info *out);
 /* The same of a trainer's pipeline (lib/train/trainer.c): 0 without one. */

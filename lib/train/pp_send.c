@@ -206,6 +206,11 @@ llmt_status llmt__pp_sends_drain(llmt__pp_sends *s)
     return st;
 }
 
+int llmt__pp_sends_copies(const llmt__pp_sends *s)
+{
+    return s->npool;
+}
+
 double llmt__pp_sends_wait_s(llmt__pp_sends *s)
 {
     double w = s->wait_s;

@@ -44,6 +44,10 @@ llmt_status llmt__pp_sends_grad(llmt__pp_sends *s, llmt_comm *c, const void *dx,
                                 int a, double stamp);
 /* The step's end: every send done. */
 llmt_status llmt__pp_sends_drain(llmt__pp_sends *s);
+/* The gradient copies the pool holds: the most input gradients of a step
+ * in flight at once so far (the planner's bound:
+ * llmt__plan_pp_grad_copies). */
+int llmt__pp_sends_copies(const llmt__pp_sends *s);
 /* Seconds spent waiting for sends since the last call (idle time). */
 double llmt__pp_sends_wait_s(llmt__pp_sends *s);
 

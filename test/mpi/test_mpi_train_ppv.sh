@@ -58,6 +58,19 @@ run() {
   [ "$(grep -c '"event":"pp".*"bubble_balanced":0.1111' "$name/metrics.jsonl")" = 6 ] &&
     ok "$name: a pp line per step, v 2 x m 4 (balanced bubble 1/9)" ||
     { bad "$name: no interleaved pp lines"; grep '"event":"pp"' "$name/metrics.jsonl"; }
+  # stage 0 sends chunk 1's input gradients (4 a step) from pooled copies
+  # (lib/train/pp_send.c): never more than the planner's count for the
+  # transport (lib/plan/pp_pool.c: all 4 over Gloo, which cannot ask
+  # whether a send is done; the schedule's bound, 2, over MPI), at least one
+  grep '"event":"pp"' "$name/metrics.jsonl" |
+    sed 's/.*"grad_copies":\([0-9]*\),"grad_copies_plan":\([0-9]*\).*/\1 \2/' > copies.txt
+  if [ "$(wc -l < copies.txt)" = 6 ] &&
+     awk -v g="$mode" '{ if ($1 < 1 || $1 > $2 || (g == "gloo" && $1 != $2) || $2 > 4) bad = 1 }
+                       END { exit bad }' copies.txt; then
+    ok "$name: gradient copies (run, plan) $(sort -u copies.txt | tr '\n' ';')"
+  else
+    bad "$name: gradient copies against the plan"; cat copies.txt
+  fi
   ext "ref$global/metrics.jsonl" > a.txt
   ext "$name/metrics.jsonl" > b.txt
   [ "$(grep -c loss a.txt)" -ge 6 ] || bad "$name: reference has $(grep -c loss a.txt) losses"
