@@ -2349,6 +2349,13 @@ typedef struct llmt_job_perf {
     double unaccounted_s; /* wall_s minus every part above */
     /* Bytes of this rank (trainer memory; device allocator on a GPU). */
     int64_t mem_in_use, mem_peak;
+    /* The pipeline's bubble on the stages' compute-time clocks: this
+     * stage's share of the step's span it did not compute
+     * (llmt_pp_stats.bubble_cpu; what the plan's bubble_fraction
+     * predicts; bubble_s is the wall time waited, which on a shared
+     * machine also holds the time other ranks' threads took the cores).
+     * 0 without a pipeline. */
+    double bubble_cpu;
 } llmt_job_perf;
 
 /* What a job writes besides metrics.jsonl; set before the first step. */

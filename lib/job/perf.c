@@ -254,6 +254,7 @@ llmt_status llmt__job_obs_step(llmt_job *j, const job_marks *k, const llmt_job_m
     if (j->pp > 1 && llmt_trainer_pp_stats(j->tr, &ps) == LLMT_OK) {
         double pp = p->comm_s[LLMT_JOB_GROUP_PP];
         p->bubble_s = ps.idle_seconds < pp ? ps.idle_seconds : pp;
+        p->bubble_cpu = ps.bubble_cpu;
         p->comm_s[LLMT_JOB_GROUP_PP] = pp - p->bubble_s;
         comm -= p->bubble_s;
     }

@@ -489,6 +489,7 @@ int main(void)
     printf("llmt_job_perf.unaccounted_s %zu\n", offsetof(llmt_job_perf, unaccounted_s));
     printf("llmt_job_perf.mem_in_use %zu\n", offsetof(llmt_job_perf, mem_in_use));
     printf("llmt_job_perf.mem_peak %zu\n", offsetof(llmt_job_perf, mem_peak));
+    printf("llmt_job_perf.bubble_cpu %zu\n", offsetof(llmt_job_perf, bubble_cpu));
     printf("llmt_job_obs_opts %zu\n", sizeof(llmt_job_obs_opts));
     printf("llmt_job_obs_opts.struct_size %zu\n", offsetof(llmt_job_obs_opts, struct_size));
     printf("llmt_job_obs_opts.trace_first %zu\n", offsetof(llmt_job_obs_opts, trace_first));

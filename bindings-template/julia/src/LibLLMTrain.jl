@@ -708,6 +708,7 @@ struct llmt_job_perf
     unaccounted_s::Float64
     mem_in_use::Int64
     mem_peak::Int64
+    bubble_cpu::Float64
 end
 struct llmt_job_obs_opts
     struct_size::Csize_t

@@ -1031,6 +1031,7 @@ pub struct llmt_job_perf {
     pub unaccounted_s: f64,
     pub mem_in_use: i64,
     pub mem_peak: i64,
+    pub bubble_cpu: f64,
 }
 impl llmt_job_perf {
     /// All zero (the state an _init function starts from).
@@ -1348,7 +1349,7 @@ pub const LAYOUT: &[(&str, i64, usize, &[(&str, usize)])] = &[
     ("llmt_job_opts", 27, 64, &[("struct_size", 0), ("run_dir", 8), ("world_size", 16), ("rank", 20), ("local_rank", 24), ("resume", 28), ("fresh", 32), ("stop_at", 40), ("threads", 48), ("comm", 56)]),
     ("llmt_job_info", 28, 352, &[("struct_size", 0), ("name", 8), ("run_dir", 16), ("ckpt_dir", 24), ("durable_dir", 32), ("metrics_path", 40), ("plot_path", 48), ("data_desc", 56), ("data_note", 64), ("resume_note", 72), ("world_size", 80), ("rank", 84), ("local_rank", 88), ("dp", 92), ("zero", 96), ("arch", 100), ("layers", 104), ("width", 108), ("heads", 112), ("vocab", 116), ("params", 120), ("micro_batch", 128), ("grad_accum", 132), ("seq_len", 136), ("global_batch", 144), ("steps", 152), ("stop_at", 160), ("start_step", 168), ("device", 176), ("recompute", 180), ("threads", 184), ("deterministic", 188), ("fp8", 192), ("train_tokens", 200), ("val_tokens", 208), ("unigram_entropy", 216), ("ckpt_async", 224), ("ckpt_auto", 228), ("ckpt_interval", 232), ("keep_last", 240), ("keep_every", 244), ("durable_keep_last", 248), ("durable_keep_every", 252), ("auto_stall_s", 256), ("auto_write_s", 264), ("auto_mtbf_s", 272), ("auto_step_s", 280), ("auto_interval_s", 288), ("gpu_failures_per_hour", 296), ("interval_note", 304), ("anomaly_policy", 312), ("anomaly_zscore", 320), ("collective_timeout_s", 328), ("sample_tokens", 336), ("comm_backend", 344)]),
     ("llmt_job_metrics", 29, 120, &[("struct_size", 0), ("step", 8), ("loss", 16), ("grad_norm", 20), ("lr", 24), ("tokens", 32), ("step_s", 40), ("tokens_per_s", 48), ("mfu", 56), ("elapsed_s", 64), ("val_loss", 72), ("start_val_loss", 76), ("events", 80), ("saved_step", 88), ("anomalies", 96), ("skipped", 104), ("rollbacks", 112)]),
-    ("llmt_job_perf", 31, 208, &[("struct_size", 0), ("step", 8), ("wall_s", 16), ("model_flops", 24), ("hw_flops", 32), ("peak_flops", 40), ("mfu", 48), ("hfu", 56), ("tokens_per_s", 64), ("compute_s", 72), ("optimizer_s", 80), ("comm_s", 88), ("bubble_s", 152), ("data_s", 160), ("ckpt_s", 168), ("other_s", 176), ("unaccounted_s", 184), ("mem_in_use", 192), ("mem_peak", 200)]),
+    ("llmt_job_perf", 31, 216, &[("struct_size", 0), ("step", 8), ("wall_s", 16), ("model_flops", 24), ("hw_flops", 32), ("peak_flops", 40), ("mfu", 48), ("hfu", 56), ("tokens_per_s", 64), ("compute_s", 72), ("optimizer_s", 80), ("comm_s", 88), ("bubble_s", 152), ("data_s", 160), ("ckpt_s", 168), ("other_s", 176), ("unaccounted_s", 184), ("mem_in_use", 192), ("mem_peak", 200), ("bubble_cpu", 208)]),
     ("llmt_job_obs_opts", 32, 48, &[("struct_size", 0), ("trace_first", 8), ("trace_last", 16), ("trace_dir", 24), ("prom_path", 32), ("aggregate_interval", 40), ("op_timing", 44)]),
 ];
 

@@ -493,6 +493,7 @@ fn layout_matches_c() {
     mine += &format!("llmt_job_perf.unaccounted_s {}\n", offset_of!(llmt_job_perf, unaccounted_s));
     mine += &format!("llmt_job_perf.mem_in_use {}\n", offset_of!(llmt_job_perf, mem_in_use));
     mine += &format!("llmt_job_perf.mem_peak {}\n", offset_of!(llmt_job_perf, mem_peak));
+    mine += &format!("llmt_job_perf.bubble_cpu {}\n", offset_of!(llmt_job_perf, bubble_cpu));
     mine += &format!("llmt_job_obs_opts {}\n", size_of::<llmt_job_obs_opts>());
     mine += &format!("llmt_job_obs_opts.struct_size {}\n", offset_of!(llmt_job_obs_opts, struct_size));
     mine += &format!("llmt_job_obs_opts.trace_first {}\n", offset_of!(llmt_job_obs_opts, trace_first));
