@@ -245,6 +245,14 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
     char lay[64];
     int tp = layout(job, &i, lay, sizeof lay);
     banner(&i, tp, lay);
+    /* the plan's pipeline bubble, (p-1)/(v m+p-1), for the progress line */
+    double plan_bubble = 0;
+    const llmt_plan *jp = NULL;
+    llmt_plan_estimate pe;
+    memset(&pe, 0, sizeof pe);
+    pe.struct_size = sizeof pe;
+    if (llmt_job_get_plan(job, &jp) == LLMT_OK && llmt_plan_get_estimate(jp, &pe) == LLMT_OK)
+        plan_bubble = pe.bubble_fraction;
 
     int tty = isatty(STDOUT_FILENO), rc = CLI_OK;
     llmt_job_metrics m;
@@ -300,14 +308,20 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
             double avg = (m.elapsed_s - t_start) / (double)(step - i.start_step);
             char eta[32];
             fmt_dur(eta, sizeof eta, avg * (double)(i.stop_at - step));
-            /* a pipeline's bubble: this stage's share of the step spent
-             * waiting for its neighbours (llmt_job_perf.bubble_s) */
-            char bub[32] = "";
+            /* a pipeline's bubble: this stage's share of the step's span
+             * on the stages' compute-time clocks (llmt_job_perf.bubble_cpu,
+             * what the plan's bubble_fraction predicts), the plan's, and
+             * the share of the wall time it waited for its neighbours
+             * (bubble_s: on a shared machine also the time other ranks
+             * took the cores) */
+            char bub[64] = "";
             llmt_job_perf pf;
             memset(&pf, 0, sizeof pf);
             pf.struct_size = sizeof pf;
             if (strstr(lay, "pp") && llmt_job_get_perf(job, &pf) == LLMT_OK && pf.wall_s > 0)
-                snprintf(bub, sizeof bub, " | bubble %.0f%%", 100.0 * pf.bubble_s / pf.wall_s);
+                snprintf(bub, sizeof bub, " | bubble %.0f%% (plan %.0f%%), wall %.0f%%",
+                         100.0 * pf.bubble_cpu, 100.0 * plan_bubble,
+                         100.0 * pf.bubble_s / pf.wall_s);
             printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | "
                    "ETA %s%s%s%s%s",
                    tty ? "\r" : "", (long long)step, (long long)i.stop_at, (double)m.loss,

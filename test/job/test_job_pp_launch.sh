@@ -41,6 +41,11 @@ grep -q "continuing elastically on 2 ranks" pp.log && ok "shrunk to 2 ranks (pp 
   { bad "no shrink to 2 ranks"; cat pp.log; }
 grep -q "resumed at step 3" pp.log && ok "resumed the pipeline's step-3 checkpoint" ||
   { bad "no resume at step 3"; cat pp.log; }
+# rank 0's progress line after the restart (pp 2 x dp 1, accum 4): the
+# bubble on the compute-time clocks beside the plan's 1/(4+1) = 20%
+grep -q "step *6/6 | loss .*| tp 1 x pp 2 x dp 1 | bubble [0-9]*% (plan 20%), wall [0-9]*%" pp.log &&
+  ok "progress line: bubble beside the plan's 20%" ||
+  { bad "progress line (bubble, plan's)"; grep "step " pp.log; }
 [ "$(grep -c '"event":"pp"' pp/metrics.jsonl)" -ge 6 ] && ok "pp lines in the metrics" ||
   bad "pp lines: $(grep -c '"event":"pp"' pp/metrics.jsonl)"
 # the latest line of each step wins (steps after the restart point ran twice)
