@@ -13,7 +13,13 @@
  *     pp 2 x dp 2 resumes: losses within 1e-5 of the uninterrupted run's;
  * (c) tp x pp with MoE runs: test_job_moetp.c checks it;
  * (d) cp 2 x pp 2 and cp 2 x pp 2 x dp 2 (GPipe), dropless, against one
- *     rank (dropless: a CP rank's capacity is of its rows, doc/moe.md).
+ *     rank (dropless: a CP rank's capacity is of its rows, doc/moe.md);
+ * (e) the automatic stage balance of a MoE model (8 layers, moe.every 2,
+ *     a head of 1024 rows, no stage_layers): pp 2 and pp 4 run the
+ *     plan's split (llmt_plan_stage_layers; each stage's "layers" in its
+ *     pp metrics lines), which weighs each layer by its FLOPs (4,4 and
+ *     2,2,2,2 here, where weighing the layers alike gives 5,3 and
+ *     2,2,3,1: test plan-pp), with the single rank's losses.
  * usage: test_job_moepp CORPUS_DIR (any directory of text files) */
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +27,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "files.h"
 #include "job_threads.h"
 #include "llmtrain.h"
 
@@ -48,6 +55,66 @@ static void spec(char *out, size_t cap, const char *par, int dropless)
         " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
         "\"cpu\"}}",
         dropless ? "true" : "false", par, STEPS, prep);
+}
+
+/* (e)'s model: 8 llama layers, the even ones MoE (4 experts top-2 of
+ * 352 each, dropless), a 1024-row head. */
+static void spec8(char *out, size_t cap, const char *par)
+{
+    snprintf(out, cap,
+             "{\"name\": \"moebal\", \"model\": {\"arch\": \"llama\", \"layers\": 8, "
+             "\"hidden\": 64, \"heads\": 4, \"kv_heads\": 2, \"ffn\": 176, \"vocab\": 1024, "
+             "\"seq_len\": 16, \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 352, "
+             "\"every\": 2, \"dropless\": true}}, \"batch\": {\"micro\": 2, \"global\": 8},"
+             " \"parallelism\": {%s}, \"optimizer\": {\"lr\": 3e-3}, \"schedule\": "
+             "{\"kind\": \"cosine\", \"warmup_steps\": 2}, \"train\": {\"steps\": %d, "
+             "\"seed\": 5, \"eval_interval\": 0, \"eval_batches\": 1, \"log_interval\": 0, "
+             "\"threads\": 1, \"sample_tokens\": 0, \"device\": \"cpu\"}, \"data\": "
+             "{\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}}, \"checkpoint\": "
+             "{\"interval\": 0, \"async\": false}, \"hardware\": {\"gpu\": \"cpu\"}}",
+             par, STEPS, prep);
+}
+
+/* The layers the last pp line of a rank's metrics.jsonl names, -1 none. */
+static int pp_layers(const char *metrics)
+{
+    char *txt = test_slurp(metrics, NULL);
+    int n = -1;
+    for (char *at = txt; at && (at = strstr(at, "\"event\":\"pp\"")) != NULL; at++) {
+        char *l = strstr(at, "\"layers\":");
+        if (l)
+            n = atoi(l + strlen("\"layers\":"));
+    }
+    free(txt);
+    return n;
+}
+
+/* (e): each stage of a pp `pp` job holds the plan's layers. */
+static void balance(int pp, const jt_rank *ref, jt_rank *a)
+{
+    char json[4096], par[32], dir[800], what[64], lay[64] = "";
+    snprintf(par, sizeof par, "\"pp\": %d", pp);
+    spec8(json, sizeof json, par);
+    llmt_spec *s = NULL;
+    llmt_plan *p = NULL;
+    CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &s), LLMT_OK);
+    if (s)
+        CHECK_STATUS(llmt_plan_create(NULL, s, pp, &p), LLMT_OK);
+    snprintf(what, sizeof what, "moe every 2, pp %d, automatic stages", pp);
+    snprintf(dir, sizeof dir, "%s/bal%d", tmp, pp);
+    if (p && run_layout(what, json, pp, dir, 0, 0, a)) {
+        check_losses(what, a, pp, ref, 1, STEPS);
+        for (int r = 0; r < pp; r++) {
+            int32_t f = 0, n = -1;
+            CHECK_STATUS(llmt_plan_stage_layers(p, r, 0, &f, &n), LLMT_OK);
+            CHECK_EQ_INT(pp_layers(a[r].metrics), n);
+            snprintf(lay + strlen(lay), sizeof lay - strlen(lay), "%s%d", r ? "," : "",
+                     pp_layers(a[r].metrics));
+        }
+        printf("%s: the stages run %s layers, the plan's\n", what, lay);
+    }
+    llmt_plan_destroy(p);
+    llmt_spec_destroy(s);
 }
 
 int main(int argc, char **argv)
@@ -125,6 +192,14 @@ int main(int argc, char **argv)
             if (run_layout(cl[i].what, json, cl[i].n, dir, 0, 0, a))
                 check_losses(cl[i].what, a, cl[i].n, dref, 1, STEPS);
         }
+    }
+    /* (e) */
+    static jt_rank bref[1];
+    spec8(json, sizeof json, "\"dp\": 1");
+    snprintf(dir, sizeof dir, "%s/bal1", tmp);
+    if (run_layout("moe every 2, one rank", json, 1, dir, 0, 0, bref)) {
+        balance(2, bref, a);
+        balance(4, bref, a);
     }
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
