@@ -31,5 +31,9 @@ void llmt__balance_ends(const llmt__balance_model *m, double *embed, double *hea
  * outside 1..layers, else 0. */
 int llmt__balance_split(const llmt__balance_model *m, int64_t layers, int64_t stages,
                         int64_t *first);
+/* The same for the layers' costs cost[0..layers-1] (each > 0), the
+ * embedding's ec and the head's hc. */
+int llmt__balance_split_costs(const double *cost, int64_t layers, double ec, double hc,
+                              int64_t stages, int64_t *first);
 
 #endif

@@ -3,6 +3,7 @@
  * source is in doc/planner.md; the constants below are the calibration
  * knobs that section discusses. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan/balance.h"
@@ -326,8 +327,36 @@ static double gemm_s(double m, double n, double kk, double peak, double eff, dou
     return fmax(flops / (peak * eff), bytes / bw_reread);
 }
 
+static void estimate(const llmt_spec *s, int32_t world, const llmt_plan_consts *k,
+                     const llmt_plan_sw *sw, llmt_plan_estimate *e, double *terms);
+
 void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_consts *k,
                            const llmt_plan_sw *sw, llmt_plan_estimate *e, double *terms)
+{
+    /* A MoE model's automatic stages (llmt__plan_spec_span) are a balance
+     * over its layers' work, which the estimate's loops over stages and
+     * chunks would redo at every call (the auto-planner estimates
+     * thousands of layouts): computed once, into a copy's stage_layers */
+    int64_t pp = s->parallelism.pp, v = s->parallelism.virtual_stages,
+            nv = pp * (v > 1 ? v : 1);
+    int n = s->parallelism.nstage_layers;
+    llmt_spec *own = NULL;
+    int64_t fs[LLMT_SPEC_MAX_STAGES + 1];
+    llmt__balance_model bm;
+    if (s->model.moe.experts > 0 && pp > 1 && (n < 1 || n != nv) &&
+        nv <= LLMT_SPEC_MAX_STAGES && (balance_model(s, &bm), 1) &&
+        !llmt__balance_split(&bm, s->model.layers, nv, fs) && (own = malloc(sizeof *own))) {
+        *own = *s;
+        for (int64_t j = 0; j < nv; j++)
+            own->parallelism.stage_layers[j] = fs[j + 1] - fs[j];
+        own->parallelism.nstage_layers = (int)nv;
+    }
+    estimate(own ? own : s, world, k, sw, e, terms);
+    free(own);
+}
+
+static void estimate(const llmt_spec *s, int32_t world, const llmt_plan_consts *k,
+                     const llmt_plan_sw *sw, llmt_plan_estimate *e, double *terms)
 {
     if (!k)
         k = &llmt__plan_consts_default;
