@@ -49,6 +49,43 @@ static inline void rank_fixture_run(void *args, size_t stride, int n, int comm, 
         llmt_comm_destroy(c[r]);
 }
 
+/* The groups a rank attaches to its trainer, in the order the trainer
+ * takes them (tp, sequence parallelism, cp, pp, dp, ep: a stage's engine
+ * is made when the pipeline attaches, so what it carries comes before and
+ * ep, which splits the DP group, after); a NULL group is not attached. */
+typedef struct rank_fixture_groups {
+    llmt_comm *tp, *cp, *pp, *dp, *ep;
+    int sp, cp_variant, zero;
+    const llmt_pp_opts *pp_opts; /* NULL: the defaults */
+} rank_fixture_groups;
+
+/* Attaches g's groups to tr; the first failure's status. */
+static inline llmt_status rank_fixture_attach(llmt_trainer *tr, const rank_fixture_groups *g)
+{
+    llmt_status s = LLMT_OK;
+    if (g->tp)
+        s = llmt_trainer_set_tp_comm(tr, g->tp);
+    if (s == LLMT_OK && g->sp)
+        s = llmt_trainer_set_sequence_parallel(tr, 1);
+    if (s == LLMT_OK && g->cp) {
+        llmt_cp_opts co;
+        llmt_cp_opts_init(&co, sizeof co);
+        co.variant = g->cp_variant;
+        s = llmt_trainer_set_cp_comm(tr, g->cp, &co);
+    }
+    if (s == LLMT_OK && g->pp)
+        s = llmt_trainer_set_pp_comm(tr, g->pp, g->pp_opts);
+    if (s == LLMT_OK && g->dp) {
+        llmt_dp_opts d;
+        llmt_dp_opts_init(&d, sizeof d);
+        d.zero_stage = g->zero;
+        s = llmt_trainer_set_comm(tr, g->dp, &d);
+    }
+    if (s == LLMT_OK && g->ep)
+        s = llmt_trainer_set_ep_comm(tr, g->ep);
+    return s;
+}
+
 /* The model's parameters, in its order, as one malloc'd array of *numel
  * floats (after llmt_trainer_sync_params, the full tensors on every rank). */
 static inline float *rank_fixture_params(llmt_model *m, int64_t *numel)

@@ -81,22 +81,17 @@ static void *rank_main(void *p)
         if (a->st == LLMT_OK)
             a->st = llmt_comm_split(a->world, a->tpr + a->tp * a->stage, a->dpr, &dpc);
     }
-    if (a->st == LLMT_OK && a->tp > 1)
-        a->st = llmt_trainer_set_tp_comm(tr, tpc);
-    if (a->st == LLMT_OK && a->sp)
-        a->st = llmt_trainer_set_sequence_parallel(tr, 1);
-    if (a->st == LLMT_OK && a->pp > 1) {
-        llmt_pp_opts po;
-        llmt_pp_opts_init(&po, sizeof po);
-        po.schedule = a->sched;
-        a->st = llmt_trainer_set_pp_comm(tr, ppc, &po);
-    }
-    if (a->st == LLMT_OK && a->dp > 1) {
-        llmt_dp_opts d;
-        llmt_dp_opts_init(&d, sizeof d);
-        d.zero_stage = a->zero;
-        a->st = llmt_trainer_set_comm(tr, dpc, &d);
-    }
+    llmt_pp_opts po;
+    llmt_pp_opts_init(&po, sizeof po);
+    po.schedule = a->sched;
+    rank_fixture_groups g = {.tp = a->tp > 1 ? tpc : NULL,
+                             .pp = a->pp > 1 ? ppc : NULL,
+                             .dp = a->dp > 1 ? dpc : NULL,
+                             .sp = a->sp,
+                             .zero = a->zero,
+                             .pp_opts = &po};
+    if (a->st == LLMT_OK)
+        a->st = rank_fixture_attach(tr, &g);
     /* a step's batch: dp x m micro-batches, this replica's the dpr-th m */
     size_t per = (size_t)a->m * MICRO * T;
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {

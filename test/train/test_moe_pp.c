@@ -40,6 +40,7 @@
 
 #include "check.h"
 #include "llmtrain.h"
+#include "moe_fixture.h"
 #include "plan/plan.h"
 #include "rank_fixture.h"
 
@@ -52,17 +53,7 @@ static double g_worst_loss, g_worst_param;
 static void config(int dropless, int every, int shared)
 {
     llmt_model_config *c = &g_cfg;
-    llmt_model_config_init(c, sizeof *c);
-    c->arch = LLMT_ARCH_LLAMA;
-    c->vocab_size = V;
-    c->padded_vocab_size = 64;
-    c->max_seq_len = T;
-    c->layers = L;
-    c->width = 32;
-    c->heads = 4;
-    c->kv_heads = 2;
-    c->ffn_hidden = 32;
-    c->seed = 13;
+    moe_fixture_llama(c, V, T, L, 13);
     c->moe_experts = E;
     c->moe_top_k = K;
     c->moe_ffn = FE;
@@ -93,38 +84,6 @@ typedef struct rank_arg {
     char err[1024];
 } rank_arg;
 
-/* Save the trainer at `step` (every rank its blocks of the global
- * tensors: a stage its layers'), or read the newest checkpoint. */
-static llmt_status ckpt_io(rank_arg *a, llmt_trainer *tr, int save, int64_t step)
-{
-    llmt_ckpt_opts o;
-    llmt_ckpt_opts_init(&o, sizeof o);
-    o.rank = a->dpr * a->pp + a->stage;
-    o.world_size = a->pp * a->dp;
-    o.keep_last = 0;
-    llmt_ckpt *ck = NULL;
-    llmt_status s = llmt_ckpt_create(NULL, save ? a->save : a->load, &o, &ck);
-    if (s == LLMT_OK && save) {
-        s = llmt_ckpt_begin(ck, step);
-        if (s == LLMT_OK)
-            s = llmt_trainer_ckpt_add(tr, ck);
-        if (s == LLMT_OK)
-            s = llmt_ckpt_save(ck, 0);
-    } else if (s == LLMT_OK) {
-        int64_t at = -1;
-        s = llmt_ckpt_open_latest(ck, &at);
-        if (s == LLMT_OK && at != step)
-            s = LLMT_ERR_INTERNAL;
-        if (s == LLMT_OK)
-            s = llmt_trainer_ckpt_read(tr, ck);
-    }
-    if (s != LLMT_OK && ck)
-        fprintf(stderr, "rank %d ckpt: %s / %s\n", o.rank, llmt_ckpt_last_error(ck),
-                llmt_trainer_last_error(tr));
-    llmt_ckpt_destroy(ck);
-    return s;
-}
-
 static void *rank_main(void *p)
 {
     rank_arg *a = p;
@@ -143,28 +102,25 @@ static void *rank_main(void *p)
         if (a->st == LLMT_OK)
             a->st = llmt_comm_split(a->world, a->stage, a->dpr, &dpc);
     }
-    if (a->st == LLMT_OK && ppc && a->pp > 1) {
-        llmt_pp_opts po;
-        llmt_pp_opts_init(&po, sizeof po);
-        po.schedule = a->sched;
-        po.virtual_stages = a->v > 1 ? a->v : 1;
-        po.stage_layers = a->layers;
-        po.n_stage_layers = a->layers ? a->pp * po.virtual_stages : 0;
-        a->st = llmt_trainer_set_pp_comm(tr, ppc, &po);
-    }
-    if (a->st == LLMT_OK && dpc && a->dp > 1) {
-        llmt_dp_opts d;
-        llmt_dp_opts_init(&d, sizeof d);
-        d.zero_stage = a->zero;
-        a->st = llmt_trainer_set_comm(tr, dpc, &d);
-        if (a->st == LLMT_OK && a->ep > 1)
-            a->st = llmt_comm_split(dpc, a->dpr / a->ep, a->dpr, &epc);
-        if (a->st == LLMT_OK && a->ep > 1)
-            a->st = llmt_trainer_set_ep_comm(tr, epc);
-    }
+    if (a->st == LLMT_OK && dpc && a->dp > 1 && a->ep > 1)
+        a->st = llmt_comm_split(dpc, a->dpr / a->ep, a->dpr, &epc);
+    llmt_pp_opts po;
+    llmt_pp_opts_init(&po, sizeof po);
+    po.schedule = a->sched;
+    po.virtual_stages = a->v > 1 ? a->v : 1;
+    po.stage_layers = a->layers;
+    po.n_stage_layers = a->layers ? a->pp * po.virtual_stages : 0;
+    rank_fixture_groups g = {.pp = a->pp > 1 ? ppc : NULL,
+                             .dp = a->dp > 1 ? dpc : NULL,
+                             .ep = epc,
+                             .zero = a->zero,
+                             .pp_opts = &po};
+    if (a->st == LLMT_OK)
+        a->st = rank_fixture_attach(tr, &g);
     /* read after the layout is attached: each stage reads its blocks */
     if (a->st == LLMT_OK && a->load)
-        a->st = ckpt_io(a, tr, 0, a->k0);
+        a->st =
+            rank_fixture_ckpt(tr, a->load, a->dpr * a->pp + a->stage, a->pp * a->dp, 0, a->k0);
     /* a step's batch: dp x m micro-batches, this replica's the dpr-th m */
     int dp = a->dp > 1 ? a->dp : 1, k1 = a->k1 ? a->k1 : STEPS;
     size_t per = (size_t)a->m * B * T;
@@ -180,7 +136,7 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
     if (a->st == LLMT_OK && a->save)
-        a->st = ckpt_io(a, tr, 1, k1);
+        a->st = rank_fixture_ckpt(tr, a->save, a->dpr * a->pp + a->stage, a->pp * a->dp, 1, k1);
     rank_fixture_pp_stats(tr, &a->st, &a->ps, &a->act);
     if (a->st != LLMT_OK)
         rank_fixture_error(a->err, sizeof a->err, tr, m);
@@ -234,15 +190,10 @@ static void compare(const char *name, const rank_arg *ref, const rank_arg *a)
         if (!ok)
             continue;
         rank_fixture_losses(&wl, a[r].loss, ref->loss, 0, STEPS, 0);
-        for (int l = 0; l < L; l += g_cfg.moe_every) {
-            for (int x = 0; x < E; x++)
-                CHECK(a[r].counts[l][x] == ref->counts[l][x]);
-            CHECK(a[r].dropped[l] == ref->dropped[l]);
-            double da = fabs(a[r].aux[l] - ref->aux[l]) / fabs(ref->aux[l]);
-            double dz = fabs(a[r].z[l] - ref->z[l]) / fabs(ref->z[l]);
-            wt = fmax(wt, fmax(da, dz));
-            CHECK(da <= 1e-5 && dz <= 1e-5);
-        }
+        for (int l = 0; l < L; l += g_cfg.moe_every)
+            moe_fixture_tallies(a[r].counts[l], a[r].dropped[l], a[r].aux[l], a[r].z[l],
+                                ref->counts[l], ref->dropped[l], ref->aux[l], ref->z[l], E,
+                                &wt);
     }
     for (int l = 0; l < L; l += g_cfg.moe_every) {
         for (int x = 0; x < E; x++)

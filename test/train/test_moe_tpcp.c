@@ -105,24 +105,15 @@ static void *rank_main(void *p)
         rank_fixture_opts(&o, MICRO, SEQS / MICRO / L->dp, T, LR);
         a->st = llmt_trainer_create(m, &o, &tr);
     }
-    if (a->st == LLMT_OK && L->tp > 1)
-        a->st = llmt_trainer_set_tp_comm(tr, tpc);
-    if (a->st == LLMT_OK && L->sp)
-        a->st = llmt_trainer_set_sequence_parallel(tr, 1);
-    if (a->st == LLMT_OK && L->cp > 1) {
-        llmt_cp_opts co;
-        llmt_cp_opts_init(&co, sizeof co);
-        co.variant = L->variant;
-        a->st = llmt_trainer_set_cp_comm(tr, cpc, &co);
-    }
-    if (a->st == LLMT_OK && L->dp > 1) {
-        llmt_dp_opts d;
-        llmt_dp_opts_init(&d, sizeof d);
-        d.zero_stage = L->zero;
-        a->st = llmt_trainer_set_comm(tr, dpc, &d);
-    }
-    if (a->st == LLMT_OK && L->ep > 1)
-        a->st = llmt_trainer_set_ep_comm(tr, epc);
+    rank_fixture_groups g = {.tp = L->tp > 1 ? tpc : NULL,
+                             .cp = L->cp > 1 ? cpc : NULL,
+                             .dp = L->dp > 1 ? dpc : NULL,
+                             .ep = L->ep > 1 ? epc : NULL,
+                             .sp = L->sp,
+                             .cp_variant = L->variant,
+                             .zero = L->zero};
+    if (a->st == LLMT_OK)
+        a->st = rank_fixture_attach(tr, &g);
     if (a->st == LLMT_OK && a->load)
         a->st = rank_fixture_ckpt(tr, a->load, a->rank, W, 0, k0);
     for (int k = k0; k < k1 && a->st == LLMT_OK; k++) {

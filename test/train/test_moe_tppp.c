@@ -43,6 +43,7 @@
 
 #include "check.h"
 #include "llmtrain.h"
+#include "moe_fixture.h"
 #include "plan/plan.h"
 #include "rank_fixture.h"
 
@@ -56,17 +57,7 @@ static double g_worst_loss, g_worst_rel;
 static void config(float cf)
 {
     llmt_model_config *c = &g_cfg;
-    llmt_model_config_init(c, sizeof *c);
-    c->arch = LLMT_ARCH_LLAMA;
-    c->vocab_size = V;
-    c->padded_vocab_size = 64;
-    c->max_seq_len = T;
-    c->layers = L;
-    c->width = 32;
-    c->heads = 4;
-    c->kv_heads = 2;
-    c->ffn_hidden = 32;
-    c->seed = 13;
+    moe_fixture_llama(c, V, T, L, 13);
     c->moe_experts = E;
     c->moe_top_k = K;
     c->moe_ffn = 24;
@@ -141,26 +132,19 @@ static void *rank_main(void *p)
         if (a->st == LLMT_OK && a->ep > 1)
             a->st = llmt_comm_split(dpc, a->dpr / a->ep, a->dpr, &epc);
     }
-    /* the trainer's attach order: tp, sequence parallelism, pp, dp, ep */
-    if (a->st == LLMT_OK && a->tp > 1)
-        a->st = llmt_trainer_set_tp_comm(tr, tpc);
-    if (a->st == LLMT_OK && a->sp)
-        a->st = llmt_trainer_set_sequence_parallel(tr, 1);
-    if (a->st == LLMT_OK && a->pp > 1) {
-        llmt_pp_opts po;
-        llmt_pp_opts_init(&po, sizeof po);
-        po.schedule = a->sched;
-        po.virtual_stages = a->v > 1 ? a->v : 1;
-        a->st = llmt_trainer_set_pp_comm(tr, ppc, &po);
-    }
-    if (a->st == LLMT_OK && a->dp > 1) {
-        llmt_dp_opts d;
-        llmt_dp_opts_init(&d, sizeof d);
-        d.zero_stage = a->zero;
-        a->st = llmt_trainer_set_comm(tr, dpc, &d);
-    }
-    if (a->st == LLMT_OK && a->ep > 1)
-        a->st = llmt_trainer_set_ep_comm(tr, epc);
+    llmt_pp_opts po;
+    llmt_pp_opts_init(&po, sizeof po);
+    po.schedule = a->sched;
+    po.virtual_stages = a->v > 1 ? a->v : 1;
+    rank_fixture_groups g = {.tp = a->tp > 1 ? tpc : NULL,
+                             .pp = a->pp > 1 ? ppc : NULL,
+                             .dp = a->dp > 1 ? dpc : NULL,
+                             .ep = a->ep > 1 ? epc : NULL,
+                             .sp = a->sp,
+                             .zero = a->zero,
+                             .pp_opts = &po};
+    if (a->st == LLMT_OK)
+        a->st = rank_fixture_attach(tr, &g);
     if (a->st == LLMT_OK && a->load)
         a->st = rank_fixture_ckpt(tr, a->load, rank, world_of(a), 0, a->k0);
     /* a step's batch: dp x m micro-batches, this replica's the dpr-th m */
@@ -242,15 +226,10 @@ static void compare(const char *name, const rank_arg *ref, const rank_arg *a)
         if (!ok)
             continue;
         rank_fixture_losses(&wl, a[r].loss, ref->loss, 0, STEPS, 0);
-        for (int l = 0; l < L; l++) {
-            for (int x = 0; x < E; x++)
-                CHECK_EQ_INT(a[r].counts[l][x], ref->counts[l][x]);
-            CHECK_EQ_INT(a[r].dropped[l], ref->dropped[l]);
-            double da = fabs(a[r].aux[l] - ref->aux[l]) / fabs(ref->aux[l]);
-            double dz = fabs(a[r].z[l] - ref->z[l]) / fabs(ref->z[l]);
-            wt = fmax(wt, fmax(da, dz));
-            CHECK(da <= 1e-5 && dz <= 1e-5);
-        }
+        for (int l = 0; l < L; l++)
+            moe_fixture_tallies(a[r].counts[l], a[r].dropped[l], a[r].aux[l], a[r].z[l],
+                                ref->counts[l], ref->dropped[l], ref->aux[l], ref->z[l], E,
+                                &wt);
     }
     for (int l = 0; l < L; l++) {
         for (int x = 0; x < E; x++)
