@@ -1,5 +1,5 @@
 /* Text diagrams of the pipeline schedules the engine runs (the op lists
- * of lib/train/pp_sched.c, timed on an ideal machine where every chunk's
+ * of lib/plan/pp_sched.c, timed on an ideal machine where every chunk's
  * forward and backward take one cell and messages are free), as
  * doc/parallelism.md shows them:
  *
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "train/pp.h"
-#include "train/pp_sched.h"
+#include "plan/pp_sched.h"
 
 int main(int argc, char **argv)
 {

@@ -174,7 +174,7 @@ int64_t llmt__plan_stage_total(const llmt_spec *s, int64_t stage);
  * interleaved, else 1F1B) and the micro-batch chunks in flight on stage
  * `stage` under it (GPipe m, 1F1B min(m, p - stage), interleaved
  * Megatron-LM's 2 (p - s - 1) + (v - 1) p + 1, all m v when m == p): the
- * activation sets lib/train/pp_sched.c's lists hold. */
+ * activation sets lib/plan/pp_sched.c's lists hold. */
 enum { LLMT__PLAN_PP_1F1B = 0, LLMT__PLAN_PP_GPIPE = 1, LLMT__PLAN_PP_INTERLEAVED = 2 };
 int llmt__plan_pp_schedule(const llmt_spec *s);
 double llmt__plan_pp_inflight(int sched, int64_t p, int64_t v, int64_t m, int64_t stage);

@@ -9,7 +9,7 @@
  * its predecessor took gradient X once X's receiving backward there
  * happened before something the stage has received since (Lamport's
  * happened-before, tracked as vector clocks over the stages' op lists,
- * lib/train/pp_sched.c, the lists the engine runs). That is the bound
+ * lib/plan/pp_sched.c, the lists the engine runs). That is the bound
  * where the transport can ask (MPI_Test); eager sends (small MPI
  * messages) finish sooner, so a run holds at most that many. Where it
  * cannot ask without waiting (Gloo's unbound buffers), no buffer is
@@ -18,8 +18,7 @@
 #include <stdlib.h>
 
 #include "plan/plan.h"
-#include "train/pp.h"
-#include "train/pp_sched.h"
+#include "plan/pp_sched.h"
 
 /* (stage, chunk, micro-batch, backward) -> the op's index in its list */
 #define POS(s, b, c, a) \

@@ -39,7 +39,7 @@
 #include "comm/p2p.h"
 #include "plan/balance.h"
 #include "train/pp.h"
-#include "train/pp_sched.h"
+#include "plan/pp_sched.h"
 #include "train/pp_send.h"
 
 struct llmt__pp {

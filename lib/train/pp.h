@@ -5,12 +5,10 @@
 #ifndef LLMT_TRAIN_PP_H
 #define LLMT_TRAIN_PP_H
 
+#include "plan/pp_sched.h"
 #include "train/stage.h"
 
 typedef struct llmt__pp llmt__pp;
-
-/* llmt_pp_opts.schedule (include/llmtrain.h: the same values) */
-enum { LLMT__PP_1F1B = 0, LLMT__PP_GPIPE = 1, LLMT__PP_INTERLEAVED = 2 };
 
 /* The first layer of every stage (first[0..stages], first[stages] =
  * layers): counts[i] layers on stage i when counts is not NULL (n

@@ -15,6 +15,7 @@
 #ifndef LLMT_TRAIN_STAGE_H
 #define LLMT_TRAIN_STAGE_H
 
+#include "plan/pp_sched.h"
 #include "train/device.h"
 
 typedef struct llmt__devtrain_stage {
@@ -88,10 +89,7 @@ void llmt__devtrain_stage_buf_free(llmt__devtrain *g, void *p);
 llmt_status llmt__devtrain_stage_copy(llmt__devtrain *g, void *dst, const void *src,
                                       size_t bytes);
 /* Bytes a pipeline stage's boundary tensors (stage_in's, stage_out's,
- * stage_dx's) have after their elements: the schedule's clock stamp
- * (pp.c) rides there, in the tensor's own message rather than a second
- * one. A multiple of every storage type's size. */
-#define LLMT__STAGE_TAIL 8
+ * stage_dx's) have after their elements: LLMT__STAGE_TAIL (plan/pp_sched.h). */
 /* Host bytes into a device buffer, and back. */
 llmt_status llmt__devtrain_stage_put(llmt__devtrain *g, void *dst, const void *src,
                                      size_t bytes);

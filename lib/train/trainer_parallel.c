@@ -8,7 +8,7 @@
 
 #include "comm/p2p.h"
 #include "model/model.h"
-#include "train/pp_sched.h"
+#include "plan/pp_sched.h"
 #include "train/trainer_impl.h"
 #include "train/trainer_state.h"
 

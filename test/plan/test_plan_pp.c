@@ -7,7 +7,7 @@
  *   - its in-flight count per schedule (lib/plan/cost.c,
  *     llmt__plan_pp_inflight: GPipe m, 1F1B p - s, interleaved Megatron's)
  *     equals the activation sets the engine's op lists hold
- *     (lib/train/pp_sched.c), an independent implementation, for p 2..8,
+ *     (lib/plan/pp_sched.c), an independent implementation, for p 2..8,
  *     v 1..4, m p..4p on every stage (test device-ppv checks the bytes
  *     built on it against a real stage's);
  *   - 7 layers on pp 4 as the spec says nothing else: 2,2,2,1 counts of

@@ -1,5 +1,5 @@
 /* Interleaved pipeline parallelism (Megatron-LM's virtual stages; the op
- * lists of lib/train/pp_sched.c run by lib/train/pp.c) against the
+ * lists of lib/plan/pp_sched.c run by lib/train/pp.c) against the
  * single-rank engine on the same batches, fp32 CPU backend, stages as
  * threads over an in-process communicator.
  *

@@ -1,4 +1,4 @@
-/* The pipeline schedules as op lists (lib/train/pp_sched.c), without a
+/* The pipeline schedules as op lists (lib/plan/pp_sched.c), without a
  * model: for GPipe, 1F1B and interleaved 1F1B over p stages, v chunks and
  * m micro-batches,
  *   - every stage runs each (chunk, micro-batch) forward once and its
@@ -22,7 +22,7 @@
 
 #include "check.h"
 #include "train/pp.h"
-#include "train/pp_sched.h"
+#include "plan/pp_sched.h"
 
 /* CHECK with a message saying which case failed */
 #define CHECK_MSG(cond, ...)                                              \

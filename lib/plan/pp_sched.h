@@ -1,11 +1,23 @@
 /* Pipeline schedules as data (pp_sched.c): the ordered list of forwards
  * and backwards each stage runs, with the activation set each micro-batch
  * occupies, built without a model so that a schedule can be checked (and
- * simulated) on its own. lib/train/pp.c runs the lists. */
-#ifndef LLMT_TRAIN_PP_SCHED_H
-#define LLMT_TRAIN_PP_SCHED_H
+ * simulated) on its own. lib/train/pp.c runs the lists; the planner
+ * (pp_pool.c) reads them, which is why they live here: the plan does not
+ * depend on the trainer. */
+#ifndef LLMT_PLAN_PP_SCHED_H
+#define LLMT_PLAN_PP_SCHED_H
 
 #include "core/internal.h"
+
+/* llmt_pp_opts.schedule (include/llmtrain.h: the same values) */
+enum { LLMT__PP_1F1B = 0, LLMT__PP_GPIPE = 1, LLMT__PP_INTERLEAVED = 2 };
+
+/* Bytes a pipeline stage's boundary tensors (lib/train/stage.h: stage_in's,
+ * stage_out's, stage_dx's) have after their elements: the schedule's clock
+ * stamp (lib/train/pp.c) rides there, in the tensor's own message rather
+ * than a second one, and the planner counts it (pp_pool.c). A multiple of
+ * every storage type's size. */
+#define LLMT__STAGE_TAIL 8
 
 /* One op of a stage: the forward or backward of micro-batch `micro`
  * through the stage's model chunk `chunk` (virtual stage chunk * p +
@@ -17,7 +29,7 @@ typedef struct llmt__pp_op {
 
 /* What a schedule needs of p stages, v chunks per stage and m
  * micro-batches; the error names the key (llmt_pp_opts.virtual_stages,
- * train.grad_accum). sched: LLMT__PP_* of pp.h. */
+ * train.grad_accum). sched: LLMT__PP_* above. */
 llmt_status llmt__pp_sched_check(llmt_err *e, int sched, int p, int v, int m);
 
 /* Stage `stage`'s 2 * m * v ops, in order, into ops: GPipe (all forwards,

@@ -20,8 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/pp.h"
-#include "train/pp_sched.h"
+#include "plan/pp_sched.h"
 
 llmt_status llmt__pp_sched_check(llmt_err *e, int sched, int p, int v, int m)
 {
