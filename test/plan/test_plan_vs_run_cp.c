@@ -291,14 +291,14 @@ int main(int argc, char **argv)
         tg[i] = (in[i] * 7 + 1) % VOCAB;
     }
     static const layout ls[] = {
-        {"gpt2 cp2 ring", 0, 4, 4, 1, 2, 1, 0, 0, 0},
-        {"gpt2 cp2 allgather", 0, 4, 4, 1, 2, 1, 0, 1, 0},
-        {"gpt2 cp4 ring", 0, 4, 4, 1, 4, 1, 0, 0, 0},
-        {"gpt2 tp2 x cp2 x dp2 zero1 ring", 0, 4, 4, 2, 2, 2, 1, 0, 0},
-        {"llama kv4 cp2 x dp2 zero2 ag full", 1, 8, 4, 1, 2, 2, 2, 1, 1},
-        {"llama kv2 tp2 x cp2 ring selective", 1, 8, 2, 2, 2, 1, 0, 0, 2},
-        {"gpt2 tp2 x cp2 x dp2 SP ring", 0, 4, 4, 2, 2, 2, 0, 0, 0, 1},
-        {"llama kv2 tp2 x cp2 SP allgather full", 1, 8, 2, 2, 2, 1, 0, 1, 1, 1},
+        {"gpt2 cp2 ring", 0, 4, 4, 1, 2, 1, 0, 0, 0, 0, 0},
+        {"gpt2 cp2 allgather", 0, 4, 4, 1, 2, 1, 0, 1, 0, 0, 0},
+        {"gpt2 cp4 ring", 0, 4, 4, 1, 4, 1, 0, 0, 0, 0, 0},
+        {"gpt2 tp2 x cp2 x dp2 zero1 ring", 0, 4, 4, 2, 2, 2, 1, 0, 0, 0, 0},
+        {"llama kv4 cp2 x dp2 zero2 ag full", 1, 8, 4, 1, 2, 2, 2, 1, 1, 0, 0},
+        {"llama kv2 tp2 x cp2 ring selective", 1, 8, 2, 2, 2, 1, 0, 0, 2, 0, 0},
+        {"gpt2 tp2 x cp2 x dp2 SP ring", 0, 4, 4, 2, 2, 2, 0, 0, 0, 1, 0},
+        {"llama kv2 tp2 x cp2 SP allgather full", 1, 8, 2, 2, 2, 1, 0, 1, 1, 1, 0},
         {"llama moe tp2 x cp2 SP ring full", 1, 8, 2, 2, 2, 1, 0, 0, 1, 1, 1},
         {"llama moe tp2 x cp2 x dp2 zero1 ag", 1, 8, 2, 2, 2, 2, 1, 1, 0, 0, 1},
     };
