@@ -42,10 +42,12 @@
 
 #include "check.h"
 #include "llmtrain.h"
+#include "moe_fixture.h"
 #include "rank_fixture.h"
 #include "train/trainer_state.h"
 
 enum { B = 2, T = 16, V = 61, SEQS = 8, STEPS = 6, E = 4, K = 2, FE = 24, C = 32, L = 2 };
+_Static_assert(C == 32, "the width moe_fixture_llama gives the model");
 
 static llmt_context *ctx;
 static int32_t g_in[STEPS * SEQS * T], g_tg[STEPS * SEQS * T];
@@ -54,17 +56,7 @@ static int g_shared; /* shared experts of every MoE model (the last cases) */
 
 static void cfg(llmt_model_config *c, int experts, int dropless)
 {
-    llmt_model_config_init(c, sizeof *c);
-    c->arch = LLMT_ARCH_LLAMA;
-    c->vocab_size = V;
-    c->padded_vocab_size = 64;
-    c->max_seq_len = T;
-    c->layers = L;
-    c->width = C;
-    c->heads = 4;
-    c->kv_heads = 2;
-    c->ffn_hidden = 32;
-    c->seed = 11;
+    moe_fixture_llama(c, V, T, L, 11);
     c->moe_experts = experts;
     c->moe_top_k = experts ? K : 0;
     c->moe_ffn = experts ? FE : 0;

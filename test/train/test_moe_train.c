@@ -23,6 +23,7 @@
 
 #include "check.h"
 #include "llmtrain.h"
+#include "moe_fixture.h"
 
 enum { B = 2, T = 16, V = 61, A = 2, N = B * T };
 
@@ -31,17 +32,7 @@ static char tmpdir[256];
 
 static void cfg_moe(llmt_model_config *c, int experts, int top_k, int every)
 {
-    llmt_model_config_init(c, sizeof *c);
-    c->arch = LLMT_ARCH_LLAMA;
-    c->vocab_size = V;
-    c->padded_vocab_size = 64;
-    c->max_seq_len = T;
-    c->layers = 2;
-    c->width = 32;
-    c->heads = 4;
-    c->kv_heads = 2;
-    c->ffn_hidden = 32;
-    c->seed = 7;
+    moe_fixture_llama(c, V, T, 2, 7);
     c->moe_experts = experts;
     c->moe_top_k = top_k;
     c->moe_ffn = experts ? 24 : 0;
