@@ -271,6 +271,40 @@ static inline void jt_refused(const char *what, const char *json, int world,
     llmt_context_destroy(ctx);
 }
 
+/* The start of a test with a spec of its own (test_job_ep.c,
+ * test_job_moetp.c, ...): argv[1] names the corpus directory; tmp becomes
+ * a new /tmp/llmt-TEST-XXXXXX; the corpus is prepared into tmp/prep by the
+ * spec spec_one writes while prep is argv[1], after which prep is
+ * tmp/prep/data, what every spec reads; ref is the single-rank run of
+ * spec_one's spec in tmp/one. Returns -1 to go on, else main's exit
+ * status: 2 without the argument, 1 without the directory, check_exit
+ * when the preparation or the reference failed. */
+static inline int jt_start(int argc, char **argv, const char *test,
+                           void (*spec_one)(char *out, size_t cap), char *tmp, size_t tmp_cap,
+                           char *prep, size_t prep_cap, jt_rank *ref)
+{
+    char json[4096], dir[800];
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
+        return 2;
+    }
+    snprintf(tmp, tmp_cap, "/tmp/llmt-%s-XXXXXX", test);
+    if (!mkdtemp(tmp))
+        return 1;
+    snprintf(prep, prep_cap, "%s", argv[1]);
+    spec_one(json, sizeof json);
+    snprintf(dir, sizeof dir, "%s/prep", tmp);
+    llmt_status s = jt_prepare(json, dir);
+    snprintf(prep, prep_cap, "%s/prep/data", tmp);
+    if (s != LLMT_OK)
+        return check_exit(test);
+    spec_one(json, sizeof json);
+    snprintf(dir, sizeof dir, "%s/one", tmp);
+    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
+        return check_exit(test);
+    return -1;
+}
+
 /* The layout tests' frame (test_job_cp.c, test_job_cppp.c): one spec
  * for every layout, a temporary directory holding a run directory per
  * layout, the corpus prepared once, each layout against the single-rank

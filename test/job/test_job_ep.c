@@ -63,31 +63,21 @@ static void refused(const char *json, int n, const char *key)
     }
 }
 
+/* The single rank's spec: the corpus is prepared and the reference run
+ * with it. */
+static void spec_one(char *out, size_t cap)
+{
+    spec(out, cap, 1, 1, 0, NULL);
+}
+
 int main(int argc, char **argv)
 {
     jt_cfg = (jt_config){STEPS, 0, 0, 28, 1e-5, 0};
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_job_ep CORPUS_DIR\n");
-        return 2;
-    }
-    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-ep-XXXXXX");
-    if (!mkdtemp(tmp))
-        return 1;
-    char json[4096], dir[800];
-    {
-        snprintf(prep, sizeof prep, "%s", argv[1]);
-        spec(json, sizeof json, 1, 1, 0, NULL);
-        snprintf(dir, sizeof dir, "%s/prep", tmp);
-        llmt_status s = jt_prepare(json, dir);
-        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
-        if (s != LLMT_OK)
-            return check_exit("job-ep");
-    }
     static jt_rank ref[1], a[JT_MAXR];
-    spec(json, sizeof json, 1, 1, 0, NULL);
-    snprintf(dir, sizeof dir, "%s/one", tmp);
-    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
-        return check_exit("job-ep");
+    int rc = jt_start(argc, argv, "job-ep", spec_one, tmp, sizeof tmp, prep, sizeof prep, ref);
+    if (rc >= 0)
+        return rc;
+    char json[4096], dir[800];
     printf("one rank: loss %.6f -> %.6f\n", ref->loss[1], ref->loss[STEPS]);
     static const struct {
         int dp, ep, zero;

@@ -117,28 +117,22 @@ static void balance(int pp, const jt_rank *ref, jt_rank *a)
     llmt_spec_destroy(s);
 }
 
+/* The single rank's spec: the corpus is prepared and the reference run
+ * with it. */
+static void spec_one(char *out, size_t cap)
+{
+    spec(out, cap, "\"dp\": 1", 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_cfg = (jt_config){STEPS, 0, 0, 34, 1e-5, 0};
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_job_moepp CORPUS_DIR\n");
-        return 2;
-    }
-    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-moepp-XXXXXX");
-    if (!mkdtemp(tmp))
-        return 1;
-    char json[4096], dir[800];
-    snprintf(prep, sizeof prep, "%s", argv[1]);
-    spec(json, sizeof json, "\"dp\": 1", 0);
-    snprintf(dir, sizeof dir, "%s/prep", tmp);
-    if (jt_prepare(json, dir) != LLMT_OK)
-        return check_exit("job-moepp");
-    snprintf(prep, sizeof prep, "%s/prep/data", tmp);
     static jt_rank ref[1], a[JT_MAXR];
-    spec(json, sizeof json, "\"dp\": 1", 0);
-    snprintf(dir, sizeof dir, "%s/one", tmp);
-    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
-        return check_exit("job-moepp");
+    int rc =
+        jt_start(argc, argv, "job-moepp", spec_one, tmp, sizeof tmp, prep, sizeof prep, ref);
+    if (rc >= 0)
+        return rc;
+    char json[4096], dir[800];
     printf("one rank: loss %.6f -> %.6f\n", ref->loss[1], ref->loss[STEPS]);
     /* (a) */
     static const struct {

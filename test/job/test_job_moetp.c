@@ -56,58 +56,61 @@ static void spec(char *out, size_t cap, int tp, int sp, int cp, int dp, int ep, 
              tp, sp ? "true" : "false", cp, dp, ep, pp, zero, STEPS, prep);
 }
 
+/* A layout: its degrees and ZeRO stage. */
+typedef struct moe_lay {
+    const char *name;
+    int tp, sp, cp, dp, ep, pp, zero;
+} moe_lay;
+
+/* Layout l in run directory tmp/dirname against the single rank ref:
+ * every rank's losses, and every group it has timed on every rank (its
+ * collectives were waited on). */
+static void check_layout(const moe_lay *l, const char *dirname, const jt_rank *ref, jt_rank *a)
+{
+    char json[4096], dir[800];
+    int n = l->tp * l->cp * l->dp * l->pp;
+    spec(json, sizeof json, l->tp, l->sp, l->cp, l->dp, l->ep, l->pp, l->zero);
+    snprintf(dir, sizeof dir, "%s/%s", tmp, dirname);
+    if (!run_layout(l->name, json, n, dir, 0, 0, a))
+        return;
+    check_losses(l->name, a, n, ref, 1, STEPS);
+    for (int r = 0; r < n; r++) {
+        CHECK((l->tp > 1 ? a[r].comm_s[LLMT_JOB_GROUP_TP] > 0 : 1) &&
+              (l->pp > 1 ? a[r].comm_s[LLMT_JOB_GROUP_PP] > 0 : 1));
+        CHECK(l->cp > 1 ? a[r].comm_s[LLMT_JOB_GROUP_CP] > 0 : 1);
+        CHECK(l->ep > 1 ? a[r].comm_s[LLMT_JOB_GROUP_EP] > 0 : 1);
+    }
+}
+
+/* The single rank's spec: the corpus is prepared and the reference run
+ * with it. */
+static void spec_one(char *out, size_t cap)
+{
+    spec(out, cap, 1, 0, 1, 1, 1, 1, 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_cfg = (jt_config){STEPS, 0, 0, 28, 1e-5, 0};
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_job_moetp CORPUS_DIR\n");
-        return 2;
-    }
-    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-moetp-XXXXXX");
-    if (!mkdtemp(tmp))
-        return 1;
-    char json[4096], dir[800];
-    {
-        snprintf(prep, sizeof prep, "%s", argv[1]);
-        spec(json, sizeof json, 1, 0, 1, 1, 1, 1, 0);
-        snprintf(dir, sizeof dir, "%s/prep", tmp);
-        llmt_status s = jt_prepare(json, dir);
-        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
-        if (s != LLMT_OK)
-            return check_exit("job-moetp");
-    }
     static jt_rank ref[1], a[JT_MAXR];
-    spec(json, sizeof json, 1, 0, 1, 1, 1, 1, 0);
-    snprintf(dir, sizeof dir, "%s/one", tmp);
-    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
-        return check_exit("job-moetp");
+    int rc =
+        jt_start(argc, argv, "job-moetp", spec_one, tmp, sizeof tmp, prep, sizeof prep, ref);
+    if (rc >= 0)
+        return rc;
+    char json[4096], dir[800];
     printf("one rank: loss %.6f -> %.6f\n", ref->loss[1], ref->loss[STEPS]);
-    static const struct {
-        const char *name;
-        int tp, sp, cp, dp, ep, zero;
-    } lay[] = {
-        {"tp 2", 2, 0, 1, 1, 1, 0},
-        {"tp 2 SP", 2, 1, 1, 1, 1, 0},
-        {"cp 2", 1, 0, 2, 1, 1, 0},
-        {"tp 2 SP x dp 2 ZeRO-1", 2, 1, 1, 2, 1, 1},
-        {"cp 2 x dp 2", 1, 0, 2, 2, 1, 0},
-        {"tp 2 x dp 2 x ep 2", 2, 0, 1, 2, 2, 0},
-        {"cp 2 x dp 2 x ep 2", 1, 0, 2, 2, 2, 0},
+    static const moe_lay lay[] = {
+        {"tp 2", 2, 0, 1, 1, 1, 1, 0},
+        {"tp 2 SP", 2, 1, 1, 1, 1, 1, 0},
+        {"cp 2", 1, 0, 2, 1, 1, 1, 0},
+        {"tp 2 SP x dp 2 ZeRO-1", 2, 1, 1, 2, 1, 1, 1},
+        {"cp 2 x dp 2", 1, 0, 2, 2, 1, 1, 0},
+        {"tp 2 x dp 2 x ep 2", 2, 0, 1, 2, 2, 1, 0},
+        {"cp 2 x dp 2 x ep 2", 1, 0, 2, 2, 2, 1, 0},
     };
     for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
-        int n = lay[i].tp * lay[i].cp * lay[i].dp;
-        spec(json, sizeof json, lay[i].tp, lay[i].sp, lay[i].cp, lay[i].dp, lay[i].ep, 1,
-             lay[i].zero);
-        snprintf(dir, sizeof dir, "%s/l%zu", tmp, i);
-        if (!run_layout(lay[i].name, json, n, dir, 0, 0, a))
-            continue;
-        check_losses(lay[i].name, a, n, ref, 1, STEPS);
-        /* the layout ran: its groups' collectives were waited on */
-        for (int r = 0; r < n; r++) {
-            CHECK(lay[i].tp > 1 ? a[r].comm_s[LLMT_JOB_GROUP_TP] > 0 : 1);
-            CHECK(lay[i].cp > 1 ? a[r].comm_s[LLMT_JOB_GROUP_CP] > 0 : 1);
-            CHECK(lay[i].ep > 1 ? a[r].comm_s[LLMT_JOB_GROUP_EP] > 0 : 1);
-        }
+        snprintf(dir, sizeof dir, "l%zu", i);
+        check_layout(&lay[i], dir, ref, a);
     }
     /* (b) tp 2 SP x dp 2 saves at step 4, one rank resumes */
     snprintf(dir, sizeof dir, "%s/reshard", tmp);
@@ -119,25 +122,13 @@ int main(int argc, char **argv)
             check_losses("one rank resumes its checkpoint", a, 1, ref, 5, STEPS);
     }
     /* (c) tp x pp x dp: each stage's layers tensor parallel */
-    static const struct {
-        const char *name;
-        int sp, zero, ep, cp, dp;
-    } tppp[] = {{"tp 2 x pp 2 x dp 2 ZeRO-1", 0, 1, 1, 1, 2},
-                {"tp 2 SP x pp 2 x dp 2", 1, 0, 1, 1, 2},
-                {"tp 2 SP x pp 2 x dp 2 x ep 2", 1, 1, 2, 1, 2},
-                {"tp 2 SP x cp 2 x pp 2", 1, 0, 1, 2, 1}};
+    static const moe_lay tppp[] = {{"tp 2 x pp 2 x dp 2 ZeRO-1", 2, 0, 1, 2, 1, 2, 1},
+                                   {"tp 2 SP x pp 2 x dp 2", 2, 1, 1, 2, 1, 2, 0},
+                                   {"tp 2 SP x pp 2 x dp 2 x ep 2", 2, 1, 1, 2, 2, 2, 1},
+                                   {"tp 2 SP x cp 2 x pp 2", 2, 1, 2, 1, 1, 2, 0}};
     for (size_t i = 0; i < sizeof tppp / sizeof tppp[0]; i++) {
-        spec(json, sizeof json, 2, tppp[i].sp, tppp[i].cp, tppp[i].dp, tppp[i].ep, 2,
-             tppp[i].zero);
-        snprintf(dir, sizeof dir, "%s/tppp%zu", tmp, i);
-        if (!run_layout(tppp[i].name, json, 8, dir, 0, 0, a))
-            continue;
-        check_losses(tppp[i].name, a, 8, ref, 1, STEPS);
-        for (int r = 0; r < 8; r++) {
-            CHECK(a[r].comm_s[LLMT_JOB_GROUP_TP] > 0 && a[r].comm_s[LLMT_JOB_GROUP_PP] > 0);
-            CHECK(tppp[i].ep > 1 ? a[r].comm_s[LLMT_JOB_GROUP_EP] > 0 : 1);
-            CHECK(tppp[i].cp > 1 ? a[r].comm_s[LLMT_JOB_GROUP_CP] > 0 : 1);
-        }
+        snprintf(dir, sizeof dir, "tppp%zu", i);
+        check_layout(&tppp[i], dir, ref, a);
     }
     /* (d) tp 2 x pp 2 saves at step 4, one rank resumes */
     snprintf(dir, sizeof dir, "%s/reshard-pp", tmp);

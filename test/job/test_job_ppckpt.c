@@ -124,34 +124,22 @@ static void check_missing_stage(const char *chain_root)
            !strcmp(before, after) ? "unchanged" : "CHANGED");
 }
 
+/* The single rank's spec: the corpus is prepared and the reference run
+ * with it. */
+static void spec_one(char *out, size_t cap)
+{
+    spec(out, cap, 1, 1, 0, 0, 1);
+}
+
 int main(int argc, char **argv)
 {
     jt_cfg = (jt_config){STEPS, 0, 0, 34, TOL, 0};
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_job_ppckpt CORPUS_DIR\n");
-        return 2;
-    }
-    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-ppckpt-XXXXXX");
-    if (!mkdtemp(tmp))
-        return 1;
-    char json[4096], dir[800], root[900];
-    /* the corpus prepared once into byte-token shards by a job that stops
-     * at creation; every run below reads them */
-    {
-        snprintf(prep, sizeof prep, "%s", argv[1]);
-        spec(json, sizeof json, 1, 1, 0, 0, 1);
-        snprintf(dir, sizeof dir, "%s/prep", tmp);
-        llmt_status s = jt_prepare(json, dir);
-        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
-        if (s != LLMT_OK)
-            return check_exit("job-ppckpt");
-    }
-    /* the reference: one rank, 8 steps uninterrupted */
     static jt_rank ref[1], a[JT_MAXR];
-    spec(json, sizeof json, 1, 1, 0, 0, 1);
-    snprintf(dir, sizeof dir, "%s/one", tmp);
-    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
-        return check_exit("job-ppckpt");
+    int rc =
+        jt_start(argc, argv, "job-ppckpt", spec_one, tmp, sizeof tmp, prep, sizeof prep, ref);
+    if (rc >= 0)
+        return rc;
+    char json[4096], dir[800], root[900];
     CHECK(ref[0].loss[STEPS] < ref[0].loss[1]); /* it trained */
 
     /* (a) the chain, one run directory */
