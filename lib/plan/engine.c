@@ -432,25 +432,43 @@ static double moe_in(const eng *g, int64_t f, int64_t n)
     return M;
 }
 
+/* A dense MLP's saved outputs per stored layer (fc, fc3 and the SwiGLU
+ * output; GPT-2: fc's pre-activation and GELU output) and its backward's
+ * scratch (dfch, dfch3, dfchg; GPT-2: dfch), elements of the storage
+ * type; a MoE layer has neither (device.c, set_dense). */
+static double mlp_saved(const eng *g)
+{
+    return g->B * g->T * g->F_l * (g->llama ? 3 : 2);
+}
+
+static double mlp_scratch(const eng *g)
+{
+    return g->B * g->T * g->F_l * (g->llama ? 3 : 1);
+}
+
 /* Activations and backward scratch the engine plans for a micro-batch
  * (device.c, llmt__devtrain_create_tp: the buffers allocated as
  * activations): the residual stream, per stored layer its norms' outputs
  * and statistics, qkv, the attention output and state (probabilities on
  * the CPU, log-sum-exp elsewhere; one for all layers under selective
- * recomputation), the MLP's hidden; the final norm, the rank's logits, the
- * backward's scratch, and the split loss's row buffers. */
+ * recomputation), a dense layer's MLP hidden (the one set of full
+ * recomputation: if any layer is dense); the final norm, the rank's
+ * logits, the backward's scratch (the MLP's if a layer is dense), and the
+ * split loss's row buffers. */
 static double activations(const eng *g)
 {
     double N = g->B * g->T, C = g->C, bf = g->es, L = g->L;
     double Nr = g->sp ? N / g->t : N; /* rows of the residual stream here */
-    double stored = g->full ? 1 : L;
-    double Ca = g->nh_l * g->hd, F = g->F_l, Q = g->Q_l;
+    double stored = g->full ? 1 : L, dense = L - moe_layers(g);
+    double dstored = g->full ? (dense > 0) : dense;
+    double Ca = g->nh_l * g->hd, Q = g->Q_l;
     double state = g->cpu ? g->B * g->nh_l * g->T * g->T : g->B * g->nh_l * g->T;
     double core = N * Ca * bf + state * 4;
-    double layer = 3 * Nr * C * bf + 4 * Nr * 4 + N * Q * bf + N * F * bf * (g->llama ? 3 : 2);
+    double layer = 3 * Nr * C * bf + 4 * Nr * 4 + N * Q * bf;
     double x = (L + 1) * Nr * C * bf + stored * layer + (g->selective ? 1 : stored) * core;
+    x += dstored * mlp_saved(g) * bf;
     x += Nr * C * bf + 2 * Nr * 4 + N * g->V_l * bf; /* final norm, logits */
-    x += (Nr + N) * C * bf + N * Q * bf + N * F * bf * (g->llama ? 3 : 1) + 4;
+    x += (Nr + N) * C * bf + N * Q * bf + (dense > 0 ? mlp_scratch(g) * bf : 0) + 4;
     if (g->sp) /* the gathered rows of a column split Linear's input */
         x += N * C * bf;
     if (g->t > 1)
@@ -471,21 +489,35 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
     eng g;
     shape(s, &g);
     int64_t p = s->parallelism.pp, v = s->parallelism.virtual_stages, clen = 0;
-    double M = 0; /* the stage's MoE layers (of all its chunks) */
+    double M = 0, L = 0; /* the stage's MoE layers and layers (of all its chunks) */
     for (int64_t c = 0; c < v; c++) {
         int64_t f, n;
         llmt__plan_spec_span(s, stage, c, &f, &n);
         clen = n > clen ? n : clen;
         M += moe_in(&g, f, n);
+        L += (double)n;
+    }
+    /* a set's layer j holds a dense MLP's outputs when a layer it stands
+     * for is dense: layer j of any chunk (device.c, set_dense) */
+    double dslots = 0;
+    for (int64_t j = 0; j < clen; j++) {
+        int dense = 0;
+        for (int64_t c = 0; c < v && !dense; c++) {
+            int64_t f, n;
+            llmt__plan_spec_span(s, stage, c, &f, &n);
+            dense = j < n && moe_in(&g, f + j, 1) == 0;
+        }
+        dslots += dense;
     }
     double N = g.B * g.T, C = g.C, bf = g.es, Lc = (double)clen;
     double Nr = g.sp ? N / g.t : N; /* rows of the residual stream here */
-    double stored = g.full ? 1 : Lc;
-    double Ca = g.nh_l * g.hd, F = g.F_l, Q = g.Q_l;
+    double stored = g.full ? 1 : Lc, dstored = g.full ? (L > M) : dslots;
+    double Ca = g.nh_l * g.hd, Q = g.Q_l;
     double state = g.cpu ? g.B * g.nh_l * g.T * g.T : g.B * g.nh_l * g.T;
     double core = N * Ca * bf + state * 4;
-    double layer = 3 * Nr * C * bf + 4 * Nr * 4 + N * Q * bf + N * F * bf * (g.llama ? 3 : 2);
-    double set = (Lc + 1) * Nr * C * bf + stored * layer + (g.selective ? 1 : stored) * core;
+    double layer = 3 * Nr * C * bf + 4 * Nr * 4 + N * Q * bf;
+    double set = (Lc + 1) * Nr * C * bf + stored * layer + (g.selective ? 1 : stored) * core +
+                 dstored * mlp_saved(&g) * bf;
     if (stage == p - 1)
         set += Nr * C * bf + 2 * Nr * 4 + N * g.V_l * bf;
     double sets =
@@ -496,7 +528,7 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
      * layer is in one chunk), of this rank's rows */
     x += sets * M * moe_saved(s, &g, Nr);
     /* the backward's scratch, as activations() counts it */
-    x += (Nr + N) * C * bf + N * Q * bf + N * F * bf * (g.llama ? 3 : 1) + 4;
+    x += (Nr + N) * C * bf + N * Q * bf + (L > M ? mlp_scratch(&g) * bf : 0) + 4;
     if (g.sp) /* the gathered rows of a column split Linear's input */
         x += N * C * bf;
     if (g.t > 1) /* the split loss's row buffers */

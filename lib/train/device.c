@@ -9,7 +9,8 @@
  * Activations for B x T: resid[0..L] (N x C each: the input of every layer
  * and of the final norm), and per layer ln1, qkv, atty, lse, res2, ln2, fch
  * (GPT-2: the fc pre-activation; Llama: the gate), fch3 (Llama: the up
- * projection), fchg (the MLP's activation output). With full recompute
+ * projection), fchg (the MLP's activation output; a MoE layer has no fch,
+ * fch3, fchg: its experts keep their own, moe_net.h). With full recompute
  * all layers share one such set, refilled from resid[l] by re-running the
  * layer's forward just before its backward; with selective recompute only
  * the attention core's output and state (atty, lse: T x T probabilities on
@@ -571,6 +572,38 @@ static int stage_has(const llmt__devtrain *g, int l)
     return 0;
 }
 
+/* Whether a dense MLP runs in layer l here (a MoE layer runs its experts
+ * on ln2 into dtmp instead: moe_net.h), so what it saves and the
+ * backward's MLP scratch are allocated only where one does. */
+static int stage_dense(const llmt__devtrain *g, int l)
+{
+    return stage_has(g, l) && !llmt__model_moe_layer(&g->m->cfg, l);
+}
+
+static int any_dense(const llmt__devtrain *g)
+{
+    int any = 0;
+    for (int l = 0; l < g->m->cfg.layers; l++)
+        any = any || stage_dense(g, l);
+    return any;
+}
+
+/* Whether activation set layer l needs the dense MLP's buffers: under
+ * full recompute (one set) if any layer here is dense; else if a layer
+ * it stands for is (interleaving: the layer at its place in every chunk,
+ * alias_chunks). */
+static int set_dense(const llmt__devtrain *g, int l)
+{
+    int any = 0;
+    if (g->nacts == 1)
+        return any_dense(g);
+    for (int c = 0; c < g->nch; c++) {
+        int j = g->cl0[c] + (l - g->ca0);
+        any = any || (j < g->cl1[c] && stage_dense(g, j));
+    }
+    return any;
+}
+
 /* Interleaving: the chunks' layers of the current set made to alias the
  * longest chunk's (a set holds one micro-batch chunk at a time). */
 static void alias_chunks(llmt__devtrain *g)
@@ -968,6 +1001,8 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
             DA(a->ln2, Nr * C * bf, 1);
             DA(a->ln2m, Nr * 4, 1);
             DA(a->ln2r, Nr * 4, 1);
+            if (!set_dense(g, l))
+                continue; /* MoE layers only: no dense MLP's outputs */
             DA(a->fch, N * F * bf, 1);
             if (g->llama)
                 DA(a->fch3, N * F * bf, 1);
@@ -1002,10 +1037,12 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     }
     DA(g->dtmp, N * C * bf, 1);
     DA(g->dqkv, N * Q * bf, 1);
-    DA(g->dfch, N * F * bf, 1);
-    if (g->llama) {
-        DA(g->dfch3, N * F * bf, 1);
-        DA(g->dfchg, N * F * bf, 1);
+    if (any_dense(g)) { /* a dense MLP's backward scratch */
+        DA(g->dfch, N * F * bf, 1);
+        if (g->llama) {
+            DA(g->dfch3, N * F * bf, 1);
+            DA(g->dfchg, N * F * bf, 1);
+        }
     }
     DA(g->sums, 4, 1);
     DA(g->tok, (size_t)A * N * 4, 0);
