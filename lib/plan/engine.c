@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "plan/pp_sched.h"
 
 /* llmt_dp_opts_init's bucket_bytes (lib/train/dp.c), which llmt_job keeps */
 #define DP_BUCKET_BYTES ((double)(4 << 20))
@@ -516,8 +517,11 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
     double state = g.cpu ? g.B * g.nh_l * g.T * g.T : g.B * g.nh_l * g.T;
     double core = N * Ca * bf + state * 4;
     double layer = 3 * Nr * C * bf + 4 * Nr * 4 + N * Q * bf;
-    double set = (Lc + 1) * Nr * C * bf + stored * layer + (g.selective ? 1 : stored) * core +
-                 dstored * mlp_saved(&g) * bf;
+    /* the residual stream's buffers are the stage's boundary tensors: each
+     * carries the clock stamp's tail after it (pp_sched.h) */
+    double tail = LLMT__STAGE_TAIL;
+    double set = (Lc + 1) * (Nr * C * bf + tail) + stored * layer +
+                 (g.selective ? 1 : stored) * core + dstored * mlp_saved(&g) * bf;
     if (stage == p - 1)
         set += Nr * C * bf + 2 * Nr * 4 + N * g.V_l * bf;
     double sets =
@@ -528,13 +532,13 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
      * layer is in one chunk), of this rank's rows */
     x += sets * M * moe_saved(s, &g, Nr);
     /* the backward's scratch, as activations() counts it */
-    x += (Nr + N) * C * bf + N * Q * bf + (L > M ? mlp_scratch(&g) * bf : 0) + 4;
+    x += (Nr + N) * C * bf + tail + N * Q * bf + (L > M ? mlp_scratch(&g) * bf : 0) + 4;
     if (g.sp) /* the gathered rows of a column split Linear's input */
         x += N * C * bf;
     if (g.t > 1) /* the split loss's row buffers */
         x += 3 * N * 4;
-    if (stage < p - 1 || v > 1)
-        x += Nr * C * bf;
+    if (stage < p - 1 || v > 1) /* the received output gradient (pp.c) */
+        x += Nr * C * bf + tail;
     return x;
 }
 
