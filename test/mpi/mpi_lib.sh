@@ -5,6 +5,7 @@
 # preamble: it runs from a temporary directory holding corpus/, ok and bad
 # print a result (bad sets fail, the script's exit status at its end).
 command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skip"; exit 77; }
+mpi_here=$(cd "$(dirname "$0")" && pwd) # before run_lib.sh leaves for $tmp
 . "$(dirname "$0")/../run_lib.sh"
 
 # mpi_train NP ARGS...: `mpirun -np NP llmtrain train ARGS...`, oversubscribed
@@ -98,4 +99,61 @@ mpi_vs_one() {
   ext "$2/metrics.jsonl" > "$2.loss"
   ext "$3/metrics.jsonl" > "$3.loss"
   cmp_losses "$2.loss" "$3.loss" "$1: losses equal one process's (train and validation)"
+}
+
+# mpi_pair REF RUN NP WHAT: REF.json trained by one process (run directory
+# REF) and RUN.json under mpirun -np NP (run directory RUN; WHAT names its
+# layout), each an ok or a bad with its log
+mpi_pair() {
+  "$exe" train "$1.json" --out "$1" > "$1.log" 2>&1 && ok "one process" ||
+    { bad "one process"; cat "$1.log"; }
+  mpi_train "$3" "$2.json" --out "$2" > "$2.log" 2>&1 && ok "mpirun -np $3 ($4)" ||
+    { bad "mpirun -np $3"; cat "$2.log"; }
+}
+
+# mpi_pair_losses REF RUN: every training and validation loss of RUN's
+# metrics.jsonl against REF's (cmp_losses)
+mpi_pair_losses() {
+  ext "$1/metrics.jsonl" > a.txt
+  ext "$2/metrics.jsonl" > b.txt
+  cmp_losses a.txt b.txt "losses equal one process's (train and validation)"
+}
+
+# mpi_pair_params REF RUN: the step-6 checkpoints of REF and RUN exported
+# to safetensors, RUN's parameters within cmp_params.py's bounds of REF's
+mpi_pair_params() {
+  "$exe" ckpt export "$1/ckpt" --step 6 --out "$1.st" > export.log 2>&1 &&
+    "$exe" ckpt export "$2/ckpt" --step 6 --out "$2.st" >> export.log 2>&1 &&
+    ok "step-6 checkpoints exported" || { bad "export"; cat export.log; }
+  python3 "$mpi_here/cmp_params.py" "$1.st" "$2.st" && ok "step-6 parameters equal one process's" ||
+    bad "step-6 parameters differ"
+}
+
+# mpi_moe_counts RUN REF WANT DROPS AUX WHAT: the {"event":"moe"} lines of
+# RUN's and REF's metrics.jsonl, 6 each; in every step of RUN the kept
+# counts plus the drops are WANT (the global batch's choices) and both
+# equal REF's; DROPS "some": some step drops, "none": no step does; AUX 1:
+# the aux loss within 1e-5 relative (+ 1e-6) of REF's. ok or bad WHAT.
+mpi_moe_counts() {
+  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" "$4" "$5" <<'PY' && ok "$6" || bad "$6"
+import json, sys
+def moe(p):
+    return [l for l in map(json.loads, open(p)) if l.get("event") == "moe"]
+run, ref = moe(sys.argv[1]), moe(sys.argv[2])
+want, drops, aux = int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1"
+bad = len(run) != 6 or len(ref) != 6
+for a, b in zip(run, ref):
+    bad |= sum(a["tokens_per_expert"]) + a["dropped"] != want
+    bad |= a["dropped"] != b["dropped"] or a["tokens_per_expert"] != b["tokens_per_expert"]
+    if aux:
+        bad |= abs(a["aux_loss"] - b["aux_loss"]) > 1e-5 * abs(b["aux_loss"]) + 1e-6
+    print("step %d: kept %s dropped %d aux %g (one process: %s, %d, %g)" % (
+        a["step"], a["tokens_per_expert"], a["dropped"], a.get("aux_loss", 0),
+        b["tokens_per_expert"], b["dropped"], b.get("aux_loss", 0)))
+if drops == "some":
+    bad |= not any(l["dropped"] > 0 for l in run)
+else:
+    bad |= any(l["dropped"] != 0 for l in run)
+sys.exit(1 if bad else 0)
+PY
 }

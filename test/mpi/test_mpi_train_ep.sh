@@ -14,7 +14,6 @@
 # cmp_params.py's bounds of one process's.
 # usage: test_mpi_train_ep.sh path/to/llmtrain ZERO
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-here=$(cd "$(dirname "$0")" && pwd)
 zero=${2:-0}
 . "$(dirname "$0")/mpi_lib.sh"
 mk() { # file micro dp ep zero steps
@@ -24,37 +23,17 @@ mk() { # file micro dp ep zero steps
 }
 mk ref.json 2 1 1 0 6
 mk ep.json 2 4 2 "$zero" 6
-"$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
-mpi_train 4 ep.json --out ep > ep.log 2>&1 && ok "mpirun -np 4 (dp 4, ep 2)" || { bad "mpirun -np 4"; cat ep.log; }
+mpi_pair ref ep 4 "dp 4, ep 2"
 grep -q "data parallel: 4 ranks (mpi), ZeRO-$zero, experts split over ep 2" ep.log &&
   ok "the banner names ep" || bad "no ep in the banner"
 grep -q "step .*/6 | loss .*| tp 1 x dp 4 (ep 2)" ep.log && ok "progress line shows the layout" ||
   bad "progress line"
 [ "$(grep -c '"loss"' ep/metrics.jsonl)" = 6 ] && ok "6 step lines" || bad "step lines"
-ext ref/metrics.jsonl > a.txt
-ext ep/metrics.jsonl > b.txt
-cmp_losses a.txt b.txt "losses equal one process's (train and validation)"
-python3 - ep/metrics.jsonl ref/metrics.jsonl <<'PY' && ok "expert counts of the global batch" || bad "expert counts"
-import json, sys
-def moe(p):
-    return [l for l in map(json.loads, open(p)) if l.get("event") == "moe"]
-ep, ref = moe(sys.argv[1]), moe(sys.argv[2])
-want = 8 * 32 * 2 * 2  # sequences x tokens x top_k x MoE layers
-bad = len(ep) != 6 or len(ref) != 6
-for a, b in zip(ep, ref):
-    got = sum(a["tokens_per_expert"]) + a["dropped"]
-    bad |= got != want or a["dropped"] != b["dropped"] or a["tokens_per_expert"] != b["tokens_per_expert"]
-    print("step %d: kept %s dropped %d (one process: %s, %d)" % (
-        a["step"], a["tokens_per_expert"], a["dropped"], b["tokens_per_expert"], b["dropped"]))
-bad |= not any(l["dropped"] > 0 for l in ep)
-sys.exit(1 if bad else 0)
-PY
+mpi_pair_losses ref ep
+# sequences x tokens x top_k x MoE layers, with drops
+mpi_moe_counts ep ref $((8 * 32 * 2 * 2)) some 0 "expert counts of the global batch"
 # the step-6 parameters (expert tensors among them) against one process's
-"$exe" ckpt export ref/ckpt --step 6 --out ref.st > export.log 2>&1 &&
-  "$exe" ckpt export ep/ckpt --step 6 --out ep.st >> export.log 2>&1 &&
-  ok "step-6 checkpoints exported" || { bad "export"; cat export.log; }
-python3 "$here/cmp_params.py" ref.st ep.st && ok "step-6 parameters equal one process's" ||
-  bad "step-6 parameters differ"
+mpi_pair_params ref ep
 python3 - ep.st <<'PY' && ok "the export holds the [E*F, C] expert tensors" || bad "expert tensors"
 import json, struct, sys
 b = open(sys.argv[1], "rb").read()

@@ -26,30 +26,11 @@ mk() { # file parallelism steps
 }
 mk ref.json '"dp": 1' 6
 mk pp.json "\"pp\": 2, \"dp\": 2, \"ep\": $ep, \"zero\": $zero, \"pp_schedule\": \"1f1b\"" 6
-"$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
-mpi_train 4 pp.json --out pp > pp.log 2>&1 && ok "mpirun -np 4 (pp 2 x dp 2, ep $ep, MoE)" ||
-  { bad "mpirun -np 4"; cat pp.log; }
+mpi_pair ref pp 4 "pp 2 x dp 2, ep $ep, MoE"
 [ "$(grep -c '"loss"' pp/metrics.jsonl)" = 6 ] && ok "6 step lines" || bad "step lines"
-ext ref/metrics.jsonl > a.txt
-ext pp/metrics.jsonl > b.txt
-cmp_losses a.txt b.txt "losses equal one process's (train and validation)"
-python3 - pp/metrics.jsonl ref/metrics.jsonl <<'PY' && ok "expert counts of both stages' layers" || bad "expert counts"
-import json, sys
-def moe(p):
-    return [l for l in map(json.loads, open(p)) if l.get("event") == "moe"]
-pp, ref = moe(sys.argv[1]), moe(sys.argv[2])
-want = 8 * 32 * 2 * 2  # sequences x tokens x top_k x MoE layers
-bad = len(pp) != 6 or len(ref) != 6
-for a, b in zip(pp, ref):
-    got = sum(a["tokens_per_expert"]) + a["dropped"]
-    bad |= got != want or a["dropped"] != b["dropped"] or a["tokens_per_expert"] != b["tokens_per_expert"]
-    bad |= abs(a["aux_loss"] - b["aux_loss"]) > 1e-5 * abs(b["aux_loss"]) + 1e-6
-    print("step %d: kept %s dropped %d aux %g (one process: %s, %d, %g)" % (
-        a["step"], a["tokens_per_expert"], a["dropped"], a["aux_loss"],
-        b["tokens_per_expert"], b["dropped"], b["aux_loss"]))
-bad |= not any(l["dropped"] > 0 for l in pp)
-sys.exit(1 if bad else 0)
-PY
+mpi_pair_losses ref pp
+# sequences x tokens x top_k x MoE layers
+mpi_moe_counts pp ref $((8 * 32 * 2 * 2)) some 1 "expert counts of both stages' layers"
 # the pp 2 x dp 2 checkpoint resumes in one process (pp 1): steps 7-8
 mk ref8.json '"dp": 1' 8
 resume_one pp "the pp 2 x dp 2 checkpoint resumed by one process" "pp resume under pp 1"

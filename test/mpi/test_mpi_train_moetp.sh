@@ -17,7 +17,6 @@
 # 4 through the pipeline) instead of tp 2 x dp 2.
 # usage: test_mpi_train_moetp.sh path/to/llmtrain SP [PP]
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-here=$(cd "$(dirname "$0")" && pwd)
 sp=${2:-0}
 pp=${3:-1}
 dp=$(( pp > 1 ? 1 : 2 ))
@@ -35,34 +34,13 @@ mk() { # file dp tp steps [pp]
 }
 mk ref.json 1 1 6
 mk tp.json $dp 2 6 $pp
-"$exe" train ref.json --out ref > ref.log 2>&1 && ok "one process" || { bad "one process"; cat ref.log; }
-mpi_train 4 tp.json --out tp > tp.log 2>&1 && ok "mpirun -np 4 ($lay, sp $sp)" ||
-  { bad "mpirun -np 4"; cat tp.log; }
+mpi_pair ref tp 4 "$lay, sp $sp"
 grep -q "step .*/6 | loss .*| $lay" tp.log && ok "progress line shows the layout" ||
   bad "progress line"
-ext ref/metrics.jsonl > a.txt
-ext tp/metrics.jsonl > b.txt
-cmp_losses a.txt b.txt "losses equal one process's (train and validation)"
-python3 - tp/metrics.jsonl ref/metrics.jsonl <<'PY' && ok "expert counts of the global batch" || bad "expert counts"
-import json, sys
-def moe(p):
-    return [l for l in map(json.loads, open(p)) if l.get("event") == "moe"]
-tp, ref = moe(sys.argv[1]), moe(sys.argv[2])
-want = 8 * 32 * 2 * 2  # sequences x tokens x top_k x MoE layers
-bad = len(tp) != 6 or len(ref) != 6
-for a, b in zip(tp, ref):
-    bad |= sum(a["tokens_per_expert"]) != want or a["dropped"] != 0
-    bad |= a["tokens_per_expert"] != b["tokens_per_expert"]
-    bad |= abs(a["aux_loss"] - b["aux_loss"]) > 1e-5 * abs(b["aux_loss"]) + 1e-6
-    print("step %d: kept %s aux %g (one process: %s, %g)" % (
-        a["step"], a["tokens_per_expert"], a["aux_loss"], b["tokens_per_expert"], b["aux_loss"]))
-sys.exit(1 if bad else 0)
-PY
-"$exe" ckpt export ref/ckpt --step 6 --out ref.st > export.log 2>&1 &&
-  "$exe" ckpt export tp/ckpt --step 6 --out tp.st >> export.log 2>&1 &&
-  ok "step-6 checkpoints exported" || { bad "export"; cat export.log; }
-python3 "$here/cmp_params.py" ref.st tp.st && ok "step-6 parameters equal one process's" ||
-  bad "step-6 parameters differ"
+mpi_pair_losses ref tp
+# sequences x tokens x top_k x MoE layers, none dropped
+mpi_moe_counts tp ref $((8 * 32 * 2 * 2)) none 1 "expert counts of the global batch"
+mpi_pair_params ref tp
 mk ref8.json 1 1 8
 resume_one tp "the $lay checkpoint resumed by one process" "tp resume under one process"
 exit $fail
