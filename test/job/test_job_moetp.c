@@ -89,6 +89,26 @@ static void spec_one(char *out, size_t cap)
     spec(out, cap, 1, 0, 1, 1, 1, 1, 0);
 }
 
+/* Layout l trains steps 1-4 in run directory tmp/dirname and saves, one
+ * rank resumes its checkpoint there for the rest (`resumed`): both
+ * against the uninterrupted single rank ref. */
+static void check_resume(const moe_lay *l, const char *dirname, const char *resumed,
+                         const jt_rank *ref, jt_rank *a)
+{
+    char json[4096], dir[800], what[96], then[96];
+    int n = l->tp * l->cp * l->dp * l->pp;
+    snprintf(dir, sizeof dir, "%s/%s", tmp, dirname);
+    snprintf(what, sizeof what, "%s steps 1-4", l->name);
+    snprintf(then, sizeof then, "%s, then", l->name);
+    spec(json, sizeof json, l->tp, l->sp, l->cp, l->dp, l->ep, l->pp, l->zero);
+    if (!run_layout(what, json, n, dir, 0, 4, a))
+        return;
+    check_losses(then, a, n, ref, 1, 4);
+    spec_one(json, sizeof json);
+    if (run_layout("one rank resumes", json, 1, dir, 1, 0, a))
+        check_losses(resumed, a, 1, ref, 5, STEPS);
+}
+
 int main(int argc, char **argv)
 {
     jt_cfg = (jt_config){STEPS, 0, 0, 28, 1e-5, 0};
@@ -97,7 +117,7 @@ int main(int argc, char **argv)
         jt_start(argc, argv, "job-moetp", spec_one, tmp, sizeof tmp, prep, sizeof prep, ref);
     if (rc >= 0)
         return rc;
-    char json[4096], dir[800];
+    char dir[800];
     printf("one rank: loss %.6f -> %.6f\n", ref->loss[1], ref->loss[STEPS]);
     static const moe_lay lay[] = {
         {"tp 2", 2, 0, 1, 1, 1, 1, 0},
@@ -113,14 +133,8 @@ int main(int argc, char **argv)
         check_layout(&lay[i], dir, ref, a);
     }
     /* (b) tp 2 SP x dp 2 saves at step 4, one rank resumes */
-    snprintf(dir, sizeof dir, "%s/reshard", tmp);
-    spec(json, sizeof json, 2, 1, 1, 2, 1, 1, 1);
-    if (run_layout("tp 2 SP x dp 2 steps 1-4", json, 4, dir, 0, 4, a)) {
-        check_losses("tp 2 SP x dp 2, then", a, 4, ref, 1, 4);
-        spec(json, sizeof json, 1, 0, 1, 1, 1, 1, 0);
-        if (run_layout("one rank resumes", json, 1, dir, 1, 0, a))
-            check_losses("one rank resumes its checkpoint", a, 1, ref, 5, STEPS);
-    }
+    static const moe_lay spdp = {"tp 2 SP x dp 2", 2, 1, 1, 2, 1, 1, 1};
+    check_resume(&spdp, "reshard", "one rank resumes its checkpoint", ref, a);
     /* (c) tp x pp x dp: each stage's layers tensor parallel */
     static const moe_lay tppp[] = {{"tp 2 x pp 2 x dp 2 ZeRO-1", 2, 0, 1, 2, 1, 2, 1},
                                    {"tp 2 SP x pp 2 x dp 2", 2, 1, 1, 2, 1, 2, 0},
@@ -131,14 +145,8 @@ int main(int argc, char **argv)
         check_layout(&tppp[i], dir, ref, a);
     }
     /* (d) tp 2 x pp 2 saves at step 4, one rank resumes */
-    snprintf(dir, sizeof dir, "%s/reshard-pp", tmp);
-    spec(json, sizeof json, 2, 0, 1, 1, 1, 2, 0);
-    if (run_layout("tp 2 x pp 2 steps 1-4", json, 4, dir, 0, 4, a)) {
-        check_losses("tp 2 x pp 2, then", a, 4, ref, 1, 4);
-        spec(json, sizeof json, 1, 0, 1, 1, 1, 1, 0);
-        if (run_layout("one rank resumes", json, 1, dir, 1, 0, a))
-            check_losses("one rank resumes tp x pp's", a, 1, ref, 5, STEPS);
-    }
+    static const moe_lay tp_pp = {"tp 2 x pp 2", 2, 0, 1, 1, 1, 2, 0};
+    check_resume(&tp_pp, "reshard-pp", "one rank resumes tp x pp's", ref, a);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     CHECK(system(cmd) == 0);
