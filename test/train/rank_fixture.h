@@ -332,4 +332,24 @@ static inline void rank_fixture_params_check(rank_fixture_worst *w, const float 
     }
 }
 
+/* A run resumed at step k from a checkpoint against the uninterrupted
+ * reference: its losses of steps [k, steps) and its final parameters
+ * (rank_fixture_losses and rank_fixture_params_check, fp32). */
+static inline void rank_fixture_resumed(rank_fixture_worst *w, const float *loss,
+                                        const float *params, int64_t numel,
+                                        const float *ref_loss, const float *ref_params,
+                                        int64_t ref_numel, int k, int steps)
+{
+    rank_fixture_losses(w, loss, ref_loss, k, steps, 0);
+    rank_fixture_params_check(w, params, numel, ref_params, ref_numel, 0, 0);
+}
+
+/* Directory root and what it holds removed (a failure checks). */
+static inline void rank_fixture_rmtree(const char *root)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0);
+}
+
 #endif

@@ -359,9 +359,8 @@ static void check_ckpt(void)
             rank_fixture_losses(&w, a[r].loss, ref[0].loss, 0, 5, 0);
     }
     if (one[0].st == LLMT_OK && ref[0].st == LLMT_OK) {
-        rank_fixture_losses(&w, one[0].loss, ref[0].loss, 5, STEPS, 0);
-        rank_fixture_params_check(&w, one[0].params, one[0].numel, ref[0].params, ref[0].numel,
-                                  0, 0);
+        rank_fixture_resumed(&w, one[0].loss, one[0].params, one[0].numel, ref[0].loss,
+                             ref[0].params, ref[0].numel, 5, STEPS);
     }
     printf("checkpoint tp 2 x pp 2 -> one rank: losses rel %.2e, params rel L2 %.2e\n", w.loss,
            w.rel);
@@ -369,9 +368,7 @@ static void check_ckpt(void)
     free_args(ref, 1);
     free_args(a, MAXR);
     free_args(one, 1);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    CHECK(system(cmd) == 0);
+    rank_fixture_rmtree(root);
 }
 
 int main(void)
