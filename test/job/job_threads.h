@@ -271,6 +271,35 @@ static inline void jt_refused(const char *what, const char *json, int world,
     llmt_context_destroy(ctx);
 }
 
+/* The job of the MoE tests (test_job_ep.c, test_job_moetp.c,
+ * test_job_moepp.c): spec `name`, a 2-layer Llama (width 32, 4 heads, 2
+ * kv, ffn 32, vocabulary 320, sequences of 16) whose every layer has 4
+ * experts of 24, top-2, and the "moe" keys `moe` after those; the
+ * "parallelism" keys par; a global batch of 8 in micro-batches of 2;
+ * jt_cfg.steps steps of AdamW at lr 3e-3 (cosine, 2 warmup steps), seed 5,
+ * no validation or sample, on data.train prep; a checkpoint every 2
+ * steps. */
+static inline void jt_moe_spec(char *out, size_t cap, const char *name, const char *moe,
+                               const char *par, const char *prep)
+{
+    snprintf(out, cap,
+             "{\"name\": \"%s\", \"model\": {\"arch\": \"llama\", \"layers\": 2, "
+             "\"hidden\": 32, \"heads\": 4, \"kv_heads\": 2, \"ffn\": 32, \"vocab\": 320, "
+             "\"seq_len\": 16, \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 24, "
+             "%s}},"
+             " \"batch\": {\"micro\": 2, \"global\": 8},"
+             " \"parallelism\": {%s},"
+             " \"optimizer\": {\"lr\": 3e-3}, \"schedule\": {\"kind\": \"cosine\", "
+             "\"warmup_steps\": 2},"
+             " \"train\": {\"steps\": %d, \"seed\": 5, \"eval_interval\": 0, "
+             "\"eval_batches\": 1, \"log_interval\": 0, \"threads\": 1, \"sample_tokens\": 0, "
+             "\"device\": \"cpu\"},"
+             " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
+             " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
+             "\"cpu\"}}",
+             name, moe, par, (int)jt_cfg.steps, prep);
+}
+
 /* The start of a test with a spec of its own (test_job_ep.c,
  * test_job_moetp.c, ...): argv[1] names the corpus directory; tmp becomes
  * a new /tmp/llmt-TEST-XXXXXX; the corpus is prepared into tmp/prep by the

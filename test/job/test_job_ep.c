@@ -31,22 +31,10 @@ static char tmp[512], prep[700];
 /* A 2-layer llama, every layer 4 experts top-2, capacity 1.0 (drops). */
 static void spec(char *out, size_t cap, int dp, int ep, int zero, const char *moe_extra)
 {
-    snprintf(
-        out, cap,
-        "{\"name\": \"epjob\", \"model\": {\"arch\": \"llama\", \"layers\": 2, \"hidden\": "
-        "32, \"heads\": 4, \"kv_heads\": 2, \"ffn\": 32, \"vocab\": 320, \"seq_len\": 16,"
-        " \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 24, "
-        "\"capacity_factor\": 1.0%s}},"
-        " \"batch\": {\"micro\": 2, \"global\": 8},"
-        " \"parallelism\": {\"dp\": %d, \"ep\": %d, \"zero\": %d},"
-        " \"optimizer\": {\"lr\": 3e-3}, \"schedule\": {\"kind\": \"cosine\", "
-        "\"warmup_steps\": 2},"
-        " \"train\": {\"steps\": %d, \"seed\": 5, \"eval_interval\": 0, \"eval_batches\": 1,"
-        " \"log_interval\": 0, \"threads\": 1, \"sample_tokens\": 0, \"device\": \"cpu\"},"
-        " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
-        " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
-        "\"cpu\"}}",
-        moe_extra ? moe_extra : "", dp, ep, zero, STEPS, prep);
+    char moe[512], par[128];
+    snprintf(moe, sizeof moe, "\"capacity_factor\": 1.0%s", moe_extra ? moe_extra : "");
+    snprintf(par, sizeof par, "\"dp\": %d, \"ep\": %d, \"zero\": %d", dp, ep, zero);
+    jt_moe_spec(out, cap, "epjob", moe, par, prep);
 }
 
 /* Creation of `json` on `n` ranks must fail on every rank naming `key`. */

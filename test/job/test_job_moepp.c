@@ -39,22 +39,10 @@ static char tmp[512], prep[700];
 /* A 2-layer llama, every layer 4 experts top-2, capacity 1.0 (drops). */
 static void spec(char *out, size_t cap, const char *par, int dropless)
 {
-    snprintf(
-        out, cap,
-        "{\"name\": \"moeppjob\", \"model\": {\"arch\": \"llama\", \"layers\": 2, \"hidden\": "
-        "32, \"heads\": 4, \"kv_heads\": 2, \"ffn\": 32, \"vocab\": 320, \"seq_len\": 16,"
-        " \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 24, "
-        "\"capacity_factor\": 1.0, \"dropless\": %s}},"
-        " \"batch\": {\"micro\": 2, \"global\": 8},"
-        " \"parallelism\": {%s},"
-        " \"optimizer\": {\"lr\": 3e-3}, \"schedule\": {\"kind\": \"cosine\", "
-        "\"warmup_steps\": 2},"
-        " \"train\": {\"steps\": %d, \"seed\": 5, \"eval_interval\": 0, \"eval_batches\": 1,"
-        " \"log_interval\": 0, \"threads\": 1, \"sample_tokens\": 0, \"device\": \"cpu\"},"
-        " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
-        " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
-        "\"cpu\"}}",
-        dropless ? "true" : "false", par, STEPS, prep);
+    jt_moe_spec(out, cap, "moeppjob",
+                dropless ? "\"capacity_factor\": 1.0, \"dropless\": true"
+                         : "\"capacity_factor\": 1.0, \"dropless\": false",
+                par, prep);
 }
 
 /* (e)'s model: 8 llama layers, the even ones MoE (4 experts top-2 of

@@ -37,23 +37,13 @@ static char tmp[512], prep[700];
 static void spec(char *out, size_t cap, int tp, int sp, int cp, int dp, int ep, int pp,
                  int zero)
 {
-    snprintf(out, cap,
-             "{\"name\": \"moetp\", \"model\": {\"arch\": \"llama\", \"layers\": 2, "
-             "\"hidden\": 32, \"heads\": 4, \"kv_heads\": 2, \"ffn\": 32, \"vocab\": 320, "
-             "\"seq_len\": 16, \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 24, "
-             "\"shared_experts\": 1, \"capacity_factor\": 2.0}},"
-             " \"batch\": {\"micro\": 2, \"global\": 8},"
-             " \"parallelism\": {\"tp\": %d, \"sequence_parallel\": %s, \"cp\": %d, "
-             "\"dp\": %d, \"ep\": %d, \"pp\": %d, \"zero\": %d},"
-             " \"optimizer\": {\"lr\": 3e-3}, \"schedule\": {\"kind\": \"cosine\", "
-             "\"warmup_steps\": 2},"
-             " \"train\": {\"steps\": %d, \"seed\": 5, \"eval_interval\": 0, "
-             "\"eval_batches\": 1, \"log_interval\": 0, \"threads\": 1, \"sample_tokens\": 0, "
-             "\"device\": \"cpu\"},"
-             " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
-             " \"checkpoint\": {\"interval\": 2, \"async\": false}, \"hardware\": {\"gpu\": "
-             "\"cpu\"}}",
-             tp, sp ? "true" : "false", cp, dp, ep, pp, zero, STEPS, prep);
+    char par[256];
+    snprintf(par, sizeof par,
+             "\"tp\": %d, \"sequence_parallel\": %s, \"cp\": %d, \"dp\": %d, \"ep\": %d, "
+             "\"pp\": %d, \"zero\": %d",
+             tp, sp ? "true" : "false", cp, dp, ep, pp, zero);
+    jt_moe_spec(out, cap, "moetp", "\"shared_experts\": 1, \"capacity_factor\": 2.0", par,
+                prep);
 }
 
 /* A layout: its degrees and ZeRO stage. */
