@@ -939,8 +939,9 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     if (c->moe_experts > 0 && !moe_host) {
         s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                           "trainer: model.moe: mixture-of-experts layers run on the fp32 cpu "
-                          "backend for now (device %s, tp %d, pp %d; issue 18)",
-                          ops->name, tps, g->pp);
+                          "backend only for now, not on device %s (issue 18); use "
+                          "train.device cpu with fp32 precision",
+                          ops->name);
         llmt__devtrain_destroy(g);
         return s;
     }
