@@ -92,6 +92,9 @@ struct llmt_job {
     llmt_comm *tp_comm, *dp_comm;
     /* pipeline parallel group (pp > 1; owned; pp_attach.c) */
     llmt_comm *pp_comm;
+    /* the planner's pooled gradient copies for this stage (pp_attach.c:
+     * a function of the layout, counted once when the pipeline is made) */
+    int pp_copies_plan;
     /* context parallel group (cp > 1; owned; cp_attach.c) */
     llmt_comm *cp_comm;
     /* expert parallel group (ep > 1; owned; ep_attach.c) */

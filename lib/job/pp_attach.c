@@ -64,6 +64,20 @@ llmt_status llmt__job_attach_pp(llmt_job *j)
     if (s != LLMT_OK)
         return FAIL(s, "parallelism.pp: %d: %s", (int)j->pp, llmt_trainer_last_error(j->tr));
     j->group_comm[LLMT_JOB_GROUP_PP] = j->pp_comm;
+    /* the planner's count of the input gradient copies pooled for sends
+     * in flight (MPI can ask whether a send is done, Gloo cannot; none
+     * without posted sends), for the pp line beside the stage's own */
+    llmt_pp_stats ps;
+    memset(&ps, 0, sizeof ps);
+    ps.struct_size = sizeof ps;
+    llmt_comm_backend be = LLMT_COMM_AUTO;
+    llmt_comm_backend_of(j->pp_comm, &be);
+    j->pp_copies_plan = 0;
+    if (llmt__comm_isend_kind(j->pp_comm) == LLMT__ISEND_POSTED &&
+        llmt_trainer_pp_stats(j->tr, &ps) == LLMT_OK)
+        j->pp_copies_plan = llmt__plan_pp_grad_copies(
+            llmt__plan_pp_schedule(sp), ps.stages, sp->parallelism.virtual_stages,
+            ps.micro_batches, ps.stage, be == LLMT_COMM_MPI);
     return LLMT_OK;
 }
 
@@ -88,13 +102,6 @@ void llmt__job_pp_line(llmt_job *j, int64_t step)
     llmt__pp_info pi;
     memset(&pi, 0, sizeof pi);
     llmt__trainer_pp_info(j->tr, &pi);
-    llmt_comm_backend be = LLMT_COMM_AUTO;
-    llmt_comm_backend_of(j->pp_comm, &be);
-    int plan = llmt__comm_isend_kind(j->pp_comm) != LLMT__ISEND_POSTED
-                   ? 0
-                   : llmt__plan_pp_grad_copies(llmt__plan_pp_schedule(j->spec), ps.stages,
-                                               j->spec->parallelism.virtual_stages,
-                                               ps.micro_batches, ps.stage, be == LLMT_COMM_MPI);
     llmt__job_metrics_line(j,
                            "{\"event\":\"pp\",\"step\":%lld,\"stage\":%d,\"stages\":%d,"
                            "\"layers\":%d,\"micro_batches\":%d,\"schedule_s\":%.6f,"
@@ -104,5 +111,5 @@ void llmt__job_pp_line(llmt_job *j, int64_t step)
                            (long long)step, (int)ps.stage, (int)ps.stages, (int)ps.layers,
                            (int)ps.micro_batches, ps.step_seconds, ps.idle_seconds, ps.bubble,
                            ps.bubble_balanced, ps.busy_cpu_seconds, ps.span_cpu_seconds,
-                           ps.bubble_cpu, pi.grad_copies, plan);
+                           ps.bubble_cpu, pi.grad_copies, j->pp_copies_plan);
 }
