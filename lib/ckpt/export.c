@@ -87,20 +87,10 @@ LLMT_API llmt_status llmt_ckpt_chunk_info(llmt_ckpt *ck, const char *name,
 
 LLMT_API llmt_status llmt_ckpt_llmc_opts_init(llmt_ckpt_llmc_opts *opts, size_t size)
 {
-    if (!opts)
-        return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "ckpt llm.c opts", size,
-                                            offsetof(llmt_ckpt_llmc_opts, prefix));
-    if (s != LLMT_OK)
-        return s;
-    llmt_ckpt_llmc_opts d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_ckpt_llmc_opts d = {0};
     d.prefix = "param/";
-    memset(opts, 0, size);
-    memcpy(opts, &d, size < sizeof d ? size : sizeof d);
-    opts->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(opts, size, offsetof(llmt_ckpt_llmc_opts, prefix), &d, sizeof d,
+                           "ckpt llm.c opts");
 }
 
 /* An int from a key/value of the open checkpoint, or 0 when absent. */

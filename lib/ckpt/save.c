@@ -22,24 +22,14 @@ static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 LLMT_API llmt_status llmt_ckpt_opts_init(llmt_ckpt_opts *opts, size_t size)
 {
-    if (!opts)
-        return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "ckpt opts", size,
-                                            offsetof(llmt_ckpt_opts, rank));
-    if (s != LLMT_OK)
-        return s;
-    llmt_ckpt_opts d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_ckpt_opts d = {0};
     d.rank = 0;
     d.world_size = 1;
     d.direct_io = 1;
     d.verify = LLMT_CKPT_VERIFY_READ;
     d.keep_last = 3;
-    memset(opts, 0, size);
-    memcpy(opts, &d, size < sizeof d ? size : sizeof d);
-    opts->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(opts, size, offsetof(llmt_ckpt_opts, rank), &d, sizeof d,
+                           "ckpt opts");
 }
 
 LLMT_API const char *llmt_ckpt_last_error(const llmt_ckpt *ck)

@@ -111,22 +111,14 @@ void llmt__fr_format(llmt__sbuf *s, const llmt__fr *fr, int32_t rank)
 
 LLMT_API llmt_status llmt_comm_opts_init(llmt_comm_opts *o, size_t size)
 {
-    if (!o) return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "llmt_comm_opts", size,
-                                            sizeof(size_t));
-    if (s != LLMT_OK) return s;
-    llmt_comm_opts d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_comm_opts d = {0};
     d.backend = LLMT_COMM_AUTO;
     d.timeout_ms = 0; /* resolved at create: env or 300000 */
     d.recorder_size = 1024;
     d.dump_path = NULL;
     d.cuda_device = -1;
     d.rendezvous_path = NULL;
-    memcpy(o, &d, size < sizeof d ? size : sizeof d);
-    o->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(o, size, 0, &d, sizeof d, "llmt_comm_opts");
 }
 
 static int env_int(const char *name, long long *out)

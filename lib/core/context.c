@@ -61,19 +61,9 @@ static const llmt_allocator default_allocator = {
 
 LLMT_API llmt_status llmt_context_opts_init(llmt_context_opts *opts, size_t size)
 {
-    if (!opts)
-        return LLMT_ERR_NULL_POINTER;
-    if (size < sizeof(size_t))
-        return LLMT_ERR_STRUCT_SIZE;
-    llmt_context_opts d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_context_opts d = {0};
     d.log_level = env_log_level(LLMT_LOG_WARN);
-    /* Copy only what the caller's struct can hold. */
-    memset(opts, 0, size);
-    memcpy(opts, &d, size < sizeof d ? size : sizeof d);
-    opts->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(opts, size, 0, &d, sizeof d, "llmt_context_opts");
 }
 
 LLMT_API llmt_status llmt_context_create(const llmt_context_opts *opts,

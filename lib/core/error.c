@@ -87,6 +87,22 @@ llmt_status llmt__check_struct_size(llmt_err *e, const char *what,
     return LLMT_OK;
 }
 
+llmt_status llmt__opts_init(void *opts, size_t size, size_t minimum, const void *defaults,
+                            size_t defaults_size, const char *what)
+{
+    if (!opts)
+        return LLMT_ERR_NULL_POINTER;
+    if (minimum < sizeof(size_t))
+        minimum = sizeof(size_t);
+    llmt_status s = llmt__check_struct_size(NULL, what, size, minimum);
+    if (s != LLMT_OK)
+        return s;
+    memset(opts, 0, size);
+    memcpy(opts, defaults, size < defaults_size ? size : defaults_size);
+    memcpy(opts, &size, sizeof size);
+    return LLMT_OK;
+}
+
 llmt_status llmt__opts_copy(llmt_err *e, const char *what, void *dst,
                             size_t dst_size, const void *src)
 {

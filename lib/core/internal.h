@@ -76,6 +76,13 @@ int llmt__alloc_is_default(const llmt_context *ctx);
  * if the bytes we do not know are zero. */
 llmt_status llmt__opts_copy(llmt_err *e, const char *what, void *dst,
                             size_t dst_size, const void *src);
+/* The body of every llmt_X_opts_init: refuse a NULL struct or a size
+ * below `minimum` (naming `what`), zero the caller's whole struct (so a
+ * newer caller's fields this library does not know read zero, which
+ * llmt__opts_copy accepts), copy as much of `defaults` as it holds and set
+ * struct_size to the caller's size. */
+llmt_status llmt__opts_init(void *opts, size_t size, size_t minimum, const void *defaults,
+                            size_t defaults_size, const char *what);
 /* Check a struct_size argument of an _init function. */
 llmt_status llmt__check_struct_size(llmt_err *e, const char *what,
                                     size_t given, size_t minimum);

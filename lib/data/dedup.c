@@ -135,15 +135,7 @@ static void map_free(u64map *m)
 
 LLMT_API llmt_status llmt_dedup_opts_init(llmt_dedup_opts *opts, size_t size)
 {
-    if (!opts)
-        return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "dedup opts", size,
-                                            sizeof(size_t));
-    if (s != LLMT_OK)
-        return s;
-    llmt_dedup_opts d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_dedup_opts d = {0};
     d.exact = 1;
     d.near = 1;
     d.shingle = 5;
@@ -151,10 +143,7 @@ LLMT_API llmt_status llmt_dedup_opts_init(llmt_dedup_opts *opts, size_t size)
     d.bands = 16;
     d.threshold = 0.8;
     d.seed = 42;
-    memset(opts, 0, size);
-    memcpy(opts, &d, size < sizeof d ? size : sizeof d);
-    opts->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(opts, size, 0, &d, sizeof d, "dedup opts");
 }
 
 static llmt_status check_opts(llmt_err *e, const llmt_dedup_opts *o)

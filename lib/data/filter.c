@@ -23,28 +23,16 @@ LLMT_API const char *llmt_data_verdict_name(int32_t verdict)
     return names[verdict];
 }
 
-LLMT_API llmt_status llmt_data_filter_opts_init(llmt_data_filter_opts *opts,
-                                                size_t size)
+LLMT_API llmt_status llmt_data_filter_opts_init(llmt_data_filter_opts *opts, size_t size)
 {
-    if (!opts)
-        return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "data filter opts", size,
-                                            sizeof(size_t));
-    if (s != LLMT_OK)
-        return s;
-    llmt_data_filter_opts d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_data_filter_opts d = {0};
     d.min_chars = 16;
     d.max_chars = 0;
     d.max_nonalpha_frac = 0.5;
     d.max_dup_line_frac = 0.3;
     d.max_top_ngram_frac = 0.2;
     d.ngram_min_words = 50;
-    memset(opts, 0, size);
-    memcpy(opts, &d, size < sizeof d ? size : sizeof d);
-    opts->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(opts, size, 0, &d, sizeof d, "data filter opts");
 }
 
 /* Open-addressing table of 64-bit keys with a count each; a slot with

@@ -44,21 +44,10 @@ struct llmt_ingest {
 
 LLMT_API llmt_status llmt_ingest_opts_init(llmt_ingest_opts *opts, size_t size)
 {
-    if (!opts)
-        return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "ingest opts", size,
-                                            sizeof(size_t));
-    if (s != LLMT_OK)
-        return s;
-    llmt_ingest_opts d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_ingest_opts d = {0};
     d.text_field = "text";
     d.doc_separator = NULL;
-    memset(opts, 0, size);
-    memcpy(opts, &d, size < sizeof d ? size : sizeof d);
-    opts->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(opts, size, 0, &d, sizeof d, "ingest opts");
 }
 
 LLMT_API const char *llmt_ingest_last_error(const llmt_ingest *it)

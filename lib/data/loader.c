@@ -327,15 +327,7 @@ static llmt_status start_worker(llmt_loader *l, llmt_err *e)
 
 LLMT_API llmt_status llmt_loader_opts_init(llmt_loader_opts *opts, size_t size)
 {
-    if (!opts)
-        return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "llmt_loader_opts", size,
-                                            offsetof(llmt_loader_opts, seed) + sizeof(uint64_t));
-    if (s != LLMT_OK)
-        return s;
-    llmt_loader_opts d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_loader_opts d = {0};
     d.seq_len = 1024;
     d.micro_batch = 4;
     d.grad_accum = 1;
@@ -344,10 +336,8 @@ LLMT_API llmt_status llmt_loader_opts_init(llmt_loader_opts *opts, size_t size)
     d.shuffle = 1;
     d.prefetch = 4;
     d.seed = 1337;
-    memset(opts, 0, size);
-    memcpy(opts, &d, size < sizeof d ? size : sizeof d);
-    opts->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(opts, size, offsetof(llmt_loader_opts, seed) + sizeof(uint64_t), &d,
+                           sizeof d, "llmt_loader_opts");
 }
 
 static llmt_status check_opts(llmt_err *e, const llmt_loader_opts *o)

@@ -19,26 +19,14 @@
 
 #define PP_PATH 4096
 
-LLMT_API llmt_status llmt_data_prepare_opts_init(llmt_data_prepare_opts *opts,
-                                                 size_t size)
+LLMT_API llmt_status llmt_data_prepare_opts_init(llmt_data_prepare_opts *opts, size_t size)
 {
-    if (!opts)
-        return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(
-        NULL, "data prepare opts", size,
-        offsetof(llmt_data_prepare_opts, no_filter));
-    if (s != LLMT_OK)
-        return s;
-    llmt_data_prepare_opts d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_data_prepare_opts d = {0};
     d.shard_tokens = INT64_C(1) << 26;
     d.val_fraction = 0.01;
     d.seed = 1337;
-    memset(opts, 0, size);
-    memcpy(opts, &d, size < sizeof d ? size : sizeof d);
-    opts->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(opts, size, offsetof(llmt_data_prepare_opts, no_filter), &d,
+                           sizeof d, "data prepare opts");
 }
 
 /* ---- one split's shard sequence --------------------------------------- */

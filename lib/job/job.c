@@ -42,21 +42,11 @@ int llmt__job_mkdir_p(const char *path)
 
 LLMT_API llmt_status llmt_job_opts_init(llmt_job_opts *opts, size_t size)
 {
-    if (!opts)
-        return LLMT_ERR_NULL_POINTER;
-    llmt_status s =
-        llmt__check_struct_size(NULL, "job opts", size, offsetof(llmt_job_opts, run_dir));
-    if (s != LLMT_OK)
-        return s;
-    llmt_job_opts d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_job_opts d = {0};
     d.rank = -1;
     d.local_rank = -1;
-    memset(opts, 0, size);
-    memcpy(opts, &d, size < sizeof d ? size : sizeof d);
-    opts->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(opts, size, offsetof(llmt_job_opts, run_dir), &d, sizeof d,
+                           "job opts");
 }
 
 /* Relative output paths of the spec go under the run directory. */

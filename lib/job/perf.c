@@ -21,13 +21,8 @@ static const char *const group_names[] = {"dp", "tp", "pp", "cp", "ep"};
 
 LLMT_API llmt_status llmt_job_obs_opts_init(llmt_job_obs_opts *opts, size_t size)
 {
-    if (!opts)
-        return LLMT_ERR_NULL_POINTER;
-    if (size < sizeof(size_t))
-        return LLMT_ERR_STRUCT_SIZE;
-    memset(opts, 0, size);
-    opts->struct_size = size;
-    return LLMT_OK;
+    llmt_job_obs_opts d = {0};
+    return llmt__opts_init(opts, size, 0, &d, sizeof d, "llmt_job_obs_opts");
 }
 
 LLMT_API llmt_status llmt_job_set_obs(llmt_job *j, const llmt_job_obs_opts *opts)

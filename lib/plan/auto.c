@@ -8,22 +8,13 @@
 
 #include "plan/plan.h"
 
-LLMT_API llmt_status llmt_plan_auto_opts_init(llmt_plan_auto_opts *opts,
-                                              size_t size)
+LLMT_API llmt_status llmt_plan_auto_opts_init(llmt_plan_auto_opts *opts, size_t size)
 {
-    if (!opts)
-        return LLMT_ERR_NULL_POINTER;
-    if (size < sizeof(size_t) + sizeof(double))
-        return LLMT_ERR_STRUCT_SIZE;
     llmt_plan_auto_opts d = {0};
-    d.struct_size = sizeof d;
     d.mem_fraction = 0.95;
     d.top_n = 10;
-    size_t n = size < sizeof d ? size : sizeof d;
-    memset(opts, 0, size);
-    memcpy(opts, &d, n);
-    opts->struct_size = n;
-    return LLMT_OK;
+    return llmt__opts_init(opts, size, sizeof(size_t) + sizeof(double), &d, sizeof d,
+                           "llmt_plan_auto_opts");
 }
 
 void llmt__plan_to_cand(const llmt_plan_estimate *e, const double *terms, llmt_plan_cand *c)

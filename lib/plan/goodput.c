@@ -11,20 +11,11 @@
 
 LLMT_API llmt_status llmt_goodput_opts_init(llmt_goodput_opts *opts, size_t size)
 {
-    if (!opts)
-        return LLMT_ERR_NULL_POINTER;
-    if (size < sizeof(size_t))
-        return LLMT_ERR_STRUCT_SIZE;
     llmt_goodput_opts d = {0};
-    d.struct_size = sizeof d;
     d.stall_s = d.write_s = d.restore_s = d.restart_s = -1;
     d.trials = 32;
     d.sweep_points = 41;
-    size_t n = size < sizeof d ? size : sizeof d;
-    memset(opts, 0, size);
-    memcpy(opts, &d, n);
-    opts->struct_size = n;
-    return LLMT_OK;
+    return llmt__opts_init(opts, size, 0, &d, sizeof d, "llmt_goodput_opts");
 }
 
 typedef struct sim_params {

@@ -9,18 +9,9 @@
 
 LLMT_API llmt_status llmt_cp_opts_init(llmt_cp_opts *o, size_t size)
 {
-    if (!o)
-        return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "llmt_cp_opts", size, sizeof(size_t));
-    if (s != LLMT_OK)
-        return s;
-    llmt_cp_opts d;
-    memset(&d, 0, sizeof d);
+    llmt_cp_opts d = {0};
     d.variant = LLMT_CP_RING;
-    memset(o, 0, size);
-    memcpy(o, &d, size < sizeof d ? size : sizeof d);
-    o->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(o, size, 0, &d, sizeof d, "llmt_cp_opts");
 }
 
 /* The ABI's values are the engine's (cp.h), mapped by name all the same:

@@ -284,19 +284,11 @@ static llmt_status small_coll(llmt__dp *dp, int gather, const int64_t *send, int
 
 LLMT_API llmt_status llmt_dp_opts_init(llmt_dp_opts *o, size_t size)
 {
-    if (!o) return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "llmt_dp_opts", size,
-                                            sizeof(size_t));
-    if (s != LLMT_OK) return s;
-    llmt_dp_opts d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_dp_opts d = {0};
     d.zero_stage = 0;
     d.overlap = 1;
     d.bucket_bytes = 4 << 20;
-    memcpy(o, &d, size < sizeof d ? size : sizeof d);
-    o->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(o, size, 0, &d, sizeof d, "llmt_dp_opts");
 }
 
 static size_t layer_start(const llmt__layer_offs *L)

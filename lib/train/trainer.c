@@ -19,13 +19,7 @@
 
 LLMT_API llmt_status llmt_trainer_opts_init(llmt_trainer_opts *o, size_t size)
 {
-    if (!o) return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "llmt_trainer_opts", size,
-                                            sizeof(size_t));
-    if (s != LLMT_OK) return s;
-    llmt_trainer_opts d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_trainer_opts d = {0};
     d.micro_batch = 4;
     d.seq_len = 64;
     d.grad_accum = 1;
@@ -48,9 +42,7 @@ LLMT_API llmt_status llmt_trainer_opts_init(llmt_trainer_opts *o, size_t size)
     d.fp8 = 0;
     d.fp8_amax_history = 16;
     d.fp8_margin = 0;
-    memcpy(o, &d, size < sizeof d ? size : sizeof d);
-    o->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(o, size, 0, &d, sizeof d, "llmt_trainer_opts");
 }
 
 LLMT_API const char *llmt_trainer_last_error(const llmt_trainer *tr)

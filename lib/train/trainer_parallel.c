@@ -133,18 +133,10 @@ LLMT_API llmt_status llmt_trainer_set_sequence_parallel(llmt_trainer *tr, int32_
 
 LLMT_API llmt_status llmt_pp_opts_init(llmt_pp_opts *o, size_t size)
 {
-    if (!o)
-        return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "llmt_pp_opts", size, sizeof(size_t));
-    if (s != LLMT_OK)
-        return s;
-    llmt_pp_opts d;
-    memset(&d, 0, sizeof d);
+    llmt_pp_opts d = {0};
     d.schedule = LLMT_PP_1F1B;
     d.virtual_stages = 1;
-    memcpy(o, &d, size < sizeof d ? size : sizeof d);
-    o->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(o, size, 0, &d, sizeof d, "llmt_pp_opts");
 }
 
 /* What a pipeline over n stages needs of the options and the trainer. */
