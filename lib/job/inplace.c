@@ -67,8 +67,13 @@ static void drop_comms(llmt_job *j)
     llmt_comm_destroy(j->ep_comm);
     j->ep_comm = NULL;
     llmt_comm_destroy(j->cp_comm);
+    /* the pipeline's sends still posted when the step failed stay with
+     * the trainer's send pool, which leaves their buffers to the aborted
+     * communicator (pp_send.c): destroyed here, the next generation's
+     * trainer posts its own */
+    llmt_comm_destroy(j->pp_comm);
     llmt_comm_destroy(j->comm);
-    j->comm = j->dp_comm = j->tp_comm = j->cp_comm = NULL;
+    j->comm = j->dp_comm = j->tp_comm = j->cp_comm = j->pp_comm = NULL;
     for (int g = 0; g < LLMT_JOB_GROUPS; g++)
         j->group_comm[g] = NULL;
 }

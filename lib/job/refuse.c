@@ -127,13 +127,6 @@ static llmt_status check_pp(llmt_job *j)
                       "(ZeRO-2 shares of a tied head's two copies do not line up, ZeRO-3 "
                       "gathers are not in a stage's forward); use zero 0 or 1",
                       (long long)s->parallelism.zero, pp);
-    const char *inplace = getenv("LLMT_LAUNCH_INPLACE");
-    if (inplace && *inplace)
-        return REFUSE("parallelism.pp: %lld under llmtrain launch --in-place is not supported "
-                      "yet (the in-place recovery does not re-form the pipeline group); "
-                      "launch without --in-place (a gang restart resumes the pipeline from its "
-                      "checkpoint)",
-                      pp);
     return LLMT_OK;
 }
 

@@ -40,6 +40,10 @@
 #             keep their processes, re-form the TP and DP groups with the
 #             spare and restore from memory; losses equal the uninterrupted
 #             tp run's
+#   inplace-pp, inplace-cp, inplace-ep  the same under pp 2 x dp 2 (1F1B;
+#             a first stage killed, then a last stage: the pipeline group
+#             and its posted sends re-made), cp 2 x dp 2 and MoE with the
+#             experts split over ep 2 (dp 4)
 #   nodes     two agents as two nodes (2 workers each, a spare on node 0)
 #             agreeing through a rendezvous directory: rank 3 (node 1) is
 #             killed, node 0 promotes its spare, both start generation 1;
@@ -635,32 +639,57 @@ EOF
     ok "no spare: the survivors on both nodes left when told (no SIGKILL after the grace)" ||
     { bad "no spare: survivors' stop"; grep SIGTERM ng-n0.log ng-n1.log; tail -2 ng/agent/node-1/gen0-rank2.log; }
   ;;
-inplace-tp)
-  # --in-place under tensor parallelism: tp 2 x dp 2 (groups from the plan,
-  # over Gloo), rank 2 (TP group 1, with rank 3) killed at step 7: ranks
-  # 0, 1, 3 keep their processes, re-form the world, TP and DP groups with
-  # the promoted spare and restore step 6 from the memory tier; every loss
-  # equals the uninterrupted tp 2 x dp 2 run's
-  sed 's/"batch"/"parallelism": {"tp": 2},\n "batch"/' ft.json > tp.json
-  launch tr tr.log --nproc 4 --spares 1 tp.json || { bad "uninterrupted tp run"; cat tr.log; exit 1; }
-  losses tr/metrics.jsonl > tr.loss
-  grep -q "tp 2 x dp 2" tr.log && [ "$(wc -l < tr.loss)" -eq 14 ] &&
-    ok "uninterrupted run: 14 steps, tp 2 x dp 2 on 4 Gloo ranks" || bad "tp reference: $(grep -c step tr.log)"
-  LLMT_FAULT=kill:2:7 launch ti ti.log --nproc 4 --spares 1 --in-place tp.json ||
-    { bad "in-place tp run"; cat ti.log; }
-  grep -q "in-place recovery as gen 1" ti.log && ok "rank 2 killed at step 7, recovered in place" ||
-    bad "no in-place recovery: $(grep launch: ti.log)"
-  g1=$(grep '"spawn","gen":1' ti/agent/events.jsonl | sed 's/.*"rank":\([0-9]*\).*/\1/' | tr '\n' ' ')
-  [ "$g1" = "2 " ] && ok "only rank 2 started again" || bad "gen 1 spawned ranks '$g1'"
-  for r in 0 1 3; do
-    m=ti/rank-$r/metrics.jsonl; [ $r = 0 ] && m=ti/metrics.jsonl
-    grep -q '"event":"inplace","rank":'$r',.*"gen":1,"step":6,"tier":"memory"' $m &&
-      ok "rank $r stayed in its process and restored step 6 from memory" ||
-      bad "rank $r: $(grep inplace $m)"
+inplace-tp | inplace-pp | inplace-cp | inplace-ep)
+  # --in-place under model parallelism on 4 Gloo workers + 1 spare: the
+  # survivors re-form the world and every plan group (TP, PP with its
+  # posted sends, CP, EP) with the promoted spare in their processes,
+  # restore the newest step from the memory tier, and every loss equals
+  # the uninterrupted run of the same layout's
+  case $case_ in
+  inplace-tp) # rank 2 is in TP group 1 with rank 3
+    sed 's/"batch"/"parallelism": {"tp": 2},\n "batch"/' ft.json > lay.json
+    desc="tp 2 x dp 2" kills="2:7" ;;
+  inplace-pp) # 1F1B, ranks 0, 2 stage 0 and 1, 3 stage 1: a first stage
+    # dies with the last stage's input-gradient sends posted to it, then
+    # a last stage dies with the first's activation sends to it failing
+    sed 's/"layers": 1/"layers": 2/; s/"batch"/"parallelism": {"pp": 2, "pp_schedule": "1f1b"},\n "batch"/' \
+      ft.json > lay.json
+    desc="tp 1 x pp 2 x dp 2" kills="2:7 3:5" ;;
+  inplace-cp) # rank 2 is in CP group 1 with rank 3 (ring attention)
+    sed 's/"batch"/"parallelism": {"cp": 2},\n "batch"/' ft.json > lay.json
+    desc="cp 2 x dp 2" kills="1:7" ;;
+  inplace-ep) # MoE: 4 experts split over EP groups {0,1} and {2,3}
+    sed 's/"arch": "gpt2", "layers": 1, "hidden": 32, "heads": 2,/"arch": "llama", "layers": 1, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 32, "moe": {"experts": 4, "top_k": 2, "expert_ffn": 24},/; s/"batch"/"parallelism": {"ep": 2, "dp": 4},\n "batch"/' \
+      ft.json > lay.json
+    desc="experts split over ep 2" kills="2:7" ;;
+  esac
+  launch lr lr.log --nproc 4 --spares 1 lay.json || { bad "uninterrupted run"; cat lr.log; exit 1; }
+  losses lr/metrics.jsonl > lr.loss
+  grep -q "$desc" lr.log && [ "$(wc -l < lr.loss)" -eq 14 ] &&
+    ok "uninterrupted run: 14 steps, $desc on 4 Gloo ranks" ||
+    { bad "reference: $(grep -c step lr.log) steps, '$desc' in: $(head -4 lr.log)"; exit 1; }
+  for k in $kills; do
+    r=${k%:*} s=${k#*:} want=$(( (${k#*:} - 1) / 2 * 2 ))
+    o=li-$r-$s
+    LLMT_FAULT=kill:$k launch $o $o.log --nproc 4 --spares 1 --in-place lay.json ||
+      { bad "kill rank $r at step $s: the job did not finish"; cat $o.log; continue; }
+    grep -q "in-place recovery as gen 1" $o.log &&
+      ok "rank $r killed at step $s, recovered in place" ||
+      bad "rank $r at step $s: no in-place recovery: $(grep launch: $o.log)"
+    g1=$(grep '"spawn","gen":1' $o/agent/events.jsonl | sed 's/.*"rank":\([0-9]*\).*/\1/' | tr '\n' ' ')
+    [ "$g1" = "$r " ] && ok "only rank $r started again" || bad "gen 1 spawned ranks '$g1'"
+    for q in 0 1 2 3; do
+      [ $q = $r ] && continue
+      m=$o/rank-$q/metrics.jsonl; [ $q = 0 ] && m=$o/metrics.jsonl
+      pid=$(grep '"spawn","gen":0,"rank":'$q, $o/agent/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
+      grep -q '"event":"inplace","rank":'$q',"pid":'$pid',"gen":1,"step":'$want',"tier":"memory"' $m &&
+        ok "rank $q kept pid $pid and restored step $want from memory" ||
+        bad "rank $q (gen 0 pid $pid): $(grep inplace $m)"
+    done
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s lr.loss $o.loss && ok "all 14 losses equal the uninterrupted $desc run's" ||
+      { bad "losses differ"; diff lr.loss $o.loss; }
   done
-  losses ti/metrics.jsonl > ti.loss
-  cmp -s tr.loss ti.loss && ok "all 14 losses equal the uninterrupted tp 2 x dp 2 run's" ||
-    { bad "losses differ"; diff tr.loss ti.loss; }
   ;;
 grace)
   # --steps 6: the retention (3 steps) still holds step 4 at the end
