@@ -8,13 +8,7 @@
 
 LLMT_API llmt_status llmt_model_config_init(llmt_model_config *cfg, size_t size)
 {
-    if (!cfg) return LLMT_ERR_NULL_POINTER;
-    llmt_status s = llmt__check_struct_size(NULL, "llmt_model_config", size,
-                                            sizeof(size_t));
-    if (s != LLMT_OK) return s;
-    llmt_model_config d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    llmt_model_config d = {0};
     d.arch = LLMT_ARCH_GPT2;
     d.vocab_size = 50257;
     d.padded_vocab_size = 0;
@@ -31,10 +25,7 @@ LLMT_API llmt_status llmt_model_config_init(llmt_model_config *cfg, size_t size)
     d.seed = 1337;
     d.moe_aux_loss_coef = 0.01f;
     d.moe_z_loss_coef = 0.001f;
-    size_t n = size < sizeof d ? size : sizeof d;
-    memcpy(cfg, &d, n);
-    cfg->struct_size = size;
-    return LLMT_OK;
+    return llmt__opts_init(cfg, size, 0, &d, sizeof d, "llmt_model_config");
 }
 
 /* Fill defaults that depend on other fields and check every rule. */

@@ -316,28 +316,14 @@ LLMT_API llmt_status llmt_trainer_lr_at(const llmt_trainer *tr, int64_t step, fl
 
 LLMT_API llmt_status llmt_batch_init(llmt_batch *b, size_t size)
 {
-    if (!b)
-        return LLMT_ERR_NULL_POINTER;
-    if (size < sizeof(size_t))
-        return LLMT_ERR_STRUCT_SIZE;
-    llmt_batch d;
-    memset(&d, 0, sizeof d);
-    memcpy(b, &d, size < sizeof d ? size : sizeof d);
-    b->struct_size = size;
-    return LLMT_OK;
+    llmt_batch d = {0};
+    return llmt__opts_init(b, size, 0, &d, sizeof d, "llmt_batch");
 }
 
 LLMT_API llmt_status llmt_step_metrics_init(llmt_step_metrics *m, size_t size)
 {
-    if (!m)
-        return LLMT_ERR_NULL_POINTER;
-    if (size < sizeof(size_t))
-        return LLMT_ERR_STRUCT_SIZE;
-    llmt_step_metrics d;
-    memset(&d, 0, sizeof d);
-    memcpy(m, &d, size < sizeof d ? size : sizeof d);
-    m->struct_size = size;
-    return LLMT_OK;
+    llmt_step_metrics d = {0};
+    return llmt__opts_init(m, size, 0, &d, sizeof d, "llmt_step_metrics");
 }
 
 static double now_s(void)

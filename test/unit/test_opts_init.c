@@ -1,4 +1,5 @@
-/* Every llmt_X_opts_init keeps one contract (doc/abi-conventions.md,
+/* Every llmt_X_opts_init (and the model config, batch and step metrics
+ * inits) keeps one contract (doc/abi-conventions.md,
  * "Option structs"): NULL and a size below struct_size are refused; a
  * newer caller's larger struct gets its unknown tail zeroed (so the
  * library accepts it) and struct_size set to the caller's size; an older
@@ -37,6 +38,9 @@ WRAP(llmt_data_prepare_opts, llmt_data_prepare_opts_init)
 WRAP(llmt_loader_opts, llmt_loader_opts_init)
 WRAP(llmt_job_opts, llmt_job_opts_init)
 WRAP(llmt_job_obs_opts, llmt_job_obs_opts_init)
+WRAP(llmt_model_config, llmt_model_config_init)
+WRAP(llmt_batch, llmt_batch_init)
+WRAP(llmt_step_metrics, llmt_step_metrics_init)
 
 static const struct {
     const char *name;
@@ -64,6 +68,9 @@ static const struct {
     ROW(llmt_loader_opts, llmt_loader_opts_init),
     ROW(llmt_job_opts, llmt_job_opts_init),
     ROW(llmt_job_obs_opts, llmt_job_obs_opts_init),
+    ROW(llmt_model_config, llmt_model_config_init),
+    ROW(llmt_batch, llmt_batch_init),
+    ROW(llmt_step_metrics, llmt_step_metrics_init),
 #undef ROW
 };
 
