@@ -19,6 +19,15 @@
 /* llmt_job pads the embedding rows to a multiple of 64 (lib/job/job.c) */
 #define VOCAB_PAD 64
 
+/* The trainer's own activation bytes beside the engine's: its generation
+ * window, seq_len int32 tokens on the host (lib/train/trainer.c, gen_ctx),
+ * which llmt_trainer_memory counts in activations whatever the layout, so
+ * that a rank's reported activations are this plus the engine's buffers. */
+static double trainer_window(const llmt_spec *s)
+{
+    return (double)s->model.seq_len * 4;
+}
+
 typedef struct acc {
     double calls, payload, bus;
 } acc;
@@ -241,17 +250,11 @@ static void tp_span(const eng *g, acc *a, double Ls, double Ms, double rl, doubl
         /* each rank routed its own rows: the router statistics and
          * tallies over the group, and (device.c, sp_moe_reduce) the MoE
          * tensors' gradients, in place: shared experts and router through
-         * the experts' end, or under ep the shared experts and router and
-         * this EP rank's rows of each expert tensor */
+         * the experts' end (under ep the engine holds this EP rank's rows
+         * of each expert tensor only, xn elements) */
         moe_token_sums(g, a, t, Ms + rm, moe_layers(g));
         double C = g->C, head = (g->Fs > 0 ? 3 * aligned(g, g->Fs * C) : 0);
-        if (g->ep > 1) {
-            all_reduce(a, t, head + g->E * C, 4, Ms);
-            all_reduce(a, t, g->xn, 4, 3 * Ms);
-        } else {
-            double ex = aligned(g, g->E * g->Fe * C);
-            all_reduce(a, t, head + aligned(g, g->E * C) + 2 * ex + g->E * g->Fe * C, 4, Ms);
-        }
+        all_reduce(a, t, head + aligned(g, g->E * C) + 2 * aligned(g, g->xn) + g->xn, 4, Ms);
     }
     all_reduce(a, t, 1, 4, 1);
 }
@@ -484,7 +487,7 @@ static double activations(const eng *g)
  * and the logits (under sequence parallelism the residual stream, norms
  * and MoE layers of this rank's rows); the backward's scratch once; the
  * received output gradient's buffer on all but the last stage (all under
- * interleaving). */
+ * interleaving); and the trainer's window. */
 double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
 {
     eng g;
@@ -539,7 +542,7 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
         x += 3 * N * 4;
     if (stage < p - 1 || v > 1) /* the received output gradient (pp.c) */
         x += Nr * C * bf + tail;
-    return x;
+    return x + trainer_window(s);
 }
 
 /* A pipeline stage's tensor parallel collectives of one step (device.c's
@@ -601,9 +604,10 @@ void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
         P += g.unit[u];
         share += g.D > 1 ? chunk(&g, g.unit[u]) : g.unit[u]; /* DP rank 0's */
     }
-    /* expert parallelism: the buffers still hold every expert, the
-     * optimizer's shares only this rank's experts' (dp.c) */
-    P += g.nx * g.xn * g.ep;
+    /* expert parallelism: the buffers hold only this rank's experts
+     * (device.c's ep_shards), the optimizer's shares split over the expert
+     * data parallel group (dp.c) */
+    P += g.nx * g.xn;
     share += g.nx * xchunk(&g);
     /* fp32 master and gradients, a bf16 compute copy on bf16 backends;
      * AdamW's m and v whole, or (ZeRO >= 1) the rank's shares only. ZeRO
@@ -617,6 +621,6 @@ void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
                           (g.sp ? norm_tensors(&g) * g.C * 4 : 0);
     e->engine_mem_optimizer = 8 * (g.zero >= 1 && g.D > 1 ? share : P);
     e->engine_mem_activations =
-        activations(&g) +
+        trainer_window(s) + activations(&g) +
         moe_in(&g, 0, (int64_t)g.L) * moe_saved(s, &g, g.sp ? g.B * g.T / g.t : g.B * g.T);
 }

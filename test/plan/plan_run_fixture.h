@@ -69,9 +69,10 @@ static inline void plan_run_read_stats(llmt_comm *c, double out[3])
 }
 
 /* The rank's state bytes (parameters, gradients, optimizer) and
- * activation bytes as the planner counts them. */
-static inline llmt_status plan_run_memory(llmt_trainer *tr, int seq, double *state,
-                                          double *acts)
+ * activation bytes (all llmt_trainer_memory reports: the host's, the
+ * trainer's generation window included, and the device's) as the planner
+ * counts them. */
+static inline llmt_status plan_run_memory(llmt_trainer *tr, double *state, double *acts)
 {
     llmt_trainer_memory mem;
     memset(&mem, 0, sizeof mem);
@@ -81,11 +82,10 @@ static inline llmt_status plan_run_memory(llmt_trainer *tr, int seq, double *sta
                                     DP's staging of padded units (comm_buffers,
                                     not planned) */
         *state = (double)(mem.device_in_use - mem.device_activations - mem.comm_buffers);
-        *acts = (double)mem.device_activations;
     } else { /* tp 1 trains the model's host arrays in place */
         *state = (double)(mem.params + mem.grads + mem.optimizer);
-        *acts = (double)mem.activations - seq * (double)sizeof(int32_t);
     }
+    *acts = (double)(mem.activations + mem.device_activations);
     return s;
 }
 
