@@ -74,8 +74,11 @@ static int layer_init(layer *L, int experts, int top_k, int ffn, int dropless, l
         L->dy[i] = 0.01f * urand();
     }
     size_t e1 = (size_t)experts * C, ef = (size_t)experts * ffn * C;
-    llmt__moe_w pw = {L->w, L->w + e1, L->w + e1 + ef, L->w + e1 + 2 * ef};
-    llmt__moe_w pg = {L->g, L->g + e1, L->g + e1 + ef, L->g + e1 + 2 * ef};
+    /* under expert parallelism the experts' rows are this rank's block
+     * (moe_ep.h: the engine holds only its experts) */
+    size_t at = size > 1 ? (size_t)rank * (size_t)(experts / size) * ffn * C : 0;
+    llmt__moe_w pw = {L->w, L->w + e1 + at, L->w + e1 + ef + at, L->w + e1 + 2 * ef + at};
+    llmt__moe_w pg = {L->g, L->g + e1 + at, L->g + e1 + ef + at, L->g + e1 + 2 * ef + at};
     L->pw = pw;
     L->pg = pg;
     return 0;

@@ -168,6 +168,10 @@ struct llmt__devtrain {
      * of its aux losses (1 / micro-batches) */
     llmt__moe_net *moe;
     float moe_scale;
+    /* expert parallelism (llmt__devtrain_set_ep; ep 1: none): this rank's
+     * place in the EP group; the MoE layers' expert tensors then hold only
+     * its E/ep experts' rows (ep_shards) */
+    int ep, epr;
 };
 
 /* Forward the backend's message for a failed op. */
@@ -859,6 +863,7 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     g->T = T;
     g->A = A;
     g->llama = c->arch == LLMT_ARCH_LLAMA;
+    g->ep = 1;
     int L = c->layers;
     g->nacts = recompute == LLMT__RECOMPUTE_FULL ? 1 : L;
     g->selective = recompute == LLMT__RECOMPUTE_SELECTIVE;
@@ -930,7 +935,8 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     int f32 = ops->store == LLMT_DTYPE_FP32;
     /* the fp32 host backend trains the model's own parameters in place
      * (not a tensor parallel shard of them) */
-    g->alias = f32 && ops->host_memory && g->P == m->total && tps == 1 && g->pp == 1;
+    g->alias =
+        f32 && ops->host_memory && g->P == m->total && tps == 1 && g->pp == 1 && g->ep == 1;
     /* a pipeline stage or a tensor parallel rank on the fp32 host backend
      * holds its part of the parameters in host memory, the experts whole
      * (tp_shards: SH_WHOLE) at their device offsets: its MoE layers run
@@ -1219,12 +1225,14 @@ static llmt_status tp_gather(llmt__devtrain *g, float *host, const float *dev)
     return s;
 }
 
+static llmt_status ep_gather(llmt__devtrain *g, float *host, const float *dev);
+
 /* One fp32 host array in the host layout <-> the device layout. */
 static llmt_status put(llmt__devtrain *g, float *dev, const float *host)
 {
     const llmt_model *m = g->m;
     if (dev == host) return LLMT_OK; /* aliased: the same memory */
-    if (g->tp > 1 || g->pp > 1) {
+    if (g->tp > 1 || g->pp > 1 || g->ep > 1) {
         llmt_status s;
         S(g->op->memset0(g->d, dev, g->P * 4), "memset");
         for (int i = 0; i < m->nparams; i++)
@@ -1244,13 +1252,13 @@ static llmt_status put(llmt__devtrain *g, float *dev, const float *host)
     return LLMT_OK;
 }
 
-static llmt_status get(llmt__devtrain *g, float *host, const float *dev)
+static llmt_status get_own(llmt__devtrain *g, float *host, const float *dev)
 {
     const llmt_model *m = g->m;
-    if (dev == host) return LLMT_OK;
     if (g->tp > 1)
         return tp_gather(g, host, dev);
-    if (g->pp > 1) { /* this stage's parameters; the others' stay as they are */
+    if (g->pp > 1 || g->ep > 1) { /* this stage's parameters, this EP rank's
+                                   * experts; the others' stay as they are */
         llmt_status s;
         for (int i = 0; i < m->nparams; i++)
             if ((s = shard_copy(g, i, (float *)dev, host, 0)) != LLMT_OK)
@@ -1266,6 +1274,16 @@ static llmt_status get(llmt__devtrain *g, float *host, const float *dev)
         S(g->op->d2h(g->d, host + p->offset, dev + g->doff[i], p->numel * 4), "download");
     }
     return LLMT_OK;
+}
+
+/* Under expert parallelism collective over the EP group: the other EP
+ * ranks' expert rows are gathered too. */
+static llmt_status get(llmt__devtrain *g, float *host, const float *dev)
+{
+    if (dev == host)
+        return LLMT_OK;
+    llmt_status s = get_own(g, host, dev);
+    return s == LLMT_OK && g->ep > 1 ? ep_gather(g, host, dev) : s;
 }
 
 llmt_status llmt__devtrain_upload(llmt__devtrain *g, const float *params, const float *m,
@@ -1888,37 +1906,22 @@ static llmt_status tp_kv_reduce(llmt__devtrain *g)
  * them on its own rows (layer_fwd), so the gradients of their whole,
  * replicated tensors (tp_shards) are partial sums, summed over the group
  * as the norms' are, in place: per MoE layer one sum of its shared
- * experts, router and experts (contiguous in the device layout), or under
- * expert parallelism of the shared experts and router and one of this EP
- * rank's rows of each expert tensor (the others' rows are zero here). */
+ * experts, router and experts (contiguous in the device layout; under
+ * expert parallelism the experts are this EP rank's rows only). */
 static llmt_status sp_moe_reduce(llmt__devtrain *g)
 {
     const llmt_model_config *c = &g->m->cfg;
-    int32_t er = 0, es = 1;
-    llmt_comm *ep = llmt__moe_net_ep_comm(g->moe);
-    if (ep && (llmt_comm_rank(ep, &er) != LLMT_OK || llmt_comm_size(ep, &es) != LLMT_OK))
-        return llmt__err_set(g->e, LLMT_ERR_INTERNAL, "trainer: moe: the EP group: %s",
-                             llmt_comm_last_error(ep));
     size_t E = (size_t)c->moe_experts, C = (size_t)c->width, F = (size_t)c->moe_ffn;
-    size_t blk_n = E / (size_t)es * F * C, blk_lo = (size_t)er * blk_n;
+    size_t El = E / (size_t)g->ep;
     for (int l = 0; l < c->layers; l++) {
         const llmt__layer_offs *o = &g->lay[l];
         if (o->router == NOP || !stage_has(g, l))
             continue;
         size_t lo = o->sw1 != NOP ? o->sw1 : o->router;
-        size_t at_[4] = {lo, o->ew1 + blk_lo, o->ew3 + blk_lo, o->ew2 + blk_lo};
-        size_t n[4] = {o->router + E * C - lo, blk_n, blk_n, blk_n};
-        int k = 4;
-        if (es == 1) { /* through the end of w2 */
-            n[0] = o->ew2 + E * C * F - lo;
-            k = 1;
-        }
-        for (int j = 0; j < k; j++) {
-            llmt_status s =
-                g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, g->grad + at_[j], 1, n[j]);
-            if (s != LLMT_OK)
-                return s;
-        }
+        llmt_status s = g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, g->grad + lo, 1,
+                                o->ew2 + El * C * F - lo);
+        if (s != LLMT_OK)
+            return s;
     }
     return LLMT_OK;
 }
@@ -2173,7 +2176,8 @@ void llmt__devtrain_dp_store(llmt__devtrain *g, llmt__dp_store *st)
     st->total = g->P;
     st->doff = g->doff;
     st->norm_count = -1;
-    if (g->tp > 1 || g->pp > 1) { /* this rank's part; the norm counts what it owns */
+    if (g->tp > 1 || g->pp > 1 || g->ep > 1) { /* this rank's part; the norm counts
+                                                  * what it owns */
         for (int i = 0; i < g->m->nparams; i++)
             g->dnumel[i] = g->sh[i].numel;
         st->numel = g->dnumel;
@@ -2576,7 +2580,7 @@ llmt_status llmt__devtrain_local_put(llmt__devtrain *g, int i, const float *in)
     S(g->op->sync(g->d), "write a parameter's shard");
     /* and into the host copy, by this rank alone (no collective: the
      * other ranks do not take part in a drill) */
-    if (g->tp > 1 || g->pp > 1)
+    if (g->tp > 1 || g->pp > 1 || g->ep > 1)
         return shard_copy(g, i, g->master, g->m->data, 0);
     if (g->m->data + g->m->params[i].offset != g->master + at)
         S(g->op->d2h(g->d, g->m->data + g->m->params[i].offset, g->master + at, n * 4),
@@ -2590,4 +2594,158 @@ void llmt__devtrain_set_cp(llmt__devtrain *g, llmt__cp *cp)
     g->cp = cp;
     if (g->moe && cp) /* its rows of every sequence: MoE's token group */
         llmt__moe_net_add_group(g->moe, llmt__cp_comm(cp));
+}
+
+/* ---- expert parallelism: only this rank's experts (moe_ep.h) */
+
+/* Whether parameter i is a MoE layer's routed expert tensor (w1, w3, w2). */
+static int is_expert(const llmt__devtrain *g, int i)
+{
+    size_t off = g->m->params[i].offset;
+    for (int l = 0; l < g->m->cfg.layers; l++) {
+        const llmt__layer_offs *o = &g->m->layer[l];
+        if (o->ew1 != NOP && (off == o->ew1 || off == o->ew3 || off == o->ew2))
+            return 1;
+    }
+    return 0;
+}
+
+/* Each expert tensor held here keeps only EP rank epr's block of rows
+ * (its E/ep experts' F rows of w1 and w3, C rows of w2): a row shard as
+ * tensor parallelism's, so the host transfers, the checkpoint's blocks
+ * and data parallelism's units take it as any shard; a tensor replicated
+ * over tensor parallelism keeps its owner. After tp_shards and
+ * stage_params. */
+static void ep_shards(llmt__devtrain *g)
+{
+    int64_t E = g->m->cfg.moe_experts;
+    for (int i = 0; g->ep > 1 && i < g->m->nparams; i++) {
+        tshard *s = &g->sh[i];
+        if (!is_expert(g, i) || s->nseg == 0)
+            continue; /* not an expert tensor, or another stage's */
+        int64_t rows = s->R / E * (E / g->ep);
+        int own = s->own[0];
+        s->nseg = 0;
+        sh_rows(s, (int64_t)g->epr * rows, rows, own);
+        s->numel = (size_t)(rows * s->K);
+    }
+}
+
+/* The other EP ranks' expert rows into a host array (collective over the
+ * EP group): rank r's rows are block r of the global tensor, where the
+ * all-gather puts them. The engine's memory is host memory (MoE runs on
+ * host backends only). */
+static llmt_status ep_gather(llmt__devtrain *g, float *host, const float *dev)
+{
+    llmt_comm *c = llmt__moe_net_ep_comm(g->moe);
+    for (int i = 0; i < g->m->nparams; i++) {
+        if (!is_expert(g, i) || g->sh[i].numel == 0)
+            continue;
+        S(g->op->sync(g->d), "download");
+        llmt_status s = llmt_comm_all_gather(c, dev + g->doff[i], host + g->m->params[i].offset,
+                                             g->sh[i].numel, LLMT_DTYPE_FP32, NULL);
+        if (s != LLMT_OK)
+            return llmt__err_set(g->e, s,
+                                 "trainer: the expert rows' all-gather over the EP group: %s",
+                                 llmt_comm_last_error(c));
+    }
+    return LLMT_OK;
+}
+
+static void free_mirrors(llmt__devtrain *g)
+{
+    float *hs[] = {g->hg, g->hm, g->hv};
+    for (int i = 0; i < 3; i++)
+        if (hs[i]) {
+            if (g->pinned)
+                g->op->host_free(g->d, hs[i]);
+            else
+                free(hs[i]);
+        }
+    g->hg = g->hm = g->hv = NULL;
+}
+
+llmt_status llmt__devtrain_set_ep(llmt__devtrain *g, llmt_comm *comm)
+{
+    const llmt_model *m = g->m;
+    int32_t r = 0, n = 1;
+    if (comm && (llmt_comm_rank(comm, &r) != LLMT_OK || llmt_comm_size(comm, &n) != LLMT_OK))
+        return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_ep_comm: %s",
+                             llmt_comm_last_error(comm));
+    if (n <= 1)
+        r = 0, n = 1;
+    if (!g->mom1)
+        return llmt__err_set(g->e, LLMT_ERR_STATE,
+                             "trainer: set_ep_comm: the optimizer state is sharded (ZeRO >= "
+                             "1): detach data parallelism first");
+    llmt_status s = llmt__moe_net_set_ep(g->moe, g->e, n > 1 ? comm : NULL);
+    if (s != LLMT_OK || (n == g->ep && r == g->epr))
+        return s;
+    /* the host copies become the truth: the aliased buffers (the host
+     * layout) copied into mirrors of their own; else the caller brought
+     * the mirrors up to date */
+    int was = g->alias;
+    if (was && ((s = host_mirror(g, &g->hg, m->total)) != LLMT_OK ||
+                (s = host_mirror(g, &g->hm, m->total)) != LLMT_OK ||
+                (s = host_mirror(g, &g->hv, m->total)) != LLMT_OK)) {
+        free_mirrors(g);
+        g->hg = g->grad, g->hm = g->mom1, g->hv = g->mom2;
+        return s;
+    }
+    if (was) {
+        S(g->op->d2h(g->d, g->hg, g->grad, m->total * 4), "download");
+        S(g->op->d2h(g->d, g->hm, g->mom1, m->total * 4), "download");
+        S(g->op->d2h(g->d, g->hv, g->mom2, m->total * 4), "download");
+    }
+    void *old[] = {was ? NULL : g->master, g->grad, g->mom1, g->mom2};
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
+        if (old[i])
+            g->op->free(g->d, old[i]);
+    g->master = g->grad = g->mom1 = g->mom2 = NULL;
+    g->param = NULL;
+    /* the new layout, and what depends on its offsets */
+    g->ep = n;
+    g->epr = r;
+    tp_shards(g);
+    stage_params(g);
+    ep_shards(g);
+    plan_layout(g);
+    if (g->nrmoff)
+        g->nnrmp = norm_params(g, g->nrmoff);
+    g->alias = g->op->host_memory && g->P == m->total && g->tp == 1 && g->pp == 1 && g->ep == 1;
+    if (g->alias)
+        g->master = m->data;
+    else
+        s = dalloc(g, (void **)&g->master, g->P * 4, 0);
+    if (s == LLMT_OK)
+        s = dalloc(g, (void **)&g->grad, g->P * 4, 0);
+    if (s == LLMT_OK)
+        s = dalloc(g, (void **)&g->mom1, g->P * 4, 0);
+    if (s == LLMT_OK)
+        s = dalloc(g, (void **)&g->mom2, g->P * 4, 0);
+    if (s != LLMT_OK) /* unusable: the trainer reports it and is destroyed */
+        return s;
+    g->param = g->master;
+    tp_norm_runs(g); /* its runs point into the new gradient buffer */
+    S(g->op->memset0(g->d, g->grad, g->P * 4), "memset");
+    if ((s = llmt__devtrain_upload(g, m->data, g->hm, g->hv)) != LLMT_OK)
+        return s;
+    if (g->alias) { /* back to one rank's experts: the buffers are the mirrors */
+        free_mirrors(g);
+        g->hg = g->grad;
+        g->hm = g->mom1;
+        g->hv = g->mom2;
+    }
+    return LLMT_OK;
+}
+
+int llmt__devtrain_ep(const llmt__devtrain *g)
+{
+    return g->ep;
+}
+
+int64_t llmt__devtrain_ep_row0(const llmt__devtrain *g, int i)
+{
+    const tshard *s = &g->sh[i];
+    return g->ep > 1 && is_expert(g, i) && s->nseg == 1 ? s->lo[0] * s->K : 0;
 }

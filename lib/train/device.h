@@ -274,5 +274,19 @@ llmt_status llmt__devtrain_local_get(llmt__devtrain *g, int i, float *out);
 llmt_status llmt__devtrain_local_put(llmt__devtrain *g, int i, const float *in);
 /* The engine's mixture-of-experts layers (moe_net.h), NULL when dense. */
 struct llmt__moe_net *llmt__devtrain_moe(llmt__devtrain *g);
+/* Expert parallelism over comm (NULL or one rank: none; the MoE layers'
+ * exchange, moe_net.h): the engine then holds only this EP rank's rows of
+ * each expert tensor (E/ep experts) in its parameter, gradient and moment
+ * buffers, made again for that layout and loaded from the host copies
+ * (the model's parameters, the mirrors' moments: the caller brings them
+ * up to date first). Host downloads gather the other EP ranks' rows
+ * (collective over comm). Needs the engine's full moments (no ZeRO >= 1
+ * attached). On a failure to allocate, the engine is unusable. ep: the
+ * group's size (1: none). */
+llmt_status llmt__devtrain_set_ep(llmt__devtrain *g, llmt_comm *comm);
+int llmt__devtrain_ep(const llmt__devtrain *g);
+/* Where parameter i's part here starts in the global tensor (flat): an
+ * expert tensor's EP rows under expert parallelism, else 0. */
+int64_t llmt__devtrain_ep_row0(const llmt__devtrain *g, int i);
 
 #endif

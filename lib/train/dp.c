@@ -63,10 +63,11 @@
  * parallel group (the dp/ep ranks holding the same experts) exactly as a
  * layer's run over the DP group: reduced in a bucket of their own when
  * the layer's gradients are ready, sharded by ZeRO over that group, its
- * AdamW state only there. Other EP ranks' rows are never touched here:
- * llmt__dp_sync gathers them over the EP group when the whole tensors
- * are wanted, and checkpoints take each block from its owners
- * (llmt__dp_param_share lies inside the own rows). The gradient norm
+ * AdamW state only there. The engine's layout holds only this rank's
+ * rows of each expert tensor (device.c's ep_shards: the whole tensor in
+ * the device layout is the unit), so other EP ranks' rows are not here
+ * at all: the engine gathers them over the EP group when the host copies
+ * are downloaded. The gradient norm
  * counts each expert once: the expert units' squares of one EP group
  * (expert data parallel rank 0) are added to the dense ones. */
 #include <math.h>
@@ -143,7 +144,6 @@ struct llmt__dp {
     int *xparam, *xfirst;
     llmt_comm *xcomm, *epc;
     int32_t xrank, xsize, erank, esize;
-    size_t xreleased; /* ZeRO-3: bytes of other EP ranks' rows given back */
 };
 
 const llmt_err *llmt__dp_err(const llmt__dp *dp) { return &dp->err; }
@@ -402,21 +402,6 @@ static void poison(llmt__dp *dp, int u)
                       release_range(dp, own_end, dp->lo[u] + dp->n[u]);
 }
 
-/* Expert parallelism: the other EP ranks' rows of the expert tensors are
- * not needed here until llmt__dp_sync gathers them: given back as
- * ZeRO-3's non-shares are (whole pages of the CPU backend's host
- * parameters; the rest NaN), at any ZeRO stage. */
-static void release_others(llmt__dp *dp)
-{
-    dp->xreleased = 0;
-    for (int u = dp->U0; u < dp->nunits; u++) {
-        int i = dp->xparam[u - dp->U0];
-        size_t a = dp->dv.doff[i], b = a + dp->n[u] * (size_t)dp->esize;
-        dp->xreleased += release_range(dp, a, dp->lo[u]);
-        dp->xreleased += release_range(dp, dp->lo[u] + dp->n[u], b);
-    }
-}
-
 /* The chunks of unit u overrun it (the last rank's is short or empty), so
  * its collectives need a padded buffer instead of running in place. */
 static int padded(const llmt__dp *dp, int u)
@@ -516,9 +501,9 @@ static int param_at(const llmt_model *m, size_t host)
 }
 
 /* Expert parallelism: each MoE layer's unit ends before its experts
- * (w1, w3, w2 follow the router, the layer's last tensors), and this
- * rank's rows of each expert tensor, block erank of esize, become units
- * U0 + 3k + j (see the top). */
+ * (w1, w3, w2 follow the router, the layer's last tensors), and each
+ * expert tensor, which the engine holds only this rank's rows of (block
+ * erank of esize), becomes unit U0 + 3k + j (see the top). */
 static void expert_units(llmt__dp *dp)
 {
     const llmt_model *m = dp->model;
@@ -533,13 +518,12 @@ static void expert_units(llmt__dp *dp)
         dp->xfirst[1 + l] = u;
         for (int j = 0; j < 3; j++, u++, k++) {
             int i = param_at(m, t[j]);
-            size_t per = dnumel(dp, i) / (size_t)dp->esize;
             if (j == 0)
                 dp->n[1 + l] = dp->dv.doff[i] - dp->lo[1 + l];
             dp->xparam[k] = i;
             dp->unit_of_param[i] = u;
-            dp->lo[u] = dp->dv.doff[i] + (size_t)dp->erank * per;
-            dp->n[u] = per;
+            dp->lo[u] = dp->dv.doff[i];
+            dp->n[u] = dnumel(dp, i);
         }
     }
 }
@@ -794,7 +778,6 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
             poison(dp, u);
             dp->gathered[u] = 0;
         }
-        release_others(dp);
     }
     if (dp->st != LLMT_OK) {
         llmt_status s = llmt__err_set(e, dp->st, "%s", dp->err.msg);
@@ -1265,7 +1248,6 @@ llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
             return s;
         }
     }
-    release_others(dp); /* llmt__dp_sync may have gathered them */
     if (zs == 0) return LLMT_OK;
     if (zs == 3) {
         for (int u = 0; u < dp->nunits; u++) {
@@ -1346,7 +1328,6 @@ llmt_status llmt__dp_params_written(llmt__dp *dp)
         dnote(dp, dp->op->h2d(dp->dv.d, dp->ms, dp->hms, sb), "optimizer state upload");
         dnote(dp, dp->op->h2d(dp->dv.d, dp->vs, dp->hvs, sb), "optimizer state upload");
     }
-    release_others(dp); /* written whole (a checkpoint's read) */
     if (dp->o.zero_stage < 3)
         return dp->st;
     for (int u = 0; u < dp->nunits; u++)
@@ -1355,53 +1336,12 @@ llmt_status llmt__dp_params_written(llmt__dp *dp)
     return dp->st;
 }
 
-/* Expert parallelism: every EP rank's rows of each expert tensor of buf
- * (the parameters, m or v; device layout) gathered in place over the EP
- * group: EP rank j's rows are block j of the tensor, where its all-gather
- * puts them. */
-static llmt_status ep_gather(llmt__dp *dp, float *buf, int params)
-{
-    llmt_status s = LLMT_OK;
-    for (int u = dp->U0; u < dp->nunits && s == LLMT_OK; u++) {
-        int i = dp->xparam[u - dp->U0];
-        size_t per = dp->n[u], at = dp->dv.doff[i];
-        dsync(dp);
-        if ((s = dp->st) != LLMT_OK)
-            break;
-        s = llmt_comm_all_gather(dp->epc, buf + dp->lo[u], buf + at, per, LLMT_DTYPE_FP32,
-                                 NULL);
-        if (s == LLMT_OK && params)
-            refresh(dp, at, per * (size_t)dp->esize);
-        if (s == LLMT_OK)
-            s = dp->st;
-    }
-    if (s != LLMT_OK) {
-        dp->st = LLMT_OK;
-        note(dp, s, "expert rows' all-gather over the EP group");
-    }
-    return s;
-}
-
 llmt_status llmt__dp_sync(llmt__dp *dp)
 {
     dp->st = LLMT_OK;
     for (int u = 0; dp->o.zero_stage == 3 && u < dp->nunits; u++)
         ensure(dp, u);
-    if (dp->st != LLMT_OK || dp->U0 == dp->nunits)
-        return dp->st;
-    llmt_status s = ep_gather(dp, dp->params, 1);
-    if (s == LLMT_OK)
-        dp->xreleased = 0; /* the gather wrote every page back */
-    return s;
-}
-
-llmt_status llmt__dp_ep_gather_state(llmt__dp *dp, float *m, float *v)
-{
-    if (dp->U0 == dp->nunits)
-        return LLMT_OK;
-    dp->st = LLMT_OK;
-    llmt_status s = ep_gather(dp, m, 0);
-    return s == LLMT_OK ? ep_gather(dp, v, 0) : s;
+    return dp->st;
 }
 
 const llmt_dp_opts *llmt__dp_opts(const llmt__dp *dp)
@@ -1451,7 +1391,7 @@ size_t llmt__dp_released_bytes(const llmt__dp *dp)
 {
     size_t n = 0;
     for (int u = 0; u < dp->nunits; u++) n += dp->released[u];
-    return n + dp->xreleased;
+    return n;
 }
 
 size_t llmt__dp_buffer_bytes(const llmt__dp *dp)
@@ -1488,8 +1428,6 @@ llmt_status llmt__dp_unshard_state(llmt__dp *dp, float *m, float *v)
     if (s == LLMT_OK) s = unshard_one(dp, dp->vs, v);
     if (s == LLMT_OK)
         s = dp->st;
-    if (s == LLMT_OK) /* and the other EP ranks' experts */
-        s = llmt__dp_ep_gather_state(dp, m, v);
     if (temp) {
         dsync(dp);
         dfree(dp, dp->stage);

@@ -36,13 +36,11 @@ typedef struct llmt__dp_store {
     int host_params; /* master IS the model's data (host memory) */
     /* expert parallelism (lib/train/moe_ep.h; NULL or one rank: none): the
      * EP group, consecutive ranks of the data parallel group. Each MoE
-     * layer's expert tensors are then units of their own: this rank's
-     * rows of them (EP rank j holds block j of E/ep experts) reduced and
-     * ZeRO-sharded over the expert data parallel group, the dp/ep ranks of
-     * equal EP rank (split from the DP group here); other ranks' rows are
-     * neither reduced nor updated here, and are current only after
-     * llmt__dp_sync (or in a checkpoint, which takes each block from its
-     * owners). */
+     * layer's expert tensors are then units of their own: the engine
+     * holds only this rank's rows of them (EP rank j holds block j of
+     * E/ep experts; numel gives their size), reduced and ZeRO-sharded
+     * over the expert data parallel group, the dp/ep ranks of equal EP
+     * rank (split from the DP group here). */
     llmt_comm *ep;
 } llmt__dp_store;
 
@@ -81,14 +79,8 @@ llmt_status llmt__dp_sumsq(llmt__dp *dp, double *ss);
  * leave them sharded (ZeRO-3). t is the 1-based step. */
 llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
                             float scale, int64_t t);
-/* ZeRO-3: gather every unit; expert parallelism: every EP rank's expert
- * rows into the whole expert tensors (collective). */
+/* ZeRO-3: gather every unit (collective). */
 llmt_status llmt__dp_sync(llmt__dp *dp);
-/* Expert parallelism: every EP rank's rows of the expert tensors of the
- * full-size m and v (device layout) gathered over the EP group
- * (collective; a no-op without expert parallelism). For a detach from
- * ZeRO 0, whose full m and v hold only this rank's experts current. */
-llmt_status llmt__dp_ep_gather_state(llmt__dp *dp, float *m, float *v);
 /* The options it was made with, and the expert data parallel group (NULL
  * without expert parallelism): the trainer makes data parallelism again
  * when the EP group changes; tests read the group's traffic. */

@@ -1,7 +1,9 @@
 /* llmt_trainer_set_ep_comm: the trainer's side of expert parallelism
- * (the layer's exchange is moe_ep.c, the engine's MoE layers moe_net.c). */
+ * (the layer's exchange is moe_ep.c, the engine's MoE layers moe_net.c,
+ * its layout of this rank's experts device.c). */
 #include "train/device.h"
 #include "train/moe_net.h"
+#include "train/trainer_impl.h"
 #include "train/trainer_state.h"
 
 LLMT_API llmt_status llmt_trainer_set_ep_comm(llmt_trainer *tr, llmt_comm *comm)
@@ -22,10 +24,28 @@ LLMT_API llmt_status llmt_trainer_set_ep_comm(llmt_trainer *tr, llmt_comm *comm)
                              (int)n);
     if (!m)
         return LLMT_OK;
-    llmt_status s = llmt__moe_net_set_ep(m, e, comm);
-    /* data parallelism attached first: made again, its experts now units
-     * of their own group (dp.c) */
-    return s == LLMT_OK ? llmt__trainer_dp_renew(tr) : s;
+    /* data parallelism attached first: its units are of the old layout,
+     * so it is detached (every rank's moment shares back in the engine's
+     * full moments) and made again after, its experts then units of their
+     * own group (dp.c) */
+    llmt_comm *dpc = tr->dp ? llmt__dp_comm(tr->dp) : NULL;
+    llmt_dp_opts o;
+    if (tr->dp)
+        o = *llmt__dp_opts(tr->dp);
+    llmt_status s = dpc ? llmt_trainer_set_comm(tr, NULL, NULL) : LLMT_OK;
+    /* the engine made again for this rank's experts from the host copies */
+    if (s == LLMT_OK)
+        s = llmt__trainer_host_sync(tr);
+    if (s == LLMT_OK)
+        s = llmt__devtrain_set_ep(g, comm);
+    tr->grads = llmt__devtrain_host_grads(g);
+    tr->m = llmt__devtrain_host_m(g);
+    tr->v = llmt__devtrain_host_v(g);
+    tr->stale_params = tr->stale_moments = 0;
+    tr->stale_grads = 1;
+    if (s == LLMT_OK && dpc)
+        s = llmt_trainer_set_comm(tr, dpc, &o);
+    return s;
 }
 
 llmt_comm *llmt__trainer_ep_comm(llmt_trainer *tr)

@@ -179,8 +179,8 @@ llmt_status llmt__moe_ep_fwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llm
     to_owner(p, p->rbuf, p->xo, C);
     for (int el = 0; el < p->El; el++) {
         size_t r0 = (size_t)p->off[(size_t)el * p->size];
-        llmt__moe_expert_fwd(&p->sh, w, p->rank * p->El + el, (int)p->rows[el], p->xo + r0 * C,
-                             p->h1 + r0 * F, p->h3 + r0 * F, p->act + r0 * F, p->yo + r0 * C);
+        llmt__moe_expert_fwd(&p->sh, w, el, (int)p->rows[el], p->xo + r0 * C, p->h1 + r0 * F,
+                             p->h3 + r0 * F, p->act + r0 * F, p->yo + r0 * C);
     }
     from_owner(p, p->yo, p->sbuf, C);
     if ((st = a2a(p, comm, e, "combine")) != LLMT_OK)
@@ -203,10 +203,10 @@ llmt_status llmt__moe_ep_bwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llm
     to_owner(p, p->rbuf, p->dyo, C);
     for (int el = 0; el < p->El; el++) {
         size_t r0 = (size_t)p->off[(size_t)el * p->size];
-        llmt__moe_expert_bwd(&p->sh, w, dw, p->rank * p->El + el, (int)p->rows[el],
-                             p->xo + r0 * C, p->h1 + r0 * F, p->h3 + r0 * F, p->act + r0 * F,
-                             p->dyo + r0 * C, p->dact + r0 * F, p->dh1 + r0 * F,
-                             p->dh3 + r0 * F, p->dxo + r0 * C);
+        llmt__moe_expert_bwd(&p->sh, w, dw, el, (int)p->rows[el], p->xo + r0 * C,
+                             p->h1 + r0 * F, p->h3 + r0 * F, p->act + r0 * F, p->dyo + r0 * C,
+                             p->dact + r0 * F, p->dh1 + r0 * F, p->dh3 + r0 * F,
+                             p->dxo + r0 * C);
     }
     from_owner(p, p->dxo, p->sbuf, C);
     if ((st = a2a(p, comm, e, "input gradients")) != LLMT_OK)

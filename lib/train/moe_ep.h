@@ -35,7 +35,9 @@ void llmt__moe_ep_free(llmt__moe_ep *p);
 /* Rows of one (rank, expert) block of the exchange. */
 int llmt__moe_ep_block(const llmt__moe_ep *p);
 /* The layer on x[N,C] into y (overwritten), as llmt__moe_fwd; collective
- * over comm (every rank of the group calls it for the same layer). */
+ * over comm (every rank of the group calls it for the same layer). w's
+ * (and dw's) expert tensors hold this rank's experts only: row block el
+ * is expert rank*E/size + el (the router is whole). */
 llmt_status llmt__moe_ep_fwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llmt_err *e,
                              const llmt__moe_w *w, const float *x, float *y, int N);
 /* Its backward, as llmt__moe_bwd: gradients of this rank's experts (from

@@ -490,8 +490,7 @@ llmt_status llmt__trainer_local_read(llmt_trainer *tr, int32_t i, float **buf, i
     if (tr->dp && llmt__dp_released_bytes(tr->dp) > 0)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "trainer: data parallelism releases parameters between steps "
-                             "(ZeRO 3's non-shares, other EP ranks' experts): no whole copy "
-                             "of them to read");
+                             "(ZeRO 3's non-shares): no whole copy of them to read");
     int64_t e = llmt__devtrain_local_numel(tr->dev, i);
     if (e == 0)
         return LLMT_OK; /* another stage's tensor */
@@ -576,8 +575,10 @@ int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel,
     const llmt__param *p = &tr->model->params[index];
     size_t r = 0, cnt = p->numel, lo;
     float *m = NULL, *v = NULL;
-    if (tr->dp)
+    if (tr->dp) { /* a share of the engine's part: an expert tensor's EP rows */
         llmt__dp_param_share(tr->dp, index, &r, &cnt, &m, &v);
+        r += (size_t)llmt__devtrain_ep_row0(tr->dev, index);
+    }
     lo = p->offset + r;
     if (tr->m) { /* not sharded (ZeRO 0): the full buffers hold every share */
         m = tr->m + lo;
@@ -626,6 +627,9 @@ LLMT_API llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr, llmt_trai
                              "trainer: memory_usage: out: struct_size is %zu; set it to "
                              "sizeof the struct", out->struct_size);
     size_t P = tr->model->total * sizeof(float);
+    /* expert parallelism: the engine holds only this rank's experts */
+    if (llmt__devtrain_ep(tr->dev) > 1)
+        P = llmt__devtrain_param_floats(tr->dev) * sizeof(float);
     llmt_trainer_memory r;
     memset(&r, 0, sizeof r);
     r.struct_size = out->struct_size;
@@ -820,7 +824,9 @@ int llmt__trainer_tp_shard(llmt_trainer *tr, int32_t i, int *cols, int64_t *R, i
                            int64_t lo[3], int64_t n[3], int own[3], int64_t *rel, int64_t *cnt,
                            float *mv[2])
 {
-    if (!tr->tp && !tr->pp) /* a pipeline stage's shards: its tensors whole, others empty */
+    /* a pipeline stage's shards: its tensors whole, others empty; expert
+     * parallelism's: an expert tensor's rows of this EP rank */
+    if (!tr->tp && !tr->pp && llmt__devtrain_ep(tr->dev) == 1)
         return 0;
     int ns = llmt__devtrain_shard(tr->dev, i, cols, R, K, lo, n, own);
     int64_t tot = 0;
@@ -889,12 +895,6 @@ static llmt_status detach(llmt_trainer *tr)
         }
         tr->m = llmt__devtrain_host_m(tr->dev);
         tr->v = llmt__devtrain_host_v(tr->dev);
-        tr->stale_moments = 1;
-    } else { /* ZeRO 0 under expert parallelism: the other EP ranks' experts */
-        float *dm, *dv;
-        llmt__devtrain_moments(tr->dev, &dm, &dv);
-        if (llmt__dp_ep_gather_state(tr->dp, dm, dv) != LLMT_OK)
-            return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
         tr->stale_moments = 1;
     }
     llmt__devtrain_set_dp(tr->dev, NULL);

@@ -32,6 +32,10 @@ static void use_engine(llmt_trainer *tr, llmt__devtrain *dev)
  * with the collectives of lib/train/tp.c; seq: sequence parallel. */
 static llmt_status tp_attach(llmt_trainer *tr, llmt_comm *comm, int seq)
 {
+    if (llmt__trainer_ep_comm(tr)) /* the new engine would hold every expert */
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
+                             "trainer: set_tp_comm: attach tensor (and sequence) parallelism "
+                             "before expert parallelism (llmt_trainer_set_ep_comm)");
     llmt_status s = llmt__trainer_host_sync(tr);
     if (s != LLMT_OK)
         return s;
@@ -347,6 +351,10 @@ static llmt_status cp_check(llmt_trainer *tr)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_cp_comm: fp8 with context parallelism is not "
                              "supported yet (set fp8 off)");
+    if (llmt__trainer_ep_comm(tr)) /* the new engine would hold every expert */
+        return llmt__err_set(&tr->err, LLMT_ERR_STATE,
+                             "trainer: set_cp_comm: attach context parallelism before expert "
+                             "parallelism (llmt_trainer_set_ep_comm)");
     if (!tr->ops->host_memory)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_cp_comm: context parallelism runs on the cpu and "

@@ -103,10 +103,10 @@ typedef struct run {
     int k0, k1;
     const char *load, *save;
     int leave_at; /* > 0: expert parallelism detached before that step */
-    /* under ep, before the sync: elements of the other EP ranks' expert
-     * rows still holding a value (neither a page given back, 0, nor
-     * poisoned, NaN), of how many */
-    int64_t held, others;
+    /* under ep, after the sync: elements of the expert tensors the engine
+     * holds (llmt__trainer_local_read), of the model's, and how many of
+     * them differ from this EP rank's rows of the synced tensors */
+    int64_t held, all, differ;
     float *params;
     int64_t total;
     llmt_status st;
@@ -205,29 +205,32 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_memory_usage(tr, &a->mem);
     if (a->st == LLMT_OK && a->save)
         a->st = rank_fixture_ckpt(tr, a->save, a->rank, W, 1, k1);
-    if (a->st == LLMT_OK && a->ep > 1 && !a->leave_at) {
-        int32_t np = 0, er = a->rank % a->ep;
-        llmt_model_param_count(m, &np, NULL);
-        for (int32_t i = 0; i < np; i++) {
-            llmt_tensor v;
-            const char *name;
-            memset(&v, 0, sizeof v);
-            v.struct_size = sizeof v;
-            llmt_model_param(m, i, &name, &v);
-            if (!strstr(name, ".experts."))
-                continue;
-            int64_t n = v.shape[0] * v.shape[1], per = n / a->ep;
-            const float *x = v.data;
-            for (int64_t j = 0; j < n; j++) {
-                if (j / per == er)
-                    continue;
-                a->others++;
-                a->held += x[j] == x[j] && x[j] != 0;
-            }
-        }
-    }
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
+    /* the engine holds only this EP rank's rows of each expert tensor:
+     * block rank % ep of the whole (synced) tensor */
+    for (int32_t i = 0, np = 0; a->st == LLMT_OK && a->ep > 1 && !a->leave_at; i++) {
+        if (i == 0)
+            llmt_model_param_count(m, &np, NULL);
+        if (i >= np)
+            break;
+        llmt_tensor v;
+        const char *name;
+        memset(&v, 0, sizeof v);
+        v.struct_size = sizeof v;
+        llmt_model_param(m, i, &name, &v);
+        if (!strstr(name, ".experts."))
+            continue;
+        int64_t n = v.shape[0] * v.shape[1], per = n / a->ep, got = 0;
+        float *mine = NULL;
+        a->st = llmt__trainer_local_read(tr, i, &mine, &got);
+        const float *want = (const float *)v.data + (a->rank % a->ep) * per;
+        a->all += n;
+        a->held += got;
+        for (int64_t j = 0; mine && got == per && j < per; j++)
+            a->differ += mine[j] != want[j];
+        free(mine);
+    }
     int32_t np = 0;
     if (a->st == LLMT_OK)
         a->st = llmt_model_param_count(m, &np, &a->total);
@@ -427,20 +430,21 @@ static void one_case(const run *ref, int W, int ep, int zero, int dropless)
                         r[i].dp[q], pdp[q]);
             CHECK_CLOSE(r[i].dp[q], pdp[q], 1e-12, 0);
         }
-    /* the other EP ranks' expert rows are given back between steps, as
-     * ZeRO-3's non-shares are (0 or NaN until the sync) */
+    /* the engine holds E/ep experts: 1/ep of every expert tensor, its EP
+     * rank's rows */
     for (int i = 0; ep > 1 && i < W; i++) {
-        CHECK(r[i].others > 0);
-        CHECK_EQ_INT(r[i].held, 0);
+        CHECK(r[i].all > 0);
+        CHECK_EQ_INT(r[i].held * ep, r[i].all);
+        CHECK_EQ_INT(r[i].differ, 0);
     }
     if (ep > 1)
-        printf("  %lld elements of other EP ranks' expert rows on rank 0, %lld still held "
-               "before the sync\n",
-               (long long)r[0].others, (long long)r[0].held);
-    /* and its memory: whole parameter and gradient buffers, AdamW state
-     * whole (ZeRO 0) or the rank's shares, its experts' only over the
-     * expert data parallel group (DP rank 0's: every rank's here, as no
-     * unit is padded) */
+        printf("  the engine holds %lld of the %lld expert tensor elements on rank 0 (its EP "
+               "rank's rows)\n",
+               (long long)r[0].held, (long long)r[0].all);
+    /* and its memory: parameter and gradient buffers of the dense tensors
+     * and this rank's experts, AdamW state as large (ZeRO 0) or the
+     * rank's shares, its experts' only over the expert data parallel group
+     * (DP rank 0's: every rank's here, as no unit is padded) */
     for (int i = 0; i < W; i++) {
         CHECK_CLOSE((double)r[i].mem.params, g_est.engine_mem_params, 0, 0);
         CHECK_CLOSE((double)r[i].mem.grads, g_est.engine_mem_grads, 0, 0);
@@ -651,6 +655,59 @@ static void leave_case(const run *ref, int zero)
            zero, wl, wp);
 }
 
+/* The memory expert parallelism saves: dp 4 at ZeRO 0 under ep 1, 2 and
+ * 4. A rank's parameter, gradient and AdamW bytes (llmt_trainer_memory)
+ * less the dense part (ep 1's less the experts' 4 fp32 buffers, counted
+ * from the model's tensors) are the experts' part: 1/ep of ep 1's,
+ * within 5%. */
+static void mem_scaling(void)
+{
+    llmt_model_config c;
+    cfg(&c, E, 0);
+    llmt_model *m = NULL;
+    CHECK_STATUS(llmt_model_create(ctx, &c, &m), LLMT_OK);
+    int32_t np = 0;
+    double xf = 0; /* expert floats of the model */
+    llmt_model_param_count(m, &np, NULL);
+    for (int32_t i = 0; i < np; i++) {
+        llmt_tensor v;
+        const char *name;
+        memset(&v, 0, sizeof v);
+        v.struct_size = sizeof v;
+        llmt_model_param(m, i, &name, &v);
+        if (strstr(name, ".experts."))
+            xf += (double)v.shape[0] * (double)v.shape[1];
+    }
+    llmt_model_destroy(m);
+    double state[3] = {0}, dense = 0;
+    const int eps[3] = {1, 2, 4};
+    for (int k = 0; k < 3; k++) {
+        run r[4];
+        memset(r, 0, sizeof r);
+        for (int i = 0; i < 4; i++) {
+            cfg(&r[i].c, E, 0);
+            r[i].ep = eps[k];
+        }
+        run_ranks(r, 4);
+        for (int i = 0; i < 4; i++) {
+            CHECK(r[i].st == LLMT_OK);
+            free(r[i].params);
+        }
+        state[k] = (double)(r[0].mem.params + r[0].mem.grads + r[0].mem.optimizer);
+        if (k == 0)
+            dense = state[0] - 16 * xf;
+        double ex = state[k] - dense, want = 16 * xf / eps[k];
+        CHECK(xf > 0 && dense > 0);
+        CHECK(fabs(ex / want - 1) <= 0.05);
+        printf("memory, dp 4 ZeRO 0 ep %d: params %lld + grads %lld + optimizer %lld = %.0f B "
+               "per rank; the experts' part %.0f B (%.3f of ep 1's; 1/ep = %.3f), the dense "
+               "part %.0f B\n",
+               eps[k], (long long)r[0].mem.params, (long long)r[0].mem.grads,
+               (long long)r[0].mem.optimizer, state[k], ex, ex / (16 * xf), 1.0 / eps[k],
+               dense);
+    }
+}
+
 int main(void)
 {
     CHECK_STATUS(llmt_context_create(NULL, &ctx), LLMT_OK);
@@ -709,6 +766,7 @@ int main(void)
     }
     free(sref.params);
     g_shared = 0;
+    mem_scaling();
     refusals();
     llmt_context_destroy(ctx);
     return check_exit("moe-ep");
