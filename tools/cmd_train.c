@@ -148,7 +148,9 @@ static void banner(const llmt_job_info *i, int tp, const char *lay)
 static int closing(llmt_job *job, const llmt_job_info *i, float last_val, int ran, double wall)
 {
     size_t need = 0;
-    llmt_job_sample(job, NULL, 0, &need);
+    llmt_status ss = llmt_job_sample(job, NULL, 0, &need);
+    if (ss != LLMT_OK && ss != LLMT_ERR_BUFFER_TOO_SMALL) /* not a silent lack of a sample */
+        return cli_fail_status(CMD, ss, llmt_job_last_error(job));
     if (need > 1) {
         char *text = malloc(need);
         if (!text)

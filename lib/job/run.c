@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "job/job.h"
+#include "train/trainer_state.h"
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
@@ -423,8 +424,10 @@ LLMT_API llmt_status llmt_job_sample(llmt_job *j, char *buf, size_t buflen, size
         int32_t *gen = malloc((size_t)n * sizeof *gen);
         if (!gen)
             return FAIL(LLMT_ERR_OUT_OF_MEMORY, "job: sample: no memory");
-        llmt_status s = llmt_trainer_generate(j->tr, &prompt, 1, (int32_t)n, 0.8f, 40,
-                                              (uint64_t)j->spec->train.seed, gen);
+        /* the tokenizer's ids only: model.vocab may be larger */
+        llmt_status s =
+            llmt__trainer_generate(j->tr, &prompt, 1, (int32_t)n, 0.8f, 40,
+                                   (uint64_t)j->spec->train.seed, j->data.vocab, gen);
         if (s != LLMT_OK) {
             free(gen);
             return FAIL(s, "%s", llmt_trainer_last_error(j->tr));

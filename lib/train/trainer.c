@@ -714,12 +714,21 @@ LLMT_API llmt_status llmt_trainer_generate(llmt_trainer *tr, const int32_t *prom
                                            int32_t top_k, uint64_t seed, int32_t *out)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
+    return llmt__trainer_generate(tr, prompt, n_prompt, n_new, temperature, top_k, seed, 0,
+                                  out);
+}
+
+llmt_status llmt__trainer_generate(llmt_trainer *tr, const int32_t *prompt, int32_t n_prompt,
+                                   int32_t n_new, float temperature, int32_t top_k,
+                                   uint64_t seed, int32_t vocab, int32_t *out)
+{
     LLMT__NONNULL(&tr->err, "trainer: generate", prompt);
     if (n_new > 0)
         LLMT__NONNULL(&tr->err, "trainer: generate", out);
     llmt_model *mdl = tr->model;
     const llmt_model_config *c = &mdl->cfg;
-    int V = c->vocab_size, Vp = c->padded_vocab_size;
+    int V = vocab > 0 && vocab < c->vocab_size ? vocab : c->vocab_size;
+    int Vp = c->padded_vocab_size;
     if (n_prompt < 1 || n_new < 0)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: generate needs n_prompt >= 1 and "

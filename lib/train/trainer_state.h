@@ -53,6 +53,13 @@ llmt_status llmt__trainer_poke_get(llmt_trainer *tr, int32_t *idx, float **buf, 
  * that trains its own copy, where replicas hold equal shards. */
 llmt_status llmt__trainer_local_read(llmt_trainer *tr, int32_t i, float **buf, int64_t *n);
 llmt_status llmt__trainer_poke_put(llmt_trainer *tr, int32_t idx, const float *buf);
+/* llmt_trainer_generate drawing only from the first `vocab` tokens (0:
+ * the model's vocabulary): a model whose vocabulary is larger than its
+ * tokenizer's (model.vocab 320 with the byte tokenizer's 257) has ids
+ * no text holds: the tokenizer cannot decode one drawn there. */
+llmt_status llmt__trainer_generate(llmt_trainer *tr, const int32_t *prompt, int32_t n_prompt,
+                                   int32_t n_new, float temperature, int32_t top_k,
+                                   uint64_t seed, int32_t vocab, int32_t *out);
 /* The fp8 recipe's state (NULL without fp8) and its restore. */
 float *llmt__trainer_fp8_state(llmt_trainer *tr, int64_t shape[2]);
 llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in);

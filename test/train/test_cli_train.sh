@@ -74,6 +74,15 @@ mk vocab.json 4 200 200 "$tmp/corpus"
 [ $rc = 1 ] && grep -q 'missing.json' m.log && ok "missing spec" || { bad "missing spec (rc $rc)"; cat m.log; }
 "$exe" train > u.log 2>&1; [ $? = 2 ] && ok "usage error" || bad "no usage error"
 
+# model.vocab above the tokenizer's (byte: 257 tokens): the sample draws
+# only ids the tokenizer decodes (one drawn above failed the sample, and
+# the CLI printed none)
+sed 's/"vocab": 512/"vocab": 320/; s/"kind": "bpe", "vocab_size": 512/"kind": "byte"/;
+     s/"steps": 12/"steps": 2/; s/"sample_tokens": 16/"sample_tokens": 200/' good.json > byte.json
+"$exe" train byte.json --out by > by.log 2>&1 && grep -q 'vocab 257' by.log &&
+  [ "$(awk '/^---- sample \(200 tokens/ {f = 1; next} /^----$/ {f = 0} f' by.log | wc -c)" -gt 1 ] &&
+  ok "model.vocab 320, byte tokenizer: a sample of 200 tokens" || { bad "byte sample"; cat by.log; }
+
 # resuming under another schedule (train.steps 12 -> 20) is allowed, and said
 cp -r part part20 && sed 's/"steps": 12/"steps": 20/' good.json > steps20.json
 "$exe" train steps20.json --out part20 --resume --steps 13 > p20.log 2>&1 && grep -q 'learning-rate schedule' p20.log \
