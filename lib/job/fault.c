@@ -143,6 +143,15 @@ static llmt_status victim_open(llmt_job *j, victim *v)
     v->n = 1;
     for (int d = 0; d < t.ndim; d++)
         v->n *= t.shape[d];
+    if (j->spec->parallelism.zero >= 3) { /* only this rank's share is its own to corrupt */
+        int64_t rel = 0, cnt = 0;
+        float *p[3] = {NULL, NULL, NULL};
+        llmt__trainer_share(j->tr, 0, &rel, &cnt, p);
+        if (cnt > 0) {
+            v->x = p[0];
+            v->n = cnt;
+        }
+    }
     return LLMT_OK;
 }
 
@@ -268,46 +277,45 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
     return LLMT_OK;
 }
 
-void llmt__job_fault_saved(llmt_job *j, int64_t step)
+/* The drills that fire at a save (killsave, slowsave): the fault of KIND
+ * for this rank, generation and step, not fired yet, marked fired, logged
+ * and put in the metrics (flushed: killsave dies next); NULL when none. */
+static job_fault *save_drill(llmt_job *j, int kind, int64_t step)
 {
     for (int i = 0; i < j->nfault; i++) {
         job_fault *f = &j->faults[i];
-        if (f->kind != JOB_FAULT_KILLSAVE || f->rank != j->rank || f->gen != j->launch_gen ||
+        if (f->kind != kind || f->rank != j->rank || f->gen != j->launch_gen ||
             f->step != step || f->fired)
             continue;
         f->fired = 1;
+        char how[48] = "is in flight";
+        if (kind == JOB_FAULT_SLOWSAVE)
+            snprintf(how, sizeof how, "waits %lld ms", (long long)f->arg);
         llmt__log(j->ctx, LLMT_LOG_WARN, "job",
-                  "fault injection (LLMT_FAULT): killsave on rank %d with the save of "
-                  "step %lld in flight",
-                  (int)j->rank, (long long)step);
+                  "fault injection (LLMT_FAULT): %s on rank %d: the save of step %lld %s",
+                  kind_names[kind], (int)j->rank, (long long)step, how);
         llmt__job_metrics_line(j,
-                               "{\"event\":\"fault_injected\",\"kind\":\"killsave\","
+                               "{\"event\":\"fault_injected\",\"kind\":\"%s\","
                                "\"rank\":%d,\"step\":%lld}",
-                               (int)j->rank, (long long)step);
-        raise(SIGKILL);
+                               kind_names[kind], (int)j->rank, (long long)step);
+        if (j->jsonl)
+            fflush(j->jsonl);
+        return f;
     }
+    return NULL;
+}
+
+void llmt__job_fault_saved(llmt_job *j, int64_t step)
+{
+    if (save_drill(j, JOB_FAULT_KILLSAVE, step))
+        raise(SIGKILL);
 }
 
 void llmt__job_fault_saving(llmt_job *j, int64_t step)
 {
-    for (int i = 0; i < j->nfault; i++) {
-        job_fault *f = &j->faults[i];
-        if (f->kind != JOB_FAULT_SLOWSAVE || f->rank != j->rank || f->gen != j->launch_gen ||
-            f->step != step || f->fired)
-            continue;
-        f->fired = 1;
-        llmt__log(j->ctx, LLMT_LOG_WARN, "job",
-                  "fault injection (LLMT_FAULT): slowsave on rank %d: the save of step %lld "
-                  "waits %lld ms",
-                  (int)j->rank, (long long)step, (long long)f->arg);
-        llmt__job_metrics_line(j,
-                               "{\"event\":\"fault_injected\",\"kind\":\"slowsave\","
-                               "\"rank\":%d,\"step\":%lld}",
-                               (int)j->rank, (long long)step);
-        if (j->jsonl)
-            fflush(j->jsonl);
+    job_fault *f;
+    while ((f = save_drill(j, JOB_FAULT_SLOWSAVE, step)) != NULL)
         sleep_ms(f->arg);
-    }
 }
 
 void llmt__job_fault_after(llmt_job *j)
