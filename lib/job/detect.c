@@ -6,7 +6,8 @@
  * equal, and the run trains on garbage from then on. Replicas are equal
  * bit for bit by construction (same reduced gradients, same update), so
  * every fault_tolerance.sdc_interval steps each rank hashes its parameters
- * (xxh64; ZeRO 1/2 keep full replicas after their all-gather) and the
+ * (xxh64; ZeRO 1/2 keep full replicas after their all-gather; ZeRO-3 has
+ * none: sdc_shares.c replays instead) and the
  * hashes are all-gathered: a rank whose hash differs from the majority's
  * is the corrupted one. With two ranks there is no majority and both are
  * named.
@@ -227,6 +228,8 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
     int64_t every = j->spec->fault_tolerance.sdc_interval;
     if (every <= 0 || !j->comm || j->world < 2 || step % every)
         return LLMT_OK;
+    if (j->spec->parallelism.zero >= 3) /* no replicas: each rank replays its shares */
+        return llmt__job_sdc_shares(j, step, m);
     double t0 = llmt__job_now();
     uint64_t mine = 0;
     llmt_status s = llmt__job_params_hash(j, &mine);
@@ -298,8 +301,10 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
                  "(rank %d's xxh64 %016llx)",
                  bad, (int)j->rank, (unsigned long long)mine);
     /* deterministic: run it again to see whose result does not reproduce */
-    int replayed = 0;
-    if (j->to.deterministic && (s = llmt__job_sdc_replay(j, step, all, &replayed)) != LLMT_OK) {
+    int replayed = 0, nrep = 0;
+    int64_t from = -1;
+    if (j->to.deterministic &&
+        (s = llmt__job_sdc_replay(j, step, all, &replayed, &nrep, &from)) != LLMT_OK) {
         free(all);
         return s;
     }

@@ -262,12 +262,22 @@ int32_t *llmt__job_replica_groups(const llmt_job *j);
 llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m);
 llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s);
 /* sdc_replay.c: in deterministic mode, after the hashes `orig` (one per
- * rank) disagreed at `step`: every rank restores the newest snapshot and
- * runs the steps to `step` again; the ranks whose replayed hash differs
- * from their own are named (metrics "sdc_replay"). *handled = 1 when the
- * replays agree (the run goes on from them); 0 when there was nothing to
- * replay from or they disagree (the anomaly policy decides). Collective. */
-llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig, int *handled);
+ * rank) disagreed at `step` (under ZeRO-3: at every check, `orig` being
+ * the share hashes): every rank restores the newest snapshot (its step in
+ * *from; nothing replayed when that is not before `step`) and runs the
+ * steps to `step` again; the ranks whose replayed hash differs from their
+ * own (*nbad of them) are named (metrics "sdc_replay"). *handled = 1 when
+ * the replays agree (the run goes on from them); 0 when there was nothing
+ * to replay from or they disagree (the anomaly policy decides).
+ * Collective. */
+llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig, int *handled,
+                                 int *nbad, int64_t *from);
+/* sdc_shares.c: the check under ZeRO-3, where no rank holds a replica:
+ * this rank's shares of the parameters and moments as one xxh64, and the
+ * check itself (every rank replays the steps since the newest snapshot and
+ * compares its shares' hash with its own first one). */
+llmt_status llmt__job_shares_hash(llmt_job *j, uint64_t *out);
+llmt_status llmt__job_sdc_shares(llmt_job *j, int64_t step, llmt_job_metrics *m);
 
 /* metrics.c: metrics.jsonl, appended and never rewritten. */
 llmt_status llmt__job_metrics_open(llmt_job *j);

@@ -294,10 +294,22 @@ static llmt_status check_ft(llmt_job *j)
                       (long long)s->fault_tolerance.sdc_interval, (int)j->world,
                       (long long)s->parallelism.tp, (long long)s->parallelism.cp,
                       (long long)s->parallelism.pp);
-    if (s->fault_tolerance.sdc_interval > 0 && s->parallelism.zero >= 3)
-        return REFUSE("fault_tolerance.sdc_interval: under parallelism.zero 3 every rank "
-                      "holds a different share of the parameters, so there are no replicas "
-                      "to compare; use zero 0-2, or remove the key");
+    /* ZeRO-3 has no replicas: the check replays steps (sdc_shares.c) on
+     * the host-resident shares of the fp32 cpu engine */
+    if (s->fault_tolerance.sdc_interval > 0 && s->parallelism.zero >= 3 &&
+        !s->train.deterministic)
+        return REFUSE("fault_tolerance.sdc_interval: needs train.deterministic true under "
+                      "parallelism.zero 3: every rank holds a different share, so there are "
+                      "no replicas to compare and the check replays steps instead; or use "
+                      "zero 0-2, or remove the key");
+    if (s->fault_tolerance.sdc_interval > 0 && s->parallelism.zero >= 3 &&
+        (s->parallelism.tp > 1 || s->parallelism.pp > 1 ||
+         s->train.device == LLMT_SPEC_DEVICE_CUDA))
+        return REFUSE("fault_tolerance.sdc_interval: under parallelism.zero 3 the check "
+                      "hashes each rank's shares where the engine trains the host tensors in "
+                      "place: the fp32 cpu engine with tp 1 and pp 1 (this job has tp %lld, pp "
+                      "%lld); use zero 0-2 there, or remove the key",
+                      (long long)s->parallelism.tp, (long long)s->parallelism.pp);
     int64_t si = s->fault_tolerance.straggler.interval;
     if (si > 0 && j->world < 2)
         return REFUSE("fault_tolerance.straggler.interval: %lld compares the step times of "

@@ -38,15 +38,20 @@ static void list(char *buf, size_t n, const uint64_t *a, const uint64_t *b, int3
     }
 }
 
-llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig, int *handled)
+llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig, int *handled,
+                                 int *nbad, int64_t *fromp)
 {
-    *handled = 0;
+    *handled = *nbad = 0;
+    *fromp = -1;
     if (!j->to.deterministic || !j->comm)
         return LLMT_OK;
+    /* ZeRO-3: each rank's own shares (sdc_shares.c), no replicas */
+    int shares = j->spec->parallelism.zero >= 3;
     int64_t from = -1;
     llmt_status s = llmt__job_restore(j, 1, &from);
     if (s != LLMT_OK)
         return s;
+    *fromp = from;
     if (from < 0 || from >= step) /* nothing to replay from: the policy decides */
         return LLMT_OK;
     llmt_batch b = {sizeof b, j->in, j->tg, j->to.micro_batch * j->to.grad_accum,
@@ -62,7 +67,8 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
                         (long long)from, llmt_trainer_last_error(j->tr));
     }
     uint64_t mine = 0;
-    if ((s = llmt__job_params_hash(j, &mine)) != LLMT_OK)
+    s = shares ? llmt__job_shares_hash(j, &mine) : llmt__job_params_hash(j, &mine);
+    if (s != LLMT_OK)
         return s; /* the message names the trainer's failure */
     uint64_t *rep = calloc((size_t)j->world, sizeof *rep);
     if (!rep)
@@ -81,7 +87,7 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
         return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: replay: no memory");
     }
     int agree = 1;
-    for (int32_t r = 1; r < j->world; r++) {
+    for (int32_t r = 1; r < j->world && !shares; r++) {
         int32_t q = 0; /* the first rank of r's group */
         while (grp[q] != grp[r])
             q++;
@@ -92,7 +98,14 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
     list(bad, sizeof bad, orig, rep, j->world, 0);
     list(oh, sizeof oh, orig, NULL, j->world, 1);
     list(rh, sizeof rh, rep, NULL, j->world, 1);
+    for (int32_t r = 0; r < j->world; r++)
+        *nbad += rep[r] != orig[r];
     free(rep);
+    j->gp_cycle_from = 0;   /* the replay is not the next step's work */
+    if (shares && !*nbad) { /* the routine ZeRO-3 check found nothing: sdc_shares.c's line */
+        *handled = 1;
+        return LLMT_OK;
+    }
     int stop = j->spec->fault_tolerance.anomaly.policy == LLMT_SPEC_ANOMALY_STOP;
     const char *action = !agree ? "policy" : stop ? "stop" : "replayed";
     llmt__log(j->ctx, LLMT_LOG_WARN, "job",
@@ -106,8 +119,7 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
                            "\"xxh\":[%s],\"replay_xxh\":[%s]}",
                            (long long)step, (long long)from, bad, agree ? "true" : "false",
                            action, oh, rh);
-    j->gp_cycle_from = 0; /* the replay is not the next step's work */
-    if (!agree)           /* not reproducible anywhere alike: the policy acts on this state */
+    if (!agree) /* not reproducible anywhere alike: the policy acts on this state */
         return LLMT_OK;
     *handled = 1;
     if (stop)

@@ -25,6 +25,12 @@
 #             tp 2 x dp 3: rank 2 alone, among its DP group's replicas); in
 #             deterministic mode the steps since the snapshot are replayed
 #             and the rank whose result does not reproduce is named
+#   sdc-zero3 the check under ZeRO-3 (no replicas): refused without
+#             train.deterministic; with it every check replays the steps
+#             since the snapshot and compares each rank's shares' hash
+#             (losses unchanged by the replays); a flip in rank 1's share
+#             after step 6 names rank 1 alone, and the run goes on from the
+#             replay with the uninterrupted run's losses
 #   straggler a rank slowed by 150 ms a step is named with its measured
 #             excess, treated as failed after `patience` reports, replaced
 #   killsave  a rank killed while an async save is in flight: the partial
@@ -316,6 +322,46 @@ sys.exit(not ok)' d3/metrics.jsonl || fail=1
   losses d4/metrics.jsonl | awk '$1 > 6' > d4.loss
   awk '$1 > 6' dr.loss | cmp -s - d4.loss && ok "losses of steps 7-14 equal the reference's after the replay" ||
     { bad "losses after the bitflip replay differ"; diff dr.loss d4.loss; }
+  ;;
+sdc-zero3)
+  # ZeRO-3 holds no replicas: in deterministic mode each check replays the
+  # steps since the newest snapshot and compares every rank's hash of its
+  # own shares (parameters, m, v) with its first one
+  mk z3.json ', "sdc_interval": 2'
+  sed 's/"optimizer"/"parallelism": {"zero": 3}, "optimizer"/' z3.json > z3n.json
+  sed 's/"sample_tokens": 0}/"sample_tokens": 0, "deterministic": true}/' z3n.json > z3d.json
+  mk z3p.json ""
+  sed 's/"optimizer"/"parallelism": {"zero": 3}, "optimizer"/; s/"sample_tokens": 0}/"sample_tokens": 0, "deterministic": true}/' z3p.json > z3q.json
+  if launch zn zn.log --nproc 2 z3n.json; then bad "zero 3 + sdc_interval without train.deterministic accepted"
+  else grep -q "sdc_interval.*train.deterministic" zn.log &&
+    ok "zero 3 + sdc_interval without train.deterministic refused, naming it" ||
+    { bad "refusal does not name train.deterministic"; tail -3 zn.log; }
+  fi
+  launch zp zp.log --nproc 2 z3q.json || { bad "zero 3 run without checks"; cat zp.log; }
+  launch zr zr.log --nproc 2 z3d.json || { bad "zero 3 run with checks"; cat zr.log; }
+  python3 -c '
+import json, sys
+ev = [j for j in map(json.loads, open(sys.argv[1])) if j.get("event") == "sdc"]
+first = ev[0] if ev else {}
+rest = ev[1:]
+ok = (first.get("step") == 2 and first.get("checked") is False and len(rest) == 6 and
+      all(e["ok"] is True and e["shares"] is True and e["replayed_from"] == e["step"] - 2
+          for e in rest))
+print(("ok  " if ok else "FAIL") + " zero 3: step 2 not checked (no snapshot before it), steps 4-14 replayed from the snapshot 2 steps back, every share reproduced (%d checks)" % len(rest))
+sys.exit(not ok)' zr/metrics.jsonl || { fail=1; grep sdc zr/metrics.jsonl; }
+  losses zp/metrics.jsonl > zp.loss
+  losses zr/metrics.jsonl > zr.loss
+  [ "$(wc -l < zp.loss)" -eq 14 ] && cmp -s zp.loss zr.loss &&
+    ok "the replays leave the run as it was: 14 losses equal the run without checks" ||
+    { bad "losses with checks differ"; diff zp.loss zr.loss; }
+  LLMT_FAULT=flipout:1:6 launch zf zf.log --nproc 2 z3d.json || { bad "zero 3 flipout run"; cat zf.log; }
+  grep -q '"event":"sdc_replay","step":6,"from":4,"not_reproducible":\[1\],"agree":true,"action":"replayed"' zf/metrics.jsonl &&
+    grep -q '"event":"sdc","step":6,"ok":false,"ranks":2,"shares":true,"not_reproducible":1,"action":"replayed"' zf/metrics.jsonl &&
+    ok "a flip in rank 1's share after step 6's update: rank 1 alone named by the replay" ||
+    { bad "zero 3 replay did not name rank 1"; grep sdc zf/metrics.jsonl; }
+  losses zf/metrics.jsonl > zf.loss
+  cmp -s zp.loss zf.loss && ok "all 14 losses equal the uninterrupted run's after the replay" ||
+    { bad "losses after the zero 3 replay differ"; diff zp.loss zf.loss; }
   ;;
 straggler)
   mk st.json ', "straggler": {"interval": 2, "margin": 0.5, "patience": 3}'
