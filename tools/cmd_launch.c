@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -64,7 +65,7 @@ static int usage(void)
             "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R] [--in-place] "
             "[--heartbeat-timeout SEC] [--grace-s SEC] [--expect-mtbf SEC] [--nnodes N "
             "--node-rank K "
-            "--rdzv DIR] SPEC.json [train flags]\n"
+            "--rdzv DIR [--node-timeout SEC]] SPEC.json [train flags]\n"
             "(llmtrain help launch for more)\n");
     return CLI_USAGE;
 }
@@ -139,6 +140,7 @@ static void spawn(agent *a, int rank)
     hb_path(a, rank, hb, sizeof hb);
     unlink(hb);
     snprintf(log, sizeof log, "%s/gen%d-rank%d.log", a->dir, a->gen, rank);
+    pid_t agent_pid = getpid();
     pid_t pid = fork();
     if (pid != 0) {
         w->pid = pid;
@@ -146,6 +148,10 @@ static void spawn(agent *a, int rank)
                      a->gen, rank, w->slot, (int)pid);
         return;
     }
+    /* a worker dies with its agent: an agent lost with its node leaves no
+     * worker behind that a new generation would meet (launch_node.c) */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != agent_pid)
+        _exit(127);
     char v[64];
     static const char *const drop[] = {
         "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
@@ -258,6 +264,7 @@ static void kill_gang(agent *a, const int *culprit)
     for (int left = term; left > 0 && launch_now() - t0 < a->grace_s;) {
         struct timespec ts = {0, 10000000L}; /* 10 ms */
         nanosleep(&ts, NULL);
+        node_beat(a);
         left = 0;
         for (int r = 0; r < a->world; r++) {
             if (a->w[r].done || (culprit && culprit[r]))
@@ -301,7 +308,8 @@ static int survivors_stay(const agent *a, const int *culprit, char causes[][256]
         return 0;
     for (int r = 0; r < a->world; r++) {
         if (culprit[r]) {
-            if (strncmp(causes[r], "killed", 6) && strncmp(causes[r], "stopped", 7))
+            if (strncmp(causes[r], "killed", 6) && strncmp(causes[r], "stopped", 7) &&
+                strncmp(causes[r], "lost", 4))
                 return 0;
         } else if (a->local[r] && a->w[r].done) {
             return 0;
@@ -325,6 +333,28 @@ static int can_stay(const agent *a, const int *culprit, char causes[][256])
     for (int s = 0; s < a->nslots; s++)
         free_slots += a->slot_state[s] == 0;
     return need > 0 && need <= free_slots && need < a->world;
+}
+
+/* A node declared lost whose workers still run (its agent hung, not the
+ * node): the survivors, still training with them, are not waiting in
+ * place for a generation. Seen as a step finished elsewhere well after
+ * the node went silent (steps need every rank: with the node gone they
+ * fail); then only a gang restart makes sure the old gang is gone. */
+static int lost_node_runs(const agent *a, const int *culprit)
+{
+    for (int r = 0; r < a->world; r++) {
+        int64_t hs;
+        double ht;
+        /* the node's last beat is within 0.3 s of its end; a step in
+         * flight then fails within the collective it needs it for */
+        if (!culprit[r] && hb_read(a, r, &hs, &ht) && ht > a->lost_since + 1.0) {
+            printf("launch: gen %d: rank %d finished step %lld %.1f s after the lost node "
+                   "went silent: its workers may still run (a hung agent?): not in place\n",
+                   a->gen, r, (long long)hs, ht - a->lost_since);
+            return 1;
+        }
+    }
+    return 0;
 }
 
 static void kill_culprits(agent *a, const int *culprit)
@@ -412,7 +442,9 @@ static int fitting_world(agent *a, int max, int *dp, char *why, size_t n)
 }
 
 /* One generation: 0 when every worker finished, else the failed ranks
- * (culprit[r] = 1) and what was seen. Spawns the ranks of `fresh` (all of
+ * (culprit[r] = 1) and what was seen (1), or, on a node other than the
+ * leader, 3: the leader is lost or declared this node lost (node_gone
+ * says why). Spawns the ranks of `fresh` (all of
  * them after a gang restart, the replaced ones after an in-place
  * recovery, whose survivors keep running). */
 static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
@@ -440,6 +472,15 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
     for (;;) {
         struct timespec ts = {0, 50000000L};
         nanosleep(&ts, NULL);
+        node_beat(a);
+        /* a node lost with its agent: the leader reports it (down-G-K,
+         * seen below as any other node's report); without a leader the
+         * others stop */
+        char gone[64];
+        if (a->nnodes > 1 && a->node_rank == 0)
+            node_check_lost(a);
+        else if (a->nnodes > 1 && node_gone(a, gone, sizeof gone))
+            return 3;
         double t = launch_now();
         int failed = 0;
         for (int r = 0; r < a->world; r++) {
@@ -546,6 +587,10 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
         /* error exits without a clearer cause: give the others a moment
          * to show one (the killed rank is reaped, a stopped one seen) */
         double grace = a->nnodes > 1 ? 3.0 : 1.0; /* another node's report */
+        /* a node whose agent missed six beats (0.25 s each) may be lost
+         * with it (the cause): wait for the verdict, not blame these */
+        if (a->nnodes > 1 && t - t_fail < a->node_timeout + 2 && node_quiet(a) > 1.5)
+            grace = a->node_timeout + 2;
         if (t_fail > 0 && (t - t_fail > grace || (alive == 0 && a->nnodes <= 1))) {
             for (int r = 0; r < a->world; r++)
                 if (a->w[r].done && !WIFSIGNALED(a->w[r].status) &&
@@ -620,9 +665,16 @@ static int agent_main(agent *a)
                                        : "gang");
         a->last_step_seen = 0;
         a->last_progress = 0;
+        a->lost_gen = 0;
         a->recover_from = t_recover_from;
         a->fail_step = step_at_failure;
         int rc = run_gen(a, fresh, culprit, causes, &t_detect);
+        if (rc == 3) { /* no leader: this node's part ends here */
+            node_gone(a, why, sizeof why);
+            kill_gang(a, NULL);
+            launch_event(a, "\"event\":\"stop\",\"reason\":\"leader_lost\",\"gen\":%d", a->gen);
+            return cli_fail(CMD, "node %d: %s", a->node_rank, why);
+        }
         if (rc == 0) {
             launch_event(a,
                          "\"event\":\"finished\",\"gen\":%d,\"world_size\":%d,\"restarts\":%d",
@@ -691,8 +743,19 @@ static int agent_main(agent *a)
                 rdzv_stop(a, why);
                 return cli_fail(CMD, "%s", why);
             }
+            /* a node was lost: the ranks elsewhere that exited with an
+             * error lost their peers; their slots are not at fault */
+            for (int r = 0; a->lost_gen && r < a->world; r++)
+                if (culprit[r] && !strncmp(causes[r], "exited", 6)) {
+                    culprit[r] = 0;
+                    printf("launch: gen %d: rank %d %s: its peers were lost with a node; "
+                           "slot %d kept\n",
+                           a->gen, r, causes[r], a->rank_slot[r]);
+                }
         }
         int in_place = can_stay(a, culprit, causes) && (a->nnodes <= 1 || all_stay);
+        if (in_place && a->lost_gen && lost_node_runs(a, culprit))
+            in_place = 0;
         if (a->nnodes > 1 && a->in_place && !in_place) {
             /* the survivors of every node go, all nodes at once: a gang
              * restart */
@@ -912,6 +975,10 @@ int cmd_launch(int argc, char **argv)
             if (cli_parse_i64("--node-rank", argv[++i], 0, 63, &v) != CLI_OK)
                 return CLI_USAGE;
             a.node_rank = (int)v;
+        } else if (!strcmp(s, "--node-timeout") && i + 1 < argc) {
+            if (cli_parse_f64("--node-timeout", argv[++i], 0.5, 1e6, &d) != CLI_OK)
+                return CLI_USAGE;
+            a.node_timeout = d;
         } else if (!strcmp(s, "--rdzv") && i + 1 < argc) {
             snprintf(a.rdzv, sizeof a.rdzv, "%s", argv[++i]);
         } else if (!strcmp(s, "--in-place")) {
@@ -955,9 +1022,11 @@ int cmd_launch(int argc, char **argv)
                         "--nnodes %d needs --rdzv DIR: a directory every node's agent "
                         "sees, one per job",
                         a.nnodes);
-    if ((a.rdzv[0] || a.node_rank > 0) && a.nnodes == 1)
-        return cli_fail(CMD, "--rdzv and --node-rank are for several agents: give --nnodes N "
-                             "(N > 1), or neither");
+    if ((a.rdzv[0] || a.node_rank > 0 || a.node_timeout > 0) && a.nnodes == 1)
+        return cli_fail(CMD, "--rdzv, --node-rank and --node-timeout are for several agents: "
+                             "give --nnodes N (N > 1), or none of them");
+    if (a.node_timeout <= 0)
+        a.node_timeout = 30;
     a.argv_pass = pass;
     a.argc_pass = np;
     char dflt[512];

@@ -11,6 +11,7 @@
 #include "cli.h"
 
 #define MAXW 256
+#define MAXN 64 /* --nnodes at most */
 
 typedef struct worker {
     pid_t pid;
@@ -59,6 +60,15 @@ typedef struct agent {
     int nlocal;            /* ranks on this node */
     int slot_node[MAXW];   /* the leader's: the node of each slot */
     int rank_node[MAXW];   /* the node rank r runs on (every agent's) */
+    /* every node's agent alive? (launch_node.c) */
+    double node_timeout;  /* --node-timeout: silent this long, a node is lost */
+    double beat_t;        /* this agent's last beat */
+    long beat_n;          /* its counter */
+    long beat_seen[MAXN]; /* each node's counter as last read */
+    double beat_at[MAXN]; /* when it last changed (this agent's clock) */
+    int node_lost[MAXN];  /* lost-K: its slots are quarantined for good */
+    int lost_gen;         /* a node was lost in this generation */
+    double lost_since;    /* the earliest it went silent (unix time) */
 } agent;
 
 double launch_now(void);
@@ -103,5 +113,27 @@ void rdzv_stop(agent *a, const char *why);
 /* The node count and this node's rank that are not given (< 1, < 0), from
  * Slurm, Open MPI or PMI (one agent per node); src names the variables. */
 int rdzv_from_env(int *nnodes, int *node_rank, char *src, size_t n);
+/* DIR/name written whole; read (0: read); there. */
+int rdzv_put(const agent *a, const char *name, const char *text);
+int rdzv_get(const agent *a, const char *name, char *buf, size_t n);
+int rdzv_exists(const agent *a, const char *name);
+
+/* Is every node's agent alive (launch_node.c)? */
+/* Rewrite this agent's alive-K counter (at most every 0.25 s). */
+void node_beat(agent *a);
+/* Start judging the other nodes' silence (every node has joined). */
+void node_watch_start(agent *a);
+/* Seconds since node k's counter last changed (0: this node, or lost). */
+double node_silence(agent *a, int k);
+/* The longest silence of a node not lost. */
+double node_quiet(agent *a);
+/* Leader: the nodes silent past --node-timeout become lost (lost-K, their
+ * slots quarantined, down-G-K written for them); how many now. */
+int node_check_lost(agent *a);
+/* The leader's lost-K files into a->node_lost. */
+void node_read_lost(agent *a);
+/* Others: 1 (why says it) when the leader is silent past --node-timeout
+ * or declared this node lost: stop. */
+int node_gone(agent *a, char *why, size_t n);
 
 #endif

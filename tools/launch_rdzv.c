@@ -64,7 +64,7 @@ static void path(const agent *a, char *buf, size_t n, const char *fmt, ...)
 }
 
 /* Write `text` to DIR/name whole (temporary name, then rename). */
-static int put(const agent *a, const char *name, const char *text)
+int rdzv_put(const agent *a, const char *name, const char *text)
 {
     char p[4400], tmp[4500];
     path(a, p, sizeof p, "%s", name);
@@ -77,15 +77,30 @@ static int put(const agent *a, const char *name, const char *text)
     return ok && rename(tmp, p) == 0 ? 0 : -1;
 }
 
-static int exists(const agent *a, const char *name)
+int rdzv_exists(const agent *a, const char *name)
 {
     char p[4400];
     path(a, p, sizeof p, "%s", name);
     return access(p, F_OK) == 0;
 }
 
-static void nap(void)
+int rdzv_get(const agent *a, const char *name, char *buf, size_t n)
 {
+    char p[4400];
+    path(a, p, sizeof p, "%s", name);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return -1;
+    size_t k = fread(buf, 1, n - 1, f);
+    buf[k] = 0;
+    fclose(f);
+    return 0;
+}
+
+/* Every wait here beats: a waiting agent is alive (launch_node.c). */
+static void nap(agent *a)
+{
+    node_beat(a);
     struct timespec ts = {0, 20000000L};
     nanosleep(&ts, NULL);
 }
@@ -110,7 +125,7 @@ void rdzv_stop(agent *a, const char *why)
     if (a->nnodes > 1 && a->node_rank == 0) {
         char b[1100];
         snprintf(b, sizeof b, "%s\n", why);
-        put(a, "stop", b);
+        rdzv_put(a, "stop", b);
     }
 }
 
@@ -177,7 +192,7 @@ static int publish(agent *a, const int *fresh)
     a->nlocal = nloc;
     char name[32];
     snprintf(name, sizeof name, "gen-%d", a->gen);
-    return put(a, name, b);
+    return rdzv_put(a, name, b);
 }
 
 int rdzv_init(agent *a, char *why, size_t n)
@@ -193,14 +208,14 @@ int rdzv_init(agent *a, char *why, size_t n)
     char me[64], name[32];
     snprintf(me, sizeof me, "%d %d %d\n", a->nproc, a->spares, (int)getpid());
     snprintf(name, sizeof name, "node-%d", a->node_rank);
-    if (a->node_rank == 0 && (exists(a, "gen-0") || exists(a, "stop"))) {
+    if (a->node_rank == 0 && (rdzv_exists(a, "gen-0") || rdzv_exists(a, "stop"))) {
         snprintf(why, n,
                  "--rdzv %s holds an earlier job's generation or stop file: give each "
                  "job a new directory",
                  a->rdzv);
         return -1;
     }
-    if (put(a, name, me) != 0) {
+    if (rdzv_put(a, name, me) != 0) {
         snprintf(why, n, "--rdzv %s: cannot write %s: %s", a->rdzv, name, strerror(errno));
         return -1;
     }
@@ -225,7 +240,7 @@ int rdzv_init(agent *a, char *why, size_t n)
                              a->rdzv, a->start_timeout);
                     return -1;
                 }
-                nap();
+                nap(a);
             }
             if (np < 1 || sp < 0 || base + np + sp >= MAXW || a->world + np >= MAXW) {
                 snprintf(why, n,
@@ -253,6 +268,7 @@ int rdzv_init(agent *a, char *why, size_t n)
             snprintf(why, n, "--rdzv %s: cannot write gen-0: %s", a->rdzv, strerror(errno));
             return -1;
         }
+        node_watch_start(a); /* every node has joined */
         return 0;
     }
     while (!read_gen(a, 0, NULL)) {
@@ -265,8 +281,9 @@ int rdzv_init(agent *a, char *why, size_t n)
                      a->rdzv, a->start_timeout);
             return -1;
         }
-        nap();
+        nap(a);
     }
+    node_watch_start(a);
     return 0;
 }
 
@@ -275,7 +292,7 @@ int rdzv_remote_down(const agent *a)
     for (int k = 0; k < a->nnodes; k++) {
         char name[64];
         snprintf(name, sizeof name, "down-%d-%d", a->gen, k);
-        if (k != a->node_rank && exists(a, name))
+        if (k != a->node_rank && rdzv_exists(a, name))
             return 1;
     }
     return 0;
@@ -285,15 +302,27 @@ int rdzv_finish(agent *a)
 {
     char name[64];
     snprintf(name, sizeof name, "done-%d-%d", a->gen, a->node_rank);
-    put(a, name, "done\n");
+    rdzv_put(a, name, "done\n");
     double t0 = launch_now();
     for (;;) {
         if (rdzv_remote_down(a))
             return 1;
+        node_read_lost(a);
         int all = 1, k = 0;
         for (; k < a->nnodes && all; k++) {
             snprintf(name, sizeof name, "done-%d-%d", a->gen, k);
-            all = exists(a, name);
+            all = a->node_lost[k] || rdzv_exists(a, name);
+            /* lost after this node's ranks finished: its ranks finished
+             * too (the last collectives need every rank), so it is not
+             * reported as a failure */
+            double q = all ? 0 : node_silence(a, k);
+            if (q > a->node_timeout) {
+                printf("launch: node %d: node %d silent for %.1f s after this node's ranks "
+                       "finished generation %d (lost at the end? its ranks finished: the "
+                       "last collectives need them all)\n",
+                       a->node_rank, k, q, a->gen);
+                a->node_lost[k] = all = 1;
+            }
         }
         if (all)
             return 0;
@@ -306,7 +335,7 @@ int rdzv_finish(agent *a)
                    a->node_rank, k - 1, a->gen, a->start_timeout);
             return 0;
         }
-        nap();
+        nap(a);
     }
 }
 
@@ -323,7 +352,7 @@ int rdzv_report(agent *a, const int *culprit, char causes[][256], int stay)
                                   strncmp(causes[r], "exited", 6) ? 1 : 2, causes[r]);
     char name[64];
     snprintf(name, sizeof name, "down-%d-%d", a->gen, a->node_rank);
-    return put(a, name, b);
+    return rdzv_put(a, name, b);
 }
 
 int rdzv_gather(agent *a, int *culprit, char causes[][256], int *all_stay, char *why, size_t n)
@@ -334,7 +363,11 @@ int rdzv_gather(agent *a, int *culprit, char causes[][256], int *all_stay, char 
         char p[4400], line[400];
         path(a, p, sizeof p, "down-%d-%d", a->gen, k);
         FILE *f;
+        /* lost in an earlier generation: no report comes, none is due */
+        if (a->node_lost[k] && access(p, F_OK) != 0)
+            continue;
         while (!(f = fopen(p, "r"))) {
+            node_check_lost(a); /* reports for a node lost meanwhile */
             if (launch_now() - t0 > a->start_timeout) {
                 snprintf(why, n,
                          "node %d did not report on generation %d within %.0f s "
@@ -342,7 +375,7 @@ int rdzv_gather(agent *a, int *culprit, char causes[][256], int *all_stay, char 
                          k, a->gen, a->start_timeout);
                 return -1;
             }
-            nap();
+            nap(a);
         }
         int stay = 0;
         while (fgets(line, sizeof line, f)) {
@@ -365,7 +398,7 @@ int rdzv_gang(agent *a, char *why, size_t n)
 {
     char name[64];
     snprintf(name, sizeof name, "gang-%d", a->gen);
-    if (put(a, name, "gang\n") != 0) {
+    if (rdzv_put(a, name, "gang\n") != 0) {
         snprintf(why, n, "--rdzv %s: cannot write %s: %s", a->rdzv, name, strerror(errno));
         return -1;
     }
@@ -378,7 +411,8 @@ int rdzv_gang_wait(agent *a, char *why, size_t n)
     double t0 = launch_now();
     for (int k = 1; k < a->nnodes; k++) {
         snprintf(name, sizeof name, "killed-%d-%d", a->gen, k);
-        while (!exists(a, name)) {
+        while (!a->node_lost[k] && !rdzv_exists(a, name)) {
+            node_check_lost(a); /* a node lost now has no workers to stop */
             /* grace_s for the survivors, then the kill itself */
             if (launch_now() - t0 > a->start_timeout + a->grace_s) {
                 snprintf(why, n,
@@ -387,7 +421,7 @@ int rdzv_gang_wait(agent *a, char *why, size_t n)
                          k, a->gen, a->start_timeout + a->grace_s);
                 return -1;
             }
-            nap();
+            nap(a);
         }
     }
     return 0;
@@ -397,7 +431,7 @@ void rdzv_killed(agent *a)
 {
     char name[64];
     snprintf(name, sizeof name, "killed-%d-%d", a->gen, a->node_rank);
-    put(a, name, "killed\n");
+    rdzv_put(a, name, "killed\n");
 }
 
 int rdzv_publish(agent *a, const int *fresh, char *why, size_t n)
@@ -416,12 +450,12 @@ int rdzv_follow(agent *a, int *fresh, char *why, size_t n)
     char gang[64];
     snprintf(gang, sizeof gang, "gang-%d", a->gen);
     while (!read_gen(a, a->gen + 1, fresh)) {
-        if (stopped(a, why, n))
+        if (stopped(a, why, n) || node_gone(a, why, n))
             return -1;
-        if (exists(a, gang)) {
+        if (rdzv_exists(a, gang)) {
             char killed[64];
             snprintf(killed, sizeof killed, "killed-%d-%d", a->gen, a->node_rank);
-            if (!exists(a, killed))
+            if (!rdzv_exists(a, killed))
                 return 2;
         }
         /* the leader may wait start_timeout for a node, then decide */
@@ -430,7 +464,7 @@ int rdzv_follow(agent *a, int *fresh, char *why, size_t n)
                      a->rdzv, 2 * a->start_timeout + 60);
             return -1;
         }
-        nap();
+        nap(a);
     }
     a->gen++;
     return 0;

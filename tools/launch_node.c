@@ -1,0 +1,166 @@
+/* llmtrain launch --nnodes: is every node's agent still there? (issue 19)
+ *
+ * A node can vanish with its agent (power, kernel panic, a job step
+ * killed). Its workers die with it (prctl PDEATHSIG in spawn, so a dead
+ * agent never leaves workers behind), and the others' Gloo operations
+ * fail; but no down-G-K report comes from it, and without this the
+ * leader would wait for one until the start timeout (300 s or more).
+ *
+ * Every agent rewrites alive-K in the rendezvous directory with a counter
+ * (at most every 0.25 s, from its polls and waits: a stopped or dead agent
+ * stops counting). The readers judge silence on their own clocks, by when
+ * they last saw the counter change, so the nodes' clocks and the shared
+ * file system's timestamps do not matter. A node silent past
+ * --node-timeout is lost:
+ *   - the leader writes lost-K, quarantines every slot of node K (its
+ *     spares too) and writes node K's report for the generation on its
+ *     behalf (down-G-K: each of its ranks, "lost with node K", and "stay
+ *     1": none of its ranks is left running), so every other agent sees a
+ *     failure reported and the leader decides as for any other: spares
+ *     elsewhere take the ranks (in place where it works), else the
+ *     elastic shrink, else it stops saying why;
+ *   - the others stop when the leader is the one silent (no leader is
+ *     elected: they name node 0 and say how to resume), and an agent that
+ *     finds lost-K for itself (it was only slow, and has been replaced)
+ *     stops its workers and leaves. */
+#include <stdio.h>
+#include <string.h>
+
+#include "launch.h"
+
+#define BEAT_S 0.25
+
+void node_beat(agent *a)
+{
+    if (a->nnodes <= 1 || !a->rdzv[0])
+        return;
+    double t = launch_now();
+    if (t - a->beat_t < BEAT_S)
+        return;
+    a->beat_t = t;
+    char name[32], text[64];
+    snprintf(name, sizeof name, "alive-%d", a->node_rank);
+    snprintf(text, sizeof text, "%ld\n", ++a->beat_n);
+    rdzv_put(a, name, text);
+}
+
+void node_watch_start(agent *a)
+{
+    double t = launch_now();
+    for (int k = 0; k < a->nnodes && k < MAXN; k++) {
+        a->beat_seen[k] = -1;
+        a->beat_at[k] = t;
+    }
+}
+
+double node_silence(agent *a, int k)
+{
+    if (k == a->node_rank || k < 0 || k >= MAXN || a->node_lost[k])
+        return 0;
+    char name[32], text[64] = "";
+    snprintf(name, sizeof name, "alive-%d", k);
+    long n = -1;
+    if (rdzv_get(a, name, text, sizeof text) == 0 && sscanf(text, "%ld", &n) == 1 &&
+        n != a->beat_seen[k]) {
+        a->beat_seen[k] = n;
+        a->beat_at[k] = launch_now();
+    }
+    return launch_now() - a->beat_at[k];
+}
+
+double node_quiet(agent *a)
+{
+    double q = 0;
+    for (int k = 0; k < a->nnodes && k < MAXN; k++) {
+        double s = node_silence(a, k);
+        if (s > q)
+            q = s;
+    }
+    return q;
+}
+
+/* The report node K would have written: each of its ranks lost with it. */
+static void report_for(agent *a, int k, double silent)
+{
+    static char b[MAXW * 160];
+    size_t n = (size_t)snprintf(b, sizeof b, "stay 1\n");
+    for (int r = 0; r < a->world && n < sizeof b - 160; r++)
+        if (a->rank_node[r] == k)
+            n += (size_t)snprintf(b + n, sizeof b - n,
+                                  "%d 1 lost with node %d: its agent silent for %.1f s "
+                                  "(--node-timeout %.1f)\n",
+                                  r, k, silent, a->node_timeout);
+    char name[64];
+    snprintf(name, sizeof name, "down-%d-%d", a->gen, k);
+    rdzv_put(a, name, b);
+}
+
+int node_check_lost(agent *a)
+{
+    if (a->nnodes <= 1 || a->node_rank != 0)
+        return 0;
+    int now_lost = 0;
+    for (int k = 1; k < a->nnodes && k < MAXN; k++) {
+        double s = node_silence(a, k);
+        if (a->node_lost[k] || s <= a->node_timeout)
+            continue;
+        a->node_lost[k] = 1;
+        if (!a->lost_gen || a->beat_at[k] < a->lost_since)
+            a->lost_since = a->beat_at[k];
+        a->lost_gen = 1;
+        now_lost++;
+        for (int t = 0; t < a->nslots; t++)
+            if (a->slot_node[t] == k)
+                a->slot_state[t] = 2;
+        char name[32], text[160];
+        snprintf(name, sizeof name, "lost-%d", k);
+        snprintf(text, sizeof text, "gen %d silent %.1f\n", a->gen, s);
+        rdzv_put(a, name, text);
+        printf("launch: gen %d: node %d lost: its agent silent for %.1f s (--node-timeout "
+               "%.1f); its slots quarantined, its ranks reported failed on its behalf\n",
+               a->gen, k, s, a->node_timeout);
+        fflush(stdout);
+        launch_event(a, "\"event\":\"node_lost\",\"gen\":%d,\"node\":%d,\"silent_s\":%.3f",
+                     a->gen, k, s);
+        /* unless it reported this generation itself before it went */
+        snprintf(name, sizeof name, "down-%d-%d", a->gen, k);
+        if (!rdzv_exists(a, name))
+            report_for(a, k, s);
+    }
+    return now_lost;
+}
+
+void node_read_lost(agent *a)
+{
+    for (int k = 0; k < a->nnodes && k < MAXN; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "lost-%d", k);
+        if (!a->node_lost[k] && rdzv_exists(a, name))
+            a->node_lost[k] = 1;
+    }
+}
+
+int node_gone(agent *a, char *why, size_t n)
+{
+    if (a->nnodes <= 1 || a->node_rank == 0)
+        return 0;
+    char name[32];
+    snprintf(name, sizeof name, "lost-%d", a->node_rank);
+    if (rdzv_exists(a, name)) {
+        snprintf(why, n,
+                 "node 0 declared this node lost (%s/%s: its agent was silent past "
+                 "--node-timeout on node 0) and gave its ranks to other nodes; leaving",
+                 a->rdzv, name);
+        return 1;
+    }
+    double s = node_silence(a, 0);
+    if (s <= a->node_timeout)
+        return 0;
+    snprintf(why, n,
+             "node 0 (the leader) lost: its agent silent for %.1f s (--node-timeout %.1f) in "
+             "%s; the job cannot go on without it (no new leader is elected): this node's "
+             "workers are stopped; the newest checkpoint is in %s: start every node's agent "
+             "again with a new --rdzv directory and --resume",
+             s, a->node_timeout, a->rdzv, a->out);
+    return 1;
+}
