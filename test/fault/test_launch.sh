@@ -62,6 +62,13 @@
 #             memory, only the killed rank starts on the spare's node;
 #             losses equal the uninterrupted run's; the leader's events and
 #             goodput count the in-place recovery
+#   nodes-lost, nodes-leader, nodes-hung  a node lost with its agent (two
+#             agents on this host, --node-timeout 2): its ranks move to the
+#             other node's spares (gang, and --in-place), or the job shrinks
+#             when there is none; the leader lost: the other node stops
+#             naming it, and a resume finishes; a hung agent (SIGSTOP) whose
+#             workers run on: a gang restart, not in place; losses equal
+#             the uninterrupted run's
 #   grace     rank 0 killed at step 5 while rank 1 (2 workers + 1 spare)
 #             is still saving step 4 (slowsave: 2.5 s before it writes its
 #             part): the agent SIGKILLs rank 0, SIGTERMs rank 1, which
@@ -736,6 +743,154 @@ inplace-tp | inplace-pp | inplace-cp | inplace-ep)
     cmp -s lr.loss $o.loss && ok "all 14 losses equal the uninterrupted $desc run's" ||
       { bad "losses differ"; diff lr.loss $o.loss; }
   done
+  ;;
+nodes-lost | nodes-leader | nodes-hung)
+  # a node lost with its agent: two agents as two nodes on this host,
+  # --node-timeout 2; node K's agent is started in a session of its own
+  # so that its process group is the node. Gen 0 is slowed (150 ms a
+  # step on rank 0) so that the loss comes mid-run: at step 5 or later
+  ref
+  # two_nodes OUT DIES HOW SPARES0 [launch flags]: HOW group (the agent's
+  # process group), agent (its pid alone: its workers die with it), stop
+  # (SIGSTOP of the agent alone, its workers run on)
+  two_nodes() {
+    o=$1 dies=$2 how=$3 sp0=$4; shift 4
+    mkdir rdzv-$o
+    a0= a1=
+    if [ $dies = 0 ]; then a0=setsid; else a1=setsid; fi
+    LLMT_FAULT=slow:0:1:$slow+ $a0 "$exe" launch --out $o --nproc 2 --spares $sp0 --nnodes 2 \
+      --node-rank 0 --rdzv rdzv-$o --node-timeout 2 "$@" ft.json > $o-n0.log 2>&1 &
+    p0=$!
+    LLMT_FAULT=slow:0:1:$slow+ $a1 "$exe" launch --out $o --nproc 2 --nnodes 2 --node-rank 1 \
+      --rdzv rdzv-$o --node-timeout 2 "$@" ft.json > $o-n1.log 2>&1 &
+    p1=$!
+    i=0 st=0
+    while [ $i -lt 400 ] && [ "$st" -lt 5 ]; do
+      st=$(cut -d' ' -f1 $o/agent/node-0/hb-rank-0 2>/dev/null); st=${st:-0}
+      sleep 0.05; i=$((i + 1))
+    done
+    apid=$(cut -d' ' -f3 rdzv-$o/node-$dies)
+    wpids=$(grep '"spawn"' $o/agent/node-$dies/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
+    t0=$(date +%s.%N)
+    case $how in
+    group) kill -s KILL -- -"$(cut -d' ' -f5 /proc/$apid/stat)" ;; # its pgid
+    agent) kill -s KILL $apid ;;
+    stop) kill -s STOP $apid ;;
+    esac
+    [ "$st" -ge 5 ] && [ "$st" -lt 14 ] && ok "$o: node $dies's agent ($how) hit at step $st" ||
+      bad "$o: rank 0 at step '$st' when node $dies was hit"
+    wait $p0 && r0=0 || r0=$?
+    t1=$(date +%s.%N)
+    [ $how = stop ] && kill -s CONT $apid
+    wait $p1 && r1=0 || r1=$?
+    t2=$(date +%s.%N)
+  }
+  secs() { awk "BEGIN {printf \"%.1f\", $2 - $1}"; }
+  # no worker of the lost node is left behind
+  none_left() {
+    for w in $wpids; do kill -0 $w 2> /dev/null && { bad "$1: worker $w is still running"; return; }; done
+    ok "$1: the lost node's workers ($(echo $wpids)) are gone"
+  }
+  slow=150
+  case $case_ in
+  nodes-lost)
+    # node 1 (ranks 2, 3) lost with its agent, two spare slots on node 0:
+    # the leader names node 1 after --node-timeout, moves both ranks to
+    # its spares and recovers; gang restart (the process group killed),
+    # then --in-place (the agent alone killed: its workers die with it)
+    for m in gang in_place; do
+      o=lost-$m
+      if [ $m = gang ]; then two_nodes $o 1 group 2; else two_nodes $o 1 agent 2 --in-place; fi
+      [ $r0 -eq 0 ] && ok "$o: the leader finished ($(secs $t0 $t1) s after the loss)" ||
+        { bad "$o: the leader exited $r0"; cat $o-n0.log; continue; }
+      none_left $o
+      grep -q "node 1 lost: its agent silent for [0-9.]* s (--node-timeout 2.0)" $o-n0.log &&
+        grep -q "rank 2 (slot 4) failed .*lost with node 1" $o-n0.log &&
+        grep -q "rank 3 (slot 5) failed .*lost with node 1" $o-n0.log &&
+        grep -q "spare slot 2 promoted to rank 2" $o-n0.log &&
+        grep -q "spare slot 3 promoted to rank 3" $o-n0.log &&
+        ok "$o: node 1 named lost, ranks 2 and 3 moved to node 0's spare slots 2 and 3" ||
+        { bad "$o: decision"; grep launch: $o-n0.log; }
+      g1=$(grep '"spawn","gen":1' $o/agent/node-0/events.jsonl | sed 's/.*"rank":\([0-9]*\).*/\1/' | tr '\n' ' ')
+      if [ $m = gang ]; then
+        [ "$g1" = "0 1 2 3 " ] && grep -q "gang restart as gen 1 on 4 ranks" $o-n0.log &&
+          ok "$o: gang restart: gen 1 runs ranks 0-3 on node 0" || bad "$o: gen 1 spawned '$g1'"
+      else
+        ok_ip=1
+        for q in 0 1; do
+          m_=$o/rank-$q/metrics.jsonl; [ $q = 0 ] && m_=$o/metrics.jsonl
+          pid=$(grep '"spawn","gen":0,"rank":'$q, $o/agent/node-0/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
+          grep -q '"event":"inplace","rank":'$q',"pid":'$pid',"gen":1,.*"tier":"memory"' $m_ || ok_ip=0
+        done
+        [ "$g1" = "2 3 " ] && [ $ok_ip = 1 ] && grep -q "in-place recovery as gen 1" $o-n0.log &&
+          ok "$o: in place: ranks 0, 1 kept their PIDs and restored from memory, only 2 and 3 started" ||
+          { bad "$o: in place: gen 1 spawned '$g1'"; grep -h inplace $o/metrics.jsonl $o/rank-1/metrics.jsonl; }
+      fi
+      grep -q '"event":"node_lost","gen":0,"node":1' $o/agent/node-0/events.jsonl &&
+        grep -q '"event":"recovered","gen":1,.*"mode":"'$m'"' $o/agent/node-0/events.jsonl &&
+        ok "$o: events node_lost and recovered ($m)" || bad "$o: events: $(cat $o/agent/node-0/events.jsonl)"
+      losses $o/metrics.jsonl > $o.loss
+      cmp -s ref.loss $o.loss && ok "$o: all 14 losses equal the uninterrupted run's" ||
+        { bad "$o: losses differ"; diff ref.loss $o.loss; }
+    done
+    ;;
+  nodes-leader)
+    # no spare anywhere: node 1 lost, the job continues elastically on
+    # node 0's two ranks; then the leader (node 0) lost: node 1 stops
+    # within --node-timeout naming it, and its workers with it; starting
+    # both agents again with a new --rdzv and --resume finishes the job
+    o=el
+    two_nodes $o 1 group 0
+    [ $r0 -eq 0 ] && grep -q "node 1 lost" $o-n0.log &&
+      grep -q "continuing elastically on 2 data-parallel ranks (was 4)" $o-n0.log &&
+      ok "no spare: node 1 lost, elastic on node 0's 2 ranks" ||
+      { bad "no spare: the leader exited $r0"; grep launch: $o-n0.log; }
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s ref.loss $o.loss && ok "no spare: all 14 losses equal the uninterrupted run's" ||
+      { bad "no spare: losses differ"; diff ref.loss $o.loss; }
+    o=ld
+    two_nodes $o 0 group 0
+    dt=$(secs $t0 $t2)
+    [ $r1 -ne 0 ] && grep -q "node 1: node 0 (the leader) lost: its agent silent for [0-9.]* s (--node-timeout 2.0)" $o-n1.log &&
+      [ "$(awk "BEGIN {print ($t2 - $t0 < 20)}")" = 1 ] &&
+      ok "leader lost: node 1 stopped (exit $r1) $dt s after, naming node 0" ||
+      { bad "leader lost: node 1 exited $r1 after $dt s"; cat $o-n1.log; }
+    wpids=$(grep '"spawn"' $o/agent/node-1/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
+    for w in $wpids; do kill -0 $w 2> /dev/null && bad "leader lost: node 1's worker $w still runs"; done
+    mkdir rdzv-$o-2
+    "$exe" launch --out $o --nproc 2 --nnodes 2 --node-rank 0 --rdzv rdzv-$o-2 ft.json --resume > $o-r0.log 2>&1 &
+    p0=$!
+    "$exe" launch --out $o --nproc 2 --nnodes 2 --node-rank 1 --rdzv rdzv-$o-2 ft.json --resume > $o-r1.log 2>&1 &&
+      wait $p0 && grep -q '"event":"resume"' $o/metrics.jsonl &&
+      ok "leader lost: both agents started again with a new --rdzv and --resume finished" ||
+      { bad "resume after the leader's loss"; tail -3 $o-r0.log $o-r1.log; }
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s ref.loss $o.loss && ok "leader lost, resumed: all 14 losses equal the uninterrupted run's" ||
+      { bad "leader lost: losses differ"; diff ref.loss $o.loss; }
+    ;;
+  nodes-hung)
+    # node 1's agent stopped (SIGSTOP), its workers running on: the leader
+    # declares node 1 lost, but with --in-place sees its own ranks still
+    # finishing steps (their peers alive): a gang restart instead, which
+    # ends node 1's orphaned workers too; node 1's agent, continued, finds
+    # itself declared lost and leaves
+    slow=300
+    o=hung
+    two_nodes $o 1 stop 2 --in-place
+    [ $r0 -eq 0 ] && grep -q "node 1 lost" $o-n0.log &&
+      grep -q "its workers may still run (a hung agent?): not in place" $o-n0.log &&
+      grep -q "gang restart as gen 1 on 4 ranks" $o-n0.log &&
+      ok "hung agent: node 1 lost, its ranks still ran: gang restart, not in place" ||
+      { bad "hung agent: the leader exited $r0"; grep launch: $o-n0.log; }
+    [ $r1 -ne 0 ] && grep -q "node 0 declared this node lost" $o-n1.log &&
+      ok "hung agent: continued, node 1 found itself lost and left (exit $r1)" ||
+      { bad "hung agent: node 1 exited $r1"; cat $o-n1.log; }
+    none_left "hung agent"
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s ref.loss $o.loss && ok "hung agent: all 14 losses equal the uninterrupted run's" ||
+      { bad "hung agent: losses differ"; diff ref.loss $o.loss; }
+    ;;
+  esac
   ;;
 grace)
   # --steps 6: the retention (3 steps) still holds step 4 at the end
