@@ -69,6 +69,8 @@ typedef struct agent {
     int node_lost[MAXN];  /* lost-K: its slots are quarantined for good */
     int lost_gen;         /* a node was lost in this generation */
     double lost_since;    /* the earliest it went silent (unix time) */
+    double watch_t;       /* the last look at the other nodes */
+    int gone;             /* node_gone said so: its reason is asked again */
 } agent;
 
 double launch_now(void);

@@ -95,9 +95,20 @@ static void report_for(agent *a, int k, double silent)
     rdzv_put(a, name, b);
 }
 
+/* At most every BEAT_S: on a shared file system each look is a metadata
+ * operation per node, and a verdict needs seconds anyway. */
+static int watch_due(agent *a)
+{
+    double t = launch_now();
+    if (t - a->watch_t < BEAT_S)
+        return 0;
+    a->watch_t = t;
+    return 1;
+}
+
 int node_check_lost(agent *a)
 {
-    if (a->nnodes <= 1 || a->node_rank != 0)
+    if (a->nnodes <= 1 || a->node_rank != 0 || !watch_due(a))
         return 0;
     int now_lost = 0;
     for (int k = 1; k < a->nnodes && k < MAXN; k++) {
@@ -142,7 +153,7 @@ void node_read_lost(agent *a)
 
 int node_gone(agent *a, char *why, size_t n)
 {
-    if (a->nnodes <= 1 || a->node_rank == 0)
+    if (a->nnodes <= 1 || a->node_rank == 0 || (!a->gone && !watch_due(a)))
         return 0;
     char name[32];
     snprintf(name, sizeof name, "lost-%d", a->node_rank);
@@ -151,11 +162,12 @@ int node_gone(agent *a, char *why, size_t n)
                  "node 0 declared this node lost (%s/%s: its agent was silent past "
                  "--node-timeout on node 0) and gave its ranks to other nodes; leaving",
                  a->rdzv, name);
-        return 1;
+        return a->gone = 1; /* asked again for the reason: the same answer */
     }
     double s = node_silence(a, 0);
     if (s <= a->node_timeout)
         return 0;
+    a->gone = 1;
     snprintf(why, n,
              "node 0 (the leader) lost: its agent silent for %.1f s (--node-timeout %.1f) in "
              "%s; the job cannot go on without it (no new leader is elected): this node's "
