@@ -126,6 +126,25 @@ llmt_status llmt__job_params_hash(llmt_job *j, uint64_t *out)
     return LLMT_OK;
 }
 
+llmt_status llmt__job_hashes(llmt_job *j, int shares, uint64_t *mine, uint64_t **all)
+{
+    *all = NULL;
+    llmt_status s = shares ? llmt__job_shares_hash(j, mine) : llmt__job_params_hash(j, mine);
+    if (s != LLMT_OK)
+        return s; /* the message names the trainer's failure */
+    uint64_t *a = calloc((size_t)j->world, sizeof *a);
+    if (!a)
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory");
+    s = llmt_comm_all_gather(j->comm, mine, a, 1, LLMT_DTYPE_INT64, NULL);
+    if (s != LLMT_OK) {
+        free(a);
+        return FAIL(s, "sdc: all-gather of the %s hashes: %s", shares ? "share" : "parameter",
+                    llmt_comm_last_error(j->comm));
+    }
+    *all = a;
+    return LLMT_OK;
+}
+
 int32_t *llmt__job_replica_groups(const llmt_job *j)
 {
     int32_t *grp = malloc((size_t)j->world * sizeof *grp);
@@ -231,19 +250,10 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
     if (j->spec->parallelism.zero >= 3) /* no replicas: each rank replays its shares */
         return llmt__job_sdc_shares(j, step, m);
     double t0 = llmt__job_now();
-    uint64_t mine = 0;
-    llmt_status s = llmt__job_params_hash(j, &mine);
+    uint64_t mine = 0, *all = NULL;
+    llmt_status s = llmt__job_hashes(j, 0, &mine, &all);
     if (s != LLMT_OK)
-        return s; /* the message names the trainer's failure */
-    uint64_t *all = calloc((size_t)j->world, sizeof *all);
-    if (!all)
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory");
-    s = llmt_comm_all_gather(j->comm, &mine, all, 1, LLMT_DTYPE_INT64, NULL);
-    if (s != LLMT_OK) {
-        free(all);
-        return FAIL(s, "sdc: all-gather of the parameter hashes: %s",
-                    llmt_comm_last_error(j->comm));
-    }
+        return s;
     j->sdc_checks++;
     /* each replica group's majority hash: held by more than half of it */
     int32_t *grp = llmt__job_replica_groups(j);

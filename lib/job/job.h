@@ -255,6 +255,10 @@ llmt_status llmt__job_lower_lr(llmt_job *j, int64_t at, const char *why);
 /* This rank's parameters as one xxh64 (detect.c); collective where the
  * host copy must be made current first. */
 llmt_status llmt__job_params_hash(llmt_job *j, uint64_t *out);
+/* This rank's hash (its parameters, or under ZeRO-3 `shares`:
+ * llmt__job_shares_hash) into *mine and every rank's, all-gathered, into
+ * a new array of world entries *all (the caller frees it). Collective. */
+llmt_status llmt__job_hashes(llmt_job *j, int shares, uint64_t *mine, uint64_t **all);
 /* Every rank's replica group (the plan's DP group id; a new array of
  * world entries, NULL without memory): the ranks of a group hold the same
  * parameters, shard for shard, and must hash alike. */

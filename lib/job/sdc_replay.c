@@ -66,19 +66,9 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
             return FAIL(s, "sdc: replay of step %lld from step %lld: %s", (long long)t,
                         (long long)from, llmt_trainer_last_error(j->tr));
     }
-    uint64_t mine = 0;
-    s = shares ? llmt__job_shares_hash(j, &mine) : llmt__job_params_hash(j, &mine);
-    if (s != LLMT_OK)
-        return s; /* the message names the trainer's failure */
-    uint64_t *rep = calloc((size_t)j->world, sizeof *rep);
-    if (!rep)
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: replay: no memory");
-    s = llmt_comm_all_gather(j->comm, &mine, rep, 1, LLMT_DTYPE_INT64, NULL);
-    if (s != LLMT_OK) {
-        free(rep);
-        return FAIL(s, "sdc: replay: all-gather of the hashes: %s",
-                    llmt_comm_last_error(j->comm));
-    }
+    uint64_t mine = 0, *rep = NULL;
+    if ((s = llmt__job_hashes(j, shares, &mine, &rep)) != LLMT_OK)
+        return s;
     /* the replays agree when every replica group's do (the groups hold
      * different shards under tensor or pipeline parallelism) */
     int32_t *grp = llmt__job_replica_groups(j);

@@ -59,19 +59,10 @@ llmt_status llmt__job_shares_hash(llmt_job *j, uint64_t *out)
 llmt_status llmt__job_sdc_shares(llmt_job *j, int64_t step, llmt_job_metrics *m)
 {
     double t0 = llmt__job_now();
-    uint64_t mine = 0;
-    llmt_status s = llmt__job_shares_hash(j, &mine);
+    uint64_t mine = 0, *all = NULL;
+    llmt_status s = llmt__job_hashes(j, 1, &mine, &all);
     if (s != LLMT_OK)
         return s;
-    uint64_t *all = calloc((size_t)j->world, sizeof *all);
-    if (!all)
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory");
-    s = llmt_comm_all_gather(j->comm, &mine, all, 1, LLMT_DTYPE_INT64, NULL);
-    if (s != LLMT_OK) {
-        free(all);
-        return FAIL(s, "sdc: all-gather of the share hashes: %s",
-                    llmt_comm_last_error(j->comm));
-    }
     int replayed = 0, nbad = 0;
     int64_t from = -1;
     s = llmt__job_sdc_replay(j, step, all, &replayed, &nbad, &from);
