@@ -1276,14 +1276,17 @@ static llmt_status get_own(llmt__devtrain *g, float *host, const float *dev)
     return LLMT_OK;
 }
 
-/* Under expert parallelism collective over the EP group: the other EP
- * ranks' expert rows are gathered too. */
+/* Under expert parallelism the parameters' download is collective over
+ * the EP group: the other EP ranks' expert rows are gathered too (the
+ * model's tensors are whole after a sync). The gradients' and moments'
+ * host copies take this rank's rows only, as ZeRO's shares do: what
+ * checkpoints save of them, and the others' rows take no memory there. */
 static llmt_status get(llmt__devtrain *g, float *host, const float *dev)
 {
     if (dev == host)
         return LLMT_OK;
     llmt_status s = get_own(g, host, dev);
-    return s == LLMT_OK && g->ep > 1 ? ep_gather(g, host, dev) : s;
+    return s == LLMT_OK && g->ep > 1 && host == g->m->data ? ep_gather(g, host, dev) : s;
 }
 
 llmt_status llmt__devtrain_upload(llmt__devtrain *g, const float *params, const float *m,
@@ -2678,31 +2681,26 @@ llmt_status llmt__devtrain_set_ep(llmt__devtrain *g, llmt_comm *comm)
         return llmt__err_set(g->e, LLMT_ERR_STATE,
                              "trainer: set_ep_comm: the optimizer state is sharded (ZeRO >= "
                              "1): detach data parallelism first");
-    llmt_status s = llmt__moe_net_set_ep(g->moe, g->e, n > 1 ? comm : NULL);
+    llmt_status s;
+    /* the host copies of the moments hold this EP rank's experts' rows
+     * only (a download gathers only the parameters): the others' from
+     * their owners over the old group first */
+    if (g->ep > 1 && (n != g->ep || r != g->epr) &&
+        ((s = ep_gather(g, g->hm, g->mom1)) != LLMT_OK ||
+         (s = ep_gather(g, g->hv, g->mom2)) != LLMT_OK))
+        return s;
+    s = llmt__moe_net_set_ep(g->moe, g->e, n > 1 ? comm : NULL);
     if (s != LLMT_OK || (n == g->ep && r == g->epr))
         return s;
-    /* the host copies become the truth: the aliased buffers (the host
-     * layout) copied into mirrors of their own; else the caller brought
-     * the mirrors up to date */
+    /* the old buffers stay until the new ones are loaded: aliased, they
+     * are the host layout's moments themselves */
     int was = g->alias;
-    if (was && ((s = host_mirror(g, &g->hg, m->total)) != LLMT_OK ||
-                (s = host_mirror(g, &g->hm, m->total)) != LLMT_OK ||
-                (s = host_mirror(g, &g->hv, m->total)) != LLMT_OK)) {
-        free_mirrors(g);
-        g->hg = g->grad, g->hm = g->mom1, g->hv = g->mom2;
-        return s;
-    }
-    if (was) {
-        S(g->op->d2h(g->d, g->hg, g->grad, m->total * 4), "download");
-        S(g->op->d2h(g->d, g->hm, g->mom1, m->total * 4), "download");
-        S(g->op->d2h(g->d, g->hv, g->mom2, m->total * 4), "download");
-    }
-    void *old[] = {was ? NULL : g->master, g->grad, g->mom1, g->mom2};
-    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
-        if (old[i])
-            g->op->free(g->d, old[i]);
+    float *old[] = {was ? NULL : g->master, g->grad, g->mom1, g->mom2};
+    const float *hm = was ? g->mom1 : g->hm, *hv = was ? g->mom2 : g->hv;
     g->master = g->grad = g->mom1 = g->mom2 = NULL;
     g->param = NULL;
+    if (was)
+        g->hg = g->hm = g->hv = NULL;
     /* the new layout, and what depends on its offsets */
     g->ep = n;
     g->epr = r;
@@ -2723,18 +2721,34 @@ llmt_status llmt__devtrain_set_ep(llmt__devtrain *g, llmt_comm *comm)
         s = dalloc(g, (void **)&g->mom1, g->P * 4, 0);
     if (s == LLMT_OK)
         s = dalloc(g, (void **)&g->mom2, g->P * 4, 0);
+    if (s == LLMT_OK) {
+        g->param = g->master;
+        tp_norm_runs(g); /* its runs point into the new gradient buffer */
+        if ((s = g->op->memset0(g->d, g->grad, g->P * 4)) != LLMT_OK)
+            s = dev_fail(g, s, "memset");
+    }
+    if (s == LLMT_OK)
+        s = llmt__devtrain_upload(g, m->data, hm, hv);
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
+        if (old[i])
+            g->op->free(g->d, old[i]);
     if (s != LLMT_OK) /* unusable: the trainer reports it and is destroyed */
-        return s;
-    g->param = g->master;
-    tp_norm_runs(g); /* its runs point into the new gradient buffer */
-    S(g->op->memset0(g->d, g->grad, g->P * 4), "memset");
-    if ((s = llmt__devtrain_upload(g, m->data, g->hm, g->hv)) != LLMT_OK)
         return s;
     if (g->alias) { /* back to one rank's experts: the buffers are the mirrors */
         free_mirrors(g);
         g->hg = g->grad;
         g->hm = g->mom1;
         g->hv = g->mom2;
+    } else if (was) {
+        /* host copies of their own now: untouched (zero pages, no memory)
+         * until a download writes them; pinning is moot on host memory */
+        g->pinned = 0;
+        g->hg = calloc(m->total ? m->total : 1, sizeof(float));
+        g->hm = calloc(m->total ? m->total : 1, sizeof(float));
+        g->hv = calloc(m->total ? m->total : 1, sizeof(float));
+        if (!g->hg || !g->hm || !g->hv)
+            return llmt__err_set(g->e, LLMT_ERR_OUT_OF_MEMORY,
+                                 "trainer: set_ep_comm: no memory for the host copies");
     }
     return LLMT_OK;
 }

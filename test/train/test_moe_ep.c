@@ -23,10 +23,16 @@
  *     (the dp/ep ranks holding the same experts; lib/train/dp.c), not the
  *     DP group: its bytes of a step equal the closed form of each ZeRO
  *     stage on this rank's E/ep experts (W 4 ep 2 adds ZeRO 0 and 2);
- *   - resharding: ep 2 x 2 replicas (ZeRO 1) trains 2 steps and saves,
- *     one rank resumes for 2 steps and saves, ep 4 (ZeRO 2) resumes for
- *     the last 2: losses and parameters those of the uninterrupted run
- *     (each checkpoint holds each expert block once, from its owners);
+ *   - resharding: ep 2 x 2 replicas (ZeRO 1, and 0) trains 2 steps and
+ *     saves, one rank resumes for 2 steps and saves, ep 4 (ZeRO 2, and 0)
+ *     resumes for the last 2: losses and parameters those of the
+ *     uninterrupted run (each checkpoint holds each expert block once,
+ *     from its owners);
+ *   - the engine holds only E/ep experts: 1/ep of each expert tensor, its
+ *     EP rank's rows (llmt__trainer_local_read), and the trainer's
+ *     parameter, gradient and optimizer bytes equal the plan's
+ *     engine_mem_* on every layout; at dp 4 ZeRO 0 their experts' part is
+ *     1/ep of ep 1's (ep 1, 2, 4; within 5%);
  *   - leaving ep mid-run (llmt_trainer_set_ep_comm NULL after 3 steps of
  *     ep 2 x 2, ZeRO 0 and 1; data parallelism made again without it):
  *     the other ranks' experts and their moments are gathered, and the
@@ -508,6 +514,43 @@ static void param_counts(void)
     llmt_model_destroy(m);
 }
 
+/* One rank of ep 2 with no data parallel group (refusals): the statuses
+ * of set_ep_comm, a step (refused), leaving ep and a step alone, and
+ * whether the refusal named parallelism.ep; checked by the caller. */
+typedef struct no_dp {
+    llmt_comm *w;
+    llmt_status st[5];
+    int named;
+} no_dp;
+
+static void *no_dp_rank(void *p)
+{
+    no_dp *a = p;
+    llmt_model_config c;
+    cfg(&c, E, 0);
+    llmt_trainer_opts o;
+    llmt_trainer_opts_init(&o, sizeof o);
+    o.micro_batch = B;
+    o.seq_len = T;
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_batch b = {sizeof b, g_in, g_tg, B, T};
+    a->st[0] = llmt_model_create(ctx, &c, &m);
+    if (a->st[0] == LLMT_OK)
+        a->st[0] = llmt_trainer_create(m, &o, &tr);
+    if (a->st[0] == LLMT_OK)
+        a->st[0] = llmt_trainer_set_ep_comm(tr, a->w);
+    if (a->st[0] == LLMT_OK) {
+        a->st[1] = llmt_trainer_step(tr, &b, NULL);
+        a->named = strstr(llmt_trainer_last_error(tr), "parallelism.ep") != NULL;
+        a->st[2] = llmt_trainer_set_ep_comm(tr, NULL);
+        a->st[3] = llmt_trainer_step(tr, &b, NULL);
+    }
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    return NULL;
+}
+
 static void refusals(void)
 {
     llmt_model_config c;
@@ -533,22 +576,27 @@ static void refusals(void)
     CHECK_STATUS(llmt_trainer_create(m, &o, &tr), LLMT_OK);
     CHECK_STATUS(llmt_trainer_set_ep_comm(tr, w[0]), LLMT_ERR_INVALID_ARGUMENT);
     CHECK(strstr(llmt_trainer_last_error(tr), "parallelism.ep") != NULL);
+    CHECK_STATUS(llmt_trainer_set_ep_comm(tr, NULL), LLMT_OK);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
     /* ep 2 without a data parallel group: the step refuses before any
-     * exchange; detached, it runs alone */
-    CHECK_STATUS(llmt_trainer_set_ep_comm(tr, NULL), LLMT_OK);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
-    cfg(&c, E, 0);
-    CHECK_STATUS(llmt_model_create(ctx, &c, &m), LLMT_OK);
-    CHECK_STATUS(llmt_trainer_create(m, &o, &tr), LLMT_OK);
-    CHECK_STATUS(llmt_trainer_set_ep_comm(tr, w[0]), LLMT_OK);
-    llmt_batch b = {sizeof b, g_in, g_tg, B, T};
-    CHECK_STATUS(llmt_trainer_step(tr, &b, NULL), LLMT_ERR_STATE);
-    CHECK(strstr(llmt_trainer_last_error(tr), "parallelism.ep") != NULL);
-    CHECK_STATUS(llmt_trainer_set_ep_comm(tr, NULL), LLMT_OK);
-    CHECK_STATUS(llmt_trainer_step(tr, &b, NULL), LLMT_OK);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
+     * exchange; detached (collective: the other rank's experts come
+     * back), it runs alone */
+    pthread_t th[2];
+    no_dp nd[2];
+    memset(nd, 0, sizeof nd);
+    for (int i = 0; i < 2; i++) {
+        nd[i].w = w[i];
+        pthread_create(&th[i], NULL, no_dp_rank, &nd[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_STATUS(nd[i].st[0], LLMT_OK);
+        CHECK_STATUS(nd[i].st[1], LLMT_ERR_STATE);
+        CHECK(nd[i].named);
+        CHECK_STATUS(nd[i].st[2], LLMT_OK);
+        CHECK_STATUS(nd[i].st[3], LLMT_OK);
+    }
     llmt_comm_destroy(w[0]);
     llmt_comm_destroy(w[1]);
 }
@@ -578,7 +626,7 @@ static void stage(run *r, int W, int ep, int zero, int k0, int k1, const char *l
 
 /* ep 2 x 2 replicas -> one rank -> ep 4, through checkpoints, against the
  * uninterrupted single rank (capacity 1.0). */
-static void reshard(const run *ref)
+static void reshard(const run *ref, int za, int zb)
 {
     char a[] = "/tmp/moe_ep_ckA_XXXXXX", b[] = "/tmp/moe_ep_ckB_XXXXXX";
     CHECK(mkdtemp(a) != NULL);
@@ -586,7 +634,7 @@ static void reshard(const run *ref)
     const struct {
         int W, ep, zero, k0, k1;
         const char *load, *save;
-    } chain[3] = {{4, 2, 1, 0, 2, NULL, a}, {1, 1, 0, 2, 4, a, b}, {4, 4, 2, 4, 6, b, NULL}};
+    } chain[3] = {{4, 2, za, 0, 2, NULL, a}, {1, 1, 0, 2, 4, a, b}, {4, 4, zb, 4, 6, b, NULL}};
     double wl = 0, wp = 0;
     for (int c = 0; c < 3; c++) {
         run r[4];
@@ -611,9 +659,9 @@ static void reshard(const run *ref)
             free(r[i].params);
         }
     }
-    printf("reshard ep 2 x 2 (ZeRO 1, steps 0-1) -> 1 rank (2-3) -> ep 4 (ZeRO 2, 4-5): "
+    printf("reshard ep 2 x 2 (ZeRO %d, steps 0-1) -> 1 rank (2-3) -> ep 4 (ZeRO %d, 4-5): "
            "losses rel <= %.2e, final params rel L2 <= %.2e\n",
-           wl, wp);
+           za, zb, wl, wp);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s %s", a, b);
     CHECK(system(cmd) == 0);
@@ -737,7 +785,8 @@ int main(void)
             one_case(&ref, 4, 2, 3, dl);
             one_case(&ref, 4, 2, 0, dl);
             one_case(&ref, 4, 2, 2, dl);
-            reshard(&ref);
+            reshard(&ref, 1, 2);
+            reshard(&ref, 0, 0); /* the moments' host copies: a rank's rows */
             leave_case(&ref, 0);
             leave_case(&ref, 1);
         } else {
