@@ -116,6 +116,36 @@ static inline void rank_fixture_error(char *err, size_t cap, llmt_trainer *tr, l
                  : "create");
 }
 
+/* cfg's model into *m and a trainer for it with o into *tr
+ * (llmt_trainer_create). The first failure's status; what was not made
+ * stays NULL. */
+static inline llmt_status rank_fixture_open(const llmt_model_config *cfg,
+                                            const llmt_trainer_opts *o, llmt_model **m,
+                                            llmt_trainer **tr)
+{
+    *m = NULL;
+    *tr = NULL;
+    llmt_status s = llmt_model_create(NULL, cfg, m);
+    if (s == LLMT_OK)
+        s = llmt_trainer_create(*m, o, tr);
+    return s;
+}
+
+/* A rank's end: when st failed, its message into err (rank_fixture_error);
+ * unless params is NULL, the model's parameters into *params and *numel
+ * (rank_fixture_params: gathered by llmt_trainer_sync_params before);
+ * the trainer and the model destroyed (either may be NULL). */
+static inline void rank_fixture_close(llmt_status st, char *err, size_t cap, llmt_trainer *tr,
+                                      llmt_model *m, float **params, int64_t *numel)
+{
+    if (st != LLMT_OK)
+        rank_fixture_error(err, cap, tr, m);
+    if (m && params)
+        *params = rank_fixture_params(m, numel);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+}
+
 /* One training step on b; its loss to *loss (written whatever the status). */
 static inline llmt_status rank_fixture_step(llmt_trainer *tr, const llmt_batch *b, float *loss)
 {
@@ -332,16 +362,51 @@ static inline void rank_fixture_params_check(rank_fixture_worst *w, const float 
     }
 }
 
-/* A run resumed at step k from a checkpoint against the uninterrupted
- * reference: its losses of steps [k, steps) and its final parameters
- * (rank_fixture_losses and rank_fixture_params_check, fp32). */
-static inline void rank_fixture_resumed(rank_fixture_worst *w, const float *loss,
-                                        const float *params, int64_t numel,
-                                        const float *ref_loss, const float *ref_params,
-                                        int64_t ref_numel, int k, int steps)
+/* Where a test's rank argument keeps a run's results (any struct with
+ * members loss (float[]), params (float *), numel (int64_t) and st), so
+ * the fixture reads an array of them: &RANK_FIXTURE_FIELDS(rank_arg). */
+typedef struct rank_fixture_fields {
+    size_t size, loss, params, numel, st; /* sizeof, offsetof each */
+} rank_fixture_fields;
+#define RANK_FIXTURE_FIELDS(type)                                                      \
+    ((rank_fixture_fields){sizeof(type), offsetof(type, loss), offsetof(type, params), \
+                           offsetof(type, numel), offsetof(type, st)})
+
+/* Member `off` of argument r of the array args (laid out as f says). */
+static inline const void *rank_fixture_field(const rank_fixture_fields *f, const void *args,
+                                             int r, size_t off)
 {
-    rank_fixture_losses(w, loss, ref_loss, k, steps, 0);
-    rank_fixture_params_check(w, params, numel, ref_params, ref_numel, 0, 0);
+    return (const char *)args + (size_t)r * f->size + off;
+}
+
+/* A checkpoint's round trip against ref, the uninterrupted single-rank
+ * run (each an argument laid out as f says): the n ranks of lay trained
+ * steps [0, k) and saved, one rank (one) read it and trained [k, steps).
+ * Each run that succeeded, with ref: lay's losses of [0, k), one's of [k,
+ * steps) and its final parameters (rank_fixture_losses and
+ * rank_fixture_params_check, fp32). Prints what with the worst; returns
+ * it. */
+static inline rank_fixture_worst rank_fixture_roundtrip(const rank_fixture_fields *f,
+                                                        const void *ref, const void *lay, int n,
+                                                        const void *one, int k, int steps,
+                                                        const char *what)
+{
+    rank_fixture_worst w = {0, 0, 0, 0};
+    const float *ref_loss = rank_fixture_field(f, ref, 0, f->loss);
+    int ok = *(const llmt_status *)rank_fixture_field(f, ref, 0, f->st) == LLMT_OK;
+    for (int r = 0; r < n; r++)
+        if (ok && *(const llmt_status *)rank_fixture_field(f, lay, r, f->st) == LLMT_OK)
+            rank_fixture_losses(&w, rank_fixture_field(f, lay, r, f->loss), ref_loss, 0, k, 0);
+    if (ok && *(const llmt_status *)rank_fixture_field(f, one, 0, f->st) == LLMT_OK) {
+        rank_fixture_losses(&w, rank_fixture_field(f, one, 0, f->loss), ref_loss, k, steps, 0);
+        const float *p = *(float *const *)rank_fixture_field(f, one, 0, f->params);
+        const float *rp = *(float *const *)rank_fixture_field(f, ref, 0, f->params);
+        int64_t n1 = *(const int64_t *)rank_fixture_field(f, one, 0, f->numel);
+        int64_t rn = *(const int64_t *)rank_fixture_field(f, ref, 0, f->numel);
+        rank_fixture_params_check(&w, p, n1, rp, rn, 0, 0);
+    }
+    printf("%s: loss rel %.2e, params rel L2 %.2e\n", what, w.loss, w.rel);
+    return w;
 }
 
 /* Directory root and what it holds removed (a failure checks). */

@@ -34,6 +34,7 @@
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "rank_fixture.h"
+#include "stage_fixture.h"
 #include "train/device.h"
 
 #define STEPS 10
@@ -65,12 +66,9 @@ static void *rank_main(void *p)
     llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
     llmt_comm *tpc = NULL, *ppc = NULL, *dpc = NULL;
-    a->st = llmt_model_create(NULL, &g_cfg, &m);
-    if (a->st == LLMT_OK) {
-        llmt_trainer_opts o;
-        rank_fixture_opts(&o, MICRO, a->m, T, LR);
-        a->st = llmt__trainer_create_dev(m, &o, llmt__dev_cpu(), &tr);
-    }
+    llmt_trainer_opts o;
+    rank_fixture_opts(&o, MICRO, a->m, T, LR);
+    a->st = stage_fixture_open(&g_cfg, &o, llmt__dev_cpu(), &m, &tr);
     /* the groups: every rank takes part in every split (collective) */
     int pos = a->stage + a->pp * a->dpr, rest = a->tpr + a->tp * a->dpr;
     if (a->world) {
@@ -82,8 +80,7 @@ static void *rank_main(void *p)
             a->st = llmt_comm_split(a->world, a->tpr + a->tp * a->stage, a->dpr, &dpc);
     }
     llmt_pp_opts po;
-    llmt_pp_opts_init(&po, sizeof po);
-    po.schedule = a->sched;
+    stage_fixture_pp_opts(&po, a->sched, 1, NULL, 0);
     rank_fixture_groups g = {.tp = a->tp > 1 ? tpc : NULL,
                              .pp = a->pp > 1 ? ppc : NULL,
                              .dp = a->dp > 1 ? dpc : NULL,
@@ -92,13 +89,9 @@ static void *rank_main(void *p)
                              .pp_opts = &po};
     if (a->st == LLMT_OK)
         a->st = rank_fixture_attach(tr, &g);
-    /* a step's batch: dp x m micro-batches, this replica's the dpr-th m */
-    size_t per = (size_t)a->m * MICRO * T;
-    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
-        size_t at = ((size_t)k * a->dp + (size_t)a->dpr) * per;
-        llmt_batch b = {sizeof b, g_in + at, g_tg + at, a->m * MICRO, T};
-        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
-    }
+    if (a->st == LLMT_OK)
+        a->st = stage_fixture_steps(tr, g_in, g_tg, 0, STEPS, a->dp, a->dpr, a->m, MICRO, T,
+                                    a->loss);
     /* forward-only passes through the pipeline (pp_infer.c): 3 sequences
      * (not a multiple of the micro-batch: the last pass padded) past the
      * training data, and 8 greedy tokens */
@@ -112,14 +105,8 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
     rank_fixture_pp_stats(tr, &a->st, &a->ps, NULL);
-    if (a->st != LLMT_OK)
-        rank_fixture_error(a->err, sizeof a->err, tr, m);
-    if (m) {
-        int64_t numel = 0;
-        a->params = rank_fixture_params(m, &numel);
-    }
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
+    int64_t numel = 0;
+    rank_fixture_close(a->st, a->err, sizeof a->err, tr, m, &a->params, &numel);
     llmt_comm_destroy(tpc);
     llmt_comm_destroy(ppc);
     llmt_comm_destroy(dpc);

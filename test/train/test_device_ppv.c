@@ -34,6 +34,7 @@
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "rank_fixture.h"
+#include "stage_fixture.h"
 #include "plan/plan.h"
 #include "train/device.h"
 #include "train/pp.h"
@@ -71,12 +72,9 @@ static void *rank_main(void *p)
     rank_arg *a = p;
     llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
-    a->st = llmt_model_create(NULL, &g_cfg, &m);
-    if (a->st == LLMT_OK) {
-        llmt_trainer_opts o;
-        rank_fixture_opts(&o, MICRO, a->m, T, LR);
-        a->st = llmt__trainer_create_dev(m, &o, llmt__dev_cpu(), &tr);
-    }
+    llmt_trainer_opts o;
+    rank_fixture_opts(&o, MICRO, a->m, T, LR);
+    a->st = stage_fixture_open(&g_cfg, &o, llmt__dev_cpu(), &m, &tr);
     llmt_comm *tpc = NULL;
     if (a->st == LLMT_OK && a->world) {
         a->st = llmt_comm_split(a->world, a->rank, a->tpr, &tpc);
@@ -89,18 +87,11 @@ static void *rank_main(void *p)
     }
     if (a->st == LLMT_OK && a->c) {
         llmt_pp_opts po;
-        llmt_pp_opts_init(&po, sizeof po);
-        po.schedule = a->sched;
-        po.virtual_stages = a->v;
-        po.stage_layers = a->layers;
-        po.n_stage_layers = a->layers ? a->pp * a->v : 0;
+        stage_fixture_pp_opts(&po, a->sched, a->v, a->layers, a->pp * a->v);
         a->st = llmt_trainer_set_pp_comm(tr, a->c, &po);
     }
-    size_t per = (size_t)a->m * MICRO * T;
-    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
-        llmt_batch b = {sizeof b, g_in + k * per, g_tg + k * per, a->m * MICRO, T};
-        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
-    }
+    if (a->st == LLMT_OK)
+        a->st = stage_fixture_steps(tr, g_in, g_tg, 0, STEPS, 1, 0, a->m, MICRO, T, a->loss);
     if (a->st == LLMT_OK) { /* a forward-only pass through the chunks */
         llmt_batch b = {sizeof b, g_in, g_tg, a->m * MICRO, T};
         a->st = llmt_trainer_evaluate(tr, &b, &a->val);
@@ -108,12 +99,7 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
     rank_fixture_pp_stats(tr, &a->st, &a->ps, &a->act_bytes);
-    if (a->st != LLMT_OK)
-        rank_fixture_error(a->err, sizeof a->err, tr, m);
-    if (m)
-        a->params = rank_fixture_params(m, &a->numel);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
+    rank_fixture_close(a->st, a->err, sizeof a->err, tr, m, &a->params, &a->numel);
     if (a->world) {
         llmt_comm_destroy(a->c);
         llmt_comm_destroy(tpc);

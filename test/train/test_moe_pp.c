@@ -43,6 +43,7 @@
 #include "moe_fixture.h"
 #include "plan/plan.h"
 #include "rank_fixture.h"
+#include "stage_fixture.h"
 
 enum { B = 2, T = 16, V = 61, STEPS = 10, M = 4, E = 4, K = 2, FE = 24, L = 4, MAXR = 4 };
 
@@ -90,13 +91,10 @@ static void *rank_main(void *p)
     llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
     llmt_comm *ppc = NULL, *dpc = NULL, *epc = NULL;
-    a->st = llmt_model_create(NULL, &g_cfg, &m);
-    if (a->st == LLMT_OK) {
-        llmt_trainer_opts o;
-        rank_fixture_opts(&o, B, a->m, T, 3e-3f);
-        o.recompute = a->recompute;
-        a->st = llmt_trainer_create(m, &o, &tr);
-    }
+    llmt_trainer_opts o;
+    rank_fixture_opts(&o, B, a->m, T, 3e-3f);
+    o.recompute = a->recompute;
+    a->st = rank_fixture_open(&g_cfg, &o, &m, &tr);
     if (a->st == LLMT_OK && a->world) {
         a->st = llmt_comm_split(a->world, a->dpr, a->stage, &ppc);
         if (a->st == LLMT_OK)
@@ -105,11 +103,7 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK && dpc && a->dp > 1 && a->ep > 1)
         a->st = llmt_comm_split(dpc, a->dpr / a->ep, a->dpr, &epc);
     llmt_pp_opts po;
-    llmt_pp_opts_init(&po, sizeof po);
-    po.schedule = a->sched;
-    po.virtual_stages = a->v > 1 ? a->v : 1;
-    po.stage_layers = a->layers;
-    po.n_stage_layers = a->layers ? a->pp * po.virtual_stages : 0;
+    stage_fixture_pp_opts(&po, a->sched, a->v, a->layers, a->pp * (a->v > 1 ? a->v : 1));
     rank_fixture_groups g = {.pp = a->pp > 1 ? ppc : NULL,
                              .dp = a->dp > 1 ? dpc : NULL,
                              .ep = epc,
@@ -121,14 +115,10 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK && a->load)
         a->st =
             rank_fixture_ckpt(tr, a->load, a->dpr * a->pp + a->stage, a->pp * a->dp, 0, a->k0);
-    /* a step's batch: dp x m micro-batches, this replica's the dpr-th m */
-    int dp = a->dp > 1 ? a->dp : 1, k1 = a->k1 ? a->k1 : STEPS;
-    size_t per = (size_t)a->m * B * T;
-    for (int k = a->k0; k < k1 && a->st == LLMT_OK; k++) {
-        size_t at = ((size_t)k * dp + (size_t)a->dpr) * per;
-        llmt_batch b = {sizeof b, g_in + at, g_tg + at, a->m * B, T};
-        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
-    }
+    int k1 = a->k1 ? a->k1 : STEPS;
+    if (a->st == LLMT_OK)
+        a->st = stage_fixture_steps(tr, g_in, g_tg, a->k0, k1, a->dp > 1 ? a->dp : 1, a->dpr,
+                                    a->m, B, T, a->loss);
     for (int l = 0; l < L && a->st == LLMT_OK; l++)
         if (l % g_cfg.moe_every == 0)
             a->st = llmt_trainer_moe_stats(tr, l, a->counts[l], E, &a->dropped[l], &a->aux[l],
@@ -138,12 +128,7 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK && a->save)
         a->st = rank_fixture_ckpt(tr, a->save, a->dpr * a->pp + a->stage, a->pp * a->dp, 1, k1);
     rank_fixture_pp_stats(tr, &a->st, &a->ps, &a->act);
-    if (a->st != LLMT_OK)
-        rank_fixture_error(a->err, sizeof a->err, tr, m);
-    if (m)
-        a->params = rank_fixture_params(m, &a->numel);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
+    rank_fixture_close(a->st, a->err, sizeof a->err, tr, m, &a->params, &a->numel);
     llmt_comm_destroy(epc);
     llmt_comm_destroy(ppc);
     llmt_comm_destroy(dpc);

@@ -98,13 +98,10 @@ static void *rank_main(void *p)
             a->st = llmt_comm_split(dpc, dpr / L->ep, dpr, &epc);
     }
     (void)cpr;
+    llmt_trainer_opts o;
+    rank_fixture_opts(&o, MICRO, SEQS / MICRO / L->dp, T, LR);
     if (a->st == LLMT_OK)
-        a->st = llmt_model_create(NULL, &g_cfg, &m);
-    if (a->st == LLMT_OK) {
-        llmt_trainer_opts o;
-        rank_fixture_opts(&o, MICRO, SEQS / MICRO / L->dp, T, LR);
-        a->st = llmt_trainer_create(m, &o, &tr);
-    }
+        a->st = rank_fixture_open(&g_cfg, &o, &m, &tr);
     rank_fixture_groups g = {.tp = L->tp > 1 ? tpc : NULL,
                              .cp = L->cp > 1 ? cpc : NULL,
                              .dp = L->dp > 1 ? dpc : NULL,
@@ -127,12 +124,8 @@ static void *rank_main(void *p)
         a->st = rank_fixture_ckpt(tr, a->save, a->rank, W, 1, k1);
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
-    if (a->st != LLMT_OK)
-        rank_fixture_error(a->err, sizeof a->err, tr, m);
-    if (m && a->st == LLMT_OK)
-        a->params = rank_fixture_params(m, &a->numel);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
+    rank_fixture_close(a->st, a->err, sizeof a->err, tr, m,
+                       a->st == LLMT_OK ? &a->params : NULL, &a->numel);
     llmt_comm_destroy(epc);
     llmt_comm_destroy(dpc);
     llmt_comm_destroy(cpc);
@@ -285,10 +278,7 @@ static void checkpoint(void)
     config(0.0f);
     char root[] = "/tmp/llmt_moe_tpcp_XXXXXX";
     CHECK(mkdtemp(root) != NULL);
-    rank_arg ref[1], a[MAXW], one[1];
-    memset(ref, 0, sizeof ref);
-    memset(a, 0, sizeof a);
-    memset(one, 0, sizeof one);
+    rank_arg ref[1] = {0}, a[MAXW] = {0}, one[1] = {0};
     run(&ONE, ref);
     const lay L = {"tp 2 x dp 2 zero 1", 2, 0, 1, 2, 1, 1, 0};
     for (int r = 0; r < MAXW; r++) {
@@ -299,14 +289,8 @@ static void checkpoint(void)
     one[0].k0 = STEPS / 2;
     one[0].load = root;
     run(&ONE, one);
-    rank_fixture_worst w = {0, 0, 0, 0};
-    if (ref[0].st == LLMT_OK && one[0].st == LLMT_OK) {
-        rank_fixture_losses(&w, a[0].loss, ref[0].loss, 0, STEPS / 2, 0);
-        rank_fixture_resumed(&w, one[0].loss, one[0].params, one[0].numel, ref[0].loss,
-                             ref[0].params, ref[0].numel, STEPS / 2, STEPS);
-    }
-    printf("  checkpoint tp 2 x dp 2 -> one rank: loss rel %.2e, params rel L2 %.2e\n", w.loss,
-           w.rel);
+    rank_fixture_roundtrip(&RANK_FIXTURE_FIELDS(rank_arg), ref, a, 1, one, STEPS / 2, STEPS,
+                           "  checkpoint tp 2 x dp 2 -> one rank");
     free_run(ref, 1);
     free_run(a, MAXW);
     free_run(one, 1);

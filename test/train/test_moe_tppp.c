@@ -46,6 +46,7 @@
 #include "moe_fixture.h"
 #include "plan/plan.h"
 #include "rank_fixture.h"
+#include "stage_fixture.h"
 
 enum { B = 2, T = 16, V = 61, STEPS = 10, M = 4, E = 4, K = 2, L = 4, MAXR = 8 };
 
@@ -115,13 +116,10 @@ static void *rank_main(void *p)
     llmt_trainer *tr = NULL;
     llmt_comm *tpc = NULL, *ppc = NULL, *dpc = NULL, *epc = NULL;
     int rank = a->tpr + a->tp * (a->stage + a->pp * a->dpr);
-    a->st = llmt_model_create(NULL, &g_cfg, &m);
-    if (a->st == LLMT_OK) {
-        llmt_trainer_opts o;
-        rank_fixture_opts(&o, B, a->m, T, 3e-3f);
-        o.recompute = a->recompute;
-        a->st = llmt_trainer_create(m, &o, &tr);
-    }
+    llmt_trainer_opts o;
+    rank_fixture_opts(&o, B, a->m, T, 3e-3f);
+    o.recompute = a->recompute;
+    a->st = rank_fixture_open(&g_cfg, &o, &m, &tr);
     if (a->world) { /* every rank takes part in every split, in one order */
         if (a->st == LLMT_OK)
             a->st = llmt_comm_split(a->world, a->stage + a->pp * a->dpr, a->tpr, &tpc);
@@ -133,9 +131,7 @@ static void *rank_main(void *p)
             a->st = llmt_comm_split(dpc, a->dpr / a->ep, a->dpr, &epc);
     }
     llmt_pp_opts po;
-    llmt_pp_opts_init(&po, sizeof po);
-    po.schedule = a->sched;
-    po.virtual_stages = a->v > 1 ? a->v : 1;
+    stage_fixture_pp_opts(&po, a->sched, a->v, NULL, 0);
     rank_fixture_groups g = {.tp = a->tp > 1 ? tpc : NULL,
                              .pp = a->pp > 1 ? ppc : NULL,
                              .dp = a->dp > 1 ? dpc : NULL,
@@ -167,12 +163,8 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK && a->save)
         a->st = rank_fixture_ckpt(tr, a->save, rank, world_of(a), 1, k1);
     rank_fixture_pp_stats(tr, &a->st, &a->ps, &a->act);
-    if (a->st != LLMT_OK)
-        rank_fixture_error(a->err, sizeof a->err, tr, m);
-    if (m && a->st == LLMT_OK)
-        a->params = rank_fixture_params(m, &a->numel);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
+    rank_fixture_close(a->st, a->err, sizeof a->err, tr, m,
+                       a->st == LLMT_OK ? &a->params : NULL, &a->numel);
     llmt_comm_destroy(epc);
     llmt_comm_destroy(dpc);
     llmt_comm_destroy(ppc);
@@ -342,27 +334,17 @@ static void check_ckpt(void)
     config(0.0f);
     char root[] = "/tmp/llmt_moe_tppp_XXXXXX";
     CHECK(mkdtemp(root) != NULL);
-    rank_arg ref[1], a[MAXR], one[1];
-    memset(ref, 0, sizeof ref);
-    memset(a, 0, sizeof a);
-    memset(one, 0, sizeof one);
+    rank_arg ref[1] = {0}, a[MAXR] = {0}, one[1] = {0};
     run(&(rank_arg){.m = M}, ref);
     run(&(rank_arg){.tp = 2, .pp = 2, .m = M, .sched = LLMT_PP_1F1B, .k1 = 5, .save = root}, a);
     run(&(rank_arg){.m = M, .k0 = 5, .load = root}, one);
-    rank_fixture_worst w = {0};
     CHECK_STATUS(ref[0].st, LLMT_OK);
     CHECK_STATUS(one[0].st, LLMT_OK);
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r < 4; r++)
         CHECK_STATUS(a[r].st, LLMT_OK);
-        if (a[r].st == LLMT_OK && ref[0].st == LLMT_OK)
-            rank_fixture_losses(&w, a[r].loss, ref[0].loss, 0, 5, 0);
-    }
-    if (one[0].st == LLMT_OK && ref[0].st == LLMT_OK) {
-        rank_fixture_resumed(&w, one[0].loss, one[0].params, one[0].numel, ref[0].loss,
-                             ref[0].params, ref[0].numel, 5, STEPS);
-    }
-    printf("checkpoint tp 2 x pp 2 -> one rank: losses rel %.2e, params rel L2 %.2e\n", w.loss,
-           w.rel);
+    rank_fixture_worst w =
+        rank_fixture_roundtrip(&RANK_FIXTURE_FIELDS(rank_arg), ref, a, 4, one, 5, STEPS,
+                               "checkpoint tp 2 x pp 2 -> one rank");
     g_worst_loss = fmax(g_worst_loss, w.loss);
     free_args(ref, 1);
     free_args(a, MAXR);

@@ -29,6 +29,7 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "stage_fixture.h"
 #include "train/device.h"
 #include "train/pp.h"
 
@@ -56,21 +57,15 @@ static void *stage_main(void *p)
     stage_arg *a = p;
     llmt_model *md = NULL;
     llmt_trainer *tr = NULL;
-    a->st = llmt_model_create(NULL, &g_cfg, &md);
     llmt_trainer_opts o;
     llmt_trainer_opts_init(&o, sizeof o);
     o.micro_batch = MICRO;
     o.grad_accum = a->m;
     o.seq_len = T;
     o.threads = 1; /* the stage computes on its own thread: its CPU time */
-    if (a->st == LLMT_OK)
-        a->st = llmt__trainer_create_dev(md, &o, llmt__dev_cpu(), &tr);
+    a->st = stage_fixture_open(&g_cfg, &o, llmt__dev_cpu(), &md, &tr);
     llmt_pp_opts po;
-    llmt_pp_opts_init(&po, sizeof po);
-    po.schedule = a->sched;
-    po.virtual_stages = a->v;
-    po.stage_layers = a->layers;
-    po.n_stage_layers = a->layers ? 2 : 0;
+    stage_fixture_pp_opts(&po, a->sched, a->v, a->layers, 2);
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_set_pp_comm(tr, a->c, &po);
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
@@ -95,10 +90,7 @@ static void *stage_main(void *p)
         a->cpu[k][1] = ps.span_cpu_seconds;
         a->wall[k] = ps.bubble;
     }
-    if (a->st != LLMT_OK)
-        snprintf(a->err, sizeof a->err, "%s", tr ? llmt_trainer_last_error(tr) : "no trainer");
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(md);
+    rank_fixture_close(a->st, a->err, sizeof a->err, tr, md, NULL, NULL);
     return NULL;
 }
 

@@ -37,6 +37,7 @@
 #include "llmtrain.h"
 #include "plan/plan.h"
 #include "rank_fixture.h"
+#include "stage_fixture.h"
 #include "train/device.h"
 #include "train/pp.h"
 
@@ -69,20 +70,16 @@ static void *stage_main(void *p)
     stage_arg *a = p;
     llmt_model *md = NULL;
     llmt_trainer *tr = NULL;
-    a->s = llmt_model_create(NULL, &g_cfg, &md);
+    llmt_trainer_opts o;
+    rank_fixture_opts(&o, MICRO, M, T, 1e-3f);
+    a->s = stage_fixture_open(&g_cfg, &o, g_ops, &md, &tr);
     if (a->s == LLMT_OK && g_store[0]) {
         char pre[32];
         snprintf(pre, sizeof pre, "case%d", g_case);
         a->s = llmt_comm_create_from_store(NULL, g_store, pre, a->rank, 2, NULL, &a->c);
     }
-    llmt_trainer_opts o;
-    rank_fixture_opts(&o, MICRO, M, T, 1e-3f);
-    if (a->s == LLMT_OK)
-        a->s = llmt__trainer_create_dev(md, &o, g_ops, &tr);
     llmt_pp_opts po;
-    llmt_pp_opts_init(&po, sizeof po);
-    po.schedule = a->sched;
-    po.virtual_stages = a->v;
+    stage_fixture_pp_opts(&po, a->sched, a->v, NULL, 0);
     if (a->s == LLMT_OK)
         a->s = llmt_trainer_set_pp_comm(tr, a->c, &po);
     /* the attach's own messages (collectives) are not the step's */
@@ -104,10 +101,7 @@ static void *stage_main(void *p)
     if (a->s == LLMT_OK && llmt__trainer_pp_info(tr, &pi))
         a->copies = pi.grad_copies;
 
-    if (a->s != LLMT_OK)
-        rank_fixture_error(a->err, sizeof a->err, tr, md);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(md);
+    rank_fixture_close(a->s, a->err, sizeof a->err, tr, md, NULL, NULL);
     if (g_store[0])
         llmt_comm_destroy(a->c);
     return NULL;
