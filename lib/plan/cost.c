@@ -84,42 +84,6 @@ static double gather_s(double bytes, double n, double bw, double lat)
     return (n - 1) / n * bytes / bw + (n - 1) * lat;
 }
 
-void llmt__plan_stage_span(int64_t layers, int64_t pp, int64_t v, int64_t stage,
-                           int64_t chunk, int64_t *first, int64_t *count)
-{
-    /* Interleaved: chunk c of stage s is virtual stage c*pp + s of pp*v,
-     * laid out as pp*v stages are (any layer count: Llama 3's 126 layers
-     * on 16 stages x v put one layer fewer in the first and the last
-     * virtual stage, so stages 0 and 15 hold 7 and the others 8). */
-    if (v > 1) {
-        llmt__plan_stage_span(layers, pp * v, 1, chunk * pp + stage, 0, first, count);
-        return;
-    }
-    /* Uneven counts: the remainder goes to the middle stages first, since
-     * the first holds the embedding and the last the output layer. */
-    int64_t base = layers / pp, extra = layers % pp;
-    int64_t f = 0;
-    for (int64_t s = 0; s <= stage; s++) {
-        int64_t c = base;
-        if (extra) {
-            /* middle stages 1..pp-2 take +1 in order, then 0, then pp-1 */
-            int64_t mid = pp > 2 ? pp - 2 : 0;
-            if (s >= 1 && s <= pp - 2 && s <= extra)
-                c++;
-            else if (s == 0 && extra > mid)
-                c++;
-            else if (s == pp - 1 && pp > 1 && extra > mid + 1)
-                c++;
-        }
-        if (s == stage) {
-            *first = f;
-            *count = c;
-            return;
-        }
-        f += c;
-    }
-}
-
 /* The spec as the stage balance reads it (balance.h), with the padding
  * of the vocabulary the job gives the engine (lib/job/job.c: a multiple
  * of 64), so both weigh the head alike. */
@@ -142,35 +106,40 @@ static void balance_model(const llmt_spec *s, llmt__balance_model *m)
     m->every = s->model.moe.every > 0 ? s->model.moe.every : 1;
 }
 
+int llmt__plan_split(const llmt_spec *s, int64_t *first)
+{
+    int64_t pp = s->parallelism.pp, v = s->parallelism.virtual_stages,
+            nv = pp * (v > 1 ? v : 1);
+    int n = s->parallelism.nstage_layers;
+    if (n >= 1 && n == nv) { /* given, per (virtual) stage */
+        first[0] = 0;
+        for (int64_t j = 0; j < nv; j++)
+            first[j + 1] = first[j] + s->parallelism.stage_layers[j];
+        return 0;
+    }
+    /* not given (or for another layout): the engine's balance of each
+     * layer's work with the embedding and the head (lib/train/pp.c,
+     * llmt__pp_layout), the same code on the same costs, dense or MoE */
+    llmt__balance_model bm;
+    balance_model(s, &bm);
+    return llmt__balance_split(&bm, s->model.layers, nv, first);
+}
+
 void llmt__plan_spec_span(const llmt_spec *s, int64_t stage, int64_t chunk, int64_t *first,
                           int64_t *count)
 {
-    int64_t pp = s->parallelism.pp, v = s->parallelism.virtual_stages;
-    int n = s->parallelism.nstage_layers;
-    if ((n < 1 || n != pp * (v > 1 ? v : 1)) && s->model.moe.experts > 0 && pp > 1) {
-        /* not given, MoE: the engine's balance of each layer's work (a MoE
-         * layer's router and experts cost more than a dense FFN), the
-         * same code on the same costs (balance.h), so plan and run agree */
-        int64_t nv = pp * (v > 1 ? v : 1), at = chunk * pp + stage;
-        int64_t fs[LLMT_SPEC_MAX_STAGES + 1];
-        llmt__balance_model bm;
-        balance_model(s, &bm);
-        if (nv <= LLMT_SPEC_MAX_STAGES && at < nv &&
-            !llmt__balance_split(&bm, s->model.layers, nv, fs)) {
-            *first = fs[at];
-            *count = fs[at + 1] - fs[at];
-            return;
-        }
+    int64_t pp = s->parallelism.pp, v = s->parallelism.virtual_stages,
+            nv = pp * (v > 1 ? v : 1), at = chunk * pp + stage;
+    int64_t fs[LLMT_SPEC_MAX_STAGES + 1], *f = fs;
+    if (nv > LLMT_SPEC_MAX_STAGES)
+        f = malloc(((size_t)nv + 1) * sizeof *f);
+    *first = *count = 0;
+    if (f && at >= 0 && at < nv && !llmt__plan_split(s, f)) {
+        *first = f[at];
+        *count = f[at + 1] - f[at];
     }
-    if (n < 1 || n != pp * (v > 1 ? v : 1)) { /* not given (or for another layout) */
-        llmt__plan_stage_span(s->model.layers, pp, v, stage, chunk, first, count);
-        return;
-    }
-    int64_t at = chunk * pp + stage, f = 0; /* the given list, per virtual stage */
-    for (int64_t j = 0; j < at && j < n; j++)
-        f += s->parallelism.stage_layers[j];
-    *first = f;
-    *count = at < n ? s->parallelism.stage_layers[at] : 0;
+    if (f != fs)
+        free(f);
 }
 
 int64_t llmt__plan_stage_total(const llmt_spec *s, int64_t stage)
@@ -333,19 +302,17 @@ static void estimate(const llmt_spec *s, int32_t world, const llmt_plan_consts *
 void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_consts *k,
                            const llmt_plan_sw *sw, llmt_plan_estimate *e, double *terms)
 {
-    /* A MoE model's automatic stages (llmt__plan_spec_span) are a balance
-     * over its layers' work, which the estimate's loops over stages and
-     * chunks would redo at every call (the auto-planner estimates
-     * thousands of layouts): computed once, into a copy's stage_layers */
+    /* The automatic stages (llmt__plan_spec_span) are a balance over the
+     * layers' work, which the estimate's loops over stages and chunks
+     * would redo at every call (the auto-planner estimates thousands of
+     * layouts): computed once, into a copy's stage_layers */
     int64_t pp = s->parallelism.pp, v = s->parallelism.virtual_stages,
             nv = pp * (v > 1 ? v : 1);
     int n = s->parallelism.nstage_layers;
     llmt_spec *own = NULL;
     int64_t fs[LLMT_SPEC_MAX_STAGES + 1];
-    llmt__balance_model bm;
-    if (s->model.moe.experts > 0 && pp > 1 && (n < 1 || n != nv) &&
-        nv <= LLMT_SPEC_MAX_STAGES && (balance_model(s, &bm), 1) &&
-        !llmt__balance_split(&bm, s->model.layers, nv, fs) && (own = malloc(sizeof *own))) {
+    if (pp > 1 && (n < 1 || n != nv) && nv <= LLMT_SPEC_MAX_STAGES &&
+        !llmt__plan_split(s, fs) && (own = malloc(sizeof *own))) {
         *own = *s;
         for (int64_t j = 0; j < nv; j++)
             own->parallelism.stage_layers[j] = fs[j + 1] - fs[j];

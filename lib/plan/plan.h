@@ -156,16 +156,15 @@ llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *s, int32_
 /* A ranking row from an estimate and its terms (NULL: zeros). */
 void llmt__plan_to_cand(const llmt_plan_estimate *e, const double *terms, llmt_plan_cand *c);
 
-/* Layers of pipeline stage `stage` (0..pp-1) in total, and the first layer
- * of (stage, chunk) for virtual_stages chunks. */
-void llmt__plan_stage_span(int64_t layers, int64_t pp, int64_t v, int64_t stage,
-                           int64_t chunk, int64_t *first, int64_t *count);
-
-/* The spec's layout: (stage, chunk)'s layers from parallelism.stage_layers
- * when it lists the pp x virtual_stages virtual stages, else for a MoE
- * model the engine's balance of the layers' work (balance.h), else
- * llmt__plan_stage_span's rule; and the layers stage `stage` holds over
- * its chunks. */
+/* The spec's layout, one rule with the engine's (lib/train/pp.c,
+ * llmt__pp_layout): first[0..pp*v] (virtual stage j = chunk * pp + stage
+ * holds layers [first[j], first[j+1])) from parallelism.stage_layers when
+ * it lists the pp x virtual_stages virtual stages, else the balance of the
+ * layers' work with the embedding and the head (balance.h), dense or MoE;
+ * -1 without memory. */
+int llmt__plan_split(const llmt_spec *s, int64_t *first);
+/* (stage, chunk)'s layers of that layout (0, 0 outside it); and the
+ * layers stage `stage` holds over its chunks. */
 void llmt__plan_spec_span(const llmt_spec *s, int64_t stage, int64_t chunk, int64_t *first,
                           int64_t *count);
 int64_t llmt__plan_stage_total(const llmt_spec *s, int64_t stage);
@@ -211,8 +210,14 @@ llmt_status llmt__plan_build(llmt_context *ctx, llmt_spec *owned, int32_t world,
                              llmt_plan **out);
 
 /* The engine_* fields of `e`: what this library's engine moves and holds
- * on one rank for the spec's layout (lib/plan/engine.c). */
+ * on one rank for the spec's layout (lib/plan/engine.c); with pp > 1 those
+ * of a rank of llmt__plan_engine_top_stage, the stage holding the most
+ * bytes (parameters, gradients, optimizer, activations; the first such).
+ * llmt__plan_engine_stage: the same for a rank of pipeline stage `stage`
+ * (pp > 1, ep 1). */
 void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e);
+void llmt__plan_engine_stage(const llmt_spec *s, int64_t stage, llmt_plan_estimate *e);
+int64_t llmt__plan_engine_top_stage(const llmt_spec *s);
 
 /* The ranks one node holds, for pricing a group on NVLink or InfiniBand
  * and the "spans nodes" warning: hardware.gpus_per_node, except that the

@@ -437,8 +437,11 @@ static void test_stage_layers(void)
         llmt_plan_destroy(p);
     }
     llmt_spec_destroy(s);
-    /* Interleaved: 80 layers, pp 4, 5 chunks of 4 layers; chunk c of stage
-     * s holds model chunk c*pp + s; every layer exactly once. */
+    /* Interleaved: 80 layers, pp 4, 5 chunks; chunk c of stage s holds
+     * model chunk c*pp + s; every layer exactly once. The balance of the
+     * layers' work (the engine's, lib/plan/balance.c) gives the last chunk
+     * 3 layers, as the head (C V of 8192 x 128256) weighs 1.14 of them,
+     * and the one before it 5 (5 < 4 + 1.14); the others 4. */
     s = load("examples/specs/llama-70b.json");
     p = plan_of(s, 0);
     CHECK(p != NULL);
@@ -448,8 +451,9 @@ static void test_stage_layers(void)
             for (int32_t ch = 0; ch < 5; ch++) {
                 int32_t f = -1, c = -1;
                 CHECK_STATUS(llmt_plan_stage_layers(p, st, ch, &f, &c), LLMT_OK);
-                CHECK_EQ_INT(c, 4);
-                CHECK_EQ_INT(f, (ch * 4 + st) * 4);
+                int j = ch * 4 + st;
+                CHECK_EQ_INT(c, j == 18 ? 5 : j == 19 ? 3 : 4);
+                CHECK_EQ_INT(f, j < 19 ? j * 4 : 77);
                 for (int32_t l = f; l >= 0 && l < f + c && l < 80; l++)
                     hits[l]++;
             }

@@ -10,8 +10,11 @@
  *     (lib/plan/pp_sched.c), an independent implementation, for p 2..8,
  *     v 1..4, m p..4p on every stage (test device-ppv checks the bytes
  *     built on it against a real stage's);
- *   - 7 layers on pp 4 as the spec says nothing else: 2,2,2,1 counts of
- *     the v = 1 rule; parallelism.stage_layers, when given, is the plan's
+ *   - a dense model's automatic stages are the engine's (the same balance
+ *     of the layers' work with the embedding and the head), also where
+ *     the head weighs several layers and the last stage gets fewer (GPT-2
+ *     and Llama, pp 2 and 4, v 1 to 3); 7 layers on pp 4 with a light
+ *     head as 2,2,2,1; parallelism.stage_layers, when given, is the plan's
  *     layout (per stage, or per virtual stage with interleaving);
  *   - a MoE model (moe.every 2: layers 0, 2, 4, 6 MoE) on pp 2, pp 4 and
  *     pp 2 x v 2 without stage_layers: the plan's split is the engine's
@@ -329,6 +332,68 @@ static void moe_balance(int pp, int v)
     llmt_spec_destroy(s);
 }
 
+/* A dense model's automatic stages: the plan's stage -> layer lists equal
+ * the engine's (llmt__pp_layout on the model config lib/job/job.c builds
+ * from the spec: vocabulary padded to 64, ffn resolved), where the head
+ * weighs several layers (GPT-2 width 64, vocabulary 4096: C V + 4 V is 5.5
+ * of its layers; Llama width 64, vocabulary 2048 ffn 176: 2.3), so the
+ * last (virtual) stage holds fewer layers than the largest: the split an
+ * even rule would not give. And a light head (vocabulary 97): 7 layers on
+ * pp 4 as 2,2,2,1. */
+static void dense_split(int llama, int layers, int vocab, int pp, int v, int heavy)
+{
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"model\": {\"arch\": \"%s\", \"layers\": %d, \"hidden\": 64, "
+             "\"heads\": 4%s, \"vocab\": %d, \"seq_len\": 16}, \"parallelism\": "
+             "{\"pp\": %d, \"virtual_stages\": %d}, \"batch\": {\"micro\": 1, "
+             "\"grad_accum\": %d}, \"train\": {\"device\": \"cpu\"}}",
+             llama ? "llama" : "gpt2", layers, llama ? ", \"kv_heads\": 2, \"ffn\": 176" : "",
+             vocab, pp, v, 2 * pp);
+    llmt_spec *s = NULL;
+    llmt_plan *p = NULL;
+    CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &s), LLMT_OK);
+    if (s)
+        CHECK_STATUS(llmt_plan_create(NULL, s, 0, &p), LLMT_OK);
+    if (!p) {
+        llmt_spec_destroy(s);
+        return;
+    }
+    llmt_model_config c;
+    CHECK_STATUS(llmt_model_config_init(&c, sizeof c), LLMT_OK);
+    c.arch = llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
+    c.layers = layers;
+    c.width = 64;
+    c.heads = 4;
+    c.kv_heads = llama ? 2 : 4;
+    c.ffn_hidden = llama ? 176 : 256;
+    c.vocab_size = vocab;
+    c.padded_vocab_size = (vocab + 63) / 64 * 64;
+    c.max_seq_len = 16;
+    int n = pp * v, run[17], most = 0;
+    llmt_err e = {0};
+    CHECK_STATUS(llmt__pp_layout(&e, &c, 16, n, NULL, 0, run), LLMT_OK);
+    int agree = 1;
+    char lay[96] = "";
+    for (int j = 0; j < n; j++) {
+        int32_t f = -1, k = -1;
+        CHECK_STATUS(llmt_plan_stage_layers(p, j % pp, j / pp, &f, &k), LLMT_OK);
+        agree = agree && f == run[j] && f + k == run[j + 1];
+        most = k > most ? k : most;
+        snprintf(lay + strlen(lay), sizeof lay - strlen(lay), "%s%d", j ? "," : "", (int)k);
+    }
+    CHECK(agree);
+    int last = run[n] - run[n - 1];
+    if (heavy)
+        CHECK(last < most);
+    else
+        CHECK(!strcmp(lay, "2,2,2,1"));
+    printf("%s %d layers, vocabulary %d, pp %d v %d: plan %s engine's split %s\n",
+           llama ? "llama" : "gpt2", layers, vocab, pp, v, agree ? "=" : "DIFFERS FROM", lay);
+    llmt_plan_destroy(p);
+    llmt_spec_destroy(s);
+}
+
 /* The reference: every cut of every (stages, layers) scanned, the first
  * of least largest stage kept. */
 static void ref_split(const double *cost, int L, double ec, double hc, int p, int64_t *first)
@@ -415,13 +480,11 @@ int main(void)
     moe_balance(4, 1);
     moe_balance(2, 2);
     balance_vs_scan();
-    int64_t f, c;
-    char lay[64] = "";
-    for (int st = 0; st < 4; st++) {
-        llmt__plan_stage_span(7, 4, 1, st, 0, &f, &c);
-        snprintf(lay + strlen(lay), sizeof lay - strlen(lay), "%s%d", st ? "," : "", (int)c);
-    }
-    CHECK(!strcmp(lay, "1,2,2,2") || !strcmp(lay, "2,2,2,1"));
-    printf("7 layers on pp 4: %s\n", lay);
+    dense_split(0, 8, 4096, 2, 1, 1);
+    dense_split(0, 12, 4096, 4, 1, 1);
+    dense_split(0, 12, 4096, 2, 3, 1);
+    dense_split(1, 8, 2048, 2, 1, 1);
+    dense_split(1, 16, 2048, 4, 2, 1);
+    dense_split(0, 7, 97, 4, 1, 0);
     return check_exit("plan-pp");
 }
