@@ -1,6 +1,13 @@
 /* llmt_trainer_set_ep_comm: the trainer's side of expert parallelism
  * (the layer's exchange is moe_ep.c, the engine's MoE layers moe_net.c,
  * its layout of this rank's experts device.c). */
+#include <math.h>
+#include <stdint.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
 #include "train/device.h"
 #include "train/moe_net.h"
 #include "train/trainer_impl.h"
@@ -53,4 +60,53 @@ llmt_comm *llmt__trainer_ep_comm(llmt_trainer *tr)
     llmt__devtrain *g = llmt__trainer_devtrain(tr);
     llmt__moe_net *m = g ? llmt__devtrain_moe(g) : NULL;
     return m ? llmt__moe_net_ep_comm(m) : NULL;
+}
+
+#ifdef __linux__
+/* Floats [a, b) of t given back: whole pages to the OS (they read 0 until
+ * written), the partial ones at the edges, shared with rows this rank
+ * holds or another tensor, set to NaN. */
+static void give_back(float *t, size_t a, size_t b, size_t page)
+{
+    if (a >= b)
+        return;
+    uintptr_t pa = (uintptr_t)(t + a), pb = (uintptr_t)(t + b);
+    uintptr_t ia = (pa + page - 1) / page * page, ib = pb / page * page;
+    size_t ea = b, eb = b;
+    if (ia < ib && madvise((void *)ia, ib - ia, MADV_DONTNEED) == 0) {
+        ea = (ia - (uintptr_t)t) / sizeof(float);
+        eb = (ib - (uintptr_t)t) / sizeof(float);
+    }
+    for (size_t i = a; i < ea; i++)
+        t[i] = NAN;
+    for (size_t i = eb; i < b; i++)
+        t[i] = NAN;
+}
+#endif
+
+void llmt__trainer_ep_release(llmt_trainer *tr)
+{
+#ifdef __linux__
+    llmt_model *m = tr->model;
+    long ps = sysconf(_SC_PAGESIZE);
+    if (llmt__devtrain_ep(tr->dev) <= 1 || llmt__devtrain_host_resident(tr->dev) || ps <= 0 ||
+        (size_t)ps % sizeof(float) || !llmt__alloc_is_default(m->ctx))
+        return;
+    for (int l = 0; l < m->cfg.layers; l++) {
+        const llmt__layer_offs *o = &m->layer[l];
+        const size_t t[3] = {o->ew1, o->ew3, o->ew2};
+        for (int j = 0; j < 3 && o->ew1 != LLMT__NOPARAM; j++)
+            for (int i = 0; i < m->nparams; i++) {
+                int64_t n = llmt__devtrain_local_numel(tr->dev, i);
+                if (m->params[i].offset != t[j] || n == 0)
+                    continue; /* not this tensor, or another stage's */
+                size_t a = (size_t)llmt__devtrain_ep_row0(tr->dev, i), b = a + (size_t)n;
+                float *x = m->data + t[j];
+                give_back(x, 0, a, (size_t)ps);
+                give_back(x, b, m->params[i].numel, (size_t)ps);
+            }
+    }
+#else
+    (void)tr;
+#endif
 }

@@ -367,6 +367,7 @@ LLMT_API llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
             return s;
     }
     tr->stale_params = tr->stale_moments = 1;
+    llmt__trainer_ep_release(tr); /* the host's other EP ranks' experts */
     tr->step++;
     if (met) {
         met->step = tr->step;

@@ -83,5 +83,10 @@ int llmt__trainer_has_pp(const llmt_trainer *tr);
 llmt_comm *llmt__trainer_ep_comm(llmt_trainer *tr);
 llmt_status llmt__trainer_dp_renew(llmt_trainer *tr);
 llmt_comm *llmt__trainer_expert_dp_comm(const llmt_trainer *tr);
+/* Expert parallelism on the fp32 CPU backend, after an update (the host
+ * copies are stale): the model's rows of other EP ranks' experts given
+ * back to the OS (whole pages; the edges NaN) until a download gathers
+ * them (llmt_trainer_sync_params). moe_attach.c. */
+void llmt__trainer_ep_release(llmt_trainer *tr);
 
 #endif

@@ -113,6 +113,10 @@ typedef struct run {
      * holds (llmt__trainer_local_read), of the model's, and how many of
      * them differ from this EP rank's rows of the synced tensors */
     int64_t held, all, differ;
+    /* under ep, before the sync: elements of the model's other EP ranks'
+     * expert rows, and how many of them still hold a value (neither a page
+     * given back, 0, nor NaN) */
+    int64_t others, stale;
     float *params;
     int64_t total;
     llmt_status st;
@@ -211,6 +215,26 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_memory_usage(tr, &a->mem);
     if (a->st == LLMT_OK && a->save)
         a->st = rank_fixture_ckpt(tr, a->save, a->rank, W, 1, k1);
+    for (int32_t i = 0, np = 0; a->st == LLMT_OK && a->ep > 1 && !a->leave_at; i++) {
+        if (i == 0)
+            llmt_model_param_count(m, &np, NULL);
+        if (i >= np)
+            break;
+        llmt_tensor v;
+        const char *name;
+        memset(&v, 0, sizeof v);
+        v.struct_size = sizeof v;
+        llmt_model_param(m, i, &name, &v);
+        if (!strstr(name, ".experts."))
+            continue;
+        int64_t n = v.shape[0] * v.shape[1], per = n / a->ep, er = a->rank % a->ep;
+        const float *x = v.data;
+        for (int64_t j = 0; j < n; j++)
+            if (j / per != er) {
+                a->others++;
+                a->stale += x[j] == x[j] && x[j] != 0;
+            }
+    }
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
     /* the engine holds only this EP rank's rows of each expert tensor:
@@ -443,10 +467,18 @@ static void one_case(const run *ref, int W, int ep, int zero, int dropless)
         CHECK_EQ_INT(r[i].held * ep, r[i].all);
         CHECK_EQ_INT(r[i].differ, 0);
     }
+    /* and the model's host copy of the others' rows is given back between
+     * steps (0 or NaN until the sync) */
+    for (int i = 0; ep > 1 && i < W; i++) {
+        CHECK(r[i].others > 0);
+        CHECK_EQ_INT(r[i].stale, 0);
+    }
     if (ep > 1)
         printf("  the engine holds %lld of the %lld expert tensor elements on rank 0 (its EP "
-               "rank's rows)\n",
-               (long long)r[0].held, (long long)r[0].all);
+               "rank's rows); %lld of the model's %lld elements of other ranks' rows still "
+               "held before the sync\n",
+               (long long)r[0].held, (long long)r[0].all, (long long)r[0].stale,
+               (long long)r[0].others);
     /* and its memory: parameter and gradient buffers of the dense tensors
      * and this rank's experts, AdamW state as large (ZeRO 0) or the
      * rank's shares, its experts' only over the expert data parallel group
