@@ -301,18 +301,20 @@ static inline void jt_moe_spec(char *out, size_t cap, const char *name, const ch
 }
 
 /* The start of a test with a spec of its own (test_job_ep.c,
- * test_job_moetp.c, ...): argv[1] names the corpus directory; tmp becomes
- * a new /tmp/llmt-TEST-XXXXXX; the corpus is prepared into tmp/prep by the
- * spec spec_one writes while prep is argv[1], after which prep is
- * tmp/prep/data, what every spec reads; ref is the single-rank run of
- * spec_one's spec in tmp/one. Returns -1 to go on, else main's exit
- * status: 2 without the argument, 1 without the directory, check_exit
- * when the preparation or the reference failed. */
-static inline int jt_start(int argc, char **argv, const char *test,
+ * test_job_moetp.c, ...): jt_cfg becomes cfg; argv[1] names the corpus
+ * directory; tmp becomes a new /tmp/llmt-TEST-XXXXXX; the corpus is
+ * prepared into tmp/prep by the spec spec_one writes while prep is
+ * argv[1], after which prep is tmp/prep/data, what every spec reads; ref
+ * is the single-rank run of spec_one's spec in tmp/one (its first and
+ * last losses printed). Returns -1 to go on, else main's exit status: 2
+ * without the argument, 1 without the directory, check_exit when the
+ * preparation or the reference failed. */
+static inline int jt_start(int argc, char **argv, const char *test, jt_config cfg,
                            void (*spec_one)(char *out, size_t cap), char *tmp, size_t tmp_cap,
                            char *prep, size_t prep_cap, jt_rank *ref)
 {
     char json[4096], dir[800];
+    jt_cfg = cfg;
     if (argc < 2) {
         fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
         return 2;
@@ -331,6 +333,7 @@ static inline int jt_start(int argc, char **argv, const char *test,
     snprintf(dir, sizeof dir, "%s/one", tmp);
     if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
         return check_exit(test);
+    printf("one rank: loss %.6f -> %.6f\n", ref->loss[1], ref->loss[jt_cfg.steps]);
     return -1;
 }
 
@@ -348,8 +351,8 @@ typedef struct jt_suite {
  * seq_len seq; global batch 8 = micro 2 x accum x dp, so every layout
  * trains on the same sequences; jt_cfg.steps steps, a validation every 3,
  * 12 sampled tokens. The byte tokenizer's 257 tokens are the vocabulary
- * (the sample draws from vocab_size: a larger one could draw tokens no
- * tokenizer decodes). */
+ * (a larger model.vocab works as well: the sample draws only the
+ * tokenizer's ids). */
 static inline void jt_suite_spec(const jt_suite *s, char *out, size_t cap, const char *model,
                                  const char *par, int seq)
 {

@@ -60,13 +60,12 @@ static void spec_one(char *out, size_t cap)
 
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 0, 0, 28, 1e-5, 0};
     static jt_rank ref[1], a[JT_MAXR];
-    int rc = jt_start(argc, argv, "job-ep", spec_one, tmp, sizeof tmp, prep, sizeof prep, ref);
+    int rc = jt_start(argc, argv, "job-ep", (jt_config){STEPS, 0, 0, 28, 1e-5, 0}, spec_one,
+                      tmp, sizeof tmp, prep, sizeof prep, ref);
     if (rc >= 0)
         return rc;
     char json[4096], dir[800];
-    printf("one rank: loss %.6f -> %.6f\n", ref->loss[1], ref->loss[STEPS]);
     static const struct {
         int dp, ep, zero;
     } lay[] = {{2, 1, 0}, {2, 2, 0}, {4, 2, 1}, {4, 4, 0}};

@@ -114,14 +114,12 @@ static void spec_one(char *out, size_t cap)
 
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 0, 0, 34, 1e-5, 0};
     static jt_rank ref[1], a[JT_MAXR];
-    int rc =
-        jt_start(argc, argv, "job-moepp", spec_one, tmp, sizeof tmp, prep, sizeof prep, ref);
+    int rc = jt_start(argc, argv, "job-moepp", (jt_config){STEPS, 0, 0, 34, 1e-5, 0}, spec_one,
+                      tmp, sizeof tmp, prep, sizeof prep, ref);
     if (rc >= 0)
         return rc;
     char json[4096], dir[800];
-    printf("one rank: loss %.6f -> %.6f\n", ref->loss[1], ref->loss[STEPS]);
     /* (a) */
     static const struct {
         const char *what, *par;

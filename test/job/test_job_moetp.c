@@ -101,14 +101,12 @@ static void check_resume(const moe_lay *l, const char *dirname, const char *resu
 
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 0, 0, 28, 1e-5, 0};
     static jt_rank ref[1], a[JT_MAXR];
-    int rc =
-        jt_start(argc, argv, "job-moetp", spec_one, tmp, sizeof tmp, prep, sizeof prep, ref);
+    int rc = jt_start(argc, argv, "job-moetp", (jt_config){STEPS, 0, 0, 28, 1e-5, 0}, spec_one,
+                      tmp, sizeof tmp, prep, sizeof prep, ref);
     if (rc >= 0)
         return rc;
     char dir[800];
-    printf("one rank: loss %.6f -> %.6f\n", ref->loss[1], ref->loss[STEPS]);
     static const moe_lay lay[] = {
         {"tp 2", 2, 0, 1, 1, 1, 1, 0},
         {"tp 2 SP", 2, 1, 1, 1, 1, 1, 0},

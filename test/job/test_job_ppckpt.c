@@ -133,10 +133,9 @@ static void spec_one(char *out, size_t cap)
 
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 0, 0, 34, TOL, 0};
     static jt_rank ref[1], a[JT_MAXR];
-    int rc =
-        jt_start(argc, argv, "job-ppckpt", spec_one, tmp, sizeof tmp, prep, sizeof prep, ref);
+    int rc = jt_start(argc, argv, "job-ppckpt", (jt_config){STEPS, 0, 0, 34, TOL, 0}, spec_one,
+                      tmp, sizeof tmp, prep, sizeof prep, ref);
     if (rc >= 0)
         return rc;
     char json[4096], dir[800], root[900];
