@@ -49,7 +49,8 @@
 #   inplace-pp, inplace-cp, inplace-ep  the same under pp 2 x dp 2 (1F1B;
 #             a first stage killed, then a last stage: the pipeline group
 #             and its posted sends re-made), cp 2 x dp 2 and MoE with the
-#             experts split over ep 2 (dp 4)
+#             experts split over ep 2 (dp 4); TRIALS given: that many
+#             random kills instead
 #   nodes     two agents as two nodes (2 workers each, a spare on node 0)
 #             agreeing through a rendezvous directory: rank 3 (node 1) is
 #             killed, node 0 promotes its spare, both start generation 1;
@@ -724,6 +725,13 @@ inplace-tp | inplace-pp | inplace-cp | inplace-ep)
       ft.json > lay.json
     desc="experts split over ep 2" kills="2:7" ;;
   esac
+  # TRIALS given (the slow suite): that many kills of a random rank at a
+  # random step (3..12) instead
+  if [ -n "$3" ]; then
+    kills=$(awk -v n="$3" -v seed=$$ 'BEGIN {srand(seed)
+      for (i = 0; i < n; i++) printf "%d:%d ", int(rand() * 4), 3 + int(rand() * 10)}')
+    echo "kills (rank:step): $kills"
+  fi
   launch lr lr.log --nproc 4 --spares 1 lay.json || { bad "uninterrupted run"; cat lr.log; exit 1; }
   losses lr/metrics.jsonl > lr.loss
   grep -q "$desc" lr.log && [ "$(wc -l < lr.loss)" -eq 14 ] &&
@@ -732,6 +740,7 @@ inplace-tp | inplace-pp | inplace-cp | inplace-ep)
   for k in $kills; do
     r=${k%:*} s=${k#*:} want=$(( (${k#*:} - 1) / 2 * 2 ))
     o=li-$r-$s
+    rm -rf $o
     LLMT_FAULT=kill:$k launch $o $o.log --nproc 4 --spares 1 --in-place lay.json ||
       { bad "kill rank $r at step $s: the job did not finish"; cat $o.log; continue; }
     grep -q "in-place recovery as gen 1" $o.log &&
