@@ -1,6 +1,7 @@
 /* A pipeline rank's start, as the tests that run pipeline stages as
- * threads share it (test_device_pptp.c, test_device_ppv.c, test_moe_pp.c,
- * test_moe_tppp.c, test_pp_msgs.c, test_pp_bubble.c): the model and its
+ * threads share it (test_device_pp.c, test_device_pptp.c,
+ * test_device_ppv.c, test_moe_pp.c, test_moe_tppp.c, test_pp_msgs.c,
+ * test_pp_bubble.c): the model and its
  * trainer made on an engine, the pipeline's options, the steps of one
  * data parallel replica (the end is rank_fixture_close). Header only, as
  * rank_fixture.h, whose step it uses; apart from it because it needs the

@@ -46,6 +46,7 @@
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "rank_fixture.h"
+#include "stage_fixture.h"
 #include "train/device.h"
 
 #define STEPS 10
@@ -111,12 +112,9 @@ static void *rank_main(void *p)
     rank_arg *a = p;
     llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
-    a->st = llmt_model_create(NULL, &g_cfg, &m);
-    if (a->st == LLMT_OK) {
-        llmt_trainer_opts o;
-        rank_fixture_opts(&o, MICRO, a->m, T, LR);
-        a->st = llmt__trainer_create_dev(m, &o, g_ops, &tr);
-    }
+    llmt_trainer_opts o;
+    rank_fixture_opts(&o, MICRO, a->m, T, LR);
+    a->st = stage_fixture_open(&g_cfg, &o, g_ops, &m, &tr);
     if (a->st == LLMT_OK && a->load)
         a->st = ckpt_io(a, tr, 0);
     llmt_comm *dpc = NULL;
@@ -127,10 +125,7 @@ static void *rank_main(void *p)
     }
     if (a->st == LLMT_OK && a->c) {
         llmt_pp_opts po;
-        llmt_pp_opts_init(&po, sizeof po);
-        po.schedule = a->sched;
-        po.stage_layers = a->layers;
-        po.n_stage_layers = a->layers ? a->pp : 0;
+        stage_fixture_pp_opts(&po, a->sched, 1, a->layers, a->pp);
         a->st = llmt_trainer_set_pp_comm(tr, a->c, &po);
     }
     if (a->st == LLMT_OK && dpc) {
@@ -145,26 +140,15 @@ static void *rank_main(void *p)
             a->st = LLMT_ERR_STATE; /* nothing to train */
         }
     }
-    /* a step's batch: dp x m micro-batches, this rank's the dpr-th m */
-    int dp = a->dp > 1 ? a->dp : 1;
-    size_t per = (size_t)a->m * MICRO * T;
-    int k1 = a->k1 ? a->k1 : STEPS;
-    for (int k = a->k0; k < k1 && a->st == LLMT_OK; k++) {
-        size_t at = ((size_t)k * dp + (size_t)a->dpr) * per;
-        llmt_batch b = {sizeof b, g_in + at, g_tg + at, a->m * MICRO, T};
-        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
-    }
+    if (a->st == LLMT_OK)
+        a->st = stage_fixture_steps(tr, g_in, g_tg, a->k0, a->k1 ? a->k1 : STEPS,
+                                    a->dp > 1 ? a->dp : 1, a->dpr, a->m, MICRO, T, a->loss);
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
     if (a->st == LLMT_OK && a->save)
         a->st = ckpt_io(a, tr, 1);
     rank_fixture_pp_stats(tr, &a->st, &a->ps, &a->act_bytes);
-    if (a->st != LLMT_OK)
-        rank_fixture_error(a->err, sizeof a->err, tr, m);
-    if (m)
-        a->params = rank_fixture_params(m, &a->numel);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
+    rank_fixture_close(a->st, a->err, sizeof a->err, tr, m, &a->params, &a->numel);
     if (a->world) {
         llmt_comm_destroy(a->c);
         llmt_comm_destroy(dpc);
