@@ -475,4 +475,27 @@ static inline int jt_suite_close(jt_suite *s, const char *test)
     return check_exit(test);
 }
 
+/* The start of a suite's test (test_job_cp.c, test_job_cppp.c): jt_cfg
+ * becomes cfg; argv[1] names the corpus directory; the suite `name` opened
+ * on it (jt_suite_open) and ref the single-rank run of `model` in tmp/one
+ * (its first and last losses and its sample printed). Returns -1 to go
+ * on, else main's exit status: 2 without the argument, jt_suite_close(s,
+ * test) when the preparation or the reference failed. */
+static inline int jt_suite_start(jt_suite *s, int argc, char **argv, const char *name,
+                                 const char *test, jt_config cfg, const char *model,
+                                 jt_rank *ref)
+{
+    jt_cfg = cfg;
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
+        return 2;
+    }
+    if (!jt_suite_open(s, name, argv[1], model) ||
+        !jt_suite_one(s, "one rank", model, "one", ref))
+        return jt_suite_close(s, test);
+    printf("one rank: losses %.6f .. %.6f, sample '%s'\n", (double)ref->loss[1],
+           (double)ref->loss[jt_cfg.steps], ref->sample);
+    return -1;
+}
+
 #endif

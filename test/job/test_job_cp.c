@@ -83,18 +83,13 @@ static long long dir_bytes(const char *path)
 
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 3, JT_SAMPLE_BEFORE_FINISH, 34, 1e-5, 0};
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_job_cp CORPUS_DIR\n");
-        return 2;
-    }
     char json[4096];
     static jt_rank ref[1], lref[1], a[JT_MAXR];
-    if (!jt_suite_open(&g, "cpjob", argv[1], GPT2) ||
-        !jt_suite_one(&g, "one rank", GPT2, "one", ref))
-        return jt_suite_close(&g, "job-cp");
-    printf("one rank: losses %.6f .. %.6f, sample '%s'\n", (double)ref->loss[1],
-           (double)ref->loss[STEPS], ref->sample);
+    int rc =
+        jt_suite_start(&g, argc, argv, "cpjob", "job-cp",
+                       (jt_config){STEPS, 3, JT_SAMPLE_BEFORE_FINISH, 34, 1e-5, 0}, GPT2, ref);
+    if (rc >= 0)
+        return rc;
 
     /* (a) */
     compare("cp 2 ring", GPT2, "\"cp\": 2", 2, ref, a);

@@ -102,18 +102,13 @@ static void plan_check(void)
 
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 3, JT_SAMPLE_BEFORE_FINISH, 34, 1e-5, 0};
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_job_cppp CORPUS_DIR\n");
-        return 2;
-    }
     char json[4096];
     static jt_rank ref[1], lref[1], a[JT_MAXR];
-    if (!jt_suite_open(&g, "cpppjob", argv[1], GPT2) ||
-        !jt_suite_one(&g, "one rank", GPT2, "one", ref))
-        return jt_suite_close(&g, "job-cp-pp");
-    printf("one rank: losses %.6f .. %.6f, sample '%s'\n", (double)ref->loss[1],
-           (double)ref->loss[STEPS], ref->sample);
+    int rc =
+        jt_suite_start(&g, argc, argv, "cpppjob", "job-cp-pp",
+                       (jt_config){STEPS, 3, JT_SAMPLE_BEFORE_FINISH, 34, 1e-5, 0}, GPT2, ref);
+    if (rc >= 0)
+        return rc;
 
     plan_check();
     /* (a) */
