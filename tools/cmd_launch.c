@@ -559,6 +559,12 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
                 age = t - a->in_place_t;
                 lim = 2 * a->hb_timeout + 10;
             }
+            /* silent with a node that is, or was found lost now (a
+             * survivor waiting in place for the verdict): not this rank's
+             * fault, unless the node has been given its timeout */
+            if (age > lim && a->nnodes > 1 &&
+                (a->lost_gen || (age < lim + a->node_timeout + 2 && node_quiet(a) > 1.5)))
+                continue;
             if (age > lim) {
                 culprit[r] = 1;
                 snprintf(causes[r], 256, "no heartbeat for %.1f s (limit %.1f s%s)", age, lim,
