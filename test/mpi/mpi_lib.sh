@@ -111,6 +111,14 @@ mpi_pair() {
     { bad "mpirun -np $3"; cat "$2.log"; }
 }
 
+# mpi_pair_sample REF RUN: the text RUN.log sampled at its end is REF.log's
+# and not empty (ok or bad)
+mpi_pair_sample() {
+  mpi_s1=$(mpi_sample "$1.log") mpi_s2=$(mpi_sample "$2.log")
+  [ -n "$mpi_s1" ] && [ "$mpi_s1" = "$mpi_s2" ] && ok "the same sample as one process" ||
+    bad "sample '$mpi_s2', one process '$mpi_s1'"
+}
+
 # mpi_pair_losses REF RUN: every training and validation loss of RUN's
 # metrics.jsonl against REF's (cmp_losses)
 mpi_pair_losses() {

@@ -5,9 +5,10 @@
 # accum 4 there, micro 2 x accum 1 x dp 4 here: the capacity is per
 # micro-batch, so the micro-batches must be the same): every training and
 # validation loss within 1e-5 relative (plus the 1e-6 of the 6 decimals
-# metrics.jsonl prints); each step's {"event":"moe"} line counts the
-# global batch's routed choices (kept + dropped = 8 x 32 tokens x top_k 2
-# x 2 MoE layers, summed over the data parallel group) with drops; the
+# metrics.jsonl prints), the same sampled text; each step's
+# {"event":"moe"} line counts the global batch's routed choices (kept +
+# dropped = 8 x 32 tokens x top_k 2 x 2 MoE layers, summed over the data
+# parallel group) with drops; the
 # step-6 checkpoint resumed by one process (ep 2 -> ep 1): steps 7-8 equal
 # the one-process run continued the same way; the step-6 parameters
 # (exported; the expert tensors [4 x 32, 32] among them) within
@@ -30,6 +31,7 @@ grep -q "step .*/6 | loss .*| tp 1 x dp 4 (ep 2)" ep.log && ok "progress line sh
   bad "progress line"
 [ "$(grep -c '"loss"' ep/metrics.jsonl)" = 6 ] && ok "6 step lines" || bad "step lines"
 mpi_pair_losses ref ep
+mpi_pair_sample ref ep
 # sequences x tokens x top_k x MoE layers, with drops
 mpi_moe_counts ep ref $((8 * 32 * 2 * 2)) some 0 "expert counts of the global batch"
 # the step-6 parameters (expert tensors among them) against one process's

@@ -8,8 +8,9 @@
 # and top-2: every expert takes every row of its rank), so the layout
 # changes no routing decision: every training and validation loss within
 # 1e-5 relative (plus the 1e-6 of the 6 decimals metrics.jsonl prints),
-# each step's {"event":"moe"} line equal to one process's and counting
-# the global batch (kept = 8 x 32 tokens x top_k 2 x 2 MoE layers); the
+# the same sampled text, each step's {"event":"moe"} line equal to one
+# process's and counting the global batch (kept = 8 x 32 tokens x top_k
+# 2 x 2 MoE layers); the
 # step-6 parameters within cmp_params.py's bounds of one process's; the
 # step-6 checkpoint resumed by one process: steps 7-8 equal the
 # one-process run continued the same way. With PP 2: tp 2 x pp 2 (each
@@ -38,6 +39,7 @@ mpi_pair ref tp 4 "$lay, sp $sp"
 grep -q "step .*/6 | loss .*| $lay" tp.log && ok "progress line shows the layout" ||
   bad "progress line"
 mpi_pair_losses ref tp
+mpi_pair_sample ref tp
 # sequences x tokens x top_k x MoE layers, none dropped
 mpi_moe_counts tp ref $((8 * 32 * 2 * 2)) none 1 "expert counts of the global batch"
 mpi_pair_params ref tp
