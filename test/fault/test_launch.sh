@@ -69,7 +69,7 @@
 #             when there is none; the leader lost: the other node stops
 #             naming it, and a resume finishes; a hung agent (SIGSTOP) whose
 #             workers run on: a gang restart, not in place; losses equal
-#             the uninterrupted run's
+#             the uninterrupted run's (nodes-lost3: three nodes, in place)
 #   grace     rank 0 killed at step 5 while rank 1 (2 workers + 1 spare)
 #             is still saving step 4 (slowsave: 2.5 s before it writes its
 #             part): the agent SIGKILLs rank 0, SIGTERMs rank 1, which
@@ -761,7 +761,7 @@ inplace-tp | inplace-pp | inplace-cp | inplace-ep)
       { bad "losses differ"; diff lr.loss $o.loss; }
   done
   ;;
-nodes-lost | nodes-leader | nodes-hung)
+nodes-lost | nodes-leader | nodes-hung | nodes-lost3)
   # a node lost with its agent: two agents as two nodes on this host,
   # --node-timeout 2; node K's agent is started in a session of its own
   # so that its process group is the node. Gen 0 is slowed (150 ms a
@@ -906,6 +906,43 @@ nodes-lost | nodes-leader | nodes-hung)
     losses $o/metrics.jsonl > $o.loss
     cmp -s ref.loss $o.loss && ok "hung agent: all 14 losses equal the uninterrupted run's" ||
       { bad "hung agent: losses differ"; diff ref.loss $o.loss; }
+    ;;
+  nodes-lost3)
+    # three nodes, --in-place: node 0 ranks 0, 1 and a spare, node 1 rank 2,
+    # node 2 rank 3 and a spare; node 1 lost with its agent: node 2 sees
+    # the leader's report for node 1 as any node's, its rank 3 stays in its
+    # process, rank 2 starts on node 0's spare
+    o=three
+    mkdir rdzv-$o
+    set -- --nnodes 3 --rdzv rdzv-$o --node-timeout 2 --in-place ft.json
+    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 2 --spares 1 --node-rank 0 "$@" \
+      > $o-n0.log 2>&1 &
+    p0=$!
+    LLMT_FAULT=slow:0:1:$slow+ setsid "$exe" launch --out $o --nproc 1 --node-rank 1 "$@" \
+      > $o-n1.log 2>&1 &
+    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 1 --spares 1 --node-rank 2 "$@" \
+      > $o-n2.log 2>&1 &
+    p2=$!
+    i=0 st=0
+    while [ $i -lt 400 ] && [ "$st" -lt 5 ]; do
+      st=$(cut -d' ' -f1 $o/agent/node-0/hb-rank-0 2>/dev/null); st=${st:-0}
+      sleep 0.05; i=$((i + 1))
+    done
+    kill -s KILL -- -"$(cut -d' ' -f5 /proc/$(cut -d' ' -f3 rdzv-$o/node-1)/stat)"
+    wait $p0 && r0=0 || r0=$?
+    wait $p2 && r2=0 || r2=$?
+    pid3=$(grep '"spawn","gen":0,"rank":3,' $o/agent/node-2/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
+    [ $r0 -eq 0 ] && [ $r2 -eq 0 ] && grep -q "node 1 lost" $o-n0.log &&
+      grep -q "rank 2 (slot 3) failed .*lost with node 1" $o-n0.log &&
+      grep -q "spare slot 2 promoted to rank 2" $o-n0.log &&
+      grep -q "in-place recovery as gen 1" $o-n0.log &&
+      grep -q "node 2: gen 1 on 4 ranks in place (node 0 decided); ranks here: 3; started here: none" $o-n2.log &&
+      grep -q '"event":"inplace","rank":3,"pid":'$pid3',"gen":1,.*"tier":"memory"' $o/rank-3/metrics.jsonl &&
+      ok "3 nodes: node 1 lost at step $st, rank 2 on node 0's spare, rank 3 stayed in its process on node 2" ||
+      { bad "3 nodes: agents $r0 $r2"; grep launch: $o-n0.log $o-n2.log; }
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s ref.loss $o.loss && ok "3 nodes: all 14 losses equal the uninterrupted run's" ||
+      { bad "3 nodes: losses differ"; diff ref.loss $o.loss; }
     ;;
   esac
   ;;
