@@ -91,8 +91,10 @@ llmt_status llmt__job_params_hash(llmt_job *j, uint64_t *out)
 {
     *out = 0;
     /* host tensors: current first (ZeRO's and EP's gathers; collective:
-     * every rank has the same engine); an engine's own parts need none */
-    int resident = llmt__trainer_host_resident(j->tr);
+     * every rank has the same engine); an engine's own parts need none.
+     * Under ep an engine holds its EP rank's experts only, which data
+     * parallel replicas do not share: the whole host tensors are hashed */
+    int resident = llmt__trainer_host_resident(j->tr) || llmt__trainer_ep_comm(j->tr);
     llmt_status st = resident ? llmt_trainer_sync_params(j->tr) : LLMT_OK;
     if (st != LLMT_OK)
         return FAIL(st, "%s", llmt_trainer_last_error(j->tr));

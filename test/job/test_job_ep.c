@@ -12,7 +12,11 @@
  *     of the uninterrupted run's (experts are rows of one global tensor,
  *     whole on every rank);
  * (c) bad input refused at creation naming the key: ep not dividing the
- *     experts or dp, top_k > experts, capacity_factor <= 0.
+ *     experts or dp, top_k > experts, capacity_factor <= 0;
+ * (d) ep 2 x dp 4 with the silent data corruption check every 2 steps
+ *     (fault_tolerance.sdc_interval): the replicas' parameter hashes agree
+ *     although each rank's engine holds only its EP rank's experts (the
+ *     whole host tensors are hashed), so the run goes on, losses equal.
  * usage: test_job_ep CORPUS_DIR (any directory of text files) */
 #include <math.h>
 #include <stdio.h>
@@ -109,5 +113,18 @@ int main(int argc, char **argv)
     if (p)
         memcpy(p + 19, "0.0", 3);
     refused(json, 2, "model.moe.capacity_factor");
+    /* (d) the SDC check under ep */
+    spec(json, sizeof json, 4, 2, 0, NULL);
+    p = strstr(json, "\"hardware\"");
+    const char *ft = "\"fault_tolerance\": {\"sdc_interval\": 2}, ";
+    size_t at = p ? (size_t)(p - json) : 0, fl = strlen(ft);
+    CHECK(p && strlen(json) + fl < sizeof json);
+    if (p && strlen(json) + fl < sizeof json) {
+        memmove(json + at + fl, json + at, strlen(json + at) + 1);
+        memcpy(json + at, ft, fl);
+        snprintf(dir, sizeof dir, "%s/sdc", tmp);
+        if (run_layout("dp 4 x ep 2, sdc_interval 2", json, 4, dir, 0, 0, a))
+            check_losses("dp 4 x ep 2, sdc_interval 2", a, 4, ref, 1, STEPS);
+    }
     return check_exit("job-ep");
 }
