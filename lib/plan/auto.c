@@ -4,6 +4,7 @@
  * memory, rank by predicted step time, and say why the winner wins. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan/plan.h"
@@ -117,8 +118,12 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
      * the node is the host, holding every rank */
     int64_t max_tp = o.max_tp > 0 ? o.max_tp : llmt__plan_node_ranks(spec, world_size);
 
-    /* A working copy whose degrees the loops overwrite (strings untouched). */
+    /* A working copy whose degrees the loops overwrite (strings untouched),
+     * and its automatic stage splits, one per virtual stage count. */
     llmt_spec w = *spec;
+    llmt__plan_splits *splits = calloc(1, sizeof *splits);
+    if (!splits)
+        return llmt__err_set(err, LLMT_ERR_OUT_OF_MEMORY, "plan: out of memory");
     const int64_t W = world_size, L = spec->model.layers, S = spec->model.seq_len;
     /* virtual stages only where the spec leaves the schedule open or asks
      * for interleaving (a given gpipe or 1f1b keeps v 1) */
@@ -185,6 +190,7 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                                     w.batch.micro = micro;
                                     w.batch.grad_accum = accum;
                                     w.batch.global = gb;
+                                    llmt__plan_set_stages(&w, spec, splits);
                                     double terms[LLMT_PLAN_NTERMS];
                                     llmt__plan_estimate_x(&w, (int32_t)W, NULL, NULL, &e,
                                                           terms);
@@ -219,6 +225,8 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
             }
         }
     }
+    llmt__plan_splits_free(splits);
+    free(splits);
     if (ntop == 0) {
         if (!isfinite(closest_mem))
             return llmt__err_set(err, LLMT_ERR_NOT_FOUND,

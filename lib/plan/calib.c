@@ -142,6 +142,9 @@ llmt_status llmt__calib_load(llmt_context *ctx, const char *path, llmt_calib_run
             snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
             st = llmt__err_set(err, st, "calibration %s: spec: %s", base_name(path), msg);
         } else {
+            /* its automatic stages once, not in each of the fit's
+             * thousands of estimates */
+            llmt__plan_resolve_stages(spec);
             r->spec = spec;
         }
     }
@@ -467,6 +470,9 @@ llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *spec, int
     const double cap = 0.95 * e.mem_capacity;
     out->published_fits = e.mem_total <= cap;
     double tpub = e.step_time_s;
+    llmt__plan_splits *splits = calloc(1, sizeof *splits);
+    if (!splits)
+        return llmt__err_set(err, LLMT_ERR_OUT_OF_MEMORY, "plan: rank: no memory");
     llmt_spec w = *spec;
     const int64_t W = world, L = spec->model.layers, S = spec->model.seq_len;
     const int64_t E = spec->model.moe.experts, G = spec->batch.global;
@@ -516,6 +522,7 @@ llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *spec, int
                                 tp > 1 && spec->parallelism.sequence_parallel;
                             w.batch.micro = micro;
                             w.batch.grad_accum = accum;
+                            llmt__plan_set_stages(&w, spec, splits);
                             llmt__plan_estimate_x(&w, (int32_t)W, k, sw, &e, terms);
                             if (e.mem_total > cap || e.step_time_s >= tbest)
                                 continue;
@@ -536,6 +543,8 @@ llmt_status llmt__plan_rank_layout(llmt_context *ctx, const llmt_spec *spec, int
             }
         }
     }
+    llmt__plan_splits_free(splits);
+    free(splits);
     out->rank = better + 1;
     out->layouts = layouts + 1;
     if (!isfinite(best_t) || out->published.step_time_s < best_t)

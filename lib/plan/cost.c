@@ -125,6 +125,53 @@ int llmt__plan_split(const llmt_spec *s, int64_t *first)
     return llmt__balance_split(&bm, s->model.layers, nv, first);
 }
 
+void llmt__plan_set_stages(llmt_spec *w, const llmt_spec *orig, llmt__plan_splits *c)
+{
+    int64_t pp = w->parallelism.pp, v = w->parallelism.virtual_stages,
+            nv = pp * (v > 1 ? v : 1);
+    int n0 = orig->parallelism.nstage_layers;
+    if (pp <= 1 || n0 == nv || nv > LLMT_SPEC_MAX_STAGES) { /* the spec's own */
+        w->parallelism.nstage_layers = n0;
+        if (n0 > 0)
+            memcpy(w->parallelism.stage_layers, orig->parallelism.stage_layers,
+                   (size_t)n0 * sizeof orig->parallelism.stage_layers[0]);
+        return;
+    }
+    w->parallelism.nstage_layers = 0;
+    if (!c->first[nv]) {
+        int64_t *f = malloc(((size_t)nv + 1) * sizeof *f);
+        if (!f || llmt__plan_split(w, f)) {
+            free(f);
+            return; /* left to llmt__plan_estimate_x */
+        }
+        c->first[nv] = f;
+    }
+    for (int64_t j = 0; j < nv; j++)
+        w->parallelism.stage_layers[j] = c->first[nv][j + 1] - c->first[nv][j];
+    w->parallelism.nstage_layers = (int)nv;
+}
+
+void llmt__plan_resolve_stages(llmt_spec *s)
+{
+    int64_t pp = s->parallelism.pp, v = s->parallelism.virtual_stages,
+            nv = pp * (v > 1 ? v : 1);
+    int64_t fs[LLMT_SPEC_MAX_STAGES + 1];
+    if (pp <= 1 || s->parallelism.nstage_layers == nv || nv > LLMT_SPEC_MAX_STAGES ||
+        llmt__plan_split(s, fs))
+        return;
+    for (int64_t j = 0; j < nv; j++)
+        s->parallelism.stage_layers[j] = fs[j + 1] - fs[j];
+    s->parallelism.nstage_layers = (int)nv;
+}
+
+void llmt__plan_splits_free(llmt__plan_splits *c)
+{
+    for (size_t i = 0; i < sizeof c->first / sizeof c->first[0]; i++) {
+        free(c->first[i]);
+        c->first[i] = NULL;
+    }
+}
+
 void llmt__plan_spec_span(const llmt_spec *s, int64_t stage, int64_t chunk, int64_t *first,
                           int64_t *count)
 {
@@ -790,5 +837,4 @@ static void estimate(const llmt_spec *s, int32_t world, const llmt_plan_consts *
     }
     e->run_time_s = (double)s->train.steps * e->step_time_s;
     e->run_flops = (double)s->train.steps * e->model_flops_per_step;
-    llmt__plan_engine(s, e);
 }

@@ -80,6 +80,14 @@ typedef struct eng {
     double Fs; /* the shared experts' hidden size, S x Fe (0: none) */
     int every, nx;
     char moe[2 + 4096];
+    /* what this rank runs of the model: pipeline stage `stage` of pp
+     * (holding the embedding when first, the head when last), Lh layers,
+     * Mh of them MoE, rl (rm MoE) forwarded again by full recomputation,
+     * sl attention cores again by selective recomputation; the whole
+     * model without pipeline parallelism (engine_stage sets a stage's) */
+    int64_t stage, pp;
+    int first, last;
+    double Lh, Mh, rl, rm, sl;
 } eng;
 
 static double aligned(const eng *g, double n)
@@ -163,6 +171,18 @@ static void shape(const llmt_spec *s, eng *g)
             g->unit[u] += 3 * aligned(g, g->E * g->Fe * C);
     }
     g->unit[g->U - 1] = tail;
+    double M = 0;
+    for (int u = 1; u <= (int)g->L; u++)
+        M += g->moe[u];
+    int again = g->full && g->L > 1;
+    g->stage = 0;
+    g->pp = 1;
+    g->first = g->last = 1;
+    g->Lh = g->L;
+    g->Mh = M;
+    g->rl = again ? g->L : 0;
+    g->rm = again ? M : 0;
+    g->sl = g->selective ? g->L - 1 : 0;
 }
 
 /* The MoE layers. */
@@ -189,14 +209,14 @@ static void moe_token_sums(const eng *g, acc *a, double n, double fwd, double ta
 
 static void moe_token_group(const eng *g, acc *a, double n)
 {
-    double M = moe_layers(g), rc = g->full && g->L > 1 ? 1 : 0;
-    moe_token_sums(g, a, n, M * (1 + rc), M);
+    moe_token_sums(g, a, n, g->Mh + g->rm, moe_layers(g));
 }
 
-/* LayerNorm/RMSNorm weights and biases: per layer and the final one. */
+/* LayerNorm/RMSNorm weights and biases: per layer held and the final one
+ * (the last stage's). */
 static double norm_tensors(const eng *g)
 {
-    return g->llama ? 2 * g->L + 1 : 4 * g->L + 2;
+    return (g->llama ? 2 : 4) * g->Lh + (g->last ? (g->llama ? 1 : 2) : 0);
 }
 
 /* The tensor parallel group's collectives of one step (device.c, tp.c)
@@ -262,8 +282,7 @@ static void tp_span(const eng *g, acc *a, double Ls, double Ms, double rl, doubl
 /* The whole model's (tp x cp x dp). */
 static void tp_step(const eng *g, acc *a)
 {
-    double M = moe_layers(g), rc = g->full && g->L > 1 ? 1 : 0;
-    tp_span(g, a, g->L, M, rc * g->L, rc * M, 1, 1);
+    tp_span(g, a, g->Lh, g->Mh, g->rl, g->rm, g->first, g->last);
 }
 
 /* `times` ring steps (cp.c's ring()): a send of `bytes` and a receive,
@@ -279,20 +298,19 @@ static void ring(acc *a, double bytes, double times)
  * device.c): per micro-batch and layer, the attention forward's exchange
  * of this rank's k and v rows (n = B x T/cp x 2 kv heads x hd elements,
  * storage type) -- ring: cp - 1 steps; all-gather: one -- again for each
- * recomputed attention (full: every layer when L > 1; selective: all but
- * the last); its backward: ring: cp - 1 steps of the block and of its
+ * recomputed attention (full: every layer of a chunk of more than one;
+ * selective: all but a chunk's last); its backward: ring: cp - 1 steps of the block and of its
  * fp32 dK/dV, then one more of dK/dV home; all-gather: the gather again
  * and a reduce-scatter of the fp32 dK/dV. Per step, fp32: the gradient
  * sum (all-reduce of the rank's P elements) and the loss sum (an
  * all-gather of one double, as int64). */
 static void cp_step(const eng *g, acc *a)
 {
-    double c = g->c, L = g->L;
+    double c = g->c, L = g->Lh;
     if (c <= 1)
         return;
     double n = g->B * g->T * 2 * g->nkv_l * g->hd;
-    double again = g->full && L > 1 ? L : g->selective ? L - 1 : 0;
-    double fwd = g->A * (L + again), bwd = g->A * L;
+    double fwd = g->A * (L + g->rl + g->sl), bwd = g->A * L;
     if (g->cp_ag) {
         all_gather(a, c, n, g->es, fwd + bwd);
         reduce_scatter(a, c, n, 4, bwd);
@@ -545,45 +563,11 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
     return x + trainer_window(s);
 }
 
-/* A pipeline stage's tensor parallel collectives of one step (device.c's
- * stage path, pp.c): tp_span over the layers of its chunks (a chunk of
- * more than one layer forwarded again layer by layer under full
- * recomputation), the embedding on the first stage, the head and the
- * loss on the last. */
-void llmt__plan_engine_stage_tp(const llmt_spec *s, int64_t stage, double out[3])
+/* The engine's numbers for the rank gp describes: the whole model, or a
+ * pipeline stage (stage_shape). */
+static void engine_fill(const llmt_spec *s, const eng *gp, llmt_plan_estimate *e)
 {
-    eng g;
-    shape(s, &g);
-    int64_t p = s->parallelism.pp, v = s->parallelism.virtual_stages;
-    double Ls = 0, Ms = 0, rl = 0, rm = 0;
-    for (int64_t c = 0; c < v; c++) {
-        int64_t f, n;
-        llmt__plan_spec_span(s, stage, c, &f, &n);
-        Ls += (double)n;
-        Ms += moe_in(&g, f, n);
-        if (g.full && n > 1) {
-            rl += (double)n;
-            rm += moe_in(&g, f, n);
-        }
-    }
-    acc a = {0, 0, 0};
-    tp_span(&g, &a, Ls, Ms, rl, rm, stage == 0, stage == p - 1);
-    out[0] = a.calls;
-    out[1] = a.payload;
-    out[2] = a.bus;
-}
-
-void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
-{
-    e->engine_modeled = 0;
-    /* what the engine runs today: tp (with or without sequence
-     * parallelism) x cp x dp with ZeRO 0-3, dense and MoE models (ep
-     * inside dp) */
-    int moe = s->model.moe.experts > 0;
-    if (s->parallelism.pp > 1 || s->model.layers > 4096 || (!moe && s->parallelism.ep > 1))
-        return;
-    eng g;
-    shape(s, &g);
+    const eng g = *gp;
     e->engine_modeled = 1;
     e->engine_store_bytes = (int32_t)g.es;
     acc tp = {0, 0, 0}, dp = {0, 0, 0}, cp = {0, 0, 0};
@@ -621,6 +605,111 @@ void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
                           (g.sp ? norm_tensors(&g) * g.C * 4 : 0);
     e->engine_mem_optimizer = 8 * (g.zero >= 1 && g.D > 1 ? share : P);
     e->engine_mem_activations =
-        trainer_window(s) + activations(&g) +
-        moe_in(&g, 0, (int64_t)g.L) * moe_saved(s, &g, g.sp ? g.B * g.T / g.t : g.B * g.T);
+        g.pp > 1 ? llmt__plan_engine_stage_act(s, g.stage)
+                 : trainer_window(s) + activations(&g) +
+                       moe_in(&g, 0, (int64_t)g.L) *
+                           moe_saved(s, &g, g.sp ? g.B * g.T / g.t : g.B * g.T);
+}
+
+/* Pipeline stage `stage` (device.c's stage_params, dp.c's units): the
+ * layers of its chunks, the embeddings on the first stage (and a tied
+ * wte's copy on the last, which dp.c's embedding unit holds there: its
+ * gradient is summed over the first and last stage's own group, not the
+ * TP or DP one), the final norm and head on the last; the other units
+ * empty, each still a collective of no bytes in dp.c's loops. */
+static void stage_shape(const llmt_spec *s, int64_t stage, eng *g)
+{
+    shape(s, g);
+    int64_t p = s->parallelism.pp, v = s->parallelism.virtual_stages;
+    g->stage = stage;
+    g->pp = p;
+    g->first = stage == 0;
+    g->last = stage == p - 1;
+    g->Lh = g->Mh = g->rl = g->rm = g->sl = 0;
+    char held[2 + 4096] = {0};
+    for (int64_t c = 0; c < (v > 1 ? v : 1); c++) {
+        int64_t f, n;
+        llmt__plan_spec_span(s, stage, c, &f, &n);
+        for (int64_t l = f; l < f + n && l < (int64_t)g->L; l++)
+            held[1 + l] = 1;
+        double M = moe_in(g, f, n);
+        g->Lh += (double)n;
+        g->Mh += M;
+        if (g->full && n > 1) {
+            g->rl += (double)n;
+            g->rm += M;
+        }
+        if (g->selective && n > 0)
+            g->sl += (double)(n - 1);
+    }
+    for (int u = 1; u <= (int)g->L; u++)
+        if (!held[u])
+            g->unit[u] = 0;
+    if (!g->first)
+        g->unit[0] = g->last && g->tied ? aligned(g, g->V_l * g->C) : 0;
+    if (!g->last)
+        g->unit[g->U - 1] = 0;
+}
+
+void llmt__plan_engine_stage(const llmt_spec *s, int64_t stage, llmt_plan_estimate *e)
+{
+    eng g;
+    stage_shape(s, stage, &g);
+    engine_fill(s, &g, e);
+}
+
+/* A pipeline stage's tensor parallel collectives of one step (device.c's
+ * stage path, pp.c): tp_span over the layers of its chunks (a chunk of
+ * more than one layer forwarded again layer by layer under full
+ * recomputation), the embedding on the first stage, the head and the
+ * loss on the last. */
+void llmt__plan_engine_stage_tp(const llmt_spec *s, int64_t stage, double out[3])
+{
+    eng g;
+    stage_shape(s, stage, &g);
+    acc a = {0, 0, 0};
+    tp_step(&g, &a);
+    out[0] = a.calls;
+    out[1] = a.payload;
+    out[2] = a.bus;
+}
+
+void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
+{
+    e->engine_modeled = 0;
+    /* what the engine runs today: tp (with or without sequence
+     * parallelism) x cp x pp x dp with ZeRO 0-3, dense and MoE models (ep
+     * inside dp; not yet modelled with pp) */
+    int moe = s->model.moe.experts > 0;
+    int64_t p = s->parallelism.pp;
+    if (s->model.layers > 4096 || (!moe && s->parallelism.ep > 1) ||
+        (p > 1 && s->parallelism.ep > 1))
+        return;
+    if (p <= 1) {
+        eng g;
+        shape(s, &g);
+        engine_fill(s, &g, e);
+        return;
+    }
+    /* a pipeline's ranks differ by stage: the fields are those of the
+     * stage that holds the most (llmt__plan_engine_stage gives any) */
+    llmt__plan_engine_stage(s, llmt__plan_engine_top_stage(s), e);
+}
+
+int64_t llmt__plan_engine_top_stage(const llmt_spec *s)
+{
+    int64_t best = 0;
+    double most = -1;
+    for (int64_t st = 0; st < s->parallelism.pp; st++) {
+        llmt_plan_estimate x;
+        memset(&x, 0, sizeof x);
+        llmt__plan_engine_stage(s, st, &x);
+        double m = x.engine_mem_params + x.engine_mem_grads + x.engine_mem_optimizer +
+                   x.engine_mem_activations;
+        if (m > most) {
+            most = m;
+            best = st;
+        }
+    }
+    return best;
 }

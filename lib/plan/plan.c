@@ -70,20 +70,26 @@ static void warn_notes(llmt_plan *p)
 static void engine_note(llmt_plan *p)
 {
     const llmt_plan_estimate *e = &p->est;
-    if (!e->engine_modeled || (e->tp == 1 && e->dp == 1 && e->cp == 1))
+    if (!e->engine_modeled || (e->tp == 1 && e->dp == 1 && e->cp == 1 && e->pp == 1))
         return;
+    char who[160] = "one rank"; /* under pp the fields are one stage's: say which */
+    if (e->pp > 1)
+        snprintf(who, sizeof who,
+                 "a rank of pipeline stage %lld of %lld (the one holding the most bytes; "
+                 "JSON engine_per_rank.stages: every stage's)",
+                 (long long)llmt__plan_engine_top_stage(p->spec), (long long)e->pp);
     if (e->cp > 1)
         llmt__plan_note(p,
-                        "engine (lib/train), one rank per step: CP %.0f collectives, "
+                        "engine (lib/train), %s per step: CP %.0f collectives, "
                         "%.3f MB payload (%.3f MB bus)",
-                        e->engine_cp_calls, e->engine_cp_payload_bytes / 1e6,
+                        who, e->engine_cp_calls, e->engine_cp_payload_bytes / 1e6,
                         e->engine_cp_bus_bytes / 1e6);
     llmt__plan_note(p,
-                    "engine (lib/train), one rank per step: TP %.0f collectives, "
+                    "engine (lib/train), %s per step: TP %.0f collectives, "
                     "%.3f MB payload (%.3f MB bus); DP %.0f, %.3f MB (%.3f MB bus); "
                     "memory: params %.3f MB, grads %.3f MB, optimizer %.3f MB, "
                     "activations %.3f MB",
-                    e->engine_tp_calls, e->engine_tp_payload_bytes / 1e6,
+                    who, e->engine_tp_calls, e->engine_tp_payload_bytes / 1e6,
                     e->engine_tp_bus_bytes / 1e6, e->engine_dp_calls,
                     e->engine_dp_payload_bytes / 1e6, e->engine_dp_bus_bytes / 1e6,
                     e->engine_mem_params / 1e6, e->engine_mem_grads / 1e6,
@@ -108,6 +114,9 @@ llmt_status llmt__plan_build(llmt_context *ctx, llmt_spec *owned, int32_t world,
     p->dp = (int32_t)owned->parallelism.dp;
     p->ep = (int32_t)owned->parallelism.ep;
     llmt__plan_estimate_x(owned, world, NULL, NULL, &p->est, p->terms);
+    /* the engine's numbers describe the plan, not each layout the
+     * auto-planner weighs (with pp they model every stage) */
+    llmt__plan_engine(owned, &p->est);
     if (owned->checkpoint.interval_auto)
         owned->checkpoint.interval = p->est.ckpt_interval_steps;
     warn_notes(p);
@@ -408,15 +417,9 @@ static void add_terms(cJSON *o, const double *terms)
         cJSON_AddNumberToObject(t, llmt__plan_terms[i].key, terms[llmt__plan_terms[i].term]);
 }
 
-/* What this library's engine moves and holds on one rank (engine.c):
- * null where it does not run the layout. */
-static void add_engine(cJSON *o, const llmt_plan_estimate *e)
+/* What this library's engine moves and holds on one rank (engine.c). */
+static void engine_fields(cJSON *g, const llmt_plan_estimate *e)
 {
-    if (!e->engine_modeled) {
-        cJSON_AddNullToObject(o, "engine_per_rank");
-        return;
-    }
-    cJSON *g = cJSON_AddObjectToObject(o, "engine_per_rank");
     NUM(g, "store_bytes", e->engine_store_bytes);
     static const char *const grp[] = {"tp_per_step", "dp_per_step", "cp_per_step"};
     const double v[3][3] = {
@@ -436,7 +439,34 @@ static void add_engine(cJSON *o, const llmt_plan_estimate *e)
     NUM(m, "activations", e->engine_mem_activations);
 }
 
-static void add_estimate(cJSON *o, const llmt_plan_estimate *e, const double *terms)
+/* engine_per_rank: null where the engine does not run the layout; under
+ * pipeline parallelism the stage holding the most bytes ("stage"), and
+ * every stage's numbers ("stages"), as their ranks differ. */
+static void add_engine(cJSON *o, const llmt_plan_estimate *e, const llmt_spec *s)
+{
+    if (!e->engine_modeled) {
+        cJSON_AddNullToObject(o, "engine_per_rank");
+        return;
+    }
+    cJSON *g = cJSON_AddObjectToObject(o, "engine_per_rank");
+    engine_fields(g, e);
+    if (!g || !s || s->parallelism.pp <= 1)
+        return;
+    NUM(g, "stage", llmt__plan_engine_top_stage(s));
+    cJSON *arr = cJSON_AddArrayToObject(g, "stages");
+    for (int64_t st = 0; arr && st < s->parallelism.pp; st++) {
+        llmt_plan_estimate x;
+        memset(&x, 0, sizeof x);
+        llmt__plan_engine_stage(s, st, &x);
+        cJSON *y = cJSON_CreateObject();
+        NUM(y, "stage", st);
+        engine_fields(y, &x);
+        cJSON_AddItemToArray(arr, y);
+    }
+}
+
+static void add_estimate(cJSON *o, const llmt_plan_estimate *e, const double *terms,
+                         const llmt_spec *s)
 {
     cJSON *m = cJSON_AddObjectToObject(o, "memory_per_gpu_bytes");
     NUM(m, "weights", e->mem_weights);
@@ -467,7 +497,7 @@ static void add_estimate(cJSON *o, const llmt_plan_estimate *e, const double *te
         NUM(d, "bytes", by[i]);
         NUM(d, "exposed_s", ti[i]);
     }
-    add_engine(o, e);
+    add_engine(o, e, s);
     cJSON *t = cJSON_AddObjectToObject(o, "time");
     NUM(t, "compute_s", e->time_compute_s);
     NUM(t, "bubble_fraction", e->bubble_fraction);
@@ -538,7 +568,7 @@ LLMT_API llmt_status llmt_plan_to_json(const llmt_plan *plan, char *buf,
             cJSON_AddItemToArray(stages, x);
         }
     }
-    add_estimate(cJSON_AddObjectToObject(o, "estimate"), &plan->est, plan->terms);
+    add_estimate(cJSON_AddObjectToObject(o, "estimate"), &plan->est, plan->terms, plan->spec);
     if (plan->is_auto) {
         cJSON *a = cJSON_AddObjectToObject(o, "auto");
         NUM(a, "evaluated", plan->auto_evaluated);

@@ -163,6 +163,20 @@ void llmt__plan_to_cand(const llmt_plan_estimate *e, const double *terms, llmt_p
  * layers' work with the embedding and the head (balance.h), dense or MoE;
  * -1 without memory. */
 int llmt__plan_split(const llmt_spec *s, int64_t *first);
+/* A search's automatic splits by virtual stage count (one model's: the
+ * balance depends on the model alone), so that the layouts it weighs do
+ * not each redo the balance; zero-initialise, free with
+ * llmt__plan_splits_free. llmt__plan_set_stages: w's stage_layers for its
+ * (pp, virtual_stages), orig's list where it gives that many (or pp is 1),
+ * else the split from c. */
+typedef struct llmt__plan_splits {
+    int64_t *first[LLMT_SPEC_MAX_STAGES + 1];
+} llmt__plan_splits;
+void llmt__plan_set_stages(llmt_spec *w, const llmt_spec *orig, llmt__plan_splits *c);
+/* s's stage_layers filled with its automatic split where not given (for
+ * a spec the planner estimates many times; its layout unchanged). */
+void llmt__plan_resolve_stages(llmt_spec *s);
+void llmt__plan_splits_free(llmt__plan_splits *c);
 /* (stage, chunk)'s layers of that layout (0, 0 outside it); and the
  * layers stage `stage` holds over its chunks. */
 void llmt__plan_spec_span(const llmt_spec *s, int64_t stage, int64_t chunk, int64_t *first,

@@ -1,0 +1,361 @@
+/* The planner agrees with the run under pipeline parallelism (issue 17):
+ * for a layout with pp > 1, the planner's model of one rank of each stage
+ * (lib/plan/engine.c, llmt__plan_engine_stage: the stage's layers, the
+ * embeddings on the first, the head on the last) against what the trainer
+ * does when it runs that layout in-process (ranks as threads, groups
+ * from the plan, the public llmt_trainer_set_pp_comm):
+ *
+ *   - per step, on every rank, the calls, payload bytes and bus bytes of
+ *     the TP, CP and DP groups' communicators (llmt_comm_get_stats, reset
+ *     before each step) equal its stage's plan exactly (bus bytes within
+ *     1e-12 relative);
+ *   - the rank's parameter + gradient + optimizer bytes (device_in_use -
+ *     device_activations - comm_buffers) equal its stage's plan plus the
+ *     engine's token, target and loss buffers of the step (3 A N int32 or
+ *     fp32) and, with dp > 1, dp.c's count and norm scalars (dp + 1
+ *     int64 and a float): not parameters, not activations, and so not in
+ *     the planner's fields,
+ *     and its activations (llmt_trainer_memory's activations +
+ *     device_activations) equal;
+ *   - each stage holds the plan's layers (llmt_trainer_pp_stats);
+ *   - llmt_plan_get_estimate's engine_* fields are those of the stage
+ *     holding the most bytes (llmt__plan_engine_top_stage), and engine_
+ *     modeled is 1.
+ *
+ * Layouts (4 layers, width 64, 16 tokens, micro-batches of 2, 4 per
+ * step): GPT-2 pp 2 1F1B (the tied wte's copy on the last stage); Llama
+ * pp 2 x tp 2 GPipe; GPT-2 pp 2 x dp 2 ZeRO-1; Llama tp 2 SP x pp 2 x v 2
+ * (interleaved) x dp 2 ZeRO-0 with full recomputation; GPT-2 pp 2 x cp 2
+ * ring with selective recomputation; Llama pp 4 x dp 2 ZeRO-1; Llama pp 2
+ * x dp 2 ZeRO-1 with a vocabulary of 1000 (the head weighs 1.8 layers:
+ * stages of 3 and 1 layers); Llama MoE (every layer: 4 experts of 32,
+ * top-2, one shared, dropless) pp 2 x dp 2 ZeRO-1.
+ *
+ *   test_plan_vs_run_pp        the fp32 CPU backend (train.device cpu)
+ *   test_plan_vs_run_pp emul   the bf16 host emulation (bf16 storage and
+ *                              copies, 8-element alignment) against a plan
+ *                              for train.device cuda, bf16 parameters;
+ *                              the MoE layout is refused there by name */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "exec/dev.h"
+#include "llmtrain.h"
+#include "plan/plan.h"
+#include "plan_run_fixture.h"
+#include "train/device.h"
+
+#define STEPS 2
+#define MAXW 8
+#define LAYERS 4
+#define WIDTH 64
+#define FFN 128
+#define SEQ 16
+#define MICRO 2
+#define ACCUM 4
+#define MAXV 1000
+
+static int g_emul;
+
+typedef struct layout {
+    const char *name;
+    int llama, kv, tp, cp, pp, dp, zero;
+    int v;         /* virtual stages (interleaved) */
+    int gpipe;     /* the GPipe schedule (else 1F1B, or interleaved with v) */
+    int recompute; /* 0 none, 1 full, 2 selective */
+    int sp;        /* sequence parallel over the TP group */
+    int moe;       /* MoE layers: 4 experts of 32, top-2, 1 shared, dropless */
+    int vocab;
+} layout;
+
+typedef struct rank_arg {
+    const layout *lo;
+    llmt_comm *world;
+    const llmt_plan *plan;
+    int rank;
+    const int32_t *in, *tg;
+    llmt_status st;
+    char err[512];
+    int32_t stage;
+    double g[STEPS][3][3]; /* per step: TP, CP, DP x calls, payload, bus */
+    double state, acts;    /* bytes */
+    int32_t layers;        /* the stage's (llmt_pp_stats) */
+} rank_arg;
+
+static const char *const rc_names[] = {"none", "full", "selective"};
+
+static const char *sched_name(const layout *l)
+{
+    return l->v > 1 ? "interleaved" : l->gpipe ? "gpipe" : "1f1b";
+}
+
+static void spec_json(const layout *l, char *buf, size_t n)
+{
+    snprintf(buf, n,
+             "{\"name\": \"pp\", \"model\": {\"arch\": \"%s\", \"layers\": %d, \"hidden\": %d, "
+             "\"heads\": 4, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"seq_len\": %d, "
+             "\"tied_embeddings\": %s%s}, "
+             "\"parallelism\": {\"tp\": %d, \"cp\": %d, \"pp\": %d, \"dp\": %d, \"zero\": %d, "
+             "\"virtual_stages\": %d, \"pp_schedule\": \"%s\", \"recompute\": \"%s\", "
+             "\"sequence_parallel\": %s}, "
+             "\"precision\": {\"param\": \"%s\", \"master\": \"fp32\", \"gemm\": \"%s\"}, "
+             "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
+             "\"train\": {\"device\": \"%s\"}, \"hardware\": {\"gpu\": \"%s\"}}",
+             l->llama ? "llama" : "gpt2", LAYERS, WIDTH, l->kv, FFN, l->vocab, SEQ,
+             l->llama ? "false" : "true",
+             l->moe ? ", \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 32, "
+                      "\"shared_experts\": 1, \"dropless\": true}"
+                    : "",
+             l->tp, l->cp, l->pp, l->dp, l->zero, l->v > 1 ? l->v : 1, sched_name(l),
+             rc_names[l->recompute], l->sp ? "true" : "false", g_emul ? "bf16" : "fp32",
+             g_emul ? "bf16" : "fp32", MICRO, ACCUM, g_emul ? "cuda" : "cpu",
+             g_emul ? "h100" : "cpu");
+}
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    const layout *l = a->lo;
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_comm *gc[4] = {NULL, NULL, NULL, NULL}; /* TP, CP, DP, PP */
+    static const llmt_plan_dim dims[4] = {LLMT_DIM_TP, LLMT_DIM_CP, LLMT_DIM_DP, LLMT_DIM_PP};
+    const int deg[4] = {l->tp, l->cp, l->dp, l->pp};
+    int32_t co[LLMT_PLAN_NDIMS] = {0};
+    a->st = llmt_plan_coords(a->plan, a->rank, co);
+    a->stage = co[LLMT_DIM_PP];
+    for (int k = 0; k < 4 && a->st == LLMT_OK; k++)
+        if (deg[k] > 1)
+            a->st = llmt_comm_create_plan_group(a->world, a->plan, dims[k], &gc[k]);
+    if (a->st != LLMT_OK) {
+        snprintf(a->err, sizeof a->err, "groups: %s", llmt_comm_last_error(a->world));
+        return NULL;
+    }
+    /* the model as llmt_job builds it from the spec */
+    llmt_model_config c;
+    plan_run_model_config(&c, l->llama, LAYERS, WIDTH, 4, l->kv, FFN, l->vocab, SEQ);
+    if (l->moe) { /* as llmt_job maps model.moe (lib/job/job.c) */
+        c.moe_experts = 4;
+        c.moe_top_k = 2;
+        c.moe_ffn = 32;
+        c.moe_shared_experts = 1;
+        c.moe_dropless = 1;
+    }
+    a->st = llmt_model_create(NULL, &c, &m);
+    if (a->st == LLMT_OK)
+        a->st = plan_run_trainer(m, MICRO, ACCUM, SEQ, l->recompute, g_emul, &tr);
+    llmt_pp_opts po;
+    llmt_pp_opts_init(&po, sizeof po);
+    po.schedule = l->v > 1 ? LLMT_PP_INTERLEAVED : l->gpipe ? LLMT_PP_GPIPE : LLMT_PP_1F1B;
+    po.virtual_stages = l->v > 1 ? l->v : 1;
+    rank_fixture_groups g = {.tp = gc[0],
+                             .cp = gc[1],
+                             .pp = gc[3],
+                             .dp = gc[2],
+                             .sp = l->sp,
+                             .cp_variant = LLMT_CP_RING,
+                             .zero = l->zero,
+                             .pp_opts = &po};
+    if (a->st == LLMT_OK)
+        a->st = rank_fixture_attach(tr, &g);
+    size_t per = (size_t)MICRO * ACCUM * SEQ; /* tokens per step and replica */
+    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
+        for (int j = 0; j < 3; j++)
+            if (gc[j])
+                llmt_comm_reset_stats(gc[j]);
+        size_t at = ((size_t)k * l->dp + (size_t)co[LLMT_DIM_DP]) * per;
+        llmt_batch b = {sizeof b, a->in + at, a->tg + at, MICRO * ACCUM, SEQ};
+        llmt_step_metrics met;
+        memset(&met, 0, sizeof met);
+        met.struct_size = sizeof met;
+        a->st = llmt_trainer_step(tr, &b, &met);
+        for (int j = 0; j < 3; j++)
+            plan_run_read_stats(gc[j], a->g[k][j]);
+    }
+    if (a->st == LLMT_OK)
+        a->st = plan_run_memory(tr, &a->state, &a->acts);
+    llmt_pp_stats ps;
+    memset(&ps, 0, sizeof ps);
+    ps.struct_size = sizeof ps;
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_pp_stats(tr, &ps);
+    a->layers = ps.layers;
+    if (a->st != LLMT_OK)
+        snprintf(a->err, sizeof a->err, "%s",
+                 tr  ? llmt_trainer_last_error(tr)
+                 : m ? llmt_model_last_error(m)
+                     : "create");
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    for (int j = 0; j < 4; j++)
+        llmt_comm_destroy(gc[j]);
+    return NULL;
+}
+
+/* The plan's numbers of a stage: TP, CP, DP x calls, payload, bus. */
+static void plan_groups(const llmt_plan_estimate *e, double pl[3][3])
+{
+    const double v[3][3] = {
+        {e->engine_tp_calls, e->engine_tp_payload_bytes, e->engine_tp_bus_bytes},
+        {e->engine_cp_calls, e->engine_cp_payload_bytes, e->engine_cp_bus_bytes},
+        {e->engine_dp_calls, e->engine_dp_payload_bytes, e->engine_dp_bus_bytes}};
+    memcpy(pl, v, sizeof v);
+}
+
+static double state_of(const llmt_plan_estimate *e)
+{
+    return e->engine_mem_params + e->engine_mem_grads + e->engine_mem_optimizer;
+}
+
+static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
+{
+    char js[2048];
+    spec_json(l, js, sizeof js);
+    llmt_spec *s = NULL;
+    llmt_plan *p = NULL;
+    int W = l->tp * l->cp * l->pp * l->dp;
+    llmt_status st = llmt_spec_parse_json(NULL, js, strlen(js), &s);
+    if (st == LLMT_OK)
+        st = llmt_plan_create(NULL, s, W, &p);
+    if (st != LLMT_OK)
+        fprintf(stderr, "%s: spec/plan: %s\n", l->name, llmt_last_error());
+    CHECK_STATUS(st, LLMT_OK);
+    if (!p) {
+        llmt_spec_destroy(s);
+        return;
+    }
+    llmt_plan_estimate e, top;
+    memset(&e, 0, sizeof e);
+    e.struct_size = sizeof e;
+    CHECK_STATUS(llmt_plan_get_estimate(p, &e), LLMT_OK);
+    CHECK(e.engine_modeled == 1);
+    /* the public fields: the stage holding the most bytes */
+    int64_t ts = llmt__plan_engine_top_stage(s);
+    memset(&top, 0, sizeof top);
+    llmt__plan_engine_stage(s, ts, &top);
+    double pe[3][3], pt[3][3];
+    plan_groups(&e, pe);
+    plan_groups(&top, pt);
+    CHECK(!memcmp(pe, pt, sizeof pe) && state_of(&e) == state_of(&top) &&
+          e.engine_mem_activations == top.engine_mem_activations);
+    rank_arg a[MAXW];
+    memset(a, 0, sizeof a);
+    for (int r = 0; r < W && r < MAXW; r++)
+        a[r] = (rank_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
+    rank_fixture_run(a, sizeof *a, W, 1, offsetof(rank_arg, world), rank_main);
+    if (g_emul && l->moe) { /* MoE runs on the fp32 CPU engine only: refused by name */
+        for (int r = 0; r < W; r++)
+            CHECK(a[r].st == LLMT_ERR_UNSUPPORTED && strstr(a[r].err, "model.moe"));
+        printf("%s: refused on the bf16 emulation, naming model.moe\n", l->name);
+        llmt_plan_destroy(p);
+        llmt_spec_destroy(s);
+        return;
+    }
+    int ok = 1;
+    for (int r = 0; r < W; r++)
+        if (a[r].st != LLMT_OK) {
+            fprintf(stderr, "%s rank %d: %s\n", l->name, r, a[r].err);
+            ok = 0;
+        }
+    CHECK(ok);
+    static const char *const gn[3] = {"TP", "CP", "DP"};
+    int bytes_ok = 1;
+    double worst = 0, worst_a = 0;
+    /* the engine's token, target and loss buffers of a step's rows; dp.c's
+     * scalars (xbuf, dsum) */
+    double io = 3.0 * ACCUM * MICRO * (SEQ / l->cp) * 4 + (l->dp > 1 ? (l->dp + 1) * 8 + 4 : 0);
+    char lay[64] = "";
+    for (int stg = 0; ok && stg < l->pp; stg++) {
+        llmt_plan_estimate x;
+        memset(&x, 0, sizeof x);
+        llmt__plan_engine_stage(s, stg, &x);
+        double pl[3][3];
+        plan_groups(&x, pl);
+        for (int r = 0; r < W; r++) {
+            if (a[r].stage != stg)
+                continue;
+            for (int k = 0; k < STEPS; k++)
+                for (int j = 0; j < 3; j++) {
+                    const double *m = a[r].g[k][j];
+                    int good = plan_run_same(m[0], pl[j][0]) && plan_run_same(m[1], pl[j][1]) &&
+                               plan_run_same(m[2], pl[j][2]);
+                    if (!good)
+                        fprintf(stderr,
+                                "%s rank %d (stage %d) step %d %s: measured %.0f calls %.0f B "
+                                "payload %.1f B bus; plan %.0f / %.0f / %.1f\n",
+                                l->name, r, stg, k + 1, gn[j], m[0], m[1], m[2], pl[j][0],
+                                pl[j][1], pl[j][2]);
+                    bytes_ok &= good;
+                }
+            double ds = fabs(a[r].state - io - state_of(&x));
+            worst = fmax(worst, ds);
+            worst_a = fmax(worst_a, fabs(a[r].acts - x.engine_mem_activations));
+            CHECK_EQ_INT(a[r].layers, llmt__plan_stage_total(s, stg));
+            if (ds > 0 || a[r].acts != x.engine_mem_activations)
+                fprintf(stderr,
+                        "%s rank %d (stage %d): state %.0f B, plan %.0f; activations %.0f B, "
+                        "plan %.0f\n",
+                        l->name, r, stg, a[r].state, state_of(&x), a[r].acts,
+                        x.engine_mem_activations);
+        }
+        int r0 = stg * l->tp * l->cp; /* the stage's first rank (dp 0) */
+        snprintf(lay + strlen(lay), sizeof lay - strlen(lay), "%s%d", stg ? "," : "",
+                 (int)llmt__plan_stage_total(s, stg));
+        printf("%-40s stage %d: TP %3.0f calls %7.0f B, CP %3.0f / %7.0f B, DP %3.0f / %8.0f "
+               "B; state %8.0f B (plan %8.0f + %.0f), activations %7.0f B (plan %7.0f)\n",
+               l->name, stg, pl[0][0], pl[0][1], pl[1][0], pl[1][1], pl[2][0], pl[2][1],
+               a[r0].state, state_of(&x), io, a[r0].acts, x.engine_mem_activations);
+    }
+    if (ok && l->vocab == MAXV) /* the head's weight moved a layer off the last stage */
+        CHECK(!strcmp(lay, "3,1"));
+    CHECK(bytes_ok);
+    CHECK(worst == 0);
+    CHECK(worst_a == 0);
+    printf("%-40s layers %s; %s; state and activations %s; estimate = stage %d's\n", l->name,
+           lay, bytes_ok ? "bytes equal on every rank and step" : "bytes DIFFERENT",
+           worst == 0 && worst_a == 0 ? "equal" : "DIFFERENT", (int)ts);
+    llmt_plan_destroy(p);
+    llmt_spec_destroy(s);
+}
+
+int main(int argc, char **argv)
+{
+    g_emul = argc > 1 && !strcmp(argv[1], "emul");
+    if (argc > 1 && !g_emul) {
+        fprintf(stderr, "usage: test_plan_vs_run_pp [emul]\n");
+        return 2;
+    }
+    const char *name = g_emul ? "plan-vs-run-pp-emul" : "plan-vs-run-pp";
+    size_t n = (size_t)STEPS * 2 * MICRO * ACCUM * SEQ;
+    int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
+    CHECK(in && tg);
+    if (!in || !tg)
+        return check_exit(name);
+    uint64_t x = 7;
+    for (size_t i = 0; i < n; i++) { /* tokens below every layout's vocabulary */
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        in[i] = (int32_t)((x >> 33) % 250);
+        tg[i] = (in[i] * 7 + 1) % 250;
+    }
+    /* name, llama, kv, tp, cp, pp, dp, zero, v, gpipe, recompute, sp, moe, vocab */
+    static const layout ls[] = {
+        {"gpt2 pp2 1f1b", 0, 4, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 250},
+        {"llama tp2 x pp2 gpipe", 1, 2, 2, 1, 2, 1, 0, 1, 1, 0, 0, 0, 250},
+        {"gpt2 pp2 x dp2 zero1", 0, 4, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 250},
+        {"llama tp2 SP x pp2 v2 x dp2 full", 1, 2, 2, 1, 2, 2, 0, 2, 0, 1, 1, 0, 250},
+        {"gpt2 cp2 x pp2 selective", 0, 4, 1, 2, 2, 1, 0, 1, 0, 2, 0, 0, 250},
+        {"llama pp4 x dp2 zero1", 1, 2, 1, 1, 4, 2, 1, 1, 0, 0, 0, 0, 250},
+        {"llama pp2 x dp2 zero1, heavy head", 1, 2, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, MAXV},
+        {"llama moe pp2 x dp2 zero1", 1, 2, 1, 1, 2, 2, 1, 1, 0, 0, 0, 1, 250},
+    };
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+        check_layout(&ls[i], in, tg);
+    free(in);
+    free(tg);
+    return check_exit(name);
+}
