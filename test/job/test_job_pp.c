@@ -150,36 +150,23 @@ static void refused(const char *what, const char *par, int world, const char *co
     jt_refused(what, json, world, want, dir, 26, 1);
 }
 
+/* The single rank's spec: the corpus is prepared (into byte-token
+ * shards every run reads) and the reference run with it. */
+static void spec_one(char *out, size_t cap)
+{
+    spec(out, cap, "\"pp\": 1");
+}
+
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 4, JT_SAMPLE_AFTER_FINISH, 32, TOL, 0};
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_job_pp CORPUS_DIR\n");
-        return 2;
-    }
-    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-pp-XXXXXX");
-    if (!mkdtemp(tmp))
-        return 1;
-    char json[4096], dir[800];
-
-    /* the corpus prepared once into byte-token shards by a job that stops
-     * at creation; every run below reads them */
-    {
-        snprintf(prep, sizeof prep, "%s", argv[1]);
-        spec(json, sizeof json, "\"pp\": 1");
-        snprintf(dir, sizeof dir, "%s/prep", tmp);
-        llmt_status s = jt_prepare(json, dir);
-        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
-        if (s != LLMT_OK)
-            return check_exit("job-pp");
-    }
-
     /* the reference: one rank, 8 steps */
     static jt_rank ref[1], a[JT_MAXR];
-    spec(json, sizeof json, "\"pp\": 1");
-    snprintf(dir, sizeof dir, "%s/one", tmp);
-    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
-        return check_exit("job-pp");
+    int rc = jt_start(argc, argv, "job-pp",
+                      (jt_config){STEPS, 4, JT_SAMPLE_AFTER_FINISH, 32, TOL, 0}, spec_one, tmp,
+                      sizeof tmp, prep, sizeof prep, ref);
+    if (rc >= 0)
+        return rc;
+    char json[4096], dir[800];
     CHECK(!isnan(ref[0].val[4]) && !isnan(ref[0].val[8]));
     printf("one rank: loss %.4f -> %.4f, validation %.4f -> %.4f, sample \"%s\"\n",
            (double)ref[0].loss[1], (double)ref[0].loss[STEPS], (double)ref[0].val[4],

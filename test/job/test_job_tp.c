@@ -223,37 +223,23 @@ static void refused(const char *what, const char *json, int world, const char *c
     jt_refused(what, json, world, want, dir, 22, 0);
 }
 
+/* The single rank's spec: the corpus is prepared (into byte-token
+ * shards every run reads) and the reference run with it. */
+static void spec_one(char *out, size_t cap)
+{
+    spec(out, cap, 1, 0, 0, NULL, NULL);
+}
+
 int main(int argc, char **argv)
 {
-    jt_cfg = (jt_config){STEPS, 0, 0, 36, TOL, 0};
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_job_tp CORPUS_DIR\n");
-        return 2;
-    }
-    snprintf(tmp, sizeof tmp, "/tmp/llmt-job-tp-XXXXXX");
-    if (!mkdtemp(tmp))
-        return 1;
-    char json[4096], dir[800], root[900];
-    int64_t step = -1;
-
-    /* the corpus prepared once into byte-token shards by a job that stops
-     * at creation; every run below reads them */
-    {
-        snprintf(prep, sizeof prep, "%s", argv[1]);
-        spec(json, sizeof json, 1, 0, 0, NULL, NULL);
-        snprintf(dir, sizeof dir, "%s/prep", tmp);
-        llmt_status s = jt_prepare(json, dir);
-        snprintf(prep, sizeof prep, "%s/prep/data", tmp);
-        if (s != LLMT_OK)
-            return check_exit("job-tp");
-    }
-
     /* the reference: one rank, 8 steps */
     static jt_rank ref[1], a[JT_MAXR];
-    spec(json, sizeof json, 1, 0, 0, NULL, NULL);
-    snprintf(dir, sizeof dir, "%s/one", tmp);
-    if (!run_layout("one rank", json, 1, dir, 0, 0, ref))
-        return check_exit("job-tp");
+    int rc = jt_start(argc, argv, "job-tp", (jt_config){STEPS, 0, 0, 36, TOL, 0}, spec_one, tmp,
+                      sizeof tmp, prep, sizeof prep, ref);
+    if (rc >= 0)
+        return rc;
+    char json[4096], dir[800], root[900];
+    int64_t step = -1;
     char one_st[900];
     snprintf(root, sizeof root, "%s/one/ckpt", tmp);
     snprintf(one_st, sizeof one_st, "%s/one-final", tmp);
