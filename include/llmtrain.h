@@ -1688,11 +1688,18 @@ LLMT_API llmt_status llmt_trainer_moe_stats(llmt_trainer *tr, int32_t layer, int
  * (llmt_trainer_set_comm, either order) must contain the EP group and ep
  * must divide its size: a step without it fails with LLMT_ERR_STATE. The
  * router and the dense parameters are reduced over it as before; an
- * expert's gradient, computed only on the ranks holding it, is summed
- * over it too (the others add zeros), so every rank keeps the whole
- * expert tensors current and checkpoints are those of ep 1 (any ep reads
- * them). Results equal ep 1's up to the order of fp32 sums. step and
- * forward_backward become collective over comm. Fails with
+ * expert's gradient over the ranks of equal EP rank (the expert data
+ * parallel group). The trainer then holds only its E/ep experts: its
+ * engine is made again for them (parameters, gradients and AdamW moments
+ * of this rank's rows of each expert tensor; attach tensor, context and
+ * pipeline parallelism first, they are refused after it), and
+ * llmt_trainer_sync_params gathers the other ranks' rows into the
+ * model's tensors (collective over comm; between steps they are not
+ * held); gradients and moments read on the host hold this rank's rows
+ * only. Checkpoints hold each expert once, as rows of the global tensor
+ * (any ep reads them). Results equal ep 1's up to the order of fp32
+ * sums. Collective over comm (and the data parallel group when attached),
+ * as are step and forward_backward. Fails with
  * LLMT_ERR_UNSUPPORTED on a dense model (moe_experts 0) and with
  * LLMT_ERR_INVALID_ARGUMENT, naming parallelism.ep, when the group's size
  * does not divide moe_experts. Not thread-safe with a step running. */
