@@ -352,18 +352,14 @@ void llmt__plan_estimate_x(const llmt_spec *s, int32_t world, const llmt_plan_co
     /* The automatic stages (llmt__plan_spec_span) are a balance over the
      * layers' work, which the estimate's loops over stages and chunks
      * would redo at every call (the auto-planner estimates thousands of
-     * layouts): computed once, into a copy's stage_layers */
+     * layouts): computed once, into a copy's stage_layers (searches fill
+     * them themselves: llmt__plan_set_stages) */
     int64_t pp = s->parallelism.pp, v = s->parallelism.virtual_stages,
             nv = pp * (v > 1 ? v : 1);
-    int n = s->parallelism.nstage_layers;
     llmt_spec *own = NULL;
-    int64_t fs[LLMT_SPEC_MAX_STAGES + 1];
-    if (pp > 1 && (n < 1 || n != nv) && nv <= LLMT_SPEC_MAX_STAGES &&
-        !llmt__plan_split(s, fs) && (own = malloc(sizeof *own))) {
+    if (pp > 1 && s->parallelism.nstage_layers != nv && (own = malloc(sizeof *own))) {
         *own = *s;
-        for (int64_t j = 0; j < nv; j++)
-            own->parallelism.stage_layers[j] = fs[j + 1] - fs[j];
-        own->parallelism.nstage_layers = (int)nv;
+        llmt__plan_resolve_stages(own);
     }
     estimate(own ? own : s, world, k, sw, e, terms);
     free(own);
