@@ -189,12 +189,8 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_cp_stats(tr, &cs);
     a->cp_size = cs.size;
     a->local_seq = cs.local_seq_len;
-    if (a->st != LLMT_OK)
-        rank_fixture_error(a->err, sizeof a->err, tr, m);
-    if (m && a->st == LLMT_OK)
-        a->params = rank_fixture_params(m, &a->numel);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
+    rank_fixture_close(a->st, a->err, sizeof a->err, tr, m,
+                       a->st == LLMT_OK ? &a->params : NULL, &a->numel);
     for (int i = 0; i < 3; i++)
         llmt_comm_destroy(c[i]);
     return NULL;

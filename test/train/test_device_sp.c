@@ -183,14 +183,10 @@ static void *rank_main(void *p)
     }
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr); /* gathers over dp, then tp */
-    if (a->st != LLMT_OK)
-        rank_fixture_error(a->err, sizeof a->err, tr, m);
-    if (m && a->st == LLMT_OK)
-        a->params = rank_fixture_params(m, &a->numel);
-    llmt_trainer_destroy(tr);
+    rank_fixture_close(a->st, a->err, sizeof a->err, tr, m,
+                       a->st == LLMT_OK ? &a->params : NULL, &a->numel);
     llmt_comm_destroy(dpc);
     llmt_comm_destroy(tpc);
-    llmt_model_destroy(m);
     return NULL;
 }
 

@@ -129,12 +129,7 @@ static void *rank_main(void *p)
     /* every rank saves its blocks (collective) */
     if (a->st == LLMT_OK && a->save)
         a->st = ckpt_io(a, tr, 1);
-    if (a->st != LLMT_OK)
-        rank_fixture_error(a->err, sizeof a->err, tr, m);
-    if (m)
-        a->params = rank_fixture_params(m, &a->numel);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
+    rank_fixture_close(a->st, a->err, sizeof a->err, tr, m, &a->params, &a->numel);
     return NULL;
 }
 
