@@ -173,6 +173,9 @@ static void spawn(agent *a, int rank)
     setenv("LLMT_LAUNCH_GEN", v, 1);
     snprintf(v, sizeof v, "%d", w->slot);
     setenv("LLMT_LAUNCH_SLOT", v, 1);
+    /* the peer tier places each rank's replica on another node */
+    snprintf(v, sizeof v, "%d", a->node_rank);
+    setenv("LLMT_LAUNCH_NODE", v, 1);
     setenv("LLMT_HEARTBEAT_FILE", hb, 1);
     if (a->in_place)
         setenv("LLMT_LAUNCH_INPLACE", a->inplace_path, 1);

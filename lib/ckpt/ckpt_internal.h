@@ -158,6 +158,13 @@ struct llmt_ckpt {
     char *open_dir;
     uint8_t *rbuf;
     uint64_t rbufcap;
+
+    /* peer tier (peer.c): where this rank keeps its replicas (NULL:
+     * ROOT/peer) and its node's key, which places each rank's replica on
+     * another node when there are several */
+    char *peer_root;
+    uint64_t peer_node;
+    int peer_node_set;
 };
 
 /* A rank's part of a step directory as one blob (peer.c): u64 json
@@ -165,6 +172,12 @@ struct llmt_ckpt {
  * padding to a multiple of 8 bytes. */
 llmt_status llmt__ckpt_load_part(llmt_ckpt *ck, const char *dir, int32_t rank, uint8_t **blob,
                                  uint64_t *len);
+
+/* The peer tier's replica directory (NULL: ROOT/peer) and this rank's
+ * node key (node_set 0: the host name's hash), peer.c. Ranks with
+ * different keys are on different nodes: the replica partner is then on
+ * another node where there is one. Failures go to ck->err. */
+llmt_status llmt__ckpt_peer_config(llmt_ckpt *ck, const char *dir, uint64_t node, int node_set);
 
 /* Open `step` from every rank's part gathered in memory (memtier.c):
  * collective over `comm` (rank i = checkpoint rank i); each rank gives its

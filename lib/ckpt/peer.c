@@ -1,7 +1,11 @@
 /* Peer tier: every rank keeps a replica of its partner's part of a step
- * (rank r holds rank (r-1+w)%w's data file and part manifest under
- * ROOT/peer/step-N/), so a rank whose local disk is lost gets its part back
- * from the partner without shared storage. Both calls are collective over
+ * (the data file and part manifest under ROOT/peer/step-N/, or the
+ * directory llmt__ckpt_peer_config names), so a rank whose local disk is
+ * lost gets its part back from the partner without shared storage. The
+ * partners form a ring that alternates between nodes (below): rank r's
+ * successor is on another node where there is one, so a node lost with its
+ * disk leaves each of its ranks' replicas on a surviving node; on one node
+ * the ring is r -> r+1. Both calls are collective over
  * a communicator whose ranks are the checkpoint ranks. The transport is a
  * small internal interface (ck_xport) with one implementation over
  * llmt_comm (all_gather + all_to_allv, in pieces), so another transport can
@@ -290,9 +294,106 @@ static llmt_status ring_move(llmt_ckpt *ck, ck_xport *x, const uint8_t *send, ui
     return LLMT_OK;
 }
 
-static void peer_dir(char *buf, size_t n, const char *root, int64_t step)
+llmt_status llmt__ckpt_peer_config(llmt_ckpt *ck, const char *dir, uint64_t node, int node_set)
 {
-    snprintf(buf, n, "%s/peer/step-%012" PRId64, root, step);
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    char *d = NULL;
+    if (dir && *dir) {
+        if (strlen(dir) > MAX_PATH - 64)
+            return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                                 "ckpt: peer: directory path too long");
+        if (!(d = strdup(dir)))
+            return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+        if (llmt__ckpt_mkdirs(d)) {
+            llmt_status s = llmt__err_set(&ck->err, LLMT_ERR_IO,
+                                          "ckpt: peer: cannot create "
+                                          "%s: %s",
+                                          d, strerror(errno));
+            free(d);
+            return s;
+        }
+    }
+    free(ck->peer_root);
+    ck->peer_root = d;
+    ck->peer_node = node;
+    ck->peer_node_set = node_set;
+    return LLMT_OK;
+}
+
+/* The directory of the replicas this rank keeps. */
+static void peer_base(const llmt_ckpt *ck, char *buf, size_t n)
+{
+    if (ck->peer_root)
+        snprintf(buf, n, "%s", ck->peer_root);
+    else
+        snprintf(buf, n, "%s/peer", ck->root);
+}
+
+static void peer_dir(const llmt_ckpt *ck, char *buf, size_t n, int64_t step)
+{
+    char b[MAX_PATH];
+    peer_base(ck, b, sizeof b);
+    snprintf(buf, n, "%s/step-%012" PRId64, b, step);
+}
+
+/* This rank's node: the key it was given, else its host name's hash
+ * (ranks of one host are one node under any launcher). */
+static uint64_t node_key(const llmt_ckpt *ck)
+{
+    if (ck->peer_node_set)
+        return ck->peer_node;
+    char h[256] = {0};
+    if (gethostname(h, sizeof h - 1))
+        return 0;
+    return XXH64(h, strlen(h), 0);
+}
+
+/* The replica ring: every rank's node key is gathered; ranks are ordered
+ * by (their index among their node's ranks, their node's lowest rank), so
+ * the ring visits the first rank of every node, then the second of every
+ * node, ...: consecutive ranks are on different nodes wherever the nodes
+ * have ranks left (a node with more ranks than the others ends the ring
+ * with neighbours of its own). *succ holds this rank's replica, *pred's
+ * replica is held here. Collective. */
+static llmt_status peer_ring(llmt_ckpt *ck, ck_xport *x, int32_t *succ, int32_t *pred)
+{
+    int32_t w = x->size, r = x->rank;
+    uint64_t *key = calloc((size_t)w, sizeof *key);
+    int64_t *ord = calloc((size_t)w, sizeof *ord);
+    int32_t *rk = calloc((size_t)w, sizeof *rk);
+    llmt_status s =
+        key && ord && rk ? x->gather_u64(x->impl, node_key(ck), key) : LLMT_ERR_OUT_OF_MEMORY;
+    for (int32_t i = 0; s == LLMT_OK && i < w; i++) {
+        int32_t first = i, pos = 0;
+        for (int32_t j = 0; j < i; j++)
+            if (key[j] == key[i]) {
+                first = first < j ? first : j;
+                pos++;
+            }
+        ord[i] = (int64_t)pos * w + first;
+        /* insertion by (ord, rank): w is the job's rank count */
+        int32_t k = i;
+        while (k > 0 && ord[rk[k - 1]] > ord[i]) {
+            rk[k] = rk[k - 1];
+            k--;
+        }
+        rk[k] = i;
+    }
+    for (int32_t i = 0; s == LLMT_OK && i < w; i++)
+        if (rk[i] == r) {
+            *succ = rk[(i + 1) % w];
+            *pred = rk[(i - 1 + w) % w];
+        }
+    free(key);
+    free(ord);
+    free(rk);
+    if (s != LLMT_OK)
+        return llmt__err_set(&ck->err, s, "ckpt: peer: node keys: %s",
+                             s == LLMT_ERR_OUT_OF_MEMORY ? "out of memory"
+                             : x->last_error             ? x->last_error(x->impl)
+                                                         : llmt_status_string(s));
+    return LLMT_OK;
 }
 
 LLMT_API llmt_status llmt_ckpt_peer_replicate(llmt_ckpt *ck, llmt_comm *comm, int64_t step)
@@ -321,15 +422,17 @@ LLMT_API llmt_status llmt_ckpt_peer_replicate(llmt_ckpt *ck, llmt_comm *comm, in
     }
     /* a rank without its part sends nothing; its partner then has no
      * replica and says so */
-    s = ring_move(ck, &x, own == LLMT_OK ? mine : NULL, own == LLMT_OK ? n : 0,
-                  own == LLMT_OK ? (r + 1) % w : -1, (r - 1 + w) % w, &got, &m);
+    int32_t to = (r + 1) % w, from = (r - 1 + w) % w;
+    s = peer_ring(ck, &x, &to, &from);
+    if (s == LLMT_OK)
+        s = ring_move(ck, &x, own == LLMT_OK ? mine : NULL, own == LLMT_OK ? n : 0,
+                      own == LLMT_OK ? to : -1, from, &got, &m);
     free(mine);
-    int32_t from = (r - 1 + w) % w;
     if (s == LLMT_OK && !got)
         s = llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
                           "ckpt: peer: rank %d sent no part of step %" PRId64, (int)from, step);
     if (s == LLMT_OK) {
-        peer_dir(pd, sizeof pd, ck->root, step);
+        peer_dir(ck, pd, sizeof pd, step);
         s = store_part(ck, pd, from, step, got, m);
     }
     free(got);
@@ -338,7 +441,7 @@ LLMT_API llmt_status llmt_ckpt_peer_replicate(llmt_ckpt *ck, llmt_comm *comm, in
         s = llmt__err_set(&ck->err, own, "%s", own_err);
     if (s == LLMT_OK) {
         char proot[MAX_PATH];
-        snprintf(proot, sizeof proot, "%s/peer", ck->root);
+        peer_base(ck, proot, sizeof proot);
         /* replicas of older steps go; a replica directory never gets a
          * manifest.json, so keep only the newest steps by name */
         size_t cnt = 0;
@@ -346,7 +449,7 @@ LLMT_API llmt_status llmt_ckpt_peer_replicate(llmt_ckpt *ck, llmt_comm *comm, in
         int keep = ck->opts.keep_last > 0 ? ck->opts.keep_last : 0;
         for (size_t i = 0; all && keep && i + (size_t)keep < cnt; i++) {
             char old[MAX_PATH];
-            peer_dir(old, sizeof old, ck->root, all[i]);
+            peer_dir(ck, old, sizeof old, all[i]);
             llmt__ckpt_rmdir(old);
         }
         free(all);
@@ -354,6 +457,26 @@ LLMT_API llmt_status llmt_ckpt_peer_replicate(llmt_ckpt *ck, llmt_comm *comm, in
     return s;
 }
 
+/* Is the replica of `rank`'s part of `step` kept here? */
+static int holds_replica(const llmt_ckpt *ck, int64_t step, int32_t rank)
+{
+    char pd[MAX_PATH], p[MAX_PATH];
+    struct stat st;
+    peer_dir(ck, pd, sizeof pd, step);
+    part_path(p, sizeof p, pd, rank, "json");
+    if (stat(p, &st))
+        return 0;
+    part_path(p, sizeof p, pd, rank, "bin");
+    return stat(p, &st) == 0;
+}
+
+/* The restore asks who holds each lost part instead of assuming the
+ * ring's partner: the replicas were placed by the layout that saved them,
+ * and the ranks may since have moved to other nodes (a spare promoted on
+ * another node, a node lost). One round per lost part, every rank taking
+ * part: the ranks say whether they keep its replica, the lowest one that
+ * does (the owner itself first, whose replica directory a shared root may
+ * hold) sends it. */
 LLMT_API llmt_status llmt_ckpt_peer_restore(llmt_ckpt *ck, llmt_comm *comm, int64_t step,
                                             int32_t *restored)
 {
@@ -371,49 +494,76 @@ LLMT_API llmt_status llmt_ckpt_peer_restore(llmt_ckpt *ck, llmt_comm *comm, int6
     int32_t w = x.size, r = x.rank;
     char dir[MAX_PATH], pd[MAX_PATH], p[MAX_PATH];
     snprintf(dir, sizeof dir, "%s/step-%012" PRId64, ck->root, step);
+    peer_dir(ck, pd, sizeof pd, step);
     struct stat st;
     part_path(p, sizeof p, dir, r, "json");
     int have = stat(p, &st) == 0;
     part_path(p, sizeof p, dir, r, "bin");
     have = have && stat(p, &st) == 0;
     uint64_t *need = calloc((size_t)w, sizeof *need);
-    if (!need) {
+    uint64_t *hold = calloc((size_t)w, sizeof *hold);
+    if (!need || !hold) {
+        free(need);
+        free(hold);
         free(ci.sc);
         return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
     }
     s = x.gather_u64(x.impl, have ? 0 : 1, need);
-    int32_t succ = (r + 1) % w, pred = (r - 1 + w) % w;
-    /* this rank holds pred's replica: send it if pred needs it */
-    uint8_t *blob = NULL, *got = NULL;
-    uint64_t n = 0, m = 0;
-    int send = s == LLMT_OK && w > 1 && need[pred];
-    if (send) {
-        peer_dir(pd, sizeof pd, ck->root, step);
-        if (llmt__ckpt_load_part(ck, pd, pred, &blob, &n) != LLMT_OK) {
-            llmt__log(ck->ctx, LLMT_LOG_ERROR, "ckpt", "peer: no replica of rank %d step %"
-                      PRId64 " here: %s", (int)pred, step, ck->err.msg);
-            send = 0;
+    llmt_status mine = LLMT_OK; /* this rank's own restore */
+    for (int32_t q = 0; s == LLMT_OK && w > 1 && q < w; q++) {
+        if (!need[q])
+            continue;
+        s = x.gather_u64(x.impl, (uint64_t)holds_replica(ck, step, q), hold);
+        int32_t src = s == LLMT_OK && hold[q] ? q : -1;
+        for (int32_t i = 0; s == LLMT_OK && src < 0 && i < w; i++)
+            if (hold[i])
+                src = i;
+        if (s != LLMT_OK)
+            break;
+        uint8_t *blob = NULL, *got = NULL;
+        uint64_t n = 0, m = 0;
+        if (src == r) {
+            if (llmt__ckpt_load_part(ck, pd, q, &blob, &n) != LLMT_OK)
+                llmt__log(ck->ctx, LLMT_LOG_ERROR, "ckpt",
+                          "peer: replica of rank %d step %" PRId64 " here: %s", (int)q, step,
+                          ck->err.msg);
         }
-    }
-    if (s == LLMT_OK && w > 1)
-        s = ring_move(ck, &x, blob, send ? n : 0, send ? pred : -1, succ, &got, &m);
-    free(blob);
-    if (s == LLMT_OK && !have) {
-        if (!got)
-            s = llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
-                              "ckpt: peer: this rank's part of step %" PRId64 " is lost and "
-                              "rank %d has no replica of it", step, (int)succ);
-        else {
-            s = store_part(ck, dir, r, step, got, m);
-            if (s == LLMT_OK && restored)
-                *restored = 1;
-            if (s == LLMT_OK)
-                llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "peer: restored rank %d's part of "
-                          "step %" PRId64 " from rank %d", (int)r, step, (int)succ);
+        if (src == q && r == q) { /* its own replica directory holds it */
+            got = blob;
+            m = n;
+            blob = NULL;
+        } else if (src >= 0 && src != q) {
+            /* the sender sends nothing when its replica is unreadable:
+             * the owner then has none and says so */
+            s = ring_move(ck, &x, blob, blob ? n : 0, src == r && blob ? q : -1, src, &got, &m);
         }
+        free(blob);
+        if (s == LLMT_OK && r == q) {
+            if (!got)
+                mine = llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
+                                     "ckpt: peer: this rank's part of step %" PRId64
+                                     " is lost and no replica of it is on any rank%s",
+                                     step, src >= 0 ? " that could send it" : "");
+            else {
+                mine = store_part(ck, dir, r, step, got, m);
+                if (mine == LLMT_OK && restored)
+                    *restored = 1;
+                if (mine == LLMT_OK && src == r)
+                    llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt",
+                              "peer: restored rank %d's part of "
+                              "step %" PRId64 " from the replica in %s",
+                              (int)r, step, pd);
+                else if (mine == LLMT_OK)
+                    llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt",
+                              "peer: restored rank %d's part of "
+                              "step %" PRId64 " from rank %d",
+                              (int)r, step, (int)src);
+            }
+        }
+        free(got);
     }
-    free(got);
     free(need);
+    free(hold);
     free(ci.sc);
-    return s;
+    return s != LLMT_OK ? s : mine;
 }

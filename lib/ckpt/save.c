@@ -143,6 +143,7 @@ LLMT_API void llmt_ckpt_destroy(llmt_ckpt *ck)
     llmt__free(ck->ctx, ck->buf, ck->bufcap);
     free(ck->root);
     free(ck->durable);
+    free(ck->peer_root);
     free(ck);
 }
 

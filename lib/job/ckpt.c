@@ -16,6 +16,23 @@
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
+/* The peer tier's replica directory (the tier's path: a node's own disk)
+ * and this rank's node: `llmtrain launch --nnodes` gives each worker its
+ * agent's node ($LLMT_LAUNCH_NODE), which several agents on one host need;
+ * without it the host name tells the nodes apart (ckpt/peer.c). */
+static llmt_status peer_config(llmt_job *j)
+{
+    const char *n = getenv("LLMT_LAUNCH_NODE");
+    char *end = NULL;
+    long long node = n && *n ? strtoll(n, &end, 10) : -1;
+    int set = n && *n && end && !*end && node >= 0;
+    llmt_status s = llmt__ckpt_peer_config(j->ck, j->peer_dir[0] ? j->peer_dir : NULL,
+                                           set ? (uint64_t)node : 0, set);
+    if (s != LLMT_OK)
+        return FAIL(s, "checkpoint.tiers peer: %s", llmt_ckpt_last_error(j->ck));
+    return LLMT_OK;
+}
+
 llmt_status llmt__job_ckpt_open(llmt_job *j)
 {
     llmt_ckpt_opts co;
@@ -32,6 +49,8 @@ llmt_status llmt__job_ckpt_open(llmt_job *j)
     llmt_status s = llmt_ckpt_create(j->ctx, j->ckpt_dir, &co, &j->ck);
     if (s != LLMT_OK)
         return FAIL(s, "checkpoint: %s", llmt_context_last_error(j->ctx));
+    if (j->peer_tier)
+        return peer_config(j);
     return LLMT_OK;
 }
 

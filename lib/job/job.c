@@ -205,6 +205,8 @@ static llmt_status paths(llmt_job *j, const llmt_job_opts *o)
             j->durable_keep_every = (int32_t)t->keep_every;
         } else if (t->kind == LLMT_SPEC_TIER_PEER) {
             j->peer_tier = 1;
+            if (t->path && *t->path)
+                under(j->peer_dir, sizeof j->peer_dir, j->root_dir, t->path, "peer");
         }
     }
     if (local && *local && llmt__spec_given(s, "checkpoint.dir") &&

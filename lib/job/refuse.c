@@ -206,10 +206,10 @@ static llmt_status check_model(llmt_job *j)
 
 /* Tiers: local (the root: checkpoint.dir or the tier's path), host (the
  * last snapshot in memory: a rollback or in-place recovery reads it
- * first), peer (each saved step's part of rank r replicated to rank r+1:
- * a rank whose local part is lost gets it back without the durable
- * tier), durable (a copy of every committed checkpoint, with its own
- * retention). */
+ * first), peer (each saved step's part of a rank replicated to a rank on
+ * another node, under the tier's path or ROOT/peer: a rank whose local
+ * part is lost gets it back without the durable tier), durable (a copy
+ * of every committed checkpoint, with its own retention). */
 static llmt_status check_tiers(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
@@ -222,11 +222,10 @@ static llmt_status check_tiers(llmt_job *j)
         case LLMT_SPEC_TIER_PEER:
             if (++npeer > 1)
                 return REFUSE("%s.kind: a second peer tier is not supported", p);
-            if (t->path || t->keep_last != 3 || t->keep_every)
-                return REFUSE("%s: the peer tier's replicas live under the local "
-                              "root (peer/step-N) with the local tier's retention: "
-                              "path, keep_last and keep_every have no effect on it; "
-                              "remove them",
+            if (t->keep_last != 3 || t->keep_every)
+                return REFUSE("%s: the peer tier keeps the replicas of the local "
+                              "tier's retention: keep_last and keep_every have no "
+                              "effect on it; remove them",
                               p);
             if (j->world < 2)
                 return REFUSE("%s.kind: peer replicates each rank's part to the "

@@ -761,7 +761,7 @@ inplace-tp | inplace-pp | inplace-cp | inplace-ep)
       { bad "losses differ"; diff lr.loss $o.loss; }
   done
   ;;
-nodes-lost | nodes-leader | nodes-hung | nodes-lost3)
+nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer)
   # a node lost with its agent: two agents as two nodes on this host,
   # --node-timeout 2; node K's agent is started in a session of its own
   # so that its process group is the node. Gen 0 is slowed (150 ms a
@@ -776,10 +776,10 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3)
     a0= a1=
     if [ $dies = 0 ]; then a0=setsid; else a1=setsid; fi
     LLMT_FAULT=slow:0:1:$slow+ $a0 "$exe" launch --out $o --nproc 2 --spares $sp0 --nnodes 2 \
-      --node-rank 0 --rdzv rdzv-$o --node-timeout 2 "$@" ft.json > $o-n0.log 2>&1 &
+      --node-rank 0 --rdzv rdzv-$o --node-timeout 2 "$@" ${spec0:-ft.json} > $o-n0.log 2>&1 &
     p0=$!
     LLMT_FAULT=slow:0:1:$slow+ $a1 "$exe" launch --out $o --nproc 2 --nnodes 2 --node-rank 1 \
-      --rdzv rdzv-$o --node-timeout 2 "$@" ft.json > $o-n1.log 2>&1 &
+      --rdzv rdzv-$o --node-timeout 2 "$@" ${spec1:-ft.json} > $o-n1.log 2>&1 &
     p1=$!
     i=0 st=0
     while [ $i -lt 400 ] && [ "$st" -lt 5 ]; do
@@ -791,6 +791,12 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3)
     t0=$(date +%s.%N)
     case $how in
     group) kill -s KILL -- -"$(cut -d' ' -f5 /proc/$apid/stat)" ;; # its pgid
+    disk) # the node and its disk: its peer replicas and its ranks' parts
+      kill -s KILL -- -"$(cut -d' ' -f5 /proc/$apid/stat)"
+      rm -rf disk-n$dies
+      for q in $(grep '"spawn","gen":0' $o/agent/node-$dies/events.jsonl | sed 's/.*"rank":\([0-9]*\).*/\1/'); do
+        rm -f $o/ckpt/step-*/rank-0000$q.*
+      done ;;
     agent) kill -s KILL $apid ;;
     stop) kill -s STOP $apid ;;
     esac
@@ -906,6 +912,55 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3)
     losses $o/metrics.jsonl > $o.loss
     cmp -s ref.loss $o.loss && ok "hung agent: all 14 losses equal the uninterrupted run's" ||
       { bad "hung agent: losses differ"; diff ref.loss $o.loss; }
+    ;;
+  nodes-peer)
+    # the peer tier across nodes: each node keeps its replicas on its own
+    # disk (the tier's path, disk-nK: one spec per node); node 1 lost with
+    # that disk and its ranks' parts of every step (the local root is the
+    # job's shared one: a commit needs every part in one directory). The
+    # replicas of ranks 2 and 3 were placed on node 0 (the ring alternates
+    # nodes: 0 -> 2 -> 1 -> 3 -> 0), so ranks 2 and 3, started on node 0's
+    # spares, get their parts back from the peer tier; with the partner
+    # r-1 rank 2's replica was on node 1 and the restore found none
+    for k in 0 1; do
+      sed "s|\"async\": false|\"async\": false, \"tiers\": [{\"kind\": \"local\"}, {\"kind\": \"peer\", \"path\": \"$tmp/disk-n$k\"}]|" \
+        ft.json > peer-n$k.json
+    done
+    o=peer
+    spec0=peer-n0.json spec1=peer-n1.json two_nodes $o 1 disk 2
+    [ $r0 -eq 0 ] && grep -q "node 1 lost" $o-n0.log &&
+      grep -q "spare slot 2 promoted to rank 2" $o-n0.log &&
+      grep -q "spare slot 3 promoted to rank 3" $o-n0.log &&
+      ok "$o: node 1 lost with its disk at step $st, ranks 2 and 3 on node 0's spares" ||
+      { bad "$o: the leader exited $r0"; grep launch: $o-n0.log; }
+    [ ! -e disk-n1 ] && ls -d disk-n0/step-* > /dev/null 2>&1 &&
+      ok "$o: node 1's disk is gone, node 0's holds replicas" ||
+      bad "$o: disks: $(ls disk-n0 disk-n1 2>&1)"
+    python3 - $o << 'PY' || fail=1
+import json, sys
+o = sys.argv[1]
+def ev(p):
+    return [json.loads(l) for l in open(p) if l.startswith("{")]
+bad = 0
+for r, p in ((0, o + "/metrics.jsonl"), (2, o + "/rank-2/metrics.jsonl"),
+             (3, o + "/rank-3/metrics.jsonl")):
+    rs = [e for e in ev(p) if e.get("event") == "restore" and e.get("gen") == 1]
+    if not rs or rs[-1]["tier"] != "peer" or rs[-1]["step"] < 4:
+        print("FAIL rank %d's restore in gen 1: %s" % (r, rs)); bad = 1
+    elif r > 0 and not rs[-1]["peer_restored"]:
+        print("FAIL rank %d: its part not restored from the peer tier: %s" % (r, rs[-1])); bad = 1
+    else:
+        print("ok   rank %d: gen 1 restored step %d from tier peer%s" % (
+            r, rs[-1]["step"], " (its part from node 0's replica)" if r else ""))
+sys.exit(bad)
+PY
+    grep -q "peer: restored rank 2's part of step" $o/agent/node-0/gen1-rank2.log &&
+      grep -q "peer: restored rank 3's part of step" $o/agent/node-0/gen1-rank3.log &&
+      ok "$o: ranks 2 and 3 log their parts restored from the replicas" ||
+      bad "$o: no restore logged: $(grep -h peer $o/agent/node-0/gen1-rank[23].log)"
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s ref.loss $o.loss && ok "$o: all 14 losses equal the uninterrupted run's" ||
+      { bad "$o: losses differ"; diff ref.loss $o.loss; }
     ;;
   nodes-lost3)
     # three nodes, --in-place: node 0 ranks 0, 1 and a spare, node 1 rank 2,
