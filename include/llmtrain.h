@@ -456,8 +456,8 @@ typedef struct llmt_plan_estimate {
      * fields above model any framework on GPUs. With pp > 1, a rank of
      * the stage holding the most bytes (parameters, gradients, optimizer,
      * activations; llmt_plan_to_json lists every stage's). engine_modeled
-     * 0: a layout not modelled (pp with ep > 1) and the fields below are
-     * 0. Per step, on the TP and
+     * 0: a layout not modelled (over 4096 layers) and the fields below
+     * are 0. Per step, on the TP and
      * the DP group's communicator (MoE under ep: with the expert data
      * parallel group's, the dp/ep ranks holding the same experts), as
      * llmt_comm_get_stats counts them: calls, payload_bytes, bus_bytes. */

@@ -88,6 +88,7 @@ typedef struct eng {
     int64_t stage, pp;
     int first, last;
     double Lh, Mh, rl, rm, sl;
+    int nxh; /* expert units held here (a stage's layers'); the others empty */
 } eng;
 
 static double aligned(const eng *g, double n)
@@ -183,6 +184,7 @@ static void shape(const llmt_spec *s, eng *g)
     g->rl = again ? g->L : 0;
     g->rm = again ? M : 0;
     g->sl = g->selective ? g->L - 1 : 0;
+    g->nxh = g->nx;
 }
 
 /* The MoE layers. */
@@ -370,28 +372,35 @@ static void dp_step(const eng *g, acc *a)
         return;
     all_reduce(a, D, 1, 8, 1);
     all_gather(a, D, 1, 8, 1);
+    double nx0 = g->nx - g->nxh; /* empty expert units (other stages') */
     if (g->zero < 2) {
         double acc_b = 0, elems = 0;
+        int pend = 0; /* units in the bucket, empty ones too */
         for (int u = g->U - 1; u >= 0; u--) {
             /* a layer with its experts apart ends its bucket (dp.c) */
-            if (g->nx && g->moe[u] && elems > 0) {
+            if (g->nx && g->moe[u] && pend > 0) {
                 all_reduce(a, D, elems, 4, 1);
                 acc_b = elems = 0;
+                pend = 0;
             }
             acc_b += g->unit[u] * 4;
             elems += g->unit[u];
+            pend++;
             if (acc_b >= DP_BUCKET_BYTES || u == 0) {
                 all_reduce(a, D, elems, 4, 1);
                 acc_b = elems = 0;
+                pend = 0;
             }
         }
-        all_reduce(a, X, g->xn, 4, g->nx);
+        all_reduce(a, X, g->xn, 4, g->nxh);
+        all_reduce(a, X, 0, 4, nx0);
         if (g->nx) /* the norm: one EP group's expert squares */
             all_gather(a, D, 1, 8, 1);
     } else {
         for (int u = 0; u < g->U; u++)
             reduce_scatter(a, D, chunk(g, g->unit[u]), 4, 1);
-        reduce_scatter(a, X, xc, 4, g->nx);
+        reduce_scatter(a, X, xc, 4, g->nxh);
+        reduce_scatter(a, X, 0, 4, nx0);
         all_gather(a, D, 1, 8, 1);
     }
     if (g->zero == 1 || g->zero == 2) {
@@ -399,7 +408,7 @@ static void dp_step(const eng *g, acc *a)
         for (int u = 0; u < g->U; u++)
             if (chunk(g, g->unit[u]) * D != g->unit[u] && chunk(g, g->unit[u]) * D > most)
                 most = chunk(g, g->unit[u]) * D;
-        if (g->nx && xc * X != g->xn && xc * X > most)
+        if (g->nxh && xc * X != g->xn && xc * X > most)
             most = xc * X;
         double piece = (double)(int64_t)(DP_BUCKET_BYTES / 4 / D);
         if (piece > (double)(int64_t)(most / D))
@@ -409,13 +418,14 @@ static void dp_step(const eng *g, acc *a)
         for (int u = 0; u < g->U; u++)
             gather_update(a, D, g->unit[u], chunk(g, g->unit[u]), piece);
         for (int k = 0; k < g->nx; k++)
-            gather_update(a, X, g->xn, xc, piece);
+            gather_update(a, X, k < g->nxh ? g->xn : 0, k < g->nxh ? xc : 0, piece);
     } else if (g->zero == 3) {
         for (int u = 1; u < g->U - 1; u++)
             all_gather(a, D, chunk(g, g->unit[u]), 4, 2 * g->A);
         all_gather(a, D, chunk(g, g->unit[0]), 4, 1);
         all_gather(a, D, chunk(g, g->unit[g->U - 1]), 4, 1);
-        all_gather(a, X, xc, 4, 2 * g->A * g->nx);
+        all_gather(a, X, xc, 4, 2 * g->A * g->nxh);
+        all_gather(a, X, 0, 4, 2 * g->A * nx0);
     }
     /* the MoE layers' step tallies (moe_net.c): kept counts and drops
      * (int64), aux and z (fp32) summed over the group */
@@ -591,8 +601,8 @@ static void engine_fill(const llmt_spec *s, const eng *gp, llmt_plan_estimate *e
     /* expert parallelism: the buffers hold only this rank's experts
      * (device.c's ep_shards), the optimizer's shares split over the expert
      * data parallel group (dp.c) */
-    P += g.nx * g.xn;
-    share += g.nx * xchunk(&g);
+    P += g.nxh * g.xn;
+    share += g.nxh * xchunk(&g);
     /* fp32 master and gradients, a bf16 compute copy on bf16 backends;
      * AdamW's m and v whole, or (ZeRO >= 1) the rank's shares only. ZeRO
      * 2 and 3 keep full gradient and parameter buffers here (the
@@ -642,9 +652,13 @@ static void stage_shape(const llmt_spec *s, int64_t stage, eng *g)
         if (g->selective && n > 0)
             g->sl += (double)(n - 1);
     }
-    for (int u = 1; u <= (int)g->L; u++)
+    g->nxh = 0;
+    for (int u = 1; u <= (int)g->L; u++) {
         if (!held[u])
             g->unit[u] = 0;
+        else if (g->moe[u] && g->ep > 1)
+            g->nxh += 3;
+    }
     if (!g->first)
         g->unit[0] = g->last && g->tied ? aligned(g, g->V_l * g->C) : 0;
     if (!g->last)
@@ -679,11 +693,10 @@ void llmt__plan_engine(const llmt_spec *s, llmt_plan_estimate *e)
     e->engine_modeled = 0;
     /* what the engine runs today: tp (with or without sequence
      * parallelism) x cp x pp x dp with ZeRO 0-3, dense and MoE models (ep
-     * inside dp; not yet modelled with pp) */
+     * inside dp) */
     int moe = s->model.moe.experts > 0;
     int64_t p = s->parallelism.pp;
-    if (s->model.layers > 4096 || (!moe && s->parallelism.ep > 1) ||
-        (p > 1 && s->parallelism.ep > 1))
+    if (s->model.layers > 4096 || (!moe && s->parallelism.ep > 1))
         return;
     if (p <= 1) {
         eng g;

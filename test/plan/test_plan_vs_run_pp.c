@@ -29,7 +29,10 @@
  * ring with selective recomputation; Llama pp 4 x dp 2 ZeRO-1; Llama pp 2
  * x dp 2 ZeRO-1 with a vocabulary of 1000 (the head weighs 1.8 layers:
  * stages of 3 and 1 layers); Llama MoE (every layer: 4 experts of 32,
- * top-2, one shared, dropless) pp 2 x dp 2 ZeRO-1.
+ * top-2, one shared, dropless) pp 2 x dp 2 ZeRO-1, pp 2 x dp 4 x ep 2
+ * ZeRO-1 and pp 2 x dp 2 x ep 2 GPipe (the expert data parallel group's
+ * collectives, on the trainer's own group, counted with the DP group's
+ * as the plan counts them).
  *
  *   test_plan_vs_run_pp        the fp32 CPU backend (train.device cpu)
  *   test_plan_vs_run_pp emul   the bf16 host emulation (bf16 storage and
@@ -49,6 +52,7 @@
 #include "plan/plan.h"
 #include "plan_run_fixture.h"
 #include "train/device.h"
+#include "train/trainer_state.h"
 
 #define STEPS 2
 #define MAXW 8
@@ -71,6 +75,7 @@ typedef struct layout {
     int sp;        /* sequence parallel over the TP group */
     int moe;       /* MoE layers: 4 experts of 32, top-2, 1 shared, dropless */
     int vocab;
+    int ep; /* expert parallelism inside dp (0: none) */
 } layout;
 
 typedef struct rank_arg {
@@ -100,7 +105,8 @@ static void spec_json(const layout *l, char *buf, size_t n)
              "{\"name\": \"pp\", \"model\": {\"arch\": \"%s\", \"layers\": %d, \"hidden\": %d, "
              "\"heads\": 4, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"seq_len\": %d, "
              "\"tied_embeddings\": %s%s}, "
-             "\"parallelism\": {\"tp\": %d, \"cp\": %d, \"pp\": %d, \"dp\": %d, \"zero\": %d, "
+             "\"parallelism\": {\"tp\": %d, \"cp\": %d, \"pp\": %d, \"dp\": %d, \"ep\": %d, "
+             "\"zero\": %d, "
              "\"virtual_stages\": %d, \"pp_schedule\": \"%s\", \"recompute\": \"%s\", "
              "\"sequence_parallel\": %s}, "
              "\"precision\": {\"param\": \"%s\", \"master\": \"fp32\", \"gemm\": \"%s\"}, "
@@ -111,10 +117,10 @@ static void spec_json(const layout *l, char *buf, size_t n)
              l->moe ? ", \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 32, "
                       "\"shared_experts\": 1, \"dropless\": true}"
                     : "",
-             l->tp, l->cp, l->pp, l->dp, l->zero, l->v > 1 ? l->v : 1, sched_name(l),
-             rc_names[l->recompute], l->sp ? "true" : "false", g_emul ? "bf16" : "fp32",
-             g_emul ? "bf16" : "fp32", MICRO, ACCUM, g_emul ? "cuda" : "cpu",
-             g_emul ? "h100" : "cpu");
+             l->tp, l->cp, l->pp, l->dp, l->ep > 1 ? l->ep : 1, l->zero, l->v > 1 ? l->v : 1,
+             sched_name(l), rc_names[l->recompute], l->sp ? "true" : "false",
+             g_emul ? "bf16" : "fp32", g_emul ? "bf16" : "fp32", MICRO, ACCUM,
+             g_emul ? "cuda" : "cpu", g_emul ? "h100" : "cpu");
 }
 
 static void *rank_main(void *p)
@@ -123,13 +129,14 @@ static void *rank_main(void *p)
     const layout *l = a->lo;
     llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
-    llmt_comm *gc[4] = {NULL, NULL, NULL, NULL}; /* TP, CP, DP, PP */
-    static const llmt_plan_dim dims[4] = {LLMT_DIM_TP, LLMT_DIM_CP, LLMT_DIM_DP, LLMT_DIM_PP};
-    const int deg[4] = {l->tp, l->cp, l->dp, l->pp};
+    llmt_comm *gc[5] = {NULL, NULL, NULL, NULL, NULL}; /* TP, CP, DP, PP, EP */
+    static const llmt_plan_dim dims[5] = {LLMT_DIM_TP, LLMT_DIM_CP, LLMT_DIM_DP, LLMT_DIM_PP,
+                                          LLMT_DIM_EP};
+    const int deg[5] = {l->tp, l->cp, l->dp, l->pp, l->ep};
     int32_t co[LLMT_PLAN_NDIMS] = {0};
     a->st = llmt_plan_coords(a->plan, a->rank, co);
     a->stage = co[LLMT_DIM_PP];
-    for (int k = 0; k < 4 && a->st == LLMT_OK; k++)
+    for (int k = 0; k < 5 && a->st == LLMT_OK; k++)
         if (deg[k] > 1)
             a->st = llmt_comm_create_plan_group(a->world, a->plan, dims[k], &gc[k]);
     if (a->st != LLMT_OK) {
@@ -157,17 +164,23 @@ static void *rank_main(void *p)
                              .cp = gc[1],
                              .pp = gc[3],
                              .dp = gc[2],
+                             .ep = gc[4],
                              .sp = l->sp,
                              .cp_variant = LLMT_CP_RING,
                              .zero = l->zero,
                              .pp_opts = &po};
     if (a->st == LLMT_OK)
         a->st = rank_fixture_attach(tr, &g);
+    /* under ep the expert units' collectives run over the expert data
+     * parallel group, counted with the DP group's (as the plan counts) */
+    llmt_comm *xc = a->st == LLMT_OK && gc[4] ? llmt__trainer_expert_dp_comm(tr) : NULL;
     size_t per = (size_t)MICRO * ACCUM * SEQ; /* tokens per step and replica */
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
         for (int j = 0; j < 3; j++)
             if (gc[j])
                 llmt_comm_reset_stats(gc[j]);
+        if (xc)
+            llmt_comm_reset_stats(xc);
         size_t at = ((size_t)k * l->dp + (size_t)co[LLMT_DIM_DP]) * per;
         llmt_batch b = {sizeof b, a->in + at, a->tg + at, MICRO * ACCUM, SEQ};
         llmt_step_metrics met;
@@ -176,6 +189,10 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_step(tr, &b, &met);
         for (int j = 0; j < 3; j++)
             plan_run_read_stats(gc[j], a->g[k][j]);
+        double x[3];
+        plan_run_read_stats(xc, x);
+        for (int j = 0; j < 3; j++)
+            a->g[k][2][j] += x[j];
     }
     if (a->st == LLMT_OK)
         a->st = plan_run_memory(tr, &a->state, &a->acts);
@@ -192,7 +209,7 @@ static void *rank_main(void *p)
                      : "create");
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 5; j++)
         llmt_comm_destroy(gc[j]);
     return NULL;
 }
@@ -331,7 +348,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *name = g_emul ? "plan-vs-run-pp-emul" : "plan-vs-run-pp";
-    size_t n = (size_t)STEPS * 2 * MICRO * ACCUM * SEQ;
+    size_t n = (size_t)STEPS * 4 * MICRO * ACCUM * SEQ; /* dp up to 4 */
     int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
     CHECK(in && tg);
     if (!in || !tg)
@@ -342,16 +359,18 @@ int main(int argc, char **argv)
         in[i] = (int32_t)((x >> 33) % 250);
         tg[i] = (in[i] * 7 + 1) % 250;
     }
-    /* name, llama, kv, tp, cp, pp, dp, zero, v, gpipe, recompute, sp, moe, vocab */
+    /* name, llama, kv, tp, cp, pp, dp, zero, v, gpipe, recompute, sp, moe, vocab, ep */
     static const layout ls[] = {
-        {"gpt2 pp2 1f1b", 0, 4, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 250},
-        {"llama tp2 x pp2 gpipe", 1, 2, 2, 1, 2, 1, 0, 1, 1, 0, 0, 0, 250},
-        {"gpt2 pp2 x dp2 zero1", 0, 4, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 250},
-        {"llama tp2 SP x pp2 v2 x dp2 full", 1, 2, 2, 1, 2, 2, 0, 2, 0, 1, 1, 0, 250},
-        {"gpt2 cp2 x pp2 selective", 0, 4, 1, 2, 2, 1, 0, 1, 0, 2, 0, 0, 250},
-        {"llama pp4 x dp2 zero1", 1, 2, 1, 1, 4, 2, 1, 1, 0, 0, 0, 0, 250},
-        {"llama pp2 x dp2 zero1, heavy head", 1, 2, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, MAXV},
-        {"llama moe pp2 x dp2 zero1", 1, 2, 1, 1, 2, 2, 1, 1, 0, 0, 0, 1, 250},
+        {"gpt2 pp2 1f1b", 0, 4, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 250, 0},
+        {"llama tp2 x pp2 gpipe", 1, 2, 2, 1, 2, 1, 0, 1, 1, 0, 0, 0, 250, 0},
+        {"gpt2 pp2 x dp2 zero1", 0, 4, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 250, 0},
+        {"llama tp2 SP x pp2 v2 x dp2 full", 1, 2, 2, 1, 2, 2, 0, 2, 0, 1, 1, 0, 250, 0},
+        {"gpt2 cp2 x pp2 selective", 0, 4, 1, 2, 2, 1, 0, 1, 0, 2, 0, 0, 250, 0},
+        {"llama pp4 x dp2 zero1", 1, 2, 1, 1, 4, 2, 1, 1, 0, 0, 0, 0, 250, 0},
+        {"llama pp2 x dp2 zero1, heavy head", 1, 2, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, MAXV, 0},
+        {"llama moe pp2 x dp2 zero1", 1, 2, 1, 1, 2, 2, 1, 1, 0, 0, 0, 1, 250, 0},
+        {"llama moe pp2 x dp4 ep2 zero1", 1, 2, 1, 1, 2, 4, 1, 1, 0, 0, 0, 1, 250, 2},
+        {"llama moe pp2 x dp2 ep2 gpipe", 1, 2, 1, 1, 2, 2, 0, 1, 1, 0, 0, 1, 250, 2},
     };
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
         check_layout(&ls[i], in, tg);
