@@ -480,7 +480,7 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
          * seen below as any other node's report); without a leader the
          * others stop */
         char gone[64];
-        if (a->nnodes > 1 && a->node_rank == 0)
+        if (a->nnodes > 1 && a->node_rank == a->leader)
             node_check_lost(a);
         else if (a->nnodes > 1 && node_gone(a, gone, sizeof gone))
             return 3;
@@ -703,24 +703,29 @@ static int agent_main(agent *a)
             else
                 kill_gang(a, culprit);
             rdzv_report(a, culprit, causes, a->in_place ? stay : -1);
-            if (a->node_rank != 0) {
+            int f = 0;
+            if (a->node_rank != a->leader) {
                 for (int r = 0; r < a->world; r++)
                     if (culprit[r])
                         printf("launch: node %d: gen %d: rank %d failed: %s\n", a->node_rank,
                                a->gen, r, causes[r]);
-                int f;
                 while ((f = rdzv_follow(a, fresh, why, sizeof why)) == 2) {
-                    printf("launch: node %d: gen %d: node 0 restarts the gang (not in place): "
+                    printf("launch: node %d: gen %d: node %d restarts the gang (not in place): "
                            "stopping the ranks left here\n",
-                           a->node_rank, a->gen);
+                           a->node_rank, a->gen, a->leader);
                     fflush(stdout);
                     kill_gang(a, culprit);
                     rdzv_killed(a);
                 }
-                if (f != 0) {
+                if (f != 0 && f != 3) {
                     kill_gang(a, NULL); /* survivors waiting for a generation */
                     return cli_fail(CMD, "node %d: %s", a->node_rank, why);
                 }
+            }
+            /* 3: the leader was lost while this node waited for its
+             * decision, and this node took over: it decides (its own
+             * report is written; the old leader's ranks count as failed) */
+            if (a->node_rank != a->leader && f == 0) {
                 a->restarts++;
                 if (a->recover_from == 0)
                     t_recover_from = t_detect;
@@ -735,15 +740,15 @@ static int agent_main(agent *a)
                         kn += (size_t)snprintf(anew + kn, sizeof anew - kn, " %d", r);
                 }
                 if (a->in_place_gen)
-                    printf("launch: node %d: gen %d on %d ranks in place (node 0 decided); "
+                    printf("launch: node %d: gen %d on %d ranks in place (node %d decided); "
                            "ranks here:%s; started here:%s, the others stay in their "
                            "processes\n",
-                           a->node_rank, a->gen, a->world, k ? here : " none",
+                           a->node_rank, a->gen, a->world, a->leader, k ? here : " none",
                            kn ? anew : " none");
                 else
-                    printf("launch: node %d: gen %d on %d ranks (node 0 decided); ranks "
+                    printf("launch: node %d: gen %d on %d ranks (node %d decided); ranks "
                            "here:%s\n",
-                           a->node_rank, a->gen, a->world, k ? here : " none");
+                           a->node_rank, a->gen, a->world, a->leader, k ? here : " none");
                 fflush(stdout);
                 continue;
             }
@@ -928,7 +933,7 @@ static int agent_main(agent *a)
     printf("launch: done in %.1f s: %d restart(s), %d recovery(ies) taking %.1f s in all, "
            "%lld step(s) recomputed; final world size %d\n",
            wall, a->restarts, a->nfail, rsum, (long long)a->lost_steps, a->world);
-    if (a->node_rank == 0) /* the leader's view (doc/fault-tolerance.md) */
+    if (a->node_rank == a->leader) /* the leader's view (doc/fault-tolerance.md) */
         launch_goodput_report(a, wall, rsum);
     launch_event(a,
                  "\"event\":\"summary\",\"wall_s\":%.3f,\"restarts\":%d,\"recovery_s\":%.3f,"

@@ -71,6 +71,11 @@ typedef struct agent {
     double lost_since;    /* the earliest it went silent (unix time) */
     double watch_t;       /* the last look at the other nodes */
     int gone;             /* node_gone said so: its reason is asked again */
+    /* the leader: node 0, then the lowest surviving node that took over
+     * when it was lost (launch_node.c); slot_seen: every slot a generation
+     * gave a rank, which a new leader counts as not spare */
+    int leader;
+    unsigned char slot_seen[MAXW];
 } agent;
 
 double launch_now(void);
@@ -134,8 +139,13 @@ double node_quiet(agent *a);
 int node_check_lost(agent *a);
 /* The leader's lost-K files into a->node_lost. */
 void node_read_lost(agent *a);
-/* Others: 1 (why says it) when the leader is silent past --node-timeout
- * or declared this node lost: stop. */
+/* Others: 1 (why says it) when this node was declared lost, or the leader
+ * is silent past --node-timeout and no surviving node took over: stop. A
+ * leader silent that long is replaced (0: a->leader is the new one, maybe
+ * this node). */
 int node_gone(agent *a, char *why, size_t n);
+/* New leader: every node's slots numbered as rdzv_init did, their states
+ * from the generations seen (launch_rdzv.c). */
+int rdzv_slots(agent *a, char *why, size_t n);
 
 #endif

@@ -19,12 +19,21 @@
  *     failure reported and the leader decides as for any other: spares
  *     elsewhere take the ranks (in place where it works), else the
  *     elastic shrink, else it stops saying why;
- *   - the others stop when the leader is the one silent (no leader is
- *     elected: they name node 0 and say how to resume), and an agent that
- *     finds lost-K for itself (it was only slow, and has been replaced)
- *     stops its workers and leaves. */
+ *   - when the leader is the one silent, the lowest-numbered node that
+ *     is not lost and still beats takes over (take_over): it claims
+ *     leader-L (L the lost leader) by creating it exclusively, so two
+ *     agents that judge differently still agree on one, then rebuilds the
+ *     slots from the node files and the generations it followed and
+ *     declares the old leader lost as above; the others follow whoever
+ *     holds leader-L. With no node left to lead they stop naming it. An
+ *     agent that finds lost-K for itself (it was only slow, and has been
+ *     replaced) stops its workers and leaves. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "launch.h"
 
@@ -108,10 +117,12 @@ static int watch_due(agent *a)
 
 int node_check_lost(agent *a)
 {
-    if (a->nnodes <= 1 || a->node_rank != 0 || !watch_due(a))
+    if (a->nnodes <= 1 || a->node_rank != a->leader || !watch_due(a))
         return 0;
     int now_lost = 0;
-    for (int k = 1; k < a->nnodes && k < MAXN; k++) {
+    for (int k = 0; k < a->nnodes && k < MAXN; k++) {
+        if (k == a->node_rank)
+            continue;
         double s = node_silence(a, k);
         if (a->node_lost[k] || s <= a->node_timeout)
             continue;
@@ -151,28 +162,111 @@ void node_read_lost(agent *a)
     }
 }
 
+/* leader-L: "node K gen G", the node that took over from leader L. */
+static int read_successor(agent *a, int old)
+{
+    char name[32], text[64] = "";
+    int k = -1, g = -1;
+    snprintf(name, sizeof name, "leader-%d", old);
+    if (rdzv_get(a, name, text, sizeof text) != 0 ||
+        sscanf(text, "node %d gen %d", &k, &g) != 2 || k < 0 || k >= a->nnodes || k == old)
+        return -1;
+    return k;
+}
+
+/* Claim leader-L for this node: created exclusively (link of a file
+ * written whole), so the first claim stands. */
+static void claim(agent *a, int old)
+{
+    char tmp[4200], dst[4200], text[64];
+    snprintf(tmp, sizeof tmp, "%s/.leader-%d.%d", a->rdzv, old, a->node_rank);
+    snprintf(dst, sizeof dst, "%s/leader-%d", a->rdzv, old);
+    int n = snprintf(text, sizeof text, "node %d gen %d\n", a->node_rank, a->gen);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    int ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
+    close(fd);
+    if (ok && link(tmp, dst) != 0 && errno != EEXIST)
+        ok = 0;
+    unlink(tmp);
+}
+
+/* The leader `old` is silent past --node-timeout: the lowest node that
+ * is not lost and still beats leads from now on. 0: a->leader is the new
+ * leader (this node: its slots rebuilt, the old leader declared lost at
+ * its next look); -1: none took over (why says it). */
+static int take_over(agent *a, int old, char *why, size_t n)
+{
+    node_read_lost(a);
+    int cand = -1;
+    for (int k = 0; k < a->nnodes && k < MAXN && cand < 0; k++)
+        if (k != old && !a->node_lost[k] &&
+            (k == a->node_rank || node_silence(a, k) <= a->node_timeout))
+            cand = k;
+    if (cand == a->node_rank)
+        claim(a, old);
+    /* the candidate claims within a few of its polls; a candidate that is
+     * lost too gets its own --node-timeout, then the next one claims */
+    double t0 = launch_now();
+    int k;
+    while ((k = read_successor(a, old)) < 0) {
+        if (launch_now() - t0 > 2 * a->node_timeout + 5) {
+            snprintf(why, n,
+                     "node %d (the leader) lost, and no surviving node took over within "
+                     "%.1f s (%s/leader-%d)",
+                     old, 2 * a->node_timeout + 5, a->rdzv, old);
+            return -1;
+        }
+        node_beat(a);
+        struct timespec ts = {0, 20000000L};
+        nanosleep(&ts, NULL);
+    }
+    a->leader = k;
+    printf("launch: node %d: gen %d: node %d (the leader) lost: its agent silent for %.1f s "
+           "(--node-timeout %.1f); node %d leads from now on\n",
+           a->node_rank, a->gen, old, launch_now() - a->beat_at[old], a->node_timeout, k);
+    fflush(stdout);
+    launch_event(a, "\"event\":\"leader\",\"gen\":%d,\"lost\":%d,\"leader\":%d", a->gen, old,
+                 k);
+    if (k != a->node_rank)
+        return 0;
+    if (rdzv_slots(a, why, n) != 0)
+        return -1;
+    a->watch_t = 0; /* the old leader declared lost now, its report written */
+    node_check_lost(a);
+    return 0;
+}
+
 int node_gone(agent *a, char *why, size_t n)
 {
-    if (a->nnodes <= 1 || a->node_rank == 0 || (!a->gone && !watch_due(a)))
+    if (a->nnodes <= 1 || a->node_rank == a->leader || (!a->gone && !watch_due(a)))
         return 0;
     char name[32];
     snprintf(name, sizeof name, "lost-%d", a->node_rank);
     if (rdzv_exists(a, name)) {
         snprintf(why, n,
-                 "node 0 declared this node lost (%s/%s: its agent was silent past "
-                 "--node-timeout on node 0) and gave its ranks to other nodes; leaving",
-                 a->rdzv, name);
+                 "node %d declared this node lost (%s/%s: its agent was silent past "
+                 "--node-timeout there) and gave its ranks to other nodes; leaving",
+                 a->leader, a->rdzv, name);
         return a->gone = 1; /* asked again for the reason: the same answer */
     }
-    double s = node_silence(a, 0);
+    static char gone_why[1400];
+    if (a->gone) { /* asked again for the reason */
+        snprintf(why, n, "%s", gone_why);
+        return 1;
+    }
+    double s = node_silence(a, a->leader);
     if (s <= a->node_timeout)
         return 0;
+    if (take_over(a, a->leader, gone_why, sizeof gone_why) == 0)
+        return 0;
     a->gone = 1;
-    snprintf(why, n,
-             "node 0 (the leader) lost: its agent silent for %.1f s (--node-timeout %.1f) in "
-             "%s; the job cannot go on without it (no new leader is elected): this node's "
-             "workers are stopped; the newest checkpoint is in %s: start every node's agent "
-             "again with a new --rdzv directory and --resume",
-             s, a->node_timeout, a->rdzv, a->out);
+    size_t k = strlen(gone_why);
+    snprintf(gone_why + k, sizeof gone_why - k,
+             ": this node's workers are stopped; the newest checkpoint is in %.600s: start "
+             "every node's agent again with a new --rdzv directory and --resume",
+             a->out);
+    snprintf(why, n, "%s", gone_why);
     return 1;
 }

@@ -122,7 +122,7 @@ static int stopped(const agent *a, char *why, size_t n)
 
 void rdzv_stop(agent *a, const char *why)
 {
-    if (a->nnodes > 1 && a->node_rank == 0) {
+    if (a->nnodes > 1 && a->node_rank == a->leader) {
         char b[1100];
         snprintf(b, sizeof b, "%s\n", why);
         rdzv_put(a, "stop", b);
@@ -154,6 +154,7 @@ static int read_gen(agent *a, int gen, int *fresh)
              s >= 0 && s < MAXW && loc >= 0;
         if (ok) {
             a->rank_slot[r] = s;
+            a->slot_seen[s] = 1;
             a->rank_node[r] = node;
             a->local[r] = node == a->node_rank;
             a->local_index[r] = a->local[r] ? loc : -1;
@@ -378,6 +379,12 @@ int rdzv_gather(agent *a, int *culprit, char causes[][256], int *all_stay, char 
             nap(a);
         }
         int stay = 0;
+        /* a lost node's ranks all failed, whatever it reported before */
+        for (int r = 0; a->node_lost[k] && r < a->world; r++)
+            if (a->rank_node[r] == k && !culprit[r]) {
+                culprit[r] = 1;
+                snprintf(causes[r], 256, "lost with node %d (node %d)", k, k);
+            }
         while (fgets(line, sizeof line, f)) {
             int r, code, off = 0;
             if (sscanf(line, "stay %d", &code) == 1)
@@ -409,9 +416,9 @@ int rdzv_gang_wait(agent *a, char *why, size_t n)
 {
     char name[64];
     double t0 = launch_now();
-    for (int k = 1; k < a->nnodes; k++) {
+    for (int k = 0; k < a->nnodes; k++) {
         snprintf(name, sizeof name, "killed-%d-%d", a->gen, k);
-        while (!a->node_lost[k] && !rdzv_exists(a, name)) {
+        while (k != a->node_rank && !a->node_lost[k] && !rdzv_exists(a, name)) {
             node_check_lost(a); /* a node lost now has no workers to stop */
             /* grace_s for the survivors, then the kill itself */
             if (launch_now() - t0 > a->start_timeout + a->grace_s) {
@@ -452,6 +459,8 @@ int rdzv_follow(agent *a, int *fresh, char *why, size_t n)
     while (!read_gen(a, a->gen + 1, fresh)) {
         if (stopped(a, why, n) || node_gone(a, why, n))
             return -1;
+        if (a->leader == a->node_rank)
+            return 3; /* the leader was lost: this node decides now */
         if (rdzv_exists(a, gang)) {
             char killed[64];
             snprintf(killed, sizeof killed, "killed-%d-%d", a->gen, a->node_rank);
@@ -460,13 +469,43 @@ int rdzv_follow(agent *a, int *fresh, char *why, size_t n)
         }
         /* the leader may wait start_timeout for a node, then decide */
         if (launch_now() - t0 > 2 * a->start_timeout + 60) {
-            snprintf(why, n, "no generation %d from node 0 in %s within %.0f s", a->gen + 1,
-                     a->rdzv, 2 * a->start_timeout + 60);
+            snprintf(why, n, "no generation %d from node %d in %s within %.0f s", a->gen + 1,
+                     a->leader, a->rdzv, 2 * a->start_timeout + 60);
             return -1;
         }
         nap(a);
     }
     a->gen++;
+    return 0;
+}
+
+int rdzv_slots(agent *a, char *why, size_t n)
+{
+    int base = 0;
+    for (int k = 0; k < a->nnodes; k++) {
+        char p[4400];
+        int np = 0, sp = 0, pid = 0, got = 0;
+        path(a, p, sizeof p, "node-%d", k);
+        FILE *f = fopen(p, "r");
+        if (f) {
+            got = fscanf(f, "%d %d %d", &np, &sp, &pid) == 3;
+            fclose(f);
+        }
+        if (!got || np < 1 || sp < 0 || base + np + sp >= MAXW) {
+            snprintf(why, n, "taking over as leader: %s unreadable", p);
+            return -1;
+        }
+        for (int s = 0; s < np + sp; s++)
+            a->slot_node[base + s] = k;
+        base += np + sp;
+    }
+    a->nslots = base;
+    /* in use now; quarantined when a generation gave it a rank before (a
+     * failed rank's, or left by a shrink) or its node is lost; else spare */
+    for (int s = 0; s < base; s++)
+        a->slot_state[s] = a->slot_seen[s] || a->node_lost[a->slot_node[s]] ? 2 : 0;
+    for (int r = 0; r < a->world; r++)
+        a->slot_state[a->rank_slot[r]] = 1;
     return 0;
 }
 

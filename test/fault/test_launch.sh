@@ -761,7 +761,7 @@ inplace-tp | inplace-pp | inplace-cp | inplace-ep)
       { bad "losses differ"; diff lr.loss $o.loss; }
   done
   ;;
-nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer)
+nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader3)
   # a node lost with its agent: two agents as two nodes on this host,
   # --node-timeout 2; node K's agent is started in a session of its own
   # so that its process group is the node. Gen 0 is slowed (150 ms a
@@ -871,24 +871,25 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer)
     losses $o/metrics.jsonl > $o.loss
     cmp -s ref.loss $o.loss && ok "no spare: all 14 losses equal the uninterrupted run's" ||
       { bad "no spare: losses differ"; diff ref.loss $o.loss; }
+    # the leader (node 0) lost with its workers, no spare: node 1, the
+    # lowest surviving node, takes over (leader-0), declares node 0 lost
+    # and continues elastically on its own 2 ranks
     o=ld
     two_nodes $o 0 group 0
-    dt=$(secs $t0 $t2)
-    [ $r1 -ne 0 ] && grep -q "node 1: node 0 (the leader) lost: its agent silent for [0-9.]* s (--node-timeout 2.0)" $o-n1.log &&
-      [ "$(awk "BEGIN {print ($t2 - $t0 < 20)}")" = 1 ] &&
-      ok "leader lost: node 1 stopped (exit $r1) $dt s after, naming node 0" ||
-      { bad "leader lost: node 1 exited $r1 after $dt s"; cat $o-n1.log; }
-    wpids=$(grep '"spawn"' $o/agent/node-1/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
-    for w in $wpids; do kill -0 $w 2> /dev/null && bad "leader lost: node 1's worker $w still runs"; done
-    mkdir rdzv-$o-2
-    "$exe" launch --out $o --nproc 2 --nnodes 2 --node-rank 0 --rdzv rdzv-$o-2 ft.json --resume > $o-r0.log 2>&1 &
-    p0=$!
-    "$exe" launch --out $o --nproc 2 --nnodes 2 --node-rank 1 --rdzv rdzv-$o-2 ft.json --resume > $o-r1.log 2>&1 &&
-      wait $p0 && grep -q '"event":"resume"' $o/metrics.jsonl &&
-      ok "leader lost: both agents started again with a new --rdzv and --resume finished" ||
-      { bad "resume after the leader's loss"; tail -3 $o-r0.log $o-r1.log; }
+    [ $r1 -eq 0 ] &&
+      grep -q "node 1: gen 0: node 0 (the leader) lost: its agent silent for [0-9.]* s (--node-timeout 2.0); node 1 leads from now on" $o-n1.log &&
+      grep -q "node 0 lost: its agent silent" $o-n1.log &&
+      grep -q "continuing elastically on 2 data-parallel ranks (was 4)" $o-n1.log &&
+      grep -q "^node 1 gen 0" rdzv-$o/leader-0 &&
+      ok "leader lost at step $st: node 1 took over ($(secs $t0 $t2) s to the end), node 0 lost, elastic on node 1's 2 ranks" ||
+      { bad "leader lost: node 1 exited $r1"; grep launch: $o-n1.log; }
+    grep -q '"event":"leader","gen":0,"lost":0,"leader":1' $o/agent/node-1/events.jsonl &&
+      grep -q '"event":"node_lost","gen":0,"node":0' $o/agent/node-1/events.jsonl &&
+      ok "leader lost: node 1's events say leader and node_lost" ||
+      bad "leader lost: events: $(cat $o/agent/node-1/events.jsonl)"
+    none_left "leader lost"
     losses $o/metrics.jsonl > $o.loss
-    cmp -s ref.loss $o.loss && ok "leader lost, resumed: all 14 losses equal the uninterrupted run's" ||
+    cmp -s ref.loss $o.loss && ok "leader lost: all 14 losses equal the uninterrupted run's" ||
       { bad "leader lost: losses differ"; diff ref.loss $o.loss; }
     ;;
   nodes-hung)
@@ -912,6 +913,50 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer)
     losses $o/metrics.jsonl > $o.loss
     cmp -s ref.loss $o.loss && ok "hung agent: all 14 losses equal the uninterrupted run's" ||
       { bad "hung agent: losses differ"; diff ref.loss $o.loss; }
+    ;;
+  nodes-leader3)
+    # three nodes, --in-place: node 0 rank 0, node 1 ranks 1, 2 and a
+    # spare, node 2 rank 3; the leader (node 0) lost with its agent: node
+    # 1 takes over, rank 0 starts on its spare, ranks 1-3 stay in their
+    # processes, and node 2 follows node 1's generation
+    o=lead3
+    mkdir rdzv-$o
+    set -- --nnodes 3 --rdzv rdzv-$o --node-timeout 2 --in-place ft.json
+    LLMT_FAULT=slow:0:1:$slow+ setsid "$exe" launch --out $o --nproc 1 --node-rank 0 "$@" \
+      > $o-n0.log 2>&1 &
+    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 2 --spares 1 --node-rank 1 "$@" \
+      > $o-n1.log 2>&1 &
+    p1=$!
+    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 1 --node-rank 2 "$@" \
+      > $o-n2.log 2>&1 &
+    p2=$!
+    i=0 st=0
+    while [ $i -lt 400 ] && [ "$st" -lt 5 ]; do
+      st=$(cut -d' ' -f1 $o/agent/node-0/hb-rank-0 2>/dev/null); st=${st:-0}
+      sleep 0.05; i=$((i + 1))
+    done
+    kill -s KILL -- -"$(cut -d' ' -f5 /proc/$(cut -d' ' -f3 rdzv-$o/node-0)/stat)"
+    wait $p1 && r1=0 || r1=$?
+    wait $p2 && r2=0 || r2=$?
+    kept=1
+    for q in 1 2 3; do
+      n_=1; [ $q = 3 ] && n_=2
+      pid=$(grep '"spawn","gen":0,"rank":'$q, $o/agent/node-$n_/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
+      grep -q '"event":"inplace","rank":'$q',"pid":'$pid',"gen":1,.*"tier":"memory"' $o/rank-$q/metrics.jsonl || kept=0
+    done
+    [ $r1 -eq 0 ] && [ $r2 -eq 0 ] &&
+      grep -q "node 0 (the leader) lost: .*node 1 leads from now on" $o-n1.log &&
+      grep -q "node 0 (the leader) lost: .*node 1 leads from now on" $o-n2.log &&
+      grep -q "rank 0 (slot 0) failed .*lost with node 0" $o-n1.log &&
+      grep -q "spare slot 3 promoted to rank 0" $o-n1.log &&
+      grep -q "in-place recovery as gen 1" $o-n1.log &&
+      grep -q "node 2: gen 1 on 4 ranks in place (node 1 decided); ranks here: 3; started here: none" $o-n2.log &&
+      [ $kept = 1 ] &&
+      ok "3 nodes: the leader lost at step $st, node 1 took over, rank 0 on its spare, ranks 1-3 stayed in their processes" ||
+      { bad "3 nodes, leader lost: agents $r1 $r2"; grep launch: $o-n1.log $o-n2.log; }
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s ref.loss $o.loss && ok "3 nodes, leader lost: all 14 losses equal the uninterrupted run's" ||
+      { bad "3 nodes, leader lost: losses differ"; diff ref.loss $o.loss; }
     ;;
   nodes-peer)
     # the peer tier across nodes: each node keeps its replicas on its own
