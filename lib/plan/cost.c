@@ -649,16 +649,10 @@ static void estimate(const llmt_spec *s, int32_t world, const llmt_plan_consts *
     double opt_b = master + (s->optimizer.type == LLMT_SPEC_OPT_SGD ? 4 : 8);
     double De = D / ep; /* data-parallel degree of expert weights */
     double best_total = -1;
-    for (int which = 0; which < 3; which++) {
-        /* 0: first stage, 1: last stage, 2: a middle stage with Lmax */
-        if (which > 0 && p == 1)
-            break;
-        if (which == 2 && p < 3)
-            break;
-        int64_t st = which == 0 ? 0 : which == 1 ? (int64_t)p - 1 : 1;
-        for (int64_t k = 2; which == 2 && k < (int64_t)p - 1; k++) /* the most layers */
-            if (llmt__plan_stage_total(s, k) > llmt__plan_stage_total(s, st))
-                st = k;
+    /* every stage: the automatic balance can give a later stage more
+     * layers than an earlier one, which holds more micro-batches in flight
+     * (1F1B, interleaved), so no one stage is the most loaded by rule */
+    for (int64_t st = 0; st < (int64_t)p; st++) {
         cnt = llmt__plan_stage_total(s, st);
         double Ls = (double)cnt, Ms = 0; /* its layers, its MoE layers */
         for (int64_t ch = 0; m.E > 0 && ch < (int64_t)v; ch++) {
