@@ -2692,11 +2692,20 @@ llmt_status llmt__devtrain_set_ep(llmt__devtrain *g, llmt_comm *comm)
     s = llmt__moe_net_set_ep(g->moe, g->e, n > 1 ? comm : NULL);
     if (s != LLMT_OK || (n == g->ep && r == g->epr))
         return s;
-    /* the old buffers stay until the new ones are loaded: aliased, they
-     * are the host layout's moments themselves */
+    /* one buffer at a time, so that the old and new layouts' state are
+     * never held whole together: the gradients are zeroed for the new
+     * layout, so the old ones go first; the moments' source is the old
+     * buffer when aliased (the host layout itself), else the mirrors */
     int was = g->alias;
-    float *old[] = {was ? NULL : g->master, g->grad, g->mom1, g->mom2};
-    const float *hm = was ? g->mom1 : g->hm, *hv = was ? g->mom2 : g->hv;
+    float *o1 = g->mom1, *o2 = g->mom2;
+    const float *hm = was ? o1 : g->hm, *hv = was ? o2 : g->hv;
+    g->op->free(g->d, g->grad);
+    if (!was) {
+        g->op->free(g->d, g->master);
+        g->op->free(g->d, o1);
+        g->op->free(g->d, o2);
+        o1 = o2 = NULL;
+    }
     g->master = g->grad = g->mom1 = g->mom2 = NULL;
     g->param = NULL;
     if (was)
@@ -2713,25 +2722,24 @@ llmt_status llmt__devtrain_set_ep(llmt__devtrain *g, llmt_comm *comm)
     g->alias = g->op->host_memory && g->P == m->total && g->tp == 1 && g->pp == 1 && g->ep == 1;
     if (g->alias)
         g->master = m->data;
-    else
-        s = dalloc(g, (void **)&g->master, g->P * 4, 0);
-    if (s == LLMT_OK)
-        s = dalloc(g, (void **)&g->grad, g->P * 4, 0);
-    if (s == LLMT_OK)
-        s = dalloc(g, (void **)&g->mom1, g->P * 4, 0);
-    if (s == LLMT_OK)
-        s = dalloc(g, (void **)&g->mom2, g->P * 4, 0);
-    if (s == LLMT_OK) {
-        g->param = g->master;
+    else if ((s = dalloc(g, (void **)&g->master, g->P * 4, 0)) == LLMT_OK)
+        s = put(g, g->master, m->data);
+    g->param = g->master;
+    if (s == LLMT_OK && (s = dalloc(g, (void **)&g->mom1, g->P * 4, 0)) == LLMT_OK)
+        s = put(g, g->mom1, hm);
+    if (o1)
+        g->op->free(g->d, o1);
+    if (s == LLMT_OK && (s = dalloc(g, (void **)&g->mom2, g->P * 4, 0)) == LLMT_OK)
+        s = put(g, g->mom2, hv);
+    if (o2)
+        g->op->free(g->d, o2);
+    if (s == LLMT_OK && (s = dalloc(g, (void **)&g->grad, g->P * 4, 0)) == LLMT_OK) {
         tp_norm_runs(g); /* its runs point into the new gradient buffer */
         if ((s = g->op->memset0(g->d, g->grad, g->P * 4)) != LLMT_OK)
             s = dev_fail(g, s, "memset");
     }
-    if (s == LLMT_OK)
-        s = llmt__devtrain_upload(g, m->data, hm, hv);
-    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
-        if (old[i])
-            g->op->free(g->d, old[i]);
+    if (s == LLMT_OK && (s = g->op->sync(g->d)) != LLMT_OK)
+        s = dev_fail(g, s, "upload");
     if (s != LLMT_OK) /* unusable: the trainer reports it and is destroyed */
         return s;
     if (g->alias) { /* back to one rank's experts: the buffers are the mirrors */
