@@ -15,8 +15,9 @@
  * fewer data-parallel ranks with the same global batch (the plan raises
  * grad_accum), or stops saying why when no smaller world fits. On one
  * host a slot is a process identity; on a cluster it is a node's GPU, and
- * with --nnodes one agent per node runs its node's ranks, node 0 deciding
- * each generation for all of them (launch_rdzv.c). With --in-place the
+ * with --nnodes one agent per node runs its node's ranks, the leader
+ * (node 0, or the lowest surviving node that took over when it was lost:
+ * launch_node.c) deciding each generation for all of them (launch_rdzv.c). With --in-place the
  * survivors stay in their processes (lib/job/inplace.c). Events go to
  * stdout and to OUT/agent/events.jsonl (OUT/agent/node-K/ per node).
  * Public ABI only. */
@@ -446,8 +447,8 @@ static int fitting_world(agent *a, int max, int *dp, char *why, size_t n)
 
 /* One generation: 0 when every worker finished, else the failed ranks
  * (culprit[r] = 1) and what was seen (1), or, on a node other than the
- * leader, 3: the leader is lost or declared this node lost (node_gone
- * says why). Spawns the ranks of `fresh` (all of
+ * leader, 3: this node was declared lost, or the leader is lost and no
+ * node took over (node_gone says why). Spawns the ranks of `fresh` (all of
  * them after a gang restart, the replaced ones after an in-place
  * recovery, whose survivors keep running). */
 static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
@@ -477,8 +478,8 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
         nanosleep(&ts, NULL);
         node_beat(a);
         /* a node lost with its agent: the leader reports it (down-G-K,
-         * seen below as any other node's report); without a leader the
-         * others stop */
+         * seen below as any other node's report); a lost leader is
+         * replaced (node_gone), or the others stop */
         char gone[64];
         if (a->nnodes > 1 && a->node_rank == a->leader)
             node_check_lost(a);

@@ -66,10 +66,13 @@
 #   nodes-lost, nodes-leader, nodes-hung  a node lost with its agent (two
 #             agents on this host, --node-timeout 2): its ranks move to the
 #             other node's spares (gang, and --in-place), or the job shrinks
-#             when there is none; the leader lost: the other node stops
-#             naming it, and a resume finishes; a hung agent (SIGSTOP) whose
+#             when there is none; the leader lost: node 1 takes over and
+#             finishes on its ranks; a hung agent (SIGSTOP) whose
 #             workers run on: a gang restart, not in place; losses equal
-#             the uninterrupted run's (nodes-lost3: three nodes, in place)
+#             the uninterrupted run's (nodes-lost3: three nodes, in place;
+#             nodes-leader3: three nodes, the leader lost, in place under
+#             node 1; nodes-peer: node 1 lost with its disk, its ranks'
+#             parts from the peer replicas kept on node 0)
 #   grace     rank 0 killed at step 5 while rank 1 (2 workers + 1 spare)
 #             is still saving step 4 (slowsave: 2.5 s before it writes its
 #             part): the agent SIGKILLs rank 0, SIGTERMs rank 1, which
