@@ -350,17 +350,23 @@ static void check_resume(const char *name, int dp, int zero, const char *tmp)
 
 static double g_worst_loss, g_worst_param;
 
-static void compare(const char *name, int dp, int zero)
+/* The single-rank reference of dp ranks: all dp*ACCUM micro-batches of
+ * each step. It does not depend on the ZeRO stage, so one run serves the
+ * ZeRO cases of a model and dp. */
+static void run_reference(int dp, rank_arg *ref)
 {
-    rank_arg ref;
-    memset(&ref, 0, sizeof ref);
-    ref.dp = dp;
+    memset(ref, 0, sizeof *ref);
+    ref->dp = dp;
     make_data(dp);
-    rank_main(&ref);
-    CHECK_STATUS(ref.st, LLMT_OK);
-    if (ref.st != LLMT_OK) {
-        fprintf(stderr, "%s reference: %s\n", name, ref.err);
-        free(ref.params);
+    rank_main(ref);
+}
+
+static void compare(const char *name, int dp, int zero, const rank_arg *ref)
+{
+    make_data(dp);
+    CHECK_STATUS(ref->st, LLMT_OK);
+    if (ref->st != LLMT_OK) {
+        fprintf(stderr, "%s reference: %s\n", name, ref->err);
         return;
     }
     llmt_comm *c[MAXDP] = {NULL};
@@ -383,25 +389,25 @@ static void compare(const char *name, int dp, int zero)
         CHECK_STATUS(a[r].st, LLMT_OK);
         if (a[r].st != LLMT_OK)
             fprintf(stderr, "%s rank %d: %s\n", name, r, a[r].err);
-        CHECK_EQ_INT(a[r].numel, ref.numel);
-        if (a[r].st != LLMT_OK || a[r].numel != ref.numel)
+        CHECK_EQ_INT(a[r].numel, ref->numel);
+        if (a[r].st != LLMT_OK || a[r].numel != ref->numel)
             continue;
         for (int k = 0; k < STEPS; k++) {
-            double d = fabs(a[r].loss[k] - ref.loss[k]) / fabs(ref.loss[k]);
+            double d = fabs(a[r].loss[k] - ref->loss[k]) / fabs(ref->loss[k]);
             if (!(d <= (k ? ml : ml0)))
                 *(k ? &ml : &ml0) = isnan(d) ? INFINITY : d;
         }
-        for (int64_t i = 0; i < ref.numel; i++) {
-            double d = fabs((double)a[r].params[i] - ref.params[i]);
+        for (int64_t i = 0; i < ref->numel; i++) {
+            double d = fabs((double)a[r].params[i] - ref->params[i]);
             if (!(d <= mp))
                 mp = isnan(d) ? INFINITY : d;
         }
         if (r > 0)
-            CHECK(memcmp(a[r].params, a[0].params, (size_t)ref.numel * sizeof(float)) == 0);
+            CHECK(memcmp(a[r].params, a[0].params, (size_t)ref->numel * sizeof(float)) == 0);
         /* ZeRO >= 1: a rank holds about 1/dp of the optimizer state */
         if (zero >= 1)
             CHECK(a[r].mem.optimizer > 0 &&
-                  a[r].mem.optimizer <= ref.mem.optimizer / dp + 64 * (g_cfg.layers + 2));
+                  a[r].mem.optimizer <= ref->mem.optimizer / dp + 64 * (g_cfg.layers + 2));
     }
     fprintf(stderr,
             "%s dp=%d zero=%d: step-1 loss rel diff %.3g, later losses %.3g, "
@@ -418,7 +424,6 @@ static void compare(const char *name, int dp, int zero)
         free(a[r].params);
     for (int r = 0; r < dp; r++)
         llmt_comm_destroy(c[r]);
-    free(ref.params);
 }
 
 /* The graph's split points (device.h): every Linear is a descriptor with
@@ -561,12 +566,16 @@ int main(int argc, char **argv)
     for (int llama = 0; llama <= 1; llama++) {
         config(llama);
         const char *name = llama ? "llama" : "gpt2";
-        for (int i = 0; i < ndp; i++)
+        for (int i = 0; i < ndp; i++) {
+            rank_arg ref;
+            run_reference(dps[i], &ref);
             for (int zero = 0; zero <= 3; zero++) {
                 if (dps[i] == 3 && zero < 2)
                     continue; /* the padded path: ZeRO 2, 3 */
-                compare(name, dps[i], zero);
+                compare(name, dps[i], zero, &ref);
             }
+            free(ref.params);
+        }
     }
     config(0);
     check_resume("gpt2", 2, 2, tmp);
