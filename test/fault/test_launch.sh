@@ -71,7 +71,8 @@
 #             workers run on: a gang restart, not in place; losses equal
 #             the uninterrupted run's (nodes-lost3: three nodes, in place;
 #             nodes-leader3: three nodes, the leader lost, in place under
-#             node 1; nodes-peer: node 1 lost with its disk, its ranks'
+#             node 1; nodes-leader-mid: the leader lost while the others
+#             wait for its decision; nodes-peer: node 1 lost with its disk, its ranks'
 #             parts from the peer replicas kept on node 0)
 #   grace     rank 0 killed at step 5 while rank 1 (2 workers + 1 spare)
 #             is still saving step 4 (slowsave: 2.5 s before it writes its
@@ -764,7 +765,7 @@ inplace-tp | inplace-pp | inplace-cp | inplace-ep)
       { bad "losses differ"; diff lr.loss $o.loss; }
   done
   ;;
-nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader3)
+nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader3 | nodes-leader-mid)
   # a node lost with its agent: two agents as two nodes on this host,
   # --node-timeout 2; node K's agent is started in a session of its own
   # so that its process group is the node. Gen 0 is slowed (150 ms a
@@ -960,6 +961,48 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
     losses $o/metrics.jsonl > $o.loss
     cmp -s ref.loss $o.loss && ok "3 nodes, leader lost: all 14 losses equal the uninterrupted run's" ||
       { bad "3 nodes, leader lost: losses differ"; diff ref.loss $o.loss; }
+    ;;
+  nodes-leader-mid)
+    # the leader lost while the others wait for its decision: three
+    # nodes (node 0 rank 0; node 1 ranks 1, 2 and two spares; node 2 rank
+    # 3), node 0's group and rank 3 SIGKILLed together: node 2 reports
+    # rank 3 at once, node 1 reports and both wait for node 0's decision;
+    # node 1 takes over while waiting, gathers the reports (node 0's on
+    # its behalf) and restarts the gang with ranks 0 and 3 on its spares
+    o=mid
+    mkdir rdzv-$o
+    set -- --nnodes 3 --rdzv rdzv-$o --node-timeout 2 ft.json
+    LLMT_FAULT=slow:0:1:$slow+ setsid "$exe" launch --out $o --nproc 1 --node-rank 0 "$@" \
+      > $o-n0.log 2>&1 &
+    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 2 --spares 2 --node-rank 1 "$@" \
+      > $o-n1.log 2>&1 &
+    p1=$!
+    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 1 --node-rank 2 "$@" \
+      > $o-n2.log 2>&1 &
+    p2=$!
+    i=0 st=0
+    while [ $i -lt 400 ] && [ "$st" -lt 5 ]; do
+      st=$(cut -d' ' -f1 $o/agent/node-0/hb-rank-0 2>/dev/null); st=${st:-0}
+      sleep 0.05; i=$((i + 1))
+    done
+    pid3=$(grep '"spawn","gen":0,"rank":3,' $o/agent/node-2/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
+    kill -s KILL -- -"$(cut -d' ' -f5 /proc/$(cut -d' ' -f3 rdzv-$o/node-0)/stat)"
+    kill -s KILL $pid3
+    wait $p1 && r1=0 || r1=$?
+    wait $p2 && r2=0 || r2=$?
+    [ $r1 -eq 0 ] && [ $r2 -eq 0 ] &&
+      [ rdzv-$o/down-0-1 -ot rdzv-$o/leader-0 ] && [ rdzv-$o/down-0-2 -ot rdzv-$o/leader-0 ] &&
+      grep -q "node 2: gen 0: rank 3 failed: killed by signal 9" $o-n2.log &&
+      grep -q "node 0 (the leader) lost: .*node 1 leads from now on" $o-n1.log &&
+      grep -q "rank 0 (slot 0) failed .*lost with node 0" $o-n1.log &&
+      grep -q "rank 3 (slot 5) failed .*killed by signal 9 (node 2)" $o-n1.log &&
+      grep -q "gang restart as gen 1 on 4 ranks" $o-n1.log &&
+      grep -q "node 2: gen 1 on 4 ranks (node 1 decided)" $o-n2.log &&
+      ok "leader lost mid-decision: nodes 1 and 2 reported, then node 1 took over while waiting, ranks 0 and 3 on its spares" ||
+      { bad "leader lost mid-decision: agents $r1 $r2"; grep launch: $o-n1.log $o-n2.log; }
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s ref.loss $o.loss && ok "leader lost mid-decision: all 14 losses equal the uninterrupted run's" ||
+      { bad "leader lost mid-decision: losses differ"; diff ref.loss $o.loss; }
     ;;
   nodes-peer)
     # the peer tier across nodes: each node keeps its replicas on its own
