@@ -2398,7 +2398,8 @@ void *llmt__devtrain_stage_dx(llmt__devtrain *g)
 }
 
 llmt_status llmt__devtrain_stage_infer(llmt__devtrain *g, const int32_t *tok,
-                                       const int32_t *tgt, const void *x, double *loss_sum)
+                                       const int32_t *tgt, const void *x, int active,
+                                       double *loss_sum)
 {
     int B = g->B, T = g->T, N = B * T, L = g->m->cfg.layers;
     int Nr = g->sp ? N / g->tp : N;
@@ -2415,8 +2416,16 @@ llmt_status llmt__devtrain_stage_infer(llmt__devtrain *g, const int32_t *tok,
     } else if (x != g->resid[g->l0]) {
         S(g->op->d2d(g->d, g->resid[g->l0], x, (size_t)Nr * C * g->es), "stage input");
     }
-    for (int l = g->l0; l < g->l1; l++)
-        RS(layer_fwd(g, l, B, T));
+    /* the MoE layers route the real rows only (pp_infer.h); under sequence
+     * parallelism each rank's block is routed whole, as one rank pads */
+    if (g->moe)
+        llmt__moe_net_set_active(g->moe, g->sp ? 0 : active);
+    llmt_status ls = LLMT_OK;
+    for (int l = g->l0; l < g->l1 && ls == LLMT_OK; l++)
+        ls = layer_fwd(g, l, B, T);
+    if (g->moe)
+        llmt__moe_net_set_active(g->moe, 0);
+    RS(ls);
     if (!g->last)
         return LLMT_OK;
     const void *in;

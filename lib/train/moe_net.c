@@ -40,6 +40,8 @@ struct llmt__moe_net {
     llmt__moe ***lset;
     llmt__moe_shared ***sset;
     llmt__moe_ep ***eset;
+    /* the rows a forward routes (set_active; 0: all of them) */
+    int active;
 };
 
 static void free_ep(llmt__moe_net *n)
@@ -121,6 +123,11 @@ llmt_status llmt__moe_net_new(llmt_err *e, const llmt_model_config *c, int Nmax,
     return LLMT_OK;
 }
 
+void llmt__moe_net_set_active(llmt__moe_net *n, int rows)
+{
+    n->active = rows > 0 ? rows : 0;
+}
+
 static llmt__moe_w weights(const llmt__layer_offs *w, const float *base)
 {
     llmt__moe_w x = {(float *)base + w->router, (float *)base + w->ew1, (float *)base + w->ew3,
@@ -136,6 +143,11 @@ llmt_status llmt__moe_net_fwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
         return llmt__err_set(e, LLMT_ERR_INTERNAL, "trainer: moe: layer %d: %s (%d tokens)", l,
                              s ? "more tokens than the engine was made for" : "not a MoE layer",
                              N);
+    /* a padded pass: its padding rows take no slot and add nothing */
+    int all = N;
+    if (n->active > 0 && n->active < N)
+        N = n->active;
+    memset(y + (size_t)N * n->c.width, 0, (size_t)(all - N) * n->c.width * sizeof *y);
     /* the router statistics summed over the token group (moe.h) */
     llmt_status st = llmt__moe_group_check(&n->tg, e, (int64_t)N * n->c.moe_top_k);
     if (st != LLMT_OK)

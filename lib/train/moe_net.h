@@ -19,6 +19,12 @@ void llmt__moe_net_free(llmt__moe_net *n);
  * offsets into param (floats). */
 llmt_status llmt__moe_net_fwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__layer_offs *w,
                               const float *param, const float *x, float *y, int N);
+/* The next forwards route only their first `rows` rows (0: all, as a
+ * training step's): a forward-only pass padded to the engine's
+ * micro-batch (pp_infer.c) gives its padding rows no expert slot, no
+ * share of the capacity (computed on `rows`, as one rank's pass of the
+ * real rows alone) and an output of 0. */
+void llmt__moe_net_set_active(llmt__moe_net *n, int rows);
 /* Its backward after its forward on the same x: dx OVERWRITTEN, gradients
  * added into grad (same offsets); the aux and z losses weighted by their
  * coefficients times `scale` (1 / micro-batches of the step). */

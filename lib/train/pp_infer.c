@@ -5,14 +5,18 @@
  * the logits) and broadcasts it, since every stage's caller (the job)
  * acts on it. The engine's micro-batch is B x T, so a shorter input is
  * padded: with ignored targets (evaluate) or after the window (generate:
- * attention is causal, so later positions change nothing before them). */
+ * attention is causal, so later positions change nothing before them).
+ * The real rows are a prefix of the B x T (whole sequences, or the
+ * window's first row), and a MoE layer routes that prefix alone: padding
+ * routed too would take expert slots and change the capacity, so a real
+ * token could be dropped where one rank's pass keeps it. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "train/pp_infer.h"
 
 static llmt_status chain(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt__devtrain *g,
-                         const int32_t *tok, const int32_t *tgt, double *loss)
+                         const int32_t *tok, const int32_t *tgt, int active, double *loss)
 {
     int32_t r = 0, n = 1;
     llmt_comm_rank(comm, &r);
@@ -37,7 +41,7 @@ static llmt_status chain(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt__d
                 break;
             }
         }
-        if ((s = llmt__devtrain_stage_infer(g, tok, tgt, x, loss)) != LLMT_OK)
+        if ((s = llmt__devtrain_stage_infer(g, tok, tgt, x, active, loss)) != LLMT_OK)
             break;
         if ((r < n - 1 || c < v - 1) && llmt_comm_send(comm, llmt__devtrain_stage_out(g), elems,
                                                        store, to, NULL) != LLMT_OK)
@@ -87,7 +91,7 @@ llmt_status llmt__pp_evaluate(llmt_err *e, llmt_comm *comm, llmt_dtype store, ll
             ptg[i] = -1;
         }
         double part = 0.0;
-        s = chain(e, comm, store, g, pin, ptg, &part);
+        s = chain(e, comm, store, g, pin, ptg, (int)have, &part);
         sum += part;
     }
     free(pin);
@@ -111,7 +115,7 @@ llmt_status llmt__pp_logits(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt
     int32_t r = 0, n = 1;
     llmt_comm_rank(comm, &r);
     llmt_comm_size(comm, &n);
-    llmt_status s = chain(e, comm, store, g, pin, NULL, NULL);
+    llmt_status s = chain(e, comm, store, g, pin, NULL, len, NULL);
     free(pin);
     if (s == LLMT_OK && r == n - 1 && row < 0) /* context parallel: another rank's row */
         memset(logits, 0, (size_t)Vp * sizeof *logits);

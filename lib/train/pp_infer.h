@@ -13,9 +13,14 @@
  * micro-batch) without a backward: tokens on the first stage, x (the
  * previous stage's output, best received into llmt__devtrain_stage_in(g,
  * 0)) elsewhere; the last stage ends with the logits and, with targets
- * (tgt not NULL), *loss_sum of the rows' losses (targets < 0 add 0). */
+ * (tgt not NULL), *loss_sum of the rows' losses (targets < 0 add 0).
+ * Only the first `active` of the B x T rows are real (the rest pad it):
+ * the MoE layers route those alone, with their capacity, as one rank's
+ * pass of them does (moe_net.h; under sequence parallelism the blocks are
+ * routed whole). */
 llmt_status llmt__devtrain_stage_infer(llmt__devtrain *g, const int32_t *tok,
-                                       const int32_t *tgt, const void *x, double *loss_sum);
+                                       const int32_t *tgt, const void *x, int active,
+                                       double *loss_sum);
 /* The last stage: the logits of row `row` (of B x T) of the last forward,
  * padded_vocab_size floats, whole over a tensor parallel group
  * (collective over it). */
