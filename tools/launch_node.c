@@ -199,18 +199,19 @@ static void claim(agent *a, int old)
 static int take_over(agent *a, int old, char *why, size_t n)
 {
     node_read_lost(a);
-    int cand = -1;
-    for (int k = 0; k < a->nnodes && k < MAXN && cand < 0; k++)
-        if (k != old && !a->node_lost[k] &&
-            (k == a->node_rank || node_silence(a, k) <= a->node_timeout))
-            cand = k;
-    if (cand == a->node_rank)
-        claim(a, old);
     /* the candidate claims within a few of its polls; a candidate that is
-     * lost too gets its own --node-timeout, then the next one claims */
+     * lost too goes silent past its own --node-timeout, then the next one
+     * (each node looks again at every poll) claims */
     double t0 = launch_now();
     int k;
     while ((k = read_successor(a, old)) < 0) {
+        int cand = -1;
+        for (int j = 0; j < a->nnodes && j < MAXN && cand < 0; j++)
+            if (j != old && !a->node_lost[j] &&
+                (j == a->node_rank || node_silence(a, j) <= a->node_timeout))
+                cand = j;
+        if (cand == a->node_rank)
+            claim(a, old); /* read back at the next look */
         if (launch_now() - t0 > 2 * a->node_timeout + 5) {
             snprintf(why, n,
                      "node %d (the leader) lost, and no surviving node took over within "
