@@ -6,7 +6,8 @@
 # x accum 2 x dp 2 here: the capacity is per micro-batch, and the
 # pipeline's micro-batches are the accumulation's): every training and
 # validation loss within 1e-5 relative (plus the 1e-6 of the 6 decimals
-# metrics.jsonl prints); each
+# metrics.jsonl prints); the sampled text equal (capacity 0.75 binds:
+# the pipeline's padded window routes its real rows alone); each
 # step's {"event":"moe"} line (rank 0, stage 0: it holds layer 0 only, so
 # the other stage's layer reached it over the pipeline group) equals one
 # process's, counts and drops, with drops in some step; the step-6
@@ -29,11 +30,10 @@ mk pp.json "\"pp\": 2, \"dp\": 2, \"ep\": $ep, \"zero\": $zero, \"pp_schedule\":
 mpi_pair ref pp 4 "pp 2 x dp 2, ep $ep, MoE"
 [ "$(grep -c '"loss"' pp/metrics.jsonl)" = 6 ] && ok "6 step lines" || bad "step lines"
 mpi_pair_losses ref pp
-# (the sampled text is not compared: generation through the pipeline runs
-# a whole micro-batch, the window padded, and under this binding capacity
-# the padding's rows take expert slots one process's unpadded window
-# leaves free: the sample differs from its 4th token; with capacity 2 it
-# is equal)
+# the sample: the pipeline's pass pads the window to a micro-batch, its
+# MoE layers route the window's rows alone (pp_infer.c), so under this
+# binding capacity it keeps the tokens one process keeps
+mpi_pair_sample ref pp
 # sequences x tokens x top_k x MoE layers
 mpi_moe_counts pp ref $((8 * 32 * 2 * 2)) some 1 "expert counts of both stages' layers"
 # the pp 2 x dp 2 checkpoint resumes in one process (pp 1): steps 7-8
