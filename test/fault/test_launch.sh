@@ -72,7 +72,8 @@
 #             the uninterrupted run's (nodes-lost3: three nodes, in place;
 #             nodes-leader3: three nodes, the leader lost, in place under
 #             node 1; nodes-leader-mid: the leader lost while the others
-#             wait for its decision; nodes-peer: node 1 lost with its disk, its ranks'
+#             wait for its decision; nodes-leader2: the leader and node 1
+#             lost, node 2 takes over; nodes-peer: node 1 lost with its disk, its ranks'
 #             parts from the peer replicas kept on node 0)
 #   grace     rank 0 killed at step 5 while rank 1 (2 workers + 1 spare)
 #             is still saving step 4 (slowsave: 2.5 s before it writes its
@@ -765,7 +766,7 @@ inplace-tp | inplace-pp | inplace-cp | inplace-ep)
       { bad "losses differ"; diff lr.loss $o.loss; }
   done
   ;;
-nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader3 | nodes-leader-mid)
+nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader3 | nodes-leader-mid | nodes-leader2)
   # a node lost with its agent: two agents as two nodes on this host,
   # --node-timeout 2; node K's agent is started in a session of its own
   # so that its process group is the node. Gen 0 is slowed (150 ms a
@@ -1003,6 +1004,43 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
     losses $o/metrics.jsonl > $o.loss
     cmp -s ref.loss $o.loss && ok "leader lost mid-decision: all 14 losses equal the uninterrupted run's" ||
       { bad "leader lost mid-decision: losses differ"; diff ref.loss $o.loss; }
+    ;;
+  nodes-leader2)
+    # the leader and the next candidate lost: three nodes (node 0 rank 0,
+    # node 1 rank 1, node 2 ranks 2, 3), node 0 SIGKILLed, node 1 1.2 s
+    # later (before its own verdict on node 0): node 2, the lowest node
+    # still beating when it looks (at once, or after waiting for node 1's
+    # claim until node 1 is silent past --node-timeout too), claims
+    # leader-0, declares both lost and continues elastically on its 2 ranks
+    o=two
+    mkdir rdzv-$o
+    set -- --nnodes 3 --rdzv rdzv-$o --node-timeout 2 ft.json
+    LLMT_FAULT=slow:0:1:$slow+ setsid "$exe" launch --out $o --nproc 1 --node-rank 0 "$@" \
+      > $o-n0.log 2>&1 &
+    LLMT_FAULT=slow:0:1:$slow+ setsid "$exe" launch --out $o --nproc 1 --node-rank 1 "$@" \
+      > $o-n1.log 2>&1 &
+    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 2 --node-rank 2 "$@" \
+      > $o-n2.log 2>&1 &
+    p2=$!
+    i=0 st=0
+    while [ $i -lt 400 ] && [ "$st" -lt 5 ]; do
+      st=$(cut -d' ' -f1 $o/agent/node-0/hb-rank-0 2>/dev/null); st=${st:-0}
+      sleep 0.05; i=$((i + 1))
+    done
+    kill -s KILL -- -"$(cut -d' ' -f5 /proc/$(cut -d' ' -f3 rdzv-$o/node-0)/stat)"
+    sleep 1.2
+    kill -s KILL -- -"$(cut -d' ' -f5 /proc/$(cut -d' ' -f3 rdzv-$o/node-1)/stat)"
+    wait $p2 && r2=0 || r2=$?
+    [ $r2 -eq 0 ] && grep -q "^node 2 gen 0" rdzv-$o/leader-0 &&
+      grep -q "node 0 (the leader) lost: .*node 2 leads from now on" $o-n2.log &&
+      grep -q "node 0 lost: its agent silent" $o-n2.log &&
+      grep -q "node 1 lost: its agent silent" $o-n2.log &&
+      grep -q "continuing elastically on 2 data-parallel ranks (was 4)" $o-n2.log &&
+      ok "leader and next candidate lost: node 2 took over, both lost, elastic on its 2 ranks" ||
+      { bad "leader and next candidate lost: node 2 exited $r2"; grep launch: $o-n2.log; }
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s ref.loss $o.loss && ok "leader and next candidate lost: all 14 losses equal the uninterrupted run's" ||
+      { bad "leader and next candidate lost: losses differ"; diff ref.loss $o.loss; }
     ;;
   nodes-peer)
     # the peer tier across nodes: each node keeps its replicas on its own
