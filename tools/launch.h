@@ -144,6 +144,9 @@ void node_read_lost(agent *a);
  * leader silent that long is replaced (0: a->leader is the new one, maybe
  * this node). */
 int node_gone(agent *a, char *why, size_t n);
+/* A follower that read a generation: the leader that wrote it may be a
+ * new one (leader-L claimed while this node had not looked yet). */
+void node_leader_moved(agent *a);
 /* New leader: every node's slots numbered as rdzv_init did, their states
  * from the generations seen (launch_rdzv.c). */
 int rdzv_slots(agent *a, char *why, size_t n);

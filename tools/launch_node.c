@@ -192,6 +192,24 @@ static void claim(agent *a, int old)
     unlink(tmp);
 }
 
+static void new_leader(agent *a, int old, int k)
+{
+    a->leader = k;
+    printf("launch: node %d: gen %d: node %d (the leader) lost: its agent silent for %.1f s "
+           "(--node-timeout %.1f); node %d leads from now on\n",
+           a->node_rank, a->gen, old, launch_now() - a->beat_at[old], a->node_timeout, k);
+    fflush(stdout);
+    launch_event(a, "\"event\":\"leader\",\"gen\":%d,\"lost\":%d,\"leader\":%d", a->gen, old,
+                 k);
+}
+
+void node_leader_moved(agent *a)
+{
+    int k;
+    for (int i = 0; i < a->nnodes && (k = read_successor(a, a->leader)) >= 0; i++)
+        new_leader(a, a->leader, k);
+}
+
 /* The leader `old` is silent past --node-timeout: the lowest node that
  * is not lost and still beats leads from now on. 0: a->leader is the new
  * leader (this node: its slots rebuilt, the old leader declared lost at
@@ -223,13 +241,7 @@ static int take_over(agent *a, int old, char *why, size_t n)
         struct timespec ts = {0, 20000000L};
         nanosleep(&ts, NULL);
     }
-    a->leader = k;
-    printf("launch: node %d: gen %d: node %d (the leader) lost: its agent silent for %.1f s "
-           "(--node-timeout %.1f); node %d leads from now on\n",
-           a->node_rank, a->gen, old, launch_now() - a->beat_at[old], a->node_timeout, k);
-    fflush(stdout);
-    launch_event(a, "\"event\":\"leader\",\"gen\":%d,\"lost\":%d,\"leader\":%d", a->gen, old,
-                 k);
+    new_leader(a, old, k);
     if (k != a->node_rank)
         return 0;
     if (rdzv_slots(a, why, n) != 0)

@@ -476,6 +476,7 @@ int rdzv_follow(agent *a, int *fresh, char *why, size_t n)
         nap(a);
     }
     a->gen++;
+    node_leader_moved(a);
     return 0;
 }
 
