@@ -92,9 +92,10 @@ llmt_status llmt__job_params_hash(llmt_job *j, uint64_t *out)
     *out = 0;
     /* host tensors: current first (ZeRO's and EP's gathers; collective:
      * every rank has the same engine); an engine's own parts need none.
-     * Under ep an engine holds its EP rank's experts only, which data
-     * parallel replicas do not share: the whole host tensors are hashed */
-    int resident = llmt__trainer_host_resident(j->tr) || llmt__trainer_ep_comm(j->tr);
+     * Under ep an engine holds its EP rank's experts only: its replicas
+     * are the data parallel ranks of the same EP rank
+     * (llmt__job_replica_groups), which hold the same parts */
+    int resident = llmt__trainer_host_resident(j->tr);
     llmt_status st = resident ? llmt_trainer_sync_params(j->tr) : LLMT_OK;
     if (st != LLMT_OK)
         return FAIL(st, "%s", llmt_trainer_last_error(j->tr));
@@ -149,11 +150,17 @@ llmt_status llmt__job_hashes(llmt_job *j, int shares, uint64_t *mine, uint64_t *
 
 int32_t *llmt__job_replica_groups(const llmt_job *j)
 {
+    int32_t deg[LLMT_PLAN_NDIMS] = {0}, c[LLMT_PLAN_NDIMS] = {0};
+    llmt_plan_degrees(j->plan, deg);
+    int32_t ep = deg[LLMT_DIM_EP] > 1 ? deg[LLMT_DIM_EP] : 1;
     int32_t *grp = malloc((size_t)j->world * sizeof *grp);
     for (int32_t r = 0; grp && r < j->world; r++) {
         size_t n = 0;
         grp[r] = -1;
         llmt_plan_group(j->plan, LLMT_DIM_DP, r, NULL, 0, &n, &grp[r]);
+        /* under ep only the ranks of one EP rank hold the same experts */
+        if (ep > 1 && llmt_plan_coords(j->plan, r, c) == LLMT_OK)
+            grp[r] = grp[r] * ep + c[LLMT_DIM_EP];
     }
     return grp;
 }
@@ -200,8 +207,14 @@ static llmt_status take_params_from(llmt_job *j, int32_t root)
 {
     int32_t n = 0;
     llmt_model_param_count(j->model, &n, NULL);
-    llmt_comm *rep = j->dp_comm ? j->dp_comm : j->comm;
-    int32_t at = root;
+    /* the replica group's communicator: the data parallel group, under ep
+     * its ranks of root's EP rank (the expert data parallel group, ordered
+     * as the data parallel group) */
+    llmt_comm *xdp = llmt__trainer_expert_dp_comm(j->tr);
+    llmt_comm *rep = xdp ? xdp : j->dp_comm ? j->dp_comm : j->comm;
+    int32_t at = root, c[LLMT_PLAN_NDIMS] = {0}, rc[LLMT_PLAN_NDIMS] = {0};
+    if (xdp)
+        llmt_plan_coords(j->plan, root, rc);
     if (rep != j->comm) { /* root's place in the group */
         size_t cnt = 0;
         llmt_plan_group(j->plan, LLMT_DIM_DP, root, NULL, 0, &cnt, NULL);
@@ -209,9 +222,14 @@ static llmt_status take_params_from(llmt_job *j, int32_t root)
         if (!ranks)
             return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: repair: no memory");
         llmt_status ps = llmt_plan_group(j->plan, LLMT_DIM_DP, root, ranks, cnt, &cnt, NULL);
-        for (size_t k = 0; ps == LLMT_OK && k < cnt; k++)
+        for (size_t k = 0, pos = 0; ps == LLMT_OK && k < cnt; k++) {
+            if (xdp && (llmt_plan_coords(j->plan, ranks[k], c) != LLMT_OK ||
+                        c[LLMT_DIM_EP] != rc[LLMT_DIM_EP]))
+                continue; /* another EP rank's replica group */
             if (ranks[k] == root)
-                at = (int32_t)k;
+                at = (int32_t)pos;
+            pos++;
+        }
         free(ranks);
         if (ps != LLMT_OK)
             return FAIL(ps, "sdc: repair: %s", llmt_plan_last_error(j->plan));

@@ -31,6 +31,9 @@
 #             (losses unchanged by the replays); a flip in rank 1's share
 #             after step 6 names rank 1 alone, and the run goes on from the
 #             replay with the uninterrupted run's losses
+#   sdc-ep    MoE, experts over ep 2 in dp 6: replicas are the ranks of
+#             one EP rank ({0,2,4}, {1,3,5}); a flip on rank 2 names it
+#             alone, repaired from rank 0 within its EP rank's group
 #   straggler a rank slowed by 150 ms a step is named with its measured
 #             excess, treated as failed after `patience` reports, replaced
 #   killsave  a rank killed while an async save is in flight: the partial
@@ -375,6 +378,24 @@ sys.exit(not ok)' zr/metrics.jsonl || { fail=1; grep sdc zr/metrics.jsonl; }
   losses zf/metrics.jsonl > zf.loss
   cmp -s zp.loss zf.loss && ok "all 14 losses equal the uninterrupted run's after the replay" ||
     { bad "losses after the zero 3 replay differ"; diff zp.loss zf.loss; }
+  ;;
+sdc-ep)
+  # MoE with the experts split over ep 2 on 6 replicas: each rank's engine
+  # holds its EP rank's experts, so the replicas are the ranks of one EP
+  # rank, {0,2,4} and {1,3,5}: a flip on rank 2 names rank 2 alone and is
+  # repaired from rank 0 over the expert data parallel group
+  mk se.json ', "sdc_interval": 2'
+  sed 's/"arch": "gpt2", "layers": 1, "hidden": 32, "heads": 2,/"arch": "llama", "layers": 1, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 32, "moe": {"experts": 4, "top_k": 2, "expert_ffn": 24},/; s/"batch"/"parallelism": {"ep": 2, "dp": 6},\n "batch"/; s/"global": 8/"global": 12/' \
+    se.json > sep.json
+  launch er er.log --nproc 6 sep.json || { bad "ep run without a fault"; cat er.log; }
+  [ "$(grep -c '"event":"sdc","step":[0-9]*,"ok":true' er/metrics.jsonl)" -eq 7 ] &&
+    ok "ep 2 in dp 6: all 7 checks find the replicas of each EP rank equal" ||
+    { bad "ep checks without a fault"; grep sdc er/metrics.jsonl | head -3; }
+  LLMT_FAULT=bitflip:2:5 launch ef ef.log --nproc 6 sep.json || { bad "ep bitflip run"; cat ef.log; }
+  grep -q '"event":"sdc","step":6,"ok":false,"ranks":6,"bad_ranks":\[2\],"majority_rank":0,"action":"repaired"' ef/metrics.jsonl &&
+    grep -q '"event":"sdc","step":8,"ok":true' ef/metrics.jsonl &&
+    ok "ep 2 in dp 6: the flip on rank 2 names rank 2 alone, repaired from rank 0, equal again at step 8" ||
+    { bad "sdc under ep"; grep sdc ef/metrics.jsonl; tail -5 ef.log; }
   ;;
 straggler)
   mk st.json ', "straggler": {"interval": 2, "margin": 0.5, "patience": 3}'
