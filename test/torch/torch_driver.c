@@ -107,7 +107,8 @@ int main(int argc, char **argv)
     for (int st = 0; st < STEPS; st++) {
         llmt_batch bs = {sizeof bs, tok + st * 2 * per, tok + st * 2 * per + per,
                          o.micro_batch * o.grad_accum, o.seq_len};
-        llmt_step_metrics met = {sizeof met};
+        llmt_step_metrics met;
+        llmt_step_metrics_init(&met, sizeof met);
         if ((s = llmt_trainer_step(tr, &bs, &met)))
             return fail("step", s, llmt_trainer_last_error(tr));
         losses[st] = met.loss;
