@@ -349,45 +349,63 @@ static uint64_t node_key(const llmt_ckpt *ck)
     return XXH64(h, strlen(h), 0);
 }
 
+/* A rank's node key and rank, sorted by key then rank (qsort). */
+typedef struct {
+    uint64_t key;
+    int64_t ord;
+    int32_t rank;
+} ring_ent;
+
+static int by_key(const void *a, const void *b)
+{
+    const ring_ent *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+static int by_ord(const void *a, const void *b)
+{
+    const ring_ent *x = a, *y = b;
+    if (x->ord != y->ord)
+        return x->ord < y->ord ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
 /* The replica ring: every rank's node key is gathered; ranks are ordered
  * by (their index among their node's ranks, their node's lowest rank), so
  * the ring visits the first rank of every node, then the second of every
  * node, ...: consecutive ranks are on different nodes wherever the nodes
  * have ranks left (a node with more ranks than the others ends the ring
  * with neighbours of its own). *succ holds this rank's replica, *pred's
- * replica is held here. Collective. */
+ * replica is held here. Two sorts, O(w log w): it runs at every save of
+ * jobs of thousands of ranks. Collective. */
 static llmt_status peer_ring(llmt_ckpt *ck, ck_xport *x, int32_t *succ, int32_t *pred)
 {
     int32_t w = x->size, r = x->rank;
     uint64_t *key = calloc((size_t)w, sizeof *key);
-    int64_t *ord = calloc((size_t)w, sizeof *ord);
-    int32_t *rk = calloc((size_t)w, sizeof *rk);
+    ring_ent *e = calloc((size_t)w, sizeof *e);
     llmt_status s =
-        key && ord && rk ? x->gather_u64(x->impl, node_key(ck), key) : LLMT_ERR_OUT_OF_MEMORY;
-    for (int32_t i = 0; s == LLMT_OK && i < w; i++) {
-        int32_t first = i, pos = 0;
-        for (int32_t j = 0; j < i; j++)
-            if (key[j] == key[i]) {
-                first = first < j ? first : j;
-                pos++;
+        key && e ? x->gather_u64(x->impl, node_key(ck), key) : LLMT_ERR_OUT_OF_MEMORY;
+    if (s == LLMT_OK) {
+        for (int32_t i = 0; i < w; i++)
+            e[i] = (ring_ent){key[i], 0, i};
+        qsort(e, (size_t)w, sizeof *e, by_key);
+        /* within a node (a run of one key): its lowest rank first */
+        for (int32_t i = 0, first = 0; i < w; i++) {
+            if (i == 0 || e[i].key != e[i - 1].key)
+                first = i;
+            e[i].ord = (int64_t)(i - first) * w + e[first].rank;
+        }
+        qsort(e, (size_t)w, sizeof *e, by_ord);
+        for (int32_t i = 0; i < w; i++)
+            if (e[i].rank == r) {
+                *succ = e[(i + 1) % w].rank;
+                *pred = e[(i - 1 + w) % w].rank;
             }
-        ord[i] = (int64_t)pos * w + first;
-        /* insertion by (ord, rank): w is the job's rank count */
-        int32_t k = i;
-        while (k > 0 && ord[rk[k - 1]] > ord[i]) {
-            rk[k] = rk[k - 1];
-            k--;
-        }
-        rk[k] = i;
     }
-    for (int32_t i = 0; s == LLMT_OK && i < w; i++)
-        if (rk[i] == r) {
-            *succ = rk[(i + 1) % w];
-            *pred = rk[(i - 1 + w) % w];
-        }
     free(key);
-    free(ord);
-    free(rk);
+    free(e);
     if (s != LLMT_OK)
         return llmt__err_set(&ck->err, s, "ckpt: peer: node keys: %s",
                              s == LLMT_ERR_OUT_OF_MEMORY ? "out of memory"
