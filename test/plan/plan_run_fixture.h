@@ -1,17 +1,23 @@
-/* What the plan-against-run tests (test_plan_vs_run.c and
- * test_plan_vs_run_cp.c) share: the model and trainer as llmt_job builds
- * them from the spec, a group's per-step collective counters and the
- * rank's state and activation bytes as the planner counts them, so both
- * compare the plan with the same measurements. Ranks run as threads on
- * test/train/rank_fixture.h's runner. Header only. */
+/* What the plan-against-run tests (test_plan_vs_run.c, _cp.c and _pp.c)
+ * share: the model and trainer as llmt_job builds them from the spec, the
+ * plan's groups, a group's per-step collective counters and the rank's
+ * state and activation bytes as the planner counts them, so all compare
+ * the plan with the same measurements; and the harness around them (the
+ * argument, the token stream, spec and plan, the ranks' statuses, the
+ * per-group comparison), so each test holds only its layouts and checks.
+ * Ranks run as threads on test/train/rank_fixture.h's runner. Header
+ * only. */
 #ifndef LLMT_TEST_PLAN_RUN_FIXTURE_H
 #define LLMT_TEST_PLAN_RUN_FIXTURE_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../train/rank_fixture.h"
+#include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "train/device.h"
@@ -93,6 +99,135 @@ static inline llmt_status plan_run_memory(llmt_trainer *tr, double *state, doubl
 static inline int plan_run_same(double a, double b)
 {
     return fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b));
+}
+
+/* main's argument: none (the fp32 CPU backend) or "emul" (the bf16 host
+ * emulation); -1 after the usage line for anything else. */
+static inline int plan_run_emul_arg(int argc, char **argv, const char *prog)
+{
+    int emul = argc > 1 && !strcmp(argv[1], "emul");
+    if (argc > 1 && !emul) {
+        fprintf(stderr, "usage: %s [emul]\n", prog);
+        return -1;
+    }
+    return emul;
+}
+
+/* The token stream the layouts read: an LCG from seed, tokens below
+ * vocab, each target a fixed function of its token (learnable). */
+static inline void plan_run_tokens(int32_t *in, int32_t *tg, size_t n, uint64_t seed, int vocab)
+{
+    uint64_t x = seed;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        in[i] = (int32_t)((x >> 33) % (uint64_t)vocab);
+        tg[i] = (in[i] * 7 + 1) % vocab;
+    }
+}
+
+/* The spec of js and its plan for world ranks, one check; on failure the
+ * layout's name and the library's message go to stderr. */
+static inline llmt_status plan_run_spec_plan(const char *name, const char *js, int world,
+                                             llmt_spec **s, llmt_plan **p)
+{
+    llmt_status st = llmt_spec_parse_json(NULL, js, strlen(js), s);
+    if (st == LLMT_OK)
+        st = llmt_plan_create(NULL, *s, world, p);
+    if (st != LLMT_OK)
+        fprintf(stderr, "%s: spec/plan: %s\n", name, llmt_last_error());
+    CHECK_STATUS(st, LLMT_OK);
+    return st;
+}
+
+/* The plan's groups (dims[k] where deg[k] > 1, else NULL) of this rank;
+ * on failure err says why. */
+static inline llmt_status plan_run_groups_create(llmt_comm *world, const llmt_plan *plan, int n,
+                                                 const llmt_plan_dim *dims, const int *deg,
+                                                 llmt_comm **gc, char *err, size_t errn)
+{
+    llmt_status st = LLMT_OK;
+    for (int k = 0; k < n && st == LLMT_OK; k++)
+        if (deg[k] > 1)
+            st = llmt_comm_create_plan_group(world, plan, dims[k], &gc[k]);
+    if (st != LLMT_OK)
+        snprintf(err, errn, "groups: %s", llmt_comm_last_error(world));
+    return st;
+}
+
+/* A rank's error: the trainer's, else the model's. */
+static inline void plan_run_rank_error(char *err, size_t n, llmt_trainer *tr, llmt_model *m)
+{
+    snprintf(err, n, "%s",
+             tr  ? llmt_trainer_last_error(tr)
+             : m ? llmt_model_last_error(m)
+                 : "create");
+}
+
+/* The ranks' results live in each test's own rank_arg: a status and an
+ * error string at these offsets, ranks size bytes apart. */
+#define PLAN_RUN_ST(a, size, r, off) \
+    (*(const llmt_status *)((const char *)(a) + (r) * (size) + (off)))
+#define PLAN_RUN_ERR(a, size, r, off) ((const char *)(a) + (r) * (size) + (off))
+
+/* Every rank ran (one check); each one that did not is named. */
+static inline int plan_run_ranks_ok(const char *name, const void *a, size_t size, int n,
+                                    size_t st_off, size_t err_off)
+{
+    int ok = 1;
+    for (int r = 0; r < n; r++)
+        if (PLAN_RUN_ST(a, size, r, st_off) != LLMT_OK) {
+            fprintf(stderr, "%s rank %d: %s\n", name, r, PLAN_RUN_ERR(a, size, r, err_off));
+            ok = 0;
+        }
+    CHECK(ok);
+    return ok;
+}
+
+/* MoE runs on the fp32 CPU engine only: every rank refused it on the
+ * emulation, naming model.moe (a check per rank). */
+static inline void plan_run_moe_refused(const char *name, const void *a, size_t size, int n,
+                                        size_t st_off, size_t err_off)
+{
+    for (int r = 0; r < n; r++)
+        CHECK(PLAN_RUN_ST(a, size, r, st_off) == LLMT_ERR_UNSUPPORTED &&
+              strstr(PLAN_RUN_ERR(a, size, r, err_off), "model.moe"));
+    printf("%s: refused on the bf16 emulation, naming model.moe\n", name);
+}
+
+/* The plan's numbers: TP, CP, DP x calls, payload, bus. */
+static inline void plan_run_plan_groups(const llmt_plan_estimate *e, double pl[3][3])
+{
+    const double v[3][3] = {
+        {e->engine_tp_calls, e->engine_tp_payload_bytes, e->engine_tp_bus_bytes},
+        {e->engine_cp_calls, e->engine_cp_payload_bytes, e->engine_cp_bus_bytes},
+        {e->engine_dp_calls, e->engine_dp_payload_bytes, e->engine_dp_bus_bytes}};
+    memcpy(pl, v, sizeof v);
+}
+
+/* One rank's step against the plan, group by group (TP, CP, DP); each
+ * group that differs goes to stderr (with its stage where stage >= 0).
+ * Returns whether all three are equal. */
+static inline int plan_run_groups_equal(const char *name, int rank, int stage, int step,
+                                        const double m[3][3], const double pl[3][3])
+{
+    static const char *const gn[3] = {"TP", "CP", "DP"};
+    int all = 1;
+    for (int j = 0; j < 3; j++) {
+        int good = plan_run_same(m[j][0], pl[j][0]) && plan_run_same(m[j][1], pl[j][1]) &&
+                   plan_run_same(m[j][2], pl[j][2]);
+        if (!good) {
+            char at[32] = "";
+            if (stage >= 0)
+                snprintf(at, sizeof at, " (stage %d)", stage);
+            fprintf(stderr,
+                    "%s rank %d%s step %d %s: measured %.0f calls %.0f B payload %.1f B bus; "
+                    "plan %.0f / %.0f / %.1f\n",
+                    name, rank, at, step, gn[j], m[j][0], m[j][1], m[j][2], pl[j][0], pl[j][1],
+                    pl[j][2]);
+        }
+        all &= good;
+    }
+    return all;
 }
 
 #endif

@@ -160,10 +160,7 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK)
         a->st = plan_run_memory(tr, &a->state, &a->acts);
     if (a->st != LLMT_OK)
-        snprintf(a->err, sizeof a->err, "%s",
-                 tr  ? llmt_trainer_last_error(tr)
-                 : m ? llmt_model_last_error(m)
-                     : "create");
+        plan_run_rank_error(a->err, sizeof a->err, tr, m);
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
     llmt_comm_destroy(tpc);
@@ -177,12 +174,7 @@ static llmt_plan *plan_of(const layout *l)
     spec_json(l, js, sizeof js);
     llmt_spec *s = NULL;
     llmt_plan *p = NULL;
-    llmt_status st = llmt_spec_parse_json(NULL, js, strlen(js), &s);
-    if (st == LLMT_OK)
-        st = llmt_plan_create(NULL, s, l->tp * l->dp, &p);
-    if (st != LLMT_OK)
-        fprintf(stderr, "%s: spec/plan: %s\n", l->name, llmt_last_error());
-    CHECK_STATUS(st, LLMT_OK);
+    plan_run_spec_plan(l->name, js, l->tp * l->dp, &s, &p);
     llmt_spec_destroy(s);
     return p;
 }
@@ -207,14 +199,8 @@ static double check_layout(const layout *l, const int32_t *in, const int32_t *tg
     for (int r = 0; r < W && r < MAXW; r++)
         a[r] = (rank_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
     rank_fixture_run(a, sizeof *a, W, W > 1, offsetof(rank_arg, world), rank_main);
-    int ok = 1;
-    for (int r = 0; r < W; r++)
-        if (a[r].st != LLMT_OK) {
-            fprintf(stderr, "%s rank %d: %s\n", l->name, r, a[r].err);
-            ok = 0;
-        }
-    CHECK(ok);
-    if (!ok) {
+    if (!plan_run_ranks_ok(l->name, a, sizeof *a, W, offsetof(rank_arg, st),
+                           offsetof(rank_arg, err))) {
         llmt_plan_destroy(p);
         return 0;
     }
@@ -268,11 +254,9 @@ static double check_layout(const layout *l, const int32_t *in, const int32_t *tg
 
 int main(int argc, char **argv)
 {
-    g_emul = argc > 1 && !strcmp(argv[1], "emul");
-    if (argc > 1 && !g_emul) {
-        fprintf(stderr, "usage: test_plan_vs_run [emul]\n");
+    g_emul = plan_run_emul_arg(argc, argv, "test_plan_vs_run");
+    if (g_emul < 0)
         return 2;
-    }
     if (g_emul)
         g_steps = 1;
     size_t n = (size_t)STEPS * MAXDP * MICRO * ACCUM * SEQ;
@@ -280,12 +264,7 @@ int main(int argc, char **argv)
     CHECK(in && tg);
     if (!in || !tg)
         return check_exit(g_emul ? "plan-vs-run-emul" : "plan-vs-run");
-    uint64_t s = 99;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        in[i] = (int32_t)((s >> 33) % VOCAB);
-        tg[i] = (in[i] * 7 + 1) % VOCAB;
-    }
+    plan_run_tokens(in, tg, n, 99, VOCAB);
     static const layout gpt[] = {
         {"gpt2 tp1", 0, 4, 4, 1, 1, 0, 0, 0},
         {"gpt2 tp2 x dp1", 0, 4, 4, 2, 1, 0, 0, 0},

@@ -113,13 +113,11 @@ static void *rank_main(void *p)
     const int deg[3] = {l->tp, l->cp, l->dp};
     int32_t co[LLMT_PLAN_NDIMS] = {0};
     a->st = llmt_plan_coords(a->plan, a->rank, co);
-    for (int k = 0; k < 3 && a->st == LLMT_OK; k++)
-        if (deg[k] > 1)
-            a->st = llmt_comm_create_plan_group(a->world, a->plan, dims[k], &gc[k]);
-    if (a->st != LLMT_OK) {
-        snprintf(a->err, sizeof a->err, "groups: %s", llmt_comm_last_error(a->world));
+    if (a->st == LLMT_OK)
+        a->st =
+            plan_run_groups_create(a->world, a->plan, 3, dims, deg, gc, a->err, sizeof a->err);
+    if (a->st != LLMT_OK)
         return NULL;
-    }
     /* the model as llmt_job builds it from the spec */
     llmt_model_config c;
     plan_run_model_config(&c, l->llama, LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, SEQ);
@@ -171,10 +169,7 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK)
         a->st = plan_run_memory(tr, &a->state, &a->acts);
     if (a->st != LLMT_OK)
-        snprintf(a->err, sizeof a->err, "%s",
-                 tr  ? llmt_trainer_last_error(tr)
-                 : m ? llmt_model_last_error(m)
-                     : "create");
+        plan_run_rank_error(a->err, sizeof a->err, tr, m);
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
     for (int g = 0; g < 3; g++)
@@ -189,12 +184,7 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
     llmt_spec *s = NULL;
     llmt_plan *p = NULL;
     int W = l->tp * l->cp * l->dp;
-    llmt_status st = llmt_spec_parse_json(NULL, js, strlen(js), &s);
-    if (st == LLMT_OK)
-        st = llmt_plan_create(NULL, s, W, &p);
-    if (st != LLMT_OK)
-        fprintf(stderr, "%s: spec/plan: %s\n", l->name, llmt_last_error());
-    CHECK_STATUS(st, LLMT_OK);
+    plan_run_spec_plan(l->name, js, W, &s, &p);
     llmt_spec_destroy(s);
     if (!p)
         return;
@@ -209,21 +199,14 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
     for (int r = 0; r < W && r < MAXW; r++)
         a[r] = (rank_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
     rank_fixture_run(a, sizeof *a, W, 1, offsetof(rank_arg, world), rank_main);
-    if (g_emul && l->moe) { /* MoE runs on the fp32 CPU engine only: refused by name */
-        for (int r = 0; r < W; r++)
-            CHECK(a[r].st == LLMT_ERR_UNSUPPORTED && strstr(a[r].err, "model.moe"));
-        printf("%s: refused on the bf16 emulation, naming model.moe\n", l->name);
+    if (g_emul && l->moe) {
+        plan_run_moe_refused(l->name, a, sizeof *a, W, offsetof(rank_arg, st),
+                             offsetof(rank_arg, err));
         llmt_plan_destroy(p);
         return;
     }
-    int ok = 1;
-    for (int r = 0; r < W; r++)
-        if (a[r].st != LLMT_OK) {
-            fprintf(stderr, "%s rank %d: %s\n", l->name, r, a[r].err);
-            ok = 0;
-        }
-    CHECK(ok);
-    if (!ok) {
+    if (!plan_run_ranks_ok(l->name, a, sizeof *a, W, offsetof(rank_arg, st),
+                           offsetof(rank_arg, err))) {
         llmt_plan_destroy(p);
         return;
     }
@@ -238,26 +221,13 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
         CHECK_EQ_INT(c->chunks[1], 2 * l->cp - 1 - a[r].cp_coord);
         CHECK_EQ_INT(c->variant, l->ag ? LLMT_CP_ALL_GATHER : LLMT_CP_RING);
     }
-    const double pl[3][3] = {
-        {e.engine_tp_calls, e.engine_tp_payload_bytes, e.engine_tp_bus_bytes},
-        {e.engine_cp_calls, e.engine_cp_payload_bytes, e.engine_cp_bus_bytes},
-        {e.engine_dp_calls, e.engine_dp_payload_bytes, e.engine_dp_bus_bytes}};
-    static const char *const gn[3] = {"TP", "CP", "DP"};
+    double pl[3][3];
+    plan_run_plan_groups(&e, pl);
     int bytes_ok = 1;
     for (int r = 0; r < W; r++)
         for (int k = 0; k < STEPS; k++)
-            for (int g = 0; g < 3; g++) {
-                const double *m = a[r].g[k][g];
-                int good = plan_run_same(m[0], pl[g][0]) && plan_run_same(m[1], pl[g][1]) &&
-                           plan_run_same(m[2], pl[g][2]);
-                if (!good)
-                    fprintf(stderr,
-                            "%s rank %d step %d %s: measured %.0f calls %.0f B payload "
-                            "%.1f B bus; plan %.0f / %.0f / %.1f\n",
-                            l->name, r, k + 1, gn[g], m[0], m[1], m[2], pl[g][0], pl[g][1],
-                            pl[g][2]);
-                bytes_ok &= good;
-            }
+            bytes_ok &=
+                plan_run_groups_equal(l->name, r, -1, k + 1, (const double(*)[3])a[r].g[k], pl);
     CHECK(bytes_ok);
     double pstate = e.engine_mem_params + e.engine_mem_grads + e.engine_mem_optimizer;
     double worst = 0, worst_a = 0;
@@ -279,23 +249,16 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
 
 int main(int argc, char **argv)
 {
-    g_emul = argc > 1 && !strcmp(argv[1], "emul");
-    if (argc > 1 && !g_emul) {
-        fprintf(stderr, "usage: test_plan_vs_run_cp [emul]\n");
+    g_emul = plan_run_emul_arg(argc, argv, "test_plan_vs_run_cp");
+    if (g_emul < 0)
         return 2;
-    }
     const char *name = g_emul ? "plan-vs-run-cp-emul" : "plan-vs-run-cp";
     size_t n = (size_t)STEPS * 2 * MICRO * ACCUM * SEQ;
     int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
     CHECK(in && tg);
     if (!in || !tg)
         return check_exit(name);
-    uint64_t s = 99;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        in[i] = (int32_t)((s >> 33) % VOCAB);
-        tg[i] = (in[i] * 7 + 1) % VOCAB;
-    }
+    plan_run_tokens(in, tg, n, 99, VOCAB);
     static const layout ls[] = {
         {"gpt2 cp2 ring", 0, 4, 4, 1, 2, 1, 0, 0, 0, 0, 0},
         {"gpt2 cp2 allgather", 0, 4, 4, 1, 2, 1, 0, 1, 0, 0, 0},

@@ -136,13 +136,11 @@ static void *rank_main(void *p)
     int32_t co[LLMT_PLAN_NDIMS] = {0};
     a->st = llmt_plan_coords(a->plan, a->rank, co);
     a->stage = co[LLMT_DIM_PP];
-    for (int k = 0; k < 5 && a->st == LLMT_OK; k++)
-        if (deg[k] > 1)
-            a->st = llmt_comm_create_plan_group(a->world, a->plan, dims[k], &gc[k]);
-    if (a->st != LLMT_OK) {
-        snprintf(a->err, sizeof a->err, "groups: %s", llmt_comm_last_error(a->world));
+    if (a->st == LLMT_OK)
+        a->st =
+            plan_run_groups_create(a->world, a->plan, 5, dims, deg, gc, a->err, sizeof a->err);
+    if (a->st != LLMT_OK)
         return NULL;
-    }
     /* the model as llmt_job builds it from the spec */
     llmt_model_config c;
     plan_run_model_config(&c, l->llama, LAYERS, WIDTH, 4, l->kv, FFN, l->vocab, SEQ);
@@ -203,25 +201,12 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_pp_stats(tr, &ps);
     a->layers = ps.layers;
     if (a->st != LLMT_OK)
-        snprintf(a->err, sizeof a->err, "%s",
-                 tr  ? llmt_trainer_last_error(tr)
-                 : m ? llmt_model_last_error(m)
-                     : "create");
+        plan_run_rank_error(a->err, sizeof a->err, tr, m);
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
     for (int j = 0; j < 5; j++)
         llmt_comm_destroy(gc[j]);
     return NULL;
-}
-
-/* The plan's numbers of a stage: TP, CP, DP x calls, payload, bus. */
-static void plan_groups(const llmt_plan_estimate *e, double pl[3][3])
-{
-    const double v[3][3] = {
-        {e->engine_tp_calls, e->engine_tp_payload_bytes, e->engine_tp_bus_bytes},
-        {e->engine_cp_calls, e->engine_cp_payload_bytes, e->engine_cp_bus_bytes},
-        {e->engine_dp_calls, e->engine_dp_payload_bytes, e->engine_dp_bus_bytes}};
-    memcpy(pl, v, sizeof v);
 }
 
 static double state_of(const llmt_plan_estimate *e)
@@ -236,12 +221,7 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
     llmt_spec *s = NULL;
     llmt_plan *p = NULL;
     int W = l->tp * l->cp * l->pp * l->dp;
-    llmt_status st = llmt_spec_parse_json(NULL, js, strlen(js), &s);
-    if (st == LLMT_OK)
-        st = llmt_plan_create(NULL, s, W, &p);
-    if (st != LLMT_OK)
-        fprintf(stderr, "%s: spec/plan: %s\n", l->name, llmt_last_error());
-    CHECK_STATUS(st, LLMT_OK);
+    plan_run_spec_plan(l->name, js, W, &s, &p);
     if (!p) {
         llmt_spec_destroy(s);
         return;
@@ -256,8 +236,8 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
     memset(&top, 0, sizeof top);
     llmt__plan_engine_stage(s, ts, &top);
     double pe[3][3], pt[3][3];
-    plan_groups(&e, pe);
-    plan_groups(&top, pt);
+    plan_run_plan_groups(&e, pe);
+    plan_run_plan_groups(&top, pt);
     CHECK(!memcmp(pe, pt, sizeof pe) && state_of(&e) == state_of(&top) &&
           e.engine_mem_activations == top.engine_mem_activations);
     rank_arg a[MAXW];
@@ -265,22 +245,15 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
     for (int r = 0; r < W && r < MAXW; r++)
         a[r] = (rank_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
     rank_fixture_run(a, sizeof *a, W, 1, offsetof(rank_arg, world), rank_main);
-    if (g_emul && l->moe) { /* MoE runs on the fp32 CPU engine only: refused by name */
-        for (int r = 0; r < W; r++)
-            CHECK(a[r].st == LLMT_ERR_UNSUPPORTED && strstr(a[r].err, "model.moe"));
-        printf("%s: refused on the bf16 emulation, naming model.moe\n", l->name);
+    if (g_emul && l->moe) {
+        plan_run_moe_refused(l->name, a, sizeof *a, W, offsetof(rank_arg, st),
+                             offsetof(rank_arg, err));
         llmt_plan_destroy(p);
         llmt_spec_destroy(s);
         return;
     }
-    int ok = 1;
-    for (int r = 0; r < W; r++)
-        if (a[r].st != LLMT_OK) {
-            fprintf(stderr, "%s rank %d: %s\n", l->name, r, a[r].err);
-            ok = 0;
-        }
-    CHECK(ok);
-    static const char *const gn[3] = {"TP", "CP", "DP"};
+    int ok = plan_run_ranks_ok(l->name, a, sizeof *a, W, offsetof(rank_arg, st),
+                               offsetof(rank_arg, err));
     int bytes_ok = 1;
     double worst = 0, worst_a = 0;
     /* the engine's token, target and loss buffers of a step's rows; dp.c's
@@ -292,23 +265,13 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
         memset(&x, 0, sizeof x);
         llmt__plan_engine_stage(s, stg, &x);
         double pl[3][3];
-        plan_groups(&x, pl);
+        plan_run_plan_groups(&x, pl);
         for (int r = 0; r < W; r++) {
             if (a[r].stage != stg)
                 continue;
             for (int k = 0; k < STEPS; k++)
-                for (int j = 0; j < 3; j++) {
-                    const double *m = a[r].g[k][j];
-                    int good = plan_run_same(m[0], pl[j][0]) && plan_run_same(m[1], pl[j][1]) &&
-                               plan_run_same(m[2], pl[j][2]);
-                    if (!good)
-                        fprintf(stderr,
-                                "%s rank %d (stage %d) step %d %s: measured %.0f calls %.0f B "
-                                "payload %.1f B bus; plan %.0f / %.0f / %.1f\n",
-                                l->name, r, stg, k + 1, gn[j], m[0], m[1], m[2], pl[j][0],
-                                pl[j][1], pl[j][2]);
-                    bytes_ok &= good;
-                }
+                bytes_ok &= plan_run_groups_equal(l->name, r, stg, k + 1,
+                                                  (const double(*)[3])a[r].g[k], pl);
             double ds = fabs(a[r].state - io - state_of(&x));
             worst = fmax(worst, ds);
             worst_a = fmax(worst_a, fabs(a[r].acts - x.engine_mem_activations));
@@ -342,23 +305,16 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
 
 int main(int argc, char **argv)
 {
-    g_emul = argc > 1 && !strcmp(argv[1], "emul");
-    if (argc > 1 && !g_emul) {
-        fprintf(stderr, "usage: test_plan_vs_run_pp [emul]\n");
+    g_emul = plan_run_emul_arg(argc, argv, "test_plan_vs_run_pp");
+    if (g_emul < 0)
         return 2;
-    }
     const char *name = g_emul ? "plan-vs-run-pp-emul" : "plan-vs-run-pp";
     size_t n = (size_t)STEPS * 4 * MICRO * ACCUM * SEQ; /* dp up to 4 */
     int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
     CHECK(in && tg);
     if (!in || !tg)
         return check_exit(name);
-    uint64_t x = 7;
-    for (size_t i = 0; i < n; i++) { /* tokens below every layout's vocabulary */
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        in[i] = (int32_t)((x >> 33) % 250);
-        tg[i] = (in[i] * 7 + 1) % 250;
-    }
+    plan_run_tokens(in, tg, n, 7, 250); /* below every layout's vocabulary */
     /* name, llama, kv, tp, cp, pp, dp, zero, v, gpipe, recompute, sp, moe, vocab, ep */
     static const layout ls[] = {
         {"gpt2 pp2 1f1b", 0, 4, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 250, 0},
