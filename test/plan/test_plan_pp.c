@@ -37,6 +37,35 @@
 #include "files.h"
 #include "train/pp.h"
 
+/* The spec of json (checked) and its plan for the planner's own world
+ * size (checked where the spec parsed); the caller destroys both. */
+static llmt_plan *plan_of(const char *json, llmt_spec **s)
+{
+    llmt_plan *p = NULL;
+    *s = NULL;
+    CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), s), LLMT_OK);
+    if (*s)
+        CHECK_STATUS(llmt_plan_create(NULL, *s, 0, &p), LLMT_OK);
+    return p;
+}
+
+/* The model config lib/job/job.c builds from the specs below, resolved
+ * (one check). */
+static void model_of(llmt_model_config *c, int llama, int layers, int width, int heads, int kv,
+                     int ffn, int vocab, int padded, int seq)
+{
+    CHECK_STATUS(llmt_model_config_init(c, sizeof *c), LLMT_OK);
+    c->arch = llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
+    c->layers = layers;
+    c->width = width;
+    c->heads = heads;
+    c->kv_heads = kv;
+    c->ffn_hidden = ffn;
+    c->vocab_size = vocab;
+    c->padded_vocab_size = padded;
+    c->max_seq_len = seq;
+}
+
 static void llama405b(const char *dir, int v)
 {
     char path[1024];
@@ -49,11 +78,8 @@ static void llama405b(const char *dir, int v)
     CHECK(at != NULL);
     if (at)
         at[strlen("\"virtual_stages\": ")] = (char)('0' + v);
-    llmt_spec *s = NULL;
-    llmt_plan *p = NULL;
-    CHECK_STATUS(llmt_spec_parse_json(NULL, txt, strlen(txt), &s), LLMT_OK);
-    if (s)
-        CHECK_STATUS(llmt_plan_create(NULL, s, 0, &p), LLMT_OK);
+    llmt_spec *s;
+    llmt_plan *p = plan_of(txt, &s);
     if (!p) {
         llmt_spec_destroy(s);
         free(txt);
@@ -133,11 +159,8 @@ static void given(const char *par, int pp, int v, const int *want_first, const i
              "\"seq_len\": 16}, \"parallelism\": {%s}, \"batch\": {\"micro\": 1, "
              "\"grad_accum\": 4}, \"hardware\": {\"gpu\": \"cpu\"}}",
              par);
-    llmt_spec *s = NULL;
-    llmt_plan *p = NULL;
-    CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &s), LLMT_OK);
-    if (s)
-        CHECK_STATUS(llmt_plan_create(NULL, s, 0, &p), LLMT_OK);
+    llmt_spec *s;
+    llmt_plan *p = plan_of(json, &s);
     for (int c = 0; p && c < v; c++)
         for (int st = 0; st < pp; st++) {
             int32_t f = -1, n = -1;
@@ -279,27 +302,15 @@ static void moe_balance(int pp, int v)
              "\"cpu\"}}",
              MB_L, MB_C, MB_H, MB_KV, MB_F, MB_V, MB_T, MB_E, MB_K, MB_FE, MB_EVERY, pp, v,
              2 * pp);
-    llmt_spec *s = NULL;
-    llmt_plan *p = NULL;
-    CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &s), LLMT_OK);
-    if (s)
-        CHECK_STATUS(llmt_plan_create(NULL, s, 0, &p), LLMT_OK);
+    llmt_spec *s;
+    llmt_plan *p = plan_of(json, &s);
     if (!p) {
         llmt_spec_destroy(s);
         return;
     }
     /* the model config lib/job/job.c builds from that spec, resolved */
     llmt_model_config c;
-    CHECK_STATUS(llmt_model_config_init(&c, sizeof c), LLMT_OK);
-    c.arch = LLMT_ARCH_LLAMA;
-    c.layers = MB_L;
-    c.width = MB_C;
-    c.heads = MB_H;
-    c.kv_heads = MB_KV;
-    c.ffn_hidden = MB_F;
-    c.vocab_size = MB_V;
-    c.padded_vocab_size = MB_V;
-    c.max_seq_len = MB_T;
+    model_of(&c, 1, MB_L, MB_C, MB_H, MB_KV, MB_F, MB_V, MB_V, MB_T);
     c.moe_experts = MB_E;
     c.moe_top_k = MB_K;
     c.moe_ffn = MB_FE;
@@ -350,26 +361,15 @@ static void dense_split(int llama, int layers, int vocab, int pp, int v, int hea
              "\"grad_accum\": %d}, \"train\": {\"device\": \"cpu\"}}",
              llama ? "llama" : "gpt2", layers, llama ? ", \"kv_heads\": 2, \"ffn\": 176" : "",
              vocab, pp, v, 2 * pp);
-    llmt_spec *s = NULL;
-    llmt_plan *p = NULL;
-    CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &s), LLMT_OK);
-    if (s)
-        CHECK_STATUS(llmt_plan_create(NULL, s, 0, &p), LLMT_OK);
+    llmt_spec *s;
+    llmt_plan *p = plan_of(json, &s);
     if (!p) {
         llmt_spec_destroy(s);
         return;
     }
     llmt_model_config c;
-    CHECK_STATUS(llmt_model_config_init(&c, sizeof c), LLMT_OK);
-    c.arch = llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
-    c.layers = layers;
-    c.width = 64;
-    c.heads = 4;
-    c.kv_heads = llama ? 2 : 4;
-    c.ffn_hidden = llama ? 176 : 256;
-    c.vocab_size = vocab;
-    c.padded_vocab_size = (vocab + 63) / 64 * 64;
-    c.max_seq_len = 16;
+    model_of(&c, llama, layers, 64, 4, llama ? 2 : 4, llama ? 176 : 256, vocab,
+             (vocab + 63) / 64 * 64, 16);
     int n = pp * v, run[17], most = 0;
     llmt_err e = {0};
     CHECK_STATUS(llmt__pp_layout(&e, &c, 16, n, NULL, 0, run), LLMT_OK);
