@@ -123,6 +123,23 @@ typedef struct run {
     char err[512];
 } run;
 
+/* Advances *i to the model's next expert tensor (its name holds
+ * ".experts."), from -1 for the first; 0 after the last. */
+static int next_expert(llmt_model *m, int32_t *i, llmt_tensor *v)
+{
+    int32_t np = 0;
+    llmt_model_param_count(m, &np, NULL);
+    while (++*i < np) {
+        const char *name;
+        memset(v, 0, sizeof *v);
+        v->struct_size = sizeof *v;
+        llmt_model_param(m, *i, &name, v);
+        if (strstr(name, ".experts."))
+            return 1;
+    }
+    return 0;
+}
+
 static void *rank_main(void *p)
 {
     run *a = p;
@@ -215,18 +232,9 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_memory_usage(tr, &a->mem);
     if (a->st == LLMT_OK && a->save)
         a->st = rank_fixture_ckpt(tr, a->save, a->rank, W, 1, k1);
-    for (int32_t i = 0, np = 0; a->st == LLMT_OK && a->ep > 1 && !a->leave_at; i++) {
-        if (i == 0)
-            llmt_model_param_count(m, &np, NULL);
-        if (i >= np)
-            break;
-        llmt_tensor v;
-        const char *name;
-        memset(&v, 0, sizeof v);
-        v.struct_size = sizeof v;
-        llmt_model_param(m, i, &name, &v);
-        if (!strstr(name, ".experts."))
-            continue;
+    llmt_tensor v;
+    for (int32_t i = -1;
+         a->st == LLMT_OK && a->ep > 1 && !a->leave_at && next_expert(m, &i, &v);) {
         int64_t n = v.shape[0] * v.shape[1], per = n / a->ep, er = a->rank % a->ep;
         const float *x = v.data;
         for (int64_t j = 0; j < n; j++)
@@ -239,18 +247,8 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_sync_params(tr);
     /* the engine holds only this EP rank's rows of each expert tensor:
      * block rank % ep of the whole (synced) tensor */
-    for (int32_t i = 0, np = 0; a->st == LLMT_OK && a->ep > 1 && !a->leave_at; i++) {
-        if (i == 0)
-            llmt_model_param_count(m, &np, NULL);
-        if (i >= np)
-            break;
-        llmt_tensor v;
-        const char *name;
-        memset(&v, 0, sizeof v);
-        v.struct_size = sizeof v;
-        llmt_model_param(m, i, &name, &v);
-        if (!strstr(name, ".experts."))
-            continue;
+    for (int32_t i = -1;
+         a->st == LLMT_OK && a->ep > 1 && !a->leave_at && next_expert(m, &i, &v);) {
         int64_t n = v.shape[0] * v.shape[1], per = n / a->ep, got = 0;
         float *mine = NULL;
         a->st = llmt__trainer_local_read(tr, i, &mine, &got);
@@ -363,6 +361,27 @@ static double rel_l2(const float *a, const float *b, int64_t n)
     return nn > 0 ? sqrt(d / nn) : sqrt(d);
 }
 
+/* A rank's losses of steps k0..k1-1 against the single rank's, each
+ * within 1e-5 relative (a check each); the largest relative difference
+ * in *worst. */
+static void check_losses(const run *r, const run *ref, int k0, int k1, double *worst)
+{
+    for (int k = k0; k < k1; k++) {
+        CHECK_CLOSE(r->loss[k], ref->loss[k], 1e-5, 0);
+        double d = fabs(r->loss[k] - ref->loss[k]) / fabs(ref->loss[k]);
+        *worst = d > *worst ? d : *worst;
+    }
+}
+
+/* A rank's final parameters against the single rank's: relative L2
+ * within 1e-5 (one check); the largest in *worst. */
+static void check_params(const run *r, const run *ref, double *worst)
+{
+    double d = rel_l2(r->params, ref->params, r->total);
+    CHECK(d <= 1e-5);
+    *worst = d > *worst ? d : *worst;
+}
+
 static void one_case(const run *ref, int W, int ep, int zero, int dropless)
 {
     run r[4];
@@ -381,11 +400,7 @@ static void one_case(const run *ref, int W, int ep, int zero, int dropless)
             CHECK(0);
             continue;
         }
-        for (int k = 0; k < STEPS; k++) {
-            CHECK_CLOSE(r[i].loss[k], ref->loss[k], 1e-5, 0);
-            double d = fabs(r[i].loss[k] - ref->loss[k]) / fabs(ref->loss[k]);
-            wl = d > wl ? d : wl;
-        }
+        check_losses(&r[i], ref, 0, STEPS, &wl);
         /* tensor by tensor (the expert tensors among them) */
         llmt_model *m = NULL;
         llmt_model_create(ctx, &r[i].c, &m);
@@ -678,16 +693,9 @@ static void reshard(const run *ref, int za, int zb)
                 CHECK(0);
                 continue;
             }
-            for (int k = chain[c].k0; k < chain[c].k1; k++) {
-                CHECK_CLOSE(r[i].loss[k], ref->loss[k], 1e-5, 0);
-                double d = fabs(r[i].loss[k] - ref->loss[k]) / fabs(ref->loss[k]);
-                wl = d > wl ? d : wl;
-            }
-            if (c == 2) {
-                double d = rel_l2(r[i].params, ref->params, r[i].total);
-                CHECK(d <= 1e-5);
-                wp = d > wp ? d : wp;
-            }
+            check_losses(&r[i], ref, chain[c].k0, chain[c].k1, &wl);
+            if (c == 2)
+                check_params(&r[i], ref, &wp);
             free(r[i].params);
         }
     }
@@ -720,14 +728,8 @@ static void leave_case(const run *ref, int zero)
             continue;
         }
         CHECK_EQ_INT(r[i].x_size, 0); /* no expert data parallel group now */
-        for (int k = 0; k < STEPS; k++) {
-            CHECK_CLOSE(r[i].loss[k], ref->loss[k], 1e-5, 0);
-            double d = fabs(r[i].loss[k] - ref->loss[k]) / fabs(ref->loss[k]);
-            wl = d > wl ? d : wl;
-        }
-        double d = rel_l2(r[i].params, ref->params, r[i].total);
-        CHECK(d <= 1e-5);
-        wp = d > wp ? d : wp;
+        check_losses(&r[i], ref, 0, STEPS, &wl);
+        check_params(&r[i], ref, &wp);
         free(r[i].params);
     }
     printf("ep 2 x 2 ZeRO %d, ep detached after step 3, dp 4 for 3 more: losses rel <= %.2e, "
@@ -746,18 +748,10 @@ static void mem_scaling(void)
     cfg(&c, E, 0);
     llmt_model *m = NULL;
     CHECK_STATUS(llmt_model_create(ctx, &c, &m), LLMT_OK);
-    int32_t np = 0;
     double xf = 0; /* expert floats of the model */
-    llmt_model_param_count(m, &np, NULL);
-    for (int32_t i = 0; i < np; i++) {
-        llmt_tensor v;
-        const char *name;
-        memset(&v, 0, sizeof v);
-        v.struct_size = sizeof v;
-        llmt_model_param(m, i, &name, &v);
-        if (strstr(name, ".experts."))
-            xf += (double)v.shape[0] * (double)v.shape[1];
-    }
+    llmt_tensor v;
+    for (int32_t i = -1; next_expert(m, &i, &v);)
+        xf += (double)v.shape[0] * (double)v.shape[1];
     llmt_model_destroy(m);
     double state[3] = {0}, dense = 0;
     const int eps[3] = {1, 2, 4};
