@@ -10,6 +10,46 @@
 
 #include "exec/exec.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Threading (measured in doc/moe.md). Every `omp parallel` is a fork and
+ * a barrier: splitting each expert's GEMMs over the team (9 regions an
+ * expert, ~80 a call, the code between them serial) left the second
+ * thread spinning in libgomp's barrier for 44% of the cycles, and on a
+ * loaded host each barrier waits for a preempted thread: 2 threads ran
+ * 3.5x slower than 1. So the experts run as one region over experts,
+ * their GEMMs single-threaded inside (exec's GEMM splits only outside a
+ * parallel region), and the per-token loops are one region each. Each
+ * output row is written by one thread in the serial loop's order, so the
+ * results are the serial code's, bit for bit. */
+static int par(size_t work)
+{
+#ifdef _OPENMP
+    return work >= 65536 && !omp_in_parallel() && omp_get_max_threads() > 1;
+#else
+    (void)work;
+    return 0;
+#endif
+}
+
+int llmt__moe_over_experts(const int64_t *rows, int n)
+{
+#ifdef _OPENMP
+    if (omp_in_parallel())
+        return 0;
+    int busy = 0;
+    for (int e = 0; e < n; e++)
+        busy += rows[e] > 0;
+    return omp_get_max_threads() > 1 && busy >= 2 * omp_get_max_threads();
+#else
+    (void)rows;
+    (void)n;
+    return 0;
+#endif
+}
+
 int llmt__moe_capacity(const llmt__moe_shape *sh, int N)
 {
     if (sh->dropless)
@@ -88,7 +128,7 @@ static void route(llmt__moe *s, const float *router, const float *x, int N)
 {
     int E = s->sh.E, K = s->sh.K, C = s->sh.C;
     llmt__cpu_gemm(0, 1, N, E, C, 1.0f, x, C, router, C, 0.0f, s->probs, E);
-    memset(s->chosen, 0, (size_t)E * sizeof(int64_t));
+#pragma omp parallel for schedule(static) if (par((size_t)N * E * 16))
     for (int n = 0; n < N; n++) {
         float *p = s->probs + (size_t)n * E, mx = -FLT_MAX;
         for (int e = 0; e < E; e++)
@@ -112,13 +152,15 @@ static void route(llmt__moe *s, const float *router, const float *x, int N)
             }
             ix[k] = best;
             tot += p[best];
-            s->chosen[best]++;
         }
         if (s->sh.raw_gates)
             tot = 1.0;
         for (int k = 0; k < K; k++)
             s->gate[(size_t)n * K + k] = (float)(p[ix[k]] / tot);
     }
+    memset(s->chosen, 0, (size_t)E * sizeof(int64_t));
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        s->chosen[s->idx[i]]++;
 }
 
 /* Slot-major dispatch under the capacity: packed rows per expert. */
@@ -149,8 +191,11 @@ static void dispatch(llmt__moe *s, const float *x, int N)
                 continue;
             s->row[i] += (int32_t)s->start[s->idx[i]];
             s->tok[s->row[i]] = n;
-            memcpy(s->xe + (size_t)s->row[i] * C, x + (size_t)n * C, (size_t)C * sizeof(float));
         }
+    int64_t R = s->start[E];
+#pragma omp parallel for schedule(static) if (par((size_t)R * C))
+    for (int64_t r = 0; r < R; r++)
+        memcpy(s->xe + (size_t)r * C, x + (size_t)s->tok[r] * C, (size_t)C * sizeof(float));
 }
 
 /* The call's statistics (moe.h: gchosen .. Ng), summed over the token
@@ -211,7 +256,9 @@ void llmt__moe_expert_fwd(const llmt__moe_shape *sh, const llmt__moe_w *w, int e
                 *w2 = w->w2 + (size_t)e * C * F;
     llmt__cpu_gemm(0, 1, rows, F, C, 1.0f, xe, C, w1, C, 0.0f, h1, F);
     llmt__cpu_gemm(0, 1, rows, F, C, 1.0f, xe, C, w3, C, 0.0f, h3, F);
-    for (size_t i = 0; i < (size_t)rows * F; i++)
+    size_t n = (size_t)rows * F;
+#pragma omp parallel for schedule(static) if (par(n))
+    for (size_t i = 0; i < n; i++)
         act[i] = h1[i] * sigm(h1[i]) * h3[i];
     llmt__cpu_gemm(0, 1, rows, C, F, 1.0f, act, F, w2, F, 0.0f, ye, C);
 }
@@ -219,8 +266,9 @@ void llmt__moe_expert_fwd(const llmt__moe_shape *sh, const llmt__moe_w *w, int e
 void llmt__moe_combine(llmt__moe *s, float *y)
 {
     int N = s->N, E = s->sh.E, C = s->sh.C, K = s->sh.K;
-    memset(y, 0, (size_t)N * C * sizeof(float));
-    for (int n = 0; n < N; n++)
+#pragma omp parallel for schedule(static) if (par((size_t)N * K * C))
+    for (int n = 0; n < N; n++) {
+        memset(y + (size_t)n * C, 0, (size_t)C * sizeof(float));
         for (int k = 0; k < K; k++) {
             int r = s->row[(size_t)n * K + k];
             if (r < 0)
@@ -230,6 +278,7 @@ void llmt__moe_combine(llmt__moe *s, float *y)
             for (int c = 0; c < C; c++)
                 y[(size_t)n * C + c] += gk * ye[c];
         }
+    }
     /* over the token group's Ng tokens (this call's N without one) */
     double aux = 0, Ng = (double)s->Ng;
     for (int e = 0; e < E; e++)
@@ -246,6 +295,7 @@ llmt_status llmt__moe_fwd(llmt__moe *s, const llmt__moe_w *w, const float *x, fl
     llmt_status st = llmt__moe_route(s, w->router, x, N);
     if (st != LLMT_OK)
         return st;
+#pragma omp parallel for schedule(dynamic, 1) if (llmt__moe_over_experts(s->kept, s->sh.E))
     for (int e = 0; e < s->sh.E; e++) {
         size_t r0 = (size_t)s->start[e];
         llmt__moe_expert_fwd(&s->sh, w, e, (int)s->kept[e], s->xe + r0 * C, s->h1 + r0 * F,
@@ -259,6 +309,7 @@ void llmt__moe_combine_bwd(llmt__moe *s, const float *dy)
 {
     int N = s->N, C = s->sh.C, K = s->sh.K;
     /* dye = gate * dy, dgate = dy . ye */
+#pragma omp parallel for schedule(static) if (par((size_t)N * K * C))
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++) {
             size_t i = (size_t)n * K + k;
@@ -287,7 +338,9 @@ void llmt__moe_expert_bwd(const llmt__moe_shape *sh, const llmt__moe_w *w, llmt_
     size_t eo = (size_t)e * F * C;
     llmt__cpu_gemm(1, 0, C, F, rows, 1.0f, dye, C, act, F, 1.0f, dw->w2 + eo, F);
     llmt__cpu_gemm(0, 0, rows, F, C, 1.0f, dye, C, w->w2 + eo, F, 0.0f, dact, F);
-    for (size_t i = 0; i < (size_t)rows * F; i++) {
+    size_t n = (size_t)rows * F;
+#pragma omp parallel for schedule(static) if (par(n))
+    for (size_t i = 0; i < n; i++) {
         float sg = sigm(h1[i]), silu = h1[i] * sg;
         dh3[i] = dact[i] * silu;
         dh1[i] = dact[i] * h3[i] * (sg + h1[i] * sg * (1.0f - sg));
@@ -303,17 +356,28 @@ void llmt__moe_router_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, c
 {
     int N = s->N, E = s->sh.E, C = s->sh.C, K = s->sh.K;
     float Ng = (float)s->Ng; /* the aux and z losses' means: over the group */
-    /* the experts' input gradients back to their tokens */
-    memset(dx, 0, (size_t)N * C * sizeof(float));
-    for (int64_t r = 0; r < s->start[E]; r++) {
-        float *d = dx + (size_t)s->tok[r] * C;
-        const float *g = s->dxe + (size_t)r * C;
-        for (int c = 0; c < C; c++)
-            d[c] += g[c];
-    }
-    /* router: through the renormalised weights, the aux loss's P_e and
-     * the z loss, then the softmax */
+#pragma omp parallel for schedule(static) if (par((size_t)N * K * C))
     for (int n = 0; n < N; n++) {
+        /* the experts' input gradients back to their token, its rows in
+         * packed order (ascending), the order of a scatter over rows */
+        float *d = dx + (size_t)n * C;
+        memset(d, 0, (size_t)C * sizeof(float));
+        for (int32_t last = -1;;) {
+            int32_t r = -1;
+            for (int k = 0; k < K; k++) {
+                int32_t rk = s->row[(size_t)n * K + k];
+                if (rk > last && (r < 0 || rk < r))
+                    r = rk;
+            }
+            if (r < 0)
+                break;
+            const float *g = s->dxe + (size_t)r * C;
+            for (int c = 0; c < C; c++)
+                d[c] += g[c];
+            last = r;
+        }
+        /* router: through the renormalised weights, the aux loss's P_e
+         * and the z loss, then the softmax */
         const float *p = s->probs + (size_t)n * E;
         float *dl = s->dlog + (size_t)n * E;
         const int32_t *ix = s->idx + (size_t)n * K;
@@ -342,6 +406,7 @@ llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, c
 {
     int C = s->sh.C, F = s->sh.F;
     llmt__moe_combine_bwd(s, dy);
+#pragma omp parallel for schedule(dynamic, 1) if (llmt__moe_over_experts(s->kept, s->sh.E))
     for (int e = 0; e < s->sh.E; e++) {
         size_t r0 = (size_t)s->start[e];
         llmt__moe_expert_bwd(&s->sh, w, dw, e, (int)s->kept[e], s->xe + r0 * C, s->h1 + r0 * F,

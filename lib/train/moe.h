@@ -107,6 +107,11 @@ llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, c
 llmt_status llmt__moe_route(llmt__moe *s, const float *router, const float *x, int N);
 void llmt__moe_expert_fwd(const llmt__moe_shape *sh, const llmt__moe_w *w, int e, int rows,
                           const float *xe, float *h1, float *h3, float *act, float *ye);
+/* Whether a loop over n experts with `rows` each should be one OpenMP
+ * region over experts (each thread gets two or more experts with rows,
+ * their GEMMs single-threaded inside) rather than leave the team to each
+ * GEMM (the dense layer: one expert). For `#pragma omp parallel for if`. */
+int llmt__moe_over_experts(const int64_t *rows, int n);
 void llmt__moe_combine(llmt__moe *s, float *y);
 void llmt__moe_combine_bwd(llmt__moe *s, const float *dy);
 void llmt__moe_expert_bwd(const llmt__moe_shape *sh, const llmt__moe_w *w, llmt__moe_w *dw,

@@ -177,6 +177,8 @@ llmt_status llmt__moe_ep_fwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llm
     if ((st = a2a(p, comm, e, "dispatch")) != LLMT_OK)
         return st;
     to_owner(p, p->rbuf, p->xo, C);
+    /* one region over the local experts, as moe.c's layer (moe.c: why) */
+#pragma omp parallel for schedule(dynamic, 1) if (llmt__moe_over_experts(p->rows, p->El))
     for (int el = 0; el < p->El; el++) {
         size_t r0 = (size_t)p->off[(size_t)el * p->size];
         llmt__moe_expert_fwd(&p->sh, w, el, (int)p->rows[el], p->xo + r0 * C, p->h1 + r0 * F,
@@ -201,6 +203,7 @@ llmt_status llmt__moe_ep_bwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llm
     if ((st = a2a(p, comm, e, "output gradients")) != LLMT_OK)
         return st;
     to_owner(p, p->rbuf, p->dyo, C);
+#pragma omp parallel for schedule(dynamic, 1) if (llmt__moe_over_experts(p->rows, p->El))
     for (int el = 0; el < p->El; el++) {
         size_t r0 = (size_t)p->off[(size_t)el * p->size];
         llmt__moe_expert_bwd(&p->sh, w, dw, el, (int)p->rows[el], p->xo + r0 * C,
