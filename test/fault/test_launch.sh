@@ -793,6 +793,31 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
   # so that its process group is the node. Gen 0 is slowed (150 ms a
   # step on rank 0) so that the loss comes mid-run: at step 5 or later
   ref
+  # the run $o's rank 0 at step 5 (20 s at the most): its step in st
+  at_step5() {
+    i=0 st=0
+    while [ $i -lt 400 ] && [ "$st" -lt 5 ]; do
+      st=$(cut -d' ' -f1 $o/agent/node-0/hb-rank-0 2>/dev/null); st=${st:-0}
+      sleep 0.05; i=$((i + 1))
+    done
+  }
+  # node N of the run $o lost: SIGKILL to its agent's process group
+  kill_node() { kill -s KILL -- -"$(cut -d' ' -f5 /proc/$(cut -d' ' -f3 rdzv-$o/node-$1)/stat)"; }
+  # node N's agent of the run $o in the background, its pid in pN, its
+  # output in $o-nN.log; SETSID setsid starts it in a session of its own
+  # (its process group is the node, for kill_node), or ""
+  start_node() { # N NPROC SPARES SETSID [launch flags]
+    n_=$1 np_=$2 sp_=$3 ss_=$4; shift 4
+    LLMT_FAULT=slow:0:1:$slow+ $ss_ "$exe" launch --out $o --nproc $np_ --spares $sp_ \
+      --node-rank $n_ "$@" > $o-n$n_.log 2>&1 &
+    eval p$n_=\$!
+  }
+  # the run $o's losses against the uninterrupted run's (ref.loss)
+  same_losses() { # LABEL
+    losses $o/metrics.jsonl > $o.loss
+    cmp -s ref.loss $o.loss && ok "$1: all 14 losses equal the uninterrupted run's" ||
+      { bad "$1: losses differ"; diff ref.loss $o.loss; }
+  }
   # two_nodes OUT DIES HOW SPARES0 [launch flags]: HOW group (the agent's
   # process group), agent (its pid alone: its workers die with it), stop
   # (SIGSTOP of the agent alone, its workers run on)
@@ -807,18 +832,14 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
     LLMT_FAULT=slow:0:1:$slow+ $a1 "$exe" launch --out $o --nproc 2 --nnodes 2 --node-rank 1 \
       --rdzv rdzv-$o --node-timeout 2 "$@" ${spec1:-ft.json} > $o-n1.log 2>&1 &
     p1=$!
-    i=0 st=0
-    while [ $i -lt 400 ] && [ "$st" -lt 5 ]; do
-      st=$(cut -d' ' -f1 $o/agent/node-0/hb-rank-0 2>/dev/null); st=${st:-0}
-      sleep 0.05; i=$((i + 1))
-    done
+    at_step5
     apid=$(cut -d' ' -f3 rdzv-$o/node-$dies)
     wpids=$(grep '"spawn"' $o/agent/node-$dies/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
     t0=$(date +%s.%N)
     case $how in
-    group) kill -s KILL -- -"$(cut -d' ' -f5 /proc/$apid/stat)" ;; # its pgid
+    group) kill_node $dies ;;
     disk) # the node and its disk: its peer replicas and its ranks' parts
-      kill -s KILL -- -"$(cut -d' ' -f5 /proc/$apid/stat)"
+      kill_node $dies
       rm -rf disk-n$dies
       for q in $(grep '"spawn","gen":0' $o/agent/node-$dies/events.jsonl | sed 's/.*"rank":\([0-9]*\).*/\1/'); do
         rm -f $o/ckpt/step-*/rank-0000$q.*
@@ -878,9 +899,7 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
       grep -q '"event":"node_lost","gen":0,"node":1' $o/agent/node-0/events.jsonl &&
         grep -q '"event":"recovered","gen":1,.*"mode":"'$m'"' $o/agent/node-0/events.jsonl &&
         ok "$o: events node_lost and recovered ($m)" || bad "$o: events: $(cat $o/agent/node-0/events.jsonl)"
-      losses $o/metrics.jsonl > $o.loss
-      cmp -s ref.loss $o.loss && ok "$o: all 14 losses equal the uninterrupted run's" ||
-        { bad "$o: losses differ"; diff ref.loss $o.loss; }
+      same_losses "$o"
     done
     ;;
   nodes-leader)
@@ -894,9 +913,7 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
       grep -q "continuing elastically on 2 data-parallel ranks (was 4)" $o-n0.log &&
       ok "no spare: node 1 lost, elastic on node 0's 2 ranks" ||
       { bad "no spare: the leader exited $r0"; grep launch: $o-n0.log; }
-    losses $o/metrics.jsonl > $o.loss
-    cmp -s ref.loss $o.loss && ok "no spare: all 14 losses equal the uninterrupted run's" ||
-      { bad "no spare: losses differ"; diff ref.loss $o.loss; }
+    same_losses "no spare"
     # the leader (node 0) lost with its workers, no spare: node 1, the
     # lowest surviving node, takes over (leader-0), declares node 0 lost
     # and continues elastically on its own 2 ranks
@@ -914,9 +931,7 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
       ok "leader lost: node 1's events say leader and node_lost" ||
       bad "leader lost: events: $(cat $o/agent/node-1/events.jsonl)"
     none_left "leader lost"
-    losses $o/metrics.jsonl > $o.loss
-    cmp -s ref.loss $o.loss && ok "leader lost: all 14 losses equal the uninterrupted run's" ||
-      { bad "leader lost: losses differ"; diff ref.loss $o.loss; }
+    same_losses "leader lost"
     ;;
   nodes-hung)
     # node 1's agent stopped (SIGSTOP), its workers running on: the leader
@@ -936,9 +951,7 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
       ok "hung agent: continued, node 1 found itself lost and left (exit $r1)" ||
       { bad "hung agent: node 1 exited $r1"; cat $o-n1.log; }
     none_left "hung agent"
-    losses $o/metrics.jsonl > $o.loss
-    cmp -s ref.loss $o.loss && ok "hung agent: all 14 losses equal the uninterrupted run's" ||
-      { bad "hung agent: losses differ"; diff ref.loss $o.loss; }
+    same_losses "hung agent"
     ;;
   nodes-leader3)
     # three nodes, --in-place: node 0 rank 0, node 1 ranks 1, 2 and a
@@ -948,20 +961,11 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
     o=lead3
     mkdir rdzv-$o
     set -- --nnodes 3 --rdzv rdzv-$o --node-timeout 2 --in-place ft.json
-    LLMT_FAULT=slow:0:1:$slow+ setsid "$exe" launch --out $o --nproc 1 --node-rank 0 "$@" \
-      > $o-n0.log 2>&1 &
-    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 2 --spares 1 --node-rank 1 "$@" \
-      > $o-n1.log 2>&1 &
-    p1=$!
-    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 1 --node-rank 2 "$@" \
-      > $o-n2.log 2>&1 &
-    p2=$!
-    i=0 st=0
-    while [ $i -lt 400 ] && [ "$st" -lt 5 ]; do
-      st=$(cut -d' ' -f1 $o/agent/node-0/hb-rank-0 2>/dev/null); st=${st:-0}
-      sleep 0.05; i=$((i + 1))
-    done
-    kill -s KILL -- -"$(cut -d' ' -f5 /proc/$(cut -d' ' -f3 rdzv-$o/node-0)/stat)"
+    start_node 0 1 0 setsid "$@"
+    start_node 1 2 1 "" "$@"
+    start_node 2 1 0 "" "$@"
+    at_step5
+    kill_node 0
     wait $p1 && r1=0 || r1=$?
     wait $p2 && r2=0 || r2=$?
     kept=1
@@ -980,9 +984,7 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
       [ $kept = 1 ] &&
       ok "3 nodes: the leader lost at step $st, node 1 took over, rank 0 on its spare, ranks 1-3 stayed in their processes" ||
       { bad "3 nodes, leader lost: agents $r1 $r2"; grep launch: $o-n1.log $o-n2.log; }
-    losses $o/metrics.jsonl > $o.loss
-    cmp -s ref.loss $o.loss && ok "3 nodes, leader lost: all 14 losses equal the uninterrupted run's" ||
-      { bad "3 nodes, leader lost: losses differ"; diff ref.loss $o.loss; }
+    same_losses "3 nodes, leader lost"
     ;;
   nodes-leader-mid)
     # the leader lost while the others wait for its decision: three
@@ -994,21 +996,12 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
     o=mid
     mkdir rdzv-$o
     set -- --nnodes 3 --rdzv rdzv-$o --node-timeout 2 ft.json
-    LLMT_FAULT=slow:0:1:$slow+ setsid "$exe" launch --out $o --nproc 1 --node-rank 0 "$@" \
-      > $o-n0.log 2>&1 &
-    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 2 --spares 2 --node-rank 1 "$@" \
-      > $o-n1.log 2>&1 &
-    p1=$!
-    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 1 --node-rank 2 "$@" \
-      > $o-n2.log 2>&1 &
-    p2=$!
-    i=0 st=0
-    while [ $i -lt 400 ] && [ "$st" -lt 5 ]; do
-      st=$(cut -d' ' -f1 $o/agent/node-0/hb-rank-0 2>/dev/null); st=${st:-0}
-      sleep 0.05; i=$((i + 1))
-    done
+    start_node 0 1 0 setsid "$@"
+    start_node 1 2 2 "" "$@"
+    start_node 2 1 0 "" "$@"
+    at_step5
     pid3=$(grep '"spawn","gen":0,"rank":3,' $o/agent/node-2/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
-    kill -s KILL -- -"$(cut -d' ' -f5 /proc/$(cut -d' ' -f3 rdzv-$o/node-0)/stat)"
+    kill_node 0
     kill -s KILL $pid3
     wait $p1 && r1=0 || r1=$?
     wait $p2 && r2=0 || r2=$?
@@ -1022,9 +1015,7 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
       grep -q "node 2: gen 1 on 4 ranks (node 1 decided)" $o-n2.log &&
       ok "leader lost mid-decision: nodes 1 and 2 reported, then node 1 took over while waiting, ranks 0 and 3 on its spares" ||
       { bad "leader lost mid-decision: agents $r1 $r2"; grep launch: $o-n1.log $o-n2.log; }
-    losses $o/metrics.jsonl > $o.loss
-    cmp -s ref.loss $o.loss && ok "leader lost mid-decision: all 14 losses equal the uninterrupted run's" ||
-      { bad "leader lost mid-decision: losses differ"; diff ref.loss $o.loss; }
+    same_losses "leader lost mid-decision"
     ;;
   nodes-leader2)
     # the leader and the next candidate lost: three nodes (node 0 rank 0,
@@ -1036,21 +1027,13 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
     o=two
     mkdir rdzv-$o
     set -- --nnodes 3 --rdzv rdzv-$o --node-timeout 2 ft.json
-    LLMT_FAULT=slow:0:1:$slow+ setsid "$exe" launch --out $o --nproc 1 --node-rank 0 "$@" \
-      > $o-n0.log 2>&1 &
-    LLMT_FAULT=slow:0:1:$slow+ setsid "$exe" launch --out $o --nproc 1 --node-rank 1 "$@" \
-      > $o-n1.log 2>&1 &
-    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 2 --node-rank 2 "$@" \
-      > $o-n2.log 2>&1 &
-    p2=$!
-    i=0 st=0
-    while [ $i -lt 400 ] && [ "$st" -lt 5 ]; do
-      st=$(cut -d' ' -f1 $o/agent/node-0/hb-rank-0 2>/dev/null); st=${st:-0}
-      sleep 0.05; i=$((i + 1))
-    done
-    kill -s KILL -- -"$(cut -d' ' -f5 /proc/$(cut -d' ' -f3 rdzv-$o/node-0)/stat)"
+    start_node 0 1 0 setsid "$@"
+    start_node 1 1 0 setsid "$@"
+    start_node 2 2 0 "" "$@"
+    at_step5
+    kill_node 0
     sleep 1.2
-    kill -s KILL -- -"$(cut -d' ' -f5 /proc/$(cut -d' ' -f3 rdzv-$o/node-1)/stat)"
+    kill_node 1
     wait $p2 && r2=0 || r2=$?
     [ $r2 -eq 0 ] && grep -q "^node 2 gen 0" rdzv-$o/leader-0 &&
       grep -q "node 0 (the leader) lost: .*node 2 leads from now on" $o-n2.log &&
@@ -1059,9 +1042,7 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
       grep -q "continuing elastically on 2 data-parallel ranks (was 4)" $o-n2.log &&
       ok "leader and next candidate lost: node 2 took over, both lost, elastic on its 2 ranks" ||
       { bad "leader and next candidate lost: node 2 exited $r2"; grep launch: $o-n2.log; }
-    losses $o/metrics.jsonl > $o.loss
-    cmp -s ref.loss $o.loss && ok "leader and next candidate lost: all 14 losses equal the uninterrupted run's" ||
-      { bad "leader and next candidate lost: losses differ"; diff ref.loss $o.loss; }
+    same_losses "leader and next candidate lost"
     ;;
   nodes-peer)
     # the peer tier across nodes: each node keeps its replicas on its own
@@ -1108,9 +1089,7 @@ PY
       grep -q "peer: restored rank 3's part of step" $o/agent/node-0/gen1-rank3.log &&
       ok "$o: ranks 2 and 3 log their parts restored from the replicas" ||
       bad "$o: no restore logged: $(grep -h peer $o/agent/node-0/gen1-rank[23].log)"
-    losses $o/metrics.jsonl > $o.loss
-    cmp -s ref.loss $o.loss && ok "$o: all 14 losses equal the uninterrupted run's" ||
-      { bad "$o: losses differ"; diff ref.loss $o.loss; }
+    same_losses "$o"
     ;;
   nodes-lost3)
     # three nodes, --in-place: node 0 ranks 0, 1 and a spare, node 1 rank 2,
@@ -1120,20 +1099,11 @@ PY
     o=three
     mkdir rdzv-$o
     set -- --nnodes 3 --rdzv rdzv-$o --node-timeout 2 --in-place ft.json
-    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 2 --spares 1 --node-rank 0 "$@" \
-      > $o-n0.log 2>&1 &
-    p0=$!
-    LLMT_FAULT=slow:0:1:$slow+ setsid "$exe" launch --out $o --nproc 1 --node-rank 1 "$@" \
-      > $o-n1.log 2>&1 &
-    LLMT_FAULT=slow:0:1:$slow+ "$exe" launch --out $o --nproc 1 --spares 1 --node-rank 2 "$@" \
-      > $o-n2.log 2>&1 &
-    p2=$!
-    i=0 st=0
-    while [ $i -lt 400 ] && [ "$st" -lt 5 ]; do
-      st=$(cut -d' ' -f1 $o/agent/node-0/hb-rank-0 2>/dev/null); st=${st:-0}
-      sleep 0.05; i=$((i + 1))
-    done
-    kill -s KILL -- -"$(cut -d' ' -f5 /proc/$(cut -d' ' -f3 rdzv-$o/node-1)/stat)"
+    start_node 0 2 1 "" "$@"
+    start_node 1 1 0 setsid "$@"
+    start_node 2 1 1 "" "$@"
+    at_step5
+    kill_node 1
     wait $p0 && r0=0 || r0=$?
     wait $p2 && r2=0 || r2=$?
     pid3=$(grep '"spawn","gen":0,"rank":3,' $o/agent/node-2/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
@@ -1145,9 +1115,7 @@ PY
       grep -q '"event":"inplace","rank":3,"pid":'$pid3',"gen":1,.*"tier":"memory"' $o/rank-3/metrics.jsonl &&
       ok "3 nodes: node 1 lost at step $st, rank 2 on node 0's spare, rank 3 stayed in its process on node 2" ||
       { bad "3 nodes: agents $r0 $r2"; grep launch: $o-n0.log $o-n2.log; }
-    losses $o/metrics.jsonl > $o.loss
-    cmp -s ref.loss $o.loss && ok "3 nodes: all 14 losses equal the uninterrupted run's" ||
-      { bad "3 nodes: losses differ"; diff ref.loss $o.loss; }
+    same_losses "3 nodes"
     ;;
   esac
   ;;
