@@ -101,6 +101,44 @@ static inline int plan_run_same(double a, double b)
     return fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b));
 }
 
+/* model.moe as llmt_job maps it (lib/job/job.c) for the tests' MoE
+ * layouts: 4 experts of ffn, top-2, one shared expert, dropless. */
+static inline void plan_run_moe_config(llmt_model_config *c, int ffn)
+{
+    c->moe_experts = 4;
+    c->moe_top_k = 2;
+    c->moe_ffn = ffn;
+    c->moe_shared_experts = 1;
+    c->moe_dropless = 1;
+}
+
+/* One training step of rows sequences of seq tokens from in/tg + at,
+ * with the groups' counters (TP, CP, DP; NULL where absent) reset before
+ * it and read after into g; extra (the expert data parallel group, or
+ * NULL) is counted with the DP group's, as the plan counts it. */
+static inline llmt_status plan_run_step(llmt_trainer *tr, llmt_comm *const gc[3],
+                                        llmt_comm *extra, const int32_t *in, const int32_t *tg,
+                                        size_t at, int rows, int seq, double g[3][3])
+{
+    for (int j = 0; j < 3; j++)
+        if (gc[j])
+            llmt_comm_reset_stats(gc[j]);
+    if (extra)
+        llmt_comm_reset_stats(extra);
+    llmt_batch b = {sizeof b, in + at, tg + at, rows, seq};
+    llmt_step_metrics met;
+    memset(&met, 0, sizeof met);
+    met.struct_size = sizeof met;
+    llmt_status st = llmt_trainer_step(tr, &b, &met);
+    for (int j = 0; j < 3; j++)
+        plan_run_read_stats(gc[j], g[j]);
+    double x[3];
+    plan_run_read_stats(extra, x);
+    for (int j = 0; j < 3; j++)
+        g[2][j] += x[j];
+    return st;
+}
+
 /* main's argument: none (the fp32 CPU backend) or "emul" (the bf16 host
  * emulation); -1 after the usage line for anything else. */
 static inline int plan_run_emul_arg(int argc, char **argv, const char *prog)

@@ -121,13 +121,8 @@ static void *rank_main(void *p)
     /* the model as llmt_job builds it from the spec */
     llmt_model_config c;
     plan_run_model_config(&c, l->llama, LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, SEQ);
-    if (l->moe) { /* as llmt_job maps model.moe (lib/job/job.c) */
-        c.moe_experts = 4;
-        c.moe_top_k = 2;
-        c.moe_ffn = 64;
-        c.moe_shared_experts = 1;
-        c.moe_dropless = 1;
-    }
+    if (l->moe)
+        plan_run_moe_config(&c, 64);
     a->st = llmt_model_create(NULL, &c, &m);
     if (a->st == LLMT_OK)
         a->st = plan_run_trainer(m, MICRO, ACCUM, SEQ, l->recompute, g_emul, &tr);
@@ -154,17 +149,8 @@ static void *rank_main(void *p)
     }
     size_t per = (size_t)MICRO * ACCUM * SEQ; /* tokens per step and replica */
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
-        for (int g = 0; g < 3; g++)
-            if (gc[g])
-                llmt_comm_reset_stats(gc[g]);
         size_t at = ((size_t)k * l->dp + (size_t)co[LLMT_DIM_DP]) * per;
-        llmt_batch b = {sizeof b, a->in + at, a->tg + at, MICRO * ACCUM, SEQ};
-        llmt_step_metrics met;
-        memset(&met, 0, sizeof met);
-        met.struct_size = sizeof met;
-        a->st = llmt_trainer_step(tr, &b, &met);
-        for (int g = 0; g < 3; g++)
-            plan_run_read_stats(gc[g], a->g[k][g]);
+        a->st = plan_run_step(tr, gc, NULL, a->in, a->tg, at, MICRO * ACCUM, SEQ, a->g[k]);
     }
     if (a->st == LLMT_OK)
         a->st = plan_run_memory(tr, &a->state, &a->acts);
