@@ -7,7 +7,9 @@
  * expert_ffn, dropless: the same code path, the GEMM FLOPs per token of
  * the MoE's experts). fp32, width 256, 8 experts of 256, top-2, capacity
  * 1.25, 2048 tokens a call on each rank (ep 2 processes twice the tokens
- * of ep 1 per call: the count is per rank, as in data parallelism).
+ * of ep 1 per call: the count is per rank, as in data parallelism). The
+ * MoE and the dense layer run at 1 and 2 threads, and the MoE/dense
+ * ratio of tokens/s at equal threads is printed (medians of this run).
  * Items are tokens (all ranks'); the EP exchange (all-gather of counts
  * and four all-to-alls) is inside the timing.
  *
@@ -137,6 +139,7 @@ int main(int argc, char **argv)
     if (bench_init(&b, "moe", argc, argv))
         return 2;
     int reps = b.quick ? 1 : 4, bad = 0;
+    double moe_s[3] = {0, 0, 0}, dense_s[3] = {0, 0, 0}; /* median s by threads */
     layer L[2];
     job j;
     /* ep 1, one thread and two */
@@ -149,7 +152,8 @@ int main(int argc, char **argv)
         j.n = 1;
         char name[64];
         snprintf(name, sizeof name, "moe ep 1, %d thread%s", t, t > 1 ? "s" : "");
-        bench_run(&b, name, run_job, &j, (double)N * reps, "tokens");
+        const bench_result *res = bench_run(&b, name, run_job, &j, (double)N * reps, "tokens");
+        moe_s[t] = res ? res->median_s : 0;
         bad |= L[0].st != LLMT_OK;
         layer_free(&L[0]);
     }
@@ -174,16 +178,26 @@ int main(int argc, char **argv)
         llmt_comm_destroy(c[r]);
     }
     /* the dense layer of the same active size: one expert of K x FE */
-    if (layer_init(&L[0], 1, 1, K * FE, 1, NULL, 0, 1))
-        return 1;
-    L[0].threads = 2;
-    L[0].reps = reps;
-    j.L = L;
-    j.n = 1;
-    bench_run(&b, "dense swiglu of the active size, 2 threads", run_job, &j, (double)N * reps,
-              "tokens");
-    bad |= L[0].st != LLMT_OK;
-    layer_free(&L[0]);
+    for (int t = 1; t <= 2; t++) {
+        if (layer_init(&L[0], 1, 1, K * FE, 1, NULL, 0, 1))
+            return 1;
+        L[0].threads = t;
+        L[0].reps = reps;
+        j.L = L;
+        j.n = 1;
+        char name[64];
+        snprintf(name, sizeof name, "dense swiglu of the active size, %d thread%s", t,
+                 t > 1 ? "s" : "");
+        const bench_result *res = bench_run(&b, name, run_job, &j, (double)N * reps, "tokens");
+        dense_s[t] = res ? res->median_s : 0;
+        bad |= L[0].st != LLMT_OK;
+        layer_free(&L[0]);
+    }
+    /* same tokens a call: the ratio of tokens/s is that of the times */
+    for (int t = 1; t <= 2; t++)
+        if (moe_s[t] > 0 && dense_s[t] > 0)
+            printf("moe / dense tokens/s, %d thread%s: %.2f\n", t, t > 1 ? "s" : "",
+                   dense_s[t] / moe_s[t]);
     if (bad)
         fprintf(stderr, "bench_moe_ep: a run failed\n");
     return bad ? 1 : bench_finish(&b);
