@@ -277,14 +277,23 @@ static llmt_status gemm_fp8(llmt__dev *d, const llmt__gemm_args *g)
     float *scratch = malloc(sizeof(float) * (size_t)nt * K);
     if (!scratch)
         return llmt__err_set(E(d), LLMT_ERR_OUT_OF_MEMORY, "emulated: gemm: fp8 scratch");
+    /* every code's value once (the same decode, so the same bits): the
+     * inner loop decoded B's codes M times over */
+    float la[256], lb[256];
+    for (int c = 0; c < 256; c++) {
+        la[c] = llmt__fp8_decode((uint8_t)c, a5);
+        lb[c] = llmt__fp8_decode((uint8_t)c, 0);
+    }
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int i = 0; i < M; i++) {
         float *a = scratch + (size_t)thread_id() * K;
-        for (int k = 0; k < K; k++) a[k] = llmt__fp8_decode(A[(size_t)i * lda + k], a5);
+        for (int k = 0; k < K; k++)
+            a[k] = la[A[(size_t)i * lda + k]];
         for (int j = 0; j < N; j++) {
             const uint8_t *br = Bm + (size_t)j * ldb;
             float acc = 0.0f;
-            for (int k = 0; k < K; k++) acc += a[k] * llmt__fp8_decode(br[k], 0);
+            for (int k = 0; k < K; k++)
+                acc += a[k] * lb[br[k]];
             float v = sc * acc;
             if (beta != 0.0f) v += beta * ld_c(g->C, (size_t)i * ldc + j, f32);
             st_c(g->C, (size_t)i * ldc + j, v, f32);
