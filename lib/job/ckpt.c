@@ -26,6 +26,11 @@ static llmt_status peer_config(llmt_job *j)
     char *end = NULL;
     long long node = n && *n ? strtoll(n, &end, 10) : -1;
     int set = n && *n && end && !*end && node >= 0;
+    if (n && *n && !set) /* set by llmtrain launch: a bad one is a bug, not a default */
+        return FAIL(LLMT_ERR_INVALID_ARGUMENT,
+                    "checkpoint.tiers peer: $LLMT_LAUNCH_NODE '%.40s' is not a node number "
+                    "(>= 0); unset it to tell nodes apart by host name",
+                    n);
     llmt_status s = llmt__ckpt_peer_config(j->ck, j->peer_dir[0] ? j->peer_dir : NULL,
                                            set ? (uint64_t)node : 0, set);
     if (s != LLMT_OK)
