@@ -1523,8 +1523,9 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
  * over comm (every stage calls them with the same arguments and gets the
  * same result). Checkpoints: llmt_trainer_ckpt_add and _read save and
  * read only this stage's tensors (read after attaching: any pp x tp x dp
- * layout reads any other's checkpoint). Not yet composed with fp8, nor
- * virtual stages with tensor parallelism; the host copies of the
+ * layout reads any other's checkpoint). Virtual stages compose with
+ * tensor and data parallelism (test mpi-train-pp2v2-mpi: tp 2 x pp 2 x
+ * v 2 x dp 2). Not yet composed with fp8; the host copies of the
  * parameters are current only for this stage's tensors (after
  * llmt_trainer_sync_params). */
 typedef enum llmt_pp_schedule {
