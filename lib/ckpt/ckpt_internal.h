@@ -80,6 +80,11 @@ llmt_status llmt__ckpt_manifest_merge(ck_manifest *const *parts, size_t n,
                                       ck_manifest *out, char *err,
                                       size_t errlen);
 ck_tensor *llmt__ckpt_find_tensor(const ck_manifest *m, const char *name);
+/* LLMT_ERR_STATE on the handle unless a checkpoint is open (load.c). */
+llmt_status llmt__ckpt_need_open(llmt_ckpt *ck);
+/* The open checkpoint's tensor `name` in *t, or LLMT_ERR_STATE / _NOT_FOUND
+ * on the handle naming it (load.c). */
+llmt_status llmt__ckpt_open_tensor(llmt_ckpt *ck, const char *name, const ck_tensor **t);
 int llmt__ckpt_name_ok(const char *s);
 
 /* -- I/O helpers (io.c) -- */

@@ -8,19 +8,12 @@
 
 #include "ckpt_internal.h"
 
-static llmt_status need_open(llmt_ckpt *ck)
-{
-    if (!ck->is_open)
-        return llmt__err_set(&ck->err, LLMT_ERR_STATE, "ckpt: no checkpoint is open");
-    return LLMT_OK;
-}
-
 LLMT_API llmt_status llmt_ckpt_open_info(llmt_ckpt *ck, int32_t *world_size,
                                          uint64_t *data_bytes, size_t *nkv)
 {
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
-    llmt_status s = need_open(ck);
+    llmt_status s = llmt__ckpt_need_open(ck);
     if (s != LLMT_OK)
         return s;
     if (world_size)
@@ -42,7 +35,7 @@ LLMT_API llmt_status llmt_ckpt_kv_key(llmt_ckpt *ck, size_t index, const char **
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&ck->err, "ckpt: kv_key", key);
     *key = NULL;
-    llmt_status s = need_open(ck);
+    llmt_status s = llmt__ckpt_need_open(ck);
     if (s != LLMT_OK)
         return s;
     if (index >= ck->open.nkv)
@@ -60,13 +53,10 @@ LLMT_API llmt_status llmt_ckpt_chunk_info(llmt_ckpt *ck, const char *name,
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&ck->err, "ckpt: chunk_info", name);
-    llmt_status s = need_open(ck);
+    const ck_tensor *t;
+    llmt_status s = llmt__ckpt_open_tensor(ck, name, &t);
     if (s != LLMT_OK)
         return s;
-    const ck_tensor *t = llmt__ckpt_find_tensor(&ck->open, name);
-    if (!t)
-        return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND, "ckpt: no tensor '%.255s' in step %"
-                             PRId64, name, ck->open.step);
     if (chunk >= t->nchunks)
         return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
                              "ckpt: tensor '%s' has %zu chunks, asked for %zu", t->name,
@@ -118,7 +108,7 @@ LLMT_API llmt_status llmt_ckpt_export_llmc(llmt_ckpt *ck, const char *path,
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&ck->err, "ckpt: export_llmc", path);
-    llmt_status s = need_open(ck);
+    llmt_status s = llmt__ckpt_need_open(ck);
     if (s != LLMT_OK)
         return s;
     llmt_ckpt_llmc_opts o;

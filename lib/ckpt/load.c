@@ -308,10 +308,22 @@ LLMT_API llmt_status llmt_ckpt_open_snapshot(llmt_ckpt *ck, int64_t *step)
     return LLMT_OK;
 }
 
-static llmt_status need_open(llmt_ckpt *ck)
+llmt_status llmt__ckpt_need_open(llmt_ckpt *ck)
 {
     if (!ck->is_open)
         return llmt__err_set(&ck->err, LLMT_ERR_STATE, "ckpt: no checkpoint is open");
+    return LLMT_OK;
+}
+
+llmt_status llmt__ckpt_open_tensor(llmt_ckpt *ck, const char *name, const ck_tensor **t)
+{
+    *t = NULL;
+    llmt_status s = llmt__ckpt_need_open(ck);
+    if (s != LLMT_OK)
+        return s;
+    if (!(*t = llmt__ckpt_find_tensor(&ck->open, name)))
+        return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
+                             "ckpt: no tensor '%.255s' in step %" PRId64, name, ck->open.step);
     return LLMT_OK;
 }
 
@@ -329,7 +341,7 @@ LLMT_API llmt_status llmt_ckpt_tensor_count(llmt_ckpt *ck, size_t *out)
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&ck->err, "ckpt: tensor_count", out);
-    llmt_status s = need_open(ck);
+    llmt_status s = llmt__ckpt_need_open(ck);
     *out = s == LLMT_OK ? ck->open.ntensors : 0;
     return s;
 }
@@ -340,7 +352,7 @@ LLMT_API llmt_status llmt_ckpt_tensor_name(llmt_ckpt *ck, size_t index, const ch
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&ck->err, "ckpt: tensor_name", name);
     *name = NULL;
-    llmt_status s = need_open(ck);
+    llmt_status s = llmt__ckpt_need_open(ck);
     if (s != LLMT_OK)
         return s;
     if (index >= ck->open.ntensors)
@@ -357,13 +369,10 @@ LLMT_API llmt_status llmt_ckpt_tensor_info(llmt_ckpt *ck, const char *name,
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&ck->err, "ckpt: tensor_info", name);
-    llmt_status s = need_open(ck);
+    const ck_tensor *t;
+    llmt_status s = llmt__ckpt_open_tensor(ck, name, &t);
     if (s != LLMT_OK)
         return s;
-    const ck_tensor *t = llmt__ckpt_find_tensor(&ck->open, name);
-    if (!t)
-        return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND, "ckpt: no tensor '%.255s' in step %"
-                             PRId64, name, ck->open.step);
     if (dtype)
         *dtype = t->dtype;
     if (ndim)
@@ -508,13 +517,10 @@ LLMT_API llmt_status llmt_ckpt_read(llmt_ckpt *ck, const char *name,
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&ck->err, "ckpt: read", name);
     LLMT__NONNULL(&ck->err, "ckpt: read", dst);
-    llmt_status s = need_open(ck);
+    const ck_tensor *t;
+    llmt_status s = llmt__ckpt_open_tensor(ck, name, &t);
     if (s != LLMT_OK)
         return s;
-    const ck_tensor *t = llmt__ckpt_find_tensor(&ck->open, name);
-    if (!t)
-        return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND, "ckpt: no tensor '%.255s' in step %"
-                             PRId64, name, ck->open.step);
     if ((s = llmt_tensor_validate(dst)) != LLMT_OK)
         return llmt__err_set(&ck->err, s, "ckpt: read '%s': invalid destination view", name);
     int contig = 0;
@@ -611,7 +617,7 @@ LLMT_API llmt_status llmt_ckpt_get_kv(llmt_ckpt *ck, const char *key, char *buf,
     LLMT__NONNULL(&ck->err, "ckpt: get_kv", key);
     if (buflen)
         LLMT__NONNULL(&ck->err, "ckpt: get_kv", buf);
-    llmt_status s = need_open(ck);
+    llmt_status s = llmt__ckpt_need_open(ck);
     if (s != LLMT_OK)
         return s;
     for (size_t i = 0; i < ck->open.nkv; i++)
@@ -628,7 +634,7 @@ LLMT_API llmt_status llmt_ckpt_get_plan_json(llmt_ckpt *ck, char *buf, size_t bu
         return LLMT_ERR_NULL_POINTER;
     if (buflen)
         LLMT__NONNULL(&ck->err, "ckpt: get_plan_json", buf);
-    llmt_status s = need_open(ck);
+    llmt_status s = llmt__ckpt_need_open(ck);
     if (s != LLMT_OK)
         return s;
     return put_text(ck, ck->open.plan ? ck->open.plan : "null", buf, buflen, needed);
@@ -638,7 +644,7 @@ LLMT_API llmt_status llmt_ckpt_verify(llmt_ckpt *ck)
 {
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
-    llmt_status s = need_open(ck);
+    llmt_status s = llmt__ckpt_need_open(ck);
     if (s == LLMT_OK && ck->open_mem) {
         const ck_manifest *m = &ck->open;
         for (size_t i = 0; i < m->ntensors; i++)
@@ -724,7 +730,7 @@ LLMT_API llmt_status llmt_ckpt_export_safetensors(llmt_ckpt *ck, const char *pat
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&ck->err, "ckpt: export_safetensors", path);
-    llmt_status s = need_open(ck);
+    llmt_status s = llmt__ckpt_need_open(ck);
     if (s != LLMT_OK)
         return s;
     const ck_manifest *m = &ck->open;
