@@ -192,6 +192,28 @@ llmt_status llmt__cuda_softmax_xent(llmt__cuda_ctx *ctx, float *losses,
                                     llmt__bf16 *logits, const int32_t *targets,
                                     int N, int V, int Vp, float dloss);
 
+/* The vocabulary split of tensor parallelism (cuda/kernels/vocab_part.cu;
+ * contracts: lib/exec/dev.h's embedding_part_* and xent_part_*): this rank
+ * holds vocabulary rows [lo, lo + Vl) of wte and the logits' columns
+ * [lo, lo + Vl), the first nv real. Roundings as lib/exec/vocab_part.c's
+ * bf16 path (the emulation). embedding_part_bwd uses atomics outside
+ * deterministic mode, as embedding_bwd. */
+llmt_status llmt__cuda_embedding_part_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
+                                          const int32_t *tok, const llmt__bf16 *wte,
+                                          const llmt__bf16 *wpe, int B, int T, int C, int lo,
+                                          int Vl);
+llmt_status llmt__cuda_embedding_part_bwd(llmt__cuda_ctx *ctx, float *dwte, float *dwpe,
+                                          const llmt__bf16 *dout, const int32_t *tok, int B,
+                                          int T, int C, int lo, int Vl);
+llmt_status llmt__cuda_xent_part_max(llmt__cuda_ctx *ctx, float *mx, const llmt__bf16 *logits,
+                                     int N, int Vl, int nv);
+llmt_status llmt__cuda_xent_part_sum(llmt__cuda_ctx *ctx, float *st, const llmt__bf16 *logits,
+                                     const float *mx, const int32_t *targets, int N, int Vl,
+                                     int nv, int lo);
+llmt_status llmt__cuda_xent_part_fin(llmt__cuda_ctx *ctx, float *losses, llmt__bf16 *logits,
+                                     const float *mx, const float *st, const int32_t *targets,
+                                     int N, int Vl, int nv, int lo, float dloss);
+
 /* AdamW on fp32 master weights; writes the bf16 copy (RNE) when param_bf16
  * is not NULL. grad fp32, scaled by grad_scale (clipping). t is 1-based. */
 llmt_status llmt__cuda_adamw(llmt__cuda_ctx *ctx, float *master,
