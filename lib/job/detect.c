@@ -81,6 +81,30 @@ llmt_status llmt__job_lower_lr(llmt_job *j, int64_t at, const char *why)
     return LLMT_OK;
 }
 
+/* Parameter i's part of this rank's hash (llmt__job_params_hash): the
+ * engine's own part where it trains its own copy, else the host tensor. */
+static void engine_part(llmt_job *j, int32_t i, XXH64_state_t *h)
+{
+    float *b = NULL;
+    int64_t e = 0;
+    if (llmt__trainer_local_read(j->tr, i, &b, &e) == LLMT_OK && e > 0)
+        XXH64_update(h, b, (size_t)e * sizeof *b);
+    free(b);
+}
+
+static void host_part(llmt_job *j, int32_t i, XXH64_state_t *h)
+{
+    llmt_tensor v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    if (llmt_model_param(j->model, i, NULL, &v) != LLMT_OK || !v.data)
+        return;
+    int64_t e = 1;
+    for (int d = 0; d < v.ndim; d++)
+        e *= v.shape[d];
+    XXH64_update(h, v.data, (size_t)e * (v.dtype == LLMT_DTYPE_FP32 ? 4 : 2));
+}
+
 /* This rank's parameters, every tensor in order, as one xxh64: the host
  * tensors where the engine trains them in place; otherwise the engine's
  * own parts (its tensor parallel shards, its pipeline stage's tensors),
@@ -99,34 +123,7 @@ llmt_status llmt__job_params_hash(llmt_job *j, uint64_t *out)
     llmt_status st = resident ? llmt_trainer_sync_params(j->tr) : LLMT_OK;
     if (st != LLMT_OK)
         return FAIL(st, "%s", llmt_trainer_last_error(j->tr));
-    int32_t n = 0;
-    llmt_model_param_count(j->model, &n, NULL);
-    XXH64_state_t *h = XXH64_createState();
-    if (!h)
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "no memory for a hash state");
-    XXH64_reset(h, 0);
-    for (int32_t i = 0; i < n; i++) {
-        if (!resident) {
-            float *b = NULL;
-            int64_t e = 0;
-            if (llmt__trainer_local_read(j->tr, i, &b, &e) == LLMT_OK && e > 0)
-                XXH64_update(h, b, (size_t)e * sizeof *b);
-            free(b);
-            continue;
-        }
-        llmt_tensor v;
-        memset(&v, 0, sizeof v);
-        v.struct_size = sizeof v;
-        if (llmt_model_param(j->model, i, NULL, &v) != LLMT_OK || !v.data)
-            continue;
-        int64_t e = 1;
-        for (int d = 0; d < v.ndim; d++)
-            e *= v.shape[d];
-        XXH64_update(h, v.data, (size_t)e * (v.dtype == LLMT_DTYPE_FP32 ? 4 : 2));
-    }
-    *out = XXH64_digest(h);
-    XXH64_freeState(h);
-    return LLMT_OK;
+    return llmt__job_xxh_walk(j, resident ? host_part : engine_part, out);
 }
 
 llmt_status llmt__job_hashes(llmt_job *j, int shares, uint64_t *mine, uint64_t **all)
@@ -146,23 +143,6 @@ llmt_status llmt__job_hashes(llmt_job *j, int shares, uint64_t *mine, uint64_t *
     }
     *all = a;
     return LLMT_OK;
-}
-
-int32_t *llmt__job_replica_groups(const llmt_job *j)
-{
-    int32_t deg[LLMT_PLAN_NDIMS] = {0}, c[LLMT_PLAN_NDIMS] = {0};
-    llmt_plan_degrees(j->plan, deg);
-    int32_t ep = deg[LLMT_DIM_EP] > 1 ? deg[LLMT_DIM_EP] : 1;
-    int32_t *grp = malloc((size_t)j->world * sizeof *grp);
-    for (int32_t r = 0; grp && r < j->world; r++) {
-        size_t n = 0;
-        grp[r] = -1;
-        llmt_plan_group(j->plan, LLMT_DIM_DP, r, NULL, 0, &n, &grp[r]);
-        /* under ep only the ranks of one EP rank hold the same experts */
-        if (ep > 1 && llmt_plan_coords(j->plan, r, c) == LLMT_OK)
-            grp[r] = grp[r] * ep + c[LLMT_DIM_EP];
-    }
-    return grp;
 }
 
 /* maj[r]: the first rank of r's replica group whose hash more than half
@@ -276,10 +256,9 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
         return s;
     j->sdc_checks++;
     /* each replica group's majority hash: held by more than half of it */
-    int32_t *grp = llmt__job_replica_groups(j);
+    const int32_t *grp = llmt__job_replica_groups(j);
     int32_t *majr = malloc(2 * (size_t)j->world * sizeof *majr);
     if (!grp || !majr) {
-        free(grp);
         free(majr);
         free(all);
         return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory");
@@ -302,7 +281,6 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
             repairable &= majr[r] >= 0;
         }
     int32_t my_root = majr[j->rank];
-    free(grp);
     free(majr);
     if (!nbad) {
         llmt__job_metrics_line(j,

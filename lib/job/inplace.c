@@ -76,6 +76,7 @@ static void drop_comms(llmt_job *j)
     j->comm = j->dp_comm = j->tp_comm = j->cp_comm = j->pp_comm = NULL;
     for (int g = 0; g < LLMT_JOB_GROUPS; g++)
         j->group_comm[g] = NULL;
+    llmt__job_replica_forget(j); /* made again for the next generation's groups */
 }
 
 llmt_status llmt__job_inplace_recover(llmt_job *j, llmt_job_metrics *m)

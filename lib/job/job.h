@@ -174,6 +174,7 @@ struct llmt_job {
     double lr_mult; /* product of the lower_lr factors (0: 1) */
     int64_t lr_lowered;
     int64_t sdc_checks, sdc_mismatches;
+    int32_t *replica_grp;                       /* llmt__job_replica_groups' (sdc_hash.c) */
     double strag_busy, strag_wall, strag_comm0; /* busy seconds since the last report */
     int64_t strag_steps;
     int32_t strag_streak[JOB_STRAGGLER_MAX_RANKS]; /* reports in a row named */
@@ -261,10 +262,19 @@ llmt_status llmt__job_params_hash(llmt_job *j, uint64_t *out);
  * llmt__job_shares_hash) into *mine and every rank's, all-gathered, into
  * a new array of world entries *all (the caller frees it). Collective. */
 llmt_status llmt__job_hashes(llmt_job *j, int shares, uint64_t *mine, uint64_t **all);
-/* Every rank's replica group (the plan's DP group id; a new array of
- * world entries, NULL without memory): the ranks of a group hold the same
- * parameters, shard for shard, and must hash alike. */
-int32_t *llmt__job_replica_groups(const llmt_job *j);
+/* Every rank's replica group (the plan's DP group id, world entries;
+ * NULL without memory): the ranks of a group hold the same parameters,
+ * shard for shard, and must hash alike. Made at the first call and kept on
+ * the job (sdc_hash.c) until llmt__job_replica_forget (the communicators
+ * dropped: inplace.c; the job destroyed). */
+const int32_t *llmt__job_replica_groups(llmt_job *j);
+void llmt__job_replica_forget(llmt_job *j);
+/* One xxh64 over this rank's tensors (sdc_hash.c): `part` adds parameter
+ * i's bytes (whatever the check hashes of it) to the state, for every
+ * parameter of the model in order. */
+struct XXH64_state_s;
+typedef void (*job_hash_part)(llmt_job *j, int32_t i, struct XXH64_state_s *h);
+llmt_status llmt__job_xxh_walk(llmt_job *j, job_hash_part part, uint64_t *out);
 llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m);
 llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s);
 /* sdc_replay.c: in deterministic mode, after the hashes `orig` (one per

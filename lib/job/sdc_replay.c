@@ -71,7 +71,7 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
         return s;
     /* the replays agree when every replica group's do (the groups hold
      * different shards under tensor or pipeline parallelism) */
-    int32_t *grp = llmt__job_replica_groups(j);
+    const int32_t *grp = llmt__job_replica_groups(j);
     if (!grp) {
         free(rep);
         return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: replay: no memory");
@@ -83,7 +83,6 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
             q++;
         agree &= rep[r] == rep[q];
     }
-    free(grp);
     char bad[512], oh[4096], rh[4096];
     list(bad, sizeof bad, orig, rep, j->world, 0);
     list(oh, sizeof oh, orig, NULL, j->world, 1);

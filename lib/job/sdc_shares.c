@@ -27,6 +27,17 @@
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
+/* Parameter i's shares on this rank: the parameters, m and v. */
+static void share_part(llmt_job *j, int32_t i, XXH64_state_t *h)
+{
+    int64_t rel = 0, cnt = 0;
+    float *p[3] = {NULL, NULL, NULL};
+    llmt__trainer_share(j->tr, i, &rel, &cnt, p);
+    for (int k = 0; k < 3 && cnt > 0; k++)
+        if (p[k])
+            XXH64_update(h, p[k], (size_t)cnt * sizeof(float));
+}
+
 llmt_status llmt__job_shares_hash(llmt_job *j, uint64_t *out)
 {
     *out = 0;
@@ -37,23 +48,7 @@ llmt_status llmt__job_shares_hash(llmt_job *j, uint64_t *out)
             "each rank's shares on the host, and this engine trains its own copy "
             "(tensor or pipeline parallelism, bf16 or the GPU): use the fp32 cpu engine "
             "with tp 1 and pp 1, zero 0-2, or remove the key");
-    int32_t n = 0;
-    llmt_model_param_count(j->model, &n, NULL);
-    XXH64_state_t *h = XXH64_createState();
-    if (!h)
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "no memory for a hash state");
-    XXH64_reset(h, 0);
-    for (int32_t i = 0; i < n; i++) {
-        int64_t rel = 0, cnt = 0;
-        float *p[3] = {NULL, NULL, NULL}; /* parameters, m, v: this rank's shares */
-        llmt__trainer_share(j->tr, i, &rel, &cnt, p);
-        for (int k = 0; k < 3 && cnt > 0; k++)
-            if (p[k])
-                XXH64_update(h, p[k], (size_t)cnt * sizeof(float));
-    }
-    *out = XXH64_digest(h);
-    XXH64_freeState(h);
-    return LLMT_OK;
+    return llmt__job_xxh_walk(j, share_part, out);
 }
 
 llmt_status llmt__job_sdc_shares(llmt_job *j, int64_t step, llmt_job_metrics *m)
