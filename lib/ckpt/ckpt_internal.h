@@ -170,6 +170,13 @@ struct llmt_ckpt {
     char *peer_root;
     uint64_t peer_node;
     int peer_node_set;
+    /* the replica ring as last made (peer.c): every rank's node key and
+     * successor, peer_w of each; made again only when the keys gathered
+     * at a save differ (another communicator, a rank moved to another
+     * node) */
+    uint64_t *peer_keys;
+    int32_t *peer_succ;
+    int32_t peer_w;
 };
 
 /* A rank's part of a step directory as one blob (peer.c): u64 json

@@ -30,8 +30,9 @@
 typedef struct ck_xport {
     void *impl;
     int32_t rank, size;
-    /* every rank contributes one u64; out gets size of them */
-    llmt_status (*gather_u64)(void *impl, uint64_t v, uint64_t *out);
+    /* every rank contributes k u64; out gets size x k of them, rank r's
+     * at out + r * k */
+    llmt_status (*gather_u64)(void *impl, const uint64_t *v, size_t k, uint64_t *out);
     /* send `n` bytes to rank `to` and receive `m` bytes from rank `from`
      * (either may be 0 bytes); collective, every rank calls it */
     llmt_status (*shift)(void *impl, const void *send, size_t n, int32_t to,
@@ -44,11 +45,10 @@ typedef struct comm_impl {
     size_t *sc, *sd, *rc, *rd;
 } comm_impl;
 
-static llmt_status comm_gather(void *p, uint64_t v, uint64_t *out)
+static llmt_status comm_gather(void *p, const uint64_t *v, size_t k, uint64_t *out)
 {
     comm_impl *c = p;
-    int64_t x = (int64_t)v;
-    return llmt_comm_all_gather(c->comm, &x, out, 1, LLMT_DTYPE_INT64, NULL);
+    return llmt_comm_all_gather(c->comm, v, out, k, LLMT_DTYPE_INT64, NULL);
 }
 
 static llmt_status comm_shift(void *p, const void *send, size_t n, int32_t to, void *recv,
@@ -243,38 +243,27 @@ static llmt_status store_part(llmt_ckpt *ck, const char *dir, int32_t rank, int6
     return LLMT_OK;
 }
 
-/* Move blobs along the ring: this rank sends `send` (n bytes) to `to` and
- * receives from `from` into a malloc'ed buffer; sizes are exchanged first. */
-static llmt_status ring_move(llmt_ckpt *ck, ck_xport *x, const uint8_t *send, uint64_t n,
-                             int32_t to, int32_t from, uint8_t **recv, uint64_t *m)
+/* Move blobs: this rank sends `send` (n bytes) to `to` (-1: nothing)
+ * and receives from `from` into a malloc'ed buffer, every rank's size and
+ * destination being known (sizes[i], dests[i]: -1 sends nothing). In
+ * pieces, the same number on every rank (collective). */
+static llmt_status ring_exchange(llmt_ckpt *ck, ck_xport *x, const uint8_t *send, uint64_t n,
+                                 int32_t to, int32_t from, const uint64_t *sizes,
+                                 const int64_t *dests, uint8_t **recv, uint64_t *m)
 {
     *recv = NULL;
     *m = 0;
-    uint64_t *sizes = calloc((size_t)x->size, sizeof *sizes);
-    uint64_t *dests = calloc((size_t)x->size, sizeof *dests);
-    if (!sizes || !dests) {
-        free(sizes);
-        free(dests);
-        return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
-    }
-    llmt_status s = x->gather_u64(x->impl, n, sizes);
-    if (s == LLMT_OK)
-        s = x->gather_u64(x->impl, (uint64_t)(to < 0 ? -1 : to), dests);
+    llmt_status s = LLMT_OK;
     uint64_t most = 0;
-    int incoming = 0;
-    for (int32_t i = 0; s == LLMT_OK && i < x->size; i++) {
+    for (int32_t i = 0; i < x->size; i++)
         most = sizes[i] > most ? sizes[i] : most;
-        if (i == from && (int64_t)dests[i] == x->rank)
-            incoming = 1;
-    }
-    if (s == LLMT_OK && incoming) {
+    if (from >= 0 && dests[from] == x->rank) {
         *m = sizes[from];
         *recv = malloc(*m ? (size_t)*m : 1);
         if (!*recv)
             s = LLMT_ERR_OUT_OF_MEMORY;
     }
-    /* every rank runs the same number of pieces (collective); a failure
-     * above still takes part so the others do not hang */
+    /* a failure above still takes part so the others do not hang */
     for (uint64_t off = 0; off < most; off += PIECE) {
         size_t a = to >= 0 && off < n ? (size_t)(n - off < PIECE ? n - off : PIECE) : 0;
         size_t b = *recv && off < *m ? (size_t)(*m - off < PIECE ? *m - off : PIECE) : 0;
@@ -283,15 +272,44 @@ static llmt_status ring_move(llmt_ckpt *ck, ck_xport *x, const uint8_t *send, ui
         if (r != LLMT_OK && s == LLMT_OK)
             s = r;
     }
-    free(sizes);
-    free(dests);
     if (s != LLMT_OK) {
         free(*recv);
         *recv = NULL;
         return llmt__err_set(&ck->err, s, "ckpt: peer: exchange failed: %s",
-                             x->last_error ? x->last_error(x->impl) : llmt_status_string(s));
+                             s == LLMT_ERR_OUT_OF_MEMORY ? "out of memory"
+                             : x->last_error             ? x->last_error(x->impl)
+                                                         : llmt_status_string(s));
     }
     return LLMT_OK;
+}
+
+/* ring_exchange after gathering every rank's size and destination. */
+static llmt_status ring_move(llmt_ckpt *ck, ck_xport *x, const uint8_t *send, uint64_t n,
+                             int32_t to, int32_t from, uint8_t **recv, uint64_t *m)
+{
+    *recv = NULL;
+    *m = 0;
+    uint64_t *all = calloc(2 * (size_t)x->size, sizeof *all);
+    uint64_t *sizes = calloc((size_t)x->size, sizeof *sizes);
+    int64_t *dests = calloc((size_t)x->size, sizeof *dests);
+    uint64_t v[2] = {n, (uint64_t)(to < 0 ? -1 : to)};
+    llmt_status s =
+        all && sizes && dests ? x->gather_u64(x->impl, v, 2, all) : LLMT_ERR_OUT_OF_MEMORY;
+    for (int32_t i = 0; s == LLMT_OK && i < x->size; i++) {
+        sizes[i] = all[2 * i];
+        dests[i] = (int64_t)all[2 * i + 1];
+    }
+    if (s == LLMT_OK)
+        s = ring_exchange(ck, x, send, n, to, from, sizes, dests, recv, m);
+    else
+        llmt__err_set(&ck->err, s, "ckpt: peer: exchange failed: %s",
+                      s == LLMT_ERR_OUT_OF_MEMORY ? "out of memory"
+                      : x->last_error             ? x->last_error(x->impl)
+                                                  : llmt_status_string(s));
+    free(all);
+    free(sizes);
+    free(dests);
+    return s;
 }
 
 llmt_status llmt__ckpt_peer_config(llmt_ckpt *ck, const char *dir, uint64_t node, int node_set)
@@ -372,45 +390,46 @@ static int by_ord(const void *a, const void *b)
     return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
-/* The replica ring: every rank's node key is gathered; ranks are ordered
- * by (their index among their node's ranks, their node's lowest rank), so
+/* The replica ring from every rank's node key: ranks are ordered by
+ * (their index among their node's ranks, their node's lowest rank), so
  * the ring visits the first rank of every node, then the second of every
  * node, ...: consecutive ranks are on different nodes wherever the nodes
  * have ranks left (a node with more ranks than the others ends the ring
- * with neighbours of its own). *succ holds this rank's replica, *pred's
- * replica is held here. Two sorts, O(w log w): it runs at every save of
- * jobs of thousands of ranks. Collective. */
-static llmt_status peer_ring(llmt_ckpt *ck, ck_xport *x, int32_t *succ, int32_t *pred)
+ * with neighbours of its own). ck->peer_succ[r] holds rank r's replica.
+ * Two sorts, O(w log w), and only when the keys differ from the last
+ * ring's: the keys travel with the sizes in the one all-gather a save
+ * needs anyway (llmt_ckpt_peer_replicate), so a new communicator or a
+ * rank moved to another node is seen at once, and a job of thousands of
+ * ranks does not sort at every save. */
+static llmt_status ring_update(llmt_ckpt *ck, int32_t w, const uint64_t *key)
 {
-    int32_t w = x->size, r = x->rank;
-    uint64_t *key = calloc((size_t)w, sizeof *key);
+    if (ck->peer_w == w && !memcmp(ck->peer_keys, key, (size_t)w * sizeof *key))
+        return LLMT_OK;
+    free(ck->peer_keys);
+    free(ck->peer_succ);
+    ck->peer_w = 0;
+    ck->peer_keys = malloc((size_t)w * sizeof *ck->peer_keys);
+    ck->peer_succ = malloc((size_t)w * sizeof *ck->peer_succ);
     ring_ent *e = calloc((size_t)w, sizeof *e);
-    llmt_status s =
-        key && e ? x->gather_u64(x->impl, node_key(ck), key) : LLMT_ERR_OUT_OF_MEMORY;
-    if (s == LLMT_OK) {
-        for (int32_t i = 0; i < w; i++)
-            e[i] = (ring_ent){key[i], 0, i};
-        qsort(e, (size_t)w, sizeof *e, by_key);
-        /* within a node (a run of one key): its lowest rank first */
-        for (int32_t i = 0, first = 0; i < w; i++) {
-            if (i == 0 || e[i].key != e[i - 1].key)
-                first = i;
-            e[i].ord = (int64_t)(i - first) * w + e[first].rank;
-        }
-        qsort(e, (size_t)w, sizeof *e, by_ord);
-        for (int32_t i = 0; i < w; i++)
-            if (e[i].rank == r) {
-                *succ = e[(i + 1) % w].rank;
-                *pred = e[(i - 1 + w) % w].rank;
-            }
+    if (!ck->peer_keys || !ck->peer_succ || !e) {
+        free(e);
+        return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: peer: out of memory");
     }
-    free(key);
+    for (int32_t i = 0; i < w; i++)
+        e[i] = (ring_ent){key[i], 0, i};
+    qsort(e, (size_t)w, sizeof *e, by_key);
+    /* within a node (a run of one key): its lowest rank first */
+    for (int32_t i = 0, first = 0; i < w; i++) {
+        if (i == 0 || e[i].key != e[i - 1].key)
+            first = i;
+        e[i].ord = (int64_t)(i - first) * w + e[first].rank;
+    }
+    qsort(e, (size_t)w, sizeof *e, by_ord);
+    for (int32_t i = 0; i < w; i++)
+        ck->peer_succ[e[i].rank] = e[(i + 1) % w].rank;
     free(e);
-    if (s != LLMT_OK)
-        return llmt__err_set(&ck->err, s, "ckpt: peer: node keys: %s",
-                             s == LLMT_ERR_OUT_OF_MEMORY ? "out of memory"
-                             : x->last_error             ? x->last_error(x->impl)
-                                                         : llmt_status_string(s));
+    memcpy(ck->peer_keys, key, (size_t)w * sizeof *key);
+    ck->peer_w = w;
     return LLMT_OK;
 }
 
@@ -438,13 +457,37 @@ LLMT_API llmt_status llmt_ckpt_peer_replicate(llmt_ckpt *ck, llmt_comm *comm, in
         free(ci.sc);
         return own == LLMT_OK ? LLMT_OK : own;
     }
-    /* a rank without its part sends nothing; its partner then has no
-     * replica and says so */
-    int32_t to = (r + 1) % w, from = (r - 1 + w) % w;
-    s = peer_ring(ck, &x, &to, &from);
+    /* one all-gather: every rank's size (0: it has no part, sends
+     * nothing, and its partner says so) and node key, from which the ring
+     * (kept while the keys stay) gives each rank's destination */
+    int32_t to = -1, from = -1;
+    uint64_t v[2] = {own == LLMT_OK ? n : 0, node_key(ck)};
+    uint64_t *kv = calloc(2 * (size_t)w, sizeof *kv);
+    uint64_t *sizes = calloc((size_t)w, sizeof *sizes);
+    int64_t *dests = calloc((size_t)w, sizeof *dests);
+    s = kv && sizes && dests ? x.gather_u64(x.impl, v, 2, kv) : LLMT_ERR_OUT_OF_MEMORY;
+    if (s != LLMT_OK)
+        llmt__err_set(&ck->err, s, "ckpt: peer: node keys: %s",
+                      s == LLMT_ERR_OUT_OF_MEMORY ? "out of memory" : x.last_error(x.impl));
+    for (int32_t i = 0; s == LLMT_OK && i < w; i++) {
+        sizes[i] = kv[2 * i];
+        kv[i] = kv[2 * i + 1]; /* the keys, packed */
+    }
     if (s == LLMT_OK)
-        s = ring_move(ck, &x, own == LLMT_OK ? mine : NULL, own == LLMT_OK ? n : 0,
-                      own == LLMT_OK ? to : -1, from, &got, &m);
+        s = ring_update(ck, w, kv);
+    for (int32_t i = 0; s == LLMT_OK && i < w; i++) {
+        dests[i] = sizes[i] ? ck->peer_succ[i] : -1;
+        if (ck->peer_succ[i] == r)
+            from = i;
+    }
+    if (s == LLMT_OK) {
+        to = own == LLMT_OK ? ck->peer_succ[r] : -1;
+        s = ring_exchange(ck, &x, own == LLMT_OK ? mine : NULL, own == LLMT_OK ? n : 0, to,
+                          from, sizes, dests, &got, &m);
+    }
+    free(kv);
+    free(sizes);
+    free(dests);
     free(mine);
     if (s == LLMT_OK && !got)
         s = llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
@@ -526,12 +569,14 @@ LLMT_API llmt_status llmt_ckpt_peer_restore(llmt_ckpt *ck, llmt_comm *comm, int6
         free(ci.sc);
         return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
     }
-    s = x.gather_u64(x.impl, have ? 0 : 1, need);
+    uint64_t one = have ? 0 : 1;
+    s = x.gather_u64(x.impl, &one, 1, need);
     llmt_status mine = LLMT_OK; /* this rank's own restore */
     for (int32_t q = 0; s == LLMT_OK && w > 1 && q < w; q++) {
         if (!need[q])
             continue;
-        s = x.gather_u64(x.impl, (uint64_t)holds_replica(ck, step, q), hold);
+        one = (uint64_t)holds_replica(ck, step, q);
+        s = x.gather_u64(x.impl, &one, 1, hold);
         int32_t src = s == LLMT_OK && hold[q] ? q : -1;
         for (int32_t i = 0; s == LLMT_OK && src < 0 && i < w; i++)
             if (hold[i])

@@ -144,6 +144,8 @@ LLMT_API void llmt_ckpt_destroy(llmt_ckpt *ck)
     free(ck->root);
     free(ck->durable);
     free(ck->peer_root);
+    free(ck->peer_keys);
+    free(ck->peer_succ);
     free(ck);
 }
 
