@@ -76,7 +76,9 @@
 #             nodes-leader3: three nodes, the leader lost, in place under
 #             node 1; nodes-leader-mid: the leader lost while the others
 #             wait for its decision; nodes-leader2: the leader and node 1
-#             lost, node 2 takes over; nodes-peer: node 1 lost with its disk, its ranks'
+#             lost, node 2 takes over; nodes-leader-again: the leader
+#             lost, node 1 takes over, then node 1 lost: node 2 takes
+#             over from it; nodes-peer: node 1 lost with its disk, its ranks'
 #             parts from the peer replicas kept on node 0)
 #   grace     rank 0 killed at step 5 while rank 1 (2 workers + 1 spare)
 #             is still saving step 4 (slowsave: 2.5 s before it writes its
@@ -787,7 +789,7 @@ inplace-tp | inplace-pp | inplace-cp | inplace-ep)
       { bad "losses differ"; diff lr.loss $o.loss; }
   done
   ;;
-nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader3 | nodes-leader-mid | nodes-leader2)
+nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader3 | nodes-leader-mid | nodes-leader2 | nodes-leader-again)
   # a node lost with its agent: two agents as two nodes on this host,
   # --node-timeout 2; node K's agent is started in a session of its own
   # so that its process group is the node. Gen 0 is slowed (150 ms a
@@ -805,10 +807,11 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
   kill_node() { kill -s KILL -- -"$(cut -d' ' -f5 /proc/$(cut -d' ' -f3 rdzv-$o/node-$1)/stat)"; }
   # node N's agent of the run $o in the background, its pid in pN, its
   # output in $o-nN.log; SETSID setsid starts it in a session of its own
-  # (its process group is the node, for kill_node), or ""
+  # (its process group is the node, for kill_node), or ""; $fault, when
+  # set, replaces the slowed rank 0 of gen 0 as the workers' LLMT_FAULT
   start_node() { # N NPROC SPARES SETSID [launch flags]
     n_=$1 np_=$2 sp_=$3 ss_=$4; shift 4
-    LLMT_FAULT=slow:0:1:$slow+ $ss_ "$exe" launch --out $o --nproc $np_ --spares $sp_ \
+    LLMT_FAULT=${fault:-slow:0:1:$slow+} $ss_ "$exe" launch --out $o --nproc $np_ --spares $sp_ \
       --node-rank $n_ "$@" > $o-n$n_.log 2>&1 &
     eval p$n_=\$!
   }
@@ -1043,6 +1046,50 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
       ok "leader and next candidate lost: node 2 took over, both lost, elastic on its 2 ranks" ||
       { bad "leader and next candidate lost: node 2 exited $r2"; grep launch: $o-n2.log; }
     same_losses "leader and next candidate lost"
+    ;;
+  nodes-leader-again)
+    # a second leader loss: three nodes (node 0 rank 0; node 1 rank 1 and
+    # a spare; node 2 ranks 2, 3 and two spares). Node 0 lost: node 1
+    # takes over (leader-0) and rank 0 starts on a spare; then node 1,
+    # the new leader, lost in generation 1: node 2 takes over from it
+    # (leader-1), declares it lost and restarts the gang with ranks 0 and
+    # 1 on its own spares. Both generations slowed on rank 0 (150 ms a
+    # step) so that each loss comes mid-run
+    o=again
+    mkdir rdzv-$o
+    set -- --nnodes 3 --rdzv rdzv-$o --node-timeout 2 ft.json
+    fault=slow:0:1:150+,slow:0:1:150+@1
+    start_node 0 1 0 setsid "$@"
+    start_node 1 1 1 setsid "$@"
+    start_node 2 2 2 "" "$@"
+    at_step5
+    kill_node 0
+    # generation 1 two steps past its resume on rank 2 (node 2 all along;
+    # its heartbeat: "step time start_step ..."): 30 s at the most
+    i=0 st2=0
+    while [ $i -lt 600 ]; do
+      set -- $(cat $o/agent/node-2/hb-rank-2 2>/dev/null) 0 0 0
+      [ -e rdzv-$o/gen-1 ] && [ "$3" -gt 0 ] && [ "$1" -ge $(($3 + 2)) ] && { st2=$1; break; }
+      sleep 0.05; i=$((i + 1))
+    done
+    [ $st2 -gt 0 ] && [ $st2 -lt 14 ] && ok "node 0 lost at step $st, node 1 (the new leader) hit at step $st2 of gen 1" ||
+      bad "gen 1 at step '$st2' when node 1 was to be hit"
+    kill_node 1
+    wait $p2 && r2=0 || r2=$?
+    [ $r2 -eq 0 ] && grep -q "^node 1 gen 0" rdzv-$o/leader-0 && grep -q "^node 2 gen 1" rdzv-$o/leader-1 &&
+      grep -q "node 0 (the leader) lost: .*node 1 leads from now on" $o-n2.log &&
+      grep -q "node 1 (the leader) lost: .*node 2 leads from now on" $o-n2.log &&
+      grep -q "node 1 lost: its agent silent" $o-n2.log &&
+      grep -q "rank 0 (slot [0-9]*) failed .*lost with node 1" $o-n2.log &&
+      grep -q "rank 1 (slot [0-9]*) failed .*lost with node 1" $o-n2.log &&
+      grep -q "gang restart as gen 2 on 4 ranks" $o-n2.log &&
+      ok "second leader loss: node 2 took over from node 1 (leader-1), ranks 0 and 1 on its spares in gen 2" ||
+      { bad "second leader loss: node 2 exited $r2"; grep launch: $o-n1.log $o-n2.log; }
+    g2=$(grep '"spawn","gen":2' $o/agent/node-2/events.jsonl | sed 's/.*"rank":\([0-9]*\).*/\1/' | tr '\n' ' ')
+    [ "$g2" = "0 1 2 3 " ] && ok "gen 2 runs ranks 0-3 on node 2" || bad "gen 2 on node 2: '$g2'"
+    grep -q '"event":"leader","gen":1,"lost":1,"leader":2' $o/agent/node-2/events.jsonl &&
+      ok "node 2's events: leader (lost 1, leader 2)" || bad "events: $(grep leader $o/agent/node-2/events.jsonl)"
+    same_losses "second leader loss"
     ;;
   nodes-peer)
     # the peer tier across nodes: each node keeps its replicas on its own
