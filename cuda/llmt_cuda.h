@@ -214,6 +214,31 @@ llmt_status llmt__cuda_xent_part_fin(llmt__cuda_ctx *ctx, float *losses, llmt__b
                                      const float *mx, const float *st, const int32_t *targets,
                                      int N, int Vl, int nv, int lo, float dloss);
 
+/* Context parallelism's attention pieces (cuda/kernels/attn_cp.cu): the
+ * device twins of lib/exec/attn_cp.h's llmt__attn_cp_rope / _fwd /
+ * _delta / _bwd / _rows with bf16 storage, same contracts (positions,
+ * running fp32 output and log-sum-exp, accumulating fp32 dq and dk/dv);
+ * qpos, kpos and pos are device arrays. One thread per row, the host's
+ * operations in its order: a reference on the device, not a fast kernel.
+ * Nothing calls them yet (context parallelism is refused on CUDA). */
+llmt_status llmt__cuda_attn_cp_rope(llmt__cuda_ctx *ctx, llmt__bf16 *x, int B, int T, int nh,
+                                    int hd, size_t stride, float theta, int inverse,
+                                    const int32_t *pos);
+llmt_status llmt__cuda_attn_cp_fwd(llmt__cuda_ctx *ctx, float *o, float *lse,
+                                   const llmt__bf16 *q, size_t qs, const llmt__bf16 *kv,
+                                   size_t kvs, int B, int Tq, int Tk, int nh, int nkv, int hd,
+                                   const int32_t *qpos, const int32_t *kpos);
+llmt_status llmt__cuda_attn_cp_delta(llmt__cuda_ctx *ctx, float *D, const llmt__bf16 *dout,
+                                     const llmt__bf16 *out, int B, int T, int nh, int hd);
+llmt_status llmt__cuda_attn_cp_bwd(llmt__cuda_ctx *ctx, float *dq, float *dkv, const float *D,
+                                   const float *lse, const llmt__bf16 *dout,
+                                   const llmt__bf16 *q, size_t qs, const llmt__bf16 *kv,
+                                   size_t kvs, int B, int Tq, int Tk, int nh, int nkv, int hd,
+                                   const int32_t *qpos, const int32_t *kpos);
+llmt_status llmt__cuda_attn_cp_rows(llmt__cuda_ctx *ctx, llmt__bf16 *dst, size_t ds,
+                                    const void *src, size_t ss, int src_f32, size_t rows,
+                                    size_t cols);
+
 /* AdamW on fp32 master weights; writes the bf16 copy (RNE) when param_bf16
  * is not NULL. grad fp32, scaled by grad_scale (clipping). t is 1-based. */
 llmt_status llmt__cuda_adamw(llmt__cuda_ctx *ctx, float *master,
