@@ -246,6 +246,30 @@ typedef struct llmt__dev_ops {
     llmt_status (*xent_part_fin)(llmt__dev *d, float *losses, void *logits, const float *mx,
                                  const float *st, const int32_t *targets, int N, int Vl, int nv,
                                  int lo, float dloss);
+
+    /* -- mixture-of-experts layers (lib/train/moe_dev.h): rows between the
+     * tokens' order and the experts' packed order. tok [R]: packed row
+     * r's token; row [N*K]: token n's choice k's packed row (-1:
+     * dropped); gate [N*K] fp32, the choices' weights. tok, row and gate
+     * are device arrays. Sums in fp32, one rounding at the store.
+     * lib/exec/moe_ops.c is the plain C reference (fp32 and bf16 storage).
+     * gather: out[r] = x[tok[r]] (R rows of C). */
+    llmt_status (*moe_gather)(llmt__dev *d, void *out, const void *x, const int32_t *tok, int R,
+                              int C);
+    /* dx[n] OVERWRITTEN = the sum of dxe over token n's kept rows, in
+     * ascending packed order (0 if none). */
+    llmt_status (*moe_gather_bwd)(llmt__dev *d, void *dx, const void *dxe, const int32_t *row,
+                                  int N, int K, int C);
+    /* y[n] OVERWRITTEN = sum over k (in k order) of gate[n,k] ye[row[n,k]]
+     * over the kept choices (0 if none). */
+    llmt_status (*moe_combine)(llmt__dev *d, void *y, const void *ye, const int32_t *row,
+                               const float *gate, int N, int K, int C);
+    /* Its backward: dye[row[n,k]] OVERWRITTEN = gate[n,k] dy[n] for kept
+     * choices (other rows untouched), dgate[n,k] (fp32, OVERWRITTEN) =
+     * dy[n] . ye[row[n,k]] (0 for a dropped choice). */
+    llmt_status (*moe_combine_bwd)(llmt__dev *d, void *dye, float *dgate, const void *dy,
+                                   const void *ye, const int32_t *row, const float *gate, int N,
+                                   int K, int C);
 } llmt__dev_ops;
 
 /* The CUDA table, or NULL in a build without CUDA. */
@@ -288,6 +312,33 @@ void llmt__vp_xent_fin(int bf16, float *losses, void *logits, const float *mx, c
                                              int lo, float dloss);
 LLMT__VP_TABLE_DECL(f32)
 LLMT__VP_TABLE_DECL(bf16)
+/* clang-format on */
+
+/* lib/exec/moe_ops.c: the reference of the MoE ops on host memory, storage
+ * fp32 (bf16 = 0) or bf16 (bf16 = 1), and their table entries (_f32: the
+ * CPU backend, _bf16: the emulation). */
+void llmt__moe_op_gather(int bf16, void *out, const void *x, const int32_t *tok, int R, int C);
+void llmt__moe_op_gather_bwd(int bf16, void *dx, const void *dxe, const int32_t *row, int N,
+                             int K, int C);
+void llmt__moe_op_combine(int bf16, void *y, const void *ye, const int32_t *row,
+                          const float *gate, int N, int K, int C);
+void llmt__moe_op_combine_bwd(int bf16, void *dye, float *dgate, const void *dy, const void *ye,
+                              const int32_t *row, const float *gate, int N, int K, int C);
+/* clang-format off */
+#define LLMT__MOE_TABLE_DECL(sfx)                                                             \
+    llmt_status llmt__moe_gather_##sfx(llmt__dev *d, void *out, const void *x,                \
+                                       const int32_t *tok, int R, int C);                     \
+    llmt_status llmt__moe_gather_bwd_##sfx(llmt__dev *d, void *dx, const void *dxe,           \
+                                           const int32_t *row, int N, int K, int C);          \
+    llmt_status llmt__moe_combine_##sfx(llmt__dev *d, void *y, const void *ye,                \
+                                        const int32_t *row, const float *gate, int N, int K,  \
+                                        int C);                                               \
+    llmt_status llmt__moe_combine_bwd_##sfx(llmt__dev *d, void *dye, float *dgate,            \
+                                            const void *dy, const void *ye,                   \
+                                            const int32_t *row, const float *gate, int N,     \
+                                            int K, int C);
+LLMT__MOE_TABLE_DECL(f32)
+LLMT__MOE_TABLE_DECL(bf16)
 /* clang-format on */
 
 /* Host-side bf16 helpers shared by the emulation and the engine. */

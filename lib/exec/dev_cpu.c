@@ -448,6 +448,10 @@ static const llmt__dev_ops cpu_ops = {
     .xent_part_max = llmt__vp_xent_part_max_f32,
     .xent_part_sum = llmt__vp_xent_part_sum_f32,
     .xent_part_fin = llmt__vp_xent_part_fin_f32,
+    .moe_gather = llmt__moe_gather_f32, /* moe_ops.c */
+    .moe_gather_bwd = llmt__moe_gather_bwd_f32,
+    .moe_combine = llmt__moe_combine_f32,
+    .moe_combine_bwd = llmt__moe_combine_bwd_f32,
 };
 
 const llmt__dev_ops *llmt__dev_cpu(void) { return &cpu_ops; }

@@ -1173,6 +1173,10 @@ static const llmt__dev_ops emul_ops = {
     .xent_part_max = llmt__vp_xent_part_max_bf16,
     .xent_part_sum = llmt__vp_xent_part_sum_bf16,
     .xent_part_fin = llmt__vp_xent_part_fin_bf16,
+    .moe_gather = llmt__moe_gather_bf16, /* moe_ops.c */
+    .moe_gather_bwd = llmt__moe_gather_bwd_bf16,
+    .moe_combine = llmt__moe_combine_bf16,
+    .moe_combine_bwd = llmt__moe_combine_bwd_bf16,
 };
 
 const llmt__dev_ops *llmt__dev_emul(void) { return &emul_ops; }

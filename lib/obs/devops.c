@@ -147,7 +147,21 @@ static void op_done(llmt__obs *o, int op, int kind, double t0)
     X(xent_part_fin, COMPUTE,                                                                 \
       (llmt__dev * d, float *losses, void *logits, const float *mx, const float *st,          \
        const int32_t *targets, int N, int Vl, int nv, int lo, float dloss),                   \
-      (c->in, losses, logits, mx, st, targets, N, Vl, nv, lo, dloss))
+      (c->in, losses, logits, mx, st, targets, N, Vl, nv, lo, dloss))                         \
+    X(moe_gather, COMPUTE,                                                                    \
+      (llmt__dev * d, void *out, const void *x, const int32_t *tok, int R, int C),            \
+      (c->in, out, x, tok, R, C))                                                             \
+    X(moe_gather_bwd, COMPUTE,                                                                \
+      (llmt__dev * d, void *dx, const void *dxe, const int32_t *row, int N, int K, int C),    \
+      (c->in, dx, dxe, row, N, K, C))                                                         \
+    X(moe_combine, COMPUTE,                                                                   \
+      (llmt__dev * d, void *y, const void *ye, const int32_t *row, const float *gate, int N,  \
+       int K, int C),                                                                         \
+      (c->in, y, ye, row, gate, N, K, C))                                                     \
+    X(moe_combine_bwd, COMPUTE,                                                               \
+      (llmt__dev * d, void *dye, float *dgate, const void *dy, const void *ye,                \
+       const int32_t *row, const float *gate, int N, int K, int C),                           \
+      (c->in, dye, dgate, dy, ye, row, gate, N, K, C))
 
 enum {
 #define X(name, kind, params, args) OP_##name,

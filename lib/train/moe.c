@@ -74,6 +74,11 @@ void llmt__moe_free(llmt__moe *s)
 
 llmt__moe *llmt__moe_new(const llmt__moe_shape *sh, int Nmax)
 {
+    return llmt__moe_new_rows(sh, Nmax, 1);
+}
+
+llmt__moe *llmt__moe_new_rows(const llmt__moe_shape *sh, int Nmax, int rows)
+{
     llmt__moe *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
@@ -92,16 +97,6 @@ llmt__moe *llmt__moe_new(const llmt__moe_shape *sh, int Nmax)
     s->kept = calloc(E, sizeof(int64_t));
     s->chosen = calloc(E, sizeof(int64_t));
     s->start = calloc(E + 1, sizeof(int64_t));
-    s->xe = malloc(R * C * sizeof(float));
-    s->ye = malloc(R * C * sizeof(float));
-    s->dye = malloc(R * C * sizeof(float));
-    s->dxe = malloc(R * C * sizeof(float));
-    s->h1 = malloc(R * F * sizeof(float));
-    s->h3 = malloc(R * F * sizeof(float));
-    s->act = malloc(R * F * sizeof(float));
-    s->dact = malloc(R * F * sizeof(float));
-    s->dh1 = malloc(R * F * sizeof(float));
-    s->dh3 = malloc(R * F * sizeof(float));
     s->gchosen = malloc(E * sizeof(double));
     s->gP = malloc(E * sizeof(double));
     s->gbuf = malloc((2 * E + 2) * sizeof(float));
@@ -110,11 +105,24 @@ llmt__moe *llmt__moe_new(const llmt__moe_shape *sh, int Nmax)
         return NULL;
     }
     if (!s->probs || !s->dlog || !s->lse || !s->gate || !s->dgate || !s->idx || !s->row ||
-        !s->tok || !s->kept || !s->chosen || !s->start || !s->xe || !s->ye || !s->dye ||
-        !s->dxe || !s->h1 || !s->h3 || !s->act || !s->dact || !s->dh1 || !s->dh3) {
+        !s->tok || !s->kept || !s->chosen || !s->start) {
         llmt__moe_free(s);
         return NULL;
     }
+    if (!rows) /* an op table's layer (moe_dev.h) keeps its rows itself */
+        return s;
+    float **rc[] = {&s->xe, &s->ye, &s->dye, &s->dxe};
+    float **rf[] = {&s->h1, &s->h3, &s->act, &s->dact, &s->dh1, &s->dh3};
+    for (size_t i = 0; i < 4; i++)
+        if (!(*rc[i] = malloc(R * C * sizeof(float)))) {
+            llmt__moe_free(s);
+            return NULL;
+        }
+    for (size_t i = 0; i < 6; i++)
+        if (!(*rf[i] = malloc(R * F * sizeof(float)))) {
+            llmt__moe_free(s);
+            return NULL;
+        }
     return s;
 }
 
@@ -123,11 +131,11 @@ static float sigm(float x)
     return 1.0f / (1.0f + expf(-x));
 }
 
-/* Router probabilities, log-sum-exps, top-k choices and their weights. */
-static void route(llmt__moe *s, const float *router, const float *x, int N)
+/* Router probabilities, log-sum-exps, top-k choices and their weights,
+ * from the router's logits in s->probs (overwritten). */
+static void route(llmt__moe *s, int N)
 {
-    int E = s->sh.E, K = s->sh.K, C = s->sh.C;
-    llmt__cpu_gemm(0, 1, N, E, C, 1.0f, x, C, router, C, 0.0f, s->probs, E);
+    int E = s->sh.E, K = s->sh.K;
 #pragma omp parallel for schedule(static) if (par((size_t)N * E * 16))
     for (int n = 0; n < N; n++) {
         float *p = s->probs + (size_t)n * E, mx = -FLT_MAX;
@@ -163,10 +171,11 @@ static void route(llmt__moe *s, const float *router, const float *x, int N)
         s->chosen[s->idx[i]]++;
 }
 
-/* Slot-major dispatch under the capacity: packed rows per expert. */
-static void dispatch(llmt__moe *s, const float *x, int N)
+/* Slot-major dispatch under the capacity: each kept (token, choice)'s
+ * packed row, and each packed row's token. */
+static void dispatch(llmt__moe *s, int N)
 {
-    int E = s->sh.E, K = s->sh.K, C = s->sh.C;
+    int E = s->sh.E, K = s->sh.K;
     s->cap = llmt__moe_capacity(&s->sh, N);
     memset(s->kept, 0, (size_t)E * sizeof(int64_t));
     s->dropped = 0;
@@ -192,7 +201,13 @@ static void dispatch(llmt__moe *s, const float *x, int N)
             s->row[i] += (int32_t)s->start[s->idx[i]];
             s->tok[s->row[i]] = n;
         }
-    int64_t R = s->start[E];
+}
+
+/* The kept rows of x, packed. */
+static void gather(llmt__moe *s, const float *x)
+{
+    int C = s->sh.C;
+    int64_t R = s->start[s->sh.E];
 #pragma omp parallel for schedule(static) if (par((size_t)R * C))
     for (int64_t r = 0; r < R; r++)
         memcpy(s->xe + (size_t)r * C, x + (size_t)s->tok[r] * C, (size_t)C * sizeof(float));
@@ -238,12 +253,21 @@ static llmt_status group_stats(llmt__moe *s)
     return LLMT_OK;
 }
 
-llmt_status llmt__moe_route(llmt__moe *s, const float *router, const float *x, int N)
+llmt_status llmt__moe_route_logits(llmt__moe *s, int N)
 {
     s->N = N;
-    route(s, router, x, N);
-    dispatch(s, x, N);
+    route(s, N);
+    dispatch(s, N);
     return group_stats(s);
+}
+
+llmt_status llmt__moe_route(llmt__moe *s, const float *router, const float *x, int N)
+{
+    int E = s->sh.E, C = s->sh.C;
+    llmt__cpu_gemm(0, 1, N, E, C, 1.0f, x, C, router, C, 0.0f, s->probs, E);
+    llmt_status st = llmt__moe_route_logits(s, N);
+    gather(s, x);
+    return st;
 }
 
 void llmt__moe_expert_fwd(const llmt__moe_shape *sh, const llmt__moe_w *w, int e, int rows,
@@ -265,7 +289,7 @@ void llmt__moe_expert_fwd(const llmt__moe_shape *sh, const llmt__moe_w *w, int e
 
 void llmt__moe_combine(llmt__moe *s, float *y)
 {
-    int N = s->N, E = s->sh.E, C = s->sh.C, K = s->sh.K;
+    int N = s->N, C = s->sh.C, K = s->sh.K;
 #pragma omp parallel for schedule(static) if (par((size_t)N * K * C))
     for (int n = 0; n < N; n++) {
         memset(y + (size_t)n * C, 0, (size_t)C * sizeof(float));
@@ -279,6 +303,12 @@ void llmt__moe_combine(llmt__moe *s, float *y)
                 y[(size_t)n * C + c] += gk * ye[c];
         }
     }
+    llmt__moe_losses(s);
+}
+
+void llmt__moe_losses(llmt__moe *s)
+{
+    int E = s->sh.E, K = s->sh.K;
     /* over the token group's Ng tokens (this call's N without one) */
     double aux = 0, Ng = (double)s->Ng;
     for (int e = 0; e < E; e++)
@@ -351,11 +381,37 @@ void llmt__moe_expert_bwd(const llmt__moe_shape *sh, const llmt__moe_w *w, llmt_
     llmt__cpu_gemm(0, 0, rows, C, F, 1.0f, dh3, F, w->w3 + eo, C, 1.0f, dxe, C);
 }
 
+/* Token n's router logit gradient (s->dlog row n) through the
+ * renormalised (or raw) weights, the aux loss's P_e and the z loss, then
+ * the softmax. */
+static void dlog_row(llmt__moe *s, int n, float aux_coef, float z_coef)
+{
+    int E = s->sh.E, K = s->sh.K;
+    float Ng = (float)s->Ng; /* the aux and z losses' means: over the group */
+    const float *p = s->probs + (size_t)n * E;
+    float *dl = s->dlog + (size_t)n * E;
+    const int32_t *ix = s->idx + (size_t)n * K;
+    const float *gt = s->gate + (size_t)n * K, *dg = s->dgate + (size_t)n * K;
+    double S = 0, gd = 0;
+    for (int k = 0; k < K; k++) {
+        S += p[ix[k]];
+        gd += (double)dg[k] * gt[k];
+    }
+    for (int e = 0; e < E; e++)
+        dl[e] = aux_coef * (float)E * (float)s->gchosen[e] / (Ng * K) / Ng;
+    for (int k = 0; k < K; k++) /* d gate_k / d p: renormalised or raw */
+        dl[ix[k]] += s->sh.raw_gates ? dg[k] : (float)((dg[k] - gd) / S);
+    double pd = 0;
+    for (int e = 0; e < E; e++)
+        pd += (double)p[e] * dl[e];
+    for (int e = 0; e < E; e++)
+        dl[e] = (float)(p[e] * (dl[e] - pd) + z_coef * 2.0 * s->lse[n] * p[e] / s->Ng);
+}
+
 void llmt__moe_router_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
                           float *dx, float aux_coef, float z_coef)
 {
     int N = s->N, E = s->sh.E, C = s->sh.C, K = s->sh.K;
-    float Ng = (float)s->Ng; /* the aux and z losses' means: over the group */
 #pragma omp parallel for schedule(static) if (par((size_t)N * K * C))
     for (int n = 0; n < N; n++) {
         /* the experts' input gradients back to their token, its rows in
@@ -376,29 +432,18 @@ void llmt__moe_router_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, c
                 d[c] += g[c];
             last = r;
         }
-        /* router: through the renormalised weights, the aux loss's P_e
-         * and the z loss, then the softmax */
-        const float *p = s->probs + (size_t)n * E;
-        float *dl = s->dlog + (size_t)n * E;
-        const int32_t *ix = s->idx + (size_t)n * K;
-        const float *gt = s->gate + (size_t)n * K, *dg = s->dgate + (size_t)n * K;
-        double S = 0, gd = 0;
-        for (int k = 0; k < K; k++) {
-            S += p[ix[k]];
-            gd += (double)dg[k] * gt[k];
-        }
-        for (int e = 0; e < E; e++)
-            dl[e] = aux_coef * (float)E * (float)s->gchosen[e] / (Ng * K) / Ng;
-        for (int k = 0; k < K; k++) /* d gate_k / d p: renormalised or raw */
-            dl[ix[k]] += s->sh.raw_gates ? dg[k] : (float)((dg[k] - gd) / S);
-        double pd = 0;
-        for (int e = 0; e < E; e++)
-            pd += (double)p[e] * dl[e];
-        for (int e = 0; e < E; e++)
-            dl[e] = (float)(p[e] * (dl[e] - pd) + z_coef * 2.0 * s->lse[n] * p[e] / s->Ng);
+        dlog_row(s, n, aux_coef, z_coef);
     }
     llmt__cpu_gemm(1, 0, E, C, N, 1.0f, s->dlog, E, x, C, 1.0f, dw->router, C);
     llmt__cpu_gemm(0, 0, N, C, E, 1.0f, s->dlog, E, w->router, C, 1.0f, dx, C);
+}
+
+void llmt__moe_router_dlog(llmt__moe *s, float aux_coef, float z_coef)
+{
+    int N = s->N;
+#pragma omp parallel for schedule(static) if (par((size_t)N * s->sh.K * s->sh.C))
+    for (int n = 0; n < N; n++)
+        dlog_row(s, n, aux_coef, z_coef);
 }
 
 llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, const float *x,

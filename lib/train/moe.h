@@ -83,6 +83,10 @@ typedef struct llmt__moe {
 
 /* Allocate for up to Nmax tokens a call. NULL when out of memory. */
 llmt__moe *llmt__moe_new(const llmt__moe_shape *sh, int Nmax);
+/* The same; rows 0: the routing state only, without the packed rows and
+ * the experts' activations (xe .. dh3 NULL), for a layer run through the
+ * op table (moe_dev.h), which keeps those in the backend's memory. */
+llmt__moe *llmt__moe_new_rows(const llmt__moe_shape *sh, int Nmax, int rows);
 void llmt__moe_free(llmt__moe *s);
 /* Capacity for N tokens (N when dropless). */
 int llmt__moe_capacity(const llmt__moe_shape *sh, int N);
@@ -105,6 +109,18 @@ llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, c
  * z losses; combine_bwd: s->dye and s->dgate from dy; router_bwd: dx
  * OVERWRITTEN from s->dxe (packed rows) and the router's own gradients. */
 llmt_status llmt__moe_route(llmt__moe *s, const float *router, const float *x, int N);
+/* route without the router's GEMM and the packing: s->probs holds the
+ * router's logits [N, E] (overwritten by the probabilities); sets the
+ * dispatch tables (idx, row, tok, gate, kept, start, chosen, dropped) and
+ * the group's statistics, leaves s->xe alone. */
+llmt_status llmt__moe_route_logits(llmt__moe *s, int N);
+/* The aux and z losses of the last route (llmt__moe_combine sets them
+ * too). */
+void llmt__moe_losses(llmt__moe *s);
+/* s->dlog [N, E] = the router logits' gradient from s->dgate (the gate
+ * weights' gradient) and the aux and z losses (router_bwd's, without its
+ * GEMMs and the gather of dxe). */
+void llmt__moe_router_dlog(llmt__moe *s, float aux_coef, float z_coef);
 void llmt__moe_expert_fwd(const llmt__moe_shape *sh, const llmt__moe_w *w, int e, int rows,
                           const float *xe, float *h1, float *h3, float *act, float *ye);
 /* Whether a loop over n experts with `rows` each should be one OpenMP

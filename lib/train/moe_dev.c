@@ -1,0 +1,385 @@
+/* A MoE layer through the op table (moe_dev.h says what runs where). */
+#include "train/moe_dev.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct llmt__moe_dctx {
+    const llmt__dev_ops *op;
+    llmt__dev *d;
+    llmt_err *e;
+    llmt__moe_shape sh;
+    int Fs, Nmax;
+    size_t es; /* bytes of a stored element */
+    int host;  /* the backend's memory is the host's: tables used in place */
+    /* the backward's scratch (storage type): packed rows' dye, dxe [R, C]
+     * and dact, dh1, dh3 [R, F]; the shared experts' dact, dh1, dh3 [N,
+     * Fs]; the router logits' gradient in the storage type [N, E] (bf16
+     * only; fp32 storage uses dlog itself) */
+    void *dye, *dxe, *dact, *dh1, *dh3, *sdact, *sdh1, *sdh3, *dlogs;
+    /* a device backend's copies of the host's fp32 dlog [N, E] and dgate
+     * [N K] (NULL on a host-memory backend) */
+    float *dlog, *dgate;
+};
+
+struct llmt__moe_dlay {
+    /* packed rows: xe, ye [R, C], h1, h3, act [R, F]; shared experts' h1,
+     * h3, act [N, Fs] (storage type) */
+    void *xe, *ye, *h1, *h3, *act, *sh1, *sh3, *sact;
+    /* a device backend's copies: logits [N, E] fp32, tok [R], row and
+     * gate [N K] (NULL on a host-memory backend: the host's are used) */
+    float *logits, *gate;
+    int32_t *tok, *row;
+};
+
+static llmt_status fail(llmt__moe_dctx *x, llmt_status s, const char *what)
+{
+    return llmt__err_set(x->e, s, "trainer: moe: device %s: %s: %s", x->op->name, what,
+                         x->op->last_error(x->d));
+}
+#define OP(call, what)                \
+    do {                              \
+        llmt_status s_ = (call);      \
+        if (s_ != LLMT_OK)            \
+            return fail(x, s_, what); \
+    } while (0)
+
+static void *at(const llmt__moe_dctx *x, const void *p, size_t i)
+{
+    return (char *)p + i * x->es;
+}
+
+static llmt_status dalloc(llmt__moe_dctx *x, void **p, size_t bytes)
+{
+    if (x->op->alloc(x->d, p, bytes ? bytes : 16) != LLMT_OK) {
+        *p = NULL;
+        return llmt__err_set(x->e, LLMT_ERR_OUT_OF_MEMORY,
+                             "trainer: moe: device %s: cannot allocate %zu bytes for the MoE "
+                             "layers (%d tokens, %d experts of %d): %s",
+                             x->op->name, bytes, x->Nmax, x->sh.E, x->sh.F,
+                             x->op->last_error(x->d));
+    }
+    return LLMT_OK;
+}
+
+static void dfree(llmt__moe_dctx *x, void *p)
+{
+    if (p)
+        x->op->free(x->d, p);
+}
+
+void llmt__moe_dctx_set_err(llmt__moe_dctx *x, llmt_err *e)
+{
+    x->e = e;
+}
+
+const llmt__dev_ops *llmt__moe_dctx_ops(const llmt__moe_dctx *x)
+{
+    return x->op;
+}
+
+llmt__dev *llmt__moe_dctx_dev(const llmt__moe_dctx *x)
+{
+    return x->d;
+}
+
+void llmt__moe_dctx_free(llmt__moe_dctx *x)
+{
+    if (!x)
+        return;
+    void *b[] = {x->dye,  x->dxe,  x->dact,  x->dh1,  x->dh3,  x->sdact,
+                 x->sdh1, x->sdh3, x->dlogs, x->dlog, x->dgate};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        dfree(x, b[i]);
+    free(x);
+}
+
+llmt_status llmt__moe_dctx_new(const llmt__dev_ops *op, llmt__dev *d, llmt_err *e,
+                               const llmt__moe_shape *sh, int Fs, int Nmax,
+                               llmt__moe_dctx **out)
+{
+    *out = NULL;
+    if (!op->moe_gather || !op->moe_gather_bwd || !op->moe_combine || !op->moe_combine_bwd)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: model.moe: device %s has no MoE ops (dev.h moe_*)",
+                             op->name);
+    llmt__moe_dctx *x = calloc(1, sizeof *x);
+    if (!x)
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: moe: no memory");
+    x->op = op;
+    x->d = d;
+    x->e = e;
+    x->sh = *sh;
+    x->Fs = Fs;
+    x->Nmax = Nmax;
+    x->es = op->store == LLMT_DTYPE_FP32 ? sizeof(float) : sizeof(llmt__bf16);
+    x->host = op->host_memory;
+    size_t N = (size_t)Nmax, R = N * (size_t)sh->K, C = (size_t)sh->C, F = (size_t)sh->F,
+           E = (size_t)sh->E, es = x->es;
+    llmt_status s = LLMT_OK;
+    void **rc[] = {&x->dye, &x->dxe};
+    void **rf[] = {&x->dact, &x->dh1, &x->dh3};
+    void **sf[] = {&x->sdact, &x->sdh1, &x->sdh3};
+    for (int i = 0; s == LLMT_OK && i < 2; i++)
+        s = dalloc(x, rc[i], R * C * es);
+    for (int i = 0; s == LLMT_OK && i < 3; i++)
+        s = dalloc(x, rf[i], R * F * es);
+    for (int i = 0; s == LLMT_OK && Fs > 0 && i < 3; i++)
+        s = dalloc(x, sf[i], N * (size_t)Fs * es);
+    if (s == LLMT_OK && es != sizeof(float))
+        s = dalloc(x, &x->dlogs, N * E * es);
+    if (s == LLMT_OK && !x->host)
+        s = dalloc(x, (void **)&x->dlog, N * E * sizeof(float));
+    if (s == LLMT_OK && !x->host)
+        s = dalloc(x, (void **)&x->dgate, R * sizeof(float));
+    if (s != LLMT_OK) {
+        llmt__moe_dctx_free(x);
+        return s;
+    }
+    *out = x;
+    return LLMT_OK;
+}
+
+void llmt__moe_dlay_free(llmt__moe_dctx *x, llmt__moe_dlay *p)
+{
+    if (!p)
+        return;
+    void *b[] = {p->xe,  p->ye,   p->h1,  p->h3,     p->act, p->sh1,
+                 p->sh3, p->sact, p->tok, p->logits, p->row, p->gate};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        dfree(x, b[i]);
+    free(p);
+}
+
+llmt_status llmt__moe_dlay_new(llmt__moe_dctx *x, llmt__moe_dlay **out)
+{
+    *out = NULL;
+    llmt__moe_dlay *p = calloc(1, sizeof *p);
+    if (!p)
+        return llmt__err_set(x->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: moe: no memory");
+    size_t N = (size_t)x->Nmax, R = N * (size_t)x->sh.K, C = (size_t)x->sh.C,
+           F = (size_t)x->sh.F, E = (size_t)x->sh.E, es = x->es, Fs = (size_t)x->Fs;
+    llmt_status s = LLMT_OK;
+    void **rc[] = {&p->xe, &p->ye};
+    void **rf[] = {&p->h1, &p->h3, &p->act};
+    void **sf[] = {&p->sh1, &p->sh3, &p->sact};
+    for (int i = 0; s == LLMT_OK && i < 2; i++)
+        s = dalloc(x, rc[i], R * C * es);
+    for (int i = 0; s == LLMT_OK && i < 3; i++)
+        s = dalloc(x, rf[i], R * F * es);
+    for (int i = 0; s == LLMT_OK && Fs > 0 && i < 3; i++)
+        s = dalloc(x, sf[i], N * Fs * es);
+    if (s == LLMT_OK && !x->host)
+        s = dalloc(x, (void **)&p->logits, N * E * sizeof(float));
+    if (s == LLMT_OK && !x->host)
+        s = dalloc(x, (void **)&p->tok, R * sizeof(int32_t));
+    if (s == LLMT_OK && !x->host)
+        s = dalloc(x, (void **)&p->row, R * sizeof(int32_t));
+    if (s == LLMT_OK && !x->host)
+        s = dalloc(x, (void **)&p->gate, R * sizeof(float));
+    if (s != LLMT_OK) {
+        llmt__moe_dlay_free(x, p);
+        return s;
+    }
+    *out = p;
+    return LLMT_OK;
+}
+
+size_t llmt__moe_dlay_saved_bytes(const llmt__moe_dctx *x)
+{
+    /* as moe_net.c's count of the host layer (and the planner's,
+     * lib/plan/engine.c moe_saved): the routing (probs, lse, gate, idx,
+     * row, tok) in 4-byte words, the rows in the storage type */
+    size_t N = (size_t)x->Nmax, E = (size_t)x->sh.E, R = N * (size_t)x->sh.K,
+           C = (size_t)x->sh.C, F = (size_t)x->sh.F;
+    return 4 * (N * E + N + 4 * R) + x->es * (2 * R * C + 3 * R * F + 3 * N * (size_t)x->Fs);
+}
+
+/* gemm of storage-typed A, B; C fp32 (cf32) or the storage type. */
+static llmt_status mm(llmt__moe_dctx *x, int ta, int tb, int M, int N, int K, const void *A,
+                      const void *B, void *C, int cf32, float beta, const char *what)
+{
+    llmt__gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.trans_a = ta;
+    a.trans_b = tb;
+    a.M = M;
+    a.N = N;
+    a.K = K;
+    a.A = A;
+    a.B = B;
+    a.C = C;
+    a.ab_type = x->es == sizeof(float) ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
+    a.c_type = cf32 ? LLMT_GEMM_F32 : a.ab_type;
+    a.alpha = 1.0f;
+    a.beta = beta;
+    OP(x->op->gemm(x->d, &a), what);
+    return LLMT_OK;
+}
+
+/* The shared experts: one SwiGLU of hidden Fs on every token, added. */
+static llmt_status shared_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, const llmt__moe_dw *w,
+                              const void *xin, void *y, int N)
+{
+    int C = x->sh.C, Fs = x->Fs;
+    llmt_status s;
+    if ((s = mm(x, 0, 1, N, Fs, C, xin, w->sw1, p->sh1, 0, 0.0f, "shared gate")) != LLMT_OK ||
+        (s = mm(x, 0, 1, N, Fs, C, xin, w->sw3, p->sh3, 0, 0.0f, "shared up")) != LLMT_OK)
+        return s;
+    OP(x->op->swiglu_fwd(x->d, p->sact, p->sh1, p->sh3, (size_t)N * Fs), "shared swiglu");
+    return mm(x, 0, 1, N, C, Fs, p->sact, w->sw2, y, 0, 1.0f, "shared down");
+}
+
+llmt_status llmt__moe_dev_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s,
+                              const llmt__moe_dw *w, const void *xin, void *y, int N)
+{
+    int E = x->sh.E, K = x->sh.K, C = x->sh.C, F = x->sh.F;
+    if (N < 1 || N > x->Nmax || N > s->Nmax)
+        return llmt__err_set(x->e, LLMT_ERR_INTERNAL, "trainer: moe: %d tokens (made for %d)",
+                             N, x->Nmax);
+    llmt_status st;
+    /* the router's logits into the routing state's probs (a device
+     * backend: through its own buffer and back) */
+    float *lg = x->host ? s->probs : p->logits;
+    if ((st = mm(x, 0, 1, N, E, C, xin, w->router, lg, 1, 0.0f, "router")) != LLMT_OK)
+        return st;
+    if (!x->host)
+        OP(x->op->d2h(x->d, s->probs, lg, (size_t)N * E * sizeof(float)), "router logits");
+    if ((st = llmt__moe_route_logits(s, N)) != LLMT_OK)
+        return st; /* the token group's sum (moe_group.h) set the message */
+    int R = (int)s->start[E];
+    const int32_t *tok = s->tok, *row = s->row;
+    const float *gate = s->gate;
+    if (!x->host) { /* the dispatch tables to the device */
+        size_t nk = (size_t)N * K;
+        OP(x->op->h2d(x->d, p->tok, s->tok, (size_t)R * sizeof(int32_t)), "moe tables");
+        OP(x->op->h2d(x->d, p->row, s->row, nk * sizeof(int32_t)), "moe tables");
+        OP(x->op->h2d(x->d, p->gate, s->gate, nk * sizeof(float)), "moe tables");
+        tok = p->tok;
+        row = p->row;
+        gate = p->gate;
+    }
+    if (R > 0)
+        OP(x->op->moe_gather(x->d, p->xe, xin, tok, R, C), "moe gather");
+    for (int e = 0; e < E; e++) {
+        int rows = (int)s->kept[e];
+        size_t r0 = (size_t)s->start[e], wo = (size_t)e * F * C;
+        if (rows < 1)
+            continue;
+        const void *xe = at(x, p->xe, r0 * C);
+        if ((st = mm(x, 0, 1, rows, F, C, xe, at(x, w->w1, wo), at(x, p->h1, r0 * F), 0, 0.0f,
+                     "expert gate")) != LLMT_OK ||
+            (st = mm(x, 0, 1, rows, F, C, xe, at(x, w->w3, wo), at(x, p->h3, r0 * F), 0, 0.0f,
+                     "expert up")) != LLMT_OK)
+            return st;
+    }
+    if (R > 0)
+        OP(x->op->swiglu_fwd(x->d, p->act, p->h1, p->h3, (size_t)R * F), "expert swiglu");
+    for (int e = 0; e < E; e++) {
+        int rows = (int)s->kept[e];
+        size_t r0 = (size_t)s->start[e];
+        if (rows > 0 && (st = mm(x, 0, 1, rows, C, F, at(x, p->act, r0 * F),
+                                 at(x, w->w2, (size_t)e * C * F), at(x, p->ye, r0 * C), 0, 0.0f,
+                                 "expert down")) != LLMT_OK)
+            return st;
+    }
+    OP(x->op->moe_combine(x->d, y, p->ye, row, gate, N, K, C), "moe combine");
+    llmt__moe_losses(s);
+    return x->Fs > 0 && w->sw1 ? shared_fwd(x, p, w, xin, y, N) : LLMT_OK;
+}
+
+static llmt_status shared_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, const llmt__moe_dw *w,
+                              const llmt__moe_dw *g, const void *xin, const void *dy, void *dx,
+                              int N)
+{
+    int C = x->sh.C, Fs = x->Fs;
+    size_t n = (size_t)N * Fs;
+    llmt_status s;
+    if ((s = mm(x, 1, 0, C, Fs, N, dy, p->sact, g->sw2, 1, 1.0f, "shared down grad")) !=
+            LLMT_OK ||
+        (s = mm(x, 0, 0, N, Fs, C, dy, w->sw2, x->sdact, 0, 0.0f, "shared down dx")) != LLMT_OK)
+        return s;
+    OP(x->op->memset0(x->d, x->sdh1, n * x->es), "memset");
+    OP(x->op->memset0(x->d, x->sdh3, n * x->es), "memset");
+    OP(x->op->swiglu_bwd(x->d, x->sdh1, x->sdh3, x->sdact, p->sh1, p->sh3, n),
+       "shared swiglu backward");
+    if ((s = mm(x, 1, 0, Fs, C, N, x->sdh1, xin, g->sw1, 1, 1.0f, "shared gate grad")) !=
+            LLMT_OK ||
+        (s = mm(x, 1, 0, Fs, C, N, x->sdh3, xin, g->sw3, 1, 1.0f, "shared up grad")) !=
+            LLMT_OK ||
+        (s = mm(x, 0, 0, N, C, Fs, x->sdh1, w->sw1, dx, 0, 1.0f, "shared gate dx")) != LLMT_OK)
+        return s;
+    return mm(x, 0, 0, N, C, Fs, x->sdh3, w->sw3, dx, 0, 1.0f, "shared up dx");
+}
+
+llmt_status llmt__moe_dev_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s,
+                              const llmt__moe_dw *w, const llmt__moe_dw *g, const void *xin,
+                              const void *dy, void *dx, float aux_coef, float z_coef)
+{
+    int N = s->N, E = x->sh.E, K = x->sh.K, C = x->sh.C, F = x->sh.F;
+    int R = (int)s->start[E];
+    size_t nk = (size_t)N * K;
+    const int32_t *row = x->host ? s->row : p->row;
+    const float *gate = x->host ? s->gate : p->gate;
+    float *dgate = x->host ? s->dgate : x->dgate;
+    llmt_status st;
+    OP(x->op->moe_combine_bwd(x->d, x->dye, dgate, dy, p->ye, row, gate, N, K, C),
+       "moe combine backward");
+    if (!x->host) /* the gates' gradient to the host, for the router's */
+        OP(x->op->d2h(x->d, s->dgate, dgate, nk * sizeof(float)), "moe gate gradients");
+    for (int e = 0; e < E; e++) {
+        int rows = (int)s->kept[e];
+        size_t r0 = (size_t)s->start[e], wo = (size_t)e * C * F;
+        if (rows < 1)
+            continue;
+        const void *dye = at(x, x->dye, r0 * C);
+        if ((st = mm(x, 1, 0, C, F, rows, dye, at(x, p->act, r0 * F), (float *)g->w2 + wo, 1,
+                     1.0f, "expert down grad")) != LLMT_OK ||
+            (st = mm(x, 0, 0, rows, F, C, dye, at(x, w->w2, wo), at(x, x->dact, r0 * F), 0,
+                     0.0f, "expert down dx")) != LLMT_OK)
+            return st;
+    }
+    if (R > 0) {
+        size_t n = (size_t)R * F;
+        OP(x->op->memset0(x->d, x->dh1, n * x->es), "memset");
+        OP(x->op->memset0(x->d, x->dh3, n * x->es), "memset");
+        OP(x->op->swiglu_bwd(x->d, x->dh1, x->dh3, x->dact, p->h1, p->h3, n),
+           "expert swiglu backward");
+    }
+    for (int e = 0; e < E; e++) {
+        int rows = (int)s->kept[e];
+        size_t r0 = (size_t)s->start[e], wo = (size_t)e * F * C;
+        if (rows < 1)
+            continue;
+        const void *xe = at(x, p->xe, r0 * C), *dh1 = at(x, x->dh1, r0 * F),
+                   *dh3 = at(x, x->dh3, r0 * F);
+        void *dxe = at(x, x->dxe, r0 * C);
+        if ((st = mm(x, 1, 0, F, C, rows, dh1, xe, (float *)g->w1 + wo, 1, 1.0f,
+                     "expert gate grad")) != LLMT_OK ||
+            (st = mm(x, 1, 0, F, C, rows, dh3, xe, (float *)g->w3 + wo, 1, 1.0f,
+                     "expert up grad")) != LLMT_OK ||
+            (st = mm(x, 0, 0, rows, C, F, dh1, at(x, w->w1, wo), dxe, 0, 0.0f,
+                     "expert gate dx")) != LLMT_OK ||
+            (st = mm(x, 0, 0, rows, C, F, dh3, at(x, w->w3, wo), dxe, 0, 1.0f,
+                     "expert up dx")) != LLMT_OK)
+            return st;
+    }
+    OP(x->op->moe_gather_bwd(x->d, dx, x->dxe, row, N, K, C), "moe gather backward");
+    /* the router: its logits' gradient on the host (moe.c), then in the
+     * storage type to the backend for its two gemms */
+    llmt__moe_router_dlog(s, aux_coef, z_coef);
+    const void *dl = s->dlog;
+    size_t ne = (size_t)N * E;
+    if (!x->host) {
+        OP(x->op->h2d(x->d, x->dlog, s->dlog, ne * sizeof(float)), "router gradient");
+        dl = x->dlog;
+    }
+    if (x->dlogs) {
+        OP(x->op->f32_to_bf16(x->d, x->dlogs, dl, ne), "router gradient");
+        dl = x->dlogs;
+    }
+    if ((st = mm(x, 1, 0, E, C, N, dl, xin, g->router, 1, 1.0f, "router grad")) != LLMT_OK ||
+        (st = mm(x, 0, 0, N, C, E, dl, w->router, dx, 0, 1.0f, "router dx")) != LLMT_OK)
+        return st;
+    return x->Fs > 0 && w->sw1 ? shared_bwd(x, p, w, g, xin, dy, dx, N) : LLMT_OK;
+}

@@ -1,0 +1,70 @@
+/* A mixture-of-experts layer through the backend op table (lib/exec/dev.h),
+ * so that the bf16 emulation and CUDA run the layer the fp32 host code
+ * (moe.h) defines, in their storage type, with fp32 parameter gradients:
+ *
+ *   router logits  gemm x @ router^T, fp32 out
+ *   routing        on the host (moe.h: llmt__moe_route_logits): softmax,
+ *                  top-k, capacity, drops, statistics; a host-memory
+ *                  backend's logits are read in place, another's are
+ *                  copied back (d2h) and the tables sent (h2d)
+ *   experts        moe_gather of the kept rows, per expert the gemms of
+ *                  w1 and w3 on its packed rows, swiglu over all rows, the
+ *                  gemm of w2, moe_combine with the gate weights
+ *   shared experts gemms and swiglu on every token, the output added by
+ *                  the last gemm (beta 1)
+ *   backward       moe_combine_bwd (dye, and the gates' gradient, which
+ *                  goes back to the host for the router's: moe.h's
+ *                  llmt__moe_router_dlog), the experts' gemms in moe.c's
+ *                  order accumulating fp32 weight gradients, swiglu_bwd,
+ *                  moe_gather_bwd of the rows' input gradients, the
+ *                  router's gemms on the logits' gradient (in the storage
+ *                  type, as every other activation gradient).
+ *
+ * Expert parallelism and pipeline stages are not run this way yet
+ * (moe_net.c refuses them by name). */
+#ifndef LLMT_TRAIN_MOE_DEV_H
+#define LLMT_TRAIN_MOE_DEV_H
+
+#include "core/internal.h"
+#include "exec/dev.h"
+#include "train/moe.h"
+
+/* A layer's parameters (storage type) or gradients (fp32), as device
+ * pointers; sw1 NULL: no shared experts. */
+typedef struct llmt__moe_dw {
+    void *router, *w1, *w3, *w2, *sw1, *sw3, *sw2;
+} llmt__moe_dw;
+
+/* The backend and the backward's scratch, one per engine. */
+typedef struct llmt__moe_dctx llmt__moe_dctx;
+/* One layer's forward state kept for its backward (backend memory). */
+typedef struct llmt__moe_dlay llmt__moe_dlay;
+
+/* For layers of shape sh with Fs shared hidden units (0: none), calls of
+ * up to Nmax tokens. e gets the message of a failure. */
+llmt_status llmt__moe_dctx_new(const llmt__dev_ops *op, llmt__dev *d, llmt_err *e,
+                               const llmt__moe_shape *sh, int Fs, int Nmax,
+                               llmt__moe_dctx **out);
+void llmt__moe_dctx_free(llmt__moe_dctx *x);
+/* Where the next calls' failures are recorded. */
+void llmt__moe_dctx_set_err(llmt__moe_dctx *x, llmt_err *e);
+const llmt__dev_ops *llmt__moe_dctx_ops(const llmt__moe_dctx *x);
+llmt__dev *llmt__moe_dctx_dev(const llmt__moe_dctx *x);
+llmt_status llmt__moe_dlay_new(llmt__moe_dctx *x, llmt__moe_dlay **out);
+void llmt__moe_dlay_free(llmt__moe_dctx *x, llmt__moe_dlay *p);
+/* Bytes a layer keeps from its forward for its backward (the routing
+ * state on the host included), for the engine's activations. */
+size_t llmt__moe_dlay_saved_bytes(const llmt__moe_dctx *x);
+
+/* y[N,C] OVERWRITTEN = the layer (and its shared experts) on x[N,C]; s:
+ * the layer's routing state (llmt__moe_new_rows with rows 0): its
+ * tables, counts, aux and z losses are set as llmt__moe_fwd sets them. */
+llmt_status llmt__moe_dev_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s,
+                              const llmt__moe_dw *w, const void *xin, void *y, int N);
+/* After the forward on the same x: dx OVERWRITTEN, gradients ADDED into
+ * g (fp32), the aux and z losses with their (scaled) coefficients. */
+llmt_status llmt__moe_dev_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s,
+                              const llmt__moe_dw *w, const llmt__moe_dw *g, const void *xin,
+                              const void *dy, void *dx, float aux_coef, float z_coef);
+
+#endif
