@@ -34,13 +34,17 @@ static int64_t dp_size(const llmt_job *j)
 static llmt_status check_parallelism(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
-    /* MoE layers (lib/train/moe.c) run on the CPU engine in one process */
+    /* MoE layers run on the CPU engine (lib/train/moe.c) and through the
+     * op table on the bf16 host emulation (moe_dev.c, which llmt_job
+     * does not select); CUDA's engine refuses them until its MoE ops have
+     * run on a GPU */
     if (s->model.moe.experts > 0 && s->model.arch != LLMT_SPEC_ARCH_LLAMA)
         return REFUSE("model.moe.experts: mixture of experts needs model.arch llama (SwiGLU "
                       "experts)");
     if (s->model.moe.experts > 0 && s->train.device == LLMT_SPEC_DEVICE_CUDA)
-        return REFUSE("model.moe.experts: MoE layers run on the CPU engine only for now "
-                      "(issue 18); set train.device cpu");
+        return REFUSE("model.moe.experts: MoE layers do not run on the CUDA engine yet "
+                      "(issue 18: the op table path runs on the CPU's bf16 emulation, not yet "
+                      "on a GPU); set train.device cpu");
     /* data, expert, pipeline, tensor (experts whole on every TP rank,
      * with or without sequence parallelism; a pipeline stage's layers
      * too) and context parallelism run them (doc/moe.md) */

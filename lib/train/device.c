@@ -942,11 +942,13 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
      * (tp_shards: SH_WHOLE) at their device offsets: its MoE layers run
      * there (a stage's layers under tensor parallelism too) */
     int moe_host = f32 && ops->host_memory;
-    if (c->moe_experts > 0 && !moe_host) {
+    /* other backends run them through the op table (moe_dev.h); CUDA's
+     * MoE ops have not run on a GPU yet */
+    if (c->moe_experts > 0 && !ops->host_memory) {
         s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                           "trainer: model.moe: mixture-of-experts layers run on the fp32 cpu "
-                          "backend only for now, not on device %s (issue 18); use "
-                          "train.device cpu with fp32 precision",
+                          "backend and the bf16 host emulation only for now, not on device %s "
+                          "(issue 18); use train.device cpu with fp32 precision",
                           ops->name);
         llmt__devtrain_destroy(g);
         return s;
@@ -954,6 +956,10 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     /* the rows a MoE layer takes here: its block under sequence parallelism */
     int moe_rows = sp ? B * T / tps : B * T;
     if (c->moe_experts > 0 && (s = llmt__moe_net_new(e, c, moe_rows, &g->moe)) != LLMT_OK) {
+        llmt__devtrain_destroy(g);
+        return s;
+    }
+    if (g->moe && !moe_host && (s = llmt__moe_net_set_dev(g->moe, e, ops, g->d)) != LLMT_OK) {
         llmt__devtrain_destroy(g);
         return s;
     }
@@ -1729,7 +1735,7 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     R(lin(g, &L.lin[LPROJ], g->dtmp, NULL, a->atty, N));
     S(g->op->residual_fwd(g->d, a->res2, x, blk(g, g->dtmp, N, C), (size_t)Nr * C), "residual");
     R(norm_fwd(g, a->ln2, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, Nr));
-    if (w->router != NOP) { /* experts in place of the MLP (fp32 host only) */
+    if (w->router != NOP) { /* experts in place of the MLP (moe_net.h) */
         /* on this rank's rows: whole under tensor parallelism, its block
          * under sequence parallelism (no gather: MoE is per token) */
         R(llmt__moe_net_fwd(g->moe, g->e, l, w, g->param, a->ln2, blk(g, g->dtmp, N, C), Nr));

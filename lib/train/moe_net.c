@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "train/moe.h"
+#include "train/moe_dev.h"
 #include "train/moe_ep.h"
 #include "train/moe_group.h"
 #include "train/moe_shared.h"
@@ -42,6 +43,11 @@ struct llmt__moe_net {
     llmt__moe_ep ***eset;
     /* the rows a forward routes (set_active; 0: all of them) */
     int active;
+    /* the layers through an op table (set_dev; NULL: on host fp32): its
+     * context and each MoE layer's forward state */
+    llmt__moe_dctx *dx;
+    llmt__moe_dlay **dl;
+    size_t es; /* bytes of the op table's stored element */
 };
 
 static void free_ep(llmt__moe_net *n)
@@ -64,6 +70,10 @@ void llmt__moe_net_free(llmt__moe_net *n)
     if (!n)
         return;
     sets_free(n);
+    for (int l = 0; n->dl && l < n->c.layers; l++)
+        llmt__moe_dlay_free(n->dx, n->dl[l]);
+    free(n->dl);
+    llmt__moe_dctx_free(n->dx);
     for (int l = 0; l < n->c.layers; l++) {
         if (n->layer)
             llmt__moe_free(n->layer[l]);
@@ -123,6 +133,61 @@ llmt_status llmt__moe_net_new(llmt_err *e, const llmt_model_config *c, int Nmax,
     return LLMT_OK;
 }
 
+llmt_status llmt__moe_net_set_dev(llmt__moe_net *n, llmt_err *e, const llmt__dev_ops *op,
+                                  llmt__dev *d)
+{
+    if (n->dx || n->lset || n->ep)
+        return llmt__err_set(e, LLMT_ERR_INTERNAL,
+                             "trainer: moe: the op table is set once, before pipeline stages "
+                             "and expert parallelism");
+    const llmt_model_config *c = &n->c;
+    llmt__moe_shape sh = {c->moe_experts,         c->moe_top_k,    c->width,        c->moe_ffn,
+                          c->moe_capacity_factor, c->moe_dropless, c->moe_raw_gates};
+    int Fs = c->moe_shared_experts * c->moe_ffn;
+    llmt_status st = llmt__moe_dctx_new(op, d, e, &sh, Fs, n->Nmax, &n->dx);
+    if (st != LLMT_OK)
+        return st;
+    n->es = op->store == LLMT_DTYPE_FP32 ? sizeof(float) : sizeof(llmt__bf16);
+    n->dl = calloc((size_t)c->layers, sizeof *n->dl);
+    if (!n->dl)
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: moe: no memory");
+    /* each MoE layer: its routing state alone on the host (the rows live
+     * in the backend's memory), no host shared experts */
+    for (int l = 0; l < c->layers; l++) {
+        if (!n->layer[l])
+            continue;
+        llmt__moe_free(n->layer[l]);
+        llmt__moe_shared_free(n->shared[l]);
+        n->shared[l] = NULL;
+        if (!(n->layer[l] = llmt__moe_new_rows(&sh, n->Nmax, 0)))
+            return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY,
+                                 "trainer: moe: no memory for layer %d's routing state", l);
+        if ((st = llmt__moe_dlay_new(n->dx, &n->dl[l])) != LLMT_OK)
+            return st;
+    }
+    return LLMT_OK;
+}
+
+/* A layer's tensors as the op table's pointers: offsets in elements of
+ * es bytes from base. */
+static llmt__moe_dw dev_ptrs(const llmt__layer_offs *w, const void *base, size_t es)
+{
+    char *b = (char *)base;
+    llmt__moe_dw x = {b + w->router * es,
+                      b + w->ew1 * es,
+                      b + w->ew3 * es,
+                      b + w->ew2 * es,
+                      NULL,
+                      NULL,
+                      NULL};
+    if (w->sw1 != LLMT__NOPARAM) {
+        x.sw1 = b + w->sw1 * es;
+        x.sw3 = b + w->sw3 * es;
+        x.sw2 = b + w->sw2 * es;
+    }
+    return x;
+}
+
 void llmt__moe_net_set_active(llmt__moe_net *n, int rows)
 {
     n->active = rows > 0 ? rows : 0;
@@ -135,8 +200,26 @@ static llmt__moe_w weights(const llmt__layer_offs *w, const float *base)
     return x;
 }
 
+/* The forward through the op table: moe_dev.c (y's padding rows set by
+ * the caller). */
+static llmt_status dev_fwd(llmt__moe_net *n, int l, const llmt__layer_offs *w,
+                           const void *param, const void *x, void *y, int N, int all)
+{
+    llmt__moe_dw p = dev_ptrs(w, param, n->es);
+    if (all > N) {
+        const llmt__dev_ops *op = llmt__moe_dctx_ops(n->dx);
+        llmt__dev *d = llmt__moe_dctx_dev(n->dx);
+        size_t row = (size_t)n->c.width * n->es;
+        if (op->memset0(d, (char *)y + (size_t)N * row, (size_t)(all - N) * row) != LLMT_OK)
+            return llmt__err_set(n->tg.e, LLMT_ERR_INTERNAL, "trainer: moe: memset: %s",
+                                 op->last_error(d));
+    }
+    llmt__moe_dctx_set_err(n->dx, n->tg.e);
+    return llmt__moe_dev_fwd(n->dx, n->dl[l], n->layer[l], &p, x, y, N);
+}
+
 llmt_status llmt__moe_net_fwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__layer_offs *w,
-                              const float *param, const float *x, float *y, int N)
+                              const void *param, const void *x_, void *y_, int N)
 {
     llmt__moe *s = n->layer[l];
     if (!s || N > s->Nmax)
@@ -147,7 +230,6 @@ llmt_status llmt__moe_net_fwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
     int all = N;
     if (n->active > 0 && n->active < N)
         N = n->active;
-    memset(y + (size_t)N * n->c.width, 0, (size_t)(all - N) * n->c.width * sizeof *y);
     /* the router statistics summed over the token group (moe.h) */
     llmt_status st = llmt__moe_group_check(&n->tg, e, (int64_t)N * n->c.moe_top_k);
     if (st != LLMT_OK)
@@ -155,29 +237,40 @@ llmt_status llmt__moe_net_fwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
     n->tg.e = e;
     s->sum = n->tg.n ? llmt__moe_group_sum : NULL;
     s->sum_ctx = &n->tg;
+    if (n->dx)
+        return dev_fwd(n, l, w, param, x_, y_, N, all);
+    const float *x = x_, *pf = param;
+    float *y = y_;
+    memset(y + (size_t)N * n->c.width, 0, (size_t)(all - N) * n->c.width * sizeof *y);
     llmt__moe_w p = weights(w, param);
     st = n->ep ? llmt__moe_ep_fwd(n->ep[l], s, n->epc, e, &p, x, y, N)
                : llmt__moe_fwd(s, &p, x, y, N);
     if (st == LLMT_OK && n->shared[l]) /* not routed: on this rank's tokens */
-        llmt__moe_shared_fwd(n->shared[l], param + w->sw1, param + w->sw3, param + w->sw2, x, y,
-                             N);
+        llmt__moe_shared_fwd(n->shared[l], pf + w->sw1, pf + w->sw3, pf + w->sw2, x, y, N);
     return st;
 }
 
 llmt_status llmt__moe_net_bwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__layer_offs *w,
-                              const float *param, float *grad, const float *x, const float *dy,
-                              float *dx, float scale)
+                              const void *param, float *grad, const void *x_, const void *dy_,
+                              void *dx_, float scale)
 {
     llmt__moe *s = n->layer[l];
     if (!s)
         return llmt__err_set(e, LLMT_ERR_INTERNAL, "trainer: moe: layer %d is not MoE", l);
-    llmt__moe_w p = weights(w, param), g = weights(w, grad);
     float ac = scale * n->c.moe_aux_loss_coef, zc = scale * n->c.moe_z_loss_coef;
+    if (n->dx) {
+        llmt__moe_dw p = dev_ptrs(w, param, n->es), g = dev_ptrs(w, grad, sizeof(float));
+        llmt__moe_dctx_set_err(n->dx, e);
+        return llmt__moe_dev_bwd(n->dx, n->dl[l], s, &p, &g, x_, dy_, dx_, ac, zc);
+    }
+    const float *x = x_, *dy = dy_, *pf = param;
+    float *dx = dx_;
+    llmt__moe_w p = weights(w, param), g = weights(w, grad);
     llmt_status st = n->ep ? llmt__moe_ep_bwd(n->ep[l], s, n->epc, e, &p, &g, x, dy, dx, ac, zc)
                            : llmt__moe_bwd(s, &p, &g, x, dy, dx, ac, zc);
     if (st == LLMT_OK && n->shared[l])
-        llmt__moe_shared_bwd(n->shared[l], param + w->sw1, param + w->sw3, param + w->sw2,
-                             grad + w->sw1, grad + w->sw3, grad + w->sw2, x, dy, dx);
+        llmt__moe_shared_bwd(n->shared[l], pf + w->sw1, pf + w->sw3, pf + w->sw2, grad + w->sw1,
+                             grad + w->sw3, grad + w->sw2, x, dy, dx);
     return st;
 }
 
@@ -188,6 +281,12 @@ llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_ep_comm: %s",
                              llmt_comm_last_error(comm));
     int E = n->c.moe_experts;
+    if (sz > 1 && n->dx)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_ep_comm: model.moe with parallelism.ep %d: expert "
+                             "parallelism runs on the fp32 cpu backend only for now, not on "
+                             "device %s (issue 18)",
+                             (int)sz, llmt__moe_dctx_ops(n->dx)->name);
     if (sz > 1 && E % sz)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: set_ep_comm: parallelism.ep %d does not divide "
@@ -493,6 +592,12 @@ llmt_status llmt__moe_net_sets(llmt__moe_net *n, llmt_err *e, int sets,
         return llmt__err_set(e, LLMT_ERR_INTERNAL,
                              "trainer: moe: a stage's activation sets are made once, before "
                              "expert parallelism");
+    if (n->dx)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: model.moe with parallelism.pp: MoE layers on pipeline "
+                             "stages run on the fp32 cpu backend only for now, not on device "
+                             "%s (issue 18)",
+                             llmt__moe_dctx_ops(n->dx)->name);
     int L = n->c.layers;
     llmt__moe_shape sh = net_shape(n);
     sets = sets > 1 ? sets : 1;
@@ -574,7 +679,8 @@ size_t llmt__moe_net_saved_bytes(const llmt__moe_net *n)
     size_t layers = 0;
     for (int l = 0; l < n->c.layers; l++)
         layers += n->layer[l] && (!n->held || n->held[l]);
-    return layers * (size_t)(n->lset ? n->nsets : 1) * layer_saved(n) * sizeof(float);
+    size_t one = n->dx ? llmt__moe_dlay_saved_bytes(n->dx) : layer_saved(n) * sizeof(float);
+    return layers * (size_t)(n->lset ? n->nsets : 1) * one;
 }
 
 void llmt__moe_net_tally_layers(llmt__moe_net *n, int l0, int l1)

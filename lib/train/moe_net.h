@@ -7,6 +7,7 @@
 #define LLMT_TRAIN_MOE_NET_H
 
 #include "core/internal.h"
+#include "exec/dev.h"
 #include "model/model.h"
 
 typedef struct llmt__moe_net llmt__moe_net;
@@ -15,10 +16,18 @@ typedef struct llmt__moe_net llmt__moe_net;
 llmt_status llmt__moe_net_new(llmt_err *e, const llmt_model_config *c, int Nmax,
                               llmt__moe_net **out);
 void llmt__moe_net_free(llmt__moe_net *n);
+/* Run the layers through the op table of backend `op` (moe_dev.h)
+ * instead of on host fp32 buffers: param, x, y, dy and dx below are then
+ * the backend's memory in its storage type (grad stays fp32). Once, right
+ * after llmt__moe_net_new; pipeline stages (llmt__moe_net_sets) and
+ * expert parallelism are refused on it. */
+llmt_status llmt__moe_net_set_dev(llmt__moe_net *n, llmt_err *e, const llmt__dev_ops *op,
+                                  llmt__dev *d);
 /* Layer l (a MoE layer) on x[N, width] into y (overwritten); w: its
- * offsets into param (floats). */
+ * offsets into param (elements: fp32 floats, or the op table's storage
+ * type). */
 llmt_status llmt__moe_net_fwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__layer_offs *w,
-                              const float *param, const float *x, float *y, int N);
+                              const void *param, const void *x, void *y, int N);
 /* The next forwards route only their first `rows` rows (0: all, as a
  * training step's): a forward-only pass padded to the engine's
  * micro-batch (pp_infer.c) gives its padding rows no expert slot, no
@@ -29,8 +38,8 @@ void llmt__moe_net_set_active(llmt__moe_net *n, int rows);
  * added into grad (same offsets); the aux and z losses weighted by their
  * coefficients times `scale` (1 / micro-batches of the step). */
 llmt_status llmt__moe_net_bwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__layer_offs *w,
-                              const float *param, float *grad, const float *x, const float *dy,
-                              float *dx, float scale);
+                              const void *param, float *grad, const void *x, const void *dy,
+                              void *dx, float scale);
 /* Expert parallelism over comm (moe_ep.h; NULL or one rank: off). comm
  * must outlive the engine; its size must divide the experts. */
 llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm);

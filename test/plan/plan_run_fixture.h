@@ -221,8 +221,9 @@ static inline int plan_run_ranks_ok(const char *name, const void *a, size_t size
     return ok;
 }
 
-/* MoE runs on the fp32 CPU engine only: every rank refused it on the
- * emulation, naming model.moe (a check per rank). */
+/* A MoE layout the emulation does not run yet (pipeline stages, expert
+ * parallelism: lib/train/moe_net.c): every rank refused it, naming
+ * model.moe (a check per rank). */
 static inline void plan_run_moe_refused(const char *name, const void *a, size_t size, int n,
                                         size_t st_off, size_t err_off)
 {
