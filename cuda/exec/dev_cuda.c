@@ -3,6 +3,7 @@
  * so the table is built by the C compiler like the rest of lib/. */
 #include <stdio.h>
 
+#include "../kernels/moe.h"
 #include "../llmt_cuda.h"
 #include "core/internal.h" /* llmt__cuda_device_count */
 
@@ -196,6 +197,29 @@ static llmt_status dc_gelu_fwd(llmt__dev *d, void *out, const void *inp, size_t 
     return llmt__cuda_gelu_fwd(CTX(d), out, inp, n);
 }
 
+/* mixture-of-experts rows (cuda/kernels/moe.cu; never run on a GPU yet) */
+static llmt_status dc_moe_gather(llmt__dev *d, void *out, const void *x, const int32_t *tok,
+                                 int R, int C)
+{
+    return llmt__cuda_moe_gather(CTX(d), out, x, tok, R, C);
+}
+static llmt_status dc_moe_gather_bwd(llmt__dev *d, void *dx, const void *dxe,
+                                     const int32_t *row, int N, int K, int C)
+{
+    return llmt__cuda_moe_gather_bwd(CTX(d), dx, dxe, row, N, K, C);
+}
+static llmt_status dc_moe_combine(llmt__dev *d, void *y, const void *ye, const int32_t *row,
+                                  const float *gate, int N, int K, int C)
+{
+    return llmt__cuda_moe_combine(CTX(d), y, ye, row, gate, N, K, C);
+}
+static llmt_status dc_moe_combine_bwd(llmt__dev *d, void *dye, float *dgate, const void *dy,
+                                      const void *ye, const int32_t *row, const float *gate,
+                                      int N, int K, int C)
+{
+    return llmt__cuda_moe_combine_bwd(CTX(d), dye, dgate, dy, ye, row, gate, N, K, C);
+}
+
 /* one log-sum-exp per (sequence, head, position) */
 static size_t dc_attn_state(int B, int nh, int T) { return (size_t)B * nh * T; }
 
@@ -242,6 +266,10 @@ static const llmt__dev_ops dev_cuda = {
     .quantize_fp8 = dc_quantize_fp8,
     .bias_add = dc_bias_add,
     .gelu_fwd = dc_gelu_fwd,
+    .moe_gather = dc_moe_gather,
+    .moe_gather_bwd = dc_moe_gather_bwd,
+    .moe_combine = dc_moe_combine,
+    .moe_combine_bwd = dc_moe_combine_bwd,
 };
 
 const llmt__dev_ops *llmt__dev_cuda(void) { return &dev_cuda; }
