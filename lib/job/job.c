@@ -660,7 +660,7 @@ LLMT_API void llmt_job_destroy(llmt_job *j)
         llmt_comm_destroy(j->comm);
     llmt_model_destroy(j->model);
     llmt__job_data_free(&j->data);
-    llmt__job_replica_forget(j);
+    llmt__job_sdc_free(j);
     llmt_plan_destroy(j->plan);
     llmt_spec_destroy(j->spec);
     free(j->in);

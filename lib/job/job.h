@@ -175,6 +175,13 @@ struct llmt_job {
     int64_t lr_lowered;
     int64_t sdc_checks, sdc_mismatches;
     int32_t *replica_grp;                       /* llmt__job_replica_groups' (sdc_hash.c) */
+    /* the ZeRO-3 check's one-step snapshot (sdc_step.c): shares, their
+     * capacity in floats, the batch (inputs, then targets), the step it
+     * serves (-1: none) and the trainer's step it holds */
+    float *sdc_snap;
+    size_t sdc_snap_cap;
+    int32_t *sdc_snap_in;
+    int64_t sdc_snap_for, sdc_snap_step;
     double strag_busy, strag_wall, strag_comm0; /* busy seconds since the last report */
     int64_t strag_steps;
     int32_t strag_streak[JOB_STRAGGLER_MAX_RANKS]; /* reports in a row named */
@@ -294,6 +301,16 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
  * compares its shares' hash with its own first one). */
 llmt_status llmt__job_shares_hash(llmt_job *j, uint64_t *out);
 llmt_status llmt__job_sdc_shares(llmt_job *j, int64_t step, llmt_job_metrics *m);
+/* sdc_step.c: the ZeRO-3 check's one-step snapshot. snap: before step
+ * `step` runs (its batch read, before injected faults), when the check
+ * comes after it: this rank's shares, the trainer's step and the batch.
+ * step_replay: at the check of `step`, back to that snapshot and the step
+ * run again (collective); *from the trainer step it replayed from, -1
+ * without a snapshot of this step. free: the snapshot and the replica
+ * groups (job destroy). */
+llmt_status llmt__job_sdc_snap(llmt_job *j, int64_t step);
+llmt_status llmt__job_sdc_step_replay(llmt_job *j, int64_t step, int64_t *from);
+void llmt__job_sdc_free(llmt_job *j);
 
 /* metrics.c: metrics.jsonl, appended and never rewritten. */
 llmt_status llmt__job_metrics_open(llmt_job *j);

@@ -211,7 +211,9 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
     llmt_step_metrics met;
     memset(&met, 0, sizeof met);
     met.struct_size = sizeof met;
-    if ((s = llmt__job_fault_before(j, start + 1)) != LLMT_OK)
+    /* the ZeRO-3 check's snapshot: before the step's injected faults */
+    if ((s = llmt__job_sdc_snap(j, start + 1)) != LLMT_OK ||
+        (s = llmt__job_fault_before(j, start + 1)) != LLMT_OK)
         return s;
     llmt__job_obs_mark(j, &k, 0);
     k.t_step0 = llmt__job_now();

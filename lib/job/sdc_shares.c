@@ -9,13 +9,14 @@
  * the same share again. In deterministic mode (train.deterministic) a
  * step is a pure function of the state and the batch, so every
  * fault_tolerance.sdc_interval steps each rank hashes its shares
- * (parameters, m and v), every rank replays the steps since the newest
- * snapshot (sdc_replay.c), and a rank whose shares do not hash the same
- * again computed a result that does not reproduce: it is named, and the
- * run goes on from the replay (the corrupted result is gone).
+ * (parameters, m and v), every rank replays the check step from the
+ * snapshot taken before it (sdc_step.c, sdc_replay.c), and a rank whose
+ * shares do not hash the same again computed a result that does not
+ * reproduce: it is named, and the run goes on from the replay (the
+ * corrupted result is gone).
  *
- * The price is the replay: each check runs again the steps since the
- * newest snapshot (doc/fault-tolerance.md). The shares are read where the
+ * The price is the replay: one step in sdc_interval runs twice, and the
+ * check covers those steps' computation (doc/fault-tolerance.md). The shares are read where the
  * engine trains the host tensors in place (the fp32 CPU engine without
  * tensor or pipeline parallelism); refuse.c refuses the other layouts. */
 #include <stdlib.h>
@@ -66,12 +67,11 @@ llmt_status llmt__job_sdc_shares(llmt_job *j, int64_t step, llmt_job_metrics *m)
         return s;
     j->gp_checks_s += llmt__job_now() - t0;
     if (from < 0 || from >= step) {
-        /* nothing to replay from (no snapshot before this step): this
-         * check could not be made, and the line says so */
+        /* nothing to replay from (no snapshot was taken before this
+         * step): this check could not be made, and the line says so */
         llmt__log(j->ctx, LLMT_LOG_WARN, "job",
                   "sdc: step %lld not checked: under parallelism.zero 3 the check replays "
-                  "the steps since the newest snapshot, and there is none before it (save "
-                  "at least once per fault_tolerance.sdc_interval)",
+                  "the step from a snapshot taken before it, and none was",
                   (long long)step);
         llmt__job_metrics_line(j,
                                "{\"event\":\"sdc\",\"step\":%lld,\"checked\":false,"

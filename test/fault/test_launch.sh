@@ -26,8 +26,9 @@
 #             deterministic mode the steps since the snapshot are replayed
 #             and the rank whose result does not reproduce is named
 #   sdc-zero3 the check under ZeRO-3 (no replicas): refused without
-#             train.deterministic; with it every check replays the steps
-#             since the snapshot and compares each rank's shares' hash
+#             train.deterministic; with it every check replays the check
+#             step from the snapshot taken before it and compares each
+#             rank's shares' hash
 #             (losses unchanged by the replays); a flip in rank 1's share
 #             after step 6 names rank 1 alone, and the run goes on from the
 #             replay with the uninterrupted run's losses
@@ -343,8 +344,8 @@ sys.exit(not ok)' d3/metrics.jsonl || fail=1
   ;;
 sdc-zero3)
   # ZeRO-3 holds no replicas: in deterministic mode each check replays the
-  # steps since the newest snapshot and compares every rank's hash of its
-  # own shares (parameters, m, v) with its first one
+  # check step from the snapshot taken before it and compares every rank's
+  # hash of its own shares (parameters, m, v) with its first one
   mk z3.json ', "sdc_interval": 2'
   sed 's/"optimizer"/"parallelism": {"zero": 3}, "optimizer"/' z3.json > z3n.json
   sed 's/"sample_tokens": 0}/"sample_tokens": 0, "deterministic": true}/' z3n.json > z3d.json
@@ -360,12 +361,10 @@ sdc-zero3)
   python3 -c '
 import json, sys
 ev = [j for j in map(json.loads, open(sys.argv[1])) if j.get("event") == "sdc"]
-first = ev[0] if ev else {}
-rest = ev[1:]
-ok = (first.get("step") == 2 and first.get("checked") is False and len(rest) == 6 and
-      all(e["ok"] is True and e["shares"] is True and e["replayed_from"] == e["step"] - 2
-          for e in rest))
-print(("ok  " if ok else "FAIL") + " zero 3: step 2 not checked (no snapshot before it), steps 4-14 replayed from the snapshot 2 steps back, every share reproduced (%d checks)" % len(rest))
+ok = ([e["step"] for e in ev] == list(range(2, 15, 2)) and
+      all(e.get("ok") is True and e["shares"] is True and e["replayed_from"] == e["step"] - 1
+          for e in ev))
+print(("ok  " if ok else "FAIL") + " zero 3: steps 2-14 checked, each replayed as one step from the snapshot before it, every share reproduced (%d checks)" % len(ev))
 sys.exit(not ok)' zr/metrics.jsonl || { fail=1; grep sdc zr/metrics.jsonl; }
   losses zp/metrics.jsonl > zp.loss
   losses zr/metrics.jsonl > zr.loss
@@ -373,7 +372,7 @@ sys.exit(not ok)' zr/metrics.jsonl || { fail=1; grep sdc zr/metrics.jsonl; }
     ok "the replays leave the run as it was: 14 losses equal the run without checks" ||
     { bad "losses with checks differ"; diff zp.loss zr.loss; }
   LLMT_FAULT=flipout:1:6 launch zf zf.log --nproc 2 z3d.json || { bad "zero 3 flipout run"; cat zf.log; }
-  grep -q '"event":"sdc_replay","step":6,"from":4,"not_reproducible":\[1\],"agree":true,"action":"replayed"' zf/metrics.jsonl &&
+  grep -q '"event":"sdc_replay","step":6,"from":5,"not_reproducible":\[1\],"agree":true,"action":"replayed"' zf/metrics.jsonl &&
     grep -q '"event":"sdc","step":6,"ok":false,"ranks":2,"shares":true,"not_reproducible":1,"action":"replayed"' zf/metrics.jsonl &&
     ok "a flip in rank 1's share after step 6's update: rank 1 alone named by the replay" ||
     { bad "zero 3 replay did not name rank 1"; grep sdc zf/metrics.jsonl; }

@@ -1,0 +1,129 @@
+/* The one-step snapshot of the ZeRO-3 silent-data-corruption check.
+ *
+ * Under ZeRO-3 the check replays (sdc_shares.c): each rank computes its
+ * shares again and compares their hash with the first result. Replaying
+ * from the newest checkpoint ran every step since it again (with the check
+ * at the checkpoint interval, every step twice) and read the memory tier
+ * (every rank's parts over the network) at each check. Before a check
+ * step this rank copies what the step changes and reads: its shares of the
+ * parameters and of both AdamW moments, the trainer's step (the schedule
+ * follows from it) and the step's batch. The replay puts them back and
+ * runs that one step: 1/sdc_interval of the steps run twice, no restore.
+ *
+ * What it covers: the check step's computation (a unit that errs again
+ * and again is caught at the next check; sdc_interval 1 checks every
+ * step). A transient error in a step between two checks, or a flip in
+ * memory between steps, is in the snapshot and is not seen: the window
+ * replay saw those, at the price of running every step twice
+ * (doc/fault-tolerance.md, "Deterministic SDC replay").
+ *
+ * Taken before the step's injected faults (fault.c), so a drill's flip in
+ * the step is the corruption the replay must not reproduce. Only where the
+ * check hashes shares: the engine trains the host tensors in place (the
+ * fp32 CPU engine, tp 1, pp 1; refuse.c and sdc_shares.c refuse the
+ * rest), so the shares are host memory the copy can read and write. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "job/job.h"
+#include "train/trainer_state.h"
+
+#define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
+
+/* Copy this rank's shares of every parameter into (dir 0) or out of
+ * (dir 1) the snapshot; the count of floats a copy needs. */
+static size_t shares_copy(llmt_job *j, float *snap, int dir)
+{
+    int32_t n = 0;
+    size_t at = 0;
+    llmt_model_param_count(j->model, &n, NULL);
+    for (int32_t i = 0; i < n; i++) {
+        int64_t rel = 0, cnt = 0;
+        float *p[3] = {NULL, NULL, NULL};
+        llmt__trainer_share(j->tr, i, &rel, &cnt, p);
+        for (int k = 0; k < 3 && cnt > 0; k++) {
+            if (!p[k])
+                continue;
+            if (snap && dir == 0)
+                memcpy(snap + at, p[k], (size_t)cnt * sizeof(float));
+            else if (snap)
+                memcpy(p[k], snap + at, (size_t)cnt * sizeof(float));
+            at += (size_t)cnt;
+        }
+    }
+    return at;
+}
+
+llmt_status llmt__job_sdc_snap(llmt_job *j, int64_t step)
+{
+    int64_t every = j->spec->fault_tolerance.sdc_interval;
+    j->sdc_snap_for = -1;
+    if (every <= 0 || step % every || j->spec->parallelism.zero < 3 || !j->comm ||
+        j->world < 2 || !j->to.deterministic || !llmt__trainer_host_resident(j->tr))
+        return LLMT_OK;
+    double t0 = llmt__job_now();
+    size_t need = shares_copy(j, NULL, 0);
+    size_t batch = (size_t)j->to.micro_batch * j->to.grad_accum * j->to.seq_len;
+    if (need > j->sdc_snap_cap || !j->sdc_snap_in) {
+        free(j->sdc_snap);
+        free(j->sdc_snap_in);
+        j->sdc_snap = malloc((need ? need : 1) * sizeof *j->sdc_snap);
+        j->sdc_snap_in = malloc(2 * batch * sizeof *j->sdc_snap_in);
+        j->sdc_snap_cap = j->sdc_snap && j->sdc_snap_in ? need : 0;
+        if (!j->sdc_snap_cap && need)
+            return FAIL(LLMT_ERR_OUT_OF_MEMORY,
+                        "fault_tolerance.sdc_interval: no memory for the one-step snapshot "
+                        "of this rank's shares (%zu floats)",
+                        need);
+    }
+    shares_copy(j, j->sdc_snap, 0);
+    memcpy(j->sdc_snap_in, j->in, batch * sizeof *j->in);
+    memcpy(j->sdc_snap_in + batch, j->tg, batch * sizeof *j->tg);
+    llmt_trainer_get_step(j->tr, &j->sdc_snap_step);
+    j->sdc_snap_for = step;
+    j->gp_checks_s += llmt__job_now() - t0;
+    return LLMT_OK;
+}
+
+llmt_status llmt__job_sdc_step_replay(llmt_job *j, int64_t step, int64_t *from)
+{
+    *from = -1;
+    if (j->sdc_snap_for != step)
+        return LLMT_OK; /* no snapshot of this step: the caller says so */
+    j->sdc_snap_for = -1;
+    /* as a checkpoint's read does: the host copies current, written,
+     * then taken up by the engine and data parallelism (collective:
+     * every rank replays) */
+    llmt_status s = llmt__trainer_host_sync(j->tr);
+    if (s == LLMT_OK) {
+        shares_copy(j, j->sdc_snap, 1);
+        s = llmt__trainer_params_written(j->tr);
+    }
+    if (s == LLMT_OK)
+        s = llmt_trainer_set_step(j->tr, j->sdc_snap_step);
+    if (s != LLMT_OK)
+        return FAIL(s, "sdc: rewinding to the snapshot before step %lld: %s", (long long)step,
+                    llmt_trainer_last_error(j->tr));
+    size_t batch = (size_t)j->to.micro_batch * j->to.grad_accum * j->to.seq_len;
+    llmt_batch b = {sizeof b, j->sdc_snap_in, j->sdc_snap_in + batch,
+                    j->to.micro_batch * j->to.grad_accum, j->to.seq_len};
+    llmt_step_metrics met;
+    memset(&met, 0, sizeof met);
+    met.struct_size = sizeof met;
+    if ((s = llmt_trainer_step(j->tr, &b, &met)) != LLMT_OK)
+        return FAIL(s, "sdc: replay of step %lld: %s", (long long)step,
+                    llmt_trainer_last_error(j->tr));
+    *from = j->sdc_snap_step;
+    return LLMT_OK;
+}
+
+void llmt__job_sdc_free(llmt_job *j)
+{
+    free(j->sdc_snap);
+    free(j->sdc_snap_in);
+    j->sdc_snap = NULL;
+    j->sdc_snap_in = NULL;
+    j->sdc_snap_cap = 0;
+    j->sdc_snap_for = -1;
+    llmt__job_replica_forget(j);
+}
