@@ -757,7 +757,19 @@ LLMT_API llmt_status llmt_batch_init(llmt_batch *batch, size_t size);
 LLMT_API llmt_status llmt_step_metrics_init(llmt_step_metrics *metrics,
                                             size_t size);
 /* The trainer keeps a pointer to `model`, which must outlive it. Creation
- * errors are recorded on the model (llmt_model_last_error). */
+ * errors are recorded on the model (llmt_model_last_error).
+ * The trainer's engine (its parameter, gradient, moment and activation
+ * buffers) is made once, by the first call that needs it (step,
+ * forward_backward, evaluate, generate, sync_params, grad, optim_state,
+ * optim_shard, memory_usage, pp_stats, moe_stats, ckpt_add, ckpt_read),
+ * from every parallel group attached before it: the attach calls
+ * (llmt_trainer_set_tp_comm, _set_sequence_parallel, _set_cp_comm,
+ * _set_pp_comm, _set_ep_comm, _set_comm) check their group and record it,
+ * in any order, and that first call is collective over all of them
+ * (doc/parallelism.md, "Attaching the groups"). Creation checks what no
+ * layout changes (the device context, the head dim). Attaching after the
+ * engine is made makes it again, carrying the state, in the order each
+ * attach call below names (refused otherwise with LLMT_ERR_STATE). */
 LLMT_API llmt_status llmt_trainer_create(llmt_model *model,
                                          const llmt_trainer_opts *opts,
                                          llmt_trainer **out);
@@ -1392,8 +1404,10 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
 /* Tensor parallelism (Megatron-LM's splits; doc/parallelism.md) over
  * `comm`, the group of ranks that share each layer (the plan's innermost
  * dimension; llmt_comm_create_plan_group), which must outlive the trainer
- * (NULL or a group of 1: no split). Collective over comm. Call it before
- * llmt_trainer_set_comm, with identical parameters on every rank (same
+ * (NULL or a group of 1: no split). Before the engine is made
+ * (llmt_trainer_create) it is recorded, in any order with the other
+ * groups; after, it is collective over comm and must come before
+ * llmt_trainer_set_comm. Identical parameters on every rank (same
  * seed): each rank then keeps only its shards of the parameters,
  * gradients, AdamW state and of the activations of its heads, MLP columns
  * and vocabulary columns. step, forward_backward, evaluate and generate
@@ -1426,16 +1440,17 @@ LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
  * the group. Results are those of tensor parallelism alone up to the
  * order of fp32 sums; activation memory per rank falls (the rows kept
  * for the backward are divided by tp; llmt_trainer_memory's activations
- * shows it). Call it after llmt_trainer_set_tp_comm and before
- * llmt_trainer_set_comm: collective over the tensor parallel group, it
- * makes the engine again from the host copies (on = 0 turns it off;
+ * shows it). Call it after llmt_trainer_set_tp_comm; on a made engine
+ * (llmt_trainer_create) before llmt_trainer_set_comm, collective over the
+ * tensor parallel group, it makes the engine again from the host copies
+ * (on = 0 turns it off;
  * asking for the current setting does nothing and is never refused). A
  * later llmt_trainer_set_tp_comm with another group of more than one
  * rank keeps it; detaching tensor parallelism (NULL or a group of 1)
  * ends it. Context parallelism (llmt_trainer_set_cp_comm) composes when
  * attached after it. Fails with LLMT_ERR_STATE without a tensor parallel
- * group of more than one rank or after llmt_trainer_set_comm or
- * llmt_trainer_set_cp_comm, and with
+ * group of more than one rank or, on a made engine, after
+ * llmt_trainer_set_comm or llmt_trainer_set_cp_comm, and with
  * LLMT_ERR_INVALID_ARGUMENT, naming model.seq_len, when tp does not
  * divide seq_len (evaluate and generate calls of other lengths are padded
  * at the end to a multiple of tp, which causal attention makes exact);
@@ -1506,9 +1521,11 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
  * (p - s - 1) + (v - 1) p + 1 chunks interleaved, all m v when m == p):
  * the schedules differ in activation memory, not in results; the
  * trainer's recompute option applies inside each set.
- * Collective over comm (NULL or a group of 1: one stage, nothing to do);
- * a trainer takes it once (LLMT_ERR_STATE after), fresh or read from a
- * checkpoint, with identical parameters on every stage. Tensor
+ * Collective over comm (NULL or a group of 1: one stage, nothing to do)
+ * on a made engine (llmt_trainer_create; before, recorded in any order
+ * with the other groups); a made engine takes it once (LLMT_ERR_STATE
+ * after), fresh or read from a checkpoint, with identical parameters on
+ * every stage. Tensor
  * parallelism composes: llmt_trainer_set_tp_comm (and
  * llmt_trainer_set_sequence_parallel) before, on the TP group, splits the
  * stage's layers (what passes between stages is then the TP-replicated,
@@ -1611,7 +1628,9 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
  * over it, so results are those of one rank up to the order of fp32 sums.
  * Every rank of the group calls llmt_trainer_step (and evaluate) with the
  * same whole sequences, as the ranks of a tensor parallel group do; the
- * loss weighting counts every target of the batch once. Order of attach
+ * loss weighting counts every target of the batch once. Before the engine
+ * is made (llmt_trainer_create) the group is recorded, in any order with
+ * the others. On a made engine, the order of attach
  * calls: llmt_trainer_set_tp_comm first (each CP rank keeps its TP shard;
  * the CP group joins ranks of equal TP rank), then this, then
  * llmt_trainer_set_comm on the DP group (any ZeRO stage; its reductions
@@ -1632,8 +1651,9 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
  * Fails with LLMT_ERR_INVALID_ARGUMENT, naming parallelism.cp and
  * model.seq_len, when 2 x cp does not divide seq_len (with sequence
  * parallelism: or tp does not divide seq_len / cp), and for a variant
- * other than those below; LLMT_ERR_STATE after llmt_trainer_set_comm or
- * llmt_trainer_set_pp_comm; LLMT_ERR_UNSUPPORTED with fp8, MoE layers, or on
+ * other than those below; on a made engine LLMT_ERR_STATE after
+ * llmt_trainer_set_comm or llmt_trainer_set_pp_comm; LLMT_ERR_UNSUPPORTED
+ * with fp8, MoE layers, or on
  * CUDA (the exchange runs on host memory: the CPU backend and the bf16
  * emulation). */
 typedef enum llmt_cp_variant {
@@ -1690,10 +1710,12 @@ LLMT_API llmt_status llmt_trainer_moe_stats(llmt_trainer *tr, int32_t layer, int
  * must divide its size: a step without it fails with LLMT_ERR_STATE. The
  * router and the dense parameters are reduced over it as before; an
  * expert's gradient over the ranks of equal EP rank (the expert data
- * parallel group). The trainer then holds only its E/ep experts: its
- * engine is made again for them (parameters, gradients and AdamW moments
- * of this rank's rows of each expert tensor; attach tensor, context and
- * pipeline parallelism first, they are refused after it), and
+ * parallel group). The trainer then holds only its E/ep experts
+ * (parameters, gradients and AdamW moments of this rank's rows of each
+ * expert tensor): attached before the engine is made (llmt_trainer_create),
+ * in any order with the other groups, the engine is made for them from
+ * the start; on a made engine it is made again for them (tensor, context
+ * and pipeline parallelism are then refused after it), and
  * llmt_trainer_sync_params gathers the other ranks' rows into the
  * model's tensors (collective over comm; between steps they are not
  * held); gradients and moments read on the host hold this rank's rows

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "job/job.h"
+#include "train/trainer_state.h"
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
@@ -327,10 +328,12 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
  * goes to the trainer first, then the DP group (same TP coordinate), as
  * llmt_trainer_set_tp_comm asks. Creating the groups is collective, so
  * every rank does it whatever its degree. */
+static llmt_status make_engine(llmt_job *j);
+
 static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o)
 {
     if (j->world <= 1)
-        return LLMT_OK;
+        return make_engine(j);
     llmt_status s;
     if (o->comm) {
         j->comm = o->comm;
@@ -347,9 +350,30 @@ static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o)
     return llmt__job_attach_groups(j);
 }
 
+/* The trainer's engine, made once now that every group is recorded
+ * (lib/train/trainer_build.c), its device context on lib/obs's timed op
+ * table (made inside this window), so that its errors come from the job's
+ * creation and the first step times only the step. */
+static llmt_status make_engine(llmt_job *j)
+{
+    llmt__obs_remake_begin(j->obs);
+    llmt_status s = llmt__trainer_ready(j->tr);
+    llmt__obs_remake_end();
+    return s == LLMT_OK ? s : FAIL(s, "%s", llmt_trainer_last_error(j->tr));
+}
+
+static llmt_status attach_groups(llmt_job *j);
+
 /* The groups and the trainer's attachment to them, from j->comm (job
- * creation, and an in-place recovery with its new communicator). */
+ * creation, and an in-place recovery with its new communicator), then
+ * the engine made from them. */
 llmt_status llmt__job_attach_groups(llmt_job *j)
+{
+    llmt_status s = attach_groups(j);
+    return s != LLMT_OK ? s : make_engine(j);
+}
+
+static llmt_status attach_groups(llmt_job *j)
 {
     llmt_status s;
     if (j->tp <= 1 && j->cp <= 1 && j->pp <= 1) {

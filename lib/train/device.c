@@ -217,6 +217,7 @@ static llmt_status dalloc(llmt__devtrain *g, void **p, size_t bytes, int act)
 }
 
 static void free_slots(llmt__devtrain *g);
+static void ep_shards(llmt__devtrain *g);
 
 struct llmt__moe_net *llmt__devtrain_moe(llmt__devtrain *g)
 {
@@ -806,12 +807,64 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
                                        out);
 }
 
+static llmt_status head_dim_ok(llmt_err *e, const llmt__dev_ops *ops, const llmt_model *m)
+{
+    int hd = m->head_dim;
+    if (hd > 128 || hd % 2)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: device %s: head dim %d (width %d / heads %d): the "
+                             "attention kernels take an even head dim <= 128",
+                             ops->name, hd, (int)m->cfg.width, (int)m->cfg.heads);
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_probe(llmt_err *e, const llmt__dev_ops *ops,
+                                 const llmt__dev_opts *dopts, const llmt_model *m)
+{
+    llmt_status s = head_dim_ok(e, ops, m);
+    if (s != LLMT_OK)
+        return s;
+    char msg[512] = "";
+    llmt__dev *d = NULL;
+    s = ops->create(dopts, &d, msg, sizeof msg);
+    if (s != LLMT_OK)
+        return llmt__err_set(e, s, "trainer: device %s %d: %s", ops->name, dopts->device,
+                             msg[0] ? msg : "cannot create the context");
+    ops->destroy(d);
+    return LLMT_OK;
+}
+
+llmt_status llmt__devtrain_tp_supported(llmt_err *e, const llmt__dev_ops *ops, int fp8)
+{
+    if (!ops->embedding_part_fwd || !ops->embedding_part_bwd || !ops->xent_part_max ||
+        !ops->xent_part_sum || !ops->xent_part_fin)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: tensor parallelism: the %s backend has no "
+                             "vocabulary-split embedding and cross-entropy ops yet "
+                             "(the cpu and emulated backends have them)",
+                             ops->name);
+    if (fp8)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: fp8 with tensor parallelism is not supported "
+                             "yet (set fp8 off or parallelism.tp 1)");
+    return LLMT_OK;
+}
+
 llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
                                         const llmt__dev_opts *dopts, llmt_model *m, int B,
                                         int T, int A, int recompute,
                                         const llmt__devtrain_fp8 *fp8,
                                         const llmt__devtrain_tp *tp,
                                         const llmt__devtrain_stage *st, llmt__devtrain **out)
+{
+    return llmt__devtrain_create_layout(e, ops, dopts, m, B, T, A, recompute, fp8, tp, st, NULL,
+                                        out);
+}
+
+llmt_status llmt__devtrain_create_layout(
+    llmt_err *e, const llmt__dev_ops *ops, const llmt__dev_opts *dopts, llmt_model *m, int B,
+    int T, int A, int recompute, const llmt__devtrain_fp8 *fp8, const llmt__devtrain_tp *tp,
+    const llmt__devtrain_stage *st, llmt_comm *ep, llmt__devtrain **out)
 {
     *out = NULL;
     const llmt_model_config *c = &m->cfg;
@@ -825,18 +878,18 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
             return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                                  "trainer: tensor parallelism: rank %d of %d, hook %s",
                                  tp->rank, tps, tp->hook ? "set" : "missing");
-        if (!ops->embedding_part_fwd || !ops->embedding_part_bwd || !ops->xent_part_max ||
-            !ops->xent_part_sum || !ops->xent_part_fin)
-            return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                                 "trainer: tensor parallelism: the %s backend has no "
-                                 "vocabulary-split embedding and cross-entropy ops yet "
-                                 "(the cpu and emulated backends have them)",
-                                 ops->name);
-        if (fp8 && fp8->on)
-            return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                                 "trainer: fp8 with tensor parallelism is not supported "
-                                 "yet (set fp8 off or parallelism.tp 1)");
+        if ((ts = llmt__devtrain_tp_supported(e, ops, fp8 && fp8->on)) != LLMT_OK)
+            return ts;
     }
+    int32_t epr = 0, eps = 1;
+    if (ep && (llmt_comm_rank(ep, &epr) != LLMT_OK || llmt_comm_size(ep, &eps) != LLMT_OK))
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_ep_comm: %s",
+                             llmt_comm_last_error(ep));
+    if (eps > 1 && c->moe_experts <= 0)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_ep_comm: parallelism.ep %d needs mixture-of-experts "
+                             "layers (llmt_model_config.moe_experts 0)",
+                             (int)eps);
     int sp = tp && tp->seq;
     if (sp && tps == 1)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
@@ -849,11 +902,9 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
                              "equal blocks; shorter evaluate and generate calls are padded "
                              "to a multiple of tp)",
                              tps, T);
-    if (hd > 128 || hd % 2)
-        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                             "trainer: device %s: head dim %d (width %d / heads %d): the "
-                             "attention kernels take an even head dim <= 128", ops->name,
-                             hd, (int)c->width, (int)c->heads);
+    llmt_status hs = head_dim_ok(e, ops, m);
+    if (hs != LLMT_OK)
+        return hs;
     llmt__devtrain *g = calloc(1, sizeof *g);
     if (!g) return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     g->op = ops;
@@ -863,7 +914,10 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     g->T = T;
     g->A = A;
     g->llama = c->arch == LLMT_ARCH_LLAMA;
-    g->ep = 1;
+    /* expert parallelism known from the start: the buffers are made for
+     * this rank's experts only (never the whole model's first) */
+    g->ep = eps > 1 ? eps : 1;
+    g->epr = eps > 1 ? epr : 0;
     int L = c->layers;
     g->nacts = recompute == LLMT__RECOMPUTE_FULL ? 1 : L;
     g->selective = recompute == LLMT__RECOMPUTE_SELECTIVE;
@@ -931,6 +985,7 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     g->pinned = 1;
     tp_shards(g);
     stage_params(g);
+    ep_shards(g);
     plan_layout(g);
     int f32 = ops->store == LLMT_DTYPE_FP32;
     /* the fp32 host backend trains the model's own parameters in place
@@ -966,6 +1021,10 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
     if (g->moe && sp) /* each rank routes its block of rows: the token group */
         llmt__moe_net_add_group(g->moe, tp->comm);
     if (g->moe && g->pp > 1 && (s = stage_moe_sets(g)) != LLMT_OK) {
+        llmt__devtrain_destroy(g);
+        return s;
+    }
+    if (g->moe && g->ep > 1 && (s = llmt__moe_net_set_ep(g->moe, e, ep)) != LLMT_OK) {
         llmt__devtrain_destroy(g);
         return s;
     }
@@ -1103,9 +1162,21 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
         g->hg = g->grad;
         g->hm = g->mom1;
         g->hv = g->mom2;
+    } else if (g->ep > 1 && ops->host_memory) {
+        /* as llmt__devtrain_set_ep's: host copies left untouched (zero
+         * pages) but for this rank's expert rows; pinning is moot here */
+        g->pinned = 0;
+        g->hg = calloc(m->total ? m->total : 1, sizeof(float));
+        g->hm = calloc(m->total ? m->total : 1, sizeof(float));
+        g->hv = calloc(m->total ? m->total : 1, sizeof(float));
+        if (!g->hg || !g->hm || !g->hv) {
+            s = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY,
+                              "trainer: no memory for the host copies");
+            goto fail;
+        }
     } else if ((s = host_mirror(g, &g->hg, m->total)) != LLMT_OK ||
-        (s = host_mirror(g, &g->hm, m->total)) != LLMT_OK ||
-        (s = host_mirror(g, &g->hv, m->total)) != LLMT_OK)
+               (s = host_mirror(g, &g->hm, m->total)) != LLMT_OK ||
+               (s = host_mirror(g, &g->hv, m->total)) != LLMT_OK)
         goto fail;
     if ((s = llmt__devtrain_upload(g, m->data, NULL, NULL)) != LLMT_OK) goto fail;
     *out = g;

@@ -162,6 +162,14 @@ llmt_status llmt__devtrain_create_tp(llmt_err *e, const llmt__dev_ops *ops,
                                      const llmt__devtrain_tp *tp, llmt__devtrain **out);
 /* Does tp divide the model? LLMT_OK, or an error naming the key. */
 llmt_status llmt__tp_check(llmt_err *e, const llmt_model_config *c, int tp);
+/* What creating an engine on this backend would refuse before it
+ * allocates anything (the head dim, the device context: one is made and
+ * destroyed): the trainer's creation asks, as it makes its engine later. */
+llmt_status llmt__devtrain_probe(llmt_err *e, const llmt__dev_ops *ops,
+                                 const llmt__dev_opts *dopts, const llmt_model *m);
+/* Can this backend (and fp8 setting) run tensor parallelism? LLMT_OK, or
+ * an error saying what is missing. */
+llmt_status llmt__devtrain_tp_supported(llmt_err *e, const llmt__dev_ops *ops, int fp8);
 void llmt__devtrain_destroy(llmt__devtrain *g);
 
 /* Host mirrors (pinned where the backend has pinned memory), model->total

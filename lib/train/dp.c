@@ -561,38 +561,47 @@ static int dense_buckets(const llmt__dp *dp, llmt__dp *into)
     return b;
 }
 
-llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *opts,
-                            llmt_model *model, const llmt__dp_store *st, llmt__dp **out)
+llmt_status llmt__dp_check(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *opts,
+                           const llmt__dev_ops *op, llmt_dp_opts *o)
 {
-    *out = NULL;
     /* the communicator must take the engine's memory as it is */
     llmt_comm_backend be = LLMT_COMM_AUTO;
     if (llmt_comm_backend_of(comm, &be) != LLMT_OK)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT, "dp: not a communicator");
-    if (st->op->host_memory && be == LLMT_COMM_NCCL)
+    if (op->host_memory && be == LLMT_COMM_NCCL)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "dp: a NCCL communicator takes device memory, and the %s "
                              "backend's buffers are host memory: use an in-process or "
                              "MPI communicator",
-                             st->op->name);
-    if (!st->op->host_memory && be != LLMT_COMM_NCCL)
+                             op->name);
+    if (!op->host_memory && be != LLMT_COMM_NCCL)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "dp: the %s backend's gradients and parameters are device "
                              "memory, which only a NCCL communicator takes (this one is "
                              "%s): create it with backend LLMT_COMM_NCCL in a build with "
                              "NCCL (doc/gpu.md)",
-                             st->op->name, be == LLMT_COMM_MPI ? "MPI" : "in-process");
-    llmt_dp_opts o;
-    llmt_dp_opts_init(&o, sizeof o);
+                             op->name, be == LLMT_COMM_MPI ? "MPI" : "in-process");
+    llmt_dp_opts_init(o, sizeof *o);
     if (opts) {
-        llmt_status s = llmt__opts_copy(e, "llmt_dp_opts", &o, sizeof o, opts);
+        llmt_status s = llmt__opts_copy(e, "llmt_dp_opts", o, sizeof *o, opts);
         if (s != LLMT_OK) return s;
     }
-    if (o.zero_stage < 0 || o.zero_stage > 3 || o.bucket_bytes < 0)
+    if (o->zero_stage < 0 || o->zero_stage > 3 || o->bucket_bytes < 0)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                              "dp: zero_stage %d (0..3) or bucket_bytes %lld "
-                             "(>= 0) out of range", (int)o.zero_stage,
-                             (long long)o.bucket_bytes);
+                             "(>= 0) out of range",
+                             (int)o->zero_stage, (long long)o->bucket_bytes);
+    return LLMT_OK;
+}
+
+llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *opts,
+                            llmt_model *model, const llmt__dp_store *st, llmt__dp **out)
+{
+    *out = NULL;
+    llmt_dp_opts o;
+    llmt_status cs = llmt__dp_check(e, comm, opts, st->op, &o);
+    if (cs != LLMT_OK)
+        return cs;
     llmt__dp *dp = calloc(1, sizeof *dp);
     if (!dp) return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
     dp->comm = comm;

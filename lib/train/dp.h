@@ -44,6 +44,12 @@ typedef struct llmt__dp_store {
     llmt_comm *ep;
 } llmt__dp_store;
 
+/* What llmt__dp_create checks before it needs the engine: the
+ * communicator's memory against the backend's (as below) and the options
+ * (copied into *o, defaults where opts is NULL). The trainer checks an
+ * attach with it before its engine is made. */
+llmt_status llmt__dp_check(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *opts,
+                           const llmt__dev_ops *op, llmt_dp_opts *o);
 /* The communicator must take the store's memory: host memory (the CPU
  * backend, the emulation) goes with in-process and MPI communicators,
  * device memory (CUDA) with NCCL; anything else is refused with a message.

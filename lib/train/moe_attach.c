@@ -1,6 +1,8 @@
 /* llmt_trainer_set_ep_comm: the trainer's side of expert parallelism
  * (the layer's exchange is moe_ep.c, the engine's MoE layers moe_net.c,
- * its layout of this rank's experts device.c). */
+ * its layout of this rank's experts device.c). Before the engine is made
+ * the group is checked and recorded: the engine is then made for this
+ * rank's experts from the start (trainer_build.c). */
 #include <math.h>
 #include <stdint.h>
 #ifdef __linux__
@@ -18,12 +20,27 @@ LLMT_API llmt_status llmt_trainer_set_ep_comm(llmt_trainer *tr, llmt_comm *comm)
     if (!tr)
         return LLMT_ERR_NULL_POINTER;
     llmt_err *e = llmt__trainer_err(tr);
-    llmt__devtrain *g = llmt__trainer_devtrain(tr);
-    llmt__moe_net *m = g ? llmt__devtrain_moe(g) : NULL;
     int32_t n = 1;
     if (comm && llmt_comm_size(comm, &n) != LLMT_OK)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_ep_comm: %s",
                              llmt_comm_last_error(comm));
+    if (!tr->dev) { /* no engine yet: checked and recorded */
+        int E = tr->model->cfg.moe_experts;
+        if (E <= 0 && n > 1)
+            return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                                 "trainer: set_ep_comm: parallelism.ep %d needs "
+                                 "mixture-of-experts layers (llmt_model_config.moe_experts 0)",
+                                 (int)n);
+        if (n > 1 && E % n)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "trainer: set_ep_comm: parallelism.ep %d does not divide "
+                                 "model.moe.experts %d (each rank holds experts/ep of them)",
+                                 (int)n, E);
+        tr->ep_rec = n > 1 ? comm : NULL;
+        return LLMT_OK;
+    }
+    llmt__devtrain *g = tr->dev;
+    llmt__moe_net *m = llmt__devtrain_moe(g);
     if (!m && n > 1)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_ep_comm: parallelism.ep %d needs mixture-of-experts "
@@ -57,8 +74,10 @@ LLMT_API llmt_status llmt_trainer_set_ep_comm(llmt_trainer *tr, llmt_comm *comm)
 
 llmt_comm *llmt__trainer_ep_comm(llmt_trainer *tr)
 {
-    llmt__devtrain *g = llmt__trainer_devtrain(tr);
-    llmt__moe_net *m = g ? llmt__devtrain_moe(g) : NULL;
+    if (!tr->dev) /* not made yet: the recorded group */
+        return tr->ep_rec;
+    llmt__devtrain *g = tr->dev;
+    llmt__moe_net *m = llmt__devtrain_moe(g);
     return m ? llmt__moe_net_ep_comm(m) : NULL;
 }
 

@@ -37,6 +37,14 @@ llmt_status llmt__devtrain_create_stage(llmt_err *e, const llmt__dev_ops *ops,
                                         const llmt__devtrain_fp8 *fp8,
                                         const llmt__devtrain_tp *tp,
                                         const llmt__devtrain_stage *st, llmt__devtrain **out);
+/* The same with expert parallelism over ep (NULL or one rank: none): the
+ * engine made from the start for this EP rank's experts (as
+ * llmt__devtrain_set_ep lays it out), so the whole model's buffers are
+ * never held: the trainer's one build of its engine (trainer_build.c). */
+llmt_status llmt__devtrain_create_layout(
+    llmt_err *e, const llmt__dev_ops *ops, const llmt__dev_opts *dopts, llmt_model *m, int B,
+    int T, int A, int recompute, const llmt__devtrain_fp8 *fp8, const llmt__devtrain_tp *tp,
+    const llmt__devtrain_stage *st, llmt_comm *ep, llmt__devtrain **out);
 
 /* A step of `micro` micro-batches (inputs and targets on the host, all of
  * the step's; count: targets >= 0 in the whole step): uploads them, zeroes

@@ -62,12 +62,15 @@ LLMT_API void llmt_trainer_destroy(llmt_trainer *tr)
     llmt__cp_destroy(tr->cp);
     free(tr->cp_in);
     free(tr->cp_tg);
+    free(tr->pp_layers);
     if (tr->gen_ctx) llmt__free(ctx, tr->gen_ctx, (size_t)tr->T * sizeof(int32_t));
     llmt__free(ctx, tr, sizeof *tr);
 }
 
-/* The device engine behind a device trainer; its mirrors stand in for
- * grads, m and v. */
+/* The engine behind the trainer is made later, once, with every
+ * parallel group known (trainer_build.c); what its creation would refuse
+ * whatever the groups (no device, a head dim the kernels cannot take) is
+ * refused now. Its mirrors will stand in for grads, m and v. */
 static llmt_status create_device(llmt_trainer *tr, const llmt__dev_ops *ops)
 {
     llmt_err *me = &tr->model->err;
@@ -75,14 +78,9 @@ static llmt_status create_device(llmt_trainer *tr, const llmt__dev_ops *ops)
     if (!tr->gen_ctx)
         return llmt__err_set(me, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
-    llmt__devtrain_fp8 f8 = {tr->o.fp8, tr->o.fp8_amax_history, tr->o.fp8_margin};
-    llmt_status s = llmt__devtrain_create(&tr->err, ops, &d, tr->model, tr->B, tr->T,
-                                          tr->o.grad_accum, tr->o.recompute, &f8,
-                                          &tr->dev);
-    if (s != LLMT_OK) return llmt__err_set(me, s, "%s", tr->err.msg);
-    tr->grads = llmt__devtrain_host_grads(tr->dev);
-    tr->m = llmt__devtrain_host_m(tr->dev);
-    tr->v = llmt__devtrain_host_v(tr->dev);
+    llmt_status s = llmt__devtrain_probe(&tr->err, ops, &d, tr->model);
+    if (s != LLMT_OK)
+        return llmt__err_set(me, s, "%s", tr->err.msg);
     return LLMT_OK;
 }
 
@@ -231,6 +229,8 @@ static llmt_status fwd_bwd(llmt_trainer *tr, const char *what, const llmt_batch 
                            float *loss, int64_t *tokens)
 {
     llmt_status s = check_batch(tr, what, b, 1);
+    if (s == LLMT_OK)
+        s = llmt__trainer_ready(tr);
     if (s != LLMT_OK) return s;
     int64_t count = 0;
     size_t per = (size_t)tr->B * tr->T;
@@ -410,6 +410,8 @@ LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&tr->err, "trainer: evaluate", loss);
     llmt_status s = check_batch(tr, "trainer: evaluate", b, 0);
+    if (s == LLMT_OK)
+        s = llmt__trainer_ready(tr);
     if (s != LLMT_OK)
         return s;
     double sum = 0.0;
@@ -458,7 +460,9 @@ LLMT_API llmt_status llmt_trainer_evaluate(llmt_trainer *tr, const llmt_batch *b
  * to date (each flag selects one kind). */
 static llmt_status host_sync(llmt_trainer *tr, int params, int moments, int grads)
 {
-    if (!tr->dev) return LLMT_OK;
+    llmt_status rs = llmt__trainer_ready(tr);
+    if (rs != LLMT_OK)
+        return rs;
     params = params && tr->stale_params;
     moments = moments && tr->stale_moments;
     grads = grads && tr->stale_grads;
@@ -481,6 +485,8 @@ llmt_status llmt__trainer_host_sync(llmt_trainer *tr)
 
 int llmt__trainer_host_resident(const llmt_trainer *tr)
 {
+    if (llmt__trainer_ready((llmt_trainer *)tr) != LLMT_OK)
+        return 0;
     return llmt__devtrain_host_resident(tr->dev);
 }
 
@@ -488,6 +494,9 @@ llmt_status llmt__trainer_local_read(llmt_trainer *tr, int32_t i, float **buf, i
 {
     *buf = NULL;
     *n = 0;
+    llmt_status rs = llmt__trainer_ready(tr);
+    if (rs != LLMT_OK)
+        return rs;
     if (tr->dp && llmt__dp_released_bytes(tr->dp) > 0)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "trainer: data parallelism releases parameters between steps "
@@ -526,7 +535,8 @@ llmt_status llmt__trainer_poke_put(llmt_trainer *tr, int32_t idx, const float *b
 {
     /* the host copy is written too: whether it is stale stays as it was
      * on every rank, so a later sync is collective on all or on none */
-    return llmt__devtrain_local_put(tr->dev, idx, buf);
+    llmt_status s = llmt__trainer_ready(tr);
+    return s != LLMT_OK ? s : llmt__devtrain_local_put(tr->dev, idx, buf);
 }
 
 LLMT_API llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index, llmt_tensor *v)
@@ -552,6 +562,9 @@ LLMT_API llmt_status llmt_trainer_optim_state(llmt_trainer *tr, int32_t index, i
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: optimizer state (%d, %d) out of range",
                              (int)index, (int)which);
+    llmt_status rs = llmt__trainer_ready(tr);
+    if (rs != LLMT_OK)
+        return rs;
     if (!tr->m)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: the optimizer state is sharded over "
@@ -575,6 +588,7 @@ int llmt__trainer_share(llmt_trainer *tr, int32_t index, int64_t *rel,
 {
     const llmt__param *p = &tr->model->params[index];
     size_t r = 0, cnt = p->numel, lo;
+    llmt__trainer_ready(tr); /* a failure is on the handle; nothing is shared then */
     float *m = NULL, *v = NULL;
     if (tr->dp) { /* a share of the engine's part: an expert tensor's EP rows */
         llmt__dp_param_share(tr->dp, index, &r, &cnt, &m, &v);
@@ -623,6 +637,9 @@ LLMT_API llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr, llmt_trai
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL((llmt_err *)&tr->err, "trainer: memory_usage", out);
+    llmt_status rs = llmt__trainer_ready((llmt_trainer *)tr); /* what it would hold */
+    if (rs != LLMT_OK)
+        return rs;
     if (out->struct_size < sizeof(size_t))
         return llmt__err_set((llmt_err *)&tr->err, LLMT_ERR_STRUCT_SIZE,
                              "trainer: memory_usage: out: struct_size is %zu; set it to "
@@ -726,6 +743,9 @@ llmt_status llmt__trainer_generate(llmt_trainer *tr, const int32_t *prompt, int3
     LLMT__NONNULL(&tr->err, "trainer: generate", prompt);
     if (n_new > 0)
         LLMT__NONNULL(&tr->err, "trainer: generate", out);
+    llmt_status ready = llmt__trainer_ready(tr);
+    if (ready != LLMT_OK)
+        return ready;
     llmt_model *mdl = tr->model;
     const llmt_model_config *c = &mdl->cfg;
     int V = vocab > 0 && vocab < c->vocab_size ? vocab : c->vocab_size;
@@ -810,22 +830,30 @@ llmt_status llmt__trainer_generate(llmt_trainer *tr, const int32_t *prompt, int3
     return LLMT_OK;
 }
 
-llmt__devtrain *llmt__trainer_devtrain(llmt_trainer *tr) { return tr->dev; }
+llmt__devtrain *llmt__trainer_devtrain(llmt_trainer *tr)
+{
+    return llmt__trainer_ready(tr) == LLMT_OK ? tr->dev : NULL;
+}
 
 /* For lib/train/state.c: the fp8 recipe's state (NULL without fp8). */
 float *llmt__trainer_fp8_state(llmt_trainer *tr, int64_t shape[2])
 {
-    return tr->dev ? llmt__devtrain_fp8_export(tr->dev, shape) : NULL;
+    return llmt__trainer_ready(tr) == LLMT_OK ? llmt__devtrain_fp8_export(tr->dev, shape)
+                                              : NULL;
 }
 llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in)
 {
-    return tr->dev ? llmt__devtrain_fp8_import(tr->dev, in) : LLMT_OK;
+    llmt_status s = llmt__trainer_ready(tr);
+    return s == LLMT_OK ? llmt__devtrain_fp8_import(tr->dev, in) : s;
 }
 
 /* For lib/train/state.c, which otherwise uses only the public API. */
 llmt_err *llmt__trainer_err(llmt_trainer *tr) { return &tr->err; }
 llmt_model *llmt__trainer_model(llmt_trainer *tr) { return tr->model; }
-int llmt__trainer_has_comm(const llmt_trainer *tr) { return tr->dp != NULL; }
+int llmt__trainer_has_comm(const llmt_trainer *tr)
+{
+    return tr->dp != NULL || tr->dp_rec != NULL; /* attached, or recorded */
+}
 int llmt__trainer_has_tp(const llmt_trainer *tr)
 {
     return tr->tp != NULL;
@@ -836,6 +864,8 @@ int llmt__trainer_tp_shard(llmt_trainer *tr, int32_t i, int *cols, int64_t *R, i
 {
     /* a pipeline stage's shards: its tensors whole, others empty; expert
      * parallelism's: an expert tensor's rows of this EP rank */
+    if (llmt__trainer_ready(tr) != LLMT_OK)
+        return 0;
     if (!tr->tp && !tr->pp && llmt__devtrain_ep(tr->dev) == 1)
         return 0;
     int ns = llmt__devtrain_shard(tr->dev, i, cols, R, K, lo, n, own);
@@ -873,7 +903,10 @@ llmt_status llmt__trainer_params_written(llmt_trainer *tr)
     /* the host copies are the truth now (llmt__trainer_host_sync ran
      * before they were written): the engine takes them, then data
      * parallelism its moment shares (and releases ZeRO-3's units again) */
-    llmt_status s = llmt__devtrain_upload(tr->dev, tr->model->data, tr->m, tr->v);
+    llmt_status s = llmt__trainer_ready(tr);
+    if (s != LLMT_OK)
+        return s;
+    s = llmt__devtrain_upload(tr->dev, tr->model->data, tr->m, tr->v);
     if (s != LLMT_OK) return s;
     if (tr->dp && llmt__dp_params_written(tr->dp) != LLMT_OK)
         return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
@@ -917,7 +950,7 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
                                            const llmt_dp_opts *opts)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
-    if (tr->pp && comm && opts && opts->struct_size >= offsetof(llmt_dp_opts, overlap) &&
+    if (tr->pp_comm && comm && opts && opts->struct_size >= offsetof(llmt_dp_opts, overlap) &&
         opts->zero_stage >= 2)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_comm: ZeRO-%d with pipeline parallelism is not "
@@ -925,6 +958,16 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
                              "head's two copies do not line up, ZeRO-3 gathers are not in "
                              "the stage's forward)",
                              (int)opts->zero_stage);
+    if (!tr->dev) { /* no engine yet: checked and recorded (trainer_build.c) */
+        llmt_dp_opts o;
+        llmt_status s = comm ? llmt__dp_check(&tr->err, comm, opts, tr->ops, &o) : LLMT_OK;
+        if (s != LLMT_OK)
+            return s;
+        tr->dp_rec = comm;
+        if (comm)
+            tr->dp_o = o;
+        return LLMT_OK;
+    }
     if (tr->dp) {
         llmt_status s = detach(tr);
         if (s != LLMT_OK) return s;
@@ -952,6 +995,8 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
 
 llmt_status llmt__trainer_dp_renew(llmt_trainer *tr)
 {
+    if (!tr->dev) /* not made yet: made with every group when it is */
+        return LLMT_OK;
     if (!tr->dp)
         return LLMT_OK;
     llmt_comm *c = llmt__dp_comm(tr->dp);
@@ -961,12 +1006,16 @@ llmt_status llmt__trainer_dp_renew(llmt_trainer *tr)
 
 llmt_comm *llmt__trainer_expert_dp_comm(const llmt_trainer *tr)
 {
+    llmt__trainer_ready((llmt_trainer *)tr);
     return tr->dp ? llmt__dp_expert_comm(tr->dp) : NULL;
 }
 
 LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
+    llmt_status rs = llmt__trainer_ready(tr);
+    if (rs != LLMT_OK)
+        return rs;
     if (!tr->dp) return host_sync(tr, 1, 1, 0);
     if (llmt__dp_sync(tr->dp) != LLMT_OK)
         return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");

@@ -36,6 +36,27 @@ struct llmt_trainer {
     llmt__devtrain *dev;
     int stale_params, stale_moments, stale_grads; /* host behind device */
     double dev_sumsq;                             /* of the last forward_backward's gradients */
+    /* the layout recorded while the engine is not made yet (dev NULL;
+     * trainer_build.c): tp and cp above are recorded as themselves (they
+     * need no engine), pipeline parallelism as pp_comm (pp NULL) with its
+     * options (stage_layers copied), expert and data parallelism as their
+     * groups; the first call that needs the engine makes it once from all
+     * of them (llmt__trainer_ready) */
+    llmt_pp_opts pp_o;
+    int *pp_layers;
+    llmt_comm *ep_rec, *dp_rec;
+    llmt_dp_opts dp_o;
 };
+
+/* Attach calls on a trainer whose engine is not made yet: the group
+ * checked and recorded (trainer_build.c). */
+llmt_status llmt__trainer_record_tp(llmt_trainer *tr, llmt_comm *comm, int seq);
+llmt_status llmt__trainer_record_pp(llmt_trainer *tr, llmt_comm *comm, const llmt_pp_opts *o);
+/* This rank's pipeline stage over comm (its layers, activation sets and
+ * chunks; the layout checked, errors naming the keys): *first (the first
+ * layer of every virtual stage; st's chunk arrays live in the same block)
+ * to free. */
+llmt_status llmt__trainer_pp_stage(llmt_trainer *tr, llmt_comm *comm, const llmt_pp_opts *o,
+                                   int **first, llmt__devtrain_stage *st);
 
 #endif

@@ -1,8 +1,11 @@
 /* Attaching tensor, sequence, pipeline and context parallelism to a
- * trainer: each makes the engine again for its share of the model or of
- * the sequence (lib/train/tp.c, pp.c, cp.c), from the host copies of the
- * parameters and moments, in the order tp -> sequence parallel -> cp ->
- * pp, all before data parallelism (trainer.c). */
+ * trainer. Before its engine is made they are checked and recorded, in
+ * any order, and the engine is made once from all of them
+ * (trainer_build.c). Once it is made (the first step, evaluate, generate,
+ * checkpoint or state access), each makes the engine again for its share
+ * of the model or of the sequence (lib/train/tp.c, pp.c, cp.c), from the
+ * host copies of the parameters and moments, in the order tp -> sequence
+ * parallel -> cp -> pp, all before data parallelism (trainer.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,6 +81,8 @@ LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
 {
     if (!tr)
         return LLMT_ERR_NULL_POINTER;
+    if (!tr->dev) /* no engine yet: a new group keeps sequence parallelism */
+        return llmt__trainer_record_tp(tr, comm, llmt__tp_seq(tr->tp));
     if (tr->dp)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_tp_comm: attach tensor parallelism before data "
@@ -93,6 +98,31 @@ LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm)
                              "engine is made over the tensor parallel group it finds)");
     /* a new group keeps sequence parallelism as it was */
     return tp_attach(tr, comm, llmt__tp_seq(tr->tp));
+}
+
+static llmt_status sp_check(llmt_trainer *tr, int on, int32_t n)
+{
+    if (on && tr->T % n)
+        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: parallelism.sequence_parallel: parallelism.tp %d does "
+                             "not divide model.seq_len %d (each rank holds seq_len / tp "
+                             "positions' worth of every micro-batch's rows)",
+                             (int)n, tr->T);
+    return LLMT_OK;
+}
+
+/* Sequence parallelism splits the engine's B x seq_len / cp rows in tp
+ * blocks of whole positions (device.c). */
+static llmt_status cp_sp_check(llmt_trainer *tr, int32_t n, int32_t tpn)
+{
+    if (n > 1 && tpn > 1 && tr->T % (2 * n) == 0 && (tr->T / n) % tpn)
+        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: parallelism.cp %d with parallelism.sequence_parallel: "
+                             "parallelism.tp %d does not divide model.seq_len %d / cp = %d "
+                             "(the rows a CP rank holds of each sequence are split in tp "
+                             "blocks)",
+                             (int)n, (int)tpn, tr->T, tr->T / (int)n);
+    return LLMT_OK;
 }
 
 /* Sequence parallelism: the engine made again over the same group, with
@@ -111,6 +141,14 @@ LLMT_API llmt_status llmt_trainer_set_sequence_parallel(llmt_trainer *tr, int32_
                              "trainer: set_sequence_parallel: parallelism.sequence_parallel "
                              "splits the sequence over the tensor parallel group: attach one "
                              "of more than one rank first (llmt_trainer_set_tp_comm)");
+    int32_t n = 1;
+    llmt_comm_size(llmt__tp_comm(tr->tp), &n);
+    if (!tr->dev) { /* no engine yet: recorded (the checks as below) */
+        llmt_status s = sp_check(tr, on, n);
+        if (s == LLMT_OK && on && tr->cp)
+            s = cp_sp_check(tr, llmt__cp_size(tr->cp), n);
+        return s != LLMT_OK ? s : llmt__trainer_record_tp(tr, llmt__tp_comm(tr->tp), on);
+    }
     if (tr->dp || tr->pp)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_sequence_parallel: set it before %s parallelism "
@@ -122,15 +160,8 @@ LLMT_API llmt_status llmt_trainer_set_sequence_parallel(llmt_trainer *tr, int32_
                              "trainer: set_sequence_parallel: set it before context "
                              "parallelism is attached (llmt_trainer_set_cp_comm)");
     /* refused here, before the collectives of making the engine again */
-    int32_t n = 1;
-    llmt_comm_size(llmt__tp_comm(tr->tp), &n);
-    if (on && tr->T % n)
-        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
-                             "trainer: parallelism.sequence_parallel: parallelism.tp %d does "
-                             "not divide model.seq_len %d (each rank holds seq_len / tp "
-                             "positions' worth of every micro-batch's rows)",
-                             (int)n, tr->T);
-    return tp_attach(tr, llmt__tp_comm(tr->tp), on);
+    llmt_status s = sp_check(tr, on, n);
+    return s != LLMT_OK ? s : tp_attach(tr, llmt__tp_comm(tr->tp), on);
 }
 
 /* ---- pipeline parallelism (lib/train/pp.c) */
@@ -143,24 +174,31 @@ LLMT_API llmt_status llmt_pp_opts_init(llmt_pp_opts *o, size_t size)
     return llmt__opts_init(o, size, 0, &d, sizeof d, "llmt_pp_opts");
 }
 
-/* What a pipeline over n stages needs of the options and the trainer. */
-static llmt_status pp_check(llmt_trainer *tr, const llmt_pp_opts *o, int32_t n)
+/* What a pipeline over n stages needs of the options and the trainer
+ * (live: its engine is made; the order of attaching matters then). */
+static llmt_status pp_check(llmt_trainer *tr, llmt_comm *comm, const llmt_pp_opts *o, int32_t n,
+                            int live)
 {
     llmt_err *e = &tr->err;
     llmt_status s;
-    if (tr->pp)
+    if (live && tr->pp)
         return llmt__err_set(e, LLMT_ERR_STATE,
                              "trainer: set_pp_comm: pipeline parallelism is attached already "
                              "(a trainer takes it once, on creation's parameters)");
-    if (tr->dp)
+    if (live && tr->dp)
         return llmt__err_set(e, LLMT_ERR_STATE,
                              "trainer: set_pp_comm: attach pipeline parallelism before data "
                              "parallelism (llmt_trainer_set_comm)");
     /* the stage's new engine would start without the EP group */
-    if (llmt__trainer_ep_comm(tr))
+    if (live && llmt__trainer_ep_comm(tr))
         return llmt__err_set(e, LLMT_ERR_STATE,
                              "trainer: set_pp_comm: attach pipeline parallelism before expert "
                              "parallelism (llmt_trainer_set_ep_comm)");
+    if (!live && tr->dp_rec && tr->dp_o.zero_stage >= 2)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_pp_comm: pipeline parallelism with ZeRO-%d (set on "
+                             "llmt_trainer_set_comm) is not supported yet (zero_stage 0 or 1)",
+                             (int)tr->dp_o.zero_stage);
     if (tr->o.fp8)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_pp_comm: fp8 with pipeline parallelism is not "
@@ -194,6 +232,17 @@ static llmt_status pp_check(llmt_trainer *tr, const llmt_pp_opts *o, int32_t n)
                              "parallelism.stage_layers: %d entries for pp %d x virtual_stages "
                              "%d (one per virtual stage: chunk c of stage s is entry c*pp+s)",
                              (int)o->n_stage_layers, (int)n, (int)o->virtual_stages);
+    /* interleaving's wrapped-round exchanges (stage p-1 sends on to stage
+     * 0 while stage 0 sends to stage 1) wait on each other in cycles when
+     * a send blocks until it is received: the schedule leaves its sends in
+     * flight (lib/train/pp_send.h), which NCCL cannot here */
+    if (o->schedule == LLMT_PP_INTERLEAVED && llmt__comm_isend_kind(comm) == LLMT__ISEND_NONE)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "parallelism.pp_schedule: interleaved (virtual_stages %d) over "
+                             "NCCL is not supported yet: its sends wait for their receivers "
+                             "and the schedule's ring of messages would wait forever "
+                             "(in-process, MPI and Gloo ranks run it); or pp_schedule 1f1b",
+                             (int)o->virtual_stages);
     return LLMT_OK;
 }
 
@@ -214,41 +263,26 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
     if (comm && (llmt_comm_size(comm, &n) != LLMT_OK || llmt_comm_rank(comm, &r) != LLMT_OK))
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_pp_comm: %s",
                              llmt_comm_last_error(comm));
+    (void)r;
+    int *first = NULL;
+    llmt__devtrain_stage st;
+    if (!tr->dev) { /* no engine yet: checked (the layout too) and recorded */
+        s = n > 1 ? pp_check(tr, comm, &o, n, 0) : LLMT_OK;
+        if (s == LLMT_OK && n > 1)
+            s = llmt__trainer_pp_stage(tr, comm, &o, &first, &st);
+        free(first);
+        return s != LLMT_OK ? s : llmt__trainer_record_pp(tr, comm, &o);
+    }
     if (n <= 1 && !tr->pp)
         return LLMT_OK; /* one stage: the whole model, as it is */
-    if ((s = pp_check(tr, &o, n)) != LLMT_OK)
+    if ((s = pp_check(tr, comm, &o, n, 1)) != LLMT_OK)
         return s;
-    /* interleaving's wrapped-round exchanges (stage p-1 sends on to stage
-     * 0 while stage 0 sends to stage 1) wait on each other in cycles when
-     * a send blocks until it is received: the schedule leaves its sends in
-     * flight (lib/train/pp_send.h), which NCCL cannot here */
-    if (o.schedule == LLMT_PP_INTERLEAVED && llmt__comm_isend_kind(comm) == LLMT__ISEND_NONE)
-        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "parallelism.pp_schedule: interleaved (virtual_stages %d) over "
-                             "NCCL is not supported yet: its sends wait for their receivers "
-                             "and the schedule's ring of messages would wait forever "
-                             "(in-process, MPI and Gloo ranks run it); or pp_schedule 1f1b",
-                             (int)o.virtual_stages);
-    /* the virtual stages' layers (n of them without interleaving); stage r
-     * holds chunk c = virtual stage c * n + r */
-    int v = o.virtual_stages, nv = n * v;
-    int *first = malloc(((size_t)nv + 1 + 2 * (size_t)v) * sizeof *first);
-    if (!first)
-        return llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
-    int *cl0 = first + nv + 1, *cl1 = cl0 + v;
-    s = llmt__pp_layout(&tr->err, &tr->model->cfg, tr->T, nv, o.stage_layers, o.n_stage_layers,
-                        first);
-    for (int c = 0; s == LLMT_OK && c < v; c++) {
-        cl0[c] = first[c * n + r];
-        cl1[c] = first[c * n + r + 1];
-    }
+    s = llmt__trainer_pp_stage(tr, comm, &o, &first, &st);
     if (s == LLMT_OK)
         s = llmt__trainer_host_sync(tr);
     llmt__devtrain *dev = NULL;
     llmt__pp *pp = NULL;
     if (s == LLMT_OK) {
-        int sets = llmt__pp_inflight(o.schedule, v, tr->o.grad_accum, n, r);
-        llmt__devtrain_stage st = {r, n, cl0[0], cl1[v - 1], sets, v, cl0, cl1};
         llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
         /* tensor parallelism, when attached, splits the stage's layers */
         llmt__devtrain_tp et = {0, 1, NULL, NULL, 0, NULL};
@@ -266,8 +300,8 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
     if (s == LLMT_OK)
         s = llmt__devtrain_upload(dev, tr->model->data, tr->m, tr->v);
     if (s == LLMT_OK)
-        s = llmt__pp_create(&tr->err, comm, o.schedule, v, tr->o.grad_accum, tr->ops->store,
-                            first, dev, &pp);
+        s = llmt__pp_create(&tr->err, comm, o.schedule, o.virtual_stages, tr->o.grad_accum,
+                            tr->ops->store, first, dev, &pp);
     free(first);
     if (s != LLMT_OK) {
         llmt__devtrain_destroy(dev);
@@ -295,6 +329,9 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
     r.stages = 1;
     r.layers = tr->model->cfg.layers;
     r.micro_batches = tr->o.grad_accum;
+    llmt_status s = llmt__trainer_ready((llmt_trainer *)tr);
+    if (s != LLMT_OK)
+        return s;
     r.param_bytes = (int64_t)(llmt__devtrain_param_floats(tr->dev) * sizeof(float));
     if (tr->pp) {
         llmt__pp_info i;
@@ -323,12 +360,12 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
 
 int llmt__trainer_has_pp(const llmt_trainer *tr)
 {
-    return tr->pp != NULL;
+    return tr->pp != NULL || tr->pp_comm != NULL; /* attached, or recorded */
 }
 
 int llmt__trainer_pp_info(const llmt_trainer *tr, llmt__pp_info *out)
 {
-    if (!tr || !tr->pp)
+    if (!tr || llmt__trainer_ready((llmt_trainer *)tr) != LLMT_OK || !tr->pp)
         return 0;
     llmt__pp_info_get(tr->pp, out);
     return 1;
@@ -336,14 +373,15 @@ int llmt__trainer_pp_info(const llmt_trainer *tr, llmt__pp_info *out)
 
 /* ---- context parallelism (lib/train/cp.c) */
 
-/* What context parallelism does not compose with yet. */
-static llmt_status cp_check(llmt_trainer *tr)
+/* What context parallelism does not compose with yet (live: the engine
+ * is made; the order of attaching matters then). */
+static llmt_status cp_check(llmt_trainer *tr, int live)
 {
-    if (tr->dp)
+    if (live && tr->dp)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_cp_comm: attach context parallelism before data "
                              "parallelism (llmt_trainer_set_comm)");
-    if (tr->pp) /* each stage's engine is made for the rows CP gives it */
+    if (live && tr->pp) /* each stage's engine is made for the rows CP gives it */
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_cp_comm: attach context parallelism before "
                              "pipeline parallelism (llmt_trainer_set_pp_comm)");
@@ -351,7 +389,7 @@ static llmt_status cp_check(llmt_trainer *tr)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_cp_comm: fp8 with context parallelism is not "
                              "supported yet (set fp8 off)");
-    if (llmt__trainer_ep_comm(tr)) /* the new engine would hold every expert */
+    if (live && llmt__trainer_ep_comm(tr)) /* the new engine would hold every expert */
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_cp_comm: attach context parallelism before expert "
                              "parallelism (llmt_trainer_set_ep_comm)");
@@ -370,7 +408,9 @@ const llmt__cp *llmt__trainer_cp(const llmt_trainer *tr)
 }
 
 /* A new engine for T / cp rows of each sequence (T: NULL or a group of
- * one), made from the host copies of the parameters and moments. */
+ * one), made from the host copies of the parameters and moments; before
+ * the engine is made, the group and this rank's rows only (the engine is
+ * made for them with the others, trainer_build.c). */
 llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant)
 {
     if (!tr)
@@ -381,30 +421,25 @@ llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant)
                              llmt_comm_last_error(comm));
     if (n <= 1 && !tr->cp)
         return LLMT_OK;
-    llmt_status s = cp_check(tr);
-    /* sequence parallelism splits the engine's B x seq_len / cp rows in tp
-     * blocks of whole positions (device.c) */
+    int live = tr->dev != NULL;
+    llmt_status s = cp_check(tr, live);
     int32_t tpn = 1;
     if (s == LLMT_OK && llmt__tp_seq(tr->tp))
         llmt_comm_size(llmt__tp_comm(tr->tp), &tpn);
-    if (s == LLMT_OK && n > 1 && tpn > 1 && tr->T % (2 * n) == 0 && (tr->T / n) % tpn)
-        s = llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
-                          "trainer: parallelism.cp %d with parallelism.sequence_parallel: "
-                          "parallelism.tp %d does not divide model.seq_len %d / cp = %d (the "
-                          "rows a CP rank holds of each sequence are split in tp blocks)",
-                          (int)n, (int)tpn, tr->T, tr->T / (int)n);
+    if (s == LLMT_OK)
+        s = cp_sp_check(tr, n, tpn);
     llmt__cp *cp = NULL;
     if (s == LLMT_OK && n > 1)
         s = llmt__cp_create(&tr->err, comm, variant, tr->T, tr->ops->store != LLMT_DTYPE_FP32,
                             &cp);
-    if (s == LLMT_OK)
+    if (s == LLMT_OK && live)
         s = llmt__trainer_host_sync(tr);
     size_t rows = (size_t)tr->B * (size_t)tr->o.grad_accum * (size_t)(tr->T / n);
     int32_t *in = malloc(rows * sizeof *in), *tg = malloc(rows * sizeof *tg);
     if (s == LLMT_OK && (!in || !tg))
         s = llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     llmt__devtrain *dev = NULL;
-    if (s == LLMT_OK) { /* tensor parallelism, when attached, stays as it is */
+    if (s == LLMT_OK && live) { /* tensor parallelism, when attached, stays as it is */
         llmt__devtrain_tp et = {0, 1, NULL, NULL, 0, NULL};
         if (tr->tp)
             llmt__tp_engine(tr->tp, &et);
@@ -412,7 +447,7 @@ llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant)
         s = llmt__devtrain_create_tp(&tr->err, tr->ops, &d, tr->model, tr->B, tr->T / n,
                                      tr->o.grad_accum, tr->o.recompute, NULL, &et, &dev);
     }
-    if (s == LLMT_OK) {
+    if (s == LLMT_OK && live) {
         llmt__devtrain_set_cp(dev, cp);
         s = llmt__devtrain_upload(dev, tr->model->data, tr->m, tr->v);
     }
@@ -423,7 +458,8 @@ llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant)
         free(tg);
         return s;
     }
-    use_engine(tr, dev); /* the old engine may use the old group until it goes */
+    if (live)
+        use_engine(tr, dev); /* the old engine may use the old group until it goes */
     llmt__cp_destroy(tr->cp);
     free(tr->cp_in);
     free(tr->cp_tg);

@@ -6,6 +6,10 @@
 #include "core/internal.h"
 
 llmt_err *llmt__trainer_err(llmt_trainer *tr);
+/* The engine made from the recorded parallel layout if it is not made
+ * yet (trainer_build.c): collective over the recorded groups; every call
+ * that needs the engine makes it so. */
+llmt_status llmt__trainer_ready(llmt_trainer *tr);
 llmt_model *llmt__trainer_model(llmt_trainer *tr);
 /* This rank's part of parameter `index`; returns 1 when m and v hold only
  * this rank's shares (ZeRO >= 1). */

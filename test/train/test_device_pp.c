@@ -454,6 +454,9 @@ static void check_bad(void)
     CHECK_STATUS(llmt_trainer_set_pp_comm(tr, c[0], &po), LLMT_ERR_INVALID_ARGUMENT);
     printf("gpipe, 2 virtual stages: %s\n", llmt_trainer_last_error(tr));
     CHECK(strstr(llmt_trainer_last_error(tr), "virtual_stages") != NULL);
+    /* after data parallelism on a made engine (before it is made, groups
+     * are recorded in any order: test_engine_once.c) */
+    CHECK_STATUS(llmt_trainer_sync_params(tr), LLMT_OK); /* makes the engine */
     llmt_comm *one[1] = {NULL};
     CHECK_STATUS(llmt_comm_create_inproc(NULL, 1, NULL, one), LLMT_OK);
     CHECK_STATUS(llmt_trainer_set_comm(tr, one[0], NULL), LLMT_OK);

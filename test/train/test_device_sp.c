@@ -349,6 +349,11 @@ static void *bad_main(void *p)
         b->seq = llmt_trainer_set_sequence_parallel(tr, 1);
         snprintf(b->msg[0], sizeof b->msg[0], "%s", llmt_trainer_last_error(tr));
     }
+    /* the engine made (collective over the tp group): attaching in the
+     * wrong order is refused from then on; before, groups are recorded in
+     * any order (test_engine_once.c) */
+    if (s == LLMT_OK)
+        s = llmt_trainer_sync_params(tr);
     if (s == LLMT_OK)
         s = llmt_comm_create_inproc(NULL, 1, NULL, one);
     if (s == LLMT_OK) {

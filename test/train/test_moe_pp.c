@@ -345,9 +345,12 @@ static void check_plan_memory(void)
     }
 }
 
-/* Expert parallelism attached before the pipeline: the stage's new
- * engine would start without it, so set_pp_comm refuses, naming the
- * order (no collective runs: one thread holds rank 0 of both groups). */
+/* Expert parallelism attached before the pipeline on a made engine (the
+ * first call that needs it made it: here sync_params on one rank, with
+ * no group recorded yet): the stage's new engine would start without it,
+ * so set_pp_comm refuses, naming the order (no collective runs: one
+ * thread holds rank 0 of both groups). Before the engine is made the
+ * order is free (test_engine_once.c). */
 static void check_order(void)
 {
     config(0, 1, 0);
@@ -360,6 +363,7 @@ static void check_order(void)
     CHECK_STATUS(llmt_trainer_create(m, &o, &tr), LLMT_OK);
     CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, NULL, c), LLMT_OK);
     CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, NULL, p), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_sync_params(tr), LLMT_OK); /* makes the engine */
     CHECK_STATUS(llmt_trainer_set_ep_comm(tr, c[0]), LLMT_OK);
     CHECK_STATUS(llmt_trainer_set_pp_comm(tr, p[0], NULL), LLMT_ERR_STATE);
     printf("set_pp_comm after set_ep_comm: %s\n", llmt_trainer_last_error(tr));
