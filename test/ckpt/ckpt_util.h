@@ -43,4 +43,38 @@ static inline float gval(int seed, int64_t i)
     return (float)((int64_t)(x % 2000001) - 1000000) / 1024.0f;
 }
 
+/* Rank `rank` of `world`'s handle on `root` (keep_last as given). */
+static inline llmt_status rank_ckpt(int rank, int world, const char *root, int keep_last,
+                                    llmt_ckpt **out)
+{
+    llmt_ckpt_opts o;
+    llmt_ckpt_opts_init(&o, sizeof o);
+    o.rank = rank;
+    o.world_size = world;
+    o.keep_last = keep_last;
+    return llmt_ckpt_create(NULL, root, &o, out);
+}
+
+/* Save `step` of a 1-D tensor "w" of world x n elements (gval(seed, .)),
+ * this rank's block of n: the peer tier tests' part of a rank. */
+static inline llmt_status save_block(llmt_ckpt *ck, int64_t step, int seed, int rank, int world,
+                                     int64_t n, int async)
+{
+    float *x = malloc((size_t)n * sizeof(float));
+    if (!x)
+        return LLMT_ERR_OUT_OF_MEMORY;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = gval(seed, (int64_t)rank * n + i);
+    int64_t g = (int64_t)world * n, off = (int64_t)rank * n;
+    llmt_tensor v;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, x, LLMT_DEVICE_CPU, 0);
+    llmt_ckpt_begin(ck, step);
+    llmt_ckpt_add_tensor(ck, "w", &v, &g, &off);
+    llmt_status s = llmt_ckpt_save(ck, async);
+    if (async && s == LLMT_OK)
+        s = llmt_ckpt_wait(ck, -1); /* the snapshot is taken; x may go */
+    free(x);
+    return s;
+}
+
 #endif

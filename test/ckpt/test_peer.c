@@ -31,27 +31,14 @@ typedef struct {
 static void *run(void *arg)
 {
     rk *k = arg;
-    llmt_ckpt_opts o;
-    llmt_ckpt_opts_init(&o, sizeof o);
-    o.rank = k->rank;
-    o.world_size = W;
     llmt_ckpt *ck = NULL;
-    k->st = llmt_ckpt_create(NULL, k->root, &o, &ck);
+    k->st = rank_ckpt(k->rank, W, k->root, 3, &ck);
     if (k->st != LLMT_OK)
         return NULL;
     if (k->phase == 0) {
-        float *x = malloc(N * sizeof(float));
-        for (int i = 0; i < N; i++)
-            x[i] = gval(7, (int64_t)k->rank * N + i);
-        int64_t g = (int64_t)W * N, off = (int64_t)k->rank * N, n = N;
-        llmt_tensor v;
-        llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, x, LLMT_DEVICE_CPU, 0);
-        llmt_ckpt_begin(ck, 5);
-        llmt_ckpt_add_tensor(ck, "w", &v, &g, &off);
-        k->st = llmt_ckpt_save(ck, 1);
+        k->st = save_block(ck, 5, 7, k->rank, W, N, 1);
         if (k->st == LLMT_OK)
-            k->st = llmt_ckpt_peer_replicate(ck, k->comm, 5); /* waits for the save */
-        free(x);
+            k->st = llmt_ckpt_peer_replicate(ck, k->comm, 5);
     } else {
         k->restored = -1;
         k->st = llmt_ckpt_peer_restore(ck, k->comm, 5, &k->restored);
@@ -161,7 +148,8 @@ int main(void)
     char repj[4300];
     snprintf(repj, sizeof repj, "%s/peer/step-000000000005/rank-00001.json", ks[2].root);
     CHECK(sh("cp '%s' '%s'", src, repj) == 0);
-    CHECK(sh("printf 'X' | dd of='%s' bs=1 seek=5000 conv=notrunc 2>/dev/null %s", rep, "") == 0);
+    CHECK(sh("printf 'X' | dd of='%s' bs=1 seek=5000 conv=notrunc 2>/dev/null %s", rep, "") ==
+          0);
     char lost[4300];
     snprintf(lost, sizeof lost, "%s/step-000000000005", ks[1].root);
     CHECK(sh("rm -rf '%s' %s", lost, "") == 0);

@@ -34,16 +34,7 @@ typedef struct {
 /* One step's save and replication on `comm`, counting its collectives. */
 static llmt_status save_step(rk *k, llmt_ckpt *ck, llmt_comm *comm, int64_t step)
 {
-    float *x = malloc(N * sizeof(float));
-    for (int i = 0; i < N; i++)
-        x[i] = gval((int)step, (int64_t)k->rank * N + i);
-    int64_t g = (int64_t)W * N, off = (int64_t)k->rank * N, n = N;
-    llmt_tensor v;
-    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, x, LLMT_DEVICE_CPU, 0);
-    llmt_ckpt_begin(ck, step);
-    llmt_ckpt_add_tensor(ck, "w", &v, &g, &off);
-    llmt_status s = llmt_ckpt_save(ck, 0);
-    free(x);
+    llmt_status s = save_block(ck, step, (int)step, k->rank, W, N, 0);
     llmt_comm_stats a, b;
     memset(&a, 0, sizeof a);
     a.struct_size = sizeof a;
@@ -62,13 +53,8 @@ static llmt_status save_step(rk *k, llmt_ckpt *ck, llmt_comm *comm, int64_t step
 static void *run(void *arg)
 {
     rk *k = arg;
-    llmt_ckpt_opts o;
-    llmt_ckpt_opts_init(&o, sizeof o);
-    o.rank = k->rank;
-    o.world_size = W;
-    o.keep_last = 0; /* every step's replicas stay for the checks */
     llmt_ckpt *ck = NULL;
-    k->st = llmt_ckpt_create(NULL, k->root, &o, &ck);
+    k->st = rank_ckpt(k->rank, W, k->root, 0, &ck); /* every step's replicas stay */
     if (k->st != LLMT_OK)
         return NULL;
     for (int64_t step = 1; step <= STEPS && k->st == LLMT_OK; step++) {
