@@ -29,6 +29,13 @@
  *     global batch: losses within 2^-9 relative, masters within 2 x lr x
  *     steps (test_device_dp.c's bounds, and why), kept counts and drops of
  *     the last step (summed over the group) equal;
+ *   - tensor parallelism (tp 2, with and without sequence parallelism)
+ *     and context parallelism (cp 2), dropless with a shared expert,
+ *     against one emulated rank: the same bounds (test_device_tp.c's,
+ *     test_device_cp.c's); the last step's tallies come from weights
+ *     that differ as the losses may, so: kept counts equal but for at
+ *     most 2 choices, aux and z within 2^-9 (measured: counts equal, z
+ *     2.4e-5 under tp);
  *   - refusals by name: expert parallelism (ep 2) on the emulation
  *     (lib/train/moe_net.c; not run through the op table yet). */
 #include <math.h>
@@ -238,6 +245,8 @@ done:
 typedef struct rank_arg {
     llmt_comm *world;
     int rank, W, zero, ep;
+    int tp, sp, cp; /* the world is the TP (with SP or not) or CP group */
+    int64_t acts;   /* device activations (llmt_trainer_memory_usage) */
     float loss[STEPS];
     tallies t;
     float *params;
@@ -252,11 +261,16 @@ static void *rank_main(void *p)
     llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
     llmt_comm *epc = NULL;
-    int W = a->world ? a->W : 1;
+    /* data parallel ranks split the global batch; TP and CP ranks take
+     * all of it (the engine splits the rows or the sequence) */
+    int W = a->world && a->tp < 2 && a->cp < 2 ? a->W : 1;
     a->st = open_dev(llmt__dev_emul(), 2 * ACC / W, &m, &tr);
     if (a->st == LLMT_OK && a->world) {
         rank_fixture_groups g = {0};
-        g.dp = a->world;
+        g.tp = a->tp > 1 ? a->world : NULL;
+        g.sp = a->sp;
+        g.cp = a->cp > 1 ? a->world : NULL;
+        g.dp = a->tp < 2 && a->cp < 2 ? a->world : NULL;
         g.zero = a->zero;
         a->st = rank_fixture_attach(tr, &g);
     }
@@ -267,11 +281,17 @@ static void *rank_main(void *p)
     }
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
         int per = 2 * ACC * B / W;
-        llmt_batch b = batch(k, per, a->rank * per);
+        llmt_batch b = batch(k, per, W > 1 ? a->rank * per : 0);
         a->st = rank_fixture_step(tr, &b, &a->loss[k]);
     }
     if (a->st == LLMT_OK)
         a->st = get_tallies(tr, &a->t);
+    llmt_trainer_memory mem;
+    memset(&mem, 0, sizeof mem);
+    mem.struct_size = sizeof mem;
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_memory_usage(tr, &mem);
+    a->acts = mem.device_activations;
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
     rank_fixture_close(a->st, a->err, sizeof a->err, tr, m,
@@ -317,6 +337,55 @@ static void data_parallel(void)
         printf("  dp 2 zero %d vs one emulated rank: losses rel <= %.2e, masters |diff| <= "
                "%.2e\n",
                zero, w.loss, w.abs);
+    }
+    /* tensor (with and without sequence parallelism) and context
+     * parallelism: dropless only, where each rank's routing of its own
+     * rows equals one rank's (doc/moe.md: a binding capacity is per rank
+     * under SP and CP) */
+    static const struct {
+        const char *name;
+        int tp, sp, cp;
+    } lays[] = {{"tp 2", 2, 0, 0}, {"tp 2 SP", 2, 1, 0}, {"cp 2", 0, 0, 2}};
+    int64_t tp_acts = 0;
+    for (size_t i = 0; g_case->capacity <= 0 && i < sizeof lays / sizeof lays[0]; i++) {
+        rank_arg a[2];
+        memset(a, 0, sizeof a);
+        for (int r = 0; r < 2; r++) {
+            a[r].rank = r;
+            a[r].W = 2;
+            a[r].tp = lays[i].tp;
+            a[r].sp = lays[i].sp;
+            a[r].cp = lays[i].cp;
+        }
+        rank_fixture_run(a, sizeof a[0], 2, 1, offsetof(rank_arg, world), rank_main);
+        rank_fixture_worst w = {0, 0, 0, 0};
+        for (int r = 0; r < 2; r++) {
+            CHECK_STATUS(a[r].st, LLMT_OK);
+            if (a[r].st != LLMT_OK) {
+                fprintf(stderr, "%s %s rank %d: %s\n", g_case->name, lays[i].name, r, a[r].err);
+                continue;
+            }
+            rank_fixture_losses(&w, a[r].loss, ref.loss, 0, STEPS, 1);
+            rank_fixture_params_check(&w, a[r].params, a[r].numel, ref.params, ref.numel, 1,
+                                      2.0 * LR * STEPS);
+            char what[64];
+            snprintf(what, sizeof what, "%s rank %d, last step", lays[i].name, r);
+            /* the weights of the last step are those of two bf16 runs
+             * that differ as their losses may (2^-9), not bit for bit */
+            check_tallies(what, &a[r].t, &ref.t, 1.0 / 512, 2);
+            free(a[r].params);
+        }
+        /* the layout took effect: its rows (tp: the attention's heads;
+         * SP: the residual stream's and the MoE layers' rows too) are
+         * fewer than one rank's */
+        CHECK(a[0].acts > 0 && a[0].acts < ref.acts);
+        if (lays[i].tp && !lays[i].sp)
+            tp_acts = a[0].acts;
+        if (lays[i].sp)
+            CHECK(a[0].acts < tp_acts);
+        printf("  %s vs one emulated rank: losses rel <= %.2e, masters |diff| <= %.2e; "
+               "activations %lld B (one rank %lld)\n",
+               lays[i].name, w.loss, w.abs, (long long)a[0].acts, (long long)ref.acts);
     }
     free(ref.params);
 }
