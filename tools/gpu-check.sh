@@ -5,7 +5,7 @@
 # torch, PyTorch's side by side), and write the results as JSON.
 #
 #   tools/gpu-check.sh [--tests-only] [--bench-only] [--gpt2] [--gpt2-only]
-#                      [--llama] [--llama-only] [--arch LIST]
+#                      [--llama] [--llama-only] [--tp-only] [--arch LIST]
 #
 # --gpt2 adds the GPT-2 124M training-step comparison (T=1024, B from
 # $GPT2_B, default 16,32,64): ours (bench_gpt2), PyTorch with torch.compile
@@ -20,6 +20,10 @@
 # FLOP count and peak device memory: gpu-llama-ours.json,
 # gpu-llama-torch.json, merged with per-B ratios into gpu-llama.json.
 # --gpt2-only / --llama-only skip the tests and the kernel benchmarks.
+# --tp-only runs only the tests of tensor parallelism's and context
+# parallelism's CUDA pieces (gpu-tp-ops, gpu-tp-engine, gpu-cp-ops: never
+# run on a GPU yet, issues 16 and 18) and their CPU halves (vp-ops-emul,
+# tp-stage-emul); they are in the full `gpu` suite too.
 #
 # Results go to $OUT (the device tool's output folder) if set, else
 # bench/results/. Files: gpu-env.json (device, driver, toolkit, torch),
@@ -28,7 +32,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-tests=1 bench=1 gpt2=0 llama=0 arch="arch=compute_90,code=sm_90"
+tests=1 bench=1 gpt2=0 llama=0 arch="arch=compute_90,code=sm_90" only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) bench=0 ;;
@@ -37,9 +41,10 @@ while [ $# -gt 0 ]; do
     --gpt2-only) gpt2=1 tests=0 bench=0 ;;
     --llama) llama=1 ;;
     --llama-only) llama=1 tests=0 bench=0 ;;
+    --tp-only) bench=0 only="gpu-tp-ops gpu-tp-engine gpu-cp-ops vp-ops-emul tp-stage-emul" ;;
     --arch) arch="$2"; shift ;;
     *) echo "usage: $0 [--tests-only] [--bench-only] [--gpt2] [--gpt2-only] [--llama]" \
-         "[--llama-only] [--arch LIST]" >&2; exit 2 ;;
+         "[--llama-only] [--tp-only] [--arch LIST]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -87,7 +92,8 @@ grep -q "CUDA (cudart, cuBLASLt).*13\|CUDA (cudart, cuBLASLt).*12" $bdir/meson-l
 rc=0
 if [ $tests = 1 ]; then
   t0=$(date +%s)
-  meson test -C $bdir --suite gpu --print-errorlogs --timeout-multiplier 4 \
+  # shellcheck disable=SC2086
+  meson test -C $bdir ${only:---suite gpu} --print-errorlogs --timeout-multiplier 4 \
     >"$out/gpu-tests.log" 2>&1
   rc=$?
   grep -E "^ *[0-9]+/[0-9]+ |Ok:|Fail:|Skipped:" "$out/gpu-tests.log" | tail -8

@@ -197,6 +197,38 @@ static llmt_status dc_gelu_fwd(llmt__dev *d, void *out, const void *inp, size_t 
     return llmt__cuda_gelu_fwd(CTX(d), out, inp, n);
 }
 
+/* the vocabulary split of tensor parallelism (cuda/kernels/vocab_part.cu) */
+static llmt_status dc_embedding_part_fwd(llmt__dev *d, void *out, const int32_t *tok,
+                                         const void *wte, const void *wpe, int B, int T, int C,
+                                         int lo, int Vl)
+{
+    return llmt__cuda_embedding_part_fwd(CTX(d), out, tok, wte, wpe, B, T, C, lo, Vl);
+}
+static llmt_status dc_embedding_part_bwd(llmt__dev *d, float *dwte, float *dwpe,
+                                         const void *dout, const int32_t *tok, int B, int T,
+                                         int C, int lo, int Vl)
+{
+    return llmt__cuda_embedding_part_bwd(CTX(d), dwte, dwpe, dout, tok, B, T, C, lo, Vl);
+}
+static llmt_status dc_xent_part_max(llmt__dev *d, float *mx, const void *logits, int N, int Vl,
+                                    int nv)
+{
+    return llmt__cuda_xent_part_max(CTX(d), mx, logits, N, Vl, nv);
+}
+static llmt_status dc_xent_part_sum(llmt__dev *d, float *st, const void *logits,
+                                    const float *mx, const int32_t *targets, int N, int Vl,
+                                    int nv, int lo)
+{
+    return llmt__cuda_xent_part_sum(CTX(d), st, logits, mx, targets, N, Vl, nv, lo);
+}
+static llmt_status dc_xent_part_fin(llmt__dev *d, float *losses, void *logits, const float *mx,
+                                    const float *st, const int32_t *targets, int N, int Vl,
+                                    int nv, int lo, float dloss)
+{
+    return llmt__cuda_xent_part_fin(CTX(d), losses, logits, mx, st, targets, N, Vl, nv, lo,
+                                    dloss);
+}
+
 /* mixture-of-experts rows (cuda/kernels/moe.cu; never run on a GPU yet) */
 static llmt_status dc_moe_gather(llmt__dev *d, void *out, const void *x, const int32_t *tok,
                                  int R, int C)
@@ -229,6 +261,8 @@ static const llmt__dev_ops dev_cuda = {
     .host_memory = 0,
     .align = 8,
     .attn_state = dc_attn_state,
+    /* the ops exist (cuda/kernels/vocab_part.cu) but no GPU ran them */
+    .unverified_tp = "has not run on a GPU yet (issue 16): the ops exist, test gpu-tp-ops",
     .create = dc_create,
     .destroy = dc_destroy,
     .last_error = dc_last_error,
@@ -266,6 +300,11 @@ static const llmt__dev_ops dev_cuda = {
     .quantize_fp8 = dc_quantize_fp8,
     .bias_add = dc_bias_add,
     .gelu_fwd = dc_gelu_fwd,
+    .embedding_part_fwd = dc_embedding_part_fwd,
+    .embedding_part_bwd = dc_embedding_part_bwd,
+    .xent_part_max = dc_xent_part_max,
+    .xent_part_sum = dc_xent_part_sum,
+    .xent_part_fin = dc_xent_part_fin,
     .moe_gather = dc_moe_gather,
     .moe_gather_bwd = dc_moe_gather_bwd,
     .moe_combine = dc_moe_combine,

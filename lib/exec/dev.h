@@ -94,6 +94,13 @@ typedef struct llmt__dev_ops {
     /* Floats of attention's saved state per layer (the `lse` argument):
      * B*nh*T log-sum-exps, or the CPU's B*nh*T*T probabilities. */
     size_t (*attn_state)(int B, int nh, int T);
+    /* Tensor parallelism's ops exist on this backend but have never run on
+     * its hardware: the engine refuses tp > 1 with this reason (NULL: no
+     * such doubt). A test that verifies them runs on a copy of the table
+     * with it cleared, the explicit opt-in (test/gpu/test_gpu_tp.c). Kept
+     * before `create`: lib/obs/devops.c checks every slot from there on is
+     * a function it wraps. */
+    const char *unverified_tp;
 
     /* -- context and memory */
     /* o is required. On failure *out is NULL and err (errlen bytes) says

@@ -50,12 +50,14 @@ static llmt_status check_parallelism(llmt_job *j)
      * too) and context parallelism run them (doc/moe.md) */
     if (s->model.moe.experts == 0 && llmt__spec_given(s, "model.moe.expert_ffn"))
         return REFUSE("model.moe.expert_ffn: set but model.moe.experts is 0 (dense)");
-    /* the trainer splits layers with the vocabulary-split embedding and
-     * cross-entropy ops, which only the host backends have */
+    /* the CUDA engine's tensor parallelism has never run on a GPU (its
+     * op table says so: unverified_tp), and its group would need NCCL,
+     * which the job gives the data parallel group only (nccl_attach.c) */
     if (s->parallelism.tp > 1 && s->train.device == LLMT_SPEC_DEVICE_CUDA)
         return REFUSE("parallelism.tp: %lld is not supported by llmt_job with train.device "
-                      "cuda yet (the CUDA backend has no vocabulary-split embedding and "
-                      "cross-entropy ops: issue 16); use 1, or train.device cpu",
+                      "cuda yet (the CUDA backend's vocabulary-split ops exist but have not "
+                      "run on a GPU: issue 16, test gpu-tp-ops; and the job makes a NCCL "
+                      "group for data parallelism only); use 1, or train.device cpu",
                       (long long)s->parallelism.tp);
     /* ZeRO shards over the data-parallel group: with one replica there is
      * nothing to shard, and a stage that changes nothing would be a lie */

@@ -843,6 +843,10 @@ llmt_status llmt__devtrain_tp_supported(llmt_err *e, const llmt__dev_ops *ops, i
                              "vocabulary-split embedding and cross-entropy ops yet "
                              "(the cpu and emulated backends have them)",
                              ops->name);
+    if (ops->unverified_tp) /* the ops exist but never ran there (dev.h) */
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: tensor parallelism: the %s backend %s", ops->name,
+                             ops->unverified_tp);
     if (fp8)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "trainer: fp8 with tensor parallelism is not supported "
