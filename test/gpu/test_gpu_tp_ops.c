@@ -7,7 +7,9 @@
  *                          for every rank of tp 1, 2, 4 and combined as the
  *                          group's reductions combine them, against the
  *                          emulation's unsplit embedding and softmax_xent
- *                          (separate code in lib/exec/dev_emul.c)
+ *                          (separate code in lib/exec/dev_emul.c); then
+ *                          the cuda mode's harness with the emulation on
+ *                          both sides (its bounds hold at 0)
  *   test_gpu_tp_ops cuda   (gpu suite: gpu-tp-ops; SKIP without a GPU) the
  *                          CUDA ops (cuda/kernels/vocab_part.cu) against
  *                          the emulation's on the same inputs, in a
@@ -230,13 +232,22 @@ static void xent_vs(side *g, side *e, const xent_case *k)
     size_t bmx = 0;
     for (int n = 0; n < N; n++)
         bmx += memcmp(&mx[0][n], &mx[1][n], 4) != 0;
+    /* fin's input: the emulation's st as if another rank of the group
+     * added 1 to each sum (the group's sum is positive even where this
+     * part has no real column, nv = 0) */
+    float *st_in = malloc((size_t)2 * N * 4);
     for (int stage = 2; stage <= 3; stage++)
         for (int j = 1; j >= 0; j--) { /* the emulation first: its st feeds fin */
+            if (stage == 3 && j == 1) {
+                memcpy(st_in, st[1], (size_t)2 * N * 4);
+                for (int n = 0; n < N; n++)
+                    st_in[n] += 1.0f;
+            }
             llmt__bf16 *dl = put(s[j], lg, nl * 2);
             int32_t *dt = put(s[j], tg, (size_t)N * 4);
             float *dmx = put(s[j], mx[1], (size_t)N * 4);
             float *dst = stage == 2 ? put(s[j], NULL, (size_t)2 * N * 4)
-                                    : put(s[j], st[1], (size_t)2 * N * 4);
+                                    : put(s[j], st_in, (size_t)2 * N * 4);
             float *dls = put(s[j], NULL, (size_t)N * 4);
             const int32_t *tt = k->notgt ? NULL : dt;
             if (stage == 2) {
@@ -292,14 +303,17 @@ static void xent_vs(side *g, side *e, const xent_case *k)
     CHECK(zb == 0);
     CHECK(pad_bad == 0);
     CHECK(untouched);
-    free(lg), free(g1), free(g2), free(u1), free(tg);
+    free(lg), free(g1), free(g2), free(u1), free(tg), free(st_in);
     for (int j = 0; j < 2; j++)
         free(mx[j]), free(st[j]), free(ls[j]), free(ls0[j]);
 }
 
-static int run_cuda(void)
+/* cuda: the CUDA table against the emulation; self: the emulation against
+ * itself (the harness's own check, run by the emul mode: every bound holds
+ * at 0) */
+static int run_pair(int self)
 {
-    const llmt__dev_ops *cu = llmt__dev_cuda();
+    const llmt__dev_ops *cu = self ? llmt__dev_emul() : llmt__dev_cuda();
     if (!cu) {
         printf("SKIP: a build without CUDA\n");
         return CHECK_SKIP;
@@ -346,7 +360,7 @@ static int run_cuda(void)
         cu->destroy(g.d);
     }
     em.op->destroy(em.d);
-    return check_exit("gpu-tp-ops");
+    return self ? 0 : check_exit("gpu-tp-ops");
 }
 
 /* ---- emul: the split ops over the ranks of tp against the unsplit ops */
@@ -474,6 +488,7 @@ static int run_emul(void)
         for (int w = 0; w < 2; w++)
             emul_vs_unsplit(&em, tps[i], w);
     em.op->destroy(em.d);
+    run_pair(1);
     return check_exit("vp-ops-emul");
 }
 
@@ -487,7 +502,7 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "emul"))
         return run_emul();
     if (!strcmp(mode, "cuda"))
-        return run_cuda();
+        return run_pair(0);
     fprintf(stderr, "usage: test_gpu_tp_ops emul|cuda\n");
     return 2;
 }
