@@ -447,12 +447,13 @@ static double moe_saved(const llmt_spec *s, const eng *g, double N)
     double E = g->E, F = g->Fe, C = g->C;
     double K = s->model.moe.top_k > 0 ? (double)s->model.moe.top_k : E > 1 ? 2 : 1, R = N * K;
     /* the routing in 4-byte words, the rows in the storage type (fp32 on
-     * the CPU; moe_dev.c keeps them in the backend's type elsewhere) */
+     * the CPU; moe_dev.c and moe_dev_ep.c keep them in the backend's type
+     * elsewhere) */
     double f = 4 * (N * E + N + 4 * R) + g->es * (2 * R * C + 3 * R * F + 3 * N * g->Fs);
     if (g->ep > 1) { /* the exchange's block: the capacity of N tokens */
         double cap = s->model.moe.dropless ? N : ceil(s->model.moe.capacity_factor * R / E);
         cap = cap < 1 ? 1 : cap > N ? N : cap;
-        f += 4 * E * cap * (C + 3 * F);
+        f += g->es * E * cap * (C + 3 * F);
     }
     return f;
 }

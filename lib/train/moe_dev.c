@@ -1,55 +1,19 @@
 /* A MoE layer through the op table (moe_dev.h says what runs where). */
 #include "train/moe_dev.h"
 
+#include "train/moe_dev_impl.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-struct llmt__moe_dctx {
-    const llmt__dev_ops *op;
-    llmt__dev *d;
-    llmt_err *e;
-    llmt__moe_shape sh;
-    int Fs, Nmax;
-    size_t es; /* bytes of a stored element */
-    int host;  /* the backend's memory is the host's: tables used in place */
-    /* the backward's scratch (storage type): packed rows' dye, dxe [R, C]
-     * and dact, dh1, dh3 [R, F]; the shared experts' dact, dh1, dh3 [N,
-     * Fs]; the router logits' gradient in the storage type [N, E] (bf16
-     * only; fp32 storage uses dlog itself) */
-    void *dye, *dxe, *dact, *dh1, *dh3, *sdact, *sdh1, *sdh3, *dlogs;
-    /* a device backend's copies of the host's fp32 dlog [N, E] and dgate
-     * [N K] (NULL on a host-memory backend) */
-    float *dlog, *dgate;
-};
-
-struct llmt__moe_dlay {
-    /* packed rows: xe, ye [R, C], h1, h3, act [R, F]; shared experts' h1,
-     * h3, act [N, Fs] (storage type) */
-    void *xe, *ye, *h1, *h3, *act, *sh1, *sh3, *sact;
-    /* a device backend's copies: logits [N, E] fp32, tok [R], row and
-     * gate [N K] (NULL on a host-memory backend: the host's are used) */
-    float *logits, *gate;
-    int32_t *tok, *row;
-};
-
-static llmt_status fail(llmt__moe_dctx *x, llmt_status s, const char *what)
-{
-    return llmt__err_set(x->e, s, "trainer: moe: device %s: %s: %s", x->op->name, what,
-                         x->op->last_error(x->d));
-}
-#define OP(call, what)                \
-    do {                              \
-        llmt_status s_ = (call);      \
-        if (s_ != LLMT_OK)            \
-            return fail(x, s_, what); \
-    } while (0)
+#define OP(call, what) LLMT__MOE_OP(x, call, what)
 
 static void *at(const llmt__moe_dctx *x, const void *p, size_t i)
 {
-    return (char *)p + i * x->es;
+    return llmt__moe_dat(x, p, i);
 }
 
-static llmt_status dalloc(llmt__moe_dctx *x, void **p, size_t bytes)
+llmt_status llmt__moe_dalloc(llmt__moe_dctx *x, void **p, size_t bytes)
 {
     if (x->op->alloc(x->d, p, bytes ? bytes : 16) != LLMT_OK) {
         *p = NULL;
@@ -62,10 +26,20 @@ static llmt_status dalloc(llmt__moe_dctx *x, void **p, size_t bytes)
     return LLMT_OK;
 }
 
-static void dfree(llmt__moe_dctx *x, void *p)
+void llmt__moe_dfree(llmt__moe_dctx *x, void *p)
 {
     if (p)
         x->op->free(x->d, p);
+}
+
+static llmt_status dalloc(llmt__moe_dctx *x, void **p, size_t bytes)
+{
+    return llmt__moe_dalloc(x, p, bytes);
+}
+
+static void dfree(llmt__moe_dctx *x, void *p)
+{
+    llmt__moe_dfree(x, p);
 }
 
 void llmt__moe_dctx_set_err(llmt__moe_dctx *x, llmt_err *e)
@@ -87,6 +61,7 @@ void llmt__moe_dctx_free(llmt__moe_dctx *x)
 {
     if (!x)
         return;
+    llmt__moe_dctx_set_ep(x, 0, 1);
     void *b[] = {x->dye,  x->dxe,  x->dact,  x->dh1,  x->dh3,  x->sdact,
                  x->sdh1, x->sdh3, x->dlogs, x->dlog, x->dgate};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
@@ -114,6 +89,7 @@ llmt_status llmt__moe_dctx_new(const llmt__dev_ops *op, llmt__dev *d, llmt_err *
     x->Nmax = Nmax;
     x->es = op->store == LLMT_DTYPE_FP32 ? sizeof(float) : sizeof(llmt__bf16);
     x->host = op->host_memory;
+    x->ep_size = 1;
     size_t N = (size_t)Nmax, R = N * (size_t)sh->K, C = (size_t)sh->C, F = (size_t)sh->F,
            E = (size_t)sh->E, es = x->es;
     llmt_status s = LLMT_OK;
@@ -144,8 +120,8 @@ void llmt__moe_dlay_free(llmt__moe_dctx *x, llmt__moe_dlay *p)
 {
     if (!p)
         return;
-    void *b[] = {p->xe,  p->ye,   p->h1,  p->h3,     p->act, p->sh1,
-                 p->sh3, p->sact, p->tok, p->logits, p->row, p->gate};
+    void *b[] = {p->xe,  p->ye,   p->h1,   p->h3,     p->act,  p->sh1,
+                 p->sh3, p->sact, p->dtok, p->logits, p->drow, p->dgate};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         dfree(x, b[i]);
     free(p);
@@ -172,11 +148,11 @@ llmt_status llmt__moe_dlay_new(llmt__moe_dctx *x, llmt__moe_dlay **out)
     if (s == LLMT_OK && !x->host)
         s = dalloc(x, (void **)&p->logits, N * E * sizeof(float));
     if (s == LLMT_OK && !x->host)
-        s = dalloc(x, (void **)&p->tok, R * sizeof(int32_t));
+        s = dalloc(x, (void **)&p->dtok, R * sizeof(int32_t));
     if (s == LLMT_OK && !x->host)
-        s = dalloc(x, (void **)&p->row, R * sizeof(int32_t));
+        s = dalloc(x, (void **)&p->drow, R * sizeof(int32_t));
     if (s == LLMT_OK && !x->host)
-        s = dalloc(x, (void **)&p->gate, R * sizeof(float));
+        s = dalloc(x, (void **)&p->dgate, R * sizeof(float));
     if (s != LLMT_OK) {
         llmt__moe_dlay_free(x, p);
         return s;
@@ -192,7 +168,11 @@ size_t llmt__moe_dlay_saved_bytes(const llmt__moe_dctx *x)
      * row, tok) in 4-byte words, the rows in the storage type */
     size_t N = (size_t)x->Nmax, E = (size_t)x->sh.E, R = N * (size_t)x->sh.K,
            C = (size_t)x->sh.C, F = (size_t)x->sh.F;
-    return 4 * (N * E + N + 4 * R) + x->es * (2 * R * C + 3 * R * F + 3 * N * (size_t)x->Fs);
+    size_t b =
+        4 * (N * E + N + 4 * R) + x->es * (2 * R * C + 3 * R * F + 3 * N * (size_t)x->Fs);
+    if (x->ep_size > 1) /* the owner's rows (moe_dev_ep.c) */
+        b += x->es * E * (size_t)x->block * (C + 3 * F);
+    return b;
 }
 
 /* gemm of storage-typed A, B; C fp32 (cf32) or the storage type. */
@@ -230,10 +210,10 @@ static llmt_status shared_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, const llmt__
     return mm(x, 0, 1, N, C, Fs, p->sact, w->sw2, y, 0, 1.0f, "shared down");
 }
 
-llmt_status llmt__moe_dev_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s,
-                              const llmt__moe_dw *w, const void *xin, void *y, int N)
+llmt_status llmt__moe_dev_route(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s,
+                                const llmt__moe_dw *w, const void *xin, int N)
 {
-    int E = x->sh.E, K = x->sh.K, C = x->sh.C, F = x->sh.F;
+    int E = x->sh.E, K = x->sh.K, C = x->sh.C;
     if (N < 1 || N > x->Nmax || N > s->Nmax)
         return llmt__err_set(x->e, LLMT_ERR_INTERNAL, "trainer: moe: %d tokens (made for %d)",
                              N, x->Nmax);
@@ -248,44 +228,72 @@ llmt_status llmt__moe_dev_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s
     if ((st = llmt__moe_route_logits(s, N)) != LLMT_OK)
         return st; /* the token group's sum (moe_group.h) set the message */
     int R = (int)s->start[E];
-    const int32_t *tok = s->tok, *row = s->row;
-    const float *gate = s->gate;
+    p->tok = s->tok;
+    p->row = s->row;
+    p->gate = s->gate;
     if (!x->host) { /* the dispatch tables to the device */
         size_t nk = (size_t)N * K;
-        OP(x->op->h2d(x->d, p->tok, s->tok, (size_t)R * sizeof(int32_t)), "moe tables");
-        OP(x->op->h2d(x->d, p->row, s->row, nk * sizeof(int32_t)), "moe tables");
-        OP(x->op->h2d(x->d, p->gate, s->gate, nk * sizeof(float)), "moe tables");
-        tok = p->tok;
-        row = p->row;
-        gate = p->gate;
+        OP(x->op->h2d(x->d, p->dtok, s->tok, (size_t)R * sizeof(int32_t)), "moe tables");
+        OP(x->op->h2d(x->d, p->drow, s->row, nk * sizeof(int32_t)), "moe tables");
+        OP(x->op->h2d(x->d, p->dgate, s->gate, nk * sizeof(float)), "moe tables");
+        p->tok = p->dtok;
+        p->row = p->drow;
+        p->gate = p->dgate;
     }
     if (R > 0)
-        OP(x->op->moe_gather(x->d, p->xe, xin, tok, R, C), "moe gather");
-    for (int e = 0; e < E; e++) {
-        int rows = (int)s->kept[e];
-        size_t r0 = (size_t)s->start[e], wo = (size_t)e * F * C;
+        OP(x->op->moe_gather(x->d, p->xe, xin, p->tok, R, C), "moe gather");
+    return LLMT_OK;
+}
+
+llmt_status llmt__moe_dev_experts_fwd(llmt__moe_dctx *x, const llmt__moe_dw *w, int n,
+                                      const int64_t *r0, const int64_t *nr, const void *xe,
+                                      void *h1, void *h3, void *act, void *ye)
+{
+    int C = x->sh.C, F = x->sh.F;
+    llmt_status st;
+    int64_t R = 0;
+    for (int e = 0; e < n; e++) {
+        int rows = (int)nr[e];
+        size_t a = (size_t)r0[e], wo = (size_t)e * F * C;
+        R += rows;
         if (rows < 1)
             continue;
-        const void *xe = at(x, p->xe, r0 * C);
-        if ((st = mm(x, 0, 1, rows, F, C, xe, at(x, w->w1, wo), at(x, p->h1, r0 * F), 0, 0.0f,
+        const void *xr = at(x, xe, a * C);
+        if ((st = mm(x, 0, 1, rows, F, C, xr, at(x, w->w1, wo), at(x, h1, a * F), 0, 0.0f,
                      "expert gate")) != LLMT_OK ||
-            (st = mm(x, 0, 1, rows, F, C, xe, at(x, w->w3, wo), at(x, p->h3, r0 * F), 0, 0.0f,
+            (st = mm(x, 0, 1, rows, F, C, xr, at(x, w->w3, wo), at(x, h3, a * F), 0, 0.0f,
                      "expert up")) != LLMT_OK)
             return st;
     }
-    if (R > 0)
-        OP(x->op->swiglu_fwd(x->d, p->act, p->h1, p->h3, (size_t)R * F), "expert swiglu");
-    for (int e = 0; e < E; e++) {
-        int rows = (int)s->kept[e];
-        size_t r0 = (size_t)s->start[e];
-        if (rows > 0 && (st = mm(x, 0, 1, rows, C, F, at(x, p->act, r0 * F),
-                                 at(x, w->w2, (size_t)e * C * F), at(x, p->ye, r0 * C), 0, 0.0f,
-                                 "expert down")) != LLMT_OK)
+    if (R > 0) /* the experts' rows are packed from row r0[0] = 0 on */
+        OP(x->op->swiglu_fwd(x->d, act, h1, h3, (size_t)R * F), "expert swiglu");
+    for (int e = 0; e < n; e++) {
+        int rows = (int)nr[e];
+        size_t a = (size_t)r0[e];
+        if (rows > 0 &&
+            (st = mm(x, 0, 1, rows, C, F, at(x, act, a * F), at(x, w->w2, (size_t)e * C * F),
+                     at(x, ye, a * C), 0, 0.0f, "expert down")) != LLMT_OK)
             return st;
     }
-    OP(x->op->moe_combine(x->d, y, p->ye, row, gate, N, K, C), "moe combine");
+    return LLMT_OK;
+}
+
+llmt_status llmt__moe_dev_combine(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s,
+                                  const llmt__moe_dw *w, const void *xin, void *y, int N)
+{
+    OP(x->op->moe_combine(x->d, y, p->ye, p->row, p->gate, N, x->sh.K, x->sh.C), "moe combine");
     llmt__moe_losses(s);
     return x->Fs > 0 && w->sw1 ? shared_fwd(x, p, w, xin, y, N) : LLMT_OK;
+}
+
+llmt_status llmt__moe_dev_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s,
+                              const llmt__moe_dw *w, const void *xin, void *y, int N)
+{
+    llmt_status st = llmt__moe_dev_route(x, p, s, w, xin, N);
+    if (st == LLMT_OK)
+        st = llmt__moe_dev_experts_fwd(x, w, x->sh.E, s->start, s->kept, p->xe, p->h1, p->h3,
+                                       p->act, p->ye);
+    return st == LLMT_OK ? llmt__moe_dev_combine(x, p, s, w, xin, y, N) : st;
 }
 
 static llmt_status shared_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, const llmt__moe_dw *w,
@@ -312,59 +320,75 @@ static llmt_status shared_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, const llmt__
     return mm(x, 0, 0, N, C, Fs, x->sdh3, w->sw3, dx, 0, 1.0f, "shared up dx");
 }
 
-llmt_status llmt__moe_dev_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s,
-                              const llmt__moe_dw *w, const llmt__moe_dw *g, const void *xin,
-                              const void *dy, void *dx, float aux_coef, float z_coef)
+llmt_status llmt__moe_dev_combine_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s,
+                                      const void *dy)
 {
-    int N = s->N, E = x->sh.E, K = x->sh.K, C = x->sh.C, F = x->sh.F;
-    int R = (int)s->start[E];
-    size_t nk = (size_t)N * K;
-    const int32_t *row = x->host ? s->row : p->row;
-    const float *gate = x->host ? s->gate : p->gate;
+    size_t nk = (size_t)s->N * x->sh.K;
     float *dgate = x->host ? s->dgate : x->dgate;
-    llmt_status st;
-    OP(x->op->moe_combine_bwd(x->d, x->dye, dgate, dy, p->ye, row, gate, N, K, C),
+    OP(x->op->moe_combine_bwd(x->d, x->dye, dgate, dy, p->ye, p->row, p->gate, s->N, x->sh.K,
+                              x->sh.C),
        "moe combine backward");
     if (!x->host) /* the gates' gradient to the host, for the router's */
         OP(x->op->d2h(x->d, s->dgate, dgate, nk * sizeof(float)), "moe gate gradients");
-    for (int e = 0; e < E; e++) {
-        int rows = (int)s->kept[e];
-        size_t r0 = (size_t)s->start[e], wo = (size_t)e * C * F;
+    return LLMT_OK;
+}
+
+llmt_status llmt__moe_dev_experts_bwd(llmt__moe_dctx *x, const llmt__moe_dw *w,
+                                      const llmt__moe_dw *g, int n, const int64_t *r0,
+                                      const int64_t *nr, const void *xe, const void *h1,
+                                      const void *h3, const void *act, const void *dye,
+                                      void *dact, void *dh1, void *dh3, void *dxe)
+{
+    int C = x->sh.C, F = x->sh.F;
+    llmt_status st;
+    int64_t R = 0;
+    for (int e = 0; e < n; e++) {
+        int rows = (int)nr[e];
+        size_t a = (size_t)r0[e], wo = (size_t)e * C * F;
+        R += rows;
         if (rows < 1)
             continue;
-        const void *dye = at(x, x->dye, r0 * C);
-        if ((st = mm(x, 1, 0, C, F, rows, dye, at(x, p->act, r0 * F), (float *)g->w2 + wo, 1,
-                     1.0f, "expert down grad")) != LLMT_OK ||
-            (st = mm(x, 0, 0, rows, F, C, dye, at(x, w->w2, wo), at(x, x->dact, r0 * F), 0,
-                     0.0f, "expert down dx")) != LLMT_OK)
+        const void *dr = at(x, dye, a * C);
+        if ((st = mm(x, 1, 0, C, F, rows, dr, at(x, act, a * F), (float *)g->w2 + wo, 1, 1.0f,
+                     "expert down grad")) != LLMT_OK ||
+            (st = mm(x, 0, 0, rows, F, C, dr, at(x, w->w2, wo), at(x, dact, a * F), 0, 0.0f,
+                     "expert down dx")) != LLMT_OK)
             return st;
     }
     if (R > 0) {
-        size_t n = (size_t)R * F;
-        OP(x->op->memset0(x->d, x->dh1, n * x->es), "memset");
-        OP(x->op->memset0(x->d, x->dh3, n * x->es), "memset");
-        OP(x->op->swiglu_bwd(x->d, x->dh1, x->dh3, x->dact, p->h1, p->h3, n),
-           "expert swiglu backward");
+        size_t m = (size_t)R * F;
+        OP(x->op->memset0(x->d, dh1, m * x->es), "memset");
+        OP(x->op->memset0(x->d, dh3, m * x->es), "memset");
+        OP(x->op->swiglu_bwd(x->d, dh1, dh3, dact, h1, h3, m), "expert swiglu backward");
     }
-    for (int e = 0; e < E; e++) {
-        int rows = (int)s->kept[e];
-        size_t r0 = (size_t)s->start[e], wo = (size_t)e * F * C;
+    for (int e = 0; e < n; e++) {
+        int rows = (int)nr[e];
+        size_t a = (size_t)r0[e], wo = (size_t)e * F * C;
         if (rows < 1)
             continue;
-        const void *xe = at(x, p->xe, r0 * C), *dh1 = at(x, x->dh1, r0 * F),
-                   *dh3 = at(x, x->dh3, r0 * F);
-        void *dxe = at(x, x->dxe, r0 * C);
-        if ((st = mm(x, 1, 0, F, C, rows, dh1, xe, (float *)g->w1 + wo, 1, 1.0f,
+        const void *xr = at(x, xe, a * C), *d1 = at(x, dh1, a * F), *d3 = at(x, dh3, a * F);
+        void *dxr = at(x, dxe, a * C);
+        if ((st = mm(x, 1, 0, F, C, rows, d1, xr, (float *)g->w1 + wo, 1, 1.0f,
                      "expert gate grad")) != LLMT_OK ||
-            (st = mm(x, 1, 0, F, C, rows, dh3, xe, (float *)g->w3 + wo, 1, 1.0f,
+            (st = mm(x, 1, 0, F, C, rows, d3, xr, (float *)g->w3 + wo, 1, 1.0f,
                      "expert up grad")) != LLMT_OK ||
-            (st = mm(x, 0, 0, rows, C, F, dh1, at(x, w->w1, wo), dxe, 0, 0.0f,
+            (st = mm(x, 0, 0, rows, C, F, d1, at(x, w->w1, wo), dxr, 0, 0.0f,
                      "expert gate dx")) != LLMT_OK ||
-            (st = mm(x, 0, 0, rows, C, F, dh3, at(x, w->w3, wo), dxe, 0, 1.0f,
+            (st = mm(x, 0, 0, rows, C, F, d3, at(x, w->w3, wo), dxr, 0, 1.0f,
                      "expert up dx")) != LLMT_OK)
             return st;
     }
-    OP(x->op->moe_gather_bwd(x->d, dx, x->dxe, row, N, K, C), "moe gather backward");
+    return LLMT_OK;
+}
+
+llmt_status llmt__moe_dev_router_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s,
+                                     const llmt__moe_dw *w, const llmt__moe_dw *g,
+                                     const void *xin, const void *dy, void *dx, float aux_coef,
+                                     float z_coef)
+{
+    int N = s->N, E = x->sh.E, K = x->sh.K, C = x->sh.C;
+    llmt_status st;
+    OP(x->op->moe_gather_bwd(x->d, dx, x->dxe, p->row, N, K, C), "moe gather backward");
     /* the router: its logits' gradient on the host (moe.c), then in the
      * storage type to the backend for its two gemms */
     llmt__moe_router_dlog(s, aux_coef, z_coef);
@@ -382,4 +406,17 @@ llmt_status llmt__moe_dev_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s
         (st = mm(x, 0, 0, N, C, E, dl, w->router, dx, 0, 1.0f, "router dx")) != LLMT_OK)
         return st;
     return x->Fs > 0 && w->sw1 ? shared_bwd(x, p, w, g, xin, dy, dx, N) : LLMT_OK;
+}
+
+llmt_status llmt__moe_dev_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe *s,
+                              const llmt__moe_dw *w, const llmt__moe_dw *g, const void *xin,
+                              const void *dy, void *dx, float aux_coef, float z_coef)
+{
+    llmt_status st = llmt__moe_dev_combine_bwd(x, p, s, dy);
+    if (st == LLMT_OK)
+        st = llmt__moe_dev_experts_bwd(x, w, g, x->sh.E, s->start, s->kept, p->xe, p->h1, p->h3,
+                                       p->act, x->dye, x->dact, x->dh1, x->dh3, x->dxe);
+    return st == LLMT_OK
+               ? llmt__moe_dev_router_bwd(x, p, s, w, g, xin, dy, dx, aux_coef, z_coef)
+               : st;
 }

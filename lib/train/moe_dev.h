@@ -20,8 +20,9 @@
  *                  router's gemms on the logits' gradient (in the storage
  *                  type, as every other activation gradient).
  *
- * Expert parallelism and pipeline stages are not run this way yet
- * (moe_net.c refuses them by name). */
+ * Expert parallelism: moe_dev_ep.c, the exchange of moe_ep.h on the
+ * table's rows. Pipeline stages are not run this way yet (moe_net.c
+ * refuses them by name). */
 #ifndef LLMT_TRAIN_MOE_DEV_H
 #define LLMT_TRAIN_MOE_DEV_H
 
@@ -53,8 +54,27 @@ llmt__dev *llmt__moe_dctx_dev(const llmt__moe_dctx *x);
 llmt_status llmt__moe_dlay_new(llmt__moe_dctx *x, llmt__moe_dlay **out);
 void llmt__moe_dlay_free(llmt__moe_dctx *x, llmt__moe_dlay *p);
 /* Bytes a layer keeps from its forward for its backward (the routing
- * state on the host included), for the engine's activations. */
+ * state on the host included; under expert parallelism the owner's rows
+ * too), for the engine's activations. */
 size_t llmt__moe_dlay_saved_bytes(const llmt__moe_dctx *x);
+
+/* Expert parallelism (moe_dev_ep.c; moe_ep.h says what is exchanged):
+ * set_ep makes the exchange's scratch for rank `rank` of `size` (size 1:
+ * frees it); each layer then has its own exchange state (dep). */
+typedef struct llmt__moe_dep llmt__moe_dep;
+llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, int rank, int size);
+llmt_status llmt__moe_dep_new(llmt__moe_dctx *x, llmt__moe_dep **out);
+void llmt__moe_dep_free(llmt__moe_dctx *x, llmt__moe_dep *q);
+/* The layer under expert parallelism, as llmt__moe_dev_fwd / _bwd: w's
+ * (and g's) expert tensors hold this rank's E/size experts only (row
+ * block el is expert rank*E/size + el). Collective over comm. */
+llmt_status llmt__moe_dev_ep_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe_dep *q,
+                                 llmt__moe *s, llmt_comm *comm, const llmt__moe_dw *w,
+                                 const void *xin, void *y, int N);
+llmt_status llmt__moe_dev_ep_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe_dep *q,
+                                 llmt__moe *s, llmt_comm *comm, const llmt__moe_dw *w,
+                                 const llmt__moe_dw *g, const void *xin, const void *dy,
+                                 void *dx, float aux_coef, float z_coef);
 
 /* y[N,C] OVERWRITTEN = the layer (and its shared experts) on x[N,C]; s:
  * the layer's routing state (llmt__moe_new_rows with rows 0): its

@@ -33,6 +33,12 @@ void llmt__moe_ep_free(llmt__moe_ep *p)
 
 llmt__moe_ep *llmt__moe_ep_new(const llmt__moe_shape *sh, int Nmax, int rank, int size)
 {
+    return llmt__moe_ep_new_rows(sh, Nmax, rank, size, 1);
+}
+
+llmt__moe_ep *llmt__moe_ep_new_rows(const llmt__moe_shape *sh, int Nmax, int rank, int size,
+                                    int rows)
+{
     if (size < 1 || sh->E % size || rank < 0 || rank >= size)
         return NULL;
     llmt__moe_ep *p = calloc(1, sizeof *p);
@@ -52,7 +58,7 @@ llmt__moe_ep *llmt__moe_ep_new(const llmt__moe_shape *sh, int Nmax, int rank, in
     p->off = malloc((size_t)size * p->El * sizeof(int64_t));
     p->rows = malloc((size_t)p->El * sizeof(int64_t));
     int ok = p->cnt && p->off && p->rows;
-    for (size_t i = 0; ok && i < 6; i++) {
+    for (size_t i = 0; ok && rows && i < 6; i++) {
         *rc[i] = malloc(R * C * sizeof(float));
         *rf[i] = malloc(R * F * sizeof(float));
         ok = *rc[i] && *rf[i];
@@ -67,6 +73,28 @@ llmt__moe_ep *llmt__moe_ep_new(const llmt__moe_shape *sh, int Nmax, int rank, in
 int llmt__moe_ep_block(const llmt__moe_ep *p)
 {
     return p->block;
+}
+
+int llmt__moe_ep_local(const llmt__moe_ep *p)
+{
+    return p->El;
+}
+
+int64_t llmt__moe_ep_owner_rows(const llmt__moe_ep *p, int el)
+{
+    return p->rows[el];
+}
+
+int64_t llmt__moe_ep_owner_off(const llmt__moe_ep *p, int el, int src)
+{
+    return p->off[(size_t)el * p->size + src];
+}
+
+static size_t cnt_of(const llmt__moe_ep *p, int el, int src);
+
+int64_t llmt__moe_ep_owner_cnt(const llmt__moe_ep *p, int el, int src)
+{
+    return (int64_t)cnt_of(p, el, src);
 }
 
 /* Packed rows (s->start, s->kept) of width w into the exchange layout
@@ -121,6 +149,12 @@ static llmt_status counts(llmt__moe_ep *p, const llmt__moe *s, llmt_comm *comm, 
         }
     }
     return LLMT_OK;
+}
+
+llmt_status llmt__moe_ep_counts(llmt__moe_ep *p, const llmt__moe *s, llmt_comm *comm,
+                                llmt_err *e)
+{
+    return counts(p, s, comm, e);
 }
 
 static size_t cnt_of(const llmt__moe_ep *p, int el, int src)

@@ -32,8 +32,23 @@ typedef struct llmt__moe_ep llmt__moe_ep;
  * sh->E). NULL when out of memory. */
 llmt__moe_ep *llmt__moe_ep_new(const llmt__moe_shape *sh, int Nmax, int rank, int size);
 void llmt__moe_ep_free(llmt__moe_ep *p);
+/* rows 0: the exchange's tables only (cnt, off, rows), for a layer run
+ * through the op table (moe_dev_ep.c, which keeps the rows itself). */
+llmt__moe_ep *llmt__moe_ep_new_rows(const llmt__moe_shape *sh, int Nmax, int rank, int size,
+                                    int rows);
 /* Rows of one (rank, expert) block of the exchange. */
 int llmt__moe_ep_block(const llmt__moe_ep *p);
+/* After llmt__moe_ep_counts: this rank's local experts (E / size); the
+ * owner's rows of local expert el (from every source), where source
+ * src's rows of it start in the owner's packing and how many they are. */
+int llmt__moe_ep_local(const llmt__moe_ep *p);
+int64_t llmt__moe_ep_owner_rows(const llmt__moe_ep *p, int el);
+int64_t llmt__moe_ep_owner_off(const llmt__moe_ep *p, int el, int src);
+int64_t llmt__moe_ep_owner_cnt(const llmt__moe_ep *p, int el, int src);
+/* The all-gather of every rank's kept counts (after routing s) and the
+ * owner's packing of them. Collective over comm. */
+llmt_status llmt__moe_ep_counts(llmt__moe_ep *p, const llmt__moe *s, llmt_comm *comm,
+                                llmt_err *e);
 /* The layer on x[N,C] into y (overwritten), as llmt__moe_fwd; collective
  * over comm (every rank of the group calls it for the same layer). w's
  * (and dw's) expert tensors hold this rank's experts only: row block el

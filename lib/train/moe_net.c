@@ -47,13 +47,20 @@ struct llmt__moe_net {
      * context and each MoE layer's forward state */
     llmt__moe_dctx *dx;
     llmt__moe_dlay **dl;
-    size_t es; /* bytes of the op table's stored element */
+    llmt__moe_dep **dep; /* under expert parallelism: each layer's exchange */
+    size_t es;           /* bytes of the op table's stored element */
 };
 
 static void free_ep(llmt__moe_net *n)
 {
     for (int l = 0; n->ep && l < n->c.layers; l++)
         llmt__moe_ep_free(n->ep[l]);
+    for (int l = 0; n->dep && l < n->c.layers; l++)
+        llmt__moe_dep_free(n->dx, n->dep[l]);
+    if (n->dx)
+        llmt__moe_dctx_set_ep(n->dx, 0, 1);
+    free(n->dep);
+    n->dep = NULL;
     free(n->ep);
     n->ep = NULL;
     n->epc = NULL;
@@ -70,10 +77,12 @@ void llmt__moe_net_free(llmt__moe_net *n)
     if (!n)
         return;
     sets_free(n);
+    free_ep(n); /* its op table state before the table's context */
     for (int l = 0; n->dl && l < n->c.layers; l++)
         llmt__moe_dlay_free(n->dx, n->dl[l]);
     free(n->dl);
     llmt__moe_dctx_free(n->dx);
+    n->dx = NULL;
     for (int l = 0; l < n->c.layers; l++) {
         if (n->layer)
             llmt__moe_free(n->layer[l]);
@@ -215,6 +224,9 @@ static llmt_status dev_fwd(llmt__moe_net *n, int l, const llmt__layer_offs *w,
                                  op->last_error(d));
     }
     llmt__moe_dctx_set_err(n->dx, n->tg.e);
+    if (n->dep && n->dep[l])
+        return llmt__moe_dev_ep_fwd(n->dx, n->dl[l], n->dep[l], n->layer[l], n->epc, &p, x, y,
+                                    N);
     return llmt__moe_dev_fwd(n->dx, n->dl[l], n->layer[l], &p, x, y, N);
 }
 
@@ -261,6 +273,9 @@ llmt_status llmt__moe_net_bwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
     if (n->dx) {
         llmt__moe_dw p = dev_ptrs(w, param, n->es), g = dev_ptrs(w, grad, sizeof(float));
         llmt__moe_dctx_set_err(n->dx, e);
+        if (n->dep && n->dep[l])
+            return llmt__moe_dev_ep_bwd(n->dx, n->dl[l], n->dep[l], s, n->epc, &p, &g, x_, dy_,
+                                        dx_, ac, zc);
         return llmt__moe_dev_bwd(n->dx, n->dl[l], s, &p, &g, x_, dy_, dx_, ac, zc);
     }
     const float *x = x_, *dy = dy_, *pf = param;
@@ -274,6 +289,29 @@ llmt_status llmt__moe_net_bwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
     return st;
 }
 
+/* Expert parallelism of the op table's layers (no pipeline sets there:
+ * moe_net_sets refuses them): the exchange's scratch once, each MoE
+ * layer's own tables and owner rows (n->dep; n->ep's entries stay NULL,
+ * the array says expert parallelism is on). */
+static llmt_status set_ep_dev(llmt__moe_net *n, llmt_err *e, llmt_comm *comm, int r, int sz)
+{
+    llmt__moe_dctx_set_err(n->dx, e);
+    llmt_status st = llmt__moe_dctx_set_ep(n->dx, r, sz);
+    if (st == LLMT_OK && !(n->dep = calloc((size_t)n->c.layers, sizeof *n->dep)))
+        st = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: set_ep_comm: no memory");
+    for (int l = 0; st == LLMT_OK && l < n->c.layers; l++)
+        if (n->layer[l])
+            st = llmt__moe_dep_new(n->dx, &n->dep[l]);
+    if (st != LLMT_OK) {
+        free_ep(n);
+        return st;
+    }
+    n->epc = comm;
+    n->ep_rank = r;
+    n->ep_size = sz;
+    return LLMT_OK;
+}
+
 llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm)
 {
     int32_t r = 0, sz = 1;
@@ -281,12 +319,6 @@ llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_ep_comm: %s",
                              llmt_comm_last_error(comm));
     int E = n->c.moe_experts;
-    if (sz > 1 && n->dx)
-        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_ep_comm: model.moe with parallelism.ep %d: expert "
-                             "parallelism runs on the fp32 cpu backend only for now, not on "
-                             "device %s (issue 18)",
-                             (int)sz, llmt__moe_dctx_ops(n->dx)->name);
     if (sz > 1 && E % sz)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: set_ep_comm: parallelism.ep %d does not divide "
@@ -306,6 +338,8 @@ llmt_status llmt__moe_net_set_ep(llmt__moe_net *n, llmt_err *e, llmt_comm *comm)
                           n->c.moe_capacity_factor,
                           n->c.moe_dropless,
                           n->c.moe_raw_gates};
+    if (n->dx) /* through the op table: moe_dev_ep.c's state per layer */
+        return set_ep_dev(n, e, comm, r, sz);
     for (int l = 0; l < n->c.layers; l++) {
         if (!n->layer[l] || (n->held && !n->held[l])) /* another stage's */
             continue;

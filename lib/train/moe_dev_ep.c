@@ -1,0 +1,210 @@
+/* Expert parallelism of a MoE layer run through the op table: moe_ep.h's
+ * exchange (each rank routes its own tokens, fixed-shape blocks of
+ * capacity rows per (rank, expert), two all-to-alls a pass, the owner
+ * computing only the real rows) on the backend's rows in its storage
+ * type, the copies by the table's d2d, the experts by moe_dev.c's. The
+ * counts and the owner's packing are moe_ep.c's own (a tables-only
+ * llmt__moe_ep), so both paths exchange the same rows. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/moe_dev.h"
+#include "train/moe_dev_impl.h"
+
+#define OP(call, what) LLMT__MOE_OP(x, call, what)
+
+static void ep_free_scratch(llmt__moe_dctx *x)
+{
+    void **b[] = {&x->sbuf, &x->rbuf, &x->yo, &x->dyo, &x->dxo, &x->edact, &x->edh1, &x->edh3};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
+        llmt__moe_dfree(x, *b[i]);
+        *b[i] = NULL;
+    }
+    x->ep_rank = 0;
+    x->ep_size = 1;
+    x->block = 0;
+}
+
+llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, int rank, int size)
+{
+    ep_free_scratch(x);
+    if (size <= 1)
+        return LLMT_OK;
+    x->block = llmt__moe_capacity(&x->sh, x->Nmax);
+    size_t R = (size_t)x->sh.E * (size_t)x->block, C = (size_t)x->sh.C, F = (size_t)x->sh.F;
+    void **rc[] = {&x->sbuf, &x->rbuf, &x->yo, &x->dyo, &x->dxo};
+    void **rf[] = {&x->edact, &x->edh1, &x->edh3};
+    llmt_status s = LLMT_OK;
+    for (size_t i = 0; s == LLMT_OK && i < 5; i++)
+        s = llmt__moe_dalloc(x, rc[i], R * C * x->es);
+    for (size_t i = 0; s == LLMT_OK && i < 3; i++)
+        s = llmt__moe_dalloc(x, rf[i], R * F * x->es);
+    if (s != LLMT_OK) {
+        ep_free_scratch(x);
+        return s;
+    }
+    x->ep_rank = rank;
+    x->ep_size = size;
+    return LLMT_OK;
+}
+
+void llmt__moe_dep_free(llmt__moe_dctx *x, llmt__moe_dep *q)
+{
+    if (!q)
+        return;
+    llmt__moe_ep_free(q->t);
+    void *b[] = {q->xo, q->h1, q->h3, q->act};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        llmt__moe_dfree(x, b[i]);
+    free(q->r0);
+    free(q->nr);
+    free(q);
+}
+
+llmt_status llmt__moe_dep_new(llmt__moe_dctx *x, llmt__moe_dep **out)
+{
+    *out = NULL;
+    llmt__moe_dep *q = calloc(1, sizeof *q);
+    int El = x->ep_size > 0 ? x->sh.E / x->ep_size : 0;
+    if (q) {
+        q->t = llmt__moe_ep_new_rows(&x->sh, x->Nmax, x->ep_rank, x->ep_size, 0);
+        q->r0 = calloc((size_t)El + 1, sizeof *q->r0);
+        q->nr = calloc((size_t)El + 1, sizeof *q->nr);
+    }
+    if (!q || !q->t || !q->r0 || !q->nr) {
+        llmt__moe_dep_free(x, q);
+        return llmt__err_set(x->e, LLMT_ERR_OUT_OF_MEMORY,
+                             "trainer: moe: no memory for an expert parallel exchange");
+    }
+    size_t R = (size_t)x->sh.E * (size_t)x->block, C = (size_t)x->sh.C, F = (size_t)x->sh.F;
+    llmt_status s = llmt__moe_dalloc(x, &q->xo, R * C * x->es);
+    void **rf[] = {&q->h1, &q->h3, &q->act};
+    for (size_t i = 0; s == LLMT_OK && i < 3; i++)
+        s = llmt__moe_dalloc(x, rf[i], R * F * x->es);
+    if (s != LLMT_OK) {
+        llmt__moe_dep_free(x, q);
+        return s;
+    }
+    *out = q;
+    return LLMT_OK;
+}
+
+/* Packed rows (s->start, s->kept) of width w into the exchange layout
+ * [E][block][w], zeros after each expert's kept rows. */
+static llmt_status pack(llmt__moe_dctx *x, const llmt__moe *s, const void *rows, void *out,
+                        size_t w)
+{
+    size_t B = (size_t)x->block;
+    for (int e = 0; e < x->sh.E; e++) {
+        size_t k = (size_t)s->kept[e];
+        void *o = llmt__moe_dat(x, out, (size_t)e * B * w);
+        if (k)
+            OP(x->op->d2d(x->d, o, llmt__moe_dat(x, rows, (size_t)s->start[e] * w),
+                          k * w * x->es),
+               "moe exchange pack");
+        if (k < B)
+            OP(x->op->memset0(x->d, llmt__moe_dat(x, o, k * w), (B - k) * w * x->es),
+               "moe exchange pack");
+    }
+    return LLMT_OK;
+}
+
+static llmt_status unpack(llmt__moe_dctx *x, const llmt__moe *s, const void *in, void *rows,
+                          size_t w)
+{
+    size_t B = (size_t)x->block;
+    for (int e = 0; e < x->sh.E; e++) {
+        size_t k = (size_t)s->kept[e];
+        if (k)
+            OP(x->op->d2d(x->d, llmt__moe_dat(x, rows, (size_t)s->start[e] * w),
+                          llmt__moe_dat(x, in, (size_t)e * B * w), k * w * x->es),
+               "moe exchange unpack");
+    }
+    return LLMT_OK;
+}
+
+/* Received [size][El][block][w] -> the owner's rows packed expert-major
+ * (to = 1), or back (to = 0). */
+static llmt_status owner(llmt__moe_dctx *x, const llmt__moe_dep *q, const void *in, void *out,
+                         size_t w, int to)
+{
+    size_t B = (size_t)x->block;
+    int El = llmt__moe_ep_local(q->t);
+    for (int src = 0; src < x->ep_size; src++)
+        for (int el = 0; el < El; el++) {
+            size_t n = (size_t)llmt__moe_ep_owner_cnt(q->t, el, src) * w;
+            void *blk = llmt__moe_dat(x, to ? in : out, ((size_t)src * El + el) * B * w);
+            void *own = llmt__moe_dat(x, to ? out : in,
+                                      (size_t)llmt__moe_ep_owner_off(q->t, el, src) * w);
+            if (n)
+                OP(x->op->d2d(x->d, to ? own : blk, to ? blk : own, n * x->es),
+                   "moe exchange owner rows");
+        }
+    return LLMT_OK;
+}
+
+static llmt_status a2a(llmt__moe_dctx *x, llmt_comm *comm, const char *what)
+{
+    size_t n = (size_t)(x->sh.E / x->ep_size) * x->block * x->sh.C;
+    llmt_dtype t = x->es == sizeof(float) ? LLMT_DTYPE_FP32 : LLMT_DTYPE_BF16;
+    OP(x->op->sync(x->d), "moe exchange");
+    llmt_status st = llmt_comm_all_to_all(comm, x->sbuf, x->rbuf, n, t, NULL);
+    if (st != LLMT_OK)
+        return llmt__err_set(x->e, st, "trainer: moe: expert parallel all-to-all (%s): %s",
+                             what, llmt_comm_last_error(comm));
+    return LLMT_OK;
+}
+
+/* The owner's packing of its local experts (after the counts). */
+static void packing(llmt__moe_dep *q)
+{
+    for (int el = 0; el < llmt__moe_ep_local(q->t); el++) {
+        q->r0[el] = llmt__moe_ep_owner_off(q->t, el, 0);
+        q->nr[el] = llmt__moe_ep_owner_rows(q->t, el);
+    }
+}
+
+llmt_status llmt__moe_dev_ep_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe_dep *q,
+                                 llmt__moe *s, llmt_comm *comm, const llmt__moe_dw *w,
+                                 const void *xin, void *y, int N)
+{
+    size_t C = (size_t)x->sh.C;
+    llmt_status st;
+    if ((st = llmt__moe_dev_route(x, p, s, w, xin, N)) != LLMT_OK ||
+        (st = llmt__moe_ep_counts(q->t, s, comm, x->e)) != LLMT_OK ||
+        (st = pack(x, s, p->xe, x->sbuf, C)) != LLMT_OK ||
+        (st = a2a(x, comm, "dispatch")) != LLMT_OK ||
+        (st = owner(x, q, x->rbuf, q->xo, C, 1)) != LLMT_OK)
+        return st;
+    packing(q);
+    if ((st = llmt__moe_dev_experts_fwd(x, w, llmt__moe_ep_local(q->t), q->r0, q->nr, q->xo,
+                                        q->h1, q->h3, q->act, x->yo)) != LLMT_OK ||
+        (st = owner(x, q, x->yo, x->sbuf, C, 0)) != LLMT_OK ||
+        (st = a2a(x, comm, "combine")) != LLMT_OK ||
+        (st = unpack(x, s, x->rbuf, p->ye, C)) != LLMT_OK)
+        return st;
+    return llmt__moe_dev_combine(x, p, s, w, xin, y, N);
+}
+
+llmt_status llmt__moe_dev_ep_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe_dep *q,
+                                 llmt__moe *s, llmt_comm *comm, const llmt__moe_dw *w,
+                                 const llmt__moe_dw *g, const void *xin, const void *dy,
+                                 void *dx, float aux_coef, float z_coef)
+{
+    size_t C = (size_t)x->sh.C;
+    llmt_status st;
+    if ((st = llmt__moe_dev_combine_bwd(x, p, s, dy)) != LLMT_OK ||
+        (st = pack(x, s, x->dye, x->sbuf, C)) != LLMT_OK ||
+        (st = a2a(x, comm, "output gradients")) != LLMT_OK ||
+        (st = owner(x, q, x->rbuf, x->dyo, C, 1)) != LLMT_OK)
+        return st;
+    packing(q);
+    if ((st = llmt__moe_dev_experts_bwd(x, w, g, llmt__moe_ep_local(q->t), q->r0, q->nr, q->xo,
+                                        q->h1, q->h3, q->act, x->dyo, x->edact, x->edh1,
+                                        x->edh3, x->dxo)) != LLMT_OK ||
+        (st = owner(x, q, x->dxo, x->sbuf, C, 0)) != LLMT_OK ||
+        (st = a2a(x, comm, "input gradients")) != LLMT_OK ||
+        (st = unpack(x, s, x->rbuf, x->dxe, C)) != LLMT_OK)
+        return st;
+    return llmt__moe_dev_router_bwd(x, p, s, w, g, xin, dy, dx, aux_coef, z_coef);
+}
