@@ -397,7 +397,8 @@ static llmt_status cp_check(llmt_trainer *tr, int live)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
                              "trainer: set_cp_comm: context parallelism runs on the cpu and "
                              "emulated backends for now, not %s (its attention exchange is "
-                             "on host memory)",
+                             "on host memory; the device block kernels exist, never run: "
+                             "issue 18, test gpu-cp-ops)",
                              tr->ops->name);
     return LLMT_OK;
 }
