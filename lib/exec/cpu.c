@@ -67,7 +67,15 @@ static int blas_ready(void)
  * piece. One thread pool (OpenMP's) runs everything: OpenBLAS' own pthreads
  * would spin after each GEMM and fight the OpenMP threads of the next op
  * for the cores. Pieces are whole output blocks, so there is no reduction
- * across threads and the result does not depend on the timing. */
+ * across threads and the result does not depend on the timing.
+ *
+ * Only a GEMM outside every parallel region is split, including inactive
+ * ones (`omp parallel if (0)`, a team of one): libgomp reuses its idle
+ * threads only for regions at level 0 and starts fresh ones with
+ * pthread_create for each nested team, and exits them after it, while the
+ * level-0 team's idle workers spin for the cores. A dense MoE layer's
+ * GEMMs under such an `if` ran 1.4-1.7x slower at 2 threads than at 1
+ * (doc/moe.md). */
 static void gemm_a(int ta, int tb, int M, int Nc, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
@@ -75,7 +83,7 @@ static void gemm_a(int ta, int tb, int M, int Nc, int K, float alpha, const floa
     enum CBLAS_TRANSPOSE TB = tb ? CblasTrans : CblasNoTrans;
     int nt = 1;
 #ifdef _OPENMP
-    nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    nt = omp_get_level() > 0 ? 1 : omp_get_max_threads();
 #endif
     if (nt <= 1 || (double)M * Nc * K < 262144.0) {
         blas_sgemm(CblasRowMajor, TA, TB, M, Nc, K, alpha, A, lda, B, ldb, beta,

@@ -27,7 +27,7 @@
 static int par(size_t work)
 {
 #ifdef _OPENMP
-    return work >= 65536 && !omp_in_parallel() && omp_get_max_threads() > 1;
+    return work >= 65536 && omp_get_level() == 0 && omp_get_max_threads() > 1;
 #else
     (void)work;
     return 0;
@@ -37,7 +37,7 @@ static int par(size_t work)
 int llmt__moe_over_experts(const int64_t *rows, int n)
 {
 #ifdef _OPENMP
-    if (omp_in_parallel())
+    if (omp_get_level() > 0)
         return 0;
     int busy = 0;
     for (int e = 0; e < n; e++)
@@ -317,19 +317,30 @@ void llmt__moe_losses(llmt__moe *s)
     s->z = s->gz / Ng;
 }
 
+static void expert_fwd(llmt__moe *s, const llmt__moe_w *w, int e)
+{
+    size_t C = (size_t)s->sh.C, F = (size_t)s->sh.F, r0 = (size_t)s->start[e];
+    llmt__moe_expert_fwd(&s->sh, w, e, (int)s->kept[e], s->xe + r0 * C, s->h1 + r0 * F,
+                         s->h3 + r0 * F, s->act + r0 * F, s->ye + r0 * C);
+}
+
 llmt_status llmt__moe_fwd(llmt__moe *s, const llmt__moe_w *w, const float *x, float *y, int N)
 {
     if (N < 1 || N > s->Nmax)
         return LLMT_ERR_INVALID_ARGUMENT;
-    int C = s->sh.C, F = s->sh.F;
     llmt_status st = llmt__moe_route(s, w->router, x, N);
     if (st != LLMT_OK)
         return st;
-#pragma omp parallel for schedule(dynamic, 1) if (llmt__moe_over_experts(s->kept, s->sh.E))
-    for (int e = 0; e < s->sh.E; e++) {
-        size_t r0 = (size_t)s->start[e];
-        llmt__moe_expert_fwd(&s->sh, w, e, (int)s->kept[e], s->xe + r0 * C, s->h1 + r0 * F,
-                             s->h3 + r0 * F, s->act + r0 * F, s->ye + r0 * C);
+    /* not `parallel for if`: a region of one still nests each GEMM's split
+     * inside it, and libgomp starts fresh threads for every nested team
+     * (exec/cpu.c's gemm_a) */
+    if (llmt__moe_over_experts(s->kept, s->sh.E)) {
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int e = 0; e < s->sh.E; e++)
+            expert_fwd(s, w, e);
+    } else {
+        for (int e = 0; e < s->sh.E; e++)
+            expert_fwd(s, w, e);
     }
     llmt__moe_combine(s, y);
     return LLMT_OK;
@@ -446,17 +457,25 @@ void llmt__moe_router_dlog(llmt__moe *s, float aux_coef, float z_coef)
         dlog_row(s, n, aux_coef, z_coef);
 }
 
+static void expert_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, int e)
+{
+    size_t C = (size_t)s->sh.C, F = (size_t)s->sh.F, r0 = (size_t)s->start[e];
+    llmt__moe_expert_bwd(&s->sh, w, dw, e, (int)s->kept[e], s->xe + r0 * C, s->h1 + r0 * F,
+                         s->h3 + r0 * F, s->act + r0 * F, s->dye + r0 * C, s->dact + r0 * F,
+                         s->dh1 + r0 * F, s->dh3 + r0 * F, s->dxe + r0 * C);
+}
+
 llmt_status llmt__moe_bwd(llmt__moe *s, const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
                           const float *dy, float *dx, float aux_coef, float z_coef)
 {
-    int C = s->sh.C, F = s->sh.F;
     llmt__moe_combine_bwd(s, dy);
-#pragma omp parallel for schedule(dynamic, 1) if (llmt__moe_over_experts(s->kept, s->sh.E))
-    for (int e = 0; e < s->sh.E; e++) {
-        size_t r0 = (size_t)s->start[e];
-        llmt__moe_expert_bwd(&s->sh, w, dw, e, (int)s->kept[e], s->xe + r0 * C, s->h1 + r0 * F,
-                             s->h3 + r0 * F, s->act + r0 * F, s->dye + r0 * C, s->dact + r0 * F,
-                             s->dh1 + r0 * F, s->dh3 + r0 * F, s->dxe + r0 * C);
+    if (llmt__moe_over_experts(s->kept, s->sh.E)) { /* not `if`: see llmt__moe_fwd */
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int e = 0; e < s->sh.E; e++)
+            expert_bwd(s, w, dw, e);
+    } else {
+        for (int e = 0; e < s->sh.E; e++)
+            expert_bwd(s, w, dw, e);
     }
     llmt__moe_router_bwd(s, w, dw, x, dx, aux_coef, z_coef);
     return LLMT_OK;
