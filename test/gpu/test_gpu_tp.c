@@ -4,7 +4,8 @@
  * test-only hook that stages device buffers through host memory
  * (gpu_stage.cu: NCCL cannot put two ranks on one device). Ten AdamW steps
  * (two micro-batches each, clipping on) of GPT-2 (tied embeddings, learned
- * positions) and Llama (RMSNorm, RoPE, SwiGLU, kv heads split), against
+ * positions) and Llama (RMSNorm, RoPE, SwiGLU; kv heads split, and one kv
+ * head shared by both ranks), and both with sequence parallelism, against
  *
  *   - one CUDA rank (tp 1) on the same batches: losses within 2^-9
  *     relative, final parameters within 2 x lr x steps absolute, the bf16
@@ -56,6 +57,7 @@ static llmt_model_config g_cfg;
 static int32_t *g_in, *g_tg;
 static llmt__dev_ops g_cuda; /* the CUDA table, unverified_tp cleared */
 static int g_fake;           /* emul mode: host buffers staged by memcpy */
+static int g_sp;             /* the tp 2 runs with sequence parallelism */
 
 /* The rank's tensor parallel collectives (lib/train/tp.c's hook on its
  * own llmt__tp over the same communicator) on host copies of device
@@ -129,6 +131,8 @@ static void *rank_main(void *p)
     }
     if (a->st == LLMT_OK && a->c)
         a->st = llmt_trainer_set_tp_comm(tr, a->c);
+    if (a->st == LLMT_OK && a->c && g_sp)
+        a->st = llmt_trainer_set_sequence_parallel(tr, 1);
     if (a->refusal) { /* at the attach, or where the engine is made */
         if (a->st == LLMT_OK) {
             llmt_batch b = {sizeof b, g_in, g_tg, ACCUM * MICRO, T};
@@ -138,7 +142,7 @@ static void *rank_main(void *p)
         return NULL;
     }
     if (a->st == LLMT_OK && a->c && a->stage) {
-        a->st = llmt__tp_create(&stg.err, a->c, LLMT_DTYPE_BF16, 0, &stg.tp);
+        a->st = llmt__tp_create(&stg.err, a->c, LLMT_DTYPE_BF16, g_sp, &stg.tp);
         /* the engine (made here if the trainer defers it) */
         llmt__devtrain *dev = a->st == LLMT_OK ? llmt__trainer_devtrain(tr) : NULL;
         if (a->st == LLMT_OK && !dev)
@@ -198,9 +202,10 @@ static void check_refused(const llmt__dev_ops *ops)
     }
 }
 
-static void compare(const char *name, int llama, int kv)
+static void compare(const char *name, int llama, int kv, int sp)
 {
     tp_fixture_config(&g_cfg, llama, kv, V, T);
+    g_sp = sp;
     rank_arg one[1], cu[2], em[2];
     run(1, &g_cuda, 0, 0, one);
     run(2, &g_cuda, 1, 0, cu);
@@ -223,6 +228,9 @@ static void compare(const char *name, int llama, int kv)
         rank_fixture_losses(&w, cu[r].loss, one[0].loss, 0, STEPS, 1);
         rank_fixture_params_check(&w, cu[r].params, cu[r].numel, one[0].params, one[0].numel, 1,
                                   2.0 * LR * STEPS);
+        if (g_fake) /* the same run, staged: the same parameters, bit for bit */
+            CHECK(cu[r].numel == em[r].numel &&
+                  !memcmp(cu[r].params, em[r].params, (size_t)cu[r].numel * sizeof(float)));
         for (int k = 0; k < STEPS; k++) {
             double d =
                 fabs((double)cu[r].loss[k] - em[r].loss[k]) / fabs((double)em[r].loss[k]);
@@ -241,6 +249,7 @@ static void compare(const char *name, int llama, int kv)
     free_args(one, 1);
     free_args(cu, 2);
     free_args(em, 2);
+    g_sp = 0;
 }
 
 int main(int argc, char **argv)
@@ -254,8 +263,9 @@ int main(int argc, char **argv)
         marked.unverified_tp = llmt__dev_cuda() ? llmt__dev_cuda()->unverified_tp : NULL;
         if (marked.unverified_tp)
             check_refused(&marked);
-        compare("gpt2 (emul)", 0, 0);
-        compare("llama kv2 (emul)", 1, 2);
+        compare("gpt2 (emul)", 0, 0, 0);
+        compare("llama kv2 (emul)", 1, 2, 0);
+        compare("llama kv1 sp (emul)", 1, 1, 1);
         free(g_in);
         free(g_tg);
         return check_exit("tp-stage-emul");
@@ -285,8 +295,11 @@ int main(int argc, char **argv)
     g_cuda.unverified_tp = NULL; /* this test is the verification */
     tp_fixture_data((size_t)STEPS * ACCUM * MICRO * T, V, &g_in, &g_tg);
     check_refused(cu);
-    compare("gpt2", 0, 0);
-    compare("llama kv2 (split)", 1, 2);
+    compare("gpt2", 0, 0, 0);
+    compare("llama kv2 (split)", 1, 2, 0);
+    compare("llama kv1 (shared)", 1, 1, 0);
+    compare("gpt2 sp", 0, 0, 1);
+    compare("llama kv2 sp", 1, 2, 1);
     free(g_in);
     free(g_tg);
     return check_exit("gpu-tp-engine");
