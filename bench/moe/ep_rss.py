@@ -3,9 +3,12 @@
 (examples/specs/moe-demo-cpu.json: 128 experts of 64, 4 layers) under dp 4
 with ep 1, 2 and 4 (ZeRO 0, micro 2, byte tokenizer, one thread a rank):
 each rank's VmRSS sampled every 0.2 s from /proc; "steady" is the median
-of a rank's samples over the last half of its life (the steps; the setup's
-peak, when the engine is first made whole and then for its experts, is
-the "peak" column, the kernel's maxrss), both averaged over the 4 ranks.
+of a rank's samples over the last half of its life (the steps); "peak" is
+the kernel's maxrss over the whole run (set by the final checkpoint's
+save, which gathers every expert into the model's tensors); "setup peak"
+is a rank's VmHWM when the first step's line reaches metrics.jsonl (the
+trainer, its engine and data parallelism made, one step run), all
+averaged over the 4 ranks.
 
     python3 bench/moe/ep_rss.py BUILD/tools/llmtrain [STEPS] > out.json
 
@@ -40,15 +43,23 @@ def spec(ep, steps, path):
         json.dump(s, f)
 
 
-def rss_kb(pid):
+def rss_kb(pid, key="VmRSS:"):
     try:
         with open("/proc/%d/status" % pid) as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(key):
                     return int(line.split()[1])
     except OSError:
         return None
     return None
+
+
+def first_step(run_dir):
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            return any(line.startswith('{"step":') for line in f)
+    except OSError:
+        return False
 
 
 def ranks(tag):
@@ -77,11 +88,16 @@ def run(exe, ep, steps, work):
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
     samples = {}
+    setup = None
     while p.poll() is None:
-        for pid in ranks(js):
+        pids = ranks(js)
+        for pid in pids:
             r = rss_kb(pid)
             if r:
                 samples.setdefault(pid, []).append((time.time(), r))
+        if setup is None and pids and first_step(os.path.join(work, "run%d" % ep)):
+            hwm = [h for h in (rss_kb(pid, "VmHWM:") for pid in pids) if h]
+            setup = statistics.mean(hwm) if len(hwm) == len(pids) else None
         time.sleep(0.2)
     log = p.stdout.read()
     if p.returncode != 0:
@@ -97,6 +113,7 @@ def run(exe, ep, steps, work):
     return {"ep": ep, "ranks_sampled": len(steady),
             "steady_rss_mb": round(statistics.mean(steady) / 1024, 1) if steady else None,
             "peak_rss_mb": round(statistics.mean(peak) / 1024, 1) if peak else None,
+            "setup_peak_mb": round(setup / 1024, 1) if setup else None,
             "wall_s": round(time.time() - t0, 1)}
 
 
