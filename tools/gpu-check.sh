@@ -84,7 +84,15 @@ if [ ! -f $bdir/build.ninja ]; then
   meson setup $bdir -Dgpu_arch="$arch" -Dbuildtype=release >"$out/gpu-setup.log" 2>&1 ||
     { tail -40 "$out/gpu-setup.log"; exit 1; }
 fi
-ninja -C $bdir >"$out/gpu-build.log" 2>&1 ||
+# --tp-only builds just its tests' programs (device minutes are scarce)
+targets=""
+norebuild=""
+if [ -n "$only" ]; then
+  targets="test/gpu/test_gpu_tp_ops test/gpu/test_gpu_tp test/gpu/test_gpu_cp_ops"
+  norebuild="--no-rebuild"
+fi
+# shellcheck disable=SC2086
+ninja -C $bdir $targets >"$out/gpu-build.log" 2>&1 ||
   { grep -E "error|undefined" -A3 "$out/gpu-build.log" | head -60; exit 1; }
 grep -q "CUDA (cudart, cuBLASLt).*13\|CUDA (cudart, cuBLASLt).*12" $bdir/meson-logs/meson-log.txt ||
   echo "gpu-check: warning: meson did not report CUDA"
@@ -93,7 +101,7 @@ rc=0
 if [ $tests = 1 ]; then
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  meson test -C $bdir ${only:---suite gpu} --print-errorlogs --timeout-multiplier 4 \
+  meson test -C $bdir $norebuild ${only:---suite gpu} --print-errorlogs --timeout-multiplier 4 \
     >"$out/gpu-tests.log" 2>&1
   rc=$?
   grep -E "^ *[0-9]+/[0-9]+ |Ok:|Fail:|Skipped:" "$out/gpu-tests.log" | tail -8
