@@ -18,6 +18,9 @@
  *     attention rounds P to bf16, cuBLASLt's sum order, expf), a few 1e-3
  *     after ten steps expected.
  *
+ * After training: evaluate on the first batch (2^-9 relative to tp 1) and
+ * greedy generation (tokens in range).
+ *
  * The CUDA table says its tensor parallelism never ran on a GPU
  * (unverified_tp): the engine refuses it naming why, which is checked
  * first; the runs then use a copy of the table with that field cleared,
@@ -47,6 +50,7 @@
 #define T 16
 #define V 97
 #define LR 1e-3f
+#define GEN 4
 
 int gpu_stage_is_device(const void *p);
 int gpu_stage_d2h(void *h, const void *d, size_t n);
@@ -107,6 +111,8 @@ typedef struct rank_arg {
     int rank, tp, stage; /* stage: the collectives through host copies */
     int refusal;         /* only attach tp and keep the message */
     float loss[STEPS];
+    float eval;       /* evaluate on the first step's batch, after training */
+    int32_t gen[GEN]; /* greedy tokens after a prompt */
     float *params;
     int64_t numel;
     size_t staged;
@@ -157,6 +163,13 @@ static void *rank_main(void *p)
         llmt_batch b = {sizeof b, g_in + k * per, g_tg + k * per, ACCUM * MICRO, T};
         a->st = rank_fixture_step(tr, &b, &a->loss[k]);
     }
+    /* the loss-only cross-entropy and the row logits' host sum */
+    if (a->st == LLMT_OK) {
+        llmt_batch b = {sizeof b, g_in, g_tg, ACCUM * MICRO, T};
+        a->st = llmt_trainer_evaluate(tr, &b, &a->eval);
+    }
+    if (a->st == LLMT_OK)
+        a->st = llmt_trainer_generate(tr, g_in, 3, GEN, 0.0f, 0, 1, a->gen);
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr); /* gathers (collective) */
     if (a->st != LLMT_OK && stg.err.msg[0])
@@ -228,9 +241,19 @@ static void compare(const char *name, int llama, int kv, int sp)
         rank_fixture_losses(&w, cu[r].loss, one[0].loss, 0, STEPS, 1);
         rank_fixture_params_check(&w, cu[r].params, cu[r].numel, one[0].params, one[0].numel, 1,
                                   2.0 * LR * STEPS);
-        if (g_fake) /* the same run, staged: the same parameters, bit for bit */
+        if (g_fake) { /* the same run, staged: the same parameters, bit for bit */
             CHECK(cu[r].numel == em[r].numel &&
                   !memcmp(cu[r].params, em[r].params, (size_t)cu[r].numel * sizeof(float)));
+            CHECK(cu[r].eval == em[r].eval && !memcmp(cu[r].gen, em[r].gen, sizeof cu[r].gen));
+        }
+        /* evaluate as the steps' losses; greedy tokens may part where two
+         * logits tie within bf16, so only their range is held */
+        double de = fabs((double)cu[r].eval - one[0].eval) / fabs((double)one[0].eval);
+        if (!(de <= w.loss))
+            w.loss = de;
+        CHECK(de <= 1.0 / 512);
+        for (int i = 0; i < GEN; i++)
+            CHECK(cu[r].gen[i] >= 0 && cu[r].gen[i] < V);
         for (int k = 0; k < STEPS; k++) {
             double d =
                 fabs((double)cu[r].loss[k] - em[r].loss[k]) / fabs((double)em[r].loss[k]);
