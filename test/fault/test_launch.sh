@@ -79,7 +79,10 @@
 #             wait for its decision; nodes-leader2: the leader and node 1
 #             lost, node 2 takes over; nodes-leader-again: the leader
 #             lost, node 1 takes over, then node 1 lost: node 2 takes
-#             over from it; nodes-peer: node 1 lost with its disk, its ranks'
+#             over from it; nodes-leader-cand: the candidate node 2
+#             waits for lost before it claims: node 2 takes over;
+#             nodes-leader-none: no node takes over: node 2 stops
+#             naming why; nodes-peer: node 1 lost with its disk, its ranks'
 #             parts from the peer replicas kept on node 0)
 #   grace     rank 0 killed at step 5 while rank 1 (2 workers + 1 spare)
 #             is still saving step 4 (slowsave: 2.5 s before it writes its
@@ -788,7 +791,7 @@ inplace-tp | inplace-pp | inplace-cp | inplace-ep)
       { bad "losses differ"; diff lr.loss $o.loss; }
   done
   ;;
-nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader3 | nodes-leader-mid | nodes-leader2 | nodes-leader-again)
+nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader3 | nodes-leader-mid | nodes-leader2 | nodes-leader-again | nodes-leader-cand | nodes-leader-none)
   # a node lost with its agent: two agents as two nodes on this host,
   # --node-timeout 2; node K's agent is started in a session of its own
   # so that its process group is the node. Gen 0 is slowed (150 ms a
@@ -1089,6 +1092,48 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
     grep -q '"event":"leader","gen":1,"lost":1,"leader":2' $o/agent/node-2/events.jsonl &&
       ok "node 2's events: leader (lost 1, leader 2)" || bad "events: $(grep leader $o/agent/node-2/events.jsonl)"
     same_losses "second leader loss"
+    ;;
+  nodes-leader-cand | nodes-leader-none)
+    # the candidate to take over judged by the others but lost or slow
+    # itself: three nodes (node 0 rank 0, node 1 rank 1, node 2 ranks 2,
+    # 3), node 2 with --node-timeout 2, node 1 with a longer one, so that
+    # node 2 judges the leader lost first and waits for node 1's claim.
+    # cand: node 1 (timeout 6) lost 3.5 s after node 0, before its own
+    # verdict: node 2 looks again while it waits, skips node 1 once it is
+    # silent past 2 s and claims leader-0; both lost, elastic on node 2's
+    # 2 ranks (looking once, node 2 waited for node 1 and gave up).
+    # none: node 1 (timeout 60) beats on but does not judge within node
+    # 2's wait (2 x 2 + 5 s): node 2 stops, naming the leader and the
+    # directory, and leaves no worker behind
+    o=${case_#nodes-leader-}
+    mkdir rdzv-$o
+    t1=6; [ $o = none ] && t1=60
+    start_node 0 1 0 setsid --nnodes 3 --rdzv rdzv-$o --node-timeout 2 ft.json
+    start_node 1 1 0 setsid --nnodes 3 --rdzv rdzv-$o --node-timeout $t1 ft.json
+    start_node 2 2 0 "" --nnodes 3 --rdzv rdzv-$o --node-timeout 2 ft.json
+    at_step5
+    wpids=$(grep '"spawn"' $o/agent/node-2/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
+    kill_node 0
+    if [ $o = cand ]; then
+      sleep 3.5
+      kill_node 1
+      wait $p2 && r2=0 || r2=$?
+      [ $r2 -eq 0 ] && grep -q "^node 2 gen 0" rdzv-$o/leader-0 &&
+        grep -q "node 0 (the leader) lost: .*node 2 leads from now on" $o-n2.log &&
+        grep -q "node 1 lost: its agent silent" $o-n2.log &&
+        grep -q "continuing elastically on 2 data-parallel ranks (was 4)" $o-n2.log &&
+        ok "the candidate (node 1) lost before it claimed: node 2 took over, elastic on its 2 ranks" ||
+        { bad "candidate lost: node 2 exited $r2"; grep launch: $o-n2.log; }
+      same_losses "candidate lost"
+    else
+      wait $p2 && r2=0 || r2=$?
+      kill_node 1
+      [ $r2 -ne 0 ] && [ ! -e rdzv-$o/leader-0 ] &&
+        grep -q "node 0 (the leader) lost, and no surviving node took over within 9.0 s (rdzv-$o/leader-0).*start every node's agent again with a new --rdzv directory and --resume" $o-n2.log &&
+        ok "no node took over (node 1 beating, not judging): node 2 stopped (exit $r2), naming leader-0 and how to resume" ||
+        { bad "no take-over: node 2 exited $r2"; grep launch: $o-n2.log; ls rdzv-$o; }
+      none_left "no take-over"
+    fi
     ;;
   nodes-peer)
     # the peer tier across nodes: each node keeps its replicas on its own
