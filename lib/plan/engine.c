@@ -458,6 +458,29 @@ static double moe_saved(const llmt_spec *s, const eng *g, double N)
     return f;
 }
 
+/* The backward scratch of the MoE layers run through the op table
+ * (lib/train/moe_dev.c, moe_dev_ep.c: every backend but the fp32 CPU),
+ * once per engine whether its stage holds MoE layers or not: the packed
+ * rows' dye, dxe and dact, dh1, dh3, the shared experts' three, the
+ * router logits' gradient in the storage type; under ep the exchange's
+ * send and receive buffers and the owner's outputs and their gradients.
+ * The fp32 CPU keeps its scratch per layer beside the saved state,
+ * uncounted (moe.c). */
+static double moe_scratch(const llmt_spec *s, const eng *g, double N)
+{
+    if (g->E <= 0 || g->cpu)
+        return 0;
+    double E = g->E, F = g->Fe, C = g->C;
+    double K = s->model.moe.top_k > 0 ? (double)s->model.moe.top_k : E > 1 ? 2 : 1, R = N * K;
+    double f = 2 * R * C + 3 * R * F + 3 * N * g->Fs + N * E;
+    if (g->ep > 1) {
+        double cap = s->model.moe.dropless ? N : ceil(s->model.moe.capacity_factor * R / E);
+        cap = cap < 1 ? 1 : cap > N ? N : cap;
+        f += E * cap * (5 * C + 3 * F);
+    }
+    return g->es * f;
+}
+
 /* The MoE layers among layers [f, f + n). */
 static double moe_in(const eng *g, int64_t f, int64_t n)
 {
@@ -564,7 +587,7 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
     /* each MoE layer keeps one routing state per set (moe_net.c: a set
      * per micro-batch in flight, for every layer of every chunk, as a
      * layer is in one chunk), of this rank's rows */
-    x += sets * M * moe_saved(s, &g, Nr);
+    x += sets * M * moe_saved(s, &g, Nr) + moe_scratch(s, &g, Nr);
     /* the backward's scratch, as activations() counts it */
     x += (Nr + N) * C * bf + tail + N * Q * bf + (L > M ? mlp_scratch(&g) * bf : 0) + 4;
     if (g.sp) /* the gathered rows of a column split Linear's input */
@@ -621,7 +644,8 @@ static void engine_fill(const llmt_spec *s, const eng *gp, llmt_plan_estimate *e
         g.pp > 1 ? llmt__plan_engine_stage_act(s, g.stage)
                  : trainer_window(s) + activations(&g) +
                        moe_in(&g, 0, (int64_t)g.L) *
-                           moe_saved(s, &g, g.sp ? g.B * g.T / g.t : g.B * g.T);
+                           moe_saved(s, &g, g.sp ? g.B * g.T / g.t : g.B * g.T) +
+                       moe_scratch(s, &g, g.sp ? g.B * g.T / g.t : g.B * g.T);
 }
 
 /* Pipeline stage `stage` (device.c's stage_params, dp.c's units): the

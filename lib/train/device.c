@@ -1241,14 +1241,16 @@ const char *llmt__devtrain_backend(const llmt__devtrain *g) { return g->op->name
 
 void llmt__devtrain_memory(const llmt__devtrain *g, llmt__devtrain_mem *out)
 {
-    /* and the MoE layers' routing state (host memory: moe_net.h), which is
-     * in use beside the backend's buffers too (so that in use less the
-     * activations stays the parameters' and optimizer's state) */
-    size_t moe = g->moe ? llmt__moe_net_saved_bytes(g->moe) : 0;
+    /* and the MoE layers' (moe_net.h), whose host part is in use beside
+     * the backend's buffers too (so that in use less the activations
+     * stays the parameters' and optimizer's state) */
+    size_t moe = 0, host = 0;
+    if (g->moe)
+        llmt__moe_net_mem(g->moe, &moe, &host);
     out->activations = g->act_bytes + moe;
     g->op->mem_stats(g->d, &out->in_use, &out->peak);
-    out->in_use += moe;
-    out->peak += moe;
+    out->in_use += host;
+    out->peak += host;
 }
 
 /* Parameter i's shard between the host's full tensor and the device

@@ -175,6 +175,26 @@ size_t llmt__moe_dlay_saved_bytes(const llmt__moe_dctx *x)
     return b;
 }
 
+size_t llmt__moe_dlay_host_bytes(const llmt__moe_dctx *x)
+{
+    size_t N = (size_t)x->Nmax, R = N * (size_t)x->sh.K;
+    return 4 * (N * (size_t)x->sh.E + N + 4 * R);
+}
+
+size_t llmt__moe_dctx_scratch_bytes(const llmt__moe_dctx *x)
+{
+    size_t N = (size_t)x->Nmax, E = (size_t)x->sh.E, R = N * (size_t)x->sh.K,
+           C = (size_t)x->sh.C, F = (size_t)x->sh.F;
+    size_t b = x->es * (2 * R * C + 3 * R * F + 3 * N * (size_t)x->Fs);
+    if (x->dlogs)
+        b += x->es * N * E;
+    if (!x->host) /* the device copies of dlog and dgate */
+        b += 4 * (N * E + R);
+    if (x->ep_size > 1) /* moe_dev_ep.c's exchange and owner scratch */
+        b += x->es * E * (size_t)x->block * (5 * C + 3 * F);
+    return b;
+}
+
 /* gemm of storage-typed A, B; C fp32 (cf32) or the storage type. */
 static llmt_status mm(llmt__moe_dctx *x, int ta, int tb, int M, int N, int K, const void *A,
                       const void *B, void *C, int cf32, float beta, const char *what)

@@ -21,8 +21,8 @@
  *                  type, as every other activation gradient).
  *
  * Expert parallelism: moe_dev_ep.c, the exchange of moe_ep.h on the
- * table's rows. Pipeline stages are not run this way yet (moe_net.c
- * refuses them by name). */
+ * table's rows. Pipeline stages: moe_net.c keeps a forward state (dlay,
+ * dep) per activation set, as it does the host layers'. */
 #ifndef LLMT_TRAIN_MOE_DEV_H
 #define LLMT_TRAIN_MOE_DEV_H
 
@@ -57,6 +57,11 @@ void llmt__moe_dlay_free(llmt__moe_dctx *x, llmt__moe_dlay *p);
  * state on the host included; under expert parallelism the owner's rows
  * too), for the engine's activations. */
 size_t llmt__moe_dlay_saved_bytes(const llmt__moe_dctx *x);
+/* Of those, the routing state's on the host (not the backend's memory). */
+size_t llmt__moe_dlay_host_bytes(const llmt__moe_dctx *x);
+/* The backward's scratch (and the exchange's), once per engine, in the
+ * backend's memory. */
+size_t llmt__moe_dctx_scratch_bytes(const llmt__moe_dctx *x);
 
 /* Expert parallelism (moe_dev_ep.c; moe_ep.h says what is exchanged):
  * set_ep makes the exchange's scratch for rank `rank` of `size` (size 1:

@@ -48,11 +48,32 @@ struct llmt__moe_net {
     llmt__moe_dctx *dx;
     llmt__moe_dlay **dl;
     llmt__moe_dep **dep; /* under expert parallelism: each layer's exchange */
-    size_t es;           /* bytes of the op table's stored element */
+    /* a pipeline stage: each activation set's dl and dep (set 0: dl, dep;
+     * NULL for the layers the stage does not hold) */
+    llmt__moe_dlay ***dlset;
+    llmt__moe_dep ***deset;
+    size_t es; /* bytes of the op table's stored element */
 };
+
+/* The activation sets' exchange states of the op table but set 0's. */
+static void dev_sets_ep_free(llmt__moe_net *n)
+{
+    if (!n->deset)
+        return;
+    llmt__moe_net_use(n, 0);
+    for (int k = 1; k < n->nsets; k++) {
+        for (int l = 0; n->deset[k] && l < n->c.layers; l++)
+            if (n->held[l])
+                llmt__moe_dep_free(n->dx, n->deset[k][l]);
+        free(n->deset[k]);
+    }
+    free(n->deset);
+    n->deset = NULL;
+}
 
 static void free_ep(llmt__moe_net *n)
 {
+    dev_sets_ep_free(n);
     for (int l = 0; n->ep && l < n->c.layers; l++)
         llmt__moe_ep_free(n->ep[l]);
     for (int l = 0; n->dep && l < n->c.layers; l++)
@@ -300,8 +321,21 @@ static llmt_status set_ep_dev(llmt__moe_net *n, llmt_err *e, llmt_comm *comm, in
     if (st == LLMT_OK && !(n->dep = calloc((size_t)n->c.layers, sizeof *n->dep)))
         st = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: set_ep_comm: no memory");
     for (int l = 0; st == LLMT_OK && l < n->c.layers; l++)
-        if (n->layer[l])
+        if (n->layer[l] && (!n->held || n->held[l]))
             st = llmt__moe_dep_new(n->dx, &n->dep[l]);
+    /* a pipeline stage: each further activation set's, for the layers it
+     * holds */
+    if (st == LLMT_OK && n->dlset && !(n->deset = calloc((size_t)n->nsets, sizeof *n->deset)))
+        st = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: set_ep_comm: no memory");
+    if (n->deset)
+        n->deset[0] = n->dep;
+    for (int k = 1; st == LLMT_OK && n->deset && k < n->nsets; k++) {
+        if (!(n->deset[k] = calloc((size_t)n->c.layers, sizeof **n->deset)))
+            st = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: set_ep_comm: no memory");
+        for (int l = 0; st == LLMT_OK && l < n->c.layers; l++)
+            if (n->held[l])
+                st = llmt__moe_dep_new(n->dx, &n->deset[k][l]);
+    }
     if (st != LLMT_OK) {
         free_ep(n);
         return st;
@@ -540,6 +574,51 @@ void llmt__moe_net_use(llmt__moe_net *n, int k)
     n->shared = n->sset[k];
     if (n->eset)
         n->ep = n->eset[k];
+    if (n->dlset)
+        n->dl = n->dlset[k];
+    if (n->deset)
+        n->dep = n->deset[k];
+}
+
+/* The activation sets' op table states but set 0's. */
+static void dev_sets_free(llmt__moe_net *n)
+{
+    if (!n->dlset)
+        return;
+    dev_sets_ep_free(n);
+    llmt__moe_net_use(n, 0);
+    for (int k = 1; k < n->nsets; k++) {
+        for (int l = 0; n->dlset[k] && l < n->c.layers; l++)
+            if (n->held[l])
+                llmt__moe_dlay_free(n->dx, n->dlset[k][l]);
+        free(n->dlset[k]);
+    }
+    free(n->dlset);
+    n->dlset = NULL;
+}
+
+/* Each further activation set's op table state of the held layers
+ * (after the sets' routing states; n->held final). */
+static llmt_status dev_sets_new(llmt__moe_net *n, llmt_err *e)
+{
+    llmt_status st = LLMT_OK;
+    if (!(n->dlset = calloc((size_t)n->nsets, sizeof *n->dlset)))
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: moe: no memory");
+    n->dlset[0] = n->dl;
+    for (int l = 0; l < n->c.layers; l++)
+        if (!n->held[l]) { /* another stage's: never run here */
+            llmt__moe_dlay_free(n->dx, n->dl[l]);
+            n->dl[l] = NULL;
+        }
+    for (int k = 1; st == LLMT_OK && k < n->nsets; k++) {
+        if (!(n->dlset[k] = calloc((size_t)n->c.layers, sizeof **n->dlset)))
+            return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: moe: no memory");
+        for (int l = 0; st == LLMT_OK && l < n->c.layers; l++) {
+            if (n->held[l])
+                st = llmt__moe_dlay_new(n->dx, &n->dlset[k][l]);
+        }
+    }
+    return st;
 }
 
 /* The sets' EP states but set 0's (which is n->ep). */
@@ -562,6 +641,7 @@ static void sets_free(llmt__moe_net *n)
 {
     if (!n->lset)
         return;
+    dev_sets_free(n);
     sets_ep_free(n);
     llmt__moe_net_use(n, 0);
     for (int k = 1; k < n->nsets; k++) {
@@ -626,12 +706,6 @@ llmt_status llmt__moe_net_sets(llmt__moe_net *n, llmt_err *e, int sets,
         return llmt__err_set(e, LLMT_ERR_INTERNAL,
                              "trainer: moe: a stage's activation sets are made once, before "
                              "expert parallelism");
-    if (n->dx)
-        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                             "trainer: model.moe with parallelism.pp: MoE layers on pipeline "
-                             "stages run on the fp32 cpu backend only for now, not on device "
-                             "%s (issue 18)",
-                             llmt__moe_dctx_ops(n->dx)->name);
     int L = n->c.layers;
     llmt__moe_shape sh = net_shape(n);
     sets = sets > 1 ? sets : 1;
@@ -668,8 +742,9 @@ llmt_status llmt__moe_net_sets(llmt__moe_net *n, llmt_err *e, int sets,
                 n->sset[k][l] = n->shared[l];
                 continue;
             }
-            ok = (n->lset[k][l] = llmt__moe_new(&sh, n->Nmax)) != NULL;
-            if (ok && Fs > 0)
+            /* the op table's layers keep their rows in dlset */
+            ok = (n->lset[k][l] = llmt__moe_new_rows(&sh, n->Nmax, !n->dx)) != NULL;
+            if (ok && Fs > 0 && !n->dx)
                 ok = (n->sset[k][l] = llmt__moe_shared_new(n->c.width, Fs, n->Nmax)) != NULL;
         }
     }
@@ -685,7 +760,10 @@ llmt_status llmt__moe_net_sets(llmt__moe_net *n, llmt_err *e, int sets,
     }
     for (int l = 0; l < L; l++) /* from here on: held and MoE */
         n->held[l] = n->held[l] && n->layer[l];
-    return LLMT_OK;
+    llmt_status st = n->dx ? dev_sets_new(n, e) : LLMT_OK;
+    if (st != LLMT_OK)
+        sets_free(n);
+    return st;
 }
 
 /* What one MoE layer's forward keeps for its backward, in floats, for a
@@ -706,6 +784,22 @@ static size_t layer_saved(const llmt__moe_net *n)
         f += E * (size_t)llmt__moe_capacity(&sh, n->Nmax) * (C + 3 * F);
     }
     return f;
+}
+
+void llmt__moe_net_mem(const llmt__moe_net *n, size_t *acts, size_t *host)
+{
+    size_t saved = llmt__moe_net_saved_bytes(n);
+    *acts = saved;
+    *host = saved;
+    if (!n->dx)
+        return;
+    /* through the op table: the rows and the scratch are the backend's
+     * allocations, the routing state alone the host's */
+    size_t layers = 0;
+    for (int l = 0; l < n->c.layers; l++)
+        layers += n->layer[l] && (!n->held || n->held[l]);
+    *acts += llmt__moe_dctx_scratch_bytes(n->dx);
+    *host = layers * (size_t)(n->lset ? n->nsets : 1) * llmt__moe_dlay_host_bytes(n->dx);
 }
 
 size_t llmt__moe_net_saved_bytes(const llmt__moe_net *n)

@@ -84,6 +84,11 @@ void llmt__moe_net_tally_layers(llmt__moe_net *n, int l0, int l1);
  * backwards, over every activation set (activations, as the engine
  * reports them). */
 size_t llmt__moe_net_saved_bytes(const llmt__moe_net *n);
+/* What the engine reports for its MoE layers: *acts the activations
+ * (the saved bytes, and through the op table its backward scratch), *host
+ * the part of them outside the backend's allocator (all of it on the
+ * fp32 host path, the routing state through the op table). */
+void llmt__moe_net_mem(const llmt__moe_net *n, size_t *acts, size_t *host);
 llmt_status llmt__moe_net_step_end_pp(llmt__moe_net *n, llmt_err *e, int micro, llmt_comm *pp);
 
 #endif

@@ -221,18 +221,6 @@ static inline int plan_run_ranks_ok(const char *name, const void *a, size_t size
     return ok;
 }
 
-/* A MoE layout the emulation does not run yet (pipeline stages, expert
- * parallelism: lib/train/moe_net.c): every rank refused it, naming
- * model.moe (a check per rank). */
-static inline void plan_run_moe_refused(const char *name, const void *a, size_t size, int n,
-                                        size_t st_off, size_t err_off)
-{
-    for (int r = 0; r < n; r++)
-        CHECK(PLAN_RUN_ST(a, size, r, st_off) == LLMT_ERR_UNSUPPORTED &&
-              strstr(PLAN_RUN_ERR(a, size, r, err_off), "model.moe"));
-    printf("%s: refused on the bf16 emulation, naming model.moe\n", name);
-}
-
 /* The plan's numbers: TP, CP, DP x calls, payload, bus. */
 static inline void plan_run_plan_groups(const llmt_plan_estimate *e, double pl[3][3])
 {

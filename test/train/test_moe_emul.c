@@ -29,8 +29,11 @@
  *     global batch: losses within 2^-9 relative, masters within 2 x lr x
  *     steps (test_device_dp.c's bounds, and why), kept counts and drops of
  *     the last step (summed over the group) equal, aux and z within 1e-5;
- *   - tensor parallelism (tp 2, with and without sequence parallelism)
- *     and context parallelism (cp 2), dropless with a shared expert,
+ *   - pipeline parallelism (pp 2, 1F1B: a layer a stage, each stage's
+ *     MoE layer with a routing state per micro-batch in flight), in both
+ *     cases, tensor parallelism (tp 2, with and without sequence
+ *     parallelism) and context parallelism (cp 2), dropless with a
+ *     shared expert,
  *     against one emulated rank: the same bounds (test_device_tp.c's,
  *     test_device_cp.c's); the last step's tallies come from weights
  *     that differ as the losses may, so: kept counts equal but for at
@@ -253,9 +256,9 @@ done:
 typedef struct rank_arg {
     llmt_comm *world;
     int rank, W, zero, ep;
-    int tp, sp, cp;  /* the world is the TP (with SP or not) or CP group */
-    int64_t acts;    /* device activations (llmt_trainer_memory_usage) */
-    double ep_bytes; /* the EP group's all-to-all bus bytes of the last step */
+    int tp, sp, cp, pp; /* the world is the TP (with SP or not), CP or PP group */
+    int64_t acts;       /* device activations (llmt_trainer_memory_usage) */
+    double ep_bytes;    /* the EP group's all-to-all bus bytes of the last step */
     float loss[STEPS];
     tallies t;
     float *params;
@@ -272,14 +275,16 @@ static void *rank_main(void *p)
     llmt_comm *epc = NULL;
     /* data parallel ranks split the global batch; TP and CP ranks take
      * all of it (the engine splits the rows or the sequence) */
-    int W = a->world && a->tp < 2 && a->cp < 2 ? a->W : 1;
+    int split = a->tp > 1 || a->cp > 1 || a->pp > 1;
+    int W = a->world && !split ? a->W : 1;
     a->st = open_dev(llmt__dev_emul(), 2 * ACC / W, &m, &tr);
     if (a->st == LLMT_OK && a->world) {
         rank_fixture_groups g = {0};
         g.tp = a->tp > 1 ? a->world : NULL;
         g.sp = a->sp;
         g.cp = a->cp > 1 ? a->world : NULL;
-        g.dp = a->tp < 2 && a->cp < 2 ? a->world : NULL;
+        g.pp = a->pp > 1 ? a->world : NULL;
+        g.dp = !split ? a->world : NULL;
         g.zero = a->zero;
         a->st = rank_fixture_attach(tr, &g);
     }
@@ -386,10 +391,15 @@ static void data_parallel(void)
      * under SP and CP) */
     static const struct {
         const char *name;
-        int tp, sp, cp;
-    } lays[] = {{"tp 2", 2, 0, 0}, {"tp 2 SP", 2, 1, 0}, {"cp 2", 0, 0, 2}};
+        int tp, sp, cp, pp;
+    } lays[] = {{"tp 2", 2, 0, 0, 0},
+                {"tp 2 SP", 2, 1, 0, 0},
+                {"cp 2", 0, 0, 2, 0},
+                {"pp 2", 0, 0, 0, 2}};
     int64_t tp_acts = 0;
-    for (size_t i = 0; g_case->capacity <= 0 && i < sizeof lays / sizeof lays[0]; i++) {
+    for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
+        if (g_case->capacity > 0 && !lays[i].pp)
+            continue; /* pipeline stages route whole micro-batches: any capacity */
         rank_arg a[2];
         memset(a, 0, sizeof a);
         for (int r = 0; r < 2; r++) {
@@ -398,6 +408,7 @@ static void data_parallel(void)
             a[r].tp = lays[i].tp;
             a[r].sp = lays[i].sp;
             a[r].cp = lays[i].cp;
+            a[r].pp = lays[i].pp;
         }
         rank_fixture_run(a, sizeof a[0], 2, 1, offsetof(rank_arg, world), rank_main);
         rank_fixture_worst w = {0, 0, 0, 0};
@@ -408,19 +419,30 @@ static void data_parallel(void)
                 continue;
             }
             rank_fixture_losses(&w, a[r].loss, ref.loss, 0, STEPS, 1);
-            rank_fixture_params_check(&w, a[r].params, a[r].numel, ref.params, ref.numel, 1,
-                                      2.0 * LR * STEPS);
+            if (!lays[i].pp) /* a stage trains its own layers only: below */
+                rank_fixture_params_check(&w, a[r].params, a[r].numel, ref.params, ref.numel, 1,
+                                          2.0 * LR * STEPS);
             char what[64];
             snprintf(what, sizeof what, "%s rank %d, last step", lays[i].name, r);
             /* the weights of the last step are those of two bf16 runs
              * that differ as their losses may (2^-9), not bit for bit */
             check_tallies(what, &a[r].t, &ref.t, 1.0 / 512, 2);
-            free(a[r].params);
         }
+        if (lays[i].pp && a[0].params && a[1].params) { /* layer l on stage l */
+            int first[] = {0, 1, 2};
+            float *ps[] = {a[0].params, a[1].params};
+            llmt_model_config c;
+            cfg(&c);
+            rank_fixture_stage_diff(&c, first, 2, 2, ps, ref.params, &w.abs);
+            CHECK(w.abs <= 2.0 * LR * STEPS);
+        }
+        for (int r = 0; r < 2; r++)
+            free(a[r].params);
         /* the layout took effect: its rows (tp: the attention's heads;
          * SP: the residual stream's and the MoE layers' rows too) are
          * fewer than one rank's */
         CHECK(a[0].acts > 0 && a[0].acts < ref.acts);
+        CHECK(a[1].acts > 0 && a[1].acts < ref.acts);
         if (lays[i].tp && !lays[i].sp)
             tp_acts = a[0].acts;
         if (lays[i].sp)
