@@ -1022,22 +1022,28 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
       { bad "leader lost mid-decision: agents $r1 $r2"; grep launch: $o-n1.log $o-n2.log; }
     same_losses "leader lost mid-decision"
     ;;
-  nodes-leader2)
+  nodes-leader2 | nodes-leader-cand)
     # the leader and the next candidate lost: three nodes (node 0 rank 0,
-    # node 1 rank 1, node 2 ranks 2, 3), node 0 SIGKILLed, node 1 1.2 s
-    # later (before its own verdict on node 0): node 2, the lowest node
-    # still beating when it looks (at once, or after waiting for node 1's
-    # claim until node 1 is silent past --node-timeout too), claims
-    # leader-0, declares both lost and continues elastically on its 2 ranks
-    o=two
+    # node 1 rank 1, node 2 ranks 2, 3), node 0 SIGKILLed, node 1 later.
+    # leader2: 1.2 s later (before its own verdict on node 0): node 2, the
+    # lowest node still beating when it looks (at once, or after waiting
+    # for node 1's claim until node 1 is silent past --node-timeout too),
+    # claims leader-0, declares both lost and continues elastically on its
+    # 2 ranks. cand: node 1 with --node-timeout 6, lost 3.5 s later, so
+    # that node 2 (timeout 2) judges the leader lost first and waits for
+    # node 1's claim: it looks again while it waits, skips node 1 once it
+    # is silent past 2 s and claims (looking once, it waited for node 1
+    # and gave up)
+    o=two t1=2 delay=1.2
+    [ $case_ = nodes-leader-cand ] && o=cand t1=6 delay=3.5
     mkdir rdzv-$o
-    set -- --nnodes 3 --rdzv rdzv-$o --node-timeout 2 ft.json
-    start_node 0 1 0 setsid "$@"
-    start_node 1 1 0 setsid "$@"
-    start_node 2 2 0 "" "$@"
+    set -- --nnodes 3 --rdzv rdzv-$o
+    start_node 0 1 0 setsid "$@" --node-timeout 2 ft.json
+    start_node 1 1 0 setsid "$@" --node-timeout $t1 ft.json
+    start_node 2 2 0 "" "$@" --node-timeout 2 ft.json
     at_step5
     kill_node 0
-    sleep 1.2
+    sleep $delay
     kill_node 1
     wait $p2 && r2=0 || r2=$?
     [ $r2 -eq 0 ] && grep -q "^node 2 gen 0" rdzv-$o/leader-0 &&
@@ -1045,9 +1051,9 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
       grep -q "node 0 lost: its agent silent" $o-n2.log &&
       grep -q "node 1 lost: its agent silent" $o-n2.log &&
       grep -q "continuing elastically on 2 data-parallel ranks (was 4)" $o-n2.log &&
-      ok "leader and next candidate lost: node 2 took over, both lost, elastic on its 2 ranks" ||
-      { bad "leader and next candidate lost: node 2 exited $r2"; grep launch: $o-n2.log; }
-    same_losses "leader and next candidate lost"
+      ok "$o: node 1 lost ${delay} s after the leader: node 2 took over, both lost, elastic on its 2 ranks" ||
+      { bad "$o: node 2 exited $r2"; grep launch: $o-n2.log; }
+    same_losses "$o"
     ;;
   nodes-leader-again)
     # a second leader loss: three nodes (node 0 rank 0; node 1 rank 1 and
@@ -1093,47 +1099,28 @@ nodes-lost | nodes-leader | nodes-hung | nodes-lost3 | nodes-peer | nodes-leader
       ok "node 2's events: leader (lost 1, leader 2)" || bad "events: $(grep leader $o/agent/node-2/events.jsonl)"
     same_losses "second leader loss"
     ;;
-  nodes-leader-cand | nodes-leader-none)
-    # the candidate to take over judged by the others but lost or slow
-    # itself: three nodes (node 0 rank 0, node 1 rank 1, node 2 ranks 2,
-    # 3), node 2 with --node-timeout 2, node 1 with a longer one, so that
-    # node 2 judges the leader lost first and waits for node 1's claim.
-    # cand: node 1 (timeout 6) lost 3.5 s after node 0, before its own
-    # verdict: node 2 looks again while it waits, skips node 1 once it is
-    # silent past 2 s and claims leader-0; both lost, elastic on node 2's
-    # 2 ranks (looking once, node 2 waited for node 1 and gave up).
-    # none: node 1 (timeout 60) beats on but does not judge within node
-    # 2's wait (2 x 2 + 5 s): node 2 stops, naming the leader and the
-    # directory, and leaves no worker behind
-    o=${case_#nodes-leader-}
+  nodes-leader-none)
+    # no node takes over: three nodes (node 0 rank 0, node 1 rank 1, node
+    # 2 ranks 2, 3), node 1 with --node-timeout 60 beats on but does not
+    # judge the leader lost within node 2's wait for its claim (2 x 2 + 5
+    # s): node 2 stops, naming the leader and the directory, and leaves no
+    # worker behind
+    o=none
     mkdir rdzv-$o
-    t1=6; [ $o = none ] && t1=60
-    start_node 0 1 0 setsid --nnodes 3 --rdzv rdzv-$o --node-timeout 2 ft.json
-    start_node 1 1 0 setsid --nnodes 3 --rdzv rdzv-$o --node-timeout $t1 ft.json
-    start_node 2 2 0 "" --nnodes 3 --rdzv rdzv-$o --node-timeout 2 ft.json
+    set -- --nnodes 3 --rdzv rdzv-$o
+    start_node 0 1 0 setsid "$@" --node-timeout 2 ft.json
+    start_node 1 1 0 setsid "$@" --node-timeout 60 ft.json
+    start_node 2 2 0 "" "$@" --node-timeout 2 ft.json
     at_step5
     wpids=$(grep '"spawn"' $o/agent/node-2/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
     kill_node 0
-    if [ $o = cand ]; then
-      sleep 3.5
-      kill_node 1
-      wait $p2 && r2=0 || r2=$?
-      [ $r2 -eq 0 ] && grep -q "^node 2 gen 0" rdzv-$o/leader-0 &&
-        grep -q "node 0 (the leader) lost: .*node 2 leads from now on" $o-n2.log &&
-        grep -q "node 1 lost: its agent silent" $o-n2.log &&
-        grep -q "continuing elastically on 2 data-parallel ranks (was 4)" $o-n2.log &&
-        ok "the candidate (node 1) lost before it claimed: node 2 took over, elastic on its 2 ranks" ||
-        { bad "candidate lost: node 2 exited $r2"; grep launch: $o-n2.log; }
-      same_losses "candidate lost"
-    else
-      wait $p2 && r2=0 || r2=$?
-      kill_node 1
-      [ $r2 -ne 0 ] && [ ! -e rdzv-$o/leader-0 ] &&
-        grep -q "node 0 (the leader) lost, and no surviving node took over within 9.0 s (rdzv-$o/leader-0).*start every node's agent again with a new --rdzv directory and --resume" $o-n2.log &&
-        ok "no node took over (node 1 beating, not judging): node 2 stopped (exit $r2), naming leader-0 and how to resume" ||
-        { bad "no take-over: node 2 exited $r2"; grep launch: $o-n2.log; ls rdzv-$o; }
-      none_left "no take-over"
-    fi
+    wait $p2 && r2=0 || r2=$?
+    kill_node 1
+    [ $r2 -ne 0 ] && [ ! -e rdzv-$o/leader-0 ] &&
+      grep -q "node 0 (the leader) lost, and no surviving node took over within 9.0 s (rdzv-$o/leader-0).*start every node's agent again with a new --rdzv directory and --resume" $o-n2.log &&
+      ok "no node took over (node 1 beating, not judging): node 2 stopped (exit $r2), naming leader-0 and how to resume" ||
+      { bad "no take-over: node 2 exited $r2"; grep launch: $o-n2.log; ls rdzv-$o; }
+    none_left "no take-over"
     ;;
   nodes-peer)
     # the peer tier across nodes: each node keeps its replicas on its own
