@@ -79,8 +79,8 @@
 #             wait for its decision; nodes-leader2: the leader and node 1
 #             lost, node 2 takes over; nodes-leader-again: the leader
 #             lost, node 1 takes over, then node 1 lost: node 2 takes
-#             over from it; nodes-leader-cand: the candidate node 2
-#             waits for lost before it claims: node 2 takes over;
+#             over from it; nodes-leader-cand: node 1, the candidate
+#             node 2 waits for, lost before it claims: node 2 takes over;
 #             nodes-leader-none: no node takes over: node 2 stops
 #             naming why; nodes-peer: node 1 lost with its disk, its ranks'
 #             parts from the peer replicas kept on node 0)
