@@ -2,8 +2,9 @@
  * plain C reference is lib/exec/moe_ops.c with bf16 storage). bf16 rows,
  * fp32 gate weights and gate gradients, int32 tables, all device memory,
  * on the context's compute stream. These kernels compile but have never
- * run on a GPU: the CUDA engine refuses model.moe until a GPU test holds
- * them to the emulation (doc/moe.md). */
+ * run on a GPU: the CUDA engine refuses model.moe until the GPU test
+ * gpu-moe-ops (test/gpu/test_gpu_moe_ops.c) has held them to the
+ * emulation (doc/moe.md). */
 #ifndef LLMT_CUDA_KERNELS_MOE_H
 #define LLMT_CUDA_KERNELS_MOE_H
 
