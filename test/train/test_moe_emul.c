@@ -5,7 +5,8 @@
  * small Llama (width 32, 2 layers, both MoE: no dense MLP anywhere; 4
  * experts of 24, top-2), micro-batch 2 x 16 tokens, 2 micro-batches a
  * step. Cases: capacity 1.0 (tokens dropped), dropless with one shared
- * expert, raw gates with two shared experts at capacity 1.25.
+ * expert, raw gates with two shared experts at capacity 1.25, and a MoE
+ * layer beside a dense one (moe.every 2) at capacity 1.0.
  *
  * Checks, per case (the bounds of test_device_trainer.c, which holds the
  * dense model's emulation to the fp32 engine the same way: bf16 stores
@@ -70,6 +71,7 @@ typedef struct mcase {
     const char *name;
     float capacity; /* 0: dropless */
     int shared, raw;
+    int every; /* MoE in every n-th layer (0: 1) */
 } mcase;
 
 static const mcase *g_case;
@@ -81,7 +83,7 @@ static void cfg(llmt_model_config *c)
     c->moe_experts = E;
     c->moe_top_k = K;
     c->moe_ffn = FE;
-    c->moe_every = 1;
+    c->moe_every = g_case->every > 0 ? g_case->every : 1;
     c->moe_shared_experts = g_case->shared;
     c->moe_capacity_factor = g_case->capacity > 0 ? g_case->capacity : 1.0f;
     c->moe_dropless = g_case->capacity <= 0;
@@ -457,9 +459,10 @@ static void data_parallel(void)
 int main(void)
 {
     static const mcase cases[] = {
-        {"capacity 1.0", 1.0f, 0, 0},
-        {"dropless, 1 shared expert", 0.0f, 1, 0},
-        {"raw gates, capacity 1.25, 2 shared experts", 1.25f, 2, 1},
+        {"capacity 1.0", 1.0f, 0, 0, 1},
+        {"dropless, 1 shared expert", 0.0f, 1, 0, 1},
+        {"raw gates, capacity 1.25, 2 shared experts", 1.25f, 2, 1, 1},
+        {"every 2nd layer MoE (layer 1 dense), capacity 1.0", 1.0f, 0, 0, 2},
     };
     make_data();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
