@@ -12,6 +12,7 @@
  * both bf16 and fp32), as cudaMalloc promises nothing either: an engine that
  * reads memory it never wrote sees NaN here instead of a lucky zero. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,9 @@ struct llmt__dev {
     llmt_err err;
     int deterministic; /* kept for the record: every op here is deterministic */
     size_t in_use, peak;
+    float *scratch; /* the ops' per-thread rows (scratch_take), kept between calls */
+    size_t scratch_n;
+    atomic_int scratch_busy;
 };
 
 #define E(d) (&(d)->err)
@@ -85,7 +89,41 @@ static llmt_status em_create(const llmt__dev_opts *o, llmt__dev **out, char *err
     return LLMT_OK;
 }
 
-static void em_destroy(llmt__dev *d) { free(d); }
+static void em_destroy(llmt__dev *d)
+{
+    if (d)
+        free(d->scratch);
+    free(d);
+}
+
+/* n floats of scratch: the context's block, grown on demand and kept, so
+ * that the GEMMs and attention do not allocate on every call. A second
+ * host thread using the same context at the same time (or a failed
+ * growth) gets a block of its own; *own says which to give back. */
+static float *scratch_take(llmt__dev *d, size_t n, int *own)
+{
+    *own = 0;
+    if (!atomic_exchange(&d->scratch_busy, 1)) {
+        if (d->scratch_n >= n)
+            return d->scratch;
+        float *p = realloc(d->scratch, n * sizeof(float));
+        if (p) {
+            d->scratch = p;
+            d->scratch_n = n;
+            return p;
+        }
+        atomic_store(&d->scratch_busy, 0);
+    }
+    *own = 1;
+    return malloc(n * sizeof(float));
+}
+static void scratch_give(llmt__dev *d, float *p, int own)
+{
+    if (own)
+        free(p);
+    else
+        atomic_store(&d->scratch_busy, 0);
+}
 
 static const char *em_last_error(const llmt__dev *d)
 {
@@ -273,8 +311,8 @@ static llmt_status gemm_fp8(llmt__dev *d, const llmt__gemm_args *g)
     const int a5 = g->ab_type == LLMT_GEMM_E5M2, f32 = g->c_type == LLMT_GEMM_F32;
     const uint8_t *A = g->A, *Bm = g->B;
     const float sc = g->alpha * g->a_scale[0] * g->b_scale[0], beta = g->beta;
-    int nt = team_size();
-    float *scratch = malloc(sizeof(float) * (size_t)nt * K);
+    int nt = team_size(), own;
+    float *scratch = scratch_take(d, (size_t)nt * K, &own);
     if (!scratch)
         return llmt__err_set(E(d), LLMT_ERR_OUT_OF_MEMORY, "emulated: gemm: fp8 scratch");
     /* every code's value once (the same decode, so the same bits): the
@@ -299,7 +337,7 @@ static llmt_status gemm_fp8(llmt__dev *d, const llmt__gemm_args *g)
             st_c(g->C, (size_t)i * ldc + j, v, f32);
         }
     }
-    free(scratch);
+    scratch_give(d, scratch, own);
     return LLMT_OK;
 }
 
@@ -348,8 +386,8 @@ static llmt_status em_gemm(llmt__dev *d, const llmt__gemm_args *g)
                              "rows (%d, %d, %d) of M=%d N=%d K=%d ta=%d tb=%d",
                              lda, ldb, ldc, arow, brow, N, M, N, K, ta, tb);
 
-    int nt = team_size();
-    float *scratch = malloc(sizeof(float) * (size_t)nt * ((size_t)K + N));
+    int nt = team_size(), own;
+    float *scratch = scratch_take(d, (size_t)nt * ((size_t)K + N), &own);
     if (!scratch)
         return llmt__err_set(E(d), LLMT_ERR_OUT_OF_MEMORY,
                              "emulated: gemm: scratch for M=%d N=%d K=%d", M, N, K);
@@ -363,7 +401,26 @@ static llmt_status em_gemm(llmt__dev *d, const llmt__gemm_args *g)
         for (int k = 0; k < K; k++)
             a[k] = BF(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
         if (tb) {
-            for (int j = 0; j < N; j++) {
+            /* four columns at once: four sums, each over k in the one-column
+             * loop's order (the same bits), not one chain of dependent adds */
+            int j = 0;
+            for (; j + 4 <= N; j += 4) {
+                const llmt__bf16 *b0 = Bm + (size_t)j * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb,
+                                 *b3 = b2 + ldb;
+                float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+                for (int k = 0; k < K; k++) {
+                    float ak = a[k];
+                    s0 += ak * BF(b0[k]);
+                    s1 += ak * BF(b1[k]);
+                    s2 += ak * BF(b2[k]);
+                    s3 += ak * BF(b3[k]);
+                }
+                acc[j] = s0;
+                acc[j + 1] = s1;
+                acc[j + 2] = s2;
+                acc[j + 3] = s3;
+            }
+            for (; j < N; j++) {
                 const llmt__bf16 *br = Bm + (size_t)j * ldb;
                 float s = 0.0f;
                 for (int k = 0; k < K; k++) s += a[k] * BF(br[k]);
@@ -374,6 +431,9 @@ static llmt_status em_gemm(llmt__dev *d, const llmt__gemm_args *g)
             for (int k = 0; k < K; k++) {
                 const llmt__bf16 *br = Bm + (size_t)k * ldb;
                 float ak = a[k];
+                /* vectorised (-O2 alone leaves it scalar: 70% of the GEMM's
+                 * time); each element's operations are unchanged */
+#pragma omp simd
                 for (int j = 0; j < N; j++) acc[j] += ak * BF(br[j]);
             }
         }
@@ -400,7 +460,7 @@ static llmt_status em_gemm(llmt__dev *d, const llmt__gemm_args *g)
             st_c(g->bias_grad, (size_t)i, s, f32);
         }
     }
-    free(scratch);
+    scratch_give(d, scratch, own);
     return LLMT_OK;
 }
 
@@ -796,8 +856,8 @@ static llmt_status em_attention_fwd(llmt__dev *d, void *out_, float *lse,
     NEED(d, "attention_fwd", q);
     NEED(d, "attention_fwd", k);
     NEED(d, "attention_fwd", v);
-    int nt = team_size();
-    float *scratch = malloc(sizeof(float) * (size_t)nt * T);
+    int nt = team_size(), own;
+    float *scratch = scratch_take(d, (size_t)nt * T, &own);
     if (!scratch)
         return llmt__err_set(E(d), LLMT_ERR_OUT_OF_MEMORY,
                              "emulated: attention_fwd: scratch for T=%d", T);
@@ -828,7 +888,7 @@ static llmt_status em_attention_fwd(llmt__dev *d, void *out_, float *lse,
         for (int i = 0; i < hd; i++) orow[i] = TOBF(o[i] * inv);
         lse[((size_t)b * nh + h) * T + t] = m + logf(l);
     }
-    free(scratch);
+    scratch_give(d, scratch, own);
     return LLMT_OK;
 }
 
