@@ -1372,6 +1372,11 @@ static llmt_status get(llmt__devtrain *g, float *host, const float *dev)
     return s == LLMT_OK && g->ep > 1 && host == g->m->data ? ep_gather(g, host, dev) : s;
 }
 
+llmt_status llmt__devtrain_download_own(llmt__devtrain *g)
+{
+    return g->master == g->m->data ? LLMT_OK : get_own(g, g->m->data, g->master);
+}
+
 llmt_status llmt__devtrain_upload(llmt__devtrain *g, const float *params, const float *m,
                                   const float *v)
 {

@@ -195,6 +195,10 @@ llmt_status llmt__devtrain_upload(llmt__devtrain *g, const float *params,
  * params / moments / grads selects what to copy. */
 llmt_status llmt__devtrain_download(llmt__devtrain *g, int params,
                                     int moments, int grads);
+/* The parameters' download of this rank's part only: under expert
+ * parallelism without the other EP ranks' rows (no gather, not
+ * collective); the model's other rows stay as they are. */
+llmt_status llmt__devtrain_download_own(llmt__devtrain *g);
 
 /* Zero the gradients, then forward and backward over `micro` micro-batches
  * of B x T tokens (inputs/targets on the host, micro*B*T each), the loss

@@ -334,9 +334,11 @@ LLMT_API llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr, llmt_ckpt *ck)
     llmt_err *e = llmt__trainer_err(tr);
     /* a device trainer: the host copies are what gets saved; tensor
      * parallelism: the whole parameters on the host (collective over the
-     * tensor and data parallel groups: ZeRO-3 gathers first) */
-    llmt_status hs =
-        llmt__trainer_has_tp(tr) ? llmt_trainer_sync_params(tr) : llmt__trainer_host_sync(tr);
+     * tensor and data parallel groups: ZeRO-3 gathers first); expert
+     * parallelism: this rank's expert rows only, all it saves (gathering
+     * the others' set the run's peak memory at its final save) */
+    llmt_status hs = llmt__trainer_has_tp(tr) ? llmt_trainer_sync_params(tr)
+                                              : llmt__trainer_host_sync_own(tr);
     if (hs != LLMT_OK) return hs;
     /* context parallelism: the group's ranks hold the same state, as
      * replicas do; its first rank saves it, once */

@@ -483,6 +483,22 @@ llmt_status llmt__trainer_host_sync(llmt_trainer *tr)
     return host_sync(tr, 1, 1, 0);
 }
 
+llmt_status llmt__trainer_host_sync_own(llmt_trainer *tr)
+{
+    llmt_status s = llmt__trainer_ready(tr);
+    if (s != LLMT_OK)
+        return s;
+    /* ZeRO-3 releases parameters: its downloads go as they always did */
+    if (!tr->stale_params || llmt__devtrain_ep(tr->dev) <= 1 ||
+        (tr->dp && llmt__dp_zero_stage(tr->dp) == 3))
+        return host_sync(tr, 1, 1, 0);
+    /* the other EP ranks' expert rows are not gathered: the parameters
+     * stay stale for llmt_trainer_sync_params, which gathers them */
+    if ((s = llmt__devtrain_download_own(tr->dev)) != LLMT_OK)
+        return s;
+    return host_sync(tr, 0, 1, 0);
+}
+
 int llmt__trainer_host_resident(const llmt_trainer *tr)
 {
     if (llmt__trainer_ready((llmt_trainer *)tr) != LLMT_OK)

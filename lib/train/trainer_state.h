@@ -41,6 +41,10 @@ llmt_context *llmt__trainer_ctx(llmt_trainer *tr);
 llmt_status llmt__trainer_params_written(llmt_trainer *tr);
 /* Parameters and moments on the host, current. */
 llmt_status llmt__trainer_host_sync(llmt_trainer *tr);
+/* The same but, under expert parallelism, this rank's expert rows only
+ * (not collective over the EP group; the host's other rows stay as they
+ * are and the parameters count as stale): what a checkpoint saves. */
+llmt_status llmt__trainer_host_sync_own(llmt_trainer *tr);
 /* Whether the engine trains the model's host parameters in place (the
  * fp32 CPU engine without tensor or pipeline parallelism). Otherwise it
  * trains its own copy: a write to the model's tensors takes effect only
