@@ -174,10 +174,10 @@ struct llmt_job {
     double lr_mult; /* product of the lower_lr factors (0: 1) */
     int64_t lr_lowered;
     int64_t sdc_checks, sdc_mismatches;
-    int32_t *replica_grp;                       /* llmt__job_replica_groups' (sdc_hash.c) */
-    /* the ZeRO-3 check's one-step snapshot (sdc_step.c): shares, their
-     * capacity in floats, the batch (inputs, then targets), the step it
-     * serves (-1: none) and the trainer's step it holds */
+    int32_t *replica_grp; /* llmt__job_replica_groups' (sdc_hash.c) */
+    /* the ZeRO-3 check's one-step snapshot (sdc_step.c, sdc_replay step):
+     * shares, their capacity in floats, the batch (inputs, then targets),
+     * the step it serves (-1: none) and the trainer's step it holds */
     float *sdc_snap;
     size_t sdc_snap_cap;
     int32_t *sdc_snap_in;

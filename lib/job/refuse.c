@@ -315,6 +315,29 @@ static llmt_status check_ft(llmt_job *j)
                       "place: the fp32 cpu engine with tp 1 and pp 1 (this job has tp %lld, pp "
                       "%lld); use zero 0-2 there, or remove the key",
                       (long long)s->parallelism.tp, (long long)s->parallelism.pp);
+    /* what a deterministic check replays (sdc_replay.c): the key acts only
+     * where a replay runs; "step" only under ZeRO-3, where every check
+     * replays its shares: under zero 0-2 the replicas are compared
+     * directly, and a one-step copy taken after a flip would hold the
+     * replicas' difference itself, so the replay there is the window's */
+    if (llmt__spec_given(s, "fault_tolerance.sdc_replay")) {
+        const char *v = s->fault_tolerance.sdc_replay == LLMT_SPEC_SDC_STEP ? "step" : "window";
+        if (s->fault_tolerance.sdc_interval <= 0 || !s->train.deterministic)
+            return REFUSE("fault_tolerance.sdc_replay: %s chooses what the silent-data-"
+                          "corruption check replays, and this job %s: set "
+                          "fault_tolerance.sdc_interval and train.deterministic true, or "
+                          "remove the key",
+                          v,
+                          s->fault_tolerance.sdc_interval <= 0
+                              ? "has no check (fault_tolerance.sdc_interval 0)"
+                              : "replays nothing (train.deterministic false)");
+        if (s->fault_tolerance.sdc_replay == LLMT_SPEC_SDC_STEP && s->parallelism.zero < 3)
+            return REFUSE("fault_tolerance.sdc_replay: step (the check step alone) applies "
+                          "under parallelism.zero 3; under zero %lld the replicas are "
+                          "compared at every check and a disagreement replays the steps "
+                          "since the newest snapshot (window): use window, or remove the key",
+                          (long long)s->parallelism.zero);
+    }
     int64_t si = s->fault_tolerance.straggler.interval;
     if (si > 0 && j->world < 2)
         return REFUSE("fault_tolerance.straggler.interval: %lld compares the step times of "

@@ -16,8 +16,10 @@
  * corruption must be newer than the newest save (it is, when the check
  * runs at least once per checkpoint interval, or the save of a corrupted
  * replica would have been caught earlier). Under ZeRO-3, where every check
- * replays, the replay is the check step alone, from the snapshot taken
- * before it (sdc_step.c). */
+ * replays, fault_tolerance.sdc_replay "step" replays the check step alone
+ * from the copy taken before it (sdc_step.c): cheaper, but blind to what
+ * went wrong before that copy; "window" (the default) is the replay
+ * above. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,11 +52,12 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
     /* ZeRO-3: each rank's own shares (sdc_shares.c), no replicas */
     int shares = j->spec->parallelism.zero >= 3;
     int64_t from = -1;
-    /* ZeRO-3 checks every sdc_interval steps: one step from the snapshot
-     * taken before it (sdc_step.c); a disagreement of replicas is rare:
-     * the steps since the newest checkpoint */
-    llmt_status s = shares ? llmt__job_sdc_step_replay(j, step, &from)
-                           : llmt__job_restore(j, 1, &from);
+    /* sdc_replay step (ZeRO-3 only, refuse.c): the check step from the
+     * copy taken before it (sdc_step.c); window: the steps since the
+     * newest snapshot of the memory tier */
+    int one = shares && j->spec->fault_tolerance.sdc_replay == LLMT_SPEC_SDC_STEP;
+    llmt_status s =
+        one ? llmt__job_sdc_step_replay(j, step, &from) : llmt__job_restore(j, 1, &from);
     if (s != LLMT_OK)
         return s;
     *fromp = from;
@@ -62,7 +65,7 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
         return LLMT_OK;
     llmt_batch b = {sizeof b, j->in, j->tg, j->to.micro_batch * j->to.grad_accum,
                     j->to.seq_len};
-    for (int64_t t = from + 1; !shares && t <= step; t++) {
+    for (int64_t t = from + 1; !one && t <= step; t++) {
         if ((s = llmt__job_data_next(j, &j->data, j->in, j->tg)) != LLMT_OK)
             return s;
         llmt_step_metrics met;

@@ -9,16 +9,21 @@
  * the same share again. In deterministic mode (train.deterministic) a
  * step is a pure function of the state and the batch, so every
  * fault_tolerance.sdc_interval steps each rank hashes its shares
- * (parameters, m and v), every rank replays the check step from the
- * snapshot taken before it (sdc_step.c, sdc_replay.c), and a rank whose
- * shares do not hash the same again computed a result that does not
+ * (parameters, m and v), every rank replays (sdc_replay.c), and a rank
+ * whose shares do not hash the same again computed a result that does not
  * reproduce: it is named, and the run goes on from the replay (the
  * corrupted result is gone).
  *
- * The price is the replay: one step in sdc_interval runs twice, and the
- * check covers those steps' computation (doc/fault-tolerance.md). The shares are read where the
- * engine trains the host tensors in place (the fp32 CPU engine without
- * tensor or pipeline parallelism); refuse.c refuses the other layouts. */
+ * The price is the replay, and fault_tolerance.sdc_replay chooses it:
+ * "window" (default) runs again every step since the newest snapshot of
+ * the memory tier, so a flip in memory or a transient error in any step
+ * since it is seen (every step twice with checks at the checkpoint
+ * interval); "step" runs the check step alone from a copy taken before it
+ * (sdc_step.c): one step in sdc_interval twice, but what went wrong before
+ * that copy is in it and is not seen (doc/fault-tolerance.md). The shares
+ * are read where the engine trains the host tensors in place (the fp32
+ * CPU engine without tensor or pipeline parallelism); refuse.c refuses
+ * the other layouts. */
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -67,12 +72,20 @@ llmt_status llmt__job_sdc_shares(llmt_job *j, int64_t step, llmt_job_metrics *m)
         return s;
     j->gp_checks_s += llmt__job_now() - t0;
     if (from < 0 || from >= step) {
-        /* nothing to replay from (no snapshot was taken before this
-         * step): this check could not be made, and the line says so */
-        llmt__log(j->ctx, LLMT_LOG_WARN, "job",
-                  "sdc: step %lld not checked: under parallelism.zero 3 the check replays "
-                  "the step from a snapshot taken before it, and none was",
-                  (long long)step);
+        /* nothing to replay from (no snapshot before this step): this
+         * check could not be made, and the line says so */
+        if (j->spec->fault_tolerance.sdc_replay == LLMT_SPEC_SDC_STEP)
+            llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                      "sdc: step %lld not checked: under parallelism.zero 3 with "
+                      "fault_tolerance.sdc_replay step the check replays the step from a "
+                      "copy taken before it, and none was",
+                      (long long)step);
+        else
+            llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                      "sdc: step %lld not checked: under parallelism.zero 3 the check replays "
+                      "the steps since the newest snapshot, and there is none before it "
+                      "(save at least once per fault_tolerance.sdc_interval)",
+                      (long long)step);
         llmt__job_metrics_line(j,
                                "{\"event\":\"sdc\",\"step\":%lld,\"checked\":false,"
                                "\"why\":\"no snapshot before this step to replay from\"}",

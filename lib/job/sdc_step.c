@@ -1,9 +1,11 @@
-/* The one-step snapshot of the ZeRO-3 silent-data-corruption check.
+/* The one-step snapshot of the ZeRO-3 silent-data-corruption check
+ * (fault_tolerance.sdc_replay "step"; the default "window" replays from
+ * the memory tier instead, sdc_replay.c).
  *
  * Under ZeRO-3 the check replays (sdc_shares.c): each rank computes its
- * shares again and compares their hash with the first result. Replaying
- * from the newest checkpoint ran every step since it again (with the check
- * at the checkpoint interval, every step twice) and read the memory tier
+ * shares again and compares their hash with the first result. The window
+ * replay runs every step since the newest checkpoint again (with the check
+ * at the checkpoint interval, every step twice) and reads the memory tier
  * (every rank's parts over the network) at each check. Before a check
  * step this rank copies what the step changes and reads: its shares of the
  * parameters and of both AdamW moments, the trainer's step (the schedule
@@ -14,8 +16,9 @@
  * and again is caught at the next check; sdc_interval 1 checks every
  * step). A transient error in a step between two checks, or a flip in
  * memory between steps, is in the snapshot and is not seen: the window
- * replay saw those, at the price of running every step twice
- * (doc/fault-tolerance.md, "Deterministic SDC replay").
+ * replay (sdc_replay "window", the default) sees those, at the price of
+ * running every step twice (doc/fault-tolerance.md, "Deterministic SDC
+ * replay").
  *
  * Taken before the step's injected faults (fault.c), so a drill's flip in
  * the step is the corruption the replay must not reproduce. Only where the
@@ -58,8 +61,9 @@ llmt_status llmt__job_sdc_snap(llmt_job *j, int64_t step)
 {
     int64_t every = j->spec->fault_tolerance.sdc_interval;
     j->sdc_snap_for = -1;
-    if (every <= 0 || step % every || j->spec->parallelism.zero < 3 || !j->comm ||
-        j->world < 2 || !j->to.deterministic || !llmt__trainer_host_resident(j->tr))
+    if (every <= 0 || step % every || j->spec->parallelism.zero < 3 ||
+        j->spec->fault_tolerance.sdc_replay != LLMT_SPEC_SDC_STEP || !j->comm || j->world < 2 ||
+        !j->to.deterministic || !llmt__trainer_host_resident(j->tr))
         return LLMT_OK;
     double t0 = llmt__job_now();
     size_t need = shares_copy(j, NULL, 0);

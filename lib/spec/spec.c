@@ -202,6 +202,9 @@ static const spec_key keys[] = {
       "policy lower_lr: the LR is multiplied by this per anomaly [0.5]"),
     I("fault_tolerance.sdc_interval", fault_tolerance.sdc_interval, 0, BIG,
       "steps between cross-replica parameter hash checks, 0 = off [0]"),
+    E("fault_tolerance.sdc_replay", fault_tolerance.sdc_replay, "window|step",
+      "the deterministic replay: every step since the newest memory snapshot, or the "
+      "check step alone (zero 3) [window]"),
     O("fault_tolerance.straggler", "per-rank step time report"),
     I("fault_tolerance.straggler.interval", fault_tolerance.straggler.interval, 0, BIG,
       "steps between reports, 0 = off [0]"),
@@ -468,6 +471,7 @@ static void set_defaults(llmt_spec *s)
     s->fault_tolerance.anomaly.policy = LLMT_SPEC_ANOMALY_SKIP;
     s->fault_tolerance.anomaly.zscore = 6.0;
     s->fault_tolerance.anomaly.lr_factor = 0.5;
+    s->fault_tolerance.sdc_replay = LLMT_SPEC_SDC_WINDOW;
     s->fault_tolerance.straggler.margin = 0.5;
     s->fault_tolerance.straggler.patience = 3;
     s->hardware.nodes_per_rack = 16;

@@ -50,6 +50,8 @@ enum {
     LLMT_SPEC_ANOMALY_STOP = 2,
     LLMT_SPEC_ANOMALY_LOWER_LR = 3
 };
+/* fault_tolerance.sdc_replay: what a deterministic check runs again */
+enum { LLMT_SPEC_SDC_WINDOW = 0, LLMT_SPEC_SDC_STEP = 1 };
 
 typedef struct llmt_spec_tier {
     int kind;
@@ -148,6 +150,7 @@ struct llmt_spec {
             double lr_factor;   /* policy lower_lr */
         } anomaly;
         int64_t sdc_interval; /* steps, 0 = off */
+        int sdc_replay;       /* LLMT_SPEC_SDC_* */
         struct {
             int64_t interval; /* steps between reports, 0 = off */
             double margin;    /* slower than the median by this fraction */

@@ -26,12 +26,18 @@
 #             deterministic mode the steps since the snapshot are replayed
 #             and the rank whose result does not reproduce is named
 #   sdc-zero3 the check under ZeRO-3 (no replicas): refused without
-#             train.deterministic; with it every check replays the check
-#             step from the snapshot taken before it and compares each
-#             rank's shares' hash
-#             (losses unchanged by the replays); a flip in rank 1's share
-#             after step 6 names rank 1 alone, and the run goes on from the
-#             replay with the uninterrupted run's losses
+#             train.deterministic; sdc_replay step refused under zero 0;
+#             with sdc_replay step every check replays the check step from
+#             the copy taken before it and compares each rank's shares'
+#             hash (losses unchanged by the replays); a flip in rank 1's
+#             share after step 6 names rank 1 alone, and the run goes on
+#             from the replay with the uninterrupted run's losses; a flip
+#             before step 5 (between checks) is not seen (the documented
+#             limit: the check at 6 says ok)
+#   sdc-zero3-window  the default sdc_replay window: every check replays
+#             the steps since the memory tier's snapshot (losses
+#             unchanged); the flip before step 5 is seen at step 6 and
+#             repaired: steps 7-14 equal the uninterrupted run's
 #   sdc-ep    MoE, experts over ep 2 in dp 6: replicas are the ranks of
 #             one EP rank ({0,2,4}, {1,3,5}); a flip on rank 2 names it
 #             alone, repaired from rank 0 within its EP rank's group
@@ -346,18 +352,26 @@ sys.exit(not ok)' d3/metrics.jsonl || fail=1
     { bad "losses after the bitflip replay differ"; diff dr.loss d4.loss; }
   ;;
 sdc-zero3)
-  # ZeRO-3 holds no replicas: in deterministic mode each check replays the
-  # check step from the snapshot taken before it and compares every rank's
-  # hash of its own shares (parameters, m, v) with its first one
-  mk z3.json ', "sdc_interval": 2'
+  # ZeRO-3 holds no replicas: in deterministic mode each check replays and
+  # compares every rank's hash of its own shares (parameters, m, v) with
+  # its first one. fault_tolerance.sdc_replay step: the check step alone,
+  # from the copy taken before it (sdc-zero3-window: the default)
+  mk z3.json ', "sdc_interval": 2, "sdc_replay": "step"'
   sed 's/"optimizer"/"parallelism": {"zero": 3}, "optimizer"/' z3.json > z3n.json
   sed 's/"sample_tokens": 0}/"sample_tokens": 0, "deterministic": true}/' z3n.json > z3d.json
+  sed 's/"sample_tokens": 0}/"sample_tokens": 0, "deterministic": true}/' z3.json > z0d.json
   mk z3p.json ""
   sed 's/"optimizer"/"parallelism": {"zero": 3}, "optimizer"/; s/"sample_tokens": 0}/"sample_tokens": 0, "deterministic": true}/' z3p.json > z3q.json
   if launch zn zn.log --nproc 2 z3n.json; then bad "zero 3 + sdc_interval without train.deterministic accepted"
   else grep -q "sdc_interval.*train.deterministic" zn.log &&
     ok "zero 3 + sdc_interval without train.deterministic refused, naming it" ||
     { bad "refusal does not name train.deterministic"; tail -3 zn.log; }
+  fi
+  # zero 0-2 compare replicas: step would not take effect there
+  if launch z0 z0.log --nproc 2 z0d.json; then bad "sdc_replay step under zero 0 accepted"
+  else grep -q "sdc_replay: step .*parallelism.zero 3" z0.log &&
+    ok "sdc_replay step under zero 0 (replicas compared) refused, naming the key" ||
+    { bad "refusal does not name sdc_replay"; tail -3 z0.log; }
   fi
   launch zp zp.log --nproc 2 z3q.json || { bad "zero 3 run without checks"; cat zp.log; }
   launch zr zr.log --nproc 2 z3d.json || { bad "zero 3 run with checks"; cat zr.log; }
@@ -367,7 +381,7 @@ ev = [j for j in map(json.loads, open(sys.argv[1])) if j.get("event") == "sdc"]
 ok = ([e["step"] for e in ev] == list(range(2, 15, 2)) and
       all(e.get("ok") is True and e["shares"] is True and e["replayed_from"] == e["step"] - 1
           for e in ev))
-print(("ok  " if ok else "FAIL") + " zero 3: steps 2-14 checked, each replayed as one step from the snapshot before it, every share reproduced (%d checks)" % len(ev))
+print(("ok  " if ok else "FAIL") + " zero 3, step: steps 2-14 checked, each replayed as one step from the copy before it, every share reproduced (%d checks)" % len(ev))
 sys.exit(not ok)' zr/metrics.jsonl || { fail=1; grep sdc zr/metrics.jsonl; }
   losses zp/metrics.jsonl > zp.loss
   losses zr/metrics.jsonl > zr.loss
@@ -382,6 +396,58 @@ sys.exit(not ok)' zr/metrics.jsonl || { fail=1; grep sdc zr/metrics.jsonl; }
   losses zf/metrics.jsonl > zf.loss
   cmp -s zp.loss zf.loss && ok "all 14 losses equal the uninterrupted run's after the replay" ||
     { bad "losses after the zero 3 replay differ"; diff zp.loss zf.loss; }
+  # the documented limit of step: a flip before step 5 (between checks) is
+  # in the copy taken before step 6, so the check at 6 reproduces it, says
+  # ok, and the corruption stays in the run
+  LLMT_FAULT=bitflip:1:5 launch zb zb.log --nproc 2 z3d.json || { bad "zero 3 bitflip run"; cat zb.log; }
+  grep -q '"event":"sdc","step":6,"ok":true,"ranks":2,"shares":true,"replayed_from":5' zb/metrics.jsonl &&
+    ! grep -q '"event":"sdc_replay"' zb/metrics.jsonl &&
+    ok "step: a flip in rank 1's share before step 5 (between checks) is not seen: the check at 6 says ok" ||
+    { bad "step scope: the flip between checks"; grep sdc zb/metrics.jsonl; }
+  losses zb/metrics.jsonl > zb.loss
+  if cmp -s zp.loss zb.loss; then bad "the flip before step 5 changed no loss: the drill did not corrupt"
+  else ok "step: the losses after the unseen flip differ from the uninterrupted run's (it stays)"; fi
+  ;;
+sdc-zero3-window)
+  # fault_tolerance.sdc_replay window (the default): each check replays
+  # every step since the newest snapshot of the memory tier, so a flip in
+  # a share between checks is seen at the next check and the run goes on
+  # from the clean replay
+  mk w3.json ', "sdc_interval": 2'
+  sed 's/"optimizer"/"parallelism": {"zero": 3}, "optimizer"/; s/"sample_tokens": 0}/"sample_tokens": 0, "deterministic": true}/' w3.json > w3d.json
+  mk w3p.json ""
+  sed 's/"optimizer"/"parallelism": {"zero": 3}, "optimizer"/; s/"sample_tokens": 0}/"sample_tokens": 0, "deterministic": true}/' w3p.json > w3q.json
+  launch wp wp.log --nproc 2 w3q.json || { bad "zero 3 run without checks"; cat wp.log; }
+  launch wr wr.log --nproc 2 w3d.json || { bad "zero 3 run with checks"; cat wr.log; }
+  python3 -c '
+import json, sys
+ev = [j for j in map(json.loads, open(sys.argv[1])) if j.get("event") == "sdc"]
+first = ev[0] if ev else {}
+rest = ev[1:]
+ok = (first.get("step") == 2 and first.get("checked") is False and
+      [e["step"] for e in rest] == list(range(4, 15, 2)) and
+      all(e.get("ok") is True and e["shares"] is True and e["replayed_from"] == e["step"] - 2
+          for e in rest))
+print(("ok  " if ok else "FAIL") + " zero 3, window: step 2 not checked (no snapshot before it), steps 4-14 replayed from the snapshot 2 steps back, every share reproduced (%d checks)" % len(rest))
+sys.exit(not ok)' wr/metrics.jsonl || { fail=1; grep sdc wr/metrics.jsonl; }
+  losses wp/metrics.jsonl > wp.loss
+  losses wr/metrics.jsonl > wr.loss
+  [ "$(wc -l < wp.loss)" -eq 14 ] && cmp -s wp.loss wr.loss &&
+    ok "the replays leave the run as it was: 14 losses equal the run without checks" ||
+    { bad "losses with checks differ"; diff wp.loss wr.loss; }
+  # a flip in rank 1's share before step 5, between the checks of 4 and 6:
+  # the check at 6 replays steps 5-6 from the snapshot of 4. The flipped
+  # value was gathered into both ranks' forward, so neither rank's shares
+  # reproduce (both named, as launch-sdc's bitflip); the replay repairs
+  LLMT_FAULT=bitflip:1:5 launch wb wb.log --nproc 2 w3d.json || { bad "zero 3 bitflip run"; cat wb.log; }
+  grep -q '"event":"sdc_replay","step":6,"from":4,"not_reproducible":\[0,1\],"agree":true,"action":"replayed"' wb/metrics.jsonl &&
+    grep -q '"event":"sdc","step":6,"ok":false,"ranks":2,"shares":true,"not_reproducible":2,"action":"replayed","replayed_from":4' wb/metrics.jsonl &&
+    ok "window: a flip in rank 1's share before step 5 (between checks) seen by the check at 6, steps 5-6 replayed from 4" ||
+    { bad "window scope did not see the flip between checks"; grep sdc wb/metrics.jsonl; }
+  losses wb/metrics.jsonl | awk '$1 > 6' > wb.loss
+  [ "$(wc -l < wb.loss)" -eq 8 ] && awk '$1 > 6' wp.loss | cmp -s - wb.loss &&
+    ok "window: losses of steps 7-14 equal the uninterrupted run's after the replay" ||
+    { bad "losses after the window replay differ"; diff wp.loss wb.loss; }
   ;;
 sdc-ep)
   # MoE with the experts split over ep 2 on 6 replicas: each rank's engine

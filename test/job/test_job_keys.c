@@ -226,6 +226,10 @@ static const kcase cases[] = {
     /* cross-replica checks on one rank: refused (test/fault runs them) */
     {"fault_tolerance.sdc_interval", NULL, "{\"fault_tolerance\": {\"sdc_interval\": 2}}",
      REFUSED},
+    /* what the check replays: refused without a check (launch-sdc-zero3
+     * and -window show each scope's effect on 2 ranks) */
+    {"fault_tolerance.sdc_replay", NULL, "{\"fault_tolerance\": {\"sdc_replay\": \"step\"}}",
+     REFUSED},
     {"fault_tolerance.straggler.interval", NULL,
      "{\"fault_tolerance\": {\"straggler\": {\"interval\": 2}}}", REFUSED},
     {"fault_tolerance.straggler.margin", NULL,

@@ -332,6 +332,38 @@ static void test_pp_keys(void)
 #undef PM
 }
 
+/* fault_tolerance.sdc_replay: window by default (the replay that sees a
+ * flip between checks), step when asked, anything else refused with the
+ * allowed values; the value survives the JSON round trip. */
+static void test_sdc_replay_key(void)
+{
+#define SM "\"model\": {\"layers\": 4, \"hidden\": 64, \"heads\": 4}"
+    llmt_spec *s = parse("{" SM "}");
+    CHECK(s != NULL);
+    if (s) {
+        CHECK_EQ_INT(s->fault_tolerance.sdc_replay, LLMT_SPEC_SDC_WINDOW);
+        CHECK(!llmt_spec_is_given(s, "fault_tolerance.sdc_replay"));
+        llmt_spec_destroy(s);
+    }
+    s = parse("{" SM ", \"fault_tolerance\": {\"sdc_replay\": \"step\"}}");
+    CHECK(s != NULL);
+    if (s) {
+        CHECK_EQ_INT(s->fault_tolerance.sdc_replay, LLMT_SPEC_SDC_STEP);
+        CHECK(llmt_spec_is_given(s, "fault_tolerance.sdc_replay"));
+        char buf[16384];
+        CHECK_STATUS(llmt_spec_to_json(s, buf, sizeof buf, NULL), LLMT_OK);
+        llmt_spec *t = parse(buf);
+        CHECK(t && t->fault_tolerance.sdc_replay == LLMT_SPEC_SDC_STEP);
+        llmt_spec_destroy(t);
+        llmt_spec_destroy(s);
+    }
+    expect_error("sdc_replay", 0, "{" SM ", \"fault_tolerance\": {\"sdc_replay\": \"all\"}}",
+                 "fault_tolerance.sdc_replay: \"all\" is not one of window|step");
+    expect_error("sdc_replay", 1, "{" SM ", \"fault_tolerance\": {\"sdc_replay\": 1}}",
+                 "fault_tolerance.sdc_replay: must be one of window|step");
+#undef SM
+}
+
 static void test_fp8_keys(void)
 {
 #define M "\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 4}"
@@ -569,6 +601,7 @@ int main(void)
     test_rules();
     test_fp8_keys();
     test_pp_keys();
+    test_sdc_replay_key();
     test_all_errors_at_once();
     test_getters_json_keys();
     llmt_context_destroy(ctx);
