@@ -1,5 +1,5 @@
 /* What the plan-against-run tests (test_plan_vs_run.c, _cp.c and _pp.c)
- * share: the model and trainer as llmt_job builds them from the spec, the
+ * share (and test_plan_pp.c the model config): the model and trainer as llmt_job builds them from the spec, the
  * plan's groups, a group's per-step collective counters and the rank's
  * state and activation bytes as the planner counts them, so all compare
  * the plan with the same measurements; and the harness around them (the
@@ -22,12 +22,14 @@
 #include "llmtrain.h"
 #include "train/device.h"
 
-/* The model of the spec both tests write (lib/job/job.c's mapping):
- * Llama untied, GPT-2 tied; the vocabulary padded to 64; seed 7. */
-static inline void plan_run_model_config(llmt_model_config *c, int llama, int layers, int width,
-                                         int heads, int kv, int ffn, int vocab, int seq)
+/* The model of the spec the tests write (lib/job/job.c's mapping):
+ * Llama untied, GPT-2 tied; the vocabulary padded to `padded`, or to 64
+ * where padded is 0; seed 7. Returns llmt_model_config_init's status. */
+static inline llmt_status plan_run_model_config(llmt_model_config *c, int llama, int layers,
+                                                int width, int heads, int kv, int ffn,
+                                                int vocab, int padded, int seq)
 {
-    llmt_model_config_init(c, sizeof *c);
+    llmt_status st = llmt_model_config_init(c, sizeof *c);
     c->arch = llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
     c->layers = layers;
     c->width = width;
@@ -35,10 +37,11 @@ static inline void plan_run_model_config(llmt_model_config *c, int llama, int la
     c->kv_heads = kv;
     c->ffn_hidden = ffn;
     c->vocab_size = vocab;
-    c->padded_vocab_size = (vocab + 63) / 64 * 64;
+    c->padded_vocab_size = padded > 0 ? padded : (vocab + 63) / 64 * 64;
     c->max_seq_len = seq;
     c->tie_embeddings = !llama;
     c->seed = 7;
+    return st;
 }
 
 /* The trainer: the public one (fp32 CPU), or the device engine on the
@@ -201,7 +204,27 @@ static inline void plan_run_rank_error(char *err, size_t n, llmt_trainer *tr, ll
                  : "create");
 }
 
-/* The ranks' results live in each test's own rank_arg: a status and an
+/* One rank of the cp and pp tests (each defines its own struct layout):
+ * what it runs, its status and error, and what it measured. */
+#define PLAN_RUN_STEPS 2 /* the steps each of them runs */
+struct layout;
+typedef struct plan_run_arg {
+    const struct layout *lo;
+    llmt_comm *world;
+    const llmt_plan *plan;
+    int rank;
+    const int32_t *in, *tg;
+    llmt_status st;
+    char err[512];
+    double g[PLAN_RUN_STEPS][3][3]; /* per step: TP, CP, DP x calls, payload, bus */
+    double state, acts;             /* bytes */
+    llmt_cp_stats cs;               /* cp: the trainer's CP stats */
+    int32_t cp_coord;               /* cp: the plan's CP coordinate */
+    int32_t stage;                  /* pp: the rank's pipeline stage */
+    int32_t layers;                 /* pp: the stage's (llmt_pp_stats) */
+} plan_run_arg;
+
+/* The ranks' results live in each test's rank argument: a status and an
  * error string at these offsets, ranks size bytes apart. */
 #define PLAN_RUN_ST(a, size, r, off) \
     (*(const llmt_status *)((const char *)(a) + (r) * (size) + (off)))

@@ -35,6 +35,7 @@
 #include "plan/balance.h"
 #include "plan/plan.h"
 #include "files.h"
+#include "plan_run_fixture.h"
 #include "train/pp.h"
 
 /* The spec of json (checked) and its plan for the planner's own world
@@ -47,23 +48,6 @@ static llmt_plan *plan_of(const char *json, llmt_spec **s)
     if (*s)
         CHECK_STATUS(llmt_plan_create(NULL, *s, 0, &p), LLMT_OK);
     return p;
-}
-
-/* The model config lib/job/job.c builds from the specs below, resolved
- * (one check). */
-static void model_of(llmt_model_config *c, int llama, int layers, int width, int heads, int kv,
-                     int ffn, int vocab, int padded, int seq)
-{
-    CHECK_STATUS(llmt_model_config_init(c, sizeof *c), LLMT_OK);
-    c->arch = llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
-    c->layers = layers;
-    c->width = width;
-    c->heads = heads;
-    c->kv_heads = kv;
-    c->ffn_hidden = ffn;
-    c->vocab_size = vocab;
-    c->padded_vocab_size = padded;
-    c->max_seq_len = seq;
 }
 
 static void llama405b(const char *dir, int v)
@@ -310,7 +294,8 @@ static void moe_balance(int pp, int v)
     }
     /* the model config lib/job/job.c builds from that spec, resolved */
     llmt_model_config c;
-    model_of(&c, 1, MB_L, MB_C, MB_H, MB_KV, MB_F, MB_V, MB_V, MB_T);
+    CHECK_STATUS(plan_run_model_config(&c, 1, MB_L, MB_C, MB_H, MB_KV, MB_F, MB_V, MB_V, MB_T),
+                 LLMT_OK);
     c.moe_experts = MB_E;
     c.moe_top_k = MB_K;
     c.moe_ffn = MB_FE;
@@ -368,8 +353,9 @@ static void dense_split(int llama, int layers, int vocab, int pp, int v, int hea
         return;
     }
     llmt_model_config c;
-    model_of(&c, llama, layers, 64, 4, llama ? 2 : 4, llama ? 176 : 256, vocab,
-             (vocab + 63) / 64 * 64, 16);
+    CHECK_STATUS(plan_run_model_config(&c, llama, layers, 64, 4, llama ? 2 : 4,
+                                       llama ? 176 : 256, vocab, 0, 16),
+                 LLMT_OK);
     int n = pp * v, run[17], most = 0;
     llmt_err e = {0};
     CHECK_STATUS(llmt__pp_layout(&e, &c, 16, n, NULL, 0, run), LLMT_OK);

@@ -128,7 +128,7 @@ static void *rank_main(void *p)
     }
     /* the model as llmt_job builds it from the spec (lib/job/job.c) */
     llmt_model_config c;
-    plan_run_model_config(&c, l->llama, LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, SEQ);
+    plan_run_model_config(&c, l->llama, LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, 0, SEQ);
     a->st = llmt_model_create(NULL, &c, &m);
     if (a->st == LLMT_OK)
         a->st = plan_run_trainer(m, MICRO, ACCUM, SEQ, l->full ? 1 : 0, g_emul, &tr);

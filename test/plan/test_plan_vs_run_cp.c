@@ -46,7 +46,7 @@
 #include "plan_run_fixture.h"
 #include "train/device.h"
 
-#define STEPS 2
+#define STEPS PLAN_RUN_STEPS
 #define MAXW 8
 #define LAYERS 2
 #define WIDTH 128
@@ -66,20 +66,6 @@ typedef struct layout {
     int sp;        /* sequence parallel over the TP group */
     int moe;       /* MoE layers: 4 experts of 64, top-2, 1 shared, dropless */
 } layout;
-
-typedef struct rank_arg {
-    const layout *lo;
-    llmt_comm *world;
-    const llmt_plan *plan;
-    int rank;
-    const int32_t *in, *tg;
-    llmt_status st;
-    char err[512];
-    double g[STEPS][3][3]; /* per step: TP, CP, DP x calls, payload, bus */
-    double state, acts;    /* bytes */
-    llmt_cp_stats cs;
-    int32_t cp_coord;
-} rank_arg;
 
 static const char *const rc_names[] = {"none", "full", "selective"};
 
@@ -106,7 +92,7 @@ static void spec_json(const layout *l, char *buf, size_t n)
 
 static void *rank_main(void *p)
 {
-    rank_arg *a = p;
+    plan_run_arg *a = p;
     const layout *l = a->lo;
     llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
@@ -122,7 +108,7 @@ static void *rank_main(void *p)
         return NULL;
     /* the model as llmt_job builds it from the spec */
     llmt_model_config c;
-    plan_run_model_config(&c, l->llama, LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, SEQ);
+    plan_run_model_config(&c, l->llama, LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, 0, SEQ);
     if (l->moe)
         plan_run_moe_config(&c, 64);
     a->st = llmt_model_create(NULL, &c, &m);
@@ -182,13 +168,13 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
     CHECK_STATUS(llmt_plan_get_estimate(p, &e), LLMT_OK);
     CHECK(e.engine_modeled == 1);
     CHECK(e.engine_cp_calls > 0);
-    rank_arg a[MAXW];
+    plan_run_arg a[MAXW];
     memset(a, 0, sizeof a);
     for (int r = 0; r < W && r < MAXW; r++)
-        a[r] = (rank_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
-    rank_fixture_run(a, sizeof *a, W, 1, offsetof(rank_arg, world), rank_main);
-    if (!plan_run_ranks_ok(l->name, a, sizeof *a, W, offsetof(rank_arg, st),
-                           offsetof(rank_arg, err))) {
+        a[r] = (plan_run_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
+    rank_fixture_run(a, sizeof *a, W, 1, offsetof(plan_run_arg, world), rank_main);
+    if (!plan_run_ranks_ok(l->name, a, sizeof *a, W, offsetof(plan_run_arg, st),
+                           offsetof(plan_run_arg, err))) {
         llmt_plan_destroy(p);
         return;
     }

@@ -55,7 +55,7 @@
 #include "train/device.h"
 #include "train/trainer_state.h"
 
-#define STEPS 2
+#define STEPS PLAN_RUN_STEPS
 #define MAXW 8
 #define LAYERS 4
 #define WIDTH 64
@@ -78,20 +78,6 @@ typedef struct layout {
     int vocab;
     int ep; /* expert parallelism inside dp (0: none) */
 } layout;
-
-typedef struct rank_arg {
-    const layout *lo;
-    llmt_comm *world;
-    const llmt_plan *plan;
-    int rank;
-    const int32_t *in, *tg;
-    llmt_status st;
-    char err[512];
-    int32_t stage;
-    double g[STEPS][3][3]; /* per step: TP, CP, DP x calls, payload, bus */
-    double state, acts;    /* bytes */
-    int32_t layers;        /* the stage's (llmt_pp_stats) */
-} rank_arg;
 
 static const char *const rc_names[] = {"none", "full", "selective"};
 
@@ -126,7 +112,7 @@ static void spec_json(const layout *l, char *buf, size_t n)
 
 static void *rank_main(void *p)
 {
-    rank_arg *a = p;
+    plan_run_arg *a = p;
     const layout *l = a->lo;
     llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
@@ -144,7 +130,7 @@ static void *rank_main(void *p)
         return NULL;
     /* the model as llmt_job builds it from the spec */
     llmt_model_config c;
-    plan_run_model_config(&c, l->llama, LAYERS, WIDTH, 4, l->kv, FFN, l->vocab, SEQ);
+    plan_run_model_config(&c, l->llama, LAYERS, WIDTH, 4, l->kv, FFN, l->vocab, 0, SEQ);
     if (l->moe)
         plan_run_moe_config(&c, 32);
     a->st = llmt_model_create(NULL, &c, &m);
@@ -221,13 +207,13 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
     plan_run_plan_groups(&top, pt);
     CHECK(!memcmp(pe, pt, sizeof pe) && state_of(&e) == state_of(&top) &&
           e.engine_mem_activations == top.engine_mem_activations);
-    rank_arg a[MAXW];
+    plan_run_arg a[MAXW];
     memset(a, 0, sizeof a);
     for (int r = 0; r < W && r < MAXW; r++)
-        a[r] = (rank_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
-    rank_fixture_run(a, sizeof *a, W, 1, offsetof(rank_arg, world), rank_main);
-    int ok = plan_run_ranks_ok(l->name, a, sizeof *a, W, offsetof(rank_arg, st),
-                               offsetof(rank_arg, err));
+        a[r] = (plan_run_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
+    rank_fixture_run(a, sizeof *a, W, 1, offsetof(plan_run_arg, world), rank_main);
+    int ok = plan_run_ranks_ok(l->name, a, sizeof *a, W, offsetof(plan_run_arg, st),
+                               offsetof(plan_run_arg, err));
     int bytes_ok = 1;
     double worst = 0, worst_a = 0;
     /* the engine's token, target and loss buffers of a step's rows; dp.c's
