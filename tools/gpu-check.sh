@@ -5,7 +5,7 @@
 # torch, PyTorch's side by side), and write the results as JSON.
 #
 #   tools/gpu-check.sh [--tests-only] [--bench-only] [--gpt2] [--gpt2-only]
-#                      [--llama] [--llama-only] [--tp-only] [--arch LIST]
+#                      [--llama] [--llama-only] [--tp-only] [--cp-only] [--arch LIST]
 #
 # --gpt2 adds the GPT-2 124M training-step comparison (T=1024, B from
 # $GPT2_B, default 16,32,64): ours (bench_gpt2), PyTorch with torch.compile
@@ -21,9 +21,11 @@
 # gpu-llama-torch.json, merged with per-B ratios into gpu-llama.json.
 # --gpt2-only / --llama-only skip the tests and the kernel benchmarks.
 # --tp-only runs only the tests of tensor parallelism's and context
-# parallelism's CUDA pieces (gpu-tp-ops, gpu-tp-engine, gpu-cp-ops: never
-# run on a GPU yet, issues 16 and 18) and their CPU halves (vp-ops-emul,
-# tp-stage-emul); they are in the full `gpu` suite too.
+# parallelism's CUDA pieces (gpu-tp-ops, gpu-tp-engine, gpu-cp-ops,
+# gpu-cp-engine: never run on a GPU yet, issues 16 and 18) and their CPU
+# halves (vp-ops-emul, tp-stage-emul, cp-stage-emul); --cp-only those of
+# context parallelism alone (gpu-cp-ops, gpu-cp-engine, cp-stage-emul).
+# They are in the full `gpu` suite too.
 #
 # Results go to $OUT (the device tool's output folder) if set, else
 # bench/results/. Files: gpu-env.json (device, driver, toolkit, torch),
@@ -41,10 +43,12 @@ while [ $# -gt 0 ]; do
     --gpt2-only) gpt2=1 tests=0 bench=0 ;;
     --llama) llama=1 ;;
     --llama-only) llama=1 tests=0 bench=0 ;;
-    --tp-only) bench=0 only="gpu-tp-ops gpu-tp-engine gpu-cp-ops vp-ops-emul tp-stage-emul" ;;
+    --tp-only) bench=0 only="gpu-tp-ops gpu-tp-engine gpu-cp-ops gpu-cp-engine vp-ops-emul
+      tp-stage-emul cp-stage-emul" ;;
+    --cp-only) bench=0 only="gpu-cp-ops gpu-cp-engine cp-stage-emul" ;;
     --arch) arch="$2"; shift ;;
     *) echo "usage: $0 [--tests-only] [--bench-only] [--gpt2] [--gpt2-only] [--llama]" \
-         "[--llama-only] [--tp-only] [--arch LIST]" >&2; exit 2 ;;
+         "[--llama-only] [--tp-only] [--cp-only] [--arch LIST]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -84,11 +88,13 @@ if [ ! -f $bdir/build.ninja ]; then
   meson setup $bdir -Dgpu_arch="$arch" -Dbuildtype=release >"$out/gpu-setup.log" 2>&1 ||
     { tail -40 "$out/gpu-setup.log"; exit 1; }
 fi
-# --tp-only builds just its tests' programs (device minutes are scarce)
+# --tp-only / --cp-only build just their tests' programs (device minutes
+# are scarce)
 targets=""
 norebuild=""
 if [ -n "$only" ]; then
-  targets="test/gpu/test_gpu_tp_ops test/gpu/test_gpu_tp test/gpu/test_gpu_cp_ops"
+  targets="test/gpu/test_gpu_tp_ops test/gpu/test_gpu_tp test/gpu/test_gpu_cp_ops
+    test/gpu/test_gpu_cp"
   norebuild="--no-rebuild"
 fi
 # shellcheck disable=SC2086

@@ -252,6 +252,39 @@ static llmt_status dc_moe_combine_bwd(llmt__dev *d, void *dye, float *dgate, con
     return llmt__cuda_moe_combine_bwd(CTX(d), dye, dgate, dy, ye, row, gate, N, K, C);
 }
 
+/* context parallelism's attention pieces (cuda/kernels/attn_cp.cu; never
+ * run on a GPU yet: test gpu-cp-ops) */
+static llmt_status dc_attn_cp_rope(llmt__dev *d, void *x, int B, int T, int nh, int hd,
+                                   size_t stride, float theta, int inverse, const int32_t *pos)
+{
+    return llmt__cuda_attn_cp_rope(CTX(d), x, B, T, nh, hd, stride, theta, inverse, pos);
+}
+static llmt_status dc_attn_cp_fwd(llmt__dev *d, float *o, float *lse, const void *q, size_t qs,
+                                  const void *kv, size_t kvs, int B, int Tq, int Tk, int nh,
+                                  int nkv, int hd, const int32_t *qpos, const int32_t *kpos)
+{
+    return llmt__cuda_attn_cp_fwd(CTX(d), o, lse, q, qs, kv, kvs, B, Tq, Tk, nh, nkv, hd, qpos,
+                                  kpos);
+}
+static llmt_status dc_attn_cp_delta(llmt__dev *d, float *D, const void *dout, const void *out,
+                                    int B, int T, int nh, int hd)
+{
+    return llmt__cuda_attn_cp_delta(CTX(d), D, dout, out, B, T, nh, hd);
+}
+static llmt_status dc_attn_cp_bwd(llmt__dev *d, float *dq, float *dkv, const float *D,
+                                  const float *lse, const void *dout, const void *q, size_t qs,
+                                  const void *kv, size_t kvs, int B, int Tq, int Tk, int nh,
+                                  int nkv, int hd, const int32_t *qpos, const int32_t *kpos)
+{
+    return llmt__cuda_attn_cp_bwd(CTX(d), dq, dkv, D, lse, dout, q, qs, kv, kvs, B, Tq, Tk, nh,
+                                  nkv, hd, qpos, kpos);
+}
+static llmt_status dc_attn_cp_rows(llmt__dev *d, void *dst, size_t ds, const void *src,
+                                   size_t ss, int src_f32, size_t rows, size_t cols)
+{
+    return llmt__cuda_attn_cp_rows(CTX(d), dst, ds, src, ss, src_f32, rows, cols);
+}
+
 /* one log-sum-exp per (sequence, head, position) */
 static size_t dc_attn_state(int B, int nh, int T) { return (size_t)B * nh * T; }
 
@@ -263,6 +296,10 @@ static const llmt__dev_ops dev_cuda = {
     .attn_state = dc_attn_state,
     /* the ops exist (cuda/kernels/vocab_part.cu) but no GPU ran them */
     .unverified_tp = "has not run on a GPU yet (issue 16): the ops exist, test gpu-tp-ops",
+    /* the same for context parallelism (cuda/kernels/attn_cp.cu, cp.c's
+     * host staging of the exchange) */
+    .unverified_cp = "path is assembled but has not run on a GPU (issue 18): test "
+                     "gpu-cp-engine",
     .create = dc_create,
     .destroy = dc_destroy,
     .last_error = dc_last_error,
@@ -309,6 +346,11 @@ static const llmt__dev_ops dev_cuda = {
     .moe_gather_bwd = dc_moe_gather_bwd,
     .moe_combine = dc_moe_combine,
     .moe_combine_bwd = dc_moe_combine_bwd,
+    .attn_cp_rope = dc_attn_cp_rope,
+    .attn_cp_fwd = dc_attn_cp_fwd,
+    .attn_cp_delta = dc_attn_cp_delta,
+    .attn_cp_bwd = dc_attn_cp_bwd,
+    .attn_cp_rows = dc_attn_cp_rows,
 };
 
 const llmt__dev_ops *llmt__dev_cuda(void) { return &dev_cuda; }

@@ -190,3 +190,53 @@ void llmt__attn_cp_rows(int bf16, void *dst, size_t ds, const void *src, size_t 
             st(bf16, dst, r * ds + c, v);
         }
 }
+
+/* The table entries: the same reference, the storage type fixed. */
+/* clang-format off */
+#define CP_TABLE(sfx, bf16)                                                                   \
+    llmt_status llmt__attn_cp_rope_##sfx(llmt__dev *d, void *x, int B, int T, int nh, int hd, \
+                                         size_t stride, float theta, int inverse,             \
+                                         const int32_t *pos)                                  \
+    {                                                                                         \
+        (void)d;                                                                              \
+        llmt__attn_cp_rope(bf16, x, B, T, nh, hd, stride, theta, inverse, pos);               \
+        return LLMT_OK;                                                                       \
+    }                                                                                         \
+    llmt_status llmt__attn_cp_fwd_##sfx(llmt__dev *d, float *o, float *lse, const void *q,    \
+                                        size_t qs, const void *kv, size_t kvs, int B, int Tq, \
+                                        int Tk, int nh, int nkv, int hd, const int32_t *qpos, \
+                                        const int32_t *kpos)                                  \
+    {                                                                                         \
+        (void)d;                                                                              \
+        llmt__attn_cp_fwd(bf16, o, lse, q, qs, kv, kvs, B, Tq, Tk, nh, nkv, hd, qpos, kpos);  \
+        return LLMT_OK;                                                                       \
+    }                                                                                         \
+    llmt_status llmt__attn_cp_delta_##sfx(llmt__dev *d, float *D, const void *dout,           \
+                                          const void *out, int B, int T, int nh, int hd)      \
+    {                                                                                         \
+        (void)d;                                                                              \
+        llmt__attn_cp_delta(bf16, D, dout, out, B, T, nh, hd);                                \
+        return LLMT_OK;                                                                       \
+    }                                                                                         \
+    llmt_status llmt__attn_cp_bwd_##sfx(llmt__dev *d, float *dq, float *dkv, const float *D,  \
+                                        const float *lse, const void *dout, const void *q,    \
+                                        size_t qs, const void *kv, size_t kvs, int B, int Tq, \
+                                        int Tk, int nh, int nkv, int hd, const int32_t *qpos, \
+                                        const int32_t *kpos)                                  \
+    {                                                                                         \
+        (void)d;                                                                              \
+        llmt__attn_cp_bwd(bf16, dq, dkv, D, lse, dout, q, qs, kv, kvs, B, Tq, Tk, nh, nkv,    \
+                          hd, qpos, kpos);                                                    \
+        return LLMT_OK;                                                                       \
+    }                                                                                         \
+    llmt_status llmt__attn_cp_rows_##sfx(llmt__dev *d, void *dst, size_t ds, const void *src, \
+                                         size_t ss, int src_f32, size_t rows, size_t cols)    \
+    {                                                                                         \
+        (void)d;                                                                              \
+        llmt__attn_cp_rows(bf16, dst, ds, src, ss, src_f32, rows, cols);                      \
+        return LLMT_OK;                                                                       \
+    }
+
+CP_TABLE(f32, 0)
+CP_TABLE(bf16, 1)
+/* clang-format on */

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "exec/dev.h"
+
 /* RoPE in place (rotate-half pairs (i, i + hd/2), as dev.h's rope) on nh
  * heads of B*T rows of stride `stride`, row r at position pos[r % T];
  * inverse = 1 is the backward. */
@@ -54,5 +56,30 @@ void llmt__attn_cp_bwd(int bf16, float *dq, float *dkv, const float *D, const fl
  * storage, dst storage; rounds to bf16 when bf16 = 1. */
 void llmt__attn_cp_rows(int bf16, void *dst, size_t ds, const void *src, size_t ss, int src_f32,
                         size_t rows, size_t cols);
+
+/* The same pieces as op-table entries (dev.h attn_cp_*) of the two host
+ * backends, the storage type fixed: _f32 for the fp32 CPU backend, _bf16
+ * for the emulation (the backend's context unused). */
+/* clang-format off */
+#define LLMT__CP_TABLE_DECL(sfx)                                                              \
+    llmt_status llmt__attn_cp_rope_##sfx(llmt__dev *d, void *x, int B, int T, int nh, int hd, \
+                                         size_t stride, float theta, int inverse,             \
+                                         const int32_t *pos);                                 \
+    llmt_status llmt__attn_cp_fwd_##sfx(llmt__dev *d, float *o, float *lse, const void *q,    \
+                                        size_t qs, const void *kv, size_t kvs, int B, int Tq, \
+                                        int Tk, int nh, int nkv, int hd, const int32_t *qpos, \
+                                        const int32_t *kpos);                                 \
+    llmt_status llmt__attn_cp_delta_##sfx(llmt__dev *d, float *D, const void *dout,           \
+                                          const void *out, int B, int T, int nh, int hd);     \
+    llmt_status llmt__attn_cp_bwd_##sfx(llmt__dev *d, float *dq, float *dkv, const float *D,  \
+                                        const float *lse, const void *dout, const void *q,    \
+                                        size_t qs, const void *kv, size_t kvs, int B, int Tq, \
+                                        int Tk, int nh, int nkv, int hd, const int32_t *qpos, \
+                                        const int32_t *kpos);                                 \
+    llmt_status llmt__attn_cp_rows_##sfx(llmt__dev *d, void *dst, size_t ds, const void *src, \
+                                         size_t ss, int src_f32, size_t rows, size_t cols);
+LLMT__CP_TABLE_DECL(f32)
+LLMT__CP_TABLE_DECL(bf16)
+/* clang-format on */
 
 #endif

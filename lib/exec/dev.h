@@ -101,6 +101,10 @@ typedef struct llmt__dev_ops {
      * before `create`: lib/obs/devops.c checks every slot from there on is
      * a function it wraps. */
     const char *unverified_tp;
+    /* The same for context parallelism (the attn_cp_* ops and the staged
+     * exchange of lib/train/cp.c): set_cp_comm refuses with this reason;
+     * test/gpu/test_gpu_cp.c clears it on a copy of the table. */
+    const char *unverified_cp;
 
     /* -- context and memory */
     /* o is required. On failure *out is NULL and err (errlen bytes) says
@@ -277,6 +281,24 @@ typedef struct llmt__dev_ops {
     llmt_status (*moe_combine_bwd)(llmt__dev *d, void *dye, float *dgate, const void *dy,
                                    const void *ye, const int32_t *row, const float *gate, int N,
                                    int K, int C);
+
+    /* -- context parallelism's attention pieces (lib/train/cp.h): the
+     * contracts of lib/exec/attn_cp.h (its plain C reference, fp32 and
+     * bf16 storage, the storage type the backend's `store`), on the
+     * backend's memory; pos, qpos and kpos are device arrays. */
+    llmt_status (*attn_cp_rope)(llmt__dev *d, void *x, int B, int T, int nh, int hd,
+                                size_t stride, float theta, int inverse, const int32_t *pos);
+    llmt_status (*attn_cp_fwd)(llmt__dev *d, float *o, float *lse, const void *q, size_t qs,
+                               const void *kv, size_t kvs, int B, int Tq, int Tk, int nh,
+                               int nkv, int hd, const int32_t *qpos, const int32_t *kpos);
+    llmt_status (*attn_cp_delta)(llmt__dev *d, float *D, const void *dout, const void *out,
+                                 int B, int T, int nh, int hd);
+    llmt_status (*attn_cp_bwd)(llmt__dev *d, float *dq, float *dkv, const float *D,
+                               const float *lse, const void *dout, const void *q, size_t qs,
+                               const void *kv, size_t kvs, int B, int Tq, int Tk, int nh,
+                               int nkv, int hd, const int32_t *qpos, const int32_t *kpos);
+    llmt_status (*attn_cp_rows)(llmt__dev *d, void *dst, size_t ds, const void *src, size_t ss,
+                                int src_f32, size_t rows, size_t cols);
 } llmt__dev_ops;
 
 /* The CUDA table, or NULL in a build without CUDA. */

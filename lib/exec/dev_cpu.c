@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "exec/attn_cp.h"
 #include "exec/dev.h"
 #include "exec/exec.h"
 
@@ -452,6 +453,11 @@ static const llmt__dev_ops cpu_ops = {
     .moe_gather_bwd = llmt__moe_gather_bwd_f32,
     .moe_combine = llmt__moe_combine_f32,
     .moe_combine_bwd = llmt__moe_combine_bwd_f32,
+    .attn_cp_rope = llmt__attn_cp_rope_f32, /* attn_cp.c */
+    .attn_cp_fwd = llmt__attn_cp_fwd_f32,
+    .attn_cp_delta = llmt__attn_cp_delta_f32,
+    .attn_cp_bwd = llmt__attn_cp_bwd_f32,
+    .attn_cp_rows = llmt__attn_cp_rows_f32,
 };
 
 const llmt__dev_ops *llmt__dev_cpu(void) { return &cpu_ops; }

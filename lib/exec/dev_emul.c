@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "exec/attn_cp.h"
 #include "exec/dev.h"
 #include "exec/fp8.h"
 
@@ -1237,6 +1238,11 @@ static const llmt__dev_ops emul_ops = {
     .moe_gather_bwd = llmt__moe_gather_bwd_bf16,
     .moe_combine = llmt__moe_combine_bf16,
     .moe_combine_bwd = llmt__moe_combine_bwd_bf16,
+    .attn_cp_rope = llmt__attn_cp_rope_bf16, /* attn_cp.c */
+    .attn_cp_fwd = llmt__attn_cp_fwd_bf16,
+    .attn_cp_delta = llmt__attn_cp_delta_bf16,
+    .attn_cp_bwd = llmt__attn_cp_bwd_bf16,
+    .attn_cp_rows = llmt__attn_cp_rows_bf16,
 };
 
 const llmt__dev_ops *llmt__dev_emul(void) { return &emul_ops; }

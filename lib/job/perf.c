@@ -170,9 +170,9 @@ void llmt__job_obs_before(llmt_job *j, int64_t step)
 
 void llmt__job_obs_mark(llmt_job *j, job_marks *k, int which)
 {
+    /* context parallel attention's block ops are the op table's too (dev.h
+     * attn_cp_*), timed with the others */
     llmt__obs_op_seconds(j->obs, which ? k->op1 : k->op0);
-    /* context parallel attention's block kernels run beside the op table */
-    (which ? k->op1 : k->op0)[LLMT__OBS_COMPUTE] += llmt__trainer_cp_compute_s(j->tr);
     double *c = which ? k->comm1 : k->comm0;
     for (int g = 0; g < LLMT_JOB_GROUPS; g++)
         c[g] = llmt__comm_exposed_s(j->group_comm[g]);

@@ -161,7 +161,33 @@ static void op_done(llmt__obs *o, int op, int kind, double t0)
     X(moe_combine_bwd, COMPUTE,                                                               \
       (llmt__dev * d, void *dye, float *dgate, const void *dy, const void *ye,                \
        const int32_t *row, const float *gate, int N, int K, int C),                           \
-      (c->in, dye, dgate, dy, ye, row, gate, N, K, C))
+      (c->in, dye, dgate, dy, ye, row, gate, N, K, C))                                        \
+    OBS_OPS_CP(X)
+
+/* Context parallelism's attention pieces. */
+#define OBS_OPS_CP(X)                                                                         \
+    X(attn_cp_rope, COMPUTE,                                                                  \
+      (llmt__dev * d, void *x, int B, int T, int nh, int hd, size_t stride, float theta,      \
+       int inverse, const int32_t *pos),                                                      \
+      (c->in, x, B, T, nh, hd, stride, theta, inverse, pos))                                  \
+    X(attn_cp_fwd, COMPUTE,                                                                   \
+      (llmt__dev * d, float *o, float *lse, const void *q, size_t qs, const void *kv,         \
+       size_t kvs, int B, int Tq, int Tk, int nh, int nkv, int hd, const int32_t *qpos,       \
+       const int32_t *kpos),                                                                  \
+      (c->in, o, lse, q, qs, kv, kvs, B, Tq, Tk, nh, nkv, hd, qpos, kpos))                    \
+    X(attn_cp_delta, COMPUTE,                                                                 \
+      (llmt__dev * d, float *D, const void *dout, const void *out, int B, int T, int nh,      \
+       int hd),                                                                               \
+      (c->in, D, dout, out, B, T, nh, hd))                                                    \
+    X(attn_cp_bwd, COMPUTE,                                                                   \
+      (llmt__dev * d, float *dq, float *dkv, const float *D, const float *lse,                \
+       const void *dout, const void *q, size_t qs, const void *kv, size_t kvs, int B, int Tq, \
+       int Tk, int nh, int nkv, int hd, const int32_t *qpos, const int32_t *kpos),            \
+      (c->in, dq, dkv, D, lse, dout, q, qs, kv, kvs, B, Tq, Tk, nh, nkv, hd, qpos, kpos))     \
+    X(attn_cp_rows, COMPUTE,                                                                  \
+      (llmt__dev * d, void *dst, size_t ds, const void *src, size_t ss, int src_f32,          \
+       size_t rows, size_t cols),                                                             \
+      (c->in, dst, ds, src, ss, src_f32, rows, cols))
 
 enum {
 #define X(name, kind, params, args) OP_##name,

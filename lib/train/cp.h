@@ -6,7 +6,9 @@
  * T / cp rows of each sequence. Everything but attention is row-wise and
  * runs unchanged on those rows; cp.c gives the engine the global
  * positions (RoPE, learned position embeddings) and runs attention's
- * exchange of keys and values (lib/exec/attn_cp.c computes the blocks):
+ * exchange of keys and values (the op table's attn_cp_* compute the
+ * blocks: lib/exec/attn_cp.c on the host backends, cuda/kernels/attn_cp.cu
+ * on CUDA):
  *
  *   LLMT__CP_RING        cp - 1 ring steps of every rank's K/V block
  *                        (send to r + 1, receive from r - 1); the backward
@@ -17,15 +19,17 @@
  *                        reduce-scatters dK/dV to their owners
  *
  * Weights are replicated over the group: their gradients, and the
- * losses, are summed over it (llmt__cp_sum). Host memory only (the fp32
- * CPU backend and the bf16 emulation). */
+ * losses, are summed over it (llmt__cp_sum, llmt__cp_sum_dev). The
+ * blocks and scratch are in the engine's memory; on a backend whose memory
+ * is not the host's every exchange is staged through host buffers by the
+ * table's copies (cp.c). */
 #ifndef LLMT_TRAIN_CP_H
 #define LLMT_TRAIN_CP_H
 
 #include <stdint.h>
 
 #include "core/internal.h"
-#include "exec/attn_cp.h"
+#include "exec/dev.h"
 #include "llmtrain.h"
 
 typedef struct llmt__cp llmt__cp;
@@ -37,6 +41,13 @@ enum { LLMT__CP_RING = 0, LLMT__CP_ALL_GATHER = 1 };
 llmt_status llmt__cp_create(llmt_err *e, llmt_comm *comm, int variant, int T, int bf16,
                             llmt__cp **out);
 void llmt__cp_destroy(llmt__cp *cp);
+/* The engine whose op table and memory the attention uses (its scratch
+ * is made there on first use; what a previous engine's held is freed
+ * first, so bind the new engine before destroying the old one, or unbind
+ * the old). llmt__devtrain_set_cp binds; llmt__devtrain_destroy unbinds
+ * its own context (a no-op when cp is bound elsewhere). */
+void llmt__cp_bind(llmt__cp *cp, const llmt__dev_ops *op, llmt__dev *d);
+void llmt__cp_unbind(llmt__cp *cp, const llmt__dev *d);
 int llmt__cp_size(const llmt__cp *cp);
 int llmt__cp_rank(const llmt__cp *cp);
 llmt_comm *llmt__cp_comm(const llmt__cp *cp);
@@ -58,11 +69,18 @@ llmt_status llmt__cp_attn_fwd(llmt__cp *cp, void *out, float *lse, const void *q
 llmt_status llmt__cp_attn_bwd(llmt__cp *cp, void *dqkv, const void *dout, const void *out,
                               const float *lse, const void *qkv, size_t Q, int B, int Tl,
                               int nh, int nkv, int hd);
+/* RoPE at this rank's global positions (the table's attn_cp_rope) on nh
+ * heads of hd in B x T rows of stride `stride` of x (engine memory). */
+llmt_status llmt__cp_rope(llmt__cp *cp, void *x, int B, int T, int nh, int hd, size_t stride,
+                          float theta, int inverse);
 /* Seconds spent so far in attention (fwd and bwd) outside the exchange's
- * calls: the block kernels, which the backend's op table does not time. */
+ * calls (the block ops, now timed by the op table too, and the staging). */
 double llmt__cp_compute_s(const llmt__cp *cp);
 /* buf (n fp32, host) summed over the group, in place. */
 llmt_status llmt__cp_sum(llmt__cp *cp, float *buf, size_t n);
+/* The same on the bound engine's memory (the gradients): staged through
+ * a host copy where that is not the host's. */
+llmt_status llmt__cp_sum_dev(llmt__cp *cp, float *buf, size_t n);
 /* *x summed over the group, in double: every rank adds the same values
  * in rank order, so all get the same sum. */
 llmt_status llmt__cp_sum_double(llmt__cp *cp, double *x);
@@ -90,9 +108,11 @@ void llmt__devtrain_set_cp(struct llmt__devtrain *g, llmt__cp *cp);
  * engine for the T / cp rows and attaches the group to it: the CP ranks
  * of a stage run the same schedule, so their exchanges pair up op by op;
  * a stage sums its gradients and loss over the group after the data
- * parallel reductions, as without a pipeline). Refused with fp8, on
- * CUDA, after data or pipeline parallelism (LLMT_ERR_STATE) and, naming
- * model.seq_len, when 2 x cp does not divide it. */
+ * parallel reductions, as without a pipeline). Refused with fp8, on a
+ * backend without the attn_cp_* ops or whose table says they never ran
+ * there (unverified_cp: CUDA), after data or pipeline parallelism
+ * (LLMT_ERR_STATE) and, naming model.seq_len, when 2 x cp does not divide
+ * it. */
 llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant);
 /* The trainer's context parallelism (NULL: none; lib/train/cp_api.c and
  * the checkpoint's save-once rule in state.c read it). */

@@ -227,6 +227,7 @@ struct llmt__moe_net *llmt__devtrain_moe(llmt__devtrain *g)
 void llmt__devtrain_destroy(llmt__devtrain *g)
 {
     if (!g) return;
+    llmt__cp_unbind(g->cp, g->d); /* its scratch, when in this engine's memory */
     llmt__moe_net_free(g->moe);
     if (g->d) {
         if (g->param == (void *)g->master) g->param = NULL; /* fp32: one buffer */
@@ -1773,11 +1774,8 @@ static lctx layer_ctx(const llmt__devtrain *g, int l, int B, int T)
 static llmt_status rope(llmt__devtrain *g, void *x, int B, int T, int n, size_t Q, float theta,
                         int inverse)
 {
-    if (g->cp) {
-        llmt__attn_cp_rope(g->es != sizeof(float), x, B, T, n, g->m->head_dim, Q, theta,
-                           inverse, llmt__cp_pos(g->cp));
-        return LLMT_OK;
-    }
+    if (g->cp)
+        return llmt__cp_rope(g->cp, x, B, T, n, g->m->head_dim, Q, theta, inverse);
     S(g->op->rope(g->d, x, B, T, n, g->m->head_dim, Q, theta, inverse),
       inverse ? "rope backward" : "rope");
     return LLMT_OK;
@@ -1899,6 +1897,8 @@ static llmt_status forward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     const llmt_model_config *c = &g->m->cfg;
     llmt_status s;
     g->fp8_gemms = 0;
+    if (g->cp) /* this engine's memory (again, if another engine took it) */
+        llmt__cp_bind(g->cp, g->op, g->d);
     if (g->dp) llmt__dp_use(g->dp, 0, 1);
     R(embed_fwd(g, tok, B, T));
     for (int l = 0; l < c->layers; l++) {
@@ -2116,8 +2116,8 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
     if (g->moe && (s = llmt__moe_net_step_end(g->moe, g->e)) != LLMT_OK)
         return s;
     /* context parallelism: replicated weights, each rank's gradient from
-     * its rows (host memory: cp.h) */
-    if (g->cp && ((s = llmt__cp_sum(g->cp, g->grad, g->P)) != LLMT_OK ||
+     * its rows (staged on a device: cp.h) */
+    if (g->cp && ((s = llmt__cp_sum_dev(g->cp, g->grad, g->P)) != LLMT_OK ||
                   (s = llmt__cp_sum_double(g->cp, loss_sum)) != LLMT_OK))
         return s;
     if (g->kvrep && (s = tp_kv_reduce(g)) != LLMT_OK)
@@ -2566,7 +2566,7 @@ llmt_status llmt__devtrain_stage_loss(llmt__devtrain *g, double *loss_sum)
      * llmt__devtrain_fwd_bwd does them (every CP rank of a stage calls
      * this: the loss is 0 but on the last stage) */
     if (g->cp)
-        RS(llmt__cp_sum(g->cp, g->grad, g->P));
+        RS(llmt__cp_sum_dev(g->cp, g->grad, g->P));
     if (g->cp)
         RS(llmt__cp_sum_double(g->cp, loss_sum));
     if (g->kvrep)
@@ -2692,6 +2692,8 @@ llmt_status llmt__devtrain_local_put(llmt__devtrain *g, int i, const float *in)
 void llmt__devtrain_set_cp(llmt__devtrain *g, llmt__cp *cp)
 {
     g->cp = cp;
+    if (cp) /* its attention runs on this engine's table and memory */
+        llmt__cp_bind(cp, g->op, g->d);
     if (g->moe && cp) /* its rows of every sequence: MoE's token group */
         llmt__moe_net_add_group(g->moe, llmt__cp_comm(cp));
 }

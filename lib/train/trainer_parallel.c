@@ -393,13 +393,16 @@ static llmt_status cp_check(llmt_trainer *tr, int live)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_cp_comm: attach context parallelism before expert "
                              "parallelism (llmt_trainer_set_ep_comm)");
-    if (!tr->ops->host_memory)
+    if (!tr->ops->attn_cp_fwd)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_cp_comm: context parallelism runs on the cpu and "
-                             "emulated backends for now, not %s (its attention exchange is "
-                             "on host memory; the device block kernels exist, never run: "
-                             "issue 18, test gpu-cp-ops)",
+                             "trainer: set_cp_comm: the %s backend has no context parallel "
+                             "attention ops (lib/exec/dev.h attn_cp_*)",
                              tr->ops->name);
+    if (tr->ops->unverified_cp) /* the ops and the staged exchange exist (dev.h) */
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_cp_comm: context parallelism on the %s backend: "
+                             "the %s",
+                             tr->ops->name, tr->ops->unverified_cp);
     return LLMT_OK;
 }
 

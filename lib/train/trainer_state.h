@@ -76,7 +76,8 @@ llmt_status llmt__trainer_fp8_restore(llmt_trainer *tr, const float *in);
  * cp_api.c): checkpoints are saved by rank 0 of the group only. */
 int llmt__trainer_cp_rank(llmt_trainer *tr);
 /* Context parallel attention's compute seconds so far (0 without CP;
- * llmt__cp_compute_s): lib/job/perf.c adds them to the step's compute. */
+ * llmt__cp_compute_s; the op table times the block ops as compute too,
+ * so lib/job/perf.c does not add them again). */
 double llmt__trainer_cp_compute_s(llmt_trainer *tr);
 
 /* Pipeline parallelism is attached (each stage saves and reads only its
