@@ -45,9 +45,8 @@ struct llmt__cp {
     int32_t *dpos;
     void *stage;
     size_t stage_cap;
-    /* seconds in the exchange's calls, and in attention outside them: the
-     * block kernels run outside the backend's op table, so the job's
-     * step split (lib/job/perf.c) would not see them as compute */
+    /* seconds in the exchange's calls, and in attention outside them
+     * (llmt__cp_compute_s: the block ops, staging and host loops) */
     double comm_s, compute_s;
 };
 
@@ -226,7 +225,12 @@ static llmt_status ready(llmt__cp *cp)
                              "trainer: context parallelism: no %s memory for %zu bytes of "
                              "positions",
                              cp->op->name, bytes);
-    OP(cp, cp->op->h2d(cp->d, cp->dpos, cp->pos, bytes), "positions");
+    llmt_status s = cp->op->h2d(cp->d, cp->dpos, cp->pos, bytes);
+    if (s != LLMT_OK) { /* not ready: made again at the next call */
+        mem_free(cp, cp->dpos);
+        cp->dpos = NULL;
+        return op_fail(cp, s, "positions");
+    }
     return LLMT_OK;
 }
 
