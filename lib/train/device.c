@@ -2796,9 +2796,14 @@ llmt_status llmt__devtrain_set_ep(llmt__devtrain *g, llmt_comm *comm)
      * layout, so the old ones go first; the moments' source is the old
      * buffer when aliased (the host layout itself), else the mirrors */
     int was = g->alias;
+    /* a backend of another storage type computes on its own copy of the
+     * parameters (bf16), made again for the new layout from the master */
+    int f32 = g->param == (void *)g->master;
     float *o1 = g->mom1, *o2 = g->mom2;
     const float *hm = was ? o1 : g->hm, *hv = was ? o2 : g->hv;
     g->op->free(g->d, g->grad);
+    if (!f32)
+        g->op->free(g->d, g->param);
     if (!was) {
         g->op->free(g->d, g->master);
         g->op->free(g->d, o1);
@@ -2823,7 +2828,11 @@ llmt_status llmt__devtrain_set_ep(llmt__devtrain *g, llmt_comm *comm)
         g->master = m->data;
     else if ((s = dalloc(g, (void **)&g->master, g->P * 4, 0)) == LLMT_OK)
         s = put(g, g->master, m->data);
-    g->param = g->master;
+    if (f32)
+        g->param = g->master;
+    else if (s == LLMT_OK && (s = dalloc(g, &g->param, g->P * g->es, 0)) == LLMT_OK &&
+             (s = g->op->f32_to_bf16(g->d, g->param, g->master, g->P)) != LLMT_OK)
+        s = dev_fail(g, s, "bf16 copy");
     if (s == LLMT_OK && (s = dalloc(g, (void **)&g->mom1, g->P * 4, 0)) == LLMT_OK)
         s = put(g, g->mom1, hm);
     if (o1)
