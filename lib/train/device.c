@@ -1771,10 +1771,21 @@ static lctx layer_ctx(const llmt__devtrain *g, int l, int B, int T)
  * just this before the layer's backward. */
 /* RoPE of n heads of hd in the B x T rows of x (stride Q); context
  * parallel: at this rank's global positions. */
+/* This engine's context parallel state, bound to its table and memory:
+ * every path that runs attention comes here (a pipeline stage's pass and
+ * recompute do not go through forward(), and an engine made again after
+ * an attach may have left the state bound to the old one). */
+static llmt__cp *cp_here(llmt__devtrain *g)
+{
+    if (g->cp)
+        llmt__cp_bind(g->cp, g->op, g->d);
+    return g->cp;
+}
+
 static llmt_status rope(llmt__devtrain *g, void *x, int B, int T, int n, size_t Q, float theta,
                         int inverse)
 {
-    if (g->cp)
+    if (cp_here(g))
         return llmt__cp_rope(g->cp, x, B, T, n, g->m->head_dim, Q, theta, inverse);
     S(g->op->rope(g->d, x, B, T, n, g->m->head_dim, Q, theta, inverse),
       inverse ? "rope backward" : "rope");
@@ -1786,7 +1797,7 @@ static llmt_status attn_core(llmt__devtrain *g, const lctx *L, int B, int T)
     dlayer *a = L->a;
     int nh = L->nh, nkv = L->nkv, hd = L->hd;
     const void *q = a->qkv, *k = at(g, q, (size_t)nh * hd), *v = at(g, k, (size_t)nkv * hd);
-    if (g->cp) /* the whole sequence's keys, from every rank of the group */
+    if (cp_here(g)) /* the whole sequence's keys, from every rank of the group */
         return llmt__cp_attn_fwd(g->cp, a->atty, a->lse, q, (size_t)L->Q, B, T, nh, nkv, hd);
     S(g->op->attention_fwd(g->d, a->atty, a->lse, q, k, v, (size_t)L->Q, B, T, nh, nkv, hd),
       "attention");
@@ -1873,7 +1884,7 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
     R(lin_bwd(g, &L.lin[LPROJ], g->dtmp, 0.0f, g->dres, a->atty, N, NULL));
     const void *q = a->qkv, *k = at(g, q, (size_t)nh * hd), *v = at(g, k, (size_t)nkv * hd);
     void *dq = g->dqkv, *dk = at(g, dq, (size_t)nh * hd), *dv = at(g, dk, (size_t)nkv * hd);
-    if (g->cp)
+    if (cp_here(g))
         R(llmt__cp_attn_bwd(g->cp, g->dqkv, g->dtmp, a->atty, a->lse, a->qkv, (size_t)Q, B, T,
                             nh, nkv, hd));
     else
@@ -1897,8 +1908,7 @@ static llmt_status forward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     const llmt_model_config *c = &g->m->cfg;
     llmt_status s;
     g->fp8_gemms = 0;
-    if (g->cp) /* this engine's memory (again, if another engine took it) */
-        llmt__cp_bind(g->cp, g->op, g->d);
+    cp_here(g); /* this engine's memory (again, if another engine took it) */
     if (g->dp) llmt__dp_use(g->dp, 0, 1);
     R(embed_fwd(g, tok, B, T));
     for (int l = 0; l < c->layers; l++) {
