@@ -766,7 +766,10 @@ LLMT_API llmt_status llmt_step_metrics_init(llmt_step_metrics *metrics,
  * (llmt_trainer_set_tp_comm, _set_sequence_parallel, _set_cp_comm,
  * _set_pp_comm, _set_ep_comm, _set_comm) check their group and record it,
  * in any order, and that first call is collective over all of them
- * (doc/parallelism.md, "Attaching the groups"). Creation checks what no
+ * and returns what making the engine can fail with (out of memory, a
+ * group that does not fit the layout, e.g. ep not dividing the data
+ * parallel group) (doc/parallelism.md, "Attaching the groups"). llmt_job
+ * makes it when the job is created. Creation checks what no
  * layout changes (the device context, the head dim). Attaching after the
  * engine is made makes it again, carrying the state, in the order each
  * attach call below names (refused otherwise with LLMT_ERR_STATE). */
