@@ -14,13 +14,15 @@
  *
  *   1F1B m 2, 4, 8 and interleaved v 2 m 2, 4, 8: every stage within 5
  *   points of the plan's bubble_fraction, (p-1)/(m+p-1) or
- *   (p-1)/(v m+p-1) (the median of steps 2-6: the first warms caches);
+ *   (p-1)/(v m+p-1) (the median of steps 2-8, the first warming caches,
+ *   over those whose stages computed for equal CPU times: see BALANCE);
  *   GPipe m 4: within 3 points of 1F1B m 4 (the same bubble, more memory);
  *   interleaved m 4 below 1F1B m 4 by at least half the planned gap;
  *   uneven stages (3 + 1 layers, 1F1B m 4): stage 1 idles at least 20
  *   points more than the plan's balanced bubble (the clock sees the
  *   imbalance, so it is not the formula read back).
  * Timing-based, a minute or two on a loaded machine: slow suite. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +35,7 @@
 #include "train/device.h"
 #include "train/pp.h"
 
-#define STEPS 6
+#define STEPS 8
 #define MICRO 4
 #define T 64
 #define V 64
@@ -94,20 +96,36 @@ static void *stage_main(void *p)
     return NULL;
 }
 
-/* The median of steps 2..STEPS. */
-static double median(double *x)
+/* The median of steps 2..STEPS, of those use[] marks (NULL: all). */
+static double median(const double *x, const int *use)
 {
     double b[STEPS - 1];
-    memcpy(b, x + 1, sizeof b);
-    for (int i = 0; i < STEPS - 1; i++)
-        for (int j = i + 1; j < STEPS - 1; j++)
+    int n = 0;
+    for (int k = 1; k < STEPS; k++)
+        if (!use || use[k])
+            b[n++] = x[k];
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
             if (b[j] < b[i]) {
                 double t = b[i];
                 b[i] = b[j];
                 b[j] = t;
             }
-    return b[(STEPS - 1) / 2];
+    return n % 2 ? b[n / 2] : 0.5 * (b[n / 2 - 1] + b[n / 2]);
 }
+
+/* The plan's formula holds for stages of equal work that take equal
+ * time. The clock counts each op's thread CPU time, and on a shared
+ * machine an op whose core's neighbour runs a cache- and memory-heavy
+ * phase takes more CPU time for the same work: the other stage then
+ * waits longer and its bubble moves with the imbalance (measured with
+ * two runs of this test and a GEMM loop beside: busy ratios of 0.94-1.05
+ * moved a stage by up to 3 points at m 2; one case's median 3.2 points
+ * off). So a balanced case's median is over the steps whose two stages'
+ * busy times are within BALANCE of each other, where at least MIN_EQUAL
+ * of the 7 are; else over all (and said). */
+#define BALANCE 0.03
+#define MIN_EQUAL 3
 
 /* The plan's bubble_fraction for pp 2 with v chunks and m micro-batches. */
 static double planned(int sched, int v, int m)
@@ -142,6 +160,7 @@ static double planned(int sched, int v, int m)
 
 typedef struct result {
     double cpu[2], wall[2], plan; /* per stage: medians */
+    double steps[2][STEPS];       /* per stage: every step's compute-time bubble */
 } result;
 
 static const char *name_of(int sched)
@@ -177,6 +196,13 @@ static int run(int sched, int v, int m, const int32_t *layers, result *out)
     }
     if (!ok)
         return 0;
+    int equal[STEPS], nequal = 0;
+    for (int k = 0; k < STEPS; k++) {
+        double b0 = a[0].cpu[k][0], b1 = a[1].cpu[k][0];
+        equal[k] = !layers && b0 > 0.0 && fabs(b1 / b0 - 1.0) <= BALANCE;
+        nequal += k > 0 && equal[k];
+    }
+    const int *use = nequal >= MIN_EQUAL ? equal : NULL;
     for (int r = 0; r < 2; r++) {
         double b[STEPS];
         for (int k = 0; k < STEPS; k++) {
@@ -184,19 +210,36 @@ static int run(int sched, int v, int m, const int32_t *layers, result *out)
             /* every stage agrees on the span */
             CHECK(a[r].cpu[k][1] == a[1 - r].cpu[k][1]);
             b[k] = a[r].cpu[k][1] > 0.0 ? 1.0 - a[r].cpu[k][0] / a[r].cpu[k][1] : -1.0;
+            out->steps[r][k] = b[k];
         }
-        out->cpu[r] = median(b);
-        out->wall[r] = median(a[r].wall);
+        out->cpu[r] = median(b, use);
+        out->wall[r] = median(a[r].wall, NULL);
     }
     out->plan = planned(sched, v, m);
     double load[1] = {0.0};
     getloadavg(load, 1);
+    char over[80] = "";
+    if (!layers)
+        snprintf(over, sizeof over, ", over %d of %d steps%s", use ? nequal : STEPS - 1,
+                 STEPS - 1, use ? " with equal stages" : " (too few with equal stages)");
     printf("bubble, pp 2 %-11s v %d m %d%s: compute-time %.3f, %.3f (stages 0, 1), planned "
-           "%.3f (%+.1f, %+.1f points); wall %.3f, %.3f at load %.1f\n",
+           "%.3f (%+.1f, %+.1f points%s); wall %.3f, %.3f at load %.1f\n",
            name_of(sched), v, m, layers ? " layers 3,1" : "", out->cpu[0], out->cpu[1],
-           out->plan, 100 * (out->cpu[0] - out->plan), 100 * (out->cpu[1] - out->plan),
+           out->plan, 100 * (out->cpu[0] - out->plan), 100 * (out->cpu[1] - out->plan), over,
            out->wall[0], out->wall[1], load[0]);
     return 1;
+}
+
+/* A case whose median missed: every step's bubble of both stages, so a
+ * failure on a loaded machine shows whether one step or all moved. */
+static void explain(const char *what, const result *r)
+{
+    for (int s = 0; s < 2; s++) {
+        fprintf(stderr, "%s, stage %d, steps 1-%d (the first not counted):", what, s, STEPS);
+        for (int k = 0; k < STEPS; k++)
+            fprintf(stderr, " %.3f", r->steps[s][k]);
+        fprintf(stderr, " (planned %.3f)\n", r->plan);
+    }
 }
 
 int main(void)
@@ -228,18 +271,43 @@ int main(void)
     int ok[6];
     for (int k = 0; k < 6; k++) {
         ok[k] = run(cases[k].sched, cases[k].v, cases[k].m, NULL, &res[k]);
-        for (int r = 0; ok[k] && r < 2; r++)
-            CHECK(res[k].cpu[r] >= res[k].plan - 0.05 && res[k].cpu[r] <= res[k].plan + 0.05);
+        int near = 1;
+        for (int r = 0; ok[k] && r < 2; r++) {
+            int in = res[k].cpu[r] >= res[k].plan - 0.05 && res[k].cpu[r] <= res[k].plan + 0.05;
+            CHECK(in);
+            near &= in;
+        }
+        if (!near) {
+            char what[64];
+            snprintf(what, sizeof what, "%s v %d m %d", name_of(cases[k].sched), cases[k].v,
+                     cases[k].m);
+            explain(what, &res[k]);
+        }
     }
     /* GPipe idles as 1F1B does; interleaving less */
-    if (run(LLMT_PP_GPIPE, 1, 4, NULL, &gp) && ok[1])
-        CHECK(gp.cpu[0] >= res[1].cpu[0] - 0.03 && gp.cpu[0] <= res[1].cpu[0] + 0.03);
-    if (ok[1] && ok[4])
-        CHECK(res[1].cpu[0] - res[4].cpu[0] >= 0.5 * (res[1].plan - res[4].plan));
+    if (run(LLMT_PP_GPIPE, 1, 4, NULL, &gp) && ok[1]) {
+        int near = gp.cpu[0] >= res[1].cpu[0] - 0.03 && gp.cpu[0] <= res[1].cpu[0] + 0.03;
+        CHECK(near);
+        if (!near) {
+            explain("gpipe m 4", &gp);
+            explain("1f1b m 4", &res[1]);
+        }
+    }
+    if (ok[1] && ok[4]) {
+        int below = res[1].cpu[0] - res[4].cpu[0] >= 0.5 * (res[1].plan - res[4].plan);
+        CHECK(below);
+        if (!below) {
+            explain("1f1b m 4", &res[1]);
+            explain("interleaved m 4", &res[4]);
+        }
+    }
     /* an uneven split: the clock sees stage 1 wait for stage 0 */
     static const int32_t uneven[2] = {3, 1};
-    if (run(LLMT_PP_1F1B, 1, 4, uneven, &un))
+    if (run(LLMT_PP_1F1B, 1, 4, uneven, &un)) {
         CHECK(un.cpu[1] >= un.plan + 0.20);
+        if (un.cpu[1] < un.plan + 0.20)
+            explain("1f1b m 4 layers 3,1", &un);
+    }
     free(g_in);
     free(g_tg);
     return check_exit("pp-bubble");
