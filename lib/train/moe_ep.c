@@ -195,13 +195,31 @@ static llmt_status a2a(const llmt__moe_ep *p, llmt_comm *comm, llmt_err *e, cons
     return LLMT_OK;
 }
 
+/* Local expert `el` on the rows its owner packed from every rank. */
+static void owner_fwd(llmt__moe_ep *p, const llmt__moe_w *w, int el)
+{
+    size_t C = (size_t)p->sh.C, F = (size_t)p->sh.F;
+    size_t r0 = (size_t)p->off[(size_t)el * p->size];
+    llmt__moe_expert_fwd(&p->sh, w, el, (int)p->rows[el], p->xo + r0 * C, p->h1 + r0 * F,
+                         p->h3 + r0 * F, p->act + r0 * F, p->yo + r0 * C);
+}
+
+static void owner_bwd(llmt__moe_ep *p, const llmt__moe_w *w, llmt__moe_w *dw, int el)
+{
+    size_t C = (size_t)p->sh.C, F = (size_t)p->sh.F;
+    size_t r0 = (size_t)p->off[(size_t)el * p->size];
+    llmt__moe_expert_bwd(&p->sh, w, dw, el, (int)p->rows[el], p->xo + r0 * C, p->h1 + r0 * F,
+                         p->h3 + r0 * F, p->act + r0 * F, p->dyo + r0 * C, p->dact + r0 * F,
+                         p->dh1 + r0 * F, p->dh3 + r0 * F, p->dxo + r0 * C);
+}
+
 llmt_status llmt__moe_ep_fwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llmt_err *e,
                              const llmt__moe_w *w, const float *x, float *y, int N)
 {
     if (N < 1 || N > s->Nmax)
         return llmt__err_set(e, LLMT_ERR_INTERNAL, "trainer: moe: %d tokens (made for %d)", N,
                              s->Nmax);
-    size_t C = (size_t)p->sh.C, F = (size_t)p->sh.F;
+    size_t C = (size_t)p->sh.C;
     llmt_status st;
     if ((st = llmt__moe_route(s, w->router, x, N)) != LLMT_OK)
         return st; /* the token group's sum (moe_group.h) set the message */
@@ -211,12 +229,16 @@ llmt_status llmt__moe_ep_fwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llm
     if ((st = a2a(p, comm, e, "dispatch")) != LLMT_OK)
         return st;
     to_owner(p, p->rbuf, p->xo, C);
-    /* one region over the local experts, as moe.c's layer (moe.c: why) */
-#pragma omp parallel for schedule(dynamic, 1) if (llmt__moe_over_experts(p->rows, p->El))
-    for (int el = 0; el < p->El; el++) {
-        size_t r0 = (size_t)p->off[(size_t)el * p->size];
-        llmt__moe_expert_fwd(&p->sh, w, el, (int)p->rows[el], p->xo + r0 * C, p->h1 + r0 * F,
-                             p->h3 + r0 * F, p->act + r0 * F, p->yo + r0 * C);
+    /* one region over the local experts, as moe.c's layer; not `parallel
+     * for if`: a region of one would nest each GEMM's split inside it,
+     * for which libgomp starts fresh threads (moe.c, llmt__moe_fwd) */
+    if (llmt__moe_over_experts(p->rows, p->El)) {
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int el = 0; el < p->El; el++)
+            owner_fwd(p, w, el);
+    } else {
+        for (int el = 0; el < p->El; el++)
+            owner_fwd(p, w, el);
     }
     from_owner(p, p->yo, p->sbuf, C);
     if ((st = a2a(p, comm, e, "combine")) != LLMT_OK)
@@ -230,20 +252,20 @@ llmt_status llmt__moe_ep_bwd(llmt__moe_ep *p, llmt__moe *s, llmt_comm *comm, llm
                              const llmt__moe_w *w, llmt__moe_w *dw, const float *x,
                              const float *dy, float *dx, float aux_coef, float z_coef)
 {
-    size_t C = (size_t)p->sh.C, F = (size_t)p->sh.F;
+    size_t C = (size_t)p->sh.C;
     llmt_status st;
     llmt__moe_combine_bwd(s, dy);
     pack(p, s, s->dye, p->sbuf, C);
     if ((st = a2a(p, comm, e, "output gradients")) != LLMT_OK)
         return st;
     to_owner(p, p->rbuf, p->dyo, C);
-#pragma omp parallel for schedule(dynamic, 1) if (llmt__moe_over_experts(p->rows, p->El))
-    for (int el = 0; el < p->El; el++) {
-        size_t r0 = (size_t)p->off[(size_t)el * p->size];
-        llmt__moe_expert_bwd(&p->sh, w, dw, el, (int)p->rows[el], p->xo + r0 * C,
-                             p->h1 + r0 * F, p->h3 + r0 * F, p->act + r0 * F, p->dyo + r0 * C,
-                             p->dact + r0 * F, p->dh1 + r0 * F, p->dh3 + r0 * F,
-                             p->dxo + r0 * C);
+    if (llmt__moe_over_experts(p->rows, p->El)) { /* as the forward's */
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int el = 0; el < p->El; el++)
+            owner_bwd(p, w, dw, el);
+    } else {
+        for (int el = 0; el < p->El; el++)
+            owner_bwd(p, w, dw, el);
     }
     from_owner(p, p->dxo, p->sbuf, C);
     if ((st = a2a(p, comm, e, "input gradients")) != LLMT_OK)

@@ -8,7 +8,9 @@
  *    (libgomp would start a fresh thread for every nested team);
  *  - the dense MoE layer (lib/train/moe.c, one expert) runs its GEMMs on
  *    the level-0 team's threads only, and splits some of them: its expert
- *    loop must not wrap them in an inactive region.
+ *    loop must not wrap them in an inactive region; so does the expert
+ *    parallel layer's loop over its local experts (lib/train/moe_ep.c,
+ *    one expert on a group of one).
  * Exit 77 without OpenMP or without OpenBLAS (the plain loops then run). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -28,6 +30,7 @@
 #include "check.h"
 #include "exec/exec.h"
 #include "train/moe.h"
+#include "train/moe_ep.h"
 
 typedef __typeof__(cblas_sgemm) sgemm_fn;
 
@@ -140,7 +143,9 @@ static int team_threads(pthread_t team[2])
     return n;
 }
 
-static void dense_moe(void)
+/* ep: through llmt__moe_ep_fwd/bwd on a group of one (its exchange a
+ * copy), else llmt__moe_fwd/bwd. */
+static void dense_moe(int ep)
 {
     enum { C = 128, F = 256, N = 1024 };
     llmt__moe_shape sh = {1, 1, C, F, 1.25f, 1, 0};
@@ -149,7 +154,12 @@ static void dense_moe(void)
           *x = malloc(nx * sizeof(float)), *y = malloc(nx * sizeof(float)),
           *dy = malloc(nx * sizeof(float)), *dx = malloc(nx * sizeof(float));
     llmt__moe *s = llmt__moe_new(&sh, N);
-    if (!w || !g || !x || !y || !dy || !dx || !s) {
+    llmt__moe_ep *p = ep ? llmt__moe_ep_new(&sh, N, 0, 1) : NULL;
+    llmt_comm *comm = NULL;
+    llmt_err e = {0};
+    if (ep)
+        CHECK_STATUS(llmt_comm_create_inproc(NULL, 1, NULL, &comm), LLMT_OK);
+    if (!w || !g || !x || !y || !dy || !dx || !s || (ep && (!p || !comm))) {
         CHECK(!"out of memory");
         return;
     }
@@ -164,20 +174,28 @@ static void dense_moe(void)
     pthread_t team[2];
     CHECK_EQ_INT(team_threads(team), 2);
     calls_reset();
-    CHECK_STATUS(llmt__moe_fwd(s, &pw, x, y, N), LLMT_OK);
-    CHECK_STATUS(llmt__moe_bwd(s, &pw, &pg, x, dy, dx, 0.01f, 0.001f), LLMT_OK);
+    if (ep) {
+        CHECK_STATUS(llmt__moe_ep_fwd(p, s, comm, &e, &pw, x, y, N), LLMT_OK);
+        CHECK_STATUS(llmt__moe_ep_bwd(p, s, comm, &e, &pw, &pg, x, dy, dx, 0.01f, 0.001f),
+                     LLMT_OK);
+    } else {
+        CHECK_STATUS(llmt__moe_fwd(s, &pw, x, y, N), LLMT_OK);
+        CHECK_STATUS(llmt__moe_bwd(s, &pw, &pg, x, dy, dx, 0.01f, 0.001f), LLMT_OK);
+    }
     int outside = 0, on_worker = 0;
     for (int i = 0; i < ncalls && i < MAX_CALLS; i++) {
         int in0 = pthread_equal(callers[i], team[0]), in1 = pthread_equal(callers[i], team[1]);
         outside += !in0 && !in1;
         on_worker += !pthread_equal(callers[i], pthread_self()) && (in0 || in1);
     }
-    printf("dense MoE layer: %d sgemm calls, %d on the team's other thread, %d on "
+    printf("dense MoE layer%s: %d sgemm calls, %d on the team's other thread, %d on "
            "threads outside the team\n",
-           ncalls, on_worker, outside);
+           ep ? " (expert parallel, a group of one)" : "", ncalls, on_worker, outside);
     CHECK(ncalls > 0 && ncalls <= MAX_CALLS);
     CHECK_EQ_INT(outside, 0);
     CHECK(on_worker > 0);
+    llmt__moe_ep_free(p);
+    llmt_comm_destroy(comm);
     llmt__moe_free(s);
     free(w);
     free(g);
@@ -205,7 +223,8 @@ int main(void)
         return 77;
     }
     top_level();
-    dense_moe();
+    dense_moe(0);
+    dense_moe(1);
     return check_exit("gemm-threads");
 #endif
 }
