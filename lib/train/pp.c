@@ -32,6 +32,7 @@
  * input straight into its set. The time spent inside receives is the
  * stage's idle time (the bubble, plus any imbalance). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -78,6 +79,16 @@ struct llmt__pp {
         void *buf;
         const char *what;
     } held;
+    /* A failed step (fail_on below): the stage whose failure this stage
+     * learnt of in a message (origin + 1, 0: its own or none) and the peer
+     * it came from, the origin's message; the buffers the failure is sent
+     * on to the neighbours (to the next stage, to the previous) and those
+     * sends where left in flight; broken: the group holds the failed
+     * step's unmatched messages, so later steps are refused. */
+    int from, from_peer, broken;
+    char from_msg[256];
+    void *fbuf[2];
+    llmt__isend *fw[2];
 };
 
 static double now_s(void)
@@ -185,6 +196,14 @@ void llmt__pp_destroy(llmt__pp *pp)
     if (!pp)
         return;
     llmt__devtrain_stage_buf_free(pp->g, pp->dy);
+    for (int k = 0; k < 2; k++) {
+        int done = 1;
+        if (pp->fw[k] && llmt__comm_isend_test(pp->fw[k], &done) != LLMT_OK)
+            done = 0;
+        if (done) /* else leaked with the communicator that still reads it */
+            llmt__devtrain_stage_buf_free(pp->g, pp->fbuf[k]);
+        llmt__comm_isend_free(pp->fw[k]);
+    }
     llmt__pp_sends_destroy(pp->sends);
     llmt_comm_destroy(pp->emb);
     llmt_comm_destroy(pp->gown);
@@ -286,6 +305,22 @@ static llmt_status pp_recv(llmt__pp *pp, llmt_comm *c, void *buf, int peer, cons
         return p2p_fail(pp, c, what, a, peer);
     if (pp->tail && (s = llmt__pp_stamp_get(pp->g, buf, pp->elems * pp->es, &stamp)) != LLMT_OK)
         return s;
+    if (stamp < 0.0) { /* a failure's message (fail_on): its origin, its text */
+        pp->from = (int)(-stamp + 0.5);
+        pp->from_peer = peer;
+        size_t n =
+            sizeof pp->from_msg < pp->elems * pp->es ? sizeof pp->from_msg : pp->elems * pp->es;
+        if (llmt__devtrain_stage_get(pp->g, pp->from_msg, buf, n) != LLMT_OK)
+            pp->from_msg[0] = '\0';
+        pp->from_msg[n - 1] = '\0';
+        return llmt__err_set(pp->e, LLMT_ERR_COMM,
+                             "trainer: pipeline stage %d: stage %d failed in this step, so "
+                             "%s of micro-batch %d from stage %d never came (the step "
+                             "is lost on every stage; remake the trainer and its pipeline "
+                             "communicator). Stage %d's error: %s",
+                             pp->stage, pp->from - 1, what + 8, a, peer, pp->from - 1,
+                             pp->from_msg);
+    }
     pp->recvd += (int64_t)(pp->elems * pp->es);
     if (stamp > pp->vt)
         pp->vt = stamp;
@@ -418,16 +453,97 @@ static llmt_status bwd(llmt__pp *pp, int c, int a, int set)
     return LLMT_OK;
 }
 
+/* A failure's message to peer on c (k: 0 the next stage, 1 the
+ * previous): a boundary tensor whose tail holds -(origin + 1) where a
+ * clock is never negative, its elements the origin's error text. Sent as
+ * the boundary messages are (left in flight where a send would wait for
+ * its receiver), so it takes the place of the next message the peer
+ * receives from this stage. Whether it went is returned: a stage that
+ * cannot send it (no memory, the group broken) leaves that peer to the
+ * communicator's timeout, which its error then says. */
+static int fail_send(llmt__pp *pp, int k, llmt_comm *c, int peer, int origin, const char *msg)
+{
+    size_t bytes = pp->elems * pp->es;
+    if (pp->fw[k]) { /* an earlier failure's, still in flight: its buffer in use */
+        int done = 0;
+        if (llmt__comm_isend_test(pp->fw[k], &done) != LLMT_OK || !done)
+            return 0;
+        llmt__comm_isend_free(pp->fw[k]);
+        pp->fw[k] = NULL;
+    }
+    if (!pp->fbuf[k] &&
+        llmt__devtrain_stage_buf(pp->g, &pp->fbuf[k], bytes + LLMT__STAGE_TAIL) != LLMT_OK) {
+        pp->fbuf[k] = NULL;
+        return 0;
+    }
+    char text[256];
+    size_t n = bytes < sizeof text ? bytes : sizeof text;
+    memset(text, 0, sizeof text);
+    snprintf(text, n, "%s", msg);
+    if (llmt__devtrain_stage_put(pp->g, pp->fbuf[k], text, n) != LLMT_OK ||
+        llmt__pp_stamp_put(pp->g, pp->fbuf[k], bytes, -(double)(origin + 1)) != LLMT_OK)
+        return 0;
+    if (pp->sends)
+        return llmt__comm_isend(c, pp->fbuf[k], pp->elems + pp->tail, pp->store, peer,
+                                &pp->fw[k]) == LLMT_OK;
+    return llmt_comm_send(c, pp->fbuf[k], pp->elems + pp->tail, pp->store, peer, NULL) ==
+           LLMT_OK;
+}
+
+/* The step failed at op i (an op's error, no memory, a refusal, a failed
+ * message, or a failure of another stage received): the neighbours this
+ * stage still owes a message this step get the failure in its place
+ * (fail_send), so they stop at once, naming the stage that failed, and
+ * pass it on away from it, instead of each waiting out the communicator's
+ * timeout in its receive. Not sent back to the stage it came from nor to
+ * the origin, which receive nothing more this step. Needs the tail (every
+ * transport the pipeline runs on but NCCL, refused). */
+static void fail_on(llmt__pp *pp, int i)
+{
+    int p = pp->stages, next = 0, prev = 0;
+    pp->broken = 1;
+    if (!pp->tail)
+        return;
+    for (int j = i; j < pp->nops; j++) {
+        const llmt__pp_op *o = &pp->ops[j];
+        next |= !o->bwd && !(pp->stage == p - 1 && o->chunk == pp->v - 1);
+        prev |= o->bwd && !(pp->stage == 0 && o->chunk == 0);
+    }
+    int origin = pp->from ? pp->from - 1 : pp->stage;
+    char msg[256];
+    const char *m = pp->from ? pp->from_msg : pp->e->msg;
+    size_t mn = strlen(m) < sizeof msg - 1 ? strlen(m) : sizeof msg - 1;
+    memcpy(msg, m, mn); /* the text's start: what fits in a message */
+    msg[mn] = '\0';
+    int to[2] = {(pp->stage + 1) % p, (pp->stage + p - 1) % p}, want[2] = {next, prev},
+        lost = -1;
+    llmt_comm *c[2] = {pp->comm, pp->gcomm};
+    for (int k = 0; k < 2; k++)
+        if (want[k] && to[k] != origin && !(pp->from && to[k] == pp->from_peer) &&
+            !fail_send(pp, k, c[k], to[k], origin, msg))
+            lost = to[k];
+    if (lost >= 0) {
+        size_t at = strlen(pp->e->msg);
+        snprintf(pp->e->msg + at, sizeof pp->e->msg - at,
+                 " (the failure could not be sent on to stage %d, which waits for the "
+                 "communicator's timeout)",
+                 lost);
+    }
+}
+
 /* The stage's op list (pp_sched.c), each op in its chunk and set. */
 static llmt_status run_schedule(llmt__pp *pp)
 {
     llmt_status s = LLMT_OK;
+    pp->from = 0;
     for (int i = 0; i < pp->nops && s == LLMT_OK; i++) {
         const llmt__pp_op *o = &pp->ops[i];
         s = llmt__devtrain_stage_chunk(pp->g, o->chunk, o->slot);
         if (s == LLMT_OK)
             s = o->bwd ? bwd(pp, o->chunk, o->micro, o->slot)
                        : fwd(pp, o->chunk, o->micro, o->slot);
+        if (s != LLMT_OK)
+            fail_on(pp, i);
     }
     if (s == LLMT_OK)
         s = flush(pp);
@@ -443,9 +559,19 @@ static llmt_status run_schedule(llmt__pp *pp)
 llmt_status llmt__pp_fwd_bwd(llmt__pp *pp, const int32_t *inputs, const int32_t *targets,
                              int64_t count, double *loss_sum, double *sumsq)
 {
+    if (pp->broken)
+        return llmt__err_set(pp->e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: pipeline stage %d: an earlier step failed in the "
+                             "middle of its schedule, which leaves that step's messages "
+                             "unmatched in the pipeline group: remake the trainer and its "
+                             "pipeline communicator (every stage's)",
+                             pp->stage);
     llmt_status s = llmt__devtrain_stage_begin(pp->g, inputs, targets, pp->micro, count);
-    if (s != LLMT_OK)
+    if (s != LLMT_OK) {
+        pp->from = 0;
+        fail_on(pp, 0);
         return s;
+    }
     pp->idle_s = 0.0;
     pp->sent = pp->recvd = 0;
     pp->vt = pp->vbusy = pp->vspan = 0.0;
