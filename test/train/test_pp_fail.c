@@ -12,7 +12,8 @@
  * dp 2 (1F1B; stage 0 of both replicas fails, as a data parallel job's
  * replicas fail alike on the same data) as threads on in-process
  * communicators; `gloo`: pp 2 1F1B over Gloo (the stages' threads meeting
- * in a file store; posted sends; SKIP, 77, without Gloo).
+ * in a file store; posted sends; SKIP, 77, without Gloo); `mpi`: the
+ * same under `mpirun -np 2`, one stage a process (test pp-fail-mpi).
  *
  * Checked: stage 0's step fails with the injected error; every other
  * stage's fails naming stage 0 and its error; a second step on the same
@@ -162,6 +163,29 @@ static void *rank_main(void *p)
     return NULL;
 }
 
+/* One rank's checks after run (other: the other stage's remade loss). */
+static void check_rank(const char *name, int dp, const rank_arg *a, float other)
+{
+    int r = a->rank, stage = r % 2;
+    printf("%s dp %d rank %d (stage %d): failing step %.2f s: %s\n", name, dp, r, stage, a->t1,
+           a->e1);
+    printf("%s dp %d rank %d: the step after %.3f s: %s\n", name, dp, r, a->t2, a->e2);
+    printf("%s dp %d rank %d: remade: %s loss %.5f\n", name, dp, r,
+           a->s3 == LLMT_OK ? "ok" : a->e3, a->loss);
+    CHECK(a->s1 != LLMT_OK);
+    CHECK(a->t1 < QUICK_S);
+    if (stage == 0)
+        CHECK(strstr(a->e1, "stage 0 failed") == NULL);
+    else
+        CHECK(strstr(a->e1, "pipeline stage 1: stage 0 failed in this step") != NULL);
+    CHECK(a->s2 != LLMT_OK);
+    CHECK(a->t2 < QUICK_S);
+    CHECK(strstr(a->e2, "remake the trainer and its pipeline communicator") != NULL);
+    CHECK_STATUS(a->s3, LLMT_OK);
+    CHECK(isfinite(a->loss) && a->loss > 0.0f);
+    CHECK(a->loss == other);
+}
+
 static void run(const char *name, int sched, int v, int dp)
 {
     enum { MAXR = 4 };
@@ -191,26 +215,8 @@ static void run(const char *name, int sched, int v, int dp)
         pthread_join(th[r], NULL);
     for (int r = 0; r < n; r++)
         llmt_comm_destroy(world[r]);
-    for (int r = 0; r < n; r++) {
-        int stage = r % 2;
-        printf("%s dp %d rank %d (stage %d): failing step %.2f s: %s\n", name, dp, r, stage,
-               a[r].t1, a[r].e1);
-        printf("%s dp %d rank %d: the step after %.3f s: %s\n", name, dp, r, a[r].t2, a[r].e2);
-        printf("%s dp %d rank %d: remade: %s loss %.5f\n", name, dp, r,
-               a[r].s3 == LLMT_OK ? "ok" : a[r].e3, a[r].loss);
-        CHECK(a[r].s1 != LLMT_OK);
-        CHECK(a[r].t1 < QUICK_S);
-        if (stage == 0)
-            CHECK(strstr(a[r].e1, "stage 0 failed") == NULL);
-        else
-            CHECK(strstr(a[r].e1, "pipeline stage 1: stage 0 failed in this step") != NULL);
-        CHECK(a[r].s2 != LLMT_OK);
-        CHECK(a[r].t2 < QUICK_S);
-        CHECK(strstr(a[r].e2, "remake the trainer and its pipeline communicator") != NULL);
-        CHECK_STATUS(a[r].s3, LLMT_OK);
-        CHECK(isfinite(a[r].loss) && a[r].loss > 0.0f);
-        CHECK(a[r].loss == a[r ^ 1].loss);
-    }
+    for (int r = 0; r < n; r++)
+        check_rank(name, dp, &a[r], a[r ^ 1].loss);
     /* stage 1 names stage 0's own error (its text carried in the message) */
     for (int r = 1; r < n; r += 2) {
         const char *own = a[r - 1].e1, *said = strstr(a[r].e1, "Stage 0's error: ");
@@ -218,6 +224,34 @@ static void run(const char *name, int sched, int v, int dp)
         if (said && own[0])
             CHECK(strncmp(said + 17, own, 40) == 0);
     }
+}
+
+/* mpi: this process is stage `rank` of pp 2 (under mpirun -np 2). */
+static void run_mpi(llmt_comm *world, int rank)
+{
+    rank_arg a;
+    memset(&a, 0, sizeof a);
+    a.world = world;
+    a.rank = rank;
+    a.pp = 2;
+    a.dp = 1;
+    a.sched = LLMT_PP_1F1B;
+    a.v = 1;
+    a.inject = rank == 0;
+    rank_main(&a);
+    /* the other stage's loss, for the agreement check */
+    float other = 0.0f;
+    int32_t peer = 1 - rank;
+    if (rank == 0) {
+        CHECK_STATUS(llmt_comm_send(world, &a.loss, 1, LLMT_DTYPE_FP32, peer, NULL), LLMT_OK);
+        CHECK_STATUS(llmt_comm_recv(world, &other, 1, LLMT_DTYPE_FP32, peer, NULL), LLMT_OK);
+    } else {
+        CHECK_STATUS(llmt_comm_recv(world, &other, 1, LLMT_DTYPE_FP32, peer, NULL), LLMT_OK);
+        CHECK_STATUS(llmt_comm_send(world, &a.loss, 1, LLMT_DTYPE_FP32, peer, NULL), LLMT_OK);
+    }
+    check_rank("mpi 1f1b", 1, &a, other);
+    if (rank == 1)
+        CHECK(strstr(a.e1, "Stage 0's error: trainer: device cpu: gemm") != NULL);
 }
 
 int main(int argc, char **argv)
@@ -231,8 +265,8 @@ int main(int argc, char **argv)
         snprintf(g_store, sizeof g_store, "/tmp/llmt-ppfail-XXXXXX");
         if (!mkdtemp(g_store))
             return 1;
-    } else if (strcmp(mode, "cpu")) {
-        fprintf(stderr, "usage: test_pp_fail [cpu|gloo]\n");
+    } else if (strcmp(mode, "cpu") && strcmp(mode, "mpi")) {
+        fprintf(stderr, "usage: test_pp_fail [cpu|gloo|mpi]\n");
         return 2;
     }
     g_ops = *llmt__dev_cpu();
@@ -250,6 +284,23 @@ int main(int argc, char **argv)
     for (int i = 0; i < 2 * M * MICRO * T; i++) {
         g_in[i] = (int32_t)((i * 7 + 3) % V);
         g_tg[i] = (int32_t)((i * 5 + 1) % V);
+    }
+    if (!strcmp(mode, "mpi")) {
+        llmt_comm_opts co;
+        llmt_comm_opts_init(&co, sizeof co);
+        co.timeout_ms = TIMEOUT_MS;
+        llmt_comm *world = NULL;
+        int32_t rank = 0, size = 0;
+        CHECK_STATUS(llmt_comm_create_from_env(NULL, &co, &world), LLMT_OK);
+        if (world && llmt_comm_rank(world, &rank) == LLMT_OK &&
+            llmt_comm_size(world, &size) == LLMT_OK && size == 2)
+            run_mpi(world, rank);
+        else
+            CHECK(!"mpi: run under mpirun -np 2");
+        if (world)
+            llmt_comm_finalize(world);
+        llmt_comm_destroy(world);
+        return check_exit("pp-fail-mpi");
     }
     if (g_store[0]) {
         run("gloo 1f1b", LLMT_PP_1F1B, 1, 1);
