@@ -123,9 +123,14 @@ static double median(const double *x, const int *use)
  * moved a stage by up to 3 points at m 2; one case's median 3.2 points
  * off). So a balanced case's median is over the steps whose two stages'
  * busy times are within BALANCE of each other, where at least MIN_EQUAL
- * of the 7 are; else over all (and said). */
+ * of the 7 are; else over all (and said). When fewer are, the machine
+ * broke the premise for most of the case (seen once with a build
+ * relinking ~100 programs beside it: stage 1's busy time 18% above stage
+ * 0's in every step, interleaved m 2 +12 points), so a balanced case is
+ * measured again, up to TRIES times, before its median is checked. */
 #define BALANCE 0.03
 #define MIN_EQUAL 3
+#define TRIES 3
 
 /* The plan's bubble_fraction for pp 2 with v chunks and m micro-batches. */
 static double planned(int sched, int v, int m)
@@ -161,6 +166,7 @@ static double planned(int sched, int v, int m)
 typedef struct result {
     double cpu[2], wall[2], plan; /* per stage: medians */
     double steps[2][STEPS];       /* per stage: every step's compute-time bubble */
+    int balanced;                 /* at least MIN_EQUAL steps with equal stages */
 } result;
 
 static const char *name_of(int sched)
@@ -203,6 +209,7 @@ static int run(int sched, int v, int m, const int32_t *layers, result *out)
         nequal += k > 0 && equal[k];
     }
     const int *use = nequal >= MIN_EQUAL ? equal : NULL;
+    out->balanced = use != NULL;
     for (int r = 0; r < 2; r++) {
         double b[STEPS];
         for (int k = 0; k < STEPS; k++) {
@@ -271,6 +278,11 @@ int main(void)
     int ok[6];
     for (int k = 0; k < 6; k++) {
         ok[k] = run(cases[k].sched, cases[k].v, cases[k].m, NULL, &res[k]);
+        for (int t = 1; t < TRIES && ok[k] && !res[k].balanced; t++) {
+            printf("  (stages unequal in most steps: measured again, try %d of %d)\n", t + 1,
+                   TRIES);
+            ok[k] = run(cases[k].sched, cases[k].v, cases[k].m, NULL, &res[k]);
+        }
         int near = 1;
         for (int r = 0; ok[k] && r < 2; r++) {
             int in = res[k].cpu[r] >= res[k].plan - 0.05 && res[k].cpu[r] <= res[k].plan + 0.05;
