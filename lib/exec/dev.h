@@ -86,6 +86,22 @@ typedef struct llmt__dev_opts {
     int deterministic; /* bitwise-reproducible runs */
 } llmt__dev_opts;
 
+/* moe_experts' arguments: n experts, expert e's nr[e] packed rows from
+ * row r0[e] (contiguous, r0[0] = 0), weights w1, w3 [n, F, C] and w2
+ * [n, C, F] in the storage type. Forward (bwd 0): h1 = xe w1^T, h3 = xe
+ * w3^T, act = swiglu(h1, h3), ye = act w2^T, all OVERWRITTEN. Backward
+ * (bwd 1; h1, h3, act read): g2 += dye^T act, dact = dye w2, dh1, dh3 =
+ * swiglu_bwd(dact), g1 += dh1^T xe, g3 += dh3^T xe (fp32 gradients), dxe
+ * = dh1 w1 + dh3 w3. Each expert's arithmetic is the per-expert gemm and
+ * swiglu ops' of the same table. */
+typedef struct llmt__moe_xargs {
+    int bwd, n, C, F;
+    const int64_t *r0, *nr;
+    const void *w1, *w2, *w3, *xe, *dye;
+    void *h1, *h3, *act, *ye, *dact, *dh1, *dh3, *dxe;
+    float *g1, *g2, *g3;
+} llmt__moe_xargs;
+
 typedef struct llmt__dev_ops {
     const char *name; /* "cpu", "cuda", "emulated" */
     llmt_dtype store; /* activations and compute copies: FP32 or BF16 */
@@ -281,6 +297,12 @@ typedef struct llmt__dev_ops {
     llmt_status (*moe_combine_bwd)(llmt__dev *d, void *dye, float *dgate, const void *dy,
                                    const void *ye, const int32_t *row, const float *gate, int N,
                                    int K, int C);
+    /* Optional (NULL: lib/train/moe_dev.c calls gemm and swiglu_* per
+     * expert): every expert's SwiGLU chain on its packed rows
+     * (llmt__moe_xargs), the experts as one parallel region over experts
+     * on a host-memory backend, each expert's GEMMs whole on its thread
+     * (lib/exec/moe_ops.c, llmt__moe_op_experts). */
+    llmt_status (*moe_experts)(llmt__dev *d, const struct llmt__moe_xargs *a);
 
     /* -- context parallelism's attention pieces (lib/train/cp.h): the
      * contracts of lib/exec/attn_cp.h (its plain C reference, fp32 and
@@ -369,6 +391,11 @@ void llmt__moe_op_combine_bwd(int bf16, void *dye, float *dgate, const void *dy,
 LLMT__MOE_TABLE_DECL(f32)
 LLMT__MOE_TABLE_DECL(bf16)
 /* clang-format on */
+/* moe_experts on host memory through table t's own gemm, swiglu_fwd,
+ * swiglu_bwd and memset0 (the backend's, not a wrapper's: they run on
+ * several threads at once): one `omp parallel for` over the experts. */
+llmt_status llmt__moe_op_experts(const llmt__dev_ops *t, llmt__dev *d,
+                                 const llmt__moe_xargs *a);
 
 /* Host-side bf16 helpers shared by the emulation and the engine. */
 static inline float llmt__bf16_to_f32(llmt__bf16 h)

@@ -401,6 +401,12 @@ static llmt_status dc_gelu_fwd(llmt__dev *d, void *out, const void *inp, size_t 
     return LLMT_OK;
 }
 
+static const llmt__dev_ops cpu_ops;
+static llmt_status dc_moe_experts(llmt__dev *d, const llmt__moe_xargs *a)
+{
+    return llmt__moe_op_experts(&cpu_ops, d, a); /* moe_ops.c */
+}
+
 static const llmt__dev_ops cpu_ops = {
     .name = "cpu",
     .store = LLMT_DTYPE_FP32,
@@ -453,6 +459,7 @@ static const llmt__dev_ops cpu_ops = {
     .moe_gather_bwd = llmt__moe_gather_bwd_f32,
     .moe_combine = llmt__moe_combine_f32,
     .moe_combine_bwd = llmt__moe_combine_bwd_f32,
+    .moe_experts = dc_moe_experts,
     .attn_cp_rope = llmt__attn_cp_rope_f32, /* attn_cp.c */
     .attn_cp_fwd = llmt__attn_cp_fwd_f32,
     .attn_cp_delta = llmt__attn_cp_delta_f32,

@@ -1186,6 +1186,12 @@ static llmt_status em_gelu_fwd(llmt__dev *d, void *out_, const void *inp_, size_
 /* one log-sum-exp per (sequence, head, position) */
 static size_t em_attn_state(int B, int nh, int T) { return (size_t)B * nh * T; }
 
+static const llmt__dev_ops emul_ops;
+static llmt_status em_moe_experts(llmt__dev *d, const llmt__moe_xargs *a)
+{
+    return llmt__moe_op_experts(&emul_ops, d, a); /* moe_ops.c */
+}
+
 static const llmt__dev_ops emul_ops = {
     .name = "emulated",
     .store = LLMT_DTYPE_BF16,
@@ -1238,6 +1244,7 @@ static const llmt__dev_ops emul_ops = {
     .moe_gather_bwd = llmt__moe_gather_bwd_bf16,
     .moe_combine = llmt__moe_combine_bf16,
     .moe_combine_bwd = llmt__moe_combine_bwd_bf16,
+    .moe_experts = em_moe_experts,
     .attn_cp_rope = llmt__attn_cp_rope_bf16, /* attn_cp.c */
     .attn_cp_fwd = llmt__attn_cp_fwd_bf16,
     .attn_cp_delta = llmt__attn_cp_delta_bf16,

@@ -93,6 +93,84 @@ void llmt__moe_op_combine_bwd(int bf16, void *dye, float *dgate, const void *dy,
         }
 }
 
+/* One expert's chain (llmt__moe_xargs), the per-expert gemm and swiglu
+ * calls of lib/train/moe_dev.c in its order. */
+static llmt_status xgemm(const llmt__dev_ops *t, llmt__dev *d, int ta, int tb, int M, int N,
+                         int K, const void *A, const void *B, void *C, int cf32, float beta)
+{
+    llmt__gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.trans_a = ta;
+    g.trans_b = tb;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = A;
+    g.B = B;
+    g.C = C;
+    g.ab_type = t->store == LLMT_DTYPE_FP32 ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
+    g.c_type = cf32 ? LLMT_GEMM_F32 : g.ab_type;
+    g.alpha = 1.0f;
+    g.beta = beta;
+    return t->gemm(d, &g);
+}
+
+static llmt_status expert(const llmt__dev_ops *t, llmt__dev *d, const llmt__moe_xargs *a, int e)
+{
+    int rows = (int)a->nr[e], C = a->C, F = a->F;
+    if (rows < 1)
+        return LLMT_OK;
+    size_t es = t->store == LLMT_DTYPE_FP32 ? sizeof(float) : sizeof(llmt__bf16);
+    size_t r0 = (size_t)a->r0[e], wo = (size_t)e * F * C, m = (size_t)rows * F;
+#define AT(p, i) ((char *)(p) + (i)*es)
+    const void *xr = AT(a->xe, r0 * C), *w1 = AT(a->w1, wo), *w2 = AT(a->w2, wo),
+               *w3 = AT(a->w3, wo);
+    void *h1 = AT(a->h1, r0 * F), *h3 = AT(a->h3, r0 * F), *act = AT(a->act, r0 * F);
+    llmt_status s;
+    if (!a->bwd) {
+        if ((s = xgemm(t, d, 0, 1, rows, F, C, xr, w1, h1, 0, 0.0f)) != LLMT_OK ||
+            (s = xgemm(t, d, 0, 1, rows, F, C, xr, w3, h3, 0, 0.0f)) != LLMT_OK ||
+            (s = t->swiglu_fwd(d, act, h1, h3, m)) != LLMT_OK)
+            return s;
+        return xgemm(t, d, 0, 1, rows, C, F, act, w2, AT(a->ye, r0 * C), 0, 0.0f);
+    }
+    const void *dr = AT(a->dye, r0 * C);
+    void *dact = AT(a->dact, r0 * F), *d1 = AT(a->dh1, r0 * F), *d3 = AT(a->dh3, r0 * F),
+         *dxr = AT(a->dxe, r0 * C);
+#undef AT
+    if ((s = xgemm(t, d, 1, 0, C, F, rows, dr, act, a->g2 + wo, 1, 1.0f)) != LLMT_OK ||
+        (s = xgemm(t, d, 0, 0, rows, F, C, dr, w2, dact, 0, 0.0f)) != LLMT_OK ||
+        (s = t->memset0(d, d1, m * es)) != LLMT_OK ||
+        (s = t->memset0(d, d3, m * es)) != LLMT_OK ||
+        (s = t->swiglu_bwd(d, d1, d3, dact, h1, h3, m)) != LLMT_OK ||
+        (s = xgemm(t, d, 1, 0, F, C, rows, d1, xr, a->g1 + wo, 1, 1.0f)) != LLMT_OK ||
+        (s = xgemm(t, d, 1, 0, F, C, rows, d3, xr, a->g3 + wo, 1, 1.0f)) != LLMT_OK ||
+        (s = xgemm(t, d, 0, 0, rows, C, F, d1, w1, dxr, 0, 0.0f)) != LLMT_OK)
+        return s;
+    return xgemm(t, d, 0, 0, rows, C, F, d3, w3, dxr, 0, 1.0f);
+}
+
+llmt_status llmt__moe_op_experts(const llmt__dev_ops *t, llmt__dev *d, const llmt__moe_xargs *a)
+{
+    /* each expert's rows, weights and gradients are its own; each GEMM
+     * runs whole on its thread (exec/cpu.c and the emulation split only
+     * outside a parallel region), so every element is the serial loop's */
+    llmt_status first = LLMT_OK;
+    int bad = a->n;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int e = 0; e < a->n; e++) {
+        llmt_status s = expert(t, d, a, e);
+        if (s != LLMT_OK) {
+#pragma omp critical(llmt_moe_experts)
+            if (e < bad) { /* the first expert's failure, as the serial loop */
+                bad = e;
+                first = s;
+            }
+        }
+    }
+    return first;
+}
+
 /* The table entries of the fp32 CPU backend and the bf16 emulation. */
 /* clang-format off */
 #define MOE_TABLE(sfx, bf16)                                                                  \

@@ -162,6 +162,7 @@ static void op_done(llmt__obs *o, int op, int kind, double t0)
       (llmt__dev * d, void *dye, float *dgate, const void *dy, const void *ye,                \
        const int32_t *row, const float *gate, int N, int K, int C),                           \
       (c->in, dye, dgate, dy, ye, row, gate, N, K, C))                                        \
+    X(moe_experts, COMPUTE, (llmt__dev * d, const llmt__moe_xargs *a), (c->in, a))            \
     OBS_OPS_CP(X)
 
 /* Context parallelism's attention pieces. */

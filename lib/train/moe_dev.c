@@ -195,6 +195,16 @@ size_t llmt__moe_dctx_scratch_bytes(const llmt__moe_dctx *x)
     return b;
 }
 
+/* The experts as one parallel region over experts (the table's
+ * moe_experts) where moe.c's layer would run them so
+ * (llmt__moe_over_experts: at level 0, at least two busy experts a
+ * thread); else one expert after another, each GEMM split over the
+ * threads at level 0 (doc/moe.md, "On the op table"). */
+static int over_experts(const llmt__moe_dctx *x, int n, const int64_t *nr)
+{
+    return x->host && x->op->moe_experts && llmt__moe_over_experts(nr, n);
+}
+
 /* gemm of storage-typed A, B; C fp32 (cf32) or the storage type. */
 static llmt_status mm(llmt__moe_dctx *x, int ta, int tb, int M, int N, int K, const void *A,
                       const void *B, void *C, int cf32, float beta, const char *what)
@@ -271,6 +281,23 @@ llmt_status llmt__moe_dev_experts_fwd(llmt__moe_dctx *x, const llmt__moe_dw *w, 
 {
     int C = x->sh.C, F = x->sh.F;
     llmt_status st;
+    if (over_experts(x, n, nr)) {
+        llmt__moe_xargs a = {.n = n,
+                             .C = C,
+                             .F = F,
+                             .r0 = r0,
+                             .nr = nr,
+                             .w1 = w->w1,
+                             .w2 = w->w2,
+                             .w3 = w->w3,
+                             .xe = xe,
+                             .h1 = h1,
+                             .h3 = h3,
+                             .act = act,
+                             .ye = ye};
+        OP(x->op->moe_experts(x->d, &a), "moe experts");
+        return LLMT_OK;
+    }
     int64_t R = 0;
     for (int e = 0; e < n; e++) {
         int rows = (int)nr[e];
@@ -361,6 +388,31 @@ llmt_status llmt__moe_dev_experts_bwd(llmt__moe_dctx *x, const llmt__moe_dw *w,
 {
     int C = x->sh.C, F = x->sh.F;
     llmt_status st;
+    if (over_experts(x, n, nr)) {
+        llmt__moe_xargs a = {.bwd = 1,
+                             .n = n,
+                             .C = C,
+                             .F = F,
+                             .r0 = r0,
+                             .nr = nr,
+                             .w1 = w->w1,
+                             .w2 = w->w2,
+                             .w3 = w->w3,
+                             .xe = xe,
+                             .dye = dye,
+                             .h1 = (void *)h1,
+                             .h3 = (void *)h3,
+                             .act = (void *)act,
+                             .dact = dact,
+                             .dh1 = dh1,
+                             .dh3 = dh3,
+                             .dxe = dxe,
+                             .g1 = (float *)g->w1,
+                             .g2 = (float *)g->w2,
+                             .g3 = (float *)g->w3};
+        OP(x->op->moe_experts(x->d, &a), "moe experts backward");
+        return LLMT_OK;
+    }
     int64_t R = 0;
     for (int e = 0; e < n; e++) {
         int rows = (int)nr[e];

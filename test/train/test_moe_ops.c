@@ -15,12 +15,19 @@
  *     a few such roundings), routing equal (the logits are fp32 sums of the
  *     same bf16 products);
  * with a binding capacity (drops), dropless with a shared expert, and raw
- * gates with two shared experts. */
+ * gates with two shared experts. On both tables the layer runs at 2
+ * threads (its experts as one region over experts: the table's
+ * moe_experts) and again at 1 (the per-expert gemm and swiglu calls):
+ * y, dx and every gradient equal bit for bit. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "check.h"
 #include "exec/dev.h"
@@ -178,10 +185,53 @@ static void run_case(const ocase *oc, const llmt__dev_ops *op)
                        Fs ? gd + o.sw1 : NULL,
                        Fs ? gd + o.sw3 : NULL,
                        Fs ? gd + o.sw2 : NULL};
+#ifdef _OPENMP
+    int nth = omp_get_max_threads();
+    omp_set_num_threads(2); /* the experts as one region over experts */
+#endif
     CHECK_STATUS(llmt__moe_dev_fwd(cx, pl, s, &pw, xd, yb, N), LLMT_OK);
     CHECK_STATUS(llmt__moe_dev_bwd(cx, pl, s, &pw, &pg, xd, dyd, dxb, ac, zc), LLMT_OK);
     from_dev(op, yb, yd, NC);
     from_dev(op, dxb, dxd, NC);
+#ifdef _OPENMP
+    /* the region over experts (the table's moe_experts) against the
+     * per-expert gemm and swiglu calls of one thread: bit for bit (each
+     * expert's GEMMs are whole on its thread; exec's GEMM split is by
+     * output rows or columns, so every element sums in the same order) */
+    CHECK(op->moe_experts != NULL);
+    CHECK(llmt__moe_over_experts(s->kept, E)); /* the region ran */
+    {
+        float *g1 = NULL, *y1 = calloc(NC, 4), *dx1 = calloc(NC, 4);
+        void *yb1 = to_dev(op, d, y1, NC), *dxb1 = to_dev(op, d, dx1, NC);
+        CHECK_STATUS(op->alloc(d, (void **)&g1, o.total * 4), LLMT_OK);
+        if (g1 && yb1 && dxb1) {
+            memset(g1, 0, o.total * 4);
+            llmt__moe_dw pg1 = pg;
+            void **gp[] = {&pg1.router, &pg1.w1,  &pg1.w3, &pg1.w2,
+                           &pg1.sw1,    &pg1.sw3, &pg1.sw2};
+            for (size_t i = 0; i < sizeof gp / sizeof gp[0]; i++)
+                if (*gp[i])
+                    *gp[i] = g1 + ((float *)*gp[i] - gd);
+            omp_set_num_threads(1);
+            CHECK(!llmt__moe_over_experts(s->kept, E));
+            CHECK_STATUS(llmt__moe_dev_fwd(cx, pl, s, &pw, xd, yb1, N), LLMT_OK);
+            CHECK_STATUS(llmt__moe_dev_bwd(cx, pl, s, &pw, &pg1, xd, dyd, dxb1, ac, zc),
+                         LLMT_OK);
+            from_dev(op, yb1, y1, NC);
+            from_dev(op, dxb1, dx1, NC);
+            CHECK(memcmp(y1, yd, NC * 4) == 0);
+            CHECK(memcmp(dx1, dxd, NC * 4) == 0);
+            CHECK(memcmp(g1, gd, o.total * 4) == 0);
+        }
+        void *b1[] = {g1, yb1, dxb1};
+        for (size_t i = 0; i < 3; i++)
+            if (b1[i])
+                op->free(d, b1[i]);
+        free(y1);
+        free(dx1);
+    }
+    omp_set_num_threads(nth);
+#endif
     for (int e = 0; e < E; e++)
         CHECK_EQ_INT(s->kept[e], rs->kept[e]);
     CHECK_EQ_INT(s->dropped, rs->dropped);
