@@ -459,20 +459,19 @@ static double moe_saved(const llmt_spec *s, const eng *g, double N)
 }
 
 /* The backward scratch of the MoE layers run through the op table
- * (lib/train/moe_dev.c, moe_dev_ep.c: every backend but the fp32 CPU),
- * once per engine whether its stage holds MoE layers or not: the packed
- * rows' dye, dxe and dact, dh1, dh3, the shared experts' three, the
- * router logits' gradient in the storage type; under ep the exchange's
- * send and receive buffers and the owner's outputs and their gradients.
- * The fp32 CPU keeps its scratch per layer beside the saved state,
- * uncounted (moe.c). */
+ * (lib/train/moe_dev.c, moe_dev_ep.c: every backend, the fp32 CPU
+ * included), once per engine whether its stage holds MoE layers or not:
+ * the packed rows' dye, dxe and dact, dh1, dh3, the shared experts'
+ * three, the router logits' gradient in the storage type (bf16 only: fp32
+ * storage uses the fp32 gradient itself); under ep the exchange's send
+ * and receive buffers and the owner's outputs and their gradients. */
 static double moe_scratch(const llmt_spec *s, const eng *g, double N)
 {
-    if (g->E <= 0 || g->cpu)
+    if (g->E <= 0)
         return 0;
     double E = g->E, F = g->Fe, C = g->C;
     double K = s->model.moe.top_k > 0 ? (double)s->model.moe.top_k : E > 1 ? 2 : 1, R = N * K;
-    double f = 2 * R * C + 3 * R * F + 3 * N * g->Fs + N * E;
+    double f = 2 * R * C + 3 * R * F + 3 * N * g->Fs + (g->cpu ? 0 : N * E);
     if (g->ep > 1) {
         double cap = s->model.moe.dropless ? N : ceil(s->model.moe.capacity_factor * R / E);
         cap = cap < 1 ? 1 : cap > N ? N : cap;

@@ -997,13 +997,10 @@ llmt_status llmt__devtrain_create_layout(
      * (not a tensor parallel shard of them) */
     g->alias =
         f32 && ops->host_memory && g->P == m->total && tps == 1 && g->pp == 1 && g->ep == 1;
-    /* a pipeline stage or a tensor parallel rank on the fp32 host backend
-     * holds its part of the parameters in host memory, the experts whole
-     * (tp_shards: SH_WHOLE) at their device offsets: its MoE layers run
-     * there (a stage's layers under tensor parallelism too) */
-    int moe_host = f32 && ops->host_memory;
-    /* other backends run them through the op table (moe_dev.h); CUDA's
-     * MoE ops have not run on a GPU yet */
+    /* MoE layers run through the op table on every backend (moe_dev.h;
+     * the fp32 CPU's too since issue 18's one-path change: moe_net.c's
+     * host layer is the reference torch-moe and moe-ops test against);
+     * CUDA's MoE ops have not run on a GPU yet */
     if (c->moe_experts > 0 && !ops->host_memory) {
         s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                           "trainer: model.moe: mixture-of-experts layers run on the fp32 cpu "
@@ -1019,7 +1016,7 @@ llmt_status llmt__devtrain_create_layout(
         llmt__devtrain_destroy(g);
         return s;
     }
-    if (g->moe && !moe_host && (s = llmt__moe_net_set_dev(g->moe, e, ops, g->d)) != LLMT_OK) {
+    if (g->moe && (s = llmt__moe_net_set_dev(g->moe, e, ops, g->d)) != LLMT_OK) {
         llmt__devtrain_destroy(g);
         return s;
     }
