@@ -359,7 +359,10 @@ static llmt_status make_engine(llmt_job *j)
     llmt__obs_remake_begin(j->obs);
     llmt_status s = llmt__trainer_ready(j->tr);
     llmt__obs_remake_end();
-    return s == LLMT_OK ? s : FAIL(s, "%s", llmt_trainer_last_error(j->tr));
+    if (s != LLMT_OK)
+        return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
+    llmt__job_pp_copies_plan(j);
+    return LLMT_OK;
 }
 
 static llmt_status attach_groups(llmt_job *j);

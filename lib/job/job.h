@@ -357,6 +357,8 @@ llmt_status llmt__job_attach_groups(llmt_job *j);
  * j->comm). */
 llmt_status llmt__job_pp_layout(llmt_job *j);
 llmt_status llmt__job_attach_pp(llmt_job *j);
+/* After the engine is made: j->pp_copies_plan (pp_attach.c). */
+void llmt__job_pp_copies_plan(llmt_job *j);
 /* The step's pipeline line (pp > 1): this stage's bubble. */
 void llmt__job_pp_line(llmt_job *j, int64_t step);
 /* cp_attach.c: the context parallel group (and, without tensor

@@ -64,21 +64,30 @@ llmt_status llmt__job_attach_pp(llmt_job *j)
     if (s != LLMT_OK)
         return FAIL(s, "parallelism.pp: %d: %s", (int)j->pp, llmt_trainer_last_error(j->tr));
     j->group_comm[LLMT_JOB_GROUP_PP] = j->pp_comm;
-    /* the planner's count of the input gradient copies pooled for sends
-     * in flight (MPI can ask whether a send is done, Gloo cannot; none
-     * without posted sends), for the pp line beside the stage's own */
+    return LLMT_OK;
+}
+
+/* The planner's count of the input gradient copies pooled for sends in
+ * flight (MPI can ask whether a send is done, Gloo cannot; none without
+ * posted sends), for the pp line beside the stage's own. After the engine
+ * is made: llmt_trainer_pp_stats would make it, before the data parallel
+ * group is recorded, if asked at the pipeline's attach. */
+void llmt__job_pp_copies_plan(llmt_job *j)
+{
+    const llmt_spec *sp = j->spec;
+    j->pp_copies_plan = 0;
+    if (j->pp <= 1 || !j->pp_comm)
+        return;
     llmt_pp_stats ps;
     memset(&ps, 0, sizeof ps);
     ps.struct_size = sizeof ps;
     llmt_comm_backend be = LLMT_COMM_AUTO;
     llmt_comm_backend_of(j->pp_comm, &be);
-    j->pp_copies_plan = 0;
     if (llmt__comm_isend_kind(j->pp_comm) == LLMT__ISEND_POSTED &&
         llmt_trainer_pp_stats(j->tr, &ps) == LLMT_OK)
         j->pp_copies_plan = llmt__plan_pp_grad_copies(
             llmt__plan_pp_schedule(sp), ps.stages, sp->parallelism.virtual_stages,
             ps.micro_batches, ps.stage, be == LLMT_COMM_MPI);
-    return LLMT_OK;
 }
 
 /* After each step under a pipeline: this stage's share of the schedule's
