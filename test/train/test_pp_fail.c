@@ -110,6 +110,15 @@ static llmt_status open_rank(rank_arg *a, int round, llmt_model **md, llmt_train
     rank_fixture_groups g = {.pp = *pp, .dp = *dp, .pp_opts = &po};
     if (s == LLMT_OK)
         s = rank_fixture_attach(*tr, &g);
+    /* the engine made now (its pipeline creation is collective over pp:
+     * an all-reduce and the embedding group's split), then a barrier, so
+     * that the step alone fails and no stage is still in the split when
+     * the failing one, done with it, fails and closes its groups (seen on
+     * Gloo in CI: stage 1 failed in the split, not on the message) */
+    if (s == LLMT_OK)
+        s = llmt_trainer_sync_params(*tr);
+    if (s == LLMT_OK)
+        s = llmt_comm_barrier(*pp);
     return s;
 }
 
