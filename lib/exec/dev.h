@@ -27,6 +27,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "llmtrain.h"
 
@@ -77,6 +78,30 @@ typedef struct llmt__gemm_args {
     void *bias_grad;   /* BGRAD: [M] of c_type's type (overwritten) */
     const float *a_scale, *b_scale; /* fp8 only (device) */
 } llmt__gemm_args;
+
+/* A packed GEMM without epilogue, alpha 1: A and B fp32 (bf16 0) or bf16,
+ * C fp32 (cf32) or A's type. The engine's, the MoE layer's and the MoE
+ * experts op's GEMMs start from it. */
+static inline llmt__gemm_args llmt__gemm_plain(int bf16, int ta, int tb, int M, int N, int K,
+                                               const void *A, const void *B, void *C, int cf32,
+                                               float beta)
+{
+    llmt__gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.trans_a = ta;
+    a.trans_b = tb;
+    a.M = M;
+    a.N = N;
+    a.K = K;
+    a.A = A;
+    a.B = B;
+    a.C = C;
+    a.ab_type = bf16 ? LLMT_GEMM_BF16 : LLMT_GEMM_F32;
+    a.c_type = cf32 ? LLMT_GEMM_F32 : a.ab_type;
+    a.alpha = 1.0f;
+    a.beta = beta;
+    return a;
+}
 #endif
 
 typedef struct llmt__dev llmt__dev; /* a backend's context (opaque) */

@@ -98,20 +98,8 @@ void llmt__moe_op_combine_bwd(int bf16, void *dye, float *dgate, const void *dy,
 static llmt_status xgemm(const llmt__dev_ops *t, llmt__dev *d, int ta, int tb, int M, int N,
                          int K, const void *A, const void *B, void *C, int cf32, float beta)
 {
-    llmt__gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.trans_a = ta;
-    g.trans_b = tb;
-    g.M = M;
-    g.N = N;
-    g.K = K;
-    g.A = A;
-    g.B = B;
-    g.C = C;
-    g.ab_type = t->store == LLMT_DTYPE_FP32 ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
-    g.c_type = cf32 ? LLMT_GEMM_F32 : g.ab_type;
-    g.alpha = 1.0f;
-    g.beta = beta;
+    llmt__gemm_args g =
+        llmt__gemm_plain(t->store != LLMT_DTYPE_FP32, ta, tb, M, N, K, A, B, C, cf32, beta);
     return t->gemm(d, &g);
 }
 

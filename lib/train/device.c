@@ -1410,20 +1410,8 @@ static llmt_status mm(llmt__devtrain *g, int ta, int tb, int M, int N, int K, co
                       const void *B, void *C, int cf32, float beta, llmt__gemm_epi epi,
                       const void *bias, void *aux)
 {
-    llmt__gemm_args a;
-    memset(&a, 0, sizeof a);
-    a.trans_a = ta;
-    a.trans_b = tb;
-    a.M = M;
-    a.N = N;
-    a.K = K;
-    a.A = A;
-    a.B = B;
-    a.C = C;
-    a.ab_type = g->es == sizeof(float) ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
-    a.c_type = cf32 ? LLMT_GEMM_F32 : a.ab_type;
-    a.alpha = 1.0f;
-    a.beta = beta;
+    llmt__gemm_args a =
+        llmt__gemm_plain(g->es != sizeof(float), ta, tb, M, N, K, A, B, C, cf32, beta);
     a.epi = epi;
     a.bias = bias;
     a.aux = aux;

@@ -209,20 +209,8 @@ static int over_experts(const llmt__moe_dctx *x, int n, const int64_t *nr)
 static llmt_status mm(llmt__moe_dctx *x, int ta, int tb, int M, int N, int K, const void *A,
                       const void *B, void *C, int cf32, float beta, const char *what)
 {
-    llmt__gemm_args a;
-    memset(&a, 0, sizeof a);
-    a.trans_a = ta;
-    a.trans_b = tb;
-    a.M = M;
-    a.N = N;
-    a.K = K;
-    a.A = A;
-    a.B = B;
-    a.C = C;
-    a.ab_type = x->es == sizeof(float) ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
-    a.c_type = cf32 ? LLMT_GEMM_F32 : a.ab_type;
-    a.alpha = 1.0f;
-    a.beta = beta;
+    llmt__gemm_args a =
+        llmt__gemm_plain(x->es != sizeof(float), ta, tb, M, N, K, A, B, C, cf32, beta);
     OP(x->op->gemm(x->d, &a), what);
     return LLMT_OK;
 }
