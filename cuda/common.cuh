@@ -42,6 +42,9 @@ struct llmt__cuda_ctx {
     cublasLtHandle_t lt;
     void *workspace;
     size_t workspace_size;
+    float *scale_slots; /* 2 x 16 bytes past the workspace: fp8 scales that
+                           were not 16-byte aligned, copied (cuBLASLt
+                           refuses such scale pointers with status 15) */
     llmt__gemm_cache_entry *gemm_cache;
     uint64_t gemm_lookups, gemm_misses;
     /* caching allocator */

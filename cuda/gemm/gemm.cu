@@ -243,10 +243,31 @@ llmt_status llmt__cuda_gemm(llmt__cuda_ctx *ctx, const llmt__gemm_args *g)
             LT(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                               &g->aux, sizeof g->aux));
         if (fp8) {
+            /* cuBLASLt refuses scale pointers that are not 16-byte aligned
+             * at cublasLtMatmul (status 15, NOT_SUPPORTED; seen on an
+             * H200): such a scale is copied to an aligned slot first, in
+             * stream order, so the slots are free again for the next GEMM */
+            const float *sa = g->a_scale, *sb = g->b_scale;
+            cudaError_t ce = cudaSuccess;
+            if ((uintptr_t)sa & 15) {
+                ce = cudaMemcpyAsync(ctx->scale_slots, sa, sizeof(float),
+                                     cudaMemcpyDeviceToDevice, ctx->compute);
+                sa = ctx->scale_slots;
+            }
+            if (ce == cudaSuccess && ((uintptr_t)sb & 15)) {
+                ce = cudaMemcpyAsync(ctx->scale_slots + 4, sb, sizeof(float),
+                                     cudaMemcpyDeviceToDevice, ctx->compute);
+                sb = ctx->scale_slots + 4;
+            }
+            if (ce != cudaSuccess) {
+                st = llmt__err_set(&ctx->err, LLMT_ERR_CUDA, "cuda: gemm: fp8 scale copy: %s",
+                                   cudaGetErrorString(ce));
+                goto fail;
+            }
             LT(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                              &g->b_scale, sizeof g->b_scale));
+                                              &sb, sizeof sb));
             LT(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                              &g->a_scale, sizeof g->a_scale));
+                                              &sa, sizeof sa));
         }
         float alpha = g->alpha, beta = g->beta;
         LT(cublasLtMatmul(ctx->lt, e->desc, &alpha, g->B, e->la, g->A, e->lb, &beta,

@@ -40,7 +40,11 @@ llmt_status llmt__cuda_ctx_create(const llmt__cuda_ctx_opts *opts,
     FAIL(cudaStreamCreateWithFlags(&c->comm, cudaStreamNonBlocking));
     FAIL(cudaEventCreateWithFlags(&c->ev_compute, cudaEventDisableTiming));
     FAIL(cudaEventCreateWithFlags(&c->ev_comm, cudaEventDisableTiming));
-    FAIL(cudaMalloc(&c->workspace, c->workspace_size));
+    {
+        size_t ws = (c->workspace_size + 255) / 256 * 256; /* keeps the slots aligned */
+        FAIL(cudaMalloc(&c->workspace, ws + 256));
+        c->scale_slots = (float *)((char *)c->workspace + ws);
+    }
     bs = cublasLtCreate(&c->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         st = llmt__err_set(&c->err, LLMT_ERR_CUDA, "cublasLt: create: %d", (int)bs);

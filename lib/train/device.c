@@ -32,6 +32,7 @@
  * (2*slot) and its weight (2*slot + 1). */
 enum { LQKV, LPROJ, LFC, LFC3, LFCP, NLIN };
 #define SLOT(l, kind) ((l) * NLIN + (kind))
+#define F8_STRIDE 4 /* floats between two inverse scales: 16 bytes */
 
 /* A parameter's part on this rank under tensor parallelism, the tensor
  * seen as [R, K] (1-D: [R, 1]): WHOLE (replicated), ROWS (segments of
@@ -104,10 +105,12 @@ struct llmt__devtrain {
     /* fp8 forward GEMMs */
     int fp8, nf8;          /* on; scaled tensors (2 per Linear slot) */
     llmt__fp8_delayed *rec; /* the recipe (host) */
-    float *f8scale, *f8inv; /* device [nf8]: quantisation / dequantisation */
+    float *f8scale, *f8inv; /* device [nf8], [nf8 x F8_STRIDE]: quantisation /
+                               dequantisation (put_scales) */
     float *f8amax;         /* device [(A + 1) x nf8]: a row per micro-batch,
                               row A for forwards outside a step */
     float *h8amax;         /* host [A x nf8] */
+    float *h8inv;          /* host [nf8 x F8_STRIDE]: f8inv's staging */
     uint8_t *qx, *qw;      /* device: quantised input and weight */
     float *h8state;        /* host: the recipe's state for checkpoints */
     int amax_row, fp8_gemms;
@@ -288,6 +291,7 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     free(g->run_n);
     free(g->run_decay);
     free(g->h8amax);
+    free(g->h8inv);
     free(g->h8state);
     free(g->sh);
     free(g->nrm_x);
@@ -782,12 +786,17 @@ static int norm_params(const llmt__devtrain *g, size_t *off)
     return n;
 }
 
-/* Scales to the device (after the recipe moved them). */
+/* Scales to the device (after the recipe moved them). The inverse scales
+ * are the GEMM's scale pointers, which cuBLASLt wants 16-byte aligned
+ * (cuda/gemm/gemm.cu copies others, two small copies per GEMM), so they
+ * sit F8_STRIDE floats apart. */
 static llmt_status put_scales(llmt__devtrain *g)
 {
-    size_t bytes = (size_t)g->nf8 * sizeof(float);
+    size_t n = (size_t)g->nf8, bytes = n * sizeof(float);
+    const float *inv = llmt__fp8_delayed_scale_invs(g->rec);
+    for (size_t i = 0; i < n; i++) g->h8inv[i * F8_STRIDE] = inv[i];
     S(g->op->h2d(g->d, g->f8scale, llmt__fp8_delayed_scales(g->rec), bytes), "fp8 scales");
-    S(g->op->h2d(g->d, g->f8inv, llmt__fp8_delayed_scale_invs(g->rec), bytes), "fp8 scales");
+    S(g->op->h2d(g->d, g->f8inv, g->h8inv, bytes * F8_STRIDE), "fp8 scales");
     return LLMT_OK;
 }
 
@@ -1140,13 +1149,14 @@ llmt_status llmt__devtrain_create_layout(
         g->nf8 = 2 * L * NLIN;
         size_t big = F > Q ? F : Q, wide = F > C ? F : C, nf = (size_t)g->nf8;
         DA(g->f8scale, nf * 4, 1);
-        DA(g->f8inv, nf * 4, 1);
+        DA(g->f8inv, nf * 4 * F8_STRIDE, 1);
         DA(g->f8amax, ((size_t)A + 1) * nf * 4, 1);
         DA(g->qx, N * wide, 1);
         DA(g->qw, big * C, 1);
         g->h8amax = calloc((size_t)A * nf, sizeof(float));
         g->h8state = calloc(nf * ((size_t)fp8->history + 2), sizeof(float));
-        if (!g->h8amax || !g->h8state) {
+        g->h8inv = calloc(nf * F8_STRIDE, sizeof(float));
+        if (!g->h8amax || !g->h8state || !g->h8inv) {
             s = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
             goto fail;
         }
@@ -1450,8 +1460,8 @@ static llmt_status lin_fp8(llmt__devtrain *g, void *out, const void *x, size_t w
     a.ab_type = LLMT_GEMM_E4M3;
     a.c_type = LLMT_GEMM_BF16;
     a.alpha = 1.0f;
-    a.a_scale = g->f8inv + tx;
-    a.b_scale = g->f8inv + tw;
+    a.a_scale = g->f8inv + tx * F8_STRIDE;
+    a.b_scale = g->f8inv + tw * F8_STRIDE;
     S(g->op->gemm(g->d, &a), "fp8 gemm");
     if (b != NOP) S(g->op->bias_add(g->d, out, pw(g, b), N, OC), "bias");
     g->fp8_gemms++;

@@ -653,8 +653,13 @@ done:
     free(Ab); free(Bb); free(C0b); free(biasb); free(auxb);
 }
 
-/* fp8: y = x @ w^T with per-tensor scales, against the dequantised operands */
-static void test_gemm_fp8(int M, int N, int K, int e5m2_a)
+static int g_det; /* X is a deterministic context (names the cases) */
+
+/* fp8: y = x @ w^T with per-tensor scales, against the dequantised operands.
+ * packed: the two inverse scales side by side in one buffer, as the
+ * trainer keeps them (the weight's scale pointer 4 bytes past 16-byte
+ * alignment), instead of one allocation each. */
+static void test_gemm_fp8(int M, int N, int K, int e5m2_a, int packed)
 {
     char name[128];
     size_t na = (size_t)M * K, nb = (size_t)N * K, nc = (size_t)M * N;
@@ -667,7 +672,9 @@ static void test_gemm_fp8(int M, int N, int K, int e5m2_a)
     float sa = (e5m2_a ? 57344.0f : 448.0f) / 2.0f, sb = 448.0f / 0.5f;
     float inv_a = 1.0f / sa, inv_b = 1.0f / sb;
     uint16_t *dAb = dup_(Ab, na * 2), *dBb = dup_(Bb, nb * 2);
-    float *dsa = dup_(&sa, 4), *dsb = dup_(&sb, 4), *dia = dup_(&inv_a, 4), *dib = dup_(&inv_b, 4);
+    float invs[2] = {inv_a, inv_b};
+    float *dsa = dup_(&sa, 4), *dsb = dup_(&sb, 4);
+    float *dia = packed ? dup_(invs, 8) : dup_(&inv_a, 4), *dib = packed ? dia + 1 : dup_(&inv_b, 4);
     uint8_t *dAq = dalloc(na), *dBq = dalloc(nb);
     OK(llmt__cuda_quantize_fp8(X, dAq, dAb, dsa, na, e5m2_a));
     OK(llmt__cuda_quantize_fp8(X, dBq, dBb, dsb, nb, 0));
@@ -685,8 +692,9 @@ static void test_gemm_fp8(int M, int N, int K, int e5m2_a)
     g.ab_type = e5m2_a ? LLMT_GEMM_E5M2 : LLMT_GEMM_E4M3;
     g.a_scale = dia; g.b_scale = dib;
     llmt_status st = llmt__cuda_gemm(X, &g);
-    snprintf(name, sizeof name, "gemm fp8 %s x E4M3 M=%d N=%d K=%d", e5m2_a ? "E5M2" : "E4M3", M,
-             N, K);
+    snprintf(name, sizeof name, "gemm fp8 %s x E4M3 M=%d N=%d K=%d%s%s", e5m2_a ? "E5M2" : "E4M3",
+             M, N, K, packed ? " packed scales" : "",
+             g_det ? " deterministic" : "");
     if (st != LLMT_OK) {
         printf("%-58s %s\n", name, llmt__cuda_ctx_last_error(X));
         report(name, INFINITY, 0);
@@ -694,7 +702,8 @@ static void test_gemm_fp8(int M, int N, int K, int e5m2_a)
         report(name, read_bf_err(dC, ref, nc), TOL_BF);
     }
     llmt__cuda_free(X, dAb); llmt__cuda_free(X, dBb); llmt__cuda_free(X, dsa);
-    llmt__cuda_free(X, dsb); llmt__cuda_free(X, dia); llmt__cuda_free(X, dib);
+    llmt__cuda_free(X, dsb); llmt__cuda_free(X, dia);
+    if (!packed) llmt__cuda_free(X, dib);
     llmt__cuda_free(X, dAq); llmt__cuda_free(X, dBq); llmt__cuda_free(X, dC);
     free(A); free(B); free(ref); free(Ab); free(Bb); free(Aq); free(Bq); free(acc);
 }
@@ -801,9 +810,10 @@ int main(void)
         report("gemm heuristic cache: repeat shape is a hit", (double)(m1 - m0) + (l1 - l0 != 1), 0);
     }
     if (llmt__cuda_ctx_sm(X) >= 89) {
-        test_gemm_fp8(64, 48, 96, 0);
-        test_gemm_fp8(128, 256, 512, 0);
-        test_gemm_fp8(128, 256, 512, 1);
+        test_gemm_fp8(64, 48, 96, 0, 0);
+        test_gemm_fp8(128, 256, 512, 0, 0);
+        test_gemm_fp8(128, 256, 512, 1, 0);
+        test_gemm_fp8(32, 192, 64, 0, 1); /* the trainer's GPT-2 QKV */
     }
     /* deterministic mode: embedding backward without atomics, GEMM without
      * split-K reductions; a repeated run is bitwise identical */
@@ -811,8 +821,15 @@ int main(void)
         llmt__cuda_ctx *nd = X;
         llmt__cuda_ctx_opts od = {0, 1, 0, 0, NULL, 0};
         OK(llmt__cuda_ctx_create(&od, &X));
+        g_det = 1;
         test_embedding(4, 64, 96, 7, 1);
         test_gemm(100, 80, 4096, 1, 0, 1, LLMT_GEMM_EPI_NONE, 0.0f);
+        if (llmt__cuda_ctx_sm(X) >= 89) { /* the trainer's fp8 GEMMs */
+            test_gemm_fp8(32, 192, 64, 0, 0);
+            test_gemm_fp8(32, 192, 64, 0, 1);
+            test_gemm_fp8(128, 256, 512, 0, 1);
+        }
+        g_det = 0;
         llmt__cuda_ctx_destroy(X);
         X = nd;
     }
