@@ -106,10 +106,17 @@ PY
 run cli-train 90 $b/tools/llmtrain train /tmp/llmt-session/demo-cuda.json --out /tmp/llmt-session/run
 grep -E "step +(1|100|200)/|val|error|refus" /tmp/llmt-session/cli-train.log | head -8 | tee -a "$log"
 
-# 4. Llama ~1B (TinyLlama shape) through the public trainer: MFU, peak.
-run llama 120 $b/bench/gpu/bench_llama --model 1b --B 4 --T 2048 --steps 8 \
+# 4. Llama ~1B (TinyLlama shape) through the public trainer: MFU, peak;
+# then fp8 forward GEMMs; then PyTorch (torch.compile) on the same shape.
+run llama 150 $b/bench/gpu/bench_llama --model 1b --B 4,8 --T 2048 --steps 8 \
   --json "$out/bench-llama.json"
-grep -E "tok/s|MFU|fail" /tmp/llmt-session/llama.log | tail -3 | tee -a "$log"
+grep -E "tok/s.*MFU|fail" /tmp/llmt-session/llama.log | tee -a "$log"
+run llama-fp8 90 $b/bench/gpu/bench_llama --model 1b --B 4 --T 2048 --steps 8 --fp8 1 \
+  --json "$out/bench-llama-fp8.json"
+grep -E "tok/s.*MFU|fail" /tmp/llmt-session/llama-fp8.log | tee -a "$log"
+PYTHONUNBUFFERED=1 run llama-torch 240 python3 bench/gpu/llama_torch.py --model 1b --B 4,8 \
+  --T 2048 --json "$out/bench-llama-torch.json"
+tail -4 /tmp/llmt-session/llama-torch.log | tee -a "$log"
 
-tar czf "$out/logs.tgz" -C /tmp/llmt-session --exclude='run/data' . 2>/dev/null
+tar czf "$out/logs.tgz" -C /tmp/llmt-session --exclude=run . 2>/dev/null
 say "done"

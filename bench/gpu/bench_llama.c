@@ -5,7 +5,7 @@
  * and puts them side by side.
  *
  *   bench_llama [--model 1b|tiny] [--B 2,4,8] [--T 2048] [--steps N]
- *               [--json FILE] [--peak-tflops 989] [--device cuda|cpu]
+ *               [--json FILE] [--peak-tflops 989] [--device cuda|cpu] [--fp8 0|1]
  *
  * "1b" is TinyLlama-1.1B's shape (22 layers, width 2048, 32 heads, 4 kv
  * heads, SwiGLU 5632, vocabulary 32000, untied head); "tiny" is a small
@@ -22,7 +22,10 @@
  * step fails or the loss does not fall. A B whose trainer cannot get its
  * memory is recorded as {"oom": true} and the others still run.
  * --device cpu runs the same code on the CPU trainer: a check of the
- * benchmark itself on a machine without a GPU (its MFU means nothing). */
+ * benchmark itself on a machine without a GPU (its MFU means nothing).
+ * --fp8 1 runs the blocks' Linear layers' forward GEMMs in fp8 (E4M3,
+ * delayed per-tensor scaling, llmt_trainer_opts.fp8); cases are named
+ * llama_<model>_fp8_B<B>_T<T>. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,7 +50,7 @@ static const shape shapes[] = {
 
 typedef struct run_opts {
     const shape *sh;
-    int T, steps, device;
+    int T, steps, device, fp8;
     double peak_tflops;
 } run_opts;
 
@@ -121,7 +124,7 @@ static int run_one(const run_opts *o, llmt_model *m, float *init, int B, FILE *J
     static bench_ctx H; /* bench_record's median and table row */
     const int T = o->T, steps = o->steps;
     char name[96];
-    snprintf(name, sizeof name, "llama_%s_B%d_T%d", o->sh->name, B, T);
+    snprintf(name, sizeof name, "llama_%s%s_B%d_T%d", o->sh->name, o->fp8 ? "_fp8" : "", B, T);
     llmt_trainer *tr = NULL;
     size_t n = (size_t)B * T;
     int32_t *tok = malloc((n + 1) * sizeof *tok);
@@ -151,6 +154,7 @@ static int run_one(const run_opts *o, llmt_model *m, float *init, int B, FILE *J
     to.weight_decay = 0.0f;
     to.grad_clip = 1.0f;
     to.device = o->device;
+    to.fp8 = o->fp8;
     if ((st = llmt_trainer_create(m, &to, &tr)) != LLMT_OK) {
         printf("%s: trainer: %s (%s)\n", name, llmt_model_last_error(m),
                llmt_status_string(st));
@@ -222,14 +226,14 @@ out:
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_llama [--model 1b|tiny] [--B 2,4,8] [--T 2048] [--steps N] "
-                    "[--json FILE] [--peak-tflops 989] [--device cuda|cpu]\n");
+                    "[--json FILE] [--peak-tflops 989] [--device cuda|cpu] [--fp8 0|1]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
     const char *json = NULL, *blist = "2,4,8", *model = "1b", *dev = "cuda";
-    run_opts o = {NULL, 2048, 10, LLMT_DEVICE_CUDA, H100_SXM_BF16_TFLOPS};
+    run_opts o = {NULL, 2048, 10, LLMT_DEVICE_CUDA, 0, H100_SXM_BF16_TFLOPS};
     int peak_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -241,12 +245,14 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--steps")) o.steps = atoi(v);
         else if (!strcmp(a, "--peak-tflops")) o.peak_tflops = atof(v), peak_given = 1;
         else if (!strcmp(a, "--device")) dev = v;
+        else if (!strcmp(a, "--fp8")) o.fp8 = atoi(v);
         else return usage();
         i++;
     }
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         if (!strcmp(model, shapes[i].name)) o.sh = &shapes[i];
-    if (!o.sh || o.T < 2 || o.steps < 1 || !(o.peak_tflops > 0)) return usage();
+    if (!o.sh || o.T < 2 || o.steps < 1 || !(o.peak_tflops > 0) || (o.fp8 != 0 && o.fp8 != 1))
+        return usage();
     if (!strcmp(dev, "cpu")) {
         o.device = LLMT_DEVICE_CPU;
     } else if (strcmp(dev, "cuda")) {
