@@ -220,8 +220,8 @@ llmt_status llmt__cuda_xent_part_fin(llmt__cuda_ctx *ctx, float *losses, llmt__b
  * running fp32 output and log-sum-exp, accumulating fp32 dq and dk/dv);
  * qpos, kpos and pos are device arrays. One thread per row, the host's
  * operations in its order: a reference on the device, not a fast kernel.
- * The CUDA op table's attn_cp_* (cuda/exec/dev_cuda.c); never run on a
- * GPU yet (the table's unverified_cp). */
+ * The CUDA op table's attn_cp_* (cuda/exec/dev_cuda.c); first ran on an
+ * H200 on 2026-11-26 (gpu-cp-ops, gpu-cp-engine). */
 llmt_status llmt__cuda_attn_cp_rope(llmt__cuda_ctx *ctx, llmt__bf16 *x, int B, int T, int nh,
                                     int hd, size_t stride, float theta, int inverse,
                                     const int32_t *pos);

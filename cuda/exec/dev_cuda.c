@@ -296,10 +296,9 @@ static const llmt__dev_ops dev_cuda = {
     .attn_state = dc_attn_state,
     /* the ops exist (cuda/kernels/vocab_part.cu) but no GPU ran them */
     .unverified_tp = "has not run on a GPU yet (issue 16): the ops exist, test gpu-tp-ops",
-    /* the same for context parallelism (cuda/kernels/attn_cp.cu, cp.c's
-     * host staging of the exchange) */
-    .unverified_cp = "path is assembled but has not run on a GPU (issue 18): test "
-                     "gpu-cp-engine",
+    /* no unverified_cp: context parallelism (cuda/kernels/attn_cp.cu,
+     * cp.c's host staging of the exchange) ran on an H200 on 2026-11-26
+     * (gpu-cp-ops, gpu-cp-engine) */
     .create = dc_create,
     .destroy = dc_destroy,
     .last_error = dc_last_error,

@@ -143,8 +143,10 @@ typedef struct llmt__dev_ops {
      * a function it wraps. */
     const char *unverified_tp;
     /* The same for context parallelism (the attn_cp_* ops and the staged
-     * exchange of lib/train/cp.c): set_cp_comm refuses with this reason;
-     * test/gpu/test_gpu_cp.c clears it on a copy of the table. */
+     * exchange of lib/train/cp.c): set_cp_comm refuses with this reason.
+     * No table sets it since CUDA's ran on a GPU (2026-11-26); a new
+     * backend's CP starts marked (test/gpu/test_gpu_cp.c checks the
+     * refusal on a marked copy of the emulation's table). */
     const char *unverified_cp;
 
     /* -- context and memory */

@@ -87,10 +87,13 @@ static llmt_status check_cp(llmt_job *j)
                           "context parallel attention to choose); remove the key or set cp");
         return LLMT_OK;
     }
+    /* the trainer's CP on the CUDA engine ran on a GPU (gpu-cp-engine: two
+     * ranks as threads, cp.c staging the exchange through host memory);
+     * the job's multi-process path with it has not, so it stays refused */
     if (s->train.device == LLMT_SPEC_DEVICE_CUDA)
         return REFUSE("parallelism.cp: %lld is not supported by llmt_job with train.device "
-                      "cuda yet (the attention's key/value exchange runs on host memory: the "
-                      "cpu backend for now); use cp 1",
+                      "cuda yet (the trainer's context parallelism ran on a GPU, the job's "
+                      "processes with it have not: issue 18); use cp 1, or train.device cpu",
                       cp);
     /* sequence parallelism splits a CP rank's rows of each sequence in tp
      * blocks (the trainer refuses it too, but after the groups are made) */

@@ -110,7 +110,7 @@ void llmt__devtrain_set_cp(struct llmt__devtrain *g, llmt__cp *cp);
  * a stage sums its gradients and loss over the group after the data
  * parallel reductions, as without a pipeline). Refused with fp8, on a
  * backend without the attn_cp_* ops or whose table says they never ran
- * there (unverified_cp: CUDA), after data or pipeline parallelism
+ * there (unverified_cp; none today), after data or pipeline parallelism
  * (LLMT_ERR_STATE) and, naming model.seq_len, when 2 x cp does not divide
  * it. */
 llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant);

@@ -19,10 +19,9 @@
  *     elsewhere: doc/gpu.md).
  *
  * After training: evaluate on the first batch (2^-9 relative to cp 1) and
- * greedy generation (tokens in range). The CUDA table says its context
- * parallelism never ran on a GPU (unverified_cp): set_cp_comm refuses it
- * naming this test, which is checked first; the runs then use a copy of
- * the table with that field cleared, the explicit opt-in of this test.
+ * greedy generation (tokens in range). This test is what cleared the CUDA
+ * table's unverified_cp: it passed on an H200 on 2026-11-26 (loss rel
+ * diff vs cp 1 <= 1.2e-4, vs the emulation <= 9.6e-5).
  *
  * `test_gpu_cp emul` (unit suite: cp-stage-emul, no GPU needed) runs the
  * same harness with the emulation in place of CUDA, its table copied with
@@ -30,8 +29,8 @@
  * copies are host memory underneath): the staged run must equal the
  * unstaged one bit for bit (losses, evaluation, generated tokens, every
  * parameter), and must have copied more out through d2h than it (the
- * staging ran). It also checks the refusal on the emulation's table marked
- * with the CUDA table's unverified_cp (in a CUDA build). */
+ * staging ran). It also checks that a table marked unverified_cp (a new
+ * backend's CP before it ran on its hardware) is refused naming why. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +54,7 @@
 
 static llmt_model_config g_cfg;
 static int32_t *g_in, *g_tg;
-static llmt__dev_ops g_dev;          /* CUDA (unverified_cp cleared) or the staged emulation */
+static llmt__dev_ops g_dev;          /* CUDA, or the staged emulation */
 static const llmt__dev_ops *g_inner; /* the table g_dev's d2h forwards to */
 static int g_fake;                   /* emul mode */
 static atomic_size_t g_d2h;          /* bytes g_dev's d2h copied out */
@@ -138,8 +137,7 @@ static void free_args(rank_arg *a, int n)
         free(a[r].params);
 }
 
-/* A table with unverified_cp set (the CUDA one as shipped): refused at
- * set_cp_comm naming why and the test that would verify it. */
+/* A table with unverified_cp set: refused at set_cp_comm naming why. */
 static void check_refused(const llmt__dev_ops *ops)
 {
     tp_fixture_config(&g_cfg, 0, 0, V, T);
@@ -149,7 +147,7 @@ static void check_refused(const llmt__dev_ops *ops)
         printf("cp 2 on the %s table with unverified_cp, rank %d: %s\n", ops->name, r,
                a[r].err);
         CHECK_STATUS(a[r].st, LLMT_ERR_UNSUPPORTED);
-        CHECK(strstr(a[r].err, "has not run on a GPU") && strstr(a[r].err, "gpu-cp-engine"));
+        CHECK(strstr(a[r].err, ops->unverified_cp) != NULL);
     }
 }
 
@@ -234,9 +232,8 @@ int main(int argc, char **argv)
         g_dev.d2h = count_d2h;
         tp_fixture_data((size_t)STEPS * ACCUM * MICRO * T, V, &g_in, &g_tg);
         llmt__dev_ops marked = g_dev;
-        marked.unverified_cp = cu ? cu->unverified_cp : NULL;
-        if (marked.unverified_cp)
-            check_refused(&marked);
+        marked.unverified_cp = "path has not run on its hardware (test marker)";
+        check_refused(&marked);
         cases(" (emul)");
         free(g_in);
         free(g_tg);
@@ -261,12 +258,11 @@ int main(int argc, char **argv)
     }
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
+    CHECK(cu->unverified_cp == NULL); /* cleared after this test passed on a GPU */
     g_inner = cu;
     g_dev = *cu;
-    g_dev.unverified_cp = NULL; /* this test is the verification */
     g_dev.d2h = count_d2h;
     tp_fixture_data((size_t)STEPS * ACCUM * MICRO * T, V, &g_in, &g_tg);
-    check_refused(cu);
     cases("");
     free(g_in);
     free(g_tg);
