@@ -8,7 +8,7 @@
 #                      [--llama] [--llama-only] [--tp-only] [--cp-only] [--arch LIST]
 #
 # --gpt2 adds the GPT-2 124M training-step comparison (T=1024, B from
-# $GPT2_B, default 16,32,64): ours (bench_gpt2), PyTorch with torch.compile
+# $GPT2_B, default 16,32,64): ours (bench_gpt2: the public trainer), PyTorch with torch.compile
 # (bench/gpu/gpt2_torch.py) and llm.c's train_gpt2.cu built on the machine
 # (bench/gpu/llmc_peer.sh, from $LLMC_SRC or .llmc/, a copy of llm.c kept out
 # of git), merged into gpu-gpt2.json.
@@ -127,10 +127,8 @@ if [ $bench = 1 ]; then
 fi
 if [ $gpt2 = 1 ]; then
   gb=${GPT2_B:-16,32,64}
+  # ours: the public trainer with device cuda
   $bdir/bench/gpu/bench_gpt2 --B "$gb" --json "$out/gpu-gpt2-ours.json" || rc=1
-  # the same model through the public trainer (device cuda)
-  $bdir/bench/gpu/bench_gpt2 --engine trainer --B "$gb" \
-    --json "$out/gpu-gpt2-trainer.json" || rc=1
   llmc=${LLMC_SRC:-$root/.llmc}
   if [ -f "$llmc/train_gpt2.cu" ]; then
     bench/gpu/llmc_peer.sh "$llmc" "$out/gpu-gpt2-llmc.json" "$gb" || rc=1

@@ -49,7 +49,7 @@ fi
 grep -E "CUDA|NCCL|cJSON|libaio" $b/meson-logs/meson-log.txt | grep -i "found" | head -6 >>"$log"
 targets="test/gpu/test_gpu_tp_ops test/gpu/test_gpu_tp test/gpu/test_gpu_cp_ops
   test/gpu/test_gpu_cp test/gpu/test_gpu_moe_ops test/gpu/test_gpu_kernels
-  test/gpu/test_gpu_gpt2 test/train/test_device_trainer bench/gpu/bench_gpt2
+  test/train/test_device_trainer bench/gpu/bench_gpt2
   bench/gpu/bench_llama tools/llmtrain"
 # shellcheck disable=SC2086
 run build 300 ninja -C $b $targets || { grep -E "error|undefined" -A3 /tmp/llmt-session/build.log | head -40; }
@@ -58,7 +58,7 @@ cat /tmp/llmt-session/build.log >>"$out/build.log"
 # 1. The tests of code that never ran on a GPU (issues 16, 18, 22), all at
 # once: they share the GPU, none of them times anything.
 tests="gpu-tp-ops gpu-cp-ops gpu-moe-ops gpu-tp-engine gpu-cp-engine gpu-trainer-vs-cpu
-  gpu-kernels gpu-gpt2-vs-cpu"
+  gpu-kernels"
 # shellcheck disable=SC2086
 run tests 240 meson test -C $b --no-rebuild --print-errorlogs --num-processes 8 \
   --timeout-multiplier 1 $tests
@@ -85,11 +85,8 @@ while read -r name cmd; do
     tee -a "$log"
 done </tmp/llmt-session/failed.txt
 
-# 2. The public trainer's CUDA engine against the bench engine, GPT-2 124M.
-run gpt2-bench 60 $b/bench/gpu/bench_gpt2 --B 16 --steps 10 --json "$out/bench-gpt2.json"
-grep -E "tok/s" /tmp/llmt-session/gpt2-bench.log | tee -a "$log"
-run gpt2-trainer 60 $b/bench/gpu/bench_gpt2 --engine trainer --B 16 --steps 10 \
-  --json "$out/bench-gpt2-trainer.json"
+# 2. GPT-2 124M through the public trainer's CUDA engine.
+run gpt2-trainer 60 $b/bench/gpu/bench_gpt2 --B 16 --steps 10 --json "$out/bench-gpt2.json"
 grep -E "tok/s|failed" /tmp/llmt-session/gpt2-trainer.log | tee -a "$log"
 
 # 3. `llmtrain train` with train.device cuda, the demo model in bf16.
