@@ -299,6 +299,10 @@ static const llmt__dev_ops dev_cuda = {
     /* no unverified_cp: context parallelism (cuda/kernels/attn_cp.cu,
      * cp.c's host staging of the exchange) ran on an H200 on 2026-11-26
      * (gpu-cp-ops, gpu-cp-engine) */
+    /* the MoE ops ran on a GPU (gpu-moe-ops), the whole layer through the
+     * engine (moe_dev.c, its routing state and losses) has not */
+    .unverified_moe = "MoE layers have not run on a GPU through the engine (issue 18): test "
+                      "gpu-moe-engine",
     .create = dc_create,
     .destroy = dc_destroy,
     .last_error = dc_last_error,

@@ -148,6 +148,11 @@ typedef struct llmt__dev_ops {
      * backend's CP starts marked (test/gpu/test_gpu_cp.c checks the
      * refusal on a marked copy of the emulation's table). */
     const char *unverified_cp;
+    /* The same for mixture-of-experts layers (lib/train/moe_dev.c and its
+     * moe_* ops, run by the engine): the engine refuses a MoE model with
+     * this reason; test/gpu/test_gpu_moe.c clears it on a copy of the
+     * table. */
+    const char *unverified_moe;
 
     /* -- context and memory */
     /* o is required. On failure *out is NULL and err (errlen bytes) says

@@ -36,15 +36,17 @@ static llmt_status check_parallelism(llmt_job *j)
     const llmt_spec *s = j->spec;
     /* MoE layers run on the CPU engine (lib/train/moe.c) and through the
      * op table on the bf16 host emulation (moe_dev.c, which llmt_job
-     * does not select); CUDA's engine refuses them until its MoE ops have
-     * run on a GPU */
+     * does not select); CUDA's engine refuses them (its table's
+     * unverified_moe) until the layer has run on a GPU through it, and the
+     * job cannot choose a table with that cleared */
     if (s->model.moe.experts > 0 && s->model.arch != LLMT_SPEC_ARCH_LLAMA)
         return REFUSE("model.moe.experts: mixture of experts needs model.arch llama (SwiGLU "
                       "experts)");
     if (s->model.moe.experts > 0 && s->train.device == LLMT_SPEC_DEVICE_CUDA)
         return REFUSE("model.moe.experts: MoE layers do not run on the CUDA engine yet "
-                      "(issue 18: the op table path runs on the CPU's bf16 emulation, not yet "
-                      "on a GPU); set train.device cpu");
+                      "(issue 18: the CUDA MoE ops ran on a GPU, test gpu-moe-ops, but the "
+                      "layer has not run through the engine there, test gpu-moe-engine); set "
+                      "train.device cpu");
     /* data, expert, pipeline, tensor (experts whole on every TP rank,
      * with or without sequence parallelism; a pipeline stage's layers
      * too) and context parallelism run them (doc/moe.md) */

@@ -1009,13 +1009,13 @@ llmt_status llmt__devtrain_create_layout(
     /* MoE layers run through the op table on every backend (moe_dev.h;
      * the fp32 CPU's too since issue 18's one-path change: moe_net.c's
      * host layer is the reference torch-moe and moe-ops test against);
-     * CUDA's MoE ops have not run on a GPU yet */
-    if (c->moe_experts > 0 && !ops->host_memory) {
+     * a table that says they never ran on its hardware is refused (dev.h
+     * unverified_moe) */
+    if (c->moe_experts > 0 && ops->unverified_moe) {
         s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                          "trainer: model.moe: mixture-of-experts layers run on the fp32 cpu "
-                          "backend and the bf16 host emulation only for now, not on device %s "
-                          "(issue 18); use train.device cpu with fp32 precision",
-                          ops->name);
+                          "trainer: model.moe: mixture-of-experts layers on device %s: %s; "
+                          "use train.device cpu",
+                          ops->name, ops->unverified_moe);
         llmt__devtrain_destroy(g);
         return s;
     }

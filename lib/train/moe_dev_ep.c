@@ -27,6 +27,19 @@ static void ep_free_scratch(llmt__moe_dctx *x)
 
 llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, int rank, int size)
 {
+    /* a2a below hands the backend's buffers to the communicator as they
+     * are, and moe_ep.c's counts are host arrays: on a device backend one
+     * of them is always the wrong memory for the group (a host one takes
+     * no device pointers, NCCL no host ones). Nothing stages them through
+     * the host as cp.c does, so refused rather than run on wrong memory. */
+    if (size > 1 && !x->host)
+        return llmt__err_set(
+            x->e, LLMT_ERR_UNSUPPORTED,
+            "trainer: set_ep_comm: parallelism.ep %d with MoE layers on device "
+            "%s: the expert parallel exchange (lib/train/moe_dev_ep.c) does "
+            "not stage device memory through the host yet; use parallelism.ep "
+            "1 there (ep runs on train.device cpu)",
+            size, x->op->name);
     ep_free_scratch(x);
     if (size <= 1)
         return LLMT_OK;
