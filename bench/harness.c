@@ -16,6 +16,16 @@ double bench_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+unsigned bench_rand(unsigned long long *state)
+{
+    unsigned long long x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    return (unsigned)(x >> 32);
+}
+
 static int parse_int(const char *s, int *out)
 {
     char *end;

@@ -50,6 +50,9 @@ const bench_result *bench_record(bench_ctx *b, const char *name,
 int bench_finish(bench_ctx *b);
 /* Monotonic seconds. */
 double bench_now(void);
+/* xorshift64: a cheap reproducible stream (random token batches); state
+ * must start nonzero. */
+unsigned bench_rand(unsigned long long *state);
 
 #define BENCH_MAX_RANKS 16
 /* Runs fn on n rank arguments (args, stride bytes apart) as threads and

@@ -10,7 +10,7 @@
  *   bench_gpt2 [--B 16,32,64] [--T 1024] [--steps N] [--json FILE]
  *
  * Until 2026-11-26 this program also carried its own GPT-2 step
- * (bench/gpu/gpt2.cu, the first engine that ran on an H100); on an H200
+ * (gpt2.cu beside this file, the first engine that ran on an H100); on an H200
  * the trainer ran at 0.987x its tokens/s (B 16: 396670 vs 401845,
  * bench/results/gpu-h200-20261126.json), so it was deleted as issue 22
  * asks: there is one engine.
@@ -24,14 +24,7 @@
 #include "harness.h"
 #include "llmtrain.h"
 
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-static uint32_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
+static unsigned long long rng_state = 0x2545F4914F6CDD1Dull;
 
 static int cmpd(const void *a, const void *b)
 {
@@ -62,7 +55,8 @@ static int bench_one(FILE *J, int *first, int B, int T, int steps, int warm)
     int32_t *tok = malloc((n + 1) * 4);
     double *dt = malloc(steps * sizeof *dt);
     if (!tok || !dt) goto out;
-    for (size_t i = 0; i <= n; i++) tok[i] = (int32_t)(rng_next() % 50257);
+    for (size_t i = 0; i <= n; i++)
+        tok[i] = (int32_t)(bench_rand(&rng_state) % 50257);
     if (llmt_model_create(ctx, &mc, &m) != LLMT_OK) {
         printf("B=%d: %s\n", B, llmt_context_last_error(ctx));
         goto out;
@@ -93,15 +87,17 @@ static int bench_one(FILE *J, int *first, int B, int T, int steps, int warm)
     llmt_trainer_memory_usage(tr, &mem);
     int trains = loss0 > 10.0f && loss0 < 11.6f && met.loss < loss0 - 0.1f;
     printf("gpt2-124M B=%-3d T=%d: step median %.2f ms (min %.2f) %9.0f tok/s  loss "
-           "%.3f -> %.3f (%s)  activations %.2f GiB  peak %.2f GiB\n", B, T, med * 1e3,
-           dt[0] * 1e3, n / med, loss0, met.loss, trains ? "trains" : "NOT TRAINING",
-           mem.device_activations / 1073741824.0, mem.device_peak / 1073741824.0);
+           "%.3f -> %.3f (%s)  activations %.2f GiB  peak %.2f GiB\n",
+           B, T, med * 1e3, dt[0] * 1e3, n / med, loss0, met.loss,
+           trains ? "trains" : "NOT TRAINING", mem.device_activations / 1073741824.0,
+           mem.device_peak / 1073741824.0);
     if (J) {
-        fprintf(J, "%s\n  {\"name\": \"gpt2_124M_B%d_T%d\", \"engine\": \"trainer\", "
-                   "\"B\": %d, \"T\": %d, \"median_step_ms\": %.4f, \"min_step_ms\": %.4f, "
-                   "\"tokens_per_s\": %.1f, \"steps\": %d, \"loss_first\": %.4f, "
-                   "\"loss_last\": %.4f, \"activation_bytes\": %lld, "
-                   "\"peak_device_bytes\": %lld}",
+        fprintf(J,
+                "%s\n  {\"name\": \"gpt2_124M_B%d_T%d\", \"engine\": \"trainer\", "
+                "\"B\": %d, \"T\": %d, \"median_step_ms\": %.4f, \"min_step_ms\": %.4f, "
+                "\"tokens_per_s\": %.1f, \"steps\": %d, \"loss_first\": %.4f, "
+                "\"loss_last\": %.4f, \"activation_bytes\": %lld, "
+                "\"peak_device_bytes\": %lld}",
                 *first ? "" : ",", B, T, B, T, med * 1e3, dt[0] * 1e3, n / med, steps, loss0,
                 met.loss, (long long)mem.device_activations, (long long)mem.device_peak);
         *first = 0;
@@ -124,7 +120,8 @@ int main(int argc, char **argv)
     const char *json = NULL, *blist = "16,32,64";
     int T = 1024, steps = 20, warm = 3;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        if (!strcmp(argv[i], "--json") && i + 1 < argc)
+            json = argv[++i];
         else if (!strcmp(argv[i], "--B") && i + 1 < argc) blist = argv[++i];
         else if (!strcmp(argv[i], "--T") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);

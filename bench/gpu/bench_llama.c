@@ -88,14 +88,7 @@ static double model_flops_per_token(const llmt_model_config *c, int T)
     return 3 * (2 * L * (P_attn + P_mlp) + 2 * V * h + L * 2 * 2 * S * h);
 }
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rng_next(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
+static unsigned long long rng_state = 0x9E3779B97F4A7C15ull;
 
 /* Copy the model's parameters to (save) or from a flat fp32 buffer: every
  * B starts from the same initial weights without initialising 1.1B
@@ -135,7 +128,8 @@ static int run_one(const run_opts *o, llmt_model *m, float *init, int B, FILE *J
         printf("%s: no memory\n", name);
         goto out;
     }
-    for (size_t i = 0; i <= n; i++) tok[i] = (int32_t)(rng_next() % (uint32_t)o->sh->vocab);
+    for (size_t i = 0; i <= n; i++)
+        tok[i] = (int32_t)(bench_rand(&rng_state) % (uint32_t)o->sh->vocab);
     params_copy(m, init, 0);
     llmt_model_config mc;
     llmt_model_config_init(&mc, sizeof mc);
@@ -245,7 +239,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--steps")) o.steps = atoi(v);
         else if (!strcmp(a, "--peak-tflops")) o.peak_tflops = atof(v), peak_given = 1;
         else if (!strcmp(a, "--device")) dev = v;
-        else if (!strcmp(a, "--fp8")) o.fp8 = atoi(v);
+        else if (!strcmp(a, "--fp8"))
+            o.fp8 = atoi(v);
         else return usage();
         i++;
     }

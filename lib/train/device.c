@@ -794,7 +794,8 @@ static llmt_status put_scales(llmt__devtrain *g)
 {
     size_t n = (size_t)g->nf8, bytes = n * sizeof(float);
     const float *inv = llmt__fp8_delayed_scale_invs(g->rec);
-    for (size_t i = 0; i < n; i++) g->h8inv[i * F8_STRIDE] = inv[i];
+    for (size_t i = 0; i < n; i++)
+        g->h8inv[i * F8_STRIDE] = inv[i];
     S(g->op->h2d(g->d, g->f8scale, llmt__fp8_delayed_scales(g->rec), bytes), "fp8 scales");
     S(g->op->h2d(g->d, g->f8inv, g->h8inv, bytes * F8_STRIDE), "fp8 scales");
     return LLMT_OK;

@@ -674,7 +674,8 @@ static void test_gemm_fp8(int M, int N, int K, int e5m2_a, int packed)
     uint16_t *dAb = dup_(Ab, na * 2), *dBb = dup_(Bb, nb * 2);
     float invs[2] = {inv_a, inv_b};
     float *dsa = dup_(&sa, 4), *dsb = dup_(&sb, 4);
-    float *dia = packed ? dup_(invs, 8) : dup_(&inv_a, 4), *dib = packed ? dia + 1 : dup_(&inv_b, 4);
+    float *dia = packed ? dup_(invs, 8) : dup_(&inv_a, 4),
+          *dib = packed ? dia + 1 : dup_(&inv_b, 4);
     uint8_t *dAq = dalloc(na), *dBq = dalloc(nb);
     OK(llmt__cuda_quantize_fp8(X, dAq, dAb, dsa, na, e5m2_a));
     OK(llmt__cuda_quantize_fp8(X, dBq, dBb, dsb, nb, 0));
@@ -692,8 +693,8 @@ static void test_gemm_fp8(int M, int N, int K, int e5m2_a, int packed)
     g.ab_type = e5m2_a ? LLMT_GEMM_E5M2 : LLMT_GEMM_E4M3;
     g.a_scale = dia; g.b_scale = dib;
     llmt_status st = llmt__cuda_gemm(X, &g);
-    snprintf(name, sizeof name, "gemm fp8 %s x E4M3 M=%d N=%d K=%d%s%s", e5m2_a ? "E5M2" : "E4M3",
-             M, N, K, packed ? " packed scales" : "",
+    snprintf(name, sizeof name, "gemm fp8 %s x E4M3 M=%d N=%d K=%d%s%s",
+             e5m2_a ? "E5M2" : "E4M3", M, N, K, packed ? " packed scales" : "",
              g_det ? " deterministic" : "");
     if (st != LLMT_OK) {
         printf("%-58s %s\n", name, llmt__cuda_ctx_last_error(X));
@@ -702,8 +703,10 @@ static void test_gemm_fp8(int M, int N, int K, int e5m2_a, int packed)
         report(name, read_bf_err(dC, ref, nc), TOL_BF);
     }
     llmt__cuda_free(X, dAb); llmt__cuda_free(X, dBb); llmt__cuda_free(X, dsa);
-    llmt__cuda_free(X, dsb); llmt__cuda_free(X, dia);
-    if (!packed) llmt__cuda_free(X, dib);
+    llmt__cuda_free(X, dsb);
+    llmt__cuda_free(X, dia);
+    if (!packed)
+        llmt__cuda_free(X, dib);
     llmt__cuda_free(X, dAq); llmt__cuda_free(X, dBq); llmt__cuda_free(X, dC);
     free(A); free(B); free(ref); free(Ab); free(Bb); free(Aq); free(Bq); free(acc);
 }
