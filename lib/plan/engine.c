@@ -489,13 +489,14 @@ static double moe_in(const eng *g, int64_t f, int64_t n)
     return M;
 }
 
-/* A dense MLP's saved outputs per stored layer (fc, fc3 and the SwiGLU
- * output; GPT-2: fc's pre-activation and GELU output) and its backward's
- * scratch (dfch, dfch3, dfchg; GPT-2: dfch), elements of the storage
- * type; a MoE layer has neither (device.c, set_dense). */
+/* A dense MLP's saved outputs per stored layer (fc and fc3: the SwiGLU
+ * output is made again in the backward; GPT-2: fc's pre-activation and
+ * GELU output) and its backward's scratch (dfch, dfch3, dfchg; GPT-2:
+ * dfch), elements of the storage type; a MoE layer has neither
+ * (device.c, set_dense). */
 static double mlp_saved(const eng *g)
 {
-    return g->B * g->T * g->F_l * (g->llama ? 3 : 2);
+    return g->B * g->T * g->F_l * 2;
 }
 
 static double mlp_scratch(const eng *g)
@@ -505,13 +506,14 @@ static double mlp_scratch(const eng *g)
 
 /* Activations and backward scratch the engine plans for a micro-batch
  * (device.c, llmt__devtrain_create_tp: the buffers allocated as
- * activations): the residual stream, per stored layer its norms' outputs
- * and statistics, qkv, the attention output and state (probabilities on
+ * activations): the residual stream, per stored layer res2 (the second
+ * norm's input), the norms' statistics, qkv, the attention output and state (probabilities on
  * the CPU, log-sum-exp elsewhere; one for all layers under selective
  * recomputation), a dense layer's MLP hidden (the one set of full
  * recomputation: if any layer is dense); the final norm, the rank's
- * logits, the backward's scratch (the MLP's if a layer is dense), and the
- * split loss's row buffers. */
+ * logits, the backward's scratch (the MLP's if a layer is dense; the one
+ * norm output, nrmx, that every layer's norms write and its backward
+ * makes again), and the split loss's row buffers. */
 static double activations(const eng *g)
 {
     double N = g->B * g->T, C = g->C, bf = g->es, L = g->L;
@@ -521,11 +523,11 @@ static double activations(const eng *g)
     double Ca = g->nh_l * g->hd, Q = g->Q_l;
     double state = g->cpu ? g->B * g->nh_l * g->T * g->T : g->B * g->nh_l * g->T;
     double core = N * Ca * bf + state * 4;
-    double layer = 3 * Nr * C * bf + 4 * Nr * 4 + N * Q * bf;
+    double layer = Nr * C * bf + 4 * Nr * 4 + N * Q * bf;
     double x = (L + 1) * Nr * C * bf + stored * layer + (g->selective ? 1 : stored) * core;
     x += dstored * mlp_saved(g) * bf;
     x += Nr * C * bf + 2 * Nr * 4 + N * g->V_l * bf; /* final norm, logits */
-    x += (Nr + N) * C * bf + N * Q * bf + (dense > 0 ? mlp_scratch(g) * bf : 0) + 4;
+    x += (2 * Nr + N) * C * bf + N * Q * bf + (dense > 0 ? mlp_scratch(g) * bf : 0) + 4;
     if (g->sp) /* the gathered rows of a column split Linear's input */
         x += N * C * bf;
     if (g->t > 1)
@@ -572,7 +574,7 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
     double Ca = g.nh_l * g.hd, Q = g.Q_l;
     double state = g.cpu ? g.B * g.nh_l * g.T * g.T : g.B * g.nh_l * g.T;
     double core = N * Ca * bf + state * 4;
-    double layer = 3 * Nr * C * bf + 4 * Nr * 4 + N * Q * bf;
+    double layer = Nr * C * bf + 4 * Nr * 4 + N * Q * bf;
     /* the residual stream's buffers are the stage's boundary tensors: each
      * carries the clock stamp's tail after it (pp_sched.h) */
     double tail = LLMT__STAGE_TAIL;
@@ -588,7 +590,7 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
      * layer is in one chunk), of this rank's rows */
     x += sets * M * moe_saved(s, &g, Nr) + moe_scratch(s, &g, Nr);
     /* the backward's scratch, as activations() counts it */
-    x += (Nr + N) * C * bf + tail + N * Q * bf + (L > M ? mlp_scratch(&g) * bf : 0) + 4;
+    x += (2 * Nr + N) * C * bf + tail + N * Q * bf + (L > M ? mlp_scratch(&g) * bf : 0) + 4;
     if (g.sp) /* the gathered rows of a column split Linear's input */
         x += N * C * bf;
     if (g.t > 1) /* the split loss's row buffers */

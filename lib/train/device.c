@@ -7,10 +7,12 @@
  * place) and what attention saves for its backward (attn_state).
  *
  * Activations for B x T: resid[0..L] (N x C each: the input of every layer
- * and of the final norm), and per layer ln1, qkv, atty, lse, res2, ln2, fch
- * (GPT-2: the fc pre-activation; Llama: the gate), fch3 (Llama: the up
- * projection), fchg (the MLP's activation output; a MoE layer has no fch,
- * fch3, fchg: its experts keep their own, moe_net.h). With full recompute
+ * and of the final norm), and per layer qkv, atty, lse, res2, the norms'
+ * statistics, fch (GPT-2: the fc pre-activation; Llama: the gate), fch3
+ * (Llama: the up projection), fchg (GPT-2: the GELU output; a MoE layer
+ * has no fch, fch3, fchg: its experts keep their own, moe_net.h). The
+ * norms' outputs and Llama's SwiGLU output are made again in the backward
+ * (the buffer plan in llmt__devtrain_create_layout). With full recompute
  * all layers share one such set, refilled from resid[l] by re-running the
  * layer's forward just before its backward; with selective recompute only
  * the attention core's output and state (atty, lse: T x T probabilities on
@@ -49,9 +51,11 @@ typedef struct tshard {
 } tshard;
 
 /* A layer's activations (storage type; `lse`: attention's saved state,
- * attn_state floats). */
+ * attn_state floats). Its norms' outputs are not kept (the engine's nrmx,
+ * made again from the norm's input and statistics for the backward), nor
+ * is a Llama layer's SwiGLU output (dfch, from fch and fch3). */
 typedef struct dlayer {
-    void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch3, *fchg;
+    void *qkv, *atty, *res2, *fch, *fch3, *fchg;
     float *ln1m, *ln1r, *ln2m, *ln2r, *lse;
 } dlayer;
 
@@ -100,6 +104,7 @@ struct llmt__devtrain {
     float *lnfm, *lnfr, *losses, *sums; /* losses: A x B x T; sums: sumsq */
     float *hloss;          /* host copy of the losses (summed in double) */
     int32_t *tok, *tgt;
+    void *nrmx; /* a layer's norm output (ln1, ln2): made again for its backward */
     void *hrow;            /* host row of logits for last_logits */
     size_t act_bytes;
     /* fp8 forward GEMMs */
@@ -243,7 +248,7 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
             (void **)&g->sums,   (void **)&g->tok,    (void **)&g->tgt,    (void **)&g->f8scale,
             (void **)&g->f8inv,  (void **)&g->f8amax, (void **)&g->qx,     (void **)&g->qw,
             (void **)&g->xmx,    (void **)&g->xst,    (void **)&g->kvbuf,  (void **)&g->gat,
-            (void **)&g->nrmbuf};
+            (void **)&g->nrmbuf, (void **)&g->nrmx};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (*bufs[i]) g->op->free(g->d, *bufs[i]);
         free_slots(g);
@@ -252,11 +257,9 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
             if (g->nacts > 1 && (l < g->ca0 || l >= g->ca1))
                 continue; /* another stage's layer, or an alias (interleaving) */
             int shared = g->selective && l > g->ca0; /* layer ca0's, freed there */
-            void *ps[] = {a->ln1,
-                          a->qkv,
+            void *ps[] = {a->qkv,
                           shared ? NULL : a->atty,
                           a->res2,
-                          a->ln2,
                           a->fch,
                           a->fch3,
                           a->fchg,
@@ -544,11 +547,9 @@ static void free_slots(llmt__devtrain *g)
             if (g->nacts > 1 && (l < g->ca0 || l >= g->ca1))
                 continue;
             int shared = g->selective && l > g->ca0;
-            void *ps[] = {d->ln1,
-                          d->qkv,
+            void *ps[] = {d->qkv,
                           shared ? NULL : d->atty,
                           d->res2,
-                          d->ln2,
                           d->fch,
                           d->fch3,
                           d->fchg,
@@ -1058,6 +1059,25 @@ llmt_status llmt__devtrain_create_layout(
     else DA(g->master, P * 4, 0);
     DA(g->grad, P * 4, 0);
     DA(g->mom1, P * 4, 0);
+    /* The buffer plan. TinyLlama-1.1B on bf16 (22 layers, C 2048, Q 2560,
+     * F 5632, V 32000, B 4 x T 2048: N 8192), MiB; lifetime: R whole run,
+     * K per layer kept for its backward (x 22; one set under full
+     * recompute), S scratch (one, reused by every layer), P per step:
+     *   master, grad, m, v (fp32)  4 x 4196   R   param (bf16)     2098 R
+     *   resid[0..L] N x C           23 x 32   K   lnf + stats        32 P
+     *   qkv (q, k roped; v)             40   K   logits (dlogits)  500 P
+     *   atty 32, lse 1, res2 32         65   K   dres, dtmp      32+32 S
+     *   fch (gate), fch3 (up)       2 x 88   K   dqkv               40 S
+     *   ln1m/r, ln2m/r (rstd)       4 x 1/32 K   dfch, dfch3, dfchg  3 x 88 S
+     *   nrmx (ln1 or ln2 output)        32   S
+     * A layer keeps what flash-attention training must: its norms'
+     * inputs (resid[l], res2) and statistics, q, k, v, the attention
+     * output and its log-sum-exp, SwiGLU's gate and up (281 MiB here).
+     * Made again in the backward instead of kept: the norms' outputs (a
+     * norm over the kept input and rstd, into nrmx) and SwiGLU's output
+     * (into dfch): 22 x (32 + 32 + 88) - 32 = 3312 MiB less than keeping
+     * them (6624 at B 8), activations 11168 -> 7856 MiB at B 4. GPT-2
+     * keeps fc's GELU output (fchg): its GEMM's epilogue makes it. */
     DA(g->mom2, P * 4, 0);
     if (f32) g->param = g->master;
     else DA(g->param, P * bf, 0);
@@ -1070,7 +1090,6 @@ llmt_status llmt__devtrain_create_layout(
             if (g->nacts > 1 && (l < g->ca0 || l >= g->ca1))
                 continue; /* another pipeline stage's layer (or chunk's) */
             dlayer *a = &g->L[l];
-            DA(a->ln1, Nr * C * bf, 1);
             DA(a->ln1m, Nr * 4, 1);
             DA(a->ln1r, Nr * 4, 1);
             DA(a->qkv, N * Q * bf, 1);
@@ -1082,7 +1101,6 @@ llmt_status llmt__devtrain_create_layout(
                 DA(a->lse, NH * 4, 1);
             }
             DA(a->res2, Nr * C * bf, 1);
-            DA(a->ln2, Nr * C * bf, 1);
             DA(a->ln2m, Nr * 4, 1);
             DA(a->ln2r, Nr * 4, 1);
             if (!set_dense(g, l))
@@ -1090,7 +1108,8 @@ llmt_status llmt__devtrain_create_layout(
             DA(a->fch, N * F * bf, 1);
             if (g->llama)
                 DA(a->fch3, N * F * bf, 1);
-            DA(a->fchg, N * F * bf, 1);
+            else /* GPT-2's GELU output: fused into fc's GEMM, kept */
+                DA(a->fchg, N * F * bf, 1);
         }
         if (g->nch > 1)
             alias_chunks(g);
@@ -1129,6 +1148,7 @@ llmt_status llmt__devtrain_create_layout(
         }
     }
     DA(g->sums, 4, 1);
+    DA(g->nrmx, Nr * C * bf, 1);
     DA(g->tok, (size_t)A * N * 4, 0);
     DA(g->tgt, (size_t)A * N * 4, 0);
     if (tps > 1) {
@@ -1810,8 +1830,8 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     const void *x = g->resid[l], *in;
     llmt_status s;
 #define R(x) do { if ((s = (x)) != LLMT_OK) return s; } while (0)
-    R(norm_fwd(g, a->ln1, a->ln1m, a->ln1r, x, w->ln1w, w->ln1b, Nr));
-    R(col_input(g, &L.lin[LQKV], a->ln1, N, &in));
+    R(norm_fwd(g, g->nrmx, a->ln1m, a->ln1r, x, w->ln1w, w->ln1b, Nr));
+    R(col_input(g, &L.lin[LQKV], g->nrmx, N, &in));
     R(lin(g, &L.lin[LQKV], a->qkv, NULL, in, N));
     void *q = a->qkv, *k = at(g, q, (size_t)nh * hd);
     if (g->llama) {
@@ -1821,21 +1841,23 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     R(attn_core(g, &L, B, T));
     R(lin(g, &L.lin[LPROJ], g->dtmp, NULL, a->atty, N));
     S(g->op->residual_fwd(g->d, a->res2, x, blk(g, g->dtmp, N, C), (size_t)Nr * C), "residual");
-    R(norm_fwd(g, a->ln2, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, Nr));
+    R(norm_fwd(g, g->nrmx, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, Nr));
     if (w->router != NOP) { /* experts in place of the MLP (moe_net.h) */
         /* on this rank's rows: whole under tensor parallelism, its block
          * under sequence parallelism (no gather: MoE is per token) */
-        R(llmt__moe_net_fwd(g->moe, g->e, l, w, g->param, a->ln2, blk(g, g->dtmp, N, C), Nr));
+        R(llmt__moe_net_fwd(g->moe, g->e, l, w, g->param, g->nrmx, blk(g, g->dtmp, N, C), Nr));
     } else {
-        R(col_input(g, &L.lin[LFC], a->ln2, N, &in));
-        if (g->llama) {
+        R(col_input(g, &L.lin[LFC], g->nrmx, N, &in));
+        void *h = a->fchg; /* the MLP's activation output */
+        if (g->llama) {    /* silu(gate) * up into scratch, made again in layer_bwd */
+            h = g->dfch;
             R(lin(g, &L.lin[LFC], a->fch, NULL, in, N));
             R(lin(g, &L.lin[LFC3], a->fch3, NULL, in, N));
-            S(g->op->swiglu_fwd(g->d, a->fchg, a->fch, a->fch3, (size_t)N * F), "swiglu");
+            S(g->op->swiglu_fwd(g->d, h, a->fch, a->fch3, (size_t)N * F), "swiglu");
         } else { /* fchg = gelu(ln2 W^T + b), the pre-activation kept in fch */
             R(lin(g, &L.lin[LFC], a->fchg, a->fch, in, N));
         }
-        R(lin(g, &L.lin[LFCP], g->dtmp, NULL, a->fchg, N));
+        R(lin(g, &L.lin[LFCP], g->dtmp, NULL, h, N));
     }
     S(g->op->residual_fwd(g->d, g->resid[l + 1], a->res2, blk(g, g->dtmp, N, C),
                           (size_t)Nr * C),
@@ -1855,24 +1877,28 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
     const void *in;
     void *dsum = blk(g, g->dtmp, N, L.C); /* a column split Linear's summed dx */
     llmt_status s;
-    /* MLP */
+    /* MLP: its input, ln2's output, made again (the forward's values:
+     * the same kernel on the same input; the statistics rewritten equal) */
+    R(norm_fwd(g, g->nrmx, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, Nr));
     if (w->router != NOP) {
-        R(llmt__moe_net_bwd(g->moe, g->e, l, w, g->param, g->grad, a->ln2, g->dres, dsum,
+        R(llmt__moe_net_bwd(g->moe, g->e, l, w, g->param, g->grad, g->nrmx, g->dres, dsum,
                             g->moe_scale));
     } else if (g->llama) {
-        R(lin_bwd(g, &L.lin[LFCP], g->dfchg, 0.0f, g->dres, a->fchg, N, NULL));
+        /* the SwiGLU output again, into dfch until swiglu_bwd needs it */
+        S(g->op->swiglu_fwd(g->d, g->dfch, a->fch, a->fch3, NF), "swiglu");
+        R(lin_bwd(g, &L.lin[LFCP], g->dfchg, 0.0f, g->dres, g->dfch, N, NULL));
         S(g->op->memset0(g->d, g->dfch, NF * g->es), "memset");
         S(g->op->memset0(g->d, g->dfch3, NF * g->es), "memset");
         S(g->op->swiglu_bwd(g->d, g->dfch, g->dfch3, g->dfchg, a->fch, a->fch3, NF),
           "swiglu backward");
         /* up, then gate: the fp32 trainer's order of the sum into dtmp */
-        R(col_input(g, &L.lin[LFC], a->ln2, N, &in));
+        R(col_input(g, &L.lin[LFC], g->nrmx, N, &in));
         R(lin_bwd(g, &L.lin[LFC3], g->dtmp, 0.0f, g->dfch3, in, N, NULL));
         R(lin_bwd(g, &L.lin[LFC], g->dtmp, 1.0f, g->dfch, in, N, NULL));
     } else {
         /* dfch = (dres W) * gelu'(pre-activation) in the GEMM's epilogue */
         R(lin_bwd(g, &L.lin[LFCP], g->dfch, 0.0f, g->dres, a->fchg, N, a->fch));
-        R(col_input(g, &L.lin[LFC], a->ln2, N, &in));
+        R(col_input(g, &L.lin[LFC], g->nrmx, N, &in));
         R(lin_bwd(g, &L.lin[LFC], g->dtmp, 0.0f, g->dfch, in, N, NULL));
     }
     R(norm_bwd(g, g->dres, dsum, a->res2, a->ln2m, a->ln2r, w->ln2w, w->ln2b, Nr));
@@ -1891,7 +1917,9 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
         R(rope(g, dq, B, T, nh, (size_t)Q, c->rope_theta, 1));
         R(rope(g, dk, B, T, nkv, (size_t)Q, c->rope_theta, 1));
     }
-    R(col_input(g, &L.lin[LQKV], a->ln1, N, &in));
+    /* qkv's input, ln1's output, made again as ln2's above */
+    R(norm_fwd(g, g->nrmx, a->ln1m, a->ln1r, g->resid[l], w->ln1w, w->ln1b, Nr));
+    R(col_input(g, &L.lin[LQKV], g->nrmx, N, &in));
     R(lin_bwd(g, &L.lin[LQKV], g->dtmp, 0.0f, g->dqkv, in, N, NULL));
     R(norm_bwd(g, g->dres, dsum, g->resid[l], a->ln1m, a->ln1r, w->ln1w, w->ln1b, Nr));
     return LLMT_OK;
