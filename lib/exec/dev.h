@@ -135,9 +135,11 @@ typedef struct llmt__dev_ops {
     /* Floats of attention's saved state per layer (the `lse` argument):
      * B*nh*T log-sum-exps, or the CPU's B*nh*T*T probabilities. */
     size_t (*attn_state)(int B, int nh, int T);
-    /* Tensor parallelism's ops exist on this backend but have never run on
-     * its hardware: the engine refuses tp > 1 with this reason (NULL: no
-     * such doubt). A test that verifies them runs on a copy of the table
+    /* Tensor parallelism on this backend has not run on its hardware as
+     * the trainer runs it (CUDA: the ops and the engine did, with the
+     * test's own host staging; lib/train/tp.c's staging only on the
+     * emulation): the engine refuses tp > 1 with this reason (NULL: no
+     * such doubt). A test that verifies it runs on a copy of the table
      * with it cleared, the explicit opt-in (test/gpu/test_gpu_tp.c). Kept
      * before `create`: lib/obs/devops.c checks every slot from there on is
      * a function it wraps. */

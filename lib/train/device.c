@@ -94,6 +94,9 @@ struct llmt__devtrain {
     llmt__vocab voc;
     llmt__split_hook hook;
     void *hook_ctx;
+    /* tensor parallelism's binding to this engine's context (device.h) */
+    void (*tpbind)(void *ctx, const llmt__dev_ops *op, llmt__dev *d);
+    void *tpbind_ctx;
     float *master, *grad, *mom1, *mom2;
     void *param;           /* compute copy (storage type); master for fp32 */
     float *hg, *hm, *hv;   /* host mirrors */
@@ -236,6 +239,8 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
 {
     if (!g) return;
     llmt__cp_unbind(g->cp, g->d); /* its scratch, when in this engine's memory */
+    if (g->tpbind && g->d)
+        g->tpbind(g->tpbind_ctx, NULL, g->d);
     llmt__moe_net_free(g->moe);
     if (g->d) {
         if (g->param == (void *)g->master) g->param = NULL; /* fp32: one buffer */
@@ -983,6 +988,8 @@ llmt_status llmt__devtrain_create_layout(
         g->tpr = tp->rank;
         g->hook = tp->hook;
         g->hook_ctx = tp->ctx;
+        g->tpbind = tp->bind;
+        g->tpbind_ctx = tp->ctx;
         g->sp = sp;
     }
     if ((g->nslot && !g->slot) || !g->cl0 || !g->cl1 || !g->sh || !g->nrm_x || !g->nrm_n ||
@@ -998,6 +1005,8 @@ llmt_status llmt__devtrain_create_layout(
         return llmt__err_set(e, s, "trainer: device %s %d: %s", ops->name, dopts->device,
                              msg[0] ? msg : "cannot create the context");
     }
+    if (g->tpbind) /* tp.c stages device buffers by this table and context */
+        g->tpbind(g->tpbind_ctx, ops, g->d);
     g->pinned = 1;
     tp_shards(g);
     stage_params(g);
@@ -1323,7 +1332,7 @@ static llmt_status tp_gather(llmt__devtrain *g, float *host, const float *dev)
     for (int i = 0; i < m->nparams && s == LLMT_OK; i++)
         s = shard_copy(g, i, (float *)dev, to, 0);
     if (s == LLMT_OK)
-        s = g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, to, m->total, 1);
+        s = g->hook(g->hook_ctx, LLMT__AT_HOST_SUM, 1, NULL, to, m->total, 1);
     for (int i = 0; to != host && s == LLMT_OK && i < m->nparams; i++) {
         /* the stage's tensors (every tp rank holds shards of them), but
          * not the last stage's copy of a tied wte (the first's is it) */
@@ -2260,7 +2269,7 @@ llmt_status llmt__devtrain_last_logits(llmt__devtrain *g, const int32_t *tok, in
                 g->es == sizeof(float) ? ((const float *)g->hrow)[i] : llmt__bf16_to_f32(hb[i]);
     }
     /* the group's columns: a sum over zeros elsewhere (host memory) */
-    if (Vl < Vp && (s = g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, logits, 1,
+    if (Vl < Vp && (s = g->hook(g->hook_ctx, LLMT__AT_HOST_SUM, 1, NULL, logits, 1,
                                 (size_t)Vp)) != LLMT_OK)
         return s;
     return g->cp ? llmt__cp_sum(g->cp, logits, (size_t)Vp) : LLMT_OK;
@@ -2580,7 +2589,7 @@ llmt_status llmt__devtrain_stage_row_logits(llmt__devtrain *g, int row, float *l
             g->es == sizeof(float) ? ((const float *)g->hrow)[i] : llmt__bf16_to_f32(hb[i]);
     /* the tensor parallel group's vocabulary shards: a sum over zeros */
     if (Vl < Vp)
-        RS(g->hook(g->hook_ctx, LLMT__AT_GRAD_SUM, 1, NULL, logits, 1, (size_t)Vp));
+        RS(g->hook(g->hook_ctx, LLMT__AT_HOST_SUM, 1, NULL, logits, 1, (size_t)Vp));
     return LLMT_OK;
 }
 

@@ -72,7 +72,11 @@ typedef enum llmt__point {
      * gradient norm's parts, the gradients of kv heads several ranks hold
      * (grouped-query attention with kv_heads < tp), the gathers of the
      * host copies (each element from the one rank that owns it) */
-    LLMT__AT_GRAD_SUM = 5
+    LLMT__AT_GRAD_SUM = 5,
+    /* the same sum of a buffer in HOST memory on every backend (the
+     * gathers of the host copies, the row logits of last_logits and of a
+     * pipeline's last stage): the hook must not stage it (tp.c) */
+    LLMT__AT_HOST_SUM = 6
 } llmt__point;
 
 typedef struct llmt__linear {
@@ -123,6 +127,10 @@ typedef struct llmt__devtrain_tp {
      * split points: the MoE layers' router statistics under sequence
      * parallelism (moe_group.h) */
     llmt_comm *comm;
+    /* called with the engine's op table and context once it has made the
+     * context, and with op NULL as that engine goes, so that the hook can
+     * stage device buffers through host memory (tp.c); NULL: not needed */
+    void (*bind)(void *ctx, const llmt__dev_ops *op, llmt__dev *d);
 } llmt__devtrain_tp;
 
 /* llmt_trainer_opts.recompute values */

@@ -24,7 +24,21 @@
  * each in place, which is half an all-reduce's traffic per direction.
  *
  * Activations go in the engine's storage type (fp32 or bf16), the loss
- * and gradient points in fp32. */
+ * and gradient points in fp32. HOST_SUM is the one point whose buffer is
+ * host memory on every backend (the engine says so by the point, never
+ * by guessing from the pointer).
+ *
+ * The communicator reads and writes host memory (in-process, Gloo, MPI;
+ * NCCL is refused: llmt__tp_create). On a backend whose memory is not the
+ * host's (the op table's host_memory 0: CUDA) every point but HOST_SUM is
+ * staged as lib/train/cp.c stages its exchange: the buffer's input part
+ * copied out by the table's d2h, the collective on the host copy, its
+ * output part copied back by h2d, through one host buffer grown on demand.
+ * The table's d2h and h2d are queued on the engine's one stream and
+ * synchronise it (lib/exec/dev.h), so the copy out reads what the kernels
+ * before the point wrote, and the host buffer is free again once h2d
+ * returns. Correct on one GPU with an in-process group (test
+ * gpu-tp-engine), not the fast way: NCCL on the device buffers would be. */
 #include <stdlib.h>
 
 #include "train/tp.h"
@@ -35,6 +49,13 @@ struct llmt__tp {
     llmt_dtype store;
     int rank, size;
     int seq; /* sequence parallel */
+    /* the engine's op table and context (tp_bind); host: its memory is the
+     * host's (no staging); stage: the host copy of a staged buffer (plain
+     * malloc: it outlives the engines whose context pinned memory needs) */
+    const llmt__dev_ops *op;
+    llmt__dev *d;
+    void *stage;
+    size_t stage_cap;
 };
 
 static const char *point_name(llmt__point at)
@@ -46,6 +67,7 @@ static const char *point_name(llmt__point at)
     case LLMT__AT_LOSS_MAX: return "vocabulary-parallel loss (max)";
     case LLMT__AT_LOSS_SUM: return "vocabulary-parallel loss (sum)";
     case LLMT__AT_GRAD_SUM: return "gradient sum";
+    case LLMT__AT_HOST_SUM: return "sum of host copies";
     }
     return "?";
 }
@@ -59,9 +81,45 @@ static llmt_status failed(llmt__tp *tp, llmt_status s, llmt__point at, int dir,
                          llmt_comm_last_error(tp->comm));
 }
 
+static llmt_status stage_fail(llmt__tp *tp, llmt_status s, llmt__point at, int dir,
+                              const llmt__linear *lin, const char *what)
+{
+    return llmt__err_set(tp->e, s,
+                         "trainer: tensor parallel %s%s%s (%s): the staging through host "
+                         "memory (%s of the %s backend): %s",
+                         point_name(at), lin ? " of " : "", lin ? lin->name : "",
+                         dir > 0 ? "forward" : "backward", what, tp->op->name,
+                         tp->op->last_error(tp->d));
+}
+
+/* Host staging of at least `bytes`. */
+static llmt_status staging(llmt__tp *tp, llmt__point at, size_t bytes)
+{
+    if (bytes <= tp->stage_cap)
+        return LLMT_OK;
+    free(tp->stage);
+    tp->stage_cap = 0;
+    if (!(tp->stage = malloc(bytes)))
+        return llmt__err_set(tp->e, LLMT_ERR_OUT_OF_MEMORY,
+                             "trainer: tensor parallel %s: no host memory for the %zu bytes "
+                             "of its staging",
+                             point_name(at), bytes);
+    tp->stage_cap = bytes;
+    return LLMT_OK;
+}
+
+#define STAGE(tp, call, what)                                 \
+    do {                                                      \
+        llmt_status st_s_ = (call);                           \
+        if (st_s_ != LLMT_OK)                                 \
+            return stage_fail(tp, st_s_, at, dir, lin, what); \
+    } while (0)
+
 /* Sequence parallelism's activation points: gather (forward of a
  * column split Linear's input, backward of the others) or reduce-scatter,
- * in place on buf's rows. */
+ * in place on buf's rows. Staged, the gather copies out only this rank's
+ * block and back every block; the reduce-scatter out every block and back
+ * only this rank's. */
 static llmt_status seq_hook(llmt__tp *tp, llmt__point at, int dir, const llmt__linear *lin,
                             void *buf, size_t rows, size_t cols)
 {
@@ -70,12 +128,28 @@ static llmt_status seq_hook(llmt__tp *tp, llmt__point at, int dir, const llmt__l
                              "trainer: sequence parallel %s: %zu rows do not split in %d",
                              point_name(at), rows, tp->size);
     size_t n = rows / (size_t)tp->size * cols, es = llmt_dtype_size(tp->store);
-    char *mine = (char *)buf + (size_t)tp->rank * n * es;
+    size_t off = (size_t)tp->rank * n * es, all = rows * cols * es;
     int gather = (at == LLMT__AT_COLUMN_IN) == (dir > 0);
-    llmt_status s = gather ? llmt_comm_all_gather(tp->comm, mine, buf, n, tp->store, NULL)
-                           : llmt_comm_reduce_scatter(tp->comm, buf, mine, n, tp->store,
-                                                      LLMT_REDUCE_SUM, NULL);
-    return s == LLMT_OK ? LLMT_OK : failed(tp, s, at, dir, lin, rows, cols);
+    /* what the collective reads and what it writes, staged: bytes [lo,
+     * lo + len) of buf */
+    size_t in_lo = gather ? off : 0, in_len = gather ? n * es : all;
+    size_t out_lo = gather ? 0 : off, out_len = gather ? all : n * es;
+    char *h = buf, *d = buf;
+    llmt_status s;
+    if (!tp->op->host_memory) {
+        if ((s = staging(tp, at, all)) != LLMT_OK)
+            return s;
+        h = tp->stage;
+        STAGE(tp, tp->op->d2h(tp->d, h + in_lo, d + in_lo, in_len), "copy out");
+    }
+    s = gather ? llmt_comm_all_gather(tp->comm, h + off, h, n, tp->store, NULL)
+               : llmt_comm_reduce_scatter(tp->comm, h, h + off, n, tp->store, LLMT_REDUCE_SUM,
+                                          NULL);
+    if (s != LLMT_OK)
+        return failed(tp, s, at, dir, lin, rows, cols);
+    if (h != d)
+        STAGE(tp, tp->op->h2d(tp->d, d + out_lo, h + out_lo, out_len), "copy back");
+    return LLMT_OK;
 }
 
 static llmt_status tp_hook(void *ctx, llmt__point at, int dir, const llmt__linear *lin,
@@ -84,6 +158,16 @@ static llmt_status tp_hook(void *ctx, llmt__point at, int dir, const llmt__linea
     llmt__tp *tp = ctx;
     llmt_dtype dt = tp->store;
     llmt_reduce_op op = LLMT_REDUCE_SUM;
+    llmt_status s;
+    if (at == LLMT__AT_HOST_SUM) { /* host memory on every backend: as it is */
+        s = llmt_comm_all_reduce(tp->comm, buf, buf, rows * cols, LLMT_DTYPE_FP32, op, NULL);
+        return s == LLMT_OK ? LLMT_OK : failed(tp, s, at, dir, lin, rows, cols);
+    }
+    if (!tp->op)
+        return llmt__err_set(tp->e, LLMT_ERR_INTERNAL,
+                             "trainer: tensor parallel %s: no engine has bound its op table "
+                             "(llmt__devtrain_tp.bind)",
+                             point_name(at));
     if (tp->seq && at <= LLMT__AT_EMBED_OUT)
         return seq_hook(tp, at, dir, lin, buf, rows, cols);
     switch (at) {
@@ -104,10 +188,38 @@ static llmt_status tp_hook(void *ctx, llmt__point at, int dir, const llmt__linea
         op = LLMT_REDUCE_MAX;
         break;
     case LLMT__AT_LOSS_SUM:
-    case LLMT__AT_GRAD_SUM: dt = LLMT_DTYPE_FP32; break;
+    case LLMT__AT_GRAD_SUM:
+    case LLMT__AT_HOST_SUM: dt = LLMT_DTYPE_FP32; break;
     }
-    llmt_status s = llmt_comm_all_reduce(tp->comm, buf, buf, rows * cols, dt, op, NULL);
-    return s == LLMT_OK ? LLMT_OK : failed(tp, s, at, dir, lin, rows, cols);
+    size_t bytes = rows * cols * llmt_dtype_size(dt);
+    void *h = buf;
+    if (!tp->op->host_memory) {
+        if ((s = staging(tp, at, bytes)) != LLMT_OK)
+            return s;
+        h = tp->stage;
+        STAGE(tp, tp->op->d2h(tp->d, h, buf, bytes), "copy out");
+    }
+    s = llmt_comm_all_reduce(tp->comm, h, h, rows * cols, dt, op, NULL);
+    if (s != LLMT_OK)
+        return failed(tp, s, at, dir, lin, rows, cols);
+    if (h != buf)
+        STAGE(tp, tp->op->h2d(tp->d, buf, h, bytes), "copy back");
+    return LLMT_OK;
+}
+
+/* The engine's op table and context once it has made its context (op
+ * NULL: the engine with context d is going; a newer engine's binding
+ * stays). */
+static void tp_bind(void *ctx, const llmt__dev_ops *op, llmt__dev *d)
+{
+    llmt__tp *tp = ctx;
+    if (op) {
+        tp->op = op;
+        tp->d = d;
+    } else if (tp->d == d) {
+        tp->op = NULL;
+        tp->d = NULL;
+    }
 }
 
 llmt_status llmt__tp_create(llmt_err *e, llmt_comm *comm, llmt_dtype store, int seq,
@@ -115,10 +227,24 @@ llmt_status llmt__tp_create(llmt_err *e, llmt_comm *comm, llmt_dtype store, int 
 {
     *out = NULL;
     int32_t r = 0, n = 0;
-    if (llmt_comm_rank(comm, &r) != LLMT_OK || llmt_comm_size(comm, &n) != LLMT_OK)
+    llmt_comm_backend be = LLMT_COMM_AUTO;
+    if (llmt_comm_rank(comm, &r) != LLMT_OK || llmt_comm_size(comm, &n) != LLMT_OK ||
+        llmt_comm_backend_of(comm, &be) != LLMT_OK)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: tensor parallelism: the communicator has no rank: %s",
                              llmt_comm_last_error(comm));
+    /* NCCL would take the device buffers as they are, but the engine would
+     * have to synchronise its stream with NCCL's, and the HOST_SUM points
+     * to be staged to the device; and two ranks cannot share this
+     * project's one test GPU, so none of it could be tested */
+    if (be == LLMT_COMM_NCCL)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_tp_comm: tensor parallelism over a NCCL "
+                             "communicator is not implemented (its collectives would need "
+                             "the engine's stream synchronised with NCCL's and the host "
+                             "copies' sums staged to the device); use an in-process, Gloo or "
+                             "MPI communicator: the engine stages device buffers through "
+                             "host memory for them");
     llmt__tp *tp = calloc(1, sizeof *tp);
     if (!tp)
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
@@ -134,6 +260,8 @@ llmt_status llmt__tp_create(llmt_err *e, llmt_comm *comm, llmt_dtype store, int 
 
 void llmt__tp_destroy(llmt__tp *tp)
 {
+    if (tp)
+        free(tp->stage);
     free(tp);
 }
 
@@ -145,6 +273,7 @@ void llmt__tp_engine(llmt__tp *tp, llmt__devtrain_tp *out)
     out->ctx = tp;
     out->seq = tp->seq;
     out->comm = tp->comm;
+    out->bind = tp_bind;
 }
 
 llmt_comm *llmt__tp_comm(const llmt__tp *tp)

@@ -110,7 +110,7 @@ static llmt_status make_engine(llmt_trainer *tr)
             return s;
         stp = &st;
     }
-    llmt__devtrain_tp et = {0, 1, NULL, NULL, 0, NULL};
+    llmt__devtrain_tp et = {.size = 1}; /* no split */
     if (tr->tp)
         llmt__tp_engine(tr->tp, &et);
     /* context parallelism: this rank's T / cp rows of each sequence */

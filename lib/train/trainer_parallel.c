@@ -55,7 +55,7 @@ static llmt_status tp_attach(llmt_trainer *tr, llmt_comm *comm, int seq)
         if (s != LLMT_OK)
             return s;
     }
-    llmt__devtrain_tp et = {0, 1, NULL, NULL, 0, NULL};
+    llmt__devtrain_tp et = {.size = 1}; /* no split */
     if (tp)
         llmt__tp_engine(tp, &et);
     llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
@@ -285,7 +285,7 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
     if (s == LLMT_OK) {
         llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
         /* tensor parallelism, when attached, splits the stage's layers */
-        llmt__devtrain_tp et = {0, 1, NULL, NULL, 0, NULL};
+        llmt__devtrain_tp et = {.size = 1}; /* no split */
         if (tr->tp)
             llmt__tp_engine(tr->tp, &et);
         /* context parallelism, when attached: the stage's engine holds this
@@ -444,7 +444,7 @@ llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant)
         s = llmt__err_set(&tr->err, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     llmt__devtrain *dev = NULL;
     if (s == LLMT_OK && live) { /* tensor parallelism, when attached, stays as it is */
-        llmt__devtrain_tp et = {0, 1, NULL, NULL, 0, NULL};
+        llmt__devtrain_tp et = {.size = 1}; /* no split */
         if (tr->tp)
             llmt__tp_engine(tr->tp, &et);
         llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};

@@ -1,9 +1,12 @@
 /* Tensor parallelism of the engine on CUDA (gpu suite: gpu-tp-engine; SKIPs
  * without a GPU): tp 2 as two threads on ONE GPU, each rank its own CUDA
- * context, the ranks' collectives on an in-process communicator through a
- * test-only hook that stages device buffers through host memory
- * (gpu_stage.cu: NCCL cannot put two ranks on one device). Ten AdamW steps
- * (two micro-batches each, clipping on) of GPT-2 (tied embeddings, learned
+ * context, the ranks' collectives on an in-process communicator. The
+ * library stages them itself (lib/train/tp.c: on a backend whose memory
+ * is not the host's, every split point's buffer goes out by the op
+ * table's d2h and back by h2d around the host collective; the sums of
+ * host copies, LLMT__AT_HOST_SUM, go as they are), so no test hook is
+ * needed: NCCL cannot put two ranks on one device. Ten AdamW steps (two
+ * micro-batches each, clipping on) of GPT-2 (tied embeddings, learned
  * positions) and Llama (RMSNorm, RoPE, SwiGLU; kv heads split, and one kv
  * head shared by both ranks), and both with sequence parallelism, against
  *
@@ -19,19 +22,26 @@
  *     after ten steps expected.
  *
  * After training: evaluate on the first batch (2^-9 relative to tp 1) and
- * greedy generation (tokens in range).
+ * greedy generation (tokens in range). The staging ran: the tp 2 run
+ * copied more out through d2h than the emulation's unstaged tp 2 (the
+ * same engine calls otherwise).
  *
- * The CUDA table says its tensor parallelism never ran on a GPU
- * (unverified_tp): the engine refuses it naming why, which is checked
- * first; the runs then use a copy of the table with that field cleared,
- * the explicit opt-in of this test. Deterministic contexts.
+ * The CUDA table says tp.c's staging never ran on a GPU (unverified_tp):
+ * the engine refuses it naming why, which is checked first; the runs then
+ * use a copy of the table with that field cleared, the explicit opt-in of
+ * this test. A NCCL communicator as the tensor parallel group is refused
+ * by name (checked on a one-rank NCCL communicator where the build has
+ * NCCL). Deterministic contexts.
  *
- * `test_gpu_tp emul` (unit suite in a CUDA build, no GPU needed) checks the
- * harness itself: the emulation in place of CUDA, every buffer staged
- * through the hook's host copy with memcpy; the staged run must equal the
- * unstaged one bit for bit (a wrong staging size or point would show).
- * It also checks the engine's refusal on the emulation's table marked
- * with the CUDA table's unverified_tp. */
+ * `test_gpu_tp emul` (unit suite: tp-stage-emul, any build, no GPU needed)
+ * runs the same harness with the emulation in place of CUDA, its table
+ * copied with host_memory = 0 so that tp.c takes the staged path (its
+ * memory and copies are host memory underneath): the staged run must
+ * equal the unstaged one bit for bit (losses, evaluation, generated
+ * tokens, every parameter: a wrong staging size, offset or point would
+ * show), and must have copied more out through d2h. It also checks the
+ * engine's refusal on the emulation's table marked as unverified_tp. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,70 +62,42 @@
 #define LR 1e-3f
 #define GEN 4
 
-int gpu_stage_is_device(const void *p);
-int gpu_stage_d2h(void *h, const void *d, size_t n);
-int gpu_stage_h2d(void *d, const void *h, size_t n);
-const char *gpu_stage_error(void);
+/* the reason a table without one is marked with for the refusal check */
+#define MARK "has not run here (the test's mark): test gpu-tp-engine"
 
 static llmt_model_config g_cfg;
 static int32_t *g_in, *g_tg;
-static llmt__dev_ops g_cuda; /* the CUDA table, unverified_tp cleared */
-static int g_fake;           /* emul mode: host buffers staged by memcpy */
-static int g_sp;             /* the tp 2 runs with sequence parallelism */
+/* the table under test (CUDA, unverified_tp cleared; or the emulation
+ * with host_memory 0) and the unstaged reference (the emulation), each
+ * with its d2h counted; inner: the tables they forward to */
+static llmt__dev_ops g_dev, g_ref;
+static const llmt__dev_ops *g_dev_inner, *g_ref_inner;
+static atomic_size_t g_dev_d2h, g_ref_d2h;
+static int g_fake; /* emul mode */
+static int g_sp;   /* the tp 2 runs with sequence parallelism */
 
-/* The rank's tensor parallel collectives (lib/train/tp.c's hook on its
- * own llmt__tp over the same communicator) on host copies of device
- * buffers; host buffers (the gathers of sync_params) go straight through. */
-typedef struct stage {
-    llmt_err err;
-    llmt__tp *tp;
-    llmt__devtrain_tp et;
-    void *host;
-    size_t cap;
-    size_t staged; /* bytes that went through the host */
-} stage;
-
-static llmt_status stage_hook(void *ctx, llmt__point at, int dir, const llmt__linear *lin,
-                              void *buf, size_t rows, size_t cols)
+static llmt_status dev_d2h(llmt__dev *d, void *dst, const void *src, size_t n)
 {
-    stage *s = ctx;
-    if (!g_fake && !gpu_stage_is_device(buf))
-        return s->et.hook(s->et.ctx, at, dir, lin, buf, rows, cols);
-    /* activations in the engine's bf16, the loss and gradient points fp32
-     * (tp.c) */
-    size_t bytes = rows * cols * (at <= LLMT__AT_EMBED_OUT ? 2 : 4);
-    if (bytes > s->cap) {
-        free(s->host);
-        s->cap = bytes;
-        if (!(s->host = malloc(bytes)))
-            return LLMT_ERR_OUT_OF_MEMORY;
-    }
-    if (g_fake)
-        memcpy(s->host, buf, bytes);
-    else if (gpu_stage_d2h(s->host, buf, bytes))
-        return llmt__err_set(&s->err, LLMT_ERR_CUDA, "stage d2h: %s", gpu_stage_error());
-    llmt_status st = s->et.hook(s->et.ctx, at, dir, lin, s->host, rows, cols);
-    if (st != LLMT_OK)
-        return st;
-    if (g_fake)
-        memcpy(buf, s->host, bytes);
-    else if (gpu_stage_h2d(buf, s->host, bytes))
-        return llmt__err_set(&s->err, LLMT_ERR_CUDA, "stage h2d: %s", gpu_stage_error());
-    s->staged += bytes;
-    return LLMT_OK;
+    atomic_fetch_add(&g_dev_d2h, n);
+    return g_dev_inner->d2h(d, dst, src, n);
+}
+
+static llmt_status ref_d2h(llmt__dev *d, void *dst, const void *src, size_t n)
+{
+    atomic_fetch_add(&g_ref_d2h, n);
+    return g_ref_inner->d2h(d, dst, src, n);
 }
 
 typedef struct rank_arg {
     llmt_comm *c;
     const llmt__dev_ops *ops;
-    int rank, tp, stage; /* stage: the collectives through host copies */
-    int refusal;         /* only attach tp and keep the message */
+    int rank, tp;
+    int refusal; /* only attach tp and keep the message */
     float loss[STEPS];
     float eval;       /* evaluate on the first step's batch, after training */
     int32_t gen[GEN]; /* greedy tokens after a prompt */
     float *params;
     int64_t numel;
-    size_t staged;
     llmt_status st;
     char err[1024];
 } rank_arg;
@@ -125,8 +107,6 @@ static void *rank_main(void *p)
     rank_arg *a = p;
     llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
-    stage stg;
-    memset(&stg, 0, sizeof stg);
     a->st = llmt_model_create(NULL, &g_cfg, &m);
     if (a->st == LLMT_OK) {
         llmt_trainer_opts o;
@@ -147,17 +127,6 @@ static void *rank_main(void *p)
         rank_fixture_close(a->st, a->err, sizeof a->err, tr, m, NULL, NULL);
         return NULL;
     }
-    if (a->st == LLMT_OK && a->c && a->stage) {
-        a->st = llmt__tp_create(&stg.err, a->c, LLMT_DTYPE_BF16, g_sp, &stg.tp);
-        /* the engine (made here if the trainer defers it) */
-        llmt__devtrain *dev = a->st == LLMT_OK ? llmt__trainer_devtrain(tr) : NULL;
-        if (a->st == LLMT_OK && !dev)
-            a->st = LLMT_ERR_INTERNAL; /* the trainer's last error says why */
-        if (dev) {
-            llmt__tp_engine(stg.tp, &stg.et);
-            llmt__devtrain_set_split_hook(dev, stage_hook, &stg);
-        }
-    }
     size_t per = (size_t)ACCUM * MICRO * T;
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
         llmt_batch b = {sizeof b, g_in + k * per, g_tg + k * per, ACCUM * MICRO, T};
@@ -172,26 +141,27 @@ static void *rank_main(void *p)
         a->st = llmt_trainer_generate(tr, g_in, 3, GEN, 0.0f, 0, 1, a->gen);
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr); /* gathers (collective) */
-    if (a->st != LLMT_OK && stg.err.msg[0])
-        fprintf(stderr, "rank %d staging: %s\n", a->rank, stg.err.msg);
-    a->staged = stg.staged;
     rank_fixture_close(a->st, a->err, sizeof a->err, tr, m, &a->params, &a->numel);
-    llmt__tp_destroy(stg.tp);
-    free(stg.host);
     return NULL;
 }
 
-static void run(int tp, const llmt__dev_ops *ops, int stage_on, int refusal, rank_arg *a)
+/* tp ranks (1: no group) on ops; the bytes its d2h copied out when ops
+ * is one of the counted tables. */
+static size_t run(int tp, const llmt__dev_ops *ops, int refusal, rank_arg *a)
 {
     for (int r = 0; r < tp; r++) {
         memset(&a[r], 0, sizeof a[r]);
         a[r].ops = ops;
         a[r].rank = r;
         a[r].tp = tp;
-        a[r].stage = stage_on;
         a[r].refusal = refusal;
     }
+    atomic_store(&g_dev_d2h, 0);
+    atomic_store(&g_ref_d2h, 0);
     rank_fixture_run(a, sizeof *a, tp, tp > 1, offsetof(rank_arg, c), rank_main);
+    return ops == &g_dev   ? atomic_load(&g_dev_d2h)
+           : ops == &g_ref ? atomic_load(&g_ref_d2h)
+                           : 0;
 }
 
 static void free_args(rank_arg *a, int n)
@@ -200,18 +170,21 @@ static void free_args(rank_arg *a, int n)
         free(a[r].params);
 }
 
-/* A table with unverified_tp set (the CUDA one as shipped): tp refused
- * naming why, before any collective. */
-static void check_refused(const llmt__dev_ops *ops)
+/* A table with unverified_tp set (base's own reason, or the test's mark
+ * where it has none): tp refused naming why, before any collective. */
+static void check_refused(const llmt__dev_ops *base)
 {
+    llmt__dev_ops marked = *base;
+    if (!marked.unverified_tp)
+        marked.unverified_tp = MARK;
     tp_fixture_config(&g_cfg, 0, 0, V, T);
     rank_arg a[2];
-    run(2, ops, 0, 1, a);
+    run(2, &marked, 1, a);
     for (int r = 0; r < 2; r++) {
-        printf("tp 2 on the %s table with unverified_tp, rank %d: %s\n", ops->name, r,
+        printf("tp 2 on the %s table with unverified_tp, rank %d: %s\n", base->name, r,
                a[r].err);
         CHECK_STATUS(a[r].st, LLMT_ERR_UNSUPPORTED);
-        CHECK(strstr(a[r].err, "has not run on a GPU yet") && strstr(a[r].err, "gpu-tp-ops"));
+        CHECK(strstr(a[r].err, marked.unverified_tp) && strstr(a[r].err, "gpu-tp-engine"));
     }
 }
 
@@ -220,28 +193,28 @@ static void compare(const char *name, int llama, int kv, int sp)
     tp_fixture_config(&g_cfg, llama, kv, V, T);
     g_sp = sp;
     rank_arg one[1], cu[2], em[2];
-    run(1, &g_cuda, 0, 0, one);
-    run(2, &g_cuda, 1, 0, cu);
-    run(2, llmt__dev_emul(), 0, 0, em);
+    run(1, &g_dev, 0, one);
+    size_t d2h_cu = run(2, &g_dev, 0, cu);
+    size_t d2h_em = run(2, &g_ref, 0, em);
     CHECK_STATUS(one[0].st, LLMT_OK);
     if (one[0].st != LLMT_OK)
-        fprintf(stderr, "%s cuda tp 1: %s\n", name, one[0].err);
+        fprintf(stderr, "%s %s tp 1: %s\n", name, g_dev.name, one[0].err);
     rank_fixture_worst w = {0};
     double vs_emul = 0.0;
     for (int r = 0; r < 2; r++) {
         if (cu[r].st != LLMT_OK)
-            fprintf(stderr, "%s cuda tp 2 rank %d: %s\n", name, r, cu[r].err);
+            fprintf(stderr, "%s %s tp 2 rank %d: %s\n", name, g_dev.name, r, cu[r].err);
         if (em[r].st != LLMT_OK)
             fprintf(stderr, "%s emul tp 2 rank %d: %s\n", name, r, em[r].err);
         CHECK_STATUS(cu[r].st, LLMT_OK);
         CHECK_STATUS(em[r].st, LLMT_OK);
-        CHECK(cu[r].staged > 0); /* the collectives did go through the hook */
         if (cu[r].st != LLMT_OK || one[0].st != LLMT_OK || em[r].st != LLMT_OK)
             continue;
         rank_fixture_losses(&w, cu[r].loss, one[0].loss, 0, STEPS, 1);
         rank_fixture_params_check(&w, cu[r].params, cu[r].numel, one[0].params, one[0].numel, 1,
                                   2.0 * LR * STEPS);
-        if (g_fake) { /* the same run, staged: the same parameters, bit for bit */
+        if (g_fake) { /* the same run, staged: the same bits */
+            CHECK(!memcmp(cu[r].loss, em[r].loss, sizeof cu[r].loss));
             CHECK(cu[r].numel == em[r].numel &&
                   !memcmp(cu[r].params, em[r].params, (size_t)cu[r].numel * sizeof(float)));
             CHECK(cu[r].eval == em[r].eval && !memcmp(cu[r].gen, em[r].gen, sizeof cu[r].gen));
@@ -263,37 +236,78 @@ static void compare(const char *name, int llama, int kv, int sp)
     }
     CHECK(vs_emul <= (g_fake ? 0.0 : 1e-2));        /* emul mode: the same run, staged */
     CHECK(one[0].loss[STEPS - 1] < one[0].loss[0]); /* training moved */
+    /* the staging ran: the engine's own reads are the same on both sides */
+    CHECK(d2h_cu > d2h_em);
     const char *side = g_fake ? "staged emul" : "cuda";
-    printf("%-18s %s tp 2 vs %s tp 1: loss %.3f -> %.3f, loss rel diff %.2e, params max "
-           "abs diff %.2e (bound %.1e); vs emulation tp 2: loss rel diff %.2e; staged %zu "
-           "bytes per rank\n",
+    printf("%-22s %s tp 2 vs %s tp 1: loss %.3f -> %.3f, loss rel diff %.2e, params max "
+           "abs diff %.2e (bound %.1e); vs emulation tp 2: loss rel diff %.2e; d2h bytes "
+           "tp 2 %zu, unstaged emulation tp 2 %zu\n",
            name, side, side, (double)one[0].loss[0], (double)one[0].loss[STEPS - 1], w.loss,
-           w.abs, 2.0 * LR * STEPS, vs_emul, cu[0].staged);
+           w.abs, 2.0 * LR * STEPS, vs_emul, d2h_cu, d2h_em);
     free_args(one, 1);
     free_args(cu, 2);
     free_args(em, 2);
     g_sp = 0;
 }
 
+/* The tensor parallel group on a NCCL communicator: refused by name
+ * (tp.c; one rank: NCCL cannot put two on this one GPU). */
+static void check_nccl_refused(void)
+{
+    if (!(llmt_build_features() & LLMT_FEATURE_NCCL)) {
+        printf("no NCCL in this build: its refusal is not checked\n");
+        return;
+    }
+    unsigned char id[LLMT_COMM_UNIQUE_ID_BYTES];
+    llmt_comm *c = NULL;
+    llmt_comm_opts co;
+    llmt_comm_opts_init(&co, sizeof co);
+    co.backend = LLMT_COMM_NCCL;
+    CHECK_STATUS(llmt_comm_unique_id(id, sizeof id), LLMT_OK);
+    CHECK_STATUS(llmt_comm_create_from_unique_id(NULL, id, sizeof id, 0, 1, &co, &c), LLMT_OK);
+    if (!c)
+        return;
+    llmt_err e;
+    memset(&e, 0, sizeof e);
+    llmt__tp *tp = NULL;
+    CHECK_STATUS(llmt__tp_create(&e, c, LLMT_DTYPE_BF16, 0, &tp), LLMT_ERR_UNSUPPORTED);
+    CHECK(tp == NULL && strstr(e.msg, "NCCL") && strstr(e.msg, "not implemented"));
+    printf("tensor parallelism over NCCL: %s\n", e.msg);
+    llmt__tp_destroy(tp);
+    llmt_comm_destroy(c);
+}
+
+static void counted(const llmt__dev_ops *dev, int host_memory)
+{
+    g_dev_inner = dev;
+    g_dev = *dev;
+    g_dev.unverified_tp = NULL; /* this test is the verification */
+    g_dev.host_memory = host_memory;
+    g_dev.d2h = dev_d2h;
+    g_ref_inner = llmt__dev_emul();
+    g_ref = *g_ref_inner;
+    g_ref.d2h = ref_d2h;
+}
+
 int main(int argc, char **argv)
 {
+    const llmt__dev_ops *cu = llmt__dev_cuda();
     if (argc > 1 && !strcmp(argv[1], "emul")) {
         g_fake = 1;
-        g_cuda = *llmt__dev_emul();
+        counted(llmt__dev_emul(), 0); /* tp.c stages as on a device */
         tp_fixture_data((size_t)STEPS * ACCUM * MICRO * T, V, &g_in, &g_tg);
         /* the engine's refusal, on the emulation marked as CUDA is */
-        llmt__dev_ops marked = g_cuda;
-        marked.unverified_tp = llmt__dev_cuda() ? llmt__dev_cuda()->unverified_tp : NULL;
-        if (marked.unverified_tp)
-            check_refused(&marked);
+        llmt__dev_ops marked = g_dev;
+        marked.unverified_tp = cu ? cu->unverified_tp : NULL;
+        check_refused(&marked);
         compare("gpt2 (emul)", 0, 0, 0);
         compare("llama kv2 (emul)", 1, 2, 0);
         compare("llama kv1 sp (emul)", 1, 1, 1);
+        compare("gpt2 sp (emul)", 0, 0, 1);
         free(g_in);
         free(g_tg);
         return check_exit("tp-stage-emul");
     }
-    const llmt__dev_ops *cu = llmt__dev_cuda();
     if (!cu) {
         printf("SKIP: a build without CUDA\n");
         return CHECK_SKIP;
@@ -314,10 +328,10 @@ int main(int argc, char **argv)
     }
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
-    g_cuda = *cu;
-    g_cuda.unverified_tp = NULL; /* this test is the verification */
+    counted(cu, cu->host_memory);
     tp_fixture_data((size_t)STEPS * ACCUM * MICRO * T, V, &g_in, &g_tg);
     check_refused(cu);
+    check_nccl_refused();
     compare("gpt2", 0, 0, 0);
     compare("llama kv2 (split)", 1, 2, 0);
     compare("llama kv1 (shared)", 1, 1, 0);
