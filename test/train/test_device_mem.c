@@ -1,0 +1,139 @@
+/* What the device engine keeps per layer (lib/train/device.c's buffer
+ * plan), on the bf16 host emulation, which counts the bytes the engine
+ * asks for as the CUDA backend's allocations: a model of L + 1 layers
+ * holds, beside one of L, exactly one layer's share of what
+ * flash-attention training must keep for the backward, computed here from
+ * the shapes (not from the planner, which test plan-vs-run holds to the
+ * engine):
+ *
+ *   its input (resid[l]) and res2 (the second norm's input), N x C each;
+ *   qkv (N x (C + 2 kv hd)); the attention output (N x C) and its state
+ *   (the backend's attn_state floats); the norms' statistics (4 x N
+ *   floats); the MLP's two N x F tensors (Llama: gate and up; GPT-2: fc's
+ *   pre-activation and GELU output).
+ *
+ * The norms' outputs and Llama's SwiGLU output are not kept (made again
+ * in the backward): a layer more costs nothing for them. Under full
+ * recomputation a layer more costs its input only. A step with each
+ * recompute mode trains to the same loss bit for bit (test
+ * device-trainer checks the whole run). */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "exec/dev.h"
+#include "llmtrain.h"
+#include "train/device.h"
+
+#define B 2
+#define T 16
+#define C 64
+#define NH 4
+#define KV 2
+#define F 160
+
+static void config(llmt_model_config *mc, int llama, int layers)
+{
+    llmt_model_config_init(mc, sizeof *mc);
+    mc->arch = llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
+    mc->vocab_size = 97;
+    mc->padded_vocab_size = 128;
+    mc->max_seq_len = T;
+    mc->layers = layers;
+    mc->width = C;
+    mc->heads = NH;
+    mc->kv_heads = llama ? KV : 0;
+    mc->ffn_hidden = F;
+    mc->seed = 5;
+}
+
+/* device activation bytes of a fresh emulated trainer, and the loss of
+ * one step (-1 on failure) */
+static int64_t acts(llmt_context *ctx, int llama, int layers, int recompute, float *loss)
+{
+    llmt_model_config mc;
+    config(&mc, llama, layers);
+    llmt_model *m = NULL;
+    if (llmt_model_create(ctx, &mc, &m) != LLMT_OK)
+        return -1;
+    llmt_trainer_opts to;
+    llmt_trainer_opts_init(&to, sizeof to);
+    to.micro_batch = B;
+    to.seq_len = T;
+    to.lr = 1e-3f;
+    to.threads = 1;
+    to.device = LLMT_DEVICE_CUDA;
+    to.recompute = recompute;
+    llmt_trainer *tr = NULL;
+    int64_t r = -1;
+    if (llmt__trainer_create_dev(m, &to, llmt__dev_emul(), &tr) != LLMT_OK) {
+        fprintf(stderr, "trainer: %s\n", llmt_model_last_error(m));
+        llmt_model_destroy(m);
+        return -1;
+    }
+    int32_t in[B * T], tg[B * T];
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (i * 7 + 3) % 97;
+        tg[i] = (i * 7 + 10) % 97;
+    }
+    llmt_batch b = {sizeof b, in, tg, B, T};
+    llmt_step_metrics met;
+    memset(&met, 0, sizeof met);
+    met.struct_size = sizeof met;
+    *loss = -1.0f;
+    if (llmt_trainer_step(tr, &b, &met) == LLMT_OK)
+        *loss = met.loss;
+    llmt_trainer_memory mem;
+    memset(&mem, 0, sizeof mem);
+    mem.struct_size = sizeof mem;
+    if (llmt_trainer_memory_usage(tr, &mem) == LLMT_OK)
+        r = mem.device_activations;
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    return r;
+}
+
+static void check_arch(llmt_context *ctx, int llama)
+{
+    const char *name = llama ? "llama" : "gpt2";
+    int64_t N = (int64_t)B * T, hd = C / NH, kv = llama ? KV : NH;
+    int64_t Q = C + 2 * kv * hd;
+    int64_t state = (int64_t)llmt__dev_emul()->attn_state(B, NH, T);
+    /* resid[l], res2, atty; qkv; lse; 4 statistics; two MLP tensors */
+    int64_t layer = 3 * N * C * 2 + N * Q * 2 + state * 4 + 4 * N * 4 + 2 * N * F * 2;
+    float l2[3], l3[3];
+    int64_t a2[3], a3[3];
+    for (int r = 0; r < 3; r++) {
+        a2[r] = acts(ctx, llama, 2, r, &l2[r]);
+        a3[r] = acts(ctx, llama, 3, r, &l3[r]);
+        CHECK(a2[r] > 0 && a3[r] > 0);
+        CHECK(l2[r] > 0.0f && l3[r] > 0.0f);
+    }
+    fprintf(stderr,
+            "%s: a layer keeps %lld bytes (expected %lld); full recompute %lld "
+            "(expected %lld); selective %lld\n",
+            name, (long long)(a3[0] - a2[0]), (long long)layer, (long long)(a3[1] - a2[1]),
+            (long long)(N * C * 2), (long long)(a3[2] - a2[2]));
+    CHECK_EQ_INT(a3[0] - a2[0], layer);
+    CHECK_EQ_INT(a3[1] - a2[1], N * C * 2);
+    /* selective: one attention output and state for all layers */
+    CHECK_EQ_INT(a3[2] - a2[2], layer - N * C * 2 - state * 4);
+    /* the same step whatever is kept or made again */
+    for (int r = 1; r < 3; r++) {
+        CHECK(memcmp(&l2[r], &l2[0], sizeof(float)) == 0);
+        CHECK(memcmp(&l3[r], &l3[0], sizeof(float)) == 0);
+    }
+}
+
+int main(void)
+{
+    llmt_context *ctx = NULL;
+    CHECK_STATUS(llmt_context_create(NULL, &ctx), LLMT_OK);
+    if (!ctx)
+        return check_exit("device-mem");
+    check_arch(ctx, 0);
+    check_arch(ctx, 1);
+    llmt_context_destroy(ctx);
+    return check_exit("device-mem");
+}
