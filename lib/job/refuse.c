@@ -52,14 +52,16 @@ static llmt_status check_parallelism(llmt_job *j)
      * too) and context parallelism run them (doc/moe.md) */
     if (s->model.moe.experts == 0 && llmt__spec_given(s, "model.moe.expert_ffn"))
         return REFUSE("model.moe.expert_ffn: set but model.moe.experts is 0 (dense)");
-    /* the CUDA engine's tensor parallelism has never run on a GPU (its
-     * op table says so: unverified_tp), and its group would need NCCL,
-     * which the job gives the data parallel group only (nccl_attach.c) */
+    /* the CUDA engine's tensor parallelism as the trainer runs it (tp.c's
+     * host staging of device buffers) has not run on a GPU (its op table
+     * says so: unverified_tp), nor has a job's tp group beside the NCCL
+     * twin it makes for data parallelism only (nccl_attach.c) */
     if (s->parallelism.tp > 1 && s->train.device == LLMT_SPEC_DEVICE_CUDA)
         return REFUSE("parallelism.tp: %lld is not supported by llmt_job with train.device "
-                      "cuda yet (the CUDA backend's vocabulary-split ops exist but have not "
-                      "run on a GPU: issue 16, test gpu-tp-ops; and the job makes a NCCL "
-                      "group for data parallelism only); use 1, or train.device cpu",
+                      "cuda yet (the CUDA engine's tensor parallelism through "
+                      "lib/train/tp.c's host staging has not run on a GPU: issue 16, test "
+                      "gpu-tp-engine; and the job makes a NCCL group for data parallelism "
+                      "only); use 1, or train.device cpu",
                       (long long)s->parallelism.tp);
     /* ZeRO shards over the data-parallel group: with one replica there is
      * nothing to shard, and a stage that changes nothing would be a lie */
