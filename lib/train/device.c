@@ -94,9 +94,11 @@ struct llmt__devtrain {
     llmt__vocab voc;
     llmt__split_hook hook;
     void *hook_ctx;
-    /* tensor parallelism's binding to this engine's context (device.h) */
-    void (*tpbind)(void *ctx, const llmt__dev_ops *op, llmt__dev *d);
-    void *tpbind_ctx;
+    /* tensor parallelism's binding to this engine's context (device.h):
+     * tpbound, made by tpbind, is the hook's context once made */
+    void *(*tpbind)(void *ctx, const llmt__dev_ops *op, llmt__dev *d);
+    void (*tpunbind)(void *bound);
+    void *tpbound;
     float *master, *grad, *mom1, *mom2;
     void *param;           /* compute copy (storage type); master for fp32 */
     float *hg, *hm, *hv;   /* host mirrors */
@@ -239,8 +241,8 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
 {
     if (!g) return;
     llmt__cp_unbind(g->cp, g->d); /* its scratch, when in this engine's memory */
-    if (g->tpbind && g->d)
-        g->tpbind(g->tpbind_ctx, NULL, g->d);
+    if (g->tpbound)
+        g->tpunbind(g->tpbound);
     llmt__moe_net_free(g->moe);
     if (g->d) {
         if (g->param == (void *)g->master) g->param = NULL; /* fp32: one buffer */
@@ -989,7 +991,7 @@ llmt_status llmt__devtrain_create_layout(
         g->hook = tp->hook;
         g->hook_ctx = tp->ctx;
         g->tpbind = tp->bind;
-        g->tpbind_ctx = tp->ctx;
+        g->tpunbind = tp->unbind;
         g->sp = sp;
     }
     if ((g->nslot && !g->slot) || !g->cl0 || !g->cl1 || !g->sh || !g->nrm_x || !g->nrm_n ||
@@ -1005,8 +1007,13 @@ llmt_status llmt__devtrain_create_layout(
         return llmt__err_set(e, s, "trainer: device %s %d: %s", ops->name, dopts->device,
                              msg[0] ? msg : "cannot create the context");
     }
-    if (g->tpbind) /* tp.c stages device buffers by this table and context */
-        g->tpbind(g->tpbind_ctx, ops, g->d);
+    if (g->tpbind) { /* tp.c stages device buffers by this table and context */
+        if (!(g->tpbound = g->tpbind(g->hook_ctx, ops, g->d))) {
+            llmt__devtrain_destroy(g);
+            return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+        }
+        g->hook_ctx = g->tpbound;
+    }
     g->pinned = 1;
     tp_shards(g);
     stage_params(g);

@@ -127,10 +127,13 @@ typedef struct llmt__devtrain_tp {
      * split points: the MoE layers' router statistics under sequence
      * parallelism (moe_group.h) */
     llmt_comm *comm;
-    /* called with the engine's op table and context once it has made the
-     * context, and with op NULL as that engine goes, so that the hook can
-     * stage device buffers through host memory (tp.c); NULL: not needed */
-    void (*bind)(void *ctx, const llmt__dev_ops *op, llmt__dev *d);
+    /* once the engine has made its context: ctx bound to the engine's op
+     * table and context d, returned as the hook's context for this engine
+     * (so that the hook can stage device buffers through host memory:
+     * tp.c), NULL when out of memory; unbind frees it as the engine goes.
+     * NULL: the hook takes ctx as it is. */
+    void *(*bind)(void *ctx, const llmt__dev_ops *op, llmt__dev *d);
+    void (*unbind)(void *bound);
 } llmt__devtrain_tp;
 
 /* llmt_trainer_opts.recompute values */

@@ -49,14 +49,21 @@ struct llmt__tp {
     llmt_dtype store;
     int rank, size;
     int seq; /* sequence parallel */
-    /* the engine's op table and context (tp_bind); host: its memory is the
-     * host's (no staging); stage: the host copy of a staged buffer (plain
-     * malloc: it outlives the engines whose context pinned memory needs) */
-    const llmt__dev_ops *op;
-    llmt__dev *d;
+    /* the host copy of a staged buffer, shared by the engines bound to
+     * this (one runs at a time); plain malloc, as it outlives the engine
+     * contexts that pinned memory would need */
     void *stage;
     size_t stage_cap;
 };
+
+/* The hook's context for one engine (tp_bind): the group, and the
+ * engine's op table and context, whose copies stage when its memory is
+ * not the host's. */
+typedef struct tp_bound {
+    llmt__tp *tp;
+    const llmt__dev_ops *op;
+    llmt__dev *d;
+} tp_bound;
 
 static const char *point_name(llmt__point at)
 {
@@ -81,15 +88,15 @@ static llmt_status failed(llmt__tp *tp, llmt_status s, llmt__point at, int dir,
                          llmt_comm_last_error(tp->comm));
 }
 
-static llmt_status stage_fail(llmt__tp *tp, llmt_status s, llmt__point at, int dir,
+static llmt_status stage_fail(const tp_bound *b, llmt_status s, llmt__point at, int dir,
                               const llmt__linear *lin, const char *what)
 {
-    return llmt__err_set(tp->e, s,
+    return llmt__err_set(b->tp->e, s,
                          "trainer: tensor parallel %s%s%s (%s): the staging through host "
                          "memory (%s of the %s backend): %s",
                          point_name(at), lin ? " of " : "", lin ? lin->name : "",
-                         dir > 0 ? "forward" : "backward", what, tp->op->name,
-                         tp->op->last_error(tp->d));
+                         dir > 0 ? "forward" : "backward", what, b->op->name,
+                         b->op->last_error(b->d));
 }
 
 /* Host staging of at least `bytes`. */
@@ -108,11 +115,11 @@ static llmt_status staging(llmt__tp *tp, llmt__point at, size_t bytes)
     return LLMT_OK;
 }
 
-#define STAGE(tp, call, what)                                 \
-    do {                                                      \
-        llmt_status st_s_ = (call);                           \
-        if (st_s_ != LLMT_OK)                                 \
-            return stage_fail(tp, st_s_, at, dir, lin, what); \
+#define STAGE(b, call, what)                                 \
+    do {                                                     \
+        llmt_status st_s_ = (call);                          \
+        if (st_s_ != LLMT_OK)                                \
+            return stage_fail(b, st_s_, at, dir, lin, what); \
     } while (0)
 
 /* Sequence parallelism's activation points: gather (forward of a
@@ -120,9 +127,10 @@ static llmt_status staging(llmt__tp *tp, llmt__point at, size_t bytes)
  * in place on buf's rows. Staged, the gather copies out only this rank's
  * block and back every block; the reduce-scatter out every block and back
  * only this rank's. */
-static llmt_status seq_hook(llmt__tp *tp, llmt__point at, int dir, const llmt__linear *lin,
+static llmt_status seq_hook(const tp_bound *b, llmt__point at, int dir, const llmt__linear *lin,
                             void *buf, size_t rows, size_t cols)
 {
+    llmt__tp *tp = b->tp;
     if (rows % (size_t)tp->size)
         return llmt__err_set(tp->e, LLMT_ERR_INTERNAL,
                              "trainer: sequence parallel %s: %zu rows do not split in %d",
@@ -136,11 +144,11 @@ static llmt_status seq_hook(llmt__tp *tp, llmt__point at, int dir, const llmt__l
     size_t out_lo = gather ? 0 : off, out_len = gather ? all : n * es;
     char *h = buf, *d = buf;
     llmt_status s;
-    if (!tp->op->host_memory) {
+    if (!b->op->host_memory) {
         if ((s = staging(tp, at, all)) != LLMT_OK)
             return s;
         h = tp->stage;
-        STAGE(tp, tp->op->d2h(tp->d, h + in_lo, d + in_lo, in_len), "copy out");
+        STAGE(b, b->op->d2h(b->d, h + in_lo, d + in_lo, in_len), "copy out");
     }
     s = gather ? llmt_comm_all_gather(tp->comm, h + off, h, n, tp->store, NULL)
                : llmt_comm_reduce_scatter(tp->comm, h, h + off, n, tp->store, LLMT_REDUCE_SUM,
@@ -148,14 +156,15 @@ static llmt_status seq_hook(llmt__tp *tp, llmt__point at, int dir, const llmt__l
     if (s != LLMT_OK)
         return failed(tp, s, at, dir, lin, rows, cols);
     if (h != d)
-        STAGE(tp, tp->op->h2d(tp->d, d + out_lo, h + out_lo, out_len), "copy back");
+        STAGE(b, b->op->h2d(b->d, d + out_lo, h + out_lo, out_len), "copy back");
     return LLMT_OK;
 }
 
 static llmt_status tp_hook(void *ctx, llmt__point at, int dir, const llmt__linear *lin,
                            void *buf, size_t rows, size_t cols)
 {
-    llmt__tp *tp = ctx;
+    const tp_bound *b = ctx;
+    llmt__tp *tp = b->tp;
     llmt_dtype dt = tp->store;
     llmt_reduce_op op = LLMT_REDUCE_SUM;
     llmt_status s;
@@ -163,13 +172,8 @@ static llmt_status tp_hook(void *ctx, llmt__point at, int dir, const llmt__linea
         s = llmt_comm_all_reduce(tp->comm, buf, buf, rows * cols, LLMT_DTYPE_FP32, op, NULL);
         return s == LLMT_OK ? LLMT_OK : failed(tp, s, at, dir, lin, rows, cols);
     }
-    if (!tp->op)
-        return llmt__err_set(tp->e, LLMT_ERR_INTERNAL,
-                             "trainer: tensor parallel %s: no engine has bound its op table "
-                             "(llmt__devtrain_tp.bind)",
-                             point_name(at));
     if (tp->seq && at <= LLMT__AT_EMBED_OUT)
-        return seq_hook(tp, at, dir, lin, buf, rows, cols);
+        return seq_hook(b, at, dir, lin, buf, rows, cols);
     switch (at) {
     case LLMT__AT_COLUMN_IN:
         if (dir > 0)
@@ -193,33 +197,36 @@ static llmt_status tp_hook(void *ctx, llmt__point at, int dir, const llmt__linea
     }
     size_t bytes = rows * cols * llmt_dtype_size(dt);
     void *h = buf;
-    if (!tp->op->host_memory) {
+    if (!b->op->host_memory) {
         if ((s = staging(tp, at, bytes)) != LLMT_OK)
             return s;
         h = tp->stage;
-        STAGE(tp, tp->op->d2h(tp->d, h, buf, bytes), "copy out");
+        STAGE(b, b->op->d2h(b->d, h, buf, bytes), "copy out");
     }
     s = llmt_comm_all_reduce(tp->comm, h, h, rows * cols, dt, op, NULL);
     if (s != LLMT_OK)
         return failed(tp, s, at, dir, lin, rows, cols);
     if (h != buf)
-        STAGE(tp, tp->op->h2d(tp->d, buf, h, bytes), "copy back");
+        STAGE(b, b->op->h2d(b->d, buf, h, bytes), "copy back");
     return LLMT_OK;
 }
 
-/* The engine's op table and context once it has made its context (op
- * NULL: the engine with context d is going; a newer engine's binding
- * stays). */
-static void tp_bind(void *ctx, const llmt__dev_ops *op, llmt__dev *d)
+/* One engine's hook context, made once it has made its context; freed
+ * as it goes (never touching the group, which may have gone first). */
+static void *tp_bind(void *ctx, const llmt__dev_ops *op, llmt__dev *d)
 {
-    llmt__tp *tp = ctx;
-    if (op) {
-        tp->op = op;
-        tp->d = d;
-    } else if (tp->d == d) {
-        tp->op = NULL;
-        tp->d = NULL;
+    tp_bound *b = malloc(sizeof *b);
+    if (b) {
+        b->tp = ctx;
+        b->op = op;
+        b->d = d;
     }
+    return b;
+}
+
+static void tp_unbind(void *bound)
+{
+    free(bound);
 }
 
 llmt_status llmt__tp_create(llmt_err *e, llmt_comm *comm, llmt_dtype store, int seq,
@@ -274,6 +281,7 @@ void llmt__tp_engine(llmt__tp *tp, llmt__devtrain_tp *out)
     out->seq = tp->seq;
     out->comm = tp->comm;
     out->bind = tp_bind;
+    out->unbind = tp_unbind;
 }
 
 llmt_comm *llmt__tp_comm(const llmt__tp *tp)

@@ -18,7 +18,9 @@ llmt_status llmt__tp_create(llmt_err *e, llmt_comm *comm, llmt_dtype store, int 
                             llmt__tp **out);
 void llmt__tp_destroy(llmt__tp *tp);
 /* The engine's description of the group (rank, size, hook, ctx, bind):
- * one engine at a time uses it (the last one made binds it). */
+ * each engine made from it binds its own hook context (its op table and
+ * device context); the host staging buffer is the group's, as the
+ * trainer runs one engine at a time. */
 void llmt__tp_engine(llmt__tp *tp, llmt__devtrain_tp *out);
 llmt_comm *llmt__tp_comm(const llmt__tp *tp);
 /* Sequence parallel? (0 for NULL) */
