@@ -504,16 +504,24 @@ static double mlp_scratch(const eng *g)
     return g->B * g->T * g->F_l * (g->llama ? 3 : 1);
 }
 
+/* The attention backward's dq, dk, dv buffer, bytes: none where a dense
+ * layer's MLP scratch (dfch, N x F) holds it (Q <= F; device.c). */
+static double dqkv(const eng *g, int dense)
+{
+    return dense && g->Q_l <= g->F_l ? 0 : g->B * g->T * g->Q_l * g->es;
+}
+
 /* Activations and backward scratch the engine plans for a micro-batch
  * (device.c, llmt__devtrain_create_tp: the buffers allocated as
  * activations): the residual stream, per stored layer res2 (the second
  * norm's input), the norms' statistics, qkv, the attention output and state (probabilities on
  * the CPU, log-sum-exp elsewhere; one for all layers under selective
  * recomputation), a dense layer's MLP hidden (the one set of full
- * recomputation: if any layer is dense); the final norm, the rank's
- * logits, the backward's scratch (the MLP's if a layer is dense; the one
- * norm output, nrmx, that every layer's norms write and its backward
- * makes again), and the split loss's row buffers. */
+ * recomputation: if any layer is dense); the final norm's statistics,
+ * the rank's logits, the backward's scratch (the MLP's if a layer is
+ * dense, holding dq, dk, dv too where they fit; the one norm output,
+ * nrmx, that every norm writes and the backward makes again), and the
+ * split loss's row buffers. */
 static double activations(const eng *g)
 {
     double N = g->B * g->T, C = g->C, bf = g->es, L = g->L;
@@ -526,8 +534,8 @@ static double activations(const eng *g)
     double layer = Nr * C * bf + 4 * Nr * 4 + N * Q * bf;
     double x = (L + 1) * Nr * C * bf + stored * layer + (g->selective ? 1 : stored) * core;
     x += dstored * mlp_saved(g) * bf;
-    x += Nr * C * bf + 2 * Nr * 4 + N * g->V_l * bf; /* final norm, logits */
-    x += (2 * Nr + N) * C * bf + N * Q * bf + (dense > 0 ? mlp_scratch(g) * bf : 0) + 4;
+    x += 2 * Nr * 4 + N * g->V_l * bf; /* final norm's statistics, logits */
+    x += (2 * Nr + N) * C * bf + dqkv(g, dense > 0) + (dense > 0 ? mlp_scratch(g) * bf : 0) + 4;
     if (g->sp) /* the gathered rows of a column split Linear's input */
         x += N * C * bf;
     if (g->t > 1)
@@ -538,8 +546,8 @@ static double activations(const eng *g)
 /* A pipeline stage (device.c, llmt__devtrain_create_stage, pp.c): one
  * activation set per micro-batch chunk the schedule keeps in flight, each
  * holding the residual stream and the layers of the stage's longest chunk
- * (the other chunks alias them) and, on the last stage, the final norm
- * and the logits (under sequence parallelism the residual stream, norms
+ * (the other chunks alias them) and, on the last stage, the final norm's
+ * statistics and the logits (under sequence parallelism the residual stream, norms
  * and MoE layers of this rank's rows); the backward's scratch once; the
  * received output gradient's buffer on all but the last stage (all under
  * interleaving); and the trainer's window. */
@@ -581,7 +589,7 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
     double set = (Lc + 1) * (Nr * C * bf + tail) + stored * layer +
                  (g.selective ? 1 : stored) * core + dstored * mlp_saved(&g) * bf;
     if (stage == p - 1)
-        set += Nr * C * bf + 2 * Nr * 4 + N * g.V_l * bf;
+        set += 2 * Nr * 4 + N * g.V_l * bf; /* final norm's statistics, logits */
     double sets =
         llmt__plan_pp_inflight(llmt__plan_pp_schedule(s), p, v, s->batch.grad_accum, stage);
     double x = sets * set;
@@ -590,7 +598,8 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
      * layer is in one chunk), of this rank's rows */
     x += sets * M * moe_saved(s, &g, Nr) + moe_scratch(s, &g, Nr);
     /* the backward's scratch, as activations() counts it */
-    x += (2 * Nr + N) * C * bf + tail + N * Q * bf + (L > M ? mlp_scratch(&g) * bf : 0) + 4;
+    x +=
+        (2 * Nr + N) * C * bf + tail + dqkv(&g, L > M) + (L > M ? mlp_scratch(&g) * bf : 0) + 4;
     if (g.sp) /* the gathered rows of a column split Linear's input */
         x += N * C * bf;
     if (g.t > 1) /* the split loss's row buffers */

@@ -60,11 +60,11 @@ typedef struct dlayer {
 } dlayer;
 
 /* One micro-batch's activations on a pipeline stage (the engine's L,
- * resid, lnf, lnfm, lnfr and logits point at the current one); micro: the
+ * resid, lnfm, lnfr and logits point at the current one); micro: the
  * micro-batch it holds (-1: none). */
 typedef struct actset {
     dlayer *L;
-    void **resid, *lnf, *logits;
+    void **resid, *logits;
     float *lnfm, *lnfr;
     int micro;
 } actset;
@@ -104,12 +104,12 @@ struct llmt__devtrain {
     float *hg, *hm, *hv;   /* host mirrors */
     int pinned;
     dlayer *L;
-    void **resid, *lnf, *logits;
+    void **resid, *logits; /* the final norm's output: nrmx, as a layer's */
     void *dres, *dtmp, *dqkv, *dfch, *dfch3, *dfchg;
+    void *nrmx; /* a layer's norm output (ln1, ln2): made again for its backward */
     float *lnfm, *lnfr, *losses, *sums; /* losses: A x B x T; sums: sumsq */
     float *hloss;          /* host copy of the losses (summed in double) */
     int32_t *tok, *tgt;
-    void *nrmx; /* a layer's norm output (ln1, ln2): made again for its backward */
     void *hrow;            /* host row of logits for last_logits */
     size_t act_bytes;
     /* fp8 forward GEMMs */
@@ -247,15 +247,17 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     if (g->d) {
         if (g->param == (void *)g->master) g->param = NULL; /* fp32: one buffer */
         if (g->alias) g->master = NULL;                     /* the model's */
+        if (g->dqkv == g->dfch)
+            g->dqkv = NULL; /* dfch's memory */
         void **bufs[] = {
-            (void **)&g->master, (void **)&g->grad,   (void **)&g->mom1,   (void **)&g->mom2,
-            (void **)&g->param,  (void **)&g->lnf,    (void **)&g->logits, (void **)&g->dres,
-            (void **)&g->dtmp,   (void **)&g->dqkv,   (void **)&g->dfch,   (void **)&g->dfch3,
-            (void **)&g->dfchg,  (void **)&g->lnfm,   (void **)&g->lnfr,   (void **)&g->losses,
-            (void **)&g->sums,   (void **)&g->tok,    (void **)&g->tgt,    (void **)&g->f8scale,
-            (void **)&g->f8inv,  (void **)&g->f8amax, (void **)&g->qx,     (void **)&g->qw,
-            (void **)&g->xmx,    (void **)&g->xst,    (void **)&g->kvbuf,  (void **)&g->gat,
-            (void **)&g->nrmbuf, (void **)&g->nrmx};
+            (void **)&g->master, (void **)&g->grad,   (void **)&g->mom1,    (void **)&g->mom2,
+            (void **)&g->param,  (void **)&g->logits, (void **)&g->dres,    (void **)&g->dtmp,
+            (void **)&g->dqkv,   (void **)&g->dfch,   (void **)&g->dfch3,   (void **)&g->dfchg,
+            (void **)&g->lnfm,   (void **)&g->lnfr,   (void **)&g->losses,  (void **)&g->sums,
+            (void **)&g->tok,    (void **)&g->tgt,    (void **)&g->f8scale, (void **)&g->f8inv,
+            (void **)&g->f8amax, (void **)&g->qx,     (void **)&g->qw,      (void **)&g->xmx,
+            (void **)&g->xst,    (void **)&g->kvbuf,  (void **)&g->gat,     (void **)&g->nrmbuf,
+            (void **)&g->nrmx};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (*bufs[i]) g->op->free(g->d, *bufs[i]);
         free_slots(g);
@@ -497,7 +499,6 @@ static void save_slot(llmt__devtrain *g, int k)
     actset *a = &g->slot[k];
     a->L = g->L;
     a->resid = g->resid;
-    a->lnf = g->lnf;
     a->logits = g->logits;
     a->lnfm = g->lnfm;
     a->lnfr = g->lnfr;
@@ -510,7 +511,7 @@ static llmt_status new_slot(llmt__devtrain *g)
     int L = g->m->cfg.layers;
     g->L = calloc((size_t)L, sizeof *g->L);
     g->resid = calloc((size_t)L + 1, sizeof *g->resid);
-    g->lnf = g->logits = NULL;
+    g->logits = NULL;
     g->lnfm = g->lnfr = NULL;
     if (!g->L || !g->resid) {
         free(g->L);
@@ -527,7 +528,6 @@ static void use_slot(llmt__devtrain *g, int k)
     const actset *a = &g->slot[k];
     g->L = a->L;
     g->resid = a->resid;
-    g->lnf = a->lnf;
     g->logits = a->logits;
     g->lnfm = a->lnfm;
     g->lnfr = a->lnfr;
@@ -540,12 +540,12 @@ static void use_slot(llmt__devtrain *g, int k)
  * frees take), each freed as the current one is. */
 static void free_slots(llmt__devtrain *g)
 {
-    actset now = {g->L, g->resid, g->lnf, g->logits, g->lnfm, g->lnfr, -1};
+    actset now = {g->L, g->resid, g->logits, g->lnfm, g->lnfr, -1};
     for (int k = 0; k < g->nslot; k++) {
         actset *a = &g->slot[k];
         if (!a->L || a->L == now.L)
             continue;
-        void *bufs[] = {a->lnf, a->logits, a->lnfm, a->lnfr};
+        void *bufs[] = {a->logits, a->lnfm, a->lnfr};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i])
                 g->op->free(g->d, bufs[i]);
@@ -1066,34 +1066,37 @@ llmt_status llmt__devtrain_create_layout(
     size_t bf = g->es;
     /* a pipeline stage's boundary tensors carry its clock after them */
     size_t tail = g->pp > 1 ? LLMT__STAGE_TAIL : 0;
-#define DA(ptr, bytes, act)                                              \
-    do {                                                                 \
-        if ((s = dalloc(g, (void **)&(ptr), (bytes), (act))) != LLMT_OK) \
-            goto fail;                                                   \
-    } while (0)
-    if (g->alias) g->master = m->data;
-    else DA(g->master, P * 4, 0);
-    DA(g->grad, P * 4, 0);
-    DA(g->mom1, P * 4, 0);
     /* The buffer plan. TinyLlama-1.1B on bf16 (22 layers, C 2048, Q 2560,
      * F 5632, V 32000, B 4 x T 2048: N 8192), MiB; lifetime: R whole run,
      * K per layer kept for its backward (x 22; one set under full
      * recompute), S scratch (one, reused by every layer), P per step:
      *   master, grad, m, v (fp32)  4 x 4196   R   param (bf16)     2098 R
-     *   resid[0..L] N x C           23 x 32   K   lnf + stats        32 P
+     *   resid[0..L] N x C           23 x 32   K   lnfm, lnfr      2 x 1/32 P
      *   qkv (q, k roped; v)             40   K   logits (dlogits)  500 P
      *   atty 32, lse 1, res2 32         65   K   dres, dtmp      32+32 S
-     *   fch (gate), fch3 (up)       2 x 88   K   dqkv               40 S
-     *   ln1m/r, ln2m/r (rstd)       4 x 1/32 K   dfch, dfch3, dfchg  3 x 88 S
-     *   nrmx (ln1 or ln2 output)        32   S
+     *   fch (gate), fch3 (up)       2 x 88   K   dfch, dfch3, dfchg  3 x 88 S
+     *   ln1m/r, ln2m/r (rstd)       4 x 1/32 K   dqkv: in dfch (Q <= F)  S
+     *   nrmx (ln1, ln2 or lnf output)   32   S
      * A layer keeps what flash-attention training must: its norms'
      * inputs (resid[l], res2) and statistics, q, k, v, the attention
      * output and its log-sum-exp, SwiGLU's gate and up (281 MiB here).
      * Made again in the backward instead of kept: the norms' outputs (a
      * norm over the kept input and rstd, into nrmx) and SwiGLU's output
-     * (into dfch): 22 x (32 + 32 + 88) - 32 = 3312 MiB less than keeping
-     * them (6624 at B 8), activations 11168 -> 7856 MiB at B 4. GPT-2
+     * (into dfch); dq, dk, dv take dfch's memory after the MLP backward:
+     * 22 x (32 + 32 + 88) + 32 (lnf) + 40 (dqkv) - 32 (nrmx) = 3384 MiB
+     * less (6768 at B 8), activations 11168 -> 7784 MiB at B 4. GPT-2
      * keeps fc's GELU output (fchg): its GEMM's epilogue makes it. */
+#define DA(ptr, bytes, act)                                              \
+    do {                                                                 \
+        if ((s = dalloc(g, (void **)&(ptr), (bytes), (act))) != LLMT_OK) \
+            goto fail;                                                   \
+    } while (0)
+    if (g->alias)
+        g->master = m->data;
+    else
+        DA(g->master, P * 4, 0);
+    DA(g->grad, P * 4, 0);
+    DA(g->mom1, P * 4, 0);
     DA(g->mom2, P * 4, 0);
     if (f32) g->param = g->master;
     else DA(g->param, P * bf, 0);
@@ -1130,7 +1133,6 @@ llmt_status llmt__devtrain_create_layout(
         if (g->nch > 1)
             alias_chunks(g);
         if (g->last) { /* the final norm and the head: the last pipeline stage */
-            DA(g->lnf, Nr * C * bf, 1);
             DA(g->lnfm, Nr * 4, 1);
             DA(g->lnfr, Nr * 4, 1);
             DA(g->logits, N * Vp * bf, 1);
@@ -1155,7 +1157,7 @@ llmt_status llmt__devtrain_create_layout(
         }
     }
     DA(g->dtmp, N * C * bf, 1);
-    DA(g->dqkv, N * Q * bf, 1);
+    DA(g->nrmx, Nr * C * bf, 1);
     if (any_dense(g)) { /* a dense MLP's backward scratch */
         DA(g->dfch, N * F * bf, 1);
         if (g->llama) {
@@ -1163,8 +1165,13 @@ llmt_status llmt__devtrain_create_layout(
             DA(g->dfchg, N * F * bf, 1);
         }
     }
+    /* the attention backward's dq, dk, dv run after the MLP backward is
+     * done with dfch: its memory when it holds them */
+    if (g->dfch && Q <= F)
+        g->dqkv = g->dfch;
+    else
+        DA(g->dqkv, N * Q * bf, 1);
     DA(g->sums, 4, 1);
-    DA(g->nrmx, Nr * C * bf, 1);
     DA(g->tok, (size_t)A * N * 4, 0);
     DA(g->tgt, (size_t)A * N * 4, 0);
     if (tps > 1) {
@@ -1959,8 +1966,8 @@ static llmt_status forward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     const llmt__linear *head = &g->lin[c->layers * NLIN];
     const void *in;
     int Nr = g->sp ? B * T / g->tp : B * T;
-    R(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[c->layers], g->lnfw, g->lnfb, Nr));
-    R(col_input(g, head, g->lnf, B * T, &in));
+    R(norm_fwd(g, g->nrmx, g->lnfm, g->lnfr, g->resid[c->layers], g->lnfw, g->lnfb, Nr));
+    R(col_input(g, head, g->nrmx, B * T, &in));
     return lin(g, head, g->logits, NULL, in, B * T);
 }
 
@@ -1971,8 +1978,10 @@ static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     const llmt__linear *head = &g->lin[c->layers * NLIN];
     const void *in;
     llmt_status s;
-    /* the logits hold dloss/dlogits (softmax_xent wrote them in place) */
-    R(col_input(g, head, g->lnf, N, &in));
+    /* the logits hold dloss/dlogits (softmax_xent wrote them in place);
+     * the head's input, the final norm's output, made again */
+    R(norm_fwd(g, g->nrmx, g->lnfm, g->lnfr, g->resid[c->layers], g->lnfw, g->lnfb, Nr));
+    R(col_input(g, head, g->nrmx, N, &in));
     R(lin_bwd(g, head, g->dtmp, 0.0f, g->logits, in, N, NULL));
     S(g->op->memset0(g->d, g->dres, (size_t)Nr * C * g->es), "memset");
     R(norm_bwd(g, g->dres, blk(g, g->dtmp, N, C), g->resid[c->layers], g->lnfm, g->lnfr,
@@ -2460,8 +2469,8 @@ llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
         llmt__moe_net_tally_layers(g->moe, g->l0, g->l1);
     if (g->last) { /* as forward(): a column split head gathers its input */
         const void *in;
-        RS(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[g->l1], g->lnfw, g->lnfb, Nr));
-        RS(col_input(g, &g->lin[L * NLIN], g->lnf, N, &in));
+        RS(norm_fwd(g, g->nrmx, g->lnfm, g->lnfr, g->resid[g->l1], g->lnfw, g->lnfb, Nr));
+        RS(col_input(g, &g->lin[L * NLIN], g->nrmx, N, &in));
         RS(lin(g, &g->lin[L * NLIN], g->logits, NULL, in, N));
         RS(xent(g, g->losses + (size_t)a * N, g->tgt + (size_t)a * N, N, g->dloss));
     }
@@ -2500,8 +2509,10 @@ llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *dy)
     if (g->dp) /* data parallelism reduces during the last micro-batch's backward */
         llmt__dp_micro(g->dp, a == g->micro - 1);
     if (g->last) { /* the logits hold dloss/dlogits (xent wrote them in place) */
+        /* the head's input: the final norm's output again, as backward() */
         const void *in;
-        RS(col_input(g, &g->lin[L * NLIN], g->lnf, N, &in));
+        RS(norm_fwd(g, g->nrmx, g->lnfm, g->lnfr, g->resid[g->l1], g->lnfw, g->lnfb, Nr));
+        RS(col_input(g, &g->lin[L * NLIN], g->nrmx, N, &in));
         RS(lin_bwd(g, &g->lin[L * NLIN], g->dtmp, 0.0f, g->logits, in, N, NULL));
         S(g->op->memset0(g->d, g->dres, (size_t)Nr * C * g->es), "memset");
         RS(norm_bwd(g, g->dres, blk(g, g->dtmp, N, (int)C), g->resid[g->l1], g->lnfm, g->lnfr,
@@ -2567,8 +2578,8 @@ llmt_status llmt__devtrain_stage_infer(llmt__devtrain *g, const int32_t *tok,
     if (!g->last)
         return LLMT_OK;
     const void *in;
-    RS(norm_fwd(g, g->lnf, g->lnfm, g->lnfr, g->resid[g->l1], g->lnfw, g->lnfb, Nr));
-    RS(col_input(g, &g->lin[L * NLIN], g->lnf, N, &in));
+    RS(norm_fwd(g, g->nrmx, g->lnfm, g->lnfr, g->resid[g->l1], g->lnfw, g->lnfb, Nr));
+    RS(col_input(g, &g->lin[L * NLIN], g->nrmx, N, &in));
     RS(lin(g, &g->lin[L * NLIN], g->logits, NULL, in, N));
     if (!tgt)
         return LLMT_OK;
