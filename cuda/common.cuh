@@ -35,7 +35,10 @@ struct llmt__cuda_ctx {
     llmt_err err;
     int device, sm, num_sms, deterministic;
     int attn_scalar; /* 1: CUDA-core attention kernels only, 2: tensor cores
-                        through shared memory only (tests, comparison) */
+                        through shared memory only, 3: the mma.sync kernels
+                        (attention_mma.cu) where they apply (tests, bench) */
+    uint64_t attn_mma_calls; /* calls the mma.sync kernels took: tests check
+                                the variant they asked for really ran */
     int attn_layout; /* wmma fragment layout probe: 0 not run, 1 ok, 2 no */
     cudaStream_t compute, comm;
     cudaEvent_t ev_compute, ev_comm;

@@ -36,7 +36,10 @@ typedef struct llmt__cuda_ctx_opts {
     size_t workspace;     /* cuBLASLt workspace bytes (0: 32 MiB) */
     int attn_scalar;      /* attention kernels: 0 best available, 1 CUDA
                              cores only, 2 tensor cores through shared
-                             memory only (tests and comparisons) */
+                             memory only, 3 mma.sync kernels
+                             (attention_mma.cu: hd 64/128, never ran on a
+                             GPU yet; other shapes as 0) (tests and
+                             comparisons); other values are refused */
     char *err;            /* optional: receives the message when creation
                              fails (the context is gone then) */
     size_t err_len;

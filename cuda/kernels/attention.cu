@@ -14,6 +14,7 @@
 #include <mma.h>
 
 #include "../common.cuh"
+#include "attention_mma.h"
 
 namespace {
 
@@ -1104,6 +1105,8 @@ llmt_status llmt__cuda_attention_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
     llmt_status st = check_shape(ctx, "attention_fwd", qs, nh, nkv, hd);
     if (st) return st;
     if (B == 0 || T == 0) return LLMT_OK;
+    if (ctx->attn_scalar == 3 && llmt__cuda_attn_mma_usable(ctx->sm, hd, qs, q, k, v, out))
+        return llmt__cuda_attn_mma_fwd(ctx, out, lse, q, k, v, qs, B, T, nh, nkv, hd);
     if (ctx->sm >= 80 && ctx->attn_scalar != 1 && tc::usable(hd, qs, q, k, v, out)) {
         if (ctx->attn_scalar != 2 && layout_ok(ctx)) {
             if (hd == 32) return tcr::run_fwd<32>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
@@ -1139,6 +1142,12 @@ llmt_status llmt__cuda_attention_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq,
     size_t rows = (size_t)B * T * nh;
     attn_bwd_d_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, ctx->compute>>>(
         Dd, CBF(dout), CBF(out), B, T, nh, hd);
+    if (ctx->attn_scalar == 3 && llmt__cuda_attn_mma_usable(ctx->sm, hd, qs, q, k, v, dq) &&
+        llmt__cuda_attn_mma_usable(ctx->sm, hd, qs, dk, dv, dout, out)) {
+        st = llmt__cuda_attn_mma_bwd(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv, hd);
+        llmt__cuda_free(ctx, Dd);
+        return st;
+    }
     if (ctx->sm >= 80 && ctx->attn_scalar != 1 && tc::usable(hd, qs, q, k, v, dq) &&
         tc::usable(hd, qs, dk, dv, dout, out)) {
         if (ctx->attn_scalar != 2 && layout_ok(ctx)) {

@@ -1,0 +1,737 @@
+// Causal flash attention on mma.sync tensor cores (FlashAttention-2 style),
+// taken when the context asks for it (attn_scalar == 3). NEVER RAN ON A GPU:
+// written and compiled (sm_90, ptxas resource report in the commit) without
+// one; nothing selects it by default until gpu-kernels has held it to the
+// CPU reference and bench_gpu has timed it against the wmma kernels and
+// PyTorch's SDPA.
+//
+// Why another variant: attention.cu's tensor-core kernels go through wmma,
+// whose loads are plain shared-memory reads and whose fragments the softmax
+// can only use through a probed layout; here every operand comes from
+// ldmatrix (.trans for the B operands stored [k][n]), products are
+// mma.sync.m16n8k16 bf16 -> fp32 through inline PTX, whose fragment layouts
+// the PTX ISA fixes (attention_mma_idx.h, checked on the host by
+// test/unit/test_attn_mma_idx.c), and K/V (or Q/dO) tiles are
+// double-buffered with cp.async. Causal masks are applied only on tiles
+// that cross the diagonal (or T).
+//
+// Forward: a block takes BR = 16 * MW * NW query rows of one (b, h); warp w
+// owns MW m16 tiles of rows. Scores stay in registers: online softmax (base
+// 2, running max and per-thread partial row sums), then the accumulator of
+// two n8 score tiles is re-packed as the A operand of P.V (the FA2 register
+// trick: C rows/cols of tiles 2k, 2k+1 are exactly A's 16x16 layout).
+// lse = ln sum exp(scale q.k) as attention.cu writes it.
+//
+// Backward, deterministic, no atomics (as attention.cu): D = rowsum(dO * O)
+// comes from attention.cu's attn_bwd_d_kernel; a dQ kernel per query block
+// walks key tiles to the diagonal (S, dP, then dQ += dS K); a dK/dV kernel
+// per key block of a kv head walks, for every query head of its GQA group,
+// the query tiles from the diagonal to T (S^T = K Q^T, dP^T = V dO^T, then
+// dV += P^T dO and dK += dS^T Q with P^T and dS^T re-packed in registers).
+// GQA: query head h reads kv head h / (nh / nkv). Rows at or past T are
+// zero-filled by cp.async and masked (never stored, never summed).
+#include <math.h>
+#include <stdint.h>
+
+#include "../common.cuh"
+#include "attention_mma.h"
+#include "attention_mma_idx.h"
+
+namespace
+{
+namespace fa
+{
+
+typedef __nv_bfloat16 bf16;
+constexpr float LOG2E = 1.4426950408889634f;
+
+/* ---- PTX ---------------------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t sptr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+/* d += a . b (16x16 bf16 row-major times 16x8 bf16 column-major, fp32) */
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* two fp32 -> one bf16x2 register, lo in the low half (the smaller column) */
+__device__ __forceinline__ uint32_t pack(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+/* 2^x; ex2.approx of -inf is +0, which the masks rely on */
+__device__ __forceinline__ float ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ void cp16(uint32_t dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp4(uint32_t dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* ---- tiles --------------------------------------------------------------- */
+
+/* rows r0..r0+ROWS-1 of a row-major bf16 matrix (row stride ld) into
+ * dst[ROWS][HD + 8]; rows at or past T are zero-filled, never read. The
+ * 8-element pad puts the 8 rows an ldmatrix phase reads in distinct banks. */
+template <int HD, int ROWS, int NTH>
+__device__ __forceinline__ void load_rows(bf16 *dst, const bf16 *base, size_t ld, int r0, int T)
+{
+    constexpr int CH = HD / 8, LD = HD + 8;
+    static_assert(ROWS * CH % NTH == 0, "tile rows split evenly over the threads");
+#pragma unroll
+    for (int it = 0; it < ROWS * CH / NTH; it++) {
+        int e = it * NTH + (int)threadIdx.x, r = e / CH, c = (e % CH) * 8;
+        bool ok = r0 + r < T;
+        cp16(sptr(dst + r * LD + c), ok ? base + (size_t)(r0 + r) * ld + c : base, ok);
+    }
+}
+/* N floats src[i0..] into dst (zero past T) */
+template <int N, int NTH>
+__device__ __forceinline__ void load_vec(float *dst, const float *src, int i0, int T)
+{
+    for (int e = threadIdx.x; e < N; e += NTH) {
+        bool ok = i0 + e < T;
+        cp4(sptr(dst + e), ok ? src + i0 + e : src, ok);
+    }
+}
+/* A fragment of rows r.., cols k.. of a [*][LD] tile */
+template <int LD>
+__device__ __forceinline__ void lda(uint32_t (&a)[4], const bf16 *tile, int r, int k, int lane)
+{
+    ldsm4(a, sptr(tile + (r + fa_lda_row(lane)) * LD + k + fa_lda_col(lane)));
+}
+/* B fragments of n8 tiles n, n+8 (k.., 16 deep) of a tile stored [n][k] */
+template <int LD>
+__device__ __forceinline__ void ldb(uint32_t (&b)[4], const bf16 *tile, int n, int k, int lane)
+{
+    ldsm4(b, sptr(tile + (n + fa_ldb_row(lane)) * LD + k + fa_ldb_col(lane)));
+}
+/* the same from a tile stored [k][n] */
+template <int LD>
+__device__ __forceinline__ void ldbt(uint32_t (&b)[4], const bf16 *tile, int k, int n, int lane)
+{
+    ldsm4t(b, sptr(tile + (k + fa_ldbt_row(lane)) * LD + n + fa_ldbt_col(lane)));
+}
+template <int N> __device__ __forceinline__ void zero(float (&a)[N][4])
+{
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            a[n][e] = 0.0f;
+}
+/* A operand (16 x 16, k = columns 16kk..) from C tiles 2kk and 2kk+1 */
+__device__ __forceinline__ void repack(uint32_t (&a)[4], const float (&c0)[4],
+                                       const float (&c1)[4])
+{
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const float(&c)[4] = fa_repack_tile(r) ? c1 : c0;
+        a[r] = pack(c[fa_repack_elem(r)], c[fa_repack_elem(r) + 1]);
+    }
+}
+/* rows (g, g+8) of a 16 x HD accumulator times s to row pointers r0, r1 */
+template <int HD>
+__device__ __forceinline__ void store_acc(const float (&acc)[HD / 8][4], bf16 *r0, bf16 *r1,
+                                          float s0, float s1, int lane)
+{
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) {
+        int c = n * 8 + fa_acc_col(lane, 0);
+        if (r0)
+            *(__nv_bfloat162 *)(r0 + c) = __floats2bfloat162_rn(acc[n][0] * s0, acc[n][1] * s0);
+        if (r1)
+            *(__nv_bfloat162 *)(r1 + c) = __floats2bfloat162_rn(acc[n][2] * s1, acc[n][3] * s1);
+    }
+}
+
+/* ---- configurations (tuning lives here) ---------------------------------- */
+
+/* forward: NW warps of MW m16 row tiles, BC keys per tile, Q fragments in
+ * registers or re-read from shared memory */
+template <int HD> struct Fwd;
+template <> struct Fwd<64> {
+    static constexpr int NW = 4, MW = 2, BC = 64;
+    static constexpr bool QREG = true;
+};
+/* hd 128: MW = 2 spills (255 registers + 36 bytes with Q re-read from
+ * shared memory); 8 warps of one row tile use 176 and no stack */
+template <> struct Fwd<128> {
+    static constexpr int NW = 8, MW = 1, BC = 64;
+    static constexpr bool QREG = true;
+};
+/* dQ: NW warps of one m16 row tile, BC keys per tile */
+template <int HD> struct Dq;
+template <> struct Dq<64> {
+    static constexpr int NW = 4, BC = 64;
+    static constexpr bool QREG = true;
+};
+template <> struct Dq<128> {
+    static constexpr int NW = 4, BC = 64;
+    static constexpr bool QREG = false;
+};
+/* dK/dV: NW warps of one m16 key tile, BQ queries per tile, K/V fragments
+ * in registers or re-read */
+template <int HD> struct Dkv;
+template <> struct Dkv<64> {
+    static constexpr int NW = 8, BQ = 64;
+    static constexpr bool KVREG = true;
+};
+template <> struct Dkv<128> {
+    static constexpr int NW = 8, BQ = 64;
+    static constexpr bool KVREG = false;
+};
+
+/* ---- forward -------------------------------------------------------------- */
+
+template <int HD, int NW, int MW, int BC, bool QREG>
+__global__ void __launch_bounds__(NW * 32)
+    fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, size_t qs, int T,
+        int nh, int nkv, float sc)
+{
+    constexpr int BR = NW * 16 * MW, LD = HD + 8, KS = HD / 16, NS = BC / 8, NO = HD / 8;
+    constexpr int NTH = NW * 32;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem;
+    bf16 *Kb = Qs + BR * LD, *Vb = Kb + 2 * BC * LD; /* [2] each */
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.z, h = blockIdx.y, kh = h / (nh / nkv);
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BR; /* longest rows first */
+    const bf16 *kb = k + (size_t)b * T * qs + (size_t)kh * HD;
+    const bf16 *vb = v + (size_t)b * T * qs + (size_t)kh * HD;
+    load_rows<HD, BR, NTH>(Qs, q + (size_t)b * T * qs + (size_t)h * HD, qs, q0, T);
+    load_rows<HD, BC, NTH>(Kb, kb, qs, 0, T);
+    load_rows<HD, BC, NTH>(Vb, vb, qs, 0, T);
+    cp_commit();
+    const int rl = w * 16 * MW, rw = q0 + rl; /* warp's first row (local, global) */
+    float o[MW][NO][4], m[MW][2], l[MW][2];
+#pragma unroll
+    for (int mi = 0; mi < MW; mi++) {
+        zero(o[mi]);
+        m[mi][0] = m[mi][1] = -INFINITY;
+        l[mi][0] = l[mi][1] = 0.0f;
+    }
+    uint32_t qf[MW][QREG ? KS : 1][4];
+    const int nt = fa_key_tiles(q0, BR, BC, T);
+    for (int it = 0; it < nt; it++) {
+        const int j0 = it * BC;
+        const bf16 *Kt = Kb + (it & 1) * BC * LD, *Vt = Vb + (it & 1) * BC * LD;
+        if (it + 1 < nt) {
+            load_rows<HD, BC, NTH>(Kb + ((it + 1) & 1) * BC * LD, kb, qs, j0 + BC, T);
+            load_rows<HD, BC, NTH>(Vb + ((it + 1) & 1) * BC * LD, vb, qs, j0 + BC, T);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        if (QREG && it == 0) {
+#pragma unroll
+            for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+                for (int kk = 0; kk < (QREG ? KS : 1); kk++)
+                    lda<LD>(qf[mi][kk], Qs, rl + mi * 16, kk * 16, lane);
+        }
+        if (rw < T && fa_tile_live(j0, rw, 16 * MW)) { /* warp-uniform */
+            float s[MW][NS][4];
+#pragma unroll
+            for (int mi = 0; mi < MW; mi++)
+                zero(s[mi]);
+                /* S = Q K^T */
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+                if (!QREG)
+#pragma unroll
+                    for (int mi = 0; mi < MW; mi++)
+                        lda<LD>(qf[mi][0], Qs, rl + mi * 16, kk * 16, lane);
+                const int kq = QREG ? kk : 0;
+#pragma unroll
+                for (int np = 0; np < NS / 2; np++) {
+                    uint32_t bk[4];
+                    ldb<LD>(bk, Kt, np * 16, kk * 16, lane);
+#pragma unroll
+                    for (int mi = 0; mi < MW; mi++) {
+                        mma(s[mi][2 * np], qf[mi][kq], bk[0], bk[1]);
+                        mma(s[mi][2 * np + 1], qf[mi][kq], bk[2], bk[3]);
+                    }
+                }
+            }
+            if (fa_tile_diag(j0, BC, rw)) {
+#pragma unroll
+                for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+                    for (int n = 0; n < NS; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            if (j0 + n * 8 + fa_acc_col(lane, e) >
+                                rw + mi * 16 + fa_acc_row(lane, e))
+                                s[mi][n][e] = -INFINITY;
+            }
+            /* online softmax: the 4 lanes of a quad share a row */
+#pragma unroll
+            for (int mi = 0; mi < MW; mi++) {
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    float mx = -INFINITY;
+#pragma unroll
+                    for (int n = 0; n < NS; n++)
+                        mx = fmaxf(mx, fmaxf(s[mi][n][2 * hh], s[mi][n][2 * hh + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float mn = fmaxf(m[mi][hh], mx * sc);
+                    const float corr = mn == -INFINITY ? 1.0f : ex2(m[mi][hh] - mn);
+                    const float msub = mn == -INFINITY ? 0.0f : mn;
+                    m[mi][hh] = mn;
+                    float rs = 0.0f;
+#pragma unroll
+                    for (int n = 0; n < NS; n++) {
+                        float p0 = ex2(fmaf(s[mi][n][2 * hh], sc, -msub));
+                        float p1 = ex2(fmaf(s[mi][n][2 * hh + 1], sc, -msub));
+                        s[mi][n][2 * hh] = p0;
+                        s[mi][n][2 * hh + 1] = p1;
+                        rs += p0 + p1;
+                    }
+                    l[mi][hh] = l[mi][hh] * corr + rs;
+#pragma unroll
+                    for (int n = 0; n < NO; n++) {
+                        o[mi][n][2 * hh] *= corr;
+                        o[mi][n][2 * hh + 1] *= corr;
+                    }
+                }
+            }
+            /* O += P V */
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                uint32_t pa[MW][4];
+#pragma unroll
+                for (int mi = 0; mi < MW; mi++)
+                    repack(pa[mi], s[mi][2 * kk], s[mi][2 * kk + 1]);
+#pragma unroll
+                for (int np = 0; np < NO / 2; np++) {
+                    uint32_t bv[4];
+                    ldbt<LD>(bv, Vt, kk * 16, np * 16, lane);
+#pragma unroll
+                    for (int mi = 0; mi < MW; mi++) {
+                        mma(o[mi][2 * np], pa[mi], bv[0], bv[1]);
+                        mma(o[mi][2 * np + 1], pa[mi], bv[2], bv[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* the next iteration's loads overwrite this buffer */
+    }
+#pragma unroll
+    for (int mi = 0; mi < MW; mi++) {
+        bf16 *r[2];
+        float inv[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            float ls = l[mi][hh];
+            ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+            ls += __shfl_xor_sync(0xffffffffu, ls, 2);
+            const int row = rw + mi * 16 + fa_acc_row(lane, 2 * hh);
+            r[hh] = NULL;
+            inv[hh] = 0.0f;
+            if (row < T) {
+                r[hh] = out + ((size_t)b * T + row) * nh * HD + (size_t)h * HD;
+                inv[hh] = 1.0f / ls;
+                if ((lane & 3) == 0)
+                    lse[((size_t)b * nh + h) * T + row] = (m[mi][hh] + log2f(ls)) / LOG2E;
+            }
+        }
+        store_acc<HD>(o[mi], r[0], r[1], inv[0], inv[1], lane);
+    }
+}
+
+/* ---- backward: dQ --------------------------------------------------------- */
+
+template <int HD, int NW, int BC, bool QREG>
+__global__ void __launch_bounds__(NW * 32)
+    bwd_dq(bf16 *dq, const bf16 *dout, const float *lse, const float *Dd, const bf16 *q,
+           const bf16 *k, const bf16 *v, size_t qs, int T, int nh, int nkv, float scale)
+{
+    constexpr int BR = NW * 16, LD = HD + 8, KS = HD / 16, NS = BC / 8, NO = HD / 8;
+    constexpr int NTH = NW * 32;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem;
+    bf16 *dOs = Qs + BR * LD;
+    bf16 *Kb = dOs + BR * LD, *Vb = Kb + 2 * BC * LD; /* [2] each */
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.z, h = blockIdx.y, kh = h / (nh / nkv);
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BR;
+    const bf16 *kb = k + (size_t)b * T * qs + (size_t)kh * HD;
+    const bf16 *vb = v + (size_t)b * T * qs + (size_t)kh * HD;
+    load_rows<HD, BR, NTH>(Qs, q + (size_t)b * T * qs + (size_t)h * HD, qs, q0, T);
+    load_rows<HD, BR, NTH>(dOs, dout + (size_t)b * T * nh * HD + (size_t)h * HD,
+                           (size_t)nh * HD, q0, T);
+    load_rows<HD, BC, NTH>(Kb, kb, qs, 0, T);
+    load_rows<HD, BC, NTH>(Vb, vb, qs, 0, T);
+    cp_commit();
+    const int rl = w * 16, rw = q0 + rl;
+    const float sc = scale * LOG2E;
+    float L2[2], Dv[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int row = rw + fa_acc_row(lane, 2 * hh);
+        /* +inf: rows past T get p = 0 */
+        L2[hh] = row < T ? lse[((size_t)b * nh + h) * T + row] * LOG2E : INFINITY;
+        Dv[hh] = row < T ? Dd[((size_t)b * nh + h) * T + row] : 0.0f;
+    }
+    float acc[NO][4];
+    zero(acc);
+    uint32_t qf[QREG ? KS : 1][4], df[QREG ? KS : 1][4];
+    const int nt = fa_key_tiles(q0, BR, BC, T);
+    for (int it = 0; it < nt; it++) {
+        const int j0 = it * BC;
+        const bf16 *Kt = Kb + (it & 1) * BC * LD, *Vt = Vb + (it & 1) * BC * LD;
+        if (it + 1 < nt) {
+            load_rows<HD, BC, NTH>(Kb + ((it + 1) & 1) * BC * LD, kb, qs, j0 + BC, T);
+            load_rows<HD, BC, NTH>(Vb + ((it + 1) & 1) * BC * LD, vb, qs, j0 + BC, T);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        if (QREG && it == 0) {
+#pragma unroll
+            for (int kk = 0; kk < (QREG ? KS : 1); kk++) {
+                lda<LD>(qf[kk], Qs, rl, kk * 16, lane);
+                lda<LD>(df[kk], dOs, rl, kk * 16, lane);
+            }
+        }
+        if (rw < T && fa_tile_live(j0, rw, 16)) {
+            float s[NS][4], dp[NS][4];
+            zero(s);
+            zero(dp);
+            /* S = Q K^T, dP = dO V^T */
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+                if (!QREG) {
+                    lda<LD>(qf[0], Qs, rl, kk * 16, lane);
+                    lda<LD>(df[0], dOs, rl, kk * 16, lane);
+                }
+                const int kq = QREG ? kk : 0;
+#pragma unroll
+                for (int np = 0; np < NS / 2; np++) {
+                    uint32_t bk[4], bv[4];
+                    ldb<LD>(bk, Kt, np * 16, kk * 16, lane);
+                    ldb<LD>(bv, Vt, np * 16, kk * 16, lane);
+                    mma(s[2 * np], qf[kq], bk[0], bk[1]);
+                    mma(s[2 * np + 1], qf[kq], bk[2], bk[3]);
+                    mma(dp[2 * np], df[kq], bv[0], bv[1]);
+                    mma(dp[2 * np + 1], df[kq], bv[2], bv[3]);
+                }
+            }
+            const bool diag = fa_tile_diag(j0, BC, rw);
+            /* dS = P * (dP - D); dQ += dS K */
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+#pragma unroll
+                for (int n = 2 * kk; n < 2 * kk + 2; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float p = ex2(fmaf(s[n][e], sc, -L2[e >> 1]));
+                        if (diag && j0 + n * 8 + fa_acc_col(lane, e) > rw + fa_acc_row(lane, e))
+                            p = 0.0f;
+                        s[n][e] = p * (dp[n][e] - Dv[e >> 1]);
+                    }
+                uint32_t da[4];
+                repack(da, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+                for (int np = 0; np < NO / 2; np++) {
+                    uint32_t bk[4];
+                    ldbt<LD>(bk, Kt, kk * 16, np * 16, lane);
+                    mma(acc[2 * np], da, bk[0], bk[1]);
+                    mma(acc[2 * np + 1], da, bk[2], bk[3]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    bf16 *r[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int row = rw + fa_acc_row(lane, 2 * hh);
+        r[hh] = row < T ? dq + ((size_t)b * T + row) * qs + (size_t)h * HD : NULL;
+    }
+    store_acc<HD>(acc, r[0], r[1], scale, scale, lane);
+}
+
+/* ---- backward: dK, dV ----------------------------------------------------- */
+
+template <int HD, int NW, int BQ, bool KVREG>
+__global__ void __launch_bounds__(NW * 32)
+    bwd_dkv(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse, const float *Dd,
+            const bf16 *q, const bf16 *k, const bf16 *v, size_t qs, int T, int nh, int nkv,
+            float scale)
+{
+    constexpr int BKV = NW * 16, LD = HD + 8, KS = HD / 16, NS = BQ / 8, NO = HD / 8;
+    constexpr int NTH = NW * 32;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Ks = (bf16 *)smem;
+    bf16 *Vs = Ks + BKV * LD;
+    bf16 *Qb = Vs + BKV * LD, *dOb = Qb + 2 * BQ * LD;           /* [2] each */
+    float *Lb = (float *)(dOb + 2 * BQ * LD), *Db = Lb + 2 * BQ; /* [2][BQ] each */
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.z, kh = blockIdx.y, group = nh / nkv;
+    const int j0 = (gridDim.x - 1 - blockIdx.x) * BKV; /* most query tiles first */
+    const int ntq = fa_query_tiles(j0, BQ, T), nt = ntq * group;
+    /* tile t: query head kh * group + t / ntq, query rows j0 + (t % ntq) * BQ */
+    auto issue = [&](int t) {
+        const int h = kh * group + t / ntq, i0 = j0 + (t % ntq) * BQ, buf = t & 1;
+        load_rows<HD, BQ, NTH>(Qb + buf * BQ * LD, q + (size_t)b * T * qs + (size_t)h * HD, qs,
+                               i0, T);
+        load_rows<HD, BQ, NTH>(dOb + buf * BQ * LD,
+                               dout + (size_t)b * T * nh * HD + (size_t)h * HD, (size_t)nh * HD,
+                               i0, T);
+        load_vec<BQ, NTH>(Lb + buf * BQ, lse + ((size_t)b * nh + h) * T, i0, T);
+        load_vec<BQ, NTH>(Db + buf * BQ, Dd + ((size_t)b * nh + h) * T, i0, T);
+        cp_commit();
+    };
+    load_rows<HD, BKV, NTH>(Ks, k + (size_t)b * T * qs + (size_t)kh * HD, qs, j0, T);
+    load_rows<HD, BKV, NTH>(Vs, v + (size_t)b * T * qs + (size_t)kh * HD, qs, j0, T);
+    issue(0);                            /* one group: K, V and the first query tile */
+    const int kl = w * 16, kw = j0 + kl; /* warp's first key (local, global) */
+    const float sc = scale * LOG2E;
+    float adk[NO][4], adv[NO][4];
+    zero(adk);
+    zero(adv);
+    uint32_t kf[KVREG ? KS : 1][4], vf[KVREG ? KS : 1][4];
+    for (int t = 0; t < nt; t++) {
+        if (t + 1 < nt) {
+            issue(t + 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        if (KVREG && t == 0) {
+#pragma unroll
+            for (int kk = 0; kk < (KVREG ? KS : 1); kk++) {
+                lda<LD>(kf[kk], Ks, kl, kk * 16, lane);
+                lda<LD>(vf[kk], Vs, kl, kk * 16, lane);
+            }
+        }
+        const int i0 = j0 + (t % ntq) * BQ, buf = t & 1;
+        const bf16 *Qt = Qb + buf * BQ * LD, *dOt = dOb + buf * BQ * LD;
+        const float *Lt = Lb + buf * BQ, *Dt = Db + buf * BQ;
+        if (kw < T && fa_qtile_live(i0, BQ, kw)) { /* warp-uniform */
+            float s[NS][4], dp[NS][4];
+            zero(s);
+            zero(dp);
+            /* S^T = K Q^T, dP^T = V dO^T (rows: this warp's 16 keys) */
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+                if (!KVREG) {
+                    lda<LD>(kf[0], Ks, kl, kk * 16, lane);
+                    lda<LD>(vf[0], Vs, kl, kk * 16, lane);
+                }
+                const int kq = KVREG ? kk : 0;
+#pragma unroll
+                for (int np = 0; np < NS / 2; np++) {
+                    uint32_t bq[4], bo[4];
+                    ldb<LD>(bq, Qt, np * 16, kk * 16, lane);
+                    ldb<LD>(bo, dOt, np * 16, kk * 16, lane);
+                    mma(s[2 * np], kf[kq], bq[0], bq[1]);
+                    mma(s[2 * np + 1], kf[kq], bq[2], bq[3]);
+                    mma(dp[2 * np], vf[kq], bo[0], bo[1]);
+                    mma(dp[2 * np + 1], vf[kq], bo[2], bo[3]);
+                }
+            }
+            const bool edge = fa_qtile_edge(i0, BQ, kw, 16, T);
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++) {
+#pragma unroll
+                for (int n = 2 * kk; n < 2 * kk + 2; n++) {
+                    const int c = n * 8 + fa_acc_col(lane, 0); /* this lane's columns c, c+1 */
+                    const float2 Lv = *(const float2 *)(Lt + c),
+                                 Dq2 = *(const float2 *)(Dt + c);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float Li = (e & 1) ? Lv.y : Lv.x, Di = (e & 1) ? Dq2.y : Dq2.x;
+                        float p = ex2(fmaf(s[n][e], sc, -Li * LOG2E));
+                        if (edge) {
+                            const int qi = i0 + c + (e & 1), key = kw + fa_acc_row(lane, e);
+                            if (qi < key || qi >= T)
+                                p = 0.0f;
+                        }
+                        s[n][e] = p;
+                        dp[n][e] = p * (dp[n][e] - Di);
+                    }
+                }
+                uint32_t pa[4], da[4];
+                repack(pa, s[2 * kk], s[2 * kk + 1]);
+                repack(da, dp[2 * kk], dp[2 * kk + 1]);
+                /* dV += P^T dO, dK += dS^T Q (k: the tile's queries 16kk..) */
+#pragma unroll
+                for (int np = 0; np < NO / 2; np++) {
+                    uint32_t bo[4], bq[4];
+                    ldbt<LD>(bo, dOt, kk * 16, np * 16, lane);
+                    ldbt<LD>(bq, Qt, kk * 16, np * 16, lane);
+                    mma(adv[2 * np], pa, bo[0], bo[1]);
+                    mma(adv[2 * np + 1], pa, bo[2], bo[3]);
+                    mma(adk[2 * np], da, bq[0], bq[1]);
+                    mma(adk[2 * np + 1], da, bq[2], bq[3]);
+                }
+            }
+        }
+        __syncthreads(); /* the next issue() overwrites this buffer */
+    }
+    bf16 *kr[2], *vr[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int key = kw + fa_acc_row(lane, 2 * hh);
+        const size_t off = ((size_t)b * T + key) * qs + (size_t)kh * HD;
+        kr[hh] = key < T ? dk + off : NULL;
+        vr[hh] = key < T ? dv + off : NULL;
+    }
+    store_acc<HD>(adk, kr[0], kr[1], scale, scale, lane);
+    store_acc<HD>(adv, vr[0], vr[1], 1.0f, 1.0f, lane);
+}
+
+/* ---- launches -------------------------------------------------------------- */
+
+template <int HD> constexpr size_t fwd_smem()
+{
+    typedef Fwd<HD> C;
+    return (size_t)(C::NW * 16 * C::MW + 4 * C::BC) * (HD + 8) * 2;
+}
+template <int HD> constexpr size_t dq_smem()
+{
+    typedef Dq<HD> C;
+    return (size_t)(2 * C::NW * 16 + 4 * C::BC) * (HD + 8) * 2;
+}
+template <int HD> constexpr size_t dkv_smem()
+{
+    typedef Dkv<HD> C;
+    return (size_t)(2 * C::NW * 16 + 4 * C::BQ) * (HD + 8) * 2 + (size_t)4 * C::BQ * 4;
+}
+
+template <int HD>
+llmt_status run_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out, float *lse, const llmt__bf16 *q,
+                    const llmt__bf16 *k, const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+                    int nkv)
+{
+    typedef Fwd<HD> C;
+    constexpr int BR = C::NW * 16 * C::MW;
+    auto kern = fwd<HD, C::NW, C::MW, C::BC, C::QREG>;
+    const size_t sm = fwd_smem<HD>();
+    LLMT_CU(ctx,
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    kern<<<dim3((T + BR - 1) / BR, nh, B), C::NW * 32, sm, ctx->compute>>>(
+        BF(out), lse, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, LOG2E / sqrtf((float)HD));
+    LLMT_LAUNCHED(ctx, "attention_fwd (mma.sync)");
+}
+
+template <int HD>
+llmt_status run_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk, llmt__bf16 *dv,
+                    const llmt__bf16 *dout, const float *lse, const float *Dd,
+                    const llmt__bf16 *q, const llmt__bf16 *k, const llmt__bf16 *v, size_t qs,
+                    int B, int T, int nh, int nkv)
+{
+    typedef Dq<HD> A;
+    typedef Dkv<HD> C;
+    const float scale = 1.0f / sqrtf((float)HD);
+    auto kq = bwd_dq<HD, A::NW, A::BC, A::QREG>;
+    auto kkv = bwd_dkv<HD, C::NW, C::BQ, C::KVREG>;
+    const size_t s1 = dq_smem<HD>(), s2 = dkv_smem<HD>();
+    LLMT_CU(ctx,
+            cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
+    LLMT_CU(ctx,
+            cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
+    kq<<<dim3((T + A::NW * 16 - 1) / (A::NW * 16), nh, B), A::NW * 32, s1, ctx->compute>>>(
+        BF(dq), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, scale);
+    LLMT_CU(ctx, cudaGetLastError());
+    kkv<<<dim3((T + C::NW * 16 - 1) / (C::NW * 16), nkv, B), C::NW * 32, s2, ctx->compute>>>(
+        BF(dk), BF(dv), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, scale);
+    LLMT_LAUNCHED(ctx, "attention_bwd (mma.sync)");
+}
+
+} // namespace fa
+} // namespace
+
+extern "C" {
+
+int llmt__cuda_attn_mma_usable(int sm, int hd, size_t qs, const void *a, const void *b,
+                               const void *c, const void *d)
+{
+    uintptr_t al = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d;
+    return sm >= 80 && (hd == 64 || hd == 128) && qs % 8 == 0 && (al & 15) == 0;
+}
+
+llmt_status llmt__cuda_attn_mma_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out, float *lse,
+                                    const llmt__bf16 *q, const llmt__bf16 *k,
+                                    const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+                                    int nkv, int hd)
+{
+    if (B == 0 || T == 0)
+        return LLMT_OK;
+    ctx->attn_mma_calls++;
+    if (hd == 64)
+        return fa::run_fwd<64>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
+    if (hd == 128)
+        return fa::run_fwd<128>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
+    return llmt__err_set(&ctx->err, LLMT_ERR_INVALID_ARGUMENT,
+                         "cuda: attention_fwd (mma.sync): hd=%d (64 or 128 only)", hd);
+}
+
+llmt_status llmt__cuda_attn_mma_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk,
+                                    llmt__bf16 *dv, const llmt__bf16 *dout, const float *lse,
+                                    const float *Dd, const llmt__bf16 *q, const llmt__bf16 *k,
+                                    const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+                                    int nkv, int hd)
+{
+    if (B == 0 || T == 0)
+        return LLMT_OK;
+    ctx->attn_mma_calls++;
+    if (hd == 64)
+        return fa::run_bwd<64>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+    if (hd == 128)
+        return fa::run_bwd<128>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+    return llmt__err_set(&ctx->err, LLMT_ERR_INVALID_ARGUMENT,
+                         "cuda: attention_bwd (mma.sync): hd=%d (64 or 128 only)", hd);
+}
+
+uint64_t llmt__cuda_attn_mma_calls(const llmt__cuda_ctx *ctx)
+{
+    return ctx->attn_mma_calls;
+}
+
+} // extern "C"

@@ -1,0 +1,45 @@
+/* Causal attention on mma.sync tensor cores (cuda/kernels/attention_mma.cu),
+ * the variant cuda/kernels/attention.cu's entry points take when the
+ * context asks for it (attn_scalar == 3). Same arguments, strides and
+ * outputs as llmt__cuda_attention_fwd/_bwd in cuda/llmt_cuda.h. These
+ * kernels compile but have never run on a GPU: nothing selects them by
+ * default until gpu-kernels has held them to the CPU reference. */
+#ifndef LLMT_CUDA_KERNELS_ATTENTION_MMA_H
+#define LLMT_CUDA_KERNELS_ATTENTION_MMA_H
+
+#include <stdint.h>
+
+#include "../llmt_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when the variant takes this call: sm_80 or newer, hd 64 or 128,
+ * qs % 8 == 0 and every pointer 16-byte aligned (cp.async and ldmatrix
+ * move 16-byte rows). NULL pointers are ignored. */
+int llmt__cuda_attn_mma_usable(int sm, int hd, size_t qs, const void *a, const void *b,
+                               const void *c, const void *d);
+
+llmt_status llmt__cuda_attn_mma_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out, float *lse,
+                                    const llmt__bf16 *q, const llmt__bf16 *k,
+                                    const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+                                    int nkv, int hd);
+
+/* Dd: [B, nh, T] rowsum(dout * out), as attention.cu's attn_bwd_d_kernel
+ * writes it. dq, dk, dv are overwritten. */
+llmt_status llmt__cuda_attn_mma_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk,
+                                    llmt__bf16 *dv, const llmt__bf16 *dout, const float *lse,
+                                    const float *Dd, const llmt__bf16 *q, const llmt__bf16 *k,
+                                    const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+                                    int nkv, int hd);
+
+/* How many fwd/bwd calls on ctx these kernels took (tests check that the
+ * variant they asked for ran, not a fallback). */
+uint64_t llmt__cuda_attn_mma_calls(const llmt__cuda_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
