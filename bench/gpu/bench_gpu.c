@@ -1,11 +1,16 @@
 /* GPU benchmarks of the CUDA backend (internal API): GEMM TFLOP/s on the
  * GPT-2 124M shapes (B*T = 16384 tokens), memory-bound kernels' GB/s
  * against the measured device-to-device copy bandwidth, flash attention
- * forward/backward time. Timed with CUDA events on the compute stream:
- * warm-up, then the median of `repeats` calls. bench/gpu/torch_peer.py
- * measures PyTorch on the same cases; bench/gpu/compare.py makes ratios.
+ * forward/backward time (GPT-2 124M and Llama 1B head shapes, hd 64 and
+ * 128, T 1024-4096; the default kernels, and the mma.sync ones as
+ * NAME_mma). Timed with CUDA events on the compute stream: warm-up, then
+ * the median of `repeats` calls. bench/gpu/torch_peer.py measures PyTorch
+ * on the same cases; bench/gpu/compare.py makes ratios.
  *
- *   bench_gpu [--json FILE] [--repeats N] [--quick]
+ *   bench_gpu [--json FILE] [--repeats N] [--quick] [--only WORD]
+ *
+ * --only WORD runs only the groups whose name holds WORD (copy, gemm,
+ * layernorm, gelu, adamw, xent, attention).
  *
  * Exits 77 without a GPU. Inputs are random (never zeros). */
 #include <math.h>
@@ -14,9 +19,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../cuda/kernels/attention_mma.h"
 #include "../../test/gpu/gpu_util.h"
 
 static llmt__cuda_ctx *X;
+static const char *ONLY;
+/* the group runs under --only */
+static int want(const char *group)
+{
+    return !ONLY || strstr(group, ONLY);
+}
 static int REPEATS = 30, WARMUP = 5;
 static FILE *J;
 static int first = 1;
@@ -140,23 +152,71 @@ static void f_xent(void *p)
     RUN(llmt__cuda_softmax_xent(X, a->losses, a->logits, a->tg, a->N, a->V, a->Vp, 0.0f));
 }
 typedef struct {
-    void *qkv, *out, *dout, *dqkv; float *lse; size_t qs; int B, T, nh, hd;
+    void *qkv, *out, *dout, *dqkv;
+    float *lse;
+    size_t qs;
+    int B, T, nh, nkv, hd;
 } attn_arg;
 static void f_attn_fwd(void *p)
 {
     attn_arg *a = p;
     uint16_t *q = a->qkv;
-    RUN(llmt__cuda_attention_fwd(X, a->out, a->lse, q, q + (size_t)a->nh * a->hd,
-                                 q + (size_t)2 * a->nh * a->hd, a->qs, a->B, a->T, a->nh,
-                                 a->nh, a->hd));
+    size_t o = (size_t)a->nh * a->hd, ok = (size_t)a->nkv * a->hd;
+    RUN(llmt__cuda_attention_fwd(X, a->out, a->lse, q, q + o, q + o + ok, a->qs, a->B, a->T,
+                                 a->nh, a->nkv, a->hd));
 }
 static void f_attn_bwd(void *p)
 {
     attn_arg *a = p;
     uint16_t *q = a->qkv, *d = a->dqkv;
-    size_t o = (size_t)a->nh * a->hd;
-    RUN(llmt__cuda_attention_bwd(X, d, d + o, d + 2 * o, a->dout, a->out, a->lse, q, q + o,
-                                 q + 2 * o, a->qs, a->B, a->T, a->nh, a->nh, a->hd));
+    size_t o = (size_t)a->nh * a->hd, ok = (size_t)a->nkv * a->hd;
+    RUN(llmt__cuda_attention_bwd(X, d, d + o, d + o + ok, a->dout, a->out, a->lse, q, q + o,
+                                 q + o + ok, a->qs, a->B, a->T, a->nh, a->nkv, a->hd));
+}
+/* One causal attention shape: the default kernels (ctx X) as NAME, the
+ * mma.sync ones (ctx xm, attn_scalar 3) as NAME_mma. NAME is
+ * attention_{fwd,bwd}_bB_tT_hNH[_kvNKV]_dHD, torch_peer.py's names. */
+static void bench_attention(llmt__cuda_ctx *xm, int B, int T, int nh, int nkv, int hd)
+{
+    size_t qs = (size_t)(nh + 2 * nkv) * hd, n = (size_t)B * T * qs;
+    size_t no = (size_t)B * T * nh * hd;
+    attn_arg a = {drand_bf(n, 1.0f),
+                  dalloc(no * 2),
+                  drand_bf(no, 1.0f),
+                  dalloc(n * 2),
+                  dalloc((size_t)B * nh * T * 4),
+                  qs,
+                  B,
+                  T,
+                  nh,
+                  nkv,
+                  hd};
+    char shape[64], name[96];
+    if (nkv == nh)
+        snprintf(shape, sizeof shape, "b%d_t%d_h%d_d%d", B, T, nh, hd);
+    else
+        snprintf(shape, sizeof shape, "b%d_t%d_h%d_kv%d_d%d", B, T, nh, nkv, hd);
+    /* causal: half of 4*B*nh*T*T*hd; the backward 2.5x the forward */
+    double fl = 2.0 * B * nh * (double)T * T * hd;
+    llmt__cuda_ctx *x0 = X;
+    for (int v = 0; v < (xm ? 2 : 1); v++) {
+        X = v ? xm : x0;
+        uint64_t calls = llmt__cuda_attn_mma_calls(X);
+        snprintf(name, sizeof name, "attention_fwd_%s%s", shape, v ? "_mma" : "");
+        timeit(name, f_attn_fwd, &a, fl, 0);
+        snprintf(name, sizeof name, "attention_bwd_%s%s", shape, v ? "_mma" : "");
+        timeit(name, f_attn_bwd, &a, 2.5 * fl, 0);
+        if (v && llmt__cuda_attn_mma_calls(X) == calls) { /* a fallback ran: not the variant */
+            fprintf(stderr, "%s: the mma.sync kernels did not run\n", name);
+            exit(1);
+        }
+    }
+    X = x0;
+    llmt__cuda_free(X, a.qkv);
+    llmt__cuda_free(X, a.out);
+    llmt__cuda_free(X, a.dout);
+    llmt__cuda_free(X, a.dqkv);
+    llmt__cuda_free(X, a.lse);
 }
 
 int main(int argc, char **argv)
@@ -167,7 +227,13 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) REPEATS = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
-        else { fprintf(stderr, "usage: bench_gpu [--json FILE] [--repeats N] [--quick]\n"); return 2; }
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            ONLY = argv[++i];
+        else {
+            fprintf(stderr,
+                    "usage: bench_gpu [--json FILE] [--repeats N] [--quick] [--only WORD]\n");
+            return 2;
+        }
     }
     if (quick) { REPEATS = 5; WARMUP = 2; }
     int32_t ndev = 0;
@@ -186,7 +252,7 @@ int main(int argc, char **argv)
     int BT = quick ? 4096 : 16384;
 
     /* device copy bandwidth: 1 GiB (bytes counted read + write) */
-    {
+    if (want("copy")) {
         size_t bytes = quick ? ((size_t)256 << 20) : ((size_t)1 << 30);
         copy_arg a = {dalloc(bytes), drand_bf(bytes / 2, 1.0f), bytes};
         timeit("copy_d2d", f_copy, &a, 0, 2.0 * bytes);
@@ -196,7 +262,7 @@ int main(int argc, char **argv)
     /* GEMMs: Linear forward out[BT,OC] = inp[BT,C] @ W[OC,C]^T, and the two
      * backward GEMMs dinp[BT,C] = dout @ W, dW[OC,C] = dout^T @ inp (fp32
      * accumulate into dW as a trainer does). */
-    {
+    if (want("gemm")) {
         int shapes[5][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50304}};
         for (int s = 0; s < 5; s++) {
             int C = shapes[s][0], OC = shapes[s][1];
@@ -252,7 +318,7 @@ int main(int argc, char **argv)
         }
     }
     /* memory-bound kernels */
-    for (int big = 0; big < 2; big++) {
+    for (int big = 0; big < 2 && want("layernorm"); big++) {
         int C = 768, BT = big ? (quick ? 8192 : 65536) : (quick ? 4096 : 16384);
         size_t n = (size_t)BT * C;
         ln_arg a = {dalloc(n * 2), drand_bf(n, 2.0f), drand_bf(C, 1.0f), drand_bf(C, 1.0f),
@@ -269,7 +335,7 @@ int main(int argc, char **argv)
         llmt__cuda_free(X, a.mean); llmt__cuda_free(X, a.rstd); llmt__cuda_free(X, a.dw);
         llmt__cuda_free(X, a.db);
     }
-    {
+    if (want("gelu residual")) {
         size_t n = (size_t)BT * 3072;
         ew_arg a = {drand_bf(n, 1.0f), drand_bf(n, 3.0f), drand_bf(n, 1.0f), n};
         timeit("gelu_fwd_3072", f_gelu_fwd, &a, 0, 2.0 * n * 2);
@@ -277,7 +343,7 @@ int main(int argc, char **argv)
         timeit("residual_3072", f_resid, &a, 0, 3.0 * n * 2);
         llmt__cuda_free(X, a.out); llmt__cuda_free(X, a.inp); llmt__cuda_free(X, a.dout);
     }
-    {
+    if (want("adamw")) {
         size_t n = 124475904; /* GPT-2 124M parameters (padded vocab) */
         if (quick) n /= 8;
         adam_arg a = {drand_f(n, 1.0f, 0), drand_f(n, 1.0f, 0), drand_f(n, 0.1f, 0),
@@ -287,7 +353,7 @@ int main(int argc, char **argv)
         llmt__cuda_free(X, a.master); llmt__cuda_free(X, a.grad); llmt__cuda_free(X, a.m);
         llmt__cuda_free(X, a.v); llmt__cuda_free(X, a.pb);
     }
-    {
+    if (want("softmax_xent")) {
         int N = quick ? 1024 : 8192, V = 50257, Vp = 50304;
         int32_t *tg = malloc(N * 4);
         for (int i = 0; i < N; i++) tg[i] = (int32_t)(rng_u64() % V);
@@ -298,18 +364,23 @@ int main(int argc, char **argv)
         llmt__cuda_free(X, a.losses); llmt__cuda_free(X, a.logits); llmt__cuda_free(X, a.tg);
         free(tg);
     }
-    /* attention: GPT-2 124M layer, B=16 (T=1024, 12 heads of 64) */
-    {
-        int B = quick ? 4 : 16, T = 1024, nh = 12, hd = 64;
-        size_t qs = (size_t)3 * nh * hd, n = (size_t)B * T * qs, no = (size_t)B * T * nh * hd;
-        attn_arg a = {drand_bf(n, 1.0f), dalloc(no * 2), drand_bf(no, 1.0f), dalloc(n * 2),
-                      dalloc((size_t)B * nh * T * 4), qs, B, T, nh, hd};
-        /* causal: half of 4*B*nh*T*T*hd */
-        double fl = 2.0 * B * nh * (double)T * T * hd;
-        timeit("attention_fwd_b16_t1024_h12_d64", f_attn_fwd, &a, fl, 0);
-        timeit("attention_bwd_b16_t1024_h12_d64", f_attn_bwd, &a, 2.5 * fl, 0);
-        llmt__cuda_free(X, a.qkv); llmt__cuda_free(X, a.out); llmt__cuda_free(X, a.dout);
-        llmt__cuda_free(X, a.dqkv); llmt__cuda_free(X, a.lse);
+    /* attention, 16384 tokens per call (--quick: 4096, T 1024 only):
+     * GPT-2 124M (12 heads of 64), Llama 1B (TinyLlama: 32 heads of 64, 4
+     * kv heads), and hd 128 (16 heads, 4 kv heads); the mma.sync kernels
+     * beside the default ones (they have not run on a GPU before this) */
+    if (want("attention")) {
+        llmt__cuda_ctx *xm = NULL; /* mma.sync needs sm_80 */
+        llmt__cuda_ctx_opts om = {0, 0, 0, 3, NULL, 0};
+        if (llmt__cuda_ctx_sm(X) >= 80 && llmt__cuda_ctx_create(&om, &xm) != LLMT_OK) {
+            fprintf(stderr, "attention: context for the mma.sync kernels failed\n");
+            return 1;
+        }
+        static const int shapes[3][3] = {{12, 12, 64}, {32, 4, 64}, {16, 4, 128}};
+        for (int s = 0; s < 3; s++)
+            for (int T = 1024; T <= (quick ? 1024 : 4096); T *= 2)
+                bench_attention(xm, (quick ? 4096 : 16384) / T, T, shapes[s][0], shapes[s][1],
+                                shapes[s][2]);
+        llmt__cuda_ctx_destroy(xm);
     }
     if (J) {
         fprintf(J, "\n]}\n");

@@ -3,9 +3,13 @@
 the same way (CUDA events, warm-up, median). Names match bench_gpu's so
 bench/gpu/compare.py can pair them.
 
-    python3 bench/gpu/torch_peer.py [--json FILE] [--repeats N] [--quick]
+    python3 bench/gpu/torch_peer.py [--json FILE] [--repeats N] [--quick] [--only WORD]
+
+--only WORD runs only the groups whose name holds WORD, as bench_gpu's.
+Attention is F.scaled_dot_product_attention held to its flash backend.
 """
 import argparse
+import contextlib
 import json
 import sys
 
@@ -48,7 +52,12 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only")
     args = ap.parse_args()
+
+    def want(group):
+        return not args.only or args.only in group
+
     if not torch.cuda.is_available():
         print("SKIP: torch sees no GPU")
         return 77
@@ -62,13 +71,15 @@ def main():
     def T(*shape, a=1.0, dtype=bf):
         return ((torch.rand(*shape, device=dev) * 2 - 1) * a).to(dtype)
 
-    nbytes = (256 << 20) if args.quick else (1 << 30)
-    src = T(nbytes // 2)
-    dst = torch.empty_like(src)
-    timeit("copy_d2d", lambda: dst.copy_(src), rep, wu, 0, 2.0 * nbytes, R)
-    del src, dst
+    if want("copy"):
+        nbytes = (256 << 20) if args.quick else (1 << 30)
+        src = T(nbytes // 2)
+        dst = torch.empty_like(src)
+        timeit("copy_d2d", lambda: dst.copy_(src), rep, wu, 0, 2.0 * nbytes, R)
+        del src, dst
 
-    for C, OC in [(768, 2304), (768, 768), (768, 3072), (3072, 768), (768, 50304)]:
+    gemms = [(768, 2304), (768, 768), (768, 3072), (3072, 768), (768, 50304)]
+    for C, OC in gemms if want("gemm") else []:
         x = T(BT, C)
         w = T(OC, C, a=0.05)
         dout = T(BT, OC)
@@ -93,7 +104,7 @@ def main():
         del x, w, dout
 
     C = 768
-    for big in (0, 1):
+    for big in (0, 1) if want("layernorm") else ():
         N = (8192 if args.quick else 65536) if big else BT
         sfx = "_n65536" if big else ""
         x = T(N, C, a=2.0)
@@ -110,53 +121,72 @@ def main():
                rep, wu, 0, 4.0 * n * 2 + 8.0 * N, R)
         del x, dout
 
-    n = BT * 3072
-    x = T(n, a=3.0)
-    d = T(n)
-    o = torch.empty_like(x)
-    timeit("gelu_fwd_3072", lambda: F.gelu(x, approximate="tanh"), rep, wu, 0, 2.0 * n * 2, R)
-    timeit("gelu_bwd_3072", lambda: torch.ops.aten.gelu_backward(d, x, approximate="tanh"),
-           rep, wu, 0, 4.0 * n * 2, R)
-    timeit("residual_3072", lambda: torch.add(x, d, out=o), rep, wu, 0, 3.0 * n * 2, R)
-    del x, d, o
+    if want("gelu residual"):
+        n = BT * 3072
+        x = T(n, a=3.0)
+        d = T(n)
+        o = torch.empty_like(x)
+        timeit("gelu_fwd_3072", lambda: F.gelu(x, approximate="tanh"), rep, wu, 0, 2.0 * n * 2, R)
+        timeit("gelu_bwd_3072", lambda: torch.ops.aten.gelu_backward(d, x, approximate="tanh"),
+               rep, wu, 0, 4.0 * n * 2, R)
+        timeit("residual_3072", lambda: torch.add(x, d, out=o), rep, wu, 0, 3.0 * n * 2, R)
+        del x, d, o
 
-    n = 124475904 // (8 if args.quick else 1)
-    p = torch.nn.Parameter(T(n, dtype=torch.float32))
-    p.grad = T(n, dtype=torch.float32)
-    opt = torch.optim.AdamW([p], lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0,
-                            fused=True)
-    # torch's fused AdamW: read p, g, m, v; write p, m, v (no bf16 copy)
-    timeit("adamw_124M", opt.step, rep, wu, 0, (4.0 * 4 + 3.0 * 4 + 2.0) * n, R)
-    del p, opt
+    if want("adamw"):
+        n = 124475904 // (8 if args.quick else 1)
+        p = torch.nn.Parameter(T(n, dtype=torch.float32))
+        p.grad = T(n, dtype=torch.float32)
+        opt = torch.optim.AdamW([p], lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0,
+                                fused=True)
+        # torch's fused AdamW: read p, g, m, v; write p, m, v (no bf16 copy)
+        timeit("adamw_124M", opt.step, rep, wu, 0, (4.0 * 4 + 3.0 * 4 + 2.0) * n, R)
+        del p, opt
 
-    N, V = (1024 if args.quick else 8192), 50257
-    logits = T(N, V, a=4.0)
-    tg = torch.randint(0, V, (N,), device=dev)
-    timeit("softmax_xent_fwd_50304", lambda: F.cross_entropy(logits, tg), rep, wu, 0,
-           float(N) * 50304 * 2, R)
-    del logits
+    if want("softmax_xent"):
+        N, V = (1024 if args.quick else 8192), 50257
+        logits = T(N, V, a=4.0)
+        tg = torch.randint(0, V, (N,), device=dev)
+        timeit("softmax_xent_fwd_50304", lambda: F.cross_entropy(logits, tg), rep, wu, 0,
+               float(N) * 50304 * 2, R)
+        del logits
 
-    B, Tn, nh, hd = (4 if args.quick else 16), 1024, 12, 64
-    q = T(B, nh, Tn, hd).requires_grad_()
-    k = T(B, nh, Tn, hd).requires_grad_()
-    v = T(B, nh, Tn, hd).requires_grad_()
-    do = T(B, nh, Tn, hd)
-    fl = 2.0 * B * nh * Tn * Tn * hd
-    with torch.no_grad():
-        fwd = timeit("attention_fwd_b16_t1024_h12_d64",
-                     lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), rep, wu,
-                     fl, 0, R)
+    # attention: bench_gpu's shapes and names (16384 tokens per call; --quick
+    # 4096 and T 1024 only), SDPA held to the flash backend. GQA heads are
+    # expanded to nh before timing (FA2 does the same work either way).
+    if want("attention"):
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            flash = lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)  # noqa: E731
+        except ImportError:  # torch < 2.3
+            flash = contextlib.nullcontext
+        for nh, nkv, hd in [(12, 12, 64), (32, 4, 64), (16, 4, 128)]:
+            for Tn in [1024] if args.quick else [1024, 2048, 4096]:
+                B = (4096 if args.quick else 16384) // Tn
+                shape = (f"b{B}_t{Tn}_h{nh}_d{hd}" if nkv == nh
+                         else f"b{B}_t{Tn}_h{nh}_kv{nkv}_d{hd}")
+                q = T(B, nh, Tn, hd).requires_grad_()
+                k = T(B, nkv, Tn, hd).repeat_interleave(nh // nkv, dim=1).requires_grad_()
+                v = T(B, nkv, Tn, hd).repeat_interleave(nh // nkv, dim=1).requires_grad_()
+                do = T(B, nh, Tn, hd)
+                fl = 2.0 * B * nh * Tn * Tn * hd
 
-    def fb():
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        torch.autograd.grad(out, (q, k, v), do)
+                def fb():
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    torch.autograd.grad(out, (q, k, v), do)
 
-    both = timeit("attention_fwdbwd_b16_t1024_h12_d64", fb, rep, wu, 3.5 * fl, 0, R)
-    bwd = both - fwd
-    R.append({"name": "attention_bwd_b16_t1024_h12_d64", "median_ms": bwd, "min_ms": bwd,
-              "max_ms": bwd, "repeats": rep, "flops": 2.5 * fl, "bytes": 0,
-              "note": "fwd+bwd median minus fwd median"})
-    print(f"{'attention_bwd_b16_t1024_h12_d64':34s} median {bwd:9.4f} ms (fwd+bwd - fwd)")
+                with flash():
+                    with torch.no_grad():
+                        fwd = timeit(f"attention_fwd_{shape}",
+                                     lambda: F.scaled_dot_product_attention(q, k, v,
+                                                                            is_causal=True),
+                                     rep, wu, fl, 0, R)
+                    both = timeit(f"attention_fwdbwd_{shape}", fb, rep, wu, 3.5 * fl, 0, R)
+                bwd = both - fwd
+                R.append({"name": f"attention_bwd_{shape}", "median_ms": bwd, "min_ms": bwd,
+                          "max_ms": bwd, "repeats": rep, "flops": 2.5 * fl, "bytes": 0,
+                          "note": "fwd+bwd median minus fwd median"})
+                print(f"{'attention_bwd_' + shape:34s} median {bwd:9.4f} ms (fwd+bwd - fwd)")
+                del q, k, v, do
 
     if args.json:
         with open(args.json, "w") as f:

@@ -22,6 +22,7 @@
 #include "check.h"
 #include "exec/exec.h"
 #include "gpu_util.h"
+#include "../../cuda/kernels/attention_mma.h"
 
 static llmt__cuda_ctx *X;
 static const llmt__exec_ops *CPU;
@@ -780,6 +781,39 @@ int main(void)
         test_attention(1, 130, 2, 2, 128);
         test_attention(2, 65, 4, 1, 32);
         llmt__cuda_ctx_destroy(X);
+        /* the mma.sync kernels (attention_mma.cu, never run on a GPU before
+         * this test): hd 64 and 128 must take them (their call counter
+         * moves by 2 per case: forward and backward), hd 32 and 48 must
+         * fall back to the kernels above (counter still) */
+        llmt__cuda_ctx_opts o3 = {0, 0, 0, 3, NULL, 0};
+        OK(llmt__cuda_ctx_create(&o3, &X));
+        printf("(mma.sync attention kernels)\n");
+        static const int mma_cases[][5] = {
+            {2, 1, 4, 2, 64},    {1, 1, 2, 1, 128},    {1, 37, 4, 1, 64},  {1, 37, 2, 2, 128},
+            {2, 67, 4, 2, 64},   {1, 67, 4, 1, 128},   {1, 129, 2, 1, 64}, {2, 129, 4, 1, 128},
+            {1, 130, 2, 2, 128}, {1, 200, 12, 12, 64}, {1, 256, 4, 2, 64}, {1, 300, 2, 1, 64},
+            {1, 300, 4, 2, 128}, {2, 1, 2, 1, 32},     {1, 37, 3, 3, 48},  {1, 64, 2, 2, 32},
+        };
+        for (size_t c = 0; c < sizeof mma_cases / sizeof mma_cases[0]; c++) {
+            const int *m = mma_cases[c];
+            uint64_t before = llmt__cuda_attn_mma_calls(X);
+            test_attention(m[0], m[1], m[2], m[3], m[4]);
+            uint64_t took = llmt__cuda_attn_mma_calls(X) - before;
+            char what[96];
+            snprintf(what, sizeof what, "attention mma.sync taken (hd=%d): %llu of 2 calls",
+                     m[4], (unsigned long long)took);
+            report(what, (double)(took != (m[4] == 64 || m[4] == 128 ? 2u : 0u)), 0);
+        }
+        llmt__cuda_ctx_destroy(X);
+        /* any other attn_scalar is refused, not ignored */
+        llmt__cuda_ctx_opts o4 = {0, 0, 0, 4, NULL, 0};
+        llmt__cuda_ctx *bad = NULL;
+        check_count++;
+        if (llmt__cuda_ctx_create(&o4, &bad) != LLMT_ERR_INVALID_ARGUMENT || bad) {
+            check_failures++;
+            fprintf(stderr, "attn_scalar=4 was not refused\n");
+            llmt__cuda_ctx_destroy(bad);
+        }
         X = tcx;
     }
     test_xent(5, 1000, 1008, 1.0f / 5);
