@@ -303,10 +303,10 @@ static const llmt__dev_ops dev_cuda = {
     /* no unverified_cp: context parallelism (cuda/kernels/attn_cp.cu,
      * cp.c's host staging of the exchange) ran on an H200 on 2026-11-26
      * (gpu-cp-ops, gpu-cp-engine) */
-    /* the MoE ops ran on a GPU (gpu-moe-ops), the whole layer through the
-     * engine (moe_dev.c, its routing state and losses) has not */
-    .unverified_moe = "MoE layers have not run on a GPU through the engine (issue 18): test "
-                      "gpu-moe-engine",
+    /* no unverified_moe: the MoE ops (gpu-moe-ops) and the layer through
+     * the engine (gpu-moe-engine) ran on an H200 on 2026-11-26; ep, dp, pp
+     * and cp groups of a MoE model are refused on a device (moe_dev_ep.c,
+     * llmt__moe_device_group_check, cp_check) */
     .create = dc_create,
     .destroy = dc_destroy,
     .last_error = dc_last_error,

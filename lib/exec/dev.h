@@ -152,8 +152,9 @@ typedef struct llmt__dev_ops {
     const char *unverified_cp;
     /* The same for mixture-of-experts layers (lib/train/moe_dev.c and its
      * moe_* ops, run by the engine): the engine refuses a MoE model with
-     * this reason; test/gpu/test_gpu_moe.c clears it on a copy of the
-     * table. */
+     * this reason. No table sets it since CUDA's ran on a GPU
+     * (2026-11-26, gpu-moe-engine); test/gpu/test_gpu_moe.c checks the
+     * refusal on a marked copy of the emulation's table. */
     const char *unverified_moe;
 
     /* -- context and memory */

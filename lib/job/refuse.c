@@ -34,19 +34,20 @@ static int64_t dp_size(const llmt_job *j)
 static llmt_status check_parallelism(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
-    /* MoE layers run on the CPU engine (lib/train/moe.c) and through the
-     * op table on the bf16 host emulation (moe_dev.c, which llmt_job
-     * does not select); CUDA's engine refuses them (its table's
-     * unverified_moe) until the layer has run on a GPU through it, and the
-     * job cannot choose a table with that cleared */
+    /* MoE layers run on the CPU engine and through the op table on the
+     * bf16 host emulation and on CUDA (moe_dev.c): the CUDA trainer ran
+     * them on a GPU alone (gpu-moe-engine: train, evaluate), refusing
+     * their data, expert, pipeline and context parallel groups; the job's
+     * path with them there (its checkpoints of the experts above all) has
+     * not run, so it stays refused */
     if (s->model.moe.experts > 0 && s->model.arch != LLMT_SPEC_ARCH_LLAMA)
         return REFUSE("model.moe.experts: mixture of experts needs model.arch llama (SwiGLU "
                       "experts)");
     if (s->model.moe.experts > 0 && s->train.device == LLMT_SPEC_DEVICE_CUDA)
-        return REFUSE("model.moe.experts: MoE layers do not run on the CUDA engine yet "
-                      "(issue 18: the CUDA MoE ops ran on a GPU, test gpu-moe-ops, but the "
-                      "layer has not run through the engine there, test gpu-moe-engine); set "
-                      "train.device cpu");
+        return REFUSE("model.moe.experts: MoE layers are not supported by llmt_job with "
+                      "train.device cuda yet (issue 18: the trainer ran them on a GPU, test "
+                      "gpu-moe-engine, the job's path with them, checkpoints included, has "
+                      "not); set train.device cpu");
     /* data, expert, pipeline, tensor (experts whole on every TP rank,
      * with or without sequence parallelism; a pipeline stage's layers
      * too) and context parallelism run them (doc/moe.md) */

@@ -15,6 +15,26 @@
 #include "train/trainer_impl.h"
 #include "train/trainer_state.h"
 
+/* MoE's router tallies and load-balancing sums (moe_net.c) are host
+ * arrays summed over the data parallel and pipeline groups; an engine
+ * whose memory is the device's gets NCCL groups there, which take device
+ * memory only. Until those sums are staged to the device (and run on two
+ * GPUs), such a group is refused by name. what: the setter's name. */
+llmt_status llmt__moe_device_group_check(llmt_trainer *tr, llmt_comm *comm, const char *what,
+                                         const char *key)
+{
+    int32_t n = 1;
+    if (!comm || tr->ops->host_memory || tr->model->cfg.moe_experts <= 0 ||
+        llmt_comm_size(comm, &n) != LLMT_OK || n <= 1)
+        return LLMT_OK;
+    return llmt__err_set(llmt__trainer_err(tr), LLMT_ERR_UNSUPPORTED,
+                         "trainer: %s: %s %d with MoE layers on the %s backend is not "
+                         "supported yet: the router's expert tallies are host arrays summed "
+                         "over that group, whose communicator takes device memory there "
+                         "(doc/moe.md); use %s 1",
+                         what, key, (int)n, tr->ops->name, key);
+}
+
 LLMT_API llmt_status llmt_trainer_set_ep_comm(llmt_trainer *tr, llmt_comm *comm)
 {
     if (!tr)

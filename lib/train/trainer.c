@@ -966,6 +966,9 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
                                            const llmt_dp_opts *opts)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
+    llmt_status ms = llmt__moe_device_group_check(tr, comm, "set_comm", "parallelism.dp");
+    if (ms != LLMT_OK)
+        return ms;
     if (tr->pp_comm && comm && opts && opts->struct_size >= offsetof(llmt_dp_opts, overlap) &&
         opts->zero_stage >= 2)
         return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,

@@ -51,6 +51,10 @@ struct llmt_trainer {
 /* Attach calls on a trainer whose engine is not made yet: the group
  * checked and recorded (trainer_build.c). */
 llmt_status llmt__trainer_record_tp(llmt_trainer *tr, llmt_comm *comm, int seq);
+/* A data parallel or pipeline group of size > 1 for a MoE model on a
+ * device-memory engine: refused naming key (moe_attach.c). */
+llmt_status llmt__moe_device_group_check(llmt_trainer *tr, llmt_comm *comm, const char *what,
+                                         const char *key);
 llmt_status llmt__trainer_record_pp(llmt_trainer *tr, llmt_comm *comm, const llmt_pp_opts *o);
 /* This rank's pipeline stage over comm (its layers, activation sets and
  * chunks; the layout checked, errors naming the keys): *first (the first

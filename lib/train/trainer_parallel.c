@@ -264,6 +264,9 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_pp_comm: %s",
                              llmt_comm_last_error(comm));
     (void)r;
+    if ((s = llmt__moe_device_group_check(tr, comm, "set_pp_comm", "parallelism.pp")) !=
+        LLMT_OK)
+        return s;
     int *first = NULL;
     llmt__devtrain_stage st;
     if (!tr->dev) { /* no engine yet: checked (the layout too) and recorded */
@@ -403,6 +406,14 @@ static llmt_status cp_check(llmt_trainer *tr, int live)
                              "trainer: set_cp_comm: context parallelism on the %s backend: "
                              "the %s",
                              tr->ops->name, tr->ops->unverified_cp);
+    /* MoE layers ran on a device table alone (gpu-moe-engine), not with
+     * their router statistics summed over a context parallel group */
+    if (!tr->ops->host_memory && tr->model->cfg.moe_experts > 0)
+        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_cp_comm: parallelism.cp with MoE layers on the %s "
+                             "backend has not run there yet (MoE ran on it without a context "
+                             "parallel group: test gpu-moe-engine); use parallelism.cp 1",
+                             tr->ops->name);
     return LLMT_OK;
 }
 
