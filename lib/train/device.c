@@ -1084,7 +1084,7 @@ llmt_status llmt__devtrain_create_layout(
      * norm over the kept input and rstd, into nrmx) and SwiGLU's output
      * (into dfch); dq, dk, dv take dfch's memory after the MLP backward:
      * 22 x (32 + 32 + 88) + 32 (lnf) + 40 (dqkv) - 32 (nrmx) = 3384 MiB
-     * less (6768 at B 8), activations 11168 -> 7784 MiB at B 4. GPT-2
+     * less (6768 at B 8), activations 11165 -> 7781 MiB at B 4. GPT-2
      * keeps fc's GELU output (fchg): its GEMM's epilogue makes it. */
 #define DA(ptr, bytes, act)                                              \
     do {                                                                 \
