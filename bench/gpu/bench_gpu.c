@@ -2,7 +2,7 @@
  * GPT-2 124M shapes (B*T = 16384 tokens), memory-bound kernels' GB/s
  * against the measured device-to-device copy bandwidth, flash attention
  * forward/backward time (GPT-2 124M and Llama 1B head shapes, hd 64 and
- * 128, T 1024-4096; the default kernels, and the mma.sync ones as
+ * 128, T 1024-8192; the default kernels, and the mma.sync ones as
  * NAME_mma). Timed with CUDA events on the compute stream: warm-up, then
  * the median of `repeats` calls. bench/gpu/torch_peer.py measures PyTorch
  * on the same cases; bench/gpu/compare.py makes ratios.
@@ -377,7 +377,7 @@ int main(int argc, char **argv)
         }
         static const int shapes[3][3] = {{12, 12, 64}, {32, 4, 64}, {16, 4, 128}};
         for (int s = 0; s < 3; s++)
-            for (int T = 1024; T <= (quick ? 1024 : 4096); T *= 2)
+            for (int T = 1024; T <= (quick ? 1024 : 8192); T *= 2)
                 bench_attention(xm, (quick ? 4096 : 16384) / T, T, shapes[s][0], shapes[s][1],
                                 shapes[s][2]);
         llmt__cuda_ctx_destroy(xm);

@@ -160,7 +160,7 @@ def main():
         except ImportError:  # torch < 2.3
             flash = contextlib.nullcontext
         for nh, nkv, hd in [(12, 12, 64), (32, 4, 64), (16, 4, 128)]:
-            for Tn in [1024] if args.quick else [1024, 2048, 4096]:
+            for Tn in [1024] if args.quick else [1024, 2048, 4096, 8192]:
                 B = (4096 if args.quick else 16384) // Tn
                 shape = (f"b{B}_t{Tn}_h{nh}_d{hd}" if nkv == nh
                          else f"b{B}_t{Tn}_h{nh}_kv{nkv}_d{hd}")
