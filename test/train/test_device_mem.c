@@ -14,7 +14,13 @@
  *
  * The norms' outputs and Llama's SwiGLU output are not kept (made again
  * in the backward): a layer more costs nothing for them. Under full
- * recomputation a layer more costs its input only. A step with each
+ * recomputation a layer more costs its input only. Beside the layers the
+ * engine holds the last layer's output (the final norm's input), the
+ * final norm's statistics (not its output: made again too), the logits,
+ * and once its backward's scratch: dres, dtmp, one norm output (nrmx),
+ * the MLP's (Llama dfch, dfch3, dfchg; GPT-2 dfch) and dq, dk, dv in
+ * dfch where they fit (Llama here: Q 128 <= F 160), else their own
+ * buffer (GPT-2 here: Q 192), and the gradient norm's float. A step with each
  * recompute mode trains to the same loss bit for bit (test
  * device-trainer checks the whole run). */
 #include <stdint.h>
@@ -116,6 +122,11 @@ static void check_arch(llmt_context *ctx, int llama)
             name, (long long)(a3[0] - a2[0]), (long long)layer, (long long)(a3[1] - a2[1]),
             (long long)(N * C * 2), (long long)(a3[2] - a2[2]));
     CHECK_EQ_INT(a3[0] - a2[0], layer);
+    int64_t rest = N * C * 2 + 2 * N * 4 + N * 128 * 2 + 3 * N * C * 2 +
+                   (llama ? 3 : 1) * N * F * 2 + (Q <= F ? 0 : N * Q * 2) + 4;
+    fprintf(stderr, "%s: beside the layers %lld bytes (expected %lld)\n", name,
+            (long long)(a2[0] - 2 * layer), (long long)rest);
+    CHECK_EQ_INT(a2[0] - 2 * layer, rest);
     CHECK_EQ_INT(a3[1] - a2[1], N * C * 2);
     /* selective: one attention output and state for all layers */
     CHECK_EQ_INT(a3[2] - a2[2], layer - N * C * 2 - state * 4);
