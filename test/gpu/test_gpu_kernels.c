@@ -423,6 +423,47 @@ static void test_attention(int B, int T, int nh, int nkv, int hd)
     free(h); free(f);
 }
 
+/* The backward twice on the same inputs: bit-identical dq/dk/dv (the
+ * kernels use no atomics; ctx->deterministic relies on it). */
+static void test_attention_repeat(int B, int T, int nh, int nkv, int hd)
+{
+    char name[128];
+    size_t qs = (size_t)(nh + 2 * nkv) * hd, n = (size_t)B * T * qs;
+    size_t no = (size_t)B * T * nh * hd;
+    float *f = malloc(n * 4);
+    uint16_t *hb = malloc(n * 2), *h1 = malloc(n * 2), *h2 = malloc(n * 2);
+    fill_bf(f, hb, n, 1.5f);
+    uint16_t *dqkv = dup_(hb, n * 2), *dg = dup_(hb, no * 2);
+    uint16_t *dout = dpoison_bf(no), *g1 = dpoison_bf(n), *g2 = dpoison_bf(n);
+    float *dlse = dpoison_f((size_t)B * nh * T);
+    uint16_t *k = dqkv + (size_t)nh * hd, *v = k + (size_t)nkv * hd;
+    OK(llmt__cuda_attention_fwd(X, dout, dlse, dqkv, k, v, qs, B, T, nh, nkv, hd));
+    uint16_t *g[2] = {g1, g2};
+    for (int r = 0; r < 2; r++)
+        OK(llmt__cuda_attention_bwd(X, g[r], g[r] + (size_t)nh * hd,
+                                    g[r] + (size_t)(nh + nkv) * hd, dg, dout, dlse, dqkv, k, v,
+                                    qs, B, T, nh, nkv, hd));
+    down(h1, g1, n * 2);
+    down(h2, g2, n * 2);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff += h1[i] != h2[i];
+    snprintf(name, sizeof name,
+             "attention_bwd repeat B=%d T=%d nh=%d nkv=%d hd=%d: bits differ", B, T, nh, nkv,
+             hd);
+    report(name, (double)diff, 0);
+    llmt__cuda_free(X, dqkv);
+    llmt__cuda_free(X, dg);
+    llmt__cuda_free(X, dout);
+    llmt__cuda_free(X, g1);
+    llmt__cuda_free(X, g2);
+    llmt__cuda_free(X, dlse);
+    free(f);
+    free(hb);
+    free(h1);
+    free(h2);
+}
+
 /* ---- softmax cross-entropy -------------------------------------------------- */
 
 static void test_xent(int N, int V, int Vp, float dloss)
@@ -804,6 +845,8 @@ int main(void)
                      m[4], (unsigned long long)took);
             report(what, (double)(took != (m[4] == 64 || m[4] == 128 ? 2u : 0u)), 0);
         }
+        test_attention_repeat(2, 300, 4, 1, 64);
+        test_attention_repeat(1, 129, 4, 2, 128);
         llmt__cuda_ctx_destroy(X);
         /* any other attn_scalar is refused, not ignored */
         llmt__cuda_ctx_opts o4 = {0, 0, 0, 4, NULL, 0};
