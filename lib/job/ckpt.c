@@ -474,6 +474,7 @@ static void restore_line(llmt_job *j, const char *tier, int64_t step, double t0,
 llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
 {
     *step = -1;
+    llmt__job_sdc_base_drop(j); /* the state the SDC window replays from is gone */
     double t0 = llmt__job_now();
     llmt_status s = llmt_ckpt_wait(j->ck, -1);
     if (s != LLMT_OK) /* a failed async save leaves no step behind */

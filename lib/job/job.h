@@ -182,6 +182,12 @@ struct llmt_job {
     size_t sdc_snap_cap;
     int32_t *sdc_snap_in;
     int64_t sdc_snap_for, sdc_snap_step;
+    /* the window's base (sdc_base.c, in sdc_snap's copy): held (1), its job
+     * step, the trainer's step, the step its hook expects next, the
+     * anomalies counted when it was taken and the loader's position */
+    int sdc_base_ok;
+    int64_t sdc_base_at, sdc_base_tstep, sdc_base_next, sdc_base_anom;
+    llmt_loader_state sdc_base_data;
     double strag_busy, strag_wall, strag_comm0; /* busy seconds since the last report */
     int64_t strag_steps;
     int32_t strag_streak[JOB_STRAGGLER_MAX_RANKS]; /* reports in a row named */
@@ -311,6 +317,21 @@ llmt_status llmt__job_sdc_shares(llmt_job *j, int64_t step, llmt_job_metrics *m)
 llmt_status llmt__job_sdc_snap(llmt_job *j, int64_t step);
 llmt_status llmt__job_sdc_step_replay(llmt_job *j, int64_t step, int64_t *from);
 void llmt__job_sdc_free(llmt_job *j);
+/* sdc_step.c: this rank's shares (parameters, m, v) into the copy both
+ * replays use (grown as needed) and back (collective: the engine and data
+ * parallelism take them up). */
+llmt_status llmt__job_shares_keep(llmt_job *j);
+llmt_status llmt__job_shares_put(llmt_job *j);
+/* sdc_base.c: the ZeRO-3 window's base. base: at the start of each step
+ * (before its batch is read), the state `start` when the newest checked
+ * state is not the one this step starts from (after a check, at the first
+ * step, after a restore or an anomaly's action). base_replay: at the check
+ * of `step`, every rank back to it (collective; *from its job step, -1
+ * when the ranks hold none alike); the base is used up. drop: a restore
+ * changed the state. */
+llmt_status llmt__job_sdc_base(llmt_job *j, int64_t start);
+llmt_status llmt__job_sdc_base_replay(llmt_job *j, int64_t step, int64_t *from);
+void llmt__job_sdc_base_drop(llmt_job *j);
 
 /* metrics.c: metrics.jsonl, appended and never rewritten. */
 llmt_status llmt__job_metrics_open(llmt_job *j);

@@ -197,6 +197,10 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
     if ((s = llmt__job_obs_start(j)) != LLMT_OK)
         return s;
     llmt__job_obs_before(j, start + 1);
+    /* the ZeRO-3 window's base, before this step reads its batch: the
+     * state it starts from, when the one held is not (sdc_base.c) */
+    if ((s = llmt__job_sdc_base(j, start)) != LLMT_OK)
+        return s;
     job_marks k;
     memset(&k, 0, sizeof k);
     double t_begin = llmt__job_now();

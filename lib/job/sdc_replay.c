@@ -16,10 +16,11 @@
  * corruption must be newer than the newest save (it is, when the check
  * runs at least once per checkpoint interval, or the save of a corrupted
  * replica would have been caught earlier). Under ZeRO-3, where every check
- * replays, fault_tolerance.sdc_replay "step" replays the check step alone
- * from the copy taken before it (sdc_step.c): cheaper, but blind to what
- * went wrong before that copy; "window" (the default) is the replay
- * above. */
+ * replays, "window" (fault_tolerance.sdc_replay's default) replays from
+ * the newest state that passed a check instead (sdc_base.c), so a save
+ * between checks hides nothing; "step" replays the check step alone from
+ * the copy taken before it (sdc_step.c): cheaper, but blind to what went
+ * wrong before that copy. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,11 +54,14 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
     int shares = j->spec->parallelism.zero >= 3;
     int64_t from = -1;
     /* sdc_replay step (ZeRO-3 only, refuse.c): the check step from the
-     * copy taken before it (sdc_step.c); window: the steps since the
-     * newest snapshot of the memory tier */
+     * copy taken before it (sdc_step.c); window: under ZeRO-3 the steps
+     * since the newest checked state (sdc_base.c), under zero 0-2 (a
+     * disagreement between replicas) those since the newest snapshot of
+     * the memory tier */
     int one = shares && j->spec->fault_tolerance.sdc_replay == LLMT_SPEC_SDC_STEP;
-    llmt_status s =
-        one ? llmt__job_sdc_step_replay(j, step, &from) : llmt__job_restore(j, 1, &from);
+    llmt_status s = one      ? llmt__job_sdc_step_replay(j, step, &from)
+                    : shares ? llmt__job_sdc_base_replay(j, step, &from)
+                             : llmt__job_restore(j, 1, &from);
     if (s != LLMT_OK)
         return s;
     *fromp = from;
@@ -107,8 +111,8 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
     int stop = j->spec->fault_tolerance.anomaly.policy == LLMT_SPEC_ANOMALY_STOP;
     const char *action = !agree ? "policy" : stop ? "stop" : "replayed";
     llmt__log(j->ctx, LLMT_LOG_WARN, "job",
-              "sdc: step %lld replayed from the snapshot of step %lld on every rank: %s%s%s",
-              (long long)step, (long long)from,
+              "sdc: step %lld replayed from the %s of step %lld on every rank: %s%s%s",
+              (long long)step, shares && !one ? "checked state" : "snapshot", (long long)from,
               bad[0] ? "the result of rank(s) " : "every rank's result reproduced",
               bad[0] ? bad : "", bad[0] ? " is not reproducible" : "");
     llmt__job_metrics_line(j,

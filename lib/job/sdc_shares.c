@@ -15,10 +15,10 @@
  * corrupted result is gone).
  *
  * The price is the replay, and fault_tolerance.sdc_replay chooses it:
- * "window" (default) runs again every step since the newest snapshot of
- * the memory tier, so a flip in memory or a transient error in any step
- * since it is seen (every step twice with checks at the checkpoint
- * interval); "step" runs the check step alone from a copy taken before it
+ * "window" (default) runs again every step since the newest state that
+ * passed a check (or the run's start: sdc_base.c), so a flip in memory or
+ * a transient error in any step since the previous check is seen (every
+ * step twice); "step" runs the check step alone from a copy taken before it
  * (sdc_step.c): one step in sdc_interval twice, but what went wrong before
  * that copy is in it and is not seen (doc/fault-tolerance.md). The shares
  * are read where the engine trains the host tensors in place (the fp32
@@ -83,13 +83,16 @@ llmt_status llmt__job_sdc_shares(llmt_job *j, int64_t step, llmt_job_metrics *m)
         else
             llmt__log(j->ctx, LLMT_LOG_WARN, "job",
                       "sdc: step %lld not checked: under parallelism.zero 3 the check replays "
-                      "the steps since the newest snapshot, and there is none before it "
-                      "(save at least once per fault_tolerance.sdc_interval)",
+                      "the steps since the newest checked state, and the ranks hold none "
+                      "alike (the next check replays from this step)",
                       (long long)step);
         llmt__job_metrics_line(j,
                                "{\"event\":\"sdc\",\"step\":%lld,\"checked\":false,"
-                               "\"why\":\"no snapshot before this step to replay from\"}",
-                               (long long)step);
+                               "\"why\":\"no %s before this step to replay from\"}",
+                               (long long)step,
+                               j->spec->fault_tolerance.sdc_replay == LLMT_SPEC_SDC_STEP
+                                   ? "snapshot"
+                                   : "checked state");
         return LLMT_OK;
     }
     j->sdc_checks++;

@@ -1,16 +1,17 @@
-/* The one-step snapshot of the ZeRO-3 silent-data-corruption check
- * (fault_tolerance.sdc_replay "step"; the default "window" replays from
- * the memory tier instead, sdc_replay.c).
+/* The copies the ZeRO-3 silent-data-corruption check replays from: this
+ * rank's shares of the parameters and of both AdamW moments (three floats
+ * per element it owns), kept here (shares_keep) and put back (shares_put)
+ * for both values of fault_tolerance.sdc_replay; and the one-step
+ * snapshot of "step" (the default "window" replays from the newest checked
+ * state instead, sdc_base.c, with the same copy).
  *
  * Under ZeRO-3 the check replays (sdc_shares.c): each rank computes its
  * shares again and compares their hash with the first result. The window
- * replay runs every step since the newest checkpoint again (with the check
- * at the checkpoint interval, every step twice) and reads the memory tier
- * (every rank's parts over the network) at each check. Before a check
- * step this rank copies what the step changes and reads: its shares of the
- * parameters and of both AdamW moments, the trainer's step (the schedule
- * follows from it) and the step's batch. The replay puts them back and
- * runs that one step: 1/sdc_interval of the steps run twice, no restore.
+ * replay runs every step since the newest checked state again (sdc_interval
+ * steps per check). Before a check step, with "step", this rank copies
+ * what the step changes and reads: its shares, the trainer's step (the
+ * schedule follows from it) and the step's batch. The replay puts them
+ * back and runs that one step: 1/sdc_interval of the steps run twice.
  *
  * What it covers: the check step's computation (a unit that errs again
  * and again is caught at the next check; sdc_interval 1 checks every
@@ -57,15 +58,8 @@ static size_t shares_copy(llmt_job *j, float *snap, int dir)
     return at;
 }
 
-llmt_status llmt__job_sdc_snap(llmt_job *j, int64_t step)
+llmt_status llmt__job_shares_keep(llmt_job *j)
 {
-    int64_t every = j->spec->fault_tolerance.sdc_interval;
-    j->sdc_snap_for = -1;
-    if (every <= 0 || step % every || j->spec->parallelism.zero < 3 ||
-        j->spec->fault_tolerance.sdc_replay != LLMT_SPEC_SDC_STEP || !j->comm || j->world < 2 ||
-        !j->to.deterministic || !llmt__trainer_host_resident(j->tr))
-        return LLMT_OK;
-    double t0 = llmt__job_now();
     size_t need = shares_copy(j, NULL, 0);
     size_t batch = (size_t)j->to.micro_batch * j->to.grad_accum * j->to.seq_len;
     if (need > j->sdc_snap_cap || !j->sdc_snap_in) {
@@ -76,11 +70,40 @@ llmt_status llmt__job_sdc_snap(llmt_job *j, int64_t step)
         j->sdc_snap_cap = j->sdc_snap && j->sdc_snap_in ? need : 0;
         if (!j->sdc_snap_cap && need)
             return FAIL(LLMT_ERR_OUT_OF_MEMORY,
-                        "fault_tolerance.sdc_interval: no memory for the one-step snapshot "
-                        "of this rank's shares (%zu floats)",
+                        "fault_tolerance.sdc_interval: no memory for the copy of this "
+                        "rank's shares the check replays from (%zu floats)",
                         need);
     }
     shares_copy(j, j->sdc_snap, 0);
+    return LLMT_OK;
+}
+
+llmt_status llmt__job_shares_put(llmt_job *j)
+{
+    /* as a checkpoint's read does: the host copies current, written,
+     * then taken up by the engine and data parallelism (collective:
+     * every rank replays) */
+    llmt_status s = llmt__trainer_host_sync(j->tr);
+    if (s == LLMT_OK) {
+        shares_copy(j, j->sdc_snap, 1);
+        s = llmt__trainer_params_written(j->tr);
+    }
+    return s;
+}
+
+llmt_status llmt__job_sdc_snap(llmt_job *j, int64_t step)
+{
+    int64_t every = j->spec->fault_tolerance.sdc_interval;
+    j->sdc_snap_for = -1;
+    if (every <= 0 || step % every || j->spec->parallelism.zero < 3 ||
+        j->spec->fault_tolerance.sdc_replay != LLMT_SPEC_SDC_STEP || !j->comm || j->world < 2 ||
+        !j->to.deterministic || !llmt__trainer_host_resident(j->tr))
+        return LLMT_OK;
+    double t0 = llmt__job_now();
+    llmt_status s = llmt__job_shares_keep(j);
+    if (s != LLMT_OK)
+        return s;
+    size_t batch = (size_t)j->to.micro_batch * j->to.grad_accum * j->to.seq_len;
     memcpy(j->sdc_snap_in, j->in, batch * sizeof *j->in);
     memcpy(j->sdc_snap_in + batch, j->tg, batch * sizeof *j->tg);
     llmt_trainer_get_step(j->tr, &j->sdc_snap_step);
@@ -95,14 +118,7 @@ llmt_status llmt__job_sdc_step_replay(llmt_job *j, int64_t step, int64_t *from)
     if (j->sdc_snap_for != step)
         return LLMT_OK; /* no snapshot of this step: the caller says so */
     j->sdc_snap_for = -1;
-    /* as a checkpoint's read does: the host copies current, written,
-     * then taken up by the engine and data parallelism (collective:
-     * every rank replays) */
-    llmt_status s = llmt__trainer_host_sync(j->tr);
-    if (s == LLMT_OK) {
-        shares_copy(j, j->sdc_snap, 1);
-        s = llmt__trainer_params_written(j->tr);
-    }
+    llmt_status s = llmt__job_shares_put(j);
     if (s == LLMT_OK)
         s = llmt_trainer_set_step(j->tr, j->sdc_snap_step);
     if (s != LLMT_OK)

@@ -35,9 +35,13 @@
 #             before step 5 (between checks) is not seen (the documented
 #             limit: the check at 6 says ok)
 #   sdc-zero3-window  the default sdc_replay window: every check replays
-#             the steps since the memory tier's snapshot (losses
-#             unchanged); the flip before step 5 is seen at step 6 and
-#             repaired: steps 7-14 equal the uninterrupted run's
+#             the steps since the newest checked state (losses unchanged);
+#             the flip before step 5 is seen at step 6 and repaired: steps
+#             7-14 equal the uninterrupted run's; a flip before step 1 (no
+#             save yet) is seen by the first check; with sdc_interval 4 and
+#             saves every 2, a flip before step 5 (in the save of step 6) is
+#             seen at step 8, replayed from 4; after an in-place restore
+#             the next check replays from the restored step
 #   sdc-ep    MoE, experts over ep 2 in dp 6: replicas are the ranks of
 #             one EP rank ({0,2,4}, {1,3,5}); a flip on rank 2 names it
 #             alone, repaired from rank 0 within its EP rank's group
@@ -410,9 +414,9 @@ sys.exit(not ok)' zr/metrics.jsonl || { fail=1; grep sdc zr/metrics.jsonl; }
   ;;
 sdc-zero3-window)
   # fault_tolerance.sdc_replay window (the default): each check replays
-  # every step since the newest snapshot of the memory tier, so a flip in
-  # a share between checks is seen at the next check and the run goes on
-  # from the clean replay
+  # every step since the newest state that passed a check (or the start),
+  # so a flip in a share between checks is seen at the next check and the
+  # run goes on from the clean replay, saves between checks or not
   mk w3.json ', "sdc_interval": 2'
   sed 's/"optimizer"/"parallelism": {"zero": 3}, "optimizer"/; s/"sample_tokens": 0}/"sample_tokens": 0, "deterministic": true}/' w3.json > w3d.json
   mk w3p.json ""
@@ -422,13 +426,10 @@ sdc-zero3-window)
   python3 -c '
 import json, sys
 ev = [j for j in map(json.loads, open(sys.argv[1])) if j.get("event") == "sdc"]
-first = ev[0] if ev else {}
-rest = ev[1:]
-ok = (first.get("step") == 2 and first.get("checked") is False and
-      [e["step"] for e in rest] == list(range(4, 15, 2)) and
+ok = ([e["step"] for e in ev] == list(range(2, 15, 2)) and
       all(e.get("ok") is True and e["shares"] is True and e["replayed_from"] == e["step"] - 2
-          for e in rest))
-print(("ok  " if ok else "FAIL") + " zero 3, window: step 2 not checked (no snapshot before it), steps 4-14 replayed from the snapshot 2 steps back, every share reproduced (%d checks)" % len(rest))
+          for e in ev))
+print(("ok  " if ok else "FAIL") + " zero 3, window: steps 2-14 checked, each replayed from the checked state 2 steps back (step 2 from the start), every share reproduced (%d checks)" % len(ev))
 sys.exit(not ok)' wr/metrics.jsonl || { fail=1; grep sdc wr/metrics.jsonl; }
   losses wp/metrics.jsonl > wp.loss
   losses wr/metrics.jsonl > wr.loss
@@ -436,9 +437,9 @@ sys.exit(not ok)' wr/metrics.jsonl || { fail=1; grep sdc wr/metrics.jsonl; }
     ok "the replays leave the run as it was: 14 losses equal the run without checks" ||
     { bad "losses with checks differ"; diff wp.loss wr.loss; }
   # a flip in rank 1's share before step 5, between the checks of 4 and 6:
-  # the check at 6 replays steps 5-6 from the snapshot of 4. The flipped
-  # value was gathered into both ranks' forward, so neither rank's shares
-  # reproduce (both named, as launch-sdc's bitflip); the replay repairs
+  # the check at 6 replays steps 5-6 from the checked state of 4. The
+  # flipped value was gathered into both ranks' forward, so neither rank's
+  # shares reproduce (both named, as launch-sdc's bitflip); the replay repairs
   LLMT_FAULT=bitflip:1:5 launch wb wb.log --nproc 2 w3d.json || { bad "zero 3 bitflip run"; cat wb.log; }
   grep -q '"event":"sdc_replay","step":6,"from":4,"not_reproducible":\[0,1\],"agree":true,"action":"replayed"' wb/metrics.jsonl &&
     grep -q '"event":"sdc","step":6,"ok":false,"ranks":2,"shares":true,"not_reproducible":2,"action":"replayed","replayed_from":4' wb/metrics.jsonl &&
@@ -448,6 +449,55 @@ sys.exit(not ok)' wr/metrics.jsonl || { fail=1; grep sdc wr/metrics.jsonl; }
   [ "$(wc -l < wb.loss)" -eq 8 ] && awk '$1 > 6' wp.loss | cmp -s - wb.loss &&
     ok "window: losses of steps 7-14 equal the uninterrupted run's after the replay" ||
     { bad "losses after the window replay differ"; diff wp.loss wb.loss; }
+  # before the first save: a flip before step 1 is seen by the first
+  # check (step 2, replayed from the start), before the save of step 2
+  LLMT_FAULT=bitflip:1:1 launch w1 w1.log --nproc 2 w3d.json || { bad "zero 3 bitflip before step 1"; cat w1.log; }
+  grep -q '"event":"sdc_replay","step":2,"from":0,"not_reproducible":\[0,1\],"agree":true,"action":"replayed"' w1/metrics.jsonl &&
+    grep -q '"event":"sdc","step":2,"ok":false,"ranks":2,"shares":true,"not_reproducible":2,"action":"replayed","replayed_from":0' w1/metrics.jsonl &&
+    ok "window: a flip before step 1 (before any save) seen by the first check, steps 1-2 replayed from the start" ||
+    { bad "the first check did not see the flip before the first save"; grep sdc w1/metrics.jsonl; }
+  losses w1/metrics.jsonl | awk '$1 > 2' > w1.loss
+  [ "$(wc -l < w1.loss)" -eq 12 ] && awk '$1 > 2' wp.loss | cmp -s - w1.loss &&
+    ok "window: losses of steps 3-14 equal the uninterrupted run's after the first check's replay" ||
+    { bad "losses after the first check's replay differ"; diff wp.loss w1.loss; }
+  # a save between two checks (checkpoint.interval 2, sdc_interval 4): a
+  # flip before step 5 is in the save of step 6; the check at 8 replays
+  # steps 5-8 from the checked state of 4, not from that save, and sees it
+  sed 's/"sdc_interval": 2/"sdc_interval": 4/' w3d.json > w4d.json
+  LLMT_FAULT=bitflip:1:5 launch w4 w4.log --nproc 2 w4d.json || { bad "zero 3 bitflip, saves between checks"; cat w4.log; }
+  python3 -c '
+import json, sys
+L = [j for j in map(json.loads, open(sys.argv[1]))]
+ev = [j for j in L if j.get("event") == "sdc"]
+rp = [j for j in L if j.get("event") == "sdc_replay"]
+ok = ([(e["step"], e.get("ok"), e.get("replayed_from")) for e in ev] ==
+      [(4, True, 0), (8, False, 4), (12, True, 8)] and
+      [(r["step"], r["from"], r["not_reproducible"]) for r in rp] == [(8, 4, [0, 1])] and
+      any(j.get("event") == "goodput" and j.get("when") == "save" and j.get("step") == 6 for j in L))
+print(("ok  " if ok else "FAIL") + " window, a save (step 6) between the checks of 4 and 8: the flip before step 5 seen at 8, steps 5-8 replayed from 4")
+sys.exit(not ok)' w4/metrics.jsonl || { fail=1; grep "sdc\|save" w4/metrics.jsonl; }
+  losses w4/metrics.jsonl | awk '$1 > 8' > w4.loss
+  [ "$(wc -l < w4.loss)" -eq 6 ] && awk '$1 > 8' wp.loss | cmp -s - w4.loss &&
+    ok "window: losses of steps 9-14 equal the uninterrupted run's after the replay" ||
+    { bad "losses after the replay across a save differ"; diff wp.loss w4.loss; }
+  # a restore drops the checked state: rank 1 killed in step 5 with saves
+  # every 3, the survivor and the spare restore step 3 in place, and the
+  # check at 4 replays step 4 from there (the checked state of 2 is not
+  # the run's any more)
+  sed 's/"interval": 2,/"interval": 3,/' w3d.json > w3i.json
+  LLMT_FAULT=kill:1:5 launch wi wi.log --nproc 2 --spares 1 --in-place w3i.json || { bad "zero 3 window, in-place recovery"; cat wi.log; }
+  python3 -c '
+import json, sys
+ev = [j for j in map(json.loads, open(sys.argv[1])) if j.get("event") in ("sdc", "inplace")]
+got = [(e["event"], e["step"], e.get("replayed_from"), e.get("ok")) for e in ev]
+want = [("sdc", 2, 0, True), ("sdc", 4, 2, True), ("inplace", 3, None, None), ("sdc", 4, 3, True)]
+want += [("sdc", s, s - 2, True) for s in range(6, 15, 2)]
+ok = got == want
+print(("ok  " if ok else "FAIL") + " window after an in-place restore of step 3: the check at 4 replays from 3, the later ones from the check before")
+sys.exit(not ok)' wi/metrics.jsonl || { fail=1; grep "sdc\|inplace" wi/metrics.jsonl; }
+  losses wi/metrics.jsonl > wi.loss
+  cmp -s wp.loss wi.loss && ok "window, in place: 14 losses equal the uninterrupted run's" ||
+    { bad "losses after the in-place recovery differ"; diff wp.loss wi.loss; }
   ;;
 sdc-ep)
   # MoE with the experts split over ep 2 on 6 replicas: each rank's engine
