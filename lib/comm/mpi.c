@@ -190,6 +190,12 @@ static llmt_status seq_gate(llmt_comm *c, uint64_t seq, int64_t deadline)
             if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST))
                 return LLMT_ERR_ABORTED;
             if (llmt__now_ns() > deadline) return LLMT_ERR_TIMEOUT;
+            /* MPI's progress for this rank's posted sends (p2p.h): the
+             * rank awaited may first need one of them (a pipeline stage
+             * whose step failed joins the step's end while a rendezvous
+             * send of its stays in flight, its receiver still before it) */
+            int flag = 0;
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, b->comm, &flag, MPI_STATUS_IGNORE);
             sched_yield();
         }
     }

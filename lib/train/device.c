@@ -2312,6 +2312,10 @@ int llmt__devtrain_host_resident(const llmt__devtrain *g)
     return g->alias;
 }
 void llmt__devtrain_set_dp(llmt__devtrain *g, llmt__dp *dp) { g->dp = dp; }
+struct llmt__dp *llmt__devtrain_dp(const llmt__devtrain *g)
+{
+    return g->dp;
+}
 
 void llmt__devtrain_dp_store(llmt__devtrain *g, llmt__dp_store *st)
 {

@@ -277,6 +277,9 @@ struct llmt__dp_store;
 void llmt__devtrain_dp_store(llmt__devtrain *g, struct llmt__dp_store *st);
 void llmt__devtrain_moments(llmt__devtrain *g, float **m, float **v);
 void llmt__devtrain_set_dp(llmt__devtrain *g, struct llmt__dp *dp);
+/* The data parallel group attached (NULL: none): the pipeline's step end
+ * (pp.c) agrees on failures over it. */
+struct llmt__dp *llmt__devtrain_dp(const llmt__devtrain *g);
 void llmt__devtrain_drop_moments(llmt__devtrain *g);
 llmt_status llmt__devtrain_restore_moments(llmt__devtrain *g);
 

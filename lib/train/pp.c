@@ -41,6 +41,8 @@
 #include "plan/balance.h"
 #include "train/pp.h"
 #include "plan/pp_sched.h"
+#include "train/dp.h"
+#include "train/pp_agree.h"
 #include "train/pp_send.h"
 
 struct llmt__pp {
@@ -556,69 +558,237 @@ static llmt_status run_schedule(llmt__pp *pp)
     return s;
 }
 
-llmt_status llmt__pp_fwd_bwd(llmt__pp *pp, const int32_t *inputs, const int32_t *targets,
-                             int64_t count, double *loss_sum, double *sumsq)
+/* Whether a stage whose step failed (status s) takes part in the step's
+ * end (step_end): when its failure was its own (an op, no memory) or
+ * learnt from a failure's message, its peers will meet it there; not
+ * after a message that did not come (the group or a peer is gone, and
+ * each collective would wait out the timeout again), nor where no
+ * failure travels (NCCL: no tail). */
+static int joins(const llmt__pp *pp, llmt_status s)
 {
-    if (pp->broken)
-        return llmt__err_set(pp->e, LLMT_ERR_INVALID_ARGUMENT,
-                             "trainer: pipeline stage %d: an earlier step failed in the "
-                             "middle of its schedule, which leaves that step's messages "
-                             "unmatched in the pipeline group: remake the trainer and its "
-                             "pipeline communicator (every stage's)",
-                             pp->stage);
-    llmt_status s = llmt__devtrain_stage_begin(pp->g, inputs, targets, pp->micro, count);
-    if (s != LLMT_OK) {
-        pp->from = 0;
-        fail_on(pp, 0);
-        return s;
-    }
-    pp->idle_s = 0.0;
-    pp->sent = pp->recvd = 0;
-    pp->vt = pp->vbusy = pp->vspan = 0.0;
-    double t0 = now_s();
-    s = run_schedule(pp);
-    pp->step_s = now_s() - t0;
+    return pp->tail && (pp->from || s != LLMT_ERR_COMM);
+}
+
+/* A peer's failure learnt at the step's end: what this stage says. */
+static void learnt(llmt__pp *pp, const char *who, int rank, int origin, const char *text)
+{
+    llmt__err_set(pp->e, LLMT_ERR_COMM,
+                  "trainer: pipeline stage %d: %s %d failed in this step (stage %d of its "
+                  "pipeline; the step is lost on every stage and replica; remake the trainer "
+                  "and its pipeline communicator). Stage %d's error: %s",
+                  pp->stage, who, rank, origin, origin, text);
+}
+
+/* The step's end after its schedule (failed: status s, else LLMT_OK):
+ * the data parallel reductions and the loss over them, the tied wte's sum,
+ * the gradient norm, then every stage's (loss, sum of squares, clock) over
+ * the pipeline group. A stage whose step failed still takes part in each
+ * of these collectives (its results unused), so that no peer waits for it
+ * in one: the failure of a stage after its last message of the step (its
+ * last backward, the loss, the norm) or of one data parallel replica only
+ * then reaches every stage here, where it would otherwise have waited out
+ * the communicator's timeout. Each rank's state travels in the gathers
+ * the step has anyway, its code in the pipeline's; over the data parallel
+ * group it costs one all-gather of an int64 a rank (pp_agree.h); the texts
+ * travel only when a rank failed. */
+static llmt_status step_end(llmt__pp *pp, llmt_status s, double *loss_sum, double *sumsq)
+{
+    char own[LLMT_ERR_MSG_MAX];
+    /* this stage's failure: its origin stage and its text */
+    int origin = s == LLMT_OK ? -1 : pp->from ? pp->from - 1 : pp->stage;
     if (s != LLMT_OK)
-        return s;
+        snprintf(own, sizeof own, "%s", pp->e->msg);
+#define FAILED(st)                                       \
+    do {                                                 \
+        llmt_status st_ = (st);                          \
+        if (st_ != LLMT_OK && s == LLMT_OK) {            \
+            s = st_;                                     \
+            origin = pp->stage;                          \
+            snprintf(own, sizeof own, "%s", pp->e->msg); \
+        }                                                \
+    } while (0)
     double mine[3] = {0.0, 0.0, pp->vt};
-    if ((s = llmt__devtrain_stage_loss(pp->g, &mine[0])) != LLMT_OK)
-        return s;
+    FAILED(llmt__devtrain_stage_loss(pp->g, &mine[0]));
+    /* the data parallel group: a replica whose stage failed */
+    struct llmt__dp *dp = llmt__devtrain_dp(pp->g);
+    llmt_comm *dc = dp ? llmt__dp_comm(dp) : NULL;
+    int32_t dn = 1;
+    if (dc && pp->tail && llmt__pp_agree_host(dc) && llmt_comm_size(dc, &dn) == LLMT_OK) {
+        int64_t *codes = malloc((size_t)dn * sizeof *codes);
+        char *texts = malloc((size_t)dn * LLMT__PP_TEXT);
+        llmt_status t =
+            codes && texts ? LLMT_OK
+                           : llmt__err_set(pp->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+        if (t == LLMT_OK && llmt__pp_agree_codes(dc, origin + 1, codes) != LLMT_OK)
+            t = llmt__err_set(pp->e, LLMT_ERR_COMM,
+                              "trainer: pipeline stage %d: the step's state over the data "
+                              "parallel group: %s",
+                              pp->stage, llmt_comm_last_error(dc));
+        int who = -1;
+        for (int32_t r = 0; t == LLMT_OK && r < dn && who < 0; r++)
+            if (codes[r])
+                who = r;
+        if (who >= 0 && llmt__pp_agree_texts(dc, s != LLMT_OK ? own : "", texts) != LLMT_OK)
+            t = llmt__err_set(pp->e, LLMT_ERR_COMM,
+                              "trainer: pipeline stage %d: the failure's text over the data "
+                              "parallel group: %s",
+                              pp->stage, llmt_comm_last_error(dc));
+        FAILED(t);
+        if (who >= 0 && s == LLMT_OK) {
+            learnt(pp, "data parallel rank", who, (int)codes[who] - 1,
+                   texts + (size_t)who * LLMT__PP_TEXT);
+            s = LLMT_ERR_COMM;
+            origin = pp->stage; /* the failure this stage tells its pipeline */
+            snprintf(own, sizeof own, "%s", pp->e->msg);
+        }
+        free(codes);
+        free(texts);
+    }
     size_t tn = 0;
     float *tg = llmt__devtrain_stage_tied_grad(pp->g, &tn);
     if (tg && pp->emb &&
         llmt_comm_all_reduce(pp->emb, tg, tg, tn, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL) !=
             LLMT_OK)
-        return llmt__err_set(pp->e, LLMT_ERR_COMM,
+        FAILED(llmt__err_set(pp->e, LLMT_ERR_COMM,
                              "trainer: pipeline parallelism: sum of the tied embedding's "
                              "gradient over the first and last stage: %s",
-                             llmt_comm_last_error(pp->emb));
-    if ((s = llmt__devtrain_stage_sumsq(pp->g, &mine[1])) != LLMT_OK)
-        return s;
-    /* every stage's (loss sum, sum of squares, clock) as bits, summed here
-     * in stage order: the same doubles on every stage */
-    int64_t *all = malloc((size_t)pp->stages * 3 * sizeof *all), bits[3];
-    if (!all)
-        return llmt__err_set(pp->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
-    memcpy(bits, mine, sizeof bits);
-    if (llmt_comm_all_gather(pp->comm, bits, all, 3, LLMT_DTYPE_INT64, NULL) != LLMT_OK) {
-        free(all);
-        return llmt__err_set(pp->e, LLMT_ERR_COMM,
+                             llmt_comm_last_error(pp->emb)));
+    FAILED(llmt__devtrain_stage_sumsq(pp->g, &mine[1]));
+    /* every stage's (loss sum, sum of squares, clock, failure) as bits,
+     * summed here in stage order: the same doubles on every stage */
+    int64_t *all = malloc((size_t)pp->stages * 4 * sizeof *all), bits[4];
+    char *texts = NULL;
+    if (!all) {
+        FAILED(llmt__err_set(pp->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory"));
+        goto out;
+    }
+    memcpy(bits, mine, 3 * sizeof *bits);
+    bits[3] = origin + 1;
+    if (llmt_comm_all_gather(pp->comm, bits, all, 4, LLMT_DTYPE_INT64, NULL) != LLMT_OK) {
+        FAILED(llmt__err_set(pp->e, LLMT_ERR_COMM,
                              "trainer: pipeline parallelism: the loss and gradient norm "
                              "over the stages: %s",
-                             llmt_comm_last_error(pp->comm));
+                             llmt_comm_last_error(pp->comm)));
+        goto out;
     }
-    double ss = 0.0, v[3];
-    for (int i = 0; i < pp->stages; i++) {
-        memcpy(v, all + 3 * i, sizeof v);
-        ss += v[1];
-        if (i == pp->stages - 1)
-            *loss_sum = v[0];
-        if (v[2] > pp->vspan)
-            pp->vspan = v[2];
+    /* the stage to name: a failure's origin that says so itself, else the
+     * first that failed */
+    int who = -1;
+    for (int i = 0; i < pp->stages; i++)
+        if (all[4 * i + 3] && (who < 0 || all[4 * i + 3] == i + 1))
+            who = i;
+    if (who >= 0 && pp->tail) {
+        texts = malloc((size_t)pp->stages * LLMT__PP_TEXT);
+        if (!texts || llmt__pp_agree_texts(pp->comm, s != LLMT_OK ? own : "", texts) != LLMT_OK)
+            FAILED(llmt__err_set(pp->e, LLMT_ERR_COMM,
+                                 "trainer: pipeline stage %d: stage %d failed in this step; "
+                                 "its error did not come: %s",
+                                 pp->stage, (int)all[4 * who + 3] - 1,
+                                 texts ? llmt_comm_last_error(pp->comm) : "no memory"));
+        else if (s == LLMT_OK) {
+            learnt(pp, "stage", who, (int)all[4 * who + 3] - 1,
+                   texts + (size_t)who * LLMT__PP_TEXT);
+            s = LLMT_ERR_COMM;
+            snprintf(own, sizeof own, "%s", pp->e->msg);
+        }
+    } else if (who >= 0 && s == LLMT_OK) {
+        FAILED(llmt__err_set(pp->e, LLMT_ERR_COMM,
+                             "trainer: pipeline stage %d: stage %d failed in this step",
+                             pp->stage, (int)all[4 * who + 3] - 1));
     }
+    if (s == LLMT_OK) {
+        double ss = 0.0, v[3];
+        for (int i = 0; i < pp->stages; i++) {
+            memcpy(v, all + 4 * i, sizeof v);
+            ss += v[1];
+            if (i == pp->stages - 1)
+                *loss_sum = v[0];
+            if (v[2] > pp->vspan)
+                pp->vspan = v[2];
+        }
+        *sumsq = ss;
+    }
+out:
+#undef FAILED
     free(all);
-    *sumsq = ss;
-    return LLMT_OK;
+    free(texts);
+    if (s != LLMT_OK) { /* this stage's own failure or what it learnt, the last word */
+        pp->broken = 1;
+        llmt__err_set(pp->e, s, "%s", own);
+    }
+    return s;
+}
+
+llmt_status llmt__pp_fwd_bwd(llmt__pp *pp, const int32_t *inputs, const int32_t *targets,
+                             int64_t count, double *loss_sum, double *sumsq)
+{
+    if (pp->broken)
+        return llmt__err_set(pp->e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: pipeline stage %d: an earlier step failed (on this "
+                             "or another stage or replica), which leaves that step's "
+                             "messages unmatched in the pipeline group and the stages' "
+                             "parameters apart: remake the trainer and its pipeline "
+                             "communicator (every stage's)",
+                             pp->stage);
+    pp->idle_s = 0.0;
+    pp->sent = pp->recvd = 0;
+    pp->vt = pp->vbusy = pp->vspan = 0.0;
+    pp->from = 0;
+    llmt_status s = llmt__devtrain_stage_begin(pp->g, inputs, targets, pp->micro, count);
+    double t0 = now_s();
+    if (s != LLMT_OK)
+        fail_on(pp, 0);
+    else
+        s = run_schedule(pp);
+    pp->step_s = now_s() - t0;
+    if (s != LLMT_OK && !joins(pp, s)) {
+        pp->broken = 1;
+        return s;
+    }
+    return step_end(pp, s, loss_sum, sumsq);
+}
+
+llmt_status llmt__pp_step_done(llmt__pp *pp, llmt_status s)
+{
+    if (!pp->tail || !llmt__pp_agree_host(pp->comm))
+        return s;
+    char own[LLMT_ERR_MSG_MAX];
+    if (s != LLMT_OK)
+        snprintf(own, sizeof own, "%s", pp->e->msg);
+    int64_t *codes = malloc((size_t)pp->stages * sizeof *codes);
+    char *texts = malloc((size_t)pp->stages * LLMT__PP_TEXT);
+    llmt_status t = LLMT_OK;
+    int who = -1;
+    if (!codes || !texts)
+        t = llmt__err_set(pp->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+    else if (llmt__pp_agree_codes(pp->comm, s != LLMT_OK, codes) != LLMT_OK)
+        t = llmt__err_set(pp->e, LLMT_ERR_COMM,
+                          "trainer: pipeline stage %d: the update's state over the stages: %s",
+                          pp->stage, llmt_comm_last_error(pp->comm));
+    for (int i = 0; t == LLMT_OK && i < pp->stages && who < 0; i++)
+        if (codes[i])
+            who = i;
+    if (who >= 0 && llmt__pp_agree_texts(pp->comm, s != LLMT_OK ? own : "", texts) != LLMT_OK)
+        t = llmt__err_set(pp->e, LLMT_ERR_COMM,
+                          "trainer: pipeline stage %d: stage %d's update failed; its error "
+                          "did not come: %s",
+                          pp->stage, who, llmt_comm_last_error(pp->comm));
+    if (s != LLMT_OK) {
+        llmt__err_set(pp->e, s, "%s", own);
+    } else if (t != LLMT_OK) {
+        s = t;
+    } else if (who >= 0) {
+        s = llmt__err_set(pp->e, LLMT_ERR_COMM,
+                          "trainer: pipeline stage %d: stage %d failed in this step's update "
+                          "(the stages' parameters are apart: remake the trainer and its "
+                          "pipeline communicator). Stage %d's error: %s",
+                          pp->stage, who, who, texts + (size_t)who * LLMT__PP_TEXT);
+    }
+    if (s != LLMT_OK)
+        pp->broken = 1;
+    free(codes);
+    free(texts);
+    return s;
 }
 
 void llmt__pp_info_get(const llmt__pp *pp, llmt__pp_info *out)

@@ -41,6 +41,15 @@ void llmt__pp_destroy(llmt__pp *pp);
 llmt_status llmt__pp_fwd_bwd(llmt__pp *pp, const int32_t *inputs, const int32_t *targets,
                              int64_t count, double *loss_sum, double *sumsq);
 
+/* After the optimizer's update (status s): every stage's s agreed over
+ * the pipeline group (one all-gather of an int64 a stage), so that a
+ * stage whose update failed does not leave the others a step ahead of it
+ * (their next step waiting for it until the communicator's timeout): it
+ * returns its own error, the others one naming it, and later steps are
+ * refused. Not over the data parallel group: a replica's failure there
+ * reaches only its own pipeline. */
+llmt_status llmt__pp_step_done(llmt__pp *pp, llmt_status s);
+
 /* The last step's measurements and this stage's place. */
 typedef struct llmt__pp_info {
     int stage, stages, l0, l1, micro, schedule, slots; /* l1 - l0: its layers */

@@ -359,13 +359,15 @@ LLMT_API llmt_status llmt_trainer_step(llmt_trainer *tr, const llmt_batch *b,
     /* with data parallelism: this rank's shares, on the engine's buffers */
     if (tr->dp) {
         if (llmt__dp_update(tr->dp, &tr->o, lr, scale, tr->step + 1) != LLMT_OK)
-            return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
+            s = llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
     } else {
         s = llmt__devtrain_update(tr->dev, lr, tr->o.beta1, tr->o.beta2, tr->o.eps,
                                   tr->o.weight_decay, scale, tr->step + 1);
-        if (s != LLMT_OK)
-            return s;
     }
+    if (tr->pp) /* every stage updated, or the step fails on every stage (pp.c) */
+        s = llmt__pp_step_done(tr->pp, s);
+    if (s != LLMT_OK)
+        return s;
     tr->stale_params = tr->stale_moments = 1;
     llmt__trainer_ep_release(tr); /* the host's other EP ranks' experts */
     tr->step++;
