@@ -76,9 +76,12 @@ void llmt__job_sdc_base_drop(llmt_job *j)
 llmt_status llmt__job_sdc_base_replay(llmt_job *j, int64_t step, int64_t *from)
 {
     *from = -1;
+    /* an anomaly's action in this step (a spike's lowered LR) changed what
+     * the steps since the base compute: not a replay of them */
+    int ok = j->sdc_base_ok && j->sdc_base_anom == j->anomalies;
     /* the replay is collective: every rank must run the same steps, so
      * the ranks agree on their bases' step first (min and -max) */
-    int64_t v[2] = {j->sdc_base_ok ? j->sdc_base_at : -1, j->sdc_base_ok ? -j->sdc_base_at : 1};
+    int64_t v[2] = {ok ? j->sdc_base_at : -1, ok ? -j->sdc_base_at : 1};
     llmt_status s =
         llmt_comm_all_reduce(j->comm, v, v, 2, LLMT_DTYPE_INT64, LLMT_REDUCE_MIN, NULL);
     if (s != LLMT_OK)

@@ -84,7 +84,8 @@ llmt_status llmt__job_sdc_shares(llmt_job *j, int64_t step, llmt_job_metrics *m)
             llmt__log(j->ctx, LLMT_LOG_WARN, "job",
                       "sdc: step %lld not checked: under parallelism.zero 3 the check replays "
                       "the steps since the newest checked state, and the ranks hold none "
-                      "alike (the next check replays from this step)",
+                      "alike, or an anomaly's action in this step changed what those steps "
+                      "compute (the next check replays from this step)",
                       (long long)step);
         llmt__job_metrics_line(j,
                                "{\"event\":\"sdc\",\"step\":%lld,\"checked\":false,"

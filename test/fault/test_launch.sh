@@ -41,7 +41,8 @@
 #             save yet) is seen by the first check; with sdc_interval 4 and
 #             saves every 2, a flip before step 5 (in the save of step 6) is
 #             seen at step 8, replayed from 4; after an in-place restore
-#             the next check replays from the restored step
+#             the next check replays from the restored step; the check of
+#             a step whose spike lowered the LR is not made
 #   sdc-ep    MoE, experts over ep 2 in dp 6: replicas are the ranks of
 #             one EP rank ({0,2,4}, {1,3,5}); a flip on rank 2 names it
 #             alone, repaired from rank 0 within its EP rank's group
@@ -436,30 +437,25 @@ sys.exit(not ok)' wr/metrics.jsonl || { fail=1; grep sdc wr/metrics.jsonl; }
   [ "$(wc -l < wp.loss)" -eq 14 ] && cmp -s wp.loss wr.loss &&
     ok "the replays leave the run as it was: 14 losses equal the run without checks" ||
     { bad "losses with checks differ"; diff wp.loss wr.loss; }
-  # a flip in rank 1's share before step 5, between the checks of 4 and 6:
-  # the check at 6 replays steps 5-6 from the checked state of 4. The
-  # flipped value was gathered into both ranks' forward, so neither rank's
-  # shares reproduce (both named, as launch-sdc's bitflip); the replay repairs
-  LLMT_FAULT=bitflip:1:5 launch wb wb.log --nproc 2 w3d.json || { bad "zero 3 bitflip run"; cat wb.log; }
+  # one run, two flips in rank 1's share: before step 1 (before any save),
+  # seen by the first check (step 2, replayed from the start), and before
+  # step 5, between the checks of 4 and 6, seen at 6 (steps 5-6 replayed
+  # from the checked state of 4). The flipped value was gathered into both
+  # ranks' forward, so neither rank's shares reproduce (both named, as
+  # launch-sdc's bitflip); the replay repairs
+  LLMT_FAULT=bitflip:1:1,bitflip:1:5 launch wb wb.log --nproc 2 w3d.json || { bad "zero 3 bitflip run"; cat wb.log; }
+  grep -q '"event":"sdc_replay","step":2,"from":0,"not_reproducible":\[0,1\],"agree":true,"action":"replayed"' wb/metrics.jsonl &&
+    grep -q '"event":"sdc","step":2,"ok":false,"ranks":2,"shares":true,"not_reproducible":2,"action":"replayed","replayed_from":0' wb/metrics.jsonl &&
+    ok "window: a flip before step 1 (before any save) seen by the first check, steps 1-2 replayed from the start" ||
+    { bad "the first check did not see the flip before the first save"; grep sdc wb/metrics.jsonl; }
   grep -q '"event":"sdc_replay","step":6,"from":4,"not_reproducible":\[0,1\],"agree":true,"action":"replayed"' wb/metrics.jsonl &&
     grep -q '"event":"sdc","step":6,"ok":false,"ranks":2,"shares":true,"not_reproducible":2,"action":"replayed","replayed_from":4' wb/metrics.jsonl &&
     ok "window: a flip in rank 1's share before step 5 (between checks) seen by the check at 6, steps 5-6 replayed from 4" ||
     { bad "window scope did not see the flip between checks"; grep sdc wb/metrics.jsonl; }
-  losses wb/metrics.jsonl | awk '$1 > 6' > wb.loss
-  [ "$(wc -l < wb.loss)" -eq 8 ] && awk '$1 > 6' wp.loss | cmp -s - wb.loss &&
-    ok "window: losses of steps 7-14 equal the uninterrupted run's after the replay" ||
-    { bad "losses after the window replay differ"; diff wp.loss wb.loss; }
-  # before the first save: a flip before step 1 is seen by the first
-  # check (step 2, replayed from the start), before the save of step 2
-  LLMT_FAULT=bitflip:1:1 launch w1 w1.log --nproc 2 w3d.json || { bad "zero 3 bitflip before step 1"; cat w1.log; }
-  grep -q '"event":"sdc_replay","step":2,"from":0,"not_reproducible":\[0,1\],"agree":true,"action":"replayed"' w1/metrics.jsonl &&
-    grep -q '"event":"sdc","step":2,"ok":false,"ranks":2,"shares":true,"not_reproducible":2,"action":"replayed","replayed_from":0' w1/metrics.jsonl &&
-    ok "window: a flip before step 1 (before any save) seen by the first check, steps 1-2 replayed from the start" ||
-    { bad "the first check did not see the flip before the first save"; grep sdc w1/metrics.jsonl; }
-  losses w1/metrics.jsonl | awk '$1 > 2' > w1.loss
-  [ "$(wc -l < w1.loss)" -eq 12 ] && awk '$1 > 2' wp.loss | cmp -s - w1.loss &&
-    ok "window: losses of steps 3-14 equal the uninterrupted run's after the first check's replay" ||
-    { bad "losses after the first check's replay differ"; diff wp.loss w1.loss; }
+  losses wb/metrics.jsonl | awk '$1 == 3 || $1 == 4 || $1 > 6' > wb.loss
+  [ "$(wc -l < wb.loss)" -eq 10 ] && awk '$1 == 3 || $1 == 4 || $1 > 6' wp.loss | cmp -s - wb.loss &&
+    ok "window: losses of steps 3-4 and 7-14 equal the uninterrupted run's after the replays" ||
+    { bad "losses after the window replays differ"; diff wp.loss wb.loss; }
   # a save between two checks (checkpoint.interval 2, sdc_interval 4): a
   # flip before step 5 is in the save of step 6; the check at 8 replays
   # steps 5-8 from the checked state of 4, not from that save, and sees it
@@ -498,6 +494,23 @@ sys.exit(not ok)' wi/metrics.jsonl || { fail=1; grep "sdc\|inplace" wi/metrics.j
   losses wi/metrics.jsonl > wi.loss
   cmp -s wp.loss wi.loss && ok "window, in place: 14 losses equal the uninterrupted run's" ||
     { bad "losses after the in-place recovery differ"; diff wp.loss wi.loss; }
+  # an anomaly's action changes what the steps since the checked state
+  # compute (lower_lr at step 10): the check of that step is not made (a
+  # replay would differ from the run everywhere, a false alarm), the next
+  # one replays from step 10
+  mk wl.json ', "sdc_interval": 2, "anomaly": {"policy": "lower_lr", "zscore": 4, "lr_factor": 0.25}'
+  sed 's/"optimizer"/"parallelism": {"zero": 3}, "optimizer"/; s/"sample_tokens": 0}/"sample_tokens": 0, "deterministic": true}/' wl.json > wld.json
+  LLMT_FAULT=spike:0:10,spike:1:10 launch wl wl.log --nproc 2 wld.json || { bad "zero 3 window, lower_lr"; cat wl.log; }
+  python3 -c '
+import json, sys
+L = [j for j in map(json.loads, open(sys.argv[1]))]
+ev = [(j["step"], j.get("ok"), j.get("checked"), j.get("replayed_from")) for j in L if j.get("event") == "sdc"]
+want = [(s, True, None, s - 2) for s in (2, 4, 6, 8)] + [(10, None, False, None)]
+want += [(s, True, None, s - 2) for s in (12, 14)]
+ok = (ev == want and not any(j.get("event") == "sdc_replay" for j in L) and
+      any(j.get("event") == "lower_lr" and j["step"] == 10 for j in L))
+print(("ok  " if ok else "FAIL") + " window, lower_lr at step 10: the check of 10 not made, no false alarm, the check at 12 replays from 10")
+sys.exit(not ok)' wl/metrics.jsonl || { fail=1; grep "sdc\|lower_lr" wl/metrics.jsonl; }
   ;;
 sdc-ep)
   # MoE with the experts split over ep 2 on 6 replicas: each rank's engine
