@@ -609,7 +609,18 @@ static llmt_status step_end(llmt__pp *pp, llmt_status s, double *loss_sum, doubl
     } while (0)
     double mine[3] = {0.0, 0.0, pp->vt};
     FAILED(llmt__devtrain_stage_loss(pp->g, &mine[0]));
-    /* the data parallel group: a replica whose stage failed */
+    size_t tn = 0;
+    float *tg = llmt__devtrain_stage_tied_grad(pp->g, &tn);
+    if (tg && pp->emb &&
+        llmt_comm_all_reduce(pp->emb, tg, tg, tn, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL) !=
+            LLMT_OK)
+        FAILED(llmt__err_set(pp->e, LLMT_ERR_COMM,
+                             "trainer: pipeline parallelism: sum of the tied embedding's "
+                             "gradient over the first and last stage: %s",
+                             llmt_comm_last_error(pp->emb)));
+    FAILED(llmt__devtrain_stage_sumsq(pp->g, &mine[1]));
+    /* the data parallel group: a replica whose stage failed (after its
+     * last data parallel collective of the step: the norm's) */
     struct llmt__dp *dp = llmt__devtrain_dp(pp->g);
     llmt_comm *dc = dp ? llmt__dp_comm(dp) : NULL;
     int32_t dn = 1;
@@ -644,16 +655,6 @@ static llmt_status step_end(llmt__pp *pp, llmt_status s, double *loss_sum, doubl
         free(codes);
         free(texts);
     }
-    size_t tn = 0;
-    float *tg = llmt__devtrain_stage_tied_grad(pp->g, &tn);
-    if (tg && pp->emb &&
-        llmt_comm_all_reduce(pp->emb, tg, tg, tn, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL) !=
-            LLMT_OK)
-        FAILED(llmt__err_set(pp->e, LLMT_ERR_COMM,
-                             "trainer: pipeline parallelism: sum of the tied embedding's "
-                             "gradient over the first and last stage: %s",
-                             llmt_comm_last_error(pp->emb)));
-    FAILED(llmt__devtrain_stage_sumsq(pp->g, &mine[1]));
     /* every stage's (loss sum, sum of squares, clock, failure) as bits,
      * summed here in stage order: the same doubles on every stage */
     int64_t *all = malloc((size_t)pp->stages * 4 * sizeof *all), bits[4];

@@ -111,6 +111,7 @@ typedef struct rank_arg {
     llmt_comm *world;
     int rank, pp, dp, sched, v, inject;
     int op, at, kind;       /* the failing op, its call, in a step, evaluate or generate */
+    int zero;               /* the data parallel group's ZeRO stage */
     llmt_status s1, s2, s3; /* the failing step, the step after, a remade trainer's */
     double t1, t2;          /* their seconds */
     float loss;
@@ -155,7 +156,7 @@ static llmt_status open_rank(rank_arg *a, int round, llmt_model **md, llmt_train
         s = groups(a, round, pp, dp);
     llmt_pp_opts po;
     stage_fixture_pp_opts(&po, a->sched, a->v, NULL, 0);
-    rank_fixture_groups g = {.pp = *pp, .dp = *dp, .pp_opts = &po};
+    rank_fixture_groups g = {.pp = *pp, .dp = *dp, .pp_opts = &po, .zero = a->zero};
     if (s == LLMT_OK)
         s = rank_fixture_attach(*tr, &g);
     /* the engine made now (its pipeline creation is collective over pp:
@@ -242,6 +243,7 @@ static void *rank_main(void *p)
 typedef struct fcase {
     const char *name;
     int sched, v, dp, op, at, kind, only, fstage, timeout_ms;
+    int zero; /* the data parallel group's ZeRO stage */
 } fcase;
 
 /* The rank whose error rank r names (its source): the failing stage of
@@ -250,6 +252,11 @@ typedef struct fcase {
 static int source_of(const fcase *c, int r)
 {
     int stage = r % 2, dpr = r / 2;
+    /* a failure after the schedule (the norm) reaches the other replica
+     * through the failing stage's data parallel peer only, and from it
+     * its pipeline */
+    if (c->only >= 0 && dpr != c->only / 2 && c->op == OP_SUMSQ && stage != c->fstage)
+        return dpr * 2 + c->fstage;
     if (c->only >= 0 && dpr != c->only / 2)
         return c->only / 2 * 2 + stage;
     return dpr * 2 + c->fstage;
@@ -333,6 +340,7 @@ static void run_case(const fcase *c)
         a[r].op = c->op;
         a[r].at = c->at;
         a[r].kind = c->kind;
+        a[r].zero = c->zero;
         a[r].inject = c->only < 0 ? r % 2 == c->fstage : r == c->only;
         pthread_create(&th[r], NULL, rank_main, &a[r]);
     }
@@ -347,7 +355,7 @@ static void run_case(const fcase *c)
 /* The mid-schedule cases (stage 0's GEMM, 120 s communicators). */
 static void run(const char *name, int sched, int v, int dp)
 {
-    fcase c = {name, sched, v, dp, OP_GEMM, FAIL_AT, K_STEP, -1, 0, TIMEOUT_MS};
+    fcase c = {name, sched, v, dp, OP_GEMM, FAIL_AT, K_STEP, -1, 0, TIMEOUT_MS, 0};
     run_case(&c);
 }
 
@@ -357,19 +365,23 @@ static void run_late(int gloo)
 {
     static const fcase cs[] = {
         /* after stage 0's last send: its gradient norm (the clipping's) */
-        {"norm", LLMT_PP_1F1B, 1, 1, OP_SUMSQ, 1, K_STEP, -1, 0, SHORT_MS},
-        {"norm dp", LLMT_PP_1F1B, 1, 2, OP_SUMSQ, 1, K_STEP, -1, 0, SHORT_MS},
+        {"norm", LLMT_PP_1F1B, 1, 1, OP_SUMSQ, 1, K_STEP, -1, 0, SHORT_MS, 0},
+        {"norm dp", LLMT_PP_1F1B, 1, 2, OP_SUMSQ, 1, K_STEP, -1, 0, SHORT_MS, 0},
+        {"norm one replica", LLMT_PP_1F1B, 1, 2, OP_SUMSQ, 1, K_STEP, 0, 0, SHORT_MS, 0},
+        /* ZeRO-1 (the update's parameter gathers) */
+        {"norm one replica zero 1", LLMT_PP_1F1B, 1, 2, OP_SUMSQ, 1, K_STEP, 0, 0, SHORT_MS, 1},
         /* its update */
-        {"adamw", LLMT_PP_1F1B, 1, 1, OP_ADAMW, 1, K_STEP, -1, 0, SHORT_MS},
-        {"adamw interleaved", LLMT_PP_INTERLEAVED, 2, 1, OP_ADAMW, 1, K_STEP, -1, 0, SHORT_MS},
+        {"adamw", LLMT_PP_1F1B, 1, 1, OP_ADAMW, 1, K_STEP, -1, 0, SHORT_MS, 0},
+        {"adamw interleaved", LLMT_PP_INTERLEAVED, 2, 1, OP_ADAMW, 1, K_STEP, -1, 0, SHORT_MS,
+         0},
         /* one data parallel replica's stage 0 only, mid-schedule */
-        {"one replica", LLMT_PP_1F1B, 1, 2, OP_GEMM, FAIL_AT, K_STEP, 0, 0, SHORT_MS},
-        {"one replica gpipe", LLMT_PP_GPIPE, 1, 2, OP_GEMM, FAIL_AT, K_STEP, 0, 0, SHORT_MS},
+        {"one replica", LLMT_PP_1F1B, 1, 2, OP_GEMM, FAIL_AT, K_STEP, 0, 0, SHORT_MS, 0},
+        {"one replica gpipe", LLMT_PP_GPIPE, 1, 2, OP_GEMM, FAIL_AT, K_STEP, 0, 0, SHORT_MS, 0},
         /* the forward-only passes */
-        {"evaluate stage 0", LLMT_PP_1F1B, 1, 1, OP_GEMM, 2, K_EVAL, -1, 0, SHORT_MS},
-        {"evaluate last", LLMT_PP_1F1B, 1, 1, OP_GEMM, 2, K_EVAL, -1, 1, SHORT_MS},
-        {"evaluate v 2", LLMT_PP_INTERLEAVED, 2, 1, OP_GEMM, 5, K_EVAL, -1, 0, SHORT_MS},
-        {"generate last", LLMT_PP_1F1B, 1, 1, OP_GEMM, 6, K_GEN, -1, 1, SHORT_MS},
+        {"evaluate stage 0", LLMT_PP_1F1B, 1, 1, OP_GEMM, 2, K_EVAL, -1, 0, SHORT_MS, 0},
+        {"evaluate last", LLMT_PP_1F1B, 1, 1, OP_GEMM, 2, K_EVAL, -1, 1, SHORT_MS, 0},
+        {"evaluate v 2", LLMT_PP_INTERLEAVED, 2, 1, OP_GEMM, 5, K_EVAL, -1, 0, SHORT_MS, 0},
+        {"generate last", LLMT_PP_1F1B, 1, 1, OP_GEMM, 6, K_GEN, -1, 1, SHORT_MS, 0},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
         if (!gloo || cs[i].dp == 1)
@@ -420,11 +432,11 @@ static void run_mpi(llmt_comm *world, int rank, const fcase *c)
 static void run_mpi_all(llmt_comm *world, int rank)
 {
     static const fcase cs[] = {
-        {"mpi 1f1b", LLMT_PP_1F1B, 1, 1, OP_GEMM, FAIL_AT, K_STEP, -1, 0, TIMEOUT_MS},
-        {"mpi norm", LLMT_PP_1F1B, 1, 1, OP_SUMSQ, 1, K_STEP, -1, 0, TIMEOUT_MS},
-        {"mpi adamw", LLMT_PP_1F1B, 1, 1, OP_ADAMW, 1, K_STEP, -1, 0, TIMEOUT_MS},
-        {"mpi evaluate last", LLMT_PP_1F1B, 1, 1, OP_GEMM, 2, K_EVAL, -1, 1, TIMEOUT_MS},
-        {"mpi generate last", LLMT_PP_1F1B, 1, 1, OP_GEMM, 6, K_GEN, -1, 1, TIMEOUT_MS},
+        {"mpi 1f1b", LLMT_PP_1F1B, 1, 1, OP_GEMM, FAIL_AT, K_STEP, -1, 0, TIMEOUT_MS, 0},
+        {"mpi norm", LLMT_PP_1F1B, 1, 1, OP_SUMSQ, 1, K_STEP, -1, 0, TIMEOUT_MS, 0},
+        {"mpi adamw", LLMT_PP_1F1B, 1, 1, OP_ADAMW, 1, K_STEP, -1, 0, TIMEOUT_MS, 0},
+        {"mpi evaluate last", LLMT_PP_1F1B, 1, 1, OP_GEMM, 2, K_EVAL, -1, 1, TIMEOUT_MS, 0},
+        {"mpi generate last", LLMT_PP_1F1B, 1, 1, OP_GEMM, 6, K_GEN, -1, 1, TIMEOUT_MS, 0},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         g_case++;
