@@ -372,6 +372,10 @@ static void dp_step(const eng *g, acc *a)
         return;
     all_reduce(a, D, 1, 8, 1);
     all_gather(a, D, 1, 8, 1);
+    /* a pipeline stage's step agreement over its replicas: one int64 a
+     * rank (lib/train/pp_agree.c), on host groups only (not NCCL) */
+    if (g->pp > 1 && g->cpu)
+        all_gather(a, D, 1, 8, 1);
     double nx0 = g->nx - g->nxh; /* empty expert units (other stages') */
     if (g->zero < 2) {
         double acc_b = 0, elems = 0;

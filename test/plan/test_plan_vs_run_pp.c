@@ -226,6 +226,14 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
         llmt__plan_engine_stage(s, stg, &x);
         double pl[3][3];
         plan_run_plan_groups(&x, pl);
+        if (g_emul && l->dp > 1) {
+            /* the plan is for CUDA, whose data parallel group is NCCL and
+             * skips the stages' step agreement over it (pp_agree.c); the
+             * emulation's in-process group makes it: one int64 a rank */
+            pl[2][0] += 1;
+            pl[2][1] += 8;
+            pl[2][2] += (l->dp - 1) * 8;
+        }
         for (int r = 0; r < W; r++) {
             if (a[r].stage != stg)
                 continue;
