@@ -182,6 +182,7 @@ struct llmt_job {
     size_t sdc_snap_cap;
     int32_t *sdc_snap_in;
     int64_t sdc_snap_for, sdc_snap_step;
+    int64_t sdc_snap_anom; /* j->anomalies when the copy was taken */
     /* the window's base (sdc_base.c, in sdc_snap's copy): held (1), its job
      * step, the trainer's step, the step its hook expects next, the
      * anomalies counted when it was taken and the loader's position */

@@ -108,6 +108,7 @@ llmt_status llmt__job_sdc_snap(llmt_job *j, int64_t step)
     memcpy(j->sdc_snap_in + batch, j->tg, batch * sizeof *j->tg);
     llmt_trainer_get_step(j->tr, &j->sdc_snap_step);
     j->sdc_snap_for = step;
+    j->sdc_snap_anom = j->anomalies;
     j->gp_checks_s += llmt__job_now() - t0;
     return LLMT_OK;
 }
@@ -118,7 +119,19 @@ llmt_status llmt__job_sdc_step_replay(llmt_job *j, int64_t step, int64_t *from)
     if (j->sdc_snap_for != step)
         return LLMT_OK; /* no snapshot of this step: the caller says so */
     j->sdc_snap_for = -1;
-    llmt_status s = llmt__job_shares_put(j);
+    /* an anomaly's action in this step (a spike's lowered LR) changed what
+     * it computed after the copy was taken: a replay would differ on every
+     * rank, a false alarm (seen: both ranks named at a lower_lr step), so
+     * the check is not made; the ranks agree, as the replay is collective */
+    int64_t same = j->sdc_snap_anom == j->anomalies;
+    llmt_status s =
+        llmt_comm_all_reduce(j->comm, &same, &same, 1, LLMT_DTYPE_INT64, LLMT_REDUCE_MIN, NULL);
+    if (s != LLMT_OK)
+        return FAIL(s, "sdc: agreeing whether step %lld can be replayed: %s", (long long)step,
+                    llmt_comm_last_error(j->comm));
+    if (!same)
+        return LLMT_OK; /* the caller says the check was not made */
+    s = llmt__job_shares_put(j);
     if (s == LLMT_OK)
         s = llmt_trainer_set_step(j->tr, j->sdc_snap_step);
     if (s != LLMT_OK)
