@@ -348,6 +348,72 @@ static void check_groups_refused(void)
         }
 }
 
+/* A checkpoint of a MoE trainer on g_dev (the experts, the router, the
+ * moments and the step) read into a fresh one: the next steps equal the
+ * uninterrupted run's bit for bit (deterministic mode). */
+static void check_resume(void)
+{
+    enum { AT = STEPS / 2 };
+    char dir[] = "/tmp/llmt-moe-ckpt-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return;
+    }
+    llmt_model *ma = NULL, *mb = NULL;
+    llmt_trainer *ta = NULL, *tb = NULL;
+    llmt_ckpt *ck = NULL;
+    float la[STEPS], lb[STEPS];
+    memset(lb, 0, sizeof lb);
+    llmt_status s = open_dev(&g_dev, &ma, &ta);
+    if (s == LLMT_OK)
+        s = open_dev(&g_dev, &mb, &tb);
+    llmt_ckpt_opts co;
+    llmt_ckpt_opts_init(&co, sizeof co);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_create(NULL, dir, &co, &ck);
+    for (int k = 0; k < STEPS && s == LLMT_OK; k++) {
+        if (k == AT) {
+            s = llmt_ckpt_begin(ck, AT);
+            if (s == LLMT_OK)
+                s = llmt_trainer_ckpt_add(ta, ck);
+            if (s == LLMT_OK)
+                s = llmt_ckpt_save(ck, 0);
+            if (s == LLMT_OK)
+                s = llmt_ckpt_wait(ck, -1);
+        }
+        llmt_batch b = batch(k);
+        if (s == LLMT_OK)
+            s = rank_fixture_step(ta, &b, &la[k]);
+    }
+    int64_t step = -1;
+    if (s == LLMT_OK)
+        s = llmt_ckpt_open_latest(ck, &step);
+    if (s == LLMT_OK)
+        s = llmt_trainer_ckpt_read(tb, ck);
+    for (int k = AT; k < STEPS && s == LLMT_OK; k++) {
+        llmt_batch b = batch(k);
+        s = rank_fixture_step(tb, &b, &lb[k]);
+    }
+    char err[512];
+    rank_fixture_error(err, sizeof err, tb ? tb : ta, tb ? mb : ma);
+    if (s != LLMT_OK)
+        fprintf(stderr, "%s: checkpoint and resume on %s: %s\n", g_case->name, g_dev.name,
+                ck ? llmt_ckpt_last_error(ck) : err);
+    CHECK_STATUS(s, LLMT_OK);
+    CHECK(step == AT);
+    CHECK(!memcmp(la + AT, lb + AT, sizeof(float) * (STEPS - AT)));
+    printf("%s: saved at step %d on %s, read into a fresh trainer: steps %d-%d %s\n",
+           g_case->name, AT, g_dev.name, AT + 1, STEPS,
+           memcmp(la + AT, lb + AT, sizeof(float) * (STEPS - AT)) ? "DIFFER"
+                                                                  : "equal bit for bit");
+    llmt_ckpt_destroy(ck);
+    llmt_trainer_destroy(ta);
+    llmt_trainer_destroy(tb);
+    llmt_model_destroy(ma);
+    llmt_model_destroy(mb);
+    rank_fixture_rmtree(dir);
+}
+
 static const mcase g_cases[] = {
     {"every layer MoE, capacity 1.0, 1 shared expert", 2, 1.0f, 1, 0, 1},
     {"every 2nd layer MoE, dropless, 1 shared expert", 3, 0.0f, 1, 0, 2},
@@ -403,5 +469,7 @@ int main(int argc, char **argv)
         g_case = &g_cases[i];
         compare();
     }
+    g_case = &g_cases[0];
+    check_resume();
     return check_exit(name);
 }
