@@ -41,6 +41,7 @@
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "rank_fixture.h"
+#include "gpu_engine_probe.h"
 #include "train/cp.h"
 #include "train/device.h"
 
@@ -244,20 +245,8 @@ int main(int argc, char **argv)
         return CHECK_SKIP;
     }
     tp_fixture_config(&g_cfg, 0, 0, V, T);
-    llmt_model *m = NULL;
-    llmt_trainer *tr = NULL;
-    llmt_trainer_opts o;
-    rank_fixture_opts(&o, MICRO, ACCUM, T, LR);
-    o.device = LLMT_DEVICE_CUDA;
-    CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &m), LLMT_OK);
-    llmt_status s = llmt__trainer_create_dev(m, &o, cu, &tr);
-    if (s != LLMT_OK) {
-        printf("SKIP: %s\n", llmt_model_last_error(m));
-        llmt_model_destroy(m);
+    if (!gpu_engine_probe(cu, &g_cfg, MICRO, ACCUM, T, LR))
         return CHECK_SKIP;
-    }
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
     CHECK(cu->unverified_cp == NULL); /* cleared after this test passed on a GPU */
     g_inner = cu;
     g_dev = *cu;

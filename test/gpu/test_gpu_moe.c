@@ -59,6 +59,7 @@
 #include "llmtrain.h"
 #include "moe_fixture.h"
 #include "rank_fixture.h"
+#include "gpu_engine_probe.h"
 #include "train/device.h"
 
 enum { B = 2, T = 16, V = 61, ACC = 2, STEPS = 10, E = 4, K = 2, FE = 24 };
@@ -109,18 +110,7 @@ static void cfg(llmt_model_config *c)
 
 static void make_data(void)
 {
-    uint64_t s = 0x67707565u;
-    int32_t tok = 0;
-    int n = (int)(sizeof g_in / sizeof g_in[0]);
-    for (int i = 0; i <= n; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        uint32_t r = (uint32_t)(s >> 33);
-        tok = (r & 7) == 0 ? (int32_t)((r >> 3) % V) : (tok * 5 + 1) % V;
-        if (i < n)
-            g_in[i] = tok;
-        if (i > 0)
-            g_tg[i - 1] = (i % 13 == 5) ? -1 : tok;
-    }
+    moe_fixture_data(g_in, g_tg, (int)(sizeof g_in / sizeof g_in[0]), V, 0x67707565u);
 }
 
 static llmt_batch batch(int k)
@@ -447,20 +437,8 @@ int main(int argc, char **argv)
         /* a dense model makes a context: is there a GPU? */
         llmt_model_config c;
         moe_fixture_llama(&c, V, T, 1, 11);
-        llmt_model *m = NULL;
-        llmt_trainer *tr = NULL;
-        llmt_trainer_opts o;
-        rank_fixture_opts(&o, B, ACC, T, LR);
-        o.device = LLMT_DEVICE_CUDA;
-        CHECK_STATUS(llmt_model_create(NULL, &c, &m), LLMT_OK);
-        llmt_status s = llmt__trainer_create_dev(m, &o, cu, &tr);
-        if (s != LLMT_OK) {
-            printf("SKIP: %s\n", llmt_model_last_error(m));
-            llmt_model_destroy(m);
+        if (!gpu_engine_probe(cu, &c, B, ACC, T, LR))
             return CHECK_SKIP;
-        }
-        llmt_trainer_destroy(tr);
-        llmt_model_destroy(m);
         CHECK(cu->unverified_moe == NULL); /* cleared after this test passed on a GPU */
         g_inner = cu;
         g_dev = *cu;

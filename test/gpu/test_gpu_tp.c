@@ -51,6 +51,7 @@
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "rank_fixture.h"
+#include "gpu_engine_probe.h"
 #include "train/device.h"
 #include "train/tp.h"
 
@@ -314,20 +315,8 @@ int main(int argc, char **argv)
     }
     /* a GPU at all? (a CUDA trainer on one rank) */
     tp_fixture_config(&g_cfg, 0, 0, V, T);
-    llmt_model *m = NULL;
-    llmt_trainer *tr = NULL;
-    llmt_trainer_opts o;
-    rank_fixture_opts(&o, MICRO, ACCUM, T, LR);
-    o.device = LLMT_DEVICE_CUDA;
-    CHECK_STATUS(llmt_model_create(NULL, &g_cfg, &m), LLMT_OK);
-    llmt_status s = llmt__trainer_create_dev(m, &o, cu, &tr);
-    if (s != LLMT_OK) {
-        printf("SKIP: %s\n", llmt_model_last_error(m));
-        llmt_model_destroy(m);
+    if (!gpu_engine_probe(cu, &g_cfg, MICRO, ACCUM, T, LR))
         return CHECK_SKIP;
-    }
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
     counted(cu, cu->host_memory);
     tp_fixture_data((size_t)STEPS * ACCUM * MICRO * T, V, &g_in, &g_tg);
     check_refused(cu);

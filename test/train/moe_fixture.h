@@ -12,6 +12,24 @@
 #include "check.h"
 #include "llmtrain.h"
 
+/* n tokens and their targets for the MoE tests: runs of tok*5+1 (a
+ * pattern the model learns) broken by a random token one time in 8, every
+ * 13th target ignored (-1); seed picks the stream. */
+static inline void moe_fixture_data(int32_t *in, int32_t *tg, int n, int vocab, uint64_t seed)
+{
+    uint64_t s = seed;
+    int32_t tok = 0;
+    for (int i = 0; i <= n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t r = (uint32_t)(s >> 33);
+        tok = (r & 7) == 0 ? (int32_t)((r >> 3) % (uint32_t)vocab) : (tok * 5 + 1) % vocab;
+        if (i < n)
+            in[i] = tok;
+        if (i > 0)
+            tg[i - 1] = (i % 13 == 5) ? -1 : tok;
+    }
+}
+
 /* The dense part of the model: Llama of width 32, 4 heads (2 kv), ffn 32,
  * padded vocabulary 64; the MoE fields are the caller's. */
 static inline void moe_fixture_llama(llmt_model_config *c, int vocab, int seq, int layers,

@@ -94,18 +94,7 @@ static void cfg(llmt_model_config *c)
 
 static void make_data(void)
 {
-    uint64_t s = 0x6d6f65u;
-    int32_t tok = 0;
-    int n = (int)(sizeof g_in / sizeof g_in[0]);
-    for (int i = 0; i <= n; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        uint32_t r = (uint32_t)(s >> 33);
-        tok = (r & 7) == 0 ? (int32_t)((r >> 3) % V) : (tok * 5 + 1) % V;
-        if (i < n)
-            g_in[i] = tok;
-        if (i > 0)
-            g_tg[i - 1] = (i % 13 == 5) ? -1 : tok;
-    }
+    moe_fixture_data(g_in, g_tg, (int)(sizeof g_in / sizeof g_in[0]), V, 0x6d6f65u);
 }
 
 /* A trainer on backend ops (micro B, accum acc). */

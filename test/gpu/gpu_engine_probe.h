@@ -1,0 +1,35 @@
+/* What the GPU engine tests (test_gpu_tp.c, test_gpu_cp.c, test_gpu_moe.c)
+ * ask before their runs: can the CUDA op table make an engine here at
+ * all (a GPU, a driver)? Header only, after rank_fixture.h. */
+#ifndef LLMT_TEST_GPU_ENGINE_PROBE_H
+#define LLMT_TEST_GPU_ENGINE_PROBE_H
+
+#include <stdio.h>
+
+#include "exec/dev.h"
+#include "llmtrain.h"
+#include "rank_fixture.h"
+#include "train/device.h"
+
+/* A one-rank CUDA trainer of config c made and destroyed: 1, or 0 with
+ * "SKIP: why" printed (the caller exits CHECK_SKIP). */
+static inline int gpu_engine_probe(const llmt__dev_ops *cu, const llmt_model_config *c,
+                                   int micro, int accum, int seq, float lr)
+{
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_trainer_opts o;
+    rank_fixture_opts(&o, micro, accum, seq, lr);
+    o.device = LLMT_DEVICE_CUDA;
+    CHECK_STATUS(llmt_model_create(NULL, c, &m), LLMT_OK);
+    if (!m)
+        return 0;
+    llmt_status s = llmt__trainer_create_dev(m, &o, cu, &tr);
+    if (s != LLMT_OK)
+        printf("SKIP: %s\n", llmt_model_last_error(m));
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    return s == LLMT_OK;
+}
+
+#endif
