@@ -34,12 +34,15 @@ typedef struct llmt__cuda_ctx_opts {
     int device;           /* CUDA ordinal */
     int deterministic;    /* bitwise-reproducible runs */
     size_t workspace;     /* cuBLASLt workspace bytes (0: 32 MiB) */
-    int attn_scalar;      /* attention kernels: 0 best available, 1 CUDA
-                             cores only, 2 tensor cores through shared
-                             memory only, 3 mma.sync kernels
-                             (attention_mma.cu: hd 64/128, never ran on a
-                             GPU yet; other shapes as 0) (tests and
-                             comparisons); other values are refused */
+    int attn_scalar;      /* attention kernels: 0 best available (the
+                             mma.sync kernels of attention_mma.cu for
+                             hd 64/128, else the wmma register ones),
+                             1 CUDA cores only, 2 tensor cores through
+                             shared memory only, 3 mma.sync where they
+                             apply (else as 0), 4 the wmma register
+                             kernels (the default before 2026-11-26)
+                             (tests and comparisons); other values are
+                             refused */
     char *err;            /* optional: receives the message when creation
                              fails (the context is gone then) */
     size_t err_len;

@@ -2,8 +2,8 @@
  * GPT-2 124M shapes (B*T = 16384 tokens), memory-bound kernels' GB/s
  * against the measured device-to-device copy bandwidth, flash attention
  * forward/backward time (GPT-2 124M and Llama 1B head shapes, hd 64 and
- * 128, T 1024-8192; the default kernels, and the mma.sync ones as
- * NAME_mma). Timed with CUDA events on the compute stream: warm-up, then
+ * 128, T 1024-8192; the default kernels (the mma.sync ones for hd 64
+ * and 128), and the wmma register kernels they replaced as NAME_wmma). Timed with CUDA events on the compute stream: warm-up, then
  * the median of `repeats` calls. bench/gpu/torch_peer.py measures PyTorch
  * on the same cases; bench/gpu/compare.py makes ratios.
  *
@@ -173,10 +173,11 @@ static void f_attn_bwd(void *p)
     RUN(llmt__cuda_attention_bwd(X, d, d + o, d + o + ok, a->dout, a->out, a->lse, q, q + o,
                                  q + o + ok, a->qs, a->B, a->T, a->nh, a->nkv, a->hd));
 }
-/* One causal attention shape: the default kernels (ctx X) as NAME, the
- * mma.sync ones (ctx xm, attn_scalar 3) as NAME_mma. NAME is
+/* One causal attention shape: the default kernels (ctx X; they must be
+ * the mma.sync ones on sm_80+) as NAME, the wmma register kernels (ctx
+ * xw, attn_scalar 4) as NAME_wmma. NAME is
  * attention_{fwd,bwd}_bB_tT_hNH[_kvNKV]_dHD, torch_peer.py's names. */
-static void bench_attention(llmt__cuda_ctx *xm, int B, int T, int nh, int nkv, int hd)
+static void bench_attention(llmt__cuda_ctx *xw, int B, int T, int nh, int nkv, int hd)
 {
     size_t qs = (size_t)(nh + 2 * nkv) * hd, n = (size_t)B * T * qs;
     size_t no = (size_t)B * T * nh * hd;
@@ -199,15 +200,17 @@ static void bench_attention(llmt__cuda_ctx *xm, int B, int T, int nh, int nkv, i
     /* causal: half of 4*B*nh*T*T*hd; the backward 2.5x the forward */
     double fl = 2.0 * B * nh * (double)T * T * hd;
     llmt__cuda_ctx *x0 = X;
-    for (int v = 0; v < (xm ? 2 : 1); v++) {
-        X = v ? xm : x0;
+    for (int v = 0; v < (xw ? 2 : 1); v++) {
+        X = v ? xw : x0;
         uint64_t calls = llmt__cuda_attn_mma_calls(X);
-        snprintf(name, sizeof name, "attention_fwd_%s%s", shape, v ? "_mma" : "");
+        snprintf(name, sizeof name, "attention_fwd_%s%s", shape, v ? "_wmma" : "");
         timeit(name, f_attn_fwd, &a, fl, 0);
-        snprintf(name, sizeof name, "attention_bwd_%s%s", shape, v ? "_mma" : "");
+        snprintf(name, sizeof name, "attention_bwd_%s%s", shape, v ? "_wmma" : "");
         timeit(name, f_attn_bwd, &a, 2.5 * fl, 0);
-        if (v && llmt__cuda_attn_mma_calls(X) == calls) { /* a fallback ran: not the variant */
-            fprintf(stderr, "%s: the mma.sync kernels did not run\n", name);
+        /* the kernels named ran, not a fallback */
+        int mma = llmt__cuda_attn_mma_calls(X) != calls;
+        if (mma != (!v && llmt__cuda_ctx_sm(X) >= 80)) {
+            fprintf(stderr, "%s: the mma.sync kernels %s\n", name, mma ? "ran" : "did not run");
             exit(1);
         }
     }
@@ -366,21 +369,21 @@ int main(int argc, char **argv)
     }
     /* attention, 16384 tokens per call (--quick: 4096, T 1024 only):
      * GPT-2 124M (12 heads of 64), Llama 1B (TinyLlama: 32 heads of 64, 4
-     * kv heads), and hd 128 (16 heads, 4 kv heads); the mma.sync kernels
-     * beside the default ones (they have not run on a GPU before this) */
+     * kv heads), and hd 128 (16 heads, 4 kv heads); the wmma register
+     * kernels beside the default ones (what the mma.sync kernels gained) */
     if (want("attention")) {
-        llmt__cuda_ctx *xm = NULL; /* mma.sync needs sm_80 */
-        llmt__cuda_ctx_opts om = {0, 0, 0, 3, NULL, 0};
-        if (llmt__cuda_ctx_sm(X) >= 80 && llmt__cuda_ctx_create(&om, &xm) != LLMT_OK) {
-            fprintf(stderr, "attention: context for the mma.sync kernels failed\n");
+        llmt__cuda_ctx *xw = NULL; /* tensor cores need sm_80 */
+        llmt__cuda_ctx_opts ow = {0, 0, 0, 4, NULL, 0};
+        if (llmt__cuda_ctx_sm(X) >= 80 && llmt__cuda_ctx_create(&ow, &xw) != LLMT_OK) {
+            fprintf(stderr, "attention: context for the wmma kernels failed\n");
             return 1;
         }
         static const int shapes[3][3] = {{12, 12, 64}, {32, 4, 64}, {16, 4, 128}};
         for (int s = 0; s < 3; s++)
             for (int T = 1024; T <= (quick ? 1024 : 8192); T *= 2)
-                bench_attention(xm, (quick ? 4096 : 16384) / T, T, shapes[s][0], shapes[s][1],
+                bench_attention(xw, (quick ? 4096 : 16384) / T, T, shapes[s][0], shapes[s][1],
                                 shapes[s][2]);
-        llmt__cuda_ctx_destroy(xm);
+        llmt__cuda_ctx_destroy(xw);
     }
     if (J) {
         fprintf(J, "\n]}\n");

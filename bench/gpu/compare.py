@@ -6,7 +6,9 @@ ratios and the issue's targets:
 - memory-bound kernels: our GB/s over the device copy bandwidth measured in
   the same run (target >= 0.80), and our time against torch's;
 - attention: torch SDPA time over ours (> 1 means we are faster; target
-  >= 1, issue 22); NAME_mma (the mma.sync kernels) pairs with torch's NAME.
+  >= 1, issue 22); NAME_wmma (the wmma register kernels) and NAME_mma
+  (the mma.sync ones, in results before they became the default) pair with
+  torch's NAME.
 
 A run without copy_d2d (bench_gpu --only ...) leaves the GB/s fractions out.
 
@@ -32,8 +34,9 @@ def main():
     for name, r in ours.items():
         row = {"name": name, "ours_ms": r["median_ms"]}
         p = peer.get(name)
-        if not p and name.endswith("_mma"):
-            p = peer.get(name[:-len("_mma")])
+        for suffix in ("_wmma", "_mma"):
+            if not p and name.endswith(suffix):
+                p = peer.get(name[:-len(suffix)])
         if p:
             row["torch_ms"] = p["median_ms"]
             row["speedup_vs_torch"] = p["median_ms"] / r["median_ms"]

@@ -1094,6 +1094,15 @@ static bool layout_ok(llmt__cuda_ctx *ctx)
     return ctx->attn_layout == 1;
 }
 
+/* The mma.sync kernels (attention_mma.cu) are the default where they apply
+ * (hd 64/128, sm_80+, aligned): on an H100 (2026-11-26, bench_gpu) they
+ * ran 1.9-2.7x faster forward and 1.9-3.8x backward than the wmma
+ * register kernels, which stay for hd 32 and as attn_scalar 4. */
+static bool mma_wanted(const llmt__cuda_ctx *ctx)
+{
+    return ctx->attn_scalar == 0 || ctx->attn_scalar == 3;
+}
+
 extern "C" {
 
 llmt_status llmt__cuda_attention_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
@@ -1105,10 +1114,10 @@ llmt_status llmt__cuda_attention_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
     llmt_status st = check_shape(ctx, "attention_fwd", qs, nh, nkv, hd);
     if (st) return st;
     if (B == 0 || T == 0) return LLMT_OK;
-    if (ctx->attn_scalar == 3 && llmt__cuda_attn_mma_usable(ctx->sm, hd, qs, q, k, v, out))
+    if (mma_wanted(ctx) && llmt__cuda_attn_mma_usable(ctx->sm, hd, qs, q, k, v, out))
         return llmt__cuda_attn_mma_fwd(ctx, out, lse, q, k, v, qs, B, T, nh, nkv, hd);
     if (ctx->sm >= 80 && ctx->attn_scalar != 1 && tc::usable(hd, qs, q, k, v, out)) {
-        if (ctx->attn_scalar != 2 && layout_ok(ctx)) {
+        if (ctx->attn_scalar != 2 && layout_ok(ctx)) { /* 0, 3 (other hd), 4 */
             if (hd == 32) return tcr::run_fwd<32>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
             if (hd == 64) return tcr::run_fwd<64>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
             return tcr::run_fwd<128>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
@@ -1142,7 +1151,7 @@ llmt_status llmt__cuda_attention_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq,
     size_t rows = (size_t)B * T * nh;
     attn_bwd_d_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, ctx->compute>>>(
         Dd, CBF(dout), CBF(out), B, T, nh, hd);
-    if (ctx->attn_scalar == 3 && llmt__cuda_attn_mma_usable(ctx->sm, hd, qs, q, k, v, dq) &&
+    if (mma_wanted(ctx) && llmt__cuda_attn_mma_usable(ctx->sm, hd, qs, q, k, v, dq) &&
         llmt__cuda_attn_mma_usable(ctx->sm, hd, qs, dk, dv, dout, out)) {
         st = llmt__cuda_attn_mma_bwd(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv, hd);
         llmt__cuda_free(ctx, Dd);

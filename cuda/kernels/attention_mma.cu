@@ -1,9 +1,9 @@
 // Causal flash attention on mma.sync tensor cores (FlashAttention-2 style),
-// taken when the context asks for it (attn_scalar == 3). NEVER RAN ON A GPU:
-// written and compiled (sm_90, ptxas resource report in the commit) without
-// one; nothing selects it by default until gpu-kernels has held it to the
-// CPU reference and bench_gpu has timed it against the wmma kernels and
-// PyTorch's SDPA.
+// attention.cu's default for hd 64/128 (attn_scalar 0 or 3). Written
+// without a GPU; first ran on an H100 on 2026-11-26: gpu-kernels held it to
+// the CPU reference on three seeds, and bench_gpu timed it against
+// PyTorch's flash SDPA at 1.05-1.13x forward for hd 64 (0.68-0.73x for hd
+// 128) and 0.62-1.0x backward (doc/gpu.md).
 //
 // Why another variant: attention.cu's tensor-core kernels go through wmma,
 // whose loads are plain shared-memory reads and whose fragments the softmax

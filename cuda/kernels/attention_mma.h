@@ -1,9 +1,8 @@
 /* Causal attention on mma.sync tensor cores (cuda/kernels/attention_mma.cu),
- * the variant cuda/kernels/attention.cu's entry points take when the
- * context asks for it (attn_scalar == 3). Same arguments, strides and
- * outputs as llmt__cuda_attention_fwd/_bwd in cuda/llmt_cuda.h. These
- * kernels compile but have never run on a GPU: nothing selects them by
- * default until gpu-kernels has held them to the CPU reference. */
+ * the variant cuda/kernels/attention.cu's entry points take by default
+ * where it applies (attn_scalar 0 or 3; ran on an H100 since 2026-11-26).
+ * Same arguments, strides and outputs as llmt__cuda_attention_fwd/_bwd in
+ * cuda/llmt_cuda.h. */
 #ifndef LLMT_CUDA_KERNELS_ATTENTION_MMA_H
 #define LLMT_CUDA_KERNELS_ATTENTION_MMA_H
 

@@ -805,6 +805,20 @@ int main(void)
     test_attention(1, 64, 2, 2, 32);
     test_attention(1, 300, 2, 1, 64);
     {
+        /* the default context takes the mma.sync kernels for hd 64/128
+         * (sm_80+): the cases above with those hd are theirs */
+        uint64_t before = llmt__cuda_attn_mma_calls(X);
+        test_attention(2, 67, 4, 2, 64);
+        test_attention(1, 130, 2, 2, 128);
+        test_attention(1, 37, 3, 3, 48);
+        uint64_t want = llmt__cuda_ctx_sm(X) >= 80 ? 4u : 0u;
+        char what[96];
+        snprintf(what, sizeof what, "attention default takes mma.sync: %llu of %llu calls",
+                 (unsigned long long)(llmt__cuda_attn_mma_calls(X) - before),
+                 (unsigned long long)want);
+        report(what, (double)(llmt__cuda_attn_mma_calls(X) - before != want), 0);
+    }
+    {
         /* the CUDA-core kernels on shapes the tensor-core path would take */
         llmt__cuda_ctx *tcx = X;
         llmt__cuda_ctx_opts os = {0, 0, 0, 1, NULL, 0};
@@ -822,10 +836,22 @@ int main(void)
         test_attention(1, 130, 2, 2, 128);
         test_attention(2, 65, 4, 1, 32);
         llmt__cuda_ctx_destroy(X);
-        /* the mma.sync kernels (attention_mma.cu, never run on a GPU before
-         * this test): hd 64 and 128 must take them (their call counter
-         * moves by 2 per case: forward and backward), hd 32 and 48 must
-         * fall back to the kernels above (counter still) */
+        /* the wmma register kernels (the default before 2026-11-26, still
+         * hd 32's): forced with attn_scalar 4, the mma.sync ones untouched */
+        llmt__cuda_ctx_opts o4w = {0, 0, 0, 4, NULL, 0};
+        OK(llmt__cuda_ctx_create(&o4w, &X));
+        printf("(tensor-core attention in registers, wmma)\n");
+        test_attention(2, 67, 4, 2, 64);
+        test_attention(1, 130, 2, 2, 128);
+        test_attention(1, 200, 12, 12, 64);
+        report("attention wmma (attn_scalar 4): mma.sync calls",
+               (double)llmt__cuda_attn_mma_calls(X), 0);
+        llmt__cuda_ctx_destroy(X);
+        /* the mma.sync kernels (attention_mma.cu; the default for hd 64
+         * and 128 since they passed this test on an H100, 2026-11-26):
+         * hd 64 and 128 must take them (their call counter moves by 2 per
+         * case: forward and backward), hd 32 and 48 must fall back to the
+         * kernels above (counter still) */
         llmt__cuda_ctx_opts o3 = {0, 0, 0, 3, NULL, 0};
         OK(llmt__cuda_ctx_create(&o3, &X));
         printf("(mma.sync attention kernels)\n");
@@ -849,12 +875,12 @@ int main(void)
         test_attention_repeat(1, 129, 4, 2, 128);
         llmt__cuda_ctx_destroy(X);
         /* any other attn_scalar is refused, not ignored */
-        llmt__cuda_ctx_opts o4 = {0, 0, 0, 4, NULL, 0};
+        llmt__cuda_ctx_opts o5 = {0, 0, 0, 5, NULL, 0};
         llmt__cuda_ctx *bad = NULL;
         check_count++;
-        if (llmt__cuda_ctx_create(&o4, &bad) != LLMT_ERR_INVALID_ARGUMENT || bad) {
+        if (llmt__cuda_ctx_create(&o5, &bad) != LLMT_ERR_INVALID_ARGUMENT || bad) {
             check_failures++;
-            fprintf(stderr, "attn_scalar=4 was not refused\n");
+            fprintf(stderr, "attn_scalar=5 was not refused\n");
             llmt__cuda_ctx_destroy(bad);
         }
         X = tcx;

@@ -58,6 +58,11 @@ static void batch_for(int k, int V, int32_t *in, int32_t *tg)
     }
 }
 
+/* 1: heads of 64 channels (width 128, 2 heads), the shape for which the
+ * CUDA engine's attention takes the mma.sync kernels (attention_mma.cu,
+ * its default for hd 64/128 since 2026-11-26); 0: heads of 16 */
+static int g_hd64;
+
 static void config(llmt_model_config *mc, int llama)
 {
     llmt_model_config_init(mc, sizeof *mc);
@@ -66,9 +71,9 @@ static void config(llmt_model_config *mc, int llama)
     mc->padded_vocab_size = 128;
     mc->max_seq_len = NT;
     mc->layers = 2;
-    mc->width = 64;
-    mc->heads = 4;
-    mc->kv_heads = llama ? 2 : 0;
+    mc->width = g_hd64 ? 128 : 64;
+    mc->heads = g_hd64 ? 2 : 4;
+    mc->kv_heads = llama ? (g_hd64 ? 1 : 2) : 0;
     mc->seed = 23;
 }
 
@@ -137,7 +142,8 @@ static double rel_l2(const float *a, const float *b, int64_t n)
 
 static void compare_model(llmt_context *ctx, int llama, const char *tmp)
 {
-    const char *name = llama ? "llama" : "gpt2";
+    const char *name =
+        llama ? (g_hd64 ? "llama hd64" : "llama") : (g_hd64 ? "gpt2 hd64" : "gpt2");
     llmt_model_config mc;
     config(&mc, llama);
     llmt_model *mc_cpu = NULL, *md = NULL;
@@ -478,6 +484,12 @@ int main(int argc, char **argv)
     compare_model(ctx, 1, tmp);
     compare_fp8(ctx, 0, tmp);
     compare_fp8(ctx, 1, tmp);
+    if (cuda) { /* the engine's default attention kernels for hd 64 */
+        g_hd64 = 1;
+        compare_model(ctx, 0, tmp);
+        compare_model(ctx, 1, tmp);
+        g_hd64 = 0;
+    }
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
