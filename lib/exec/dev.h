@@ -136,13 +136,13 @@ typedef struct llmt__dev_ops {
      * B*nh*T log-sum-exps, or the CPU's B*nh*T*T probabilities. */
     size_t (*attn_state)(int B, int nh, int T);
     /* Tensor parallelism on this backend has not run on its hardware as
-     * the trainer runs it (CUDA: the ops and the engine did, with the
-     * test's own host staging; lib/train/tp.c's staging only on the
-     * emulation): the engine refuses tp > 1 with this reason (NULL: no
-     * such doubt). A test that verifies it runs on a copy of the table
-     * with it cleared, the explicit opt-in (test/gpu/test_gpu_tp.c). Kept
-     * before `create`: lib/obs/devops.c checks every slot from there on is
-     * a function it wraps. */
+     * the trainer runs it (through lib/train/tp.c's staging): the engine
+     * refuses tp > 1 with this reason (NULL: no such doubt). No table
+     * sets it since CUDA's ran on a GPU (2026-11-26, H100: gpu-tp-engine);
+     * a new backend's TP starts marked. A test that verifies it runs on a
+     * copy of the table with it cleared, the explicit opt-in
+     * (test/gpu/test_gpu_tp.c). Kept before `create`: lib/obs/devops.c
+     * checks every slot from there on is a function it wraps. */
     const char *unverified_tp;
     /* The same for context parallelism (the attn_cp_* ops and the staged
      * exchange of lib/train/cp.c): set_cp_comm refuses with this reason.
