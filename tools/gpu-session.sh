@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
 # One lent GPU session in one call: build llmtrain for sm_90, run the GPU
-# tests (those of code that never ran on a GPU first: tp.c's staging in
-# gpu-tp-engine, the mma.sync attention in gpu-kernels), the attention
-# benchmark beside PyTorch's flash SDPA, then GPT-2 124M and Llama ~1B
-# through the trainer beside torch.compile. Each step is skipped once the
-# time budget is spent, so the call ends inside the device tool's limit
-# and still returns every log. The first session (2026-11-26, an H200)
-# ran the previous version: doc/gpu.md, "Measured on one H200".
+# tests, the attention benchmark beside PyTorch's flash SDPA, then GPT-2
+# 124M and Llama ~1B through the trainer beside torch.compile. Each step
+# is skipped once the time budget is spent, so the call ends inside the
+# device tool's limit and still returns every log. Sessions so far:
+# doc/gpu.md, "Measured on one H200" and "Measured on one H100".
 #
 #   BUDGET_S=480 OUT=... tools/gpu-session.sh
 #
-# Needs .devdeps/ (see /work/shared/device/prep-carry.sh). Writes to $OUT
-# (else bench/results/session/): session.log (the summary), tests.log
-# (meson's test log), build.log, bench-*.json, and logs.tgz with the rest.
+# Needs .devdeps/ (/work/shared/device/prep-carry.sh, then
+# tools/gpu-carry-gloo.sh for the tests of jobs across processes). Writes
+# to $OUT (else bench/results/session/) two files, as the device tool
+# returns only a few: session.log (the summary) and logs.tgz (every log,
+# meson's test log as tests.log, the bench-*.json results).
 # The steps and why they are ordered so: doc/gpu.md, "Running on a GPU
 # machine".
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit
 budget=${BUDGET_S:-480}
-out=${OUT:-$root/bench/results/session}
+final=${OUT:-$root/bench/results/session}
 rm -rf /tmp/llmt-session
-mkdir -p "$out" /tmp/llmt-session
-log=$out/session.log
+out=/tmp/llmt-session/out
+mkdir -p "$final" "$out"
+log=$final/session.log
 say() { echo "[$SECONDS s] $*" | tee -a "$log"; }
 left() { echo $((budget - SECONDS)); }
 # run STEP SECONDS CMD...: the command under a timeout of at most what is
@@ -46,11 +47,22 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm 
 say "nvcc: $(nvcc --version | tail -1); torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1); commit $(git rev-parse --short HEAD 2>/dev/null)"
 
 b=build-gpu
+# The carried packages unpack under /tmp/devroot (.devdeps/env.sh); meson's
+# header and library checks do not see CPATH/LIBRARY_PATH there, and
+# Debian's Gloo lives in /usr/lib, not the multiarch folder: name both.
+dr=/tmp/devroot/usr
+extra=()
+if [ -d $dr/include ]; then
+  export LD_LIBRARY_PATH="$dr/lib:${LD_LIBRARY_PATH:-}"
+  extra=(-Dc_args=-I$dr/include -Dcpp_args=-I$dr/include
+    "-Dc_link_args=-L$dr/lib -L$dr/lib/x86_64-linux-gnu"
+    "-Dcpp_link_args=-L$dr/lib -L$dr/lib/x86_64-linux-gnu")
+fi
 if [ ! -f $b/build.ninja ]; then
-  meson setup $b -Dgpu_arch="arch=compute_90,code=sm_90" -Dbuildtype=release \
+  meson setup $b -Dgpu_arch="arch=compute_90,code=sm_90" -Dbuildtype=release "${extra[@]}" \
     >"$out/build.log" 2>&1 || { say "meson setup failed"; tail -30 "$out/build.log"; exit 1; }
 fi
-grep -E "CUDA|NCCL|cJSON|libaio" $b/meson-logs/meson-log.txt | grep -i "found" | head -6 >>"$log"
+grep -E "CUDA|NCCL|cJSON|libaio|gloo" $b/meson-logs/meson-log.txt | grep -i "found" | head -6 >>"$log"
 targets="test/gpu/test_gpu_tp_ops test/gpu/test_gpu_tp test/gpu/test_gpu_cp_ops
   test/gpu/test_gpu_cp test/gpu/test_gpu_moe_ops test/gpu/test_gpu_moe
   test/gpu/test_gpu_kernels test/unit/test_attn_mma_idx test/train/test_device_trainer
@@ -60,18 +72,16 @@ run build 300 ninja -C $b $targets || { grep -E "error|undefined" -A3 /tmp/llmt-
 cat /tmp/llmt-session/build.log >>"$out/build.log"
 
 # 1. The GPU tests, all at once (they share the GPU, none of them times
-# anything). Never ran: gpu-tp-engine through tp.c's own staging (if it
-# passes, clear unverified_tp in cuda/exec/dev_cuda.c) and gpu-kernels'
-# mma.sync attention cases (attn_scalar 3; if they pass on every seed and
-# the benchmark below is faster, make them the default for hd 64/128 in
-# attention.cu and rerun gpu-trainer-vs-cpu).
-tests="gpu-tp-engine gpu-kernels attn-mma-idx gpu-tp-ops gpu-cp-ops gpu-moe-ops gpu-cp-engine
-  gpu-moe-engine gpu-trainer-vs-cpu"
+# anything). gpu-job-tp (llmt_job with tp 2 under launch, both ranks on
+# one GPU) needs Gloo, which only tools/gpu-carry-gloo.sh brings there.
+tests="gpu-job-tp gpu-tp-engine gpu-kernels attn-mma-idx gpu-tp-ops gpu-cp-ops gpu-moe-ops
+  gpu-cp-engine gpu-moe-engine gpu-trainer-vs-cpu"
 # shellcheck disable=SC2086
 run tests 240 meson test -C $b --no-rebuild --print-errorlogs --num-processes 8 \
   --timeout-multiplier 1 $tests
 grep -E "^ *[0-9]+/[0-9]+ " /tmp/llmt-session/tests.log | tee -a "$log"
 cp $b/meson-logs/testlog.txt "$out/tests.log" 2>/dev/null
+grep -E "^(ok|FAIL) |max relative" "$out/tests.log" | head -12 | tee -a "$log"
 # A failing test of the op tables runs again under compute-sanitizer
 # (memcheck): an out-of-bounds access or a launch error names the kernel.
 python3 - "$b" >/tmp/llmt-session/failed.txt <<'PY'
@@ -104,8 +114,9 @@ done
 o=$(find $b/libllmtrain_internal.a.p -name "*attention_mma.cu.o" | head -1)
 [ -n "$o" ] && say "attention_mma SASS: $(cuobjdump -sass "$o" | grep -cE 'HMMA.16816.F32.BF16') HMMA.16816.F32.BF16, $(cuobjdump -sass "$o" | grep -c LDSM) LDSM"
 
-# 2. Attention forward and backward, current kernels, the mma.sync ones
-# (NAME_mma) and PyTorch's flash SDPA on the same shapes, paired.
+# 2. Attention forward and backward: the default kernels (mma.sync for hd
+# 64/128), the wmma register ones they replaced (NAME_wmma) and PyTorch's
+# flash SDPA on the same shapes, paired.
 run attn-ours 90 $b/bench/gpu/bench_gpu --only attention --json "$out/attn-ours.json"
 run attn-torch 90 env PYTHONUNBUFFERED=1 python3 bench/gpu/torch_peer.py --only attention \
   --json "$out/attn-torch.json"
@@ -142,18 +153,18 @@ run cli-train 90 $b/tools/llmtrain train /tmp/llmt-session/demo-cuda.json --out 
 grep -E "step +(1|100|200)/|val|error|refus" /tmp/llmt-session/cli-train.log | head -8 | tee -a "$log"
 
 # 5. Llama ~1B (TinyLlama shape) through the public trainer: MFU, peak
-# (predicted after 1b1d6a5 and 3cc9b75, which keep fewer activations:
-# below torch.compile's 26.33 / 38.24 GiB at B 4 / 8); then fp8 forward
-# GEMMs; then PyTorch (torch.compile) on the same shape.
+# (26.08 GiB at B 4 predicted and measured on an H100, 2026-11-26); then
+# PyTorch (torch.compile) on the same shape; then fp8 forward GEMMs.
 run llama 150 $b/bench/gpu/bench_llama --model 1b --B 4,8 --T 2048 --steps 8 \
   --json "$out/bench-llama.json"
 grep -E "tok/s.*MFU|fail" /tmp/llmt-session/llama.log | tee -a "$log"
-run llama-fp8 90 $b/bench/gpu/bench_llama --model 1b --B 4 --T 2048 --steps 8 --fp8 1 \
-  --json "$out/bench-llama-fp8.json"
-grep -E "tok/s.*MFU|fail" /tmp/llmt-session/llama-fp8.log | tee -a "$log"
 run llama-torch 240 env PYTHONUNBUFFERED=1 python3 bench/gpu/llama_torch.py --model 1b --B 4,8 \
   --T 2048 --json "$out/bench-llama-torch.json"
 tail -4 /tmp/llmt-session/llama-torch.log | tee -a "$log"
 
-tar czf "$out/logs.tgz" -C /tmp/llmt-session --exclude=run . 2>/dev/null
+run llama-fp8 90 $b/bench/gpu/bench_llama --model 1b --B 4 --T 2048 --steps 8 --fp8 1 \
+  --json "$out/bench-llama-fp8.json"
+grep -E "tok/s.*MFU|fail" /tmp/llmt-session/llama-fp8.log | tee -a "$log"
 say "done"
+cp "$log" "$out/session.log"
+tar czf "$final/logs.tgz" -C /tmp/llmt-session --exclude=run . 2>/dev/null

@@ -53,17 +53,17 @@ static llmt_status check_parallelism(llmt_job *j)
      * too) and context parallelism run them (doc/moe.md) */
     if (s->model.moe.experts == 0 && llmt__spec_given(s, "model.moe.expert_ffn"))
         return REFUSE("model.moe.expert_ffn: set but model.moe.experts is 0 (dense)");
-    /* the CUDA engine's tensor parallelism as the trainer runs it (tp.c's
-     * host staging of device buffers) has not run on a GPU (its op table
-     * says so: unverified_tp), nor has a job's tp group beside the NCCL
-     * twin it makes for data parallelism only (nccl_attach.c) */
-    if (s->parallelism.tp > 1 && s->train.device == LLMT_SPEC_DEVICE_CUDA)
-        return REFUSE("parallelism.tp: %lld is not supported by llmt_job with train.device "
-                      "cuda yet (the CUDA engine's tensor parallelism through "
-                      "lib/train/tp.c's host staging has not run on a GPU: issue 16, test "
-                      "gpu-tp-engine; and the job makes a NCCL group for data parallelism "
-                      "only); use 1, or train.device cpu",
-                      (long long)s->parallelism.tp);
+    /* the CUDA engine's tensor parallelism (tp.c's host staging over the
+     * job's host group) ran under `llmtrain launch` on one GPU (test
+     * gpu-job-tp, 2026-11-26); beside data parallelism it would also need
+     * the DP group's NCCL twin (nccl_attach.c) on one GPU per rank, which
+     * has not run with a tp group */
+    if (s->parallelism.tp > 1 && s->train.device == LLMT_SPEC_DEVICE_CUDA && dp_size(j) > 1)
+        return REFUSE("parallelism.tp: %lld with %lld data-parallel replicas is not supported "
+                      "by llmt_job with train.device cuda yet (tensor parallelism alone ran "
+                      "on a GPU, test gpu-job-tp; beside data parallelism it has not: issue "
+                      "16); use dp 1 (world = tp), or train.device cpu",
+                      (long long)s->parallelism.tp, (long long)dp_size(j));
     /* ZeRO shards over the data-parallel group: with one replica there is
      * nothing to shard, and a stage that changes nothing would be a lie */
     if (s->parallelism.zero > 0 && dp_size(j) == 1)

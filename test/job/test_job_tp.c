@@ -330,7 +330,8 @@ int main(int argc, char **argv)
         static const char *const w_heads[] = {"parallelism.tp", "model.heads", NULL};
         static const char *const w_ffn[] = {"parallelism.tp", "model.ffn", NULL};
         static const char *const w_kv[] = {"parallelism.tp", "model.kv_heads", NULL};
-        static const char *const w_cuda[] = {"parallelism.tp", "cuda", NULL};
+        static const char *const w_cuda[] = {"parallelism.tp", "2 data-parallel replicas",
+                                             "cuda", NULL};
         spec(json, sizeof json, 2, 0, 0, NULL, NULL);
         refused("tp 2 on 3 ranks", json, 3, w_world);
         spec(json, sizeof json, 2, 0, 1, NULL, NULL);
@@ -344,8 +345,9 @@ int main(int argc, char **argv)
              "\"kv_heads\": 3",
              NULL);
         refused("tp 2 with 3 kv heads", json, 2, w_kv);
-        spec(json, sizeof json, 2, 0, 0, NULL, "cuda");
-        refused("tp 2 on cuda", json, 2, w_cuda);
+        /* tp alone on cuda runs (gpu-job-tp); beside dp it has not run */
+        spec(json, sizeof json, 2, 0, 2, NULL, "cuda");
+        refused("tp 2 x dp 2 on cuda", json, 4, w_cuda);
     }
 
     char cmd[700];
