@@ -22,6 +22,7 @@ ngpu=$("$exe" features 2>/dev/null | sed -n 's/^cuda devices: *//p')
 need=2
 [ "$case_" = inplace ] && need=3
 [ "${ngpu:-0}" -ge "$need" ] || { echo "$ngpu GPU(s), $case_ needs $need: skip"; exit 77; }
+. "$(dirname "$0")/job_losses.sh"
 . "$(dirname "$0")/../run_lib.sh"
 mk() { # file dp grad_accum
   cat > "$1" <<JSON
@@ -36,17 +37,6 @@ mk() { # file dp grad_accum
  "checkpoint": {"interval": 2, "async": false},
  "hardware": {"gpu": "h100"}}
 JSON
-}
-losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([-0-9.e]*\).*/\1 \2/p' "$1"; }
-close() { # A B WHAT: the same steps, each loss within 2e-2 relative
-  if [ -s "$1" ] && [ "$(wc -l < "$1")" = "$(wc -l < "$2")" ] &&
-     paste "$1" "$2" | awk '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r;
-                             if ($1 != $3 || r > 2e-2) bad = 1}
-                            END {printf "max relative loss diff %.3g\n", m; exit bad}'; then
-    ok "$3"
-  else
-    bad "$3"; paste "$1" "$2"
-  fi
 }
 mk one.json 1 2
 "$exe" train one.json --out one > one.log 2>&1 || { bad "one GPU run"; cat one.log; exit 1; }
