@@ -298,6 +298,11 @@ static const llmt__dev_ops dev_cuda = {
      * lib/train/tp.c's host staging of the collectives) ran on an H100 on
      * 2026-11-26 (gpu-tp-ops, gpu-tp-engine through tp.c's staging: tp 2
      * losses within 1.8e-4 of tp 1, with and without sequence parallelism) */
+    /* pipeline parallelism's boundary messages (lib/train/pp_xfer.c's
+     * staging over host groups) have run only on the emulation */
+    .unverified_pp = "has not run pipeline parallelism on a GPU (lib/train/pp_xfer.c's "
+                     "staging of the boundary messages ran only on the emulation): test "
+                     "gpu-pp-engine",
     /* no unverified_cp: context parallelism (cuda/kernels/attn_cp.cu,
      * cp.c's host staging of the exchange) ran on an H200 on 2026-11-26
      * (gpu-cp-ops, gpu-cp-engine) */

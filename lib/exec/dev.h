@@ -144,6 +144,13 @@ typedef struct llmt__dev_ops {
      * (test/gpu/test_gpu_tp.c). Kept before `create`: lib/obs/devops.c
      * checks every slot from there on is a function it wraps. */
     const char *unverified_tp;
+    /* The same for pipeline parallelism (lib/train/pp.c's boundary
+     * messages, staged through host memory over in-process, Gloo and MPI
+     * groups by lib/train/pp_xfer.c): set_pp_comm refuses pp > 1 with this
+     * reason. CUDA's is set until test gpu-pp-engine (pp 2 as two threads
+     * on one GPU against one CUDA rank) passes on a GPU; a new backend's
+     * pipeline starts marked. */
+    const char *unverified_pp;
     /* The same for context parallelism (the attn_cp_* ops and the staged
      * exchange of lib/train/cp.c): set_cp_comm refuses with this reason.
      * No table sets it since CUDA's ran on a GPU (2026-11-26); a new

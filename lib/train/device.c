@@ -2703,6 +2703,26 @@ llmt_status llmt__devtrain_stage_copy(llmt__devtrain *g, void *dst, const void *
     return LLMT_OK;
 }
 
+int llmt__devtrain_stage_host(const llmt__devtrain *g)
+{
+    return g->op->host_memory;
+}
+
+llmt_status llmt__devtrain_stage_hostbuf(llmt__devtrain *g, void **p, size_t *cap, size_t bytes)
+{
+    if (bytes <= *cap)
+        return LLMT_OK;
+    free(*p);
+    *cap = 0;
+    if (!(*p = malloc(bytes)))
+        return llmt__err_set(g->e, LLMT_ERR_OUT_OF_MEMORY,
+                             "trainer: pipeline stage: no host memory for the %zu bytes of a "
+                             "boundary message's staging",
+                             bytes);
+    *cap = bytes;
+    return LLMT_OK;
+}
+
 llmt_status llmt__devtrain_stage_put(llmt__devtrain *g, void *dst, const void *src,
                                      size_t bytes)
 {

@@ -44,6 +44,7 @@
 #include "train/dp.h"
 #include "train/pp_agree.h"
 #include "train/pp_send.h"
+#include "train/pp_xfer.h"
 
 struct llmt__pp {
     llmt_err *e;
@@ -91,6 +92,8 @@ struct llmt__pp {
     char from_msg[256];
     void *fbuf[2];
     llmt__isend *fw[2];
+    llmt__pp_hbuf fwh[2]; /* their host copies, where staged (pp_xfer.h) */
+    llmt__pp_hbuf hb;     /* the blocking messages' host copy, where staged */
 };
 
 static double now_s(void)
@@ -207,6 +210,10 @@ void llmt__pp_destroy(llmt__pp *pp)
         llmt__comm_isend_free(pp->fw[k]);
     }
     llmt__pp_sends_destroy(pp->sends);
+    llmt__pp_hbuf_free(&pp->hb);
+    for (int k = 0; k < 2; k++)
+        if (!pp->fw[k]) /* else leaked with the send that may still read it */
+            llmt__pp_hbuf_free(&pp->fwh[k]);
     llmt_comm_destroy(pp->emb);
     llmt_comm_destroy(pp->gown);
     free(pp->ops);
@@ -301,10 +308,13 @@ static llmt_status pp_recv(llmt__pp *pp, llmt_comm *c, void *buf, int peer, cons
                            int a)
 {
     double t0 = now_s(), stamp = 0.0;
-    llmt_status s = llmt_comm_recv(c, buf, pp->elems + pp->tail, pp->store, peer, NULL);
+    llmt_status s =
+        llmt__pp_xrecv(pp->g, c, buf, pp->elems + pp->tail, pp->store, peer, &pp->hb);
     pp->idle_s += now_s() - t0;
-    if (s != LLMT_OK)
+    if (s == LLMT_ERR_COMM)
         return p2p_fail(pp, c, what, a, peer);
+    if (s != LLMT_OK)
+        return s;
     if (pp->tail && (s = llmt__pp_stamp_get(pp->g, buf, pp->elems * pp->es, &stamp)) != LLMT_OK)
         return s;
     if (stamp < 0.0) { /* a failure's message (fail_on): its origin, its text */
@@ -335,8 +345,11 @@ static llmt_status pp_send(llmt__pp *pp, llmt_comm *c, void *buf, int peer, cons
     llmt_status s;
     if (pp->tail && (s = llmt__pp_stamp_put(pp->g, buf, pp->elems * pp->es, stamp)) != LLMT_OK)
         return s;
-    if (llmt_comm_send(c, buf, pp->elems + pp->tail, pp->store, peer, NULL) != LLMT_OK)
+    s = llmt__pp_xsend(pp->g, c, buf, pp->elems + pp->tail, pp->store, peer, &pp->hb);
+    if (s == LLMT_ERR_COMM)
         return p2p_fail(pp, c, what, a, peer);
+    if (s != LLMT_OK)
+        return s;
     pp->sent += (int64_t)(pp->elems * pp->es);
     return LLMT_OK;
 }
@@ -486,10 +499,10 @@ static int fail_send(llmt__pp *pp, int k, llmt_comm *c, int peer, int origin, co
         llmt__pp_stamp_put(pp->g, pp->fbuf[k], bytes, -(double)(origin + 1)) != LLMT_OK)
         return 0;
     if (pp->sends)
-        return llmt__comm_isend(c, pp->fbuf[k], pp->elems + pp->tail, pp->store, peer,
-                                &pp->fw[k]) == LLMT_OK;
-    return llmt_comm_send(c, pp->fbuf[k], pp->elems + pp->tail, pp->store, peer, NULL) ==
-           LLMT_OK;
+        return llmt__pp_xisend(pp->g, c, pp->fbuf[k], pp->elems + pp->tail, pp->store, peer,
+                               &pp->fwh[k], &pp->fw[k]) == LLMT_OK;
+    return llmt__pp_xsend(pp->g, c, pp->fbuf[k], pp->elems + pp->tail, pp->store, peer,
+                          &pp->hb) == LLMT_OK;
 }
 
 /* The step failed at op i (an op's error, no memory, a refusal, a failed
@@ -611,13 +624,13 @@ static llmt_status step_end(llmt__pp *pp, llmt_status s, double *loss_sum, doubl
     FAILED(llmt__devtrain_stage_loss(pp->g, &mine[0]));
     size_t tn = 0;
     float *tg = llmt__devtrain_stage_tied_grad(pp->g, &tn);
-    if (tg && pp->emb &&
-        llmt_comm_all_reduce(pp->emb, tg, tg, tn, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL) !=
-            LLMT_OK)
-        FAILED(llmt__err_set(pp->e, LLMT_ERR_COMM,
-                             "trainer: pipeline parallelism: sum of the tied embedding's "
-                             "gradient over the first and last stage: %s",
-                             llmt_comm_last_error(pp->emb)));
+    llmt_status ts = tg && pp->emb ? llmt__pp_xsum(pp->g, pp->emb, tg, tn, &pp->hb) : LLMT_OK;
+    if (ts == LLMT_ERR_COMM)
+        ts = llmt__err_set(pp->e, LLMT_ERR_COMM,
+                           "trainer: pipeline parallelism: sum of the tied embedding's "
+                           "gradient over the first and last stage: %s",
+                           llmt_comm_last_error(pp->emb));
+    FAILED(ts);
     FAILED(llmt__devtrain_stage_sumsq(pp->g, &mine[1]));
     /* the data parallel group: a replica whose stage failed (after its
      * last data parallel collective of the step: the norm's) */

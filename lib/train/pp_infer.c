@@ -17,6 +17,7 @@
 
 #include "train/pp_agree.h"
 #include "train/pp_infer.h"
+#include "train/pp_xfer.h"
 #include "train/pp_send.h"
 
 /* A pass's failure (the first one, on any stage): its stage (-1: none)
@@ -56,6 +57,7 @@ static llmt_status chain(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt__d
     /* interleaving: the pass runs through the stage's chunks in turn (chunk
      * c's input from stage r - 1's chunk c, or the last stage's c - 1) */
     int v = llmt__devtrain_stage_nchunks(g);
+    llmt__pp_hbuf h = {NULL, 0}; /* the messages' host copy, where staged */
     llmt_status s = LLMT_OK;
     for (int c = 0; c < v && s == LLMT_OK; c++) {
         void *x = NULL;
@@ -65,13 +67,14 @@ static llmt_status chain(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt__d
         if (r > 0 || c > 0) {
             x = llmt__devtrain_stage_in(g, 0);
             double stamp = 0.0;
-            if (llmt_comm_recv(comm, x, elems + tail, store, from, NULL) != LLMT_OK) {
+            s = llmt__pp_xrecv(g, comm, x, elems + tail, store, from, &h);
+            if (s == LLMT_ERR_COMM)
                 s = llmt__err_set(e, LLMT_ERR_COMM,
                                   "trainer: pipeline stage %d: forward-only pass: receive "
                                   "from stage %d: %s",
                                   (int)r, (int)from, llmt_comm_last_error(comm));
+            if (s != LLMT_OK)
                 break;
-            }
             if (tail && f->origin < 0 &&
                 llmt__pp_stamp_get(g, x, elems * es, &stamp) == LLMT_OK && stamp < 0.0) {
                 f->origin = (int)(-stamp + 0.5) - 1;
@@ -105,7 +108,8 @@ static llmt_status chain(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt__d
         } else if (tail) {
             s = llmt__pp_stamp_put(g, out, elems * es, 0.0);
         }
-        if (s == LLMT_OK && llmt_comm_send(comm, out, elems + tail, store, to, NULL) != LLMT_OK)
+        if (s == LLMT_OK &&
+            (s = llmt__pp_xsend(g, comm, out, elems + tail, store, to, &h)) == LLMT_ERR_COMM)
             s = llmt__err_set(e, LLMT_ERR_COMM,
                               "trainer: pipeline stage %d: forward-only pass: send to stage "
                               "%d: %s",
@@ -113,6 +117,7 @@ static llmt_status chain(llmt_err *e, llmt_comm *comm, llmt_dtype store, llmt__d
     }
     if (v > 1)
         llmt__devtrain_stage_chunk(g, -1, -1);
+    llmt__pp_hbuf_free(&h);
     return s;
 }
 

@@ -4,11 +4,13 @@
 
 #include "comm/p2p.h"
 #include "train/pp_send.h"
+#include "train/pp_xfer.h"
 
 typedef struct pending {
     llmt__isend *w; /* the message (its stamp after it); NULL: done (or none) */
     llmt_comm *c;
     int peer, a;
+    llmt__pp_hbuf h; /* the message's host copy, where staged (pp_xfer.h) */
 } pending;
 
 typedef struct gbuf {
@@ -63,12 +65,17 @@ void llmt__pp_sends_destroy(llmt__pp_sends *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < s->sets; i++)
+    for (int i = 0; i < s->sets; i++) {
+        if (!s->act[i].w) /* else leaked with the communicator that still reads it */
+            llmt__pp_hbuf_free(&s->act[i].h);
         llmt__comm_isend_free(s->act[i].w);
+    }
     for (int i = 0; i < s->npool; i++) {
         gbuf *b = s->pool[i];
-        if (!b->p.w) /* else leaked with the communicator that still reads it */
+        if (!b->p.w) { /* else leaked with the communicator that still reads it */
             llmt__devtrain_stage_buf_free(s->g, b->buf);
+            llmt__pp_hbuf_free(&b->p.h);
+        }
         llmt__comm_isend_free(b->p.w);
         free(b);
     }
@@ -106,9 +113,8 @@ static llmt_status post(llmt__pp_sends *s, pending *p, llmt_comm *c, void *buf, 
     llmt_status st = s->tail ? llmt__pp_stamp_put(s->g, buf, s->bytes, stamp) : LLMT_OK;
     if (st != LLMT_OK)
         return st;
-    if (llmt__comm_isend(c, buf, s->count + s->tail, s->dtype, peer, &p->w) != LLMT_OK)
-        return fail(s, p, what);
-    return LLMT_OK;
+    st = llmt__pp_xisend(s->g, c, buf, s->count + s->tail, s->dtype, peer, &p->h, &p->w);
+    return st == LLMT_ERR_COMM ? fail(s, p, what) : st;
 }
 
 /* Wait for p's send (its buffer free after). */

@@ -103,6 +103,13 @@ llmt_status llmt__devtrain_stage_put(llmt__devtrain *g, void *dst, const void *s
                                      size_t bytes);
 llmt_status llmt__devtrain_stage_get(llmt__devtrain *g, void *dst, const void *src,
                                      size_t bytes);
+/* 1: the engine's memory is the host's (its op table's host_memory). */
+int llmt__devtrain_stage_host(const llmt__devtrain *g);
+/* *p: a host buffer of at least `bytes` (capacity *cap), grown on demand
+ * (plain malloc: it may outlive the engine's context); no memory is said
+ * on the engine's error. */
+llmt_status llmt__devtrain_stage_hostbuf(llmt__devtrain *g, void **p, size_t *cap,
+                                         size_t bytes);
 /* fp32 parameters on the device (this stage's). */
 size_t llmt__devtrain_param_floats(const llmt__devtrain *g);
 

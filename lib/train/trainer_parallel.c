@@ -181,6 +181,11 @@ static llmt_status pp_check(llmt_trainer *tr, llmt_comm *comm, const llmt_pp_opt
 {
     llmt_err *e = &tr->err;
     llmt_status s;
+    /* the backend's pipeline never ran on its hardware (dev.h) */
+    if (tr->ops->unverified_pp)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_pp_comm: pipeline parallelism: the %s backend %s",
+                             tr->ops->name, tr->ops->unverified_pp);
     if (live && tr->pp)
         return llmt__err_set(e, LLMT_ERR_STATE,
                              "trainer: set_pp_comm: pipeline parallelism is attached already "
