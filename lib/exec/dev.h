@@ -163,6 +163,18 @@ typedef struct llmt__dev_ops {
      * (2026-11-26, gpu-moe-engine); test/gpu/test_gpu_moe.c checks the
      * refusal on a marked copy of the emulation's table. */
     const char *unverified_moe;
+    /* The same for a MoE model's expert, pipeline and context parallel
+     * groups over host communicators (moe_dev_ep.c's exchange staged
+     * through host memory by d2h and h2d; moe_net.c's router tallies and
+     * moe_group.c's statistics, host arrays, summed over the group as they
+     * are): set_ep_comm, set_pp_comm and set_cp_comm refuse ep, pp or cp >
+     * 1 for a MoE model with this reason. CUDA's is set until test
+     * gpu-moe-engine's group comparisons (one layer at ep 2, cp 2, as two
+     * threads on one GPU against the emulation) pass on a GPU, and pp.c
+     * stages its sends (pp 2 is not run there); test_gpu_moe.c's
+     * emulation mode checks the refusal on a marked copy of the
+     * emulation's table. */
+    const char *unverified_moe_groups;
 
     /* -- context and memory */
     /* o is required. On failure *out is NULL and err (errlen bytes) says

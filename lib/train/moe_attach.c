@@ -5,6 +5,7 @@
  * rank's experts from the start (trainer_build.c). */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #ifdef __linux__
 #include <sys/mman.h>
 #include <unistd.h>
@@ -15,24 +16,71 @@
 #include "train/trainer_impl.h"
 #include "train/trainer_state.h"
 
-/* MoE's router tallies and load-balancing sums (moe_net.c) are host
- * arrays summed over the data parallel and pipeline groups; an engine
- * whose memory is the device's gets NCCL groups there, which take device
- * memory only. Until those sums are staged to the device (and run on two
- * GPUs), such a group is refused by name. what: the setter's name. */
+/* A MoE model's groups on a backend whose memory is not the host's (the
+ * op table's host_memory 0: CUDA). The router's tallies and the step's
+ * load-balancing sums (moe_net.c, moe_group.c) are host arrays summed over
+ * the data parallel, pipeline and context parallel groups as they are, and
+ * the expert exchange is staged through host memory (moe_dev_ep.c): a host
+ * communicator (in-process, Gloo, MPI) takes them, a NCCL one takes device
+ * memory only, and nothing stages them to the device yet, so a NCCL group
+ * is refused by name, as is every group on a table whose
+ * unverified_moe_groups says they never ran there (lib/exec/dev.h).
+ * Data parallelism on such a backend takes NCCL only (dp.c), so with MoE
+ * it is refused either way. what: the setter's name. */
 llmt_status llmt__moe_device_group_check(llmt_trainer *tr, llmt_comm *comm, const char *what,
                                          const char *key)
 {
     int32_t n = 1;
+    llmt_comm_backend be = LLMT_COMM_AUTO;
     if (!comm || tr->ops->host_memory || tr->model->cfg.moe_experts <= 0 ||
         llmt_comm_size(comm, &n) != LLMT_OK || n <= 1)
         return LLMT_OK;
-    return llmt__err_set(llmt__trainer_err(tr), LLMT_ERR_UNSUPPORTED,
-                         "trainer: %s: %s %d with MoE layers on the %s backend is not "
-                         "supported yet: the router's expert tallies are host arrays summed "
-                         "over that group, whose communicator takes device memory there "
-                         "(doc/moe.md); use %s 1",
-                         what, key, (int)n, tr->ops->name, key);
+    llmt_err *e = llmt__trainer_err(tr);
+    if (tr->ops->unverified_moe_groups)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: %s: %s %d with MoE layers on the %s backend: %s; use "
+                             "%s 1",
+                             what, key, (int)n, tr->ops->name, tr->ops->unverified_moe_groups,
+                             key);
+    if (llmt_comm_backend_of(comm, &be) == LLMT_OK && be == LLMT_COMM_NCCL)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: %s: %s %d over a NCCL communicator with MoE layers on "
+                             "the %s backend is not supported yet: the router's expert "
+                             "tallies are host arrays summed over that group, and NCCL takes "
+                             "device memory (they are not staged to the device; doc/moe.md); "
+                             "use %s 1%s",
+                             what, key, (int)n, tr->ops->name, key,
+                             strcmp(key, "parallelism.dp")
+                                 ? ", or an in-process, Gloo or MPI communicator"
+                                 : " (data parallelism on this backend takes NCCL only)");
+    return LLMT_OK;
+}
+
+/* Expert parallelism of a MoE model on a backend whose memory is not the
+ * host's: the exchange itself is staged through host memory for a host
+ * communicator (moe_dev_ep.c), but an EP group is carved out of a data
+ * parallel group (moe_net.c's step refuses one without), and with MoE on
+ * such a backend no data parallel group can be attached (above): refused
+ * here by name rather than at the first step. */
+static llmt_status ep_device_check(llmt_trainer *tr, int32_t n)
+{
+    if (n <= 1 || tr->ops->host_memory || tr->model->cfg.moe_experts <= 0)
+        return LLMT_OK;
+    llmt_err *e = llmt__trainer_err(tr);
+    if (tr->ops->unverified_moe_groups)
+        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: set_ep_comm: parallelism.ep %d with MoE layers on the "
+                             "%s backend: %s; use parallelism.ep 1",
+                             (int)n, tr->ops->name, tr->ops->unverified_moe_groups);
+    return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                         "trainer: set_ep_comm: parallelism.ep %d with MoE layers on the %s "
+                         "backend needs a data parallel group that the EP group is part of, "
+                         "and none can be attached there yet: data parallelism on it takes "
+                         "NCCL only (lib/train/dp.c), over which the router's expert tallies "
+                         "(host arrays) are not staged (doc/moe.md); the exchange itself is "
+                         "staged through host memory (lib/train/moe_dev_ep.c); use "
+                         "parallelism.ep 1",
+                         (int)n, tr->ops->name);
 }
 
 LLMT_API llmt_status llmt_trainer_set_ep_comm(llmt_trainer *tr, llmt_comm *comm)
@@ -44,6 +92,9 @@ LLMT_API llmt_status llmt_trainer_set_ep_comm(llmt_trainer *tr, llmt_comm *comm)
     if (comm && llmt_comm_size(comm, &n) != LLMT_OK)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_ep_comm: %s",
                              llmt_comm_last_error(comm));
+    llmt_status ds = ep_device_check(tr, n);
+    if (ds != LLMT_OK)
+        return ds;
     if (!tr->dev) { /* no engine yet: checked and recorded */
         int E = tr->model->cfg.moe_experts;
         if (E <= 0 && n > 1)

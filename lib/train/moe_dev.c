@@ -61,7 +61,7 @@ void llmt__moe_dctx_free(llmt__moe_dctx *x)
 {
     if (!x)
         return;
-    llmt__moe_dctx_set_ep(x, 0, 1);
+    llmt__moe_dctx_set_ep(x, NULL);
     void *b[] = {x->dye,  x->dxe,  x->dact,  x->dh1,  x->dh3,  x->sdact,
                  x->sdh1, x->sdh3, x->dlogs, x->dlog, x->dgate};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)

@@ -64,10 +64,11 @@ size_t llmt__moe_dlay_host_bytes(const llmt__moe_dctx *x);
 size_t llmt__moe_dctx_scratch_bytes(const llmt__moe_dctx *x);
 
 /* Expert parallelism (moe_dev_ep.c; moe_ep.h says what is exchanged):
- * set_ep makes the exchange's scratch for rank `rank` of `size` (size 1:
- * frees it); each layer then has its own exchange state (dep). */
+ * set_ep makes the exchange's scratch for this rank of comm (NULL or one
+ * rank: frees it; a NCCL group is refused: the exchange goes through host
+ * memory); each layer then has its own exchange state (dep). */
 typedef struct llmt__moe_dep llmt__moe_dep;
-llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, int rank, int size);
+llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, llmt_comm *comm);
 llmt_status llmt__moe_dep_new(llmt__moe_dctx *x, llmt__moe_dep **out);
 void llmt__moe_dep_free(llmt__moe_dctx *x, llmt__moe_dep *q);
 /* The layer under expert parallelism, as llmt__moe_dev_fwd / _bwd: w's

@@ -4,7 +4,19 @@
  * computing only the real rows) on the backend's rows in its storage
  * type, the copies by the table's d2d, the experts by moe_dev.c's. The
  * counts and the owner's packing are moe_ep.c's own (a tables-only
- * llmt__moe_ep), so both paths exchange the same rows. */
+ * llmt__moe_ep), so both paths exchange the same rows.
+ *
+ * The communicator reads and writes host memory (in-process, Gloo, MPI;
+ * NCCL is refused: llmt__moe_dctx_set_ep). On a backend whose memory is
+ * not the host's (the op table's host_memory 0: CUDA) each all-to-all is
+ * staged as lib/train/tp.c and cp.c stage theirs: the send buffer copied
+ * out by the table's d2h into a host copy, the all-to-all between host
+ * copies, the received rows copied back by h2d. The table's copies are
+ * queued on the engine's one stream and synchronise it (lib/exec/dev.h),
+ * so the copy out reads what the packing wrote. The host copies are
+ * plain malloc, made once with the exchange's scratch. Bit for bit the
+ * unstaged exchange on the emulation (test moe-engine-emul); not yet run
+ * on a GPU (the CUDA table's unverified_moe_groups). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,26 +32,33 @@ static void ep_free_scratch(llmt__moe_dctx *x)
         llmt__moe_dfree(x, *b[i]);
         *b[i] = NULL;
     }
+    free(x->hstage);
+    x->hstage = NULL;
     x->ep_rank = 0;
     x->ep_size = 1;
     x->block = 0;
 }
 
-llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, int rank, int size)
+llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, llmt_comm *comm)
 {
-    /* a2a below hands the backend's buffers to the communicator as they
-     * are, and moe_ep.c's counts are host arrays: on a device backend one
-     * of them is always the wrong memory for the group (a host one takes
-     * no device pointers, NCCL no host ones). Nothing stages them through
-     * the host as cp.c does, so refused rather than run on wrong memory. */
-    if (size > 1 && !x->host)
+    int32_t rank = 0, size = 1;
+    llmt_comm_backend be = LLMT_COMM_AUTO;
+    if (comm &&
+        (llmt_comm_rank(comm, &rank) != LLMT_OK || llmt_comm_size(comm, &size) != LLMT_OK ||
+         llmt_comm_backend_of(comm, &be) != LLMT_OK))
+        return llmt__err_set(x->e, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_ep_comm: %s",
+                             llmt_comm_last_error(comm));
+    /* a2a hands the communicator host memory (the backend's own, or the
+     * host copies below), and moe_ep.c's counts are host arrays: a NCCL
+     * group would take neither */
+    if (size > 1 && be == LLMT_COMM_NCCL)
         return llmt__err_set(
             x->e, LLMT_ERR_UNSUPPORTED,
-            "trainer: set_ep_comm: parallelism.ep %d with MoE layers on device "
-            "%s: the expert parallel exchange (lib/train/moe_dev_ep.c) does "
-            "not stage device memory through the host yet; use parallelism.ep "
-            "1 there (ep runs on train.device cpu)",
-            size, x->op->name);
+            "trainer: set_ep_comm: parallelism.ep %d over a NCCL communicator with MoE "
+            "layers on device %s: the expert parallel exchange (lib/train/moe_dev_ep.c) "
+            "and its counts go through host memory, which NCCL does not take; use an "
+            "in-process, Gloo or MPI communicator as the EP group",
+            (int)size, x->op->name);
     ep_free_scratch(x);
     if (size <= 1)
         return LLMT_OK;
@@ -52,6 +71,12 @@ llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, int rank, int size)
         s = llmt__moe_dalloc(x, rc[i], R * C * x->es);
     for (size_t i = 0; s == LLMT_OK && i < 3; i++)
         s = llmt__moe_dalloc(x, rf[i], R * F * x->es);
+    /* a device backend's host copies of the send and receive buffers */
+    if (s == LLMT_OK && !x->host && !(x->hstage = malloc(2 * R * C * x->es)))
+        s = llmt__err_set(x->e, LLMT_ERR_OUT_OF_MEMORY,
+                          "trainer: set_ep_comm: no host memory for the %zu bytes of the "
+                          "expert parallel exchange's staging",
+                          2 * R * C * x->es);
     if (s != LLMT_OK) {
         ep_free_scratch(x);
         return s;
@@ -156,15 +181,27 @@ static llmt_status owner(llmt__moe_dctx *x, const llmt__moe_dep *q, const void *
     return LLMT_OK;
 }
 
+/* The all-to-all of x->sbuf into x->rbuf; on a device backend through
+ * their host copies (the file's opening comment). */
 static llmt_status a2a(llmt__moe_dctx *x, llmt_comm *comm, const char *what)
 {
     size_t n = (size_t)(x->sh.E / x->ep_size) * x->block * x->sh.C;
+    size_t all = n * (size_t)x->ep_size * x->es;
     llmt_dtype t = x->es == sizeof(float) ? LLMT_DTYPE_FP32 : LLMT_DTYPE_BF16;
-    OP(x->op->sync(x->d), "moe exchange");
-    llmt_status st = llmt_comm_all_to_all(comm, x->sbuf, x->rbuf, n, t, NULL);
+    void *snd = x->sbuf, *rcv = x->rbuf;
+    if (x->host)
+        OP(x->op->sync(x->d), "moe exchange");
+    else { /* d2h synchronises the stream */
+        snd = x->hstage;
+        rcv = (char *)x->hstage + all;
+        OP(x->op->d2h(x->d, snd, x->sbuf, all), "moe exchange: staging out to host memory");
+    }
+    llmt_status st = llmt_comm_all_to_all(comm, snd, rcv, n, t, NULL);
     if (st != LLMT_OK)
         return llmt__err_set(x->e, st, "trainer: moe: expert parallel all-to-all (%s): %s",
                              what, llmt_comm_last_error(comm));
+    if (!x->host)
+        OP(x->op->h2d(x->d, x->rbuf, rcv, all), "moe exchange: staging back from host memory");
     return LLMT_OK;
 }
 

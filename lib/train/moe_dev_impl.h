@@ -27,6 +27,9 @@ struct llmt__moe_dctx {
      * backward scratch (at most E x block rows of C or F), storage type */
     int ep_rank, ep_size, block;
     void *sbuf, *rbuf, *yo, *dyo, *dxo, *edact, *edh1, *edh3;
+    /* a device backend's host copies of sbuf and rbuf (one malloc: the
+     * exchange staged through host memory; NULL on a host-memory one) */
+    void *hstage;
 };
 
 struct llmt__moe_dlay {

@@ -79,7 +79,7 @@ static void free_ep(llmt__moe_net *n)
     for (int l = 0; n->dep && l < n->c.layers; l++)
         llmt__moe_dep_free(n->dx, n->dep[l]);
     if (n->dx)
-        llmt__moe_dctx_set_ep(n->dx, 0, 1);
+        llmt__moe_dctx_set_ep(n->dx, NULL);
     free(n->dep);
     n->dep = NULL;
     free(n->ep);
@@ -317,7 +317,7 @@ llmt_status llmt__moe_net_bwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
 static llmt_status set_ep_dev(llmt__moe_net *n, llmt_err *e, llmt_comm *comm, int r, int sz)
 {
     llmt__moe_dctx_set_err(n->dx, e);
-    llmt_status st = llmt__moe_dctx_set_ep(n->dx, r, sz);
+    llmt_status st = llmt__moe_dctx_set_ep(n->dx, comm);
     if (st == LLMT_OK && !(n->dep = calloc((size_t)n->c.layers, sizeof *n->dep)))
         st = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: set_ep_comm: no memory");
     for (int l = 0; st == LLMT_OK && l < n->c.layers; l++)

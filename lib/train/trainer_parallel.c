@@ -411,14 +411,6 @@ static llmt_status cp_check(llmt_trainer *tr, int live)
                              "trainer: set_cp_comm: context parallelism on the %s backend: "
                              "the %s",
                              tr->ops->name, tr->ops->unverified_cp);
-    /* MoE layers ran on a device table alone (gpu-moe-engine), not with
-     * their router statistics summed over a context parallel group */
-    if (!tr->ops->host_memory && tr->model->cfg.moe_experts > 0)
-        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_cp_comm: parallelism.cp with MoE layers on the %s "
-                             "backend has not run there yet (MoE ran on it without a context "
-                             "parallel group: test gpu-moe-engine); use parallelism.cp 1",
-                             tr->ops->name);
     return LLMT_OK;
 }
 
@@ -443,6 +435,9 @@ llmt_status llmt__trainer_set_cp(llmt_trainer *tr, llmt_comm *comm, int variant)
         return LLMT_OK;
     int live = tr->dev != NULL;
     llmt_status s = cp_check(tr, live);
+    /* MoE's statistics summed over the group as host arrays (moe_attach.c) */
+    if (s == LLMT_OK)
+        s = llmt__moe_device_group_check(tr, comm, "set_cp_comm", "parallelism.cp");
     int32_t tpn = 1;
     if (s == LLMT_OK && llmt__tp_seq(tr->tp))
         llmt_comm_size(llmt__tp_comm(tr->tp), &tpn);
