@@ -312,8 +312,7 @@ static const llmt__dev_ops dev_cuda = {
         "MoE layers with an expert, pipeline or context parallel group (the "
         "exchange staged through host memory, lib/train/moe_dev_ep.c; the "
         "router's tallies summed over host communicators) have not run on a GPU "
-        "(issue 18): test gpu-moe-engine's ep 2 and cp 2 comparisons would clear it "
-        "(pp 2 also needs lib/train/pp.c to stage its sends through host memory)",
+        "(issue 18): test gpu-moe-engine's ep 2, pp 2 and cp 2 comparisons clear it",
     .create = dc_create,
     .destroy = dc_destroy,
     .last_error = dc_last_error,

@@ -169,9 +169,9 @@ typedef struct llmt__dev_ops {
      * moe_group.c's statistics, host arrays, summed over the group as they
      * are): set_ep_comm, set_pp_comm and set_cp_comm refuse ep, pp or cp >
      * 1 for a MoE model with this reason. CUDA's is set until test
-     * gpu-moe-engine's group comparisons (one layer at ep 2, cp 2, as two
-     * threads on one GPU against the emulation) pass on a GPU, and pp.c
-     * stages its sends (pp 2 is not run there); test_gpu_moe.c's
+     * gpu-moe-engine's group comparisons (one layer at ep 2, pp 2, cp 2,
+     * as two threads on one GPU against the emulation) pass on a GPU;
+     * test_gpu_moe.c's
      * emulation mode checks the refusal on a marked copy of the
      * emulation's table. */
     const char *unverified_moe_groups;

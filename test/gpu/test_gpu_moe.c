@@ -39,11 +39,11 @@
  * parallelism (NCCL only on a device, dp.c) over in-process groups,
  * ep, pp and cp 2 on a copy marked unverified_moe_groups, and a NCCL EP
  * group (where a GPU can make a one-rank one). In this cuda mode the
- * CUDA table's unverified_moe_groups is cleared (the opt-in) and the ep 2
- * layer and cp 2 are compared within 1e-2 (not yet run on a GPU; once
+ * CUDA table's unverified_moe_groups (and unverified_pp, pp_xfer.c's
+ * staging, gpu-pp-engine's) is cleared, the opt-in, and the ep 2 layer,
+ * pp 2 and cp 2 are compared within 1e-2 (not yet run on a GPU; once
  * they pass there the field is cleared and the CHECK that it is set
- * flips); pp 2 is not run on CUDA (pp.c sends a stage's device buffers
- * unstaged). Last, a
+ * flips). Last, a
  * checkpoint of the MoE trainer saved at step 5 and read into a fresh one:
  * steps 6-10 equal the uninterrupted run's bit for bit.
  *
@@ -819,6 +819,7 @@ int main(int argc, char **argv)
         /* the groups' comparisons below are what would clear it */
         CHECK(cu->unverified_moe_groups != NULL);
         g_dev.unverified_moe_groups = NULL; /* the opt-in: this test is the verification */
+        g_dev.unverified_pp = NULL;         /* pp 2's staging: gpu-pp-engine's, opted in too */
     }
     g_dev.h2d = h2d_dev;
     g_dev.d2h = d2h_dev;
@@ -829,14 +830,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
         g_case = &g_cases[i];
         compare();
-        /* pp.c hands the stage buffers to the communicator unstaged: on
-         * CUDA a pipeline over in-process ranks needs that first */
-        if (g_fake)
-            check_group(2, tol);
-        else if (i == 0)
-            printf("pp 2 with MoE not run on %s: lib/train/pp.c does not stage its sends "
-                   "through host memory\n",
-                   g_dev.name);
+        check_group(2, tol);
         check_group(3, tol);
     }
     g_case = &g_cases[0];
