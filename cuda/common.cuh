@@ -39,6 +39,7 @@ struct llmt__cuda_ctx {
                         (attention_mma.cu) where they apply (tests, bench) */
     uint64_t attn_mma_calls; /* calls the mma.sync kernels took: tests check
                                 the variant they asked for really ran */
+    uint64_t attn_mmaq_calls; /* of those, backward calls with dQ atomics */
     int attn_layout; /* wmma fragment layout probe: 0 not run, 1 ok, 2 no */
     cudaStream_t compute, comm;
     cudaEvent_t ev_compute, ev_comm;

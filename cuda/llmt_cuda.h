@@ -11,7 +11,8 @@
  *
  * Determinism: every kernel below is bitwise deterministic for fixed shapes
  * (fixed-order reductions, no floating-point atomics) except
- * llmt__cuda_embedding_bwd outside deterministic mode, which uses atomics.
+ * llmt__cuda_embedding_bwd outside deterministic mode, which uses atomics,
+ * and llmt__cuda_attention_bwd with attn_scalar 5 outside it (dQ by atomics).
  * The GEMM restricts cuBLASLt's reduction schemes in deterministic mode. */
 #ifndef LLMT_CUDA_H
 #define LLMT_CUDA_H
@@ -41,8 +42,11 @@ typedef struct llmt__cuda_ctx_opts {
                              shared memory only, 3 mma.sync where they
                              apply (else as 0), 4 the wmma register
                              kernels (the default before 2026-11-26)
-                             (tests and comparisons); other values are
-                             refused */
+                             (tests and comparisons), 5 as 3 with the
+                             backward's dQ by fp32 atomics (FlashAttention-
+                             2's; not deterministic, so with deterministic
+                             set the backward is 3's; not yet run on a
+                             GPU); other values are refused */
     char *err;            /* optional: receives the message when creation
                              fails (the context is gone then) */
     size_t err_len;

@@ -175,9 +175,12 @@ static void f_attn_bwd(void *p)
 }
 /* One causal attention shape: the default kernels (ctx X; they must be
  * the mma.sync ones on sm_80+) as NAME, the wmma register kernels (ctx
- * xw, attn_scalar 4) as NAME_wmma. NAME is
- * attention_{fwd,bwd}_bB_tT_hNH[_kvNKV]_dHD, torch_peer.py's names. */
-static void bench_attention(llmt__cuda_ctx *xw, int B, int T, int nh, int nkv, int hd)
+ * xw, attn_scalar 4) as NAME_wmma, and the backward with dQ by atomics
+ * (ctx xq, attn_scalar 5; not deterministic) as attention_bwd_..._mmaq.
+ * NAME is attention_{fwd,bwd}_bB_tT_hNH[_kvNKV]_dHD, torch_peer.py's
+ * names. */
+static void bench_attention(llmt__cuda_ctx *xw, llmt__cuda_ctx *xq, int B, int T, int nh,
+                            int nkv, int hd)
 {
     size_t qs = (size_t)(nh + 2 * nkv) * hd, n = (size_t)B * T * qs;
     size_t no = (size_t)B * T * nh * hd;
@@ -211,6 +214,16 @@ static void bench_attention(llmt__cuda_ctx *xw, int B, int T, int nh, int nkv, i
         int mma = llmt__cuda_attn_mma_calls(X) != calls;
         if (mma != (!v && llmt__cuda_ctx_sm(X) >= 80)) {
             fprintf(stderr, "%s: the mma.sync kernels %s\n", name, mma ? "ran" : "did not run");
+            exit(1);
+        }
+    }
+    if (xq) { /* a.out and a.lse: the forward timed above */
+        X = xq;
+        uint64_t calls = llmt__cuda_attn_mmaq_calls(X);
+        snprintf(name, sizeof name, "attention_bwd_%s_mmaq", shape);
+        timeit(name, f_attn_bwd, &a, 2.5 * fl, 0);
+        if (llmt__cuda_attn_mmaq_calls(X) == calls) {
+            fprintf(stderr, "%s: the dQ-atomics kernels did not run\n", name);
             exit(1);
         }
     }
@@ -370,20 +383,23 @@ int main(int argc, char **argv)
     /* attention, 16384 tokens per call (--quick: 4096, T 1024 only):
      * GPT-2 124M (12 heads of 64), Llama 1B (TinyLlama: 32 heads of 64, 4
      * kv heads), and hd 128 (16 heads, 4 kv heads); the wmma register
-     * kernels beside the default ones (what the mma.sync kernels gained) */
+     * kernels beside the default ones (what the mma.sync kernels gained)
+     * and the backward with dQ atomics (attn_scalar 5) */
     if (want("attention")) {
-        llmt__cuda_ctx *xw = NULL; /* tensor cores need sm_80 */
-        llmt__cuda_ctx_opts ow = {0, 0, 0, 4, NULL, 0};
-        if (llmt__cuda_ctx_sm(X) >= 80 && llmt__cuda_ctx_create(&ow, &xw) != LLMT_OK) {
-            fprintf(stderr, "attention: context for the wmma kernels failed\n");
+        llmt__cuda_ctx *xw = NULL, *xq = NULL; /* tensor cores need sm_80 */
+        llmt__cuda_ctx_opts ow = {0, 0, 0, 4, NULL, 0}, oq = {0, 0, 0, 5, NULL, 0};
+        if (llmt__cuda_ctx_sm(X) >= 80 && (llmt__cuda_ctx_create(&ow, &xw) != LLMT_OK ||
+                                           llmt__cuda_ctx_create(&oq, &xq) != LLMT_OK)) {
+            fprintf(stderr, "attention: context for the wmma or dQ-atomics kernels failed\n");
             return 1;
         }
         static const int shapes[3][3] = {{12, 12, 64}, {32, 4, 64}, {16, 4, 128}};
         for (int s = 0; s < 3; s++)
             for (int T = 1024; T <= (quick ? 1024 : 8192); T *= 2)
-                bench_attention(xw, (quick ? 4096 : 16384) / T, T, shapes[s][0], shapes[s][1],
-                                shapes[s][2]);
+                bench_attention(xw, xq, (quick ? 4096 : 16384) / T, T, shapes[s][0],
+                                shapes[s][1], shapes[s][2]);
         llmt__cuda_ctx_destroy(xw);
+        llmt__cuda_ctx_destroy(xq);
     }
     if (J) {
         fprintf(J, "\n]}\n");

@@ -6,8 +6,9 @@ ratios and the issue's targets:
 - memory-bound kernels: our GB/s over the device copy bandwidth measured in
   the same run (target >= 0.80), and our time against torch's;
 - attention: torch SDPA time over ours (> 1 means we are faster; target
-  >= 1, issue 22); NAME_wmma (the wmma register kernels) and NAME_mma
-  (the mma.sync ones, in results before they became the default) pair with
+  >= 1, issue 22); NAME_wmma (the wmma register kernels), NAME_mma
+  (the mma.sync ones, in results before they became the default) and
+  NAME_mmaq (the backward with dQ by atomics, attn_scalar 5) pair with
   torch's NAME.
 
 A run without copy_d2d (bench_gpu --only ...) leaves the GB/s fractions out.
@@ -34,7 +35,7 @@ def main():
     for name, r in ours.items():
         row = {"name": name, "ours_ms": r["median_ms"]}
         p = peer.get(name)
-        for suffix in ("_wmma", "_mma"):
+        for suffix in ("_wmma", "_mmaq", "_mma"):
             if not p and name.endswith(suffix):
                 p = peer.get(name[:-len(suffix)])
         if p:

@@ -1100,7 +1100,15 @@ static bool layout_ok(llmt__cuda_ctx *ctx)
  * register kernels, which stay for hd 32 and as attn_scalar 4. */
 static bool mma_wanted(const llmt__cuda_ctx *ctx)
 {
-    return ctx->attn_scalar == 0 || ctx->attn_scalar == 3;
+    return ctx->attn_scalar == 0 || ctx->attn_scalar == 3 || ctx->attn_scalar == 5;
+}
+/* attn_scalar 5: the backward with dQ by atomics (FlashAttention-2's;
+ * llmt__cuda_attn_mma_bwd_atomic, not yet run on a GPU). Never in
+ * deterministic mode: its dQ sums in a varying order, so there the
+ * deterministic mma.sync kernels run instead. */
+static bool mmaq_wanted(const llmt__cuda_ctx *ctx)
+{
+    return ctx->attn_scalar == 5 && !ctx->deterministic;
 }
 
 extern "C" {
@@ -1117,7 +1125,7 @@ llmt_status llmt__cuda_attention_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
     if (mma_wanted(ctx) && llmt__cuda_attn_mma_usable(ctx->sm, hd, qs, q, k, v, out))
         return llmt__cuda_attn_mma_fwd(ctx, out, lse, q, k, v, qs, B, T, nh, nkv, hd);
     if (ctx->sm >= 80 && ctx->attn_scalar != 1 && tc::usable(hd, qs, q, k, v, out)) {
-        if (ctx->attn_scalar != 2 && layout_ok(ctx)) { /* 0, 3 (other hd), 4 */
+        if (ctx->attn_scalar != 2 && layout_ok(ctx)) { /* 0, 3, 5 (other hd), 4 */
             if (hd == 32) return tcr::run_fwd<32>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
             if (hd == 64) return tcr::run_fwd<64>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
             return tcr::run_fwd<128>(ctx, out, lse, q, k, v, qs, B, T, nh, nkv);
@@ -1153,7 +1161,12 @@ llmt_status llmt__cuda_attention_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq,
         Dd, CBF(dout), CBF(out), B, T, nh, hd);
     if (mma_wanted(ctx) && llmt__cuda_attn_mma_usable(ctx->sm, hd, qs, q, k, v, dq) &&
         llmt__cuda_attn_mma_usable(ctx->sm, hd, qs, dk, dv, dout, out)) {
-        st = llmt__cuda_attn_mma_bwd(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv, hd);
+        if (mmaq_wanted(ctx))
+            st = llmt__cuda_attn_mma_bwd_atomic(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B,
+                                                T, nh, nkv, hd);
+        else
+            st = llmt__cuda_attn_mma_bwd(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh,
+                                         nkv, hd);
         llmt__cuda_free(ctx, Dd);
         return st;
     }

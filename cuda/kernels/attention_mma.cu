@@ -30,6 +30,13 @@
 // dV += P^T dO and dK += dS^T Q with P^T and dS^T re-packed in registers).
 // GQA: query head h reads kv head h / (nh / nkv). Rows at or past T are
 // zero-filled by cp.async and masked (never stored, never summed).
+//
+// Backward with dQ by atomics (attn_scalar 5, never in deterministic mode;
+// NOT YET RUN ON A GPU): FlashAttention-2's. The dK/dV kernel with DQ set
+// also stores each tile's dS^T in shared memory and, after the barrier
+// that ends the tile, adds dS K for its 128 keys to an fp32 [B, T, nh, HD]
+// scratch (red.global.add.v2.f32 on sm_90); dq_convert then writes dq.
+// Five block products per (query tile, key tile) instead of seven.
 #include <math.h>
 #include <stdint.h>
 
@@ -147,6 +154,31 @@ template <int LD>
 __device__ __forceinline__ void ldbt(uint32_t (&b)[4], const bf16 *tile, int k, int n, int lane)
 {
     ldsm4t(b, sptr(tile + (k + fa_ldbt_row(lane)) * LD + n + fa_ldbt_col(lane)));
+}
+/* A fragment (rows m.., k.. 16 deep) from a tile stored [k][m]: ldbt's
+ * matrices are (k 0, m 0), (k 8, m 0), (k 0, m 8), (k 8, m 8), each
+ * transposed to (m, k); A wants (m 0, k 0), (m 8, k 0), (m 0, k 8),
+ * (m 8, k 8), so the middle two swap */
+template <int LD>
+__device__ __forceinline__ void ldat(uint32_t (&a)[4], const bf16 *tile, int k, int m, int lane)
+{
+    uint32_t r[4];
+    ldbt<LD>(r, tile, k, m, lane);
+    a[0] = r[0];
+    a[1] = r[2];
+    a[2] = r[1];
+    a[3] = r[3];
+}
+/* p[0] += x, p[1] += y (p 8-byte aligned, global), atomically; one vector
+ * reduction (no value returned) on sm_90 */
+__device__ __forceinline__ void add2(float *p, float x, float y)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
+#else
+    atomicAdd(p, x);
+    atomicAdd(p + 1, y);
+#endif
 }
 template <int N> __device__ __forceinline__ void zero(float (&a)[N][4])
 {
@@ -496,19 +528,66 @@ __global__ void __launch_bounds__(NW * 32)
 
 /* ---- backward: dK, dV ----------------------------------------------------- */
 
-template <int HD, int NW, int BQ, bool KVREG>
+/* dQ += dS K of one query tile, the dS^T of every warp in dSs [BKV][BQ + 8]
+ * (keys x queries), added by fp32 atomics to dqa (query row 0 of one
+ * (b, h) of a [B, T, nh, HD] buffer; rows ld apart). Warp w
+ * takes the m16 query tile w % (BQ / 16) and HD / (NW / (BQ / 16)) of the
+ * columns; key slices of warps with nothing live (fa_qtile_live) are
+ * skipped, never read. Rows at or past T are never added. */
+template <int HD, int NW, int BQ>
+__device__ __forceinline__ void dq_atomic(float *dqa, size_t ld, const bf16 *dSs,
+                                          const bf16 *Ks, int i0, int j0, int T, int w,
+                                          int lane)
+{
+    constexpr int LD = HD + 8, LDS = BQ + 8, MT = BQ / 16, NC = HD / (NW / MT);
+    static_assert(NW % MT == 0 && NC % 16 == 0, "dQ tiles split evenly over the warps");
+    const int mt = w % MT, n0 = (w / MT) * NC;
+    float acc[NC / 8][4];
+    zero(acc);
+#pragma unroll
+    for (int kk = 0; kk < NW; kk++) {
+        const int kw = j0 + kk * 16; /* warp kk's keys */
+        if (kw >= T || !fa_qtile_live(i0, BQ, kw))
+            break; /* block-uniform; later warps have later keys */
+        uint32_t a[4];
+        ldat<LDS>(a, dSs, kk * 16, mt * 16, lane);
+#pragma unroll
+        for (int np = 0; np < NC / 16; np++) {
+            uint32_t bk[4];
+            ldbt<LD>(bk, Ks, kk * 16, n0 + np * 16, lane);
+            mma(acc[2 * np], a, bk[0], bk[1]);
+            mma(acc[2 * np + 1], a, bk[2], bk[3]);
+        }
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int qi = i0 + mt * 16 + fa_acc_row(lane, 2 * hh);
+        if (qi >= T)
+            continue;
+        float *r = dqa + (size_t)qi * ld + n0 + fa_acc_col(lane, 0);
+#pragma unroll
+        for (int n = 0; n < NC / 8; n++)
+            add2(r + n * 8, acc[n][2 * hh], acc[n][2 * hh + 1]);
+    }
+}
+
+/* DQ: also dQ (the non-deterministic variant): dS^T goes through shared
+ * memory and dq_atomic adds dS K to dqa (fp32 [B, T, nh, HD], zeroed by
+ * the caller; dq_convert scales and stores it). dq is then unused. */
+template <int HD, int NW, int BQ, bool KVREG, bool DQ>
 __global__ void __launch_bounds__(NW * 32)
-    bwd_dkv(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse, const float *Dd,
+    bwd_dkv(bf16 *dk, bf16 *dv, float *dqa, const bf16 *dout, const float *lse, const float *Dd,
             const bf16 *q, const bf16 *k, const bf16 *v, size_t qs, int T, int nh, int nkv,
             float scale)
 {
     constexpr int BKV = NW * 16, LD = HD + 8, KS = HD / 16, NS = BQ / 8, NO = HD / 8;
-    constexpr int NTH = NW * 32;
+    constexpr int NTH = NW * 32, LDS = BQ + 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = (bf16 *)smem;
     bf16 *Vs = Ks + BKV * LD;
     bf16 *Qb = Vs + BKV * LD, *dOb = Qb + 2 * BQ * LD;           /* [2] each */
     float *Lb = (float *)(dOb + 2 * BQ * LD), *Db = Lb + 2 * BQ; /* [2][BQ] each */
+    bf16 *dSs = (bf16 *)(Db + 2 * BQ);                           /* [BKV][LDS], DQ only */
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int b = blockIdx.z, kh = blockIdx.y, group = nh / nkv;
     const int j0 = (gridDim.x - 1 - blockIdx.x) * BKV; /* most query tiles first */
@@ -599,7 +678,12 @@ __global__ void __launch_bounds__(NW * 32)
                 uint32_t pa[4], da[4];
                 repack(pa, s[2 * kk], s[2 * kk + 1]);
                 repack(da, dp[2 * kk], dp[2 * kk + 1]);
-                /* dV += P^T dO, dK += dS^T Q (k: the tile's queries 16kk..) */
+                if (DQ) /* dS^T rows kl.., columns 16kk.. (A register r's place) */
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        *(uint32_t *)(dSs + (kl + fa_acc_row(lane, 2 * (r & 1))) * LDS +
+                                      kk * 16 + 8 * (r >> 1) + fa_acc_col(lane, 0)) = da[r];
+                        /* dV += P^T dO, dK += dS^T Q (k: the tile's queries 16kk..) */
 #pragma unroll
                 for (int np = 0; np < NO / 2; np++) {
                     uint32_t bo[4], bq[4];
@@ -612,7 +696,12 @@ __global__ void __launch_bounds__(NW * 32)
                 }
             }
         }
-        __syncthreads(); /* the next issue() overwrites this buffer */
+        /* the next issue() overwrites this buffer; DQ: dSs is whole, and
+         * the next write to it follows the next iteration's barrier */
+        __syncthreads();
+        if (DQ)
+            dq_atomic<HD, NW, BQ>(dqa + ((size_t)b * T * nh + kh * group + t / ntq) * HD,
+                                  (size_t)nh * HD, dSs, Ks, i0, j0, T, w, lane);
     }
     bf16 *kr[2], *vr[2];
 #pragma unroll
@@ -638,10 +727,11 @@ template <int HD> constexpr size_t dq_smem()
     typedef Dq<HD> C;
     return (size_t)(2 * C::NW * 16 + 4 * C::BC) * (HD + 8) * 2;
 }
-template <int HD> constexpr size_t dkv_smem()
+template <int HD> constexpr size_t dkv_smem(bool dq)
 {
     typedef Dkv<HD> C;
-    return (size_t)(2 * C::NW * 16 + 4 * C::BQ) * (HD + 8) * 2 + (size_t)4 * C::BQ * 4;
+    return (size_t)(2 * C::NW * 16 + 4 * C::BQ) * (HD + 8) * 2 + (size_t)4 * C::BQ * 4 +
+           (dq ? (size_t)C::NW * 16 * (C::BQ + 8) * 2 : 0);
 }
 
 template <int HD>
@@ -670,8 +760,8 @@ llmt_status run_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk, llmt__b
     typedef Dkv<HD> C;
     const float scale = 1.0f / sqrtf((float)HD);
     auto kq = bwd_dq<HD, A::NW, A::BC, A::QREG>;
-    auto kkv = bwd_dkv<HD, C::NW, C::BQ, C::KVREG>;
-    const size_t s1 = dq_smem<HD>(), s2 = dkv_smem<HD>();
+    auto kkv = bwd_dkv<HD, C::NW, C::BQ, C::KVREG, false>;
+    const size_t s1 = dq_smem<HD>(), s2 = dkv_smem<HD>(false);
     LLMT_CU(ctx,
             cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
     LLMT_CU(ctx,
@@ -680,8 +770,63 @@ llmt_status run_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk, llmt__b
         BF(dq), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, scale);
     LLMT_CU(ctx, cudaGetLastError());
     kkv<<<dim3((T + C::NW * 16 - 1) / (C::NW * 16), nkv, B), C::NW * 32, s2, ctx->compute>>>(
-        BF(dk), BF(dv), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, scale);
+        BF(dk), BF(dv), NULL, CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv,
+        scale);
     LLMT_LAUNCHED(ctx, "attention_bwd (mma.sync)");
+}
+
+/* dq[b, t, h, :] (rows qs apart) = scale * dqa[b, t, h, :]; n4 = B T nh HD / 4 */
+__global__ void dq_convert(bf16 *dq, const float *dqa, size_t n4, int hd4, int nh, size_t qs,
+                           float scale)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t row = i / hd4; /* (b t) nh + h */
+        const size_t c = (i % hd4) * 4, bt = row / nh, h = row % nh;
+        const float4 x = ((const float4 *)dqa)[i];
+        bf16 *o = dq + bt * qs + h * (size_t)(hd4 * 4) + c;
+        *(__nv_bfloat162 *)o = __floats2bfloat162_rn(x.x * scale, x.y * scale);
+        *(__nv_bfloat162 *)(o + 2) = __floats2bfloat162_rn(x.z * scale, x.w * scale);
+    }
+}
+
+/* The FA2 backward: one kernel per key block for dK, dV and (atomics into
+ * an fp32 scratch zeroed first) dQ, then dq_convert. */
+template <int HD>
+llmt_status run_bwd_atomic(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk, llmt__bf16 *dv,
+                           const llmt__bf16 *dout, const float *lse, const float *Dd,
+                           const llmt__bf16 *q, const llmt__bf16 *k, const llmt__bf16 *v,
+                           size_t qs, int B, int T, int nh, int nkv)
+{
+    typedef Dkv<HD> C;
+    const float scale = 1.0f / sqrtf((float)HD);
+    auto kern = bwd_dkv<HD, C::NW, C::BQ, C::KVREG, true>;
+    const size_t sm = dkv_smem<HD>(true), n = (size_t)B * T * nh * HD;
+    float *dqa = NULL;
+    llmt_status st = llmt__cuda_alloc(ctx, (void **)&dqa, n * sizeof(float));
+    if (st)
+        return st;
+    cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(dqa, 0, n * sizeof(float), ctx->compute);
+    if (e == cudaSuccess) {
+        kern<<<dim3((T + C::NW * 16 - 1) / (C::NW * 16), nkv, B), C::NW * 32, sm,
+               ctx->compute>>>(BF(dk), BF(dv), dqa, CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v),
+                               qs, T, nh, nkv, scale);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) {
+        dq_convert<<<llmt__grid(n / 4, 256, (unsigned)ctx->num_sms * 16), 256, 0,
+                     ctx->compute>>>(BF(dq), dqa, n / 4, HD / 4, nh, qs, scale);
+        e = cudaGetLastError();
+    }
+    llmt__cuda_free(ctx, dqa); /* stream-ordered: reused only by later work */
+    if (e != cudaSuccess)
+        return llmt__err_set(&ctx->err, LLMT_ERR_CUDA,
+                             "cuda: attention_bwd (mma.sync, dQ atomics): %s",
+                             cudaGetErrorString(e));
+    return LLMT_OK;
 }
 
 } // namespace fa
@@ -729,9 +874,35 @@ llmt_status llmt__cuda_attn_mma_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__b
                          "cuda: attention_bwd (mma.sync): hd=%d (64 or 128 only)", hd);
 }
 
+llmt_status llmt__cuda_attn_mma_bwd_atomic(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk,
+                                           llmt__bf16 *dv, const llmt__bf16 *dout,
+                                           const float *lse, const float *Dd,
+                                           const llmt__bf16 *q, const llmt__bf16 *k,
+                                           const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+                                           int nkv, int hd)
+{
+    if (B == 0 || T == 0)
+        return LLMT_OK;
+    if (hd != 64 && hd != 128)
+        return llmt__err_set(
+            &ctx->err, LLMT_ERR_INVALID_ARGUMENT,
+            "cuda: attention_bwd (mma.sync, dQ atomics): hd=%d (64 or 128 only)", hd);
+    ctx->attn_mma_calls++;
+    ctx->attn_mmaq_calls++;
+    if (hd == 64)
+        return fa::run_bwd_atomic<64>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh,
+                                      nkv);
+    return fa::run_bwd_atomic<128>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+}
+
 uint64_t llmt__cuda_attn_mma_calls(const llmt__cuda_ctx *ctx)
 {
     return ctx->attn_mma_calls;
+}
+
+uint64_t llmt__cuda_attn_mmaq_calls(const llmt__cuda_ctx *ctx)
+{
+    return ctx->attn_mmaq_calls;
 }
 
 } // extern "C"

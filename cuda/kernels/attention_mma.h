@@ -33,9 +33,25 @@ llmt_status llmt__cuda_attn_mma_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__b
                                     const llmt__bf16 *v, size_t qs, int B, int T, int nh,
                                     int nkv, int hd);
 
+/* The same backward as FlashAttention-2's (attn_scalar 5 outside
+ * deterministic mode): one kernel per key block computes dK, dV and adds
+ * its dS K to an fp32 [B, T, nh, hd] scratch (allocated here, zeroed on
+ * the compute stream) by atomics, then a small kernel stores dq. Five
+ * block products per (query tile, key tile) instead of seven, but the
+ * order of dQ's sums varies from run to run: NOT deterministic. Not yet
+ * run on a GPU. */
+llmt_status llmt__cuda_attn_mma_bwd_atomic(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk,
+                                           llmt__bf16 *dv, const llmt__bf16 *dout,
+                                           const float *lse, const float *Dd,
+                                           const llmt__bf16 *q, const llmt__bf16 *k,
+                                           const llmt__bf16 *v, size_t qs, int B, int T, int nh,
+                                           int nkv, int hd);
+
 /* How many fwd/bwd calls on ctx these kernels took (tests check that the
- * variant they asked for ran, not a fallback). */
+ * variant they asked for ran, not a fallback); _mmaq_: how many of the
+ * backward calls took llmt__cuda_attn_mma_bwd_atomic (counted in both). */
 uint64_t llmt__cuda_attn_mma_calls(const llmt__cuda_ctx *ctx);
+uint64_t llmt__cuda_attn_mmaq_calls(const llmt__cuda_ctx *ctx);
 
 #ifdef __cplusplus
 }

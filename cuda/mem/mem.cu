@@ -23,10 +23,11 @@ llmt_status llmt__cuda_ctx_create(const llmt__cuda_ctx_opts *opts,
     llmt_status st = LLMT_OK;
     cudaDeviceProp prop;
     cublasStatus_t bs;
-    if (c->attn_scalar < 0 || c->attn_scalar > 4) {
+    if (c->attn_scalar < 0 || c->attn_scalar > 5) {
         st = llmt__err_set(&c->err, LLMT_ERR_INVALID_ARGUMENT,
                            "cuda: attn_scalar=%d (0 best, 1 CUDA cores, 2 wmma through shared "
-                           "memory, 3 mma.sync, 4 wmma in registers)", c->attn_scalar);
+                           "memory, 3 mma.sync, 4 wmma in registers, 5 mma.sync with dQ "
+                           "atomics)", c->attn_scalar);
         goto fail;
     }
 #define FAIL(call)                                                           \

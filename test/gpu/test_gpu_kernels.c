@@ -874,13 +874,55 @@ int main(void)
         test_attention_repeat(2, 300, 4, 1, 64);
         test_attention_repeat(1, 129, 4, 2, 128);
         llmt__cuda_ctx_destroy(X);
+        /* attn_scalar 5: the backward with dQ by fp32 atomics
+         * (llmt__cuda_attn_mma_bwd_atomic; not yet run on a GPU when this
+         * was written). The same cases: hd 64/128 must take it (its
+         * counter moves once per case, the mma.sync one twice: forward
+         * and backward), hd 32/48 fall back. Not bitwise repeatable, so
+         * no test_attention_repeat here. */
+        for (int det = 0; det < 2; det++) {
+            llmt__cuda_ctx_opts o5 = {0, det, 0, 5, NULL, 0};
+            OK(llmt__cuda_ctx_create(&o5, &X));
+            printf("(mma.sync attention, dQ atomics, deterministic %d)\n", det);
+            for (size_t c = 0; c < sizeof mma_cases / sizeof mma_cases[0]; c++) {
+                const int *m = mma_cases[c];
+                if (det && c % 3)
+                    continue; /* the fallback: a third of the cases */
+                uint64_t before = llmt__cuda_attn_mma_calls(X);
+                uint64_t bq = llmt__cuda_attn_mmaq_calls(X);
+                test_attention(m[0], m[1], m[2], m[3], m[4]);
+                int mma = m[4] == 64 || m[4] == 128;
+                uint64_t took = llmt__cuda_attn_mma_calls(X) - before;
+                uint64_t tq = llmt__cuda_attn_mmaq_calls(X) - bq;
+                char what[128];
+                snprintf(what, sizeof what,
+                         "attention attn_scalar 5 det %d (hd=%d): mma.sync %llu of %u, "
+                         "dQ atomics %llu of %u calls",
+                         det, m[4], (unsigned long long)took, mma ? 2u : 0u,
+                         (unsigned long long)tq, mma && !det ? 1u : 0u);
+                report(what, (double)(took != (mma ? 2u : 0u) || tq != (mma && !det ? 1u : 0u)),
+                       0);
+            }
+            if (!det) { /* many key blocks adding to the same dQ rows */
+                uint64_t bq = llmt__cuda_attn_mmaq_calls(X);
+                test_attention(1, 520, 8, 1, 64);
+                test_attention(1, 600, 4, 2, 128);
+                report("attention attn_scalar 5: dQ atomics on T 520 and 600",
+                       (double)(llmt__cuda_attn_mmaq_calls(X) - bq != 2u), 0);
+            }
+            /* deterministic mode falls back to the kernels without atomics:
+             * bit-identical repeats */
+            if (det)
+                test_attention_repeat(2, 300, 4, 1, 64);
+            llmt__cuda_ctx_destroy(X);
+        }
         /* any other attn_scalar is refused, not ignored */
-        llmt__cuda_ctx_opts o5 = {0, 0, 0, 5, NULL, 0};
+        llmt__cuda_ctx_opts o6 = {0, 0, 0, 6, NULL, 0};
         llmt__cuda_ctx *bad = NULL;
         check_count++;
-        if (llmt__cuda_ctx_create(&o5, &bad) != LLMT_ERR_INVALID_ARGUMENT || bad) {
+        if (llmt__cuda_ctx_create(&o6, &bad) != LLMT_ERR_INVALID_ARGUMENT || bad) {
             check_failures++;
-            fprintf(stderr, "attn_scalar=5 was not refused\n");
+            fprintf(stderr, "attn_scalar=6 was not refused\n");
             llmt__cuda_ctx_destroy(bad);
         }
         X = tcx;
