@@ -138,6 +138,10 @@ llmt_status llmt__job_inplace_recover(llmt_job *j, llmt_job_metrics *m)
         return FAIL(s, "in-place recovery: trainer: %s", llmt_model_last_error(j->model));
     if ((s = llmt__job_attach_groups(j)) != LLMT_OK)
         return s;
+    /* the spare, made with --resume, checks the root as its creation does
+     * (job.c): the same collectives, in the same place */
+    if ((s = llmt__job_ckpt_shared(j)) != LLMT_OK)
+        return s;
     int64_t step = -1;
     if ((s = llmt__job_restore(j, 1, &step)) != LLMT_OK)
         return s;

@@ -236,6 +236,10 @@ void llmt__job_data_free(job_data *d);
 
 /* ckpt.c: saves, the auto interval, resume and rollback. */
 llmt_status llmt__job_ckpt_open(llmt_job *j);
+/* ckpt_shared.c: every rank sees one checkpoint root (collective over the
+ * world group; one rank: nothing to check). */
+#define LLMT_JOB_PROBE_MAX 1024
+llmt_status llmt__job_ckpt_shared(llmt_job *j);
 llmt_status llmt__job_save(llmt_job *j, int async);
 /* After the step that finished at `done`: save when the interval says so
  * (the first auto save measures the stall). `last` forces a sync save. */
