@@ -303,6 +303,11 @@ static const llmt__dev_ops dev_cuda = {
     .unverified_pp = "has not run pipeline parallelism on a GPU (lib/train/pp_xfer.c's "
                      "staging of the boundary messages ran only on the emulation): test "
                      "gpu-pp-engine",
+    /* data parallelism over host groups (lib/train/dp.c's staging) has run
+     * only on the emulation; over NCCL it is not marked (one GPU per rank) */
+    .unverified_dp = "has not run data parallelism over a host communicator on a GPU "
+                     "(lib/train/dp.c's staging through host memory ran only on the "
+                     "emulation): test gpu-dp-host",
     /* no unverified_cp: context parallelism (cuda/kernels/attn_cp.cu,
      * cp.c's host staging of the exchange) ran on an H200 on 2026-11-26
      * (gpu-cp-ops, gpu-cp-engine) */

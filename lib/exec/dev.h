@@ -151,6 +151,13 @@ typedef struct llmt__dev_ops {
      * on one GPU against one CUDA rank) passes on a GPU; a new backend's
      * pipeline starts marked. */
     const char *unverified_pp;
+    /* The same for data parallelism over a host communicator (in-process,
+     * Gloo, MPI) on a device engine, its collectives staged through host
+     * memory by lib/train/dp.c (x_all_reduce): set_comm refuses such a
+     * group with this reason (NCCL groups are not affected). CUDA's is set
+     * until test gpu-dp-host (dp 2 as two threads on one GPU against one
+     * CUDA rank) passes on a GPU. */
+    const char *unverified_dp;
     /* The same for context parallelism (the attn_cp_* ops and the staged
      * exchange of lib/train/cp.c): set_cp_comm refuses with this reason.
      * No table sets it since CUDA's ran on a GPU (2026-11-26); a new

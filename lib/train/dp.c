@@ -144,6 +144,9 @@ struct llmt__dp {
     int *xparam, *xfirst;
     llmt_comm *xcomm, *epc;
     int32_t xrank, xsize, erank, esize;
+    /* the host copy of a staged collective (see x_all_reduce) */
+    float *hstage;
+    size_t hstage_n;
 };
 
 const llmt_err *llmt__dp_err(const llmt__dp *dp) { return &dp->err; }
@@ -157,6 +160,15 @@ static llmt_comm *ucomm(const llmt__dp *dp, int u)
 static size_t usize(const llmt__dp *dp, int u)
 {
     return (size_t)(u >= dp->U0 ? dp->xsize : dp->size);
+}
+
+/* 1: collectives over c go through host copies: the engine's memory is
+ * the device's and c reads host memory (in-process, Gloo, MPI). */
+static int staged(const llmt__dp *dp, const llmt_comm *c)
+{
+    llmt_comm_backend be = LLMT_COMM_AUTO;
+    return !dp->op->host_memory && llmt_comm_backend_of(c, &be) == LLMT_OK &&
+           be != LLMT_COMM_NCCL;
 }
 static size_t urank(const llmt__dp *dp, int u)
 {
@@ -268,7 +280,7 @@ static llmt_status small_coll(llmt__dp *dp, int gather, const int64_t *send, int
     int64_t *rp = recv;
     size_t nr = gather ? (size_t)dp->size : 1;
     llmt_status s;
-    if (!dp->op->host_memory) {
+    if (!dp->op->host_memory && !staged(dp, dp->comm)) { /* NCCL: device memory */
         if ((s = dp->op->h2d(dp->dv.d, dp->xbuf, send, sizeof *send)) != LLMT_OK)
             return s;
         sp = dp->xbuf;
@@ -321,6 +333,7 @@ void llmt__dp_destroy(llmt__dp *dp)
     llmt_comm_destroy(dp->xcomm);
     free(dp->hms);
     free(dp->hvs);
+    free(dp->hstage);
     if (dp->op) {
         for (int k = 0; k < RS_SLOTS; k++)
             dfree(dp, dp->rs_slot[k]);
@@ -574,13 +587,16 @@ llmt_status llmt__dp_check(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *opt
                              "backend's buffers are host memory: use an in-process or "
                              "MPI communicator",
                              op->name);
-    if (!op->host_memory && be != LLMT_COMM_NCCL)
+    /* a host group on a device engine: staged through host memory (see
+     * x_all_reduce), unless the table says that never ran there */
+    if (!op->host_memory && be != LLMT_COMM_NCCL && op->unverified_dp)
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                             "dp: the %s backend's gradients and parameters are device "
-                             "memory, which only a NCCL communicator takes (this one is "
-                             "%s): create it with backend LLMT_COMM_NCCL in a build with "
-                             "NCCL (doc/gpu.md)",
-                             op->name, be == LLMT_COMM_MPI ? "MPI" : "in-process");
+                             "dp: data parallelism over a %s communicator on the %s backend "
+                             "%s; use a NCCL communicator (LLMT_COMM_NCCL, one GPU per rank)",
+                             be == LLMT_COMM_MPI    ? "MPI"
+                             : be == LLMT_COMM_GLOO ? "Gloo"
+                                                    : "in-process",
+                             op->name, op->unverified_dp);
     llmt_dp_opts_init(o, sizeof *o);
     if (opts) {
         llmt_status s = llmt__opts_copy(e, "llmt_dp_opts", o, sizeof *o, opts);
@@ -853,6 +869,81 @@ static void rs_finish(llmt__dp *dp, int u, llmt_status s)
     if (k >= 0) dp->rs_unit[k] = -1;
 }
 
+/* ---- the gradients' and parameters' collectives (fp32, in place)
+ *
+ * Where the communicator takes the engine's memory (host memory with a
+ * host backend; CUDA's with NCCL) each is issued as it is, left in
+ * flight when w is given. Where it does not (a device engine over an
+ * in-process, Gloo or MPI group) it is staged through one host buffer, as
+ * tp.c and cp.c stage theirs: its input copied out by the table's d2h,
+ * the blocking collective on the host copy, its output copied back by
+ * h2d (both queued on the engine's stream and synchronising it); it is
+ * done on return and *w stays NULL, which the waits below take as done.
+ * Correct, not fast: NCCL on the device buffers is the fast path. */
+static llmt_status hstage(llmt__dp *dp, size_t n)
+{
+    if (n <= dp->hstage_n)
+        return LLMT_OK;
+    free(dp->hstage);
+    dp->hstage_n = 0;
+    if (!(dp->hstage = malloc(n * sizeof(float))))
+        return LLMT_ERR_OUT_OF_MEMORY;
+    dp->hstage_n = n;
+    return LLMT_OK;
+}
+
+#define XS(call)                  \
+    do {                          \
+        llmt_status xs_ = (call); \
+        if (xs_ != LLMT_OK)       \
+            return xs_;           \
+    } while (0)
+
+/* buf[n] summed over c. */
+static llmt_status x_all_reduce(llmt__dp *dp, llmt_comm *c, float *buf, size_t n,
+                                llmt_comm_work **w)
+{
+    if (!staged(dp, c))
+        return llmt_comm_iall_reduce(c, buf, buf, n, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, w);
+    size_t b = n * sizeof(float);
+    XS(hstage(dp, n));
+    XS(dp->op->d2h(dp->dv.d, dp->hstage, buf, b));
+    XS(llmt_comm_all_reduce(c, dp->hstage, dp->hstage, n, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM,
+                            NULL));
+    return dp->op->h2d(dp->dv.d, buf, dp->hstage, b);
+}
+
+/* buf[size C] summed over c, this rank's (rank r) chunk into buf + r C. */
+static llmt_status x_reduce_scatter(llmt__dp *dp, llmt_comm *c, float *buf, size_t C, int r,
+                                    size_t size, llmt_comm_work **w)
+{
+    if (!staged(dp, c))
+        return llmt_comm_ireduce_scatter(c, buf, buf + (size_t)r * C, C, LLMT_DTYPE_FP32,
+                                         LLMT_REDUCE_SUM, w);
+    XS(hstage(dp, size * C));
+    XS(dp->op->d2h(dp->dv.d, dp->hstage, buf, size * C * sizeof(float)));
+    float *mine = dp->hstage + (size_t)r * C;
+    XS(llmt_comm_reduce_scatter(c, dp->hstage, mine, C, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM,
+                                NULL));
+    return dp->op->h2d(dp->dv.d, buf + (size_t)r * C, mine, C * sizeof(float));
+}
+
+/* Every rank's chunk of C (rank r's at buf + r C) into buf[size C]; w
+ * NULL: blocking. */
+static llmt_status x_all_gather(llmt__dp *dp, llmt_comm *c, float *buf, size_t C, int r,
+                                size_t size, llmt_comm_work **w)
+{
+    float *mine = buf + (size_t)r * C;
+    if (!staged(dp, c))
+        return w ? llmt_comm_iall_gather(c, mine, buf, C, LLMT_DTYPE_FP32, w)
+                 : llmt_comm_all_gather(c, mine, buf, C, LLMT_DTYPE_FP32, NULL);
+    XS(hstage(dp, size * C));
+    float *hm = dp->hstage + (size_t)r * C;
+    XS(dp->op->d2h(dp->dv.d, hm, mine, C * sizeof(float)));
+    XS(llmt_comm_all_gather(c, hm, dp->hstage, C, LLMT_DTYPE_FP32, NULL));
+    return dp->op->h2d(dp->dv.d, buf, dp->hstage, size * C * sizeof(float));
+}
+
 /* Wait for bucket b's reduction (if launched and not waited yet). */
 static void reduce_wait(llmt__dp *dp, int b)
 {
@@ -889,16 +980,17 @@ static void launch(llmt__dp *dp, int b)
             dsync(dp);
         }
         double t0 = clock_s();
-        s = llmt_comm_ireduce_scatter(ucomm(dp, u), buf, buf + urank(dp, u) * C, C,
-                                      LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, &dp->work[b]);
+        s = x_reduce_scatter(dp, ucomm(dp, u), buf, C, (int)urank(dp, u), usize(dp, u),
+                             &dp->work[b]);
         host_since(dp, t0);
         if (s != LLMT_OK && k >= 0) dp->rs_unit[k] = -1;
+        if (s == LLMT_OK && !dp->work[b]) /* staged: done already */
+            rs_finish(dp, b, s);
     } else {
         size_t lo = dp->lo[dp->b_ulo[b]];
         size_t hi = dp->lo[dp->b_uhi[b]] + dp->n[dp->b_uhi[b]];
         double t0 = clock_s();
-        s = llmt_comm_iall_reduce(ucomm(dp, dp->b_ulo[b]), dp->grads + lo, dp->grads + lo,
-                                  hi - lo, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, &dp->work[b]);
+        s = x_all_reduce(dp, ucomm(dp, dp->b_ulo[b]), dp->grads + lo, hi - lo, &dp->work[b]);
         host_since(dp, t0);
     }
     note(dp, s, "gradient reduction");
@@ -1119,8 +1211,7 @@ static llmt_status gather_issue(llmt__dp *dp, int u, llmt_comm_work **w)
         return dp->st;
     }
     double t0 = clock_s();
-    llmt_status s = w ? llmt_comm_iall_gather(ucomm(dp, u), mine, buf, C, LLMT_DTYPE_FP32, w)
-                      : llmt_comm_all_gather(ucomm(dp, u), mine, buf, C, LLMT_DTYPE_FP32, NULL);
+    llmt_status s = x_all_gather(dp, ucomm(dp, u), buf, C, (int)urank(dp, u), usize(dp, u), w);
     if (w) /* the blocking one counts as the communicator's exposed time */
         host_since(dp, t0);
     if (s != LLMT_OK && k >= 0) dp->ag_unit[k] = -1;
@@ -1157,7 +1248,8 @@ static llmt_status piece_issue(llmt__dp *dp, int u, const float *src, size_t j,
     if (dp->st != LLMT_OK)
         return dp->st;
     double t0 = clock_s();
-    llmt_status s = llmt_comm_iall_gather(ucomm(dp, u), mine, slot, len, LLMT_DTYPE_FP32, w);
+    llmt_status s =
+        x_all_gather(dp, ucomm(dp, u), slot, len, (int)urank(dp, u), usize(dp, u), w);
     host_since(dp, t0);
     return s;
 }
@@ -1194,7 +1286,7 @@ static llmt_status gather_pieces(llmt__dp *dp, int u, const float *src, float *d
         size_t pk = k - 1, j = pk * P, len = C - j < P ? C - j : P;
         llmt_comm_work *pw = w[pk % 2];
         w[pk % 2] = NULL;
-        s = llmt_comm_work_wait(pw, -1);
+        s = pw ? llmt_comm_work_wait(pw, -1) : LLMT_OK; /* NULL: staged, done */
         llmt_comm_work_free(pw);
         if (s == LLMT_OK) piece_out(dp, u, j, len, dp->stage + (pk % 2) * slot, dst);
         if (s == LLMT_OK)
@@ -1221,7 +1313,7 @@ static llmt_status gather_unit(llmt__dp *dp, int u, const float *src, float *dst
     dsync(dp);
     if (dp->st != LLMT_OK)
         return dp->st;
-    return llmt_comm_all_gather(ucomm(dp, u), mine, dst, C, LLMT_DTYPE_FP32, NULL);
+    return x_all_gather(dp, ucomm(dp, u), dst, C, (int)urank(dp, u), usize(dp, u), NULL);
 }
 
 llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
@@ -1311,8 +1403,8 @@ void llmt__dp_use(llmt__dp *dp, int unit, int dir)
     for (int j = 0; dp->xfirst[unit] >= 0 && j < 3; j++) /* its experts: blocking */
         ensure(dp, dp->xfirst[unit] + j);
     int next = unit + (dir > 0 ? 1 : -1);
-    if (next >= 1 && next < last && !dp->gathered[next] && !dp->pf[next] &&
-        dp->st == LLMT_OK)
+    if (next >= 1 && next < last && !dp->gathered[next] && !dp->pf[next] && dp->st == LLMT_OK &&
+        !staged(dp, ucomm(dp, next))) /* staged: at use */
         note(dp, gather_issue(dp, next, &dp->pf[next]), "parameter prefetch");
 }
 

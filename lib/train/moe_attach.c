@@ -25,8 +25,9 @@
  * memory only, and nothing stages them to the device yet, so a NCCL group
  * is refused by name, as is every group on a table whose
  * unverified_moe_groups says they never ran there (lib/exec/dev.h).
- * Data parallelism on such a backend takes NCCL only (dp.c), so with MoE
- * it is refused either way. what: the setter's name. */
+ * Data parallelism over a host communicator is staged by dp.c (checked
+ * with MoE on the emulation: moe-engine-emul's dp 2). what: the setter's
+ * name. */
 llmt_status llmt__moe_device_group_check(llmt_trainer *tr, llmt_comm *comm, const char *what,
                                          const char *key)
 {
@@ -50,18 +51,16 @@ llmt_status llmt__moe_device_group_check(llmt_trainer *tr, llmt_comm *comm, cons
                              "device memory (they are not staged to the device; doc/moe.md); "
                              "use %s 1%s",
                              what, key, (int)n, tr->ops->name, key,
-                             strcmp(key, "parallelism.dp")
-                                 ? ", or an in-process, Gloo or MPI communicator"
-                                 : " (data parallelism on this backend takes NCCL only)");
+                             ", or an in-process, Gloo or MPI communicator");
     return LLMT_OK;
 }
 
 /* Expert parallelism of a MoE model on a backend whose memory is not the
  * host's: the exchange itself is staged through host memory for a host
- * communicator (moe_dev_ep.c), but an EP group is carved out of a data
- * parallel group (moe_net.c's step refuses one without), and with MoE on
- * such a backend no data parallel group can be attached (above): refused
- * here by name rather than at the first step. */
+ * communicator (moe_dev_ep.c), and a data parallel group over a host
+ * communicator is too (dp.c), but an EP group carved out of one (its
+ * expert units, their own reduction group) has not been checked there:
+ * refused here by name rather than at the first step. */
 static llmt_status ep_device_check(llmt_trainer *tr, int32_t n)
 {
     if (n <= 1 || tr->ops->host_memory || tr->model->cfg.moe_experts <= 0)
@@ -75,10 +74,10 @@ static llmt_status ep_device_check(llmt_trainer *tr, int32_t n)
     return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                          "trainer: set_ep_comm: parallelism.ep %d with MoE layers on the %s "
                          "backend needs a data parallel group that the EP group is part of, "
-                         "and none can be attached there yet: data parallelism on it takes "
-                         "NCCL only (lib/train/dp.c), over which the router's expert tallies "
-                         "(host arrays) are not staged (doc/moe.md); the exchange itself is "
-                         "staged through host memory (lib/train/moe_dev_ep.c); use "
+                         "and expert parallelism inside one on a device engine has not been "
+                         "built and checked yet (the exchange is staged through host memory, "
+                         "lib/train/moe_dev_ep.c, and data parallelism over a host group is, "
+                         "lib/train/dp.c; their composition is not: doc/moe.md); use "
                          "parallelism.ep 1",
                          (int)n, tr->ops->name);
 }

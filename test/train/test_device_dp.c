@@ -9,6 +9,18 @@
  *                         GPUs 0..dp-1 with NCCL communicators made from one
  *                         unique id; gpu suite, SKIPs (77) without NCCL or
  *                         with fewer than 2 GPUs
+ *   test_device_dp staged the emulation's table copied with host_memory 0,
+ *                         in-process communicators: dp.c stages every
+ *                         collective through host memory (x_all_reduce);
+ *                         the same comparisons, and each rank's losses and
+ *                         parameters equal the unstaged emulation's bit for
+ *                         bit (dp 2 ZeRO 0-3, dp 3 ZeRO 2-3); unit suite
+ *   test_device_dp cuda-host  CUDA's table with unverified_dp cleared (the
+ *                         opt-in), every rank on GPU 0 over in-process
+ *                         communicators, staged: the comparisons above
+ *                         against one CUDA rank; gpu suite (gpu-dp-host),
+ *                         SKIPs without a GPU; NOT YET RUN ON A GPU
+ *                         (2026-11-26): a pass clears CUDA's unverified_dp
  *
  * Also: a DP run checkpointed and resumed by fresh ranks continues bit for
  * bit (ZeRO 1, 2, 3) and detaching gathers the sharded moments; the
@@ -54,6 +66,8 @@
 #define MAXDP 4
 
 static const llmt__dev_ops *g_ops; /* NULL: CUDA through the public ABI */
+static llmt__dev_ops g_staged;     /* staged, cuda-host: the table under test */
+static int g_one_gpu;              /* cuda-host: every rank on device 0 */
 static llmt_model_config g_cfg;
 static int32_t *g_in, *g_tg;
 static unsigned char g_uid[LLMT_COMM_UNIQUE_ID_BYTES];
@@ -100,7 +114,7 @@ static llmt_status make_trainer(llmt_model *m, int accum, int device, llmt_train
     o.grad_clip = 1.0f;
     o.threads = 1;
     o.device = LLMT_DEVICE_CUDA;
-    o.device_index = device;
+    o.device_index = g_one_gpu ? 0 : device;
     o.deterministic = 1;
     if (g_ops)
         return llmt__trainer_create_dev(m, &o, g_ops, tr);
@@ -426,6 +440,43 @@ static void compare(const char *name, int dp, int zero, const rank_arg *ref)
         llmt_comm_destroy(c[r]);
 }
 
+/* staged: dp ranks on the staged table against the same on the
+ * emulation as it is, bit for bit. */
+static void compare_staged(const char *name, int dp, int zero)
+{
+    make_data(dp);
+    rank_arg proto, a[MAXDP], b[MAXDP];
+    memset(&proto, 0, sizeof proto);
+    proto.zero = zero;
+    const llmt__dev_ops *keep = g_ops;
+    g_ops = llmt__dev_emul();
+    int ok = run_ranks(dp, &proto, b) == 0;
+    g_ops = keep;
+    ok = run_ranks(dp, &proto, a) == 0 && ok;
+    CHECK(ok);
+    int same = ok;
+    for (int r = 0; r < dp && ok; r++) {
+        CHECK_STATUS(a[r].st, LLMT_OK);
+        CHECK_STATUS(b[r].st, LLMT_OK);
+        if (a[r].st != LLMT_OK || b[r].st != LLMT_OK) {
+            fprintf(stderr, "%s dp=%d zero=%d rank %d: %s | %s\n", name, dp, zero, r, a[r].err,
+                    b[r].err);
+            same = 0;
+            continue;
+        }
+        int eq = !memcmp(a[r].loss, b[r].loss, sizeof a[r].loss) && a[r].numel == b[r].numel &&
+                 !memcmp(a[r].params, b[r].params, (size_t)a[r].numel * sizeof(float));
+        CHECK(eq);
+        same = same && eq;
+    }
+    fprintf(stderr, "%s dp=%d zero=%d staged: %s the unstaged emulation bit for bit\n", name,
+            dp, zero, same ? "equals" : "DIFFERS from");
+    for (int r = 0; r < dp && ok; r++) {
+        free(a[r].params);
+        free(b[r].params);
+    }
+}
+
 /* The graph's split points (device.h): every Linear is a descriptor with
  * split NONE today; marking qkv COLUMN and proj ROW with an identity hook
  * (what tensor parallelism of one rank does) runs the hook at the named
@@ -526,10 +577,49 @@ static void check_split_points(void)
 
 int main(int argc, char **argv)
 {
-    int cuda = argc > 1 && !strcmp(argv[1], "cuda");
+    const char *mode = argc > 1 ? argv[1] : "emul";
+    int cuda = !strcmp(mode, "cuda"), host = !strcmp(mode, "cuda-host");
+    int stg = !strcmp(mode, "staged");
     g_ops = cuda ? NULL : llmt__dev_emul();
     int dps[] = {2, 4, 3};
     int ndp = 3;
+    if (stg || host) {
+        const llmt__dev_ops *base = stg ? llmt__dev_emul() : llmt__dev_cuda();
+        if (!base) {
+            printf("SKIP: a build without CUDA\n");
+            return CHECK_SKIP;
+        }
+        if (host)
+            CHECK(base->unverified_dp != NULL); /* what this mode's pass clears */
+        g_staged = *base;
+        g_staged.host_memory = 0;
+        g_staged.unverified_dp = NULL; /* the opt-in: this test is the verification */
+        g_ops = &g_staged;
+        g_one_gpu = host;
+        if (host) { /* a GPU at all? */
+            config(0);
+            llmt_model *m = NULL;
+            llmt_trainer *tr = NULL;
+            llmt_status s = llmt_model_create(NULL, &g_cfg, &m);
+            if (s == LLMT_OK)
+                s = make_trainer(m, 1, 0, &tr);
+            if (s != LLMT_OK)
+                printf("SKIP: %s\n", llmt_model_last_error(m));
+            llmt_trainer_destroy(tr);
+            llmt_model_destroy(m);
+            if (s != LLMT_OK)
+                return CHECK_SKIP;
+        }
+        ndp = host ? 3 : 0; /* staged: the bitwise comparisons below */
+    }
+    if (stg) {
+        config(0);
+        for (int zero = 0; zero <= 3; zero++)
+            compare_staged("gpt2", 2, zero);
+        config(1);
+        compare_staged("llama", 3, 2);
+        compare_staged("llama", 3, 3);
+    }
     if (cuda) {
         if (!(llmt_build_features() & LLMT_FEATURE_NCCL)) {
             fprintf(stderr, "SKIP: this build has no NCCL\n");
@@ -556,7 +646,7 @@ int main(int argc, char **argv)
         llmt_trainer_destroy(tr);
         llmt_model_destroy(m);
     }
-    if (!cuda)
+    if (!cuda && !stg && !host)
         check_split_points();
     char tmp[] = "/tmp/llmt-device-dp-XXXXXX";
     if (!mkdtemp(tmp)) {
@@ -590,5 +680,5 @@ int main(int argc, char **argv)
             g_worst_param);
     free(g_in);
     free(g_tg);
-    return check_exit("device-dp");
+    return check_exit(stg ? "device-dp-staged" : host ? "gpu-dp-host" : "device-dp");
 }
