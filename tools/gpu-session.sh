@@ -63,7 +63,7 @@ if [ ! -f $b/build.ninja ]; then
     >"$out/build.log" 2>&1 || { say "meson setup failed"; tail -30 "$out/build.log"; exit 1; }
 fi
 grep -E "CUDA|NCCL|cJSON|libaio|gloo" $b/meson-logs/meson-log.txt | grep -i "found" | head -6 >>"$log"
-targets="test/gpu/test_gpu_pp test/gpu/test_gpu_tp_ops test/gpu/test_gpu_tp test/gpu/test_gpu_cp_ops
+targets="test/gpu/test_gpu_pp test/train/test_device_dp test/gpu/test_gpu_tp_ops test/gpu/test_gpu_tp test/gpu/test_gpu_cp_ops
   test/gpu/test_gpu_cp test/gpu/test_gpu_moe_ops test/gpu/test_gpu_moe
   test/gpu/test_gpu_kernels test/unit/test_attn_mma_idx test/train/test_device_trainer
   bench/gpu/bench_gpt2 bench/gpu/bench_llama bench/gpu/bench_gpu tools/llmtrain"
@@ -72,11 +72,13 @@ run build 300 ninja -C $b $targets || { grep -E "error|undefined" -A3 /tmp/llmt-
 cat /tmp/llmt-session/build.log >>"$out/build.log"
 
 # 1. The GPU tests, all at once (they share the GPU, none of them times
-# anything). Never ran on a GPU (2026-11-26): gpu-pp-engine (if it passes,
-# clear unverified_pp in cuda/exec/dev_cuda.c), gpu-trainer-vs-cpu's hd 64
-# cases (the mma.sync attention through the engine). gpu-job-tp (llmt_job with tp 2 under launch, both ranks on
+# anything). Never ran on a GPU (2026-11-26): gpu-dp-host and
+# gpu-pp-engine (if they pass, clear unverified_dp / unverified_pp in
+# cuda/exec/dev_cuda.c), gpu-moe-engine's dp/pp/cp 2 (unverified_moe_groups),
+# gpu-trainer-vs-cpu's hd 64 cases (the mma.sync attention through the
+# engine), gpu-kernels' attn_scalar 5 (dQ by atomics; bench NAME_mmaq). gpu-job-tp (llmt_job with tp 2 under launch, both ranks on
 # one GPU) needs Gloo, which only tools/gpu-carry-gloo.sh brings there.
-tests="gpu-pp-engine gpu-job-tp gpu-tp-engine gpu-kernels attn-mma-idx gpu-tp-ops gpu-cp-ops
+tests="gpu-dp-host gpu-pp-engine gpu-job-tp gpu-tp-engine gpu-kernels attn-mma-idx gpu-tp-ops gpu-cp-ops
   gpu-moe-ops gpu-cp-engine gpu-moe-engine gpu-trainer-vs-cpu"
 # shellcheck disable=SC2086
 run tests 240 meson test -C $b --no-rebuild --print-errorlogs --num-processes 8 \
