@@ -314,10 +314,11 @@ static const llmt__dev_ops dev_cuda = {
     /* no unverified_moe: the MoE ops (gpu-moe-ops) and the layer through
      * the engine (gpu-moe-engine) ran on an H200 on 2026-11-26 */
     .unverified_moe_groups =
-        "MoE layers with an expert, pipeline or context parallel group (the "
+        "MoE layers with an expert, data, pipeline or context parallel group (the "
         "exchange staged through host memory, lib/train/moe_dev_ep.c; the "
         "router's tallies summed over host communicators) have not run on a GPU "
-        "(issue 18): test gpu-moe-engine's ep 2, pp 2 and cp 2 comparisons clear it",
+        "(issue 18): test gpu-moe-engine's ep 2 x dp 2, dp 2, pp 2 and cp 2 "
+        "comparisons clear it",
     .create = dc_create,
     .destroy = dc_destroy,
     .last_error = dc_last_error,

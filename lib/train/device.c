@@ -2820,17 +2820,25 @@ static void ep_shards(llmt__devtrain *g)
 
 /* The other EP ranks' expert rows into a host array (collective over the
  * EP group): rank r's rows are block r of the global tensor, where the
- * all-gather puts them. The engine's memory is host memory (MoE runs on
- * host backends only). */
+ * all-gather puts them. The EP group is a host communicator (moe_dev_ep.c
+ * refuses NCCL): where the engine's memory is the device's, this rank's
+ * rows are copied out into their block first and gathered in place. */
 static llmt_status ep_gather(llmt__devtrain *g, float *host, const float *dev)
 {
     llmt_comm *c = llmt__moe_net_ep_comm(g->moe);
     for (int i = 0; i < g->m->nparams; i++) {
         if (!is_expert(g, i) || g->sh[i].numel == 0)
             continue;
+        size_t n = g->sh[i].numel;
+        float *all = host + g->m->params[i].offset;
+        const float *mine = dev + g->doff[i];
         S(g->op->sync(g->d), "download");
-        llmt_status s = llmt_comm_all_gather(c, dev + g->doff[i], host + g->m->params[i].offset,
-                                             g->sh[i].numel, LLMT_DTYPE_FP32, NULL);
+        if (!g->op->host_memory) {
+            float *own = all + (size_t)g->epr * n;
+            S(g->op->d2h(g->d, own, mine, n * sizeof(float)), "download");
+            mine = own;
+        }
+        llmt_status s = llmt_comm_all_gather(c, mine, all, n, LLMT_DTYPE_FP32, NULL);
         if (s != LLMT_OK)
             return llmt__err_set(g->e, s,
                                  "trainer: the expert rows' all-gather over the EP group: %s",

@@ -29,22 +29,20 @@
  * This test is what cleared the CUDA table's unverified_moe: it passed on
  * an H200 on 2026-11-26 (86 checks; losses within 3.9e-5 relative of the
  * emulation's, the first step's routing equal); it now checks the field
- * stays clear. Groups of a MoE model on a device table: dp 2 (dp.c's
- * staging), pp 2 and cp 2 (two threads, in-process groups) trained ten
- * steps against the same
- * layout on the host-memory emulation, and one MoE layer at ep 2 (its
- * exchange staged through host memory, lib/train/moe_dev_ep.c) against
- * the emulation's ep 2; what stays refused is checked by name, attached
- * before the engine is made and after (the trainer then keeps training
- * alone): expert parallelism (inside a data parallel group on a device:
- * not built) over in-process groups, ep, pp and cp 2 on a copy marked unverified_moe_groups, and a NCCL EP
- * group (where a GPU can make a one-rank one). In this cuda mode the
- * CUDA table's unverified_moe_groups (and unverified_pp, pp_xfer.c's
- * staging, gpu-pp-engine's, and unverified_dp, gpu-dp-host's) is cleared,
- * the opt-in, and the ep 2 layer, dp 2, pp 2 and cp 2 are compared within 1e-2 (not yet run on a GPU; once
- * they pass there the field is cleared and the CHECK that it is set
- * flips). Last, a
- * checkpoint of the MoE trainer saved at step 5 and read into a fresh one:
+ * stays clear. Groups of a MoE model on a device table: ep 2 inside dp 2, dp
+ * 2 (dp.c's staging), pp 2 and cp 2 (two threads, in-process groups) trained
+ * ten steps against the same layout on the host-memory emulation, and one
+ * MoE layer at ep 2 (its exchange staged through host memory,
+ * lib/train/moe_dev_ep.c) against the emulation's ep 2; what stays refused
+ * is checked by name, attached before the engine is made and after (the
+ * trainer then keeps training alone): ep, pp and cp 2 on a copy marked
+ * unverified_moe_groups, and a NCCL EP group (where a GPU can make a one-
+ * rank one). In this cuda mode the CUDA table's unverified_moe_groups (and
+ * unverified_pp, pp_xfer.c's staging, gpu-pp-engine's, and unverified_dp,
+ * gpu-dp-host's) is cleared, the opt-in, and the ep 2 layer, ep 2 x dp 2, dp
+ * 2, pp 2 and cp 2 are compared within 1e-2 (not yet run on a GPU; once they
+ * pass there the field is cleared and the CHECK that it is set flips).
+ * Last, a checkpoint of the MoE trainer saved at step 5 and read into a fresh one:
  * steps 6-10 equal the uninterrupted run's bit for bit.
  *
  * `test_gpu_moe emul` (unit suite: moe-engine-emul, no GPU needed) runs the
@@ -360,12 +358,10 @@ static void check_kind_refused(const llmt__dev_ops *ops, int kind, const char *k
     }
 }
 
-/* What stays refused on g_dev over in-process groups: expert parallelism
- * without a data parallel group. On a copy marked unverified_moe_groups,
- * ep, pp and cp are refused with its reason. */
+/* On a copy of g_dev marked unverified_moe_groups, ep, pp and cp are
+ * refused with its reason. */
 static void check_groups_refused(void)
 {
-    check_kind_refused(&g_dev, 0, "parallelism.ep 2", "needs a data parallel group");
     llmt__dev_ops marked = g_dev;
     marked.unverified_moe_groups = "MoE groups have not run on its hardware (test marker)";
     static const char *key[3] = {"parallelism.ep 2", "parallelism.pp 2", "parallelism.cp 2"};
@@ -629,7 +625,8 @@ static void check_ep_layer(double tol)
 typedef struct grp_arg {
     llmt_comm *c;
     const llmt__dev_ops *ops;
-    int kind; /* 1 dp, 2 pp, 3 cp */
+    int kind; /* 0 ep 2 inside dp 2, 1 dp, 2 pp, 3 cp */
+    llmt_comm *ep;
     float loss[STEPS];
     float *params;
     int64_t numel;
@@ -644,9 +641,16 @@ static void *grp_rank(void *p)
     llmt_trainer *tr = NULL;
     a->st = open_dev(a->ops, &m, &tr);
     if (a->st == LLMT_OK)
-        a->st = a->kind == 1   ? llmt_trainer_set_comm(tr, a->c, NULL)
+        a->st = a->kind <= 1   ? llmt_trainer_set_comm(tr, a->c, NULL)
                 : a->kind == 2 ? llmt_trainer_set_pp_comm(tr, a->c, NULL)
                                : llmt_trainer_set_cp_comm(tr, a->c, NULL);
+    if (a->st == LLMT_OK && a->kind == 0) { /* the EP group: the same two ranks */
+        int32_t r = 0;
+        llmt_comm_rank(a->c, &r);
+        a->st = llmt_comm_split(a->c, 0, r, &a->ep);
+        if (a->st == LLMT_OK)
+            a->st = llmt_trainer_set_ep_comm(tr, a->ep);
+    }
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
         llmt_batch b = batch(k);
         a->st = rank_fixture_step(tr, &b, &a->loss[k]);
@@ -655,16 +659,20 @@ static void *grp_rank(void *p)
         a->st = llmt_trainer_sync_params(tr);
     rank_fixture_close(a->st, a->err, sizeof a->err, tr, m,
                        a->st == LLMT_OK ? &a->params : NULL, &a->numel);
+    llmt_comm_destroy(a->ep);
     return NULL;
 }
 
-/* dp, pp or cp 2 (kind 1, 2, 3) on g_dev against the same layout on the
+/* ep 2 inside dp 2, dp, pp or cp 2 (kind 0, 1, 2, 3) on g_dev against the same layout on the
  * host-memory emulation: each rank's losses and parameters bit for bit
  * on the emulation; on CUDA losses within tol relative, parameters within
  * 2 x lr x steps. g_dev's d2h bytes exceed the emulation's. */
 static void check_group(int kind, double tol)
 {
-    const char *key = kind == 1 ? "dp 2" : kind == 2 ? "pp 2" : "cp 2";
+    const char *key = kind == 0   ? "ep 2 x dp 2"
+                      : kind == 1 ? "dp 2"
+                      : kind == 2 ? "pp 2"
+                                  : "cp 2";
     grp_arg dv[2], em[2];
     memset(dv, 0, sizeof dv);
     memset(em, 0, sizeof em);
@@ -829,6 +837,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
         g_case = &g_cases[i];
         compare();
+        check_group(0, tol);
         check_group(1, tol);
         check_group(2, tol);
         check_group(3, tol);
