@@ -32,4 +32,33 @@ static inline int gpu_engine_probe(const llmt__dev_ops *cu, const llmt_model_con
     return s == LLMT_OK;
 }
 
+/* A one-rank NCCL communicator into *c (1), or 0 with why printed (a
+ * build without NCCL; no GPU, which with strict is a failure): the tests
+ * that check a NCCL group's refusal. */
+static inline int gpu_nccl_one_rank(llmt_comm **c, int strict)
+{
+    *c = NULL;
+    if (!(llmt_build_features() & LLMT_FEATURE_NCCL)) {
+        printf("no NCCL in this build: its refusal is not checked\n");
+        return 0;
+    }
+    unsigned char id[LLMT_COMM_UNIQUE_ID_BYTES];
+    llmt_comm_opts co;
+    llmt_comm_opts_init(&co, sizeof co);
+    co.backend = LLMT_COMM_NCCL;
+    llmt_status s = llmt_comm_unique_id(id, sizeof id);
+    if (s == LLMT_OK)
+        s = llmt_comm_create_from_unique_id(NULL, id, sizeof id, 0, 1, &co, c);
+    if (strict)
+        CHECK_STATUS(s, LLMT_OK);
+    if (s != LLMT_OK || !*c) {
+        printf("no NCCL communicator here (%s): its refusal is not checked\n",
+               llmt_status_string(s));
+        llmt_comm_destroy(*c);
+        *c = NULL;
+        return 0;
+    }
+    return 1;
+}
+
 #endif

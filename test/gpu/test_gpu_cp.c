@@ -42,6 +42,7 @@
 #include "llmtrain.h"
 #include "rank_fixture.h"
 #include "gpu_engine_probe.h"
+#include "gpu_counted.h"
 #include "train/cp.h"
 #include "train/device.h"
 
@@ -60,11 +61,7 @@ static const llmt__dev_ops *g_inner; /* the table g_dev's d2h forwards to */
 static int g_fake;                   /* emul mode */
 static atomic_size_t g_d2h;          /* bytes g_dev's d2h copied out */
 
-static llmt_status count_d2h(llmt__dev *d, void *dst, const void *src, size_t n)
-{
-    atomic_fetch_add(&g_d2h, n);
-    return g_inner->d2h(d, dst, src, n);
-}
+GPU_COUNTED_COPY(count_d2h, d2h, g_d2h, g_inner)
 
 typedef struct rank_arg {
     llmt_comm *c;

@@ -67,6 +67,7 @@
 #include "moe_fixture.h"
 #include "rank_fixture.h"
 #include "gpu_engine_probe.h"
+#include "gpu_counted.h"
 #include "train/device.h"
 #include "train/moe_dev.h"
 
@@ -89,29 +90,10 @@ static llmt__dev_ops g_em;
 static const llmt__dev_ops *g_inner; /* the table g_dev's h2d forwards to */
 static atomic_size_t g_h2d_dev, g_h2d_em, g_d2h_dev, g_d2h_em;
 
-static llmt_status h2d_dev(llmt__dev *d, void *dst, const void *src, size_t n)
-{
-    atomic_fetch_add(&g_h2d_dev, n);
-    return g_inner->h2d(d, dst, src, n);
-}
-
-static llmt_status h2d_em(llmt__dev *d, void *dst, const void *src, size_t n)
-{
-    atomic_fetch_add(&g_h2d_em, n);
-    return llmt__dev_emul()->h2d(d, dst, src, n);
-}
-
-static llmt_status d2h_dev(llmt__dev *d, void *dst, const void *src, size_t n)
-{
-    atomic_fetch_add(&g_d2h_dev, n);
-    return g_inner->d2h(d, dst, src, n);
-}
-
-static llmt_status d2h_em(llmt__dev *d, void *dst, const void *src, size_t n)
-{
-    atomic_fetch_add(&g_d2h_em, n);
-    return llmt__dev_emul()->d2h(d, dst, src, n);
-}
+GPU_COUNTED_COPY(h2d_dev, h2d, g_h2d_dev, g_inner)
+GPU_COUNTED_COPY(h2d_em, h2d, g_h2d_em, llmt__dev_emul())
+GPU_COUNTED_COPY(d2h_dev, d2h, g_d2h_dev, g_inner)
+GPU_COUNTED_COPY(d2h_em, d2h, g_d2h_em, llmt__dev_emul())
 
 static void cfg(llmt_model_config *c)
 {
@@ -375,21 +357,9 @@ static void check_groups_refused(void)
  * build with NCCL and a GPU to make the one-rank group; else not checked. */
 static void check_nccl_refused(void)
 {
-    if (!(llmt_build_features() & LLMT_FEATURE_NCCL)) {
-        printf("no NCCL in this build: its refusal is not checked\n");
-        return;
-    }
-    unsigned char id[LLMT_COMM_UNIQUE_ID_BYTES];
     llmt_comm *c = NULL;
-    llmt_comm_opts co;
-    llmt_comm_opts_init(&co, sizeof co);
-    co.backend = LLMT_COMM_NCCL;
-    if (llmt_comm_unique_id(id, sizeof id) != LLMT_OK ||
-        llmt_comm_create_from_unique_id(NULL, id, sizeof id, 0, 1, &co, &c) != LLMT_OK) {
-        printf("no NCCL communicator here (no GPU?): its refusal is not checked\n");
-        llmt_comm_destroy(c);
+    if (!gpu_nccl_one_rank(&c, 0))
         return;
-    }
     llmt__moe_shape sh = {E, K, 32, FE, 1.0f, 0, 0};
     llmt__dev *d = NULL;
     llmt__dev_opts dopt = {0, 1};

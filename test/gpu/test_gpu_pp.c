@@ -37,6 +37,7 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "gpu_engine_probe.h"
+#include "gpu_counted.h"
 #include "llmtrain.h"
 #include "rank_fixture.h"
 #include "stage_fixture.h"
@@ -64,17 +65,8 @@ static llmt__dev_ops g_staged, g_plain;
 static const llmt__dev_ops *g_staged_inner, *g_plain_inner;
 static atomic_size_t g_staged_d2h, g_plain_d2h;
 
-static llmt_status staged_d2h(llmt__dev *d, void *dst, const void *src, size_t n)
-{
-    atomic_fetch_add(&g_staged_d2h, n);
-    return g_staged_inner->d2h(d, dst, src, n);
-}
-
-static llmt_status plain_d2h(llmt__dev *d, void *dst, const void *src, size_t n)
-{
-    atomic_fetch_add(&g_plain_d2h, n);
-    return g_plain_inner->d2h(d, dst, src, n);
-}
+GPU_COUNTED_COPY(staged_d2h, d2h, g_staged_d2h, g_staged_inner)
+GPU_COUNTED_COPY(plain_d2h, d2h, g_plain_d2h, g_plain_inner)
 
 typedef struct rank_arg {
     llmt_comm *c;

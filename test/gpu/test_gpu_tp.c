@@ -54,6 +54,7 @@
 #include "llmtrain.h"
 #include "rank_fixture.h"
 #include "gpu_engine_probe.h"
+#include "gpu_counted.h"
 #include "train/device.h"
 #include "train/tp.h"
 
@@ -79,17 +80,8 @@ static atomic_size_t g_dev_d2h, g_ref_d2h;
 static int g_fake; /* emul mode */
 static int g_sp;   /* the tp 2 runs with sequence parallelism */
 
-static llmt_status dev_d2h(llmt__dev *d, void *dst, const void *src, size_t n)
-{
-    atomic_fetch_add(&g_dev_d2h, n);
-    return g_dev_inner->d2h(d, dst, src, n);
-}
-
-static llmt_status ref_d2h(llmt__dev *d, void *dst, const void *src, size_t n)
-{
-    atomic_fetch_add(&g_ref_d2h, n);
-    return g_ref_inner->d2h(d, dst, src, n);
-}
+GPU_COUNTED_COPY(dev_d2h, d2h, g_dev_d2h, g_dev_inner)
+GPU_COUNTED_COPY(ref_d2h, d2h, g_ref_d2h, g_ref_inner)
 
 typedef struct rank_arg {
     llmt_comm *c;
@@ -257,18 +249,8 @@ static void compare(const char *name, int llama, int kv, int sp)
  * (tp.c; one rank: NCCL cannot put two on this one GPU). */
 static void check_nccl_refused(void)
 {
-    if (!(llmt_build_features() & LLMT_FEATURE_NCCL)) {
-        printf("no NCCL in this build: its refusal is not checked\n");
-        return;
-    }
-    unsigned char id[LLMT_COMM_UNIQUE_ID_BYTES];
     llmt_comm *c = NULL;
-    llmt_comm_opts co;
-    llmt_comm_opts_init(&co, sizeof co);
-    co.backend = LLMT_COMM_NCCL;
-    CHECK_STATUS(llmt_comm_unique_id(id, sizeof id), LLMT_OK);
-    CHECK_STATUS(llmt_comm_create_from_unique_id(NULL, id, sizeof id, 0, 1, &co, &c), LLMT_OK);
-    if (!c)
+    if (!gpu_nccl_one_rank(&c, 1))
         return;
     llmt_err e;
     memset(&e, 0, sizeof e);
