@@ -14,10 +14,10 @@
  * stage's m) and, without interleaving (whose gradients travel on a copy
  * of the group), one gradient per micro-batch when s > 0; receives
  * mirror that; each message sent is the boundary tensor's bytes (B T
- * width storage elements) plus 8 (receives count no payload). And the stamps arrive: every stage computed
- * less than the step's span (each waited for the other), and the span is
- * no more than the stages' computing added up (a garbage stamp would
- * break one of them).
+ * width storage elements) plus 8 (receives count no payload). And the
+ * stamps arrive: no stage computed more than the step's span, one at
+ * least less (it waited for the other), and the span is no more than the
+ * stages' computing added up (a garbage stamp would break one of them).
  *
  * And the stage's memory against the planner's (lib/plan/engine.c's
  * stage activations, lib/plan/pp_pool.c's gradient copies): over Gloo,
@@ -27,6 +27,7 @@
  * the pool equal the plan's to the byte (in-process too); the plan's bound where a send's
  * end can be asked (MPI) is no more than that; in-process (each send
  * copied) there is no pool. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,11 +186,15 @@ static void run(const char *mode, int sched, int v, size_t es)
         CHECK_EQ_INT(st->calls[LLMT_COMM_STAT_SEND], sends);
         CHECK_EQ_INT(st->calls[LLMT_COMM_STAT_RECV], recvs);
         CHECK_EQ_INT(st->payload_bytes[LLMT_COMM_STAT_SEND], sends * bytes);
-        CHECK(a[r].busy > 0.0 && a[r].busy < a[r].span);
+        CHECK(a[r].busy > 0.0 && a[r].busy <= a[r].span);
         CHECK(a[r].span == a[1 - r].span);
     }
+    /* someone waited: stage 1 at least, for stage 0's first output (under
+     * interleaving stage 0 may never wait, when stage 1's chunks run
+     * faster than its own: seen under ASan on a loaded machine) */
     if (a[0].s == LLMT_OK && a[1].s == LLMT_OK)
-        CHECK(a[0].span <= (a[0].busy + a[1].busy) * 1.000001);
+        CHECK(fmin(a[0].busy, a[1].busy) < a[0].span &&
+              a[0].span <= (a[0].busy + a[1].busy) * 1.000001);
     if (es == 4)
         plan_memory(mode, name, sched, v, a);
 }
