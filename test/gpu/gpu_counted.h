@@ -13,11 +13,11 @@
 /* static llmt_status FN(d, dst, src, n): adds n to COUNTER (an
  * atomic_size_t), then INNER->COPY(d, dst, src, n); INNER is an
  * expression giving the table copied from (read at each call). */
-#define GPU_COUNTED_COPY(fn, copy, counter, inner)                                            \
-    static llmt_status fn(llmt__dev *d, void *dst, const void *src, size_t n)                  \
-    {                                                                                          \
-        atomic_fetch_add(&(counter), n);                                                       \
-        return (inner)->copy(d, dst, src, n);                                                  \
+#define GPU_COUNTED_COPY(fn, copy, counter, inner)                            \
+    static llmt_status fn(llmt__dev *d, void *dst, const void *src, size_t n) \
+    {                                                                         \
+        atomic_fetch_add(&(counter), n);                                      \
+        return (inner)->copy(d, dst, src, n);                                 \
     }
 
 #endif
