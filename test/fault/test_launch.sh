@@ -928,7 +928,7 @@ inplace-tp | inplace-pp | inplace-cp | inplace-ep)
       pid=$(grep '"spawn","gen":0,"rank":'$q, $o/agent/events.jsonl | sed 's/.*"pid":\([0-9]*\).*/\1/')
       grep -q '"event":"inplace","rank":'$q',"pid":'$pid',"gen":1,"step":'$want',"tier":"memory"' $m &&
         ok "rank $q kept pid $pid and restored step $want from memory" ||
-        bad "rank $q (gen 0 pid $pid): $(grep inplace $m)"
+        bad "rank $q (gen 0 pid $pid): $(grep inplace $m); spawned: $(grep -o '"spawn","gen":[0-9]*,"rank":[0-9]*' $o/agent/events.jsonl | tr '\n' ' '); $(grep -h 'in-place\|recover\|error' $o/agent/*.log 2>/dev/null | head -5)"
     done
     losses $o/metrics.jsonl > $o.loss
     cmp -s lr.loss $o.loss && ok "all 14 losses equal the uninterrupted $desc run's" ||
