@@ -474,6 +474,16 @@ static inline llmt__bf16 llmt__f32_to_bf16(float f)
     return (llmt__bf16)(x.u >> 16);
 }
 
+/* Host staging (lib/exec/host_stage.c). A group whose communicator reads
+ * host memory (in-process, Gloo, MPI) takes a device engine's buffers
+ * through host copies: llmt__staged says when (the engine's table has
+ * host_memory 0 and c is not NCCL); llmt__host_stage keeps the copy's
+ * buffer, *p of capacity *cap, grown to at least `bytes` (plain malloc:
+ * it may outlive a device context; LLMT_ERR_OUT_OF_MEMORY, nothing said,
+ * when there is none). */
+int llmt__staged(int host_memory, const llmt_comm *c);
+llmt_status llmt__host_stage(void **p, size_t *cap, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

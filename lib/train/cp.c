@@ -188,14 +188,7 @@ static llmt_status op_fail(llmt__cp *cp, llmt_status s, const char *what)
 /* Host staging of at least `bytes` (device backends). */
 static void *staging(llmt__cp *cp, size_t bytes)
 {
-    if (bytes > cp->stage_cap) {
-        free(cp->stage);
-        cp->stage_cap = 0;
-        if (!(cp->stage = malloc(bytes)))
-            return NULL;
-        cp->stage_cap = bytes;
-    }
-    return cp->stage;
+    return llmt__host_stage(&cp->stage, &cp->stage_cap, bytes) == LLMT_OK ? cp->stage : NULL;
 }
 
 static llmt_status no_stage(llmt__cp *cp, size_t bytes)

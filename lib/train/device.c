@@ -2710,16 +2710,11 @@ int llmt__devtrain_stage_host(const llmt__devtrain *g)
 
 llmt_status llmt__devtrain_stage_hostbuf(llmt__devtrain *g, void **p, size_t *cap, size_t bytes)
 {
-    if (bytes <= *cap)
-        return LLMT_OK;
-    free(*p);
-    *cap = 0;
-    if (!(*p = malloc(bytes)))
+    if (llmt__host_stage(p, cap, bytes) != LLMT_OK)
         return llmt__err_set(g->e, LLMT_ERR_OUT_OF_MEMORY,
                              "trainer: pipeline stage: no host memory for the %zu bytes of a "
                              "boundary message's staging",
                              bytes);
-    *cap = bytes;
     return LLMT_OK;
 }
 

@@ -146,7 +146,7 @@ struct llmt__dp {
     int32_t xrank, xsize, erank, esize;
     /* the host copy of a staged collective (see x_all_reduce) */
     float *hstage;
-    size_t hstage_n;
+    size_t hstage_cap; /* bytes */
 };
 
 const llmt_err *llmt__dp_err(const llmt__dp *dp) { return &dp->err; }
@@ -166,9 +166,7 @@ static size_t usize(const llmt__dp *dp, int u)
  * the device's and c reads host memory (in-process, Gloo, MPI). */
 static int staged(const llmt__dp *dp, const llmt_comm *c)
 {
-    llmt_comm_backend be = LLMT_COMM_AUTO;
-    return !dp->op->host_memory && llmt_comm_backend_of(c, &be) == LLMT_OK &&
-           be != LLMT_COMM_NCCL;
+    return llmt__staged(dp->op->host_memory, c);
 }
 static size_t urank(const llmt__dp *dp, int u)
 {
@@ -882,14 +880,7 @@ static void rs_finish(llmt__dp *dp, int u, llmt_status s)
  * Correct, not fast: NCCL on the device buffers is the fast path. */
 static llmt_status hstage(llmt__dp *dp, size_t n)
 {
-    if (n <= dp->hstage_n)
-        return LLMT_OK;
-    free(dp->hstage);
-    dp->hstage_n = 0;
-    if (!(dp->hstage = malloc(n * sizeof(float))))
-        return LLMT_ERR_OUT_OF_MEMORY;
-    dp->hstage_n = n;
-    return LLMT_OK;
+    return llmt__host_stage((void **)&dp->hstage, &dp->hstage_cap, n * sizeof(float));
 }
 
 #define XS(call)                  \

@@ -13,9 +13,7 @@ void llmt__pp_hbuf_free(llmt__pp_hbuf *h)
 
 int llmt__pp_staged(const llmt__devtrain *g, const llmt_comm *c)
 {
-    llmt_comm_backend be = LLMT_COMM_AUTO;
-    return !llmt__devtrain_stage_host(g) && llmt_comm_backend_of(c, &be) == LLMT_OK &&
-           be != LLMT_COMM_NCCL;
+    return llmt__staged(llmt__devtrain_stage_host(g), c);
 }
 
 /* h holding buf's message, copied out of the engine's memory. */

@@ -102,16 +102,11 @@ static llmt_status stage_fail(const tp_bound *b, llmt_status s, llmt__point at, 
 /* Host staging of at least `bytes`. */
 static llmt_status staging(llmt__tp *tp, llmt__point at, size_t bytes)
 {
-    if (bytes <= tp->stage_cap)
-        return LLMT_OK;
-    free(tp->stage);
-    tp->stage_cap = 0;
-    if (!(tp->stage = malloc(bytes)))
+    if (llmt__host_stage(&tp->stage, &tp->stage_cap, bytes) != LLMT_OK)
         return llmt__err_set(tp->e, LLMT_ERR_OUT_OF_MEMORY,
                              "trainer: tensor parallel %s: no host memory for the %zu bytes "
                              "of its staging",
                              point_name(at), bytes);
-    tp->stage_cap = bytes;
     return LLMT_OK;
 }
 
