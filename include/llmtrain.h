@@ -2251,6 +2251,11 @@ typedef struct llmt_job_info {
     double collective_timeout_s;
     int64_t sample_tokens;       /* train.sample_tokens */
     const char *comm_backend;    /* "mpi", "inproc", "nccl"; "" with one rank */
+    /* train.device's engine: "cpu" (fp32), "cuda" (bf16 on the GPU) or
+     * "emulated" (the GPU engine's bf16 arithmetic on the CPU; device ==
+     * LLMT_DEVICE_CPU). Added after comm_backend (0.1.0): a caller built
+     * against an older header passes a struct_size that stops before it. */
+    const char *engine;
 } llmt_job_info;
 
 /* Bits of llmt_job_metrics.events: what happened in the last call. */

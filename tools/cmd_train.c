@@ -140,7 +140,10 @@ static void banner(const llmt_job_info *i, int tp, const char *lay)
     printf("train: %lld steps of %d x %d x %d tokens, %s, on the %s; output in %s\n",
            (long long)i->steps, (int)i->micro_batch, (int)i->grad_accum, (int)i->seq_len,
            i->recompute ? "recompute" : "no recompute",
-           i->device == LLMT_DEVICE_CUDA ? "GPU (bf16)" : "CPU (fp32)", i->run_dir);
+           i->device == LLMT_DEVICE_CUDA                 ? "GPU (bf16)"
+           : i->engine && !strcmp(i->engine, "emulated") ? "CPU (bf16, the GPU engine emulated)"
+                                                         : "CPU (fp32)",
+           i->run_dir);
     fflush(stdout);
 }
 

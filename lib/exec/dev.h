@@ -390,6 +390,11 @@ const llmt__dev_ops *llmt__dev_cuda(void);
 const llmt__dev_ops *llmt__dev_cpu(void);
 /* The host emulation (always available; internal, for tests). */
 const llmt__dev_ops *llmt__dev_emul(void);
+/* The same with host_memory 0: the engine's groups over host
+ * communicators stage its buffers through d2h/h2d copies as they do a
+ * GPU's (host_stage.c), so a run on it takes every path a CUDA run on
+ * those groups takes. llmt_job's train.device "emulated". */
+const llmt__dev_ops *llmt__dev_emul_staged(void);
 
 /* lib/exec/vocab_part.c: the reference of the vocabulary-split ops on
  * host memory, storage fp32 (bf16 = 0) or bf16 (bf16 = 1). */

@@ -12,6 +12,7 @@
  * both bf16 and fp32), as cudaMalloc promises nothing either: an engine that
  * reads memory it never wrote sees NaN here instead of a lucky zero. */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1253,3 +1254,18 @@ static const llmt__dev_ops emul_ops = {
 };
 
 const llmt__dev_ops *llmt__dev_emul(void) { return &emul_ops; }
+
+static llmt__dev_ops emul_staged_ops;
+static pthread_once_t emul_staged_once = PTHREAD_ONCE_INIT;
+
+static void emul_staged_init(void)
+{
+    emul_staged_ops = emul_ops;
+    emul_staged_ops.host_memory = 0;
+}
+
+const llmt__dev_ops *llmt__dev_emul_staged(void)
+{
+    pthread_once(&emul_staged_once, emul_staged_init);
+    return &emul_staged_ops;
+}

@@ -133,7 +133,8 @@ llmt_status llmt__job_inplace_recover(llmt_job *j, llmt_job_metrics *m)
                     llmt_context_last_error(j->ctx));
     double t_comm = llmt__job_now();
     /* a new trainer: the restore below sets every parameter and moment */
-    s = llmt__obs_trainer_create(j->obs, j->model, &j->to, &j->tr, &j->obs_timed);
+    s = llmt__obs_trainer_create(j->obs, j->model, &j->to, llmt__job_dev_table(j), &j->tr,
+                                 &j->obs_timed);
     if (s != LLMT_OK)
         return FAIL(s, "in-place recovery: trainer: %s", llmt_model_last_error(j->model));
     if ((s = llmt__job_attach_groups(j)) != LLMT_OK)

@@ -577,9 +577,13 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
                     "spec gives (%lld parameters): the job builds the shape; fix or "
                     "remove model.params",
                     j->spec->model.params, (long long)j->params);
+    int s_dev = (int)j->spec->train.device;
     s = llmt__job_trainer_create(j); /* on lib/obs's timed op table */
     if (s != LLMT_OK)
-        return FAIL(s, "%s%s", j->to.device == LLMT_DEVICE_CUDA ? "train.device cuda: " : "",
+        return FAIL(s, "%s%s",
+                    s_dev == LLMT_SPEC_DEVICE_CUDA       ? "train.device cuda: "
+                    : s_dev == LLMT_SPEC_DEVICE_EMULATED ? "train.device emulated: "
+                                                         : "",
                     llmt_model_last_error(j->model));
     if ((s = attach_comm(j, o)) != LLMT_OK)
         return s;
@@ -756,6 +760,9 @@ LLMT_API llmt_status llmt_job_get_info(const llmt_job *j, llmt_job_info *out)
     i.stop_at = j->stop_at;
     i.start_step = j->start_step;
     i.device = j->to.device;
+    i.engine = s->train.device == LLMT_SPEC_DEVICE_CUDA       ? "cuda"
+               : s->train.device == LLMT_SPEC_DEVICE_EMULATED ? "emulated"
+                                                              : "cpu";
     i.recompute = j->to.recompute;
     i.threads = j->to.threads;
     i.deterministic = j->to.deterministic;

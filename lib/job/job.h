@@ -356,6 +356,10 @@ typedef struct job_marks {
 } job_marks;
 /* The trainer on the timed op table (job creation). */
 llmt_status llmt__job_trainer_create(llmt_job *j);
+/* The op table train.device names when llmt_job chooses it itself (the
+ * host emulation, staged as a GPU's, for "emulated"); NULL: the one
+ * llmt_trainer_opts.device selects (cpu, cuda). */
+const struct llmt__dev_ops *llmt__job_dev_table(const llmt_job *j);
 void llmt__job_obs_free(llmt_job *j);
 /* Before the first step: calibration, trace file, paths. */
 llmt_status llmt__job_obs_start(llmt_job *j);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/dev.h"
 #include "job/job.h"
 #include "train/trainer_state.h"
 
@@ -87,7 +88,13 @@ llmt_status llmt__job_trainer_create(llmt_job *j)
     j->prom_path[0] = 0;
     snprintf(j->prom_path, sizeof j->prom_path, "%s/metrics.prom", j->run_dir);
     snprintf(j->run_jsonl_path, sizeof j->run_jsonl_path, "%s/run.jsonl", j->root_dir);
-    return llmt__obs_trainer_create(j->obs, j->model, &j->to, &j->tr, &j->obs_timed);
+    return llmt__obs_trainer_create(j->obs, j->model, &j->to, llmt__job_dev_table(j), &j->tr,
+                                    &j->obs_timed);
+}
+
+const struct llmt__dev_ops *llmt__job_dev_table(const llmt_job *j)
+{
+    return j->spec->train.device == LLMT_SPEC_DEVICE_EMULATED ? llmt__dev_emul_staged() : NULL;
 }
 
 void llmt__job_obs_free(llmt_job *j)
@@ -189,7 +196,7 @@ static void memory(llmt_job *j, llmt_job_perf *p)
     mem.struct_size = sizeof mem;
     if (llmt_trainer_memory_usage(j->tr, &mem) != LLMT_OK)
         return;
-    if (j->to.device == LLMT_DEVICE_CUDA) {
+    if (j->spec->train.device != LLMT_SPEC_DEVICE_CPU) { /* the device engine's allocator */
         p->mem_in_use = mem.device_in_use;
         p->mem_peak = mem.device_peak;
     } else {

@@ -35,35 +35,18 @@ static llmt_status check_parallelism(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
     /* MoE layers run on the CPU engine and through the op table on the
-     * bf16 host emulation and on CUDA (moe_dev.c): the CUDA trainer ran
-     * them on a GPU alone (gpu-moe-engine: train, evaluate), refusing
-     * their data, expert, pipeline and context parallel groups; the job's
-     * path with them there (its checkpoints of the experts above all) has
-     * not run, so it stays refused */
+     * bf16 host emulation (train.device emulated, every layout: job-emul)
+     * and on CUDA (moe_dev.c: gpu-moe-engine); on CUDA beside data
+     * parallelism see check_cuda_groups, their pipeline and context
+     * groups there are the engine's to refuse (dev.h, unverified_moe_groups) */
     if (s->model.moe.experts > 0 && s->model.arch != LLMT_SPEC_ARCH_LLAMA)
         return REFUSE("model.moe.experts: mixture of experts needs model.arch llama (SwiGLU "
                       "experts)");
-    if (s->model.moe.experts > 0 && s->train.device == LLMT_SPEC_DEVICE_CUDA)
-        return REFUSE("model.moe.experts: MoE layers are not supported by llmt_job with "
-                      "train.device cuda yet (issue 18: the trainer ran them on a GPU, test "
-                      "gpu-moe-engine, the job's path with them, checkpoints included, has "
-                      "not); set train.device cpu");
     /* data, expert, pipeline, tensor (experts whole on every TP rank,
      * with or without sequence parallelism; a pipeline stage's layers
      * too) and context parallelism run them (doc/moe.md) */
     if (s->model.moe.experts == 0 && llmt__spec_given(s, "model.moe.expert_ffn"))
         return REFUSE("model.moe.expert_ffn: set but model.moe.experts is 0 (dense)");
-    /* the CUDA engine's tensor parallelism (tp.c's host staging over the
-     * job's host group) ran under `llmtrain launch` on one GPU (test
-     * gpu-job-tp, 2026-11-26); beside data parallelism it would also need
-     * the DP group's NCCL twin (nccl_attach.c) on one GPU per rank, which
-     * has not run with a tp group */
-    if (s->parallelism.tp > 1 && s->train.device == LLMT_SPEC_DEVICE_CUDA && dp_size(j) > 1)
-        return REFUSE("parallelism.tp: %lld with %lld data-parallel replicas is not supported "
-                      "by llmt_job with train.device cuda yet (tensor parallelism alone ran "
-                      "on a GPU, test gpu-job-tp; beside data parallelism it has not: issue "
-                      "16); use dp 1 (world = tp), or train.device cpu",
-                      (long long)s->parallelism.tp, (long long)dp_size(j));
     /* ZeRO shards over the data-parallel group: with one replica there is
      * nothing to shard, and a stage that changes nothing would be a lie */
     if (s->parallelism.zero > 0 && dp_size(j) == 1)
@@ -75,6 +58,37 @@ static llmt_status check_parallelism(llmt_job *j)
                       (long long)s->parallelism.tp, (long long)s->parallelism.cp,
                       (long long)s->parallelism.pp);
     return LLMT_OK;
+}
+
+/* On train.device cuda the data-parallel group is NCCL (nccl_attach.c,
+ * one GPU per rank, the engine's gradients in device memory) while the
+ * tensor, context, pipeline and expert groups run over the job's host
+ * group (Gloo, MPI), lib/train/tp.c, cp.c, pp_xfer.c and moe_dev_ep.c
+ * staging device buffers through host memory; a MoE model's router
+ * tallies are host arrays summed over its groups. Each of those ran on a
+ * GPU alone (gpu-job-tp, gpu-*-engine), and every layout runs through the
+ * job on the same staging with train.device emulated (job-emul,
+ * job-emul-launch, mpi-train-emulated), but a host group beside the NCCL
+ * twin needs one GPU per rank, and has not run: until it has, dp > 1 on
+ * cuda is for dense models with tp, cp and pp 1. */
+static llmt_status check_cuda_groups(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    if (s->train.device != LLMT_SPEC_DEVICE_CUDA || dp_size(j) <= 1)
+        return LLMT_OK;
+    const char *key = s->parallelism.tp > 1      ? "parallelism.tp"
+                      : s->parallelism.cp > 1    ? "parallelism.cp"
+                      : s->parallelism.pp > 1    ? "parallelism.pp"
+                      : s->model.moe.experts > 0 ? "model.moe.experts"
+                                                 : NULL;
+    if (!key)
+        return LLMT_OK;
+    return REFUSE("%s: beside %lld data-parallel replicas is not supported by llmt_job with "
+                  "train.device cuda yet (the data-parallel group is NCCL, one GPU per rank; "
+                  "this one runs over the host group, staged, and the two together have not "
+                  "run on GPUs: issue 16); use dp 1 (world = tp x cp x pp), or train.device "
+                  "emulated to run the layout on the CPU",
+                  key, (long long)dp_size(j));
 }
 
 /* Context parallelism (lib/train/cp.c) runs on the host backends, with
@@ -92,14 +106,6 @@ static llmt_status check_cp(llmt_job *j)
                           "context parallel attention to choose); remove the key or set cp");
         return LLMT_OK;
     }
-    /* the trainer's CP on the CUDA engine ran on a GPU (gpu-cp-engine: two
-     * ranks as threads, cp.c staging the exchange through host memory);
-     * the job's multi-process path with it has not, so it stays refused */
-    if (s->train.device == LLMT_SPEC_DEVICE_CUDA)
-        return REFUSE("parallelism.cp: %lld is not supported by llmt_job with train.device "
-                      "cuda yet (the trainer's context parallelism ran on a GPU, the job's "
-                      "processes with it have not: issue 18); use cp 1, or train.device cpu",
-                      cp);
     /* sequence parallelism splits a CP rank's rows of each sequence in tp
      * blocks (the trainer refuses it too, but after the groups are made) */
     long long tp = (long long)s->parallelism.tp, T = (long long)s->model.seq_len;
@@ -131,11 +137,6 @@ static llmt_status check_pp(llmt_job *j)
                           "holds every layer); remove the key or set pp");
         return LLMT_OK;
     }
-    if (s->train.device == LLMT_SPEC_DEVICE_CUDA)
-        return REFUSE("parallelism.pp: %lld is not supported by llmt_job with train.device "
-                      "cuda yet (the stages' send/recv has not run on the CUDA backend: "
-                      "issue 17); use pp 1, or train.device cpu",
-                      pp);
     if (s->parallelism.zero >= 2)
         return REFUSE("parallelism.zero: %lld with parallelism.pp %lld is not supported yet "
                       "(ZeRO-2 shares of a tied head's two copies do not line up, ZeRO-3 "
@@ -151,8 +152,11 @@ static llmt_status check_pp(llmt_job *j)
 static llmt_status check_precision(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
-    int cuda = s->train.device == LLMT_SPEC_DEVICE_CUDA;
-    const char *dev = cuda ? "train.device cuda" : "train.device cpu";
+    /* the device engine (cuda, or its host emulation) */
+    int cuda = s->train.device != LLMT_SPEC_DEVICE_CPU;
+    const char *dev = s->train.device == LLMT_SPEC_DEVICE_CUDA       ? "train.device cuda"
+                      : s->train.device == LLMT_SPEC_DEVICE_EMULATED ? "train.device emulated"
+                                                                     : "train.device cpu";
     struct {
         const char *path;
         int v;
@@ -177,7 +181,7 @@ static llmt_status check_precision(llmt_job *j)
     if (s->precision.gemm == LLMT_SPEC_PREC_FP8 && !cuda)
         return REFUSE("precision.gemm: fp8 is not supported by llmt_job with "
                       "train.device cpu (fp8 GEMMs run in the device trainer: "
-                      "train.device cuda); use fp32");
+                      "train.device cuda, or emulated on the CPU); use fp32");
     if (s->precision.gemm == LLMT_SPEC_PREC_FP8 &&
         s->precision.fp8_recipe != LLMT_SPEC_FP8_DELAYED)
         return REFUSE("precision.fp8_recipe: %s is not supported by llmt_job yet "
@@ -317,7 +321,7 @@ static llmt_status check_ft(llmt_job *j)
                       "zero 0-2, or remove the key");
     if (s->fault_tolerance.sdc_interval > 0 && s->parallelism.zero >= 3 &&
         (s->parallelism.tp > 1 || s->parallelism.pp > 1 ||
-         s->train.device == LLMT_SPEC_DEVICE_CUDA))
+         s->train.device != LLMT_SPEC_DEVICE_CPU))
         return REFUSE("fault_tolerance.sdc_interval: under parallelism.zero 3 the check "
                       "hashes each rank's shares where the engine trains the host tensors in "
                       "place: the fp32 cpu engine with tp 1 and pp 1 (this job has tp %lld, pp "
@@ -371,6 +375,8 @@ llmt_status llmt__job_check_spec(llmt_job *j)
 {
     llmt_status st;
     if ((st = check_parallelism(j)) != LLMT_OK)
+        return st;
+    if ((st = check_cuda_groups(j)) != LLMT_OK)
         return st;
     if ((st = check_cp(j)) != LLMT_OK)
         return st;

@@ -330,15 +330,18 @@ static int build(llmt__obs *o, const llmt__dev_ops *in)
 }
 
 llmt_status llmt__obs_trainer_create(llmt__obs *o, llmt_model *model,
-                                     const llmt_trainer_opts *opts, llmt_trainer **out,
-                                     int *timed)
+                                     const llmt_trainer_opts *opts, const llmt__dev_ops *table,
+                                     llmt_trainer **out, int *timed)
 {
     *timed = 0;
-    const llmt__dev_ops *in =
-        opts && opts->device == LLMT_DEVICE_CUDA ? llmt__dev_cuda() : llmt__dev_cpu();
-    /* no CUDA: the trainer says why; fp8 on the CPU: the trainer refuses */
-    if (!o || !in || (opts && opts->fp8 && opts->device != LLMT_DEVICE_CUDA) || !build(o, in))
-        return llmt_trainer_create(model, opts, out);
+    const llmt__dev_ops *in = table                                      ? table
+                              : opts && opts->device == LLMT_DEVICE_CUDA ? llmt__dev_cuda()
+                                                                         : llmt__dev_cpu();
+    /* no CUDA: the trainer says why; fp8 on an fp32 table: the trainer
+     * refuses; a table the caller chose is kept, timed or not */
+    if (!o || !in || (opts && opts->fp8 && in->store != LLMT_DTYPE_BF16) || !build(o, in))
+        return table ? llmt__trainer_create_dev(model, opts, table, out)
+                     : llmt_trainer_create(model, opts, out);
     creating = o;
     llmt_status s = llmt__trainer_create_dev(model, opts, o->table, out);
     creating = NULL;

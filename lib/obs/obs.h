@@ -18,17 +18,20 @@
 enum { LLMT__OBS_COMPUTE = 0, LLMT__OBS_OPTIMIZER = 1, LLMT__OBS_KINDS = 2 };
 
 typedef struct llmt__obs llmt__obs;
+struct llmt__dev_ops; /* exec/dev.h */
 
 llmt_status llmt__obs_create(llmt__obs **out);
 /* After the trainer it observes is destroyed. NULL is a no-op. */
 void llmt__obs_destroy(llmt__obs *o);
 
-/* A trainer whose engine runs on the timed table around the backend that
- * opts->device selects. When the backend's table has an op this file does
- * not know, the trainer runs on the plain table and *timed is 0 (the
- * split then counts the engine's time as unaccounted). */
+/* A trainer whose engine runs on the timed table around `table` (NULL:
+ * the backend that opts->device selects; llmt_job passes the host
+ * emulation's for train.device "emulated"). When the backend's table has
+ * an op this file does not know, the trainer runs on the plain table and
+ * *timed is 0 (the split then counts the engine's time as unaccounted). */
 llmt_status llmt__obs_trainer_create(llmt__obs *o, llmt_model *model,
-                                     const llmt_trainer_opts *opts, llmt_trainer **out,
+                                     const llmt_trainer_opts *opts,
+                                     const struct llmt__dev_ops *table, llmt_trainer **out,
                                      int *timed);
 /* The trainer makes its engine again on the same table when a group is
  * attached after creation (llmt_trainer_set_tp_comm): the caller brackets

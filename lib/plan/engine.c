@@ -66,7 +66,7 @@ static void reduce_scatter(acc *a, double n, double count, double esz, double ti
 typedef struct eng {
     double t, D, L, C, nh, nkv, hd, F, Vp, T, B, A, es, al;
     double c, Tseq; /* context parallel degree; T is then Tseq / c rows */
-    int llama, tied, kvrep, zero, full, selective, cpu, sp, cp_ag;
+    int llama, tied, kvrep, zero, full, selective, cpu, nccl, sp, cp_ag;
     double nh_l, nkv_l, Q_l, F_l, V_l;
     double unit[2 + 4096]; /* DP units: embeddings | layers | tail, elements */
     int U;
@@ -120,9 +120,11 @@ static void shape(const llmt_spec *s, eng *g)
     g->full = s->parallelism.recompute == LLMT_SPEC_RECOMPUTE_FULL;
     g->selective = s->parallelism.recompute == LLMT_SPEC_RECOMPUTE_SELECTIVE;
     /* the trainer's backend: the fp32 CPU table (storage fp32, tensors
-     * unaligned), or CUDA's (bf16 storage, fp32 master, 8-element
-     * alignment) */
+     * unaligned), or CUDA's and its host emulation's (bf16 storage, fp32
+     * master, 8-element alignment); CUDA's data parallel groups are NCCL,
+     * the others' host communicators */
     g->cpu = s->train.device == LLMT_SPEC_DEVICE_CPU;
+    g->nccl = s->train.device == LLMT_SPEC_DEVICE_CUDA;
     g->es = g->cpu ? 4 : 2;
     g->al = g->cpu ? 1 : 8;
     g->kvrep = g->t > 1 && g->nkv < g->t;
@@ -374,7 +376,7 @@ static void dp_step(const eng *g, acc *a)
     all_gather(a, D, 1, 8, 1);
     /* a pipeline stage's step agreement over its replicas: one int64 a
      * rank (lib/train/pp_agree.c), on host groups only (not NCCL) */
-    if (g->pp > 1 && g->cpu)
+    if (g->pp > 1 && !g->nccl)
         all_gather(a, D, 1, 8, 1);
     double nx0 = g->nx - g->nxh; /* empty expert units (other stages') */
     if (g->zero < 2) {

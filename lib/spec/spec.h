@@ -36,8 +36,9 @@ enum { LLMT_SPEC_OPT_ADAMW = 0, LLMT_SPEC_OPT_ADAM = 1, LLMT_SPEC_OPT_SGD = 2 };
 /* schedule.kind */
 enum { LLMT_SPEC_SCHED_COSINE = 0, LLMT_SPEC_SCHED_LINEAR = 1,
        LLMT_SPEC_SCHED_WSD = 2, LLMT_SPEC_SCHED_CONSTANT = 3 };
-/* train.device */
-enum { LLMT_SPEC_DEVICE_CPU = 0, LLMT_SPEC_DEVICE_CUDA = 1 };
+/* train.device: emulated is the device engine (bf16 storage, fp32 master
+ * weights) on the host, its groups staged as a GPU's (lib/exec/dev_emul.c) */
+enum { LLMT_SPEC_DEVICE_CPU = 0, LLMT_SPEC_DEVICE_CUDA = 1, LLMT_SPEC_DEVICE_EMULATED = 2 };
 /* data.tokenizer.kind */
 enum { LLMT_SPEC_TOK_BYTE = 0, LLMT_SPEC_TOK_BPE = 1, LLMT_SPEC_TOK_GPT2 = 2 };
 /* checkpoint.tiers[].kind */

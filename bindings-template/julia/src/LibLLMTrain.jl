@@ -668,6 +668,7 @@ struct llmt_job_info
     collective_timeout_s::Float64
     sample_tokens::Int64
     comm_backend::Ptr{UInt8}
+    engine::Ptr{UInt8}
 end
 struct llmt_job_metrics
     struct_size::Csize_t
