@@ -136,7 +136,7 @@ fi
 # shellcheck disable=SC2086
 run job-layouts 200 meson test -C $b --no-rebuild --print-errorlogs --num-processes 2 \
   --timeout-multiplier 1 gpu-job-launch-cp gpu-job-launch-pp gpu-job-launch-moe-tp \
-  gpu-job-launch-moe-pp gpu-job-launch-moe-cp
+  gpu-job-launch-moe-pp gpu-job-launch-moe-cp gpu-job-launch-cp-inplace
 grep -E "^ *[0-9]+/[0-9]+ " /tmp/llmt-session/job-layouts.log | tee -a "$log"
 cp $b/meson-logs/testlog.txt "$out/job-layouts.log" 2>/dev/null
 grep -E "max relative|refuses" "$out/job-layouts.log" | head -10 | tee -a "$log"

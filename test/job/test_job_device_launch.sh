@@ -21,7 +21,10 @@
 # LAYOUT: tp (tp 2), tp-sp (tp 2, sequence parallel), cp (cp 2), pp (pp 2),
 # moe-tp, moe-pp, moe-cp (4 experts, top-2, under tp, pp or cp 2); on
 # emulated also tpdp (tp 2 x dp 2 ZeRO-1), ppdp (pp 2 x dp 2), moe-ep (dp 2
-# x ep 2).
+# x ep 2). A LAYOUT ending in -inplace recovers in place (`launch
+# --in-place`, a host tier): the survivors stay in their processes, make a
+# new trainer on the same engine and go back to the newest step every rank
+# holds, the spare resumes from disk.
 # usage: test_job_device_launch.sh path/to/llmtrain DEVICE LAYOUT
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 dev=$2 lay=$3
@@ -34,7 +37,8 @@ case $dev in
   *) echo "usage: $0 llmtrain emulated|cuda LAYOUT"; exit 2 ;;
 esac
 "$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build: skip"; exit 77; }
-moe= par= n=2
+moe= par= n=2 inplace=
+case $lay in *-inplace) inplace=1 lay=${lay%-inplace} ;; esac
 case $lay in
   tp) par='"tp": 2' ;;
   tp-sp) par='"tp": 2, "sequence_parallel": true' ;;
@@ -64,17 +68,19 @@ mk() { # file parallelism
  "train": {"steps": 8, "seed": 7, "device": "$dev", "eval_interval": 0, "log_interval": 1,
            "threads": 1, "sample_tokens": 0},
  "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "byte"}},
- "checkpoint": {"interval": 2, "async": false},
+ "checkpoint": {"interval": 2, "async": false$tiers},
  "hardware": {"gpu": "$gpu"},
  "metrics": {"jsonl": "metrics.jsonl"}}
 JSON
 }
 losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([-0-9.e]*\).*/\1 \2/p' "$1" | sort -n -k1,1 -u; }
+tiers= flag=
 mk one.json '"tp": 1'
+[ -z "$inplace" ] || { tiers=', "tiers": [{"kind": "host"}, {"kind": "local"}]'; flag=--in-place; }
 mk run.json "$par"
 "$exe" train one.json --out one > one.log 2>&1 && ok "one process on $dev" ||
   { bad "one process on $dev"; cat one.log; exit 1; }
-LLMT_FAULT=kill:1:5 "$exe" launch --nproc $n --spares 1 --heartbeat-timeout 120 run.json --out run \
+LLMT_FAULT=kill:1:5 "$exe" launch --nproc $n --spares 1 $flag --heartbeat-timeout 120 run.json --out run \
   > run.log 2>&1
 rc=$?
 if [ $rc != 0 ] && [ "$dev" = cuda ] && grep -q "backend has not run" run.log; then
@@ -84,6 +90,8 @@ if [ $rc != 0 ] && [ "$dev" = cuda ] && grep -q "backend has not run" run.log; t
 fi
 [ $rc = 0 ] && ok "launch --nproc $n --spares 1, $lay on $dev, rank 1 killed at step 5: finished" ||
   { bad "launch ($lay on $dev)"; tail -30 run.log; }
+[ -z "$inplace" ] || { grep -q "in-place recovery as gen 1" run.log && ok "recovered in place" ||
+  { bad "no in-place recovery"; grep -iE "place|recover" run.log; }; }
 grep -qE "recovered: gen 1 resumed at step (2|4) " run.log &&
   ok "the restart resumed the layout's checkpoint" ||
   { bad "no resume from a checkpoint"; grep -iE "resum|recover" run.log; }
