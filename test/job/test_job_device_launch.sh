@@ -24,7 +24,10 @@
 # x ep 2). A LAYOUT ending in -inplace recovers in place (`launch
 # --in-place`, a host tier): the survivors stay in their processes, make a
 # new trainer on the same engine and go back to the newest step every rank
-# holds, the spare resumes from disk.
+# holds, the spare resumes from disk. dp-sdc (emulated): dp 4 with the
+# silent-data-corruption check every 2 steps and a bit flipped in rank 1's
+# parameters at step 3 instead of a kill: the check names rank 1 and
+# repairs it from the majority, and the losses still equal one process's.
 # usage: test_job_device_launch.sh path/to/llmtrain DEVICE LAYOUT
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 dev=$2 lay=$3
@@ -37,7 +40,7 @@ case $dev in
   *) echo "usage: $0 llmtrain emulated|cuda LAYOUT"; exit 2 ;;
 esac
 "$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build: skip"; exit 77; }
-moe= par= n=2 inplace=
+moe= par= n=2 inplace= sdc=
 case $lay in *-inplace) inplace=1 lay=${lay%-inplace} ;; esac
 case $lay in
   tp) par='"tp": 2' ;;
@@ -50,6 +53,7 @@ case $lay in
   tpdp) par='"tp": 2, "dp": 2, "zero": 1' n=4 ;;
   ppdp) par='"pp": 2, "dp": 2' n=4 ;;
   moe-ep) moe=1 par='"dp": 2, "ep": 2' ;;
+  dp-sdc) par='"dp": 4' n=4 sdc=1 ;;
   *) echo "unknown layout '$lay'"; exit 2 ;;
 esac
 [ $n = 2 ] || [ "$dev" = emulated ] || { echo "layout $lay has dp > 1: emulated only"; exit 2; }
@@ -68,19 +72,20 @@ mk() { # file parallelism
  "train": {"steps": 8, "seed": 7, "device": "$dev", "eval_interval": 0, "log_interval": 1,
            "threads": 1, "sample_tokens": 0},
  "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "byte"}},
- "checkpoint": {"interval": 2, "async": false$tiers},
+ "checkpoint": {"interval": 2, "async": false$tiers},$ft
  "hardware": {"gpu": "$gpu"},
  "metrics": {"jsonl": "metrics.jsonl"}}
 JSON
 }
 losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([-0-9.e]*\).*/\1 \2/p' "$1" | sort -n -k1,1 -u; }
-tiers= flag=
+tiers= flag= ft= fault=kill:1:5
 mk one.json '"tp": 1'
 [ -z "$inplace" ] || { tiers=', "tiers": [{"kind": "host"}, {"kind": "local"}]'; flag=--in-place; }
+[ -z "$sdc" ] || { ft=' "fault_tolerance": {"sdc_interval": 2},'; fault=bitflip:1:3; }
 mk run.json "$par"
 "$exe" train one.json --out one > one.log 2>&1 && ok "one process on $dev" ||
   { bad "one process on $dev"; cat one.log; exit 1; }
-LLMT_FAULT=kill:1:5 "$exe" launch --nproc $n --spares 1 $flag --heartbeat-timeout 120 run.json --out run \
+LLMT_FAULT=$fault "$exe" launch --nproc $n --spares 1 $flag --heartbeat-timeout 120 run.json --out run \
   > run.log 2>&1
 rc=$?
 if [ $rc != 0 ] && [ "$dev" = cuda ] && grep -q "backend has not run" run.log; then
@@ -88,20 +93,26 @@ if [ $rc != 0 ] && [ "$dev" = cuda ] && grep -q "backend has not run" run.log; t
   grep -o "[^:]*backend has not run[^(]*" run.log | head -1
   exit 77
 fi
-[ $rc = 0 ] && ok "launch --nproc $n --spares 1, $lay on $dev, rank 1 killed at step 5: finished" ||
+[ $rc = 0 ] && ok "launch --nproc $n --spares 1, $lay on $dev, LLMT_FAULT $fault: finished" ||
   { bad "launch ($lay on $dev)"; tail -30 run.log; }
 [ -z "$inplace" ] || { grep -q "in-place recovery as gen 1" run.log && ok "recovered in place" ||
   { bad "no in-place recovery"; grep -iE "place|recover" run.log; }; }
-grep -qE "recovered: gen 1 resumed at step (2|4) " run.log &&
-  ok "the restart resumed the layout's checkpoint" ||
-  { bad "no resume from a checkpoint"; grep -iE "resum|recover" run.log; }
+if [ -n "$sdc" ]; then
+  grep -q '"event":"sdc","step":4,"ok":false,"ranks":4,"bad_ranks":\[1\],.*"action":"repaired"' \
+    run/metrics.jsonl && ok "the check at step 4 named rank 1 and repaired it" ||
+    { bad "no sdc event naming rank 1"; grep sdc run/metrics.jsonl; }
+else
+  grep -qE "recovered: gen 1 resumed at step (2|4) " run.log &&
+    ok "the restart resumed the layout's checkpoint" ||
+    { bad "no resume from a checkpoint"; grep -iE "resum|recover" run.log; }
+fi
 losses one/metrics.jsonl > a.txt
 losses run/metrics.jsonl > b.txt
 if [ "$(wc -l < a.txt)" = 8 ] && [ "$(wc -l < b.txt)" = 8 ] &&
    paste a.txt b.txt | awk -v b="$bound" '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r;
                                           if ($1 != $3 || r > b) bad = 1}
                                          END {printf "max relative loss diff %.3g (bound %g)\n", m, b; exit bad}'; then
-  ok "every step's loss equals one process's ($lay on $dev, killed and restarted)"
+  ok "every step's loss equals one process's ($lay on $dev, after LLMT_FAULT $fault)"
 else
   bad "losses differ ($lay on $dev)"; paste a.txt b.txt
 fi
