@@ -123,6 +123,9 @@ struct llmt_ckpt {
     llmt_context *ctx;
     char *root;
     char *durable;
+    /* node-local root (llmt__ckpt_set_node_local): parts are committed in
+     * the durable tier, the root keeps only this node's parts */
+    int node_local;
     llmt_ckpt_opts opts;
 
     /* save description */
@@ -190,6 +193,15 @@ llmt_status llmt__ckpt_load_part(llmt_ckpt *ck, const char *dir, int32_t rank, u
  * different keys are on different nodes: the replica partner is then on
  * another node where there is one. Failures go to ck->err. */
 llmt_status llmt__ckpt_peer_config(llmt_ckpt *ck, const char *dir, uint64_t node, int node_set);
+
+/* The root is a node's own directory (the same path on every node's
+ * disk, or one per agent), not shared by every rank: each part written
+ * there is then copied into the durable tier, where the rank that finds
+ * every part commits the step (manifest.json, latest, the durable
+ * retention); the root gets no manifest and keeps its newest keep_last
+ * step directories (save.c). Needs a durable tier (else
+ * LLMT_ERR_INVALID_ARGUMENT on ck->err). */
+llmt_status llmt__ckpt_set_node_local(llmt_ckpt *ck, int on);
 
 /* Open `step` from every rank's part gathered in memory (memtier.c):
  * collective over `comm` (rank i = checkpoint rank i); each rank gives its

@@ -93,6 +93,10 @@ llmt_status llmt__ckpt_open_gathered(llmt_ckpt *ck, llmt_comm *comm, int64_t ste
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/step-%012" PRId64, ck->root, step);
         s = llmt__ckpt_load_part(ck, dir, me, &mine, &n);
+        if (s != LLMT_OK && ck->node_local) { /* a rank now on another node: its */
+            snprintf(dir, sizeof dir, "%s/step-%012" PRId64, ck->durable, step); /* copy */
+            s = llmt__ckpt_load_part(ck, dir, me, &mine, &n);
+        }
     }
     /* a rank without its part still takes part (0 bytes), then fails */
     char why[LLMT_ERR_MSG_MAX] = "";

@@ -116,6 +116,18 @@ llmt_status llmt__ckpt_prepare_step(llmt_ckpt *ck, int64_t step)
 {
     char d[MAX_PATH], mf[MAX_PATH];
     struct stat st;
+    /* a node-local root's steps commit in the durable tier: one committed
+     * there is never written again (a restore moves the broken ones aside
+     * before the run saves, ckpt.c) */
+    if (ck->node_local) {
+        snprintf(mf, sizeof mf, "%s/step-%012" PRId64 "/manifest.json", ck->durable, step);
+        if (stat(mf, &st) == 0)
+            return llmt__err_set(&ck->err, LLMT_ERR_STATE,
+                                 "ckpt: step %" PRId64 " is already committed in the durable "
+                                 "tier %s (the node-local root's commits are there; resume "
+                                 "from it or choose another directory)",
+                                 step, ck->durable);
+    }
     snprintf(d, sizeof d, "%s/step-%012" PRId64, ck->root, step);
     snprintf(mf, sizeof mf, "%s/manifest.json", d);
     if (stat(d, &st) != 0)

@@ -120,6 +120,18 @@ static void clear_desc(llmt_ckpt *ck)
     ck->begun = 0;
 }
 
+llmt_status llmt__ckpt_set_node_local(llmt_ckpt *ck, int on)
+{
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    if (on && !ck->durable)
+        return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: a node-local root commits its steps in the durable tier, "
+                             "and this handle has none (llmt_ckpt_opts.durable_dir)");
+    ck->node_local = on != 0;
+    return LLMT_OK;
+}
+
 LLMT_API void llmt_ckpt_destroy(llmt_ckpt *ck)
 {
     if (!ck)
@@ -631,9 +643,12 @@ static llmt_status copy_to_durable(llmt_ckpt *ck, const char *src, int64_t step,
     return s;
 }
 
-/* If every rank's part is in `dir`, merge them into manifest.json. */
-static llmt_status try_commit(llmt_ckpt *ck, const char *dir)
+/* If every rank's part is in `dir`, merge them into manifest.json: in the
+ * root (then copied to the durable tier), or with a node-local root in the
+ * durable tier itself (in_durable). */
+static llmt_status try_commit(llmt_ckpt *ck, const char *dir, int in_durable)
 {
+    const char *root = in_durable ? ck->durable : ck->root;
     int32_t w = ck->opts.world_size;
     ck_manifest *parts = calloc((size_t)w, sizeof *parts);
     ck_manifest **pp = calloc((size_t)w, sizeof *pp);
@@ -677,11 +692,15 @@ static llmt_status try_commit(llmt_ckpt *ck, const char *dir)
     st = llmt__ckpt_write_atomic(dir, "manifest.json", json, jl, ck->job_err,
                                  sizeof ck->job_err);
     if (st == LLMT_OK)
-        st = update_latest(ck->root, ck->job.step, ck->job_err, sizeof ck->job_err);
+        st = update_latest(root, ck->job.step, ck->job_err, sizeof ck->job_err);
     if (st == LLMT_OK) {
         llmt__log(ck->ctx, LLMT_LOG_INFO, "ckpt", "committed %s", dir);
-        llmt__ckpt_retain(ck->ctx, ck->root, ck->opts.keep_last, ck->opts.keep_every, -1);
-        if (ck->durable) {
+        if (in_durable)
+            llmt__ckpt_retain(ck->ctx, root, ck->opts.durable_keep_last,
+                              ck->opts.durable_keep_every, -1);
+        else
+            llmt__ckpt_retain(ck->ctx, root, ck->opts.keep_last, ck->opts.keep_every, -1);
+        if (ck->durable && !in_durable) {
             llmt_status ds = copy_to_durable(ck, dir, ck->job.step, w, json, jl);
             if (ds != LLMT_OK) /* the local commit stands; report the tier */
                 llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "durable tier failed: %s",
@@ -689,7 +708,7 @@ static llmt_status try_commit(llmt_ckpt *ck, const char *dir)
         }
         if (ck->opts.tier_fn) {
             char dd[MAX_PATH];
-            if (ck->durable)
+            if (ck->durable && !in_durable)
                 step_dir(dd, sizeof dd, ck->durable, ck->job.step);
             else
                 snprintf(dd, sizeof dd, "%s", dir);
@@ -739,6 +758,62 @@ void *llmt__ckpt_hash_job(void *arg)
         for (size_t c = 0; c < m->tensors[i].nchunks; c++)
             hash_chunk(ck, &m->tensors[i].chunks[c]);
     return NULL;
+}
+
+/* A node-local root's write buffer: its newest keep_last step directories
+ * (all of them with keep_last 0) stay, older ones go. Every rank of the
+ * node prunes the same root: one already removed by another is not an
+ * error. */
+static void prune_node_root(llmt_ckpt *ck)
+{
+    size_t n = 0;
+    int64_t *all = llmt__ckpt_scan(ck->root, 0, &n);
+    /* at least 2: a rank of the node may still write the previous step's
+     * part (async saves) when another has written this one */
+    int keep = ck->opts.keep_last > 0 && ck->opts.keep_last < 2 ? 2 : ck->opts.keep_last;
+    for (size_t i = 0; all && keep > 0 && i + (size_t)keep < n; i++) {
+        char p[MAX_PATH];
+        snprintf(p, sizeof p, "%s/step-%012" PRId64, ck->root, all[i]);
+        if (llmt__ckpt_rmdir(p) == 0)
+            llmt__log(ck->ctx, LLMT_LOG_DEBUG, "ckpt", "retention removed %s", p);
+        else
+            llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "retention could not remove %s: %s", p,
+                      strerror(errno));
+    }
+    free(all);
+}
+
+/* With a node-local root: this rank's part, just written to `dir`, copied
+ * into the durable tier's step directory (the data first; the part
+ * manifest, which try_commit looks for, written atomically last), and the
+ * step committed there by whichever rank finds every part. */
+static llmt_status commit_durable(llmt_ckpt *ck, const char *dir)
+{
+    const ck_manifest *m = &ck->job;
+    char dst[MAX_PATH], a[MAX_PATH], b[MAX_PATH], name[32];
+    step_dir(dst, sizeof dst, ck->durable, m->step);
+    if (llmt__ckpt_mkdirs(dst))
+        return JOB_FAIL(LLMT_ERR_IO, "ckpt: durable tier: mkdir %s: %s", dst, strerror(errno));
+    snprintf(name, sizeof name, "rank-%05d.json", (int)m->rank);
+    snprintf(b, sizeof b, "%s/%s", dst, name);
+    if (unlink(b) == 0) /* an earlier attempt's part must not commit with new data */
+        llmt__ckpt_fsync_dir(dst);
+    snprintf(a, sizeof a, "%s/rank-%05d.bin", dir, (int)m->rank);
+    snprintf(b, sizeof b, "%s/rank-%05d.bin", dst, (int)m->rank);
+    llmt_status st = llmt__ckpt_copy_file(a, b, ck->job_err, sizeof ck->job_err);
+    char *text = NULL;
+    size_t len = 0;
+    snprintf(a, sizeof a, "%s/%s", dir, name);
+    if (st == LLMT_OK)
+        st = llmt__ckpt_read_small(a, (size_t)1 << 30, &text, &len, ck->job_err,
+                                   sizeof ck->job_err);
+    if (st == LLMT_OK)
+        st = llmt__ckpt_write_atomic(dst, name, text, len, ck->job_err, sizeof ck->job_err);
+    free(text);
+    if (st != LLMT_OK)
+        return st;
+    prune_node_root(ck);
+    return try_commit(ck, dst, 1);
 }
 
 /* Persist the snapshot: data file (hashed meanwhile), part manifest, commit. */
@@ -798,7 +873,7 @@ static llmt_status run_job(llmt_ckpt *ck)
             llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "tier hook (peer) for step %" PRId64
                       " returned %s", m->step, llmt_status_string(hs));
     }
-    return try_commit(ck, dir);
+    return ck->node_local ? commit_durable(ck, dir) : try_commit(ck, dir, 0);
 }
 
 static void *writer_main(void *arg)

@@ -289,11 +289,42 @@ llmt_status llmt__job_maybe_save(llmt_job *j, int64_t done, int last, llmt_job_m
     return LLMT_OK;
 }
 
+/* A handle on the durable tier for reading and quarantining (never
+ * pruning: the saving handle does that). */
+static llmt_status durable_handle(llmt_job *j, llmt_ckpt **dk)
+{
+    llmt_ckpt_opts co;
+    llmt_ckpt_opts_init(&co, sizeof co);
+    co.rank = j->rank;
+    co.world_size = j->world;
+    co.keep_last = 0; /* never prune the durable tier from here */
+    return llmt_ckpt_create(j->ctx, j->durable_dir, &co, dk);
+}
+
+/* With a node-local root the steps commit in the durable tier: the parts
+ * of newer steps there (an attempt the failure cut short) are what must
+ * not be committed with new data. */
+static llmt_status quarantine_durable(llmt_job *j, int64_t step, size_t *moved)
+{
+    llmt_ckpt *dk = NULL;
+    llmt_status s = durable_handle(j, &dk);
+    if (s != LLMT_OK)
+        return FAIL(s, "checkpoint.tiers durable: %s", llmt_context_last_error(j->ctx));
+    s = llmt_ckpt_quarantine_newer(dk, step, moved);
+    if (s != LLMT_OK)
+        FAIL(s, "checkpoint.tiers durable: %s", llmt_ckpt_last_error(dk));
+    llmt_ckpt_destroy(dk);
+    return s;
+}
+
 llmt_status llmt__job_quarantine(llmt_job *j, int64_t step)
 {
     size_t moved = 0;
     llmt_status s = LLMT_OK;
-    if (j->rank == 0)
+    if (j->rank == 0 && j->ck->node_local) {
+        if ((s = quarantine_durable(j, step, &moved)) != LLMT_OK)
+            return s;
+    } else if (j->rank == 0)
         s = llmt_ckpt_quarantine_newer(j->ck, step, &moved);
     if (s != LLMT_OK)
         return FAIL(s, "%s", llmt_ckpt_last_error(j->ck));
@@ -302,7 +333,8 @@ llmt_status llmt__job_quarantine(llmt_job *j, int64_t step)
         snprintf(j->resume_note + l, sizeof j->resume_note - l,
                  "%smoved %zu unusable step director%s to %.400s/quarantine (see REASON "
                  "in each)",
-                 l ? "; " : "", moved, moved == 1 ? "y" : "ies", j->ckpt_dir);
+                 l ? "; " : "", moved, moved == 1 ? "y" : "ies",
+                 j->ck->node_local ? j->durable_dir : j->ckpt_dir);
     }
     /* no rank saves before rank 0 has moved them */
     if (j->comm && (s = llmt_comm_barrier(j->comm)) != LLMT_OK)
@@ -491,11 +523,17 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
         restore_line(j, tier, *step, t0, peer);
         return llmt__job_quarantine(j, *step);
     }
-    peer = restore_peer(j);
+    /* a node-local root holds parts, never a commit: the durable tier has
+     * every committed step */
+    int node_local = j->ck->node_local;
+    peer = node_local ? 0 : restore_peer(j);
     size_t nlocal = 0, ndurable = 0;
-    llmt_ckpt_list(j->ck, NULL, 0, &nlocal);
+    if (!node_local)
+        llmt_ckpt_list(j->ck, NULL, 0, &nlocal);
     int opened = 0;
-    s = restore_from(j, j->ck, with_data, step, &opened);
+    s = node_local ? LLMT_ERR_NOT_FOUND : restore_from(j, j->ck, with_data, step, &opened);
+    if (node_local)
+        llmt__err_set(&j->ck->err, s, "node-local (its steps commit in the durable tier)");
     if (opened && s != LLMT_OK)
         return s; /* a checkpoint opened but could not be used: say so */
     if (s == LLMT_OK) {
@@ -510,13 +548,8 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
     if (j->durable_dir[0]) {
         /* the local tier is gone (a replaced node) or unusable: the durable
          * copy has every committed step, with the same format */
-        llmt_ckpt_opts co;
-        llmt_ckpt_opts_init(&co, sizeof co);
-        co.rank = j->rank;
-        co.world_size = j->world;
-        co.keep_last = 0; /* never prune the durable tier from here */
         llmt_ckpt *dk = NULL;
-        s = llmt_ckpt_create(j->ctx, j->durable_dir, &co, &dk);
+        s = durable_handle(j, &dk);
         if (s == LLMT_OK) {
             llmt_ckpt_list(dk, NULL, 0, &ndurable);
             s = restore_from(j, dk, with_data, step, &opened);

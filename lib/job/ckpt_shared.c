@@ -11,7 +11,13 @@
  * the root, every rank looks for it (a shared filesystem's client may take
  * a moment to show a new name: looked for again for up to 2 s), and the
  * first rank that cannot see it is named. The peer tier's directory is
- * node-local on purpose and not checked. */
+ * node-local on purpose and not checked.
+ *
+ * A node-local root is fine when there is a durable tier every rank sees
+ * (checked the same way): the root then becomes each node's write buffer
+ * and the steps commit in the durable tier (lib/ckpt/save.c,
+ * llmt__ckpt_set_node_local), from which a restart reads them (ckpt.c).
+ * Checked again at every in-place recovery: ranks may have moved. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -20,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_internal.h"
 #include "job/job.h"
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
@@ -36,9 +43,9 @@ static uint64_t fresh_token(const llmt_job *j)
     return x ? x : 1;
 }
 
-static void probe_path(char *p, size_t cap, const llmt_job *j, uint64_t token)
+static void probe_path(char *p, size_t cap, const char *dir, uint64_t token)
 {
-    snprintf(p, cap, "%s/.llmt-shared-%016" PRIx64, j->ckpt_dir, token);
+    snprintf(p, cap, "%s/.llmt-shared-%016" PRIx64, dir, token);
 }
 
 /* 1 when the probe file is there and holds the token. */
@@ -58,12 +65,14 @@ static int sees(const char *p, uint64_t token)
     return 0;
 }
 
-llmt_status llmt__job_ckpt_shared(llmt_job *j)
+/* Whether every rank sees a file rank 0 writes into `dir`: *first is the
+ * first rank that does not (-1: all do), *blind how many do not.
+ * Collective over the job's communicator. */
+static llmt_status probe(llmt_job *j, const char *dir, const char *key, int32_t n, int32_t r,
+                         int32_t *first, int32_t *blind)
 {
-    int32_t n = 1, r = 0;
-    if (!j->comm || llmt_comm_size(j->comm, &n) != LLMT_OK || n <= 1)
-        return LLMT_OK;
-    llmt_comm_rank(j->comm, &r);
+    *first = -1;
+    *blind = 0;
     /* rank 0's token and whether it could write the file */
     struct {
         uint64_t token; /* sent as an int64: the same 8 bytes */
@@ -72,7 +81,7 @@ llmt_status llmt__job_ckpt_shared(llmt_job *j)
     char p[JOB_PATH_MAX + 64], why[256] = "";
     if (r == 0) {
         msg.token = fresh_token(j);
-        probe_path(p, sizeof p, j, msg.token);
+        probe_path(p, sizeof p, dir, msg.token);
         FILE *f = fopen(p, "w");
         msg.written = f && fprintf(f, "%016" PRIx64 "\n", msg.token) > 0;
         if (!f || fclose(f) != 0)
@@ -84,14 +93,13 @@ llmt_status llmt__job_ckpt_shared(llmt_job *j)
     if (s != LLMT_OK) {
         if (r == 0 && msg.written)
             unlink(p);
-        return FAIL(s, "checkpoint.dir: checking that every rank sees one root: %s",
+        return FAIL(s, "%s: checking that every rank sees one root: %s", key,
                     llmt_comm_last_error(j->comm));
     }
     if (!msg.written)
-        return FAIL(LLMT_ERR_IO,
-                    "checkpoint.dir: rank 0 cannot write into its checkpoint root %s%s%s",
-                    j->ckpt_dir, why[0] ? ": " : "", why);
-    probe_path(p, sizeof p, j, msg.token);
+        return FAIL(LLMT_ERR_IO, "%s: rank 0 cannot write into %s%s%s", key, dir,
+                    why[0] ? ": " : "", why);
+    probe_path(p, sizeof p, dir, msg.token);
     int32_t mine = sees(p, msg.token), all[LLMT_JOB_PROBE_MAX];
     int32_t *seen = n <= LLMT_JOB_PROBE_MAX ? all : malloc((size_t)n * sizeof *seen);
     if (!seen)
@@ -102,28 +110,72 @@ llmt_status llmt__job_ckpt_shared(llmt_job *j)
             free(seen);
         if (r == 0)
             unlink(p);
-        return FAIL(s, "checkpoint.dir: checking that every rank sees one root: %s",
+        return FAIL(s, "%s: checking that every rank sees one root: %s", key,
                     llmt_comm_last_error(j->comm));
     }
-    int32_t first = -1, blind = 0;
     for (int32_t k = 0; k < n; k++)
         if (!seen[k]) {
-            blind++;
-            if (first < 0)
-                first = k;
+            ++*blind;
+            if (*first < 0)
+                *first = k;
         }
     if (seen != all)
         free(seen);
     if (r == 0) /* every rank has looked (the all-gather) */
         unlink(p);
-    if (first >= 0)
+    return LLMT_OK;
+}
+
+llmt_status llmt__job_ckpt_shared(llmt_job *j)
+{
+    int32_t n = 1, r = 0, first = -1, blind = 0;
+    if (!j->comm || llmt_comm_size(j->comm, &n) != LLMT_OK || n <= 1)
+        return LLMT_OK;
+    llmt_comm_rank(j->comm, &r);
+    llmt_status s = probe(j, j->ckpt_dir, "checkpoint.dir", n, r, &first, &blind);
+    if (s != LLMT_OK)
+        return s;
+    /* shared (again, after a recovery that moved ranks): commit in the root */
+    j->ckpt_node_local = 0;
+    if (first < 0)
+        return llmt__ckpt_set_node_local(j->ck, 0);
+    if (!j->durable_dir[0])
         return FAIL(LLMT_ERR_INVALID_ARGUMENT,
                     "checkpoint.dir: rank %d%s cannot see the file rank 0 wrote into the "
                     "checkpoint root (%s, as rank %d names it): the ranks' roots are not one "
                     "shared directory (a node's own disk under the same path?). A step "
                     "commits when every rank's part is in one directory, so no checkpoint "
                     "would ever be complete: put checkpoint.dir on a filesystem every node "
-                    "shares (the peer tier's checkpoint.tiers path may stay node-local)",
+                    "shares, or add a durable tier on one (checkpoint.tiers, kind durable): "
+                    "the steps then commit there and checkpoint.dir may stay node-local",
                     (int)first, blind > 1 ? " (and others)" : "", j->ckpt_dir, (int)r);
+    if (j->peer_tier)
+        return FAIL(LLMT_ERR_UNSUPPORTED,
+                    "checkpoint.tiers: a peer tier with a node-local checkpoint.dir (rank %d "
+                    "cannot see rank 0's root %s) is not supported yet: the steps commit in "
+                    "the durable tier, where every rank's part already is; remove the peer "
+                    "tier, or put checkpoint.dir on a shared filesystem",
+                    (int)first, j->ckpt_dir);
+    int32_t dfirst = -1, dblind = 0;
+    s = probe(j, j->durable_dir, "checkpoint.tiers durable", n, r, &dfirst, &dblind);
+    if (s != LLMT_OK)
+        return s;
+    if (dfirst >= 0)
+        return FAIL(LLMT_ERR_INVALID_ARGUMENT,
+                    "checkpoint.tiers durable: rank %d%s cannot see the file rank 0 wrote into "
+                    "the durable tier (%s), nor into checkpoint.dir (%s): with a node-local "
+                    "checkpoint.dir the steps commit in the durable tier, which must be one "
+                    "directory every rank shares",
+                    (int)dfirst, dblind > 1 ? " (and others)" : "", j->durable_dir,
+                    j->ckpt_dir);
+    if (llmt__ckpt_set_node_local(j->ck, 1) != LLMT_OK)
+        return FAIL(LLMT_ERR_INTERNAL, "checkpoint: %s", llmt_ckpt_last_error(j->ck));
+    j->ckpt_node_local = 1;
+    if (r == 0)
+        llmt__log(j->ctx, LLMT_LOG_INFO, "job",
+                  "checkpoint.dir %s is node-local (rank %d%s cannot see rank 0's): each "
+                  "rank's part is written there and copied to the durable tier %s, where "
+                  "the steps commit",
+                  j->ckpt_dir, (int)first, blind > 1 ? " and others" : "", j->durable_dir);
     return LLMT_OK;
 }

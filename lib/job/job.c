@@ -502,6 +502,9 @@ static llmt_status begin(llmt_job *j, const llmt_job_opts *o)
     llmt__job_metrics_line(j, "{\"event\":\"%s\",\"step\":%lld,\"world_size\":%d}",
                            step >= 0 ? "resume" : "start", (long long)(step >= 0 ? step : 0),
                            (int)j->world);
+    if (j->ckpt_node_local) /* ckpt_shared.c found it */
+        llmt__job_metrics_line(j, "{\"event\":\"ckpt_root\",\"node_local\":true,"
+                                  "\"commits_in\":\"durable\"}");
     return LLMT_OK;
 }
 

@@ -1,0 +1,128 @@
+#!/bin/sh
+# Node-local checkpoint roots (issue 19): two `llmtrain launch` agents on
+# this host as two nodes (--nnodes 2, 2 ranks each), each with its own run
+# directory, so checkpoint.dir ("ckpt" under it) is a different directory
+# on each node, as a node's own disk is. With a durable tier every rank
+# shares, the job takes the roots as node-local (lib/job/ckpt_shared.c):
+# each rank's part is written to its node's root and copied to the durable
+# tier, where the steps commit (lib/ckpt/save.c). Checked:
+#   - uninterrupted: every save commits in the durable tier (manifest and
+#     all 4 parts there), each node's root holds only its own ranks' parts
+#     and no manifest, the job reports the node-local root; the losses
+#     equal one agent's run on one shared root (4 ranks);
+#   - rank 3 (node 1) killed at step 7, node 0's spare takes it: the gang
+#     restarts from the durable tier (step 6) and every loss still equals;
+#   - the same in place (--in-place, a host tier): the survivors restore
+#     from memory, the promoted spare's part read from the durable tier;
+#   - refused by name: node-local roots without a durable tier
+#     (checkpoint.dir) and with a peer tier (checkpoint.tiers).
+# usage: test_launch_nodelocal.sh path/to/llmtrain (exit 77 without gloo)
+exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+"$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build"; exit 77; }
+. "$(dirname "$0")/../run_lib.sh"
+mk() { # file tiers
+  cat > "$1" <<JSON
+{"name": "nodelocal",
+ "model": {"arch": "gpt2", "layers": 1, "hidden": 32, "heads": 2, "vocab": 320, "seq_len": 16},
+ "batch": {"micro": 1, "global": 8},
+ "optimizer": {"lr": 1e-2},
+ "train": {"steps": 10, "seed": 3, "eval_interval": 0, "log_interval": 1, "threads": 1,
+           "sample_tokens": 0},
+ "data": {"train": "$tmp/corpus", "tokenizer": {"kind": "byte"}},
+ "checkpoint": {"interval": 2, "async": false, "tiers": [$2]},
+ "fault_tolerance": {"collective_timeout_s": 6},
+ "hardware": {"gpu": "cpu"},
+ "metrics": {"jsonl": "metrics.jsonl"}}
+JSON
+}
+durable="{\"kind\": \"durable\", \"path\": \"$tmp/durable\"}"
+mk nl.json "{\"kind\": \"local\"}, $durable"
+mk ip.json "{\"kind\": \"host\"}, {\"kind\": \"local\"}, $durable"
+mk bare.json '{"kind": "local"}'
+mk peer.json "{\"kind\": \"local\"}, {\"kind\": \"peer\"}, $durable"
+losses() {
+  python3 -c '
+import json, sys
+d = {}
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    if "loss" in j:
+        d[j["step"]] = j["loss"]
+for s in sorted(d):
+    print(s, "%.6f" % d[s])' "$1"
+}
+# two NAME SPEC [FAULT] [launch args]: node 0 (a spare slot) and node 1, each
+# agent with its own run directory NAME-0 and NAME-1; 0 when both finished
+two() {
+  n=$1 spec=$2 f=$3
+  shift 3
+  mkdir "rdzv-$n"
+  LLMT_FAULT=$f "$exe" launch --out "$n-0" --nproc 2 --spares 1 --nnodes 2 --node-rank 0 \
+    --rdzv "rdzv-$n" "$@" "$spec" > "$n-0.log" 2>&1 &
+  p0=$!
+  LLMT_FAULT=$f "$exe" launch --out "$n-1" --nproc 2 --nnodes 2 --node-rank 1 \
+    --rdzv "rdzv-$n" "$@" "$spec" > "$n-1.log" 2>&1 &
+  p1=$!
+  r0=0 r1=0
+  wait $p0 || r0=$?
+  wait $p1 || r1=$?
+  [ $r0 -eq 0 ] && [ $r1 -eq 0 ]
+}
+# the reference: one agent, one shared root, 4 ranks
+mk ref.json '{"kind": "local"}'
+"$exe" launch --out ref --nproc 4 ref.json > ref.log 2>&1 || { bad "reference run"; cat ref.log; exit 1; }
+losses ref/metrics.jsonl > ref.loss
+[ "$(wc -l < ref.loss)" -eq 10 ] && ok "reference: 10 steps on one shared root" || bad "reference"
+
+two nl nl.json "" && ok "node-local roots, durable tier: both agents finished" ||
+  { bad "agents exited $r0 and $r1"; tail -8 nl-0.log nl-1.log; }
+grep -q '"event":"ckpt_root","node_local":true' nl-0/metrics.jsonl &&
+  ok "the job reports its roots as node-local" || bad "no ckpt_root event"
+[ "$(ls -d "$tmp"/durable/step-*/manifest.json 2>/dev/null | wc -l)" -ge 3 ] &&
+  [ -f "$tmp/durable/step-000000000010/rank-00003.json" ] && grep -q step-000000000010 "$tmp/durable/latest" &&
+  ok "every save committed in the durable tier ($(ls "$tmp/durable" | grep -c step-) steps, latest 10)" ||
+  { bad "durable tier"; ls -R "$tmp/durable" | head -20; }
+parts() { ls "$1"/ckpt/step-000000000010/ 2>/dev/null | tr '\n' ' '; }
+[ "$(parts nl-0)" = "rank-00000.bin rank-00000.json rank-00001.bin rank-00001.json " ] &&
+  [ "$(parts nl-1)" = "rank-00002.bin rank-00002.json rank-00003.bin rank-00003.json " ] &&
+  ! ls nl-0/ckpt/step-*/manifest.json nl-1/ckpt/step-*/manifest.json > /dev/null 2>&1 &&
+  ok "each node's root holds its own ranks' parts and no manifest" ||
+  bad "node roots: node 0 '$(parts nl-0)', node 1 '$(parts nl-1)'"
+[ "$(ls nl-0/ckpt | grep -c step-)" -le 3 ] && ok "the node roots keep keep_last (3) steps" ||
+  bad "node 0 root: $(ls nl-0/ckpt)"
+losses nl-0/metrics.jsonl > nl.loss
+cmp -s ref.loss nl.loss && ok "losses equal the shared root's" || { bad "losses"; diff ref.loss nl.loss; }
+
+rm -rf "$tmp/durable"
+two kill nl.json kill:3:7 && ok "rank 3 killed at step 7: both agents finished" ||
+  { bad "agents exited $r0 and $r1"; tail -8 kill-0.log kill-1.log; }
+grep -q "spare slot 2 promoted to rank 3" kill-0.log && ok "node 0's spare took rank 3" ||
+  bad "no promotion: $(grep launch: kill-0.log)"
+grep -q '"event":"restore","tier":"durable","step":6' kill-0/metrics.jsonl &&
+  ok "the gang restarted from the durable tier's step 6" ||
+  bad "restore: $(grep -o '"event":"restore[^}]*' kill-0/metrics.jsonl)"
+losses kill-0/metrics.jsonl > kill.loss
+cmp -s ref.loss kill.loss && ok "losses after the restart equal the uninterrupted run's" ||
+  { bad "losses"; diff ref.loss kill.loss; }
+
+rm -rf "$tmp/durable"
+two inplace ip.json kill:3:7 --in-place && ok "in place: both agents finished" ||
+  { bad "agents exited $r0 and $r1"; tail -8 inplace-0.log inplace-1.log; }
+grep -q "in-place recovery as gen 1" inplace-0.log &&
+  grep -q '"event":"restore","tier":"memory","step":6' inplace-0/metrics.jsonl &&
+  ok "in place: the survivors restored step 6 from memory (the spare's part from the durable tier)" ||
+  bad "in place: $(grep -o '"event":"restore[^}]*' inplace-0/metrics.jsonl)"
+losses inplace-0/metrics.jsonl > ip.loss
+cmp -s ref.loss ip.loss && ok "in place: losses equal" || { bad "losses"; diff ref.loss ip.loss; }
+
+rm -rf "$tmp/durable"
+two bare bare.json "" || true
+grep -q "checkpoint.dir: rank [0-9]* .*cannot see" bare-0.log &&
+  grep -rqs "add a durable tier on one (checkpoint.tiers, kind durable)" bare-0/agent &&
+  ok "without a durable tier: refused naming checkpoint.dir" ||
+  { bad "no refusal without a durable tier"; tail -5 bare-0.log; }
+two peer peer.json "" || true
+grep -q "checkpoint.tiers: a peer tier with a node-local checkpoint.dir" peer-0.log &&
+  ok "with a peer tier: refused naming checkpoint.tiers" ||
+  { bad "no refusal with a peer tier"; tail -5 peer-0.log; }
+exit $fail
