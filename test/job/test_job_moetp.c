@@ -53,8 +53,10 @@ typedef struct moe_lay {
 } moe_lay;
 
 /* Layout l in run directory tmp/dirname against the single rank ref:
- * every rank's losses, and every group it has timed on every rank (its
- * collectives were waited on). */
+ * every rank's losses, and every group it has timed on some rank (its
+ * collectives were waited on; a rank whose messages were always there
+ * before it asked can time 0: the clean-clone CI saw it once on a loaded
+ * machine for a TP or PP group). */
 static void check_layout(const moe_lay *l, const char *dirname, const jt_rank *ref, jt_rank *a)
 {
     char json[4096], dir[800];
@@ -64,11 +66,21 @@ static void check_layout(const moe_lay *l, const char *dirname, const jt_rank *r
     if (!run_layout(l->name, json, n, dir, 0, 0, a))
         return;
     check_losses(l->name, a, n, ref, 1, STEPS);
-    for (int r = 0; r < n; r++) {
-        CHECK((l->tp > 1 ? a[r].comm_s[LLMT_JOB_GROUP_TP] > 0 : 1) &&
-              (l->pp > 1 ? a[r].comm_s[LLMT_JOB_GROUP_PP] > 0 : 1));
-        CHECK(l->cp > 1 ? a[r].comm_s[LLMT_JOB_GROUP_CP] > 0 : 1);
-        CHECK(l->ep > 1 ? a[r].comm_s[LLMT_JOB_GROUP_EP] > 0 : 1);
+    static const struct {
+        int g;
+        const char *name;
+    } gs[] = {{LLMT_JOB_GROUP_TP, "tp"},
+              {LLMT_JOB_GROUP_PP, "pp"},
+              {LLMT_JOB_GROUP_CP, "cp"},
+              {LLMT_JOB_GROUP_EP, "ep"}};
+    const int deg[] = {l->tp, l->pp, l->cp, l->ep};
+    for (int k = 0; k < 4; k++) {
+        int timed = 0;
+        for (int r = 0; r < n; r++)
+            timed += a[r].comm_s[gs[k].g] > 0;
+        if (deg[k] > 1 && !timed)
+            fprintf(stderr, "FAIL %s: no rank timed its %s group\n", l->name, gs[k].name);
+        CHECK(deg[k] > 1 ? timed > 0 : 1);
     }
 }
 
