@@ -581,6 +581,17 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
         /* another node's agent saw this generation fail: its report names
          * the rank; the errors of this node's workers follow from it */
         if (a->nnodes > 1 && !any && rdzv_remote_down(a)) {
+            for (int r = 0; r < a->world; r++) {
+                a->err_exit[r] = a->local[r] && a->w[r].done && !WIFSIGNALED(a->w[r].status) &&
+                                 WEXITSTATUS(a->w[r].status) != 0 &&
+                                 WEXITSTATUS(a->w[r].status) != CLI_RANK_FAILED;
+                if (a->err_exit[r]) { /* said, not blamed (culprit stays 0) */
+                    char e[200];
+                    first_error(a, r, e, sizeof e);
+                    snprintf(causes[r], 256, "exited with status %d: %s",
+                             WEXITSTATUS(a->w[r].status), e);
+                }
+            }
             *t_detect = t;
             if (a->last_progress > 0 && t > a->last_progress)
                 a->lost_detect_s += t - a->last_progress;
@@ -676,6 +687,7 @@ static int agent_main(agent *a)
         a->last_step_seen = 0;
         a->last_progress = 0;
         a->lost_gen = 0;
+        memset(a->err_exit, 0, sizeof a->err_exit);
         a->recover_from = t_recover_from;
         a->fail_step = step_at_failure;
         int rc = run_gen(a, fresh, culprit, causes, &t_detect);
@@ -790,15 +802,18 @@ static int agent_main(agent *a)
          * (a refused key, an anomaly policy that stops): no restart helps */
         int nerr = 0;
         for (int r = 0; r < a->world; r++)
-            nerr += culprit[r] && !strncmp(causes[r], "exited", 6);
+            nerr += culprit[r] ? !strncmp(causes[r], "exited", 6) : a->err_exit[r];
         if (nerr == a->world) {
+            int said = 0; /* the first rank whose error this node knows */
+            while (said < a->world - 1 && !causes[said][0])
+                said++;
             launch_event(a, "\"event\":\"stop\",\"reason\":\"job_error\",\"gen\":%d", a->gen);
             rdzv_stop(a, "every rank failed with an error of the job itself (node 0's agent "
                          "says more)");
             return cli_fail(CMD,
                             "gen %d: every rank failed with an error of the job itself, "
-                            "which a restart would repeat; rank 0 %s (logs in %s)",
-                            a->gen, causes[0], a->dir);
+                            "which a restart would repeat; rank %d %s (logs in %s)",
+                            a->gen, said, causes[said], a->dir);
         }
         double t_killed = launch_now();
         a->restarts++;

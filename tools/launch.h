@@ -71,6 +71,11 @@ typedef struct agent {
     double lost_since;    /* the earliest it went silent (unix time) */
     double watch_t;       /* the last look at the other nodes */
     int gone;             /* node_gone said so: its reason is asked again */
+    /* rank r exited with an error of its own in this generation although
+     * another node's report came first (not blamed: its error may follow
+     * from that failure); the leader counts these too when it asks whether
+     * every rank failed with an error of the job itself */
+    int err_exit[MAXW];
     /* the leader: node 0, then the lowest surviving node that took over
      * when it was lost (launch_node.c); slot_seen: every slot a generation
      * gave a rank, which a new leader counts as not spare */

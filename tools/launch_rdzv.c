@@ -351,6 +351,8 @@ int rdzv_report(agent *a, const int *culprit, char causes[][256], int stay)
         if (culprit[r] && a->local[r])
             n += (size_t)snprintf(b + n, sizeof b - n, "%d %d %s\n", r,
                                   strncmp(causes[r], "exited", 6) ? 1 : 2, causes[r]);
+        else if (a->err_exit[r] && a->local[r]) /* not blamed; counted for the job error */
+            n += (size_t)snprintf(b + n, sizeof b - n, "exit %d %s\n", r, causes[r]);
     char name[64];
     snprintf(name, sizeof name, "down-%d-%d", a->gen, a->node_rank);
     return rdzv_put(a, name, b);
@@ -389,7 +391,13 @@ int rdzv_gather(agent *a, int *culprit, char causes[][256], int *all_stay, char 
             int r, code, off = 0;
             if (sscanf(line, "stay %d", &code) == 1)
                 stay = code == 1;
-            else if (sscanf(line, "%d %d %n", &r, &code, &off) >= 2 && r >= 0 && r < a->world) {
+            else if (sscanf(line, "exit %d %n", &r, &off) == 1 && off > 0 && r >= 0 &&
+                     r < a->world) {
+                a->err_exit[r] = 1;
+                line[strcspn(line, "\n")] = 0;
+                snprintf(causes[r], 256, "%s (node %d)", line + off, k);
+            } else if (sscanf(line, "%d %d %n", &r, &code, &off) >= 2 && r >= 0 &&
+                       r < a->world) {
                 culprit[r] = 1;
                 line[strcspn(line, "\n")] = 0;
                 snprintf(causes[r], 256, "%s (node %d)", line + off, k);

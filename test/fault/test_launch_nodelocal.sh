@@ -15,7 +15,9 @@
 #   - the same in place (--in-place, a host tier): the survivors restore
 #     from memory, the promoted spare's part read from the durable tier;
 #   - refused by name: node-local roots without a durable tier
-#     (checkpoint.dir) and with a peer tier (checkpoint.tiers).
+#     (checkpoint.dir) and with a peer tier (checkpoint.tiers); the agents
+#     stop at once (every rank of both nodes failed with the job's error:
+#     node 1 counts its ranks' errors although node 0 reported first).
 # usage: test_launch_nodelocal.sh path/to/llmtrain (exit 77 without gloo)
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 "$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build"; exit 77; }
@@ -116,7 +118,10 @@ losses inplace-0/metrics.jsonl > ip.loss
 cmp -s ref.loss ip.loss && ok "in place: losses equal" || { bad "losses"; diff ref.loss ip.loss; }
 
 rm -rf "$tmp/durable"
-two bare bare.json "" || true
+two bare bare.json "" && bad "without a durable tier: the agents finished"
+grep -q "gen 0: every rank failed with an error of the job itself" bare-0.log &&
+  ok "the agents stopped at once: every rank's error is the job's (no restart, no shrink)" ||
+  { bad "the refusal was taken for a failure"; grep launch: bare-0.log; }
 grep -q "checkpoint.dir: rank [0-9]* .*cannot see" bare-0.log &&
   grep -rqs "add a durable tier on one (checkpoint.tiers, kind durable)" bare-0/agent &&
   ok "without a durable tier: refused naming checkpoint.dir" ||
