@@ -488,6 +488,62 @@ static int restore_peer(llmt_job *j)
     return found;
 }
 
+/* Node-local roots (ckpt_shared.c), before the durable tier is read: the
+ * newest step the durable tier committed, from the parts on each node's
+ * own root, exchanged between the ranks as the memory tier does
+ * (memtier.c's gathered open; a rank whose root lacks its part, moved to
+ * another node, gives the durable copy). Needs the world that saved it;
+ * anything else leaves it to the durable tier. 1: restored, 0: not
+ * usable, < 0: failed (j->err; on every rank). */
+static int restore_node_local(llmt_job *j, int with_data, int64_t *step)
+{
+    if (!j->ck->node_local || !j->comm || j->world <= 1)
+        return 0;
+    llmt_ckpt *dk = NULL;
+    int64_t newest = -1;
+    if (durable_handle(j, &dk) == LLMT_OK) {
+        size_t n = 0;
+        llmt_ckpt_list(dk, NULL, 0, &n);
+        int64_t *v = n ? malloc(n * sizeof *v) : NULL;
+        if (v && llmt_ckpt_list(dk, v, n, &n) == LLMT_OK && n)
+            newest = v[n - 1];
+        free(v);
+    }
+    llmt_ckpt_destroy(dk);
+    int64_t r[2] = {newest, -newest}; /* every rank sees the same one */
+    if (agree_min(j, r, 2) != LLMT_OK)
+        return -1;
+    if (r[0] < 0 || r[0] != -r[1])
+        return 0;
+    int mem = 0;
+    llmt_status s = llmt__ckpt_open_gathered(j->ck, j->comm, r[0], &mem);
+    int64_t ok = s == LLMT_OK;
+    if (agree_min(j, &ok, 1) != LLMT_OK)
+        return -1;
+    if (!ok) {
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job", "node-local roots: step %lld: %s",
+                  (long long)r[0],
+                  s != LLMT_OK ? llmt_ckpt_last_error(j->ck) : "failed on another rank");
+        return 0;
+    }
+    s = restore_open(j, j->ck, with_data);
+    ok = s == LLMT_OK;
+    char why[LLMT_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", j->err.msg);
+    if (agree_min(j, &ok, 1) != LLMT_OK)
+        return -1;
+    if (!ok) {
+        if (s == LLMT_OK)
+            FAIL(LLMT_ERR_COMM, "job: restore of step %lld failed on another rank",
+                 (long long)r[0]);
+        else
+            FAIL(s, "%s", why);
+        return -1;
+    }
+    *step = r[0];
+    return 1;
+}
+
 /* One line per restore: the tier read and its time (the recovery
  * benchmark, bench/ft, reads it). */
 static void restore_line(llmt_job *j, const char *tier, int64_t step, double t0, int peer)
@@ -524,8 +580,18 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
         return llmt__job_quarantine(j, *step);
     }
     /* a node-local root holds parts, never a commit: the durable tier has
-     * every committed step */
+     * every committed step, and the nodes' roots its parts */
     int node_local = j->ck->node_local;
+    int nl = restore_node_local(j, with_data, step);
+    if (nl < 0)
+        return j->err.status ? j->err.status : LLMT_ERR_INTERNAL;
+    if (nl > 0) {
+        snprintf(j->resume_note, sizeof j->resume_note,
+                 "step %lld from the nodes' own roots (committed in the durable tier %.300s)",
+                 (long long)*step, j->durable_dir);
+        restore_line(j, "node-local", *step, t0, 0);
+        return llmt__job_quarantine(j, *step);
+    }
     peer = node_local ? 0 : restore_peer(j);
     size_t nlocal = 0, ndurable = 0;
     if (!node_local)

@@ -11,7 +11,11 @@
 #     and no manifest, the job reports the node-local root; the losses
 #     equal one agent's run on one shared root (4 ranks);
 #   - rank 3 (node 1) killed at step 7, node 0's spare takes it: the gang
-#     restarts from the durable tier (step 6) and every loss still equals;
+#     restarts from step 6, its parts read from the nodes' own roots (the
+#     moved rank's from the durable tier) and exchanged, and every loss
+#     still equals; without a spare the world shrinks to 2 ranks (dp 2,
+#     the same global batch), which read the durable tier (losses within
+#     1e-5: another sum order);
 #   - the same in place (--in-place, a host tier): the survivors restore
 #     from memory, the promoted spare's part read from the durable tier;
 #   - refused by name: node-local roots without a durable tier
@@ -100,12 +104,40 @@ two kill nl.json kill:3:7 && ok "rank 3 killed at step 7: both agents finished" 
   { bad "agents exited $r0 and $r1"; tail -8 kill-0.log kill-1.log; }
 grep -q "spare slot 2 promoted to rank 3" kill-0.log && ok "node 0's spare took rank 3" ||
   bad "no promotion: $(grep launch: kill-0.log)"
-grep -q '"event":"restore","tier":"durable","step":6' kill-0/metrics.jsonl &&
-  ok "the gang restarted from the durable tier's step 6" ||
+grep -q '"event":"restore","tier":"node-local","step":6' kill-0/metrics.jsonl &&
+  ok "the gang restarted from step 6 (committed in the durable tier) read from the nodes' roots" ||
   bad "restore: $(grep -o '"event":"restore[^}]*' kill-0/metrics.jsonl)"
 losses kill-0/metrics.jsonl > kill.loss
 cmp -s ref.loss kill.loss && ok "losses after the restart equal the uninterrupted run's" ||
   { bad "losses"; diff ref.loss kill.loss; }
+
+# no spare: the world shrinks to 2 ranks (dp 2, the same global batch), a
+# world that did not save the checkpoint: the durable tier is read
+rm -rf "$tmp/durable"
+mkdir rdzv-shrink
+LLMT_FAULT=kill:3:7 "$exe" launch --out shrink-0 --nproc 2 --nnodes 2 --node-rank 0 \
+  --rdzv rdzv-shrink nl.json > shrink-0.log 2>&1 &
+p0=$!
+LLMT_FAULT=kill:3:7 "$exe" launch --out shrink-1 --nproc 2 --nnodes 2 --node-rank 1 \
+  --rdzv rdzv-shrink nl.json > shrink-1.log 2>&1 &
+p1=$!
+r0=0 r1=0
+wait $p0 || r0=$?
+wait $p1 || r1=$?
+[ $r0 -eq 0 ] && [ $r1 -eq 0 ] && grep -q "continuing elastically on 2 data-parallel ranks" shrink-0.log &&
+  grep -q '"event":"restore","tier":"durable","step":6' shrink-0/metrics.jsonl &&
+  ok "no spare: the world shrank to 2 ranks, which read step 6 from the durable tier" ||
+  { bad "shrink: agents $r0 $r1"; grep launch: shrink-0.log; grep -o '"event":"restore[^}]*' shrink-0/metrics.jsonl; }
+losses shrink-0/metrics.jsonl > shrink.loss
+python3 - ref.loss shrink.loss <<'PY' && ok "shrunk: losses within 1e-5 of the uninterrupted run's" || bad "shrunk: losses"
+import sys
+a = [l.split() for l in open(sys.argv[1])]
+b = [l.split() for l in open(sys.argv[2])]
+bad = len(a) != 10 or len(b) != 10
+for x, y in zip(a, b):
+    bad |= x[0] != y[0] or abs(float(x[1]) - float(y[1])) > 1e-5 * abs(float(x[1])) + 1e-6
+sys.exit(1 if bad else 0)
+PY
 
 rm -rf "$tmp/durable"
 two inplace ip.json kill:3:7 --in-place && ok "in place: both agents finished" ||
