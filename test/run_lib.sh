@@ -11,3 +11,16 @@ cd "$tmp" || exit 1
 ok() { printf 'ok   %s\n' "$1"; }
 bad() { printf 'FAIL %s\n' "$1"; fail=1; }
 mkdir corpus && cp "${LLMT_SOURCE_ROOT:?}"/test/data/corpus/*.md corpus/ || exit 1
+# step_losses METRICS: "step loss" lines of a metrics.jsonl, the newest
+# loss of each step (a restart's, where one ran a step again), 6 decimals
+step_losses() {
+  python3 -c '
+import json, sys
+d = {}
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    if "loss" in j:
+        d[j["step"]] = j["loss"]
+for s in sorted(d):
+    print(s, "%.6f" % d[s])' "$1"
+}

@@ -383,6 +383,28 @@ static llmt_status agree_min(llmt_job *j, int64_t *v, int n)
 
 static int restore_peer(llmt_job *j);
 
+/* Restore from the checkpoint open on j->ck (step `step`): every rank
+ * restored, or none goes on. 1: restored, < 0: failed (j->err, on every
+ * rank). */
+static int restore_all(llmt_job *j, int with_data, int64_t step)
+{
+    llmt_status s = restore_open(j, j->ck, with_data);
+    int64_t ok = s == LLMT_OK;
+    char why[LLMT_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", j->err.msg);
+    if (agree_min(j, &ok, 1) != LLMT_OK)
+        return -1;
+    if (!ok) {
+        if (s == LLMT_OK)
+            FAIL(LLMT_ERR_COMM, "job: restore of step %lld failed on another rank",
+                 (long long)step);
+        else
+            FAIL(s, "%s", why);
+        return -1;
+    }
+    return 1;
+}
+
 /* The memory tier: the step of the in-memory snapshots, when every rank
  * that holds one holds the same step. With several ranks each snapshot
  * holds only this rank's share (replicas' shares are saved once), so the
@@ -428,21 +450,8 @@ static int restore_memory(llmt_job *j, int with_data, int64_t *step, const char 
                -1;
     }
     *tier = mem ? "memory" : *peer ? "peer" : "local";
-    s = restore_open(j, j->ck, with_data);
-    /* every rank restored, or none goes on */
-    int64_t ok = s == LLMT_OK;
-    char why[LLMT_ERR_MSG_MAX];
-    snprintf(why, sizeof why, "%s", j->err.msg);
-    if (agree_min(j, &ok, 1) != LLMT_OK)
+    if (restore_all(j, with_data, hi) < 0)
         return -1;
-    if (!ok) {
-        if (s == LLMT_OK)
-            FAIL(LLMT_ERR_COMM, "job: restore of step %lld failed on another rank",
-                 (long long)hi);
-        else
-            FAIL(s, "%s", why);
-        return -1;
-    }
     *step = hi;
     return 1;
 }
@@ -526,20 +535,8 @@ static int restore_node_local(llmt_job *j, int with_data, int64_t *step)
                   s != LLMT_OK ? llmt_ckpt_last_error(j->ck) : "failed on another rank");
         return 0;
     }
-    s = restore_open(j, j->ck, with_data);
-    ok = s == LLMT_OK;
-    char why[LLMT_ERR_MSG_MAX];
-    snprintf(why, sizeof why, "%s", j->err.msg);
-    if (agree_min(j, &ok, 1) != LLMT_OK)
+    if (restore_all(j, with_data, r[0]) < 0)
         return -1;
-    if (!ok) {
-        if (s == LLMT_OK)
-            FAIL(LLMT_ERR_COMM, "job: restore of step %lld failed on another rank",
-                 (long long)r[0]);
-        else
-            FAIL(s, "%s", why);
-        return -1;
-    }
     *step = r[0];
     return 1;
 }

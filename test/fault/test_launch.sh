@@ -131,18 +131,8 @@ mk() { # file extra-fault-tolerance-keys
 JSON
 }
 mk ft.json ""
-# the newest loss of each step in a metrics file, "step loss" lines
-losses() {
-  python3 -c '
-import json, sys
-d = {}
-for l in open(sys.argv[1]):
-    j = json.loads(l)
-    if "loss" in j:
-        d[j["step"]] = j["loss"]
-for s in sorted(d):
-    print(s, "%.6f" % d[s])' "$1"
-}
+# the newest loss of each step in a metrics file (run_lib.sh)
+losses() { step_losses "$1"; }
 launch() { # out log [launch args...]
   o=$1; l=$2; shift 2
   "$exe" launch --out "$o" "$@" > "$l" 2>&1

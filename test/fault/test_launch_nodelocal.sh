@@ -46,17 +46,8 @@ mk nl.json "{\"kind\": \"local\"}, $durable"
 mk ip.json "{\"kind\": \"host\"}, {\"kind\": \"local\"}, $durable"
 mk bare.json '{"kind": "local"}'
 mk peer.json "{\"kind\": \"local\"}, {\"kind\": \"peer\"}, $durable"
-losses() {
-  python3 -c '
-import json, sys
-d = {}
-for l in open(sys.argv[1]):
-    j = json.loads(l)
-    if "loss" in j:
-        d[j["step"]] = j["loss"]
-for s in sorted(d):
-    print(s, "%.6f" % d[s])' "$1"
-}
+# the newest loss of each step in a metrics file (run_lib.sh)
+losses() { step_losses "$1"; }
 # two NAME SPEC [FAULT] [launch args]: node 0 (a spare slot) and node 1, each
 # agent with its own run directory NAME-0 and NAME-1; 0 when both finished
 two() {
