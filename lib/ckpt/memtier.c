@@ -72,6 +72,27 @@ static llmt_status gather_blobs(llmt_ckpt *ck, llmt_comm *comm, int32_t w, const
     return LLMT_OK;
 }
 
+/* With a node-local root: whether this node's part of `step` for `rank`
+ * is the one the durable tier committed (its part manifest, which holds
+ * every hash, the same bytes: save.c copies it verbatim). Another
+ * attempt at the step, written here in an earlier generation by a rank
+ * that has since moved, is not. */
+static int same_as_durable(llmt_ckpt *ck, int64_t step, int32_t rank)
+{
+    char a[4096], b[4096], e[256];
+    snprintf(a, sizeof a, "%s/step-%012" PRId64 "/rank-%05d.json", ck->root, step, (int)rank);
+    snprintf(b, sizeof b, "%s/step-%012" PRId64 "/rank-%05d.json", ck->durable, step,
+             (int)rank);
+    char *x = NULL, *y = NULL;
+    size_t xl = 0, yl = 0;
+    int same = llmt__ckpt_read_small(a, (size_t)1 << 30, &x, &xl, e, sizeof e) == LLMT_OK &&
+               llmt__ckpt_read_small(b, (size_t)1 << 30, &y, &yl, e, sizeof e) == LLMT_OK &&
+               xl == yl && memcmp(x, y, xl) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
 llmt_status llmt__ckpt_open_gathered(llmt_ckpt *ck, llmt_comm *comm, int64_t step,
                                      int *from_memory)
 {
@@ -92,7 +113,9 @@ llmt_status llmt__ckpt_open_gathered(llmt_ckpt *ck, llmt_comm *comm, int64_t ste
     } else {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/step-%012" PRId64, ck->root, step);
-        s = llmt__ckpt_load_part(ck, dir, me, &mine, &n);
+        s = ck->node_local && !same_as_durable(ck, step, me)
+                ? LLMT_ERR_NOT_FOUND
+                : llmt__ckpt_load_part(ck, dir, me, &mine, &n);
         if (s != LLMT_OK && ck->node_local) { /* a rank now on another node: its */
             snprintf(dir, sizeof dir, "%s/step-%012" PRId64, ck->durable, step); /* copy */
             s = llmt__ckpt_load_part(ck, dir, me, &mine, &n);
