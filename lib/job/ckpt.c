@@ -464,11 +464,17 @@ static int restore_peer(llmt_job *j)
 {
     if (!j->peer_tier || !j->comm || j->world <= 1)
         return 0;
+    /* the committed steps: the root's, or with node-local roots the
+     * durable tier's (the parts are the nodes') */
+    llmt_ckpt *lk = j->ck, *dk = NULL;
+    if (j->ck->node_local && durable_handle(j, &dk) == LLMT_OK)
+        lk = dk;
     size_t n = 0;
-    llmt_ckpt_list(j->ck, NULL, 0, &n);
+    llmt_ckpt_list(lk, NULL, 0, &n);
     int64_t *steps = n ? malloc(n * sizeof *steps) : NULL;
-    if (!steps || llmt_ckpt_list(j->ck, steps, n, &n) != LLMT_OK)
+    if (!steps || llmt_ckpt_list(lk, steps, n, &n) != LLMT_OK)
         n = 0;
+    llmt_ckpt_destroy(dk);
     /* the newest step first; an older one when the newest's replica is
      * incomplete (the partner died while writing it). Every rank makes
      * the same calls: the listing is agreed on step by step. A step of a
@@ -504,10 +510,11 @@ static int restore_peer(llmt_job *j)
  * another node, gives the durable copy). Needs the world that saved it;
  * anything else leaves it to the durable tier. 1: restored, 0: not
  * usable, < 0: failed (j->err; on every rank). */
-static int restore_node_local(llmt_job *j, int with_data, int64_t *step)
+static int restore_node_local(llmt_job *j, int with_data, int64_t *step, int *peer)
 {
     if (!j->ck->node_local || !j->comm || j->world <= 1)
         return 0;
+    *peer = restore_peer(j); /* a lost node's parts from their replicas */
     llmt_ckpt *dk = NULL;
     int64_t newest = -1;
     if (durable_handle(j, &dk) == LLMT_OK) {
@@ -579,17 +586,19 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
     /* a node-local root holds parts, never a commit: the durable tier has
      * every committed step, and the nodes' roots its parts */
     int node_local = j->ck->node_local;
-    int nl = restore_node_local(j, with_data, step);
+    int nl = restore_node_local(j, with_data, step, &peer);
     if (nl < 0)
         return j->err.status ? j->err.status : LLMT_ERR_INTERNAL;
     if (nl > 0) {
         snprintf(j->resume_note, sizeof j->resume_note,
-                 "step %lld from the nodes' own roots (committed in the durable tier %.300s)",
-                 (long long)*step, j->durable_dir);
-        restore_line(j, "node-local", *step, t0, 0);
+                 "step %lld from the nodes' own roots (committed in the durable tier %.300s)%s",
+                 (long long)*step, j->durable_dir,
+                 peer ? "; lost parts restored from the peer tier" : "");
+        restore_line(j, "node-local", *step, t0, peer);
         return llmt__job_quarantine(j, *step);
     }
-    peer = node_local ? 0 : restore_peer(j);
+    if (!node_local)
+        peer = restore_peer(j);
     size_t nlocal = 0, ndurable = 0;
     if (!node_local)
         llmt_ckpt_list(j->ck, NULL, 0, &nlocal);

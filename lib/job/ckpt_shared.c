@@ -149,13 +149,6 @@ llmt_status llmt__job_ckpt_shared(llmt_job *j)
                     "shares, or add a durable tier on one (checkpoint.tiers, kind durable): "
                     "the steps then commit there and checkpoint.dir may stay node-local",
                     (int)first, blind > 1 ? " (and others)" : "", j->ckpt_dir, (int)r);
-    if (j->peer_tier)
-        return FAIL(LLMT_ERR_UNSUPPORTED,
-                    "checkpoint.tiers: a peer tier with a node-local checkpoint.dir (rank %d "
-                    "cannot see rank 0's root %s) is not supported yet: the steps commit in "
-                    "the durable tier, where every rank's part already is; remove the peer "
-                    "tier, or put checkpoint.dir on a shared filesystem",
-                    (int)first, j->ckpt_dir);
     int32_t dfirst = -1, dblind = 0;
     s = probe(j, j->durable_dir, "checkpoint.tiers durable", n, r, &dfirst, &dblind);
     if (s != LLMT_OK)

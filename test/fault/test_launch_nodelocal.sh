@@ -18,10 +18,13 @@
 #     1e-5: another sum order);
 #   - the same in place (--in-place, a host tier): the survivors restore
 #     from memory, the promoted spare's part read from the durable tier;
+#   - a peer tier beside them: rank 2 loses its disk and dies; node 1's
+#     spare takes it and gets its part back from the replica on node 0
+#     (restore tier node-local, peer_restored), losses equal;
 #   - refused by name: node-local roots without a durable tier
-#     (checkpoint.dir) and with a peer tier (checkpoint.tiers); the agents
-#     stop at once (every rank of both nodes failed with the job's error:
-#     node 1 counts its ranks' errors although node 0 reported first).
+#     (checkpoint.dir); the agents stop at once (every rank of both nodes
+#     failed with the job's error: node 1 counts its ranks' errors although
+#     node 0 reported first).
 # usage: test_launch_nodelocal.sh path/to/llmtrain (exit 77 without gloo)
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 "$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build"; exit 77; }
@@ -45,7 +48,7 @@ durable="{\"kind\": \"durable\", \"path\": \"$tmp/durable\"}"
 mk nl.json "{\"kind\": \"local\"}, $durable"
 mk ip.json "{\"kind\": \"host\"}, {\"kind\": \"local\"}, $durable"
 mk bare.json '{"kind": "local"}'
-mk peer.json "{\"kind\": \"local\"}, {\"kind\": \"peer\"}, $durable"
+mk peer.json "{\"kind\": \"local\"}, {\"kind\": \"peer\", \"path\": \"peer\"}, $durable"
 # the newest loss of each step in a metrics file (run_lib.sh)
 losses() { step_losses "$1"; }
 # two NAME SPEC [FAULT] [launch args]: node 0 (a spare slot) and node 1, each
@@ -149,8 +152,25 @@ grep -q "checkpoint.dir: rank [0-9]* .*cannot see" bare-0.log &&
   grep -rqs "add a durable tier on one (checkpoint.tiers, kind durable)" bare-0/agent &&
   ok "without a durable tier: refused naming checkpoint.dir" ||
   { bad "no refusal without a durable tier"; tail -5 bare-0.log; }
-two peer peer.json "" || true
-grep -q "checkpoint.tiers: a peer tier with a node-local checkpoint.dir" peer-0.log &&
-  ok "with a peer tier: refused naming checkpoint.tiers" ||
-  { bad "no refusal with a peer tier"; tail -5 peer-0.log; }
+# a peer tier beside node-local roots: rank 2 (node 1) loses its disk
+# (its parts deleted) and dies at step 7; node 1's spare takes rank 2, its
+# part of step 6 comes back from the replica on node 0, the rest from the
+# nodes' roots
+rm -rf "$tmp/durable"
+mkdir rdzv-peer
+LLMT_FAULT=losedisk:2:7 "$exe" launch --out peer-0 --nproc 2 --nnodes 2 --node-rank 0 \
+  --rdzv rdzv-peer peer.json > peer-0.log 2>&1 &
+p0=$!
+LLMT_FAULT=losedisk:2:7 "$exe" launch --out peer-1 --nproc 2 --spares 1 --nnodes 2 --node-rank 1 \
+  --rdzv rdzv-peer peer.json > peer-1.log 2>&1 &
+p1=$!
+r0=0 r1=0
+wait $p0 || r0=$?
+wait $p1 || r1=$?
+[ $r0 -eq 0 ] && [ $r1 -eq 0 ] &&
+  grep -q '"event":"restore","tier":"node-local","step":6,[^}]*"peer_restored":true' peer-0/metrics.jsonl &&
+  ok "peer tier: rank 2's lost part of step 6 came back from its replica on node 0" ||
+  { bad "peer tier: agents $r0 $r1"; grep -o '"event":"restore[^}]*' peer-0/metrics.jsonl; tail -5 peer-0.log; }
+losses peer-0/metrics.jsonl > peer.loss
+cmp -s ref.loss peer.loss && ok "peer tier: losses equal" || { bad "peer: losses"; diff ref.loss peer.loss; }
 exit $fail
