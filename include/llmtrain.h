@@ -2256,6 +2256,10 @@ typedef struct llmt_job_info {
      * LLMT_DEVICE_CPU). Added after comm_backend (0.1.0): a caller built
      * against an older header passes a struct_size that stops before it. */
     const char *engine;
+    /* 1: checkpoint.dir is node-local (some rank cannot see rank 0's root):
+     * each part is copied to the durable tier, where the steps commit
+     * (doc/checkpointing.md, "Node-local roots"). After engine (0.1.0). */
+    int32_t ckpt_node_local;
 } llmt_job_info;
 
 /* Bits of llmt_job_metrics.events: what happened in the last call. */

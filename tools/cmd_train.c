@@ -167,8 +167,9 @@ static int closing(llmt_job *job, const llmt_job_info *i, float last_val, int ra
                (long long)i->sample_tokens, text);
         free(text);
     }
-    printf("metrics: %s\nloss plot: %s\ncheckpoints: %s\n", i->metrics_path, i->plot_path,
-           i->ckpt_dir);
+    printf("metrics: %s\nloss plot: %s\ncheckpoints: %s%s%s%s\n", i->metrics_path, i->plot_path,
+           i->ckpt_dir, i->ckpt_node_local ? " (this node's parts; committed in " : "",
+           i->ckpt_node_local ? i->durable_dir : "", i->ckpt_node_local ? ")" : "");
     double H = i->unigram_entropy;
     if (!isnan(last_val)) {
         /* a model that has not learned yet sits above the entropy */

@@ -763,6 +763,7 @@ LLMT_API llmt_status llmt_job_get_info(const llmt_job *j, llmt_job_info *out)
     i.stop_at = j->stop_at;
     i.start_step = j->start_step;
     i.device = j->to.device;
+    i.ckpt_node_local = j->ckpt_node_local;
     i.engine = s->train.device == LLMT_SPEC_DEVICE_CUDA       ? "cuda"
                : s->train.device == LLMT_SPEC_DEVICE_EMULATED ? "emulated"
                                                               : "cpu";

@@ -452,6 +452,7 @@ int main(void)
     printf("llmt_job_info.sample_tokens %zu\n", offsetof(llmt_job_info, sample_tokens));
     printf("llmt_job_info.comm_backend %zu\n", offsetof(llmt_job_info, comm_backend));
     printf("llmt_job_info.engine %zu\n", offsetof(llmt_job_info, engine));
+    printf("llmt_job_info.ckpt_node_local %zu\n", offsetof(llmt_job_info, ckpt_node_local));
     printf("llmt_job_metrics %zu\n", sizeof(llmt_job_metrics));
     printf("llmt_job_metrics.struct_size %zu\n", offsetof(llmt_job_metrics, struct_size));
     printf("llmt_job_metrics.step %zu\n", offsetof(llmt_job_metrics, step));

@@ -77,7 +77,9 @@ losses ref/metrics.jsonl > ref.loss
 two nl nl.json "" && ok "node-local roots, durable tier: both agents finished" ||
   { bad "agents exited $r0 and $r1"; tail -8 nl-0.log nl-1.log; }
 grep -q '"event":"ckpt_root","node_local":true' nl-0/metrics.jsonl &&
-  ok "the job reports its roots as node-local" || bad "no ckpt_root event"
+  grep -q "^checkpoints: .*(this node's parts; committed in $tmp/durable)" nl-0.log &&
+  ok "the job reports its roots as node-local (metrics, llmtrain train's closing lines)" ||
+  { bad "no ckpt_root event or closing line"; grep checkpoints: nl-0.log; }
 [ "$(ls -d "$tmp"/durable/step-*/manifest.json 2>/dev/null | wc -l)" -ge 3 ] &&
   [ -f "$tmp/durable/step-000000000010/rank-00003.json" ] && grep -q step-000000000010 "$tmp/durable/latest" &&
   ok "every save committed in the durable tier ($(ls "$tmp/durable" | grep -c step-) steps, latest 10)" ||

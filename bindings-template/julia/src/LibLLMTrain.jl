@@ -669,6 +669,7 @@ struct llmt_job_info
     sample_tokens::Int64
     comm_backend::Ptr{UInt8}
     engine::Ptr{UInt8}
+    ckpt_node_local::Int32
 end
 struct llmt_job_metrics
     struct_size::Csize_t

@@ -456,6 +456,7 @@ fn layout_matches_c() {
     mine += &format!("llmt_job_info.sample_tokens {}\n", offset_of!(llmt_job_info, sample_tokens));
     mine += &format!("llmt_job_info.comm_backend {}\n", offset_of!(llmt_job_info, comm_backend));
     mine += &format!("llmt_job_info.engine {}\n", offset_of!(llmt_job_info, engine));
+    mine += &format!("llmt_job_info.ckpt_node_local {}\n", offset_of!(llmt_job_info, ckpt_node_local));
     mine += &format!("llmt_job_metrics {}\n", size_of::<llmt_job_metrics>());
     mine += &format!("llmt_job_metrics.struct_size {}\n", offset_of!(llmt_job_metrics, struct_size));
     mine += &format!("llmt_job_metrics.step {}\n", offset_of!(llmt_job_metrics, step));
