@@ -57,17 +57,28 @@ typedef struct jt_rank {
 /* Prepares the corpus of `json` into run directory dir by a job that stops
  * at creation (it tokenizes data.train into shards under dir/data, which
  * every run after it reads); prints why it failed. */
-static inline llmt_status jt_prepare(const char *json, const char *dir)
+/* A one-rank job of `json` in run directory dir, created and not run;
+ * the caller destroys *job (NULL when creation failed, the reason in
+ * *ctx) and *ctx. */
+static inline llmt_status jt_create_one(const char *json, const char *dir, llmt_context **ctx,
+                                        llmt_job **job)
 {
-    llmt_context *ctx = NULL;
-    llmt_context_create(NULL, &ctx);
+    *ctx = NULL;
+    *job = NULL;
+    llmt_context_create(NULL, ctx);
     llmt_job_opts jo;
     llmt_job_opts_init(&jo, sizeof jo);
     jo.run_dir = dir;
     jo.world_size = 1;
     jo.rank = 0;
+    return llmt_job_create_from_json(*ctx, json, strlen(json), &jo, job);
+}
+
+static inline llmt_status jt_prepare(const char *json, const char *dir)
+{
+    llmt_context *ctx = NULL;
     llmt_job *job = NULL;
-    llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+    llmt_status s = jt_create_one(json, dir, &ctx, &job);
     if (s != LLMT_OK)
         fprintf(stderr, "preparing the corpus: %s\n", llmt_context_last_error(ctx));
     CHECK_STATUS(s, LLMT_OK);

@@ -110,13 +110,8 @@ static void check_info(const char *json, const char *name, const char *engine, i
     char dir[800];
     snprintf(dir, sizeof dir, "%s/%s", g.tmp, name);
     llmt_context *ctx = NULL;
-    llmt_context_create(NULL, &ctx);
-    llmt_job_opts jo;
-    llmt_job_opts_init(&jo, sizeof jo);
-    jo.run_dir = dir;
-    jo.world_size = 1;
     llmt_job *job = NULL;
-    llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+    llmt_status s = jt_create_one(json, dir, &ctx, &job);
     if (s != LLMT_OK)
         fprintf(stderr, "FAIL %s: %s\n", name, llmt_context_last_error(ctx));
     CHECK_STATUS(s, LLMT_OK);
