@@ -14,6 +14,16 @@
 #   memory   no process dies: NaN gradients on rank 2 under the rollback
 #            policy, every rank restores in place from the memory tier
 #            (every rank's snapshot share, gathered)
+#   nodes    two agents as two nodes (2 workers each, the spare on node
+#            0) sharing one root: SIGKILL of rank 2 (node 1), the gang
+#            restarts from the local root (the agents' own cost of a
+#            restart across nodes, beside nodelocal's)
+#   nodelocal two agents as two nodes (2 workers each, the spare on node
+#            0), each with its own root, tiers local + durable: the steps
+#            commit in the durable tier; SIGKILL of rank 2 (node 1): the
+#            gang restarts, rank 2 on node 0, every part read from the
+#            nodes' own roots (rank 2's from the durable copy) and
+#            exchanged (tier node-local)
 # Recovery = the agent's detection of the failure to the end of the new
 # gang's first step (events.jsonl "recovered"); for memory, the restore
 # plus the first step after it (the NaN is detected by the step itself).
@@ -50,15 +60,16 @@ mk local.json "" ""
 mk peer.json ', "tiers": [{"kind": "local"}, {"kind": "peer"}]' ""
 mk durable.json ", \"tiers\": [{\"kind\": \"local\"}, {\"kind\": \"durable\", \"path\": \"$tmp/durable\"}]" ""
 mk memory.json "" ', "anomaly": {"policy": "rollback"}'
+mk nodelocal.json ", \"tiers\": [{\"kind\": \"local\"}, {\"kind\": \"durable\", \"path\": \"$tmp/durable\"}]" ""
 res=$tmp/res.jsonl
 : > "$res"
 i=0
 while [ "$i" -lt "$trials" ]; do
   i=$((i + 1))
-  for c in local inplace peer durable memory; do
+  for c in local inplace peer durable memory nodes nodelocal; do
     extra=
     case $c in
-    local) f=kill:2:7 ;;
+    local | nodes | nodelocal) f=kill:2:7 ;;
     inplace) f=kill:2:7 extra=--in-place ;;
     peer | durable) f=losedisk:2:7 ;;
     memory) f=nan:2:7 ;;
@@ -66,13 +77,29 @@ while [ "$i" -lt "$trials" ]; do
     rm -rf "$tmp/durable"
     o=$c$i
     spec=$c.json
-    [ $c = inplace ] && spec=local.json
-    LLMT_FAULT=$f "$exe" launch --out "$o" --nproc 4 --spares 1 $extra "$spec" > "$o.log" 2>&1 ||
-      { echo "bench: $c trial $i failed:"; tail -20 "$o.log"; exit 1; }
-    python3 - "$c" "$i" "$o" >> "$res" <<'PY' || exit 1
+    [ $c = inplace ] || [ $c = nodes ] && spec=local.json
+    events=$o/agent/events.jsonl
+    if [ $c = nodes ] || [ $c = nodelocal ]; then
+      o1=$o-1
+      [ $c = nodes ] && o1=$o # one root for both
+      mkdir "rdzv$c$i"
+      LLMT_FAULT=$f "$exe" launch --out "$o" --nproc 2 --spares 1 --nnodes 2 --node-rank 0 \
+        --rdzv "rdzv$c$i" "$spec" > "$o.log" 2>&1 &
+      p0=$!
+      LLMT_FAULT=$f "$exe" launch --out "$o1" --nproc 2 --nnodes 2 --node-rank 1 \
+        --rdzv "rdzv$c$i" "$spec" > "$o-1.log" 2>&1 &
+      p1=$!
+      wait $p1
+      wait $p0 || { echo "bench: $c trial $i failed:"; tail -20 "$o.log"; exit 1; }
+      events=$o/agent/node-0/events.jsonl
+    else
+      LLMT_FAULT=$f "$exe" launch --out "$o" --nproc 4 --spares 1 $extra "$spec" > "$o.log" 2>&1 ||
+        { echo "bench: $c trial $i failed:"; tail -20 "$o.log"; exit 1; }
+    fi
+    python3 - "$c" "$i" "$o" "$events" >> "$res" <<'PY' || exit 1
 import json, sys, glob
 case, trial, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-ev = [json.loads(l) for l in open(out + "/agent/events.jsonl")]
+ev = [json.loads(l) for l in open(sys.argv[4])]
 met = [json.loads(l) for l in open(out + "/metrics.jsonl")]
 r = {"case": case, "trial": trial}
 rest = [m for m in met if m.get("event") == "restore"]
@@ -117,8 +144,8 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 out = {"bench": "ft-recovery", "hidden": int(sys.argv[3]), "layers": int(sys.argv[4]),
        "trials": int(sys.argv[5]), "machine": platform.node(), "cpus": os.cpu_count(),
        "load": os.getloadavg()[0], "rows": rows, "summary": {}}
-print("%-8s %-8s %12s %12s" % ("case", "tier", "recovery_s", "restore_s"))
-for c in ["local", "inplace", "peer", "durable", "memory"]:
+print("%-9s %-10s %12s %12s" % ("case", "tier", "recovery_s", "restore_s"))
+for c in ["local", "inplace", "peer", "durable", "memory", "nodes", "nodelocal"]:
     rs = [r for r in rows if r["case"] == c]
     if not rs:
         continue
@@ -127,7 +154,7 @@ for c in ["local", "inplace", "peer", "durable", "memory"]:
                          "restore_s_median": med("restore_s"),
                          "recovery_s_min": min(r["recovery_s"] for r in rs),
                          "recovery_s_max": max(r["recovery_s"] for r in rs)}
-    print("%-8s %-8s %12.3f %12.4f" % (c, rs[0]["tier"], med("recovery_s"), med("restore_s")))
+    print("%-9s %-10s %12.3f %12.4f" % (c, rs[0]["tier"], med("recovery_s"), med("restore_s")))
 json.dump(out, open(sys.argv[2], "w"), indent=1)
 print("results in", sys.argv[2])
 PY
