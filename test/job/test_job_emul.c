@@ -32,6 +32,8 @@
  *     machine), naming the key and "emulated": train.device cuda with tp 2
  *     x dp 2, cp 2 x dp 2, pp 2 x dp 2, and a MoE model with dp 2; and
  *     precision.param fp32 on emulated, naming precision.param.
+ * (f) precision.gemm fp8 on emulated: the losses differ from bf16's and stay
+ *     within 1e-2 relative of them.
  * Why 2^-9: the device tests' bound (test/train/test_device_tpdp.c): the
  * layouts change the order of fp32 sums, and on bf16 storage a different
  * rounding of one activation moves the loss by up to a few bf16 ulps
@@ -256,6 +258,23 @@ int main(int argc, char **argv)
             CHECK(own > 0 && res > 0);
             CHECK(moved > 4 * BF16_BOUND);
         }
+    }
+
+    /* (f) fp8 forward GEMMs on emulated (precision.gemm fp8, delayed
+     * scaling): they take effect (the losses differ from bf16's) and
+     * stay within 1e-2 relative of them (E4M3's 3 mantissa bits on the
+     * forward GEMMs' inputs, fp32 accumulation; doc/fp8.md) */
+    static jt_rank f8[1];
+    spec(json, sizeof json, "\"tp\": 1", "emulated");
+    splice(json, sizeof json, "\"hardware\"", 0, "\"precision\": {\"gemm\": \"fp8\"}, ");
+    snprintf(dir, sizeof dir, "%s/fp8", g.tmp);
+    if (run_layout("one emulated rank, fp8 GEMMs", json, 1, dir, 0, 0, f8)) {
+        double d = 0;
+        for (int k = 1; k <= STEPS; k++)
+            d = fmax(d, jt_rel(f8->loss[k], ref->loss[k]));
+        printf("fp8 GEMMs on emulated: losses within %.3g relative of bf16's (bound 1e-2)\n",
+               d);
+        CHECK(d > 0 && d <= 1e-2);
     }
 
     /* (e) refused by name */
