@@ -88,9 +88,13 @@ mk run.json "$par"
 LLMT_FAULT=$fault "$exe" launch --nproc $n --spares 1 $flag --heartbeat-timeout 120 run.json --out run \
   > run.log 2>&1
 rc=$?
-if [ $rc != 0 ] && [ "$dev" = cuda ] && grep -q "backend has not run" run.log; then
+# the engine's refusals (lib/exec/dev.h, unverified_*): "the cuda backend
+# has not run pipeline parallelism on a GPU", "... on the cuda backend: MoE
+# layers with ... have not run on a GPU"
+unverified='backend has not run|have not run on a GPU'
+if [ $rc != 0 ] && [ "$dev" = cuda ] && grep -rqsE "$unverified" run.log run/agent; then
   echo "the CUDA engine refuses $lay until its engine test passes on a GPU:"
-  grep -o "[^:]*backend has not run[^(]*" run.log | head -1
+  grep -rhsE "$unverified" run/agent run.log | head -1 | cut -c1-400
   exit 77
 fi
 [ $rc = 0 ] && ok "launch --nproc $n --spares 1, $lay on $dev, LLMT_FAULT $fault: finished" ||
