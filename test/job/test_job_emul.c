@@ -12,8 +12,8 @@
  * (b) tp 2 x dp 2 ZeRO-1 with sequence parallelism, pp 2 x dp 2 (1f1b),
  *     cp 2 x dp 2 and tp 2 x pp 2 on emulated: every rank's loss of every
  *     step and its validation losses within 2^-9 relative of the single
- *     rank's, and every rank's perf split times the waits of the layout's
- *     groups (the groups ran);
+ *     rank's, and some rank's perf split times the waits of each of the
+ *     layout's groups (the groups ran);
  * (c) MoE (4 experts of 24, top-2, capacity 1.0: jt_moe_spec on emulated)
  *     against its own emulated rank: dp 4 x ep 2, pp 2 x dp 2 x ep 2 (4
  *     ranks each: ep runs inside dp) and pp 2 x dp 4 x ep 2 (8 ranks),
@@ -131,7 +131,7 @@ static void check_info(const char *json, const char *name, const char *engine, i
     llmt_context_destroy(ctx);
 }
 
-/* Layout `what` (par on n ranks) against ref; every rank's perf split
+/* Layout `what` (par on n ranks) against ref; some rank's perf split
  * times the waits of each group of `groups` (-1 ends). */
 static void compare(const char *what, const char *json, int n, const jt_rank *ref, jt_rank *a,
                     const int *groups, int with_val)
@@ -147,12 +147,17 @@ static void compare(const char *what, const char *json, int n, const jt_rank *re
         check_losses_val(what, a, n, ref, 1, STEPS);
     else
         check_losses(what, a, n, ref, 1, STEPS);
-    for (int r = 0; r < n; r++)
-        for (int k = 0; groups[k] >= 0; k++) {
-            if (!(a[r].comm_s[groups[k]] > 0))
-                fprintf(stderr, "FAIL %s rank %d: group %d not timed\n", what, r, groups[k]);
-            CHECK(a[r].comm_s[groups[k]] > 0);
-        }
+    /* some rank waited on each group in the last step (a rank whose
+     * messages were there before it asked times 0: the clean-clone CI's
+     * ASan run saw it once for tp 2 x pp 2's PP group on rank 1) */
+    for (int k = 0; groups[k] >= 0; k++) {
+        int timed = 0;
+        for (int r = 0; r < n; r++)
+            timed += a[r].comm_s[groups[k]] > 0;
+        if (!timed)
+            fprintf(stderr, "FAIL %s: no rank timed group %d\n", what, groups[k]);
+        CHECK(timed > 0);
+    }
 }
 
 /* Creation of json on world ranks refused naming every string of want
