@@ -143,7 +143,6 @@ llmt_status llmt__job_ckpt_shared(llmt_job *j)
     if (s != LLMT_OK)
         return s;
     /* shared (again, after a recovery that moved ranks): commit in the root */
-    j->ckpt_node_local = 0;
     if (first < 0)
         return llmt__ckpt_set_node_local(j->ck, 0);
     if (!j->durable_dir[0])
@@ -170,7 +169,6 @@ llmt_status llmt__job_ckpt_shared(llmt_job *j)
                     j->ckpt_dir);
     if (llmt__ckpt_set_node_local(j->ck, 1) != LLMT_OK)
         return FAIL(LLMT_ERR_INTERNAL, "checkpoint: %s", llmt_ckpt_last_error(j->ck));
-    j->ckpt_node_local = 1;
     if (r == 0)
         llmt__log(j->ctx, LLMT_LOG_INFO, "job",
                   "checkpoint.dir %s is node-local (rank %d%s cannot see rank 0's): each "

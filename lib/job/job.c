@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "ckpt/ckpt_internal.h"
 #include "job/job.h"
 #include "train/trainer_state.h"
 
@@ -502,7 +503,7 @@ static llmt_status begin(llmt_job *j, const llmt_job_opts *o)
     llmt__job_metrics_line(j, "{\"event\":\"%s\",\"step\":%lld,\"world_size\":%d}",
                            step >= 0 ? "resume" : "start", (long long)(step >= 0 ? step : 0),
                            (int)j->world);
-    if (j->ckpt_node_local) /* ckpt_shared.c found it */
+    if (j->ck && j->ck->node_local) /* ckpt_shared.c found it */
         llmt__job_metrics_line(j, "{\"event\":\"ckpt_root\",\"node_local\":true,"
                                   "\"commits_in\":\"durable\"}");
     return LLMT_OK;
@@ -763,7 +764,7 @@ LLMT_API llmt_status llmt_job_get_info(const llmt_job *j, llmt_job_info *out)
     i.stop_at = j->stop_at;
     i.start_step = j->start_step;
     i.device = j->to.device;
-    i.ckpt_node_local = j->ckpt_node_local;
+    i.ckpt_node_local = j->ck && j->ck->node_local;
     i.engine = s->train.device == LLMT_SPEC_DEVICE_CUDA       ? "cuda"
                : s->train.device == LLMT_SPEC_DEVICE_EMULATED ? "emulated"
                                                               : "cpu";

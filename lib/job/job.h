@@ -122,8 +122,6 @@ struct llmt_job {
     int ckpt_auto, ckpt_async;
     int32_t keep_last, keep_every, durable_keep_last, durable_keep_every;
     int peer_tier; /* checkpoint.tiers has a peer tier: replicate each save */
-    /* the roots are node-local: the steps commit in the durable tier */
-    int ckpt_node_local;
     /* the peer tier's path: this node's replicas; "": ROOT/peer */
     char peer_dir[JOB_PATH_MAX];
     int64_t params;
