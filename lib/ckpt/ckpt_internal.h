@@ -109,6 +109,13 @@ int llmt__ckpt_rmdir(const char *path);
 llmt_status llmt__ckpt_copy_file(const char *src, const char *dst, char *err,
                                  size_t errlen);
 
+/* A byte span of saving rank `rank`'s data file (memtier.c). */
+typedef struct ck_span {
+    int32_t rank;
+    uint64_t off, len;
+    const uint8_t *data;
+} ck_span;
+
 /* -- the handle -- */
 typedef struct ck_item {       /* one added tensor of the save description */
     char *name;
@@ -158,11 +165,19 @@ struct llmt_ckpt {
     ck_manifest open;
     int is_open;
     int open_mem;             /* opened from the snapshot buffer (host tier) */
-    /* opened from every rank's part gathered in memory (memtier.c): the
-     * data of saving rank r at mem_all + mem_off[r]; NULL otherwise */
-    uint8_t *mem_all;
-    uint64_t *mem_off;
+    /* opened from the ranks' parts held in memory (memtier.c): mem_n > 0
+     * (the saving world), and the byte spans of their data files this
+     * rank's restore plan reads, fetched from their owners: span i is
+     * [mem_spans[i].off, + len) of rank mem_spans[i].rank's data file, its
+     * bytes at .data. While mem_plan is set, reads record the spans they
+     * need there instead of copying anything. */
     int32_t mem_n;
+    int mem_plan;
+    ck_span *mem_spans;
+    size_t mem_nspans, mem_spancap;
+    uint8_t *mem_data;
+    uint64_t mem_fetched; /* bytes of the parts received (own spans too) */
+    uint64_t mem_parts;   /* bytes of every rank's part together */
     char *open_dir;
     uint8_t *rbuf;
     uint64_t rbufcap;
@@ -203,12 +218,30 @@ llmt_status llmt__ckpt_peer_config(llmt_ckpt *ck, const char *dir, uint64_t node
  * LLMT_ERR_INVALID_ARGUMENT on ck->err). */
 llmt_status llmt__ckpt_set_node_local(llmt_ckpt *ck, int on);
 
-/* Open `step` from every rank's part gathered in memory (memtier.c):
+/* The reads a restore will make, run once against the open checkpoint
+ * while the handle records their byte spans instead of copying (no
+ * destination is written). */
+typedef llmt_status (*llmt__ckpt_plan_fn)(void *arg, llmt_ckpt *ck);
+
+/* Open `step` from the ranks' parts held in memory (memtier.c):
  * collective over `comm` (rank i = checkpoint rank i); each rank gives its
  * snapshot when it holds that step (*from_memory = 1), else its part file
- * from ROOT/step-N. The handle then reads with no disk access. */
+ * from ROOT/step-N. Every rank gets every part's manifest; then `plan`
+ * runs (its reads recorded) and each rank receives from the others only
+ * the spans its plan reads. The handle then reads those with no disk
+ * access; a read outside the plan fails naming the span. A failing plan
+ * still takes part in the exchange (asking nothing) and its status is
+ * returned. */
 llmt_status llmt__ckpt_open_gathered(llmt_ckpt *ck, llmt_comm *comm, int64_t step,
-                                     int *from_memory);
+                                     int *from_memory, llmt__ckpt_plan_fn plan, void *arg);
+/* Where a gathered open holds [off, off + len) of rank's data file, NULL
+ * when it was not fetched; while planning, records the span (returns
+ * NULL; *err set on failure). */
+const uint8_t *llmt__ckpt_gathered_span(llmt_ckpt *ck, int32_t rank, uint64_t off, uint64_t len,
+                                        llmt_status *err);
+/* Bytes of the parts the last gathered open received (this rank's own
+ * spans included), and of every part together (0 when none was made). */
+void llmt__ckpt_gathered_bytes(const llmt_ckpt *ck, uint64_t *fetched, uint64_t *parts);
 
 /* Close the checkpoint open for reading, if any (load.c). */
 void llmt__ckpt_close_open(llmt_ckpt *ck);

@@ -23,10 +23,12 @@ void llmt__ckpt_close_open(llmt_ckpt *ck)
     ck->open_dir = NULL;
     ck->is_open = 0;
     ck->open_mem = 0;
-    free(ck->mem_all);
-    free(ck->mem_off);
-    ck->mem_all = NULL;
-    ck->mem_off = NULL;
+    free(ck->mem_spans);
+    free(ck->mem_data);
+    ck->mem_spans = NULL;
+    ck->mem_data = NULL;
+    ck->mem_nspans = ck->mem_spancap = 0;
+    ck->mem_plan = 0;
     ck->mem_n = 0;
     free(ck->rbuf);
     ck->rbuf = NULL;
@@ -469,12 +471,22 @@ static llmt_status read_chunk(llmt_ckpt *ck, const ck_tensor *t, size_t ci,
     }
     const uint8_t *span;
     llmt_status s;
-    if (ck->mem_all) {
+    if (ck->mem_n > 0) { /* gathered: the span fetched for this rank's plan */
         if (k->rank < 0 || k->rank >= ck->mem_n)
             return llmt__err_set(&ck->err, LLMT_ERR_FORMAT,
                                  "ckpt: tensor '%s': rank %d's part was not gathered", t->name,
                                  (int)k->rank);
-        span = ck->mem_all + ck->mem_off[k->rank] + k->offset + s0;
+        span = llmt__ckpt_gathered_span(ck, k->rank, k->offset + s0, s1 - s0, &s);
+        if (ck->mem_plan) { /* recorded; nothing copied */
+            *copied = s == LLMT_OK ? vol : 0;
+            return s;
+        }
+        if (!span)
+            return llmt__err_set(&ck->err, LLMT_ERR_STATE,
+                                 "ckpt: tensor '%s': bytes [%" PRIu64 ", +%" PRIu64 ") of rank "
+                                 "%d's part were not fetched (the read is not in this rank's "
+                                 "restore plan)",
+                                 t->name, k->offset + s0, s1 - s0, (int)k->rank);
     } else if (ck->open_mem) {
         span = ck->buf + k->offset + s0; /* host tier: the snapshot buffer */
     } else {
@@ -646,14 +658,18 @@ LLMT_API llmt_status llmt_ckpt_verify(llmt_ckpt *ck)
         return LLMT_ERR_NULL_POINTER;
     llmt_status s = llmt__ckpt_need_open(ck);
     if (s == LLMT_OK && ck->open_mem) {
+        /* gathered (memtier.c): the chunks this rank fetched whole; the
+         * others are their owners' and were not sent here */
         const ck_manifest *m = &ck->open;
         for (size_t i = 0; i < m->ntensors; i++)
             for (size_t c = 0; c < m->tensors[i].nchunks; c++) {
                 const ck_chunk *k = &m->tensors[i].chunks[c];
-                const uint8_t *base = ck->buf;
-                if (ck->mem_all && k->rank >= 0 && k->rank < ck->mem_n)
-                    base = ck->mem_all + ck->mem_off[k->rank];
-                if (XXH64(base + k->offset, (size_t)k->length, 0) != k->xxh)
+                const uint8_t *at = ck->buf + k->offset;
+                llmt_status e = LLMT_OK;
+                if (ck->mem_n > 0 &&
+                    !(at = llmt__ckpt_gathered_span(ck, k->rank, k->offset, k->length, &e)))
+                    continue;
+                if (XXH64(at, (size_t)k->length, 0) != k->xxh)
                     return llmt__err_set(&ck->err, LLMT_ERR_CHECKSUM,
                                          "ckpt: tensor '%s' (host snapshot): checksum "
                                          "mismatch", m->tensors[i].name);

@@ -381,7 +381,41 @@ static llmt_status agree_min(llmt_job *j, int64_t *v, int n)
     return LLMT_OK;
 }
 
-static int restore_peer(llmt_job *j);
+/* The committed steps, oldest first (*steps malloc'ed, NULL when none):
+ * the root's, or with node-local roots the durable tier's (the parts are
+ * the nodes'). */
+static void committed_steps(llmt_job *j, int64_t **steps, size_t *n)
+{
+    llmt_ckpt *lk = j->ck, *dk = NULL;
+    *steps = NULL;
+    *n = 0;
+    if (j->ck->node_local) {
+        if (durable_handle(j, &dk) != LLMT_OK)
+            return;
+        lk = dk;
+    }
+    llmt_ckpt_list(lk, NULL, 0, n);
+    *steps = *n ? malloc(*n * sizeof **steps) : NULL;
+    if (!*steps || llmt_ckpt_list(lk, *steps, *n, n) != LLMT_OK) {
+        free(*steps);
+        *steps = NULL;
+        *n = 0;
+    }
+    llmt_ckpt_destroy(dk);
+}
+
+static int restore_peer(llmt_job *j, const int64_t *steps, size_t n);
+
+/* A gathered open's plan (ckpt/memtier.c): the trainer's reads, the only
+ * tensors a restore reads (the rest are key/values in the manifest). */
+static llmt_status plan_reads(void *arg, llmt_ckpt *ck)
+{
+    llmt_job *j = arg;
+    llmt_status s = llmt__trainer_ckpt_plan(j->tr, ck);
+    if (s != LLMT_OK) /* the open reports it */
+        llmt__err_set(&ck->err, s, "%s", llmt_trainer_last_error(j->tr));
+    return s;
+}
 
 /* Restore from the checkpoint open on j->ck (step `step`): every rank
  * restored, or none goes on. 1: restored, < 0: failed (j->err, on every
@@ -431,11 +465,11 @@ static int restore_memory(llmt_job *j, int with_data, int64_t *step, const char 
     int64_t lo = v[0], hi = -v[1];
     if (hi < 0 || lo != hi)
         return 0;
-    *peer = v[2] ? 0 : restore_peer(j);
+    *peer = v[2] ? 0 : restore_peer(j, NULL, 0);
     llmt_status s = LLMT_OK;
     int mem = have == hi;
     if (many) {
-        s = llmt__ckpt_open_gathered(j->ck, j->comm, hi, &mem);
+        s = llmt__ckpt_open_gathered(j->ck, j->comm, hi, &mem, plan_reads, j);
         int64_t ok = s == LLMT_OK;
         if (agree_min(j, &ok, 1) != LLMT_OK)
             return -1;
@@ -460,21 +494,15 @@ static int restore_memory(llmt_job *j, int with_data, int64_t *step, const char 
  * the newest local step is missing (its node's disk lost) gets it back
  * from the previous rank's replica. A failure is logged and the local and
  * durable tiers decide. 1: some rank's part was restored. */
-static int restore_peer(llmt_job *j)
+static int restore_peer(llmt_job *j, const int64_t *steps, size_t n)
 {
     if (!j->peer_tier || !j->comm || j->world <= 1)
         return 0;
-    /* the committed steps: the root's, or with node-local roots the
-     * durable tier's (the parts are the nodes') */
-    llmt_ckpt *lk = j->ck, *dk = NULL;
-    if (j->ck->node_local && durable_handle(j, &dk) == LLMT_OK)
-        lk = dk;
-    size_t n = 0;
-    llmt_ckpt_list(lk, NULL, 0, &n);
-    int64_t *steps = n ? malloc(n * sizeof *steps) : NULL;
-    if (!steps || llmt_ckpt_list(lk, steps, n, &n) != LLMT_OK)
-        n = 0;
-    llmt_ckpt_destroy(dk);
+    int64_t *own = NULL;
+    if (!steps) {
+        committed_steps(j, &own, &n);
+        steps = own;
+    }
     /* the newest step first; an older one when the newest's replica is
      * incomplete (the partner died while writing it). Every rank makes
      * the same calls: the listing is agreed on step by step. A step of a
@@ -499,7 +527,7 @@ static int restore_peer(llmt_job *j)
             break;
         }
     }
-    free(steps);
+    free(own);
     return found;
 }
 
@@ -514,25 +542,19 @@ static int restore_node_local(llmt_job *j, int with_data, int64_t *step, int *pe
 {
     if (!j->ck->node_local || !j->comm || j->world <= 1)
         return 0;
-    *peer = restore_peer(j); /* a lost node's parts from their replicas */
-    llmt_ckpt *dk = NULL;
-    int64_t newest = -1;
-    if (durable_handle(j, &dk) == LLMT_OK) {
-        size_t n = 0;
-        llmt_ckpt_list(dk, NULL, 0, &n);
-        int64_t *v = n ? malloc(n * sizeof *v) : NULL;
-        if (v && llmt_ckpt_list(dk, v, n, &n) == LLMT_OK && n)
-            newest = v[n - 1];
-        free(v);
-    }
-    llmt_ckpt_destroy(dk);
+    int64_t *steps = NULL;
+    size_t n = 0;
+    committed_steps(j, &steps, &n);
+    *peer = restore_peer(j, steps, n); /* a lost node's parts from their replicas */
+    int64_t newest = n ? steps[n - 1] : -1;
+    free(steps);
     int64_t r[2] = {newest, -newest}; /* every rank sees the same one */
     if (agree_min(j, r, 2) != LLMT_OK)
         return -1;
     if (r[0] < 0 || r[0] != -r[1])
         return 0;
     int mem = 0;
-    llmt_status s = llmt__ckpt_open_gathered(j->ck, j->comm, r[0], &mem);
+    llmt_status s = llmt__ckpt_open_gathered(j->ck, j->comm, r[0], &mem, plan_reads, j);
     int64_t ok = s == LLMT_OK;
     if (agree_min(j, &ok, 1) != LLMT_OK)
         return -1;
@@ -549,16 +571,26 @@ static int restore_node_local(llmt_job *j, int with_data, int64_t *step, int *pe
 }
 
 /* One line per restore: the tier read and its time (the recovery
- * benchmark, bench/ft, reads it). */
-static void restore_line(llmt_job *j, const char *tier, int64_t step, double t0, int peer)
+ * benchmark, bench/ft, reads it). From the ranks' parts held in memory
+ * (`gathered`, memtier.c), also the bytes this rank received of them and
+ * every part's bytes together: what the exchange saved. */
+static void restore_line(llmt_job *j, const char *tier, int64_t step, double t0, int peer,
+                         int gathered)
 {
     j->restore_tier = tier;
     j->restore_s = llmt__job_now() - t0;
+    char moved[96] = "";
+    if (gathered) {
+        uint64_t got = 0, all = 0;
+        llmt__ckpt_gathered_bytes(j->ck, &got, &all);
+        snprintf(moved, sizeof moved, ",\"fetched_bytes\":%llu,\"parts_bytes\":%llu",
+                 (unsigned long long)got, (unsigned long long)all);
+    }
     llmt__job_metrics_line(j,
                            "{\"event\":\"restore\",\"tier\":\"%s\",\"step\":%lld,"
-                           "\"restore_s\":%.6f,\"peer_restored\":%s,\"gen\":%d}",
+                           "\"restore_s\":%.6f,\"peer_restored\":%s,\"gen\":%d%s}",
                            tier, (long long)step, j->restore_s, peer ? "true" : "false",
-                           j->launch_gen);
+                           j->launch_gen, moved);
     llmt__log(j->ctx, LLMT_LOG_INFO, "job", "restored step %lld from the %s tier in %.3f s",
               (long long)step, tier, j->restore_s);
 }
@@ -580,7 +612,7 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
     if (mem > 0) {
         snprintf(j->resume_note, sizeof j->resume_note, "step %lld from the %s tier",
                  (long long)*step, tier);
-        restore_line(j, tier, *step, t0, peer);
+        restore_line(j, tier, *step, t0, peer, j->comm && j->world > 1);
         return llmt__job_quarantine(j, *step);
     }
     /* a node-local root holds parts, never a commit: the durable tier has
@@ -594,11 +626,11 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
                  "step %lld from the nodes' own roots (committed in the durable tier %.300s)%s",
                  (long long)*step, j->durable_dir,
                  peer ? "; lost parts restored from the peer tier" : "");
-        restore_line(j, "node-local", *step, t0, peer);
+        restore_line(j, "node-local", *step, t0, peer, 1);
         return llmt__job_quarantine(j, *step);
     }
     if (!node_local)
-        peer = restore_peer(j);
+        peer = restore_peer(j, NULL, 0);
     size_t nlocal = 0, ndurable = 0;
     if (!node_local)
         llmt_ckpt_list(j->ck, NULL, 0, &nlocal);
@@ -611,7 +643,7 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
     if (s == LLMT_OK) {
         snprintf(j->resume_note, sizeof j->resume_note, "%s at step %lld%s", j->ckpt_dir,
                  (long long)*step, peer ? " (lost parts restored from the peer tier)" : "");
-        restore_line(j, peer ? "peer" : "local", *step, t0, peer);
+        restore_line(j, peer ? "peer" : "local", *step, t0, peer, 0);
         return llmt__job_quarantine(j, *step);
     }
     char why_local[LLMT_ERR_MSG_MAX];
@@ -634,7 +666,7 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
             snprintf(j->resume_note, sizeof j->resume_note,
                      "the durable tier %.300s at step %lld (local tier %.300s: %.400s)",
                      j->durable_dir, (long long)*step, j->ckpt_dir, why_local);
-            restore_line(j, "durable", *step, t0, peer);
+            restore_line(j, "durable", *step, t0, peer, 0);
             /* local steps newer than the durable one are unusable: aside */
             return llmt__job_quarantine(j, *step);
         }

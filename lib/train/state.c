@@ -68,7 +68,7 @@ static llmt_status fp8_add(llmt_trainer *tr, llmt_ckpt *ck)
 /* Restores it when the checkpoint has it in this trainer's shape; a
  * checkpoint without it (saved without fp8) or with another history
  * length leaves the scales to warm up again, and says so. */
-static llmt_status fp8_read(llmt_trainer *tr, llmt_ckpt *ck)
+static llmt_status fp8_read(llmt_trainer *tr, llmt_ckpt *ck, int apply)
 {
     int64_t shape[2], saved[LLMT_MAX_DIMS] = {0}, zero[2] = {0, 0};
     float *st = llmt__trainer_fp8_state(tr, shape);
@@ -77,6 +77,8 @@ static llmt_status fp8_read(llmt_trainer *tr, llmt_ckpt *ck)
     int32_t nd = 0;
     if (llmt_ckpt_tensor_info(ck, FP8_KEY, &dt, &nd, saved, NULL) != LLMT_OK ||
         dt != LLMT_DTYPE_FP32 || nd != 2 || saved[0] != shape[0] || saved[1] != shape[1]) {
+        if (!apply)
+            return LLMT_OK;
         llmt__log(llmt__trainer_ctx(tr), LLMT_LOG_WARN, "train",
                   "the checkpoint has no fp8 scaling state of this trainer's shape "
                   "[%lld, %lld]: the fp8 scales start again from 1",
@@ -90,7 +92,7 @@ static llmt_status fp8_read(llmt_trainer *tr, llmt_ckpt *ck)
     if (s != LLMT_OK)
         return llmt__err_set(llmt__trainer_err(tr), s, "trainer: ckpt: read %s: %s", FP8_KEY,
                              llmt_ckpt_last_error(ck));
-    return llmt__trainer_fp8_restore(tr, st);
+    return apply ? llmt__trainer_fp8_restore(tr, st) : LLMT_OK;
 }
 
 static const char *const prefix[3] = {"param/", "adam_m/", "adam_v/"};
@@ -434,35 +436,21 @@ static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
     return LLMT_OK;
 }
 
-LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
+/* Every shape checked, then every parameter and moment read (this
+ * rank's blocks). */
+static llmt_status read_params(llmt_trainer *tr, llmt_ckpt *ck)
 {
-    if (!tr) return LLMT_ERR_NULL_POINTER;
-    LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_read", ck);
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
-    char buf[64];
-    llmt_status s = llmt_ckpt_get_kv(ck, "trainer.step", buf, sizeof buf, NULL);
-    if (s != LLMT_OK)
-        return llmt__err_set(e, s, "trainer: ckpt: no trainer.step: %s",
-                             llmt_ckpt_last_error(ck));
-    char *end = NULL;
-    long long step = strtoll(buf, &end, 10);
-    if (!end || *end || step < 0)
-        return llmt__err_set(e, LLMT_ERR_FORMAT,
-                             "trainer: ckpt: trainer.step '%s' is not a step",
-                             buf);
     int32_t n = 0;
     llmt_model_param_count(model, &n, NULL);
-    /* a device trainer: host copies current before they are overwritten,
-     * then uploaded whole */
-    if ((s = llmt__trainer_host_sync(tr)) != LLMT_OK) return s;
     /* check every shape before touching anything */
     for (int pass = 0; pass < 2; pass++)
         for (int32_t i = 0; i < n; i++) {
             const char *pn = NULL;
             llmt_tensor pv;
             memset(&pv, 0, sizeof pv);
-            s = llmt_model_param(model, i, &pn, &pv);
+            llmt_status s = llmt_model_param(model, i, &pn, &pv);
             if (s != LLMT_OK)
                 return llmt__err_set(e, s, "trainer: ckpt: parameter %d",
                                      (int)i);
@@ -474,10 +462,42 @@ LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
                 if (s != LLMT_OK) return s;
             }
         }
+    return LLMT_OK;
+}
+
+llmt_status llmt__trainer_ckpt_plan(llmt_trainer *tr, llmt_ckpt *ck)
+{
+    llmt_status s = read_params(tr, ck);
+    return s == LLMT_OK ? fp8_read(tr, ck, 0) : s;
+}
+
+LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
+{
+    if (!tr)
+        return LLMT_ERR_NULL_POINTER;
+    LLMT__NONNULL(llmt__trainer_err(tr), "trainer: ckpt_read", ck);
+    llmt_err *e = llmt__trainer_err(tr);
+    char buf[64];
+    llmt_status s = llmt_ckpt_get_kv(ck, "trainer.step", buf, sizeof buf, NULL);
+    if (s != LLMT_OK)
+        return llmt__err_set(e, s, "trainer: ckpt: no trainer.step: %s",
+                             llmt_ckpt_last_error(ck));
+    char *end = NULL;
+    long long step = strtoll(buf, &end, 10);
+    if (!end || *end || step < 0)
+        return llmt__err_set(e, LLMT_ERR_FORMAT,
+                             "trainer: ckpt: trainer.step '%s' is not a step", buf);
+    /* a device trainer: host copies current before they are overwritten,
+     * then uploaded whole */
+    if ((s = llmt__trainer_host_sync(tr)) != LLMT_OK)
+        return s;
+    if ((s = read_params(tr, ck)) != LLMT_OK)
+        return s;
     /* ZeRO-3: the parameters were read whole; only the shares are kept.
      * A device trainer uploads them. */
     if ((s = llmt__trainer_params_written(tr)) != LLMT_OK) return s;
-    if ((s = fp8_read(tr, ck)) != LLMT_OK) return s;
+    if ((s = fp8_read(tr, ck, 1)) != LLMT_OK)
+        return s;
     char saved[256], now[256];
     schedule_text(llmt__trainer_opts(tr), now, sizeof now);
     if (llmt_ckpt_get_kv(ck, "trainer.schedule", saved, sizeof saved, NULL) == LLMT_OK &&

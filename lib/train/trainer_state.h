@@ -39,6 +39,10 @@ llmt_context *llmt__trainer_ctx(llmt_trainer *tr);
 /* After the host parameters (and moments) were written: the engine and
  * data parallelism take them up. */
 llmt_status llmt__trainer_params_written(llmt_trainer *tr);
+/* The tensor reads llmt_trainer_ckpt_read makes, made against ck with
+ * nothing else done (state.c): what a gathered open records as this
+ * rank's restore plan (ckpt/memtier.c), before the reads themselves. */
+llmt_status llmt__trainer_ckpt_plan(llmt_trainer *tr, llmt_ckpt *ck);
 /* Parameters and moments on the host, current. */
 llmt_status llmt__trainer_host_sync(llmt_trainer *tr);
 /* The same but, under expert parallelism, this rank's expert rows only
