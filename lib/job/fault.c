@@ -10,8 +10,10 @@
  *   hang     SIGSTOP self (a hung process: sockets open, no progress)
  *   slow     sleep ARG ms in that step (a straggler; every step from STEP
  *            on when ARG is followed by '+': slow:1:3:200+)
- *   nan      NaN in this rank's gradients for that step (a parameter is
- *            made NaN for the forward/backward and restored after)
+ *   nan      NaN in this rank's loss and gradients for that step (the
+ *            first parameter tensor made NaN for the forward/backward,
+ *            restored after: every element, since an embedding row that
+ *            no token of the batch looks up would change nothing)
  *   bitflip  flip bit ARG (default 22) of one parameter element (silent
  *            data corruption: the replicas now differ)
  *   flipout  the same flip right after the step's update: a corrupted
@@ -168,6 +170,19 @@ static llmt_status victim_close(llmt_job *j, victim *v)
     return s;
 }
 
+/* The victim as it is, kept to be put back after the step
+ * (llmt__job_fault_after); the first drill of a step keeps it. */
+static llmt_status victim_keep(llmt_job *j, const victim *v)
+{
+    if (j->victim_copy)
+        return LLMT_OK;
+    j->victim_copy = malloc((size_t)v->n * sizeof *v->x);
+    if (!j->victim_copy)
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "LLMT_FAULT: no memory for the victim's copy");
+    memcpy(j->victim_copy, v->x, (size_t)v->n * sizeof *v->x);
+    return LLMT_OK;
+}
+
 static void flip_bit(float *x, int bit)
 {
     uint32_t u;
@@ -206,7 +221,8 @@ static void sleep_ms(int64_t ms)
 
 llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
 {
-    j->nan_saved = 0;
+    free(j->victim_copy); /* a step that did not end: rolled back since */
+    j->victim_copy = NULL;
     for (int i = 0; i < j->nfault; i++) {
         job_fault *f = &j->faults[i];
         if (f->rank != j->rank || f->gen != j->launch_gen || f->kind == JOB_FAULT_KILLSAVE ||
@@ -237,14 +253,16 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
             break;
         case JOB_FAULT_HANG: raise(SIGSTOP); break;
         case JOB_FAULT_SLOW: sleep_ms(f->arg); break;
-        case JOB_FAULT_NAN:
+        case JOB_FAULT_NAN: {
             if ((s = victim_open(j, &v)) != LLMT_OK)
                 return s;
-            j->nan_saved = 1;
-            j->nan_value = v.x[v.n / 2];
-            v.x[v.n / 2] = NAN;
-            s = victim_close(j, &v);
+            if ((s = victim_keep(j, &v)) == LLMT_OK)
+                for (int64_t e = 0; e < v.n; e++)
+                    v.x[e] = NAN;
+            llmt_status c = victim_close(j, &v);
+            s = s != LLMT_OK ? s : c;
             break;
+        }
         case JOB_FAULT_BITFLIP:
             if ((s = victim_open(j, &v)) != LLMT_OK)
                 return s;
@@ -254,21 +272,16 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
         case JOB_FAULT_FLIPOUT: /* after the update: llmt__job_fault_after */
             j->flipout_bit = 1 + (int)(f->arg & 31);
             break;
-        case JOB_FAULT_SPIKE:
+        case JOB_FAULT_SPIKE: {
             if ((s = victim_open(j, &v)) != LLMT_OK)
                 return s;
-            free(j->spike_copy);
-            j->spike_copy = malloc((size_t)v.n * sizeof *v.x);
-            if (!j->spike_copy) {
-                victim_close(j, &v);
-                return FAIL(LLMT_ERR_OUT_OF_MEMORY, "LLMT_FAULT spike: no memory");
-            }
-            memcpy(j->spike_copy, v.x, (size_t)v.n * sizeof *v.x);
-            for (int64_t e = 0; e < v.n; e++)
-                v.x[e] *= (float)f->arg;
-            j->spike_saved = 1;
-            s = victim_close(j, &v);
+            if ((s = victim_keep(j, &v)) == LLMT_OK)
+                for (int64_t e = 0; e < v.n; e++)
+                    v.x[e] *= (float)f->arg;
+            llmt_status c = victim_close(j, &v);
+            s = s != LLMT_OK ? s : c;
             break;
+        }
         default: break;
         }
         if (s != LLMT_OK)
@@ -320,23 +333,19 @@ void llmt__job_fault_saving(llmt_job *j, int64_t step)
 
 void llmt__job_fault_after(llmt_job *j)
 {
-    if (!j->flipout_bit && !j->spike_saved && !j->nan_saved)
+    if (!j->flipout_bit && !j->victim_copy)
         return;
     victim v;
     if (victim_open(j, &v) == LLMT_OK) {
+        if (j->victim_copy) /* a spike or NaN undone */
+            memcpy(v.x, j->victim_copy, (size_t)v.n * sizeof *v.x);
         if (j->flipout_bit) /* the step's result corrupted on this rank alone */
             flip_bit(&v.x[v.n / 2], j->flipout_bit - 1);
-        if (j->spike_saved && j->spike_copy)
-            memcpy(v.x, j->spike_copy, (size_t)v.n * sizeof *v.x);
-        if (j->nan_saved)
-            v.x[v.n / 2] = j->nan_value;
         victim_close(j, &v);
     }
     j->flipout_bit = 0;
-    free(j->spike_copy);
-    j->spike_copy = NULL;
-    j->spike_saved = 0;
-    j->nan_saved = 0;
+    free(j->victim_copy);
+    j->victim_copy = NULL;
 }
 
 void llmt__job_heartbeat(llmt_job *j, int64_t step)

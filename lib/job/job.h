@@ -164,8 +164,6 @@ struct llmt_job {
     /* drills (fault.c) */
     job_fault faults[JOB_MAX_FAULTS];
     int nfault, launch_gen;
-    int nan_saved;
-    float nan_value;
     double hb_first; /* unix time of this process's first heartbeat */
 
     /* detection beyond NaN and loss spikes (detect.c) */
@@ -193,9 +191,10 @@ struct llmt_job {
     int64_t strag_steps;
     int32_t strag_streak[JOB_STRAGGLER_MAX_RANKS]; /* reports in a row named */
     int64_t stragglers;
-    int spike_saved; /* fault.c: spike injection to undo */
     int flipout_bit; /* fault.c: 1 + the bit to flip after this step (flipout) */
-    float *spike_copy;
+    /* fault.c: the victim tensor as it was before a spike or nan drill
+     * changed it for one step, put back after that step (NULL: none) */
+    float *victim_copy;
     /* goodput of this process (run.c) */
     double gp_productive_s, gp_stall_s, gp_lost_s, gp_checks_s;
     int64_t gp_lost_steps;

@@ -240,16 +240,21 @@ nan)
     ok "rollback restored the snapshot: xxh64 $h6 = the parameters of step 6" ||
     { bad "rollback did not restore the snapshot"; grep '"sdc","step":6\|anomaly' r2/metrics.jsonl; }
   # engines that train their own copy: tp 2 (each rank's shard) and pp 2
-  # (rank 1 holds the second stage); the NaN reaches the engine, every
-  # rank of the job skips the same step (a stage that updated while the
-  # other skipped would leave the pipeline's halves out of step)
-  for lay in tp pp; do
-    sed "s/\"optimizer\"/\"parallelism\": {\"$lay\": 2}, \"optimizer\"/; s/\"layers\": 1/\"layers\": 2/" skip.json > skip-$lay.json
-    LLMT_FAULT=nan:1:5 launch s-$lay s-$lay.log --nproc 2 skip-$lay.json ||
+  # (rank 1 holds the second stage; pp0: rank 0 the first, whose first
+  # tensor is the embedding, where a NaN in one row changed nothing
+  # unless a token of the batch looked that row up); the NaN reaches the
+  # engine, every rank of the job skips the same step (a stage that
+  # updated while the other skipped would leave the pipeline's halves out
+  # of step)
+  for lay in tp pp pp0; do
+    p=${lay%0} r=1
+    [ $lay = pp0 ] && r=0
+    sed "s/\"optimizer\"/\"parallelism\": {\"$p\": 2}, \"optimizer\"/; s/\"layers\": 1/\"layers\": 2/" skip.json > skip-$lay.json
+    LLMT_FAULT=nan:$r:5 launch s-$lay s-$lay.log --nproc 2 skip-$lay.json ||
       { bad "nan/skip run under $lay 2"; cat s-$lay.log; }
     n=$(grep -c '"event":"anomaly","step":5,"kind":"nonfinite","action":"skip"' s-$lay/metrics.jsonl)
     [ "$n" -ge 1 ] && grep -q '"event":"goodput","when":"finish","step":14' s-$lay/metrics.jsonl &&
-      ok "NaN at step 5 in rank 1's engine under $lay 2: skipped, logged, the run finished" ||
+      ok "NaN at step 5 in rank $r's engine under $p 2: skipped, logged, the run finished" ||
       { bad "no skip under $lay 2"; grep event s-$lay/metrics.jsonl; cat s-$lay.log; }
   done
   ;;
