@@ -994,8 +994,9 @@ LLMT_API llmt_status llmt_ckpt_tensor_info(llmt_ckpt *ck, const char *name,
                                            llmt_dtype *dtype, int32_t *ndim,
                                            int64_t *global_shape,
                                            size_t *nchunks);
-/* Fill `dst` (a contiguous host view of the caller's block: its shape is the
- * local shape, dtype must equal the saved one) with the region of the
+/* Fill `dst` (a host view of the caller's block, contiguous or strided, no
+ * stride 0: its shape is the local shape, dtype must equal the saved one;
+ * strided since 2026-11-27) with the region of the
  * global tensor starting at global_offsets (NULL: zeros), reading only the
  * byte ranges of the chunks that overlap it. Hashes are checked per opts.
  * LLMT_ERR_NOT_FOUND if some element of the region was never saved. */

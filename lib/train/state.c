@@ -181,8 +181,10 @@ enum { BLK_SAVE, BLK_READ_SHARE, BLK_READ_ALL };
  * the global tensor at row lo[j], a column shard is the columns from
  * lo[0] of every row. The data come from the local share (ZeRO >= 1
  * moments: contiguous in the local layout, one block per box) or from the
- * host's whole tensor (parameters, ZeRO 0 moments: a column box of
- * several rows goes row by row, its rows are not adjacent there). save:
+ * host's whole tensor (parameters, ZeRO 0 moments: a column box is a
+ * strided view there, its rows K apart; one chunk, not one per row,
+ * which made a checkpoint's manifest grow with every row of every
+ * column-split tensor and padded each row to the file alignment). save:
  * only the segments this rank owns (a replica is written once: by TP rank
  * 0 for whole tensors, by the first holder of a shared kv head; a tied
  * wte by the first pipeline stage); read: every segment it holds. mode
@@ -237,31 +239,24 @@ static llmt_status tp_blocks(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w, 
             int nb = flat_boxes(pv->ndim, shape, a - s0, b - s0, bx);
             for (int k = 0; k < nb; k++) {
                 bx[k].off[cols ? 1 : 0] += lo[j];
-                int64_t rows = !local && cols ? bx[k].shape[0] : 1;
-                for (int64_t rr = 0; rr < rows; rr++) {
-                    int64_t off[LLMT_MAX_DIMS], sh[LLMT_MAX_DIMS];
-                    memcpy(off, bx[k].off, sizeof off);
-                    memcpy(sh, bx[k].shape, sizeof sh);
-                    float *data;
-                    if (local) {
-                        data = local + (s0 + bx[k].flat - rel);
-                    } else if (cols) {
-                        off[0] += rr;
-                        sh[0] = 1;
-                        data = glob + off[0] * K + off[1];
-                    } else {
-                        data = glob + lo[j] * K + bx[k].flat;
-                    }
-                    llmt_tensor view;
-                    llmt_tensor_init(&view, sizeof view, LLMT_DTYPE_FP32, pv->ndim, sh, data,
-                                     LLMT_DEVICE_CPU, 0);
-                    llmt_status s = save ? llmt_ckpt_add_tensor(ck, key, &view, pv->shape, off)
-                                         : llmt_ckpt_read(ck, key, &view, off);
-                    if (s != LLMT_OK)
-                        return llmt__err_set(e, s, "trainer: ckpt: %s %s: %s",
-                                             save ? "add" : "read", key,
-                                             llmt_ckpt_last_error(ck));
-                }
+                float *data;
+                if (local)
+                    data = local + (s0 + bx[k].flat - rel);
+                else if (cols) /* its rows are K apart in the host's tensor */
+                    data = glob + bx[k].off[0] * K + bx[k].off[1];
+                else
+                    data = glob + lo[j] * K + bx[k].flat;
+                llmt_tensor view;
+                llmt_tensor_init(&view, sizeof view, LLMT_DTYPE_FP32, pv->ndim, bx[k].shape,
+                                 data, LLMT_DEVICE_CPU, 0);
+                if (!local && cols)
+                    view.strides[0] = K;
+                llmt_status s = save
+                                    ? llmt_ckpt_add_tensor(ck, key, &view, pv->shape, bx[k].off)
+                                    : llmt_ckpt_read(ck, key, &view, bx[k].off);
+                if (s != LLMT_OK)
+                    return llmt__err_set(e, s, "trainer: ckpt: %s %s: %s",
+                                         save ? "add" : "read", key, llmt_ckpt_last_error(ck));
             }
         }
         s0 += segn;

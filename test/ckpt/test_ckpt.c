@@ -346,6 +346,28 @@ static void test_roundtrip(llmt_context *ctx, const char *base, const char *tag)
     llmt_tensor_init(&vg, sizeof vg, LLMT_DTYPE_INT32, 2, ss, got, LLMT_DEVICE_CPU, 0);
     CHECK_STATUS(llmt_ckpt_read(ck, "strided", &vg, NULL), LLMT_OK);
     CHECK(memcmp(got, want, sizeof got) == 0);
+    /* into a strided destination: rows 100..103, columns 1000..1099 of
+     * params/a into every other column of a [4, 200] buffer, whose other
+     * columns must stay as they were; a stride 0 is refused */
+    float wide[4 * 200];
+    for (int i = 0; i < 800; i++)
+        wide[i] = -7.0f;
+    llmt_tensor vw;
+    llmt_tensor_init(&vw, sizeof vw, LLMT_DTYPE_FP32, 2, subs, wide + 1, LLMT_DEVICE_CPU, 0);
+    vw.strides[0] = 200;
+    vw.strides[1] = 2;
+    CHECK_STATUS(llmt_ckpt_read(ck, "params/a", &vw, subo), LLMT_OK);
+    same = 1;
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 200; c++)
+            same &= wide[r * 200 + c] == (c % 2 ? a[(100 + r) * 3072 + 1000 + c / 2] : -7.0f);
+    CHECK(same);
+    vw.strides[1] = 1; /* rows 200 apart, contiguous within (a column block) */
+    CHECK_STATUS(llmt_ckpt_read(ck, "params/a", &vw, subo), LLMT_OK);
+    CHECK(wide[1] == a[100 * 3072 + 1000] && wide[100] == a[100 * 3072 + 1099] &&
+          wide[201] == a[101 * 3072 + 1000] && wide[0] == -7.0f && wide[101] != -7.0f);
+    vw.strides[1] = 0;
+    CHECK_STATUS(llmt_ckpt_read(ck, "params/a", &vw, subo), LLMT_ERR_INVALID_ARGUMENT);
     char buf[64];
     CHECK_STATUS(llmt_ckpt_get_kv(ck, "quote", buf, sizeof buf, NULL), LLMT_OK);
     CHECK(!strcmp(buf, "a \"quoted\" \\ value\n"));

@@ -157,6 +157,37 @@ static void free_args(rank_arg *a, int n)
         free(a[r].params);
 }
 
+/* Each rank saves one block per segment of its shard: a column shard
+ * (a row-parallel weight) is one strided chunk, not one per row (which
+ * grew the manifest with the width and padded every row to the file
+ * alignment). Every tensor: the ranks' empty entries that name it, then
+ * at most 3 segments per rank (a kv head shared, the padded vocabulary). */
+static void check_chunks(const char *root, int world)
+{
+    llmt_ckpt_opts o;
+    llmt_ckpt_opts_init(&o, sizeof o);
+    llmt_ckpt *ck = NULL;
+    int64_t at = -1;
+    size_t n = 0, worst = 0, total = 0;
+    CHECK_STATUS(llmt_ckpt_create(NULL, root, &o, &ck), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_open_latest(ck, &at), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_tensor_count(ck, &n), LLMT_OK);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = NULL;
+        size_t nc = 0;
+        llmt_ckpt_tensor_name(ck, i, &name);
+        CHECK_STATUS(llmt_ckpt_tensor_info(ck, name, NULL, NULL, NULL, &nc), LLMT_OK);
+        total += nc;
+        if (nc > worst)
+            worst = nc;
+    }
+    CHECK(n > 0);
+    CHECK(worst <= (size_t)(world + 3 * world));
+    printf("tp %d checkpoint: %zu tensors, %zu chunks, at most %zu per tensor\n", world, n,
+           total, worst);
+    llmt_ckpt_destroy(ck);
+}
+
 /* Saved under tp 2 after step 5 (each rank its blocks), resumed under tp 1
  * and tp 4 (each rank reads its shards): the following losses equal the
  * uninterrupted single-rank run's within the bound above. */
@@ -173,6 +204,7 @@ static void check_resume(const char *tmp)
     for (int r = 0; r < 2; r++)
         CHECK_STATUS(a[r].st, LLMT_OK);
     free_args(a, 2);
+    check_chunks(tmp, 2);
     int tps[2] = {1, 4};
     rank_fixture_worst w = {0};
     for (int j = 0; j < 2; j++) {
