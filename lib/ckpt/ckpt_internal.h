@@ -65,6 +65,12 @@ typedef struct ck_manifest {
     size_t nfiles, filecap;
     ck_tensor *tensors;
     size_t ntensors, tcap;
+    /* name -> tensor, a cache llmt__ckpt_find_tensor keeps up to date as
+     * tensors are added (never removed or renamed): open addressing over
+     * tensor index + 1 (0: free), hcap a power of two, the first hn
+     * tensors indexed. A lookup is O(1), not a scan: a merge looks every
+     * part's tensors up, thousands of parts at scale. */
+    size_t *hidx, hcap, hn;
 } ck_manifest;
 
 void llmt__ckpt_manifest_free(ck_manifest *m);

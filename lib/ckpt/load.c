@@ -395,6 +395,15 @@ static int same_box(const ck_chunk *a, const ck_chunk *b, int nd)
     return 1;
 }
 
+/* Whether chunk k holds some element of the block [doff, doff + shape). */
+static int block_overlaps(const ck_chunk *k, const int64_t *doff, const int64_t *shape, int nd)
+{
+    for (int d = 0; d < nd; d++)
+        if (k->goff[d] >= doff[d] + shape[d] || doff[d] >= k->goff[d] + k->lshape[d])
+            return 0;
+    return 1;
+}
+
 /* Copy the intersection [lo, hi) (global coordinates) from a chunk whose bytes
  * [span0, ...) are in `src` into the dst block at doff (strides dstr, in
  * elements). */
@@ -563,45 +572,54 @@ LLMT_API llmt_status llmt_ckpt_read(llmt_ckpt *ck, const char *name,
     }
     if (want == 0)
         return LLMT_OK;
-    /* ok[c]: chunk c was read; a replica (same box) is only read when the
-     * earlier copy failed. */
-    unsigned char *ok = calloc(t->nchunks ? t->nchunks : 1, 1);
-    if (!ok)
+    /* The chunks that overlap the block, in order (a data parallel share
+     * of a tensor among thousands touches few); a replica (same box) is
+     * read only when no earlier copy was: hit[] holds the read ones. */
+    size_t *hit = malloc((t->nchunks ? t->nchunks : 1) * sizeof *hit);
+    size_t *bad = malloc((t->nchunks ? t->nchunks : 1) * sizeof *bad);
+    if (!hit || !bad) {
+        free(hit);
+        free(bad);
         return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+    }
+    size_t nhit = 0, nbad = 0;
     int64_t got = 0;
     llmt_status first_bad = LLMT_OK;
     char bad_msg[LLMT_ERR_MSG_MAX] = "";
     for (size_t c = 0; c < t->nchunks; c++) {
+        if (!block_overlaps(&t->chunks[c], doff, dst->shape, t->ndim))
+            continue;
         int dup = 0;
-        for (size_t j = 0; j < c && !dup; j++)
-            if (ok[j] && same_box(&t->chunks[j], &t->chunks[c], t->ndim))
-                dup = 1;
+        for (size_t j = 0; j < nhit && !dup; j++)
+            dup = same_box(&t->chunks[hit[j]], &t->chunks[c], t->ndim);
         if (dup)
             continue;
         int64_t n = 0;
         s = read_chunk(ck, t, c, dst, doff, &n);
         if (s == LLMT_OK) {
-            ok[c] = 1;
+            hit[nhit++] = c;
             got += n;
-        } else if (first_bad == LLMT_OK) {
-            first_bad = s;
-            snprintf(bad_msg, sizeof bad_msg, "%s", ck->err.msg);
+        } else {
+            bad[nbad++] = c;
+            if (first_bad == LLMT_OK) {
+                first_bad = s;
+                snprintf(bad_msg, sizeof bad_msg, "%s", ck->err.msg);
+            }
         }
     }
     /* A failed chunk is forgiven only if a replica covered the same box. */
-    for (size_t c = 0; c < t->nchunks && first_bad != LLMT_OK; c++) {
-        if (ok[c])
-            continue;
+    for (size_t i = 0; i < nbad; i++) {
         int covered = 0;
-        for (size_t j = 0; j < t->nchunks; j++)
-            if (ok[j] && same_box(&t->chunks[j], &t->chunks[c], t->ndim))
-                covered = 1;
+        for (size_t j = 0; j < nhit && !covered; j++)
+            covered = same_box(&t->chunks[hit[j]], &t->chunks[bad[i]], t->ndim);
         if (!covered) {
-            free(ok);
+            free(hit);
+            free(bad);
             return llmt__err_set(&ck->err, first_bad, "%s", bad_msg);
         }
     }
-    free(ok);
+    free(hit);
+    free(bad);
     if (got != want)
         return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
                              "ckpt: read '%s': only %" PRId64 " of %" PRId64

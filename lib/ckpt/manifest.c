@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <xxhash.h>
 
 #include "ckpt_internal.h"
 
@@ -31,6 +32,7 @@ void llmt__ckpt_manifest_free(ck_manifest *m)
     free(m->kv);
     free(m->files);
     free(m->plan);
+    free(m->hidx);
     memset(m, 0, sizeof *m);
 }
 
@@ -49,11 +51,48 @@ int llmt__ckpt_name_ok(const char *s)
     return 1;
 }
 
+static size_t name_hash(const char *name)
+{
+    return (size_t)XXH64(name, strlen(name), 0);
+}
+
+/* The index covers every tensor (manifest hidx): grown to twice the
+ * tensor count, the new tensors inserted. 0: no memory (scan instead). */
+static int index_tensors(ck_manifest *m)
+{
+    if (m->hcap < 2 * m->ntensors + 2) {
+        size_t cap = 16;
+        while (cap < 2 * m->ntensors + 2)
+            cap *= 2;
+        size_t *h = calloc(cap, sizeof *h);
+        if (!h)
+            return 0;
+        free(m->hidx);
+        m->hidx = h;
+        m->hcap = cap;
+        m->hn = 0;
+    }
+    for (; m->hn < m->ntensors; m->hn++) {
+        size_t i = name_hash(m->tensors[m->hn].name) & (m->hcap - 1);
+        while (m->hidx[i])
+            i = (i + 1) & (m->hcap - 1);
+        m->hidx[i] = m->hn + 1;
+    }
+    return 1;
+}
+
 ck_tensor *llmt__ckpt_find_tensor(const ck_manifest *m, const char *name)
 {
-    for (size_t i = 0; i < m->ntensors; i++)
-        if (!strcmp(m->tensors[i].name, name))
-            return &m->tensors[i];
+    ck_manifest *w = (ck_manifest *)m; /* the index is a cache */
+    if (!index_tensors(w)) {
+        for (size_t i = 0; i < m->ntensors; i++)
+            if (!strcmp(m->tensors[i].name, name))
+                return &m->tensors[i];
+        return NULL;
+    }
+    for (size_t i = name_hash(name) & (w->hcap - 1); w->hidx[i]; i = (i + 1) & (w->hcap - 1))
+        if (!strcmp(m->tensors[w->hidx[i] - 1].name, name))
+            return &m->tensors[w->hidx[i] - 1];
     return NULL;
 }
 
@@ -282,21 +321,54 @@ static int empty_box(const ck_chunk *a, int nd)
     return 0;
 }
 
-/* Chunks of one tensor may not overlap unless they are identical replicas. */
+/* Chunks of one tensor may not overlap unless they are identical replicas.
+ * A sweep along dim 0: the non-empty chunks sorted by their first row,
+ * each compared with those that start before it ends (the tensor
+ * parallel ranks' boxes of the same rows, a few), not with every other
+ * chunk (thousands of data parallel shares at scale). A hostile list
+ * where every box spans the same rows stops being checked after 2^26
+ * comparisons; reads still cover correctly. */
+typedef struct sweep_key {
+    int64_t lo;
+    size_t i;
+} sweep_key;
+
+static int cmp_sweep(const void *a, const void *b)
+{
+    const sweep_key *x = a, *y = b;
+    if (x->lo != y->lo)
+        return x->lo < y->lo ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
 static int check_overlaps(pctx *p, const ck_tensor *t)
 {
-    if (t->nchunks > 8192)
-        return 1; /* quadratic check skipped; reads still cover correctly */
+    if (t->ndim == 0 || t->nchunks < 2)
+        return 1; /* scalars: every chunk is the same box */
+    sweep_key *k = malloc(t->nchunks * sizeof *k);
+    if (!k)
+        return fail(p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory");
+    size_t n = 0;
     for (size_t i = 0; i < t->nchunks; i++)
-        for (size_t j = 0; j < i; j++) {
-            const ck_chunk *a = &t->chunks[i], *b = &t->chunks[j];
-            if (empty_box(a, t->ndim) || empty_box(b, t->ndim))
-                continue;
-            if (box_overlap(a, b, t->ndim) && !same_box(a, b, t->ndim))
+        if (!empty_box(&t->chunks[i], t->ndim))
+            k[n++] = (sweep_key){t->chunks[i].goff[0], i};
+    qsort(k, n, sizeof *k, cmp_sweep);
+    uint64_t budget = (uint64_t)1 << 26;
+    for (size_t x = 0; x < n && budget; x++) {
+        const ck_chunk *a = &t->chunks[k[x].i];
+        int64_t end = a->goff[0] + a->lshape[0];
+        for (size_t y = x + 1; y < n && k[y].lo < end && budget; y++, budget--) {
+            const ck_chunk *b = &t->chunks[k[y].i];
+            if (box_overlap(a, b, t->ndim) && !same_box(a, b, t->ndim)) {
+                size_t i = k[x].i < k[y].i ? k[x].i : k[y].i;
+                size_t j = k[x].i < k[y].i ? k[y].i : k[x].i;
+                free(k);
                 return fail(p, LLMT_ERR_FORMAT,
-                            "manifest: tensor '%s': chunks %zu and %zu overlap",
-                            t->name, j, i);
+                            "manifest: tensor '%s': chunks %zu and %zu overlap", t->name, i, j);
+            }
         }
+    }
+    free(k);
     return 1;
 }
 
@@ -376,6 +448,28 @@ static int grow(void **arr, size_t *cap, size_t need, size_t esz)
     return 1;
 }
 
+/* The file of `rank`: a merged manifest lists them in rank order (a
+ * binary search; thousands of files, one lookup per chunk), anything else
+ * is scanned. */
+static const ck_file *find_file(const ck_manifest *m, int32_t rank)
+{
+    size_t lo = 0, hi = m->nfiles;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->files[mid].rank < rank)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < m->nfiles && m->files[lo].rank == rank)
+        return &m->files[lo];
+    const ck_file *f = NULL;
+    for (size_t i = 0; i < m->nfiles; i++)
+        if (m->files[i].rank == rank)
+            f = &m->files[i];
+    return f;
+}
+
 static int parse_chunk(pctx *p, const cJSON *co, ck_tensor *t,
                        const ck_manifest *m, ck_chunk *k, const char *where)
 {
@@ -384,10 +478,7 @@ static int parse_chunk(pctx *p, const cJSON *co, ck_tensor *t,
     if (!parse_rank_file(p, cJSON_GetObjectItemCaseSensitive(co, "file"),
                          m->world_size, &k->rank, where))
         return 0;
-    const ck_file *f = NULL;
-    for (size_t i = 0; i < m->nfiles; i++)
-        if (m->files[i].rank == k->rank)
-            f = &m->files[i];
+    const ck_file *f = find_file(m, k->rank);
     if (!f)
         return fail(p, LLMT_ERR_FORMAT, "manifest: %s: file of rank %d is not listed",
                     where, (int)k->rank);
@@ -666,6 +757,12 @@ llmt_status llmt__ckpt_manifest_merge(ck_manifest *const *parts, size_t n,
                 goto bad;
             }
             for (size_t c = 0; c < src->nchunks; c++) {
+                /* an empty block only names the tensor (the trainer's
+                 * order of tensors): it holds nothing to list, and every
+                 * rank of every tensor listed grew the manifest with the
+                 * world */
+                if (empty_box(&src->chunks[c], src->ndim))
+                    continue;
                 if (!grow((void **)&dst->chunks, &dst->cap, dst->nchunks + 1,
                           sizeof *dst->chunks))
                     goto oom;

@@ -264,6 +264,66 @@ static void test_reshard(llmt_context *ctx)
     free(root);
 }
 
+/* A rank may name a tensor with an empty block (the trainer does, so the
+ * merged manifest lists tensors in the model's order whatever stage holds
+ * them): the tensor keeps its place, and the empty blocks are not listed
+ * (each rank of each tensor grew the manifest with the world). Rank 0
+ * names "late" first but holds only "early"; rank 1 holds "late". */
+static void test_empty_blocks(llmt_context *ctx)
+{
+    char *root = tmpdir_make(NULL, "empty");
+    float x[4] = {1, 2, 3, 4}, y[4] = {5, 6, 7, 8};
+    int64_t four = 4, none = 0, zero = 0;
+    for (int r = 0; r < 2; r++) {
+        llmt_ckpt *ck = make_ck(ctx, root, r, 2, LLMT_CKPT_VERIFY_READ, 0);
+        CHECK(ck != NULL);
+        if (!ck)
+            break;
+        llmt_tensor v, e;
+        llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &four, r ? y : x, LLMT_DEVICE_CPU,
+                         0);
+        llmt_tensor_init(&e, sizeof e, LLMT_DTYPE_FP32, 1, &none, x, LLMT_DEVICE_CPU, 0);
+        CHECK_STATUS(llmt_ckpt_begin(ck, 3), LLMT_OK);
+        CHECK_STATUS(llmt_ckpt_add_tensor(ck, "late", r ? &v : &e, &four, &zero), LLMT_OK);
+        CHECK_STATUS(llmt_ckpt_add_tensor(ck, "early", r ? &e : &v, &four, &zero), LLMT_OK);
+        CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
+        llmt_ckpt_destroy(ck);
+    }
+    llmt_ckpt *ck = make_ck(ctx, root, 0, 1, LLMT_CKPT_VERIFY_READ, 0);
+    int64_t at = -1;
+    const char *name = NULL;
+    size_t nc = 99;
+    CHECK_STATUS(llmt_ckpt_open_latest(ck, &at), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_tensor_name(ck, 0, &name), LLMT_OK);
+    CHECK(name && !strcmp(name, "late"));
+    CHECK_STATUS(llmt_ckpt_tensor_info(ck, "late", NULL, NULL, NULL, &nc), LLMT_OK);
+    CHECK_EQ_INT(nc, 1);
+    CHECK_STATUS(llmt_ckpt_tensor_info(ck, "early", NULL, NULL, NULL, &nc), LLMT_OK);
+    CHECK_EQ_INT(nc, 1);
+    float got[4] = {0};
+    llmt_tensor g;
+    llmt_tensor_init(&g, sizeof g, LLMT_DTYPE_FP32, 1, &four, got, LLMT_DEVICE_CPU, 0);
+    CHECK_STATUS(llmt_ckpt_read(ck, "late", &g, NULL), LLMT_OK);
+    CHECK(memcmp(got, y, sizeof got) == 0);
+    CHECK_STATUS(llmt_ckpt_verify(ck), LLMT_OK);
+    llmt_ckpt_destroy(ck);
+    char path[4200], *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/step-000000000003/manifest.json", root);
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    if (f) {
+        text = calloc(1, 1 << 16);
+        len = fread(text, 1, (1 << 16) - 1, f);
+        fclose(f);
+        CHECK(len > 0 && strstr(text, "\"local_shape\":[0]") == NULL &&
+              strstr(text, "\"local_shape\": [0]") == NULL);
+    }
+    free(text);
+    tmpdir_remove(root);
+    free(root);
+}
+
 static void test_roundtrip(llmt_context *ctx, const char *base, const char *tag)
 {
     char *root = tmpdir_make(base, tag);
@@ -1058,6 +1118,7 @@ int main(int argc, char **argv)
         test_roundtrip(ctx, "/dev/shm", "rtshm");
     llmt_context_set_log_level(ctx, LLMT_LOG_WARN);
     test_reshard(ctx);
+    test_empty_blocks(ctx);
     test_tiers(ctx);
     test_host_tier(ctx);
     test_multi_block(ctx);

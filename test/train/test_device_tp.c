@@ -160,8 +160,9 @@ static void free_args(rank_arg *a, int n)
 /* Each rank saves one block per segment of its shard: a column shard
  * (a row-parallel weight) is one strided chunk, not one per row (which
  * grew the manifest with the width and padded every row to the file
- * alignment). Every tensor: the ranks' empty entries that name it, then
- * at most 3 segments per rank (a kv head shared, the padded vocabulary). */
+ * alignment). Every tensor: at most 3 segments per rank (a kv head
+ * shared, the padded vocabulary); the empty blocks that name a tensor on
+ * a rank that holds none of it are not listed in the merged manifest. */
 static void check_chunks(const char *root, int world)
 {
     llmt_ckpt_opts o;
@@ -182,7 +183,7 @@ static void check_chunks(const char *root, int world)
             worst = nc;
     }
     CHECK(n > 0);
-    CHECK(worst <= (size_t)(world + 3 * world));
+    CHECK(worst <= (size_t)(3 * world));
     printf("tp %d checkpoint: %zu tensors, %zu chunks, at most %zu per tensor\n", world, n,
            total, worst);
     llmt_ckpt_destroy(ck);
