@@ -12,6 +12,8 @@
  *   reads   rank 0's reads of its shard of every tensor of its stage,
  *           planned against the merged manifest (the chunk lookups of a
  *           restore, no data copied)
+ *   part    one rank's part manifest as JSON, whole and as the memory
+ *           tier sends it to every rank (only the blocks it holds)
  * usage: bench_ckpt_meta [--quick] [TP PP T W...]
  * Prints one JSON line per world size. */
 #include <stdio.h>
@@ -127,6 +129,14 @@ static void run(int tp, int pp, int T, int W)
         }
         pp_[r] = &parts[r];
     }
+    /* one rank's part manifest as the memory tier sends it to every rank
+     * (only what the rank holds) against the whole part (every tensor
+     * named): the all-gather moves W times that */
+    char *pj = llmt__ckpt_manifest_to_json(&parts[W - 1]);
+    char *ph = llmt__ckpt_manifest_to_json_held(&parts[W - 1]);
+    size_t part_bytes = pj ? strlen(pj) : 0, held_bytes = ph ? strlen(ph) : 0;
+    free(pj);
+    free(ph);
     char err[512];
     ck_manifest merged;
     double t0 = now();
@@ -188,9 +198,10 @@ static void run(int tp, int pp, int T, int W)
     printf(
         "{\"world\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d, \"tensors\": %d, \"chunks\": %zu, "
         "\"merge_s\": %.4f, \"json_s\": %.4f, \"json_bytes\": %zu, \"parse_s\": %.4f, "
-        "\"reads\": %d, \"reads_s\": %.4f}\n",
+        "\"reads\": %d, \"reads_s\": %.4f, \"part_json_bytes\": %zu, "
+        "\"part_held_json_bytes\": %zu}\n",
         W, tp, pp, W / (tp * pp), T, chunks, t_merge, t_json, strlen(js), t_parse, reads,
-        t_reads);
+        t_reads, part_bytes, held_bytes);
     fflush(stdout);
     llmt_ckpt_destroy(ck); /* frees the merged manifest it holds */
     char cmd[64];

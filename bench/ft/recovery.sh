@@ -31,16 +31,11 @@
 # usage: bench/ft/recovery.sh path/to/llmtrain [TRIALS [HIDDEN [LAYERS]]]
 # Writes bench/results/ft-recovery-STAMP.json and prints a table.
 set -u
-exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 trials=${2:-3}
 hidden=${3:-128}
 layers=${4:-2}
-top=$(cd "$(dirname "$0")/../.." && pwd)
-"$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build"; exit 77; }
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-mkdir corpus && cp "$top"/doc/*.md corpus/ || exit 1
+. "$(dirname "$0")/setup.sh"
+ft_setup "$1"
 mk() { # file tiers anomaly
   cat > "$1" <<JSON
 {"name": "ftbench",

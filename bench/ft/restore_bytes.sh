@@ -10,15 +10,10 @@
 # usage: bench/ft/restore_bytes.sh path/to/llmtrain [HIDDEN [LAYERS]]
 # Writes bench/results/ft-restore-bytes-STAMP.json and prints a table.
 set -u
-exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 hidden=${2:-128}
 layers=${3:-4}
-top=$(cd "$(dirname "$0")/../.." && pwd)
-"$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build"; exit 77; }
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-mkdir corpus && cp "$top"/doc/*.md corpus/ || exit 1
+. "$(dirname "$0")/setup.sh"
+ft_setup "$1"
 res=$top/bench/results/ft-restore-bytes-$(date -u +%Y%m%d-%H%M%S).json
 echo "[" > "$res"
 first=1

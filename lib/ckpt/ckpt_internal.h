@@ -76,6 +76,10 @@ typedef struct ck_manifest {
 void llmt__ckpt_manifest_free(ck_manifest *m);
 /* Serialise; returns malloc'ed text or NULL. */
 char *llmt__ckpt_manifest_to_json(const ck_manifest *m);
+/* The same without empty blocks, and without the tensors left with none
+ * (unless they have no elements): what a rank holds, for exchanges where
+ * the tensors' order does not matter (memtier.c). */
+char *llmt__ckpt_manifest_to_json_held(const ck_manifest *m);
 /* Parse and validate everything that can be checked without the data files.
  * On failure writes a reason into err. */
 llmt_status llmt__ckpt_manifest_parse(const char *text, size_t len,
@@ -167,6 +171,13 @@ struct llmt_ckpt {
 
     int have_snapshot;        /* buf + job hold a complete snapshot */
 
+    /* an open checks only the data files (and, verifying fully, the
+     * chunks) of ranks r with r % file_parts == file_part (open_shared.c:
+     * the ranks share the checks; 0 or 1 part: every file);
+     * files_checked counts the files an open checked */
+    int32_t file_part, file_parts;
+    uint64_t files_checked;
+
     /* the open checkpoint */
     ck_manifest open;
     int is_open;
@@ -245,6 +256,20 @@ llmt_status llmt__ckpt_open_gathered(llmt_ckpt *ck, llmt_comm *comm, int64_t ste
  * NULL; *err set on failure). */
 const uint8_t *llmt__ckpt_gathered_span(llmt_ckpt *ck, int32_t rank, uint64_t off, uint64_t len,
                                         llmt_status *err);
+/* dir/manifest.json's text (malloc'ed; load.c): LLMT_ERR_NOT_FOUND on
+ * ck->err when the step was not committed. */
+llmt_status llmt__ckpt_read_manifest(llmt_ckpt *ck, const char *dir, char **text, size_t *len);
+/* Open `step` of the root from its manifest's text read elsewhere (load.c;
+ * the data files are checked here, as llmt_ckpt_open_step does). */
+llmt_status llmt__ckpt_open_step_text(llmt_ckpt *ck, int64_t step, const char *text,
+                                      size_t len);
+/* The newest step of the root that every rank of `comm` can open
+ * (open_shared.c): collective; each rank checks only its share of the
+ * data files (file i when i % size == its rank: every file once over the
+ * ranks, not once per rank), the ranks agree step by step, newest first,
+ * and all open the same one (*step) or all fail (LLMT_ERR_NOT_FOUND,
+ * each step's reason in the message). */
+llmt_status llmt__ckpt_open_latest_shared(llmt_ckpt *ck, llmt_comm *comm, int64_t *step);
 /* Bytes of the parts the last gathered open received (this rank's own
  * spans included), and of every part together (0 when none was made). */
 void llmt__ckpt_gathered_bytes(const llmt_ckpt *ck, uint64_t *fetched, uint64_t *parts);

@@ -73,6 +73,9 @@ static llmt_status check_files(llmt_ckpt *ck, const char *dir, const ck_manifest
 {
     for (size_t i = 0; i < m->nfiles; i++) {
         int32_t r = m->files[i].rank;
+        if (ck->file_parts > 1 && r % ck->file_parts != ck->file_part)
+            continue; /* another rank's share of the checks */
+        ck->files_checked++;
         int fd = open_data(dir, r);
         if (fd < 0)
             return llmt__err_set(&ck->err, errno == ENOENT ? LLMT_ERR_FORMAT : LLMT_ERR_IO,
@@ -164,6 +167,9 @@ static llmt_status verify_all(llmt_ckpt *ck, const char *dir, const ck_manifest 
 {
     for (size_t i = 0; i < m->ntensors; i++)
         for (size_t c = 0; c < m->tensors[i].nchunks; c++) {
+            int32_t r = m->tensors[i].chunks[c].rank; /* another rank's share */
+            if (ck->file_parts > 1 && r % ck->file_parts != ck->file_part)
+                continue;
             llmt_status s = verify_chunk(ck, dir, &m->tensors[i], c);
             if (s != LLMT_OK)
                 return s;
@@ -171,27 +177,45 @@ static llmt_status verify_all(llmt_ckpt *ck, const char *dir, const ck_manifest 
     return LLMT_OK;
 }
 
-/* Parse dir/manifest.json and check the data files (and every hash when
- * full); *m is filled on success. Failures go to ck->err. */
-static llmt_status load_dir(llmt_ckpt *ck, const char *dir, int full, ck_manifest *m)
+/* Parse the manifest text of dir and check the data files (and every
+ * hash when full); *m is filled on success. Failures go to ck->err. */
+static llmt_status load_text(llmt_ckpt *ck, const char *dir, const char *text, size_t len,
+                             int full, ck_manifest *m)
 {
-    char p[MAX_PATH], *text = NULL;
-    size_t len;
     char e[LLMT_ERR_MSG_MAX];
-    snprintf(p, sizeof p, "%s/manifest.json", dir);
-    llmt_status s = llmt__ckpt_read_small(p, MAX_MANIFEST, &text, &len, e, sizeof e);
+    llmt_status s = llmt__ckpt_manifest_parse(text, len, 0, m, e, sizeof e);
     if (s != LLMT_OK)
-        return llmt__err_set(&ck->err, s == LLMT_ERR_NOT_FOUND ? LLMT_ERR_NOT_FOUND : s,
-                             "%s (not committed)", e);
-    s = llmt__ckpt_manifest_parse(text, len, 0, m, e, sizeof e);
-    free(text);
-    if (s != LLMT_OK)
-        return llmt__err_set(&ck->err, s, "ckpt: %s: %s", p, e);
+        return llmt__err_set(&ck->err, s, "ckpt: %s/manifest.json: %s", dir, e);
     s = check_files(ck, dir, m);
     if (s == LLMT_OK && full)
         s = verify_all(ck, dir, m);
     if (s != LLMT_OK)
         llmt__ckpt_manifest_free(m);
+    return s;
+}
+
+llmt_status llmt__ckpt_read_manifest(llmt_ckpt *ck, const char *dir, char **text, size_t *len)
+{
+    char p[MAX_PATH];
+    char e[LLMT_ERR_MSG_MAX];
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    llmt_status s = llmt__ckpt_read_small(p, MAX_MANIFEST, text, len, e, sizeof e);
+    if (s != LLMT_OK)
+        return llmt__err_set(&ck->err, s == LLMT_ERR_NOT_FOUND ? LLMT_ERR_NOT_FOUND : s,
+                             "%s (not committed)", e);
+    return LLMT_OK;
+}
+
+/* dir/manifest.json read, parsed and checked (load_text). */
+static llmt_status load_dir(llmt_ckpt *ck, const char *dir, int full, ck_manifest *m)
+{
+    char *text = NULL;
+    size_t len = 0;
+    llmt_status s = llmt__ckpt_read_manifest(ck, dir, &text, &len);
+    if (s != LLMT_OK)
+        return s;
+    s = load_text(ck, dir, text, len, full, m);
+    free(text);
     return s;
 }
 
@@ -204,22 +228,35 @@ llmt_status llmt__ckpt_check_dir(llmt_ckpt *ck, const char *dir, int full)
     return s;
 }
 
+/* The checkpoint of dir, parsed into m, becomes the open one. */
+static llmt_status open_parsed(llmt_ckpt *ck, const char *dir, ck_manifest *m)
+{
+    char *d = strdup(dir);
+    if (!d) {
+        llmt__ckpt_manifest_free(m);
+        return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
+    }
+    llmt__ckpt_close_open(ck);
+    ck->open = *m;
+    ck->open_dir = d;
+    ck->is_open = 1;
+    return LLMT_OK;
+}
+
 static llmt_status open_path(llmt_ckpt *ck, const char *dir)
 {
     ck_manifest m;
     llmt_status s = load_dir(ck, dir, ck->opts.verify >= LLMT_CKPT_VERIFY_FULL, &m);
-    if (s != LLMT_OK)
-        return s;
-    char *d = strdup(dir);
-    if (!d) {
-        llmt__ckpt_manifest_free(&m);
-        return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
-    }
-    llmt__ckpt_close_open(ck);
-    ck->open = m;
-    ck->open_dir = d;
-    ck->is_open = 1;
-    return LLMT_OK;
+    return s != LLMT_OK ? s : open_parsed(ck, dir, &m);
+}
+
+llmt_status llmt__ckpt_open_step_text(llmt_ckpt *ck, int64_t step, const char *text, size_t len)
+{
+    char d[MAX_PATH];
+    snprintf(d, sizeof d, "%s/step-%012" PRId64, ck->root, step);
+    ck_manifest m;
+    llmt_status s = load_text(ck, d, text, len, ck->opts.verify >= LLMT_CKPT_VERIFY_FULL, &m);
+    return s != LLMT_OK ? s : open_parsed(ck, d, &m);
 }
 
 LLMT_API llmt_status llmt_ckpt_open_dir(llmt_ckpt *ck, const char *dir)

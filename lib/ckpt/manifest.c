@@ -118,7 +118,34 @@ static cJSON *hex(uint64_t v)
     return cJSON_CreateString(b);
 }
 
+static int empty_box(const ck_chunk *a, int nd);
+
+/* Whether tensor t is listed when only held blocks are: it has one, or
+ * it has no elements (then its name is all there is). */
+static int held(const ck_tensor *t)
+{
+    int64_t elems = 1;
+    for (int d = 0; d < t->ndim; d++)
+        elems *= t->gshape[d];
+    for (size_t c = 0; c < t->nchunks && elems; c++)
+        if (!empty_box(&t->chunks[c], t->ndim))
+            return 1;
+    return elems == 0;
+}
+
+static char *to_json(const ck_manifest *m, int held_only);
+
 char *llmt__ckpt_manifest_to_json(const ck_manifest *m)
+{
+    return to_json(m, 0);
+}
+
+char *llmt__ckpt_manifest_to_json_held(const ck_manifest *m)
+{
+    return to_json(m, 1);
+}
+
+static char *to_json(const ck_manifest *m, int held_only)
 {
     cJSON *root = cJSON_CreateObject();
     if (!root)
@@ -154,6 +181,8 @@ char *llmt__ckpt_manifest_to_json(const ck_manifest *m)
     cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
     for (size_t i = 0; i < m->ntensors; i++) {
         const ck_tensor *t = &m->tensors[i];
+        if (held_only && !held(t))
+            continue;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", t->name);
         cJSON_AddStringToObject(o, "dtype", llmt_dtype_name(t->dtype));
@@ -161,6 +190,8 @@ char *llmt__ckpt_manifest_to_json(const ck_manifest *m)
         cJSON *chunks = cJSON_AddArrayToObject(o, "chunks");
         for (size_t c = 0; c < t->nchunks; c++) {
             const ck_chunk *k = &t->chunks[c];
+            if (held_only && empty_box(k, t->ndim))
+                continue;
             cJSON *co = cJSON_CreateObject();
             rank_file_name(fname, sizeof fname, k->rank);
             cJSON_AddStringToObject(co, "file", fname);

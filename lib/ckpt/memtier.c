@@ -37,9 +37,14 @@ typedef struct own_part {
     uint8_t *blob; /* a part file read from disk */
 } own_part;
 
+/* A part's manifest goes to every rank: only what the rank holds, not
+ * the empty blocks by which the trainer names every tensor on every rank
+ * (a part listing every tensor, times every rank, is gigabytes at
+ * thousands of ranks); the merged manifest is read from, never written,
+ * so the tensors' order does not matter here. */
 static llmt_status own_from_snapshot(llmt_ckpt *ck, own_part *o)
 {
-    o->json = llmt__ckpt_manifest_to_json(&ck->job);
+    o->json = llmt__ckpt_manifest_to_json_held(&ck->job);
     if (!o->json)
         return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
     o->data = ck->buf;
@@ -55,11 +60,15 @@ static llmt_status own_from_dir(llmt_ckpt *ck, const char *dir, int32_t me, own_
         return s;
     memcpy(&jl, o->blob, 8);
     memcpy(&bl, o->blob + 8, 8);
-    o->json = malloc((size_t)jl + 1);
+    ck_manifest m;
+    char e[LLMT_ERR_MSG_MAX];
+    s = llmt__ckpt_manifest_parse((const char *)o->blob + 24, (size_t)jl, 1, &m, e, sizeof e);
+    if (s != LLMT_OK)
+        return llmt__err_set(&ck->err, s, "ckpt: %s/rank-%05d.json: %s", dir, (int)me, e);
+    o->json = llmt__ckpt_manifest_to_json_held(&m);
+    llmt__ckpt_manifest_free(&m);
     if (!o->json)
         return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
-    memcpy(o->json, o->blob + 24, (size_t)jl);
-    o->json[jl] = 0;
     o->data = o->blob + 24 + jl;
     o->bytes = bl;
     return LLMT_OK;

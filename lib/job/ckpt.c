@@ -356,16 +356,27 @@ static llmt_status restore_open(llmt_job *j, llmt_ckpt *ck, int with_data)
     return LLMT_OK;
 }
 
-/* Open the newest usable checkpoint of `ck` and restore from it. */
+static int restore_all(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t step);
+
+/* Open the newest usable checkpoint of `ck` and restore from it. Several
+ * ranks: collective (every rank calls it); they share the data files'
+ * checks and open the same step (ckpt/open_shared.c), then every rank
+ * restores or none goes on. */
 static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t *step,
                                 int *opened)
 {
     *opened = 0;
-    llmt_status s = llmt_ckpt_open_latest(ck, step);
+    int many = j->comm && j->world > 1;
+    llmt_status s = many ? llmt__ckpt_open_latest_shared(ck, j->comm, step)
+                         : llmt_ckpt_open_latest(ck, step);
     if (s != LLMT_OK)
         return s;
     *opened = 1;
-    return restore_open(j, ck, with_data);
+    if (!many)
+        return restore_open(j, ck, with_data);
+    return restore_all(j, ck, with_data, *step) > 0 ? LLMT_OK
+           : j->err.status                          ? j->err.status
+                                                    : LLMT_ERR_INTERNAL;
 }
 
 /* Each of v[0..n-1] becomes its minimum over the ranks (one collective;
@@ -420,9 +431,9 @@ static llmt_status plan_reads(void *arg, llmt_ckpt *ck)
 /* Restore from the checkpoint open on j->ck (step `step`): every rank
  * restored, or none goes on. 1: restored, < 0: failed (j->err, on every
  * rank). */
-static int restore_all(llmt_job *j, int with_data, int64_t step)
+static int restore_all(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t step)
 {
-    llmt_status s = restore_open(j, j->ck, with_data);
+    llmt_status s = restore_open(j, ck, with_data);
     int64_t ok = s == LLMT_OK;
     char why[LLMT_ERR_MSG_MAX];
     snprintf(why, sizeof why, "%s", j->err.msg);
@@ -484,7 +495,7 @@ static int restore_memory(llmt_job *j, int with_data, int64_t *step, const char 
                -1;
     }
     *tier = mem ? "memory" : *peer ? "peer" : "local";
-    if (restore_all(j, with_data, hi) < 0)
+    if (restore_all(j, j->ck, with_data, hi) < 0)
         return -1;
     *step = hi;
     return 1;
@@ -564,7 +575,7 @@ static int restore_node_local(llmt_job *j, int with_data, int64_t *step, int *pe
                   s != LLMT_OK ? llmt_ckpt_last_error(j->ck) : "failed on another rank");
         return 0;
     }
-    if (restore_all(j, with_data, r[0]) < 0)
+    if (restore_all(j, j->ck, with_data, r[0]) < 0)
         return -1;
     *step = r[0];
     return 1;
@@ -654,12 +665,22 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
          * copy has every committed step, with the same format */
         llmt_ckpt *dk = NULL;
         s = durable_handle(j, &dk);
+        int64_t all = s == LLMT_OK; /* restore_from is collective: all or none */
+        if (agree_min(j, &all, 1) != LLMT_OK)
+            all = 0;
+        if (s == LLMT_OK && !all) {
+            llmt_ckpt_destroy(dk);
+            dk = NULL;
+            s = LLMT_ERR_IO;
+            snprintf(why_durable, sizeof why_durable,
+                     "the durable tier could not be opened on another rank");
+        } else if (s != LLMT_OK) {
+            snprintf(why_durable, sizeof why_durable, "%s", llmt_context_last_error(j->ctx));
+        }
         if (s == LLMT_OK) {
             llmt_ckpt_list(dk, NULL, 0, &ndurable);
             s = restore_from(j, dk, with_data, step, &opened);
             snprintf(why_durable, sizeof why_durable, "%s", llmt_ckpt_last_error(dk));
-        } else {
-            snprintf(why_durable, sizeof why_durable, "%s", llmt_context_last_error(j->ctx));
         }
         llmt_ckpt_destroy(dk);
         if (s == LLMT_OK) {

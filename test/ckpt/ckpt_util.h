@@ -77,4 +77,13 @@ static inline llmt_status save_block(llmt_ckpt *ck, int64_t step, int seed, int 
     return s;
 }
 
+/* w in-process communicators (ranks as threads) with a 30 s timeout. */
+static inline llmt_status inproc_world(int w, llmt_comm **comms)
+{
+    llmt_comm_opts co;
+    llmt_comm_opts_init(&co, sizeof co);
+    co.timeout_ms = 30000;
+    return llmt_comm_create_inproc(NULL, w, &co, comms);
+}
+
 #endif

@@ -3,8 +3,11 @@
  * stays in memory):
  *   "w" [4 x N]   rank r saves block r (a replicated parameter's shares)
  *   "m" [4, M]    rank r saves row r (a sharded moment), M floats > 1 MiB
- * Each rank's restore plan reads all of "w" and elements [1000, 2000) of
- * its own row of "m". Checked:
+ *   "e" [4]       rank 0 saves it, the others name it with an empty block
+ *                 (as the trainer names every tensor on every rank)
+ *   "z" [0]       no elements: every rank names it
+ * Each rank's restore plan reads all of "w", elements [1000, 2000) of its
+ * own row of "m", "e" and "z". Checked:
  *  - the values read equal the saved ones (gval), on every rank;
  *  - each rank receives exactly the spans its plan reads: all of "w"'s
  *    chunks and the hashed 1 MiB block of its row holding [1000, 2000)
@@ -40,7 +43,7 @@ typedef struct {
     int from_memory, values_ok;
     uint64_t fetched, parts;
     char err[512], outside_err[512];
-    float *w, *m;
+    float *w, *m, e[4];
 } rk;
 
 static llmt_status read_w(llmt_ckpt *ck, float *buf)
@@ -60,12 +63,25 @@ static llmt_status read_m(llmt_ckpt *ck, int r, int64_t lo, int64_t hi, float *b
     return llmt_ckpt_read(ck, "m", &v, off);
 }
 
+/* all of "e" into e[4], and "z" (nothing to copy, but it must be there) */
+static llmt_status read_small(llmt_ckpt *ck, float *e)
+{
+    int64_t four = 4, none = 0, zero = 0;
+    llmt_tensor v, z;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &four, e, LLMT_DEVICE_CPU, 0);
+    llmt_tensor_init(&z, sizeof z, LLMT_DTYPE_FP32, 1, &none, e, LLMT_DEVICE_CPU, 0);
+    llmt_status s = llmt_ckpt_read(ck, "e", &v, &zero);
+    return s == LLMT_OK ? llmt_ckpt_read(ck, "z", &z, &zero) : s;
+}
+
 static llmt_status plan(void *arg, llmt_ckpt *ck)
 {
     rk *k = arg;
     llmt_status s = read_w(ck, k->w);
     if (s == LLMT_OK)
         s = read_m(ck, k->rank, LO, HI, k->m);
+    if (s == LLMT_OK)
+        s = read_small(ck, k->e);
     if (s == LLMT_OK && k->bad_plan) {
         int64_t one = 1, zero = 0;
         float x;
@@ -98,6 +114,15 @@ static llmt_status save_part(llmt_ckpt *ck, int rank)
         s = llmt_ckpt_add_tensor(ck, "w", &vw, &gw, &ow);
     if (s == LLMT_OK)
         s = llmt_ckpt_add_tensor(ck, "m", &vm, gm, om);
+    int64_t four = 4, none = 0, zero = 0;
+    llmt_tensor ve, vz;
+    llmt_tensor_init(&ve, sizeof ve, LLMT_DTYPE_FP32, 1, rank ? &none : &four, w,
+                     LLMT_DEVICE_CPU, 0);
+    llmt_tensor_init(&vz, sizeof vz, LLMT_DTYPE_FP32, 1, &none, w, LLMT_DEVICE_CPU, 0);
+    if (s == LLMT_OK) /* rank 0: gval(1, 0..3), as its w */
+        s = llmt_ckpt_add_tensor(ck, "e", &ve, &four, &zero);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_add_tensor(ck, "z", &vz, &none, &zero);
     if (s == LLMT_OK)
         s = llmt_ckpt_save(ck, 1);
     if (s == LLMT_OK)
@@ -133,6 +158,9 @@ static void *run_open(void *arg)
     k->read_st = read_w(k->ck, k->w);
     if (k->read_st == LLMT_OK)
         k->read_st = read_m(k->ck, k->rank, LO, HI, k->m);
+    memset(k->e, 0, sizeof k->e);
+    if (k->read_st == LLMT_OK)
+        k->read_st = read_small(k->ck, k->e);
     if (k->read_st != LLMT_OK)
         snprintf(k->err, sizeof k->err, "%s", llmt_ckpt_last_error(k->ck));
     int ok = k->read_st == LLMT_OK;
@@ -140,6 +168,8 @@ static void *run_open(void *arg)
         ok = k->w[i] == gval(1, i);
     for (int64_t i = LO; ok && i < HI; i++)
         ok = k->m[i - LO] == gval(2, (int64_t)k->rank * M + i);
+    for (int i = 0; ok && i < 4; i++)
+        ok = k->e[i] == gval(1, i);
     k->values_ok = ok;
     if (k->outside) { /* in the same row, the next hashed block */
         float x[100];
@@ -172,11 +202,8 @@ static void fresh_handle(rk *k)
 int main(void)
 {
     char *base = tmpdir_make(NULL, "gathered");
-    llmt_comm_opts co;
-    llmt_comm_opts_init(&co, sizeof co);
-    co.timeout_ms = 30000;
     llmt_comm *comms[W];
-    CHECK_STATUS(llmt_comm_create_inproc(NULL, W, &co, comms), LLMT_OK);
+    CHECK_STATUS(inproc_world(W, comms), LLMT_OK);
     rk ks[W];
     memset(ks, 0, sizeof ks);
     for (int r = 0; r < W; r++) {
@@ -195,9 +222,9 @@ int main(void)
     for (int r = 0; r < W; r++)
         ks[r].outside = 1;
     run_all(ks, run_open);
-    /* a rank's plan: all of w's chunks and the first hashed block of its
-     * row of m (the read [1000, 2000) lies in it) */
-    uint64_t want = (uint64_t)W * N * 4 + CK_BLOCK_BYTES;
+    /* a rank's plan: all of w's chunks, the first hashed block of its
+     * row of m (the read [1000, 2000) lies in it) and e's 16 bytes */
+    uint64_t want = (uint64_t)W * N * 4 + CK_BLOCK_BYTES + 16;
     for (int r = 0; r < W; r++) {
         CHECK_STATUS(ks[r].st, LLMT_OK);
         CHECK_STATUS(ks[r].read_st, LLMT_OK);

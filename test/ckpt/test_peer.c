@@ -83,11 +83,8 @@ static int same_as_orig(const char *orig, rk *ks, int r)
 int main(void)
 {
     char *base = tmpdir_make(NULL, "peer");
-    llmt_comm_opts co;
-    llmt_comm_opts_init(&co, sizeof co);
-    co.timeout_ms = 30000;
     llmt_comm *comms[W];
-    CHECK_STATUS(llmt_comm_create_inproc(NULL, W, &co, comms), LLMT_OK);
+    CHECK_STATUS(inproc_world(W, comms), LLMT_OK);
     rk ks[W];
     memset(ks, 0, sizeof ks);
     for (int r = 0; r < W; r++) {

@@ -48,6 +48,9 @@
 #             alone, repaired from rank 0 within its EP rank's group
 #   straggler a rank slowed by 150 ms a step is named with its measured
 #             excess, treated as failed after `patience` reports, replaced
+#   damaged   rank 3's part of the newest step truncated between two runs:
+#             the ranks share the data files' checks, only rank 3 sees it,
+#             all resume from the step before, the others naming rank 3
 #   killsave  a rank killed while an async save is in flight: the partial
 #             step never verifies, is quarantined, the restart uses the
 #             previous checkpoint; goodput measured vs the simulator
@@ -584,6 +587,26 @@ killsave)
     ok "every checkpoint left verifies and holds all 4 ranks" || { bad "verify"; cat va.log; "$exe" ckpt ls k/ckpt; }
   grep -q "launch: goodput .* measured" k.log && grep -q "predicted by llmt_plan_simulate_goodput" k.log &&
     ok "$(grep 'launch: goodput' k.log | cut -c1-150 | tr '\n' ' ')" || { bad "goodput report"; tail -5 k.log; }
+  ;;
+damaged)
+  # rank 3's part of the newest step truncated (a disk that lost its
+  # tail) between two runs: the ranks share the data files' checks (rank
+  # k checks file k), so only rank 3 sees it, and all four must skip that
+  # step together and resume from the one before
+  launch d d.log --nproc 4 ft.json || { bad "first run"; cat d.log; }
+  f=d/ckpt/step-000000000014/rank-00003.bin
+  [ -f $f ] && truncate -s 8192 $f || bad "no $f"
+  sed 's/"steps": 14/"steps": 16/' ft.json > ft16.json
+  launch d d2.log --nproc 4 --resume ft16.json || { bad "resumed run"; cat d2.log; }
+  n=$(cat d/metrics.jsonl d/rank-*/metrics.jsonl | grep -c '"event":"restore","tier":"local","step":12')
+  [ "$n" -eq 4 ] && ok "rank 3's part of step 14 truncated: all 4 ranks resumed from step 12" ||
+    { bad "restore lines with step 12: $n"; grep -h '"restore"' d/metrics.jsonl d/rank-*/metrics.jsonl; }
+  grep -rq "skipping step 14: rank 3: .*rank-00003.bin is 8192 bytes" d2.log d/ 2>/dev/null &&
+    grep -rq "skipping step 14: ckpt: .*rank-00003.bin is 8192 bytes" d2.log d/ 2>/dev/null &&
+    ok "rank 3 names its truncated file, the others rank 3 and that file" ||
+    { bad "skip messages"; grep -rh "skipping" d2.log d/ | head; }
+  [ "$(losses d/metrics.jsonl | tail -4 | wc -l)" -eq 4 ] && grep -q '"step":16,' d/metrics.jsonl &&
+    ok "steps 13-16 trained after the resume" || bad "steps after the resume"
   ;;
 inplace)
   # an auto checkpoint interval cannot keep survivors in place: refused
