@@ -857,7 +857,14 @@ static llmt_status run_job(llmt_ckpt *ck)
     }
     llmt__log(ck->ctx, LLMT_LOG_DEBUG, "ckpt", "wrote %s (%" PRIu64 " bytes, %s)", path,
               ck->job_bytes, direct ? "O_DIRECT" : "buffered");
-    char *json = llmt__ckpt_manifest_to_json(m);
+    /* Rank 0's part names every tensor it was given, held or not (the
+     * merge takes parts in rank order, so the step's manifest lists the
+     * tensors in its order: the trainer names each on every rank, in the
+     * model's order); the others list what they hold. Every part naming
+     * every tensor made the committing rank read world x tensors entries
+     * (gigabytes at thousands of ranks). */
+    char *json =
+        m->rank == 0 ? llmt__ckpt_manifest_to_json(m) : llmt__ckpt_manifest_to_json_held(m);
     if (!json)
         return JOB_FAIL(LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
     char name[32];

@@ -267,8 +267,9 @@ static void test_reshard(llmt_context *ctx)
 /* A rank may name a tensor with an empty block (the trainer does, so the
  * merged manifest lists tensors in the model's order whatever stage holds
  * them): the tensor keeps its place, and the empty blocks are not listed
- * (each rank of each tensor grew the manifest with the world). Rank 0
- * names "late" first but holds only "early"; rank 1 holds "late". */
+ * in the merged manifest nor in the parts of ranks other than 0 (each
+ * rank of each tensor grew them with the world). Rank 0 names "late"
+ * first but holds only "early"; rank 1 holds "late". */
 static void test_empty_blocks(llmt_context *ctx)
 {
     char *root = tmpdir_make(NULL, "empty");
@@ -320,6 +321,25 @@ static void test_empty_blocks(llmt_context *ctx)
               strstr(text, "\"local_shape\": [0]") == NULL);
     }
     free(text);
+    /* the parts: rank 0's names "late" with its empty block (the order),
+     * rank 1's lists only what it holds ("late", not "early") */
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof path, "%s/step-000000000003/rank-%05d.json", root, r);
+        f = fopen(path, "rb");
+        CHECK(f != NULL);
+        if (!f)
+            continue;
+        text = calloc(1, 1 << 16);
+        len = fread(text, 1, (1 << 16) - 1, f);
+        fclose(f);
+        CHECK(len > 0);
+        if (r == 0)
+            CHECK(strstr(text, "\"name\":\"late\"") && strstr(text, "\"local_shape\":[0]"));
+        else
+            CHECK(strstr(text, "\"name\":\"late\"") && !strstr(text, "\"name\":\"early\"") &&
+                  !strstr(text, "\"local_shape\":[0]"));
+        free(text);
+    }
     tmpdir_remove(root);
     free(root);
 }
