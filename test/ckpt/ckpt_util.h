@@ -2,6 +2,7 @@
 #ifndef LLMT_TEST_CKPT_UTIL_H
 #define LLMT_TEST_CKPT_UTIL_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,17 @@ static inline llmt_status save_block(llmt_ckpt *ck, int64_t step, int seed, int 
         s = llmt_ckpt_wait(ck, -1); /* the snapshot is taken; x may go */
     free(x);
     return s;
+}
+
+/* fn on each of the n elements (sz bytes each) of the array at base, one
+ * thread each (the ranks of an in-process world), all joined. */
+static inline void run_threads(void *(*fn)(void *), void *base, size_t sz, int n)
+{
+    pthread_t th[64];
+    for (int r = 0; r < n && r < 64; r++)
+        pthread_create(&th[r], NULL, fn, (char *)base + (size_t)r * sz);
+    for (int r = 0; r < n && r < 64; r++)
+        pthread_join(th[r], NULL);
 }
 
 /* w in-process communicators (ranks as threads) with a 30 s timeout. */

@@ -183,15 +183,6 @@ static void *run_open(void *arg)
     return NULL;
 }
 
-static void run_all(rk *ks, void *(*fn)(void *))
-{
-    pthread_t th[W];
-    for (int r = 0; r < W; r++)
-        pthread_create(&th[r], NULL, fn, &ks[r]);
-    for (int r = 0; r < W; r++)
-        pthread_join(th[r], NULL);
-}
-
 static void fresh_handle(rk *k)
 {
     llmt_ckpt_destroy(k->ck);
@@ -214,14 +205,14 @@ int main(void)
         ks[r].m = malloc((HI - LO) * sizeof(float));
         CHECK_STATUS(rank_ckpt(r, W, ks[r].root, 3, &ks[r].ck), LLMT_OK);
     }
-    run_all(ks, run_save);
+    run_threads(run_save, ks, sizeof *ks, W);
     for (int r = 0; r < W; r++)
         CHECK_STATUS(ks[r].st, LLMT_OK);
 
     /* 1: every rank from its snapshot; one read outside the plan */
     for (int r = 0; r < W; r++)
         ks[r].outside = 1;
-    run_all(ks, run_open);
+    run_threads(run_open, ks, sizeof *ks, W);
     /* a rank's plan: all of w's chunks, the first hashed block of its
      * row of m (the read [1000, 2000) lies in it) and e's 16 bytes */
     uint64_t want = (uint64_t)W * N * 4 + CK_BLOCK_BYTES + 16;
@@ -245,7 +236,7 @@ int main(void)
 
     /* 2: rank 2 is a replaced process (no snapshot): its part file */
     fresh_handle(&ks[2]);
-    run_all(ks, run_open);
+    run_threads(run_open, ks, sizeof *ks, W);
     for (int r = 0; r < W; r++) {
         CHECK_STATUS(ks[r].st, LLMT_OK);
         CHECK(ks[r].values_ok);
@@ -255,7 +246,7 @@ int main(void)
 
     /* 3: rank 3's plan fails; the others restore all the same */
     ks[3].bad_plan = 1;
-    run_all(ks, run_open);
+    run_threads(run_open, ks, sizeof *ks, W);
     for (int r = 0; r < W; r++) {
         if (r == 3) {
             CHECK_STATUS(ks[r].st, LLMT_ERR_NOT_FOUND);
@@ -274,7 +265,7 @@ int main(void)
              ks[1].root, base);
     CHECK(system(cmd) == 0);
     fresh_handle(&ks[1]);
-    run_all(ks, run_open);
+    run_threads(run_open, ks, sizeof *ks, W);
     for (int r = 0; r < W; r++) { /* rank 1 names its own cause, the file */
         CHECK(ks[r].st != LLMT_OK);
         CHECK(strstr(ks[r].err, r == 1 ? "rank-00001" : "rank 1 has no part of step 5") !=
@@ -299,7 +290,7 @@ int main(void)
         fputc(c ^ 0x40, f);
         fclose(f);
     }
-    run_all(ks, run_open);
+    run_threads(run_open, ks, sizeof *ks, W);
     for (int r = 0; r < W; r++) {
         CHECK_STATUS(ks[r].st, LLMT_OK);
         CHECK_STATUS(ks[r].read_st, LLMT_ERR_CHECKSUM);

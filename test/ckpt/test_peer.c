@@ -50,13 +50,9 @@ static void *run(void *arg)
 
 static void run_all(rk *ks, int phase)
 {
-    pthread_t th[W];
-    for (int r = 0; r < W; r++) {
-        ks[r].phase = phase;
-        pthread_create(&th[r], NULL, run, &ks[r]);
-    }
     for (int r = 0; r < W; r++)
-        pthread_join(th[r], NULL);
+        ks[r].phase = phase;
+    run_threads(run, ks, sizeof *ks, W);
 }
 
 static int sh(const char *fmt, const char *a, const char *b)
