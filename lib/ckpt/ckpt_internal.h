@@ -198,6 +198,15 @@ struct llmt_ckpt {
     char *open_dir;
     uint8_t *rbuf;
     uint64_t rbufcap;
+    /* the open checkpoint's data files, kept open while it is (load.c): a
+     * restore reads every tensor from the ranks that saved its shares, so
+     * opening a file per chunk read made tensors x ranks opens of the
+     * shared file system per rank. Slot rank % fd_cap holds fd_rank's
+     * descriptor (-1: none); files_opened counts the opens. */
+    int *fds;
+    int32_t *fd_rank;
+    int32_t fd_cap;
+    uint64_t files_opened;
 
     /* peer tier (peer.c): where this rank keeps its replicas (NULL:
      * ROOT/peer) and its node's key, which places each rank's replica on
@@ -274,6 +283,10 @@ llmt_status llmt__ckpt_open_latest_shared(llmt_ckpt *ck, llmt_comm *comm, int64_
  * spans included), and of every part together (0 when none was made). */
 void llmt__ckpt_gathered_bytes(const llmt_ckpt *ck, uint64_t *fetched, uint64_t *parts);
 
+/* Close the data files the open checkpoint keeps open (load.c; reads
+ * open them again): after a restore, so that a long run does not hold
+ * files that retention deletes, and at a save. */
+void llmt__ckpt_close_files(llmt_ckpt *ck);
 /* Close the checkpoint open for reading, if any (load.c). */
 void llmt__ckpt_close_open(llmt_ckpt *ck);
 /* Hash every chunk and block of the job's snapshot (save.c). */

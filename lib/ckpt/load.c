@@ -33,6 +33,55 @@ void llmt__ckpt_close_open(llmt_ckpt *ck)
     free(ck->rbuf);
     ck->rbuf = NULL;
     ck->rbufcap = 0;
+    llmt__ckpt_close_files(ck);
+}
+
+void llmt__ckpt_close_files(llmt_ckpt *ck)
+{
+    for (int32_t i = 0; i < ck->fd_cap; i++)
+        if (ck->fds[i] >= 0)
+            close(ck->fds[i]);
+    free(ck->fds);
+    free(ck->fd_rank);
+    ck->fds = NULL;
+    ck->fd_rank = NULL;
+    ck->fd_cap = 0;
+}
+
+static int open_data(const char *dir, int32_t rank);
+
+/* The open checkpoint's data file of `rank`, from the handle's cache
+ * (closed with the checkpoint; at most 256 kept, one slot per rank
+ * modulo that, so a process never holds more descriptors than that);
+ * -1 with errno set on failure. */
+static int cached_data(llmt_ckpt *ck, int32_t rank)
+{
+    if (!ck->fds) {
+        int32_t cap = ck->open.nfiles < 256 ? (int32_t)ck->open.nfiles : 256;
+        cap = cap > 0 ? cap : 1;
+        ck->fds = malloc((size_t)cap * sizeof *ck->fds);
+        ck->fd_rank = malloc((size_t)cap * sizeof *ck->fd_rank);
+        if (!ck->fds || !ck->fd_rank) {
+            free(ck->fds);
+            free(ck->fd_rank);
+            ck->fds = NULL;
+            ck->fd_rank = NULL;
+            ck->files_opened++;
+            return open_data(ck->open_dir, rank); /* uncached; the caller closes */
+        }
+        for (int32_t i = 0; i < cap; i++)
+            ck->fds[i] = ck->fd_rank[i] = -1;
+        ck->fd_cap = cap;
+    }
+    int32_t slot = rank % ck->fd_cap;
+    if (ck->fds[slot] >= 0 && ck->fd_rank[slot] == rank)
+        return ck->fds[slot];
+    if (ck->fds[slot] >= 0)
+        close(ck->fds[slot]);
+    ck->files_opened++;
+    ck->fds[slot] = open_data(ck->open_dir, rank);
+    ck->fd_rank[slot] = rank;
+    return ck->fds[slot];
 }
 
 static uint64_t get_u64(const uint8_t *p)
@@ -543,12 +592,13 @@ static llmt_status read_chunk(llmt_ckpt *ck, const ck_tensor *t, size_t ci,
         s = ensure_rbuf(ck, s1 - s0);
         if (s != LLMT_OK)
             return s;
-        int fd = open_data(ck->open_dir, k->rank);
+        int fd = cached_data(ck, k->rank);
         if (fd < 0)
             return llmt__err_set(&ck->err, LLMT_ERR_IO, "ckpt: open %s/rank-%05d.bin: %s",
                                  ck->open_dir, (int)k->rank, strerror(errno));
         s = pread_all(fd, ck->rbuf, s1 - s0, k->offset + s0);
-        close(fd);
+        if (!ck->fds) /* not cached (no memory for the cache) */
+            close(fd);
         if (s != LLMT_OK)
             return llmt__err_set(&ck->err, s, "ckpt: short read of %s/rank-%05d.bin "
                                  "(truncated?)", ck->open_dir, (int)k->rank);

@@ -954,6 +954,7 @@ LLMT_API llmt_status llmt_ckpt_save(llmt_ckpt *ck, int32_t async)
         return q;
     if (ck->open_mem) /* the buffer is about to change under it */
         llmt__ckpt_close_open(ck);
+    llmt__ckpt_close_files(ck); /* retention may delete what they hold */
     llmt_status s = snapshot(ck);
     if (s != LLMT_OK)
         return s;

@@ -372,11 +372,12 @@ static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data, int64
     if (s != LLMT_OK)
         return s;
     *opened = 1;
-    if (!many)
-        return restore_open(j, ck, with_data);
-    return restore_all(j, ck, with_data, *step) > 0 ? LLMT_OK
-           : j->err.status                          ? j->err.status
-                                                    : LLMT_ERR_INTERNAL;
+    s = !many                                      ? restore_open(j, ck, with_data)
+        : restore_all(j, ck, with_data, *step) > 0 ? LLMT_OK
+        : j->err.status                            ? j->err.status
+                                                   : LLMT_ERR_INTERNAL;
+    llmt__ckpt_close_files(ck); /* read: the run goes on without them */
+    return s;
 }
 
 /* Each of v[0..n-1] becomes its minimum over the ranks (one collective;

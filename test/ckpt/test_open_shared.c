@@ -6,7 +6,9 @@
  *  - rank 2's file of step 7 truncated: only rank 2 checks it, and every
  *    rank skips to step 5 all the same; the others' warning names rank 2
  *    and its reason (the file);
- *  - what is read after the open is the saved data;
+ *  - what is read after the open is the saved data, and reading all of
+ *    "w" twice opens each other rank's data file once (the handle keeps
+ *    them open), not once per chunk read;
  *  - rank 1's file of step 5 gone too: every rank fails with
  *    LLMT_ERR_NOT_FOUND, naming both steps. */
 #include <pthread.h>
@@ -27,7 +29,7 @@ typedef struct {
     char root[4096];
     llmt_status st;
     int64_t step;
-    uint64_t checked;
+    uint64_t checked, opened;
     int data_ok;
     char err[2048];
 } rk;
@@ -56,7 +58,20 @@ static void *run(void *arg)
             int ok = x && llmt_ckpt_read(ck, "w", &v, &off) == LLMT_OK;
             for (int64_t i = 0; ok && i < N; i++)
                 ok = x[i] == gval((int)k->step, off + i);
+            /* all of w (every rank's chunk), twice: each data file is
+             * opened once while the checkpoint is open, not per read */
+            float *all = malloc((size_t)W * N * sizeof *all);
+            int64_t wn = (int64_t)W * N, zero = 0;
+            llmt_tensor va;
+            llmt_tensor_init(&va, sizeof va, LLMT_DTYPE_FP32, 1, &wn, all, LLMT_DEVICE_CPU, 0);
+            uint64_t before = ck->files_opened;
+            for (int rep = 0; ok && rep < 2; rep++)
+                ok = all && llmt_ckpt_read(ck, "w", &va, &zero) == LLMT_OK;
+            for (int64_t i = 0; ok && i < wn; i++)
+                ok = all[i] == gval((int)k->step, i);
+            k->opened = ck->files_opened - before;
             k->data_ok = ok;
+            free(all);
             free(x);
         }
     }
@@ -95,6 +110,8 @@ int main(void)
         CHECK_EQ_INT(ks[r].step, 7);
         CHECK_EQ_INT(ks[r].checked, 1);
         CHECK(ks[r].data_ok);
+        /* its own file was open already (its block): the other three */
+        CHECK_EQ_INT(ks[r].opened, W - 1);
     }
 
     /* 2: rank 2's part of step 7 truncated: all skip to step 5 */
