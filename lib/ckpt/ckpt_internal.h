@@ -272,6 +272,10 @@ llmt_status llmt__ckpt_read_manifest(llmt_ckpt *ck, const char *dir, char **text
  * the data files are checked here, as llmt_ckpt_open_step does). */
 llmt_status llmt__ckpt_open_step_text(llmt_ckpt *ck, int64_t step, const char *text,
                                       size_t len);
+/* A step an open skips: logged (WARN), and "\n  step N: reason" added
+ * to why (cap bytes, *wl used) for the error if none is usable (load.c). */
+void llmt__ckpt_skip_note(llmt_ckpt *ck, char *why, size_t cap, size_t *wl, int64_t step,
+                          const char *reason);
 /* The newest step of the root that every rank of `comm` can open
  * (open_shared.c): collective; each rank checks only its share of the
  * data files (file i when i % size == its rank: every file once over the

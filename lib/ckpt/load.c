@@ -66,8 +66,8 @@ static int cached_data(llmt_ckpt *ck, int32_t rank)
             free(ck->fd_rank);
             ck->fds = NULL;
             ck->fd_rank = NULL;
-            ck->files_opened++;
-            return open_data(ck->open_dir, rank); /* uncached; the caller closes */
+            errno = ENOMEM;
+            return -1;
         }
         for (int32_t i = 0; i < cap; i++)
             ck->fds[i] = ck->fd_rank[i] = -1;
@@ -325,6 +325,16 @@ LLMT_API llmt_status llmt_ckpt_open_step(llmt_ckpt *ck, int64_t step)
     return open_path(ck, d);
 }
 
+void llmt__ckpt_skip_note(llmt_ckpt *ck, char *why, size_t cap, size_t *wl, int64_t step,
+                          const char *reason)
+{
+    llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "skipping step %" PRId64 ": %s", step, reason);
+    if (*wl < cap) {
+        int k = snprintf(why + *wl, cap - *wl, "\n  step %" PRId64 ": %s", step, reason);
+        *wl += k > 0 ? (size_t)k : 0;
+    }
+}
+
 LLMT_API llmt_status llmt_ckpt_open_latest(llmt_ckpt *ck, int64_t *step)
 {
     if (!ck)
@@ -354,13 +364,7 @@ LLMT_API llmt_status llmt_ckpt_open_latest(llmt_ckpt *ck, int64_t *step)
             return LLMT_OK;
         }
         skipped++;
-        llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "skipping step %" PRId64 ": %s", v[i],
-                  ck->err.msg);
-        if (wl < sizeof why) {
-            int k = snprintf(why + wl, sizeof why - wl, "\n  step %" PRId64 ": %s", v[i],
-                             ck->err.msg);
-            wl += k > 0 ? (size_t)k : 0;
-        }
+        llmt__ckpt_skip_note(ck, why, sizeof why, &wl, v[i], ck->err.msg);
     }
     free(v);
     if (skipped == 0)
@@ -597,8 +601,6 @@ static llmt_status read_chunk(llmt_ckpt *ck, const ck_tensor *t, size_t ci,
             return llmt__err_set(&ck->err, LLMT_ERR_IO, "ckpt: open %s/rank-%05d.bin: %s",
                                  ck->open_dir, (int)k->rank, strerror(errno));
         s = pread_all(fd, ck->rbuf, s1 - s0, k->offset + s0);
-        if (!ck->fds) /* not cached (no memory for the cache) */
-            close(fd);
         if (s != LLMT_OK)
             return llmt__err_set(&ck->err, s, "ckpt: short read of %s/rank-%05d.bin "
                                  "(truncated?)", ck->open_dir, (int)k->rank);

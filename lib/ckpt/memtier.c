@@ -297,35 +297,39 @@ static void serve(const own_part *o, const int64_t *req, int64_t n, uint8_t *out
  * (ck->mem_spans, joined), the owners answer from their parts. Every rank
  * makes the same three collectives whatever its plan did (a rank whose
  * plan failed asks nothing but answers). */
-static llmt_status fetch(llmt_ckpt *ck, llmt_comm *comm, int32_t w, int32_t me,
-                         const own_part *o)
+static llmt_status fetch(llmt_ckpt *ck, llmt_comm *comm, int32_t w, const own_part *o)
 {
     join_spans(ck);
     size_t ns = ck->mem_nspans;
     /* counts and displacements (int64 elements): requests sent, received;
      * answers sent, received */
     size_t *c = calloc((size_t)w * 8, sizeof *c);
-    int64_t *ask = calloc((size_t)w, sizeof *ask), *mat = calloc((size_t)w * w, sizeof *mat);
+    /* ask[q]: how many spans this rank asks of rank q; asked[r]: how many
+     * rank r asks of this one (one all-to-all of counts: O(w) per rank) */
+    int64_t *ask = calloc((size_t)w * 2, sizeof *ask), *asked = ask ? ask + w : NULL;
     int64_t *req = malloc((ns ? ns : 1) * 2 * sizeof *req);
     int64_t *in = NULL;
     uint8_t *out = NULL;
-    llmt_status s = c && ask && mat && req ? LLMT_OK : LLMT_ERR_OUT_OF_MEMORY;
+    llmt_status s = c && ask && req ? LLMT_OK : LLMT_ERR_OUT_OF_MEMORY;
     for (size_t i = 0; s == LLMT_OK && i < ns; i++) {
         ask[ck->mem_spans[i].rank]++;
         req[2 * i] = (int64_t)ck->mem_spans[i].off;
         req[2 * i + 1] = (int64_t)ck->mem_spans[i].len;
     }
-    /* mat[r * w + q]: how many spans rank r asks of rank q */
-    if (s == LLMT_OK)
-        s = llmt_comm_all_gather(comm, ask, mat, (size_t)w, LLMT_DTYPE_INT64, NULL);
     size_t *qsc = c, *qsd = c + w, *qrc = c + 2 * w, *qrd = c + 3 * w;
     size_t *asc = c + 4 * w, *asd = c + 5 * w, *arc = c + 6 * w, *ard = c + 7 * w;
+    for (int32_t q = 0; s == LLMT_OK && q < w; q++) {
+        qsc[q] = qrc[q] = 1;
+        qsd[q] = qrd[q] = (size_t)q;
+    }
+    if (s == LLMT_OK)
+        s = llmt_comm_all_to_allv(comm, ask, qsc, qsd, asked, qrc, qrd, LLMT_DTYPE_INT64, NULL);
     size_t so = 0, ro = 0;
     for (int32_t q = 0; s == LLMT_OK && q < w; q++) {
         qsc[q] = (size_t)ask[q] * 2;
         qsd[q] = so;
         so += qsc[q];
-        qrc[q] = (size_t)mat[(size_t)q * w + me] * 2;
+        qrc[q] = (size_t)asked[q] * 2;
         qrd[q] = ro;
         ro += qrc[q];
     }
@@ -369,7 +373,6 @@ static llmt_status fetch(llmt_ckpt *ck, llmt_comm *comm, int32_t w, int32_t me,
     free(out);
     free(in);
     free(req);
-    free(mat);
     free(ask);
     free(c);
     if (s == LLMT_ERR_OUT_OF_MEMORY)
@@ -500,7 +503,7 @@ llmt_status llmt__ckpt_open_gathered(llmt_ckpt *ck, llmt_comm *comm, int64_t ste
             ck->mem_nspans = 0; /* asks nothing, but answers */
         }
     }
-    g = fetch(ck, comm, w, me, &o);
+    g = fetch(ck, comm, w, &o);
     free(o.json);
     free(o.blob);
     if (g == LLMT_OK && p != LLMT_OK)

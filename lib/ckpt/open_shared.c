@@ -141,17 +141,15 @@ llmt_status llmt__ckpt_open_latest_shared(llmt_ckpt *ck, llmt_comm *comm, int64_
                                 NULL);
         ((char *)said)[sizeof said - 1] = 0;
         char one[LLMT_ERR_MSG_MAX];
-        if (me == bad || a != LLMT_OK)
-            snprintf(one, sizeof one, "%s", s != LLMT_OK ? mine : "");
+        if (s != LLMT_OK) /* this rank's own reason */
+            snprintf(one, sizeof one, "%s", mine);
+        else if (a != LLMT_OK)
+            snprintf(one, sizeof one, "rank %lld found it unusable", (long long)bad);
         else
             snprintf(one, sizeof one, "rank %lld: %.*s", (long long)bad, (int)sizeof one - 32,
                      (const char *)said);
         skipped++;
-        llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "skipping step %" PRId64 ": %s", cand, one);
-        if (wl < sizeof why) {
-            int k = snprintf(why + wl, sizeof why - wl, "\n  step %" PRId64 ": %s", cand, one);
-            wl += k > 0 ? (size_t)k : 0;
-        }
+        llmt__ckpt_skip_note(ck, why, sizeof why, &wl, cand, one);
         below = cand;
     }
     free(v);
