@@ -298,27 +298,20 @@ static const llmt__dev_ops dev_cuda = {
      * lib/train/tp.c's host staging of the collectives) ran on an H100 on
      * 2026-11-26 (gpu-tp-ops, gpu-tp-engine through tp.c's staging: tp 2
      * losses within 1.8e-4 of tp 1, with and without sequence parallelism) */
-    /* pipeline parallelism's boundary messages (lib/train/pp_xfer.c's
-     * staging over host groups) have run only on the emulation */
-    .unverified_pp = "has not run pipeline parallelism on a GPU (lib/train/pp_xfer.c's "
-                     "staging of the boundary messages ran only on the emulation): test "
-                     "gpu-pp-engine",
-    /* data parallelism over host groups (lib/train/dp.c's staging) has run
-     * only on the emulation; over NCCL it is not marked (one GPU per rank) */
-    .unverified_dp = "has not run data parallelism over a host communicator on a GPU "
-                     "(lib/train/dp.c's staging through host memory ran only on the "
-                     "emulation): test gpu-dp-host",
+    /* no unverified_pp, no unverified_dp: pipeline parallelism's boundary
+     * messages (lib/train/pp_xfer.c's staging) and data parallelism over a
+     * host communicator (lib/train/dp.c's staging) ran on an H100 on
+     * 2026-11-27 (gpu-pp-engine, gpu-dp-host), and again on an H200 the
+     * same day with llmt_job's pp 2 under `llmtrain launch`
+     * (gpu-job-launch-pp; bench/results/gpu-h100-20261127.json) */
     /* no unverified_cp: context parallelism (cuda/kernels/attn_cp.cu,
      * cp.c's host staging of the exchange) ran on an H200 on 2026-11-26
      * (gpu-cp-ops, gpu-cp-engine) */
     /* no unverified_moe: the MoE ops (gpu-moe-ops) and the layer through
-     * the engine (gpu-moe-engine) ran on an H200 on 2026-11-26 */
-    .unverified_moe_groups =
-        "MoE layers with an expert, data, pipeline or context parallel group (the "
-        "exchange staged through host memory, lib/train/moe_dev_ep.c; the "
-        "router's tallies summed over host communicators) have not run on a GPU "
-        "(issue 18): test gpu-moe-engine's ep 2 x dp 2, dp 2, pp 2 and cp 2 "
-        "comparisons clear it",
+     * the engine (gpu-moe-engine) ran on an H200 on 2026-11-26; no
+     * unverified_moe_groups: its ep 2 x dp 2, dp 2, pp 2 and cp 2
+     * comparisons (moe_dev_ep.c's staged exchange, the router's tallies
+     * over host groups) passed on an H100 on 2026-11-27 */
     .create = dc_create,
     .destroy = dc_destroy,
     .last_error = dc_last_error,

@@ -147,16 +147,16 @@ typedef struct llmt__dev_ops {
     /* The same for pipeline parallelism (lib/train/pp.c's boundary
      * messages, staged through host memory over in-process, Gloo and MPI
      * groups by lib/train/pp_xfer.c): set_pp_comm refuses pp > 1 with this
-     * reason. CUDA's is set until test gpu-pp-engine (pp 2 as two threads
-     * on one GPU against one CUDA rank) passes on a GPU; a new backend's
-     * pipeline starts marked. */
+     * reason. No table sets it since CUDA's passed test gpu-pp-engine (pp 2
+     * as two threads on one GPU against one CUDA rank) on an H100
+     * (2026-11-27); a new backend's pipeline starts marked. */
     const char *unverified_pp;
     /* The same for data parallelism over a host communicator (in-process,
      * Gloo, MPI) on a device engine, its collectives staged through host
      * memory by lib/train/dp.c (x_all_reduce): set_comm refuses such a
-     * group with this reason (NCCL groups are not affected). CUDA's is set
-     * until test gpu-dp-host (dp 2 as two threads on one GPU against one
-     * CUDA rank) passes on a GPU. */
+     * group with this reason (NCCL groups are not affected). No table sets
+     * it since CUDA's passed test gpu-dp-host (dp 2 as two threads on one
+     * GPU against one CUDA rank) on an H100 (2026-11-27). */
     const char *unverified_dp;
     /* The same for context parallelism (the attn_cp_* ops and the staged
      * exchange of lib/train/cp.c): set_cp_comm refuses with this reason.
@@ -175,12 +175,11 @@ typedef struct llmt__dev_ops {
      * through host memory by d2h and h2d; moe_net.c's router tallies and
      * moe_group.c's statistics, host arrays, summed over the group as they
      * are): set_ep_comm, set_pp_comm and set_cp_comm refuse ep, pp or cp >
-     * 1 for a MoE model with this reason. CUDA's is set until test
-     * gpu-moe-engine's group comparisons (one layer at ep 2, pp 2, cp 2,
-     * as two threads on one GPU against the emulation) pass on a GPU;
-     * test_gpu_moe.c's
-     * emulation mode checks the refusal on a marked copy of the
-     * emulation's table. */
+     * 1 for a MoE model with this reason. No table sets it since CUDA's
+     * passed test gpu-moe-engine's group comparisons (one layer at ep 2,
+     * ep 2 x dp 2, dp 2, pp 2, cp 2, as two threads on one GPU against the
+     * emulation) on an H100 (2026-11-27); test_gpu_moe.c's emulation mode
+     * checks the refusal on a marked copy of the emulation's table. */
     const char *unverified_moe_groups;
 
     /* -- context and memory */

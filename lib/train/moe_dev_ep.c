@@ -50,8 +50,9 @@ llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, llmt_comm *comm)
                              llmt_comm_last_error(comm));
     /* a2a hands the communicator host memory (the backend's own, or the
      * host copies below), and moe_ep.c's counts are host arrays: a NCCL
-     * group would take neither */
-    if (size > 1 && be == LLMT_COMM_NCCL)
+     * group would take neither (refused at any size: a one-rank group
+     * exchanges nothing, but the layout it stands for would fail) */
+    if (be == LLMT_COMM_NCCL)
         return llmt__err_set(
             x->e, LLMT_ERR_UNSUPPORTED,
             "trainer: set_ep_comm: parallelism.ep %d over a NCCL communicator with MoE "
