@@ -41,6 +41,9 @@ struct llmt__cuda_ctx {
                                 the variant they asked for really ran */
     uint64_t attn_mmaq_calls; /* of those, backward calls with dQ atomics */
     int attn_layout; /* wmma fragment layout probe: 0 not run, 1 ok, 2 no */
+    int attn_cfg[2][3]; /* attention_mma.cu's tile configuration of each kind
+                           (forward, dQ, dK/dV) for hd 64 and 128; 0 the
+                           default (llmt__cuda_attn_mma_set_cfg) */
     cudaStream_t compute, comm;
     cudaEvent_t ev_compute, ev_comm;
     cublasLtHandle_t lt;

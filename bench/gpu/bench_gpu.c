@@ -25,9 +25,24 @@
 static llmt__cuda_ctx *X;
 static const char *ONLY;
 /* the group runs under --only */
+/* --only takes one word or several separated by spaces or commas: a
+ * group runs when one of them is a word of its name */
 static int want(const char *group)
 {
-    return !ONLY || strstr(group, ONLY);
+    if (!ONLY)
+        return 1;
+    char w[64];
+    for (const char *p = ONLY; *p;) {
+        size_t n = strcspn(p, " ,");
+        if (n && n < sizeof w) {
+            memcpy(w, p, n);
+            w[n] = 0;
+            if (strstr(group, w))
+                return 1;
+        }
+        p += n + (p[n] != 0);
+    }
+    return 0;
 }
 static int REPEATS = 30, WARMUP = 5;
 static FILE *J;
@@ -78,29 +93,66 @@ static int cmpf(const void *a, const void *b)
 }
 
 static int g_fail;
-/* Runs fn, returns median ms; prints and records one JSON entry. */
-static double timeit(const char *name, void (*fn)(void *), void *arg, double flops,
-                     double bytes)
+/* Median ms per call of QUEUED calls launched back to back between two
+ * events, over REPEATS batches: the GPU never waits for the host's next
+ * launch, as in a training step, where the stream is always ahead of the
+ * device. The per-call timing (an event, one call, an event) also counts
+ * the launch latency, which weighs on kernels of 20-70 us. */
+#define QUEUED 20
+typedef struct {
+    void (*fn)(void *);
+    void *arg;
+} batch_arg;
+static void time_queued_batch(void *p)
 {
-    float *ms = malloc(REPEATS * sizeof *ms);
-    if (llmt__cuda_time(X, fn, arg, WARMUP, REPEATS, ms) != LLMT_OK || g_fail) {
+    batch_arg *b = p;
+    for (int i = 0; i < QUEUED; i++)
+        b->fn(b->arg);
+}
+/* Runs fn, returns median ms; prints and records one JSON entry. queued:
+ * also the back-to-back median ("queued_ms"). */
+static double timeit_(const char *name, void (*fn)(void *), void *arg, double flops,
+                      double bytes, int queued)
+{
+    float *ms = malloc(REPEATS * sizeof *ms), *mq = malloc(REPEATS * sizeof *mq);
+    batch_arg ba = {fn, arg};
+    if (llmt__cuda_time(X, fn, arg, WARMUP, REPEATS, ms) != LLMT_OK || g_fail ||
+        (queued &&
+         (llmt__cuda_time(X, time_queued_batch, &ba, 1, REPEATS, mq) != LLMT_OK || g_fail))) {
         fprintf(stderr, "%s: %s\n", name, llmt__cuda_ctx_last_error(X));
         exit(1);
     }
     qsort(ms, REPEATS, sizeof *ms, cmpf);
-    double med = ms[REPEATS / 2], mn = ms[0], mx = ms[REPEATS - 1];
+    double med = ms[REPEATS / 2], mn = ms[0], mx = ms[REPEATS - 1], qmed = 0;
     printf("%-34s median %9.4f ms (min %.4f max %.4f)", name, med, mn, mx);
     if (flops > 0) printf("  %7.1f TFLOP/s", flops / (med * 1e-3) / 1e12);
     if (bytes > 0) printf("  %7.1f GB/s", bytes / (med * 1e-3) / 1e9);
+    if (queued) {
+        qsort(mq, REPEATS, sizeof *mq, cmpf);
+        qmed = mq[REPEATS / 2] / QUEUED;
+        printf("; queued %.4f ms", qmed);
+        if (bytes > 0)
+            printf("  %7.1f GB/s", bytes / (qmed * 1e-3) / 1e9);
+    }
     printf("\n");
     if (J) {
-        fprintf(J, "%s\n  {\"name\": \"%s\", \"median_ms\": %.6f, \"min_ms\": %.6f, "
-                   "\"max_ms\": %.6f, \"repeats\": %d, \"flops\": %.6g, \"bytes\": %.6g}",
+        fprintf(J,
+                "%s\n  {\"name\": \"%s\", \"median_ms\": %.6f, \"min_ms\": %.6f, "
+                "\"max_ms\": %.6f, \"repeats\": %d, \"flops\": %.6g, \"bytes\": %.6g",
                 first ? "" : ",", name, med, mn, mx, REPEATS, flops, bytes);
+        if (queued)
+            fprintf(J, ", \"queued_ms\": %.6f, \"queued_calls\": %d", qmed, QUEUED);
+        fprintf(J, "}");
         first = 0;
     }
     free(ms);
+    free(mq);
     return med;
+}
+static double timeit(const char *name, void (*fn)(void *), void *arg, double flops,
+                     double bytes)
+{
+    return timeit_(name, fn, arg, flops, bytes, 0);
 }
 
 #define RUN(call)                                                              \
@@ -133,6 +185,33 @@ static void f_ln_bwd(void *p)
     ln_arg *a = p;
     RUN(llmt__cuda_layernorm_bwd(X, a->dinp, a->dw, a->db, a->dout, a->inp, a->w, a->mean,
                                  a->rstd, a->N, a->C));
+}
+/* NSETS buffer sets of one norm case taken in turn (rms: RMSNorm), so
+ * that back-to-back calls do not find the previous call's operands in L2
+ * (an H100's 50 MB holds one 16384 x 768 set) */
+#define NSETS 4
+typedef struct {
+    ln_arg s[NSETS];
+    int i, rms;
+} norm_rot;
+static void f_norm_fwd(void *p)
+{
+    norm_rot *r = p;
+    ln_arg *a = &r->s[r->i++ % NSETS];
+    if (r->rms)
+        RUN(llmt__cuda_rmsnorm_fwd(X, a->out, a->rstd, a->inp, a->w, a->N, a->C, 1e-5f));
+    else
+        f_ln_fwd(a);
+}
+static void f_norm_bwd(void *p)
+{
+    norm_rot *r = p;
+    ln_arg *a = &r->s[r->i++ % NSETS];
+    if (r->rms)
+        RUN(llmt__cuda_rmsnorm_bwd(X, a->dinp, a->dw, a->dout, a->inp, a->w, a->rstd, a->N,
+                                   a->C));
+    else
+        f_ln_bwd(a);
 }
 typedef struct { void *out, *inp, *dout; size_t n; } ew_arg;
 static void f_gelu_fwd(void *p) { ew_arg *a = p; RUN(llmt__cuda_gelu_fwd(X, a->out, a->inp, a->n)); }
@@ -173,6 +252,87 @@ static void f_attn_bwd(void *p)
     RUN(llmt__cuda_attention_bwd(X, d, d + o, d + o + ok, a->dout, a->out, a->lse, q, q + o,
                                  q + o + ok, a->qs, a->B, a->T, a->nh, a->nkv, a->hd));
 }
+/* n bf16 values of a device buffer, on the host (exits on failure) */
+static uint16_t *to_host(const void *d, size_t n)
+{
+    uint16_t *h = malloc(n * 2);
+    if (!h || llmt__cuda_d2h(X, h, d, n * 2) != LLMT_OK || llmt__cuda_sync(X) != LLMT_OK) {
+        fprintf(stderr, "attention: copy to the host: %s\n", llmt__cuda_ctx_last_error(X));
+        exit(1);
+    }
+    return h;
+}
+static float bf2f(uint16_t v)
+{
+    union {
+        uint32_t u;
+        float f;
+    } x = {(uint32_t)v << 16};
+    return x.f;
+}
+static int g_cfg_bad; /* tile configurations whose output differed */
+/* The mma.sync kernels' other tile configurations of one shape
+ * (attention_mma.cu's lists; entry 0, the default, timed above as NAME):
+ * the forward's as NAME_fI, dQ's as attention_bwd_..._qI, dK/dV's as
+ * attention_bwd_..._kvI, each beside the default with the others at 0.
+ * Each is checked against the default's output: the backward's bits
+ * equal (the same sums in the same order), the forward's within 2^-7 of
+ * the largest |out| (bf16 rounding of differently rescaled sums). */
+static void bench_attention_cfgs(attn_arg *a, const char *shape, double fl)
+{
+    const int hd = a->hd;
+    const size_t no = (size_t)a->B * a->T * a->nh * hd;
+    const size_t nd = (size_t)a->B * a->T * a->qs;
+    f_attn_fwd(a); /* the default's outputs, the references */
+    uint16_t *ro = to_host(a->out, no);
+    f_attn_bwd(a);
+    uint16_t *rd = to_host(a->dqkv, nd);
+    char name[128], what[96];
+    for (int kind = 0; kind < 3; kind++)
+        for (int i = 1; i < llmt__cuda_attn_mma_cfgs(hd, kind); i++) {
+            if (llmt__cuda_attn_mma_set_cfg(X, hd, kind, i) != LLMT_OK) {
+                fprintf(stderr, "%s\n", llmt__cuda_ctx_last_error(X));
+                exit(1);
+            }
+            llmt__cuda_attn_mma_cfg_name(hd, kind, i, what, sizeof what);
+            snprintf(name, sizeof name, "attention_%s_%s_%s%d", kind ? "bwd" : "fwd", shape,
+                     (const char *[]){"f", "q", "kv"}[kind], i);
+            printf("(%s: %s)\n", name, what);
+            timeit(name, kind ? f_attn_bwd : f_attn_fwd, a, kind ? 2.5 * fl : fl, 0);
+            if (kind == 0) {
+                uint16_t *o = to_host(a->out, no);
+                double mx = 0, md = 0;
+                for (size_t e = 0; e < no; e++) {
+                    double r = bf2f(ro[e]), d = fabs(bf2f(o[e]) - r);
+                    mx = fabs(r) > mx ? fabs(r) : mx;
+                    md = d > md ? d : md;
+                }
+                if (!(md <= mx / 128)) {
+                    fprintf(stderr, "%s: |out - default| %.3g > 2^-7 of %.3g\n", name, md, mx);
+                    g_cfg_bad++;
+                }
+                free(o);
+                llmt__cuda_attn_mma_set_cfg(X, hd, 0, 0);
+                f_attn_fwd(a); /* the default's out again, for the backward's D */
+            } else {
+                uint16_t *d = to_host(a->dqkv, nd);
+                size_t diff = 0;
+                for (size_t e = 0; e < nd; e++)
+                    diff += d[e] != rd[e];
+                if (diff) {
+                    fprintf(stderr,
+                            "%s: %zu of %zu gradient values differ from the default's\n", name,
+                            diff, nd);
+                    g_cfg_bad++;
+                }
+                free(d);
+                llmt__cuda_attn_mma_set_cfg(X, hd, kind, 0);
+            }
+        }
+    free(ro);
+    free(rd);
+}
+
 /* One causal attention shape: the default kernels (ctx X; they must be
  * the mma.sync ones on sm_80+) as NAME, the wmma register kernels (ctx
  * xw, attn_scalar 4) as NAME_wmma, and the backward with dQ by atomics
@@ -228,6 +388,8 @@ static void bench_attention(llmt__cuda_ctx *xw, llmt__cuda_ctx *xq, int B, int T
         }
     }
     X = x0;
+    if (llmt__cuda_ctx_sm(X) >= 80 && llmt__cuda_attn_mma_cfgs(hd, 0) > 0)
+        bench_attention_cfgs(&a, shape, fl);
     llmt__cuda_free(X, a.qkv);
     llmt__cuda_free(X, a.out);
     llmt__cuda_free(X, a.dout);
@@ -333,23 +495,51 @@ int main(int argc, char **argv)
             llmt__cuda_free(X, dinp); llmt__cuda_free(X, dw);
         }
     }
-    /* memory-bound kernels */
-    for (int big = 0; big < 2 && want("layernorm"); big++) {
-        int C = 768, BT = big ? (quick ? 8192 : 65536) : (quick ? 4096 : 16384);
+    /* memory-bound kernels. Norms: LayerNorm at GPT-2's width (16384 and
+     * 65536 rows), RMSNorm at GPT-2's and Llama 1B's (16384 rows); each
+     * also timed queued (back to back over NSETS buffer sets) */
+    static const struct {
+        int rms, C, N;
+        const char *name;
+    } norms[] = {{0, 768, 16384, "layernorm_%s_768"},
+                 {0, 768, 65536, "layernorm_%s_768_n65536"},
+                 {1, 768, 16384, "rmsnorm_%s_768"},
+                 {1, 2048, 16384, "rmsnorm_%s_2048"}};
+    for (size_t c = 0; c < sizeof norms / sizeof norms[0]; c++) {
+        if (!want(norms[c].rms ? "rmsnorm" : "layernorm"))
+            continue;
+        int C = norms[c].C, BT = quick ? norms[c].N / 8 : norms[c].N;
         size_t n = (size_t)BT * C;
-        ln_arg a = {dalloc(n * 2), drand_bf(n, 2.0f), drand_bf(C, 1.0f), drand_bf(C, 1.0f),
-                    drand_bf(n, 1.0f), drand_bf(n, 1.0f), dalloc(BT * 4), dalloc(BT * 4),
-                    drand_f(C, 1.0f, 0), drand_f(C, 1.0f, 0), BT, C};
-        /* bytes: read inp, write out (bf16) + stats */
-        timeit(big ? "layernorm_fwd_768_n65536" : "layernorm_fwd_768", f_ln_fwd, &a, 0,
-               2.0 * n * 2 + 8.0 * BT);
+        norm_rot *r = calloc(1, sizeof *r);
+        r->rms = norms[c].rms;
+        for (int k = 0; k < NSETS; k++)
+            r->s[k] = (ln_arg){dalloc(n * 2),
+                               drand_bf(n, 2.0f),
+                               drand_bf(C, 1.0f),
+                               drand_bf(C, 1.0f),
+                               drand_bf(n, 1.0f),
+                               drand_bf(n, 1.0f),
+                               dalloc(BT * 4),
+                               dalloc(BT * 4),
+                               drand_f(C, 1.0f, 0),
+                               drand_f(C, 1.0f, 0),
+                               BT,
+                               C};
+        char name[64];
+        /* bytes: read inp, write out (bf16) + stats (LayerNorm: mean too) */
+        snprintf(name, sizeof name, norms[c].name, "fwd");
+        timeit_(name, f_norm_fwd, r, 0, 2.0 * n * 2 + (r->rms ? 4.0 : 8.0) * BT, 1);
         /* read dout, inp, dinp; write dinp (bf16) */
-        timeit(big ? "layernorm_bwd_768_n65536" : "layernorm_bwd_768", f_ln_bwd, &a, 0,
-               4.0 * n * 2 + 8.0 * BT);
-        llmt__cuda_free(X, a.out); llmt__cuda_free(X, a.inp); llmt__cuda_free(X, a.w);
-        llmt__cuda_free(X, a.b); llmt__cuda_free(X, a.dout); llmt__cuda_free(X, a.dinp);
-        llmt__cuda_free(X, a.mean); llmt__cuda_free(X, a.rstd); llmt__cuda_free(X, a.dw);
-        llmt__cuda_free(X, a.db);
+        snprintf(name, sizeof name, norms[c].name, "bwd");
+        timeit_(name, f_norm_bwd, r, 0, 4.0 * n * 2 + (r->rms ? 4.0 : 8.0) * BT, 1);
+        for (int k = 0; k < NSETS; k++) {
+            ln_arg *a = &r->s[k];
+            void *bufs[] = {a->out,  a->inp,  a->w,    a->b,  a->dout,
+                            a->dinp, a->mean, a->rstd, a->dw, a->db};
+            for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+                llmt__cuda_free(X, bufs[i]);
+        }
+        free(r);
     }
     if (want("gelu residual")) {
         size_t n = (size_t)BT * 3072;
@@ -406,5 +596,8 @@ int main(int argc, char **argv)
         fclose(J);
     }
     llmt__cuda_ctx_destroy(X);
-    return 0;
+    if (g_cfg_bad)
+        fprintf(stderr, "%d attention tile configurations differ from the default\n",
+                g_cfg_bad);
+    return g_cfg_bad ? 1 : 0;
 }

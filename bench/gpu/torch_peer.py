@@ -55,8 +55,8 @@ def main():
     ap.add_argument("--only")
     args = ap.parse_args()
 
-    def want(group):
-        return not args.only or args.only in group
+    def want(group):  # --only: one word or several (spaces or commas)
+        return not args.only or any(w in group for w in args.only.replace(",", " ").split())
 
     if not torch.cuda.is_available():
         print("SKIP: torch sees no GPU")
@@ -120,6 +120,21 @@ def main():
                                                                  [True, True, True]),
                rep, wu, 0, 4.0 * n * 2 + 8.0 * N, R)
         del x, dout
+
+    # RMSNorm (bench_gpu's rmsnorm_* cases): GPT-2's width and Llama 1B's,
+    # BT rows; F.rms_norm and autograd for the backward (dinp and dw)
+    for C2 in (768, 2048) if want("rmsnorm") else ():
+        x = T(BT, C2, a=2.0).requires_grad_(True)
+        w = T(C2).requires_grad_(True)
+        dout = T(BT, C2)
+        n = BT * C2
+        timeit(f"rmsnorm_fwd_{C2}", lambda: F.rms_norm(x, (C2,), w, 1e-5), rep, wu, 0,
+               2.0 * n * 2 + 4.0 * BT, R)
+        y = F.rms_norm(x, (C2,), w, 1e-5)
+        timeit(f"rmsnorm_bwd_{C2}",
+               lambda: torch.autograd.grad(y, (x, w), dout, retain_graph=True), rep, wu, 0,
+               4.0 * n * 2 + 4.0 * BT, R)
+        del x, dout, y
 
     if want("gelu residual"):
         n = BT * 3072

@@ -39,6 +39,7 @@
 // Five block products per (query tile, key tile) instead of seven.
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../common.cuh"
 #include "attention_mma.h"
@@ -215,31 +216,61 @@ __device__ __forceinline__ void store_acc(const float (&acc)[HD / 8][4], bf16 *r
 
 /* ---- configurations (tuning lives here) ---------------------------------- */
 
-/* forward: NW warps of MW m16 row tiles, BC keys per tile, Q fragments in
- * registers or re-read from shared memory */
-template <int HD> struct Fwd;
-template <> struct Fwd<64> {
-    static constexpr int NW = 4, MW = 2, BC = 64;
-    static constexpr bool QREG = true;
+/* Each kernel kind has a list of tile configurations per hd; entry 0 is
+ * the default, the others are there to be measured against it
+ * (llmt__cuda_attn_mma_set_cfg; bench_gpu's NAME_fN / _qN / _kvN cases,
+ * test_gpu_kernels holds every entry to the CPU reference). Register
+ * counts from `nvcc -arch=sm_90 -Xptxas -v`; none may spill. */
+struct FwdCfg {
+    int nw, mw, bc;
+    bool qreg;
 };
-/* hd 128: MW = 2 spills (255 registers + 36 bytes with Q re-read from
- * shared memory); 8 warps of one row tile use 176 and no stack */
-template <> struct Fwd<128> {
-    static constexpr int NW = 8, MW = 1, BC = 64;
-    static constexpr bool QREG = true;
+/* forward: NW warps of MW m16 row tiles, BC keys per tile, Q fragments in
+ * registers or re-read from shared memory. hd 128: MW = 2 spills (255
+ * registers + 36 bytes with Q re-read from shared memory). */
+template <int HD> struct FwdList;
+template <> struct FwdList<64> {
+    static constexpr int N = 4;
+    static constexpr FwdCfg c[N] = {{4, 2, 64, true}, {8, 1, 64, true}, {4, 1, 128, true},
+                                    {8, 2, 64, true}};
+};
+template <> struct FwdList<128> {
+    static constexpr int N = 4;
+    static constexpr FwdCfg c[N] = {{8, 1, 64, true}, {4, 1, 64, true}, {8, 1, 32, true},
+                                    {4, 1, 128, false}};
+};
+struct DqCfg {
+    int nw, bc;
+    bool qreg;
 };
 /* dQ: NW warps of one m16 row tile, BC keys per tile */
-template <int HD> struct Dq;
-template <> struct Dq<64> {
-    static constexpr int NW = 4, BC = 64;
-    static constexpr bool QREG = true;
+template <int HD> struct DqList;
+template <> struct DqList<64> {
+    static constexpr int N = 4;
+    static constexpr DqCfg c[N] = {{4, 64, true}, {8, 64, true}, {4, 128, true}, {4, 32, true}};
 };
-template <> struct Dq<128> {
-    static constexpr int NW = 4, BC = 64;
-    static constexpr bool QREG = false;
+template <> struct DqList<128> {
+    static constexpr int N = 4;
+    static constexpr DqCfg c[N] = {{4, 64, false}, {8, 64, false}, {4, 32, true}, {4, 32, false}};
+};
+struct DkvCfg {
+    int nw, bq;
+    bool kvreg;
 };
 /* dK/dV: NW warps of one m16 key tile, BQ queries per tile, K/V fragments
  * in registers or re-read */
+template <int HD> struct DkvList;
+template <> struct DkvList<64> {
+    static constexpr int N = 5;
+    static constexpr DkvCfg c[N] = {
+        {8, 64, true}, {4, 64, true}, {8, 32, true}, {4, 32, true}, {8, 128, false}};
+};
+/* hd 128: 4 warps at 64 queries and K/V in registers at 32 spill */
+template <> struct DkvList<128> {
+    static constexpr int N = 4;
+    static constexpr DkvCfg c[N] = {{8, 64, false}, {8, 32, false}, {4, 32, false}, {8, 16, false}};
+};
+/* the DQ-atomics backward keeps one configuration per hd */
 template <int HD> struct Dkv;
 template <> struct Dkv<64> {
     static constexpr int NW = 8, BQ = 64;
@@ -678,7 +709,7 @@ __global__ void __launch_bounds__(NW * 32)
                 uint32_t pa[4], da[4];
                 repack(pa, s[2 * kk], s[2 * kk + 1]);
                 repack(da, dp[2 * kk], dp[2 * kk + 1]);
-                if (DQ) /* dS^T rows kl.., columns 16kk.. (A register r's place) */
+                if constexpr (DQ) /* dS^T rows kl.., columns 16kk.. (A register r's place) */
 #pragma unroll
                     for (int r = 0; r < 4; r++)
                         *(uint32_t *)(dSs + (kl + fa_acc_row(lane, 2 * (r & 1))) * LDS +
@@ -699,7 +730,7 @@ __global__ void __launch_bounds__(NW * 32)
         /* the next issue() overwrites this buffer; DQ: dSs is whole, and
          * the next write to it follows the next iteration's barrier */
         __syncthreads();
-        if (DQ)
+        if constexpr (DQ)
             dq_atomic<HD, NW, BQ>(dqa + ((size_t)b * T * nh + kh * group + t / ntq) * HD,
                                   (size_t)nh * HD, dSs, Ks, i0, j0, T, w, lane);
     }
@@ -717,21 +748,99 @@ __global__ void __launch_bounds__(NW * 32)
 
 /* ---- launches -------------------------------------------------------------- */
 
-template <int HD> constexpr size_t fwd_smem()
+template <int HD> constexpr size_t fwd_smem(int nw, int mw, int bc)
 {
-    typedef Fwd<HD> C;
-    return (size_t)(C::NW * 16 * C::MW + 4 * C::BC) * (HD + 8) * 2;
+    return (size_t)(nw * 16 * mw + 4 * bc) * (HD + 8) * 2;
 }
-template <int HD> constexpr size_t dq_smem()
+template <int HD> constexpr size_t dq_smem(int nw, int bc)
 {
-    typedef Dq<HD> C;
-    return (size_t)(2 * C::NW * 16 + 4 * C::BC) * (HD + 8) * 2;
+    return (size_t)(2 * nw * 16 + 4 * bc) * (HD + 8) * 2;
 }
-template <int HD> constexpr size_t dkv_smem(bool dq)
+template <int HD> constexpr size_t dkv_smem(int nw, int bq, bool dq)
 {
-    typedef Dkv<HD> C;
-    return (size_t)(2 * C::NW * 16 + 4 * C::BQ) * (HD + 8) * 2 + (size_t)4 * C::BQ * 4 +
-           (dq ? (size_t)C::NW * 16 * (C::BQ + 8) * 2 : 0);
+    return (size_t)(2 * nw * 16 + 4 * bq) * (HD + 8) * 2 + (size_t)4 * bq * 4 +
+           (dq ? (size_t)nw * 16 * (bq + 8) * 2 : 0);
+}
+
+/* the forward with configuration I of FwdList<HD> */
+template <int HD, int I>
+cudaError_t launch_fwd(cudaStream_t st, llmt__bf16 *out, float *lse, const llmt__bf16 *q,
+                       const llmt__bf16 *k, const llmt__bf16 *v, size_t qs, int B, int T,
+                       int nh, int nkv)
+{
+    constexpr FwdCfg C = FwdList<HD>::c[I];
+    constexpr int BR = C.nw * 16 * C.mw;
+    auto kern = fwd<HD, C.nw, C.mw, C.bc, C.qreg>;
+    const size_t sm = fwd_smem<HD>(C.nw, C.mw, C.bc);
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    if (e != cudaSuccess)
+        return e;
+    kern<<<dim3((T + BR - 1) / BR, nh, B), C.nw * 32, sm, st>>>(
+        BF(out), lse, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, LOG2E / sqrtf((float)HD));
+    return cudaGetLastError();
+}
+template <int HD, int I>
+cudaError_t launch_dq(cudaStream_t st, llmt__bf16 *dq, const llmt__bf16 *dout, const float *lse,
+                      const float *Dd, const llmt__bf16 *q, const llmt__bf16 *k,
+                      const llmt__bf16 *v, size_t qs, int B, int T, int nh, int nkv)
+{
+    constexpr DqCfg C = DqList<HD>::c[I];
+    auto kern = bwd_dq<HD, C.nw, C.bc, C.qreg>;
+    const size_t sm = dq_smem<HD>(C.nw, C.bc);
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    if (e != cudaSuccess)
+        return e;
+    kern<<<dim3((T + C.nw * 16 - 1) / (C.nw * 16), nh, B), C.nw * 32, sm, st>>>(
+        BF(dq), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv,
+        1.0f / sqrtf((float)HD));
+    return cudaGetLastError();
+}
+template <int HD, int I>
+cudaError_t launch_dkv(cudaStream_t st, llmt__bf16 *dk, llmt__bf16 *dv, const llmt__bf16 *dout,
+                       const float *lse, const float *Dd, const llmt__bf16 *q,
+                       const llmt__bf16 *k, const llmt__bf16 *v, size_t qs, int B, int T,
+                       int nh, int nkv)
+{
+    constexpr DkvCfg C = DkvList<HD>::c[I];
+    auto kern = bwd_dkv<HD, C.nw, C.bq, C.kvreg, false>;
+    const size_t sm = dkv_smem<HD>(C.nw, C.bq, false);
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    if (e != cudaSuccess)
+        return e;
+    kern<<<dim3((T + C.nw * 16 - 1) / (C.nw * 16), nkv, B), C.nw * 32, sm, st>>>(
+        BF(dk), BF(dv), NULL, CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv,
+        1.0f / sqrtf((float)HD));
+    return cudaGetLastError();
+}
+
+/* configuration cfg (checked by llmt__cuda_attn_mma_set_cfg) of each kind,
+ * by recursion over the list's indices */
+template <int HD, int I = 0, typename... A> cudaError_t pick_fwd(int cfg, A... a)
+{
+    if constexpr (I < FwdList<HD>::N)
+        return cfg == I ? launch_fwd<HD, I>(a...) : pick_fwd<HD, I + 1>(cfg, a...);
+    else
+        return cudaErrorInvalidValue;
+}
+template <int HD, int I = 0, typename... A> cudaError_t pick_dq(int cfg, A... a)
+{
+    if constexpr (I < DqList<HD>::N)
+        return cfg == I ? launch_dq<HD, I>(a...) : pick_dq<HD, I + 1>(cfg, a...);
+    else
+        return cudaErrorInvalidValue;
+}
+template <int HD, int I = 0, typename... A> cudaError_t pick_dkv(int cfg, A... a)
+{
+    if constexpr (I < DkvList<HD>::N)
+        return cfg == I ? launch_dkv<HD, I>(a...) : pick_dkv<HD, I + 1>(cfg, a...);
+    else
+        return cudaErrorInvalidValue;
+}
+
+/* the context's configuration of kind (0 forward, 1 dQ, 2 dK/dV) for hd */
+int cfg_of(const llmt__cuda_ctx *ctx, int hd, int kind)
+{
+    return ctx->attn_cfg[hd == 128][kind];
 }
 
 template <int HD>
@@ -739,15 +848,13 @@ llmt_status run_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out, float *lse, const llmt
                     const llmt__bf16 *k, const llmt__bf16 *v, size_t qs, int B, int T, int nh,
                     int nkv)
 {
-    typedef Fwd<HD> C;
-    constexpr int BR = C::NW * 16 * C::MW;
-    auto kern = fwd<HD, C::NW, C::MW, C::BC, C::QREG>;
-    const size_t sm = fwd_smem<HD>();
-    LLMT_CU(ctx,
-            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    kern<<<dim3((T + BR - 1) / BR, nh, B), C::NW * 32, sm, ctx->compute>>>(
-        BF(out), lse, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, LOG2E / sqrtf((float)HD));
-    LLMT_LAUNCHED(ctx, "attention_fwd (mma.sync)");
+    const int cfg = cfg_of(ctx, HD, 0);
+    cudaError_t e = pick_fwd<HD>(cfg, ctx->compute, out, lse, q, k, v, qs, B, T, nh, nkv);
+    if (e != cudaSuccess)
+        return llmt__err_set(&ctx->err, LLMT_ERR_CUDA,
+                             "cuda: attention_fwd (mma.sync, hd %d, tile configuration %d): %s",
+                             HD, cfg, cudaGetErrorString(e));
+    return LLMT_OK;
 }
 
 template <int HD>
@@ -756,23 +863,17 @@ llmt_status run_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk, llmt__b
                     const llmt__bf16 *q, const llmt__bf16 *k, const llmt__bf16 *v, size_t qs,
                     int B, int T, int nh, int nkv)
 {
-    typedef Dq<HD> A;
-    typedef Dkv<HD> C;
-    const float scale = 1.0f / sqrtf((float)HD);
-    auto kq = bwd_dq<HD, A::NW, A::BC, A::QREG>;
-    auto kkv = bwd_dkv<HD, C::NW, C::BQ, C::KVREG, false>;
-    const size_t s1 = dq_smem<HD>(), s2 = dkv_smem<HD>(false);
-    LLMT_CU(ctx,
-            cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
-    LLMT_CU(ctx,
-            cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
-    kq<<<dim3((T + A::NW * 16 - 1) / (A::NW * 16), nh, B), A::NW * 32, s1, ctx->compute>>>(
-        BF(dq), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, scale);
-    LLMT_CU(ctx, cudaGetLastError());
-    kkv<<<dim3((T + C::NW * 16 - 1) / (C::NW * 16), nkv, B), C::NW * 32, s2, ctx->compute>>>(
-        BF(dk), BF(dv), NULL, CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv,
-        scale);
-    LLMT_LAUNCHED(ctx, "attention_bwd (mma.sync)");
+    const int c1 = cfg_of(ctx, HD, 1), c2 = cfg_of(ctx, HD, 2);
+    cudaError_t e =
+        pick_dq<HD>(c1, ctx->compute, dq, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+    if (e == cudaSuccess)
+        e = pick_dkv<HD>(c2, ctx->compute, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+    if (e != cudaSuccess)
+        return llmt__err_set(&ctx->err, LLMT_ERR_CUDA,
+                             "cuda: attention_bwd (mma.sync, hd %d, tile configurations dQ %d, "
+                             "dK/dV %d): %s",
+                             HD, c1, c2, cudaGetErrorString(e));
+    return LLMT_OK;
 }
 
 /* dq[b, t, h, :] (rows qs apart) = scale * dqa[b, t, h, :]; n4 = B T nh HD / 4 */
@@ -801,7 +902,7 @@ llmt_status run_bwd_atomic(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk, 
     typedef Dkv<HD> C;
     const float scale = 1.0f / sqrtf((float)HD);
     auto kern = bwd_dkv<HD, C::NW, C::BQ, C::KVREG, true>;
-    const size_t sm = dkv_smem<HD>(true), n = (size_t)B * T * nh * HD;
+    const size_t sm = dkv_smem<HD>(C::NW, C::BQ, true), n = (size_t)B * T * nh * HD;
     float *dqa = NULL;
     llmt_status st = llmt__cuda_alloc(ctx, (void **)&dqa, n * sizeof(float));
     if (st)
@@ -893,6 +994,53 @@ llmt_status llmt__cuda_attn_mma_bwd_atomic(llmt__cuda_ctx *ctx, llmt__bf16 *dq, 
         return fa::run_bwd_atomic<64>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh,
                                       nkv);
     return fa::run_bwd_atomic<128>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+}
+
+int llmt__cuda_attn_mma_cfgs(int hd, int kind)
+{
+    if (hd != 64 && hd != 128)
+        return 0;
+    switch (kind) {
+    case 0:
+        return hd == 64 ? fa::FwdList<64>::N : fa::FwdList<128>::N;
+    case 1:
+        return hd == 64 ? fa::DqList<64>::N : fa::DqList<128>::N;
+    case 2:
+        return hd == 64 ? fa::DkvList<64>::N : fa::DkvList<128>::N;
+    }
+    return 0;
+}
+
+int llmt__cuda_attn_mma_cfg_name(int hd, int kind, int idx, char *buf, size_t n)
+{
+    if (idx < 0 || idx >= llmt__cuda_attn_mma_cfgs(hd, kind) || !buf || !n)
+        return 0;
+    const bool h = hd == 128;
+    if (kind == 0) {
+        const fa::FwdCfg c = h ? fa::FwdList<128>::c[idx] : fa::FwdList<64>::c[idx];
+        snprintf(buf, n, "%d warps x %d m16, %d keys/tile, Q %s", c.nw, c.mw, c.bc,
+                 c.qreg ? "in registers" : "re-read");
+    } else if (kind == 1) {
+        const fa::DqCfg c = h ? fa::DqList<128>::c[idx] : fa::DqList<64>::c[idx];
+        snprintf(buf, n, "%d warps, %d keys/tile, Q/dO %s", c.nw, c.bc,
+                 c.qreg ? "in registers" : "re-read");
+    } else {
+        const fa::DkvCfg c = h ? fa::DkvList<128>::c[idx] : fa::DkvList<64>::c[idx];
+        snprintf(buf, n, "%d warps, %d queries/tile, K/V %s", c.nw, c.bq,
+                 c.kvreg ? "in registers" : "re-read");
+    }
+    return 1;
+}
+
+llmt_status llmt__cuda_attn_mma_set_cfg(llmt__cuda_ctx *ctx, int hd, int kind, int idx)
+{
+    if (idx < 0 || idx >= llmt__cuda_attn_mma_cfgs(hd, kind))
+        return llmt__err_set(&ctx->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "cuda: attention (mma.sync): no tile configuration %d of kind %d "
+                             "for hd %d (%d of them)",
+                             idx, kind, hd, llmt__cuda_attn_mma_cfgs(hd, kind));
+    ctx->attn_cfg[hd == 128][kind] = idx;
+    return LLMT_OK;
 }
 
 uint64_t llmt__cuda_attn_mma_calls(const llmt__cuda_ctx *ctx)

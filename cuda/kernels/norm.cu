@@ -116,22 +116,45 @@ __global__ void norm_bwd_kernel(__nv_bfloat16 *dinp, float *pdw, float *pdb,
     }
 }
 
-__global__ void partial_final(float *dw, float *db, const float *pdw,
-                              const float *pdb, int G, int C)
+/* dw[c] += sum over g of pdw[g][c] (db likewise): block (32, PF_ROWS)
+ * takes 32 columns, thread (x, y) sums partials y, y + PF_ROWS, ... of
+ * column x, then row 0 adds the PF_ROWS sums in order: deterministic, and
+ * PF_ROWS times the loads in flight of one thread per column (the sums
+ * run over 3-4 partials per SM; one thread per column left the kernel
+ * waiting on latency) */
+constexpr int PF_ROWS = 16;
+__global__ void __launch_bounds__(32 * PF_ROWS)
+partial_final(float *dw, float *db, const float *pdw, const float *pdb, int G, int C)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float sw[PF_ROWS][33], sb[PF_ROWS][33];
+    const int x = threadIdx.x, y = threadIdx.y, c = blockIdx.x * 32 + x;
     float s = 0.0f, t = 0.0f;
-    for (int g = 0; g < G; g++) {
-        s += pdw[(size_t)g * C + c];
-        if (pdb) t += pdb[(size_t)g * C + c];
+    if (c < C)
+        for (int g = y; g < G; g += PF_ROWS) {
+            s += pdw[(size_t)g * C + c];
+            if (pdb) t += pdb[(size_t)g * C + c];
+        }
+    sw[y][x] = s;
+    sb[y][x] = t;
+    __syncthreads();
+    if (y || c >= C) return;
+    s = 0.0f;
+    t = 0.0f;
+    for (int r = 0; r < PF_ROWS; r++) {
+        s += sw[r][x];
+        t += sb[r][x];
     }
     dw[c] += s;
     if (db) db[c] += t;
 }
+/* the launch of partial_final over C columns */
+#define PARTIAL_FINAL(dw, db, pdw, pdb, G, C)                                          \
+    partial_final<<<((C) + 31) / 32, dim3(32, PF_ROWS), 0, ctx->compute>>>(dw, db, pdw, \
+                                                                         pdb, G, C)
 
 /* Fast paths for C = NV * 256 (768, 1024, 2048, ...): the row lives in
- * registers (NV 16-byte chunks per lane), one DRAM read and one write. */
+ * registers (NV 16-byte chunks per lane), one DRAM read and one write;
+ * the backward's up to C 2048 (Llama 1B's width), the forward's too. */
 template <int NV, bool RMS>
 __global__ void __launch_bounds__(256)
 norm_fwd_reg(__nv_bfloat16 *out, float *mean, float *rstd, const __nv_bfloat16 *inp,
@@ -181,8 +204,16 @@ norm_fwd_reg(__nv_bfloat16 *out, float *mean, float *rstd, const __nv_bfloat16 *
  * (laid out [k][C/8] so a warp's accesses are consecutive), then the block
  * sums its 8 warps in a fixed order into part[blockIdx.x][C]. Registers stay
  * low so that enough warps are resident to cover memory latency. */
+/* resident blocks per SM the backward's registers are capped for, the
+ * most at which nothing spills (nvcc -Xptxas -v, sm_90): 3 up to C 768
+ * (85 registers), 2 up to C 1536 (128), 1 above (255; 8 warps of 2 NV
+ * 16-byte loads in flight per lane still cover the latency) */
+template <int NV> constexpr int bwd_minb()
+{
+    return NV <= 3 ? 3 : NV <= 6 ? 2 : 1;
+}
 template <int NV, bool RMS>
-__global__ void __launch_bounds__(256, 3)
+__global__ void __launch_bounds__(256, bwd_minb<NV>())
 norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *dout,
              const __nv_bfloat16 *inp, const __nv_bfloat16 *w, const float *mean,
              const float *rstd, int N)
@@ -203,12 +234,13 @@ norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *d
         const bf8 *d = (const bf8 *)(dout + (size_t)row * C);
         bf8 *di = (bf8 *)(dinp + (size_t)row * C);
         float m = RMS ? 0.0f : mean[row], r = rstd[row];
-        bf8 xa[NV], da[NV], ga[NV];
+        /* dinp is read chunk by chunk in the second pass: holding it too
+         * (12 NV registers for the three operands) spilled from C 768 on */
+        bf8 xa[NV], da[NV];
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             xa[i] = x[lane + 32 * i];
             da[i] = d[lane + 32 * i];
-            ga[i] = di[lane + 32 * i];
         }
         float sa = 0.0f, sb = 0.0f;
 #pragma unroll
@@ -226,7 +258,7 @@ norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *d
         sb = warp_sum(sb) * (1.0f / C);
 #pragma unroll
         for (int i = 0; i < NV; i++) {
-            bf8 ww = ((const bf8 *)w)[lane + 32 * i];
+            bf8 ww = ((const bf8 *)w)[lane + 32 * i], ga = di[lane + 32 * i];
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 float xh = (bf2f(xa[i].v[k]) - m) * r;
@@ -234,9 +266,9 @@ norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *d
                 mw[k * C8 + lane + 32 * i] += dd * xh;
                 if (!RMS) mb[k * C8 + lane + 32 * i] += dd;
                 float t = (bf2f(ww.v[k]) * dd - sa - xh * sb) * r;
-                ga[i].v[k] = f2bf(bf2f(ga[i].v[k]) + t);
+                ga.v[k] = f2bf(bf2f(ga.v[k]) + t);
             }
-            di[lane + 32 * i] = ga[i];
+            di[lane + 32 * i] = ga;
         }
     }
     __syncthreads();
@@ -263,15 +295,14 @@ llmt_status norm_bwd_fast(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, floa
         LLMT_CU(ctx, cudaFuncSetAttribute(norm_bwd_reg<NV, RMS>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)smem));
-    int G = ctx->num_sms * (C <= 512 ? 4 : 3);
+    int G = ctx->num_sms * (C <= 512 ? 4 : bwd_minb<NV>());
     if (G > (N + 7) / 8) G = (N + 7) / 8;
     float *part = NULL;
     llmt_status st = llmt__cuda_alloc(ctx, (void **)&part, 2 * (size_t)G * C * sizeof(float));
     if (st) return st;
     norm_bwd_reg<NV, RMS><<<G, 256, smem, ctx->compute>>>(
         BF(dinp), part, part + (size_t)G * C, CBF(dout), CBF(inp), CBF(w), mean, rstd, N);
-    partial_final<<<(C + 255) / 256, 256, 0, ctx->compute>>>(
-        dw, RMS ? NULL : db, part, (RMS || !db) ? NULL : part + (size_t)G * C, G, C);
+    PARTIAL_FINAL(dw, RMS ? NULL : db, part, (RMS || !db) ? NULL : part + (size_t)G * C, G, C);
     llmt__cuda_free(ctx, part);
     LLMT_LAUNCHED(ctx, name);
 }
@@ -308,12 +339,11 @@ llmt_status norm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, float *db
     if (N == 0 || C == 0) return LLMT_OK;
     const char *name = RMS ? "rmsnorm_bwd" : "layernorm_bwd";
     uintptr_t al = (uintptr_t)dinp | (uintptr_t)dout | (uintptr_t)inp | (uintptr_t)w;
-    if ((al & 15) == 0 && C % 256 == 0 && C <= 1024) {
+    if ((al & 15) == 0 && C % 256 == 0 && C <= 2048) {
         switch (C / 256) {
-        case 1: return norm_bwd_fast<1, RMS>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
-        case 2: return norm_bwd_fast<2, RMS>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
-        case 3: return norm_bwd_fast<3, RMS>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
-        case 4: return norm_bwd_fast<4, RMS>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
+#define B(nv) case nv: return norm_bwd_fast<nv, RMS>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
+        B(1) B(2) B(3) B(4) B(5) B(6) B(7) B(8)
+#undef B
         }
     }
     size_t smem = 2 * (size_t)C * sizeof(float);
@@ -332,8 +362,7 @@ llmt_status norm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, float *db
     int threads = C >= 1024 ? 512 : 256;
     norm_bwd_kernel<RMS><<<G, threads, smem, ctx->compute>>>(
         BF(dinp), part, part + (size_t)G * C, CBF(dout), CBF(inp), CBF(w), mean, rstd, N, C);
-    partial_final<<<(C + 255) / 256, 256, 0, ctx->compute>>>(
-        dw, RMS ? NULL : db, part, (RMS || !db) ? NULL : part + (size_t)G * C, G, C);
+    PARTIAL_FINAL(dw, RMS ? NULL : db, part, (RMS || !db) ? NULL : part + (size_t)G * C, G, C);
     llmt__cuda_free(ctx, part);
     LLMT_LAUNCHED(ctx, name);
 }

@@ -783,10 +783,13 @@ int main(void)
     test_embedding(2, 5, 37, 11, 0);
     test_embedding(3, 64, 768, 1000, 0);
     test_embedding(1, 1, 8, 3, 0);
-    int Ns[] = {1, 67, 1000}, Cs[] = {37, 256, 768, 1000, 1024, 2048, 4100};
+    /* C 256 .. 2048 in steps of 256 take the register fast paths (the
+     * backward's up to 2048 since 2026-11-27), the others the general ones */
+    int Ns[] = {1, 67, 1000}, Cs[] = {37, 256, 768, 1000, 1024, 1280, 1792, 2048, 4100};
     for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 7; b++) {
-            if (Ns[a] == 1000 && Cs[b] != 768) continue;
+        for (int b = 0; b < 9; b++) {
+            if (Ns[a] == 1000 && Cs[b] != 768 && Cs[b] != 2048)
+                continue;
             test_norm(Ns[a], Cs[b], 0);
             test_norm(Ns[a], Cs[b], 1);
         }
@@ -873,6 +876,32 @@ int main(void)
         }
         test_attention_repeat(2, 300, 4, 1, 64);
         test_attention_repeat(1, 129, 4, 2, 128);
+        /* every other tile configuration of each kernel kind (forward, dQ,
+         * dK/dV; attention_mma.cu's lists), the others at the default, on
+         * ragged T and grouped heads against the CPU reference; then an
+         * index past a list is refused */
+        static const int cfg_cases[][5] = {
+            {1, 300, 4, 2, 64}, {2, 67, 4, 1, 64}, {1, 300, 4, 2, 128}, {2, 129, 4, 1, 128}};
+        for (size_t c = 0; c < sizeof cfg_cases / sizeof cfg_cases[0]; c++) {
+            const int *m = cfg_cases[c];
+            for (int kind = 0; kind < 3; kind++)
+                for (int i = 1; i < llmt__cuda_attn_mma_cfgs(m[4], kind); i++) {
+                    char what[96];
+                    llmt__cuda_attn_mma_cfg_name(m[4], kind, i, what, sizeof what);
+                    printf("(mma.sync tile configuration %d of %s, hd %d: %s)\n", i,
+                           (const char *[]){"forward", "dQ", "dK/dV"}[kind], m[4], what);
+                    OK(llmt__cuda_attn_mma_set_cfg(X, m[4], kind, i));
+                    test_attention(m[0], m[1], m[2], m[3], m[4]);
+                    OK(llmt__cuda_attn_mma_set_cfg(X, m[4], kind, 0));
+                }
+        }
+        check_count++;
+        if (llmt__cuda_attn_mma_set_cfg(X, 64, 2, llmt__cuda_attn_mma_cfgs(64, 2)) !=
+                LLMT_ERR_INVALID_ARGUMENT ||
+            !strstr(llmt__cuda_ctx_last_error(X), "tile configuration")) {
+            check_failures++;
+            fprintf(stderr, "an attention tile configuration past the list was not refused\n");
+        }
         llmt__cuda_ctx_destroy(X);
         /* attn_scalar 5: the backward with dQ by fp32 atomics
          * (llmt__cuda_attn_mma_bwd_atomic; not yet run on a GPU when this

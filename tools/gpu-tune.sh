@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# One short lent GPU call for kernel tuning: build, the kernel tests (every
+# attention tile configuration against the CPU reference), then every
+# tile configuration of the mma.sync attention beside the default and
+# PyTorch's flash SDPA, the norms (per call and queued) beside PyTorch's,
+# and a Llama 1B step. Each step runs under a share of BUDGET_S so the
+# call ends inside the device tool's limit and returns its logs.
+#
+#   BUDGET_S=230 OUT=... tools/gpu-tune.sh     (carry .devdeps)
+#
+# Writes $OUT/tune.log (the summary) and $OUT/tune.tgz (every log and JSON).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit
+budget=${BUDGET_S:-230}
+final=${OUT:-$root/bench/results/tune}
+w=/tmp/llmt-tune
+rm -rf $w
+mkdir -p "$final" $w
+log=$final/tune.log
+say() { echo "[$SECONDS s] $*" | tee -a "$log"; }
+run() { # run STEP SECONDS CMD...: output in $w/STEP.log, timeout <= what is left
+  local name=$1 want=$2 t=$((budget - SECONDS))
+  shift 2
+  [ "$t" -gt "$want" ] && t=$want
+  if [ "$t" -lt 10 ]; then say "$name: skipped (budget spent)"; return 99; fi
+  timeout -k 5 "$t" "$@" </dev/null >"$w/$name.log" 2>&1
+  local rc=$?
+  say "$name: rc $rc ($(tail -1 "$w/$name.log" | cut -c1-150))"
+  return $rc
+}
+[ -f .devdeps/env.sh ] && source .devdeps/env.sh >>"$log" 2>&1
+export PATH="/usr/local/cuda/bin:$PATH"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$log" 2>&1 ||
+  { say "no GPU"; exit 77; }
+say "commit $(git rev-parse --short HEAD 2>/dev/null), $(git status --short | wc -l) changed files"
+b=build-gpu
+dr=/tmp/devroot/usr
+extra=()
+if [ -d $dr/include ]; then
+  export LD_LIBRARY_PATH="$dr/lib:${LD_LIBRARY_PATH:-}"
+  extra=(-Dc_args=-I$dr/include -Dcpp_args=-I$dr/include
+    "-Dc_link_args=-L$dr/lib -L$dr/lib/x86_64-linux-gnu"
+    "-Dcpp_link_args=-L$dr/lib -L$dr/lib/x86_64-linux-gnu")
+fi
+[ -f $b/build.ninja ] || meson setup $b -Dgpu_arch="arch=compute_90,code=sm_90" \
+  -Dbuildtype=release "${extra[@]}" >$w/setup.log 2>&1 || { say "setup failed"; exit 1; }
+run build 120 ninja -C $b test/gpu/test_gpu_kernels test/train/test_device_trainer \
+  bench/gpu/bench_gpu bench/gpu/bench_llama || grep -E "error" -A3 $w/build.log | head -20 >>"$log"
+
+run kernels 60 $b/test/gpu/test_gpu_kernels
+grep -E "FAIL|failures" $w/kernels.log | head -8 | tee -a "$log"
+run trainer 60 meson test -C $b --no-rebuild --print-errorlogs gpu-trainer-vs-cpu
+grep -E "^ *[0-9]+/[0-9]+ " $w/trainer.log | tee -a "$log"
+
+o=$w/out
+mkdir -p $o
+python3 -c "import json,subprocess as s;json.dump({'gpu':s.run('nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader',shell=True,capture_output=True,text=True).stdout.strip()},open('$o/env.json','w'))"
+run attn-ours 90 $b/bench/gpu/bench_gpu --only attention --json $o/attn-ours.json
+grep -E "differ" $w/attn-ours.log | head -5 | tee -a "$log"
+run norm-ours 30 $b/bench/gpu/bench_gpu --only "copy layernorm rmsnorm" --json $o/norm-ours.json
+run torch 80 env PYTHONUNBUFFERED=1 python3 bench/gpu/torch_peer.py \
+  --only "attention layernorm rmsnorm" --json $o/torch.json
+python3 - $o/attn-ours.json $o/norm-ours.json $o/all-ours.json <<'PY'
+import json, sys
+a, n = (json.load(open(f)) for f in sys.argv[1:3])
+a["results"] += n["results"]
+json.dump(a, open(sys.argv[3], "w"))
+PY
+run compare 20 python3 bench/gpu/compare.py $o/all-ours.json $o/torch.json $o/env.json \
+  $o/compare.json
+grep -E "norm|copy" $w/compare.log | tee -a "$log"
+grep -E "^attention" $w/compare.log | tee -a "$log"
+run llama 70 $b/bench/gpu/bench_llama --model 1b --B 8 --T 2048 --steps 6 --json $o/llama.json
+grep -E "tok/s" $w/llama.log | tee -a "$log"
+say "done"
+cp "$log" $w/
+tar czf "$final/tune.tgz" -C $w . 2>/dev/null
