@@ -236,7 +236,7 @@ template <> struct FwdList<64> {
 };
 template <> struct FwdList<128> {
     static constexpr int N = 4;
-    static constexpr FwdCfg c[N] = {{8, 1, 64, true}, {4, 1, 64, true}, {8, 1, 32, true},
+    static constexpr FwdCfg c[N] = {{4, 1, 64, true}, {8, 1, 64, true}, {8, 1, 32, true},
                                     {4, 1, 128, false}};
 };
 struct DqCfg {
@@ -251,7 +251,7 @@ template <> struct DqList<64> {
 };
 template <> struct DqList<128> {
     static constexpr int N = 4;
-    static constexpr DqCfg c[N] = {{4, 64, false}, {8, 64, false}, {4, 32, true}, {4, 32, false}};
+    static constexpr DqCfg c[N] = {{4, 32, true}, {4, 64, false}, {8, 64, false}, {4, 32, false}};
 };
 struct DkvCfg {
     int nw, bq;
@@ -263,7 +263,7 @@ template <int HD> struct DkvList;
 template <> struct DkvList<64> {
     static constexpr int N = 5;
     static constexpr DkvCfg c[N] = {
-        {8, 64, true}, {4, 64, true}, {8, 32, true}, {4, 32, true}, {8, 128, false}};
+        {4, 64, true}, {8, 64, true}, {8, 32, true}, {4, 32, true}, {8, 128, false}};
 };
 /* hd 128: 4 warps at 64 queries and K/V in registers at 32 spill */
 template <> struct DkvList<128> {

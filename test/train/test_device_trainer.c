@@ -316,17 +316,14 @@ static void compare_model(llmt_context *ctx, int llama, const char *tmp)
     llmt_trainer_destroy(t4);
     llmt_model_destroy(m4);
 
-    /* data parallelism: the communicator must take the engine's memory
-     * (host memory on the emulation; a CUDA trainer's is device memory,
-     * which only NCCL takes: an in-process one is refused by name) */
+    /* data parallelism over an in-process communicator: taken on every
+     * backend (a CUDA trainer's device buffers staged through host memory
+     * by lib/train/dp.c since gpu-dp-host passed, 2026-11-27), and detached */
     llmt_comm *comm = NULL;
     CHECK_STATUS(llmt_comm_create_inproc(ctx, 1, NULL, &comm), LLMT_OK);
-    if (comm && t3 && g_ops) {
+    if (comm && t3) {
         CHECK_STATUS(llmt_trainer_set_comm(t3, comm, NULL), LLMT_OK);
         CHECK_STATUS(llmt_trainer_set_comm(t3, NULL, NULL), LLMT_OK);
-    } else if (comm && t3) {
-        CHECK_STATUS(llmt_trainer_set_comm(t3, comm, NULL), LLMT_ERR_UNSUPPORTED);
-        CHECK(strstr(llmt_trainer_last_error(t3), "NCCL") != NULL);
     }
     llmt_comm_destroy(comm);
 
