@@ -45,8 +45,8 @@ typedef struct llmt__cuda_ctx_opts {
                              (tests and comparisons), 5 as 3 with the
                              backward's dQ by fp32 atomics (FlashAttention-
                              2's; not deterministic, so with deterministic
-                             set the backward is 3's; not yet run on a
-                             GPU); other values are refused */
+                             set the backward is 3's; ran on an H100,
+                             2026-11-27); other values are refused */
     char *err;            /* optional: receives the message when creation
                              fails (the context is gone then) */
     size_t err_len;

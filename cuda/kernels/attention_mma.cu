@@ -32,7 +32,9 @@
 // zero-filled by cp.async and masked (never stored, never summed).
 //
 // Backward with dQ by atomics (attn_scalar 5, never in deterministic mode;
-// NOT YET RUN ON A GPU): FlashAttention-2's. The dK/dV kernel with DQ set
+// first ran on an H100 on 2026-11-27, held to the CPU reference by
+// gpu-kernels, 0-9% faster than the two-kernel backward it was measured
+// beside, which has since been tuned past it): FlashAttention-2's. The dK/dV kernel with DQ set
 // also stores each tile's dS^T in shared memory and, after the barrier
 // that ends the tile, adds dS K for its 128 keys to an fp32 [B, T, nh, HD]
 // scratch (red.global.add.v2.f32 on sm_90); dq_convert then writes dq.
@@ -220,7 +222,7 @@ __device__ __forceinline__ void store_acc(const float (&acc)[HD / 8][4], bf16 *r
  * the default, the others are there to be measured against it
  * (llmt__cuda_attn_mma_set_cfg; bench_gpu's NAME_fN / _qN / _kvN cases,
  * test_gpu_kernels holds every entry to the CPU reference). Register
- * counts from `nvcc -arch=sm_90 -Xptxas -v`; none may spill. */
+ * counts from `nvcc -arch=sm_90 -Xptxas -v`; a default may not spill. */
 struct FwdCfg {
     int nw, mw, bc;
     bool qreg;
@@ -256,19 +258,27 @@ template <> struct DqList<128> {
 struct DkvCfg {
     int nw, bq;
     bool kvreg;
+    int mw; /* m16 key tiles per warp */
 };
-/* dK/dV: NW warps of one m16 key tile, BQ queries per tile, K/V fragments
- * in registers or re-read */
+/* dK/dV: NW warps of MW m16 key tiles, BQ queries per tile, K/V fragments
+ * in registers or re-read. hd 64: 4 warps (three blocks of 168 registers
+ * per SM) ran the backward in 0.92-0.93x the time of 8 on an H200
+ * (2026-11-27) and became the default; entries 5 and 6 (two key tiles per
+ * warp: a Q or dO fragment serves both, a quarter to a half fewer
+ * shared-memory reads per product; 255 registers and a 4-byte spill) have
+ * not run on a GPU yet. */
 template <int HD> struct DkvList;
 template <> struct DkvList<64> {
-    static constexpr int N = 5;
-    static constexpr DkvCfg c[N] = {
-        {4, 64, true}, {8, 64, true}, {8, 32, true}, {4, 32, true}, {8, 128, false}};
+    static constexpr int N = 7;
+    static constexpr DkvCfg c[N] = {{4, 64, true, 1},  {8, 64, true, 1}, {8, 32, true, 1},
+                                    {4, 32, true, 1},  {8, 128, false, 1},
+                                    {4, 32, false, 2}, {4, 16, true, 2}};
 };
 /* hd 128: 4 warps at 64 queries and K/V in registers at 32 spill */
 template <> struct DkvList<128> {
     static constexpr int N = 4;
-    static constexpr DkvCfg c[N] = {{8, 64, false}, {8, 32, false}, {4, 32, false}, {8, 16, false}};
+    static constexpr DkvCfg c[N] = {
+        {8, 64, false, 1}, {8, 32, false, 1}, {4, 32, false, 1}, {8, 16, false, 1}};
 };
 /* the DQ-atomics backward keeps one configuration per hd */
 template <int HD> struct Dkv;
@@ -604,14 +614,18 @@ __device__ __forceinline__ void dq_atomic(float *dqa, size_t ld, const bf16 *dSs
 
 /* DQ: also dQ (the non-deterministic variant): dS^T goes through shared
  * memory and dq_atomic adds dS K to dqa (fp32 [B, T, nh, HD], zeroed by
- * the caller; dq_convert scales and stores it). dq is then unused. */
-template <int HD, int NW, int BQ, bool KVREG, bool DQ>
+ * the caller; dq_convert scales and stores it). dq is then unused.
+ * MW: m16 key tiles per warp (a block holds NW * 16 * MW keys): each Q and
+ * dO fragment read from shared memory then serves MW of them (MW 1 with
+ * DQ only). */
+template <int HD, int NW, int MW, int BQ, bool KVREG, bool DQ>
 __global__ void __launch_bounds__(NW * 32)
     bwd_dkv(bf16 *dk, bf16 *dv, float *dqa, const bf16 *dout, const float *lse, const float *Dd,
             const bf16 *q, const bf16 *k, const bf16 *v, size_t qs, int T, int nh, int nkv,
             float scale)
 {
-    constexpr int BKV = NW * 16, LD = HD + 8, KS = HD / 16, NS = BQ / 8, NO = HD / 8;
+    static_assert(!DQ || MW == 1, "dQ by atomics takes one key tile per warp");
+    constexpr int BKV = NW * 16 * MW, LD = HD + 8, KS = HD / 16, NS = BQ / 8, NO = HD / 8;
     constexpr int NTH = NW * 32, LDS = BQ + 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = (bf16 *)smem;
@@ -637,13 +651,16 @@ __global__ void __launch_bounds__(NW * 32)
     };
     load_rows<HD, BKV, NTH>(Ks, k + (size_t)b * T * qs + (size_t)kh * HD, qs, j0, T);
     load_rows<HD, BKV, NTH>(Vs, v + (size_t)b * T * qs + (size_t)kh * HD, qs, j0, T);
-    issue(0);                            /* one group: K, V and the first query tile */
-    const int kl = w * 16, kw = j0 + kl; /* warp's first key (local, global) */
+    issue(0);                                 /* one group: K, V and the first query tile */
+    const int kl = w * 16 * MW, kw = j0 + kl; /* warp's first key (local, global) */
     const float sc = scale * LOG2E;
-    float adk[NO][4], adv[NO][4];
-    zero(adk);
-    zero(adv);
-    uint32_t kf[KVREG ? KS : 1][4], vf[KVREG ? KS : 1][4];
+    float adk[MW][NO][4], adv[MW][NO][4];
+#pragma unroll
+    for (int mi = 0; mi < MW; mi++) {
+        zero(adk[mi]);
+        zero(adv[mi]);
+    }
+    uint32_t kf[MW][KVREG ? KS : 1][4], vf[MW][KVREG ? KS : 1][4];
     for (int t = 0; t < nt; t++) {
         if (t + 1 < nt) {
             issue(t + 1);
@@ -654,76 +671,96 @@ __global__ void __launch_bounds__(NW * 32)
         __syncthreads();
         if (KVREG && t == 0) {
 #pragma unroll
-            for (int kk = 0; kk < (KVREG ? KS : 1); kk++) {
-                lda<LD>(kf[kk], Ks, kl, kk * 16, lane);
-                lda<LD>(vf[kk], Vs, kl, kk * 16, lane);
-            }
+            for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+                for (int kk = 0; kk < (KVREG ? KS : 1); kk++) {
+                    lda<LD>(kf[mi][kk], Ks, kl + mi * 16, kk * 16, lane);
+                    lda<LD>(vf[mi][kk], Vs, kl + mi * 16, kk * 16, lane);
+                }
         }
         const int i0 = j0 + (t % ntq) * BQ, buf = t & 1;
         const bf16 *Qt = Qb + buf * BQ * LD, *dOt = dOb + buf * BQ * LD;
         const float *Lt = Lb + buf * BQ, *Dt = Db + buf * BQ;
         if (kw < T && fa_qtile_live(i0, BQ, kw)) { /* warp-uniform */
-            float s[NS][4], dp[NS][4];
-            zero(s);
-            zero(dp);
-            /* S^T = K Q^T, dP^T = V dO^T (rows: this warp's 16 keys) */
+            float s[MW][NS][4], dp[MW][NS][4];
+#pragma unroll
+            for (int mi = 0; mi < MW; mi++) {
+                zero(s[mi]);
+                zero(dp[mi]);
+            }
+            /* S^T = K Q^T, dP^T = V dO^T (rows: this warp's 16 MW keys) */
 #pragma unroll
             for (int kk = 0; kk < KS; kk++) {
-                if (!KVREG) {
-                    lda<LD>(kf[0], Ks, kl, kk * 16, lane);
-                    lda<LD>(vf[0], Vs, kl, kk * 16, lane);
-                }
+                if (!KVREG)
+#pragma unroll
+                    for (int mi = 0; mi < MW; mi++) {
+                        lda<LD>(kf[mi][0], Ks, kl + mi * 16, kk * 16, lane);
+                        lda<LD>(vf[mi][0], Vs, kl + mi * 16, kk * 16, lane);
+                    }
                 const int kq = KVREG ? kk : 0;
 #pragma unroll
                 for (int np = 0; np < NS / 2; np++) {
                     uint32_t bq[4], bo[4];
                     ldb<LD>(bq, Qt, np * 16, kk * 16, lane);
                     ldb<LD>(bo, dOt, np * 16, kk * 16, lane);
-                    mma(s[2 * np], kf[kq], bq[0], bq[1]);
-                    mma(s[2 * np + 1], kf[kq], bq[2], bq[3]);
-                    mma(dp[2 * np], vf[kq], bo[0], bo[1]);
-                    mma(dp[2 * np + 1], vf[kq], bo[2], bo[3]);
+#pragma unroll
+                    for (int mi = 0; mi < MW; mi++) {
+                        mma(s[mi][2 * np], kf[mi][kq], bq[0], bq[1]);
+                        mma(s[mi][2 * np + 1], kf[mi][kq], bq[2], bq[3]);
+                        mma(dp[mi][2 * np], vf[mi][kq], bo[0], bo[1]);
+                        mma(dp[mi][2 * np + 1], vf[mi][kq], bo[2], bo[3]);
+                    }
                 }
             }
-            const bool edge = fa_qtile_edge(i0, BQ, kw, 16, T);
+            const bool edge = fa_qtile_edge(i0, BQ, kw, 16 * MW, T);
 #pragma unroll
             for (int kk = 0; kk < BQ / 16; kk++) {
+                uint32_t pa[MW][4], da[MW][4];
 #pragma unroll
                 for (int n = 2 * kk; n < 2 * kk + 2; n++) {
                     const int c = n * 8 + fa_acc_col(lane, 0); /* this lane's columns c, c+1 */
                     const float2 Lv = *(const float2 *)(Lt + c),
                                  Dq2 = *(const float2 *)(Dt + c);
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const float Li = (e & 1) ? Lv.y : Lv.x, Di = (e & 1) ? Dq2.y : Dq2.x;
-                        float p = ex2(fmaf(s[n][e], sc, -Li * LOG2E));
-                        if (edge) {
-                            const int qi = i0 + c + (e & 1), key = kw + fa_acc_row(lane, e);
-                            if (qi < key || qi >= T)
-                                p = 0.0f;
+                    for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const float Li = (e & 1) ? Lv.y : Lv.x,
+                                        Di = (e & 1) ? Dq2.y : Dq2.x;
+                            float p = ex2(fmaf(s[mi][n][e], sc, -Li * LOG2E));
+                            if (edge) {
+                                const int qi = i0 + c + (e & 1),
+                                          key = kw + mi * 16 + fa_acc_row(lane, e);
+                                if (qi < key || qi >= T)
+                                    p = 0.0f;
+                            }
+                            s[mi][n][e] = p;
+                            dp[mi][n][e] = p * (dp[mi][n][e] - Di);
                         }
-                        s[n][e] = p;
-                        dp[n][e] = p * (dp[n][e] - Di);
-                    }
                 }
-                uint32_t pa[4], da[4];
-                repack(pa, s[2 * kk], s[2 * kk + 1]);
-                repack(da, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+                for (int mi = 0; mi < MW; mi++) {
+                    repack(pa[mi], s[mi][2 * kk], s[mi][2 * kk + 1]);
+                    repack(da[mi], dp[mi][2 * kk], dp[mi][2 * kk + 1]);
+                }
                 if constexpr (DQ) /* dS^T rows kl.., columns 16kk.. (A register r's place) */
 #pragma unroll
                     for (int r = 0; r < 4; r++)
                         *(uint32_t *)(dSs + (kl + fa_acc_row(lane, 2 * (r & 1))) * LDS +
-                                      kk * 16 + 8 * (r >> 1) + fa_acc_col(lane, 0)) = da[r];
+                                      kk * 16 + 8 * (r >> 1) + fa_acc_col(lane, 0)) = da[0][r];
                         /* dV += P^T dO, dK += dS^T Q (k: the tile's queries 16kk..) */
 #pragma unroll
                 for (int np = 0; np < NO / 2; np++) {
                     uint32_t bo[4], bq[4];
                     ldbt<LD>(bo, dOt, kk * 16, np * 16, lane);
                     ldbt<LD>(bq, Qt, kk * 16, np * 16, lane);
-                    mma(adv[2 * np], pa, bo[0], bo[1]);
-                    mma(adv[2 * np + 1], pa, bo[2], bo[3]);
-                    mma(adk[2 * np], da, bq[0], bq[1]);
-                    mma(adk[2 * np + 1], da, bq[2], bq[3]);
+#pragma unroll
+                    for (int mi = 0; mi < MW; mi++) {
+                        mma(adv[mi][2 * np], pa[mi], bo[0], bo[1]);
+                        mma(adv[mi][2 * np + 1], pa[mi], bo[2], bo[3]);
+                        mma(adk[mi][2 * np], da[mi], bq[0], bq[1]);
+                        mma(adk[mi][2 * np + 1], da[mi], bq[2], bq[3]);
+                    }
                 }
             }
         }
@@ -734,16 +771,19 @@ __global__ void __launch_bounds__(NW * 32)
             dq_atomic<HD, NW, BQ>(dqa + ((size_t)b * T * nh + kh * group + t / ntq) * HD,
                                   (size_t)nh * HD, dSs, Ks, i0, j0, T, w, lane);
     }
-    bf16 *kr[2], *vr[2];
 #pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-        const int key = kw + fa_acc_row(lane, 2 * hh);
-        const size_t off = ((size_t)b * T + key) * qs + (size_t)kh * HD;
-        kr[hh] = key < T ? dk + off : NULL;
-        vr[hh] = key < T ? dv + off : NULL;
+    for (int mi = 0; mi < MW; mi++) {
+        bf16 *kr[2], *vr[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int key = kw + mi * 16 + fa_acc_row(lane, 2 * hh);
+            const size_t off = ((size_t)b * T + key) * qs + (size_t)kh * HD;
+            kr[hh] = key < T ? dk + off : NULL;
+            vr[hh] = key < T ? dv + off : NULL;
+        }
+        store_acc<HD>(adk[mi], kr[0], kr[1], scale, scale, lane);
+        store_acc<HD>(adv[mi], vr[0], vr[1], 1.0f, 1.0f, lane);
     }
-    store_acc<HD>(adk, kr[0], kr[1], scale, scale, lane);
-    store_acc<HD>(adv, vr[0], vr[1], 1.0f, 1.0f, lane);
 }
 
 /* ---- launches -------------------------------------------------------------- */
@@ -756,9 +796,9 @@ template <int HD> constexpr size_t dq_smem(int nw, int bc)
 {
     return (size_t)(2 * nw * 16 + 4 * bc) * (HD + 8) * 2;
 }
-template <int HD> constexpr size_t dkv_smem(int nw, int bq, bool dq)
+template <int HD> constexpr size_t dkv_smem(int nw, int mw, int bq, bool dq)
 {
-    return (size_t)(2 * nw * 16 + 4 * bq) * (HD + 8) * 2 + (size_t)4 * bq * 4 +
+    return (size_t)(2 * nw * 16 * mw + 4 * bq) * (HD + 8) * 2 + (size_t)4 * bq * 4 +
            (dq ? (size_t)nw * 16 * (bq + 8) * 2 : 0);
 }
 
@@ -802,12 +842,13 @@ cudaError_t launch_dkv(cudaStream_t st, llmt__bf16 *dk, llmt__bf16 *dv, const ll
                        int nh, int nkv)
 {
     constexpr DkvCfg C = DkvList<HD>::c[I];
-    auto kern = bwd_dkv<HD, C.nw, C.bq, C.kvreg, false>;
-    const size_t sm = dkv_smem<HD>(C.nw, C.bq, false);
+    constexpr int BKV = C.nw * 16 * C.mw;
+    auto kern = bwd_dkv<HD, C.nw, C.mw, C.bq, C.kvreg, false>;
+    const size_t sm = dkv_smem<HD>(C.nw, C.mw, C.bq, false);
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess)
         return e;
-    kern<<<dim3((T + C.nw * 16 - 1) / (C.nw * 16), nkv, B), C.nw * 32, sm, st>>>(
+    kern<<<dim3((T + BKV - 1) / BKV, nkv, B), C.nw * 32, sm, st>>>(
         BF(dk), BF(dv), NULL, CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv,
         1.0f / sqrtf((float)HD));
     return cudaGetLastError();
@@ -901,8 +942,8 @@ llmt_status run_bwd_atomic(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk, 
 {
     typedef Dkv<HD> C;
     const float scale = 1.0f / sqrtf((float)HD);
-    auto kern = bwd_dkv<HD, C::NW, C::BQ, C::KVREG, true>;
-    const size_t sm = dkv_smem<HD>(C::NW, C::BQ, true), n = (size_t)B * T * nh * HD;
+    auto kern = bwd_dkv<HD, C::NW, 1, C::BQ, C::KVREG, true>;
+    const size_t sm = dkv_smem<HD>(C::NW, 1, C::BQ, true), n = (size_t)B * T * nh * HD;
     float *dqa = NULL;
     llmt_status st = llmt__cuda_alloc(ctx, (void **)&dqa, n * sizeof(float));
     if (st)
@@ -1026,7 +1067,7 @@ int llmt__cuda_attn_mma_cfg_name(int hd, int kind, int idx, char *buf, size_t n)
                  c.qreg ? "in registers" : "re-read");
     } else {
         const fa::DkvCfg c = h ? fa::DkvList<128>::c[idx] : fa::DkvList<64>::c[idx];
-        snprintf(buf, n, "%d warps, %d queries/tile, K/V %s", c.nw, c.bq,
+        snprintf(buf, n, "%d warps x %d m16 keys, %d queries/tile, K/V %s", c.nw, c.mw, c.bq,
                  c.kvreg ? "in registers" : "re-read");
     }
     return 1;

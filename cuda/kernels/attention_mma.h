@@ -38,8 +38,8 @@ llmt_status llmt__cuda_attn_mma_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__b
  * its dS K to an fp32 [B, T, nh, hd] scratch (allocated here, zeroed on
  * the compute stream) by atomics, then a small kernel stores dq. Five
  * block products per (query tile, key tile) instead of seven, but the
- * order of dQ's sums varies from run to run: NOT deterministic. Not yet
- * run on a GPU. */
+ * order of dQ's sums varies from run to run: NOT deterministic. Ran on an
+ * H100 (2026-11-27, gpu-kernels). */
 llmt_status llmt__cuda_attn_mma_bwd_atomic(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk,
                                            llmt__bf16 *dv, const llmt__bf16 *dout,
                                            const float *lse, const float *Dd,
