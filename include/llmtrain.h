@@ -850,7 +850,10 @@ LLMT_API llmt_status llmt_trainer_ckpt_add(llmt_trainer *tr,
                                            struct llmt_ckpt *ck);
 /* Restore parameters, AdamW moments and the step from the checkpoint open
  * on `ck` (llmt_ckpt_open_latest/_step). Every tensor's shape is checked
- * before anything is overwritten. */
+ * before anything is overwritten. With data parallelism each rank reads
+ * only its shares of what is sharded (the moments under ZeRO >= 1, the
+ * parameters too under ZeRO-3), so the read is collective in effect: the
+ * other ranks must read the same checkpoint before the next step. */
 LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr,
                                             struct llmt_ckpt *ck);
 

@@ -237,7 +237,7 @@ static llmt_status take_params_from(llmt_job *j, int32_t root)
             return FAIL(s, "sdc: repair from rank %d: %s", (int)root,
                         llmt_comm_last_error(rep));
     }
-    if (!resident && (s0 = llmt__trainer_params_written(j->tr)) != LLMT_OK)
+    if (!resident && (s0 = llmt__trainer_params_written(j->tr, 0)) != LLMT_OK)
         return FAIL(s0, "sdc: repair: %s", llmt_trainer_last_error(j->tr));
     return LLMT_OK;
 }

@@ -86,7 +86,7 @@ llmt_status llmt__job_shares_put(llmt_job *j)
     llmt_status s = llmt__trainer_host_sync(j->tr);
     if (s == LLMT_OK) {
         shares_copy(j, j->sdc_snap, 1);
-        s = llmt__trainer_params_written(j->tr);
+        s = llmt__trainer_params_written(j->tr, 0);
     }
     return s;
 }

@@ -1412,7 +1412,7 @@ void llmt__dp_done(llmt__dp *dp, int unit)
     }
 }
 
-llmt_status llmt__dp_params_written(llmt__dp *dp)
+llmt_status llmt__dp_params_written(llmt__dp *dp, int shares)
 {
     dp->st = LLMT_OK;
     if (dp->hms) {
@@ -1422,9 +1422,20 @@ llmt_status llmt__dp_params_written(llmt__dp *dp)
     }
     if (dp->o.zero_stage < 3)
         return dp->st;
-    for (int u = 0; u < dp->nunits; u++)
+    for (int u = 0; u < dp->nunits; u++) {
+        if (shares) {        /* only the own chunks are current: gathered again on use */
+            if (dp->pf[u]) { /* it would write the old values over the own chunk */
+                dp->st = llmt__err_set(&dp->err, LLMT_ERR_STATE,
+                                       "dp: parameter shares written with unit %d's prefetch "
+                                       "in flight (sync the parameters first)",
+                                       u);
+                return dp->st;
+            }
+            dp->gathered[u] = 0;
+        }
         if (!dp->gathered[u] && !dp->pf[u])
             poison(dp, u);
+    }
     return dp->st;
 }
 

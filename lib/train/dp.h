@@ -96,7 +96,7 @@ llmt_comm *llmt__dp_expert_comm(const llmt__dp *dp);
  * the engine) and the host copies of the moment shares too: the shares go
  * to the device, ZeRO-3 releases the ungathered units again. Not
  * collective. */
-llmt_status llmt__dp_params_written(llmt__dp *dp);
+llmt_status llmt__dp_params_written(llmt__dp *dp, int shares);
 /* The host copies of this rank's moment shares (llmt__dp_param_share's m
  * and v) brought up to date from the device; a no-op where the device
  * memory is host memory. */

@@ -397,8 +397,9 @@ static llmt_status check_shape(llmt_trainer *tr, llmt_ckpt *ck,
     return LLMT_OK;
 }
 
-/* Parameters whole; m and v whole unless sharded, then this rank's
- * blocks only. A pipeline stage: only what it holds (tp_blocks). */
+/* Parameters whole (ZeRO-3: this rank's share, the rest gathered from
+ * the owners after the restore); m and v whole unless sharded, then this
+ * rank's blocks only. A pipeline stage: only what it holds (tp_blocks). */
 static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
                             const char *key, const llmt_tensor *pv)
 {
@@ -412,6 +413,8 @@ static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
     if (llmt__trainer_has_pp(tr)) {
         return tp_blocks(tr, ck, i, w, key, pv,
                          w > 0 && sharded ? BLK_READ_SHARE : BLK_READ_ALL);
+    } else if (w == 0 && llmt__trainer_params_shared(tr)) { /* ZeRO-3: the share */
+        nb = share_blocks(tr, i, 0, pv, bx, views);
     } else if (w > 0 && sharded && llmt__trainer_has_tp(tr)) {
         return tp_blocks(tr, ck, i, w, key, pv, BLK_READ_SHARE);
     } else if (w > 0 && sharded) {
@@ -488,9 +491,10 @@ LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
         return s;
     if ((s = read_params(tr, ck)) != LLMT_OK)
         return s;
-    /* ZeRO-3: the parameters were read whole; only the shares are kept.
-     * A device trainer uploads them. */
-    if ((s = llmt__trainer_params_written(tr)) != LLMT_OK) return s;
+    /* ZeRO-3: only the shares were read; the rest is gathered from their
+     * owners before its next use. A device trainer uploads them. */
+    if ((s = llmt__trainer_params_written(tr, llmt__trainer_params_shared(tr))) != LLMT_OK)
+        return s;
     if ((s = fp8_read(tr, ck, 1)) != LLMT_OK)
         return s;
     char saved[256], now[256];

@@ -916,7 +916,13 @@ llmt_status llmt__trainer_scale_lr(llmt_trainer *tr, double factor)
     return LLMT_OK;
 }
 llmt_context *llmt__trainer_ctx(llmt_trainer *tr) { return tr->ctx; }
-llmt_status llmt__trainer_params_written(llmt_trainer *tr)
+int llmt__trainer_params_shared(llmt_trainer *tr)
+{
+    return llmt__trainer_ready(tr) == LLMT_OK && tr->dp && llmt__dp_zero_stage(tr->dp) == 3 &&
+           !tr->tp && !llmt__trainer_has_pp(tr) && !llmt__trainer_ep_comm(tr);
+}
+
+llmt_status llmt__trainer_params_written(llmt_trainer *tr, int shares)
 {
     /* the host copies are the truth now (llmt__trainer_host_sync ran
      * before they were written): the engine takes them, then data
@@ -926,7 +932,7 @@ llmt_status llmt__trainer_params_written(llmt_trainer *tr)
         return s;
     s = llmt__devtrain_upload(tr->dev, tr->model->data, tr->m, tr->v);
     if (s != LLMT_OK) return s;
-    if (tr->dp && llmt__dp_params_written(tr->dp) != LLMT_OK)
+    if (tr->dp && llmt__dp_params_written(tr->dp, shares) != LLMT_OK)
         return llmt__err_forward(&tr->err, llmt__dp_err(tr->dp), "trainer");
     tr->stale_params = tr->stale_moments = tr->stale_grads = 0;
     if (tr->dp && llmt__dp_zero_stage(tr->dp) == 3)

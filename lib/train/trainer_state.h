@@ -37,8 +37,14 @@ double llmt__trainer_dp_host_s(const llmt_trainer *tr);
 llmt_status llmt__trainer_scale_lr(llmt_trainer *tr, double factor);
 llmt_context *llmt__trainer_ctx(llmt_trainer *tr);
 /* After the host parameters (and moments) were written: the engine and
- * data parallelism take them up. */
-llmt_status llmt__trainer_params_written(llmt_trainer *tr);
+ * data parallelism take them up. shares: only this rank's ZeRO-3 share
+ * of each parameter was written (llmt__trainer_params_shared): the rest
+ * is dropped and gathered again from the owners before its next use. */
+llmt_status llmt__trainer_params_written(llmt_trainer *tr, int shares);
+/* ZeRO-3 without tensor, pipeline or expert parallelism: a restore reads
+ * only this rank's share of each parameter (its other ranks read theirs),
+ * then llmt__trainer_params_written(tr, 1). */
+int llmt__trainer_params_shared(llmt_trainer *tr);
 /* The tensor reads llmt_trainer_ckpt_read makes, made against ck with
  * nothing else done (state.c): what a gathered open records as this
  * rank's restore plan (ckpt/memtier.c), before the reads themselves. */

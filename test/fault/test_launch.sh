@@ -64,6 +64,8 @@
 #             keep their processes, re-form the TP and DP groups with the
 #             spare and restore from memory; losses equal the uninterrupted
 #             tp run's
+#   inplace-zero3 the same under dp 4 ZeRO-3: each rank restores only its
+#             share of the parameters, the rest gathered from the owners
 #   inplace-pp, inplace-cp, inplace-ep  the same under pp 2 x dp 2 (1F1B;
 #             a first stage killed, then a last stage: the pipeline group
 #             and its posted sends re-made), cp 2 x dp 2 and MoE with the
@@ -893,7 +895,7 @@ EOF
     ok "no spare: the survivors on both nodes left when told (no SIGKILL after the grace)" ||
     { bad "no spare: survivors' stop"; grep SIGTERM ng-n0.log ng-n1.log; tail -2 ng/agent/node-1/gen0-rank2.log; }
   ;;
-inplace-tp | inplace-pp | inplace-cp | inplace-ep)
+inplace-tp | inplace-pp | inplace-cp | inplace-ep | inplace-zero3)
   # --in-place under model parallelism on 4 Gloo workers + 1 spare: the
   # survivors re-form the world and every plan group (TP, PP with its
   # posted sends, CP, EP) with the promoted spare in their processes,
@@ -916,6 +918,11 @@ inplace-tp | inplace-pp | inplace-cp | inplace-ep)
     sed 's/"arch": "gpt2", "layers": 1, "hidden": 32, "heads": 2,/"arch": "llama", "layers": 1, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 32, "moe": {"experts": 4, "top_k": 2, "expert_ffn": 24},/; s/"batch"/"parallelism": {"ep": 2, "dp": 4},\n "batch"/' \
       ft.json > lay.json
     desc="experts split over ep 2" kills="2:7" ;;
+  inplace-zero3) # each rank restores only its share of every parameter
+    # (the rest gathered from the owners), the survivors' gathered copies
+    # dropped: a rank that kept them would train on the old values
+    sed 's/"batch"/"parallelism": {"zero": 3},\n "batch"/' ft.json > lay.json
+    desc="4 ranks (gloo), ZeRO-3" kills="2:7" ;;
   esac
   # TRIALS given (the slow suite): that many kills of a random rank at a
   # random step (3..12) instead

@@ -201,6 +201,11 @@ static void *rank_main(void *p)
     a->mem.struct_size = sizeof a->mem;
     if (tr)
         llmt_trainer_memory_usage(tr, &a->mem);
+    /* ZeRO-3 reads only the rank's share of each parameter: parameters
+     * gathered before (here by sync_params, as after an evaluation or a
+     * hash) must be gathered again from the restored shares */
+    if (a->st == LLMT_OK && a->load && !ref)
+        a->st = llmt_trainer_sync_params(tr);
     if (a->st == LLMT_OK && a->load)
         a->st = ckpt_io(a, tr, 0);
     size_t per = (size_t)ACCUM * MICRO * T;
