@@ -3,8 +3,9 @@
  * saved once), so no rank can restore from its own snapshot alone; the
  * ranks together hold all of it. This opens a step from every rank's part
  * held in memory: a rank with a snapshot of the step contributes it from
- * host memory, a rank without one (a replaced process) its part file from
- * ROOT/step-N; nothing else is read from disk. Collective over a
+ * host memory, a rank without one (a replaced process) the spans asked
+ * of its part file in ROOT/step-N (pread, never the whole file); nothing
+ * else is read from disk. Collective over a
  * communicator whose rank i is checkpoint rank i (as the peer tier).
  *
  * Two exchanges: every rank's part manifest to every rank (small), then
@@ -15,10 +16,14 @@
  * the whole checkpoint (all tensor, pipeline and data parallel shares)
  * for a moment, which does not fit in host memory at scale: with tp x pp
  * model shards a rank reads about 1/(tp pp) of it. */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 
@@ -29,13 +34,25 @@ static uint64_t pad8(uint64_t n)
     return (n + 7) / 8 * 8;
 }
 
-/* This rank's part: its manifest as JSON and its data file's bytes. */
+/* This rank's part: its manifest as JSON and its data file's bytes,
+ * either in memory (the snapshot buffer) or in the part's data file,
+ * read span by span when asked (a replaced rank never holds its whole
+ * part file, which is as large as its share of the checkpoint). */
 typedef struct own_part {
     char *json;          /* malloc'ed */
-    const uint8_t *data; /* the snapshot buffer, or into blob */
+    const uint8_t *data; /* the snapshot buffer, or NULL */
+    int fd;              /* else the data file (-1: none) */
     uint64_t bytes;
-    uint8_t *blob; /* a part file read from disk */
 } own_part;
+
+static void own_free(own_part *o)
+{
+    free(o->json);
+    if (o->fd >= 0)
+        close(o->fd);
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+}
 
 /* A part's manifest goes to every rank: only what the rank holds, not
  * the empty blocks by which the trainer names every tensor on every rank
@@ -52,25 +69,34 @@ static llmt_status own_from_snapshot(llmt_ckpt *ck, own_part *o)
     return LLMT_OK;
 }
 
+/* The part manifest (read whole: small) and the data file, opened for the
+ * spans the others ask. A missing or unreadable file fails here, naming
+ * it; a damaged one is caught by the readers' block hashes. */
 static llmt_status own_from_dir(llmt_ckpt *ck, const char *dir, int32_t me, own_part *o)
 {
-    uint64_t n = 0, jl = 0, bl = 0;
-    llmt_status s = llmt__ckpt_load_part(ck, dir, me, &o->blob, &n);
+    char path[4096], e[LLMT_ERR_MSG_MAX];
+    snprintf(path, sizeof path, "%s/rank-%05d.json", dir, (int)me);
+    char *js = NULL;
+    size_t jl = 0;
+    llmt_status s = llmt__ckpt_read_small(path, (size_t)1 << 30, &js, &jl, e, sizeof e);
     if (s != LLMT_OK)
-        return s;
-    memcpy(&jl, o->blob, 8);
-    memcpy(&bl, o->blob + 8, 8);
+        return llmt__err_set(&ck->err, s, "ckpt: memory tier: %s", e);
     ck_manifest m;
-    char e[LLMT_ERR_MSG_MAX];
-    s = llmt__ckpt_manifest_parse((const char *)o->blob + 24, (size_t)jl, 1, &m, e, sizeof e);
+    s = llmt__ckpt_manifest_parse(js, jl, 1, &m, e, sizeof e);
+    free(js);
     if (s != LLMT_OK)
-        return llmt__err_set(&ck->err, s, "ckpt: %s/rank-%05d.json: %s", dir, (int)me, e);
+        return llmt__err_set(&ck->err, s, "ckpt: %s: %s", path, e);
     o->json = llmt__ckpt_manifest_to_json_held(&m);
     llmt__ckpt_manifest_free(&m);
     if (!o->json)
         return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
-    o->data = o->blob + 24 + jl;
-    o->bytes = bl;
+    snprintf(path, sizeof path, "%s/rank-%05d.bin", dir, (int)me);
+    struct stat st;
+    o->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (o->fd < 0 || fstat(o->fd, &st))
+        return llmt__err_set(&ck->err, errno == ENOENT ? LLMT_ERR_NOT_FOUND : LLMT_ERR_IO,
+                             "ckpt: memory tier: %s: %s", path, strerror(errno));
+    o->bytes = (uint64_t)st.st_size;
     return LLMT_OK;
 }
 
@@ -111,9 +137,7 @@ static llmt_status own_part_of(llmt_ckpt *ck, int64_t step, int32_t me, own_part
                         ? LLMT_ERR_NOT_FOUND
                         : own_from_dir(ck, dir, me, o);
     if (s != LLMT_OK && ck->node_local) { /* a rank now on another node: its */
-        free(o->blob);                    /* copy in the durable tier */
-        free(o->json);
-        memset(o, 0, sizeof *o);
+        own_free(o);                      /* copy in the durable tier */
         snprintf(dir, sizeof dir, "%s/step-%012" PRId64, ck->durable, step);
         s = own_from_dir(ck, dir, me, o);
     }
@@ -276,12 +300,30 @@ static void join_spans(llmt_ckpt *ck)
  * part, packed: each span's bytes padded to 8, then its xxh64. A span
  * outside the part (a bug, or a damaged manifest) goes as zeros with a
  * hash that cannot match, so the asker fails naming it. */
+/* len bytes at off of the part's data file into out; 1 when all came */
+static int pread_all(int fd, uint8_t *out, uint64_t off, uint64_t len)
+{
+    uint64_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, out + got, (size_t)(len - got), (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return 0;
+        got += (uint64_t)r;
+    }
+    return 1;
+}
+
 static void serve(const own_part *o, const int64_t *req, int64_t n, uint8_t *out)
 {
     for (int64_t i = 0; i < n; i++) {
         uint64_t off = (uint64_t)req[2 * i], len = (uint64_t)req[2 * i + 1], h;
-        if (o->data && off <= o->bytes && len <= o->bytes - off) {
+        int in = off <= o->bytes && len <= o->bytes - off;
+        if (in && o->data) {
             memcpy(out, o->data + off, (size_t)len);
+            h = XXH64(out, (size_t)len, 0);
+        } else if (in && o->fd >= 0 && pread_all(o->fd, out, off, len)) {
             h = XXH64(out, (size_t)len, 0);
         } else {
             memset(out, 0, (size_t)len);
@@ -454,6 +496,7 @@ llmt_status llmt__ckpt_open_gathered(llmt_ckpt *ck, llmt_comm *comm, int64_t ste
         llmt__ckpt_hash_job(ck); /* the write failed, perhaps before hashing */
     own_part o;
     memset(&o, 0, sizeof o);
+    o.fd = -1;
     llmt_status s = own_part_of(ck, step, me, &o, from_memory);
     uint64_t hn = 0;
     uint8_t *head = s == LLMT_OK ? head_of(&o, &hn) : NULL;
@@ -481,8 +524,7 @@ llmt_status llmt__ckpt_open_gathered(llmt_ckpt *ck, llmt_comm *comm, int64_t ste
     free(all);
     free(sizes);
     if (g != LLMT_OK) { /* the same verdict on every rank: no more collectives */
-        free(o.json);
-        free(o.blob);
+        own_free(&o);
         return g;
     }
     llmt__ckpt_close_open(ck);
@@ -504,8 +546,7 @@ llmt_status llmt__ckpt_open_gathered(llmt_ckpt *ck, llmt_comm *comm, int64_t ste
         }
     }
     g = fetch(ck, comm, w, &o);
-    free(o.json);
-    free(o.blob);
+    own_free(&o);
     if (g == LLMT_OK && p != LLMT_OK)
         g = llmt__err_set(&ck->err, p, "%s", pwhy);
     if (g != LLMT_OK) {
