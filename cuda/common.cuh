@@ -44,6 +44,8 @@ struct llmt__cuda_ctx {
     int attn_cfg[2][3]; /* attention_mma.cu's tile configuration of each kind
                            (forward, dQ, dK/dV) for hd 64 and 128; 0 the
                            default (llmt__cuda_attn_mma_set_cfg) */
+    int norm_cfg[2]; /* norm.cu's variant of the forward and backward fast
+                        paths, 0 the default (llmt__cuda_norm_set_cfg) */
     cudaStream_t compute, comm;
     cudaEvent_t ev_compute, ev_comm;
     cublasLtHandle_t lt;

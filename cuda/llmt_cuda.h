@@ -143,6 +143,12 @@ llmt_status llmt__cuda_rmsnorm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp,
                                    const llmt__bf16 *inp, const llmt__bf16 *w,
                                    const float *rstd, int N, int C);
 
+/* The norms' fast-path variants, to be measured against the default
+ * (0): kind 0 the forward (1: two rows a warp, up to C 1024), kind 1 the
+ * backward (1: dinp loaded with inp and dout, before the reductions).
+ * Same results bit for bit; another kind or index is refused. */
+llmt_status llmt__cuda_norm_set_cfg(llmt__cuda_ctx *ctx, int kind, int idx);
+
 /* tanh GELU; bwd: dinp += gelu'(inp) * dout. */
 llmt_status llmt__cuda_gelu_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
                                 const llmt__bf16 *inp, size_t n);

@@ -155,47 +155,58 @@ partial_final(float *dw, float *db, const float *pdw, const float *pdb, int G, i
 /* Fast paths for C = NV * 256 (768, 1024, 2048, ...): the row lives in
  * registers (NV 16-byte chunks per lane), one DRAM read and one write;
  * the backward's up to C 2048 (Llama 1B's width), the forward's too. */
-template <int NV, bool RMS>
+/* R rows per warp (R 2: a tuning variant, llmt__cuda_norm_set_cfg: both
+ * rows' loads in flight before either's reduction) */
+template <int NV, bool RMS, int R>
 __global__ void __launch_bounds__(256)
 norm_fwd_reg(__nv_bfloat16 *out, float *mean, float *rstd, const __nv_bfloat16 *inp,
              const __nv_bfloat16 *w, const __nv_bfloat16 *b, int N, float eps)
 {
     constexpr int C = NV * 256;
     int lane = threadIdx.x & 31;
-    int row = blockIdx.x * 8 + (threadIdx.x >> 5);
-    if (row >= N) return;
-    const bf8 *x = (const bf8 *)(inp + (size_t)row * C);
-    float v[NV][8];
-    float s = 0.0f;
+    int row0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * R;
+    if (row0 >= N) return;
+    bf8 a[R][NV];
 #pragma unroll
-    for (int i = 0; i < NV; i++) {
-        bf8 a = x[lane + 32 * i];
+    for (int j = 0; j < R; j++)
 #pragma unroll
-        for (int k = 0; k < 8; k++) { v[i][k] = bf2f(a.v[k]); s += v[i][k]; }
-    }
-    float m = RMS ? 0.0f : warp_sum(s) * (1.0f / C);
-    float q = 0.0f;
+        for (int i = 0; i < NV; i++)
+            if (row0 + j < N)
+                a[j][i] = ((const bf8 *)(inp + (size_t)(row0 + j) * C))[lane + 32 * i];
 #pragma unroll
-    for (int i = 0; i < NV; i++)
+    for (int j = 0; j < R; j++) {
+        const int row = row0 + j;
+        if (row >= N) break; /* warp-uniform */
+        float v[NV][8];
+        float s = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 8; k++) { float d = v[i][k] - m; q += d * d; }
-    float r = rsqrtf(warp_sum(q) * (1.0f / C) + eps);
-    bf8 *o = (bf8 *)(out + (size_t)row * C);
+        for (int i = 0; i < NV; i++)
 #pragma unroll
-    for (int i = 0; i < NV; i++) {
-        bf8 ww = ((const bf8 *)w)[lane + 32 * i], bb, y;
-        if (!RMS && b) bb = ((const bf8 *)b)[lane + 32 * i];
+            for (int k = 0; k < 8; k++) { v[i][k] = bf2f(a[j][i].v[k]); s += v[i][k]; }
+        float m = RMS ? 0.0f : warp_sum(s) * (1.0f / C);
+        float q = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float t = (v[i][k] - m) * r * bf2f(ww.v[k]);
-            if (!RMS && b) t += bf2f(bb.v[k]);
-            y.v[k] = f2bf(t);
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) { float d = v[i][k] - m; q += d * d; }
+        float r = rsqrtf(warp_sum(q) * (1.0f / C) + eps);
+        bf8 *o = (bf8 *)(out + (size_t)row * C);
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            bf8 ww = ((const bf8 *)w)[lane + 32 * i], bb, y;
+            if (!RMS && b) bb = ((const bf8 *)b)[lane + 32 * i];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float t = (v[i][k] - m) * r * bf2f(ww.v[k]);
+                if (!RMS && b) t += bf2f(bb.v[k]);
+                y.v[k] = f2bf(t);
+            }
+            o[lane + 32 * i] = y;
         }
-        o[lane + 32 * i] = y;
-    }
-    if (lane == 0) {
-        if (!RMS && mean) mean[row] = m;
-        rstd[row] = r;
+        if (lane == 0) {
+            if (!RMS && mean) mean[row] = m;
+            rstd[row] = r;
+        }
     }
 }
 
@@ -212,7 +223,10 @@ template <int NV> constexpr int bwd_minb()
 {
     return NV <= 3 ? 3 : NV <= 6 ? 2 : 1;
 }
-template <int NV, bool RMS>
+/* PRE (a tuning variant, llmt__cuda_norm_set_cfg): dinp loaded with x
+ * and dout, before the row's reductions, as before 2026-11-27 (more in
+ * flight, more registers: spills at C 768 and 1024) */
+template <int NV, bool RMS, bool PRE>
 __global__ void __launch_bounds__(256, bwd_minb<NV>())
 norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *dout,
              const __nv_bfloat16 *inp, const __nv_bfloat16 *w, const float *mean,
@@ -236,11 +250,12 @@ norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *d
         float m = RMS ? 0.0f : mean[row], r = rstd[row];
         /* dinp is read chunk by chunk in the second pass: holding it too
          * (12 NV registers for the three operands) spilled from C 768 on */
-        bf8 xa[NV], da[NV];
+        bf8 xa[NV], da[NV], gp[PRE ? NV : 1];
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             xa[i] = x[lane + 32 * i];
             da[i] = d[lane + 32 * i];
+            if (PRE) gp[i] = di[lane + 32 * i];
         }
         float sa = 0.0f, sb = 0.0f;
 #pragma unroll
@@ -258,7 +273,7 @@ norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *d
         sb = warp_sum(sb) * (1.0f / C);
 #pragma unroll
         for (int i = 0; i < NV; i++) {
-            bf8 ww = ((const bf8 *)w)[lane + 32 * i], ga = di[lane + 32 * i];
+            bf8 ww = ((const bf8 *)w)[lane + 32 * i], ga = PRE ? gp[i] : di[lane + 32 * i];
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 float xh = (bf2f(xa[i].v[k]) - m) * r;
@@ -283,7 +298,7 @@ norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *d
     }
 }
 
-template <int NV, bool RMS>
+template <int NV, bool RMS, bool PRE>
 llmt_status norm_bwd_fast(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, float *db,
                           const llmt__bf16 *dout, const llmt__bf16 *inp,
                           const llmt__bf16 *w, const float *mean, const float *rstd,
@@ -292,7 +307,7 @@ llmt_status norm_bwd_fast(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, floa
     constexpr int C = NV * 256;
     size_t smem = (RMS ? 8 : 16) * (size_t)C * sizeof(float);
     if (smem > 48 * 1024)
-        LLMT_CU(ctx, cudaFuncSetAttribute(norm_bwd_reg<NV, RMS>,
+        LLMT_CU(ctx, cudaFuncSetAttribute(norm_bwd_reg<NV, RMS, PRE>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)smem));
     int G = ctx->num_sms * (C <= 512 ? 4 : bwd_minb<NV>());
@@ -300,7 +315,7 @@ llmt_status norm_bwd_fast(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, floa
     float *part = NULL;
     llmt_status st = llmt__cuda_alloc(ctx, (void **)&part, 2 * (size_t)G * C * sizeof(float));
     if (st) return st;
-    norm_bwd_reg<NV, RMS><<<G, 256, smem, ctx->compute>>>(
+    norm_bwd_reg<NV, RMS, PRE><<<G, 256, smem, ctx->compute>>>(
         BF(dinp), part, part + (size_t)G * C, CBF(dout), CBF(inp), CBF(w), mean, rstd, N);
     PARTIAL_FINAL(dw, RMS ? NULL : db, part, (RMS || !db) ? NULL : part + (size_t)G * C, G, C);
     llmt__cuda_free(ctx, part);
@@ -317,9 +332,12 @@ llmt_status norm_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out, float *mean, float *r
     bool vec = C % 8 == 0 && (al & 15) == 0;
     int wpb = 8;
     if (vec && C % 256 == 0 && C <= 2048) {
-        unsigned g = (unsigned)((N + 7) / 8);
+        /* two rows a warp (configuration 1) up to C 1024: the row pair's
+         * registers above that would spill */
+        const bool two = ctx->norm_cfg[0] == 1 && C <= 1024;
+        unsigned g = (unsigned)(two ? (N + 15) / 16 : (N + 7) / 8);
         switch (C / 256) {
-#define F(nv) case nv: norm_fwd_reg<nv, RMS><<<g, 256, 0, ctx->compute>>>(BF(out), mean, rstd, CBF(inp), CBF(w), CBF(b), N, eps); break;
+#define F(nv) case nv: if (two) norm_fwd_reg<nv, RMS, 2><<<g, 256, 0, ctx->compute>>>(BF(out), mean, rstd, CBF(inp), CBF(w), CBF(b), N, eps); else norm_fwd_reg<nv, RMS, 1><<<g, 256, 0, ctx->compute>>>(BF(out), mean, rstd, CBF(inp), CBF(w), CBF(b), N, eps); break;
         F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8)
 #undef F
         }
@@ -341,7 +359,7 @@ llmt_status norm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, float *db
     uintptr_t al = (uintptr_t)dinp | (uintptr_t)dout | (uintptr_t)inp | (uintptr_t)w;
     if ((al & 15) == 0 && C % 256 == 0 && C <= 2048) {
         switch (C / 256) {
-#define B(nv) case nv: return norm_bwd_fast<nv, RMS>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
+#define B(nv) case nv: return ctx->norm_cfg[1] ? norm_bwd_fast<nv, RMS, true>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name) : norm_bwd_fast<nv, RMS, false>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
         B(1) B(2) B(3) B(4) B(5) B(6) B(7) B(8)
 #undef B
         }
@@ -370,6 +388,17 @@ llmt_status norm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, float *db
 } // namespace
 
 extern "C" {
+
+llmt_status llmt__cuda_norm_set_cfg(llmt__cuda_ctx *ctx, int kind, int idx)
+{
+    if (kind < 0 || kind > 1 || idx < 0 || idx > 1)
+        return llmt__err_set(&ctx->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "cuda: norm: no configuration %d of kind %d (kinds 0 forward, 1 "
+                             "backward; configurations 0 and 1)",
+                             idx, kind);
+    ctx->norm_cfg[kind] = idx;
+    return LLMT_OK;
+}
 
 llmt_status llmt__cuda_layernorm_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
                                      float *mean, float *rstd,
