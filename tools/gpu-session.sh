@@ -40,28 +40,14 @@ run() {
   return $rc
 }
 
-[ -f .devdeps/env.sh ] && source .devdeps/env.sh >>"$log" 2>&1
-export PATH="/usr/local/cuda/bin:$PATH"
+# shellcheck source=tools/gpu-build.sh
+. tools/gpu-build.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm \
   --format=csv,noheader >>"$log" 2>&1 || { say "no GPU"; exit 77; }
+b=build-gpu
+gpu_build_setup $b "$log" "$out/build.log" || { say "meson setup failed"; tail -30 "$out/build.log"; exit 1; }
 say "nvcc: $(nvcc --version | tail -1); torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1); commit $(git rev-parse --short HEAD 2>/dev/null)"
 
-b=build-gpu
-# The carried packages unpack under /tmp/devroot (.devdeps/env.sh); meson's
-# header and library checks do not see CPATH/LIBRARY_PATH there, and
-# Debian's Gloo lives in /usr/lib, not the multiarch folder: name both.
-dr=/tmp/devroot/usr
-extra=()
-if [ -d $dr/include ]; then
-  export LD_LIBRARY_PATH="$dr/lib:${LD_LIBRARY_PATH:-}"
-  extra=(-Dc_args=-I$dr/include -Dcpp_args=-I$dr/include
-    "-Dc_link_args=-L$dr/lib -L$dr/lib/x86_64-linux-gnu"
-    "-Dcpp_link_args=-L$dr/lib -L$dr/lib/x86_64-linux-gnu")
-fi
-if [ ! -f $b/build.ninja ]; then
-  meson setup $b -Dgpu_arch="arch=compute_90,code=sm_90" -Dbuildtype=release "${extra[@]}" \
-    >"$out/build.log" 2>&1 || { say "meson setup failed"; tail -30 "$out/build.log"; exit 1; }
-fi
 grep -E "CUDA|NCCL|cJSON|libaio|gloo" $b/meson-logs/meson-log.txt | grep -i "found" | head -6 >>"$log"
 targets="test/gpu/test_gpu_pp test/train/test_device_dp test/gpu/test_gpu_tp_ops test/gpu/test_gpu_tp test/gpu/test_gpu_cp_ops
   test/gpu/test_gpu_cp test/gpu/test_gpu_moe_ops test/gpu/test_gpu_moe

@@ -29,22 +29,13 @@ run() { # run STEP SECONDS CMD...: output in $w/STEP.log, timeout <= what is lef
   say "$name: rc $rc ($(tail -1 "$w/$name.log" | cut -c1-150))"
   return $rc
 }
-[ -f .devdeps/env.sh ] && source .devdeps/env.sh >>"$log" 2>&1
-export PATH="/usr/local/cuda/bin:$PATH"
+# shellcheck source=tools/gpu-build.sh
+. tools/gpu-build.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$log" 2>&1 ||
   { say "no GPU"; exit 77; }
-say "commit $(git rev-parse --short HEAD 2>/dev/null), $(git status --short | wc -l) changed files"
 b=build-gpu
-dr=/tmp/devroot/usr
-extra=()
-if [ -d $dr/include ]; then
-  export LD_LIBRARY_PATH="$dr/lib:${LD_LIBRARY_PATH:-}"
-  extra=(-Dc_args=-I$dr/include -Dcpp_args=-I$dr/include
-    "-Dc_link_args=-L$dr/lib -L$dr/lib/x86_64-linux-gnu"
-    "-Dcpp_link_args=-L$dr/lib -L$dr/lib/x86_64-linux-gnu")
-fi
-[ -f $b/build.ninja ] || meson setup $b -Dgpu_arch="arch=compute_90,code=sm_90" \
-  -Dbuildtype=release "${extra[@]}" >$w/setup.log 2>&1 || { say "setup failed"; exit 1; }
+gpu_build_setup $b "$log" $w/setup.log || { say "setup failed"; exit 1; }
+say "commit $(git rev-parse --short HEAD 2>/dev/null), $(git status --short | wc -l) changed files"
 run build 120 ninja -C $b test/gpu/test_gpu_kernels test/train/test_device_trainer \
   bench/gpu/bench_gpu bench/gpu/bench_llama || grep -E "error" -A3 $w/build.log | head -20 >>"$log"
 
