@@ -229,7 +229,10 @@ struct FwdCfg {
 };
 /* forward: NW warps of MW m16 row tiles, BC keys per tile, Q fragments in
  * registers or re-read from shared memory. hd 128: MW = 2 spills (255
- * registers + 36 bytes with Q re-read from shared memory). */
+ * registers + 36 bytes with Q re-read from shared memory), so do 2 warps
+ * (4 bytes); 4 warps ran in 0.85-0.87x the time of 8 on an H200
+ * (2026-11-27) and became the default; entry 4 (32 keys a tile) has not
+ * run on a GPU yet, nor has hd 128 dK/dV's entry 4. */
 template <int HD> struct FwdList;
 template <> struct FwdList<64> {
     static constexpr int N = 4;
@@ -237,9 +240,9 @@ template <> struct FwdList<64> {
                                     {8, 2, 64, true}};
 };
 template <> struct FwdList<128> {
-    static constexpr int N = 4;
-    static constexpr FwdCfg c[N] = {{4, 1, 64, true}, {8, 1, 64, true}, {8, 1, 32, true},
-                                    {4, 1, 128, false}};
+    static constexpr int N = 5;
+    static constexpr FwdCfg c[N] = {
+        {4, 1, 64, true}, {8, 1, 64, true}, {8, 1, 32, true}, {4, 1, 128, false}, {4, 1, 32, true}};
 };
 struct DqCfg {
     int nw, bc;
@@ -276,9 +279,9 @@ template <> struct DkvList<64> {
 };
 /* hd 128: 4 warps at 64 queries and K/V in registers at 32 spill */
 template <> struct DkvList<128> {
-    static constexpr int N = 4;
-    static constexpr DkvCfg c[N] = {
-        {8, 64, false, 1}, {8, 32, false, 1}, {4, 32, false, 1}, {8, 16, false, 1}};
+    static constexpr int N = 5;
+    static constexpr DkvCfg c[N] = {{8, 64, false, 1}, {8, 32, false, 1}, {4, 32, false, 1},
+                                    {8, 16, false, 1}, {4, 16, false, 1}};
 };
 /* the DQ-atomics backward keeps one configuration per hd */
 template <int HD> struct Dkv;
