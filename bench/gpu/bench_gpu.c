@@ -532,23 +532,25 @@ int main(int argc, char **argv)
         /* read dout, inp, dinp; write dinp (bf16) */
         snprintf(name, sizeof name, norms[c].name, "bwd");
         timeit_(name, f_norm_bwd, r, 0, 4.0 * n * 2 + (r->rms ? 4.0 : 8.0) * BT, 1);
-        /* the fast paths' variants (llmt__cuda_norm_set_cfg) as NAME_v1:
-         * the forward's two rows a warp (up to C 1024), the backward's
-         * dinp loaded early; gpu-kernels holds them to the CPU reference */
-        for (int kind = 0; kind < 2; kind++) {
-            if (kind == 0 && C > 1024)
-                continue;
-            if (llmt__cuda_norm_set_cfg(X, kind, 1) != LLMT_OK) {
-                fprintf(stderr, "%s\n", llmt__cuda_ctx_last_error(X));
-                return 1;
+        /* the fast paths' variants (llmt__cuda_norm_set_cfg) as NAME_vN:
+         * the forward's two rows a warp (up to C 1024); the backward's
+         * dinp loaded early (v1) and its weight-gradient sums in registers
+         * (v2, up to C 768); gpu-kernels holds them to the CPU reference */
+        for (int kind = 0; kind < 2; kind++)
+            for (int v = 1; v < llmt__cuda_norm_cfgs(kind); v++) {
+                if ((kind == 0 && C > 1024) || (kind == 1 && v == 2 && C > 768))
+                    continue; /* where a variant applies (llmt_cuda.h) */
+                if (llmt__cuda_norm_set_cfg(X, kind, v) != LLMT_OK) {
+                    fprintf(stderr, "%s\n", llmt__cuda_ctx_last_error(X));
+                    return 1;
+                }
+                char vn[80];
+                snprintf(name, sizeof name, norms[c].name, kind ? "bwd" : "fwd");
+                snprintf(vn, sizeof vn, "%s_v%d", name, v);
+                timeit_(vn, kind ? f_norm_bwd : f_norm_fwd, r, 0,
+                        (kind ? 4.0 : 2.0) * n * 2 + (r->rms ? 4.0 : 8.0) * BT, 1);
+                llmt__cuda_norm_set_cfg(X, kind, 0);
             }
-            char vn[80];
-            snprintf(name, sizeof name, norms[c].name, kind ? "bwd" : "fwd");
-            snprintf(vn, sizeof vn, "%s_v1", name);
-            timeit_(vn, kind ? f_norm_bwd : f_norm_fwd, r, 0,
-                    (kind ? 4.0 : 2.0) * n * 2 + (r->rms ? 4.0 : 8.0) * BT, 1);
-            llmt__cuda_norm_set_cfg(X, kind, 0);
-        }
         for (int k = 0; k < NSETS; k++) {
             ln_arg *a = &r->s[k];
             void *bufs[] = {a->out,  a->inp,  a->w,    a->b,  a->dout,

@@ -223,11 +223,20 @@ template <int NV> constexpr int bwd_minb()
 {
     return NV <= 3 ? 3 : NV <= 6 ? 2 : 1;
 }
-/* PRE (a tuning variant, llmt__cuda_norm_set_cfg): dinp loaded with x
- * and dout, before the row's reductions, as before 2026-11-27 (more in
- * flight, more registers: spills at C 768 and 1024) */
-template <int NV, bool RMS, bool PRE>
-__global__ void __launch_bounds__(256, bwd_minb<NV>())
+/* VAR, the tuning variants (llmt__cuda_norm_set_cfg): 1 dinp loaded with
+ * x and dout, before the row's reductions, as before 2026-11-27 (more in
+ * flight, more registers: spills at C 768 and 1024); 2 (C <= 768: it
+ * spills at LayerNorm's 1024) the
+ * weight-gradient sums in registers, written to shared memory once at
+ * the end (the default's 2 shared-memory accesses per element and row
+ * are ~30% of the kernel at C 768 by count, not measured). The sums run
+ * in the same order: the same bits. */
+template <int NV, int VAR> constexpr int bwd_blocks()
+{
+    return VAR == 2 ? 2 : bwd_minb<NV>();
+}
+template <int NV, bool RMS, int VAR>
+__global__ void __launch_bounds__(256, bwd_blocks<NV, VAR>())
 norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *dout,
              const __nv_bfloat16 *inp, const __nv_bfloat16 *w, const float *mean,
              const float *rstd, int N)
@@ -235,11 +244,18 @@ norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *d
     constexpr int C = NV * 256, C8 = NV * 32;
     extern __shared__ float sh[]; /* dw [8][C], db [8][C] (RMS: dw only) */
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    constexpr bool PRE = VAR == 1, ACC = VAR == 2;
     float *mw = sh + wid * C, *mb = sh + (8 + wid) * C;
+    float aw[ACC ? NV : 1][8], ab[ACC && !RMS ? NV : 1][8];
 #pragma unroll
     for (int i = 0; i < NV; i++)
 #pragma unroll
         for (int k = 0; k < 8; k++) {
+            if (ACC) {
+                aw[i][k] = 0.0f;
+                if (!RMS) ab[i][k] = 0.0f;
+                continue;
+            }
             mw[k * C8 + lane + 32 * i] = 0.0f;
             if (!RMS) mb[k * C8 + lane + 32 * i] = 0.0f;
         }
@@ -278,14 +294,27 @@ norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *d
             for (int k = 0; k < 8; k++) {
                 float xh = (bf2f(xa[i].v[k]) - m) * r;
                 float dd = bf2f(da[i].v[k]);
-                mw[k * C8 + lane + 32 * i] += dd * xh;
-                if (!RMS) mb[k * C8 + lane + 32 * i] += dd;
+                if (ACC) {
+                    aw[i][k] += dd * xh;
+                    if (!RMS) ab[i][k] += dd;
+                } else {
+                    mw[k * C8 + lane + 32 * i] += dd * xh;
+                    if (!RMS) mb[k * C8 + lane + 32 * i] += dd;
+                }
                 float t = (bf2f(ww.v[k]) * dd - sa - xh * sb) * r;
                 ga.v[k] = f2bf(bf2f(ga.v[k]) + t);
             }
             di[lane + 32 * i] = ga;
         }
     }
+    if (ACC)
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                mw[k * C8 + lane + 32 * i] = aw[i][k];
+                if (!RMS) mb[k * C8 + lane + 32 * i] = ab[i][k];
+            }
     __syncthreads();
     for (int pass = 0; pass < (RMS ? 1 : 2); pass++) {
         float *dst = pass ? pdb : pdw;
@@ -298,7 +327,7 @@ norm_bwd_reg(__nv_bfloat16 *dinp, float *pdw, float *pdb, const __nv_bfloat16 *d
     }
 }
 
-template <int NV, bool RMS, bool PRE>
+template <int NV, bool RMS, int VAR>
 llmt_status norm_bwd_fast(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, float *db,
                           const llmt__bf16 *dout, const llmt__bf16 *inp,
                           const llmt__bf16 *w, const float *mean, const float *rstd,
@@ -307,15 +336,15 @@ llmt_status norm_bwd_fast(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, floa
     constexpr int C = NV * 256;
     size_t smem = (RMS ? 8 : 16) * (size_t)C * sizeof(float);
     if (smem > 48 * 1024)
-        LLMT_CU(ctx, cudaFuncSetAttribute(norm_bwd_reg<NV, RMS, PRE>,
+        LLMT_CU(ctx, cudaFuncSetAttribute(norm_bwd_reg<NV, RMS, VAR>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)smem));
-    int G = ctx->num_sms * (C <= 512 ? 4 : bwd_minb<NV>());
+    int G = ctx->num_sms * (C <= 512 ? 4 : bwd_blocks<NV, VAR>());
     if (G > (N + 7) / 8) G = (N + 7) / 8;
     float *part = NULL;
     llmt_status st = llmt__cuda_alloc(ctx, (void **)&part, 2 * (size_t)G * C * sizeof(float));
     if (st) return st;
-    norm_bwd_reg<NV, RMS, PRE><<<G, 256, smem, ctx->compute>>>(
+    norm_bwd_reg<NV, RMS, VAR><<<G, 256, smem, ctx->compute>>>(
         BF(dinp), part, part + (size_t)G * C, CBF(dout), CBF(inp), CBF(w), mean, rstd, N);
     PARTIAL_FINAL(dw, RMS ? NULL : db, part, (RMS || !db) ? NULL : part + (size_t)G * C, G, C);
     llmt__cuda_free(ctx, part);
@@ -359,7 +388,7 @@ llmt_status norm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, float *db
     uintptr_t al = (uintptr_t)dinp | (uintptr_t)dout | (uintptr_t)inp | (uintptr_t)w;
     if ((al & 15) == 0 && C % 256 == 0 && C <= 2048) {
         switch (C / 256) {
-#define B(nv) case nv: return ctx->norm_cfg[1] ? norm_bwd_fast<nv, RMS, true>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name) : norm_bwd_fast<nv, RMS, false>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
+#define B(nv) case nv: return ctx->norm_cfg[1] == 1 ? norm_bwd_fast<nv, RMS, 1>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name) : ctx->norm_cfg[1] == 2 ? norm_bwd_fast<nv, RMS, (nv <= 3 ? 2 : 0)>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name) : norm_bwd_fast<nv, RMS, 0>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
         B(1) B(2) B(3) B(4) B(5) B(6) B(7) B(8)
 #undef B
         }
@@ -389,12 +418,17 @@ llmt_status norm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, float *db
 
 extern "C" {
 
+int llmt__cuda_norm_cfgs(int kind)
+{
+    return kind == 0 ? 2 : kind == 1 ? 3 : 0;
+}
+
 llmt_status llmt__cuda_norm_set_cfg(llmt__cuda_ctx *ctx, int kind, int idx)
 {
-    if (kind < 0 || kind > 1 || idx < 0 || idx > 1)
+    if (idx < 0 || idx >= llmt__cuda_norm_cfgs(kind))
         return llmt__err_set(&ctx->err, LLMT_ERR_INVALID_ARGUMENT,
-                             "cuda: norm: no configuration %d of kind %d (kinds 0 forward, 1 "
-                             "backward; configurations 0 and 1)",
+                             "cuda: norm: no configuration %d of kind %d (kind 0 forward: 2 "
+                             "configurations, kind 1 backward: 3)",
                              idx, kind);
     ctx->norm_cfg[kind] = idx;
     return LLMT_OK;

@@ -796,20 +796,22 @@ int main(void)
     /* the fast paths' variants (llmt__cuda_norm_set_cfg): the forward's
      * two rows a warp (odd N: a warp with one row), the backward's dinp
      * loaded early; then a variant past the list is refused */
-    for (int kind = 0; kind < 2; kind++) {
-        OK(llmt__cuda_norm_set_cfg(X, kind, 1));
-        printf("(norm variant 1 of the %s)\n", kind ? "backward" : "forward");
-        static const int nc[][2] = {{67, 768}, {1000, 768}, {67, 1024}, {1, 256}, {67, 2048}};
-        for (size_t i = 0; i < sizeof nc / sizeof nc[0]; i++) {
-            test_norm(nc[i][0], nc[i][1], 0);
-            test_norm(nc[i][0], nc[i][1], 1);
+    for (int kind = 0; kind < 2; kind++)
+        for (int v = 1; v < llmt__cuda_norm_cfgs(kind); v++) {
+            OK(llmt__cuda_norm_set_cfg(X, kind, v));
+            printf("(norm variant %d of the %s)\n", v, kind ? "backward" : "forward");
+            static const int nc[][2] = {
+                {67, 768}, {1000, 768}, {67, 1024}, {1, 256}, {67, 2048}};
+            for (size_t i = 0; i < sizeof nc / sizeof nc[0]; i++) {
+                test_norm(nc[i][0], nc[i][1], 0);
+                test_norm(nc[i][0], nc[i][1], 1);
+            }
+            OK(llmt__cuda_norm_set_cfg(X, kind, 0));
         }
-        OK(llmt__cuda_norm_set_cfg(X, kind, 0));
-    }
     check_count++;
-    if (llmt__cuda_norm_set_cfg(X, 1, 2) != LLMT_ERR_INVALID_ARGUMENT) {
+    if (llmt__cuda_norm_set_cfg(X, 1, llmt__cuda_norm_cfgs(1)) != LLMT_ERR_INVALID_ARGUMENT) {
         check_failures++;
-        fprintf(stderr, "norm variant 2 was not refused\n");
+        fprintf(stderr, "a norm variant past the list was not refused\n");
     }
     test_bias(1, 5);
     test_bias(300, 77);
