@@ -229,7 +229,8 @@ template <int NV> constexpr int bwd_minb()
  * spills at LayerNorm's 1024) the
  * weight-gradient sums in registers, written to shared memory once at
  * the end (the default's 2 shared-memory accesses per element and row
- * are ~30% of the kernel at C 768 by count, not measured). The sums run
+ * would take ~30% of the kernel at C 768 if shared-memory bandwidth bound
+ * them: an estimate, not measured). The sums run
  * in the same order: the same bits. */
 template <int NV, int VAR> constexpr int bwd_blocks()
 {
