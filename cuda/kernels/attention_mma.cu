@@ -247,16 +247,21 @@ template <> struct FwdList<128> {
 struct DqCfg {
     int nw, bc;
     bool qreg;
+    int mw; /* m16 query tiles per warp */
 };
-/* dQ: NW warps of one m16 row tile, BC keys per tile */
+/* dQ: NW warps of MW m16 row tiles, BC keys per tile. hd 64 entries 4 and
+ * 5 (two row tiles a warp: a K or V fragment serves both) have not run on
+ * a GPU yet. */
 template <int HD> struct DqList;
 template <> struct DqList<64> {
-    static constexpr int N = 4;
-    static constexpr DqCfg c[N] = {{4, 64, true}, {8, 64, true}, {4, 128, true}, {4, 32, true}};
+    static constexpr int N = 6;
+    static constexpr DqCfg c[N] = {{4, 64, true, 1}, {8, 64, true, 1},  {4, 128, true, 1},
+                                   {4, 32, true, 1}, {4, 32, true, 2}, {4, 32, false, 2}};
 };
 template <> struct DqList<128> {
     static constexpr int N = 4;
-    static constexpr DqCfg c[N] = {{4, 32, true}, {4, 64, false}, {8, 64, false}, {4, 32, false}};
+    static constexpr DqCfg c[N] = {
+        {4, 32, true, 1}, {4, 64, false, 1}, {8, 64, false, 1}, {4, 32, false, 1}};
 };
 struct DkvCfg {
     int nw, bq;
@@ -457,12 +462,14 @@ __global__ void __launch_bounds__(NW * 32)
 
 /* ---- backward: dQ --------------------------------------------------------- */
 
-template <int HD, int NW, int BC, bool QREG>
+/* MW m16 query tiles per warp: each K and V fragment read from shared
+ * memory then serves MW of them */
+template <int HD, int NW, int MW, int BC, bool QREG>
 __global__ void __launch_bounds__(NW * 32)
     bwd_dq(bf16 *dq, const bf16 *dout, const float *lse, const float *Dd, const bf16 *q,
            const bf16 *k, const bf16 *v, size_t qs, int T, int nh, int nkv, float scale)
 {
-    constexpr int BR = NW * 16, LD = HD + 8, KS = HD / 16, NS = BC / 8, NO = HD / 8;
+    constexpr int BR = NW * 16 * MW, LD = HD + 8, KS = HD / 16, NS = BC / 8, NO = HD / 8;
     constexpr int NTH = NW * 32;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = (bf16 *)smem;
@@ -479,19 +486,23 @@ __global__ void __launch_bounds__(NW * 32)
     load_rows<HD, BC, NTH>(Kb, kb, qs, 0, T);
     load_rows<HD, BC, NTH>(Vb, vb, qs, 0, T);
     cp_commit();
-    const int rl = w * 16, rw = q0 + rl;
+    const int rl = w * 16 * MW, rw = q0 + rl; /* warp's first row (local, global) */
     const float sc = scale * LOG2E;
-    float L2[2], Dv[2];
+    float L2[MW][2], Dv[MW][2];
 #pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-        const int row = rw + fa_acc_row(lane, 2 * hh);
-        /* +inf: rows past T get p = 0 */
-        L2[hh] = row < T ? lse[((size_t)b * nh + h) * T + row] * LOG2E : INFINITY;
-        Dv[hh] = row < T ? Dd[((size_t)b * nh + h) * T + row] : 0.0f;
-    }
-    float acc[NO][4];
-    zero(acc);
-    uint32_t qf[QREG ? KS : 1][4], df[QREG ? KS : 1][4];
+    for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int row = rw + mi * 16 + fa_acc_row(lane, 2 * hh);
+            /* +inf: rows past T get p = 0 */
+            L2[mi][hh] = row < T ? lse[((size_t)b * nh + h) * T + row] * LOG2E : INFINITY;
+            Dv[mi][hh] = row < T ? Dd[((size_t)b * nh + h) * T + row] : 0.0f;
+        }
+    float acc[MW][NO][4];
+#pragma unroll
+    for (int mi = 0; mi < MW; mi++)
+        zero(acc[mi]);
+    uint32_t qf[MW][QREG ? KS : 1][4], df[MW][QREG ? KS : 1][4];
     const int nt = fa_key_tiles(q0, BR, BC, T);
     for (int it = 0; it < nt; it++) {
         const int j0 = it * BC;
@@ -507,67 +518,87 @@ __global__ void __launch_bounds__(NW * 32)
         __syncthreads();
         if (QREG && it == 0) {
 #pragma unroll
-            for (int kk = 0; kk < (QREG ? KS : 1); kk++) {
-                lda<LD>(qf[kk], Qs, rl, kk * 16, lane);
-                lda<LD>(df[kk], dOs, rl, kk * 16, lane);
-            }
+            for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+                for (int kk = 0; kk < (QREG ? KS : 1); kk++) {
+                    lda<LD>(qf[mi][kk], Qs, rl + mi * 16, kk * 16, lane);
+                    lda<LD>(df[mi][kk], dOs, rl + mi * 16, kk * 16, lane);
+                }
         }
-        if (rw < T && fa_tile_live(j0, rw, 16)) {
-            float s[NS][4], dp[NS][4];
-            zero(s);
-            zero(dp);
+        if (rw < T && fa_tile_live(j0, rw, 16 * MW)) { /* warp-uniform */
+            float s[MW][NS][4], dp[MW][NS][4];
+#pragma unroll
+            for (int mi = 0; mi < MW; mi++) {
+                zero(s[mi]);
+                zero(dp[mi]);
+            }
             /* S = Q K^T, dP = dO V^T */
 #pragma unroll
             for (int kk = 0; kk < KS; kk++) {
-                if (!QREG) {
-                    lda<LD>(qf[0], Qs, rl, kk * 16, lane);
-                    lda<LD>(df[0], dOs, rl, kk * 16, lane);
-                }
+                if (!QREG)
+#pragma unroll
+                    for (int mi = 0; mi < MW; mi++) {
+                        lda<LD>(qf[mi][0], Qs, rl + mi * 16, kk * 16, lane);
+                        lda<LD>(df[mi][0], dOs, rl + mi * 16, kk * 16, lane);
+                    }
                 const int kq = QREG ? kk : 0;
 #pragma unroll
                 for (int np = 0; np < NS / 2; np++) {
                     uint32_t bk[4], bv[4];
                     ldb<LD>(bk, Kt, np * 16, kk * 16, lane);
                     ldb<LD>(bv, Vt, np * 16, kk * 16, lane);
-                    mma(s[2 * np], qf[kq], bk[0], bk[1]);
-                    mma(s[2 * np + 1], qf[kq], bk[2], bk[3]);
-                    mma(dp[2 * np], df[kq], bv[0], bv[1]);
-                    mma(dp[2 * np + 1], df[kq], bv[2], bv[3]);
+#pragma unroll
+                    for (int mi = 0; mi < MW; mi++) {
+                        mma(s[mi][2 * np], qf[mi][kq], bk[0], bk[1]);
+                        mma(s[mi][2 * np + 1], qf[mi][kq], bk[2], bk[3]);
+                        mma(dp[mi][2 * np], df[mi][kq], bv[0], bv[1]);
+                        mma(dp[mi][2 * np + 1], df[mi][kq], bv[2], bv[3]);
+                    }
                 }
             }
             const bool diag = fa_tile_diag(j0, BC, rw);
             /* dS = P * (dP - D); dQ += dS K */
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++) {
+                uint32_t da[MW][4];
 #pragma unroll
-                for (int n = 2 * kk; n < 2 * kk + 2; n++)
+                for (int mi = 0; mi < MW; mi++) {
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float p = ex2(fmaf(s[n][e], sc, -L2[e >> 1]));
-                        if (diag && j0 + n * 8 + fa_acc_col(lane, e) > rw + fa_acc_row(lane, e))
-                            p = 0.0f;
-                        s[n][e] = p * (dp[n][e] - Dv[e >> 1]);
-                    }
-                uint32_t da[4];
-                repack(da, s[2 * kk], s[2 * kk + 1]);
+                    for (int n = 2 * kk; n < 2 * kk + 2; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            float p = ex2(fmaf(s[mi][n][e], sc, -L2[mi][e >> 1]));
+                            if (diag && j0 + n * 8 + fa_acc_col(lane, e) >
+                                            rw + mi * 16 + fa_acc_row(lane, e))
+                                p = 0.0f;
+                            s[mi][n][e] = p * (dp[mi][n][e] - Dv[mi][e >> 1]);
+                        }
+                    repack(da[mi], s[mi][2 * kk], s[mi][2 * kk + 1]);
+                }
 #pragma unroll
                 for (int np = 0; np < NO / 2; np++) {
                     uint32_t bk[4];
                     ldbt<LD>(bk, Kt, kk * 16, np * 16, lane);
-                    mma(acc[2 * np], da, bk[0], bk[1]);
-                    mma(acc[2 * np + 1], da, bk[2], bk[3]);
+#pragma unroll
+                    for (int mi = 0; mi < MW; mi++) {
+                        mma(acc[mi][2 * np], da[mi], bk[0], bk[1]);
+                        mma(acc[mi][2 * np + 1], da[mi], bk[2], bk[3]);
+                    }
                 }
             }
         }
         __syncthreads();
     }
-    bf16 *r[2];
 #pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-        const int row = rw + fa_acc_row(lane, 2 * hh);
-        r[hh] = row < T ? dq + ((size_t)b * T + row) * qs + (size_t)h * HD : NULL;
+    for (int mi = 0; mi < MW; mi++) {
+        bf16 *r[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int row = rw + mi * 16 + fa_acc_row(lane, 2 * hh);
+            r[hh] = row < T ? dq + ((size_t)b * T + row) * qs + (size_t)h * HD : NULL;
+        }
+        store_acc<HD>(acc[mi], r[0], r[1], scale, scale, lane);
     }
-    store_acc<HD>(acc, r[0], r[1], scale, scale, lane);
 }
 
 /* ---- backward: dK, dV ----------------------------------------------------- */
@@ -795,9 +826,9 @@ template <int HD> constexpr size_t fwd_smem(int nw, int mw, int bc)
 {
     return (size_t)(nw * 16 * mw + 4 * bc) * (HD + 8) * 2;
 }
-template <int HD> constexpr size_t dq_smem(int nw, int bc)
+template <int HD> constexpr size_t dq_smem(int nw, int mw, int bc)
 {
-    return (size_t)(2 * nw * 16 + 4 * bc) * (HD + 8) * 2;
+    return (size_t)(2 * nw * 16 * mw + 4 * bc) * (HD + 8) * 2;
 }
 template <int HD> constexpr size_t dkv_smem(int nw, int mw, int bq, bool dq)
 {
@@ -828,12 +859,13 @@ cudaError_t launch_dq(cudaStream_t st, llmt__bf16 *dq, const llmt__bf16 *dout, c
                       const llmt__bf16 *v, size_t qs, int B, int T, int nh, int nkv)
 {
     constexpr DqCfg C = DqList<HD>::c[I];
-    auto kern = bwd_dq<HD, C.nw, C.bc, C.qreg>;
-    const size_t sm = dq_smem<HD>(C.nw, C.bc);
+    constexpr int BR = C.nw * 16 * C.mw;
+    auto kern = bwd_dq<HD, C.nw, C.mw, C.bc, C.qreg>;
+    const size_t sm = dq_smem<HD>(C.nw, C.mw, C.bc);
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess)
         return e;
-    kern<<<dim3((T + C.nw * 16 - 1) / (C.nw * 16), nh, B), C.nw * 32, sm, st>>>(
+    kern<<<dim3((T + BR - 1) / BR, nh, B), C.nw * 32, sm, st>>>(
         BF(dq), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv,
         1.0f / sqrtf((float)HD));
     return cudaGetLastError();
@@ -1066,7 +1098,7 @@ int llmt__cuda_attn_mma_cfg_name(int hd, int kind, int idx, char *buf, size_t n)
                  c.qreg ? "in registers" : "re-read");
     } else if (kind == 1) {
         const fa::DqCfg c = h ? fa::DqList<128>::c[idx] : fa::DqList<64>::c[idx];
-        snprintf(buf, n, "%d warps, %d keys/tile, Q/dO %s", c.nw, c.bc,
+        snprintf(buf, n, "%d warps x %d m16 rows, %d keys/tile, Q/dO %s", c.nw, c.mw, c.bc,
                  c.qreg ? "in registers" : "re-read");
     } else {
         const fa::DkvCfg c = h ? fa::DkvList<128>::c[idx] : fa::DkvList<64>::c[idx];
