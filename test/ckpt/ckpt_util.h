@@ -89,6 +89,16 @@ static inline void run_threads(void *(*fn)(void *), void *base, size_t sz, int n
         pthread_join(th[r], NULL);
 }
 
+/* The fields every in-process rank of these tests has, first in each
+ * test's per-rank struct, so that inproc_ranks can set them. */
+#define CK_RANK_FIELDS \
+    int rank;          \
+    llmt_comm *comm;   \
+    char root[4096]
+typedef struct ck_rank {
+    CK_RANK_FIELDS;
+} ck_rank;
+
 /* w in-process communicators (ranks as threads) with a 30 s timeout. */
 static inline llmt_status inproc_world(int w, llmt_comm **comms)
 {
@@ -96,6 +106,27 @@ static inline llmt_status inproc_world(int w, llmt_comm **comms)
     llmt_comm_opts_init(&co, sizeof co);
     co.timeout_ms = 30000;
     return llmt_comm_create_inproc(NULL, w, &co, comms);
+}
+
+/* n per-rank structs (sz bytes each, CK_RANK_FIELDS first) zeroed, each
+ * given its rank, its communicator of one in-process world (comms) and a
+ * checkpoint root: base/name, or base/name<rank> with per_rank (each
+ * rank a node of its own). */
+static inline llmt_status inproc_ranks(void *ks, size_t sz, int n, llmt_comm **comms,
+                                       const char *base, const char *name, int per_rank)
+{
+    memset(ks, 0, sz * (size_t)n);
+    llmt_status s = inproc_world(n, comms);
+    for (int r = 0; s == LLMT_OK && r < n; r++) {
+        ck_rank *k = (ck_rank *)((char *)ks + (size_t)r * sz);
+        k->rank = r;
+        k->comm = comms[r];
+        if (per_rank)
+            snprintf(k->root, sizeof k->root, "%s/%s%d", base, name, r);
+        else
+            snprintf(k->root, sizeof k->root, "%s/%s", base, name);
+    }
+    return s;
 }
 
 #endif

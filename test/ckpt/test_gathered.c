@@ -33,10 +33,8 @@
 enum { W = 4, N = 3000, M = 300000, LO = 1000, HI = 2000 };
 
 typedef struct {
-    int rank;
-    llmt_comm *comm;
+    CK_RANK_FIELDS;
     llmt_ckpt *ck;
-    char root[4096];
     int bad_plan; /* this rank's plan reads a tensor that is not there */
     int outside;  /* also read outside the plan (after the open) */
     llmt_status st, read_st, outside_st;
@@ -194,13 +192,9 @@ int main(void)
 {
     char *base = tmpdir_make(NULL, "gathered");
     llmt_comm *comms[W];
-    CHECK_STATUS(inproc_world(W, comms), LLMT_OK);
     rk ks[W];
-    memset(ks, 0, sizeof ks);
+    CHECK_STATUS(inproc_ranks(ks, sizeof *ks, W, comms, base, "shared", 0), LLMT_OK);
     for (int r = 0; r < W; r++) {
-        ks[r].rank = r;
-        ks[r].comm = comms[r];
-        snprintf(ks[r].root, sizeof ks[r].root, "%s/shared", base);
         ks[r].w = malloc((size_t)W * N * sizeof(float));
         ks[r].m = malloc((HI - LO) * sizeof(float));
         CHECK_STATUS(rank_ckpt(r, W, ks[r].root, 3, &ks[r].ck), LLMT_OK);

@@ -24,9 +24,8 @@
 enum { W = 4, N = 2500 };
 
 typedef struct {
-    int rank, phase;
-    llmt_comm *comm;
-    char root[4096];
+    CK_RANK_FIELDS;
+    int phase;
     llmt_status st;
     int64_t step;
     uint64_t checked, opened;
@@ -91,14 +90,8 @@ int main(void)
 {
     char *base = tmpdir_make(NULL, "openshared");
     llmt_comm *comms[W];
-    CHECK_STATUS(inproc_world(W, comms), LLMT_OK);
     rk ks[W];
-    memset(ks, 0, sizeof ks);
-    for (int r = 0; r < W; r++) {
-        ks[r].rank = r;
-        ks[r].comm = comms[r];
-        snprintf(ks[r].root, sizeof ks[r].root, "%s/root", base);
-    }
+    CHECK_STATUS(inproc_ranks(ks, sizeof *ks, W, comms, base, "root", 0), LLMT_OK);
     run_all(ks, 0);
     for (int r = 0; r < W; r++)
         CHECK_STATUS(ks[r].st, LLMT_OK);

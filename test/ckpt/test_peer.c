@@ -19,9 +19,7 @@
 enum { W = 4, N = 3000 };
 
 typedef struct {
-    int rank;
-    llmt_comm *comm;
-    char root[4096];
+    CK_RANK_FIELDS;
     int phase; /* 0: save + replicate, 1: restore */
     llmt_status st;
     int32_t restored;
@@ -80,14 +78,8 @@ int main(void)
 {
     char *base = tmpdir_make(NULL, "peer");
     llmt_comm *comms[W];
-    CHECK_STATUS(inproc_world(W, comms), LLMT_OK);
     rk ks[W];
-    memset(ks, 0, sizeof ks);
-    for (int r = 0; r < W; r++) {
-        ks[r].rank = r;
-        ks[r].comm = comms[r];
-        snprintf(ks[r].root, sizeof ks[r].root, "%s/node%d", base, r);
-    }
+    CHECK_STATUS(inproc_ranks(ks, sizeof *ks, W, comms, base, "node", 1), LLMT_OK);
     run_all(ks, 0);
     for (int r = 0; r < W; r++) {
         CHECK_STATUS(ks[r].st, LLMT_OK);
