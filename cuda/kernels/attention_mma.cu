@@ -43,6 +43,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <type_traits>
+
 #include "../common.cuh"
 #include "attention_mma.h"
 #include "attention_mma_idx.h"
@@ -223,70 +225,59 @@ __device__ __forceinline__ void store_acc(const float (&acc)[HD / 8][4], bf16 *r
  * (llmt__cuda_attn_mma_set_cfg; bench_gpu's NAME_fN / _qN / _kvN cases,
  * test_gpu_kernels holds every entry to the CPU reference). Register
  * counts from `nvcc -arch=sm_90 -Xptxas -v`; a default may not spill. */
-struct FwdCfg {
-    int nw, mw, bc;
-    bool qreg;
+/* One configuration of any kind: NW warps of MW m16 tiles of rows (the
+ * forward's and dQ's queries, dK/dV's keys), TILE columns a step (keys;
+ * dK/dV: queries), the rows' fragments kept in registers (REG) or re-read
+ * from shared memory. */
+struct TileCfg {
+    int nw, mw, tile;
+    bool reg;
 };
-/* forward: NW warps of MW m16 row tiles, BC keys per tile, Q fragments in
- * registers or re-read from shared memory. hd 128: MW = 2 spills (255
- * registers + 36 bytes with Q re-read from shared memory), so do 2 warps
- * (4 bytes); 4 warps ran in 0.85-0.87x the time of 8 on an H200
- * (2026-11-27) and became the default; entry 4 (32 keys a tile) has not
- * run on a GPU yet, nor has hd 128 dK/dV's entry 4. */
-template <int HD> struct FwdList;
-template <> struct FwdList<64> {
+enum { FWD, DQ_K, DKV_K }; /* the kinds, as llmt__cuda_attn_mma_set_cfg numbers them */
+template <int HD, int KIND> struct Cfgs;
+/* forward. hd 128: MW = 2 spills (255 registers + 36 bytes with Q re-read
+ * from shared memory), so do 2 warps (4 bytes); 4 warps ran in
+ * 0.85-0.87x the time of 8 on an H200 (2026-11-27) and became the
+ * default; entry 4 (32 keys a tile) has not run on a GPU yet, nor has hd
+ * 128 dK/dV's entry 4. */
+template <> struct Cfgs<64, FWD> {
     static constexpr int N = 4;
-    static constexpr FwdCfg c[N] = {{4, 2, 64, true}, {8, 1, 64, true}, {4, 1, 128, true},
-                                    {8, 2, 64, true}};
+    static constexpr TileCfg c[N] = {{4, 2, 64, true}, {8, 1, 64, true}, {4, 1, 128, true},
+                                     {8, 2, 64, true}};
 };
-template <> struct FwdList<128> {
+template <> struct Cfgs<128, FWD> {
     static constexpr int N = 5;
-    static constexpr FwdCfg c[N] = {
+    static constexpr TileCfg c[N] = {
         {4, 1, 64, true}, {8, 1, 64, true}, {8, 1, 32, true}, {4, 1, 128, false}, {4, 1, 32, true}};
 };
-struct DqCfg {
-    int nw, bc;
-    bool qreg;
-    int mw; /* m16 query tiles per warp */
-};
-/* dQ: NW warps of MW m16 row tiles, BC keys per tile. hd 64 entries 4 and
- * 5 (two row tiles a warp: a K or V fragment serves both) have not run on
- * a GPU yet. */
-template <int HD> struct DqList;
-template <> struct DqList<64> {
+/* dQ. hd 64 entries 4 and 5 (two row tiles a warp: a K or V fragment
+ * serves both) have not run on a GPU yet. */
+template <> struct Cfgs<64, DQ_K> {
     static constexpr int N = 6;
-    static constexpr DqCfg c[N] = {{4, 64, true, 1}, {8, 64, true, 1},  {4, 128, true, 1},
-                                   {4, 32, true, 1}, {4, 32, true, 2}, {4, 32, false, 2}};
+    static constexpr TileCfg c[N] = {{4, 1, 64, true}, {8, 1, 64, true}, {4, 1, 128, true},
+                                     {4, 1, 32, true}, {4, 2, 32, true}, {4, 2, 32, false}};
 };
-template <> struct DqList<128> {
+template <> struct Cfgs<128, DQ_K> {
     static constexpr int N = 4;
-    static constexpr DqCfg c[N] = {
-        {4, 32, true, 1}, {4, 64, false, 1}, {8, 64, false, 1}, {4, 32, false, 1}};
+    static constexpr TileCfg c[N] = {
+        {4, 1, 32, true}, {4, 1, 64, false}, {8, 1, 64, false}, {4, 1, 32, false}};
 };
-struct DkvCfg {
-    int nw, bq;
-    bool kvreg;
-    int mw; /* m16 key tiles per warp */
-};
-/* dK/dV: NW warps of MW m16 key tiles, BQ queries per tile, K/V fragments
- * in registers or re-read. hd 64: 4 warps (three blocks of 168 registers
- * per SM) ran the backward in 0.92-0.93x the time of 8 on an H200
- * (2026-11-27) and became the default; entries 5 and 6 (two key tiles per
- * warp: a Q or dO fragment serves both, a quarter to a half fewer
- * shared-memory reads per product; 255 registers and a 4-byte spill) have
- * not run on a GPU yet. */
-template <int HD> struct DkvList;
-template <> struct DkvList<64> {
+/* dK/dV. hd 64: 4 warps (three blocks of 168 registers per SM) ran the
+ * backward in 0.92-0.93x the time of 8 on an H200 (2026-11-27) and became
+ * the default; entries 5 and 6 (two key tiles per warp: a Q or dO
+ * fragment serves both, a quarter to a half fewer shared-memory reads per
+ * product; 255 registers and a 4-byte spill) have not run on a GPU yet.
+ * hd 128: 4 warps at 64 queries and K/V in registers at 32 spill. */
+template <> struct Cfgs<64, DKV_K> {
     static constexpr int N = 7;
-    static constexpr DkvCfg c[N] = {{4, 64, true, 1},  {8, 64, true, 1}, {8, 32, true, 1},
-                                    {4, 32, true, 1},  {8, 128, false, 1},
-                                    {4, 32, false, 2}, {4, 16, true, 2}};
+    static constexpr TileCfg c[N] = {{4, 1, 64, true},  {8, 1, 64, true}, {8, 1, 32, true},
+                                     {4, 1, 32, true},  {8, 1, 128, false},
+                                     {4, 2, 32, false}, {4, 2, 16, true}};
 };
-/* hd 128: 4 warps at 64 queries and K/V in registers at 32 spill */
-template <> struct DkvList<128> {
+template <> struct Cfgs<128, DKV_K> {
     static constexpr int N = 5;
-    static constexpr DkvCfg c[N] = {{8, 64, false, 1}, {8, 32, false, 1}, {4, 32, false, 1},
-                                    {8, 16, false, 1}, {4, 16, false, 1}};
+    static constexpr TileCfg c[N] = {{8, 1, 64, false}, {8, 1, 32, false}, {4, 1, 32, false},
+                                     {8, 1, 16, false}, {4, 1, 16, false}};
 };
 /* the DQ-atomics backward keeps one configuration per hd */
 template <int HD> struct Dkv;
@@ -836,16 +827,16 @@ template <int HD> constexpr size_t dkv_smem(int nw, int mw, int bq, bool dq)
            (dq ? (size_t)nw * 16 * (bq + 8) * 2 : 0);
 }
 
-/* the forward with configuration I of FwdList<HD> */
+/* the forward with configuration I of Cfgs<HD, FWD> */
 template <int HD, int I>
 cudaError_t launch_fwd(cudaStream_t st, llmt__bf16 *out, float *lse, const llmt__bf16 *q,
                        const llmt__bf16 *k, const llmt__bf16 *v, size_t qs, int B, int T,
                        int nh, int nkv)
 {
-    constexpr FwdCfg C = FwdList<HD>::c[I];
+    constexpr TileCfg C = Cfgs<HD, FWD>::c[I];
     constexpr int BR = C.nw * 16 * C.mw;
-    auto kern = fwd<HD, C.nw, C.mw, C.bc, C.qreg>;
-    const size_t sm = fwd_smem<HD>(C.nw, C.mw, C.bc);
+    auto kern = fwd<HD, C.nw, C.mw, C.tile, C.reg>;
+    const size_t sm = fwd_smem<HD>(C.nw, C.mw, C.tile);
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess)
         return e;
@@ -858,10 +849,10 @@ cudaError_t launch_dq(cudaStream_t st, llmt__bf16 *dq, const llmt__bf16 *dout, c
                       const float *Dd, const llmt__bf16 *q, const llmt__bf16 *k,
                       const llmt__bf16 *v, size_t qs, int B, int T, int nh, int nkv)
 {
-    constexpr DqCfg C = DqList<HD>::c[I];
+    constexpr TileCfg C = Cfgs<HD, DQ_K>::c[I];
     constexpr int BR = C.nw * 16 * C.mw;
-    auto kern = bwd_dq<HD, C.nw, C.mw, C.bc, C.qreg>;
-    const size_t sm = dq_smem<HD>(C.nw, C.mw, C.bc);
+    auto kern = bwd_dq<HD, C.nw, C.mw, C.tile, C.reg>;
+    const size_t sm = dq_smem<HD>(C.nw, C.mw, C.tile);
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess)
         return e;
@@ -876,10 +867,10 @@ cudaError_t launch_dkv(cudaStream_t st, llmt__bf16 *dk, llmt__bf16 *dv, const ll
                        const llmt__bf16 *k, const llmt__bf16 *v, size_t qs, int B, int T,
                        int nh, int nkv)
 {
-    constexpr DkvCfg C = DkvList<HD>::c[I];
+    constexpr TileCfg C = Cfgs<HD, DKV_K>::c[I];
     constexpr int BKV = C.nw * 16 * C.mw;
-    auto kern = bwd_dkv<HD, C.nw, C.mw, C.bq, C.kvreg, false>;
-    const size_t sm = dkv_smem<HD>(C.nw, C.mw, C.bq, false);
+    auto kern = bwd_dkv<HD, C.nw, C.mw, C.tile, C.reg, false>;
+    const size_t sm = dkv_smem<HD>(C.nw, C.mw, C.tile, false);
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess)
         return e;
@@ -889,26 +880,13 @@ cudaError_t launch_dkv(cudaStream_t st, llmt__bf16 *dk, llmt__bf16 *dv, const ll
     return cudaGetLastError();
 }
 
-/* configuration cfg (checked by llmt__cuda_attn_mma_set_cfg) of each kind,
- * by recursion over the list's indices */
-template <int HD, int I = 0, typename... A> cudaError_t pick_fwd(int cfg, A... a)
+/* configuration cfg (checked by llmt__cuda_attn_mma_set_cfg) of a kind:
+ * launch(std::integral_constant<int, cfg>), by recursion over the list */
+template <int HD, int KIND, int I = 0, typename F> cudaError_t pick(int cfg, F launch)
 {
-    if constexpr (I < FwdList<HD>::N)
-        return cfg == I ? launch_fwd<HD, I>(a...) : pick_fwd<HD, I + 1>(cfg, a...);
-    else
-        return cudaErrorInvalidValue;
-}
-template <int HD, int I = 0, typename... A> cudaError_t pick_dq(int cfg, A... a)
-{
-    if constexpr (I < DqList<HD>::N)
-        return cfg == I ? launch_dq<HD, I>(a...) : pick_dq<HD, I + 1>(cfg, a...);
-    else
-        return cudaErrorInvalidValue;
-}
-template <int HD, int I = 0, typename... A> cudaError_t pick_dkv(int cfg, A... a)
-{
-    if constexpr (I < DkvList<HD>::N)
-        return cfg == I ? launch_dkv<HD, I>(a...) : pick_dkv<HD, I + 1>(cfg, a...);
+    if constexpr (I < Cfgs<HD, KIND>::N)
+        return cfg == I ? launch(std::integral_constant<int, I>{})
+                        : pick<HD, KIND, I + 1>(cfg, launch);
     else
         return cudaErrorInvalidValue;
 }
@@ -925,7 +903,10 @@ llmt_status run_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out, float *lse, const llmt
                     int nkv)
 {
     const int cfg = cfg_of(ctx, HD, 0);
-    cudaError_t e = pick_fwd<HD>(cfg, ctx->compute, out, lse, q, k, v, qs, B, T, nh, nkv);
+    cudaError_t e = pick<HD, FWD>(cfg, [&](auto i) {
+        return launch_fwd<HD, decltype(i)::value>(ctx->compute, out, lse, q, k, v, qs, B, T, nh,
+                                                   nkv);
+    });
     if (e != cudaSuccess)
         return llmt__err_set(&ctx->err, LLMT_ERR_CUDA,
                              "cuda: attention_fwd (mma.sync, hd %d, tile configuration %d): %s",
@@ -940,10 +921,15 @@ llmt_status run_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk, llmt__b
                     int B, int T, int nh, int nkv)
 {
     const int c1 = cfg_of(ctx, HD, 1), c2 = cfg_of(ctx, HD, 2);
-    cudaError_t e =
-        pick_dq<HD>(c1, ctx->compute, dq, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+    cudaError_t e = pick<HD, DQ_K>(c1, [&](auto i) {
+        return launch_dq<HD, decltype(i)::value>(ctx->compute, dq, dout, lse, Dd, q, k, v, qs,
+                                                  B, T, nh, nkv);
+    });
     if (e == cudaSuccess)
-        e = pick_dkv<HD>(c2, ctx->compute, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
+        e = pick<HD, DKV_K>(c2, [&](auto i) {
+            return launch_dkv<HD, decltype(i)::value>(ctx->compute, dk, dv, dout, lse, Dd, q, k,
+                                                       v, qs, B, T, nh, nkv);
+        });
     if (e != cudaSuccess)
         return llmt__err_set(&ctx->err, LLMT_ERR_CUDA,
                              "cuda: attention_bwd (mma.sync, hd %d, tile configurations dQ %d, "
@@ -1072,39 +1058,41 @@ llmt_status llmt__cuda_attn_mma_bwd_atomic(llmt__cuda_ctx *ctx, llmt__bf16 *dq, 
     return fa::run_bwd_atomic<128>(ctx, dq, dk, dv, dout, lse, Dd, q, k, v, qs, B, T, nh, nkv);
 }
 
+/* entry idx of a kind's list for hd, or NULL; *n: the list's length */
+static const fa::TileCfg *cfg_entry(int hd, int kind, int idx, int *n)
+{
+    using namespace fa;
+    const TileCfg *c = NULL;
+    *n = 0;
+#define L(H, K)                                                                              \
+    if (hd == H && kind == K) {                                                              \
+        c = Cfgs<H, K>::c;                                                                   \
+        *n = Cfgs<H, K>::N;                                                                  \
+    }
+    L(64, FWD) L(128, FWD) L(64, DQ_K) L(128, DQ_K) L(64, DKV_K) L(128, DKV_K)
+#undef L
+    return c && idx >= 0 && idx < *n ? c + idx : NULL;
+}
+
 int llmt__cuda_attn_mma_cfgs(int hd, int kind)
 {
-    if (hd != 64 && hd != 128)
-        return 0;
-    switch (kind) {
-    case 0:
-        return hd == 64 ? fa::FwdList<64>::N : fa::FwdList<128>::N;
-    case 1:
-        return hd == 64 ? fa::DqList<64>::N : fa::DqList<128>::N;
-    case 2:
-        return hd == 64 ? fa::DkvList<64>::N : fa::DkvList<128>::N;
-    }
-    return 0;
+    int n;
+    cfg_entry(hd, kind, 0, &n);
+    return n;
 }
 
 int llmt__cuda_attn_mma_cfg_name(int hd, int kind, int idx, char *buf, size_t n)
 {
-    if (idx < 0 || idx >= llmt__cuda_attn_mma_cfgs(hd, kind) || !buf || !n)
+    int len;
+    const fa::TileCfg *c = cfg_entry(hd, kind, idx, &len);
+    if (!c || !buf || !n)
         return 0;
-    const bool h = hd == 128;
-    if (kind == 0) {
-        const fa::FwdCfg c = h ? fa::FwdList<128>::c[idx] : fa::FwdList<64>::c[idx];
-        snprintf(buf, n, "%d warps x %d m16, %d keys/tile, Q %s", c.nw, c.mw, c.bc,
-                 c.qreg ? "in registers" : "re-read");
-    } else if (kind == 1) {
-        const fa::DqCfg c = h ? fa::DqList<128>::c[idx] : fa::DqList<64>::c[idx];
-        snprintf(buf, n, "%d warps x %d m16 rows, %d keys/tile, Q/dO %s", c.nw, c.mw, c.bc,
-                 c.qreg ? "in registers" : "re-read");
-    } else {
-        const fa::DkvCfg c = h ? fa::DkvList<128>::c[idx] : fa::DkvList<64>::c[idx];
-        snprintf(buf, n, "%d warps x %d m16 keys, %d queries/tile, K/V %s", c.nw, c.mw, c.bq,
-                 c.kvreg ? "in registers" : "re-read");
-    }
+    /* the rows a warp's m16 tiles hold, the columns a step walks, the
+     * fragments kept: per kind */
+    static const char *rows[] = {"rows", "rows", "keys"}, *cols[] = {"keys", "keys", "queries"},
+                      *kept[] = {"Q", "Q/dO", "K/V"};
+    snprintf(buf, n, "%d warps x %d m16 %s, %d %s/tile, %s %s", c->nw, c->mw, rows[kind],
+             c->tile, cols[kind], kept[kind], c->reg ? "in registers" : "re-read");
     return 1;
 }
 
