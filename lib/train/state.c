@@ -397,11 +397,12 @@ static llmt_status check_shape(llmt_trainer *tr, llmt_ckpt *ck,
     return LLMT_OK;
 }
 
-/* Parameters whole (ZeRO-3: this rank's share, the rest gathered from
- * the owners after the restore); m and v whole unless sharded, then this
- * rank's blocks only. A pipeline stage: only what it holds (tp_blocks). */
-static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
-                            const char *key, const llmt_tensor *pv)
+/* Parameters whole (param_shares, ZeRO-3: this rank's share, the rest
+ * gathered from the owners after the restore); m and v whole unless
+ * sharded, then this rank's blocks only. A pipeline stage: only what it
+ * holds (tp_blocks). */
+static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w, const char *key,
+                            const llmt_tensor *pv, int param_shares)
 {
     llmt_err *e = llmt__trainer_err(tr);
     float *ptr[3];
@@ -413,7 +414,7 @@ static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
     if (llmt__trainer_has_pp(tr)) {
         return tp_blocks(tr, ck, i, w, key, pv,
                          w > 0 && sharded ? BLK_READ_SHARE : BLK_READ_ALL);
-    } else if (w == 0 && llmt__trainer_params_shared(tr)) { /* ZeRO-3: the share */
+    } else if (w == 0 && param_shares) { /* ZeRO-3: the share */
         nb = share_blocks(tr, i, 0, pv, bx, views);
     } else if (w > 0 && sharded && llmt__trainer_has_tp(tr)) {
         return tp_blocks(tr, ck, i, w, key, pv, BLK_READ_SHARE);
@@ -435,8 +436,8 @@ static llmt_status read_one(llmt_trainer *tr, llmt_ckpt *ck, int32_t i, int w,
 }
 
 /* Every shape checked, then every parameter and moment read (this
- * rank's blocks). */
-static llmt_status read_params(llmt_trainer *tr, llmt_ckpt *ck)
+ * rank's blocks; shares: llmt__trainer_params_shared). */
+static llmt_status read_params(llmt_trainer *tr, llmt_ckpt *ck, int shares)
 {
     llmt_model *model = llmt__trainer_model(tr);
     llmt_err *e = llmt__trainer_err(tr);
@@ -456,7 +457,7 @@ static llmt_status read_params(llmt_trainer *tr, llmt_ckpt *ck)
                 char key[256];
                 snprintf(key, sizeof key, "%s%s", prefix[w], pn);
                 s = pass == 0 ? check_shape(tr, ck, key, &pv)
-                              : read_one(tr, ck, i, w, key, &pv);
+                              : read_one(tr, ck, i, w, key, &pv, shares);
                 if (s != LLMT_OK) return s;
             }
         }
@@ -465,7 +466,7 @@ static llmt_status read_params(llmt_trainer *tr, llmt_ckpt *ck)
 
 llmt_status llmt__trainer_ckpt_plan(llmt_trainer *tr, llmt_ckpt *ck)
 {
-    llmt_status s = read_params(tr, ck);
+    llmt_status s = read_params(tr, ck, llmt__trainer_params_shared(tr));
     return s == LLMT_OK ? fp8_read(tr, ck, 0) : s;
 }
 
@@ -489,11 +490,12 @@ LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
      * then uploaded whole */
     if ((s = llmt__trainer_host_sync(tr)) != LLMT_OK)
         return s;
-    if ((s = read_params(tr, ck)) != LLMT_OK)
-        return s;
-    /* ZeRO-3: only the shares were read; the rest is gathered from their
+    /* ZeRO-3: only the shares are read; the rest is gathered from their
      * owners before its next use. A device trainer uploads them. */
-    if ((s = llmt__trainer_params_written(tr, llmt__trainer_params_shared(tr))) != LLMT_OK)
+    const int shares = llmt__trainer_params_shared(tr);
+    if ((s = read_params(tr, ck, shares)) != LLMT_OK)
+        return s;
+    if ((s = llmt__trainer_params_written(tr, shares)) != LLMT_OK)
         return s;
     if ((s = fp8_read(tr, ck, 1)) != LLMT_OK)
         return s;
