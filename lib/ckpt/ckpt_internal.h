@@ -287,6 +287,9 @@ llmt_status llmt__ckpt_open_latest_shared(llmt_ckpt *ck, llmt_comm *comm, int64_
  * spans included), and of every part together (0 when none was made). */
 void llmt__ckpt_gathered_bytes(const llmt_ckpt *ck, uint64_t *fetched, uint64_t *parts);
 
+/* len bytes of fd at off into buf (load.c): LLMT_ERR_IO on a read error,
+ * LLMT_ERR_FORMAT when the file ends first. */
+llmt_status llmt__ckpt_pread_all(int fd, void *buf, uint64_t len, uint64_t off);
 /* Close the data files the open checkpoint keeps open (load.c; reads
  * open them again): after a restore, so that a long run does not hold
  * files that retention deletes, and at a save. */

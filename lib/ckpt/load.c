@@ -96,7 +96,7 @@ static uint32_t get_u32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static llmt_status pread_all(int fd, void *buf, uint64_t len, uint64_t off)
+llmt_status llmt__ckpt_pread_all(int fd, void *buf, uint64_t len, uint64_t off)
 {
     uint64_t done = 0;
     while (done < len) {
@@ -137,8 +137,8 @@ static llmt_status check_files(llmt_ckpt *ck, const char *dir, const ck_manifest
                               "ckpt: %s/rank-%05d.bin is %lld bytes, the manifest says %" PRIu64
                               " (truncated or replaced)", dir, (int)r,
                               (long long)st.st_size, m->files[i].bytes);
-        else if (pread_all(fd, h, sizeof h, 0) != LLMT_OK || memcmp(h, CK_MAGIC, 8) ||
-                 get_u64(h + 48) != XXH64(h, 48, 0))
+        else if (llmt__ckpt_pread_all(fd, h, sizeof h, 0) != LLMT_OK ||
+                 memcmp(h, CK_MAGIC, 8) || get_u64(h + 48) != XXH64(h, 48, 0))
             s = llmt__err_set(&ck->err, LLMT_ERR_FORMAT,
                               "ckpt: %s/rank-%05d.bin: bad header (magic or header hash)",
                               dir, (int)r);
@@ -189,7 +189,7 @@ static llmt_status verify_chunk(llmt_ckpt *ck, const char *dir, const ck_tensor 
     for (uint64_t b = 0; s == LLMT_OK && b < k->nblocks; b++) {
         uint64_t o = b * k->block;
         uint64_t n = k->length - o < k->block ? k->length - o : k->block;
-        s = pread_all(fd, ck->rbuf, n, k->offset + o);
+        s = llmt__ckpt_pread_all(fd, ck->rbuf, n, k->offset + o);
         if (s != LLMT_OK) {
             s = llmt__err_set(&ck->err, s, "ckpt: short read of rank-%05d.bin", (int)k->rank);
             break;
@@ -600,7 +600,7 @@ static llmt_status read_chunk(llmt_ckpt *ck, const ck_tensor *t, size_t ci,
         if (fd < 0)
             return llmt__err_set(&ck->err, LLMT_ERR_IO, "ckpt: open %s/rank-%05d.bin: %s",
                                  ck->open_dir, (int)k->rank, strerror(errno));
-        s = pread_all(fd, ck->rbuf, s1 - s0, k->offset + s0);
+        s = llmt__ckpt_pread_all(fd, ck->rbuf, s1 - s0, k->offset + s0);
         if (s != LLMT_OK)
             return llmt__err_set(&ck->err, s, "ckpt: short read of %s/rank-%05d.bin "
                                  "(truncated?)", ck->open_dir, (int)k->rank);

@@ -300,21 +300,6 @@ static void join_spans(llmt_ckpt *ck)
  * part, packed: each span's bytes padded to 8, then its xxh64. A span
  * outside the part (a bug, or a damaged manifest) goes as zeros with a
  * hash that cannot match, so the asker fails naming it. */
-/* len bytes at off of the part's data file into out; 1 when all came */
-static int pread_all(int fd, uint8_t *out, uint64_t off, uint64_t len)
-{
-    uint64_t got = 0;
-    while (got < len) {
-        ssize_t r = pread(fd, out + got, (size_t)(len - got), (off_t)(off + got));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return 0;
-        got += (uint64_t)r;
-    }
-    return 1;
-}
-
 static void serve(const own_part *o, const int64_t *req, int64_t n, uint8_t *out)
 {
     for (int64_t i = 0; i < n; i++) {
@@ -323,7 +308,7 @@ static void serve(const own_part *o, const int64_t *req, int64_t n, uint8_t *out
         if (in && o->data) {
             memcpy(out, o->data + off, (size_t)len);
             h = XXH64(out, (size_t)len, 0);
-        } else if (in && o->fd >= 0 && pread_all(o->fd, out, off, len)) {
+        } else if (in && o->fd >= 0 && llmt__ckpt_pread_all(o->fd, out, len, off) == LLMT_OK) {
             h = XXH64(out, (size_t)len, 0);
         } else {
             memset(out, 0, (size_t)len);
