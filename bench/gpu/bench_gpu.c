@@ -262,14 +262,6 @@ static uint16_t *to_host(const void *d, size_t n)
     }
     return h;
 }
-static float bf2f(uint16_t v)
-{
-    union {
-        uint32_t u;
-        float f;
-    } x = {(uint32_t)v << 16};
-    return x.f;
-}
 static int g_cfg_bad; /* tile configurations whose output differed */
 /* The mma.sync kernels' other tile configurations of one shape
  * (attention_mma.cu's lists; entry 0, the default, timed above as NAME):
@@ -303,7 +295,7 @@ static void bench_attention_cfgs(attn_arg *a, const char *shape, double fl)
                 uint16_t *o = to_host(a->out, no);
                 double mx = 0, md = 0;
                 for (size_t e = 0; e < no; e++) {
-                    double r = bf2f(ro[e]), d = fabs(bf2f(o[e]) - r);
+                    double r = h_bf2f(ro[e]), d = fabs(h_bf2f(o[e]) - r);
                     mx = fabs(r) > mx ? fabs(r) : mx;
                     md = d > md ? d : md;
                 }
