@@ -24,24 +24,10 @@ rm -rf /tmp/llmt-session
 out=/tmp/llmt-session/out
 mkdir -p "$final" "$out"
 log=$final/session.log
-say() { echo "[$SECONDS s] $*" | tee -a "$log"; }
-left() { echo $((budget - SECONDS)); }
-# run STEP SECONDS CMD...: the command under a timeout of at most what is
-# left, its output in /tmp/llmt-session/STEP.log
-run() {
-  local name=$1 want=$2 t
-  shift 2
-  t=$(left)
-  [ "$t" -gt "$want" ] && t=$want
-  if [ "$t" -lt 15 ]; then say "$name: skipped (budget spent)"; return 99; fi
-  timeout -k 5 "$t" "$@" </dev/null >"/tmp/llmt-session/$name.log" 2>&1
-  local rc=$?
-  say "$name: rc $rc ($(tail -1 "/tmp/llmt-session/$name.log" | cut -c1-160))"
-  return $rc
-}
+steps=/tmp/llmt-session
+# shellcheck source=tools/gpu-lib.sh
+. tools/gpu-lib.sh
 
-# shellcheck source=tools/gpu-build.sh
-. tools/gpu-build.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm \
   --format=csv,noheader >>"$log" 2>&1 || { say "no GPU"; exit 77; }
 b=build-gpu

@@ -19,19 +19,9 @@ w=/tmp/llmt-tune
 rm -rf $w
 mkdir -p "$final" $w
 log=$final/tune.log
-say() { echo "[$SECONDS s] $*" | tee -a "$log"; }
-run() { # run STEP SECONDS CMD...: output in $w/STEP.log, timeout <= what is left
-  local name=$1 want=$2 t=$((budget - SECONDS))
-  shift 2
-  [ "$t" -gt "$want" ] && t=$want
-  if [ "$t" -lt 10 ]; then say "$name: skipped (budget spent)"; return 99; fi
-  timeout -k 5 "$t" "$@" </dev/null >"$w/$name.log" 2>&1
-  local rc=$?
-  say "$name: rc $rc ($(tail -1 "$w/$name.log" | cut -c1-150))"
-  return $rc
-}
-# shellcheck source=tools/gpu-build.sh
-. tools/gpu-build.sh
+steps=$w
+# shellcheck source=tools/gpu-lib.sh
+. tools/gpu-lib.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$log" 2>&1 ||
   { say "no GPU"; exit 77; }
 b=build-gpu
