@@ -827,6 +827,18 @@ template <int HD> constexpr size_t dkv_smem(int nw, int mw, int bq, bool dq)
            (dq ? (size_t)nw * 16 * (bq + 8) * 2 : 0);
 }
 
+/* kern on grid g of nth threads with sm bytes of dynamic shared memory
+ * (the attribute set first: the configurations need more than 48 KiB) */
+template <typename... P, typename... A>
+cudaError_t launch(void (*kern)(P...), dim3 g, int nth, size_t sm, cudaStream_t st, A... a)
+{
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    if (e != cudaSuccess)
+        return e;
+    kern<<<g, nth, sm, st>>>(a...);
+    return cudaGetLastError();
+}
+
 /* the forward with configuration I of Cfgs<HD, FWD> */
 template <int HD, int I>
 cudaError_t launch_fwd(cudaStream_t st, llmt__bf16 *out, float *lse, const llmt__bf16 *q,
@@ -835,14 +847,9 @@ cudaError_t launch_fwd(cudaStream_t st, llmt__bf16 *out, float *lse, const llmt_
 {
     constexpr TileCfg C = Cfgs<HD, FWD>::c[I];
     constexpr int BR = C.nw * 16 * C.mw;
-    auto kern = fwd<HD, C.nw, C.mw, C.tile, C.reg>;
-    const size_t sm = fwd_smem<HD>(C.nw, C.mw, C.tile);
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
-    if (e != cudaSuccess)
-        return e;
-    kern<<<dim3((T + BR - 1) / BR, nh, B), C.nw * 32, sm, st>>>(
-        BF(out), lse, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, LOG2E / sqrtf((float)HD));
-    return cudaGetLastError();
+    return launch(fwd<HD, C.nw, C.mw, C.tile, C.reg>, dim3((T + BR - 1) / BR, nh, B), C.nw * 32,
+                  fwd_smem<HD>(C.nw, C.mw, C.tile), st, BF(out), lse, CBF(q), CBF(k), CBF(v), qs,
+                  T, nh, nkv, LOG2E / sqrtf((float)HD));
 }
 template <int HD, int I>
 cudaError_t launch_dq(cudaStream_t st, llmt__bf16 *dq, const llmt__bf16 *dout, const float *lse,
@@ -851,15 +858,9 @@ cudaError_t launch_dq(cudaStream_t st, llmt__bf16 *dq, const llmt__bf16 *dout, c
 {
     constexpr TileCfg C = Cfgs<HD, DQ_K>::c[I];
     constexpr int BR = C.nw * 16 * C.mw;
-    auto kern = bwd_dq<HD, C.nw, C.mw, C.tile, C.reg>;
-    const size_t sm = dq_smem<HD>(C.nw, C.mw, C.tile);
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
-    if (e != cudaSuccess)
-        return e;
-    kern<<<dim3((T + BR - 1) / BR, nh, B), C.nw * 32, sm, st>>>(
-        BF(dq), CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv,
-        1.0f / sqrtf((float)HD));
-    return cudaGetLastError();
+    return launch(bwd_dq<HD, C.nw, C.mw, C.tile, C.reg>, dim3((T + BR - 1) / BR, nh, B),
+                  C.nw * 32, dq_smem<HD>(C.nw, C.mw, C.tile), st, BF(dq), CBF(dout), lse, Dd,
+                  CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, 1.0f / sqrtf((float)HD));
 }
 template <int HD, int I>
 cudaError_t launch_dkv(cudaStream_t st, llmt__bf16 *dk, llmt__bf16 *dv, const llmt__bf16 *dout,
@@ -869,15 +870,11 @@ cudaError_t launch_dkv(cudaStream_t st, llmt__bf16 *dk, llmt__bf16 *dv, const ll
 {
     constexpr TileCfg C = Cfgs<HD, DKV_K>::c[I];
     constexpr int BKV = C.nw * 16 * C.mw;
-    auto kern = bwd_dkv<HD, C.nw, C.mw, C.tile, C.reg, false>;
-    const size_t sm = dkv_smem<HD>(C.nw, C.mw, C.tile, false);
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
-    if (e != cudaSuccess)
-        return e;
-    kern<<<dim3((T + BKV - 1) / BKV, nkv, B), C.nw * 32, sm, st>>>(
-        BF(dk), BF(dv), NULL, CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv,
-        1.0f / sqrtf((float)HD));
-    return cudaGetLastError();
+    return launch(bwd_dkv<HD, C.nw, C.mw, C.tile, C.reg, false>,
+                  dim3((T + BKV - 1) / BKV, nkv, B), C.nw * 32,
+                  dkv_smem<HD>(C.nw, C.mw, C.tile, false), st, BF(dk), BF(dv), (float *)NULL,
+                  CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv,
+                  1.0f / sqrtf((float)HD));
 }
 
 /* configuration cfg (checked by llmt__cuda_attn_mma_set_cfg) of a kind:
