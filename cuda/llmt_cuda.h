@@ -158,6 +158,9 @@ llmt_status llmt__cuda_gelu_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
 llmt_status llmt__cuda_gelu_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp,
                                 const llmt__bf16 *inp, const llmt__bf16 *dout,
                                 size_t n);
+/* dx[i] *= gelu'(pre[i]) in place (the fp8 path's DGELU). */
+llmt_status llmt__cuda_gelu_bwd_mul(llmt__cuda_ctx *ctx, llmt__bf16 *dx, const llmt__bf16 *pre,
+                                    size_t n);
 /* out = silu(gate) * up; bwd accumulates into dgate, dup. */
 llmt_status llmt__cuda_swiglu_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
                                   const llmt__bf16 *gate, const llmt__bf16 *up,
@@ -280,6 +283,12 @@ llmt_status llmt__cuda_amax(llmt__cuda_ctx *ctx, float *out,
 llmt_status llmt__cuda_quantize_fp8(llmt__cuda_ctx *ctx, uint8_t *y,
                                     const llmt__bf16 *x, const float *scale,
                                     size_t n, int e5m2);
+/* fp8 backward operands: for bf16 x[R,C], y[R,C] = fp8(x * scale[0]) and
+ * yt[C,R] its transpose (either may be NULL); quantize_fp8's encoding. R,
+ * C multiples of 4; x 8-byte, y and yt 4-byte aligned. */
+llmt_status llmt__cuda_cast_transpose_fp8(llmt__cuda_ctx *ctx, uint8_t *y, uint8_t *yt,
+                                          const llmt__bf16 *x, const float *scale, int R, int C,
+                                          int e5m2);
 /* bf16 <-> fp32 conversions on the device. */
 llmt_status llmt__cuda_f32_to_bf16(llmt__cuda_ctx *ctx, llmt__bf16 *y,
                                    const float *x, size_t n);

@@ -717,16 +717,26 @@ typedef struct llmt_trainer_opts {
     int32_t device_index;    /* CUDA ordinal; default 0 */
     int32_t deterministic;   /* CUDA: bitwise-identical repeated runs (no
                                 atomics, fixed GEMM reductions); default 0 */
-    int32_t fp8;             /* device trainers: 1 runs the forward GEMMs of
-                                the transformer blocks' Linear layers in fp8
-                                (E4M3 activations and weights, per-tensor
-                                delayed scaling; backward and the output
-                                head stay bf16; doc/fp8.md); default 0 */
+    int32_t fp8;             /* device trainers: 1 runs the GEMMs of the
+                                transformer blocks' Linear layers in fp8,
+                                forward and backward (E4M3 activations and
+                                weights, gradients per fp8_format; per-tensor
+                                delayed scaling; the output head stays bf16;
+                                doc/fp8.md); default 0 */
     int32_t fp8_amax_history; /* delayed scaling: steps of amax history per
                                 tensor, 1..1024; default 16 */
-    int32_t fp8_margin;      /* scale = 448 / amax / 2^margin, 0..16;
+    int32_t fp8_margin;       /* scale = fp8 max / amax / 2^margin, 0..16;
                                 default 0 */
+    int32_t fp8_format;       /* llmt_fp8_format: the gradients' format;
+                                default LLMT_FP8_HYBRID */
 } llmt_trainer_opts;
+
+/* llmt_trainer_opts.fp8_format (the job spec's precision.fp8_format) */
+typedef enum llmt_fp8_format {
+    LLMT_FP8_E4M3 = 0,  /* E4M3 for every tensor */
+    LLMT_FP8_HYBRID = 1 /* E4M3 forward, E5M2 gradients (TransformerEngine's
+                           HYBRID: the gradients' wider range) */
+} llmt_fp8_format;
 
 /* A step's tokens: `sequences` rows of `seq_len` tokens, inputs and
  * targets (a target < 0 is ignored by the loss). For a step, sequences =

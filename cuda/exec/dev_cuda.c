@@ -188,6 +188,15 @@ static llmt_status dc_quantize_fp8(llmt__dev *d, uint8_t *y, const void *x,
 {
     return llmt__cuda_quantize_fp8(CTX(d), y, x, scale, n, e5m2);
 }
+static llmt_status dc_cast_transpose_fp8(llmt__dev *d, uint8_t *y, uint8_t *yt, const void *x,
+                                         const float *scale, int R, int C, int e5m2)
+{
+    return llmt__cuda_cast_transpose_fp8(CTX(d), y, yt, x, scale, R, C, e5m2);
+}
+static llmt_status dc_gelu_bwd_mul(llmt__dev *d, void *dx, const void *pre, size_t n)
+{
+    return llmt__cuda_gelu_bwd_mul(CTX(d), dx, pre, n);
+}
 static llmt_status dc_bias_add(llmt__dev *d, void *x, const void *bias, int N, int C)
 {
     return llmt__cuda_bias_add(CTX(d), x, bias, N, C);
@@ -347,6 +356,8 @@ static const llmt__dev_ops dev_cuda = {
     .f32_to_bf16 = dc_f32_to_bf16,
     .amax = dc_amax,
     .quantize_fp8 = dc_quantize_fp8,
+    .cast_transpose_fp8 = dc_cast_transpose_fp8,
+    .gelu_bwd_mul = dc_gelu_bwd_mul,
     .bias_add = dc_bias_add,
     .gelu_fwd = dc_gelu_fwd,
     .embedding_part_fwd = dc_embedding_part_fwd,

@@ -67,6 +67,17 @@ struct GeluBwd {
         ((bf8 *)dinp)[i] = a;
     }
 };
+/* dx *= gelu'(pre): the fp8 data gradient's GELU, outside its GEMM */
+struct GeluBwdMul {
+    __nv_bfloat16 *dx; const __nv_bfloat16 *pre;
+    __device__ void one(size_t i) const { dx[i] = f2bf(bf2f(dx[i]) * gelu_grad(bf2f(pre[i]))); }
+    __device__ void vec8(size_t i) const {
+        bf8 x = ((const bf8 *)pre)[i], a = ((bf8 *)dx)[i];
+#pragma unroll
+        for (int k = 0; k < 8; k++) a.v[k] = f2bf(bf2f(a.v[k]) * gelu_grad(bf2f(x.v[k])));
+        ((bf8 *)dx)[i] = a;
+    }
+};
 struct SwigluFwd {
     __nv_bfloat16 *out; const __nv_bfloat16 *gate, *up;
     __device__ void one(size_t i) const { out[i] = f2bf(silu_f(bf2f(gate[i])) * bf2f(up[i])); }
@@ -290,6 +301,11 @@ llmt_status llmt__cuda_gelu_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp,
 {
     return launch_map(ctx, "gelu_bwd", n, aligned(dinp, inp, dout),
                       GeluBwd{BF(dinp), CBF(inp), CBF(dout)});
+}
+llmt_status llmt__cuda_gelu_bwd_mul(llmt__cuda_ctx *ctx, llmt__bf16 *dx,
+                                    const llmt__bf16 *pre, size_t n)
+{
+    return launch_map(ctx, "gelu_bwd_mul", n, aligned(dx, pre), GeluBwdMul{BF(dx), CBF(pre)});
 }
 llmt_status llmt__cuda_swiglu_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
                                   const llmt__bf16 *gate, const llmt__bf16 *up,

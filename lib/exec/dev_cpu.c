@@ -384,6 +384,20 @@ static llmt_status dc_quantize_fp8(llmt__dev *d, uint8_t *y, const void *x, cons
                          "cpu: fp8 is not in the fp32 CPU backend (CUDA sm_89+ has it)");
 }
 
+static llmt_status dc_cast_transpose_fp8(llmt__dev *d, uint8_t *y, uint8_t *yt, const void *x,
+                                         const float *scale, int R, int C, int e5m2)
+{
+    (void)y, (void)yt, (void)x, (void)scale, (void)R, (void)C, (void)e5m2;
+    return dc_quantize_fp8(d, NULL, NULL, NULL, 0, 0);
+}
+
+/* The fp8 path's GELU backward: the fp32 engine fuses it into its GEMM. */
+static llmt_status dc_gelu_bwd_mul(llmt__dev *d, void *dx, const void *pre, size_t n)
+{
+    (void)dx, (void)pre, (void)n;
+    return dc_quantize_fp8(d, NULL, NULL, NULL, 0, 0);
+}
+
 static llmt_status dc_bias_add(llmt__dev *d, void *x_, const void *bias_, int N, int C)
 {
     (void)d;
@@ -448,6 +462,8 @@ static const llmt__dev_ops cpu_ops = {
     .f32_to_bf16 = dc_f32_to_bf16,
     .amax = dc_amax,
     .quantize_fp8 = dc_quantize_fp8,
+    .cast_transpose_fp8 = dc_cast_transpose_fp8,
+    .gelu_bwd_mul = dc_gelu_bwd_mul,
     .bias_add = dc_bias_add,
     .gelu_fwd = dc_gelu_fwd,
     .embedding_part_fwd = llmt__vp_embedding_part_fwd_f32, /* vocab_part.c */

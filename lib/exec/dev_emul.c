@@ -1154,6 +1154,46 @@ static llmt_status em_quantize_fp8(llmt__dev *d, uint8_t *y, const void *x_,
     return LLMT_OK;
 }
 
+static llmt_status em_cast_transpose_fp8(llmt__dev *d, uint8_t *y, uint8_t *yt, const void *x_,
+                                         const float *scale, int R, int C, int e5m2)
+{
+    const llmt__bf16 *x = x_;
+    if (!d)
+        return LLMT_ERR_NULL_POINTER;
+    if (R < 0 || C < 0 || R % 4 || C % 4)
+        return BAD(d, "cast_transpose_fp8: R=%d C=%d (multiples of 4)", R, C);
+    if (!R || !C || (!y && !yt))
+        return LLMT_OK;
+    NEED(d, "cast_transpose_fp8", x);
+    NEED(d, "cast_transpose_fp8", scale);
+    const float s = scale[0];
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            uint8_t q = llmt__fp8_encode(BF(x[(size_t)r * C + c]) * s, e5m2);
+            if (y)
+                y[(size_t)r * C + c] = q;
+            if (yt)
+                yt[(size_t)c * R + r] = q;
+        }
+    return LLMT_OK;
+}
+
+static llmt_status em_gelu_bwd_mul(llmt__dev *d, void *dx_, const void *pre_, size_t n)
+{
+    llmt__bf16 *dx = dx_;
+    const llmt__bf16 *pre = pre_;
+    if (!d)
+        return LLMT_ERR_NULL_POINTER;
+    if (!n)
+        return LLMT_OK;
+    NEED(d, "gelu_bwd_mul", dx);
+    NEED(d, "gelu_bwd_mul", pre);
+    for (size_t i = 0; i < n; i++)
+        dx[i] = TOBF(BF(dx[i]) * gelu_grad(BF(pre[i])));
+    return LLMT_OK;
+}
+
 static llmt_status em_bias_add(llmt__dev *d, void *x_, const void *bias_, int N,
                                int C)
 {
@@ -1234,6 +1274,8 @@ static const llmt__dev_ops emul_ops = {
     .f32_to_bf16 = em_f32_to_bf16,
     .amax = em_amax,
     .quantize_fp8 = em_quantize_fp8,
+    .cast_transpose_fp8 = em_cast_transpose_fp8,
+    .gelu_bwd_mul = em_gelu_bwd_mul,
     .bias_add = em_bias_add,
     .gelu_fwd = em_gelu_fwd,
     .embedding_part_fwd = llmt__vp_embedding_part_fwd_bf16, /* vocab_part.c */

@@ -240,11 +240,20 @@ llmt_status llmt__fp8_delayed_import(llmt__fp8_delayed *d, const float *in)
         const float *row = in + (size_t)i * (size_t)(H + 2);
         float *h = d->hist + (size_t)i * (size_t)H;
         int len = (int)row[1];
-        for (int j = 0; j < H; j++) h[j] = j < len ? row[2 + j] : 0.0f;
+        float use = 0.0f; /* the amax the next update would start from */
+        for (int j = 0; j < H; j++) {
+            h[j] = j < len ? row[2 + j] : 0.0f;
+            if (j < len && (d->algo == LLMT__FP8_AMAX_MAX || j == len - 1))
+                use = h[j] > use ? h[j] : use;
+        }
         d->len[i] = len;
         d->head[i] = len % H;
-        d->scale[i] = row[0];
-        d->scale_inv[i] = 1.0f / row[0];
+        /* the scale from the history with this state's format and margin:
+         * the saved one when they are the saved run's; right for the
+         * tensor when they changed (a gradient saved under E5M2, resumed
+         * under E4M3, would otherwise saturate for a step) */
+        d->scale[i] = llmt__fp8_scale_from_amax(use, d->e5m2[i], d->margin, row[0]);
+        d->scale_inv[i] = 1.0f / d->scale[i];
     }
     return LLMT_OK;
 }

@@ -113,7 +113,10 @@ int llmt__fp8_delayed_e5m2(const llmt__fp8_delayed *d, int i);
  * tensor): row i = scale, the number of amaxes recorded (0..history), then
  * those amaxes oldest first, zeros after. import checks every row (scale
  * finite and > 0, count in range, amaxes finite and >= 0) before taking
- * any: INVALID_ARGUMENT names the first bad row. */
+ * any: INVALID_ARGUMENT names the first bad row. import recomputes each
+ * scale from the imported amaxes with this state's formats and margin
+ * (the saved scale where they and the saving run's agree; the saved one
+ * when no amax above 0 was recorded). */
 void llmt__fp8_delayed_export(const llmt__fp8_delayed *d, float *out);
 llmt_status llmt__fp8_delayed_import(llmt__fp8_delayed *d, const float *in);
 int llmt__fp8_delayed_history(const llmt__fp8_delayed *d);

@@ -308,6 +308,8 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
         t->fp8 = 1;
         t->fp8_amax_history = (int32_t)s->precision.fp8_amax_history;
         t->fp8_margin = (int32_t)s->precision.fp8_margin;
+        t->fp8_format =
+            s->precision.fp8_format == LLMT_SPEC_FP8_E4M3 ? LLMT_FP8_E4M3 : LLMT_FP8_HYBRID;
     }
 
     j->steps = s->train.steps;

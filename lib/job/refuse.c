@@ -147,7 +147,7 @@ static llmt_status check_pp(llmt_job *j)
 
 /* What each engine computes in: the CPU trainer fp32 throughout; the
  * device trainer bf16 parameters and activations, fp32 master weights,
- * bf16 GEMMs or fp8 forward GEMMs. A precision key given with another
+ * bf16 GEMMs or fp8 GEMMs. A precision key given with another
  * value is refused; one left at its default is what the engine does. */
 static llmt_status check_precision(llmt_job *j)
 {
@@ -190,11 +190,6 @@ static llmt_status check_precision(llmt_job *j)
                       "doc/fp8.md); use delayed",
                       s->precision.fp8_recipe == LLMT_SPEC_FP8_CURRENT ? "current"
                                                                        : "blockwise");
-    if (llmt__spec_given(s, "precision.fp8_format"))
-        return REFUSE("precision.fp8_format: is not supported by llmt_job yet "
-                      "(the trainer quantises only the forward GEMMs, to E4M3; "
-                      "gradients stay bf16, so the gradient format has no effect "
-                      "until an fp8 backward exists: doc/fp8.md); remove it");
     return LLMT_OK;
 }
 

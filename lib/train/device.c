@@ -30,8 +30,15 @@
 
 #define NOP LLMT__NOPARAM
 
-/* fp8 slots: each Linear of each layer has two scaled tensors, its input
- * (2*slot) and its weight (2*slot + 1). */
+/* llmt_trainer_opts.fp8_format is passed through as exec/fp8.h's value */
+_Static_assert((int)LLMT_FP8_E4M3 == (int)LLMT__FP8_FORMAT_E4M3 &&
+                   (int)LLMT_FP8_HYBRID == (int)LLMT__FP8_FORMAT_HYBRID,
+               "public and internal fp8 formats");
+
+/* fp8 slots: each Linear of each layer has three scaled tensors, its input
+ * (2*slot) and its weight (2*slot + 1) in the forward, and its output's
+ * gradient (f8g0 + slot, after every forward tensor: a checkpoint of the
+ * forward-only engine is this one's first rows) in the backward. */
 enum { LQKV, LPROJ, LFC, LFC3, LFCP, NLIN };
 #define SLOT(l, kind) ((l) * NLIN + (kind))
 #define F8_STRIDE 4 /* floats between two inverse scales: 16 bytes */
@@ -112,8 +119,9 @@ struct llmt__devtrain {
     int32_t *tok, *tgt;
     void *hrow;            /* host row of logits for last_logits */
     size_t act_bytes;
-    /* fp8 forward GEMMs */
-    int fp8, nf8;          /* on; scaled tensors (2 per Linear slot) */
+    /* fp8 GEMMs, forward and backward */
+    int fp8, nf8, f8g0;     /* on; scaled tensors (3 per Linear slot); the
+                              first gradient tensor's index */
     llmt__fp8_delayed *rec; /* the recipe (host) */
     float *f8scale, *f8inv; /* device [nf8], [nf8 x F8_STRIDE]: quantisation /
                                dequantisation (put_scales) */
@@ -121,9 +129,12 @@ struct llmt__devtrain {
                               row A for forwards outside a step */
     float *h8amax;         /* host [A x nf8] */
     float *h8inv;          /* host [nf8 x F8_STRIDE]: f8inv's staging */
-    uint8_t *qx, *qw;      /* device: quantised input and weight */
+    uint8_t *qx, *qw;      /* device: quantised input and weight (the
+                              backward: both transposed) */
+    uint8_t *qg, *qgt;     /* device: quantised output gradient, as is and
+                              transposed */
     float *h8state;        /* host: the recipe's state for checkpoints */
-    int amax_row, fp8_gemms;
+    int amax_row, fp8_gemms, fp8_bwd_gemms;
     /* tensor parallelism (device.h; tp 1: none): this rank's heads (q, kv),
      * attention width, MLP columns, vocabulary columns [vlo, vlo + Vl) of
      * which nv are real; kvrep: kv heads held by several ranks (kv_heads <
@@ -257,7 +268,7 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
             (void **)&g->tok,    (void **)&g->tgt,    (void **)&g->f8scale, (void **)&g->f8inv,
             (void **)&g->f8amax, (void **)&g->qx,     (void **)&g->qw,      (void **)&g->xmx,
             (void **)&g->xst,    (void **)&g->kvbuf,  (void **)&g->gat,     (void **)&g->nrmbuf,
-            (void **)&g->nrmx};
+            (void **)&g->nrmx,   (void **)&g->qg,     (void **)&g->qgt};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (*bufs[i]) g->op->free(g->d, *bufs[i]);
         free_slots(g);
@@ -794,6 +805,13 @@ static int norm_params(const llmt__devtrain *g, size_t *off)
     return n;
 }
 
+/* Every op the fp8 GEMMs need besides the GEMM itself. */
+static int fp8_ops(const llmt__dev_ops *o)
+{
+    return o->amax && o->quantize_fp8 && o->cast_transpose_fp8 && o->gelu_bwd_mul &&
+           o->bias_add && o->gelu_fwd;
+}
+
 /* Scales to the device (after the recipe moved them). The inverse scales
  * are the GEMM's scale pointers, which cuBLASLt wants 16-byte aligned
  * (cuda/gemm/gemm.cu copies others, two small copies per GEMM), so they
@@ -1188,15 +1206,32 @@ llmt_status llmt__devtrain_create_layout(
                           "fp32; fp8 GEMMs need a bf16 backend (device cuda)", ops->name);
         goto fail;
     }
+    if (fp8 && fp8->on && !fp8_ops(ops)) {
+        s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                          "trainer: fp8: the %s backend has no "
+                          "fp8 ops (amax, quantise, cast-transpose)",
+                          ops->name);
+        goto fail;
+    }
     if (fp8 && fp8->on) {
         g->fp8 = 1;
-        g->nf8 = 2 * L * NLIN;
-        size_t big = F > Q ? F : Q, wide = F > C ? F : C, nf = (size_t)g->nf8;
+        g->f8g0 = 2 * L * NLIN;
+        g->nf8 = 3 * L * NLIN;
+        /* the largest input, output and weight of a block Linear */
+        size_t in = 0, outw = 0, wn = 0, nf = (size_t)g->nf8;
+        for (int i = 0; i < L * NLIN; i++) {
+            const llmt__linear *q = &g->lin[i];
+            in = (size_t)q->in > in ? (size_t)q->in : in;
+            outw = (size_t)q->out > outw ? (size_t)q->out : outw;
+            wn = (size_t)q->in * q->out > wn ? (size_t)q->in * q->out : wn;
+        }
         DA(g->f8scale, nf * 4, 1);
         DA(g->f8inv, nf * 4 * F8_STRIDE, 1);
         DA(g->f8amax, ((size_t)A + 1) * nf * 4, 1);
-        DA(g->qx, N * wide, 1);
-        DA(g->qw, big * C, 1);
+        DA(g->qx, N * in, 1);
+        DA(g->qw, wn, 1);
+        DA(g->qg, N * outw, 1);
+        DA(g->qgt, N * outw, 1);
         g->h8amax = calloc((size_t)A * nf, sizeof(float));
         g->h8state = calloc(nf * ((size_t)fp8->history + 2), sizeof(float));
         g->h8inv = calloc(nf * F8_STRIDE, sizeof(float));
@@ -1204,8 +1239,16 @@ llmt_status llmt__devtrain_create_layout(
             s = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
             goto fail;
         }
+        unsigned char *e5 = calloc(nf, 1);
+        if (!e5) {
+            s = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < nf; i++)
+            e5[i] = (unsigned char)llmt__fp8_format_e5m2(fp8->format, (int)i >= g->f8g0);
         s = llmt__fp8_delayed_create(NULL, g->nf8, fp8->history, fp8->margin,
-                                     LLMT__FP8_AMAX_MAX, NULL, &g->rec);
+                                     LLMT__FP8_AMAX_MAX, e5, &g->rec);
+        free(e5);
         if (s != LLMT_OK) {
             s = llmt__err_set(e, s, "trainer: fp8: amax history %d, margin %d: bad "
                               "recipe settings", fp8->history, fp8->margin);
@@ -1242,13 +1285,14 @@ fail:
     return s;
 }
 
-int llmt__devtrain_fp8_state(const llmt__devtrain *g, const float **scales, int *n,
-                             int *gemms)
+int llmt__devtrain_fp8_state(const llmt__devtrain *g, const float **scales, int *n, int *gemms,
+                             int *bwd_gemms)
 {
     if (!g->fp8) return 0;
     *scales = llmt__fp8_delayed_scales(g->rec);
     *n = g->nf8;
     *gemms = g->fp8_gemms;
+    *bwd_gemms = g->fp8_bwd_gemms;
     return 1;
 }
 
@@ -1595,6 +1639,75 @@ static llmt_status lin(llmt__devtrain *g, const llmt__linear *L, void *out, void
     return s;
 }
 
+/* Does Linear L's backward run in fp8? When its forward does, and the
+ * weight gradient's K (the N rows) is a multiple of 16 as well. */
+static int fp8_bwd_on(const llmt__devtrain *g, const llmt__linear *L, int N)
+{
+    return fp8_on(g, L->fp8_slot, L->in, L->out) && N % 16 == 0;
+}
+
+/* An fp8 GEMM out[M,Nc] (+)= dequant(a b^T), a [M,K] and b [Nc,K] codes
+ * (a E5M2 when a5), each with its tensor's dequantisation scale. */
+static llmt_status mm_fp8(llmt__devtrain *g, int M, int Nc, int K, const uint8_t *a, size_t ta,
+                          int a5, const uint8_t *b, size_t tb, void *out, int cf32, float beta)
+{
+    llmt__gemm_args q;
+    memset(&q, 0, sizeof q);
+    q.trans_b = 1;
+    q.M = M;
+    q.N = Nc;
+    q.K = K;
+    q.A = a;
+    q.B = b;
+    q.C = out;
+    q.ab_type = a5 ? LLMT_GEMM_E5M2 : LLMT_GEMM_E4M3;
+    q.c_type = cf32 ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
+    q.alpha = 1.0f;
+    q.beta = beta;
+    q.a_scale = g->f8inv + ta * F8_STRIDE;
+    q.b_scale = g->f8inv + tb * F8_STRIDE;
+    S(g->op->gemm(g->d, &q), "fp8 gemm");
+    g->fp8_bwd_gemms++;
+    return LLMT_OK;
+}
+
+/* lin_bwd's GEMMs in fp8 (TransformerEngine's recipe): dout is quantised
+ * with its own delayed scale (E5M2 under the hybrid format) and its amax
+ * recorded; x and W with the scales their forward used, so their codes
+ * are the forward's, transposed into the layout cuBLASLt takes
+ * (cast_transpose_fp8). dW (fp32) accumulates over micro-batches as the
+ * bf16 path's; a GELU before the Linear multiplies dx afterwards, since
+ * the fp8 GEMM has no epilogue here. */
+static llmt_status lin_bwd_fp8(llmt__devtrain *g, const llmt__linear *L, void *dx, float xbeta,
+                               const void *dout, const void *x, int N, const void *gelu_pre)
+{
+    int IC = L->in, OC = L->out;
+    size_t tx = 2 * (size_t)L->fp8_slot, tw = tx + 1, tg = (size_t)g->f8g0 + L->fp8_slot;
+    int g5 = llmt__fp8_delayed_e5m2(g->rec, (int)tg);
+    float *am = g->f8amax + (size_t)g->amax_row * g->nf8;
+    S(g->op->amax(g->d, am + tg, dout, (size_t)N * OC), "fp8 amax");
+    S(g->op->cast_transpose_fp8(g->d, dx ? g->qg : NULL, g->qgt, dout, g->f8scale + tg, N, OC,
+                                g5),
+      "fp8 quantise");
+    S(g->op->cast_transpose_fp8(g->d, NULL, g->qx, x, g->f8scale + tx, N, IC, 0),
+      "fp8 quantise");
+    llmt_status s = mm_fp8(g, OC, IC, N, g->qgt, tg, g5, g->qx, tx, g->grad + L->w, 1, 1.0f);
+    if (s != LLMT_OK)
+        return s;
+    if (L->b != NOP)
+        S(g->op->bias_bwd(g->d, g->grad + L->b, dout, N, OC), "bias grad");
+    if (!dx)
+        return LLMT_OK;
+    S(g->op->cast_transpose_fp8(g->d, NULL, g->qw, pw(g, L->w), g->f8scale + tw, OC, IC, 0),
+      "fp8 quantise");
+    if ((s = mm_fp8(g, N, IC, OC, g->qg, tg, g5, g->qw, tw, dx, 0, gelu_pre ? 0.0f : xbeta)) !=
+        LLMT_OK)
+        return s;
+    if (gelu_pre)
+        S(g->op->gelu_bwd_mul(g->d, dx, gelu_pre, (size_t)N * IC), "gelu backward");
+    return LLMT_OK;
+}
+
 /* Linear backward: dW[out,in] += dout^T x; dbias += colsum(dout);
  * dx[N,in] = dout W (beta 0) or += (beta 1), times gelu'(gelu_pre) when
  * that is given (the GELU of the Linear before, fused into the epilogue);
@@ -1613,6 +1726,12 @@ static llmt_status lin_bwd(llmt__devtrain *g, const llmt__linear *L, void *dx, f
     } else if (L->split == LLMT__SPLIT_ROW) {
         if ((s = point(g, L->split, LLMT__AT_ROW_OUT, -1, L, (void *)dout, N, OC)) != LLMT_OK)
             return s;
+    }
+    if (fp8_bwd_on(g, L, N)) {
+        s = lin_bwd_fp8(g, L, dx, xbeta, dout, x, N, gelu_pre);
+        if (s == LLMT_OK && dx && L->split == LLMT__SPLIT_COLUMN && !L->shares_input)
+            s = point(g, L->split, LLMT__AT_COLUMN_IN, -1, L, dx, N, IC);
+        return s;
     }
     if ((s = mm(g, 1, 0, OC, IC, N, dout, x, g->grad + L->w, 1, 1.0f, LLMT_GEMM_EPI_NONE, NULL,
                 NULL)) != LLMT_OK)
@@ -1756,23 +1875,22 @@ static llmt_status norm_fwd(llmt__devtrain *g, void *out, float *mean, float *rs
         S(g->op->rmsnorm_fwd(g->d, out, rstd, x, pw(g, w), N, c->width, c->norm_eps),
           "rmsnorm");
     else
-        S(g->op->layernorm_fwd(g->d, out, mean, rstd, x, pw(g, w),
-                               b == NOP ? NULL : pw(g, b), N, c->width, c->norm_eps),
+        S(g->op->layernorm_fwd(g->d, out, mean, rstd, x, pw(g, w), b == NOP ? NULL : pw(g, b),
+                               N, c->width, c->norm_eps),
           "layernorm");
     return LLMT_OK;
 }
 
-static llmt_status norm_bwd(llmt__devtrain *g, void *dinp, const void *dout,
-                            const void *x, const float *mean, const float *rstd,
-                            size_t w, size_t b, int N)
+static llmt_status norm_bwd(llmt__devtrain *g, void *dinp, const void *dout, const void *x,
+                            const float *mean, const float *rstd, size_t w, size_t b, int N)
 {
     int C = g->m->cfg.width;
     if (g->llama)
         S(g->op->rmsnorm_bwd(g->d, dinp, g->grad + w, dout, x, pw(g, w), rstd, N, C),
           "rmsnorm backward");
     else
-        S(g->op->layernorm_bwd(g->d, dinp, g->grad + w, b == NOP ? NULL : g->grad + b, dout,
-                               x, pw(g, w), mean, rstd, N, C),
+        S(g->op->layernorm_bwd(g->d, dinp, g->grad + w, b == NOP ? NULL : g->grad + b, dout, x,
+                               pw(g, w), mean, rstd, N, C),
           "layernorm backward");
     return LLMT_OK;
 }
@@ -1978,6 +2096,7 @@ static llmt_status backward(llmt__devtrain *g, const int32_t *tok, int B, int T)
     const llmt__linear *head = &g->lin[c->layers * NLIN];
     const void *in;
     llmt_status s;
+    g->fp8_bwd_gemms = 0;
     /* the logits hold dloss/dlogits (softmax_xent wrote them in place);
      * the head's input, the final norm's output, made again */
     R(norm_fwd(g, g->nrmx, g->lnfm, g->lnfr, g->resid[c->layers], g->lnfw, g->lnfb, Nr));

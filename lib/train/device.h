@@ -147,6 +147,7 @@ enum { LLMT__RECOMPUTE_NONE = 0, LLMT__RECOMPUTE_FULL = 1, LLMT__RECOMPUTE_SELEC
  * fp8 layout rule), as do the output head and the whole backward. */
 typedef struct llmt__devtrain_fp8 {
     int on, history, margin;
+    int format; /* LLMT__FP8_FORMAT_* (exec/fp8.h): the gradients' */
 } llmt__devtrain_fp8;
 
 /* Creates the backend context and every device buffer for micro-batches of
@@ -241,12 +242,15 @@ typedef struct llmt__devtrain_mem {
 } llmt__devtrain_mem;
 void llmt__devtrain_memory(const llmt__devtrain *g, llmt__devtrain_mem *out);
 const char *llmt__devtrain_backend(const llmt__devtrain *g);
-/* fp8 state, for tests: the current quantisation scales (2 per Linear
- * slot: input, weight; *n of them) and how many Linear forwards ran in fp8
- * since the last forward pass began (recomputed layers count again).
+/* fp8 state, for tests: the current quantisation scales (*n of them: per
+ * Linear slot its input 2*slot and weight 2*slot + 1, then from index
+ * 2 * slots the output gradients, one per slot), how many Linear
+ * forwards ran in fp8 since the last forward pass began (recomputed
+ * layers count again) and how many fp8 GEMMs the last backward pass ran
+ * (a Linear's weight and data gradients: two, one when it needs no dx).
  * Returns 0 when fp8 is off. */
-int llmt__devtrain_fp8_state(const llmt__devtrain *g, const float **scales, int *n,
-                             int *gemms);
+int llmt__devtrain_fp8_state(const llmt__devtrain *g, const float **scales, int *n, int *gemms,
+                             int *bwd_gemms);
 /* The fp8 recipe's state as a [n, history + 2] fp32 host array (see
  * llmt__fp8_delayed_export), valid until the next call; NULL when fp8 is
  * off. import restores it (and the device's scales). */

@@ -67,7 +67,10 @@ static llmt_status fp8_add(llmt_trainer *tr, llmt_ckpt *ck)
 
 /* Restores it when the checkpoint has it in this trainer's shape; a
  * checkpoint without it (saved without fp8) or with another history
- * length leaves the scales to warm up again, and says so. */
+ * length leaves the scales to warm up again, and says so. One with fewer
+ * rows of the same history (an engine with fp8 forward GEMMs only: its
+ * rows are the forward tensors, which come first here) restores those
+ * and leaves the gradients' scales to warm up. */
 static llmt_status fp8_read(llmt_trainer *tr, llmt_ckpt *ck, int apply)
 {
     int64_t shape[2], saved[LLMT_MAX_DIMS] = {0}, zero[2] = {0, 0};
@@ -76,7 +79,8 @@ static llmt_status fp8_read(llmt_trainer *tr, llmt_ckpt *ck, int apply)
     llmt_dtype dt;
     int32_t nd = 0;
     if (llmt_ckpt_tensor_info(ck, FP8_KEY, &dt, &nd, saved, NULL) != LLMT_OK ||
-        dt != LLMT_DTYPE_FP32 || nd != 2 || saved[0] != shape[0] || saved[1] != shape[1]) {
+        dt != LLMT_DTYPE_FP32 || nd != 2 || saved[0] < 1 || saved[0] > shape[0] ||
+        saved[1] != shape[1]) {
         if (!apply)
             return LLMT_OK;
         llmt__log(llmt__trainer_ctx(tr), LLMT_LOG_WARN, "train",
@@ -85,9 +89,15 @@ static llmt_status fp8_read(llmt_trainer *tr, llmt_ckpt *ck, int apply)
                   (long long)shape[0], (long long)shape[1]);
         return LLMT_OK;
     }
+    if (apply && saved[0] < shape[0])
+        llmt__log(llmt__trainer_ctx(tr), LLMT_LOG_WARN, "train",
+                  "the checkpoint's fp8 scaling state has %lld of this trainer's %lld "
+                  "tensors (saved with fp8 forward GEMMs only): the gradients' fp8 "
+                  "scales start again from 1",
+                  (long long)saved[0], (long long)shape[0]);
     llmt_tensor v;
-    llmt_status s = llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 2, shape, st,
-                                     LLMT_DEVICE_CPU, 0);
+    llmt_status s =
+        llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 2, saved, st, LLMT_DEVICE_CPU, 0);
     if (s == LLMT_OK) s = llmt_ckpt_read(ck, FP8_KEY, &v, zero);
     if (s != LLMT_OK)
         return llmt__err_set(llmt__trainer_err(tr), s, "trainer: ckpt: read %s: %s", FP8_KEY,

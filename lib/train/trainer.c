@@ -42,6 +42,7 @@ LLMT_API llmt_status llmt_trainer_opts_init(llmt_trainer_opts *o, size_t size)
     d.fp8 = 0;
     d.fp8_amax_history = 16;
     d.fp8_margin = 0;
+    d.fp8_format = LLMT_FP8_HYBRID;
     return llmt__opts_init(o, size, 0, &d, sizeof d, "llmt_trainer_opts");
 }
 
@@ -171,6 +172,11 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
                              "trainer: fp8_amax_history %d (1..1024) or "
                              "fp8_margin %d (0..16) out of range",
                              (int)o.fp8_amax_history, (int)o.fp8_margin);
+    if (o.fp8 && o.fp8_format != LLMT_FP8_E4M3 && o.fp8_format != LLMT_FP8_HYBRID)
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: fp8_format %d is not LLMT_FP8_E4M3 (0) or "
+                             "LLMT_FP8_HYBRID (1)",
+                             (int)o.fp8_format);
     if (o.device_index < 0)
         return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: device_index %d < 0", (int)o.device_index);

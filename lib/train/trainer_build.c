@@ -116,7 +116,8 @@ static llmt_status make_engine(llmt_trainer *tr)
     /* context parallelism: this rank's T / cp rows of each sequence */
     int Tl = tr->cp ? tr->T / llmt__cp_size(tr->cp) : tr->T;
     llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
-    llmt__devtrain_fp8 f8 = {tr->o.fp8, tr->o.fp8_amax_history, tr->o.fp8_margin};
+    llmt__devtrain_fp8 f8 = {tr->o.fp8, tr->o.fp8_amax_history, tr->o.fp8_margin,
+                             tr->o.fp8_format};
     llmt__devtrain *dev = NULL;
     llmt__pp *pp = NULL;
     s = llmt__devtrain_create_layout(&tr->err, tr->ops, &d, tr->model, tr->B, Tl,

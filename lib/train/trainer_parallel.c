@@ -59,7 +59,8 @@ static llmt_status tp_attach(llmt_trainer *tr, llmt_comm *comm, int seq)
     if (tp)
         llmt__tp_engine(tp, &et);
     llmt__dev_opts d = {tr->o.device_index, tr->o.deterministic};
-    llmt__devtrain_fp8 f8 = {tr->o.fp8, tr->o.fp8_amax_history, tr->o.fp8_margin};
+    llmt__devtrain_fp8 f8 = {tr->o.fp8, tr->o.fp8_amax_history, tr->o.fp8_margin,
+                             tr->o.fp8_format};
     llmt__devtrain *dev = NULL;
     s = llmt__devtrain_create_tp(&tr->err, tr->ops, &d, tr->model, tr->B, tr->T,
                                  tr->o.grad_accum, tr->o.recompute, &f8, &et, &dev);

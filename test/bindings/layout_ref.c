@@ -190,6 +190,7 @@ int main(void)
     printf("llmt_trainer_opts.fp8 %zu\n", offsetof(llmt_trainer_opts, fp8));
     printf("llmt_trainer_opts.fp8_amax_history %zu\n", offsetof(llmt_trainer_opts, fp8_amax_history));
     printf("llmt_trainer_opts.fp8_margin %zu\n", offsetof(llmt_trainer_opts, fp8_margin));
+    printf("llmt_trainer_opts.fp8_format %zu\n", offsetof(llmt_trainer_opts, fp8_format));
     printf("llmt_batch %zu\n", sizeof(llmt_batch));
     printf("llmt_batch.struct_size %zu\n", offsetof(llmt_batch, struct_size));
     printf("llmt_batch.inputs %zu\n", offsetof(llmt_batch, inputs));

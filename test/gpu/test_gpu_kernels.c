@@ -701,7 +701,15 @@ static int g_det; /* X is a deterministic context (names the cases) */
  * packed: the two inverse scales side by side in one buffer, as the
  * trainer keeps them (the weight's scale pointer 4 bytes past 16-byte
  * alignment), instead of one allocation each. */
+static void test_gemm_fp8_c(int M, int N, int K, int e5m2_a, int packed, int cf32);
 static void test_gemm_fp8(int M, int N, int K, int e5m2_a, int packed)
+{
+    test_gemm_fp8_c(M, N, K, e5m2_a, packed, 0);
+}
+
+/* cf32: the weight gradient's form, C fp32 holding earlier values and
+ * beta 1 (the gradient accumulated over micro-batches). */
+static void test_gemm_fp8_c(int M, int N, int K, int e5m2_a, int packed, int cf32)
 {
     char name[128];
     size_t na = (size_t)M * K, nb = (size_t)N * K, nc = (size_t)M * N;
@@ -726,24 +734,41 @@ static void test_gemm_fp8(int M, int N, int K, int e5m2_a, int packed)
     for (size_t i = 0; i < na; i++) A[i] = fp8_decode(Aq[i], e5m2_a) * inv_a;
     for (size_t i = 0; i < nb; i++) B[i] = fp8_decode(Bq[i], 0) * inv_b;
     gemm_ref(acc, A, B, M, N, K, 0, 1);
-    for (size_t i = 0; i < nc; i++) ref[i] = (float)acc[i];
-    uint16_t *dC = dpoison_bf(nc);
+    float *C0 = malloc(nc * 4);
+    for (size_t i = 0; i < nc; i++) {
+        C0[i] = cf32 ? rng_f(1.0f) : 0.0f;
+        ref[i] = (float)acc[i] + C0[i];
+    }
+    void *dC = cf32 ? dup_(C0, nc * 4) : (void *)dpoison_bf(nc);
     llmt__gemm_args g;
     llmt__gemm_args_init(&g);
     g.trans_a = 0; g.trans_b = 1; g.M = M; g.N = N; g.K = K;
     g.A = dAq; g.B = dBq; g.C = dC;
     g.ab_type = e5m2_a ? LLMT_GEMM_E5M2 : LLMT_GEMM_E4M3;
     g.a_scale = dia; g.b_scale = dib;
+    if (cf32) {
+        g.c_type = LLMT_GEMM_F32;
+        g.beta = 1.0f;
+    }
     llmt_status st = llmt__cuda_gemm(X, &g);
-    snprintf(name, sizeof name, "gemm fp8 %s x E4M3 M=%d N=%d K=%d%s%s",
+    snprintf(name, sizeof name, "gemm fp8 %s x E4M3 M=%d N=%d K=%d%s%s%s",
              e5m2_a ? "E5M2" : "E4M3", M, N, K, packed ? " packed scales" : "",
-             g_det ? " deterministic" : "");
+             cf32 ? " fp32 C beta 1" : "", g_det ? " deterministic" : "");
     if (st != LLMT_OK) {
         printf("%-58s %s\n", name, llmt__cuda_ctx_last_error(X));
         report(name, INFINITY, 0);
+    } else if (cf32) {
+        float *got = malloc(nc * 4);
+        down(got, dC, nc * 4);
+        /* fp32 C: the tensor cores' fp8 products summed in fp32 (FAST_ACCUM
+         * off) against double; a beta ignored would miss C0, about 4e-2
+         * to 1e-1 of the result here */
+        report(name, rel_err(got, ref, nc), 1e-3);
+        free(got);
     } else {
         report(name, read_bf_err(dC, ref, nc), TOL_BF);
     }
+    free(C0);
     llmt__cuda_free(X, dAb); llmt__cuda_free(X, dBb); llmt__cuda_free(X, dsa);
     llmt__cuda_free(X, dsb);
     llmt__cuda_free(X, dia);
@@ -751,6 +776,79 @@ static void test_gemm_fp8(int M, int N, int K, int e5m2_a, int packed)
         llmt__cuda_free(X, dib);
     llmt__cuda_free(X, dAq); llmt__cuda_free(X, dBq); llmt__cuda_free(X, dC);
     free(A); free(B); free(ref); free(Ab); free(Bb); free(Aq); free(Bq); free(acc);
+}
+
+/* cast_transpose_fp8: its codes equal quantize_fp8's (bitwise), in place
+ * and transposed, for tiles cut at the edges (R, C not multiples of 64)
+ * and with either output left out; gelu_bwd_mul against the host GELU
+ * derivative. */
+static void test_cast_transpose(int R, int C, int e5m2)
+{
+    char name[128];
+    size_t n = (size_t)R * C;
+    float *x = malloc(n * 4), scale = (e5m2 ? 57344.0f : 448.0f) / 3.0f;
+    uint16_t *xb = malloc(n * 2);
+    uint8_t *ref = malloc(n), *y = malloc(n), *yt = malloc(n);
+    fill_bf(x, xb, n, 3.0f);
+    uint16_t *dx = dup_(xb, n * 2);
+    float *ds = dup_(&scale, 4);
+    uint8_t *dref = dalloc(n), *dy = dalloc(n), *dyt = dalloc(n);
+    OK(llmt__cuda_quantize_fp8(X, dref, dx, ds, n, e5m2));
+    down(ref, dref, n);
+    for (int pass = 0; pass < 3; pass++) { /* both; y only; yt only */
+        OK(llmt__cuda_memset0(X, dy, n));
+        OK(llmt__cuda_memset0(X, dyt, n));
+        OK(llmt__cuda_cast_transpose_fp8(X, pass == 2 ? NULL : dy, pass == 1 ? NULL : dyt, dx,
+                                         ds, R, C, e5m2));
+        down(y, dy, n);
+        down(yt, dyt, n);
+        size_t bad = 0;
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++) {
+                uint8_t q = ref[(size_t)r * C + c];
+                bad += pass != 2 && y[(size_t)r * C + c] != q;
+                bad += pass != 1 && yt[(size_t)c * R + r] != q;
+                bad += pass == 1 && yt[(size_t)c * R + r] != 0; /* left alone */
+            }
+        snprintf(name, sizeof name, "cast_transpose_fp8 %s R=%d C=%d %s",
+                 e5m2 ? "E5M2" : "E4M3", R, C,
+                 pass == 0   ? "y and yt"
+                 : pass == 1 ? "y only"
+                             : "yt only");
+        report(name, (double)bad, 0);
+    }
+    llmt__cuda_free(X, dx);
+    llmt__cuda_free(X, ds);
+    llmt__cuda_free(X, dref);
+    llmt__cuda_free(X, dy);
+    llmt__cuda_free(X, dyt);
+    free(x);
+    free(xb);
+    free(ref);
+    free(y);
+    free(yt);
+}
+
+static void test_gelu_bwd_mul(size_t n)
+{
+    char name[96];
+    float *d = malloc(n * 4), *p = malloc(n * 4), *ref = malloc(n * 4);
+    uint16_t *db = malloc(n * 2), *pb = malloc(n * 2);
+    fill_bf(d, db, n, 1.0f);
+    fill_bf(p, pb, n, 3.0f);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = d[i] * gelu_grad_ref(p[i]);
+    uint16_t *ddx = dup_(db, n * 2), *dp = dup_(pb, n * 2);
+    OK(llmt__cuda_gelu_bwd_mul(X, ddx, dp, n));
+    snprintf(name, sizeof name, "gelu_bwd_mul n=%zu", n);
+    report(name, read_bf_err(ddx, ref, n), TOL_BF);
+    llmt__cuda_free(X, ddx);
+    llmt__cuda_free(X, dp);
+    free(d);
+    free(p);
+    free(ref);
+    free(db);
+    free(pb);
 }
 
 int main(void)
@@ -1011,7 +1109,20 @@ int main(void)
         test_gemm_fp8(128, 256, 512, 0, 0);
         test_gemm_fp8(128, 256, 512, 1, 0);
         test_gemm_fp8(32, 192, 64, 0, 1); /* the trainer's GPT-2 QKV */
+        /* the backward's: the weight gradient (E5M2 dout^T x x^T into fp32,
+         * beta 1) and the data gradient (E5M2 dout x W^T into bf16) */
+        test_gemm_fp8_c(768, 2304, 1024, 1, 1, 1);
+        test_gemm_fp8_c(64, 64, 32, 1, 1, 1);
+        test_gemm_fp8_c(1024, 768, 2304, 1, 1, 0);
     }
+    for (int e5 = 0; e5 < 2; e5++) {
+        test_cast_transpose(64, 64, e5);
+        test_cast_transpose(4, 8, e5);
+        test_cast_transpose(100, 196, e5);
+        test_cast_transpose(2048, 768, e5);
+    }
+    test_gelu_bwd_mul(7);
+    test_gelu_bwd_mul(65536 + 3);
     /* deterministic mode: embedding backward without atomics, GEMM without
      * split-K reductions; a repeated run is bitwise identical */
     {

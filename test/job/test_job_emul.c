@@ -32,8 +32,9 @@
  *     machine), naming the key and "emulated": train.device cuda with tp 2
  *     x dp 2, cp 2 x dp 2, pp 2 x dp 2, and a MoE model with dp 2; and
  *     precision.param fp32 on emulated, naming precision.param.
- * (f) precision.gemm fp8 on emulated: the losses differ from bf16's and stay
- *     within 1e-2 relative of them.
+ * (f) precision.gemm fp8, and with fp8_format e4m3, on emulated: the
+ *     losses differ from bf16's (and from each other's) and stay within
+ *     1e-2 relative of bf16's.
  * Why 2^-9: the device tests' bound (test/train/test_device_tpdp.c): the
  * layouts change the order of fp32 sums, and on bf16 storage a different
  * rounding of one activation moves the loss by up to a few bf16 ulps
@@ -265,21 +266,41 @@ int main(int argc, char **argv)
         }
     }
 
-    /* (f) fp8 forward GEMMs on emulated (precision.gemm fp8, delayed
-     * scaling): they take effect (the losses differ from bf16's) and
-     * stay within 1e-2 relative of them (E4M3's 3 mantissa bits on the
-     * forward GEMMs' inputs, fp32 accumulation; doc/fp8.md) */
-    static jt_rank f8[1];
+    /* (f) fp8 GEMMs on emulated (precision.gemm fp8, delayed scaling;
+     * forward, weight and data gradients): they take effect (the losses
+     * differ from bf16's) and stay within 1e-2 relative of them (E4M3's
+     * 3 mantissa bits on the forward GEMMs' inputs, E5M2's 2 on the
+     * gradients, fp32 accumulation; doc/fp8.md); fp8_format e4m3 (E4M3
+     * gradients too) takes effect as well: its losses differ from the
+     * hybrid run's, within the same bound of bf16's */
+    static jt_rank f8[1], f8e4[1];
     spec(json, sizeof json, "\"tp\": 1", "emulated");
     splice(json, sizeof json, "\"hardware\"", 0, "\"precision\": {\"gemm\": \"fp8\"}, ");
     snprintf(dir, sizeof dir, "%s/fp8", g.tmp);
-    if (run_layout("one emulated rank, fp8 GEMMs", json, 1, dir, 0, 0, f8)) {
+    int f8ok = run_layout("one emulated rank, fp8 GEMMs", json, 1, dir, 0, 0, f8);
+    if (f8ok) {
         double d = 0;
         for (int k = 1; k <= STEPS; k++)
             d = fmax(d, jt_rel(f8->loss[k], ref->loss[k]));
         printf("fp8 GEMMs on emulated: losses within %.3g relative of bf16's (bound 1e-2)\n",
                d);
         CHECK(d > 0 && d <= 1e-2);
+    }
+    spec(json, sizeof json, "\"tp\": 1", "emulated");
+    splice(json, sizeof json, "\"hardware\"", 0,
+           "\"precision\": {\"gemm\": \"fp8\", \"fp8_format\": \"e4m3\"}, ");
+    snprintf(dir, sizeof dir, "%s/fp8-e4m3", g.tmp);
+    if (run_layout("one emulated rank, fp8 GEMMs, E4M3 gradients", json, 1, dir, 0, 0, f8e4) &&
+        f8ok) {
+        double d = 0, h = 0;
+        for (int k = 1; k <= STEPS; k++) {
+            d = fmax(d, jt_rel(f8e4->loss[k], ref->loss[k]));
+            h = fmax(h, jt_rel(f8e4->loss[k], f8->loss[k]));
+        }
+        printf("fp8_format e4m3 on emulated: losses within %.3g relative of bf16's, %.3g of "
+               "hybrid's\n",
+               d, h);
+        CHECK(h > 0 && d <= 1e-2);
     }
 
     /* (e) refused by name */

@@ -891,6 +891,117 @@ static void test_fp8_ops(void)
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) X->free(D, ps[i]);
 }
 
+/* The fp8 backward's ops: cast_transpose_fp8's codes equal quantize_fp8's,
+ * in place and transposed (exactly); the two backward GEMMs in the only
+ * layout fp8 takes, on transposed codes: the weight gradient E5M2 x E4M3
+ * accumulated into fp32 (beta 1), the data gradient into bf16, each
+ * against the decoded operands in double; gelu_bwd_mul against the fp32
+ * table's GELU backward. */
+static void test_fp8_backward_ops(void)
+{
+    enum { NR = 12, Cc = 8 }; /* dout [NR, Cc]; x [NR, Cc] as well */
+    float gf[NR * Cc], xf[NR * Cc];
+    llmt__bf16 gb[NR * Cc], xb[NR * Cc];
+    fill_bf(gf, gb, NR * Cc, 1e-3f);
+    fill_bf(xf, xb, NR * Cc, 2.0f);
+    llmt__bf16 *dg = dup_(gb, sizeof gb), *dxx = dup_(xb, sizeof xb);
+    float sc[2] = {57344.0f / 1e-3f, 448.0f / 2.0f}, inv[2] = {1e-3f / 57344.0f, 2.0f / 448.0f};
+    float *dsc = dup_(sc, sizeof sc), *dinv = dup_(inv, sizeof inv);
+    uint8_t *q = dalloc(NR * Cc), *qt = dalloc(NR * Cc), *qx = dalloc(NR * Cc);
+    uint8_t hq[NR * Cc], hqt[NR * Cc], href[NR * Cc], hx[NR * Cc];
+    CHECK_STATUS(X->quantize_fp8(D, q, dg, dsc, NR * Cc, 1), LLMT_OK);
+    down(href, q, sizeof href);
+    CHECK_STATUS(X->cast_transpose_fp8(D, q, qt, dg, dsc, NR, Cc, 1), LLMT_OK);
+    down(hq, q, sizeof hq);
+    down(hqt, qt, sizeof hqt);
+    int same = memcmp(hq, href, sizeof hq) == 0, tr = 1;
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < Cc; c++)
+            tr &= hqt[c * NR + r] == href[r * Cc + c];
+    report("cast_transpose_fp8 E5M2: codes as quantize_fp8's", same ? 0.0 : 1.0, 0.0);
+    report("cast_transpose_fp8 E5M2: transposed codes", tr ? 0.0 : 1.0, 0.0);
+    CHECK_STATUS(X->cast_transpose_fp8(D, NULL, qx, dxx, dsc + 1, NR, Cc, 0), LLMT_OK);
+    down(hx, qx, sizeof hx);
+    CHECK_STATUS(X->cast_transpose_fp8(D, q, qt, dg, dsc, 6, 8, 1), LLMT_ERR_INVALID_ARGUMENT);
+
+    /* dW[Cc, Cc] += dout^T x: A = dout^T codes [Cc, NR] E5M2, B = x^T [Cc, NR] */
+    float w0[Cc * Cc], ref[Cc * Cc], got[Cc * Cc];
+    for (int i = 0; i < Cc * Cc; i++)
+        w0[i] = 0.25f * (float)(i % 7) - 0.5f;
+    float *dw = dup_(w0, sizeof w0);
+    for (int i = 0; i < Cc; i++)
+        for (int j = 0; j < Cc; j++) {
+            double acc = 0;
+            for (int r = 0; r < NR; r++)
+                acc += (double)llmt__fp8_decode(hqt[i * NR + r], 1) *
+                       llmt__fp8_decode(hx[j * NR + r], 0);
+            ref[i * Cc + j] = (float)(w0[i * Cc + j] + acc * inv[0] * inv[1]);
+        }
+    llmt__gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.trans_b = 1;
+    g.M = Cc;
+    g.N = Cc;
+    g.K = NR;
+    g.A = qt;
+    g.B = qx;
+    g.C = dw;
+    g.ab_type = LLMT_GEMM_E5M2;
+    g.c_type = LLMT_GEMM_F32;
+    g.alpha = 1.0f;
+    g.beta = 1.0f;
+    g.a_scale = dinv;
+    g.b_scale = dinv + 1;
+    CHECK_STATUS(X->gemm(D, &g), LLMT_OK);
+    down(got, dw, sizeof got);
+    cmp("gemm fp8 E5M2 x E4M3 weight gradient, fp32 C, beta 1", got, ref, Cc * Cc, TOL_F32);
+
+    /* dx[NR, Cc] = dout W: A = dout codes [NR, Cc], B = W^T codes [Cc, Cc] */
+    float wf[Cc * Cc], dref[NR * Cc], dgot[NR * Cc];
+    llmt__bf16 wb[Cc * Cc];
+    fill_bf(wf, wb, Cc * Cc, 0.05f);
+    llmt__bf16 *dwb = dup_(wb, sizeof wb), *ddx = dalloc(NR * Cc * 2);
+    uint8_t *qwt = dalloc(Cc * Cc), hwt[Cc * Cc];
+    float wsc = 448.0f / 0.05f, winv = 0.05f / 448.0f;
+    float *dwsc = dup_(&wsc, sizeof wsc), *dwinv = dup_(&winv, sizeof winv);
+    CHECK_STATUS(X->cast_transpose_fp8(D, NULL, qwt, dwb, dwsc, Cc, Cc, 0), LLMT_OK);
+    down(hwt, qwt, sizeof hwt);
+    for (int r = 0; r < NR; r++)
+        for (int j = 0; j < Cc; j++) {
+            double acc = 0;
+            for (int k = 0; k < Cc; k++)
+                acc += (double)llmt__fp8_decode(hq[r * Cc + k], 1) *
+                       llmt__fp8_decode(hwt[j * Cc + k], 0);
+            dref[r * Cc + j] = (float)(acc * inv[0] * winv);
+        }
+    g.M = NR;
+    g.N = Cc;
+    g.K = Cc;
+    g.A = q;
+    g.B = qwt;
+    g.C = ddx;
+    g.c_type = LLMT_GEMM_BF16;
+    g.beta = 0.0f;
+    g.b_scale = dwinv;
+    CHECK_STATUS(X->gemm(D, &g), LLMT_OK);
+    down_bf(dgot, ddx, NR * Cc);
+    cmp("gemm fp8 E5M2 x E4M3 data gradient, bf16 C", dgot, dref, NR * Cc, TOL_BF);
+
+    /* dx *= gelu'(pre), against the fp32 table's gelu backward from zero */
+    float pre[NR * Cc], gl[NR * Cc];
+    llmt__bf16 preb[NR * Cc], *dpre;
+    fill_bf(pre, preb, NR * Cc, 3.0f);
+    dpre = dup_(preb, sizeof preb);
+    memset(gl, 0, sizeof gl);
+    R->gelu_bwd(gl, pre, dgot, NR * Cc);
+    CHECK_STATUS(X->gelu_bwd_mul(D, ddx, dpre, NR * Cc), LLMT_OK);
+    down_bf(got, ddx, NR * Cc);
+    cmp("gelu_bwd_mul (vs the fp32 table's gelu backward)", got, gl, NR * Cc, TOL_BF);
+    void *ps[] = {dg, dxx, dsc, dinv, q, qt, qx, dw, dwb, ddx, qwt, dwsc, dwinv, dpre};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        X->free(D, ps[i]);
+}
+
 static void test_errors(void)
 {
     llmt__bf16 *b = dalloc(4096);
@@ -968,6 +1079,7 @@ int main(void)
     test_adamw(37, 3, 0);
     test_reduce();
     test_fp8_ops();
+    test_fp8_backward_ops();
     test_errors();
 
     size_t in_use = 1, peak = 0;

@@ -133,6 +133,9 @@ const LLMT_LR_CONSTANT = Int32(0)
 const LLMT_LR_COSINE = Int32(1)
 const LLMT_LR_LINEAR = Int32(2)
 const LLMT_LR_WSD = Int32(3)
+# llmt_fp8_format
+const LLMT_FP8_E4M3 = Int32(0)
+const LLMT_FP8_HYBRID = Int32(1)
 # llmt_ckpt_tier
 const LLMT_CKPT_TIER_HOST = Int32(0)
 const LLMT_CKPT_TIER_LOCAL = Int32(1)
@@ -383,6 +386,7 @@ struct llmt_trainer_opts
     fp8::Int32
     fp8_amax_history::Int32
     fp8_margin::Int32
+    fp8_format::Int32
 end
 struct llmt_batch
     struct_size::Csize_t

@@ -139,6 +139,9 @@ LLMT_LR_CONSTANT = 0
 LLMT_LR_COSINE = 1
 LLMT_LR_LINEAR = 2
 LLMT_LR_WSD = 3
+# llmt_fp8_format
+LLMT_FP8_E4M3 = 0
+LLMT_FP8_HYBRID = 1
 # llmt_ckpt_tier
 LLMT_CKPT_TIER_HOST = 0
 LLMT_CKPT_TIER_LOCAL = 1
@@ -405,6 +408,7 @@ class llmt_trainer_opts(ctypes.Structure):
         ('fp8', ctypes.c_int32),
         ('fp8_amax_history', ctypes.c_int32),
         ('fp8_margin', ctypes.c_int32),
+        ('fp8_format', ctypes.c_int32),
     ]
 
 
@@ -874,7 +878,7 @@ LAYOUT = {
     'llmt_goodput_opts': (80, [('struct_size', 0), ('gpu_failures_per_hour', 8), ('interval_s', 16), ('horizon_hours', 24), ('stall_s', 32), ('write_s', 40), ('restore_s', 48), ('restart_s', 56), ('trials', 64), ('sweep_points', 68), ('seed', 72)]),
     'llmt_goodput_result': (120, [('struct_size', 0), ('interval_s', 8), ('goodput', 16), ('goodput_stddev', 24), ('wall_hours', 32), ('work_hours', 40), ('lost_work_hours', 48), ('ckpt_overhead_hours', 56), ('restart_hours', 64), ('failures', 72), ('mtbf_hours', 80), ('young_daly_s', 88), ('young_daly_goodput', 96), ('best_interval_s', 104), ('best_goodput', 112)]),
     'llmt_model_config': (112, [('struct_size', 0), ('arch', 8), ('vocab_size', 12), ('padded_vocab_size', 16), ('max_seq_len', 20), ('layers', 24), ('width', 28), ('heads', 32), ('kv_heads', 36), ('ffn_hidden', 40), ('tie_embeddings', 44), ('norm_eps', 48), ('rope_theta', 52), ('init_std', 56), ('seed', 64), ('moe_experts', 72), ('moe_top_k', 76), ('moe_ffn', 80), ('moe_every', 84), ('moe_dropless', 88), ('moe_capacity_factor', 92), ('moe_aux_loss_coef', 96), ('moe_z_loss_coef', 100), ('moe_shared_experts', 104), ('moe_raw_gates', 108)]),
-    'llmt_trainer_opts': (104, [('struct_size', 0), ('micro_batch', 8), ('seq_len', 12), ('grad_accum', 16), ('schedule', 20), ('lr', 24), ('min_lr', 28), ('warmup_steps', 32), ('total_steps', 40), ('decay_fraction', 48), ('beta1', 52), ('beta2', 56), ('eps', 60), ('weight_decay', 64), ('grad_clip', 68), ('recompute', 72), ('threads', 76), ('device', 80), ('device_index', 84), ('deterministic', 88), ('fp8', 92), ('fp8_amax_history', 96), ('fp8_margin', 100)]),
+    'llmt_trainer_opts': (112, [('struct_size', 0), ('micro_batch', 8), ('seq_len', 12), ('grad_accum', 16), ('schedule', 20), ('lr', 24), ('min_lr', 28), ('warmup_steps', 32), ('total_steps', 40), ('decay_fraction', 48), ('beta1', 52), ('beta2', 56), ('eps', 60), ('weight_decay', 64), ('grad_clip', 68), ('recompute', 72), ('threads', 76), ('device', 80), ('device_index', 84), ('deterministic', 88), ('fp8', 92), ('fp8_amax_history', 96), ('fp8_margin', 100), ('fp8_format', 104)]),
     'llmt_batch': (32, [('struct_size', 0), ('inputs', 8), ('targets', 16), ('sequences', 24), ('seq_len', 28)]),
     'llmt_step_metrics': (48, [('struct_size', 0), ('step', 8), ('loss', 16), ('grad_norm', 20), ('lr', 24), ('seconds', 32), ('tokens', 40)]),
     'llmt_ckpt_opts': (72, [('struct_size', 0), ('rank', 8), ('world_size', 12), ('host_buffer_bytes', 16), ('direct_io', 24), ('verify', 28), ('keep_last', 32), ('keep_every', 36), ('durable_dir', 40), ('durable_keep_last', 48), ('durable_keep_every', 52), ('tier_fn', 56), ('tier_user', 64)]),

@@ -194,6 +194,7 @@ fn layout_matches_c() {
     mine += &format!("llmt_trainer_opts.fp8 {}\n", offset_of!(llmt_trainer_opts, fp8));
     mine += &format!("llmt_trainer_opts.fp8_amax_history {}\n", offset_of!(llmt_trainer_opts, fp8_amax_history));
     mine += &format!("llmt_trainer_opts.fp8_margin {}\n", offset_of!(llmt_trainer_opts, fp8_margin));
+    mine += &format!("llmt_trainer_opts.fp8_format {}\n", offset_of!(llmt_trainer_opts, fp8_format));
     mine += &format!("llmt_batch {}\n", size_of::<llmt_batch>());
     mine += &format!("llmt_batch.struct_size {}\n", offset_of!(llmt_batch, struct_size));
     mine += &format!("llmt_batch.inputs {}\n", offset_of!(llmt_batch, inputs));
