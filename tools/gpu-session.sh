@@ -141,7 +141,8 @@ grep -E "step +(1|100|200)/|val|error|refus" /tmp/llmt-session/cli-train.log | h
 
 # 5. Llama ~1B (TinyLlama shape) through the public trainer: MFU, peak
 # (26.08 GiB at B 4 predicted and measured on an H100, 2026-11-26); then
-# PyTorch (torch.compile) on the same shape; then fp8 forward GEMMs.
+# PyTorch (torch.compile) on the same shape; then fp8 GEMMs (forward and
+# backward).
 run llama 150 $b/bench/gpu/bench_llama --model 1b --B 4,8 --T 2048 --steps 8 \
   --json "$out/bench-llama.json"
 grep -E "tok/s.*MFU|fail" /tmp/llmt-session/llama.log | tee -a "$log"
@@ -152,6 +153,14 @@ tail -4 /tmp/llmt-session/llama-torch.log | tee -a "$log"
 run llama-fp8 90 $b/bench/gpu/bench_llama --model 1b --B 4 --T 2048 --steps 8 --fp8 1 \
   --json "$out/bench-llama-fp8.json"
 grep -E "tok/s.*MFU|fail" /tmp/llmt-session/llama-fp8.log | tee -a "$log"
+
+# 6. fp8 against bf16 for 200 steps of the 1B shape through `llmtrain
+# train` (forward and backward GEMMs in fp8 since 2026-11-27): both loss
+# curves, validation losses and tokens/s (bench/gpu/fp8_curve.py).
+run fp8-curve 240 python3 bench/gpu/fp8_curve.py --llmtrain $b/tools/llmtrain --device cuda \
+  --model 1b --steps 200 --B 4 --T 2048 --out /tmp/llmt-session/fp8-curve \
+  --json "$out/fp8-curve.json"
+tail -3 /tmp/llmt-session/fp8-curve.log | tee -a "$log"
 say "done"
 cp "$log" "$out/session.log"
 tar czf "$final/logs.tgz" -C /tmp/llmt-session --exclude=run . 2>/dev/null

@@ -23,9 +23,10 @@
  * memory is recorded as {"oom": true} and the others still run.
  * --device cpu runs the same code on the CPU trainer: a check of the
  * benchmark itself on a machine without a GPU (its MFU means nothing).
- * --fp8 1 runs the blocks' Linear layers' forward GEMMs in fp8 (E4M3,
- * delayed per-tensor scaling, llmt_trainer_opts.fp8); cases are named
- * llama_<model>_fp8_B<B>_T<T>. */
+ * --fp8 1 runs the blocks' Linear layers' GEMMs in fp8, forward and
+ * backward (E4M3 activations and weights, E5M2 gradients, delayed
+ * per-tensor scaling: llmt_trainer_opts.fp8; before 2026-11-27 the
+ * forward only); cases are named llama_<model>_fp8_B<B>_T<T>. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -2247,6 +2247,13 @@ static llmt_status fp8_step(llmt__devtrain *g, int micro)
     for (int a = 1; a < micro; a++)
         for (size_t i = 0; i < nf; i++)
             g->h8amax[i] = fmaxf(g->h8amax[i], g->h8amax[(size_t)a * nf + i]);
+    /* data parallelism: the maximum over the replicas' micro-batches as
+     * well, so every replica (and one rank running the whole global batch)
+     * picks the same scales (TransformerEngine reduces its amaxes over the
+     * data parallel group too); row A is only the scratch of a device
+     * communicator */
+    if (g->dp && llmt__dp_max(g->dp, g->h8amax, g->f8amax + (size_t)g->A * nf, nf) != LLMT_OK)
+        return llmt__err_forward(g->e, llmt__dp_err(g->dp), "trainer");
     /* a non-finite amax is dropped by the recipe (its scale stays); such a
      * step also fails the trainer's finite loss / norm check */
     llmt__fp8_delayed_update(g->rec, g->h8amax);

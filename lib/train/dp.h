@@ -81,6 +81,11 @@ llmt_status llmt__dp_end(llmt__dp *dp, double *loss_sum);
  * (only the store's norm runs: with tensor parallelism the caller sums the
  * result over the tensor parallel group). */
 llmt_status llmt__dp_sumsq(llmt__dp *dp, double *ss);
+/* x[n] (host floats) replaced by their maximum over the group: the fp8
+ * amaxes, so that every replica quantises with the scales one rank would
+ * pick from the whole global batch. dev: n floats of device scratch, used
+ * when the communicator takes device memory (NCCL). */
+llmt_status llmt__dp_max(llmt__dp *dp, float *x, float *dev, size_t n);
 /* AdamW on this rank's share, then share the parameters (ZeRO-1/2) or
  * leave them sharded (ZeRO-3). t is the 1-based step. */
 llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,

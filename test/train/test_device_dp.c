@@ -22,6 +22,11 @@
  *                         SKIPs without a GPU; passed on an H100
  *                         (2026-11-27), which cleared CUDA's unverified_dp
  *
+ * fp8 GEMMs (emul): the ranks' amaxes are maximised over the group, so
+ * after step 1 every rank's scales equal one rank's over the whole global
+ * batch bit for bit (without the reduction none do: 0 of 2 ranks,
+ * measured), and the losses follow the reference (measured: equal).
+ *
  * Also: a DP run checkpointed and resumed by fresh ranks continues bit for
  * bit (ZeRO 1, 2, 3) and detaching gathers the sharded moments; the
  * graph's Linear descriptors and split points (device.h) on the
@@ -68,6 +73,7 @@
 static const llmt__dev_ops *g_ops; /* NULL: CUDA through the public ABI */
 static llmt__dev_ops g_staged;     /* staged, cuda-host: the table under test */
 static int g_one_gpu;              /* cuda-host: every rank on device 0 */
+static int g_fp8;                  /* fp8 GEMMs (emul only: compare_fp8) */
 static llmt_model_config g_cfg;
 static int32_t *g_in, *g_tg;
 static unsigned char g_uid[LLMT_COMM_UNIQUE_ID_BYTES];
@@ -116,6 +122,7 @@ static llmt_status make_trainer(llmt_model *m, int accum, int device, llmt_train
     o.device = LLMT_DEVICE_CUDA;
     o.device_index = g_one_gpu ? 0 : device;
     o.deterministic = 1;
+    o.fp8 = g_fp8;
     if (g_ops)
         return llmt__trainer_create_dev(m, &o, g_ops, tr);
     return llmt_trainer_create(m, &o, tr);
@@ -146,6 +153,8 @@ typedef struct rank_arg {
     float *params;
     int64_t numel;
     llmt_trainer_memory mem;
+    float *f8; /* fp8: the scales after step 1 (nf8 of them) */
+    int nf8;
     llmt_status st;
     char err[1024];
 } rank_arg;
@@ -219,6 +228,14 @@ static void *rank_main(void *p)
         met.struct_size = sizeof met;
         a->st = llmt_trainer_step(tr, &b, &met);
         a->loss[k] = met.loss;
+        const float *sc = NULL;
+        int g0, g1;
+        if (a->st == LLMT_OK && k == 0 && g_fp8 &&
+            llmt__devtrain_fp8_state(llmt__trainer_devtrain(tr), &sc, &a->nf8, &g0, &g1) == 1) {
+            a->f8 = malloc((size_t)a->nf8 * sizeof *sc);
+            if (a->f8)
+                memcpy(a->f8, sc, (size_t)a->nf8 * sizeof *sc);
+        }
     }
     if (a->st == LLMT_OK && a->save)
         a->st = ckpt_io(a, tr, 1);
@@ -445,6 +462,67 @@ static void compare(const char *name, int dp, int zero, const rank_arg *ref)
         llmt_comm_destroy(c[r]);
 }
 
+/* fp8 GEMMs under data parallelism: the ranks take the maximum of their
+ * amaxes over the group, so after step 1 (whose activations are the
+ * reference's bit for bit) every rank's scales equal, bit for bit, those
+ * one rank picked from the whole global batch; without that reduction
+ * each rank would size its activation and gradient scales from its own
+ * micro-batches. The losses then follow the reference within the same
+ * bound as bf16's (fp8's rounding is the same on both sides; only the
+ * fp32 sums' order differs). */
+static void compare_fp8(const char *name, int dp, int zero)
+{
+    rank_arg ref;
+    g_fp8 = 1;
+    run_reference(dp, &ref);
+    CHECK(ref.f8 != NULL && ref.nf8 > 0);
+    llmt_comm *c[MAXDP] = {NULL};
+    llmt_status cs = make_comms(dp, c);
+    CHECK_STATUS(cs, LLMT_OK);
+    rank_arg a[MAXDP];
+    pthread_t th[MAXDP];
+    for (int r = 0; r < dp && cs == LLMT_OK; r++) {
+        memset(&a[r], 0, sizeof a[r]);
+        a[r].c = c[r];
+        a[r].rank = r;
+        a[r].dp = dp;
+        a[r].zero = zero;
+        pthread_create(&th[r], NULL, rank_main, &a[r]);
+    }
+    for (int r = 0; r < dp && cs == LLMT_OK; r++)
+        pthread_join(th[r], NULL);
+    double ml = 0;
+    int same = 0, moved = 0;
+    for (int r = 0; r < dp && cs == LLMT_OK; r++) {
+        CHECK_STATUS(a[r].st, LLMT_OK);
+        if (a[r].st != LLMT_OK) {
+            fprintf(stderr, "%s fp8 rank %d: %s\n", name, r, a[r].err);
+            continue;
+        }
+        for (int k = 0; k < STEPS; k++)
+            ml = fmax(ml, fabs(a[r].loss[k] - ref.loss[k]) / fabs(ref.loss[k]));
+        if (a[r].f8 && ref.f8 && a[r].nf8 == ref.nf8) {
+            same += memcmp(a[r].f8, ref.f8, (size_t)ref.nf8 * sizeof(float)) == 0;
+            for (int i = 0; r == 0 && i < ref.nf8; i++)
+                moved += ref.f8[i] != 1.0f;
+        }
+        free(a[r].f8);
+        free(a[r].params);
+    }
+    fprintf(stderr,
+            "%s fp8 dp=%d zero=%d: %d of %d ranks' scales after step 1 equal the reference's "
+            "(%d of %d moved off 1), losses within %.3g relative\n",
+            name, dp, zero, same, dp, moved, ref.nf8, ml);
+    CHECK_EQ_INT(same, dp);
+    CHECK(moved > 0);
+    CHECK(ml <= 1.0 / 512);
+    for (int r = 0; r < dp; r++)
+        llmt_comm_destroy(c[r]);
+    free(ref.f8);
+    free(ref.params);
+    g_fp8 = 0;
+}
+
 /* staged: dp ranks on the staged table against the same on the
  * emulation as it is, bit for bit. */
 static void compare_staged(const char *name, int dp, int zero)
@@ -669,6 +747,12 @@ int main(int argc, char **argv)
             }
             free(ref.params);
         }
+    }
+    if (!cuda && !stg && !host) {
+        config(0);
+        compare_fp8("gpt2", 2, 1);
+        config(1);
+        compare_fp8("llama", 2, 0);
     }
     config(0);
     check_resume("gpt2", 2, 2, tmp);
