@@ -283,12 +283,14 @@ llmt_status llmt__cuda_amax(llmt__cuda_ctx *ctx, float *out,
 llmt_status llmt__cuda_quantize_fp8(llmt__cuda_ctx *ctx, uint8_t *y,
                                     const llmt__bf16 *x, const float *scale,
                                     size_t n, int e5m2);
-/* fp8 backward operands: for bf16 x[R,C], y[R,C] = fp8(x * scale[0]) and
- * yt[C,R] its transpose (either may be NULL); quantize_fp8's encoding. R,
- * C multiples of 4; x 8-byte, y and yt 4-byte aligned. */
+/* fp8 operands: for bf16 x[R,C], y[R,C] = fp8(x * scale[0]) and yt[C,R]
+ * its transpose (either may be NULL); quantize_fp8's encoding; amax[0] =
+ * max |x| from the same read (NULL: not computed; NaN skipped, as
+ * llmt__cuda_amax). R, C multiples of 4; x 8-byte, y and yt 4-byte
+ * aligned. */
 llmt_status llmt__cuda_cast_transpose_fp8(llmt__cuda_ctx *ctx, uint8_t *y, uint8_t *yt,
-                                          const llmt__bf16 *x, const float *scale, int R, int C,
-                                          int e5m2);
+                                          float *amax, const llmt__bf16 *x, const float *scale,
+                                          int R, int C, int e5m2);
 /* bf16 <-> fp32 conversions on the device. */
 llmt_status llmt__cuda_f32_to_bf16(llmt__cuda_ctx *ctx, llmt__bf16 *y,
                                    const float *x, size_t n);

@@ -172,6 +172,28 @@ static void f_copy(void *p)
 typedef struct { llmt__gemm_args g; } gemm_arg;
 static void f_gemm(void *p) { RUN(llmt__cuda_gemm(X, &((gemm_arg *)p)->g)); }
 
+/* fp8 operands from bf16 x[R, C] (the trainer's cast_transpose_fp8) */
+typedef struct {
+    uint8_t *y, *yt;
+    float *amax, *scale;
+    const void *x;
+    int R, C;
+} cast_arg;
+static void f_cast(void *p)
+{
+    cast_arg *a = p;
+    RUN(llmt__cuda_cast_transpose_fp8(X, a->y, a->yt, a->amax, a->x, a->scale, a->R, a->C, 1));
+}
+/* the same tensor's amax and codes by the separate kernels (the fp8
+ * forward before 2026-11-27) */
+static void f_amax_quant(void *p)
+{
+    cast_arg *a = p;
+    size_t n = (size_t)a->R * a->C;
+    RUN(llmt__cuda_amax(X, a->amax, a->x, n));
+    RUN(llmt__cuda_quantize_fp8(X, a->y, a->x, a->scale, n, 1));
+}
+
 typedef struct {
     void *out, *inp, *w, *b, *dout, *dinp; float *mean, *rstd, *dw, *db; int N, C;
 } ln_arg;
@@ -479,6 +501,55 @@ int main(int argc, char **argv)
                 g.g.A = a8; g.g.B = w8; g.g.C = out; g.g.ab_type = LLMT_GEMM_E4M3;
                 g.g.a_scale = sc; g.g.b_scale = sc;
                 timeit("gemm_fwd_768x2304_fp8_e4m3", f_gemm, &g, fl, 0);
+                /* the fp8 backward (since 2026-11-27): the output gradient
+                 * E5M2, quantised and transposed with its amax in one
+                 * pass; then the data and weight gradient GEMMs in the
+                 * one layout fp8 takes (K-contiguous operands) */
+                uint8_t *g8 = dalloc((size_t)BT * OC), *g8t = dalloc((size_t)BT * OC),
+                        *a8t = dalloc((size_t)BT * C), *w8t = dalloc((size_t)OC * C);
+                float *am = dalloc(4);
+                cast_arg ca = {g8, g8t, am, sc, out, BT, OC};
+                double cb = (double)BT * OC * (2 + 1 + 1); /* read bf16, write both */
+                snprintf(name, sizeof name, "fp8_cast_transpose_amax_%dx%d", BT, OC);
+                timeit(name, f_cast, &ca, 0, cb);
+                ca.yt = NULL;
+                snprintf(name, sizeof name, "fp8_cast_amax_%dx%d", BT, OC);
+                timeit(name, f_cast, &ca, 0, (double)BT * OC * 3);
+                snprintf(name, sizeof name, "fp8_amax_then_quantize_%dx%d", BT, OC);
+                timeit(name, f_amax_quant, &ca, 0, (double)BT * OC * 3);
+                llmt__cuda_cast_transpose_fp8(X, NULL, a8t, NULL, inp, sc, BT, C, 0);
+                llmt__cuda_cast_transpose_fp8(X, NULL, w8t, NULL, w, sc, OC, C, 0);
+                llmt__gemm_args_init(&g.g);
+                g.g.trans_b = 1;
+                g.g.M = BT;
+                g.g.N = C;
+                g.g.K = OC;
+                g.g.A = g8;
+                g.g.B = w8t;
+                g.g.C = dinp;
+                g.g.ab_type = LLMT_GEMM_E5M2;
+                g.g.a_scale = sc;
+                g.g.b_scale = sc;
+                timeit("gemm_bwd_dinp_768x2304_fp8_e5m2", f_gemm, &g, fl, 0);
+                llmt__gemm_args_init(&g.g);
+                g.g.trans_b = 1;
+                g.g.M = OC;
+                g.g.N = C;
+                g.g.K = BT;
+                g.g.A = g8t;
+                g.g.B = a8t;
+                g.g.C = dw;
+                g.g.ab_type = LLMT_GEMM_E5M2;
+                g.g.c_type = LLMT_GEMM_F32;
+                g.g.beta = 1.0f;
+                g.g.a_scale = sc;
+                g.g.b_scale = sc;
+                timeit("gemm_bwd_dw_768x2304_fp8_e5m2", f_gemm, &g, fl, 0);
+                llmt__cuda_free(X, g8);
+                llmt__cuda_free(X, g8t);
+                llmt__cuda_free(X, a8t);
+                llmt__cuda_free(X, w8t);
+                llmt__cuda_free(X, am);
                 llmt__cuda_free(X, sc);
                 llmt__cuda_free(X, a8);
                 llmt__cuda_free(X, w8);

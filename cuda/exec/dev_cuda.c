@@ -188,10 +188,11 @@ static llmt_status dc_quantize_fp8(llmt__dev *d, uint8_t *y, const void *x,
 {
     return llmt__cuda_quantize_fp8(CTX(d), y, x, scale, n, e5m2);
 }
-static llmt_status dc_cast_transpose_fp8(llmt__dev *d, uint8_t *y, uint8_t *yt, const void *x,
-                                         const float *scale, int R, int C, int e5m2)
+static llmt_status dc_cast_transpose_fp8(llmt__dev *d, uint8_t *y, uint8_t *yt, float *amax,
+                                         const void *x, const float *scale, int R, int C,
+                                         int e5m2)
 {
-    return llmt__cuda_cast_transpose_fp8(CTX(d), y, yt, x, scale, R, C, e5m2);
+    return llmt__cuda_cast_transpose_fp8(CTX(d), y, yt, amax, x, scale, R, C, e5m2);
 }
 static llmt_status dc_gelu_bwd_mul(llmt__dev *d, void *dx, const void *pre, size_t n)
 {

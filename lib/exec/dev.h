@@ -294,14 +294,17 @@ typedef struct llmt__dev_ops {
      * saturating; e5m2 = 0 gives E4M3 (lib/exec/fp8.h has the encoding). */
     llmt_status (*quantize_fp8)(llmt__dev *d, uint8_t *y, const void *x,
                                 const float *scale, size_t n, int e5m2);
-    /* The backward's layouts: cuBLASLt's fp8 GEMMs take only A[M,K] B[N,K]^T
-     * (both K-contiguous), so the data and weight gradients need fp8
-     * copies of their operands transposed. For bf16 x[R,C]: y[R,C] =
+    /* fp8 operands in both layouts: cuBLASLt's fp8 GEMMs take only A[M,K]
+     * B[N,K]^T (both K-contiguous), so the data and weight gradients need
+     * fp8 copies of their operands transposed. For bf16 x[R,C]: y[R,C] =
      * fp8(x * scale[0]) (NULL: skipped) and yt[C,R] = the same codes
-     * transposed (NULL: skipped), the encoding of quantize_fp8. R and C
-     * multiples of 4. */
-    llmt_status (*cast_transpose_fp8)(llmt__dev *d, uint8_t *y, uint8_t *yt, const void *x,
-                                      const float *scale, int R, int C, int e5m2);
+     * transposed (NULL: skipped), the encoding of quantize_fp8; amax[0]
+     * (device, NULL: skipped) = max |x| as the amax op computes it, from
+     * the same read of x (the delayed recipe records it as it quantises
+     * with an earlier scale). R and C multiples of 4. */
+    llmt_status (*cast_transpose_fp8)(llmt__dev *d, uint8_t *y, uint8_t *yt, float *amax,
+                                      const void *x, const float *scale, int R, int C,
+                                      int e5m2);
     /* dx[i] *= gelu'(pre[i]) in place (tanh GELU): the DGELU epilogue of
      * an fp8 data gradient, whose GEMM takes no epilogue here */
     llmt_status (*gelu_bwd_mul)(llmt__dev *d, void *dx, const void *pre, size_t n);

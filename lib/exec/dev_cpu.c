@@ -384,10 +384,11 @@ static llmt_status dc_quantize_fp8(llmt__dev *d, uint8_t *y, const void *x, cons
                          "cpu: fp8 is not in the fp32 CPU backend (CUDA sm_89+ has it)");
 }
 
-static llmt_status dc_cast_transpose_fp8(llmt__dev *d, uint8_t *y, uint8_t *yt, const void *x,
-                                         const float *scale, int R, int C, int e5m2)
+static llmt_status dc_cast_transpose_fp8(llmt__dev *d, uint8_t *y, uint8_t *yt, float *amax,
+                                         const void *x, const float *scale, int R, int C,
+                                         int e5m2)
 {
-    (void)y, (void)yt, (void)x, (void)scale, (void)R, (void)C, (void)e5m2;
+    (void)y, (void)yt, (void)amax, (void)x, (void)scale, (void)R, (void)C, (void)e5m2;
     return dc_quantize_fp8(d, NULL, NULL, NULL, 0, 0);
 }
 

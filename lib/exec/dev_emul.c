@@ -1154,28 +1154,36 @@ static llmt_status em_quantize_fp8(llmt__dev *d, uint8_t *y, const void *x_,
     return LLMT_OK;
 }
 
-static llmt_status em_cast_transpose_fp8(llmt__dev *d, uint8_t *y, uint8_t *yt, const void *x_,
-                                         const float *scale, int R, int C, int e5m2)
+static llmt_status em_cast_transpose_fp8(llmt__dev *d, uint8_t *y, uint8_t *yt, float *amax,
+                                         const void *x_, const float *scale, int R, int C,
+                                         int e5m2)
 {
     const llmt__bf16 *x = x_;
     if (!d)
         return LLMT_ERR_NULL_POINTER;
     if (R < 0 || C < 0 || R % 4 || C % 4)
         return BAD(d, "cast_transpose_fp8: R=%d C=%d (multiples of 4)", R, C);
-    if (!R || !C || (!y && !yt))
+    if (amax)
+        amax[0] = 0.0f;
+    if (!R || !C || (!y && !yt && !amax))
         return LLMT_OK;
     NEED(d, "cast_transpose_fp8", x);
     NEED(d, "cast_transpose_fp8", scale);
     const float s = scale[0];
-#pragma omp parallel for schedule(static)
+    float m = 0.0f; /* fmaxf skips NaN, as em_amax and the kernel do */
+#pragma omp parallel for schedule(static) reduction(max : m)
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) {
-            uint8_t q = llmt__fp8_encode(BF(x[(size_t)r * C + c]) * s, e5m2);
+            float v = BF(x[(size_t)r * C + c]);
+            uint8_t q = llmt__fp8_encode(v * s, e5m2);
+            m = fmaxf(m, fabsf(v));
             if (y)
                 y[(size_t)r * C + c] = q;
             if (yt)
                 yt[(size_t)c * R + r] = q;
         }
+    if (amax)
+        amax[0] = m;
     return LLMT_OK;
 }
 

@@ -1532,10 +1532,18 @@ static llmt_status lin_fp8(llmt__devtrain *g, void *out, const void *x, size_t w
 {
     size_t tx = 2 * (size_t)slot, tw = tx + 1, nw = (size_t)OC * IC, nx = (size_t)N * IC;
     float *am = g->f8amax + (size_t)g->amax_row * g->nf8;
-    S(g->op->amax(g->d, am + tx, x, nx), "fp8 amax");
-    S(g->op->amax(g->d, am + tw, pw(g, w), nw), "fp8 amax");
-    S(g->op->quantize_fp8(g->d, g->qx, x, g->f8scale + tx, nx, 0), "fp8 quantise");
-    S(g->op->quantize_fp8(g->d, g->qw, pw(g, w), g->f8scale + tw, nw, 0), "fp8 quantise");
+    if (N % 4 == 0) { /* amax and codes from one read (IC, OC: multiples of 16) */
+        S(g->op->cast_transpose_fp8(g->d, g->qx, NULL, am + tx, x, g->f8scale + tx, N, IC, 0),
+          "fp8 quantise");
+        S(g->op->cast_transpose_fp8(g->d, g->qw, NULL, am + tw, pw(g, w), g->f8scale + tw, OC,
+                                    IC, 0),
+          "fp8 quantise");
+    } else {
+        S(g->op->amax(g->d, am + tx, x, nx), "fp8 amax");
+        S(g->op->amax(g->d, am + tw, pw(g, w), nw), "fp8 amax");
+        S(g->op->quantize_fp8(g->d, g->qx, x, g->f8scale + tx, nx, 0), "fp8 quantise");
+        S(g->op->quantize_fp8(g->d, g->qw, pw(g, w), g->f8scale + tw, nw, 0), "fp8 quantise");
+    }
     llmt__gemm_args a;
     memset(&a, 0, sizeof a);
     a.trans_b = 1;
@@ -1673,7 +1681,7 @@ static llmt_status mm_fp8(llmt__devtrain *g, int M, int Nc, int K, const uint8_t
 
 /* lin_bwd's GEMMs in fp8 (TransformerEngine's recipe): dout is quantised
  * with its own delayed scale (E5M2 under the hybrid format) and its amax
- * recorded; x and W with the scales their forward used, so their codes
+ * recorded in the same pass; x and W with the scales their forward used, so their codes
  * are the forward's, transposed into the layout cuBLASLt takes
  * (cast_transpose_fp8). dW (fp32) accumulates over micro-batches as the
  * bf16 path's; a GELU before the Linear multiplies dx afterwards, since
@@ -1685,11 +1693,10 @@ static llmt_status lin_bwd_fp8(llmt__devtrain *g, const llmt__linear *L, void *d
     size_t tx = 2 * (size_t)L->fp8_slot, tw = tx + 1, tg = (size_t)g->f8g0 + L->fp8_slot;
     int g5 = llmt__fp8_delayed_e5m2(g->rec, (int)tg);
     float *am = g->f8amax + (size_t)g->amax_row * g->nf8;
-    S(g->op->amax(g->d, am + tg, dout, (size_t)N * OC), "fp8 amax");
-    S(g->op->cast_transpose_fp8(g->d, dx ? g->qg : NULL, g->qgt, dout, g->f8scale + tg, N, OC,
-                                g5),
+    S(g->op->cast_transpose_fp8(g->d, dx ? g->qg : NULL, g->qgt, am + tg, dout, g->f8scale + tg,
+                                N, OC, g5),
       "fp8 quantise");
-    S(g->op->cast_transpose_fp8(g->d, NULL, g->qx, x, g->f8scale + tx, N, IC, 0),
+    S(g->op->cast_transpose_fp8(g->d, NULL, g->qx, NULL, x, g->f8scale + tx, N, IC, 0),
       "fp8 quantise");
     llmt_status s = mm_fp8(g, OC, IC, N, g->qgt, tg, g5, g->qx, tx, g->grad + L->w, 1, 1.0f);
     if (s != LLMT_OK)
@@ -1698,7 +1705,8 @@ static llmt_status lin_bwd_fp8(llmt__devtrain *g, const llmt__linear *L, void *d
         S(g->op->bias_bwd(g->d, g->grad + L->b, dout, N, OC), "bias grad");
     if (!dx)
         return LLMT_OK;
-    S(g->op->cast_transpose_fp8(g->d, NULL, g->qw, pw(g, L->w), g->f8scale + tw, OC, IC, 0),
+    S(g->op->cast_transpose_fp8(g->d, NULL, g->qw, NULL, pw(g, L->w), g->f8scale + tw, OC, IC,
+                                0),
       "fp8 quantise");
     if ((s = mm_fp8(g, N, IC, OC, g->qg, tg, g5, g->qw, tw, dx, 0, gelu_pre ? 0.0f : xbeta)) !=
         LLMT_OK)

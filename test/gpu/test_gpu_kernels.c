@@ -795,11 +795,18 @@ static void test_cast_transpose(int R, int C, int e5m2)
     uint8_t *dref = dalloc(n), *dy = dalloc(n), *dyt = dalloc(n);
     OK(llmt__cuda_quantize_fp8(X, dref, dx, ds, n, e5m2));
     down(ref, dref, n);
-    for (int pass = 0; pass < 3; pass++) { /* both; y only; yt only */
+    float *dam = dpoison_f(2), am[2];
+    OK(llmt__cuda_amax(X, dam + 1, dx, n));
+    for (int pass = 0; pass < 3; pass++) { /* both; y only (with amax); yt only */
         OK(llmt__cuda_memset0(X, dy, n));
         OK(llmt__cuda_memset0(X, dyt, n));
-        OK(llmt__cuda_cast_transpose_fp8(X, pass == 2 ? NULL : dy, pass == 1 ? NULL : dyt, dx,
-                                         ds, R, C, e5m2));
+        OK(llmt__cuda_cast_transpose_fp8(X, pass == 2 ? NULL : dy, pass == 1 ? NULL : dyt,
+                                         pass == 1 ? dam : NULL, dx, ds, R, C, e5m2));
+        if (pass == 1) { /* the amax from the same read: the amax op's, exactly */
+            down(am, dam, sizeof am);
+            snprintf(name, sizeof name, "cast_transpose_fp8 amax R=%d C=%d", R, C);
+            report(name, fabs(am[0] - am[1]) + (am[0] > 0 ? 0 : 1), 0);
+        }
         down(y, dy, n);
         down(yt, dyt, n);
         size_t bad = 0;
@@ -822,6 +829,7 @@ static void test_cast_transpose(int R, int C, int e5m2)
     llmt__cuda_free(X, dref);
     llmt__cuda_free(X, dy);
     llmt__cuda_free(X, dyt);
+    llmt__cuda_free(X, dam);
     free(x);
     free(xb);
     free(ref);

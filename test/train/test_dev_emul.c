@@ -892,7 +892,7 @@ static void test_fp8_ops(void)
 }
 
 /* The fp8 backward's ops: cast_transpose_fp8's codes equal quantize_fp8's,
- * in place and transposed (exactly); the two backward GEMMs in the only
+ * in place and transposed, and its amax the amax op's (exactly); the two backward GEMMs in the only
  * layout fp8 takes, on transposed codes: the weight gradient E5M2 x E4M3
  * accumulated into fp32 (beta 1), the data gradient into bf16, each
  * against the decoded operands in double; gelu_bwd_mul against the fp32
@@ -911,7 +911,12 @@ static void test_fp8_backward_ops(void)
     uint8_t hq[NR * Cc], hqt[NR * Cc], href[NR * Cc], hx[NR * Cc];
     CHECK_STATUS(X->quantize_fp8(D, q, dg, dsc, NR * Cc, 1), LLMT_OK);
     down(href, q, sizeof href);
-    CHECK_STATUS(X->cast_transpose_fp8(D, q, qt, dg, dsc, NR, Cc, 1), LLMT_OK);
+    float *dam = dalloc(2 * sizeof(float)), am[2];
+    CHECK_STATUS(X->cast_transpose_fp8(D, q, qt, dam, dg, dsc, NR, Cc, 1), LLMT_OK);
+    CHECK_STATUS(X->amax(D, dam + 1, dg, NR * Cc), LLMT_OK);
+    down(am, dam, sizeof am);
+    report("cast_transpose_fp8 amax (vs the amax op's)", fabs(am[0] - am[1]), 0.0);
+    CHECK(am[0] > 0);
     down(hq, q, sizeof hq);
     down(hqt, qt, sizeof hqt);
     int same = memcmp(hq, href, sizeof hq) == 0, tr = 1;
@@ -920,9 +925,10 @@ static void test_fp8_backward_ops(void)
             tr &= hqt[c * NR + r] == href[r * Cc + c];
     report("cast_transpose_fp8 E5M2: codes as quantize_fp8's", same ? 0.0 : 1.0, 0.0);
     report("cast_transpose_fp8 E5M2: transposed codes", tr ? 0.0 : 1.0, 0.0);
-    CHECK_STATUS(X->cast_transpose_fp8(D, NULL, qx, dxx, dsc + 1, NR, Cc, 0), LLMT_OK);
+    CHECK_STATUS(X->cast_transpose_fp8(D, NULL, qx, NULL, dxx, dsc + 1, NR, Cc, 0), LLMT_OK);
     down(hx, qx, sizeof hx);
-    CHECK_STATUS(X->cast_transpose_fp8(D, q, qt, dg, dsc, 6, 8, 1), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(X->cast_transpose_fp8(D, q, qt, NULL, dg, dsc, 6, 8, 1),
+                 LLMT_ERR_INVALID_ARGUMENT);
 
     /* dW[Cc, Cc] += dout^T x: A = dout^T codes [Cc, NR] E5M2, B = x^T [Cc, NR] */
     float w0[Cc * Cc], ref[Cc * Cc], got[Cc * Cc];
@@ -964,7 +970,7 @@ static void test_fp8_backward_ops(void)
     uint8_t *qwt = dalloc(Cc * Cc), hwt[Cc * Cc];
     float wsc = 448.0f / 0.05f, winv = 0.05f / 448.0f;
     float *dwsc = dup_(&wsc, sizeof wsc), *dwinv = dup_(&winv, sizeof winv);
-    CHECK_STATUS(X->cast_transpose_fp8(D, NULL, qwt, dwb, dwsc, Cc, Cc, 0), LLMT_OK);
+    CHECK_STATUS(X->cast_transpose_fp8(D, NULL, qwt, NULL, dwb, dwsc, Cc, Cc, 0), LLMT_OK);
     down(hwt, qwt, sizeof hwt);
     for (int r = 0; r < NR; r++)
         for (int j = 0; j < Cc; j++) {
@@ -997,7 +1003,7 @@ static void test_fp8_backward_ops(void)
     CHECK_STATUS(X->gelu_bwd_mul(D, ddx, dpre, NR * Cc), LLMT_OK);
     down_bf(got, ddx, NR * Cc);
     cmp("gelu_bwd_mul (vs the fp32 table's gelu backward)", got, gl, NR * Cc, TOL_BF);
-    void *ps[] = {dg, dxx, dsc, dinv, q, qt, qx, dw, dwb, ddx, qwt, dwsc, dwinv, dpre};
+    void *ps[] = {dg, dxx, dsc, dinv, q, qt, qx, dw, dwb, ddx, qwt, dwsc, dwinv, dpre, dam};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         X->free(D, ps[i]);
 }
