@@ -165,6 +165,8 @@ llmt_status llmt__cuda_gelu_bwd_mul(llmt__cuda_ctx *ctx, llmt__bf16 *dx, const l
 llmt_status llmt__cuda_swiglu_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
                                   const llmt__bf16 *gate, const llmt__bf16 *up,
                                   size_t n);
+/* dgate = dout * d silu(gate) up, dup = dout * silu(gate): written (from 0),
+ * not added to. */
 llmt_status llmt__cuda_swiglu_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dgate,
                                   llmt__bf16 *dup, const llmt__bf16 *dout,
                                   const llmt__bf16 *gate, const llmt__bf16 *up,

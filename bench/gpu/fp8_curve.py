@@ -3,7 +3,8 @@
 `llmtrain train` (llmt_job), once with precision.gemm bf16 and once with
 fp8 (delayed scaling; the blocks' Linear GEMMs in fp8, forward and
 backward, E5M2 gradients: doc/fp8.md), on the repository's docs as the
-corpus (a BPE of --vocab tokens trained on them). Records both loss
+corpus (tokenized once by `llmtrain data prepare` with a BPE of --vocab
+tokens: both runs read the same tokens). Records both loss
 curves step by step, both validation losses, the median tokens/s of each
 (steps after the first --skip) and how far the fp8 curve is from bf16's.
 
@@ -25,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +37,30 @@ SHAPES = {
     "small": dict(layers=12, hidden=768, heads=12, kv_heads=4, ffn=2048),
     "tiny": dict(layers=2, hidden=128, heads=2, kv_heads=1, ffn=352),
 }
+
+
+EVAL_BATCHES = 2
+
+
+def prepare(a):
+    """Tokenizes the corpus once (`llmtrain data prepare`, a BPE of --vocab
+    tokens) into OUT/data, which both runs read: the same tokenizer and
+    tokens, whatever happens to the corpus between the runs. The share of
+    validation documents grows until they hold the validation batches."""
+    d = os.path.join(a.out, "data")
+    need = EVAL_BATCHES * a.B * a.T
+    for frac in (0.05, 0.1, 0.2, 0.3, 0.4, 0.5):
+        shutil.rmtree(d, ignore_errors=True)
+        subprocess.check_call([a.llmtrain, "data", "prepare", a.corpus, "--out", d,
+                               "--tokenizer", "bpe:%d" % a.vocab, "--val-frac", str(frac),
+                               "--quiet"])
+        rep = json.load(open(os.path.join(d, "report.json")))
+        if rep["val_tokens"] >= need and rep["train_tokens"] >= 4 * need:
+            print("data: %d train and %d validation tokens (validation share %.2f)" % (
+                rep["train_tokens"], rep["val_tokens"], frac))
+            return d
+    sys.exit("fp8_curve: %s is too small for %d validation batches of %d x %d tokens" % (
+        a.corpus, EVAL_BATCHES, a.B, a.T))
 
 
 def spec(a, gemm):
@@ -48,9 +74,10 @@ def spec(a, gemm):
         "optimizer": {"type": "adamw", "lr": a.lr, "weight_decay": 0.1, "grad_clip": 1.0},
         "schedule": {"kind": "cosine", "warmup_steps": warm, "min_lr_ratio": 0.1},
         "train": {"steps": a.steps, "seed": 1337, "device": a.device,
-                  "eval_interval": a.steps, "eval_batches": 4,
+                  "eval_interval": a.steps, "eval_batches": EVAL_BATCHES,
                   "log_interval": max(1, a.steps // 10), "sample_tokens": 0},
-        "data": {"train": a.corpus, "tokenizer": {"kind": "bpe", "vocab_size": a.vocab},
+        "data": {"train": os.path.join(a.data, "train"), "val": os.path.join(a.data, "val"),
+                 "tokenizer": {"kind": "bpe", "path": os.path.join(a.data, "tokenizer.bin")},
                  "seed": 1234},
         "checkpoint": {"dir": "ckpt", "interval": a.steps},
         "hardware": {"gpu": "H100-SXM" if a.device == "cuda" else "cpu"},
@@ -60,7 +87,8 @@ def spec(a, gemm):
 
 def run(a, gemm):
     d = os.path.join(a.out, gemm)
-    os.makedirs(d, exist_ok=True)
+    shutil.rmtree(d, ignore_errors=True)  # a fresh run, not an earlier one's
+    os.makedirs(d)
     path = os.path.join(d, "spec.json")
     with open(path, "w") as f:
         json.dump(spec(a, gemm), f, indent=1)
@@ -110,6 +138,7 @@ def main():
     a = ap.parse_args()
     if a.steps < 4:
         ap.error("--steps must be >= 4")
+    a.data = prepare(a)
     r = {g: run(a, g) for g in ("bf16", "fp8")}
     b, f = r["bf16"]["loss"], r["fp8"]["loss"]
     tail = [abs(x - y) for x, y in zip(b[-(a.steps // 4):], f[-(a.steps // 4):])

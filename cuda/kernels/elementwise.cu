@@ -95,18 +95,19 @@ struct SwigluBwd {
         du += d * g * s;
         dg += d * u * s * (1.0f + g * (1.0f - s));
     }
+    /* written, not added to (dev.h): from 0, as zeroed buffers gave */
     __device__ void one(size_t i) const {
-        float dg = bf2f(dgate[i]), du = bf2f(dup[i]);
+        float dg = 0.0f, du = 0.0f;
         el(bf2f(dout[i]), bf2f(gate[i]), bf2f(up[i]), dg, du);
         dgate[i] = f2bf(dg);
         dup[i] = f2bf(du);
     }
     __device__ void vec8(size_t i) const {
         bf8 d = ((const bf8 *)dout)[i], g = ((const bf8 *)gate)[i], u = ((const bf8 *)up)[i];
-        bf8 a = ((bf8 *)dgate)[i], b = ((bf8 *)dup)[i];
+        bf8 a, b;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            float dg = bf2f(a.v[k]), du = bf2f(b.v[k]);
+            float dg = 0.0f, du = 0.0f;
             el(bf2f(d.v[k]), bf2f(g.v[k]), bf2f(u.v[k]), dg, du);
             a.v[k] = f2bf(dg);
             b.v[k] = f2bf(du);

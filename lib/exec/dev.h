@@ -235,7 +235,10 @@ typedef struct llmt__dev_ops {
                                const void *dout, const void *inp,
                                const void *w, const float *rstd, int N,
                                int C);
-    /* out = silu(gate) * up; bwd: dgate +=, dup +=. */
+    /* out = silu(gate) * up; bwd: dgate =, dup = (written, not added to:
+     * computed as 0 + the product, bit for bit what zeroed buffers and an
+     * accumulation gave, without the two zeroing passes and reads of
+     * tokens x ffn each). */
     llmt_status (*swiglu_fwd)(llmt__dev *d, void *out,
                               const void *gate, const void *up,
                               size_t n);

@@ -250,6 +250,9 @@ static llmt_status dc_swiglu_fwd(llmt__dev *d, void *out, const void *gate, cons
 static llmt_status dc_swiglu_bwd(llmt__dev *d, void *dgate, void *dup, const void *dout,
                                  const void *gate, const void *up, size_t n)
 {
+    /* the fp32 kernel adds; the op writes (dev.h) */
+    memset(dgate, 0, n * sizeof(float));
+    memset(dup, 0, n * sizeof(float));
     d->k->swiglu_bwd(dgate, dup, dout, gate, up, n);
     return LLMT_OK;
 }

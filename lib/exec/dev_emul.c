@@ -734,7 +734,7 @@ static llmt_status em_swiglu_bwd(llmt__dev *d, void *dgate_, void *dup_,
     for (size_t i = 0; i < n; i++) {
         float dd = BF(dout[i]), g = BF(gate[i]), u = BF(up[i]);
         float s = 1.0f / (1.0f + expf(-g));
-        float dg = BF(dgate[i]), du = BF(dup[i]);
+        float dg = 0.0f, du = 0.0f; /* written: dev.h */
         du += dd * g * s;
         dg += dd * u * s * (1.0f + g * (1.0f - s));
         dgate[i] = TOBF(dg);

@@ -121,6 +121,12 @@ static void op_done(llmt__obs *o, int op, int kind, double t0)
     X(quantize_fp8, COMPUTE,                                                                   \
       (llmt__dev * d, uint8_t * y, const void *x, const float *scale, size_t n, int e5m2),     \
       (c->in, y, x, scale, n, e5m2))                                                           \
+    X(cast_transpose_fp8, COMPUTE,                                                             \
+      (llmt__dev * d, uint8_t * y, uint8_t * yt, float *amax, const void *x,                   \
+       const float *scale, int R, int C, int e5m2),                                            \
+      (c->in, y, yt, amax, x, scale, R, C, e5m2))                                              \
+    X(gelu_bwd_mul, COMPUTE, (llmt__dev * d, void *dx, const void *pre, size_t n),             \
+      (c->in, dx, pre, n))                                                                     \
     X(bias_add, COMPUTE, (llmt__dev * d, void *x, const void *bias, int N, int C),             \
       (c->in, x, bias, N, C))                                                                  \
     X(gelu_fwd, COMPUTE, (llmt__dev * d, void *out, const void *inp, size_t n),                \

@@ -2036,8 +2036,6 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
         /* the SwiGLU output again, into dfch until swiglu_bwd needs it */
         S(g->op->swiglu_fwd(g->d, g->dfch, a->fch, a->fch3, NF), "swiglu");
         R(lin_bwd(g, &L.lin[LFCP], g->dfchg, 0.0f, g->dres, g->dfch, N, NULL));
-        S(g->op->memset0(g->d, g->dfch, NF * g->es), "memset");
-        S(g->op->memset0(g->d, g->dfch3, NF * g->es), "memset");
         S(g->op->swiglu_bwd(g->d, g->dfch, g->dfch3, g->dfchg, a->fch, a->fch3, NF),
           "swiglu backward");
         /* up, then gate: the fp32 trainer's order of the sum into dtmp */
