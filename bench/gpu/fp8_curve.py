@@ -97,6 +97,8 @@ def run(a, gemm):
         rc = subprocess.call([a.llmtrain, "train", path, "--out", os.path.join(d, "run")],
                              stdout=log, stderr=subprocess.STDOUT)
     wall = time.time() - t0
+    # the run's end checkpoint is not needed (at 1B: 13 GB of disk)
+    shutil.rmtree(os.path.join(d, "run", "ckpt"), ignore_errors=True)
     loss, tps, val = {}, [], None
     mpath = os.path.join(d, "run", "metrics.jsonl")
     if os.path.exists(mpath):
