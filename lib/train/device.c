@@ -1524,6 +1524,30 @@ static int fp8_on(const llmt__devtrain *g, int slot, int IC, int OC)
     return g->fp8 && slot >= 0 && IC % 16 == 0 && OC % 16 == 0;
 }
 
+/* An fp8 GEMM out[M,Nc] (+)= dequant(a b^T), a [M,K] and b [Nc,K] codes
+ * (a E5M2 when a5), each with its tensor's dequantisation scale. */
+static llmt_status mm_fp8(llmt__devtrain *g, int M, int Nc, int K, const uint8_t *a, size_t ta,
+                          int a5, const uint8_t *b, size_t tb, void *out, int cf32, float beta)
+{
+    llmt__gemm_args q;
+    memset(&q, 0, sizeof q);
+    q.trans_b = 1;
+    q.M = M;
+    q.N = Nc;
+    q.K = K;
+    q.A = a;
+    q.B = b;
+    q.C = out;
+    q.ab_type = a5 ? LLMT_GEMM_E5M2 : LLMT_GEMM_E4M3;
+    q.c_type = cf32 ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
+    q.alpha = 1.0f;
+    q.beta = beta;
+    q.a_scale = g->f8inv + ta * F8_STRIDE;
+    q.b_scale = g->f8inv + tb * F8_STRIDE;
+    S(g->op->gemm(g->d, &q), "fp8 gemm");
+    return LLMT_OK;
+}
+
 /* out[N,OC] = dequant(fp8(x) fp8(W)^T) (+ bias): records both amaxes of
  * this forward, quantises with the scales the recipe chose from earlier
  * steps (delayed scaling). */
@@ -1544,21 +1568,9 @@ static llmt_status lin_fp8(llmt__devtrain *g, void *out, const void *x, size_t w
         S(g->op->quantize_fp8(g->d, g->qx, x, g->f8scale + tx, nx, 0), "fp8 quantise");
         S(g->op->quantize_fp8(g->d, g->qw, pw(g, w), g->f8scale + tw, nw, 0), "fp8 quantise");
     }
-    llmt__gemm_args a;
-    memset(&a, 0, sizeof a);
-    a.trans_b = 1;
-    a.M = N;
-    a.N = OC;
-    a.K = IC;
-    a.A = g->qx;
-    a.B = g->qw;
-    a.C = out;
-    a.ab_type = LLMT_GEMM_E4M3;
-    a.c_type = LLMT_GEMM_BF16;
-    a.alpha = 1.0f;
-    a.a_scale = g->f8inv + tx * F8_STRIDE;
-    a.b_scale = g->f8inv + tw * F8_STRIDE;
-    S(g->op->gemm(g->d, &a), "fp8 gemm");
+    llmt_status s = mm_fp8(g, N, OC, IC, g->qx, tx, 0, g->qw, tw, out, 0, 0.0f);
+    if (s != LLMT_OK)
+        return s;
     if (b != NOP) S(g->op->bias_add(g->d, out, pw(g, b), N, OC), "bias");
     g->fp8_gemms++;
     return LLMT_OK;
@@ -1654,31 +1666,6 @@ static int fp8_bwd_on(const llmt__devtrain *g, const llmt__linear *L, int N)
     return fp8_on(g, L->fp8_slot, L->in, L->out) && N % 16 == 0;
 }
 
-/* An fp8 GEMM out[M,Nc] (+)= dequant(a b^T), a [M,K] and b [Nc,K] codes
- * (a E5M2 when a5), each with its tensor's dequantisation scale. */
-static llmt_status mm_fp8(llmt__devtrain *g, int M, int Nc, int K, const uint8_t *a, size_t ta,
-                          int a5, const uint8_t *b, size_t tb, void *out, int cf32, float beta)
-{
-    llmt__gemm_args q;
-    memset(&q, 0, sizeof q);
-    q.trans_b = 1;
-    q.M = M;
-    q.N = Nc;
-    q.K = K;
-    q.A = a;
-    q.B = b;
-    q.C = out;
-    q.ab_type = a5 ? LLMT_GEMM_E5M2 : LLMT_GEMM_E4M3;
-    q.c_type = cf32 ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
-    q.alpha = 1.0f;
-    q.beta = beta;
-    q.a_scale = g->f8inv + ta * F8_STRIDE;
-    q.b_scale = g->f8inv + tb * F8_STRIDE;
-    S(g->op->gemm(g->d, &q), "fp8 gemm");
-    g->fp8_bwd_gemms++;
-    return LLMT_OK;
-}
-
 /* lin_bwd's GEMMs in fp8 (TransformerEngine's recipe): dout is quantised
  * with its own delayed scale (E5M2 under the hybrid format) and its amax
  * recorded in the same pass; x and W with the scales their forward used, so their codes
@@ -1701,6 +1688,7 @@ static llmt_status lin_bwd_fp8(llmt__devtrain *g, const llmt__linear *L, void *d
     llmt_status s = mm_fp8(g, OC, IC, N, g->qgt, tg, g5, g->qx, tx, g->grad + L->w, 1, 1.0f);
     if (s != LLMT_OK)
         return s;
+    g->fp8_bwd_gemms++;
     if (L->b != NOP)
         S(g->op->bias_bwd(g->d, g->grad + L->b, dout, N, OC), "bias grad");
     if (!dx)
@@ -1711,6 +1699,7 @@ static llmt_status lin_bwd_fp8(llmt__devtrain *g, const llmt__linear *L, void *d
     if ((s = mm_fp8(g, N, IC, OC, g->qg, tg, g5, g->qw, tw, dx, 0, gelu_pre ? 0.0f : xbeta)) !=
         LLMT_OK)
         return s;
+    g->fp8_bwd_gemms++;
     if (gelu_pre)
         S(g->op->gelu_bwd_mul(g->d, dx, gelu_pre, (size_t)N * IC), "gelu backward");
     return LLMT_OK;

@@ -810,6 +810,30 @@ static void test_reduce(void)
 
 /* ---- fp8 support ops ------------------------------------------------------- */
 
+/* An fp8 GEMM C[M,N] (+)= a b^T in the one layout fp8 takes: a [M,K]
+ * codes (E5M2 when a5) and b [N,K] E4M3 codes with their dequantisation
+ * scales; C fp32 (cf32) or bf16. */
+static llmt__gemm_args fp8_gemm(int M, int N, int K, const void *a, int a5, const float *sa,
+                                const void *b, const float *sb, void *c, int cf32, float beta)
+{
+    llmt__gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.trans_b = 1;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = a;
+    g.B = b;
+    g.C = c;
+    g.ab_type = a5 ? LLMT_GEMM_E5M2 : LLMT_GEMM_E4M3;
+    g.c_type = cf32 ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
+    g.alpha = 1.0f;
+    g.beta = beta;
+    g.a_scale = sa;
+    g.b_scale = sb;
+    return g;
+}
+
 /* amax exact; quantise-then-decode (lib/exec/fp8.c's decoder, tested on its
  * own against an independent Python enumeration) within one fp8 rounding
  * (E4M3 2^-4, E5M2 2^-3 relative per element; L2 tolerances 4e-2 / 8e-2
@@ -856,20 +880,7 @@ static void test_fp8_ops(void)
             ref[i * N + j] = (float)(acc * inv[0] * inv[1]);
         }
     llmt__bf16 *dc = dalloc(M * N * 2);
-    llmt__gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.trans_b = 1;
-    g.M = M;
-    g.N = N;
-    g.K = K;
-    g.A = qx;
-    g.B = qw;
-    g.C = dc;
-    g.ab_type = LLMT_GEMM_E4M3;
-    g.c_type = LLMT_GEMM_BF16;
-    g.alpha = 1.0f;
-    g.a_scale = dinv;
-    g.b_scale = dinv + 1;
+    llmt__gemm_args g = fp8_gemm(M, N, K, qx, 0, dinv, qw, dinv + 1, dc, 0, 0.0f);
     CHECK_STATUS(X->gemm(D, &g), LLMT_OK);
     down_bf(got, dc, M * N);
     cmp("gemm fp8 E4M3 x E4M3 5x7x32 (vs decoded operands)", got, ref, M * N, TOL_BF);
@@ -946,21 +957,7 @@ static void test_fp8_backward_ops(void)
                        llmt__fp8_decode(hx[j * NR + r], 0);
             ref[i * Cc + j] = (float)(w0[i * Cc + j] + acc * inv[0] * inv[1]);
         }
-    llmt__gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.trans_b = 1;
-    g.M = Cc;
-    g.N = Cc;
-    g.K = NR;
-    g.A = qt;
-    g.B = qx;
-    g.C = dw;
-    g.ab_type = LLMT_GEMM_E5M2;
-    g.c_type = LLMT_GEMM_F32;
-    g.alpha = 1.0f;
-    g.beta = 1.0f;
-    g.a_scale = dinv;
-    g.b_scale = dinv + 1;
+    llmt__gemm_args g = fp8_gemm(Cc, Cc, NR, qt, 1, dinv, qx, dinv + 1, dw, 1, 1.0f);
     CHECK_STATUS(X->gemm(D, &g), LLMT_OK);
     down(got, dw, sizeof got);
     cmp("gemm fp8 E5M2 x E4M3 weight gradient, fp32 C, beta 1", got, ref, Cc * Cc, TOL_F32);
@@ -983,15 +980,7 @@ static void test_fp8_backward_ops(void)
                        llmt__fp8_decode(hwt[j * Cc + k], 0);
             dref[r * Cc + j] = (float)(acc * inv[0] * winv);
         }
-    g.M = NR;
-    g.N = Cc;
-    g.K = Cc;
-    g.A = q;
-    g.B = qwt;
-    g.C = ddx;
-    g.c_type = LLMT_GEMM_BF16;
-    g.beta = 0.0f;
-    g.b_scale = dwinv;
+    g = fp8_gemm(NR, Cc, Cc, q, 1, dinv, qwt, dwinv, ddx, 0, 0.0f);
     CHECK_STATUS(X->gemm(D, &g), LLMT_OK);
     down_bf(dgot, ddx, NR * Cc);
     cmp("gemm fp8 E5M2 x E4M3 data gradient, bf16 C", dgot, dref, NR * Cc, TOL_BF);

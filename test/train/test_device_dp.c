@@ -405,23 +405,12 @@ static void compare(const char *name, int dp, int zero, const rank_arg *ref)
         fprintf(stderr, "%s reference: %s\n", name, ref->err);
         return;
     }
-    llmt_comm *c[MAXDP] = {NULL};
-    llmt_status cs = make_comms(dp, c);
-    CHECK_STATUS(cs, LLMT_OK);
-    rank_arg a[MAXDP];
-    pthread_t th[MAXDP];
-    for (int r = 0; r < dp && cs == LLMT_OK; r++) {
-        memset(&a[r], 0, sizeof a[r]);
-        a[r].c = c[r];
-        a[r].rank = r;
-        a[r].dp = dp;
-        a[r].zero = zero;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
-    }
+    rank_arg proto, a[MAXDP];
+    memset(&proto, 0, sizeof proto);
+    proto.zero = zero;
+    int cs = run_ranks(dp, &proto, a);
     double ml0 = 0, ml = 0, mp = 0;
-    for (int r = 0; r < dp && cs == LLMT_OK; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < dp && cs == LLMT_OK; r++) {
+    for (int r = 0; r < dp && cs == 0; r++) {
         CHECK_STATUS(a[r].st, LLMT_OK);
         if (a[r].st != LLMT_OK)
             fprintf(stderr, "%s rank %d: %s\n", name, r, a[r].err);
@@ -456,10 +445,8 @@ static void compare(const char *name, int dp, int zero, const rank_arg *ref)
         g_worst_loss = ml;
     if (mp > g_worst_param)
         g_worst_param = mp;
-    for (int r = 0; r < dp && cs == LLMT_OK; r++)
+    for (int r = 0; r < dp && cs == 0; r++)
         free(a[r].params);
-    for (int r = 0; r < dp; r++)
-        llmt_comm_destroy(c[r]);
 }
 
 /* fp8 GEMMs under data parallelism: the ranks take the maximum of their
@@ -476,24 +463,13 @@ static void compare_fp8(const char *name, int dp, int zero)
     g_fp8 = 1;
     run_reference(dp, &ref);
     CHECK(ref.f8 != NULL && ref.nf8 > 0);
-    llmt_comm *c[MAXDP] = {NULL};
-    llmt_status cs = make_comms(dp, c);
-    CHECK_STATUS(cs, LLMT_OK);
-    rank_arg a[MAXDP];
-    pthread_t th[MAXDP];
-    for (int r = 0; r < dp && cs == LLMT_OK; r++) {
-        memset(&a[r], 0, sizeof a[r]);
-        a[r].c = c[r];
-        a[r].rank = r;
-        a[r].dp = dp;
-        a[r].zero = zero;
-        pthread_create(&th[r], NULL, rank_main, &a[r]);
-    }
-    for (int r = 0; r < dp && cs == LLMT_OK; r++)
-        pthread_join(th[r], NULL);
+    rank_arg proto, a[MAXDP];
+    memset(&proto, 0, sizeof proto);
+    proto.zero = zero;
+    int cs = run_ranks(dp, &proto, a);
     double ml = 0;
     int same = 0, moved = 0;
-    for (int r = 0; r < dp && cs == LLMT_OK; r++) {
+    for (int r = 0; r < dp && cs == 0; r++) {
         CHECK_STATUS(a[r].st, LLMT_OK);
         if (a[r].st != LLMT_OK) {
             fprintf(stderr, "%s fp8 rank %d: %s\n", name, r, a[r].err);
@@ -516,8 +492,6 @@ static void compare_fp8(const char *name, int dp, int zero)
     CHECK_EQ_INT(same, dp);
     CHECK(moved > 0);
     CHECK(ml <= 1.0 / 512);
-    for (int r = 0; r < dp; r++)
-        llmt_comm_destroy(c[r]);
     free(ref.f8);
     free(ref.params);
     g_fp8 = 0;
