@@ -526,6 +526,23 @@ static void compare_fp8(llmt_context *ctx, int llama, const char *tmp)
         fp8_format_takes_effect(ctx, llama);
         fp8_forward_only_ckpt(ctx, llama, tmp);
     }
+    /* activation recompute (full, selective) with fp8: the same run bit
+     * for bit (the recomputed forward records the same amaxes into the
+     * micro-batch's row; the backward's operands come out the same) */
+    for (int rc = 1; rc <= 2; rc++) {
+        llmt_model *mr = NULL;
+        llmt_trainer *tr = NULL;
+        CHECK_STATUS(llmt_model_create(ctx, &mc, &mr), LLMT_OK);
+        CHECK_STATUS(make_dev_opts(mr, 1, rc, &tr), LLMT_OK);
+        float lr_[NSTEPS], nr_[NSTEPS];
+        if (tr) {
+            CHECK(run_steps(tr, 0, NSTEPS, V, lr_, nr_) == 0);
+            CHECK(memcmp(lr_, ld, sizeof lr_) == 0);
+            CHECK(memcmp(nr_, nd, sizeof nr_) == 0);
+        }
+        llmt_trainer_destroy(tr);
+        llmt_model_destroy(mr);
+    }
     /* the recipe's state is checkpointed: a run saved at step 5 and read
      * into a fresh fp8 trainer continues bit for bit */
     {
