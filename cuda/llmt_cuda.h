@@ -166,11 +166,11 @@ llmt_status llmt__cuda_swiglu_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
                                   const llmt__bf16 *gate, const llmt__bf16 *up,
                                   size_t n);
 /* dgate = dout * d silu(gate) up, dup = dout * silu(gate): written (from 0),
- * not added to. */
-llmt_status llmt__cuda_swiglu_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dgate,
-                                  llmt__bf16 *dup, const llmt__bf16 *dout,
-                                  const llmt__bf16 *gate, const llmt__bf16 *up,
-                                  size_t n);
+ * not added to; h (NULL: not written) = swiglu_fwd's out; dgate may alias
+ * dout. */
+llmt_status llmt__cuda_swiglu_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dgate, llmt__bf16 *dup,
+                                  llmt__bf16 *h, const llmt__bf16 *dout, const llmt__bf16 *gate,
+                                  const llmt__bf16 *up, size_t n);
 /* out = a + b (out may alias a). */
 llmt_status llmt__cuda_residual_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
                                     const llmt__bf16 *a, const llmt__bf16 *b,

@@ -115,11 +115,10 @@ static llmt_status dc_swiglu_fwd(llmt__dev *d, void *out, const void *gate,
 {
     return llmt__cuda_swiglu_fwd(CTX(d), out, gate, up, n);
 }
-static llmt_status dc_swiglu_bwd(llmt__dev *d, void *dgate, void *dup,
-                                 const void *dout, const void *gate,
-                                 const void *up, size_t n)
+static llmt_status dc_swiglu_bwd(llmt__dev *d, void *dgate, void *dup, void *h,
+                                 const void *dout, const void *gate, const void *up, size_t n)
 {
-    return llmt__cuda_swiglu_bwd(CTX(d), dgate, dup, dout, gate, up, n);
+    return llmt__cuda_swiglu_bwd(CTX(d), dgate, dup, h, dout, gate, up, n);
 }
 static llmt_status dc_residual_fwd(llmt__dev *d, void *out, const void *a,
                                    const void *b, size_t n)

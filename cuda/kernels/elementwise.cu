@@ -89,31 +89,35 @@ struct SwigluFwd {
     }
 };
 struct SwigluBwd {
-    __nv_bfloat16 *dgate, *dup; const __nv_bfloat16 *dout, *gate, *up;
+    __nv_bfloat16 *dgate, *dup, *h; const __nv_bfloat16 *dout, *gate, *up;
     __device__ void el(float d, float g, float u, float &dg, float &du) const {
         float s = 1.0f / (1.0f + expf(-g));
         du += d * g * s;
         dg += d * u * s * (1.0f + g * (1.0f - s));
     }
     /* written, not added to (dev.h): from 0, as zeroed buffers gave */
+    /* h: SwigluFwd's value; dgate may alias dout (read first) */
     __device__ void one(size_t i) const {
-        float dg = 0.0f, du = 0.0f;
-        el(bf2f(dout[i]), bf2f(gate[i]), bf2f(up[i]), dg, du);
+        float dg = 0.0f, du = 0.0f, g = bf2f(gate[i]), u = bf2f(up[i]);
+        el(bf2f(dout[i]), g, u, dg, du);
         dgate[i] = f2bf(dg);
         dup[i] = f2bf(du);
+        if (h) h[i] = f2bf(silu_f(g) * u);
     }
     __device__ void vec8(size_t i) const {
         bf8 d = ((const bf8 *)dout)[i], g = ((const bf8 *)gate)[i], u = ((const bf8 *)up)[i];
-        bf8 a, b;
+        bf8 a, b, y;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             float dg = 0.0f, du = 0.0f;
             el(bf2f(d.v[k]), bf2f(g.v[k]), bf2f(u.v[k]), dg, du);
             a.v[k] = f2bf(dg);
             b.v[k] = f2bf(du);
+            y.v[k] = f2bf(silu_f(bf2f(g.v[k])) * bf2f(u.v[k]));
         }
         ((bf8 *)dgate)[i] = a;
         ((bf8 *)dup)[i] = b;
+        if (h) ((bf8 *)h)[i] = y;
     }
 };
 struct Residual {
@@ -148,9 +152,10 @@ struct Bf16ToF32 {
 };
 
 bool aligned(const void *a, const void *b = nullptr, const void *c = nullptr,
-             const void *d = nullptr, const void *e = nullptr)
+             const void *d = nullptr, const void *e = nullptr, const void *f = nullptr)
 {
-    uintptr_t m = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e;
+    uintptr_t m = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e |
+                  (uintptr_t)f;
     return (m & 15) == 0;
 }
 
@@ -316,12 +321,12 @@ llmt_status llmt__cuda_swiglu_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
                       SwigluFwd{BF(out), CBF(gate), CBF(up)});
 }
 llmt_status llmt__cuda_swiglu_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dgate,
-                                  llmt__bf16 *dup, const llmt__bf16 *dout,
+                                  llmt__bf16 *dup, llmt__bf16 *h, const llmt__bf16 *dout,
                                   const llmt__bf16 *gate, const llmt__bf16 *up,
                                   size_t n)
 {
-    return launch_map(ctx, "swiglu_bwd", n, aligned(dgate, dup, dout, gate, up),
-                      SwigluBwd{BF(dgate), BF(dup), CBF(dout), CBF(gate), CBF(up)});
+    return launch_map(ctx, "swiglu_bwd", n, aligned(dgate, dup, h, dout, gate, up),
+                      SwigluBwd{BF(dgate), BF(dup), BF(h), CBF(dout), CBF(gate), CBF(up)});
 }
 llmt_status llmt__cuda_residual_fwd(llmt__cuda_ctx *ctx, llmt__bf16 *out,
                                     const llmt__bf16 *a, const llmt__bf16 *b,

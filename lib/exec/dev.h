@@ -238,13 +238,15 @@ typedef struct llmt__dev_ops {
     /* out = silu(gate) * up; bwd: dgate =, dup = (written, not added to:
      * computed as 0 + the product, bit for bit what zeroed buffers and an
      * accumulation gave, without the two zeroing passes and reads of
-     * tokens x ffn each). */
+     * tokens x ffn each); h (NULL: not written) = swiglu_fwd's out, bit
+     * for bit, from the same read of gate and up (the backward's SwiGLU
+     * output for the down projection's weight gradient); dgate may alias
+     * dout (each element read before it is written). */
     llmt_status (*swiglu_fwd)(llmt__dev *d, void *out,
                               const void *gate, const void *up,
                               size_t n);
-    llmt_status (*swiglu_bwd)(llmt__dev *d, void *dgate, void *dup,
-                              const void *dout, const void *gate,
-                              const void *up, size_t n);
+    llmt_status (*swiglu_bwd)(llmt__dev *d, void *dgate, void *dup, void *h, const void *dout,
+                              const void *gate, const void *up, size_t n);
     /* out = a + b (out may alias a). */
     llmt_status (*residual_fwd)(llmt__dev *d, void *out,
                                 const void *a, const void *b,

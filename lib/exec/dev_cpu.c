@@ -247,13 +247,25 @@ static llmt_status dc_swiglu_fwd(llmt__dev *d, void *out, const void *gate, cons
     d->k->swiglu_fwd(out, gate, up, n);
     return LLMT_OK;
 }
-static llmt_status dc_swiglu_bwd(llmt__dev *d, void *dgate, void *dup, const void *dout,
-                                 const void *gate, const void *up, size_t n)
+static llmt_status dc_swiglu_bwd(llmt__dev *d, void *dgate_, void *dup_, void *h_,
+                                 const void *dout_, const void *gate_, const void *up_,
+                                 size_t n)
 {
-    /* the fp32 kernel adds; the op writes (dev.h) */
-    memset(dgate, 0, n * sizeof(float));
-    memset(dup, 0, n * sizeof(float));
-    d->k->swiglu_bwd(dgate, dup, dout, gate, up, n);
+    (void)d;
+    float *dgate = dgate_, *dup = dup_, *h = h_;
+    const float *dout = dout_, *gate = gate_, *up = up_;
+    /* cpu.c's swiglu kernels' arithmetic, written (from 0, dev.h) rather
+     * than added, with h as swiglu_fwd's out; dgate may alias dout */
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i], dd = dout[i];
+        float s = 1.0f / (1.0f + expf(-g));
+        float silu = g * s;
+        if (h)
+            h[i] = g / (1.0f + expf(-g)) * up[i];
+        dgate[i] = 0.0f + dd * up[i] * (s + g * s * (1.0f - s));
+        dup[i] = 0.0f + dd * silu;
+    }
     return LLMT_OK;
 }
 static llmt_status dc_residual_fwd(llmt__dev *d, void *out, const void *a, const void *b,

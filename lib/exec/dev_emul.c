@@ -714,15 +714,12 @@ static llmt_status em_swiglu_fwd(llmt__dev *d, void *out_, const void *gate_,
     return LLMT_OK;
 }
 
-static llmt_status em_swiglu_bwd(llmt__dev *d, void *dgate_, void *dup_,
-                                 const void *dout_, const void *gate_,
-                                 const void *up_, size_t n)
+static llmt_status em_swiglu_bwd(llmt__dev *d, void *dgate_, void *dup_, void *h_,
+                                 const void *dout_, const void *gate_, const void *up_,
+                                 size_t n)
 {
-    llmt__bf16 *dgate = dgate_;
-    llmt__bf16 *dup = dup_;
-    const llmt__bf16 *dout = dout_;
-    const llmt__bf16 *gate = gate_;
-    const llmt__bf16 *up = up_;
+    llmt__bf16 *dgate = dgate_, *dup = dup_, *h = h_;
+    const llmt__bf16 *dout = dout_, *gate = gate_, *up = up_;
     if (!d) return LLMT_ERR_NULL_POINTER;
     if (!n) return LLMT_OK;
     NEED(d, "swiglu_bwd", dgate);
@@ -730,6 +727,7 @@ static llmt_status em_swiglu_bwd(llmt__dev *d, void *dgate_, void *dup_,
     NEED(d, "swiglu_bwd", dout);
     NEED(d, "swiglu_bwd", gate);
     NEED(d, "swiglu_bwd", up);
+    /* dgate may alias dout: each element is read before it is written */
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         float dd = BF(dout[i]), g = BF(gate[i]), u = BF(up[i]);
@@ -739,6 +737,8 @@ static llmt_status em_swiglu_bwd(llmt__dev *d, void *dgate_, void *dup_,
         dg += dd * u * s * (1.0f + g * (1.0f - s));
         dgate[i] = TOBF(dg);
         dup[i] = TOBF(du);
+        if (h)
+            h[i] = TOBF(g / (1.0f + expf(-g)) * u); /* em_swiglu_fwd's */
     }
     return LLMT_OK;
 }

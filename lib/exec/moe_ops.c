@@ -128,7 +128,7 @@ static llmt_status expert(const llmt__dev_ops *t, llmt__dev *d, const llmt__moe_
 #undef AT
     if ((s = xgemm(t, d, 1, 0, C, F, rows, dr, act, a->g2 + wo, 1, 1.0f)) != LLMT_OK ||
         (s = xgemm(t, d, 0, 0, rows, F, C, dr, w2, dact, 0, 0.0f)) != LLMT_OK ||
-        (s = t->swiglu_bwd(d, d1, d3, dact, h1, h3, m)) != LLMT_OK ||
+        (s = t->swiglu_bwd(d, d1, d3, NULL, dact, h1, h3, m)) != LLMT_OK ||
         (s = xgemm(t, d, 1, 0, F, C, rows, d1, xr, a->g1 + wo, 1, 1.0f)) != LLMT_OK ||
         (s = xgemm(t, d, 1, 0, F, C, rows, d3, xr, a->g3 + wo, 1, 1.0f)) != LLMT_OK ||
         (s = xgemm(t, d, 0, 0, rows, C, F, d1, w1, dxr, 0, 0.0f)) != LLMT_OK)

@@ -81,9 +81,9 @@ static void op_done(llmt__obs *o, int op, int kind, double t0)
       (llmt__dev * d, void *out, const void *gate, const void *up, size_t n),                  \
       (c->in, out, gate, up, n))                                                               \
     X(swiglu_bwd, COMPUTE,                                                                     \
-      (llmt__dev * d, void *dgate, void *dup, const void *dout, const void *gate,              \
+      (llmt__dev * d, void *dgate, void *dup, void *h, const void *dout, const void *gate,     \
        const void *up, size_t n),                                                              \
-      (c->in, dgate, dup, dout, gate, up, n))                                                  \
+      (c->in, dgate, dup, h, dout, gate, up, n))                                               \
     X(residual_fwd, COMPUTE,                                                                   \
       (llmt__dev * d, void *out, const void *a, const void *b, size_t n),                      \
       (c->in, out, a, b, n))                                                                   \

@@ -1680,17 +1680,20 @@ static llmt_status lin_bwd_fp8(llmt__devtrain *g, const llmt__linear *L, void *d
     size_t tx = 2 * (size_t)L->fp8_slot, tw = tx + 1, tg = (size_t)g->f8g0 + L->fp8_slot;
     int g5 = llmt__fp8_delayed_e5m2(g->rec, (int)tg);
     float *am = g->f8amax + (size_t)g->amax_row * g->nf8;
-    S(g->op->cast_transpose_fp8(g->d, dx ? g->qg : NULL, g->qgt, am + tg, dout, g->f8scale + tg,
-                                N, OC, g5),
+    llmt_status s;
+    S(g->op->cast_transpose_fp8(g->d, dx ? g->qg : NULL, x ? g->qgt : NULL, am + tg, dout,
+                                g->f8scale + tg, N, OC, g5),
       "fp8 quantise");
-    S(g->op->cast_transpose_fp8(g->d, NULL, g->qx, NULL, x, g->f8scale + tx, N, IC, 0),
-      "fp8 quantise");
-    llmt_status s = mm_fp8(g, OC, IC, N, g->qgt, tg, g5, g->qx, tx, g->grad + L->w, 1, 1.0f);
-    if (s != LLMT_OK)
-        return s;
-    g->fp8_bwd_gemms++;
-    if (L->b != NOP)
-        S(g->op->bias_bwd(g->d, g->grad + L->b, dout, N, OC), "bias grad");
+    if (x) { /* the parameters' gradients */
+        S(g->op->cast_transpose_fp8(g->d, NULL, g->qx, NULL, x, g->f8scale + tx, N, IC, 0),
+          "fp8 quantise");
+        if ((s = mm_fp8(g, OC, IC, N, g->qgt, tg, g5, g->qx, tx, g->grad + L->w, 1, 1.0f)) !=
+            LLMT_OK)
+            return s;
+        g->fp8_bwd_gemms++;
+        if (L->b != NOP)
+            S(g->op->bias_bwd(g->d, g->grad + L->b, dout, N, OC), "bias grad");
+    }
     if (!dx)
         return LLMT_OK;
     S(g->op->cast_transpose_fp8(g->d, NULL, g->qw, NULL, pw(g, L->w), g->f8scale + tw, OC, IC,
@@ -1708,7 +1711,8 @@ static llmt_status lin_bwd_fp8(llmt__devtrain *g, const llmt__linear *L, void *d
 /* Linear backward: dW[out,in] += dout^T x; dbias += colsum(dout);
  * dx[N,in] = dout W (beta 0) or += (beta 1), times gelu'(gelu_pre) when
  * that is given (the GELU of the Linear before, fused into the epilogue);
- * dx may be NULL. Sequence parallel: a row split Linear's dout is this
+ * dx may be NULL, and x (no parameter gradients: a second call with x
+ * makes them, for an unsplit Linear whose input is made after its dx). Sequence parallel: a row split Linear's dout is this
  * rank's rows (gathered here), a column split one's x is whole
  * (col_input) and its dx sums to this rank's rows at blk(dx). */
 static llmt_status lin_bwd(llmt__devtrain *g, const llmt__linear *L, void *dx, float xbeta,
@@ -1730,10 +1734,10 @@ static llmt_status lin_bwd(llmt__devtrain *g, const llmt__linear *L, void *dx, f
             s = point(g, L->split, LLMT__AT_COLUMN_IN, -1, L, dx, N, IC);
         return s;
     }
-    if ((s = mm(g, 1, 0, OC, IC, N, dout, x, g->grad + L->w, 1, 1.0f, LLMT_GEMM_EPI_NONE, NULL,
-                NULL)) != LLMT_OK)
+    if (x && (s = mm(g, 1, 0, OC, IC, N, dout, x, g->grad + L->w, 1, 1.0f, LLMT_GEMM_EPI_NONE,
+                     NULL, NULL)) != LLMT_OK)
         return s;
-    if (L->b != NOP)
+    if (x && L->b != NOP)
         S(g->op->bias_bwd(g->d, g->grad + L->b, dout, N, OC), "bias grad");
     if (!dx)
         return LLMT_OK;
@@ -2022,15 +2026,31 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
         R(llmt__moe_net_bwd(g->moe, g->e, l, w, g->param, g->grad, g->nrmx, g->dres, dsum,
                             g->moe_scale));
     } else if (g->llama) {
-        /* the SwiGLU output again, into dfch until swiglu_bwd needs it */
-        S(g->op->swiglu_fwd(g->d, g->dfch, a->fch, a->fch3, NF), "swiglu");
-        R(lin_bwd(g, &L.lin[LFCP], g->dfchg, 0.0f, g->dres, g->dfch, N, NULL));
-        S(g->op->swiglu_bwd(g->d, g->dfch, g->dfch3, g->dfchg, a->fch, a->fch3, NF),
-          "swiglu backward");
+        const llmt__linear *P = &L.lin[LFCP];
+        void *dgate = g->dfch;
+        if (P->split == LLMT__SPLIT_NONE) {
+            /* the down projection's dx first; then one pass over gate and
+             * up gives the SwiGLU backward (dgate over dx, in place) and
+             * the SwiGLU output again (into dfch) for the down
+             * projection's weight gradient: the separate forward pass
+             * read gate and up once more */
+            R(lin_bwd(g, P, g->dfchg, 0.0f, g->dres, NULL, N, NULL));
+            S(g->op->swiglu_bwd(g->d, g->dfchg, g->dfch3, g->dfch, g->dfchg, a->fch, a->fch3,
+                                NF),
+              "swiglu backward");
+            R(lin_bwd(g, P, NULL, 0.0f, g->dres, g->dfch, N, NULL));
+            dgate = g->dfchg;
+        } else { /* tensor parallel: each lin_bwd holds its collectives */
+            /* the SwiGLU output again, into dfch until swiglu_bwd needs it */
+            S(g->op->swiglu_fwd(g->d, g->dfch, a->fch, a->fch3, NF), "swiglu");
+            R(lin_bwd(g, P, g->dfchg, 0.0f, g->dres, g->dfch, N, NULL));
+            S(g->op->swiglu_bwd(g->d, g->dfch, g->dfch3, NULL, g->dfchg, a->fch, a->fch3, NF),
+              "swiglu backward");
+        }
         /* up, then gate: the fp32 trainer's order of the sum into dtmp */
         R(col_input(g, &L.lin[LFC], g->nrmx, N, &in));
         R(lin_bwd(g, &L.lin[LFC3], g->dtmp, 0.0f, g->dfch3, in, N, NULL));
-        R(lin_bwd(g, &L.lin[LFC], g->dtmp, 1.0f, g->dfch, in, N, NULL));
+        R(lin_bwd(g, &L.lin[LFC], g->dtmp, 1.0f, dgate, in, N, NULL));
     } else {
         /* dfch = (dres W) * gelu'(pre-activation) in the GEMM's epilogue */
         R(lin_bwd(g, &L.lin[LFCP], g->dfch, 0.0f, g->dres, a->fchg, N, a->fch));

@@ -342,7 +342,7 @@ static llmt_status shared_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, const llmt__
             LLMT_OK ||
         (s = mm(x, 0, 0, N, Fs, C, dy, w->sw2, x->sdact, 0, 0.0f, "shared down dx")) != LLMT_OK)
         return s;
-    OP(x->op->swiglu_bwd(x->d, x->sdh1, x->sdh3, x->sdact, p->sh1, p->sh3, n),
+    OP(x->op->swiglu_bwd(x->d, x->sdh1, x->sdh3, NULL, x->sdact, p->sh1, p->sh3, n),
        "shared swiglu backward");
     if ((s = mm(x, 1, 0, Fs, C, N, x->sdh1, xin, g->sw1, 1, 1.0f, "shared gate grad")) !=
             LLMT_OK ||
@@ -415,7 +415,7 @@ llmt_status llmt__moe_dev_experts_bwd(llmt__moe_dctx *x, const llmt__moe_dw *w,
     }
     if (R > 0) {
         size_t m = (size_t)R * F;
-        OP(x->op->swiglu_bwd(x->d, dh1, dh3, dact, h1, h3, m), "expert swiglu backward");
+        OP(x->op->swiglu_bwd(x->d, dh1, dh3, NULL, dact, h1, h3, m), "expert swiglu backward");
     }
     for (int e = 0; e < n; e++) {
         int rows = (int)nr[e];

@@ -152,7 +152,8 @@ static void test_elementwise(size_t n, int off)
          * added to, since 2026-11-27): the reference adds to zeros */
         uint16_t *dg = dup_(cb, m * 2), *du = dup_(bb, m * 2);
         uint16_t *dcc = dup_(cb, m * 2);
-        OK(llmt__cuda_swiglu_bwd(X, dg + off, du + off, da + off, db + off, dcc + off, n));
+        OK(llmt__cuda_swiglu_bwd(X, dg + off, du + off, NULL, da + off, db + off, dcc + off,
+                                 n));
         memset(r1, 0, n * 4);
         memset(r2, 0, n * 4);
         CPU->swiglu_bwd(r1, r2, a + off, b + off, c + off, n);
@@ -160,6 +161,30 @@ static void test_elementwise(size_t n, int off)
         report(name, read_bf_err(dg + off, r1, n), TOL_BF);
         snprintf(name, sizeof name, "swiglu_bwd dup (written) n=%zu off=%d", n, off);
         report(name, read_bf_err(du + off, r2, n), TOL_BF);
+        /* again in place (dgate over dout) with h: the same bits, and h
+         * swiglu_fwd's bit for bit */
+        uint16_t *e1 = dup_(ab, m * 2), *e2 = dpoison_bf(m), *eh = dpoison_bf(m);
+        OK(llmt__cuda_swiglu_bwd(X, e1 + off, e2 + off, eh + off, e1 + off, db + off, dcc + off,
+                                 n));
+        OK(llmt__cuda_swiglu_fwd(X, out + off, db + off, dcc + off, n));
+        uint16_t *x1 = malloc(m * 2), *x2 = malloc(m * 2);
+        size_t bad = 0;
+        down(x1, e1, m * 2);
+        down(x2, dg, m * 2);
+        bad += memcmp(x1 + off, x2 + off, n * 2) != 0;
+        down(x1, e2, m * 2);
+        down(x2, du, m * 2);
+        bad += memcmp(x1 + off, x2 + off, n * 2) != 0;
+        down(x1, eh, m * 2);
+        down(x2, out, m * 2);
+        bad += memcmp(x1 + off, x2 + off, n * 2) != 0;
+        snprintf(name, sizeof name, "swiglu_bwd in place with h, bitwise n=%zu off=%d", n, off);
+        report(name, (double)bad, 0);
+        free(x1);
+        free(x2);
+        llmt__cuda_free(X, e1);
+        llmt__cuda_free(X, e2);
+        llmt__cuda_free(X, eh);
         llmt__cuda_free(X, dg);
         llmt__cuda_free(X, du);
         llmt__cuda_free(X, dcc);

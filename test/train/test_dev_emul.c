@@ -510,13 +510,38 @@ static void test_elementwise(size_t n)
     for (size_t i = 0; i < n; i++)
         ref[i] = r2[i] = 0.0f;
     R->swiglu_bwd(ref, r2, g, a, b, n);
-    CHECK_STATUS(X->swiglu_bwd(D, d1, d2, dg, da, db, n), LLMT_OK);
+    CHECK_STATUS(X->swiglu_bwd(D, d1, d2, NULL, dg, da, db, n), LLMT_OK);
     down_bf(got, d1, n);
     down_bf(got2, d2, n);
     snprintf(name, sizeof name, "swiglu_bwd dgate (written over ones) n=%zu", n);
     cmp(name, got, ref, n, TOL_BF);
     snprintf(name, sizeof name, "swiglu_bwd dup (written over ones) n=%zu", n);
     cmp(name, got2, r2, n, TOL_BF);
+    /* again with dgate over dout (in place) and h: dgate and dup bit for
+     * bit the run above's, h swiglu_fwd's */
+    {
+        llmt__bf16 *e1 = dup_(gb, n * 2), *e2 = dup_(ones, n * 2), *eh = dalloc(n * 2);
+        llmt__bf16 *h1 = malloc(n * 2), *h2 = malloc(n * 2), *f1 = malloc(n * 2),
+                   *f2 = malloc(n * 2);
+        CHECK_STATUS(X->swiglu_bwd(D, e1, e2, eh, e1, da, db, n), LLMT_OK);
+        CHECK_STATUS(X->swiglu_fwd(D, dout, da, db, n), LLMT_OK);
+        down(h1, eh, n * 2);
+        down(h2, dout, n * 2);
+        down(f1, e1, n * 2);
+        down(f2, d1, n * 2);
+        snprintf(name, sizeof name, "swiglu_bwd in place with h: dgate, h bitwise n=%zu", n);
+        report(name, (memcmp(f1, f2, n * 2) != 0) + (memcmp(h1, h2, n * 2) != 0), 0);
+        down(f1, e2, n * 2);
+        down(f2, d2, n * 2);
+        report("swiglu_bwd in place with h: dup bitwise", memcmp(f1, f2, n * 2) != 0, 0);
+        X->free(D, e1);
+        X->free(D, e2);
+        X->free(D, eh);
+        free(h1);
+        free(h2);
+        free(f1);
+        free(f2);
+    }
 
     R->residual_fwd(ref, a, b, n);
     CHECK_STATUS(X->residual_fwd(D, da, da, db, n), LLMT_OK); /* out aliases a */
