@@ -725,6 +725,7 @@ int main(int argc, char **argv)
     if (!cuda && !stg && !host) {
         config(0);
         compare_fp8("gpt2", 2, 1);
+        compare_fp8("gpt2", 2, 3);
         config(1);
         compare_fp8("llama", 2, 0);
     }
