@@ -288,8 +288,8 @@ llmt_status llmt__cuda_quantize_fp8(llmt__cuda_ctx *ctx, uint8_t *y,
 /* fp8 operands: for bf16 x[R,C], y[R,C] = fp8(x * scale[0]) and yt[C,R]
  * its transpose (either may be NULL); quantize_fp8's encoding; amax[0] =
  * max |x| from the same read (NULL: not computed; NaN skipped, as
- * llmt__cuda_amax). R, C multiples of 4; x 8-byte, y and yt 4-byte
- * aligned. */
+ * llmt__cuda_amax). C a multiple of 4, R too when yt is written; x 8-byte,
+ * y and yt 4-byte aligned. */
 llmt_status llmt__cuda_cast_transpose_fp8(llmt__cuda_ctx *ctx, uint8_t *y, uint8_t *yt,
                                           float *amax, const llmt__bf16 *x, const float *scale,
                                           int R, int C, int e5m2);

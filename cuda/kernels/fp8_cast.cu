@@ -29,9 +29,9 @@ __device__ __forceinline__ uint8_t enc(float a, int e5m2)
 
 /* x [R, C] bf16 -> y [R, C] and yt [C, R] codes, amax[0] = max |x| (zeroed
  * before the launch; each warp's maximum goes in by an integer atomicMax,
- * exact for floats >= 0 and independent of order); R, C multiples of 4
- * and the pointers 8-byte (x) and 4-byte (y, yt) aligned, so that each
- * thread moves four elements at a time. */
+ * exact for floats >= 0 and independent of order); C a multiple of 4 (R
+ * too when yt is written) and the pointers 8-byte (x) and 4-byte (y, yt)
+ * aligned, so that each thread moves four elements at a time. */
 __global__ void __launch_bounds__(THREADS)
 cast_transpose_kernel(uint8_t *y, uint8_t *yt, float *amax, const __nv_bfloat16 *x,
                       const float *scale, int R, int C, int e5m2)
@@ -82,9 +82,11 @@ llmt_status llmt__cuda_cast_transpose_fp8(llmt__cuda_ctx *ctx, uint8_t *y, uint8
                                           float *amax, const llmt__bf16 *x,
                                           const float *scale, int R, int C, int e5m2)
 {
-    if (R < 0 || C < 0 || R % 4 || C % 4)
+    if (R < 0 || C < 0 || C % 4 || (yt && R % 4))
         return llmt__err_set(&ctx->err, LLMT_ERR_INVALID_ARGUMENT,
-                             "cuda: cast_transpose_fp8: R=%d C=%d (multiples of 4)", R, C);
+                             "cuda: cast_transpose_fp8: R=%d C=%d (C a multiple of 4, R too "
+                             "for the transpose)",
+                             R, C);
     if (((uintptr_t)x & 7) || ((uintptr_t)y & 3) || ((uintptr_t)yt & 3))
         return llmt__err_set(&ctx->err, LLMT_ERR_INVALID_ARGUMENT,
                              "cuda: cast_transpose_fp8: x must be 8-byte and y, yt 4-byte "

@@ -102,6 +102,20 @@ static inline llmt__gemm_args llmt__gemm_plain(int bf16, int ta, int tb, int M, 
     a.beta = beta;
     return a;
 }
+
+/* An fp8 GEMM in the one layout fp8 takes, C[M,N] (+)= dequant(A B^T): A
+ * [M,K] codes (E5M2 when a5, else E4M3), B [N,K] E4M3 codes, sa and sb
+ * their dequantisation scales (device); C fp32 (cf32) or bf16. */
+static inline llmt__gemm_args llmt__gemm_fp8(int M, int N, int K, const void *A, int a5,
+                                             const float *sa, const void *B, const float *sb,
+                                             void *C, int cf32, float beta)
+{
+    llmt__gemm_args a = llmt__gemm_plain(1, 0, 1, M, N, K, A, B, C, cf32, beta);
+    a.ab_type = a5 ? LLMT_GEMM_E5M2 : LLMT_GEMM_E4M3;
+    a.a_scale = sa;
+    a.b_scale = sb;
+    return a;
+}
 #endif
 
 typedef struct llmt__dev llmt__dev; /* a backend's context (opaque) */
@@ -306,7 +320,8 @@ typedef struct llmt__dev_ops {
      * transposed (NULL: skipped), the encoding of quantize_fp8; amax[0]
      * (device, NULL: skipped) = max |x| as the amax op computes it, from
      * the same read of x (the delayed recipe records it as it quantises
-     * with an earlier scale). R and C multiples of 4. */
+     * with an earlier scale). C a multiple of 4, R too when yt is
+     * written. */
     llmt_status (*cast_transpose_fp8)(llmt__dev *d, uint8_t *y, uint8_t *yt, float *amax,
                                       const void *x, const float *scale, int R, int C,
                                       int e5m2);

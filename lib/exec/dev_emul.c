@@ -1161,8 +1161,10 @@ static llmt_status em_cast_transpose_fp8(llmt__dev *d, uint8_t *y, uint8_t *yt, 
     const llmt__bf16 *x = x_;
     if (!d)
         return LLMT_ERR_NULL_POINTER;
-    if (R < 0 || C < 0 || R % 4 || C % 4)
-        return BAD(d, "cast_transpose_fp8: R=%d C=%d (multiples of 4)", R, C);
+    if (R < 0 || C < 0 || C % 4 || (yt && R % 4))
+        return BAD(d,
+                   "cast_transpose_fp8: R=%d C=%d (C a multiple of 4, R too for the transpose)",
+                   R, C);
     if (amax)
         amax[0] = 0.0f;
     if (!R || !C || (!y && !yt && !amax))

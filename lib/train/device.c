@@ -808,8 +808,7 @@ static int norm_params(const llmt__devtrain *g, size_t *off)
 /* Every op the fp8 GEMMs need besides the GEMM itself. */
 static int fp8_ops(const llmt__dev_ops *o)
 {
-    return o->amax && o->quantize_fp8 && o->cast_transpose_fp8 && o->gelu_bwd_mul &&
-           o->bias_add && o->gelu_fwd;
+    return o->cast_transpose_fp8 && o->gelu_bwd_mul && o->bias_add && o->gelu_fwd;
 }
 
 /* Scales to the device (after the recipe moved them). The inverse scales
@@ -1209,7 +1208,7 @@ llmt_status llmt__devtrain_create_layout(
     if (fp8 && fp8->on && !fp8_ops(ops)) {
         s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                           "trainer: fp8: the %s backend has no "
-                          "fp8 ops (amax, quantise, cast-transpose)",
+                          "fp8 ops (cast-transpose, GELU backward)",
                           ops->name);
         goto fail;
     }
@@ -1529,21 +1528,8 @@ static int fp8_on(const llmt__devtrain *g, int slot, int IC, int OC)
 static llmt_status mm_fp8(llmt__devtrain *g, int M, int Nc, int K, const uint8_t *a, size_t ta,
                           int a5, const uint8_t *b, size_t tb, void *out, int cf32, float beta)
 {
-    llmt__gemm_args q;
-    memset(&q, 0, sizeof q);
-    q.trans_b = 1;
-    q.M = M;
-    q.N = Nc;
-    q.K = K;
-    q.A = a;
-    q.B = b;
-    q.C = out;
-    q.ab_type = a5 ? LLMT_GEMM_E5M2 : LLMT_GEMM_E4M3;
-    q.c_type = cf32 ? LLMT_GEMM_F32 : LLMT_GEMM_BF16;
-    q.alpha = 1.0f;
-    q.beta = beta;
-    q.a_scale = g->f8inv + ta * F8_STRIDE;
-    q.b_scale = g->f8inv + tb * F8_STRIDE;
+    llmt__gemm_args q = llmt__gemm_fp8(M, Nc, K, a, a5, g->f8inv + ta * F8_STRIDE, b,
+                                       g->f8inv + tb * F8_STRIDE, out, cf32, beta);
     S(g->op->gemm(g->d, &q), "fp8 gemm");
     return LLMT_OK;
 }
@@ -1554,20 +1540,14 @@ static llmt_status mm_fp8(llmt__devtrain *g, int M, int Nc, int K, const uint8_t
 static llmt_status lin_fp8(llmt__devtrain *g, void *out, const void *x, size_t w,
                            size_t b, int N, int IC, int OC, int slot)
 {
-    size_t tx = 2 * (size_t)slot, tw = tx + 1, nw = (size_t)OC * IC, nx = (size_t)N * IC;
+    size_t tx = 2 * (size_t)slot, tw = tx + 1;
     float *am = g->f8amax + (size_t)g->amax_row * g->nf8;
-    if (N % 4 == 0) { /* amax and codes from one read (IC, OC: multiples of 16) */
-        S(g->op->cast_transpose_fp8(g->d, g->qx, NULL, am + tx, x, g->f8scale + tx, N, IC, 0),
-          "fp8 quantise");
-        S(g->op->cast_transpose_fp8(g->d, g->qw, NULL, am + tw, pw(g, w), g->f8scale + tw, OC,
-                                    IC, 0),
-          "fp8 quantise");
-    } else {
-        S(g->op->amax(g->d, am + tx, x, nx), "fp8 amax");
-        S(g->op->amax(g->d, am + tw, pw(g, w), nw), "fp8 amax");
-        S(g->op->quantize_fp8(g->d, g->qx, x, g->f8scale + tx, nx, 0), "fp8 quantise");
-        S(g->op->quantize_fp8(g->d, g->qw, pw(g, w), g->f8scale + tw, nw, 0), "fp8 quantise");
-    }
+    /* amax and codes from one read (IC, OC: multiples of 16) */
+    S(g->op->cast_transpose_fp8(g->d, g->qx, NULL, am + tx, x, g->f8scale + tx, N, IC, 0),
+      "fp8 quantise");
+    S(g->op->cast_transpose_fp8(g->d, g->qw, NULL, am + tw, pw(g, w), g->f8scale + tw, OC, IC,
+                                0),
+      "fp8 quantise");
     llmt_status s = mm_fp8(g, N, OC, IC, g->qx, tx, 0, g->qw, tw, out, 0, 0.0f);
     if (s != LLMT_OK)
         return s;
