@@ -728,7 +728,9 @@ typedef struct llmt_trainer_opts {
     int32_t fp8_margin;       /* scale = fp8 max / amax / 2^margin, 0..16;
                                 default 0 */
     int32_t fp8_format;       /* llmt_fp8_format: the gradients' format;
-                                default LLMT_FP8_HYBRID */
+                                default LLMT_FP8_HYBRID. An fp8_* option
+                                off its default needs fp8 1 (refused
+                                otherwise, naming it) */
 } llmt_trainer_opts;
 
 /* llmt_trainer_opts.fp8_format (the job spec's precision.fp8_format) */

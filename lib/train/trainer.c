@@ -172,6 +172,15 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
                              "trainer: fp8_amax_history %d (1..1024) or "
                              "fp8_margin %d (0..16) out of range",
                              (int)o.fp8_amax_history, (int)o.fp8_margin);
+    /* the recipe's options act only with fp8: set without it, refused */
+    if (!o.fp8 &&
+        (o.fp8_amax_history != 16 || o.fp8_margin != 0 || o.fp8_format != LLMT_FP8_HYBRID))
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: %s is set but fp8 is 0: the fp8 options take effect "
+                             "only with fp8 1 (leave them at their defaults)",
+                             o.fp8_amax_history != 16 ? "fp8_amax_history"
+                             : o.fp8_margin != 0      ? "fp8_margin"
+                                                      : "fp8_format");
     if (o.fp8 && o.fp8_format != LLMT_FP8_E4M3 && o.fp8_format != LLMT_FP8_HYBRID)
         return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: fp8_format %d is not LLMT_FP8_E4M3 (0) or "

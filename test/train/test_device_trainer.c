@@ -625,6 +625,16 @@ int main(int argc, char **argv)
         to.device = 7;
         CHECK_STATUS(llmt_trainer_create(m, &to, &t), LLMT_ERR_INVALID_ARGUMENT);
         CHECK(strstr(llmt_model_last_error(m), "device 7") != NULL);
+        /* the fp8 options without fp8: refused by name, not ignored */
+        topts(&to);
+        to.fp8_format = LLMT_FP8_E4M3;
+        CHECK_STATUS(llmt_trainer_create(m, &to, &t), LLMT_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(llmt_model_last_error(m), "fp8_format") != NULL);
+        topts(&to);
+        to.fp8_margin = 2;
+        CHECK_STATUS(llmt_trainer_create(m, &to, &t), LLMT_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(llmt_model_last_error(m), "fp8_margin") != NULL);
+        fprintf(stderr, "fp8 option without fp8: %s\n", llmt_model_last_error(m));
         llmt_model_destroy(m);
     }
     char tmp[] = "/tmp/llmt-devtrain-XXXXXX";
