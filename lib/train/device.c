@@ -870,7 +870,7 @@ llmt_status llmt__devtrain_probe(llmt_err *e, const llmt__dev_ops *ops,
     return LLMT_OK;
 }
 
-llmt_status llmt__devtrain_tp_supported(llmt_err *e, const llmt__dev_ops *ops, int fp8)
+llmt_status llmt__devtrain_tp_supported(llmt_err *e, const llmt__dev_ops *ops)
 {
     if (!ops->embedding_part_fwd || !ops->embedding_part_bwd || !ops->xent_part_max ||
         !ops->xent_part_sum || !ops->xent_part_fin)
@@ -883,10 +883,6 @@ llmt_status llmt__devtrain_tp_supported(llmt_err *e, const llmt__dev_ops *ops, i
         return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                              "trainer: tensor parallelism: the %s backend %s", ops->name,
                              ops->unverified_tp);
-    if (fp8)
-        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                             "trainer: fp8 with tensor parallelism is not supported "
-                             "yet (set fp8 off or parallelism.tp 1)");
     return LLMT_OK;
 }
 
@@ -918,7 +914,7 @@ llmt_status llmt__devtrain_create_layout(
             return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                                  "trainer: tensor parallelism: rank %d of %d, hook %s",
                                  tp->rank, tps, tp->hook ? "set" : "missing");
-        if ((ts = llmt__devtrain_tp_supported(e, ops, fp8 && fp8->on)) != LLMT_OK)
+        if ((ts = llmt__devtrain_tp_supported(e, ops)) != LLMT_OK)
             return ts;
     }
     int32_t epr = 0, eps = 1;
@@ -1538,7 +1534,7 @@ static llmt_status mm_fp8(llmt__devtrain *g, int M, int Nc, int K, const uint8_t
  * this forward, quantises with the scales the recipe chose from earlier
  * steps (delayed scaling). */
 static llmt_status lin_fp8(llmt__devtrain *g, void *out, const void *x, size_t w,
-                           size_t b, int N, int IC, int OC, int slot)
+                           const void *bias, int N, int IC, int OC, int slot)
 {
     size_t tx = 2 * (size_t)slot, tw = tx + 1;
     float *am = g->f8amax + (size_t)g->amax_row * g->nf8;
@@ -1551,7 +1547,8 @@ static llmt_status lin_fp8(llmt__devtrain *g, void *out, const void *x, size_t w
     llmt_status s = mm_fp8(g, N, OC, IC, g->qx, tx, 0, g->qw, tw, out, 0, 0.0f);
     if (s != LLMT_OK)
         return s;
-    if (b != NOP) S(g->op->bias_add(g->d, out, pw(g, b), N, OC), "bias");
+    if (bias)
+        S(g->op->bias_add(g->d, out, bias, N, OC), "bias");
     g->fp8_gemms++;
     return LLMT_OK;
 }
@@ -1622,14 +1619,14 @@ static llmt_status lin(llmt__devtrain *g, const llmt__linear *L, void *out, void
     const void *bias =
         L->b == NOP || (L->split == LLMT__SPLIT_ROW && g->tpr != 0) ? NULL : pw(g, L->b);
     if (L->gelu && fp8_on(g, L->fp8_slot, IC, OC)) {
-        if ((s = lin_fp8(g, pre, x, L->w, L->b, N, IC, OC, L->fp8_slot)) != LLMT_OK)
+        if ((s = lin_fp8(g, pre, x, L->w, bias, N, IC, OC, L->fp8_slot)) != LLMT_OK)
             return s;
         S(g->op->gelu_fwd(g->d, out, pre, (size_t)N * OC), "gelu");
     } else if (L->gelu) { /* out = gelu(x W^T + b), the pre-activation kept */
         s = mm(g, 0, 1, N, OC, IC, x, pw(g, L->w), out, 0, 0.0f, LLMT_GEMM_EPI_GELU_BIAS, bias,
                pre);
     } else if (fp8_on(g, L->fp8_slot, IC, OC)) {
-        s = lin_fp8(g, out, x, L->w, L->b, N, IC, OC, L->fp8_slot);
+        s = lin_fp8(g, out, x, L->w, bias, N, IC, OC, L->fp8_slot);
     } else {
         s = mm(g, 0, 1, N, OC, IC, x, pw(g, L->w), out, 0, 0.0f,
                bias ? LLMT_GEMM_EPI_BIAS : LLMT_GEMM_EPI_NONE, bias, NULL);
@@ -2237,11 +2234,18 @@ static void sp_pad(llmt__devtrain *g, const int32_t **tok, const int32_t **tgt, 
 static llmt_status fp8_step(llmt__devtrain *g, int micro)
 {
     size_t nf = (size_t)g->nf8;
+    llmt_status s;
     S(g->op->d2h(g->d, g->h8amax, g->f8amax, (size_t)micro * nf * sizeof(float)),
       "read the fp8 amaxes");
     for (int a = 1; a < micro; a++)
         for (size_t i = 0; i < nf; i++)
             g->h8amax[i] = fmaxf(g->h8amax[i], g->h8amax[(size_t)a * nf + i]);
+    /* tensor parallelism: the maximum over the group, so that each scale
+     * is the whole tensor's, as one rank holding the model would choose
+     * it (every rank then quantises its shard with the same scale) */
+    if (g->tp > 1 && g->hook &&
+        (s = g->hook(g->hook_ctx, LLMT__AT_HOST_MAX, 1, NULL, g->h8amax, 1, nf)) != LLMT_OK)
+        return s;
     /* data parallelism: the maximum over the replicas' micro-batches as
      * well, so every replica (and one rank running the whole global batch)
      * picks the same scales (TransformerEngine reduces its amaxes over the

@@ -76,7 +76,13 @@ typedef enum llmt__point {
     /* the same sum of a buffer in HOST memory on every backend (the
      * gathers of the host copies, the row logits of last_logits and of a
      * pipeline's last stage): the hook must not stage it (tp.c) */
-    LLMT__AT_HOST_SUM = 6
+    LLMT__AT_HOST_SUM = 6,
+    /* the element-wise maximum over the group of a HOST fp32 buffer: the
+     * fp8 amaxes of a step, so that every rank's delayed scales are those
+     * of the whole tensors (each rank saw only its shard of a split
+     * weight, of a column split Linear's output gradient and of a row
+     * split one's input) */
+    LLMT__AT_HOST_MAX = 7
 } llmt__point;
 
 typedef struct llmt__linear {
@@ -179,9 +185,9 @@ llmt_status llmt__tp_check(llmt_err *e, const llmt_model_config *c, int tp);
  * destroyed): the trainer's creation asks, as it makes its engine later. */
 llmt_status llmt__devtrain_probe(llmt_err *e, const llmt__dev_ops *ops,
                                  const llmt__dev_opts *dopts, const llmt_model *m);
-/* Can this backend (and fp8 setting) run tensor parallelism? LLMT_OK, or
- * an error saying what is missing. */
-llmt_status llmt__devtrain_tp_supported(llmt_err *e, const llmt__dev_ops *ops, int fp8);
+/* Can this backend run tensor parallelism? LLMT_OK, or an error saying
+ * what is missing. */
+llmt_status llmt__devtrain_tp_supported(llmt_err *e, const llmt__dev_ops *ops);
 void llmt__devtrain_destroy(llmt__devtrain *g);
 
 /* Host mirrors (pinned where the backend has pinned memory), model->total

@@ -75,6 +75,7 @@ static const char *point_name(llmt__point at)
     case LLMT__AT_LOSS_SUM: return "vocabulary-parallel loss (sum)";
     case LLMT__AT_GRAD_SUM: return "gradient sum";
     case LLMT__AT_HOST_SUM: return "sum of host copies";
+    case LLMT__AT_HOST_MAX: return "fp8 amax maximum";
     }
     return "?";
 }
@@ -163,7 +164,9 @@ static llmt_status tp_hook(void *ctx, llmt__point at, int dir, const llmt__linea
     llmt_dtype dt = tp->store;
     llmt_reduce_op op = LLMT_REDUCE_SUM;
     llmt_status s;
-    if (at == LLMT__AT_HOST_SUM) { /* host memory on every backend: as it is */
+    if (at == LLMT__AT_HOST_SUM || at == LLMT__AT_HOST_MAX) { /* host memory: as it is */
+        if (at == LLMT__AT_HOST_MAX)
+            op = LLMT_REDUCE_MAX;
         s = llmt_comm_all_reduce(tp->comm, buf, buf, rows * cols, LLMT_DTYPE_FP32, op, NULL);
         return s == LLMT_OK ? LLMT_OK : failed(tp, s, at, dir, lin, rows, cols);
     }
@@ -188,7 +191,8 @@ static llmt_status tp_hook(void *ctx, llmt__point at, int dir, const llmt__linea
         break;
     case LLMT__AT_LOSS_SUM:
     case LLMT__AT_GRAD_SUM:
-    case LLMT__AT_HOST_SUM: dt = LLMT_DTYPE_FP32; break;
+    case LLMT__AT_HOST_SUM:
+    case LLMT__AT_HOST_MAX: dt = LLMT_DTYPE_FP32; break;
     }
     size_t bytes = rows * cols * llmt_dtype_size(dt);
     void *h = buf;

@@ -32,7 +32,7 @@ llmt_status llmt__trainer_record_tp(llmt_trainer *tr, llmt_comm *comm, int seq)
     if (comm && n > 1) {
         s = llmt__tp_check(&tr->err, &tr->model->cfg, n);
         if (s == LLMT_OK)
-            s = llmt__devtrain_tp_supported(&tr->err, tr->ops, tr->o.fp8);
+            s = llmt__devtrain_tp_supported(&tr->err, tr->ops);
         if (s == LLMT_OK)
             s = llmt__tp_create(&tr->err, comm, tr->ops->store, seq, &tp);
         if (s != LLMT_OK)
