@@ -65,6 +65,19 @@ LLMT_API llmt_status llmt_ckpt_create(llmt_context *ctx, const char *root,
         o.durable_keep_every < 0)
         return llmt__err_set(ce, LLMT_ERR_INVALID_ARGUMENT,
                              "ckpt: verify or retention option out of range");
+    /* the durable tier's retention with no durable tier would be ignored */
+    if (!o.durable_dir && (o.durable_keep_last || o.durable_keep_every))
+        return llmt__err_set(
+            ce, LLMT_ERR_INVALID_ARGUMENT,
+            "ckpt: %s %d is set but durable_dir is NULL: the durable "
+            "retention takes effect only with a durable tier (set "
+            "durable_dir, or leave it 0)",
+            o.durable_keep_last ? "durable_keep_last" : "durable_keep_every",
+            (int)(o.durable_keep_last ? o.durable_keep_last : o.durable_keep_every));
+    if (o.direct_io != 0 && o.direct_io != 1)
+        return llmt__err_set(ce, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: direct_io %d is not 0 (buffered) or 1 (O_DIRECT)",
+                             (int)o.direct_io);
     if (strlen(root) == 0 || strlen(root) > MAX_PATH - 64 ||
         (o.durable_dir && strlen(o.durable_dir) > MAX_PATH - 64))
         return llmt__err_set(ce, LLMT_ERR_INVALID_ARGUMENT,

@@ -258,6 +258,26 @@ void llmt__comm_free_shell(llmt_comm *c)
     free(c);
 }
 
+/* The options only NCCL reads (the device, the id's rendezvous file) on a
+ * communicator of `backend` (`made`: how it is made, for the message):
+ * refused, not ignored. Gloo from the environment reads rendezvous_path
+ * as its store directory (create_from_env checks that itself). */
+static llmt_status nccl_only_opts(llmt_context *ctx, const llmt_comm_opts *o, const char *made)
+{
+    llmt_err *e = ctx ? &ctx->err : NULL;
+    if (o->cuda_device != -1)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "comm: %s: llmt_comm_opts.cuda_device %d is set, but only NCCL "
+                             "communicators use a device (leave it -1)",
+                             made, (int)o->cuda_device);
+    if (o->rendezvous_path)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "comm: %s: llmt_comm_opts.rendezvous_path is set, but this "
+                             "communicator has no rendezvous (leave it NULL)",
+                             made);
+    return LLMT_OK;
+}
+
 static llmt_status read_opts(llmt_context *ctx, const llmt_comm_opts *opts,
                              llmt_comm_opts *o)
 {
@@ -715,10 +735,14 @@ LLMT_API llmt_status llmt_comm_all_to_allv(llmt_comm *c, const void *send,
 {
     COLL_INIT(LLMT__OP_ALL_TO_ALLV);
     if (!c) return LLMT_ERR_NULL_POINTER;
-    LLMT__NONNULL(&c->err, "comm: all_to_allv", scounts);
-    LLMT__NONNULL(&c->err, "comm: all_to_allv", sdispls);
-    LLMT__NONNULL(&c->err, "comm: all_to_allv", rcounts);
-    LLMT__NONNULL(&c->err, "comm: all_to_allv", rdispls);
+    /* named as the header names them */
+    const void *const arr[4] = {scounts, sdispls, rcounts, rdispls};
+    static const char *const arr_name[4] = {"send_counts", "send_displs", "recv_counts",
+                                            "recv_displs"};
+    for (int i = 0; i < 4; i++)
+        if (!arr[i])
+            return llmt__err_set(&c->err, LLMT_ERR_NULL_POINTER,
+                                 "comm: all_to_allv: %s is NULL", arr_name[i]);
     size_t stot = 0, rtot = 0;
     for (int32_t i = 0; i < c->size; i++) {
         stot += scounts[i];
@@ -933,6 +957,15 @@ LLMT_API llmt_status llmt_comm_create_inproc(llmt_context *ctx, int32_t n,
     llmt_comm_opts o;
     llmt_status s = read_opts(ctx, opts, &o);
     if (s != LLMT_OK) return s;
+    /* the ranks are this process's threads, whatever backend was asked */
+    if (o.backend != LLMT_COMM_AUTO && o.backend != LLMT_COMM_INPROC)
+        return llmt__err_set(ce, LLMT_ERR_INVALID_ARGUMENT,
+                             "comm: create_inproc: llmt_comm_opts.backend %d: an in-process "
+                             "group is LLMT_COMM_INPROC (1) or LLMT_COMM_AUTO (0); MPI, NCCL "
+                             "and Gloo have their own create calls",
+                             (int)o.backend);
+    if ((s = nccl_only_opts(ctx, &o, "create_inproc")) != LLMT_OK)
+        return s;
     return llmt__inproc_create(ctx, n, &o, comms);
 }
 
@@ -963,6 +996,7 @@ LLMT_API llmt_status llmt_comm_create_from_env(llmt_context *ctx,
             return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                                  "comm: gloo from the environment needs $LLMT_COMM_STORE "
                                  "(a directory every rank sees) or opts.rendezvous_path");
+        o.rendezvous_path = NULL; /* read here: the store directory */
         return llmt_comm_create_from_store(ctx, dir, pre && *pre ? pre : "llmt", env.rank,
                                            env.world_size, &o, out);
     }
@@ -977,6 +1011,8 @@ LLMT_API llmt_status llmt_comm_create_from_env(llmt_context *ctx,
                                  env.launcher, (int)env.world_size);
     }
     if (be == LLMT_COMM_INPROC) {
+        if ((s = nccl_only_opts(ctx, &o, "create_from_env (in-process)")) != LLMT_OK)
+            return s;
         if (env.world_size != 1)
             return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                                  "comm: in-process backend from the environment "
@@ -1085,6 +1121,8 @@ LLMT_API llmt_status llmt_comm_create_from_store(llmt_context *ctx, const char *
                              "comm: create_from_store makes Gloo communicators (backend %d "
                              "asked)",
                              (int)o.backend);
+    if ((s = nccl_only_opts(ctx, &o, "create_from_store")) != LLMT_OK)
+        return s;
 #ifdef LLMT_HAVE_GLOO
     return llmt__gloo_create(ctx, store_dir, prefix, rank, world, &o, out);
 #else

@@ -117,6 +117,15 @@ static llmt_status resolve_config(llmt_err *e, llmt_model_config *c)
             return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                                  "model: moe_shared_experts %d must be >= 0",
                                  (int)c->moe_shared_experts);
+        /* dropless: no capacity, so a capacity factor would be ignored
+         * (0 and 1.25 are the default's two spellings) */
+        if (c->moe_dropless && c->moe_capacity_factor != 0.0f &&
+            c->moe_capacity_factor != 1.25f)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "model: moe_capacity_factor %g is set but moe_dropless is 1 "
+                                 "(no capacity limit): it takes effect only with moe_dropless "
+                                 "0 (leave it 0)",
+                                 (double)c->moe_capacity_factor);
         if (c->moe_raw_gates != 0 && c->moe_raw_gates != 1)
             return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
                                  "model: moe_raw_gates %d must be 0 (renormalised top-k "
@@ -128,7 +137,27 @@ static llmt_status resolve_config(llmt_err *e, llmt_model_config *c)
                              "model: moe_top_k, moe_ffn, moe_every, moe_dropless, "
                              "moe_capacity_factor, moe_shared_experts or moe_raw_gates set but "
                              "moe_experts is 0 (dense)");
+    } else if (c->moe_aux_loss_coef != 0.01f || c->moe_z_loss_coef != 0.001f) {
+        /* a dense model has no router loss to weigh (0 is the no-loss value too) */
+        if ((c->moe_aux_loss_coef != 0.01f && c->moe_aux_loss_coef != 0.0f) ||
+            (c->moe_z_loss_coef != 0.001f && c->moe_z_loss_coef != 0.0f))
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                                 "model: %s %g is set but moe_experts is 0 (dense): it takes "
+                                 "effect only with experts (leave it at its default)",
+                                 c->moe_aux_loss_coef != 0.01f && c->moe_aux_loss_coef != 0.0f
+                                     ? "moe_aux_loss_coef"
+                                     : "moe_z_loss_coef",
+                                 c->moe_aux_loss_coef != 0.01f && c->moe_aux_loss_coef != 0.0f
+                                     ? (double)c->moe_aux_loss_coef
+                                     : (double)c->moe_z_loss_coef);
     }
+    /* GPT-2 has learned positions: a RoPE base would be ignored */
+    if (c->arch == LLMT_ARCH_GPT2 && c->rope_theta != 10000.0f)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "model: rope_theta %g is set but arch is GPT2 (learned positions, "
+                             "no RoPE): it takes effect only with LLMT_ARCH_LLAMA (leave it "
+                             "10000)",
+                             (double)c->rope_theta);
     if (c->tie_embeddings < 0)
         c->tie_embeddings = c->arch == LLMT_ARCH_GPT2;
     if (c->arch == LLMT_ARCH_GPT2 && !c->tie_embeddings)

@@ -605,6 +605,11 @@ llmt_status llmt__dp_check(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *opt
                              "dp: zero_stage %d (0..3) or bucket_bytes %lld "
                              "(>= 0) out of range",
                              (int)o->zero_stage, (long long)o->bucket_bytes);
+    if (o->overlap != 0 && o->overlap != 1)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "dp: llmt_dp_opts.overlap %d is not 0 (reduce at the end) or 1 "
+                             "(reduce buckets during the backward)",
+                             (int)o->overlap);
     return LLMT_OK;
 }
 

@@ -131,6 +131,9 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
     if (o.schedule < LLMT_LR_CONSTANT || o.schedule > LLMT_LR_WSD)
         return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: schedule %d unknown", (int)o.schedule);
+    if (!(o.min_lr >= 0.0f)) /* the schedule would step backwards */
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT, "trainer: min_lr %g must be >= 0",
+                             (double)o.min_lr);
     if (!(o.lr >= 0.0f) || !(o.beta1 >= 0.0f && o.beta1 < 1.0f) ||
         !(o.beta2 >= 0.0f && o.beta2 < 1.0f) || !(o.eps > 0.0f) ||
         !(o.weight_decay >= 0.0f) || !(o.grad_clip >= 0.0f) ||
@@ -189,6 +192,18 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
     if (o.device_index < 0)
         return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: device_index %d < 0", (int)o.device_index);
+    /* the CPU trainer has no device to pick: an ordinal would be ignored */
+    if (!dev_ops && o.device_index != 0)
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: device_index %d is set but device is LLMT_DEVICE_CPU: "
+                             "the ordinal takes effect only with LLMT_DEVICE_CUDA (leave it 0)",
+                             (int)o.device_index);
+    if (o.deterministic != 0 && o.deterministic != 1)
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: deterministic %d is not 0 or 1", (int)o.deterministic);
+    if (o.threads < 0)
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: threads %d < 0 (0: the OpenMP default)", (int)o.threads);
     llmt_context *ctx = model->ctx;
     llmt_trainer *tr = llmt__calloc(ctx, 1, sizeof *tr);
     if (!tr) return llmt__err_set(me, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
@@ -575,7 +590,8 @@ llmt_status llmt__trainer_poke_put(llmt_trainer *tr, int32_t idx, const float *b
 LLMT_API llmt_status llmt_trainer_grad(llmt_trainer *tr, int32_t index, llmt_tensor *v)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
-    LLMT__NONNULL(&tr->err, "trainer: grad", v);
+    if (!v) /* the header calls it view */
+        return llmt__err_set(&tr->err, LLMT_ERR_NULL_POINTER, "trainer: grad: view is NULL");
     if (index < 0 || index >= tr->model->nparams)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: parameter index %d out of range",
@@ -590,7 +606,9 @@ LLMT_API llmt_status llmt_trainer_optim_state(llmt_trainer *tr, int32_t index, i
                                               llmt_tensor *v)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
-    LLMT__NONNULL(&tr->err, "trainer: optim_state", v);
+    if (!v) /* the header calls it view */
+        return llmt__err_set(&tr->err, LLMT_ERR_NULL_POINTER,
+                             "trainer: optim_state: view is NULL");
     if (index < 0 || index >= tr->model->nparams || which < 0 || which > 1)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: optimizer state (%d, %d) out of range",
@@ -644,7 +662,9 @@ LLMT_API llmt_status llmt_trainer_optim_shard(llmt_trainer *tr, int32_t index, i
                                               llmt_tensor *v, int64_t *flat_offset)
 {
     if (!tr) return LLMT_ERR_NULL_POINTER;
-    LLMT__NONNULL(&tr->err, "trainer: optim_shard", v);
+    if (!v) /* the header calls it view */
+        return llmt__err_set(&tr->err, LLMT_ERR_NULL_POINTER,
+                             "trainer: optim_shard: view is NULL");
     LLMT__NONNULL(&tr->err, "trainer: optim_shard", flat_offset);
     if (index < 0 || index >= tr->model->nparams || which < 0 || which > 1)
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,

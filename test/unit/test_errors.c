@@ -323,7 +323,7 @@ static void test_comm(void)
     size_t cnt[1] = {1};
     EXPECT_MSG(llmt_comm_all_to_allv(c, &x, NULL, cnt, &x, cnt, cnt, LLMT_DTYPE_FP32, NULL),
                LLMT_ERR_NULL_POINTER, llmt_comm_last_error(c),
-               "comm: all_to_allv: scounts is NULL");
+               "comm: all_to_allv: send_counts is NULL");
     CHECK_STATUS(llmt_comm_rank(NULL, NULL), LLMT_ERR_NULL_POINTER);
     llmt_comm_destroy(c);
 }

@@ -402,9 +402,9 @@ LLMT_API llmt_status llmt_tokenizer_load_gpt2(llmt_context *ctx, const char *enc
     LLMT__NONNULL(ce, "tokenizer: load_gpt2", out);
     *out = NULL;
     if (!encoder_json || !vocab_bpe)
-        return llmt__err_set(ce, LLMT_ERR_NULL_POINTER,
-                             "tokenizer: load_gpt2: %s path is NULL",
-                             encoder_json ? "vocab.bpe" : "encoder.json");
+        return llmt__err_set(ce, LLMT_ERR_NULL_POINTER, "tokenizer: load_gpt2: %s is NULL",
+                             encoder_json ? "vocab_bpe (the vocab.bpe path)"
+                                          : "encoder_json (the encoder.json path)");
     llmt_tokenizer *t = NULL;
     llmt_status s = llmt__tok_new(ce, ctx, &t);
     if (s != LLMT_OK)
