@@ -522,6 +522,13 @@ llmt_status llmt__cp_sum(llmt__cp *cp, float *buf, size_t n)
     return s == LLMT_OK ? LLMT_OK : comm_fail(cp, s, "gradient sum");
 }
 
+llmt_status llmt__cp_max(llmt__cp *cp, float *buf, size_t n)
+{
+    llmt_status s =
+        llmt_comm_all_reduce(cp->comm, buf, buf, n, LLMT_DTYPE_FP32, LLMT_REDUCE_MAX, NULL);
+    return s == LLMT_OK ? LLMT_OK : comm_fail(cp, s, "fp8 amax maximum");
+}
+
 llmt_status llmt__cp_sum_dev(llmt__cp *cp, float *buf, size_t n)
 {
     llmt_status s = ready(cp);

@@ -78,6 +78,9 @@ llmt_status llmt__cp_rope(llmt__cp *cp, void *x, int B, int T, int nh, int hd, s
 double llmt__cp_compute_s(const llmt__cp *cp);
 /* buf (n fp32, host) summed over the group, in place. */
 llmt_status llmt__cp_sum(llmt__cp *cp, float *buf, size_t n);
+/* buf (n fp32, host) maximised over the group, in place (fp8 amaxes:
+ * each rank saw its rows of the activations and their gradients). */
+llmt_status llmt__cp_max(llmt__cp *cp, float *buf, size_t n);
 /* The same on the bound engine's memory (the gradients): staged through
  * a host copy where that is not the host's. */
 llmt_status llmt__cp_sum_dev(llmt__cp *cp, float *buf, size_t n);

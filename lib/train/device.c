@@ -2246,6 +2246,9 @@ static llmt_status fp8_step(llmt__devtrain *g, int micro)
     if (g->tp > 1 && g->hook &&
         (s = g->hook(g->hook_ctx, LLMT__AT_HOST_MAX, 1, NULL, g->h8amax, 1, nf)) != LLMT_OK)
         return s;
+    /* context parallelism: each rank saw its rows of the sequences */
+    if (g->cp && (s = llmt__cp_max(g->cp, g->h8amax, nf)) != LLMT_OK)
+        return s;
     /* data parallelism: the maximum over the replicas' micro-batches as
      * well, so every replica (and one rank running the whole global batch)
      * picks the same scales (TransformerEngine reduces its amaxes over the

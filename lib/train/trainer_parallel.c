@@ -394,10 +394,6 @@ static llmt_status cp_check(llmt_trainer *tr, int live)
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_cp_comm: attach context parallelism before "
                              "pipeline parallelism (llmt_trainer_set_pp_comm)");
-    if (tr->o.fp8)
-        return llmt__err_set(&tr->err, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_cp_comm: fp8 with context parallelism is not "
-                             "supported yet (set fp8 off)");
     if (live && llmt__trainer_ep_comm(tr)) /* the new engine would hold every expert */
         return llmt__err_set(&tr->err, LLMT_ERR_STATE,
                              "trainer: set_cp_comm: attach context parallelism before expert "
