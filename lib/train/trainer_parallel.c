@@ -270,6 +270,17 @@ LLMT_API llmt_status llmt_trainer_set_pp_comm(llmt_trainer *tr, llmt_comm *comm,
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT, "trainer: set_pp_comm: %s",
                              llmt_comm_last_error(comm));
     (void)r;
+    /* one stage runs the whole model with no schedule: the options would be ignored */
+    if (n <= 1 && (o.schedule != LLMT_PP_1F1B || o.virtual_stages != 1 || o.stage_layers ||
+                   o.n_stage_layers))
+        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: set_pp_comm: llmt_pp_opts.%s is set but the pipeline "
+                             "group has one stage (%s): it takes effect only with 2 or more "
+                             "(leave the options at their defaults)",
+                             o.schedule != LLMT_PP_1F1B ? "schedule"
+                             : o.virtual_stages != 1    ? "virtual_stages"
+                                                        : "stage_layers",
+                             comm ? "a communicator of size 1" : "comm is NULL");
     if ((s = llmt__moe_device_group_check(tr, comm, "set_pp_comm", "parallelism.pp")) !=
         LLMT_OK)
         return s;

@@ -74,6 +74,21 @@ static void test_trainer(void)
         d.overlap = 2;
         REFUSED(llmt_trainer_set_comm(tr, c[0], &d), LLMT_ERR_INVALID_ARGUMENT,
                 llmt_trainer_last_error(tr), "overlap");
+        llmt_comm *one = NULL;
+        CHECK_STATUS(llmt_comm_create_inproc(ctx, 1, NULL, &one), LLMT_OK);
+        llmt_pp_opts po; /* one stage: no schedule, no chunks */
+        llmt_pp_opts_init(&po, sizeof po);
+        po.schedule = LLMT_PP_GPIPE;
+        REFUSED(llmt_trainer_set_pp_comm(tr, one, &po), LLMT_ERR_INVALID_ARGUMENT,
+                llmt_trainer_last_error(tr), "schedule");
+        llmt_pp_opts_init(&po, sizeof po);
+        po.schedule = LLMT_PP_INTERLEAVED;
+        po.virtual_stages = 2;
+        REFUSED(llmt_trainer_set_pp_comm(tr, NULL, &po), LLMT_ERR_INVALID_ARGUMENT,
+                llmt_trainer_last_error(tr), "llmt_pp_opts.schedule");
+        llmt_pp_opts_init(&po, sizeof po);
+        CHECK_STATUS(llmt_trainer_set_pp_comm(tr, one, &po), LLMT_OK);
+        llmt_comm_destroy(one);
     }
     llmt_trainer_destroy(tr);
     llmt_comm_destroy(c[0]);
