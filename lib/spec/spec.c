@@ -149,11 +149,12 @@ static const spec_key keys[] = {
     E("train.device", train.device, "cpu|cuda|emulated",
       "emulated: the GPU engine's bf16 arithmetic on the CPU [cpu]"),
     I("train.eval_interval", train.eval_interval, 0, BIG, "steps, 0 = off [100]"),
-    I("train.eval_batches", train.eval_batches, 0, BIG, "[10]"),
+    I("train.eval_batches", train.eval_batches, 0, 1e6,
+      "micro-batches per validation, held in memory [10]"),
     I("train.log_interval", train.log_interval, 0, BIG, "[10]"),
     I("train.threads", train.threads, 0, 4096, "CPU threads, 0 = all [0]"),
     B("train.deterministic", train.deterministic, "bitwise reproducible [false]"),
-    I("train.sample_tokens", train.sample_tokens, 0, BIG,
+    I("train.sample_tokens", train.sample_tokens, 0, 1e6,
       "tokens to sample at the end, 0 = none [128]"),
     O("data", "inputs"),
     S("data.train", data.train, "token shard dir or text input"),
@@ -180,9 +181,9 @@ static const spec_key keys[] = {
      "tier kind"},
     {"checkpoint.tiers[].path", KT_STR, TOFF(path), NULL, 0, 0, F_TIER,
      "directory (local, durable)"},
-    {"checkpoint.tiers[].keep_last", KT_INT, TOFF(keep_last), NULL, 0, BIG, F_TIER,
+    {"checkpoint.tiers[].keep_last", KT_INT, TOFF(keep_last), NULL, 0, 1e9, F_TIER,
      "keep the newest N, 0 = all [3]"},
-    {"checkpoint.tiers[].keep_every", KT_INT, TOFF(keep_every), NULL, 0, BIG, F_TIER,
+    {"checkpoint.tiers[].keep_every", KT_INT, TOFF(keep_every), NULL, 0, 1e9, F_TIER,
      "also keep every Nth step for good, 0 = none [0]"},
     O("fault_tolerance", "failures"),
     N("fault_tolerance.collective_timeout_s", fault_tolerance.collective_timeout_s, 0, 1e7,
@@ -372,6 +373,26 @@ static const char *suggest(const char *path, int in_tier)
     return bestd <= limit ? best : NULL;
 }
 
+/* The keys of the object holding the unknown `path` ("a, b, c"), for an
+ * error that has no close match to suggest: the reader sees what the
+ * object does take (the top level's keys for a top-level path). */
+static void siblings(const char *path, char *buf, size_t n)
+{
+    size_t pl = parent_len(path), len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < NKEYS && len + 1 < n; i++) {
+        const char *kp = keys[i].path;
+        if ((keys[i].flags & F_TIER) || parent_len(kp) != pl || strncmp(kp, path, pl) != 0)
+            continue;
+        int w = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", last_part(kp));
+        if (w < 0 || (size_t)w >= n - len) {
+            buf[len] = '\0'; /* no half name */
+            break;
+        }
+        len += (size_t)w;
+    }
+}
+
 static const char *enum_name(const char *values, int idx, char *buf, size_t n)
 {
     const char *p = values;
@@ -513,7 +534,13 @@ static void store_value(llmt_spec *s, void *base, const spec_key *k,
     case KT_INT: {
         int64_t x;
         if (!json_int(v, &x)) {
-            errf(el, path, "must be an integer");
+            /* a whole number beyond 2^53 is one too, only out of range */
+            fmt_range(range, sizeof range, k);
+            if (cJSON_IsNumber(v) && isfinite(v->valuedouble) &&
+                v->valuedouble == floor(v->valuedouble))
+                errf(el, path, "%g must be %s", v->valuedouble, range);
+            else
+                errf(el, path, "must be an integer %s", range);
             return;
         }
         if ((double)x < k->min || (double)x > k->max) {
@@ -718,10 +745,14 @@ static void walk(llmt_spec *s, const cJSON *obj, const char *prefix,
         int k = key_index(canon);
         if (k < 0 || (keys[k].flags & F_TIER)) {
             const char *sg = suggest(path, 0);
+            char sib[400];
+            siblings(path, sib, sizeof sib);
             if (sg)
                 errf(el, path, "unknown key (did you mean \"%s\"?)", sg);
+            else if (parent_len(path))
+                errf(el, path, "unknown key (%.*s has: %s)", (int)parent_len(path), path, sib);
             else
-                errf(el, path, "unknown key");
+                errf(el, path, "unknown key (the spec has: %s)", sib);
             continue;
         }
         if (canon != path && s->given[k]) {

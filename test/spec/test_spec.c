@@ -283,6 +283,30 @@ static void test_rules(void)
          " \"parallelism\": {\"pp\": 2, \"virtual_stages\": 2}, \"batch\": {\"grad_accum\": "
          "3}}",
          "batch.grad_accum: 3 micro-batches must be a multiple of parallelism.pp 2"},
+        /* an unknown key with no close match lists what its object takes */
+        {"{" M ", \"optimizer\": {\"lerning_rate\": 1e-3}}",
+         "optimizer.lerning_rate: unknown key (optimizer has: type, lr, beta1"},
+        {"{" M ", \"lerning_rate\": 1e-3}",
+         "lerning_rate: unknown key (the spec has: name, model"},
+        /* integers: the range in the message, also for a whole number
+         * beyond 2^53 and for a string */
+        {"{" M ", \"parallelism\": {\"tp\": 1e20}}",
+         "parallelism.tp: 1e+20 must be in [1, 1e+06]"},
+        {"{" M ", \"parallelism\": {\"tp\": \"2\"}}",
+         "parallelism.tp: must be an integer in [1, 1e+06]"},
+        /* the checkpointer counts retention in int32: a larger count
+         * would wrap, so the spec bounds it */
+        {"{" M ", \"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": "
+         "2147483648}]}}",
+         "checkpoint.tiers[0].keep_last: 2147483648 must be in [0, 1e+09]"},
+        {"{" M ", \"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_every\": "
+         "4294967296}]}}",
+         "checkpoint.tiers[0].keep_every: 4294967296 must be in [0, 1e+09]"},
+        /* the sample and the validation batches are held in memory */
+        {"{" M ", \"train\": {\"sample_tokens\": 10000000}}",
+         "train.sample_tokens: 10000000 must be in [0, 1e+06]"},
+        {"{" M ", \"train\": {\"eval_batches\": 1e12}}",
+         "train.eval_batches: 1000000000000 must be in [0, 1e+06]"},
     };
 #undef M
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
