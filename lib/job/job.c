@@ -5,12 +5,14 @@
  * checkpointer, and last the resume. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "comm/comm_internal.h"
 #include "job/job.h"
 #include "train/trainer_state.h"
 
@@ -441,13 +443,29 @@ static llmt_status buffers(llmt_job *j)
     int B = j->to.micro_batch, T = j->to.seq_len, A = j->to.grad_accum;
     size_t per = (size_t)B * A * T;
     int64_t eb = j->spec->train.eval_batches > 0 ? j->spec->train.eval_batches : 1;
-    int nval = (int)eb * B;
     j->in = malloc(per * sizeof(int32_t));
     j->tg = malloc(per * sizeof(int32_t));
+    if (!j->in || !j->tg)
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY,
+                    "job: no memory for a step's batch: batch.micro %d x batch.grad_accum %d "
+                    "x model.seq_len %d tokens (twice, 4 bytes each); lower them",
+                    B, A, T);
+    /* the validation sequences are held in memory, counted in an int */
+    int64_t want = eb * B;
+    if (want > INT32_MAX / (T > 0 ? T : 1))
+        return FAIL(LLMT_ERR_INVALID_ARGUMENT,
+                    "train.eval_batches: %lld x batch.micro %d sequences of model.seq_len %d "
+                    "tokens are more than one validation holds in memory (2^31 tokens); "
+                    "lower train.eval_batches",
+                    (long long)eb, B, T);
+    int nval = (int)want;
     j->vin = malloc((size_t)nval * T * sizeof(int32_t));
     j->vtg = malloc((size_t)nval * T * sizeof(int32_t));
-    if (!j->in || !j->tg || !j->vin || !j->vtg)
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "job: no memory for the batches");
+    if (!j->vin || !j->vtg)
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY,
+                    "train.eval_batches: no memory for %lld x batch.micro %d validation "
+                    "sequences of %d tokens; lower train.eval_batches",
+                    (long long)eb, B, T);
     nval = llmt__job_data_val(&j->data, j->vin, j->vtg, nval);
     nval -= nval % B;
     if (nval < B)
@@ -547,6 +565,8 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
     if ((s = where(j, o)) != LLMT_OK)
         return s;
     if ((s = llmt__job_check_spec(j)) != LLMT_OK)
+        return s;
+    if ((s = llmt__job_check_caller_comm(j, o->comm)) != LLMT_OK)
         return s;
     if ((s = layout(j)) != LLMT_OK)
         return s;
@@ -794,7 +814,10 @@ LLMT_API llmt_status llmt_job_get_info(const llmt_job *j, llmt_job_info *out)
     i.interval_note = j->interval_note;
     i.anomaly_policy = s->fault_tolerance.anomaly.policy;
     i.anomaly_zscore = s->fault_tolerance.anomaly.zscore;
-    i.collective_timeout_s = s->fault_tolerance.collective_timeout_s;
+    /* what the job's communicator does (a default of its own, or the
+     * caller's), not only what the spec says */
+    i.collective_timeout_s = j->comm ? (double)j->comm->timeout_ms / 1000.0
+                                     : s->fault_tolerance.collective_timeout_s;
     i.sample_tokens = s->train.sample_tokens;
     llmt_comm_backend be = LLMT_COMM_AUTO;
     if (j->comm)

@@ -225,6 +225,9 @@ struct llmt_job {
 
 /* refuse.c: every key the job cannot honour, refused by JSON path. */
 llmt_status llmt__job_check_spec(llmt_job *j);
+/* The spec against the communicator the caller lends (llmt_job_opts.comm;
+ * NULL: none): a timeout it does not have is refused by key. */
+llmt_status llmt__job_check_caller_comm(llmt_job *j, const llmt_comm *c);
 
 /* data.c */
 llmt_status llmt__job_data_open(llmt_job *j, job_data *d, const job_data_opts *o);

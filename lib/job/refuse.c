@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_internal.h"
 #include "job/job.h"
 
 /* "KEY: VALUE is not supported by llmt_job yet (WHAT); use FIX" */
@@ -47,6 +48,15 @@ static llmt_status check_parallelism(llmt_job *j)
      * too) and context parallelism run them (doc/moe.md) */
     if (s->model.moe.experts == 0 && llmt__spec_given(s, "model.moe.expert_ffn"))
         return REFUSE("model.moe.expert_ffn: set but model.moe.experts is 0 (dense)");
+    /* dropless experts have no capacity (lib/train/moe.c); the planner
+     * ignores the factor then too, but the spec keeps accepting the pair
+     * for plans (tests of test/train and test/mpi pair them) */
+    if (s->model.moe.experts > 0 && s->model.moe.dropless &&
+        llmt__spec_given(s, "model.moe.capacity_factor"))
+        return REFUSE("model.moe.capacity_factor: %g has no effect with model.moe.dropless "
+                      "true (every expert takes all the tokens routed to it); remove one of "
+                      "the two",
+                      s->model.moe.capacity_factor);
     /* ZeRO shards over the data-parallel group: with one replica there is
      * nothing to shard, and a stage that changes nothing would be a lie */
     if (s->parallelism.zero > 0 && dp_size(j) == 1)
@@ -214,6 +224,13 @@ static llmt_status check_model(llmt_job *j)
         return REFUSE("schedule.min_lr_ratio: a constant schedule never decays: "
                       "the key has no effect; remove it or choose a decaying "
                       "schedule.kind");
+    /* the constant LR is the peak after warmup, whatever the length of
+     * the schedule (lib/train/trainer.c, lr_at) */
+    if (s->schedule.kind == LLMT_SPEC_SCHED_CONSTANT &&
+        llmt__spec_given(s, "schedule.total_steps"))
+        return REFUSE("schedule.total_steps: a constant schedule never decays, so its "
+                      "length has no effect; remove the key or choose a decaying "
+                      "schedule.kind (cosine, linear, wsd)");
     return LLMT_OK;
 }
 
@@ -277,6 +294,78 @@ static llmt_status check_tiers(llmt_job *j)
     return LLMT_OK;
 }
 
+/* Saves between the last: only they may persist in the background (the
+ * last is synchronous so that the run ends durable, ckpt.c), so without a
+ * checkpoint.interval no save is async. "false" says just that and is
+ * kept; "true" asks for what cannot happen. */
+static llmt_status check_ckpt(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    int periodic = s->checkpoint.interval_auto || s->checkpoint.interval > 0;
+    if (llmt__spec_given(s, "checkpoint.async") && s->checkpoint.async && !periodic)
+        return REFUSE("checkpoint.async: true has no effect with checkpoint.interval 0: the "
+                      "only save is the last step's, always synchronous so that the run ends "
+                      "durable; set checkpoint.interval (steps or \"auto\"), or remove the "
+                      "key");
+    return LLMT_OK;
+}
+
+/* The global batch and the micro-batch count given together hold for one
+ * data-parallel degree only: the spec checks them with dp 1 when dp is
+ * left out, and the plan, deriving dp from the world size, keeps the
+ * global batch and replaces grad_accum. A given key replaced is refused. */
+static llmt_status check_batch(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    int64_t mp = s->parallelism.tp * s->parallelism.cp * s->parallelism.pp;
+    int64_t dp = mp > 0 && j->world % mp == 0 ? j->world / mp : 1; /* else layout() refuses */
+    if (!llmt__spec_given(s, "batch.global") || !llmt__spec_given(s, "batch.grad_accum") ||
+        llmt__spec_given(s, "parallelism.dp") || dp == 1)
+        return LLMT_OK;
+    return llmt__err_set(
+        &j->err, LLMT_ERR_SPEC,
+        "batch.grad_accum: %lld with batch.global %lld holds for one "
+        "data-parallel replica, and this job has %lld (world size %d, "
+        "parallelism.dp left out): batch.micro %lld x grad_accum %lld x dp "
+        "%lld = %lld, not %lld; give batch.global alone (grad_accum is then "
+        "derived for each world size) or grad_accum alone",
+        (long long)s->batch.grad_accum, (long long)s->batch.global, (long long)dp,
+        (int)j->world, (long long)s->batch.micro, (long long)s->batch.grad_accum, (long long)dp,
+        (long long)(s->batch.micro * s->batch.grad_accum * dp), (long long)s->batch.global);
+}
+
+/* The communicator timeout: the job's own communicator takes it (world >
+ * 1), and under llmtrain launch the agent's heartbeat timeout too; a job
+ * of one rank started by anything else has no collective to time out. */
+static llmt_status check_timeout(llmt_job *j)
+{
+    const llmt_spec *s = j->spec;
+    const char *gen = getenv("LLMT_LAUNCH_GEN");
+    if (!llmt__spec_given(s, "fault_tolerance.collective_timeout_s") || j->world > 1 ||
+        (gen && *gen))
+        return LLMT_OK;
+    return REFUSE("fault_tolerance.collective_timeout_s: %g s has no effect on a job of one "
+                  "rank (no communicator, no collective to time out); run it on 2 or more "
+                  "ranks or under llmtrain launch (whose heartbeat timeout it sets), or "
+                  "remove the key",
+                  s->fault_tolerance.collective_timeout_s);
+}
+
+llmt_status llmt__job_check_caller_comm(llmt_job *j, const llmt_comm *c)
+{
+    const llmt_spec *s = j->spec;
+    if (!c || !llmt__spec_given(s, "fault_tolerance.collective_timeout_s"))
+        return LLMT_OK;
+    double want = s->fault_tolerance.collective_timeout_s;
+    if ((int64_t)(want * 1000.0) == c->timeout_ms)
+        return LLMT_OK;
+    return REFUSE("fault_tolerance.collective_timeout_s: %g s, but the communicator the caller "
+                  "gave (llmt_job_opts.comm) times out after %g s, and the job does not "
+                  "change a borrowed communicator: create it with llmt_comm_opts.timeout_ms "
+                  "%lld, or remove the key",
+                  want, (double)c->timeout_ms / 1000.0, (long long)(want * 1000.0));
+}
+
 static llmt_status check_ft(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
@@ -289,6 +378,16 @@ static llmt_status check_ft(llmt_job *j)
                       "agent: run the job with llmtrain launch (doc/fault-tolerance.md), "
                       "or remove the key to run it without restarts",
                       (long long)s->fault_tolerance.max_restarts);
+    /* a rollback goes back to the newest checkpoint (or the memory tier's
+     * snapshot, taken at a save): without periodic saves it has none, and
+     * the first anomaly would stop the run as the stop policy does */
+    if (s->fault_tolerance.anomaly.policy == LLMT_SPEC_ANOMALY_ROLLBACK &&
+        !s->checkpoint.interval_auto && s->checkpoint.interval <= 0)
+        return REFUSE("fault_tolerance.anomaly.policy: rollback goes back to the newest "
+                      "checkpoint, and checkpoint.interval is 0 (only the last step is "
+                      "saved): the first anomaly would stop the run; set "
+                      "checkpoint.interval (steps or \"auto\"), or use policy skip, "
+                      "lower_lr or stop");
     const char *given = NULL;
     if (llmt__spec_given(s, "fault_tolerance.anomaly.lr_factor") &&
         s->fault_tolerance.anomaly.policy != LLMT_SPEC_ANOMALY_LOWER_LR)
@@ -383,5 +482,11 @@ llmt_status llmt__job_check_spec(llmt_job *j)
         return st;
     if ((st = check_tiers(j)) != LLMT_OK)
         return st;
-    return check_ft(j);
+    if ((st = check_ckpt(j)) != LLMT_OK)
+        return st;
+    if ((st = check_batch(j)) != LLMT_OK)
+        return st;
+    if ((st = check_ft(j)) != LLMT_OK)
+        return st;
+    return check_timeout(j);
 }

@@ -102,7 +102,11 @@ static const kcase cases[] = {
       RUN),
     K("model.moe.capacity_factor", NULL, "{\"model\": {\"moe\": {\"capacity_factor\": 2}}}",
       REFUSED),
-    K("model.moe.dropless", MOE_TIGHT, "{\"model\": {\"moe\": {\"dropless\": true}}}", RUN),
+    /* against the default capacity 1.25 (a factor beside dropless is
+     * refused: the case after it) */
+    K("model.moe.dropless", MOE, "{\"model\": {\"moe\": {\"dropless\": true}}}", RUN),
+    K("model.moe.capacity_factor", MOE_TIGHT, "{\"model\": {\"moe\": {\"dropless\": true}}}",
+      REFUSED),
     K("model.moe.aux_loss_coef", MOE, "{\"model\": {\"moe\": {\"aux_loss_coef\": 0.5}}}", RUN),
     K("model.moe.z_loss_coef", MOE, "{\"model\": {\"moe\": {\"z_loss_coef\": 0.5}}}", RUN),
     K("model.moe.every", MOE2, "{\"model\": {\"moe\": {\"every\": 2}}}", RUN),
@@ -161,6 +165,9 @@ static const kcase cases[] = {
     K("schedule.kind", NULL, "{\"schedule\": {\"kind\": \"linear\"}}", RUN),
     K("schedule.warmup_steps", NULL, "{\"schedule\": {\"warmup_steps\": 3}}", RUN),
     K("schedule.total_steps", NULL, "{\"schedule\": {\"total_steps\": 100}}", RUN),
+    /* a constant LR has no length: lr_at never reads it */
+    K("schedule.total_steps", "{\"schedule\": {\"kind\": \"constant\"}}",
+      "{\"schedule\": {\"total_steps\": 100}}", REFUSED),
     K("schedule.min_lr_ratio", NULL, "{\"schedule\": {\"min_lr_ratio\": 0.9}}", RUN),
     K("schedule.decay_steps", "{\"schedule\": {\"kind\": \"wsd\"}}",
       "{\"schedule\": {\"decay_steps\": 3}}", RUN),
@@ -189,6 +196,10 @@ static const kcase cases[] = {
     K("checkpoint.interval", NULL, "{\"checkpoint\": {\"interval\": 3}}", FILES),
     K("checkpoint.interval", NULL, AUTO, INFO),
     K("checkpoint.async", NULL, "{\"checkpoint\": {\"async\": false}}", INFO),
+    /* no periodic saves: the last one is synchronous whatever the key
+     * ("false" says so, and is accepted) */
+    K("checkpoint.async", "{\"checkpoint\": {\"interval\": 0}}",
+      "{\"checkpoint\": {\"async\": true}}", REFUSED),
     K("checkpoint.save_stall_s", AUTO, "{\"checkpoint\": {\"save_stall_s\": 100}}", INFO),
     K("checkpoint.save_write_s", AUTO, "{\"checkpoint\": {\"save_write_s\": 1e5}}", INFO),
     K("checkpoint.restore_s", NULL, "{\"checkpoint\": {\"restore_s\": 77}}", PLAN),
@@ -209,8 +220,10 @@ static const kcase cases[] = {
       "{\"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"keep_last\": 1, \"keep_every\": "
       "2}]}}",
       FILES),
+    /* one rank has no communicator to time out (a caller's communicator
+     * with another timeout is refused too: main below) */
     K("fault_tolerance.collective_timeout_s", NULL,
-      "{\"fault_tolerance\": {\"collective_timeout_s\": 5}}", INFO),
+      "{\"fault_tolerance\": {\"collective_timeout_s\": 5}}", REFUSED),
     K("fault_tolerance.max_restarts", NULL, "{\"fault_tolerance\": {\"max_restarts\": 1}}",
       REFUSED),
     K("fault_tolerance.gpu_failures_per_hour", AUTO,
@@ -221,6 +234,9 @@ static const kcase cases[] = {
     K("fault_tolerance.anomaly.policy",
       "{\"optimizer\": {\"lr\": 1e3, \"grad_clip\": 0}, \"checkpoint\": {\"interval\": 1}}",
       "{\"fault_tolerance\": {\"anomaly\": {\"policy\": \"stop\"}}}", RUN),
+    /* a rollback without periodic checkpoints has nothing to go back to */
+    K("fault_tolerance.anomaly.policy", "{\"checkpoint\": {\"interval\": 0}}",
+      "{\"fault_tolerance\": {\"anomaly\": {\"policy\": \"rollback\"}}}", REFUSED),
     {"fault_tolerance.anomaly.zscore", SPIKY,
      "{\"fault_tolerance\": {\"anomaly\": {\"zscore\": 4}}}", RUN, SPIKE},
     {"fault_tolerance.anomaly.grad_zscore", SPIKY,
@@ -464,6 +480,55 @@ static int differs(const outcome *a, const outcome *b, enum expect w)
     }
 }
 
+/* A spec (the baseline with `set` merged) refused at creation on rank 0 of
+ * `world` ranks, with the caller's communicator `comm` (NULL: none), the
+ * message naming `key`. Refused before any collective, so one thread can
+ * stand for the rank. */
+static void refused_at(const char *what, const char *set, int world, llmt_comm *comm,
+                       const char *key)
+{
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/run%d", tmp, runs++);
+    llmt_context *ctx = NULL;
+    llmt_context_create(NULL, &ctx);
+    llmt_context_set_log_level(ctx, LLMT_LOG_OFF);
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = dir;
+    jo.world_size = world;
+    jo.rank = 0;
+    jo.comm = comm;
+    const char *json = spec_json(NULL, set);
+    llmt_job *job = NULL;
+    llmt_status s = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
+    const char *msg = llmt_context_last_error(ctx);
+    int ok = s != LLMT_OK && strstr(msg, key) != NULL;
+    printf("%s %-40s %-15s %s\n", ok ? "ok  " : "FAIL", key, what, s != LLMT_OK ? msg : set);
+    CHECK(ok);
+    llmt_job_destroy(job);
+    llmt_context_destroy(ctx);
+}
+
+/* The keys whose refusal needs more than one rank. */
+static void refused_beside_ranks(void)
+{
+    /* global 4 = micro 2 x accum 2 holds for dp 1; on 2 ranks (dp 2 from
+     * the world) the plan would keep global and replace the given accum */
+    refused_at("2 ranks", "{\"batch\": {\"grad_accum\": 2, \"global\": 4}}", 2, NULL,
+               "batch.grad_accum");
+    /* the caller's communicator times out after 5 s, the spec says 7 */
+    llmt_comm_opts co;
+    llmt_comm_opts_init(&co, sizeof co);
+    co.timeout_ms = 5000;
+    llmt_comm *comms[2] = {NULL, NULL};
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, 2, &co, comms), LLMT_OK);
+    if (comms[0])
+        refused_at("caller's comm", "{\"fault_tolerance\": {\"collective_timeout_s\": 7}}", 2,
+                   comms[0], "fault_tolerance.collective_timeout_s");
+    llmt_comm_destroy(comms[0]);
+    llmt_comm_destroy(comms[1]);
+}
+
 /* The baselines run so far, by base, fault and plan_only: a base used again
  * further down the table is not run again (its outcome does not depend on
  * when it runs: one thread, fixed seeds, files listed relative to the run). */
@@ -616,6 +681,7 @@ int main(int argc, char **argv)
                                        : var.files);
         CHECK(ok);
     }
+    refused_beside_ranks();
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", tmp);

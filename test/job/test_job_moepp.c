@@ -36,11 +36,12 @@ _Static_assert(STEPS <= JT_MAXSTEPS, "jt_rank records steps 1..JT_MAXSTEPS");
 
 static char tmp[512], prep[700];
 
-/* A 2-layer llama, every layer 4 experts top-2, capacity 1.0 (drops). */
+/* A 2-layer llama, every layer 4 experts top-2, capacity 1.0 (drops), or
+ * dropless (no capacity: a factor beside it is refused). */
 static void spec(char *out, size_t cap, const char *par, int dropless)
 {
     jt_moe_spec(out, cap, "moeppjob",
-                dropless ? "\"capacity_factor\": 1.0, \"dropless\": true"
+                dropless ? "\"dropless\": true"
                          : "\"capacity_factor\": 1.0, \"dropless\": false",
                 par, prep);
 }
