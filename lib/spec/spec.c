@@ -187,7 +187,9 @@ static const spec_key keys[] = {
      "also keep every Nth step for good, 0 = none [0]"},
     O("fault_tolerance", "failures"),
     N("fault_tolerance.collective_timeout_s", fault_tolerance.collective_timeout_s, 0, 1e7,
-      F_POS, "[600]"),
+      F_POS,
+      "seconds a collective may wait, 2+ ranks [600; left out, the communicator keeps "
+      "$LLMT_COMM_TIMEOUT_MS or 300]"),
     I("fault_tolerance.max_restarts", fault_tolerance.max_restarts, 0, 1e9, "[3]"),
     N("fault_tolerance.gpu_failures_per_hour", fault_tolerance.gpu_failures_per_hour, 0, 1, 0,
       "per GPU [419/(54*24*16384), Llama 3]"),
