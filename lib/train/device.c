@@ -26,6 +26,7 @@
 #include "train/dp.h"
 #include "train/moe_net.h"
 #include "train/cp.h"
+#include "train/pp_agree.h"
 #include "train/stage.h"
 
 #define NOP LLMT__NOPARAM
@@ -1223,6 +1224,14 @@ llmt_status llmt__devtrain_create_layout(
         DA(g->f8scale, nf * 4, 1);
         DA(g->f8inv, nf * 4 * F8_STRIDE, 1);
         DA(g->f8amax, ((size_t)A + 1) * nf * 4, 1);
+        /* a tensor no forward records (an fp8 slot left unused: GPT-2's
+         * fc3, a Linear whose dims keep it in bf16, another pipeline
+         * stage's layers) keeps amax 0, which the recipe skips and the
+         * maxima over the groups leave to the rank that has it */
+        if ((s = ops->memset0(g->d, g->f8amax, ((size_t)A + 1) * nf * 4)) != LLMT_OK) {
+            s = llmt__err_set(e, s, "trainer: fp8: %s", ops->last_error(g->d));
+            goto fail;
+        }
         DA(g->qx, N * in, 1);
         DA(g->qw, wn, 1);
         DA(g->qg, N * outw, 1);
@@ -2228,10 +2237,35 @@ static void sp_pad(llmt__devtrain *g, const int32_t **tok, const int32_t **tgt, 
     *T = Tp;
 }
 
+/* x (n host floats) maximised over the pipeline group pp (NULL or one
+ * stage: nothing), through the amax buffer's spare row on a NCCL group,
+ * whose buffers are device memory. */
+static llmt_status pp_max(llmt__devtrain *g, llmt_comm *pp, float *x, size_t n)
+{
+    int32_t p = 1;
+    if (!pp || llmt_comm_size(pp, &p) != LLMT_OK || p <= 1)
+        return LLMT_OK;
+    float *dev = g->f8amax + (size_t)g->A * n;
+    int host = llmt__pp_agree_host(pp) || g->op->host_memory;
+    llmt_status s = LLMT_OK;
+    if (!host)
+        S(g->op->h2d(g->d, dev, x, n * sizeof *x), "fp8 amaxes");
+    s = llmt_comm_all_reduce(pp, host ? x : dev, host ? x : dev, n, LLMT_DTYPE_FP32,
+                             LLMT_REDUCE_MAX, NULL);
+    if (s != LLMT_OK)
+        return llmt__err_set(g->e, s,
+                             "trainer: pipeline stage: the fp8 amaxes' maximum over the "
+                             "pipeline group: %s",
+                             llmt_comm_last_error(pp));
+    if (!host)
+        S(g->op->d2h(g->d, x, dev, n * sizeof *x), "read the fp8 amaxes");
+    return LLMT_OK;
+}
+
 /* After a step's forwards: each tensor's amax over the micro-batches goes
  * into the recipe's history and the scales for the next step go to the
  * device. */
-static llmt_status fp8_step(llmt__devtrain *g, int micro)
+static llmt_status fp8_step(llmt__devtrain *g, int micro, llmt_comm *pp)
 {
     size_t nf = (size_t)g->nf8;
     llmt_status s;
@@ -2240,6 +2274,12 @@ static llmt_status fp8_step(llmt__devtrain *g, int micro)
     for (int a = 1; a < micro; a++)
         for (size_t i = 0; i < nf; i++)
             g->h8amax[i] = fmaxf(g->h8amax[i], g->h8amax[(size_t)a * nf + i]);
+    /* pipeline parallelism: each stage has its layers' amaxes, zeros
+     * elsewhere; the maximum gives every stage all of them, so every
+     * stage keeps the whole recipe state (the same on each: a checkpoint
+     * holds it once, whatever the layout that reads it) */
+    if ((s = pp_max(g, pp, g->h8amax, nf)) != LLMT_OK)
+        return s;
     /* tensor parallelism: the maximum over the group, so that each scale
      * is the whole tensor's, as one rank holding the model would choose
      * it (every rank then quantises its shard with the same scale) */
@@ -2338,7 +2378,7 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
         S(g->op->d2h(g->d, &ss, g->sums, sizeof ss), "read the gradient norm");
         *grad_sumsq = ss;
     }
-    return g->fp8 ? fp8_step(g, micro) : LLMT_OK;
+    return g->fp8 ? fp8_step(g, micro, NULL) : LLMT_OK;
 }
 
 llmt_status llmt__devtrain_update(llmt__devtrain *g, float lr, float beta1, float beta2,
@@ -2576,9 +2616,12 @@ llmt_status llmt__devtrain_stage_begin(llmt__devtrain *g, const int32_t *inputs,
     return LLMT_OK;
 }
 
-llmt_status llmt__devtrain_stage_moe_end(llmt__devtrain *g, llmt_comm *pp)
+llmt_status llmt__devtrain_stage_end(llmt__devtrain *g, llmt_comm *pp)
 {
-    return g->moe ? llmt__moe_net_step_end_pp(g->moe, g->e, g->micro, pp) : LLMT_OK;
+    llmt_status s;
+    if (g->moe && (s = llmt__moe_net_step_end_pp(g->moe, g->e, g->micro, pp)) != LLMT_OK)
+        return s;
+    return g->fp8 ? fp8_step(g, g->micro, pp) : LLMT_OK;
 }
 
 llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
@@ -2591,6 +2634,7 @@ llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
                              "trainer: pipeline stage forward of micro-batch %d (of %d)%s", a,
                              g->A, !g->first && !x ? " without its input" : "");
     use_slot(g, set_of(g, a));
+    g->amax_row = a; /* fp8: micro-batch a's amaxes */
     if (g->first)
         RS(embed_fwd(g, g->tok + (size_t)a * N, B, T));
     else if (x != g->resid[g->l0]) /* received elsewhere than llmt__devtrain_stage_in */
@@ -2637,6 +2681,7 @@ llmt_status llmt__devtrain_stage_bwd(llmt__devtrain *g, int a, const void *dy)
                              "that many micro-batches in flight)",
                              a, g->nslot);
     use_slot(g, set_of(g, a));
+    g->amax_row = a;
     g->slot[g->cur].micro = -1; /* the backward overwrites them */
     if (g->dp) /* data parallelism reduces during the last micro-batch's backward */
         llmt__dp_micro(g->dp, a == g->micro - 1);

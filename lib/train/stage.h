@@ -77,10 +77,12 @@ void *llmt__devtrain_stage_dx(llmt__devtrain *g);
  * stage); with data parallelism its reductions are waited for and the sum
  * is over its group. */
 llmt_status llmt__devtrain_stage_loss(llmt__devtrain *g, double *loss_sum);
-/* After the step (every stage): the MoE layers' tallies summed over the
- * data parallel group and then over the pipeline group pp, so every
- * stage reports every layer's (moe_net.h); nothing for a dense model. */
-llmt_status llmt__devtrain_stage_moe_end(llmt__devtrain *g, llmt_comm *pp);
+/* After the step (every stage, each collective over pp): the MoE layers'
+ * tallies summed over the data parallel group and then over the pipeline
+ * group pp, so every stage reports every layer's (moe_net.h); fp8: the
+ * step's amaxes maximised over pp (each stage has its layers'), then over
+ * the other groups, into every stage's whole recipe state. */
+llmt_status llmt__devtrain_stage_end(llmt__devtrain *g, llmt_comm *pp);
 /* Then (after the tied wte's gradient sum): the sum of squares of the
  * gradients this stage owns (with data parallelism: of the reduced ones,
  * over its group). */

@@ -286,8 +286,8 @@ static llmt_status fwd_bwd(llmt_trainer *tr, const char *what, const llmt_batch 
     else
         s = llmt__devtrain_fwd_bwd(tr->dev, in, tg, tr->o.grad_accum, count, &sum,
                                    &tr->dev_sumsq);
-    if (tr->pp && s == LLMT_OK) /* MoE tallies of every stage's layers */
-        s = llmt__devtrain_stage_moe_end(tr->dev, tr->pp_comm);
+    if (tr->pp && s == LLMT_OK) /* MoE tallies, fp8 amaxes of every stage's layers */
+        s = llmt__devtrain_stage_end(tr->dev, tr->pp_comm);
     if (s != LLMT_OK) return s;
     tr->stale_grads = 1;
     *loss = (float)(sum / (double)count);

@@ -205,10 +205,6 @@ static llmt_status pp_check(llmt_trainer *tr, llmt_comm *comm, const llmt_pp_opt
                              "trainer: set_pp_comm: pipeline parallelism with ZeRO-%d (set on "
                              "llmt_trainer_set_comm) is not supported yet (zero_stage 0 or 1)",
                              (int)tr->dp_o.zero_stage);
-    if (tr->o.fp8)
-        return llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                             "trainer: set_pp_comm: fp8 with pipeline parallelism is not "
-                             "supported yet (set fp8 off)");
     if (o->schedule != LLMT_PP_1F1B && o->schedule != LLMT_PP_GPIPE &&
         o->schedule != LLMT_PP_INTERLEAVED)
         return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,

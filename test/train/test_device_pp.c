@@ -72,9 +72,16 @@ static double param_tol(void)
     return g_bf16 ? 2.0 * LR * STEPS : 1e-4;
 }
 
+#define NF8 128 /* fp8 scaled tensors kept: 3 per Linear slot, 5 slots a layer */
+
 typedef struct rank_arg {
     llmt_comm *c;
     int rank, pp, m, sched;
+    int v;               /* virtual stages (0: 1) */
+    int fp8;             /* fp8 GEMMs */
+    float scale1[NF8];   /* fp8: the scales chosen after step 1 */
+    float scale_at[NF8]; /* fp8: the scales after loading (load) or the last step */
+    int nf8;             /* fp8: scaled tensors */
     /* pp x dp: the world's communicator, split here into the pipeline
      * group (the ranks of DP index dpr) and the data parallel one (those
      * of stage rank) */
@@ -104,7 +111,18 @@ static void config(int llama, int layers)
  * step k0 (by every stage, before the pipeline is attached). */
 static llmt_status ckpt_io(rank_arg *a, llmt_trainer *tr, int save)
 {
-    return rank_fixture_ckpt(tr, save ? a->save : a->load, 0, 1, save, save ? a->k1 : a->k0);
+    int pp = save && a->pp > 1 && !a->world; /* every stage saves its blocks */
+    return rank_fixture_ckpt(tr, save ? a->save : a->load, pp ? a->rank : 0, pp ? a->pp : 1,
+                             save, save ? a->k1 : a->k0);
+}
+
+/* fp8: the trainer's scales now into out[NF8] (and their count) */
+static void fp8_scales(llmt_trainer *tr, float *out, int *n)
+{
+    const float *sc = NULL;
+    int gemms, bwd;
+    if (llmt__devtrain_fp8_state(llmt__trainer_devtrain(tr), &sc, n, &gemms, &bwd) && *n <= NF8)
+        memcpy(out, sc, (size_t)*n * sizeof *sc);
 }
 
 static void *rank_main(void *p)
@@ -114,9 +132,12 @@ static void *rank_main(void *p)
     llmt_trainer *tr = NULL;
     llmt_trainer_opts o;
     rank_fixture_opts(&o, MICRO, a->m, T, LR);
+    o.fp8 = a->fp8;
     a->st = stage_fixture_open(&g_cfg, &o, g_ops, &m, &tr);
     if (a->st == LLMT_OK && a->load)
         a->st = ckpt_io(a, tr, 0);
+    if (a->st == LLMT_OK && a->load && a->fp8)
+        fp8_scales(tr, a->scale_at, &a->nf8);
     llmt_comm *dpc = NULL;
     if (a->st == LLMT_OK && a->world) {
         a->st = llmt_comm_split(a->world, a->dpr, a->rank, &a->c);
@@ -125,7 +146,7 @@ static void *rank_main(void *p)
     }
     if (a->st == LLMT_OK && a->c) {
         llmt_pp_opts po;
-        stage_fixture_pp_opts(&po, a->sched, 1, a->layers, a->pp);
+        stage_fixture_pp_opts(&po, a->sched, a->v, a->layers, a->pp * (a->v > 1 ? a->v : 1));
         a->st = llmt_trainer_set_pp_comm(tr, a->c, &po);
     }
     if (a->st == LLMT_OK && dpc) {
@@ -140,9 +161,19 @@ static void *rank_main(void *p)
             a->st = LLMT_ERR_STATE; /* nothing to train */
         }
     }
+    /* fp8: step 1 alone first, for the scales it chose */
+    int k0 = a->k0, dp = a->dp > 1 ? a->dp : 1;
+    if (a->st == LLMT_OK && a->fp8 && k0 == 0) {
+        a->st = stage_fixture_steps(tr, g_in, g_tg, 0, 1, dp, a->dpr, a->m, MICRO, T, a->loss);
+        if (a->st == LLMT_OK)
+            fp8_scales(tr, a->scale1, &a->nf8);
+        k0 = 1;
+    }
     if (a->st == LLMT_OK)
-        a->st = stage_fixture_steps(tr, g_in, g_tg, a->k0, a->k1 ? a->k1 : STEPS,
-                                    a->dp > 1 ? a->dp : 1, a->dpr, a->m, MICRO, T, a->loss);
+        a->st = stage_fixture_steps(tr, g_in, g_tg, k0, a->k1 ? a->k1 : STEPS, dp, a->dpr, a->m,
+                                    MICRO, T, a->loss);
+    if (a->st == LLMT_OK && a->fp8 && !a->load)
+        fp8_scales(tr, a->scale_at, &a->nf8);
     if (a->st == LLMT_OK)
         a->st = llmt_trainer_sync_params(tr);
     if (a->st == LLMT_OK && a->save)
@@ -256,6 +287,109 @@ static void compare(const char *name, int llama, int layers, int pp, int m, int 
         g_worst_param = wp;
     free_args(ref, 1);
     free_args(a, pp);
+}
+
+/* fp8 GEMMs (delayed scaling) over pipeline stages, against the
+ * single-rank fp8 run: each stage records its layers' amaxes (zeros for
+ * the others) and the step's maxima over the pipeline group give every
+ * stage the whole recipe state. Step 1 computes what the single rank
+ * computes, op for op, so after it every scale of every stage equals the
+ * single rank's bit for bit; the losses of 10 steps within 2^-9 relative
+ * (the emulation's bound: the gradient norm is summed by stage). */
+static void compare_fp8(const char *name, int llama, int layers, int pp, int v, int m,
+                        int sched, const int32_t *split)
+{
+    config(llama, layers);
+    rank_arg ref[1], a[MAXPP], proto;
+    memset(&proto, 0, sizeof proto);
+    proto.fp8 = 1;
+    run_from(1, m, sched, NULL, ref, &proto);
+    CHECK_STATUS(ref[0].st, LLMT_OK);
+    proto.v = v;
+    run_from(pp, m, sched, split, a, &proto);
+    int nf = ref[0].nf8, equal = 1;
+    CHECK(nf == 3 * 5 * layers && nf <= NF8); /* device.c's NLIN Linear slots a layer */
+    double wl = 0.0;
+    for (int r = 0; r < pp; r++) {
+        if (a[r].st != LLMT_OK)
+            fprintf(stderr, "%s fp8 pp %d rank %d: %s\n", name, pp, r, a[r].err);
+        CHECK_STATUS(a[r].st, LLMT_OK);
+        if (a[r].st != LLMT_OK)
+            continue;
+        CHECK(a[r].nf8 == nf);
+        for (int i = 0; i < nf && i < NF8; i++) {
+            CHECK(a[r].scale1[i] == ref[0].scale1[i]);
+            equal &= a[r].scale1[i] == ref[0].scale1[i];
+        }
+        for (int k = 0; k < STEPS; k++) {
+            double d = fabs((double)a[r].loss[k] - ref[0].loss[k]) / ref[0].loss[k];
+            CHECK(d <= 1.0 / 512);
+            wl = d > wl ? d : wl;
+        }
+    }
+    /* the scales moved from their start (1): amaxes were recorded */
+    int moved = 0;
+    for (int i = 0; i < nf && i < NF8; i++)
+        moved += ref[0].scale1[i] != 1.0f;
+    CHECK(moved >= 3 * 4 * layers); /* every tensor of 4 Linears a layer at least */
+    CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
+    printf("%-6s fp8 %-11s pp %d v %d m %d: loss %.3f -> %.3f, loss rel diff %.2e; step 1 "
+           "scales (%d of %d set) %s the single rank's on every stage\n",
+           name,
+           sched == LLMT_PP_GPIPE  ? "gpipe"
+           : sched == LLMT_PP_1F1B ? "1f1b"
+                                   : "interleaved",
+           pp, v ? v : 1, m, (double)ref[0].loss[0], (double)ref[0].loss[STEPS - 1], wl, moved,
+           nf, equal ? "equal" : "DIFFER from");
+    free_args(ref, 1);
+    free_args(a, pp);
+}
+
+/* fp8's recipe state in a pipeline checkpoint: pp 2 (interleaved, v 2)
+ * saves after step 5, every stage its blocks; each stage holds the whole
+ * state (the maxima over the pipeline group), so the checkpoint holds it
+ * once and one rank resumes with the scales the stages had, bit for bit,
+ * and the following losses equal the uninterrupted single-rank run's
+ * within the emulation's bound (2^-9). */
+static void check_fp8_resume(const char *tmp)
+{
+    config(0, 4);
+    rank_arg ref[1], one[1], a[2], proto;
+    memset(&proto, 0, sizeof proto);
+    proto.fp8 = 1;
+    run_from(1, 4, LLMT_PP_INTERLEAVED, NULL, ref, &proto);
+    CHECK_STATUS(ref[0].st, LLMT_OK);
+    proto.k1 = STEPS / 2;
+    proto.save = tmp;
+    proto.v = 2;
+    run_from(2, 4, LLMT_PP_INTERLEAVED, NULL, a, &proto);
+    for (int r = 0; r < 2; r++) {
+        if (a[r].st != LLMT_OK)
+            fprintf(stderr, "fp8 pp 2 save, stage %d: %s\n", r, a[r].err);
+        CHECK_STATUS(a[r].st, LLMT_OK);
+    }
+    memset(&proto, 0, sizeof proto);
+    proto.fp8 = 1;
+    proto.k0 = STEPS / 2;
+    proto.load = tmp;
+    run_from(1, 4, LLMT_PP_INTERLEAVED, NULL, one, &proto);
+    CHECK_STATUS(one[0].st, LLMT_OK);
+    int equal = one[0].nf8 == a[0].nf8 && one[0].nf8 > 0, moved = 0;
+    for (int i = 0; i < one[0].nf8 && i < NF8; i++) {
+        CHECK(one[0].scale_at[i] == a[0].scale_at[i] && a[1].scale_at[i] == a[0].scale_at[i]);
+        equal &= one[0].scale_at[i] == a[0].scale_at[i];
+        moved += one[0].scale_at[i] != 1.0f;
+    }
+    CHECK(equal && moved > 0);
+    rank_fixture_worst w = {0};
+    if (one[0].st == LLMT_OK)
+        rank_fixture_losses(&w, one[0].loss, ref[0].loss, STEPS / 2, STEPS, g_bf16);
+    printf("fp8: saved under pp 2 v 2 at step %d, resumed by one rank: %d scales (%d set) %s "
+           "the stages', worst loss rel diff %.2e\n",
+           STEPS / 2, one[0].nf8, moved, equal ? "equal" : "DIFFER from", w.loss);
+    free_args(ref, 1);
+    free_args(one, 1);
+    free_args(a, 2);
 }
 
 enum { PP = 2, DP = 2 };
@@ -488,6 +622,15 @@ int main(int argc, char **argv)
         compare("gpt2", 0, 4, 2, 2, LLMT_PP_1F1B, NULL);
         compare("llama", 1, 7, 4, 4, LLMT_PP_GPIPE, uneven);
         compare_dp("gpt2", 0, 2, LLMT_PP_1F1B, 1);
+        compare_fp8("gpt2", 0, 4, 2, 1, 2, LLMT_PP_1F1B, NULL);
+        compare_fp8("llama", 1, 7, 4, 1, 4, LLMT_PP_GPIPE, uneven);
+        compare_fp8("gpt2", 0, 4, 2, 2, 4, LLMT_PP_INTERLEAVED, NULL);
+        char tmp[] = "/tmp/llmt_pp8_XXXXXX";
+        CHECK(mkdtemp(tmp) != NULL);
+        check_fp8_resume(tmp);
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+        CHECK(system(cmd) == 0);
         printf("worst: loss %.2e relative, parameters %.2e absolute\n", g_worst_loss,
                g_worst_param);
         free(g_in);
