@@ -4,6 +4,7 @@
  * the flags, the banner, the progress line, the sample text and the
  * closing comparison of the validation loss with the unigram entropy of
  * the corpus. Uses only the public ABI. */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -72,8 +73,12 @@ static void catch_term(void)
     pthread_detach(th);
 }
 
-static int usage(void)
+/* A usage error names what was wrong (the flag, the stray argument)
+ * before the synopsis: "usage: ..." alone left the user guessing. */
+static int usage(const char *why, const char *arg)
 {
+    if (why)
+        fprintf(stderr, "llmtrain train: %s '%s'\n", why, arg);
     fprintf(stderr, "usage: llmtrain train SPEC.json [--out DIR] [--resume] [--fresh] "
                     "[--steps N] [--threads N] [--trace A-B|N] [--prom FILE] [--no-op-timing]\n"
                     "(llmtrain help train for more)\n");
@@ -210,6 +215,41 @@ static int parse_trace(const char *v, trace_arg *t)
     return CLI_OK;
 }
 
+/* --steps and --trace are only known to miss the run once the job says
+ * where it starts (a resume) and stops: a --steps N behind the
+ * checkpoint, or a trace of steps the run never makes, would otherwise be
+ * accepted and do nothing. */
+static int run_misses_flags(const llmt_job_opts *jo, const trace_arg *tr,
+                            const llmt_job_info *i)
+{
+    if (jo->stop_at > 0 && jo->stop_at < i->start_step) {
+        fprintf(stderr,
+                "llmtrain train: --steps %lld: the run resumed from %s; give a step "
+                "from %lld to train.steps %lld\n",
+                (long long)jo->stop_at, i->resume_note, (long long)i->start_step,
+                (long long)i->steps);
+        return 1;
+    }
+    int64_t first = tr->first + (tr->relative ? i->start_step : 0);
+    int64_t last = tr->last + (tr->relative ? i->start_step : 0);
+    if (tr->last > 0 && i->start_step >= i->stop_at) {
+        fprintf(stderr,
+                "llmtrain train: --trace: the run makes no step (it is at step %lld, "
+                "which is where it stops)\n",
+                (long long)i->start_step);
+        return 1;
+    }
+    if (tr->last > 0 && (last <= i->start_step || first > i->stop_at)) {
+        fprintf(stderr,
+                "llmtrain train: --trace %lld-%lld: this run makes steps %lld..%lld, "
+                "none of them traced; give steps in that range\n",
+                (long long)first, (long long)last, (long long)i->start_step + 1,
+                (long long)i->stop_at);
+        return 1;
+    }
+    return 0;
+}
+
 static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_opts *jo,
                       const trace_arg *tr, const char *prom, int untimed)
 {
@@ -232,6 +272,10 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
     memset(&i, 0, sizeof i);
     i.struct_size = sizeof i;
     llmt_job_get_info(job, &i);
+    if (run_misses_flags(jo, tr, &i)) {
+        llmt_job_destroy(job);
+        return CLI_USAGE;
+    }
     if (tr->last > 0 || prom || untimed) {
         llmt_job_obs_opts oo;
         llmt_job_obs_opts_init(&oo, sizeof oo);
@@ -361,6 +405,32 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
     return rc;
 }
 
+static int takes_value(const char *a)
+{
+    return !strcmp(a, "--out") || !strcmp(a, "--steps") || !strcmp(a, "--threads") ||
+           !strcmp(a, "--trace") || !strcmp(a, "--prom");
+}
+
+/* The job only warns when it cannot write the textfile (a scrape target
+ * must not stop training), so a --prom FILE in a missing or read-only
+ * directory would be a flag accepted and never honoured: refuse it here. */
+static int prom_unwritable(const char *prom)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", prom);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    if (access(dir, W_OK) == 0)
+        return 0;
+    cli_fail(CMD, "--prom %s: cannot write into %s: %s", prom, dir, strerror(errno));
+    return 1;
+}
+
 int cmd_train(int argc, char **argv)
 {
     const char *spec = NULL, *out = NULL, *prom = NULL;
@@ -370,35 +440,40 @@ int cmd_train(int argc, char **argv)
     llmt_job_opts_init(&jo, sizeof jo);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--out") && i + 1 < argc)
+        if (takes_value(a) && i + 1 >= argc)
+            return usage("missing the value of", a);
+        if (!strcmp(a, "--out"))
             out = argv[++i];
         else if (!strcmp(a, "--resume"))
             jo.resume = 1;
         else if (!strcmp(a, "--fresh"))
             jo.fresh = 1;
-        else if (!strcmp(a, "--steps") && i + 1 < argc) {
+        else if (!strcmp(a, "--steps")) {
             if (cli_parse_i64("--steps", argv[++i], 1, INT64_MAX, &jo.stop_at) != CLI_OK)
                 return CLI_USAGE;
-        } else if (!strcmp(a, "--threads") && i + 1 < argc) {
+        } else if (!strcmp(a, "--threads")) {
             int64_t t = 0;
             if (cli_parse_i64("--threads", argv[++i], 1, 4096, &t) != CLI_OK)
                 return CLI_USAGE;
             jo.threads = (int32_t)t;
-        } else if (!strcmp(a, "--trace") && i + 1 < argc) {
+        } else if (!strcmp(a, "--trace")) {
             if (parse_trace(argv[++i], &tr) != CLI_OK)
                 return CLI_USAGE;
-        } else if (!strcmp(a, "--prom") && i + 1 < argc)
+        } else if (!strcmp(a, "--prom"))
             prom = argv[++i];
         else if (!strcmp(a, "--no-op-timing"))
             untimed = 1;
         else if (a[0] == '-')
-            return usage();
+            return usage("unknown option", a);
         else if (!spec)
             spec = a;
         else
-            return usage();
+            return usage("one SPEC.json only; unexpected argument", a);
     }
-    if (!spec) return usage();
+    if (!spec)
+        return usage(NULL, NULL);
+    if (prom && prom_unwritable(prom))
+        return CLI_FAILED;
     char dflt[512];
     if (!out) {
         const char *base = strrchr(spec, '/');

@@ -88,6 +88,19 @@ cp -r part part20 && sed 's/"steps": 12/"steps": 20/' good.json > steps20.json
 "$exe" train steps20.json --out part20 --resume --steps 13 > p20.log 2>&1 && grep -q 'learning-rate schedule' p20.log \
   && ok "resume under another schedule warns" || { bad "schedule warning"; cat p20.log; }
 
+# --steps and --trace that the run would never reach are refused, naming
+# the flag, instead of ending "ok" having done nothing (part/ is at 12)
+cp -r part behind
+"$exe" train good.json --out behind --resume --steps 5 > bh.log 2>&1; rc=$?
+[ $rc = 2 ] && grep -q -- '--steps 5: the run resumed from .* at step 12' bh.log \
+  && ok "--steps behind the checkpoint refused" \
+  || { bad "--steps 5 after step 12 (rc $rc)"; cat bh.log; }
+"$exe" train good.json --out tr1 --steps 2 --trace 5-8 > tr1.log 2>&1; rc=$?
+[ $rc = 2 ] && grep -q -- '--trace 5-8: this run makes steps 1..2' tr1.log && [ ! -f tr1/trace-rank0.json ] \
+  && ok "--trace beyond --steps refused" || { bad "--trace 5-8 with --steps 2 (rc $rc)"; cat tr1.log; }
+"$exe" train good.json --out tr2 --steps 2 --trace 2-8 > tr2.log 2>&1 && [ -s tr2/trace-rank0.json ] \
+  && ok "--trace overlapping the run traces its part" || { bad "--trace 2-8 with --steps 2"; cat tr2.log; }
+
 # the checkpoint carries the model's config: llm.c export needs no --heads
 "$exe" ckpt export full/ckpt --out model.bin --format llmc > ex.log 2>&1 \
   && [ "$(od -An -tu4 -N4 model.bin | tr -d ' ')" = 20240326 ] && ok "llm.c export from the run's checkpoint" \
