@@ -141,10 +141,12 @@ static void *st_run(void *p)
 static int do_selftest(int argc, char **argv)
 {
     long ranks = 2, bytes = 1 << 20, iters = 5, tmo = 30000;
+    int ranks_given = 0;
     for (int i = 2; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = CLI_OK;
-        if (!strcmp(argv[i], "--ranks")) rc = parse_long(argv[i], v, 1, 64, &ranks), i++;
+        if (!strcmp(argv[i], "--ranks"))
+            rc = parse_long(argv[i], v, 1, 64, &ranks), i++, ranks_given = 1;
         else if (!strcmp(argv[i], "--bytes")) rc = parse_long(argv[i], v, 4, 1L << 30, &bytes), i++;
         else if (!strcmp(argv[i], "--iters")) rc = parse_long(argv[i], v, 1, 100000, &iters), i++;
         else if (!strcmp(argv[i], "--timeout-ms")) rc = parse_long(argv[i], v, 1, 86400000, &tmo), i++;
@@ -159,6 +161,13 @@ static int do_selftest(int argc, char **argv)
     o.timeout_ms = tmo;
     llmt_comm_env e;
     llmt_comm_env_discover(&e, sizeof e);
+    if (ranks_given && e.world_size > 1) { /* the launcher's processes are the ranks */
+        fprintf(stderr,
+                "llmtrain comm: selftest: --ranks sets in-process ranks; under a "
+                "launcher (%s, world size %d) the processes are the ranks: drop it\n",
+                e.launcher, (int)e.world_size);
+        return CLI_USAGE;
+    }
     llmt_context *ctx = NULL;
     llmt_context_create(NULL, &ctx);
     int nr = e.world_size > 1 ? 1 : (int)ranks;
@@ -313,6 +322,10 @@ int cmd_comm(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "llmtrain comm: a subcommand is required (env, selftest, dump)\n");
+        return CLI_USAGE;
+    }
+    if (!strcmp(argv[1], "env") && argc > 2) {
+        fprintf(stderr, "llmtrain comm: env takes no arguments, got '%s'\n", argv[2]);
         return CLI_USAGE;
     }
     if (!strcmp(argv[1], "env")) return do_env();

@@ -60,8 +60,11 @@ void launch_event(agent *a, const char *fmt, ...)
     }
 }
 
-static int usage(void)
+/* A usage error names the flag or argument at fault before the synopsis. */
+static int usage(const char *why, const char *arg)
 {
+    if (why)
+        fprintf(stderr, "llmtrain launch: %s '%s'\n", why, arg);
     fprintf(stderr,
             "usage: llmtrain launch [--nproc N] [--spares S] [--max-restarts R] [--in-place] "
             "[--heartbeat-timeout SEC] [--grace-s SEC] [--expect-mtbf SEC] [--nnodes N "
@@ -958,6 +961,18 @@ static int agent_main(agent *a)
     return CLI_OK;
 }
 
+static int launch_takes_value(const char *s)
+{
+    static const char *const v[] = {
+        "--nproc",        "--spares",      "--max-restarts", "--heartbeat-timeout",
+        "--grace-s",      "--expect-mtbf", "--nnodes",       "--node-rank",
+        "--node-timeout", "--rdzv",        "--out"};
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
+        if (!strcmp(s, v[k]))
+            return 1;
+    return 0;
+}
+
 int cmd_launch(int argc, char **argv)
 {
     agent a;
@@ -1018,18 +1033,36 @@ int cmd_launch(int argc, char **argv)
         } else if (!a.spec_path && s[0] != '-') {
             a.spec_path = s;
         } else if (!strcmp(s, "--steps") || !strcmp(s, "--threads")) {
-            if (i + 1 >= argc || np > 60)
-                return usage();
+            /* checked here: a bad value would fail every worker, which the
+             * agent can only report as the job's error after starting them */
+            if (i + 1 >= argc)
+                return usage("missing the value of", s);
+            if (cli_parse_i64(s, argv[i + 1], 1, !strcmp(s, "--steps") ? INT64_MAX : 4096,
+                              &v) != CLI_OK)
+                return CLI_USAGE;
+            if (np > 60)
+                return usage("too many train flags at", s);
             pass[np++] = argv[i];
             pass[np++] = argv[++i];
         } else if (!strcmp(s, "--resume") || !strcmp(s, "--fresh")) {
+            if (np > 60) /* pass[] has 64 slots */
+                return usage("too many train flags at", s);
             pass[np++] = argv[i];
+        } else if (!strcmp(s, "--trace") || !strcmp(s, "--prom") ||
+                   !strcmp(s, "--no-op-timing")) {
+            return usage("the workers get --out, --steps, --threads, --resume and --fresh "
+                         "of the train flags, not",
+                         s);
+        } else if (launch_takes_value(s) && i + 1 >= argc) {
+            return usage("missing the value of", s);
+        } else if (s[0] == '-') {
+            return usage("unknown option", s);
         } else {
-            return usage();
+            return usage("one SPEC.json only; unexpected argument", s);
         }
     }
     if (!a.spec_path)
-        return usage();
+        return usage(NULL, NULL);
     if (a.nproc + a.spares > MAXW - 1)
         return cli_fail(CMD, "--nproc + --spares at most %d", MAXW - 1);
     char from[64];

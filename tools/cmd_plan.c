@@ -49,9 +49,13 @@ static int parse_seconds(const char *flag, const char *v, double *out)
 static int parse_args(int argc, char **argv, plan_args *a)
 {
     memset(a, 0, sizeof *a);
+    const char *sim_flag = NULL; /* a --simulate setting given, to refuse without it */
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int rc = CLI_OK;
+        if (!strcmp(s, "--hours") || !strcmp(s, "--interval") || !strcmp(s, "--trials") ||
+            !strcmp(s, "--seed"))
+            sim_flag = s;
         if (!strcmp(s, "--world"))
             rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 1, INT32_MAX, &a->world);
         else if (!strcmp(s, "--auto"))
@@ -73,8 +77,8 @@ static int parse_args(int argc, char **argv, plan_args *a)
         else if (!strcmp(s, "--trials"))
             rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 1, 100000, &a->trials);
         else if (!strcmp(s, "--seed")) {
-            long x = 0;
-            rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 0, INT32_MAX, &x);
+            long x = 0; /* 0 is the library's "default seed": not a seed to ask for */
+            rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 1, INT32_MAX, &x);
             a->seed = x;
         } else if (s[0] == '-' && s[1]) {
             fprintf(stderr, "llmtrain plan: unknown argument '%s'\n", s);
@@ -89,9 +93,23 @@ static int parse_args(int argc, char **argv, plan_args *a)
         if (rc != CLI_OK)
             return rc;
     }
-    if (a->explain && (a->json || a->simulate || a->automatic)) {
+    if (a->explain && (a->json || a->simulate || a->automatic || sim_flag)) {
         fprintf(stderr, "llmtrain plan: --explain prints its own report (the spec's layout "
-                        "and the planner's); leave out --json, --simulate and --auto\n");
+                        "and the planner's); leave out --json, --simulate and --auto (and "
+                        "the simulation's --hours, --interval, --trials, --seed)\n");
+        return CLI_USAGE;
+    }
+    if (sim_flag && !a->simulate) {
+        fprintf(stderr,
+                "llmtrain plan: %s sets up the goodput simulation: add --simulate "
+                "(without it nothing reads %s)\n",
+                sim_flag, sim_flag);
+        return CLI_USAGE;
+    }
+    if (a->keys &&
+        (a->spec || a->world || a->automatic || a->simulate || a->json || a->explain)) {
+        fprintf(stderr, "llmtrain plan: --keys lists the spec keys and takes nothing else "
+                        "(plan a spec without --keys)\n");
         return CLI_USAGE;
     }
     if (!a->spec && !a->keys) {

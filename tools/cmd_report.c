@@ -5,6 +5,7 @@
  * tokens/s, a per-rank step-time heatmap, the time split as stacked bars,
  * and the run's events on the step axis; the planner's predicted step
  * time, memory and MFU beside the measured ones. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,22 +329,34 @@ static void stacked(FILE *o, const run *r)
     fprintf(o, "</svg>\n");
 }
 
+static int report_usage(const char *why, const char *arg)
+{
+    if (why)
+        fprintf(stderr, "llmtrain report: %s '%s'\n", why, arg);
+    fprintf(stderr, "usage: llmtrain report RUN_DIR [--out FILE.html]\n");
+    return CLI_USAGE;
+}
+
 int cmd_report(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL;
     for (int i = 1; i < argc; i++) {
+        const char *why = NULL;
         if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i];
-        else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: llmtrain report RUN_DIR [--out FILE.html]\n");
-            return CLI_USAGE;
-        } else
+        else if (!strcmp(argv[i], "--out"))
+            why = "missing the value of";
+        else if (argv[i][0] == '-')
+            why = "unknown option";
+        else if (dir) /* two directories: one report each, never the last silently */
+            why = "one RUN_DIR only; unexpected argument";
+        else
             dir = argv[i];
+        if (why)
+            return report_usage(why, argv[i]);
     }
-    if (!dir) {
-        fprintf(stderr, "usage: llmtrain report RUN_DIR [--out FILE.html]\n");
-        return CLI_USAGE;
-    }
+    if (!dir)
+        return report_usage(NULL, NULL);
     run *r = calloc(1, sizeof *r);
     if (!r)
         return cli_fail(CMD, "no memory");
@@ -367,7 +380,7 @@ int cmd_report(int argc, char **argv)
     FILE *o = fopen(outp, "w");
     if (!o) {
         free(r);
-        return cli_fail(CMD, "cannot write %s", outp);
+        return cli_fail(CMD, "cannot write %s: %s", outp, strerror(errno));
     }
     double m_step = median(&r->wall[0]), m_mfu = median(&r->mfu), m_tps = median(&r->tps);
     fprintf(o,

@@ -12,6 +12,11 @@ check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; 
 check "env prints the launcher" 'grep -q "^launcher none" "$tmp/env" && grep -q "^world_size 1" "$tmp/env"'
 RANK=1 WORLD_SIZE=3 LOCAL_RANK=1 "$bin" comm env > "$tmp/env2" 2>&1
 check "env reads torchrun variables" 'grep -q "^launcher torchrun" "$tmp/env2" && grep -q "^rank 1" "$tmp/env2"'
+"$bin" comm env extra > "$tmp/env3" 2>&1
+check "env refuses an argument, naming it (exit 2)" '[ $? -eq 2 ] && grep -q "extra" "$tmp/env3"'
+# under a launcher the processes are the ranks: --ranks would be ignored
+RANK=0 WORLD_SIZE=2 "$bin" comm selftest --ranks 4 > "$tmp/rk" 2>&1
+check "selftest --ranks under a launcher refused by name (exit 2)" '[ $? -eq 2 ] && grep -q -- "--ranks" "$tmp/rk"'
 
 "$bin" comm selftest --ranks 4 --bytes 4096 --iters 2 > "$tmp/st" 2>&1
 check "selftest passes on 4 threads" 'grep -q "selftest: ok" "$tmp/st" && grep -q "backend inproc, 4 ranks" "$tmp/st"'

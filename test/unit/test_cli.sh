@@ -34,4 +34,63 @@ echo "$v" | grep -Eq '^llmtrain [0-9]+\.[0-9]+\.[0-9]+ \(header [0-9.]+, ABI 1\.
 "$exe" version --bogus > /dev/null 2>err.txt; [ $? -eq 2 ] && grep -q bogus err.txt \
   && ok "unknown argument -> 2, named" || bad "unknown argument"
 "$exe" > /dev/null 2>&1; [ $? -eq 2 ] && ok "no command -> 2" || bad "no command"
+
+# --help lists every flag a command's source parses (no hidden flag).
+src=${LLMT_SOURCE_ROOT:-}/tools
+if [ -d "$src" ]; then
+  for f in "$src"/cmd_*.c; do
+    c=$(basename "$f" .c); c=${c#cmd_}
+    [ "$c" = version ] && cs="version features" || cs=$c
+    for cmd in $cs; do
+      "$exe" "$cmd" --help > h.txt 2>&1
+      for flag in $(grep -o '"-\{1,2\}[a-z][a-z0-9-]*"' "$f" | tr -d '"' | sort -u); do
+        grep -q -- "$flag\b" h.txt || bad "$cmd --help does not list $flag (parsed in $(basename "$f"))"
+      done
+    done
+  done
+  ok "every parsed flag is in its command's --help"
+else
+  bad "LLMT_SOURCE_ROOT not set: cannot read tools/"
+fi
+
+# usage errors: exit 2 and the message names the flag or argument at fault
+usage_err() { # what-to-find cmd...
+  want=$1; shift
+  "$exe" "$@" > /dev/null 2> err.txt; rc=$?
+  if [ $rc -eq 2 ] && grep -q -- "$want" err.txt; then ok "$* -> 2 naming $want"
+  else bad "$* -> $rc, want 2 naming $want: $(head -c 300 err.txt)"; fi
+}
+printf '{"name": "t", "model": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 300, "seq_len": 32}}\n' > s.json
+mkdir -p rd && : > rd/metrics.jsonl
+usage_err --bogus train s.json --bogus
+usage_err "'--out'" train s.json --out
+usage_err extra.json train s.json extra.json
+usage_err "'--steps'" train s.json --steps
+usage_err --steps train s.json --steps abc
+usage_err --steps train s.json --steps -1
+usage_err --steps train s.json --steps 1e99
+usage_err --trace report rd --trace 5-8
+usage_err rd2 report rd rd2
+usage_err "'--out'" report rd --out
+usage_err --bogus launch s.json --bogus
+usage_err "'--nproc'" launch --nproc
+usage_err extra.json launch s.json extra.json
+usage_err --steps launch s.json --steps abc
+usage_err --threads launch s.json --threads 0
+usage_err --trace launch s.json --trace 1-2
+usage_err --prom launch s.json --prom p.prom
+usage_err --hours plan s.json --hours 5
+usage_err --interval plan s.json --interval 60
+usage_err --trials plan s.json --trials 4
+usage_err --seed plan s.json --seed 3
+usage_err --seed plan s.json --seed 0 --simulate
+usage_err --keys plan s.json --keys
+usage_err --keys plan --keys --world 4
+usage_err --hours plan s.json --explain --hours 3
+usage_err extra comm env extra
+# --prom into a directory that does not exist: refused before training
+"$exe" train s.json --out run --prom nowhere/x.prom > /dev/null 2> err.txt; rc=$?
+[ $rc -eq 1 ] && grep -q 'nowhere/x.prom' err.txt && ok "--prom in a missing directory refused" \
+  || bad "--prom nowhere/x.prom -> $rc: $(head -c 300 err.txt)"
+[ ! -d run ] && ok "... before the run directory is made" || bad "--prom refused after making run/"
 exit $fail
