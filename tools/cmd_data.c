@@ -35,10 +35,11 @@ typedef struct data_args {
     double threshold, max_nonalpha, max_dup_lines, max_top_ngram, val_frac;
     uint64_t seed;
     int have_seed, llmc, verify, quiet;
+    const char *given[64]; /* the flags given, checked against the subcommand's */
+    int ngiven;
     /* which numeric options were given (the library's defaults otherwise) */
-    int set_shingle, set_perms, set_bands, set_threshold, set_min, set_max,
-        set_nonalpha, set_duplines, set_ngram, set_ngram_words, set_val,
-        set_shard;
+    int set_shingle, set_perms, set_bands, set_threshold, set_min, set_max, set_nonalpha,
+        set_duplines, set_ngram, set_ngram_words, set_val, set_shard, bpe_sample_mb_set;
 } data_args;
 
 static int bad_value(const char *flag, const char *v, const char *want)
@@ -91,7 +92,7 @@ static int parse_num_opt(data_args *a, const char *s, const char *v, int *used)
     else if (!strcmp(s, "--shard-tokens"))
         rc = cli_parse_i64(s, v, 1, BIG, &a->shard_tokens), a->set_shard = 1;
     else if (!strcmp(s, "--bpe-sample-mb"))
-        rc = cli_parse_i64(s, v, 1, 1 << 20, &a->bpe_sample_mb);
+        rc = cli_parse_i64(s, v, 1, 1 << 20, &a->bpe_sample_mb), a->bpe_sample_mb_set = 1;
     else if (!strcmp(s, "--sample-mb"))
         rc = cli_parse_i64(s, v, 1, 1 << 20, &a->sample_mb);
     else if (!strcmp(s, "--vocab"))
@@ -111,6 +112,8 @@ static int parse_num_opt(data_args *a, const char *s, const char *v, int *used)
     return rc;
 }
 
+static int check_sub_flags(const data_args *a);
+
 static int parse_args(int argc, char **argv, data_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -126,6 +129,8 @@ static int parse_args(int argc, char **argv, data_args *a)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         const char **sp = str_opt(a, s);
         int used = 0, rc;
+        if (s[0] == '-' && s[1] && a->ngiven < 64)
+            a->given[a->ngiven++] = s;
         if (sp) {
             if (!v)
                 return bad_value(s, v, "a value");
@@ -157,6 +162,59 @@ static int parse_args(int argc, char **argv, data_args *a)
     if (!a->sub) {
         fprintf(stderr, "llmtrain data: needs a subcommand: prepare, stats, "
                         "train-bpe or synth (llmtrain data --help)\n");
+        return CLI_USAGE;
+    }
+    return check_sub_flags(a);
+}
+
+/* Every option is parsed for every subcommand, so one a subcommand does not
+ * read (stats --out, synth --vocab, train-bpe --llmc) would be accepted and
+ * ignored: each subcommand lists its own, the rest are refused by name. */
+static const char *sub_flags(const char *sub)
+{
+    if (!strcmp(sub, "prepare"))
+        return " --out -o --tokenizer --doc-sep --text-field --dedup --filter --shingle"
+               " --permutations --bands --threshold --min-chars --max-chars --max-nonalpha"
+               " --max-dup-lines --max-top-ngram --ngram-min-words --val-frac --shard-tokens"
+               " --bpe-sample-mb --llmc --seed --quiet -q ";
+    if (!strcmp(sub, "stats"))
+        return " --verify ";
+    if (!strcmp(sub, "train-bpe"))
+        return " --out -o --vocab --doc-sep --text-field --sample-mb ";
+    if (!strcmp(sub, "synth"))
+        return " --out -o --bytes --alphabet --branching --seed ";
+    return NULL;
+}
+
+static int check_sub_flags(const data_args *a)
+{
+    const char *allowed = sub_flags(a->sub);
+    if (!allowed)
+        return CLI_OK; /* the unknown subcommand is reported by cmd_data */
+    for (int k = 0; k < a->ngiven; k++) {
+        char key[64];
+        snprintf(key, sizeof key, " %s ", a->given[k]);
+        if (!strstr(allowed, key)) {
+            fprintf(stderr, "llmtrain data %s: %s does not apply to %s (its options:%.*s)\n",
+                    a->sub, a->given[k], a->sub, (int)strlen(allowed) - 1, allowed);
+            return CLI_USAGE;
+        }
+    }
+    if (!strcmp(a->sub, "synth") && a->npos > 0) {
+        fprintf(stderr,
+                "llmtrain data synth: takes no INPUT, got '%s' (--out FILE is "
+                "what it writes)\n",
+                a->pos[0]);
+        return CLI_USAGE;
+    }
+    int64_t vocab = 0; /* a bad bpe:N is a usage error, found before any work */
+    if (a->tokenizer && !strncmp(a->tokenizer, "bpe:", 4) &&
+        cli_parse_i64("--tokenizer bpe:N", a->tokenizer + 4, 257, 1 << 24, &vocab) != CLI_OK)
+        return CLI_USAGE;
+    if (!strcmp(a->sub, "prepare") && a->bpe_sample_mb_set &&
+        !(a->tokenizer && !strncmp(a->tokenizer, "bpe:", 4))) {
+        fprintf(stderr, "llmtrain data prepare: --bpe-sample-mb sizes the sample a BPE is "
+                        "learned from: it needs --tokenizer bpe:N\n");
         return CLI_USAGE;
     }
     return CLI_OK;
@@ -396,6 +454,14 @@ static int dedup_from(const data_args *a, llmt_dedup_opts *dd, int *none)
         dd->exact = 0;
     else if (strcmp(m, "exact,near") && strcmp(m, "near,exact"))
         return bad_value("--dedup", m, "exact,near, exact, near or none");
+    if ((*none || !dd->near) &&
+        (a->set_shingle || a->set_perms || a->set_bands || a->set_threshold)) {
+        fprintf(stderr,
+                "llmtrain data: --shingle, --permutations, --bands and --threshold "
+                "tune the near-duplicate pass, which --dedup %s turns off\n",
+                m);
+        return CLI_USAGE;
+    }
     if (a->set_shingle) dd->shingle = (int32_t)a->shingle;
     if (a->set_perms) dd->permutations = (int32_t)a->perms;
     if (a->set_bands) dd->bands = (int32_t)a->bands;

@@ -449,6 +449,31 @@ def main():
 
         rc, out, err = run("frobnicate")
         ok(rc == 2, "unknown subcommand: usage error")
+        # an option the subcommand does not read is refused by name (every
+        # option is parsed for every subcommand: it used to be ignored)
+        for flag, args in [("--out", ["stats", "p1", "--out", "x"]),
+                           ("--tokenizer", ["stats", "p1", "--tokenizer", "bpe:300"]),
+                           ("--vocab", ["synth", "--out", "s9.txt", "--bytes", "10",
+                                        "--vocab", "300"]),
+                           ("--llmc", ["train-bpe", "corpus", "--vocab", "300", "--out",
+                                       "t9.bin", "--llmc"]),
+                           ("--bpe-sample-mb", ["train-bpe", "corpus", "--vocab", "300",
+                                                "--out", "t9.bin", "--bpe-sample-mb", "1"]),
+                           ("--verify", ["prepare", "corpus", "--out", "q1", "--verify"]),
+                           ("--bpe-sample-mb", ["prepare", "corpus", "--out", "q2",
+                                                "--bpe-sample-mb", "2"]),
+                           ("--shingle", ["prepare", "corpus", "--out", "q3", "--dedup",
+                                          "exact", "--shingle", "3"]),
+                           ("--threshold", ["prepare", "corpus", "--out", "q4", "--dedup",
+                                            "none", "--threshold", "0.5"]),
+                           ("extra", ["synth", "--out", "s9.txt", "--bytes", "10", "extra"]),
+                           ("bpe:N", ["prepare", "corpus", "--out", "q5", "--tokenizer",
+                                      "bpe:abc"])]:
+            rc, out, err = run(*args)
+            ok(rc == 2 and flag in err, "data %s: %s refused by name" % (args[0], flag),
+               (rc, err))
+        ok(not any(os.path.exists(p) for p in ("s9.txt", "t9.bin", "q1", "q2", "q3", "q4", "q5")),
+           "a refused command wrote nothing")
         p = subprocess.run([EXE, "data", "--help"], capture_output=True, text=True)
         ok(p.returncode == 0 and "train-bpe" in p.stdout and "--shard-tokens" in p.stdout,
            "llmtrain data --help")
