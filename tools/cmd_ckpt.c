@@ -20,6 +20,8 @@ typedef struct ck_args {
     long long step;      /* -1: latest */
     long heads, vocab, keep_last, keep_every;
     int json, chunks, have_keep_last;
+    const char *given[32]; /* the options given, checked against the subcommand's */
+    int ngiven;
 } ck_args;
 
 static int parse_ll(const char *flag, const char *v, long long lo, long long hi,
@@ -29,6 +31,48 @@ static int parse_ll(const char *flag, const char *v, long long lo, long long hi,
     int rc = cli_parse_i64(flag, v, lo, hi, &x);
     if (rc == CLI_OK) *out = x;
     return rc;
+}
+
+/* Every option is parsed for every subcommand, so one the subcommand does
+ * not read (ls --out, inspect --keep-last, export --heads of a
+ * safetensors file) would be accepted and ignored: refused by name. */
+static const char *sub_flags(const char *sub)
+{
+    if (!strcmp(sub, "ls") || !strcmp(sub, "verify"))
+        return " --step --json ";
+    if (!strcmp(sub, "inspect"))
+        return " --step --chunks --json ";
+    if (!strcmp(sub, "export"))
+        return " --out -o --format --step --heads --vocab-size --prefix ";
+    if (!strcmp(sub, "prune"))
+        return " --keep-last --keep-every ";
+    return NULL;
+}
+
+static int check_sub_flags(const ck_args *a)
+{
+    const char *allowed = sub_flags(a->sub);
+    if (!allowed)
+        return CLI_OK; /* the unknown subcommand is reported by cmd_ckpt */
+    for (int k = 0; k < a->ngiven; k++) {
+        char key[64];
+        snprintf(key, sizeof key, " %s ", a->given[k]);
+        if (strstr(allowed, key))
+            continue;
+        fprintf(stderr, "llmtrain ckpt %s: %s does not apply to %s (its options:%.*s)\n",
+                a->sub, a->given[k], a->sub, (int)strlen(allowed) - 1, allowed);
+        return CLI_USAGE;
+    }
+    int llmc_opt = 0; /* what only the llm.c writer reads */
+    for (int k = 0; k < a->ngiven; k++)
+        llmc_opt |= !strcmp(a->given[k], "--heads") || !strcmp(a->given[k], "--vocab-size") ||
+                    !strcmp(a->given[k], "--prefix");
+    if (llmc_opt && a->format && strcmp(a->format, "llmc")) {
+        fprintf(stderr, "llmtrain ckpt export: --heads, --vocab-size and --prefix shape the "
+                        "llm.c file: they need --format llmc\n");
+        return CLI_USAGE;
+    }
+    return CLI_OK;
 }
 
 static int parse_args(int argc, char **argv, ck_args *a)
@@ -42,6 +86,8 @@ static int parse_args(int argc, char **argv, ck_args *a)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x = 0;
         int rc = CLI_OK;
+        if (s[0] == '-' && s[1] && a->ngiven < 32)
+            a->given[a->ngiven++] = s;
         if (!strcmp(s, "--step")) {
             rc = parse_ll(s, v, 0, (INT64_C(1) << 40) - 1, &a->step);
             i++;
@@ -99,7 +145,7 @@ static int parse_args(int argc, char **argv, ck_args *a)
                         "(llmtrain ckpt --help)\n");
         return CLI_USAGE;
     }
-    return CLI_OK;
+    return check_sub_flags(a);
 }
 
 static int is_step_dir(const char *dir)
@@ -133,9 +179,20 @@ static llmt_ckpt *make(llmt_context *ctx, const char *root, const ck_args *a)
 
 /* Open what DIR and --step name: a step directory, a given step, or the
  * newest complete one. Prints the reason on failure. */
+static int step_dir_and_step(const ck_args *a)
+{
+    fprintf(stderr,
+            "llmtrain ckpt %s: --step %lld: %s is one step directory already (give "
+            "the checkpoint root to choose a step)\n",
+            a->sub, a->step, a->dir);
+    return CLI_USAGE;
+}
+
 static int open_target(llmt_ckpt *ck, const ck_args *a)
 {
     llmt_status s;
+    if (is_step_dir(a->dir) && a->step >= 0)
+        return step_dir_and_step(a);
     if (is_step_dir(a->dir))
         s = llmt_ckpt_open_dir(ck, a->dir);
     else if (a->step >= 0)
@@ -233,6 +290,8 @@ static void list_quarantine(const char *root)
  * verify, fully hashed); the reason of each failure is printed. */
 static int walk(llmt_context *ctx, const ck_args *a, int verify)
 {
+    if (is_step_dir(a->dir) && a->step >= 0)
+        return step_dir_and_step(a);
     if (is_step_dir(a->dir)) {
         llmt_ckpt *ck = make(ctx, a->dir, NULL);
         if (!ck)
@@ -262,9 +321,11 @@ static int walk(llmt_context *ctx, const ck_args *a, int verify)
         printf("[");
     else if (!verify)
         printf("%-14s %-6s %12s %8s  %s\n", "step", "ranks", "bytes", "tensors", "status");
+    size_t shown = 0;
     for (size_t i = 0; v && i < n; i++) {
         if (a->step >= 0 && v[i] != a->step)
             continue;
+        shown++;
         llmt_status s = llmt_ckpt_open_step(ck, v[i]);
         if (s == LLMT_OK && verify)
             s = llmt_ckpt_verify(ck);
@@ -283,10 +344,12 @@ static int walk(llmt_context *ctx, const ck_args *a, int verify)
             bad = 1;
         if (a->json) {
             printf("%s{\"step\":%lld,\"ok\":%s,\"world_size\":%d,\"bytes\":%llu,"
-                   "\"tensors\":%zu,\"status\":\"%s\"}", i ? "," : "", v[i],
-                   s == LLMT_OK ? "true" : "false", (int)world,
+                   "\"tensors\":%zu,\"status\":\"%s\"}",
+                   shown > 1 ? "," : "", v[i], s == LLMT_OK ? "true" : "false", (int)world,
                    (unsigned long long)bytes, nt,
-                   s == LLMT_OK ? "ok" : partial ? "incomplete" : llmt_status_string(s));
+                   s == LLMT_OK ? "ok"
+                   : partial    ? "incomplete"
+                                : llmt_status_string(s));
         } else if (verify) {
             if (s == LLMT_OK)
                 printf("step %lld: ok (%zu tensors, every chunk hashed and covered)\n",
@@ -309,6 +372,12 @@ static int walk(llmt_context *ctx, const ck_args *a, int verify)
         printf("]\n");
     if (verify && n == 0)
         printf("%s: no checkpoints\n", a->dir);
+    if (a->step >= 0 && !shown) { /* an empty table would read as "nothing wrong" */
+        free(v);
+        llmt_ckpt_destroy(ck);
+        return cli_fail(CMD, "--step %lld: no step directory of that step in %s", a->step,
+                        a->dir);
+    }
     if (!a->json)
         list_quarantine(a->dir);
     free(v);

@@ -52,6 +52,25 @@ expect_rc 2 "$cli" ckpt export "$r"
 expect_rc 2 "$cli" ckpt frobnicate "$r"
 expect_rc 2 "$cli" ckpt ls
 expect_rc 2 "$cli" ckpt ls "$r" --step -4
+# --step filters into valid JSON; a step that is not there is an error, not an empty table
+expect_rc 0 "$cli" ckpt ls "$r" --step 7 --json
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert [x["step"] for x in d]==[7]' "$t/out" \
+  && ok "ls --step 7 --json is one valid entry" || { bad "ls --step 7 --json"; cat "$t/out"; }
+expect_rc 1 "$cli" ckpt verify "$r" --step 5
+grep -q -- '--step 5' "$t/err" || bad "verify --step 5 names the missing step"
+expect_rc 2 "$cli" ckpt inspect "$r/step-000000000003" --step 7
+grep -q -- '--step 7' "$t/err" || bad "a step directory with --step names --step"
+# an option the subcommand does not read is refused by name, never ignored
+for args in "--out ls --out x" "--chunks verify --chunks" "--keep-last inspect --keep-last 2" \
+            "--step prune --keep-last 1 --step 3" "--heads export --out $t/y.st --heads 4" \
+            "--prefix export --out $t/y.st --prefix p/" \
+            "--vocab-size export --out $t/y.st --format safetensors --vocab-size 64"; do
+  set -- $args
+  flag=$1 sub=$2; shift 2
+  expect_rc 2 "$cli" ckpt "$sub" "$r" "$@"
+  grep -q -- "$flag" "$t/err" || bad "ckpt $args: the message names $flag"
+done
+[ ! -e "$t/y.st" ] || bad "a refused export wrote its file"
 
 # damage step 7: one flipped byte in rank 1's data
 f=$r/step-000000000007/rank-00001.bin
