@@ -305,7 +305,8 @@ static int key_index(const char *path)
 
 int llmt__spec_given(const llmt_spec *s, const char *path)
 {
-    int k = s ? key_index(path) : -1;
+    /* a NULL spec or path names no key: not given (llmtrain.h) */
+    int k = s && path ? key_index(path) : -1;
     return k >= 0 && s->given && s->given[k];
 }
 

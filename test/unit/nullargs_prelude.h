@@ -26,6 +26,8 @@ extern llmt_loader *h_ld;
 void *scratch(void);
 /* A call that must not succeed. */
 void expect_fail(const char *what, llmt_status s);
+/* A predicate given a NULL argument: it must answer 0 (false). */
+void expect_zero(const char *what, int v);
 /* A call whose argument `arg` was NULL: refused (unless optional), and
  * when refused as LLMT_ERR_NULL_POINTER, the handle's message names it. */
 void expect_null(const char *fn, const char *arg, int optional, llmt_status s,

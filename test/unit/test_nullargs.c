@@ -47,6 +47,13 @@ void expect_fail(const char *what, llmt_status s)
         fprintf(stderr, "  %s: returned LLMT_OK\n", what);
 }
 
+void expect_zero(const char *what, int v)
+{
+    CHECK(v == 0);
+    if (v != 0)
+        fprintf(stderr, "  %s: returned %d, not 0\n", what, v);
+}
+
 void expect_null(const char *fn, const char *arg, int optional, llmt_status s,
                  const char *last_error)
 {
