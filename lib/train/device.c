@@ -1202,6 +1202,15 @@ llmt_status llmt__devtrain_create_layout(
                           "fp32; fp8 GEMMs need a bf16 backend (device cuda)", ops->name);
         goto fail;
     }
+    if (fp8 && fp8->on && m->cfg.moe_experts > 0) { /* (llmt_job refuses it earlier) */
+        s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
+                          "trainer: fp8 with mixture-of-experts layers (moe_experts %d) is "
+                          "not supported yet: the expert FFNs have no fp8 GEMMs (they take a "
+                          "variable count of tokens each) and would run bf16 while the "
+                          "attention ran fp8; set fp8 0",
+                          (int)m->cfg.moe_experts);
+        goto fail;
+    }
     if (fp8 && fp8->on && !fp8_ops(ops)) {
         s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                           "trainer: fp8: the %s backend has no "

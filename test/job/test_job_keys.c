@@ -53,6 +53,9 @@ static const char *BASE =
 #define MOE2                                                                   \
     "{\"model\": {\"arch\": \"llama\", \"heads\": 4, \"layers\": 2, \"moe\": " \
     "{\"experts\": 4, \"top_k\": 2}}}"
+#define MOE_EMUL                                                                            \
+    "{\"model\": {\"arch\": \"llama\", \"heads\": 4, \"moe\": {\"experts\": 4, \"top_k\": " \
+    "2}}, \"train\": {\"device\": \"emulated\"}}"
 #define SMALLTXT                                                                              \
     "{\"data\": {\"train\": \"@SMALL@\", \"val\": \"@PREP@/val\", \"tokenizer\": {\"kind\": " \
     "\"bpe\", \"vocab_size\": 300}}}"
@@ -147,6 +150,9 @@ static const kcase cases[] = {
     K("precision.param", NULL, "{\"precision\": {\"param\": \"bf16\"}}", REFUSED),
     K("precision.master", NULL, "{\"precision\": {\"master\": \"bf16\"}}", REFUSED),
     K("precision.gemm", NULL, "{\"precision\": {\"gemm\": \"fp8\"}}", REFUSED),
+    /* fp8 on the device engine, but with MoE layers (whose experts have
+     * no fp8 GEMMs) */
+    K("precision.gemm", MOE_EMUL, "{\"precision\": {\"gemm\": \"fp8\"}}", REFUSED),
     K("precision.fp8_recipe", NULL, "{\"precision\": {\"fp8_recipe\": \"current\"}}", REFUSED),
     K("precision.fp8_amax_history", NULL, "{\"precision\": {\"fp8_amax_history\": 4}}",
       REFUSED),
