@@ -1443,8 +1443,9 @@ LLMT_API llmt_status llmt_trainer_set_comm(llmt_trainer *tr, llmt_comm *comm,
  * the local shard, not in the whole tensor. Fails, naming the
  * key, when comm's size does not divide model.heads, width, ffn_hidden or
  * the padded vocabulary (or kv_heads and tp divide neither way), and with
- * LLMT_ERR_UNSUPPORTED on a backend without the vocabulary-split ops
- * (today: CUDA) or with fp8. */
+ * LLMT_ERR_UNSUPPORTED on a backend without the vocabulary-split ops.
+ * fp8 (llmt_trainer_opts.fp8) composes: the step's amaxes are maximised
+ * over the group, so each scale is the whole tensor's. */
 LLMT_API llmt_status llmt_trainer_set_tp_comm(llmt_trainer *tr, llmt_comm *comm);
 /* Sequence parallelism (Megatron-LM, Korthikanti et al. 2022; the spec's
  * parallelism.sequence_parallel) over the tensor parallel group: on = 1
@@ -1561,7 +1562,8 @@ LLMT_API llmt_status llmt_trainer_sync_params(llmt_trainer *tr);
  * read only this stage's tensors (read after attaching: any pp x tp x dp
  * layout reads any other's checkpoint). Virtual stages compose with
  * tensor and data parallelism (test mpi-train-pp2v2-mpi: tp 2 x pp 2 x
- * v 2 x dp 2). Not yet composed with fp8; the host copies of the
+ * v 2 x dp 2) and with fp8 (each stage's amaxes maximised over comm:
+ * every stage holds the whole recipe state); the host copies of the
  * parameters are current only for this stage's tensors (after
  * llmt_trainer_sync_params). */
 typedef enum llmt_pp_schedule {
@@ -1671,10 +1673,11 @@ LLMT_API llmt_status llmt_trainer_pp_stats(const llmt_trainer *tr, llmt_pp_stats
  * model.seq_len, when 2 x cp does not divide seq_len (with sequence
  * parallelism: or tp does not divide seq_len / cp), and for a variant
  * other than those below; on a made engine LLMT_ERR_STATE after
- * llmt_trainer_set_comm or llmt_trainer_set_pp_comm; LLMT_ERR_UNSUPPORTED
- * with fp8, MoE layers, or on
- * CUDA (the exchange runs on host memory: the CPU backend and the bf16
- * emulation). */
+ * llmt_trainer_set_comm, llmt_trainer_set_pp_comm or
+ * llmt_trainer_set_ep_comm; LLMT_ERR_UNSUPPORTED on a backend without the
+ * context parallel attention ops. The exchange runs on host memory (a
+ * device backend's blocks are staged through it). fp8 composes (the
+ * step's amaxes maximised over the group). */
 typedef enum llmt_cp_variant {
     LLMT_CP_RING = 0,      /* cp - 1 ring steps of every rank's K/V block
                               (send to r + 1, receive from r - 1) */

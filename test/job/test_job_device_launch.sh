@@ -19,6 +19,8 @@
 # on a GPU first), saying which.
 #
 # LAYOUT: tp (tp 2), tp-sp (tp 2, sequence parallel), cp (cp 2), pp (pp 2),
+# fp8-tp, fp8-cp, fp8-pp, fp8-tpdp (fp8 GEMMs under tp 2 with sequence
+# parallelism, cp 2, pp 2, tp 2 x dp 2 ZeRO-1; both runs fp8),
 # moe-tp, moe-pp, moe-cp (4 experts, top-2, under tp, pp or cp 2); on
 # emulated also tpdp (tp 2 x dp 2 ZeRO-1), ppdp (pp 2 x dp 2), moe-ep (dp 2
 # x ep 2). A LAYOUT ending in -inplace recovers in place (`launch
@@ -40,7 +42,7 @@ case $dev in
   *) echo "usage: $0 llmtrain emulated|cuda LAYOUT"; exit 2 ;;
 esac
 "$exe" features 2>/dev/null | grep -qw gloo || { echo "no gloo in this build: skip"; exit 77; }
-moe= par= n=2 inplace= sdc=
+moe= par= n=2 inplace= sdc= fp8=
 case $lay in *-inplace) inplace=1 lay=${lay%-inplace} ;; esac
 case $lay in
   tp) par='"tp": 2' ;;
@@ -54,11 +56,18 @@ case $lay in
   ppdp) par='"pp": 2, "dp": 2' n=4 ;;
   moe-ep) moe=1 par='"dp": 2, "ep": 2' ;;
   dp-sdc) par='"dp": 4' n=4 sdc=1 ;;
+  fp8-tp) fp8=1 par='"tp": 2, "sequence_parallel": true' ;;
+  fp8-cp) fp8=1 par='"cp": 2' ;;
+  fp8-pp) fp8=1 par='"pp": 2' ;;
+  fp8-tpdp) fp8=1 par='"tp": 2, "dp": 2, "zero": 1' n=4 ;;
   *) echo "unknown layout '$lay'"; exit 2 ;;
 esac
 [ $n = 2 ] || [ "$dev" = emulated ] || { echo "layout $lay has dp > 1: emulated only"; exit 2; }
 . "$(dirname "$0")/../run_lib.sh"
-moekey=
+moekey= prec=
+# fp8 GEMMs (delayed scaling) in both runs: the layout's amaxes maximised
+# over its groups, its recipe state checkpointed and restored by the restart
+[ -z "$fp8" ] || prec='"precision": {"gemm": "fp8"},'
 [ -z "$moe" ] || moekey=', "moe": {"experts": 4, "top_k": 2, "expert_ffn": 48, "capacity_factor": 1.25}'
 mk() { # file parallelism
   cat > "$1" <<JSON
@@ -66,7 +75,7 @@ mk() { # file parallelism
  "model": {"arch": "llama", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
            "vocab": 320, "seq_len": 32$moekey},
  "parallelism": {$2},
- "batch": {"micro": 2, "global": 8},
+ "batch": {"micro": 2, "global": 8},$prec
  "optimizer": {"lr": 3e-3},
  "schedule": {"kind": "cosine", "warmup_steps": 2},
  "train": {"steps": 8, "seed": 7, "device": "$dev", "eval_interval": 0, "log_interval": 1,
@@ -112,6 +121,12 @@ else
 fi
 losses one/metrics.jsonl > a.txt
 losses run/metrics.jsonl > b.txt
+if [ -n "$fp8" ]; then # fp8 took effect: one process in bf16 gives other losses
+  prec= mk bf16.json '"tp": 1'
+  "$exe" train bf16.json --out bf16 > bf16.log 2>&1 && losses bf16/metrics.jsonl > c.txt &&
+    ! cmp -s a.txt c.txt && ok "the fp8 run's losses differ from bf16's" ||
+    { bad "fp8 made no difference to the losses (or the bf16 run failed)"; tail -5 bf16.log; }
+fi
 if [ "$(wc -l < a.txt)" = 8 ] && [ "$(wc -l < b.txt)" = 8 ] &&
    paste a.txt b.txt | awk -v b="$bound" '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r;
                                           if ($1 != $3 || r > b) bad = 1}
