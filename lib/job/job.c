@@ -292,8 +292,10 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
     t->warmup_steps = s->schedule.warmup_steps;
     t->total_steps = s->schedule.total_steps;
     t->min_lr = (float)(s->schedule.min_lr_ratio * s->optimizer.lr);
-    t->decay_fraction =
-        t->total_steps > 0 ? (float)s->schedule.decay_steps / (float)t->total_steps : 0;
+    /* only WSD decays over a fraction; other schedules keep the default
+     * (the trainer refuses one set beside them) */
+    if (t->schedule == LLMT_LR_WSD && t->total_steps > 0)
+        t->decay_fraction = (float)s->schedule.decay_steps / (float)t->total_steps;
     if (t->decay_fraction > 1.0f)
         t->decay_fraction = 1.0f;
     /* trainer opts: 0 none, 1 full (every layer), 2 selective (the

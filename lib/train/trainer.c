@@ -144,6 +144,15 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
                              ">= 0, betas in [0,1), eps > 0, weight_decay "
                              ">= 0, grad_clip >= 0, total_steps >= 1, "
                              "decay_fraction in [0,1])");
+    /* only WSD decays over a fraction of total_steps (lr_at): set beside
+     * another schedule, it would be ignored */
+    static const char *const sched_name[3] = {"LLMT_LR_CONSTANT", "LLMT_LR_COSINE",
+                                              "LLMT_LR_LINEAR"};
+    if (o.schedule != LLMT_LR_WSD && o.decay_fraction != 0.2f)
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: decay_fraction %g is set but schedule is %s (%d): "
+                             "it takes effect only with LLMT_LR_WSD (3) (leave it 0.2)",
+                             (double)o.decay_fraction, sched_name[o.schedule], (int)o.schedule);
     if (o.recompute < LLMT__RECOMPUTE_NONE || o.recompute > LLMT__RECOMPUTE_SELECTIVE)
         return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: recompute %d is not 0 (none), 1 (full: layer "

@@ -113,7 +113,6 @@ static int resave_tp1(const char *root, const char *out_root)
     o.warmup_steps = 2;
     o.total_steps = STEPS;
     o.min_lr = (float)(0.1 * 1e-3);
-    o.decay_fraction = 0;
     if (s == LLMT_OK)
         s = llmt_trainer_create(m, &o, &tr);
     llmt_ckpt_opts co;

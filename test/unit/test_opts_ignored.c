@@ -62,6 +62,23 @@ static void test_trainer(void)
     o.min_lr = -1e-3f; /* the schedule would go below zero */
     REFUSED(llmt_trainer_create(m, &o, &tr), LLMT_ERR_INVALID_ARGUMENT,
             llmt_model_last_error(m), "min_lr");
+    /* only WSD decays over a fraction of total_steps */
+    const int32_t not_wsd[3] = {LLMT_LR_CONSTANT, LLMT_LR_COSINE, LLMT_LR_LINEAR};
+    for (int k = 0; k < 3; k++) {
+        llmt_trainer_opts_init(&o, sizeof o);
+        o.schedule = not_wsd[k];
+        o.decay_fraction = 0.5f;
+        REFUSED(llmt_trainer_create(m, &o, &tr), LLMT_ERR_INVALID_ARGUMENT,
+                llmt_model_last_error(m), "decay_fraction");
+    }
+    llmt_trainer_opts_init(&o, sizeof o);
+    o.schedule = LLMT_LR_WSD; /* with WSD: takes effect */
+    o.decay_fraction = 0.5f;
+    o.micro_batch = 1;
+    o.seq_len = 8;
+    CHECK_STATUS(llmt_trainer_create(m, &o, &tr), LLMT_OK);
+    llmt_trainer_destroy(tr);
+    tr = NULL;
     llmt_trainer_opts_init(&o, sizeof o);
     o.micro_batch = 1;
     o.seq_len = 8;
