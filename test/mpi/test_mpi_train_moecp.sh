@@ -25,7 +25,7 @@ dp)
   lay="tensor x context x data parallel: tp 1 x cp 2 x dp 2 (ep 2) = 4 ranks (mpi), ZeRO-1"
   ;;
 pp)
-  moe='"capacity_factor": 1.0, "dropless": true'
+  moe='"dropless": true'
   par='"cp": 2, "pp": 2, "pp_schedule": "1f1b"'
   lay="tensor x context x pipeline x data parallel: tp 1 x cp 2 x pp 2 x dp 1 = 4 ranks"
   ;;

@@ -85,7 +85,7 @@ static void cfg(llmt_model_config *c)
     c->moe_ffn = FE;
     c->moe_every = g_case->every > 0 ? g_case->every : 1;
     c->moe_shared_experts = g_case->shared;
-    c->moe_capacity_factor = g_case->capacity > 0 ? g_case->capacity : 1.0f;
+    c->moe_capacity_factor = g_case->capacity; /* 0 with dropless: a factor is refused */
     c->moe_dropless = g_case->capacity <= 0;
     c->moe_raw_gates = g_case->raw;
     c->moe_aux_loss_coef = 0.01f;

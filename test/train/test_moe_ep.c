@@ -68,7 +68,8 @@ static void cfg(llmt_model_config *c, int experts, int dropless)
     c->moe_ffn = experts ? FE : 0;
     c->moe_shared_experts = experts ? g_shared : 0;
     if (experts) {
-        c->moe_capacity_factor = 1.0f;
+        /* dropless has no capacity: a factor with it is refused */
+        c->moe_capacity_factor = dropless ? 0.0f : 1.0f;
         c->moe_dropless = dropless;
     }
 }
@@ -295,12 +296,14 @@ static double plan_ep_bytes_z(int W, int ep, int zero, int dropless)
              "{\"model\": {\"arch\": \"llama\", \"layers\": %d, \"hidden\": %d, \"heads\": 4,"
              " \"kv_heads\": 2, \"ffn\": 32, \"vocab\": %d, \"seq_len\": %d,"
              " \"moe\": {\"experts\": %d, \"top_k\": %d, \"expert_ffn\": %d,"
-             " \"capacity_factor\": 1.0, \"dropless\": %s, \"shared_experts\": %d}},"
+             " %s, \"shared_experts\": %d}},"
              " \"parallelism\": {\"dp\": %d, \"ep\": %d, \"zero\": %d},"
              " \"batch\": {\"micro\": %d, \"global\": %d},"
              " \"precision\": {\"param\": \"fp32\", \"gemm\": \"fp32\"},"
              " \"hardware\": {\"gpu\": \"cpu\"}, \"train\": {\"device\": \"cpu\"}}",
-             L, C, V, T, E, K, FE, dropless ? "true" : "false", g_shared, W, ep, zero, B, SEQS);
+             L, C, V, T, E, K, FE,
+             dropless ? "\"dropless\": true" : "\"capacity_factor\": 1.0, \"dropless\": false",
+             g_shared, W, ep, zero, B, SEQS);
     llmt_spec *sp = NULL;
     llmt_plan *pl = NULL;
     double out = -1;

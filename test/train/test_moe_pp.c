@@ -60,7 +60,7 @@ static void config(int dropless, int every, int shared)
     c->moe_ffn = FE;
     c->moe_every = every;
     c->moe_shared_experts = shared;
-    c->moe_capacity_factor = 1.0f;
+    c->moe_capacity_factor = dropless ? 0.0f : 1.0f; /* a factor with dropless is refused */
     c->moe_dropless = dropless;
     c->moe_aux_loss_coef = 0.01f;
     c->moe_z_loss_coef = 0.001f;
@@ -316,13 +316,15 @@ static void check_plan_memory(void)
                  "{\"model\": {\"arch\": \"llama\", \"layers\": %d, \"hidden\": 32, "
                  "\"heads\": 4, \"kv_heads\": 2, \"ffn\": 32, \"vocab\": %d, \"seq_len\": %d, "
                  "\"moe\": {\"experts\": %d, \"top_k\": %d, \"expert_ffn\": %d, "
-                 "\"capacity_factor\": 1.0, \"dropless\": %s}}, "
+                 "%s}}, "
                  "\"parallelism\": {\"pp\": 2, \"dp\": %d, \"ep\": %d, "
                  "\"virtual_stages\": %d, \"pp_schedule\": \"%s\"%s}, "
                  "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
                  "\"train\": {\"device\": \"cpu\"}}",
-                 L, V, T, E, K, FE, cases[k].dropless ? "true" : "false", cases[k].dp,
-                 cases[k].ep, cases[k].v, cases[k].name,
+                 L, V, T, E, K, FE,
+                 cases[k].dropless ? "\"dropless\": true"
+                                   : "\"capacity_factor\": 1.0, \"dropless\": false",
+                 cases[k].dp, cases[k].ep, cases[k].v, cases[k].name,
                  cases[k].v > 1 ? ", \"stage_layers\": [1, 1, 1, 1]" : "", B, M);
         llmt_spec *sp = NULL;
         CHECK_STATUS(llmt_spec_parse_json(NULL, json, strlen(json), &sp), LLMT_OK);

@@ -64,7 +64,7 @@ static void config(float cf)
     c->moe_ffn = 24;
     c->moe_shared_experts = 1;
     c->moe_dropless = cf == 0.0f;
-    c->moe_capacity_factor = cf == 0.0f ? 1.0f : cf;
+    c->moe_capacity_factor = cf; /* 0 with dropless: a factor there is refused */
     c->moe_aux_loss_coef = 0.01f;
     c->moe_z_loss_coef = 0.001f;
 }
@@ -265,20 +265,25 @@ static void compare(const char *name, const rank_arg *ref, const rank_arg *a)
  * routing state per set, the trainer's window) to the byte. */
 static void check_plan(const char *name, const rank_arg *a)
 {
-    char json[2048];
+    char json[2048], moe[64];
+    /* dropless alone: with it a capacity factor is refused */
+    if (g_cfg.moe_dropless)
+        snprintf(moe, sizeof moe, "\"dropless\": true");
+    else
+        snprintf(moe, sizeof moe, "\"capacity_factor\": %g, \"dropless\": false",
+                 (double)g_cfg.moe_capacity_factor);
     snprintf(json, sizeof json,
              "{\"model\": {\"arch\": \"llama\", \"layers\": %d, \"hidden\": 32, "
              "\"heads\": 4, \"kv_heads\": 2, \"ffn\": 32, \"vocab\": %d, \"seq_len\": %d, "
              "\"moe\": {\"experts\": %d, \"top_k\": %d, \"expert_ffn\": 24, "
-             "\"shared_experts\": 1, \"capacity_factor\": %g, \"dropless\": %s}}, "
+             "\"shared_experts\": 1, %s}}, "
              "\"parallelism\": {\"tp\": %d, \"sequence_parallel\": %s, \"pp\": %d, "
              "\"dp\": %d, \"ep\": %d, \"zero\": %d, \"recompute\": \"%s\", "
              "\"pp_schedule\": \"%s\", \"virtual_stages\": %d}, "
              "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
              "\"train\": {\"device\": \"cpu\"}}",
-             L, V, T, E, K, (double)g_cfg.moe_capacity_factor,
-             g_cfg.moe_dropless ? "true" : "false", a->tp, a->sp ? "true" : "false", a->pp,
-             a->dp, a->ep > 1 ? a->ep : 1, a->zero, a->recompute ? "full" : "none",
+             L, V, T, E, K, moe, a->tp, a->sp ? "true" : "false", a->pp, a->dp,
+             a->ep > 1 ? a->ep : 1, a->zero, a->recompute ? "full" : "none",
              a->sched == LLMT_PP_GPIPE         ? "gpipe"
              : a->sched == LLMT_PP_INTERLEAVED ? "interleaved"
                                                : "1f1b",
