@@ -41,9 +41,10 @@ struct llmt__cuda_ctx {
                                 the variant they asked for really ran */
     uint64_t attn_mmaq_calls; /* of those, backward calls with dQ atomics */
     int attn_layout; /* wmma fragment layout probe: 0 not run, 1 ok, 2 no */
-    int attn_cfg[2][3]; /* attention_mma.cu's tile configuration of each kind
-                           (forward, dQ, dK/dV) for hd 64 and 128; 0 the
-                           default (llmt__cuda_attn_mma_set_cfg) */
+    int attn_cfg[2][4]; /* attention_mma.cu's tile configuration of each kind
+                           (forward, dQ, dK/dV, dK/dV with dQ atomics) for
+                           hd 64 and 128; 0 the default
+                           (llmt__cuda_attn_mma_set_cfg) */
     int norm_cfg[2]; /* norm.cu's variant of the forward and backward fast
                         paths, 0 the default (llmt__cuda_norm_set_cfg) */
     cudaStream_t compute, comm;

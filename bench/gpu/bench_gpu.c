@@ -347,6 +347,51 @@ static void bench_attention_cfgs(attn_arg *a, const char *shape, double fl)
     free(rd);
 }
 
+/* The dQ-atomics backward's other tile configurations (kind 3) on ctx X
+ * (attn_scalar 5) as attention_bwd_..._mmaqI, each beside its default:
+ * dK and dV must equal the default's bit for bit (the same sums in the
+ * same order), dQ within 2^-7 of its largest |value| (fp32 atomic adds
+ * in another order, then bf16). */
+static void bench_attention_mmaq_cfgs(attn_arg *a, const char *shape, double fl)
+{
+    const int hd = a->hd;
+    const size_t nd = (size_t)a->B * a->T * a->qs, qw = (size_t)a->nh * hd;
+    uint16_t *rd = to_host(a->dqkv, nd); /* the default's, timed last */
+    char name[128], what[96];
+    for (int i = 1; i < llmt__cuda_attn_mma_cfgs(hd, 3); i++) {
+        if (llmt__cuda_attn_mma_set_cfg(X, hd, 3, i) != LLMT_OK) {
+            fprintf(stderr, "%s\n", llmt__cuda_ctx_last_error(X));
+            exit(1);
+        }
+        llmt__cuda_attn_mma_cfg_name(hd, 3, i, what, sizeof what);
+        snprintf(name, sizeof name, "attention_bwd_%s_mmaq%d", shape, i);
+        printf("(%s: %s)\n", name, what);
+        timeit(name, f_attn_bwd, a, 2.5 * fl, 0);
+        uint16_t *d = to_host(a->dqkv, nd);
+        size_t diff = 0;
+        double mx = 0, md = 0;
+        for (size_t e = 0; e < nd; e++) {
+            if (e % a->qs >= qw) { /* dK, dV */
+                diff += d[e] != rd[e];
+                continue;
+            }
+            double r = h_bf2f(rd[e]), x = fabs(h_bf2f(d[e]) - r);
+            mx = fabs(r) > mx ? fabs(r) : mx;
+            md = x > md ? x : md;
+        }
+        if (diff || !(md <= mx / 128)) {
+            fprintf(stderr,
+                    "%s: %zu dK/dV values differ from the default's; |dQ - default| "
+                    "%.3g (bound 2^-7 of %.3g)\n",
+                    name, diff, md, mx);
+            g_cfg_bad++;
+        }
+        free(d);
+        llmt__cuda_attn_mma_set_cfg(X, hd, 3, 0);
+    }
+    free(rd);
+}
+
 /* One causal attention shape: the default kernels (ctx X; they must be
  * the mma.sync ones on sm_80+) as NAME, the wmma register kernels (ctx
  * xw, attn_scalar 4) as NAME_wmma, and the backward with dQ by atomics
@@ -400,6 +445,8 @@ static void bench_attention(llmt__cuda_ctx *xw, llmt__cuda_ctx *xq, int B, int T
             fprintf(stderr, "%s: the dQ-atomics kernels did not run\n", name);
             exit(1);
         }
+        if (llmt__cuda_ctx_sm(X) >= 80)
+            bench_attention_mmaq_cfgs(&a, shape, fl);
     }
     X = x0;
     if (llmt__cuda_ctx_sm(X) >= 80 && llmt__cuda_attn_mma_cfgs(hd, 0) > 0)

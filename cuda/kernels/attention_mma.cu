@@ -233,7 +233,7 @@ struct TileCfg {
     int nw, mw, tile;
     bool reg;
 };
-enum { FWD, DQ_K, DKV_K }; /* the kinds, as llmt__cuda_attn_mma_set_cfg numbers them */
+enum { FWD, DQ_K, DKV_K, DKVQ_K }; /* the kinds, as llmt__cuda_attn_mma_set_cfg numbers them */
 template <int HD, int KIND> struct Cfgs;
 /* forward. hd 128: MW = 2 spills (255 registers + 36 bytes with Q re-read
  * from shared memory), so do 2 warps (4 bytes); 4 warps ran in
@@ -279,15 +279,20 @@ template <> struct Cfgs<128, DKV_K> {
     static constexpr TileCfg c[N] = {{8, 1, 64, false}, {8, 1, 32, false}, {4, 1, 32, false},
                                      {8, 1, 16, false}, {4, 1, 16, false}};
 };
-/* the DQ-atomics backward keeps one configuration per hd */
-template <int HD> struct Dkv;
-template <> struct Dkv<64> {
-    static constexpr int NW = 8, BQ = 64;
-    static constexpr bool KVREG = true;
+/* dK/dV with dQ by atomics (one key tile per warp). Entry 0 ran on an
+ * H100 (2026-11-27: 0-9% faster than the two-kernel backward of then,
+ * whose dK/dV has since gained 7-8% from 4 warps a block); the others, 4
+ * warps (as the two-kernel dK/dV's default) and 32 queries a tile, have
+ * not run on a GPU yet (sm_90: 221-255 registers, no spill but hd 128 at
+ * 4 warps x 64 queries, 16 bytes). */
+template <> struct Cfgs<64, DKVQ_K> {
+    static constexpr int N = 4;
+    static constexpr TileCfg c[N] = {
+        {8, 1, 64, true}, {4, 1, 64, true}, {4, 1, 32, true}, {8, 1, 32, true}};
 };
-template <> struct Dkv<128> {
-    static constexpr int NW = 8, BQ = 64;
-    static constexpr bool KVREG = false;
+template <> struct Cfgs<128, DKVQ_K> {
+    static constexpr int N = 3;
+    static constexpr TileCfg c[N] = {{8, 1, 64, false}, {4, 1, 64, false}, {4, 1, 32, false}};
 };
 
 /* ---- forward -------------------------------------------------------------- */
@@ -888,7 +893,8 @@ template <int HD, int KIND, int I = 0, typename F> cudaError_t pick(int cfg, F l
         return cudaErrorInvalidValue;
 }
 
-/* the context's configuration of kind (0 forward, 1 dQ, 2 dK/dV) for hd */
+/* the context's configuration of kind (0 forward, 1 dQ, 2 dK/dV, 3 dK/dV
+ * with dQ atomics) for hd */
 int cfg_of(const llmt__cuda_ctx *ctx, int hd, int kind)
 {
     return ctx->attn_cfg[hd == 128][kind];
@@ -950,6 +956,22 @@ __global__ void dq_convert(bf16 *dq, const float *dqa, size_t n4, int hd4, int n
     }
 }
 
+/* The FA2 backward with configuration I of Cfgs<HD, DKVQ_K>: one kernel
+ * per key block for dK, dV and (atomics into dqa, zeroed first) dQ. */
+template <int HD, int I>
+cudaError_t launch_dkvq(cudaStream_t st, llmt__bf16 *dk, llmt__bf16 *dv, float *dqa,
+                        const llmt__bf16 *dout, const float *lse, const float *Dd,
+                        const llmt__bf16 *q, const llmt__bf16 *k, const llmt__bf16 *v,
+                        size_t qs, int B, int T, int nh, int nkv)
+{
+    constexpr TileCfg C = Cfgs<HD, DKVQ_K>::c[I];
+    static_assert(C.mw == 1, "dQ by atomics takes one key tile per warp");
+    return launch(bwd_dkv<HD, C.nw, 1, C.tile, C.reg, true>,
+                  dim3((T + C.nw * 16 - 1) / (C.nw * 16), nkv, B), C.nw * 32,
+                  dkv_smem<HD>(C.nw, 1, C.tile, true), st, BF(dk), BF(dv), dqa, CBF(dout), lse,
+                  Dd, CBF(q), CBF(k), CBF(v), qs, T, nh, nkv, 1.0f / sqrtf((float)HD));
+}
+
 /* The FA2 backward: one kernel per key block for dK, dV and (atomics into
  * an fp32 scratch zeroed first) dQ, then dq_convert. */
 template <int HD>
@@ -958,24 +980,19 @@ llmt_status run_bwd_atomic(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk, 
                            const llmt__bf16 *q, const llmt__bf16 *k, const llmt__bf16 *v,
                            size_t qs, int B, int T, int nh, int nkv)
 {
-    typedef Dkv<HD> C;
     const float scale = 1.0f / sqrtf((float)HD);
-    auto kern = bwd_dkv<HD, C::NW, 1, C::BQ, C::KVREG, true>;
-    const size_t sm = dkv_smem<HD>(C::NW, 1, C::BQ, true), n = (size_t)B * T * nh * HD;
+    const int cfg = cfg_of(ctx, HD, DKVQ_K);
+    const size_t n = (size_t)B * T * nh * HD;
     float *dqa = NULL;
     llmt_status st = llmt__cuda_alloc(ctx, (void **)&dqa, n * sizeof(float));
     if (st)
         return st;
-    cudaError_t e =
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    cudaError_t e = cudaMemsetAsync(dqa, 0, n * sizeof(float), ctx->compute);
     if (e == cudaSuccess)
-        e = cudaMemsetAsync(dqa, 0, n * sizeof(float), ctx->compute);
-    if (e == cudaSuccess) {
-        kern<<<dim3((T + C::NW * 16 - 1) / (C::NW * 16), nkv, B), C::NW * 32, sm,
-               ctx->compute>>>(BF(dk), BF(dv), dqa, CBF(dout), lse, Dd, CBF(q), CBF(k), CBF(v),
-                               qs, T, nh, nkv, scale);
-        e = cudaGetLastError();
-    }
+        e = pick<HD, DKVQ_K>(cfg, [&](auto i) {
+            return launch_dkvq<HD, decltype(i)::value>(ctx->compute, dk, dv, dqa, dout, lse, Dd,
+                                                        q, k, v, qs, B, T, nh, nkv);
+        });
     if (e == cudaSuccess) {
         dq_convert<<<llmt__grid(n / 4, 256, (unsigned)ctx->num_sms * 16), 256, 0,
                      ctx->compute>>>(BF(dq), dqa, n / 4, HD / 4, nh, qs, scale);
@@ -984,8 +1001,9 @@ llmt_status run_bwd_atomic(llmt__cuda_ctx *ctx, llmt__bf16 *dq, llmt__bf16 *dk, 
     llmt__cuda_free(ctx, dqa); /* stream-ordered: reused only by later work */
     if (e != cudaSuccess)
         return llmt__err_set(&ctx->err, LLMT_ERR_CUDA,
-                             "cuda: attention_bwd (mma.sync, dQ atomics): %s",
-                             cudaGetErrorString(e));
+                             "cuda: attention_bwd (mma.sync, dQ atomics, tile configuration "
+                             "%d): %s",
+                             cfg, cudaGetErrorString(e));
     return LLMT_OK;
 }
 
@@ -1067,6 +1085,7 @@ static const fa::TileCfg *cfg_entry(int hd, int kind, int idx, int *n)
         *n = Cfgs<H, K>::N;                                                                  \
     }
     L(64, FWD) L(128, FWD) L(64, DQ_K) L(128, DQ_K) L(64, DKV_K) L(128, DKV_K)
+    L(64, DKVQ_K) L(128, DKVQ_K)
 #undef L
     return c && idx >= 0 && idx < *n ? c + idx : NULL;
 }
@@ -1086,8 +1105,9 @@ int llmt__cuda_attn_mma_cfg_name(int hd, int kind, int idx, char *buf, size_t n)
         return 0;
     /* the rows a warp's m16 tiles hold, the columns a step walks, the
      * fragments kept: per kind */
-    static const char *rows[] = {"rows", "rows", "keys"}, *cols[] = {"keys", "keys", "queries"},
-                      *kept[] = {"Q", "Q/dO", "K/V"};
+    static const char *rows[] = {"rows", "rows", "keys", "keys"},
+                      *cols[] = {"keys", "keys", "queries", "queries"},
+                      *kept[] = {"Q", "Q/dO", "K/V", "K/V"};
     snprintf(buf, n, "%d warps x %d m16 %s, %d %s/tile, %s %s", c->nw, c->mw, rows[kind],
              c->tile, cols[kind], kept[kind], c->reg ? "in registers" : "re-read");
     return 1;

@@ -48,12 +48,14 @@ llmt_status llmt__cuda_attn_mma_bwd_atomic(llmt__cuda_ctx *ctx, llmt__bf16 *dq, 
                                            int nkv, int hd);
 
 /* Tile configurations (tuning). Each kernel kind (0 forward, 1 dQ, 2
- * dK/dV) has a list per hd (64, 128); entry 0 is the default, and a
+ * dK/dV, 3 dK/dV with dQ by atomics: llmt__cuda_attn_mma_bwd_atomic) has
+ * a list per hd (64, 128); entry 0 is the default, and a
  * context takes entry idx of one kind and hd after set_cfg. Every entry
  * computes the same function (test_gpu_kernels holds each to the CPU
  * reference); the backward's entries give the same bits (the sums run in
- * the same order), the forward's differ in rounding (its online softmax
- * rescales per key tile). _cfgs: how many (0 for another hd or kind);
+ * the same order; kind 3's dQ only up to the order of its atomic adds),
+ * the forward's differ in rounding (its online softmax rescales per key
+ * tile). _cfgs: how many (0 for another hd or kind);
  * _cfg_name: a description into buf (1; 0 for no such entry); set_cfg
  * refuses an index out of range naming it. */
 int llmt__cuda_attn_mma_cfgs(int hd, int kind);

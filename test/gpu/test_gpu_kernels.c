@@ -1084,6 +1084,23 @@ int main(void)
                 test_attention(1, 600, 4, 2, 128);
                 report("attention attn_scalar 5: dQ atomics on T 520 and 600",
                        (double)(llmt__cuda_attn_mmaq_calls(X) - bq != 2u), 0);
+                /* its other tile configurations (kind 3), each against the
+                 * CPU reference on ragged T and grouped heads */
+                for (size_t c = 0; c < sizeof cfg_cases / sizeof cfg_cases[0]; c++) {
+                    const int *m = cfg_cases[c];
+                    for (int i = 1; i < llmt__cuda_attn_mma_cfgs(m[4], 3); i++) {
+                        char what[96];
+                        llmt__cuda_attn_mma_cfg_name(m[4], 3, i, what, sizeof what);
+                        printf("(dQ-atomics tile configuration %d, hd %d: %s)\n", i, m[4],
+                               what);
+                        OK(llmt__cuda_attn_mma_set_cfg(X, m[4], 3, i));
+                        bq = llmt__cuda_attn_mmaq_calls(X);
+                        test_attention(m[0], m[1], m[2], m[3], m[4]);
+                        report("attention dQ-atomics configuration taken",
+                               (double)(llmt__cuda_attn_mmaq_calls(X) - bq != 1u), 0);
+                        OK(llmt__cuda_attn_mma_set_cfg(X, m[4], 3, 0));
+                    }
+                }
             }
             /* deterministic mode falls back to the kernels without atomics:
              * bit-identical repeats */
