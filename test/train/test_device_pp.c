@@ -611,6 +611,17 @@ static void check_bad(void)
     llmt_model_destroy(m);
 }
 
+/* fn on a new temporary directory, removed after */
+static void in_tmpdir(void (*fn)(const char *))
+{
+    char tmp[] = "/tmp/llmt_pp_XXXXXX";
+    CHECK(mkdtemp(tmp) != NULL);
+    fn(tmp);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    CHECK(system(cmd) == 0);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "cpu";
@@ -625,12 +636,7 @@ int main(int argc, char **argv)
         compare_fp8("gpt2", 0, 4, 2, 1, 2, LLMT_PP_1F1B, NULL);
         compare_fp8("llama", 1, 7, 4, 1, 4, LLMT_PP_GPIPE, uneven);
         compare_fp8("gpt2", 0, 4, 2, 2, 4, LLMT_PP_INTERLEAVED, NULL);
-        char tmp[] = "/tmp/llmt_pp8_XXXXXX";
-        CHECK(mkdtemp(tmp) != NULL);
-        check_fp8_resume(tmp);
-        char cmd[256];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-        CHECK(system(cmd) == 0);
+        in_tmpdir(check_fp8_resume);
         printf("worst: loss %.2e relative, parameters %.2e absolute\n", g_worst_loss,
                g_worst_param);
         free(g_in);
@@ -658,12 +664,7 @@ int main(int argc, char **argv)
     compare_dp("gpt2", 0, 4, LLMT_PP_1F1B, 1);
     check_dp_refused();
     check_memory();
-    char tmp[] = "/tmp/llmt_pp_XXXXXX";
-    CHECK(mkdtemp(tmp) != NULL);
-    check_resume(tmp);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    CHECK(system(cmd) == 0);
+    in_tmpdir(check_resume);
     check_bad();
     printf("worst: loss %.2e relative, parameters %.2e absolute\n", g_worst_loss,
            g_worst_param);
