@@ -32,6 +32,9 @@ int cli_fail(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Report a failed library call: status string plus the handle's detail. */
 int cli_fail_status(const char *cmd, llmt_status s, const char *detail);
+/* A job spec at path that did not parse: the library's message (msg),
+ * prefixed with the path unless it names it first already. */
+int cli_fail_spec(const char *cmd, const char *path, const char *msg);
 /* Strict numeric flag values (cli_args.c): the whole of `text` must be a
  * number in [lo, hi]; otherwise print "llmtrain: FLAG needs ..." to stderr
  * and return CLI_USAGE (CLI_OK and *out set when valid). */

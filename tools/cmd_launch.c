@@ -1107,7 +1107,7 @@ int cmd_launch(int argc, char **argv)
         return cli_fail(CMD, "context");
     int rc;
     if (llmt_spec_parse_file(a.ctx, a.spec_path, &a.spec) != LLMT_OK) {
-        rc = cli_fail(CMD, "%s:\n%s", a.spec_path, llmt_context_last_error(a.ctx));
+        rc = cli_fail_spec(CMD, a.spec_path, llmt_context_last_error(a.ctx));
         llmt_context_destroy(a.ctx);
         return rc;
     }

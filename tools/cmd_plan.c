@@ -863,7 +863,7 @@ int cmd_plan(int argc, char **argv)
     int calibration = 0;
     st = parse_spec(ctx, a.spec, &spec, &calibration);
     if (st != LLMT_OK) {
-        rc = cli_fail(CMD, "%s: %s", a.spec, llmt_context_last_error(ctx));
+        rc = cli_fail_spec(CMD, a.spec, llmt_context_last_error(ctx));
         goto out;
     }
     if (a.automatic) {

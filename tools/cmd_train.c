@@ -256,7 +256,7 @@ static int train_main(llmt_context *ctx, const char *spec_path, const llmt_job_o
     llmt_spec *spec = NULL;
     llmt_status s = llmt_spec_parse_file(ctx, spec_path, &spec);
     if (s != LLMT_OK)
-        return cli_fail(CMD, "%s:\n%s", spec_path, llmt_context_last_error(ctx));
+        return cli_fail_spec(CMD, spec_path, llmt_context_last_error(ctx));
     /* under a launcher only rank 0 talks on stdout */
     llmt_comm_env env;
     llmt_comm_env_discover(&env, sizeof env);

@@ -24,6 +24,15 @@ int cli_fail_status(const char *cmd, llmt_status s, const char *detail)
     return cli_fail(cmd, "%s", llmt_status_string(s));
 }
 
+int cli_fail_spec(const char *cmd, const char *path, const char *msg)
+{
+    /* the library's file errors begin with the path already */
+    size_t n = strlen(path);
+    if (!strncmp(msg, path, n) && msg[n] == ':')
+        return cli_fail(cmd, "%s", msg);
+    return cli_fail(cmd, "%s: %s", path, msg);
+}
+
 int cli_wants_help(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)

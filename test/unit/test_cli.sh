@@ -93,4 +93,17 @@ usage_err extra comm env extra
 [ $rc -eq 1 ] && grep -q 'nowhere/x.prom' err.txt && ok "--prom in a missing directory refused" \
   || bad "--prom nowhere/x.prom -> $rc: $(head -c 300 err.txt)"
 [ ! -d run ] && ok "... before the run directory is made" || bad "--prom refused after making run/"
+# a spec that does not parse: the key named, and the file once per line
+# (the library's message starts with the path; the command adds none)
+printf '{"model": {"arch": "gpt3"}}' > bad-spec.json
+for c in plan train launch; do
+  args="bad-spec.json"
+  [ $c = plan ] || args="bad-spec.json --out run-$c"
+  [ $c = launch ] && args="--nproc 2 $args"
+  # shellcheck disable=SC2086
+  "$exe" $c $args > bs.txt 2>&1 && bad "$c accepted a bad spec" ||
+    { grep -q "model.arch" bs.txt && ! grep -q "bad-spec.json: bad-spec.json" bs.txt &&
+        [ "$(grep -c "bad-spec.json" bs.txt)" = 1 ] && ok "$c names the bad key, the file once" ||
+        { bad "$c's message for a bad spec"; cat bs.txt; }; }
+done
 exit $fail
