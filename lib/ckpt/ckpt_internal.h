@@ -272,17 +272,35 @@ llmt_status llmt__ckpt_read_manifest(llmt_ckpt *ck, const char *dir, char **text
  * the data files are checked here, as llmt_ckpt_open_step does). */
 llmt_status llmt__ckpt_open_step_text(llmt_ckpt *ck, int64_t step, const char *text,
                                       size_t len);
+/* The steps a search for the newest usable one skipped, with why: kept
+ * across several searches (a restore that found a step corrupt while
+ * reading it searches again below it), so that the final error lists
+ * every step tried, not only the last search's. */
+typedef struct {
+    char why[LLMT_ERR_MSG_MAX]; /* "\n  step N: reason" lines */
+    size_t len;                 /* bytes of why used */
+    size_t n;                   /* steps skipped */
+} ck_tried;
 /* A step an open skips: logged (WARN), and "\n  step N: reason" added
- * to why (cap bytes, *wl used) for the error if none is usable (load.c). */
-void llmt__ckpt_skip_note(llmt_ckpt *ck, char *why, size_t cap, size_t *wl, int64_t step,
-                          const char *reason);
-/* The newest step of the root that every rank of `comm` can open
- * (open_shared.c): collective; each rank checks only its share of the
- * data files (file i when i % size == its rank: every file once over the
- * ranks, not once per rank), the ranks agree step by step, newest first,
- * and all open the same one (*step) or all fail (LLMT_ERR_NOT_FOUND,
- * each step's reason in the message). */
-llmt_status llmt__ckpt_open_latest_shared(llmt_ckpt *ck, llmt_comm *comm, int64_t *step);
+ * to t (for the error if none is usable; load.c). */
+void llmt__ckpt_skip_note(llmt_ckpt *ck, ck_tried *t, int64_t step, const char *reason);
+/* The error of a search that found nothing usable: "no checkpoint in
+ * ROOT" when t holds no step, else every step of t with its reason
+ * (LLMT_ERR_NOT_FOUND; `where` ends the count's sentence). */
+llmt_status llmt__ckpt_none_usable(llmt_ckpt *ck, const ck_tried *t, const char *where);
+/* llmt_ckpt_open_latest among the steps below `below` only (INT64_MAX:
+ * all), adding each step it skips to *t (NULL: its own list). */
+llmt_status llmt__ckpt_open_latest_below(llmt_ckpt *ck, int64_t below, ck_tried *t,
+                                         int64_t *step);
+/* The newest step below `below` (INT64_MAX: any) of the root that every
+ * rank of `comm` can open (open_shared.c): collective; each rank checks
+ * only its share of the data files (file i when i % size == its rank:
+ * every file once over the ranks, not once per rank), the ranks agree
+ * step by step, newest first, and all open the same one (*step) or all
+ * fail (LLMT_ERR_NOT_FOUND, each step's reason in the message); the steps
+ * skipped are added to *t (NULL: its own list). */
+llmt_status llmt__ckpt_open_latest_shared(llmt_ckpt *ck, llmt_comm *comm, int64_t below,
+                                          ck_tried *t, int64_t *step);
 /* Bytes of the parts the last gathered open received (this rank's own
  * spans included), and of every part together (0 when none was made). */
 void llmt__ckpt_gathered_bytes(const llmt_ckpt *ck, uint64_t *fetched, uint64_t *parts);

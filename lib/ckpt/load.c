@@ -325,20 +325,31 @@ LLMT_API llmt_status llmt_ckpt_open_step(llmt_ckpt *ck, int64_t step)
     return open_path(ck, d);
 }
 
-void llmt__ckpt_skip_note(llmt_ckpt *ck, char *why, size_t cap, size_t *wl, int64_t step,
-                          const char *reason)
+void llmt__ckpt_skip_note(llmt_ckpt *ck, ck_tried *t, int64_t step, const char *reason)
 {
     llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "skipping step %" PRId64 ": %s", step, reason);
-    if (*wl < cap) {
-        int k = snprintf(why + *wl, cap - *wl, "\n  step %" PRId64 ": %s", step, reason);
-        *wl += k > 0 ? (size_t)k : 0;
+    t->n++;
+    if (t->len < sizeof t->why) {
+        int k = snprintf(t->why + t->len, sizeof t->why - t->len, "\n  step %" PRId64 ": %s",
+                         step, reason);
+        t->len += k > 0 ? (size_t)k : 0;
     }
 }
 
-LLMT_API llmt_status llmt_ckpt_open_latest(llmt_ckpt *ck, int64_t *step)
+llmt_status llmt__ckpt_none_usable(llmt_ckpt *ck, const ck_tried *t, const char *where)
 {
-    if (!ck)
-        return LLMT_ERR_NULL_POINTER;
+    if (t->n == 0)
+        return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND, "ckpt: no checkpoint in %s",
+                             ck->root);
+    return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
+                         "ckpt: no usable checkpoint in %s: %zu step director%s, none a "
+                         "valid committed checkpoint%s:%s",
+                         ck->root, t->n, t->n == 1 ? "y" : "ies", where, t->why);
+}
+
+llmt_status llmt__ckpt_open_latest_below(llmt_ckpt *ck, int64_t below, ck_tried *t,
+                                         int64_t *step)
+{
     size_t n = 0;
     /* The directory scan is the truth; `latest` is a pointer for people and
      * tools that a crash may leave one step behind. */
@@ -348,10 +359,13 @@ LLMT_API llmt_status llmt_ckpt_open_latest(llmt_ckpt *ck, int64_t *step)
                              strerror(errno));
     /* Why each newer step was unusable: the message a caller shows when
      * nothing is left to resume from (the user decides, not the library). */
-    char why[LLMT_ERR_MSG_MAX];
-    size_t skipped = 0, wl = 0;
-    why[0] = 0;
+    ck_tried own = {.len = 0};
+    if (!t)
+        t = &own;
+    size_t skipped = 0;
     for (size_t i = n; i-- > 0;) {
+        if (v[i] >= below)
+            continue;
         llmt_status s = llmt_ckpt_open_step(ck, v[i]);
         if (s == LLMT_OK) {
             if (step)
@@ -364,16 +378,17 @@ LLMT_API llmt_status llmt_ckpt_open_latest(llmt_ckpt *ck, int64_t *step)
             return LLMT_OK;
         }
         skipped++;
-        llmt__ckpt_skip_note(ck, why, sizeof why, &wl, v[i], ck->err.msg);
+        llmt__ckpt_skip_note(ck, t, v[i], ck->err.msg);
     }
     free(v);
-    if (skipped == 0)
-        return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND, "ckpt: no checkpoint in %s",
-                             ck->root);
-    return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
-                         "ckpt: no usable checkpoint in %s: %zu step director%s, none a "
-                         "valid committed checkpoint:%s", ck->root, skipped,
-                         skipped == 1 ? "y" : "ies", why);
+    return llmt__ckpt_none_usable(ck, t, "");
+}
+
+LLMT_API llmt_status llmt_ckpt_open_latest(llmt_ckpt *ck, int64_t *step)
+{
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    return llmt__ckpt_open_latest_below(ck, INT64_MAX, NULL, step);
 }
 
 LLMT_API llmt_status llmt_ckpt_open_snapshot(llmt_ckpt *ck, int64_t *step)

@@ -80,7 +80,8 @@ static llmt_status open_candidate(llmt_ckpt *ck, llmt_comm *comm, int32_t me, in
     return s;
 }
 
-llmt_status llmt__ckpt_open_latest_shared(llmt_ckpt *ck, llmt_comm *comm, int64_t *step)
+llmt_status llmt__ckpt_open_latest_shared(llmt_ckpt *ck, llmt_comm *comm, int64_t below,
+                                          ck_tried *t, int64_t *step)
 {
     int32_t w = 0, me = -1;
     if (llmt_comm_size(comm, &w) != LLMT_OK || llmt_comm_rank(comm, &me) != LLMT_OK || w < 1)
@@ -88,12 +89,16 @@ llmt_status llmt__ckpt_open_latest_shared(llmt_ckpt *ck, llmt_comm *comm, int64_
                              "ckpt: shared open: bad communicator");
     size_t n = 0;
     int64_t *v = llmt__ckpt_scan(ck->root, 0, &n);
-    char why[LLMT_ERR_MSG_MAX] = "";
-    size_t wl = 0, skipped = 0;
+    ck_tried own = {.len = 0};
+    if (!t)
+        t = &own;
+    size_t skipped = 0;
     int listed = v != NULL;
-    if (!listed) /* takes part all the same, offering nothing */
-        snprintf(why, sizeof why, "\n  cannot list %s", ck->root);
-    int64_t below = INT64_MAX;
+    if (!listed && t->len < sizeof t->why) { /* takes part all the same, offering nothing */
+        int k =
+            snprintf(t->why + t->len, sizeof t->why - t->len, "\n  cannot list %s", ck->root);
+        t->len += k > 0 ? (size_t)k : 0;
+    }
     ck->files_checked = 0;
     for (;;) {
         /* the newest step any rank lists below the last one tried */
@@ -149,15 +154,12 @@ llmt_status llmt__ckpt_open_latest_shared(llmt_ckpt *ck, llmt_comm *comm, int64_
             snprintf(one, sizeof one, "rank %lld: %.*s", (long long)bad, (int)sizeof one - 32,
                      (const char *)said);
         skipped++;
-        llmt__ckpt_skip_note(ck, why, sizeof why, &wl, cand, one);
+        llmt__ckpt_skip_note(ck, t, cand, one);
         below = cand;
     }
+    if (t->n == 0 && !listed) /* nothing tried, and this rank could not look (v NULL) */
+        return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
+                             "ckpt: no usable checkpoint in %s:%s", ck->root, t->why);
     free(v);
-    if (skipped == 0 && listed)
-        return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND, "ckpt: no checkpoint in %s",
-                             ck->root);
-    return llmt__err_set(&ck->err, LLMT_ERR_NOT_FOUND,
-                         "ckpt: no usable checkpoint in %s: %zu step director%s, none a "
-                         "valid committed checkpoint on every rank:%s",
-                         ck->root, skipped, skipped == 1 ? "y" : "ies", why);
+    return llmt__ckpt_none_usable(ck, t, " on every rank");
 }

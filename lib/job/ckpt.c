@@ -357,26 +357,128 @@ static llmt_status restore_open(llmt_job *j, llmt_ckpt *ck, int with_data)
 }
 
 static int restore_all(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t step);
+static llmt_status agree_min(llmt_job *j, int64_t *v, int n);
+
+/* The LR as it was before a restore attempt (lr_read scales it before
+ * the trainer reads): put back when the attempt's step turns out corrupt,
+ * so that the older step's lr_read starts from the same state. */
+typedef struct {
+    double mult, lr, min_lr;
+    int64_t lowered;
+} lr_state;
+
+static lr_state lr_save(llmt_job *j)
+{
+    const llmt_trainer_opts *o = llmt__trainer_opts(j->tr);
+    lr_state l = {j->lr_mult, o->lr, o->min_lr, j->lr_lowered};
+    return l;
+}
+
+static void lr_undo(llmt_job *j, const lr_state *l)
+{
+    const llmt_trainer_opts *o = llmt__trainer_opts(j->tr);
+    if (o->lr != l->lr && o->lr > 0)
+        llmt__trainer_scale_lr(j->tr, l->lr / o->lr);
+    if (o->lr != l->lr || o->min_lr != l->min_lr) /* the floor may differ by a rounding */
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                  "restore: the LR the corrupt step set could not be undone exactly (lr %.9g, "
+                  "min_lr %.9g; before it %.9g, %.9g)",
+                  (double)o->lr, (double)o->min_lr, l->lr, l->min_lr);
+    j->lr_mult = l->mult;
+    j->lr_lowered = l->lowered;
+}
+
+/* Rank 0 moves the steps found corrupt while they were read (bad[0..n-1],
+ * their reasons in t) to ROOT/quarantine with that reason; every rank
+ * learns whether it could (the others would otherwise find them again). */
+static llmt_status quarantine_corrupt(llmt_job *j, llmt_ckpt *ck, const int64_t *bad,
+                                      char (*why)[LLMT_ERR_MSG_MAX], size_t n, char *note,
+                                      size_t cap)
+{
+    llmt_status s = LLMT_OK;
+    for (size_t i = 0; i < n && s == LLMT_OK && j->rank == 0; i++)
+        s = llmt__ckpt_quarantine(ck, bad[i], why[i], NULL, 0);
+    char e[LLMT_ERR_MSG_MAX];
+    snprintf(e, sizeof e, "%s", s == LLMT_OK ? "" : ck->err.msg);
+    int64_t ok = s == LLMT_OK;
+    if (agree_min(j, &ok, 1) != LLMT_OK)
+        return j->err.status;
+    if (!ok)
+        return FAIL(s != LLMT_OK ? s : LLMT_ERR_IO,
+                    "checkpoint: step(s) found corrupt could not be moved to quarantine: %s",
+                    s != LLMT_OK ? e : "failed on rank 0");
+    if (n)
+        snprintf(note, cap, "; corrupt step %lld%s moved to %.300s/quarantine",
+                 (long long)bad[0], n > 1 ? " and older ones" : "", ck->root);
+    return LLMT_OK;
+}
 
 /* Open the newest usable checkpoint of `ck` and restore from it. Several
  * ranks: collective (every rank calls it); they share the data files'
  * checks and open the same step (ckpt/open_shared.c), then every rank
- * restores or none goes on. */
+ * restores or none goes on. A step whose data turns out corrupt while it
+ * is read (a block checksum: the open checks sizes and headers, not
+ * every byte, so that the happy path reads each byte once) is given up
+ * on every rank together: logged with its file, tensor and reason, the
+ * next older one tried, and once one restored the corrupt ones go to
+ * quarantine (never deleted). With none usable nothing is moved, and the
+ * error lists every step tried: LLMT_ERR_NOT_FOUND, or LLMT_ERR_CHECKSUM
+ * when a corrupt step was partly read into the job (whose state then is
+ * not its start's). */
 static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t *step,
-                                int *opened)
+                                int *opened, char *note, size_t cap)
 {
     *opened = 0;
+    note[0] = 0;
     int many = j->comm && j->world > 1;
-    llmt_status s = many ? llmt__ckpt_open_latest_shared(ck, j->comm, step)
-                         : llmt_ckpt_open_latest(ck, step);
-    if (s != LLMT_OK)
-        return s;
-    *opened = 1;
-    s = !many                                      ? restore_open(j, ck, with_data)
-        : restore_all(j, ck, with_data, *step) > 0 ? LLMT_OK
-        : j->err.status                            ? j->err.status
-                                                   : LLMT_ERR_INTERNAL;
-    llmt__ckpt_close_files(ck); /* read: the run goes on without them */
+    ck_tried tried = {.len = 0};
+    int64_t *bad = NULL, below = INT64_MAX;
+    char(*why)[LLMT_ERR_MSG_MAX] = NULL;
+    size_t nbad = 0;
+    llmt_status s;
+    for (;;) {
+        s = many ? llmt__ckpt_open_latest_shared(ck, j->comm, below, &tried, step)
+                 : llmt__ckpt_open_latest_below(ck, below, &tried, step);
+        if (s != LLMT_OK)
+            break;
+        lr_state lr = lr_save(j);
+        int r = restore_all(j, ck, with_data, *step);
+        llmt__ckpt_close_files(ck); /* read: the run goes on without them */
+        if (r != 0) {
+            *opened = 1;
+            s = r > 0 ? LLMT_OK : j->err.status ? j->err.status : LLMT_ERR_INTERNAL;
+            break;
+        }
+        /* corrupt (j->err says where and why, the same on every rank) */
+        lr_undo(j, &lr);
+        int64_t *b = realloc(bad, (nbad + 1) * sizeof *bad);
+        char(*w)[LLMT_ERR_MSG_MAX] = b ? realloc(why, (nbad + 1) * sizeof *why) : NULL;
+        if (b)
+            bad = b;
+        if (!w) {
+            s = FAIL(LLMT_ERR_OUT_OF_MEMORY, "checkpoint: restore: out of memory");
+            *opened = 1;
+            break;
+        }
+        why = w;
+        bad[nbad] = *step;
+        snprintf(why[nbad++], LLMT_ERR_MSG_MAX, "%s", j->err.msg);
+        char note[LLMT_ERR_MSG_MAX];
+        snprintf(note, sizeof note,
+                 "%.900s (found while reading it; it goes to quarantine "
+                 "once an older step restores)",
+                 j->err.msg);
+        llmt__ckpt_skip_note(ck, &tried, *step, note); /* WARN: skipping step N: ... */
+        below = *step;
+    }
+    if (s == LLMT_OK)
+        s = quarantine_corrupt(j, ck, bad, why, nbad, note, cap);
+    else if (!*opened && nbad && s == LLMT_ERR_NOT_FOUND) { /* every step tried, listed */
+        s = FAIL(LLMT_ERR_CHECKSUM, "%s", ck->err.msg);
+        llmt__err_set(&ck->err, s, "%s", j->err.msg);
+    }
+    free(bad);
+    free(why);
     return s;
 }
 
@@ -429,26 +531,64 @@ static llmt_status plan_reads(void *arg, llmt_ckpt *ck)
     return s;
 }
 
+/* Every rank learns the reason of the lowest rank whose read found the
+ * step corrupt (mine: this rank's), as j->err (LLMT_ERR_CHECKSUM). */
+static int corrupt_reason(llmt_job *j, int mine, const char *why, int64_t step)
+{
+    if (!j->comm || j->world <= 1) {
+        FAIL(LLMT_ERR_CHECKSUM, "%s", why);
+        return 0;
+    }
+    int32_t me = 0;
+    llmt_comm_rank(j->comm, &me);
+    int64_t low = mine ? me : INT64_MAX;
+    int64_t said[LLMT_ERR_MSG_MAX / 8];
+    memset(said, 0, sizeof said);
+    if (agree_min(j, &low, 1) != LLMT_OK)
+        return -1;
+    if (low == me)
+        snprintf((char *)said, sizeof said, "%s", why);
+    llmt_status s = low >= 0 && low < j->world
+                        ? llmt_comm_broadcast(j->comm, said, sizeof said / 8, LLMT_DTYPE_INT64,
+                                              (int32_t)low, NULL)
+                        : LLMT_ERR_INTERNAL;
+    ((char *)said)[sizeof said - 1] = 0;
+    if (s != LLMT_OK)
+        return FAIL(s, "job: restore of step %lld: sharing why it is corrupt: %s",
+                    (long long)step, llmt_comm_last_error(j->comm)),
+               -1;
+    FAIL(LLMT_ERR_CHECKSUM, "rank %lld: %.*s", (long long)low, LLMT_ERR_MSG_MAX - 32,
+         (const char *)said);
+    return 0;
+}
+
 /* Restore from the checkpoint open on j->ck (step `step`): every rank
- * restored, or none goes on. 1: restored, < 0: failed (j->err, on every
+ * restored, or none goes on. 1: restored; 0: the step's data is corrupt
+ * (a checksum mismatch on some rank, no other failure on any: j->err has
+ * the reason, the same on every rank); < 0: failed (j->err, on every
  * rank). */
 static int restore_all(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t step)
 {
     llmt_status s = restore_open(j, ck, with_data);
-    int64_t ok = s == LLMT_OK;
+    /* 2: restored, 1: its data corrupt, 0: failed otherwise */
+    int64_t mine = s == LLMT_OK ? 2 : s == LLMT_ERR_CHECKSUM ? 1 : 0, all = mine;
     char why[LLMT_ERR_MSG_MAX];
     snprintf(why, sizeof why, "%s", j->err.msg);
-    if (agree_min(j, &ok, 1) != LLMT_OK)
+    if (agree_min(j, &all, 1) != LLMT_OK)
         return -1;
-    if (!ok) {
-        if (s == LLMT_OK)
-            FAIL(LLMT_ERR_COMM, "job: restore of step %lld failed on another rank",
-                 (long long)step);
-        else
-            FAIL(s, "%s", why);
-        return -1;
-    }
-    return 1;
+    if (all == 2)
+        return 1;
+    if (all == 1)
+        return corrupt_reason(j, mine == 1, why, step);
+    if (mine == 2)
+        FAIL(LLMT_ERR_COMM, "job: restore of step %lld failed on another rank",
+             (long long)step);
+    else if (mine == 1) /* not a corruption to skip: another rank failed otherwise */
+        FAIL(LLMT_ERR_COMM, "job: restore of step %lld failed on another rank (and here: %s)",
+             (long long)step, why);
+    else
+        FAIL(s, "%s", why);
+    return -1;
 }
 
 /* The memory tier: the step of the in-memory snapshots, when every rank
@@ -496,7 +636,7 @@ static int restore_memory(llmt_job *j, int with_data, int64_t *step, const char 
                -1;
     }
     *tier = mem ? "memory" : *peer ? "peer" : "local";
-    if (restore_all(j, j->ck, with_data, hi) < 0)
+    if (restore_all(j, j->ck, with_data, hi) <= 0) /* corrupt too: its error */
         return -1;
     *step = hi;
     return 1;
@@ -576,7 +716,7 @@ static int restore_node_local(llmt_job *j, int with_data, int64_t *step, int *pe
                   s != LLMT_OK ? llmt_ckpt_last_error(j->ck) : "failed on another rank");
         return 0;
     }
-    if (restore_all(j, j->ck, with_data, r[0]) < 0)
+    if (restore_all(j, j->ck, with_data, r[0]) <= 0) /* corrupt too: its error */
         return -1;
     *step = r[0];
     return 1;
@@ -647,14 +787,19 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
     if (!node_local)
         llmt_ckpt_list(j->ck, NULL, 0, &nlocal);
     int opened = 0;
-    s = node_local ? LLMT_ERR_NOT_FOUND : restore_from(j, j->ck, with_data, step, &opened);
+    char moved[512] = ""; /* the corrupt steps quarantined, for the resume note */
+    s = node_local ? LLMT_ERR_NOT_FOUND
+                   : restore_from(j, j->ck, with_data, step, &opened, moved, sizeof moved);
+    /* no step usable, and a corrupt one was partly read into the job */
+    int partly = !opened && s == LLMT_ERR_CHECKSUM;
     if (node_local)
         llmt__err_set(&j->ck->err, s, "node-local (its steps commit in the durable tier)");
     if (opened && s != LLMT_OK)
         return s; /* a checkpoint opened but could not be used: say so */
     if (s == LLMT_OK) {
-        snprintf(j->resume_note, sizeof j->resume_note, "%s at step %lld%s", j->ckpt_dir,
-                 (long long)*step, peer ? " (lost parts restored from the peer tier)" : "");
+        snprintf(j->resume_note, sizeof j->resume_note, "%s at step %lld%s%s", j->ckpt_dir,
+                 (long long)*step, peer ? " (lost parts restored from the peer tier)" : "",
+                 moved);
         restore_line(j, peer ? "peer" : "local", *step, t0, peer, 0);
         return llmt__job_quarantine(j, *step);
     }
@@ -680,14 +825,15 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
         }
         if (s == LLMT_OK) {
             llmt_ckpt_list(dk, NULL, 0, &ndurable);
-            s = restore_from(j, dk, with_data, step, &opened);
+            s = restore_from(j, dk, with_data, step, &opened, moved, sizeof moved);
+            partly |= !opened && s == LLMT_ERR_CHECKSUM;
             snprintf(why_durable, sizeof why_durable, "%s", llmt_ckpt_last_error(dk));
         }
         llmt_ckpt_destroy(dk);
         if (s == LLMT_OK) {
             snprintf(j->resume_note, sizeof j->resume_note,
-                     "the durable tier %.300s at step %lld (local tier %.300s: %.400s)",
-                     j->durable_dir, (long long)*step, j->ckpt_dir, why_local);
+                     "the durable tier %.300s at step %lld (local tier %.300s: %.400s)%s",
+                     j->durable_dir, (long long)*step, j->ckpt_dir, why_local, moved);
             restore_line(j, "durable", *step, t0, peer, 0);
             /* local steps newer than the durable one are unusable: aside */
             return llmt__job_quarantine(j, *step);
@@ -700,9 +846,11 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
         llmt__err_clear(&j->err);
         return LLMT_OK; /* nothing was ever saved */
     }
+    /* LLMT_ERR_CHECKSUM: the job's state is partly a corrupt step's
+     * (begin() in job.c does not start from step 0 with it) */
+    s = partly ? LLMT_ERR_CHECKSUM : LLMT_ERR_NOT_FOUND;
     if (j->durable_dir[0])
-        return FAIL(LLMT_ERR_NOT_FOUND,
-                    "no usable checkpoint: local tier: %s; durable tier: %s", why_local,
+        return FAIL(s, "no usable checkpoint: local tier: %s; durable tier: %s", why_local,
                     why_durable);
-    return FAIL(LLMT_ERR_NOT_FOUND, "no usable checkpoint: %s", why_local);
+    return FAIL(s, "no usable checkpoint: %s", why_local);
 }

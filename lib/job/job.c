@@ -491,13 +491,28 @@ static llmt_status begin(llmt_job *j, const llmt_job_opts *o)
     int64_t step = -1;
     if (o->resume) {
         llmt_status s = llmt__job_restore(j, 1, &step);
-        if (s == LLMT_ERR_NOT_FOUND && j->fresh) {
+        if (s == LLMT_ERR_CHECKSUM && j->fresh) {
+            /* none usable, and a corrupt one was partly read into the
+             * model before its checksum failed: step 0's state is gone
+             * from this process (the model is not made again here) */
+            char why[LLMT_ERR_MSG_MAX];
+            snprintf(why, sizeof why, "%s", j->err.msg);
+            if ((s = llmt__job_quarantine(j, -1)) != LLMT_OK)
+                return s;
+            return FAIL(LLMT_ERR_CHECKSUM,
+                        "--resume --fresh: %s\nthe unusable step directories were moved to "
+                        "%s/quarantine (kept, not deleted), but a corrupt one had been partly "
+                        "read into this job's model before its checksum failed, so this job "
+                        "cannot start from step 0: run the same command again (it then "
+                        "starts from step 0; metrics are kept)",
+                        why, j->ckpt_dir);
+        } else if (s == LLMT_ERR_NOT_FOUND && j->fresh) {
             llmt__log(j->ctx, LLMT_LOG_WARN, "job", "fresh start as asked: %s", j->err.msg);
             snprintf(j->resume_note, sizeof j->resume_note,
                      "no usable checkpoint in %s: starting from step 0 (--fresh)", j->ckpt_dir);
             llmt__err_clear(&j->err);
             step = -1;
-        } else if (s == LLMT_ERR_NOT_FOUND) {
+        } else if (s == LLMT_ERR_NOT_FOUND || s == LLMT_ERR_CHECKSUM) {
             return FAIL(s,
                         "--resume: %s\nnothing was changed. Restore a checkpoint "
                         "(doc/runbook.md), or start over from step 0 with --fresh "

@@ -46,7 +46,7 @@ static void *run(void *arg)
             k->st = save_block(ck, 7, 7, k->rank, W, N, 0);
     } else {
         k->step = -1;
-        k->st = llmt__ckpt_open_latest_shared(ck, k->comm, &k->step);
+        k->st = llmt__ckpt_open_latest_shared(ck, k->comm, INT64_MAX, NULL, &k->step);
         k->checked = ck->files_checked;
         k->data_ok = 0;
         if (k->st == LLMT_OK) { /* this rank's block of w, as saved */
