@@ -77,18 +77,28 @@ LLMT_API llmt_status llmt_ckpt_quarantine_newer(llmt_ckpt *ck, int64_t step, siz
         return llmt__err_set(&ck->err, LLMT_ERR_IO, "ckpt: cannot list %s: %s", ck->root,
                              strerror(errno));
     /* First decide, then move: a valid checkpoint among them means the
-     * caller's idea of "newest usable" is wrong, and nothing is touched. */
+     * caller's idea of "newest usable" is wrong, and nothing is touched.
+     * Newest first (v is ascending), so that the error names the newest
+     * valid step, the one a resume would use, and the search ends there
+     * (it once named the oldest valid one: "step 30" with 40 valid). */
     llmt_status s = LLMT_OK;
-    for (size_t i = 0; i < n && s == LLMT_OK; i++) {
-        if (v[i] <= step)
-            continue;
+    for (size_t i = n; i-- > 0 && v[i] > step;) {
         char d[MAX_PATH];
         snprintf(d, sizeof d, "%s/step-%012" PRId64, ck->root, v[i]);
-        if (llmt__ckpt_check_dir(ck, d, 1) == LLMT_OK)
+        if (llmt__ckpt_check_dir(ck, d, 1) != LLMT_OK)
+            continue;
+        if (step < 0)
+            s = llmt__err_set(&ck->err, LLMT_ERR_STATE,
+                              "ckpt: %s holds a valid checkpoint (the newest: step %" PRId64
+                              "): not quarantining anything",
+                              ck->root, v[i]);
+        else
             s = llmt__err_set(&ck->err, LLMT_ERR_STATE,
                               "ckpt: step %" PRId64 " in %s is a valid checkpoint newer than "
-                              "step %" PRId64 ": not quarantining anything", v[i], ck->root,
-                              step);
+                              "step %" PRId64 " (the newest valid one): not quarantining "
+                              "anything",
+                              v[i], ck->root, step);
+        break;
     }
     for (size_t i = 0; i < n && s == LLMT_OK; i++) {
         if (v[i] <= step)

@@ -529,6 +529,14 @@ static llmt_status begin(llmt_job *j, const llmt_job_opts *o)
     /* a restore quarantined what is newer than its step already */
     if ((o->resume || o->fresh) && step < 0) {
         llmt_status s = llmt__job_quarantine(j, -1);
+        if (s == LLMT_ERR_STATE && o->fresh) /* a valid checkpoint: say what --fresh does */
+            return FAIL(s,
+                        "--fresh: %s\n--fresh (llmt_job_opts.fresh) starts from step 0 only "
+                        "when no checkpoint in %s is usable (it then moves them to "
+                        "%s/quarantine); nothing was moved or changed. Continue from the "
+                        "newest valid step with --resume (llmt_job_opts.resume), or choose "
+                        "another run directory (--out)",
+                        j->err.msg, j->ckpt_dir, j->ckpt_dir);
         if (s != LLMT_OK)
             return s;
     }

@@ -58,6 +58,15 @@ fi
 "$exe" train good.json --out full > again.log 2>&1; rc=$?
 [ $rc = 1 ] && grep -q 'resume' again.log && ok "fresh run over old checkpoints refused" \
   || { bad "rerun into full/ (rc $rc)"; cat again.log; }
+# --fresh over valid checkpoints: refused naming the newest step (12; it
+# once named the oldest one kept, "newer than step -1") and what --fresh
+# does; nothing moved
+ls full/ckpt > fresh.before
+"$exe" train good.json --out full --fresh > fresh.log 2>&1; rc=$?
+[ $rc = 1 ] && grep -q 'newest: step 12)' fresh.log && ! grep -q 'step -1' fresh.log &&
+  grep -q 'starts from step 0 only when no checkpoint' fresh.log && grep -q 'nothing was moved' fresh.log &&
+  ls full/ckpt | cmp -s - fresh.before && ok "--fresh over valid checkpoints names the newest (12), moves nothing" ||
+  { bad "--fresh over valid checkpoints (rc $rc)"; cat fresh.log; }
 
 # bad input: clear errors, exit 1
 mk heads.json 5 512 512 "$tmp/corpus"
