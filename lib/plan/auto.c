@@ -69,9 +69,14 @@ static void why(const llmt_plan_cand *best, const llmt_plan_cand *o, char *buf,
     for (int i = 1; i < LLMT_PLAN_NTERMS; i++)
         if (o->terms[i] - best->terms[i] > o->terms[k] - best->terms[k])
             k = i;
+    /* the same time: it uses more memory (ranking ties keep the search
+     * order), said as the difference, in a unit that shows it */
+    double dm = o->mem_total - best->mem_total;
+    const char *u = dm >= 1e9 ? "GB" : dm >= 1e6 ? "MB" : dm >= 1e3 ? "kB" : "bytes";
+    double d = dm >= 1e9 ? dm / 1e9 : dm >= 1e6 ? dm / 1e6 : dm >= 1e3 ? dm / 1e3 : dm;
     if (o->step_time_s - best->step_time_s <= 1e-4 * best->step_time_s)
-        snprintf(buf, n, "memory: the same predicted time with %.1f GB instead "
-                 "of %.1f GB per GPU", o->mem_total / 1e9, best->mem_total / 1e9);
+        snprintf(buf, n, "memory: the same predicted time with %.*f %s more per GPU (%.1f GB)",
+                 dm >= 1e3 ? 1 : 0, d > 0 ? d : 0.0, u, o->mem_total / 1e9);
     else
         snprintf(buf, n, "%s +%.3f s", llmt__plan_terms[k].label, o->terms[k] - best->terms[k]);
 }
@@ -283,9 +288,13 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
     for (int i = 1; i < ntop; i++) {
         cand_str(&top[i], cs, sizeof cs);
         why(b, &top[i], wy, sizeof wy);
-        llmt__plan_note(p, "#%d: %s: step %.3f s (+%.1f%%), MFU %.1f%%, %.1f GB: "
-                        "loses on %s", i + 1, cs, top[i].step_time_s,
-                        100 * (top[i].step_time_s / b->step_time_s - 1),
+        /* within the ranking's tolerance a candidate can be a hair
+         * faster than the best: never print "+-0.0%" */
+        double slower = 100 * (top[i].step_time_s / b->step_time_s - 1);
+        llmt__plan_note(p,
+                        "#%d: %s: step %.3f s (+%.1f%%), MFU %.1f%%, %.1f GB: "
+                        "loses on %s",
+                        i + 1, cs, top[i].step_time_s, slower > 0 ? slower : 0.0,
                         100 * top[i].mfu, top[i].mem_total / 1e9, wy);
     }
     *out = p;
