@@ -475,6 +475,13 @@ static llmt_status buffers(llmt_job *j)
                     "data.val: the validation data holds fewer than %d sequences "
                     "of %d tokens",
                     B, T);
+    /* fewer than asked: each validation uses what the split holds (a
+     * spec's count may outgrow a small corpus), and says so once */
+    if (nval < want)
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                  "train.eval_batches %lld: the validation data holds %d batches of "
+                  "batch.micro %d sequences of %d tokens; each validation uses those %d",
+                  (long long)eb, nval / B, B, T, nval / B);
     j->nval = nval;
     return LLMT_OK;
 }

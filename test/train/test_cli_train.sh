@@ -156,4 +156,12 @@ elif [ $rc = 1 ] && grep -q 'trainer: device cuda' cu.log && [ ! -d cu/ckpt/late
 else
   bad "device cuda (rc $rc)"; cat cu.log
 fi
+# more validation batches than the split holds: each validation uses what
+# it holds, and the run says so (not a silent cut)
+mk evmany.json 4 512 512 "$tmp/full/data"
+sed -i 's/"eval_batches": 2/"eval_batches": 100000/; s/"steps": 12/"steps": 2/' evmany.json
+"$exe" train evmany.json --out evmany > evmany.log 2>&1 &&
+  grep -q 'train.eval_batches 100000: the validation data holds [0-9]* batches' evmany.log &&
+  ok "eval_batches beyond the validation data: said" ||
+  { bad "eval_batches beyond the validation data"; tail -5 evmany.log; }
 exit $fail
