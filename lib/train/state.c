@@ -105,6 +105,19 @@ static llmt_status fp8_read(llmt_trainer *tr, llmt_ckpt *ck, int apply)
     return apply ? llmt__trainer_fp8_restore(tr, st) : LLMT_OK;
 }
 
+/* Two schedule texts describe the same learning rates: equal but for
+ * decay_fraction under a schedule that does not read it (WSD's alone;
+ * a job wrote 0 there for every schedule before it stopped setting it). */
+static int schedule_same(const char *a, const char *b)
+{
+    const char *da = strstr(a, " decay_fraction="), *db = strstr(b, " decay_fraction=");
+    int kind = -1;
+    if (!da || !db || da - a != db - b || strncmp(a, b, (size_t)(da - a)) ||
+        sscanf(a, "kind=%d", &kind) != 1)
+        return !strcmp(a, b);
+    return kind != LLMT_LR_WSD || !strcmp(da, db);
+}
+
 static const char *const prefix[3] = {"param/", "adam_m/", "adam_v/"};
 
 /* A rectangular block of a tensor, contiguous in row-major order: leading
@@ -512,7 +525,7 @@ LLMT_API llmt_status llmt_trainer_ckpt_read(llmt_trainer *tr, llmt_ckpt *ck)
     char saved[256], now[256];
     schedule_text(llmt__trainer_opts(tr), now, sizeof now);
     if (llmt_ckpt_get_kv(ck, "trainer.schedule", saved, sizeof saved, NULL) == LLMT_OK &&
-        strcmp(saved, now))
+        !schedule_same(saved, now))
         llmt__log(llmt__trainer_ctx(tr), LLMT_LOG_WARN, "train",
                   "the checkpoint was trained with the learning-rate schedule "
                   "'%s', this trainer has '%s': the run continues, but not as "

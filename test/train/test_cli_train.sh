@@ -97,6 +97,16 @@ cp -r part part20 && sed 's/"steps": 12/"steps": 20/' good.json > steps20.json
 "$exe" train steps20.json --out part20 --resume --steps 13 > p20.log 2>&1 && grep -q 'learning-rate schedule' p20.log \
   && ok "resume under another schedule warns" || { bad "schedule warning"; cat p20.log; }
 
+# a checkpoint of before decay_fraction was set for WSD only (a job wrote
+# 0 for every schedule; this one is cosine, which never reads it): the
+# same schedule, so no warning
+cp -r part old0 && sed -i 's/decay_fraction=0\.2[0-9]*/decay_fraction=0/' old0/ckpt/step-*/manifest.json
+grep -q 'decay_fraction=0"' old0/ckpt/step-000000000012/manifest.json &&
+  "$exe" train good.json --out old0 --resume > old0.log 2>&1 && grep -q "resumed from" old0.log &&
+  ! grep -q 'learning-rate schedule' old0.log &&
+  ok "decay_fraction 0 saved under cosine: the same schedule" ||
+  { bad "old decay_fraction text"; grep -i "schedule\|error" old0.log | head -3; }
+
 # --steps and --trace that the run would never reach are refused, naming
 # the flag, instead of ending "ok" having done nothing (part/ is at 12)
 cp -r part behind
