@@ -372,7 +372,7 @@ static int cmp_sweep(const void *a, const void *b)
     return x->i < y->i ? -1 : x->i > y->i;
 }
 
-static int check_overlaps(pctx *p, const ck_tensor *t)
+static int check_overlaps(pctx *p, const ck_tensor *t, int same_bytes)
 {
     if (t->ndim == 0 || t->nchunks < 2)
         return 1; /* scalars: every chunk is the same box */
@@ -396,6 +396,19 @@ static int check_overlaps(pctx *p, const ck_tensor *t)
                 free(k);
                 return fail(p, LLMT_ERR_FORMAT,
                             "manifest: tensor '%s': chunks %zu and %zu overlap", t->name, i, j);
+            }
+            /* replicas (a tensor every rank of a group holds whole, or
+             * the same block of it) are the same bytes by construction:
+             * different ones mean the ranks' copies diverged (a bug, or
+             * silent data corruption), and a resume would take either */
+            if (same_bytes && a->xxh != b->xxh && same_box(a, b, t->ndim)) {
+                int32_t ra = a->rank, rb = b->rank;
+                free(k);
+                return fail(p, LLMT_ERR_CHECKSUM,
+                            "checkpoint: tensor '%s': ranks %d and %d saved different bytes "
+                            "for the same block (replicas that must be equal diverged between "
+                            "them); the step is not committed",
+                            t->name, (int)(ra < rb ? ra : rb), (int)(ra < rb ? rb : ra));
             }
         }
     }
@@ -687,7 +700,7 @@ static int parse_body(pctx *p, const cJSON *root, int want_part, ck_manifest *m)
             if (!parse_chunk(p, co, t, m, k, cw))
                 return 0;
         }
-        if (!check_overlaps(p, t) || (!want_part && !check_coverage(p, t)))
+        if (!check_overlaps(p, t, 0) || (!want_part && !check_coverage(p, t)))
             return 0;
     }
     return 1;
@@ -804,7 +817,7 @@ llmt_status llmt__ckpt_manifest_merge(ck_manifest *const *parts, size_t n,
         }
     }
     for (size_t t = 0; t < out->ntensors; t++)
-        if (!check_overlaps(&p, &out->tensors[t]) || !check_coverage(&p, &out->tensors[t]))
+        if (!check_overlaps(&p, &out->tensors[t], 1) || !check_coverage(&p, &out->tensors[t]))
             goto bad;
     return LLMT_OK;
 oom:

@@ -270,6 +270,53 @@ static void test_reshard(llmt_context *ctx)
  * in the merged manifest nor in the parts of ranks other than 0 (each
  * rank of each tensor grew them with the world). Rank 0 names "late"
  * first but holds only "early"; rank 1 holds "late". */
+/* Replicas must be the same bytes: two ranks each save a whole "norm"
+ * (the same block, as tensor parallel ranks save a replicated norm
+ * weight). Equal, step 1 commits; one element apart at step 2, the save
+ * is refused with LLMT_ERR_CHECKSUM naming the tensor and both ranks, and
+ * step 1 stays the newest. */
+static void test_diverged_replicas(llmt_context *ctx)
+{
+    char *root = tmpdir_make(NULL, "replicas");
+    int64_t eight = 8, zero = 0;
+    for (int64_t step = 1; step <= 2; step++) {
+        llmt_status last = LLMT_OK;
+        char msg[1024] = "";
+        for (int r = 0; r < 2; r++) {
+            float w[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+            if (step == 2 && r == 1)
+                w[5] = 6.0000005f; /* one ulp-ish apart */
+            llmt_ckpt *ck = make_ck(ctx, root, r, 2, LLMT_CKPT_VERIFY_READ, 0);
+            CHECK(ck != NULL);
+            if (!ck)
+                return;
+            llmt_tensor v;
+            llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &eight, w, LLMT_DEVICE_CPU, 0);
+            CHECK_STATUS(llmt_ckpt_begin(ck, step), LLMT_OK);
+            CHECK_STATUS(llmt_ckpt_add_tensor(ck, "norm", &v, &eight, &zero), LLMT_OK);
+            llmt_status s = llmt_ckpt_save(ck, 0);
+            if (s != LLMT_OK) {
+                last = s;
+                snprintf(msg, sizeof msg, "%s", llmt_ckpt_last_error(ck));
+            }
+            llmt_ckpt_destroy(ck);
+        }
+        if (step == 1) {
+            CHECK_STATUS(last, LLMT_OK);
+        } else {
+            CHECK_STATUS(last, LLMT_ERR_CHECKSUM);
+            CHECK(strstr(msg, "'norm'") && strstr(msg, "ranks 0 and 1"));
+            fprintf(stderr, "diverged replicas: %s\n", msg);
+        }
+    }
+    llmt_ckpt *ck = make_ck(ctx, root, 0, 1, LLMT_CKPT_VERIFY_READ, 0);
+    int64_t at = -1;
+    CHECK_STATUS(llmt_ckpt_open_latest(ck, &at), LLMT_OK);
+    CHECK_EQ_INT((int)at, 1);
+    llmt_ckpt_destroy(ck);
+    tmpdir_remove(root);
+}
+
 static void test_empty_blocks(llmt_context *ctx)
 {
     char *root = tmpdir_make(NULL, "empty");
@@ -1139,6 +1186,7 @@ int main(int argc, char **argv)
     llmt_context_set_log_level(ctx, LLMT_LOG_WARN);
     test_reshard(ctx);
     test_empty_blocks(ctx);
+    test_diverged_replicas(ctx);
     test_tiers(ctx);
     test_host_tier(ctx);
     test_multi_block(ctx);
