@@ -698,7 +698,8 @@ typedef struct llmt_trainer_opts {
     float min_lr;            /* default 0 */
     int64_t warmup_steps;    /* default 0 */
     int64_t total_steps;     /* schedule length; default 1000 */
-    float decay_fraction;    /* WSD; default 0.2 */
+    float decay_fraction;    /* WSD only (refused off its default with
+                                another schedule); default 0.2 */
     float beta1, beta2, eps; /* defaults 0.9, 0.95, 1e-8 */
     float weight_decay;      /* decoupled; not applied to 1-D params
                                 (norms, biases); default 0.1 */
@@ -2208,12 +2209,18 @@ typedef struct llmt_job_opts {
      * rank can read, from the fastest tier holding it: peer, local,
      * durable); no checkpoint at all starts at step 0; checkpoints that
      * exist but are all unusable are refused, listing each and why,
-     * unless `fresh` is set. */
+     * unless `fresh` is set. A step whose data fails its checksums while
+     * it is read is moved to ROOT/quarantine (every rank agrees) and the
+     * next older one is tried. */
     int32_t resume;
     int32_t fresh;        /* start at step 0 over checkpoints that are all
                              unusable (with or without resume): they are
                              moved to ROOT/quarantine, never deleted; a
-                             valid one refuses; default 0 */
+                             valid one refuses; default 0. When the
+                             unusable steps were found by checksums while
+                             being read into the model, the create moves
+                             them and fails (LLMT_ERR_CHECKSUM): the same
+                             call again starts at step 0 */
     int64_t stop_at;      /* stop after this step (<= train.steps); the LR
                              schedule keeps train.steps; 0 (default):
                              train.steps */
