@@ -299,9 +299,11 @@ llmt_status llmt__job_obs_step(llmt_job *j, const job_marks *k, const llmt_job_m
             mine[f] = (float)(j->agg[f] / (double)j->agg_steps);
         llmt__job_obs_run_line(j, p->step, mine, 1, JOB_AGG_FIELDS, "");
     }
+    int64_t steps = llmt__obs_count_step(j->obs);
     if (j->prom_path[0]) {
         char err[JOB_PATH_MAX + 64];
-        if (llmt__obs_prom_write(j->prom_path, j->rank, p, m, err, sizeof err) != LLMT_OK)
+        if (llmt__obs_prom_write(j->prom_path, j->rank, steps, p, m, err, sizeof err) !=
+            LLMT_OK)
             llmt__log(j->ctx, LLMT_LOG_WARN, "job", "%s", err);
     }
     llmt__obs_serve_update(j->obs, p, m); /* metrics.http, when it serves */

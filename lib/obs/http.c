@@ -164,15 +164,15 @@ static void *loop(void *arg)
 }
 
 /* The text of (p, m) in a fresh buffer; NULL when out of memory. */
-static char *render(int32_t rank, const llmt_job_perf *p, const llmt_job_metrics *m,
-                    size_t *len)
+static char *render(int32_t rank, int64_t steps, const llmt_job_perf *p,
+                    const llmt_job_metrics *m, size_t *len)
 {
     char *buf = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&buf, &n);
     if (!f)
         return NULL;
-    llmt__obs_prom_text(f, rank, p, m);
+    llmt__obs_prom_text(f, rank, steps, p, m);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;
@@ -216,7 +216,7 @@ llmt_status llmt__obs_serve(llmt__obs *o, const char *host, int port, int32_t ra
     h->fd = h->wake[0] = h->wake[1] = -1;
     h->rank = rank;
     pthread_mutex_init(&h->mu, NULL);
-    h->text = render(rank, NULL, NULL, &h->len);
+    h->text = render(rank, o->steps, NULL, NULL, &h->len);
     /* each step's failure names the call; errno says why */
     const char *what = NULL;
     int one = 1, e = 0;
@@ -263,7 +263,7 @@ void llmt__obs_serve_update(llmt__obs *o, const llmt_job_perf *p, const llmt_job
     if (!h)
         return;
     size_t len = 0;
-    char *t = render(h->rank, p, m, &len);
+    char *t = render(h->rank, o->steps, p, m, &len);
     if (!t)
         return; /* out of memory: the previous step's text stays */
     pthread_mutex_lock(&h->mu);

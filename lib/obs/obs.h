@@ -81,11 +81,17 @@ double llmt__obs_unix_s(void);
 double llmt__comm_exposed_s(const struct llmt_comm *c);
 
 /* ---- Prometheus textfile (prom.c); m may be NULL. */
-llmt_status llmt__obs_prom_write(const char *path, int32_t rank, const llmt_job_perf *p,
-                                 const llmt_job_metrics *m, char *err, size_t errlen);
-/* The exposition text itself; p NULL: before the first step (the step
- * counter only). */
-void llmt__obs_prom_text(FILE *f, int32_t rank, const llmt_job_perf *p,
+/* One more step measured by this observer: the steps this process ran
+ * (llmtrain_steps_total, a counter: it never goes back when a rollback or
+ * a resume repeats step numbers, which llmtrain_step shows). Returns the
+ * new count. */
+int64_t llmt__obs_count_step(llmt__obs *o);
+llmt_status llmt__obs_prom_write(const char *path, int32_t rank, int64_t steps,
+                                 const llmt_job_perf *p, const llmt_job_metrics *m, char *err,
+                                 size_t errlen);
+/* The exposition text itself; steps: llmt__obs_count_step's count; p
+ * NULL: before the first step (the step counter only). */
+void llmt__obs_prom_text(FILE *f, int32_t rank, int64_t steps, const llmt_job_perf *p,
                          const llmt_job_metrics *m);
 
 /* ---- the HTTP endpoint (http.c): GET /metrics on a plain socket. */

@@ -30,6 +30,7 @@ struct llmt__obs {
     uint64_t fr_cursor[8];     /* per group slot */
     int fr_seen[8];
     struct llmt__obs_http *http; /* the HTTP endpoint (http.c), or NULL */
+    int64_t steps;               /* steps measured (llmt__obs_count_step) */
 };
 
 void llmt__obs_trace_op(llmt__obs *o, int op, double t0, double t1);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "obs/obs.h"
+#include "obs/obs_internal.h"
 
 static const char *const group_names[] = {"dp", "tp", "pp", "cp", "ep"};
 
@@ -17,17 +18,27 @@ static void gauge(FILE *f, const char *name, const char *help)
     fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
 }
 
-void llmt__obs_prom_text(FILE *f, int32_t rank, const llmt_job_perf *p,
+int64_t llmt__obs_count_step(llmt__obs *o)
+{
+    return ++o->steps;
+}
+
+void llmt__obs_prom_text(FILE *f, int32_t rank, int64_t steps, const llmt_job_perf *p,
                          const llmt_job_metrics *m)
 {
     int r = (int)rank;
+    /* a counter only ever grows (or restarts at 0 with the process):
+     * the step number goes back on a rollback or a resume from an older
+     * checkpoint, and rate() would read that as a reset plus a jump */
     fprintf(f,
-            "# HELP llmtrain_steps_total Optimizer steps done.\n"
+            "# HELP llmtrain_steps_total Optimizer steps this process ran.\n"
             "# TYPE llmtrain_steps_total counter\n"
             "llmtrain_steps_total{rank=\"%d\"} %lld\n",
-            r, p ? (long long)p->step : 0LL);
+            r, (long long)steps);
     if (!p) /* before the first step: nothing measured yet */
         return;
+    gauge(f, "llmtrain_step", "Step number of the last step (training progress).");
+    fprintf(f, "llmtrain_step{rank=\"%d\"} %lld\n", r, (long long)p->step);
     gauge(f, "llmtrain_step_seconds", "Wall time of the last step.");
     fprintf(f, "llmtrain_step_seconds{rank=\"%d\"} %.9g\n", r, p->wall_s);
     gauge(f, "llmtrain_mfu_ratio", "Realized model FLOPs utilization of the last step.");
@@ -67,8 +78,9 @@ void llmt__obs_prom_text(FILE *f, int32_t rank, const llmt_job_perf *p,
     fprintf(f, "llmtrain_peak_flops{rank=\"%d\"} %.9g\n", r, p->peak_flops);
 }
 
-llmt_status llmt__obs_prom_write(const char *path, int32_t rank, const llmt_job_perf *p,
-                                 const llmt_job_metrics *m, char *err, size_t errlen)
+llmt_status llmt__obs_prom_write(const char *path, int32_t rank, int64_t steps,
+                                 const llmt_job_perf *p, const llmt_job_metrics *m, char *err,
+                                 size_t errlen)
 {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -77,7 +89,7 @@ llmt_status llmt__obs_prom_write(const char *path, int32_t rank, const llmt_job_
         snprintf(err, errlen, "prometheus: open %s: %s", tmp, strerror(errno));
         return LLMT_ERR_IO;
     }
-    llmt__obs_prom_text(f, rank, p, m);
+    llmt__obs_prom_text(f, rank, steps, p, m);
     int bad = ferror(f);
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {

@@ -148,7 +148,7 @@ static int check_trace(const char *path, int pid, int expect_comm)
 static double check_prom_text(char *t, const llmt_job_perf *p)
 {
     int samples = 0, typed = 0, bad = 0, groups = 0;
-    double step_s = NAN, mfu = NAN, steps = NAN;
+    double step_s = NAN, mfu = NAN, steps = NAN, step = NAN;
     char *save = NULL;
     for (char *ln = strtok_r(t, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
         if (!strncmp(ln, "# TYPE ", 7)) {
@@ -193,23 +193,26 @@ static double check_prom_text(char *t, const llmt_job_perf *p)
         if (nlen == strlen("llmtrain_steps_total") &&
             !strncmp(ln, "llmtrain_steps_total", nlen))
             steps = v;
+        if (nlen == strlen("llmtrain_step") && !strncmp(ln, "llmtrain_step", nlen))
+            step = v;
     }
     CHECK_EQ_INT(bad, 0);
     CHECK(typed >= 10 && samples >= 15);
     CHECK_EQ_INT(groups, 5);
     CHECK(fabs(step_s - p->wall_s) <= 1e-6 * p->wall_s + 1e-9);
     CHECK(fabs(mfu - p->mfu) <= 1e-6 * p->mfu + 1e-12);
-    CHECK(steps == (double)p->step);
+    CHECK(step == (double)p->step);
     return steps;
 }
 
-static void check_prom(const char *path, const llmt_job_perf *p)
+/* the textfile's text; returns llmtrain_steps_total */
+static double check_prom(const char *path, const llmt_job_perf *p)
 {
     char *t = test_slurp(path, NULL);
     CHECK(t != NULL);
-    if (t)
-        check_prom_text(t, p);
+    double steps = t ? check_prom_text(t, p) : NAN;
     free(t);
+    return steps;
 }
 
 /* ---- a plain HTTP/1.1 client: `req` sent to 127.0.0.1:port, the answer
@@ -399,6 +402,51 @@ static void check_http(void)
     llmt_context_destroy(ctx);
 }
 
+/* llmtrain_steps_total is a counter: a job resumed from step 4 after a
+ * first process ran to step 5 counts its own steps from 0 (it does not
+ * jump to the step number, nor go back from 5 to 5 again), while
+ * llmtrain_step gives the step number. */
+static void check_resume_counter(void)
+{
+    char dir[700], err[1024], path[800];
+    snprintf(dir, sizeof dir, "%s/resume", tmp);
+    snprintf(path, sizeof path, "%s/metrics.prom", dir);
+    llmt_status st;
+    llmt_context *ctx = NULL;
+    CHECK_STATUS(llmt_context_create(NULL, &ctx), LLMT_OK);
+    llmt_job *job = job_in(ctx, dir, "", 6, &st, err, sizeof err);
+    CHECK_STATUS(st, LLMT_OK);
+    llmt_job_perf p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    for (int s = 0; job && s < 5; s++) /* saves step 4 */
+        CHECK_STATUS(llmt_job_step(job, NULL), LLMT_OK);
+    if (job) {
+        llmt_job_get_perf(job, &p);
+        CHECK(check_prom(path, &p) == 5);
+    }
+    llmt_job_destroy(job);
+    llmt_job_opts jo;
+    llmt_job_opts_init(&jo, sizeof jo);
+    jo.run_dir = dir;
+    jo.resume = 1;
+    const char *json = spec_json(6, "");
+    job = NULL;
+    CHECK_STATUS(llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job), LLMT_OK);
+    if (!job)
+        fprintf(stderr, "resume: %s\n", llmt_context_last_error(ctx));
+    double steps = NAN;
+    if (job && llmt_job_step(job, NULL) == LLMT_OK) {
+        llmt_job_get_perf(job, &p);
+        CHECK_EQ_INT(p.step, 5);
+        steps = check_prom(path, &p);
+    }
+    fprintf(stderr, "resumed at step 4: llmtrain_steps_total %g after one step\n", steps);
+    CHECK(steps == 1);
+    llmt_job_destroy(job);
+    llmt_context_destroy(ctx);
+}
+
 /* ---- one rank */
 typedef struct rank_arg {
     llmt_comm *comm;
@@ -536,12 +584,13 @@ int main(int argc, char **argv)
         snprintf(path, sizeof path, "%s/trace-rank0.json", a.dir);
         check_trace(path, 0, 0);
         snprintf(path, sizeof path, "%s/metrics.prom", a.dir);
-        check_prom(path, &a.perf[5]);
+        CHECK(check_prom(path, &a.perf[5]) == 6);
         snprintf(path, sizeof path, "%s/run.jsonl", a.dir);
         CHECK(line_value(path, "\"step\":6", "ranks") == 1);
     }
 
     check_http();
+    check_resume_counter();
 
     /* ---- one rank, ops not timed (op_timing -1): the engine's time is
      * unaccounted, compute and optimizer stay 0, the rest is measured */
