@@ -312,10 +312,11 @@ def py_type(p, t, in_struct=False):
         inner, n = t.base, len(t.ptrs)
     elif t.base in p.enum_names:
         inner, n = "ctypes.c_int32", len(t.ptrs)
-    elif t.base == "char" and len(t.ptrs) == 1 and not in_struct:
-        inner, n = "ctypes.c_char_p", 0
-    elif t.base == "char" and len(t.ptrs) == 1:
-        inner, n = "ctypes.c_char_p", 0
+    elif t.base == "char" and t.ptrs:
+        # char * is c_char_p; char ** (an out string, or an array of
+        # strings) must be POINTER(c_char_p): POINTER(POINTER(c_char))
+        # refuses byref(c_char_p()) and its items are not strings
+        inner, n = "ctypes.c_char_p", len(t.ptrs) - 1
     elif t.base == "void" and t.ptrs:
         inner, n = "ctypes.c_void_p", len(t.ptrs) - 1
     else:
