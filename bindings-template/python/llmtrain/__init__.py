@@ -7,7 +7,8 @@ tools/gen_bindings.py; this module is the idiomatic layer over it:
     with llmtrain.Job(spec_dict, run_dir="runs/x") as job:
         for m in job.steps():           # one dict per optimizer step
             print(m["step"], m["loss"])
-        job.save()
+        # job.save() adds a checkpoint of the last step, unless the
+        # spec's checkpoint.interval already saved it (LLMT_ERR_STATE)
 
 Every handle is a context manager (close() frees it; a finalizer is the
 safety net); a closed handle raises Error, never crashes. Every failing call
@@ -21,7 +22,10 @@ The data-pipeline classes of the first template (Library, Context,
 Tokenizer, Dataset, Loader, prepare, ...) are kept, from
 llmtrain._template, for hosts that embed only the data loader.
 
-Threads: a handle is driven by one thread at a time (doc/bindings.md).
+Threads: a handle is driven by one thread at a time (not checked);
+Spec and Plan queries may run from several; ctypes releases the GIL during
+a call. A handle C points into closes its users first (Model.close closes
+its trainers, Comm.close the trainers and jobs on it). doc/bindings.md.
 """
 import ctypes
 import json as _json
@@ -153,6 +157,7 @@ class Handle:
         self._owned = owner is None
         self._owner = owner     # a borrowed handle keeps its owner alive
         self._keep = keep       # objects C points into (models, comms)
+        self._users = weakref.WeakSet()  # handles C made to point at this one
         self._fin = None
         if self._owned and ptr:
             # the handle first, then the context it was made from (a handle
@@ -170,7 +175,15 @@ class Handle:
                 type(self).__name__, type(self._owner).__name__))
         return self._ptr
 
+    def _used_by(self, user):
+        """`user` keeps a pointer to this handle in C (a trainer to its
+        model or comm): close() closes it first, as C requires."""
+        self._users.add(user)
+
     def close(self):
+        for user in list(self._users):
+            user.close()
+        self._users = weakref.WeakSet()
         if self._fin is not None:
             self._fin()
         self._ptr = None
@@ -249,11 +262,11 @@ def as_numpy(t, owner=None):
     if n == 0:
         return np.zeros(shape, dt)
     buf = (_c.c_char * (n * dt.itemsize)).from_address(t.data)
-    a = np.frombuffer(buf, dt).reshape(shape)
-    if owner is not None:
-        a = a.view()
-        a.flags.writeable = True
-    return a
+    # the array's base is buf: the handle whose memory it views stays
+    # alive (not garbage-collected) as long as a view of it does. close()
+    # still frees it: a view must not be used after its handle's close()
+    buf._llmt_owner = owner
+    return np.frombuffer(buf, dt).reshape(shape)
 
 
 def as_torch(t):
@@ -271,12 +284,19 @@ class Spec(Handle):
 
     def __init__(self, spec):
         out = _c.c_void_p()
+        if spec is None:
+            raise Error(_ffi.LLMT_ERR_NULL_POINTER, "Spec: a dict, JSON text or path is "
+                        "required, got None")
         if isinstance(spec, dict):
             spec = _json.dumps(spec)
+        if isinstance(spec, os.PathLike):
+            spec = os.fspath(spec)
         # a context receives the list of errors (without one there is none)
         ctx = _new_ctx()
         try:
-            if isinstance(spec, str) and not spec.lstrip().startswith("{") and os.path.exists(spec):
+            # text that is not a JSON object is a path: a missing file is
+            # named ("spec: cannot open PATH"), not reported as bad JSON
+            if isinstance(spec, str) and not spec.lstrip().startswith("{"):
                 _call("spec_parse_file", ctx, _b(spec), _c.byref(out))
             else:
                 data = _b(spec)
@@ -465,20 +485,36 @@ class Comm(Handle):
 
     _OPS = {"sum": 0, "avg": 1, "max": 2, "min": 3}
 
-    def all_reduce(self, buf, op="sum"):
+    @staticmethod
+    def _buffer(buf, what):
+        """(data, count, dtype) of a buffer a collective writes in place:
+        C reads and writes count contiguous elements, so a strided view
+        (a[::2], a transposed array) or a read-only array is refused
+        rather than reduced at the wrong addresses."""
+        contiguous = (buf.is_contiguous() if hasattr(buf, "is_contiguous")
+                      else buf.flags.c_contiguous)
+        if not contiguous:
+            raise Error(_ffi.LLMT_ERR_INVALID_ARGUMENT, "Comm.%s: the buffer is not "
+                        "contiguous (pass numpy.ascontiguousarray(buf) and copy back)" % what)
+        if not hasattr(buf, "data_ptr") and not buf.flags.writeable:
+            raise Error(_ffi.LLMT_ERR_INVALID_ARGUMENT, "Comm.%s: the buffer is read-only" % what)
         t = tensor_of(buf)
         n = 1
         for i in range(t.ndim):
             n *= t.shape[i]
-        _call("comm_all_reduce", self.ptr, t.data, t.data, n, t.dtype, self._OPS[op], None)
+        return t.data, n, t.dtype
+
+    def all_reduce(self, buf, op="sum"):
+        if op not in self._OPS:
+            raise Error(_ffi.LLMT_ERR_INVALID_ARGUMENT, "Comm.all_reduce: op %r unknown "
+                        "(one of %s)" % (op, ", ".join(self._OPS)))
+        data, n, dt = self._buffer(buf, "all_reduce")
+        _call("comm_all_reduce", self.ptr, data, data, n, dt, self._OPS[op], None)
         return buf
 
     def broadcast(self, buf, root=0):
-        t = tensor_of(buf)
-        n = 1
-        for i in range(t.ndim):
-            n *= t.shape[i]
-        _call("comm_broadcast", self.ptr, t.data, n, t.dtype, root, None)
+        data, n, dt = self._buffer(buf, "broadcast")
+        _call("comm_broadcast", self.ptr, data, n, dt, root, None)
         return buf
 
     def barrier(self):
@@ -577,6 +613,7 @@ class Trainer(Handle):
         _call("trainer_create", _need(model, Model, "Trainer"), _c.byref(o), _c.byref(out))
         super().__init__(out.value, keep=model)
         self.model = model
+        model._used_by(self)  # the C trainer points at the model
 
     def _batch(self, inputs, targets):
         import numpy as np
@@ -633,7 +670,10 @@ class Trainer(Handle):
         return list(out)
 
     def ckpt_add(self, ck):
+        """Add the trainer's state to the save begun on `ck`, zero-copy: the
+        trainer must stay open (and not step) until ck.save() returns."""
         _call("trainer_ckpt_add", self.ptr, _need(ck, Checkpoint, "ckpt_add"))
+        ck._pending.append(self)  # save() checks it is still open
 
     def ckpt_read(self, ck):
         _call("trainer_ckpt_read", self.ptr, _need(ck, Checkpoint, "ckpt_read"))
@@ -642,6 +682,8 @@ class Trainer(Handle):
         o = _set(_init(_ffi.llmt_dp_opts, "dp_opts_init"), dict(opts, zero_stage=zero_stage))
         _call("trainer_set_comm", self.ptr, comm.ptr if comm is not None else None, _c.byref(o))
         self._keep = (self.model, comm)
+        if comm is not None:
+            comm._used_by(self)  # the C trainer points at the comm
 
     def sync_params(self):
         _call("trainer_sync_params", self.ptr)
@@ -699,8 +741,14 @@ class Checkpoint(Handle):
         _call("ckpt_set_plan_json", self.ptr, _b(plan if isinstance(plan, str) else _json.dumps(plan)))
 
     def save(self, async_=False):
+        ptr = self.ptr
+        for h in self._pending:
+            if isinstance(h, Handle) and h.closed:
+                # its tensors (a trainer's moments) were freed by close()
+                raise Error(_ffi.LLMT_ERR_STATE, "Checkpoint.save: a %s added to this "
+                            "save was closed before it; begin the save again" % type(h).__name__)
         try:
-            _call("ckpt_save", self.ptr, 1 if async_ else 0)
+            _call("ckpt_save", ptr, 1 if async_ else 0)
         finally:
             self._pending = []  # the snapshot is taken: the arrays may change
 
@@ -863,6 +911,8 @@ class Job(Handle):
             raise
         # the job copies the spec, which keeps pointing at its context
         super().__init__(out.value, keep=(sp, comm, o), ctx=ctx)
+        if comm is not None:
+            comm._used_by(self)  # the C job runs on the comm
 
     def info(self):
         i = _ffi.llmt_job_info()
