@@ -215,6 +215,13 @@ static llmt_status check_ours(llmt_err *e, ds_shard *sh)
     for (unsigned i = SH_OFF_RESERVED; i < SH_OFF_HEADER_XXH; i++)
         if (m[i])
             return bad(e, LLMT_ERR_FORMAT, p, i, "reserved header byte is not zero");
+    /* The padding before the index is zero: no byte of the file goes
+     * unchecked (the checksums cover only the tokens and the index). */
+    for (uint64_t i = h.tok_offset + need; i < h.idx_offset; i++)
+        if (m[i])
+            return bad(e, LLMT_ERR_FORMAT, p, i,
+                       "padding byte before the document index is "
+                       "not zero");
     /* The index: starts from 0, never decreasing, within the tokens. */
     uint64_t prev = 0;
     for (uint64_t d = 0; d < h.n_docs; d++) {
@@ -265,6 +272,64 @@ static llmt_status check_llmc(llmt_err *e, ds_shard *sh)
     return LLMT_OK;
 }
 
+/* Largest of n token ids. Sixteen lane maxima in fixed-count loops are
+ * vectorised even under -O2's very-cheap cost model (see copy below). */
+static uint32_t max_u16(const uint16_t *restrict src, size_t n)
+{
+    uint16_t mx[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (size_t k = 0; k < 16; k++)
+            mx[k] = src[i + k] > mx[k] ? src[i + k] : mx[k];
+    uint32_t m = 0;
+    for (; i < n; i++)
+        m = src[i] > m ? src[i] : m;
+    for (size_t k = 0; k < 16; k++)
+        m = mx[k] > m ? mx[k] : m;
+    return m;
+}
+
+static uint32_t max_u32(const uint32_t *restrict src, size_t n)
+{
+    uint32_t mx[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (size_t k = 0; k < 16; k++)
+            mx[k] = src[i + k] > mx[k] ? src[i + k] : mx[k];
+    uint32_t m = 0;
+    for (; i < n; i++)
+        m = src[i] > m ? src[i] : m;
+    for (size_t k = 0; k < 16; k++)
+        m = mx[k] > m ? mx[k] : m;
+    return m;
+}
+
+/* Does the shard's vocab_size bound its ids? llm.c files carry no
+ * vocabulary (any uint16 may be an id), nor does a full uint16 one. */
+static int vocab_checked(const ds_shard *sh)
+{
+    return sh->vocab_size > 0 && (sh->width == 4 || sh->vocab_size < 65536);
+}
+
+/* Index of the first of n tokens at src not below the shard's vocab_size,
+ * or -1: one vectorised pass, a second only to find a bad one. */
+static int64_t first_out_of_vocab(const ds_shard *sh, const unsigned char *src, size_t n)
+{
+    uint32_t limit = (uint32_t)sh->vocab_size;
+    if (!vocab_checked(sh))
+        return -1;
+    uint32_t mx = sh->width == 2 ? max_u16((const uint16_t *)(const void *)src, n)
+                                 : max_u32((const uint32_t *)(const void *)src, n);
+    if (mx < limit)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = sh->width == 2 ? (uint32_t)sh_rd16(src + 2 * i) : sh_rd32(src + 4 * i);
+        if (v >= limit)
+            return (int64_t)i;
+    }
+    return -1;
+}
+
 static llmt_status verify_shard(llmt_err *e, const ds_shard *sh)
 {
     if (sh->llmc)
@@ -276,6 +341,15 @@ static llmt_status verify_shard(llmt_err *e, const ds_shard *sh)
                    "the tokens (%" PRIu64 " bytes) hash to %016" PRIx64 ", the header "
                    "(offset %u) says %016" PRIx64 ": the token data is corrupt", tb, t,
                    SH_OFF_TOK_XXH, sh->tok_xxh);
+    int64_t at = first_out_of_vocab(sh, sh->tokens, (size_t)sh->n_tokens);
+    if (at >= 0) {
+        const unsigned char *q = sh->tokens + (size_t)at * sh->width;
+        return bad(e, LLMT_ERR_FORMAT, sh->path, (uint64_t)(q - sh->map),
+                   "token %" PRId64 " is id %" PRIu32 ", outside the shard's vocabulary "
+                   "[0, %d) (header offset %u)",
+                   at, sh->width == 2 ? (uint32_t)sh_rd16(q) : sh_rd32(q), (int)sh->vocab_size,
+                   SH_OFF_VOCAB);
+    }
     uint64_t i = XXH64(sh->index, ib, 0);
     if (i != sh->idx_xxh)
         return bad(e, LLMT_ERR_CHECKSUM, sh->path, (uint64_t)(sh->index - sh->map),
@@ -453,8 +527,8 @@ LLMT_API llmt_status llmt_dataset_shard(const llmt_dataset *ds, int32_t index,
     return LLMT_OK;
 }
 
-void llmt__data_dataset_copy(const llmt_dataset *ds, int32_t s, int64_t off, size_t n,
-                             int32_t *restrict dst)
+int64_t llmt__data_dataset_copy(const llmt_dataset *ds, int32_t s, int64_t off, size_t n,
+                                int32_t *restrict dst)
 {
     const ds_shard *sh = &ds->shards[s];
     if (sh->width == 2) {
@@ -471,6 +545,21 @@ void llmt__data_dataset_copy(const llmt_dataset *ds, int32_t s, int64_t off, siz
     } else {
         memcpy(dst, sh->tokens + (size_t)off * 4u, n * sizeof *dst);
     }
+    /* The range check reads the window again, from cache. */
+    int64_t at = first_out_of_vocab(sh, sh->tokens + (size_t)off * sh->width, n);
+    return at < 0 ? -1 : off + at;
+}
+
+llmt_status llmt__data_bad_token(llmt_err *e, const llmt_dataset *ds, int32_t s, int64_t tok)
+{
+    const ds_shard *sh = &ds->shards[s];
+    const unsigned char *p = sh->tokens + (size_t)tok * sh->width;
+    uint32_t v = sh->width == 2 ? (uint32_t)sh_rd16(p) : sh_rd32(p);
+    return bad(e, LLMT_ERR_FORMAT, sh->path, (uint64_t)(p - sh->map),
+               "token %" PRId64 " is id %" PRIu32 ", outside the shard's vocabulary [0, %d): "
+               "the token data is corrupt (llmt_dataset_open with verify checks every "
+               "token)",
+               tok, v, (int)sh->vocab_size);
 }
 
 LLMT_API llmt_status llmt_dataset_read(llmt_dataset *ds, int32_t index, int64_t offset,
@@ -481,8 +570,7 @@ LLMT_API llmt_status llmt_dataset_read(llmt_dataset *ds, int32_t index, int64_t 
     if (n)
         LLMT__NONNULL(&ds->err, "dataset: read", ids);
     if (index < 0 || index >= ds->n)
-        return llmt__err_set(&ds->err, 
-LLMT_ERR_INVALID_ARGUMENT,
+        return llmt__err_set(&ds->err, LLMT_ERR_INVALID_ARGUMENT,
                              "dataset: shard %d does not exist (%d shards)", (int)index,
                              (int)ds->n);
     const ds_shard *sh = &ds->shards[index];
@@ -491,7 +579,9 @@ LLMT_ERR_INVALID_ARGUMENT,
                              "dataset: %s: tokens [%" PRId64 ", %" PRId64 ") are outside the "
                              "shard's %" PRId64, sh->path, offset, offset + (int64_t)n,
                              sh->n_tokens);
-    llmt__data_dataset_copy(ds, index, offset, n, ids);
+    int64_t bad_at = llmt__data_dataset_copy(ds, index, offset, n, ids);
+    if (bad_at >= 0)
+        return llmt__data_bad_token(&ds->err, ds, index, bad_at);
     return LLMT_OK;
 }
 

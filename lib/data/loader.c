@@ -229,10 +229,18 @@ static int sampler_locate(sampler *sp, int64_t g, int32_t *shard, int64_t *tok,
 
 /* ---- the loader ---- */
 
+/* Why a micro-batch could not be filled: out of memory, or a token id
+ * outside its shard's vocabulary (shard, token offset). */
+typedef struct fill_err {
+    llmt_status status;
+    int32_t shard;
+    int64_t tok;
+} fill_err;
+
 typedef struct slot {
     int32_t *inputs, *targets;
     int64_t *ids;
-    llmt_status status;
+    fill_err err;
 } slot;
 
 struct llmt_loader {
@@ -258,24 +266,46 @@ struct llmt_loader {
 };
 
 /* Fill micro-batch number `m` (counted from base) of this rank. */
-static llmt_status fill(llmt_loader *l, sampler *sp, int64_t m, int32_t *inputs,
-                        int32_t *targets, int64_t *ids)
+static fill_err fill(llmt_loader *l, sampler *sp, int64_t m, int32_t *inputs, int32_t *targets,
+                     int64_t *ids)
 {
     const llmt_loader_opts *o = &l->o;
     int64_t A = o->grad_accum, B = o->micro_batch, T = o->seq_len;
     int64_t step = m / A, a = m % A;
     int64_t g = l->base + step * l->G + (int64_t)o->dp_rank * B * A + a * B;
+    fill_err fe = {LLMT_OK, 0, 0};
     for (int64_t i = 0; i < B; i++) {
         int32_t s;
         int64_t tok, id;
-        if (sampler_locate(sp, g + i, &s, &tok, &id))
-            return LLMT_ERR_OUT_OF_MEMORY;
-        llmt__data_dataset_copy(l->ds, s, tok, (size_t)T, inputs + i * T);
-        llmt__data_dataset_copy(l->ds, s, tok + 1, (size_t)T, targets + i * T);
+        if (sampler_locate(sp, g + i, &s, &tok, &id)) {
+            fe.status = LLMT_ERR_OUT_OF_MEMORY;
+            return fe;
+        }
+        /* An id outside the shard's vocabulary (a token corrupted after
+         * the shard was written) must not reach the model. */
+        int64_t bad = llmt__data_dataset_copy(l->ds, s, tok, (size_t)T, inputs + i * T);
+        int64_t bad2 = llmt__data_dataset_copy(l->ds, s, tok + 1, (size_t)T, targets + i * T);
+        if (bad >= 0 || bad2 >= 0) {
+            fe.status = LLMT_ERR_FORMAT;
+            fe.shard = s;
+            fe.tok = bad >= 0 ? bad : bad2;
+            return fe;
+        }
         if (ids)
             ids[i] = id;
     }
-    return LLMT_OK;
+    return fe;
+}
+
+/* The message of a failed fill, on the loader. */
+static llmt_status fill_failed(llmt_loader *l, const fill_err *fe)
+{
+    if (fe->status == LLMT_ERR_FORMAT) {
+        llmt_err why = {LLMT_OK, {0}};
+        llmt__data_bad_token(&why, l->ds, fe->shard, fe->tok);
+        return llmt__err_set(&l->err, LLMT_ERR_FORMAT, "loader: %s", why.msg);
+    }
+    return llmt__err_set(&l->err, fe->status, "loader: out of memory for a window permutation");
 }
 
 static void *worker(void *arg)
@@ -292,7 +322,7 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&l->mu);
         /* The slot is free (the caller is done with it) and only this
          * thread touches the sampler while it runs. */
-        sl->status = fill(l, &l->sp, m, sl->inputs, sl->targets, sl->ids);
+        sl->err = fill(l, &l->sp, m, sl->inputs, sl->targets, sl->ids);
         pthread_mutex_lock(&l->mu);
         l->produced = m + 1;
         pthread_cond_signal(&l->can_take);
@@ -475,9 +505,9 @@ LLMT_API llmt_status llmt_loader_next(llmt_loader *l, int32_t *inputs, int32_t *
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&l->err, "loader: next", inputs);
     LLMT__NONNULL(&l->err, "loader: next", targets);
-    llmt_status s;
+    fill_err fe;
     if (!l->nring) {
-        s = fill(l, &l->sp, l->consumed, inputs, targets, sample_ids);
+        fe = fill(l, &l->sp, l->consumed, inputs, targets, sample_ids);
     } else {
         pthread_mutex_lock(&l->mu);
         while (l->produced <= l->consumed)
@@ -485,22 +515,22 @@ LLMT_API llmt_status llmt_loader_next(llmt_loader *l, int32_t *inputs, int32_t *
         pthread_mutex_unlock(&l->mu);
         const slot *sl = &l->ring[l->consumed % l->nring];
         size_t bt = (size_t)l->o.micro_batch * (size_t)l->o.seq_len;
-        s = sl->status;
-        if (s == LLMT_OK) {
+        fe = sl->err;
+        if (fe.status == LLMT_OK) {
             memcpy(inputs, sl->inputs, bt * sizeof *inputs);
             memcpy(targets, sl->targets, bt * sizeof *targets);
             if (sample_ids)
                 memcpy(sample_ids, sl->ids, (size_t)l->o.micro_batch * sizeof *sample_ids);
         }
     }
-    if (s != LLMT_OK) {
+    if (fe.status != LLMT_OK) {
         /* The micro-batch stays unconsumed so a retry asks for it again; the
          * worker has moved past it and is restarted from here. */
         if (l->nring) {
             stop_worker(l);
             start_worker(l, &l->err);
         }
-        return llmt__err_set(&l->err, s, "loader: out of memory for a window permutation");
+        return fill_failed(l, &fe);
     }
     if (!l->nring) {
         l->consumed++;

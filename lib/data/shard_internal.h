@@ -63,6 +63,13 @@ typedef struct sh_header {
 
 static inline uint64_t sh_align8(uint64_t x) { return (x + 7u) & ~(uint64_t)7u; }
 
+static inline uint16_t sh_rd16(const unsigned char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 static inline uint32_t sh_rd32(const unsigned char *p)
 {
     uint32_t v;
@@ -109,8 +116,14 @@ struct llmt_dataset {
 };
 
 /* Tokens [off, off + n) of shard s widened to int32; the range is the
- * caller's to check. Safe from any thread. */
-void llmt__data_dataset_copy(const llmt_dataset *ds, int32_t s, int64_t off,
-                             size_t n, int32_t *dst);
+ * caller's to check. Returns -1 when every id is below the shard's
+ * vocab_size, else the shard offset of the first that is not (a corrupt
+ * token the header checksum cannot see without verify: it must never
+ * reach a model as an id). Safe from any thread. */
+int64_t llmt__data_dataset_copy(const llmt_dataset *ds, int32_t s, int64_t off, size_t n,
+                                int32_t *dst);
+/* The message for the id at token `tok` of shard s that copy reported:
+ * the file, its byte offset, the id and the vocabulary. */
+llmt_status llmt__data_bad_token(llmt_err *e, const llmt_dataset *ds, int32_t s, int64_t tok);
 
 #endif
