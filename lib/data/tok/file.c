@@ -16,6 +16,9 @@
 
 static const char *kind_name[] = {"bytes", "gpt2", "bpe"};
 
+/* llm.c's tokenizer.bin starts with this int32 (llmc/tokenizer.h). */
+#define LLMC_TOKENIZER_MAGIC 20240328
+
 LLMT_API llmt_status llmt_tokenizer_save(llmt_tokenizer *t, const char *path)
 {
     if (!t)
@@ -145,6 +148,30 @@ LLMT_API llmt_status llmt_tokenizer_load(llmt_context *ctx, const char *path,
     unsigned char *blob = NULL;
     tok_merge *m = NULL;
     reader r = {path, buf, buf + len, 0, ce};
+    int32_t magic = 0;
+    if (len >= 4)
+        memcpy(&magic, buf, sizeof magic);
+    if (magic == LLMC_TOKENIZER_MAGIC) {
+        s = llmt__err_set(ce, LLMT_ERR_FORMAT,
+                          "tokenizer: %s is llm.c's tokenizer.bin (magic %d): it holds "
+                          "only the token bytes, not the merges needed to encode; load "
+                          "GPT-2's encoder.json and vocab.bpe instead (gpt2:DIR)",
+                          path, LLMC_TOKENIZER_MAGIC);
+        goto fail;
+    }
+    const char *nul = memchr(buf, 0, len);
+    if (nul) {
+        /* A NUL would end a line early under the string functions below:
+         * the rest of that line would be dropped unseen. */
+        long line = 1;
+        for (const char *c = buf; c < nul; c++)
+            line += *c == '\n';
+        s = llmt__err_set(ce, LLMT_ERR_FORMAT,
+                          "tokenizer: %s: line %ld: NUL byte at offset "
+                          "%zu (a text file has none)",
+                          path, line, (size_t)(nul - buf));
+        goto fail;
+    }
     char *l = next_line(&r);
     if (!l || strncmp(l, "llmtrain-tokenizer ", 19)) {
         s = llmt__err_set(ce, LLMT_ERR_FORMAT,
@@ -173,6 +200,12 @@ LLMT_API llmt_status llmt_tokenizer_load(llmt_context *ctx, const char *path,
         goto fail;
     if (nt != V || V < 257) {
         s = bad(&r, "the token count must equal vocab_size (at least 257)");
+        goto fail;
+    }
+    /* Counts from the file size before the arrays they size are allocated:
+     * a token line has at least 3 bytes ("00\n"). */
+    if ((size_t)V > (size_t)(r.end - r.p) / 3) {
+        s = bad(&r, "vocab_size needs more token lines than the rest of the file holds");
         goto fail;
     }
     off = malloc(((size_t)V + 1) * sizeof *off);
@@ -208,6 +241,10 @@ LLMT_API llmt_status llmt_tokenizer_load(llmt_context *ctx, const char *path,
     off[V] = (uint32_t)q;
     if ((s = key_int(&r, "merges", V, &nm)))
         goto fail;
+    if ((size_t)nm > (size_t)(r.end - r.p) / 8) { /* "0 0 0 0\n" */
+        s = bad(&r, "the merge count needs more lines than the rest of the file holds");
+        goto fail;
+    }
     m = malloc(((size_t)nm + 1) * sizeof *m);
     if (!m) {
         s = llmt__err_set(ce, LLMT_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");

