@@ -41,10 +41,14 @@ LLMT_API llmt_status llmt_loader_ckpt_add(const llmt_loader *l, llmt_ckpt *ck)
     return LLMT_OK;
 }
 
-/* A whole decimal number of the right sign, or -1. */
+/* A whole decimal number of the right sign, written as ckpt_add writes it
+ * (digits, a '-' only when signed), or -1. strtoull alone would take " -1"
+ * as 2^64 - 1 and skip leading blanks or a '+': a changed value must not
+ * pass as another number. */
 static int parse(const char *txt, int is_unsigned, uint64_t *u, int64_t *i)
 {
-    if (!*txt || (is_unsigned && *txt == '-'))
+    const char *d = !is_unsigned && *txt == '-' ? txt + 1 : txt;
+    if (*d < '0' || *d > '9')
         return -1;
     char *end = NULL;
     errno = 0;
@@ -65,7 +69,13 @@ LLMT_API llmt_status llmt_loader_ckpt_read(llmt_loader *l, llmt_ckpt *ck)
     int64_t i64[K_N] = {0};
     for (int k = 0; k < K_N; k++) {
         char v[64];
-        llmt_status s = llmt_ckpt_get_kv(ck, key[k], v, sizeof v, NULL);
+        size_t need = 0;
+        llmt_status s = llmt_ckpt_get_kv(ck, key[k], v, sizeof v, &need);
+        if (s == LLMT_ERR_BUFFER_TOO_SMALL)
+            return llmt__err_set(e, LLMT_ERR_FORMAT,
+                                 "loader: checkpoint key %s holds %zu "
+                                 "bytes, longer than any integer (at most %zu)",
+                                 key[k], need, sizeof v - 1);
         if (s != LLMT_OK)
             return llmt__err_set(e, s, "loader: the checkpoint has no %s (the "
                                  "loader's state): %s", key[k],
