@@ -591,6 +591,28 @@ static int restore_all(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t step)
     return -1;
 }
 
+/* Restore step from j->ck opened on a fast tier (`what`: the in-memory
+ * snapshots, the node-local roots). Data that fails its checksums there
+ * (a bit flipped in host memory or on a node's disk) is not the end: the
+ * LR is put back, the reason logged, *corrupt set (the job's state is then
+ * partly that step's until another restore), and 0 returned so that the
+ * disk tiers decide; they hold the step too. 1: restored, < 0: failed. */
+static int restore_fast(llmt_job *j, int with_data, int64_t step, const char *what,
+                        int *corrupt)
+{
+    lr_state lr = lr_save(j);
+    int r = restore_all(j, j->ck, with_data, step);
+    if (r != 0)
+        return r;
+    lr_undo(j, &lr);
+    *corrupt = 1;
+    llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+              "%s: step %lld is corrupt (%s); the disk tiers decide", what, (long long)step,
+              j->err.msg);
+    llmt__err_clear(&j->err);
+    return 0;
+}
+
 /* The memory tier: the step of the in-memory snapshots, when every rank
  * that holds one holds the same step. With several ranks each snapshot
  * holds only this rank's share (replicas' shares are saved once), so the
@@ -602,7 +624,7 @@ static int restore_all(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t step)
  * (*tier says from where), 0: not usable (nothing changed), < 0: failed
  * (j->err; on every rank). */
 static int restore_memory(llmt_job *j, int with_data, int64_t *step, const char **tier,
-                          int *peer)
+                          int *peer, int *corrupt)
 {
     int many = j->comm && j->world > 1;
     int64_t have = -1;
@@ -636,10 +658,10 @@ static int restore_memory(llmt_job *j, int with_data, int64_t *step, const char 
                -1;
     }
     *tier = mem ? "memory" : *peer ? "peer" : "local";
-    if (restore_all(j, j->ck, with_data, hi) <= 0) /* corrupt too: its error */
-        return -1;
-    *step = hi;
-    return 1;
+    int r = restore_fast(j, with_data, hi, "memory tier", corrupt);
+    if (r > 0)
+        *step = hi;
+    return r;
 }
 
 /* The peer tier, before the local one is opened: every rank whose part of
@@ -690,7 +712,8 @@ static int restore_peer(llmt_job *j, const int64_t *steps, size_t n)
  * another node, gives the durable copy). Needs the world that saved it;
  * anything else leaves it to the durable tier. 1: restored, 0: not
  * usable, < 0: failed (j->err; on every rank). */
-static int restore_node_local(llmt_job *j, int with_data, int64_t *step, int *peer)
+static int restore_node_local(llmt_job *j, int with_data, int64_t *step, int *peer,
+                              int *corrupt)
 {
     if (!j->ck->node_local || !j->comm || j->world <= 1)
         return 0;
@@ -716,10 +739,10 @@ static int restore_node_local(llmt_job *j, int with_data, int64_t *step, int *pe
                   s != LLMT_OK ? llmt_ckpt_last_error(j->ck) : "failed on another rank");
         return 0;
     }
-    if (restore_all(j, j->ck, with_data, r[0]) <= 0) /* corrupt too: its error */
-        return -1;
-    *step = r[0];
-    return 1;
+    int got = restore_fast(j, with_data, r[0], "node-local roots", corrupt);
+    if (got > 0)
+        *step = r[0];
+    return got;
 }
 
 /* One line per restore: the tier read and its time (the recovery
@@ -757,8 +780,8 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
         llmt__log(j->ctx, LLMT_LOG_WARN, "job", "the last save failed: %s",
                   llmt_ckpt_last_error(j->ck));
     const char *tier = "memory";
-    int peer = 0;
-    int mem = restore_memory(j, with_data, step, &tier, &peer);
+    int peer = 0, fast_corrupt = 0; /* a fast tier's copy failed its checksums */
+    int mem = restore_memory(j, with_data, step, &tier, &peer, &fast_corrupt);
     if (mem < 0)
         return j->err.status ? j->err.status : LLMT_ERR_INTERNAL;
     if (mem > 0) {
@@ -770,7 +793,7 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
     /* a node-local root holds parts, never a commit: the durable tier has
      * every committed step, and the nodes' roots its parts */
     int node_local = j->ck->node_local;
-    int nl = restore_node_local(j, with_data, step, &peer);
+    int nl = restore_node_local(j, with_data, step, &peer, &fast_corrupt);
     if (nl < 0)
         return j->err.status ? j->err.status : LLMT_ERR_INTERNAL;
     if (nl > 0) {
@@ -791,7 +814,7 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
     s = node_local ? LLMT_ERR_NOT_FOUND
                    : restore_from(j, j->ck, with_data, step, &opened, moved, sizeof moved);
     /* no step usable, and a corrupt one was partly read into the job */
-    int partly = !opened && s == LLMT_ERR_CHECKSUM;
+    int partly = (!opened && s == LLMT_ERR_CHECKSUM) || fast_corrupt;
     if (node_local)
         llmt__err_set(&j->ck->err, s, "node-local (its steps commit in the durable tier)");
     if (opened && s != LLMT_OK)
