@@ -21,10 +21,17 @@ typedef struct series {
     int n, cap;
 } series;
 
+/* A point at step x. metrics.jsonl is appended across resumes and
+ * rollbacks: a step seen again replaces the earlier run of it and of the
+ * steps after it (that history was abandoned), as the loss plot and
+ * llmtrain launch's goodput read it; keeping both drew the lines back
+ * and forth and counted abandoned steps in the medians. */
 static void add(series *s, double x, double y)
 {
     if (!isfinite(x) || !isfinite(y))
         return;
+    while (s->n > 0 && s->x[s->n - 1] >= x)
+        s->n--;
     if (s->n == s->cap) {
         int nc = s->cap ? 2 * s->cap : 256;
         double *nx = realloc(s->x, (size_t)nc * sizeof *nx);
@@ -86,6 +93,15 @@ static void event(run *r, double step, const char *what)
     }
 }
 
+/* Lines written every step or every check that found nothing (MoE and
+ * pipeline statistics, a passed SDC check): not events. As markers they
+ * hid the real ones and filled the list's 512 places. */
+static int routine(const char *line)
+{
+    return is_event(line, "moe") || is_event(line, "pp") ||
+           (is_event(line, "sdc") && strstr(line, "\"ok\":true"));
+}
+
 static int read_rank(run *r, const char *path, int rank)
 {
     FILE *f = fopen(path, "r");
@@ -133,6 +149,8 @@ static int read_rank(run *r, const char *path, int rank)
             sscanf(strstr(line, "\"event\":\"") + 9, "%31[^\"]", what);
             if (is_event(line, "goodput") && !strstr(line, "\"when\":\"save\""))
                 continue;
+            if (routine(line))
+                continue;
             event(r, step, is_event(line, "goodput") ? "checkpoint" : what);
         } else if (strstr(line, "\"val_loss\":")) {
             add(&r->val, step, num(line, "val_loss"));
@@ -159,7 +177,7 @@ static double median(const series *s)
             v[k] = v[k - 1];
             v[k - 1] = t;
         }
-    double m = v[s->n / 2];
+    double m = s->n % 2 ? v[s->n / 2] : 0.5 * (v[s->n / 2 - 1] + v[s->n / 2]);
     free(v);
     return m;
 }

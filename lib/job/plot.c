@@ -1,7 +1,10 @@
 /* The loss plot: a self-contained SVG (train and validation loss against
  * the step, the corpus's unigram entropy as a dashed line) drawn from
  * metrics.jsonl. The file is appended across resumes and rollbacks, so a
- * step may have several lines: the latest one is the run's. */
+ * step may have several lines: the latest one is the run's, and a step
+ * trained again drops what the abandoned history had after it (a resume
+ * from step 4 of a run that had reached 11 and stops at 10 must not keep
+ * step 11). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,15 +187,26 @@ llmt_status llmt__job_plot(llmt_job *j)
     FILE *f = fopen(j->jsonl_path, "r");
     if (f) {
         char line[4096];
+        int64_t hi = -1; /* the last trained step read */
         while (fgets(line, sizeof line, f)) {
             double step, v;
             if (strstr(line, "\"event\"") || !json_num(line, "step", &step) || step < 0 ||
                 step > (double)max)
                 continue;
-            if (json_num(line, "val_loss", &v))
-                vl[(int64_t)step] = v;
-            else if (json_num(line, "loss", &v))
-                tl[(int64_t)step] = v;
+            int64_t at = (int64_t)step;
+            if (json_num(line, "val_loss", &v)) {
+                vl[at] = v;
+            } else if (json_num(line, "loss", &v)) {
+                /* trained again: the old history from here on is gone (its
+                 * validation at this step comes after this line) */
+                for (int64_t i = at; i <= hi; i++) {
+                    if (i > at)
+                        tl[i] = NAN;
+                    vl[i] = NAN;
+                }
+                tl[at] = v;
+                hi = at;
+            }
         }
         fclose(f);
     }
