@@ -444,8 +444,11 @@ impl<'m> Trainer<'m> {
         call(|| unsafe { sys::llmt_trainer_lr_at(self.raw, step, &mut l) })?;
         Ok(l)
     }
-    pub fn ckpt_add(&mut self, ck: &mut Checkpoint) -> Result<()> {
-        call(|| unsafe { sys::llmt_trainer_ckpt_add(self.raw, ck.raw) })
+    /// Add the trainer's state (parameters, AdamW moments, step) to a save,
+    /// zero-copy: the trainer stays borrowed until the save is taken, so it
+    /// can neither step nor be dropped before the snapshot.
+    pub fn ckpt_add<'d>(&'d mut self, save: &mut Save<'_, 'd>) -> Result<()> {
+        call(|| unsafe { sys::llmt_trainer_ckpt_add(self.raw, save.ck.raw) })
     }
     pub fn ckpt_read(&mut self, ck: &mut Checkpoint) -> Result<()> {
         call(|| unsafe { sys::llmt_trainer_ckpt_read(self.raw, ck.raw) })
@@ -492,30 +495,13 @@ impl Checkpoint {
         call(|| unsafe { sys::llmt_ckpt_create(ptr::null_mut(), r.as_ptr(), &opts, &mut raw) })?;
         Ok(Checkpoint { raw, _durable: durable })
     }
-    pub fn begin(&mut self, step: i64) -> Result<()> {
-        call(|| unsafe { sys::llmt_ckpt_begin(self.raw, step) })
+    /// Start describing the save of `step`: add tensors to the returned
+    /// `Save`, then `Save::save`. What is added stays borrowed until then.
+    pub fn begin<'d>(&mut self, step: i64) -> Result<Save<'_, 'd>> {
+        call(|| unsafe { sys::llmt_ckpt_begin(self.raw, step) })?;
+        Ok(Save { ck: self, step, taken: false, _data: PhantomData })
     }
-    /// Add this rank's block of a global fp32 tensor. The slice is read by
-    /// `save` (borrowed until then: the lifetime makes it so).
-    pub fn add_f32<'s>(&'s mut self, name: &str, data: &'s [f32], shape: &[i64], global_shape: Option<&[i64]>, global_offsets: Option<&[i64]>) -> Result<()> {
-        let mut t = sys::llmt_tensor::zeroed();
-        call(|| unsafe { sys::llmt_tensor_init(&mut t, std::mem::size_of_val(&t), sys::LLMT_DTYPE_FP32, shape.len() as i32, shape.as_ptr(), data.as_ptr() as *mut c_void, sys::LLMT_DEVICE_CPU, 0) })?;
-        if numel(&t) != data.len() {
-            return Err(Error { status: sys::LLMT_ERR_INVALID_ARGUMENT, message: format!("{}: shape {:?} is not {} elements", name, shape, data.len()) });
-        }
-        let n = cs(name)?;
-        let gs = global_shape.map_or(ptr::null(), |s| s.as_ptr());
-        let go = global_offsets.map_or(ptr::null(), |s| s.as_ptr());
-        call(|| unsafe { sys::llmt_ckpt_add_tensor(self.raw, n.as_ptr(), &t, gs, go) })
-    }
-    pub fn set_kv(&mut self, key: &str, value: &str) -> Result<()> {
-        let (k, v) = (cs(key)?, cs(value)?);
-        call(|| unsafe { sys::llmt_ckpt_set_kv(self.raw, k.as_ptr(), v.as_ptr()) })
-    }
-    /// Snapshot, then persist (async: returns after the snapshot).
-    pub fn save(&mut self, asynchronous: bool) -> Result<()> {
-        call(|| unsafe { sys::llmt_ckpt_save(self.raw, asynchronous as i32) })
-    }
+    /// Wait for the save in flight (an async `Save::save`) and return its result.
     pub fn wait(&mut self) -> Result<()> {
         call(|| unsafe { sys::llmt_ckpt_wait(self.raw, -1) })
     }
@@ -575,6 +561,101 @@ impl Checkpoint {
         let mut n = 0usize;
         call(|| unsafe { sys::llmt_ckpt_prune(self.raw, &mut n) })?;
         Ok(n)
+    }
+}
+
+/// A save being described (from `Checkpoint::begin`): the slices and
+/// trainers added to it are borrowed (`'d`) until `save` takes the
+/// snapshot, so they can be neither freed nor changed before it: C reads
+/// them only then. Dropped without `save`, nothing is saved.
+///
+/// ```no_run
+/// # use llmtrain::*;
+/// # fn f(ck: &mut Checkpoint, tr: Trainer) -> Result<()> {
+/// let mut tr = tr;
+/// let mut w = vec![1.0f32; 4];
+/// let mut s = ck.begin(1)?;
+/// s.add_f32("w", &w, &[4], None, None)?;
+/// tr.ckpt_add(&mut s)?;
+/// s.save(false)?; // the snapshot: w and tr may change or go from here on
+/// w[0] = 2.0;
+/// drop(tr);
+/// # Ok(()) }
+/// ```
+/// The examples below differ from this one only by the order of the lines
+/// (stable rustdoc does not check their error codes). A slice freed before
+/// the snapshot does not compile (before, C read the freed memory and saved
+/// garbage):
+/// ```compile_fail,E0597
+/// # use llmtrain::*;
+/// # fn f(ck: &mut Checkpoint) -> Result<()> {
+/// let mut s = ck.begin(1)?;
+/// {
+///     let w = vec![1.0f32; 4];
+///     s.add_f32("w", &w, &[4], None, None)?;
+/// }
+/// s.save(false)?;
+/// # Ok(()) }
+/// ```
+/// nor does changing it in between:
+/// ```compile_fail,E0502
+/// # use llmtrain::*;
+/// # fn f(ck: &mut Checkpoint) -> Result<()> {
+/// let mut w = vec![1.0f32; 4];
+/// let mut s = ck.begin(1)?;
+/// s.add_f32("w", &w, &[4], None, None)?;
+/// w[0] = 2.0;
+/// s.save(false)?;
+/// # Ok(()) }
+/// ```
+/// nor dropping (or stepping) a trainer added to it:
+/// ```compile_fail,E0505
+/// # use llmtrain::*;
+/// # fn f(ck: &mut Checkpoint, tr: Trainer) -> Result<()> {
+/// let mut tr = tr;
+/// let mut s = ck.begin(1)?;
+/// tr.ckpt_add(&mut s)?;
+/// drop(tr);
+/// s.save(false)?;
+/// # Ok(()) }
+/// ```
+pub struct Save<'c, 'd> {
+    ck: &'c mut Checkpoint,
+    step: i64,
+    taken: bool,
+    _data: PhantomData<&'d [f32]>,
+}
+impl<'c, 'd> Save<'c, 'd> {
+    /// Add this rank's block (`shape`) of the global fp32 tensor `name`
+    /// (global_shape None: the block's own; global_offsets None: zeros).
+    pub fn add_f32(&mut self, name: &str, data: &'d [f32], shape: &[i64], global_shape: Option<&[i64]>, global_offsets: Option<&[i64]>) -> Result<()> {
+        let mut t = sys::llmt_tensor::zeroed();
+        call(|| unsafe { sys::llmt_tensor_init(&mut t, std::mem::size_of_val(&t), sys::LLMT_DTYPE_FP32, shape.len() as i32, shape.as_ptr(), data.as_ptr() as *mut c_void, sys::LLMT_DEVICE_CPU, 0) })?;
+        if numel(&t) != data.len() {
+            return Err(Error { status: sys::LLMT_ERR_INVALID_ARGUMENT, message: format!("{}: shape {:?} is not {} elements", name, shape, data.len()) });
+        }
+        let n = cs(name)?;
+        let gs = global_shape.map_or(ptr::null(), |s| s.as_ptr());
+        let go = global_offsets.map_or(ptr::null(), |s| s.as_ptr());
+        call(|| unsafe { sys::llmt_ckpt_add_tensor(self.ck.raw, n.as_ptr(), &t, gs, go) })
+    }
+    pub fn set_kv(&mut self, key: &str, value: &str) -> Result<()> {
+        let (k, v) = (cs(key)?, cs(value)?);
+        call(|| unsafe { sys::llmt_ckpt_set_kv(self.ck.raw, k.as_ptr(), v.as_ptr()) })
+    }
+    /// Snapshot what was added, then persist (asynchronous: returns after
+    /// the snapshot; `Checkpoint::wait` for the rest). Ends the borrows.
+    pub fn save(mut self, asynchronous: bool) -> Result<()> {
+        self.taken = true;
+        call(|| unsafe { sys::llmt_ckpt_save(self.ck.raw, asynchronous as i32) })
+    }
+}
+impl Drop for Save<'_, '_> {
+    fn drop(&mut self) {
+        if !self.taken {
+            // drop the description, whose views may be freed from now on
+            unsafe { sys::llmt_ckpt_begin(self.ck.raw, self.step) };
+        }
     }
 }
 
@@ -654,7 +735,7 @@ impl Dataset {
         o.micro_batch = micro_batch;
         let mut raw = ptr::null_mut();
         call(|| unsafe { sys::llmt_loader_create(self.raw, &o, &mut raw) })?;
-        Ok(Loader { raw, rows: (seq_len * micro_batch) as usize, _ds: PhantomData })
+        Ok(Loader { raw, rows: seq_len as usize * micro_batch as usize, _ds: PhantomData })
     }
 }
 

@@ -91,9 +91,9 @@ fn job_equals_cli() {
     // a checkpoint of the host's own slices, read back resharded
     let mut ck = Checkpoint::new(&tmp.join("ck"), &CheckpointOpts { world_size: 1, ..Default::default() }).unwrap();
     let w: Vec<f32> = (0..12).map(|x| x as f32).collect();
-    ck.begin(1).unwrap();
-    ck.add_f32("w", &w, &[3, 4], None, None).unwrap();
-    ck.save(true).unwrap();
+    let mut save = ck.begin(1).unwrap();
+    save.add_f32("w", &w, &[3, 4], None, None).unwrap();
+    save.save(true).unwrap();
     ck.wait().unwrap();
     assert_eq!(ck.open_latest().unwrap(), 1);
     let mut half = vec![0f32; 6];
