@@ -74,6 +74,77 @@ static llmt_status lr_add(llmt_job *j)
     return s;
 }
 
+/* The anomaly detector's windows (recent losses and gradient norms, the
+ * z-scores' history), oldest first, as "job.anomaly_window": a resumed or
+ * rolled-back run judges its next steps against the same history as the
+ * run that saved it (without it the windows started empty, and for the
+ * first steps after a restore no spike could be seen). */
+static int window_text(const float *w, int n, int pos, char *out, size_t cap)
+{
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        int k = n < JOB_LOSS_WINDOW ? i : (pos + i) % JOB_LOSS_WINDOW;
+        int len = snprintf(out + at, cap - at, "%s%.9g", i ? " " : "", (double)w[k]);
+        if (len < 0 || (size_t)len >= cap - at)
+            return 0;
+        at += (size_t)len;
+    }
+    out[at] = 0;
+    return 1;
+}
+
+static llmt_status window_add(llmt_job *j)
+{
+    char l[JOB_LOSS_WINDOW * 20 + 1], g[JOB_LOSS_WINDOW * 20 + 1], v[sizeof l + sizeof g + 8];
+    if (!window_text(j->losses, j->nloss, j->loss_pos, l, sizeof l) ||
+        !window_text(j->gnorms, j->ngn, j->gn_pos, g, sizeof g))
+        return FAIL(LLMT_ERR_INTERNAL, "checkpoint: job.anomaly_window does not fit");
+    snprintf(v, sizeof v, "loss %s|grad_norm %s", l, g);
+    return llmt_ckpt_set_kv(j->ck, "job.anomaly_window", v);
+}
+
+/* "NAME v1 v2 ..." into w (oldest first); the count, or -1 when malformed */
+static int window_parse(const char *t, const char *name, float *w)
+{
+    size_t nl = strlen(name);
+    if (strncmp(t, name, nl) || (t[nl] != ' ' && t[nl] != 0 && t[nl] != '|'))
+        return -1;
+    const char *p = t + nl;
+    int n = 0;
+    while (*p == ' ') {
+        char *end = NULL;
+        double x = strtod(p + 1, &end);
+        if (end == p + 1 || n == JOB_LOSS_WINDOW)
+            return -1;
+        w[n++] = (float)x;
+        p = end;
+    }
+    return *p == 0 || *p == '|' ? n : -1;
+}
+
+/* After a restore from `ck`: the windows it saved, or empty ones for a
+ * checkpoint without them (older than the key). */
+static llmt_status window_read(llmt_job *j, llmt_ckpt *ck)
+{
+    char v[4096];
+    j->nloss = j->loss_pos = j->ngn = j->gn_pos = 0;
+    if (llmt_ckpt_get_kv(ck, "job.anomaly_window", v, sizeof v, NULL) != LLMT_OK)
+        return LLMT_OK;
+    const char *bar = strchr(v, '|');
+    float l[JOB_LOSS_WINDOW], g[JOB_LOSS_WINDOW];
+    int nl = window_parse(v, "loss", l), ng = bar ? window_parse(bar + 1, "grad_norm", g) : -1;
+    if (nl < 0 || ng < 0)
+        return FAIL(LLMT_ERR_FORMAT,
+                    "checkpoint: job.anomaly_window '%.200s' is not 'loss v...|grad_norm v...' "
+                    "with at most %d values each",
+                    v, JOB_LOSS_WINDOW);
+    for (int i = 0; i < nl; i++)
+        llmt__job_window_add(j->losses, &j->nloss, &j->loss_pos, l[i]);
+    for (int i = 0; i < ng; i++)
+        llmt__job_window_add(j->gnorms, &j->ngn, &j->gn_pos, g[i]);
+    return LLMT_OK;
+}
+
 /* Before the trainer reads `ck` (so that its schedule then matches the
  * saved one): the LR multiplier the checkpoint was trained with. A job
  * with its full LR replays the saved lowerings one factor at a time when
@@ -132,6 +203,8 @@ llmt_status llmt__job_save(llmt_job *j, int async)
     s = llmt_loader_ckpt_add(j->data.loader, j->ck);
     if (s == LLMT_OK)
         s = lr_add(j);
+    if (s == LLMT_OK)
+        s = window_add(j);
     if (s == LLMT_OK) { /* for people and tools; loading does not need it */
         char plan[160];
         snprintf(plan, sizeof plan,
@@ -351,9 +424,9 @@ static llmt_status restore_open(llmt_job *j, llmt_ckpt *ck, int with_data)
     s = llmt_trainer_ckpt_read(j->tr, ck);
     if (s != LLMT_OK)
         return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
-    if (with_data)
-        return llmt__job_data_ckpt_read(j, &j->data, ck);
-    return LLMT_OK;
+    if (with_data && (s = llmt__job_data_ckpt_read(j, &j->data, ck)) != LLMT_OK)
+        return s;
+    return window_read(j, ck);
 }
 
 static int restore_all(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t step);

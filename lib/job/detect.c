@@ -333,7 +333,7 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
             j->rollbacks++;
             m->events |= LLMT_JOB_EVENT_ROLLBACK;
             m->step = back;
-            j->nloss = j->loss_pos = j->ngn = j->gn_pos = 0;
+            /* the anomaly windows: the checkpoint's (ckpt.c) */
         }
     } else {
         s = take_params_from(j, my_root); /* each group from its own majority */

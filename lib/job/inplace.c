@@ -154,7 +154,7 @@ llmt_status llmt__job_inplace_recover(llmt_job *j, llmt_job_metrics *m)
     int64_t undone = j->last.step - step;
     j->start_step = step;
     j->hb_first = 0; /* the agent's recovery ends at the next step */
-    j->nloss = j->loss_pos = j->ngn = j->gn_pos = 0;
+    /* the anomaly windows: the checkpoint's (ckpt.c) */
     j->consecutive = 0;
     j->strag_comm0 = 0; /* a new communicator's clock */
     j->strag_busy = j->strag_wall = 0;

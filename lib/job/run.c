@@ -106,7 +106,7 @@ static llmt_status anomaly(llmt_job *j, int64_t at, const char *kind, const char
         undone = (applied ? at : at - 1) - back;
         window = (at - back) * (int64_t)j->to.micro_batch * j->to.grad_accum * j->dp;
         m->step = back;
-        j->nloss = j->loss_pos = j->ngn = j->gn_pos = 0;
+        /* the anomaly windows: the checkpoint's (ckpt.c) */
         action = "rollback";
     } else if (!applied) {
         j->skipped++;
@@ -410,7 +410,7 @@ LLMT_API llmt_status llmt_job_resume(llmt_job *j, int64_t *step)
                     j->durable_dir[0] ? " or " : "", j->durable_dir);
     j->resumed = 1;
     j->last.step = at;
-    j->nloss = j->loss_pos = j->ngn = j->gn_pos = 0;
+    /* the anomaly windows: the checkpoint's (ckpt.c) */
     llmt__job_metrics_line(j, "{\"event\":\"resume\",\"step\":%lld,\"world_size\":%d}",
                            (long long)at, (int)j->world);
     if (step)

@@ -4,7 +4,9 @@
  * checkpoint must train steps 13-14 with the same lowered LR as a run that
  * never stopped (before, the resumed job rebuilt its trainer from the spec
  * and silently went back to the full LR). A run without the spike gives
- * the full LR of those steps, to show the lowered one is lower.
+ * the full LR of those steps, to show the lowered one is lower. A run
+ * stopped at step 8, before the spike, and resumed sees the spike too
+ * (the detector's history is in the checkpoint) and lowers the LR alike.
  * usage: test_lr_resume CORPUS_DIR (any directory of text files) */
 #include <math.h>
 #include <stdio.h>
@@ -135,6 +137,18 @@ int main(int argc, char **argv)
     CHECK(run(d_res, 0, STOP, resumed, &an) == 0);
     CHECK_EQ_INT(an, 1);
     CHECK(run(d_res, 1, 0, resumed, &an) == STOP);
+    /* stopped at 8, before the spike, and resumed: the detector judges step
+     * 10 against the history the checkpoint saved (job.anomaly_window), as
+     * the run that never stopped did; with empty windows (before) 2 values
+     * were too few for a z-score and the spike went unseen */
+    float early[STEPS + 1];
+    memset(early, 0, sizeof early);
+    char d_early[600];
+    snprintf(d_early, sizeof d_early, "%s/early", tmp);
+    CHECK(run(d_early, 0, 8, early, &an) == 0);
+    CHECK_EQ_INT(an, 0);
+    CHECK(run(d_early, 1, 0, early, &an) == 8);
+    CHECK_EQ_INT(an, 1);
     unsetenv("LLMT_FAULT");
 
     for (int s = 1; s <= STEPS; s++)
@@ -146,6 +160,7 @@ int main(int argc, char **argv)
         CHECK(full[s] > 0);
         CHECK(fabs((double)whole[s] - FACTOR * (double)full[s]) <= 1e-5 * (double)full[s]);
         CHECK(resumed[s] == whole[s]); /* the same sequence of float scalings */
+        CHECK(early[s] == whole[s]);
     }
     /* the resumed job says so in its goodput line */
     char path[700];
