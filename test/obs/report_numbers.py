@@ -215,6 +215,15 @@ def main():
     check(m is not None and m.group(1) == "%.4g" % want,
           "report median MFU %s, want %.4g" % (m and m.group(1), want))
 
+    # the peak each MFU divides by: the planner's hardware.peak_tflops
+    # (0.5 TFLOP/s in the "cpu" row of the hardware table), the measured
+    # one's the calibration
+    cal = [l for l in ls if l.get("event") == "calibration"][-1]
+    m = re.search(r"<tr><td>peak FLOP/s per device</td><td>([^<]*)</td><td>([^<]*)</td>", html)
+    check(m is not None and m.groups() == ("%.4g" % 5e11, "%.4g" % cal["peak_flops"]),
+          "report peaks %s, want planner %.4g, measured %.4g" %
+          (m and m.groups(), 5e11, cal["peak_flops"]))
+
     # the loss plot: the kept history only (no step 8 or 9)
     with open(os.path.join(d, "loss.svg")) as f:
         svg = f.read()
