@@ -23,6 +23,10 @@ import (
 	"unsafe"
 )
 
+// closeHook is told of every model, trainer, dataset and loader freed
+// (a test counts what finalizers free); a no-op outside tests.
+var closeHook = func(kind string) {}
+
 func closedErr(what string) error {
 	return &LibError{Status: ErrState, Message: what + ": closed"}
 }
@@ -256,9 +260,12 @@ type ModelConfig struct {
 
 // Model is a transformer's parameters (one goroutine at a time).
 type Model struct {
-	ctx      *C.llmt_context
-	model    *C.llmt_model
-	trainers []*Trainer
+	ctx   *C.llmt_context
+	model *C.llmt_model
+	// the C side of its trainers, closed by Close. Not the *Trainer: a
+	// Trainer points at its Model, and a cycle of objects with finalizers
+	// is never collected (runtime.SetFinalizer), so neither finalizer ran
+	trainers []*trainerCore
 }
 
 // NewModel creates and initialises a model (seeded, deterministic).
@@ -299,9 +306,12 @@ func (m *Model) Close() {
 		return
 	}
 	for _, t := range m.trainers {
-		t.Close()
+		t.close()
 	}
 	m.trainers = nil
+	if m.model != nil {
+		closeHook("model")
+	}
 	C.llmt_model_destroy(m.model)
 	C.llmt_context_destroy(m.ctx)
 	m.model, m.ctx = nil, nil
@@ -375,10 +385,27 @@ type StepMetrics struct {
 // Trainer runs steps on one Model (one goroutine at a time). It is closed
 // by its model's Close.
 type Trainer struct {
-	model  *Model
+	model *Model // keeps the model alive while the trainer is
+	*trainerCore
+}
+
+// trainerCore is the C side of a Trainer, also listed by its Model.
+type trainerCore struct {
 	tr     *C.llmt_trainer
 	buf    unsafe.Pointer // C copy of a batch's inputs and targets
 	bufLen int
+}
+
+func (c *trainerCore) close() {
+	if c.tr != nil {
+		closeHook("trainer")
+	}
+	C.llmt_trainer_destroy(c.tr)
+	c.tr = nil
+	if c.buf != nil {
+		C.free(c.buf)
+		c.buf = nil
+	}
 }
 
 // NewTrainer creates a trainer for m.
@@ -409,31 +436,26 @@ func NewTrainer(m *Model, o TrainerOpts) (*Trainer, error) {
 	if o.ScheduleSet || o.Schedule != 0 {
 		c.schedule = C.int32_t(o.Schedule)
 	}
-	t := &Trainer{model: m}
+	t := &Trainer{model: m, trainerCore: &trainerCore{}}
 	if err := call(func() C.llmt_status { return C.llmt_trainer_create(m.model, &c, &t.tr) }); err != nil {
 		return nil, err
 	}
-	m.trainers = append(m.trainers, t)
+	m.trainers = append(m.trainers, t.trainerCore)
 	runtime.SetFinalizer(t, (*Trainer).Close)
 	return t, nil
 }
 
 // Close frees the trainer; a second Close is a no-op.
 func (t *Trainer) Close() {
-	if t == nil {
+	if t == nil || t.trainerCore == nil {
 		return
 	}
-	C.llmt_trainer_destroy(t.tr)
-	t.tr = nil
-	if t.buf != nil {
-		C.free(t.buf)
-		t.buf = nil
-	}
+	t.close()
 	runtime.SetFinalizer(t, nil)
 }
 
 func (t *Trainer) live() error {
-	if t == nil {
+	if t == nil || t.trainerCore == nil {
 		return nilErr("trainer")
 	}
 	if t.tr == nil {
@@ -503,7 +525,9 @@ func (t *Trainer) Evaluate(inputs, targets []int32, seqLen int) (float32, error)
 }
 
 // CkptAdd adds the trainer's state (parameters, AdamW moments, step) to the
-// save being described on ck, zero-copy (the library's own memory).
+// save being described on ck, zero-copy (the library's own memory): keep
+// the trainer open, and do not step it, until ck.Save returns (Save
+// refuses with ErrState a trainer closed in between).
 func (t *Trainer) CkptAdd(ck *Checkpoint) error {
 	if err := t.live(); err != nil {
 		return err
@@ -511,7 +535,11 @@ func (t *Trainer) CkptAdd(ck *Checkpoint) error {
 	if err := ck.live(); err != nil {
 		return err
 	}
-	return call(func() C.llmt_status { return C.llmt_trainer_ckpt_add(t.tr, ck.ck) })
+	err := call(func() C.llmt_status { return C.llmt_trainer_ckpt_add(t.tr, ck.ck) })
+	if err == nil {
+		ck.trainers = append(ck.trainers, t.trainerCore)
+	}
+	return err
 }
 
 // CkptRead restores the state from the checkpoint open on ck.
@@ -537,10 +565,11 @@ type CkptOpts struct {
 // Checkpoint saves named tensors asynchronously in tiers and loads them
 // under any sharding (one goroutine at a time).
 type Checkpoint struct {
-	ctx     *C.llmt_context
-	ck      *C.llmt_ckpt
-	durable *C.char
-	pending []unsafe.Pointer // C copies of Go slices, freed after Save
+	ctx      *C.llmt_context
+	ck       *C.llmt_ckpt
+	durable  *C.char
+	pending  []unsafe.Pointer // C copies of Go slices, freed after Save
+	trainers []*trainerCore   // added by Trainer.CkptAdd: open until Save
 }
 
 // NewCheckpoint opens (creating) the checkpoint root directory.
@@ -615,6 +644,7 @@ func (k *Checkpoint) Begin(step int64) error {
 		return err
 	}
 	k.freePending()
+	k.trainers = nil
 	return call(func() C.llmt_status { return C.llmt_ckpt_begin(k.ck, C.int64_t(step)) })
 }
 
@@ -680,12 +710,19 @@ func (k *Checkpoint) Save(async bool) error {
 	if err := k.live(); err != nil {
 		return err
 	}
+	for _, t := range k.trainers {
+		if t.tr == nil { // its state, added zero-copy, was freed by Close
+			return &LibError{Status: ErrState, Message: "checkpoint: save: a trainer " +
+				"added by CkptAdd was closed before Save; Begin the save again"}
+		}
+	}
 	a := C.int32_t(0)
 	if async {
 		a = 1
 	}
 	err := call(func() C.llmt_status { return C.llmt_ckpt_save(k.ck, a) })
 	k.freePending() // the snapshot holds the bytes now
+	k.trainers = nil
 	return err
 }
 
@@ -1026,9 +1063,11 @@ type DatasetInfo struct {
 // Dataset is a set of token shards opened with mmap. Its Close closes the
 // loaders made from it first.
 type Dataset struct {
-	ctx     *C.llmt_context
-	ds      *C.llmt_dataset
-	loaders []*Loader
+	ctx *C.llmt_context
+	ds  *C.llmt_dataset
+	// the C side of its loaders (not the *Loader, which points back: a
+	// cycle with finalizers is never collected)
+	loaders []*loaderCore
 }
 
 // OpenDataset opens a shard file, a directory or a glob.
@@ -1058,9 +1097,12 @@ func (d *Dataset) Close() {
 		return
 	}
 	for _, l := range d.loaders {
-		l.Close()
+		l.close()
 	}
 	d.loaders = nil
+	if d.ds != nil {
+		closeHook("dataset")
+	}
 	C.llmt_dataset_destroy(d.ds)
 	C.llmt_context_destroy(d.ctx)
 	d.ds, d.ctx = nil, nil
@@ -1105,9 +1147,22 @@ type LoaderState struct {
 
 // Loader streams one data-parallel rank's micro-batches (one goroutine).
 type Loader struct {
-	ds            *Dataset
-	l             *C.llmt_loader
+	ds *Dataset // keeps the dataset alive while the loader is
+	*loaderCore
 	seqLen, micro int
+}
+
+// loaderCore is the C side of a Loader, also listed by its Dataset.
+type loaderCore struct {
+	l *C.llmt_loader
+}
+
+func (c *loaderCore) close() {
+	if c.l != nil {
+		closeHook("loader")
+	}
+	C.llmt_loader_destroy(c.l)
+	c.l = nil
 }
 
 // NewLoader creates a loader over d.
@@ -1134,27 +1189,26 @@ func NewLoader(d *Dataset, o LoaderOpts) (*Loader, error) {
 	if o.Seed != 0 {
 		c.seed = C.uint64_t(o.Seed)
 	}
-	l := &Loader{ds: d, seqLen: int(c.seq_len), micro: int(c.micro_batch)}
+	l := &Loader{ds: d, loaderCore: &loaderCore{}, seqLen: int(c.seq_len), micro: int(c.micro_batch)}
 	if err := call(func() C.llmt_status { return C.llmt_loader_create(d.ds, &c, &l.l) }); err != nil {
 		return nil, err
 	}
-	d.loaders = append(d.loaders, l)
+	d.loaders = append(d.loaders, l.loaderCore)
 	runtime.SetFinalizer(l, (*Loader).Close)
 	return l, nil
 }
 
 // Close frees the loader (and stops its prefetch thread).
 func (l *Loader) Close() {
-	if l == nil {
+	if l == nil || l.loaderCore == nil {
 		return
 	}
-	C.llmt_loader_destroy(l.l)
-	l.l = nil
+	l.close()
 	runtime.SetFinalizer(l, nil)
 }
 
 func (l *Loader) live() error {
-	if l == nil {
+	if l == nil || l.loaderCore == nil {
 		return nilErr("loader")
 	}
 	if l.l == nil {

@@ -137,8 +137,11 @@ func NewJob(spec string, o JobOpts) (*Job, error) {
 	return j, nil
 }
 
-// Close frees the job; a second Close is a no-op.
+// Close frees the job; a second Close (or one on a nil *Job) is a no-op.
 func (j *Job) Close() {
+	if j == nil {
+		return
+	}
 	if j.job != nil {
 		C.llmt_job_destroy(j.job)
 		j.job = nil
@@ -155,8 +158,11 @@ func (j *Job) Close() {
 }
 
 func (j *Job) live() error {
-	if j == nil || j.job == nil {
-		return &LibError{Status: ErrState, Message: "job: closed"}
+	if j == nil {
+		return nilErr("job")
+	}
+	if j.job == nil {
+		return closedErr("job")
 	}
 	return nil
 }
