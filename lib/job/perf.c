@@ -26,6 +26,22 @@ LLMT_API llmt_status llmt_job_obs_opts_init(llmt_job_obs_opts *opts, size_t size
     return llmt__opts_init(opts, size, 0, &d, sizeof d, "llmt_job_obs_opts");
 }
 
+/* The textfile a caller named, for this rank: rank 0 writes it as named,
+ * rank r > 0 beside it with ".rank<r>" before a ".prom" suffix (the
+ * collector reads *.prom only). Every rank writing one file would keep
+ * only the last writer's numbers, and their shared FILE.tmp could rename
+ * a file another rank was half way through. */
+static void prom_path_of_rank(llmt_job *j, const char *path)
+{
+    size_t n = strlen(path), ext = strlen(".prom");
+    int has_ext = n > ext && !strcmp(path + n - ext, ".prom");
+    if (j->rank <= 0)
+        snprintf(j->prom_path, sizeof j->prom_path, "%s", path);
+    else
+        snprintf(j->prom_path, sizeof j->prom_path, "%.*s.rank%d%s",
+                 (int)(has_ext ? n - ext : n), path, (int)j->rank, has_ext ? ".prom" : "");
+}
+
 LLMT_API llmt_status llmt_job_set_obs(llmt_job *j, const llmt_job_obs_opts *opts)
 {
     if (!j)
@@ -61,7 +77,7 @@ LLMT_API llmt_status llmt_job_set_obs(llmt_job *j, const llmt_job_obs_opts *opts
     if (!o.prom_path)
         snprintf(j->prom_path, sizeof j->prom_path, "%s/metrics.prom", j->run_dir);
     else
-        snprintf(j->prom_path, sizeof j->prom_path, "%s", o.prom_path);
+        prom_path_of_rank(j, o.prom_path);
     o.trace_dir = o.prom_path = NULL; /* not kept: the caller's strings */
     llmt__obs_op_timing(j->obs, o.op_timing == 0);
     j->obs_opts = o;

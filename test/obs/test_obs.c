@@ -453,6 +453,7 @@ typedef struct rank_arg {
     int rank, steps;
     int untimed; /* op_timing -1, no trace */
     const char *json;
+    const char *prom; /* llmt_job_obs_opts.prom_path, or NULL */
     char dir[600];
     llmt_job_perf perf[16];
     llmt_status st;
@@ -483,6 +484,7 @@ static void *run_rank(void *p)
     oo.trace_first = a->untimed ? 0 : 3;
     oo.trace_last = a->untimed ? 0 : 4;
     oo.aggregate_interval = 2;
+    oo.prom_path = a->prom;
     if (a->st == LLMT_OK)
         a->st = llmt_job_set_obs(job, &oo);
     for (int s = 0; a->st == LLMT_OK && s < a->steps; s++) {
@@ -652,8 +654,12 @@ int main(int argc, char **argv)
                  "{\"straggler\": {\"interval\": 3, \"margin\": 0.2, \"patience\": 100}}",
                  port);
         const char *json = spec_json(6, extra);
+        /* one textfile named for the job: rank 1 writes beside it */
+        char prom[600];
+        snprintf(prom, sizeof prom, "%s/two-job.prom", tmp);
         for (int r = 0; r < 2; r++) {
             memset(&a[r], 0, sizeof a[r]);
+            a[r].prom = prom;
             a[r].comm = comms[r];
             a[r].rank = r;
             a[r].steps = 6;
@@ -684,6 +690,16 @@ int main(int argc, char **argv)
              * the woken progress thread on two shared cores) counts as
              * its dp communication */
             check_split_sum(a[r].perf, 6, r, 0.05);
+        }
+        for (int r = 0; r < 2; r++) {
+            char path[800];
+            snprintf(path, sizeof path, r ? "%s/two-job.rank1.prom" : "%s/two-job.prom", tmp);
+            char *t = test_slurp(path, NULL), want[64];
+            snprintf(want, sizeof want, "llmtrain_step{rank=\"%d\"} 6\n", r);
+            if (!t || !strstr(t, want))
+                fprintf(stderr, "%s: no '%s'\n", path, want);
+            CHECK(t && strstr(t, want));
+            free(t);
         }
         /* the slowed rank's wait is the others' exposed communication */
         double w0 = 0, w1 = 0;
