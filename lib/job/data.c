@@ -219,17 +219,27 @@ static llmt_status unigram(llmt_job *j, job_data *d)
     llmt_status s = LLMT_OK;
     for (int32_t i = 0; i < info.shards && total < limit && s == LLMT_OK; i++) {
         int64_t n = 0;
-        llmt_dataset_shard(d->train_ds, i, NULL, &n, NULL);
-        for (int64_t off = 0; off < n && total < limit; off += (int64_t)chunk) {
+        const char *path = NULL;
+        llmt_dataset_shard(d->train_ds, i, &path, &n, NULL);
+        for (int64_t off = 0; off < n && total < limit && s == LLMT_OK; off += (int64_t)chunk) {
             size_t k = (size_t)(n - off < (int64_t)chunk ? n - off : (int64_t)chunk);
             s = llmt_dataset_read(d->train_ds, i, off, buf, k);
             if (s != LLMT_OK) {
                 FAIL(s, "training data: %s", llmt_dataset_last_error(d->train_ds));
                 break;
             }
-            for (size_t t = 0; t < k; t++)
+            /* a file that names no vocabulary (llm.c's) can hold ids the
+             * tokenizer has not: named here, before any step */
+            for (size_t t = 0; t < k && s == LLMT_OK; t++) {
                 if (buf[t] >= 0 && buf[t] < d->vocab)
                     cnt[buf[t]]++;
+                else
+                    s = FAIL(LLMT_ERR_FORMAT,
+                             "training data: %s: token %lld holds id %d, outside the "
+                             "tokenizer's vocabulary [0, %d)",
+                             path ? path : "a shard", (long long)(off + (int64_t)t),
+                             (int)buf[t], (int)d->vocab);
+            }
             total += (int64_t)k;
         }
     }

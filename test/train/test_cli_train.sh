@@ -174,4 +174,23 @@ sed -i 's/"eval_batches": 2/"eval_batches": 100000/; s/"steps": 12/"steps": 2/' 
   grep -q 'train.eval_batches 100000: the validation data holds [0-9]* batches' evmany.log &&
   ok "eval_batches beyond the validation data: said" ||
   { bad "eval_batches beyond the validation data"; tail -5 evmany.log; }
+# llm.c token files name no vocabulary: an id the tokenizer does not have
+# (300 with the byte tokenizer's 257) is refused before any step, naming
+# the file and the token (before: trained on, the model's vocab being 320)
+mkdir -p llmc/train llmc/val
+python3 - <<'PY'
+import struct
+for name, n, bad in (("llmc/train/a.bin", 4000, 3000), ("llmc/val/b.bin", 2000, -1)):
+    toks = [(i * 7) % 256 for i in range(n)]
+    if bad >= 0:
+        toks[bad] = 300
+    hdr = [20240520, 1, n] + [0] * 253
+    open(name, "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % n, *toks))
+PY
+sed "s|\"train\": \"[^\"]*\"|\"train\": \"$tmp/llmc/train\", \"val\": \"$tmp/llmc/val\"|;
+     s/\"kind\": \"bpe\", \"vocab_size\": 512/\"kind\": \"byte\"/; s/\"steps\": 12/\"steps\": 2/" good.json > llmc.json
+"$exe" train llmc.json --out llmcrun > llmc.log 2>&1; rc=$?
+[ $rc != 0 ] && grep -q 'llmc/train/a.bin: token 3000 holds id 300, outside the tokenizer.s vocabulary \[0, 257)' llmc.log &&
+  ok "an llm.c file's id outside the tokenizer refused, naming file and token" ||
+  { bad "llm.c id outside the vocabulary (rc $rc)"; tail -3 llmc.log; }
 exit $fail
