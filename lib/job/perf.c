@@ -372,8 +372,11 @@ void llmt__job_obs_run_line(llmt_job *j, int64_t step, const float *all, int32_t
         for (int32_t r = 0; r < ranks; r++)
             v[r] = all[r * stride + fi];
         qsort(v, (size_t)ranks, sizeof *v, cmp_double);
-        fprintf(f, ",\"%s\":{\"min\":%.6g,\"median\":%.6g,\"max\":%.6g}", names[fi], v[0],
-                v[(ranks - 1) / 2], v[ranks - 1]);
+        /* of an even count the mean of the middle two (v[(n-1)/2] alone
+         * made two ranks' median their minimum) */
+        double med = ranks % 2 ? v[ranks / 2] : 0.5 * (v[ranks / 2 - 1] + v[ranks / 2]);
+        fprintf(f, ",\"%s\":{\"min\":%.6g,\"median\":%.6g,\"max\":%.6g}", names[fi], v[0], med,
+                v[ranks - 1]);
     }
     fprintf(f, ",\"slowest_rank\":%d,\"per_rank_step_s\":[", (int)slowest);
     for (int32_t r = 0; r < ranks; r++)

@@ -719,6 +719,13 @@ int main(int argc, char **argv)
         CHECK(run && strstr(run, "\"stragglers\":[1]") && strstr(run, "\"slowest_rank\":1"));
         CHECK(run && strstr(run, "\"ranks\":2"));
         free(run);
+        /* of two ranks the median is their mean (rank 0 waits for the
+         * slowed rank 1 in its dp collectives: the two differ) */
+        double lo = line_value(path, "\"comm_dp_s\"", "min"),
+               med = line_value(path, "\"comm_dp_s\"", "median"),
+               hi = line_value(path, "\"comm_dp_s\"", "max");
+        fprintf(stderr, "run.jsonl comm_dp_s: min %g median %g max %g\n", lo, med, hi);
+        CHECK(hi > lo && fabs(med - 0.5 * (lo + hi)) <= 1e-5 * hi);
         snprintf(path, sizeof path, "%s/two/trace-rank0.json", tmp);
         int c0 = check_trace(path, 0, 1);
         snprintf(path, sizeof path, "%s/two/rank-1/trace-rank1.json", tmp);
