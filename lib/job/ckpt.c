@@ -593,6 +593,66 @@ static void committed_steps(llmt_job *j, int64_t **steps, size_t *n)
 
 static int restore_peer(llmt_job *j, const int64_t *steps, size_t n);
 
+/* The newest step ck lists (-1: none), the same on every rank (the
+ * smallest of the ranks' answers). */
+static int64_t newest_listed(llmt_job *j, llmt_ckpt *ck)
+{
+    size_t n = 0;
+    int64_t *steps = NULL, newest = -1;
+    llmt_ckpt_list(ck, NULL, 0, &n);
+    if (n && (steps = malloc(n * sizeof *steps)) && llmt_ckpt_list(ck, steps, n, &n) == LLMT_OK)
+        for (size_t i = 0; i < n; i++)
+            newest = steps[i] > newest ? steps[i] : newest;
+    free(steps);
+    if (agree_min(j, &newest, 1) != LLMT_OK)
+        return -1;
+    return newest;
+}
+
+/* The local tier restored `at` after setting newer steps aside (corrupt,
+ * or unusable at open): the durable tier, which the committing rank
+ * copies every step to, may hold a newer intact one (a bit flipped on
+ * the local disk only), which loses fewer steps. 1: restored from it
+ * (*step, note); 0: it has none newer (the local tier's `at` is in
+ * place, restored again if a durable attempt touched the state); < 0:
+ * failed (j->err). */
+static int newer_durable(llmt_job *j, int with_data, int64_t at, int64_t *step, char *note,
+                         size_t cap)
+{
+    llmt_ckpt *dk = NULL;
+    int64_t ok = durable_handle(j, &dk) == LLMT_OK;
+    if (agree_min(j, &ok, 1) != LLMT_OK || !ok || newest_listed(j, dk) <= at) {
+        llmt_ckpt_destroy(dk);
+        llmt__err_clear(&j->err);
+        return 0;
+    }
+    int opened = 0;
+    int64_t got = -1;
+    llmt_status s = restore_from(j, dk, with_data, &got, &opened, note, cap);
+    llmt_ckpt_destroy(dk);
+    if (s == LLMT_OK && got > at) {
+        *step = got;
+        return 1;
+    }
+    if (opened && s != LLMT_OK)
+        return -1;
+    /* an older durable step, or a corrupt one partly read: `at` again */
+    llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+              "the durable tier has no intact step newer than %lld: the local tier's",
+              (long long)at);
+    llmt__err_clear(&j->err);
+    char moved[8];
+    s = restore_from(j, j->ck, with_data, &got, &opened, moved, sizeof moved);
+    if (s != LLMT_OK || got != at)
+        return FAIL(s != LLMT_OK ? s : LLMT_ERR_INTERNAL,
+                    "job: restore: step %lld of the local tier could not be read again "
+                    "(%s)",
+                    (long long)at, j->err.msg),
+               -1;
+    *step = at;
+    return 0;
+}
+
 /* A gathered open's plan (ckpt/memtier.c): the trainer's reads, the only
  * tensors a restore reads (the rest are key/values in the manifest). */
 static llmt_status plan_reads(void *arg, llmt_ckpt *ck)
@@ -884,8 +944,24 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
         llmt_ckpt_list(j->ck, NULL, 0, &nlocal);
     int opened = 0;
     char moved[512] = ""; /* the corrupt steps quarantined, for the resume note */
+    int64_t newest_local = node_local ? -1 : newest_listed(j, j->ck);
     s = node_local ? LLMT_ERR_NOT_FOUND
                    : restore_from(j, j->ck, with_data, step, &opened, moved, sizeof moved);
+    if (s == LLMT_OK && *step < newest_local && j->durable_dir[0]) {
+        char dnote[512] = "";
+        int64_t at = *step;
+        int r = newer_durable(j, with_data, at, step, dnote, sizeof dnote);
+        if (r < 0)
+            return j->err.status ? j->err.status : LLMT_ERR_INTERNAL;
+        if (r > 0) {
+            snprintf(j->resume_note, sizeof j->resume_note,
+                     "the durable tier %.300s at step %lld (the local tier's newer steps "
+                     "were unusable; it had %lld)%s%s",
+                     j->durable_dir, (long long)*step, (long long)at, moved, dnote);
+            restore_line(j, "durable", *step, t0, peer, 0);
+            return llmt__job_quarantine(j, *step);
+        }
+    }
     /* no step usable, and a corrupt one was partly read into the job */
     int partly = (!opened && s == LLMT_ERR_CHECKSUM) || fast_corrupt;
     if (node_local)

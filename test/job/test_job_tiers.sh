@@ -1,7 +1,8 @@
 #!/bin/sh
 # llmt_job through `llmtrain train`: a durable tier receives every
 # committed checkpoint, and after the local tier is deleted a --resume
-# continues from the durable copy; checkpoint.interval "auto" prints the
+# continues from the durable copy (and takes a step from it when the local
+# copy of that step is corrupt); checkpoint.interval "auto" prints the
 # Young/Daly interval with its inputs and writes them to metrics.jsonl.
 # usage: test_job_tiers.sh path/to/llmtrain
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -37,6 +38,27 @@ grep -q "resumed from the durable tier .* at step 6" d2.log && ok "resumed from 
   ok "step 8 written to both tiers" || bad "step 8: $(ls d/ckpt shared)"
 grep -q '"event":"resume","step":6' d/metrics.jsonl && ok "resume event in metrics.jsonl" ||
   bad "no resume event"
+
+# a bit flipped in the local tier's newest step (8) only: the resume sets it
+# aside and, the durable tier holding an intact step 8, restores that one
+# rather than the local step 6 (two steps less to train again)
+mk durable2.json '{"interval": 2, "tiers": [{"kind": "local", "keep_last": 2},
+  {"kind": "durable", "path": "'"$tmp"'/shared2", "keep_last": 0}]}'
+"$exe" train durable2.json --out e > e1.log 2>&1 || { bad "run to step 8"; cat e1.log; }
+python3 - e/ckpt/step-000000000008/rank-00000.bin <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(4096 + 40)
+    b = bytearray(f.read(16))
+    f.seek(4096 + 40)
+    f.write(bytes(x ^ 0x33 for x in b))
+PY
+"$exe" train durable2.json --out e --resume > e2.log 2>&1 && ok "resume over a corrupt local step 8" ||
+  { bad "resume over a corrupt local step"; cat e2.log; }
+grep -q "resumed from the durable tier .* at step 8 (the local tier's newer steps were unusable; it had 6)" e2.log &&
+  ls e/ckpt/quarantine | grep -q step-000000000008 &&
+  ok "step 8 taken from the durable tier, not the local step 6; the local copy quarantined" ||
+  { bad "durable step 8 over a corrupt local one"; grep -i "resum\|skipping" e2.log; ls e/ckpt e/ckpt/quarantine; }
 
 mk auto.json '{"interval": "auto"}'
 "$exe" train auto.json --out a > a.log 2>&1 && ok "auto interval run" || { bad "auto run"; cat a.log; }
