@@ -706,10 +706,12 @@ LLMT_API llmt_status llmt_trainer_memory_usage(const llmt_trainer *tr, llmt_trai
         return llmt__err_set((llmt_err *)&tr->err, LLMT_ERR_STRUCT_SIZE,
                              "trainer: memory_usage: out: struct_size is %zu; set it to "
                              "sizeof the struct", out->struct_size);
-    size_t P = tr->model->total * sizeof(float);
-    /* expert parallelism: the engine holds only this rank's experts */
-    if (llmt__devtrain_ep(tr->dev) > 1)
-        P = llmt__devtrain_param_floats(tr->dev) * sizeof(float);
+    /* what the engine holds: its shards under tensor parallelism, its
+     * stage's layers (and a tied head's copy of wte) under pipeline
+     * parallelism, its experts under expert parallelism; the whole model
+     * otherwise (the model's count, before an engine is made) */
+    size_t P =
+        (tr->dev ? llmt__devtrain_param_floats(tr->dev) : tr->model->total) * sizeof(float);
     llmt_trainer_memory r;
     memset(&r, 0, sizeof r);
     r.struct_size = out->struct_size;

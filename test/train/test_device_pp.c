@@ -96,7 +96,8 @@ typedef struct rank_arg {
     float *params; /* the host model after sync_params */
     int64_t numel;
     llmt_pp_stats ps;
-    int64_t act_bytes; /* llmt_trainer_memory's activations */
+    int64_t act_bytes;  /* llmt_trainer_memory's activations */
+    int64_t mem_params; /* llmt_trainer_memory's params: the stage's */
     llmt_status st;
     char err[1024];
 } rank_arg;
@@ -179,6 +180,9 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK && a->save)
         a->st = ckpt_io(a, tr, 1);
     rank_fixture_pp_stats(tr, &a->st, &a->ps, &a->act_bytes);
+    llmt_trainer_memory mem = {.struct_size = sizeof mem};
+    if (a->st == LLMT_OK && llmt_trainer_memory_usage(tr, &mem) == LLMT_OK)
+        a->mem_params = mem.params;
     rank_fixture_close(a->st, a->err, sizeof a->err, tr, m, &a->params, &a->numel);
     if (a->world) {
         llmt_comm_destroy(a->c);
@@ -271,7 +275,11 @@ static void compare(const char *name, int llama, int layers, int pp, int m, int 
     for (int r = 0; r < pp; r++) {
         CHECK(a[r].ps.param_bytes < ref[0].ps.param_bytes);
         stage_bytes += a[r].ps.param_bytes;
+        /* llmt_trainer_memory_usage reports the stage's parameters too
+         * (it reported the whole model's on every stage) */
+        CHECK(a[r].mem_params == a[r].ps.param_bytes);
     }
+    CHECK(ref[0].mem_params == ref[0].ps.param_bytes);
     CHECK(stage_bytes == ref[0].ps.param_bytes + tied * (int64_t)sizeof(float));
     /* training moved: the comparison is not of two untouched inits */
     CHECK(ref[0].loss[STEPS - 1] < ref[0].loss[0]);
