@@ -2303,9 +2303,11 @@ typedef struct llmt_job_metrics {
     int64_t step;           /* steps done after the call */
     float loss;             /* the step's (global) training loss */
     float grad_norm, lr;
-    int64_t tokens;         /* counted targets of the step, this rank */
+    int64_t tokens;         /* counted targets of the step, all ranks
+                               (the global batch's, summed over the data
+                               parallel replicas) */
     double step_s;          /* wall time of the step */
-    double tokens_per_s;    /* this rank's */
+    double tokens_per_s;    /* tokens / step_s: all ranks' */
     double mfu;             /* plan's model FLOPs / step_s / peak of the
                                world (hardware.*) */
     double elapsed_s;       /* since the job's first step */
