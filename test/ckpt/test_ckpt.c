@@ -288,8 +288,10 @@ static void test_diverged_replicas(llmt_context *ctx)
                 w[5] = 6.0000005f; /* one ulp-ish apart */
             llmt_ckpt *ck = make_ck(ctx, root, r, 2, LLMT_CKPT_VERIFY_READ, 0);
             CHECK(ck != NULL);
-            if (!ck)
+            if (!ck) {
+                free(root);
                 return;
+            }
             llmt_tensor v;
             llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &eight, w, LLMT_DEVICE_CPU, 0);
             CHECK_STATUS(llmt_ckpt_begin(ck, step), LLMT_OK);
@@ -315,6 +317,7 @@ static void test_diverged_replicas(llmt_context *ctx)
     CHECK_EQ_INT((int)at, 1);
     llmt_ckpt_destroy(ck);
     tmpdir_remove(root);
+    free(root);
 }
 
 static void test_empty_blocks(llmt_context *ctx)
