@@ -430,6 +430,7 @@ static llmt_status restore_open(llmt_job *j, llmt_ckpt *ck, int with_data)
 }
 
 static int restore_all(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t step);
+static int restore_try(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t step);
 static llmt_status agree_min(llmt_job *j, int64_t *v, int n);
 
 /* The LR as it was before a restore attempt (lr_read scales it before
@@ -514,8 +515,7 @@ static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data, int64
                  : llmt__ckpt_open_latest_below(ck, below, &tried, step);
         if (s != LLMT_OK)
             break;
-        lr_state lr = lr_save(j);
-        int r = restore_all(j, ck, with_data, *step);
+        int r = restore_try(j, ck, with_data, *step);
         llmt__ckpt_close_files(ck); /* read: the run goes on without them */
         if (r != 0) {
             *opened = 1;
@@ -523,7 +523,6 @@ static llmt_status restore_from(llmt_job *j, llmt_ckpt *ck, int with_data, int64
             break;
         }
         /* corrupt (j->err says where and why, the same on every rank) */
-        lr_undo(j, &lr);
         int64_t *b = realloc(bad, (nbad + 1) * sizeof *bad);
         char(*w)[LLMT_ERR_MSG_MAX] = b ? realloc(why, (nbad + 1) * sizeof *why) : NULL;
         if (b)
@@ -571,23 +570,27 @@ static llmt_status agree_min(llmt_job *j, int64_t *v, int n)
 /* The committed steps, oldest first (*steps malloc'ed, NULL when none):
  * the root's, or with node-local roots the durable tier's (the parts are
  * the nodes'). */
-static void committed_steps(llmt_job *j, int64_t **steps, size_t *n)
+/* The committed steps ck lists, oldest first (malloc'd; none: NULL, 0). */
+static void list_steps(llmt_ckpt *ck, int64_t **steps, size_t *n)
 {
-    llmt_ckpt *lk = j->ck, *dk = NULL;
-    *steps = NULL;
     *n = 0;
-    if (j->ck->node_local) {
-        if (durable_handle(j, &dk) != LLMT_OK)
-            return;
-        lk = dk;
-    }
-    llmt_ckpt_list(lk, NULL, 0, n);
+    llmt_ckpt_list(ck, NULL, 0, n);
     *steps = *n ? malloc(*n * sizeof **steps) : NULL;
-    if (!*steps || llmt_ckpt_list(lk, *steps, *n, n) != LLMT_OK) {
+    if (!*steps || llmt_ckpt_list(ck, *steps, *n, n) != LLMT_OK) {
         free(*steps);
         *steps = NULL;
         *n = 0;
     }
+}
+
+static void committed_steps(llmt_job *j, int64_t **steps, size_t *n)
+{
+    llmt_ckpt *dk = NULL;
+    *steps = NULL;
+    *n = 0;
+    if (j->ck->node_local && durable_handle(j, &dk) != LLMT_OK)
+        return;
+    list_steps(dk ? dk : j->ck, steps, n);
     llmt_ckpt_destroy(dk);
 }
 
@@ -598,11 +601,9 @@ static int restore_peer(llmt_job *j, const int64_t *steps, size_t n);
 static int64_t newest_listed(llmt_job *j, llmt_ckpt *ck)
 {
     size_t n = 0;
-    int64_t *steps = NULL, newest = -1;
-    llmt_ckpt_list(ck, NULL, 0, &n);
-    if (n && (steps = malloc(n * sizeof *steps)) && llmt_ckpt_list(ck, steps, n, &n) == LLMT_OK)
-        for (size_t i = 0; i < n; i++)
-            newest = steps[i] > newest ? steps[i] : newest;
+    int64_t *steps = NULL;
+    list_steps(ck, &steps, &n);
+    int64_t newest = n ? steps[n - 1] : -1;
     free(steps);
     if (agree_min(j, &newest, 1) != LLMT_OK)
         return -1;
@@ -724,6 +725,18 @@ static int restore_all(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t step)
     return -1;
 }
 
+/* restore_all, with the LR the step's job.lr_mult set put back when the
+ * step turns out corrupt (0), so that the next attempt starts from the
+ * same state. */
+static int restore_try(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t step)
+{
+    lr_state lr = lr_save(j);
+    int r = restore_all(j, ck, with_data, step);
+    if (r == 0)
+        lr_undo(j, &lr);
+    return r;
+}
+
 /* Restore step from j->ck opened on a fast tier (`what`: the in-memory
  * snapshots, the node-local roots). Data that fails its checksums there
  * (a bit flipped in host memory or on a node's disk) is not the end: the
@@ -733,11 +746,9 @@ static int restore_all(llmt_job *j, llmt_ckpt *ck, int with_data, int64_t step)
 static int restore_fast(llmt_job *j, int with_data, int64_t step, const char *what,
                         int *corrupt)
 {
-    lr_state lr = lr_save(j);
-    int r = restore_all(j, j->ck, with_data, step);
+    int r = restore_try(j, j->ck, with_data, step);
     if (r != 0)
         return r;
-    lr_undo(j, &lr);
     *corrupt = 1;
     llmt__log(j->ctx, LLMT_LOG_WARN, "job",
               "%s: step %lld is corrupt (%s); the disk tiers decide", what, (long long)step,
@@ -944,7 +955,8 @@ llmt_status llmt__job_restore(llmt_job *j, int with_data, int64_t *step)
         llmt_ckpt_list(j->ck, NULL, 0, &nlocal);
     int opened = 0;
     char moved[512] = ""; /* the corrupt steps quarantined, for the resume note */
-    int64_t newest_local = node_local ? -1 : newest_listed(j, j->ck);
+    /* only a durable tier can offer a newer step than the local one */
+    int64_t newest_local = node_local || !j->durable_dir[0] ? -1 : newest_listed(j, j->ck);
     s = node_local ? LLMT_ERR_NOT_FOUND
                    : restore_from(j, j->ck, with_data, step, &opened, moved, sizeof moved);
     if (s == LLMT_OK && *step < newest_local && j->durable_dir[0]) {
