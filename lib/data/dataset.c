@@ -272,37 +272,27 @@ static llmt_status check_llmc(llmt_err *e, ds_shard *sh)
     return LLMT_OK;
 }
 
-/* Largest of n token ids. Sixteen lane maxima in fixed-count loops are
- * vectorised even under -O2's very-cheap cost model (see copy below). */
-static uint32_t max_u16(const uint16_t *restrict src, size_t n)
-{
-    uint16_t mx[16] = {0};
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (size_t k = 0; k < 16; k++)
-            mx[k] = src[i + k] > mx[k] ? src[i + k] : mx[k];
-    uint32_t m = 0;
-    for (; i < n; i++)
-        m = src[i] > m ? src[i] : m;
-    for (size_t k = 0; k < 16; k++)
-        m = mx[k] > m ? mx[k] : m;
-    return m;
-}
-
-static uint32_t max_u32(const uint32_t *restrict src, size_t n)
-{
-    uint32_t mx[16] = {0};
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (size_t k = 0; k < 16; k++)
-            mx[k] = src[i + k] > mx[k] ? src[i + k] : mx[k];
-    uint32_t m = 0;
-    for (; i < n; i++)
-        m = src[i] > m ? src[i] : m;
-    for (size_t k = 0; k < 16; k++)
-        m = mx[k] > m ? mx[k] : m;
-    return m;
-}
+/* Largest of n token ids, for each stored width. Sixteen lane maxima in
+ * fixed-count loops are vectorised even under -O2's very-cheap cost model
+ * (see copy below); one body, instantiated per element type. */
+#define DEFINE_MAX_IDS(name, T)                                  \
+    static uint32_t name(const T *restrict src, size_t n)        \
+    {                                                            \
+        T mx[16] = {0};                                          \
+        size_t i = 0;                                            \
+        for (; i + 16 <= n; i += 16)                             \
+            for (size_t k = 0; k < 16; k++)                      \
+                mx[k] = src[i + k] > mx[k] ? src[i + k] : mx[k]; \
+        uint32_t m = 0;                                          \
+        for (; i < n; i++)                                       \
+            m = src[i] > m ? src[i] : m;                         \
+        for (size_t k = 0; k < 16; k++)                          \
+            m = mx[k] > m ? mx[k] : m;                           \
+        return m;                                                \
+    }
+DEFINE_MAX_IDS(max_u16, uint16_t)
+DEFINE_MAX_IDS(max_u32, uint32_t)
+#undef DEFINE_MAX_IDS
 
 /* Does the shard's vocab_size bound its ids? llm.c files carry no
  * vocabulary (any uint16 may be an id), nor does a full uint16 one. */
