@@ -2254,20 +2254,14 @@ static llmt_status pp_max(llmt__devtrain *g, llmt_comm *pp, float *x, size_t n)
     int32_t p = 1;
     if (!pp || llmt_comm_size(pp, &p) != LLMT_OK || p <= 1)
         return LLMT_OK;
-    float *dev = g->f8amax + (size_t)g->A * n;
-    int host = llmt__pp_agree_host(pp) || g->op->host_memory;
-    llmt_status s = LLMT_OK;
-    if (!host)
-        S(g->op->h2d(g->d, dev, x, n * sizeof *x), "fp8 amaxes");
-    s = llmt_comm_all_reduce(pp, host ? x : dev, host ? x : dev, n, LLMT_DTYPE_FP32,
-                             LLMT_REDUCE_MAX, NULL);
+    int on_device = !llmt__pp_agree_host(pp) && !g->op->host_memory;
+    llmt_status s =
+        llmt__group_max(g->op, g->d, pp, on_device, x, g->f8amax + (size_t)g->A * n, n);
     if (s != LLMT_OK)
         return llmt__err_set(g->e, s,
                              "trainer: pipeline stage: the fp8 amaxes' maximum over the "
                              "pipeline group: %s",
                              llmt_comm_last_error(pp));
-    if (!host)
-        S(g->op->d2h(g->d, x, dev, n * sizeof *x), "read the fp8 amaxes");
     return LLMT_OK;
 }
 

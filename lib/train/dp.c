@@ -1075,19 +1075,24 @@ static llmt_status sum_ranks(llmt__dp *dp, double x, double *out)
     return s;
 }
 
-llmt_status llmt__dp_max(llmt__dp *dp, float *x, float *dev, size_t n)
+llmt_status llmt__group_max(const llmt__dev_ops *op, llmt__dev *d, llmt_comm *comm,
+                            int on_device, float *x, float *dev, size_t n)
 {
     llmt_status s;
-    if (!dp->op->host_memory && !staged(dp, dp->comm)) { /* NCCL: device memory */
-        if ((s = dp->op->h2d(dp->dv.d, dev, x, n * sizeof *x)) != LLMT_OK ||
-            (s = llmt_comm_all_reduce(dp->comm, dev, dev, n, LLMT_DTYPE_FP32, LLMT_REDUCE_MAX,
-                                      NULL)) != LLMT_OK ||
-            (s = dp->op->d2h(dp->dv.d, x, dev, n * sizeof *x)) != LLMT_OK)
-            return llmt__err_set(&dp->err, s, "dp: fp8 amax maximum: %s",
-                                 llmt_comm_last_error(dp->comm));
-        return LLMT_OK;
-    }
-    s = llmt_comm_all_reduce(dp->comm, x, x, n, LLMT_DTYPE_FP32, LLMT_REDUCE_MAX, NULL);
+    if (!on_device)
+        return llmt_comm_all_reduce(comm, x, x, n, LLMT_DTYPE_FP32, LLMT_REDUCE_MAX, NULL);
+    if ((s = op->h2d(d, dev, x, n * sizeof *x)) != LLMT_OK ||
+        (s = llmt_comm_all_reduce(comm, dev, dev, n, LLMT_DTYPE_FP32, LLMT_REDUCE_MAX, NULL)) !=
+            LLMT_OK)
+        return s;
+    return op->d2h(d, x, dev, n * sizeof *x);
+}
+
+llmt_status llmt__dp_max(llmt__dp *dp, float *x, float *dev, size_t n)
+{
+    /* NCCL: device memory */
+    int on_device = !dp->op->host_memory && !staged(dp, dp->comm);
+    llmt_status s = llmt__group_max(dp->op, dp->dv.d, dp->comm, on_device, x, dev, n);
     if (s != LLMT_OK)
         return llmt__err_set(&dp->err, s, "dp: fp8 amax maximum: %s",
                              llmt_comm_last_error(dp->comm));

@@ -86,6 +86,12 @@ llmt_status llmt__dp_sumsq(llmt__dp *dp, double *ss);
  * pick from the whole global batch. dev: n floats of device scratch, used
  * when the communicator takes device memory (NCCL). */
 llmt_status llmt__dp_max(llmt__dp *dp, float *x, float *dev, size_t n);
+/* x (n host floats) maximised over comm in place; on_device: the
+ * communicator takes device memory (NCCL), so through dev (n floats of
+ * op's device memory). The comm's status (its message on comm). Serves
+ * the data parallel group and the engine's pipeline group. */
+llmt_status llmt__group_max(const llmt__dev_ops *op, llmt__dev *d, llmt_comm *comm,
+                            int on_device, float *x, float *dev, size_t n);
 /* AdamW on this rank's share, then share the parameters (ZeRO-1/2) or
  * leave them sharded (ZeRO-3). t is the 1-based step. */
 llmt_status llmt__dp_update(llmt__dp *dp, const llmt_trainer_opts *o, float lr,
