@@ -448,6 +448,30 @@ static int fitting_world(agent *a, int max, int *dp, char *why, size_t n)
     return 0;
 }
 
+/* A worker that ended with an error of its own: a nonzero exit other
+ * than the straggler verdict, or SIGPIPE. A peer's death closes its
+ * sockets, and a survivor writing to one at that moment gets SIGPIPE
+ * where it does not ignore it (llmtrain does; a worker built otherwise
+ * may not): that is the peer's failure seen from here, as an error exit
+ * is, not this slot's. */
+static int error_exit(int st)
+{
+    if (WIFSIGNALED(st))
+        return WTERMSIG(st) == SIGPIPE;
+    return WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != CLI_RANK_FAILED;
+}
+
+/* "exited with status N: <first error>" or "exited by SIGPIPE ..." */
+static void error_cause(agent *a, int r, char *out, size_t n)
+{
+    char e[200];
+    first_error(a, r, e, sizeof e);
+    if (WIFSIGNALED(a->w[r].status))
+        snprintf(out, n, "exited by SIGPIPE (a peer's socket closed): %s", e);
+    else
+        snprintf(out, n, "exited with status %d: %s", WEXITSTATUS(a->w[r].status), e);
+}
+
 /* One generation: 0 when every worker finished, else the failed ranks
  * (culprit[r] = 1) and what was seen (1), or, on a node other than the
  * leader, 3: this node was declared lost, or the leader is lost and no
@@ -537,7 +561,9 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
             if (p == w->pid) {
                 w->done = 1;
                 alive--;
-                if (WIFSIGNALED(w->status)) {
+                if (error_exit(w->status)) {
+                    failed = 1;
+                } else if (WIFSIGNALED(w->status)) {
                     culprit[r] = 1;
                     snprintf(causes[r], 256, "killed by signal %d", WTERMSIG(w->status));
                 } else if (WEXITSTATUS(w->status) == CLI_RANK_FAILED) {
@@ -546,8 +572,6 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
                     first_error(a, r, e, sizeof e);
                     culprit[r] = 1;
                     snprintf(causes[r], 256, "unhealthy (exit %d): %s", CLI_RANK_FAILED, e);
-                } else if (WEXITSTATUS(w->status) != 0) {
-                    failed = 1;
                 }
                 continue;
             }
@@ -585,15 +609,12 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
          * the rank; the errors of this node's workers follow from it */
         if (a->nnodes > 1 && !any && rdzv_remote_down(a)) {
             for (int r = 0; r < a->world; r++) {
-                a->err_exit[r] = a->local[r] && a->w[r].done && !WIFSIGNALED(a->w[r].status) &&
-                                 WEXITSTATUS(a->w[r].status) != 0 &&
-                                 WEXITSTATUS(a->w[r].status) != CLI_RANK_FAILED;
-                if (a->err_exit[r]) { /* said, not blamed (culprit stays 0) */
-                    char e[200];
-                    first_error(a, r, e, sizeof e);
-                    snprintf(causes[r], 256, "exited with status %d: %s",
-                             WEXITSTATUS(a->w[r].status), e);
-                }
+                int said = a->local[r] && a->w[r].done && error_exit(a->w[r].status);
+                /* an error of the job itself only when the rank exited
+                 * with it: SIGPIPE is a peer's death seen from here */
+                a->err_exit[r] = said && !WIFSIGNALED(a->w[r].status);
+                if (said) /* said, not blamed (culprit stays 0) */
+                    error_cause(a, r, causes[r], 256);
             }
             *t_detect = t;
             if (a->last_progress > 0 && t > a->last_progress)
@@ -616,14 +637,18 @@ static int run_gen(agent *a, const int *fresh, int *culprit, char causes[][256],
         if (a->nnodes > 1 && t - t_fail < a->node_timeout + 2 && node_quiet(a) > 1.5)
             grace = a->node_timeout + 2;
         if (t_fail > 0 && (t - t_fail > grace || (alive == 0 && a->nnodes <= 1))) {
+            /* a rank dead of SIGPIPE is the one death here: the others'
+             * errors (a peer died) follow from it and are said, not
+             * blamed; without one, every rank that exited is blamed */
+            int piped = 0;
             for (int r = 0; r < a->world; r++)
-                if (a->w[r].done && !WIFSIGNALED(a->w[r].status) &&
-                    WEXITSTATUS(a->w[r].status) != 0) {
-                    culprit[r] = 1;
-                    char e[200];
-                    first_error(a, r, e, sizeof e);
-                    snprintf(causes[r], 256, "exited with status %d: %s",
-                             WEXITSTATUS(a->w[r].status), e);
+                piped |=
+                    a->w[r].done && error_exit(a->w[r].status) && WIFSIGNALED(a->w[r].status);
+            for (int r = 0; r < a->world; r++)
+                if (a->w[r].done && error_exit(a->w[r].status)) {
+                    culprit[r] = !piped || WIFSIGNALED(a->w[r].status);
+                    a->err_exit[r] = !culprit[r];
+                    error_cause(a, r, causes[r], 256);
                 }
             *t_detect = t_fail;
             if (a->last_progress > 0 && t_fail > a->last_progress)
@@ -805,7 +830,7 @@ static int agent_main(agent *a)
          * (a refused key, an anomaly policy that stops): no restart helps */
         int nerr = 0;
         for (int r = 0; r < a->world; r++)
-            nerr += culprit[r] ? !strncmp(causes[r], "exited", 6) : a->err_exit[r];
+            nerr += culprit[r] ? !strncmp(causes[r], "exited with status", 18) : a->err_exit[r];
         if (nerr == a->world) {
             int said = 0; /* the first rank whose error this node knows */
             while (said < a->world - 1 && !causes[said][0])

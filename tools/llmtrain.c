@@ -1,6 +1,7 @@
 /* llmtrain: the command-line tool. It uses only the public ABI, like any
  * other host program, and dispatches to one function per subcommand. */
 #include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -61,6 +62,11 @@ static void print_help(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* a closed pipe or socket is an error to report, not a death: a
+     * training rank whose Gloo peer died must fail the collective (and
+     * name the peer), and a run whose log reader went away keeps
+     * training */
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         print_help(stderr);
         return CLI_USAGE;

@@ -7,11 +7,13 @@
  * Gloo's timeout; a Gloo exception marks the communicator aborted (its pairs
  * may hold half a message) and its context is leaked, never reused. */
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <signal.h>
 #include <memory>
 #include <string>
 #include <vector>
@@ -509,6 +511,23 @@ std::shared_ptr<gloo::transport::Device> make_device()
     return gloo::transport::tcp::CreateDevice(at);
 }
 
+/* A peer's death closes its sockets, and Gloo writes with writev: a
+ * process that does not ignore SIGPIPE dies of the write instead of
+ * getting the error that names the lost peer (and an agent then blames
+ * the survivor). The library changes no signal disposition of its host;
+ * it says so once (Python, Rust and llmtrain ignore SIGPIPE already). */
+void warn_sigpipe(llmt_context *ctx)
+{
+    static std::atomic<int> said{0};
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) != 0 || sa.sa_handler != SIG_DFL || said.exchange(1))
+        return;
+    llmt__log(ctx, LLMT_LOG_WARN, "comm",
+              "gloo: SIGPIPE has its default action in this process: a peer's death "
+              "would kill it during a send instead of failing the collective; "
+              "call signal(SIGPIPE, SIG_IGN) before creating the communicator");
+}
+
 } // namespace
 
 extern "C" llmt_status llmt__gloo_create(llmt_context *ctx, const char *store_dir,
@@ -526,6 +545,7 @@ extern "C" llmt_status llmt__gloo_create(llmt_context *ctx, const char *store_di
     }
     b->store_dir = store_dir;
     b->prefix = prefix;
+    warn_sigpipe(ctx);
     try {
         b->store = std::make_shared<gloo::rendezvous::FileStore>(store_dir);
         b->dev = make_device();

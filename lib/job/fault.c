@@ -6,7 +6,9 @@
  * runs, in launch generation GEN (default 0; $LLMT_LAUNCH_GEN, set by
  * `llmtrain launch`, says which generation this process is, so a fault
  * does not fire again when the restarted gang replays the step):
- *   kill     SIGKILL self (a node that vanishes)
+ *   kill     SIGKILL self (a node that vanishes); ARG another signal to
+ *            die of (kill:1:5:11 a crash, kill:2:5:13 a write to a dead
+ *            peer's socket, which the agent must not blame on the rank)
  *   hang     SIGSTOP self (a hung process: sockets open, no progress)
  *   slow     sleep ARG ms in that step (a straggler; every step from STEP
  *            on when ARG is followed by '+': slow:1:3:200+)
@@ -97,6 +99,11 @@ llmt_status llmt__job_fault_parse(llmt_job *j)
                         "and "
                         "STEP >= 1",
                         t);
+        if (f->kind == JOB_FAULT_KILL && n >= 4 && (arg < 1 || arg >= NSIG || arg == SIGSTOP))
+            return FAIL(LLMT_ERR_INVALID_ARGUMENT,
+                        "LLMT_FAULT: '%s': kill's ARG is a signal number from 1 to %d "
+                        "(not SIGSTOP: that is hang)",
+                        t, NSIG - 1);
         if ((f->kind == JOB_FAULT_SLOW || f->kind == JOB_FAULT_SLOWSAVE) && n < 4)
             return FAIL(LLMT_ERR_INVALID_ARGUMENT, "LLMT_FAULT: '%s': %s needs :MS", t,
                         kind_names[f->kind]);
@@ -246,7 +253,12 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
         victim v;
         llmt_status s = LLMT_OK;
         switch (f->kind) {
-        case JOB_FAULT_KILL: raise(SIGKILL); break;
+        case JOB_FAULT_KILL:
+            if (f->arg > 0) /* die of it even where the process ignores it */
+                signal((int)f->arg, SIG_DFL);
+            raise(f->arg > 0 ? (int)f->arg : SIGKILL);
+            raise(SIGKILL); /* a signal that does not end a process */
+            break;
         case JOB_FAULT_LOSEDISK:
             lose_disk(j);
             raise(SIGKILL);

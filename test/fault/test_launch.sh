@@ -5,6 +5,10 @@
 #   sigkill   TRIALS (3) kills of a random rank at a random step: the job
 #             finishes, every step's loss (after recovery too) equals the
 #             uninterrupted run's, recovery time and lost steps reported
+#   sigpipe   rank 1 killed and rank 2 dead of SIGPIPE at the same step
+#             (a survivor's write to the dead rank's socket): only rank 1
+#             is blamed and replaced; SIGPIPE alone is the rank's failure;
+#             llmtrain train piped into head -1 still runs every step
 #   sigstop   a stopped rank is detected within the timeout, named, replaced
 #   elastic   two kills with one spare: the second continues on dp 2 with
 #             the same global batch (grad_accum 2 -> 4)
@@ -174,6 +178,34 @@ sigkill)
     [ -n "$rec" ] && ok "trial $i: $(echo "$rec" | sed 's/.*"resume_step"/resume_step/; s/}//')" ||
       bad "trial $i: no recovery event"
   done
+  ;;
+sigpipe)
+  # a survivor that writes to the killed rank's socket dies of SIGPIPE
+  # where it does not ignore it (CI, 2026-11-27): the agent blamed it too,
+  # quarantined its healthy slot and, with one spare, stopped the job
+  ref
+  LLMT_FAULT=kill:1:5,kill:2:5:13 launch p p.log --nproc 4 --spares 1 ft.json ||
+    { bad "rank 1 killed, rank 2 dead of SIGPIPE: the job did not finish"; cat p.log; }
+  grep -q "rank 1 (slot 1) failed .*killed by signal 9" p.log &&
+    grep -q "spare slot 4 promoted to rank 1" p.log &&
+    ok "rank 1 blamed, the spare took its place" || bad "rank 1: $(grep launch: p.log)"
+  grep -q "rank 2 (slot 2) failed\|promoted to rank 2" p.log &&
+    bad "rank 2's SIGPIPE blamed on its slot: $(grep launch: p.log)" ||
+    ok "rank 2's SIGPIPE not blamed on slot 2"
+  losses p/metrics.jsonl > p.loss
+  cmp -s ref.loss p.loss && ok "losses equal the uninterrupted run's" || { bad "losses differ"; diff ref.loss p.loss; }
+  # alone, a death by SIGPIPE is the rank's failure (no other cause shows)
+  LLMT_FAULT=kill:2:5:13 launch q q.log --nproc 4 --spares 1 ft.json ||
+    { bad "rank 2 dead of SIGPIPE alone: the job did not finish"; cat q.log; }
+  grep -q "rank 2 (slot 2) failed .*exited by SIGPIPE" q.log &&
+    grep -q "spare slot 4 promoted to rank 2" q.log &&
+    ok "SIGPIPE alone: rank 2 named and replaced" || bad "SIGPIPE alone: $(grep launch: q.log)"
+  # llmtrain ignores SIGPIPE: a reader that goes away does not end a run
+  sed '/fault_tolerance/d' ft.json > one.json
+  "$exe" train one.json --out h 2>&1 | head -1 > /dev/null
+  [ "$(losses h/metrics.jsonl | wc -l)" -eq 14 ] &&
+    ok "llmtrain train piped into head -1 ran all 14 steps" ||
+    bad "llmtrain train died with its reader: $(losses h/metrics.jsonl | wc -l) steps"
   ;;
 sigstop)
   ref
