@@ -290,8 +290,12 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
     default: t->schedule = LLMT_LR_COSINE; break;
     }
     t->warmup_steps = s->schedule.warmup_steps;
-    t->total_steps = s->schedule.total_steps;
-    t->min_lr = (float)(s->schedule.min_lr_ratio * s->optimizer.lr);
+    /* a constant schedule has no floor and no length (the trainer refuses
+     * them set beside it; the spec refuses its keys): the defaults stay */
+    if (t->schedule != LLMT_LR_CONSTANT) {
+        t->total_steps = s->schedule.total_steps;
+        t->min_lr = (float)(s->schedule.min_lr_ratio * s->optimizer.lr);
+    }
     /* only WSD decays over a fraction; other schedules keep the default
      * (the trainer refuses one set beside them) */
     if (t->schedule == LLMT_LR_WSD && t->total_steps > 0)

@@ -105,17 +105,44 @@ static llmt_status fp8_read(llmt_trainer *tr, llmt_ckpt *ck, int apply)
     return apply ? llmt__trainer_fp8_restore(tr, st) : LLMT_OK;
 }
 
-/* Two schedule texts describe the same learning rates: equal but for
- * decay_fraction under a schedule that does not read it (WSD's alone;
- * a job wrote 0 there for every schedule before it stopped setting it). */
+/* Is field `key` of a schedule text one that schedule `kind` reads (lr_at)?
+ * decay_fraction is WSD's alone; a constant schedule has no floor and no
+ * length either. */
+static int schedule_reads(int kind, const char *key, size_t n)
+{
+    if (n == 14 && !strncmp(key, "decay_fraction", n))
+        return kind == LLMT_LR_WSD;
+    if ((n == 6 && !strncmp(key, "min_lr", n)) || (n == 5 && !strncmp(key, "total", n)))
+        return kind != LLMT_LR_CONSTANT;
+    return 1;
+}
+
+/* Two schedule texts describe the same learning rates: the same kind and
+ * the same value of every field that kind reads. A job once wrote fields
+ * a schedule does not read (decay_fraction 0 for every schedule; min_lr
+ * and total beside a constant one) before it stopped setting them: their
+ * checkpoints still resume without a warning. */
 static int schedule_same(const char *a, const char *b)
 {
-    const char *da = strstr(a, " decay_fraction="), *db = strstr(b, " decay_fraction=");
-    int kind = -1;
-    if (!da || !db || da - a != db - b || strncmp(a, b, (size_t)(da - a)) ||
-        sscanf(a, "kind=%d", &kind) != 1)
+    int kind = -1, kind_b = -2;
+    if (sscanf(a, "kind=%d", &kind) != 1 || sscanf(b, "kind=%d", &kind_b) != 1 ||
+        kind != kind_b)
         return !strcmp(a, b);
-    return kind != LLMT_LR_WSD || !strcmp(da, db);
+    const char *pa = a, *pb = b;
+    for (;;) { /* "key=value" fields separated by one space, in the same order */
+        size_t la = strcspn(pa, " "), lb = strcspn(pb, " ");
+        size_t na = strcspn(pa, "= "), nb = strcspn(pb, "= ");
+        if (na != nb || strncmp(pa, pb, na))
+            return !strcmp(a, b); /* another layout: compare whole */
+        if (schedule_reads(kind, pa, na) && (la != lb || strncmp(pa, pb, la)))
+            return 0;
+        pa += la;
+        pb += lb;
+        if (!*pa || !*pb)
+            return !*pa && !*pb;
+        pa++;
+        pb++;
+    }
 }
 
 static const char *const prefix[3] = {"param/", "adam_m/", "adam_v/"};

@@ -153,6 +153,21 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
                              "trainer: decay_fraction %g is set but schedule is %s (%d): "
                              "it takes effect only with LLMT_LR_WSD (3) (leave it 0.2)",
                              (double)o.decay_fraction, sched_name[o.schedule], (int)o.schedule);
+    /* a constant schedule never decays (lr_at): its floor and its length
+     * would be ignored; warmup_steps does take effect */
+    if (o.schedule == LLMT_LR_CONSTANT && o.min_lr != 0.0f)
+        return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: min_lr %g is set but schedule is LLMT_LR_CONSTANT (0), "
+                             "which never decays: it takes effect only with LLMT_LR_COSINE, "
+                             "LLMT_LR_LINEAR or LLMT_LR_WSD (leave it 0)",
+                             (double)o.min_lr);
+    if (o.schedule == LLMT_LR_CONSTANT && o.total_steps != 1000)
+        return llmt__err_set(
+            me, LLMT_ERR_INVALID_ARGUMENT,
+            "trainer: total_steps %lld is set but schedule is LLMT_LR_CONSTANT "
+            "(0), which never decays: the schedule's length takes effect only "
+            "with LLMT_LR_COSINE, LLMT_LR_LINEAR or LLMT_LR_WSD (leave it 1000)",
+            (long long)o.total_steps);
     if (o.recompute < LLMT__RECOMPUTE_NONE || o.recompute > LLMT__RECOMPUTE_SELECTIVE)
         return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: recompute %d is not 0 (none), 1 (full: layer "
