@@ -1,16 +1,19 @@
-/* A dataset: token shards (ours and llm.c's) mapped read-only. Every header
+/* A dataset: token shards (ours and llm.c's) read with pread. Every header
  * is checked against the file's size before a byte behind it is trusted
  * (llm.c's own loader skips most of this), and every error names the file
- * and the byte offset of the field that is wrong. */
+ * and the byte offset of the field that is wrong. The files are not
+ * mapped: one truncated while open would raise SIGBUS in the host; a read
+ * reports it instead (doc/data.md, "Files changed while open"). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -134,7 +137,7 @@ static llmt_status list_shards(llmt_err *e, const char *path, path_list *l)
     return s;
 }
 
-/* ---- header validation ---- */
+/* ---- reading the files ---- */
 
 static llmt_status bad(llmt_err *e, llmt_status s, const char *path, uint64_t off,
                        const char *fmt, ...) LLMT_PRINTF(5, 6);
@@ -150,15 +153,186 @@ static llmt_status bad(llmt_err *e, llmt_status s, const char *path, uint64_t of
     return llmt__err_set(e, s, "dataset: %s: offset %" PRIu64 ": %s", path, off, msg);
 }
 
-static llmt_status check_ours(llmt_err *e, ds_shard *sh)
+static void note_identity(ds_shard *sh, const struct stat *st)
+{
+    sh->size = (uint64_t)st->st_size;
+    sh->dev = (uint64_t)st->st_dev;
+    sh->ino = (uint64_t)st->st_ino;
+    sh->mtime_s = (int64_t)st->st_mtim.tv_sec;
+    sh->mtime_ns = (int64_t)st->st_mtim.tv_nsec;
+}
+
+/* The file no longer is what was opened: named with both sizes and times. */
+static llmt_status changed(llmt_err *e, const ds_shard *sh, const struct stat *st,
+                           const char *how, const char *hint)
+{
+    return llmt__err_set(e, LLMT_ERR_FORMAT,
+                         "dataset: %s %s since the dataset opened it: it had %" PRIu64
+                         " bytes (modified %" PRId64 ".%09" PRId64 "), now %" PRIu64
+                         " bytes (modified %" PRId64 ".%09" PRId64 "); %s",
+                         sh->path, how, sh->size, sh->mtime_s, sh->mtime_ns,
+                         (uint64_t)st->st_size, (int64_t)st->st_mtim.tv_sec,
+                         (int64_t)st->st_mtim.tv_nsec, hint);
+}
+
+/* A read that found the end of the file before `n` bytes: truncated while
+ * open. `tok` >= 0 names the first token asked for. */
+static llmt_status short_read(llmt_err *e, const ds_shard *sh, int fd, uint64_t off, size_t n,
+                              int64_t tok)
+{
+    struct stat st;
+    uint64_t now = fstat(fd, &st) ? 0 : (uint64_t)st.st_size;
+    char what[96] = "";
+    if (tok >= 0)
+        snprintf(what, sizeof what, "tokens [%" PRId64 ", %" PRId64 ") = ", tok,
+                 tok + (int64_t)(n / sh->width));
+    return llmt__err_set(e, LLMT_ERR_FORMAT,
+                         "dataset: %s: %sbytes [%" PRIu64 ", %" PRIu64 ") are past the "
+                         "file's end: it had %" PRIu64 " bytes when the dataset opened it, "
+                         "now %" PRIu64 " (truncated while open)",
+                         sh->path, what, off, off + n, sh->size, now);
+}
+
+/* Bytes [off, off + n) of the file into buf, all of them or an error. */
+static llmt_status read_at(llmt_err *e, const ds_shard *sh, int fd, uint64_t off, void *buf,
+                           size_t n, int64_t tok)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return llmt__err_set(e, LLMT_ERR_IO,
+                                 "dataset: %s: read of bytes [%" PRIu64 ", %" PRIu64 "): %s",
+                                 sh->path, off + got, off + n, strerror(errno));
+        if (r == 0)
+            return short_read(e, sh, fd, off, n, tok);
+        got += (size_t)r;
+    }
+    return LLMT_OK;
+}
+
+/* ---- the open files: at most max_open at once, the least recently read
+ * closed first. A file reopened by path must be the one first opened. ---- */
+
+static void close_lru(llmt_dataset *ds)
+{
+    ds_shard *victim = NULL;
+    for (int32_t i = 0; i < ds->n; i++) {
+        ds_shard *sh = &ds->shards[i];
+        if (sh->fd >= 0 && !sh->users && (!victim || sh->used < victim->used))
+            victim = sh;
+    }
+    if (victim) { /* else every open file is being read: exceed the cap */
+        close(victim->fd);
+        victim->fd = -1;
+        ds->open_files--;
+    }
+}
+
+/* Under ds->mu. */
+static llmt_status reopen(llmt_dataset *ds, ds_shard *sh, llmt_err *e)
+{
+    if (ds->open_files >= ds->max_open)
+        close_lru(ds);
+    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return llmt__err_set(e, LLMT_ERR_IO,
+                             "dataset: reopen %s: %s (it was read when the "
+                             "dataset opened it)",
+                             sh->path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st)) {
+        int en = errno;
+        close(fd);
+        return llmt__err_set(e, LLMT_ERR_IO, "dataset: stat %s: %s", sh->path, strerror(en));
+    }
+    if ((uint64_t)st.st_dev != sh->dev || (uint64_t)st.st_ino != sh->ino ||
+        (uint64_t)st.st_size != sh->size || (int64_t)st.st_mtim.tv_sec != sh->mtime_s ||
+        (int64_t)st.st_mtim.tv_nsec != sh->mtime_ns) {
+        close(fd);
+        return changed(e, sh, &st, "was replaced or changed",
+                       "the dataset had closed it (it keeps a quarter of RLIMIT_NOFILE "
+                       "open) and its path now names another file: open the dataset "
+                       "again to read the new data");
+    }
+    sh->fd = fd;
+    ds->open_files++;
+    return LLMT_OK;
+}
+
+static llmt_status file_get(llmt_dataset *ds, ds_shard *sh, llmt_err *e, int *fd)
+{
+    pthread_mutex_lock(&ds->mu);
+    llmt_status s = sh->fd >= 0 ? LLMT_OK : reopen(ds, sh, e);
+    if (s == LLMT_OK) {
+        sh->users++;
+        sh->used = ++ds->clock;
+        *fd = sh->fd;
+    }
+    pthread_mutex_unlock(&ds->mu);
+    return s;
+}
+
+static void file_put(llmt_dataset *ds, ds_shard *sh)
+{
+    pthread_mutex_lock(&ds->mu);
+    sh->users--;
+    pthread_mutex_unlock(&ds->mu);
+}
+
+/* A quarter of the descriptors this process may open, within [16, 1024]:
+ * enough for every shard a loader reads at once, and room for the rest of
+ * the host (sockets, checkpoint writers). */
+static int32_t open_file_cap(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY)
+        return 1024;
+    rlim_t q = rl.rlim_cur / 4;
+    return q < 16 ? 16 : q > 1024 ? 1024 : (int32_t)q;
+}
+
+/* ---- header validation ---- */
+
+#define CHUNK_BYTES (1u << 20) /* reads of the index and of verify */
+
+/* The document index: starts from 0, never decreasing, within the tokens. */
+static llmt_status check_index(llmt_err *e, const ds_shard *sh, int fd, uint64_t idx_off,
+                               uint64_t n_docs, uint64_t n_tokens, unsigned char *buf)
+{
+    uint64_t prev = 0;
+    for (uint64_t d0 = 0; d0 < n_docs; d0 += CHUNK_BYTES / 8u) {
+        uint64_t k = n_docs - d0 < CHUNK_BYTES / 8u ? n_docs - d0 : CHUNK_BYTES / 8u;
+        llmt_status s = read_at(e, sh, fd, idx_off + d0 * 8u, buf, (size_t)k * 8u, -1);
+        if (s != LLMT_OK)
+            return s;
+        for (uint64_t j = 0; j < k; j++) {
+            uint64_t d = d0 + j, v = sh_rd64(buf + j * 8u);
+            if ((d == 0 && v != 0) || v < prev || v > n_tokens)
+                return bad(e, LLMT_ERR_FORMAT, sh->path, idx_off + d * 8u,
+                           "document %" PRIu64 " starts at token %" PRIu64 " (previous %" PRIu64
+                           ", %" PRIu64 " tokens)",
+                           d, v, prev, n_tokens);
+            prev = v;
+        }
+    }
+    return LLMT_OK;
+}
+
+static llmt_status check_ours(llmt_err *e, ds_shard *sh, int fd, unsigned char *buf)
 {
     const char *p = sh->path;
-    const unsigned char *m = sh->map;
-    uint64_t size = sh->map_len;
+    uint64_t size = sh->size;
     if (size < SH_HEADER_BYTES)
         return bad(e, LLMT_ERR_FORMAT, p, size,
                    "truncated header: the file has %" PRIu64 " bytes, the header needs %u",
                    size, SH_HEADER_BYTES);
+    unsigned char m[SH_HEADER_BYTES];
+    llmt_status s = read_at(e, sh, fd, 0, m, sizeof m, -1);
+    if (s != LLMT_OK)
+        return s;
     sh_header h;
     llmt__data_shard_header_decode(m, &h);
     if (h.version != SH_VERSION)
@@ -217,41 +391,56 @@ static llmt_status check_ours(llmt_err *e, ds_shard *sh)
             return bad(e, LLMT_ERR_FORMAT, p, i, "reserved header byte is not zero");
     /* The padding before the index is zero: no byte of the file goes
      * unchecked (the checksums cover only the tokens and the index). */
-    for (uint64_t i = h.tok_offset + need; i < h.idx_offset; i++)
-        if (m[i])
-            return bad(e, LLMT_ERR_FORMAT, p, i,
+    unsigned char pad[8];
+    uint64_t pad0 = h.tok_offset + need, npad = h.idx_offset - pad0;
+    if ((s = read_at(e, sh, fd, pad0, pad, (size_t)npad, -1)) != LLMT_OK)
+        return s;
+    for (uint64_t i = 0; i < npad; i++)
+        if (pad[i])
+            return bad(e, LLMT_ERR_FORMAT, p, pad0 + i,
                        "padding byte before the document index is "
                        "not zero");
-    /* The index: starts from 0, never decreasing, within the tokens. */
-    uint64_t prev = 0;
-    for (uint64_t d = 0; d < h.n_docs; d++) {
-        uint64_t at = h.idx_offset + d * 8u, v = sh_rd64(m + at);
-        if ((d == 0 && v != 0) || v < prev || v > h.n_tokens)
-            return bad(e, LLMT_ERR_FORMAT, p, at,
-                       "document %" PRIu64 " starts at token %" PRIu64 " (previous %" PRIu64
-                       ", %" PRIu64 " tokens)", d, v, prev, h.n_tokens);
-        prev = v;
-    }
+    s = check_index(e, sh, fd, h.idx_offset, h.n_docs, h.n_tokens, buf);
+    if (s != LLMT_OK)
+        return s;
     sh->width = h.dtype;
     sh->vocab_size = h.vocab_size;
     sh->n_tokens = (int64_t)h.n_tokens;
     sh->n_docs = (int64_t)h.n_docs;
-    sh->tokens = m + h.tok_offset;
-    sh->index = m + h.idx_offset;
+    sh->tok_off = h.tok_offset;
     sh->tok_xxh = h.tok_xxh;
     sh->idx_xxh = h.idx_xxh;
     return LLMT_OK;
 }
 
-static llmt_status check_llmc(llmt_err *e, ds_shard *sh)
+/* An llm.c file has no checksum: its size and both ends stand for it in
+ * the dataset's fingerprint. */
+static llmt_status hash_edges(llmt_err *e, ds_shard *sh, int fd, unsigned char *buf)
+{
+    size_t edge = sh->size < FP_EDGE_BYTES ? (size_t)sh->size : FP_EDGE_BYTES;
+    llmt_status s = read_at(e, sh, fd, 0, buf, edge, -1);
+    if (s != LLMT_OK)
+        return s;
+    sh->edge_xxh[0] = XXH64(buf, edge, sh->size);
+    if ((s = read_at(e, sh, fd, sh->size - edge, buf, edge, -1)) != LLMT_OK)
+        return s;
+    sh->edge_xxh[1] = XXH64(buf, edge, sh->size);
+    return LLMT_OK;
+}
+
+static llmt_status check_llmc(llmt_err *e, ds_shard *sh, int fd, unsigned char *buf)
 {
     const char *p = sh->path;
-    uint64_t size = sh->map_len;
+    uint64_t size = sh->size;
     if (size < LLMC_HEADER_BYTES)
         return bad(e, LLMT_ERR_FORMAT, p, size,
                    "truncated llm.c header: the file has %" PRIu64 " bytes, the header "
                    "needs %u", size, LLMC_HEADER_BYTES);
-    int32_t version = (int32_t)sh_rd32(sh->map + 4), n = (int32_t)sh_rd32(sh->map + 8);
+    unsigned char m[12]; /* magic, version, token count */
+    llmt_status s = read_at(e, sh, fd, 0, m, sizeof m, -1);
+    if (s != LLMT_OK)
+        return s;
+    int32_t version = (int32_t)sh_rd32(m + 4), n = (int32_t)sh_rd32(m + 8);
     if (version != LLMC_VERSION)
         return bad(e, LLMT_ERR_VERSION, p, 4,
                    "llm.c token file version %d, this library reads version 1 (uint16)",
@@ -268,13 +457,13 @@ static llmt_status check_llmc(llmt_err *e, ds_shard *sh)
     sh->vocab_size = 0;
     sh->n_tokens = n;
     sh->n_docs = 1;
-    sh->tokens = sh->map + LLMC_HEADER_BYTES;
-    return LLMT_OK;
+    sh->tok_off = LLMC_HEADER_BYTES;
+    return hash_edges(e, sh, fd, buf);
 }
 
 /* Largest of n token ids, for each stored width. Sixteen lane maxima in
  * fixed-count loops are vectorised even under -O2's very-cheap cost model
- * (see copy below); one body, instantiated per element type. */
+ * (see widen below); one body, instantiated per element type. */
 #define DEFINE_MAX_IDS(name, T)                                  \
     static uint32_t name(const T *restrict src, size_t n)        \
     {                                                            \
@@ -294,92 +483,147 @@ DEFINE_MAX_IDS(max_u16, uint16_t)
 DEFINE_MAX_IDS(max_u32, uint32_t)
 #undef DEFINE_MAX_IDS
 
-/* Does the shard's vocab_size bound its ids? llm.c files carry no
- * vocabulary (any uint16 may be an id), nor does a full uint16 one. */
-static int vocab_checked(const ds_shard *sh)
+/* The bound on the ids of a shard, 0 for none: its own vocab_size, or the
+ * dataset's id_limit where lower. llm.c files carry no vocabulary, and no
+ * uint16 reaches a bound of 65536 or more. */
+static uint32_t id_bound(const llmt_dataset *ds, const ds_shard *sh)
 {
-    return sh->vocab_size > 0 && (sh->width == 4 || sh->vocab_size < 65536);
+    uint32_t lim = sh->vocab_size > 0 ? (uint32_t)sh->vocab_size : 0;
+    if (ds && ds->id_limit > 0 && (!lim || (uint32_t)ds->id_limit < lim))
+        lim = (uint32_t)ds->id_limit;
+    return sh->width == 2 && lim >= 65536 ? 0 : lim;
 }
 
-/* Index of the first of n tokens at src not below the shard's vocab_size,
- * or -1: one vectorised pass, a second only to find a bad one. */
-static int64_t first_out_of_vocab(const ds_shard *sh, const unsigned char *src, size_t n)
+static uint32_t id_at(const ds_shard *sh, const unsigned char *src, size_t i)
 {
-    uint32_t limit = (uint32_t)sh->vocab_size;
-    if (!vocab_checked(sh))
+    return sh->width == 2 ? (uint32_t)sh_rd16(src + 2 * i) : sh_rd32(src + 4 * i);
+}
+
+/* Index of the first of n tokens at src (aligned to its width) not below
+ * `limit` (0: no bound), or -1: one vectorised pass, a second only to find
+ * a bad one. */
+static int64_t first_out_of_vocab(const ds_shard *sh, uint32_t limit, const void *src, size_t n)
+{
+    if (!limit)
         return -1;
-    uint32_t mx = sh->width == 2 ? max_u16((const uint16_t *)(const void *)src, n)
-                                 : max_u32((const uint32_t *)(const void *)src, n);
+    uint32_t mx = sh->width == 2 ? max_u16(src, n) : max_u32(src, n);
     if (mx < limit)
         return -1;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t v = sh->width == 2 ? (uint32_t)sh_rd16(src + 2 * i) : sh_rd32(src + 4 * i);
-        if (v >= limit)
+    for (size_t i = 0; i < n; i++)
+        if (id_at(sh, src, i) >= limit)
             return (int64_t)i;
-    }
     return -1;
 }
 
-static llmt_status verify_shard(llmt_err *e, const ds_shard *sh)
+/* Token `tok` of shard s holds `id`, at or above `limit`. */
+static llmt_status bad_token(llmt_err *e, const ds_shard *sh, int64_t tok, uint32_t id,
+                             uint32_t limit)
+{
+    int tokenizer = (int64_t)limit != sh->vocab_size;
+    return bad(e, LLMT_ERR_FORMAT, sh->path, sh->tok_off + (uint64_t)tok * sh->width,
+               "token %" PRId64 " is id %" PRIu32 ", outside the %s vocabulary [0, %" PRIu32
+               ")%s",
+               tok, id, tokenizer ? "tokenizer's" : "shard's", limit,
+               tokenizer ? (sh->llmc ? " (an llm.c file names no vocabulary: it was written "
+                                       "with another tokenizer, or is corrupt)"
+                                     : "")
+                         : ": the token data is corrupt (llmt_dataset_open with verify "
+                           "checks every token)");
+}
+
+/* Every token against the stored checksum and the shard's vocabulary,
+ * then the document index; read in chunks through buf. */
+static llmt_status verify_shard(llmt_err *e, ds_shard *sh, int fd, unsigned char *buf)
 {
     if (sh->llmc)
         return LLMT_OK; /* llm.c files carry no checksum */
     uint64_t tb = (uint64_t)sh->n_tokens * sh->width, ib = (uint64_t)sh->n_docs * 8u;
-    uint64_t t = XXH64(sh->tokens, tb, 0);
-    if (t != sh->tok_xxh)
-        return bad(e, LLMT_ERR_CHECKSUM, sh->path, SH_HEADER_BYTES,
-                   "the tokens (%" PRIu64 " bytes) hash to %016" PRIx64 ", the header "
-                   "(offset %u) says %016" PRIx64 ": the token data is corrupt", tb, t,
-                   SH_OFF_TOK_XXH, sh->tok_xxh);
-    int64_t at = first_out_of_vocab(sh, sh->tokens, (size_t)sh->n_tokens);
-    if (at >= 0) {
-        const unsigned char *q = sh->tokens + (size_t)at * sh->width;
-        return bad(e, LLMT_ERR_FORMAT, sh->path, (uint64_t)(q - sh->map),
-                   "token %" PRId64 " is id %" PRIu32 ", outside the shard's vocabulary "
-                   "[0, %d) (header offset %u)",
-                   at, sh->width == 2 ? (uint32_t)sh_rd16(q) : sh_rd32(q), (int)sh->vocab_size,
-                   SH_OFF_VOCAB);
+    uint32_t limit = id_bound(NULL, sh);
+    XXH64_state_t *st = XXH64_createState();
+    if (!st)
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "dataset: out of memory");
+    llmt_status s = LLMT_OK;
+    int64_t bad_at = -1;
+    uint32_t bad_id = 0;
+    XXH64_reset(st, 0);
+    for (uint64_t at = 0; s == LLMT_OK && at < tb; at += CHUNK_BYTES) {
+        size_t k = (size_t)(tb - at < CHUNK_BYTES ? tb - at : CHUNK_BYTES);
+        s = read_at(e, sh, fd, sh->tok_off + at, buf, k, -1);
+        if (s != LLMT_OK)
+            break;
+        XXH64_update(st, buf, k);
+        int64_t i = bad_at < 0 ? first_out_of_vocab(sh, limit, buf, k / sh->width) : -1;
+        if (i >= 0) {
+            bad_at = (int64_t)(at / sh->width) + i;
+            bad_id = id_at(sh, buf, (size_t)i);
+        }
     }
-    uint64_t i = XXH64(sh->index, ib, 0);
-    if (i != sh->idx_xxh)
-        return bad(e, LLMT_ERR_CHECKSUM, sh->path, (uint64_t)(sh->index - sh->map),
-                   "the document index hashes to %016" PRIx64 ", the header (offset %u) "
-                   "says %016" PRIx64 ": the index is corrupt", i, SH_OFF_IDX_XXH,
-                   sh->idx_xxh);
-    return LLMT_OK;
+    uint64_t t = XXH64_digest(st), ix = 0;
+    if (s == LLMT_OK && t != sh->tok_xxh)
+        s = bad(e, LLMT_ERR_CHECKSUM, sh->path, SH_HEADER_BYTES,
+                "the tokens (%" PRIu64 " bytes) hash to %016" PRIx64 ", the header "
+                "(offset %u) says %016" PRIx64 ": the token data is corrupt",
+                tb, t, SH_OFF_TOK_XXH, sh->tok_xxh);
+    if (s == LLMT_OK && bad_at >= 0)
+        s = bad_token(e, sh, bad_at, bad_id, limit);
+    uint64_t idx_off = sh_align8(sh->tok_off + tb);
+    XXH64_reset(st, 0);
+    for (uint64_t at = 0; s == LLMT_OK && at < ib; at += CHUNK_BYTES) {
+        size_t k = (size_t)(ib - at < CHUNK_BYTES ? ib - at : CHUNK_BYTES);
+        if ((s = read_at(e, sh, fd, idx_off + at, buf, k, -1)) == LLMT_OK)
+            XXH64_update(st, buf, k);
+    }
+    ix = XXH64_digest(st);
+    XXH64_freeState(st);
+    if (s == LLMT_OK && ix != sh->idx_xxh)
+        s = bad(e, LLMT_ERR_CHECKSUM, sh->path, idx_off,
+                "the document index hashes to %016" PRIx64 ", the header (offset %u) "
+                "says %016" PRIx64 ": the index is corrupt",
+                ix, SH_OFF_IDX_XXH, sh->idx_xxh);
+    return s;
 }
 
-static llmt_status map_shard(llmt_err *e, ds_shard *sh)
+/* Open, check (and with verify, hash) one shard; its file stays open while
+ * the dataset has room for it. */
+static llmt_status open_shard(llmt_dataset *ds, llmt_err *e, ds_shard *sh, int verify,
+                              unsigned char *buf)
 {
     int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return llmt__err_set(e, LLMT_ERR_IO, "dataset: open %s: %s", sh->path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st)) {
-        int en = errno;
-        close(fd);
-        return llmt__err_set(e, LLMT_ERR_IO, "dataset: stat %s: %s", sh->path, strerror(en));
+    llmt_status s = LLMT_OK;
+    if (fstat(fd, &st))
+        s = llmt__err_set(e, LLMT_ERR_IO, "dataset: stat %s: %s", sh->path, strerror(errno));
+    else
+        note_identity(sh, &st);
+    unsigned char m[8];
+    if (s == LLMT_OK && sh->size < 8)
+        s = bad(e, LLMT_ERR_FORMAT, sh->path, sh->size,
+                "the file has %" PRIu64 " bytes, too short for a header", sh->size);
+    if (s == LLMT_OK)
+        s = read_at(e, sh, fd, 0, m, sizeof m, -1);
+    if (s == LLMT_OK) {
+        if (!memcmp(m, SH_MAGIC, 8))
+            s = check_ours(e, sh, fd, buf);
+        else if ((int32_t)sh_rd32(m) == LLMC_MAGIC)
+            s = check_llmc(e, sh, fd, buf);
+        else
+            s = bad(e, LLMT_ERR_FORMAT, sh->path, 0,
+                    "bad magic: neither a token shard (\"LLMTTOK\") nor an llm.c token file "
+                    "(%d)",
+                    LLMC_MAGIC);
     }
-    uint64_t size = (uint64_t)st.st_size;
-    if (size < 8) {
+    if (s == LLMT_OK && verify)
+        s = verify_shard(e, sh, fd, buf);
+    if (s == LLMT_OK && ds->open_files < ds->max_open) {
+        sh->fd = fd;
+        sh->used = ++ds->clock;
+        ds->open_files++;
+    } else {
         close(fd);
-        return bad(e, LLMT_ERR_FORMAT, sh->path, size,
-                   "the file has %" PRIu64 " bytes, too short for a header", size);
     }
-    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
-    int en = errno;
-    close(fd);
-    if (m == MAP_FAILED)
-        return llmt__err_set(e, LLMT_ERR_IO, "dataset: mmap %s: %s", sh->path, strerror(en));
-    sh->map = m;
-    sh->map_len = (size_t)size;
-    if (!memcmp(m, SH_MAGIC, 8))
-        return check_ours(e, sh);
-    if ((int32_t)sh_rd32(m) == LLMC_MAGIC)
-        return check_llmc(e, sh);
-    return bad(e, LLMT_ERR_FORMAT, sh->path, 0,
-               "bad magic: neither a token shard (\"LLMTTOK\") nor an llm.c token file (%d)",
-               LLMC_MAGIC);
+    return s;
 }
 
 /* Identity of the data, not of where it lies: a copied or renamed dataset
@@ -396,15 +640,8 @@ static uint64_t fingerprint(const llmt_dataset *ds)
         rec[0] = (uint64_t)sh->llmc;
         rec[1] = (uint64_t)sh->n_tokens;
         rec[2] = (uint64_t)sh->n_docs;
-        if (sh->llmc) {
-            /* No stored checksum: the size and both ends stand for the file. */
-            size_t edge = sh->map_len < FP_EDGE_BYTES ? sh->map_len : FP_EDGE_BYTES;
-            rec[3] = XXH64(sh->map, edge, (uint64_t)sh->map_len);
-            rec[4] = XXH64(sh->map + sh->map_len - edge, edge, (uint64_t)sh->map_len);
-        } else {
-            rec[3] = sh->tok_xxh;
-            rec[4] = sh->idx_xxh;
-        }
+        rec[3] = sh->llmc ? sh->edge_xxh[0] : sh->tok_xxh;
+        rec[4] = sh->llmc ? sh->edge_xxh[1] : sh->idx_xxh;
         XXH64_update(st, rec, sizeof rec);
     }
     uint64_t h = XXH64_digest(st);
@@ -417,10 +654,11 @@ LLMT_API void llmt_dataset_destroy(llmt_dataset *ds)
     if (!ds)
         return;
     for (int32_t i = 0; i < ds->n; i++) {
-        if (ds->shards[i].map)
-            munmap((void *)ds->shards[i].map, ds->shards[i].map_len);
+        if (ds->shards[i].fd >= 0)
+            close(ds->shards[i].fd);
         free(ds->shards[i].path);
     }
+    pthread_mutex_destroy(&ds->mu);
     free(ds->shards);
     free(ds);
 }
@@ -446,24 +684,30 @@ LLMT_API llmt_status llmt_dataset_open(llmt_context *ctx, const char *path, int3
                              path);
     }
     llmt_dataset *ds = calloc(1, sizeof *ds);
+    unsigned char *buf = malloc(CHUNK_BYTES);
     if (ds)
         ds->shards = calloc(l.n, sizeof *ds->shards);
-    if (!ds || !ds->shards) {
+    if (!ds || !ds->shards || !buf) {
+        if (ds)
+            free(ds->shards);
         free(ds);
+        free(buf);
         list_free(&l);
         return llmt__err_set(ce, LLMT_ERR_OUT_OF_MEMORY, "dataset: out of memory");
     }
     ds->ctx = ctx;
+    pthread_mutex_init(&ds->mu, NULL);
+    ds->max_open = open_file_cap();
     /* The dataset owns the path strings from here on. */
-    for (size_t i = 0; i < l.n; i++)
+    for (size_t i = 0; i < l.n; i++) {
         ds->shards[i].path = l.v[i];
+        ds->shards[i].fd = -1;
+    }
     ds->n = (int32_t)l.n;
     free(l.v);
     for (int32_t i = 0; s == LLMT_OK && i < ds->n; i++) {
         ds_shard *sh = &ds->shards[i];
-        s = map_shard(ce, sh);
-        if (s == LLMT_OK && verify)
-            s = verify_shard(ce, sh);
+        s = open_shard(ds, ce, sh, verify, buf);
         if (s == LLMT_OK) {
             ds->tokens += sh->n_tokens;
             ds->documents += sh->n_docs;
@@ -471,6 +715,7 @@ LLMT_API llmt_status llmt_dataset_open(llmt_context *ctx, const char *path, int3
                 ds->vocab_size = sh->vocab_size;
         }
     }
+    free(buf);
     if (s != LLMT_OK) {
         llmt_dataset_destroy(ds);
         return s;
@@ -517,39 +762,71 @@ LLMT_API llmt_status llmt_dataset_shard(const llmt_dataset *ds, int32_t index,
     return LLMT_OK;
 }
 
-int64_t llmt__data_dataset_copy(const llmt_dataset *ds, int32_t s, int64_t off, size_t n,
-                                int32_t *restrict dst)
+llmt_status llmt__data_dataset_fetch(llmt_dataset *ds, int32_t s, int64_t off, size_t n,
+                                     void *raw, llmt_err *e)
 {
-    const ds_shard *sh = &ds->shards[s];
-    if (sh->width == 2) {
-        const uint16_t *restrict src = (const uint16_t *)(const void *)sh->tokens + off;
-        /* The loader's inner loop. Blocks of a fixed 16 are vectorised even
-         * under -O2's very-cheap cost model (a loop of unknown count is
-         * not): twice the loader's tokens/s of the plain loop. */
-        size_t i = 0;
-        for (; i + 16 <= n; i += 16)
-            for (size_t k = 0; k < 16; k++)
-                dst[i + k] = src[i + k];
-        for (; i < n; i++)
-            dst[i] = src[i];
-    } else {
-        memcpy(dst, sh->tokens + (size_t)off * 4u, n * sizeof *dst);
-    }
+    ds_shard *sh = &ds->shards[s];
+    int fd = -1;
+    llmt_status st = file_get(ds, sh, e, &fd);
+    if (st != LLMT_OK)
+        return st;
+    st = read_at(e, sh, fd, sh->tok_off + (uint64_t)off * sh->width, raw, n * sh->width, off);
+    file_put(ds, sh);
+    if (st != LLMT_OK)
+        return st;
     /* The range check reads the window again, from cache. */
-    int64_t at = first_out_of_vocab(sh, sh->tokens + (size_t)off * sh->width, n);
-    return at < 0 ? -1 : off + at;
+    uint32_t limit = id_bound(ds, sh);
+    int64_t at = first_out_of_vocab(sh, limit, raw, n);
+    if (at >= 0)
+        return bad_token(e, sh, off + at, id_at(sh, raw, (size_t)at), limit);
+    return LLMT_OK;
 }
 
-llmt_status llmt__data_bad_token(llmt_err *e, const llmt_dataset *ds, int32_t s, int64_t tok)
+void llmt__data_dataset_widen(const llmt_dataset *ds, int32_t s, const void *raw, size_t n,
+                              int32_t *restrict dst)
 {
-    const ds_shard *sh = &ds->shards[s];
-    const unsigned char *p = sh->tokens + (size_t)tok * sh->width;
-    uint32_t v = sh->width == 2 ? (uint32_t)sh_rd16(p) : sh_rd32(p);
-    return bad(e, LLMT_ERR_FORMAT, sh->path, (uint64_t)(p - sh->map),
-               "token %" PRId64 " is id %" PRIu32 ", outside the shard's vocabulary [0, %d): "
-               "the token data is corrupt (llmt_dataset_open with verify checks every "
-               "token)",
-               tok, v, (int)sh->vocab_size);
+    if (ds->shards[s].width == 4) {
+        memcpy(dst, raw, n * sizeof *dst);
+        return;
+    }
+    const uint16_t *restrict src = raw;
+    /* The loader's inner loop. Blocks of a fixed 16 are vectorised even
+     * under -O2's very-cheap cost model (a loop of unknown count is not):
+     * twice the loader's tokens/s of the plain loop. */
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (size_t k = 0; k < 16; k++)
+            dst[i + k] = src[i + k];
+    for (; i < n; i++)
+        dst[i] = src[i];
+}
+
+llmt_status llmt__data_shard_check(llmt_dataset *ds, int32_t s, llmt_err *e)
+{
+    ds_shard *sh = &ds->shards[s];
+    int fd = -1;
+    llmt_status st = file_get(ds, sh, e, &fd);
+    if (st != LLMT_OK)
+        return st;
+    struct stat now;
+    if (fstat(fd, &now))
+        st = llmt__err_set(e, LLMT_ERR_IO, "dataset: stat %s: %s", sh->path, strerror(errno));
+    else if ((uint64_t)now.st_size != sh->size || (int64_t)now.st_mtim.tv_sec != sh->mtime_s ||
+             (int64_t)now.st_mtim.tv_nsec != sh->mtime_ns)
+        st =
+            changed(e, sh, &now, (uint64_t)now.st_size < sh->size ? "was truncated" : "changed",
+                    "a writer must publish a new file by rename, not rewrite one in use");
+    file_put(ds, sh);
+    return st;
+}
+
+llmt_status llmt__data_dataset_limit_ids(llmt_dataset *ds, int32_t vocab)
+{
+    if (vocab < 0)
+        return llmt__err_set(&ds->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "dataset: id limit %d is negative (0: none)", (int)vocab);
+    ds->id_limit = vocab;
+    return LLMT_OK;
 }
 
 LLMT_API llmt_status llmt_dataset_read(llmt_dataset *ds, int32_t index, int64_t offset,
@@ -569,9 +846,17 @@ LLMT_API llmt_status llmt_dataset_read(llmt_dataset *ds, int32_t index, int64_t 
                              "dataset: %s: tokens [%" PRId64 ", %" PRId64 ") are outside the "
                              "shard's %" PRId64, sh->path, offset, offset + (int64_t)n,
                              sh->n_tokens);
-    int64_t bad_at = llmt__data_dataset_copy(ds, index, offset, n, ids);
-    if (bad_at >= 0)
-        return llmt__data_bad_token(&ds->err, ds, index, bad_at);
+    if (sh->width == 4) /* stored as the caller wants them */
+        return llmt__data_dataset_fetch(ds, index, offset, n, ids, &ds->err);
+    uint16_t raw[16384];
+    for (size_t at = 0; at < n; at += 16384) {
+        size_t k = n - at < 16384 ? n - at : 16384;
+        llmt_status s =
+            llmt__data_dataset_fetch(ds, index, offset + (int64_t)at, k, raw, &ds->err);
+        if (s != LLMT_OK)
+            return s;
+        llmt__data_dataset_widen(ds, index, raw, k, ids + at);
+    }
     return LLMT_OK;
 }
 

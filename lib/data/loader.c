@@ -229,18 +229,10 @@ static int sampler_locate(sampler *sp, int64_t g, int32_t *shard, int64_t *tok,
 
 /* ---- the loader ---- */
 
-/* Why a micro-batch could not be filled: out of memory, or a token id
- * outside its shard's vocabulary (shard, token offset). */
-typedef struct fill_err {
-    llmt_status status;
-    int32_t shard;
-    int64_t tok;
-} fill_err;
-
 typedef struct slot {
     int32_t *inputs, *targets;
     int64_t *ids;
-    fill_err err;
+    llmt_err err; /* why the micro-batch could not be filled */
 } slot;
 
 struct llmt_loader {
@@ -253,6 +245,9 @@ struct llmt_loader {
     int64_t base;          /* g of step 0 (set by create / set_state) */
     int64_t consumed;      /* micro-batches returned since base */
     sampler sp;
+    /* One window as stored (seq_len + 1 tokens), for whichever thread
+     * fills: the worker, or the caller when prefetch is 0. */
+    void *raw;
     /* Prefetch: the worker fills slots for micro-batches produced..,
      * the caller takes them in order. */
     slot *ring;
@@ -265,47 +260,55 @@ struct llmt_loader {
     int stop;
 };
 
-/* Fill micro-batch number `m` (counted from base) of this rank. */
-static fill_err fill(llmt_loader *l, sampler *sp, int64_t m, int32_t *inputs, int32_t *targets,
-                     int64_t *ids)
+/* The window of sample g (shard s, tokens from tok) failed: where, then
+ * why, on e. */
+static llmt_status window_failed(const llmt_loader *l, int64_t m, int64_t g, int32_t s,
+                                 int64_t tok, const llmt_err *why, llmt_err *e)
+{
+    int64_t A = l->o.grad_accum;
+    return llmt__err_set(e, why->status,
+                         "loader: micro-batch %" PRId64 " (step %" PRId64
+                         ", accumulation %" PRId64
+                         ", counted from the loader's start or last set_state), "
+                         "sample %" PRId64 " (epoch %" PRId64 ", cursor %" PRId64 "): %s "
+                         "tokens [%" PRId64 ", %" PRId64 "): %s",
+                         m, m / A, m % A, g, g / l->n_samples, g % l->n_samples,
+                         l->ds->shards[s].path, tok, tok + l->o.seq_len + 1, why->msg);
+}
+
+/* Fill micro-batch number `m` (counted from base) of this rank: each
+ * window read once (seq_len + 1 tokens, their ids checked), widened into
+ * inputs and targets. The files read are compared with what was opened
+ * once per micro-batch: a rewrite in place is named, not trained on. */
+static llmt_status fill(llmt_loader *l, sampler *sp, int64_t m, int32_t *inputs,
+                        int32_t *targets, int64_t *ids, llmt_err *e)
 {
     const llmt_loader_opts *o = &l->o;
     int64_t A = o->grad_accum, B = o->micro_batch, T = o->seq_len;
     int64_t step = m / A, a = m % A;
     int64_t g = l->base + step * l->G + (int64_t)o->dp_rank * B * A + a * B;
-    fill_err fe = {LLMT_OK, 0, 0};
+    int32_t checked = -1;
     for (int64_t i = 0; i < B; i++) {
         int32_t s;
         int64_t tok, id;
-        if (sampler_locate(sp, g + i, &s, &tok, &id)) {
-            fe.status = LLMT_ERR_OUT_OF_MEMORY;
-            return fe;
-        }
-        /* An id outside the shard's vocabulary (a token corrupted after
-         * the shard was written) must not reach the model. */
-        int64_t bad = llmt__data_dataset_copy(l->ds, s, tok, (size_t)T, inputs + i * T);
-        int64_t bad2 = llmt__data_dataset_copy(l->ds, s, tok + 1, (size_t)T, targets + i * T);
-        if (bad >= 0 || bad2 >= 0) {
-            fe.status = LLMT_ERR_FORMAT;
-            fe.shard = s;
-            fe.tok = bad >= 0 ? bad : bad2;
-            return fe;
-        }
+        if (sampler_locate(sp, g + i, &s, &tok, &id))
+            return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY,
+                                 "loader: out of memory for a window permutation");
+        llmt_err why = {LLMT_OK, {0}};
+        llmt_status st = s == checked ? LLMT_OK : llmt__data_shard_check(l->ds, s, &why);
+        checked = s;
+        if (st == LLMT_OK)
+            st = llmt__data_dataset_fetch(l->ds, s, tok, (size_t)T + 1, l->raw, &why);
+        if (st != LLMT_OK)
+            return window_failed(l, m, g + i, s, tok, &why, e);
+        size_t w = l->ds->shards[s].width;
+        llmt__data_dataset_widen(l->ds, s, l->raw, (size_t)T, inputs + i * T);
+        llmt__data_dataset_widen(l->ds, s, (const char *)l->raw + w, (size_t)T,
+                                 targets + i * T);
         if (ids)
             ids[i] = id;
     }
-    return fe;
-}
-
-/* The message of a failed fill, on the loader. */
-static llmt_status fill_failed(llmt_loader *l, const fill_err *fe)
-{
-    if (fe->status == LLMT_ERR_FORMAT) {
-        llmt_err why = {LLMT_OK, {0}};
-        llmt__data_bad_token(&why, l->ds, fe->shard, fe->tok);
-        return llmt__err_set(&l->err, LLMT_ERR_FORMAT, "loader: %s", why.msg);
-    }
-    return llmt__err_set(&l->err, fe->status, "loader: out of memory for a window permutation");
+    return LLMT_OK;
 }
 
 static void *worker(void *arg)
@@ -322,7 +325,7 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&l->mu);
         /* The slot is free (the caller is done with it) and only this
          * thread touches the sampler while it runs. */
-        sl->err = fill(l, &l->sp, m, sl->inputs, sl->targets, sl->ids);
+        sl->err.status = fill(l, &l->sp, m, sl->inputs, sl->targets, sl->ids, &sl->err);
         pthread_mutex_lock(&l->mu);
         l->produced = m + 1;
         pthread_cond_signal(&l->can_take);
@@ -416,6 +419,7 @@ LLMT_API void llmt_loader_destroy(llmt_loader *l)
     sampler_free(&l->sp);
     free(l->windows);
     free(l->first_id);
+    free(l->raw);
     free(l);
 }
 
@@ -444,7 +448,8 @@ LLMT_API llmt_status llmt_loader_create(llmt_dataset *ds, const llmt_loader_opts
     l->o = o;
     l->windows = malloc((size_t)ds->n * sizeof *l->windows);
     l->first_id = malloc((size_t)ds->n * sizeof *l->first_id);
-    if (!l->windows || !l->first_id) {
+    l->raw = malloc(((size_t)o.seq_len + 1) * sizeof(uint32_t));
+    if (!l->windows || !l->first_id || !l->raw) {
         llmt_loader_destroy(l);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "loader: out of memory");
     }
@@ -505,9 +510,9 @@ LLMT_API llmt_status llmt_loader_next(llmt_loader *l, int32_t *inputs, int32_t *
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&l->err, "loader: next", inputs);
     LLMT__NONNULL(&l->err, "loader: next", targets);
-    fill_err fe;
+    llmt_status st;
     if (!l->nring) {
-        fe = fill(l, &l->sp, l->consumed, inputs, targets, sample_ids);
+        st = fill(l, &l->sp, l->consumed, inputs, targets, sample_ids, &l->err);
     } else {
         pthread_mutex_lock(&l->mu);
         while (l->produced <= l->consumed)
@@ -515,22 +520,26 @@ LLMT_API llmt_status llmt_loader_next(llmt_loader *l, int32_t *inputs, int32_t *
         pthread_mutex_unlock(&l->mu);
         const slot *sl = &l->ring[l->consumed % l->nring];
         size_t bt = (size_t)l->o.micro_batch * (size_t)l->o.seq_len;
-        fe = sl->err;
-        if (fe.status == LLMT_OK) {
+        st = sl->err.status;
+        if (st == LLMT_OK) {
             memcpy(inputs, sl->inputs, bt * sizeof *inputs);
             memcpy(targets, sl->targets, bt * sizeof *targets);
             if (sample_ids)
                 memcpy(sample_ids, sl->ids, (size_t)l->o.micro_batch * sizeof *sample_ids);
+        } else {
+            l->err = sl->err;
         }
     }
-    if (fe.status != LLMT_OK) {
+    if (st != LLMT_OK) {
         /* The micro-batch stays unconsumed so a retry asks for it again; the
          * worker has moved past it and is restarted from here. */
         if (l->nring) {
+            llmt_err keep = l->err;
             stop_worker(l);
             start_worker(l, &l->err);
+            l->err = keep;
         }
-        return fill_failed(l, &fe);
+        return st;
     }
     if (!l->nring) {
         l->consumed++;

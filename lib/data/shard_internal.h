@@ -4,6 +4,7 @@
 #ifndef LLMT_DATA_SHARD_INTERNAL_H
 #define LLMT_DATA_SHARD_INTERNAL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -17,8 +18,9 @@
 #endif
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-/* The files are little-endian and read in place through mmap; a big-endian
- * port needs byte swaps in the conversion loops (dataset.c, shard.c). */
+/* The files are little-endian and their tokens are widened as read; a
+ * big-endian port needs byte swaps in the conversion loops (dataset.c,
+ * shard.c). */
 #error "llmtrain token shards assume a little-endian host"
 #endif
 
@@ -91,18 +93,25 @@ void llmt__data_shard_header_decode(const unsigned char *in, sh_header *h);
 /* xxhash64 of the header bytes before the header checksum. */
 uint64_t llmt__data_shard_header_xxh(const unsigned char *in);
 
-/* One shard of an open dataset. */
+/* One shard of an open dataset. Its bytes are read with pread, never
+ * through a mapping: a file truncated while open (a rerun of the writer, a
+ * full disk, a copy in place) then gives a short read that is reported,
+ * where a mapping would raise SIGBUS in the host. */
 typedef struct ds_shard {
     char *path;
     int llmc;                    /* 1: llm.c's format */
-    const unsigned char *map;    /* whole file, read-only */
-    size_t map_len;
+    int fd;                      /* -1: closed (the dataset keeps a few open) */
+    uint32_t users;              /* reads in flight on fd (under ds->mu) */
+    uint64_t used;               /* LRU clock of the open files */
+    /* The file as it was opened and checked: reads and reopens compare. */
+    uint64_t size, dev, ino;
+    int64_t mtime_s, mtime_ns;
     uint32_t width;              /* bytes per token: 2 or 4 */
     int32_t vocab_size;          /* 0 for llm.c files */
     int64_t n_tokens, n_docs;
-    const unsigned char *tokens; /* n_tokens * width bytes */
-    const unsigned char *index;  /* n_docs uint64, unaligned-safe reads */
+    uint64_t tok_off;            /* byte offset of token 0 */
     uint64_t tok_xxh, idx_xxh;   /* stored checksums (ours) */
+    uint64_t edge_xxh[2];        /* llm.c files: hashes of both ends */
 } ds_shard;
 
 struct llmt_dataset {
@@ -111,19 +120,35 @@ struct llmt_dataset {
     ds_shard *shards;
     int32_t n;
     int32_t vocab_size;
+    int32_t id_limit; /* 0, or a bound on every id served */
     int64_t tokens, documents;
     uint64_t fingerprint;
+    pthread_mutex_t mu; /* the open files below */
+    int32_t open_files, max_open;
+    uint64_t clock;
 };
 
-/* Tokens [off, off + n) of shard s widened to int32; the range is the
- * caller's to check. Returns -1 when every id is below the shard's
- * vocab_size, else the shard offset of the first that is not (a corrupt
- * token the header checksum cannot see without verify: it must never
- * reach a model as an id). Safe from any thread. */
-int64_t llmt__data_dataset_copy(const llmt_dataset *ds, int32_t s, int64_t off, size_t n,
-                                int32_t *dst);
-/* The message for the id at token `tok` of shard s that copy reported:
- * the file, its byte offset, the id and the vocabulary. */
-llmt_status llmt__data_bad_token(llmt_err *e, const llmt_dataset *ds, int32_t s, int64_t tok);
+/* Tokens [off, off + n) of shard s as stored (width bytes each) into raw;
+ * the range is the caller's to check. Fails naming the file, its size at
+ * open and now, and the tokens when it cannot read them all (the file was
+ * truncated while open), and names the token, its id and the vocabulary
+ * when an id is at or above the shard's vocab_size or the dataset's
+ * id_limit (a corrupt token, or an llm.c file written with another
+ * tokenizer: it must never reach a model as an id). Safe from any thread;
+ * the message goes to e. */
+llmt_status llmt__data_dataset_fetch(llmt_dataset *ds, int32_t s, int64_t off, size_t n,
+                                     void *raw, llmt_err *e);
+/* n tokens fetched from shard s at raw, widened to int32 into dst. */
+void llmt__data_dataset_widen(const llmt_dataset *ds, int32_t s, const void *raw, size_t n,
+                              int32_t *dst);
+/* Has shard s changed since the dataset opened it (size, modification
+ * time)? A rewrite in place that keeps the size is only seen this way.
+ * One fstat; safe from any thread; the message goes to e. */
+llmt_status llmt__data_shard_check(llmt_dataset *ds, int32_t s, llmt_err *e);
+/* Bound every id the dataset serves by `vocab` (a tokenizer's size), for
+ * files that name no vocabulary (llm.c's): fetch then refuses an id at or
+ * above it wherever it lies in the file. 0 removes the bound. Not while
+ * reads run. */
+llmt_status llmt__data_dataset_limit_ids(llmt_dataset *ds, int32_t vocab);
 
 #endif
