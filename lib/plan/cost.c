@@ -106,6 +106,42 @@ static void balance_model(const llmt_spec *s, llmt__balance_model *m)
     m->every = s->model.moe.every > 0 ? s->model.moe.every : 1;
 }
 
+/* The automatic split of s's layers over nv (virtual) stages: the
+ * engine's balance of each layer's work with the embedding and the head
+ * (lib/train/pp.c, llmt__pp_layout), the same code on the same costs,
+ * dense or MoE. The balance is a dynamic programme over stages x layers,
+ * and a plan asks for spans stage by stage and chunk by chunk (its JSON,
+ * the engine model's stage memory): the last split is kept, per thread,
+ * keyed by everything it depends on (the 405B plan took 10 ms instead of
+ * 0.2 recomputing it, bench_plan). first[0..nv] valid until this thread's
+ * next call; NULL when the balance fails or nv is over the spec's stage
+ * limit. */
+static const int64_t *auto_split(const llmt_spec *s, int64_t nv)
+{
+    static _Thread_local struct {
+        int valid;
+        llmt__balance_model bm;
+        int64_t L, nv;
+        int64_t first[LLMT_SPEC_MAX_STAGES + 1];
+    } memo;
+    llmt__balance_model bm;
+    memset(&bm, 0, sizeof bm); /* compared with memcmp, padding included */
+    balance_model(s, &bm);
+    int64_t L = s->model.layers;
+    if (nv > LLMT_SPEC_MAX_STAGES)
+        return NULL;
+    if (memo.valid && memo.L == L && memo.nv == nv && !memcmp(&memo.bm, &bm, sizeof bm))
+        return memo.first;
+    memo.valid = 0;
+    if (llmt__balance_split(&bm, L, nv, memo.first))
+        return NULL;
+    memo.bm = bm;
+    memo.L = L;
+    memo.nv = nv;
+    memo.valid = 1;
+    return memo.first;
+}
+
 int llmt__plan_split(const llmt_spec *s, int64_t *first)
 {
     int64_t pp = s->parallelism.pp, v = s->parallelism.virtual_stages,
@@ -117,9 +153,12 @@ int llmt__plan_split(const llmt_spec *s, int64_t *first)
             first[j + 1] = first[j] + s->parallelism.stage_layers[j];
         return 0;
     }
-    /* not given (or for another layout): the engine's balance of each
-     * layer's work with the embedding and the head (lib/train/pp.c,
-     * llmt__pp_layout), the same code on the same costs, dense or MoE */
+    const int64_t *f = auto_split(s, nv);
+    if (f) {
+        memcpy(first, f, ((size_t)nv + 1) * sizeof *first);
+        return 0;
+    }
+    /* more stages than the memo holds */
     llmt__balance_model bm;
     balance_model(s, &bm);
     return llmt__balance_split(&bm, s->model.layers, nv, first);
@@ -177,16 +216,24 @@ void llmt__plan_spec_span(const llmt_spec *s, int64_t stage, int64_t chunk, int6
 {
     int64_t pp = s->parallelism.pp, v = s->parallelism.virtual_stages,
             nv = pp * (v > 1 ? v : 1), at = chunk * pp + stage;
-    int64_t fs[LLMT_SPEC_MAX_STAGES + 1], *f = fs;
-    if (nv > LLMT_SPEC_MAX_STAGES)
-        f = malloc(((size_t)nv + 1) * sizeof *f);
     *first = *count = 0;
-    if (f && at >= 0 && at < nv && !llmt__plan_split(s, f)) {
+    if (at < 0 || at >= nv)
+        return;
+    if (s->parallelism.nstage_layers == nv) { /* given: the layers before it */
+        for (int64_t j = 0; j < at; j++)
+            *first += s->parallelism.stage_layers[j];
+        *count = s->parallelism.stage_layers[at];
+        return;
+    }
+    const int64_t *f = auto_split(s, nv);
+    int64_t *own = NULL;
+    if (!f && (own = malloc(((size_t)nv + 1) * sizeof *own)) && !llmt__plan_split(s, own))
+        f = own;
+    if (f) {
         *first = f[at];
         *count = f[at + 1] - f[at];
     }
-    if (f != fs)
-        free(f);
+    free(own);
 }
 
 int64_t llmt__plan_stage_total(const llmt_spec *s, int64_t stage)
