@@ -6,6 +6,7 @@
  * "train every step". */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "cli.h"
@@ -17,8 +18,12 @@ int cli_parse_i64(const char *flag, const char *text, int64_t lo, int64_t hi,
     errno = 0;
     long long x = text ? strtoll(text, &end, 10) : 0;
     if (!text || !*text || errno || end == text || *end || x < lo || x > hi) {
-        fprintf(stderr, "llmtrain: %s needs an integer in [%lld, %lld], got '%s'\n",
-                flag, (long long)lo, (long long)hi, text ? text : "(nothing)");
+        if (hi == INT64_MAX) /* no upper bound of its own (checked later, if any) */
+            fprintf(stderr, "llmtrain: %s needs an integer >= %lld, got '%s'\n", flag,
+                    (long long)lo, text ? text : "(nothing)");
+        else
+            fprintf(stderr, "llmtrain: %s needs an integer in [%lld, %lld], got '%s'\n", flag,
+                    (long long)lo, (long long)hi, text ? text : "(nothing)");
         return CLI_USAGE;
     }
     *out = x;

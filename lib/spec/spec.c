@@ -158,7 +158,8 @@ static const spec_key keys[] = {
       "tokens to sample at the end, 0 = none [128]"),
     O("data", "inputs"),
     S("data.train", data.train, "token shard dir or text input"),
-    S("data.val", data.val, "token shard dir or text input"),
+    S("data.val", data.val,
+      "token shard dir (text is refused: data.train's split gives the validation)"),
     O("data.tokenizer", "tokenizer"),
     E("data.tokenizer.kind", data.tokenizer.kind, "byte|bpe|gpt2", "[bpe]"),
     I("data.tokenizer.vocab_size", data.tokenizer.vocab_size, 1, 1e8, "[model.vocab]"),
@@ -923,6 +924,10 @@ static void check_rules(llmt_spec *s, errlist *el)
     if (!llama && kvh != heads)
         errf(el, "model.kv_heads",
              "gpt2 has no grouped-query attention (kv_heads must equal heads)");
+    if (!llama && !s->model.tied_embeddings)
+        errf(el, "model.tied_embeddings",
+             "false, but gpt2 ties its output head to the token embedding (an untied "
+             "head is llama only); remove the key or set it true");
     int64_t E = s->model.moe.experts, K = s->model.moe.top_k;
     if (E > 0 && (K < 1 || K > E))
         errf(el, "model.moe.top_k", "%lld must be in [1, model.moe.experts %lld]",

@@ -243,6 +243,11 @@ static void test_rules(void)
          "4"},
         {"{\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 8, \"kv_heads\": 3}}",
          "model.kv_heads: 3 does not divide model.heads 8"},
+        /* the model layer refused it naming its own field (tie_embeddings)
+         * once data was prepared */
+        {"{\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 8,"
+         " \"tied_embeddings\": false}}",
+         "model.tied_embeddings: false, but gpt2 ties its output head"},
         {"{\"model\": {\"arch\": \"llama\", \"layers\": 4, \"hidden\": 384, \"heads\": 12,"
          " \"kv_heads\": 4, \"ffn\": 1152}, \"parallelism\": {\"tp\": 3}}",
          "parallelism.tp: 3 and model.kv_heads 4: neither divides the other"},
