@@ -695,9 +695,11 @@ typedef struct llmt_trainer_opts {
     int32_t grad_accum;      /* micro-batches per step; default 1 */
     int32_t schedule;        /* llmt_lr_schedule; default COSINE */
     float lr;                /* peak; default 3e-4 */
-    float min_lr;            /* default 0 */
-    int64_t warmup_steps;    /* default 0 */
-    int64_t total_steps;     /* schedule length; default 1000 */
+    float min_lr;            /* default 0; refused off it with
+                                LLMT_LR_CONSTANT, which never decays */
+    int64_t warmup_steps;    /* default 0 (every schedule, constant too) */
+    int64_t total_steps;     /* schedule length; default 1000; refused off
+                                it with LLMT_LR_CONSTANT */
     float decay_fraction;    /* WSD only (refused off its default with
                                 another schedule); default 0.2 */
     float beta1, beta2, eps; /* defaults 0.9, 0.95, 1e-8 */
@@ -979,6 +981,42 @@ LLMT_API llmt_status llmt_ckpt_save_status(llmt_ckpt *ck, int64_t *step);
 /* Wait for the save in flight; timeout_ms < 0 waits forever. Returns its
  * result, or LLMT_ERR_TIMEOUT. */
 LLMT_API llmt_status llmt_ckpt_wait(llmt_ckpt *ck, int64_t timeout_ms);
+/* Abandon the handle's newest save (a host whose step failed, or that is
+ * told to stop), so that its step is never committed. Call it from the
+ * thread that saves (not from the tier hook: LLMT_ERR_STATE). It does
+ * every one of these that applies:
+ *  - a description begun (llmt_ckpt_begin) and not saved is dropped;
+ *  - a save in flight (async) is stopped: the writer thread ends its data
+ *    file's write between pieces (the I/O already submitted is drained,
+ *    never torn down mid-request), skips the fsync and every later phase,
+ *    and removes this rank's part; cancel blocks until it has (a few I/O
+ *    pieces; a small file being written, or a node-local root's copy of
+ *    the part into the durable tier, runs to its end first);
+ *  - a save whose job has ended with this rank's part written but the step
+ *    not committed (other ranks' parts missing) has that part withdrawn,
+ *    unless a description was begun since (the newest save is that one).
+ * A withdrawn part goes manifest first (a step commits only with every
+ * rank's part manifest, so none can commit it), then its data file and the
+ * step directory if empty; with world_size > 1 the data file stays when
+ * the part manifest was already visible to the other ranks (one of them may
+ * be committing with it): resume and llmt_ckpt_list ignore such an
+ * uncommitted directory, retention removes it once a newer step commits,
+ * and a later save of the same step replaces it. Committed steps (in the
+ * root or the durable tier) and `latest` are never touched; a replica the
+ * tier hook already sent (TIER_PEER) is the host's. The handle stays
+ * usable; afterwards llmt_ckpt_save_status and llmt_ckpt_wait report the
+ * save before the cancelled one (LLMT_OK, its step), and
+ * llmt_ckpt_open_snapshot no longer offers the cancelled snapshot.
+ * With several ranks, cancel on every rank (the host's collective
+ * decision): a rank that does not keeps its part, uncommitted.
+ * Returns LLMT_OK when it abandoned a save (or only dropped a description)
+ * whose step is not committed; LLMT_ERR_STATE, naming the state, when there
+ * is nothing to cancel (no save on the handle, the last one already
+ * cancelled, or failed) or the save had been committed (by this rank or
+ * another) before the cancel reached it: a committed checkpoint is not
+ * withdrawn (see llmt_ckpt_quarantine_newer). A description begun is
+ * dropped whatever it returns. */
+LLMT_API llmt_status llmt_ckpt_cancel(llmt_ckpt *ck);
 
 /* -- Loading. ---------------------------------------------------------- */
 /* Open the newest complete checkpoint of the root for reading. Partial or

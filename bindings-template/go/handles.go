@@ -734,6 +734,21 @@ func (k *Checkpoint) Wait(timeoutMs int64) error {
 	return call(func() C.llmt_status { return C.llmt_ckpt_wait(k.ck, C.int64_t(timeoutMs)) })
 }
 
+// Cancel abandons the newest save (llmt_ckpt_cancel): a description begun
+// and not saved, a save in flight (its writer stopped, this rank's part
+// removed) or a part written but not committed; its step is never
+// committed. An error with ErrState when there is nothing to cancel or the
+// step was committed first.
+func (k *Checkpoint) Cancel() error {
+	if err := k.live(); err != nil {
+		return err
+	}
+	err := call(func() C.llmt_status { return C.llmt_ckpt_cancel(k.ck) })
+	k.freePending() // a dropped description's copies are not read any more
+	k.trainers = nil
+	return err
+}
+
 // OpenLatest opens the newest committed, valid checkpoint; returns its step.
 func (k *Checkpoint) OpenLatest() (int64, error) {
 	if err := k.live(); err != nil {

@@ -395,3 +395,69 @@ func TestTrainCheckpoint(t *testing.T) {
 	}
 	t.Logf("losses %v; resumed at 4 equal; halves of 2 ranks read by 1", full)
 }
+
+// Cancel abandons the newest save: nothing to cancel and a committed step
+// are errors naming the state; a described save leaves nothing; a resume
+// opens the last committed step.
+func TestCheckpointCancel(t *testing.T) {
+	root := t.TempDir()
+	ck, err := NewCheckpoint(root, CkptOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	if err := ck.Cancel(); status(err) != ErrState || !strings.Contains(err.Error(), "nothing was begun") {
+		t.Errorf("cancel with nothing begun: %v", err)
+	}
+	w := []float32{1, 2, 3, 4}
+	save := func(step int64, async bool) error {
+		if err := ck.Begin(step); err != nil {
+			return err
+		}
+		if err := ck.AddF32("w", w, []int64{4}, nil, nil); err != nil {
+			return err
+		}
+		return ck.Save(async)
+	}
+	if err := save(1, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ck.Cancel(); status(err) != ErrState || !strings.Contains(err.Error(), "step 1 was committed") {
+		t.Errorf("cancel after the commit: %v", err)
+	}
+	if err := ck.Begin(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := ck.AddF32("w", w, []int64{4}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ck.Cancel(); err != nil {
+		t.Errorf("cancel of a described save: %v", err)
+	}
+	if err := ck.Save(false); status(err) != ErrState {
+		t.Errorf("save after cancel (no description): %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "step-000000000002")); !os.IsNotExist(err) {
+		t.Errorf("step 2 written after its cancel: %v", err)
+	}
+	if err := save(3, true); err != nil {
+		t.Fatal(err)
+	}
+	want := int64(1)
+	if err := ck.Cancel(); err != nil { // the writer committed before the cancel reached it
+		if status(err) != ErrState || !strings.Contains(err.Error(), "step 3 was committed") {
+			t.Errorf("cancel of an async save: %v", err)
+		}
+		want = 3
+	} else if _, err := os.Stat(filepath.Join(root, "step-000000000003")); !os.IsNotExist(err) {
+		t.Errorf("step 3 left after its cancel: %v", err)
+	}
+	rd, err := NewCheckpoint(root, CkptOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if got, err := rd.OpenLatest(); err != nil || got != want {
+		t.Errorf("resume opened step %d (%v), want %d", got, err, want)
+	}
+}

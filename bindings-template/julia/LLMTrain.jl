@@ -415,6 +415,16 @@ end
 wait_saved(k::Checkpoint; timeout_ms::Integer=-1) =
     checked(kp -> llmt_ckpt_wait(kp, Int64(timeout_ms)), k)
 
+"Abandon the newest save (llmt_ckpt_cancel): its step is never committed; throws when there is nothing to cancel or it was committed first."
+function cancel!(k::Checkpoint)
+    try
+        checked(kp -> llmt_ckpt_cancel(kp), k)
+    finally
+        free_pending!(k)  # a dropped description's copies are not read any more
+    end
+    return nothing
+end
+
 function open_latest(k::Checkpoint)
     s = Ref{Int64}(0)
     checked(kp -> llmt_ckpt_open_latest(kp, s), k)

@@ -200,6 +200,46 @@ def ownership(tmp):
     check(tr_alive() is None, "the trainer is freed once its views are gone")
 
 
+def cancel(tmp):
+    # Checkpoint.cancel: a save described and abandoned leaves nothing;
+    # a committed one is not withdrawn (the error says so); the last
+    # committed step is what a resume opens
+    root = os.path.join(tmp, "ck-cancel")
+    ck = llmtrain.Checkpoint(root)
+    raises(lambda: ck.cancel(), _ffi.LLMT_ERR_STATE, "Checkpoint.cancel with nothing begun",
+           "nothing was begun")
+    w = np.arange(8, dtype=np.float32)
+    ck.begin(1)
+    ck.add("w", w)
+    ck.save()
+    raises(lambda: ck.cancel(), _ffi.LLMT_ERR_STATE, "Checkpoint.cancel after the commit",
+           "step 1 was committed")
+    ck.begin(2)
+    ck.add("w", w + 1)
+    ck.cancel()
+    raises(lambda: ck.save(), _ffi.LLMT_ERR_STATE, "Checkpoint.save after cancel (no description)")
+    check(ck.list() == [1] and not os.path.exists(os.path.join(root, "step-000000000002")),
+          "Checkpoint.cancel before the save: nothing written (%s)" % ck.list())
+    ck.begin(3)
+    ck.add("w", w + 3)
+    ck.save(async_=True)
+    try:  # the writer may have committed before the cancel reached it
+        ck.cancel()
+        check(ck.list() == [1] and not os.path.exists(os.path.join(root, "step-000000000003")),
+              "Checkpoint.cancel of an async save: step 3 never committed")
+    except llmtrain.Error as e:
+        check(e.status == _ffi.LLMT_ERR_STATE and "step 3 was committed" in str(e)
+              and ck.list() == [1, 3], "Checkpoint.cancel of an async save that committed first: %s" % e)
+    ck2 = llmtrain.Checkpoint(root)
+    step = ck2.open_latest()
+    out = np.zeros(8, dtype=np.float32)
+    ck2.read("w", out)
+    want = w + 3 if step == 3 else w
+    check(step in (1, 3) and np.array_equal(out, want), "resume opens step %d with its data" % step)
+    ck2.close()
+    ck.close()
+
+
 def spec_paths(tmp):
     missing = os.path.join(tmp, "no-such-spec.json")
     raises(lambda: llmtrain.Spec(missing), _ffi.LLMT_ERR_IO, "Spec(missing path)", missing)
@@ -260,7 +300,7 @@ def comm_buffers(tmp):
 
 def main():
     with tempfile.TemporaryDirectory(prefix="llmt-pyapi-") as tmp:
-        for part in (string_outputs, ownership, spec_paths, comm_buffers):
+        for part in (string_outputs, ownership, cancel, spec_paths, comm_buffers):
             try:
                 part(tmp)
             except Exception as e:  # a part that crashes counts as a failure

@@ -4,6 +4,7 @@
 #define LLMT_CKPT_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "core/internal.h"
@@ -100,10 +101,13 @@ int llmt__ckpt_name_ok(const char *s);
 /* -- I/O helpers (io.c) -- */
 /* Write `len` bytes (a multiple of CK_ALIGN, buf aligned) to a new file
  * `path`, then fsync. direct: try O_DIRECT (+libaio); falls back to buffered
- * when refused. *used_direct reports what happened. */
-llmt_status llmt__ckpt_write_file(const char *path, const void *buf,
-                                  uint64_t len, int direct, int *used_direct,
-                                  char *err, size_t errlen);
+ * when refused. *used_direct reports what happened. stop (may be NULL):
+ * once it reads non-zero the write ends between pieces (the requests in
+ * flight drained, no fsync) with LLMT_ERR_ABORTED; the file is left as it
+ * is for the caller to remove. */
+llmt_status llmt__ckpt_write_file(const char *path, const void *buf, uint64_t len, int direct,
+                                  int *used_direct, const atomic_int *stop, char *err,
+                                  size_t errlen);
 /* Write small text atomically: tmp name, fsync, rename, fsync dir. */
 llmt_status llmt__ckpt_write_atomic(const char *dir, const char *name,
                                     const char *text, size_t len, char *err,
@@ -127,6 +131,14 @@ typedef struct ck_span {
 } ck_span;
 
 /* -- the handle -- */
+/* What became of the handle's last job (llmt_ckpt_cancel's states). */
+enum {
+    CK_JOB_NONE = 0,     /* no save queued on this handle */
+    CK_JOB_QUEUED = 1,   /* queued, running or ended: pending, job_status */
+    CK_JOB_STOPPED = 2,  /* the writer abandoned it at a cancel's request */
+    CK_JOB_CANCELLED = 3 /* a cancel withdrew it */
+};
+
 typedef struct ck_item {       /* one added tensor of the save description */
     char *name;
     llmt_tensor view;
@@ -163,6 +175,13 @@ struct llmt_ckpt {
     pthread_cond_t cv;
     int pending;              /* a job is queued or running */
     int quit;
+    /* llmt_ckpt_cancel (save.c): stop asks the writer to abandon the job
+     * (checked between its phases and the data file's pieces); job_state
+     * is CK_JOB_*; prev_last_step is last_step before the job was queued
+     * (a cancelled save is not the last save). */
+    atomic_int stop;
+    int job_state;
+    int64_t prev_last_step;
     ck_manifest job;          /* the part manifest of the job */
     uint64_t job_bytes;
     llmt_status job_status;

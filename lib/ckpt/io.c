@@ -47,11 +47,25 @@ int llmt__ckpt_mkdirs(const char *path)
     return 0;
 }
 
-static llmt_status pwrite_all(int fd, const uint8_t *buf, uint64_t len,
-                              const char *path, char *err, size_t errlen)
+/* A cancelled save (llmt_ckpt_cancel) stops its data file's write
+ * between pieces rather than after the whole file (gigabytes). */
+static int stopped(const atomic_int *stop, const char *path, uint64_t done, char *err,
+                   size_t errlen)
+{
+    if (!stop || !atomic_load(stop))
+        return 0;
+    snprintf(err, errlen, "ckpt: write %s stopped at %llu: the save was cancelled", path,
+             (unsigned long long)done);
+    return 1;
+}
+
+static llmt_status pwrite_all(int fd, const uint8_t *buf, uint64_t len, const char *path,
+                              const atomic_int *stop, char *err, size_t errlen)
 {
     uint64_t done = 0;
     while (done < len) {
+        if (stopped(stop, path, done, err, errlen))
+            return LLMT_ERR_ABORTED;
         size_t n = len - done > IO_PIECE ? IO_PIECE : (size_t)(len - done);
         ssize_t w = pwrite(fd, buf + done, n, (off_t)done);
         if (w < 0 && errno == EINTR)
@@ -106,8 +120,8 @@ static llmt_status write_rest(int fd, const char *path, const uint8_t *p, uint64
 
 /* Keep IO_DEPTH writes of IO_PIECE bytes in flight. Returns LLMT_ERR_UNSUPPORTED
  * if the kernel refuses the aio context (caller falls back to pwrite). */
-static llmt_status aio_write_all(int fd, const uint8_t *buf, uint64_t len,
-                                 const char *path, char *err, size_t errlen)
+static llmt_status aio_write_all(int fd, const uint8_t *buf, uint64_t len, const char *path,
+                                 const atomic_int *stop, char *err, size_t errlen)
 {
     io_context_t io = 0;
     if (io_setup(IO_DEPTH, &io) < 0)
@@ -121,6 +135,10 @@ static llmt_status aio_write_all(int fd, const uint8_t *buf, uint64_t len,
     llmt_status st = LLMT_OK;
     while ((next < len || inflight) && st == LLMT_OK) {
         int nsub = 0;
+        if (stopped(stop, path, next, err, errlen)) {
+            st = LLMT_ERR_ABORTED; /* the requests in flight are drained below */
+            break;
+        }
         while (next < len && nfree) {
             int s = free_slots[--nfree];
             size_t n = len - next > IO_PIECE ? IO_PIECE : (size_t)(len - next);
@@ -180,9 +198,9 @@ static llmt_status aio_write_all(int fd, const uint8_t *buf, uint64_t len,
 }
 #endif
 
-llmt_status llmt__ckpt_write_file(const char *path, const void *buf,
-                                  uint64_t len, int direct, int *used_direct,
-                                  char *err, size_t errlen)
+llmt_status llmt__ckpt_write_file(const char *path, const void *buf, uint64_t len, int direct,
+                                  int *used_direct, const atomic_int *stop, char *err,
+                                  size_t errlen)
 {
     *used_direct = 0;
     int fd = -1;
@@ -204,10 +222,10 @@ llmt_status llmt__ckpt_write_file(const char *path, const void *buf,
     llmt_status st = LLMT_ERR_UNSUPPORTED;
 #ifdef LLMT_HAVE_AIO
     if (*used_direct)
-        st = aio_write_all(fd, buf, len, path, err, errlen);
+        st = aio_write_all(fd, buf, len, path, stop, err, errlen);
 #endif
     if (st == LLMT_ERR_UNSUPPORTED)
-        st = pwrite_all(fd, buf, len, path, err, errlen);
+        st = pwrite_all(fd, buf, len, path, stop, err, errlen);
     if (st == LLMT_OK && fsync(fd)) {
         snprintf(err, errlen, "ckpt: fsync %s: %s", path, strerror(errno));
         st = LLMT_ERR_IO;
@@ -233,7 +251,7 @@ llmt_status llmt__ckpt_write_atomic(const char *dir, const char *name,
         snprintf(err, errlen, "ckpt: open %s: %s", tmp, strerror(errno));
         return LLMT_ERR_IO;
     }
-    llmt_status st = pwrite_all(fd, (const uint8_t *)text, len, tmp, err, errlen);
+    llmt_status st = pwrite_all(fd, (const uint8_t *)text, len, tmp, NULL, err, errlen);
     if (st == LLMT_OK && fsync(fd)) {
         snprintf(err, errlen, "ckpt: fsync %s: %s", tmp, strerror(errno));
         st = LLMT_ERR_IO;

@@ -231,7 +231,7 @@ static llmt_status store_part(llmt_ckpt *ck, const char *dir, int32_t rank, int6
                              (int)rank, bl);
     memcpy(al, bin, (size_t)bl);
     int direct = 0;
-    s = llmt__ckpt_write_file(p, al, bl, ck->opts.direct_io, &direct, e, sizeof e);
+    s = llmt__ckpt_write_file(p, al, bl, ck->opts.direct_io, &direct, NULL, e, sizeof e);
     free(al);
     if (s == LLMT_OK) {
         snprintf(name, sizeof name, "rank-%05d.json", (int)rank);

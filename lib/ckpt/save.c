@@ -767,7 +767,7 @@ void *llmt__ckpt_hash_job(void *arg)
 {
     llmt_ckpt *ck = arg;
     ck_manifest *m = &ck->job;
-    for (size_t i = 0; i < m->ntensors; i++)
+    for (size_t i = 0; i < m->ntensors && !atomic_load(&ck->stop); i++)
         for (size_t c = 0; c < m->tensors[i].nchunks; c++)
             hash_chunk(ck, &m->tensors[i].chunks[c]);
     return NULL;
@@ -794,6 +794,78 @@ static void prune_node_root(llmt_ckpt *ck)
                       strerror(errno));
     }
     free(all);
+}
+
+/* -- cancelling (llmt_ckpt_cancel) -- */
+
+static int stop_asked(llmt_ckpt *ck)
+{
+    return atomic_load(&ck->stop) != 0;
+}
+
+/* Has step directory `dir` been committed (manifest.json written)? */
+static int committed_in(const char *dir)
+{
+    char p[MAX_PATH];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Withdraw this rank's part of `step` from tier `root`: its part manifest
+ * first (a step commits only when every rank's is there, so none can
+ * commit it with ours any more), then its data file, then the directory
+ * when that leaves it empty. `shared`: other ranks commit in this
+ * directory; one of them may then have read our part manifest before it
+ * went and be committing the step with our data file: that file stays
+ * (resume ignores the uncommitted directory, and retention removes it once
+ * a newer step commits). Returns 1, withdrawing nothing, when the step
+ * turned out committed. */
+static int withdraw_part(llmt_ckpt *ck, const char *root, int64_t step, int shared)
+{
+    char dir[MAX_PATH], json[MAX_PATH], hidden[MAX_PATH], bin[MAX_PATH];
+    step_dir(dir, sizeof dir, root, step);
+    int r = (int)ck->opts.rank;
+    snprintf(json, sizeof json, "%s/rank-%05d.json", dir, r);
+    snprintf(hidden, sizeof hidden, "%s/.rank-%05d.json.cancelled", dir, r);
+    snprintf(bin, sizeof bin, "%s/rank-%05d.bin", dir, r);
+    if (committed_in(dir))
+        return 1;
+    /* moved aside, not deleted, until we know no rank committed with it */
+    int had_json = rename(json, hidden) == 0;
+    if (had_json && committed_in(dir)) {
+        if (rename(hidden, json))
+            llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "cancel: could not put %s back: %s", json,
+                      strerror(errno));
+        return 1;
+    }
+    if (had_json)
+        unlink(hidden);
+    llmt__ckpt_fsync_dir(dir);
+    if (!(shared && had_json))
+        unlink(bin);
+    if (rmdir(dir) == 0)
+        llmt__ckpt_fsync_dir(root);
+    return 0;
+}
+
+/* The writer gives the job up at a cancel's request: what it wrote of this
+ * rank's part (in the root and, node-local, in the durable tier) is
+ * withdrawn. LLMT_OK (the job stands) when the step turned out committed
+ * by another rank meanwhile. */
+static llmt_status job_stop(llmt_ckpt *ck, int durable_written)
+{
+    int64_t step = ck->job.step;
+    int shared = ck->opts.world_size > 1;
+    if (durable_written && withdraw_part(ck, ck->durable, step, shared))
+        return LLMT_OK;
+    /* a node-local root is never committed in: all of the part goes */
+    if (withdraw_part(ck, ck->root, step, shared && !ck->node_local))
+        return LLMT_OK;
+    ck->job_state = CK_JOB_STOPPED;
+    if (ck->job_err[0]) /* the data file's write says where it stopped */
+        return LLMT_ERR_ABORTED;
+    return JOB_FAIL(LLMT_ERR_ABORTED, "ckpt: the save of step %" PRId64 " was cancelled", step);
 }
 
 /* With a node-local root: this rank's part, just written to `dir`, copied
@@ -825,6 +897,8 @@ static llmt_status commit_durable(llmt_ckpt *ck, const char *dir)
     free(text);
     if (st != LLMT_OK)
         return st;
+    if (stop_asked(ck))
+        return job_stop(ck, 1);
     prune_node_root(ck);
     return try_commit(ck, dst, 1);
 }
@@ -835,6 +909,8 @@ static llmt_status run_job(llmt_ckpt *ck)
     ck_manifest *m = &ck->job;
     char dir[MAX_PATH], path[MAX_PATH];
     step_dir(dir, sizeof dir, ck->root, m->step);
+    if (stop_asked(ck)) /* cancelled before the writer started it */
+        return job_stop(ck, 0);
     if (llmt__ckpt_mkdirs(dir))
         return JOB_FAIL(LLMT_ERR_IO, "ckpt: mkdir %s: %s", dir, strerror(errno));
     /* A stale part of an earlier attempt must not be committed with new data. */
@@ -859,11 +935,13 @@ static llmt_status run_job(llmt_ckpt *ck)
     pthread_t hasher;
     int threaded = pthread_create(&hasher, NULL, llmt__ckpt_hash_job, ck) == 0;
     llmt_status st = llmt__ckpt_write_file(path, ck->buf, ck->job_bytes, ck->opts.direct_io,
-                                           &direct, ck->job_err, sizeof ck->job_err);
+                                           &direct, &ck->stop, ck->job_err, sizeof ck->job_err);
     if (threaded)
         pthread_join(hasher, NULL);
     else
         llmt__ckpt_hash_job(ck);
+    if (stop_asked(ck)) /* the part manifest is not written: no rank read it */
+        return job_stop(ck, 0);
     if (st != LLMT_OK) {
         unlink(path); /* give the space back (disk full); nothing refers to it */
         return st;
@@ -893,6 +971,8 @@ static llmt_status run_job(llmt_ckpt *ck)
             llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "tier hook (peer) for step %" PRId64
                       " returned %s", m->step, llmt_status_string(hs));
     }
+    if (stop_asked(ck)) /* the last point before the commit */
+        return job_stop(ck, 0);
     return ck->node_local ? commit_durable(ck, dir) : try_commit(ck, dir, 0);
 }
 
@@ -907,7 +987,11 @@ static void *writer_main(void *arg)
             pthread_mutex_unlock(&ck->mu);
             ck->job_err[0] = 0;
             llmt_status st = run_job(ck);
-            if (st != LLMT_OK)
+            if (st != LLMT_OK && ck->job_state == CK_JOB_STOPPED)
+                llmt__log(ck->ctx, LLMT_LOG_INFO, "ckpt",
+                          "save of step %" PRId64 " cancelled (%s): nothing of it committed",
+                          ck->job.step, ck->job_err);
+            else if (st != LLMT_OK)
                 llmt__log(ck->ctx, LLMT_LOG_ERROR, "ckpt", "save of step %" PRId64
                           " failed: %s", ck->job.step, ck->job_err);
             pthread_mutex_lock(&ck->mu);
@@ -974,6 +1058,9 @@ LLMT_API llmt_status llmt_ckpt_save(llmt_ckpt *ck, int32_t async)
     pthread_mutex_lock(&ck->mu);
     ck->pending = 1;
     ck->job_status = LLMT_OK;
+    ck->job_state = CK_JOB_QUEUED;
+    ck->prev_last_step = ck->last_step;
+    atomic_store(&ck->stop, 0);
     pthread_cond_broadcast(&ck->cv);
     if (!async)
         wait_locked(ck, -1);
@@ -1010,6 +1097,100 @@ LLMT_API llmt_status llmt_ckpt_wait(llmt_ckpt *ck, int64_t timeout_ms)
         return llmt__err_set(&ck->err, s, "ckpt: save still in flight after %" PRId64 " ms",
                              timeout_ms);
     return job_result(ck);
+}
+
+/* The last save is withdrawn: as if it had never been made. */
+static llmt_status cancelled(llmt_ckpt *ck)
+{
+    pthread_mutex_lock(&ck->mu);
+    ck->job_state = CK_JOB_CANCELLED;
+    ck->job_status = LLMT_OK;
+    ck->job_err[0] = 0;
+    ck->last_step = ck->prev_last_step;
+    pthread_mutex_unlock(&ck->mu);
+    ck->have_snapshot = 0; /* not a save: the host tier does not offer it */
+    llmt__log(ck->ctx, LLMT_LOG_INFO, "ckpt",
+              "cancelled the save of step %" PRId64 ": never committed", ck->job.step);
+    return LLMT_OK;
+}
+
+/* Cancel after the last save's job ended (before the cancel reached it,
+ * or long before): withdrawn if this rank's part waits for the others',
+ * else LLMT_ERR_STATE naming what became of it. `note` ends the message
+ * (what else the cancel did). */
+static llmt_status cancel_ended(llmt_ckpt *ck, int raced, const char *note)
+{
+    int64_t step = ck->job.step;
+    const char *when = raced ? " before the cancel reached it" : "";
+    if (ck->job_state == CK_JOB_NONE)
+        return llmt__err_set(&ck->err, LLMT_ERR_STATE,
+                             "ckpt: cancel: no save to cancel: nothing was begun "
+                             "(llmt_ckpt_begin) or saved on this handle");
+    if (ck->job_state != CK_JOB_QUEUED)
+        return llmt__err_set(&ck->err, LLMT_ERR_STATE,
+                             "ckpt: cancel: no save to cancel: the save of step %" PRId64
+                             " was cancelled already and nothing was begun since",
+                             step);
+    if (ck->job_status != LLMT_OK)
+        return llmt__err_set(&ck->err, LLMT_ERR_STATE,
+                             "ckpt: cancel: the save of step %" PRId64 " had failed%s (%s): "
+                             "nothing to cancel%s",
+                             step, when, ck->job_err, note);
+    char dir[MAX_PATH];
+    step_dir(dir, sizeof dir, ck->node_local ? ck->durable : ck->root, step);
+    int shared = ck->opts.world_size > 1;
+    int committed = committed_in(dir);
+    if (!committed && ck->node_local)
+        committed = withdraw_part(ck, ck->durable, step, shared) ||
+                    withdraw_part(ck, ck->root, step, 0);
+    else if (!committed)
+        committed = withdraw_part(ck, ck->root, step, shared);
+    if (committed)
+        return llmt__err_set(&ck->err, LLMT_ERR_STATE,
+                             "ckpt: cancel: step %" PRId64
+                             " was committed%s (%s/manifest.json): "
+                             "a committed checkpoint is not withdrawn%s",
+                             step, when, dir, note);
+    return cancelled(ck);
+}
+
+LLMT_API llmt_status llmt_ckpt_cancel(llmt_ckpt *ck)
+{
+    if (!ck)
+        return LLMT_ERR_NULL_POINTER;
+    if (ck->thread_started && pthread_equal(pthread_self(), ck->thread))
+        return llmt__err_set(&ck->err, LLMT_ERR_STATE,
+                             "ckpt: cancel called on the writer thread (from the tier hook): "
+                             "it would wait for itself; cancel from the thread that saves");
+    char note[96] = "";
+    int dropped = ck->begun;
+    if (dropped)
+        snprintf(note, sizeof note, " (the description of step %" PRId64 " was dropped)",
+                 ck->step);
+    clear_desc(ck);
+    pthread_mutex_lock(&ck->mu);
+    int in_flight = ck->pending;
+    if (in_flight)
+        atomic_store(&ck->stop, 1);
+    pthread_mutex_unlock(&ck->mu);
+    if (in_flight) /* not under the lock: the host's log sink may call us */
+        llmt__log(ck->ctx, LLMT_LOG_DEBUG, "ckpt",
+                  "cancel: stopping the save of step %" PRId64 " in flight", ck->job.step);
+    pthread_mutex_lock(&ck->mu);
+    wait_locked(ck, -1);
+    atomic_store(&ck->stop, 0);
+    int stopped = ck->job_state == CK_JOB_STOPPED;
+    pthread_mutex_unlock(&ck->mu);
+    if (in_flight && stopped)
+        return cancelled(ck);
+    if (!in_flight && dropped) { /* the newest save was only described */
+        llmt__log(ck->ctx, LLMT_LOG_INFO, "ckpt",
+                  "cancelled the save of step %" PRId64
+                  " before llmt_ckpt_save: nothing written",
+                  ck->step);
+        return LLMT_OK;
+    }
+    return cancel_ended(ck, in_flight, note);
 }
 
 LLMT_API llmt_status llmt_ckpt_list(llmt_ckpt *ck, int64_t *steps, size_t cap,

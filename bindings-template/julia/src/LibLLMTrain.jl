@@ -866,6 +866,7 @@ llmt_ckpt_set_plan_json(ck, json) = ccall((:llmt_ckpt_set_plan_json, libllmtrain
 llmt_ckpt_save(ck, async) = ccall((:llmt_ckpt_save, libllmtrain), Int32, (Ptr{llmt_ckpt}, Int32, ), ck, async)
 llmt_ckpt_save_status(ck, step) = ccall((:llmt_ckpt_save_status, libllmtrain), Int32, (Ptr{llmt_ckpt}, Ptr{Int64}, ), ck, step)
 llmt_ckpt_wait(ck, timeout_ms) = ccall((:llmt_ckpt_wait, libllmtrain), Int32, (Ptr{llmt_ckpt}, Int64, ), ck, timeout_ms)
+llmt_ckpt_cancel(ck) = ccall((:llmt_ckpt_cancel, libllmtrain), Int32, (Ptr{llmt_ckpt}, ), ck)
 llmt_ckpt_open_latest(ck, step) = ccall((:llmt_ckpt_open_latest, libllmtrain), Int32, (Ptr{llmt_ckpt}, Ptr{Int64}, ), ck, step)
 llmt_ckpt_open_step(ck, step) = ccall((:llmt_ckpt_open_step, libllmtrain), Int32, (Ptr{llmt_ckpt}, Int64, ), ck, step)
 llmt_ckpt_open_dir(ck, dir) = ccall((:llmt_ckpt_open_dir, libllmtrain), Int32, (Ptr{llmt_ckpt}, Ptr{UInt8}, ), ck, dir)

@@ -767,6 +767,15 @@ class Checkpoint(Handle):
     def wait(self, timeout_ms=-1):
         _call("ckpt_wait", self.ptr, timeout_ms)
 
+    def cancel(self):
+        """Abandon the newest save (llmt_ckpt_cancel): a description begun
+        and not saved, a save in flight (its writer stopped, this rank's
+        part removed) or a part written but not committed; its step is
+        never committed. Raises Error (LLMT_ERR_STATE) when there is nothing
+        to cancel or the step was committed first."""
+        self._pending = []
+        _call("ckpt_cancel", self.ptr)
+
     def last_error(self):
         return _s(lib().llmt_ckpt_last_error(self.ptr))
 

@@ -1010,6 +1010,7 @@ FUNCTIONS = {
     'llmt_ckpt_save': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_int32]),
     'llmt_ckpt_save_status': (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]),
     'llmt_ckpt_wait': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_int64]),
+    'llmt_ckpt_cancel': (ctypes.c_int32, [ctypes.c_void_p]),
     'llmt_ckpt_open_latest': (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]),
     'llmt_ckpt_open_step': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_int64]),
     'llmt_ckpt_open_dir': (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_char_p]),

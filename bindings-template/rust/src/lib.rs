@@ -505,6 +505,14 @@ impl Checkpoint {
     pub fn wait(&mut self) -> Result<()> {
         call(|| unsafe { sys::llmt_ckpt_wait(self.raw, -1) })
     }
+    /// Abandon the newest save (`llmt_ckpt_cancel`): one in flight after an
+    /// async `Save::save` (the writer stopped, this rank's part removed), or
+    /// this rank's part written but not committed; its step is never
+    /// committed. `Err` with `LLMT_ERR_STATE` when there is nothing to
+    /// cancel or the step was committed first.
+    pub fn cancel(&mut self) -> Result<()> {
+        call(|| unsafe { sys::llmt_ckpt_cancel(self.raw) })
+    }
     pub fn open_latest(&mut self) -> Result<i64> {
         let mut s = 0;
         call(|| unsafe { sys::llmt_ckpt_open_latest(self.raw, &mut s) })?;
@@ -567,7 +575,11 @@ impl Checkpoint {
 /// A save being described (from `Checkpoint::begin`): the slices and
 /// trainers added to it are borrowed (`'d`) until `save` takes the
 /// snapshot, so they can be neither freed nor changed before it: C reads
-/// them only then. Dropped without `save`, nothing is saved.
+/// them only then. Dropped without `save`, nothing is saved: Drop drops
+/// the description only, and does not call `llmt_ckpt_cancel`, which
+/// would also stop an earlier async save still being written (one this
+/// `Save` does not own) and whose error a Drop could not report. `cancel`
+/// is that call, explicitly.
 ///
 /// ```no_run
 /// # use llmtrain::*;
@@ -648,6 +660,13 @@ impl<'c, 'd> Save<'c, 'd> {
     pub fn save(mut self, asynchronous: bool) -> Result<()> {
         self.taken = true;
         call(|| unsafe { sys::llmt_ckpt_save(self.ck.raw, asynchronous as i32) })
+    }
+    /// Abandon this save (`llmt_ckpt_cancel`): the description is dropped
+    /// and, like `Checkpoint::cancel`, an earlier async save still in
+    /// flight is stopped and withdrawn too. Ends the borrows.
+    pub fn cancel(mut self) -> Result<()> {
+        self.taken = true;
+        call(|| unsafe { sys::llmt_ckpt_cancel(self.ck.raw) })
     }
 }
 impl Drop for Save<'_, '_> {

@@ -1166,6 +1166,7 @@ extern "C" {
     pub fn llmt_ckpt_save(ck: *mut llmt_ckpt, r#async: i32) -> llmt_status;
     pub fn llmt_ckpt_save_status(ck: *mut llmt_ckpt, step: *mut i64) -> llmt_status;
     pub fn llmt_ckpt_wait(ck: *mut llmt_ckpt, timeout_ms: i64) -> llmt_status;
+    pub fn llmt_ckpt_cancel(ck: *mut llmt_ckpt) -> llmt_status;
     pub fn llmt_ckpt_open_latest(ck: *mut llmt_ckpt, step: *mut i64) -> llmt_status;
     pub fn llmt_ckpt_open_step(ck: *mut llmt_ckpt, step: i64) -> llmt_status;
     pub fn llmt_ckpt_open_dir(ck: *mut llmt_ckpt, dir: *const c_char) -> llmt_status;

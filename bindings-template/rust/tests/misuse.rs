@@ -96,3 +96,42 @@ fn save_borrows_until_snapshot() {
     assert_eq!(m2.param(0).unwrap().1, &param0[..], "resumed at step 1, stepped to 2");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn cancel_abandons_the_newest_save() {
+    let dir = tmpdir("cancel");
+    let w: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    let mut ck = Checkpoint::new(&dir, &CheckpointOpts { world_size: 1, ..Default::default() }).unwrap();
+    let e = ck.cancel().err().expect("nothing to cancel");
+    assert_eq!(e.status, sys::LLMT_ERR_STATE);
+    assert!(e.message.contains("nothing was begun"), "{}", e);
+    let mut s = ck.begin(1).unwrap();
+    s.add_f32("w", &w, &[64], None, None).unwrap();
+    s.save(false).unwrap();
+    let e = ck.cancel().err().expect("committed");
+    assert_eq!(e.status, sys::LLMT_ERR_STATE);
+    assert!(e.message.contains("step 1 was committed"), "{}", e);
+    // Save::cancel: the description goes, nothing is written
+    let mut s = ck.begin(2).unwrap();
+    s.add_f32("w", &w, &[64], None, None).unwrap();
+    s.cancel().unwrap();
+    assert_eq!(ck.list().unwrap(), vec![1]);
+    assert!(!dir.join("step-000000000002").exists());
+    // an async save, then Checkpoint::cancel: never committed, unless the
+    // writer committed before the cancel reached it (then the error says so)
+    let mut s = ck.begin(3).unwrap();
+    s.add_f32("w", &w, &[64], None, None).unwrap();
+    s.save(true).unwrap();
+    match ck.cancel() {
+        Ok(()) => {
+            assert_eq!(ck.list().unwrap(), vec![1]);
+            assert!(!dir.join("step-000000000003").exists());
+        }
+        Err(e) => {
+            assert_eq!(e.status, sys::LLMT_ERR_STATE);
+            assert!(e.message.contains("step 3 was committed"), "{}", e);
+            assert_eq!(ck.list().unwrap(), vec![1, 3]);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
