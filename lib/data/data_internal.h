@@ -32,6 +32,14 @@ size_t llmt__data_normalize(const unsigned char *in, size_t len,
                             unsigned char *out, size_t cap, int64_t *invalid,
                             size_t *needed);
 
+/* Bound every id the dataset serves by `vocab` (a tokenizer's size), for
+ * files that name no vocabulary (llm.c's): reads and the loader then refuse
+ * an id at or above it wherever it lies in the file, naming the file, the
+ * token, the id and the bound. 0 removes the bound. Not while reads run.
+ * Here rather than in shard_internal.h so that a host inside the library
+ * (lib/job) can call it without the shard layout. */
+llmt_status llmt__data_dataset_limit_ids(llmt_dataset *ds, int32_t vocab);
+
 /* The loader's error slot, for its checkpoint half (loader.c). */
 llmt_err *llmt__data_loader_err(const llmt_loader *l);
 

@@ -19,6 +19,7 @@
 
 #include <xxhash.h>
 
+#include "data_internal.h"
 #include "shard_internal.h"
 
 #define FP_EDGE_BYTES 65536u   /* llm.c files: bytes hashed at each end */

@@ -145,10 +145,5 @@ void llmt__data_dataset_widen(const llmt_dataset *ds, int32_t s, const void *raw
  * time)? A rewrite in place that keeps the size is only seen this way.
  * One fstat; safe from any thread; the message goes to e. */
 llmt_status llmt__data_shard_check(llmt_dataset *ds, int32_t s, llmt_err *e);
-/* Bound every id the dataset serves by `vocab` (a tokenizer's size), for
- * files that name no vocabulary (llm.c's): fetch then refuses an id at or
- * above it wherever it lies in the file. 0 removes the bound. Not while
- * reads run. */
-llmt_status llmt__data_dataset_limit_ids(llmt_dataset *ds, int32_t vocab);
 
 #endif

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "data/shard_internal.h"
+#include "data/data_internal.h"
 #include "llmtrain.h"
 #include "util.h"
 
