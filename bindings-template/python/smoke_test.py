@@ -21,7 +21,9 @@ def main():
     check(len(v.split(".")) == 3 and all(p.isdigit() for p in v.split(".")), f"version {v}")
     check(lib.abi_version()[0] == llmtrain.ABI_MAJOR, f"ABI {lib.abi_version()}")
     feats = lib.features()
-    check(all(f in llmtrain.FEATURES.values() for f in feats), f"features {feats}")
+    bits = lib._lib.llmt_build_features()
+    check(len(feats) == bin(bits).count("1") and "gloo" in llmtrain.FEATURES.values(),
+          f"features {feats} name every bit of {bits:#x}")
     check(lib.status_string(0) == "ok", "status 0 is ok")
     check(lib.status_string(13) == "timed out", "status 13 is timed out")
     check(lib.status_string(123456) == "unknown status", "unknown status")

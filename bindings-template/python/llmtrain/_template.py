@@ -22,14 +22,12 @@ import weakref
 
 ABI_MAJOR = 1  # the ABI major these declarations were written against
 
-FEATURES = {
-    1 << 0: "cuda",
-    1 << 1: "nccl",
-    1 << 2: "mpi",
-    1 << 3: "aio",
-    1 << 4: "openblas",
-    1 << 5: "openmp",
-}
+from . import _ffi
+
+# every LLMT_FEATURE_* bit of the header, by its lower-case name (generated
+# into _ffi: a table written by hand here missed "gloo")
+FEATURES = {getattr(_ffi, n): n[len("LLMT_FEATURE_"):].lower()
+            for n in dir(_ffi) if n.startswith("LLMT_FEATURE_")}
 
 DTYPES = {"fp32": 1, "bf16": 2, "fp16": 3, "fp8e4m3": 4, "fp8e5m2": 5,
           "int32": 6, "int64": 7, "uint16": 8, "uint8": 9}
