@@ -1861,7 +1861,7 @@ LLMT_API const char *llmt_tokenizer_last_error(const llmt_tokenizer *tok);
  * The path of a corpus: ingest (files, directories, JSONL) -> normalise
  * (line endings, UTF-8) -> quality filters -> exact and MinHash/LSH
  * near-duplicate removal -> tokenizer -> token shards (written atomically,
- * read with mmap) -> loader. Each stage is usable on its own; one call runs
+ * read with pread) -> loader. Each stage is usable on its own; one call runs
  * them all (llmt_data_prepare). Handles are not thread-safe (one thread at a
  * time per handle) unless a function says otherwise.
  * ====================================================================== */
@@ -2029,7 +2029,7 @@ LLMT_API const char *llmt_shard_writer_last_error(const llmt_shard_writer *w);
 LLMT_API llmt_status llmt_shard_write_llmc(llmt_context *ctx, const char *path,
                                            const int32_t *ids, size_t n);
 
-/* -- A dataset: a set of shards opened with mmap. `path` is a shard file
+/* -- A dataset: a set of shards read with pread. `path` is a shard file
  * (ours or llm.c's, told apart by magic), a directory (its *.tok and *.bin
  * files, sorted by name) or a glob pattern. Every header is validated when
  * opening (magic, version, sizes against the file size); with verify the

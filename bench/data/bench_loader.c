@@ -1,4 +1,4 @@
-/* Loader throughput from mmap: tokens/s of llmt_loader_next (inputs and
+/* Loader throughput (shards read with pread): tokens/s of llmt_loader_next (inputs and
  * targets as int32) for seq_len 1024, micro_batch 8, shuffled, with the
  * prefetch thread off (the caller reads) and on (4 micro-batches ahead).
  * The dataset: 200M uint16 tokens in 4 shards written by

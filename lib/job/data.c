@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "data/data_internal.h"
 #include "job/job.h"
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
@@ -228,8 +229,9 @@ static llmt_status unigram(llmt_job *j, job_data *d)
                 FAIL(s, "training data: %s", llmt_dataset_last_error(d->train_ds));
                 break;
             }
-            /* a file that names no vocabulary (llm.c's) can hold ids the
-             * tokenizer has not: named here, before any step */
+            /* the datasets refuse ids outside the tokenizer's vocabulary
+             * (bounded above, in every window, past these 64M tokens too);
+             * kept so that cnt is never indexed out of its bounds */
             for (size_t t = 0; t < k && s == LLMT_OK; t++) {
                 if (buf[t] >= 0 && buf[t] < d->vocab)
                     cnt[buf[t]]++;
@@ -312,6 +314,13 @@ llmt_status llmt__job_data_open(llmt_job *j, job_data *d, const job_data_opts *o
         return s;
     if ((s = open_ds(j, valp, &d->val_ds, "validation data (data.val)")) != LLMT_OK)
         return s;
+    /* every window the loaders serve is checked against the tokenizer, not
+     * only the first 64M tokens the unigram pass reads (llm.c files name no
+     * vocabulary) */
+    if ((s = llmt__data_dataset_limit_ids(d->train_ds, d->vocab)) != LLMT_OK ||
+        (s = llmt__data_dataset_limit_ids(d->val_ds, d->vocab)) != LLMT_OK)
+        return FAIL(s, "data: bounding the ids by the tokenizer's %d: %s", (int)d->vocab,
+                    d->vocab < 0 ? "negative" : "refused by the dataset");
 
     llmt_dataset_info ti, vi;
     memset(&ti, 0, sizeof ti);

@@ -190,7 +190,7 @@ PY
 sed "s|\"train\": \"[^\"]*\"|\"train\": \"$tmp/llmc/train\", \"val\": \"$tmp/llmc/val\"|;
      s/\"kind\": \"bpe\", \"vocab_size\": 512/\"kind\": \"byte\"/; s/\"steps\": 12/\"steps\": 2/" good.json > llmc.json
 "$exe" train llmc.json --out llmcrun > llmc.log 2>&1; rc=$?
-[ $rc != 0 ] && grep -q 'llmc/train/a.bin: token 3000 holds id 300, outside the tokenizer.s vocabulary \[0, 257)' llmc.log &&
+[ $rc != 0 ] && grep -q 'llmc/train/a.bin: offset [0-9]*: token 3000 is id 300, outside the tokenizer.s vocabulary \[0, 257)' llmc.log &&
   ok "an llm.c file's id outside the tokenizer refused, naming file and token" ||
   { bad "llm.c id outside the vocabulary (rc $rc)"; tail -3 llmc.log; }
 exit $fail
