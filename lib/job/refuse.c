@@ -200,15 +200,17 @@ static llmt_status check_precision(llmt_job *j)
                       "doc/fp8.md); use delayed",
                       s->precision.fp8_recipe == LLMT_SPEC_FP8_CURRENT ? "current"
                                                                        : "blockwise");
-    /* the experts' GEMMs take a variable count of tokens each, which the
-     * fp8 GEMMs' 16-multiples do not fit without padding per expert: they
-     * would run bf16 beside fp8 attention, most of an MoE model's FLOPs
-     * not in the precision asked for */
-    if (s->precision.gemm == LLMT_SPEC_PREC_FP8 && s->model.moe.experts > 0)
-        return REFUSE("precision.gemm: fp8 with model.moe.experts %lld is not supported yet "
-                      "(the expert FFNs have no fp8 GEMMs: they would run bf16 while the "
-                      "attention ran fp8); use bf16 for a mixture-of-experts model",
-                      (long long)s->model.moe.experts);
+    /* the experts' fp8 GEMMs (lib/train/moe_dev.c, each expert's rows
+     * padded to a multiple of 16) need their other dimensions multiples
+     * of 16 as well: the experts would otherwise run bf16 beside fp8
+     * attention, most of an MoE model's FLOPs not in the precision asked
+     * for (doc/fp8.md) */
+    if (s->precision.gemm == LLMT_SPEC_PREC_FP8 && s->model.moe.experts > 0 &&
+        (s->model.hidden % 16 || s->model.moe.expert_ffn % 16))
+        return REFUSE("precision.gemm: fp8 with model.moe.experts needs model.hidden (%lld) "
+                      "and model.moe.expert_ffn (%lld) multiples of 16 (the experts' fp8 "
+                      "GEMMs); use bf16 or such widths",
+                      (long long)s->model.hidden, (long long)s->model.moe.expert_ffn);
     return LLMT_OK;
 }
 

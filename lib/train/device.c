@@ -24,6 +24,7 @@
 #include "exec/fp8.h"
 #include "train/device.h"
 #include "train/dp.h"
+#include "train/moe_dev.h"
 #include "train/moe_net.h"
 #include "train/cp.h"
 #include "train/pp_agree.h"
@@ -827,6 +828,32 @@ static llmt_status put_scales(llmt__devtrain *g)
     return LLMT_OK;
 }
 
+/* The MoE layers' routed experts in fp8 (moe_dev.h: llmt__moe_fp8): a
+ * MoE layer's gate, up and down projections take the scaling slots of the
+ * dense MLP it does not have (LFC, LFC3, LFCP), so the recipe's state has
+ * the dense model's shape. Widths that are not multiples of 16 keep them
+ * bf16, as they keep a dense Linear (fp8_on). */
+static llmt_status moe_fp8(llmt__devtrain *g)
+{
+    const llmt_model_config *c = &g->m->cfg;
+    if (!g->moe || c->width % 16 || c->moe_ffn % 16)
+        return LLMT_OK;
+    llmt__moe_fp8 f = {.scale = g->f8scale,
+                       .inv = g->f8inv,
+                       .inv_stride = F8_STRIDE,
+                       .amax = g->f8amax,
+                       .amax_row = &g->amax_row,
+                       .tensors = g->nf8,
+                       .nlin = NLIN,
+                       .slot0 = LFC,
+                       .g0 = g->f8g0,
+                       .g5 = llmt__fp8_delayed_e5m2(g->rec, g->f8g0),
+                       .gemms = &g->fp8_gemms,
+                       .bwd_gemms = &g->fp8_bwd_gemms};
+    _Static_assert(LFC3 == LFC + 1 && LFCP == LFC + 2, "the experts' three slots");
+    return llmt__moe_net_set_fp8(g->moe, g->e, &f);
+}
+
 llmt_status llmt__devtrain_create(llmt_err *e, const llmt__dev_ops *ops,
                                   const llmt__dev_opts *dopts, llmt_model *m,
                                   int B, int T, int A, int recompute,
@@ -1202,15 +1229,6 @@ llmt_status llmt__devtrain_create_layout(
                           "fp32; fp8 GEMMs need a bf16 backend (device cuda)", ops->name);
         goto fail;
     }
-    if (fp8 && fp8->on && m->cfg.moe_experts > 0) { /* (llmt_job refuses it earlier) */
-        s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
-                          "trainer: fp8 with mixture-of-experts layers (moe_experts %d) is "
-                          "not supported yet: the expert FFNs have no fp8 GEMMs (they take a "
-                          "variable count of tokens each) and would run bf16 while the "
-                          "attention ran fp8; set fp8 0",
-                          (int)m->cfg.moe_experts);
-        goto fail;
-    }
     if (fp8 && fp8->on && !fp8_ops(ops)) {
         s = llmt__err_set(e, LLMT_ERR_UNSUPPORTED,
                           "trainer: fp8: the %s backend has no "
@@ -1268,6 +1286,8 @@ llmt_status llmt__devtrain_create_layout(
             goto fail;
         }
         if ((s = put_scales(g)) != LLMT_OK) goto fail;
+        if ((s = moe_fp8(g)) != LLMT_OK)
+            goto fail;
     }
 #undef DA
     if (g->alias) {

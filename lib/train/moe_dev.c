@@ -62,6 +62,7 @@ void llmt__moe_dctx_free(llmt__moe_dctx *x)
     if (!x)
         return;
     llmt__moe_dctx_set_ep(x, NULL);
+    llmt__moe_dctx_set_fp8(x, NULL);
     void *b[] = {x->dye,  x->dxe,  x->dact,  x->dh1,  x->dh3,  x->sdact,
                  x->sdh1, x->sdh3, x->dlogs, x->dlog, x->dgate};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
@@ -192,7 +193,336 @@ size_t llmt__moe_dctx_scratch_bytes(const llmt__moe_dctx *x)
         b += 4 * (N * E + R);
     if (x->ep_size > 1) /* moe_dev_ep.c's exchange and owner scratch */
         b += x->es * E * (size_t)x->block * (5 * C + 3 * F);
+    if (x->f8on) /* the fp8 experts' padded rows and codes (f8_room) */
+        b += x->f8rows * (C > F ? C : F) * (2 * x->es + 3) + E * F * C;
     return b;
+}
+
+/* ---- fp8 experts (moe_dev.h: llmt__moe_fp8) */
+
+static void f8_free(llmt__moe_dctx *x)
+{
+    void *b[] = {x->f8pad, x->f8out, x->f8qa, x->f8qat, x->f8qbt, x->f8qw};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        dfree(x, b[i]);
+    x->f8pad = x->f8out = NULL;
+    x->f8qa = x->f8qat = x->f8qbt = x->f8qw = NULL;
+    free(x->f8p0);
+    x->f8p0 = NULL;
+    x->f8rows = 0;
+}
+
+/* Room for `rows` padded rows (grown only). At most every packed row of
+ * a call, N x K (an EP owner's: E x block), plus 15 padding rows for each
+ * of the E experts. */
+static llmt_status f8_room(llmt__moe_dctx *x, size_t rows)
+{
+    if (rows <= x->f8rows)
+        return LLMT_OK;
+    f8_free(x);
+    size_t C = (size_t)x->sh.C, F = (size_t)x->sh.F, W = C > F ? C : F, E = (size_t)x->sh.E;
+    llmt_status s = LLMT_OK;
+    void **bf[] = {&x->f8pad, &x->f8out};
+    void **q8[] = {(void **)&x->f8qa, (void **)&x->f8qat, (void **)&x->f8qbt};
+    for (int i = 0; s == LLMT_OK && i < 2; i++)
+        s = dalloc(x, bf[i], rows * W * x->es);
+    for (int i = 0; s == LLMT_OK && i < 3; i++)
+        s = dalloc(x, q8[i], rows * W);
+    if (s == LLMT_OK)
+        s = dalloc(x, (void **)&x->f8qw, E * F * C);
+    if (s == LLMT_OK && !(x->f8p0 = calloc(E + 1, sizeof *x->f8p0)))
+        s = llmt__err_set(x->e, LLMT_ERR_OUT_OF_MEMORY, "trainer: moe: no memory");
+    if (s != LLMT_OK) {
+        f8_free(x);
+        return s;
+    }
+    x->f8rows = rows;
+    return LLMT_OK;
+}
+
+/* The largest padded row count of a call: see f8_room. */
+static size_t f8_bound(const llmt__moe_dctx *x)
+{
+    size_t R = (size_t)x->Nmax * (size_t)x->sh.K, Rep = (size_t)x->sh.E * (size_t)x->block;
+    return (R > Rep ? R : Rep) + 15 * (size_t)x->sh.E;
+}
+
+llmt_status llmt__moe_dctx_set_fp8(llmt__moe_dctx *x, const llmt__moe_fp8 *f)
+{
+    if (!f) {
+        f8_free(x);
+        x->f8on = 0;
+        return LLMT_OK;
+    }
+    if (x->sh.C % 16 || x->sh.F % 16)
+        return llmt__err_set(x->e, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: moe: fp8 experts need width (%d) and moe_ffn (%d) "
+                             "multiples of 16",
+                             x->sh.C, x->sh.F);
+    if (!x->op->cast_transpose_fp8 || x->es == sizeof(float))
+        return llmt__err_set(x->e, LLMT_ERR_UNSUPPORTED,
+                             "trainer: moe: fp8 experts: device %s has no fp8 ops or stores "
+                             "fp32",
+                             x->op->name);
+    x->f8 = *f;
+    llmt_status s = f8_room(x, f8_bound(x));
+    x->f8on = s == LLMT_OK;
+    return s;
+}
+
+void llmt__moe_dctx_set_layer(llmt__moe_dctx *x, int l)
+{
+    x->layer = l;
+}
+
+/* Expert parallelism changed the largest call (moe_dev_ep.c). */
+llmt_status llmt__moe_dctx_fp8_resize(llmt__moe_dctx *x)
+{
+    return x->f8on ? f8_room(x, f8_bound(x)) : LLMT_OK;
+}
+
+static size_t pad16(int64_t n)
+{
+    return (size_t)((n + 15) / 16 * 16);
+}
+
+/* The padded layout of n experts' rows (f8p0, n + 1 entries); the total. */
+static llmt_status f8_layout(llmt__moe_dctx *x, int n, const int64_t *nr, size_t *Rp)
+{
+    x->f8p0[0] = 0;
+    for (int e = 0; e < n; e++)
+        x->f8p0[e + 1] = x->f8p0[e] + (int64_t)pad16(nr[e]);
+    *Rp = (size_t)x->f8p0[n];
+    return f8_room(x, *Rp);
+}
+
+/* f8pad [Rp, cols] = src's experts' rows (from r0[e]) at their padded
+ * places, zero rows after each. */
+static llmt_status f8_pad(llmt__moe_dctx *x, int n, const int64_t *r0, const int64_t *nr,
+                          const void *src, int cols, size_t Rp)
+{
+    size_t c = (size_t)cols;
+    OP(x->op->memset0(x->d, x->f8pad, Rp * c * x->es), "fp8 padding");
+    for (int e = 0; e < n; e++)
+        if (nr[e] > 0)
+            OP(x->op->d2d(x->d, at(x, x->f8pad, (size_t)x->f8p0[e] * c),
+                          at(x, src, (size_t)r0[e] * c), (size_t)nr[e] * c * x->es),
+               "fp8 padding");
+    return LLMT_OK;
+}
+
+/* dst's experts' rows = f8out's real rows (the padding ones dropped). */
+static llmt_status f8_unpad(llmt__moe_dctx *x, int n, const int64_t *r0, const int64_t *nr,
+                            void *dst, int cols)
+{
+    size_t c = (size_t)cols;
+    for (int e = 0; e < n; e++)
+        if (nr[e] > 0)
+            OP(x->op->d2d(x->d, at(x, dst, (size_t)r0[e] * c),
+                          at(x, x->f8out, (size_t)x->f8p0[e] * c), (size_t)nr[e] * c * x->es),
+               "fp8 padding");
+    return LLMT_OK;
+}
+
+/* Layer's Linear slot k (0 gate, 1 up, 2 down). */
+static int f8_slot(const llmt__moe_dctx *x, int k)
+{
+    return x->layer * x->f8.nlin + x->f8.slot0 + k;
+}
+
+/* The running pass's amax of tensor t. */
+static float *f8_amax(const llmt__moe_dctx *x, int t)
+{
+    return x->f8.amax + (size_t)*x->f8.amax_row * (size_t)x->f8.tensors + (size_t)t;
+}
+
+/* cast_transpose_fp8 of X [R, C] with tensor t's scale (e5: E5M2). */
+static llmt_status f8_cast(llmt__moe_dctx *x, uint8_t *y, uint8_t *yt, float *amax,
+                           const void *X, int t, size_t R, int C, int e5)
+{
+    OP(x->op->cast_transpose_fp8(x->d, y, yt, amax, X, x->f8.scale + t, (int)R, C, e5),
+       "fp8 quantise");
+    return LLMT_OK;
+}
+
+/* f8pad's codes with tensor t's scale: y [Rp, cols] as is with the
+ * tensor's amax recorded (y NULL: neither), and each expert's block
+ * transposed into yt at f8p0[e] x cols ([cols, rows of e]; NULL: none). */
+static llmt_status f8_codes(llmt__moe_dctx *x, int n, uint8_t *y, uint8_t *yt, int t, int cols,
+                            size_t Rp, int e5)
+{
+    llmt_status s;
+    if (y && (s = f8_cast(x, y, NULL, f8_amax(x, t), x->f8pad, t, Rp, cols, e5)) != LLMT_OK)
+        return s;
+    for (int e = 0; yt && e < n; e++) {
+        size_t p = (size_t)x->f8p0[e], rows = (size_t)x->f8p0[e + 1] - p;
+        if (rows && (s = f8_cast(x, NULL, yt + p * cols, NULL, at(x, x->f8pad, p * cols), t,
+                                 rows, cols, e5)) != LLMT_OK)
+            return s;
+    }
+    return LLMT_OK;
+}
+
+/* An fp8 GEMM out[M,N] (+)= dequant(a b^T): a [M,K] codes of tensor ta
+ * (E5M2 when a5), b [N,K] of tensor tb. */
+static llmt_status f8_mm(llmt__moe_dctx *x, int M, int N, int K, const uint8_t *a, int ta,
+                         int a5, const uint8_t *b, int tb, void *out, int cf32, float beta)
+{
+    size_t st = (size_t)x->f8.inv_stride;
+    llmt__gemm_args g = llmt__gemm_fp8(M, N, K, a, a5, x->f8.inv + (size_t)ta * st, b,
+                                       x->f8.inv + (size_t)tb * st, out, cf32, beta);
+    OP(x->op->gemm(x->d, &g), "expert fp8 gemm");
+    return LLMT_OK;
+}
+
+/* One projection's forward over the experts: f8out's rows [rows of e
+ * padded, N] = the input codes f8qa (tensor ti, K columns) times expert
+ * e's block of weight W [n x N, K] (tensor tw, amax recorded). */
+static llmt_status f8_proj_fwd(llmt__moe_dctx *x, int n, const void *W, int N, int K, int ti,
+                               int tw)
+{
+    llmt_status s;
+    if ((s = f8_cast(x, x->f8qw, NULL, f8_amax(x, tw), W, tw, (size_t)n * N, K, 0)) != LLMT_OK)
+        return s;
+    for (int e = 0; e < n; e++) {
+        size_t p = (size_t)x->f8p0[e], rows = (size_t)x->f8p0[e + 1] - p;
+        if (!rows)
+            continue;
+        if ((s = f8_mm(x, (int)rows, N, K, x->f8qa + p * K, ti, 0, x->f8qw + (size_t)e * N * K,
+                       tw, at(x, x->f8out, p * N), 0, 0.0f)) != LLMT_OK)
+            return s;
+        (*x->f8.gemms)++;
+    }
+    return LLMT_OK;
+}
+
+static llmt_status experts_fwd_fp8(llmt__moe_dctx *x, const llmt__moe_dw *w, int n,
+                                   const int64_t *r0, const int64_t *nr, const void *xe,
+                                   void *h1, void *h3, void *act, void *ye)
+{
+    int C = x->sh.C, F = x->sh.F, sg = f8_slot(x, 0), su = sg + 1, sd = sg + 2;
+    size_t Rp = 0;
+    llmt_status s = f8_layout(x, n, nr, &Rp);
+    int64_t R = 0;
+    for (int e = 0; e < n; e++)
+        R += nr[e];
+    if (s != LLMT_OK)
+        return s;
+    if (R == 0) { /* no rows here: the inputs' amaxes 0, the weights' measured */
+        const void *ws[] = {w->w1, w->w3, w->w2};
+        int ts[] = {2 * sg + 1, 2 * su + 1, 2 * sd + 1};
+        OP(x->op->memset0(x->d, f8_amax(x, 2 * sg), sizeof(float)), "fp8 amax");
+        OP(x->op->memset0(x->d, f8_amax(x, 2 * sd), sizeof(float)), "fp8 amax");
+        for (int i = 0; i < 3; i++)
+            if ((s = f8_cast(x, x->f8qw, NULL, f8_amax(x, ts[i]), ws[i], ts[i],
+                             (size_t)n * (i < 2 ? F : C), i < 2 ? C : F, 0)) != LLMT_OK)
+                return s;
+        return LLMT_OK;
+    }
+    /* gate and up on the dispatched rows' codes (one tensor: the gate's) */
+    if ((s = f8_pad(x, n, r0, nr, xe, C, Rp)) != LLMT_OK ||
+        (s = f8_codes(x, n, x->f8qa, NULL, 2 * sg, C, Rp, 0)) != LLMT_OK ||
+        (s = f8_proj_fwd(x, n, w->w1, F, C, 2 * sg, 2 * sg + 1)) != LLMT_OK ||
+        (s = f8_unpad(x, n, r0, nr, h1, F)) != LLMT_OK ||
+        (s = f8_proj_fwd(x, n, w->w3, F, C, 2 * sg, 2 * su + 1)) != LLMT_OK ||
+        (s = f8_unpad(x, n, r0, nr, h3, F)) != LLMT_OK)
+        return s;
+    OP(x->op->swiglu_fwd(x->d, act, h1, h3, (size_t)R * F), "expert swiglu");
+    if ((s = f8_pad(x, n, r0, nr, act, F, Rp)) != LLMT_OK ||
+        (s = f8_codes(x, n, x->f8qa, NULL, 2 * sd, F, Rp, 0)) != LLMT_OK ||
+        (s = f8_proj_fwd(x, n, w->w2, C, F, 2 * sd, 2 * sd + 1)) != LLMT_OK)
+        return s;
+    return f8_unpad(x, n, r0, nr, ye, C);
+}
+
+/* One projection's backward over the experts (weight W [n x OC, IC],
+ * slot's tensors tx, tw, tg): the output gradient's codes are in f8qa
+ * (as is) and f8qat (transposed per expert), the input's transposed in
+ * f8qbt; g (fp32) += dout^T x per expert, f8out's rows = dout W (beta:
+ * added to what is there). */
+static llmt_status f8_proj_bwd(llmt__moe_dctx *x, int n, const void *W, float *gw, int OC,
+                               int IC, int tx, int tw, int tg, float beta)
+{
+    int g5 = x->f8.g5;
+    llmt_status s;
+    for (int e = 0; e < n; e++) {
+        size_t p = (size_t)x->f8p0[e], rows = (size_t)x->f8p0[e + 1] - p,
+               wo = (size_t)e * OC * IC;
+        if (!rows)
+            continue;
+        /* the weight gradient: K = the expert's padded rows */
+        if ((s = f8_mm(x, OC, IC, (int)rows, x->f8qat + p * OC, tg, g5, x->f8qbt + p * IC, tx,
+                       gw + wo, 1, 1.0f)) != LLMT_OK)
+            return s;
+        /* the data gradient: the expert's weight block transposed */
+        if ((s = f8_cast(x, NULL, x->f8qw, NULL, at(x, W, wo), tw, (size_t)OC, IC, 0)) !=
+                LLMT_OK ||
+            (s = f8_mm(x, (int)rows, IC, OC, x->f8qa + p * OC, tg, g5, x->f8qw, tw,
+                       at(x, x->f8out, p * IC), 0, beta)) != LLMT_OK)
+            return s;
+        *x->f8.bwd_gemms += 2;
+    }
+    return LLMT_OK;
+}
+
+/* The output gradient dout [rows, cols] of tensor tg padded and coded
+ * (f8qa, f8qat; its amax recorded). */
+static llmt_status f8_dout(llmt__moe_dctx *x, int n, const int64_t *r0, const int64_t *nr,
+                           const void *dout, int cols, int tg, size_t Rp)
+{
+    llmt_status s = f8_pad(x, n, r0, nr, dout, cols, Rp);
+    return s == LLMT_OK ? f8_codes(x, n, x->f8qa, x->f8qat, tg, cols, Rp, x->f8.g5) : s;
+}
+
+/* An input X [rows, cols] of tensor tx padded, its per-expert transposes
+ * coded into f8qbt with the forward's scale. */
+static llmt_status f8_xin(llmt__moe_dctx *x, int n, const int64_t *r0, const int64_t *nr,
+                          const void *X, int cols, int tx, size_t Rp)
+{
+    llmt_status s = f8_pad(x, n, r0, nr, X, cols, Rp);
+    return s == LLMT_OK ? f8_codes(x, n, NULL, x->f8qbt, tx, cols, Rp, 0) : s;
+}
+
+static llmt_status experts_bwd_fp8(llmt__moe_dctx *x, const llmt__moe_dw *w,
+                                   const llmt__moe_dw *g, int n, const int64_t *r0,
+                                   const int64_t *nr, const void *xe, const void *h1,
+                                   const void *h3, const void *act, const void *dye, void *dact,
+                                   void *dh1, void *dh3, void *dxe)
+{
+    int C = x->sh.C, F = x->sh.F, sg = f8_slot(x, 0), su = sg + 1, sd = sg + 2, g0 = x->f8.g0;
+    size_t Rp = 0;
+    llmt_status s = f8_layout(x, n, nr, &Rp);
+    int64_t R = 0;
+    for (int e = 0; e < n; e++)
+        R += nr[e];
+    if (s != LLMT_OK)
+        return s;
+    if (R == 0) {
+        int ts[] = {g0 + sg, g0 + su, g0 + sd};
+        for (int i = 0; i < 3; i++)
+            OP(x->op->memset0(x->d, f8_amax(x, ts[i]), sizeof(float)), "fp8 amax");
+        return LLMT_OK;
+    }
+    /* down: dye's codes, act's transposed; dact from f8out */
+    if ((s = f8_dout(x, n, r0, nr, dye, C, g0 + sd, Rp)) != LLMT_OK ||
+        (s = f8_xin(x, n, r0, nr, act, F, 2 * sd, Rp)) != LLMT_OK ||
+        (s = f8_proj_bwd(x, n, w->w2, (float *)g->w2, C, F, 2 * sd, 2 * sd + 1, g0 + sd,
+                         0.0f)) != LLMT_OK ||
+        (s = f8_unpad(x, n, r0, nr, dact, F)) != LLMT_OK)
+        return s;
+    OP(x->op->swiglu_bwd(x->d, dh1, dh3, NULL, dact, h1, h3, (size_t)R * F),
+       "expert swiglu backward");
+    /* gate, then up (dxe summed in f8out): both on xe's codes (the gate's
+     * input tensor), transposed once */
+    if ((s = f8_xin(x, n, r0, nr, xe, C, 2 * sg, Rp)) != LLMT_OK ||
+        (s = f8_dout(x, n, r0, nr, dh1, F, g0 + sg, Rp)) != LLMT_OK ||
+        (s = f8_proj_bwd(x, n, w->w1, (float *)g->w1, F, C, 2 * sg, 2 * sg + 1, g0 + sg,
+                         0.0f)) != LLMT_OK ||
+        (s = f8_dout(x, n, r0, nr, dh3, F, g0 + su, Rp)) != LLMT_OK ||
+        (s = f8_proj_bwd(x, n, w->w3, (float *)g->w3, F, C, 2 * sg, 2 * su + 1, g0 + su,
+                         1.0f)) != LLMT_OK)
+        return s;
+    return f8_unpad(x, n, r0, nr, dxe, C);
 }
 
 /* The experts as one parallel region over experts (the table's
@@ -269,6 +599,8 @@ llmt_status llmt__moe_dev_experts_fwd(llmt__moe_dctx *x, const llmt__moe_dw *w, 
 {
     int C = x->sh.C, F = x->sh.F;
     llmt_status st;
+    if (x->f8on)
+        return experts_fwd_fp8(x, w, n, r0, nr, xe, h1, h3, act, ye);
     if (over_experts(x, n, nr)) {
         llmt__moe_xargs a = {.n = n,
                              .C = C,
@@ -374,6 +706,8 @@ llmt_status llmt__moe_dev_experts_bwd(llmt__moe_dctx *x, const llmt__moe_dw *w,
 {
     int C = x->sh.C, F = x->sh.F;
     llmt_status st;
+    if (x->f8on)
+        return experts_bwd_fp8(x, w, g, n, r0, nr, xe, h1, h3, act, dye, dact, dh1, dh3, dxe);
     if (over_experts(x, n, nr)) {
         llmt__moe_xargs a = {.bwd = 1,
                              .n = n,

@@ -82,6 +82,31 @@ llmt_status llmt__moe_dev_ep_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe
                                  const llmt__moe_dw *g, const void *xin, const void *dy,
                                  void *dx, float aux_coef, float z_coef);
 
+/* fp8 GEMMs for the routed experts (doc/fp8.md, "Mixture of experts"),
+ * on the engine's delayed scaling state (device.c): its device scale
+ * arrays and amax rows. Layer l's gate (w1), up (w3) and down (w2)
+ * projections take its Linear slots s = l * nlin + slot0 + {0, 1, 2}
+ * (the slots of the dense MLP a MoE layer does not have): tensor 2s is
+ * the input, 2s + 1 the stacked [experts, ...] weight, g0 + s the output
+ * gradient, each one per-tensor scale (the gate's input is the
+ * dispatched rows, which the up projection reads with the same codes:
+ * its own input tensor stays unrecorded). Each expert's rows are padded
+ * with zero rows to a multiple of 16 for every fp8 GEMM. */
+typedef struct llmt__moe_fp8 {
+    const float *scale; /* device [tensors]: quantisation multipliers */
+    const float *inv;   /* device: tensor i's dequantisation at inv[i * inv_stride] */
+    int inv_stride;
+    float *amax;         /* device [rows][tensors] */
+    const int *amax_row; /* the row the running pass records into */
+    int tensors, nlin, slot0, g0, g5;
+    int *gemms, *bwd_gemms; /* the engine's counters of fp8 GEMMs */
+} llmt__moe_fp8;
+/* f NULL: bf16 experts. Copied; needs C and F multiples of 16 and the
+ * backend's cast_transpose_fp8 (INVALID_ARGUMENT / UNSUPPORTED else). */
+llmt_status llmt__moe_dctx_set_fp8(llmt__moe_dctx *x, const llmt__moe_fp8 *f);
+/* The MoE layer the next calls run (its fp8 slots). */
+void llmt__moe_dctx_set_layer(llmt__moe_dctx *x, int l);
+
 /* y[N,C] OVERWRITTEN = the layer (and its shared experts) on x[N,C]; s:
  * the layer's routing state (llmt__moe_new_rows with rows 0): its
  * tables, counts, aux and z losses are set as llmt__moe_fwd sets them. */

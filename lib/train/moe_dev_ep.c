@@ -84,7 +84,7 @@ llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, llmt_comm *comm)
     }
     x->ep_rank = rank;
     x->ep_size = size;
-    return LLMT_OK;
+    return llmt__moe_dctx_fp8_resize(x); /* an owner's rows: up to E x block */
 }
 
 void llmt__moe_dep_free(llmt__moe_dctx *x, llmt__moe_dep *q)

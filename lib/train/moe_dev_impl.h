@@ -27,6 +27,17 @@ struct llmt__moe_dctx {
      * backward scratch (at most E x block rows of C or F), storage type */
     int ep_rank, ep_size, block;
     void *sbuf, *rbuf, *yo, *dyo, *dxo, *edact, *edh1, *edh3;
+    /* fp8 experts (llmt__moe_dctx_set_fp8; f8on 0: bf16): the layer
+     * running; scratch for f8rows padded rows of up to max(C, F) columns:
+     * f8pad, f8out the padded inputs and outputs (storage type), f8qa
+     * codes as is, f8qat and f8qbt per expert transposed; f8qw a stacked
+     * weight's codes (E x F x C); f8p0 the padded first rows (host) */
+    int f8on, layer;
+    llmt__moe_fp8 f8;
+    size_t f8rows;
+    void *f8pad, *f8out;
+    uint8_t *f8qa, *f8qat, *f8qbt, *f8qw;
+    int64_t *f8p0;
     /* a device backend's host copies of sbuf and rbuf (one malloc: the
      * exchange staged through host memory; NULL on a host-memory one) */
     void *hstage;
@@ -80,6 +91,10 @@ llmt_status llmt__moe_dev_router_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt_
                                      const llmt__moe_dw *w, const llmt__moe_dw *g,
                                      const void *xin, const void *dy, void *dx, float aux_coef,
                                      float z_coef);
+
+/* fp8 experts: the scratch for the largest call after expert parallelism
+ * changed it (moe_dev.c; nothing when they are bf16). */
+llmt_status llmt__moe_dctx_fp8_resize(llmt__moe_dctx *x);
 
 /* Element i of a storage-typed array. */
 static inline void *llmt__moe_dat(const llmt__moe_dctx *x, const void *p, size_t i)

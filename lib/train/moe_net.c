@@ -163,6 +163,15 @@ llmt_status llmt__moe_net_new(llmt_err *e, const llmt_model_config *c, int Nmax,
     return LLMT_OK;
 }
 
+llmt_status llmt__moe_net_set_fp8(llmt__moe_net *n, llmt_err *e, const llmt__moe_fp8 *f)
+{
+    if (!n->dx)
+        return llmt__err_set(e, LLMT_ERR_INTERNAL,
+                             "trainer: moe: fp8 experts run through the op table only");
+    llmt__moe_dctx_set_err(n->dx, e);
+    return llmt__moe_dctx_set_fp8(n->dx, f);
+}
+
 llmt_status llmt__moe_net_set_dev(llmt__moe_net *n, llmt_err *e, const llmt__dev_ops *op,
                                   llmt__dev *d)
 {
@@ -245,6 +254,7 @@ static llmt_status dev_fwd(llmt__moe_net *n, int l, const llmt__layer_offs *w,
                                  op->last_error(d));
     }
     llmt__moe_dctx_set_err(n->dx, n->tg.e);
+    llmt__moe_dctx_set_layer(n->dx, l);
     if (n->dep && n->dep[l])
         return llmt__moe_dev_ep_fwd(n->dx, n->dl[l], n->dep[l], n->layer[l], n->epc, &p, x, y,
                                     N);
@@ -294,6 +304,7 @@ llmt_status llmt__moe_net_bwd(llmt__moe_net *n, llmt_err *e, int l, const llmt__
     if (n->dx) {
         llmt__moe_dw p = dev_ptrs(w, param, n->es), g = dev_ptrs(w, grad, sizeof(float));
         llmt__moe_dctx_set_err(n->dx, e);
+        llmt__moe_dctx_set_layer(n->dx, l);
         if (n->dep && n->dep[l])
             return llmt__moe_dev_ep_bwd(n->dx, n->dl[l], n->dep[l], s, n->epc, &p, &g, x_, dy_,
                                         dx_, ac, zc);

@@ -23,6 +23,10 @@ void llmt__moe_net_free(llmt__moe_net *n);
  * expert parallelism are refused on it. */
 llmt_status llmt__moe_net_set_dev(llmt__moe_net *n, llmt_err *e, const llmt__dev_ops *op,
                                   llmt__dev *d);
+/* fp8 GEMMs for the routed experts through the op table (after set_dev;
+ * moe_dev.h: llmt__moe_fp8; NULL: bf16). */
+struct llmt__moe_fp8;
+llmt_status llmt__moe_net_set_fp8(llmt__moe_net *n, llmt_err *e, const struct llmt__moe_fp8 *f);
 /* Layer l (a MoE layer) on x[N, width] into y (overwritten); w: its
  * offsets into param (elements: fp32 floats, or the op table's storage
  * type). */
