@@ -56,6 +56,10 @@ static const char *BASE =
 #define MOE_EMUL                                                                            \
     "{\"model\": {\"arch\": \"llama\", \"heads\": 4, \"moe\": {\"experts\": 4, \"top_k\": " \
     "2}}, \"train\": {\"device\": \"emulated\"}}"
+/* expert_ffn 24: the fp8 expert GEMMs need widths in multiples of 16 */
+#define MOE_EMUL24                                                                          \
+    "{\"model\": {\"arch\": \"llama\", \"heads\": 4, \"moe\": {\"experts\": 4, \"top_k\": " \
+    "2, \"expert_ffn\": 24}}, \"train\": {\"device\": \"emulated\"}}"
 #define SMALLTXT                                                                              \
     "{\"data\": {\"train\": \"@SMALL@\", \"val\": \"@PREP@/val\", \"tokenizer\": {\"kind\": " \
     "\"bpe\", \"vocab_size\": 300}}}"
@@ -150,9 +154,10 @@ static const kcase cases[] = {
     K("precision.param", NULL, "{\"precision\": {\"param\": \"bf16\"}}", REFUSED),
     K("precision.master", NULL, "{\"precision\": {\"master\": \"bf16\"}}", REFUSED),
     K("precision.gemm", NULL, "{\"precision\": {\"gemm\": \"fp8\"}}", REFUSED),
-    /* fp8 on the device engine, but with MoE layers (whose experts have
-     * no fp8 GEMMs) */
-    K("precision.gemm", MOE_EMUL, "{\"precision\": {\"gemm\": \"fp8\"}}", REFUSED),
+    /* fp8 with MoE layers on the device engine: the experts' GEMMs in fp8
+     * (padded per expert), unless a width is not a multiple of 16 */
+    K("precision.gemm", MOE_EMUL, "{\"precision\": {\"gemm\": \"fp8\"}}", RUN),
+    K("precision.gemm", MOE_EMUL24, "{\"precision\": {\"gemm\": \"fp8\"}}", REFUSED),
     K("precision.fp8_recipe", NULL, "{\"precision\": {\"fp8_recipe\": \"current\"}}", REFUSED),
     K("precision.fp8_amax_history", NULL, "{\"precision\": {\"fp8_amax_history\": 4}}",
       REFUSED),

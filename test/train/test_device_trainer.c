@@ -637,7 +637,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "fp8 option without fp8: %s\n", llmt_model_last_error(m));
         llmt_model_destroy(m);
     }
-    if (!cuda) { /* fp8 with MoE layers: refused by name (no fp8 expert GEMMs) */
+    if (!cuda) { /* fp8 with MoE layers: the experts' GEMMs in fp8 too (test
+                  * moe-fp8 checks them against a host reference) */
         llmt_model_config mc;
         config(&mc, 1);
         mc.moe_experts = 4;
@@ -649,16 +650,17 @@ int main(int argc, char **argv)
         to.fp8 = 1;
         llmt_trainer *t = NULL;
         llmt_status st = llmt__trainer_create_dev(m, &to, g_ops, &t);
+        float loss = 0.0f;
         if (st == LLMT_OK) { /* the engine is made on first use */
             int32_t tok[NA * NB * NT] = {0};
             llmt_batch b = {sizeof b, tok, tok, NA * NB, NT};
-            float loss = 0.0f;
             st = llmt_trainer_forward_backward(t, &b, &loss);
         }
         const char *msg = t ? llmt_trainer_last_error(t) : llmt_model_last_error(m);
-        CHECK_STATUS(st, LLMT_ERR_UNSUPPORTED);
-        CHECK(strstr(msg, "fp8") && strstr(msg, "moe_experts"));
-        fprintf(stderr, "fp8 with MoE: %s\n", msg);
+        CHECK_STATUS(st, LLMT_OK);
+        CHECK(isfinite(loss) && loss > 0.0f);
+        if (st != LLMT_OK)
+            fprintf(stderr, "fp8 with MoE: %s\n", msg);
         llmt_trainer_destroy(t);
         llmt_model_destroy(m);
     }
