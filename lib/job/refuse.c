@@ -11,6 +11,7 @@
 
 #include "comm/comm_internal.h"
 #include "job/job.h"
+#include "plan/plan.h"
 
 /* "KEY: VALUE is not supported by llmt_job yet (WHAT); use FIX" */
 #define REFUSE(...) llmt__err_set(&j->err, LLMT_ERR_UNSUPPORTED, __VA_ARGS__)
@@ -57,101 +58,36 @@ static llmt_status check_parallelism(llmt_job *j)
                       "true (every expert takes all the tokens routed to it); remove one of "
                       "the two",
                       s->model.moe.capacity_factor);
-    /* ZeRO shards over the data-parallel group: with one replica there is
-     * nothing to shard, and a stage that changes nothing would be a lie */
-    if (s->parallelism.zero > 0 && dp_size(j) == 1)
-        return REFUSE("parallelism.zero: %lld has no effect with one data-parallel rank "
-                      "(ZeRO shards over data-parallel ranks; dp = world size %d / "
-                      "(tp %lld x cp %lld x pp %lld)); use 0, or run under a launcher with "
-                      "dp > 1",
-                      (long long)s->parallelism.zero, (int)j->world,
-                      (long long)s->parallelism.tp, (long long)s->parallelism.cp,
-                      (long long)s->parallelism.pp);
     return LLMT_OK;
 }
 
-/* On train.device cuda the data-parallel group is NCCL (nccl_attach.c,
- * one GPU per rank, the engine's gradients in device memory) while the
- * tensor, context, pipeline and expert groups run over the job's host
- * group (Gloo, MPI), lib/train/tp.c, cp.c, pp_xfer.c and moe_dev_ep.c
- * staging device buffers through host memory; a MoE model's router
- * tallies are host arrays summed over its groups. Each of those ran on a
- * GPU alone (gpu-job-tp, gpu-*-engine), and every layout runs through the
- * job on the same staging with train.device emulated (job-emul,
- * job-emul-launch, mpi-train-emulated), but a host group beside the NCCL
- * twin needs one GPU per rank, and has not run: until it has, dp > 1 on
- * cuda is for dense models with tp, cp and pp 1. */
-static llmt_status check_cuda_groups(llmt_job *j)
+/* The layouts the engines do not run yet (zero without data-parallel
+ * ranks, host groups beside NCCL on cuda, sequence parallelism across
+ * context parallel rows, ZeRO 2-3 in a pipeline): lib/plan/job_limits.c,
+ * shared with the planner, which names them beside a plan. */
+static llmt_status check_layout(llmt_job *j)
 {
-    const llmt_spec *s = j->spec;
-    if (s->train.device != LLMT_SPEC_DEVICE_CUDA || dp_size(j) <= 1)
-        return LLMT_OK;
-    const char *key = s->parallelism.tp > 1      ? "parallelism.tp"
-                      : s->parallelism.cp > 1    ? "parallelism.cp"
-                      : s->parallelism.pp > 1    ? "parallelism.pp"
-                      : s->model.moe.experts > 0 ? "model.moe.experts"
-                                                 : NULL;
-    if (!key)
-        return LLMT_OK;
-    return REFUSE("%s: beside %lld data-parallel replicas is not supported by llmt_job with "
-                  "train.device cuda yet (the data-parallel group is NCCL, one GPU per rank; "
-                  "this one runs over the host group, staged, and the two together have not "
-                  "run on GPUs: issue 16); use dp 1 (world = tp x cp x pp), or train.device "
-                  "emulated to run the layout on the CPU",
-                  key, (long long)dp_size(j));
+    char why[1024];
+    llmt_status st = llmt__plan_job_limits(j->spec, j->world, why, sizeof why);
+    return st == LLMT_OK ? LLMT_OK : llmt__err_set(&j->err, st, "%s", why);
 }
 
-/* Context parallelism (lib/train/cp.c) runs on the host backends, with
- * tensor parallelism (sequence parallel or not), pipeline parallelism (any
- * schedule) and data parallelism (any ZeRO stage the pipeline allows);
- * what it does not compose with yet is named here, before any data is
- * prepared. */
-static llmt_status check_cp(llmt_job *j)
+/* Context parallelism (lib/train/cp.c) and pipeline parallelism
+ * (lib/train/pp.c) run on the host backends, composed with the other
+ * degrees (what they do not compose with yet is check_layout's); their
+ * keys refuse to be set without them. */
+static llmt_status check_cp_pp_keys(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
-    long long cp = (long long)s->parallelism.cp;
-    if (cp <= 1) {
-        if (llmt__spec_given(s, "parallelism.cp_variant"))
-            return REFUSE("parallelism.cp_variant: set but parallelism.cp is 1 (there is no "
-                          "context parallel attention to choose); remove the key or set cp");
-        return LLMT_OK;
-    }
-    /* sequence parallelism splits a CP rank's rows of each sequence in tp
-     * blocks (the trainer refuses it too, but after the groups are made) */
-    long long tp = (long long)s->parallelism.tp, T = (long long)s->model.seq_len;
-    if (s->parallelism.sequence_parallel && tp > 1 && T % (2 * cp) == 0 && (T / cp) % tp)
-        return llmt__err_set(&j->err, LLMT_ERR_INVALID_ARGUMENT,
-                             "parallelism.sequence_parallel: parallelism.tp %lld does not "
-                             "divide model.seq_len %lld / parallelism.cp %lld = %lld (the "
-                             "rows a CP rank holds of each sequence are split in tp blocks)",
-                             tp, T, cp, T / cp);
-    return LLMT_OK;
-}
-
-/* Pipeline parallelism (lib/train/pp.c) runs on the host backends with
- * tensor, sequence and data parallelism (ZeRO 0-1), GPipe, 1F1B or
- * interleaved (virtual stages; in-process, MPI and Gloo ranks: set_pp_comm
- * refuses it over NCCL, naming parallelism.pp_schedule); what it does not
- * compose with yet is named here, before any data is prepared, and the
- * pipeline keys refuse to be set without a pipeline. */
-static llmt_status check_pp(llmt_job *j)
-{
-    const llmt_spec *s = j->spec;
-    long long pp = (long long)s->parallelism.pp;
-    if (pp <= 1) {
-        if (llmt__spec_given(s, "parallelism.pp_schedule"))
-            return REFUSE("parallelism.pp_schedule: set but parallelism.pp is 1 (there is no "
-                          "pipeline to schedule); remove the key or set pp");
-        if (llmt__spec_given(s, "parallelism.stage_layers"))
-            return REFUSE("parallelism.stage_layers: set but parallelism.pp is 1 (one stage "
-                          "holds every layer); remove the key or set pp");
-        return LLMT_OK;
-    }
-    if (s->parallelism.zero >= 2)
-        return REFUSE("parallelism.zero: %lld with parallelism.pp %lld is not supported yet "
-                      "(ZeRO-2 shares of a tied head's two copies do not line up, ZeRO-3 "
-                      "gathers are not in a stage's forward); use zero 0 or 1",
-                      (long long)s->parallelism.zero, pp);
+    if (s->parallelism.cp <= 1 && llmt__spec_given(s, "parallelism.cp_variant"))
+        return REFUSE("parallelism.cp_variant: set but parallelism.cp is 1 (there is no "
+                      "context parallel attention to choose); remove the key or set cp");
+    if (s->parallelism.pp <= 1 && llmt__spec_given(s, "parallelism.pp_schedule"))
+        return REFUSE("parallelism.pp_schedule: set but parallelism.pp is 1 (there is no "
+                      "pipeline to schedule); remove the key or set pp");
+    if (s->parallelism.pp <= 1 && llmt__spec_given(s, "parallelism.stage_layers"))
+        return REFUSE("parallelism.stage_layers: set but parallelism.pp is 1 (one stage "
+                      "holds every layer); remove the key or set pp");
     return LLMT_OK;
 }
 
@@ -481,11 +417,9 @@ llmt_status llmt__job_check_spec(llmt_job *j)
     llmt_status st;
     if ((st = check_parallelism(j)) != LLMT_OK)
         return st;
-    if ((st = check_cuda_groups(j)) != LLMT_OK)
+    if ((st = check_layout(j)) != LLMT_OK)
         return st;
-    if ((st = check_cp(j)) != LLMT_OK)
-        return st;
-    if ((st = check_pp(j)) != LLMT_OK)
+    if ((st = check_cp_pp_keys(j)) != LLMT_OK)
         return st;
     if ((st = check_precision(j)) != LLMT_OK)
         return st;

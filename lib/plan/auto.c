@@ -94,6 +94,60 @@ static int better(const llmt_plan_cand *a, const llmt_plan_cand *b)
     return a->mem_total < b->mem_total;
 }
 
+/* The spec with candidate c's layout and batch. */
+static void apply_cand(llmt_spec *s, const llmt_plan_cand *c)
+{
+    s->parallelism.tp = c->tp;
+    s->parallelism.cp = c->cp;
+    s->parallelism.pp = c->pp;
+    s->parallelism.dp = c->dp;
+    s->parallelism.ep = c->ep;
+    s->parallelism.zero = c->zero;
+    s->parallelism.virtual_stages = c->v;
+    /* the schedule follows the chosen virtual stages (as the spec's rules
+     * derive it) unless the spec set it */
+    if (!llmt__spec_given(s, "parallelism.pp_schedule"))
+        s->parallelism.pp_schedule = c->v > 1 ? LLMT_SPEC_PP_INTERLEAVED : LLMT_SPEC_PP_1F1B;
+    s->parallelism.recompute = c->recompute;
+    s->parallelism.sequence_parallel = c->sp;
+    s->batch.micro = c->micro;
+    s->batch.grad_accum = c->accum;
+    s->batch.global = (int64_t)c->micro * c->accum * c->dp;
+}
+
+/* When llmt_job does not run the best layout yet (the plan's note says
+ * why), the fastest fitting layout it does run (run: NULL when none). */
+static void runnable_note(llmt_plan *p, const llmt_spec *spec, int32_t world,
+                          const llmt_plan_cand *best, const llmt_plan_cand *run)
+{
+    llmt_spec *w = malloc(sizeof *w);
+    if (!w)
+        return;
+    *w = *spec; /* read only: its strings stay the spec's */
+    apply_cand(w, best);
+    llmt_status st = llmt__plan_job_limits(w, world, NULL, 0);
+    free(w);
+    if (st == LLMT_OK) /* the plan's own note says it when it does not */
+        return;
+    char cs[256];
+    if (run) {
+        cand_str(run, cs, sizeof cs);
+        llmt__plan_note(p,
+                        "note: the best layout llmt_job runs today: %s: step %.3f s "
+                        "(+%.1f%%), MFU %.1f%%, %.1f GB/GPU",
+                        cs, run->step_time_s, 100 * (run->step_time_s / best->step_time_s - 1),
+                        100 * run->mfu, run->mem_total / 1e9);
+    } else {
+        llmt__plan_note(p,
+                        "note: llmt_job runs none of the layouts of %d ranks that fit yet "
+                        "(train.device %s)",
+                        (int)world,
+                        spec->train.device == LLMT_SPEC_DEVICE_CUDA       ? "cuda"
+                        : spec->train.device == LLMT_SPEC_DEVICE_EMULATED ? "emulated"
+                                                                          : "cpu");
+    }
+}
+
 LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                                     int32_t world_size,
                                     const llmt_plan_auto_opts *opts,
@@ -147,6 +201,8 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
     int64_t evaluated = 0, fitting = 0;
     llmt_plan_cand closest = {0};
     double closest_mem = INFINITY;
+    llmt_plan_cand best_run = {0}; /* the best llmt_job runs today */
+    int have_run = 0;
     llmt_plan_estimate e;
     const int micros_all[] = {1, 2, 4, 8};
     for (int64_t tp = 1; tp <= max_tp && tp <= W; tp++) {
@@ -210,6 +266,11 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                                         continue;
                                     }
                                     fitting++;
+                                    if (llmt__plan_job_limits(&w, W, NULL, 0) == LLMT_OK &&
+                                        (!have_run || better(&c, &best_run))) {
+                                        best_run = c;
+                                        have_run = 1;
+                                    }
                                     /* insert into the sorted top list */
                                     int pos = ntop;
                                     while (pos > 0 && better(&c, &top[pos - 1]))
@@ -252,22 +313,7 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
     if (!s)
         return llmt__err_set(err, LLMT_ERR_OUT_OF_MEMORY, "plan: out of memory");
     const llmt_plan_cand *b = &top[0];
-    s->parallelism.tp = b->tp;
-    s->parallelism.cp = b->cp;
-    s->parallelism.pp = b->pp;
-    s->parallelism.dp = b->dp;
-    s->parallelism.ep = b->ep;
-    s->parallelism.zero = b->zero;
-    s->parallelism.virtual_stages = b->v;
-    /* the schedule follows the chosen virtual stages (as the spec's rules
-     * derive it) unless the spec set it */
-    if (!llmt__spec_given(s, "parallelism.pp_schedule"))
-        s->parallelism.pp_schedule = b->v > 1 ? LLMT_SPEC_PP_INTERLEAVED : LLMT_SPEC_PP_1F1B;
-    s->parallelism.recompute = b->recompute;
-    s->parallelism.sequence_parallel = b->sp;
-    s->batch.micro = b->micro;
-    s->batch.grad_accum = b->accum;
-    s->batch.global = (int64_t)b->micro * b->accum * b->dp;
+    apply_cand(s, b);
     llmt_plan *p = NULL;
     llmt_status st = llmt__plan_build(ctx, s, world_size, &p);
     if (st != LLMT_OK)
@@ -285,6 +331,7 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
     cand_str(b, cs, sizeof cs);
     llmt__plan_note(p, "best: %s: step %.3f s, MFU %.1f%%, %.1f GB/GPU", cs,
                     b->step_time_s, 100 * b->mfu, b->mem_total / 1e9);
+    runnable_note(p, spec, world_size, b, have_run ? &best_run : NULL);
     for (int i = 1; i < ntop; i++) {
         cand_str(&top[i], cs, sizeof cs);
         why(b, &top[i], wy, sizeof wy);

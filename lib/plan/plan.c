@@ -58,6 +58,14 @@ static void warn_notes(llmt_plan *p)
         llmt__plan_note(p, "warning: needs %.1f GB per GPU, %s has %.0f GB "
                         "(raise zero, tp or pp, or recompute)",
                         e->mem_total / 1e9, s->hardware.gpu, e->mem_capacity / 1e9);
+    /* a layout the planner can price but llmt_job does not run yet: said
+     * here, not first at `llmtrain train` */
+    char why[1024];
+    int64_t world = p->world > 0 ? p->world
+                                 : s->parallelism.tp * s->parallelism.cp * s->parallelism.pp *
+                                       s->parallelism.dp;
+    if (llmt__plan_job_limits(s, world, why, sizeof why) != LLMT_OK)
+        llmt__plan_note(p, "note: llmt_job does not run this layout yet: %s", why);
     if (s->parallelism.dp > 1 && s->parallelism.zero == 0 &&
         e->mem_optimizer > 0.3 * e->mem_capacity)
         llmt__plan_note(p, "note: optimizer states take %.1f GB per GPU; zero 1 "

@@ -242,4 +242,9 @@ int64_t llmt__plan_node_ranks(const llmt_spec *s, int64_t world);
 /* Per-GPU seconds of all-reduce of `bytes` over n ranks at bw bytes/s. */
 double llmt__plan_allreduce_s(double bytes, double n, double bw, double lat);
 
+/* The layouts llmt_job does not run yet (lib/plan/job_limits.c): LLMT_OK,
+ * or the status the job refuses the spec with on `world` ranks and the
+ * reason, naming the key, in why[n]. */
+llmt_status llmt__plan_job_limits(const llmt_spec *s, int64_t world, char *why, size_t n);
+
 #endif

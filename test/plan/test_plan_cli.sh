@@ -72,6 +72,22 @@ has a.txt "auto: " "auto summary"
 has a.txt "best: " "auto best"
 has a.txt "loses on" "auto explains the runner-up"
 has a.txt ": fits" "auto plan fits"
+# a layout llmt_job does not run yet is said beside the plan (it was
+# recommended, and refused only at llmtrain train): tp beside dp on cuda
+has a.txt "note: llmt_job does not run this layout yet: parallelism.tp: beside 128 data-parallel" \
+  "auto: llmt_job's refusal of the best layout said"
+# (on cuda a host group beside NCCL data parallelism is the limit: dp 1)
+has a.txt "note: the best layout llmt_job runs today: tp[0-9]* cp[0-9]* pp[0-9]* dp1 " \
+  "auto: the best layout llmt_job runs on cuda named (dp 1)"
+# on the CPU (train.device emulated keeps the planner's GPU profile) ZeRO 2
+# in a pipeline is the limit: the best layout llmt_job runs is named
+sed 's/"device": "cuda"/"device": "emulated"/' "$specs/llama-70b.json" > emu.json
+grep -q emulated emu.json || bad "llama-70b.json has no train.device cuda to replace"
+"$exe" plan emu.json --auto --world 1024 > ae.txt 2> e.txt || { bad "emulated --auto"; cat e.txt; }
+has ae.txt "note: llmt_job does not run this layout yet: parallelism.zero: 2 with parallelism.pp 2" \
+  "auto: zero 2 with pp 2 named"
+has ae.txt "note: the best layout llmt_job runs today: tp[0-9]* cp[0-9]* pp[0-9]* dp[0-9]* zero[01] " \
+  "auto: the best runnable layout named"
 "$exe" plan "$specs/llama-70b.json" --auto --world 1024 --json > a.json
 py 'import json,sys; d=json.load(sys.stdin); g=d["degrees"]
 assert g["tp"]*g["cp"]*g["pp"]*g["dp"]==1024 and d["batch"]["global"]==512

@@ -1,0 +1,78 @@
+/* The layouts llmt_job does not run yet, in one place: the job refuses
+ * them at creation (lib/job/refuse.c), and the planner says so beside a
+ * plan or an auto-planner's choice (a user asking `llmtrain plan --auto`
+ * for a layout should not learn at `llmtrain train` that it cannot run).
+ * Each reason names the key, what is missing and what to use instead;
+ * they move out of here as the engines compose (issues 16-18). */
+#include <stdio.h>
+
+#include "plan/plan.h"
+
+/* why may be NULL (n 0): the auto-planner asks of every layout it weighs */
+#define SAY(...) (n ? snprintf(why, n, __VA_ARGS__) : 0, LLMT_ERR_UNSUPPORTED)
+
+llmt_status llmt__plan_job_limits(const llmt_spec *s, int64_t world, char *why, size_t n)
+{
+    long long tp = (long long)s->parallelism.tp, cp = (long long)s->parallelism.cp,
+              pp = (long long)s->parallelism.pp, zero = (long long)s->parallelism.zero;
+    int64_t mp = s->parallelism.tp * s->parallelism.cp * s->parallelism.pp;
+    /* the data-parallel degree the job runs: world / (tp x cp x pp), the
+     * world when that does not divide it (the job refuses that next,
+     * naming the key) */
+    int64_t dp = mp > 0 && world % mp == 0 ? world / mp : world;
+    if (n)
+        why[0] = 0;
+    /* ZeRO shards over the data-parallel group: with one replica there is
+     * nothing to shard, and a stage that changes nothing would be a lie */
+    if (zero > 0 && dp == 1)
+        return SAY("parallelism.zero: %lld has no effect with one data-parallel rank (ZeRO "
+                   "shards over data-parallel ranks; dp = world size %d / (tp %lld x cp %lld "
+                   "x pp %lld)); use 0, or run under a launcher with dp > 1",
+                   zero, (int)world, tp, cp, pp);
+    /* On train.device cuda the data-parallel group is NCCL (nccl_attach.c,
+     * one GPU per rank, the engine's gradients in device memory) while
+     * the tensor, context, pipeline and expert groups run over the job's
+     * host group (Gloo, MPI), lib/train/tp.c, cp.c, pp_xfer.c and
+     * moe_dev_ep.c staging device buffers through host memory; a MoE
+     * model's router tallies are host arrays summed over its groups. Each
+     * of those ran on a GPU alone (gpu-job-tp, gpu-*-engine), and every
+     * layout runs through the job on the same staging with train.device
+     * emulated (job-emul, job-emul-launch, mpi-train-emulated), but a
+     * host group beside the NCCL twin needs one GPU per rank, and has not
+     * run: until it has, dp > 1 on cuda is for dense models with tp, cp
+     * and pp 1. */
+    if (s->train.device == LLMT_SPEC_DEVICE_CUDA && dp > 1) {
+        const char *key = tp > 1                     ? "parallelism.tp"
+                          : cp > 1                   ? "parallelism.cp"
+                          : pp > 1                   ? "parallelism.pp"
+                          : s->model.moe.experts > 0 ? "model.moe.experts"
+                                                     : NULL;
+        if (key)
+            return SAY("%s: beside %lld data-parallel replicas is not supported by llmt_job "
+                       "with train.device cuda yet (the data-parallel group is NCCL, one GPU "
+                       "per rank; this one runs over the host group, staged, and the two "
+                       "together have not run on GPUs: issue 16); use dp 1 (world = tp x cp "
+                       "x pp), or train.device emulated to run the layout on the CPU",
+                       key, (long long)dp);
+    }
+    /* sequence parallelism splits a CP rank's rows of each sequence in tp
+     * blocks (the trainer refuses it too, but after the groups are made) */
+    long long T = (long long)s->model.seq_len;
+    if (cp > 1 && s->parallelism.sequence_parallel && tp > 1 && T % (2 * cp) == 0 &&
+        (T / cp) % tp) {
+        if (n)
+            snprintf(
+                why, n,
+                "parallelism.sequence_parallel: parallelism.tp %lld does not divide "
+                "model.seq_len %lld / parallelism.cp %lld = %lld (the rows a CP rank holds "
+                "of each sequence are split in tp blocks)",
+                tp, T, cp, T / cp);
+        return LLMT_ERR_INVALID_ARGUMENT;
+    }
+    if (pp > 1 && zero >= 2)
+        return SAY("parallelism.zero: %lld with parallelism.pp %lld is not supported yet "
+                   "(ZeRO-2 shares of a tied head's two copies do not line up, ZeRO-3 gathers "
+                   "are not in a stage's forward); use zero 0 or 1",
+                   zero, pp);
+    return LLMT_OK;
+}
