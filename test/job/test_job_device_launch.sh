@@ -64,6 +64,7 @@ case $lay in
   fp8-moe-ep) fp8=1 moe=1 par='"dp": 2, "ep": 2' ;;
   fp8-moe-tp) fp8=1 moe=1 par='"tp": 2' ;;
   fp8-moe-pp) fp8=1 moe=1 par='"pp": 2' ;;
+  fp8-moe-cp) fp8=1 moe=1 par='"cp": 2' ;;
   *) echo "unknown layout '$lay'"; exit 2 ;;
 esac
 [ $n = 2 ] || [ "$dev" = emulated ] || { echo "layout $lay has dp > 1: emulated only"; exit 2; }
