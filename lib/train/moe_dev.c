@@ -286,12 +286,17 @@ static size_t pad16(int64_t n)
     return (size_t)((n + 15) / 16 * 16);
 }
 
-/* The padded layout of n experts' rows (f8p0, n + 1 entries); the total. */
-static llmt_status f8_layout(llmt__moe_dctx *x, int n, const int64_t *nr, size_t *Rp)
+/* The padded layout of n experts' rows (f8p0, n + 1 entries), the padded
+ * total (Rp) and the real one (R). */
+static llmt_status f8_layout(llmt__moe_dctx *x, int n, const int64_t *nr, size_t *Rp,
+                             int64_t *R)
 {
     x->f8p0[0] = 0;
-    for (int e = 0; e < n; e++)
+    *R = 0;
+    for (int e = 0; e < n; e++) {
         x->f8p0[e + 1] = x->f8p0[e] + (int64_t)pad16(nr[e]);
+        *R += nr[e];
+    }
     *Rp = (size_t)x->f8p0[n];
     return f8_room(x, *Rp);
 }
@@ -402,10 +407,8 @@ static llmt_status experts_fwd_fp8(llmt__moe_dctx *x, const llmt__moe_dw *w, int
 {
     int C = x->sh.C, F = x->sh.F, sg = f8_slot(x, 0), su = sg + 1, sd = sg + 2;
     size_t Rp = 0;
-    llmt_status s = f8_layout(x, n, nr, &Rp);
-    int64_t R = 0;
-    for (int e = 0; e < n; e++)
-        R += nr[e];
+    int64_t R = 0; /* the real rows */
+    llmt_status s = f8_layout(x, n, nr, &Rp, &R);
     if (s != LLMT_OK)
         return s;
     if (R == 0) { /* no rows here: the inputs' amaxes 0, the weights' measured */
@@ -491,10 +494,8 @@ static llmt_status experts_bwd_fp8(llmt__moe_dctx *x, const llmt__moe_dw *w,
 {
     int C = x->sh.C, F = x->sh.F, sg = f8_slot(x, 0), su = sg + 1, sd = sg + 2, g0 = x->f8.g0;
     size_t Rp = 0;
-    llmt_status s = f8_layout(x, n, nr, &Rp);
-    int64_t R = 0;
-    for (int e = 0; e < n; e++)
-        R += nr[e];
+    int64_t R = 0; /* the real rows */
+    llmt_status s = f8_layout(x, n, nr, &Rp, &R);
     if (s != LLMT_OK)
         return s;
     if (R == 0) {
