@@ -291,14 +291,20 @@ static size_t pad16(int64_t n)
 static llmt_status f8_layout(llmt__moe_dctx *x, int n, const int64_t *nr, size_t *Rp,
                              int64_t *R)
 {
-    x->f8p0[0] = 0;
+    *Rp = 0;
     *R = 0;
     for (int e = 0; e < n; e++) {
-        x->f8p0[e + 1] = x->f8p0[e] + (int64_t)pad16(nr[e]);
+        *Rp += pad16(nr[e]);
         *R += nr[e];
     }
-    *Rp = (size_t)x->f8p0[n];
-    return f8_room(x, *Rp);
+    /* the room first: growing it allocates f8p0 afresh (zeros) */
+    llmt_status s = f8_room(x, *Rp);
+    if (s != LLMT_OK)
+        return s;
+    x->f8p0[0] = 0;
+    for (int e = 0; e < n; e++)
+        x->f8p0[e + 1] = x->f8p0[e] + (int64_t)pad16(nr[e]);
+    return LLMT_OK;
 }
 
 /* f8pad [Rp, cols] = src's experts' rows (from r0[e]) at their padded

@@ -4,7 +4,9 @@
  *   padding: one projection stack (3 experts receiving 5, 0 and 19 rows)
  *     through llmt__moe_dev_experts_fwd / _bwd on a table whose GEMM
  *     counts the fp8 GEMMs and checks cuBLASLt's rule (every dimension a
- *     multiple of 16: each expert's rows are padded with zero rows), against
+ *     multiple of 16: each expert's rows are padded with zero rows; run
+ *     twice: with a context made for those rows, and for 1 row, whose
+ *     padded scratch then grows inside the call), against
  *     a host reference of the same quantisation without padding (codes of
  *     fp8.h's encoder, products in double): h1, h3, ye, dact, dxe within
  *     the bf16 stores' rounding (2^-8 / 2^-7 of the largest magnitude), the
@@ -133,7 +135,9 @@ static float maxabs_bf(const llmt__bf16 *p, size_t n)
     return m;
 }
 
-static void padding(void)
+/* nmax: the rows the context is made for; 1 makes the call's padded rows
+ * exceed what set_fp8 sized, so the scratch grows during the call. */
+static void padding(int nmax)
 {
     static llmt__dev_ops op;
     g_em = llmt__dev_emul();
@@ -147,7 +151,7 @@ static void padding(void)
     memset(&err, 0, sizeof err);
     llmt__moe_shape sh = {PE, 1, PC, PF, 1.0f, 1, 0};
     llmt__moe_dctx *x = NULL;
-    CHECK_STATUS(llmt__moe_dctx_new(&op, d, &err, &sh, 0, PR, &x), LLMT_OK);
+    CHECK_STATUS(llmt__moe_dctx_new(&op, d, &err, &sh, 0, nmax, &x), LLMT_OK);
     if (!x) {
         fprintf(stderr, "padding: %s\n", err.msg);
         return;
@@ -276,9 +280,10 @@ static void padding(void)
             CHECK(!"amax recorded");
             fprintf(stderr, "padding: amax of tensor %d %g, want %g\n", i, dam[i], want[i]);
         }
-    printf("padding: experts of 5, 0, 19 rows: %d fp8 GEMMs (all dims multiples of 16), "
-           "worst |diff| / max %.3g (outputs), weight gradients %.3g; amaxes recorded\n",
-           g_f8, g_worst, wg);
+    printf("padding (context for %d rows): experts of 5, 0, 19 rows: %d fp8 GEMMs (all dims "
+           "multiples of 16), worst |diff| / max %.3g (outputs), weight gradients %.3g; amaxes "
+           "recorded\n",
+           nmax, g_f8, g_worst, wg);
     void *ps[] = {xe,  h1,  h3,  act, ye, w1, w3,  w2,   dye, dact,
                   dh1, dh3, dxe, g1,  g3, g2, dsc, dinv, dam};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
@@ -590,7 +595,7 @@ static void checkpoint(void)
             llmt_batch b = batch(k, ACC * B, 0);
             CHECK_STATUS(rank_fixture_step(ta, &b, &la[k]), LLMT_OK);
         }
-        int64_t step = -1, shape[2] = {0, 0};
+        int64_t step = -1, shape[LLMT_MAX_DIMS] = {0}; /* the API writes them all */
         int32_t nd = 0;
         CHECK_STATUS(llmt_ckpt_open_latest(ck, &step), LLMT_OK);
         CHECK_STATUS(llmt_ckpt_tensor_info(ck, "fp8/delayed_scaling", NULL, &nd, shape, NULL),
@@ -628,7 +633,8 @@ static void checkpoint(void)
 int main(void)
 {
     moe_fixture_data(g_in, g_tg, (int)(sizeof g_in / sizeof g_in[0]), V, 0x6d6f65u);
-    padding();
+    padding(PR);
+    padding(1);
     fp8_vs_bf16();
     layouts();
     checkpoint();
