@@ -992,16 +992,20 @@ LLMT_API llmt_status llmt_ckpt_wait(llmt_ckpt *ck, int64_t timeout_ms);
  *    and removes this rank's part; cancel blocks until it has (a few I/O
  *    pieces; a small file being written, or a node-local root's copy of
  *    the part into the durable tier, runs to its end first);
- *  - a save whose job has ended with this rank's part written but the step
- *    not committed (other ranks' parts missing) has that part withdrawn,
- *    unless a description was begun since (the newest save is that one).
- * A withdrawn part goes manifest first (a step commits only with every
- * rank's part manifest, so none can commit it), then its data file and the
- * step directory if empty; with world_size > 1 the data file stays when
- * the part manifest was already visible to the other ranks (one of them may
- * be committing with it): resume and llmt_ckpt_list ignore such an
- * uncommitted directory, retention removes it once a newer step commits,
- * and a later save of the same step replaces it. Committed steps (in the
+ *  - with world_size 1, a save whose job has ended with its part written
+ *    but the step not committed has that part withdrawn, unless a
+ *    description was begun since (the newest save is that one).
+ * With world_size > 1 a save can be cancelled only until this rank's part
+ * manifest is written: the rank committing the step reads every part
+ * manifest and then writes manifest.json, so no withdrawal after that
+ * could be sure the step does not commit. A stop that reaches the writer
+ * later is not taken (the save goes on to its commit attempt), and a
+ * cancel after the save ended returns LLMT_ERR_STATE saying the part is
+ * written: the step commits when every rank's part is there, else stays
+ * an uncommitted directory that resume and llmt_ckpt_list ignore,
+ * retention removes once a newer step commits, and a later save of the
+ * same step replaces. A withdrawn part goes manifest first, then its data
+ * file and the step directory if empty. Committed steps (in the
  * root or the durable tier) and `latest` are never touched; a replica the
  * tier hook already sent (TIER_PEER) is the host's. The handle stays
  * usable; afterwards llmt_ckpt_save_status and llmt_ckpt_wait report the
@@ -1010,9 +1014,10 @@ LLMT_API llmt_status llmt_ckpt_wait(llmt_ckpt *ck, int64_t timeout_ms);
  * With several ranks, cancel on every rank (the host's collective
  * decision): a rank that does not keeps its part, uncommitted.
  * Returns LLMT_OK when it abandoned a save (or only dropped a description)
- * whose step is not committed; LLMT_ERR_STATE, naming the state, when there
- * is nothing to cancel (no save on the handle, the last one already
- * cancelled, or failed) or the save had been committed (by this rank or
+ * whose step is not committed and cannot be; LLMT_ERR_STATE, naming the
+ * state, when there is nothing to cancel (no save on the handle, the last
+ * one already cancelled, or failed), this rank's part is written with
+ * world_size > 1 (above), or the save had been committed (by this rank or
  * another) before the cancel reached it: a committed checkpoint is not
  * withdrawn (see llmt_ckpt_quarantine_newer). A description begun is
  * dropped whatever it returns. */

@@ -812,55 +812,57 @@ static int committed_in(const char *dir)
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* With several ranks, this rank's part manifest once written may have
+ * been read by the rank committing the step, which reads every part
+ * manifest and then writes manifest.json: no withdrawal after that point
+ * could be sure the commit does not happen (a part withdrawn between the
+ * two leaves a committed step without it, and a cancel that said OK on a
+ * rank whose step others then load). A stop asked after it is not taken,
+ * and a part written is not withdrawn (WITHDRAW_PUBLISHED). */
+enum { WITHDRAWN, WITHDRAW_COMMITTED, WITHDRAW_PUBLISHED };
+
+static int stop_now(llmt_ckpt *ck, int published)
+{
+    return stop_asked(ck) && !(published && ck->opts.world_size > 1);
+}
+
 /* Withdraw this rank's part of `step` from tier `root`: its part manifest
- * first (a step commits only when every rank's is there, so none can
- * commit it with ours any more), then its data file, then the directory
- * when that leaves it empty. `shared`: other ranks commit in this
- * directory; one of them may then have read our part manifest before it
- * went and be committing the step with our data file: that file stays
- * (resume ignores the uncommitted directory, and retention removes it once
- * a newer step commits). Returns 1, withdrawing nothing, when the step
- * turned out committed. */
+ * first (a step commits only when every rank's is there), then its data
+ * file, then the directory when that leaves it empty. `shared`: other
+ * ranks commit in this directory, and a part manifest there is not
+ * withdrawn (above). */
 static int withdraw_part(llmt_ckpt *ck, const char *root, int64_t step, int shared)
 {
-    char dir[MAX_PATH], json[MAX_PATH], hidden[MAX_PATH], bin[MAX_PATH];
+    char dir[MAX_PATH], json[MAX_PATH], bin[MAX_PATH];
     step_dir(dir, sizeof dir, root, step);
     int r = (int)ck->opts.rank;
     snprintf(json, sizeof json, "%s/rank-%05d.json", dir, r);
-    snprintf(hidden, sizeof hidden, "%s/.rank-%05d.json.cancelled", dir, r);
     snprintf(bin, sizeof bin, "%s/rank-%05d.bin", dir, r);
     if (committed_in(dir))
-        return 1;
-    /* moved aside, not deleted, until we know no rank committed with it */
-    int had_json = rename(json, hidden) == 0;
-    if (had_json && committed_in(dir)) {
-        if (rename(hidden, json))
-            llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "cancel: could not put %s back: %s", json,
-                      strerror(errno));
-        return 1;
-    }
-    if (had_json)
-        unlink(hidden);
-    llmt__ckpt_fsync_dir(dir);
-    if (!(shared && had_json))
-        unlink(bin);
+        return WITHDRAW_COMMITTED;
+    if (shared && access(json, F_OK) == 0)
+        return WITHDRAW_PUBLISHED;
+    if (unlink(json) == 0)
+        llmt__ckpt_fsync_dir(dir);
+    unlink(bin);
     if (rmdir(dir) == 0)
         llmt__ckpt_fsync_dir(root);
-    return 0;
+    return WITHDRAWN;
 }
 
-/* The writer gives the job up at a cancel's request: what it wrote of this
- * rank's part (in the root and, node-local, in the durable tier) is
+/* The writer gives the job up at a cancel's request, before this rank's
+ * part manifest is visible to another rank (stop_now): what it wrote of
+ * this rank's part (in the root and, node-local, in the durable tier) is
  * withdrawn. LLMT_OK (the job stands) when the step turned out committed
- * by another rank meanwhile. */
+ * meanwhile (one rank alone: by an earlier attempt). */
 static llmt_status job_stop(llmt_ckpt *ck, int durable_written)
 {
     int64_t step = ck->job.step;
     int shared = ck->opts.world_size > 1;
-    if (durable_written && withdraw_part(ck, ck->durable, step, shared))
+    if (durable_written && withdraw_part(ck, ck->durable, step, shared) != WITHDRAWN)
         return LLMT_OK;
     /* a node-local root is never committed in: all of the part goes */
-    if (withdraw_part(ck, ck->root, step, shared && !ck->node_local))
+    if (withdraw_part(ck, ck->root, step, shared && !ck->node_local) != WITHDRAWN)
         return LLMT_OK;
     ck->job_state = CK_JOB_STOPPED;
     if (ck->job_err[0]) /* the data file's write says where it stopped */
@@ -897,7 +899,7 @@ static llmt_status commit_durable(llmt_ckpt *ck, const char *dir)
     free(text);
     if (st != LLMT_OK)
         return st;
-    if (stop_asked(ck))
+    if (stop_now(ck, 1)) /* the durable part manifest is written */
         return job_stop(ck, 1);
     prune_node_root(ck);
     return try_commit(ck, dst, 1);
@@ -971,7 +973,9 @@ static llmt_status run_job(llmt_ckpt *ck)
             llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "tier hook (peer) for step %" PRId64
                       " returned %s", m->step, llmt_status_string(hs));
     }
-    if (stop_asked(ck)) /* the last point before the commit */
+    /* the last point before the commit; a node-local root's part
+     * manifest is this node's only */
+    if (stop_now(ck, !ck->node_local))
         return job_stop(ck, 0);
     return ck->node_local ? commit_durable(ck, dir) : try_commit(ck, dir, 0);
 }
@@ -1139,18 +1143,26 @@ static llmt_status cancel_ended(llmt_ckpt *ck, int raced, const char *note)
     char dir[MAX_PATH];
     step_dir(dir, sizeof dir, ck->node_local ? ck->durable : ck->root, step);
     int shared = ck->opts.world_size > 1;
-    int committed = committed_in(dir);
-    if (!committed && ck->node_local)
-        committed = withdraw_part(ck, ck->durable, step, shared) ||
-                    withdraw_part(ck, ck->root, step, 0);
-    else if (!committed)
-        committed = withdraw_part(ck, ck->root, step, shared);
-    if (committed)
+    int w = withdraw_part(ck, ck->node_local ? ck->durable : ck->root, step, shared);
+    if (w == WITHDRAWN && ck->node_local)
+        w = withdraw_part(ck, ck->root, step, 0);
+    if (w == WITHDRAW_COMMITTED)
         return llmt__err_set(&ck->err, LLMT_ERR_STATE,
                              "ckpt: cancel: step %" PRId64
                              " was committed%s (%s/manifest.json): "
                              "a committed checkpoint is not withdrawn%s",
                              step, when, dir, note);
+    if (w == WITHDRAW_PUBLISHED)
+        return llmt__err_set(&ck->err, LLMT_ERR_STATE,
+                             "ckpt: cancel: rank %d's part of step %" PRId64
+                             " is written (%s/rank-%05d.json) and other ranks may have read "
+                             "it: with world_size %d a save can be cancelled only until its "
+                             "part manifest is written (the rank committing the step reads "
+                             "every part manifest, then writes manifest.json); the step "
+                             "commits when every rank's part is there, else stays an "
+                             "uncommitted directory that resume ignores%s",
+                             (int)ck->opts.rank, step, dir, (int)ck->opts.rank,
+                             (int)ck->opts.world_size, note);
     return cancelled(ck);
 }
 

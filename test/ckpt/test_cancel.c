@@ -240,8 +240,11 @@ static void check_cli(const char *exe, const char *root, int64_t good, int64_t p
     CHECK_EQ_INT(saw_bad, 0);
 }
 
-/* Two ranks (two handles of one root): a rank's part withdrawn before the
- * other's lands leaves the step uncommittable; a step the other rank
+/* Two ranks (two handles of one root): a rank's save is cancelled while
+ * its part is not written yet; once written, the other ranks may be
+ * committing with it, so a cancel says so (LLMT_ERR_STATE) and withdraws
+ * nothing: the step commits when the other part lands, or stays an
+ * uncommitted directory that resume ignores; a step the other rank
  * committed first is not withdrawn; a later save of the same step goes
  * through (each rank replaces its leftover part). */
 static void test_two_ranks(llmt_context *ctx, const char *exe)
@@ -257,34 +260,83 @@ static void test_two_ranks(llmt_context *ctx, const char *exe)
     CHECK_STATUS(save_block(r1, 10, 1, 1, 2, n, 0), LLMT_OK);
     CHECK(exists(root, 10, "manifest.json"));
 
-    /* rank 0's part written, rank 1's not yet: withdrawn */
+    /* rank 0's part written, rank 1's not yet: rank 1 may be about to
+     * commit with it, so it stays, and the step commits when rank 1's
+     * lands (a withdrawal here once raced that commit: cancel said OK on
+     * rank 0 while rank 1 committed the step) */
     CHECK_STATUS(save_block(r0, 20, 2, 0, 2, n, 0), LLMT_OK);
     CHECK(exists(root, 20, "rank-00000.json"));
-    CHECK_STATUS(llmt_ckpt_cancel(r0), LLMT_OK);
-    CHECK(!exists(root, 20, "rank-00000.json"));
-    /* its data file stays: rank 1 could have been committing with it */
-    CHECK(exists(root, 20, "rank-00000.bin"));
+    check_state(r0, llmt_ckpt_cancel(r0), "part of step 20 is written");
+    CHECK(exists(root, 20, "rank-00000.json"));
     CHECK_STATUS(save_block(r1, 20, 2, 1, 2, n, 0), LLMT_OK);
-    CHECK(!exists(root, 20, "manifest.json")); /* rank 0's part is missing */
-    CHECK_STATUS(llmt_ckpt_cancel(r1), LLMT_OK);
-    CHECK(!exists(root, 20, "manifest.json"));
-    check_resume(ctx, root, 10, 1, 2 * n);
+    CHECK(exists(root, 20, "manifest.json"));
+    check_resume(ctx, root, 20, 2, 2 * n);
+
+    /* in flight on rank 0, its writer held after its part is written and
+     * before its commit attempt: the stop is not taken there (rank 1 may
+     * read the part), the attempt finds rank 1's part missing, and the
+     * cancel says the part is written; rank 1's part then commits step 22 */
+    {
+        int hold = 1;
+        llmt_ckpt_opts o;
+        llmt_ckpt_opts_init(&o, sizeof o);
+        o.rank = 0;
+        o.world_size = 2;
+        o.keep_last = 3;
+        o.tier_fn = hold_hook;
+        o.tier_user = &hold;
+        llmt_ckpt *h0 = NULL;
+        CHECK_STATUS(llmt_ckpt_create(ctx, root, &o, &h0), LLMT_OK);
+        float *x = malloc((size_t)n * sizeof *x);
+        int64_t g = 2 * n, off = 0;
+        for (int64_t i = 0; x && i < n; i++)
+            x[i] = gval(6, i);
+        llmt_tensor v;
+        llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, x, LLMT_DEVICE_CPU, 0);
+        atomic_store(&in_hook, 0);
+        atomic_store(&stopping, 0);
+        if (h0 && x) {
+            CHECK_STATUS(llmt_ckpt_begin(h0, 22), LLMT_OK);
+            CHECK_STATUS(llmt_ckpt_add_tensor(h0, "w", &v, &g, &off), LLMT_OK);
+            CHECK_STATUS(llmt_ckpt_save(h0, 1), LLMT_OK);
+            for (int i = 0; i < 10000 && !atomic_load(&in_hook); i++)
+                sleep_ms(1);
+            CHECK(atomic_load(&in_hook));
+            check_state(h0, llmt_ckpt_cancel(h0), "part of step 22 is written");
+            CHECK(atomic_load(&stopping));
+            CHECK(exists(root, 22, "rank-00000.json"));
+            CHECK(!exists(root, 22, "manifest.json"));
+            CHECK_STATUS(save_block(r1, 22, 6, 1, 2, n, 0), LLMT_OK);
+            CHECK(exists(root, 22, "manifest.json"));
+            check_resume(ctx, root, 22, 6, 2 * n);
+        }
+        hold = 0;
+        free(x);
+        llmt_ckpt_destroy(h0);
+    }
+
+    /* rank 0's part of step 25 written and rank 1's never: uncommitted,
+     * resume keeps step 22, and the CLI lists 25 as incomplete */
+    CHECK_STATUS(save_block(r0, 25, 4, 0, 2, n, 0), LLMT_OK);
+    check_state(r0, llmt_ckpt_cancel(r0), "part of step 25 is written");
+    CHECK(!exists(root, 25, "manifest.json"));
+    check_resume(ctx, root, 22, 6, 2 * n);
     if (exe)
-        check_cli(exe, root, 10, 20);
+        check_cli(exe, root, 22, 25);
 
     /* committed by rank 1 before rank 0 cancels: it stands */
     CHECK_STATUS(save_block(r0, 30, 3, 0, 2, n, 0), LLMT_OK);
     CHECK_STATUS(save_block(r1, 30, 3, 1, 2, n, 0), LLMT_OK);
     check_state(r0, llmt_ckpt_cancel(r0), "step 30 was committed");
     check_resume(ctx, root, 30, 3, 2 * n);
-    CHECK(!exists(root, 20, NULL)); /* retention took the leftovers at the commit */
+    CHECK(!exists(root, 25, NULL)); /* retention took the leftovers at the commit */
 
-    /* step 20 saved again after the cancelled attempt: each rank replaces
+    /* step 25 saved again after the abandoned attempt: each rank replaces
      * its part, and the step commits with the new data */
-    CHECK_STATUS(save_block(r0, 20, 5, 0, 2, n, 0), LLMT_OK);
-    CHECK_STATUS(save_block(r1, 20, 5, 1, 2, n, 0), LLMT_OK);
-    CHECK(exists(root, 20, "manifest.json"));
-    CHECK_STATUS(llmt_ckpt_open_step(r0, 20), LLMT_OK);
+    CHECK_STATUS(save_block(r0, 25, 5, 0, 2, n, 0), LLMT_OK);
+    CHECK_STATUS(save_block(r1, 25, 5, 1, 2, n, 0), LLMT_OK);
+    CHECK(exists(root, 25, "manifest.json"));
+    CHECK_STATUS(llmt_ckpt_open_step(r0, 25), LLMT_OK);
     CHECK_STATUS(llmt_ckpt_verify(r0), LLMT_OK);
     float x[2048];
     int64_t two_n = 2 * n;
