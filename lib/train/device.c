@@ -116,9 +116,18 @@ struct llmt__devtrain {
     void **resid, *logits; /* the final norm's output: nrmx, as a layer's */
     void *dres, *dtmp, *dqkv, *dfch, *dfch3, *dfchg;
     void *nrmx; /* a layer's norm output (ln1, ln2): made again for its backward */
+    /* What the host sends and reads back in a step, each one device
+     * block so that a step makes the host wait twice (io_layout): up =
+     * tok [A x B x T] | tgt [the same] | f8scale [nf8] | f8inv [nf8 x
+     * F8_STRIDE]; down = losses [A x B x T] | sums [1] | f8amax. tgt,
+     * f8scale, f8inv, sums and f8amax point into them (never freed). */
     float *lnfm, *lnfr, *losses, *sums; /* losses: A x B x T; sums: sumsq */
-    float *hloss;          /* host copy of the losses (summed in double) */
+    float *hloss;                       /* host copy of `down` (losses summed in double) */
     int32_t *tok, *tgt;
+    int32_t *hup;               /* host staging of `up` */
+    size_t up_sc, up_inv, up_n; /* up's scales, inverse scales, size (words) */
+    size_t dn_sum, dn_am, dn_n; /* down's sums, amaxes, size (floats) */
+    int scales_stale;           /* the recipe's scales moved, not yet uploaded */
     void *hrow;            /* host row of logits for last_logits */
     size_t act_bytes;
     /* fp8 GEMMs, forward and backward */
@@ -130,7 +139,6 @@ struct llmt__devtrain {
     float *f8amax;         /* device [(A + 1) x nf8]: a row per micro-batch,
                               row A for forwards outside a step */
     float *h8amax;         /* host [A x nf8] */
-    float *h8inv;          /* host [nf8 x F8_STRIDE]: f8inv's staging */
     uint8_t *qx, *qw;      /* device: quantised input and weight (the
                               backward: both transposed) */
     uint8_t *qg, *qgt;     /* device: quantised output gradient, as is and
@@ -262,6 +270,8 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
         if (g->alias) g->master = NULL;                     /* the model's */
         if (g->dqkv == g->dfch)
             g->dqkv = NULL; /* dfch's memory */
+        g->tgt = NULL;      /* tok's, sums' and f8amax's blocks (io_layout) */
+        g->f8scale = g->f8inv = g->sums = g->f8amax = NULL;
         void **bufs[] = {
             (void **)&g->master, (void **)&g->grad,   (void **)&g->mom1,    (void **)&g->mom2,
             (void **)&g->param,  (void **)&g->logits, (void **)&g->dres,    (void **)&g->dtmp,
@@ -311,12 +321,12 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     free(g->lin);
     free(g->doff);
     free(g->hloss);
+    free(g->hup);
     free(g->hrow);
     free(g->run_lo);
     free(g->run_n);
     free(g->run_decay);
     free(g->h8amax);
-    free(g->h8inv);
     free(g->h8state);
     free(g->sh);
     free(g->nrm_x);
@@ -328,6 +338,26 @@ void llmt__devtrain_destroy(llmt__devtrain *g)
     free(g->nrmoff);
     llmt__fp8_delayed_destroy(g->rec);
     free(g);
+}
+
+/* The step's two transfer blocks (the struct's `up` and `down`), for A
+ * micro-batches of N tokens and nf fp8 tensors (0: none); the scales and
+ * the sum start 256 bytes aligned, so each inverse scale is 16-byte
+ * aligned as cuBLASLt wants its scale pointers (put_scales). Their host
+ * copies: hup, hloss (zeroed: a transfer may carry a gap of unused
+ * words). */
+static int io_layout(llmt__devtrain *g, size_t A, size_t N, size_t nf)
+{
+    size_t tok = 2 * A * N;
+    g->up_sc = (tok + 63) / 64 * 64;
+    g->up_inv = g->up_sc + (nf + 63) / 64 * 64;
+    g->up_n = nf ? g->up_inv + nf * F8_STRIDE : tok;
+    g->dn_sum = (A * N + 63) / 64 * 64;
+    g->dn_am = g->dn_sum + 64;
+    g->dn_n = g->dn_am + (A + 1) * nf;
+    g->hup = calloc(g->up_n, sizeof *g->hup);
+    g->hloss = calloc(g->dn_n, sizeof *g->hloss);
+    return g->hup && g->hloss;
 }
 
 static llmt_status host_mirror(llmt__devtrain *g, float **p, size_t floats)
@@ -813,18 +843,51 @@ static int fp8_ops(const llmt__dev_ops *o)
     return o->cast_transpose_fp8 && o->gelu_bwd_mul && o->bias_add && o->gelu_fwd;
 }
 
-/* Scales to the device (after the recipe moved them). The inverse scales
- * are the GEMM's scale pointers, which cuBLASLt wants 16-byte aligned
+/* The recipe's scales into up's host copy. The inverse scales are the
+ * GEMM's scale pointers, which cuBLASLt wants 16-byte aligned
  * (cuda/gemm/gemm.cu copies others, two small copies per GEMM), so they
  * sit F8_STRIDE floats apart. */
+static void stage_scales(llmt__devtrain *g)
+{
+    size_t n = (size_t)g->nf8;
+    float *sc = (float *)(void *)(g->hup + g->up_sc);
+    float *inv = (float *)(void *)(g->hup + g->up_inv);
+    const float *iv = llmt__fp8_delayed_scale_invs(g->rec);
+    memcpy(sc, llmt__fp8_delayed_scales(g->rec), n * sizeof *sc);
+    for (size_t i = 0; i < n; i++)
+        inv[i * F8_STRIDE] = iv[i];
+    g->scales_stale = 0;
+}
+
+/* Scales to the device now, both kinds in one copy (at creation, from a
+ * checkpoint, or before an fp8 GEMM when no batch's upload took the ones
+ * the last step's recipe moved: fresh_scales). */
 static llmt_status put_scales(llmt__devtrain *g)
 {
-    size_t n = (size_t)g->nf8, bytes = n * sizeof(float);
-    const float *inv = llmt__fp8_delayed_scale_invs(g->rec);
-    for (size_t i = 0; i < n; i++)
-        g->h8inv[i * F8_STRIDE] = inv[i];
-    S(g->op->h2d(g->d, g->f8scale, llmt__fp8_delayed_scales(g->rec), bytes), "fp8 scales");
-    S(g->op->h2d(g->d, g->f8inv, g->h8inv, bytes * F8_STRIDE), "fp8 scales");
+    stage_scales(g);
+    S(g->op->h2d(g->d, g->tok + g->up_sc, g->hup + g->up_sc, (g->up_n - g->up_sc) * 4),
+      "fp8 scales");
+    return LLMT_OK;
+}
+
+static llmt_status fresh_scales(llmt__devtrain *g)
+{
+    return g->scales_stale ? put_scales(g) : LLMT_OK;
+}
+
+/* n inputs and n targets to tok and tgt in one copy (a step's host waits
+ * are two: this and read_step's), the fp8 scales with them when the
+ * recipe moved them at the end of the last step (fp8_step). */
+static llmt_status upload(llmt__devtrain *g, const int32_t *in, const int32_t *tg, size_t n)
+{
+    size_t at = (size_t)(g->tgt - g->tok), words = at + n;
+    memcpy(g->hup, in, n * sizeof *in);
+    memcpy(g->hup + at, tg, n * sizeof *tg);
+    if (g->scales_stale) {
+        stage_scales(g);
+        words = g->up_n;
+    }
+    S(g->op->h2d(g->d, g->tok, g->hup, words * 4), "upload tokens");
     return LLMT_OK;
 }
 
@@ -992,7 +1055,8 @@ llmt_status llmt__devtrain_create_layout(
     g->resid = calloc((size_t)L + 1, sizeof *g->resid);
     g->es = ops->store == LLMT_DTYPE_FP32 ? sizeof(float) : sizeof(llmt__bf16);
     g->hrow = malloc((size_t)c->padded_vocab_size * g->es);
-    g->hloss = malloc((size_t)A * B * T * sizeof(float));
+    int f8 = fp8 && fp8->on;
+    int io = io_layout(g, (size_t)A, (size_t)B * T, f8 ? (size_t)3 * L * NLIN : 0);
     g->run_lo = calloc((size_t)m->nparams, sizeof *g->run_lo);
     g->run_n = calloc((size_t)m->nparams, sizeof *g->run_n);
     g->run_decay = calloc((size_t)m->nparams, sizeof *g->run_decay);
@@ -1037,7 +1101,7 @@ llmt_status llmt__devtrain_create_layout(
     }
     if ((g->nslot && !g->slot) || !g->cl0 || !g->cl1 || !g->sh || !g->nrm_x || !g->nrm_n ||
         !g->nrm_lo || !g->dnumel || !g->doff || !g->lay || !g->lin || !g->L || !g->resid ||
-        !g->hrow || !g->hloss || !g->run_lo || !g->run_n || !g->run_decay) {
+        !g->hrow || !io || !g->run_lo || !g->run_n || !g->run_decay) {
         llmt__devtrain_destroy(g);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
     }
@@ -1181,7 +1245,12 @@ llmt_status llmt__devtrain_create_layout(
         if (g->nslot)
             save_slot(g, k);
     }
-    DA(g->losses, (size_t)A * N * 4, 0); /* per step, not per micro-batch */
+    /* per step, not per micro-batch; with the sum of squares and the fp8
+     * amaxes after them, counted as activations as before (io_layout) */
+    DA(g->losses, g->dn_n * 4, 0);
+    g->sums = g->losses + g->dn_sum;
+    g->f8amax = f8 ? g->losses + g->dn_am : NULL;
+    g->act_bytes += 4 + (g->dn_n - g->dn_am) * 4;
     DA(g->dres, Nr * C * bf + tail, 1);
     if (sp) {
         DA(g->gat, N * C * bf, 1);
@@ -1212,9 +1281,15 @@ llmt_status llmt__devtrain_create_layout(
         g->dqkv = g->dfch;
     else
         DA(g->dqkv, N * Q * bf, 1);
-    DA(g->sums, 4, 1);
-    DA(g->tok, (size_t)A * N * 4, 0);
-    DA(g->tgt, (size_t)A * N * 4, 0);
+    /* inputs, targets and the fp8 scales, the scales counted as
+     * activations as before (io_layout) */
+    DA(g->tok, g->up_n * 4, 0);
+    g->tgt = g->tok + (size_t)A * N;
+    if (f8) {
+        g->f8scale = (float *)(void *)(g->tok + g->up_sc);
+        g->f8inv = (float *)(void *)(g->tok + g->up_inv);
+        g->act_bytes += (size_t)3 * L * NLIN * (1 + F8_STRIDE) * 4;
+    }
     if (tps > 1) {
         DA(g->xmx, N * 4, 1);
         DA(g->xst, 2 * N * 4, 1);
@@ -1248,9 +1323,6 @@ llmt_status llmt__devtrain_create_layout(
             outw = (size_t)q->out > outw ? (size_t)q->out : outw;
             wn = (size_t)q->in * q->out > wn ? (size_t)q->in * q->out : wn;
         }
-        DA(g->f8scale, nf * 4, 1);
-        DA(g->f8inv, nf * 4 * F8_STRIDE, 1);
-        DA(g->f8amax, ((size_t)A + 1) * nf * 4, 1);
         /* a tensor no forward records (an fp8 slot left unused: GPT-2's
          * fc3, a Linear whose dims keep it in bf16, another pipeline
          * stage's layers) keeps amax 0, which the recipe skips and the
@@ -1265,8 +1337,7 @@ llmt_status llmt__devtrain_create_layout(
         DA(g->qgt, N * outw, 1);
         g->h8amax = calloc((size_t)A * nf, sizeof(float));
         g->h8state = calloc(nf * ((size_t)fp8->history + 2), sizeof(float));
-        g->h8inv = calloc(nf * F8_STRIDE, sizeof(float));
-        if (!g->h8amax || !g->h8state || !g->h8inv) {
+        if (!g->h8amax || !g->h8state) {
             s = llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "trainer: no memory");
             goto fail;
         }
@@ -1576,14 +1647,16 @@ static llmt_status lin_fp8(llmt__devtrain *g, void *out, const void *x, size_t w
 {
     size_t tx = 2 * (size_t)slot, tw = tx + 1;
     float *am = g->f8amax + (size_t)g->amax_row * g->nf8;
+    llmt_status s = fresh_scales(g);
+    if (s != LLMT_OK)
+        return s;
     /* amax and codes from one read (IC, OC: multiples of 16) */
     S(g->op->cast_transpose_fp8(g->d, g->qx, NULL, am + tx, x, g->f8scale + tx, N, IC, 0),
       "fp8 quantise");
     S(g->op->cast_transpose_fp8(g->d, g->qw, NULL, am + tw, pw(g, w), g->f8scale + tw, OC, IC,
                                 0),
       "fp8 quantise");
-    llmt_status s = mm_fp8(g, N, OC, IC, g->qx, tx, 0, g->qw, tw, out, 0, 0.0f);
-    if (s != LLMT_OK)
+    if ((s = mm_fp8(g, N, OC, IC, g->qx, tx, 0, g->qw, tw, out, 0, 0.0f)) != LLMT_OK)
         return s;
     if (bias)
         S(g->op->bias_add(g->d, out, bias, N, OC), "bias");
@@ -1695,7 +1768,9 @@ static llmt_status lin_bwd_fp8(llmt__devtrain *g, const llmt__linear *L, void *d
     size_t tx = 2 * (size_t)L->fp8_slot, tw = tx + 1, tg = (size_t)g->f8g0 + L->fp8_slot;
     int g5 = llmt__fp8_delayed_e5m2(g->rec, (int)tg);
     float *am = g->f8amax + (size_t)g->amax_row * g->nf8;
-    llmt_status s;
+    llmt_status s = fresh_scales(g);
+    if (s != LLMT_OK)
+        return s;
     S(g->op->cast_transpose_fp8(g->d, dx ? g->qg : NULL, x ? g->qgt : NULL, am + tg, dout,
                                 g->f8scale + tg, N, OC, g5),
       "fp8 quantise");
@@ -1983,18 +2058,15 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     const llmt_model_config *c = L.c;
     const llmt__layer_offs *w = L.w;
     dlayer *a = L.a;
-    int N = L.N, C = L.C, F = L.F, Q = L.Q, nh = L.nh, nkv = L.nkv, hd = L.hd, Nr = L.Nr;
+    int N = L.N, C = L.C, F = L.F, Q = L.Q, nh = L.nh, nkv = L.nkv, Nr = L.Nr;
     const void *x = g->resid[l], *in;
     llmt_status s;
 #define R(x) do { if ((s = (x)) != LLMT_OK) return s; } while (0)
     R(norm_fwd(g, g->nrmx, a->ln1m, a->ln1r, x, w->ln1w, w->ln1b, Nr));
     R(col_input(g, &L.lin[LQKV], g->nrmx, N, &in));
     R(lin(g, &L.lin[LQKV], a->qkv, NULL, in, N));
-    void *q = a->qkv, *k = at(g, q, (size_t)nh * hd);
-    if (g->llama) {
-        R(rope(g, q, B, T, nh, (size_t)Q, c->rope_theta, 0));
-        R(rope(g, k, B, T, nkv, (size_t)Q, c->rope_theta, 0));
-    }
+    if (g->llama) /* k's heads follow q's in a row: one launch rotates both */
+        R(rope(g, a->qkv, B, T, nh + nkv, (size_t)Q, c->rope_theta, 0));
     R(attn_core(g, &L, B, T));
     R(lin(g, &L.lin[LPROJ], g->dtmp, NULL, a->atty, N));
     S(g->op->residual_fwd(g->d, a->res2, x, blk(g, g->dtmp, N, C), (size_t)Nr * C), "residual");
@@ -2085,8 +2157,7 @@ static llmt_status layer_bwd(llmt__devtrain *g, int l, int B, int T)
                                B, T, nh, nkv, hd),
           "attention backward");
     if (g->llama) {
-        R(rope(g, dq, B, T, nh, (size_t)Q, c->rope_theta, 1));
-        R(rope(g, dk, B, T, nkv, (size_t)Q, c->rope_theta, 1));
+        R(rope(g, dq, B, T, nh + nkv, (size_t)Q, c->rope_theta, 1)); /* dk's follow dq's */
     }
     /* qkv's input, ln1's output, made again as ln2's above */
     R(norm_fwd(g, g->nrmx, a->ln1m, a->ln1r, g->resid[l], w->ln1w, w->ln1b, Nr));
@@ -2286,14 +2357,19 @@ static llmt_status pp_max(llmt__devtrain *g, llmt_comm *pp, float *x, size_t n)
 }
 
 /* After a step's forwards: each tensor's amax over the micro-batches goes
- * into the recipe's history and the scales for the next step go to the
- * device. */
-static llmt_status fp8_step(llmt__devtrain *g, int micro, llmt_comm *pp)
+ * into the recipe's history; the scales for the next step go to the
+ * device with its batch (upload), or before the next fp8 GEMM if that
+ * comes first (fresh_scales). `read`: the amaxes are in hloss already
+ * (read_step), else they are read here. */
+static llmt_status fp8_step(llmt__devtrain *g, int micro, llmt_comm *pp, int read)
 {
     size_t nf = (size_t)g->nf8;
     llmt_status s;
-    S(g->op->d2h(g->d, g->h8amax, g->f8amax, (size_t)micro * nf * sizeof(float)),
-      "read the fp8 amaxes");
+    if (read)
+        memcpy(g->h8amax, g->hloss + g->dn_am, (size_t)micro * nf * sizeof(float));
+    else
+        S(g->op->d2h(g->d, g->h8amax, g->f8amax, (size_t)micro * nf * sizeof(float)),
+          "read the fp8 amaxes");
     for (int a = 1; a < micro; a++)
         for (size_t i = 0; i < nf; i++)
             g->h8amax[i] = fmaxf(g->h8amax[i], g->h8amax[(size_t)a * nf + i]);
@@ -2322,7 +2398,25 @@ static llmt_status fp8_step(llmt__devtrain *g, int micro, llmt_comm *pp)
     /* a non-finite amax is dropped by the recipe (its scale stays); such a
      * step also fails the trainer's finite loss / norm check */
     llmt__fp8_delayed_update(g->rec, g->h8amax);
-    return put_scales(g);
+    g->scales_stale = 1;
+    return LLMT_OK;
+}
+
+/* One rank's step (no data, context or tensor parallel group: nothing
+ * needs the loss before the gradients' norm): the losses, the sum of
+ * squares and the fp8 amaxes in one copy, the step's second and last
+ * host wait (upload's is the first). */
+static llmt_status read_step(llmt__devtrain *g, int micro, double *loss_sum, double *sumsq)
+{
+    size_t N = (size_t)g->B * g->T;
+    const float *xs[1] = {g->grad};
+    size_t ns[1] = {g->P};
+    size_t n = g->fp8 ? g->dn_am + (size_t)micro * g->nf8 : g->dn_sum + 1;
+    S(g->op->sumsq(g->d, g->sums, xs, ns, 1), "gradient norm");
+    S(g->op->d2h(g->d, g->hloss, g->losses, n * sizeof(float)), "read the losses");
+    *loss_sum = host_sum(g->hloss, (size_t)micro * N);
+    *sumsq = g->hloss[g->dn_sum];
+    return LLMT_OK;
 }
 
 llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
@@ -2335,8 +2429,7 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
         return llmt__err_set(g->e, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: device step: %d micro-batches (engine made for %d), "
                              "%lld targets", micro, g->A, (long long)count);
-    S(g->op->h2d(g->d, g->tok, inputs, (size_t)micro * N * 4), "upload tokens");
-    S(g->op->h2d(g->d, g->tgt, targets, (size_t)micro * N * 4), "upload tokens");
+    R(upload(g, inputs, targets, (size_t)micro * N));
     S(g->op->memset0(g->d, g->grad, g->P * 4), "memset");
     float dloss = (float)(1.0 / (double)count);
     if (g->moe) { /* data, expert, sequence and context parallelism: moe_net.h */
@@ -2352,6 +2445,13 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
             llmt__moe_net_tally(g->moe);
         R(xent(g, g->losses + (size_t)a * N, tgt, N, dloss));
         R(backward(g, tok, B, T));
+    }
+    int one = !g->dp && !g->cp && g->tp == 1; /* read_step */
+    if (one) {
+        if (g->moe && (s = llmt__moe_net_step_end(g->moe, g->e)) != LLMT_OK)
+            return s;
+        R(read_step(g, micro, loss_sum, grad_sumsq));
+        return g->fp8 ? fp8_step(g, micro, NULL, 1) : LLMT_OK;
     }
     S(g->op->d2h(g->d, g->hloss, g->losses, (size_t)micro * N * sizeof(float)),
       "read the losses");
@@ -2401,7 +2501,7 @@ llmt_status llmt__devtrain_fwd_bwd(llmt__devtrain *g, const int32_t *inputs,
         S(g->op->d2h(g->d, &ss, g->sums, sizeof ss), "read the gradient norm");
         *grad_sumsq = ss;
     }
-    return g->fp8 ? fp8_step(g, micro, NULL) : LLMT_OK;
+    return g->fp8 ? fp8_step(g, micro, NULL, 0) : LLMT_OK;
 }
 
 llmt_status llmt__devtrain_update(llmt__devtrain *g, float lr, float beta1, float beta2,
@@ -2431,8 +2531,7 @@ llmt_status llmt__devtrain_loss(llmt__devtrain *g, const int32_t *inputs,
                              "%d x %d)", rows, T, g->B, g->T);
     sp_pad(g, &inputs, &targets, rows, &T);
     N = rows * T;
-    S(g->op->h2d(g->d, g->tok, inputs, (size_t)N * 4), "upload tokens");
-    S(g->op->h2d(g->d, g->tgt, targets, (size_t)N * 4), "upload tokens");
+    R(upload(g, inputs, targets, (size_t)N));
     g->amax_row = g->A; /* not a training step: the recipe ignores it */
     R(forward(g, g->tok, rows, T));
     R(xent(g, g->losses, g->tgt, N, 0.0f));
@@ -2622,8 +2721,7 @@ llmt_status llmt__devtrain_stage_begin(llmt__devtrain *g, const int32_t *inputs,
                              "trainer: pipeline stage step: %d micro-batches (engine made "
                              "for %d), %lld targets",
                              micro, g->A, (long long)count);
-    S(g->op->h2d(g->d, g->tok, inputs, (size_t)micro * N * 4), "upload tokens");
-    S(g->op->h2d(g->d, g->tgt, targets, (size_t)micro * N * 4), "upload tokens");
+    RS(upload(g, inputs, targets, (size_t)micro * N));
     S(g->op->memset0(g->d, g->grad, g->P * 4), "memset");
     g->dloss = (float)(1.0 / (double)count);
     g->micro = micro;
@@ -2644,7 +2742,7 @@ llmt_status llmt__devtrain_stage_end(llmt__devtrain *g, llmt_comm *pp)
     llmt_status s;
     if (g->moe && (s = llmt__moe_net_step_end_pp(g->moe, g->e, g->micro, pp)) != LLMT_OK)
         return s;
-    return g->fp8 ? fp8_step(g, g->micro, pp) : LLMT_OK;
+    return g->fp8 ? fp8_step(g, g->micro, pp, 0) : LLMT_OK;
 }
 
 llmt_status llmt__devtrain_stage_fwd(llmt__devtrain *g, int a, const void *x)
