@@ -98,6 +98,26 @@ static inline llmt_status plan_run_memory(llmt_trainer *tr, double *state, doubl
     return s;
 }
 
+/* The engine's bytes that are none of the planner's fields, per rank:
+ * its step transfer blocks (lib/train/device.c, io_layout) less what it
+ * counts as activations. up: A x N tokens and targets (int32), then with
+ * fp8 the nf scales and nf inverse scales 4 floats apart, each from a
+ * 64-word boundary; down: A x N losses, the sum of squares from a 64-word
+ * boundary, the (A + 1) x nf amaxes 64 words after it. The sum, scales
+ * and amaxes are activations; the tokens, targets, losses and the gaps
+ * are not. With dp > 1 also dp.c's count and norm scalars (dp + 1 int64
+ * and a float). N: a micro-batch's rows here (B x T / cp); nf: the fp8
+ * tensors (0 without fp8). */
+static inline double plan_run_io(double A, double N, double nf, int dp)
+{
+    double r64 = (double)(((int64_t)(2 * A * N) + 63) / 64 * 64),
+           l64 = (double)(((int64_t)(A * N) + 63) / 64 * 64),
+           f64 = (double)(((int64_t)nf + 63) / 64 * 64);
+    double up = nf > 0 ? r64 + f64 + 4 * nf - 5 * nf : 2 * A * N;
+    double down = l64 + 64 - 1; /* the amaxes after the gap are activations */
+    return 4 * (up + down) + (dp > 1 ? (dp + 1) * 8 + 4 : 0);
+}
+
 /* Equal but for the rounding of a sum of doubles. */
 static inline int plan_run_same(double a, double b)
 {

@@ -12,9 +12,10 @@
  *   - the rank's parameter + gradient + optimizer bytes (device_in_use -
  *     device_activations - comm_buffers) equal its stage's plan plus the
  *     engine's token, target and loss buffers of the step (3 A N int32 or
- *     fp32) and, with dp > 1, dp.c's count and norm scalars (dp + 1
- *     int64 and a float): not parameters, not activations, and so not in
- *     the planner's fields,
+ *     fp32, in the step's transfer blocks with their alignment gaps:
+ *     plan_run_io) and, with dp > 1, dp.c's count and norm scalars (dp +
+ *     1 int64 and a float): not parameters, not activations, and so not
+ *     in the planner's fields,
  *     and its activations (llmt_trainer_memory's activations +
  *     device_activations) equal;
  *   - each stage holds the plan's layers (llmt_trainer_pp_stats);
@@ -216,9 +217,9 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
                                offsetof(plan_run_arg, err));
     int bytes_ok = 1;
     double worst = 0, worst_a = 0;
-    /* the engine's token, target and loss buffers of a step's rows; dp.c's
-     * scalars (xbuf, dsum) */
-    double io = 3.0 * ACCUM * MICRO * (SEQ / l->cp) * 4 + (l->dp > 1 ? (l->dp + 1) * 8 + 4 : 0);
+    /* the engine's token, target and loss buffers of a step's rows (its
+     * transfer blocks); dp.c's scalars (xbuf, dsum) */
+    double io = plan_run_io(ACCUM, MICRO * (SEQ / l->cp), 0, l->dp);
     char lay[64] = "";
     for (int stg = 0; ok && stg < l->pp; stg++) {
         llmt_plan_estimate x;
