@@ -339,6 +339,38 @@ static double act_bytes_per_token(const shape *m, double t, int sp, int recomput
     return bytes;
 }
 
+/* What fp8 GEMMs (precision.gemm fp8, delayed scaling) add to a GPU's
+ * memory, bytes, as this library's engine holds it (lib/plan/engine.c's
+ * fp8_bytes counts it exactly; doc/planner.md): the recipe's scales and
+ * amax rows (15 tensors a layer, a row per micro-batch: negligible), one
+ * Linear's fp8 codes at a time (its input, weight and output gradient
+ * twice, 1 byte each) and, with MoE layers, the routed experts' rows
+ * padded to 16 per expert (bf16 in and out and three code buffers, 7
+ * bytes an element, max(h, fe) wide; tok x top_k rows, E x capacity for
+ * an expert parallel owner if more) and one projection's codes of the E
+ * experts. The bf16 buffers stay: fp8 saves nothing here. tok: a
+ * micro-batch's tokens on the GPU; nmb: micro-batches per step. */
+static double fp8_bytes(const llmt_spec *s, const shape *m, double t, double ep, int sp,
+                        double tok, double nmb)
+{
+    if (s->precision.gemm != LLMT_SPEC_PREC_FP8)
+        return 0;
+    double q = (m->a + 2 * m->g) * m->d / t, f = m->f / t, h = m->h;
+    double recipe = 15 * m->L * (4 + 16 + 4 * (nmb + 1));
+    double x = recipe + tok * (fmax(h, f) + 2 * fmax(q, fmax(h, f))) + h * fmax(q, f);
+    if (m->E <= 0)
+        return x;
+    double n = sp ? tok / t : tok, rows = n * m->K;
+    if (ep > 1) {
+        double cap =
+            s->model.moe.dropless
+                ? n
+                : fmin(n, fmax(1, ceil(s->model.moe.capacity_factor * n * m->K / m->E)));
+        rows = fmax(rows, m->E * cap);
+    }
+    return x + (rows + 15 * m->E) * fmax(h, m->fe) * 7 + m->E * m->fe * h;
+}
+
 int64_t llmt__plan_node_ranks(const llmt_spec *s, int64_t world)
 {
     int64_t n = s->hardware.gpus_per_node;
@@ -727,6 +759,7 @@ static void estimate(const llmt_spec *s, int32_t world, const llmt_plan_consts *
             act += tok * act_bytes_per_token(&m, t, sp, LLMT_SPEC_RECOMPUTE_SELECTIVE);
         if (st == (int64_t)p - 1)
             act += tok * m.V / t * 4; /* fp32 logits */
+        act += fp8_bytes(s, &m, t, ep, sp, tok, nmb); /* once per GPU, every stage */
         double ovh = gpu ? MEM_OVERHEAD_GPU : MEM_OVERHEAD_CPU;
         double total = w + g + o + act + ovh;
         if (total > best_total) {

@@ -67,6 +67,12 @@ typedef struct eng {
     double t, D, L, C, nh, nkv, hd, F, Vp, T, B, A, es, al;
     double c, Tseq; /* context parallel degree; T is then Tseq / c rows */
     int llama, tied, kvrep, zero, full, selective, cpu, nccl, sp, cp_ag;
+    /* fp8 GEMMs (precision.gemm fp8 on a bf16 backend; the fp32 CPU one
+     * refuses them): nf8 scaled tensors, 3 per Linear slot of every layer
+     * of the model (device.c: qkv, proj, fc, fc3, fcproj; a pipeline
+     * stage keeps all of them) */
+    int fp8;
+    double nf8;
     double nh_l, nkv_l, Q_l, F_l, V_l;
     double unit[2 + 4096]; /* DP units: embeddings | layers | tail, elements */
     int U;
@@ -128,6 +134,8 @@ static void shape(const llmt_spec *s, eng *g)
     g->es = g->cpu ? 4 : 2;
     g->al = g->cpu ? 1 : 8;
     g->kvrep = g->t > 1 && g->nkv < g->t;
+    g->fp8 = s->precision.gemm == LLMT_SPEC_PREC_FP8 && !g->cpu;
+    g->nf8 = g->fp8 ? 3 * 5 * g->L : 0;
     g->sp = g->t > 1 && s->parallelism.sequence_parallel;
     g->nh_l = g->nh / g->t;
     g->nkv_l = g->kvrep ? 1 : g->nkv / g->t;
@@ -281,6 +289,8 @@ static void tp_span(const eng *g, acc *a, double Ls, double Ms, double rl, doubl
         all_reduce(a, t, head + aligned(g, g->E * C) + 2 * aligned(g, g->xn) + g->xn, 4, Ms);
     }
     all_reduce(a, t, 1, 4, 1);
+    if (g->fp8) /* the step's amaxes: their maximum over the group (fp8_step) */
+        all_reduce(a, t, g->nf8, 4, 1);
 }
 
 /* The whole model's (tp x cp x dp). */
@@ -329,6 +339,8 @@ static void cp_step(const eng *g, acc *a)
     all_gather(a, c, 1, 8, 1);
     if (g->E > 0) /* MoE: each CP rank routes its rows */
         moe_token_group(g, a, c);
+    if (g->fp8) /* the amaxes of each rank's rows: their maximum */
+        all_reduce(a, c, g->nf8, 4, 1);
 }
 
 /* ceil(n / D): a unit's chunk (every rank's block of its collectives) */
@@ -374,6 +386,8 @@ static void dp_step(const eng *g, acc *a)
         return;
     all_reduce(a, D, 1, 8, 1);
     all_gather(a, D, 1, 8, 1);
+    if (g->fp8) /* the amaxes' maximum over the replicas (dp.c, llmt__dp_max) */
+        all_reduce(a, D, g->nf8, 4, 1);
     /* a pipeline stage's step agreement over its replicas: one int64 a
      * rank (lib/train/pp_agree.c), on host groups only (not NCCL) */
     if (g->pp > 1 && !g->nccl)
@@ -442,6 +456,22 @@ static void dp_step(const eng *g, acc *a)
         }
 }
 
+/* A MoE layer's experts per token (model.moe.top_k, its default where 0). */
+static double moe_k(const llmt_spec *s, const eng *g)
+{
+    return s->model.moe.top_k > 0 ? (double)s->model.moe.top_k : g->E > 1 ? 2 : 1;
+}
+
+/* An expert's capacity for a call of N tokens (moe.c, llmt__moe_capacity):
+ * the block of each expert in the expert parallel exchange. */
+static double moe_cap(const llmt_spec *s, const eng *g, double N)
+{
+    double cap = s->model.moe.dropless
+                     ? N
+                     : ceil(s->model.moe.capacity_factor * (N * moe_k(s, g)) / g->E);
+    return cap < 1 ? 1 : cap > N ? N : cap;
+}
+
 /* What a MoE layer's forward keeps for its backward, in bytes, for a
  * call of N tokens: the engine's count of the same (lib/train/moe_net.c,
  * llmt__moe_net_saved_bytes; the routing, the packed rows and the experts'
@@ -451,16 +481,13 @@ static double moe_saved(const llmt_spec *s, const eng *g, double N)
     if (g->E <= 0)
         return 0;
     double E = g->E, F = g->Fe, C = g->C;
-    double K = s->model.moe.top_k > 0 ? (double)s->model.moe.top_k : E > 1 ? 2 : 1, R = N * K;
+    double R = N * moe_k(s, g);
     /* the routing in 4-byte words, the rows in the storage type (fp32 on
      * the CPU; moe_dev.c and moe_dev_ep.c keep them in the backend's type
      * elsewhere) */
     double f = 4 * (N * E + N + 4 * R) + g->es * (2 * R * C + 3 * R * F + 3 * N * g->Fs);
-    if (g->ep > 1) { /* the exchange's block: the capacity of N tokens */
-        double cap = s->model.moe.dropless ? N : ceil(s->model.moe.capacity_factor * R / E);
-        cap = cap < 1 ? 1 : cap > N ? N : cap;
-        f += g->es * E * cap * (C + 3 * F);
-    }
+    if (g->ep > 1) /* the exchange's block: the capacity of N tokens */
+        f += g->es * E * moe_cap(s, g, N) * (C + 3 * F);
     return f;
 }
 
@@ -476,14 +503,49 @@ static double moe_scratch(const llmt_spec *s, const eng *g, double N)
     if (g->E <= 0)
         return 0;
     double E = g->E, F = g->Fe, C = g->C;
-    double K = s->model.moe.top_k > 0 ? (double)s->model.moe.top_k : E > 1 ? 2 : 1, R = N * K;
+    double R = N * moe_k(s, g);
     double f = 2 * R * C + 3 * R * F + 3 * N * g->Fs + (g->cpu ? 0 : N * E);
-    if (g->ep > 1) {
-        double cap = s->model.moe.dropless ? N : ceil(s->model.moe.capacity_factor * R / E);
-        cap = cap < 1 ? 1 : cap > N ? N : cap;
-        f += E * cap * (5 * C + 3 * F);
-    }
+    if (g->ep > 1)
+        f += E * moe_cap(s, g, N) * (5 * C + 3 * F);
     return g->es * f;
+}
+
+/* What fp8 GEMMs add to the engine's memory, bytes, all of it counted as
+ * activations (device.c's fp8 block, moe_dev.c's f8_room), once per
+ * engine whatever its layout; N: a MoE layer's rows here (Nr under
+ * sequence parallelism).
+ *   - the recipe on the device: nf8 scales, nf8 inverse scales 16 bytes
+ *     apart, and an amax row of nf8 per micro-batch plus a spare one (the
+ *     device groups' scratch); the host's copies are not the engine's;
+ *   - one Linear's codes at a time (1 byte each): its input's (B x T rows
+ *     of the widest block Linear input here), its weight's (the largest
+ *     weight) and its output gradient's, as is and transposed (B x T rows
+ *     of the widest output); nothing of the bf16 buffers is saved;
+ *   - MoE (model.moe; widths multiples of 16): the routed experts' rows
+ *     padded with zero rows to a multiple of 16 per expert: room for
+ *     every packed row of a call (N x top_k; an EP owner's E x capacity,
+ *     if more) plus 15 for each of the E experts, max(hidden, expert_ffn)
+ *     wide: the padded input and output in the storage type and three
+ *     code buffers; and the codes of one projection of all E experts (E x
+ *     expert_ffn x hidden bytes, allocated for E under ep as well, though
+ *     a rank casts only its E/ep experts' weights). */
+static double fp8_bytes(const llmt_spec *s, const eng *g, double N)
+{
+    if (!g->fp8)
+        return 0;
+    double nf = g->nf8, C = g->C, Ca = g->nh_l * g->hd, Nt = g->B * g->T;
+    double in = fmax(C, fmax(Ca, g->F_l)), out = fmax(g->Q_l, fmax(C, g->F_l));
+    double wn = C * fmax(g->Q_l, fmax(Ca, g->F_l));
+    double f = nf * 4 + nf * 4 * 4 + (g->A + 1) * nf * 4 + Nt * (in + 2 * out) + wn;
+    /* the experts stay bf16 unless both widths are multiples of 16
+     * (device.c's moe_fp8; llmt_job refuses such a spec) */
+    if (g->E <= 0 || fmod(C, 16) != 0 || fmod(g->Fe, 16) != 0)
+        return f;
+    double E = g->E, R = N * moe_k(s, g), rows = R;
+    if (g->ep > 1 && E * moe_cap(s, g, N) > rows)
+        rows = E * moe_cap(s, g, N);
+    rows += 15 * E;
+    return f + rows * fmax(C, g->Fe) * (2 * g->es + 3) + E * g->Fe * C;
 }
 
 /* The MoE layers among layers [f, f + n). */
@@ -602,7 +664,7 @@ double llmt__plan_engine_stage_act(const llmt_spec *s, int64_t stage)
     /* each MoE layer keeps one routing state per set (moe_net.c: a set
      * per micro-batch in flight, for every layer of every chunk, as a
      * layer is in one chunk), of this rank's rows */
-    x += sets * M * moe_saved(s, &g, Nr) + moe_scratch(s, &g, Nr);
+    x += sets * M * moe_saved(s, &g, Nr) + moe_scratch(s, &g, Nr) + fp8_bytes(s, &g, Nr);
     /* the backward's scratch, as activations() counts it */
     x +=
         (2 * Nr + N) * C * bf + tail + dqkv(&g, L > M) + (L > M ? mlp_scratch(&g) * bf : 0) + 4;
@@ -661,7 +723,8 @@ static void engine_fill(const llmt_spec *s, const eng *gp, llmt_plan_estimate *e
                  : trainer_window(s) + activations(&g) +
                        moe_in(&g, 0, (int64_t)g.L) *
                            moe_saved(s, &g, g.sp ? g.B * g.T / g.t : g.B * g.T) +
-                       moe_scratch(s, &g, g.sp ? g.B * g.T / g.t : g.B * g.T);
+                       moe_scratch(s, &g, g.sp ? g.B * g.T / g.t : g.B * g.T) +
+                       fp8_bytes(s, &g, g.sp ? g.B * g.T / g.t : g.B * g.T);
 }
 
 /* Pipeline stage `stage` (device.c's stage_params, dp.c's units): the
