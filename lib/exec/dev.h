@@ -298,7 +298,8 @@ typedef struct llmt__dev_ops {
                          const float *grad, float *m, float *v, size_t n,
                          float lr, float beta1, float beta2, float eps,
                          float wd, float grad_scale, int64_t t);
-    /* out[0] (device fp32) = sum of squares over `count` arrays. */
+    /* out[0] (device fp32) = sum of squares over `count` (>= 0, any
+     * number) arrays. */
     llmt_status (*sumsq)(llmt__dev *d, float *out, const float *const *xs,
                          const size_t *ns, int count);
     /* out[0] (device fp32) = sum of x. */

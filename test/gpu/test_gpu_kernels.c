@@ -579,6 +579,21 @@ static void test_reduce(void)
     OK(llmt__cuda_sumsq(X, dout, (const float *const *)dxs, ns, 3));
     down(&got2, dout, 4);
     report("sumsq repeat bitwise identical", memcmp(&got, &got2, 4) ? 1.0 : 0.0, 0);
+    { /* any count (a rank's norm runs: 68 for GPT-2's 4 layers at tp 2) */
+        const float *many[100];
+        size_t mn[100];
+        for (int i = 0; i < 100; i++) {
+            many[i] = dxs[i % 3];
+            mn[i] = ns[i % 3];
+        }
+        double mw = 0;
+        for (int i = 0; i < 100; i++)
+            for (size_t j = 0; j < mn[i]; j++)
+                mw += (double)xs[i % 3][j] * xs[i % 3][j];
+        OK(llmt__cuda_sumsq(X, dout, many, mn, 100));
+        down(&got, dout, 4);
+        report("sumsq over 100 arrays", fabs(got - mw) / mw, 1e-5);
+    }
     OK(llmt__cuda_sum(X, dout, dxs[1], ns[1]));
     down(&got, dout, 4);
     report("sum n=1000003", fabs(got - sum1) / fmax(fabs(sum1), 1.0), 1e-4);
