@@ -9,8 +9,10 @@
 # for 2 steps and resumed from its step-2 checkpoint for steps 3-4; its
 # step-2 checkpoint is also resumed by one process for steps 3-4. Every loss
 # within the engine's bound of the one process's straight run: 2^-9
-# relative on train.device emulated (bf16, as test_mpi_train_emulated.sh),
-# 1e-5 on cpu (fp32, as cmp_losses), + 1e-6 for the 6 decimals.
+# relative on train.device emulated (bf16, as test_mpi_train_emulated.sh;
+# measured: at most 4.2e-4, fp8 tp 2), 5e-5 on cpu (fp32: a TP layout
+# reorders the sums of all 24 layers: measured 6.5e-6, too near the
+# 1e-5 of the 2-layer tests' cmp_losses), + 1e-6 for the 6 decimals.
 # DEVICE: emulated | cpu. LAYOUT: tp-sp (tp 2, sequence parallel, np 2),
 # pp4v2 (pp 4 x virtual_stages 2, np 4), zero3 (dp 2 ZeRO-3, np 2),
 # tpppdp (tp 2 x pp 2 x dp 2, np 8), ep (4 experts, dp 2 x ep 2, np 2),
@@ -20,7 +22,7 @@ exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 dev=$2 lay=$3 layers=${4:-24}
 case $dev in
   emulated) bound=0.001953125 ;;
-  cpu) bound=0.00001 ;;
+  cpu) bound=0.00005 ;;
   *) echo "usage: $0 llmtrain emulated|cpu LAYOUT [LAYERS]"; exit 2 ;;
 esac
 arch=llama moe= prec= np=2
