@@ -16,7 +16,9 @@
 # DEVICE: emulated | cpu. LAYOUT: tp-sp (tp 2, sequence parallel, np 2),
 # pp4v2 (pp 4 x virtual_stages 2, np 4), zero3 (dp 2 ZeRO-3, np 2),
 # tpppdp (tp 2 x pp 2 x dp 2, np 8), ep (4 experts, dp 2 x ep 2, np 2),
-# fp8-tp (fp8 GEMMs, tp 2 with sequence parallelism, np 2; emulated only).
+# fp8-tp (fp8 GEMMs, tp 2 with sequence parallelism, np 2; emulated only),
+# fp8-ep (fp8 GEMMs with MoE experts padded to 16 rows, dp 2 x ep 2, np 2;
+# emulated only).
 # usage: test_mpi_train_deep.sh path/to/llmtrain DEVICE LAYOUT [LAYERS]
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 dev=$2 lay=$3 layers=${4:-24}
@@ -33,6 +35,8 @@ case $lay in
   tpppdp) par='"tp": 2, "pp": 2, "dp": 2' np=8 ;;
   ep) par='"dp": 2, "ep": 2' moe=', "moe": {"experts": 4, "top_k": 2, "expert_ffn": 48}' ;;
   fp8-tp) par='"tp": 2, "sequence_parallel": true' prec='"precision": {"gemm": "fp8"},' ;;
+  fp8-ep) par='"dp": 2, "ep": 2' prec='"precision": {"gemm": "fp8"},'
+    moe=', "moe": {"experts": 4, "top_k": 2, "expert_ffn": 48}' ;;
   *) echo "unknown layout '$lay'"; exit 2 ;;
 esac
 [ -z "$prec" ] || [ "$dev" = emulated ] || { echo "fp8 GEMMs need train.device emulated"; exit 2; }
