@@ -861,6 +861,12 @@ static llmt_status job_stop(llmt_ckpt *ck, int durable_written)
     int shared = ck->opts.world_size > 1;
     if (durable_written && withdraw_part(ck, ck->durable, step, shared) != WITHDRAWN)
         return LLMT_OK;
+    /* not yet copied: a part of this rank there is an earlier attempt's,
+     * which commit_durable would have replaced; it must not commit in this
+     * attempt's name */
+    if (!durable_written && ck->node_local &&
+        withdraw_part(ck, ck->durable, step, 0) != WITHDRAWN)
+        return LLMT_OK;
     /* a node-local root is never committed in: all of the part goes */
     if (withdraw_part(ck, ck->root, step, shared && !ck->node_local) != WITHDRAWN)
         return LLMT_OK;
@@ -911,14 +917,17 @@ static llmt_status run_job(llmt_ckpt *ck)
     ck_manifest *m = &ck->job;
     char dir[MAX_PATH], path[MAX_PATH];
     step_dir(dir, sizeof dir, ck->root, m->step);
+    /* A stale part of an earlier attempt must not be committed with new
+     * data, nor be taken for this attempt's by a cancel that stops it
+     * before it starts (job_stop: a part manifest there is published, the
+     * job would stand, and the other ranks commit the old part). */
+    snprintf(path, sizeof path, "%s/rank-%05d.json", dir, (int)m->rank);
+    if (unlink(path) == 0)
+        llmt__ckpt_fsync_dir(dir);
     if (stop_asked(ck)) /* cancelled before the writer started it */
         return job_stop(ck, 0);
     if (llmt__ckpt_mkdirs(dir))
         return JOB_FAIL(LLMT_ERR_IO, "ckpt: mkdir %s: %s", dir, strerror(errno));
-    /* A stale part of an earlier attempt must not be committed with new data. */
-    snprintf(path, sizeof path, "%s/rank-%05d.json", dir, (int)m->rank);
-    if (unlink(path) == 0)
-        llmt__ckpt_fsync_dir(dir);
     uint8_t *h = ck->buf;
     memcpy(h, CK_MAGIC, 8);
     put_u32(h + 8, CK_FORMAT_VERSION);
