@@ -1,12 +1,14 @@
-/* What the plan-against-run tests (test_plan_vs_run.c, _cp.c and _pp.c)
- * share (and test_plan_pp.c the model config): the model and trainer as llmt_job builds them from the spec, the
- * plan's groups, a group's per-step collective counters and the rank's
- * state and activation bytes as the planner counts them, so all compare
- * the plan with the same measurements; and the harness around them (the
- * argument, the token stream, spec and plan, the ranks' statuses, the
- * per-group comparison), so each test holds only its layouts and checks.
- * Ranks run as threads on test/train/rank_fixture.h's runner. Header
- * only. */
+/* What the plan-against-run tests (test_plan_vs_run.c, _cp.c, _pp.c and
+ * _fp8.c) share (and test_plan_pp.c the model config): the model and
+ * trainer as llmt_job builds them from the spec, the plan's groups, a
+ * group's per-step collective counters and the rank's state and
+ * activation bytes as the planner counts them, so all compare the plan
+ * with the same measurements; the harness around them (the argument, the
+ * token stream, spec and plan, the ranks' statuses, the per-group
+ * comparison); and one rank's life in the cp, pp and fp8 tests (its
+ * groups, model, attached groups, steps and end), so each test holds only
+ * its layouts, its trainer and its checks. Ranks run as threads on
+ * test/train/rank_fixture.h's runner. Header only. */
 #ifndef LLMT_TEST_PLAN_RUN_FIXTURE_H
 #define LLMT_TEST_PLAN_RUN_FIXTURE_H
 
@@ -14,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../train/rank_fixture.h"
@@ -21,6 +24,7 @@
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "train/device.h"
+#include "train/trainer_state.h"
 
 /* The model of the spec the tests write (lib/job/job.c's mapping):
  * Llama untied, GPT-2 tied; the vocabulary padded to `padded`, or to 64
@@ -44,19 +48,26 @@ static inline llmt_status plan_run_model_config(llmt_model_config *c, int llama,
     return st;
 }
 
+/* The trainer options every test trains with. */
+static inline void plan_run_trainer_opts(llmt_trainer_opts *o, int micro, int accum, int seq,
+                                         int recompute)
+{
+    llmt_trainer_opts_init(o, sizeof *o);
+    o->micro_batch = micro;
+    o->grad_accum = accum;
+    o->seq_len = seq;
+    o->lr = 1e-3f;
+    o->threads = 1;
+    o->recompute = recompute;
+}
+
 /* The trainer: the public one (fp32 CPU), or the device engine on the
  * bf16 host emulation standing for CUDA. */
 static inline llmt_status plan_run_trainer(llmt_model *m, int micro, int accum, int seq,
                                            int recompute, int emul, llmt_trainer **tr)
 {
     llmt_trainer_opts o;
-    llmt_trainer_opts_init(&o, sizeof o);
-    o.micro_batch = micro;
-    o.grad_accum = accum;
-    o.seq_len = seq;
-    o.lr = 1e-3f;
-    o.threads = 1;
-    o.recompute = recompute;
+    plan_run_trainer_opts(&o, micro, accum, seq, recompute);
     return emul ? llmt__trainer_create_dev(m, &o, llmt__dev_emul(), tr)
                 : llmt_trainer_create(m, &o, tr);
 }
@@ -298,6 +309,142 @@ static inline int plan_run_groups_equal(const char *name, int rank, int stage, i
         all &= good;
     }
     return all;
+}
+
+/* The plan's parameter + gradient + optimizer bytes. */
+static inline double plan_run_state_of(const llmt_plan_estimate *e)
+{
+    return e->engine_mem_params + e->engine_mem_grads + e->engine_mem_optimizer;
+}
+
+/* A pipeline stage's step agreement over its data parallel replicas
+ * (pp_agree.c) added to the plan's DP group pl[2]: a plan for CUDA leaves
+ * it out (NCCL skips it), the emulation's in-process group makes it, one
+ * int64 a rank. */
+static inline void plan_run_agree_dp(double pl[3][3], int dp)
+{
+    pl[2][0] += 1;
+    pl[2][1] += 8;
+    pl[2][2] += (dp - 1) * 8;
+}
+
+/* The token stream of n tokens and targets (plan_run_tokens), malloc'd;
+ * one check that both were. Returns whether they were. */
+static inline int plan_run_stream(size_t n, uint64_t seed, int vocab, int32_t **in,
+                                  int32_t **tg)
+{
+    *in = malloc(n * sizeof **in);
+    *tg = malloc(n * sizeof **tg);
+    CHECK(*in && *tg);
+    if (!*in || !*tg)
+        return 0;
+    plan_run_tokens(*in, *tg, n, seed, vocab);
+    return 1;
+}
+
+/* Runs fn on n ranks as threads (sharing a world group where comm), rank
+ * r's plan_run_arg at off in args (size bytes apart, cap of them, all
+ * zeroed first) set to the layout, the plan, r and the stream; whether
+ * every rank ran (plan_run_ranks_ok's check). */
+static inline int plan_run_ranks(const char *name, void *args, size_t size, int cap, size_t off,
+                                 int n, int comm, const struct layout *lo, const llmt_plan *p,
+                                 const int32_t *in, const int32_t *tg, void *(*fn)(void *))
+{
+    memset(args, 0, (size_t)cap * size);
+    for (int r = 0; r < n && r < cap; r++)
+        *(plan_run_arg *)((char *)args + (size_t)r * size + off) =
+            (plan_run_arg){.lo = lo, .plan = p, .rank = r, .in = in, .tg = tg};
+    rank_fixture_run(args, size, n, comm, off + offsetof(plan_run_arg, world), fn);
+    return plan_run_ranks_ok(name, args, size, n, off + offsetof(plan_run_arg, st),
+                             off + offsetof(plan_run_arg, err));
+}
+
+/* A rank of the cp, pp and fp8 tests: its model, trainer, the plan's
+ * groups (TP, CP, DP, PP, EP; NULL where the degree is 1) and its
+ * coordinates. */
+typedef struct plan_run_rank {
+    llmt_model *m;
+    llmt_trainer *tr;
+    llmt_comm *gc[5];
+    int32_t co[LLMT_PLAN_NDIMS];
+} plan_run_rank;
+
+/* The rank's coordinates (its stage into a->stage) and its groups of the
+ * degrees deg (TP, CP, DP, PP, EP). Returns whether a->st is LLMT_OK. */
+static inline int plan_run_rank_begin(plan_run_arg *a, const int deg[5], plan_run_rank *r)
+{
+    static const llmt_plan_dim dims[5] = {LLMT_DIM_TP, LLMT_DIM_CP, LLMT_DIM_DP, LLMT_DIM_PP,
+                                          LLMT_DIM_EP};
+    memset(r, 0, sizeof *r);
+    a->st = llmt_plan_coords(a->plan, a->rank, r->co);
+    a->stage = r->co[LLMT_DIM_PP];
+    if (a->st == LLMT_OK)
+        a->st = plan_run_groups_create(a->world, a->plan, 5, dims, deg, r->gc, a->err,
+                                       sizeof a->err);
+    return a->st == LLMT_OK;
+}
+
+/* The rank's model as llmt_job builds it from the spec (plan_run_model_
+ * config, the vocabulary padded to 64; MoE layers of moe_ffn where
+ * moe_ffn > 0, plan_run_moe_config), into r->m and a->st. */
+static inline void plan_run_rank_model(plan_run_arg *a, plan_run_rank *r, int llama, int layers,
+                                       int width, int heads, int kv, int ffn, int vocab,
+                                       int seq, int moe_ffn)
+{
+    llmt_model_config c;
+    plan_run_model_config(&c, llama, layers, width, heads, kv, ffn, vocab, 0, seq);
+    if (moe_ffn > 0)
+        plan_run_moe_config(&c, moe_ffn);
+    a->st = llmt_model_create(NULL, &c, &r->m);
+}
+
+/* Attaches the rank's groups to its trainer (rank_fixture_attach) where
+ * a->st is LLMT_OK. */
+static inline void plan_run_rank_attach(plan_run_arg *a, const plan_run_rank *r, int sp,
+                                        int cp_variant, int zero, const llmt_pp_opts *po)
+{
+    rank_fixture_groups g = {.tp = r->gc[0],
+                             .cp = r->gc[1],
+                             .pp = r->gc[3],
+                             .dp = r->gc[2],
+                             .ep = r->gc[4],
+                             .sp = sp,
+                             .cp_variant = cp_variant,
+                             .zero = zero,
+                             .pp_opts = po};
+    if (a->st == LLMT_OK)
+        a->st = rank_fixture_attach(r->tr, &g);
+}
+
+/* PLAN_RUN_STEPS steps, each on the rank's DP replica's rows (dp
+ * replicas, micro x accum sequences of seq tokens a step), the groups'
+ * counters into a->g; under ep the expert units' collectives run over the
+ * expert data parallel group, counted with the DP group's (as the plan
+ * counts them). Then the rank's state and activation bytes. */
+static inline void plan_run_rank_train(plan_run_arg *a, const plan_run_rank *r, int dp,
+                                       int micro, int accum, int seq)
+{
+    llmt_comm *xc = a->st == LLMT_OK && r->gc[4] ? llmt__trainer_expert_dp_comm(r->tr) : NULL;
+    size_t per = (size_t)micro * accum * seq; /* tokens per step and replica */
+    for (int k = 0; k < PLAN_RUN_STEPS && a->st == LLMT_OK; k++) {
+        size_t at = ((size_t)k * dp + (size_t)r->co[LLMT_DIM_DP]) * per;
+        a->st = plan_run_step(r->tr, r->gc, xc, a->in, a->tg, at, micro * accum, seq, a->g[k]);
+    }
+    if (a->st == LLMT_OK)
+        a->st = plan_run_memory(r->tr, &a->state, &a->acts);
+}
+
+/* The rank's error where it failed; its trainer, model and groups
+ * destroyed. Returns NULL (the thread's result). */
+static inline void *plan_run_rank_end(plan_run_arg *a, plan_run_rank *r)
+{
+    if (a->st != LLMT_OK)
+        plan_run_rank_error(a->err, sizeof a->err, r->tr, r->m);
+    llmt_trainer_destroy(r->tr);
+    llmt_model_destroy(r->m);
+    for (int j = 0; j < 5; j++)
+        llmt_comm_destroy(r->gc[j]);
+    return NULL;
 }
 
 #endif

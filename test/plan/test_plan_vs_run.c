@@ -229,7 +229,7 @@ static double check_layout(const layout *l, const int32_t *in, const int32_t *tg
      * input again in the backward; doc/planner.md) */
     if (!l->sp)
         CHECK(plan_run_same(e.comm_bytes_tp, e.engine_tp_bus_bytes));
-    double pstate = e.engine_mem_params + e.engine_mem_grads + e.engine_mem_optimizer;
+    double pstate = plan_run_state_of(&e);
     *planned = pstate;
     g_last_acts = a[0].acts;
     double worst_s = 0, worst_a = 0;
@@ -260,11 +260,9 @@ int main(int argc, char **argv)
     if (g_emul)
         g_steps = 1;
     size_t n = (size_t)STEPS * MAXDP * MICRO * ACCUM * SEQ;
-    int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
-    CHECK(in && tg);
-    if (!in || !tg)
+    int32_t *in = NULL, *tg = NULL;
+    if (!plan_run_stream(n, 99, VOCAB, &in, &tg))
         return check_exit(g_emul ? "plan-vs-run-emul" : "plan-vs-run");
-    plan_run_tokens(in, tg, n, 99, VOCAB);
     static const layout gpt[] = {
         {"gpt2 tp1", 0, 4, 4, 1, 1, 0, 0, 0},
         {"gpt2 tp2 x dp1", 0, 4, 4, 2, 1, 0, 0, 0},

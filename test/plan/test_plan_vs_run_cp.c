@@ -94,61 +94,24 @@ static void *rank_main(void *p)
 {
     plan_run_arg *a = p;
     const layout *l = a->lo;
-    llmt_model *m = NULL;
-    llmt_trainer *tr = NULL;
-    llmt_comm *gc[3] = {NULL, NULL, NULL}; /* TP, CP, DP */
-    static const llmt_plan_dim dims[3] = {LLMT_DIM_TP, LLMT_DIM_CP, LLMT_DIM_DP};
-    const int deg[3] = {l->tp, l->cp, l->dp};
-    int32_t co[LLMT_PLAN_NDIMS] = {0};
-    a->st = llmt_plan_coords(a->plan, a->rank, co);
-    if (a->st == LLMT_OK)
-        a->st =
-            plan_run_groups_create(a->world, a->plan, 3, dims, deg, gc, a->err, sizeof a->err);
-    if (a->st != LLMT_OK)
+    plan_run_rank r;
+    const int deg[5] = {l->tp, l->cp, l->dp, 1, 1};
+    if (!plan_run_rank_begin(a, deg, &r))
         return NULL;
-    /* the model as llmt_job builds it from the spec */
-    llmt_model_config c;
-    plan_run_model_config(&c, l->llama, LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, 0, SEQ);
-    if (l->moe)
-        plan_run_moe_config(&c, 64);
-    a->st = llmt_model_create(NULL, &c, &m);
+    plan_run_rank_model(a, &r, l->llama, LAYERS, WIDTH, l->heads, l->kv, FFN, VOCAB, SEQ,
+                        l->moe ? 64 : 0);
     if (a->st == LLMT_OK)
-        a->st = plan_run_trainer(m, MICRO, ACCUM, SEQ, l->recompute, g_emul, &tr);
-    if (a->st == LLMT_OK && gc[0])
-        a->st = llmt_trainer_set_tp_comm(tr, gc[0]);
-    if (a->st == LLMT_OK && l->sp) /* before CP, as the job sets it */
-        a->st = llmt_trainer_set_sequence_parallel(tr, 1);
-    if (a->st == LLMT_OK) {
-        llmt_cp_opts o;
-        llmt_cp_opts_init(&o, sizeof o);
-        o.variant = l->ag ? LLMT_CP_ALL_GATHER : LLMT_CP_RING;
-        a->st = llmt_trainer_set_cp_comm(tr, gc[1], &o);
-    }
-    if (a->st == LLMT_OK && gc[2]) {
-        llmt_dp_opts d;
-        llmt_dp_opts_init(&d, sizeof d);
-        d.zero_stage = l->zero;
-        a->st = llmt_trainer_set_comm(tr, gc[2], &d);
-    }
+        a->st = plan_run_trainer(r.m, MICRO, ACCUM, SEQ, l->recompute, g_emul, &r.tr);
+    /* sequence parallelism before CP, as the job sets it */
+    plan_run_rank_attach(a, &r, l->sp, l->ag ? LLMT_CP_ALL_GATHER : LLMT_CP_RING, l->zero,
+                         NULL);
     if (a->st == LLMT_OK) { /* the trainer says what it holds */
         a->cs.struct_size = sizeof a->cs;
-        a->st = llmt_trainer_cp_stats(tr, &a->cs);
-        a->cp_coord = co[LLMT_DIM_CP];
+        a->st = llmt_trainer_cp_stats(r.tr, &a->cs);
+        a->cp_coord = r.co[LLMT_DIM_CP];
     }
-    size_t per = (size_t)MICRO * ACCUM * SEQ; /* tokens per step and replica */
-    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
-        size_t at = ((size_t)k * l->dp + (size_t)co[LLMT_DIM_DP]) * per;
-        a->st = plan_run_step(tr, gc, NULL, a->in, a->tg, at, MICRO * ACCUM, SEQ, a->g[k]);
-    }
-    if (a->st == LLMT_OK)
-        a->st = plan_run_memory(tr, &a->state, &a->acts);
-    if (a->st != LLMT_OK)
-        plan_run_rank_error(a->err, sizeof a->err, tr, m);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
-    for (int g = 0; g < 3; g++)
-        llmt_comm_destroy(gc[g]);
-    return NULL;
+    plan_run_rank_train(a, &r, l->dp, MICRO, ACCUM, SEQ);
+    return plan_run_rank_end(a, &r);
 }
 
 static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
@@ -169,12 +132,7 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
     CHECK(e.engine_modeled == 1);
     CHECK(e.engine_cp_calls > 0);
     plan_run_arg a[MAXW];
-    memset(a, 0, sizeof a);
-    for (int r = 0; r < W && r < MAXW; r++)
-        a[r] = (plan_run_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
-    rank_fixture_run(a, sizeof *a, W, 1, offsetof(plan_run_arg, world), rank_main);
-    if (!plan_run_ranks_ok(l->name, a, sizeof *a, W, offsetof(plan_run_arg, st),
-                           offsetof(plan_run_arg, err))) {
+    if (!plan_run_ranks(l->name, a, sizeof *a, MAXW, 0, W, 1, l, p, in, tg, rank_main)) {
         llmt_plan_destroy(p);
         return;
     }
@@ -197,7 +155,7 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
             bytes_ok &=
                 plan_run_groups_equal(l->name, r, -1, k + 1, (const double(*)[3])a[r].g[k], pl);
     CHECK(bytes_ok);
-    double pstate = e.engine_mem_params + e.engine_mem_grads + e.engine_mem_optimizer;
+    double pstate = plan_run_state_of(&e);
     double worst = 0, worst_a = 0;
     for (int r = 0; r < W; r++) {
         worst = fmax(worst, fabs(a[r].state / pstate - 1));
@@ -222,11 +180,9 @@ int main(int argc, char **argv)
         return 2;
     const char *name = g_emul ? "plan-vs-run-cp-emul" : "plan-vs-run-cp";
     size_t n = (size_t)STEPS * 2 * MICRO * ACCUM * SEQ;
-    int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
-    CHECK(in && tg);
-    if (!in || !tg)
+    int32_t *in = NULL, *tg = NULL;
+    if (!plan_run_stream(n, 99, VOCAB, &in, &tg))
         return check_exit(name);
-    plan_run_tokens(in, tg, n, 99, VOCAB);
     static const layout ls[] = {
         {"gpt2 cp2 ring", 0, 4, 4, 1, 2, 1, 0, 0, 0, 0, 0},
         {"gpt2 cp2 allgather", 0, 4, 4, 1, 2, 1, 0, 1, 0, 0, 0},

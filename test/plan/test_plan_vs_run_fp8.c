@@ -89,12 +89,7 @@ static void spec_json(const layout *l, int fp8, char *buf, size_t n)
 static llmt_status fp8_trainer(llmt_model *m, llmt_trainer **tr)
 {
     llmt_trainer_opts o;
-    llmt_trainer_opts_init(&o, sizeof o);
-    o.micro_batch = MICRO;
-    o.grad_accum = ACCUM;
-    o.seq_len = SEQ;
-    o.lr = 1e-3f;
-    o.threads = 1;
+    plan_run_trainer_opts(&o, MICRO, ACCUM, SEQ, 0);
     o.fp8 = 1;
     return llmt__trainer_create_dev(m, &o, llmt__dev_emul(), tr);
 }
@@ -118,61 +113,19 @@ static void *rank_main(void *p)
     rank_arg *ra = p;
     plan_run_arg *a = &ra->a;
     const layout *l = a->lo;
-    llmt_model *m = NULL;
-    llmt_trainer *tr = NULL;
-    llmt_comm *gc[5] = {NULL, NULL, NULL, NULL, NULL}; /* TP, CP, DP, PP, EP */
-    static const llmt_plan_dim dims[5] = {LLMT_DIM_TP, LLMT_DIM_CP, LLMT_DIM_DP, LLMT_DIM_PP,
-                                          LLMT_DIM_EP};
+    plan_run_rank r;
     const int deg[5] = {l->tp, l->cp, l->dp, l->pp, l->ep};
-    int32_t co[LLMT_PLAN_NDIMS] = {0};
-    a->st = llmt_plan_coords(a->plan, a->rank, co);
-    a->stage = co[LLMT_DIM_PP];
-    if (a->st == LLMT_OK)
-        a->st =
-            plan_run_groups_create(a->world, a->plan, 5, dims, deg, gc, a->err, sizeof a->err);
-    if (a->st != LLMT_OK)
+    if (!plan_run_rank_begin(a, deg, &r))
         return NULL;
-    llmt_model_config c;
-    plan_run_model_config(&c, l->llama, l->layers, WIDTH, 4, l->kv, FFN, VOCAB, 0, SEQ);
-    if (l->moe)
-        plan_run_moe_config(&c, 32);
-    a->st = llmt_model_create(NULL, &c, &m);
+    plan_run_rank_model(a, &r, l->llama, l->layers, WIDTH, 4, l->kv, FFN, VOCAB, SEQ,
+                        l->moe ? 32 : 0);
     if (a->st == LLMT_OK)
-        a->st = fp8_trainer(m, &tr);
-    rank_fixture_groups g = {.tp = gc[0],
-                             .cp = gc[1],
-                             .pp = gc[3],
-                             .dp = gc[2],
-                             .ep = gc[4],
-                             .sp = l->sp,
-                             .cp_variant = LLMT_CP_RING,
-                             .zero = l->zero};
+        a->st = fp8_trainer(r.m, &r.tr);
+    plan_run_rank_attach(a, &r, l->sp, LLMT_CP_RING, l->zero, NULL);
+    plan_run_rank_train(a, &r, l->dp, MICRO, ACCUM, SEQ);
     if (a->st == LLMT_OK)
-        a->st = rank_fixture_attach(tr, &g);
-    /* the expert data parallel group's collectives count with the DP
-     * group's, as the plan counts them */
-    llmt_comm *xc = a->st == LLMT_OK && gc[4] ? llmt__trainer_expert_dp_comm(tr) : NULL;
-    size_t per = (size_t)MICRO * ACCUM * SEQ; /* tokens per step and replica */
-    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
-        size_t at = ((size_t)k * l->dp + (size_t)co[LLMT_DIM_DP]) * per;
-        a->st = plan_run_step(tr, gc, xc, a->in, a->tg, at, MICRO * ACCUM, SEQ, a->g[k]);
-    }
-    if (a->st == LLMT_OK)
-        a->st = plan_run_memory(tr, &a->state, &a->acts);
-    if (a->st == LLMT_OK)
-        ra->fp8_ran = fp8_ran(tr);
-    if (a->st != LLMT_OK)
-        plan_run_rank_error(a->err, sizeof a->err, tr, m);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
-    for (int j = 0; j < 5; j++)
-        llmt_comm_destroy(gc[j]);
-    return NULL;
-}
-
-static double state_of(const llmt_plan_estimate *e)
-{
-    return e->engine_mem_params + e->engine_mem_grads + e->engine_mem_optimizer;
+        ra->fp8_ran = fp8_ran(r.tr);
+    return plan_run_rank_end(a, &r);
 }
 
 /* The spec of the layout (fp8 or bf16 GEMMs) and its plan. */
@@ -205,24 +158,19 @@ static int rank_check(const layout *l, const rank_arg *r, int rank, const llmt_p
 {
     double pl[3][3];
     plan_run_plan_groups(x, pl);
-    if (l->pp > 1 && l->dp > 1) {
-        /* the plan is for CUDA, whose data parallel group is NCCL and
-         * skips the stages' step agreement over it (pp_agree.c); the
-         * emulation's in-process group makes it: one int64 a rank */
-        pl[2][0] += 1;
-        pl[2][1] += 8;
-        pl[2][2] += (l->dp - 1) * 8;
-    }
+    if (l->pp > 1 && l->dp > 1)
+        plan_run_agree_dp(pl, l->dp);
     int ok = 1;
     for (int k = 0; k < STEPS; k++)
         ok &= plan_run_groups_equal(l->name, rank, l->pp > 1 ? r->a.stage : -1, k + 1,
                                     (const double(*)[3])r->a.g[k], pl);
-    double ds = r->a.state - io - state_of(x), da = r->a.acts - x->engine_mem_activations;
+    double ds = r->a.state - io - plan_run_state_of(x),
+           da = r->a.acts - x->engine_mem_activations;
     if (ds != 0 || da != 0)
         fprintf(stderr,
                 "%s rank %d (stage %d): state %.0f B, plan %.0f + %.0f (%+.0f B); activations "
                 "%.0f B, plan %.0f (%+.0f B, %+.2f%%)\n",
-                l->name, rank, r->a.stage, r->a.state, state_of(x), io, ds, r->a.acts,
+                l->name, rank, r->a.stage, r->a.state, plan_run_state_of(x), io, ds, r->a.acts,
                 x->engine_mem_activations, da, 100 * da / x->engine_mem_activations);
     return ok && ds == 0 && da == 0;
 }
@@ -254,12 +202,8 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
         return;
     }
     rank_arg a[MAXW];
-    memset(a, 0, sizeof a);
-    for (int r = 0; r < W; r++)
-        a[r].a = (plan_run_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
-    rank_fixture_run(a, sizeof *a, W, W > 1, offsetof(rank_arg, a.world), rank_main);
-    int ok = plan_run_ranks_ok(l->name, a, sizeof *a, W, offsetof(rank_arg, a.st),
-                               offsetof(rank_arg, a.err));
+    int ok = plan_run_ranks(l->name, a, sizeof *a, MAXW, offsetof(rank_arg, a), W, W > 1, l, p,
+                            in, tg, rank_main);
     /* the engine's token, target and loss buffers of a step's rows (its
      * transfer blocks); dp.c's scalars (xbuf, dsum) */
     double io = plan_run_io(ACCUM, MICRO * (SEQ / l->cp), 15.0 * l->layers, l->dp);
@@ -301,11 +245,9 @@ int main(void)
 {
     const char *name = "plan-vs-run-fp8";
     size_t n = (size_t)STEPS * 4 * MICRO * ACCUM * SEQ; /* dp up to 4 */
-    int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
-    CHECK(in && tg);
-    if (!in || !tg)
+    int32_t *in = NULL, *tg = NULL;
+    if (!plan_run_stream(n, 11, VOCAB, &in, &tg))
         return check_exit(name);
-    plan_run_tokens(in, tg, n, 11, VOCAB);
     /* name, llama, kv, tp, cp, pp, dp, zero, sp, moe, ep, layers. GPT-2
      * tp 2 with 4 layers: its TP rank 0 owns 68 gradient norm runs, which
      * the backends' sumsq refused above 64 (the step failed, bf16 or fp8,

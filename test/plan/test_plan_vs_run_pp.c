@@ -115,71 +115,27 @@ static void *rank_main(void *p)
 {
     plan_run_arg *a = p;
     const layout *l = a->lo;
-    llmt_model *m = NULL;
-    llmt_trainer *tr = NULL;
-    llmt_comm *gc[5] = {NULL, NULL, NULL, NULL, NULL}; /* TP, CP, DP, PP, EP */
-    static const llmt_plan_dim dims[5] = {LLMT_DIM_TP, LLMT_DIM_CP, LLMT_DIM_DP, LLMT_DIM_PP,
-                                          LLMT_DIM_EP};
+    plan_run_rank r;
     const int deg[5] = {l->tp, l->cp, l->dp, l->pp, l->ep};
-    int32_t co[LLMT_PLAN_NDIMS] = {0};
-    a->st = llmt_plan_coords(a->plan, a->rank, co);
-    a->stage = co[LLMT_DIM_PP];
-    if (a->st == LLMT_OK)
-        a->st =
-            plan_run_groups_create(a->world, a->plan, 5, dims, deg, gc, a->err, sizeof a->err);
-    if (a->st != LLMT_OK)
+    if (!plan_run_rank_begin(a, deg, &r))
         return NULL;
-    /* the model as llmt_job builds it from the spec */
-    llmt_model_config c;
-    plan_run_model_config(&c, l->llama, LAYERS, WIDTH, 4, l->kv, FFN, l->vocab, 0, SEQ);
-    if (l->moe)
-        plan_run_moe_config(&c, 32);
-    a->st = llmt_model_create(NULL, &c, &m);
+    plan_run_rank_model(a, &r, l->llama, LAYERS, WIDTH, 4, l->kv, FFN, l->vocab, SEQ,
+                        l->moe ? 32 : 0);
     if (a->st == LLMT_OK)
-        a->st = plan_run_trainer(m, MICRO, ACCUM, SEQ, l->recompute, g_emul, &tr);
+        a->st = plan_run_trainer(r.m, MICRO, ACCUM, SEQ, l->recompute, g_emul, &r.tr);
     llmt_pp_opts po;
     llmt_pp_opts_init(&po, sizeof po);
     po.schedule = l->v > 1 ? LLMT_PP_INTERLEAVED : l->gpipe ? LLMT_PP_GPIPE : LLMT_PP_1F1B;
     po.virtual_stages = l->v > 1 ? l->v : 1;
-    rank_fixture_groups g = {.tp = gc[0],
-                             .cp = gc[1],
-                             .pp = gc[3],
-                             .dp = gc[2],
-                             .ep = gc[4],
-                             .sp = l->sp,
-                             .cp_variant = LLMT_CP_RING,
-                             .zero = l->zero,
-                             .pp_opts = &po};
-    if (a->st == LLMT_OK)
-        a->st = rank_fixture_attach(tr, &g);
-    /* under ep the expert units' collectives run over the expert data
-     * parallel group, counted with the DP group's (as the plan counts) */
-    llmt_comm *xc = a->st == LLMT_OK && gc[4] ? llmt__trainer_expert_dp_comm(tr) : NULL;
-    size_t per = (size_t)MICRO * ACCUM * SEQ; /* tokens per step and replica */
-    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
-        size_t at = ((size_t)k * l->dp + (size_t)co[LLMT_DIM_DP]) * per;
-        a->st = plan_run_step(tr, gc, xc, a->in, a->tg, at, MICRO * ACCUM, SEQ, a->g[k]);
-    }
-    if (a->st == LLMT_OK)
-        a->st = plan_run_memory(tr, &a->state, &a->acts);
+    plan_run_rank_attach(a, &r, l->sp, LLMT_CP_RING, l->zero, &po);
+    plan_run_rank_train(a, &r, l->dp, MICRO, ACCUM, SEQ);
     llmt_pp_stats ps;
     memset(&ps, 0, sizeof ps);
     ps.struct_size = sizeof ps;
     if (a->st == LLMT_OK)
-        a->st = llmt_trainer_pp_stats(tr, &ps);
+        a->st = llmt_trainer_pp_stats(r.tr, &ps);
     a->layers = ps.layers;
-    if (a->st != LLMT_OK)
-        plan_run_rank_error(a->err, sizeof a->err, tr, m);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
-    for (int j = 0; j < 5; j++)
-        llmt_comm_destroy(gc[j]);
-    return NULL;
-}
-
-static double state_of(const llmt_plan_estimate *e)
-{
-    return e->engine_mem_params + e->engine_mem_grads + e->engine_mem_optimizer;
+    return plan_run_rank_end(a, &r);
 }
 
 static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
@@ -206,15 +162,10 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
     double pe[3][3], pt[3][3];
     plan_run_plan_groups(&e, pe);
     plan_run_plan_groups(&top, pt);
-    CHECK(!memcmp(pe, pt, sizeof pe) && state_of(&e) == state_of(&top) &&
+    CHECK(!memcmp(pe, pt, sizeof pe) && plan_run_state_of(&e) == plan_run_state_of(&top) &&
           e.engine_mem_activations == top.engine_mem_activations);
     plan_run_arg a[MAXW];
-    memset(a, 0, sizeof a);
-    for (int r = 0; r < W && r < MAXW; r++)
-        a[r] = (plan_run_arg){.lo = l, .plan = p, .rank = r, .in = in, .tg = tg};
-    rank_fixture_run(a, sizeof *a, W, 1, offsetof(plan_run_arg, world), rank_main);
-    int ok = plan_run_ranks_ok(l->name, a, sizeof *a, W, offsetof(plan_run_arg, st),
-                               offsetof(plan_run_arg, err));
+    int ok = plan_run_ranks(l->name, a, sizeof *a, MAXW, 0, W, 1, l, p, in, tg, rank_main);
     int bytes_ok = 1;
     double worst = 0, worst_a = 0;
     /* the engine's token, target and loss buffers of a step's rows (its
@@ -227,21 +178,15 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
         llmt__plan_engine_stage(s, stg, &x);
         double pl[3][3];
         plan_run_plan_groups(&x, pl);
-        if (g_emul && l->dp > 1) {
-            /* the plan is for CUDA, whose data parallel group is NCCL and
-             * skips the stages' step agreement over it (pp_agree.c); the
-             * emulation's in-process group makes it: one int64 a rank */
-            pl[2][0] += 1;
-            pl[2][1] += 8;
-            pl[2][2] += (l->dp - 1) * 8;
-        }
+        if (g_emul && l->dp > 1)
+            plan_run_agree_dp(pl, l->dp);
         for (int r = 0; r < W; r++) {
             if (a[r].stage != stg)
                 continue;
             for (int k = 0; k < STEPS; k++)
                 bytes_ok &= plan_run_groups_equal(l->name, r, stg, k + 1,
                                                   (const double(*)[3])a[r].g[k], pl);
-            double ds = fabs(a[r].state - io - state_of(&x));
+            double ds = fabs(a[r].state - io - plan_run_state_of(&x));
             worst = fmax(worst, ds);
             worst_a = fmax(worst_a, fabs(a[r].acts - x.engine_mem_activations));
             CHECK_EQ_INT(a[r].layers, llmt__plan_stage_total(s, stg));
@@ -249,7 +194,7 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
                 fprintf(stderr,
                         "%s rank %d (stage %d): state %.0f B, plan %.0f; activations %.0f B, "
                         "plan %.0f\n",
-                        l->name, r, stg, a[r].state, state_of(&x), a[r].acts,
+                        l->name, r, stg, a[r].state, plan_run_state_of(&x), a[r].acts,
                         x.engine_mem_activations);
         }
         int r0 = stg * l->tp * l->cp; /* the stage's first rank (dp 0) */
@@ -258,7 +203,7 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
         printf("%-40s stage %d: TP %3.0f calls %7.0f B, CP %3.0f / %7.0f B, DP %3.0f / %8.0f "
                "B; state %8.0f B (plan %8.0f + %.0f), activations %7.0f B (plan %7.0f)\n",
                l->name, stg, pl[0][0], pl[0][1], pl[1][0], pl[1][1], pl[2][0], pl[2][1],
-               a[r0].state, state_of(&x), io, a[r0].acts, x.engine_mem_activations);
+               a[r0].state, plan_run_state_of(&x), io, a[r0].acts, x.engine_mem_activations);
     }
     if (ok && l->vocab == MAXV) /* the head's weight moved a layer off the last stage */
         CHECK(!strcmp(lay, "3,1"));
@@ -279,11 +224,9 @@ int main(int argc, char **argv)
         return 2;
     const char *name = g_emul ? "plan-vs-run-pp-emul" : "plan-vs-run-pp";
     size_t n = (size_t)STEPS * 4 * MICRO * ACCUM * SEQ; /* dp up to 4 */
-    int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
-    CHECK(in && tg);
-    if (!in || !tg)
+    int32_t *in = NULL, *tg = NULL;
+    if (!plan_run_stream(n, 7, 250, &in, &tg)) /* below every layout's vocabulary */
         return check_exit(name);
-    plan_run_tokens(in, tg, n, 7, 250); /* below every layout's vocabulary */
     /* name, llama, kv, tp, cp, pp, dp, zero, v, gpipe, recompute, sp, moe, vocab, ep */
     static const layout ls[] = {
         {"gpt2 pp2 1f1b", 0, 4, 1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 250, 0},
