@@ -45,6 +45,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,27 @@
 static const char *const kind_names[] = {"kill",    "hang",    "slow",     "nan",
                                          "bitflip", "spike",   "killsave", "losedisk",
                                          "flipout", "slowsave"};
+
+/* Can a process die of signal `sig` (kill's ARG)? Those whose default
+ * action stops it or is to ignore it cannot, nor can the ones between the
+ * classic signals and SIGRTMIN, which the C library keeps for its threads
+ * (signal() refuses them). */
+static int deadly(long long sig)
+{
+    if (sig < 1 || sig >= NSIG || (sig > 31 && sig < SIGRTMIN))
+        return 0;
+    switch ((int)sig) {
+    case SIGSTOP:
+    case SIGTSTP:
+    case SIGTTIN:
+    case SIGTTOU:
+    case SIGCHLD:
+    case SIGCONT:
+    case SIGURG:
+    case SIGWINCH: return 0;
+    default: return 1;
+    }
+}
 
 llmt_status llmt__job_fault_parse(llmt_job *j)
 {
@@ -99,11 +121,14 @@ llmt_status llmt__job_fault_parse(llmt_job *j)
                         "and "
                         "STEP >= 1",
                         t);
-        if (f->kind == JOB_FAULT_KILL && n >= 4 && (arg < 1 || arg >= NSIG || arg == SIGSTOP))
+        if (f->kind == JOB_FAULT_KILL && n >= 4 && !deadly(arg))
             return FAIL(LLMT_ERR_INVALID_ARGUMENT,
-                        "LLMT_FAULT: '%s': kill's ARG is a signal number from 1 to %d "
-                        "(not SIGSTOP: that is hang)",
-                        t, NSIG - 1);
+                        "LLMT_FAULT: '%s': kill's ARG is a signal number from 1 to %d whose "
+                        "default action ends the process: not %d, %d, %d, %d (they stop it: "
+                        "that is hang), %d, %d, %d, %d (ignored), nor 32 to %d (the C "
+                        "library's)",
+                        t, NSIG - 1, SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU, SIGCHLD, SIGCONT,
+                        SIGURG, SIGWINCH, SIGRTMIN - 1);
         if ((f->kind == JOB_FAULT_SLOW || f->kind == JOB_FAULT_SLOWSAVE) && n < 4)
             return FAIL(LLMT_ERR_INVALID_ARGUMENT, "LLMT_FAULT: '%s': %s needs :MS", t,
                         kind_names[f->kind]);
@@ -254,8 +279,13 @@ llmt_status llmt__job_fault_before(llmt_job *j, int64_t step)
         llmt_status s = LLMT_OK;
         switch (f->kind) {
         case JOB_FAULT_KILL:
-            if (f->arg > 0) /* die of it even where the process ignores it */
+            if (f->arg > 0) { /* die of it even where it is ignored or blocked */
+                sigset_t one;
+                sigemptyset(&one);
+                sigaddset(&one, (int)f->arg);
                 signal((int)f->arg, SIG_DFL);
+                pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+            }
             raise(f->arg > 0 ? (int)f->arg : SIGKILL);
             raise(SIGKILL); /* a signal that does not end a process */
             break;
