@@ -34,6 +34,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "comm/comm_internal.h"
 #include "job/job.h"
 #include "train/trainer_state.h"
 
@@ -145,22 +146,20 @@ llmt_status llmt__job_hashes(llmt_job *j, int shares, uint64_t *mine, uint64_t *
     return LLMT_OK;
 }
 
-/* maj[r]: the first rank of r's replica group whose hash more than half
- * of the group holds, -1 when none does (two replicas that differ). Each
- * group once: its members, then a majority vote (Boyer-Moore) checked by
- * a count, so the work is the world times the number of groups, not the
- * world cubed. mem: scratch of world entries. */
-static void replica_majorities(const llmt_job *j, const uint64_t *all, const int32_t *grp,
-                               int32_t *maj, int32_t *mem)
+/* llmt__job_replica_majorities: each group once, its members, then a
+ * majority vote (Boyer-Moore) checked by a count, so the work is the world
+ * times the number of groups, not the world cubed. */
+void llmt__job_replica_majorities(const uint64_t *all, const int32_t *grp, int32_t world,
+                                  int32_t *maj, int32_t *mem)
 {
-    for (int32_t r = 0; r < j->world; r++)
+    for (int32_t r = 0; r < world; r++)
         maj[r] = -2; /* not decided yet */
-    for (int32_t r = 0; r < j->world; r++) {
+    for (int32_t r = 0; r < world; r++) {
         if (maj[r] != -2)
             continue; /* r's group is decided: r is the first of a new one */
         int32_t n = 0, votes = 0;
         uint64_t cand = 0;
-        for (int32_t q = r; q < j->world; q++)
+        for (int32_t q = r; q < world; q++)
             if (grp[q] == grp[r])
                 mem[n++] = q;
         for (int32_t k = 0; k < n; k++) {
@@ -178,6 +177,62 @@ static void replica_majorities(const llmt_job *j, const uint64_t *all, const int
         for (int32_t k = 0; k < n; k++)
             maj[mem[k]] = 2 * same > n ? first : -1;
     }
+}
+
+/* Rank r disagrees with its replicas: no majority, or not its hash. */
+static int disagrees(const uint64_t *all, const int32_t *majr, int32_t r)
+{
+    return majr[r] < 0 || all[r] != all[majr[r]];
+}
+
+int32_t llmt__job_sdc_bad_ranks(llmt__sbuf *s, const uint64_t *all, const int32_t *majr,
+                                int32_t world)
+{
+    int32_t n = 0;
+    for (int32_t r = 0; r < world; r++)
+        if (disagrees(all, majr, r))
+            llmt__sb_printf(s, "%s%d", n++ ? "," : "", (int)r);
+    return n;
+}
+
+int32_t llmt__job_rank_list(llmt__sbuf *s, const uint8_t *flag, int32_t world)
+{
+    int32_t n = 0;
+    for (int32_t r = 0; r < world; r++)
+        if (flag[r])
+            llmt__sb_printf(s, "%s%d", n++ ? "," : "", (int)r);
+    return n;
+}
+
+void llmt__job_hex_list(llmt__sbuf *s, const uint64_t *h, int32_t world)
+{
+    for (int32_t r = 0; r < world; r++)
+        llmt__sb_printf(s, "%s\"%016llx\"", r ? "," : "", (unsigned long long)h[r]);
+}
+
+/* Whole items only: a cut number would name a rank that is not bad. */
+void llmt__job_list_brief(char *out, size_t cap, const char *list, int shown)
+{
+    size_t l = 0;
+    int kept = 0;
+    const char *p = list ? list : "";
+    out[0] = 0;
+    while (*p && kept < shown) {
+        size_t w = strcspn(p, ",");
+        if (l + w + 1 + 32 > cap) /* room for this item and " and N more" */
+            break;
+        if (kept)
+            out[l++] = ',';
+        memcpy(out + l, p, w);
+        out[l += w] = 0;
+        kept++;
+        p += w + (p[w] == ',');
+    }
+    long more = *p ? 1 : 0;
+    for (const char *q = p; *q; q++)
+        more += *q == ',';
+    if (more)
+        snprintf(out + l, cap - l, "%s%ld more", kept ? " and " : "", more);
 }
 
 /* Repair in place: every rank takes the parameters of a healthy replica,
@@ -263,16 +318,16 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
         free(all);
         return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory");
     }
-    replica_majorities(j, all, grp, majr, majr + j->world);
-    char bad[512] = "";
-    int nbad = 0, repairable = 1;
+    llmt__job_replica_majorities(all, grp, j->world, majr, majr + j->world);
+    /* every bad rank for the metrics line (tooling reads the array as all
+     * of them), the first few for the log and the error */
+    llmt__sbuf bad = {0};
+    int32_t nbad = llmt__job_sdc_bad_ranks(&bad, all, majr, j->world);
+    int repairable = 1;
     int32_t maj = -1, first = -1, others = 0; /* the first bad rank's group */
     for (int32_t r = 0; r < j->world; r++)
-        if (majr[r] < 0 || all[r] != all[majr[r]]) {
-            size_t l = strlen(bad);
-            if (l < sizeof bad - 16)
-                snprintf(bad + l, sizeof bad - l, "%s%d", nbad ? "," : "", (int)r);
-            if (!nbad++) {
+        if (disagrees(all, majr, r)) {
+            if (first < 0) {
                 first = r;
                 maj = majr[r];
                 for (int32_t q = 0; q < j->world; q++)
@@ -282,12 +337,21 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
         }
     int32_t my_root = majr[j->rank];
     free(majr);
+    if (bad.oom) {
+        free(all);
+        free(bad.p);
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory for the list of %d bad ranks",
+                    (int)nbad);
+    }
+    char brief[320];
+    llmt__job_list_brief(brief, sizeof brief, bad.p, 32);
     if (!nbad) {
         llmt__job_metrics_line(j,
                                "{\"event\":\"sdc\",\"step\":%lld,\"ok\":true,"
                                "\"ranks\":%d,\"xxh\":\"%016llx\"}",
                                (long long)step, (int)j->world, (unsigned long long)mine);
         free(all);
+        free(bad.p);
         j->gp_checks_s += llmt__job_now() - t0;
         return LLMT_OK;
     }
@@ -301,19 +365,20 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
                  "rank(s) %s hold parameters whose xxh64 differs from the majority of "
                  "their replicas (rank %d's %d other replica(s): %016llx; rank %d's own: "
                  "%016llx)",
-                 bad, (int)first, (int)others, (unsigned long long)all[maj], (int)j->rank,
+                 brief, (int)first, (int)others, (unsigned long long)all[maj], (int)j->rank,
                  (unsigned long long)mine);
     else
         snprintf(ev, sizeof ev,
                  "no majority among the replicas of rank(s) %s: they all disagree "
                  "(rank %d's xxh64 %016llx)",
-                 bad, (int)j->rank, (unsigned long long)mine);
+                 brief, (int)j->rank, (unsigned long long)mine);
     /* deterministic: run it again to see whose result does not reproduce */
     int replayed = 0, nrep = 0;
     int64_t from = -1;
     if (j->to.deterministic &&
         (s = llmt__job_sdc_replay(j, step, all, &replayed, &nrep, &from)) != LLMT_OK) {
         free(all);
+        free(bad.p);
         return s;
     }
     free(all);
@@ -326,8 +391,10 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
     } else if (policy == LLMT_SPEC_ANOMALY_ROLLBACK || !repairable) {
         /* every rank reloads the same checkpoint: equal again */
         s = llmt__job_restore(j, 0, &back);
-        if (s != LLMT_OK)
+        if (s != LLMT_OK) {
+            free(bad.p);
             return s;
+        }
         action = back >= 0 ? "rollback" : "stop";
         if (back >= 0) {
             j->rollbacks++;
@@ -337,8 +404,10 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
         }
     } else {
         s = take_params_from(j, my_root); /* each group from its own majority */
-        if (s != LLMT_OK)
+        if (s != LLMT_OK) {
+            free(bad.p);
             return s;
+        }
         action = "repaired";
     }
     llmt__log(j->ctx, LLMT_LOG_WARN, "job", "sdc: silent data corruption at step %lld: %s: %s",
@@ -347,8 +416,9 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
                            "{\"event\":\"sdc\",\"step\":%lld,\"ok\":false,\"ranks\":%d,"
                            "\"bad_ranks\":[%s],\"majority_rank\":%d,\"action\":\"%s\","
                            "\"now_at\":%lld,\"xxh\":\"%016llx\"}",
-                           (long long)step, (int)j->world, bad, (int)maj, action,
+                           (long long)step, (int)j->world, bad.p, (int)maj, action,
                            (long long)(back >= 0 ? back : step), (unsigned long long)mine);
+    free(bad.p);
     j->gp_checks_s += llmt__job_now() - t0;
     if (!strcmp(action, "stop"))
         return FAIL(LLMT_ERR_NUMERIC,
@@ -427,7 +497,9 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
         j->gp_checks_s += llmt__job_now() - t0;
         return LLMT_OK;
     }
-    char named_list[256] = "";
+    /* every named rank: the run line's "stragglers" array is read as all of them */
+    llmt__sbuf named_list = {0};
+    int32_t nnamed = 0;
     double margin = sp->fault_tolerance.straggler.margin;
     int64_t patience = sp->fault_tolerance.straggler.patience;
     int32_t failed = -1;
@@ -446,9 +518,7 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
         if (!named)
             continue;
         j->stragglers++;
-        size_t nl = strlen(named_list);
-        if (nl < sizeof named_list - 16)
-            snprintf(named_list + nl, sizeof named_list - nl, "%s%d", nl ? "," : "", (int)r);
+        llmt__sb_printf(&named_list, "%s%d", nnamed++ ? "," : "", (int)r);
         if (j->rank == 0 || r == j->rank)
             llmt__log(j->ctx, LLMT_LOG_WARN, "job",
                       "straggler: rank %d is %.2fx slower than the median at step %lld: "
@@ -473,7 +543,15 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
             failed = r;
         }
     }
-    llmt__job_obs_run_line(j, step - 1, all + 2, j->world, W, named_list);
+    if (named_list.oom) /* no line rather than a short list read as the whole one */
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                  "run.jsonl: no memory for the list of %d stragglers at step %lld: the "
+                  "run line is not written",
+                  (int)nnamed, (long long)step);
+    else
+        llmt__job_obs_run_line(j, step - 1, all + 2, j->world, W,
+                               named_list.p ? named_list.p : "");
+    free(named_list.p);
     free(all);
     j->gp_checks_s += llmt__job_now() - t0;
     if (failed < 0)

@@ -600,6 +600,12 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
     llmt_status s;
     if ((s = where(j, o)) != LLMT_OK)
         return s;
+    /* the straggler report's streaks: one per rank, whatever the world */
+    j->strag_streak = calloc((size_t)j->world, sizeof *j->strag_streak);
+    if (!j->strag_streak)
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY,
+                    "job: no memory for the straggler report's %d per-rank counts",
+                    (int)j->world);
     if ((s = llmt__job_check_spec(j)) != LLMT_OK)
         return s;
     if ((s = llmt__job_check_caller_comm(j, o->comm)) != LLMT_OK)
@@ -761,6 +767,7 @@ LLMT_API void llmt_job_destroy(llmt_job *j)
     llmt_plan_destroy(j->plan);
     llmt_spec_destroy(j->spec);
     free(j->victim_copy); /* fault.c: a drill of a step that did not end */
+    free(j->strag_streak);
     free(j->in);
     free(j->tg);
     free(j->vin);

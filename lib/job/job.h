@@ -63,7 +63,6 @@ typedef struct job_fault {
 /* Anomaly detection state: a window of recent finite losses. */
 #define JOB_LOSS_WINDOW 32
 #define JOB_MAX_CONSECUTIVE_ANOMALIES 8
-#define JOB_STRAGGLER_MAX_RANKS 4096
 /* What each rank sends to the gather of detect.c (aggregation): the
  * per-step means of its split since the last one. */
 enum {
@@ -189,7 +188,7 @@ struct llmt_job {
     llmt_loader_state sdc_base_data;
     double strag_busy, strag_wall, strag_comm0; /* busy seconds since the last report */
     int64_t strag_steps;
-    int32_t strag_streak[JOB_STRAGGLER_MAX_RANKS]; /* reports in a row named */
+    int32_t *strag_streak; /* reports in a row named, per rank (world entries) */
     int64_t stragglers;
     int flipout_bit; /* fault.c: 1 + the bit to flip after this step (flipout) */
     /* fault.c: the victim tensor as it was before a spike or nan drill
@@ -297,6 +296,26 @@ typedef void (*job_hash_part)(llmt_job *j, int32_t i, struct XXH64_state_s *h);
 llmt_status llmt__job_xxh_walk(llmt_job *j, job_hash_part part, uint64_t *out);
 llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m);
 llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s);
+/* The per-rank lists of the checks (detect.c), whole at any world size:
+ * tooling reads a metrics array as every rank, so none is ever cut.
+ * s: a growing string (lib/comm's llmt__sbuf; its oom flag set when it
+ * could not grow: the caller must not write the line then).
+ * replica_majorities: maj[r] the first rank of r's replica group (grp)
+ * whose hash (all) more than half of the group holds, -1 when none does;
+ * mem: scratch of world entries. sdc_bad_ranks: the ranks whose hash is
+ * not their group's majority, as "r,r,..." appended to s; their count.
+ * rank_list: the ranks flagged in flag[0..world) the same way.
+ * hex_list: every rank's hash as "\"%016llx\",...". list_brief: a list's
+ * first `shown` ranks, then " and N more", into out (a log line's or an
+ * error message's: those may be short, the metrics line may not). */
+struct llmt__sbuf;
+void llmt__job_replica_majorities(const uint64_t *all, const int32_t *grp, int32_t world,
+                                  int32_t *maj, int32_t *mem);
+int32_t llmt__job_sdc_bad_ranks(struct llmt__sbuf *s, const uint64_t *all, const int32_t *majr,
+                                int32_t world);
+int32_t llmt__job_rank_list(struct llmt__sbuf *s, const uint8_t *flag, int32_t world);
+void llmt__job_hex_list(struct llmt__sbuf *s, const uint64_t *h, int32_t world);
+void llmt__job_list_brief(char *out, size_t cap, const char *list, int shown);
 /* sdc_replay.c: in deterministic mode, after the hashes `orig` (one per
  * rank) disagreed at `step` (under ZeRO-3: at every check, `orig` being
  * the share hashes): every rank restores the newest snapshot (its step in
@@ -308,6 +327,14 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s);
  * Collective. */
 llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig, int *handled,
                                  int *nbad, int64_t *from);
+/* sdc_replay.c: the replay's "sdc_replay" metrics line (event, step,
+ * from, not_reproducible: the ranks whose hashes orig and rep differ,
+ * agree, action, xxh and replay_xxh: every rank's hashes of j->world) and
+ * the first of those ranks for a log line in brief (cap bytes). The count
+ * of those ranks; -1 without memory for the line (nothing written). */
+int32_t llmt__job_sdc_replay_line(llmt_job *j, int64_t step, int64_t from, const uint64_t *orig,
+                                  const uint64_t *rep, int agree, const char *action,
+                                  char *brief, size_t cap);
 /* sdc_shares.c: the check under ZeRO-3, where no rank holds a replica:
  * this rank's shares of the parameters and moments as one xxh64, and the
  * check itself (every rank replays the steps since the newest snapshot and

@@ -397,10 +397,6 @@ static llmt_status check_ft(llmt_job *j)
                       "ranks, and this job runs on 1 rank: run it on 2 or more, or remove "
                       "the key",
                       (long long)si);
-    if (si > 0 && j->world > JOB_STRAGGLER_MAX_RANKS)
-        return REFUSE("fault_tolerance.straggler.interval: at most %d ranks (this job has "
-                      "%d)",
-                      JOB_STRAGGLER_MAX_RANKS, (int)j->world);
     if (llmt__spec_given(s, "fault_tolerance.straggler.margin"))
         given = "fault_tolerance.straggler.margin";
     else if (llmt__spec_given(s, "fault_tolerance.straggler.patience"))

@@ -25,22 +25,45 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_internal.h"
 #include "job/job.h"
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
-static void list(char *buf, size_t n, const uint64_t *a, const uint64_t *b, int32_t world,
-                 int hashes)
+int32_t llmt__job_sdc_replay_line(llmt_job *j, int64_t step, int64_t from, const uint64_t *orig,
+                                  const uint64_t *rep, int agree, const char *action,
+                                  char *brief, size_t cap)
 {
-    size_t l = 0;
-    buf[0] = 0;
-    for (int32_t r = 0; r < world && l < n - 24; r++) {
-        if (hashes)
-            l += (size_t)snprintf(buf + l, n - l, "%s\"%016llx\"", r ? "," : "",
-                                  (unsigned long long)a[r]);
-        else if (a[r] != b[r])
-            l += (size_t)snprintf(buf + l, n - l, "%s%d", l ? "," : "", (int)r);
+    /* whole arrays at any world size: 16 hex digits a rank, so a fixed
+     * buffer cut the hashes above ~200 ranks and the list above ~100 */
+    llmt__sbuf bad = {0}, oh = {0}, rh = {0};
+    uint8_t *diff = malloc(j->world > 0 ? (size_t)j->world : 1);
+    int32_t n = -1;
+    brief[0] = 0;
+    if (diff) {
+        for (int32_t r = 0; r < j->world; r++)
+            diff[r] = orig[r] != rep[r];
+        n = llmt__job_rank_list(&bad, diff, j->world);
+        llmt__job_hex_list(&oh, orig, j->world);
+        llmt__job_hex_list(&rh, rep, j->world);
     }
+    free(diff);
+    if (!diff || bad.oom || oh.oom || rh.oom) {
+        n = -1;
+    } else {
+        llmt__job_metrics_line(j,
+                               "{\"event\":\"sdc_replay\",\"step\":%lld,\"from\":%lld,"
+                               "\"not_reproducible\":[%s],\"agree\":%s,\"action\":\"%s\","
+                               "\"xxh\":[%s],\"replay_xxh\":[%s]}",
+                               (long long)step, (long long)from, bad.p ? bad.p : "",
+                               agree ? "true" : "false", action, oh.p ? oh.p : "",
+                               rh.p ? rh.p : "");
+        llmt__job_list_brief(brief, cap, bad.p, 32);
+    }
+    free(bad.p);
+    free(oh.p);
+    free(rh.p);
+    return n;
 }
 
 llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig, int *handled,
@@ -96,31 +119,29 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
             q++;
         agree &= rep[r] == rep[q];
     }
-    char bad[512], oh[4096], rh[4096];
-    list(bad, sizeof bad, orig, rep, j->world, 0);
-    list(oh, sizeof oh, orig, NULL, j->world, 1);
-    list(rh, sizeof rh, rep, NULL, j->world, 1);
     for (int32_t r = 0; r < j->world; r++)
         *nbad += rep[r] != orig[r];
-    free(rep);
     j->gp_cycle_from = 0;   /* the replay is not the next step's work */
     if (shares && !*nbad) { /* the routine ZeRO-3 check found nothing: sdc_shares.c's line */
+        free(rep);
         *handled = 1;
         return LLMT_OK;
     }
     int stop = j->spec->fault_tolerance.anomaly.policy == LLMT_SPEC_ANOMALY_STOP;
     const char *action = !agree ? "policy" : stop ? "stop" : "replayed";
+    char bad[320];
+    int32_t nl =
+        llmt__job_sdc_replay_line(j, step, from, orig, rep, agree, action, bad, sizeof bad);
+    free(rep);
+    if (nl < 0)
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY,
+                    "sdc: no memory for the replay's line of %d ranks' hashes at step %lld",
+                    (int)j->world, (long long)step);
     llmt__log(j->ctx, LLMT_LOG_WARN, "job",
               "sdc: step %lld replayed from the %s of step %lld on every rank: %s%s%s",
               (long long)step, shares && !one ? "checked state" : "snapshot", (long long)from,
               bad[0] ? "the result of rank(s) " : "every rank's result reproduced",
               bad[0] ? bad : "", bad[0] ? " is not reproducible" : "");
-    llmt__job_metrics_line(j,
-                           "{\"event\":\"sdc_replay\",\"step\":%lld,\"from\":%lld,"
-                           "\"not_reproducible\":[%s],\"agree\":%s,\"action\":\"%s\","
-                           "\"xxh\":[%s],\"replay_xxh\":[%s]}",
-                           (long long)step, (long long)from, bad, agree ? "true" : "false",
-                           action, oh, rh);
     if (!agree) /* not reproducible anywhere alike: the policy acts on this state */
         return LLMT_OK;
     *handled = 1;
