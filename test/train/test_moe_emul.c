@@ -59,6 +59,7 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "moe_dev_fixture.h"
 #include "moe_fixture.h"
 #include "rank_fixture.h"
 #include "train/device.h"
@@ -66,6 +67,7 @@
 /* C: the width moe_fixture_llama gives the model */
 enum { B = 2, T = 16, V = 61, ACC = 2, STEPS = 10, E = 4, K = 2, FE = 24, L = 2, C = 32 };
 #define LR 1e-3f
+_Static_assert(STEPS <= MOE_DEV_MAX_STEPS, "a layout rank keeps STEPS losses");
 
 typedef struct mcase {
     const char *name;
@@ -79,17 +81,8 @@ static int32_t g_in[(STEPS + 1) * 2 * ACC * B * T], g_tg[(STEPS + 1) * 2 * ACC *
 
 static void cfg(llmt_model_config *c)
 {
-    moe_fixture_llama(c, V, T, L, 7);
-    c->moe_experts = E;
-    c->moe_top_k = K;
-    c->moe_ffn = FE;
-    c->moe_every = g_case->every > 0 ? g_case->every : 1;
-    c->moe_shared_experts = g_case->shared;
-    c->moe_capacity_factor = g_case->capacity; /* 0 with dropless: a factor is refused */
-    c->moe_dropless = g_case->capacity <= 0;
-    c->moe_raw_gates = g_case->raw;
-    c->moe_aux_loss_coef = 0.01f;
-    c->moe_z_loss_coef = 0.001f;
+    moe_dev_config(c, V, T, L, E, K, FE, g_case->every, g_case->shared, g_case->capacity,
+                   g_case->raw);
 }
 
 static void make_data(void)
@@ -103,15 +96,7 @@ static llmt_status open_dev(const llmt__dev_ops *ops, int acc, llmt_model **m,
 {
     llmt_model_config c;
     cfg(&c);
-    *tr = NULL;
-    llmt_status s = llmt_model_create(NULL, &c, m);
-    if (s != LLMT_OK)
-        return s;
-    llmt_trainer_opts o;
-    rank_fixture_opts(&o, B, acc, T, LR);
-    o.device = LLMT_DEVICE_CUDA; /* the op table below stands for it */
-    o.deterministic = 1;
-    return llmt__trainer_create_dev(*m, &o, ops, tr);
+    return moe_dev_open(&c, ops, B, acc, T, LR, 0, m, tr);
 }
 
 static double rel_l2(const float *a, const float *b, int64_t n)
@@ -160,9 +145,7 @@ static void check_tallies(const char *what, const tallies *a, const tallies *ref
  * ranks take half each; one rank takes it as 2 x ACC micro-batches). */
 static llmt_batch batch(int k, int seqs, int off)
 {
-    size_t at = ((size_t)k * 2 * ACC * B + (size_t)off) * T;
-    llmt_batch b = {sizeof b, g_in + at, g_tg + at, seqs, T};
-    return b;
+    return moe_dev_batch(g_in, g_tg, T, 2 * ACC * B, k, seqs, off);
 }
 
 static void emul_vs_fp32(void)
@@ -245,83 +228,48 @@ done:
 }
 
 typedef struct rank_arg {
-    llmt_comm *world;
-    int rank, W, zero, ep;
-    int tp, sp, cp, pp; /* the world is the TP (with SP or not), CP or PP group */
-    int64_t acts;       /* device activations (llmt_trainer_memory_usage) */
-    double ep_bytes;    /* the EP group's all-to-all bus bytes of the last step */
-    float loss[STEPS];
+    moe_dev_rank a;
+    int64_t acts;    /* device activations (llmt_trainer_memory_usage) */
+    double ep_bytes; /* the EP group's all-to-all bus bytes of the last step */
     tallies t;
-    float *params;
-    int64_t numel;
-    llmt_status st;
-    char err[512];
 } rank_arg;
 
 static void *rank_main(void *p)
 {
-    rank_arg *a = p;
-    llmt_model *m = NULL;
-    llmt_trainer *tr = NULL;
-    llmt_comm *epc = NULL;
-    /* data parallel ranks split the global batch; TP and CP ranks take
-     * all of it (the engine splits the rows or the sequence) */
-    int split = a->tp > 1 || a->cp > 1 || a->pp > 1;
-    int W = a->world && !split ? a->W : 1;
-    a->st = open_dev(llmt__dev_emul(), 2 * ACC / W, &m, &tr);
-    if (a->st == LLMT_OK && a->world) {
-        rank_fixture_groups g = {0};
-        g.tp = a->tp > 1 ? a->world : NULL;
-        g.sp = a->sp;
-        g.cp = a->cp > 1 ? a->world : NULL;
-        g.pp = a->pp > 1 ? a->world : NULL;
-        g.dp = !split ? a->world : NULL;
-        g.zero = a->zero;
-        a->st = rank_fixture_attach(tr, &g);
-    }
-    if (a->st == LLMT_OK && a->ep > 1) {
-        a->st = llmt_comm_split(a->world, a->rank / a->ep, a->rank, &epc);
-        if (a->st == LLMT_OK)
-            a->st = llmt_trainer_set_ep_comm(tr, epc);
-    }
+    rank_arg *ra = p;
+    moe_dev_rank *a = &ra->a;
+    moe_dev_handles h = {NULL, NULL, NULL};
+    a->st = open_dev(llmt__dev_emul(), 2 * ACC / moe_dev_split(a), &h.m, &h.tr);
+    moe_dev_rank_attach(a, &h);
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
-        int per = 2 * ACC * B / W;
-        llmt_batch b = batch(k, per, W > 1 ? a->rank * per : 0);
-        if (epc && k == STEPS - 1)
-            llmt_comm_reset_stats(epc);
-        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
+        if (h.epc && k == STEPS - 1)
+            llmt_comm_reset_stats(h.epc);
+        moe_dev_rank_step(a, &h, g_in, g_tg, T, 2 * ACC * B, k);
     }
     if (a->st == LLMT_OK)
-        a->st = get_tallies(tr, &a->t);
-    if (a->st == LLMT_OK && epc) {
+        a->st = get_tallies(h.tr, &ra->t);
+    if (a->st == LLMT_OK && h.epc) {
         llmt_comm_stats cs;
         memset(&cs, 0, sizeof cs);
         cs.struct_size = sizeof cs;
-        a->st = llmt_comm_get_stats(epc, &cs);
-        a->ep_bytes = (double)cs.bus_bytes[LLMT_COMM_STAT_ALL_TO_ALL];
+        a->st = llmt_comm_get_stats(h.epc, &cs);
+        ra->ep_bytes = (double)cs.bus_bytes[LLMT_COMM_STAT_ALL_TO_ALL];
     }
     llmt_trainer_memory mem;
     memset(&mem, 0, sizeof mem);
     mem.struct_size = sizeof mem;
     if (a->st == LLMT_OK)
-        a->st = llmt_trainer_memory_usage(tr, &mem);
-    a->acts = mem.device_activations;
-    if (a->st == LLMT_OK)
-        a->st = llmt_trainer_sync_params(tr);
-    rank_fixture_close(a->st, a->err, sizeof a->err, tr, m,
-                       a->st == LLMT_OK ? &a->params : NULL, &a->numel);
-    llmt_comm_destroy(epc);
+        a->st = llmt_trainer_memory_usage(h.tr, &mem);
+    ra->acts = mem.device_activations;
+    moe_dev_rank_end(a, &h);
     return NULL;
 }
 
 static void data_parallel(void)
 {
     rank_arg ref;
-    memset(&ref, 0, sizeof ref);
-    rank_main(&ref);
-    CHECK_STATUS(ref.st, LLMT_OK);
-    if (ref.st != LLMT_OK) {
-        fprintf(stderr, "%s: one emulated rank: %s\n", g_case->name, ref.err);
+    if (!moe_dev_ref(&ref, sizeof ref, offsetof(rank_arg, a), rank_main)) {
+        fprintf(stderr, "%s: one emulated rank: %s\n", g_case->name, ref.a.err);
         return;
     }
     /* data and expert parallelism: W ranks, the data parallel group the
@@ -333,25 +281,14 @@ static void data_parallel(void)
     for (size_t i = 0; i < sizeof dps / sizeof dps[0]; i++) {
         rank_arg a[4];
         int W = dps[i].W;
-        memset(a, 0, sizeof a);
-        for (int r = 0; r < W; r++) {
-            a[r].rank = r;
-            a[r].W = W;
-            a[r].zero = dps[i].zero;
-            a[r].ep = dps[i].ep;
-        }
-        rank_fixture_run(a, sizeof a[0], W, 1, offsetof(rank_arg, world), rank_main);
+        const moe_dev_rank lay = {.zero = dps[i].zero, .ep = dps[i].ep};
+        moe_dev_run(a, sizeof a[0], 4, offsetof(rank_arg, a), W, &lay, rank_main);
         rank_fixture_worst w = {0, 0, 0, 0};
+        char name[128];
+        snprintf(name, sizeof name, "%s dp %d ep %d", g_case->name, W, dps[i].ep);
         for (int r = 0; r < W; r++) {
-            CHECK_STATUS(a[r].st, LLMT_OK);
-            if (a[r].st != LLMT_OK) {
-                fprintf(stderr, "%s dp %d ep %d rank %d: %s\n", g_case->name, W, dps[i].ep, r,
-                        a[r].err);
+            if (!moe_dev_rank_ok(name, r, &a[r].a, &ref.a, STEPS, 1, 2.0 * LR * STEPS, &w))
                 continue;
-            }
-            rank_fixture_losses(&w, a[r].loss, ref.loss, 0, STEPS, 1);
-            rank_fixture_params_check(&w, a[r].params, a[r].numel, ref.params, ref.numel, 1,
-                                      2.0 * LR * STEPS);
             char what[64];
             snprintf(what, sizeof what, "dp %d ep %d zero %d rank %d, last step", W, dps[i].ep,
                      dps[i].zero, r);
@@ -370,7 +307,7 @@ static void data_parallel(void)
                              : N;
             double want = ep > 1 ? 4.0 * L * micro * (ep - 1) / ep * E * cap * C * 2 : 0;
             CHECK_CLOSE(a[r].ep_bytes, want, 1e-12, 0);
-            free(a[r].params);
+            free(a[r].a.params);
         }
         printf("  dp %d ep %d zero %d vs one emulated rank: losses rel <= %.2e, masters |diff| "
                "<= %.2e; EP all-to-all %.0f B/step\n",
@@ -392,43 +329,30 @@ static void data_parallel(void)
         if (g_case->capacity > 0 && !lays[i].pp)
             continue; /* pipeline stages route whole micro-batches: any capacity */
         rank_arg a[2];
-        memset(a, 0, sizeof a);
-        for (int r = 0; r < 2; r++) {
-            a[r].rank = r;
-            a[r].W = 2;
-            a[r].tp = lays[i].tp;
-            a[r].sp = lays[i].sp;
-            a[r].cp = lays[i].cp;
-            a[r].pp = lays[i].pp;
-        }
-        rank_fixture_run(a, sizeof a[0], 2, 1, offsetof(rank_arg, world), rank_main);
+        const moe_dev_rank lay = {
+            .tp = lays[i].tp, .sp = lays[i].sp, .cp = lays[i].cp, .pp = lays[i].pp};
+        moe_dev_run(a, sizeof a[0], 2, offsetof(rank_arg, a), 2, &lay, rank_main);
         rank_fixture_worst w = {0, 0, 0, 0};
+        char name[128];
+        snprintf(name, sizeof name, "%s %s", g_case->name, lays[i].name);
         for (int r = 0; r < 2; r++) {
-            CHECK_STATUS(a[r].st, LLMT_OK);
-            if (a[r].st != LLMT_OK) {
-                fprintf(stderr, "%s %s rank %d: %s\n", g_case->name, lays[i].name, r, a[r].err);
+            /* a stage trains its own layers only: below */
+            if (!moe_dev_rank_ok(name, r, &a[r].a, &ref.a, STEPS, !lays[i].pp, 2.0 * LR * STEPS,
+                                 &w))
                 continue;
-            }
-            rank_fixture_losses(&w, a[r].loss, ref.loss, 0, STEPS, 1);
-            if (!lays[i].pp) /* a stage trains its own layers only: below */
-                rank_fixture_params_check(&w, a[r].params, a[r].numel, ref.params, ref.numel, 1,
-                                          2.0 * LR * STEPS);
             char what[64];
             snprintf(what, sizeof what, "%s rank %d, last step", lays[i].name, r);
             /* the weights of the last step are those of two bf16 runs
              * that differ as their losses may (2^-9), not bit for bit */
             check_tallies(what, &a[r].t, &ref.t, 1.0 / 512, 2);
         }
-        if (lays[i].pp && a[0].params && a[1].params) { /* layer l on stage l */
-            int first[] = {0, 1, 2};
-            float *ps[] = {a[0].params, a[1].params};
+        if (lays[i].pp) { /* layer l on stage l */
             llmt_model_config c;
             cfg(&c);
-            rank_fixture_stage_diff(&c, first, 2, 2, ps, ref.params, &w.abs);
-            CHECK(w.abs <= 2.0 * LR * STEPS);
+            moe_dev_stages_check(&c, &a[0].a, &a[1].a, ref.a.params, 2.0 * LR * STEPS, &w);
         }
         for (int r = 0; r < 2; r++)
-            free(a[r].params);
+            free(a[r].a.params);
         /* the layout took effect: its rows (tp: the attention's heads;
          * SP: the residual stream's and the MoE layers' rows too) are
          * fewer than one rank's */
@@ -442,7 +366,7 @@ static void data_parallel(void)
                "activations %lld B (one rank %lld)\n",
                lays[i].name, w.loss, w.abs, (long long)a[0].acts, (long long)ref.acts);
     }
-    free(ref.params);
+    free(ref.a.params);
 }
 
 int main(void)

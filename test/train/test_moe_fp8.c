@@ -44,6 +44,7 @@
 #include "exec/dev.h"
 #include "exec/fp8.h"
 #include "llmtrain.h"
+#include "moe_dev_fixture.h"
 #include "moe_fixture.h"
 #include "rank_fixture.h"
 #include "train/device.h"
@@ -51,6 +52,7 @@
 
 enum { B = 2, T = 16, V = 61, ACC = 2, STEPS = 10, E = 4, K = 2, FE = 32, L = 2 };
 #define LR 1e-3f
+_Static_assert(STEPS <= MOE_DEV_MAX_STEPS, "a layout rank keeps STEPS losses");
 
 static int32_t g_in[(STEPS + 1) * 2 * ACC * B * T], g_tg[(STEPS + 1) * 2 * ACC * B * T];
 
@@ -294,18 +296,10 @@ static void padding(int nmax)
 
 /* ------------------------------------------------------------ training */
 
+/* every layer MoE, one shared expert, dropless */
 static void cfg(llmt_model_config *c)
 {
-    moe_fixture_llama(c, V, T, L, 7);
-    c->moe_experts = E;
-    c->moe_top_k = K;
-    c->moe_ffn = FE;
-    c->moe_every = 1;
-    c->moe_shared_experts = 1;
-    c->moe_dropless = 1;
-    c->moe_capacity_factor = 0;
-    c->moe_aux_loss_coef = 0.01f;
-    c->moe_z_loss_coef = 0.001f;
+    moe_dev_config(c, V, T, L, E, K, FE, 1, 1, 0, 0);
 }
 
 /* The emulation's table marked as device memory (host_memory 0): moe_dev.c
@@ -317,23 +311,12 @@ static llmt_status open_dev(int fp8, int acc, llmt_model **m, llmt_trainer **tr)
 {
     llmt_model_config c;
     cfg(&c);
-    *tr = NULL;
-    llmt_status s = llmt_model_create(NULL, &c, m);
-    if (s != LLMT_OK)
-        return s;
-    llmt_trainer_opts o;
-    rank_fixture_opts(&o, B, acc, T, LR);
-    o.device = LLMT_DEVICE_CUDA; /* the emulated table stands for it */
-    o.deterministic = 1;
-    o.fp8 = fp8;
-    return llmt__trainer_create_dev(*m, &o, g_table ? g_table : llmt__dev_emul(), tr);
+    return moe_dev_open(&c, g_table ? g_table : llmt__dev_emul(), B, acc, T, LR, fp8, m, tr);
 }
 
 static llmt_batch batch(int k, int seqs, int off)
 {
-    size_t at = ((size_t)k * 2 * ACC * B + (size_t)off) * T;
-    llmt_batch b = {sizeof b, g_in + at, g_tg + at, seqs, T};
-    return b;
+    return moe_dev_batch(g_in, g_tg, T, 2 * ACC * B, k, seqs, off);
 }
 
 static void fp8_vs_bf16(void)
@@ -409,54 +392,34 @@ done:
 }
 
 typedef struct rank_arg {
-    llmt_comm *world;
-    int rank, W, ep, tp, pp;
-    float loss[STEPS];
+    moe_dev_rank a;
     float *f8; /* the scales after step 1 */
     int nf8;
-    float *params;
-    int64_t numel;
-    llmt_status st;
-    char err[512];
 } rank_arg;
+
+/* The rank's scales (after step 1) into a malloc'd copy. */
+static void keep_scales(rank_arg *ra, llmt_trainer *tr)
+{
+    const float *sc = NULL;
+    int g0, g1;
+    if (llmt__devtrain_fp8_state(llmt__trainer_devtrain(tr), &sc, &ra->nf8, &g0, &g1) == 1 &&
+        (ra->f8 = malloc((size_t)ra->nf8 * sizeof(float))))
+        memcpy(ra->f8, sc, (size_t)ra->nf8 * sizeof(float));
+}
 
 static void *rank_main(void *p)
 {
-    rank_arg *a = p;
-    llmt_model *m = NULL;
-    llmt_trainer *tr = NULL;
-    llmt_comm *epc = NULL;
-    int split = a->tp > 1 || a->pp > 1;
-    int W = a->world && !split ? a->W : 1;
-    a->st = open_dev(1, 2 * ACC / W, &m, &tr);
-    if (a->st == LLMT_OK && a->world) {
-        rank_fixture_groups g = {0};
-        g.tp = a->tp > 1 ? a->world : NULL;
-        g.pp = a->pp > 1 ? a->world : NULL;
-        g.dp = !split ? a->world : NULL;
-        a->st = rank_fixture_attach(tr, &g);
-    }
-    if (a->st == LLMT_OK && a->ep > 1) {
-        a->st = llmt_comm_split(a->world, a->rank / a->ep, a->rank, &epc);
-        if (a->st == LLMT_OK)
-            a->st = llmt_trainer_set_ep_comm(tr, epc);
-    }
+    rank_arg *ra = p;
+    moe_dev_rank *a = &ra->a;
+    moe_dev_handles h = {NULL, NULL, NULL};
+    a->st = open_dev(1, 2 * ACC / moe_dev_split(a), &h.m, &h.tr);
+    moe_dev_rank_attach(a, &h);
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
-        int per = 2 * ACC * B / W;
-        llmt_batch b = batch(k, per, W > 1 ? a->rank * per : 0);
-        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
-        const float *sc = NULL;
-        int g0, g1;
-        if (a->st == LLMT_OK && k == 0 &&
-            llmt__devtrain_fp8_state(llmt__trainer_devtrain(tr), &sc, &a->nf8, &g0, &g1) == 1 &&
-            (a->f8 = malloc((size_t)a->nf8 * sizeof(float))))
-            memcpy(a->f8, sc, (size_t)a->nf8 * sizeof(float));
+        moe_dev_rank_step(a, &h, g_in, g_tg, T, 2 * ACC * B, k);
+        if (a->st == LLMT_OK && k == 0)
+            keep_scales(ra, h.tr);
     }
-    if (a->st == LLMT_OK)
-        a->st = llmt_trainer_sync_params(tr);
-    rank_fixture_close(a->st, a->err, sizeof a->err, tr, m,
-                       a->st == LLMT_OK ? &a->params : NULL, &a->numel);
-    llmt_comm_destroy(epc);
+    moe_dev_rank_end(a, &h);
     return NULL;
 }
 
@@ -503,11 +466,8 @@ static int scales_match(const rank_arg *a, const rank_arg *a0, const rank_arg *r
 static void layouts(void)
 {
     rank_arg ref;
-    memset(&ref, 0, sizeof ref);
-    rank_main(&ref);
-    CHECK_STATUS(ref.st, LLMT_OK);
-    if (ref.st != LLMT_OK || !ref.f8) {
-        fprintf(stderr, "one fp8 rank: %s\n", ref.err);
+    if (!moe_dev_ref(&ref, sizeof ref, offsetof(rank_arg, a), rank_main) || !ref.f8) {
+        fprintf(stderr, "one fp8 rank: %s\n", ref.a.err);
         return;
     }
     static const struct {
@@ -516,38 +476,24 @@ static void layouts(void)
     } lays[] = {{"dp 2 x ep 2", 2, 0, 0}, {"tp 2", 0, 2, 0}, {"pp 2", 0, 0, 2}};
     for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
         rank_arg a[2];
-        memset(a, 0, sizeof a);
-        for (int r = 0; r < 2; r++) {
-            a[r].rank = r;
-            a[r].W = 2;
-            a[r].ep = lays[i].ep;
-            a[r].tp = lays[i].tp;
-            a[r].pp = lays[i].pp;
-        }
-        rank_fixture_run(a, sizeof a[0], 2, 1, offsetof(rank_arg, world), rank_main);
+        const moe_dev_rank lay = {.ep = lays[i].ep, .tp = lays[i].tp, .pp = lays[i].pp};
+        moe_dev_run(a, sizeof a[0], 2, offsetof(rank_arg, a), 2, &lay, rank_main);
         rank_fixture_worst w = {0, 0, 0, 0};
         int same = 0;
         double ws = 0;
+        char name[64];
+        snprintf(name, sizeof name, "fp8 %s", lays[i].name);
         for (int r = 0; r < 2; r++) {
-            CHECK_STATUS(a[r].st, LLMT_OK);
-            if (a[r].st != LLMT_OK) {
-                fprintf(stderr, "fp8 %s rank %d: %s\n", lays[i].name, r, a[r].err);
+            if (!moe_dev_rank_ok(name, r, &a[r].a, &ref.a, STEPS, !lays[i].pp, 2.0 * LR * STEPS,
+                                 &w))
                 continue;
-            }
-            rank_fixture_losses(&w, a[r].loss, ref.loss, 0, STEPS, 1);
-            if (!lays[i].pp)
-                rank_fixture_params_check(&w, a[r].params, a[r].numel, ref.params, ref.numel, 1,
-                                          2.0 * LR * STEPS);
             same += scales_match(&a[r], &a[0], &ref, lays[i].tp > 1, &ws);
             CHECK_EQ_INT(experts_moved(a[r].f8, a[r].nf8), 3 * L);
         }
-        if (lays[i].pp && a[0].params && a[1].params) { /* layer l on stage l */
-            int first[] = {0, 1, 2};
-            float *ps[] = {a[0].params, a[1].params};
+        if (lays[i].pp) { /* layer l on stage l */
             llmt_model_config c;
             cfg(&c);
-            rank_fixture_stage_diff(&c, first, 2, 2, ps, ref.params, &w.abs);
-            CHECK(w.abs <= 2.0 * LR * STEPS);
+            moe_dev_stages_check(&c, &a[0].a, &a[1].a, ref.a.params, 2.0 * LR * STEPS, &w);
         }
         CHECK_EQ_INT(same, 2);
         printf(
@@ -556,11 +502,11 @@ static void layouts(void)
             "within %.2e relative)\n",
             lays[i].name, w.loss, w.abs, same, ws);
         for (int r = 0; r < 2; r++) {
-            free(a[r].params);
+            free(a[r].a.params);
             free(a[r].f8);
         }
     }
-    free(ref.params);
+    free(ref.a.params);
     free(ref.f8);
 }
 
