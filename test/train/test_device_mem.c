@@ -28,68 +28,41 @@
 #include <string.h>
 
 #include "check.h"
+#include "dev_model_fixture.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "rank_fixture.h"
 #include "train/device.h"
 
 #define B 2
 #define T 16
-#define C 64
+#define C 64 /* dev_model_config's width, heads and Llama's kv heads */
 #define NH 4
 #define KV 2
 #define F 160
-
-static void config(llmt_model_config *mc, int llama, int layers)
-{
-    llmt_model_config_init(mc, sizeof *mc);
-    mc->arch = llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
-    mc->vocab_size = 97;
-    mc->padded_vocab_size = 128;
-    mc->max_seq_len = T;
-    mc->layers = layers;
-    mc->width = C;
-    mc->heads = NH;
-    mc->kv_heads = llama ? KV : 0;
-    mc->ffn_hidden = F;
-    mc->seed = 5;
-}
 
 /* device activation bytes of a fresh emulated trainer, and the loss of
  * one step (-1 on failure) */
 static int64_t acts(llmt_context *ctx, int llama, int layers, int recompute, float *loss)
 {
     llmt_model_config mc;
-    config(&mc, llama, layers);
-    llmt_model *m = NULL;
-    if (llmt_model_create(ctx, &mc, &m) != LLMT_OK)
-        return -1;
+    dev_model_config(&mc, llama, layers, T, F, 5);
     llmt_trainer_opts to;
-    llmt_trainer_opts_init(&to, sizeof to);
-    to.micro_batch = B;
-    to.seq_len = T;
-    to.lr = 1e-3f;
-    to.threads = 1;
-    to.device = LLMT_DEVICE_CUDA;
+    dev_model_opts(&to, B, 1, T);
     to.recompute = recompute;
+    llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
     int64_t r = -1;
-    if (llmt__trainer_create_dev(m, &to, llmt__dev_emul(), &tr) != LLMT_OK) {
-        fprintf(stderr, "trainer: %s\n", llmt_model_last_error(m));
-        llmt_model_destroy(m);
+    if (dev_model_open(ctx, &mc, &to, llmt__dev_emul(), &m, &tr) != 0)
         return -1;
-    }
     int32_t in[B * T], tg[B * T];
     for (int i = 0; i < B * T; i++) {
         in[i] = (i * 7 + 3) % 97;
         tg[i] = (i * 7 + 10) % 97;
     }
     llmt_batch b = {sizeof b, in, tg, B, T};
-    llmt_step_metrics met;
-    memset(&met, 0, sizeof met);
-    met.struct_size = sizeof met;
-    *loss = -1.0f;
-    if (llmt_trainer_step(tr, &b, &met) == LLMT_OK)
-        *loss = met.loss;
+    float l = 0;
+    *loss = rank_fixture_step(tr, &b, &l) == LLMT_OK ? l : -1.0f;
     llmt_trainer_memory mem;
     memset(&mem, 0, sizeof mem);
     mem.struct_size = sizeof mem;

@@ -25,8 +25,10 @@
 #include <string.h>
 
 #include "check.h"
+#include "dev_model_fixture.h"
 #include "devcount.h"
 #include "llmtrain.h"
+#include "rank_fixture.h"
 #include "train/device.h"
 
 #define B 2
@@ -34,20 +36,6 @@
 #define WAITS_PER_STEP 2 /* tokens up, results down */
 
 static int g_report;
-
-static void config(llmt_model_config *mc, int llama, int layers)
-{
-    llmt_model_config_init(mc, sizeof *mc);
-    mc->arch = llama ? LLMT_ARCH_LLAMA : LLMT_ARCH_GPT2;
-    mc->vocab_size = 97;
-    mc->padded_vocab_size = 128;
-    mc->max_seq_len = T;
-    mc->layers = layers;
-    mc->width = 64;
-    mc->heads = 4;
-    mc->kv_heads = llama ? 2 : 0;
-    mc->seed = 11;
-}
 
 static void batch(int k, int n, int32_t *in, int32_t *tg)
 {
@@ -66,45 +54,30 @@ typedef struct result {
 static int run(llmt_context *ctx, int llama, int fp8, int accum, int layers, result *r)
 {
     llmt_model_config mc;
-    config(&mc, llama, layers);
-    llmt_model *m = NULL;
-    if (llmt_model_create(ctx, &mc, &m) != LLMT_OK)
-        return -1;
+    dev_model_config(&mc, llama, layers, T, 0, 11);
     llmt_trainer_opts to;
-    llmt_trainer_opts_init(&to, sizeof to);
-    to.micro_batch = B;
-    to.grad_accum = accum;
-    to.seq_len = T;
-    to.lr = 1e-3f;
+    dev_model_opts(&to, B, accum, T);
     to.grad_clip = 0.5f;
     to.weight_decay = 0.1f;
-    to.threads = 1;
-    to.device = LLMT_DEVICE_CUDA;
     to.deterministic = 1;
     to.fp8 = fp8;
+    llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
     /* host_memory 0: the paths a CUDA engine takes */
     const llmt__dev_ops *t = devcount_table(llmt__dev_emul_staged());
-    if (llmt__trainer_create_dev(m, &to, t, &tr) != LLMT_OK) {
-        fprintf(stderr, "trainer: %s\n", llmt_model_last_error(m));
-        llmt_model_destroy(m);
+    if (dev_model_open(ctx, &mc, &to, t, &m, &tr) != 0)
         return -1;
-    }
     int n = B * T * accum, rc = 0;
     int32_t *in = malloc((size_t)n * 4), *tg = malloc((size_t)n * 4);
     for (int k = 0; k < 3 && in && tg && !rc; k++) {
         batch(k, n, in, tg);
         llmt_batch b = {sizeof b, in, tg, B * accum, T};
-        llmt_step_metrics met;
-        memset(&met, 0, sizeof met);
-        met.struct_size = sizeof met;
         if (k == 2)
             devcount_reset();
-        if (llmt_trainer_step(tr, &b, &met) != LLMT_OK) {
+        if (rank_fixture_step(tr, &b, &r->loss[k]) != LLMT_OK) {
             fprintf(stderr, "step: %s\n", llmt_trainer_last_error(tr));
             rc = -1;
         }
-        r->loss[k] = met.loss;
     }
     r->waits = devcount_waits();
     memcpy(r->n, g_dc.n, sizeof r->n);
