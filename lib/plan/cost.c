@@ -346,8 +346,10 @@ static double act_bytes_per_token(const shape *m, double t, int sp, int recomput
  * Linear's fp8 codes at a time (its input, weight and output gradient
  * twice, 1 byte each) and, with MoE layers, the routed experts' rows
  * padded to 16 per expert (bf16 in and out and three code buffers, 7
- * bytes an element, max(h, fe) wide; tok x top_k rows, E x capacity for
- * an expert parallel owner if more) and one projection's codes of the E
+ * bytes an element, max(h, fe) wide; tok x top_k rows, or an expert
+ * parallel owner's E x capacity (ep x tok x top_k if less), plus 15 for
+ * each expert the GPU
+ * multiplies: E, or its E/ep) and one projection's codes of those
  * experts. The bf16 buffers stay: fp8 saves nothing here. tok: a
  * micro-batch's tokens on the GPU; nmb: micro-batches per step. */
 static double fp8_bytes(const llmt_spec *s, const shape *m, double t, double ep, int sp,
@@ -360,15 +362,16 @@ static double fp8_bytes(const llmt_spec *s, const shape *m, double t, double ep,
     double x = recipe + tok * (fmax(h, f) + 2 * fmax(q, fmax(h, f))) + h * fmax(q, f);
     if (m->E <= 0)
         return x;
-    double n = sp ? tok / t : tok, rows = n * m->K;
+    double n = sp ? tok / t : tok, rows = n * m->K, El = m->E;
     if (ep > 1) {
         double cap =
             s->model.moe.dropless
                 ? n
                 : fmin(n, fmax(1, ceil(s->model.moe.capacity_factor * n * m->K / m->E)));
-        rows = fmax(rows, m->E * cap);
+        rows = fmin(m->E * cap, ep * rows);
+        El = m->E / ep;
     }
-    return x + (rows + 15 * m->E) * fmax(h, m->fe) * 7 + m->E * m->fe * h;
+    return x + (rows + 15 * El) * fmax(h, m->fe) * 7 + El * m->fe * h;
 }
 
 int64_t llmt__plan_node_ranks(const llmt_spec *s, int64_t world)

@@ -523,12 +523,13 @@ static double moe_scratch(const llmt_spec *s, const eng *g, double N)
  *     of the widest output); nothing of the bf16 buffers is saved;
  *   - MoE (model.moe; widths multiples of 16): the routed experts' rows
  *     padded with zero rows to a multiple of 16 per expert: room for
- *     every packed row of a call (N x top_k; an EP owner's E x capacity,
- *     if more) plus 15 for each of the E experts, max(hidden, expert_ffn)
- *     wide: the padded input and output in the storage type and three
- *     code buffers; and the codes of one projection of all E experts (E x
- *     expert_ffn x hidden bytes, allocated for E under ep as well, though
- *     a rank casts only its E/ep experts' weights). */
+ *     every packed row of a call (N x top_k; under ep the owner's rows of
+ *     its E/ep experts: E x capacity, or ep x N x top_k if less) plus 15
+ *     for each expert the rank
+ *     multiplies (E; under ep its E/ep), max(hidden, expert_ffn) wide: the
+ *     padded input and output in the storage type and three code buffers;
+ *     and the codes of one projection of those experts (E or E/ep x
+ *     expert_ffn x hidden bytes). */
 static double fp8_bytes(const llmt_spec *s, const eng *g, double N)
 {
     if (!g->fp8)
@@ -541,11 +542,9 @@ static double fp8_bytes(const llmt_spec *s, const eng *g, double N)
      * (device.c's moe_fp8; llmt_job refuses such a spec) */
     if (g->E <= 0 || fmod(C, 16) != 0 || fmod(g->Fe, 16) != 0)
         return f;
-    double E = g->E, R = N * moe_k(s, g), rows = R;
-    if (g->ep > 1 && E * moe_cap(s, g, N) > rows)
-        rows = E * moe_cap(s, g, N);
-    rows += 15 * E;
-    return f + rows * fmax(C, g->Fe) * (2 * g->es + 3) + E * g->Fe * C;
+    double E = g->E, El = g->ep > 1 ? E / g->ep : E, R = N * moe_k(s, g);
+    double rows = (g->ep > 1 ? fmin(E * moe_cap(s, g, N), g->ep * R) : R) + 15 * El;
+    return f + rows * fmax(C, g->Fe) * (2 * g->es + 3) + El * g->Fe * C;
 }
 
 /* The MoE layers among layers [f, f + n). */

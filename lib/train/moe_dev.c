@@ -61,8 +61,8 @@ void llmt__moe_dctx_free(llmt__moe_dctx *x)
 {
     if (!x)
         return;
+    llmt__moe_dctx_set_fp8(x, NULL); /* first: set_ep would remake its room */
     llmt__moe_dctx_set_ep(x, NULL);
-    llmt__moe_dctx_set_fp8(x, NULL);
     void *b[] = {x->dye,  x->dxe,  x->dact,  x->dh1,  x->dh3,  x->sdact,
                  x->sdh1, x->sdh3, x->dlogs, x->dlog, x->dgate};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
@@ -194,7 +194,7 @@ size_t llmt__moe_dctx_scratch_bytes(const llmt__moe_dctx *x)
     if (x->ep_size > 1) /* moe_dev_ep.c's exchange and owner scratch */
         b += x->es * E * (size_t)x->block * (5 * C + 3 * F);
     if (x->f8on) /* the fp8 experts' padded rows and codes (f8_room) */
-        b += x->f8rows * (C > F ? C : F) * (2 * x->es + 3) + E * F * C;
+        b += x->f8rows * (C > F ? C : F) * (2 * x->es + 3) + (size_t)x->f8n * F * C;
     return b;
 }
 
@@ -210,17 +210,27 @@ static void f8_free(llmt__moe_dctx *x)
     free(x->f8p0);
     x->f8p0 = NULL;
     x->f8rows = 0;
+    x->f8n = 0;
 }
 
-/* Room for `rows` padded rows (grown only). At most every packed row of
- * a call, N x K (an EP owner's: E x block), plus 15 padding rows for each
- * of the E experts. */
+/* The experts whose weights this rank casts and multiplies: all E, or
+ * under expert parallelism its own E/ep (moe_dev_ep.c runs the experts
+ * on the owner's rows of its local experts only; set_ep refuses an ep
+ * that does not divide E). */
+static int f8_experts(const llmt__moe_dctx *x)
+{
+    return x->sh.E / (x->ep_size > 1 ? x->ep_size : 1);
+}
+
+/* Room for `rows` padded rows (grown only) and the codes of f8_experts'
+ * weights (made afresh when they changed). */
 static llmt_status f8_room(llmt__moe_dctx *x, size_t rows)
 {
-    if (rows <= x->f8rows)
+    if (rows <= x->f8rows && x->f8n == f8_experts(x))
         return LLMT_OK;
     f8_free(x);
-    size_t C = (size_t)x->sh.C, F = (size_t)x->sh.F, W = C > F ? C : F, E = (size_t)x->sh.E;
+    size_t C = (size_t)x->sh.C, F = (size_t)x->sh.F, W = C > F ? C : F,
+           E = (size_t)f8_experts(x);
     llmt_status s = LLMT_OK;
     void **bf[] = {&x->f8pad, &x->f8out};
     void **q8[] = {(void **)&x->f8qa, (void **)&x->f8qat, (void **)&x->f8qbt};
@@ -237,14 +247,24 @@ static llmt_status f8_room(llmt__moe_dctx *x, size_t rows)
         return s;
     }
     x->f8rows = rows;
+    x->f8n = (int)E;
     return LLMT_OK;
 }
 
-/* The largest padded row count of a call: see f8_room. */
+/* The largest padded row count of a call: its packed rows plus up to 15
+ * padding rows for each expert of the call. The packed rows: N x K of
+ * the E experts; under expert parallelism the owner's rows of its E/ep
+ * (the routed rows themselves never reach the fp8 GEMMs there): at most
+ * block from each of ep sources for each local expert (E x block), and
+ * at most the N x K a source routes (ep x N x K), whichever is less. */
 static size_t f8_bound(const llmt__moe_dctx *x)
 {
-    size_t R = (size_t)x->Nmax * (size_t)x->sh.K, Rep = (size_t)x->sh.E * (size_t)x->block;
-    return (R > Rep ? R : Rep) + 15 * (size_t)x->sh.E;
+    size_t R = (size_t)x->Nmax * (size_t)x->sh.K;
+    if (x->ep_size > 1) {
+        size_t blocks = (size_t)x->sh.E * (size_t)x->block, sent = (size_t)x->ep_size * R;
+        R = blocks < sent ? blocks : sent;
+    }
+    return R + 15 * (size_t)f8_experts(x);
 }
 
 llmt_status llmt__moe_dctx_set_fp8(llmt__moe_dctx *x, const llmt__moe_fp8 *f)
@@ -275,10 +295,15 @@ void llmt__moe_dctx_set_layer(llmt__moe_dctx *x, int l)
     x->layer = l;
 }
 
-/* Expert parallelism changed the largest call (moe_dev_ep.c). */
+/* Expert parallelism changed the experts and the largest call
+ * (moe_dev_ep.c): made afresh, so that a rank holds its experts' room
+ * only, whichever of set_ep and set_fp8 came first. */
 llmt_status llmt__moe_dctx_fp8_resize(llmt__moe_dctx *x)
 {
-    return x->f8on ? f8_room(x, f8_bound(x)) : LLMT_OK;
+    if (!x->f8on)
+        return LLMT_OK;
+    f8_free(x);
+    return f8_room(x, f8_bound(x));
 }
 
 static size_t pad16(int64_t n)
@@ -301,6 +326,11 @@ static llmt_status f8_layout(llmt__moe_dctx *x, int n, const int64_t *nr, size_t
     llmt_status s = f8_room(x, *Rp);
     if (s != LLMT_OK)
         return s;
+    if (n > x->f8n) /* f8qw and f8p0 hold f8_experts' */
+        return llmt__err_set(x->e, LLMT_ERR_INTERNAL,
+                             "trainer: moe: fp8 experts: a call of %d experts on room for %d "
+                             "(experts %d, ep %d)",
+                             n, x->f8n, x->sh.E, x->ep_size);
     x->f8p0[0] = 0;
     for (int e = 0; e < n; e++)
         x->f8p0[e + 1] = x->f8p0[e] + (int64_t)pad16(nr[e]);

@@ -66,7 +66,9 @@ size_t llmt__moe_dctx_scratch_bytes(const llmt__moe_dctx *x);
 /* Expert parallelism (moe_dev_ep.c; moe_ep.h says what is exchanged):
  * set_ep makes the exchange's scratch for this rank of comm (NULL or one
  * rank: frees it; a NCCL group is refused: the exchange goes through host
- * memory); each layer then has its own exchange state (dep). */
+ * memory); each layer then has its own exchange state (dep). fp8 experts
+ * (set_fp8, before or after) get their room for this rank's E/size
+ * experts, and for all E again when the group goes. */
 typedef struct llmt__moe_dep llmt__moe_dep;
 llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, llmt_comm *comm);
 llmt_status llmt__moe_dep_new(llmt__moe_dctx *x, llmt__moe_dep **out);

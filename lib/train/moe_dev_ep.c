@@ -61,8 +61,8 @@ llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, llmt_comm *comm)
             "in-process, Gloo or MPI communicator as the EP group",
             (int)size, x->op->name);
     ep_free_scratch(x);
-    if (size <= 1)
-        return LLMT_OK;
+    if (size <= 1) /* fp8 experts: all E of them on this rank again */
+        return llmt__moe_dctx_fp8_resize(x);
     x->block = llmt__moe_capacity(&x->sh, x->Nmax);
     size_t R = (size_t)x->sh.E * (size_t)x->block, C = (size_t)x->sh.C, F = (size_t)x->sh.F;
     void **rc[] = {&x->sbuf, &x->rbuf, &x->yo, &x->dyo, &x->dxo};
@@ -84,7 +84,8 @@ llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, llmt_comm *comm)
     }
     x->ep_rank = rank;
     x->ep_size = size;
-    return llmt__moe_dctx_fp8_resize(x); /* an owner's rows: up to E x block */
+    /* fp8 experts: this rank's E/size, an owner's rows (up to E x block) */
+    return llmt__moe_dctx_fp8_resize(x);
 }
 
 void llmt__moe_dep_free(llmt__moe_dctx *x, llmt__moe_dep *q)

@@ -31,8 +31,10 @@ struct llmt__moe_dctx {
      * running; scratch for f8rows padded rows of up to max(C, F) columns:
      * f8pad, f8out the padded inputs and outputs (storage type), f8qa
      * codes as is, f8qat and f8qbt per expert transposed; f8qw a stacked
-     * weight's codes (E x F x C); f8p0 the padded first rows (host) */
-    int f8on, layer;
+     * weight's codes for the f8n experts this rank multiplies (f8n x F x
+     * C: all E, or its E/ep under expert parallelism); f8p0 the padded
+     * first rows (host, f8n + 1) */
+    int f8on, layer, f8n;
     llmt__moe_fp8 f8;
     size_t f8rows;
     void *f8pad, *f8out;
@@ -92,8 +94,9 @@ llmt_status llmt__moe_dev_router_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt_
                                      const void *xin, const void *dy, void *dx, float aux_coef,
                                      float z_coef);
 
-/* fp8 experts: the scratch for the largest call after expert parallelism
- * changed it (moe_dev.c; nothing when they are bf16). */
+/* fp8 experts: the scratch made afresh for the experts and the largest
+ * call after expert parallelism changed them (moe_dev.c; smaller too: a
+ * rank's E/ep experts; nothing when they are bf16). */
 llmt_status llmt__moe_dctx_fp8_resize(llmt__moe_dctx *x);
 
 /* Element i of a storage-typed array. */

@@ -1,0 +1,353 @@
+/* fp8 MoE experts under expert parallelism: a rank's fp8 scratch holds
+ * its own E/ep experts, and the planner predicts it (lib/train/moe_dev.c
+ * f8_room, lib/plan/engine.c fp8_bytes; doc/fp8.md, "Mixture of
+ * experts"). Llama MoE (width 64, 4 heads, ffn 128, 2 layers, 16 tokens,
+ * micro-batches of 2, 2 per step; every layer E experts of 32, top-2,
+ * one shared, dropless) on the bf16 emulation (the backend standing for
+ * CUDA), ranks as threads, dp = ep = k, precision.gemm fp8 and bf16:
+ *
+ *   - plan against run: each rank's state (device_in_use less the
+ *     activations and comm buffers) and activations equal the plan's to
+ *     the byte, fp8 and bf16, as test plan-vs-run-fp8 holds them;
+ *   - what fp8 adds to a rank's device memory, measured by the backend's
+ *     allocator (device_in_use of the fp8 run less the bf16 run's, less
+ *     the step transfer blocks' scale slots), equals the plan's fp8
+ *     activations less its bf16 ones;
+ *   - against the same model at ep 1, independent of the planner: the
+ *     measured fp8 bytes move by the experts' part alone, which for a
+ *     rank multiplying El experts (E at ep 1, E/k at ep k) on R rows (N x
+ *     top_k at ep 1; at ep k the owner's: E x capacity, or k x N x
+ *     top_k if less) is (R + 15 El)
+ *     rows of max(64, 32) elements at 2 x 2 + 3 bytes plus El x 32 x 64
+ *     bytes of codes; with the codes sized for all E experts on every
+ *     rank (before 2026-11-27) this fails at each ep > 1.
+ *
+ *
+ * And a MoE context (lib/train/moe_dev.c) whose fp8 experts were set
+ * before expert parallelism came, as a runtime re-layout does: its fp8
+ * room, by the allocator and by its own count, is the experts' part above
+ * at ep k, and at ep 1 again after ep went.
+ *
+ * Layouts: E 4 at ep 2, E 8 at ep 4, E 64 at ep 8 (each with its ep 1
+ * run). The emulation only: fp8 GEMMs need a bf16 backend. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "exec/dev.h"
+#include "llmtrain.h"
+#include "plan/plan.h"
+#include "plan_run_fixture.h"
+#include "train/device.h"
+#include "train/moe_dev.h"
+#include "train/trainer_state.h"
+
+#define STEPS PLAN_RUN_STEPS
+#define MAXW 8
+#define WIDTH 64
+#define FFN 128
+#define EFFN 32
+#define LAYERS 2
+#define SEQ 16
+#define MICRO 2
+#define ACCUM 2
+#define VOCAB 250
+
+typedef struct layout {
+    const char *name;
+    int experts, ep; /* dp = ep */
+    int fp8;
+} layout;
+
+static void spec_json(const layout *l, char *buf, size_t n)
+{
+    snprintf(buf, n,
+             "{\"name\": \"fp8-ep\", \"model\": {\"arch\": \"llama\", \"layers\": %d, "
+             "\"hidden\": %d, \"heads\": 4, \"kv_heads\": 2, \"ffn\": %d, \"vocab\": %d, "
+             "\"seq_len\": %d, \"tied_embeddings\": false, \"moe\": {\"experts\": %d, "
+             "\"top_k\": 2, \"expert_ffn\": %d, \"shared_experts\": 1, \"dropless\": true}}, "
+             "\"parallelism\": {\"tp\": 1, \"cp\": 1, \"pp\": 1, \"dp\": %d, \"ep\": %d, "
+             "\"zero\": 0}, "
+             "\"precision\": {\"param\": \"bf16\", \"master\": \"fp32\", \"gemm\": \"%s\"}, "
+             "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
+             "\"train\": {\"device\": \"cuda\"}, \"hardware\": {\"gpu\": \"h100\"}}",
+             LAYERS, WIDTH, FFN, VOCAB, SEQ, l->experts, EFFN, l->ep, l->ep,
+             l->fp8 ? "fp8" : "bf16", MICRO, ACCUM);
+}
+
+typedef struct rank_arg {
+    plan_run_arg a;
+    double in_use; /* device_in_use: the backend allocator's bytes */
+    int fp8_ran;
+} rank_arg;
+
+/* Both fp8 GEMM counts of the engine's last step above 0. */
+static int fp8_ran(llmt_trainer *tr)
+{
+    const float *sc = NULL;
+    int n = 0, f = 0, b = 0;
+    llmt__devtrain *d = llmt__trainer_devtrain(tr);
+    return d && llmt__devtrain_fp8_state(d, &sc, &n, &f, &b) && f > 0 && b > 0;
+}
+
+static llmt_status make_trainer(const layout *l, llmt_model **m, llmt_trainer **tr)
+{
+    llmt_model_config c;
+    plan_run_model_config(&c, 1, LAYERS, WIDTH, 4, 2, FFN, VOCAB, 0, SEQ);
+    plan_run_moe_config(&c, EFFN);
+    c.moe_experts = l->experts;
+    llmt_status st = llmt_model_create(NULL, &c, m);
+    if (st != LLMT_OK)
+        return st;
+    llmt_trainer_opts o;
+    llmt_trainer_opts_init(&o, sizeof o);
+    o.micro_batch = MICRO;
+    o.grad_accum = ACCUM;
+    o.seq_len = SEQ;
+    o.lr = 1e-3f;
+    o.threads = 1;
+    o.fp8 = l->fp8;
+    return llmt__trainer_create_dev(*m, &o, llmt__dev_emul(), tr);
+}
+
+static void *rank_main(void *p)
+{
+    rank_arg *ra = p;
+    plan_run_arg *a = &ra->a;
+    const layout *l = a->lo;
+    llmt_model *m = NULL;
+    llmt_trainer *tr = NULL;
+    llmt_comm *gc[5] = {NULL, NULL, NULL, NULL, NULL}; /* TP, CP, DP, PP, EP */
+    static const llmt_plan_dim dims[2] = {LLMT_DIM_DP, LLMT_DIM_EP};
+    const int deg[2] = {l->ep, l->ep};
+    llmt_comm *dg[2] = {NULL, NULL};
+    int32_t co[LLMT_PLAN_NDIMS] = {0};
+    a->st = llmt_plan_coords(a->plan, a->rank, co);
+    if (a->st == LLMT_OK)
+        a->st =
+            plan_run_groups_create(a->world, a->plan, 2, dims, deg, dg, a->err, sizeof a->err);
+    gc[2] = dg[0];
+    gc[4] = dg[1];
+    if (a->st == LLMT_OK)
+        a->st = make_trainer(l, &m, &tr);
+    rank_fixture_groups g = {.dp = gc[2], .ep = gc[4], .cp_variant = LLMT_CP_RING};
+    if (a->st == LLMT_OK)
+        a->st = rank_fixture_attach(tr, &g);
+    llmt_comm *xc = a->st == LLMT_OK && gc[4] ? llmt__trainer_expert_dp_comm(tr) : NULL;
+    size_t per = (size_t)MICRO * ACCUM * SEQ; /* tokens per step and replica */
+    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
+        size_t at = ((size_t)k * l->ep + (size_t)co[LLMT_DIM_DP]) * per;
+        a->st = plan_run_step(tr, gc, xc, a->in, a->tg, at, MICRO * ACCUM, SEQ, a->g[k]);
+    }
+    if (a->st == LLMT_OK)
+        a->st = plan_run_memory(tr, &a->state, &a->acts);
+    if (a->st == LLMT_OK) {
+        llmt_trainer_memory mem;
+        memset(&mem, 0, sizeof mem);
+        mem.struct_size = sizeof mem;
+        a->st = llmt_trainer_memory_usage(tr, &mem);
+        ra->in_use = (double)mem.device_in_use;
+        ra->fp8_ran = fp8_ran(tr);
+    }
+    if (a->st != LLMT_OK)
+        plan_run_rank_error(a->err, sizeof a->err, tr, m);
+    llmt_trainer_destroy(tr);
+    llmt_model_destroy(m);
+    for (int j = 0; j < 5; j++)
+        llmt_comm_destroy(gc[j]);
+    return NULL;
+}
+
+/* One layout's ranks into r[0..ep) and its plan's estimate into *x (every
+ * rank's: no pipeline). Returns whether all ranks ran, agree with the plan
+ * to the byte (groups, state, activations) and, with fp8, ran fp8 GEMMs. */
+static int run_layout(const layout *l, const int32_t *in, const int32_t *tg, rank_arg *r,
+                      llmt_plan_estimate *x)
+{
+    char js[2048];
+    spec_json(l, js, sizeof js);
+    llmt_spec *s = NULL;
+    llmt_plan *p = NULL;
+    int W = l->ep;
+    if (plan_run_spec_plan(l->name, js, W, &s, &p) != LLMT_OK || W > MAXW) {
+        llmt_plan_destroy(p);
+        llmt_spec_destroy(s);
+        return 0;
+    }
+    memset(x, 0, sizeof *x);
+    x->struct_size = sizeof *x;
+    CHECK_STATUS(llmt_plan_get_estimate(p, x), LLMT_OK);
+    memset(r, 0, (size_t)W * sizeof *r);
+    for (int k = 0; k < W; k++)
+        r[k].a = (plan_run_arg){.lo = l, .plan = p, .rank = k, .in = in, .tg = tg};
+    rank_fixture_run(r, sizeof *r, W, W > 1, offsetof(rank_arg, a.world), rank_main);
+    int ok = plan_run_ranks_ok(l->name, r, sizeof *r, W, offsetof(rank_arg, a.st),
+                               offsetof(rank_arg, a.err));
+    double nf = l->fp8 ? 15.0 * LAYERS : 0;
+    double io = plan_run_io(ACCUM, MICRO * SEQ, nf, l->ep);
+    double pl[3][3];
+    plan_run_plan_groups(x, pl);
+    double state = x->engine_mem_params + x->engine_mem_grads + x->engine_mem_optimizer;
+    for (int k = 0; ok && k < W; k++) {
+        int same = 1;
+        for (int j = 0; j < STEPS; j++)
+            same &= plan_run_groups_equal(l->name, k, -1, j + 1,
+                                          (const double(*)[3])r[k].a.g[j], pl);
+        double ds = r[k].a.state - io - state, da = r[k].a.acts - x->engine_mem_activations;
+        if (ds != 0 || da != 0)
+            fprintf(stderr,
+                    "%s rank %d: state %.0f B, plan %.0f + %.0f (%+.0f B); activations %.0f "
+                    "B, plan %.0f (%+.0f B)\n",
+                    l->name, k, r[k].a.state, state, io, ds, r[k].a.acts,
+                    x->engine_mem_activations, da);
+        ok &= same && ds == 0 && da == 0 && (!l->fp8 || r[k].fp8_ran);
+    }
+    llmt_plan_destroy(p);
+    llmt_spec_destroy(s);
+    return ok;
+}
+
+/* The experts' fp8 bytes of a rank of E experts at ep (dp = ep) from
+ * what it multiplies (the file's opening comment): El experts' codes of
+ * one projection, R + 15 El padded rows of max(width, expert ffn). */
+static double experts_fp8(int E, int ep)
+{
+    double N = MICRO * SEQ, El = (double)E / ep, W = fmax(WIDTH, EFFN);
+    /* the owner's rows: E blocks of the capacity (dropless: N), or what
+     * the ep sources route (N x top_k each), whichever is less */
+    double R = ep > 1 ? fmin(E * N, ep * N * 2) : N * 2;
+    return (R + 15 * El) * W * (2 * 2 + 3) + El * EFFN * WIDTH;
+}
+
+/* A rank's measured fp8 bytes: its device memory in use less the bf16
+ * run's, less the scale slots of the step transfer blocks (not the
+ * planner's activations: plan_run_io). */
+static double fp8_added(const rank_arg *f, const rank_arg *b, int ep)
+{
+    double io = plan_run_io(ACCUM, MICRO * SEQ, 15.0 * LAYERS, ep) -
+                plan_run_io(ACCUM, MICRO * SEQ, 0, ep);
+    return f->in_use - b->in_use - io;
+}
+
+/* E experts at ep against the same model at ep 1. */
+static void check_ep(int E, int ep, const int32_t *in, const int32_t *tg)
+{
+    char nm[4][64];
+    layout l[4];
+    for (int i = 0; i < 4; i++) {
+        int k = i < 2 ? 1 : ep, f8 = !(i & 1);
+        snprintf(nm[i], sizeof nm[i], "moe E %d ep %d %s", E, k, f8 ? "fp8" : "bf16");
+        l[i] = (layout){nm[i], E, k, f8};
+    }
+    rank_arg r[4][MAXW];
+    llmt_plan_estimate x[4];
+    int ok = 1;
+    for (int i = 0; i < 4; i++)
+        ok &= run_layout(&l[i], in, tg, r[i], &x[i]);
+    CHECK(ok);
+    if (!ok)
+        return;
+    double one = fp8_added(&r[0][0], &r[1][0], 1);
+    double plan = x[2].engine_mem_activations - x[3].engine_mem_activations;
+    double want = one + experts_fp8(E, ep) - experts_fp8(E, 1);
+    int planned = 1, local = 1;
+    for (int k = 0; k < ep; k++) {
+        double got = fp8_added(&r[2][k], &r[3][k], ep);
+        if (got != plan || got != want)
+            fprintf(stderr,
+                    "moe E %d ep %d rank %d: fp8 adds %.0f B of device memory; plan %.0f, "
+                    "expected %.0f (ep 1: %.0f, experts' part %.0f there, %.0f here)\n",
+                    E, ep, k, got, plan, want, one, experts_fp8(E, 1), experts_fp8(E, ep));
+        planned &= got == plan;
+        local &= got == want;
+    }
+    CHECK(planned);
+    CHECK(local);
+    printf("moe E %2d ep %d: device in use per rank %.0f B fp8 (%.0f B bf16): fp8 adds %.0f B "
+           "(plan %.0f B; at ep 1 %.0f B); plan and run equal to the byte on every rank: %s; "
+           "fp8 bytes for the rank's own %d experts: %s\n",
+           E, ep, r[2][0].in_use, r[3][0].in_use, fp8_added(&r[2][0], &r[3][0], ep), plan, one,
+           ok ? "yes" : "NO", E / ep, local ? "yes" : "NO");
+}
+
+/* The fp8 experts' bytes of a MoE context, by the backend's allocator:
+ * what set_fp8(NULL) frees (made again after); the context's own count
+ * of its scratch must move by as much. */
+static double dctx_fp8(llmt__moe_dctx *x, const llmt__moe_fp8 *f)
+{
+    const llmt__dev_ops *op = llmt__moe_dctx_ops(x);
+    llmt__dev *d = llmt__moe_dctx_dev(x);
+    size_t u0 = 0, u1 = 0, pk = 0, sc0 = llmt__moe_dctx_scratch_bytes(x);
+    op->mem_stats(d, &u0, &pk);
+    CHECK_STATUS(llmt__moe_dctx_set_fp8(x, NULL), LLMT_OK);
+    op->mem_stats(d, &u1, &pk);
+    CHECK(sc0 - llmt__moe_dctx_scratch_bytes(x) == u0 - u1);
+    CHECK_STATUS(llmt__moe_dctx_set_fp8(x, f), LLMT_OK);
+    return (double)(u0 - u1);
+}
+
+/* A context with fp8 experts before expert parallelism comes (and goes):
+ * its fp8 room follows the layout both ways, to the experts' part of
+ * experts_fp8 (a runtime re-layout, llmt_trainer_set_ep_comm after the
+ * engine's fp8 experts were set). */
+static void relayout(int E, int ep)
+{
+    const llmt__dev_ops *op = llmt__dev_emul();
+    llmt__dev *d = NULL;
+    char msg[256];
+    llmt__dev_opts dopt = {0, 1};
+    CHECK_STATUS(op->create(&dopt, &d, msg, sizeof msg), LLMT_OK);
+    llmt_err err;
+    memset(&err, 0, sizeof err);
+    llmt__moe_shape sh = {E, 2, WIDTH, EFFN, 1.0f, 1, 0};
+    llmt__moe_dctx *x = NULL;
+    llmt_comm *c[MAXW] = {NULL};
+    llmt__moe_fp8 f;
+    memset(&f, 0, sizeof f); /* nothing runs: the room only */
+    if (d)
+        CHECK_STATUS(llmt__moe_dctx_new(op, d, &err, &sh, 0, MICRO * SEQ, &x), LLMT_OK);
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, ep, NULL, c), LLMT_OK);
+    if (x && c[0]) {
+        CHECK_STATUS(llmt__moe_dctx_set_fp8(x, &f), LLMT_OK);
+        double one = dctx_fp8(x, &f);
+        CHECK_STATUS(llmt__moe_dctx_set_ep(x, c[0]), LLMT_OK);
+        double k = dctx_fp8(x, &f);
+        CHECK_STATUS(llmt__moe_dctx_set_ep(x, NULL), LLMT_OK);
+        double back = dctx_fp8(x, &f);
+        double w1 = experts_fp8(E, 1), wk = experts_fp8(E, ep);
+        CHECK(one == w1 && k == wk && back == w1);
+        printf("moe E %2d: fp8 experts' room %.0f B at ep 1, %.0f B after ep %d came "
+               "(expected %.0f), %.0f B after it went (expected %.0f)\n",
+               E, one, k, ep, wk, back, w1);
+    } else if (!x) {
+        fprintf(stderr, "relayout: %s\n", err.msg);
+    }
+    llmt__moe_dctx_free(x);
+    for (int r = 0; r < ep; r++)
+        llmt_comm_destroy(c[r]);
+    if (d)
+        op->destroy(d);
+}
+
+int main(void)
+{
+    const char *name = "plan-vs-run-fp8-ep";
+    size_t n = (size_t)STEPS * MAXW * MICRO * ACCUM * SEQ;
+    int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
+    CHECK(in && tg);
+    if (!in || !tg)
+        return check_exit(name);
+    plan_run_tokens(in, tg, n, 11, VOCAB);
+    static const int cases[][2] = {{4, 2}, {8, 4}, {64, 8}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_ep(cases[i][0], cases[i][1], in, tg);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        relayout(cases[i][0], cases[i][1]);
+    free(in);
+    free(tg);
+    return check_exit(name);
+}
