@@ -63,32 +63,15 @@ static llmt_status check_parallelism(llmt_job *j)
 
 /* The layouts the engines do not run yet (zero without data-parallel
  * ranks, host groups beside NCCL on cuda, sequence parallelism across
- * context parallel rows, ZeRO 2-3 in a pipeline): lib/plan/job_limits.c,
- * shared with the planner, which names them beside a plan. */
+ * context parallel rows, ZeRO 2-3 in a pipeline) and the keys of a degree
+ * set without it (cp_variant, pp_schedule, stage_layers):
+ * lib/plan/job_limits.c, shared with the planner, which names them beside
+ * a plan and an auto-planner's choice. */
 static llmt_status check_layout(llmt_job *j)
 {
     char why[1024];
     llmt_status st = llmt__plan_job_limits(j->spec, j->world, why, sizeof why);
     return st == LLMT_OK ? LLMT_OK : llmt__err_set(&j->err, st, "%s", why);
-}
-
-/* Context parallelism (lib/train/cp.c) and pipeline parallelism
- * (lib/train/pp.c) run on the host backends, composed with the other
- * degrees (what they do not compose with yet is check_layout's); their
- * keys refuse to be set without them. */
-static llmt_status check_cp_pp_keys(llmt_job *j)
-{
-    const llmt_spec *s = j->spec;
-    if (s->parallelism.cp <= 1 && llmt__spec_given(s, "parallelism.cp_variant"))
-        return REFUSE("parallelism.cp_variant: set but parallelism.cp is 1 (there is no "
-                      "context parallel attention to choose); remove the key or set cp");
-    if (s->parallelism.pp <= 1 && llmt__spec_given(s, "parallelism.pp_schedule"))
-        return REFUSE("parallelism.pp_schedule: set but parallelism.pp is 1 (there is no "
-                      "pipeline to schedule); remove the key or set pp");
-    if (s->parallelism.pp <= 1 && llmt__spec_given(s, "parallelism.stage_layers"))
-        return REFUSE("parallelism.stage_layers: set but parallelism.pp is 1 (one stage "
-                      "holds every layer); remove the key or set pp");
-    return LLMT_OK;
 }
 
 /* What each engine computes in: the CPU trainer fp32 throughout; the
@@ -414,8 +397,6 @@ llmt_status llmt__job_check_spec(llmt_job *j)
     if ((st = check_parallelism(j)) != LLMT_OK)
         return st;
     if ((st = check_layout(j)) != LLMT_OK)
-        return st;
-    if ((st = check_cp_pp_keys(j)) != LLMT_OK)
         return st;
     if ((st = check_precision(j)) != LLMT_OK)
         return st;

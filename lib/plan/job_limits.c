@@ -11,6 +11,24 @@
 /* why may be NULL (n 0): the auto-planner asks of every layout it weighs */
 #define SAY(...) (n ? snprintf(why, n, __VA_ARGS__) : 0, LLMT_ERR_UNSUPPORTED)
 
+/* Keys that act only with a degree above 1: the job refuses them set
+ * without it, so a layout that drops the degree (the auto-planner's pp 1
+ * or cp 1 for a spec that names a schedule, a split or a variant) is one
+ * the job does not run. */
+static llmt_status keys_of_degrees(const llmt_spec *s, char *why, size_t n)
+{
+    if (s->parallelism.cp <= 1 && llmt__spec_given(s, "parallelism.cp_variant"))
+        return SAY("parallelism.cp_variant: set but parallelism.cp is 1 (there is no context "
+                   "parallel attention to choose); remove the key or set cp");
+    if (s->parallelism.pp <= 1 && llmt__spec_given(s, "parallelism.pp_schedule"))
+        return SAY("parallelism.pp_schedule: set but parallelism.pp is 1 (there is no "
+                   "pipeline to schedule); remove the key or set pp");
+    if (s->parallelism.pp <= 1 && llmt__spec_given(s, "parallelism.stage_layers"))
+        return SAY("parallelism.stage_layers: set but parallelism.pp is 1 (one stage holds "
+                   "every layer); remove the key or set pp");
+    return LLMT_OK;
+}
+
 llmt_status llmt__plan_job_limits(const llmt_spec *s, int64_t world, char *why, size_t n)
 {
     long long tp = (long long)s->parallelism.tp, cp = (long long)s->parallelism.cp,
@@ -74,5 +92,5 @@ llmt_status llmt__plan_job_limits(const llmt_spec *s, int64_t world, char *why, 
                    "(ZeRO-2 shares of a tied head's two copies do not line up, ZeRO-3 gathers "
                    "are not in a stage's forward); use zero 0 or 1",
                    zero, pp);
-    return LLMT_OK;
+    return keys_of_degrees(s, why, n);
 }
