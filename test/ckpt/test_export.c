@@ -12,21 +12,13 @@
 
 #include "check.h"
 #include "ckpt_util.h"
+#include "small_model.h"
 
 static llmt_model *make_model(void)
 {
     llmt_model_config c;
-    llmt_model_config_init(&c, sizeof c);
-    c.vocab_size = 60;
-    c.padded_vocab_size = 64;
-    c.max_seq_len = 16;
-    c.layers = 2;
-    c.width = 32;
-    c.heads = 4;
-    c.seed = 42;
-    llmt_model *m = NULL;
-    CHECK_STATUS(llmt_model_create(NULL, &c, &m), LLMT_OK);
-    return m;
+    small_model_config(&c, 60, 64, 16, 2, 32, 4, 42);
+    return small_model_create(NULL, &c);
 }
 
 static void save_model(llmt_model *m, const char *root, int64_t step)

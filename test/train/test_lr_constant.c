@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "llmtrain.h"
+#include "small_model.h"
 
 static llmt_context *ctx;
 static char dir[256];
@@ -27,15 +28,8 @@ static void on_log(void *user, llmt_log_level level, const char *module, const c
 static llmt_model *small_model(void)
 {
     llmt_model_config mc;
-    llmt_model_config_init(&mc, sizeof mc);
-    mc.vocab_size = 64;
-    mc.max_seq_len = 16;
-    mc.layers = 1;
-    mc.width = 16;
-    mc.heads = 2;
-    llmt_model *m = NULL;
-    CHECK_STATUS(llmt_model_create(ctx, &mc, &m), LLMT_OK);
-    return m;
+    small_model_config(&mc, 64, 0, 16, 1, 16, 2, 0);
+    return small_model_create(ctx, &mc);
 }
 
 static void constant_opts(llmt_trainer_opts *o)
@@ -56,13 +50,8 @@ static void refused(llmt_model *m, const llmt_trainer_opts *o, const char *const
     CHECK_STATUS(llmt_trainer_create(m, o, &tr), LLMT_ERR_INVALID_ARGUMENT);
     CHECK(tr == NULL);
     const char *msg = llmt_model_last_error(m);
-    for (; *needle; needle++) {
-        int ok = msg && strstr(msg, *needle) != NULL;
-        CHECK(ok);
-        if (!ok)
-            fprintf(stderr, "  message \"%s\" does not name %s\n", msg ? msg : "(null)",
-                    *needle);
-    }
+    for (; *needle; needle++)
+        small_model_names("", msg, *needle);
     llmt_trainer_destroy(tr);
 }
 
@@ -188,9 +177,6 @@ int main(void)
     }
     llmt_model_destroy(m);
     llmt_context_destroy(ctx);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    small_model_rmtree(dir);
     return check_exit("lr-constant");
 }

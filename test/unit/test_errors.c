@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "llmtrain.h"
+#include "small_model.h"
 
 static int cases;
 
@@ -226,14 +227,7 @@ static void test_ckpt(void)
 static void test_model_train(void)
 {
     llmt_model_config c;
-    llmt_model_config_init(&c, sizeof c);
-    c.vocab_size = 50;
-    c.padded_vocab_size = 64;
-    c.max_seq_len = 8;
-    c.layers = 1;
-    c.width = 16;
-    c.heads = 2;
-    c.seed = 1;
+    small_model_config(&c, 50, 64, 8, 1, 16, 2, 1);
     llmt_model *m = NULL;
     PROVOKE(llmt_model_create(ctx, NULL, &m), llmt_context_last_error(ctx), "out is NULL");
     EXPECT_MSG(llmt_model_create(ctx, &c, NULL), LLMT_ERR_NULL_POINTER,
