@@ -1,17 +1,39 @@
 /* What the device engine's single-trainer tests on the emulation
  * (test_device_mem.c, test_device_syncs.c) share: their small GPT-2 or
  * Llama and a device engine trainer for it on an op table standing for
- * CUDA, made and torn down the same way (a step: rank_fixture_step).
- * Header only: each test is one translation unit. */
+ * CUDA, made and torn down the same way (a step: rank_fixture_step); and
+ * the cpu|emul argument of the tests run on either table
+ * (test_device_tp.c, _sp.c, _tpdp.c). Header only: each test is one
+ * translation unit. */
 #ifndef LLMT_TEST_DEV_MODEL_FIXTURE_H
 #define LLMT_TEST_DEV_MODEL_FIXTURE_H
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "train/device.h"
+
+/* main's argument: "cpu" (the default: the fp32 host ops) or "emul" (the
+ * bf16 emulation, *bf16 set) into *ops; -1 after the usage line of prog
+ * for anything else. */
+static inline int dev_model_mode(int argc, char **argv, const char *prog,
+                                 const llmt__dev_ops **ops, int *bf16)
+{
+    const char *mode = argc > 1 ? argv[1] : "cpu";
+    if (!strcmp(mode, "cpu")) {
+        *ops = llmt__dev_cpu();
+    } else if (!strcmp(mode, "emul")) {
+        *ops = llmt__dev_emul();
+        *bf16 = 1;
+    } else {
+        fprintf(stderr, "usage: %s cpu|emul\n", prog);
+        return -1;
+    }
+    return 0;
+}
 
 /* GPT-2 (4 kv heads) or Llama (2): width 64, 4 heads, a vocabulary of 97
  * padded to 128, seq tokens; ffn hidden units (0: the model's default)

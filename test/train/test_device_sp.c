@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "dev_model_fixture.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "rank_fixture.h"
@@ -114,23 +115,14 @@ static void *rank_main(void *p)
     llmt_model *m = NULL;
     llmt_trainer *tr = NULL;
     llmt_comm *tpc = NULL, *dpc = NULL;
-    int32_t co[LLMT_PLAN_NDIMS] = {0}, dims[LLMT_PLAN_NDIMS];
+    int32_t co[LLMT_PLAN_NDIMS] = {0};
     int dp = 1;
     a->st = LLMT_OK;
     if (a->world) {
-        a->st = llmt_plan_coords(a->plan, a->rank, co);
-        if (a->st == LLMT_OK)
-            a->st = llmt_plan_degrees(a->plan, dims);
-        if (a->st == LLMT_OK)
-            dp = dims[LLMT_DIM_DP];
-        if (a->st == LLMT_OK)
-            a->st = llmt_comm_create_plan_group(a->world, a->plan, LLMT_DIM_TP, &tpc);
-        if (a->st == LLMT_OK && dp > 1)
-            a->st = llmt_comm_create_plan_group(a->world, a->plan, LLMT_DIM_DP, &dpc);
-        if (a->st != LLMT_OK) {
-            snprintf(a->err, sizeof a->err, "groups: %s", llmt_comm_last_error(a->world));
+        a->st = tp_fixture_groups(a->world, a->plan, a->rank, co, &dp, &tpc, &dpc, a->err,
+                                  sizeof a->err);
+        if (a->st != LLMT_OK)
             return NULL;
-        }
     }
     a->st = llmt_model_create(NULL, &g_cfg, &m);
     if (a->st == LLMT_OK) {
@@ -152,26 +144,15 @@ static void *rank_main(void *p)
         if (a->st == LLMT_OK)
             a->st = llmt_trainer_set_sequence_parallel(tr, 1);
     }
-    if (a->st == LLMT_OK && dpc) {
-        llmt_dp_opts d;
-        llmt_dp_opts_init(&d, sizeof d);
-        d.zero_stage = a->zero;
-        d.bucket_bytes = 16 << 10; /* several buckets */
-        a->st = llmt_trainer_set_comm(tr, dpc, &d);
-    }
+    if (a->st == LLMT_OK && dpc)
+        a->st = tp_fixture_set_dp(tr, dpc, a->zero);
     if (a->st == LLMT_OK && a->probe)
         a->st = probe(a, tr);
-    size_t per = (size_t)SEQS / dp * T;
     if (tpc)
         llmt_comm_reset_stats(tpc);
     for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
-        size_t at = (size_t)k * SEQS * T + (size_t)co[LLMT_DIM_DP] * per;
-        llmt_batch b = {sizeof b, g_in + at, g_tg + at, SEQS / dp, T};
-        llmt_step_metrics met;
-        memset(&met, 0, sizeof met);
-        met.struct_size = sizeof met;
-        a->st = llmt_trainer_step(tr, &b, &met);
-        a->loss[k] = met.loss;
+        llmt_batch b = tp_fixture_batch(g_in, g_tg, k, SEQS, T, dp, co[LLMT_DIM_DP]);
+        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
     }
     llmt_comm_stats cs;
     memset(&cs, 0, sizeof cs);
@@ -411,16 +392,8 @@ static void check_bad(void)
 
 int main(int argc, char **argv)
 {
-    const char *mode = argc > 1 ? argv[1] : "cpu";
-    if (!strcmp(mode, "cpu"))
-        g_ops = llmt__dev_cpu();
-    else if (!strcmp(mode, "emul")) {
-        g_ops = llmt__dev_emul();
-        g_bf16 = 1;
-    } else {
-        fprintf(stderr, "usage: test_device_sp cpu|emul\n");
+    if (dev_model_mode(argc, argv, "test_device_sp", &g_ops, &g_bf16) != 0)
         return 2;
-    }
     tp_fixture_data((size_t)STEPS * SEQS * T, V, &g_in, &g_tg);
     if (g_bf16) {
         compare("llama kv2 (split)", 1, 2, 2, 1, 0, 0);

@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "dev_model_fixture.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "rank_fixture.h"
@@ -398,16 +399,8 @@ static void check_bad(void)
 
 int main(int argc, char **argv)
 {
-    const char *mode = argc > 1 ? argv[1] : "cpu";
-    if (!strcmp(mode, "cpu"))
-        g_ops = llmt__dev_cpu();
-    else if (!strcmp(mode, "emul")) {
-        g_ops = llmt__dev_emul();
-        g_bf16 = 1;
-    } else {
-        fprintf(stderr, "usage: test_device_tp cpu|emul\n");
+    if (dev_model_mode(argc, argv, "test_device_tp", &g_ops, &g_bf16) != 0)
         return 2;
-    }
     make_data();
     compare("gpt2", 0, 0, 2);
     compare("gpt2", 0, 0, 4);

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "dev_model_fixture.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "rank_fixture.h"
@@ -100,18 +101,9 @@ static void *rank_main(void *p)
     int32_t co[LLMT_PLAN_NDIMS] = {0};
     int dp = 1;
     if (a->world) {
-        a->st = llmt_plan_coords(a->plan, a->rank, co);
-        int32_t dims[LLMT_PLAN_NDIMS];
-        if (a->st == LLMT_OK)
-            a->st = llmt_plan_degrees(a->plan, dims);
-        if (a->st == LLMT_OK)
-            dp = dims[LLMT_DIM_DP];
-        if (a->st == LLMT_OK)
-            a->st = llmt_comm_create_plan_group(a->world, a->plan, LLMT_DIM_TP, &tpc);
-        if (a->st == LLMT_OK && dp > 1)
-            a->st = llmt_comm_create_plan_group(a->world, a->plan, LLMT_DIM_DP, &dpc);
+        a->st = tp_fixture_groups(a->world, a->plan, a->rank, co, &dp, &tpc, &dpc, a->err,
+                                  sizeof a->err);
         if (a->st != LLMT_OK) {
-            snprintf(a->err, sizeof a->err, "groups: %s", llmt_comm_last_error(a->world));
             fprintf(stderr, "rank %d: %s\n", a->rank, a->err);
             return NULL; /* the comparison reports it */
         }
@@ -125,26 +117,15 @@ static void *rank_main(void *p)
     }
     if (a->st == LLMT_OK && tpc)
         a->st = llmt_trainer_set_tp_comm(tr, tpc);
-    if (a->st == LLMT_OK && dpc) {
-        llmt_dp_opts d;
-        llmt_dp_opts_init(&d, sizeof d);
-        d.zero_stage = a->zero;
-        d.bucket_bytes = 16 << 10; /* several buckets */
-        a->st = llmt_trainer_set_comm(tr, dpc, &d);
-    }
+    if (a->st == LLMT_OK && dpc)
+        a->st = tp_fixture_set_dp(tr, dpc, a->zero);
     if (a->st == LLMT_OK && a->load)
         a->st = ckpt_io(a, tr, a->load, 0, a->k0);
     if (a->st == LLMT_OK && a->resave)
         a->st = ckpt_io(a, tr, a->resave, 1, a->k0);
-    size_t per = (size_t)SEQS / dp * T;
     for (int k = a->k0; k < STEPS && a->st == LLMT_OK; k++) {
-        size_t at = (size_t)k * SEQS * T + (size_t)co[LLMT_DIM_DP] * per;
-        llmt_batch b = {sizeof b, g_in + at, g_tg + at, SEQS / dp, T};
-        llmt_step_metrics met;
-        memset(&met, 0, sizeof met);
-        met.struct_size = sizeof met;
-        a->st = llmt_trainer_step(tr, &b, &met);
-        a->loss[k] = met.loss;
+        llmt_batch b = tp_fixture_batch(g_in, g_tg, k, SEQS, T, dp, co[LLMT_DIM_DP]);
+        a->st = rank_fixture_step(tr, &b, &a->loss[k]);
         if (a->st == LLMT_OK && a->save && k + 1 == SAVE_AT)
             a->st = ckpt_io(a, tr, a->save, 1, SAVE_AT); /* the run goes on */
     }
@@ -279,16 +260,8 @@ static void compare(const char *name, int llama, int kv)
 
 int main(int argc, char **argv)
 {
-    const char *mode = argc > 1 ? argv[1] : "cpu";
-    if (!strcmp(mode, "cpu"))
-        g_ops = llmt__dev_cpu();
-    else if (!strcmp(mode, "emul")) {
-        g_ops = llmt__dev_emul();
-        g_bf16 = 1;
-    } else {
-        fprintf(stderr, "usage: test_device_tpdp cpu|emul\n");
+    if (dev_model_mode(argc, argv, "test_device_tpdp", &g_ops, &g_bf16) != 0)
         return 2;
-    }
     const char *js = "{\"name\": \"tpdp\", \"model\": {\"arch\": \"gpt2\", \"layers\": 2, "
                      "\"hidden\": 64, \"heads\": 4, \"vocab\": 97, \"seq_len\": 16}, "
                      "\"parallelism\": {\"tp\": 2, \"dp\": 2}, "

@@ -2,12 +2,16 @@
  * test_device_sp.c, and the pp and cp tests) share: the model they split,
  * the token stream they train on, and the comparison of a rank's final
  * parameters with the single-rank run's, so every layout is checked on the
- * same problem by the same measure. */
+ * same problem by the same measure; and for the tp x dp layouts (tpdp,
+ * sp) a rank's groups from the plan, its DP group's options and its share
+ * of a step's batch. */
 #ifndef LLMT_TEST_TP_FIXTURE_H
 #define LLMT_TEST_TP_FIXTURE_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "llmtrain.h"
@@ -41,6 +45,50 @@ static inline void tp_fixture_config(llmt_model_config *c, int llama, int kv, in
     c->heads = 4;
     c->kv_heads = llama ? kv : 0;
     c->seed = 5;
+}
+
+/* A rank's groups from plan: its coordinates (co), the plan's dp (*dp),
+ * its TP group and, where dp > 1, its DP group (*tpc, *dpc); on failure
+ * err says why. */
+static inline llmt_status tp_fixture_groups(llmt_comm *world, const llmt_plan *plan, int rank,
+                                            int32_t *co, int *dp, llmt_comm **tpc,
+                                            llmt_comm **dpc, char *err, size_t errn)
+{
+    int32_t dims[LLMT_PLAN_NDIMS];
+    llmt_status st = llmt_plan_coords(plan, rank, co);
+    if (st == LLMT_OK)
+        st = llmt_plan_degrees(plan, dims);
+    if (st == LLMT_OK)
+        *dp = dims[LLMT_DIM_DP];
+    if (st == LLMT_OK)
+        st = llmt_comm_create_plan_group(world, plan, LLMT_DIM_TP, tpc);
+    if (st == LLMT_OK && *dp > 1)
+        st = llmt_comm_create_plan_group(world, plan, LLMT_DIM_DP, dpc);
+    if (st != LLMT_OK)
+        snprintf(err, errn, "groups: %s", llmt_comm_last_error(world));
+    return st;
+}
+
+/* dpc attached to tr as its DP group: ZeRO stage zero, buckets of 16 KiB
+ * (several a step). */
+static inline llmt_status tp_fixture_set_dp(llmt_trainer *tr, llmt_comm *dpc, int zero)
+{
+    llmt_dp_opts d;
+    llmt_dp_opts_init(&d, sizeof d);
+    d.zero_stage = zero;
+    d.bucket_bytes = 16 << 10;
+    return llmt_trainer_set_comm(tr, dpc, &d);
+}
+
+/* Step k's share of DP rank dpr (of dp) in a global step of seqs
+ * sequences of t tokens from in/tg. */
+static inline llmt_batch tp_fixture_batch(const int32_t *in, const int32_t *tg, int k, int seqs,
+                                          int t, int dp, int dpr)
+{
+    size_t per = (size_t)seqs / dp * t;
+    size_t at = (size_t)k * seqs * t + (size_t)dpr * per;
+    llmt_batch b = {sizeof b, in + at, tg + at, seqs / dp, t};
+    return b;
 }
 
 /* A layout's final parameters p against the single-rank run's ref (n
