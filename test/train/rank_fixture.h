@@ -157,6 +157,18 @@ static inline llmt_status rank_fixture_step(llmt_trainer *tr, const llmt_batch *
     return s;
 }
 
+/* The trainer's activation bytes, host and device (-1 where
+ * llmt_trainer_memory_usage fails). */
+static inline int64_t rank_fixture_act_bytes(llmt_trainer *tr)
+{
+    llmt_trainer_memory m;
+    memset(&m, 0, sizeof m);
+    m.struct_size = sizeof m;
+    if (llmt_trainer_memory_usage(tr, &m) != LLMT_OK)
+        return -1;
+    return m.activations + m.device_activations;
+}
+
 /* A pipeline stage's statistics after its run, unless *st already
  * failed: llmt_trainer_pp_stats into *ps (zeroed and sized in any case)
  * and, unless act is NULL, its activation bytes into *act (host and

@@ -96,16 +96,6 @@ typedef struct rank_arg {
     char err[1024];
 } rank_arg;
 
-static int64_t act_bytes(llmt_trainer *tr)
-{
-    llmt_trainer_memory m;
-    memset(&m, 0, sizeof m);
-    m.struct_size = sizeof m;
-    if (llmt_trainer_memory_usage(tr, &m) != LLMT_OK)
-        return -1;
-    return m.activations + m.device_activations;
-}
-
 static void *rank_main(void *p)
 {
     rank_arg *a = p;
@@ -126,7 +116,7 @@ static void *rank_main(void *p)
     if (a->st == LLMT_OK && a->sp) {
         /* sequence parallelism goes on before CP (refused after it): the
          * CP engine without SP measured, CP detached, SP, CP again */
-        a->act_nosp = act_bytes(tr);
+        a->act_nosp = rank_fixture_act_bytes(tr);
         a->sp_after_cp = llmt_trainer_set_sequence_parallel(tr, 1);
         a->st = llmt__trainer_set_cp(tr, NULL, a->variant);
         if (a->st == LLMT_OK)
@@ -135,7 +125,7 @@ static void *rank_main(void *p)
             a->st = llmt__trainer_set_cp(tr, a->comm, a->variant);
     }
     if (a->st == LLMT_OK && tr)
-        a->act = act_bytes(tr);
+        a->act = rank_fixture_act_bytes(tr);
     if (a->st == LLMT_OK) {
         llmt_batch b = {sizeof b, g_in, g_tg, SEQS, T};
         a->st = llmt_trainer_evaluate(tr, &b, &a->eval);

@@ -88,16 +88,6 @@ typedef struct rank_arg {
     char err[1024];
 } rank_arg;
 
-static int64_t act_bytes(llmt_trainer *tr)
-{
-    llmt_trainer_memory m;
-    memset(&m, 0, sizeof m);
-    m.struct_size = sizeof m;
-    if (llmt_trainer_memory_usage(tr, &m) != LLMT_OK)
-        return -1;
-    return m.activations + m.device_activations;
-}
-
 /* The probe: loss of PROBE tokens and the logits of the last (collective
  * over the TP group). */
 static llmt_status probe(rank_arg *a, llmt_trainer *tr)
@@ -133,14 +123,14 @@ static void *rank_main(void *p)
     }
     if (a->st == LLMT_OK && tpc)
         a->st = llmt_trainer_set_tp_comm(tr, tpc);
-    a->act_tp = tr ? act_bytes(tr) : -1;
+    a->act_tp = tr ? rank_fixture_act_bytes(tr) : -1;
     /* on, off (the engine as tp alone again), on */
     if (a->st == LLMT_OK && a->sp) {
         a->st = llmt_trainer_set_sequence_parallel(tr, 1);
-        a->act_sp = act_bytes(tr);
+        a->act_sp = rank_fixture_act_bytes(tr);
         if (a->st == LLMT_OK)
             a->st = llmt_trainer_set_sequence_parallel(tr, 0);
-        a->act_off = act_bytes(tr);
+        a->act_off = rank_fixture_act_bytes(tr);
         if (a->st == LLMT_OK)
             a->st = llmt_trainer_set_sequence_parallel(tr, 1);
     }
