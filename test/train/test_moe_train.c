@@ -110,6 +110,66 @@ static void dense_name(const char *moe, char *out, size_t n)
     snprintf(out, n, "%.*s%s", (int)(p - moe), moe, p + strlen("experts."));
 }
 
+/* The MoE model mm's parameter i (into *v) and the dense model md's of
+ * the same role (its elements into *n; NULL where md has none); 0 for a
+ * router, which the dense model has none of. */
+static int dense_peer(llmt_model *md, llmt_model *mm, int i, llmt_tensor *v, float **d,
+                      int64_t *n)
+{
+    const char *name;
+    v->struct_size = sizeof *v;
+    llmt_model_param(mm, i, &name, v);
+    if (strstr(name, "router"))
+        return 0;
+    char dn[128];
+    dense_name(name, dn, sizeof dn);
+    *n = 0;
+    *d = param(md, dn, n);
+    return 1;
+}
+
+/* A dense model and a MoE one trained side by side from the same
+ * weights. */
+typedef struct pair {
+    llmt_model *md, *mm;
+    llmt_trainer *td, *tm;
+    float ld[4], lm[4];
+} pair;
+
+/* The dense model of cd and the MoE model of cm (two checks); whether
+ * both were made. */
+static int pair_models(pair *p, const llmt_model_config *cd, const llmt_model_config *cm)
+{
+    memset(p, 0, sizeof *p);
+    CHECK_STATUS(llmt_model_create(ctx, cd, &p->md), LLMT_OK);
+    CHECK_STATUS(llmt_model_create(ctx, cm, &p->mm), LLMT_OK);
+    return p->md && p->mm;
+}
+
+/* Both trained 4 steps (their trainers made, two checks; the steps run,
+ * one): the MoE model's losses within 1e-5 relative of the dense one's
+ * (four checks); their parameters synced. */
+static void pair_train(pair *p)
+{
+    llmt_trainer_opts o;
+    opts(&o, 4);
+    CHECK_STATUS(llmt_trainer_create(p->md, &o, &p->td), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_create(p->mm, &o, &p->tm), LLMT_OK);
+    CHECK(p->td && p->tm && steps(p->td, 0, 4, p->ld) == 0 && steps(p->tm, 0, 4, p->lm) == 0);
+    for (int k = 0; k < 4; k++)
+        CHECK_CLOSE(p->lm[k], p->ld[k], 1e-5, 0);
+    llmt_trainer_sync_params(p->tm);
+    llmt_trainer_sync_params(p->td);
+}
+
+static void pair_free(pair *p)
+{
+    llmt_trainer_destroy(p->td);
+    llmt_trainer_destroy(p->tm);
+    llmt_model_destroy(p->md);
+    llmt_model_destroy(p->mm);
+}
+
 static void test_one_expert_is_dense(void)
 {
     llmt_model_config cd, cm;
@@ -118,25 +178,19 @@ static void test_one_expert_is_dense(void)
     cm.moe_ffn = cd.ffn_hidden;
     cm.moe_dropless = 1;
     cm.moe_z_loss_coef = 0; /* the only router gradient with one expert */
-    llmt_model *md = NULL, *mm = NULL;
-    CHECK_STATUS(llmt_model_create(ctx, &cd, &md), LLMT_OK);
-    CHECK_STATUS(llmt_model_create(ctx, &cm, &mm), LLMT_OK);
-    if (!md || !mm)
+    pair p;
+    if (!pair_models(&p, &cd, &cm))
         return;
+    llmt_model *md = p.md, *mm = p.mm;
     int32_t np = 0;
     llmt_model_param_count(mm, &np, NULL);
     int copied = 0;
     for (int i = 0; i < np; i++) {
-        const char *name;
         llmt_tensor v;
-        v.struct_size = sizeof v;
-        llmt_model_param(mm, i, &name, &v);
-        if (strstr(name, "router"))
-            continue;
-        char dn[128];
-        dense_name(name, dn, sizeof dn);
+        float *d = NULL;
         int64_t n = 0;
-        float *d = param(md, dn, &n);
+        if (!dense_peer(md, mm, i, &v, &d, &n))
+            continue;
         CHECK(d != NULL);
         if (!d)
             continue;
@@ -144,30 +198,17 @@ static void test_one_expert_is_dense(void)
         copied++;
     }
     CHECK_EQ_INT(copied, np - 2); /* all but the two routers */
-    llmt_trainer_opts o;
-    opts(&o, 4);
-    llmt_trainer *td = NULL, *tm = NULL;
-    CHECK_STATUS(llmt_trainer_create(md, &o, &td), LLMT_OK);
-    CHECK_STATUS(llmt_trainer_create(mm, &o, &tm), LLMT_OK);
-    float ld[4], lm[4];
-    CHECK(td && tm && steps(td, 0, 4, ld) == 0 && steps(tm, 0, 4, lm) == 0);
-    for (int k = 0; k < 4; k++)
-        CHECK_CLOSE(lm[k], ld[k], 1e-5, 0);
-    llmt_trainer_sync_params(tm);
-    llmt_trainer_sync_params(td);
+    pair_train(&p);
+    const float *ld = p.ld, *lm = p.lm;
     double worst = 0; /* relative L2 per tensor (Adam's first steps amplify the
                          summation-order differences of near-zero gradients) */
     for (int i = 0; i < np; i++) {
-        const char *name;
         llmt_tensor v;
-        v.struct_size = sizeof v;
-        llmt_model_param(mm, i, &name, &v);
-        if (strstr(name, "router"))
-            continue;
-        char dn[128];
-        dense_name(name, dn, sizeof dn);
+        float *d = NULL;
         int64_t n = 0;
-        const float *d = param(md, dn, &n), *x = v.data;
+        if (!dense_peer(md, mm, i, &v, &d, &n))
+            continue;
+        const float *x = v.data;
         double dd = 0, nn = 0;
         for (int64_t j = 0; d && j < n; j++) {
             dd += ((double)x[j] - d[j]) * ((double)x[j] - d[j]);
@@ -181,15 +222,12 @@ static void test_one_expert_is_dense(void)
         lm[0], ld[0], lm[3], ld[3], worst);
     CHECK(worst <= 1e-5);
     int64_t cnt[1], dr = -1;
-    CHECK_STATUS(llmt_trainer_moe_stats(tm, -1, cnt, 1, &dr, NULL, NULL), LLMT_OK);
+    CHECK_STATUS(llmt_trainer_moe_stats(p.tm, -1, cnt, 1, &dr, NULL, NULL), LLMT_OK);
     CHECK_EQ_INT(cnt[0], 2 * A * N); /* both layers, every token */
     CHECK_EQ_INT(dr, 0);
-    CHECK_STATUS(llmt_trainer_moe_stats(td, -1, NULL, 0, NULL, NULL, NULL),
+    CHECK_STATUS(llmt_trainer_moe_stats(p.td, -1, NULL, 0, NULL, NULL, NULL),
                  LLMT_ERR_UNSUPPORTED);
-    llmt_trainer_destroy(td);
-    llmt_trainer_destroy(tm);
-    llmt_model_destroy(md);
-    llmt_model_destroy(mm);
+    pair_free(&p);
 }
 
 /* Dense ffn (1+S)F = [routed expert | shared experts] along the hidden
@@ -239,11 +277,10 @@ static void test_shared_is_dense(int S)
     cm.moe_shared_experts = S;
     cm.moe_dropless = 1;
     cm.moe_z_loss_coef = 0; /* the only router gradient with one expert */
-    llmt_model *md = NULL, *mm = NULL;
-    CHECK_STATUS(llmt_model_create(ctx, &cd, &md), LLMT_OK);
-    CHECK_STATUS(llmt_model_create(ctx, &cm, &mm), LLMT_OK);
-    if (!md || !mm)
+    pair p;
+    if (!pair_models(&p, &cd, &cm))
         return;
+    llmt_model *md = p.md, *mm = p.mm;
     int32_t np = 0, npd = 0;
     llmt_model_param_count(mm, &np, NULL);
     llmt_model_param_count(md, &npd, NULL);
@@ -260,17 +297,8 @@ static void test_shared_is_dense(int S)
     }
     for (int l = 0; l < 2; l++)
         shared_map(md, mm, l, F, S, 1);
-    llmt_trainer_opts o;
-    opts(&o, 4);
-    llmt_trainer *td = NULL, *tm = NULL;
-    CHECK_STATUS(llmt_trainer_create(md, &o, &td), LLMT_OK);
-    CHECK_STATUS(llmt_trainer_create(mm, &o, &tm), LLMT_OK);
-    float ld[4], lm[4];
-    CHECK(td && tm && steps(td, 0, 4, ld) == 0 && steps(tm, 0, 4, lm) == 0);
-    for (int k = 0; k < 4; k++)
-        CHECK_CLOSE(lm[k], ld[k], 1e-5, 0);
-    llmt_trainer_sync_params(tm);
-    llmt_trainer_sync_params(td);
+    pair_train(&p);
+    const float *ld = p.ld, *lm = p.lm;
     double worst = 0;
     for (int l = 0; l < 2; l++) {
         double w = shared_map(md, mm, l, F, S, 0);
@@ -280,10 +308,7 @@ static void test_shared_is_dense(int S)
            "%.7f, MLP params worst relative L2 %.2e\n",
            S, F, (1 + S) * F, lm[0], ld[0], lm[3], ld[3], worst);
     CHECK(worst <= 1e-5);
-    llmt_trainer_destroy(td);
-    llmt_trainer_destroy(tm);
-    llmt_model_destroy(md);
-    llmt_model_destroy(mm);
+    pair_free(&p);
 }
 
 static void test_trains_and_counts(void)
