@@ -19,6 +19,7 @@
 #include "check.h"
 #include "ckpt_util.h"
 #include "llmtrain.h"
+#include "model_params.h"
 
 #define STEPS 4
 #define MICRO 2
@@ -134,22 +135,6 @@ typedef struct rank_arg {
     char err[1024];
 } rank_arg;
 
-static void flatten(llmt_model *m, float *out)
-{
-    int32_t np = 0;
-    int64_t tot = 0;
-    llmt_model_param_count(m, &np, &tot);
-    size_t at = 0;
-    for (int32_t i = 0; i < np; i++) {
-        llmt_tensor v;
-        llmt_model_param(m, i, NULL, &v);
-        int64_t n = 0;
-        llmt_tensor_numel(&v, &n);
-        memcpy(out + at, v.data, (size_t)n * sizeof(float));
-        at += (size_t)n;
-    }
-}
-
 static int any_nan(llmt_model *m)
 {
     int32_t np = 0;
@@ -200,7 +185,7 @@ static void *rank_main(void *p)
     int32_t np;
     llmt_model_param_count(m, &np, &a->numel);
     a->params = malloc((size_t)a->numel * sizeof(float));
-    flatten(m, a->params);
+    test_params_flatten(m, a->params);
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
     return NULL;
@@ -318,7 +303,7 @@ static void run_opts(int dp, int arch, int recompute, float clip)
     int64_t numel;
     llmt_model_param_count(m, &np, &numel);
     float *ref = malloc((size_t)numel * sizeof(float));
-    flatten(m, ref);
+    test_params_flatten(m, ref);
     unit_stats(m, dp, &g_largest_unit, &g_tiles);
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
@@ -964,7 +949,7 @@ static void *rl_main(void *p)
 #endif
     if (a->st == LLMT_OK) {
         a->params = malloc((size_t)a->numel * sizeof(float));
-        flatten(m, a->params);
+        test_params_flatten(m, a->params);
     }
     if (a->st != LLMT_OK)
         snprintf(a->err, sizeof a->err, "%s", tr ? llmt_trainer_last_error(tr) : "create");

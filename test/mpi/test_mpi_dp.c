@@ -10,27 +10,13 @@
 
 #include "llmtrain.h"
 
+#include "../unit/model_params.h"
+
 #define STEPS 3
 #define MICRO 2
 #define ACCUM 2
 #define T 16
 #define V 64
-
-static void flatten(llmt_model *m, float *out)
-{
-    int32_t np = 0;
-    int64_t tot = 0;
-    llmt_model_param_count(m, &np, &tot);
-    size_t at = 0;
-    for (int32_t i = 0; i < np; i++) {
-        llmt_tensor v;
-        llmt_model_param(m, i, NULL, &v);
-        int64_t n = 0;
-        llmt_tensor_numel(&v, &n);
-        memcpy(out + at, v.data, (size_t)n * sizeof(float));
-        at += (size_t)n;
-    }
-}
 
 static int train(llmt_comm *c, int zero, int rank, int dp, const int32_t *in,
                  const int32_t *tg, float *loss, float *params)
@@ -81,7 +67,7 @@ static int train(llmt_comm *c, int zero, int rank, int dp, const int32_t *in,
         loss[k] = met.loss;
     }
     if (llmt_trainer_sync_params(tr) != LLMT_OK) return 1;
-    flatten(m, params);
+    test_params_flatten(m, params);
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
     return 0;

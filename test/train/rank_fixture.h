@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "llmtrain.h"
+#include "model_params.h"
 #include "tp_fixture.h"
 
 #define RANK_FIXTURE_MAXW 16
@@ -94,15 +95,8 @@ static inline float *rank_fixture_params(llmt_model *m, int64_t *numel)
     *numel = 0;
     llmt_model_param_count(m, &np, numel);
     float *p = malloc((size_t)*numel * sizeof(float));
-    int64_t at = 0;
-    for (int32_t i = 0; p && i < np; i++) {
-        llmt_tensor v;
-        int64_t n = 0;
-        llmt_model_param(m, i, NULL, &v);
-        llmt_tensor_numel(&v, &n);
-        memcpy(p + at, v.data, (size_t)n * sizeof(float));
-        at += n;
-    }
+    if (p)
+        test_params_flatten(m, p);
     return p;
 }
 

@@ -60,6 +60,7 @@
 #include "check.h"
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "model_params.h"
 #include "train/device.h"
 
 #define STEPS 6
@@ -126,21 +127,6 @@ static llmt_status make_trainer(llmt_model *m, int accum, int device, llmt_train
     if (g_ops)
         return llmt__trainer_create_dev(m, &o, g_ops, tr);
     return llmt_trainer_create(m, &o, tr);
-}
-
-static void flatten(llmt_model *m, float *out)
-{
-    int32_t np = 0;
-    int64_t tot = 0, at = 0;
-    llmt_model_param_count(m, &np, &tot);
-    for (int32_t i = 0; i < np; i++) {
-        llmt_tensor v;
-        int64_t n = 0;
-        llmt_model_param(m, i, NULL, &v);
-        llmt_tensor_numel(&v, &n);
-        memcpy(out + at, v.data, (size_t)n * sizeof(float));
-        at += n;
-    }
 }
 
 typedef struct rank_arg {
@@ -256,7 +242,7 @@ static void *rank_main(void *p)
         int32_t np;
         llmt_model_param_count(m, &np, &a->numel);
         a->params = malloc((size_t)a->numel * sizeof(float));
-        flatten(m, a->params);
+        test_params_flatten(m, a->params);
     }
     llmt_trainer_destroy(tr);
     llmt_model_destroy(m);
