@@ -52,12 +52,7 @@ static inline llmt_status plan_run_model_config(llmt_model_config *c, int llama,
 static inline void plan_run_trainer_opts(llmt_trainer_opts *o, int micro, int accum, int seq,
                                          int recompute)
 {
-    llmt_trainer_opts_init(o, sizeof *o);
-    o->micro_batch = micro;
-    o->grad_accum = accum;
-    o->seq_len = seq;
-    o->lr = 1e-3f;
-    o->threads = 1;
+    rank_fixture_opts_base(o, micro, accum, seq, 1e-3f);
     o->recompute = recompute;
 }
 

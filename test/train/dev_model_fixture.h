@@ -14,6 +14,7 @@
 
 #include "exec/dev.h"
 #include "llmtrain.h"
+#include "rank_fixture.h"
 #include "train/device.h"
 
 /* main's argument: "cpu" (the default: the fp32 host ops) or "emul" (the
@@ -60,12 +61,7 @@ static inline void dev_model_config(llmt_model_config *mc, int llama, int layers
  * stands for CUDA); the rest llmt_trainer_opts_init's. */
 static inline void dev_model_opts(llmt_trainer_opts *o, int micro, int accum, int seq)
 {
-    llmt_trainer_opts_init(o, sizeof *o);
-    o->micro_batch = micro;
-    o->grad_accum = accum;
-    o->seq_len = seq;
-    o->lr = 1e-3f;
-    o->threads = 1;
+    rank_fixture_opts_base(o, micro, accum, seq, 1e-3f);
     o->device = LLMT_DEVICE_CUDA;
 }
 

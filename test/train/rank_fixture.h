@@ -184,20 +184,28 @@ static inline void rank_fixture_pp_stats(llmt_trainer *tr, llmt_status *st, llmt
     *act = mem.activations + mem.device_activations;
 }
 
-/* The trainer options every layout and its single-rank reference train
- * with: a constant lr, weight decay 0.1, clipping at 1, one thread. */
-static inline void rank_fixture_opts(llmt_trainer_opts *o, int micro, int accum, int seq,
-                                     float lr)
+/* llmt_trainer_opts_init's options with micro-batches of micro sequences
+ * of seq tokens, accum a step, lr, one thread. */
+static inline void rank_fixture_opts_base(llmt_trainer_opts *o, int micro, int accum, int seq,
+                                          float lr)
 {
     llmt_trainer_opts_init(o, sizeof *o);
     o->micro_batch = micro;
     o->grad_accum = accum;
     o->seq_len = seq;
-    o->schedule = LLMT_LR_CONSTANT;
     o->lr = lr;
+    o->threads = 1;
+}
+
+/* The trainer options every layout and its single-rank reference train
+ * with: a constant lr, weight decay 0.1, clipping at 1, one thread. */
+static inline void rank_fixture_opts(llmt_trainer_opts *o, int micro, int accum, int seq,
+                                     float lr)
+{
+    rank_fixture_opts_base(o, micro, accum, seq, lr);
+    o->schedule = LLMT_LR_CONSTANT;
     o->weight_decay = 0.1f;
     o->grad_clip = 1.0f;
-    o->threads = 1;
 }
 
 /* The trainer's state saved at step under root (by this rank of world,
