@@ -23,15 +23,6 @@ static const char *prec(int v)
     return v >= 0 && v < 4 ? prec_names[v] : "?";
 }
 
-/* The data-parallel degree the job will run (world / (tp x cp); the
- * world when that does not divide it, which job.c refuses next, naming
- * the key). */
-static int64_t dp_size(const llmt_job *j)
-{
-    int64_t mp = j->spec->parallelism.tp * j->spec->parallelism.cp * j->spec->parallelism.pp;
-    return mp > 0 && j->world % mp == 0 ? j->world / mp : j->world;
-}
-
 /* Degrees the engine does not split yet (later issues implement them). */
 static llmt_status check_parallelism(llmt_job *j)
 {
@@ -63,10 +54,13 @@ static llmt_status check_parallelism(llmt_job *j)
 
 /* The layouts the engines do not run yet (zero without data-parallel
  * ranks, host groups beside NCCL on cuda, sequence parallelism across
- * context parallel rows, ZeRO 2-3 in a pipeline) and the keys of a degree
- * set without it (cp_variant, pp_schedule, stage_layers):
- * lib/plan/job_limits.c, shared with the planner, which names them beside
- * a plan and an auto-planner's choice. */
+ * context parallel rows, ZeRO 2-3 in a pipeline), the keys of a degree
+ * set without it (cp_variant, pp_schedule, stage_layers) and what the
+ * silent-data-corruption check needs of the layout (sdc_interval: dp 2 or
+ * more, ZeRO-3 only deterministic on the cpu engine with tp 1 and pp 1;
+ * sdc_replay step only under ZeRO-3): lib/plan/job_limits.c, shared with
+ * the planner, which names them beside a plan and an auto-planner's
+ * choice. */
 static llmt_status check_layout(llmt_job *j)
 {
     char why[1024];
@@ -325,37 +319,9 @@ static llmt_status check_ft(llmt_job *j)
                       "fault_tolerance.anomaly.policy lower_lr: set that policy, or remove "
                       "the key",
                       s->fault_tolerance.anomaly.lr_factor);
-    /* cross-replica checks need replicas (tensor-parallel ranks hold
-     * different shards: they are not replicas of each other) */
-    if (s->fault_tolerance.sdc_interval > 0 && dp_size(j) < 2)
-        return REFUSE("fault_tolerance.sdc_interval: %lld compares the parameters of "
-                      "data-parallel replicas, and this job has one (dp = world size %d / "
-                      "(tp %lld x cp %lld x pp %lld)): run it on 2 or more replicas "
-                      "(llmtrain launch --nproc N, mpirun), or remove the key",
-                      (long long)s->fault_tolerance.sdc_interval, (int)j->world,
-                      (long long)s->parallelism.tp, (long long)s->parallelism.cp,
-                      (long long)s->parallelism.pp);
-    /* ZeRO-3 has no replicas: the check replays steps (sdc_shares.c) on
-     * the host-resident shares of the fp32 cpu engine */
-    if (s->fault_tolerance.sdc_interval > 0 && s->parallelism.zero >= 3 &&
-        !s->train.deterministic)
-        return REFUSE("fault_tolerance.sdc_interval: needs train.deterministic true under "
-                      "parallelism.zero 3: every rank holds a different share, so there are "
-                      "no replicas to compare and the check replays steps instead; or use "
-                      "zero 0-2, or remove the key");
-    if (s->fault_tolerance.sdc_interval > 0 && s->parallelism.zero >= 3 &&
-        (s->parallelism.tp > 1 || s->parallelism.pp > 1 ||
-         s->train.device != LLMT_SPEC_DEVICE_CPU))
-        return REFUSE("fault_tolerance.sdc_interval: under parallelism.zero 3 the check "
-                      "hashes each rank's shares where the engine trains the host tensors in "
-                      "place: the fp32 cpu engine with tp 1 and pp 1 (this job has tp %lld, pp "
-                      "%lld); use zero 0-2 there, or remove the key",
-                      (long long)s->parallelism.tp, (long long)s->parallelism.pp);
     /* what a deterministic check replays (sdc_replay.c): the key acts only
-     * where a replay runs; "step" only under ZeRO-3, where every check
-     * replays its shares: under zero 0-2 the replicas are compared
-     * directly, and a one-step copy taken after a flip would hold the
-     * replicas' difference itself, so the replay there is the window's */
+     * where a replay runs; "step" only under ZeRO-3 (a layout's limit,
+     * check_layout's, beside sdc_interval's) */
     if (llmt__spec_given(s, "fault_tolerance.sdc_replay")) {
         const char *v = s->fault_tolerance.sdc_replay == LLMT_SPEC_SDC_STEP ? "step" : "window";
         if (s->fault_tolerance.sdc_interval <= 0 || !s->train.deterministic)
@@ -367,12 +333,6 @@ static llmt_status check_ft(llmt_job *j)
                           s->fault_tolerance.sdc_interval <= 0
                               ? "has no check (fault_tolerance.sdc_interval 0)"
                               : "replays nothing (train.deterministic false)");
-        if (s->fault_tolerance.sdc_replay == LLMT_SPEC_SDC_STEP && s->parallelism.zero < 3)
-            return REFUSE("fault_tolerance.sdc_replay: step (the check step alone) applies "
-                          "under parallelism.zero 3; under zero %lld the replicas are "
-                          "compared at every check and a disagreement replays the steps "
-                          "since the newest snapshot (window): use window, or remove the key",
-                          (long long)s->parallelism.zero);
     }
     int64_t si = s->fault_tolerance.straggler.interval;
     if (si > 0 && j->world < 2)

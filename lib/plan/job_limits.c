@@ -29,6 +29,53 @@ static llmt_status keys_of_degrees(const llmt_spec *s, char *why, size_t n)
     return LLMT_OK;
 }
 
+/* The silent-data-corruption check needs what the layout gives it:
+ * replicas to compare (dp >= 2), or under ZeRO-3, where every rank holds
+ * a different share, a deterministic replay of the host shares of the
+ * fp32 cpu engine (lib/job/sdc_shares.c), and sdc_replay step only there.
+ * The auto-planner chooses dp and zero, so a layout it weighs may drop
+ * what the spec's check needs. */
+static llmt_status sdc_keys(const llmt_spec *s, int64_t world, int64_t dp, char *why, size_t n)
+{
+    long long tp = (long long)s->parallelism.tp, cp = (long long)s->parallelism.cp,
+              pp = (long long)s->parallelism.pp, zero = (long long)s->parallelism.zero;
+    long long every = (long long)s->fault_tolerance.sdc_interval;
+    if (every <= 0)
+        return LLMT_OK;
+    /* cross-replica checks need replicas (tensor-parallel ranks hold
+     * different shards: they are not replicas of each other) */
+    if (dp < 2)
+        return SAY("fault_tolerance.sdc_interval: %lld compares the parameters of "
+                   "data-parallel replicas, and this job has one (dp = world size %d / "
+                   "(tp %lld x cp %lld x pp %lld)): run it on 2 or more replicas "
+                   "(llmtrain launch --nproc N, mpirun), or remove the key",
+                   every, (int)world, tp, cp, pp);
+    if (zero >= 3 && !s->train.deterministic)
+        return SAY("fault_tolerance.sdc_interval: needs train.deterministic true under "
+                   "parallelism.zero 3: every rank holds a different share, so there are "
+                   "no replicas to compare and the check replays steps instead; or use "
+                   "zero 0-2, or remove the key");
+    if (zero >= 3 && (tp > 1 || pp > 1 || s->train.device != LLMT_SPEC_DEVICE_CPU))
+        return SAY("fault_tolerance.sdc_interval: under parallelism.zero 3 the check "
+                   "hashes each rank's shares where the engine trains the host tensors in "
+                   "place: the fp32 cpu engine with tp 1 and pp 1 (this job has tp %lld, pp "
+                   "%lld); use zero 0-2 there, or remove the key",
+                   tp, pp);
+    /* "step" replays the check step alone, under ZeRO-3 only: under zero
+     * 0-2 the replicas are compared directly, and a one-step copy taken
+     * after a flip would hold their difference (the key without a check
+     * or a deterministic run is refused by the job, lib/job/refuse.c) */
+    if (s->train.deterministic && zero < 3 &&
+        llmt__spec_given(s, "fault_tolerance.sdc_replay") &&
+        s->fault_tolerance.sdc_replay == LLMT_SPEC_SDC_STEP)
+        return SAY("fault_tolerance.sdc_replay: step (the check step alone) applies "
+                   "under parallelism.zero 3; under zero %lld the replicas are "
+                   "compared at every check and a disagreement replays the steps "
+                   "since the newest snapshot (window): use window, or remove the key",
+                   zero);
+    return LLMT_OK;
+}
+
 llmt_status llmt__plan_job_limits(const llmt_spec *s, int64_t world, char *why, size_t n)
 {
     long long tp = (long long)s->parallelism.tp, cp = (long long)s->parallelism.cp,
@@ -92,5 +139,6 @@ llmt_status llmt__plan_job_limits(const llmt_spec *s, int64_t world, char *why, 
                    "(ZeRO-2 shares of a tied head's two copies do not line up, ZeRO-3 gathers "
                    "are not in a stage's forward); use zero 0 or 1",
                    zero, pp);
-    return keys_of_degrees(s, why, n);
+    llmt_status st = keys_of_degrees(s, why, n);
+    return st != LLMT_OK ? st : sdc_keys(s, world, dp, why, n);
 }
