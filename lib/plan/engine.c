@@ -472,6 +472,16 @@ static double moe_cap(const llmt_spec *s, const eng *g, double N)
     return cap < 1 ? 1 : cap > N ? N : cap;
 }
 
+/* The most rows an expert parallel owner receives for its E/ep experts in
+ * a call of N tokens (moe_dev.c, llmt__moe_dctx_owner_rows): a block of
+ * the capacity from each of ep sources for each (E x capacity), and no
+ * more than the N x top_k a source routes (ep x N x top_k), whichever is
+ * less. */
+static double moe_owner(const llmt_spec *s, const eng *g, double N)
+{
+    return fmin(g->E * moe_cap(s, g, N), g->ep * N * moe_k(s, g));
+}
+
 /* What a MoE layer's forward keeps for its backward, in bytes, for a
  * call of N tokens: the engine's count of the same (lib/train/moe_net.c,
  * llmt__moe_net_saved_bytes; the routing, the packed rows and the experts'
@@ -486,8 +496,8 @@ static double moe_saved(const llmt_spec *s, const eng *g, double N)
      * the CPU; moe_dev.c and moe_dev_ep.c keep them in the backend's type
      * elsewhere) */
     double f = 4 * (N * E + N + 4 * R) + g->es * (2 * R * C + 3 * R * F + 3 * N * g->Fs);
-    if (g->ep > 1) /* the exchange's block: the capacity of N tokens */
-        f += g->es * E * moe_cap(s, g, N) * (C + 3 * F);
+    if (g->ep > 1) /* the owner's rows */
+        f += g->es * moe_owner(s, g, N) * (C + 3 * F);
     return f;
 }
 
@@ -505,8 +515,8 @@ static double moe_scratch(const llmt_spec *s, const eng *g, double N)
     double E = g->E, F = g->Fe, C = g->C;
     double R = N * moe_k(s, g);
     double f = 2 * R * C + 3 * R * F + 3 * N * g->Fs + (g->cpu ? 0 : N * E);
-    if (g->ep > 1)
-        f += E * moe_cap(s, g, N) * (5 * C + 3 * F);
+    if (g->ep > 1) /* the exchange's E blocks of the capacity */
+        f += 2 * E * moe_cap(s, g, N) * C + moe_owner(s, g, N) * (3 * C + 3 * F);
     return g->es * f;
 }
 
@@ -542,8 +552,8 @@ static double fp8_bytes(const llmt_spec *s, const eng *g, double N)
      * (device.c's moe_fp8; llmt_job refuses such a spec) */
     if (g->E <= 0 || fmod(C, 16) != 0 || fmod(g->Fe, 16) != 0)
         return f;
-    double E = g->E, El = g->ep > 1 ? E / g->ep : E, R = N * moe_k(s, g);
-    double rows = (g->ep > 1 ? fmin(E * moe_cap(s, g, N), g->ep * R) : R) + 15 * El;
+    double E = g->E, El = g->ep > 1 ? E / g->ep : E;
+    double rows = (g->ep > 1 ? moe_owner(s, g, N) : N * moe_k(s, g)) + 15 * El;
     return f + rows * fmax(C, g->Fe) * (2 * g->es + 3) + El * g->Fe * C;
 }
 

@@ -172,7 +172,7 @@ size_t llmt__moe_dlay_saved_bytes(const llmt__moe_dctx *x)
     size_t b =
         4 * (N * E + N + 4 * R) + x->es * (2 * R * C + 3 * R * F + 3 * N * (size_t)x->Fs);
     if (x->ep_size > 1) /* the owner's rows (moe_dev_ep.c) */
-        b += x->es * E * (size_t)x->block * (C + 3 * F);
+        b += x->es * llmt__moe_dctx_owner_rows(x, x->ep_size) * (C + 3 * F);
     return b;
 }
 
@@ -192,7 +192,8 @@ size_t llmt__moe_dctx_scratch_bytes(const llmt__moe_dctx *x)
     if (!x->host) /* the device copies of dlog and dgate */
         b += 4 * (N * E + R);
     if (x->ep_size > 1) /* moe_dev_ep.c's exchange and owner scratch */
-        b += x->es * E * (size_t)x->block * (5 * C + 3 * F);
+        b += x->es * (E * (size_t)x->block * 2 * C +
+                      llmt__moe_dctx_owner_rows(x, x->ep_size) * (3 * C + 3 * F));
     if (x->f8on) /* the fp8 experts' padded rows and codes (f8_room) */
         b += x->f8rows * (C > F ? C : F) * (2 * x->es + 3) + (size_t)x->f8n * F * C;
     return b;
@@ -251,19 +252,21 @@ static llmt_status f8_room(llmt__moe_dctx *x, size_t rows)
     return LLMT_OK;
 }
 
+size_t llmt__moe_dctx_owner_rows(const llmt__moe_dctx *x, int size)
+{
+    size_t blocks = (size_t)x->sh.E * (size_t)x->block,
+           sent = (size_t)size * (size_t)x->Nmax * (size_t)x->sh.K;
+    return blocks < sent ? blocks : sent;
+}
+
 /* The largest padded row count of a call: its packed rows plus up to 15
  * padding rows for each expert of the call. The packed rows: N x K of
  * the E experts; under expert parallelism the owner's rows of its E/ep
- * (the routed rows themselves never reach the fp8 GEMMs there): at most
- * block from each of ep sources for each local expert (E x block), and
- * at most the N x K a source routes (ep x N x K), whichever is less. */
+ * (the routed rows themselves never reach the fp8 GEMMs there). */
 static size_t f8_bound(const llmt__moe_dctx *x)
 {
-    size_t R = (size_t)x->Nmax * (size_t)x->sh.K;
-    if (x->ep_size > 1) {
-        size_t blocks = (size_t)x->sh.E * (size_t)x->block, sent = (size_t)x->ep_size * R;
-        R = blocks < sent ? blocks : sent;
-    }
+    size_t R = x->ep_size > 1 ? llmt__moe_dctx_owner_rows(x, x->ep_size)
+                              : (size_t)x->Nmax * (size_t)x->sh.K;
     return R + 15 * (size_t)f8_experts(x);
 }
 

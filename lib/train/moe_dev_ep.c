@@ -64,14 +64,20 @@ llmt_status llmt__moe_dctx_set_ep(llmt__moe_dctx *x, llmt_comm *comm)
     if (size <= 1) /* fp8 experts: all E of them on this rank again */
         return llmt__moe_dctx_fp8_resize(x);
     x->block = llmt__moe_capacity(&x->sh, x->Nmax);
-    size_t R = (size_t)x->sh.E * (size_t)x->block, C = (size_t)x->sh.C, F = (size_t)x->sh.F;
-    void **rc[] = {&x->sbuf, &x->rbuf, &x->yo, &x->dyo, &x->dxo};
+    /* the exchange's buffers: E x block rows (the all-to-all's fixed
+     * shape); the owner's: the rows it can receive (O <= E x block) */
+    size_t R = (size_t)x->sh.E * (size_t)x->block, C = (size_t)x->sh.C, F = (size_t)x->sh.F,
+           O = llmt__moe_dctx_owner_rows(x, size);
+    void **rx[] = {&x->sbuf, &x->rbuf};
+    void **rc[] = {&x->yo, &x->dyo, &x->dxo};
     void **rf[] = {&x->edact, &x->edh1, &x->edh3};
     llmt_status s = LLMT_OK;
-    for (size_t i = 0; s == LLMT_OK && i < 5; i++)
-        s = llmt__moe_dalloc(x, rc[i], R * C * x->es);
+    for (size_t i = 0; s == LLMT_OK && i < 2; i++)
+        s = llmt__moe_dalloc(x, rx[i], R * C * x->es);
     for (size_t i = 0; s == LLMT_OK && i < 3; i++)
-        s = llmt__moe_dalloc(x, rf[i], R * F * x->es);
+        s = llmt__moe_dalloc(x, rc[i], O * C * x->es);
+    for (size_t i = 0; s == LLMT_OK && i < 3; i++)
+        s = llmt__moe_dalloc(x, rf[i], O * F * x->es);
     /* a device backend's host copies of the send and receive buffers */
     if (s == LLMT_OK && !x->host && !(x->hstage = malloc(2 * R * C * x->es)))
         s = llmt__err_set(x->e, LLMT_ERR_OUT_OF_MEMORY,
@@ -116,11 +122,12 @@ llmt_status llmt__moe_dep_new(llmt__moe_dctx *x, llmt__moe_dep **out)
         return llmt__err_set(x->e, LLMT_ERR_OUT_OF_MEMORY,
                              "trainer: moe: no memory for an expert parallel exchange");
     }
-    size_t R = (size_t)x->sh.E * (size_t)x->block, C = (size_t)x->sh.C, F = (size_t)x->sh.F;
-    llmt_status s = llmt__moe_dalloc(x, &q->xo, R * C * x->es);
+    size_t O = llmt__moe_dctx_owner_rows(x, x->ep_size), C = (size_t)x->sh.C,
+           F = (size_t)x->sh.F;
+    llmt_status s = llmt__moe_dalloc(x, &q->xo, O * C * x->es);
     void **rf[] = {&q->h1, &q->h3, &q->act};
     for (size_t i = 0; s == LLMT_OK && i < 3; i++)
-        s = llmt__moe_dalloc(x, rf[i], R * F * x->es);
+        s = llmt__moe_dalloc(x, rf[i], O * F * x->es);
     if (s != LLMT_OK) {
         llmt__moe_dep_free(x, q);
         return s;
@@ -207,13 +214,26 @@ static llmt_status a2a(llmt__moe_dctx *x, llmt_comm *comm, const char *what)
     return LLMT_OK;
 }
 
-/* The owner's packing of its local experts (after the counts). */
-static void packing(llmt__moe_dep *q)
+/* The owner's packing of its local experts (after the counts), refused
+ * past the room of its rows (llmt__moe_dctx_owner_rows: a source that
+ * routed more than Nmax x top_k rows, which none does). */
+static llmt_status packing(llmt__moe_dctx *x, llmt__moe_dep *q)
 {
+    int64_t all = 0;
     for (int el = 0; el < llmt__moe_ep_local(q->t); el++) {
         q->r0[el] = llmt__moe_ep_owner_off(q->t, el, 0);
         q->nr[el] = llmt__moe_ep_owner_rows(q->t, el);
+        all += q->nr[el];
     }
+    size_t O = llmt__moe_dctx_owner_rows(x, x->ep_size);
+    if ((size_t)all > O)
+        return llmt__err_set(x->e, LLMT_ERR_INTERNAL,
+                             "trainer: moe: expert parallel rank %d received %lld rows for "
+                             "its %d experts, room for %zu (%d ranks x %d tokens x top_k "
+                             "%d, or %d experts x %d rows)",
+                             x->ep_rank, (long long)all, llmt__moe_ep_local(q->t), O,
+                             x->ep_size, x->Nmax, x->sh.K, x->sh.E, x->block);
+    return LLMT_OK;
 }
 
 llmt_status llmt__moe_dev_ep_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe_dep *q,
@@ -224,11 +244,10 @@ llmt_status llmt__moe_dev_ep_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe
     llmt_status st;
     if ((st = llmt__moe_dev_route(x, p, s, w, xin, N)) != LLMT_OK ||
         (st = llmt__moe_ep_counts(q->t, s, comm, x->e)) != LLMT_OK ||
-        (st = pack(x, s, p->xe, x->sbuf, C)) != LLMT_OK ||
+        (st = packing(x, q)) != LLMT_OK || (st = pack(x, s, p->xe, x->sbuf, C)) != LLMT_OK ||
         (st = a2a(x, comm, "dispatch")) != LLMT_OK ||
         (st = owner(x, q, x->rbuf, q->xo, C, 1)) != LLMT_OK)
         return st;
-    packing(q);
     if ((st = llmt__moe_dev_experts_fwd(x, w, llmt__moe_ep_local(q->t), q->r0, q->nr, q->xo,
                                         q->h1, q->h3, q->act, x->yo)) != LLMT_OK ||
         (st = owner(x, q, x->yo, x->sbuf, C, 0)) != LLMT_OK ||
@@ -245,12 +264,12 @@ llmt_status llmt__moe_dev_ep_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe
 {
     size_t C = (size_t)x->sh.C;
     llmt_status st;
-    if ((st = llmt__moe_dev_combine_bwd(x, p, s, dy)) != LLMT_OK ||
+    if ((st = packing(x, q)) != LLMT_OK || /* the forward's counts */
+        (st = llmt__moe_dev_combine_bwd(x, p, s, dy)) != LLMT_OK ||
         (st = pack(x, s, x->dye, x->sbuf, C)) != LLMT_OK ||
         (st = a2a(x, comm, "output gradients")) != LLMT_OK ||
         (st = owner(x, q, x->rbuf, x->dyo, C, 1)) != LLMT_OK)
         return st;
-    packing(q);
     if ((st = llmt__moe_dev_experts_bwd(x, w, g, llmt__moe_ep_local(q->t), q->r0, q->nr, q->xo,
                                         q->h1, q->h3, q->act, x->dyo, x->edact, x->edh1,
                                         x->edh3, x->dxo)) != LLMT_OK ||

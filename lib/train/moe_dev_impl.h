@@ -24,7 +24,8 @@ struct llmt__moe_dctx {
     float *dlog, *dgate;
     /* expert parallelism (moe_dev_ep.c; ep_size 1: none): the exchange's
      * send and receive buffers [E][block][C], the owner's outputs and
-     * backward scratch (at most E x block rows of C or F), storage type */
+     * backward scratch (llmt__moe_dctx_owner_rows rows of C or F),
+     * storage type */
     int ep_rank, ep_size, block;
     void *sbuf, *rbuf, *yo, *dyo, *dxo, *edact, *edh1, *edh3;
     /* fp8 experts (llmt__moe_dctx_set_fp8; f8on 0: bf16): the layer
@@ -60,8 +61,8 @@ struct llmt__moe_dlay {
 
 /* One layer's exchange under expert parallelism (moe_dev_ep.c): the
  * tables (moe_ep.h, made without rows) and the owner's rows kept for the
- * backward, xo [E x block, C], h1, h3, act [E x block, F]; r0, nr: the
- * owner's packing of each local expert (first row, rows). */
+ * backward, xo [O, C], h1, h3, act [O, F], O llmt__moe_dctx_owner_rows;
+ * r0, nr: the owner's packing of each local expert (first row, rows). */
 struct llmt__moe_dep {
     llmt__moe_ep *t;
     void *xo, *h1, *h3, *act;
@@ -93,6 +94,16 @@ llmt_status llmt__moe_dev_router_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt_
                                      const llmt__moe_dw *w, const llmt__moe_dw *g,
                                      const void *xin, const void *dy, void *dx, float aux_coef,
                                      float z_coef);
+
+/* The most rows an expert parallel owner holds in a group of `size`
+ * ranks (x->block set): it packs the kept rows it receives contiguously,
+ * expert-major (moe_ep.c's counts), at most block from each source for
+ * each of its E/size experts (E x block in all) and at most the Nmax x
+ * top_k a source routes over all experts (size x Nmax x top_k), whichever
+ * is less: dropless, 64 experts at ep 8 on N tokens of top-2, 16 N rows
+ * instead of 64 N. The exchange's send and receive buffers keep E x
+ * block: the all-to-all's shape is fixed. */
+size_t llmt__moe_dctx_owner_rows(const llmt__moe_dctx *x, int size);
 
 /* fp8 experts: the scratch made afresh for the experts and the largest
  * call after expert parallelism changed them (moe_dev.c; smaller too: a

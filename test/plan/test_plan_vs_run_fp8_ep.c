@@ -29,7 +29,20 @@
  * at ep k, and at ep 1 again after ep went.
  *
  * Layouts: E 4 at ep 2, E 8 at ep 4, E 64 at ep 8 (each with its ep 1
- * run). The emulation only: fp8 GEMMs need a bf16 backend. */
+ * run; E 64 also with capacity factors 1.25 and 12, where the owner's
+ * rows are E x capacity and ep x N x top_k). The emulation only: fp8
+ * GEMMs need a bf16 backend.
+ *
+ * The owner's bf16 rows under expert parallelism (lib/train/moe_dev_ep.c,
+ * fp8 or not), by the allocator of a MoE context at 64 experts, ep 8,
+ * dropless and with capacity factors 1.25 and 12: set_ep adds the
+ * exchange's send and receive buffers, E x capacity rows of width 64
+ * each (the all-to-all's fixed shape), and the owner's outputs and
+ * backward scratch, yo, dyo, dxo of width 64 and the three of width 32,
+ * on O rows; each layer's exchange state, xo of width 64 and h1, h3, act
+ * of width 32 on O rows; O = min(E x capacity, ep x N x top_k): the rows
+ * an owner can receive. With O = E x capacity (before 2026-11-27: 2,048
+ * rows where 512 do, dropless) this fails at capacity 12 and dropless. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -61,21 +74,33 @@ typedef struct layout {
     const char *name;
     int experts, ep; /* dp = ep */
     int fp8;
+    float cf; /* capacity factor; 0: dropless */
 } layout;
+
+/* "dropless": true, or the capacity factor. */
+static void routing_json(float cf, char *buf, size_t n)
+{
+    if (cf > 0)
+        snprintf(buf, n, "\"dropless\": false, \"capacity_factor\": %g", cf);
+    else
+        snprintf(buf, n, "\"dropless\": true");
+}
 
 static void spec_json(const layout *l, char *buf, size_t n)
 {
+    char rt[96];
+    routing_json(l->cf, rt, sizeof rt);
     snprintf(buf, n,
              "{\"name\": \"fp8-ep\", \"model\": {\"arch\": \"llama\", \"layers\": %d, "
              "\"hidden\": %d, \"heads\": 4, \"kv_heads\": 2, \"ffn\": %d, \"vocab\": %d, "
              "\"seq_len\": %d, \"tied_embeddings\": false, \"moe\": {\"experts\": %d, "
-             "\"top_k\": 2, \"expert_ffn\": %d, \"shared_experts\": 1, \"dropless\": true}}, "
+             "\"top_k\": 2, \"expert_ffn\": %d, \"shared_experts\": 1, %s}}, "
              "\"parallelism\": {\"tp\": 1, \"cp\": 1, \"pp\": 1, \"dp\": %d, \"ep\": %d, "
              "\"zero\": 0}, "
              "\"precision\": {\"param\": \"bf16\", \"master\": \"fp32\", \"gemm\": \"%s\"}, "
              "\"batch\": {\"micro\": %d, \"grad_accum\": %d}, "
              "\"train\": {\"device\": \"cuda\"}, \"hardware\": {\"gpu\": \"h100\"}}",
-             LAYERS, WIDTH, FFN, VOCAB, SEQ, l->experts, EFFN, l->ep, l->ep,
+             LAYERS, WIDTH, FFN, VOCAB, SEQ, l->experts, EFFN, rt, l->ep, l->ep,
              l->fp8 ? "fp8" : "bf16", MICRO, ACCUM);
 }
 
@@ -100,6 +125,9 @@ static llmt_status make_trainer(const layout *l, llmt_model **m, llmt_trainer **
     plan_run_model_config(&c, 1, LAYERS, WIDTH, 4, 2, FFN, VOCAB, 0, SEQ);
     plan_run_moe_config(&c, EFFN);
     c.moe_experts = l->experts;
+    c.moe_dropless = l->cf <= 0;
+    if (l->cf > 0)
+        c.moe_capacity_factor = l->cf;
     llmt_status st = llmt_model_create(NULL, &c, m);
     if (st != LLMT_OK)
         return st;
@@ -211,15 +239,29 @@ static int run_layout(const layout *l, const int32_t *in, const int32_t *tg, ran
     return ok;
 }
 
+/* An expert's capacity in a call of the test's N = MICRO x SEQ tokens
+ * (ceil(cf x N x top_k / E), at least 1, at most N; dropless: N). */
+static double capacity(int E, float cf)
+{
+    double N = MICRO * SEQ;
+    return cf > 0 ? fmin(N, fmax(1, ceil((double)cf * N * 2 / E))) : N;
+}
+
+/* The rows an expert parallel owner can receive: E blocks of the
+ * capacity, or what the ep sources route (N x top_k each), whichever is
+ * less. */
+static double owner_rows(int E, int ep, float cf)
+{
+    return fmin(E * capacity(E, cf), ep * (MICRO * SEQ) * 2.0);
+}
+
 /* The experts' fp8 bytes of a rank of E experts at ep (dp = ep) from
  * what it multiplies (the file's opening comment): El experts' codes of
  * one projection, R + 15 El padded rows of max(width, expert ffn). */
-static double experts_fp8(int E, int ep)
+static double experts_fp8(int E, int ep, float cf)
 {
     double N = MICRO * SEQ, El = (double)E / ep, W = fmax(WIDTH, EFFN);
-    /* the owner's rows: E blocks of the capacity (dropless: N), or what
-     * the ep sources route (N x top_k each), whichever is less */
-    double R = ep > 1 ? fmin(E * N, ep * N * 2) : N * 2;
+    double R = ep > 1 ? owner_rows(E, ep, cf) : N * 2;
     return (R + 15 * El) * W * (2 * 2 + 3) + El * EFFN * WIDTH;
 }
 
@@ -233,15 +275,17 @@ static double fp8_added(const rank_arg *f, const rank_arg *b, int ep)
     return f->in_use - b->in_use - io;
 }
 
-/* E experts at ep against the same model at ep 1. */
-static void check_ep(int E, int ep, const int32_t *in, const int32_t *tg)
+/* E experts at ep against the same model at ep 1 (cf: the capacity
+ * factor, 0 dropless). */
+static void check_ep(int E, int ep, float cf, const int32_t *in, const int32_t *tg)
 {
-    char nm[4][64];
+    char nm[4][80], how[32];
     layout l[4];
+    snprintf(how, sizeof how, cf > 0 ? "capacity %g" : "dropless", cf);
     for (int i = 0; i < 4; i++) {
         int k = i < 2 ? 1 : ep, f8 = !(i & 1);
-        snprintf(nm[i], sizeof nm[i], "moe E %d ep %d %s", E, k, f8 ? "fp8" : "bf16");
-        l[i] = (layout){nm[i], E, k, f8};
+        snprintf(nm[i], sizeof nm[i], "moe E %d ep %d %s %s", E, k, how, f8 ? "fp8" : "bf16");
+        l[i] = (layout){nm[i], E, k, f8, cf};
     }
     rank_arg r[4][MAXW];
     llmt_plan_estimate x[4];
@@ -253,25 +297,26 @@ static void check_ep(int E, int ep, const int32_t *in, const int32_t *tg)
         return;
     double one = fp8_added(&r[0][0], &r[1][0], 1);
     double plan = x[2].engine_mem_activations - x[3].engine_mem_activations;
-    double want = one + experts_fp8(E, ep) - experts_fp8(E, 1);
+    double want = one + experts_fp8(E, ep, cf) - experts_fp8(E, 1, cf);
     int planned = 1, local = 1;
     for (int k = 0; k < ep; k++) {
         double got = fp8_added(&r[2][k], &r[3][k], ep);
         if (got != plan || got != want)
             fprintf(stderr,
-                    "moe E %d ep %d rank %d: fp8 adds %.0f B of device memory; plan %.0f, "
-                    "expected %.0f (ep 1: %.0f, experts' part %.0f there, %.0f here)\n",
-                    E, ep, k, got, plan, want, one, experts_fp8(E, 1), experts_fp8(E, ep));
+                    "moe E %d ep %d %s rank %d: fp8 adds %.0f B of device memory; plan "
+                    "%.0f, expected %.0f (ep 1: %.0f, experts' part %.0f there, %.0f here)\n",
+                    E, ep, how, k, got, plan, want, one, experts_fp8(E, 1, cf),
+                    experts_fp8(E, ep, cf));
         planned &= got == plan;
         local &= got == want;
     }
     CHECK(planned);
     CHECK(local);
-    printf("moe E %2d ep %d: device in use per rank %.0f B fp8 (%.0f B bf16): fp8 adds %.0f B "
-           "(plan %.0f B; at ep 1 %.0f B); plan and run equal to the byte on every rank: %s; "
-           "fp8 bytes for the rank's own %d experts: %s\n",
-           E, ep, r[2][0].in_use, r[3][0].in_use, fp8_added(&r[2][0], &r[3][0], ep), plan, one,
-           ok ? "yes" : "NO", E / ep, local ? "yes" : "NO");
+    printf("moe E %2d ep %d %s: device in use per rank %.0f B fp8 (%.0f B bf16): fp8 adds "
+           "%.0f B (plan %.0f B; at ep 1 %.0f B); plan and run equal to the byte on every "
+           "rank: %s; fp8 bytes for the rank's own %d experts: %s\n",
+           E, ep, how, r[2][0].in_use, r[3][0].in_use, fp8_added(&r[2][0], &r[3][0], ep), plan,
+           one, ok ? "yes" : "NO", E / ep, local ? "yes" : "NO");
 }
 
 /* The fp8 experts' bytes of a MoE context, by the backend's allocator:
@@ -318,7 +363,7 @@ static void relayout(int E, int ep)
         double k = dctx_fp8(x, &f);
         CHECK_STATUS(llmt__moe_dctx_set_ep(x, NULL), LLMT_OK);
         double back = dctx_fp8(x, &f);
-        double w1 = experts_fp8(E, 1), wk = experts_fp8(E, ep);
+        double w1 = experts_fp8(E, 1, 0), wk = experts_fp8(E, ep, 0);
         CHECK(one == w1 && k == wk && back == w1);
         printf("moe E %2d: fp8 experts' room %.0f B at ep 1, %.0f B after ep %d came "
                "(expected %.0f), %.0f B after it went (expected %.0f)\n",
@@ -326,6 +371,75 @@ static void relayout(int E, int ep)
     } else if (!x) {
         fprintf(stderr, "relayout: %s\n", err.msg);
     }
+    llmt__moe_dctx_free(x);
+    for (int r = 0; r < ep; r++)
+        llmt_comm_destroy(c[r]);
+    if (d)
+        op->destroy(d);
+}
+
+/* A bf16 MoE context's bytes by the backend's allocator, and the
+ * context's own count of them (scratch, one layer's saved), into u. */
+typedef struct dctx_bytes {
+    size_t in_use, scratch, saved;
+} dctx_bytes;
+
+static dctx_bytes dctx_now(llmt__moe_dctx *x)
+{
+    const llmt__dev_ops *op = llmt__moe_dctx_ops(x);
+    dctx_bytes b = {0, llmt__moe_dctx_scratch_bytes(x), llmt__moe_dlay_saved_bytes(x)};
+    size_t pk = 0;
+    op->mem_stats(llmt__moe_dctx_dev(x), &b.in_use, &pk);
+    return b;
+}
+
+/* The owner's rows of a context of E experts at ep (bf16, capacity
+ * factor cf, 0 dropless) against the file's opening comment: what set_ep
+ * and one layer's exchange state (dep_new) allocate, by the allocator and
+ * by the context's counts (which the planner follows). */
+static void owner_bytes(int E, int ep, float cf)
+{
+    const llmt__dev_ops *op = llmt__dev_emul();
+    llmt__dev *d = NULL;
+    char msg[256];
+    llmt__dev_opts dopt = {0, 1};
+    CHECK_STATUS(op->create(&dopt, &d, msg, sizeof msg), LLMT_OK);
+    llmt_err err;
+    memset(&err, 0, sizeof err);
+    llmt__moe_shape sh = {E, 2, WIDTH, EFFN, cf > 0 ? cf : 1.0f, cf <= 0, 0};
+    llmt__moe_dctx *x = NULL;
+    llmt__moe_dep *q = NULL;
+    llmt_comm *c[MAXW] = {NULL};
+    if (d)
+        CHECK_STATUS(llmt__moe_dctx_new(op, d, &err, &sh, 0, MICRO * SEQ, &x), LLMT_OK);
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, ep, NULL, c), LLMT_OK);
+    if (x && c[0]) {
+        double es = op->store == LLMT_DTYPE_FP32 ? 4 : 2, B = capacity(E, cf);
+        double O = owner_rows(E, ep, cf);
+        double want_ep = es * (2 * E * B * WIDTH + O * (3 * WIDTH + 3 * EFFN));
+        double want_dep = es * O * (WIDTH + 3 * EFFN);
+        dctx_bytes b0 = dctx_now(x), b1, b2;
+        CHECK_STATUS(llmt__moe_dctx_set_ep(x, c[0]), LLMT_OK);
+        b1 = dctx_now(x);
+        CHECK_STATUS(llmt__moe_dep_new(x, &q), LLMT_OK);
+        b2 = dctx_now(x);
+        double got_ep = (double)(b1.in_use - b0.in_use),
+               got_dep = (double)(b2.in_use - b1.in_use);
+        CHECK(got_ep == want_ep);
+        CHECK(got_dep == want_dep);
+        CHECK((double)(b1.scratch - b0.scratch) == got_ep);
+        CHECK((double)(b1.saved - b0.saved) == got_dep);
+        char how[32];
+        snprintf(how, sizeof how, cf > 0 ? "capacity %g" : "dropless", cf);
+        printf("moe E %d ep %d %s: owner rows %.0f (E x capacity %.0f, ep x N x top_k %d): "
+               "set_ep adds %.0f B (expected %.0f, the exchange's %.0f of it), a layer's "
+               "exchange state %.0f B (expected %.0f)\n",
+               E, ep, how, O, E * B, ep * MICRO * SEQ * 2, got_ep, want_ep,
+               es * 2 * E * B * WIDTH, got_dep, want_dep);
+    } else if (!x) {
+        fprintf(stderr, "owner_bytes: %s\n", err.msg);
+    }
+    llmt__moe_dep_free(x, q);
     llmt__moe_dctx_free(x);
     for (int r = 0; r < ep; r++)
         llmt_comm_destroy(c[r]);
@@ -344,9 +458,14 @@ int main(void)
     plan_run_tokens(in, tg, n, 11, VOCAB);
     static const int cases[][2] = {{4, 2}, {8, 4}, {64, 8}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        check_ep(cases[i][0], cases[i][1], in, tg);
+        check_ep(cases[i][0], cases[i][1], 0, in, tg);
+    static const float cfs[] = {0, 1.25f, 12};
+    for (size_t i = 1; i < sizeof cfs / sizeof cfs[0]; i++)
+        check_ep(64, 8, cfs[i], in, tg);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         relayout(cases[i][0], cases[i][1]);
+    for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++)
+        owner_bytes(64, 8, cfs[i]);
     free(in);
     free(tg);
     return check_exit(name);
