@@ -306,6 +306,16 @@ static inline int plan_run_groups_equal(const char *name, int rank, int stage, i
     return all;
 }
 
+/* The plan's estimate into *e (one check), its engine model used (one
+ * more). */
+static inline void plan_run_estimate(const llmt_plan *p, llmt_plan_estimate *e)
+{
+    memset(e, 0, sizeof *e);
+    e->struct_size = sizeof *e;
+    CHECK_STATUS(llmt_plan_get_estimate(p, e), LLMT_OK);
+    CHECK(e->engine_modeled == 1);
+}
+
 /* The plan's parameter + gradient + optimizer bytes. */
 static inline double plan_run_state_of(const llmt_plan_estimate *e)
 {

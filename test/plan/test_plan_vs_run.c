@@ -189,10 +189,7 @@ static double check_layout(const layout *l, const int32_t *in, const int32_t *tg
     if (!p)
         return 0;
     llmt_plan_estimate e;
-    memset(&e, 0, sizeof e);
-    e.struct_size = sizeof e;
-    CHECK_STATUS(llmt_plan_get_estimate(p, &e), LLMT_OK);
-    CHECK(e.engine_modeled == 1);
+    plan_run_estimate(p, &e);
     int W = l->tp * l->dp;
     rank_arg a[MAXW];
     memset(a, 0, sizeof a);

@@ -126,10 +126,7 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
     if (!p)
         return;
     llmt_plan_estimate e;
-    memset(&e, 0, sizeof e);
-    e.struct_size = sizeof e;
-    CHECK_STATUS(llmt_plan_get_estimate(p, &e), LLMT_OK);
-    CHECK(e.engine_modeled == 1);
+    plan_run_estimate(p, &e);
     CHECK(e.engine_cp_calls > 0);
     plan_run_arg a[MAXW];
     if (!plan_run_ranks(l->name, a, sizeof *a, MAXW, 0, W, 1, l, p, in, tg, rank_main)) {

@@ -151,10 +151,7 @@ static void check_layout(const layout *l, const int32_t *in, const int32_t *tg)
         return;
     }
     llmt_plan_estimate e, top;
-    memset(&e, 0, sizeof e);
-    e.struct_size = sizeof e;
-    CHECK_STATUS(llmt_plan_get_estimate(p, &e), LLMT_OK);
-    CHECK(e.engine_modeled == 1);
+    plan_run_estimate(p, &e);
     /* the public fields: the stage holding the most bytes */
     int64_t ts = llmt__plan_engine_top_stage(s);
     memset(&top, 0, sizeof top);
