@@ -2072,6 +2072,13 @@ static llmt_status layer_fwd(llmt__devtrain *g, int l, int B, int T)
     S(g->op->residual_fwd(g->d, a->res2, x, blk(g, g->dtmp, N, C), (size_t)Nr * C), "residual");
     R(norm_fwd(g, g->nrmx, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, Nr));
     if (w->router != NOP) { /* experts in place of the MLP (moe_net.h) */
+        /* the fp8 experts read the device's scales themselves (moe_dev.c):
+         * the ones the last step's recipe moved go there first, as before
+         * a dense lin_fp8, for the forwards no batch's upload() precedes
+         * (generate, a pipeline stage's forward-only pass) when no dense
+         * Linear before ran in fp8 (tp 2 of width 48: test
+         * fp8-infer-scales) */
+        R(fresh_scales(g));
         /* on this rank's rows: whole under tensor parallelism, its block
          * under sequence parallelism (no gather: MoE is per token) */
         R(llmt__moe_net_fwd(g->moe, g->e, l, w, g->param, g->nrmx, blk(g, g->dtmp, N, C), Nr));
