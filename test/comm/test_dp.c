@@ -21,6 +21,8 @@
 #include "llmtrain.h"
 #include "model_params.h"
 
+#include "../train/tp_fixture.h"
+
 #define STEPS 4
 #define MICRO 2
 #define ACCUM 2
@@ -103,15 +105,8 @@ static void make_data(int dp)
     size_t n = (size_t)STEPS * dp * ACCUM * MICRO * T;
     free(g_in);
     free(g_tg);
-    g_in = malloc(n * sizeof *g_in);
-    g_tg = malloc(n * sizeof *g_tg);
-    uint64_t s = 12345;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        g_in[i] = (int32_t)((s >> 33) % V);
-        /* a learnable rule plus ignored targets, unevenly spread */
-        g_tg[i] = (s >> 20) % 11 == 0 ? -1 : (g_in[i] * 5 + 3) % V;
-    }
+    /* a learnable rule plus ignored targets, unevenly spread */
+    tp_fixture_stream(n, V, 12345, 11, 5, 3, &g_in, &g_tg);
 }
 
 static llmt_model *new_model(void)

@@ -61,6 +61,7 @@
 #include "exec/dev.h"
 #include "llmtrain.h"
 #include "model_params.h"
+#include "tp_fixture.h"
 #include "train/device.h"
 
 #define STEPS 6
@@ -84,14 +85,7 @@ static void make_data(int dp)
     size_t n = (size_t)STEPS * dp * ACCUM * MICRO * T;
     free(g_in);
     free(g_tg);
-    g_in = malloc(n * sizeof *g_in);
-    g_tg = malloc(n * sizeof *g_tg);
-    uint64_t s = 4242;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        g_in[i] = (int32_t)((s >> 33) % V);
-        g_tg[i] = (s >> 20) % 13 == 0 ? -1 : (g_in[i] * 7 + 1) % V;
-    }
+    tp_fixture_stream(n, V, 4242, 13, 7, 1, &g_in, &g_tg);
 }
 
 static void config(int llama)

@@ -16,19 +16,28 @@
 
 #include "llmtrain.h"
 
-/* n tokens of a fixed pseudo-random stream over a vocabulary of v; about
- * one target in 11 is -1 (ignored), the others a function of the input so
- * that the loss can fall. */
-static inline void tp_fixture_data(size_t n, int v, int32_t **in, int32_t **tg)
+/* n tokens of the pseudo-random stream of seed over a vocabulary of v
+ * (malloc'd into *in and *tg); about one target in `every` is -1
+ * (ignored), the others (token * mul + add) % v, a function of the input
+ * so that the loss can fall. */
+static inline void tp_fixture_stream(size_t n, int v, uint64_t seed, int every, int mul,
+                                     int add, int32_t **in, int32_t **tg)
 {
     *in = malloc(n * sizeof **in);
     *tg = malloc(n * sizeof **tg);
-    uint64_t s = 777;
+    uint64_t s = seed;
     for (size_t i = 0; *in && *tg && i < n; i++) {
         s = s * 6364136223846793005ULL + 1442695040888963407ULL;
         (*in)[i] = (int32_t)((s >> 33) % (uint64_t)v);
-        (*tg)[i] = (s >> 20) % 11 == 0 ? -1 : ((*in)[i] * 5 + 3) % v;
+        (*tg)[i] = (s >> 20) % (uint64_t)every == 0 ? -1 : ((*in)[i] * mul + add) % v;
     }
+}
+
+/* The tensor-parallel tests' stream: seed 777, one target in 11 ignored,
+ * the others token * 5 + 3. */
+static inline void tp_fixture_data(size_t n, int v, int32_t **in, int32_t **tg)
+{
+    tp_fixture_stream(n, v, 777, 11, 5, 3, in, tg);
 }
 
 /* GPT-2, or Llama with kv key/value heads: 2 layers, width 64, 4 heads,
