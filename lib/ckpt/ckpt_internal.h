@@ -59,6 +59,11 @@ typedef struct ck_manifest {
     int64_t step;
     int32_t world_size;
     int32_t rank;               /* for a part */
+    /* the save attempt the part belongs to (llmt__ckpt_set_attempt), the
+     * same on every rank of one attempt; 0: none given (and every part
+     * written before the field existed). A merge keeps it when every part
+     * has the same one. */
+    uint64_t attempt;
     char *plan;                 /* JSON text or NULL */
     ck_kv *kv;
     size_t nkv, kvcap;
@@ -155,6 +160,9 @@ struct llmt_ckpt {
     /* node-local root (llmt__ckpt_set_node_local): parts are committed in
      * the durable tier, the root keeps only this node's parts */
     int node_local;
+    /* the attempt identity this rank's parts carry (llmt__ckpt_set_attempt);
+     * a step commits only with every part of the same one */
+    uint64_t attempt;
     llmt_ckpt_opts opts;
 
     /* save description */
@@ -262,6 +270,14 @@ llmt_status llmt__ckpt_peer_config(llmt_ckpt *ck, const char *dir, uint64_t node
  * step directories (save.c). Needs a durable tier (else
  * LLMT_ERR_INVALID_ARGUMENT on ck->err). */
 llmt_status llmt__ckpt_set_node_local(llmt_ckpt *ck, int on);
+/* The identity of the attempt the next saves belong to, which every rank
+ * of those saves must be given alike (lib/job: a token rank 0 draws at the
+ * start of a run and that changes at every restore). A step commits only
+ * when every rank's part there carries the committing rank's: a part an
+ * earlier attempt at the same step left (a crash, a rollback, a restart of
+ * the gang) waits for its rank to replace it. 0 (the default): none; parts
+ * then commit whatever attempt wrote them, as before the field. */
+void llmt__ckpt_set_attempt(llmt_ckpt *ck, uint64_t attempt);
 
 /* The reads a restore will make, run once against the open checkpoint
  * while the handle records their byte spans instead of copying (no

@@ -158,6 +158,8 @@ static char *to_json(const ck_manifest *m, int held_only)
     cJSON_AddNumberToObject(root, "world_size", m->world_size);
     if (m->is_part)
         cJSON_AddNumberToObject(root, "rank", m->rank);
+    if (m->attempt) /* absent: none given, as every manifest before it */
+        cJSON_AddItemToObject(root, "attempt", hex(m->attempt));
     cJSON *plan = m->plan ? cJSON_Parse(m->plan) : NULL;
     cJSON_AddItemToObject(root, "plan", plan ? plan : cJSON_CreateNull());
     cJSON *kv = cJSON_AddArrayToObject(root, "kv");
@@ -601,6 +603,9 @@ static int parse_body(pctx *p, const cJSON *root, int want_part, ck_manifest *m)
             return 0;
         m->rank = (int32_t)v;
     }
+    const cJSON *att = cJSON_GetObjectItemCaseSensitive(root, "attempt");
+    if (att && !get_hex(p, att, &m->attempt, "attempt"))
+        return 0;
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive(root, "plan");
     if (plan && !cJSON_IsNull(plan)) {
         if (!cJSON_IsObject(plan))
@@ -750,8 +755,11 @@ llmt_status llmt__ckpt_manifest_merge(ck_manifest *const *parts, size_t n,
     }
     out->step = parts[0]->step;
     out->world_size = parts[0]->world_size;
+    out->attempt = parts[0]->attempt;
     for (size_t i = 0; i < n; i++) {
         const ck_manifest *q = parts[i];
+        if (q->attempt != out->attempt) /* no one attempt to name */
+            out->attempt = 0;
         if (q->step != out->step || q->world_size != out->world_size) {
             fail(&p, LLMT_ERR_FORMAT, "manifest: part of rank %d has step %" PRId64
                  " world %d, expected step %" PRId64 " world %d", (int)q->rank,

@@ -145,6 +145,12 @@ llmt_status llmt__ckpt_set_node_local(llmt_ckpt *ck, int on)
     return LLMT_OK;
 }
 
+void llmt__ckpt_set_attempt(llmt_ckpt *ck, uint64_t attempt)
+{
+    if (ck)
+        ck->attempt = attempt;
+}
+
 LLMT_API void llmt_ckpt_destroy(llmt_ckpt *ck)
 {
     if (!ck)
@@ -402,6 +408,7 @@ static llmt_status snapshot(llmt_ckpt *ck)
     m->step = ck->step;
     m->world_size = ck->opts.world_size;
     m->rank = ck->opts.rank;
+    m->attempt = ck->attempt;
     uint64_t off = CK_HEADER_BYTES;
     m->tensors = calloc(ck->nitems ? ck->nitems : 1, sizeof *m->tensors);
     m->files = calloc(1, sizeof *m->files);
@@ -690,6 +697,16 @@ static llmt_status try_commit(llmt_ckpt *ck, const char *dir, int in_durable)
                           p, (int)r, ck->job.step);
             goto out;
         }
+        /* an earlier attempt's part (its rank has not replaced it yet):
+         * committing it would mix two attempts' data in one step; that
+         * rank commits when it has written this attempt's */
+        if (parts[r].attempt != ck->job.attempt) {
+            llmt__log(ck->ctx, LLMT_LOG_DEBUG, "ckpt",
+                      "step %" PRId64 ": rank %d's part in %s is of attempt %016" PRIx64
+                      ", this save's %016" PRIx64 ": not committed until it is replaced",
+                      ck->job.step, (int)r, dir, parts[r].attempt, ck->job.attempt);
+            goto out;
+        }
     }
     ck_manifest merged;
     st = llmt__ckpt_manifest_merge(pp, (size_t)w, &merged, ck->job_err, sizeof ck->job_err);
@@ -876,6 +893,22 @@ static llmt_status job_stop(llmt_ckpt *ck, int durable_written)
     return JOB_FAIL(LLMT_ERR_ABORTED, "ckpt: the save of step %" PRId64 " was cancelled", step);
 }
 
+/* The save's step directory `dir` turned out committed before this rank
+ * wrote anything of it: another rank committed it with this rank's part of
+ * an earlier attempt (a stale part carries no attempt identity the ranks
+ * share, llmt__ckpt_set_attempt). It is left as it is. */
+static llmt_status committed_meanwhile(llmt_ckpt *ck, const char *dir)
+{
+    return JOB_FAIL(LLMT_ERR_STATE,
+                    "ckpt: step %" PRId64 " in %s was committed before rank %d wrote its part "
+                    "of this save: another rank committed it with rank %d's part of an "
+                    "earlier attempt at the step, which this save does not rewrite (the "
+                    "step is that attempt's). Before saving a step again after a restart "
+                    "or rollback, move the uncommitted newer steps aside on one rank "
+                    "(llmt_ckpt_quarantine_newer) while no rank saves",
+                    ck->job.step, dir, (int)ck->opts.rank, (int)ck->opts.rank);
+}
+
 /* With a node-local root: this rank's part, just written to `dir`, copied
  * into the durable tier's step directory (the data first; the part
  * manifest, which try_commit looks for, written atomically last), and the
@@ -887,6 +920,8 @@ static llmt_status commit_durable(llmt_ckpt *ck, const char *dir)
     step_dir(dst, sizeof dst, ck->durable, m->step);
     if (llmt__ckpt_mkdirs(dst))
         return JOB_FAIL(LLMT_ERR_IO, "ckpt: durable tier: mkdir %s: %s", dst, strerror(errno));
+    if (committed_in(dst)) /* as in run_job: never rewritten */
+        return committed_meanwhile(ck, dst);
     snprintf(name, sizeof name, "rank-%05d.json", (int)m->rank);
     snprintf(b, sizeof b, "%s/%s", dst, name);
     if (unlink(b) == 0) /* an earlier attempt's part must not commit with new data */
@@ -917,6 +952,11 @@ static llmt_status run_job(llmt_ckpt *ck)
     ck_manifest *m = &ck->job;
     char dir[MAX_PATH], path[MAX_PATH];
     step_dir(dir, sizeof dir, ck->root, m->step);
+    /* Committed since llmt_ckpt_save checked: by another rank, with this
+     * rank's part of an earlier attempt. Its files are that commit's now:
+     * rewriting them would break a checkpoint that verified. */
+    if (committed_in(dir))
+        return stop_asked(ck) ? job_stop(ck, 0) : committed_meanwhile(ck, dir);
     /* A stale part of an earlier attempt must not be committed with new
      * data, nor be taken for this attempt's by a cancel that stops it
      * before it starts (job_stop: a part manifest there is published, the

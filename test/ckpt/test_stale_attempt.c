@@ -1,0 +1,326 @@
+/* A step saved again (after a crash, a rollback, a gang restart) while an
+ * earlier attempt's part of it is still in its step directory,
+ * uncommitted: two ranks (handles in one process) on one shared root, each
+ * attempt's saves given the attempt identity every rank of it shares
+ * (llmt__ckpt_set_attempt, as lib/job does with rank 0's token). Checked:
+ *  - rank 1 saving the step before rank 0 saves it again does not commit
+ *    it with rank 0's old part (before: committed, rank 0's block the old
+ *    one, and the step verified); rank 0's save then commits it, both
+ *    blocks the new attempt's;
+ *  - the same with rank 0's save made first and its writer held before
+ *    it has done anything (an unlink of its part manifest, interposed
+ *    here): rank 1's save does not commit the step meanwhile (before: it
+ *    did, with rank 0's old part, which rank 0's writer then rewrote
+ *    inside the committed step);
+ *  - a part written without an identity (as before the field; "attempt"
+ *    absent from its part manifest) does not commit with an attempt that
+ *    has one; saves without one on every rank commit and load as before;
+ *    a part of an attempt names it ("attempt": 16 hex digits), and so
+ *    does the step's manifest when every part has the same;
+ *  - without an identity (the C API's saves) rank 1 does commit a step
+ *    with rank 0's old part while rank 0's writer has not started (the
+ *    documented limit: call llmt_ckpt_quarantine_newer at resume), and
+ *    rank 0's writer then leaves that commit as it is, its save failing
+ *    with LLMT_ERR_STATE (before: it rewrote its part inside the
+ *    committed step). */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt_util.h"
+
+enum { N = 1024 };
+
+/* -- rank 0's writer held at its first unlink (or stat) of a chosen path,
+ * on a chosen thread (or any) -- */
+enum { AT_UNLINK = 1, AT_STAT };
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
+static char hold_path[4200];
+static int hold_fn, hold_armed, hold_reached, hold_released, hold_any_thread;
+static pthread_t hold_thread;
+
+static void hold_point(int fn, const char *p)
+{
+    pthread_mutex_lock(&hold_mu);
+    if (hold_armed && fn == hold_fn && !strcmp(p, hold_path) &&
+        (hold_any_thread || pthread_equal(pthread_self(), hold_thread))) {
+        hold_armed = 0;
+        hold_reached = 1;
+        pthread_cond_broadcast(&hold_cv);
+        while (!hold_released)
+            pthread_cond_wait(&hold_cv, &hold_mu);
+    }
+    pthread_mutex_unlock(&hold_mu);
+}
+
+int unlink(const char *p)
+{
+    hold_point(AT_UNLINK, p);
+    return unlinkat(AT_FDCWD, p, 0);
+}
+
+int stat(const char *restrict p, struct stat *restrict st)
+{
+    hold_point(AT_STAT, p);
+    return fstatat(AT_FDCWD, p, st, 0);
+}
+
+/* the next `fn` of step's `file` (on rank ck's writer thread, or any when
+ * ck is NULL) waits for hold_release */
+static void hold_arm(int fn, const char *root, int64_t step, const char *file,
+                     const llmt_ckpt *ck)
+{
+    pthread_mutex_lock(&hold_mu);
+    snprintf(hold_path, sizeof hold_path, "%s/step-%012lld/%s", root, (long long)step, file);
+    hold_fn = fn;
+    hold_any_thread = ck == NULL;
+    if (ck)
+        hold_thread = ck->thread;
+    hold_armed = 1;
+    hold_reached = hold_released = 0;
+    pthread_mutex_unlock(&hold_mu);
+}
+
+/* 1 when the writer reached the hold within 10 s */
+static int hold_wait(void)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 10;
+    pthread_mutex_lock(&hold_mu);
+    while (!hold_reached && pthread_cond_timedwait(&hold_cv, &hold_mu, &dl) != ETIMEDOUT) {
+    }
+    int r = hold_reached;
+    pthread_mutex_unlock(&hold_mu);
+    return r;
+}
+
+static void hold_release(void)
+{
+    pthread_mutex_lock(&hold_mu);
+    hold_armed = 0;
+    hold_released = 1;
+    pthread_cond_broadcast(&hold_cv);
+    pthread_mutex_unlock(&hold_mu);
+}
+
+static int exists(const char *root, int64_t step, const char *file)
+{
+    char p[4200];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/step-%012lld/%s", root, (long long)step, file);
+    return stat(p, &st) == 0;
+}
+
+/* The text of step's `file`, malloc'ed ("" when unreadable). */
+static char *slurp(const char *root, int64_t step, const char *file)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/step-%012lld/%s", root, (long long)step, file);
+    FILE *f = fopen(p, "r");
+    char *t = calloc(1, 1 << 20);
+    if (f && t)
+        t[fread(t, 1, (1 << 20) - 1, f)] = 0;
+    if (f)
+        fclose(f);
+    return t;
+}
+
+/* Whether the committed step verifies and its "w" is seed `seed0` in
+ * rank 0's block and `seed1` in rank 1's: read through a fresh handle. */
+static int step_is(const char *root, int64_t step, int seed0, int seed1)
+{
+    llmt_ckpt *ck = NULL;
+    if (llmt_ckpt_create(NULL, root, NULL, &ck) != LLMT_OK)
+        return 0;
+    int64_t g = 2 * N;
+    float *x = calloc((size_t)g, sizeof *x);
+    llmt_tensor v;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &g, x, LLMT_DEVICE_CPU, 0);
+    int ok = x && llmt_ckpt_open_step(ck, step) == LLMT_OK && llmt_ckpt_verify(ck) == LLMT_OK &&
+             llmt_ckpt_read(ck, "w", &v, NULL) == LLMT_OK;
+    for (int64_t i = 0; ok && i < g; i++)
+        ok = x[i] == gval(i < N ? seed0 : seed1, i);
+    free(x);
+    llmt_ckpt_destroy(ck);
+    return ok;
+}
+
+/* The seed rank 0's committed block of step holds (-1: none of these) */
+static int block0_seed(const char *root, int64_t step, int a, int b)
+{
+    llmt_ckpt *ck = NULL;
+    if (llmt_ckpt_create(NULL, root, NULL, &ck) != LLMT_OK)
+        return -1;
+    int64_t g = 2 * N;
+    float *x = calloc((size_t)g, sizeof *x);
+    llmt_tensor v;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &g, x, LLMT_DEVICE_CPU, 0);
+    int seed = -1;
+    if (x && llmt_ckpt_open_step(ck, step) == LLMT_OK &&
+        llmt_ckpt_read(ck, "w", &v, NULL) == LLMT_OK)
+        seed = x[0] == gval(a, 0) ? a : x[0] == gval(b, 0) ? b : -1;
+    free(x);
+    llmt_ckpt_destroy(ck);
+    return seed;
+}
+
+static void set_attempt(llmt_ckpt *r0, llmt_ckpt *r1, uint64_t a)
+{
+    llmt__ckpt_set_attempt(r0, a);
+    llmt__ckpt_set_attempt(r1, a);
+}
+
+static void not_committed(const char *root, int64_t step, const char *what, int old, int now)
+{
+    int committed = exists(root, step, "manifest.json");
+    CHECK(!committed);
+    if (committed)
+        fprintf(stderr,
+                "%s: step %lld committed by rank 1 alone, rank 0's block of seed %d (old "
+                "attempt %d, new %d); verifies: %d\n",
+                what, (long long)step, block0_seed(root, step, old, now), old, now,
+                step_is(root, step, old, now));
+}
+
+/* Rank 1 saves step (attempt B) before rank 0 saves it again. */
+static void rank1_first(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
+{
+    const int64_t step = 100;
+    set_attempt(r0, r1, 0xa11ce);
+    CHECK_STATUS(save_block(r0, step, 11, 0, 2, N, 0), LLMT_OK);
+    set_attempt(r0, r1, 0xb0b);
+    CHECK_STATUS(save_block(r1, step, 22, 1, 2, N, 0), LLMT_OK);
+    not_committed(root, step, "rank 1 first", 11, 22);
+    CHECK_STATUS(save_block(r0, step, 22, 0, 2, N, 0), LLMT_OK);
+    CHECK(exists(root, step, "manifest.json"));
+    CHECK(step_is(root, step, 22, 22));
+    char *m = slurp(root, step, "manifest.json");
+    CHECK(m && strstr(m, "\"attempt\":\"0000000000000b0b\""));
+    free(m);
+}
+
+/* Rank 0's block of step (seed), saved async: the writer persists it. */
+static llmt_status save0_async(llmt_ckpt *r0, int64_t step, int seed)
+{
+    float *x = malloc(N * sizeof *x);
+    if (!x)
+        return LLMT_ERR_OUT_OF_MEMORY;
+    for (int64_t i = 0; i < N; i++)
+        x[i] = gval(seed, i);
+    int64_t n = N, g = 2 * N, off = 0;
+    llmt_tensor v;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, x, LLMT_DEVICE_CPU, 0);
+    llmt_status s = llmt_ckpt_begin(r0, step);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_add_tensor(r0, "w", &v, &g, &off);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_save(r0, 1);
+    free(x); /* the snapshot is taken */
+    return s;
+}
+
+/* Rank 0 saves step again first, its writer held before it did anything;
+ * rank 1 saves it meanwhile. */
+static void writer_held(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
+{
+    const int64_t step = 200;
+    set_attempt(r0, r1, 0xa11ce);
+    CHECK_STATUS(save_block(r0, step, 33, 0, 2, N, 0), LLMT_OK);
+    set_attempt(r0, r1, 0xb0b);
+    hold_arm(AT_UNLINK, root, step, "rank-00000.json", NULL);
+    CHECK_STATUS(save0_async(r0, step, 44), LLMT_OK);
+    int held = hold_wait();
+    CHECK(held);
+    CHECK(exists(root, step, "rank-00000.json")); /* the old part, not yet removed */
+    CHECK_STATUS(save_block(r1, step, 44, 1, 2, N, 0), LLMT_OK);
+    not_committed(root, step, "writer held", 33, 44);
+    hold_release();
+    CHECK_STATUS(llmt_ckpt_wait(r0, -1), LLMT_OK);
+    CHECK(exists(root, step, "manifest.json"));
+    CHECK(step_is(root, step, 44, 44));
+}
+
+/* The limit without an identity (the C API's saves): rank 1 commits the
+ * step with rank 0's old part while rank 0's writer has not started (held
+ * at its first look at the step's manifest); rank 0's writer then leaves
+ * the committed step as it is and its save fails saying so (before, it
+ * removed its part manifest from the committed step and rewrote its data
+ * file there). */
+static void limit_without_identity(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
+{
+    const int64_t step = 500;
+    set_attempt(r0, r1, 0);
+    CHECK_STATUS(save_block(r0, step, 88, 0, 2, N, 0), LLMT_OK);
+    hold_arm(AT_STAT, root, step, "manifest.json", r0);
+    CHECK_STATUS(save0_async(r0, step, 99), LLMT_OK);
+    int held = hold_wait();
+    CHECK(held);
+    CHECK_STATUS(save_block(r1, step, 99, 1, 2, N, 0), LLMT_OK);
+    CHECK(exists(root, step, "manifest.json")); /* the documented limit */
+    CHECK(step_is(root, step, 88, 99));
+    hold_release();
+    CHECK_STATUS(llmt_ckpt_wait(r0, -1), LLMT_ERR_STATE);
+    int said = strstr(llmt_ckpt_last_error(r0), "was committed before rank 0 wrote") != NULL;
+    CHECK(said);
+    if (!said)
+        fprintf(stderr, "rank 0's save: %s\n", llmt_ckpt_last_error(r0));
+    int kept = step_is(root, step, 88, 99);
+    CHECK(kept);
+    if (!kept)
+        fprintf(stderr,
+                "step %lld rewritten under its commit: rank 0's block of seed %d, "
+                "verifies: %d\n",
+                (long long)step, block0_seed(root, step, 88, 99),
+                step_is(root, step, block0_seed(root, step, 88, 99), 99));
+}
+
+/* Parts without an identity: an old one does not commit with an attempt
+ * that has one; all without one commit as before. */
+static void without_identity(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
+{
+    set_attempt(r0, r1, 0);
+    CHECK_STATUS(save_block(r0, 300, 55, 0, 2, N, 0), LLMT_OK);
+    char *p = slurp(root, 300, "rank-00000.json");
+    CHECK(p && p[0] && !strstr(p, "attempt")); /* the format as before */
+    free(p);
+    set_attempt(r0, r1, 0xc0ffee);
+    CHECK_STATUS(save_block(r1, 300, 66, 1, 2, N, 0), LLMT_OK);
+    not_committed(root, 300, "old part without identity", 55, 66);
+    p = slurp(root, 300, "rank-00001.json");
+    CHECK(p && strstr(p, "\"attempt\":\"0000000000c0ffee\""));
+    free(p);
+    CHECK_STATUS(save_block(r0, 300, 66, 0, 2, N, 0), LLMT_OK);
+    CHECK(step_is(root, 300, 66, 66));
+    /* no identity on either rank: commits and loads as it always did */
+    set_attempt(r0, r1, 0);
+    CHECK_STATUS(save_block(r0, 400, 77, 0, 2, N, 0), LLMT_OK);
+    CHECK_STATUS(save_block(r1, 400, 77, 1, 2, N, 0), LLMT_OK);
+    CHECK(step_is(root, 400, 77, 77));
+    char *m = slurp(root, 400, "manifest.json");
+    CHECK(m && m[0] && !strstr(m, "attempt"));
+    free(m);
+}
+
+int main(void)
+{
+    char *root = tmpdir_make(NULL, "stale-attempt");
+    llmt_ckpt *r0 = NULL, *r1 = NULL;
+    CHECK_STATUS(rank_ckpt(0, 2, root, 0, &r0), LLMT_OK);
+    CHECK_STATUS(rank_ckpt(1, 2, root, 0, &r1), LLMT_OK);
+    if (!root || !r0 || !r1)
+        return check_exit("test_stale_attempt");
+    rank1_first(root, r0, r1);
+    writer_held(root, r0, r1);
+    without_identity(root, r0, r1);
+    limit_without_identity(root, r0, r1);
+    llmt_ckpt_destroy(r0);
+    llmt_ckpt_destroy(r1);
+    tmpdir_remove(root);
+    free(root);
+    return check_exit("test_stale_attempt");
+}
