@@ -390,6 +390,25 @@ static llmt_status quarantine_durable(llmt_job *j, int64_t step, size_t *moved)
     return s;
 }
 
+/* The saves after a restore (every rank passes here once per restore,
+ * after the barrier) are another attempt than those before it, which may
+ * have reached the same steps: the attempt identity rank 0's token gave
+ * the run (ckpt_shared.c) moves on alike on every rank (splitmix64). A
+ * part of the abandoned timeline that the quarantine did not move (a
+ * step directory it could not see yet) then never commits with the new
+ * one's. */
+static void next_attempt(llmt_job *j)
+{
+    uint64_t x = j->ck->attempt;
+    if (!x) /* one rank, or no token agreed: nothing to tell apart */
+        return;
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    llmt__ckpt_set_attempt(j->ck, x ? x : 1);
+}
+
 llmt_status llmt__job_quarantine(llmt_job *j, int64_t step)
 {
     size_t moved = 0;
@@ -412,6 +431,7 @@ llmt_status llmt__job_quarantine(llmt_job *j, int64_t step)
     /* no rank saves before rank 0 has moved them */
     if (j->comm && (s = llmt_comm_barrier(j->comm)) != LLMT_OK)
         return FAIL(s, "job: %s", llmt_comm_last_error(j->comm));
+    next_attempt(j);
     return LLMT_OK;
 }
 

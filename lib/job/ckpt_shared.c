@@ -70,7 +70,7 @@ static int sees(const char *p, uint64_t token, int tries_max)
  * first rank that does not (-1: all do), *blind how many do not.
  * Collective over the job's communicator. */
 static llmt_status probe(llmt_job *j, const char *dir, const char *key, int32_t n, int32_t r,
-                         int32_t *first, int32_t *blind)
+                         int32_t *first, int32_t *blind, uint64_t *token)
 {
     *first = -1;
     *blind = 0;
@@ -101,6 +101,7 @@ static llmt_status probe(llmt_job *j, const char *dir, const char *key, int32_t 
         return FAIL(LLMT_ERR_IO, "%s: rank 0 cannot write into %s%s%s", key, dir,
                     why[0] ? ": " : "", why);
     probe_path(p, sizeof p, dir, msg.token);
+    *token = msg.token;
     /* a shared filesystem's client may show a new name late: 2 s. With a
      * durable tier a rank that misses it is no harm (the roots are taken
      * as node-local: parts in the root, commits in the durable tier, both
@@ -139,9 +140,15 @@ llmt_status llmt__job_ckpt_shared(llmt_job *j)
     if (!j->comm || llmt_comm_size(j->comm, &n) != LLMT_OK || n <= 1)
         return LLMT_OK;
     llmt_comm_rank(j->comm, &r);
-    llmt_status s = probe(j, j->ckpt_dir, "checkpoint.dir", n, r, &first, &blind);
+    uint64_t token = 0;
+    llmt_status s = probe(j, j->ckpt_dir, "checkpoint.dir", n, r, &first, &blind, &token);
     if (s != LLMT_OK)
         return s;
+    /* rank 0's fresh token, which every rank now has, names the attempt
+     * the saves from here on belong to: a part an earlier run (or the
+     * generation before an in-place recovery) left in a step directory
+     * carries another, and no rank commits the step with it (save.c) */
+    llmt__ckpt_set_attempt(j->ck, token);
     /* shared (again, after a recovery that moved ranks): commit in the root */
     if (first < 0)
         return llmt__ckpt_set_node_local(j->ck, 0);
@@ -156,7 +163,7 @@ llmt_status llmt__job_ckpt_shared(llmt_job *j)
                     "the steps then commit there and checkpoint.dir may stay node-local",
                     (int)first, blind > 1 ? " (and others)" : "", j->ckpt_dir, (int)r);
     int32_t dfirst = -1, dblind = 0;
-    s = probe(j, j->durable_dir, "checkpoint.tiers durable", n, r, &dfirst, &dblind);
+    s = probe(j, j->durable_dir, "checkpoint.tiers durable", n, r, &dfirst, &dblind, &token);
     if (s != LLMT_OK)
         return s;
     if (dfirst >= 0)
