@@ -70,10 +70,11 @@ static int gp_measure(const agent *a, int64_t steps, gp_meas *g)
     char *have = calloc(n, 1);
     double last[3] = {0, 0, 0};
     int ghave = 0;
-    static char line[1 << 16];
+    char *line = NULL; /* whole lines: an SDC line of many ranks is long */
+    size_t cap = 0;
     int after_restore = 0, anomaly = 0, first = 1;
     int64_t top = 0;
-    while (cyc && have && fgets(line, sizeof line, f)) {
+    while (cyc && have && getline(&line, &cap, f) > 0) {
         int start = strstr(line, "\"event\":\"start\"") != NULL;
         int resume = strstr(line, "\"event\":\"resume\"") != NULL;
         if (start || resume)
@@ -115,6 +116,7 @@ static int gp_measure(const agent *a, int64_t steps, gp_meas *g)
             top = s;
         }
     }
+    free(line);
     fclose(f);
     gp_flush(g, last, &ghave);
     for (size_t s = 1; cyc && have && s < n; s++)

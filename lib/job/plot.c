@@ -186,9 +186,13 @@ llmt_status llmt__job_plot(llmt_job *j)
         tl[i] = vl[i] = NAN;
     FILE *f = fopen(j->jsonl_path, "r");
     if (f) {
-        char line[4096];
+        /* whole lines of any length: an SDC or straggler line of many
+         * ranks runs to hundreds of kB, and a piece of one read as a
+         * line of its own could look like a step's */
+        char *line = NULL;
+        size_t cap = 0;
         int64_t hi = -1; /* the last trained step read */
-        while (fgets(line, sizeof line, f)) {
+        while (getline(&line, &cap, f) > 0) {
             double step, v;
             if (strstr(line, "\"event\"") || !json_num(line, "step", &step) || step < 0 ||
                 step > (double)max)
@@ -208,6 +212,7 @@ llmt_status llmt__job_plot(llmt_job *j)
                 hi = at;
             }
         }
+        free(line);
         fclose(f);
     }
     compact(tl, max, &tr);
