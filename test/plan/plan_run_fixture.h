@@ -1,14 +1,14 @@
-/* What the plan-against-run tests (test_plan_vs_run.c, _cp.c, _pp.c and
- * _fp8.c) share (and test_plan_pp.c the model config): the model and
- * trainer as llmt_job builds them from the spec, the plan's groups, a
- * group's per-step collective counters and the rank's state and
- * activation bytes as the planner counts them, so all compare the plan
- * with the same measurements; the harness around them (the argument, the
- * token stream, spec and plan, the ranks' statuses, the per-group
- * comparison); and one rank's life in the cp, pp and fp8 tests (its
- * groups, model, attached groups, steps and end), so each test holds only
- * its layouts, its trainer and its checks. Ranks run as threads on
- * test/train/rank_fixture.h's runner. Header only. */
+/* What the plan-against-run tests (test_plan_vs_run.c, _cp.c, _pp.c,
+ * _fp8.c and _fp8_ep.c) share (and test_plan_pp.c the model config): the
+ * model and trainer as llmt_job builds them from the spec, the plan's
+ * groups, a group's per-step collective counters and the rank's state
+ * and activation bytes as the planner counts them, so all compare the
+ * plan with the same measurements; the harness around them (the
+ * argument, the token stream, spec and plan, the ranks' statuses, the
+ * per-group comparison); and one rank's life in the cp, pp, fp8 and
+ * fp8-ep tests (its groups, model, attached groups, steps and end), so
+ * each test holds only its layouts, its trainer and its checks. Ranks
+ * run as threads on test/train/rank_fixture.h's runner. Header only. */
 #ifndef LLMT_TEST_PLAN_RUN_FIXTURE_H
 #define LLMT_TEST_PLAN_RUN_FIXTURE_H
 
@@ -230,8 +230,8 @@ static inline void plan_run_rank_error(char *err, size_t n, llmt_trainer *tr, ll
                  : "create");
 }
 
-/* One rank of the cp and pp tests (each defines its own struct layout):
- * what it runs, its status and error, and what it measured. */
+/* One rank of the cp, pp, fp8 and fp8-ep tests (each defines its own
+ * struct layout): what it runs, its status and error, and what it measured. */
 #define PLAN_RUN_STEPS 2 /* the steps each of them runs */
 struct layout;
 typedef struct plan_run_arg {
@@ -306,13 +306,19 @@ static inline int plan_run_groups_equal(const char *name, int rank, int stage, i
     return all;
 }
 
-/* The plan's estimate into *e (one check), its engine model used (one
- * more). */
-static inline void plan_run_estimate(const llmt_plan *p, llmt_plan_estimate *e)
+/* The plan's estimate into *e (one check). */
+static inline void plan_run_get_estimate(const llmt_plan *p, llmt_plan_estimate *e)
 {
     memset(e, 0, sizeof *e);
     e->struct_size = sizeof *e;
     CHECK_STATUS(llmt_plan_get_estimate(p, e), LLMT_OK);
+}
+
+/* The plan's estimate into *e (one check), its engine model used (one
+ * more). */
+static inline void plan_run_estimate(const llmt_plan *p, llmt_plan_estimate *e)
+{
+    plan_run_get_estimate(p, e);
     CHECK(e->engine_modeled == 1);
 }
 
@@ -364,8 +370,8 @@ static inline int plan_run_ranks(const char *name, void *args, size_t size, int 
                              off + offsetof(plan_run_arg, err));
 }
 
-/* A rank of the cp, pp and fp8 tests: its model, trainer, the plan's
- * groups (TP, CP, DP, PP, EP; NULL where the degree is 1) and its
+/* A rank of the cp, pp, fp8 and fp8-ep tests: its model, trainer, the
+ * plan's groups (TP, CP, DP, PP, EP; NULL where the degree is 1) and its
  * coordinates. */
 typedef struct plan_run_rank {
     llmt_model *m;

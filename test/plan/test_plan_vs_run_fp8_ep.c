@@ -119,75 +119,54 @@ static int fp8_ran(llmt_trainer *tr)
     return d && llmt__devtrain_fp8_state(d, &sc, &n, &f, &b) && f > 0 && b > 0;
 }
 
-static llmt_status make_trainer(const layout *l, llmt_model **m, llmt_trainer **tr)
+/* The layout's model: plan_run_model_config's Llama with its MoE layers
+ * of l->experts experts, dropless or of capacity factor l->cf. */
+static void model_config(const layout *l, llmt_model_config *c)
 {
-    llmt_model_config c;
-    plan_run_model_config(&c, 1, LAYERS, WIDTH, 4, 2, FFN, VOCAB, 0, SEQ);
-    plan_run_moe_config(&c, EFFN);
-    c.moe_experts = l->experts;
-    c.moe_dropless = l->cf <= 0;
+    plan_run_model_config(c, 1, LAYERS, WIDTH, 4, 2, FFN, VOCAB, 0, SEQ);
+    plan_run_moe_config(c, EFFN);
+    c->moe_experts = l->experts;
+    c->moe_dropless = l->cf <= 0;
     if (l->cf > 0)
-        c.moe_capacity_factor = l->cf;
-    llmt_status st = llmt_model_create(NULL, &c, m);
-    if (st != LLMT_OK)
-        return st;
-    llmt_trainer_opts o;
-    llmt_trainer_opts_init(&o, sizeof o);
-    o.micro_batch = MICRO;
-    o.grad_accum = ACCUM;
-    o.seq_len = SEQ;
-    o.lr = 1e-3f;
-    o.threads = 1;
-    o.fp8 = l->fp8;
-    return llmt__trainer_create_dev(*m, &o, llmt__dev_emul(), tr);
+        c->moe_capacity_factor = l->cf;
 }
 
+/* The device engine on the emulation, fp8 GEMMs as the layout says. */
+static llmt_status make_trainer(const layout *l, llmt_model *m, llmt_trainer **tr)
+{
+    llmt_trainer_opts o;
+    plan_run_trainer_opts(&o, MICRO, ACCUM, SEQ, 0);
+    o.fp8 = l->fp8;
+    return llmt__trainer_create_dev(m, &o, llmt__dev_emul(), tr);
+}
+
+/* A rank of dp = ep (plan_run_rank_*), then its device memory in use and
+ * whether its fp8 GEMMs ran. */
 static void *rank_main(void *p)
 {
     rank_arg *ra = p;
     plan_run_arg *a = &ra->a;
     const layout *l = a->lo;
-    llmt_model *m = NULL;
-    llmt_trainer *tr = NULL;
-    llmt_comm *gc[5] = {NULL, NULL, NULL, NULL, NULL}; /* TP, CP, DP, PP, EP */
-    static const llmt_plan_dim dims[2] = {LLMT_DIM_DP, LLMT_DIM_EP};
-    const int deg[2] = {l->ep, l->ep};
-    llmt_comm *dg[2] = {NULL, NULL};
-    int32_t co[LLMT_PLAN_NDIMS] = {0};
-    a->st = llmt_plan_coords(a->plan, a->rank, co);
+    plan_run_rank r;
+    const int deg[5] = {1, 1, l->ep, 1, l->ep}; /* TP, CP, DP, PP, EP */
+    if (!plan_run_rank_begin(a, deg, &r))
+        return plan_run_rank_end(a, &r);
+    llmt_model_config c;
+    model_config(l, &c);
+    a->st = llmt_model_create(NULL, &c, &r.m);
     if (a->st == LLMT_OK)
-        a->st =
-            plan_run_groups_create(a->world, a->plan, 2, dims, deg, dg, a->err, sizeof a->err);
-    gc[2] = dg[0];
-    gc[4] = dg[1];
-    if (a->st == LLMT_OK)
-        a->st = make_trainer(l, &m, &tr);
-    rank_fixture_groups g = {.dp = gc[2], .ep = gc[4], .cp_variant = LLMT_CP_RING};
-    if (a->st == LLMT_OK)
-        a->st = rank_fixture_attach(tr, &g);
-    llmt_comm *xc = a->st == LLMT_OK && gc[4] ? llmt__trainer_expert_dp_comm(tr) : NULL;
-    size_t per = (size_t)MICRO * ACCUM * SEQ; /* tokens per step and replica */
-    for (int k = 0; k < STEPS && a->st == LLMT_OK; k++) {
-        size_t at = ((size_t)k * l->ep + (size_t)co[LLMT_DIM_DP]) * per;
-        a->st = plan_run_step(tr, gc, xc, a->in, a->tg, at, MICRO * ACCUM, SEQ, a->g[k]);
-    }
-    if (a->st == LLMT_OK)
-        a->st = plan_run_memory(tr, &a->state, &a->acts);
+        a->st = make_trainer(l, r.m, &r.tr);
+    plan_run_rank_attach(a, &r, 0, LLMT_CP_RING, 0, NULL);
+    plan_run_rank_train(a, &r, l->ep, MICRO, ACCUM, SEQ);
     if (a->st == LLMT_OK) {
         llmt_trainer_memory mem;
         memset(&mem, 0, sizeof mem);
         mem.struct_size = sizeof mem;
-        a->st = llmt_trainer_memory_usage(tr, &mem);
+        a->st = llmt_trainer_memory_usage(r.tr, &mem);
         ra->in_use = (double)mem.device_in_use;
-        ra->fp8_ran = fp8_ran(tr);
+        ra->fp8_ran = fp8_ran(r.tr);
     }
-    if (a->st != LLMT_OK)
-        plan_run_rank_error(a->err, sizeof a->err, tr, m);
-    llmt_trainer_destroy(tr);
-    llmt_model_destroy(m);
-    for (int j = 0; j < 5; j++)
-        llmt_comm_destroy(gc[j]);
-    return NULL;
+    return plan_run_rank_end(a, &r);
 }
 
 /* One layout's ranks into r[0..ep) and its plan's estimate into *x (every
@@ -206,20 +185,14 @@ static int run_layout(const layout *l, const int32_t *in, const int32_t *tg, ran
         llmt_spec_destroy(s);
         return 0;
     }
-    memset(x, 0, sizeof *x);
-    x->struct_size = sizeof *x;
-    CHECK_STATUS(llmt_plan_get_estimate(p, x), LLMT_OK);
-    memset(r, 0, (size_t)W * sizeof *r);
-    for (int k = 0; k < W; k++)
-        r[k].a = (plan_run_arg){.lo = l, .plan = p, .rank = k, .in = in, .tg = tg};
-    rank_fixture_run(r, sizeof *r, W, W > 1, offsetof(rank_arg, a.world), rank_main);
-    int ok = plan_run_ranks_ok(l->name, r, sizeof *r, W, offsetof(rank_arg, a.st),
-                               offsetof(rank_arg, a.err));
+    plan_run_get_estimate(p, x);
+    int ok = plan_run_ranks(l->name, r, sizeof *r, MAXW, offsetof(rank_arg, a), W, W > 1, l, p,
+                            in, tg, rank_main);
     double nf = l->fp8 ? 15.0 * LAYERS : 0;
     double io = plan_run_io(ACCUM, MICRO * SEQ, nf, l->ep);
     double pl[3][3];
     plan_run_plan_groups(x, pl);
-    double state = x->engine_mem_params + x->engine_mem_grads + x->engine_mem_optimizer;
+    double state = plan_run_state_of(x);
     for (int k = 0; ok && k < W; k++) {
         int same = 1;
         for (int j = 0; j < STEPS; j++)
@@ -335,31 +308,61 @@ static double dctx_fp8(llmt__moe_dctx *x, const llmt__moe_fp8 *f)
     return (double)(u0 - u1);
 }
 
+/* A MoE context on a fresh emulated device and an in-process world of
+ * ep communicators beside it, for the context tests below. */
+typedef struct dctx_env {
+    const llmt__dev_ops *op;
+    llmt__dev *d;
+    llmt_err err;
+    llmt__moe_dctx *x;
+    llmt_comm *c[MAXW];
+} dctx_env;
+
+/* The device, the context of shape sh on it and the world (one check
+ * each; the context's only where the device came). Returns whether the
+ * context and the world are there; where the context is not, its error
+ * goes to stderr after who. */
+static int dctx_env_open(dctx_env *e, const llmt__moe_shape *sh, int ep, const char *who)
+{
+    char msg[256];
+    llmt__dev_opts dopt = {0, 1};
+    memset(e, 0, sizeof *e);
+    e->op = llmt__dev_emul();
+    CHECK_STATUS(e->op->create(&dopt, &e->d, msg, sizeof msg), LLMT_OK);
+    if (e->d)
+        CHECK_STATUS(llmt__moe_dctx_new(e->op, e->d, &e->err, sh, 0, MICRO * SEQ, &e->x),
+                     LLMT_OK);
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, ep, NULL, e->c), LLMT_OK);
+    if (!e->x)
+        fprintf(stderr, "%s: %s\n", who, e->err.msg);
+    return e->x && e->c[0];
+}
+
+/* The context, the world and the device freed. */
+static void dctx_env_close(dctx_env *e, int ep)
+{
+    llmt__moe_dctx_free(e->x);
+    for (int r = 0; r < ep; r++)
+        llmt_comm_destroy(e->c[r]);
+    if (e->d)
+        e->op->destroy(e->d);
+}
+
 /* A context with fp8 experts before expert parallelism comes (and goes):
  * its fp8 room follows the layout both ways, to the experts' part of
  * experts_fp8 (a runtime re-layout, llmt_trainer_set_ep_comm after the
  * engine's fp8 experts were set). */
 static void relayout(int E, int ep)
 {
-    const llmt__dev_ops *op = llmt__dev_emul();
-    llmt__dev *d = NULL;
-    char msg[256];
-    llmt__dev_opts dopt = {0, 1};
-    CHECK_STATUS(op->create(&dopt, &d, msg, sizeof msg), LLMT_OK);
-    llmt_err err;
-    memset(&err, 0, sizeof err);
     llmt__moe_shape sh = {E, 2, WIDTH, EFFN, 1.0f, 1, 0};
-    llmt__moe_dctx *x = NULL;
-    llmt_comm *c[MAXW] = {NULL};
     llmt__moe_fp8 f;
     memset(&f, 0, sizeof f); /* nothing runs: the room only */
-    if (d)
-        CHECK_STATUS(llmt__moe_dctx_new(op, d, &err, &sh, 0, MICRO * SEQ, &x), LLMT_OK);
-    CHECK_STATUS(llmt_comm_create_inproc(NULL, ep, NULL, c), LLMT_OK);
-    if (x && c[0]) {
+    dctx_env e;
+    if (dctx_env_open(&e, &sh, ep, "relayout")) {
+        llmt__moe_dctx *x = e.x;
         CHECK_STATUS(llmt__moe_dctx_set_fp8(x, &f), LLMT_OK);
         double one = dctx_fp8(x, &f);
-        CHECK_STATUS(llmt__moe_dctx_set_ep(x, c[0]), LLMT_OK);
+        CHECK_STATUS(llmt__moe_dctx_set_ep(x, e.c[0]), LLMT_OK);
         double k = dctx_fp8(x, &f);
         CHECK_STATUS(llmt__moe_dctx_set_ep(x, NULL), LLMT_OK);
         double back = dctx_fp8(x, &f);
@@ -368,14 +371,8 @@ static void relayout(int E, int ep)
         printf("moe E %2d: fp8 experts' room %.0f B at ep 1, %.0f B after ep %d came "
                "(expected %.0f), %.0f B after it went (expected %.0f)\n",
                E, one, k, ep, wk, back, w1);
-    } else if (!x) {
-        fprintf(stderr, "relayout: %s\n", err.msg);
     }
-    llmt__moe_dctx_free(x);
-    for (int r = 0; r < ep; r++)
-        llmt_comm_destroy(c[r]);
-    if (d)
-        op->destroy(d);
+    dctx_env_close(&e, ep);
 }
 
 /* A bf16 MoE context's bytes by the backend's allocator, and the
@@ -399,27 +396,17 @@ static dctx_bytes dctx_now(llmt__moe_dctx *x)
  * by the context's counts (which the planner follows). */
 static void owner_bytes(int E, int ep, float cf)
 {
-    const llmt__dev_ops *op = llmt__dev_emul();
-    llmt__dev *d = NULL;
-    char msg[256];
-    llmt__dev_opts dopt = {0, 1};
-    CHECK_STATUS(op->create(&dopt, &d, msg, sizeof msg), LLMT_OK);
-    llmt_err err;
-    memset(&err, 0, sizeof err);
     llmt__moe_shape sh = {E, 2, WIDTH, EFFN, cf > 0 ? cf : 1.0f, cf <= 0, 0};
-    llmt__moe_dctx *x = NULL;
     llmt__moe_dep *q = NULL;
-    llmt_comm *c[MAXW] = {NULL};
-    if (d)
-        CHECK_STATUS(llmt__moe_dctx_new(op, d, &err, &sh, 0, MICRO * SEQ, &x), LLMT_OK);
-    CHECK_STATUS(llmt_comm_create_inproc(NULL, ep, NULL, c), LLMT_OK);
-    if (x && c[0]) {
-        double es = op->store == LLMT_DTYPE_FP32 ? 4 : 2, B = capacity(E, cf);
+    dctx_env e;
+    if (dctx_env_open(&e, &sh, ep, "owner_bytes")) {
+        llmt__moe_dctx *x = e.x;
+        double es = e.op->store == LLMT_DTYPE_FP32 ? 4 : 2, B = capacity(E, cf);
         double O = owner_rows(E, ep, cf);
         double want_ep = es * (2 * E * B * WIDTH + O * (3 * WIDTH + 3 * EFFN));
         double want_dep = es * O * (WIDTH + 3 * EFFN);
         dctx_bytes b0 = dctx_now(x), b1, b2;
-        CHECK_STATUS(llmt__moe_dctx_set_ep(x, c[0]), LLMT_OK);
+        CHECK_STATUS(llmt__moe_dctx_set_ep(x, e.c[0]), LLMT_OK);
         b1 = dctx_now(x);
         CHECK_STATUS(llmt__moe_dep_new(x, &q), LLMT_OK);
         b2 = dctx_now(x);
@@ -436,26 +423,18 @@ static void owner_bytes(int E, int ep, float cf)
                "exchange state %.0f B (expected %.0f)\n",
                E, ep, how, O, E * B, ep * MICRO * SEQ * 2, got_ep, want_ep,
                es * 2 * E * B * WIDTH, got_dep, want_dep);
-    } else if (!x) {
-        fprintf(stderr, "owner_bytes: %s\n", err.msg);
     }
-    llmt__moe_dep_free(x, q);
-    llmt__moe_dctx_free(x);
-    for (int r = 0; r < ep; r++)
-        llmt_comm_destroy(c[r]);
-    if (d)
-        op->destroy(d);
+    llmt__moe_dep_free(e.x, q);
+    dctx_env_close(&e, ep);
 }
 
 int main(void)
 {
     const char *name = "plan-vs-run-fp8-ep";
     size_t n = (size_t)STEPS * MAXW * MICRO * ACCUM * SEQ;
-    int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
-    CHECK(in && tg);
-    if (!in || !tg)
+    int32_t *in = NULL, *tg = NULL;
+    if (!plan_run_stream(n, 11, VOCAB, &in, &tg))
         return check_exit(name);
-    plan_run_tokens(in, tg, n, 11, VOCAB);
     static const int cases[][2] = {{4, 2}, {8, 4}, {64, 8}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_ep(cases[i][0], cases[i][1], 0, in, tg);
