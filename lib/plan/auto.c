@@ -115,6 +115,20 @@ static void apply_cand(llmt_spec *s, const llmt_plan_cand *c)
     s->batch.global = (int64_t)c->micro * c->accum * c->dp;
 }
 
+/* Whether llmt_job runs the weighed layout w of the spec: the job splits
+ * the stages by the spec's own parallelism.stage_layers, where
+ * llmt__plan_set_stages put the planner's split of another stage count
+ * in w (the estimate's), so the limits see the spec's count. */
+static int job_runs(llmt_spec *w, const llmt_spec *spec, int64_t world)
+{
+    int n = w->parallelism.nstage_layers;
+    if (llmt__spec_given(spec, "parallelism.stage_layers"))
+        w->parallelism.nstage_layers = spec->parallelism.nstage_layers;
+    llmt_status st = llmt__plan_job_limits(w, world, NULL, 0);
+    w->parallelism.nstage_layers = n;
+    return st == LLMT_OK;
+}
+
 /* When llmt_job does not run the best layout yet (the plan's note says
  * why), the fastest fitting layout it does run (run: NULL when none). */
 static void runnable_note(llmt_plan *p, const llmt_spec *spec, int32_t world,
@@ -266,7 +280,7 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                                         continue;
                                     }
                                     fitting++;
-                                    if (llmt__plan_job_limits(&w, W, NULL, 0) == LLMT_OK &&
+                                    if (job_runs(&w, spec, W) &&
                                         (!have_run || better(&c, &best_run))) {
                                         best_run = c;
                                         have_run = 1;

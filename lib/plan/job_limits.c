@@ -26,6 +26,17 @@ static llmt_status keys_of_degrees(const llmt_spec *s, char *why, size_t n)
     if (s->parallelism.pp <= 1 && llmt__spec_given(s, "parallelism.stage_layers"))
         return SAY("parallelism.stage_layers: set but parallelism.pp is 1 (one stage holds "
                    "every layer); remove the key or set pp");
+    /* one entry per (virtual) stage, as the spec's rules refuse it: the
+     * auto-planner's pp 4, or pp 2 with 2 virtual stages, for a spec that
+     * splits 2 stages is one the job does not run with that split */
+    long long pp = (long long)s->parallelism.pp, v = (long long)s->parallelism.virtual_stages,
+              nv = pp * (v > 1 ? v : 1);
+    int nsl = s->parallelism.nstage_layers;
+    if (pp > 1 && llmt__spec_given(s, "parallelism.stage_layers") && nsl != nv)
+        return SAY("parallelism.stage_layers: %d entries for parallelism.pp %lld x "
+                   "parallelism.virtual_stages %lld (one per virtual stage); give %lld, or "
+                   "keep the layout they split",
+                   nsl, pp, v > 1 ? v : 1, nv);
     return LLMT_OK;
 }
 
