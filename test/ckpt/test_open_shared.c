@@ -12,6 +12,7 @@
  *  - rank 1's file of step 5 gone too: every rank fails with
  *    LLMT_ERR_NOT_FOUND, naming both steps. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,37 +20,34 @@
 
 #include "check.h"
 #include "ckpt/ckpt_internal.h"
+#include "ckpt_threads_fixture.h"
 #include "ckpt_util.h"
 
 enum { W = 4, N = 2500 };
 
 typedef struct {
-    CK_RANK_FIELDS;
-    int phase;
-    llmt_status st;
+    CK_PHASE_FIELDS;
     int64_t step;
     uint64_t checked, opened;
     int data_ok;
     char err[2048];
 } rk;
 
-static void *run(void *arg)
+/* Phase 0: steps 5 and 7 saved; 1: the shared open and the reads. */
+static llmt_status rank_phase(void *arg, llmt_ckpt *ck)
 {
     rk *k = arg;
-    llmt_ckpt *ck = NULL;
-    k->st = rank_ckpt(k->rank, W, k->root, 0, &ck);
-    if (k->st != LLMT_OK)
-        return NULL;
+    llmt_status st;
     if (k->phase == 0) {
-        k->st = save_block(ck, 5, 5, k->rank, W, N, 0);
-        if (k->st == LLMT_OK)
-            k->st = save_block(ck, 7, 7, k->rank, W, N, 0);
+        st = save_block(ck, 5, 5, k->rank, W, N, 0);
+        if (st == LLMT_OK)
+            st = save_block(ck, 7, 7, k->rank, W, N, 0);
     } else {
         k->step = -1;
-        k->st = llmt__ckpt_open_latest_shared(ck, k->comm, INT64_MAX, NULL, &k->step);
+        st = llmt__ckpt_open_latest_shared(ck, k->comm, INT64_MAX, NULL, &k->step);
         k->checked = ck->files_checked;
         k->data_ok = 0;
-        if (k->st == LLMT_OK) { /* this rank's block of w, as saved */
+        if (st == LLMT_OK) { /* this rank's block of w, as saved */
             float *x = malloc(N * sizeof *x);
             int64_t n = N, off = (int64_t)k->rank * N;
             llmt_tensor v;
@@ -74,24 +72,19 @@ static void *run(void *arg)
             free(x);
         }
     }
-    snprintf(k->err, sizeof k->err, "%s", llmt_ckpt_last_error(ck));
-    llmt_ckpt_destroy(ck);
-    return NULL;
+    return st;
 }
 
 static void run_all(rk *ks, int phase)
 {
-    for (int r = 0; r < W; r++)
-        ks[r].phase = phase;
-    run_threads(run, ks, sizeof *ks, W);
+    ck_phases(ks, sizeof *ks, W, phase, 0, rank_phase, offsetof(rk, err), sizeof ks->err);
 }
 
 int main(void)
 {
-    char *base = tmpdir_make(NULL, "openshared");
     llmt_comm *comms[W];
     rk ks[W];
-    CHECK_STATUS(inproc_ranks(ks, sizeof *ks, W, comms, base, "root", 0), LLMT_OK);
+    char *base = ck_phases_begin(ks, sizeof *ks, W, comms, "openshared", "root", 0);
     run_all(ks, 0);
     for (int r = 0; r < W; r++)
         CHECK_STATUS(ks[r].st, LLMT_OK);
@@ -136,9 +129,6 @@ int main(void)
             fprintf(stderr, "rank %d: %s\n", r, ks[r].err);
     }
 
-    for (int r = 0; r < W; r++)
-        llmt_comm_destroy(comms[r]);
-    tmpdir_remove(base);
-    free(base);
+    ck_phases_end(comms, W, base);
     return check_exit("ckpt-open-shared");
 }

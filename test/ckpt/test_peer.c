@@ -8,49 +8,41 @@
  *    a checksum error instead of installing bad data.
  * A restored part must equal the original files byte for byte. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "check.h"
+#include "ckpt_threads_fixture.h"
 #include "ckpt_util.h"
 
 enum { W = 4, N = 3000 };
 
 typedef struct {
-    CK_RANK_FIELDS;
-    int phase; /* 0: save + replicate, 1: restore */
-    llmt_status st;
+    CK_PHASE_FIELDS;
     int32_t restored;
     char err[512];
 } rk;
 
-static void *run(void *arg)
+/* Phase 0: step 5 saved and replicated to the partner; 1: restore. */
+static llmt_status rank_phase(void *arg, llmt_ckpt *ck)
 {
     rk *k = arg;
-    llmt_ckpt *ck = NULL;
-    k->st = rank_ckpt(k->rank, W, k->root, 3, &ck);
-    if (k->st != LLMT_OK)
-        return NULL;
     if (k->phase == 0) {
-        k->st = save_block(ck, 5, 7, k->rank, W, N, 1);
-        if (k->st == LLMT_OK)
-            k->st = llmt_ckpt_peer_replicate(ck, k->comm, 5);
-    } else {
-        k->restored = -1;
-        k->st = llmt_ckpt_peer_restore(ck, k->comm, 5, &k->restored);
+        llmt_status st = save_block(ck, 5, 7, k->rank, W, N, 1);
+        if (st == LLMT_OK)
+            st = llmt_ckpt_peer_replicate(ck, k->comm, 5);
+        return st;
     }
-    snprintf(k->err, sizeof k->err, "%s", llmt_ckpt_last_error(ck));
-    llmt_ckpt_destroy(ck);
-    return NULL;
+    k->restored = -1;
+    return llmt_ckpt_peer_restore(ck, k->comm, 5, &k->restored);
 }
 
 static void run_all(rk *ks, int phase)
 {
-    for (int r = 0; r < W; r++)
-        ks[r].phase = phase;
-    run_threads(run, ks, sizeof *ks, W);
+    ck_phases(ks, sizeof *ks, W, phase, 3, rank_phase, offsetof(rk, err), sizeof ks->err);
 }
 
 static int sh(const char *fmt, const char *a, const char *b)
@@ -76,10 +68,9 @@ static int same_as_orig(const char *orig, rk *ks, int r)
 
 int main(void)
 {
-    char *base = tmpdir_make(NULL, "peer");
     llmt_comm *comms[W];
     rk ks[W];
-    CHECK_STATUS(inproc_ranks(ks, sizeof *ks, W, comms, base, "node", 1), LLMT_OK);
+    char *base = ck_phases_begin(ks, sizeof *ks, W, comms, "peer", "node", 1);
     run_all(ks, 0);
     for (int r = 0; r < W; r++) {
         CHECK_STATUS(ks[r].st, LLMT_OK);
@@ -145,9 +136,6 @@ int main(void)
     snprintf(lost, sizeof lost, "%s/step-000000000005/rank-00001.json", ks[1].root);
     CHECK(stat(lost, &st) != 0); /* nothing bad installed */
 
-    for (int r = 0; r < W; r++)
-        llmt_comm_destroy(comms[r]);
-    tmpdir_remove(base);
-    free(base);
+    ck_phases_end(comms, W, base);
     return check_exit("test_peer");
 }
