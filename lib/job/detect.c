@@ -337,14 +337,14 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
         }
     int32_t my_root = majr[j->rank];
     free(majr);
-    if (bad.oom) {
-        free(all);
-        free(bad.p);
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory for the list of %d bad ranks",
-                    (int)nbad);
-    }
+    /* a list that could not grow: no metrics line (a short one would be
+     * read as every bad rank), but the check goes on here as on every
+     * other rank, whose repair, replay or restore is collective */
     char brief[320];
-    llmt__job_list_brief(brief, sizeof brief, bad.p, 32);
+    if (bad.oom)
+        snprintf(brief, sizeof brief, "%d rank(s) (no memory for their list)", (int)nbad);
+    else
+        llmt__job_list_brief(brief, sizeof brief, bad.p, 32);
     if (!nbad) {
         llmt__job_metrics_line(j,
                                "{\"event\":\"sdc\",\"step\":%lld,\"ok\":true,"
@@ -412,12 +412,18 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
     }
     llmt__log(j->ctx, LLMT_LOG_WARN, "job", "sdc: silent data corruption at step %lld: %s: %s",
               (long long)step, ev, action);
-    llmt__job_metrics_line(j,
-                           "{\"event\":\"sdc\",\"step\":%lld,\"ok\":false,\"ranks\":%d,"
-                           "\"bad_ranks\":[%s],\"majority_rank\":%d,\"action\":\"%s\","
-                           "\"now_at\":%lld,\"xxh\":\"%016llx\"}",
-                           (long long)step, (int)j->world, bad.p, (int)maj, action,
-                           (long long)(back >= 0 ? back : step), (unsigned long long)mine);
+    if (bad.oom)
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                  "metrics: no memory for the list of %d bad ranks at step %lld: the sdc "
+                  "line is not written",
+                  (int)nbad, (long long)step);
+    else
+        llmt__job_metrics_line(j,
+                               "{\"event\":\"sdc\",\"step\":%lld,\"ok\":false,\"ranks\":%d,"
+                               "\"bad_ranks\":[%s],\"majority_rank\":%d,\"action\":\"%s\","
+                               "\"now_at\":%lld,\"xxh\":\"%016llx\"}",
+                               (long long)step, (int)j->world, bad.p, (int)maj, action,
+                               (long long)(back >= 0 ? back : step), (unsigned long long)mine);
     free(bad.p);
     j->gp_checks_s += llmt__job_now() - t0;
     if (!strcmp(action, "stop"))

@@ -133,10 +133,16 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
     int32_t nl =
         llmt__job_sdc_replay_line(j, step, from, orig, rep, agree, action, bad, sizeof bad);
     free(rep);
-    if (nl < 0)
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY,
-                    "sdc: no memory for the replay's line of %d ranks' hashes at step %lld",
-                    (int)j->world, (long long)step);
+    /* no line without memory for it, but no return either: every other
+     * rank goes on to the policy's collectives or the next step */
+    if (nl < 0) {
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                  "metrics: no memory for the replay's line of %d ranks' hashes at step "
+                  "%lld: the sdc_replay line is not written",
+                  (int)j->world, (long long)step);
+        if (*nbad)
+            snprintf(bad, sizeof bad, "%d rank(s) (no memory for their list)", *nbad);
+    }
     llmt__log(j->ctx, LLMT_LOG_WARN, "job",
               "sdc: step %lld replayed from the %s of step %lld on every rank: %s%s%s",
               (long long)step, shares && !one ? "checked state" : "snapshot", (long long)from,
