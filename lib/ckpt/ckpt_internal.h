@@ -117,6 +117,14 @@ llmt_status llmt__ckpt_write_file(const char *path, const void *buf, uint64_t le
 llmt_status llmt__ckpt_write_atomic(const char *dir, const char *name,
                                     const char *text, size_t len, char *err,
                                     size_t errlen);
+/* The first half of write_atomic: `text` written and fsynced under the
+ * temporary name of dir/name (returned in tmp), for the caller to rename
+ * into place after a last check (save.c: a part, a step's manifest). */
+llmt_status llmt__ckpt_write_tmp(const char *dir, const char *name, const char *text,
+                                 size_t len, char *tmp, size_t tmplen, char *err,
+                                 size_t errlen);
+/* dir/.name.tmp.PID.TID: unique per writer thread, hidden from readers */
+void llmt__ckpt_tmp_name(char *buf, size_t n, const char *dir, const char *name);
 int llmt__ckpt_fsync_dir(const char *dir);
 /* Read a whole small file (<= max bytes); malloc'ed, NUL-terminated. */
 llmt_status llmt__ckpt_read_small(const char *path, size_t max, char **out,

@@ -237,15 +237,10 @@ llmt_status llmt__ckpt_write_file(const char *path, const void *buf, uint64_t le
     return st;
 }
 
-llmt_status llmt__ckpt_write_atomic(const char *dir, const char *name,
-                                    const char *text, size_t len, char *err,
-                                    size_t errlen)
+llmt_status llmt__ckpt_write_tmp(const char *dir, const char *name, const char *text,
+                                 size_t len, char *tmp, size_t tmplen, char *err, size_t errlen)
 {
-    char tmp[4096], dst[4096];
-    snprintf(dst, sizeof dst, "%s/%s", dir, name);
-    /* unique per process and thread: ranks may run as threads of one process */
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld.%lx", dir, name, (long)getpid(),
-             (unsigned long)pthread_self());
+    llmt__ckpt_tmp_name(tmp, tmplen, dir, name);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "ckpt: open %s: %s", tmp, strerror(errno));
@@ -260,13 +255,30 @@ llmt_status llmt__ckpt_write_atomic(const char *dir, const char *name,
         snprintf(err, errlen, "ckpt: close %s: %s", tmp, strerror(errno));
         st = LLMT_ERR_IO;
     }
-    if (st == LLMT_OK && rename(tmp, dst)) {
-        snprintf(err, errlen, "ckpt: rename %s: %s", dst, strerror(errno));
-        st = LLMT_ERR_IO;
-    }
-    if (st != LLMT_OK) {
+    if (st != LLMT_OK)
         unlink(tmp);
+    return st;
+}
+
+void llmt__ckpt_tmp_name(char *buf, size_t n, const char *dir, const char *name)
+{
+    /* unique per process and thread: ranks may run as threads of one process */
+    snprintf(buf, n, "%s/.%s.tmp.%ld.%lx", dir, name, (long)getpid(),
+             (unsigned long)pthread_self());
+}
+
+llmt_status llmt__ckpt_write_atomic(const char *dir, const char *name, const char *text,
+                                    size_t len, char *err, size_t errlen)
+{
+    char tmp[4096], dst[4096];
+    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    llmt_status st = llmt__ckpt_write_tmp(dir, name, text, len, tmp, sizeof tmp, err, errlen);
+    if (st != LLMT_OK)
         return st;
+    if (rename(tmp, dst)) {
+        snprintf(err, errlen, "ckpt: rename %s: %s", dst, strerror(errno));
+        unlink(tmp);
+        return LLMT_ERR_IO;
     }
     if (llmt__ckpt_fsync_dir(dir)) {
         snprintf(err, errlen, "ckpt: fsync directory %s: %s", dir, strerror(errno));

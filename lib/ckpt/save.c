@@ -634,33 +634,125 @@ static llmt_status update_latest(const char *root, int64_t step, char *err, size
     return llmt__ckpt_write_atomic(root, "latest", text, (size_t)n, err, errlen);
 }
 
-/* Copy a committed checkpoint to the durable directory, manifest last. */
+static int committed_in(const char *dir);
+
+/* Whether dir's manifest.json holds exactly `text`. */
+static int manifest_is(const char *dir, const char *text, size_t len)
+{
+    char p[MAX_PATH], *cur = NULL, e[256];
+    size_t n = 0;
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    int same = llmt__ckpt_read_small(p, (size_t)1 << 30, &cur, &n, e, sizeof e) == LLMT_OK &&
+               n == len && memcmp(cur, text, len) == 0;
+    free(cur);
+    return same;
+}
+
+/* Copy a committed checkpoint to the durable directory, manifest last.
+ * Every file is copied under a temporary name and renamed into place: no
+ * file a committed step's manifest names is ever opened for writing (two
+ * ranks that both committed the step copy it at once; the second once
+ * truncated a data file the first's manifest.json already covered). A
+ * step the tier holds committed with this very manifest is this commit's
+ * copy already; one committed otherwise (another attempt at the step, an
+ * abandoned timeline's) is uncommitted first, then replaced. */
 static llmt_status copy_to_durable(llmt_ckpt *ck, const char *src, int64_t step,
                                    int32_t world, const char *manifest, size_t mlen)
 {
-    char dst[MAX_PATH], a[MAX_PATH], b[MAX_PATH];
+    char dst[MAX_PATH], a[MAX_PATH], b[MAX_PATH], t[MAX_PATH], name[32];
     step_dir(dst, sizeof dst, ck->durable, step);
     if (llmt__ckpt_mkdirs(dst))
         return JOB_FAIL(LLMT_ERR_IO, "ckpt: durable tier: mkdir %s: %s", dst, strerror(errno));
-    for (int32_t r = 0; r < world; r++) {
+    int copied = manifest_is(dst, manifest, mlen);
+    if (!copied && committed_in(dst)) {
+        snprintf(a, sizeof a, "%s/manifest.json", dst);
+        if (unlink(a) || llmt__ckpt_fsync_dir(dst))
+            return JOB_FAIL(LLMT_ERR_IO, "ckpt: durable tier: uncommit %s: %s", a,
+                            strerror(errno));
+        llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt",
+                  "durable tier: step %" PRId64 " in %s was committed by another attempt at "
+                  "it: replaced by this commit's",
+                  step, dst);
+    }
+    for (int32_t r = 0; r < world && !copied; r++) {
         for (int j = 0; j < 2; j++) {
-            snprintf(a, sizeof a, "%s/rank-%05d.%s", src, (int)r, j ? "json" : "bin");
-            snprintf(b, sizeof b, "%s/rank-%05d.%s", dst, (int)r, j ? "json" : "bin");
-            llmt_status s = llmt__ckpt_copy_file(a, b, ck->job_err, sizeof ck->job_err);
-            if (s != LLMT_OK)
+            snprintf(name, sizeof name, "rank-%05d.%s", (int)r, j ? "json" : "bin");
+            snprintf(a, sizeof a, "%s/%s", src, name);
+            snprintf(b, sizeof b, "%s/%s", dst, name);
+            llmt__ckpt_tmp_name(t, sizeof t, dst, name);
+            llmt_status s = llmt__ckpt_copy_file(a, t, ck->job_err, sizeof ck->job_err);
+            if (s == LLMT_OK && rename(t, b))
+                s = JOB_FAIL(LLMT_ERR_IO, "ckpt: durable tier: rename %s: %s", b,
+                             strerror(errno));
+            if (s != LLMT_OK) {
+                unlink(t);
                 return s;
+            }
         }
     }
     if (llmt__ckpt_fsync_dir(dst))
         return JOB_FAIL(LLMT_ERR_IO, "ckpt: durable tier: fsync %s: %s", dst, strerror(errno));
-    llmt_status s = llmt__ckpt_write_atomic(dst, "manifest.json", manifest, mlen,
-                                            ck->job_err, sizeof ck->job_err);
+    llmt_status s = copied ? LLMT_OK
+                           : llmt__ckpt_write_atomic(dst, "manifest.json", manifest, mlen,
+                                                     ck->job_err, sizeof ck->job_err);
     if (s == LLMT_OK)
         s = update_latest(ck->durable, step, ck->job_err, sizeof ck->job_err);
     if (s == LLMT_OK)
         llmt__ckpt_retain(ck->ctx, ck->durable, ck->opts.durable_keep_last,
                           ck->opts.durable_keep_every, -1);
     return s;
+}
+
+/* Whether part manifest `p` is still the file `was` (a stat taken before
+ * it was read): not removed, set aside or replaced since. */
+static int same_file(const char *p, const struct stat *was)
+{
+    struct stat now;
+    return stat(p, &now) == 0 && now.st_ino == was->st_ino && now.st_dev == was->st_dev &&
+           now.st_size == was->st_size && now.st_mtim.tv_sec == was->st_mtim.tv_sec &&
+           now.st_mtim.tv_nsec == was->st_mtim.tv_nsec;
+}
+
+/* The commit point: `json` (merged from the part manifests whose stats are
+ * `ids`) renamed to dir/manifest.json, unless a part manifest changed
+ * since it was read (its rank's writer set it aside to replace the part,
+ * save.c part_begin: the data file under it is about to change). *done:
+ * committed; 0 with LLMT_OK: left to the rank replacing its part. The last
+ * look is the step before the rename, and a writer sets its part aside
+ * before its own last look at manifest.json, so a commit that read an old
+ * part could only land with that part's data renamed over if this thread
+ * stood still between the two for the whole write of the other rank's
+ * data file; its hashes in manifest.json would then fail verification. */
+static llmt_status commit_manifest(llmt_ckpt *ck, const char *dir, const char *json, size_t jl,
+                                   const struct stat *ids, int *done)
+{
+    char tmp[MAX_PATH], dst[MAX_PATH], p[MAX_PATH];
+    *done = 0;
+    llmt_status st = llmt__ckpt_write_tmp(dir, "manifest.json", json, jl, tmp, sizeof tmp,
+                                          ck->job_err, sizeof ck->job_err);
+    if (st != LLMT_OK)
+        return st;
+    for (int32_t r = 0; r < ck->opts.world_size; r++) {
+        snprintf(p, sizeof p, "%s/rank-%05d.json", dir, (int)r);
+        if (!same_file(p, &ids[r])) {
+            llmt__log(ck->ctx, LLMT_LOG_DEBUG, "ckpt",
+                      "step %" PRId64 ": rank %d's part in %s changed while it was merged: "
+                      "not committed (that rank commits it)",
+                      ck->job.step, (int)r, dir);
+            unlink(tmp);
+            return LLMT_OK;
+        }
+    }
+    snprintf(dst, sizeof dst, "%s/manifest.json", dir);
+    if (rename(tmp, dst)) {
+        st = JOB_FAIL(LLMT_ERR_IO, "ckpt: rename %s: %s", dst, strerror(errno));
+        unlink(tmp);
+        return st;
+    }
+    if (llmt__ckpt_fsync_dir(dir))
+        return JOB_FAIL(LLMT_ERR_IO, "ckpt: fsync directory %s: %s", dir, strerror(errno));
+    *done = 1;
+    return LLMT_OK;
 }
 
 /* If every rank's part is in `dir`, merge them into manifest.json: in the
@@ -672,9 +764,10 @@ static llmt_status try_commit(llmt_ckpt *ck, const char *dir, int in_durable)
     int32_t w = ck->opts.world_size;
     ck_manifest *parts = calloc((size_t)w, sizeof *parts);
     ck_manifest **pp = calloc((size_t)w, sizeof *pp);
+    struct stat *ids = calloc((size_t)w, sizeof *ids); /* the part manifests read */
     llmt_status st = LLMT_OK;
     int32_t have = 0;
-    if (!parts || !pp) {
+    if (!parts || !pp || !ids) {
         st = JOB_FAIL(LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
         goto out;
     }
@@ -683,7 +776,8 @@ static llmt_status try_commit(llmt_ckpt *ck, const char *dir, int in_durable)
         size_t len;
         snprintf(p, sizeof p, "%s/rank-%05d.json", dir, (int)r);
         char e[256];
-        if (llmt__ckpt_read_small(p, (size_t)1 << 30, &text, &len, e, sizeof e) != LLMT_OK)
+        if (stat(p, &ids[r]) ||
+            llmt__ckpt_read_small(p, (size_t)1 << 30, &text, &len, e, sizeof e) != LLMT_OK)
             goto out; /* not all parts yet: the last rank commits */
         st = llmt__ckpt_manifest_parse(text, len, 1, &parts[r], ck->job_err,
                                        sizeof ck->job_err);
@@ -719,8 +813,12 @@ static llmt_status try_commit(llmt_ckpt *ck, const char *dir, int in_durable)
         goto out;
     }
     size_t jl = strlen(json);
-    st = llmt__ckpt_write_atomic(dir, "manifest.json", json, jl, ck->job_err,
-                                 sizeof ck->job_err);
+    int done = 0;
+    st = commit_manifest(ck, dir, json, jl, ids, &done);
+    if (st == LLMT_OK && !done) {
+        free(json);
+        goto out;
+    }
     if (st == LLMT_OK)
         st = update_latest(root, ck->job.step, ck->job_err, sizeof ck->job_err);
     if (st == LLMT_OK) {
@@ -756,6 +854,7 @@ out:
             llmt__ckpt_manifest_free(&parts[r]);
     free(parts);
     free(pp);
+    free(ids);
     (void)have;
     return st;
 }
@@ -909,6 +1008,78 @@ static llmt_status committed_meanwhile(llmt_ckpt *ck, const char *dir)
                     ck->job.step, dir, (int)ck->opts.rank, (int)ck->opts.rank);
 }
 
+/* -- this rank's part published in a step directory: never a committed
+ * step's files opened for writing. The old part manifest is set aside
+ * first (no rank commits it with new data), the new files are written
+ * under temporary names, and renamed into place only after a last look
+ * at the step's manifest: the data file, then the part manifest (a rank
+ * that reads the new part manifest finds the new data). A commit another
+ * rank makes meanwhile with this rank's old part (possible only without
+ * attempt identities) gets that part back as it was, and its bytes stay
+ * those its manifest hashed. -- */
+
+typedef struct part_files {
+    char bin[MAX_PATH], json[MAX_PATH];   /* the part's names in `dir` */
+    char tbin[MAX_PATH], tjson[MAX_PATH]; /* the new files' temporary names */
+    char aside[MAX_PATH];                 /* the old part manifest, set aside */
+    int moved;                            /* an old part manifest was set aside */
+} part_files;
+
+/* The names of rank `rank`'s part in `dir`; the old part manifest set
+ * aside (renamed, not removed: put back if the step turns out committed
+ * with it, part_keep_old). */
+static void part_begin(part_files *f, const char *dir, int rank)
+{
+    char name[32];
+    snprintf(f->bin, sizeof f->bin, "%s/rank-%05d.bin", dir, rank);
+    snprintf(f->json, sizeof f->json, "%s/rank-%05d.json", dir, rank);
+    snprintf(name, sizeof name, "rank-%05d.bin", rank);
+    llmt__ckpt_tmp_name(f->tbin, sizeof f->tbin, dir, name);
+    snprintf(name, sizeof name, "rank-%05d.json.old", rank);
+    llmt__ckpt_tmp_name(f->aside, sizeof f->aside, dir, name);
+    f->tjson[0] = 0;
+    f->moved = rename(f->json, f->aside) == 0;
+    if (f->moved)
+        llmt__ckpt_fsync_dir(dir);
+}
+
+/* The save gave up before publishing: its temporary files go, and the old
+ * part manifest set aside goes too, unless the step turned out committed
+ * with it meanwhile (then it is put back: the commit's, as it was). */
+static void part_abandon(part_files *f, const char *dir)
+{
+    unlink(f->tbin);
+    if (f->tjson[0])
+        unlink(f->tjson);
+    if (f->moved && committed_in(dir) && rename(f->aside, f->json) == 0)
+        llmt__ckpt_fsync_dir(dir);
+    else if (f->moved)
+        unlink(f->aside);
+    f->moved = 0;
+}
+
+/* The new part's files renamed into place, unless the step was committed
+ * meanwhile (then left as it is: LLMT_ERR_STATE). */
+static llmt_status part_publish(llmt_ckpt *ck, part_files *f, const char *dir)
+{
+    if (committed_in(dir)) { /* the last look before a file of the step changes */
+        part_abandon(f, dir);
+        return committed_meanwhile(ck, dir);
+    }
+    if (rename(f->tbin, f->bin) || rename(f->tjson, f->json)) {
+        llmt_status st =
+            JOB_FAIL(LLMT_ERR_IO, "ckpt: rename into %s: %s", dir, strerror(errno));
+        part_abandon(f, dir);
+        return st;
+    }
+    if (f->moved)
+        unlink(f->aside);
+    f->moved = 0;
+    if (llmt__ckpt_fsync_dir(dir))
+        return JOB_FAIL(LLMT_ERR_IO, "ckpt: fsync directory %s: %s", dir, strerror(errno));
+    return LLMT_OK;
+}
+
 /* With a node-local root: this rank's part, just written to `dir`, copied
  * into the durable tier's step directory (the data first; the part
  * manifest, which try_commit looks for, written atomically last), and the
@@ -916,29 +1087,32 @@ static llmt_status committed_meanwhile(llmt_ckpt *ck, const char *dir)
 static llmt_status commit_durable(llmt_ckpt *ck, const char *dir)
 {
     const ck_manifest *m = &ck->job;
-    char dst[MAX_PATH], a[MAX_PATH], b[MAX_PATH], name[32];
+    char dst[MAX_PATH], a[MAX_PATH], name[32];
     step_dir(dst, sizeof dst, ck->durable, m->step);
     if (llmt__ckpt_mkdirs(dst))
         return JOB_FAIL(LLMT_ERR_IO, "ckpt: durable tier: mkdir %s: %s", dst, strerror(errno));
     if (committed_in(dst)) /* as in run_job: never rewritten */
         return committed_meanwhile(ck, dst);
-    snprintf(name, sizeof name, "rank-%05d.json", (int)m->rank);
-    snprintf(b, sizeof b, "%s/%s", dst, name);
-    if (unlink(b) == 0) /* an earlier attempt's part must not commit with new data */
-        llmt__ckpt_fsync_dir(dst);
+    part_files f;
+    part_begin(&f, dst, (int)m->rank); /* an earlier attempt's must not commit with new data */
     snprintf(a, sizeof a, "%s/rank-%05d.bin", dir, (int)m->rank);
-    snprintf(b, sizeof b, "%s/rank-%05d.bin", dst, (int)m->rank);
-    llmt_status st = llmt__ckpt_copy_file(a, b, ck->job_err, sizeof ck->job_err);
+    llmt_status st = llmt__ckpt_copy_file(a, f.tbin, ck->job_err, sizeof ck->job_err);
     char *text = NULL;
     size_t len = 0;
+    snprintf(name, sizeof name, "rank-%05d.json", (int)m->rank);
     snprintf(a, sizeof a, "%s/%s", dir, name);
     if (st == LLMT_OK)
         st = llmt__ckpt_read_small(a, (size_t)1 << 30, &text, &len, ck->job_err,
                                    sizeof ck->job_err);
     if (st == LLMT_OK)
-        st = llmt__ckpt_write_atomic(dst, name, text, len, ck->job_err, sizeof ck->job_err);
+        st = llmt__ckpt_write_tmp(dst, name, text, len, f.tjson, sizeof f.tjson, ck->job_err,
+                                  sizeof ck->job_err);
     free(text);
-    if (st != LLMT_OK)
+    if (st != LLMT_OK) {
+        part_abandon(&f, dst);
+        return st;
+    }
+    if ((st = part_publish(ck, &f, dst)) != LLMT_OK)
         return st;
     if (stop_now(ck, 1)) /* the durable part manifest is written */
         return job_stop(ck, 1);
@@ -950,24 +1124,26 @@ static llmt_status commit_durable(llmt_ckpt *ck, const char *dir)
 static llmt_status run_job(llmt_ckpt *ck)
 {
     ck_manifest *m = &ck->job;
-    char dir[MAX_PATH], path[MAX_PATH];
+    char dir[MAX_PATH];
     step_dir(dir, sizeof dir, ck->root, m->step);
     /* Committed since llmt_ckpt_save checked: by another rank, with this
      * rank's part of an earlier attempt. Its files are that commit's now:
      * rewriting them would break a checkpoint that verified. */
     if (committed_in(dir))
         return stop_asked(ck) ? job_stop(ck, 0) : committed_meanwhile(ck, dir);
+    if (llmt__ckpt_mkdirs(dir))
+        return JOB_FAIL(LLMT_ERR_IO, "ckpt: mkdir %s: %s", dir, strerror(errno));
     /* A stale part of an earlier attempt must not be committed with new
      * data, nor be taken for this attempt's by a cancel that stops it
      * before it starts (job_stop: a part manifest there is published, the
-     * job would stand, and the other ranks commit the old part). */
-    snprintf(path, sizeof path, "%s/rank-%05d.json", dir, (int)m->rank);
-    if (unlink(path) == 0)
-        llmt__ckpt_fsync_dir(dir);
-    if (stop_asked(ck)) /* cancelled before the writer started it */
+     * job would stand, and the other ranks commit the old part): set
+     * aside now, gone for good once this part is published. */
+    part_files f;
+    part_begin(&f, dir, (int)m->rank);
+    if (stop_asked(ck)) { /* cancelled before the writer started it */
+        part_abandon(&f, dir);
         return job_stop(ck, 0);
-    if (llmt__ckpt_mkdirs(dir))
-        return JOB_FAIL(LLMT_ERR_IO, "ckpt: mkdir %s: %s", dir, strerror(errno));
+    }
     uint8_t *h = ck->buf;
     memcpy(h, CK_MAGIC, 8);
     put_u32(h + 8, CK_FORMAT_VERSION);
@@ -978,27 +1154,24 @@ static llmt_status run_job(llmt_ckpt *ck)
     put_u64(h + 32, ck->job_bytes);
     put_u64(h + 40, m->ntensors);
     put_u64(h + 48, XXH64(h, 48, 0));
-    snprintf(path, sizeof path, "%s/rank-%05d.bin", dir, (int)m->rank);
     int direct = 0;
     /* The hashes go only into the part manifest, written after the data:
      * compute them on a helper thread while the data is being written (both
      * only read the snapshot buffer). */
     pthread_t hasher;
     int threaded = pthread_create(&hasher, NULL, llmt__ckpt_hash_job, ck) == 0;
-    llmt_status st = llmt__ckpt_write_file(path, ck->buf, ck->job_bytes, ck->opts.direct_io,
+    llmt_status st = llmt__ckpt_write_file(f.tbin, ck->buf, ck->job_bytes, ck->opts.direct_io,
                                            &direct, &ck->stop, ck->job_err, sizeof ck->job_err);
     if (threaded)
         pthread_join(hasher, NULL);
     else
         llmt__ckpt_hash_job(ck);
-    if (stop_asked(ck)) /* the part manifest is not written: no rank read it */
-        return job_stop(ck, 0);
-    if (st != LLMT_OK) {
-        unlink(path); /* give the space back (disk full); nothing refers to it */
-        return st;
+    if (stop_asked(ck) || st != LLMT_OK) {
+        /* the part manifest is not written: no rank read it; the data
+         * file's space goes back (disk full), nothing refers to it */
+        part_abandon(&f, dir);
+        return stop_asked(ck) ? job_stop(ck, 0) : st;
     }
-    llmt__log(ck->ctx, LLMT_LOG_DEBUG, "ckpt", "wrote %s (%" PRIu64 " bytes, %s)", path,
-              ck->job_bytes, direct ? "O_DIRECT" : "buffered");
     /* Rank 0's part names every tensor it was given, held or not (the
      * merge takes parts in rank order, so the step's manifest lists the
      * tensors in its order: the trainer names each on every rank, in the
@@ -1007,17 +1180,23 @@ static llmt_status run_job(llmt_ckpt *ck)
      * (gigabytes at thousands of ranks). */
     char *json =
         m->rank == 0 ? llmt__ckpt_manifest_to_json(m) : llmt__ckpt_manifest_to_json_held(m);
-    if (!json)
-        return JOB_FAIL(LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
     char name[32];
     snprintf(name, sizeof name, "rank-%05d.json", (int)m->rank);
-    st = llmt__ckpt_write_atomic(dir, name, json, strlen(json), ck->job_err,
-                                 sizeof ck->job_err);
+    st = json ? llmt__ckpt_write_tmp(dir, name, json, strlen(json), f.tjson, sizeof f.tjson,
+                                     ck->job_err, sizeof ck->job_err)
+              : JOB_FAIL(LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
     free(json);
-    if (st != LLMT_OK)
+    if (st != LLMT_OK) {
+        part_abandon(&f, dir);
         return st;
+    }
+    if ((st = part_publish(ck, &f, dir)) != LLMT_OK)
+        return st;
+    llmt__log(ck->ctx, LLMT_LOG_DEBUG, "ckpt", "wrote %s (%" PRIu64 " bytes, %s)", f.bin,
+              ck->job_bytes, direct ? "O_DIRECT" : "buffered");
     if (ck->opts.tier_fn) {
-        llmt_status hs = ck->opts.tier_fn(ck->opts.tier_user, LLMT_CKPT_TIER_PEER, m->step, path);
+        llmt_status hs =
+            ck->opts.tier_fn(ck->opts.tier_user, LLMT_CKPT_TIER_PEER, m->step, f.bin);
         if (hs != LLMT_OK)
             llmt__log(ck->ctx, LLMT_LOG_WARN, "ckpt", "tier hook (peer) for step %" PRId64
                       " returned %s", m->step, llmt_status_string(hs));

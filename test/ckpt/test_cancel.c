@@ -9,6 +9,7 @@
  *   test_cancel --slow-aio          the same through O_DIRECT and libaio
  *                                   (every io_getevents slow; SKIP where
  *                                   the writer falls back to pwrite) */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -67,6 +68,23 @@ static int exists(const char *root, int64_t step, const char *file)
     snprintf(p, sizeof p, "%s/step-%012lld%s%s", root, (long long)step, file ? "/" : "",
              file ? file : "");
     return stat(p, &st) == 0;
+}
+
+/* Whether step's data file `file` is being written: under its temporary
+ * name (.FILE.tmp.PID.TID), renamed into place once written. */
+static int writing(const char *root, int64_t step, const char *file)
+{
+    char p[4200], pre[300];
+    snprintf(p, sizeof p, "%s/step-%012lld", root, (long long)step);
+    snprintf(pre, sizeof pre, ".%s.tmp.", file);
+    DIR *d = opendir(p);
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d)))
+        found = !strncmp(e->d_name, pre, strlen(pre));
+    if (d)
+        closedir(d);
+    return found;
 }
 
 /* `s` is LLMT_ERR_STATE and the handle's message holds `needle`. */
@@ -377,9 +395,10 @@ static int test_mid_write(llmt_context *ctx, int aio)
     /* 32 MiB: 5 pieces of 8 MiB; aio: 96 MiB, 13 pieces */
     const int64_t n = (int64_t)(aio ? 24 : 8) << 20;
     CHECK_STATUS(save_w(ck, 20, 20, n, 1), LLMT_OK);
-    for (int i = 0; i < 10000 && !exists(root, 20, "rank-00000.bin"); i++)
+    for (int i = 0; i < 10000 && !writing(root, 20, "rank-00000.bin"); i++)
         sleep_ms(1);
-    CHECK(exists(root, 20, "rank-00000.bin")); /* the first piece is being written */
+    CHECK(writing(root, 20, "rank-00000.bin")); /* the first piece is being written */
+    CHECK(!exists(root, 20, "rank-00000.bin")); /* under its temporary name */
     CHECK_STATUS(llmt_ckpt_cancel(ck), LLMT_OK);
     pthread_mutex_lock(&note_mu);
     const char *at = strstr(note, "stopped at ");

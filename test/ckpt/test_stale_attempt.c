@@ -8,7 +8,8 @@
  *    one, and the step verified); rank 0's save then commits it, both
  *    blocks the new attempt's;
  *  - the same with rank 0's save made first and its writer held before
- *    it has done anything (an unlink of its part manifest, interposed
+ *    it has done anything (its first unlink or rename of its old part
+ *    manifest, interposed
  *    here): rank 1's save does not commit the step meanwhile (before: it
  *    did, with rank 0's old part, which rank 0's writer then rewrote
  *    inside the committed step);
@@ -22,10 +23,23 @@
  *    documented limit: call llmt_ckpt_quarantine_newer at resume), and
  *    rank 0's writer then leaves that commit as it is, its save failing
  *    with LLMT_ERR_STATE (before: it rewrote its part inside the
- *    committed step). */
+ *    committed step);
+ *  - the same with rank 0's writer held past its look at the step's
+ *    manifest, at its first removal of its old part manifest: the step
+ *    rank 1 commits meanwhile stays byte for byte as committed and
+ *    verifies, rank 0's save fails with LLMT_ERR_STATE, and no file of it
+ *    stays there (before: the writer removed the committed step's part
+ *    manifest and rewrote its data file with O_TRUNC: the committed step
+ *    no longer verified);
+ *  - a durable tier (not node-local) holding the step committed by an
+ *    earlier attempt: the new commit's copy never leaves a committed
+ *    durable step with files of both (uncommitted first, every file
+ *    renamed into place), and ends as the new attempt's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <dirent.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 #include "check.h"
@@ -36,7 +50,7 @@ enum { N = 1024 };
 
 /* -- rank 0's writer held at its first unlink (or stat) of a chosen path,
  * on a chosen thread (or any) -- */
-enum { AT_UNLINK = 1, AT_STAT };
+enum { AT_UNLINK = 1, AT_STAT, AT_REMOVE };
 static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
 static char hold_path[4200];
@@ -60,7 +74,16 @@ static void hold_point(int fn, const char *p)
 int unlink(const char *p)
 {
     hold_point(AT_UNLINK, p);
+    hold_point(AT_REMOVE, p);
     return unlinkat(AT_FDCWD, p, 0);
+}
+
+/* AT_REMOVE: the first unlink of the path or rename of it elsewhere (a
+ * writer setting its old part manifest aside) */
+int rename(const char *from, const char *to)
+{
+    hold_point(AT_REMOVE, from);
+    return renameat(AT_FDCWD, from, AT_FDCWD, to);
 }
 
 int stat(const char *restrict p, struct stat *restrict st)
@@ -204,24 +227,29 @@ static void rank1_first(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
     free(m);
 }
 
-/* Rank 0's block of step (seed), saved async: the writer persists it. */
-static llmt_status save0_async(llmt_ckpt *r0, int64_t step, int seed)
+/* Rank `rank`'s block of step (seed), saved async: the writer persists it. */
+static llmt_status save_async(llmt_ckpt *ck, int64_t step, int seed, int rank)
 {
     float *x = malloc(N * sizeof *x);
     if (!x)
         return LLMT_ERR_OUT_OF_MEMORY;
     for (int64_t i = 0; i < N; i++)
-        x[i] = gval(seed, i);
-    int64_t n = N, g = 2 * N, off = 0;
+        x[i] = gval(seed, rank * N + i);
+    int64_t n = N, g = 2 * N, off = rank * N;
     llmt_tensor v;
     llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, x, LLMT_DEVICE_CPU, 0);
-    llmt_status s = llmt_ckpt_begin(r0, step);
+    llmt_status s = llmt_ckpt_begin(ck, step);
     if (s == LLMT_OK)
-        s = llmt_ckpt_add_tensor(r0, "w", &v, &g, &off);
+        s = llmt_ckpt_add_tensor(ck, "w", &v, &g, &off);
     if (s == LLMT_OK)
-        s = llmt_ckpt_save(r0, 1);
+        s = llmt_ckpt_save(ck, 1);
     free(x); /* the snapshot is taken */
     return s;
+}
+
+static llmt_status save0_async(llmt_ckpt *r0, int64_t step, int seed)
+{
+    return save_async(r0, step, seed, 0);
 }
 
 /* Rank 0 saves step again first, its writer held before it did anything;
@@ -232,7 +260,7 @@ static void writer_held(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
     set_attempt(r0, r1, 0xa11ce);
     CHECK_STATUS(save_block(r0, step, 33, 0, 2, N, 0), LLMT_OK);
     set_attempt(r0, r1, 0xb0b);
-    hold_arm(AT_UNLINK, root, step, "rank-00000.json", NULL);
+    hold_arm(AT_REMOVE, root, step, "rank-00000.json", NULL);
     CHECK_STATUS(save0_async(r0, step, 44), LLMT_OK);
     int held = hold_wait();
     CHECK(held);
@@ -279,6 +307,133 @@ static void limit_without_identity(const char *root, llmt_ckpt *r0, llmt_ckpt *r
                 step_is(root, step, block0_seed(root, step, 88, 99), 99));
 }
 
+/* The step directory's entries, hidden ones (temporary names) counted
+ * apart. */
+static int entries(const char *root, int64_t step, int *hidden)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/step-%012lld", root, (long long)step);
+    DIR *d = opendir(p);
+    int n = 0;
+    *hidden = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            e->d_name[0] == '.' ? ++*hidden : ++n;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The same limit, with rank 0's writer held past its look at the step's
+ * manifest (at its first removal of its old part manifest, the first
+ * thing it does to the step after that look): rank 1 commits the step
+ * with rank 0's old part meanwhile. Rank 0's writer must still leave that
+ * commit as it is (before: it removed the committed step's rank-00000.json
+ * and rewrote rank-00000.bin there with O_TRUNC: the committed step no
+ * longer verified), fail saying so, and leave no file of its own there. */
+static void held_past_guard(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
+{
+    const int64_t step = 600;
+    set_attempt(r0, r1, 0);
+    CHECK_STATUS(save_block(r0, step, 88, 0, 2, N, 0), LLMT_OK);
+    hold_arm(AT_REMOVE, root, step, "rank-00000.json", r0);
+    CHECK_STATUS(save0_async(r0, step, 99), LLMT_OK);
+    int held = hold_wait();
+    CHECK(held);
+    CHECK(!exists(root, step, "manifest.json")); /* past its look: not committed */
+    CHECK_STATUS(save_block(r1, step, 99, 1, 2, N, 0), LLMT_OK);
+    CHECK(exists(root, step, "manifest.json")); /* the documented limit */
+    CHECK(step_is(root, step, 88, 99));
+    char *before = slurp(root, step, "rank-00000.bin");
+    hold_release();
+    CHECK_STATUS(llmt_ckpt_wait(r0, -1), LLMT_ERR_STATE);
+    int said = strstr(llmt_ckpt_last_error(r0), "was committed before rank 0 wrote") != NULL;
+    CHECK(said);
+    if (!said)
+        fprintf(stderr, "rank 0's save: %s\n", llmt_ckpt_last_error(r0));
+    int kept = step_is(root, step, 88, 99);
+    CHECK(kept);
+    if (!kept)
+        fprintf(stderr,
+                "held past the guard: step %lld changed under its commit: rank 0's block of "
+                "seed %d, verifies: %d\n",
+                (long long)step, block0_seed(root, step, 88, 99),
+                step_is(root, step, block0_seed(root, step, 88, 99), 99));
+    char *after = slurp(root, step, "rank-00000.bin");
+    CHECK(before && after && before[0] && !memcmp(before, after, 1 << 20)); /* slurp: 1 MiB */
+    free(before);
+    free(after);
+    CHECK(exists(root, step, "rank-00000.json")); /* the committed part, as it was */
+    int hidden = 0, n = entries(root, step, &hidden);
+    CHECK(n == 5 && hidden == 0); /* manifest and two parts; no temporary file */
+    if (n != 5 || hidden)
+        fprintf(stderr, "step %lld holds %d files and %d hidden ones\n", (long long)step, n,
+                hidden);
+}
+
+/* Whether step of `root` is uncommitted, or committed and verifying with
+ * "w" of seeds s0/s1: what a reader may find at any time. */
+static int never_broken(const char *root, int64_t step, int s0, int s1)
+{
+    return !exists(root, step, "manifest.json") || step_is(root, step, s0, s1);
+}
+
+/* The durable tier (not node-local) holds step committed by an earlier
+ * attempt; this attempt commits the step again in the root and the
+ * committing rank copies it there. Held at the copy's rename of rank 1's
+ * data file (rank 0's already copied): the durable step is not a
+ * committed step with files of two attempts (it was uncommitted first);
+ * at the end it is this attempt's, verifying, with no temporary file. */
+static void durable_replaced(const char *root)
+{
+    const int64_t step = 700;
+    char dur[4200];
+    snprintf(dur, sizeof dur, "%s/durable", root);
+    llmt_ckpt *h[2] = {NULL, NULL};
+    for (int r = 0; r < 2; r++) {
+        llmt_ckpt_opts o;
+        llmt_ckpt_opts_init(&o, sizeof o);
+        o.rank = r;
+        o.world_size = 2;
+        o.keep_last = 0;
+        o.durable_dir = dur;
+        CHECK_STATUS(llmt_ckpt_create(NULL, root, &o, &h[r]), LLMT_OK);
+    }
+    if (!h[0] || !h[1])
+        return;
+    set_attempt(h[0], h[1], 0xa11ce);
+    CHECK_STATUS(save_block(h[0], step, 12, 0, 2, N, 0), LLMT_OK);
+    CHECK_STATUS(save_block(h[1], step, 12, 1, 2, N, 0), LLMT_OK);
+    CHECK(step_is(dur, step, 12, 12));
+    /* a rollback: the root's step moved aside, the durable tier's not */
+    char p[4200], q[4200];
+    snprintf(p, sizeof p, "%s/step-%012lld", root, (long long)step);
+    snprintf(q, sizeof q, "%s/old-%012lld", root, (long long)step);
+    CHECK(rename(p, q) == 0);
+    set_attempt(h[0], h[1], 0xb0b);
+    CHECK_STATUS(save_block(h[0], step, 34, 0, 2, N, 0), LLMT_OK);
+    char t[100];
+    snprintf(t, sizeof t, ".rank-00001.bin.tmp.%ld.%lx", (long)getpid(),
+             (unsigned long)h[1]->thread);
+    hold_arm(AT_REMOVE, dur, step, t, h[1]);
+    CHECK_STATUS(save_async(h[1], step, 34, 1), LLMT_OK);
+    int held = hold_wait();
+    CHECK(held);
+    int ok = never_broken(dur, step, 12, 12) && never_broken(dur, step, 34, 34);
+    CHECK(ok);
+    if (!ok)
+        fprintf(stderr, "durable step %lld committed mid-copy, rank 0's block of seed %d\n",
+                (long long)step, block0_seed(dur, step, 12, 34));
+    hold_release();
+    CHECK_STATUS(llmt_ckpt_wait(h[1], -1), LLMT_OK);
+    CHECK(step_is(dur, step, 34, 34));
+    int hidden = 0, n = entries(dur, step, &hidden);
+    CHECK(n == 5 && hidden == 0);
+    llmt_ckpt_destroy(h[0]);
+    llmt_ckpt_destroy(h[1]);
+}
+
 /* Parts without an identity: an old one does not commit with an attempt
  * that has one; all without one commit as before. */
 static void without_identity(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
@@ -318,6 +473,8 @@ int main(void)
     writer_held(root, r0, r1);
     without_identity(root, r0, r1);
     limit_without_identity(root, r0, r1);
+    held_past_guard(root, r0, r1);
+    durable_replaced(root);
     llmt_ckpt_destroy(r0);
     llmt_ckpt_destroy(r1);
     tmpdir_remove(root);
