@@ -658,8 +658,10 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
     if ((s = llmt__job_ckpt_open(j)) != LLMT_OK)
         return s;
     /* a root that is not one directory for every rank never commits a
-     * step (ckpt_shared.c): said now, not at the first restart */
-    if ((j->ckpt_interval != 0 || o->resume) && (s = llmt__job_ckpt_shared(j)) != LLMT_OK)
+     * step (ckpt_shared.c): said now, not at the first restart; also with
+     * checkpoint.interval 0, whose run still saves (its final step, a stop,
+     * llmt_job_save) and whose parts need the run's attempt identity */
+    if ((s = llmt__job_ckpt_shared(j)) != LLMT_OK)
         return s;
     size_t have = 0;
     if (!o->resume && !o->fresh && llmt_ckpt_list(j->ck, NULL, 0, &have) == LLMT_OK && have > 0)
