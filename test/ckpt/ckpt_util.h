@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "llmtrain.h"
@@ -56,26 +57,90 @@ static inline llmt_status rank_ckpt(int rank, int world, const char *root, int k
     return llmt_ckpt_create(NULL, root, &o, out);
 }
 
+/* Rank `rank`'s block of n elements of tensor `seed` (gval(seed, .) of
+ * its global elements), malloc'ed; NULL without memory. */
+static inline float *block_data(int seed, int rank, int64_t n)
+{
+    float *x = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; x && i < n; i++)
+        x[i] = gval(seed, (int64_t)rank * n + i);
+    return x;
+}
+
+/* Rank `rank`'s block x (n elements) added to ck's step as its part of
+ * "w" of world x n elements: llmt_ckpt_add_tensor's status. */
+static inline llmt_status block_add(llmt_ckpt *ck, float *x, int rank, int world, int64_t n)
+{
+    int64_t g = (int64_t)world * n, off = (int64_t)rank * n;
+    llmt_tensor v;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, x, LLMT_DEVICE_CPU, 0);
+    return llmt_ckpt_add_tensor(ck, "w", &v, &g, &off);
+}
+
 /* Save `step` of a 1-D tensor "w" of world x n elements (gval(seed, .)),
  * this rank's block of n: the peer tier tests' part of a rank. */
 static inline llmt_status save_block(llmt_ckpt *ck, int64_t step, int seed, int rank, int world,
                                      int64_t n, int async)
 {
-    float *x = malloc((size_t)n * sizeof(float));
+    float *x = block_data(seed, rank, n);
     if (!x)
         return LLMT_ERR_OUT_OF_MEMORY;
-    for (int64_t i = 0; i < n; i++)
-        x[i] = gval(seed, (int64_t)rank * n + i);
-    int64_t g = (int64_t)world * n, off = (int64_t)rank * n;
-    llmt_tensor v;
-    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, x, LLMT_DEVICE_CPU, 0);
     llmt_ckpt_begin(ck, step);
-    llmt_ckpt_add_tensor(ck, "w", &v, &g, &off);
+    block_add(ck, x, rank, world, n);
     llmt_status s = llmt_ckpt_save(ck, async);
     if (async && s == LLMT_OK)
         s = llmt_ckpt_wait(ck, -1); /* the snapshot is taken; x may go */
     free(x);
     return s;
+}
+
+/* save_block's part, saved async and not waited for: the writer persists
+ * its snapshot (x may go at once). begin's, add's or save's status. */
+static inline llmt_status save_block_nowait(llmt_ckpt *ck, int64_t step, int seed, int rank,
+                                            int world, int64_t n)
+{
+    float *x = block_data(seed, rank, n);
+    if (!x)
+        return LLMT_ERR_OUT_OF_MEMORY;
+    llmt_status s = llmt_ckpt_begin(ck, step);
+    if (s == LLMT_OK)
+        s = block_add(ck, x, rank, world, n);
+    if (s == LLMT_OK)
+        s = llmt_ckpt_save(ck, 1);
+    free(x);
+    return s;
+}
+
+/* Whether step's `file` is in root (by stat(), which a test may
+ * interpose). */
+static inline int step_has(const char *root, int64_t step, const char *file)
+{
+    char p[4200];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/step-%012lld/%s", root, (long long)step, file);
+    return stat(p, &st) == 0;
+}
+
+/* Step's committed "w" of g elements (every rank's block), read through a
+ * fresh handle on root, verified first when verify: malloc'ed, NULL where
+ * any of that failed. */
+static inline float *committed_w(const char *root, int64_t step, int64_t g, int verify)
+{
+    llmt_ckpt *ck = NULL;
+    if (llmt_ckpt_create(NULL, root, NULL, &ck) != LLMT_OK)
+        return NULL;
+    float *x = calloc((size_t)g, sizeof *x);
+    llmt_tensor v;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &g, x, LLMT_DEVICE_CPU, 0);
+    int ok = x && llmt_ckpt_open_step(ck, step) == LLMT_OK &&
+             (!verify || llmt_ckpt_verify(ck) == LLMT_OK) &&
+             llmt_ckpt_read(ck, "w", &v, NULL) == LLMT_OK;
+    llmt_ckpt_destroy(ck);
+    if (!ok) {
+        free(x);
+        return NULL;
+    }
+    return x;
 }
 
 /* fn on each of the n elements (sz bytes each) of the array at base, one

@@ -11,38 +11,20 @@
  * it found the earlier attempt's part manifest, took it for this attempt's
  * (published: not withdrawn), let the job end LLMT_OK without writing a
  * byte, and rank 1 then committed the step with rank 0's old data. */
-#include <sys/stat.h>
-
 #include "check.h"
 #include "ckpt_util.h"
 
 #define ROUNDS 40
 
-static int exists(const char *root, int64_t step, const char *file)
-{
-    char p[4200];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/step-%012lld/%s", root, (long long)step, file);
-    return stat(p, &st) == 0;
-}
-
 /* Rank r's block of step's committed "w" is gval(seed, .): read through a
  * fresh handle. */
 static int block_is(const char *root, int64_t step, int r, int seed, int64_t n)
 {
-    llmt_ckpt *ck = NULL;
-    if (llmt_ckpt_create(NULL, root, NULL, &ck) != LLMT_OK)
-        return 0;
-    int64_t g = 2 * n;
-    float *x = calloc((size_t)g, sizeof *x);
-    llmt_tensor v;
-    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &g, x, LLMT_DEVICE_CPU, 0);
-    int ok = x && llmt_ckpt_open_step(ck, step) == LLMT_OK && llmt_ckpt_verify(ck) == LLMT_OK &&
-             llmt_ckpt_read(ck, "w", &v, NULL) == LLMT_OK;
+    float *x = committed_w(root, step, 2 * n, 1);
+    int ok = x != NULL;
     for (int64_t i = 0; ok && i < n; i++)
         ok = x[r * n + i] == gval(seed, r * n + i);
     free(x);
-    llmt_ckpt_destroy(ck);
     return ok;
 }
 
@@ -50,20 +32,7 @@ static int block_is(const char *root, int64_t step, int r, int seed, int64_t n)
  * and cancelled at once. */
 static llmt_status save_and_cancel(llmt_ckpt *ck, int64_t step, int seed, int64_t n)
 {
-    float *x = malloc((size_t)n * sizeof *x);
-    if (!x)
-        return LLMT_ERR_OUT_OF_MEMORY;
-    for (int64_t i = 0; i < n; i++)
-        x[i] = gval(seed, i);
-    int64_t g = 2 * n, off = 0;
-    llmt_tensor v;
-    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, x, LLMT_DEVICE_CPU, 0);
-    llmt_status s = llmt_ckpt_begin(ck, step);
-    if (s == LLMT_OK)
-        s = llmt_ckpt_add_tensor(ck, "w", &v, &g, &off);
-    if (s == LLMT_OK)
-        s = llmt_ckpt_save(ck, 1);
-    free(x); /* the snapshot is taken */
+    llmt_status s = save_block_nowait(ck, step, seed, 0, 2, n);
     return s == LLMT_OK ? llmt_ckpt_cancel(ck) : LLMT_ERR_INTERNAL;
 }
 
@@ -82,16 +51,16 @@ int main(void)
         int old = 1000 + i, now = 2000 + i;
         /* the earlier attempt: rank 0's part written, rank 1's never */
         CHECK_STATUS(save_block(r0, step, old, 0, 2, n, 0), LLMT_OK);
-        CHECK(exists(root, step, "rank-00000.json"));
+        CHECK(step_has(root, step, "rank-00000.json"));
         llmt_status c = save_and_cancel(r0, step, now, n);
         int64_t last = -1;
         llmt_status ss = llmt_ckpt_save_status(r0, &last);
         if (c == LLMT_OK) {
             cancelled++;
             /* nothing of rank 0 can commit step */
-            CHECK(!exists(root, step, "rank-00000.json"));
+            CHECK(!step_has(root, step, "rank-00000.json"));
             CHECK_STATUS(save_block(r1, step, now, 1, 2, n, 0), LLMT_OK);
-            CHECK(!exists(root, step, "manifest.json"));
+            CHECK(!step_has(root, step, "manifest.json"));
             /* the save before the cancelled one: the earlier attempt */
             CHECK_STATUS(ss, LLMT_OK);
             CHECK_EQ_INT(last, step);
@@ -106,7 +75,7 @@ int main(void)
             CHECK_STATUS(ss, LLMT_OK);
             CHECK_EQ_INT(last, step);
             CHECK_STATUS(save_block(r1, step, now, 1, 2, n, 0), LLMT_OK);
-            CHECK(exists(root, step, "manifest.json"));
+            CHECK(step_has(root, step, "manifest.json"));
             int mine = block_is(root, step, 0, now, n);
             CHECK(mine);
             if (!mine)

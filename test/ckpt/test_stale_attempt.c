@@ -131,14 +131,6 @@ static void hold_release(void)
     pthread_mutex_unlock(&hold_mu);
 }
 
-static int exists(const char *root, int64_t step, const char *file)
-{
-    char p[4200];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/step-%012lld/%s", root, (long long)step, file);
-    return stat(p, &st) == 0;
-}
-
 /* The text of step's `file`, malloc'ed ("" when unreadable). */
 static char *slurp(const char *root, int64_t step, const char *file)
 {
@@ -157,38 +149,20 @@ static char *slurp(const char *root, int64_t step, const char *file)
  * rank 0's block and `seed1` in rank 1's: read through a fresh handle. */
 static int step_is(const char *root, int64_t step, int seed0, int seed1)
 {
-    llmt_ckpt *ck = NULL;
-    if (llmt_ckpt_create(NULL, root, NULL, &ck) != LLMT_OK)
-        return 0;
-    int64_t g = 2 * N;
-    float *x = calloc((size_t)g, sizeof *x);
-    llmt_tensor v;
-    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &g, x, LLMT_DEVICE_CPU, 0);
-    int ok = x && llmt_ckpt_open_step(ck, step) == LLMT_OK && llmt_ckpt_verify(ck) == LLMT_OK &&
-             llmt_ckpt_read(ck, "w", &v, NULL) == LLMT_OK;
-    for (int64_t i = 0; ok && i < g; i++)
+    float *x = committed_w(root, step, 2 * N, 1);
+    int ok = x != NULL;
+    for (int64_t i = 0; ok && i < 2 * N; i++)
         ok = x[i] == gval(i < N ? seed0 : seed1, i);
     free(x);
-    llmt_ckpt_destroy(ck);
     return ok;
 }
 
 /* The seed rank 0's committed block of step holds (-1: none of these) */
 static int block0_seed(const char *root, int64_t step, int a, int b)
 {
-    llmt_ckpt *ck = NULL;
-    if (llmt_ckpt_create(NULL, root, NULL, &ck) != LLMT_OK)
-        return -1;
-    int64_t g = 2 * N;
-    float *x = calloc((size_t)g, sizeof *x);
-    llmt_tensor v;
-    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &g, x, LLMT_DEVICE_CPU, 0);
-    int seed = -1;
-    if (x && llmt_ckpt_open_step(ck, step) == LLMT_OK &&
-        llmt_ckpt_read(ck, "w", &v, NULL) == LLMT_OK)
-        seed = x[0] == gval(a, 0) ? a : x[0] == gval(b, 0) ? b : -1;
+    float *x = committed_w(root, step, 2 * N, 0);
+    int seed = !x ? -1 : x[0] == gval(a, 0) ? a : x[0] == gval(b, 0) ? b : -1;
     free(x);
-    llmt_ckpt_destroy(ck);
     return seed;
 }
 
@@ -200,7 +174,7 @@ static void set_attempt(llmt_ckpt *r0, llmt_ckpt *r1, uint64_t a)
 
 static void not_committed(const char *root, int64_t step, const char *what, int old, int now)
 {
-    int committed = exists(root, step, "manifest.json");
+    int committed = step_has(root, step, "manifest.json");
     CHECK(!committed);
     if (committed)
         fprintf(stderr,
@@ -220,36 +194,16 @@ static void rank1_first(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
     CHECK_STATUS(save_block(r1, step, 22, 1, 2, N, 0), LLMT_OK);
     not_committed(root, step, "rank 1 first", 11, 22);
     CHECK_STATUS(save_block(r0, step, 22, 0, 2, N, 0), LLMT_OK);
-    CHECK(exists(root, step, "manifest.json"));
+    CHECK(step_has(root, step, "manifest.json"));
     CHECK(step_is(root, step, 22, 22));
     char *m = slurp(root, step, "manifest.json");
     CHECK(m && strstr(m, "\"attempt\":\"0000000000000b0b\""));
     free(m);
 }
 
-/* Rank `rank`'s block of step (seed), saved async: the writer persists it. */
-static llmt_status save_async(llmt_ckpt *ck, int64_t step, int seed, int rank)
-{
-    float *x = malloc(N * sizeof *x);
-    if (!x)
-        return LLMT_ERR_OUT_OF_MEMORY;
-    for (int64_t i = 0; i < N; i++)
-        x[i] = gval(seed, rank * N + i);
-    int64_t n = N, g = 2 * N, off = rank * N;
-    llmt_tensor v;
-    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &n, x, LLMT_DEVICE_CPU, 0);
-    llmt_status s = llmt_ckpt_begin(ck, step);
-    if (s == LLMT_OK)
-        s = llmt_ckpt_add_tensor(ck, "w", &v, &g, &off);
-    if (s == LLMT_OK)
-        s = llmt_ckpt_save(ck, 1);
-    free(x); /* the snapshot is taken */
-    return s;
-}
-
 static llmt_status save0_async(llmt_ckpt *r0, int64_t step, int seed)
 {
-    return save_async(r0, step, seed, 0);
+    return save_block_nowait(r0, step, seed, 0, 2, N);
 }
 
 /* Rank 0 saves step again first, its writer held before it did anything;
@@ -264,13 +218,57 @@ static void writer_held(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
     CHECK_STATUS(save0_async(r0, step, 44), LLMT_OK);
     int held = hold_wait();
     CHECK(held);
-    CHECK(exists(root, step, "rank-00000.json")); /* the old part, not yet removed */
+    CHECK(step_has(root, step, "rank-00000.json")); /* the old part, not yet removed */
     CHECK_STATUS(save_block(r1, step, 44, 1, 2, N, 0), LLMT_OK);
     not_committed(root, step, "writer held", 33, 44);
     hold_release();
     CHECK_STATUS(llmt_ckpt_wait(r0, -1), LLMT_OK);
-    CHECK(exists(root, step, "manifest.json"));
+    CHECK(step_has(root, step, "manifest.json"));
     CHECK(step_is(root, step, 44, 44));
+}
+
+/* The two limit cases' start: step saved by rank 0 without an identity
+ * (seed 88), then saved again by it (seed 99), its writer held at the
+ * next `fn` of step's `file` on its thread. */
+static void limit_held(const char *root, llmt_ckpt *r0, llmt_ckpt *r1, int64_t step, int fn,
+                       const char *file)
+{
+    set_attempt(r0, r1, 0);
+    CHECK_STATUS(save_block(r0, step, 88, 0, 2, N, 0), LLMT_OK);
+    hold_arm(fn, root, step, file, r0);
+    CHECK_STATUS(save0_async(r0, step, 99), LLMT_OK);
+    int held = hold_wait();
+    CHECK(held);
+}
+
+/* Rank 1 saving step commits it with rank 0's old part (the documented
+ * limit). */
+static void limit_committed(const char *root, llmt_ckpt *r1, int64_t step)
+{
+    CHECK_STATUS(save_block(r1, step, 99, 1, 2, N, 0), LLMT_OK);
+    CHECK(step_has(root, step, "manifest.json")); /* the documented limit */
+    CHECK(step_is(root, step, 88, 99));
+}
+
+/* Rank 0's writer released: its save fails saying the step was
+ * committed before it wrote, and the step is still the one committed
+ * (else said: what, then "step S how under its commit"). */
+static void limit_refused(const char *root, llmt_ckpt *r0, int64_t step, const char *what,
+                          const char *how)
+{
+    hold_release();
+    CHECK_STATUS(llmt_ckpt_wait(r0, -1), LLMT_ERR_STATE);
+    int said = strstr(llmt_ckpt_last_error(r0), "was committed before rank 0 wrote") != NULL;
+    CHECK(said);
+    if (!said)
+        fprintf(stderr, "rank 0's save: %s\n", llmt_ckpt_last_error(r0));
+    int kept = step_is(root, step, 88, 99);
+    CHECK(kept);
+    if (!kept)
+        fprintf(stderr,
+                "%sstep %lld %s under its commit: rank 0's block of seed %d, verifies: %d\n",
+                what, (long long)step, how, block0_seed(root, step, 88, 99),
+                step_is(root, step, block0_seed(root, step, 88, 99), 99));
 }
 
 /* The limit without an identity (the C API's saves): rank 1 commits the
@@ -282,29 +280,9 @@ static void writer_held(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
 static void limit_without_identity(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
 {
     const int64_t step = 500;
-    set_attempt(r0, r1, 0);
-    CHECK_STATUS(save_block(r0, step, 88, 0, 2, N, 0), LLMT_OK);
-    hold_arm(AT_STAT, root, step, "manifest.json", r0);
-    CHECK_STATUS(save0_async(r0, step, 99), LLMT_OK);
-    int held = hold_wait();
-    CHECK(held);
-    CHECK_STATUS(save_block(r1, step, 99, 1, 2, N, 0), LLMT_OK);
-    CHECK(exists(root, step, "manifest.json")); /* the documented limit */
-    CHECK(step_is(root, step, 88, 99));
-    hold_release();
-    CHECK_STATUS(llmt_ckpt_wait(r0, -1), LLMT_ERR_STATE);
-    int said = strstr(llmt_ckpt_last_error(r0), "was committed before rank 0 wrote") != NULL;
-    CHECK(said);
-    if (!said)
-        fprintf(stderr, "rank 0's save: %s\n", llmt_ckpt_last_error(r0));
-    int kept = step_is(root, step, 88, 99);
-    CHECK(kept);
-    if (!kept)
-        fprintf(stderr,
-                "step %lld rewritten under its commit: rank 0's block of seed %d, "
-                "verifies: %d\n",
-                (long long)step, block0_seed(root, step, 88, 99),
-                step_is(root, step, block0_seed(root, step, 88, 99), 99));
+    limit_held(root, r0, r1, step, AT_STAT, "manifest.json");
+    limit_committed(root, r1, step);
+    limit_refused(root, r0, step, "", "rewritten");
 }
 
 /* The step directory's entries, hidden ones (temporary names) counted
@@ -335,36 +313,16 @@ static int entries(const char *root, int64_t step, int *hidden)
 static void held_past_guard(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
 {
     const int64_t step = 600;
-    set_attempt(r0, r1, 0);
-    CHECK_STATUS(save_block(r0, step, 88, 0, 2, N, 0), LLMT_OK);
-    hold_arm(AT_REMOVE, root, step, "rank-00000.json", r0);
-    CHECK_STATUS(save0_async(r0, step, 99), LLMT_OK);
-    int held = hold_wait();
-    CHECK(held);
-    CHECK(!exists(root, step, "manifest.json")); /* past its look: not committed */
-    CHECK_STATUS(save_block(r1, step, 99, 1, 2, N, 0), LLMT_OK);
-    CHECK(exists(root, step, "manifest.json")); /* the documented limit */
-    CHECK(step_is(root, step, 88, 99));
+    limit_held(root, r0, r1, step, AT_REMOVE, "rank-00000.json");
+    CHECK(!step_has(root, step, "manifest.json")); /* past its look: not committed */
+    limit_committed(root, r1, step);
     char *before = slurp(root, step, "rank-00000.bin");
-    hold_release();
-    CHECK_STATUS(llmt_ckpt_wait(r0, -1), LLMT_ERR_STATE);
-    int said = strstr(llmt_ckpt_last_error(r0), "was committed before rank 0 wrote") != NULL;
-    CHECK(said);
-    if (!said)
-        fprintf(stderr, "rank 0's save: %s\n", llmt_ckpt_last_error(r0));
-    int kept = step_is(root, step, 88, 99);
-    CHECK(kept);
-    if (!kept)
-        fprintf(stderr,
-                "held past the guard: step %lld changed under its commit: rank 0's block of "
-                "seed %d, verifies: %d\n",
-                (long long)step, block0_seed(root, step, 88, 99),
-                step_is(root, step, block0_seed(root, step, 88, 99), 99));
+    limit_refused(root, r0, step, "held past the guard: ", "changed");
     char *after = slurp(root, step, "rank-00000.bin");
     CHECK(before && after && before[0] && !memcmp(before, after, 1 << 20)); /* slurp: 1 MiB */
     free(before);
     free(after);
-    CHECK(exists(root, step, "rank-00000.json")); /* the committed part, as it was */
+    CHECK(step_has(root, step, "rank-00000.json")); /* the committed part, as it was */
     int hidden = 0, n = entries(root, step, &hidden);
     CHECK(n == 5 && hidden == 0); /* manifest and two parts; no temporary file */
     if (n != 5 || hidden)
@@ -376,7 +334,7 @@ static void held_past_guard(const char *root, llmt_ckpt *r0, llmt_ckpt *r1)
  * "w" of seeds s0/s1: what a reader may find at any time. */
 static int never_broken(const char *root, int64_t step, int s0, int s1)
 {
-    return !exists(root, step, "manifest.json") || step_is(root, step, s0, s1);
+    return !step_has(root, step, "manifest.json") || step_is(root, step, s0, s1);
 }
 
 /* The durable tier (not node-local) holds step committed by an earlier
@@ -417,7 +375,7 @@ static void durable_replaced(const char *root)
     snprintf(t, sizeof t, ".rank-00001.bin.tmp.%ld.%lx", (long)getpid(),
              (unsigned long)h[1]->thread);
     hold_arm(AT_REMOVE, dur, step, t, h[1]);
-    CHECK_STATUS(save_async(h[1], step, 34, 1), LLMT_OK);
+    CHECK_STATUS(save_block_nowait(h[1], step, 34, 1, 2, N), LLMT_OK);
     int held = hold_wait();
     CHECK(held);
     int ok = never_broken(dur, step, 12, 12) && never_broken(dur, step, 34, 34);
