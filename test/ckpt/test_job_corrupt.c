@@ -23,6 +23,7 @@
 #include <cjson/cJSON.h>
 
 #include "check.h"
+#include "corpus_tmp.h"
 #include "llmtrain.h"
 
 #define STEPS 16
@@ -191,14 +192,10 @@ static void one_case(int lower_lr, float *ref_lr, const float *plain)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_job_corrupt CORPUS_DIR\n");
-        return 2;
-    }
-    snprintf(corpus, sizeof corpus, "%s", argv[1]);
-    snprintf(tmp, sizeof tmp, "/tmp/llmt-corrupt-XXXXXX");
-    if (!mkdtemp(tmp))
-        return 1;
+    int rc = corpus_tmp_open(argc, argv, "test_job_corrupt", "corrupt", corpus, sizeof corpus,
+                             tmp, sizeof tmp);
+    if (rc)
+        return rc;
     float plain[STEPS + 1] = {0}, lowered[STEPS + 1] = {0};
     one_case(0, plain, NULL);
     one_case(1, lowered, plain);
@@ -207,9 +204,5 @@ int main(int argc, char **argv)
     CHECK(lowered[SPIKE - 1] == plain[SPIKE - 1]);
     for (int s = SPIKE + 1; s <= STEPS; s++)
         CHECK(lowered[s] > 0 && lowered[s] < 0.2f * plain[s]);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (check_failures == 0 && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp);
-    return check_exit("job-corrupt");
+    return corpus_tmp_close(tmp, "job-corrupt");
 }

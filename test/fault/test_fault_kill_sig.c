@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "corpus_tmp.h"
 #include "llmtrain.h"
 
 static char corpus[512], tmp[512];
@@ -116,14 +117,10 @@ static void dies_of(int sig, int how)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_fault_kill_sig CORPUS_DIR\n");
-        return 2;
-    }
-    snprintf(corpus, sizeof corpus, "%s", argv[1]);
-    snprintf(tmp, sizeof tmp, "/tmp/llmt-killsig-XXXXXX");
-    if (!mkdtemp(tmp))
-        return 1;
+    int rc = corpus_tmp_open(argc, argv, "test_fault_kill_sig", "killsig", corpus,
+                             sizeof corpus, tmp, sizeof tmp);
+    if (rc)
+        return rc;
     const int no[] = {0,       SIGSTOP, SIGTSTP,  SIGTTIN, SIGTTOU, SIGCHLD,
                       SIGCONT, SIGURG,  SIGWINCH, 32,      33,      NSIG};
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
@@ -132,9 +129,5 @@ int main(int argc, char **argv)
     dies_of(SIGSEGV, 0);
     dies_of(SIGUSR1, 2); /* blocked in the stepping thread */
     dies_of(SIGRTMIN, 0);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (check_failures == 0 && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp);
-    return check_exit("fault-kill-sig");
+    return corpus_tmp_close(tmp, "fault-kill-sig");
 }

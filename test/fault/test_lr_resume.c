@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "corpus_tmp.h"
 #include "llmtrain.h"
 
 #define STEPS 14
@@ -107,14 +108,10 @@ static double last_value(const char *path, const char *has, const char *key)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_lr_resume CORPUS_DIR\n");
-        return 2;
-    }
-    snprintf(corpus, sizeof corpus, "%s", argv[1]);
-    snprintf(tmp, sizeof tmp, "/tmp/llmt-lr-XXXXXX");
-    if (!mkdtemp(tmp))
-        return 1;
+    int rc = corpus_tmp_open(argc, argv, "test_lr_resume", "lr", corpus, sizeof corpus, tmp,
+                             sizeof tmp);
+    if (rc)
+        return rc;
     float full[STEPS + 1], whole[STEPS + 1], resumed[STEPS + 1];
     memset(full, 0, sizeof full);
     memset(whole, 0, sizeof whole);
@@ -169,9 +166,5 @@ int main(int argc, char **argv)
     fprintf(stderr, "resumed run: lr_mult %.6g in its last goodput line\n", mult);
     CHECK(fabs(mult - FACTOR) <= 1e-9);
 
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (check_failures == 0 && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp);
-    return check_exit("lr-resume");
+    return corpus_tmp_close(tmp, "lr-resume");
 }
