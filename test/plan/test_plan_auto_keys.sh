@@ -35,6 +35,19 @@ json.dump(s, open(sys.argv[2] + ".json", "w"))
 EOF
 }
 
+# NAME.json trained on corpus/ (run directory RUN, output into OUT) must
+# be refused: said as "train of WHAT"
+train_refused() {
+  python3 - "$1.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["data"]["train"] = "corpus"
+json.dump(s, open(sys.argv[1], "w"))
+EOF
+  "$exe" train $1.json --out $2 > $3 2>&1 && { bad "train of $4 exits 0"; cat $3; } \
+    || ok "train of $4 refused"
+}
+
 spec pps '{"tp": 1, "pp": 2, "dp": 1, "pp_schedule": "1f1b"}'
 spec sl '{"tp": 1, "pp": 2, "dp": 1, "stage_layers": [1, 3]}'
 for k in pps sl; do
@@ -60,14 +73,7 @@ done
 # the job refuses the same: pp 1 with pp_schedule, naming the key
 spec one '{"tp": 1, "pp": 1, "dp": 1, "pp_schedule": "1f1b"}'
 mkdir -p corpus && printf 'some text for the tokenizer to read\n%.0s' $(seq 50) > corpus/a.txt
-python3 - <<'EOF'
-import json
-s = json.load(open("one.json"))
-s["data"]["train"] = "corpus"
-json.dump(s, open("one.json", "w"))
-EOF
-"$exe" train one.json --out run > tr.txt 2>&1 && { bad "train of pp 1 with pp_schedule exits 0"; cat tr.txt; } \
-  || ok "train of pp 1 with pp_schedule refused"
+train_refused one run tr.txt "pp 1 with pp_schedule"
 has tr.txt "parallelism.pp_schedule: set but parallelism.pp is 1" "train names pp_schedule"
 "$exe" plan one.json > p1.txt 2>&1
 has p1.txt "note: llmt_job does not run this layout yet: parallelism.pp_schedule" \
@@ -142,14 +148,7 @@ esac
 # the job refuses the same: sdc_interval on one rank, in the same words
 spec sdcj '{"tp": 1, "pp": 1, "dp": 1}'
 ft sdcj '{"sdc_interval": 2}' false
-python3 - <<'EOF'
-import json
-s = json.load(open("sdcj.json"))
-s["data"]["train"] = "corpus"
-json.dump(s, open("sdcj.json", "w"))
-EOF
-"$exe" train sdcj.json --out runsdc > trs.txt 2>&1 && { bad "train of dp 1 with sdc_interval exits 0"; cat trs.txt; } \
-  || ok "train of dp 1 with sdc_interval refused"
+train_refused sdcj runsdc trs.txt "dp 1 with sdc_interval"
 has trs.txt "fault_tolerance.sdc_interval: 2 compares the parameters of data-parallel replicas" \
   "train names sdc_interval, in the plan's words"
 exit $fail
