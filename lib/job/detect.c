@@ -441,7 +441,7 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
+llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s, double comm_s)
 {
     const llmt_spec *sp = j->spec;
     /* one all-gather serves both the straggler report and the run-level
@@ -450,13 +450,7 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
     int64_t every = llmt__job_obs_interval(j);
     if (every <= 0 || !j->comm || j->world < 2)
         return LLMT_OK;
-    llmt_comm_stats cs;
-    memset(&cs, 0, sizeof cs);
-    cs.struct_size = sizeof cs;
-    llmt_comm_get_stats(j->comm, &cs);
-    double comm = cs.total_seconds - j->strag_comm0;
-    j->strag_comm0 = cs.total_seconds;
-    double busy = step_s - comm;
+    double busy = step_s - comm_s;
     j->strag_busy += busy > 0 ? busy : 0;
     j->strag_wall += step_s;
     j->strag_steps++;
@@ -494,9 +488,6 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s)
     qsort(sorted, (size_t)j->world, sizeof *sorted, cmp_double);
     double med_step = sorted[(j->world - 1) / 2];
     free(sorted);
-    /* the re-read: this report's own all-gather is not the next step's */
-    llmt_comm_get_stats(j->comm, &cs);
-    j->strag_comm0 = cs.total_seconds;
     if (!detect) {
         llmt__job_obs_run_line(j, step - 1, all + 2, j->world, W, "");
         free(all);

@@ -156,7 +156,6 @@ llmt_status llmt__job_inplace_recover(llmt_job *j, llmt_job_metrics *m)
     j->hb_first = 0; /* the agent's recovery ends at the next step */
     /* the anomaly windows: the checkpoint's (ckpt.c) */
     j->consecutive = 0;
-    j->strag_comm0 = 0; /* a new communicator's clock */
     j->strag_busy = j->strag_wall = 0;
     j->strag_steps = 0;
     /* the agent counts this recovery and the steps run again (its

@@ -186,7 +186,7 @@ struct llmt_job {
     int sdc_base_ok;
     int64_t sdc_base_at, sdc_base_tstep, sdc_base_next, sdc_base_anom;
     llmt_loader_state sdc_base_data;
-    double strag_busy, strag_wall, strag_comm0; /* busy seconds since the last report */
+    double strag_busy, strag_wall; /* busy and wall seconds since the last report */
     int64_t strag_steps;
     int32_t *strag_streak; /* reports in a row named, per rank (world entries) */
     int64_t stragglers;
@@ -295,7 +295,9 @@ struct XXH64_state_s;
 typedef void (*job_hash_part)(llmt_job *j, int32_t i, struct XXH64_state_s *h);
 llmt_status llmt__job_xxh_walk(llmt_job *j, job_hash_part part, uint64_t *out);
 llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m);
-llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s);
+/* step_s: the step's wall seconds; comm_s: the communicator's seconds
+ * within that same window (run.c reads them around the step) */
+llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s, double comm_s);
 /* The per-rank lists of the checks (detect.c), whole at any world size:
  * tooling reads a metrics array as every rank, so none is ever cut.
  * s: a growing string (lib/comm's llmt__sbuf; its oom flag set when it

@@ -170,6 +170,21 @@ static void goodput_line(llmt_job *j, const char *when)
         (long long)j->stragglers, j->lr_mult > 0 ? j->lr_mult : 1.0);
 }
 
+/* The communicator's seconds so far (0 without one): read around a step,
+ * the straggler report's busy time is the step's wall time less the
+ * collectives of that same window, not those of the checks, evaluation
+ * or setup between steps (an SDC check at the step hid every straggler:
+ * its collectives came after the step's wall time was taken). */
+static double comm_seconds(const llmt_job *j)
+{
+    if (!j->comm || j->world < 2)
+        return 0;
+    llmt_comm_stats cs;
+    memset(&cs, 0, sizeof cs);
+    cs.struct_size = sizeof cs;
+    return llmt_comm_get_stats(j->comm, &cs) == LLMT_OK ? cs.total_seconds : 0;
+}
+
 static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
 {
     const llmt_spec *sp = j->spec;
@@ -203,7 +218,7 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
         return s;
     job_marks k;
     memset(&k, 0, sizeof k);
-    double t_begin = llmt__job_now();
+    double t_begin = llmt__job_now(), comm0 = comm_seconds(j);
     k.t_begin = t_begin;
     k.u_begin = llmt__obs_unix_s();
     if ((s = llmt__job_data_next(j, &j->data, j->in, j->tg)) != LLMT_OK)
@@ -238,6 +253,7 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
     int64_t done = met.step;
     double t = llmt__job_now();
     double wall = t - t_begin; /* with the data and an injected delay */
+    double comm = comm_seconds(j) - comm0;
     double cycle = t - (j->gp_cycle_from > 0 ? j->gp_cycle_from : t_begin);
     j->gp_cycle_from = t;
     j->gp_productive_s += wall;
@@ -288,7 +304,7 @@ static llmt_status step_once(llmt_job *j, llmt_job_metrics *m)
     }
     if ((s = llmt__job_sdc(j, done, m)) != LLMT_OK || (m->events & LLMT_JOB_EVENT_ROLLBACK))
         return s;
-    if ((s = llmt__job_straggler(j, done, wall)) != LLMT_OK)
+    if ((s = llmt__job_straggler(j, done, wall, comm)) != LLMT_OK)
         return s;
     int last = done == j->stop_at;
     int64_t li = sp->train.log_interval, ei = sp->train.eval_interval;

@@ -10,11 +10,12 @@
  *
  *   every line of run.jsonl parses, and its "stragglers" array names
  *   exactly the ranks of rank 0's "straggler" events of that report (the
- *   old 256-byte list was cut at ~50 ranks). How many ranks are named
- *   depends on the machine's load: on an idle one about half (120), on a
- *   loaded one most ranks' busy time clips to 0 and only rank 7, slowed
- *   on purpose, is; the length itself is job-ranklists' check (5000
- *   ranks, no threads).
+ *   old 256-byte list was cut at ~50 ranks): about half of the ranks
+ *   (120) are named, at least 64 (rank 7, slowed 20 ms a step, among
+ *   them). Until the busy time was taken around the step alone, the SDC
+ *   check's collectives at step 2 and the setup's before step 1 were
+ *   subtracted from the step's wall time, every busy time clipped to 0,
+ *   and no rank was named (seen in CI).
  *
  * usage: test_job_sdc_wide CORPUS_DIR [N] */
 #include <cjson/cJSON.h>
@@ -161,9 +162,7 @@ int main(int argc, char **argv)
     jt_rank *a = calloc((size_t)n, sizeof *a);
     pthread_t *th = calloc((size_t)n, sizeof *th);
     CHECK_STATUS(llmt_comm_create_inproc(NULL, n, NULL, comms), LLMT_OK);
-    /* rank 7 sleeps 20 ms a step: on a loaded machine every rank's busy
-     * time (its step less its collectives' waits) can clip to 0, and then
-     * the 1e-6 margin names nobody (seen once in 3 runs at load 25) */
+    /* rank 7 sleeps 20 ms a step: a straggler on any machine's load */
     setenv("LLMT_FAULT", "flipout:1:2,slow:7:1:20+", 1);
     for (int r = 0; r < n; r++) {
         a[r].comm = comms[r];
@@ -196,7 +195,7 @@ int main(int argc, char **argv)
     CHECK(s.named_one);
     CHECK(s.run_lines >= 1);
     CHECK_EQ_INT(s.runs_match, s.run_lines);
-    CHECK(s.most > 0);
+    CHECK(s.most >= 64); /* past the old 256-byte list */
     free(s.named);
     free(comms);
     free(a);
