@@ -339,11 +339,9 @@ static double act_bytes_per_token(const shape *m, double t, int sp, int recomput
     return bytes;
 }
 
-/* An expert's capacity for a call of n tokens of top-k over E experts, as
- * the trainer computes it (lib/train/moe.c, llmt__moe_capacity): with the
- * float factor of llmt_model_config (the job's cast) in its order of
- * operations, at least 1, at most the tokens; dropless: the tokens. */
-static double moe_capacity(const llmt_spec *s, double n, double K, double E)
+/* plan.h: 1.2 at 40 tokens of top-2 over 8 experts is 13 rows in the
+ * trainer's float (1.2f is above 1.2), 12 in doubles */
+double llmt__plan_moe_capacity(const llmt_spec *s, double n, double K, double E)
 {
     if (s->model.moe.dropless)
         return n;
@@ -376,7 +374,7 @@ static double fp8_bytes(const llmt_spec *s, const shape *m, double t, double ep,
         return x;
     double n = sp ? tok / t : tok, rows = n * m->K, El = m->E;
     if (ep > 1) {
-        double cap = moe_capacity(s, n, m->K, m->E);
+        double cap = llmt__plan_moe_capacity(s, n, m->K, m->E);
         rows = fmin(m->E * cap, ep * rows);
         El = m->E / ep;
     }
@@ -646,7 +644,7 @@ static void estimate(const llmt_spec *s, int32_t world, const llmt_plan_consts *
     double ep_bytes_layer = 0, ep_layer = 0;
     if (m.E > 0 && ep > 1) {
         double toks = sp ? tok / t : tok;
-        double cap = moe_capacity(s, toks, m.K, m.E);
+        double cap = llmt__plan_moe_capacity(s, toks, m.K, m.E);
         double a2a =
             m.E * cap * m.h * (!gpu || s->precision.param == LLMT_SPEC_PREC_FP32 ? 4 : 2);
         ep_bytes_layer = 4 * (ep - 1) / ep * a2a;

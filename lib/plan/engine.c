@@ -466,14 +466,7 @@ static double moe_k(const llmt_spec *s, const eng *g)
  * the block of each expert in the expert parallel exchange. */
 static double moe_cap(const llmt_spec *s, const eng *g, double N)
 {
-    /* the trainer's float factor (llmt_model_config, the job's cast) and
-     * its order of operations: 1.2 at 40 tokens of top-2 over 8 experts
-     * is 13 rows there (1.2f is above 1.2), 12 in doubles */
-    double cap =
-        s->model.moe.dropless
-            ? N
-            : ceil((double)(float)s->model.moe.capacity_factor * N * moe_k(s, g) / g->E);
-    return cap < 1 ? 1 : cap > N ? N : cap;
+    return llmt__plan_moe_capacity(s, N, moe_k(s, g), g->E);
 }
 
 /* The most rows an expert parallel owner receives for its E/ep experts in

@@ -190,6 +190,12 @@ int64_t llmt__plan_stage_total(const llmt_spec *s, int64_t stage);
  * activation sets lib/plan/pp_sched.c's lists hold. */
 enum { LLMT__PLAN_PP_1F1B = 0, LLMT__PLAN_PP_GPIPE = 1, LLMT__PLAN_PP_INTERLEAVED = 2 };
 int llmt__plan_pp_schedule(const llmt_spec *s);
+/* An expert's capacity for a call of n tokens of top-k (K) over E experts,
+ * as the trainer computes it (lib/train/moe.c, llmt__moe_capacity): the
+ * job's float factor in the trainer's order of operations, at least 1, at
+ * most n; dropless: n. One function for the cost and the engine models. */
+double llmt__plan_moe_capacity(const llmt_spec *s, double n, double K, double E);
+
 double llmt__plan_pp_inflight(int sched, int64_t p, int64_t v, int64_t m, int64_t stage);
 
 /* Bytes of activations (and backward scratch) this library's engine
