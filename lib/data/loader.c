@@ -651,9 +651,14 @@ LLMT_API llmt_status llmt_loader_assign_shards(const llmt_loader *l, int32_t dp_
     epoch_order(l->ds, l->windows, l->o.shuffle != 0, l->o.seed, epoch, order, cum);
     int64_t len = (int64_t)l->o.micro_batch * l->o.grad_accum;
     int64_t e0 = epoch * l->n_samples;
-    for (int32_t k = 0; k < n; k++)
-        if (range_hits(e0 + cum[k], e0 + cum[k + 1], l->G, (int64_t)dp_rank * len, len))
+    /* Steps count from base (a resumed cursor need not be a multiple of
+     * G), and nothing before it is read by this loader. */
+    for (int32_t k = 0; k < n; k++) {
+        int64_t lo = e0 + cum[k], hi = e0 + cum[k + 1];
+        lo = lo > l->base ? lo : l->base;
+        if (range_hits(lo - l->base, hi - l->base, l->G, (int64_t)dp_rank * len, len))
             hit[order[k]] = 1;
+    }
     size_t count = 0;
     for (int32_t i = 0; i < n; i++)
         if (hit[i]) {

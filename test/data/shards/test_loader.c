@@ -386,6 +386,61 @@ static void assign(void)
     free(seq);
 }
 
+/* After a resume whose cursor is not a multiple of the new layout's G (a
+ * state saved under another batch layout), assign_shards lists what each
+ * rank's loader then reads: checked against the loaders themselves over
+ * three epochs. */
+static void assign_after_resume(void)
+{
+    layout L = {3, 2, 4}; /* G = 24; the state is at cursor 5 */
+    int64_t G = 24, N = n_samples, base = 5, len = (int64_t)L.B * L.A;
+    llmt_loader *l0 = make_loader(ds, 5, 1, 0, 1, 0, 5, 1);
+    int32_t *in = malloc(5 * T * sizeof *in), *tg = malloc(5 * T * sizeof *tg);
+    int64_t ids[5]; /* holds both layouts' micro-batches (B = 5, then 3) */
+    CHECK_STATUS(llmt_loader_next(l0, in, tg, ids), LLMT_OK);
+    llmt_loader_state st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    CHECK_STATUS(llmt_loader_get_state(l0, &st), LLMT_OK);
+    CHECK_EQ_INT(st.cursor, base);
+    llmt_loader_destroy(l0);
+    int bad = 0;
+    for (int r = 0; r < L.dp; r++) {
+        llmt_loader *l = make_loader(ds, L.B, L.A, r, L.dp, 4, 5, 1);
+        CHECK_STATUS(llmt_loader_set_state(l, &st), LLMT_OK);
+        int read[3][NSHARDS] = {{0}};
+        for (int64_t s = 0; base + s * G < 3 * N; s++)
+            for (int a = 0; a < L.A; a++) {
+                CHECK_STATUS(llmt_loader_next(l, in, tg, ids), LLMT_OK);
+                for (int i = 0; i < L.B; i++) {
+                    int64_t g = base + s * G + r * len + a * L.B + i;
+                    if (g < 3 * N)
+                        read[g / N][shard_of(ids[i])] = 1;
+                }
+            }
+        for (int e = 0; e < 3; e++) {
+            int32_t got[NSHARDS];
+            size_t n = 0, ne = 0;
+            CHECK_STATUS(llmt_loader_assign_shards(l, r, e, got, NSHARDS, &n), LLMT_OK);
+            int32_t want[NSHARDS];
+            for (int i = 0; i < NSHARDS; i++)
+                if (read[e][i])
+                    want[ne++] = i;
+            if (n != ne || memcmp(got, want, ne * sizeof *want)) {
+                bad++;
+                fprintf(stderr,
+                        "  rank %d epoch %d: assign_shards lists %zu shards, the "
+                        "loader read %zu\n",
+                        r, e, n, ne);
+            }
+        }
+        llmt_loader_destroy(l);
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(in);
+    free(tg);
+}
+
 static void bad_args(void)
 {
     llmt_loader_opts o;
@@ -536,6 +591,7 @@ int main(void)
     resume_same_dp();
     determinism();
     assign();
+    assign_after_resume();
     bad_args();
 
     llmt_dataset_destroy(ds);
