@@ -352,8 +352,12 @@ static llmt_status start_worker(llmt_loader *l, llmt_err *e)
     l->produced = l->consumed;
     if (!l->nring)
         return LLMT_OK;
-    if (pthread_create(&l->thread, NULL, worker, l))
-        return llmt__err_set(e, LLMT_ERR_INTERNAL, "loader: cannot start the prefetch thread");
+    int rc = pthread_create(&l->thread, NULL, worker, l);
+    if (rc)
+        return llmt__err_set(e, LLMT_ERR_INTERNAL,
+                             "loader: cannot start the prefetch thread: %s (prefetch = 0 "
+                             "reads without one)",
+                             strerror(rc));
     l->running = 1;
     return LLMT_OK;
 }
@@ -513,6 +517,10 @@ LLMT_API llmt_status llmt_loader_next(llmt_loader *l, int32_t *inputs, int32_t *
     llmt_status st;
     if (!l->nring) {
         st = fill(l, &l->sp, l->consumed, inputs, targets, sample_ids, &l->err);
+    } else if (!l->running && (st = start_worker(l, &l->err)) != LLMT_OK) {
+        /* An earlier restart (set_state, a failed micro-batch) found no
+         * thread: waiting for one would never end. */
+        return st;
     } else {
         pthread_mutex_lock(&l->mu);
         while (l->produced <= l->consumed)
