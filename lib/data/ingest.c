@@ -287,6 +287,36 @@ static void bad_line(llmt_ingest *it, const char *why)
                       : "");
 }
 
+/* Remove the \u0000 escapes inside the strings of a JSON line, in place,
+ * counting them (in any field: the line's count goes to invalid_utf8 when
+ * its document is taken); returns the new length. cJSON decodes one into
+ * a NUL that ends its C string, so the rest of the document would be lost
+ * unseen; dropped here, a NUL fares as a raw NUL byte in a text file does.
+ * An escaped backslash followed by "u0000" is text and stays. */
+static size_t drop_nul_escapes(char *line, size_t n, int64_t *dropped)
+{
+    size_t o = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < n;) {
+        char c = line[i];
+        if (in_str && c == '\\' && i + 1 < n) {
+            if (n - i >= 6 && !memcmp(line + i + 1, "u0000", 5)) {
+                (*dropped)++;
+                i += 6;
+                continue;
+            }
+            line[o++] = line[i++]; /* the backslash and what it escapes */
+            line[o++] = line[i++];
+            continue;
+        }
+        if (c == '"')
+            in_str = !in_str;
+        line[o++] = line[i++];
+    }
+    line[o] = '\0';
+    return o;
+}
+
 /* One JSONL line (its '\n' and '\r' stripped, NUL-terminated). Returns as
  * make_doc, 0 also for a skipped line. */
 static int jsonl_line(llmt_ingest *it, char *line, size_t n, size_t *len)
@@ -300,6 +330,8 @@ static int jsonl_line(llmt_ingest *it, char *line, size_t n, size_t *len)
         bad_line(it, "NUL byte in a JSON line");
         return 0;
     }
+    int64_t nuls = 0;
+    n = drop_nul_escapes(line, n, &nuls);
     /* n + 1 covers the NUL, so require_null_terminated rejects trailing
      * text after the object. */
     cJSON *obj = cJSON_ParseWithLengthOpts(line, n + 1, NULL, 1);
@@ -317,8 +349,10 @@ static int jsonl_line(llmt_ingest *it, char *line, size_t n, size_t *len)
         bad_line(it, "no text field");
     else if (!cJSON_IsString(v) || !v->valuestring)
         bad_line(it, "the text field is not a string");
-    else
+    else {
+        it->st.invalid_utf8 += nuls;
         r = make_doc(it, v->valuestring, strlen(v->valuestring), len);
+    }
     cJSON_Delete(obj);
     return r;
 }

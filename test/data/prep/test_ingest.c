@@ -202,6 +202,36 @@ static void test_tree(llmt_context *ctx)
     llmt_ingest_destroy(it);
 }
 
+/* A JSON \u0000 escape is a NUL inside the string: dropped and counted as
+ * a NUL byte of a text file is, never the end of the document (cJSON's C
+ * string would end there). An escaped backslash before "u0000" is text;
+ * a \u0000 outside any string does not make a bad line good. */
+static void test_jsonl_nul(llmt_context *ctx)
+{
+    WRITE("n.jsonl", "{\"text\": \"before\\u0000after \\u0000\\u0000end\"}\n"
+                     "{\"text\": \"kept \\\\u0000 as text\"}\n"
+                     "{\"text\": \"\\u0000\"}\n"
+                     "{\"text\": \"x\"}\\u0000\n");
+    char path[512];
+    snprintf(path, sizeof path, "%s/n.jsonl", root);
+    const char *in[] = {path};
+    llmt_ingest *it;
+    CHECK_STATUS(llmt_ingest_open(ctx, in, 1, NULL, &it), LLMT_OK);
+    static char docs[8][128];
+    int n = read_all(it, docs, 8);
+    CHECK_EQ_INT(n, 2);
+    CHECK(!strcmp(docs[0], "beforeafter end"));
+    CHECK(n < 2 || !strcmp(docs[1], "kept \\u0000 as text"));
+    if (n >= 1 && strcmp(docs[0], "beforeafter end"))
+        fprintf(stderr, "  doc 0: \"%s\"\n", docs[0]);
+    llmt_ingest_stats st;
+    st.struct_size = sizeof st;
+    CHECK_STATUS(llmt_ingest_get_stats(it, &st), LLMT_OK);
+    CHECK_EQ_INT(st.invalid_utf8, 4);
+    CHECK_EQ_INT(st.bad_lines, 1);
+    llmt_ingest_destroy(it);
+}
+
 static void test_errors(llmt_context *ctx)
 {
     llmt_ingest *it = (llmt_ingest *)1;
@@ -265,6 +295,7 @@ int main(void)
     llmt_context *ctx;
     CHECK_STATUS(llmt_context_create(&co, &ctx), LLMT_OK);
     test_tree(ctx);
+    test_jsonl_nul(ctx);
     test_errors(ctx);
     llmt_context_destroy(ctx);
     cleanup();
