@@ -149,7 +149,9 @@ static const spec_key keys[] = {
     E("train.device", train.device, "cpu|cuda|emulated",
       "emulated: the GPU engine's bf16 arithmetic on the CPU [cpu]"),
     I("train.eval_interval", train.eval_interval, 0, BIG, "steps, 0 = off [100]"),
-    I("train.eval_batches", train.eval_batches, 0, 1e6,
+    /* >= 1: a validation of 0 batches has no meaning, and the job took
+     * 0 as 1 (train.eval_interval 0 is how validation is turned off) */
+    I("train.eval_batches", train.eval_batches, 1, 1e6,
       "micro-batches per validation, held in memory [10]"),
     I("train.log_interval", train.log_interval, 0, BIG, "[10]"),
     I("train.threads", train.threads, 0, 4096, "CPU threads, 0 = all [0]"),

@@ -311,7 +311,10 @@ static void test_rules(void)
         {"{" M ", \"train\": {\"sample_tokens\": 10000000}}",
          "train.sample_tokens: 10000000 must be in [0, 1e+06]"},
         {"{" M ", \"train\": {\"eval_batches\": 1e12}}",
-         "train.eval_batches: 1000000000000 must be in [0, 1e+06]"},
+         "train.eval_batches: 1000000000000 must be in [1, 1e+06]"},
+        /* 0 batches was accepted and each validation then used 1 */
+        {"{" M ", \"train\": {\"eval_batches\": 0}}",
+         "train.eval_batches: 0 must be in [1, 1e+06]"},
     };
 #undef M
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
