@@ -172,6 +172,14 @@ static llmt_status check_tiers(llmt_job *j)
         const llmt_spec_tier *t = &s->checkpoint.tiers[i];
         char p[64];
         snprintf(p, sizeof p, "checkpoint.tiers[%d]", i);
+        /* keep_last 0 keeps every step (lib/ckpt/save.c, retain): the
+         * steps keep_every would keep for good are kept anyway */
+        if ((t->kind == LLMT_SPEC_TIER_LOCAL || t->kind == LLMT_SPEC_TIER_DURABLE) &&
+            t->keep_every > 0 && t->keep_last == 0)
+            return REFUSE("%s.keep_every: %lld has no effect with keep_last 0, which keeps "
+                          "every step already; set keep_last (the newest N kept besides "
+                          "every keep_every-th step), or remove keep_every",
+                          p, (long long)t->keep_every);
         switch (t->kind) {
         case LLMT_SPEC_TIER_PEER:
             if (++npeer > 1)
