@@ -435,6 +435,9 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
     return LLMT_OK;
 }
 
+/* Straggler lines rank 0 logs per report; the rest in one line. */
+#define STRAG_LOGGED 8
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -499,8 +502,8 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s, double
     int32_t nnamed = 0;
     double margin = sp->fault_tolerance.straggler.margin;
     int64_t patience = sp->fault_tolerance.straggler.patience;
-    int32_t failed = -1;
-    double worst = 0;
+    int32_t failed = -1, slowest_rank = -1;
+    double worst = 0, slowest = 0;
     /* everyone's step waited for the slowest rank: without it a step
      * would take `healthy`, and this rank alone healthy + extra */
     double worst_extra = 0;
@@ -516,7 +519,9 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s, double
             continue;
         j->stragglers++;
         llmt__sb_printf(&named_list, "%s%d", nnamed++ ? "," : "", (int)r);
-        if (j->rank == 0 || r == j->rank)
+        /* rank 0 names the first few (a slow rack at 16k ranks is
+         * thousands: one summary line for the rest), each rank itself */
+        if ((j->rank == 0 && nnamed <= STRAG_LOGGED) || r == j->rank)
             llmt__log(j->ctx, LLMT_LOG_WARN, "job",
                       "straggler: rank %d is %.2fx slower than the median at step %lld: "
                       "busy %.4f s/step vs the median rank's %.4f s (+%.4f s; step %.4f s, "
@@ -539,7 +544,18 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s, double
             worst = slow;
             failed = r;
         }
+        if (slow > slowest) {
+            slowest = slow;
+            slowest_rank = r;
+        }
     }
+    if (j->rank == 0 && nnamed > STRAG_LOGGED)
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                  "straggler: and %d more rank(s) slower than the median at step %lld "
+                  "(%d in all; the slowest: rank %d, %.2fx): every one in metrics.jsonl's "
+                  "\"straggler\" events and run.jsonl's \"stragglers\"",
+                  (int)(nnamed - STRAG_LOGGED), (long long)step, (int)nnamed, (int)slowest_rank,
+                  slowest);
     if (named_list.oom) /* no line rather than a short list read as the whole one */
         llmt__log(j->ctx, LLMT_LOG_WARN, "job",
                   "run.jsonl: no memory for the list of %d stragglers at step %lld: the "
