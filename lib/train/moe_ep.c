@@ -6,17 +6,21 @@
 
 struct llmt__moe_ep {
     llmt__moe_shape sh;
-    int rank, size, El, block;
+    int rank, size, El, block, Nmax;
+    /* owner: the rows an owner can receive (llmt__moe_ep_owner_room),
+     * what its packed rows below hold */
+    size_t owner;
     /* every rank's kept rows per expert ([size][E], all-gathered), and
      * where the owner packs them: the rows of local expert el from source
      * src start at off[el * size + src] (expert-major, kept rows only: the
      * owner computes nothing for the padding); rows[el]: expert el's sum */
     int64_t *cnt, *off, *rows;
-    /* the owner's packed rows (at most E x block) x C or F, kept from the
-     * forward for the backward */
+    /* the owner's packed rows (owner x C or F), kept from the forward for
+     * the backward */
     float *xo, *h1, *h3, *act;
-    /* scratch: the exchange ([size][El][block][C], i.e. [E][block][C]),
-     * the owner's outputs and backward */
+    /* scratch: the exchange ([size][El][block][C], i.e. [E][block][C]:
+     * the all-to-all's fixed shape), the owner's outputs and backward
+     * (owner x C or F) */
     float *sbuf, *rbuf, *yo, *dyo, *dxo, *dact, *dh1, *dh3;
 };
 
@@ -48,26 +52,46 @@ llmt__moe_ep *llmt__moe_ep_new_rows(const llmt__moe_shape *sh, int Nmax, int ran
     p->rank = rank;
     p->size = size;
     p->El = sh->E / size;
+    p->Nmax = Nmax;
     p->block = llmt__moe_capacity(sh, Nmax);
-    /* rows: the owner holds at most El experts x size sources x block,
-     * the exchange E x block: the same number */
-    size_t R = (size_t)sh->E * (size_t)p->block, C = (size_t)sh->C, F = (size_t)sh->F;
-    float **rc[] = {&p->xo, &p->sbuf, &p->rbuf, &p->yo, &p->dyo, &p->dxo};
+    p->owner = llmt__moe_ep_owner_room(sh, Nmax, size);
+    /* the exchange's E x block rows of width C; the owner's rows: what
+     * it can receive, up to E x block (moe_dev_ep.c sizes its own alike) */
+    size_t R = (size_t)sh->E * (size_t)p->block, O = p->owner, C = (size_t)sh->C,
+           F = (size_t)sh->F;
+    float **rx[] = {&p->sbuf, &p->rbuf};
+    float **rc[] = {&p->xo, &p->yo, &p->dyo, &p->dxo};
     float **rf[] = {&p->h1, &p->h3, &p->act, &p->dact, &p->dh1, &p->dh3};
     p->cnt = malloc((size_t)size * sh->E * sizeof(int64_t));
     p->off = malloc((size_t)size * p->El * sizeof(int64_t));
     p->rows = malloc((size_t)p->El * sizeof(int64_t));
     int ok = p->cnt && p->off && p->rows;
-    for (size_t i = 0; ok && rows && i < 6; i++) {
-        *rc[i] = malloc(R * C * sizeof(float));
-        *rf[i] = malloc(R * F * sizeof(float));
-        ok = *rc[i] && *rf[i];
-    }
+    for (size_t i = 0; ok && rows && i < 2; i++)
+        ok = (*rx[i] = malloc(R * C * sizeof(float))) != NULL;
+    for (size_t i = 0; ok && rows && i < 4; i++)
+        ok = (*rc[i] = malloc(O * C * sizeof(float))) != NULL;
+    for (size_t i = 0; ok && rows && i < 6; i++)
+        ok = (*rf[i] = malloc(O * F * sizeof(float))) != NULL;
     if (!ok) {
         llmt__moe_ep_free(p);
         return NULL;
     }
     return p;
+}
+
+size_t llmt__moe_ep_owner_room(const llmt__moe_shape *sh, int Nmax, int size)
+{
+    size_t blocks = (size_t)sh->E * (size_t)llmt__moe_capacity(sh, Nmax),
+           sent = (size_t)size * (size_t)Nmax * (size_t)sh->K;
+    return blocks < sent ? blocks : sent;
+}
+
+void llmt__moe_ep_bytes(const llmt__moe_ep *p, size_t *saved, size_t *scratch)
+{
+    size_t R = (size_t)p->sh.E * (size_t)p->block, O = p->xo ? p->owner : 0,
+           C = (size_t)p->sh.C, F = (size_t)p->sh.F;
+    *saved = sizeof(float) * O * (C + 3 * F);
+    *scratch = p->xo ? sizeof(float) * (2 * R * C + O * (3 * C + 3 * F)) : 0;
 }
 
 int llmt__moe_ep_block(const llmt__moe_ep *p)
@@ -122,6 +146,39 @@ static void unpack(const llmt__moe_ep *p, const llmt__moe *s, const float *in, f
                (size_t)s->kept[x] * w * sizeof(float));
 }
 
+/* The all-gathered counts checked for every owner of the group, not
+ * this rank's alone: every rank reaches the same verdict, so none is
+ * left waiting in the all-to-all a refusing rank never enters. A count
+ * past the block, or an owner's rows past the room of its packed rows
+ * (a source routing more than Nmax x top_k rows, which none does), is
+ * refused before anything is copied. */
+static llmt_status check_counts(const llmt__moe_ep *p, llmt_err *e)
+{
+    int E = p->sh.E;
+    for (int j = 0; j < p->size; j++) {
+        int64_t all = 0;
+        for (int src = 0; src < p->size; src++)
+            for (int el = 0; el < p->El; el++) {
+                int x = j * p->El + el;
+                int64_t c = p->cnt[(size_t)src * E + (size_t)x];
+                if (c < 0 || c > p->block)
+                    return llmt__err_set(e, LLMT_ERR_INTERNAL,
+                                         "trainer: moe: rank %d of the EP group kept %lld "
+                                         "rows for expert %d (block %d)",
+                                         src, (long long)c, x, p->block);
+                all += c;
+            }
+        if ((uint64_t)all > p->owner)
+            return llmt__err_set(e, LLMT_ERR_INTERNAL,
+                                 "trainer: moe: expert parallel rank %d would receive %lld "
+                                 "rows for its %d experts, room for %zu (%d ranks x top_k %d "
+                                 "x at most %d tokens, or %d experts x %d rows)",
+                                 j, (long long)all, p->El, p->owner, p->size, p->sh.K, p->Nmax,
+                                 E, p->block);
+    }
+    return LLMT_OK;
+}
+
 /* Every rank's kept rows per expert (all-gathered: the exchange keeps its
  * fixed shape, and the owner learns how many rows of each block are
  * real), and the owner's packing of them. */
@@ -133,19 +190,15 @@ static llmt_status counts(llmt__moe_ep *p, const llmt__moe *s, llmt_comm *comm, 
     if (st != LLMT_OK)
         return llmt__err_set(e, st, "trainer: moe: expert parallel counts (all-gather): %s",
                              llmt_comm_last_error(comm));
+    if ((st = check_counts(p, e)) != LLMT_OK)
+        return st;
     int64_t at = 0;
     for (int el = 0; el < p->El; el++) {
         p->rows[el] = 0;
         for (int src = 0; src < p->size; src++) {
-            int64_t c = p->cnt[(size_t)src * E + (size_t)p->rank * p->El + el];
-            if (c < 0 || c > p->block)
-                return llmt__err_set(e, LLMT_ERR_INTERNAL,
-                                     "trainer: moe: rank %d of the EP group kept %lld rows "
-                                     "for expert %d (block %d)",
-                                     src, (long long)c, p->rank * p->El + el, p->block);
             p->off[(size_t)el * p->size + src] = at;
-            at += c;
-            p->rows[el] += c;
+            at += (int64_t)cnt_of(p, el, src);
+            p->rows[el] += (int64_t)cnt_of(p, el, src);
         }
     }
     return LLMT_OK;

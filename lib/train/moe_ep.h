@@ -36,6 +36,20 @@ void llmt__moe_ep_free(llmt__moe_ep *p);
  * through the op table (moe_dev_ep.c, which keeps the rows itself). */
 llmt__moe_ep *llmt__moe_ep_new_rows(const llmt__moe_shape *sh, int Nmax, int rank, int size,
                                     int rows);
+/* The most rows an owner can receive in calls of up to Nmax tokens on a
+ * group of `size`: a block from each source for each of its E/size
+ * experts (E x block in all), and no more than the Nmax x top_k rows
+ * each source routes (size x Nmax x top_k), whichever is less. What the
+ * owner's packed rows and backward scratch hold; the exchange's buffers
+ * keep E x block (the all-to-all's fixed shape). llmt__moe_ep_counts
+ * refuses a call past it (on every rank of the group alike). */
+size_t llmt__moe_ep_owner_room(const llmt__moe_shape *sh, int Nmax, int size);
+/* The bytes p allocated for its rows (0 and 0 for a tables-only p):
+ * saved, kept from a forward for its backward (the owner's xo, h1, h3,
+ * act: owner room x (C + 3F) floats); scratch, the rest (the exchange's
+ * send and receive buffers, 2 x E x block x C floats, and the owner's
+ * yo, dyo, dxo, dact, dh1, dh3: owner room x (3C + 3F) floats). */
+void llmt__moe_ep_bytes(const llmt__moe_ep *p, size_t *saved, size_t *scratch);
 /* Rows of one (rank, expert) block of the exchange. */
 int llmt__moe_ep_block(const llmt__moe_ep *p);
 /* After llmt__moe_ep_counts: this rank's local experts (E / size); the

@@ -782,7 +782,8 @@ llmt_status llmt__moe_net_sets(llmt__moe_net *n, llmt_err *e, int sets,
  * [N, E], lse [N], gate, idx and row [N, K], tok [N K]), the packed rows'
  * inputs and outputs xe, ye [N K, C] and the experts' h1, h3, act [N K,
  * F]; the shared experts' h1, h3, act [N, S F]; under expert parallelism
- * the owner's rows xo, h1, h3, act [E x block, C | F]. The planner's
+ * the owner's rows xo, h1, h3, act [O, C | F], O the rows it can receive
+ * (llmt__moe_ep_owner_room: E x block, or ep x N x top_k). The planner's
  * model of a stage's activations counts the same (lib/plan/engine.c). */
 static size_t layer_saved(const llmt__moe_net *n)
 {
@@ -792,7 +793,7 @@ static size_t layer_saved(const llmt__moe_net *n)
     f += 3 * N * (size_t)n->c.moe_shared_experts * F;
     if (n->ep_size > 1) {
         llmt__moe_shape sh = net_shape(n);
-        f += E * (size_t)llmt__moe_capacity(&sh, n->Nmax) * (C + 3 * F);
+        f += llmt__moe_ep_owner_room(&sh, n->Nmax, n->ep_size) * (C + 3 * F);
     }
     return f;
 }
