@@ -75,6 +75,29 @@ static int check_sub_flags(const ck_args *a)
     return CLI_OK;
 }
 
+/* A value option given a second time (-o and --out are one) would
+ * silently replace the first: refused, as is a list of options longer
+ * than `given` holds (the rest would escape check_sub_flags). */
+static int note_flag(ck_args *a, const char *s)
+{
+    int sw = !strcmp(s, "--json") || !strcmp(s, "--chunks");
+    const char *c = !strcmp(s, "-o") ? "--out" : s;
+    for (int k = 0; k < a->ngiven && !sw; k++)
+        if (!strcmp(!strcmp(a->given[k], "-o") ? "--out" : a->given[k], c)) {
+            fprintf(stderr,
+                    "llmtrain ckpt: %s given twice (the second value would replace "
+                    "the first); give it once\n",
+                    s);
+            return CLI_USAGE;
+        }
+    if (a->ngiven == (int)(sizeof a->given / sizeof a->given[0])) {
+        fprintf(stderr, "llmtrain ckpt: more than %d options\n", a->ngiven);
+        return CLI_USAGE;
+    }
+    a->given[a->ngiven++] = s;
+    return CLI_OK;
+}
+
 static int parse_args(int argc, char **argv, ck_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -86,8 +109,8 @@ static int parse_args(int argc, char **argv, ck_args *a)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x = 0;
         int rc = CLI_OK;
-        if (s[0] == '-' && s[1] && a->ngiven < 32)
-            a->given[a->ngiven++] = s;
+        if (s[0] == '-' && s[1] && (rc = note_flag(a, s)) != CLI_OK)
+            return rc;
         if (!strcmp(s, "--step")) {
             rc = parse_ll(s, v, 0, (INT64_C(1) << 40) - 1, &a->step);
             i++;
@@ -542,6 +565,15 @@ static int prune(llmt_context *ctx, const ck_args *a)
 {
     if (!a->have_keep_last)
         return cli_fail(CMD, "prune needs --keep-last K (0 keeps all) [--keep-every N]"),
+               CLI_USAGE;
+    /* keep-last 0 keeps every step: a --keep-every beside it would keep
+     * nothing more (lib/ckpt/save.c, retain) */
+    if (a->keep_last == 0 && a->keep_every > 0)
+        return cli_fail(CMD,
+                        "prune: --keep-every %ld has no effect with --keep-last 0, which "
+                        "keeps every step; give --keep-last K > 0 (the newest K kept "
+                        "besides every N-th step), or leave --keep-every out",
+                        a->keep_every),
                CLI_USAGE;
     if (is_step_dir(a->dir))
         return cli_fail(CMD, "prune works on a checkpoint root, %s is one step", a->dir);

@@ -114,6 +114,30 @@ static int parse_num_opt(data_args *a, const char *s, const char *v, int *used)
 
 static int check_sub_flags(const data_args *a);
 
+/* A value option given a second time (-o and --out are one) would
+ * silently replace the first: refused, as is a list of options longer
+ * than `given` holds (the rest would escape check_sub_flags). */
+static int note_flag(data_args *a, const char *s)
+{
+    int sw = !strcmp(s, "--llmc") || !strcmp(s, "--verify") || !strcmp(s, "--quiet") ||
+             !strcmp(s, "-q");
+    const char *c = !strcmp(s, "-o") ? "--out" : s;
+    for (int k = 0; k < a->ngiven && !sw; k++)
+        if (!strcmp(!strcmp(a->given[k], "-o") ? "--out" : a->given[k], c)) {
+            fprintf(stderr,
+                    "llmtrain data: %s given twice (the second value would replace "
+                    "the first); give it once\n",
+                    s);
+            return CLI_USAGE;
+        }
+    if (a->ngiven == (int)(sizeof a->given / sizeof a->given[0])) {
+        fprintf(stderr, "llmtrain data: more than %d options\n", a->ngiven);
+        return CLI_USAGE;
+    }
+    a->given[a->ngiven++] = s;
+    return CLI_OK;
+}
+
 static int parse_args(int argc, char **argv, data_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -129,8 +153,8 @@ static int parse_args(int argc, char **argv, data_args *a)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         const char **sp = str_opt(a, s);
         int used = 0, rc;
-        if (s[0] == '-' && s[1] && a->ngiven < 64)
-            a->given[a->ngiven++] = s;
+        if (s[0] == '-' && s[1] && (rc = note_flag(a, s)) != CLI_OK)
+            return rc;
         if (sp) {
             if (!v)
                 return bad_value(s, v, "a value");

@@ -46,16 +46,36 @@ static int parse_seconds(const char *flag, const char *v, double *out)
     return rc;
 }
 
+/* A flag with a value given a second time would silently replace the
+ * first: refused. */
+static int given_twice(const char **seen, int *nseen, const char *flag)
+{
+    for (int k = 0; k < *nseen; k++)
+        if (!strcmp(seen[k], flag))
+            return 1;
+    seen[(*nseen)++] = flag;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, plan_args *a)
 {
     memset(a, 0, sizeof *a);
     const char *sim_flag = NULL; /* a --simulate setting given, to refuse without it */
+    const char *seen[8];         /* the value flags given */
+    int nseen = 0;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int rc = CLI_OK;
         if (!strcmp(s, "--hours") || !strcmp(s, "--interval") || !strcmp(s, "--trials") ||
             !strcmp(s, "--seed"))
             sim_flag = s;
+        if ((sim_flag == s || !strcmp(s, "--world")) && given_twice(seen, &nseen, s)) {
+            fprintf(stderr,
+                    "llmtrain plan: %s given twice (the second value would replace "
+                    "the first); give it once\n",
+                    s);
+            return CLI_USAGE;
+        }
         if (!strcmp(s, "--world"))
             rc = parse_long(s, i + 1 < argc ? argv[++i] : NULL, 1, INT32_MAX, &a->world);
         else if (!strcmp(s, "--auto"))

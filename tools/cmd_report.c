@@ -372,7 +372,9 @@ int cmd_report(int argc, char **argv)
     const char *dir = NULL, *out = NULL;
     for (int i = 1; i < argc; i++) {
         const char *why = NULL;
-        if (!strcmp(argv[i], "--out") && i + 1 < argc)
+        if (!strcmp(argv[i], "--out") && out) /* never the last one silently */
+            why = "give --out once; it is repeated at";
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i];
         else if (!strcmp(argv[i], "--out"))
             why = "missing the value of";

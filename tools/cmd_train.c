@@ -202,11 +202,12 @@ typedef struct trace_arg {
 static int parse_trace(const char *v, trace_arg *t)
 {
     char *end = NULL;
+    errno = 0; /* a step beyond the range would be clamped to it silently */
     long long a = strtoll(v, &end, 10), b = a;
     t->relative = *end == 0;
     if (*end == '-' || *end == ':')
         b = strtoll(end + 1, &end, 10);
-    if (*end || a < 1 || b < a) {
+    if (*end || errno || a < 1 || b < a) {
         fprintf(stderr, "llmtrain train: --trace %s: give steps A-B (1 <= A <= B) or N\n", v);
         return CLI_USAGE;
     }
@@ -431,9 +432,24 @@ static int prom_unwritable(const char *prom)
     return 1;
 }
 
+/* A flag with a value given a second time would silently replace the
+ * first (`--steps 100 ... --steps 10`, a wrapper's default and the
+ * user's): refused. --resume and --fresh may repeat (llmtrain launch adds
+ * --resume to a restarted worker's flags, which may hold it already). */
+static int given_twice(const char **seen, int *nseen, const char *flag)
+{
+    for (int k = 0; k < *nseen; k++)
+        if (!strcmp(seen[k], flag))
+            return 1;
+    seen[(*nseen)++] = flag;
+    return 0;
+}
+
 int cmd_train(int argc, char **argv)
 {
     const char *spec = NULL, *out = NULL, *prom = NULL;
+    const char *seen[8]; /* the value flags given (takes_value's five) */
+    int nseen = 0;
     trace_arg tr = {0, 0, 0};
     int untimed = 0;
     llmt_job_opts jo;
@@ -442,6 +458,10 @@ int cmd_train(int argc, char **argv)
         const char *a = argv[i];
         if (takes_value(a) && i + 1 >= argc)
             return usage("missing the value of", a);
+        if (takes_value(a) && given_twice(seen, &nseen, a))
+            return usage("give each option once (the second value would replace the "
+                         "first):",
+                         a);
         if (!strcmp(a, "--out"))
             out = argv[++i];
         else if (!strcmp(a, "--resume"))
