@@ -355,12 +355,17 @@ static int empty_box(const ck_chunk *a, int nd)
 }
 
 /* Chunks of one tensor may not overlap unless they are identical replicas.
- * A sweep along dim 0: the non-empty chunks sorted by their first row,
- * each compared with those that start before it ends (the tensor
- * parallel ranks' boxes of the same rows, a few), not with every other
- * chunk (thousands of data parallel shares at scale). A hostile list
- * where every box spans the same rows stops being checked after 2^26
- * comparisons; reads still cover correctly. */
+ * The replicas are grouped first (sorted by box), so that a block every
+ * rank of a large group holds is one box to the sweep, and the copies
+ * of a group are compared with its first for the same bytes. Then a
+ * sweep over the distinct boxes along the dimension whose starts take
+ * the most values (rows for a row split, columns for a column split):
+ * sorted by their start there, each box compared with those that start
+ * before it ends (a few), not with every other one (thousands of data
+ * parallel shares at scale). A hostile list that still needs more than
+ * 2^26 comparisons is refused: it once stopped being checked there and
+ * was accepted, and a read of it could double count an overlap and miss
+ * a hole (OK with elements never written). */
 typedef struct sweep_key {
     int64_t lo;
     size_t i;
@@ -374,48 +379,115 @@ static int cmp_sweep(const void *a, const void *b)
     return x->i < y->i ? -1 : x->i > y->i;
 }
 
-static int check_overlaps(pctx *p, const ck_tensor *t, int same_bytes)
+/* qsort of chunk indexes by box, then index: thread-local context */
+static _Thread_local const ck_tensor *box_sort_t;
+static int cmp_chunk_box(const void *a, const void *b)
 {
-    if (t->ndim == 0 || t->nchunks < 2)
-        return 1; /* scalars: every chunk is the same box */
-    sweep_key *k = malloc(t->nchunks * sizeof *k);
-    if (!k)
-        return fail(p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory");
-    size_t n = 0;
+    size_t i = *(const size_t *)a, j = *(const size_t *)b;
+    const ck_tensor *t = box_sort_t;
+    for (int d = 0; d < t->ndim; d++) {
+        const ck_chunk *x = &t->chunks[i], *y = &t->chunks[j];
+        if (x->goff[d] != y->goff[d])
+            return x->goff[d] < y->goff[d] ? -1 : 1;
+        if (x->lshape[d] != y->lshape[d])
+            return x->lshape[d] < y->lshape[d] ? -1 : 1;
+    }
+    return i < j ? -1 : i > j;
+}
+
+/* The non-empty chunks' indexes, one per distinct box (the lowest index
+ * of its replicas) into idx; *n of them. Replicas of different bytes fail
+ * when same_bytes: the ranks' copies diverged (a bug, or silent data
+ * corruption), and a resume would take either. */
+static int distinct_boxes(pctx *p, const ck_tensor *t, int same_bytes, size_t *idx, size_t *n)
+{
+    size_t m = 0;
     for (size_t i = 0; i < t->nchunks; i++)
         if (!empty_box(&t->chunks[i], t->ndim))
-            k[n++] = (sweep_key){t->chunks[i].goff[0], i};
-    qsort(k, n, sizeof *k, cmp_sweep);
-    uint64_t budget = (uint64_t)1 << 26;
-    for (size_t x = 0; x < n && budget; x++) {
-        const ck_chunk *a = &t->chunks[k[x].i];
-        int64_t end = a->goff[0] + a->lshape[0];
-        for (size_t y = x + 1; y < n && k[y].lo < end && budget; y++, budget--) {
-            const ck_chunk *b = &t->chunks[k[y].i];
-            if (box_overlap(a, b, t->ndim) && !same_box(a, b, t->ndim)) {
-                size_t i = k[x].i < k[y].i ? k[x].i : k[y].i;
-                size_t j = k[x].i < k[y].i ? k[y].i : k[x].i;
-                free(k);
-                return fail(p, LLMT_ERR_FORMAT,
-                            "manifest: tensor '%s': chunks %zu and %zu overlap", t->name, i, j);
-            }
-            /* replicas (a tensor every rank of a group holds whole, or
-             * the same block of it) are the same bytes by construction:
-             * different ones mean the ranks' copies diverged (a bug, or
-             * silent data corruption), and a resume would take either */
-            if (same_bytes && a->xxh != b->xxh && same_box(a, b, t->ndim)) {
+            idx[m++] = i;
+    box_sort_t = t;
+    qsort(idx, m, sizeof *idx, cmp_chunk_box);
+    size_t out = 0, first = 0;
+    for (size_t x = 0; x < m; x++) {
+        const ck_chunk *a = &t->chunks[idx[first]], *b = &t->chunks[idx[x]];
+        if (x > 0 && same_box(a, b, t->ndim)) {
+            if (same_bytes && a->xxh != b->xxh) {
                 int32_t ra = a->rank, rb = b->rank;
-                free(k);
                 return fail(p, LLMT_ERR_CHECKSUM,
                             "checkpoint: tensor '%s': ranks %d and %d saved different bytes "
                             "for the same block (replicas that must be equal diverged between "
                             "them); the step is not committed",
                             t->name, (int)(ra < rb ? ra : rb), (int)(ra < rb ? rb : ra));
             }
+            continue;
+        }
+        first = x;
+        idx[out++] = idx[x];
+    }
+    *n = out;
+    return 1;
+}
+
+/* The dimension whose distinct boxes' starts take the most values. */
+static int sweep_dim(const ck_tensor *t, const size_t *idx, size_t n, sweep_key *k)
+{
+    int best = 0;
+    size_t most = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        for (size_t x = 0; x < n; x++)
+            k[x] = (sweep_key){t->chunks[idx[x]].goff[d], idx[x]};
+        qsort(k, n, sizeof *k, cmp_sweep);
+        size_t values = 0;
+        for (size_t x = 0; x < n; x++)
+            values += x == 0 || k[x].lo != k[x - 1].lo;
+        if (values > most) {
+            most = values;
+            best = d;
         }
     }
-    free(k);
+    return best;
+}
+
+static int sweep(pctx *p, const ck_tensor *t, const size_t *idx, size_t n, sweep_key *k)
+{
+    int d = sweep_dim(t, idx, n, k);
+    for (size_t x = 0; x < n; x++)
+        k[x] = (sweep_key){t->chunks[idx[x]].goff[d], idx[x]};
+    qsort(k, n, sizeof *k, cmp_sweep);
+    uint64_t budget = (uint64_t)1 << 26;
+    for (size_t x = 0; x < n; x++) {
+        const ck_chunk *a = &t->chunks[k[x].i];
+        int64_t end = a->goff[d] + a->lshape[d];
+        for (size_t y = x + 1; y < n && k[y].lo < end; y++) {
+            if (budget-- == 0)
+                return fail(p, LLMT_ERR_FORMAT,
+                            "manifest: tensor '%s': %zu distinct chunks whose extents overlap "
+                            "along every dimension: more than 2^26 pairs to compare, refused "
+                            "(overlapping chunks cannot be ruled out)",
+                            t->name, n);
+            if (box_overlap(a, &t->chunks[k[y].i], t->ndim)) {
+                size_t i = k[x].i < k[y].i ? k[x].i : k[y].i;
+                size_t j = k[x].i < k[y].i ? k[y].i : k[x].i;
+                return fail(p, LLMT_ERR_FORMAT,
+                            "manifest: tensor '%s': chunks %zu and %zu overlap", t->name, i, j);
+            }
+        }
+    }
     return 1;
+}
+
+static int check_overlaps(pctx *p, const ck_tensor *t, int same_bytes)
+{
+    if (t->ndim == 0 || t->nchunks < 2)
+        return 1; /* scalars: every chunk is the same box */
+    size_t *idx = malloc(t->nchunks * sizeof *idx);
+    sweep_key *k = malloc(t->nchunks * sizeof *k);
+    size_t n = 0;
+    int ok = idx && k ? distinct_boxes(p, t, same_bytes, idx, &n) && sweep(p, t, idx, n, k)
+                      : fail(p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory");
+    free(idx);
+    free(k);
+    return ok;
 }
 
 /* Every element of a committed tensor is covered exactly once: the chunks
