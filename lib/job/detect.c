@@ -106,6 +106,24 @@ static void host_part(llmt_job *j, int32_t i, XXH64_state_t *h)
     XXH64_update(h, v.data, (size_t)e * (v.dtype == LLMT_DTYPE_FP32 ? 4 : 2));
 }
 
+/* The host tensors current where the engine trains them in place
+ * (ZeRO's and EP's gathers; collective: every rank has the same engine);
+ * an engine's own parts need none. Under ep an engine holds its EP rank's
+ * experts only: its replicas are the data parallel ranks of the same EP
+ * rank (llmt__job_replica_groups), which hold the same parts. */
+static llmt_status params_sync(llmt_job *j)
+{
+    llmt_status st =
+        llmt__trainer_host_resident(j->tr) ? llmt_trainer_sync_params(j->tr) : LLMT_OK;
+    return st != LLMT_OK ? FAIL(st, "%s", llmt_trainer_last_error(j->tr)) : LLMT_OK;
+}
+
+static llmt_status params_walk(llmt_job *j, uint64_t *out)
+{
+    return llmt__job_xxh_walk(j, llmt__trainer_host_resident(j->tr) ? host_part : engine_part,
+                              out);
+}
+
 /* This rank's parameters, every tensor in order, as one xxh64: the host
  * tensors where the engine trains them in place; otherwise the engine's
  * own parts (its tensor parallel shards, its pipeline stage's tensors),
@@ -115,27 +133,49 @@ static void host_part(llmt_job *j, int32_t i, XXH64_state_t *h)
 llmt_status llmt__job_params_hash(llmt_job *j, uint64_t *out)
 {
     *out = 0;
-    /* host tensors: current first (ZeRO's and EP's gathers; collective:
-     * every rank has the same engine); an engine's own parts need none.
-     * Under ep an engine holds its EP rank's experts only: its replicas
-     * are the data parallel ranks of the same EP rank
-     * (llmt__job_replica_groups), which hold the same parts */
-    int resident = llmt__trainer_host_resident(j->tr);
-    llmt_status st = resident ? llmt_trainer_sync_params(j->tr) : LLMT_OK;
-    if (st != LLMT_OK)
-        return FAIL(st, "%s", llmt_trainer_last_error(j->tr));
-    return llmt__job_xxh_walk(j, resident ? host_part : engine_part, out);
+    llmt_status st = params_sync(j);
+    return st != LLMT_OK ? st : params_walk(j, out);
 }
 
-llmt_status llmt__job_hashes(llmt_job *j, int shares, uint64_t *mine, uint64_t **all)
+llmt_status llmt__job_agree(llmt_job *j, llmt_status mine, const char *what)
+{
+    /* the lowest failing rank and its status in one value (codes < 256) */
+    int64_t v = (int64_t)(mine != LLMT_OK ? j->rank : j->world) * 256 + (mine & 255);
+    llmt_status s =
+        llmt_comm_all_reduce(j->comm, &v, &v, 1, LLMT_DTYPE_INT64, LLMT_REDUCE_MIN, NULL);
+    if (mine != LLMT_OK) /* its own message says why */
+        return mine;
+    if (s != LLMT_OK)
+        return FAIL(s, "%s: agreeing that every rank can go on: %s", what,
+                    llmt_comm_last_error(j->comm));
+    if (v >= (int64_t)j->world * 256)
+        return LLMT_OK;
+    return FAIL((llmt_status)(v % 256),
+                "%s: rank %d failed (%s; its log says why): every rank stops with it", what,
+                (int)(v / 256), llmt_status_string((llmt_status)(v % 256)));
+}
+
+llmt_status llmt__job_hashes(llmt_job *j, int shares, int ready, uint64_t *mine, uint64_t **all)
 {
     *all = NULL;
-    llmt_status s = shares ? llmt__job_shares_hash(j, mine) : llmt__job_params_hash(j, mine);
+    *mine = 0;
+    llmt_status s = shares ? LLMT_OK : params_sync(j);
     if (s != LLMT_OK)
-        return s; /* the message names the trainer's failure */
+        return s; /* collective: the message names the trainer's failure */
+    /* from here on alone: whatever fails is agreed on before the gather,
+     * which the others would otherwise wait in until its timeout */
+    s = shares ? llmt__job_shares_hash(j, mine) : params_walk(j, mine);
     uint64_t *a = calloc((size_t)j->world, sizeof *a);
-    if (!a)
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory");
+    const int32_t *grp = llmt__job_replica_groups(j); /* kept: the caller's */
+    if (s == LLMT_OK && (!a || !grp || !ready))
+        s = FAIL(LLMT_ERR_OUT_OF_MEMORY,
+                 "sdc: rank %d has no memory for the check (%d ranks' hashes and replica "
+                 "groups)",
+                 (int)j->rank, (int)j->world);
+    if ((s = llmt__job_agree(j, s, "sdc")) != LLMT_OK) {
+        free(a);
+        return s;
+    }
     s = llmt_comm_all_gather(j->comm, mine, a, 1, LLMT_DTYPE_INT64, NULL);
     if (s != LLMT_OK) {
         free(a);
@@ -235,6 +275,31 @@ void llmt__job_list_brief(char *out, size_t cap, const char *list, int shown)
         snprintf(out + l, cap - l, "%s%ld more", kept ? " and " : "", more);
 }
 
+/* Root's place in its replica group's communicator (the plan's data
+ * parallel group; under ep, xdp, its ranks of root's EP rank). */
+static llmt_status root_place(llmt_job *j, int32_t root, int xdp, int32_t *at)
+{
+    int32_t c[LLMT_PLAN_NDIMS] = {0}, rc[LLMT_PLAN_NDIMS] = {0};
+    if (xdp)
+        llmt_plan_coords(j->plan, root, rc);
+    size_t cnt = 0;
+    llmt_plan_group(j->plan, LLMT_DIM_DP, root, NULL, 0, &cnt, NULL);
+    int32_t *ranks = malloc((cnt ? cnt : 1) * sizeof *ranks);
+    if (!ranks)
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: repair: rank %d has no memory", (int)j->rank);
+    llmt_status ps = llmt_plan_group(j->plan, LLMT_DIM_DP, root, ranks, cnt, &cnt, NULL);
+    for (size_t k = 0, pos = 0; ps == LLMT_OK && k < cnt; k++) {
+        if (xdp && (llmt_plan_coords(j->plan, ranks[k], c) != LLMT_OK ||
+                    c[LLMT_DIM_EP] != rc[LLMT_DIM_EP]))
+            continue; /* another EP rank's replica group */
+        if (ranks[k] == root)
+            *at = (int32_t)pos;
+        pos++;
+    }
+    free(ranks);
+    return ps != LLMT_OK ? FAIL(ps, "sdc: repair: %s", llmt_plan_last_error(j->plan)) : LLMT_OK;
+}
+
 /* Repair in place: every rank takes the parameters of a healthy replica,
  * `root` (a world rank of its data parallel group: the group's
  * communicator, ordered by the plan as llmt_plan_group lists it). */
@@ -247,33 +312,17 @@ static llmt_status take_params_from(llmt_job *j, int32_t root)
      * as the data parallel group) */
     llmt_comm *xdp = llmt__trainer_expert_dp_comm(j->tr);
     llmt_comm *rep = xdp ? xdp : j->dp_comm ? j->dp_comm : j->comm;
-    int32_t at = root, c[LLMT_PLAN_NDIMS] = {0}, rc[LLMT_PLAN_NDIMS] = {0};
-    if (xdp)
-        llmt_plan_coords(j->plan, root, rc);
-    if (rep != j->comm) { /* root's place in the group */
-        size_t cnt = 0;
-        llmt_plan_group(j->plan, LLMT_DIM_DP, root, NULL, 0, &cnt, NULL);
-        int32_t *ranks = malloc((cnt ? cnt : 1) * sizeof *ranks);
-        if (!ranks)
-            return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: repair: no memory");
-        llmt_status ps = llmt_plan_group(j->plan, LLMT_DIM_DP, root, ranks, cnt, &cnt, NULL);
-        for (size_t k = 0, pos = 0; ps == LLMT_OK && k < cnt; k++) {
-            if (xdp && (llmt_plan_coords(j->plan, ranks[k], c) != LLMT_OK ||
-                        c[LLMT_DIM_EP] != rc[LLMT_DIM_EP]))
-                continue; /* another EP rank's replica group */
-            if (ranks[k] == root)
-                at = (int32_t)pos;
-            pos++;
-        }
-        free(ranks);
-        if (ps != LLMT_OK)
-            return FAIL(ps, "sdc: repair: %s", llmt_plan_last_error(j->plan));
-    }
+    int32_t at = root;
+    llmt_status s0 = rep != j->comm ? root_place(j, root, xdp != NULL, &at) : LLMT_OK;
+    /* every rank repairs: one that cannot is agreed on before the
+     * collectives below, which the others would wait in alone */
+    if ((s0 = llmt__job_agree(j, s0, "sdc: repair")) != LLMT_OK)
+        return s0;
     /* an engine with its own copy (tp, bf16, the GPU) takes the repair
      * only through an upload, which writes the moments too: those must be
      * current on the host first (collective, as every rank repairs) */
     int resident = llmt__trainer_host_resident(j->tr);
-    llmt_status s0 = resident ? LLMT_OK : llmt__trainer_host_sync(j->tr);
+    s0 = resident ? LLMT_OK : llmt__trainer_host_sync(j->tr);
     if (s0 != LLMT_OK)
         return FAIL(s0, "sdc: repair: %s", llmt_trainer_last_error(j->tr));
     for (int32_t i = 0; i < n; i++) {
@@ -306,18 +355,17 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m)
         return llmt__job_sdc_shares(j, step, m);
     double t0 = llmt__job_now();
     uint64_t mine = 0, *all = NULL;
-    llmt_status s = llmt__job_hashes(j, 0, &mine, &all);
-    if (s != LLMT_OK)
-        return s;
-    j->sdc_checks++;
-    /* each replica group's majority hash: held by more than half of it */
-    const int32_t *grp = llmt__job_replica_groups(j);
+    /* the vote's scratch before the gather: a rank without it is agreed on there */
     int32_t *majr = malloc(2 * (size_t)j->world * sizeof *majr);
-    if (!grp || !majr) {
+    llmt_status s = llmt__job_hashes(j, 0, majr != NULL, &mine, &all);
+    if (s != LLMT_OK) {
         free(majr);
-        free(all);
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory");
+        return s;
     }
+    j->sdc_checks++;
+    /* each replica group's majority hash: held by more than half of it
+     * (the groups were made by llmt__job_hashes) */
+    const int32_t *grp = llmt__job_replica_groups(j);
     llmt__job_replica_majorities(all, grp, j->world, majr, majr + j->world);
     /* every bad rank for the metrics line (tooling reads the array as all
      * of them), the first few for the log and the error */
@@ -469,17 +517,20 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s, double
     j->strag_steps = 0;
     float *all = calloc((size_t)j->world * W, sizeof *all);
     double *sorted = calloc((size_t)j->world, sizeof *sorted);
-    if (!all || !sorted) {
-        free(all);
-        free(sorted);
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "straggler: no memory");
-    }
-    llmt_status s = llmt_comm_all_gather(j->comm, mine, all, W, LLMT_DTYPE_FP32, NULL);
+    /* a rank without them says so to every rank first: returning alone
+     * left the others in the all-gather until its timeout */
+    llmt_status s = all && sorted ? LLMT_OK
+                                  : FAIL(LLMT_ERR_OUT_OF_MEMORY,
+                                         "straggler: rank %d has no memory for the report "
+                                         "at step %lld (%d ranks' step times)",
+                                         (int)j->rank, (long long)step, (int)j->world);
+    if ((s = llmt__job_agree(j, s, "straggler")) == LLMT_OK &&
+        (s = llmt_comm_all_gather(j->comm, mine, all, W, LLMT_DTYPE_FP32, NULL)) != LLMT_OK)
+        FAIL(s, "straggler: all-gather of the step times: %s", llmt_comm_last_error(j->comm));
     if (s != LLMT_OK) {
         free(all);
         free(sorted);
-        return FAIL(s, "straggler: all-gather of the step times: %s",
-                    llmt_comm_last_error(j->comm));
+        return s;
     }
     /* the lower median: with two ranks, the faster one */
     for (int32_t r = 0; r < j->world; r++)

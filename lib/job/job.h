@@ -279,8 +279,21 @@ llmt_status llmt__job_lower_lr(llmt_job *j, int64_t at, const char *why);
 llmt_status llmt__job_params_hash(llmt_job *j, uint64_t *out);
 /* This rank's hash (its parameters, or under ZeRO-3 `shares`:
  * llmt__job_shares_hash) into *mine and every rank's, all-gathered, into
- * a new array of world entries *all (the caller frees it). Collective. */
-llmt_status llmt__job_hashes(llmt_job *j, int shares, uint64_t *mine, uint64_t **all);
+ * a new array of world entries *all (the caller frees it); the replica
+ * groups made (llmt__job_replica_groups). ready: 0 when the caller has no
+ * memory for what follows the gather. A rank that cannot hash or has no
+ * memory is agreed on before the gather (llmt__job_agree): every rank
+ * returns its failure together. Collective. */
+llmt_status llmt__job_hashes(llmt_job *j, int shares, int ready, uint64_t *mine,
+                             uint64_t **all);
+/* Before a collective that a rank may not be able to join (a failed
+ * allocation, its own hash): every rank learns of the lowest failing one,
+ * so that all return together instead of the others waiting in the
+ * collective until its timeout. mine: this rank's status so far (its
+ * message on j->err, which it keeps). LLMT_OK when every rank's is; else
+ * the others fail with that rank's status and a message "WHAT: rank R
+ * failed ...". Collective over j->comm. */
+llmt_status llmt__job_agree(llmt_job *j, llmt_status mine, const char *what);
 /* Every rank's replica group (the plan's DP group id, world entries;
  * NULL without memory): the ranks of a group hold the same parameters,
  * shard for shard, and must hash alike. Made at the first call and kept on

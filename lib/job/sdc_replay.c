@@ -103,7 +103,7 @@ llmt_status llmt__job_sdc_replay(llmt_job *j, int64_t step, const uint64_t *orig
                         (long long)from, llmt_trainer_last_error(j->tr));
     }
     uint64_t mine = 0, *rep = NULL;
-    if ((s = llmt__job_hashes(j, shares, &mine, &rep)) != LLMT_OK)
+    if ((s = llmt__job_hashes(j, shares, 1, &mine, &rep)) != LLMT_OK)
         return s;
     /* the replays agree when every replica group's do (the groups hold
      * different shards under tensor or pipeline parallelism) */

@@ -61,7 +61,7 @@ llmt_status llmt__job_sdc_shares(llmt_job *j, int64_t step, llmt_job_metrics *m)
 {
     double t0 = llmt__job_now();
     uint64_t mine = 0, *all = NULL;
-    llmt_status s = llmt__job_hashes(j, 1, &mine, &all);
+    llmt_status s = llmt__job_hashes(j, 1, 1, &mine, &all);
     if (s != LLMT_OK)
         return s;
     int replayed = 0, nbad = 0;
