@@ -1,6 +1,7 @@
 /* llmtrain data: prepare a corpus into token shards, inspect shards, train
  * a byte-level BPE, write a synthetic corpus of known entropy (lib/data;
  * doc/data.md). Uses only the public ABI. */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -333,6 +334,54 @@ static void bar_done(void)
 
 /* ---- tokenizers -------------------------------------------------------- */
 
+/* The inputs' kinds as the ingest reads them (lib/data/ingest.c): JSONL
+ * by a .jsonl/.ndjson name, text otherwise; a named path followed, a
+ * directory walked without its hidden entries and links. */
+static void count_kinds(const char *path, int named, int *jsonl, int *text)
+{
+    struct stat sb;
+    if ((named ? stat(path, &sb) : lstat(path, &sb)) != 0)
+        return; /* the ingest names it */
+    if (S_ISREG(sb.st_mode)) {
+        size_t n = strlen(path);
+        int j = (n >= 6 && !strcmp(path + n - 6, ".jsonl")) ||
+                (n >= 7 && !strcmp(path + n - 7, ".ndjson"));
+        ++*(j ? jsonl : text);
+        return;
+    }
+    DIR *d = S_ISDIR(sb.st_mode) ? opendir(path) : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && !(*jsonl && *text)) {
+        char p[4096];
+        if (e->d_name[0] != '.' && snprintf(p, sizeof p, "%s/%s", path, e->d_name) < 4096)
+            count_kinds(p, 0, jsonl, text);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* --text-field names the field of a JSONL record and --doc-sep the line
+ * between the documents of a text file: with no input of that kind the
+ * flag would be accepted and read by nothing. */
+static int kinds_read_flags(const data_args *a)
+{
+    int jsonl = 0, text = 0;
+    if (!a->text_field && !a->doc_sep)
+        return CLI_OK;
+    for (int i = 0; i < a->npos && !(jsonl && text); i++)
+        count_kinds(a->pos[i], 1, &jsonl, &text);
+    const char *flag = a->text_field && !jsonl ? "--text-field"
+                       : a->doc_sep && !text   ? "--doc-sep"
+                                               : NULL;
+    if (!flag)
+        return CLI_OK;
+    fprintf(stderr,
+            "llmtrain data %s: %s applies to %s, and the inputs hold none (JSONL is read "
+            "from *.jsonl and *.ndjson files, text from the others); leave it out\n",
+            a->sub, flag, flag[2] == 't' ? "JSONL files" : "text files");
+    return CLI_USAGE;
+}
+
 static void ingest_opts_from(const data_args *a, llmt_ingest_opts *io)
 {
     llmt_ingest_opts_init(io, sizeof *io);
@@ -550,6 +599,8 @@ static int cmd_prepare(llmt_context *ctx, const data_args *a)
                         "(llmtrain data --help)\n");
         return CLI_USAGE;
     }
+    if (kinds_read_flags(a) != CLI_OK)
+        return CLI_USAGE;
     llmt_ingest_opts io;
     llmt_data_filter_opts fo;
     llmt_dedup_opts dd;
@@ -744,6 +795,8 @@ static int cmd_train_bpe(llmt_context *ctx, const data_args *a)
                         "and --out FILE (llmtrain data --help)\n");
         return CLI_USAGE;
     }
+    if (kinds_read_flags(a) != CLI_OK)
+        return CLI_USAGE;
     double secs = 0;
     size_t len = 0;
     int64_t nt = 0;

@@ -53,6 +53,17 @@ usage "--seed given twice" data prepare in.txt --seed 1 --seed 2
 usage "--val-frac given twice" data prepare in.txt --val-frac 0.1 --val-frac 0.2
 accepted data prepare in.txt -o a --seed 1 --val-frac 0.1
 
+# --text-field is read from JSONL inputs only, --doc-sep from text only
+printf 'one doc\n%%\nanother doc\n' > a.txt
+printf '{"text": "a record"}\n' > b.jsonl
+mkdir -p dir && cp a.txt dir/
+usage "--text-field applies to JSONL" data prepare a.txt --text-field body --out p1
+usage "--text-field applies to JSONL" data prepare dir --text-field body --out p2
+usage "--doc-sep applies to text" data prepare b.jsonl --doc-sep % --out p3
+usage "--text-field applies to JSONL" data train-bpe a.txt --vocab 300 --text-field body --out t.bin
+accepted data prepare a.txt b.jsonl --text-field text --doc-sep % --out p4 -q
+accepted data prepare dir --doc-sep % --out p5 -q
+
 usage "-o given twice" ckpt export ck --out a -o b
 usage "--step given twice" ckpt inspect ck --step 1 --step 2
 usage "--keep-every 5 has no effect with --keep-last 0" ckpt prune ck --keep-last 0 --keep-every 5
