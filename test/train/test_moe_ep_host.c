@@ -27,7 +27,10 @@
  *     buffers of width C and 6 of width F, floats (64 experts, ep 8,
  *     dropless, 64 tokens, width 64, expert ffn 32: E x capacity 4,096
  *     rows, room 1,024; before 2026-11-27 all 12 buffers held E x
- *     capacity rows: 9,437,184 bytes, now 3,932,160);
+ *     capacity rows: 9,437,184 bytes, now 3,932,160); and the same as
+ *     the fp32 CPU backend's context (moe_dev_ep.c on the CPU table,
+ *     which the trainer runs) adds under ep to a layer's saved bytes and
+ *     to its scratch (which it keeps once, the host layer per layer);
  *   - counts past an owner's room (each rank's all-gathered kept counts
  *     set by hand to a full block of every expert: E x capacity rows for
  *     each owner, room ep x N x top_k) are refused by
@@ -46,7 +49,9 @@
 
 #include "check.h"
 #include "llmtrain.h"
+#include "exec/dev.h"
 #include "train/moe.h"
+#include "train/moe_dev.h"
 #include "train/moe_ep.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -299,6 +304,42 @@ static double heap_in_use(void)
 #endif
 }
 
+/* The fp32 CPU backend's MoE context (moe_dev_ep.c on the CPU table, what
+ * the trainer runs and plan-vs-run-ep-cpu holds to the plan): what
+ * expert parallelism adds to one layer's saved bytes and to the
+ * context's scratch, against the host layer's saved and scratch. */
+static void cpu_table(const llmt__moe_shape *sh, int N, int ep, size_t saved, size_t scratch)
+{
+    const llmt__dev_ops *op = llmt__dev_cpu();
+    llmt__dev_opts dopt = {0, 1};
+    llmt__dev *d = NULL;
+    llmt__moe_dctx *x = NULL;
+    llmt_comm *c[8] = {0};
+    llmt_err e;
+    char msg[256];
+    memset(&e, 0, sizeof e);
+    CHECK(ep <= 8);
+    CHECK_STATUS(op->create(&dopt, &d, msg, sizeof msg), LLMT_OK);
+    if (d)
+        CHECK_STATUS(llmt__moe_dctx_new(op, d, &e, sh, 0, N, &x), LLMT_OK);
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, ep, NULL, c), LLMT_OK);
+    if (x && c[0]) {
+        size_t s0 = llmt__moe_dlay_saved_bytes(x), k0 = llmt__moe_dctx_scratch_bytes(x);
+        CHECK_STATUS(llmt__moe_dctx_set_ep(x, c[0]), LLMT_OK);
+        size_t s1 = llmt__moe_dlay_saved_bytes(x), k1 = llmt__moe_dctx_scratch_bytes(x);
+        CHECK_EQ_INT(s1 - s0, saved);
+        CHECK_EQ_INT(k1 - k0, scratch);
+        printf("memory: the CPU table's context under ep %d adds %zu B to a layer's saved "
+               "bytes and %zu B of scratch (the host layer: %zu and %zu)\n",
+               ep, s1 - s0, k1 - k0, saved, scratch);
+    }
+    llmt__moe_dctx_free(x);
+    for (int r = 0; r < ep && r < 8; r++)
+        llmt_comm_destroy(c[r]);
+    if (d)
+        op->destroy(d);
+}
+
 static void memory(void)
 {
     enum { E = 64, EP = 8, N = 64, C = 64, F = 32, K = 2 };
@@ -335,6 +376,7 @@ static void memory(void)
     printf("memory: E x capacity %zu rows, owner room %zu: rows %zu B (saved %zu + scratch "
            "%zu); all at E x capacity it was %zu B\n",
            R, O, saved + scratch, saved, scratch, before);
+    cpu_table(&sh, N, EP, saved, scratch);
     llmt__moe_ep_free(p);
 
     /* a tables-only exchange (moe_dev_ep.c's) counts no rows */
