@@ -585,6 +585,15 @@ static void store_value(llmt_spec *s, void *base, const spec_key *k,
             errf(el, path, "must be a string");
             return;
         }
+        /* "" read as the key left out would put the default in its place
+         * unseen: data.train "" trained on the default corpus, metrics.plot
+         * "" (meant as none) still drew loss.svg */
+        if (!*v->valuestring) {
+            errf(el, path,
+                 "is empty: give a value, or leave the key out (or null) for its "
+                 "default");
+            return;
+        }
         char **sp = (char **)(void *)dst;
         freestr(s->ctx, *sp);
         *sp = dupstr(s->ctx, v->valuestring);

@@ -312,6 +312,14 @@ static void test_rules(void)
          "train.sample_tokens: 10000000 must be in [0, 1e+06]"},
         {"{" M ", \"train\": {\"eval_batches\": 1e12}}",
          "train.eval_batches: 1000000000000 must be in [1, 1e+06]"},
+        /* an empty string was taken for the key left out: the default
+         * corpus for data.train, loss.svg for metrics.plot */
+        {"{" M ", \"data\": {\"train\": \"\"}}",
+         "data.train: is empty: give a value, or leave the key out"},
+        {"{" M ", \"metrics\": {\"plot\": \"\"}}",
+         "metrics.plot: is empty: give a value, or leave the key out"},
+        {"{" M ", \"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"path\": \"\"}]}}",
+         "checkpoint.tiers[0].path: is empty"},
         /* 0 batches was accepted and each validation then used 1 */
         {"{" M ", \"train\": {\"eval_batches\": 0}}",
          "train.eval_batches: 0 must be in [1, 1e+06]"},
