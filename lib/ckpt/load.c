@@ -226,6 +226,28 @@ static llmt_status verify_all(llmt_ckpt *ck, const char *dir, const ck_manifest 
     return LLMT_OK;
 }
 
+/* The step that dir's last component names (step- and 12 digits, as
+ * every tier writes them), or -1 when it is no such name (a path a tool
+ * opens, a quarantined step-N.TIME). */
+static int64_t dir_step(const char *dir)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/')
+        b--;
+    if (n - b != 17 || strncmp(dir + b, "step-", 5))
+        return -1;
+    int64_t v = 0;
+    for (size_t i = b + 5; i < n; i++) {
+        if (dir[i] < '0' || dir[i] > '9')
+            return -1;
+        v = v * 10 + (dir[i] - '0');
+    }
+    return v;
+}
+
 /* Parse the manifest text of dir and check the data files (and every
  * hash when full); *m is filled on success. Failures go to ck->err. */
 static llmt_status load_text(llmt_ckpt *ck, const char *dir, const char *text, size_t len,
@@ -235,6 +257,18 @@ static llmt_status load_text(llmt_ckpt *ck, const char *dir, const char *text, s
     llmt_status s = llmt__ckpt_manifest_parse(text, len, 0, m, e, sizeof e);
     if (s != LLMT_OK)
         return llmt__err_set(&ck->err, s, "ckpt: %s/manifest.json: %s", dir, e);
+    /* A step directory copied or renamed under another step's name holds a
+     * whole valid checkpoint (its data files name the manifest's step):
+     * resuming "step N" from it would restore another step's state. */
+    int64_t named = dir_step(dir);
+    if (named >= 0 && named != m->step) {
+        s = llmt__err_set(&ck->err, LLMT_ERR_FORMAT,
+                          "ckpt: %s/manifest.json is a checkpoint of step %" PRId64
+                          ", its directory names step %" PRId64 " (copied or renamed?)",
+                          dir, m->step, named);
+        llmt__ckpt_manifest_free(m);
+        return s;
+    }
     s = check_files(ck, dir, m);
     if (s == LLMT_OK && full)
         s = verify_all(ck, dir, m);
