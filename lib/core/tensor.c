@@ -74,6 +74,12 @@ static llmt_status check_header(const llmt_tensor *t)
         return LLMT_ERR_NULL_POINTER;
     if (t->struct_size < sizeof(llmt_tensor))
         return LLMT_ERR_STRUCT_SIZE;
+    /* a newer caller's fields past ours (doc/abi-conventions.md): taken
+     * only when zero, never silently ignored */
+    const unsigned char *tail = (const unsigned char *)t + sizeof(llmt_tensor);
+    for (size_t i = 0; i < t->struct_size - sizeof(llmt_tensor); i++)
+        if (tail[i])
+            return LLMT_ERR_STRUCT_SIZE;
     if (llmt_dtype_size(t->dtype) == 0)
         return LLMT_ERR_INVALID_ARGUMENT;
     if (t->ndim < 0 || t->ndim > LLMT_MAX_DIMS)

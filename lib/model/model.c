@@ -158,6 +158,10 @@ static llmt_status resolve_config(llmt_err *e, llmt_model_config *c)
                              "no RoPE): it takes effect only with LLMT_ARCH_LLAMA (leave it "
                              "10000)",
                              (double)c->rope_theta);
+    if (c->tie_embeddings < -1 || c->tie_embeddings > 1)
+        return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT,
+                             "model: tie_embeddings %d is not -1 (the arch's default), 0 or 1",
+                             (int)c->tie_embeddings);
     if (c->tie_embeddings < 0)
         c->tie_embeddings = c->arch == LLMT_ARCH_GPT2;
     if (c->arch == LLMT_ARCH_GPT2 && !c->tie_embeddings)
@@ -389,9 +393,12 @@ LLMT_API llmt_status llmt_model_get_config(const llmt_model *m, llmt_model_confi
         return llmt__err_set((llmt_err *)&m->err, LLMT_ERR_STRUCT_SIZE,
                              "model: get_config: cfg: struct_size is %zu; set it to "
                              "sizeof the struct", n);
+    size_t given = n;
     if (n > sizeof m->cfg) n = sizeof m->cfg;
     memcpy(cfg, &m->cfg, n);
-    cfg->struct_size = n < cfg->struct_size ? cfg->struct_size : n;
+    /* the caller's own size, not ours: a shorter struct passed on to
+     * llmt_model_create must not claim bytes it does not have */
+    cfg->struct_size = given;
     return LLMT_OK;
 }
 

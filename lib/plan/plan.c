@@ -332,8 +332,13 @@ LLMT_API llmt_status llmt_plan_group(const llmt_plan *plan, llmt_plan_dim dim,
         int32_t block = base / span, off = base % span;
         *group_id = block * stride + off;
     }
+    if (!ranks && capacity)
+        return llmt__err_set(&p->err, LLMT_ERR_NULL_POINTER,
+                             "plan: group: ranks is NULL (capacity %zu; NULL asks the size "
+                             "only with capacity 0)",
+                             capacity);
     if (!ranks)
-        return capacity ? LLMT_ERR_NULL_POINTER : LLMT_OK;
+        return LLMT_OK;
     if (capacity < (size_t)size)
         return llmt__err_set(&p->err, LLMT_ERR_BUFFER_TOO_SMALL,
                              "plan: group of %d ranks, buffer holds %zu",

@@ -185,14 +185,14 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
                                  "no CUDA backend (build with nvcc on PATH; "
                                  "doc/gpu.md)");
     }
-    if (o.fp8 && !dev_ops)
-        return llmt__err_set(me, LLMT_ERR_UNSUPPORTED,
-                             "trainer: fp8 GEMMs run on a device trainer only "
-                             "(device cuda); the CPU trainer is fp32");
     if (o.fp8 != 0 && o.fp8 != 1)
         return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: fp8 %d is not 0 (off) or 1 (delayed "
                              "per-tensor scaling)", (int)o.fp8);
+    if (o.fp8 && !dev_ops)
+        return llmt__err_set(me, LLMT_ERR_UNSUPPORTED,
+                             "trainer: fp8 GEMMs run on a device trainer only "
+                             "(device cuda); the CPU trainer is fp32");
     if (o.fp8 && (o.fp8_amax_history < 1 || o.fp8_amax_history > 1024 ||
                   o.fp8_margin < 0 || o.fp8_margin > 16))
         return llmt__err_set(me, LLMT_ERR_INVALID_ARGUMENT,
@@ -250,13 +250,20 @@ static llmt_status create_with(llmt_model *model, const llmt_trainer_opts *opts,
 static llmt_status check_batch(llmt_trainer *tr, const char *what,
                                const llmt_batch *b, int exact)
 {
-    if (!b || !b->inputs || !b->targets)
-        return llmt__err_set(&tr->err, LLMT_ERR_NULL_POINTER, "%s: %s is NULL", what,
-                             !b ? "batch" : !b->inputs ? "batch->inputs" : "batch->targets");
+    if (!b)
+        return llmt__err_set(&tr->err, LLMT_ERR_NULL_POINTER, "%s: batch is NULL", what);
+    /* the size first: the fields of a shorter struct are not the caller's */
     if (b->struct_size < sizeof *b)
         return llmt__err_set(&tr->err, LLMT_ERR_STRUCT_SIZE,
                              "%s: llmt_batch.struct_size %zu < %zu", what,
                              b->struct_size, sizeof *b);
+    llmt_batch known; /* a newer caller's fields past ours must be zero */
+    llmt_status s = llmt__opts_copy(&tr->err, "llmt_batch", &known, sizeof known, b);
+    if (s != LLMT_OK)
+        return s;
+    if (!b->inputs || !b->targets)
+        return llmt__err_set(&tr->err, LLMT_ERR_NULL_POINTER, "%s: %s is NULL", what,
+                             !b->inputs ? "batch->inputs" : "batch->targets");
     int want = tr->B * tr->o.grad_accum;
     if (b->seq_len != tr->T || b->sequences < 1 ||
         (exact && b->sequences != want))
@@ -833,6 +840,10 @@ llmt_status llmt__trainer_generate(llmt_trainer *tr, const int32_t *prompt, int3
         return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
                              "trainer: generate needs n_prompt >= 1 and "
                              "n_new >= 0");
+    /* NaN would make every probability NaN: the last id, every time */
+    if (isnan(temperature))
+        return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "trainer: generate: temperature is NaN (<= 0: greedy)");
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
             return llmt__err_set(&tr->err, LLMT_ERR_INVALID_ARGUMENT,
