@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -73,12 +74,13 @@ static const char *const part_colors[NPART] = {"#4e79a7", "#59a14f", "#e15759", 
 typedef struct run {
     series loss, val, mfu, tps, parts[NPART];
     series wall[MAXR];
-    int ranks;
+    int ranks;     /* read and drawn: the first MAXR */
+    int ranks_all; /* rank directories with metrics, MAXR and beyond */
     struct {
         double step;
         char what[32];
     } ev[512];
-    int nev;
+    int nev, nev_dropped; /* events past the list's 512 places: counted */
     double plan_step, plan_mfu, plan_mem, plan_tps, peak;
     double flops, world; /* model FLOPs per step and ranks (calibration line) */
     double mem_peak;
@@ -91,6 +93,8 @@ static void event(run *r, double step, const char *what)
         r->ev[r->nev].step = step;
         snprintf(r->ev[r->nev].what, sizeof r->ev[r->nev].what, "%s", what);
         r->nev++;
+    } else if (isfinite(step)) {
+        r->nev_dropped++;
     }
 }
 
@@ -289,11 +293,14 @@ static void heatmap(FILE *o, const run *r)
     range(all, r->ranks, &x0, &x1, &y0, &y1);
     int rows = r->ranks > 0 ? r->ranks : 1;
     double rh = fmin(24, (HH - MB - 10.0) / rows);
+    char part[96] = "";
+    if (r->ranks_all > r->ranks)
+        snprintf(part, sizeof part, ", the first %d of %d ranks", r->ranks, r->ranks_all);
     fprintf(o,
-            "<h2>Step time per rank (heatmap: %.3g s white .. %.3g s red)</h2>\n"
+            "<h2>Step time per rank (heatmap: %.3g s white .. %.3g s red)%s</h2>\n"
             "<svg id=\"heatmap\" class=\"plot\" width=\"%d\" height=\"%.0f\" "
             "xmlns=\"http://www.w3.org/2000/svg\">\n",
-            y0, y1, W, rows * rh + 40);
+            y0, y1, part, W, rows * rh + 40);
     double cw = (W - ML - 10) / (x1 - x0 + 1);
     for (int k = 0; k < r->ranks; k++) {
         fprintf(
@@ -406,6 +413,14 @@ int cmd_report(int argc, char **argv)
             break;
         r->ranks = k + 1;
     }
+    /* ranks past the MAXR drawn are counted, so that the page never
+     * shows a part of the run as all of it */
+    r->ranks_all = r->ranks;
+    for (struct stat sb; r->ranks == MAXR; r->ranks_all++) {
+        snprintf(path, sizeof path, "%s/rank-%d/metrics.jsonl", dir, r->ranks_all);
+        if (stat(path, &sb) != 0)
+            break;
+    }
     snprintf(outp, sizeof outp, "%s", out ? out : "");
     if (!out)
         snprintf(outp, sizeof outp, "%s/report.html", dir);
@@ -431,7 +446,7 @@ int cmd_report(int argc, char **argv)
             "<tr><td>peak FLOP/s per device</td><td>%.4g</td><td>%.4g</td></tr>\n"
             "<tr><td>ranks</td><td colspan=\"2\">%d</td></tr></table>\n",
             r->hw, r->plan_step, m_step, r->plan_mfu, m_mfu, r->plan_tps, m_tps, r->plan_mem,
-            r->mem_peak, plan_peak(r), r->peak, r->ranks);
+            r->mem_peak, plan_peak(r), r->peak, r->ranks_all);
     const series *ls[2] = {&r->loss, &r->val};
     const char *ln[2] = {"loss", "val_loss"}, *lc[2] = {"#4e79a7", "#e15759"};
     line_plot(o, r, "loss", "Loss and validation loss", ls, ln, lc, 2);
@@ -446,6 +461,8 @@ int cmd_report(int argc, char **argv)
     fprintf(o, "<h2>Events</h2>\n<ul id=\"events\">\n");
     for (int i = 0; i < r->nev; i++)
         fprintf(o, "<li>step %.0f: %s</li>\n", r->ev[i].step, r->ev[i].what);
+    if (r->nev_dropped)
+        fprintf(o, "<li>and %d more (metrics.jsonl lists them all)</li>\n", r->nev_dropped);
     fprintf(o, "</ul>\n</body></html>\n");
     int bad = fclose(o) != 0;
     for (int k = 0; k < NPART; k++)
