@@ -252,11 +252,12 @@ static llmt_status f8_room(llmt__moe_dctx *x, size_t rows)
     return LLMT_OK;
 }
 
+/* moe_ep.h's one formula (the tables-only exchange of moe_dev_ep.c checks
+ * its counts against the same room); none before set_ep made an exchange
+ * (block 0) */
 size_t llmt__moe_dctx_owner_rows(const llmt__moe_dctx *x, int size)
 {
-    size_t blocks = (size_t)x->sh.E * (size_t)x->block,
-           sent = (size_t)size * (size_t)x->Nmax * (size_t)x->sh.K;
-    return blocks < sent ? blocks : sent;
+    return x->block > 0 ? llmt__moe_ep_owner_room(&x->sh, x->Nmax, size) : 0;
 }
 
 /* The largest padded row count of a call: its packed rows plus up to 15
