@@ -50,33 +50,6 @@ static const char *state_name(int st)
     }
 }
 
-void llmt__sb_printf(llmt__sbuf *s, const char *fmt, ...)
-{
-    if (s->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = s->cap - s->len;
-        int n = vsnprintf(s->p ? s->p + s->len : NULL, s->p ? room : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if (s->p && (size_t)n < room) {
-            s->len += (size_t)n;
-            return;
-        }
-        size_t want = s->len + (size_t)n + 1;
-        size_t nc = s->cap ? s->cap : 256;
-        while (nc < want) nc *= 2;
-        char *np = realloc(s->p, nc);
-        if (!np) {
-            s->oom = 1;
-            return;
-        }
-        s->p = np;
-        s->cap = nc;
-    }
-}
-
 static void fmt_entry(llmt__sbuf *s, const llmt__fr_entry *e, int32_t rank)
 {
     double dur = e->t_end > 0 ? (e->t_end - e->t_start) * 1e6 : -1.0;

@@ -72,13 +72,8 @@ static inline size_t llmt__fr_bytes(uint64_t cap)
 {
     return sizeof(llmt__fr) + cap * sizeof(llmt__fr_entry);
 }
-/* Append the text of a recorder ("rank R: ..." lines) to a growing string. */
-typedef struct llmt__sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} llmt__sbuf;
-void llmt__sb_printf(llmt__sbuf *s, const char *fmt, ...) LLMT_PRINTF(2, 3);
+/* Append the text of a recorder ("rank R: ..." lines) to a growing string
+ * (llmt__sbuf: core/internal.h). */
 void llmt__fr_format(llmt__sbuf *s, const llmt__fr *fr, int32_t rank);
 
 typedef struct llmt__comm_backend_ops llmt__comm_backend_ops;

@@ -92,6 +92,17 @@ llmt_status llmt__check_struct_size(llmt_err *e, const char *what,
 int llmt__fsync_dir(const char *dir);
 int llmt__fsync_parent(const char *path);
 
+/* A growing string (sbuf.c): zero-initialise it, append with
+ * llmt__sb_printf (the first growth asks 256 bytes, then doubles), free
+ * p. oom is set, and sticks, when it could not grow: p then holds what
+ * fitted before, and a caller whose text must be whole writes none. */
+typedef struct llmt__sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} llmt__sbuf;
+void llmt__sb_printf(llmt__sbuf *s, const char *fmt, ...) LLMT_PRINTF(2, 3);
+
 /* CUDA glue, implemented in cuda/core when the build has CUDA. */
 #ifdef LLMT_HAVE_CUDA
 llmt_status llmt__cuda_device_count(int32_t *out, char *err, size_t errlen);

@@ -34,7 +34,6 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "comm/comm_internal.h"
 #include "job/job.h"
 #include "train/trainer_state.h"
 

@@ -313,8 +313,8 @@ llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m);
 llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s, double comm_s);
 /* The per-rank lists of the checks (detect.c), whole at any world size:
  * tooling reads a metrics array as every rank, so none is ever cut.
- * s: a growing string (lib/comm's llmt__sbuf; its oom flag set when it
- * could not grow: the caller must not write the line then).
+ * s: a growing string (llmt__sbuf, core/internal.h; its oom flag set when
+ * it could not grow: the caller must not write the line then).
  * replica_majorities: maj[r] the first rank of r's replica group (grp)
  * whose hash (all) more than half of the group holds, -1 when none does;
  * mem: scratch of world entries. sdc_bad_ranks: the ranks whose hash is
@@ -323,13 +323,12 @@ llmt_status llmt__job_straggler(llmt_job *j, int64_t step, double step_s, double
  * hex_list: every rank's hash as "\"%016llx\",...". list_brief: a list's
  * first `shown` ranks, then " and N more", into out (a log line's or an
  * error message's: those may be short, the metrics line may not). */
-struct llmt__sbuf;
 void llmt__job_replica_majorities(const uint64_t *all, const int32_t *grp, int32_t world,
                                   int32_t *maj, int32_t *mem);
-int32_t llmt__job_sdc_bad_ranks(struct llmt__sbuf *s, const uint64_t *all, const int32_t *majr,
+int32_t llmt__job_sdc_bad_ranks(llmt__sbuf *s, const uint64_t *all, const int32_t *majr,
                                 int32_t world);
-int32_t llmt__job_rank_list(struct llmt__sbuf *s, const uint8_t *flag, int32_t world);
-void llmt__job_hex_list(struct llmt__sbuf *s, const uint64_t *h, int32_t world);
+int32_t llmt__job_rank_list(llmt__sbuf *s, const uint8_t *flag, int32_t world);
+void llmt__job_hex_list(llmt__sbuf *s, const uint64_t *h, int32_t world);
 void llmt__job_list_brief(char *out, size_t cap, const char *list, int shown);
 /* sdc_replay.c: in deterministic mode, after the hashes `orig` (one per
  * rank) disagreed at `step` (under ZeRO-3: at every check, `orig` being

@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_internal.h"
 #include "job/job.h"
 
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)

@@ -6,7 +6,9 @@
  * ranks (the bad ranks), ~215 (the replay's hashes) and refused the
  * straggler check above 4096 ranks; a cut array is read by tooling as the
  * full list, so each array here is parsed as JSON and checked rank by
- * rank against what the test itself derives. */
+ * rank against what the test itself derives. The lists' growing string
+ * (llmt__sbuf) comes from core/internal.h, as lib/job uses it: it was
+ * lib/comm's. */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,7 +16,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "comm/comm_internal.h"
+#include "core/internal.h"
 #include "job/job.h"
 
 #define WORLD 5000
@@ -236,8 +238,31 @@ static void test_straggler_accepted(void)
     llmt_context_destroy(ctx);
 }
 
+/* The lists' growing string (core/internal.h, shared with lib/comm's
+ * recorder dumps): 256 bytes first, doubled as needed, the text whole;
+ * once it could not grow (oom) nothing more is appended. */
+static void test_sbuf(void)
+{
+    llmt__sbuf s = {0};
+    llmt__sb_printf(&s, "%s", "");
+    CHECK(s.p != NULL && s.len == 0 && s.cap == 256 && !strcmp(s.p, ""));
+    char big[700];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    llmt__sb_printf(&s, "%d,", 12);
+    llmt__sb_printf(&s, "%s", big);
+    CHECK_EQ_INT((int)s.len, 3 + 699);
+    CHECK_EQ_INT((int)s.cap, 1024);
+    CHECK(!strncmp(s.p, "12,xxx", 6) && strlen(s.p) == s.len && !s.oom);
+    s.oom = 1;
+    llmt__sb_printf(&s, "more");
+    CHECK_EQ_INT((int)s.len, 702);
+    free(s.p);
+}
+
 int main(void)
 {
+    test_sbuf();
     test_sdc_bad_ranks();
     test_replay_line();
     test_rank_list_and_brief();
