@@ -7,8 +7,11 @@
  * evidence (and any bytes a person may still want) until someone decides;
  * the directory scan ignores the quarantine, so nothing there is ever
  * resumed from by accident. */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +57,87 @@ llmt_status llmt__ckpt_quarantine(llmt_ckpt *ck, int64_t step, const char *reaso
     if (dst)
         snprintf(dst, dstlen, "%s", to);
     return LLMT_OK;
+}
+
+/* Whether `name` is a temporary file a writer of a step directory makes
+ * (llmt__ckpt_tmp_name: .NAME.tmp.PID.TID, NAME a step's own file:
+ * manifest.json, rank-NNNNN.bin, .json or .json.old); *pid gets PID. */
+static int step_tmp_name(const char *name, long *pid)
+{
+    const char *at = strstr(name, ".tmp.");
+    if (name[0] != '.' || !at)
+        return 0;
+    size_t n = (size_t)(at - name - 1);
+    const char *f = name + 1;
+    int ours = n == 13 && !strncmp(f, "manifest.json", 13);
+    if (!ours && n >= 14 && !strncmp(f, "rank-", 5)) {
+        int digits = 1;
+        for (int i = 5; i < 10; i++)
+            digits &= isdigit((unsigned char)f[i]) != 0;
+        ours = digits && ((n == 14 && !strncmp(f + 10, ".bin", 4)) ||
+                          (n == 15 && !strncmp(f + 10, ".json", 5)) ||
+                          (n == 19 && !strncmp(f + 10, ".json.old", 9)));
+    }
+    const char *p = at + 5, *q = p;
+    while (isdigit((unsigned char)*q))
+        q++;
+    if (!ours || q == p || q - p > 9 || *q != '.' || !isxdigit((unsigned char)q[1]))
+        return 0;
+    for (const char *t = q + 1; *t; t++)
+        if (!isxdigit((unsigned char)*t))
+            return 0;
+    *pid = strtol(p, NULL, 10);
+    return 1;
+}
+
+/* Whether a writer with this process id may still be running: this
+ * process (another handle's writer thread), or a live process of that
+ * id on this host. A process on another node sharing the root is not
+ * seen from here: the caller's rule that no rank saves meanwhile covers
+ * it. */
+static int writer_may_live(long pid)
+{
+    if (pid <= 0 || pid == (long)getpid())
+        return 1;
+    return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
+}
+
+/* Remove the temporary files that writers which are gone left in the
+ * committed step directories up to `upto` (a crash between a write and
+ * its rename, in a step another attempt committed later): they held
+ * their space until retention removed the step. Only files named as a
+ * step writer's temporaries, only in committed steps (an uncommitted
+ * one is quarantined or reused whole), never one whose writer may still
+ * rename it. Returns how many went. */
+static size_t remove_leftovers(llmt_ckpt *ck, int64_t upto)
+{
+    size_t n = 0, removed = 0;
+    int64_t *v = llmt__ckpt_scan(ck->root, 1, &n);
+    for (size_t i = 0; v && i < n && v[i] <= upto; i++) {
+        char d[MAX_PATH];
+        snprintf(d, sizeof d, "%s/step-%012" PRId64, ck->root, v[i]);
+        DIR *dir = opendir(d);
+        struct dirent *e;
+        size_t here = 0;
+        while (dir && (e = readdir(dir))) {
+            long pid = 0;
+            char p[MAX_PATH];
+            struct stat st;
+            snprintf(p, sizeof p, "%s/%s", d, e->d_name);
+            if (!step_tmp_name(e->d_name, &pid) || writer_may_live(pid) || lstat(p, &st) ||
+                !S_ISREG(st.st_mode) || unlink(p))
+                continue;
+            here++;
+        }
+        if (dir)
+            closedir(dir);
+        if (here)
+            llmt__log(ck->ctx, LLMT_LOG_INFO, "ckpt",
+                      "removed %zu temporary file(s) that gone writers left in %s", here, d);
+        removed += here;
+    }
+    free(v);
+    return removed;
 }
 
 LLMT_API llmt_status llmt_ckpt_quarantine_newer(llmt_ckpt *ck, int64_t step, size_t *moved)
@@ -112,6 +196,8 @@ LLMT_API llmt_status llmt_ckpt_quarantine_newer(llmt_ckpt *ck, int64_t step, siz
             (*moved)++;
     }
     free(v);
+    if (s == LLMT_OK) /* no rank saves now (the caller's rule): the steps kept */
+        remove_leftovers(ck, step);
     return s;
 }
 
