@@ -214,26 +214,19 @@ static llmt_status a2a(llmt__moe_dctx *x, llmt_comm *comm, const char *what)
     return LLMT_OK;
 }
 
-/* The owner's packing of its local experts (after the counts), refused
- * past the room of its rows (llmt__moe_dctx_owner_rows: a source that
- * routed more than Nmax x top_k rows, which none does). */
-static llmt_status packing(llmt__moe_dctx *x, llmt__moe_dep *q)
+/* The owner's packing of its local experts (after the counts). Never
+ * past the room of its rows (llmt__moe_dctx_owner_rows): the counts'
+ * all-gather (llmt__moe_ep_counts) checked every owner's counts against
+ * that room and every block on every rank of the group, so a call past
+ * it was refused on all of them alike before any all-to-all (test
+ * moe-dev-ep-refuse); a check here, by this owner alone, would leave
+ * the other ranks waiting in the dispatch until the collective timeout. */
+static void packing(llmt__moe_dep *q)
 {
-    int64_t all = 0;
     for (int el = 0; el < llmt__moe_ep_local(q->t); el++) {
         q->r0[el] = llmt__moe_ep_owner_off(q->t, el, 0);
         q->nr[el] = llmt__moe_ep_owner_rows(q->t, el);
-        all += q->nr[el];
     }
-    size_t O = llmt__moe_dctx_owner_rows(x, x->ep_size);
-    if ((size_t)all > O)
-        return llmt__err_set(x->e, LLMT_ERR_INTERNAL,
-                             "trainer: moe: expert parallel rank %d received %lld rows for "
-                             "its %d experts, room for %zu (%d ranks x %d tokens x top_k "
-                             "%d, or %d experts x %d rows)",
-                             x->ep_rank, (long long)all, llmt__moe_ep_local(q->t), O,
-                             x->ep_size, x->Nmax, x->sh.K, x->sh.E, x->block);
-    return LLMT_OK;
 }
 
 llmt_status llmt__moe_dev_ep_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe_dep *q,
@@ -243,8 +236,10 @@ llmt_status llmt__moe_dev_ep_fwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe
     size_t C = (size_t)x->sh.C;
     llmt_status st;
     if ((st = llmt__moe_dev_route(x, p, s, w, xin, N)) != LLMT_OK ||
-        (st = llmt__moe_ep_counts(q->t, s, comm, x->e)) != LLMT_OK ||
-        (st = packing(x, q)) != LLMT_OK || (st = pack(x, s, p->xe, x->sbuf, C)) != LLMT_OK ||
+        (st = llmt__moe_ep_counts(q->t, s, comm, x->e)) != LLMT_OK)
+        return st;
+    packing(q);
+    if ((st = pack(x, s, p->xe, x->sbuf, C)) != LLMT_OK ||
         (st = a2a(x, comm, "dispatch")) != LLMT_OK ||
         (st = owner(x, q, x->rbuf, q->xo, C, 1)) != LLMT_OK)
         return st;
@@ -264,8 +259,8 @@ llmt_status llmt__moe_dev_ep_bwd(llmt__moe_dctx *x, llmt__moe_dlay *p, llmt__moe
 {
     size_t C = (size_t)x->sh.C;
     llmt_status st;
-    if ((st = packing(x, q)) != LLMT_OK || /* the forward's counts */
-        (st = llmt__moe_dev_combine_bwd(x, p, s, dy)) != LLMT_OK ||
+    packing(q); /* the forward's counts */
+    if ((st = llmt__moe_dev_combine_bwd(x, p, s, dy)) != LLMT_OK ||
         (st = pack(x, s, x->dye, x->sbuf, C)) != LLMT_OK ||
         (st = a2a(x, comm, "output gradients")) != LLMT_OK ||
         (st = owner(x, q, x->rbuf, x->dyo, C, 1)) != LLMT_OK)
