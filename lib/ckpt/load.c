@@ -912,6 +912,19 @@ LLMT_API llmt_status llmt_ckpt_export_safetensors(llmt_ckpt *ck, const char *pat
     if (s != LLMT_OK)
         return s;
     const ck_manifest *m = &ck->open;
+    /* a name the header already has would be a duplicate JSON key there:
+     * readers refuse the file or take either entry */
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (!strcmp(m->tensors[i].name, "__metadata__"))
+            return llmt__err_set(&ck->err, LLMT_ERR_UNSUPPORTED,
+                                 "ckpt: export safetensors: tensor '__metadata__' has the name "
+                                 "safetensors keeps for the metadata");
+    for (size_t i = 0; i < m->nkv; i++)
+        if (!strcmp(m->kv[i].key, "llmtrain.step"))
+            return llmt__err_set(
+                &ck->err, LLMT_ERR_UNSUPPORTED,
+                "ckpt: export safetensors: key 'llmtrain.step' is the metadata "
+                "entry the export writes the step to");
     char *h = NULL, num[160];
     size_t hl = 0, hc = 0;
     uint64_t off = 0;

@@ -944,6 +944,36 @@ static void renamed_case(void)
     CHECK(system(cmd) == 0);
 }
 
+/* Names the safetensors header already has: a tensor '__metadata__' or a
+ * key 'llmtrain.step' (legal in a checkpoint) once gave a header with a
+ * duplicate key, exported with OK. Refused now, naming it, no file left. */
+static void reserved_case(const char *tensor, const char *key)
+{
+    char *root = tmpdir_make(NULL, "fuzzload-reserved");
+    llmt_ckpt *ck = NULL;
+    float x[4] = {1, 2, 3, 4};
+    int64_t four = 4;
+    llmt_tensor v;
+    llmt_tensor_init(&v, sizeof v, LLMT_DTYPE_FP32, 1, &four, x, LLMT_DEVICE_CPU, 0);
+    CHECK_STATUS(rank_ckpt(0, 1, root, 0, &ck), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_begin(ck, 1), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_add_tensor(ck, tensor, &v, NULL, NULL), LLMT_OK);
+    if (key)
+        CHECK_STATUS(llmt_ckpt_set_kv(ck, key, "7"), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
+    CHECK_STATUS(llmt_ckpt_open_step(ck, 1), LLMT_OK);
+    char out[4200];
+    snprintf(out, sizeof out, "%s/x.safetensors", root);
+    CHECK_STATUS(llmt_ckpt_export_safetensors(ck, out), LLMT_ERR_UNSUPPORTED);
+    const char *e = llmt_ckpt_last_error(ck);
+    CHECK(strstr(e, key ? key : tensor) != NULL);
+    struct stat st;
+    CHECK(stat(out, &st) != 0);
+    llmt_ckpt_destroy(ck);
+    tmpdir_remove(root);
+    free(root);
+}
+
 static void crafted_cases(void)
 {
     ref_tensor t = {.dtype = LLMT_DTYPE_FP32, .ndim = 2, .shape = {1, CRAFT_N + 1}};
@@ -1017,6 +1047,8 @@ int main(int argc, char **argv)
     json_cases(json_count);
     crafted_cases();
     renamed_case();
+    reserved_case("__metadata__", NULL);
+    reserved_case("w", "llmtrain.step");
 
     fprintf(stderr, "fuzz_load: %d cases, %d refused at open, %d broken ones accepted\n",
             ncases, nrefused, nfailed_ok);
