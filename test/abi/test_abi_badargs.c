@@ -50,22 +50,10 @@ static void cover(const char *fn)
 static const struct {
     const char *fn, *where;
 } EXCLUDED[] = {
-    /* Collective or blocking on a group of more than one rank: their bad
-     * counts, peers and dtypes need peers that answer. */
-    {"llmt_comm_create_from_mpi", "test/mpi (needs an MPI launcher); NULL: test/unit nullargs"},
-    {"llmt_comm_create_from_unique_id", "test/gpu (NCCL); NULL: test/unit nullargs"},
-    {"llmt_comm_create_from_store", "test/comm gloo tests; NULL: test/unit nullargs"},
-    {"llmt_ckpt_peer_replicate", "test/ckpt test_peer (needs 2 ranks); NULL: nullargs"},
-    {"llmt_ckpt_peer_restore", "test/ckpt test_peer (needs 2 ranks); NULL: nullargs"},
-    {"llmt_comm_work_test", "test/comm test_comm async cases; NULL: nullargs"},
-    {"llmt_comm_work_wait", "test/comm test_comm async cases; NULL: nullargs"},
-    {"llmt_comm_work_free", "test/comm test_comm async cases; NULL: nullargs"},
-    {"llmt_comm_finalize", "test/comm test_comm; NULL: nullargs (no arguments but the handle)"},
-    {"llmt_comm_abort", "test/comm test_comm; NULL: nullargs (no arguments but the handle)"},
-    /* Whole-pipeline calls whose argument checks come before any work:
-     * their NULL and struct_size cases are in test/data (prepare tests). */
-    {"llmt_data_prepare", "test/data/cli test_prepare; NULL: nullargs"},
-    {"llmt_tokenizer_load_gpt2", "test/tok test_tok (missing files); NULL: nullargs"},
+    /* Collective over a group of checkpoint ranks: a peer must answer. */
+    {"llmt_ckpt_peer_replicate",
+     "test/ckpt test_peer, test_peer_ring; NULL: test/unit nullargs"},
+    {"llmt_ckpt_peer_restore", "test/ckpt test_peer, test_peer_ring; NULL: test/unit nullargs"},
 };
 
 /* ---- Checks --------------------------------------------------------- */
@@ -1202,6 +1190,26 @@ static void comm_cases(void)
     c2[0] = NULL;
     char id[8];
     EXPECT(LLMT_ERR_BUFFER_TOO_SMALL, "len 8", llmt_comm_unique_id, id, sizeof id);
+    /* the other creations check their arguments before their backend */
+    char uid[LLMT_COMM_UNIQUE_ID_BYTES] = {0};
+    int fake_mpi_comm = 0;
+    BAD_SIZES("comm opts", llmt_comm_opts_init, os, CTX_E, llmt_comm_create_from_mpi, ctx,
+              &fake_mpi_comm, OPT, c2);
+    BAD_SIZES("comm opts", llmt_comm_opts_init, os, CTX_E, llmt_comm_create_from_unique_id, ctx,
+              uid, sizeof uid, 0, 1, OPT, c2);
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "len 8", CTX_E, llmt_comm_create_from_unique_id, ctx,
+             uid, 8, 0, 1, NULL, c2);
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "rank -1", CTX_E, llmt_comm_create_from_unique_id, ctx,
+             uid, sizeof uid, -1, 1, NULL, c2);
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "rank 1 of 1", CTX_E, llmt_comm_create_from_store, ctx,
+             dir, "p", 1, 1, NULL, c2);
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "world 0", CTX_E, llmt_comm_create_from_store, ctx, dir,
+             "p", 0, 0, NULL, c2);
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "empty prefix", CTX_E, llmt_comm_create_from_store, ctx,
+             dir, "", 0, 1, NULL, c2);
+    BAD_SIZES("comm opts", llmt_comm_opts_init, os, CTX_E, llmt_comm_create_from_store, ctx,
+              dir, "p", 0, 1, OPT, c2);
+    CHECK(c2[0] == NULL, llmt_comm_create_from_store, "a refused create set *out");
     llmt_comm_destroy(NULL);
     cover("llmt_comm_destroy");
 
@@ -1270,6 +1278,15 @@ static void comm_cases(void)
     EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "dtype 99", COMM_E, llmt_comm_iall_gather, comm, a, o,
              4, (llmt_dtype)99, &w);
     CHECK(w == NULL, llmt_comm_iall_gather, "a refused call set *work");
+    /* work of one rank: done at once; a negative timeout waits */
+    if (llmt_comm_iall_reduce(comm, a, o, 4, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, &w) == LLMT_OK) {
+        int done = 0;
+        EXPECT_H(LLMT_OK, "", COMM_E, llmt_comm_work_wait, w, -1);
+        EXPECT_H(LLMT_OK, "", COMM_E, llmt_comm_work_test, w, &done);
+        CHECK(done == 1, llmt_comm_work_test, "finished work not done");
+        llmt_comm_work_free(w);
+        cover("llmt_comm_work_free");
+    }
     llmt_comm *sub = NULL;
     int32_t rk[1] = {1};
     EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "rank 1 of 1", COMM_E, llmt_comm_create_group, comm, rk,
@@ -1289,6 +1306,18 @@ static void comm_cases(void)
     EXPECT_H(LLMT_ERR_IO, "no directory", COMM_E, llmt_comm_recorder_dump_file, comm,
              path_in("no/such/dump"));
     CHECK(*llmt_comm_last_error(comm), llmt_comm_last_error, "no message");
+    /* an aborted communicator refuses every later call, naming it */
+    llmt_comm *ab = NULL;
+    if (llmt_comm_create_inproc(ctx, 1, NULL, &ab) == LLMT_OK) {
+        const char *le = llmt_comm_last_error(ab);
+        EXPECT_H(LLMT_OK, "one rank", le, llmt_comm_finalize, ab);
+        EXPECT_H(LLMT_OK, "", le, llmt_comm_abort, ab);
+        EXPECT_H(LLMT_OK, "again: never blocks, never fails", le, llmt_comm_abort, ab);
+        EXPECT_H(LLMT_ERR_ABORTED, "after abort", le, llmt_comm_all_reduce, ab, a, o, 4,
+                 LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL);
+        EXPECT_H(LLMT_ERR_ABORTED, "after abort", le, llmt_comm_barrier, ab);
+        llmt_comm_destroy(ab);
+    }
 }
 
 #define TOK_E llmt_tokenizer_last_error(tok)
@@ -1308,6 +1337,8 @@ static void tok_cases(void)
              "ab ab", 5, (1 << 24) + 1, &t2);
     EXPECT_H(LLMT_ERR_IO, "no file", CTX_E, llmt_tokenizer_load, ctx, path_in("absent.tok"),
              &t2);
+    EXPECT_H(LLMT_ERR_IO, "no files", CTX_E, llmt_tokenizer_load_gpt2, ctx,
+             path_in("absent.json"), path_in("absent.bpe"), &t2);
     CHECK(t2 == NULL, llmt_tokenizer_load, "a refused call set *out");
     EXPECT_H(LLMT_ERR_IO, "no directory", TOK_E, llmt_tokenizer_save, tok,
              path_in("no/such/t.tok"));
@@ -1568,6 +1599,20 @@ static void data_cases(void)
     CHECK(*llmt_loader_last_error(ld), llmt_loader_last_error, "no message");
 
     EXPECT(LLMT_ERR_STRUCT_SIZE, "size 0", llmt_data_prepare_opts_init, out_struct(0), 0);
+    size_t ps = sizeof(llmt_data_prepare_opts);
+    BAD_SIZES("prepare opts", llmt_data_prepare_opts_init, ps, CTX_E, llmt_data_prepare, ctx,
+              in, 1, tok, path_in("prep"), OPT, NULL);
+    llmt_data_prepare_opts po;
+    llmt_data_prepare_opts_init(&po, sizeof po);
+    po.val_fraction = 1.5;
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "val_fraction 1.5", CTX_E, llmt_data_prepare, ctx, in,
+             1, tok, path_in("prep"), &po, NULL);
+    llmt_data_prepare_opts_init(&po, sizeof po);
+    po.shard_tokens = -1;
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "shard_tokens -1", CTX_E, llmt_data_prepare, ctx, in, 1,
+             tok, path_in("prep"), &po, NULL);
+    EXPECT_H(LLMT_ERR_STRUCT_SIZE, "report size 0", CTX_E, llmt_data_prepare, ctx, in, 1, tok,
+             path_in("prep"), NULL, out_struct(0));
 }
 
 static void job_cases(void)
