@@ -1642,6 +1642,12 @@ static void job_cases(void)
     jo.world_size = 1;
     EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "rank 5 of 1", CTX_E, llmt_job_create, ctx, spec, &jo,
              &j);
+    char *nn = nonul_text(spec_json); /* parsed by length, no NUL after it */
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "json without a NUL, rank 5 of 1", CTX_E,
+             llmt_job_create_from_json, ctx, nn, strlen(spec_json), &jo, &j);
+    EXPECT_H(LLMT_ERR_SPEC, "json cut short", CTX_E, llmt_job_create_from_json, ctx, nn,
+             strlen(spec_json) - 2, &jo, &j);
+    free(nn);
     CHECK(j == NULL, llmt_job_create, "a refused call set *out");
     /* the calls on a job handle: a NULL one (a valid job is
      * test/job's; NULL arguments there: nullargs pass 1) */
