@@ -83,26 +83,34 @@ llmt_status llmt__job_lower_lr(llmt_job *j, int64_t at, const char *why)
 
 /* Parameter i's part of this rank's hash (llmt__job_params_hash): the
  * engine's own part where it trains its own copy, else the host tensor. */
-static void engine_part(llmt_job *j, int32_t i, XXH64_state_t *h)
+static llmt_status engine_part(llmt_job *j, int32_t i, XXH64_state_t *h)
 {
     float *b = NULL;
     int64_t e = 0;
-    if (llmt__trainer_local_read(j->tr, i, &b, &e) == LLMT_OK && e > 0)
+    /* a part left out (no memory for its copy) would hash as corruption:
+     * a healthy rank named, repaired or stopped */
+    llmt_status s = llmt__trainer_local_read(j->tr, i, &b, &e);
+    if (s != LLMT_OK)
+        return FAIL(s, "sdc: rank %d could not read its part of parameter %d: %s", (int)j->rank,
+                    (int)i, llmt_trainer_last_error(j->tr));
+    if (e > 0)
         XXH64_update(h, b, (size_t)e * sizeof *b);
     free(b);
+    return LLMT_OK;
 }
 
-static void host_part(llmt_job *j, int32_t i, XXH64_state_t *h)
+static llmt_status host_part(llmt_job *j, int32_t i, XXH64_state_t *h)
 {
     llmt_tensor v;
     memset(&v, 0, sizeof v);
     v.struct_size = sizeof v;
     if (llmt_model_param(j->model, i, NULL, &v) != LLMT_OK || !v.data)
-        return;
+        return LLMT_OK;
     int64_t e = 1;
     for (int d = 0; d < v.ndim; d++)
         e *= v.shape[d];
     XXH64_update(h, v.data, (size_t)e * (v.dtype == LLMT_DTYPE_FP32 ? 4 : 2));
+    return LLMT_OK;
 }
 
 /* The host tensors current where the engine trains them in place

@@ -303,9 +303,10 @@ const int32_t *llmt__job_replica_groups(llmt_job *j);
 void llmt__job_replica_forget(llmt_job *j);
 /* One xxh64 over this rank's tensors (sdc_hash.c): `part` adds parameter
  * i's bytes (whatever the check hashes of it) to the state, for every
- * parameter of the model in order. */
+ * parameter of the model in order; the walk stops at a part that fails
+ * (its message on the job), as a hash without it is not this rank's. */
 struct XXH64_state_s;
-typedef void (*job_hash_part)(llmt_job *j, int32_t i, struct XXH64_state_s *h);
+typedef llmt_status (*job_hash_part)(llmt_job *j, int32_t i, struct XXH64_state_s *h);
 llmt_status llmt__job_xxh_walk(llmt_job *j, job_hash_part part, uint64_t *out);
 llmt_status llmt__job_sdc(llmt_job *j, int64_t step, llmt_job_metrics *m);
 /* step_s: the step's wall seconds; comm_s: the communicator's seconds

@@ -23,13 +23,15 @@ llmt_status llmt__job_xxh_walk(llmt_job *j, job_hash_part part, uint64_t *out)
     llmt_model_param_count(j->model, &n, NULL);
     XXH64_state_t *h = XXH64_createState();
     if (!h)
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: no memory for a hash state");
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY, "sdc: rank %d has no memory for a hash state",
+                    (int)j->rank);
     XXH64_reset(h, 0);
-    for (int32_t i = 0; i < n; i++)
-        part(j, i, h);
+    llmt_status s = LLMT_OK;
+    for (int32_t i = 0; i < n && s == LLMT_OK; i++)
+        s = part(j, i, h); /* its message on the job */
     *out = XXH64_digest(h);
     XXH64_freeState(h);
-    return LLMT_OK;
+    return s;
 }
 
 const int32_t *llmt__job_replica_groups(llmt_job *j)

@@ -34,7 +34,7 @@
 #define FAIL(st, ...) llmt__err_set(&j->err, (st), __VA_ARGS__)
 
 /* Parameter i's shares on this rank: the parameters, m and v. */
-static void share_part(llmt_job *j, int32_t i, XXH64_state_t *h)
+static llmt_status share_part(llmt_job *j, int32_t i, XXH64_state_t *h)
 {
     int64_t rel = 0, cnt = 0;
     float *p[3] = {NULL, NULL, NULL};
@@ -42,6 +42,7 @@ static void share_part(llmt_job *j, int32_t i, XXH64_state_t *h)
     for (int k = 0; k < 3 && cnt > 0; k++)
         if (p[k])
             XXH64_update(h, p[k], (size_t)cnt * sizeof(float));
+    return LLMT_OK;
 }
 
 llmt_status llmt__job_shares_hash(llmt_job *j, uint64_t *out)

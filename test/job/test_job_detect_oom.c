@@ -9,7 +9,11 @@
  *   report at every 2 steps);
  *   sdc-hashes: the check's gathered hashes (zero 0, sdc_interval 2);
  *   sdc-vote: the majority vote's scratch (it was taken after the gather);
- *   sdc-zero3: the gathered share hashes (zero 3, deterministic).
+ *   sdc-zero3: the gathered share hashes (zero 3, deterministic);
+ *   sdc-engine: under tp 2 (the engine's own copy) the copy of a shard
+ *   the hash reads: that part was left out of the hash, which then
+ *   differed from its replica's, and rank 2 was named as corrupted and
+ *   repaired (every rank's step 2 returned OK).
  *
  * Every rank's step 2 fails promptly (in under 5 s) with
  * LLMT_ERR_OUT_OF_MEMORY and a message naming rank 2. Before, rank 2
@@ -214,6 +218,11 @@ int main(int argc, char **argv)
      * dp.c), allocated first in the step: its last of that size */
     run("sdc-vote", tmp, data, sdc, 0, 2 * N * sizeof(int32_t), 1);
     run("sdc-zero3", tmp, data, sdc3, N, sizeof(uint64_t), 0);
+    const char *sdctp =
+        "\"parallelism\": {\"tp\": 2}, \"fault_tolerance\": {\"sdc_interval\": 2}";
+    /* the copy of its tensor parallel shard of wte (320 x 32, halved) that
+     * the hash reads */
+    run("sdc-engine", tmp, data, sdctp, 0, 320 * 32 / 2 * sizeof(float), 1);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (!check_failures && system(cmd) != 0)
