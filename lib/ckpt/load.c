@@ -180,7 +180,9 @@ static llmt_status verify_chunk(llmt_ckpt *ck, const char *dir, const ck_tensor 
     if (fd < 0)
         return llmt__err_set(&ck->err, LLMT_ERR_IO, "ckpt: open rank-%05d.bin: %s",
                              (int)k->rank, strerror(errno));
-    llmt_status s = ensure_rbuf(ck, k->block);
+    /* a chunk shorter than its block (one block) needs only its length:
+     * a manifest may say blocks of up to 1 GiB */
+    llmt_status s = ensure_rbuf(ck, k->block < k->length ? k->block : k->length);
     XXH64_state_t *hs = XXH64_createState();
     if (!hs)
         s = LLMT_ERR_OUT_OF_MEMORY;

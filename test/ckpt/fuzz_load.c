@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -974,6 +976,66 @@ static void reserved_case(const char *tensor, const char *key)
     free(root);
 }
 
+/* A chunk of a few KB whose manifest says block_bytes 2^30 (the most the
+ * format allows; one block, so every hash still holds): a full verify
+ * once allocated a 1 GiB read buffer for it and failed under a memory
+ * limit with the data intact. In a child under RLIMIT_AS (not with
+ * AddressSanitizer, whose shadow memory the limit forbids). */
+static void big_block_case(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    fprintf(stderr, "big_block_case: skipped under AddressSanitizer\n");
+#else
+    cJSON *root = cJSON_Parse(manifest_text);
+    cJSON *t, *target = NULL;
+    cJSON_ArrayForEach(
+        t,
+        cJSON_GetObjectItem(
+            root, "tensors")) if (!strcmp(cJSON_GetObjectItem(t, "name")->valuestring, "col"))
+        target = cJSON_GetArrayItem(cJSON_GetObjectItem(t, "chunks"), 0);
+    CHECK(target != NULL);
+    if (!target) {
+        cJSON_Delete(root);
+        return;
+    }
+    cJSON_ReplaceItemInObject(target, "block_bytes", cJSON_CreateNumber(1073741824.0));
+    char *text = cJSON_PrintUnformatted(root);
+    write_manifest("manifest.json", text, strlen(text));
+    free(text);
+    cJSON_Delete(root);
+    pid_t p = fork();
+    if (p == 0) {
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1)
+            _exit(77);
+        fclose(f);
+        struct rlimit rl;
+        rl.rlim_cur = rl.rlim_max =
+            (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (256u << 20);
+        if (setrlimit(RLIMIT_AS, &rl))
+            _exit(77);
+        llmt_ckpt_opts o;
+        llmt_ckpt_opts_init(&o, sizeof o);
+        o.verify = LLMT_CKPT_VERIFY_FULL;
+        llmt_ckpt *ck = NULL;
+        llmt_status s = llmt_ckpt_create(NULL, work_root, &o, &ck);
+        if (s == LLMT_OK)
+            s = llmt_ckpt_open_dir(ck, work_dir);
+        if (s == LLMT_OK)
+            s = llmt_ckpt_verify(ck);
+        if (s != LLMT_OK)
+            fprintf(stderr, "  block_bytes 2^30 under a 256 MiB margin: %s\n",
+                    ck ? llmt_ckpt_last_error(ck) : llmt_status_string(s));
+        _exit(s == LLMT_OK ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    CHECK(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 77));
+    write_manifest("manifest.json", manifest_text, (size_t)manifest_len);
+#endif
+}
+
 static void crafted_cases(void)
 {
     ref_tensor t = {.dtype = LLMT_DTYPE_FP32, .ndim = 2, .shape = {1, CRAFT_N + 1}};
@@ -1047,6 +1109,7 @@ int main(int argc, char **argv)
     json_cases(json_count);
     crafted_cases();
     renamed_case();
+    big_block_case();
     reserved_case("__metadata__", NULL);
     reserved_case("w", "llmtrain.step");
 
