@@ -983,7 +983,12 @@ static void reserved_case(const char *tensor, const char *key)
  * AddressSanitizer, whose shadow memory the limit forbids). */
 static void big_block_case(void)
 {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FUZZ_LOAD_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(FUZZ_LOAD_ASAN)
     fprintf(stderr, "big_block_case: skipped under AddressSanitizer\n");
 #else
     cJSON *root = cJSON_Parse(manifest_text);
