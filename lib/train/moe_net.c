@@ -798,13 +798,36 @@ static size_t layer_saved(const llmt__moe_net *n)
     return f;
 }
 
+/* Without the op table: the scratch of the held layers' exchanges
+ * (moe_ep.c: send and receive buffers, the owner's outputs and
+ * backward), one per layer and activation set (a set's entry of a layer
+ * it does not hold is set 0's, NULL). The op table's context keeps one
+ * (llmt__moe_dctx_scratch_bytes). */
+static size_t ep_scratch(const llmt__moe_net *n)
+{
+    size_t b = 0, saved = 0, scratch = 0;
+    int sets = n->eset ? n->nsets : 1;
+    for (int k = 0; n->ep && k < sets; k++) {
+        llmt__moe_ep *const *p = n->eset ? n->eset[k] : n->ep;
+        for (int l = 0; l < n->c.layers; l++)
+            if (p[l] && (!n->held || n->held[l])) {
+                llmt__moe_ep_bytes(p[l], &saved, &scratch);
+                b += scratch;
+            }
+    }
+    return b;
+}
+
 void llmt__moe_net_mem(const llmt__moe_net *n, size_t *acts, size_t *host)
 {
     size_t saved = llmt__moe_net_saved_bytes(n);
     *acts = saved;
     *host = saved;
-    if (!n->dx)
+    if (!n->dx) { /* the exchanges' scratch too, as the op table's below */
+        *acts += ep_scratch(n);
+        *host = *acts;
         return;
+    }
     /* through the op table: the rows and the scratch are the backend's
      * allocations, the routing state alone the host's */
     size_t layers = 0;

@@ -35,7 +35,11 @@
  *     set by hand to a full block of every expert: E x capacity rows for
  *     each owner, room ep x N x top_k) are refused by
  *     llmt__moe_ep_counts on every rank of the group (none is left in an
- *     all-to-all), naming the room. */
+ *     all-to-all), naming the room;
+ *   - the engine's layers on this path (moe_net.c without the op table):
+ *     what set_ep adds to llmt__moe_net_mem, one exchange per held MoE
+ *     layer and pipeline activation set, equals each exchange's saved
+ *     rows and scratch, and glibc's count (net_mem). */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -53,6 +57,8 @@
 #include "train/moe.h"
 #include "train/moe_dev.h"
 #include "train/moe_ep.h"
+#include "train/moe_net.h"
+#include "moe_fixture.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -441,6 +447,72 @@ static void past_room(int ep)
     printf("past the room, ep %d: every rank refused (rank 0: \"%s\")\n", ep, a[0].msg);
 }
 
+/* The engine's MoE layers on the host path (moe_net.c without the op
+ * table): what expert parallelism adds to llmt__moe_net_mem's count, one
+ * exchange per held MoE layer and activation set (pipeline sets: 3 of
+ * them, layers 0 and 1 of 4 held), equals each exchange's saved rows and
+ * its scratch (llmt__moe_ep_bytes of one made alike), and glibc's count
+ * of what llmt__moe_net_set_ep allocated (within its tables and 4,104
+ * bytes per allocation; not under ASan). Before 2026-11-27 the count
+ * left out the exchanges' scratch (send and receive buffers, the owner's
+ * outputs and backward: 1,441,792 of the 1,703,936 bytes each exchange adds
+ * here). */
+static void net_mem(int sets)
+{
+    enum { L = 4, EP = 4, N = 64 };
+    llmt_model_config c;
+    moe_fixture_llama(&c, 64, 16, L, 7);
+    c.moe_experts = 64;
+    c.moe_top_k = 2;
+    c.moe_ffn = 32;
+    c.moe_every = 1;
+    c.moe_dropless = 1;
+    c.moe_capacity_factor = 0;
+    llmt__moe_shape sh = {64, 2, 32, 32, 1.0f, 1, 0};
+    llmt__moe_ep *one = llmt__moe_ep_new(&sh, N, 0, EP);
+    llmt__moe_net *n = NULL;
+    llmt_comm *comm[EP] = {0};
+    llmt_err e;
+    memset(&e, 0, sizeof e);
+    const unsigned char held[L] = {1, 1, 0, 0};
+    int layers = sets > 1 ? 2 : L;
+    CHECK(one != NULL);
+    CHECK_STATUS(llmt__moe_net_new(&e, &c, N, &n), LLMT_OK);
+    if (n && sets > 1)
+        CHECK_STATUS(llmt__moe_net_sets(n, &e, sets, held), LLMT_OK);
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, EP, NULL, comm), LLMT_OK);
+    if (one && n && comm[0]) {
+        size_t saved = 0, scratch = 0, a0, h0, a1, h1;
+        llmt__moe_ep_bytes(one, &saved, &scratch);
+        size_t want = (size_t)layers * (size_t)sets * (saved + scratch);
+        llmt__moe_net_mem(n, &a0, &h0);
+        double g0 = heap_in_use();
+        CHECK_STATUS(llmt__moe_net_set_ep(n, &e, comm[0]), LLMT_OK);
+        double g1 = heap_in_use();
+        llmt__moe_net_mem(n, &a1, &h1);
+        CHECK_EQ_INT(a1 - a0, want);
+        CHECK_EQ_INT(h1 - h0, want);
+        size_t nep = (size_t)layers * (size_t)sets;
+        double tables = (double)nep * 8 * (EP * 64 + 2 * 64 / EP) + 8.0 * L * (sets + 1);
+        double tol = (double)(nep * 16 + sets + 1) * 4104;
+        if (g0 >= 0 && g1 >= 0) {
+            double got = g1 - g0;
+            CHECK(got >= (double)want && got <= (double)want + tables + tol);
+            printf("memory: %d MoE layers x %d sets at ep %d: llmt__moe_net_mem adds %zu B "
+                   "(saved %zu + scratch %zu per exchange), glibc counts %.0f B\n",
+                   layers, sets, EP, a1 - a0, saved, scratch, got);
+        } else {
+            printf("memory: %d MoE layers x %d sets at ep %d: llmt__moe_net_mem adds %zu B "
+                   "(glibc's count not available here)\n",
+                   layers, sets, EP, a1 - a0);
+        }
+    }
+    llmt__moe_net_free(n);
+    llmt__moe_ep_free(one);
+    for (int r = 0; r < EP; r++)
+        llmt_comm_destroy(comm[r]);
+}
+
 int main(void)
 {
     static const hcase cases[] = {
@@ -456,5 +528,7 @@ int main(void)
     memory();
     past_room(2);
     past_room(4);
+    net_mem(1);
+    net_mem(3);
     return check_exit("moe-ep-host");
 }
