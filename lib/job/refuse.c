@@ -226,10 +226,20 @@ static llmt_status check_tiers(llmt_job *j)
     return LLMT_OK;
 }
 
+/* Whether the run saves before its last step: an interval of train.steps
+ * or more saves the last step only, as interval 0 does. */
+static int saves_between(const llmt_spec *s)
+{
+    return s->checkpoint.interval_auto ||
+           (s->checkpoint.interval > 0 && s->checkpoint.interval < s->train.steps);
+}
+
 /* Saves between the last: only they may persist in the background (the
  * last is synchronous so that the run ends durable, ckpt.c), so without a
  * checkpoint.interval no save is async. "false" says just that and is
- * kept; "true" asks for what cannot happen. */
+ * kept; "true" asks for what cannot happen. An interval of train.steps or
+ * more is the same (no save but the last) but is not refused yet: specs
+ * shortened for a quick run (test train-cli's) keep their interval. */
 static llmt_status check_ckpt(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
@@ -313,13 +323,13 @@ static llmt_status check_ft(llmt_job *j)
     /* a rollback goes back to the newest checkpoint (or the memory tier's
      * snapshot, taken at a save): without periodic saves it has none, and
      * the first anomaly would stop the run as the stop policy does */
-    if (s->fault_tolerance.anomaly.policy == LLMT_SPEC_ANOMALY_ROLLBACK &&
-        !s->checkpoint.interval_auto && s->checkpoint.interval <= 0)
+    if (s->fault_tolerance.anomaly.policy == LLMT_SPEC_ANOMALY_ROLLBACK && !saves_between(s))
         return REFUSE("fault_tolerance.anomaly.policy: rollback goes back to the newest "
-                      "checkpoint, and checkpoint.interval is 0 (only the last step is "
-                      "saved): the first anomaly would stop the run; set "
-                      "checkpoint.interval (steps or \"auto\"), or use policy skip, "
-                      "lower_lr or stop");
+                      "checkpoint, and checkpoint.interval is %lld with train.steps %lld "
+                      "(only the last step is saved): the first anomaly would stop the run; "
+                      "set checkpoint.interval below train.steps (or \"auto\"), or use "
+                      "policy skip, lower_lr or stop",
+                      (long long)s->checkpoint.interval, (long long)s->train.steps);
     const char *given = NULL;
     if (llmt__spec_given(s, "fault_tolerance.anomaly.lr_factor") &&
         s->fault_tolerance.anomaly.policy != LLMT_SPEC_ANOMALY_LOWER_LR)

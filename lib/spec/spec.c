@@ -1123,6 +1123,18 @@ static void check_rules(llmt_spec *s, errlist *el)
              (long long)(s->schedule.decay_steps + s->schedule.warmup_steps),
              (long long)s->schedule.total_steps);
 
+    /* A check every N steps with N beyond the run never runs: the spec
+     * would claim a protection the job does not give. */
+    const struct {
+        const char *key;
+        int64_t every;
+    } ck[] = {{"fault_tolerance.sdc_interval", s->fault_tolerance.sdc_interval},
+              {"fault_tolerance.straggler.interval", s->fault_tolerance.straggler.interval}};
+    for (size_t i = 0; i < sizeof ck / sizeof ck[0]; i++)
+        if (ck[i].every > s->train.steps)
+            errf(el, ck[i].key, "%lld exceeds train.steps %lld: the check would never run",
+                 (long long)ck[i].every, (long long)s->train.steps);
+
     /* Data. */
     if (!s->given[key_index("data.tokenizer.vocab_size")])
         s->data.tokenizer.vocab_size = s->data.tokenizer.kind == LLMT_SPEC_TOK_BYTE

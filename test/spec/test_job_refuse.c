@@ -71,6 +71,18 @@ static void test_keep_every(void)
                 "keep_");
 }
 
+/* an interval of train.steps (2 here) or more saves the last step only:
+ * a rollback would find no checkpoint */
+static void test_intervals(void)
+{
+    refused(", \"checkpoint\": {\"interval\": 2}, \"fault_tolerance\": {\"anomaly\": "
+            "{\"policy\": \"rollback\"}}",
+            "fault_tolerance.anomaly.policy");
+    not_refused(", \"checkpoint\": {\"interval\": 1}, \"fault_tolerance\": {\"anomaly\": "
+                "{\"policy\": \"rollback\"}}",
+                "fault_tolerance.anomaly.policy");
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/llmt-job-refuse-XXXXXX",
@@ -82,6 +94,7 @@ int main(void)
     if (llmt_context_create(NULL, &ctx) != LLMT_OK)
         return 1;
     test_keep_every();
+    test_intervals();
     llmt_context_destroy(ctx);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -320,6 +320,12 @@ static void test_rules(void)
          "metrics.plot: is empty: give a value, or leave the key out"},
         {"{" M ", \"checkpoint\": {\"tiers\": [{\"kind\": \"local\", \"path\": \"\"}]}}",
          "checkpoint.tiers[0].path: is empty"},
+        /* a check every N > train.steps steps never ran */
+        {"{" M ", \"train\": {\"steps\": 10}, \"fault_tolerance\": {\"sdc_interval\": 11}}",
+         "fault_tolerance.sdc_interval: 11 exceeds train.steps 10: the check would never run"},
+        {"{" M ", \"train\": {\"steps\": 10}, \"fault_tolerance\": {\"straggler\": "
+         "{\"interval\": 20}}}",
+         "fault_tolerance.straggler.interval: 20 exceeds train.steps 10"},
         /* 0 batches was accepted and each validation then used 1 */
         {"{" M ", \"train\": {\"eval_batches\": 0}}",
          "train.eval_batches: 0 must be in [1, 1e+06]"},
