@@ -2103,6 +2103,12 @@ typedef struct llmt_loader_state {
     int64_t cursor;            /* samples of `epoch` consumed by all ranks */
     int64_t samples_per_epoch; /* checked on set: same dataset and seq_len */
     uint64_t fingerprint;      /* the dataset's; checked on set */
+    /* Since 2026-11-27 (a caller's struct without them still works,
+     * unchecked): the window length and the sample order the cursor counts in. Set
+     * checks each when nonzero, so a state recorded without them (0) still
+     * loads: a cursor of another order or length names other samples. */
+    int32_t seq_len; /* the loader's seq_len */
+    int32_t order;   /* 1: file order (shuffle 0), 2: shuffled; 0: not recorded */
 } llmt_loader_state;
 
 LLMT_API llmt_status llmt_loader_opts_init(llmt_loader_opts *opts, size_t size);
@@ -2136,7 +2142,9 @@ LLMT_API llmt_status llmt_loader_assign_shards(const llmt_loader *l,
 LLMT_API llmt_status llmt_loader_samples_per_epoch(const llmt_loader *l,
                                                    int64_t *out);
 /* The loader's state in a checkpoint: keys "data.seed", "data.epoch",
- * "data.cursor", "data.samples_per_epoch", "data.fingerprint" (decimal).
+ * "data.cursor", "data.samples_per_epoch", "data.fingerprint", and since
+ * 2026-11-27 "data.seq_len", "data.order" (decimal; read may miss the two:
+ * a checkpoint written before them loads without their checks).
  * add: between llmt_ckpt_begin and llmt_ckpt_save, at a step boundary
  * (every rank may add them: the state is the same on all). read: from the
  * checkpoint open on `ck`, with llmt_loader_set_state's checks; a

@@ -1158,6 +1158,9 @@ type LoaderState struct {
 	Seed                           uint64
 	Epoch, Cursor, SamplesPerEpoch int64
 	Fingerprint                    uint64
+	// the window length and order (1 file, 2 shuffled) the cursor counts
+	// in; 0: not recorded, not checked (a state saved before they were)
+	SeqLen, Order int32
 }
 
 // Loader streams one data-parallel rank's micro-batches (one goroutine).
@@ -1256,7 +1259,8 @@ func (l *Loader) State() (LoaderState, error) {
 	s.struct_size = C.size_t(unsafe.Sizeof(s))
 	err := call(func() C.llmt_status { return C.llmt_loader_get_state(l.l, &s) })
 	return LoaderState{Seed: uint64(s.seed), Epoch: int64(s.epoch), Cursor: int64(s.cursor),
-		SamplesPerEpoch: int64(s.samples_per_epoch), Fingerprint: uint64(s.fingerprint)}, err
+		SamplesPerEpoch: int64(s.samples_per_epoch), Fingerprint: uint64(s.fingerprint),
+		SeqLen: int32(s.seq_len), Order: int32(s.order)}, err
 }
 
 // SetState continues from a saved state (any dp layout).
@@ -1271,6 +1275,8 @@ func (l *Loader) SetState(st LoaderState) error {
 	s.cursor = C.int64_t(st.Cursor)
 	s.samples_per_epoch = C.int64_t(st.SamplesPerEpoch)
 	s.fingerprint = C.uint64_t(st.Fingerprint)
+	s.seq_len = C.int32_t(st.SeqLen)
+	s.order = C.int32_t(st.Order)
 	return call(func() C.llmt_status { return C.llmt_loader_set_state(l.l, &s) })
 }
 

@@ -929,14 +929,18 @@ function loader_state(l::Loader)
     checked(lp -> llmt_loader_get_state(lp, s), l)
     v = s[]
     return (seed=v.seed, epoch=Int(v.epoch), cursor=Int(v.cursor),
-            samples_per_epoch=Int(v.samples_per_epoch), fingerprint=v.fingerprint)
+            samples_per_epoch=Int(v.samples_per_epoch), fingerprint=v.fingerprint,
+            seq_len=Int(v.seq_len), order=Int(v.order))
 end
 
 "Continue from a state of loader_state (any dp layout)."
 function set_loader_state!(l::Loader, st)
     s = Ref(llmt_loader_state(Csize_t(sizeof(llmt_loader_state)), UInt64(st.seed),
                               Int64(st.epoch), Int64(st.cursor), Int64(st.samples_per_epoch),
-                              UInt64(st.fingerprint)))
+                              UInt64(st.fingerprint),
+                              # 0: not recorded (a state saved before them), not checked
+                              Int32(hasproperty(st, :seq_len) ? st.seq_len : 0),
+                              Int32(hasproperty(st, :order) ? st.order : 0)))
     checked(lp -> llmt_loader_set_state(lp, s), l)
 end
 

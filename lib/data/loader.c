@@ -9,6 +9,7 @@
  * xoshiro256** stream keyed by (seed, e), then within each shard its
  * windows permuted by a stream keyed by (seed, e, shard). */
 #include <inttypes.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,9 @@
 
 #define LD_MAX_PREFETCH 4096
 #define LD_PERM_CACHE 2   /* a rank's ranges are contiguous: 2 shards suffice */
+/* llmt_loader_state's first layout (up to the fingerprint): callers built
+ * against it still get and set states, without the layout checks */
+#define STATE_V1_SIZE (offsetof(llmt_loader_state, fingerprint) + sizeof(uint64_t))
 
 /* ---- seeded permutations ---- */
 
@@ -567,7 +571,7 @@ LLMT_API llmt_status llmt_loader_get_state(const llmt_loader *l, llmt_loader_sta
     llmt_err *e = (llmt_err *)&l->err;
     LLMT__NONNULL(e, "loader: get_state", state);
     llmt_status s = llmt__check_struct_size(e, "loader: get_state: state", state->struct_size,
-                                            sizeof *state);
+                                            STATE_V1_SIZE);
     if (s != LLMT_OK)
         return s;
     if (l->consumed % l->o.grad_accum)
@@ -581,6 +585,36 @@ LLMT_API llmt_status llmt_loader_get_state(const llmt_loader *l, llmt_loader_sta
     state->cursor = g % l->n_samples;
     state->samples_per_epoch = l->n_samples;
     state->fingerprint = l->ds->fingerprint;
+    if (state->struct_size >= sizeof *state) { /* a caller that knows them */
+        state->seq_len = l->o.seq_len;
+        state->order = l->o.shuffle ? 2 : 1;
+    }
+    return LLMT_OK;
+}
+
+/* A state's window length and sample order, where it records them (a
+ * caller's struct of the first layout, or a checkpoint written before
+ * they were kept, does not): the cursor counts samples of that order, so a
+ * state of a shuffled loader set on one in file order (or of another
+ * seq_len with, by chance, as many samples per epoch) would skip and
+ * repeat samples without a word. */
+static llmt_status check_layout(llmt_loader *l, const llmt_loader_state *st)
+{
+    if (st->seq_len != 0 && st->seq_len != l->o.seq_len)
+        return llmt__err_set(&l->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "loader: the state was saved with seq_len %d, this loader has "
+                             "seq_len %d: its cursor counts other windows",
+                             (int)st->seq_len, (int)l->o.seq_len);
+    if (st->order != 0 && st->order != 1 && st->order != 2)
+        return llmt__err_set(&l->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "loader: state order %d is not 0 (not recorded), 1 (file order) "
+                             "or 2 (shuffled)",
+                             (int)st->order);
+    if (st->order != 0 && st->order != (l->o.shuffle ? 2 : 1))
+        return llmt__err_set(&l->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "loader: the state was saved with shuffle %d, this loader has "
+                             "shuffle %d: its cursor counts samples in another order",
+                             st->order == 2, l->o.shuffle ? 1 : 0);
     return LLMT_OK;
 }
 
@@ -589,8 +623,19 @@ LLMT_API llmt_status llmt_loader_set_state(llmt_loader *l, const llmt_loader_sta
     if (!l)
         return LLMT_ERR_NULL_POINTER;
     LLMT__NONNULL(&l->err, "loader: set_state", state);
-    llmt_status s = llmt__check_struct_size(&l->err, "loader: set_state: state", state->struct_size,
-                                            sizeof *state);
+    llmt_status s = llmt__check_struct_size(&l->err, "loader: set_state: state",
+                                            state->struct_size, STATE_V1_SIZE);
+    if (s != LLMT_OK)
+        return s;
+    /* the caller's struct as this library's: fields it does not have read
+     * 0 (not checked), a newer caller's unknown fields must be 0 */
+    llmt_loader_state st;
+    memset(&st, 0, sizeof st);
+    s = llmt__opts_copy(&l->err, "loader: set_state: state", &st, sizeof st, state);
+    if (s != LLMT_OK)
+        return s;
+    state = &st;
+    s = check_layout(l, state);
     if (s != LLMT_OK)
         return s;
     if (state->samples_per_epoch != l->n_samples)

@@ -1,5 +1,5 @@
 /* The loader's state as checkpoint key/values (llmt_loader_ckpt_add/_read):
- * five decimal integers every host would otherwise format and parse by
+ * seven decimal integers every host would otherwise format and parse by
  * itself. Built on the public loader and checkpoint calls. */
 #include <errno.h>
 #include <inttypes.h>
@@ -13,6 +13,11 @@
 enum { K_SEED, K_EPOCH, K_CURSOR, K_SPE, K_FP, K_N };
 static const char *const key[K_N] = {"data.seed", "data.epoch", "data.cursor",
                                      "data.samples_per_epoch", "data.fingerprint"};
+/* The window length and sample order (llmt_loader_state's seq_len and
+ * order): written since 2026-11-27, absent from older checkpoints, which
+ * load as before without these two checks. */
+enum { L_SEQ, L_ORDER, L_N };
+static const char *const lkey[L_N] = {"data.seq_len", "data.order"};
 
 LLMT_API llmt_status llmt_loader_ckpt_add(const llmt_loader *l, llmt_ckpt *ck)
 {
@@ -36,6 +41,15 @@ LLMT_API llmt_status llmt_loader_ckpt_add(const llmt_loader *l, llmt_ckpt *ck)
         s = llmt_ckpt_set_kv(ck, key[i], v[i]);
         if (s != LLMT_OK)
             return llmt__err_set(e, s, "loader: checkpoint key %s: %s", key[i],
+                                 llmt_ckpt_last_error(ck));
+    }
+    char lv[L_N][16];
+    snprintf(lv[L_SEQ], sizeof lv[L_SEQ], "%d", (int)st.seq_len);
+    snprintf(lv[L_ORDER], sizeof lv[L_ORDER], "%d", (int)st.order);
+    for (int i = 0; i < L_N; i++) {
+        s = llmt_ckpt_set_kv(ck, lkey[i], lv[i]);
+        if (s != LLMT_OK)
+            return llmt__err_set(e, s, "loader: checkpoint key %s: %s", lkey[i],
                                  llmt_ckpt_last_error(ck));
     }
     return LLMT_OK;
@@ -94,5 +108,25 @@ LLMT_API llmt_status llmt_loader_ckpt_read(llmt_loader *l, llmt_ckpt *ck)
     st.cursor = i64[K_CURSOR];
     st.samples_per_epoch = i64[K_SPE];
     st.fingerprint = u[K_FP];
+    int32_t *lval[L_N] = {&st.seq_len, &st.order};
+    for (int k = 0; k < L_N; k++) {
+        char v[64];
+        size_t need = 0;
+        llmt_status s = llmt_ckpt_get_kv(ck, lkey[k], v, sizeof v, &need);
+        if (s == LLMT_ERR_NOT_FOUND)
+            continue; /* an older checkpoint: not recorded, not checked */
+        if (s != LLMT_OK)
+            return llmt__err_set(e, s == LLMT_ERR_BUFFER_TOO_SMALL ? LLMT_ERR_FORMAT : s,
+                                 "loader: checkpoint key %s: %s", lkey[k],
+                                 llmt_ckpt_last_error(ck));
+        uint64_t u0 = 0;
+        int64_t i0 = 0;
+        if (parse(v, 0, &u0, &i0) != 0 || i0 < 0 || i0 > INT32_MAX)
+            return llmt__err_set(e, LLMT_ERR_FORMAT,
+                                 "loader: checkpoint key %s = '%s' is not an integer in "
+                                 "[0, 2^31)",
+                                 lkey[k], v);
+        *lval[k] = (int32_t)i0;
+    }
     return llmt_loader_set_state(l, &st);
 }

@@ -357,6 +357,8 @@ int main(void)
     printf("llmt_loader_state.cursor %zu\n", offsetof(llmt_loader_state, cursor));
     printf("llmt_loader_state.samples_per_epoch %zu\n", offsetof(llmt_loader_state, samples_per_epoch));
     printf("llmt_loader_state.fingerprint %zu\n", offsetof(llmt_loader_state, fingerprint));
+    printf("llmt_loader_state.seq_len %zu\n", offsetof(llmt_loader_state, seq_len));
+    printf("llmt_loader_state.order %zu\n", offsetof(llmt_loader_state, order));
     printf("llmt_data_prepare_opts %zu\n", sizeof(llmt_data_prepare_opts));
     printf("llmt_data_prepare_opts.struct_size %zu\n", offsetof(llmt_data_prepare_opts, struct_size));
     printf("llmt_data_prepare_opts.ingest %zu\n", offsetof(llmt_data_prepare_opts, ingest));

@@ -573,6 +573,8 @@ struct llmt_loader_state
     cursor::Int64
     samples_per_epoch::Int64
     fingerprint::UInt64
+    seq_len::Int32
+    order::Int32
 end
 struct llmt_data_prepare_opts
     struct_size::Csize_t

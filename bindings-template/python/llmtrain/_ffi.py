@@ -655,6 +655,8 @@ class llmt_loader_state(ctypes.Structure):
         ('cursor', ctypes.c_int64),
         ('samples_per_epoch', ctypes.c_int64),
         ('fingerprint', ctypes.c_uint64),
+        ('seq_len', ctypes.c_int32),
+        ('order', ctypes.c_int32),
     ]
 
 
@@ -898,7 +900,7 @@ LAYOUT = {
     'llmt_dedup_opts': (48, [('struct_size', 0), ('exact', 8), ('near', 12), ('shingle', 16), ('permutations', 20), ('bands', 24), ('threshold', 32), ('seed', 40)]),
     'llmt_dataset_info': (40, [('struct_size', 0), ('shards', 8), ('vocab_size', 12), ('tokens', 16), ('documents', 24), ('fingerprint', 32)]),
     'llmt_loader_opts': (48, [('struct_size', 0), ('seq_len', 8), ('micro_batch', 12), ('grad_accum', 16), ('dp_rank', 20), ('dp_size', 24), ('shuffle', 28), ('prefetch', 32), ('seed', 40)]),
-    'llmt_loader_state': (48, [('struct_size', 0), ('seed', 8), ('epoch', 16), ('cursor', 24), ('samples_per_epoch', 32), ('fingerprint', 40)]),
+    'llmt_loader_state': (56, [('struct_size', 0), ('seed', 8), ('epoch', 16), ('cursor', 24), ('samples_per_epoch', 32), ('fingerprint', 40), ('seq_len', 48), ('order', 52)]),
     'llmt_data_prepare_opts': (88, [('struct_size', 0), ('ingest', 8), ('filter', 16), ('dedup', 24), ('no_filter', 32), ('no_dedup', 36), ('llmc_format', 40), ('shard_tokens', 48), ('val_fraction', 56), ('seed', 64), ('progress', 72), ('progress_user', 80)]),
     'llmt_data_report': (160, [('struct_size', 0), ('files', 8), ('documents', 16), ('bytes', 24), ('invalid_utf8', 32), ('bad_lines', 40), ('verdicts', 48), ('train_documents', 112), ('val_documents', 120), ('train_tokens', 128), ('val_tokens', 136), ('train_shards', 144), ('val_shards', 148), ('seconds', 152)]),
     'llmt_job_opts': (64, [('struct_size', 0), ('run_dir', 8), ('world_size', 16), ('rank', 20), ('local_rank', 24), ('resume', 28), ('fresh', 32), ('stop_at', 40), ('threads', 48), ('comm', 56)]),

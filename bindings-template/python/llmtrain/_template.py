@@ -232,7 +232,8 @@ class LoaderOpts(_Struct):
 class LoaderState(_Struct):
     """What a checkpoint saves (as_dict() / LoaderState.from_dict for JSON)."""
     _fields_ = [("struct_size", _sz), ("seed", _u64), ("epoch", _i64),
-                ("cursor", _i64), ("samples_per_epoch", _i64), ("fingerprint", _u64)]
+                ("cursor", _i64), ("samples_per_epoch", _i64), ("fingerprint", _u64),
+                ("seq_len", _i32), ("order", _i32)]  # 0: not recorded, not checked
 
     @classmethod
     def from_dict(cls, d):

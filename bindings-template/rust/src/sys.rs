@@ -848,6 +848,8 @@ pub struct llmt_loader_state {
     pub cursor: i64,
     pub samples_per_epoch: i64,
     pub fingerprint: u64,
+    pub seq_len: i32,
+    pub order: i32,
 }
 impl llmt_loader_state {
     /// All zero (the state an _init function starts from).
@@ -1350,7 +1352,7 @@ pub const LAYOUT: &[(&str, i64, usize, &[(&str, usize)])] = &[
     ("llmt_dedup_opts", 21, 48, &[("struct_size", 0), ("exact", 8), ("near", 12), ("shingle", 16), ("permutations", 20), ("bands", 24), ("threshold", 32), ("seed", 40)]),
     ("llmt_dataset_info", 22, 40, &[("struct_size", 0), ("shards", 8), ("vocab_size", 12), ("tokens", 16), ("documents", 24), ("fingerprint", 32)]),
     ("llmt_loader_opts", 23, 48, &[("struct_size", 0), ("seq_len", 8), ("micro_batch", 12), ("grad_accum", 16), ("dp_rank", 20), ("dp_size", 24), ("shuffle", 28), ("prefetch", 32), ("seed", 40)]),
-    ("llmt_loader_state", 24, 48, &[("struct_size", 0), ("seed", 8), ("epoch", 16), ("cursor", 24), ("samples_per_epoch", 32), ("fingerprint", 40)]),
+    ("llmt_loader_state", 24, 56, &[("struct_size", 0), ("seed", 8), ("epoch", 16), ("cursor", 24), ("samples_per_epoch", 32), ("fingerprint", 40), ("seq_len", 48), ("order", 52)]),
     ("llmt_data_prepare_opts", 25, 88, &[("struct_size", 0), ("ingest", 8), ("filter", 16), ("dedup", 24), ("no_filter", 32), ("no_dedup", 36), ("llmc_format", 40), ("shard_tokens", 48), ("val_fraction", 56), ("seed", 64), ("progress", 72), ("progress_user", 80)]),
     ("llmt_data_report", 26, 160, &[("struct_size", 0), ("files", 8), ("documents", 16), ("bytes", 24), ("invalid_utf8", 32), ("bad_lines", 40), ("verdicts", 48), ("train_documents", 112), ("val_documents", 120), ("train_tokens", 128), ("val_tokens", 136), ("train_shards", 144), ("val_shards", 148), ("seconds", 152)]),
     ("llmt_job_opts", 27, 64, &[("struct_size", 0), ("run_dir", 8), ("world_size", 16), ("rank", 20), ("local_rank", 24), ("resume", 28), ("fresh", 32), ("stop_at", 40), ("threads", 48), ("comm", 56)]),

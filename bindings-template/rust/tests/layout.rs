@@ -361,6 +361,8 @@ fn layout_matches_c() {
     mine += &format!("llmt_loader_state.cursor {}\n", offset_of!(llmt_loader_state, cursor));
     mine += &format!("llmt_loader_state.samples_per_epoch {}\n", offset_of!(llmt_loader_state, samples_per_epoch));
     mine += &format!("llmt_loader_state.fingerprint {}\n", offset_of!(llmt_loader_state, fingerprint));
+    mine += &format!("llmt_loader_state.seq_len {}\n", offset_of!(llmt_loader_state, seq_len));
+    mine += &format!("llmt_loader_state.order {}\n", offset_of!(llmt_loader_state, order));
     mine += &format!("llmt_data_prepare_opts {}\n", size_of::<llmt_data_prepare_opts>());
     mine += &format!("llmt_data_prepare_opts.struct_size {}\n", offset_of!(llmt_data_prepare_opts, struct_size));
     mine += &format!("llmt_data_prepare_opts.ingest {}\n", offset_of!(llmt_data_prepare_opts, ingest));

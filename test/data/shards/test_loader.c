@@ -5,6 +5,7 @@
  * force, and bad arguments. Every window returned is compared with
  * llmt_dataset_read of that window. */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -556,8 +557,49 @@ static void bad_args(void)
     CHECK_STATUS(llmt_loader_create(ds, &o, &l2), LLMT_OK);
     CHECK_STATUS(llmt_loader_get_state(l2, &st2), LLMT_OK);
     CHECK_STATUS(llmt_loader_set_state(l, &st2), LLMT_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(llmt_loader_last_error(l), "samples per epoch") != NULL);
+    CHECK(strstr(llmt_loader_last_error(l), "seq_len") != NULL);
     llmt_loader_destroy(l2);
+    /* The window length and sample order the state records: st is of a
+     * shuffled loader of seq_len T */
+    CHECK_EQ_INT(st.seq_len, T);
+    CHECK_EQ_INT(st.order, 2);
+    st2 = st;
+    st2.seq_len = T + 1; /* as another seq_len with as many samples would */
+    CHECK_STATUS(llmt_loader_set_state(l, &st2), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(llmt_loader_last_error(l), "seq_len") != NULL);
+    st2 = st;
+    st2.order = 1;
+    CHECK_STATUS(llmt_loader_set_state(l, &st2), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(llmt_loader_last_error(l), "shuffle") != NULL);
+    st2.order = 3;
+    CHECK_STATUS(llmt_loader_set_state(l, &st2), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(llmt_loader_last_error(l), "order") != NULL);
+    {
+        llmt_loader *fo = make_loader(ds, 2, 2, 0, 1, 4, 1, 0); /* file order */
+        llmt_loader_state fs;
+        memset(&fs, 0, sizeof fs);
+        fs.struct_size = sizeof fs;
+        CHECK_STATUS(llmt_loader_get_state(fo, &fs), LLMT_OK);
+        CHECK_EQ_INT(fs.order, 1);
+        CHECK_STATUS(llmt_loader_set_state(l, &fs), LLMT_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(llmt_loader_last_error(l), "shuffle 0") != NULL);
+        /* a caller of the first layout (no seq_len, order): its struct is
+         * neither written past nor checked */
+        size_t v1 = offsetof(llmt_loader_state, fingerprint) + sizeof(uint64_t);
+        llmt_loader_state old;
+        memset(&old, 0x5a, sizeof old);
+        old.struct_size = v1;
+        CHECK_STATUS(llmt_loader_get_state(fo, &old), LLMT_OK);
+        CHECK_EQ_INT(old.seq_len, 0x5a5a5a5a);
+        CHECK_EQ_INT(old.order, 0x5a5a5a5a);
+        CHECK_STATUS(llmt_loader_set_state(fo, &old), LLMT_OK);
+        old = st; /* shuffled, but the fields are past its struct_size */
+        old.struct_size = v1;
+        CHECK_STATUS(llmt_loader_set_state(fo, &old), LLMT_OK);
+        old.struct_size = v1 - 1;
+        CHECK_STATUS(llmt_loader_set_state(fo, &old), LLMT_ERR_STRUCT_SIZE);
+        llmt_loader_destroy(fo);
+    }
     st2 = st;
     st2.cursor = n_samples;
     CHECK_STATUS(llmt_loader_set_state(l, &st2), LLMT_ERR_INVALID_ARGUMENT);

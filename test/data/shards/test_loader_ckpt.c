@@ -128,6 +128,57 @@ int main(void)
     CHECK_STATUS(llmt_loader_ckpt_add(NULL, ck), LLMT_ERR_NULL_POINTER);
     CHECK_STATUS(llmt_loader_ckpt_read(o2, NULL), LLMT_ERR_NULL_POINTER);
 
+    /* the sample order and window length: a shuffled loader's state set on
+     * one in file order is refused (its cursor counts other samples); a
+     * checkpoint of an older writer (no data.seq_len / data.order) loads */
+    llmt_loader_state cs;
+    memset(&cs, 0, sizeof cs);
+    cs.struct_size = sizeof cs;
+    CHECK_STATUS(llmt_loader_get_state(c, &cs), LLMT_OK);
+    CHECK_EQ_INT(cs.order, 2);
+    CHECK_EQ_INT(cs.seq_len, T);
+    {
+        llmt_loader_opts o;
+        llmt_loader_opts_init(&o, sizeof o);
+        o.seq_len = T;
+        o.micro_batch = 1;
+        o.seed = 77;
+        o.shuffle = 0;
+        llmt_loader *fo = NULL;
+        CHECK_STATUS(llmt_loader_create(ds, &o, &fo), LLMT_OK);
+        CHECK_STATUS(llmt_ckpt_begin(ck, 7), LLMT_OK);
+        CHECK_STATUS(llmt_loader_ckpt_add(c, ck), LLMT_OK);
+        CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
+        CHECK_STATUS(llmt_ckpt_open_step(ck, 7), LLMT_OK);
+        CHECK_STATUS(llmt_loader_ckpt_read(fo, ck), LLMT_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(llmt_loader_last_error(fo), "shuffle") != NULL);
+        CHECK_STATUS(llmt_loader_ckpt_read(m, ck), LLMT_OK); /* shuffled, as saved */
+        /* an older writer's five keys */
+        char v[5][32];
+        snprintf(v[0], sizeof v[0], "%llu", (unsigned long long)cs.seed);
+        snprintf(v[1], sizeof v[1], "%lld", (long long)cs.epoch);
+        snprintf(v[2], sizeof v[2], "%lld", (long long)cs.cursor);
+        snprintf(v[3], sizeof v[3], "%lld", (long long)cs.samples_per_epoch);
+        snprintf(v[4], sizeof v[4], "%llu", (unsigned long long)cs.fingerprint);
+        static const char *const k5[5] = {"data.seed", "data.epoch", "data.cursor",
+                                          "data.samples_per_epoch", "data.fingerprint"};
+        CHECK_STATUS(llmt_ckpt_begin(ck, 8), LLMT_OK);
+        for (int k = 0; k < 5; k++)
+            CHECK_STATUS(llmt_ckpt_set_kv(ck, k5[k], v[k]), LLMT_OK);
+        CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
+        CHECK_STATUS(llmt_ckpt_open_step(ck, 8), LLMT_OK);
+        CHECK_STATUS(llmt_loader_ckpt_read(fo, ck), LLMT_OK); /* not recorded: not checked */
+        /* a malformed order */
+        CHECK_STATUS(llmt_ckpt_begin(ck, 9), LLMT_OK);
+        CHECK_STATUS(llmt_loader_ckpt_add(c, ck), LLMT_OK);
+        CHECK_STATUS(llmt_ckpt_set_kv(ck, "data.order", "-1"), LLMT_OK);
+        CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
+        CHECK_STATUS(llmt_ckpt_open_step(ck, 9), LLMT_OK);
+        CHECK_STATUS(llmt_loader_ckpt_read(m, ck), LLMT_ERR_FORMAT);
+        CHECK(strstr(llmt_loader_last_error(m), "data.order") != NULL);
+        llmt_loader_destroy(fo);
+    }
+
     llmt_loader_destroy(o2);
     llmt_dataset_destroy(ds2);
     llmt_loader_destroy(m);
