@@ -158,8 +158,13 @@ static void compare(llmt_context *ctx, int llama)
     /* the fp32 trainer.c graph's figures (%.9g round-trips a float) */
     const float old_loss0 = llama ? 4.5769887f : 4.56992435f;
     const float old_eval = llama ? 4.60233021f : 4.57044697f;
-    CHECK(a.loss[0] == old_loss0 && b.loss[0] == old_loss0);
-    CHECK(a.eval == old_eval && b.eval == old_eval);
+    /* within 2e-6 relative (a few ulps), not bitwise: OpenBLAS picks its
+     * GEMM kernels by the CPU (AVX2 or AVX-512), which round differently
+     * (llama's eval is 4.60233021 on one, 4.60232973 on the other); a
+     * change of the graph moves these by far more. The two trainers below
+     * are compared bit for bit. */
+    CHECK(fabsf(a.loss[0] - old_loss0) <= 2e-6f * old_loss0 && b.loss[0] == a.loss[0]);
+    CHECK(fabsf(a.eval - old_eval) <= 2e-6f * old_eval && b.eval == a.eval);
     CHECK(memcmp(a.gen, b.gen, sizeof a.gen) == 0);
     CHECK(memcmp(a.loss, b.loss, sizeof a.loss) == 0);
     CHECK(memcmp(a.norm, b.norm, sizeof a.norm) == 0);
