@@ -1087,10 +1087,13 @@ LLMT_API llmt_status llmt_ckpt_list(llmt_ckpt *ck, int64_t *steps, size_t cap,
 LLMT_API llmt_status llmt_ckpt_prune(llmt_ckpt *ck, size_t *removed);
 /* Move every step directory newer than `step` (-1: all of them) to
  * ROOT/quarantine/step-N.<UTC time>/ with a REASON file saying why it is
- * unusable; nothing is deleted. Refuses, moving nothing, if one of them is
- * a valid checkpoint. Resume calls it after opening the newest usable step
- * so that the steps it retrains can be saved again. With several ranks
- * sharing the root, call it on one rank and barrier before the next save.
+ * unusable; none of them is deleted. In the steps it keeps (`step` and
+ * older) it removes the temporary files a crashed writer left
+ * (.NAME.tmp.PID.TID, of no live process on this host). Refuses, moving
+ * nothing, if one of them is a valid checkpoint. Resume calls it after
+ * opening the newest usable step so that the steps it retrains can be
+ * saved again. With several ranks sharing the root, call it on one rank
+ * and barrier before the next save.
  * A save also quarantines a broken directory of its own step by itself.
  * *moved (may be NULL) gets the count. Not while a save is in flight. */
 LLMT_API llmt_status llmt_ckpt_quarantine_newer(llmt_ckpt *ck, int64_t step,
