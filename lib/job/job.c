@@ -13,6 +13,7 @@
 
 #include "ckpt/ckpt_internal.h"
 #include "comm/comm_internal.h"
+#include "data/tok/tok.h"
 #include "job/job.h"
 #include "train/trainer_state.h"
 
@@ -566,25 +567,32 @@ static llmt_status begin(llmt_job *j, const llmt_job_opts *o)
 }
 
 /* A tokenizer read from a file (data.tokenizer.path, or the one prepared
- * shards come with) decides the vocabulary; tokenizer keys that say
- * otherwise would be silently overridden, so they are refused. The byte
- * tokenizer has 257 tokens (256 bytes and <|endoftext|>); a learned BPE
- * may stop short of vocab_size on a small corpus. */
+ * shards come with) decides the vocabulary and its kind; tokenizer keys
+ * that say otherwise would be silently overridden, so they are refused.
+ * The kind is the one the tokenizer records (tokenizer.bin's "kind" line,
+ * or how it was built); shards themselves record only their vocabulary
+ * size. A learned BPE may stop short of vocab_size on a small corpus. */
+static const char *const spec_tok_kind[] = {"byte", "bpe", "gpt2"};
+
+static int spec_kind_of(const llmt_tokenizer *t)
+{
+    return t->kind == TOK_KIND_BYTES  ? LLMT_SPEC_TOK_BYTE
+           : t->kind == TOK_KIND_GPT2 ? LLMT_SPEC_TOK_GPT2
+                                      : LLMT_SPEC_TOK_BPE;
+}
+
 static llmt_status tokenizer_agrees(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
     int32_t v = j->data.vocab;
     int kind = s->data.tokenizer.kind;
-    if (llmt__spec_given(s, "data.tokenizer.kind") &&
-        (kind == LLMT_SPEC_TOK_BYTE) != (v == 257))
+    int have = j->data.tok ? spec_kind_of(j->data.tok) : kind;
+    if (llmt__spec_given(s, "data.tokenizer.kind") && kind != have)
         return FAIL(LLMT_ERR_SPEC,
                     "data.tokenizer.kind: %s, but the tokenizer in use "
-                    "(from data.tokenizer.path or the prepared shards) has %d tokens: "
-                    "give the kind it is, or other data",
-                    kind == LLMT_SPEC_TOK_BYTE  ? "byte"
-                    : kind == LLMT_SPEC_TOK_BPE ? "bpe"
-                                                : "gpt2",
-                    (int)v);
+                    "(from data.tokenizer.path or the prepared shards' tokenizer.bin) "
+                    "is a %s tokenizer of %d tokens: give the kind it is, or other data",
+                    spec_tok_kind[kind], spec_tok_kind[have], (int)v);
     int64_t want = s->data.tokenizer.vocab_size;
     if (llmt__spec_given(s, "data.tokenizer.vocab_size") && v != want &&
         !(kind == LLMT_SPEC_TOK_BPE && v < want))

@@ -381,6 +381,21 @@ def main():
             ok(rc == 0 and repf.get("train_tokens") == repb["train_tokens"] and
                repf.get("val_tokens") == repb["val_tokens"],
                "--tokenizer FILE (the saved BPE) gives the same tokens", err)
+            # training on them with another data.tokenizer.kind is refused,
+            # naming the key and the kind tokenizer.bin records (bpe)
+            for kind, want in (("gpt2", 1), ("bpe", 0)):
+                with open("k.json", "w") as f:
+                    json.dump({"model": {"layers": 1, "hidden": 32, "heads": 2,
+                                         "vocab": 512, "seq_len": 16},
+                               "train": {"steps": 1, "sample_tokens": 0, "threads": 1},
+                               "data": {"train": "b1", "tokenizer": {"kind": kind}},
+                               "hardware": {"gpu": "cpu"}}, f)
+                p = subprocess.run([EXE, "train", "k.json", "--out", "k-" + kind],
+                                   capture_output=True, text=True, errors="replace")
+                named = "data.tokenizer.kind: %s" % kind in p.stderr and "bpe" in p.stderr
+                ok(p.returncode == want and named == bool(want),
+                   "train on bpe shards with data.tokenizer.kind %s: %s" %
+                   (kind, "refused by name" if want else "accepted"), (p.returncode, p.stderr))
         rc, out, err = run("train-bpe", "corpus", "--vocab", "300", "--out", "t.bin")
         comp = [l for l in out.splitlines() if l.startswith("compression")]
         ok(rc == 0 and os.path.isfile("t.bin") and comp and
