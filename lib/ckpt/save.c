@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
 #include <xxhash.h>
 
 #include "ckpt_internal.h"
@@ -331,13 +332,20 @@ LLMT_API llmt_status llmt_ckpt_set_plan_json(llmt_ckpt *ck, const char *json)
     LLMT__NONNULL(&ck->err, "ckpt: set_plan_json", json);
     if (!ck->begun)
         return llmt__err_set(&ck->err, LLMT_ERR_STATE, "ckpt: set_plan_json before llmt_ckpt_begin");
-    /* validated when serialised: keep only an object */
-    const char *p = json;
-    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
-        p++;
-    if (*p != '{')
+    /* Parsed here, not only when the manifest is written: text that is not
+     * JSON was kept and then saved as "plan": null, the plan lost without
+     * a word. Nothing may follow the object (cJSON_Parse alone ignores it). */
+    const char *end = NULL;
+    cJSON *obj = cJSON_ParseWithOpts(json, &end, 1);
+    int is_obj = cJSON_IsObject(obj);
+    cJSON_Delete(obj);
+    if (obj && !is_obj)
         return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
-                             "ckpt: plan must be a JSON object");
+                             "ckpt: set_plan_json: the plan must be a JSON object");
+    if (!obj) /* `end` is where the parse failed */
+        return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: set_plan_json: the plan is not JSON (error at byte %zu)",
+                             end && end >= json ? (size_t)(end - json) : (size_t)0);
     char *c = strdup(json);
     if (!c)
         return llmt__err_set(&ck->err, LLMT_ERR_OUT_OF_MEMORY, "ckpt: out of memory");
@@ -1273,6 +1281,10 @@ LLMT_API llmt_status llmt_ckpt_save(llmt_ckpt *ck, int32_t async)
 {
     if (!ck)
         return LLMT_ERR_NULL_POINTER;
+    if (async != 0 && async != 1) /* 2 was taken as 1 */
+        return llmt__err_set(&ck->err, LLMT_ERR_INVALID_ARGUMENT,
+                             "ckpt: save: async is %d, must be 0 (wait until durable) or 1",
+                             (int)async);
     if (!ck->begun)
         return llmt__err_set(&ck->err, LLMT_ERR_STATE, "ckpt: save before llmt_ckpt_begin");
     pthread_mutex_lock(&ck->mu);

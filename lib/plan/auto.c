@@ -183,10 +183,20 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
         return llmt__err_set(err, LLMT_ERR_INVALID_ARGUMENT,
                              "plan: auto needs a world size > 0 (got %d)",
                              (int)world_size);
-    if (o.top_n < 1 || o.top_n > 16)
-        o.top_n = o.top_n < 1 ? 1 : 16;
+    /* Refused, not clamped: a value out of range was silently replaced
+     * (mem_fraction by 0.95, top_n by 1 or 16), so the search ran on a
+     * budget the caller did not ask for. top (below) holds 16. */
     if (!(o.mem_fraction > 0) || o.mem_fraction > 1)
-        o.mem_fraction = 0.95;
+        return llmt__err_set(err, LLMT_ERR_INVALID_ARGUMENT,
+                             "plan: auto opts mem_fraction %g is outside (0, 1] "
+                             "(the usable share of HBM; llmt_plan_auto_opts_init "
+                             "sets 0.95)",
+                             o.mem_fraction);
+    if (o.top_n < 1 || o.top_n > 16)
+        return llmt__err_set(err, LLMT_ERR_INVALID_ARGUMENT,
+                             "plan: auto opts top_n %d is outside 1..16 "
+                             "(llmt_plan_auto_opts_init sets 10)",
+                             (int)o.top_n);
     /* TP stays inside a node (plan.c warns otherwise); on the cpu profile
      * the node is the host, holding every rank */
     int64_t max_tp = o.max_tp > 0 ? o.max_tp : llmt__plan_node_ranks(spec, world_size);

@@ -124,6 +124,37 @@ static void run_trials(const sim_params *p, uint64_t seed, int trials,
     *sd = var > 0 ? sqrt(var) : 0;
 }
 
+/* The doubles of the options: 0 means "the spec's / the plan's" for the
+ * rate, the interval and the horizon, and a negative cost means the plan's;
+ * anything else that is not a finite number is refused, naming the field
+ * (a negative rate or a NaN horizon used to fall back to the default). */
+static llmt_status check_opts(llmt_err *e, const llmt_goodput_opts *o)
+{
+    const struct {
+        const char *name;
+        double v;
+        int neg_ok; /* a negative value has a meaning: the plan's */
+    } f[] = {
+        {"gpu_failures_per_hour", o->gpu_failures_per_hour, 0},
+        {"interval_s", o->interval_s, 0},
+        {"horizon_hours", o->horizon_hours, 0},
+        {"stall_s", o->stall_s, 1},
+        {"write_s", o->write_s, 1},
+        {"restore_s", o->restore_s, 1},
+        {"restart_s", o->restart_s, 1},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (f[i].neg_ok && f[i].v < 0)
+            continue;
+        if (!isfinite(f[i].v) || f[i].v < 0)
+            return llmt__err_set(e, LLMT_ERR_INVALID_ARGUMENT, "goodput: opts %s %g is not %s",
+                                 f[i].name, f[i].v,
+                                 f[i].neg_ok ? "a finite number (< 0: the plan's)"
+                                             : "a finite number >= 0 (0: the default)");
+    }
+    return LLMT_OK;
+}
+
 LLMT_API llmt_status llmt_plan_simulate_goodput(const llmt_plan *plan,
                                                 const llmt_goodput_opts *opts,
                                                 llmt_goodput_result *out)
@@ -143,6 +174,9 @@ LLMT_API llmt_status llmt_plan_simulate_goodput(const llmt_plan *plan,
         if (st != LLMT_OK)
             return st;
     }
+    llmt_status st = check_opts(&pl->err, &o);
+    if (st != LLMT_OK)
+        return st;
     const llmt_plan_estimate *e = &plan->est;
     const llmt_spec *s = plan->spec;
     sim_params p;

@@ -1310,13 +1310,13 @@ static llmt_status parse(llmt_context *ctx, const char *json, size_t len,
     return LLMT_OK;
 }
 
-static void report(llmt_context *ctx, const errlist *el)
+/* `head` (may be "") goes before the error count: validate_json says there
+ * why it returned BUFFER_TOO_SMALL rather than SPEC. */
+static void report_as(llmt_context *ctx, const errlist *el, llmt_status st, const char *head)
 {
-    if (!ctx)
-        return;
     /* The context message is bounded; the first errors, then a count. */
     char msg[LLMT_ERR_MSG_MAX];
-    int n = snprintf(msg, sizeof msg, "spec: %d error%s:", el->count,
+    int n = snprintf(msg, sizeof msg, "%sspec: %d error%s:", head, el->count,
                      el->count == 1 ? "" : "s");
     const char *p = el->buf ? el->buf : "";
     int shown = 0;
@@ -1331,7 +1331,13 @@ static void report(llmt_context *ctx, const errlist *el)
     if (shown < el->count)
         snprintf(msg + n, sizeof msg - (size_t)n, "\n  ... and %d more",
                  el->count - shown);
-    llmt__err_set(&ctx->err, LLMT_ERR_SPEC, "%s", msg);
+    llmt__err_set(ctx ? &ctx->err : NULL, st, "%s", msg);
+}
+
+static void report(llmt_context *ctx, const errlist *el)
+{
+    if (ctx)
+        report_as(ctx, el, LLMT_ERR_SPEC, "");
 }
 
 LLMT_API llmt_status llmt_spec_parse_json(llmt_context *ctx, const char *json,
@@ -1475,8 +1481,18 @@ LLMT_API llmt_status llmt_spec_validate_json(llmt_context *ctx,
     } else if (l > 0) {
         out = LLMT_ERR_BUFFER_TOO_SMALL;
     }
-    if (st == LLMT_ERR_SPEC)
+    if (out == LLMT_ERR_BUFFER_TOO_SMALL) {
+        /* Recorded (also without a ctx: llmt_last_error) so the caller
+         * learns the size to retry with, not only that the spec is bad. */
+        char head[128];
+        snprintf(head, sizeof head,
+                 "spec: validate_json: the error text needs %zu bytes, "
+                 "buflen is %zu; ",
+                 l + 1, buflen);
+        report_as(ctx, &el, out, head);
+    } else if (st == LLMT_ERR_SPEC) {
         report(ctx, &el);
+    }
     free(el.buf);
     return out;
 }

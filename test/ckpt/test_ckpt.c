@@ -569,7 +569,19 @@ static void test_bad_args(llmt_context *ctx)
     CHECK_STATUS(llmt_ckpt_add_tensor(ck, "x", &v, NULL, NULL), LLMT_OK);
     CHECK_STATUS(llmt_ckpt_add_tensor(ck, "x", &v, NULL, NULL), LLMT_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(llmt_ckpt_set_plan_json(ck, "[1]"), LLMT_ERR_INVALID_ARGUMENT);
+    /* text that is not JSON was kept, and saved as "plan": null */
+    CHECK_STATUS(llmt_ckpt_set_plan_json(ck, " {\"tp\": 2}"), LLMT_OK);
+    static const char *const not_json[] = {"{oops", "{\"tp\": 1} x", "{\"tp\": }", ""};
+    for (size_t i = 0; i < sizeof not_json / sizeof not_json[0]; i++) {
+        CHECK_STATUS(llmt_ckpt_set_plan_json(ck, not_json[i]), LLMT_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(llmt_ckpt_last_error(ck), "set_plan_json") != NULL);
+    }
     CHECK_STATUS(llmt_ckpt_read(ck, "x", &v, NULL), LLMT_ERR_STATE);
+    /* async takes 0 or 1 (2 was a save that returned before it was durable) */
+    CHECK_STATUS(llmt_ckpt_save(ck, 2), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(llmt_ckpt_last_error(ck), "async") != NULL);
+    CHECK_STATUS(llmt_ckpt_save(ck, -1), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(llmt_ckpt_save_status(ck, NULL), LLMT_OK); /* nothing started */
     CHECK_STATUS(llmt_ckpt_save(ck, 0), LLMT_OK);
     /* a tensor only half saved (global 8, only [0,4) present) is not a
      * checkpoint: the commit refuses it, naming the coverage, and the
@@ -582,6 +594,10 @@ static void test_bad_args(llmt_context *ctx)
     int64_t got_step = -1;
     CHECK_STATUS(llmt_ckpt_open_latest(ck, &got_step), LLMT_OK);
     CHECK_EQ_INT(got_step, 1);
+    /* the plan set before the refused texts is the one saved */
+    char plan[64] = "";
+    CHECK_STATUS(llmt_ckpt_get_plan_json(ck, plan, sizeof plan, NULL), LLMT_OK);
+    CHECK(strstr(plan, "\"tp\"") && strstr(plan, "2"));
     /* bounded buffer */
     llmt_ckpt_destroy(ck);
     o.rank = 0;

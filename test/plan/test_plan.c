@@ -5,6 +5,7 @@
  * keeps the global batch; the auto-planner's choice fits; the goodput
  * simulator is deterministic and agrees with Young/Daly. */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -951,6 +952,86 @@ static void test_goodput(void)
     llmt_spec_destroy(s);
 }
 
+/* An option out of range is refused, naming the field, not replaced by a
+ * default (auto: mem_fraction and top_n were clamped or reset; goodput: a
+ * negative rate or a NaN horizon fell back to the spec's / the run's). */
+static void test_bad_opts(void)
+{
+    llmt_spec *s = load("examples/specs/gpt2-124m-1gpu.json");
+    llmt_plan *p = NULL;
+    llmt_plan_auto_opts ao;
+    static const double bad_frac[] = {0, -1, 1.01, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof bad_frac / sizeof bad_frac[0]; i++) {
+        llmt_plan_auto_opts_init(&ao, sizeof ao);
+        ao.mem_fraction = bad_frac[i];
+        CHECK_STATUS(llmt_plan_auto(ctx, s, 8, &ao, &p), LLMT_ERR_INVALID_ARGUMENT);
+        CHECK(p == NULL);
+        CHECK(strstr(llmt_context_last_error(ctx), "mem_fraction") != NULL);
+    }
+    static const int32_t bad_top[] = {0, -1, 17};
+    for (size_t i = 0; i < sizeof bad_top / sizeof bad_top[0]; i++) {
+        llmt_plan_auto_opts_init(&ao, sizeof ao);
+        ao.top_n = bad_top[i];
+        CHECK_STATUS(llmt_plan_auto(ctx, s, 8, &ao, &p), LLMT_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(llmt_context_last_error(ctx), "top_n") != NULL);
+    }
+    /* the ends of the ranges are taken */
+    llmt_plan_auto_opts_init(&ao, sizeof ao);
+    ao.mem_fraction = 1;
+    ao.top_n = 16;
+    CHECK_STATUS(llmt_plan_auto(ctx, s, 8, &ao, &p), LLMT_OK);
+    llmt_plan_destroy(p);
+    p = NULL;
+    ao.top_n = 1;
+    CHECK_STATUS(llmt_plan_auto(ctx, s, 8, &ao, &p), LLMT_OK);
+    llmt_plan_destroy(p);
+
+    p = plan_of(s, 0);
+    if (!p) {
+        CHECK(0);
+        llmt_spec_destroy(s);
+        return;
+    }
+    llmt_goodput_opts go;
+    llmt_goodput_result r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    static const struct {
+        const char *name;
+        size_t off;
+        double v;
+    } bad[] = {
+        {"gpu_failures_per_hour", offsetof(llmt_goodput_opts, gpu_failures_per_hour), -1},
+        {"gpu_failures_per_hour", offsetof(llmt_goodput_opts, gpu_failures_per_hour), NAN},
+        {"interval_s", offsetof(llmt_goodput_opts, interval_s), -60},
+        {"interval_s", offsetof(llmt_goodput_opts, interval_s), INFINITY},
+        {"horizon_hours", offsetof(llmt_goodput_opts, horizon_hours), NAN},
+        {"horizon_hours", offsetof(llmt_goodput_opts, horizon_hours), -1},
+        {"horizon_hours", offsetof(llmt_goodput_opts, horizon_hours), INFINITY},
+        {"stall_s", offsetof(llmt_goodput_opts, stall_s), NAN},
+        {"write_s", offsetof(llmt_goodput_opts, write_s), INFINITY},
+        {"restore_s", offsetof(llmt_goodput_opts, restore_s), NAN},
+        {"restart_s", offsetof(llmt_goodput_opts, restart_s), NAN},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        llmt_goodput_opts_init(&go, sizeof go);
+        go.trials = 2;
+        go.sweep_points = 3;
+        memcpy((char *)&go + bad[i].off, &bad[i].v, sizeof(double));
+        CHECK_STATUS(llmt_plan_simulate_goodput(p, &go, &r), LLMT_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(llmt_plan_last_error(p), bad[i].name) != NULL);
+    }
+    /* 0 (the spec's / the run's) and a negative cost (the plan's) stay */
+    llmt_goodput_opts_init(&go, sizeof go);
+    go.trials = 2;
+    go.sweep_points = 3;
+    go.stall_s = -5;
+    go.horizon_hours = 1;
+    CHECK_STATUS(llmt_plan_simulate_goodput(p, &go, &r), LLMT_OK);
+    llmt_plan_destroy(p);
+    llmt_spec_destroy(s);
+}
+
 /* The published runs (examples/specs/calibration/) are test plan-calib
  * (test_calib.c): fit, leave-one-out error, ranking. */
 
@@ -968,6 +1049,7 @@ int main(void)
     test_reshape();
     test_auto();
     test_goodput();
+    test_bad_opts();
     llmt_context_destroy(ctx);
     return check_exit("test_plan");
 }

@@ -545,6 +545,19 @@ static void test_all_errors_at_once(void)
     CHECK_STATUS(llmt_spec_validate_json(ctx, j2, strlen(j2), small, sizeof small, &need),
                  LLMT_ERR_BUFFER_TOO_SMALL);
     CHECK(strlen(small) == 0 || small[strlen(small) - 1] == '\n');
+    /* ... and says so on the context and the thread, naming the size to
+     * retry with (it recorded nothing; the message was a previous one's) */
+    char want[64];
+    snprintf(want, sizeof want, "needs %zu bytes, buflen is 80", need);
+    CHECK(strstr(llmt_context_last_error(ctx), want) != NULL);
+    CHECK(strstr(llmt_context_last_error(ctx), "parallelism.tp") != NULL);
+    CHECK(llmt_last_error_status() == LLMT_ERR_BUFFER_TOO_SMALL);
+    CHECK(strcmp(llmt_last_error(), llmt_context_last_error(ctx)) == 0);
+    llmt_last_error_clear();
+    CHECK_STATUS(llmt_spec_validate_json(NULL, j2, strlen(j2), NULL, 0, &need),
+                 LLMT_ERR_BUFFER_TOO_SMALL);
+    snprintf(want, sizeof want, "needs %zu bytes, buflen is 0", need);
+    CHECK(strstr(llmt_last_error(), want) != NULL);
     const char *good = "{\"model\": {\"layers\": 2, \"hidden\": 64, \"heads\": 2}}";
     CHECK_STATUS(llmt_spec_validate_json(ctx, good, strlen(good), small, sizeof small, &need),
                  LLMT_OK);
