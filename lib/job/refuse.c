@@ -235,20 +235,18 @@ static int saves_between(const llmt_spec *s)
 }
 
 /* Saves between the last: only they may persist in the background (the
- * last is synchronous so that the run ends durable, ckpt.c), so without a
- * checkpoint.interval no save is async. "false" says just that and is
- * kept; "true" asks for what cannot happen. An interval of train.steps or
- * more is the same (no save but the last) but is not refused yet: specs
- * shortened for a quick run (test train-cli's) keep their interval. */
+ * last is synchronous so that the run ends durable, ckpt.c), so without
+ * one (checkpoint.interval 0, or train.steps or more) no save is async.
+ * "false" says just that and is kept; "true" asks for what cannot happen. */
 static llmt_status check_ckpt(llmt_job *j)
 {
     const llmt_spec *s = j->spec;
-    int periodic = s->checkpoint.interval_auto || s->checkpoint.interval > 0;
-    if (llmt__spec_given(s, "checkpoint.async") && s->checkpoint.async && !periodic)
-        return REFUSE("checkpoint.async: true has no effect with checkpoint.interval 0: the "
-                      "only save is the last step's, always synchronous so that the run ends "
-                      "durable; set checkpoint.interval (steps or \"auto\"), or remove the "
-                      "key");
+    if (llmt__spec_given(s, "checkpoint.async") && s->checkpoint.async && !saves_between(s))
+        return REFUSE("checkpoint.async: true has no effect with checkpoint.interval %lld and "
+                      "train.steps %lld: the only save is the last step's, always synchronous "
+                      "so that the run ends durable; set checkpoint.interval below train.steps "
+                      "(or \"auto\"), or remove the key",
+                      (long long)s->checkpoint.interval, (long long)s->train.steps);
     return LLMT_OK;
 }
 

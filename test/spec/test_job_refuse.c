@@ -72,7 +72,7 @@ static void test_keep_every(void)
 }
 
 /* an interval of train.steps (2 here) or more saves the last step only:
- * a rollback would find no checkpoint */
+ * a rollback would find no checkpoint, and no save could be async */
 static void test_intervals(void)
 {
     refused(", \"checkpoint\": {\"interval\": 2}, \"fault_tolerance\": {\"anomaly\": "
@@ -81,6 +81,11 @@ static void test_intervals(void)
     not_refused(", \"checkpoint\": {\"interval\": 1}, \"fault_tolerance\": {\"anomaly\": "
                 "{\"policy\": \"rollback\"}}",
                 "fault_tolerance.anomaly.policy");
+    /* only saves before the last may be async: the last is synchronous */
+    refused(", \"checkpoint\": {\"interval\": 2, \"async\": true}", "checkpoint.async");
+    refused(", \"checkpoint\": {\"interval\": 5, \"async\": true}", "checkpoint.async");
+    not_refused(", \"checkpoint\": {\"interval\": 1, \"async\": true}", "checkpoint.async");
+    not_refused(", \"checkpoint\": {\"interval\": 2, \"async\": false}", "checkpoint.async");
 }
 
 int main(void)

@@ -87,7 +87,7 @@ mk vocab.json 4 200 200 "$tmp/corpus"
 # only ids the tokenizer decodes (one drawn above failed the sample, and
 # the CLI printed none)
 sed 's/"vocab": 512/"vocab": 320/; s/"kind": "bpe", "vocab_size": 512/"kind": "byte"/;
-     s/"steps": 12/"steps": 2/; s/"sample_tokens": 16/"sample_tokens": 200/' good.json > byte.json
+     s/"steps": 12/"steps": 2/; s/"interval": 4/"interval": 1/; s/"sample_tokens": 16/"sample_tokens": 200/' good.json > byte.json
 "$exe" train byte.json --out by > by.log 2>&1 && grep -q 'vocab 257' by.log &&
   [ "$(awk '/^---- sample \(200 tokens/ {f = 1; next} /^----$/ {f = 0} f' by.log | wc -c)" -gt 1 ] &&
   ok "model.vocab 320, byte tokenizer: a sample of 200 tokens" || { bad "byte sample"; cat by.log; }
@@ -169,7 +169,7 @@ fi
 # more validation batches than the split holds: each validation uses what
 # it holds, and the run says so (not a silent cut)
 mk evmany.json 4 512 512 "$tmp/full/data"
-sed -i 's/"eval_batches": 2/"eval_batches": 100000/; s/"steps": 12/"steps": 2/' evmany.json
+sed -i 's/"eval_batches": 2/"eval_batches": 100000/; s/"steps": 12/"steps": 2/; s/"interval": 4/"interval": 1/' evmany.json
 "$exe" train evmany.json --out evmany > evmany.log 2>&1 &&
   grep -q 'train.eval_batches 100000: the validation data holds [0-9]* batches' evmany.log &&
   ok "eval_batches beyond the validation data: said" ||
@@ -188,7 +188,7 @@ for name, n, bad in (("llmc/train/a.bin", 4000, 3000), ("llmc/val/b.bin", 2000, 
     open(name, "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % n, *toks))
 PY
 sed "s|\"train\": \"[^\"]*\"|\"train\": \"$tmp/llmc/train\", \"val\": \"$tmp/llmc/val\"|;
-     s/\"kind\": \"bpe\", \"vocab_size\": 512/\"kind\": \"byte\"/; s/\"steps\": 12/\"steps\": 2/" good.json > llmc.json
+     s/\"kind\": \"bpe\", \"vocab_size\": 512/\"kind\": \"byte\"/; s/\"steps\": 12/\"steps\": 2/; s/\"interval\": 4/\"interval\": 1/" good.json > llmc.json
 "$exe" train llmc.json --out llmcrun > llmc.log 2>&1; rc=$?
 [ $rc != 0 ] && grep -q 'llmc/train/a.bin: offset [0-9]*: token 3000 is id 300, outside the tokenizer.s vocabulary \[0, 257)' llmc.log &&
   ok "an llm.c file's id outside the tokenizer refused, naming file and token" ||
