@@ -585,6 +585,44 @@ static llmt_status run_op(llmt_comm *c, llmt__coll *a)
     return s;
 }
 
+/* The largest buffer one call may name, in bytes: PTRDIFF_MAX, so that
+ * count * dtype size (times the group size where a buffer holds a block
+ * per rank) and every offset into it are computed without wrapping. */
+#define COMM_MAX_BYTES (SIZE_MAX / 2)
+
+/* Elements of `dtype` that fit in COMM_MAX_BYTES (an unknown dtype, which
+ * check_common refuses, counts as one byte). */
+static size_t max_elems(llmt_dtype dtype)
+{
+    size_t es = llmt_dtype_size(dtype);
+    return COMM_MAX_BYTES / (es ? es : 1);
+}
+
+/* Blocks of `count` elements the largest buffer of the call holds. */
+static size_t coll_blocks(const llmt_comm *c, int kind)
+{
+    if (kind == LLMT__OP_ALL_GATHER || kind == LLMT__OP_REDUCE_SCATTER ||
+        kind == LLMT__OP_ALL_TO_ALL)
+        return (size_t)c->size;
+    return 1;
+}
+
+/* A count whose bytes would wrap size_t: the backends would allocate and
+ * copy the wrapped (small) size and overrun it. */
+static llmt_status check_count(llmt_comm *c, const llmt__coll *a)
+{
+    if (a->kind == LLMT__OP_ALL_TO_ALLV)
+        return LLMT_OK; /* all_to_allv's own */
+    size_t blocks = coll_blocks(c, a->kind);
+    if (a->count <= max_elems(a->dtype) / blocks)
+        return LLMT_OK;
+    return llmt__err_set(&c->err, LLMT_ERR_INVALID_ARGUMENT,
+                         "comm: %s: count %zu of %s x %zu block(s) exceeds %zu bytes "
+                         "(the largest buffer a call may name)",
+                         llmt__comm_op_name(a->kind), a->count, llmt_dtype_name(a->dtype),
+                         blocks, (size_t)COMM_MAX_BYTES);
+}
+
 static llmt_status check_common(llmt_comm *c, const llmt__coll *a)
 {
     if (a->kind == LLMT__OP_BARRIER) return LLMT_OK;
@@ -599,6 +637,9 @@ static llmt_status check_common(llmt_comm *c, const llmt__coll *a)
         return llmt__err_set(&c->err, LLMT_ERR_INVALID_ARGUMENT,
                              "comm: %s: reduce op %d unknown",
                              llmt__comm_op_name(a->kind), (int)a->op);
+    llmt_status s = check_count(c, a);
+    if (s != LLMT_OK)
+        return s;
     if (a->stream && c->backend != LLMT_COMM_NCCL)
         return llmt__err_set(&c->err, LLMT_ERR_INVALID_ARGUMENT,
                              "comm: %s: stream must be NULL for the %s backend",
@@ -700,6 +741,27 @@ LLMT_API llmt_status llmt_comm_all_to_all(llmt_comm *c, const void *send, void *
     return do_blocking(c, &a);
 }
 
+/* all_to_allv's `side` ("send"/"recv"): every block's end (displacement
+ * + count) and the counts' sum (*total) within COMM_MAX_BYTES, so that no
+ * offset nor total wraps. */
+static llmt_status v_extent(llmt_comm *c, const char *side, const size_t *counts,
+                            const size_t *displs, llmt_dtype dtype, size_t *total)
+{
+    size_t lim = max_elems(dtype), tot = 0;
+    for (int32_t i = 0; i < c->size; i++) {
+        if (counts[i] > lim || displs[i] > lim - counts[i] || tot > lim - counts[i])
+            return llmt__err_set(&c->err, LLMT_ERR_INVALID_ARGUMENT,
+                                 "comm: all_to_allv: %s_counts[%d] %zu at %s_displs[%d] %zu "
+                                 "(after %zu elements) of %s exceeds %zu bytes (the largest "
+                                 "buffer a call may name)",
+                                 side, (int)i, counts[i], side, (int)i, displs[i], tot,
+                                 llmt_dtype_name(dtype), (size_t)COMM_MAX_BYTES);
+        tot += counts[i];
+    }
+    *total = tot;
+    return LLMT_OK;
+}
+
 LLMT_API llmt_status llmt_comm_all_to_allv(llmt_comm *c, const void *send,
                                   const size_t *scounts, const size_t *sdispls,
                                   void *recv, const size_t *rcounts,
@@ -717,10 +779,11 @@ LLMT_API llmt_status llmt_comm_all_to_allv(llmt_comm *c, const void *send,
             return llmt__err_set(&c->err, LLMT_ERR_NULL_POINTER,
                                  "comm: all_to_allv: %s is NULL", arr_name[i]);
     size_t stot = 0, rtot = 0;
-    for (int32_t i = 0; i < c->size; i++) {
-        stot += scounts[i];
-        rtot += rcounts[i];
-    }
+    llmt_status s = v_extent(c, "send", scounts, sdispls, dtype, &stot);
+    if (s == LLMT_OK)
+        s = v_extent(c, "recv", rcounts, rdispls, dtype, &rtot);
+    if (s != LLMT_OK)
+        return s;
     if ((stot && !send) || (rtot && !recv))
         return llmt__err_set(&c->err, LLMT_ERR_NULL_POINTER,
                              "comm: all_to_allv: NULL buffer with counts");

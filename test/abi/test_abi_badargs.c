@@ -21,8 +21,7 @@
  * tested, so a new symbol cannot be exported without a case here.
  *
  * A case that fails today in a module owned elsewhere is marked known()
- * (printed, not counted); calls that crash there run only with
- * LLMT_BADARGS_CRASHERS=1. Both name the file to fix. */
+ * (printed, not counted), naming the file to fix. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1237,26 +1236,19 @@ static void comm_cases(void)
              (llmt_dtype)99, LLMT_REDUCE_SUM, NULL);
     EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "op 9", COMM_E, llmt_comm_all_reduce, comm, a, o, 4,
              LLMT_DTYPE_FP32, (llmt_reduce_op)9, NULL);
-    /* count * 4 wraps to 4 bytes: lib/comm/inproc.c allocates that and
-     * reduces count elements into it (a heap or stack overflow under
-     * ASan; all_gather, broadcast and all_to_all return LLMT_OK): run with
-     * LLMT_BADARGS_CRASHERS=1 once lib/comm checks the product. */
+    /* count * 4 wraps to 4 bytes (lib/comm/inproc.c allocated that and
+     * reduced count elements into it): refused at the common entry */
     size_t wrap = SIZE_MAX / 4 + 2;
-    if (getenv("LLMT_BADARGS_CRASHERS")) {
-        EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "count * 4 wraps", COMM_E, llmt_comm_all_reduce,
-                 comm, a, o, wrap, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL);
-        EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "count * 4 wraps", COMM_E, llmt_comm_reduce_scatter,
-                 comm, a, o, wrap, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL);
-        EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "count * 4 wraps", COMM_E, llmt_comm_all_gather,
-                 comm, a, o, wrap, LLMT_DTYPE_FP32, NULL);
-        EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "count * 4 wraps", COMM_E, llmt_comm_broadcast,
-                 comm, a, wrap, LLMT_DTYPE_FP32, 0, NULL);
-        EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "count * 4 wraps", COMM_E, llmt_comm_all_to_all,
-                 comm, a, o, wrap, LLMT_DTYPE_FP32, NULL);
-    } else {
-        fprintf(stderr, "skipped (crashes: lib/comm/inproc.c): all_reduce, reduce_scatter, "
-                        "all_gather, broadcast, all_to_all with count SIZE_MAX/4+2\n");
-    }
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "count * 4 wraps", COMM_E, llmt_comm_all_reduce, comm,
+             a, o, wrap, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL);
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "count * 4 wraps", COMM_E, llmt_comm_reduce_scatter,
+             comm, a, o, wrap, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, NULL);
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "count * 4 wraps", COMM_E, llmt_comm_all_gather, comm,
+             a, o, wrap, LLMT_DTYPE_FP32, NULL);
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "count * 4 wraps", COMM_E, llmt_comm_broadcast, comm, a,
+             wrap, LLMT_DTYPE_FP32, 0, NULL);
+    EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "count * 4 wraps", COMM_E, llmt_comm_all_to_all, comm,
+             a, o, wrap, LLMT_DTYPE_FP32, NULL);
     EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "stream set", COMM_E, llmt_comm_all_reduce, comm, a, o,
              4, LLMT_DTYPE_FP32, LLMT_REDUCE_SUM, (void *)a);
     EXPECT_H(LLMT_ERR_INVALID_ARGUMENT, "dtype 99", COMM_E, llmt_comm_all_gather, comm, a, o, 4,
