@@ -197,6 +197,21 @@ LLMT_API llmt_status llmt_plan_auto(llmt_context *ctx, const llmt_spec *spec,
                              "plan: auto opts top_n %d is outside 1..16 "
                              "(llmt_plan_auto_opts_init sets 10)",
                              (int)o.top_n);
+    if (o.max_tp < 0) /* was taken as 0 */
+        return llmt__err_set(err, LLMT_ERR_INVALID_ARGUMENT,
+                             "plan: auto opts max_tp %d is negative (0: the ranks of a node)",
+                             (int)o.max_tp);
+    const struct {
+        const char *name;
+        int32_t v;
+    } flags[] = {{"keep_micro", o.keep_micro},
+                 {"keep_zero", o.keep_zero},
+                 {"keep_recompute", o.keep_recompute}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (flags[i].v != 0 && flags[i].v != 1) /* 1 or 0, not "any non-zero" */
+            return llmt__err_set(err, LLMT_ERR_INVALID_ARGUMENT,
+                                 "plan: auto opts %s is %d, must be 0 or 1", flags[i].name,
+                                 (int)flags[i].v);
     /* TP stays inside a node (plan.c warns otherwise); on the cpu profile
      * the node is the host, holding every rank */
     int64_t max_tp = o.max_tp > 0 ? o.max_tp : llmt__plan_node_ranks(spec, world_size);

@@ -975,6 +975,18 @@ static void test_bad_opts(void)
         CHECK_STATUS(llmt_plan_auto(ctx, s, 8, &ao, &p), LLMT_ERR_INVALID_ARGUMENT);
         CHECK(strstr(llmt_context_last_error(ctx), "top_n") != NULL);
     }
+    llmt_plan_auto_opts_init(&ao, sizeof ao);
+    ao.max_tp = -1;
+    CHECK_STATUS(llmt_plan_auto(ctx, s, 8, &ao, &p), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(llmt_context_last_error(ctx), "max_tp") != NULL);
+    llmt_plan_auto_opts_init(&ao, sizeof ao);
+    ao.keep_zero = 2;
+    CHECK_STATUS(llmt_plan_auto(ctx, s, 8, &ao, &p), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(llmt_context_last_error(ctx), "keep_zero") != NULL);
+    llmt_plan_auto_opts_init(&ao, sizeof ao);
+    ao.keep_recompute = -1;
+    CHECK_STATUS(llmt_plan_auto(ctx, s, 8, &ao, &p), LLMT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(llmt_context_last_error(ctx), "keep_recompute") != NULL);
     /* the ends of the ranges are taken */
     llmt_plan_auto_opts_init(&ao, sizeof ao);
     ao.mem_fraction = 1;
