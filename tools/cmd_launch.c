@@ -998,6 +998,19 @@ static int launch_takes_value(const char *s)
     return 0;
 }
 
+/* A value flag given a second time would silently replace the first (the
+ * launch's own), or reach every worker twice, which train refuses after
+ * they start (--steps, --threads): refused before any worker starts.
+ * --resume and --fresh may repeat, as train allows. */
+static int launch_given_twice(const char **seen, int *nseen, const char *flag)
+{
+    for (int k = 0; k < *nseen; k++)
+        if (!strcmp(seen[k], flag))
+            return 1;
+    seen[(*nseen)++] = flag;
+    return 0;
+}
+
 int cmd_launch(int argc, char **argv)
 {
     agent a;
@@ -1009,10 +1022,17 @@ int cmd_launch(int argc, char **argv)
     a.grace_s = 5.0;
     static char *pass[64];
     int np = 0;
+    const char *seen[16]; /* launch_takes_value's eleven, --steps, --threads */
+    int nseen = 0;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int64_t v;
         double d;
+        if ((launch_takes_value(s) || !strcmp(s, "--steps") || !strcmp(s, "--threads")) &&
+            launch_given_twice(seen, &nseen, s))
+            return usage("give each option once (the second value would replace the first, "
+                         "or the workers would refuse it):",
+                         s);
         if (!strcmp(s, "--nproc") && i + 1 < argc) {
             if (cli_parse_i64("--nproc", argv[++i], 1, MAXW - 1, &v) != CLI_OK)
                 return CLI_USAGE;

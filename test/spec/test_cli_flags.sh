@@ -40,6 +40,14 @@ usage "--trace 1-99999999999999999999" train none.json --trace 1-999999999999999
 accepted train none.json --steps 3 --out a
 # llmtrain launch adds --resume to a restarted worker's own flags
 accepted train none.json --resume --resume
+# launch refuses a repeated value flag itself, before any worker starts
+# (they would each refuse a repeated --steps or --threads), and keeps
+# --resume repeatable as train does
+usage "'--steps'" launch none.json --steps 3 --steps 4
+usage "'--threads'" launch none.json --threads 1 --out a --threads 2
+usage "'--nproc'" launch none.json --nproc 2 --nproc 4
+usage "'--out'" launch none.json --out a --out b
+accepted launch none.json --resume --resume --steps 3 --threads 1
 
 usage "--world given twice" plan none.json --world 2 --world 4
 usage "--seed given twice" plan none.json --simulate --seed 3 --seed 4
