@@ -1198,8 +1198,9 @@ typedef enum llmt_reduce_op {
 typedef struct llmt_comm_opts {
     size_t struct_size;
     int32_t backend;          /* llmt_comm_backend; default AUTO */
-    /* Longest wait of one operation; default 300000 or $LLMT_COMM_TIMEOUT_MS.
-     * <= 0 is not allowed (there is always a deadline). */
+    /* Longest wait of one operation; 0 (llmt_comm_opts_init's): the
+     * default, $LLMT_COMM_TIMEOUT_MS or 300000 (there is always a
+     * deadline). < 0 or more than a year (31622400000) is refused. */
     int64_t timeout_ms;
     int32_t recorder_size;    /* flight recorder entries; default 1024 */
     /* On a timeout each rank writes its dump to "<dump_path>.<rank>"

@@ -251,6 +251,9 @@ static llmt_status nccl_only_opts(llmt_context *ctx, const llmt_comm_opts *o, co
     return LLMT_OK;
 }
 
+/* A year: the deadline arithmetic (ns in int64) is far from overflowing. */
+#define COMM_MAX_TIMEOUT_MS (366LL * 24 * 3600 * 1000)
+
 static llmt_status read_opts(llmt_context *ctx, const llmt_comm_opts *opts,
                              llmt_comm_opts *o)
 {
@@ -259,10 +262,12 @@ static llmt_status read_opts(llmt_context *ctx, const llmt_comm_opts *opts,
     llmt_status s = llmt__opts_copy(ctx ? &ctx->err : NULL, "llmt_comm_opts",
                                     o, sizeof *o, opts);
     if (s != LLMT_OK) return s;
-    if (o->timeout_ms < 0 || o->recorder_size < 0)
+    /* the deadlines are now + timeout_ms * 1e6 ns, in int64 */
+    if (o->timeout_ms < 0 || o->timeout_ms > COMM_MAX_TIMEOUT_MS || o->recorder_size < 0)
         return llmt__err_set(ctx ? &ctx->err : NULL, LLMT_ERR_INVALID_ARGUMENT,
-                             "comm: timeout_ms %lld and recorder_size %d must "
-                             "be >= 0 (0: default)", (long long)o->timeout_ms,
+                             "comm: timeout_ms %lld must be in [0, %lld] and recorder_size "
+                             "%d >= 0 (0: default)",
+                             (long long)o->timeout_ms, (long long)COMM_MAX_TIMEOUT_MS,
                              (int)o->recorder_size);
     if (o->backend < LLMT_COMM_AUTO || o->backend > LLMT_COMM_GLOO)
         return llmt__err_set(ctx ? &ctx->err : NULL, LLMT_ERR_INVALID_ARGUMENT,
