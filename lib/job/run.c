@@ -410,6 +410,11 @@ LLMT_API llmt_status llmt_job_save(llmt_job *j, int32_t async)
 {
     if (!j)
         return LLMT_ERR_NULL_POINTER;
+    if (async != 0 && async != 1) /* before a save is begun */
+        return FAIL(LLMT_ERR_INVALID_ARGUMENT,
+                    "job: save: async %d is not 0 (return when committed) or 1 (in the "
+                    "background)",
+                    (int)async);
     return llmt__job_save(j, async);
 }
 

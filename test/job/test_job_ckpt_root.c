@@ -144,6 +144,29 @@ int main(int argc, char **argv)
         CHECK(strstr(a[r].err, "checkpoint.dir") && strstr(a[r].err, "rank 1 cannot see"));
     }
 
+    /* llmt_job_save's async is 0 or 1: 2 is refused naming it, before a
+     * save is begun (it used to reach llmt_ckpt_save after the trainer's
+     * and the loader's tensors were added); the job saves afterwards */
+    {
+        spec(json, sizeof json, 2);
+        snprintf(dir, sizeof dir, "%s/async", tmp);
+        llmt_context *ctx = NULL;
+        llmt_job *job = NULL;
+        CHECK_STATUS(jt_create_one(json, dir, &ctx, &job), LLMT_OK);
+        if (job) {
+            CHECK_STATUS(llmt_job_step(job, NULL), LLMT_OK);
+            CHECK_STATUS(llmt_job_save(job, 2), LLMT_ERR_INVALID_ARGUMENT);
+            CHECK(strstr(llmt_job_last_error(job), "job: save: async 2") != NULL);
+            CHECK_STATUS(llmt_job_save(job, -1), LLMT_ERR_INVALID_ARGUMENT);
+            snprintf(ck, sizeof ck, "%s/ckpt", dir);
+            CHECK_EQ_INT(committed(ck), 0);
+            CHECK_STATUS(llmt_job_save(job, 0), LLMT_OK);
+            CHECK_EQ_INT(committed(ck), 1);
+        }
+        llmt_job_destroy(job);
+        llmt_context_destroy(ctx);
+    }
+
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     if (!check_failures && system(cmd) != 0)
