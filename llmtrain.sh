@@ -60,6 +60,19 @@ configure_and_build() {
   ninja -C "$build"
 }
 
+# demo trains into runs/demo and reports on it (removed first unless
+# --resume): another --out would reach train twice, so it is refused here,
+# before anything is installed or built.
+demo_args() {
+  local a
+  for a in "$@"; do
+    case "$a" in
+      --out|--out=*) say "demo: --out is not taken (the demo's run is runs/demo); for another directory run: $build/tools/llmtrain train examples/specs/demo-cpu.json --out DIR, then llmtrain report DIR"
+                     exit 2 ;;
+    esac
+  done
+}
+
 demo() {
   local cli="$build/tools/llmtrain"
   "$cli" version
@@ -81,7 +94,7 @@ demo() {
 cmd=${1:-}
 shift || true
 case "$cmd" in
-  demo)  install_packages "${pkgs_build[@]}"; configure_and_build; demo "$@" ;;
+  demo)  demo_args "$@"; install_packages "${pkgs_build[@]}"; configure_and_build; demo "$@" ;;
   test)  install_packages "${pkgs_build[@]}" "${pkgs_test[@]}"; configure_and_build
          say "running the test suite (all suites but 'slow')"
          meson test -C "$build" --no-suite slow --print-errorlogs "$@" ;;
