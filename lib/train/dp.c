@@ -104,6 +104,7 @@ struct llmt__dp {
     float *ms, *vs;         /* ZeRO >= 1: this rank's shares of m and v */
     float *hms, *hvs;       /* their host copies (device not host memory) */
     int64_t *xbuf;          /* device scratch of the small collectives */
+    int64_t *gath;          /* host [size]: the small all-gathers' result */
     float *dsum;            /* device scratch of sumsq */
     const float **sx;       /* sumsq's arrays (one per unit) */
     size_t *sn;
@@ -326,6 +327,7 @@ void llmt__dp_destroy(llmt__dp *dp)
     free(dp->gathered); free(dp->pf); free(dp->soff); free(dp->released);
     free(dp->sx);
     free(dp->sn);
+    free(dp->gath);
     free(dp->xparam);
     free(dp->xfirst);
     llmt_comm_destroy(dp->xcomm);
@@ -670,13 +672,17 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
     size_t nsx = (size_t)UT + (st->norm_count > 0 ? (size_t)st->norm_count : 0);
     dp->sx = calloc(nsx, sizeof *dp->sx);
     dp->sn = calloc(nsx, sizeof *dp->sn);
+    /* taken here, not per step: a rank whose allocation failed between
+     * the ranks' collectives returned alone, the others waited until the
+     * comm timeout */
+    dp->gath = calloc((size_t)dp->size, sizeof *dp->gath);
     dp->xbuf = dalloc(dp, (1 + (size_t)dp->size) * sizeof(int64_t));
     dp->dsum = dalloc(dp, sizeof(float));
     for (int k = 0; k < RS_SLOTS; k++) dp->rs_unit[k] = -1;
     for (int k = 0; k < AG_SLOTS; k++) dp->ag_unit[k] = -1;
     if (!dp->lo || !dp->n || !dp->chunk || !dp->own_lo || !dp->own_n || !dp->unit_of_param ||
         !dp->ready || !dp->gathered || !dp->pf || !dp->soff || !dp->released || !dp->sx ||
-        !dp->sn || !dp->xbuf || !dp->dsum || !dp->xfirst || !dp->xparam) {
+        !dp->sn || !dp->gath || !dp->xbuf || !dp->dsum || !dp->xfirst || !dp->xparam) {
         llmt__dp_destroy(dp);
         return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
     }
@@ -1020,8 +1026,7 @@ llmt_status llmt__dp_end(llmt__dp *dp, double *loss_sum)
     dp->armed = 0;
     if (dp->st != LLMT_OK) return dp->st;
     /* the loss sum, in rank order (doubles travel as their bits) */
-    int64_t mine, *all = malloc((size_t)dp->size * sizeof *all);
-    if (!all) return llmt__err_set(&dp->err, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
+    int64_t mine, *all = dp->gath;
     memcpy(&mine, loss_sum, sizeof mine);
     llmt_status s = small_coll(dp, 1, &mine, all);
     if (s == LLMT_OK) {
@@ -1033,7 +1038,6 @@ llmt_status llmt__dp_end(llmt__dp *dp, double *loss_sum)
         }
         *loss_sum = t;
     }
-    free(all);
     note(dp, s, "loss sum");
     return dp->st;
 }
@@ -1055,9 +1059,7 @@ static llmt_status dev_sumsq(llmt__dp *dp, int count, double *out)
 /* The bits of x from every rank of the DP group, summed in rank order. */
 static llmt_status sum_ranks(llmt__dp *dp, double x, double *out)
 {
-    int64_t bits, *all = malloc((size_t)dp->size * sizeof *all);
-    if (!all)
-        return llmt__err_set(&dp->err, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
+    int64_t bits, *all = dp->gath;
     memcpy(&bits, &x, sizeof bits);
     llmt_status s = small_coll(dp, 1, &bits, all);
     double t = 0;
@@ -1066,7 +1068,6 @@ static llmt_status sum_ranks(llmt__dp *dp, double x, double *out)
         memcpy(&y, &all[r], sizeof y);
         t += y;
     }
-    free(all);
     *out = t;
     if (s != LLMT_OK) {
         dp->st = LLMT_OK;
