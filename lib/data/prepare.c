@@ -426,8 +426,14 @@ static llmt_status run(prep_state *p, llmt_tokenizer *tok, int32_t eot,
         int32_t verdict = LLMT_DATA_KEEP;
         if (!po->no_filter &&
             (s = llmt_data_filter_check(fo, text, len, &verdict)) != LLMT_OK)
-            return llmt__err_set(p->ce, s, "data prepare: filter options "
-                                 "rejected (check the thresholds)");
+            return s == LLMT_ERR_OUT_OF_MEMORY
+                       ? llmt__err_set(p->ce, s,
+                                       "data prepare: out of memory in the "
+                                       "filters (a document of %zu bytes)",
+                                       len)
+                       : llmt__err_set(p->ce, s,
+                                       "data prepare: filter options rejected "
+                                       "(check the thresholds)");
         if (verdict == LLMT_DATA_KEEP && dedup &&
             (s = llmt_dedup_add(p->dd, text, len, &verdict, NULL)) != LLMT_OK)
             return llmt__err_set(p->ce, s, "data prepare: %s",
