@@ -258,10 +258,23 @@ static llmt_status read_opts(llmt_context *ctx, const llmt_comm_opts *opts,
                              llmt_comm_opts *o)
 {
     llmt_comm_opts_init(o, sizeof *o);
-    if (!opts) return LLMT_OK;
-    llmt_status s = llmt__opts_copy(ctx ? &ctx->err : NULL, "llmt_comm_opts",
-                                    o, sizeof *o, opts);
+    llmt_status s =
+        opts ? llmt__opts_copy(ctx ? &ctx->err : NULL, "llmt_comm_opts", o, sizeof *o, opts)
+             : LLMT_OK;
     if (s != LLMT_OK) return s;
+    /* the default's override: taken by llmt__comm_new, so a value it
+     * would pass over (not a number, <= 0) or one past the bound is
+     * refused here by name rather than replaced by 300000 unseen */
+    const char *env = getenv("LLMT_COMM_TIMEOUT_MS");
+    long long et = 0;
+    if (o->timeout_ms == 0 && env && *env &&
+        (!env_int("LLMT_COMM_TIMEOUT_MS", &et) || et <= 0 || et > COMM_MAX_TIMEOUT_MS))
+        return llmt__err_set(ctx ? &ctx->err : NULL, LLMT_ERR_INVALID_ARGUMENT,
+                             "comm: $LLMT_COMM_TIMEOUT_MS='%.40s' is not a number of "
+                             "milliseconds in [1, %lld] (unset: 300000)",
+                             env, (long long)COMM_MAX_TIMEOUT_MS);
+    if (!opts)
+        return LLMT_OK;
     /* the deadlines are now + timeout_ms * 1e6 ns, in int64 */
     if (o->timeout_ms < 0 || o->timeout_ms > COMM_MAX_TIMEOUT_MS || o->recorder_size < 0)
         return llmt__err_set(ctx ? &ctx->err : NULL, LLMT_ERR_INVALID_ARGUMENT,

@@ -8,6 +8,7 @@
  * times out (a failure, not a hang). */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -110,9 +111,38 @@ static void four_ranks(void)
         llmt_comm_destroy(c[r]);
 }
 
+/* $LLMT_COMM_TIMEOUT_MS overrides the default timeout: a value the
+ * library would pass over (not a number, <= 0) or past its bound is
+ * refused by name, not replaced by 300000 unseen; an explicit timeout_ms
+ * does not read it. */
+static void env_timeout(void)
+{
+    static const char *const bad[] = {"abc",           "-5", "0", "12x", "99999999999999999999",
+                                      "40000000000000"};
+    llmt_comm_opts o;
+    llmt_comm_opts_init(&o, sizeof o);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("LLMT_COMM_TIMEOUT_MS", bad[i], 1);
+        llmt_comm *c = NULL;
+        CHECK_STATUS(llmt_comm_create_inproc(NULL, 1, NULL, &c), LLMT_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(llmt_last_error(), "LLMT_COMM_TIMEOUT_MS") != NULL);
+        CHECK_STATUS(llmt_comm_create_inproc(NULL, 1, &o, &c), LLMT_ERR_INVALID_ARGUMENT);
+        llmt_comm_opts e = o;
+        e.timeout_ms = 1000; /* the option wins: the variable is not read */
+        CHECK_STATUS(llmt_comm_create_inproc(NULL, 1, &e, &c), LLMT_OK);
+        llmt_comm_destroy(c);
+    }
+    setenv("LLMT_COMM_TIMEOUT_MS", "5000", 1);
+    llmt_comm *c = NULL;
+    CHECK_STATUS(llmt_comm_create_inproc(NULL, 1, NULL, &c), LLMT_OK);
+    llmt_comm_destroy(c);
+    unsetenv("LLMT_COMM_TIMEOUT_MS");
+}
+
 int main(void)
 {
     one_rank();
     four_ranks();
+    env_timeout();
     return check_exit("comm-count");
 }
