@@ -197,10 +197,8 @@ llmt_comm *llmt__comm_new(llmt_context *ctx, const llmt_comm *parent,
         c->backend = parent->backend;
         return c;
     }
-    long long t = 0;
-    c->timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms
-                    : env_int("LLMT_COMM_TIMEOUT_MS", &t) && t > 0 ? t
-                                                                    : 300000;
+    /* read_opts put $LLMT_COMM_TIMEOUT_MS in place of a 0 */
+    c->timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 300000;
     c->recorder_size = o && o->recorder_size > 0 ? o->recorder_size : 1024;
     const char *dp = o && o->dump_path ? o->dump_path
                                        : getenv("LLMT_COMM_DUMP_PATH");
@@ -262,17 +260,19 @@ static llmt_status read_opts(llmt_context *ctx, const llmt_comm_opts *opts,
         opts ? llmt__opts_copy(ctx ? &ctx->err : NULL, "llmt_comm_opts", o, sizeof *o, opts)
              : LLMT_OK;
     if (s != LLMT_OK) return s;
-    /* the default's override: taken by llmt__comm_new, so a value it
-     * would pass over (not a number, <= 0) or one past the bound is
-     * refused here by name rather than replaced by 300000 unseen */
+    /* the default's override, resolved here once for llmt__comm_new: a
+     * value that is not a number, <= 0 or past the bound is refused by
+     * name rather than replaced by 300000 unseen */
     const char *env = getenv("LLMT_COMM_TIMEOUT_MS");
     long long et = 0;
-    if (o->timeout_ms == 0 && env && *env &&
-        (!env_int("LLMT_COMM_TIMEOUT_MS", &et) || et <= 0 || et > COMM_MAX_TIMEOUT_MS))
-        return llmt__err_set(ctx ? &ctx->err : NULL, LLMT_ERR_INVALID_ARGUMENT,
-                             "comm: $LLMT_COMM_TIMEOUT_MS='%.40s' is not a number of "
-                             "milliseconds in [1, %lld] (unset: 300000)",
-                             env, (long long)COMM_MAX_TIMEOUT_MS);
+    if (o->timeout_ms == 0 && env && *env) {
+        if (!env_int("LLMT_COMM_TIMEOUT_MS", &et) || et <= 0 || et > COMM_MAX_TIMEOUT_MS)
+            return llmt__err_set(ctx ? &ctx->err : NULL, LLMT_ERR_INVALID_ARGUMENT,
+                                 "comm: $LLMT_COMM_TIMEOUT_MS='%.40s' is not a number of "
+                                 "milliseconds in [1, %lld] (unset: 300000)",
+                                 env, (long long)COMM_MAX_TIMEOUT_MS);
+        o->timeout_ms = et;
+    }
     if (!opts)
         return LLMT_OK;
     /* the deadlines are now + timeout_ms * 1e6 ns, in int64 */
