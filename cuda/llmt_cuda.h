@@ -145,10 +145,10 @@ llmt_status llmt__cuda_rmsnorm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp,
 
 /* The norms' fast-path variants, to be measured against the default
  * (0): kind 0 the forward (1: two rows a warp, up to C 1024), kind 1 the
- * backward (1: dinp loaded with inp and dout, before the reductions; 2:
- * up to C 768, the weight-gradient sums in registers; the default above). Same results bit
- * for bit; another kind or index is refused. _cfgs: how many of a kind
- * (0 for another kind). */
+ * backward (0: dinp loaded with inp and dout, before the reductions; 1:
+ * dinp read again in the second pass; 2: up to C 768, the weight-gradient
+ * sums in registers). Same results bit for bit; another kind or index is
+ * refused. _cfgs: how many of a kind (0 for another kind). */
 int llmt__cuda_norm_cfgs(int kind);
 llmt_status llmt__cuda_norm_set_cfg(llmt__cuda_ctx *ctx, int kind, int idx);
 

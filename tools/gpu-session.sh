@@ -11,6 +11,10 @@
 # LAYOUTS=1 adds step 1b (llmt_job's layouts under `llmtrain launch`, a
 # rank killed and restarted: about 100 s; all passed on 2026-11-27) and
 # SEEDS="1 2" the kernel tests on more seeds (default: seed 1 only).
+# ONLY="tests kernels llama fp8" runs only the named steps (default all:
+# tests attn kernels gpt2 cli llama fp8; the build always runs), and
+# LLAMA_B the Llama batch sizes (default 4,8; PyTorch's peer runs the
+# same).
 #
 # Needs .devdeps/ (/work/shared/device/prep-carry.sh, then
 # tools/gpu-carry-gloo.sh for the tests of jobs across processes). Writes
@@ -29,6 +33,9 @@ out=/tmp/llmt-session/out
 mkdir -p "$final" "$out"
 log=$final/session.log
 steps=/tmp/llmt-session
+# want STEP: whether $ONLY names STEP (or is unset)
+want() { case " ${ONLY:-all} " in *" all "* | *" $1 "*) return 0 ;; esac; return 1; }
+lb=${LLAMA_B:-4,8}
 # shellcheck source=tools/gpu-lib.sh
 . tools/gpu-lib.sh
 
@@ -52,8 +59,9 @@ cat /tmp/llmt-session/build.log >>"$out/build.log"
 # a test that clears a backend's unverified_* mark goes first. gpu-job-tp
 # (llmt_job with tp 2 under launch, both ranks on one GPU) needs Gloo,
 # which only tools/gpu-carry-gloo.sh brings there.
-tests="gpu-dp-host gpu-pp-engine gpu-moe-engine gpu-job-tp gpu-tp-engine gpu-kernels attn-mma-idx gpu-tp-ops gpu-cp-ops
+tests="gpu-job-launch-fp8-tp gpu-dp-host gpu-pp-engine gpu-moe-engine gpu-job-tp gpu-tp-engine gpu-kernels attn-mma-idx gpu-tp-ops gpu-cp-ops
   gpu-moe-ops gpu-cp-engine gpu-trainer-vs-cpu"
+if want tests; then
 # shellcheck disable=SC2086
 run tests 240 meson test -C $b --no-rebuild --print-errorlogs --num-processes 8 \
   --timeout-multiplier 1 $tests
@@ -81,6 +89,7 @@ while read -r name cmd; do
   grep -E "Invalid|ERROR SUMMARY|at .*\(" "/tmp/llmt-session/sanitize-$name.log" | head -12 |
     tee -a "$log"
 done </tmp/llmt-session/failed.txt
+fi
 
 # 1b. llmt_job's layouts on the CUDA engine under `llmtrain launch` (both
 # ranks on the GPU, a rank killed and restarted: gpu-job-launch-*, the
@@ -99,7 +108,7 @@ fi
 
 # The mma.sync attention on two more seeds (fresh random inputs each), and
 # its machine code: HMMA (tensor-core) and LDSM (ldmatrix) instructions.
-for seed in ${SEEDS:-1}; do
+want tests && for seed in ${SEEDS:-1}; do
   run "kernels-seed$seed" 60 env LLMT_SEED=$seed $b/test/gpu/test_gpu_kernels
   grep -E "mma|failures" "/tmp/llmt-session/kernels-seed$seed.log" | grep -E "FAIL|failures" |
     head -6 | tee -a "$log"
@@ -110,6 +119,7 @@ o=$(find $b/libllmtrain_internal.a.p -name "*attention_mma.cu.o" | head -1)
 # 2. Attention forward and backward: the default kernels (mma.sync for hd
 # 64/128), the wmma register ones they replaced (NAME_wmma) and PyTorch's
 # flash SDPA on the same shapes, paired.
+if want attn; then
 run attn-ours 90 $b/bench/gpu/bench_gpu --only attention --json "$out/attn-ours.json"
 run attn-torch 90 env PYTHONUNBUFFERED=1 python3 bench/gpu/torch_peer.py --only attention \
   --json "$out/attn-torch.json"
@@ -122,16 +132,29 @@ PY
 run attn-compare 30 python3 bench/gpu/compare.py "$out/attn-ours.json" "$out/attn-torch.json" \
   "$out/env.json" "$out/attn-compare.json"
 grep -iE "attention" /tmp/llmt-session/attn-compare.log | head -30 | tee -a "$log"
+fi
+
+# 2b. The memory-bound kernels (copy bandwidth, the norms and their
+# variants, RoPE, the gradient norm's sum of squares), ours only.
+if want kernels; then
+  run kernels-mem 40 $b/bench/gpu/bench_gpu --only "copy layernorm rmsnorm rope sumsq" \
+    --json "$out/kernels-mem.json"
+  grep -E "^(copy|layernorm|rmsnorm|rope|sumsq)" /tmp/llmt-session/kernels-mem.log | cut -c1-150 |
+    tee -a "$log"
+fi
 
 # 3. GPT-2 124M through the public trainer's CUDA engine, and torch.compile.
+if want gpt2; then
 run gpt2-trainer 60 $b/bench/gpu/bench_gpt2 --B 16 --steps 10 --json "$out/bench-gpt2.json"
 grep -E "tok/s|failed" /tmp/llmt-session/gpt2-trainer.log | tee -a "$log"
 
 run gpt2-torch 150 env PYTHONUNBUFFERED=1 python3 bench/gpu/gpt2_torch.py --B 16 \
   --json "$out/bench-gpt2-torch.json"
 tail -2 /tmp/llmt-session/gpt2-torch.log | tee -a "$log"
+fi
 
 # 4. `llmtrain train` with train.device cuda, the demo model in bf16.
+if want cli; then
 python3 - <<'PY'
 import json
 s = json.load(open("examples/specs/demo-cpu.json"))
@@ -144,18 +167,22 @@ json.dump(s, open("/tmp/llmt-session/demo-cuda.json", "w"), indent=1)
 PY
 run cli-train 90 $b/tools/llmtrain train /tmp/llmt-session/demo-cuda.json --out /tmp/llmt-session/run
 grep -E "step +(1|100|200)/|val|error|refus" /tmp/llmt-session/cli-train.log | head -8 | tee -a "$log"
+fi
 
 # 5. Llama ~1B (TinyLlama shape) through the public trainer: MFU, peak
 # (26.08 GiB at B 4 predicted and measured on an H100, 2026-11-26); then
 # PyTorch (torch.compile) on the same shape; then fp8 GEMMs (forward and
 # backward).
-run llama 150 $b/bench/gpu/bench_llama --model 1b --B 4,8 --T 2048 --steps 8 \
+if want llama; then
+run llama 150 $b/bench/gpu/bench_llama --model 1b --B "$lb" --T 2048 --steps 8 \
   --json "$out/bench-llama.json"
 grep -E "tok/s.*MFU|fail" /tmp/llmt-session/llama.log | tee -a "$log"
-run llama-torch 240 env PYTHONUNBUFFERED=1 python3 bench/gpu/llama_torch.py --model 1b --B 4,8 \
+run llama-torch 240 env PYTHONUNBUFFERED=1 python3 bench/gpu/llama_torch.py --model 1b --B "$lb" \
   --T 2048 --json "$out/bench-llama-torch.json"
 tail -4 /tmp/llmt-session/llama-torch.log | tee -a "$log"
 
+fi
+if want fp8; then
 run llama-fp8 90 $b/bench/gpu/bench_llama --model 1b --B 4 --T 2048 --steps 8 --fp8 1 \
   --json "$out/bench-llama-fp8.json"
 grep -E "tok/s.*MFU|fail" /tmp/llmt-session/llama-fp8.log | tee -a "$log"
@@ -167,6 +194,7 @@ run fp8-curve 240 python3 bench/gpu/fp8_curve.py --llmtrain $b/tools/llmtrain --
   --model 1b --steps 200 --B 4 --T 2048 --out /tmp/llmt-session/fp8-curve \
   --json "$out/fp8-curve.json"
 tail -3 /tmp/llmt-session/fp8-curve.log | tee -a "$log"
+fi
 say "done"
 cp "$log" "$out/session.log"
 tar czf "$final/logs.tgz" -C /tmp/llmt-session --exclude=run . 2>/dev/null

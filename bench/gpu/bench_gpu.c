@@ -10,7 +10,7 @@
  *   bench_gpu [--json FILE] [--repeats N] [--quick] [--only WORD]
  *
  * --only WORD runs only the groups whose name holds WORD (copy, gemm,
- * layernorm, gelu, adamw, xent, attention).
+ * layernorm, gelu, adamw, rope, sumsq, xent, attention).
  *
  * Exits 77 without a GPU. Inputs are random (never zeros). */
 #include <math.h>
@@ -245,6 +245,28 @@ static void f_adamw(void *p)
     adam_arg *a = p;
     RUN(llmt__cuda_adamw(X, a->master, a->pb, a->grad, a->m, a->v, a->n, 1e-4f, 0.9f, 0.95f,
                          1e-8f, 0.0f, 1.0f, 3));
+}
+/* RoPE over the q and k heads of a fused qkv row (Llama's layout) */
+typedef struct {
+    void *qkv;
+    int B, T, nh, hd;
+    size_t stride;
+} rope_arg;
+static void f_rope(void *p)
+{
+    rope_arg *a = p;
+    RUN(llmt__cuda_rope(X, a->qkv, a->B, a->T, a->nh, a->hd, a->stride, 10000.0f, 0));
+}
+typedef struct {
+    float *out, *x;
+    size_t n;
+} sumsq_arg;
+static void f_sumsq(void *p)
+{
+    sumsq_arg *a = p;
+    const float *xs[1] = {a->x};
+    size_t ns[1] = {a->n};
+    RUN(llmt__cuda_sumsq(X, a->out, xs, ns, 1));
 }
 typedef struct { float *losses; void *logits; int32_t *tg; int N, V, Vp; } xent_arg;
 static void f_xent(void *p)
@@ -622,8 +644,9 @@ int main(int argc, char **argv)
         timeit_(name, f_norm_bwd, r, 0, 4.0 * n * 2 + (r->rms ? 4.0 : 8.0) * BT, 1);
         /* the fast paths' variants (llmt__cuda_norm_set_cfg) as NAME_vN:
          * the forward's two rows a warp (up to C 1024); the backward's
-         * dinp loaded early (v1) and its weight-gradient sums in registers
-         * (v2, up to C 768); gpu-kernels holds them to the CPU reference */
+         * dinp read again in the second pass (v1; the default loads it
+         * early) and its weight-gradient sums in registers (v2, up to C
+         * 768); gpu-kernels holds them to the CPU reference */
         for (int kind = 0; kind < 2; kind++)
             for (int v = 1; v < llmt__cuda_norm_cfgs(kind); v++) {
                 if ((kind == 0 && C > 1024) || (kind == 1 && v == 2 && C > 768))
@@ -665,6 +688,24 @@ int main(int argc, char **argv)
         timeit("adamw_124M", f_adamw, &a, 0, (4.0 * 4 + 3.0 * 4 + 2.0) * n);
         llmt__cuda_free(X, a.master); llmt__cuda_free(X, a.grad); llmt__cuda_free(X, a.m);
         llmt__cuda_free(X, a.v); llmt__cuda_free(X, a.pb);
+    }
+    /* RoPE at Llama 1B's q and k (32 + 4 heads of 64 in a 40-head qkv
+     * row, 16384 rows); the gradient norm's sum of squares over 1 GiB of
+     * fp32 (a quarter of Llama 1B's gradients) */
+    if (want("rope")) {
+        int T = 2048, B = BT / T > 0 ? BT / T : 1, nh = 36, hd = 64;
+        size_t stride = 40 * 64, n = (size_t)B * T * stride;
+        rope_arg a = {drand_bf(n, 1.0f), B, T, nh, hd, stride};
+        /* read and write the rotated heads (bf16) */
+        timeit("rope_36x64_in_40x64", f_rope, &a, 0, 2.0 * 2 * B * T * nh * hd);
+        llmt__cuda_free(X, a.qkv);
+    }
+    if (want("sumsq")) {
+        size_t n = quick ? ((size_t)1 << 26) : ((size_t)1 << 28);
+        sumsq_arg a = {dalloc(4), drand_f(n, 1.0f, 0), n};
+        timeit("sumsq_fp32", f_sumsq, &a, 0, 4.0 * n);
+        llmt__cuda_free(X, a.out);
+        llmt__cuda_free(X, a.x);
     }
     if (want("softmax_xent")) {
         int N = quick ? 1024 : 8192, V = 50257, Vp = 50304;

@@ -238,8 +238,10 @@ template <int HD, int KIND> struct Cfgs;
 /* forward. hd 128: MW = 2 spills (255 registers + 36 bytes with Q re-read
  * from shared memory), so do 2 warps (4 bytes); 4 warps ran in
  * 0.85-0.87x the time of 8 on an H200 (2026-11-27) and became the
- * default; entry 4 (32 keys a tile) has not run on a GPU yet, nor has hd
- * 128 dK/dV's entry 4. */
+ * default; then 32 keys a tile (4 warps) ran in 0.98-1.0x the time of 64
+ * on every hd 128 shape (H200, tools/gpu-tune.sh, later the same day) and
+ * is the default, 64 keys entry 4. hd 128 dK/dV's entry 4 (16 queries, 4
+ * warps) ran in 1.18-1.26x its default's time there. */
 template <> struct Cfgs<64, FWD> {
     static constexpr int N = 4;
     static constexpr TileCfg c[N] = {{4, 2, 64, true}, {8, 1, 64, true}, {4, 1, 128, true},
@@ -248,7 +250,7 @@ template <> struct Cfgs<64, FWD> {
 template <> struct Cfgs<128, FWD> {
     static constexpr int N = 5;
     static constexpr TileCfg c[N] = {
-        {4, 1, 64, true}, {8, 1, 64, true}, {8, 1, 32, true}, {4, 1, 128, false}, {4, 1, 32, true}};
+        {4, 1, 32, true}, {8, 1, 64, true}, {8, 1, 32, true}, {4, 1, 128, false}, {4, 1, 64, true}};
 };
 /* dQ. hd 64 entries 4 and 5 (two row tiles a warp: a K or V fragment
  * serves both) have not run on a GPU yet. */

@@ -231,26 +231,61 @@ __global__ void embedding_bwd_tok_det(float *dwte, const __nv_bfloat16 *dout,
 
 /* ---- RoPE ----------------------------------------------------------------- */
 
-__global__ void rope_kernel(__nv_bfloat16 *x, int BT, int T, int nh, int hd,
-                            size_t stride, float theta, int inverse)
+/* The rotation of position pos, pair i: cs[pos * hd/2 + i] = (cos, sin) of
+ * pos * theta^(-2i/hd), made once per call (T * hd/2 values, L2-resident)
+ * by the same expressions the rotation used to evaluate per element. That
+ * per-element powf and sincosf, and the 64-bit divisions that split the
+ * flat index, made the kernel compute-bound: 92 us a call at Llama 1B's
+ * q and k for B 4 (ncu, H200, 2026-11-27) where its 75 MB of traffic
+ * take ~18 us. */
+__global__ void rope_table_kernel(float2 *cs, int T, int hd, float theta)
 {
     int half = hd / 2;
-    size_t total = (size_t)BT * nh * half;
+    size_t total = (size_t)T * half;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
         int i = (int)(idx % half);
-        size_t rh = idx / half;
-        int h = (int)(rh % nh);
-        size_t r = rh / nh;
-        float pos = (float)(r % T);
+        float pos = (float)(idx / half);
         float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
         float s, c;
         sincosf(pos * inv_freq, &s, &c);
-        if (inverse) s = -s;
-        __nv_bfloat16 *p = x + r * stride + (size_t)h * hd;
-        float x1 = bf2f(p[i]), x2 = bf2f(p[i + half]);
-        p[i] = f2bf(x1 * c - x2 * s);
-        p[i + half] = f2bf(x2 * c + x1 * s);
+        cs[idx] = make_float2(c, s);
+    }
+}
+
+/* One token row a block step, its heads' pairs (i, i + hd/2) over the
+ * threads; PAIR2: two neighbouring pairs a thread (bf16x2 accesses, when
+ * hd/2 is even and the rows 4-byte aligned). */
+template <bool PAIR2>
+__global__ void rope_kernel(__nv_bfloat16 *x, const float2 *cs, int BT, int T, int nh,
+                            int hd, size_t stride, int inverse)
+{
+    const int half = hd / 2, per = PAIR2 ? half / 2 : half, items = nh * per;
+    const float sg = inverse ? -1.0f : 1.0f;
+    for (int r = blockIdx.x; r < BT; r += gridDim.x) {
+        const float2 *rc = cs + (size_t)(r % T) * half;
+        __nv_bfloat16 *row = x + (size_t)r * stride;
+        for (int j = threadIdx.x; j < items; j += blockDim.x) {
+            const int h = j / per, i = (j - h * per) * (PAIR2 ? 2 : 1);
+            __nv_bfloat16 *p = row + (size_t)h * hd + i;
+            if (PAIR2) {
+                const float2 c0 = rc[i], c1 = rc[i + 1];
+                __nv_bfloat162 a = *(const __nv_bfloat162 *)p;
+                __nv_bfloat162 b = *(const __nv_bfloat162 *)(p + half);
+                const float a0 = __low2float(a), a1 = __high2float(a);
+                const float b0 = __low2float(b), b1 = __high2float(b);
+                const float s0 = sg * c0.y, s1 = sg * c1.y;
+                *(__nv_bfloat162 *)p =
+                    __halves2bfloat162(f2bf(a0 * c0.x - b0 * s0), f2bf(a1 * c1.x - b1 * s1));
+                *(__nv_bfloat162 *)(p + half) =
+                    __halves2bfloat162(f2bf(b0 * c0.x + a0 * s0), f2bf(b1 * c1.x + a1 * s1));
+            } else {
+                const float2 c = rc[i];
+                const float s = sg * c.y, x1 = bf2f(p[0]), x2 = bf2f(p[half]);
+                p[0] = f2bf(x1 * c.x - x2 * s);
+                p[half] = f2bf(x2 * c.x + x1 * s);
+            }
+        }
     }
 }
 
@@ -382,8 +417,22 @@ llmt_status llmt__cuda_rope(llmt__cuda_ctx *ctx, llmt__bf16 *x, int B, int T,
 {
     size_t total = (size_t)B * T * nh * (hd / 2);
     if (total == 0) return LLMT_OK;
-    rope_kernel<<<llmt__grid(total, 256, ctx->num_sms * 16), 256, 0, ctx->compute>>>(
-        BF(x), B * T, T, nh, hd, stride, theta, inverse);
+    float2 *cs = NULL;
+    size_t ncs = (size_t)T * (hd / 2);
+    llmt_status st = llmt__cuda_alloc(ctx, (void **)&cs, ncs * sizeof *cs);
+    if (st) return st;
+    rope_table_kernel<<<llmt__grid(ncs, 256, ctx->num_sms * 4), 256, 0, ctx->compute>>>(
+        cs, T, hd, theta);
+    const bool pair2 = (hd / 2) % 2 == 0 && stride % 2 == 0 && ((uintptr_t)x & 3) == 0;
+    const int rows = B * T;
+    const unsigned grid = (unsigned)(rows < ctx->num_sms * 16 ? rows : ctx->num_sms * 16);
+    if (pair2)
+        rope_kernel<true><<<grid, 256, 0, ctx->compute>>>(BF(x), cs, rows, T, nh, hd, stride,
+                                                          inverse);
+    else
+        rope_kernel<false><<<grid, 256, 0, ctx->compute>>>(BF(x), cs, rows, T, nh, hd, stride,
+                                                           inverse);
+    llmt__cuda_free(ctx, cs);
     LLMT_LAUNCHED(ctx, "rope");
 }
 

@@ -223,15 +223,15 @@ template <int NV> constexpr int bwd_minb()
 {
     return NV <= 3 ? 3 : NV <= 6 ? 2 : 1;
 }
-/* VAR, the tuning variants (llmt__cuda_norm_set_cfg): 1 dinp loaded with
- * x and dout, before the row's reductions, as before 2026-11-27 (more in
- * flight, more registers: spills at C 768 and 1024); 2 (C <= 768: it
- * spills at LayerNorm's 1024) the
- * weight-gradient sums in registers, written to shared memory once at
- * the end (the default's 2 shared-memory accesses per element and row
- * would take ~30% of the kernel at C 768 if shared-memory bandwidth bound
- * them: an estimate, not measured). The sums run
- * in the same order: the same bits. */
+/* VAR, the kernel's variants: 1 dinp loaded with x and dout, before the
+ * row's reductions (configuration 0, the default again since an H200 ran
+ * it in 0.67x the time of VAR 0 at RMSNorm 16384 x 2048 and 0.98x at
+ * 768, LayerNorm 0.98-1.0x: more loads in flight outweigh its spills at C
+ * 768 and 1024, tools/gpu-tune.sh, 2026-11-27); 0 (configuration 1) dinp
+ * read chunk by chunk in the second pass; 2 (configuration 2, C <= 768:
+ * it spills at LayerNorm's 1024) the weight-gradient sums in registers,
+ * written to shared memory once at the end (0.95-1.09x VAR 0's time,
+ * same run). The sums run in the same order: the same bits. */
 template <int NV, int VAR> constexpr int bwd_blocks()
 {
     return VAR == 2 ? 2 : bwd_minb<NV>();
@@ -389,7 +389,7 @@ llmt_status norm_bwd(llmt__cuda_ctx *ctx, llmt__bf16 *dinp, float *dw, float *db
     uintptr_t al = (uintptr_t)dinp | (uintptr_t)dout | (uintptr_t)inp | (uintptr_t)w;
     if ((al & 15) == 0 && C % 256 == 0 && C <= 2048) {
         switch (C / 256) {
-#define B(nv) case nv: return ctx->norm_cfg[1] == 1 ? norm_bwd_fast<nv, RMS, 1>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name) : ctx->norm_cfg[1] == 2 ? norm_bwd_fast<nv, RMS, (nv <= 3 ? 2 : 0)>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name) : norm_bwd_fast<nv, RMS, 0>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
+#define B(nv) case nv: return ctx->norm_cfg[1] == 1 ? norm_bwd_fast<nv, RMS, 0>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name) : ctx->norm_cfg[1] == 2 ? norm_bwd_fast<nv, RMS, (nv <= 3 ? 2 : 0)>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name) : norm_bwd_fast<nv, RMS, 1>(ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, name);
         B(1) B(2) B(3) B(4) B(5) B(6) B(7) B(8)
 #undef B
         }

@@ -62,15 +62,37 @@ __global__ void adamw_kernel(float *master, __nv_bfloat16 *pb, const float *grad
 
 enum { R_SUMSQ = 0, R_SUM = 1, R_AMAX_BF16 = 2 };
 
-/* partial[blockIdx.x] = reduction of x over a fixed grid-stride pattern. */
+/* partial[blockIdx.x] = reduction of x over a fixed grid-stride pattern
+ * (fixed by n, the grid and x's 16-byte alignment: the same bits on every
+ * run). fp32 input 16-byte aligned is read as float4 into four sums, four
+ * loads in flight a thread: one scalar load at a time left the global
+ * gradient norm at 1.4 TB/s (3.1 ms for Llama 1B's 1.1e9 gradients, ncu,
+ * H200, 2026-11-27). */
 template <int OP>
-__global__ void reduce_partial(float *partial, const void *x, size_t n)
+__global__ void __launch_bounds__(512, 4) reduce_partial(float *partial, const void *x, size_t n)
 {
     __shared__ float sh[32];
     float acc = 0.0f;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        if (OP == R_SUMSQ) { float a = ((const float *)x)[i]; acc += a * a; }
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t step = (size_t)gridDim.x * blockDim.x;
+    if (OP != R_AMAX_BF16 && ((uintptr_t)x & 15) == 0) {
+        const float4 *x4 = (const float4 *)x;
+        const size_t n4 = n / 4;
+        float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+        for (size_t j = i; j < n4; j += step) {
+            float4 v = x4[j];
+            if (OP == R_SUMSQ) {
+                a[0] += v.x * v.x; a[1] += v.y * v.y; a[2] += v.z * v.z; a[3] += v.w * v.w;
+            } else {
+                a[0] += v.x; a[1] += v.y; a[2] += v.z; a[3] += v.w;
+            }
+        }
+        acc = (a[0] + a[1]) + (a[2] + a[3]);
+        i += n4 * 4;
+    }
+    for (; i < n; i += step) {
+        if (OP == R_SUMSQ) { float v = ((const float *)x)[i]; acc += v * v; }
         else if (OP == R_SUM) acc += ((const float *)x)[i];
         else acc = fmaxf(acc, fabsf(bf2f(((const __nv_bfloat16 *)x)[i])));
     }
@@ -101,9 +123,11 @@ __global__ void quantize_fp8_kernel(uint8_t *y, const __nv_bfloat16 *x,
 
 constexpr int RED_THREADS = 512;
 
+/* four blocks of 512 per SM: a full SM's threads (two left half its load
+ * slots idle) */
 unsigned red_grid(llmt__cuda_ctx *ctx, size_t n)
 {
-    return llmt__grid(n, RED_THREADS, (unsigned)ctx->num_sms * 2);
+    return llmt__grid(n, RED_THREADS, (unsigned)ctx->num_sms * 4);
 }
 
 } // namespace

@@ -594,6 +594,21 @@ static void test_reduce(void)
         down(&got, dout, 4);
         report("sumsq over 100 arrays", fabs(got - mw) / mw, 1e-5);
     }
+    { /* a piece 4 bytes past a 16-byte boundary: the scalar loop (aligned
+       * pieces are read as float4) */
+        const float *off[1] = {dxs[1] + 1};
+        size_t on[1] = {ns[1] - 1};
+        double mo = 0;
+        for (size_t j = 1; j < ns[1]; j++)
+            mo += (double)xs[1][j] * xs[1][j];
+        OK(llmt__cuda_sumsq(X, dout, off, on, 1));
+        down(&got, dout, 4);
+        report("sumsq from a misaligned start", fabs(got - mo) / mo, 1e-5);
+        OK(llmt__cuda_sum(X, dout, dxs[1] + 1, ns[1] - 1));
+        down(&got, dout, 4);
+        report("sum from a misaligned start",
+               fabs(got - (sum1 - xs[1][0])) / fmax(fabs(sum1 - xs[1][0]), 1.0), 1e-4);
+    }
     OK(llmt__cuda_sum(X, dout, dxs[1], ns[1]));
     down(&got, dout, 4);
     report("sum n=1000003", fabs(got - sum1) / fmax(fabs(sum1), 1.0), 1e-4);
@@ -960,6 +975,10 @@ int main(void)
     test_rope(2, 7, 3, 16, 3 * 16);
     test_rope(1, 1, 2, 64, 2 * 64 + 10);
     test_rope(2, 33, 5, 128, 5 * 128 * 3);
+    /* odd hd/2 and an odd stride: one pair a thread (the others take two) */
+    test_rope(2, 9, 3, 6, 3 * 6 + 1);
+    test_rope(1, 5, 2, 64, 2 * 64 + 1);
+    test_rope(2, 2048, 36, 64, 40 * 64); /* Llama 1B's q and k */
     test_attention(2, 1, 2, 1, 32);
     test_attention(1, 37, 3, 3, 48);
     test_attention(2, 67, 4, 2, 64);
