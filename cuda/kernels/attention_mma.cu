@@ -253,7 +253,8 @@ template <> struct Cfgs<128, FWD> {
         {4, 1, 32, true}, {8, 1, 64, true}, {8, 1, 32, true}, {4, 1, 128, false}, {4, 1, 64, true}};
 };
 /* dQ. hd 64 entries 4 and 5 (two row tiles a warp: a K or V fragment
- * serves both) have not run on a GPU yet. */
+ * serves both) ran in 0.98-1.01x and 1.00-1.03x the default's time on an
+ * H200 (2026-11-27; 4 slower only at T 1024): no win on every shape. */
 template <> struct Cfgs<64, DQ_K> {
     static constexpr int N = 6;
     static constexpr TileCfg c[N] = {{4, 1, 64, true}, {8, 1, 64, true}, {4, 1, 128, true},
@@ -268,7 +269,8 @@ template <> struct Cfgs<128, DQ_K> {
  * backward in 0.92-0.93x the time of 8 on an H200 (2026-11-27) and became
  * the default; entries 5 and 6 (two key tiles per warp: a Q or dO
  * fragment serves both, a quarter to a half fewer shared-memory reads per
- * product; 255 registers and a 4-byte spill) have not run on a GPU yet.
+ * product; 255 registers and a 4-byte spill) ran the backward in
+ * 1.00-1.07x and 1.13-1.23x its time (H200, later the same day).
  * hd 128: 4 warps at 64 queries and K/V in registers at 32 spill. */
 template <> struct Cfgs<64, DKV_K> {
     static constexpr int N = 7;
@@ -284,9 +286,10 @@ template <> struct Cfgs<128, DKV_K> {
 /* dK/dV with dQ by atomics (one key tile per warp). Entry 0 ran on an
  * H100 (2026-11-27: 0-9% faster than the two-kernel backward of then,
  * whose dK/dV has since gained 7-8% from 4 warps a block); the others, 4
- * warps (as the two-kernel dK/dV's default) and 32 queries a tile, have
- * not run on a GPU yet (sm_90: 221-255 registers, no spill but hd 128 at
- * 4 warps x 64 queries, 16 bytes). */
+ * warps (as the two-kernel dK/dV's default) and 32 queries a tile (sm_90:
+ * 221-255 registers, no spill but hd 128 at 4 warps x 64 queries, 16
+ * bytes), were slower still on an H200 (2026-11-27: 1.03-1.29x the
+ * two-kernel backward's time; entry 0 0.98-1.10x). */
 template <> struct Cfgs<64, DKVQ_K> {
     static constexpr int N = 4;
     static constexpr TileCfg c[N] = {
