@@ -12,7 +12,7 @@
 # rank killed and restarted: about 100 s; all passed on 2026-11-27) and
 # SEEDS="1 2" the kernel tests on more seeds (default: seed 1 only).
 # ONLY="tests kernels llama fp8" runs only the named steps (default all:
-# tests attn kernels gpt2 cli llama fp8; the build always runs), and
+# tests attn kernels gpt2 cli llama job fp8; the build always runs), and
 # LLAMA_B the Llama batch sizes (default 4,8; PyTorch's peer runs the
 # same).
 #
@@ -180,7 +180,16 @@ grep -E "tok/s.*MFU|fail" /tmp/llmt-session/llama.log | tee -a "$log"
 run llama-torch 240 env PYTHONUNBUFFERED=1 python3 bench/gpu/llama_torch.py --model 1b --B "$lb" \
   --T 2048 --json "$out/bench-llama-torch.json"
 tail -4 /tmp/llmt-session/llama-torch.log | tee -a "$log"
+fi
 
+# 5b. The same 1B step through llmt_job (`llmtrain train`, data loader,
+# metrics and all): model.vocab 32000 over a 4096-token BPE of the docs,
+# B 8, bf16, 40 steps; its median tokens/s and MFU beside the trainer's.
+if want job; then
+  run job-llama 150 python3 bench/gpu/fp8_curve.py --llmtrain $b/tools/llmtrain --device cuda \
+    --model 1b --steps 40 --B 8 --T 2048 --model-vocab 32000 --gemms bf16 \
+    --out /tmp/llmt-session/job-llama --json "$out/job-llama.json"
+  tail -1 /tmp/llmt-session/job-llama.log | tee -a "$log"
 fi
 if want fp8; then
 run llama-fp8 90 $b/bench/gpu/bench_llama --model 1b --B 4 --T 2048 --steps 8 --fp8 1 \

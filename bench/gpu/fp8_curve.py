@@ -10,7 +10,7 @@ curves step by step, both validation losses, the median tokens/s of each
 
     fp8_curve.py --llmtrain build/tools/llmtrain [--device cuda|emulated]
                  [--model 1b|small|tiny] [--steps 200] [--B 4] [--T 2048]
-                 [--out DIR] [--json FILE]
+                 [--model-vocab N] [--gemms bf16,fp8] [--out DIR] [--json FILE]
 
 --model 1b is TinyLlama-1.1B's shape (22 layers, width 2048, 32 heads, 4 kv
 heads, SwiGLU 5632: bench_llama's), small a 12-layer 768-wide Llama, tiny
@@ -21,6 +21,12 @@ rounding. The summary: the mean and largest |fp8 - bf16| over the last
 quarter of the steps, and the validation losses' relative difference.
 Exit 0 when both runs finished with finite losses, 1 otherwise; the size
 of the gap is reported, not judged (a benchmark, not a test).
+
+--gemms bf16 runs one of the two (then nothing is compared): with
+--model-vocab 32000 (the model's vocabulary, above the BPE's ids; default
+--vocab) and --B 8 it is bench_llama's TinyLlama step through llmt_job,
+whose median MFU (metrics.jsonl's, over the planner's model FLOPs) and
+tokens/s it records beside the trainer's.
 """
 import argparse
 import json
@@ -64,7 +70,7 @@ def prepare(a):
 
 
 def spec(a, gemm):
-    m = dict(SHAPES[a.model], arch="llama", vocab=a.vocab, seq_len=a.T)
+    m = dict(SHAPES[a.model], arch="llama", vocab=a.model_vocab or a.vocab, seq_len=a.T)
     warm = max(1, a.steps // 10)
     return {
         "name": "fp8-curve-" + gemm,
@@ -99,7 +105,7 @@ def run(a, gemm):
     wall = time.time() - t0
     # the run's end checkpoint is not needed (at 1B: 13 GB of disk)
     shutil.rmtree(os.path.join(d, "run", "ckpt"), ignore_errors=True)
-    loss, tps, val = {}, [], None
+    loss, tps, mfu, val = {}, [], [], None
     mpath = os.path.join(d, "run", "metrics.jsonl")
     if os.path.exists(mpath):
         for line in open(mpath):
@@ -110,17 +116,21 @@ def run(a, gemm):
                 loss[r["step"]] = r["loss"]
                 if r["step"] > a.skip and "tokens_per_s" in r:
                     tps.append(r["tokens_per_s"])
+                if r["step"] > a.skip and "mfu" in r:
+                    mfu.append(r["mfu"])
             if "val_loss" in r and r["step"] > 0:
                 val = r["val_loss"]
     ok = rc == 0 and len(loss) == a.steps and all(math.isfinite(v) for v in loss.values())
-    print("%-5s rc %d, %d steps in %.1f s, loss %s -> %s, validation %s, %s tok/s" % (
+    print("%-5s rc %d, %d steps in %.1f s, loss %s -> %s, validation %s, %s tok/s, MFU %s" % (
         gemm, rc, len(loss), wall, "%.4f" % loss[1] if 1 in loss else "-",
         "%.4f" % loss[a.steps] if a.steps in loss else "-",
         "%.4f" % val if val is not None else "-",
-        "%.0f" % statistics.median(tps) if tps else "-"))
+        "%.0f" % statistics.median(tps) if tps else "-",
+        "%.1f%%" % (100 * statistics.median(mfu)) if mfu else "-"))
     return dict(ok=ok, rc=rc, wall_s=round(wall, 2), loss=[loss.get(k) for k in
                                                             range(1, a.steps + 1)],
-                val_loss=val, tokens_per_s=statistics.median(tps) if tps else None)
+                val_loss=val, tokens_per_s=statistics.median(tps) if tps else None,
+                mfu=statistics.median(mfu) if mfu else None)
 
 
 def main():
@@ -131,7 +141,10 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--B", type=int, default=4)
     ap.add_argument("--T", type=int, default=2048)
-    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--vocab", type=int, default=4096, help="the BPE's tokens")
+    ap.add_argument("--model-vocab", type=int, default=0,
+                    help="model.vocab (default: --vocab; larger pads the embedding and head)")
+    ap.add_argument("--gemms", default="bf16,fp8", help="which runs: bf16, fp8 or both")
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--skip", type=int, default=5, help="steps left out of tokens/s")
     ap.add_argument("--corpus", default="doc")
@@ -140,13 +153,24 @@ def main():
     a = ap.parse_args()
     if a.steps < 4:
         ap.error("--steps must be >= 4")
+    gemms = a.gemms.split(",")
+    if not gemms or any(g not in ("bf16", "fp8") for g in gemms):
+        ap.error("--gemms takes bf16, fp8 or bf16,fp8")
+    if a.model_vocab and a.model_vocab < a.vocab:
+        ap.error("--model-vocab must be >= --vocab")
     a.data = prepare(a)
-    r = {g: run(a, g) for g in ("bf16", "fp8")}
+    r = {g: run(a, g) for g in gemms}
+    out = dict(case="fp8_curve_llama_%s_B%d_T%d" % (a.model, a.B, a.T), device=a.device,
+               steps=a.steps, model=SHAPES[a.model], vocab=a.vocab,
+               model_vocab=a.model_vocab or a.vocab, runs=r)
+    if len(r) == 1:
+        if a.json:
+            with open(a.json, "w") as fh:
+                json.dump(out, fh, indent=1)
+        return 0 if all(x["ok"] for x in r.values()) else 1
     b, f = r["bf16"]["loss"], r["fp8"]["loss"]
     tail = [abs(x - y) for x, y in zip(b[-(a.steps // 4):], f[-(a.steps // 4):])
             if x is not None and y is not None]
-    out = dict(case="fp8_curve_llama_%s_B%d_T%d" % (a.model, a.B, a.T), device=a.device,
-               steps=a.steps, model=SHAPES[a.model], vocab=a.vocab, runs=r)
     if tail:
         out["last_quarter_mean_abs_diff"] = sum(tail) / len(tail)
         out["last_quarter_max_abs_diff"] = max(tail)
