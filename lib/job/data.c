@@ -6,6 +6,7 @@
  * reads shards through the loader: the global sample cursor makes the
  * order independent of the number of data-parallel ranks, and its state is
  * what a checkpoint keeps. */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +193,94 @@ static llmt_status prepare_text(llmt_job *j, job_data *d, const char *corpus,
     return LLMT_OK;
 }
 
+/* Whether directory p names a *.tok or *.bin file (what a dataset reads). */
+static int has_shard_files(const char *p)
+{
+    DIR *d = opendir(p);
+    if (!d)
+        return 0;
+    struct dirent *de;
+    int found = 0;
+    while (!found && (de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        found = de->d_name[0] != '.' && n > 4 &&
+                (!strcmp(de->d_name + n - 4, ".tok") || !strcmp(de->d_name + n - 4, ".bin"));
+    }
+    closedir(d);
+    return found;
+}
+
+/* A prepared directory whose split holds no shard: `data prepare
+ * --val-frac 1` leaves train/ empty, --val-frac 0 (or a one-document
+ * corpus) val/. Said with the fix, where the dataset would only say "no
+ * *.tok"; key is the spec key that named root. */
+static llmt_status empty_split(llmt_job *j, const char *key, const char *root,
+                               const char *split)
+{
+    char p[JOB_PATH_MAX + 32], other[JOB_PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/%s", root, split);
+    if (!is_dir(p) || has_shard_files(p))
+        return LLMT_OK;
+    int train = !strcmp(split, "train");
+    snprintf(other, sizeof other, "%s/%s", root, train ? "val" : "train");
+    if (!has_shard_files(other))
+        return FAIL(LLMT_ERR_NOT_FOUND,
+                    "%s %s: the preparation holds no token shards (%s/ and %s/ are "
+                    "empty): prepare the corpus again (llmtrain data prepare)",
+                    key, root, p, other);
+    if (train)
+        return FAIL(LLMT_ERR_NOT_FOUND,
+                    "%s %s: the preparation holds only a validation split (%s/ has no "
+                    "shard; prepared with --val-frac 1?): prepare the corpus again with a "
+                    "smaller --val-frac, or point %s at training shards (this directory "
+                    "can serve as data.val)",
+                    key, root, p, key);
+    return FAIL(LLMT_ERR_NOT_FOUND,
+                "%s %s: the preparation holds no validation split (%s/ has no shard; "
+                "prepared with --val-frac 0, or from a single document?) and a job "
+                "validates on one: prepare the corpus again with --val-frac above 0, "
+                "or name %svalidation shards in data.val",
+                key, root, p, strcmp(key, "data.val") ? "" : "other ");
+}
+
+/* The validation shards: data.val (a prepared directory gives its val/,
+ * as data.train gives its train/), else the val/ of data.train's prepared
+ * directory. */
+static llmt_status val_path(llmt_job *j, const char *src, const char *prep, int prepared,
+                            char *valp, size_t cap)
+{
+    const llmt_spec *sp = j->spec;
+    const char *v = sp->data.val && *sp->data.val ? sp->data.val : NULL;
+    char sub[JOB_PATH_MAX + 32];
+    if (!v && !prepared)
+        return FAIL(LLMT_ERR_INVALID_ARGUMENT,
+                    "data.val is not set and %s is not a prepared directory "
+                    "with a val/ split: name the validation shards in data.val",
+                    src);
+    if (!v) {
+        snprintf(valp, cap, "%s/val", prep);
+        return empty_split(j, "data.train", prep, "val");
+    }
+    snprintf(sub, sizeof sub, "%s/train", v);
+    if (is_dir(v) && is_dir(sub)) {
+        snprintf(valp, cap, "%s/val", v);
+        return empty_split(j, "data.val", v, "val");
+    }
+    /* a file with a shard's name but a bad header is left to the dataset,
+     * which names what is wrong in it */
+    size_t n = strlen(v);
+    int named = n > 4 && (!strcmp(v + n - 4, ".tok") || !strcmp(v + n - 4, ".bin"));
+    if (is_dir(v) ? !has_shard_files(v) : exists(v) && !named && !is_shards(v))
+        return FAIL(LLMT_ERR_INVALID_ARGUMENT,
+                    "data.val %s is text or holds no token shards (*.tok, *.bin): "
+                    "prepare it with llmtrain data prepare and name its directory, "
+                    "or leave data.val out (text in data.train is prepared with its "
+                    "own validation split)",
+                    v);
+    snprintf(valp, cap, "%s", v);
+    return LLMT_OK;
+}
+
 static llmt_status open_ds(llmt_job *j, const char *path, llmt_dataset **out, const char *what)
 {
     llmt_status s = llmt_dataset_open(j->ctx, path, 0, out);
@@ -295,15 +384,10 @@ llmt_status llmt__job_data_open(llmt_job *j, job_data *d, const job_data_opts *o
     int prepared = is_dir(trainp);
     if (!prepared)
         snprintf(trainp, sizeof trainp, "%s", prep);
-    if (sp->data.val && *sp->data.val)
-        snprintf(valp, sizeof valp, "%s", sp->data.val);
-    else if (prepared)
-        snprintf(valp, sizeof valp, "%s/val", prep);
-    else
-        return FAIL(LLMT_ERR_INVALID_ARGUMENT,
-                    "data.val is not set and %s is not a prepared directory "
-                    "with a val/ split: name the validation shards in data.val",
-                    src);
+    if (prepared && (s = empty_split(j, "data.train", prep, "train")) != LLMT_OK)
+        return s;
+    if ((s = val_path(j, src, prep, prepared, valp, sizeof valp)) != LLMT_OK)
+        return s;
     if (!d->tok) {
         snprintf(tokfile, sizeof tokfile, "%s/tokenizer.bin", prep);
         s = open_tokenizer(j, d, prepared ? tokfile : NULL);

@@ -1,0 +1,69 @@
+#!/bin/sh
+# llmtrain train on a preparation with one split empty (`data prepare
+# --val-frac 1` writes only val/, --val-frac 0 only train/): refused naming
+# the directory, the split it lacks and the fix (before: the dataset's
+# "directory .../train has no *.tok or *.bin files"); data.val naming a
+# prepared directory takes its val/ (before: "tokenizer.bin: bad magic"),
+# and text in data.val is refused by name.
+# usage: test_cli_train_splits.sh path/to/llmtrain
+exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+. "$(dirname "$0")/../run_lib.sh"
+
+prep() { # out val-frac
+  "$exe" data prepare corpus --out "$1" --val-frac "$2" --filter none --dedup none \
+    > "$1.log" 2>&1 || { bad "prepare $1"; cat "$1.log"; }
+}
+prep allval 1
+prep trainonly 0
+prep both 0.3
+[ -z "$(ls allval/train)" ] && [ -n "$(ls allval/val)" ] && [ -z "$(ls trainonly/val)" ] &&
+  ok "preparations: allval has only val/, trainonly only train/" || bad "preparations' splits"
+
+mk() { # file train [val]
+  v=${3:+, \"val\": \"$3\"}
+  cat > "$1" <<JSON
+{"name": "splits",
+ "model": {"arch": "gpt2", "layers": 1, "hidden": 32, "heads": 2, "vocab": 300, "seq_len": 16},
+ "batch": {"micro": 2, "grad_accum": 1},
+ "train": {"steps": 2, "seed": 5, "eval_interval": 1, "eval_batches": 1,
+           "log_interval": 1, "threads": 1, "sample_tokens": 0},
+ "data": {"train": "$2"$v},
+ "hardware": {"gpu": "cpu"}}
+JSON
+}
+run() { # name train [val]: exit status in rc, output in name.log
+  mk "$1.json" "$2" "$3"
+  "$exe" train "$1.json" --out "run-$1" > "$1.log" 2>&1
+  rc=$?
+}
+
+run t-allval "$tmp/allval"
+[ $rc = 1 ] && grep -q "data.train $tmp/allval: the preparation holds only a validation split" t-allval.log &&
+  grep -q 'smaller --val-frac' t-allval.log && grep -q 'point data.train at training shards' t-allval.log &&
+  ok "train on a validation-only preparation: refused naming it and the fix" ||
+  { bad "train on allval (rc $rc)"; cat t-allval.log; }
+
+run t-trainonly "$tmp/trainonly"
+[ $rc = 1 ] && grep -q "data.train $tmp/trainonly: the preparation holds no validation split" t-trainonly.log &&
+  grep -q 'val-frac above 0, or name validation shards in data.val' t-trainonly.log &&
+  ok "train on a train-only preparation, no data.val: refused naming it and the fix" ||
+  { bad "train on trainonly (rc $rc)"; cat t-trainonly.log; }
+
+run v-trainonly "$tmp/both" "$tmp/trainonly"
+[ $rc = 1 ] && grep -q "data.val $tmp/trainonly: the preparation holds no validation split" v-trainonly.log &&
+  ok "data.val on a train-only preparation: refused naming data.val" ||
+  { bad "data.val trainonly (rc $rc)"; cat v-trainonly.log; }
+
+# the two together: trains, validating on allval's val/ (a prepared
+# directory in data.val as in data.train)
+run pair "$tmp/trainonly" "$tmp/allval"
+[ $rc = 0 ] && grep -q '"step":2,"val_loss"' run-pair/metrics.jsonl &&
+  ok "data.train train-only + data.val validation-only: trains and validates" ||
+  { bad "trainonly + allval (rc $rc)"; cat pair.log; }
+run pairval "$tmp/trainonly" "$tmp/allval/val"
+[ $rc = 0 ] && ok "data.val naming the val/ directory itself" || { bad "allval/val (rc $rc)"; cat pairval.log; }
+
+run v-text "$tmp/both" "$tmp/corpus"
+[ $rc = 1 ] && grep -q "data.val $tmp/corpus is text or holds no token shards" v-text.log &&
+  ok "text in data.val refused naming data.val" || { bad "text in data.val (rc $rc)"; cat v-text.log; }
+exit $fail
