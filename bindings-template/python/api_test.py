@@ -252,6 +252,17 @@ def spec_paths(tmp):
     raises(lambda: llmtrain.Spec('{"model": {"no_such_key": 1}}'), _ffi.LLMT_ERR_SPEC,
            "Spec(bad key)", "model.no_such_key")
     raises(lambda: llmtrain.Spec(None), _ffi.LLMT_ERR_NULL_POINTER, "Spec(None)")
+    # Spec.validate's size query answers BUFFER_TOO_SMALL for a bad spec;
+    # its retry succeeds, and once left that answer as this thread's last
+    # error: a failure that did not happen, read by a later last_error()
+    L = llmtrain.lib()
+    for what, spec in (("bad", {"model": {"no_such_key": 1}}), ("good", open(good).read())):
+        L.llmt_last_error_clear()
+        errs = llmtrain.Spec.validate(spec)
+        st = llmtrain.last_error()
+        check((len(errs) == 1 and "model.no_such_key" in errs[0]) if what == "bad" else errs == [],
+              "Spec.validate(%s spec) -> %s" % (what, errs))
+        check(st == (0, ""), "Spec.validate(%s spec) leaves no last error (%s)" % (what, st))
 
 
 def comm_buffers(tmp):

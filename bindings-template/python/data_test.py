@@ -244,6 +244,23 @@ def check_tokenizer(tok, name, samples):
               f"{name}: bad id raises invalid argument with the handle's error: {e}")
 
 
+def check_long_token(lib, ctx):
+    """token_bytes of a token longer than its first buffer (256 bytes):
+    the retry's bytes, and no BUFFER_TOO_SMALL of the first try left as
+    the thread's last error (it was: a failure that did not happen)."""
+    with L.Tokenizer.train_bpe(ctx, "a" * 4096 + "\n", 300) as tok:
+        lens = [len(tok.token_bytes(i)) for i in range(tok.vocab_size)]
+        big = lens.index(max(lens))
+        c = lib._lib
+        c.llmt_last_error.restype = L.ctypes.c_char_p
+        c.llmt_last_error_clear()
+        b = tok.token_bytes(big)
+        st, msg = c.llmt_last_error_status(), c.llmt_last_error().decode()
+        if (check(len(b) > 256 and b == b"a" * len(b), f"token_bytes: a {len(b)}-byte token") and
+                check(st == 0, f"token_bytes' retry leaves no last error (got {st}: {msg})")):
+            ok(f"token_bytes of a {len(b)}-byte token: no last error left")
+
+
 def check_prepared(lib, ctx, out, tok, kept, name):
     """Both splits through the independent reader and llmt_dataset_read;
     the decoded documents must be exactly `kept`. Returns the train shards'
@@ -549,6 +566,7 @@ def main():
             with L.Tokenizer.load(ctx, saved) as again:
                 check(again.encode(kept[2]) == bpe.encode(kept[2]), "save/load round trip")
             check_prepared(lib, ctx, out2, bpe, kept, "bpe")
+            check_long_token(lib, ctx)
             ok(f"prepare (bpe {bpe.vocab_size}): {rep2.train_tokens + rep2.val_tokens} tokens "
                f"for {rep.train_tokens + rep.val_tokens} bytes")
 

@@ -311,9 +311,17 @@ class Spec(Handle):
         """Every error of a spec, one per item ([] when valid)."""
         data = _b(_json.dumps(spec) if isinstance(spec, dict) else spec)
         need = _c.c_size_t(0)
-        lib().llmt_spec_validate_json(None, data, len(data), None, 0, _c.byref(need))
+        L = lib()
+        L.llmt_last_error_clear()
+        s = L.llmt_spec_validate_json(None, data, len(data), None, 0, _c.byref(need))
+        if s == 0:
+            return []
+        # the size query's BUFFER_TOO_SMALL is an answer, not a failure: a
+        # later last_error() must not report it (the retry, succeeding,
+        # would leave it there)
+        L.llmt_last_error_clear()
         buf = _c.create_string_buffer(need.value + 1)
-        s = lib().llmt_spec_validate_json(None, data, len(data), buf, len(buf), _c.byref(need))
+        s = L.llmt_spec_validate_json(None, data, len(data), buf, len(buf), _c.byref(need))
         return [] if s == 0 else [x for x in buf.value.decode().split("\n") if x]
 
     def get(self, path):

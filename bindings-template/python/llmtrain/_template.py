@@ -501,6 +501,12 @@ class Tokenizer(_Handle):
     def save(self, path):
         self._check(self.lib._lib.llmt_tokenizer_save(self._h(), os.fsencode(path)))
 
+    def _forget_too_small(self):
+        """A first try answered BUFFER_TOO_SMALL with the size to retry
+        with: forget it on this thread (llmt_last_error), where the retry,
+        succeeding, would leave it for a later reader to take as a failure."""
+        self.lib._lib.llmt_last_error_clear()
+
     def encode(self, text):
         """str (UTF-8) or bytes -> array('i') of ids."""
         data = text.encode() if isinstance(text, str) else bytes(text)
@@ -512,6 +518,7 @@ class Tokenizer(_Handle):
                                                      cap, _c.byref(n))
             if st != ERR_BUFFER_TOO_SMALL:
                 break
+            self._forget_too_small()
             cap = n.value
         self._check(st)
         return array.array("i", memoryview(buf).cast("B")[:4 * n.value].cast("i"))
@@ -534,6 +541,7 @@ class Tokenizer(_Handle):
         st = self.lib._lib.llmt_tokenizer_token_bytes(self._h(), token_id, buf, 256,
                                                       _c.byref(n))
         if st == ERR_BUFFER_TOO_SMALL:
+            self._forget_too_small()
             buf = _c.create_string_buffer(n.value)
             st = self.lib._lib.llmt_tokenizer_token_bytes(self._h(), token_id, buf,
                                                           n.value, _c.byref(n))
