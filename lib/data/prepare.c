@@ -405,6 +405,31 @@ static void fill_from_ingest(llmt_ingest *it, llmt_data_report *r)
     r->bad_lines = st.bad_lines;
 }
 
+/* Every document removed: how many were read and what removed them (st
+ * of run() is only filled for a progress callback: it said "0 read" of a
+ * document the filters had removed). */
+static llmt_status none_left(prep_state *p, const llmt_data_report *r)
+{
+    char why[512] = "";
+    int64_t read = 0;
+    size_t n = 0;
+    for (int32_t v = 0; v < LLMT_DATA_VERDICTS; v++) {
+        read += r->verdicts[v];
+        if (v != LLMT_DATA_KEEP && r->verdicts[v] && n < sizeof why)
+            n += (size_t)snprintf(why + n, sizeof why - n, "%s %s %lld", n ? "," : ":",
+                                  llmt_data_verdict_name(v), (long long)r->verdicts[v]);
+    }
+    if (!read)
+        return llmt__err_set(p->ce, LLMT_ERR_INVALID_ARGUMENT,
+                             "data prepare: no document left: the inputs hold no "
+                             "document (empty files?)");
+    return llmt__err_set(p->ce, LLMT_ERR_INVALID_ARGUMENT,
+                         "data prepare: no document left: %lld read, all removed%s "
+                         "(loosen those thresholds or turn the filters or dedup off; "
+                         "doc/data.md)",
+                         (long long)read, why);
+}
+
 static llmt_status run(prep_state *p, llmt_tokenizer *tok, int32_t eot,
                        const llmt_data_filter_opts *fo,
                        const llmt_data_prepare_opts *po, llmt_data_report *r)
@@ -474,10 +499,7 @@ static llmt_status run(prep_state *p, llmt_tokenizer *tok, int32_t eot,
         po->progress(po->progress_user, st.bytes_read, st.bytes_total,
                      st.documents);
     if (r->verdicts[LLMT_DATA_KEEP] == 0)
-        return llmt__err_set(p->ce, LLMT_ERR_INVALID_ARGUMENT,
-                             "data prepare: no document left (%lld read, all "
-                             "removed by the filters or dedup, or the inputs "
-                             "are empty)", (long long)st.documents);
+        return none_left(p, r);
     return LLMT_OK;
 }
 

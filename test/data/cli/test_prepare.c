@@ -125,6 +125,10 @@ static void test_failure_report(void)
     llmt_data_report r;
     CHECK_STATUS(prep("docs.txt", "none", &po, &r), LLMT_ERR_INVALID_ARGUMENT);
     CHECK(strstr(llmt_context_last_error(ctx), "no document") != NULL);
+    /* how many were read and what removed them (it said "0 read": the
+     * count came from stats filled only for a progress callback) */
+    CHECK(strstr(llmt_context_last_error(ctx), "6 read") != NULL);
+    CHECK(strstr(llmt_context_last_error(ctx), "too_short 6") != NULL);
     CHECK_EQ_INT(r.files, 1);
     CHECK_EQ_INT(r.documents, 6);
     CHECK_EQ_INT(r.verdicts[LLMT_DATA_TOO_SHORT], 6);
