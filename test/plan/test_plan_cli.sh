@@ -5,6 +5,9 @@
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 src=${LLMT_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 specs=$src/examples/specs
+# the interpreter meson found ($LLMT_PYTHON): a launcher on PATH (a pyenv
+# shim) costs ~0.5 s of CPU each of its seven calls
+py3=${LLMT_PYTHON:-python3}
 fail=0
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -12,7 +15,7 @@ cd "$tmp" || exit 1
 ok() { printf 'ok   %s\n' "$1"; }
 bad() { printf 'FAIL %s\n' "$1"; fail=1; }
 has() { grep -q -- "$2" "$1" && ok "$3" || { bad "$3 (no '$2' in output)"; cat "$1"; }; }
-py() { python3 -c "$1" < "$2" && ok "$3" || bad "$3"; }
+py() { "$py3" -c "$1" < "$2" && ok "$3" || bad "$3"; }
 
 # 405B on 16,384 GPUs: the seeds' layout and every section of the table.
 "$exe" plan "$specs/llama3-405b-16k.json" > t.txt 2> e.txt \
@@ -55,7 +58,7 @@ assert abs(g["mtbf_hours"]-54*24/419)<1e-6' s.json "goodput JSON"
 # --interval: the goodput at a given interval; 10x Young is worse.
 "$exe" plan "$specs/llama3-405b-16k.json" --simulate --hours 200 --trials 8 --json --interval 2117 > i.json \
   && ok "--interval" || bad "--interval"
-python3 -c 'import json,sys; a=json.load(open("s.json"))["goodput"]; b=json.load(open("i.json"))["goodput"]
+"$py3" -c 'import json,sys; a=json.load(open("s.json"))["goodput"]; b=json.load(open("i.json"))["goodput"]
 assert b["interval_s"]==2117 and b["goodput"]<a["young_daly_goodput"]-0.02, (a, b)' \
   && ok "10x the Young interval loses goodput" || bad "--interval goodput"
 "$exe" plan "$specs/llama3-405b-16k.json" --simulate --interval 0 > /dev/null 2>&1; [ $? -eq 2 ] \
@@ -109,7 +112,7 @@ has x.txt "is not a spec key" "--explain says a calibration file's software is n
 # The table adds up: every column's terms sum to its step; the verdict's
 # gain is the spec's step minus #1's; the ranking is sorted; the term named
 # first is the one the spec spends most on over #1.
-python3 - x.txt <<'P' && ok "--explain table adds up" || bad "--explain table does not add up"
+"$py3" - x.txt <<'P' && ok "--explain table adds up" || bad "--explain table does not add up"
 import re, sys
 t = open(sys.argv[1]).read().split("\n")
 i = next(k for k, l in enumerate(t) if l.startswith("predicted step time by term"))
@@ -137,7 +140,7 @@ assert max(d, key=d.get) == name, (name, d)
 P
 # #1 is the auto-planner's choice: the same step as --auto's.
 "$exe" plan "$cal/megatron-18b-256gpu.json" --auto --json > xa.json
-python3 - x.txt xa.json <<'P' && ok "--explain #1 = --auto's plan" || bad "--explain #1 differs from --auto"
+"$py3" - x.txt xa.json <<'P' && ok "--explain #1 = --auto's plan" || bad "--explain #1 differs from --auto"
 import json, re, sys
 t = open(sys.argv[1]).read(); d = json.load(open(sys.argv[2]))
 m = re.search(r"chosen layout \(the planner's #1\)\s+tp(\d+) cp(\d+) pp(\d+) dp(\d+)", t)
@@ -147,7 +150,7 @@ st = float(re.search(r"\n  step ([\d.]+) s, MFU", t).group(1))
 assert abs(st - d["estimate"]["time"]["step_s"]) < 1e-3 * st
 P
 # The planner's own choice, written back as a spec, is explained as such.
-python3 -c 'import json,sys; d=json.load(open("xa.json")); json.dump(d["spec"], open("chosen.json","w"))'
+"$py3" -c 'import json,sys; d=json.load(open("xa.json")); json.dump(d["spec"], open("chosen.json","w"))'
 "$exe" plan chosen.json --explain > y.txt 2> e.txt && ok "--explain on the chosen layout" \
   || { bad "--explain on the chosen layout"; cat e.txt; }
 has y.txt "= the planner's #1" "--explain finds the spec at #1"

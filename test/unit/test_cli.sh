@@ -2,6 +2,9 @@
 # The llmtrain command: every subcommand answers --help; version and features
 # print what the library says; unknown commands and arguments are usage errors.
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+# the interpreter meson found ($LLMT_PYTHON): a launcher on PATH (a pyenv
+# shim) costs ~0.5 s of CPU a call
+py3=${LLMT_PYTHON:-python3}
 fail=0
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -24,10 +27,10 @@ done
 v=$("$exe" version) || bad "version exits non-zero"
 echo "$v" | grep -Eq '^llmtrain [0-9]+\.[0-9]+\.[0-9]+ \(header [0-9.]+, ABI 1\.[0-9]+\)$' \
   && ok "version format" || bad "version format: $v"
-"$exe" version --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["abi"].startswith("1.")' \
+"$exe" version --json | "$py3" -c 'import json,sys; d=json.load(sys.stdin); assert d["abi"].startswith("1.")' \
   && ok "version --json" || bad "version --json"
 "$exe" features | grep -Eq '^cuda +(yes|no)$' && ok "features" || bad "features"
-"$exe" features --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert isinstance(d["features"], list); assert d["cuda_devices"] >= 0' \
+"$exe" features --json | "$py3" -c 'import json,sys; d=json.load(sys.stdin); assert isinstance(d["features"], list); assert d["cuda_devices"] >= 0' \
   && ok "features --json" || bad "features --json"
 
 "$exe" frobnicate > /dev/null 2>&1; [ $? -eq 2 ] && ok "unknown command -> 2" || bad "unknown command"
