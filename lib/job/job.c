@@ -372,7 +372,21 @@ static llmt_status make_engine(llmt_job *j)
     llmt_status s = llmt__trainer_ready(j->tr);
     llmt__obs_remake_end();
     if (s != LLMT_OK)
-        return FAIL(s, "%s", llmt_trainer_last_error(j->tr));
+        s = FAIL(s, "%s", llmt_trainer_last_error(j->tr));
+    else
+        s = llmt__job_shares_reserve(j);
+    if (s != LLMT_OK && j->world > 1) { /* which rank, in every rank's log */
+        char why[LLMT_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", j->err.msg);
+        s = FAIL(s, "rank %d: %s", (int)j->rank, why);
+    }
+    /* each rank's own allocations (the engine, data parallelism's shares
+     * and staging, the SDC copy): a rank without memory would fail alone
+     * and the others wait in their next collective until its timeout */
+    if (j->comm && j->world > 1)
+        s = llmt__job_agree(j, s, "job: making the trainer's engine");
+    if (s != LLMT_OK)
+        return s;
     llmt__job_pp_copies_plan(j);
     return LLMT_OK;
 }

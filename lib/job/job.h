@@ -370,6 +370,11 @@ void llmt__job_sdc_free(llmt_job *j);
  * replays use (grown as needed) and back (collective: the engine and data
  * parallelism take them up). */
 llmt_status llmt__job_shares_keep(llmt_job *j);
+/* The copy's memory, where a ZeRO-3 check will take it, at the job's
+ * creation with the engine (job.c's make_engine agrees on it): taken in
+ * the step, a rank without it failed alone and the others waited in the
+ * step's collectives until their timeout. */
+llmt_status llmt__job_shares_reserve(llmt_job *j);
 llmt_status llmt__job_shares_put(llmt_job *j);
 /* sdc_base.c: the ZeRO-3 window's base. base: at the start of each step
  * (before its batch is read), the state `start` when the newest checked

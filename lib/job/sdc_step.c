@@ -58,22 +58,40 @@ static size_t shares_copy(llmt_job *j, float *snap, int dir)
     return at;
 }
 
+/* The copy's two buffers, grown to this rank's shares and the step's
+ * batch (need: the floats of its shares). */
+static llmt_status snap_grow(llmt_job *j, size_t need)
+{
+    size_t batch = (size_t)j->to.micro_batch * j->to.grad_accum * j->to.seq_len;
+    if (need <= j->sdc_snap_cap && j->sdc_snap_in)
+        return LLMT_OK;
+    free(j->sdc_snap);
+    free(j->sdc_snap_in);
+    j->sdc_snap = malloc((need ? need : 1) * sizeof *j->sdc_snap);
+    j->sdc_snap_in = malloc(2 * batch * sizeof *j->sdc_snap_in);
+    j->sdc_snap_cap = j->sdc_snap && j->sdc_snap_in ? need : 0;
+    if (!j->sdc_snap || !j->sdc_snap_in) /* both: the snapshot copies the batch too */
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY,
+                    "fault_tolerance.sdc_interval: no memory for the copy of this "
+                    "rank's shares the check replays from (%zu floats)",
+                    need);
+    return LLMT_OK;
+}
+
+llmt_status llmt__job_shares_reserve(llmt_job *j)
+{
+    const llmt_spec *sp = j->spec;
+    if (sp->fault_tolerance.sdc_interval <= 0 || sp->parallelism.zero < 3 || !j->comm ||
+        j->world < 2 || !j->to.deterministic || !llmt__trainer_host_resident(j->tr))
+        return LLMT_OK;
+    return snap_grow(j, shares_copy(j, NULL, 0));
+}
+
 llmt_status llmt__job_shares_keep(llmt_job *j)
 {
-    size_t need = shares_copy(j, NULL, 0);
-    size_t batch = (size_t)j->to.micro_batch * j->to.grad_accum * j->to.seq_len;
-    if (need > j->sdc_snap_cap || !j->sdc_snap_in) {
-        free(j->sdc_snap);
-        free(j->sdc_snap_in);
-        j->sdc_snap = malloc((need ? need : 1) * sizeof *j->sdc_snap);
-        j->sdc_snap_in = malloc(2 * batch * sizeof *j->sdc_snap_in);
-        j->sdc_snap_cap = j->sdc_snap && j->sdc_snap_in ? need : 0;
-        if (!j->sdc_snap_cap && need)
-            return FAIL(LLMT_ERR_OUT_OF_MEMORY,
-                        "fault_tolerance.sdc_interval: no memory for the copy of this "
-                        "rank's shares the check replays from (%zu floats)",
-                        need);
-    }
+    llmt_status s = snap_grow(j, shares_copy(j, NULL, 0));
+    if (s != LLMT_OK)
+        return s;
     shares_copy(j, j->sdc_snap, 0);
     return LLMT_OK;
 }

@@ -762,12 +762,15 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
     /* Staging only where some unit needs padding. ZeRO-3's update does not
      * gather (the parameters stay sharded), so its stage is taken only
      * while a detach gathers m and v (llmt__dp_unshard_state). */
-    int nomem = 0;
-    if (dp->slot_n && (zs == 1 || zs == 2)) nomem |= stage_alloc(dp) != LLMT_OK;
+    const char *nomem = NULL; /* what could not be allocated */
+    if (dp->slot_n && (zs == 1 || zs == 2) && stage_alloc(dp) != LLMT_OK)
+        nomem = "the staging of the padded units' all-gathers";
     for (int k = 0; dp->slot_n && zs >= 2 && k < RS_SLOTS; k++)
-        nomem |= !(dp->rs_slot[k] = dalloc(dp, dp->slot_n * sizeof(float)));
+        if (!(dp->rs_slot[k] = dalloc(dp, dp->slot_n * sizeof(float))))
+            nomem = "the padded units' reduce-scatter slots";
     for (int k = 0; dp->slot_n && zs == 3 && k < AG_SLOTS; k++)
-        nomem |= !(dp->ag_slot[k] = dalloc(dp, dp->slot_n * sizeof(float)));
+        if (!(dp->ag_slot[k] = dalloc(dp, dp->slot_n * sizeof(float))))
+            nomem = "the padded units' all-gather slots";
     /* buckets: ZeRO 2/3 one per unit; else dense units from the tail,
      * about bucket_bytes each, a layer with experts the last of its bucket
      * (the bucket is one range, and its expert rows are not in it), then
@@ -779,11 +782,15 @@ llmt_status llmt__dp_create(llmt_err *e, llmt_comm *comm, const llmt_dp_opts *op
     dp->b_nready = calloc((size_t)dp->nb, sizeof(int));
     dp->b_launched = calloc((size_t)dp->nb, sizeof(int));
     dp->work = calloc((size_t)dp->nb, sizeof *dp->work);
-    if (nomem || !dp->b_ulo ||
-        !dp->b_uhi || !dp->b_of_unit || !dp->b_nready || !dp->b_launched ||
-        !dp->work) {
+    if (!nomem && (!dp->b_ulo || !dp->b_uhi || !dp->b_of_unit || !dp->b_nready ||
+                   !dp->b_launched || !dp->work))
+        nomem = "the gradient buckets";
+    if (nomem) {
         llmt__dp_destroy(dp);
-        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY, "dp: no memory");
+        return llmt__err_set(e, LLMT_ERR_OUT_OF_MEMORY,
+                             "dp: no memory for %s (units of up to %zu floats, "
+                             "bucket_bytes %lld)",
+                             nomem, dp->slot_n, (long long)o.bucket_bytes);
     }
     if (zs >= 2) {
         for (int u = 0; u < UT; u++) {
