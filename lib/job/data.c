@@ -89,6 +89,18 @@ static llmt_status open_tokenizer(llmt_job *j, job_data *d, const char *dflt_fil
     return LLMT_OK;
 }
 
+/* How much of a document longer than the BPE sample (max bytes) the
+ * sample takes: up to a UTF-8 character's start. A corpus of one large
+ * document (a text file is one unless "%" lines split it) gave an empty
+ * sample, refused as "corpus ... is empty". */
+static size_t sample_cut(const char *doc, size_t max)
+{
+    size_t n = max;
+    while (n > 0 && ((unsigned char)doc[n] & 0xC0) == 0x80)
+        n--;
+    return n;
+}
+
 /* A byte-level BPE learned from the first 64 MiB of the corpus. */
 static llmt_status learn_bpe(llmt_job *j, job_data *d, const char *corpus)
 {
@@ -109,6 +121,8 @@ static llmt_status learn_bpe(llmt_job *j, job_data *d, const char *corpus)
         const char *doc;
         size_t len;
         s = llmt_ingest_next(it, &doc, &len);
+        if (s == LLMT_OK && doc && n == 0 && len + 1 > cap)
+            len = sample_cut(doc, cap - 1); /* a first document past the cap */
         if (s != LLMT_OK || !doc || n + len + 1 > cap)
             break;
         memcpy(text + n, doc, len);
@@ -241,6 +255,24 @@ static llmt_status empty_split(llmt_job *j, const char *key, const char *root,
                 "validates on one: prepare the corpus again with --val-frac above 0, "
                 "or name %svalidation shards in data.val",
                 key, root, p, strcmp(key, "data.val") ? "" : "other ");
+}
+
+/* Text the job prepared that left val/ empty: one document (a file is
+ * one unless "%" lines split it), which went to training; the
+ * preparation's --val-frac is not the user's to change here. */
+static llmt_status text_no_val(llmt_job *j, const char *src, const char *prep)
+{
+    char p[JOB_PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/val", prep);
+    if (!is_dir(p) || has_shard_files(p))
+        return LLMT_OK;
+    return FAIL(LLMT_ERR_NOT_FOUND,
+                "data.train %s: the text gave one document (a file is one unless "
+                "lines of %% separate documents; the filters and dedup may have "
+                "removed others), which went to training, so %s/ holds no "
+                "validation shard: split the text with %% lines, or name "
+                "validation shards in data.val",
+                src, p);
 }
 
 /* The validation shards: data.val (a prepared directory gives its val/,
@@ -378,6 +410,8 @@ llmt_status llmt__job_data_open(llmt_job *j, job_data *d, const job_data_opts *o
         if (s != LLMT_OK)
             return s;
         kind = "text, prepared";
+        if (!(sp->data.val && *sp->data.val) && (s = text_no_val(j, src, prep)) != LLMT_OK)
+            return s;
     }
     /* a prepared directory: train/, val/, tokenizer.bin */
     snprintf(trainp, sizeof trainp, "%s/train", prep);

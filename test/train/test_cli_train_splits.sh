@@ -4,7 +4,8 @@
 # the directory, the split it lacks and the fix (before: the dataset's
 # "directory .../train has no *.tok or *.bin files"); data.val naming a
 # prepared directory takes its val/ (before: "tokenizer.bin: bad magic"),
-# and text in data.val is refused by name.
+# text in data.val is refused by name, and one-document text in data.train
+# says why it gives no validation split.
 # usage: test_cli_train_splits.sh path/to/llmtrain
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 . "$(dirname "$0")/../run_lib.sh"
@@ -66,4 +67,17 @@ run pairval "$tmp/trainonly" "$tmp/allval/val"
 run v-text "$tmp/both" "$tmp/corpus"
 [ $rc = 1 ] && grep -q "data.val $tmp/corpus is text or holds no token shards" v-text.log &&
   ok "text in data.val refused naming data.val" || { bad "text in data.val (rc $rc)"; cat v-text.log; }
+
+# text of one document (a file without % lines), prepared by the job: the
+# document goes to training and val/ stays empty; said as such (before:
+# "validation data (data.val) .../val: ... no *.tok or *.bin files"), and
+# with data.val given it trains
+cat corpus/*.md > one.txt
+run t-onedoc "$tmp/one.txt"
+[ $rc = 1 ] && grep -q "data.train $tmp/one.txt: the text gave one document" t-onedoc.log &&
+  grep -q 'split the text with % lines, or name validation shards in data.val' t-onedoc.log &&
+  ok "one-document text without data.val: refused naming it and the fix" ||
+  { bad "one-document text (rc $rc)"; cat t-onedoc.log; }
+run onedoc-val "$tmp/one.txt" "$tmp/allval"
+[ $rc = 0 ] && ok "one-document text with data.val trains" || { bad "one-document text + data.val (rc $rc)"; cat onedoc-val.log; }
 exit $fail
