@@ -761,6 +761,34 @@ static int stats_one(llmt_context *ctx, const char *path, const char *label,
     return CLI_OK;
 }
 
+/* Whether a split of a prepared directory holds no shard file: `prepare
+ * --val-frac 1` leaves train/ so, --val-frac 0 val/. stats said "dataset:
+ * directory .../train has no *.tok or *.bin files" and exited 1 on what
+ * prepare had written. */
+static int split_empty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int empty = d != NULL;
+    while (empty && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        empty = e->d_name[0] == '.' || n <= 4 ||
+                (strcmp(e->d_name + n - 4, ".tok") && strcmp(e->d_name + n - 4, ".bin"));
+    }
+    if (d)
+        closedir(d);
+    return empty;
+}
+
+static int stats_split(llmt_context *ctx, const char *dir, const char *label, int verify)
+{
+    if (!split_empty(dir))
+        return stats_one(ctx, dir, label, verify);
+    printf("%s: %s\n  %-26s %14s\n", label, dir, "shards",
+           strcmp(label, "train") ? "0 (no validation split)" : "0 (validation only)");
+    return CLI_OK;
+}
+
 static int cmd_stats(llmt_context *ctx, const data_args *a)
 {
     if (a->npos < 1) {
@@ -775,9 +803,9 @@ static int cmd_stats(llmt_context *ctx, const data_args *a)
         snprintf(tr, sizeof tr, "%s/train", p);
         snprintf(va, sizeof va, "%s/val", p);
         if (is_dir(p) && is_dir(tr)) { /* a prepared directory */
-            if (stats_one(ctx, tr, "train", a->verify) != CLI_OK)
+            if (stats_split(ctx, tr, "train", a->verify) != CLI_OK)
                 rc = CLI_FAILED;
-            if (is_dir(va) && stats_one(ctx, va, "val", a->verify) != CLI_OK)
+            if (is_dir(va) && stats_split(ctx, va, "val", a->verify) != CLI_OK)
                 rc = CLI_FAILED;
             print_report_json(p);
         } else if (stats_one(ctx, p, "shards", a->verify) != CLI_OK)

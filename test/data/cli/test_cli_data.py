@@ -358,6 +358,17 @@ def main():
         ok(rc == 0 and rep6.get("kept") == 8, "thresholds of 0 turn filters off", rep6.get("verdicts"))
         rc, out, err = run("prepare", "corpus", "--out", "p7", "--val-frac", "2")
         ok(rc == 2 and "--val-frac" in err, "a bad value is a usage error", err)
+        # a validation-only preparation (--val-frac 1) and a train-only one
+        # (0): stats shows the empty split and exits 0 (it exited 1 with
+        # "directory pv1/train has no *.tok or *.bin files")
+        for frac, empty, say in (("1", "train", "validation only"), ("0", "val", "no validation split")):
+            out_dir = "pv" + frac
+            rc, out, err = run("prepare", "corpus", "--out", out_dir, "--val-frac", frac)
+            rc2, sout, err2 = run("stats", out_dir, "--verify")
+            ok(rc == 0 and rc2 == 0 and ("%s: %s/%s" % (empty, out_dir, empty)) in sout and
+               say in sout and "checksums" in sout and "report (" in sout,
+               "stats of a --val-frac %s preparation: %s/ empty, said, exit 0" % (frac, empty),
+               (rc, rc2, err, err2, sout[:300]))
         rc, out, err = run("prepare", "corpus", "--out", "p7", "--shingle", "3",
                            "--permutations", "64", "--bands", "8", "--threshold", "0.7")
         rep7 = json.load(open("p7/report.json")) if rc == 0 else {"options": {"dedup": {}}}
