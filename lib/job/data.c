@@ -469,6 +469,15 @@ llmt_status llmt__job_data_open(llmt_job *j, job_data *d, const job_data_opts *o
         return FAIL(s, "training data %s: %s", trainp, llmt_dataset_last_error(d->train_ds));
     int64_t spe = 0;
     llmt_loader_samples_per_epoch(d->loader, &spe);
+    /* trains, but each step's batch holds the same sequences more than
+     * once: said, where only "N sequences per epoch" showed it */
+    int64_t gb = (int64_t)o->micro * o->accum * (o->dp_size > 0 ? o->dp_size : 1);
+    if (spe < gb)
+        llmt__log(j->ctx, LLMT_LOG_WARN, "job",
+                  "data.train %s holds %lld sequence(s) of model.seq_len %d tokens, fewer "
+                  "than a step's global batch of %lld: every step repeats sequences (more "
+                  "training data, or a smaller model.seq_len or batch)",
+                  trainp, (long long)spe, o->seq_len, (long long)gb);
     if ((s = unigram(j, d)) != LLMT_OK)
         return s;
     snprintf(d->desc, sizeof d->desc,

@@ -80,4 +80,16 @@ run t-onedoc "$tmp/one.txt"
   { bad "one-document text (rc $rc)"; cat t-onedoc.log; }
 run onedoc-val "$tmp/one.txt" "$tmp/allval"
 [ $rc = 0 ] && ok "one-document text with data.val trains" || { bad "one-document text + data.val (rc $rc)"; cat onedoc-val.log; }
+
+# training data of fewer sequences than a step's global batch: trains, each
+# step repeating sequences, and the run says so (it was silent)
+mkdir small
+for i in 1 2 3 4 5 6; do head -c 300 corpus/$(ls corpus | head -1) > small/d$i.txt; echo " $i" >> small/d$i.txt; done
+"$exe" data prepare small --out smalltrain --val-frac 0 --filter none --dedup none > smalltrain.log 2>&1 ||
+  { bad "prepare smalltrain"; cat smalltrain.log; }
+mk few.json "$tmp/smalltrain" "$tmp/allval"
+sed -i 's/"seq_len": 16/"seq_len": 1024/; s/"grad_accum": 1/"grad_accum": 2/' few.json
+"$exe" train few.json --out run-few > few.log 2>&1; rc=$?
+[ $rc = 0 ] && grep -q "data.train $tmp/smalltrain/train holds 1 sequence(s) of model.seq_len 1024 tokens, fewer than a step's global batch of 4: every step repeats sequences" few.log &&
+  ok "fewer training sequences than a batch: said" || { bad "few sequences (rc $rc)"; cat few.log; }
 exit $fail
