@@ -422,16 +422,18 @@ llmt_status llmt__job_data_open(llmt_job *j, job_data *d, const job_data_opts *o
         return s;
     if ((s = val_path(j, src, prep, prepared, valp, sizeof valp)) != LLMT_OK)
         return s;
+    /* the shards before their tokenizer: a glob matching nothing was
+     * refused as "no tokenizer for these shards" */
+    if ((s = open_ds(j, trainp, &d->train_ds, "training data (data.train)")) != LLMT_OK)
+        return s;
+    if ((s = open_ds(j, valp, &d->val_ds, "validation data (data.val)")) != LLMT_OK)
+        return s;
     if (!d->tok) {
         snprintf(tokfile, sizeof tokfile, "%s/tokenizer.bin", prep);
         s = open_tokenizer(j, d, prepared ? tokfile : NULL);
         if (s != LLMT_OK)
             return s;
     }
-    if ((s = open_ds(j, trainp, &d->train_ds, "training data")) != LLMT_OK)
-        return s;
-    if ((s = open_ds(j, valp, &d->val_ds, "validation data (data.val)")) != LLMT_OK)
-        return s;
     /* every window the loaders serve is checked against the tokenizer, not
      * only the first 64M tokens the unigram pass reads (llm.c files name no
      * vocabulary) */

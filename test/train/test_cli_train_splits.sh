@@ -92,4 +92,11 @@ sed -i 's/"seq_len": 16/"seq_len": 1024/; s/"grad_accum": 1/"grad_accum": 2/' fe
 "$exe" train few.json --out run-few > few.log 2>&1; rc=$?
 [ $rc = 0 ] && grep -q "data.train $tmp/smalltrain/train holds 1 sequence(s) of model.seq_len 1024 tokens, fewer than a step's global batch of 4: every step repeats sequences" few.log &&
   ok "fewer training sequences than a batch: said" || { bad "few sequences (rc $rc)"; cat few.log; }
+
+# a glob in data.train matching nothing: named as such (it was "no
+# tokenizer for these shards", the tokenizer being looked for first)
+run noglob "$tmp/nowhere/*.tok" "$tmp/allval"
+[ $rc = 1 ] && grep -q "data.train) $tmp/nowhere/\*.tok: .*matches no shard file" noglob.log &&
+  ! grep -q 'no tokenizer' noglob.log && ok "a data.train glob matching nothing: said" ||
+  { bad "glob matching nothing (rc $rc)"; cat noglob.log; }
 exit $fail
