@@ -133,6 +133,68 @@ static int held(const ck_tensor *t)
     return elems == 0;
 }
 
+/* ---- the manifest's own digest ----
+ * Every field of a manifest is validated on load and every chunk's bytes
+ * have a hash, but an edit or a corruption of the text into another valid
+ * manifest (a dtype swapped for one of the same size, fp32 and int32; a
+ * block's offsets moved onto a replica's box) loaded, and reads returned
+ * the saved bytes as something else. So the writer ends the object with
+ * "digest": the XXH64 (seed 0) of the file's exact bytes with its own 16
+ * digits read as '0's, which a reader recomputes. A manifest written
+ * before it has no digest and loads as before. */
+static const char digest_key[] = "\"digest\":\"";
+static const char digest_zero[] = "0000000000000000";
+
+/* Where the 16 digits of text's digest start, or -1: after the LAST
+ * `"digest":"` (the host's plan object, earlier, may hold a "digest" of
+ * its own), followed by 16 digits, `"}` and only whitespace to the end:
+ * a top-level member, the object's last, as the writer puts it. */
+static long digest_at(const char *text, size_t len)
+{
+    const size_t kl = sizeof digest_key - 1;
+    size_t end = len;
+    while (end > 0 && (text[end - 1] == ' ' || text[end - 1] == '\n' || text[end - 1] == '\r' ||
+                       text[end - 1] == '\t'))
+        end--;
+    if (end < kl + 18 || memcmp(text + end - 2, "\"}", 2))
+        return -1;
+    size_t at = end - 18;
+    if (memcmp(text + at - kl, digest_key, kl))
+        return -1;
+    return (long)at;
+}
+
+/* XXH64 of text with the 16 bytes at `at` read as '0's; 0 with *out
+ * unset when out of memory. */
+static int digest_of(const char *text, size_t len, size_t at, uint64_t *out)
+{
+    XXH64_state_t *h = XXH64_createState();
+    if (!h)
+        return 0;
+    XXH64_reset(h, 0);
+    XXH64_update(h, text, at);
+    XXH64_update(h, digest_zero, 16);
+    XXH64_update(h, text + at + 16, len - at - 16);
+    *out = XXH64_digest(h);
+    XXH64_freeState(h);
+    return 1;
+}
+
+/* s (malloc'ed, ending in a zero digest) with its digest filled in. */
+static char *seal(char *s)
+{
+    size_t n = strlen(s);
+    long at = digest_at(s, n);
+    char b[17];
+    if (at < 0) { /* the writer's own text: cannot happen */
+        free(s);
+        return NULL;
+    }
+    snprintf(b, sizeof b, "%016" PRIx64, (uint64_t)XXH64(s, n, 0));
+    memcpy(s + at, b, 16);
+    return s;
+}
+
 static char *to_json(const ck_manifest *m, int held_only);
 
 char *llmt__ckpt_manifest_to_json(const ck_manifest *m)
@@ -210,9 +272,10 @@ static char *to_json(const ck_manifest *m, int held_only)
         }
         cJSON_AddItemToArray(tensors, o);
     }
+    cJSON_AddStringToObject(root, "digest", "0000000000000000"); /* last: seal() */
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
-    return s;
+    return s ? seal(s) : NULL;
 }
 
 /* ---- parse ---- */
@@ -783,18 +846,59 @@ static int parse_body(pctx *p, const cJSON *root, int want_part, ck_manifest *m)
     return 1;
 }
 
+/* A manifest with a "digest" must carry it as the writer does (the last
+ * member, in the writer's form) and it must match the bytes; one without
+ * (written before digests) passes. */
+static int check_digest(pctx *p, const cJSON *root, const char *text, size_t len)
+{
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "digest"), *last = root->child;
+    if (!d)
+        return 1;
+    while (last && last->next)
+        last = last->next;
+    long at = digest_at(text, len);
+    uint64_t want, got;
+    if (last != d || at < 0 || !get_hex(p, d, &want, "digest") ||
+        memcmp(text + at, d->valuestring, 16))
+        return fail(p, LLMT_ERR_FORMAT,
+                    "manifest: \"digest\" is not the last field in the form a writer "
+                    "puts it: the manifest was changed after it was written");
+    if (!digest_of(text, len, (size_t)at, &got))
+        return fail(p, LLMT_ERR_OUT_OF_MEMORY, "manifest: out of memory");
+    if (got != want)
+        return fail(p, LLMT_ERR_CHECKSUM,
+                    "manifest: its bytes hash to %016" PRIx64
+                    ", its \"digest\" says %016" PRIx64
+                    ": the manifest was changed after it was written (edited, or damaged "
+                    "on disk)",
+                    got, want);
+    return 1;
+}
+
 llmt_status llmt__ckpt_manifest_parse(const char *text, size_t len,
                                       int want_part, ck_manifest *m,
                                       char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
     pctx p = {err, errlen, LLMT_OK};
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
         snprintf(err, errlen, "manifest: not valid JSON");
         return LLMT_ERR_FORMAT;
     }
-    int ok = parse_body(&p, root, want_part, m);
+    /* text after the object was once passed over: a digest there, outside
+     * the object, went unchecked */
+    if (end && (size_t)(end - text) < len) {
+        cJSON_Delete(root);
+        snprintf(err, errlen, "manifest: text after the JSON object (from byte %zu of %zu)",
+                 (size_t)(end - text), len);
+        return LLMT_ERR_FORMAT;
+    }
+    /* the digest first: an edited manifest is named as one, not by the
+     * field the edit happened to break */
+    int ok = (!cJSON_IsObject(root) || check_digest(&p, root, text, len)) &&
+             parse_body(&p, root, want_part, m);
     cJSON_Delete(root);
     if (!ok) {
         llmt__ckpt_manifest_free(m);

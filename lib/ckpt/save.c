@@ -787,11 +787,13 @@ static llmt_status try_commit(llmt_ckpt *ck, const char *dir, int in_durable)
         if (stat(p, &ids[r]) ||
             llmt__ckpt_read_small(p, (size_t)1 << 30, &text, &len, e, sizeof e) != LLMT_OK)
             goto out; /* not all parts yet: the last rank commits */
-        st = llmt__ckpt_manifest_parse(text, len, 1, &parts[r], ck->job_err,
-                                       sizeof ck->job_err);
+        char why[LLMT_ERR_MSG_MAX - 128];
+        st = llmt__ckpt_manifest_parse(text, len, 1, &parts[r], why, sizeof why);
         free(text);
-        if (st != LLMT_OK)
+        if (st != LLMT_OK) { /* the message names the part it is about */
+            st = JOB_FAIL(st, "ckpt: %.*s: %s", (int)(sizeof ck->job_err / 2), p, why);
             goto out;
+        }
         have++;
         pp[r] = &parts[r];
         if (parts[r].rank != r || parts[r].step != ck->job.step) {

@@ -3,7 +3,10 @@
  * tensor, column and row splits) is saved through the public API, then
  * mutated case by case (data files and manifests truncated, bytes flipped,
  * JSON fields replaced by hostile values or removed, array entries
- * dropped or duplicated, files removed or swapped). For each case a
+ * dropped or duplicated, files removed or swapped). A JSON edit is first
+ * opened under the manifest's old digest, which must refuse it (a dtype
+ * swapped for one of the same size once loaded the bytes as another
+ * type), then resealed as a deliberate editor would. For each case a
  * fresh handle opens it (verify READ and FULL), reads every tensor whole
  * and in other layouts, verifies, and exports it (safetensors, llm.c).
  * Every call must either fail with a message naming a file, field or
@@ -31,6 +34,7 @@
 
 #include "check.h"
 #include "ckpt_util.h"
+#include "manifest_seal.h"
 #include "small_model.h"
 
 #define STEP 5
@@ -745,6 +749,27 @@ static int array_edit(cJSON *a, int k)
     return 1;
 }
 
+/* An edited manifest.json left under its old digest: the open refuses
+ * it (READ, the cheaper), saying the manifest changed. */
+static int nstale;
+static void stale_case(const char *what, const char *text)
+{
+    write_manifest("manifest.json", text, strlen(text));
+    cur_case = what;
+    nstale++;
+    llmt_ckpt *ck = NULL;
+    CHECK_STATUS(llmt_ckpt_create(NULL, work_root, NULL, &ck), LLMT_OK);
+    llmt_status s = ck ? llmt_ckpt_open_dir(ck, work_dir) : LLMT_ERR_INTERNAL;
+    const char *e = ck ? llmt_ckpt_last_error(ck) : "";
+    int said =
+        s != LLMT_OK && strstr(e, "manifest.json") && strstr(e, "changed after it was written");
+    CHECK(said);
+    if (!said)
+        fprintf(stderr, "  case %s under the old digest: %s \"%s\"\n", what,
+                llmt_status_string(s), s == LLMT_OK ? "" : e);
+    llmt_ckpt_destroy(ck);
+}
+
 static void json_cases(int count)
 {
     for (int it = 0; it < count; it++) {
@@ -780,7 +805,17 @@ static void json_cases(int count)
             }
         }
         char *text = cJSON_PrintUnformatted(root);
-        write_manifest("manifest.json", text, strlen(text));
+        size_t tl = strlen(text);
+        long at = manifest_digest_at(text, tl);
+        int sealed = at > 0 && (size_t)at + 18 == tl && !strcmp(text + tl - 2, "\"}");
+        /* the edit under the digest the writer gave: refused, however
+         * valid (a dtype of the same size once loaded the bytes as it);
+         * then resealed, as a deliberate editor would: the field checks */
+        if (sealed && strcmp(text, manifest_text))
+            stale_case(what, text);
+        if (sealed)
+            manifest_reseal(text, tl);
+        write_manifest("manifest.json", text, tl);
         run_case(what, (it % 16 == 0) ? EXPORTS : MAY);
         free(text);
         cJSON_Delete(root);
@@ -844,6 +879,7 @@ static void crafted_case(const char *what, ref_tensor *t, const int64_t *gshape,
         cJSON_ReplaceItemInObject(tw, "global_shape", gs);
         cJSON_ReplaceItemInObject(tw, "chunks", make(file));
         char *out = cJSON_PrintUnformatted(m);
+        CHECK(manifest_reseal(out, strlen(out))); /* the field checks must refuse it */
         CHECK(put_file(p, out, strlen(out)));
         free(out);
         cur_case = what;
@@ -1005,6 +1041,7 @@ static void big_block_case(void)
     }
     cJSON_ReplaceItemInObject(target, "block_bytes", cJSON_CreateNumber(1073741824.0));
     char *text = cJSON_PrintUnformatted(root);
+    CHECK(manifest_reseal(text, strlen(text)));
     write_manifest("manifest.json", text, strlen(text));
     free(text);
     cJSON_Delete(root);
@@ -1118,8 +1155,11 @@ int main(int argc, char **argv)
     reserved_case("__metadata__", NULL);
     reserved_case("w", "llmtrain.step");
 
-    fprintf(stderr, "fuzz_load: %d cases, %d refused at open, %d broken ones accepted\n",
-            ncases, nrefused, nfailed_ok);
+    fprintf(stderr,
+            "fuzz_load: %d cases, %d refused at open, %d broken ones accepted; %d edits "
+            "refused under their old digest\n",
+            ncases, nrefused, nfailed_ok, nstale);
+    CHECK(nstale > json_count / 2);
     for (int i = 0; i < NT; i++)
         free(T[i].data);
     free(manifest_text);

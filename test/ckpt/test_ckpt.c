@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "ckpt_util.h"
+#include "manifest_seal.h"
 #include "llmtrain.h"
 
 static int warn_count, saw_direct, saw_buffered;
@@ -656,7 +657,9 @@ static char *read_text(const char *path)
     return b;
 }
 
-/* Replace the first occurrence of `from` in the step-2 manifest by `to`. */
+/* Replace the first occurrence of `from` in the step-2 manifest by `to`,
+ * resealed (a deliberate edit: the field checks, not the digest, refuse
+ * it). */
 static int edit_manifest(const char *root, const char *from, const char *to)
 {
     char p[4200];
@@ -674,6 +677,7 @@ static int edit_manifest(const char *root, const char *from, const char *to)
     memcpy(o, t, (size_t)(at - t));
     strcpy(o + (at - t), to);
     strcat(o, at + strlen(from));
+    CHECK(manifest_reseal(o, strlen(o)));
     write_text(p, o);
     free(t);
     free(o);
