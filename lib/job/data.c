@@ -13,6 +13,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+#include <limits.h>
+
 #include "data/data_internal.h"
 #include "job/job.h"
 
@@ -150,6 +153,49 @@ static llmt_status learn_bpe(llmt_job *j, job_data *d, const char *corpus)
     return LLMT_OK;
 }
 
+static int same_path(const char *a, const char *b)
+{
+    char ra[PATH_MAX], rb[PATH_MAX];
+    return !strcmp(a, b) || (realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb));
+}
+
+/* The corpus RUN/data was prepared from (report.json's options.inputs[0]),
+ * into from; "" when the report does not say. */
+static void prepared_from(const char *report, char *from, size_t cap)
+{
+    from[0] = 0;
+    FILE *f = fopen(report, "rb");
+    if (!f)
+        return;
+    char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(j, "options"), "inputs");
+    const cJSON *first = cJSON_GetArrayItem(in, 0);
+    if (cJSON_IsString(first))
+        snprintf(from, cap, "%s", first->valuestring);
+    cJSON_Delete(j);
+}
+
+/* A resumed run reuses RUN/data: data.train naming another corpus was
+ * taken silently (the run said it trained on the new one). */
+static llmt_status same_corpus(llmt_job *j, const char *corpus, const char *prep,
+                               const char *report)
+{
+    char from[JOB_PATH_MAX];
+    prepared_from(report, from, sizeof from);
+    if (!from[0] || same_path(from, corpus))
+        return LLMT_OK;
+    return FAIL(LLMT_ERR_INVALID_ARGUMENT,
+                "data.train is %s, but %s was prepared from %s by the earlier start of "
+                "this run: give data.train %s to continue it, or start another run "
+                "(--out)",
+                corpus, prep, from, from);
+}
+
 /* Text corpus -> RUN/data (once; a resumed run reuses it). */
 static llmt_status prepare_text(llmt_job *j, job_data *d, const char *corpus,
                                 const job_data_opts *o, char *prep, size_t cap)
@@ -164,7 +210,8 @@ static llmt_status prepare_text(llmt_job *j, job_data *d, const char *corpus,
                         "%s already holds prepared data of an earlier run: "
                         "continue it with --resume, or choose another --out",
                         prep);
-        return open_tokenizer(j, d, tokfile);
+        llmt_status s = same_corpus(j, corpus, prep, report);
+        return s != LLMT_OK ? s : open_tokenizer(j, d, tokfile);
     }
     if (exists(prep))
         return FAIL(LLMT_ERR_STATE,

@@ -84,7 +84,7 @@ run onedoc-val "$tmp/one.txt" "$tmp/allval"
 # training data of fewer sequences than a step's global batch: trains, each
 # step repeating sequences, and the run says so (it was silent)
 mkdir small
-for i in 1 2 3 4 5 6; do head -c 300 corpus/$(ls corpus | head -1) > small/d$i.txt; echo " $i" >> small/d$i.txt; done
+for i in 1 2 3 4 5 6; do tail -c +$((i * 3000)) corpus/$(ls -S corpus | head -1) | head -c 300 > small/d$i.txt; done
 "$exe" data prepare small --out smalltrain --val-frac 0 --filter none --dedup none > smalltrain.log 2>&1 ||
   { bad "prepare smalltrain"; cat smalltrain.log; }
 mk few.json "$tmp/smalltrain" "$tmp/allval"
@@ -99,4 +99,18 @@ run noglob "$tmp/nowhere/*.tok" "$tmp/allval"
 [ $rc = 1 ] && grep -q "data.train) $tmp/nowhere/\*.tok: .*matches no shard file" noglob.log &&
   ! grep -q 'no tokenizer' noglob.log && ok "a data.train glob matching nothing: said" ||
   { bad "glob matching nothing (rc $rc)"; cat noglob.log; }
+
+# a resumed run reuses the text it prepared into RUN/data: data.train
+# naming other text is refused, naming both (it trained on the old text
+# and said it was the new one)
+mkdir small2 && cp small/* small2/ && echo "one more document of its own" > small2/extra.txt
+mk textA.json "$tmp/small"
+mk textB.json "$tmp/small2"
+"$exe" train textA.json --out run-text --steps 1 > textA.log 2>&1 || { bad "text run"; cat textA.log; }
+"$exe" train textB.json --out run-text --resume > textB.log 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "data.train is $tmp/small2, but run-text/data was prepared from $tmp/small by the earlier start" textB.log &&
+  ok "resume with data.train naming other text: refused naming both" ||
+  { bad "resume with other text (rc $rc)"; cat textB.log; }
+"$exe" train textA.json --out run-text --resume > textA2.log 2>&1 &&
+  ok "resume with the same text continues" || { bad "resume same text"; cat textA2.log; }
 exit $fail
