@@ -341,6 +341,7 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
  * llmt_trainer_set_tp_comm asks. Creating the groups is collective, so
  * every rank does it whatever its degree. */
 static llmt_status make_engine(llmt_job *j);
+static llmt_status buffers(llmt_job *j);
 
 static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o)
 {
@@ -375,14 +376,17 @@ static llmt_status make_engine(llmt_job *j)
         s = FAIL(s, "%s", llmt_trainer_last_error(j->tr));
     else
         s = llmt__job_shares_reserve(j);
+    if (s == LLMT_OK && !j->in) /* at the creation (an in-place recovery has them) */
+        s = buffers(j);
     if (s != LLMT_OK && j->world > 1) { /* which rank, in every rank's log */
         char why[LLMT_ERR_MSG_MAX];
         snprintf(why, sizeof why, "%s", j->err.msg);
         s = FAIL(s, "rank %d: %s", (int)j->rank, why);
     }
     /* each rank's own allocations (the engine, data parallelism's shares
-     * and staging, the SDC copy): a rank without memory would fail alone
-     * and the others wait in their next collective until its timeout */
+     * and staging, the SDC copy, the batch and validation buffers) and its
+     * validation read: a rank that failed would return alone and the
+     * others wait in their next collective until its timeout */
     if (j->comm && j->world > 1)
         s = llmt__job_agree(j, s, "job: making the trainer's engine");
     if (s != LLMT_OK)
@@ -693,8 +697,6 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
                     "another run directory (--out)",
                     j->ckpt_dir, have);
     if ((s = llmt__job_metrics_open(j)) != LLMT_OK)
-        return s;
-    if ((s = buffers(j)) != LLMT_OK)
         return s;
     if ((s = llmt__job_fault_parse(j)) != LLMT_OK)
         return s;

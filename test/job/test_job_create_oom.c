@@ -3,7 +3,8 @@
  * job's creation (lib/train/dp.c: ZeRO's optimizer state shares, the
  * padded units' staging) and the ZeRO-3 SDC check's copy of the shares
  * (lib/job/sdc_step.c, llmt__job_shares_keep; "window" and "step"
- * replays). 4 ranks as threads on an in-process communicator (collective
+ * replays), the validation sequences (lib/job/job.c's buffers, taken
+ * after the engine and its agreement). 4 ranks as threads on an in-process communicator (collective
  * timeout 10 s), a tiny model; on rank 2's thread one allocation of the
  * buffer's size fails (this test's posix_memalign, which the CPU device
  * allocates with, or malloc) from the job's creation through step 2.
@@ -128,7 +129,8 @@ static void spec(char *out, size_t cap, const char *width, const char *data, int
         "{\"name\": \"createoom\", \"model\": {\"layers\": 1, %s, "
         "\"vocab\": 320, \"seq_len\": 16},"
         " \"batch\": {\"micro\": 1, \"global\": %d}, \"optimizer\": {\"lr\": 1e-2},"
-        " \"train\": {\"steps\": 4, \"seed\": 3, \"eval_interval\": 0, \"log_interval\": 0,"
+        " \"train\": {\"steps\": 4, \"seed\": 3, \"eval_interval\": 0, \"eval_batches\": 37,"
+        " \"log_interval\": 0,"
         " \"threads\": 1, \"sample_tokens\": 0, \"deterministic\": true},"
         " \"data\": {\"train\": \"%s\", \"tokenizer\": {\"kind\": \"byte\"}},"
         " \"checkpoint\": {\"interval\": 0}, \"hardware\": {\"gpu\": \"cpu\"}%s%s}",
@@ -228,6 +230,10 @@ int main(int argc, char **argv)
         "\"parallelism\": {\"zero\": 3}, \"fault_tolerance\": {\"sdc_interval\": 2, "
         "\"sdc_replay\": \"step\"}",
         3 * 5880 * sizeof(float), 0, 1);
+    /* the validation sequences' tokens: train.eval_batches 37 x batch.micro
+     * 1 x 16 int32 (then as many targets) */
+    run("val-buffers", tmp, W32, data, "\"parallelism\": {\"zero\": 0}",
+        37 * 16 * sizeof(int32_t), 0, 2);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (!check_failures && system(cmd) != 0)
