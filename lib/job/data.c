@@ -425,6 +425,19 @@ static llmt_status unigram(llmt_job *j, job_data *d)
     return s;
 }
 
+/* The loader of the validation sequences: the first ones of the split, in
+ * file order. */
+static llmt_status val_loader(job_data *d, llmt_loader **l)
+{
+    llmt_loader_opts lo;
+    llmt_loader_opts_init(&lo, sizeof lo);
+    lo.seq_len = d->T;
+    lo.micro_batch = 1;
+    lo.shuffle = 0;
+    lo.prefetch = 0;
+    return llmt_loader_create(d->val_ds, &lo, l);
+}
+
 llmt_status llmt__job_data_open(llmt_job *j, job_data *d, const job_data_opts *o)
 {
     memset(d, 0, sizeof *d);
@@ -516,6 +529,13 @@ llmt_status llmt__job_data_open(llmt_job *j, job_data *d, const job_data_opts *o
     s = llmt_loader_create(d->train_ds, &lo, &d->loader);
     if (s != LLMT_OK)
         return FAIL(s, "training data %s: %s", trainp, llmt_dataset_last_error(d->train_ds));
+    /* the validation loader's failure (shards each shorter than a window)
+     * was read as "holds fewer than N sequences" of a split holding many */
+    llmt_loader *vl = NULL;
+    if ((s = val_loader(d, &vl)) != LLMT_OK)
+        return FAIL(s, "validation data (data.val) %s: %s", valp,
+                    llmt_dataset_last_error(d->val_ds));
+    llmt_loader_destroy(vl);
     int64_t spe = 0;
     llmt_loader_samples_per_epoch(d->loader, &spe);
     /* trains, but each step's batch holds the same sequences more than
@@ -550,14 +570,8 @@ llmt_status llmt__job_data_next(llmt_job *j, job_data *d, int32_t *in, int32_t *
 
 int llmt__job_data_val(job_data *d, int32_t *in, int32_t *tg, int nmax)
 {
-    llmt_loader_opts lo;
-    llmt_loader_opts_init(&lo, sizeof lo);
-    lo.seq_len = d->T;
-    lo.micro_batch = 1;
-    lo.shuffle = 0; /* the first sequences of the split, in file order */
-    lo.prefetch = 0;
     llmt_loader *l = NULL;
-    if (llmt_loader_create(d->val_ds, &lo, &l) != LLMT_OK)
+    if (val_loader(d, &l) != LLMT_OK)
         return 0;
     int64_t spe = 0;
     llmt_loader_samples_per_epoch(l, &spe);

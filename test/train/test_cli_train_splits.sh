@@ -100,6 +100,18 @@ run noglob "$tmp/nowhere/*.tok" "$tmp/allval"
   ! grep -q 'no tokenizer' noglob.log && ok "a data.train glob matching nothing: said" ||
   { bad "glob matching nothing (rc $rc)"; cat noglob.log; }
 
+# validation shards each shorter than a window: the loader's reason, named
+# under data.val (it was "the validation data holds fewer than 2
+# sequences" of a split holding six documents of 300 tokens)
+"$exe" data prepare small --out smallval --val-frac 1 --shard-tokens 400 --filter none \
+  --dedup none > smallval.log 2>&1 || { bad "prepare smallval"; cat smallval.log; }
+mk shortval.json "$tmp/trainonly" "$tmp/smallval"
+sed -i 's/"seq_len": 16/"seq_len": 512/' shortval.json
+"$exe" train shortval.json --out run-shortval > shortval.log 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "validation data (data.val) $tmp/smallval/val: loader: no shard of the dataset .* holds a whole window of seq_len + 1 = 513 tokens" shortval.log &&
+  ok "validation shards shorter than a window: the reason, under data.val" ||
+  { bad "short validation shards (rc $rc)"; cat shortval.log; }
+
 # a resumed run reuses the text it prepared into RUN/data: data.train
 # naming other text is refused, naming both (it trained on the old text
 # and said it was the new one)
