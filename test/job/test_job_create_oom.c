@@ -230,6 +230,10 @@ int main(int argc, char **argv)
         "\"parallelism\": {\"zero\": 3}, \"fault_tolerance\": {\"sdc_interval\": 2, "
         "\"sdc_replay\": \"step\"}",
         3 * 5880 * sizeof(float), 0, 1);
+    /* the engine's own: the first of its full-size buffers (23520
+     * parameters, fp32) */
+    run("engine", tmp, W32, data, "\"parallelism\": {\"zero\": 0}", 23520 * sizeof(float), 1,
+        3);
     /* the validation sequences' tokens: train.eval_batches 37 x batch.micro
      * 1 x 16 int32 (then as many targets) */
     run("val-buffers", tmp, W32, data, "\"parallelism\": {\"zero\": 0}",
