@@ -888,7 +888,12 @@ llmt_status llmt__ckpt_manifest_parse(const char *text, size_t len,
         return LLMT_ERR_FORMAT;
     }
     /* text after the object was once passed over: a digest there, outside
-     * the object, went unchecked */
+     * the object, went unchecked. White space may follow (a manifest
+     * pretty-printed or ended with a newline by an editor: no writer of
+     * ours adds any) */
+    while (end && (size_t)(end - text) < len &&
+           (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
+        end++;
     if (end && (size_t)(end - text) < len) {
         cJSON_Delete(root);
         snprintf(err, errlen, "manifest: text after the JSON object (from byte %zu of %zu)",

@@ -238,6 +238,10 @@ int main(void)
     snprintf(e, n + 8, "%s{}", text);
     refused(root, mf, "text after the object", e, "text after the JSON object");
     free(e);
+    e = malloc(n + 8); /* the digest covers every byte: a newline too */
+    snprintf(e, n + 8, "%s\n", text);
+    refused(root, mf, "a newline after the object", e, "changed after it was written");
+    free(e);
 
     /* 4. a deliberate editor (the digest resealed) still meets every field
      * check: a dtype whose size does not match the chunk's length */
@@ -258,6 +262,13 @@ int main(void)
     CHECK_STATUS(open_step(root, 3, msg, sizeof msg), LLMT_OK);
     CHECK_EQ_INT(rows_ok(root, 3, "f", 0), 1);
     CHECK_EQ_INT(rows_ok(root, 3, "w", 2), 1);
+    /* ... also ended with white space (an editor's newline) */
+    char *ws = malloc(m + 4);
+    memcpy(ws, e, m);
+    memcpy(ws + m, " \r\n", 3);
+    put(mf, ws, m + 3);
+    CHECK_STATUS(open_step(root, 3, msg, sizeof msg), LLMT_OK);
+    free(ws);
     free(e);
     put(mf, text, n);
     CHECK_STATUS(open_step(root, 3, msg, sizeof msg), LLMT_OK);
