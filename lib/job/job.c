@@ -492,12 +492,19 @@ static llmt_status buffers(llmt_job *j)
                     "sequences of %d tokens; lower train.eval_batches",
                     (long long)eb, B, T);
     nval = llmt__job_data_val(&j->data, j->vin, j->vtg, nval);
-    nval -= nval % B;
-    if (nval < B)
+    if (nval < B) /* where the sequences came from, and what would help */
         return FAIL(LLMT_ERR_INVALID_ARGUMENT,
-                    "data.val: the validation data holds fewer than %d sequences "
-                    "of %d tokens",
-                    B, T);
+                    "%s holds %d sequence%s of model.seq_len %d tokens, fewer than one "
+                    "batch of batch.micro %d: give more validation data (%s), or lower "
+                    "batch.micro or model.seq_len",
+                    llmt__spec_given(j->spec, "data.val")
+                        ? "data.val: the validation data"
+                        : "the validation split of data.train's preparation",
+                    nval, nval == 1 ? "" : "s", T, B,
+                    llmt__spec_given(j->spec, "data.val")
+                        ? "more text or shards in data.val"
+                        : "data.val, or a larger --val-frac in data prepare");
+    nval -= nval % B;
     /* fewer than asked: each validation uses what the split holds (a
      * spec's count may outgrow a small corpus), and says so once */
     if (nval < want)

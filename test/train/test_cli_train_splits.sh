@@ -112,6 +112,16 @@ sed -i 's/"seq_len": 16/"seq_len": 512/' shortval.json
   ok "validation shards shorter than a window: the reason, under data.val" ||
   { bad "short validation shards (rc $rc)"; cat shortval.log; }
 
+# fewer validation sequences than one batch.micro: how many, where they
+# came from and what would help (it was "data.val: ... holds fewer than N
+# sequences", naming data.val when the spec gave none)
+mk fewval.json "$tmp/trainonly" "$tmp/smallval"
+sed -i 's/"micro": 2/"micro": 4096/' fewval.json
+"$exe" train fewval.json --out run-fewval > fewval.log 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "data.val: the validation data holds [0-9]* sequences of model.seq_len 16 tokens, fewer than one batch of batch.micro 4096: give more validation data (more text or shards in data.val), or lower batch.micro or model.seq_len" fewval.log &&
+  ok "fewer validation sequences than a batch: counted, named, the fix given" ||
+  { bad "fewer validation sequences than a batch (rc $rc)"; cat fewval.log; }
+
 # a resumed run reuses the text it prepared into RUN/data: data.train
 # naming other text is refused, naming both (it trained on the old text
 # and said it was the new one)
