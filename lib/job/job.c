@@ -40,9 +40,14 @@ int llmt__job_mkdir_p(const char *path)
                 return -1;
             *p = '/';
         }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+    if (mkdir(tmp, 0755) == 0)
+        return 0;
+    /* something already there: a file would fail later, as a file in it */
+    struct stat sb;
+    if (errno != EEXIST || stat(tmp, &sb) != 0)
         return -1;
-    return 0;
+    errno = ENOTDIR;
+    return S_ISDIR(sb.st_mode) ? 0 : -1;
 }
 
 LLMT_API llmt_status llmt_job_opts_init(llmt_job_opts *opts, size_t size)
@@ -343,10 +348,15 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
 static llmt_status make_engine(llmt_job *j);
 static llmt_status buffers(llmt_job *j);
 
-static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o)
+static llmt_status agree_own(llmt_job *j, llmt_status mine);
+
+/* mine: this rank's own part so far (own_parts), agreed on before the
+ * groups are made; a rank that failed it still makes the communicator
+ * from the environment, whose rendezvous the others wait in. */
+static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o, llmt_status mine)
 {
     if (j->world <= 1)
-        return make_engine(j);
+        return mine != LLMT_OK ? mine : make_engine(j);
     llmt_status s;
     if (o->comm) {
         j->comm = o->comm;
@@ -356,11 +366,52 @@ static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o)
         if (llmt__spec_given(j->spec, "fault_tolerance.collective_timeout_s"))
             co.timeout_ms = (int64_t)(j->spec->fault_tolerance.collective_timeout_s * 1000.0);
         s = llmt_comm_create_from_env(j->ctx, &co, &j->comm);
+        if (s != LLMT_OK && mine != LLMT_OK)
+            return mine; /* its own reason first */
         if (s != LLMT_OK)
             return FAIL(s, "job: communicator: %s", llmt_context_last_error(j->ctx));
         j->own_comm = 1;
     }
+    if ((s = agree_own(j, mine)) != LLMT_OK)
+        return s;
     return llmt__job_attach_groups(j);
+}
+
+/* Every rank's own part of the creation (own_parts: its directory, data,
+ * model, trainer), agreed on before the first collective: a rank that
+ * failed it returned alone, and the others waited in the groups' creation
+ * or the engine's agreement until the collective timeout. When every rank
+ * failed (a spec error each finds alike, data missing everywhere) each
+ * returns its own message, as before; else a failing rank prefixes its
+ * rank, and the others fail with the lowest failing rank's status and
+ * message, broadcast from it (rank 0's log may be the one read). */
+static llmt_status agree_own(llmt_job *j, llmt_status mine)
+{
+    /* the lowest failing rank and its status in one value (codes < 256);
+     * 1 when every rank failed */
+    int64_t v[2] = {(int64_t)(mine != LLMT_OK ? j->rank : j->world) * 256 + (mine & 255),
+                    mine != LLMT_OK};
+    llmt_status s =
+        llmt_comm_all_reduce(j->comm, v, v, 2, LLMT_DTYPE_INT64, LLMT_REDUCE_MIN, NULL);
+    if (s != LLMT_OK)
+        return mine != LLMT_OK ? mine
+                               : FAIL(s, "job: agreeing that every rank can go on: %s",
+                                      llmt_comm_last_error(j->comm));
+    if (v[0] >= (int64_t)j->world * 256 || v[1])
+        return mine;
+    int root = (int)(v[0] / 256);
+    llmt_status st = (llmt_status)(v[0] % 256);
+    char own[LLMT_ERR_MSG_MAX];
+    int32_t w[LLMT_ERR_MSG_MAX / 4] = {0}; /* as int32: no byte broadcast */
+    char *why = (char *)w;
+    snprintf(own, sizeof own, "%s", mine != LLMT_OK ? j->err.msg : "");
+    snprintf(why, sizeof w, "%s", own);
+    s = llmt_comm_broadcast(j->comm, w, sizeof w / 4, LLMT_DTYPE_INT32, root, NULL);
+    why[sizeof w - 1] = '\0';
+    if (mine != LLMT_OK)
+        return FAIL(mine, "rank %d: %s", (int)j->rank, own);
+    return FAIL(st, "job: rank %d failed (%s): %s; every rank stops with it", root,
+                llmt_status_string(st), s == LLMT_OK ? why : "its log says why");
 }
 
 /* The trainer's engine, made once now that every group is recorded
@@ -628,32 +679,13 @@ static llmt_status tokenizer_agrees(llmt_job *j)
     return LLMT_OK;
 }
 
-static llmt_status create(llmt_job *j, const llmt_job_opts *o)
+/* This rank's own part of the creation, before any collective: its run
+ * directory, its data (each rank opens and reads its own), the tokenizer's
+ * and model's checks against them, its model and trainer. The first
+ * failure returns; attach_comm agrees on it. */
+static llmt_status own_parts(llmt_job *j, const llmt_job_opts *o)
 {
     llmt_status s;
-    if ((s = where(j, o)) != LLMT_OK)
-        return s;
-    /* the straggler report's streaks: one per rank, whatever the world */
-    j->strag_streak = calloc((size_t)j->world, sizeof *j->strag_streak);
-    if (!j->strag_streak)
-        return FAIL(LLMT_ERR_OUT_OF_MEMORY,
-                    "job: no memory for the straggler report's %d per-rank counts",
-                    (int)j->world);
-    if ((s = llmt__job_check_spec(j)) != LLMT_OK)
-        return s;
-    if ((s = llmt__job_check_caller_comm(j, o->comm)) != LLMT_OK)
-        return s;
-    if ((s = layout(j)) != LLMT_OK)
-        return s;
-    s = llmt_plan_create(j->ctx, j->spec, j->world, &j->plan);
-    if (s != LLMT_OK)
-        return FAIL(s, "plan: %s", llmt_context_last_error(j->ctx));
-    if ((s = coords(j)) != LLMT_OK)
-        return s;
-    if ((s = settings(j, o)) != LLMT_OK)
-        return s;
-    if ((s = tp_fits(j)) != LLMT_OK)
-        return s;
     if ((s = paths(j, o)) != LLMT_OK)
         return s;
     job_data_opts d = {j->run_dir,       j->spec,    j->to.seq_len, j->to.micro_batch,
@@ -686,7 +718,38 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
                     : s_dev == LLMT_SPEC_DEVICE_EMULATED ? "train.device emulated: "
                                                          : "",
                     llmt_model_last_error(j->model));
-    if ((s = attach_comm(j, o)) != LLMT_OK)
+    return LLMT_OK;
+}
+
+static llmt_status create(llmt_job *j, const llmt_job_opts *o)
+{
+    llmt_status s;
+    if ((s = where(j, o)) != LLMT_OK)
+        return s;
+    /* the straggler report's streaks: one per rank, whatever the world */
+    j->strag_streak = calloc((size_t)j->world, sizeof *j->strag_streak);
+    if (!j->strag_streak)
+        return FAIL(LLMT_ERR_OUT_OF_MEMORY,
+                    "job: no memory for the straggler report's %d per-rank counts",
+                    (int)j->world);
+    if ((s = llmt__job_check_spec(j)) != LLMT_OK)
+        return s;
+    if ((s = llmt__job_check_caller_comm(j, o->comm)) != LLMT_OK)
+        return s;
+    if ((s = layout(j)) != LLMT_OK)
+        return s;
+    s = llmt_plan_create(j->ctx, j->spec, j->world, &j->plan);
+    if (s != LLMT_OK)
+        return FAIL(s, "plan: %s", llmt_context_last_error(j->ctx));
+    if ((s = coords(j)) != LLMT_OK)
+        return s;
+    if ((s = settings(j, o)) != LLMT_OK)
+        return s;
+    if ((s = tp_fits(j)) != LLMT_OK)
+        return s;
+    /* a rank's own failure there is agreed on with the communicator */
+    s = own_parts(j, o);
+    if ((s = attach_comm(j, o, s)) != LLMT_OK)
         return s;
     if ((s = llmt__job_ckpt_open(j)) != LLMT_OK)
         return s;

@@ -15,11 +15,20 @@
  * the SDC copy was taken) and the 3 others went on into a collective it
  * never joined, waiting there until the timeout (LLMT_ERR_TIMEOUT after
  * 10 s; in a real job the collective timeout, 300 s by default).
+ *
+ * Failures of rank 2's own earlier in the creation, before any collective
+ * (lib/job/job.c's own_parts: its data missing, its model's parameters
+ * without memory, a tokenizer its spec disagrees with): every rank fails
+ * its creation together, rank 2 with its message prefixed "rank 2: ", the
+ * others with its status and message. Before, rank 2 returned alone and
+ * the others waited in the engine's agreement until the 10 s timeout.
+ * Data missing on every rank: each fails with its own message, unprefixed.
  * usage: test_job_create_oom CORPUS_DIR */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "check.h"
@@ -74,6 +83,9 @@ typedef struct rank_run {
     char err[1024];
 } rank_run;
 
+/* rank 2's own spec (NULL: the others') */
+static const char *victim_json;
+
 static double now(void)
 {
     struct timespec t;
@@ -95,8 +107,9 @@ static void *rank_main(void *p)
     jo.rank = 0;
     llmt_job *job = NULL;
     armed = a->rank == VICTIM;
+    const char *json = a->rank == VICTIM && victim_json ? victim_json : a->json;
     double t0 = now();
-    a->st = llmt_job_create_from_json(ctx, a->json, strlen(a->json), &jo, &job);
+    a->st = llmt_job_create_from_json(ctx, json, strlen(json), &jo, &job);
     a->secs = now() - t0;
     a->phase = 0;
     if (a->st != LLMT_OK)
@@ -194,6 +207,75 @@ static void run(const char *what, const char *tmp, const char *width, const char
     }
 }
 
+/* Every rank runs `json`, rank 2 its own `vjson` (NULL: the same), and
+ * rank 2 fails its own part of the creation: by its spec, or its first
+ * allocation of `bytes` failing (aligned: the host allocator's
+ * posix_memalign, else malloc). all: every rank fails so. Every rank fails
+ * its creation with `want` in under 5 s, its message holding rank 2's
+ * reason `why`; alone, naming rank 2; all, each its own, as one rank's. */
+static void run_early(const char *what, const char *tmp, const char *json, const char *vjson,
+                      int all, size_t bytes, int is_aligned, llmt_status want, const char *why)
+{
+    char dir[700];
+    rank_run a[N];
+    fail_bytes = bytes;
+    aligned = is_aligned;
+    victim_json = vjson;
+    snprintf(dir, sizeof dir, "%s/early-%s", tmp, what);
+    run_all(json, dir, bytes ? 0 : -1, a);
+    victim_json = NULL;
+    for (int r = 0; r < N; r++) {
+        int named = strstr(a[r].err, "rank 2") != NULL, has = strstr(a[r].err, why) != NULL;
+        int ok = a[r].st == want && !a[r].phase && a[r].secs < 5.0 && has &&
+                 (all ? strncmp(a[r].err, "rank ", 5) != 0 : named);
+        printf("%s %-14s rank %d: %s %d: %s after %.2f s: %s\n", ok ? "ok  " : "FAIL", what, r,
+               a[r].phase ? "step" : "creation", a[r].phase, llmt_status_string(a[r].st),
+               a[r].secs, a[r].err);
+        CHECK_STATUS(a[r].st, want);
+        CHECK_EQ_INT(a[r].phase, 0); /* every rank at its creation */
+        CHECK(a[r].secs < 5.0);
+        CHECK(has);
+        if (all) /* as one rank's: no rank named */
+            CHECK(strncmp(a[r].err, "rank ", 5) != 0 && !strstr(a[r].err, "rank 2 failed"));
+        else
+            CHECK(named);
+    }
+    if (!all) /* its own message, prefixed */
+        CHECK(strncmp(a[VICTIM].err, "rank 2: ", 8) == 0);
+}
+
+/* Rank 2's run directory a file, its data missing, its model's parameters
+ * without memory (23520 fp32, the host allocator's), its spec's tokenizer
+ * kind not its data's. */
+static void early(const char *tmp, const char *data)
+{
+    char miss[4096], full[4096], bpe[4096], nowhere[700];
+    snprintf(nowhere, sizeof nowhere, "%s/nowhere", tmp);
+    const char *z0 = "\"parallelism\": {\"zero\": 0}";
+    spec(miss, sizeof miss, W32, nowhere, 1, z0);
+    spec(full, sizeof full, W32, data, 1, z0);
+    char rd[800];
+    snprintf(rd, sizeof rd, "%s/early-run-dir", tmp);
+    CHECK(mkdir(rd, 0755) == 0);
+    snprintf(rd, sizeof rd, "%s/early-run-dir/rank-2", tmp); /* its run_dir */
+    FILE *f = fopen(rd, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+    run_early("run-dir", tmp, full, NULL, 0, 0, 0, LLMT_ERR_IO, "cannot create");
+    run_early("data-missing", tmp, full, miss, 0, 0, 0, LLMT_ERR_NOT_FOUND, nowhere);
+    run_early("data-all", tmp, miss, NULL, 1, 0, 0, LLMT_ERR_NOT_FOUND, nowhere);
+    run_early("model", tmp, full, NULL, 0, 23520 * sizeof(float), 1, LLMT_ERR_OUT_OF_MEMORY,
+              "cannot allocate 23520 parameters");
+    const char *byte = "\"kind\": \"byte\"", *other = "\"kind\": \"bpe\" ";
+    spec(bpe, sizeof bpe, W32, data, 1, z0);
+    char *k = strstr(bpe, byte);
+    CHECK(k != NULL && strlen(byte) == strlen(other));
+    if (k)
+        memcpy(k, other, strlen(other));
+    run_early("tokenizer", tmp, full, bpe, 0, 0, 0, LLMT_ERR_SPEC, "data.tokenizer.kind");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -238,6 +320,7 @@ int main(int argc, char **argv)
      * 1 x 16 int32 (then as many targets) */
     run("val-buffers", tmp, W32, data, "\"parallelism\": {\"zero\": 0}",
         37 * 16 * sizeof(int32_t), 0, 2);
+    early(tmp, data);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (!check_failures && system(cmd) != 0)
