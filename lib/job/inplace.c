@@ -137,11 +137,17 @@ llmt_status llmt__job_inplace_recover(llmt_job *j, llmt_job_metrics *m)
                                  &j->obs_timed);
     if (s != LLMT_OK)
         return FAIL(s, "in-place recovery: trainer: %s", llmt_model_last_error(j->model));
+    /* the spare, made with --resume, agrees on its own part of the
+     * creation, makes the groups, checks the root and agrees on its
+     * metrics as its creation does (job.c): the same collectives, in the
+     * same place */
+    if ((s = llmt__job_agree_own(j, LLMT_OK)) != LLMT_OK)
+        return s;
     if ((s = llmt__job_attach_groups(j)) != LLMT_OK)
         return s;
-    /* the spare, made with --resume, checks the root as its creation does
-     * (job.c): the same collectives, in the same place */
     if ((s = llmt__job_ckpt_shared(j)) != LLMT_OK)
+        return s;
+    if ((s = llmt__job_agree_own(j, LLMT_OK)) != LLMT_OK)
         return s;
     int64_t step = -1;
     if ((s = llmt__job_restore(j, 1, &step)) != LLMT_OK)

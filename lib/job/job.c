@@ -348,8 +348,6 @@ static llmt_status settings(llmt_job *j, const llmt_job_opts *o)
 static llmt_status make_engine(llmt_job *j);
 static llmt_status buffers(llmt_job *j);
 
-static llmt_status agree_own(llmt_job *j, llmt_status mine);
-
 /* mine: this rank's own part so far (own_parts), agreed on before the
  * groups are made; a rank that failed it still makes the communicator
  * from the environment, whose rendezvous the others wait in. */
@@ -372,20 +370,21 @@ static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o, llmt_status 
             return FAIL(s, "job: communicator: %s", llmt_context_last_error(j->ctx));
         j->own_comm = 1;
     }
-    if ((s = agree_own(j, mine)) != LLMT_OK)
+    if ((s = llmt__job_agree_own(j, mine)) != LLMT_OK)
         return s;
     return llmt__job_attach_groups(j);
 }
 
 /* Every rank's own part of the creation (own_parts: its directory, data,
- * model, trainer), agreed on before the first collective: a rank that
- * failed it returned alone, and the others waited in the groups' creation
- * or the engine's agreement until the collective timeout. When every rank
+ * model, trainer; own_late: its metrics), agreed on before the next
+ * collective: a rank that failed it returned alone, and the others waited
+ * in the groups' creation, the engine's agreement or the restore until the
+ * collective timeout. When every rank
  * failed (a spec error each finds alike, data missing everywhere) each
  * returns its own message, as before; else a failing rank prefixes its
  * rank, and the others fail with the lowest failing rank's status and
  * message, broadcast from it (rank 0's log may be the one read). */
-static llmt_status agree_own(llmt_job *j, llmt_status mine)
+llmt_status llmt__job_agree_own(llmt_job *j, llmt_status mine)
 {
     /* the lowest failing rank and its status in one value (codes < 256);
      * 1 when every rank failed */
@@ -681,8 +680,8 @@ static llmt_status tokenizer_agrees(llmt_job *j)
 
 /* This rank's own part of the creation, before any collective: its run
  * directory, its data (each rank opens and reads its own), the tokenizer's
- * and model's checks against them, its model and trainer. The first
- * failure returns; attach_comm agrees on it. */
+ * and model's checks against them, its model, trainer and checkpoint
+ * store. The first failure returns; attach_comm agrees on it. */
 static llmt_status own_parts(llmt_job *j, const llmt_job_opts *o)
 {
     llmt_status s;
@@ -718,7 +717,24 @@ static llmt_status own_parts(llmt_job *j, const llmt_job_opts *o)
                     : s_dev == LLMT_SPEC_DEVICE_EMULATED ? "train.device emulated: "
                                                          : "",
                     llmt_model_last_error(j->model));
-    return LLMT_OK;
+    return llmt__job_ckpt_open(j); /* its directory, local */
+}
+
+/* This rank's own part after the checkpoint root's check: checkpoints
+ * left in the root (a node-local root may hold some on one node only),
+ * its metrics file and server (a port in use on its node), the drills of
+ * its $LLMT_FAULT. */
+static llmt_status own_late(llmt_job *j, const llmt_job_opts *o)
+{
+    size_t have = 0;
+    if (!o->resume && !o->fresh && llmt_ckpt_list(j->ck, NULL, 0, &have) == LLMT_OK && have > 0)
+        return FAIL(LLMT_ERR_STATE,
+                    "%s already holds %zu checkpoint(s) of an earlier "
+                    "run: continue it with --resume (llmt_job_opts.resume), or choose "
+                    "another run directory (--out)",
+                    j->ckpt_dir, have);
+    llmt_status s = llmt__job_metrics_open(j);
+    return s != LLMT_OK ? s : llmt__job_fault_parse(j);
 }
 
 static llmt_status create(llmt_job *j, const llmt_job_opts *o)
@@ -751,24 +767,17 @@ static llmt_status create(llmt_job *j, const llmt_job_opts *o)
     s = own_parts(j, o);
     if ((s = attach_comm(j, o, s)) != LLMT_OK)
         return s;
-    if ((s = llmt__job_ckpt_open(j)) != LLMT_OK)
-        return s;
     /* a root that is not one directory for every rank never commits a
      * step (ckpt_shared.c): said now, not at the first restart; also with
      * checkpoint.interval 0, whose run still saves (its final step, a stop,
      * llmt_job_save) and whose parts need the run's attempt identity */
     if ((s = llmt__job_ckpt_shared(j)) != LLMT_OK)
         return s;
-    size_t have = 0;
-    if (!o->resume && !o->fresh && llmt_ckpt_list(j->ck, NULL, 0, &have) == LLMT_OK && have > 0)
-        return FAIL(LLMT_ERR_STATE,
-                    "%s already holds %zu checkpoint(s) of an earlier "
-                    "run: continue it with --resume (llmt_job_opts.resume), or choose "
-                    "another run directory (--out)",
-                    j->ckpt_dir, have);
-    if ((s = llmt__job_metrics_open(j)) != LLMT_OK)
-        return s;
-    if ((s = llmt__job_fault_parse(j)) != LLMT_OK)
+    /* agreed before the restore's collectives, as own_parts */
+    s = own_late(j, o);
+    if (j->comm && j->world > 1)
+        s = llmt__job_agree_own(j, s);
+    if (s != LLMT_OK)
         return s;
     j->last_saved = -1;
     j->last.struct_size = sizeof j->last;

@@ -294,6 +294,14 @@ llmt_status llmt__job_hashes(llmt_job *j, int shares, int ready, uint64_t *mine,
  * the others fail with that rank's status and a message "WHAT: rank R
  * failed ...". Collective over j->comm. */
 llmt_status llmt__job_agree(llmt_job *j, llmt_status mine, const char *what);
+/* A rank's own failure in the job's creation, before a collective it
+ * would not join (job.c: before the groups are made, and before the
+ * restore), agreed on by every rank: LLMT_OK when none failed; when all
+ * did, each its own status and message (mine); else the failing ranks'
+ * messages prefixed "rank R: ", the others failing with the lowest
+ * failing rank's status and message. The ranks of an in-place recovery
+ * call it with LLMT_OK where a spare's creation does. Collective. */
+llmt_status llmt__job_agree_own(llmt_job *j, llmt_status mine);
 /* Every rank's replica group (the plan's DP group id, world entries;
  * NULL without memory): the ranks of a group hold the same parameters,
  * shard for shard, and must hash alike. Made at the first call and kept on

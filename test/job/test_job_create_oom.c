@@ -17,8 +17,9 @@
  * 10 s; in a real job the collective timeout, 300 s by default).
  *
  * Failures of rank 2's own earlier in the creation, before any collective
- * (lib/job/job.c's own_parts: its data missing, its model's parameters
- * without memory, a tokenizer its spec disagrees with): every rank fails
+ * (lib/job/job.c's own_parts: its run directory a file, its data missing,
+ * its model's parameters without memory, a tokenizer its spec disagrees
+ * with; own_late, after the engine: its metrics.jsonl a directory): every rank fails
  * its creation together, rank 2 with its message prefixed "rank 2: ", the
  * others with its status and message. Before, rank 2 returned alone and
  * the others waited in the engine's agreement until the 10 s timeout.
@@ -244,9 +245,9 @@ static void run_early(const char *what, const char *tmp, const char *json, const
         CHECK(strncmp(a[VICTIM].err, "rank 2: ", 8) == 0);
 }
 
-/* Rank 2's run directory a file, its data missing, its model's parameters
- * without memory (23520 fp32, the host allocator's), its spec's tokenizer
- * kind not its data's. */
+/* Rank 2's run directory a file, its metrics.jsonl a directory, its data
+ * missing, its model's parameters without memory (23520 fp32, the host
+ * allocator's), its spec's tokenizer kind not its data's. */
 static void early(const char *tmp, const char *data)
 {
     char miss[4096], full[4096], bpe[4096], nowhere[700];
@@ -263,6 +264,11 @@ static void early(const char *tmp, const char *data)
     if (f)
         fclose(f);
     run_early("run-dir", tmp, full, NULL, 0, 0, 0, LLMT_ERR_IO, "cannot create");
+    snprintf(rd, sizeof rd, "%s/early-jsonl/rank-2/metrics.jsonl", tmp); /* a directory */
+    char cmd[900];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", rd);
+    CHECK(system(cmd) == 0);
+    run_early("jsonl", tmp, full, NULL, 0, 0, 0, LLMT_ERR_IO, "metrics.jsonl: open");
     run_early("data-missing", tmp, full, miss, 0, 0, 0, LLMT_ERR_NOT_FOUND, nowhere);
     run_early("data-all", tmp, miss, NULL, 1, 0, 0, LLMT_ERR_NOT_FOUND, nowhere);
     run_early("model", tmp, full, NULL, 0, 23520 * sizeof(float), 1, LLMT_ERR_OUT_OF_MEMORY,
