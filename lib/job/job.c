@@ -376,14 +376,14 @@ static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o, llmt_status 
 }
 
 /* Every rank's own part of the creation (own_parts: its directory, data,
- * model, trainer; own_late: its metrics), agreed on before the next
- * collective: a rank that failed it returned alone, and the others waited
- * in the groups' creation, the engine's agreement or the restore until the
- * collective timeout. When every rank
- * failed (a spec error each finds alike, data missing everywhere) each
- * returns its own message, as before; else a failing rank prefixes its
- * rank, and the others fail with the lowest failing rank's status and
- * message, broadcast from it (rank 0's log may be the one read). */
+ * model, trainer, checkpoint store; own_late: its metrics), agreed on
+ * before the next collective: a rank that failed it returned alone, and
+ * the others waited in the groups' creation, the engine's agreement or
+ * the restore until the collective timeout. When every rank failed (a
+ * spec error each finds alike, data missing everywhere) each returns its
+ * own message, as before; else a failing rank prefixes its rank, and the
+ * others fail with the lowest failing rank's status and message,
+ * broadcast from it (rank 0's log may be the one read). */
 llmt_status llmt__job_agree_own(llmt_job *j, llmt_status mine)
 {
     /* the lowest failing rank and its status in one value (codes < 256);
