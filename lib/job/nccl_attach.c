@@ -42,10 +42,15 @@ llmt_status llmt__job_device_group(llmt_job *j, llmt_comm *host, const char *wha
         int32_t st; /* rank 0's llmt_comm_unique_id status */
         unsigned char id[LLMT_COMM_UNIQUE_ID_BYTES];
     } msg;
+    /* sent as int32 words: the collectives take no byte type (a uint8
+     * broadcast was refused by every backend, so no multi-process CUDA
+     * job could make its NCCL group) */
+    _Static_assert(sizeof msg % sizeof(int32_t) == 0, "the message is whole int32 words");
     memset(&msg, 0, sizeof msg);
     if (r == 0)
         msg.st = (int32_t)llmt_comm_unique_id(msg.id, sizeof msg.id);
-    llmt_status s = llmt_comm_broadcast(host, &msg, sizeof msg, LLMT_DTYPE_UINT8, 0, NULL);
+    llmt_status s = llmt_comm_broadcast(host, &msg, sizeof msg / sizeof(int32_t),
+                                        LLMT_DTYPE_INT32, 0, NULL);
     if (s != LLMT_OK)
         return FAIL(s, "job: the NCCL %s group's unique id: %s", what,
                     llmt_comm_last_error(host));
