@@ -375,44 +375,6 @@ static llmt_status attach_comm(llmt_job *j, const llmt_job_opts *o, llmt_status 
     return llmt__job_attach_groups(j);
 }
 
-/* Every rank's own part of the creation (own_parts: its directory, data,
- * model, trainer, checkpoint store; own_late: its metrics), agreed on
- * before the next collective: a rank that failed it returned alone, and
- * the others waited in the groups' creation, the engine's agreement or
- * the restore until the collective timeout. When every rank failed (a
- * spec error each finds alike, data missing everywhere) each returns its
- * own message, as before; else a failing rank prefixes its rank, and the
- * others fail with the lowest failing rank's status and message,
- * broadcast from it (rank 0's log may be the one read). */
-llmt_status llmt__job_agree_own(llmt_job *j, llmt_status mine)
-{
-    /* the lowest failing rank and its status in one value (codes < 256);
-     * 1 when every rank failed */
-    int64_t v[2] = {(int64_t)(mine != LLMT_OK ? j->rank : j->world) * 256 + (mine & 255),
-                    mine != LLMT_OK};
-    llmt_status s =
-        llmt_comm_all_reduce(j->comm, v, v, 2, LLMT_DTYPE_INT64, LLMT_REDUCE_MIN, NULL);
-    if (s != LLMT_OK)
-        return mine != LLMT_OK ? mine
-                               : FAIL(s, "job: agreeing that every rank can go on: %s",
-                                      llmt_comm_last_error(j->comm));
-    if (v[0] >= (int64_t)j->world * 256 || v[1])
-        return mine;
-    int root = (int)(v[0] / 256);
-    llmt_status st = (llmt_status)(v[0] % 256);
-    char own[LLMT_ERR_MSG_MAX];
-    int32_t w[LLMT_ERR_MSG_MAX / 4] = {0}; /* as int32: no byte broadcast */
-    char *why = (char *)w;
-    snprintf(own, sizeof own, "%s", mine != LLMT_OK ? j->err.msg : "");
-    snprintf(why, sizeof w, "%s", own);
-    s = llmt_comm_broadcast(j->comm, w, sizeof w / 4, LLMT_DTYPE_INT32, root, NULL);
-    why[sizeof w - 1] = '\0';
-    if (mine != LLMT_OK)
-        return FAIL(mine, "rank %d: %s", (int)j->rank, own);
-    return FAIL(st, "job: rank %d failed (%s): %s; every rank stops with it", root,
-                llmt_status_string(st), s == LLMT_OK ? why : "its log says why");
-}
-
 /* The trainer's engine, made once now that every group is recorded
  * (lib/train/trainer_build.c), its device context on lib/obs's timed op
  * table (made inside this window), so that its errors come from the job's
