@@ -27,14 +27,21 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit
 budget=${BUDGET_S:-480}
+# want STEP: whether $ONLY names STEP (or is unset)
+want() { case " ${ONLY:-all} " in *" all "* | *" $1 "*) return 0 ;; esac; return 1; }
+for w in ${ONLY:-all}; do # a misspelt step would run nothing, unsaid
+  case " all tests attn kernels gpt2 cli llama job fp8 " in
+  *" $w "*) ;;
+  *) echo "gpu-session.sh: ONLY: no step '$w' (all tests attn kernels gpt2 cli llama job fp8)" >&2
+    exit 2 ;;
+  esac
+done
 final=${OUT:-$root/bench/results/session}
 rm -rf /tmp/llmt-session
 out=/tmp/llmt-session/out
 mkdir -p "$final" "$out"
 log=$final/session.log
 steps=/tmp/llmt-session
-# want STEP: whether $ONLY names STEP (or is unset)
-want() { case " ${ONLY:-all} " in *" all "* | *" $1 "*) return 0 ;; esac; return 1; }
 lb=${LLAMA_B:-4,8}
 # shellcheck source=tools/gpu-lib.sh
 . tools/gpu-lib.sh
