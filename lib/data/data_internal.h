@@ -39,6 +39,10 @@ size_t llmt__data_normalize(const unsigned char *in, size_t len,
  * Here rather than in shard_internal.h so that a host inside the library
  * (lib/job) can call it without the shard layout. */
 llmt_status llmt__data_dataset_limit_ids(llmt_dataset *ds, int32_t vocab);
+/* The first shard file (*.tok or *.bin, not hidden: what a dataset of the
+ * directory reads) of directory dir into found (may be NULL); 0 when it
+ * holds none or cannot be read. */
+int llmt__data_dir_first_shard(const char *dir, char *found, size_t cap);
 
 /* The loader's error slot, for its checkpoint half (loader.c). */
 llmt_err *llmt__data_loader_err(const llmt_loader *l);

@@ -80,6 +80,25 @@ static int is_regular(const char *path)
     return !stat(path, &st) && S_ISREG(st.st_mode);
 }
 
+static int is_shard_name(const char *name)
+{
+    return name[0] != '.' && (has_suffix(name, ".tok") || has_suffix(name, ".bin"));
+}
+
+int llmt__data_dir_first_shard(const char *dir, char *found, size_t cap)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *de;
+    int hit = 0;
+    while (!hit && (de = readdir(d)))
+        if ((hit = is_shard_name(de->d_name)) && found)
+            snprintf(found, cap, "%s/%s", dir, de->d_name);
+    closedir(d);
+    return hit;
+}
+
 /* The shard files `path` names: itself, a directory's *.tok and *.bin
  * (PATH.tmp files of unfinished writers end in .tmp and are never taken),
  * or the matches of a glob pattern. */
@@ -99,8 +118,7 @@ static llmt_status list_shards(llmt_err *e, const char *path, path_list *l)
         struct dirent *de;
         llmt_status s = LLMT_OK;
         while (s == LLMT_OK && (de = readdir(d))) {
-            if (de->d_name[0] == '.' ||
-                !(has_suffix(de->d_name, ".tok") || has_suffix(de->d_name, ".bin")))
+            if (!is_shard_name(de->d_name))
                 continue;
             if (list_add(l, path, de->d_name))
                 s = LLMT_ERR_OUT_OF_MEMORY;

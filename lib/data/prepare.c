@@ -2,7 +2,6 @@
  * public stages (ingest -> filter -> dedup -> tokenizer -> shard writers),
  * so that a host running the stages itself gets the same shards. The
  * output layout and report fields are described in doc/data.md. */
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -16,6 +15,7 @@
 #include <xxhash.h>
 
 #include "core/internal.h"
+#include "data/data_internal.h"
 
 #define PP_PATH 4096
 
@@ -159,12 +159,6 @@ static int mkdir_p(const char *path)
     return stat(tmp, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
 }
 
-static int ends_with(const char *s, const char *suf)
-{
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
 /* The first file of an earlier preparation in `out` (shards, report or
  * tokenizer) into `found`; 0 when there is none. */
 static int holds_data(const char *out, char *found, size_t cap)
@@ -180,18 +174,7 @@ static int holds_data(const char *out, char *found, size_t cap)
     for (int i = 0; i < 2; i++) {
         char d[PP_PATH];
         snprintf(d, sizeof d, "%s/%s", out, sub[i]);
-        DIR *dir = opendir(d);
-        if (!dir)
-            continue;
-        struct dirent *e;
-        int hit = 0;
-        while (!hit && (e = readdir(dir)))
-            if (ends_with(e->d_name, ".tok") || ends_with(e->d_name, ".bin")) {
-                snprintf(found, cap, "%s/%s", d, e->d_name);
-                hit = 1;
-            }
-        closedir(dir);
-        if (hit)
+        if (llmt__data_dir_first_shard(d, found, cap))
             return 1;
     }
     return 0;

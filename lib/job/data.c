@@ -6,7 +6,6 @@
  * reads shards through the loader: the global sample cursor makes the
  * order independent of the number of data-parallel ranks, and its state is
  * what a checkpoint keeps. */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,23 +253,6 @@ static llmt_status prepare_text(llmt_job *j, job_data *d, const char *corpus,
     return LLMT_OK;
 }
 
-/* Whether directory p names a *.tok or *.bin file (what a dataset reads). */
-static int has_shard_files(const char *p)
-{
-    DIR *d = opendir(p);
-    if (!d)
-        return 0;
-    struct dirent *de;
-    int found = 0;
-    while (!found && (de = readdir(d))) {
-        size_t n = strlen(de->d_name);
-        found = de->d_name[0] != '.' && n > 4 &&
-                (!strcmp(de->d_name + n - 4, ".tok") || !strcmp(de->d_name + n - 4, ".bin"));
-    }
-    closedir(d);
-    return found;
-}
-
 /* A prepared directory whose split holds no shard: `data prepare
  * --val-frac 1` leaves train/ empty, --val-frac 0 (or a one-document
  * corpus) val/. Said with the fix, where the dataset would only say "no
@@ -280,11 +262,11 @@ static llmt_status empty_split(llmt_job *j, const char *key, const char *root,
 {
     char p[JOB_PATH_MAX + 32], other[JOB_PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/%s", root, split);
-    if (!is_dir(p) || has_shard_files(p))
+    if (!is_dir(p) || llmt__data_dir_first_shard(p, NULL, 0))
         return LLMT_OK;
     int train = !strcmp(split, "train");
     snprintf(other, sizeof other, "%s/%s", root, train ? "val" : "train");
-    if (!has_shard_files(other))
+    if (!llmt__data_dir_first_shard(other, NULL, 0))
         return FAIL(LLMT_ERR_NOT_FOUND,
                     "%s %s: the preparation holds no token shards (%s/ and %s/ are "
                     "empty): prepare the corpus again (llmtrain data prepare)",
@@ -311,7 +293,7 @@ static llmt_status text_no_val(llmt_job *j, const char *src, const char *prep)
 {
     char p[JOB_PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/val", prep);
-    if (!is_dir(p) || has_shard_files(p))
+    if (!is_dir(p) || llmt__data_dir_first_shard(p, NULL, 0))
         return LLMT_OK;
     return FAIL(LLMT_ERR_NOT_FOUND,
                 "data.train %s: the text gave one document (a file is one unless "
@@ -349,7 +331,8 @@ static llmt_status val_path(llmt_job *j, const char *src, const char *prep, int 
      * which names what is wrong in it */
     size_t n = strlen(v);
     int named = n > 4 && (!strcmp(v + n - 4, ".tok") || !strcmp(v + n - 4, ".bin"));
-    if (is_dir(v) ? !has_shard_files(v) : exists(v) && !named && !is_shards(v))
+    if (is_dir(v) ? !llmt__data_dir_first_shard(v, NULL, 0)
+                  : exists(v) && !named && !is_shards(v))
         return FAIL(LLMT_ERR_INVALID_ARGUMENT,
                     "data.val %s is text or holds no token shards (*.tok, *.bin): "
                     "prepare it with llmtrain data prepare and name its directory, "
